@@ -1,0 +1,102 @@
+# fw: one Go binary (bin/fw) plus the Python package that exports models.
+# `make demo` and `make test` bootstrap everything they need, idempotently.
+# Caches: FW_VENV (the Python venv, default .venv), FW_CACHE_DIR (downloads,
+# default ~/.cache/fw) and Go's module cache.
+
+SHELL := /bin/bash
+ROOT := $(abspath .)
+FW_VENV ?= $(ROOT)/.venv
+PY := $(FW_VENV)/bin/python
+export FW_VENV
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
+MODELS := build/models
+ORT_LIB := third_party/onnxruntime/lib/libonnxruntime.so.1
+SHIM := build/lib/libfwtorch.so
+GO_SOURCES := $(shell find . -name '*.go' -not -path './third_party/*' -not -path './.venv/*' -not -path './web/node_modules/*' 2>/dev/null) go.mod go.sum
+PY_SOURCES := $(shell find python/fw -name '*.py' 2>/dev/null)
+FUZZTIME ?= 10s
+
+.PHONY: all setup build shim models demo test test-go test-python fuzz lint fmt bench-engine clean help venv ort gomod
+
+all: build
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+setup: gomod ort venv shim ## install everything: Go modules, ONNX Runtime, .venv with torch, the libtorch shim
+
+gomod:
+	@echo "==> Go modules"
+	@$(GO) mod download
+
+ort: $(ORT_LIB)
+$(ORT_LIB): scripts/fetch-ort.sh
+	@echo "==> ONNX Runtime C library (npm onnxruntime-node, checksum-verified)"
+	@bash scripts/fetch-ort.sh
+
+venv: $(FW_VENV)/.fw-requirements.sha256
+$(FW_VENV)/.fw-requirements.sha256: python/requirements.txt scripts/setup-venv.sh python/pyproject.toml
+	@echo "==> Python venv $(FW_VENV) (torch 2.13.0 and friends; first time: several minutes)"
+	@bash scripts/setup-venv.sh
+	@touch $@
+
+shim: $(SHIM) ## build the libtorch shim into build/lib
+$(SHIM): cmake/fwtorch.cpp cmake/fwtorch.h cmake/CMakeLists.txt scripts/build-shim.sh | venv
+	@echo "==> libtorch shim"
+	@bash scripts/build-shim.sh
+
+build: bin/fw ## build bin/fw
+bin/fw: $(GO_SOURCES)
+	@echo "==> go build bin/fw"
+	@$(GO) build $(GOFLAGS_BUILD) -o bin/fw ./cmd/fw
+
+models: $(MODELS)/manifest.json ## train and export the reference models into build/models
+$(MODELS)/manifest.json: $(PY_SOURCES) | venv
+	@echo "==> reference models (digits_mlp, digits_cnn, textcls, resnet18) into $(MODELS)"
+	@$(PY) -m fw.reference --out $(MODELS)
+
+demo: setup build models ## the main job (see README)
+	@bash scripts/demo.sh
+
+test: setup build models lint test-go test-python fuzz ## the whole test suite (what CI runs)
+	@echo "==> all tests passed"
+
+test-go:
+	@echo "==> go test -race ./..."
+	@FW_REQUIRE_MODELS=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) $(GO) test -race -count=1 ./...
+
+test-python: | venv
+	@echo "==> pytest python/tests"
+	@cd python && FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_BIN=$(ROOT)/bin/fw $(PY) -m pytest -q
+
+fuzz: ## run each fuzz target briefly (FUZZTIME=10s)
+	@echo "==> go fuzz targets, $(FUZZTIME) each"
+	@for pkg in $$($(GO) list ./...); do \
+	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
+	  for t in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
+	    echo "    $$pkg $$t"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg >/tmp/fw-fuzz.log 2>&1 || { cat /tmp/fw-fuzz.log; exit 1; }; \
+	  done; \
+	done
+
+lint: | venv ## go vet, gofmt, staticcheck, ruff
+	@echo "==> go vet"
+	@$(GO) vet ./...
+	@echo "==> gofmt"
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@bash scripts/staticcheck.sh
+	@echo "==> ruff"
+	@$(PY) -m ruff check python bench
+	@$(PY) -m ruff format --check python bench
+
+fmt: ## format Go and Python sources
+	@gofmt -w $$(git ls-files '*.go')
+	@$(PY) -m ruff format python bench
+
+bench-engine: setup build models ## engine latency/throughput table into docs/benchmarks.md
+	@bash bench/engine.sh
+
+clean: ## remove build outputs (keeps .venv and third_party)
+	rm -rf bin build/lib build/shim build/models

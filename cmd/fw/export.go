@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// pythonPath finds the interpreter that has the fw Python package: FW_PYTHON,
+// then .venv/bin/python beside the binary's parent or the working directory,
+// then python3 on PATH.
+func pythonPath() string {
+	if p := os.Getenv("FW_PYTHON"); p != "" {
+		return p
+	}
+	var roots []string
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			roots = append(roots, filepath.Dir(filepath.Dir(exe)))
+		}
+	}
+	if wd, err := os.Getwd(); err == nil {
+		roots = append(roots, wd)
+	}
+	for _, r := range roots {
+		p := filepath.Join(r, ".venv", "bin", "python")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return "python3"
+}
+
+func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintf(stderr, `Usage: fw export CHECKPOINT --format onnx|torchscript|quantized --out PATH [--opset 14] [--method trace|script] [--name N] [--version V]
+
+Exports a checkpoint written by fw.checkpoint.save (or run.checkpoint) to one
+self-describing model file, checks it against the checkpoint's model, and prints
+a one-line JSON report. It runs "python -m fw.export" with the interpreter in
+FW_PYTHON, else .venv/bin/python, else python3; the arguments are passed as they
+are, never through a shell.
+`)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	py := pythonPath()
+	cmd := exec.CommandContext(ctx, py, append([]string{"-m", "fw.export"}, args...)...)
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = stdout, stderr, nil
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		fmt.Fprintf(stderr, "fw export: run %s -m fw.export: %v (set FW_PYTHON to a Python with the fw package, or run `make setup`)\n", py, err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/fw-serve/fw/engine"
+)
+
+// verifyReport is the --json output of fw verify.
+type verifyReport struct {
+	Path        string  `json:"path"`
+	Name        string  `json:"name"`
+	Version     string  `json:"version"`
+	Format      string  `json:"format"`
+	Device      string  `json:"device"`
+	Threads     int     `json:"threads"`
+	SizeBytes   int64   `json:"size_bytes"`
+	LoadMS      float64 `json:"load_ms"`
+	Rows        int64   `json:"rows"`
+	MaxAbsError float64 `json:"max_abs_error"`
+	Atol        float64 `json:"atol"`
+	Rtol        float64 `json:"rtol"`
+	Passed      bool    `json:"passed"`
+	Worst       string  `json:"worst,omitempty"`
+	Calls       int     `json:"calls"`
+	MicrosPer   float64 `json:"us_per_call"`
+	Error       string  `json:"error,omitempty"`
+}
+
+func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	device := fs.String("device", "cpu", "device to run on: cpu, cuda or cuda:N")
+	threads := fs.Int("threads", 0, "intra-op threads (0: the CPUs this process may use, honouring cgroup quotas)")
+	seconds := fs.Float64("time", 0.5, "seconds to spend timing the test vector after the check (0 skips timing)")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: fw verify MODEL_FILE [flags]\n\nLoads MODEL_FILE (ONNX, TorchScript or quantized TorchScript, detected by content),\nruns the test vector embedded by fw.export, prints the largest absolute error and the\ntime per call. Exit status: 0 within tolerance, 1 beyond it or on a load error, 2 on usage errors.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	path, rest := splitPositional(args)
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if path == "" && fs.NArg() > 0 {
+		path = fs.Arg(0)
+	}
+	if path == "" {
+		fs.Usage()
+		return 2
+	}
+	rep := verifyReport{Path: path, Device: *device}
+	fail := func(err error) int {
+		rep.Error = err.Error()
+		if *asJSON {
+			json.NewEncoder(stdout).Encode(rep)
+		} else {
+			fmt.Fprintf(stderr, "fw verify: %v\n", err)
+		}
+		return 1
+	}
+	m, err := engine.Load(ctx, path, engine.Options{Device: engine.Device(*device), Threads: *threads})
+	if err != nil {
+		return fail(err)
+	}
+	defer m.Close()
+	rep.Name, rep.Version, rep.Format = m.Name(), m.Version(), string(m.Format)
+	rep.Threads, rep.SizeBytes = m.Threads(), m.Size
+	rep.LoadMS = float64(m.LoadTime.Microseconds()) / 1000
+	res, err := m.Verify(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	rep.Rows, rep.MaxAbsError, rep.Atol, rep.Rtol, rep.Passed, rep.Worst = res.Rows, res.MaxAbsError, res.Atol, res.Rtol, res.Passed, res.Worst
+	if *seconds > 0 && res.Passed {
+		calls, per, err := timeTestVector(ctx, m, time.Duration(*seconds*float64(time.Second)))
+		if err != nil {
+			return fail(err)
+		}
+		rep.Calls, rep.MicrosPer = calls, float64(per.Nanoseconds())/1000
+	}
+	if *asJSON {
+		json.NewEncoder(stdout).Encode(rep)
+	} else {
+		printVerify(stdout, m, rep)
+	}
+	if !rep.Passed {
+		if !*asJSON {
+			fmt.Fprintf(stderr, "fw verify: %s: outputs differ beyond tolerance (worst: %s)\n", path, rep.Worst)
+		}
+		return 1
+	}
+	return 0
+}
+
+// splitPositional lets the model path come before or after the flags.
+func splitPositional(args []string) (string, []string) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return args[0], args[1:]
+	}
+	return "", args
+}
+
+func timeTestVector(ctx context.Context, m *engine.Model, budget time.Duration) (int, time.Duration, error) {
+	tv := m.Meta.TestVector
+	inputs := make([]engine.Tensor, len(m.Inputs()))
+	for i, spec := range m.Inputs() {
+		t, err := tv.Inputs[spec.Name].Decode()
+		if err != nil {
+			return 0, 0, err
+		}
+		inputs[i] = t
+	}
+	start := time.Now()
+	calls := 0
+	for calls < 3 || (time.Since(start) < budget && calls < 100000) {
+		if _, err := m.Run(ctx, inputs); err != nil {
+			return 0, 0, err
+		}
+		calls++
+	}
+	return calls, time.Since(start) / time.Duration(calls), nil
+}
+
+func printVerify(w io.Writer, m *engine.Model, r verifyReport) {
+	fmt.Fprintf(w, "model    %s v%s (%s, %.1f MB, %s, %d threads, loaded in %.0f ms)\n", r.Name, r.Version, r.Format, float64(r.SizeBytes)/1e6, r.Device, r.Threads, r.LoadMS)
+	for _, s := range m.Inputs() {
+		fmt.Fprintf(w, "input    %s %s %s\n", s.Name, s.DType, engine.FormatShape(s.Shape))
+	}
+	for _, s := range m.Outputs() {
+		fmt.Fprintf(w, "output   %s %s %s\n", s.Name, s.DType, engine.FormatShape(s.Shape))
+	}
+	if l := m.Labels(); len(l) > 0 {
+		shown := l
+		if len(shown) > 5 {
+			shown = shown[:5]
+		}
+		fmt.Fprintf(w, "labels   %d (%s%s)\n", len(l), strings.Join(shown, ", "), map[bool]string{true: ", ...", false: ""}[len(l) > 5])
+	}
+	verdict := "PASS"
+	if !r.Passed {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(w, "check    %d rows: max abs error %.3g (atol %g, rtol %g): %s\n", r.Rows, r.MaxAbsError, r.Atol, r.Rtol, verdict)
+	if r.Calls > 0 {
+		fmt.Fprintf(w, "timing   %.1f us per call (batch %d, %d calls)\n", r.MicrosPer, r.Rows, r.Calls)
+	}
+}

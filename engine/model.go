@@ -1,0 +1,409 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Backend is one inference engine holding one loaded model. Run is safe for
+// concurrent use. Inputs are positional, in the order Inputs() lists them.
+type Backend interface {
+	// Inputs describes the model's inputs as the engine sees them.
+	Inputs() []TensorSpec
+	// Outputs describes the model's outputs as the engine sees them.
+	Outputs() []TensorSpec
+	// Run computes one batch. It does not validate shapes: Model.Run does.
+	Run(ctx context.Context, inputs []Tensor) ([]Tensor, error)
+	// Close frees the engine's resources; the backend is unusable afterwards.
+	Close() error
+}
+
+// Device is where a model runs: "cpu" or "cuda" (optionally "cuda:N").
+type Device string
+
+// Options configure Load. The zero value loads on CPU with defaults.
+type Options struct {
+	// Device is "cpu" (default) or "cuda" / "cuda:N".
+	Device Device
+	// Threads is the intra-op thread count; 0 means AvailableCPUs().
+	Threads int
+	// GraphOptimization is ONNX Runtime's level: "disable", "basic",
+	// "extended" or "all" (default "all").
+	GraphOptimization string
+	// ORTLibrary overrides where libonnxruntime.so is found (FW_ORT_LIB).
+	ORTLibrary string
+	// TorchShim overrides where libfwtorch.so is found (FW_TORCH_SHIM).
+	TorchShim string
+	// AllowNonFinite lets NaN and Inf through to the model instead of
+	// refusing the input.
+	AllowNonFinite bool
+}
+
+func (o Options) threads() int {
+	if o.Threads > 0 {
+		return o.Threads
+	}
+	return AvailableCPUs()
+}
+
+func (o Options) deviceIndex() (bool, int, error) {
+	d := strings.ToLower(string(o.Device))
+	switch {
+	case d == "" || d == "cpu":
+		return false, 0, nil
+	case d == "cuda" || d == "gpu":
+		return true, 0, nil
+	case strings.HasPrefix(d, "cuda:"):
+		var id int
+		if _, err := fmt.Sscanf(d, "cuda:%d", &id); err != nil || id < 0 {
+			return false, 0, fmt.Errorf("device %q: want cpu, cuda or cuda:N", o.Device)
+		}
+		return true, id, nil
+	}
+	return false, 0, fmt.Errorf("device %q: want cpu, cuda or cuda:N", o.Device)
+}
+
+// Model is a loaded model file: its backend, its metadata and the checks that
+// keep bad input away from the engine.
+type Model struct {
+	Path     string
+	Format   Format
+	Device   Device
+	Meta     *Metadata // nil for files exported without fw metadata
+	Size     int64
+	LoadTime time.Duration
+
+	backend Backend
+	inputs  []TensorSpec
+	outputs []TensorSpec
+	opts    Options
+}
+
+// Load opens a model file, detects its format from its content, starts the
+// matching backend and checks the metadata against what the engine reports.
+func Load(ctx context.Context, path string, opts Options) (*Model, error) {
+	start := time.Now()
+	if _, _, err := opts.deviceIndex(); err != nil {
+		return nil, &LoadError{Path: path, Code: CodeBackend, Msg: err.Error()}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	info, err := DetectFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Path: path, Format: info.Format, Device: opts.Device, Size: info.Size, opts: opts, Meta: info.Metadata}
+	if m.Device == "" {
+		m.Device = "cpu"
+	}
+	switch info.Format {
+	case FormatONNX:
+		b, md, err := newORTBackend(path, opts)
+		if err != nil {
+			return nil, err
+		}
+		m.backend, m.Meta = b, md
+	case FormatTorchScript, FormatQuantized:
+		b, err := newTorchBackend(path, opts)
+		if err != nil {
+			return nil, err
+		}
+		m.backend = b
+	}
+	if err := m.reconcileSpecs(); err != nil {
+		m.backend.Close()
+		return nil, err
+	}
+	m.LoadTime = time.Since(start)
+	return m, nil
+}
+
+// reconcileSpecs settles the model's input and output specs: fw.json where
+// present (checked against what the engine says), the engine's otherwise.
+func (m *Model) reconcileSpecs() error {
+	eIn, eOut := m.backend.Inputs(), m.backend.Outputs()
+	if m.Meta == nil {
+		m.inputs, m.outputs = eIn, eOut
+		return nil
+	}
+	mIn, mOut := specsFromJSON(m.Meta.Inputs), specsFromJSON(m.Meta.Outputs)
+	if m.Format == FormatONNX {
+		if err := compareSpecs("input", mIn, eIn); err != nil {
+			return &LoadError{Path: m.Path, Code: CodeShapeMismatch, Msg: "fw.json disagrees with the model graph", Err: err,
+				Hint: "re-export the model so the metadata is written from the real model"}
+		}
+		if err := compareSpecs("output", mOut, eOut); err != nil {
+			return &LoadError{Path: m.Path, Code: CodeShapeMismatch, Msg: "fw.json disagrees with the model graph", Err: err,
+				Hint: "re-export the model so the metadata is written from the real model"}
+		}
+	} else if len(eIn) > 0 && len(eIn) != len(mIn) {
+		return &LoadError{Path: m.Path, Code: CodeShapeMismatch,
+			Msg: fmt.Sprintf("fw.json lists %d inputs but forward() takes %d", len(mIn), len(eIn))}
+	}
+	m.inputs, m.outputs = mIn, mOut
+	return nil
+}
+
+// compareSpecs checks declared specs against the engine's: same count, names,
+// dtypes and ranks, and every axis both fix has the same size.
+func compareSpecs(kind string, declared, engine []TensorSpec) error {
+	if len(declared) != len(engine) {
+		return fmt.Errorf("%d %ss declared, the model has %d", len(declared), kind, len(engine))
+	}
+	for i := range declared {
+		d, e := declared[i], engine[i]
+		if d.Name != e.Name {
+			return fmt.Errorf("%s %d is named %q in fw.json but %q in the model", kind, i, d.Name, e.Name)
+		}
+		if d.DType != e.DType {
+			return fmt.Errorf("%s %q: fw.json says %s, the model takes %s", kind, d.Name, d.DType, e.DType)
+		}
+		if len(d.Shape) != len(e.Shape) {
+			return fmt.Errorf("%s %q: fw.json shape %s, the model's %s", kind, d.Name, FormatShape(d.Shape), FormatShape(e.Shape))
+		}
+		for j := range d.Shape {
+			if d.Shape[j] > 0 && e.Shape[j] > 0 && d.Shape[j] != e.Shape[j] {
+				return fmt.Errorf("%s %q: fw.json shape %s, the model's %s", kind, d.Name, FormatShape(d.Shape), FormatShape(e.Shape))
+			}
+		}
+	}
+	return nil
+}
+
+// Name is the model's name from fw.json, else the file name without extensions.
+func (m *Model) Name() string {
+	if m.Meta != nil && m.Meta.Name != "" {
+		return m.Meta.Name
+	}
+	base := filepath.Base(m.Path)
+	if i := strings.IndexByte(base, '.'); i > 0 {
+		base = base[:i]
+	}
+	return base
+}
+
+// Version is the model's version from fw.json, else "1".
+func (m *Model) Version() string {
+	if m.Meta != nil && m.Meta.Version != "" {
+		return m.Meta.Version
+	}
+	return "1"
+}
+
+// Labels are the class labels of the first output, if the metadata has them.
+func (m *Model) Labels() []string {
+	if m.Meta == nil {
+		return nil
+	}
+	return m.Meta.Labels
+}
+
+// Inputs are the model's input specs (batch axis first, -1 for dynamic axes).
+func (m *Model) Inputs() []TensorSpec { return m.inputs }
+
+// Outputs are the model's output specs.
+func (m *Model) Outputs() []TensorSpec { return m.outputs }
+
+// Threads is the intra-op thread count the model was loaded with.
+func (m *Model) Threads() int { return m.opts.threads() }
+
+// Close frees the engine.
+func (m *Model) Close() error { return m.backend.Close() }
+
+// InputError is a request whose tensors do not fit the model: wrong count,
+// dtype, shape, size, or non-finite values. Its message says what was expected
+// and what was received.
+type InputError struct {
+	Input    string
+	Msg      string
+	Expected string
+	Received string
+}
+
+func (e *InputError) Error() string {
+	s := e.Msg
+	if e.Input != "" {
+		s = fmt.Sprintf("input %q: %s", e.Input, e.Msg)
+	}
+	if e.Expected != "" || e.Received != "" {
+		s += fmt.Sprintf(" (expected %s, received %s)", e.Expected, e.Received)
+	}
+	return s
+}
+
+// ErrEngine marks failures inside the engine (as opposed to bad input).
+var ErrEngine = errors.New("engine failure")
+
+// CheckInputs validates tensors against the model's input specs: count,
+// dtype, rank, fixed axes, a common batch size, data length and (unless
+// allowed) finite values. It returns the batch size.
+func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
+	if len(inputs) != len(m.inputs) {
+		return 0, &InputError{Msg: "wrong number of inputs", Expected: fmt.Sprint(len(m.inputs)), Received: fmt.Sprint(len(inputs))}
+	}
+	batch := int64(-1)
+	for i, t := range inputs {
+		spec := m.inputs[i]
+		if spec.DType != Invalid && t.DType != spec.DType {
+			return 0, &InputError{Input: spec.Name, Msg: "wrong dtype", Expected: spec.DType.String(), Received: t.DType.String()}
+		}
+		if len(spec.Shape) > 0 && len(t.Shape) != len(spec.Shape) {
+			return 0, &InputError{Input: spec.Name, Msg: "wrong rank", Expected: FormatShape(spec.Shape), Received: FormatShape(t.Shape)}
+		}
+		for j, d := range t.Shape {
+			if d < 0 {
+				return 0, &InputError{Input: spec.Name, Msg: "negative axis", Received: FormatShape(t.Shape)}
+			}
+			if j < len(spec.Shape) && spec.Shape[j] > 0 && spec.Shape[j] != d {
+				return 0, &InputError{Input: spec.Name, Msg: fmt.Sprintf("wrong size on axis %d", j), Expected: FormatShape(spec.Shape), Received: FormatShape(t.Shape)}
+			}
+		}
+		if len(t.Shape) == 0 {
+			return 0, &InputError{Input: spec.Name, Msg: "needs a batch axis", Expected: FormatShape(spec.Shape), Received: "a scalar"}
+		}
+		if batch < 0 {
+			batch = t.Shape[0]
+		} else if t.Shape[0] != batch {
+			return 0, &InputError{Input: spec.Name, Msg: "batch size differs from the first input's", Expected: fmt.Sprint(batch), Received: fmt.Sprint(t.Shape[0])}
+		}
+		if want := NumElements(t.Shape) * int64(t.DType.Size()); int64(len(t.Data)) != want {
+			return 0, &InputError{Input: spec.Name, Msg: fmt.Sprintf("data holds %d bytes, shape %s needs %d", len(t.Data), FormatShape(t.Shape), want)}
+		}
+		if !m.opts.AllowNonFinite && t.DType.IsFloat() {
+			if idx := firstNonFinite(t); idx >= 0 {
+				return 0, &InputError{Input: spec.Name, Msg: fmt.Sprintf("element %d is %v; NaN and Inf are refused (the model's output would be meaningless)", idx, t.At(idx))}
+			}
+		}
+	}
+	if batch == 0 {
+		return 0, &InputError{Msg: "empty batch: send at least one row"}
+	}
+	return batch, nil
+}
+
+func firstNonFinite(t Tensor) int {
+	switch t.DType {
+	case Float32:
+		for i, v := range t.Float32s() {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return i
+			}
+		}
+		return -1
+	}
+	for i, n := 0, t.Len(); i < n; i++ {
+		if v := t.At(i); math.IsNaN(v) || math.IsInf(v, 0) {
+			return i
+		}
+	}
+	return -1
+}
+
+// Run validates the inputs and computes one batch. Input problems are
+// *InputError; engine failures wrap ErrEngine.
+func (m *Model) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error) {
+	if _, err := m.CheckInputs(inputs); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out, err := m.backend.Run(ctx, inputs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrEngine, err)
+	}
+	return out, nil
+}
+
+// VerifyResult is the outcome of running a model's test vector.
+type VerifyResult struct {
+	MaxAbsError float64
+	Atol, Rtol  float64
+	Passed      bool
+	Rows        int64
+	// Worst names the output and element with the largest excess over tolerance.
+	Worst string
+}
+
+// ErrNoTestVector is returned by Verify for files without a test vector.
+var ErrNoTestVector = errors.New("the model file has no test vector (export it with fw.export to embed one)")
+
+// Verify runs the test vector embedded in the metadata and compares outputs
+// with |got - want| <= atol + rtol*|want|.
+func (m *Model) Verify(ctx context.Context) (*VerifyResult, error) {
+	if m.Meta == nil || m.Meta.TestVector == nil {
+		return nil, ErrNoTestVector
+	}
+	tv := m.Meta.TestVector
+	inputs := make([]Tensor, len(m.inputs))
+	for i, spec := range m.inputs {
+		enc, ok := tv.Inputs[spec.Name]
+		if !ok {
+			return nil, fmt.Errorf("test vector has no input %q", spec.Name)
+		}
+		t, err := enc.Decode()
+		if err != nil {
+			return nil, fmt.Errorf("test vector input %q: %w", spec.Name, err)
+		}
+		inputs[i] = t
+	}
+	out, err := m.Run(ctx, inputs)
+	if err != nil {
+		return nil, fmt.Errorf("run test vector: %w", err)
+	}
+	res := &VerifyResult{Atol: tv.Atol, Rtol: tv.Rtol, Passed: true, Rows: inputs[0].Shape[0]}
+	worstExcess := math.Inf(-1)
+	for i, spec := range m.outputs {
+		enc, ok := tv.Outputs[spec.Name]
+		if !ok {
+			continue
+		}
+		want, err := enc.Decode()
+		if err != nil {
+			return nil, fmt.Errorf("test vector output %q: %w", spec.Name, err)
+		}
+		if i >= len(out) {
+			return nil, fmt.Errorf("model returned %d outputs, test vector expects %q", len(out), spec.Name)
+		}
+		got := out[i]
+		if NumElements(got.Shape) != NumElements(want.Shape) {
+			res.Passed = false
+			res.Worst = fmt.Sprintf("%s: shape %s, expected %s", spec.Name, FormatShape(got.Shape), FormatShape(want.Shape))
+			continue
+		}
+		for j, n := 0, want.Len(); j < n; j++ {
+			g, w := got.At(j), want.At(j)
+			d := math.Abs(g - w)
+			if math.IsNaN(d) {
+				d = math.Inf(1)
+			}
+			if d > res.MaxAbsError {
+				res.MaxAbsError = d
+			}
+			excess := d - (tv.Atol + tv.Rtol*math.Abs(w))
+			if excess > 0 {
+				res.Passed = false
+			}
+			if excess > worstExcess {
+				worstExcess = excess
+				res.Worst = fmt.Sprintf("%s[%d]: got %g, want %g", spec.Name, j, g, w)
+			}
+		}
+	}
+	return res, nil
+}
+
+// envOr returns the environment variable's value, or def when unset.
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

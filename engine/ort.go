@@ -1,0 +1,295 @@
+//go:build cgo
+
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// ortRuntime guards ONNX Runtime's environment, which is process-wide in the
+// C library itself: it is initialised once, from the first library path used.
+var ortRuntime struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// ORTLibraryPath is where fw looks for libonnxruntime.so.1 unless overridden
+// by Options.ORTLibrary or FW_ORT_LIB.
+func ORTLibraryPath(override string) string {
+	if override == "" {
+		override = envOr("FW_ORT_LIB", "")
+	}
+	return findLibrary(override,
+		"third_party/onnxruntime/lib/libonnxruntime.so.1",
+		"lib/libonnxruntime.so.1")
+}
+
+func initORT(override string) (string, error) {
+	ortRuntime.once.Do(func() {
+		p := ORTLibraryPath(override)
+		if p == "" {
+			ortRuntime.err = fmt.Errorf("libonnxruntime.so.1 not found: run `make setup` (scripts/fetch-ort.sh puts it in third_party/onnxruntime/lib) or set FW_ORT_LIB")
+			return
+		}
+		ortRuntime.path = p
+		ort.SetSharedLibraryPath(p)
+		if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
+			ortRuntime.err = fmt.Errorf("initialise ONNX Runtime from %s: %w", p, err)
+		}
+	})
+	return ortRuntime.path, ortRuntime.err
+}
+
+// ORTVersion returns the loaded ONNX Runtime version, initialising it if needed.
+func ORTVersion(override string) (string, error) {
+	if _, err := initORT(override); err != nil {
+		return "", err
+	}
+	return ort.GetVersion(), nil
+}
+
+type ortBackend struct {
+	session *ort.DynamicAdvancedSession
+	inputs  []TensorSpec
+	outputs []TensorSpec
+}
+
+var ortOptLevels = map[string]ort.GraphOptimizationLevel{
+	"disable":  ort.GraphOptimizationLevelDisableAll,
+	"basic":    ort.GraphOptimizationLevelEnableBasic,
+	"extended": ort.GraphOptimizationLevelEnableExtended,
+	"all":      ort.GraphOptimizationLevelEnableAll,
+	"":         ort.GraphOptimizationLevelEnableAll,
+}
+
+func newORTBackend(path string, opts Options) (Backend, *Metadata, error) {
+	fail := func(code, msg string, err error, hint string) (Backend, *Metadata, error) {
+		return nil, nil, &LoadError{Path: path, Code: code, Msg: msg, Err: err, Hint: hint}
+	}
+	libPath, err := initORT(opts.ORTLibrary)
+	if err != nil {
+		return fail(CodeBackend, "ONNX Runtime is unavailable", err, "")
+	}
+	level, ok := ortOptLevels[strings.ToLower(opts.GraphOptimization)]
+	if !ok {
+		return fail(CodeBackend, fmt.Sprintf("unknown graph optimisation level %q", opts.GraphOptimization), nil, "use disable, basic, extended or all")
+	}
+	inInfo, outInfo, err := ort.GetInputOutputInfo(path)
+	if err != nil {
+		return fail(CodeEngine, "ONNX Runtime cannot read the model", err, "check the file with `fw verify`; re-export it if it is damaged")
+	}
+	inputs, err := specsFromORT(inInfo)
+	if err != nil {
+		return fail(CodeEngine, "unsupported model input", err, "")
+	}
+	outputs, err := specsFromORT(outInfo)
+	if err != nil {
+		return fail(CodeEngine, "unsupported model output", err, "")
+	}
+	so, err := ort.NewSessionOptions()
+	if err != nil {
+		return fail(CodeEngine, "create session options", err, "")
+	}
+	defer so.Destroy()
+	if err := so.SetIntraOpNumThreads(opts.threads()); err != nil {
+		return fail(CodeEngine, "set intra-op threads", err, "")
+	}
+	if err := so.SetInterOpNumThreads(1); err != nil {
+		return fail(CodeEngine, "set inter-op threads", err, "")
+	}
+	if err := so.SetGraphOptimizationLevel(level); err != nil {
+		return fail(CodeEngine, "set graph optimisation level", err, "")
+	}
+	if cuda, id, _ := opts.deviceIndex(); cuda {
+		cudaOpts, err := ort.NewCUDAProviderOptions()
+		if err == nil {
+			err = cudaOpts.Update(map[string]string{"device_id": fmt.Sprint(id)})
+			if err == nil {
+				err = so.AppendExecutionProviderCUDA(cudaOpts)
+			}
+			cudaOpts.Destroy()
+		}
+		if err != nil {
+			return fail(CodeBackend, fmt.Sprintf("the ONNX Runtime library at %s has no usable CUDA execution provider", libPath), err,
+				"it is a CPU build (the npm onnxruntime-node library is); point FW_ORT_LIB at a CUDA build of libonnxruntime.so with libonnxruntime_providers_cuda.so beside it (Dockerfile.cuda), or serve the TorchScript export, which runs on CUDA through libtorch")
+		}
+	}
+	names := func(specs []TensorSpec) []string {
+		out := make([]string, len(specs))
+		for i, s := range specs {
+			out[i] = s.Name
+		}
+		return out
+	}
+	sess, err := ort.NewDynamicAdvancedSession(path, names(inputs), names(outputs), so)
+	if err != nil {
+		return fail(CodeEngine, "ONNX Runtime cannot create a session for the model", err, "")
+	}
+	b := &ortBackend{session: sess, inputs: inputs, outputs: outputs}
+	md, err := b.metadata()
+	if err != nil {
+		sess.Destroy()
+		return fail(CodeBadMetadata, "the embedded metadata is invalid", err, "re-export with fw.export, which writes valid metadata")
+	}
+	return b, md, nil
+}
+
+func (b *ortBackend) metadata() (*Metadata, error) {
+	mm, err := b.session.GetModelMetadata()
+	if err != nil {
+		return nil, err
+	}
+	defer mm.Destroy()
+	doc, ok, err := mm.LookupCustomMetadataMap(MetadataKey)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return ParseMetadata([]byte(doc))
+}
+
+func specsFromORT(infos []ort.InputOutputInfo) ([]TensorSpec, error) {
+	out := make([]TensorSpec, len(infos))
+	for i, info := range infos {
+		if info.OrtValueType != ort.ONNXTypeTensor {
+			return nil, fmt.Errorf("%q is a %s; fw serves tensor inputs and outputs only", info.Name, info.OrtValueType)
+		}
+		dt := DType(info.DataType)
+		if dt.Size() == 0 {
+			return nil, fmt.Errorf("%q has element type %s, which fw does not serve", info.Name, info.DataType)
+		}
+		shape := make([]int64, len(info.Dimensions))
+		for j, d := range info.Dimensions {
+			if d <= 0 {
+				d = -1
+			}
+			shape[j] = d
+		}
+		out[i] = TensorSpec{Name: info.Name, DType: dt, Shape: shape}
+	}
+	return out, nil
+}
+
+func (b *ortBackend) Inputs() []TensorSpec  { return b.inputs }
+func (b *ortBackend) Outputs() []TensorSpec { return b.outputs }
+
+func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error) {
+	ins := make([]ort.Value, len(inputs))
+	defer func() {
+		for _, v := range ins {
+			if v != nil {
+				v.Destroy()
+			}
+		}
+	}()
+	for i, t := range inputs {
+		if len(t.Data) == 0 {
+			return nil, fmt.Errorf("input %q is empty", b.inputs[i].Name)
+		}
+		v, err := ort.NewCustomDataTensor(ort.NewShape(t.Shape...), t.Data, ort.TensorElementDataType(t.DType))
+		if err != nil {
+			return nil, fmt.Errorf("input %q: %w", b.inputs[i].Name, err)
+		}
+		ins[i] = v
+	}
+	batch := inputs[0].Shape[0]
+	outs := make([]ort.Value, len(b.outputs))
+	results := make([]Tensor, len(b.outputs))
+	defer func() {
+		for _, v := range outs {
+			if v != nil {
+				v.Destroy()
+			}
+		}
+	}()
+	// Outputs whose shape is known apart from the batch axis are written by
+	// ONNX Runtime straight into Go memory; the rest are allocated by it.
+	for i, spec := range b.outputs {
+		shape, ok := concreteShape(spec.Shape, batch)
+		if !ok {
+			continue
+		}
+		results[i] = NewTensor(spec.DType, shape)
+		if len(results[i].Data) == 0 {
+			continue
+		}
+		v, err := ort.NewCustomDataTensor(ort.NewShape(shape...), results[i].Data, ort.TensorElementDataType(spec.DType))
+		if err != nil {
+			return nil, fmt.Errorf("output %q: %w", spec.Name, err)
+		}
+		outs[i] = v
+	}
+	preset := make([]bool, len(outs))
+	for i, v := range outs {
+		preset[i] = v != nil
+	}
+	if err := b.session.Run(ins, outs); err != nil {
+		return nil, err
+	}
+	for i, v := range outs {
+		if preset[i] {
+			continue
+		}
+		t, err := tensorFromORT(v)
+		if err != nil {
+			return nil, fmt.Errorf("output %q: %w", b.outputs[i].Name, err)
+		}
+		results[i] = t
+	}
+	return results, nil
+}
+
+// concreteShape substitutes the batch size into axis 0; ok is false when
+// another axis is dynamic.
+func concreteShape(spec []int64, batch int64) ([]int64, bool) {
+	if len(spec) == 0 {
+		return nil, false
+	}
+	out := make([]int64, len(spec))
+	for i, d := range spec {
+		switch {
+		case i == 0:
+			out[i] = batch
+		case d > 0:
+			out[i] = d
+		default:
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+func tensorFromORT(v ort.Value) (Tensor, error) {
+	shape := []int64(v.GetShape())
+	switch t := v.(type) {
+	case *ort.Tensor[float32]:
+		return FromFloat32(shape, t.GetData()), nil
+	case *ort.Tensor[int64]:
+		return FromInt64(shape, t.GetData()), nil
+	case *ort.Tensor[float64]:
+		return bytesTensor(Float64, shape, t.GetData()), nil
+	case *ort.Tensor[int32]:
+		return bytesTensor(Int32, shape, t.GetData()), nil
+	case *ort.Tensor[int8]:
+		return bytesTensor(Int8, shape, t.GetData()), nil
+	case *ort.Tensor[uint8]:
+		return bytesTensor(Uint8, shape, t.GetData()), nil
+	case *ort.Tensor[bool]:
+		return bytesTensor(Bool, shape, t.GetData()), nil
+	}
+	return Tensor{}, fmt.Errorf("unsupported output type %T (float16 outputs need a static shape apart from the batch axis)", v)
+}
+
+func (b *ortBackend) Close() error {
+	if b.session == nil {
+		return nil
+	}
+	err := b.session.Destroy()
+	b.session = nil
+	return err
+}
