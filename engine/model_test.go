@@ -1,0 +1,340 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var referenceModels = []string{"digits_mlp", "digits_cnn", "textcls", "resnet18"}
+
+// referenceFiles lists every exported reference file that exists.
+func referenceFiles(t *testing.T) []string {
+	dir := modelsDir(t)
+	var files []string
+	for _, name := range referenceModels {
+		for _, ext := range []string{".onnx", ".ts.pt", ".quant.pt"} {
+			p := filepath.Join(dir, name+ext)
+			if _, err := os.Stat(p); err == nil {
+				files = append(files, p)
+			} else if ext != ".quant.pt" || name != "resnet18" {
+				t.Errorf("missing reference file %s", p)
+			}
+		}
+	}
+	return files
+}
+
+func TestReferenceModelsMatchTestVectors(t *testing.T) {
+	for _, p := range referenceFiles(t) {
+		t.Run(filepath.Base(p), func(t *testing.T) {
+			if !strings.HasSuffix(p, ".onnx") {
+				torchAvailable(t)
+			}
+			m := mustLoad(t, p, Options{})
+			if m.Meta == nil || m.Meta.TestVector == nil {
+				t.Fatalf("%s has no metadata/test vector", p)
+			}
+			wantFormat := map[string]Format{".onnx": FormatONNX, ".ts.pt": FormatTorchScript, ".quant.pt": FormatQuantized}
+			for ext, f := range wantFormat {
+				if strings.HasSuffix(p, ext) && m.Format != f {
+					t.Errorf("format %s, want %s", m.Format, f)
+				}
+			}
+			res, err := m.Verify(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Passed {
+				t.Fatalf("test vector mismatch: max abs error %g, worst %s", res.MaxAbsError, res.Worst)
+			}
+			if len(m.Labels()) == 0 {
+				t.Errorf("classifier without labels")
+			}
+		})
+	}
+}
+
+// The ONNX and TorchScript exports of one model compute the same outputs in
+// the two engines on the same inputs.
+func TestEnginesAgree(t *testing.T) {
+	dir := modelsDir(t)
+	torchAvailable(t)
+	for _, name := range []string{"digits_mlp", "digits_cnn", "textcls"} {
+		t.Run(name, func(t *testing.T) {
+			onnx := mustLoad(t, filepath.Join(dir, name+".onnx"), Options{})
+			ts := mustLoad(t, filepath.Join(dir, name+".ts.pt"), Options{})
+			in := testInputs(t, onnx)
+			a, err := onnx.Run(context.Background(), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := ts.Run(context.Background(), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(a) != len(b) {
+				t.Fatalf("%d vs %d outputs", len(a), len(b))
+			}
+			for i := range a {
+				if fmt.Sprint(a[i].Shape) != fmt.Sprint(b[i].Shape) {
+					t.Fatalf("output %d shapes %v vs %v", i, a[i].Shape, b[i].Shape)
+				}
+				for j := 0; j < a[i].Len(); j++ {
+					if d := math.Abs(a[i].At(j) - b[i].At(j)); d > 1e-4 {
+						t.Fatalf("output %d element %d: onnx %g, torchscript %g", i, j, a[i].At(j), b[i].At(j))
+					}
+				}
+			}
+		})
+	}
+}
+
+func testInputs(t *testing.T, m *Model) []Tensor {
+	t.Helper()
+	var in []Tensor
+	for _, spec := range m.Inputs() {
+		x, err := m.Meta.TestVector.Inputs[spec.Name].Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		in = append(in, x)
+	}
+	return in
+}
+
+// Bad input gets an *InputError naming expected and received, and the model
+// keeps serving afterwards.
+func TestBadInputsAreRefusedAndModelKeepsWorking(t *testing.T) {
+	dir := modelsDir(t)
+	paths := []string{filepath.Join(dir, "digits_mlp.onnx")}
+	if _, err := TorchVersion(""); err == nil {
+		paths = append(paths, filepath.Join(dir, "digits_mlp.ts.pt"))
+	}
+	for _, p := range paths {
+		t.Run(filepath.Base(p), func(t *testing.T) {
+			m := mustLoad(t, p, Options{})
+			ok := make([]float32, 2*64)
+			nan := make([]float32, 2*64)
+			nan[70] = float32(math.NaN())
+			inf := make([]float32, 64)
+			inf[3] = float32(math.Inf(-1))
+			f := func(name string, in []Tensor, wantIn string) {
+				t.Helper()
+				_, err := m.Run(context.Background(), in)
+				var ie *InputError
+				if !errors.As(err, &ie) {
+					t.Fatalf("%s: got %v, want *InputError", name, err)
+				}
+				if !strings.Contains(err.Error(), wantIn) {
+					t.Errorf("%s: %q does not mention %q", name, err, wantIn)
+				}
+			}
+			f("wrong width", []Tensor{FromFloat32([]int64{2, 32}, ok[:64])}, "expected [N, 64], received [2, 32]")
+			f("wrong rank", []Tensor{FromFloat32([]int64{128}, ok)}, "wrong rank")
+			f("wrong dtype", []Tensor{FromInt64([]int64{2, 64}, make([]int64, 128))}, "expected float32, received int64")
+			f("short data", []Tensor{FromFloat32([]int64{3, 64}, ok)}, "needs")
+			f("two inputs", []Tensor{FromFloat32([]int64{2, 64}, ok), FromFloat32([]int64{2, 64}, ok)}, "wrong number of inputs")
+			f("no inputs", nil, "wrong number of inputs")
+			f("NaN", []Tensor{FromFloat32([]int64{2, 64}, nan)}, "element 70 is NaN")
+			f("Inf", []Tensor{FromFloat32([]int64{1, 64}, inf)}, "element 3 is -Inf")
+			f("empty batch", []Tensor{FromFloat32([]int64{0, 64}, nil)}, "empty batch")
+			out, err := m.Run(context.Background(), []Tensor{FromFloat32([]int64{2, 64}, ok)})
+			if err != nil || fmt.Sprint(out[0].Shape) != "[2 10]" {
+				t.Fatalf("model broken after bad inputs: %v %v", out, err)
+			}
+		})
+	}
+}
+
+func TestAllowNonFinitePassesNaNThrough(t *testing.T) {
+	m := mustLoad(t, filepath.Join(modelsDir(t), "digits_mlp.onnx"), Options{AllowNonFinite: true})
+	x := make([]float32, 64)
+	x[0] = float32(math.NaN())
+	out, err := m.Run(context.Background(), []Tensor{FromFloat32([]int64{1, 64}, x)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !math.IsNaN(out[0].At(0)) {
+		t.Fatalf("expected NaN to propagate, got %v", out[0].At(0))
+	}
+}
+
+func TestBadModelFiles(t *testing.T) {
+	dir := filepath.Join(modelsDir(t), "bad")
+	f := func(name, wantCode, wantMsg string) {
+		t.Helper()
+		_, err := Load(context.Background(), filepath.Join(dir, name), Options{Threads: 1})
+		var le *LoadError
+		if !errors.As(err, &le) {
+			t.Fatalf("%s: got %v, want *LoadError", name, err)
+		}
+		if le.Code != wantCode || !strings.Contains(err.Error(), wantMsg) {
+			t.Errorf("%s: code %q message %q; want code %q containing %q", name, le.Code, err, wantCode, wantMsg)
+		}
+	}
+	f("state_dict.pt", CodePickle, "fw export CHECKPOINT")
+	f("pickled_model.pt", CodePickle, "never unpickles")
+	f("legacy_pickle.pt", CodePickle, "never unpickles")
+	f("shape_mismatch.onnx", CodeShapeMismatch, "fw.json shape [N, 32], the model's [N, 64]")
+
+	// Truncated copies of a real ONNX file are refused, never crash.
+	whole, err := os.ReadFile(filepath.Join(modelsDir(t), "digits_mlp.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 10, 100, len(whole) / 2, len(whole) - 1} {
+		p := writeFile(t, fmt.Sprintf("cut%d.onnx", n), whole[:n])
+		if _, err := Load(context.Background(), p, Options{Threads: 1}); err == nil {
+			t.Errorf("truncated to %d bytes: loaded", n)
+		}
+	}
+	// A TorchScript archive cut short.
+	ts, err := os.ReadFile(filepath.Join(modelsDir(t), "digits_mlp.ts.pt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := writeFile(t, "cut.ts.pt", ts[:len(ts)/2])
+	if _, err := Load(context.Background(), p, Options{Threads: 1}); err == nil {
+		t.Error("truncated TorchScript loaded")
+	}
+}
+
+// Files exported by plain PyTorch, without fw.json, still load and run.
+func TestPlainExportsLoadWithoutMetadata(t *testing.T) {
+	dir := filepath.Join(modelsDir(t), "bad")
+	m := mustLoad(t, filepath.Join(dir, "plain.onnx"), Options{})
+	if m.Meta != nil || len(m.Inputs()) != 1 || m.Inputs()[0].DType != Float32 {
+		t.Fatalf("plain.onnx: meta %v inputs %+v", m.Meta, m.Inputs())
+	}
+	spec := m.Inputs()[0]
+	shape := append([]int64(nil), spec.Shape...)
+	shape[0] = 3
+	for i, d := range shape {
+		if d < 0 {
+			t.Fatalf("plain.onnx has a dynamic non-batch axis %d: %v", i, spec.Shape)
+		}
+	}
+	x := NewTensor(Float32, shape)
+	if _, err := m.Run(context.Background(), []Tensor{x}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Verify(context.Background()); !errors.Is(err, ErrNoTestVector) {
+		t.Fatalf("Verify on plain file: %v", err)
+	}
+	torchAvailable(t)
+	ts := mustLoad(t, filepath.Join(dir, "plain.ts.pt"), Options{})
+	if ts.Meta != nil || len(ts.Inputs()) != 1 {
+		t.Fatalf("plain.ts.pt: meta %v inputs %+v", ts.Meta, ts.Inputs())
+	}
+	if _, err := ts.Run(context.Background(), []Tensor{x}); err != nil {
+		t.Fatal(err)
+	}
+	// Without metadata the model itself rejects a bad shape: an error, not a crash.
+	bad := NewTensor(Float32, []int64{2, 3})
+	if _, err := ts.Run(context.Background(), []Tensor{bad}); !errors.Is(err, ErrEngine) {
+		t.Fatalf("bad shape through libtorch: %v, want ErrEngine", err)
+	}
+	if _, err := ts.Run(context.Background(), []Tensor{x}); err != nil {
+		t.Fatalf("libtorch model broken after an exception: %v", err)
+	}
+}
+
+// Concurrent Run calls on one model are safe (run with -race) and correct.
+func TestConcurrentRuns(t *testing.T) {
+	dir := modelsDir(t)
+	paths := []string{filepath.Join(dir, "digits_cnn.onnx")}
+	if _, err := TorchVersion(""); err == nil {
+		paths = append(paths, filepath.Join(dir, "digits_cnn.ts.pt"), filepath.Join(dir, "digits_cnn.quant.pt"))
+	}
+	for _, p := range paths {
+		t.Run(filepath.Base(p), func(t *testing.T) {
+			m := mustLoad(t, p, Options{Threads: 1})
+			in := testInputs(t, m)
+			want, err := m.Run(context.Background(), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for g := 0; g < 8; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 20; i++ {
+						got, err := m.Run(context.Background(), in)
+						if err != nil {
+							errs <- err
+							return
+						}
+						for j := 0; j < got[0].Len(); j++ {
+							if got[0].At(j) != want[0].At(j) {
+								errs <- fmt.Errorf("element %d: %v vs %v", j, got[0].At(j), want[0].At(j))
+								return
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Without a GPU, asking for CUDA fails at load with an error that says why
+// and what to do. With one (FW_TEST_CUDA=1 on a GPU machine) the test vectors
+// must pass on the device.
+func TestCUDA(t *testing.T) {
+	dir := modelsDir(t)
+	if os.Getenv("FW_TEST_CUDA") == "1" {
+		torchAvailable(t)
+		for _, name := range []string{"digits_cnn.ts.pt", "resnet18.ts.pt"} {
+			m := mustLoad(t, filepath.Join(dir, name), Options{Device: "cuda"})
+			res, err := m.Verify(context.Background())
+			if err != nil || !res.Passed {
+				t.Fatalf("%s on cuda: %v %+v", name, err, res)
+			}
+		}
+		return
+	}
+	_, err := Load(context.Background(), filepath.Join(dir, "digits_mlp.onnx"), Options{Device: "cuda", Threads: 1})
+	if err == nil || !strings.Contains(err.Error(), "CUDA") || !strings.Contains(err.Error(), "FW_ORT_LIB") {
+		t.Fatalf("ONNX on cuda without a CUDA provider: %v", err)
+	}
+	if _, err := TorchVersion(""); err == nil && !TorchCUDAAvailable("") {
+		_, err := Load(context.Background(), filepath.Join(dir, "digits_mlp.ts.pt"), Options{Device: "cuda", Threads: 1})
+		if err == nil || !strings.Contains(err.Error(), "no CUDA device") {
+			t.Fatalf("TorchScript on cuda without a GPU: %v", err)
+		}
+	}
+	if _, err := Load(context.Background(), filepath.Join(dir, "digits_mlp.onnx"), Options{Device: "tpu"}); err == nil {
+		t.Fatal("device tpu accepted")
+	}
+}
+
+func TestModelIdentity(t *testing.T) {
+	m := mustLoad(t, filepath.Join(modelsDir(t), "textcls.onnx"), Options{})
+	if m.Name() != "textcls" || m.Version() == "" || m.Inputs()[0].DType != Int64 {
+		t.Fatalf("name %q version %q inputs %+v", m.Name(), m.Version(), m.Inputs())
+	}
+	if m.LoadTime <= 0 || m.Size <= 0 || m.Threads() != 1 {
+		t.Fatalf("load time %v size %d threads %d", m.LoadTime, m.Size, m.Threads())
+	}
+	raw := m.Meta.Raw()
+	if _, ok := raw["test_vector"]; ok {
+		t.Fatal("Raw() should omit the test vector")
+	}
+	if raw["name"] != "textcls" {
+		t.Fatalf("Raw() = %v", raw)
+	}
+}
