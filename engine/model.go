@@ -312,6 +312,13 @@ func (m *Model) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error) {
 	if _, err := m.CheckInputs(inputs); err != nil {
 		return nil, err
 	}
+	return m.Forward(ctx, inputs)
+}
+
+// Forward computes one batch whose inputs were already checked with
+// CheckInputs (the batcher concatenates checked requests). Engine failures
+// wrap ErrEngine.
+func (m *Model) Forward(ctx context.Context, inputs []Tensor) ([]Tensor, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

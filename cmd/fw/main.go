@@ -23,6 +23,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"serve", "serve one exported model over HTTP with dynamic batching (fw serve --help)", runServe},
 		{"verify", "load a model file in the Go engine, run its embedded test vector and time it", runVerify},
 		{"export", "export a training checkpoint to ONNX, TorchScript or quantized TorchScript (runs python -m fw.export)", runExport},
 		{"version", "print the fw version and the engine libraries it finds", runVersion},

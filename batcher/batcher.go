@@ -1,0 +1,736 @@
+// Package batcher is the dynamic micro-batcher of the model server: it
+// coalesces concurrent requests into engine calls of up to Config.MaxBatchRows
+// rows, waits at most Config.MaxDelay for more work, and splits every engine
+// output back to the requests one-to-one.
+//
+// Only requests whose inputs have the same dtypes and the same non-batch
+// dimensions share an engine call (a model with a dynamic sequence axis gets
+// one queue per sequence length). Within such a group requests run in arrival
+// order. A request with more rows than MaxBatchRows is never split: it runs
+// alone, as its own engine call; the HTTP layer caps rows per request
+// separately.
+//
+// When an engine call of several requests fails (or panics), each request is
+// retried alone, so one poisoned request fails alone and the others succeed.
+package batcher
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/fw-serve/fw/engine"
+)
+
+// RunFunc is one engine call. Inputs are positional; axis 0 is the batch axis
+// of every input and output, and every output's axis 0 must equal the rows
+// sent.
+//
+// Ownership: the input tensors (their Data and Shape, and the slice itself)
+// may be buffers the Batcher reuses for the next call, so RunFunc must not
+// keep or modify them after it returns. The outputs it returns pass to the
+// Batcher, which hands them (or disjoint row ranges of them) to the callers of
+// Submit without copying: RunFunc must return freshly allocated outputs that
+// nothing else reads or writes afterwards.
+type RunFunc func(ctx context.Context, inputs []engine.Tensor) ([]engine.Tensor, error)
+
+// Config tunes a Batcher. Zero fields take the defaults listed, except
+// MaxDelay, whose zero value means "never wait"; DefaultConfig returns the
+// defaults including the 1ms delay.
+type Config struct {
+	// MaxBatchRows is the upper bound of rows per engine call, counted in
+	// rows, not requests (default 64). A single request with more rows runs
+	// alone.
+	MaxBatchRows int
+	// MaxDelay is how long the first request of a batch may wait for more
+	// work before its batch runs anyway. 0 (or negative) never waits: a free
+	// worker runs whatever is queued at that moment. DefaultConfig uses 1ms.
+	MaxDelay time.Duration
+	// Instances is the number of concurrent engine workers (default 1).
+	// While some run, one other gathers the next batch.
+	Instances int
+	// MaxQueue is the most requests waiting for an engine call (not yet in
+	// one); beyond it Submit fails at once with ErrQueueFull (default 1024).
+	MaxQueue int
+}
+
+// Defaults used by New for zero Config fields, and by DefaultConfig.
+const (
+	DefaultMaxBatchRows = 64
+	DefaultMaxDelay     = time.Millisecond
+	DefaultInstances    = 1
+	DefaultMaxQueue     = 1024
+)
+
+// DefaultConfig returns the recommended settings: 64 rows, 1ms delay, one
+// instance, 1024 queued requests.
+func DefaultConfig() Config {
+	return Config{MaxBatchRows: DefaultMaxBatchRows, MaxDelay: DefaultMaxDelay, Instances: DefaultInstances, MaxQueue: DefaultMaxQueue}
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxBatchRows <= 0 {
+		c.MaxBatchRows = DefaultMaxBatchRows
+	}
+	if c.MaxDelay < 0 {
+		c.MaxDelay = 0
+	}
+	if c.Instances <= 0 {
+		c.Instances = DefaultInstances
+	}
+	if c.MaxQueue <= 0 {
+		c.MaxQueue = DefaultMaxQueue
+	}
+	return c
+}
+
+// Stats observes the Batcher, typically to feed Prometheus metrics. Both
+// methods are called from the Batcher's goroutines, QueueDepth with an
+// internal lock held: implementations must be fast, safe for concurrent use,
+// and must not call back into the Batcher.
+type Stats interface {
+	// BatchRun reports one engine call: its rows and requests, how long its
+	// oldest request waited in the queue, how long the call took, and its
+	// error (nil on success). Per-request retries after a failed batch are
+	// reported as calls of their own.
+	BatchRun(rows, requests int, queueWait, inference time.Duration, err error)
+	// QueueDepth reports the number of requests waiting whenever it changes.
+	QueueDepth(n int)
+}
+
+type noStats struct{}
+
+func (noStats) BatchRun(int, int, time.Duration, time.Duration, error) {}
+func (noStats) QueueDepth(int)                                         {}
+
+var (
+	// ErrQueueFull is returned by Submit when MaxQueue requests are already
+	// waiting. The HTTP layer answers 503 with Retry-After.
+	ErrQueueFull = errors.New("batcher: queue full")
+	// ErrClosed is returned by Submit after Close, and for queued requests
+	// that Close had to abandon because its context expired.
+	ErrClosed = errors.New("batcher: closed")
+	// ErrPanic marks an engine call that panicked; the panic value follows
+	// in the message.
+	ErrPanic = errors.New("batcher: engine call panicked")
+	// ErrBadOutput marks an engine call whose outputs cannot be split back
+	// to the requests (an axis 0 that is not the rows sent, or a data length
+	// that does not match the shape). The whole batch fails with it.
+	ErrBadOutput = errors.New("batcher: engine output does not fit the batch")
+)
+
+// errAbandoned is what queued requests get when Close gives up waiting.
+var errAbandoned = fmt.Errorf("%w: shut down before the request ran", ErrClosed)
+
+// maxIdleGroups bounds how many empty shape groups are kept for reuse.
+const maxIdleGroups = 256
+
+// Batcher coalesces concurrent Submit calls into engine calls. Create it with
+// New and stop it with Close; its methods are safe for concurrent use.
+type Batcher struct {
+	run   RunFunc
+	cfg   Config
+	stats Stats
+
+	// base is the context of every engine call; it is cancelled when Close
+	// gives up waiting, or once every worker has exited.
+	base   context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	groups  map[string]*group // by shape signature, including idle ones
+	active  []*group          // groups with queued requests
+	queued  int               // requests waiting, over all groups
+	closed  bool
+	waiting bool // the gathering worker sleeps and wants a notify
+
+	depth  atomic.Int64  // copy of queued, for QueueDepth without the lock
+	notify chan struct{} // capacity 1: wakes the gathering worker
+
+	// gatherMu is held by the one worker gathering the next batch; timer
+	// is used only by that worker.
+	gatherMu sync.Mutex
+	timer    *time.Timer
+
+	live atomic.Int32  // workers still running
+	done chan struct{} // closed when the last worker exits
+
+	reqs sync.Pool // *request
+}
+
+// group is the queue of requests sharing one shape signature.
+type group struct {
+	key  string
+	reqs []*request // arrival order
+	rows int        // total rows in reqs
+	idx  int        // position in Batcher.active, -1 when empty
+}
+
+// request is one Submit call. Fields other than taken are written by Submit
+// before queueing and by the worker before it signals done.
+type request struct {
+	ctx      context.Context
+	inputs   []engine.Tensor
+	rows     int
+	enqueued time.Time
+	g        *group
+	taken    bool          // guarded by Batcher.mu: in a worker's batch
+	done     chan struct{} // capacity 1; exactly one send per use
+	out      []engine.Tensor
+	err      error
+}
+
+// worker holds one engine worker's reusable buffers.
+type worker struct {
+	batch  []*request
+	one    [1]*request
+	inputs []engine.Tensor
+	bufs   [][]byte
+	shapes [][]int64
+}
+
+// New starts a Batcher with cfg.Instances workers calling run. stats may be
+// nil. The workers run until Close; run must not be nil.
+func New(run RunFunc, cfg Config, stats Stats) *Batcher {
+	if run == nil {
+		panic("batcher.New: nil RunFunc")
+	}
+	cfg = cfg.withDefaults()
+	if stats == nil {
+		stats = noStats{}
+	}
+	base, cancel := context.WithCancel(context.Background())
+	b := &Batcher{
+		run:    run,
+		cfg:    cfg,
+		stats:  stats,
+		base:   base,
+		cancel: cancel,
+		groups: make(map[string]*group),
+		notify: make(chan struct{}, 1),
+		timer:  time.NewTimer(time.Hour),
+		done:   make(chan struct{}),
+	}
+	b.timer.Stop()
+	b.reqs.New = func() any { return &request{done: make(chan struct{}, 1)} }
+	b.live.Store(int32(cfg.Instances))
+	for i := 0; i < cfg.Instances; i++ {
+		go b.work()
+	}
+	return b
+}
+
+// Config returns the settings in effect, defaults filled in.
+func (b *Batcher) Config() Config { return b.cfg }
+
+// QueueDepth is the number of requests waiting for an engine call.
+func (b *Batcher) QueueDepth() int { return int(b.depth.Load()) }
+
+// Submit queues one request of one or more rows and waits for its outputs.
+// The rows are inputs[0].Shape[0]; every input must share that batch size
+// and hold exactly the bytes its shape needs (otherwise an
+// *engine.InputError). Submit does not copy inputs: the caller must leave
+// them untouched until Submit returns.
+//
+// The returned tensors belong to the caller: each is a row range of an output
+// the engine allocated for this call (capacity clipped, so appending cannot
+// reach a neighbour's rows), or the engine's output itself when the request
+// ran alone. Nothing in the Batcher reads or writes them afterwards.
+//
+// Submit fails at once with ErrClosed after Close and with ErrQueueFull when
+// MaxQueue requests are waiting. When ctx is done, Submit returns ctx.Err()
+// promptly, whether the request is queued (it is then removed and never run)
+// or already running (its result is discarded).
+func (b *Batcher) Submit(ctx context.Context, inputs []engine.Tensor) ([]engine.Tensor, error) {
+	rows, err := checkInputs(inputs)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var kb [128]byte
+	key := appendSignature(kb[:0], inputs)
+
+	r := b.reqs.Get().(*request)
+	r.ctx, r.inputs, r.rows, r.taken = ctx, inputs, rows, false
+	r.enqueued = time.Now()
+
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		b.putRequest(r)
+		return nil, ErrClosed
+	}
+	if b.queued >= b.cfg.MaxQueue {
+		n := b.queued
+		b.mu.Unlock()
+		b.putRequest(r)
+		return nil, fmt.Errorf("%w: %d requests waiting (MaxQueue)", ErrQueueFull, n)
+	}
+	g := b.groups[string(key)]
+	if g == nil {
+		g = &group{key: string(key), idx: -1}
+		b.groups[g.key] = g
+	}
+	if g.idx < 0 {
+		g.idx = len(b.active)
+		b.active = append(b.active, g)
+	}
+	wasEmpty := b.queued == 0
+	g.reqs = append(g.reqs, r)
+	g.rows += rows
+	r.g = g
+	b.setQueuedLocked(b.queued + 1)
+	// A sleeping gatherer only needs waking when there was nothing to wait
+	// for or this group just filled up; otherwise its timer already fires
+	// at the earliest deadline.
+	wake := b.waiting && (wasEmpty || g.rows >= b.cfg.MaxBatchRows)
+	if wake {
+		b.waiting = false
+	}
+	b.mu.Unlock()
+	if wake {
+		b.wake()
+	}
+
+	select {
+	case <-r.done:
+		out, err := r.out, r.err
+		b.putRequest(r)
+		return out, err
+	case <-ctx.Done():
+		return nil, b.abandon(r, ctx.Err())
+	}
+}
+
+// abandon removes a cancelled request from its queue, unless a worker has
+// already taken it (the worker then drops or discards it). It returns err.
+func (b *Batcher) abandon(r *request, err error) error {
+	b.mu.Lock()
+	if r.taken {
+		b.mu.Unlock()
+		return err // the worker still holds r: leave it to the GC
+	}
+	g := r.g
+	for i, q := range g.reqs {
+		if q == r {
+			copy(g.reqs[i:], g.reqs[i+1:])
+			g.reqs[len(g.reqs)-1] = nil
+			g.reqs = g.reqs[:len(g.reqs)-1]
+			break
+		}
+	}
+	g.rows -= r.rows
+	if len(g.reqs) == 0 {
+		b.deactivateLocked(g)
+	}
+	b.setQueuedLocked(b.queued - 1)
+	b.mu.Unlock()
+	b.putRequest(r)
+	return err
+}
+
+func (b *Batcher) putRequest(r *request) {
+	r.ctx, r.inputs, r.g, r.out, r.err = nil, nil, nil, nil, nil
+	b.reqs.Put(r)
+}
+
+func (b *Batcher) setQueuedLocked(n int) {
+	b.queued = n
+	b.depth.Store(int64(n))
+	b.stats.QueueDepth(n)
+}
+
+func (b *Batcher) wake() {
+	select {
+	case b.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops accepting requests (Submit then returns ErrClosed), lets every
+// queued and running request finish, and returns nil once the workers have
+// exited. Queued requests no longer wait for MaxDelay. If ctx expires first,
+// Close cancels the context of running engine calls, fails the requests still
+// queued with ErrClosed, and returns an error wrapping ctx.Err(). Close may
+// be called more than once.
+func (b *Batcher) Close(ctx context.Context) error {
+	b.mu.Lock()
+	b.closed = true
+	wake := b.waiting
+	b.waiting = false
+	b.mu.Unlock()
+	if wake {
+		b.wake()
+	}
+	select {
+	case <-b.done:
+		return nil
+	case <-ctx.Done():
+		b.cancel()
+		return fmt.Errorf("batcher: close: waiting for %d queued requests and running engine calls: %w", b.QueueDepth(), ctx.Err())
+	}
+}
+
+// work is one engine worker: gather a batch, run it, repeat until closed and
+// drained.
+func (b *Batcher) work() {
+	defer func() {
+		if b.live.Add(-1) == 0 {
+			b.cancel()
+			close(b.done)
+		}
+	}()
+	w := &worker{}
+	for b.gather(w) {
+		b.runBatch(w)
+		clear(w.batch)
+		w.batch = w.batch[:0]
+	}
+}
+
+// gather waits until a group is ready and moves its next batch into
+// w.batch. It returns false when the Batcher is closed and nothing is queued.
+func (b *Batcher) gather(w *worker) bool {
+	b.gatherMu.Lock()
+	defer b.gatherMu.Unlock()
+	b.mu.Lock()
+	for {
+		g, wait := b.pickLocked()
+		if g != nil {
+			b.takeLocked(g, w)
+			b.mu.Unlock()
+			return true
+		}
+		if b.closed { // closed groups are always ready, so nothing is queued
+			b.mu.Unlock()
+			return false
+		}
+		b.waiting = true
+		b.mu.Unlock()
+		if wait > 0 {
+			b.timer.Reset(wait)
+			select {
+			case <-b.notify:
+			case <-b.timer.C:
+			}
+			b.timer.Stop()
+		} else {
+			<-b.notify
+		}
+		b.mu.Lock()
+		b.waiting = false
+	}
+}
+
+// pickLocked returns the ready group whose head request is oldest, or nil and
+// how long until the first one becomes ready (0 when nothing is queued).
+func (b *Batcher) pickLocked() (*group, time.Duration) {
+	if len(b.active) == 0 {
+		return nil, 0
+	}
+	immediate := b.closed || b.cfg.MaxDelay <= 0
+	var now time.Time
+	if !immediate {
+		now = time.Now()
+	}
+	var best *group
+	var wait time.Duration
+	for _, g := range b.active {
+		head := g.reqs[0]
+		ready := immediate || g.rows >= b.cfg.MaxBatchRows
+		if !ready {
+			left := b.cfg.MaxDelay - now.Sub(head.enqueued)
+			if left <= 0 {
+				ready = true
+			} else if wait == 0 || left < wait {
+				wait = left
+			}
+		}
+		if ready && (best == nil || head.enqueued.Before(best.reqs[0].enqueued)) {
+			best = g
+		}
+	}
+	if best != nil {
+		return best, 0
+	}
+	return nil, wait
+}
+
+// takeLocked moves the longest prefix of g's queue that fits in MaxBatchRows
+// (at least one request, however large) into w.batch.
+func (b *Batcher) takeLocked(g *group, w *worker) {
+	rows, n := 0, 0
+	for n < len(g.reqs) {
+		r := g.reqs[n]
+		if n > 0 && rows+r.rows > b.cfg.MaxBatchRows {
+			break
+		}
+		rows += r.rows
+		r.taken = true
+		n++
+	}
+	w.batch = append(w.batch[:0], g.reqs[:n]...)
+	m := copy(g.reqs, g.reqs[n:])
+	clear(g.reqs[m:])
+	g.reqs = g.reqs[:m]
+	g.rows -= rows
+	if m == 0 {
+		b.deactivateLocked(g)
+	}
+	b.setQueuedLocked(b.queued - n)
+}
+
+func (b *Batcher) deactivateLocked(g *group) {
+	last := len(b.active) - 1
+	b.active[g.idx] = b.active[last]
+	b.active[g.idx].idx = g.idx
+	b.active[last] = nil
+	b.active = b.active[:last]
+	g.idx = -1
+	if len(b.groups) > maxIdleGroups {
+		delete(b.groups, g.key)
+	}
+}
+
+// runBatch runs w.batch: drops cancelled requests, makes one engine call,
+// splits the outputs, and on failure retries each request alone.
+func (b *Batcher) runBatch(w *worker) {
+	live := w.batch[:0]
+	for _, r := range w.batch {
+		if err := r.ctx.Err(); err != nil {
+			finish(r, nil, err) // its Submit has returned or is returning
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	if b.base.Err() != nil {
+		for _, r := range live {
+			finish(r, nil, errAbandoned)
+		}
+		return
+	}
+	outs, err := b.runGroup(w, live)
+	switch {
+	case err == nil:
+		deliver(live, outs)
+		return
+	case len(live) == 1 || errors.Is(err, ErrBadOutput) || b.base.Err() != nil:
+		for _, r := range live {
+			finish(r, nil, err)
+		}
+		return
+	}
+	// Several requests failed together: retry each alone so that one bad
+	// request cannot fail the others.
+	for _, r := range live {
+		if e := r.ctx.Err(); e != nil {
+			finish(r, nil, e)
+			continue
+		}
+		if b.base.Err() != nil {
+			finish(r, nil, errAbandoned)
+			continue
+		}
+		w.one[0] = r
+		outs, err := b.runGroup(w, w.one[:])
+		w.one[0] = nil
+		finish(r, outs, err)
+	}
+}
+
+// runGroup makes one engine call for reqs (same shape group) and checks its
+// outputs. It reports the call to Stats.
+func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) {
+	rows := 0
+	for _, r := range reqs {
+		rows += r.rows
+	}
+	start := time.Now()
+	queueWait := start.Sub(reqs[0].enqueued)
+	var in []engine.Tensor
+	if len(reqs) == 1 {
+		in = reqs[0].inputs
+	} else {
+		in = w.concat(reqs, rows)
+	}
+	outs, err := b.call(in)
+	inference := time.Since(start)
+	if err == nil {
+		err = checkOutputs(outs, rows)
+	}
+	b.stats.BatchRun(rows, len(reqs), queueWait, inference, err)
+	if err != nil {
+		return nil, fmt.Errorf("batcher: engine call of %d rows from %d requests: %w", rows, len(reqs), err)
+	}
+	return outs, nil
+}
+
+// call runs the engine, turning a panic into an error.
+func (b *Batcher) call(in []engine.Tensor) (outs []engine.Tensor, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			outs, err = nil, fmt.Errorf("%w: %v", ErrPanic, p)
+		}
+	}()
+	return b.run(b.base, in)
+}
+
+// concat copies the inputs of reqs, input by input, into w's reusable
+// buffers. The result is valid until the next concat on w.
+func (w *worker) concat(reqs []*request, rows int) []engine.Tensor {
+	n := len(reqs[0].inputs)
+	for len(w.inputs) < n {
+		w.inputs = append(w.inputs, engine.Tensor{})
+		w.bufs = append(w.bufs, nil)
+		w.shapes = append(w.shapes, nil)
+	}
+	for j := 0; j < n; j++ {
+		total := 0
+		for _, r := range reqs {
+			total += len(r.inputs[j].Data)
+		}
+		buf := w.bufs[j]
+		if cap(buf) < total {
+			buf = alignedBytes(max(total, 2*cap(buf)))
+			w.bufs[j] = buf
+		}
+		buf = buf[:total]
+		off := 0
+		for _, r := range reqs {
+			off += copy(buf[off:], r.inputs[j].Data)
+		}
+		proto := reqs[0].inputs[j]
+		shape := append(w.shapes[j][:0], proto.Shape...)
+		shape[0] = int64(rows)
+		w.shapes[j] = shape
+		w.inputs[j] = engine.Tensor{DType: proto.DType, Shape: shape, Data: buf}
+	}
+	return w.inputs[:n]
+}
+
+// deliver hands request i rows [off_i, off_i+rows_i) of every output. The
+// slices share the engine's freshly allocated outputs, which nothing else
+// touches, so they stay valid and belong to the callers.
+func deliver(reqs []*request, outs []engine.Tensor) {
+	if len(reqs) == 1 {
+		finish(reqs[0], outs, nil)
+		return
+	}
+	ranks := 0
+	for _, t := range outs {
+		ranks += len(t.Shape)
+	}
+	off := 0
+	for _, r := range reqs {
+		res := make([]engine.Tensor, len(outs))
+		dims := make([]int64, ranks)
+		for k, t := range outs {
+			rowBytes := len(t.Data) / int(t.Shape[0])
+			lo, hi := off*rowBytes, (off+r.rows)*rowBytes
+			shape := dims[:len(t.Shape):len(t.Shape)]
+			dims = dims[len(t.Shape):]
+			copy(shape, t.Shape)
+			shape[0] = int64(r.rows)
+			res[k] = engine.Tensor{DType: t.DType, Shape: shape, Data: t.Data[lo:hi:hi]}
+		}
+		off += r.rows
+		finish(r, res, nil)
+	}
+}
+
+// finish completes r. It must be the worker's last use of r: Submit may reuse
+// it as soon as the send lands.
+func finish(r *request, out []engine.Tensor, err error) {
+	r.out, r.err = out, err
+	r.done <- struct{}{}
+}
+
+// checkInputs validates what the batcher relies on and returns the rows.
+func checkInputs(inputs []engine.Tensor) (int, error) {
+	if len(inputs) == 0 {
+		return 0, &engine.InputError{Msg: "no inputs"}
+	}
+	rows := int64(-1)
+	for i, t := range inputs {
+		if len(t.Shape) == 0 {
+			return 0, &engine.InputError{Msg: fmt.Sprintf("input %d needs a batch axis", i), Received: "a scalar"}
+		}
+		if rows < 0 {
+			rows = t.Shape[0]
+		} else if t.Shape[0] != rows {
+			return 0, &engine.InputError{Msg: fmt.Sprintf("input %d: batch size differs from the first input's", i),
+				Expected: fmt.Sprint(rows), Received: fmt.Sprint(t.Shape[0])}
+		}
+		size := t.DType.Size()
+		if size == 0 {
+			return 0, &engine.InputError{Msg: fmt.Sprintf("input %d: unsupported dtype %s", i, t.DType)}
+		}
+		for _, d := range t.Shape {
+			if d < 0 {
+				return 0, &engine.InputError{Msg: fmt.Sprintf("input %d: negative axis", i), Received: engine.FormatShape(t.Shape)}
+			}
+		}
+		if want := engine.NumElements(t.Shape) * int64(size); int64(len(t.Data)) != want {
+			return 0, &engine.InputError{Msg: fmt.Sprintf("input %d: data holds %d bytes, shape %s needs %d", i, len(t.Data), engine.FormatShape(t.Shape), want)}
+		}
+	}
+	if rows == 0 {
+		return 0, &engine.InputError{Msg: "empty batch: send at least one row"}
+	}
+	return int(rows), nil
+}
+
+// checkOutputs verifies that every output can be split into rows.
+func checkOutputs(outs []engine.Tensor, rows int) error {
+	if len(outs) == 0 {
+		return fmt.Errorf("%w: the engine returned no outputs", ErrBadOutput)
+	}
+	for i, t := range outs {
+		if len(t.Shape) == 0 || t.Shape[0] != int64(rows) {
+			return fmt.Errorf("%w: output %d has shape %s; its axis 0 must be the %d rows sent",
+				ErrBadOutput, i, engine.FormatShape(t.Shape), rows)
+		}
+		size := t.DType.Size()
+		if size == 0 {
+			return fmt.Errorf("%w: output %d has unsupported dtype %s", ErrBadOutput, i, t.DType)
+		}
+		if want := engine.NumElements(t.Shape) * int64(size); int64(len(t.Data)) != want {
+			return fmt.Errorf("%w: output %d holds %d bytes, shape %s needs %d",
+				ErrBadOutput, i, len(t.Data), engine.FormatShape(t.Shape), want)
+		}
+	}
+	return nil
+}
+
+// appendSignature appends the key of the shape group of inputs: count, then
+// for each input its dtype, rank and non-batch dims.
+func appendSignature(dst []byte, inputs []engine.Tensor) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(inputs)))
+	for _, t := range inputs {
+		dst = binary.AppendUvarint(dst, uint64(t.DType))
+		dst = binary.AppendUvarint(dst, uint64(len(t.Shape)))
+		for _, d := range t.Shape[1:] {
+			dst = binary.AppendUvarint(dst, uint64(d))
+		}
+	}
+	return dst
+}
+
+// alignedBytes returns n zero bytes aligned for 8-byte element access.
+func alignedBytes(n int) []byte {
+	if n == 0 {
+		return []byte{}
+	}
+	words := make([]uint64, (n+7)/8)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), n)
+}

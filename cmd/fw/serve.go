@@ -1,0 +1,292 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/httpapi"
+	"github.com/fw-serve/fw/modelhost"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+)
+
+// envFlags registers flags whose default comes from an environment variable
+// (FW_<NAME>), so every flag can be set either way; flags win over env.
+type envFlags struct {
+	fs  *flag.FlagSet
+	err error
+}
+
+func (e *envFlags) env(name string) (string, string, bool) {
+	key := "FW_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	v, ok := os.LookupEnv(key)
+	return key, v, ok
+}
+
+func (e *envFlags) String(name, def, usage string) *string {
+	key, v, ok := e.env(name)
+	if ok {
+		def = v
+	}
+	return e.fs.String(name, def, usage+" ["+key+"]")
+}
+
+func (e *envFlags) Int(name string, def int, usage string) *int {
+	key, v, ok := e.env(name)
+	if ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			e.err = fmt.Errorf("%s=%q: not an integer", key, v)
+		}
+		def = n
+	}
+	return e.fs.Int(name, def, usage+" ["+key+"]")
+}
+
+func (e *envFlags) Int64(name string, def int64, usage string) *int64 {
+	key, v, ok := e.env(name)
+	if ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			e.err = fmt.Errorf("%s=%q: not an integer", key, v)
+		}
+		def = n
+	}
+	return e.fs.Int64(name, def, usage+" ["+key+"]")
+}
+
+func (e *envFlags) Duration(name string, def time.Duration, usage string) *time.Duration {
+	key, v, ok := e.env(name)
+	if ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			e.err = fmt.Errorf("%s=%q: not a duration such as 1ms or 30s", key, v)
+		}
+		def = d
+	}
+	return e.fs.Duration(name, def, usage+" ["+key+"]")
+}
+
+func (e *envFlags) Bool(name string, def bool, usage string) *bool {
+	key, v, ok := e.env(name)
+	if ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			e.err = fmt.Errorf("%s=%q: not true or false", key, v)
+		}
+		def = b
+	}
+	return e.fs.Bool(name, def, usage+" ["+key+"]")
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	ef := &envFlags{fs: fs}
+	def := httpapi.DefaultConfig()
+	bdef := batcher.DefaultConfig()
+	model := ef.String("model", "", "exported model file to serve: ONNX, TorchScript or quantized TorchScript (required)")
+	host := ef.String("host", "127.0.0.1", "address to listen on; 0.0.0.0 for all interfaces (the container image sets it)")
+	port := ef.Int("port", 8000, "port to listen on")
+	device := ef.String("device", "cpu", "compute device: cpu, cuda or cuda:N")
+	maxBatch := ef.Int("max-batch-size", bdef.MaxBatchRows, "most rows coalesced into one engine call (counted in rows, not requests)")
+	maxDelay := ef.Duration("max-delay", bdef.MaxDelay, "longest a request waits for others to share its engine call; 0 disables waiting")
+	instances := ef.Int("instances", bdef.Instances, "engine calls that may run at once; the CPU threads are split between them")
+	threads := ef.Int("threads", 0, "intra-op threads per engine call (0: available CPUs / instances, honouring cgroup quotas)")
+	maxQueue := ef.Int("max-queue", bdef.MaxQueue, "requests allowed to wait; beyond it the server answers 503 with Retry-After")
+	timeout := ef.Duration("timeout", def.Timeout, "longest a request waits for its result (504 beyond it; its work is dropped)")
+	maxBody := ef.Int64("max-body-bytes", def.MaxBodyBytes, "largest request body (413 beyond it); NDJSON streams are bounded per line")
+	maxRows := ef.Int("max-rows", def.MaxRows, "most rows in one /predict request or batch item (413 beyond it)")
+	maxPixels := ef.Int64("max-image-pixels", def.MaxImagePixels, "largest image (width*height, read from its header before decoding; 413 beyond it)")
+	keysFile := ef.String("api-keys-file", "", "file with one API key per line; when set (or FW_API_KEYS holds comma-separated keys) the prediction and V2 endpoints need `Authorization: Bearer KEY`")
+	watch := ef.Bool("watch", false, "reload the model when its file changes: the new one is loaded and warmed up beside the old, then swapped in; a broken file is refused and the old one keeps serving")
+	watchEvery := ef.Duration("watch-interval", time.Second, "how often --watch checks the file")
+	shutdownTimeout := ef.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM: stop accepting, finish in-flight requests, exit within this time")
+	accessLog := ef.Bool("access-log", false, "log every request")
+	logFormat := ef.String("log-format", "text", "log format: text or json")
+	logLevel := ef.String("log-level", "info", "log level: debug, info, warn or error")
+	graphOpt := ef.String("graph-optimization", "all", "ONNX Runtime graph optimisation: disable, basic, extended or all")
+	allowNonFinite := ef.Bool("allow-nonfinite", false, "pass NaN and Inf inputs to the model instead of refusing them with 422")
+	noWarmup := ef.Bool("no-warmup", false, "skip the warm-up batches (the embedded test vector still runs)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: fw serve --model PATH [flags]
+
+Serves one exported model over HTTP: POST /predict (JSON rows), /predict/image,
+/predict/batch (JSON or streaming NDJSON), the Open Inference Protocol under /v2,
+GET /health (/health/live, /health/ready), /model, /metrics (Prometheus), /docs.
+Concurrent requests are coalesced into engine calls by a dynamic micro-batcher.
+Every flag can also be set from the environment variable named in brackets.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if ef.err != nil {
+		fmt.Fprintf(stderr, "fw serve: %v\n", ef.err)
+		return 2
+	}
+	if *model == "" && fs.NArg() == 1 {
+		*model = fs.Arg(0)
+	}
+	if *model == "" {
+		fmt.Fprintln(stderr, "fw serve: --model is required (or FW_MODEL): the exported .onnx or .pt file to serve")
+		return 2
+	}
+	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "fw serve: %v\n", err)
+		return 2
+	}
+	keys, err := loadAPIKeys(*keysFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "fw serve: %v\n", err)
+		return 2
+	}
+	if *instances < 1 || *maxBatch < 1 || *maxQueue < 1 || *port < 0 || *port > 65535 {
+		fmt.Fprintln(stderr, "fw serve: --instances, --max-batch-size and --max-queue must be at least 1, --port within 0..65535")
+		return 2
+	}
+	perCall := *threads
+	if perCall == 0 {
+		perCall = max(1, engine.AvailableCPUs() / *instances)
+	}
+
+	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			fmt.Fprintf(stderr, "fw serve: port %d is already in use on %s; stop the other server or choose another with --port\n", *port, *host)
+		} else {
+			fmt.Fprintf(stderr, "fw serve: listen on %s: %v\n", addr, err)
+		}
+		return 1
+	}
+
+	base, cancelBase := context.WithCancel(context.Background())
+	defer cancelBase()
+	reg := prometheus.NewRegistry()
+	srv := httpapi.New(base, httpapi.Config{
+		MaxBodyBytes: *maxBody, MaxRows: *maxRows, MaxImagePixels: *maxPixels, Timeout: *timeout,
+		APIKeys: keys, AccessLog: *accessLog,
+	}, log, reg, reg)
+	hs := &fasthttp.Server{
+		Handler:                      srv.Handler,
+		Name:                         "fw",
+		MaxRequestBodySize:           int(min(*maxBody, int64(1<<31-1))),
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		ReadTimeout:                  60 * time.Second,
+		IdleTimeout:                  120 * time.Second,
+		CloseOnShutdown:              true,
+		Logger:                       slogPrintf{log},
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	url := "http://" + ln.Addr().String()
+	log.Info("listening", "url", url, "model", *model)
+
+	host2 := modelhost.New(modelhost.Config{
+		Path: *model,
+		Engine: engine.Options{Device: engine.Device(*device), Threads: perCall, GraphOptimization: *graphOpt,
+			AllowNonFinite: *allowNonFinite},
+		Batcher:    batcher.Config{MaxBatchRows: *maxBatch, MaxDelay: *maxDelay, Instances: *instances, MaxQueue: *maxQueue},
+		SkipWarmup: *noWarmup,
+	}, srv, log)
+	if err := host2.Start(ctx); err != nil {
+		fmt.Fprintf(stderr, "fw serve: %v\n", err)
+		hs.Shutdown()
+		return 1
+	}
+	fmt.Fprintf(stdout, "fw serve: %s ready on %s (docs: %s/docs)\n", srv.Current().Model.Name(), url, url)
+	if *watch {
+		go host2.Watch(base, *watchEvery)
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		if err != nil {
+			fmt.Fprintf(stderr, "fw serve: %v\n", err)
+			return 1
+		}
+	}
+	log.Info("shutting down: draining in-flight requests", "timeout", *shutdownTimeout)
+	srv.SetState(httpapi.StateDraining, "shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+	defer cancel()
+	code := 0
+	if err := hs.ShutdownWithContext(sctx); err != nil {
+		log.Warn("shutdown: connections still open at the deadline", "err", err)
+		code = 1
+	}
+	if inst := srv.Current(); inst != nil {
+		modelhost.Drain(sctx, inst, *shutdownTimeout, log)
+	}
+	cancelBase()
+	log.Info("stopped")
+	return code
+}
+
+func loadAPIKeys(path string) ([]string, error) {
+	var keys []string
+	if v := os.Getenv("FW_API_KEYS"); v != "" {
+		for _, k := range strings.Split(v, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				keys = append(keys, k)
+			}
+		}
+	}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read --api-keys-file: %w", err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k := strings.TrimSpace(line); k != "" && !strings.HasPrefix(k, "#") {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) == 0 {
+			return nil, fmt.Errorf("--api-keys-file %s holds no keys", path)
+		}
+	}
+	return keys, nil
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use text or json", format)
+}
+
+// slogPrintf adapts slog to fasthttp's Logger.
+type slogPrintf struct{ log *slog.Logger }
+
+func (l slogPrintf) Printf(format string, args ...any) { l.log.Warn(fmt.Sprintf(format, args...)) }

@@ -1,0 +1,104 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"time"
+
+	"github.com/fw-serve/fw/engine"
+	"github.com/valyala/fasthttp"
+)
+
+// writeJSON encodes v with encoding/json (for small, cold responses).
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		writeError(ctx, newError(500, CodeEngine, "could not encode the response: "+err.Error(), nil))
+		return
+	}
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetStatusCode(status)
+	ctx.SetBody(b)
+}
+
+func modelRef(m *engine.Model) map[string]any {
+	return map[string]any{"name": m.Name(), "version": m.Version(), "format": string(m.Format)}
+}
+
+// handleReady serves GET /health and /health/ready: 200 once the model is
+// loaded and warmed up, else 503 with the reason.
+func (s *Server) handleReady(ctx *fasthttp.RequestCtx) {
+	inst := s.ready(ctx)
+	if inst == nil {
+		return
+	}
+	writeJSON(ctx, 200, map[string]any{
+		"status":   "ok",
+		"model":    modelRef(inst.Model),
+		"device":   string(inst.Model.Device),
+		"uptime_s": time.Since(s.started).Seconds(),
+		"queue":    inst.Batcher.QueueDepth(),
+	})
+}
+
+// SpecView is a tensor spec as the API shows it.
+type SpecView struct {
+	Name  string  `json:"name"`
+	DType string  `json:"dtype"`
+	Shape []int64 `json:"shape"`
+}
+
+func specViews(specs []engine.TensorSpec) []SpecView {
+	out := make([]SpecView, len(specs))
+	for i, s := range specs {
+		dt := s.DType.String()
+		if s.DType == engine.Invalid {
+			dt = "unknown"
+		}
+		shape := s.Shape
+		if shape == nil {
+			shape = []int64{}
+		}
+		out[i] = SpecView{Name: s.Name, DType: dt, Shape: shape}
+	}
+	return out
+}
+
+// handleModel serves GET /model: the model's metadata.
+func (s *Server) handleModel(ctx *fasthttp.RequestCtx) {
+	inst := s.Current()
+	if inst == nil {
+		st, reason := s.State()
+		writeError(ctx, newError(503, CodeNotReady, "no model is loaded yet: "+reason, map[string]any{"status": st.String()}))
+		return
+	}
+	m := inst.Model
+	cfg := inst.Batcher.Config()
+	resp := map[string]any{
+		"name":         m.Name(),
+		"version":      m.Version(),
+		"format":       string(m.Format),
+		"device":       string(m.Device),
+		"file":         filepath.Base(m.Path),
+		"size_bytes":   m.Size,
+		"load_time_ms": float64(m.LoadTime.Microseconds()) / 1000,
+		"threads":      m.Threads(),
+		"inputs":       specViews(m.Inputs()),
+		"outputs":      specViews(m.Outputs()),
+		"labels":       m.Labels(),
+		"batching": map[string]any{
+			"max_batch_size": cfg.MaxBatchRows, "max_delay_ms": float64(cfg.MaxDelay.Microseconds()) / 1000,
+			"instances": cfg.Instances, "max_queue": cfg.MaxQueue,
+		},
+	}
+	if m.Meta != nil {
+		resp["metadata"] = m.Meta.Raw()
+		if m.Meta.Preprocessing != nil {
+			resp["preprocessing"] = m.Meta.Preprocessing
+		}
+		if m.Meta.Task != "" {
+			resp["task"] = m.Meta.Task
+		}
+	}
+	writeJSON(ctx, 200, resp)
+}

@@ -1,0 +1,310 @@
+package httpapi
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"mime/multipart"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/imageprep"
+	"github.com/valyala/fasthttp"
+)
+
+// maxImagesPerRequest bounds the files of one multipart request.
+const maxImagesPerRequest = 256
+
+// handleImage serves POST /predict/image: one or more images as multipart
+// form files (field "file"), or one image as a raw image/* body.
+func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
+	inst := s.ready(ctx)
+	if inst == nil {
+		return
+	}
+	mt := mediaType(ctx)
+	accepted := append([]string{"multipart/form-data"}, imageprep.ContentTypes()...)
+	if mt != "multipart/form-data" && !contains(imageprep.ContentTypes(), mt) {
+		writeError(ctx, newError(415, CodeUnsupportedMedia,
+			fmt.Sprintf("Content-Type %q is not accepted; send multipart/form-data with field \"file\", or a raw body of one of %s", mt, strings.Join(imageprep.ContentTypes(), ", ")),
+			map[string]any{"accepted": accepted}))
+		return
+	}
+	q := ctx.QueryArgs()
+	topK := 5
+	if q.Has("top_k") {
+		n, err := strconv.Atoi(string(q.Peek("top_k")))
+		if err != nil || n < 1 {
+			writeError(ctx, newError(400, CodeBadRequest, "top_k must be a positive integer", map[string]any{"parameter": "top_k"}))
+			return
+		}
+		topK = n
+	}
+	withScores := string(q.Peek("scores")) == "true" || string(q.Peek("scores")) == "1"
+	opts, aerr := imageOptions(q)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	body, ok := s.readBody(ctx)
+	if !ok {
+		return
+	}
+	var images [][]byte
+	if mt == "multipart/form-data" {
+		images, aerr = multipartImages(ctx, body)
+		if aerr != nil {
+			writeError(ctx, aerr)
+			return
+		}
+	} else {
+		images = [][]byte{body}
+	}
+	m := inst.Model
+	specs := m.Inputs()
+	if len(specs) != 1 {
+		writeError(ctx, newError(422, CodeInvalidInput, fmt.Sprintf("this model takes %d inputs; /predict/image serves single-input image models", len(specs)), nil))
+		return
+	}
+	var recipe engine.ImagePreprocessing
+	if m.Meta != nil && m.Meta.Preprocessing != nil && m.Meta.Preprocessing.Image != nil {
+		recipe = *m.Meta.Preprocessing.Image
+	} else if opts.Height == 0 || opts.Width == 0 || opts.Channels == 0 {
+		writeError(ctx, newError(422, CodeInvalidInput, "this model's file has no image preprocessing recipe; pass height, width and channels as query parameters (and scale, if not 1/255)", nil))
+		return
+	}
+	x, err := imageprep.Batch(images, recipe, opts, imageprep.Limits{MaxPixels: s.cfg.MaxImagePixels, MaxBytes: s.cfg.MaxBodyBytes})
+	if err != nil {
+		writeError(ctx, imageError(err))
+		return
+	}
+	if spec := specs[0]; len(spec.Shape) > 0 && len(spec.Shape) != len(x.Shape) {
+		// A flat model input ([N, H*W]) takes the image flattened.
+		if n := engine.NumElements(x.Shape[1:]); len(spec.Shape) == 2 && (spec.Shape[1] < 0 || spec.Shape[1] == n) {
+			x.Shape = []int64{x.Shape[0], n}
+		}
+	}
+	rctx, cancel := s.requestContext()
+	defer cancel()
+	out, err := s.infer(rctx, inst, []engine.Tensor{x})
+	if err != nil {
+		writeError(ctx, s.submitError(err))
+		return
+	}
+	buf := s.getBuf()
+	b := appendImagePredictions((*buf)[:0], m, out[0], topK, withScores)
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetBody(b)
+	*buf = b
+	s.putBuf(buf)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func imageOptions(q *fasthttp.Args) (imageprep.Options, *APIError) {
+	var o imageprep.Options
+	for _, p := range []struct {
+		name string
+		dst  *int
+	}{{"height", &o.Height}, {"width", &o.Width}, {"channels", &o.Channels}} {
+		if !q.Has(p.name) {
+			continue
+		}
+		n, err := strconv.Atoi(string(q.Peek(p.name)))
+		if err != nil || n < 1 {
+			return o, newError(400, CodeBadRequest, p.name+" must be a positive integer", map[string]any{"parameter": p.name})
+		}
+		*p.dst = n
+	}
+	if q.Has("resize") {
+		o.Resize = string(q.Peek("resize"))
+	}
+	if q.Has("invert") {
+		v := string(q.Peek("invert"))
+		b := v == "true" || v == "1"
+		if !b && v != "false" && v != "0" {
+			return o, newError(400, CodeBadRequest, "invert must be true or false", map[string]any{"parameter": "invert"})
+		}
+		o.Invert = &b
+	}
+	return o, nil
+}
+
+// multipartImages returns the files of a multipart body (field "file"; any
+// file part is accepted when none is named "file").
+func multipartImages(ctx *fasthttp.RequestCtx, body []byte) ([][]byte, *APIError) {
+	_, params, err := mime.ParseMediaType(string(ctx.Request.Header.ContentType()))
+	if err != nil || params["boundary"] == "" {
+		return nil, newError(400, CodeBadRequest, "multipart/form-data needs a boundary parameter in Content-Type", nil)
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	var named, other [][]byte
+	for {
+		part, err := mr.NextPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, newError(400, CodeBadRequest, "malformed multipart body: "+err.Error(), nil)
+		}
+		if part.FileName() == "" && part.FormName() != "file" {
+			part.Close()
+			continue
+		}
+		data, err := io.ReadAll(part)
+		part.Close()
+		if err != nil {
+			return nil, newError(400, CodeBadRequest, "malformed multipart body: "+err.Error(), nil)
+		}
+		if part.FormName() == "file" {
+			named = append(named, data)
+		} else {
+			other = append(other, data)
+		}
+		if len(named)+len(other) > maxImagesPerRequest {
+			return nil, newError(413, CodeTooLarge, fmt.Sprintf("more than %d images in one request; split it", maxImagesPerRequest), nil)
+		}
+	}
+	if len(named) == 0 {
+		named = other
+	}
+	if len(named) == 0 {
+		return nil, newError(400, CodeBadRequest, `no image in the form: attach it as a file in the field "file" (curl -F file=@digit.png)`, nil)
+	}
+	return named, nil
+}
+
+func imageError(err error) *APIError {
+	details := map[string]any{}
+	var be *imageprep.BatchError
+	if errors.As(err, &be) {
+		details["index"] = be.Index
+	}
+	var tl *imageprep.TooLargeError
+	var fe *imageprep.FormatError
+	var oe *imageprep.OptionsError
+	switch {
+	case errors.As(err, &tl):
+		if tl.MaxPixels > 0 {
+			details["width"], details["height"], details["max_pixels"] = tl.Width, tl.Height, tl.MaxPixels
+		}
+		return &APIError{Status: 413, Code: CodeTooLarge, Message: err.Error(), Details: details}
+	case errors.As(err, &fe):
+		details["accepted"] = imageprep.ContentTypes()
+		return &APIError{Status: 400, Code: CodeBadImage, Message: err.Error(), Details: details}
+	case errors.As(err, &oe):
+		details["parameter"] = oe.Field
+		return &APIError{Status: 400, Code: CodeBadRequest, Message: err.Error(), Details: details}
+	}
+	return &APIError{Status: 400, Code: CodeBadImage, Message: err.Error(), Details: details}
+}
+
+// appendImagePredictions writes {"predictions": [{"top_k": [...], "scores"?: [...]}], "model": ...}.
+// Scores are the output row itself when it already is a probability
+// distribution, else its softmax.
+func appendImagePredictions(b []byte, m *engine.Model, out engine.Tensor, topK int, withScores bool) []byte {
+	rows := int(out.Shape[0])
+	classes := 1
+	if len(out.Shape) >= 2 {
+		classes = int(engine.NumElements(out.Shape[1:]))
+	}
+	labels := m.Labels()
+	if topK > classes {
+		topK = classes
+	}
+	scores := make([]float64, classes)
+	idx := make([]int, classes)
+	b = append(b, `{"predictions":[`...)
+	for r := 0; r < rows; r++ {
+		if r > 0 {
+			b = append(b, ',')
+		}
+		for i := range scores {
+			scores[i] = out.At(r*classes + i)
+			idx[i] = i
+		}
+		probabilities(scores)
+		sort.SliceStable(idx, func(a, c int) bool { return scores[idx[a]] > scores[idx[c]] })
+		b = append(b, `{"top_k":[`...)
+		for k := 0; k < topK; k++ {
+			if k > 0 {
+				b = append(b, ',')
+			}
+			i := idx[k]
+			b = append(b, `{"label":`...)
+			if i < len(labels) {
+				b = appendJSONString(b, labels[i])
+			} else {
+				b = appendJSONString(b, strconv.Itoa(i))
+			}
+			b = append(b, `,"index":`...)
+			b = strconv.AppendInt(b, int64(i), 10)
+			b = append(b, `,"score":`...)
+			b = appendFloat(b, scores[i])
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+		if withScores {
+			b = append(b, `,"scores":[`...)
+			for i, v := range scores {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = appendFloat(b, v)
+			}
+			b = append(b, ']')
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `],"model":{"name":`...)
+	b = appendJSONString(b, m.Name())
+	b = append(b, `,"version":`...)
+	b = appendJSONString(b, m.Version())
+	return append(b, "}}"...)
+}
+
+func appendFloat(b []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(b, "null"...)
+	}
+	return strconv.AppendFloat(b, f, 'g', 6, 64)
+}
+
+// probabilities turns logits into a softmax in place, leaving a row that
+// already is a distribution (non-negative, summing to 1) as it is.
+func probabilities(v []float64) {
+	sum, nonNeg := 0.0, true
+	maxV := math.Inf(-1)
+	for _, x := range v {
+		sum += x
+		if x < 0 || x > 1 {
+			nonNeg = false
+		}
+		if x > maxV {
+			maxV = x
+		}
+	}
+	if nonNeg && math.Abs(sum-1) < 1e-3 {
+		return
+	}
+	sum = 0
+	for i, x := range v {
+		v[i] = math.Exp(x - maxV)
+		sum += v[i]
+	}
+	for i := range v {
+		v[i] /= sum
+	}
+}

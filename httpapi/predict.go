@@ -1,0 +1,216 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/engine"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+)
+
+// handlePredict serves POST /predict: {"data": rows} for single-input models,
+// {"inputs": {"name": rows, ...}} for any model.
+func (s *Server) handlePredict(ctx *fasthttp.RequestCtx) {
+	if mt := mediaType(ctx); mt != "application/json" {
+		writeError(ctx, newError(415, CodeUnsupportedMedia,
+			fmt.Sprintf("Content-Type %q is not accepted here; send application/json with {\"data\": [[...], ...]} (images go to /predict/image)", mt),
+			map[string]any{"accepted": []string{"application/json"}}))
+		return
+	}
+	inst := s.ready(ctx)
+	if inst == nil {
+		return
+	}
+	body, ok := s.readBody(ctx)
+	if !ok {
+		return
+	}
+	p := s.parsers.Get()
+	defer s.parsers.Put(p)
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		writeError(ctx, newError(400, CodeInvalidJSON, "the body is not valid JSON: "+err.Error(), nil))
+		return
+	}
+	inputs, aerr := s.decodeInputs(v, inst.Model)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	rctx, cancel := s.requestContext()
+	defer cancel()
+	out, err := s.infer(rctx, inst, inputs)
+	if err != nil {
+		writeError(ctx, s.submitError(err))
+		return
+	}
+	buf := s.getBuf()
+	b := appendPrediction((*buf)[:0], inst.Model, out, true)
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetBody(b)
+	*buf = b
+	s.putBuf(buf)
+}
+
+// infer checks the inputs against the model and submits them to the
+// batcher. When a hot reload closed the instance between the handler's look
+// and the submit, it retries on the new instance, so a reload fails nothing.
+func (s *Server) infer(ctx context.Context, inst *Instance, inputs []engine.Tensor) ([]engine.Tensor, error) {
+	for {
+		if _, err := inst.Model.CheckInputs(inputs); err != nil {
+			return nil, err
+		}
+		out, err := inst.Batcher.Submit(ctx, inputs)
+		if errors.Is(err, batcher.ErrClosed) {
+			if cur := s.Current(); cur != nil && cur != inst {
+				inst = cur
+				continue
+			}
+		}
+		return out, err
+	}
+}
+
+// decodeInputs reads {"data": rows} or {"inputs": {...}} into the model's
+// positional inputs.
+func (s *Server) decodeInputs(v *fastjson.Value, m *engine.Model) ([]engine.Tensor, *APIError) {
+	if v.Type() != fastjson.TypeObject {
+		return nil, newError(400, CodeBadRequest, `the body must be a JSON object such as {"data": [[...], ...]}`, nil)
+	}
+	specs := m.Inputs()
+	if named := v.Get("inputs"); named != nil {
+		obj, err := named.Object()
+		if err != nil {
+			return nil, newError(422, CodeInvalidInput, `"inputs" must be an object mapping input names to arrays of rows`, nil)
+		}
+		out := make([]engine.Tensor, len(specs))
+		for i, spec := range specs {
+			rows := obj.Get(spec.Name)
+			if rows == nil {
+				return nil, newError(422, CodeInvalidInput, fmt.Sprintf("input %q is missing from \"inputs\"", spec.Name), map[string]any{"expected_inputs": inputNames(specs)})
+			}
+			t, aerr := decodeRows(rows, spec, s.cfg.MaxRows)
+			if aerr != nil {
+				return nil, aerr
+			}
+			out[i] = t
+		}
+		var unknown []string
+		obj.Visit(func(k []byte, _ *fastjson.Value) {
+			if !hasInput(specs, string(k)) {
+				unknown = append(unknown, string(k))
+			}
+		})
+		if len(unknown) > 0 {
+			sort.Strings(unknown)
+			return nil, newError(422, CodeInvalidInput, fmt.Sprintf("unknown input(s) %v", unknown), map[string]any{"expected_inputs": inputNames(specs)})
+		}
+		return out, nil
+	}
+	data := v.Get("data")
+	if data == nil {
+		return nil, newError(422, CodeInvalidInput, `missing "data": send {"data": [[...], ...]} with one array per sample`, map[string]any{"expected_inputs": inputNames(specs)})
+	}
+	if len(specs) != 1 {
+		return nil, newError(422, CodeInvalidInput, fmt.Sprintf(`this model takes %d inputs; send {"inputs": {"name": rows, ...}}`, len(specs)), map[string]any{"expected_inputs": inputNames(specs)})
+	}
+	t, aerr := decodeRows(data, specs[0], s.cfg.MaxRows)
+	if aerr != nil {
+		return nil, aerr
+	}
+	return []engine.Tensor{t}, nil
+}
+
+func inputNames(specs []engine.TensorSpec) []string {
+	out := make([]string, len(specs))
+	for i, s := range specs {
+		out[i] = s.Name
+	}
+	return out
+}
+
+func hasInput(specs []engine.TensorSpec, name string) bool {
+	for _, s := range specs {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// appendPrediction writes the /predict response body: predictions (the first
+// output, one entry per row), labels (top-1, for classifiers with labels),
+// outputs (every output by name, when there are several) and the model.
+func appendPrediction(b []byte, m *engine.Model, out []engine.Tensor, withModel bool) []byte {
+	rows := 0
+	if len(out) > 0 && len(out[0].Shape) > 0 {
+		rows = int(out[0].Shape[0])
+	}
+	b = append(b, `{"predictions":`...)
+	if len(out) > 0 {
+		b = appendRows(b, out[0], 0, rows)
+	} else {
+		b = append(b, "[]"...)
+	}
+	if labels := m.Labels(); len(labels) > 0 && len(out) > 0 && len(out[0].Shape) == 2 && int(out[0].Shape[1]) == len(labels) {
+		b = append(b, `,"labels":[`...)
+		for r := 0; r < rows; r++ {
+			if r > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, labels[argmaxRow(out[0], r)])
+		}
+		b = append(b, ']')
+	}
+	if len(out) > 1 {
+		b = append(b, `,"outputs":{`...)
+		specs := m.Outputs()
+		for i, t := range out {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			name := fmt.Sprintf("output_%d", i)
+			if i < len(specs) {
+				name = specs[i].Name
+			}
+			b = appendJSONString(b, name)
+			b = append(b, ':')
+			b = appendRows(b, t, 0, int(t.Shape[0]))
+		}
+		b = append(b, '}')
+	}
+	if withModel {
+		b = append(b, `,"model":{"name":`...)
+		b = appendJSONString(b, m.Name())
+		b = append(b, `,"version":`...)
+		b = appendJSONString(b, m.Version())
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+// argmaxRow is the index of the largest value in row r of a [N, C] tensor.
+func argmaxRow(t engine.Tensor, r int) int {
+	c := int(t.Shape[1])
+	best, bi := 0.0, 0
+	if t.DType == engine.Float32 {
+		row := t.Float32s()[r*c : (r+1)*c]
+		bf := row[0]
+		for i, v := range row {
+			if v > bf {
+				bf, bi = v, i
+			}
+		}
+		return bi
+	}
+	for i := 0; i < c; i++ {
+		if v := t.At(r*c + i); i == 0 || v > best {
+			best, bi = v, i
+		}
+	}
+	return bi
+}

@@ -1,0 +1,379 @@
+// Package httpapi is the model server's HTTP front end on fasthttp: the
+// prediction endpoints (JSON rows, images, bulk batches), the Open Inference
+// Protocol (KServe V2), health, model metadata, OpenAPI docs and Prometheus
+// metrics. Requests go through the dynamic micro-batcher into the engine.
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/engine"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+	"github.com/valyala/fastjson"
+)
+
+// Config holds the server's limits and options. Zero values take the defaults
+// of DefaultConfig.
+type Config struct {
+	// MaxBodyBytes bounds a request body (413 beyond it). NDJSON bulk
+	// requests stream and are bounded per line instead.
+	MaxBodyBytes int64
+	// MaxRows bounds the rows of one /predict request or one batch item.
+	MaxRows int
+	// MaxImagePixels bounds width*height of an image, checked from its header.
+	MaxImagePixels int64
+	// Timeout bounds one request's wait for its result (504 beyond it).
+	Timeout time.Duration
+	// APIKeys, when any, are required as Bearer tokens on the prediction and
+	// V2 endpoints; health, metrics, model and docs stay open.
+	APIKeys []string
+	// AccessLog logs every request at info level.
+	AccessLog bool
+	// BatchConcurrency bounds how many items of one /predict/batch request
+	// are in flight at once.
+	BatchConcurrency int
+}
+
+// DefaultConfig returns the defaults the fw serve flags document.
+func DefaultConfig() Config {
+	return Config{MaxBodyBytes: 64 << 20, MaxRows: 4096, MaxImagePixels: 40_000_000, Timeout: 30 * time.Second, BatchConcurrency: 256}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.MaxRows <= 0 {
+		c.MaxRows = d.MaxRows
+	}
+	if c.MaxImagePixels <= 0 {
+		c.MaxImagePixels = d.MaxImagePixels
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = d.Timeout
+	}
+	if c.BatchConcurrency <= 0 {
+		c.BatchConcurrency = d.BatchConcurrency
+	}
+	return c
+}
+
+// Instance is one loaded model with the batcher in front of it. A reload
+// swaps the whole instance.
+type Instance struct {
+	Model   *engine.Model
+	Batcher *batcher.Batcher
+}
+
+// State is the server's readiness.
+type State int32
+
+// Server states, as /health reports them.
+const (
+	StateStarting State = iota
+	StateReady
+	StateDraining
+	StateBroken
+)
+
+func (s State) String() string {
+	return [...]string{"starting", "ready", "draining", "broken"}[s]
+}
+
+// Server serves one model over HTTP. Create it with New, install a model with
+// Swap, and serve Handler with a fasthttp.Server.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	metrics  *Metrics
+	metricsH fasthttp.RequestHandler
+	started  time.Time
+	current  atomic.Pointer[Instance]
+	state    atomic.Int32
+	reason   atomic.Pointer[string]
+	keys     [][sha256.Size]byte
+	parsers  fastjson.ParserPool
+	bufs     sync.Pool
+	base     context.Context
+}
+
+// New creates a server. reg receives the metrics; gatherer serves /metrics.
+// base is cancelled on shutdown and bounds every request's context.
+func New(base context.Context, cfg Config, log *slog.Logger, reg prometheus.Registerer, gatherer prometheus.Gatherer) *Server {
+	s := &Server{cfg: cfg.withDefaults(), log: log, started: time.Now(), base: base}
+	s.metrics = NewMetrics(reg)
+	s.metricsH = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	for _, k := range s.cfg.APIKeys {
+		s.keys = append(s.keys, sha256.Sum256([]byte(k)))
+	}
+	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	s.SetState(StateStarting, "loading the model")
+	return s
+}
+
+// Metrics returns the server's metrics (the model host records loads on it).
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// Swap installs inst as the serving model and returns the previous one (nil
+// the first time); the caller drains and closes it.
+func (s *Server) Swap(inst *Instance) *Instance {
+	return s.current.Swap(inst)
+}
+
+// Current is the instance serving now (nil before the first Swap).
+func (s *Server) Current() *Instance { return s.current.Load() }
+
+// SetState changes readiness, with the reason /health shows when not ready.
+func (s *Server) SetState(st State, reason string) {
+	s.reason.Store(&reason)
+	s.state.Store(int32(st))
+	if st == StateReady {
+		s.metrics.ready.Set(1)
+	} else {
+		s.metrics.ready.Set(0)
+	}
+}
+
+// State returns the readiness state and its reason.
+func (s *Server) State() (State, string) {
+	return State(s.state.Load()), *s.reason.Load()
+}
+
+// Handler is the fasthttp request handler for every route.
+func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	s.metrics.inflight.Inc()
+	ep := s.route(ctx)
+	s.metrics.inflight.Dec()
+	code := ctx.Response.StatusCode()
+	d := time.Since(start)
+	s.metrics.observeRequest(ep, code, d)
+	if s.cfg.AccessLog {
+		s.log.Info("request", "method", string(ctx.Method()), "path", string(ctx.Path()), "status", code,
+			"duration_ms", float64(d.Microseconds())/1000, "remote", ctx.RemoteAddr().String(), "bytes_in", len(ctx.Request.Body()), "bytes_out", len(ctx.Response.Body()))
+	}
+}
+
+func (s *Server) route(ctx *fasthttp.RequestCtx) string {
+	path := ctx.Path()
+	switch string(path) {
+	case "/predict":
+		if s.allow(ctx, "POST") && s.authorized(ctx) {
+			s.handlePredict(ctx)
+		}
+		return "predict"
+	case "/predict/image":
+		if s.allow(ctx, "POST") && s.authorized(ctx) {
+			s.handleImage(ctx)
+		}
+		return "predict_image"
+	case "/predict/batch":
+		if s.allow(ctx, "POST") && s.authorized(ctx) {
+			s.handleBatch(ctx)
+		}
+		return "predict_batch"
+	case "/health", "/health/ready":
+		if s.allow(ctx, "GET", "HEAD") {
+			s.handleReady(ctx)
+		}
+		return "health"
+	case "/health/live":
+		if s.allow(ctx, "GET", "HEAD") {
+			writeJSON(ctx, 200, map[string]any{"status": "alive", "uptime_s": time.Since(s.started).Seconds()})
+		}
+		return "health"
+	case "/model":
+		if s.allow(ctx, "GET") {
+			s.handleModel(ctx)
+		}
+		return "model"
+	case "/metrics":
+		if s.allow(ctx, "GET") {
+			s.metricsH(ctx)
+		}
+		return "metrics"
+	case "/docs", "/docs/":
+		if s.allow(ctx, "GET") {
+			s.handleDocs(ctx)
+		}
+		return "docs"
+	case "/openapi.json":
+		if s.allow(ctx, "GET") {
+			s.handleOpenAPI(ctx)
+		}
+		return "docs"
+	case "/":
+		if s.allow(ctx, "GET") {
+			ctx.Redirect("/docs", fasthttp.StatusFound)
+		}
+		return "docs"
+	}
+	if bytes.HasPrefix(path, []byte("/docs/")) {
+		if s.allow(ctx, "GET") {
+			s.handleDocsAsset(ctx)
+		}
+		return "docs"
+	}
+	if bytes.HasPrefix(path, []byte("/v2")) {
+		return s.routeV2(ctx)
+	}
+	writeError(ctx, newError(404, CodeNotFound, fmt.Sprintf("no route %s %s; see GET /docs for the API", ctx.Method(), path), nil))
+	return "other"
+}
+
+// allow answers 405 unless the method is one of methods.
+func (s *Server) allow(ctx *fasthttp.RequestCtx, methods ...string) bool {
+	m := ctx.Method()
+	for _, want := range methods {
+		if string(m) == want {
+			return true
+		}
+	}
+	ctx.Response.Header.Set("Allow", strings.Join(methods, ", "))
+	writeError(ctx, newError(405, CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s; use %s", m, ctx.Path(), strings.Join(methods, " or ")), nil))
+	return false
+}
+
+// authorized checks the Bearer key in constant time when keys are configured.
+func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
+	if len(s.keys) == 0 {
+		return true
+	}
+	h := ctx.Request.Header.Peek("Authorization")
+	const prefix = "Bearer "
+	if len(h) > len(prefix) && strings.EqualFold(string(h[:len(prefix)]), prefix) {
+		sum := sha256.Sum256(bytes.TrimSpace(h[len(prefix):]))
+		ok := 0
+		for i := range s.keys {
+			ok |= subtle.ConstantTimeCompare(sum[:], s.keys[i][:])
+		}
+		if ok == 1 {
+			return true
+		}
+		writeError(ctx, newError(401, CodeUnauthorized, "the API key is not valid", nil))
+		return false
+	}
+	writeError(ctx, newError(401, CodeUnauthorized, "this endpoint needs an API key: send the header `Authorization: Bearer <key>`", nil))
+	return false
+}
+
+// ready returns the serving instance, or writes 503 and returns nil.
+func (s *Server) ready(ctx *fasthttp.RequestCtx) *Instance {
+	st, reason := s.State()
+	inst := s.current.Load()
+	if st != StateReady || inst == nil {
+		e := newError(503, CodeNotReady, "the server is not ready: "+reason, map[string]any{"status": st.String()})
+		e.RetryAfter = 1
+		writeError(ctx, e)
+		return nil
+	}
+	return inst
+}
+
+// readBody returns the whole request body, or writes 413 and returns nil.
+func (s *Server) readBody(ctx *fasthttp.RequestCtx) ([]byte, bool) {
+	max := s.cfg.MaxBodyBytes
+	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > max {
+		writeError(ctx, tooLarge(int64(cl), max))
+		return nil, false
+	}
+	if !ctx.Request.IsBodyStream() {
+		b := ctx.Request.Body()
+		if int64(len(b)) > max {
+			writeError(ctx, tooLarge(int64(len(b)), max))
+			return nil, false
+		}
+		return b, true
+	}
+	b, err := io.ReadAll(io.LimitReader(ctx.RequestBodyStream(), max+1))
+	if err != nil {
+		writeError(ctx, newError(400, CodeBadRequest, "could not read the request body: "+err.Error(), nil))
+		return nil, false
+	}
+	if int64(len(b)) > max {
+		writeError(ctx, tooLarge(-1, max))
+		return nil, false
+	}
+	return b, true
+}
+
+func tooLarge(size, max int64) *APIError {
+	msg := fmt.Sprintf("the request body exceeds the limit of %d bytes (--max-body-bytes); send fewer rows per request or use /predict/batch with application/x-ndjson", max)
+	d := map[string]any{"max_body_bytes": max}
+	if size > 0 {
+		d["body_bytes"] = size
+	}
+	return &APIError{Status: 413, Code: CodeTooLarge, Message: msg, Details: d}
+}
+
+// mediaType returns the lower-case media type without parameters.
+func mediaType(ctx *fasthttp.RequestCtx) string {
+	ct := string(ctx.Request.Header.ContentType())
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.ToLower(strings.TrimSpace(ct))
+}
+
+// requestContext bounds a request by the server's base context and Timeout.
+func (s *Server) requestContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(s.base, s.cfg.Timeout)
+}
+
+// submitError maps a batcher or engine error to the API error shape.
+func (s *Server) submitError(err error) *APIError {
+	var ie *engine.InputError
+	switch {
+	case errors.As(err, &ie):
+		d := map[string]any{}
+		if ie.Input != "" {
+			d["input"] = ie.Input
+		}
+		if ie.Expected != "" {
+			d["expected"] = ie.Expected
+			d["received"] = ie.Received
+		}
+		return &APIError{Status: 422, Code: CodeInvalidInput, Message: ie.Error(), Details: d}
+	case errors.Is(err, batcher.ErrQueueFull):
+		e := newError(503, CodeOverloaded, "the request queue is full (--max-queue); retry after a short wait or add --instances", nil)
+		e.RetryAfter = 1
+		return e
+	case errors.Is(err, batcher.ErrClosed):
+		e := newError(503, CodeNotReady, "the model is being replaced or the server is shutting down; retry", nil)
+		e.RetryAfter = 1
+		return e
+	case errors.Is(err, context.DeadlineExceeded):
+		return newError(504, CodeTimeout, fmt.Sprintf("no result within %s (--timeout); the server is overloaded or the model is slow", s.cfg.Timeout), nil)
+	case errors.Is(err, context.Canceled):
+		e := newError(503, CodeNotReady, "the server is shutting down", nil)
+		e.RetryAfter = 1
+		return e
+	}
+	s.log.Error("engine failure", "err", err)
+	return newError(500, CodeEngine, "the engine failed on this request: "+err.Error(), nil)
+}
+
+func (s *Server) getBuf() *[]byte { return s.bufs.Get().(*[]byte) }
+
+func (s *Server) putBuf(b *[]byte) {
+	if cap(*b) <= 1<<20 {
+		*b = (*b)[:0]
+		s.bufs.Put(b)
+	}
+}

@@ -1,0 +1,806 @@
+"""Export a PyTorch model into one fw model file and check it against the eager model.
+
+Python API (each returns an :class:`ExportReport`)::
+
+    fw.export.torchscript(model, example_input, "m.ts.pt", method="trace")
+    fw.export.onnx(model, example_input, "m.onnx", opset_version=14)
+    fw.export.quantized(model, example_input, "m.quant.pt", eval_data=(x, y))
+
+Command line (prints a one-line JSON report on stdout; errors on stderr, exit 1; usage errors exit 2)::
+
+    python -m fw.export CHECKPOINT --format onnx|torchscript|quantized --out PATH
+                        [--opset 14] [--method trace|script] [--name N] [--version V]
+
+Every file embeds ``fw.json`` (docs/model-format.md). After writing, the file is loaded back
+(``torch.jit.load`` / ``onnxruntime``) and compared with the eager model on the example input and
+on random inputs with other batch sizes; a file beyond tolerance is removed and
+:class:`ParityError` raised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import dataclasses
+import inspect
+import io
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fw import metadata as _md
+
+METHODS = ("trace", "script")
+DEFAULT_OPSET = 14
+CHECK_BATCHES = (1, 7)
+TEST_VECTOR_ROWS = 4
+ONNX_EXPORTER = "torch.onnx (legacy TorchScript-based)"
+
+# (atol, rtol) for the comparison file-vs-eager done here ("parity") and for the test vector the
+# engine replays at load ("test_vector": same file, another runtime build / thread count).
+TOLERANCES = {
+    "torchscript": {"parity": (1e-4, 1e-4), "test_vector": (1e-4, 1e-4)},
+    "onnx": {"parity": (1e-4, 1e-3), "test_vector": (1e-4, 1e-3)},
+    # int8 dynamic quantization moves outputs by design; accuracy_delta is the meaningful measure.
+    "quantized": {"parity": (0.25, 0.1), "test_vector": (1e-2, 1e-2)},
+}
+
+
+class ExportError(RuntimeError):
+    """The model cannot be exported as asked."""
+
+
+class ParityError(ExportError):
+    """The exported file's outputs differ from the eager model beyond tolerance."""
+
+
+@dataclasses.dataclass
+class ExportReport:
+    """Summary of one export; ``to_dict()`` is what the CLI prints as JSON."""
+
+    path: str
+    format: str
+    name: str
+    max_abs_error: float
+    atol: float
+    rtol: float
+    size_bytes: int
+    seconds: float
+    method: str
+    checks: list[dict[str, Any]]
+    accuracy: float | None = None
+    eager_accuracy: float | None = None
+    accuracy_delta: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@contextlib.contextmanager
+def quiet_warnings() -> Iterator[None]:
+    """Hide the deprecation noise of the legacy exporters (torch.jit.*, torch.onnx dynamo=False,
+    torch.ao.quantization). See python/README.md for what replaces them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch(\..*)?$")
+        warnings.filterwarnings("ignore", message=r".*(deprecated|Deprecated|legacy).*")
+        yield
+
+
+# ---------------------------------------------------------------------------- inputs and outputs
+
+
+def _forward_params(model: Any) -> list[str]:
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def _positional(
+    model: Any, example_input: Any, input_names: Sequence[str] | None
+) -> tuple[list[str], tuple[Any, ...]]:
+    """Input names and positional args from a tensor, a tuple/list or a dict of tensors."""
+    import torch
+
+    params = _forward_params(model)
+    if isinstance(example_input, torch.Tensor):
+        args: tuple[Any, ...] = (example_input,)
+        default = list(getattr(model, "fw_input_names", ()) or ["input"])
+    elif isinstance(example_input, (tuple, list)):
+        args = tuple(example_input)
+        default = list(getattr(model, "fw_input_names", ()) or params or [])
+        if len(default) < len(args):
+            default = [f"input_{i}" for i in range(len(args))]
+    elif isinstance(example_input, Mapping):
+        if input_names is not None:
+            raise ExportError(
+                "input_names= cannot be combined with a dict example_input. Hint: the dict keys are the names"
+            )
+        unknown = [k for k in example_input if k not in params]
+        if unknown:
+            raise ExportError(
+                f"example_input keys {unknown} are not parameters of {type(model).__name__}.forward{params}. "
+                "Hint: key the dict by the forward() parameter names"
+            )
+        order = [p for p in params if p in example_input]
+        if order != params[: len(order)]:
+            raise ExportError(
+                f"example_input covers {order} but forward() takes {params} positionally, so an earlier "
+                "parameter would be missing. Hint: give every forward() parameter up to the last one you use"
+            )
+        args = tuple(example_input[k] for k in order)
+        default = order
+    else:
+        raise ExportError(
+            f"example_input must be a tensor, a tuple/list of tensors or a dict of tensors, got "
+            f"{type(example_input).__name__}. Hint: pass e.g. torch.zeros(4, 64)"
+        )
+    for i, a in enumerate(args):
+        if not isinstance(a, torch.Tensor):
+            raise ExportError(
+                f"example input {i} is a {type(a).__name__}. Hint: every input must be a tensor"
+            )
+        if a.dim() == 0 or a.shape[0] < 1:
+            raise ExportError(
+                f"example input {i} has shape {list(a.shape)}; inputs need a batch axis first with at least one "
+                "row. Hint: add a batch axis, e.g. x.unsqueeze(0)"
+            )
+    batches = {int(a.shape[0]) for a in args}
+    if len(batches) != 1:
+        raise ExportError(
+            f"example inputs disagree on the batch size (axis 0): {sorted(batches)}. Hint: give every input the "
+            "same number of rows"
+        )
+    names = list(input_names) if input_names is not None else default[: len(args)]
+    if len(names) != len(args) or len(set(names)) != len(names):
+        raise ExportError(f"need {len(args)} distinct input names, got {names}. Hint: pass input_names=[...]")
+    return names, tuple(a.detach().cpu() for a in args)
+
+
+def _as_outputs(out: Any) -> list[Any]:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.Tensor) for o in out):
+        return list(out)
+    raise ExportError(
+        f"the model returned {type(out).__name__}; fw model files need a tensor or a tuple of tensors. "
+        "Hint: return a tensor or a tuple of tensors from forward() (not a dict or nested structures)"
+    )
+
+
+def _output_names(model: Any, n: int, output_names: Sequence[str] | None) -> list[str]:
+    if output_names is not None:
+        names = list(output_names)
+    else:
+        names = list(getattr(model, "fw_output_names", ()) or [])
+        if len(names) != n:
+            names = ["output"] if n == 1 else [f"output_{i}" for i in range(n)]
+    if len(names) != n or len(set(names)) != n:
+        raise ExportError(f"the model has {n} outputs but got names {names}. Hint: pass output_names=[...]")
+    return names
+
+
+def _to_numpy(values: Sequence[Any]) -> list[Any]:
+    import numpy as np
+
+    return [np.asarray(v.detach().cpu().numpy() if hasattr(v, "detach") else v) for v in values]
+
+
+def _random_inputs(model: Any, args: tuple[Any, ...], batch: int, gen: Any) -> tuple[Any, ...]:
+    """Random inputs shaped like ``args`` but with ``batch`` rows, in the example's value range."""
+    import torch
+
+    vocab = [m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    out = []
+    for a in args:
+        shape = (batch, *a.shape[1:])
+        if a.dtype == torch.bool:
+            out.append(torch.rand(shape, generator=gen) < 0.5)
+        elif a.dtype.is_floating_point:
+            lo, hi = (float(a.min()), float(a.max())) if a.numel() else (0.0, 1.0)
+            r = torch.rand(shape, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            out.append(r.to(a.dtype))
+        else:
+            lo = min(0, int(a.min())) if a.numel() else 0
+            hi = min(vocab) if vocab else (int(a.max()) + 1 if a.numel() else 2)
+            out.append(torch.randint(lo, max(hi, lo + 1), shape, generator=gen, dtype=a.dtype))
+    return tuple(out)
+
+
+def _compare(
+    got: list[Any], want: list[Any], names: list[str], atol: float, rtol: float
+) -> tuple[float, str]:
+    """(max abs error, "" or a description of the first violation)."""
+    import numpy as np
+
+    worst = 0.0
+    problem = ""
+    for name, g, w in zip(names, got, want, strict=True):
+        if g.shape != w.shape:
+            return math.inf, f"output {name!r} has shape {list(g.shape)}, eager gives {list(w.shape)}"
+        if g.dtype == np.bool_ or w.dtype == np.bool_:
+            g, w = g.astype(np.float64), w.astype(np.float64)
+        g64, w64 = g.astype(np.float64), w.astype(np.float64)
+        if g64.size == 0:
+            continue
+        nan_mismatch = np.isnan(g64) != np.isnan(w64)
+        if nan_mismatch.any():
+            return math.inf, f"output {name!r} has NaN where the eager model does not (or the reverse)"
+        diff = np.abs(np.nan_to_num(g64) - np.nan_to_num(w64))
+        err = float(diff.max())
+        worst = max(worst, err)
+        bad = diff > atol + rtol * np.abs(np.nan_to_num(w64))
+        if bad.any() and not problem:
+            idx = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0))), diff.shape)
+            problem = (
+                f"output {name!r} at {list(map(int, idx))}: got {g64[idx]:.6g}, eager {w64[idx]:.6g} "
+                f"(|diff| {diff[idx]:.3g} > atol {atol:g} + rtol {rtol:g} * |eager|)"
+            )
+    return worst, problem
+
+
+def _accuracy(run: Any, x: Any, y: Any) -> float:
+    import numpy as np
+    import torch
+
+    xs = x if isinstance(x, (tuple, list)) else (x,)
+    y = np.asarray(y.cpu().numpy() if hasattr(y, "cpu") else y).reshape(-1)
+    preds = []
+    n = int(xs[0].shape[0])
+    step = 4096  # dynamic quantization scales activations per call: evaluate in as few calls as possible
+    for start in range(0, n, step):
+        chunk = tuple(torch.as_tensor(t[start : start + step]) for t in xs)
+        preds.append(np.asarray(run(chunk)[0]).argmax(axis=-1))
+    return float((np.concatenate(preds) == y).mean())
+
+
+# ---------------------------------------------------------------------------- shared pipeline
+
+
+def _tolerance(fmt: str, tolerance: float | tuple[float, float] | None) -> tuple[float, float]:
+    if tolerance is None:
+        return TOLERANCES[fmt]["parity"]
+    if isinstance(tolerance, (int, float)):
+        return float(tolerance), 0.0
+    atol, rtol = tolerance
+    return float(atol), float(rtol)
+
+
+def _default_name(path: Path, name: str | None) -> str:
+    if name is None:
+        name = path.name.split(".")[0]
+        if not _md.NAME_RE.fullmatch(name):
+            raise ExportError(
+                f"cannot derive a model name from the file name {path.name!r}. Hint: pass name='my_model'"
+            )
+    return _md.validate_name(name)
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    """Write into a temporary folder next to ``path``, then rename (readers never see half a file).
+
+    The temporary file has the final file name, so TorchScript's archive folder is named after it.
+    """
+    import shutil
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmpdir = tempfile.mkdtemp(prefix=".fw-export-", dir=path.parent)
+    try:
+        tmp = os.path.join(tmpdir, path.name)
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+class _Job:
+    """State shared by the three exporters: eager reference outputs and metadata inputs."""
+
+    def __init__(
+        self,
+        fmt: str,
+        model: Any,
+        example_input: Any,
+        path: str | os.PathLike[str],
+        method: str,
+        name: str | None,
+        input_names: Sequence[str] | None,
+        output_names: Sequence[str] | None,
+    ) -> None:
+        import torch
+
+        if not isinstance(model, torch.nn.Module):
+            raise ExportError(f"expected a torch.nn.Module, got {type(model).__name__}. Hint: pass the model")
+        if method not in METHODS:
+            raise ExportError(f"method must be 'trace' or 'script', got {method!r}. Hint: use method='trace'")
+        self.t0 = time.perf_counter()
+        self.fmt = fmt
+        self.method = method
+        self.path = Path(path)
+        self.name = _default_name(self.path, name)
+        self.model = model.eval()
+        self.input_names, self.args = _positional(model, example_input, input_names)
+        with torch.no_grad():
+            out = _as_outputs(model(*self.args))
+        self.output_names = _output_names(model, len(out), output_names)
+        self.eager_out = _to_numpy(out)
+        self.inputs = [
+            _md.io_spec(n, a.dtype, a.shape) for n, a in zip(self.input_names, self.args, strict=True)
+        ]
+        self.outputs = [_md.io_spec(n, o.dtype, o.shape) for n, o in zip(self.output_names, out, strict=True)]
+        rows = min(TEST_VECTOR_ROWS, int(self.args[0].shape[0]))
+        self.tv_args = tuple(a[:rows].contiguous() for a in self.args)
+
+    def eager(self, args: tuple[Any, ...]) -> list[Any]:
+        import torch
+
+        with torch.no_grad():
+            return _to_numpy(_as_outputs(self.model(*args)))
+
+    def test_vector(self, outputs: list[Any]) -> dict[str, Any]:
+        atol, rtol = TOLERANCES[self.fmt]["test_vector"]
+        return {
+            "inputs": {n: _md.encode_tensor(a) for n, a in zip(self.input_names, self.tv_args, strict=True)},
+            "outputs": {n: _md.encode_tensor(o) for n, o in zip(self.output_names, outputs, strict=True)},
+            "atol": atol,
+            "rtol": rtol,
+        }
+
+    def metadata(self, tv_outputs: list[Any], export: dict[str, Any], fields: dict[str, Any]) -> str:
+        doc = _md.build(
+            name=self.name,
+            format=self.fmt,
+            inputs=self.inputs,
+            outputs=self.outputs,
+            export={**export, "dynamic_batch": True},
+            test_vector=self.test_vector(_to_numpy(tv_outputs)),
+            **fields,
+        )
+        return _md.dumps(doc)
+
+    def check(
+        self,
+        run: Any,
+        tolerance: float | tuple[float, float] | None,
+        eval_data: tuple[Any, Any] | None,
+    ) -> ExportReport:
+        """Compare the written file (``run(args) -> list of arrays``) with the eager model."""
+        import torch
+
+        atol, rtol = _tolerance(self.fmt, tolerance)
+        gen = torch.Generator().manual_seed(0)
+        cases = [("example", self.args, self.eager_out)]
+        for b in CHECK_BATCHES:
+            args = _random_inputs(self.model, self.args, b, gen)
+            cases.append((f"random batch {b}", args, self.eager(args)))
+        checks = []
+        worst = 0.0
+        for label, args, want in cases:
+            try:
+                got = [v for v in run(args)]
+            except Exception as e:  # the runtime itself refused the input
+                self._reject()
+                raise ParityError(
+                    f"the exported {self.fmt} file {self.path} fails on the {label} input "
+                    f"(batch {int(args[0].shape[0])}): {str(e).strip().splitlines()[0] if str(e).strip() else e!r}. "
+                    f"The file was removed. Hint: {self._hint()}"
+                ) from e
+            err, problem = _compare(got, want, self.output_names, atol, rtol)
+            checks.append({"input": label, "batch": int(args[0].shape[0]), "max_abs_error": err})
+            worst = max(worst, err)
+            if problem:
+                self._reject()
+                raise ParityError(
+                    f"the exported {self.fmt} file {self.path} differs from the eager model on the {label} "
+                    f"input (batch {int(args[0].shape[0])}): max |got - eager| = {err:.4g}; {problem}. "
+                    f"The file was removed. Hint: {self._hint()}"
+                )
+        report = ExportReport(
+            path=str(self.path),
+            format=self.fmt,
+            name=self.name,
+            max_abs_error=worst,
+            atol=atol,
+            rtol=rtol,
+            size_bytes=self.path.stat().st_size,
+            seconds=0.0,
+            method=self.method,
+            checks=checks,
+        )
+        if eval_data is not None:
+            x, y = eval_data
+            report.eager_accuracy = _accuracy(lambda a: self.eager(a), x, y)
+            report.accuracy = _accuracy(run, x, y)
+            report.accuracy_delta = report.accuracy - report.eager_accuracy
+        report.seconds = round(time.perf_counter() - self.t0, 3)
+        return report
+
+    def _reject(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    def _hint(self) -> str:
+        if self.fmt == "quantized":
+            return (
+                "int8 quantization moved the outputs too far for this model; pass a looser tolerance=(atol, rtol) "
+                "if accuracy_delta is acceptable, or export without quantization"
+            )
+        if self.method == "trace":
+            return (
+                "tracing records one run, so shape- or data-dependent Python control flow is frozen; use "
+                "method='script', or make forward() free of such branches"
+            )
+        return (
+            "check for ops the exporter does not support identically, or pass a looser tolerance=(atol, rtol)"
+        )
+
+
+def _fields(
+    version: str,
+    labels: Sequence[str] | None,
+    preprocessing: Mapping[str, Any] | None,
+    task: str | None,
+    metrics: Mapping[str, float] | None,
+    description: str | None,
+) -> dict[str, Any]:
+    return {
+        "version": version,
+        "labels": labels,
+        "preprocessing": preprocessing,
+        "task": task,
+        "metrics": metrics,
+        "description": description,
+    }
+
+
+def _script_module(model: Any, args: tuple[Any, ...], method: str) -> Any:
+    import torch
+
+    with quiet_warnings():
+        try:
+            if method == "script":
+                return torch.jit.script(model)
+            return torch.jit.trace(model, args, check_trace=False)
+        except Exception as e:
+            other = "trace" if method == "script" else "script"
+            raise ExportError(
+                f"torch.jit.{method} failed on {type(model).__name__}: {str(e).strip().splitlines()[0]}. "
+                f"Hint: try method='{other}', or simplify forward() to tensor operations"
+            ) from e
+
+
+def _jit_runner(path: Path) -> Any:
+    import torch
+
+    with quiet_warnings():
+        loaded = torch.jit.load(str(path), map_location="cpu").eval()
+
+    def run(args: tuple[Any, ...]) -> list[Any]:
+        with torch.no_grad():
+            return _to_numpy(_as_outputs(loaded(*args)))
+
+    return run
+
+
+def _write_jit(sm: Any, path: Path, text: str) -> None:
+    import torch
+
+    def write(tmp: str) -> None:
+        with quiet_warnings():
+            torch.jit.save(sm, tmp, _extra_files={_md.METADATA_KEY: text})
+
+    _atomic_write(path, write)
+
+
+# ---------------------------------------------------------------------------- public exporters
+
+
+def torchscript(
+    model: Any,
+    example_input: Any,
+    path: str | os.PathLike[str],
+    method: str = "trace",
+    name: str | None = None,
+    version: str = "1",
+    labels: Sequence[str] | None = None,
+    preprocessing: Mapping[str, Any] | None = None,
+    task: str | None = None,
+    metrics: Mapping[str, float] | None = None,
+    tolerance: float | tuple[float, float] | None = None,
+    *,
+    description: str | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    eval_data: tuple[Any, Any] | None = None,
+) -> ExportReport:
+    """Write ``model`` as a TorchScript archive (``torch.jit.trace`` or ``torch.jit.script``) with fw.json.
+
+    ``tolerance`` is a max absolute error (float) or ``(atol, rtol)``; default ``TOLERANCES``.
+    ``name`` defaults to the file name up to its first dot.
+    """
+    job = _Job("torchscript", model, example_input, path, method, name, input_names, output_names)
+    import torch
+
+    sm = _script_module(job.model, job.args, method)
+    with torch.no_grad():
+        tv_out = _as_outputs(sm(*job.tv_args))
+    exporter = f"torch.jit.{method}"
+    text = job.metadata(
+        tv_out,
+        {"method": method, "opset_version": None, "quantization": None, "exporter": exporter},
+        _fields(version, labels, preprocessing, task, metrics, description),
+    )
+    _write_jit(sm, job.path, text)
+    return job.check(_jit_runner(job.path), tolerance, eval_data)
+
+
+def quantized(
+    model: Any,
+    example_input: Any,
+    path: str | os.PathLike[str],
+    method: str = "dynamic",
+    name: str | None = None,
+    version: str = "1",
+    labels: Sequence[str] | None = None,
+    preprocessing: Mapping[str, Any] | None = None,
+    task: str | None = None,
+    metrics: Mapping[str, float] | None = None,
+    tolerance: float | tuple[float, float] | None = None,
+    *,
+    jit_method: str = "trace",
+    description: str | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    eval_data: tuple[Any, Any] | None = None,
+) -> ExportReport:
+    """int8 dynamic quantization of ``nn.Linear`` and ``nn.LSTM``, saved as TorchScript with fw.json.
+
+    ``method`` is the quantization method (only ``"dynamic"``); ``jit_method`` is how the quantized
+    model becomes TorchScript (``"trace"`` or ``"script"``). Give ``eval_data=(x, y)`` to get
+    ``accuracy`` / ``accuracy_delta`` (quantized minus eager accuracy, argmax of the first output).
+    """
+    if method != "dynamic":
+        raise ExportError(
+            f"quantization method {method!r} is not supported. Hint: use method='dynamic' (int8 weights, "
+            "activations quantized at run time)"
+        )
+    import torch
+    from torch import nn
+
+    job = _Job("quantized", model, example_input, path, jit_method, name, input_names, output_names)
+    with quiet_warnings():
+        from torch.ao.quantization import quantize_dynamic
+
+        qmodel = quantize_dynamic(copy.deepcopy(job.model), {nn.Linear, nn.LSTM}, dtype=torch.qint8).eval()
+    replaced = [
+        m
+        for m in qmodel.modules()
+        if type(m).__module__.startswith("torch.ao.nn.quantized.dynamic") and "Packed" not in type(m).__name__
+    ]
+    if not replaced:
+        raise ExportError(
+            f"{type(model).__name__} has no nn.Linear or nn.LSTM layer, so dynamic quantization changes nothing. "
+            "Hint: export it with fw.export.torchscript or fw.export.onnx instead"
+        )
+    sm = _script_module(qmodel, job.args, jit_method)
+    with torch.no_grad():
+        tv_out = _as_outputs(sm(*job.tv_args))
+    export = {
+        "method": jit_method,
+        "opset_version": None,
+        "quantization": "dynamic",
+        "exporter": f"torch.ao.quantization.quantize_dynamic + torch.jit.{jit_method}",
+        "quantized_dtype": "qint8",
+        "quantized_modules": sorted({f"nn.{type(m).__name__}" for m in replaced}),
+        "quantized_engine": torch.backends.quantized.engine,
+    }
+    text = job.metadata(tv_out, export, _fields(version, labels, preprocessing, task, metrics, description))
+    _write_jit(sm, job.path, text)
+    return job.check(_jit_runner(job.path), tolerance, eval_data)
+
+
+def onnx(
+    model: Any,
+    example_input: Any,
+    path: str | os.PathLike[str],
+    opset_version: int = DEFAULT_OPSET,
+    name: str | None = None,
+    version: str = "1",
+    labels: Sequence[str] | None = None,
+    preprocessing: Mapping[str, Any] | None = None,
+    task: str | None = None,
+    metrics: Mapping[str, float] | None = None,
+    tolerance: float | tuple[float, float] | None = None,
+    *,
+    method: str = "trace",
+    description: str | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    eval_data: tuple[Any, Any] | None = None,
+) -> ExportReport:
+    """Write ``model`` as a single-file ONNX model (legacy exporter, dynamic batch axis) with fw.json.
+
+    The test vector's outputs are the eager model's; the file is checked with onnxruntime.
+    ``method="script"`` scripts the model before export (keeps control flow as ONNX Loop/If).
+    """
+    import numpy as np
+    import onnx as onnx_lib
+    import torch
+
+    job = _Job("onnx", model, example_input, path, method, name, input_names, output_names)
+    target = _script_module(job.model, job.args, "script") if method == "script" else job.model
+    names = job.input_names + job.output_names
+    buf = io.BytesIO()
+    with quiet_warnings(), contextlib.redirect_stdout(sys.stderr):
+        try:
+            torch.onnx.export(
+                target,
+                job.args,
+                buf,
+                dynamo=False,
+                opset_version=opset_version,
+                input_names=job.input_names,
+                output_names=job.output_names,
+                dynamic_axes={n: {0: "batch"} for n in names},
+                do_constant_folding=True,
+            )
+        except Exception as e:
+            raise ExportError(
+                f"torch.onnx.export (opset {opset_version}) failed on {type(model).__name__}: "
+                f"{str(e).strip().splitlines()[0]}. Hint: try a newer opset_version, or export TorchScript "
+                "with fw.export.torchscript"
+            ) from e
+    proto = onnx_lib.load_model_from_string(buf.getvalue())
+    initializers = {i.name for i in proto.graph.initializer}
+    graph_inputs = [i.name for i in proto.graph.input if i.name not in initializers]
+    graph_outputs = [o.name for o in proto.graph.output]
+    if graph_inputs != job.input_names or graph_outputs != job.output_names:
+        raise ExportError(
+            f"the ONNX graph has inputs {graph_inputs} and outputs {graph_outputs}, expected {job.input_names} "
+            f"and {job.output_names}. Hint: an input the model never uses is dropped by the exporter; remove it "
+            "from forward()"
+        )
+    tv_out = job.eager(job.tv_args)
+    export = {
+        "method": method,
+        "opset_version": opset_version,
+        "quantization": None,
+        "exporter": ONNX_EXPORTER,
+    }
+    text = job.metadata(tv_out, export, _fields(version, labels, preprocessing, task, metrics, description))
+    for prop in list(proto.metadata_props):
+        if prop.key == _md.METADATA_KEY:
+            proto.metadata_props.remove(prop)
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = _md.METADATA_KEY, text
+    try:
+        onnx_lib.checker.check_model(proto)
+    except onnx_lib.checker.ValidationError as e:
+        raise ExportError(f"the exported ONNX model is invalid: {e}. Hint: try another opset_version") from e
+
+    def write(tmp: str) -> None:
+        onnx_lib.save_model(proto, tmp, save_as_external_data=False)
+
+    _atomic_write(job.path, write)
+
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(str(job.path), opts, providers=["CPUExecutionProvider"])
+
+    def run(args: tuple[Any, ...]) -> list[Any]:
+        feed = {n: np.ascontiguousarray(a.numpy()) for n, a in zip(job.input_names, args, strict=True)}
+        return [np.asarray(v) for v in sess.run(job.output_names, feed)]
+
+    return job.check(run, tolerance, eval_data)
+
+
+# ---------------------------------------------------------------------------- command line
+
+_META_KEYS = ("labels", "preprocessing", "task", "metrics", "description", "input_names", "output_names")
+
+
+def export_checkpoint(
+    checkpoint: str | os.PathLike[str],
+    format: str,
+    out: str | os.PathLike[str],
+    opset_version: int = DEFAULT_OPSET,
+    method: str = "trace",
+    name: str | None = None,
+    version: str | None = None,
+) -> ExportReport:
+    """Export a checkpoint written by :func:`fw.checkpoint.save` (what ``python -m fw.export`` runs).
+
+    Labels, preprocessing, task, metrics and description come from the checkpoint's ``meta``; ``name``
+    and ``version`` default to the meta's, then to the output file name and ``"1"``.
+    """
+    from fw import checkpoint as _ckpt
+
+    ck = _ckpt.load(checkpoint)
+    if ck.example_input is None:
+        raise ExportError(
+            f"checkpoint {checkpoint} carries no example input, which export needs to trace and check the "
+            "model. Hint: re-save it with fw.checkpoint.save(model, path, example_input=...)"
+        )
+    kwargs: dict[str, Any] = {k: ck.meta[k] for k in _META_KEYS if ck.meta.get(k) is not None}
+    kwargs["name"] = name or ck.meta.get("name")
+    kwargs["version"] = version or str(ck.meta.get("version", "1"))
+    if format == "onnx":
+        return onnx(ck.model, ck.example_input, out, opset_version=opset_version, method=method, **kwargs)
+    if format == "torchscript":
+        return torchscript(ck.model, ck.example_input, out, method=method, **kwargs)
+    if format == "quantized":
+        return quantized(ck.model, ck.example_input, out, jit_method=method, **kwargs)
+    raise ExportError(f"unknown format {format!r}. Hint: use onnx, torchscript or quantized")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m fw.export",
+        description="Export an fw checkpoint (fw.checkpoint.save) into one fw model file. Prints a one-line "
+        "JSON report on stdout.",
+    )
+    p.add_argument("checkpoint", help="checkpoint written by fw.checkpoint.save (with an example input)")
+    p.add_argument("--format", required=True, choices=("onnx", "torchscript", "quantized"))
+    p.add_argument("--out", required=True, help="output file, e.g. model.onnx, model.ts.pt, model.quant.pt")
+    p.add_argument("--opset", type=int, default=None, help=f"ONNX opset (onnx only; default {DEFAULT_OPSET})")
+    p.add_argument("--method", choices=METHODS, default="trace", help="trace or script (default trace)")
+    p.add_argument("--name", default=None, help="model name (default: checkpoint meta, else the file name)")
+    p.add_argument("--version", default=None, help="model version text (default: checkpoint meta, else 1)")
+    p.add_argument("--debug", action="store_true", help="print a traceback on errors")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)  # exits 2 on usage errors
+    if args.opset is not None and args.format != "onnx":
+        parser.error("--opset only applies to --format onnx")
+    if args.name is not None and not _md.NAME_RE.fullmatch(args.name):
+        parser.error(f"--name {args.name!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}")
+    from fw.checkpoint import CheckpointError
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr), quiet_warnings():
+            report = export_checkpoint(
+                args.checkpoint,
+                args.format,
+                args.out,
+                opset_version=args.opset or DEFAULT_OPSET,
+                method=args.method,
+                name=args.name,
+                version=args.version,
+            )
+    except (ExportError, CheckpointError, _md.MetadataError) as e:
+        if args.debug:
+            raise
+        print(f"fw.export: error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # unexpected: still one line, exit 1
+        if args.debug:
+            raise
+        print(
+            f"fw.export: error: {type(e).__name__}: {e}. Hint: rerun with --debug for a traceback",
+            file=sys.stderr,
+        )
+        return 1
+    print(json.dumps(report.to_dict(), separators=(",", ":")), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fw import checkpoint, metadata
+from fw.models import DigitsMLP, TextClassifier
+
+from helpers import NeedsArgs
+
+ENV_PYTHONPATH = str(Path(__file__).parent)
+
+
+def test_round_trip(tmp_path, mlp, digits_x):
+    p = checkpoint.save(mlp, tmp_path / "m.ckpt.pt", example_input=digits_x, name="m", labels=["a"] * 10)
+    raw = torch.load(p, weights_only=True)
+    assert raw["fw_checkpoint"] == 1 and raw["model_class"] == "fw.models:DigitsMLP"
+    assert raw["model_kwargs"] == {"hidden": 16}
+    ck = checkpoint.load(p)
+    assert isinstance(ck.model, DigitsMLP) and not ck.model.training
+    assert ck.meta["name"] == "m"
+    torch.testing.assert_close(ck.model(digits_x), mlp(digits_x))
+    torch.testing.assert_close(ck.example_input, digits_x)
+
+
+def test_kwargs_explicit_and_missing(tmp_path):
+    model = NeedsArgs(width=3)
+    with pytest.raises(checkpoint.CheckpointError, match="model_kwargs"):
+        checkpoint.save(model, tmp_path / "x.pt")
+    checkpoint.save(model, tmp_path / "x.pt", model_kwargs={"width": 3})
+    assert checkpoint.load(tmp_path / "x.pt").model.fc.in_features == 3
+
+
+def test_refuses_unsafe_meta(tmp_path, mlp):
+    with pytest.raises(checkpoint.CheckpointError, match="weights_only"):
+        checkpoint.save(mlp, tmp_path / "x.pt", meta_obj=object())
+
+
+def test_refuses_main_and_local_classes(tmp_path):
+    class Local(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    with pytest.raises(checkpoint.CheckpointError, match="cannot be imported"):
+        checkpoint.save(Local(), tmp_path / "x.pt")
+
+
+def _fake(tmp_path, model_class):
+    p = tmp_path / "fake.ckpt.pt"
+    torch.save(
+        {"fw_checkpoint": 1, "model_class": model_class, "model_kwargs": {}, "state_dict": {}, "meta": {}}, p
+    )
+    return p
+
+
+@pytest.mark.parametrize(
+    "model_class, message",
+    [
+        ("helpers:NotAModule", "not a torch.nn.Module subclass"),
+        ("os:system", "not a torch.nn.Module subclass"),
+        ("fw.nonexistent_module:Model", "cannot be imported"),
+        ("fw.models:Missing", "has no attribute"),
+        ("not a class path", "not of the form"),
+    ],
+)
+def test_refuses_bad_model_class(tmp_path, model_class, message):
+    with pytest.raises(checkpoint.CheckpointError, match=message) as info:
+        checkpoint.load(_fake(tmp_path, model_class))
+    assert "Hint:" in str(info.value)
+
+
+def test_refuses_pickled_module_and_state_dict(tmp_path, mlp):
+    torch.save(mlp, tmp_path / "whole.pt")
+    with pytest.raises(checkpoint.CheckpointError, match="weights-only"):
+        checkpoint.load(tmp_path / "whole.pt")
+    torch.save(mlp.state_dict(), tmp_path / "sd.pt")
+    with pytest.raises(checkpoint.CheckpointError, match="state_dict"):
+        checkpoint.load(tmp_path / "sd.pt")
+
+
+def _cli(*args, cwd):
+    return subprocess.run(
+        [sys.executable, "-m", "fw.export", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ENV_PYTHONPATH},
+    )
+
+
+@pytest.fixture(scope="module")
+def text_ckpt(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    torch.manual_seed(0)
+    model = TextClassifier(vocab=100, dim=8, hidden=8).eval()
+    example = torch.randint(0, 100, (4, 32))
+    checkpoint.save(
+        model, d / "text.ckpt.pt", example_input=example, name="textcls", labels=["negative", "positive"]
+    )
+    return d / "text.ckpt.pt"
+
+
+@pytest.mark.parametrize(
+    "fmt, out, extra",
+    [
+        ("onnx", "t.onnx", ["--opset", "14"]),
+        ("torchscript", "t.ts.pt", ["--method", "script"]),
+        ("quantized", "t.quant.pt", ["--name", "textcls_q", "--version", "2"]),
+    ],
+)
+def test_cli_formats(tmp_path, text_ckpt, fmt, out, extra):
+    r = _cli(text_ckpt, "--format", fmt, "--out", tmp_path / out, *extra, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1
+    report = json.loads(lines[0])
+    assert report["format"] == fmt and report["size_bytes"] > 0
+    doc = metadata.read(tmp_path / out)
+    assert doc["labels"] == ["negative", "positive"]
+    assert doc["name"] == ("textcls_q" if fmt == "quantized" else "textcls")
+    assert doc["inputs"][0]["dtype"] == "int64"
+
+
+def test_cli_errors(tmp_path, text_ckpt, mlp):
+    r = _cli(text_ckpt, "--format", "tflite", "--out", tmp_path / "x", cwd=tmp_path)
+    assert r.returncode == 2 and "usage:" in r.stderr and r.stdout == ""
+    r = _cli(text_ckpt, "--format", "torchscript", "--opset", "14", "--out", tmp_path / "x", cwd=tmp_path)
+    assert r.returncode == 2
+    r = _cli(tmp_path / "missing.ckpt.pt", "--format", "onnx", "--out", tmp_path / "x.onnx", cwd=tmp_path)
+    assert r.returncode == 1 and "does not exist" in r.stderr and "Hint:" in r.stderr and r.stdout == ""
+    checkpoint.save(mlp, tmp_path / "noex.ckpt.pt")
+    r = _cli(tmp_path / "noex.ckpt.pt", "--format", "onnx", "--out", tmp_path / "x.onnx", cwd=tmp_path)
+    assert r.returncode == 1 and "no example input" in r.stderr
