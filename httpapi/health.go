@@ -28,6 +28,12 @@ func modelRef(m *engine.Model) map[string]any {
 // handleReady serves GET /health and /health/ready: 200 once the model is
 // loaded and warmed up, else 503 with the reason.
 func (s *Server) handleReady(ctx *fasthttp.RequestCtx) {
+	if st, reason := s.State(); st == StateDraining {
+		e := newError(503, CodeNotReady, "the server is not ready: "+reason, map[string]any{"status": st.String()})
+		e.RetryAfter = 1
+		writeError(ctx, e)
+		return
+	}
 	inst := s.ready(ctx)
 	if inst == nil {
 		return

@@ -162,6 +162,11 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	ep := s.route(ctx)
 	s.metrics.inflight.Dec()
 	code := ctx.Response.StatusCode()
+	if code >= 400 && ctx.Request.IsBodyStream() {
+		// The rest of a large body may be unread: close rather than parse it
+		// as the next request.
+		ctx.SetConnectionClose()
+	}
 	d := time.Since(start)
 	s.metrics.observeRequest(ep, code, d)
 	if s.cfg.AccessLog {
@@ -274,10 +279,12 @@ func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
 }
 
 // ready returns the serving instance, or writes 503 and returns nil.
+// While draining, predictions are still served (only /health turns 503, so
+// load balancers stop sending before the listener closes).
 func (s *Server) ready(ctx *fasthttp.RequestCtx) *Instance {
 	st, reason := s.State()
 	inst := s.current.Load()
-	if st != StateReady || inst == nil {
+	if (st != StateReady && st != StateDraining) || inst == nil {
 		e := newError(503, CodeNotReady, "the server is not ready: "+reason, map[string]any{"status": st.String()})
 		e.RetryAfter = 1
 		writeError(ctx, e)

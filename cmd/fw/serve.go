@@ -114,6 +114,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	watch := ef.Bool("watch", false, "reload the model when its file changes: the new one is loaded and warmed up beside the old, then swapped in; a broken file is refused and the old one keeps serving")
 	watchEvery := ef.Duration("watch-interval", time.Second, "how often --watch checks the file")
 	shutdownTimeout := ef.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM: stop accepting, finish in-flight requests, exit within this time")
+	drainDelay := ef.Duration("drain-delay", 0, "on SIGTERM: keep serving this long with /health answering 503 before closing the listener, so load balancers stop sending first (Kubernetes: a few seconds)")
 	accessLog := ef.Bool("access-log", false, "log every request")
 	logFormat := ef.String("log-format", "text", "log format: text or json")
 	logLevel := ef.String("log-level", "info", "log level: debug, info, warn or error")
@@ -228,8 +229,11 @@ Flags:
 			return 1
 		}
 	}
-	log.Info("shutting down: draining in-flight requests", "timeout", *shutdownTimeout)
+	log.Info("shutting down: draining in-flight requests", "drain_delay", *drainDelay, "timeout", *shutdownTimeout)
 	srv.SetState(httpapi.StateDraining, "shutting down")
+	if *drainDelay > 0 {
+		time.Sleep(*drainDelay)
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 	defer cancel()
 	code := 0

@@ -1,0 +1,636 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/httpapi"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+)
+
+func modelsDir(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("FW_MODELS_DIR")
+	if dir == "" {
+		dir = filepath.Join("..", "build", "models")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
+		if os.Getenv("FW_REQUIRE_MODELS") == "1" {
+			t.Fatalf("reference models missing in %s: run `make models`", dir)
+		}
+		t.Skipf("reference models missing in %s: run `make models`", dir)
+	}
+	return dir
+}
+
+type testServer struct {
+	url string
+	srv *httpapi.Server
+	m   *engine.Model
+}
+
+// startServer serves model on a real 127.0.0.1 socket, as fw serve does.
+func startServer(t testing.TB, model string, cfg httpapi.Config, bc batcher.Config) *testServer {
+	t.Helper()
+	m, err := engine.Load(context.Background(), model, engine.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	base, cancel := context.WithCancel(context.Background())
+	srv := httpapi.New(base, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg, reg)
+	b := batcher.New(m.Forward, bc, srv.Metrics())
+	srv.Swap(&httpapi.Instance{Model: m, Batcher: b})
+	srv.SetState(httpapi.StateReady, "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	max := cfg.MaxBodyBytes
+	if max == 0 {
+		max = httpapi.DefaultConfig().MaxBodyBytes
+	}
+	hs := &fasthttp.Server{Handler: srv.Handler, StreamRequestBody: true, DisablePreParseMultipartForm: true, MaxRequestBodySize: int(max)}
+	go hs.Serve(ln)
+	t.Cleanup(func() {
+		hs.Shutdown()
+		cancel()
+		if inst := srv.Current(); inst != nil {
+			inst.Batcher.Close(context.Background())
+			inst.Model.Close()
+		}
+	})
+	return &testServer{url: "http://" + ln.Addr().String(), srv: srv, m: m}
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) json(t testing.TB) map[string]any {
+	t.Helper()
+	var v map[string]any
+	if err := json.Unmarshal(r.body, &v); err != nil {
+		t.Fatalf("response is not JSON (%d): %s", r.status, r.body)
+	}
+	return v
+}
+
+// errCode checks the one error shape and returns its code.
+func (r reply) errCode(t testing.TB) string {
+	t.Helper()
+	v := r.json(t)
+	e, ok := v["error"].(map[string]any)
+	if !ok || len(v) != 1 {
+		t.Fatalf("not the error shape: %s", r.body)
+	}
+	code, _ := e["code"].(string)
+	msg, _ := e["message"].(string)
+	if code == "" || msg == "" {
+		t.Fatalf("error without code or message: %s", r.body)
+	}
+	return code
+}
+
+func do(t testing.TB, method, url, ctype string, body []byte, hdr ...string) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, b}
+}
+
+// testRows returns the model's test-vector rows as JSON arrays, and the
+// engine's own outputs for them.
+func testRows(t testing.TB, m *engine.Model) ([][]float64, engine.Tensor) {
+	t.Helper()
+	x, err := m.Meta.TestVector.Inputs[m.Inputs()[0].Name].Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := m.Run(context.Background(), []engine.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int(x.Shape[0])
+	per := x.Len() / n
+	rows := make([][]float64, n)
+	for r := range rows {
+		rows[r] = make([]float64, per)
+		for i := range rows[r] {
+			rows[r][i] = x.At(r*per + i)
+		}
+	}
+	return rows, out[0]
+}
+
+func predictBody(rows [][]float64) []byte {
+	b, _ := json.Marshal(map[string]any{"data": rows})
+	return b
+}
+
+func predictions(t testing.TB, r reply) [][]float64 {
+	t.Helper()
+	var v struct {
+		Predictions [][]float64 `json:"predictions"`
+		Labels      []string    `json:"labels"`
+	}
+	if err := json.Unmarshal(r.body, &v); err != nil || r.status != 200 {
+		t.Fatalf("predict: %d %s", r.status, r.body)
+	}
+	return v.Predictions
+}
+
+func TestPredictMatchesEngine(t *testing.T) {
+	dir := modelsDir(t)
+	for _, name := range []string{"digits_mlp.onnx", "digits_cnn.onnx"} {
+		t.Run(name, func(t *testing.T) {
+			ts := startServer(t, filepath.Join(dir, name), httpapi.Config{}, batcher.Config{})
+			rows, want := testRows(t, ts.m)
+			got := predictions(t, do(t, "POST", ts.url+"/predict", "application/json", predictBody(rows)))
+			if len(got) != len(rows) {
+				t.Fatalf("%d predictions for %d rows", len(got), len(rows))
+			}
+			per := want.Len() / len(rows)
+			for r := range got {
+				for i, v := range got[r] {
+					if float32(v) != float32(want.At(r*per+i)) {
+						t.Fatalf("row %d class %d: %v, engine %v", r, i, v, want.At(r*per+i))
+					}
+				}
+			}
+			var full map[string]any
+			json.Unmarshal(do(t, "POST", ts.url+"/predict", "application/json; charset=utf-8", predictBody(rows[:1])).body, &full)
+			if labels, _ := full["labels"].([]any); len(labels) != 1 {
+				t.Fatalf("labels missing: %v", full)
+			}
+			if model, _ := full["model"].(map[string]any); model["name"] != strings.Split(name, ".")[0] {
+				t.Fatalf("model missing: %v", full)
+			}
+		})
+	}
+}
+
+// Rows may be nested to the per-sample shape or flat; both give the same answer.
+func TestPredictNestedAndFlatRows(t *testing.T) {
+	ts := startServer(t, filepath.Join(modelsDir(t), "digits_cnn.onnx"), httpapi.Config{}, batcher.Config{})
+	rows, _ := testRows(t, ts.m)
+	nested := make([][][][]float64, len(rows))
+	for r, row := range rows {
+		img := make([][]float64, 8)
+		for y := range img {
+			img[y] = row[y*8 : y*8+8]
+		}
+		nested[r] = [][][]float64{img}
+	}
+	b, _ := json.Marshal(map[string]any{"data": nested})
+	a := predictions(t, do(t, "POST", ts.url+"/predict", "application/json", b))
+	f := predictions(t, do(t, "POST", ts.url+"/predict", "application/json", predictBody(rows)))
+	if fmt.Sprint(a) != fmt.Sprint(f) {
+		t.Fatalf("nested %v != flat %v", a, f)
+	}
+	// Named inputs work too.
+	b, _ = json.Marshal(map[string]any{"inputs": map[string]any{"input": rows}})
+	n := predictions(t, do(t, "POST", ts.url+"/predict", "application/json", b))
+	if fmt.Sprint(n) != fmt.Sprint(f) {
+		t.Fatalf("named %v != data %v", n, f)
+	}
+}
+
+func TestPredictInt64Model(t *testing.T) {
+	ts := startServer(t, filepath.Join(modelsDir(t), "textcls.onnx"), httpapi.Config{}, batcher.Config{})
+	rows, want := testRows(t, ts.m)
+	got := predictions(t, do(t, "POST", ts.url+"/predict", "application/json", predictBody(rows)))
+	if math.Abs(got[0][0]-want.At(0)) > 1e-5 {
+		t.Fatalf("textcls: %v vs %v", got[0][0], want.At(0))
+	}
+	r := do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data": [[1.5, 2]]}`))
+	if r.status != 422 || r.errCode(t) != "invalid_input" || !strings.Contains(string(r.body), "int64") {
+		t.Fatalf("fractional token: %d %s", r.status, r.body)
+	}
+}
+
+// Every error class gets its status and the one error shape.
+func TestErrorClasses(t *testing.T) {
+	dir := modelsDir(t)
+	ts := startServer(t, filepath.Join(dir, "digits_mlp.onnx"), httpapi.Config{MaxRows: 3, MaxBodyBytes: 64 << 10}, batcher.Config{})
+	row := strings.TrimSuffix(strings.Repeat("0.5,", 64), ",")
+	f := func(name string, r reply, status int, code string, msgPart string) {
+		t.Helper()
+		if r.status != status {
+			t.Errorf("%s: status %d, want %d (%s)", name, r.status, status, r.body)
+			return
+		}
+		if got := r.errCode(t); got != code {
+			t.Errorf("%s: code %q, want %q", name, got, code)
+		}
+		if !strings.Contains(string(r.body), msgPart) {
+			t.Errorf("%s: %s does not mention %q", name, r.body, msgPart)
+		}
+	}
+	f("bad json", do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data": [[1,2`)), 400, "invalid_json", "not valid JSON")
+	f("not an object", do(t, "POST", ts.url+"/predict", "application/json", []byte(`[1,2]`)), 400, "bad_request", `data`)
+	f("content type", do(t, "POST", ts.url+"/predict", "text/plain", []byte(`{}`)), 415, "unsupported_media_type", "application/json")
+	f("no data", do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"rows": []}`)), 422, "invalid_input", `missing \"data\"`)
+	f("shape", do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data": [[1,2,3]]}`)), 422, "invalid_input", "[N, 64]")
+	f("string", do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data": [[`+strings.Repeat("1,", 63)+`"a"]]}`)), 422, "invalid_input", "string where a number belongs")
+	f("ragged", do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data": [[`+row+`],[1,2]]}`)), 422, "invalid_input", "row 1")
+	f("empty", do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data": []}`)), 422, "invalid_input", "no rows")
+	f("unknown input", do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"inputs": {"input": [[`+row+`]], "extra": [[1]]}}`)), 422, "invalid_input", "extra")
+	f("rows", do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data": [[`+row+`],[`+row+`],[`+row+`],[`+row+`]]}`)), 413, "payload_too_large", "--max-rows")
+	big := []byte(`{"data": [[` + strings.Repeat("0.25,", 20000) + `0]]}`)
+	f("body", do(t, "POST", ts.url+"/predict", "application/json", big), 413, "payload_too_large", "--max-body-bytes")
+	f("route", do(t, "GET", ts.url+"/nope", "", nil), 404, "not_found", "/docs")
+	f("method", do(t, "GET", ts.url+"/predict", "", nil), 405, "method_not_allowed", "POST")
+	// The server keeps serving after all of that.
+	if r := do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data": [[`+row+`]]}`)); r.status != 200 {
+		t.Fatalf("after errors: %d %s", r.status, r.body)
+	}
+}
+
+func TestAPIKeys(t *testing.T) {
+	ts := startServer(t, filepath.Join(modelsDir(t), "digits_mlp.onnx"), httpapi.Config{APIKeys: []string{"s3cret", "other"}}, batcher.Config{})
+	body := []byte(`{"data": [[` + strings.TrimSuffix(strings.Repeat("0,", 64), ",") + `]]}`)
+	if r := do(t, "POST", ts.url+"/predict", "application/json", body); r.status != 401 || r.errCode(t) != "unauthorized" || r.header.Get("WWW-Authenticate") == "" {
+		t.Fatalf("no key: %d %s", r.status, r.body)
+	}
+	if r := do(t, "POST", ts.url+"/predict", "application/json", body, "Authorization", "Bearer wrong"); r.status != 401 {
+		t.Fatalf("wrong key: %d", r.status)
+	}
+	for _, k := range []string{"s3cret", "other"} {
+		if r := do(t, "POST", ts.url+"/predict", "application/json", body, "Authorization", "Bearer "+k); r.status != 200 {
+			t.Fatalf("key %s: %d %s", k, r.status, r.body)
+		}
+	}
+	for _, open := range []string{"/health", "/health/live", "/metrics", "/model"} {
+		if r := do(t, "GET", ts.url+open, "", nil); r.status != 200 {
+			t.Fatalf("%s should stay open: %d", open, r.status)
+		}
+	}
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	ts := startServer(t, filepath.Join(modelsDir(t), "digits_mlp.onnx"), httpapi.Config{}, batcher.Config{})
+	v := do(t, "GET", ts.url+"/health", "", nil).json(t)
+	if v["status"] != "ok" || v["device"] != "cpu" || v["model"].(map[string]any)["name"] != "digits_mlp" {
+		t.Fatalf("health: %v", v)
+	}
+	ts.srv.SetState(httpapi.StateDraining, "shutting down")
+	for _, p := range []string{"/health", "/health/ready"} {
+		r := do(t, "GET", ts.url+p, "", nil)
+		if r.status != 503 || r.errCode(t) != "not_ready" || r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), "shutting down") {
+			t.Fatalf("%s while draining: %d %s", p, r.status, r.body)
+		}
+	}
+	if r := do(t, "GET", ts.url+"/health/live", "", nil); r.status != 200 {
+		t.Fatalf("live while draining: %d", r.status)
+	}
+	// Predictions are still served while draining.
+	row := strings.TrimSuffix(strings.Repeat("0,", 64), ",")
+	if r := do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data":[[`+row+`]]}`)); r.status != 200 {
+		t.Fatalf("predict while draining: %d %s", r.status, r.body)
+	}
+	ts.srv.SetState(httpapi.StateBroken, "engine failed")
+	if r := do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data":[[`+row+`]]}`)); r.status != 503 || r.errCode(t) != "not_ready" {
+		t.Fatalf("predict while broken: %d %s", r.status, r.body)
+	}
+	ts.srv.SetState(httpapi.StateReady, "")
+	m := do(t, "GET", ts.url+"/model", "", nil).json(t)
+	if m["format"] != "onnx" || len(m["labels"].([]any)) != 10 || m["inputs"].([]any)[0].(map[string]any)["dtype"] != "float32" {
+		t.Fatalf("model: %v", m)
+	}
+}
+
+// Concurrent requests with mixed row counts each get exactly their own rows
+// back, equal to what the engine computes for them alone, and the batcher
+// really coalesced them (the batch-size histogram has batches above 1 row).
+func TestConcurrentRequestsCoalesceAndSplitExactly(t *testing.T) {
+	ts := startServer(t, filepath.Join(modelsDir(t), "digits_mlp.onnx"), httpapi.Config{}, batcher.Config{MaxBatchRows: 64, MaxDelay: 2 * time.Millisecond})
+	rows, _ := testRows(t, ts.m)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 48; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				n := 1 + (g+i)%5
+				mine := make([][]float64, n)
+				for r := range mine {
+					src := rows[(g+i+r)%len(rows)]
+					row := append([]float64(nil), src...)
+					row[0] = float64(g*100+i*10+r) / 10000 // make every row distinct
+					mine[r] = row
+				}
+				resp := do(t, "POST", ts.url+"/predict", "application/json", predictBody(mine))
+				var v struct{ Predictions [][]float64 }
+				if err := json.Unmarshal(resp.body, &v); err != nil || resp.status != 200 {
+					errs <- fmt.Errorf("status %d: %s", resp.status, resp.body)
+					return
+				}
+				x := engine.NewTensor(engine.Float32, []int64{int64(n), 64})
+				for r := range mine {
+					for c, val := range mine[r] {
+						x.Float32s()[r*64+c] = float32(val)
+					}
+				}
+				want, err := ts.m.Run(context.Background(), []engine.Tensor{x})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(v.Predictions) != n {
+					errs <- fmt.Errorf("%d rows sent, %d predictions", n, len(v.Predictions))
+					return
+				}
+				for r := range v.Predictions {
+					for c, val := range v.Predictions[r] {
+						if float32(val) != float32(want[0].At(r*10+c)) {
+							errs <- fmt.Errorf("request %d/%d row %d: got %v want %v", g, i, r, val, want[0].At(r*10+c))
+							return
+						}
+					}
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	metrics := string(do(t, "GET", ts.url+"/metrics", "", nil).body)
+	count := metricValue(t, metrics, `fw_batch_size_rows_count`)
+	le1 := metricValue(t, metrics, `fw_batch_size_rows_bucket{le="1"}`)
+	if count == 0 || count-le1 == 0 {
+		t.Fatalf("no batch above 1 row: %v batches, %v of 1 row", count, le1)
+	}
+	t.Logf("%v engine calls for 480 requests; %v of them single-row", count, le1)
+}
+
+func metricValue(t testing.TB, text, name string) float64 {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` ([0-9.e+]+)$`)
+	m := re.FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("metric %s not found", name)
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+func TestMetricsExposition(t *testing.T) {
+	ts := startServer(t, filepath.Join(modelsDir(t), "digits_mlp.onnx"), httpapi.Config{}, batcher.Config{})
+	do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data": [[1]]}`))
+	text := string(do(t, "GET", ts.url+"/metrics", "", nil).body)
+	for _, want := range []string{`fw_http_requests_total{code="422",endpoint="predict"} 1`, "fw_http_request_duration_seconds_bucket", "fw_queue_depth", "fw_inference_duration_seconds", "fw_rows_total", "go_goroutines", "process_resident_memory_bytes", "fw_batch_size_rows_bucket"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+func multipartBody(t testing.TB, files map[string][]byte) ([]byte, string) {
+	var buf bytes.Buffer
+	w := multipart.NewWriter(&buf)
+	for name, data := range files {
+		fw, err := w.CreateFormFile("file", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fw.Write(data)
+	}
+	w.Close()
+	return buf.Bytes(), w.FormDataContentType()
+}
+
+func TestPredictImage(t *testing.T) {
+	dir := modelsDir(t)
+	for _, model := range []string{"digits_cnn.onnx", "digits_mlp.onnx"} {
+		t.Run(model, func(t *testing.T) {
+			ts := startServer(t, filepath.Join(dir, model), httpapi.Config{MaxImagePixels: 1 << 20}, batcher.Config{})
+			samples, _ := filepath.Glob(filepath.Join(dir, "samples", "digit_*.png"))
+			if len(samples) < 10 {
+				t.Fatalf("expected 10 digit samples, found %d", len(samples))
+			}
+			files := map[string][]byte{}
+			for _, s := range samples[:3] {
+				b, _ := os.ReadFile(s)
+				files[filepath.Base(s)] = b
+			}
+			// Raw body, one image: the label is in the file name (digit_<label>_<i>.png).
+			for _, s := range samples {
+				b, _ := os.ReadFile(s)
+				r := do(t, "POST", ts.url+"/predict/image?top_k=3", "image/png", b)
+				var v struct {
+					Predictions []struct {
+						TopK []struct {
+							Label string
+							Index int
+							Score float64
+						} `json:"top_k"`
+					}
+				}
+				if err := json.Unmarshal(r.body, &v); err != nil || r.status != 200 || len(v.Predictions) != 1 || len(v.Predictions[0].TopK) != 3 {
+					t.Fatalf("%s: %d %s", s, r.status, r.body)
+				}
+				want := strings.Split(filepath.Base(s), "_")[1]
+				if got := v.Predictions[0].TopK[0].Label; got != want {
+					t.Errorf("%s predicted %s", s, got)
+				}
+			}
+			body, ct := multipartBody(t, files)
+			r := do(t, "POST", ts.url+"/predict/image?scores=true", ct, body)
+			var v struct{ Predictions []map[string]any }
+			if json.Unmarshal(r.body, &v); r.status != 200 || len(v.Predictions) != 3 || len(v.Predictions[0]["scores"].([]any)) != 10 {
+				t.Fatalf("multipart: %d %s", r.status, r.body)
+			}
+		})
+	}
+}
+
+func TestPredictImageErrors(t *testing.T) {
+	dir := modelsDir(t)
+	ts := startServer(t, filepath.Join(dir, "digits_cnn.onnx"), httpapi.Config{MaxImagePixels: 64 * 64}, batcher.Config{})
+	png, _ := os.ReadFile(filepath.Join(dir, "samples", "digit_3_2.png"))
+	f := func(name string, r reply, status int, code string) {
+		t.Helper()
+		if r.status != status || r.errCode(t) != code {
+			t.Errorf("%s: %d %s, want %d %s", name, r.status, r.body, status, code)
+		}
+	}
+	f("corrupt", do(t, "POST", ts.url+"/predict/image", "image/png", png[:len(png)/2]), 400, "bad_image")
+	f("garbage", do(t, "POST", ts.url+"/predict/image", "image/jpeg", []byte("hello")), 400, "bad_image")
+	f("content type", do(t, "POST", ts.url+"/predict/image", "application/pdf", png), 415, "unsupported_media_type")
+	f("top_k", do(t, "POST", ts.url+"/predict/image?top_k=0", "image/png", png), 400, "bad_request")
+	f("empty form", func() reply { b, ct := multipartBody(t, nil); return do(t, "POST", ts.url+"/predict/image", ct, b) }(), 400, "bad_request")
+	jpg, _ := os.ReadFile(filepath.Join(dir, "samples", "rgb_224.jpg"))
+	f("pixels", do(t, "POST", ts.url+"/predict/image", "image/jpeg", jpg), 413, "payload_too_large")
+	if r := do(t, "POST", ts.url+"/predict/image", "image/png", png); r.status != 200 {
+		t.Fatalf("after errors: %d %s", r.status, r.body)
+	}
+}
+
+func TestBatchEndpoint(t *testing.T) {
+	ts := startServer(t, filepath.Join(modelsDir(t), "digits_mlp.onnx"), httpapi.Config{}, batcher.Config{})
+	rows, want := testRows(t, ts.m)
+	items := []map[string]any{}
+	for i, row := range rows {
+		items = append(items, map[string]any{"id": fmt.Sprintf("r%d", i), "data": [][]float64{row}})
+	}
+	items = append(items, map[string]any{"id": "bad", "data": [][]float64{{1, 2}}})
+	items = append(items, map[string]any{"data": [][]float64{rows[0], rows[1]}})
+	b, _ := json.Marshal(map[string]any{"requests": items})
+	r := do(t, "POST", ts.url+"/predict/batch", "application/json", b)
+	var v struct {
+		Responses []struct {
+			ID          any
+			Predictions [][]float64
+			Error       *struct{ Code, Message string }
+		}
+	}
+	if err := json.Unmarshal(r.body, &v); err != nil || r.status != 200 || len(v.Responses) != len(items) {
+		t.Fatalf("batch: %d %s", r.status, r.body)
+	}
+	for i := range rows {
+		resp := v.Responses[i]
+		if resp.ID != fmt.Sprintf("r%d", i) || resp.Error != nil || float32(resp.Predictions[0][0]) != float32(want.At(i*10)) {
+			t.Fatalf("item %d: %+v", i, resp)
+		}
+	}
+	if bad := v.Responses[len(rows)]; bad.ID != "bad" || bad.Error == nil || bad.Error.Code != "invalid_input" {
+		t.Fatalf("bad item: %+v", bad)
+	}
+	if last := v.Responses[len(rows)+1]; last.ID != float64(len(rows)+1) || len(last.Predictions) != 2 {
+		t.Fatalf("item without id: %+v", last)
+	}
+	if r := do(t, "POST", ts.url+"/predict/batch", "application/json", []byte(`{"data": []}`)); r.status != 422 {
+		t.Fatalf("missing requests: %d", r.status)
+	}
+}
+
+// A long NDJSON stream goes through line by line, in order, with bad lines
+// answered individually.
+func TestBatchNDJSONStream(t *testing.T) {
+	ts := startServer(t, filepath.Join(modelsDir(t), "digits_mlp.onnx"), httpapi.Config{MaxBodyBytes: 4096}, batcher.Config{})
+	row := strings.TrimSuffix(strings.Repeat("0.5,", 64), ",")
+	const lines = 5000
+	pr, pw := io.Pipe()
+	go func() {
+		w := bufioWriter(pw)
+		for i := 0; i < lines; i++ {
+			switch {
+			case i == 17:
+				fmt.Fprintf(w, "{broken\n")
+			case i == 18:
+				fmt.Fprintf(w, "{\"id\": %d, \"data\": [[1,2]]}\n", i)
+			case i == 19:
+				fmt.Fprintf(w, "{\"id\": %d, \"pad\": %q}\n", i, strings.Repeat("x", 5000)) // longer than --max-body-bytes
+			default:
+				fmt.Fprintf(w, "{\"id\": %d, \"data\": [[%s]]}\n", i, row)
+			}
+		}
+		w.Flush()
+		pw.Close()
+	}()
+	req, _ := http.NewRequest("POST", ts.url+"/predict/batch", pr)
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {
+		t.Fatalf("status %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	dec := json.NewDecoder(resp.Body)
+	n := 0
+	for ; dec.More(); n++ {
+		var v map[string]any
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("line %d: %v", n, err)
+		}
+		_, isErr := v["error"]
+		switch n {
+		case 17, 18, 19:
+			if !isErr {
+				t.Errorf("line %d should be an error: %v", n, v)
+			}
+		default:
+			if isErr || v["id"] != float64(n) {
+				t.Fatalf("line %d: %v", n, v)
+			}
+		}
+	}
+	if n != lines {
+		t.Fatalf("%d responses for %d lines", n, lines)
+	}
+}
+
+// The queue bound answers 503 with Retry-After instead of growing latency;
+// the timeout answers 504.
+func TestOverloadAndTimeout(t *testing.T) {
+	dir := modelsDir(t)
+	ts := startServer(t, filepath.Join(dir, "resnet18.onnx"), httpapi.Config{Timeout: 50 * time.Millisecond}, batcher.Config{MaxQueue: 1, MaxBatchRows: 1, MaxDelay: 0})
+	jpg, _ := os.ReadFile(filepath.Join(dir, "samples", "rgb_224.jpg"))
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for i := 0; i < 12; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := do(t, "POST", ts.url+"/predict/image", "image/jpeg", jpg)
+			if r.status != 200 {
+				c := r.errCode(t)
+				if (r.status == 503 && c != "overloaded") || (r.status == 504 && c != "timeout") {
+					t.Errorf("%d with code %s", r.status, c)
+				}
+				if r.status == 503 && r.header.Get("Retry-After") == "" {
+					t.Error("503 without Retry-After")
+				}
+			}
+			mu.Lock()
+			codes[r.status]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if codes[503] == 0 || codes[504] == 0 {
+		t.Fatalf("expected both 503 and 504 among %v", codes)
+	}
+}
