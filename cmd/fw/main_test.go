@@ -278,6 +278,12 @@ func (l *load) finish() []string {
 func TestServeGracefulShutdownUnderLoad(t *testing.T) {
 	dir := modelsDir(t)
 	p := startServe(t, "--model", filepath.Join(dir, "digits_mlp.onnx"), "--drain-delay", "300ms")
+	var hout bytes.Buffer
+	hc := fwCmd("health", p.url)
+	hc.Stdout = &hout
+	if err := hc.Run(); err != nil || !strings.Contains(hout.String(), `"status":"ok"`) {
+		t.Fatalf("fw health on a ready server: %v %s", err, hout.String())
+	}
 	l := startLoad(p.url, 8)
 	for l.ok.Load() < 200 {
 		time.Sleep(10 * time.Millisecond)
@@ -299,6 +305,9 @@ func TestServeGracefulShutdownUnderLoad(t *testing.T) {
 	}
 	if len(failures) > 0 {
 		t.Fatalf("%d requests failed during shutdown, first: %s", len(failures), failures[0])
+	}
+	if err := fwCmd("health", p.url).Run(); err == nil {
+		t.Error("fw health on a stopped server should fail")
 	}
 	if l.refused.Load() == 0 {
 		t.Fatalf("expected the listener to close (no refused connection seen)")
@@ -395,4 +404,3 @@ func copyFile(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
-
