@@ -538,8 +538,8 @@ func TestCloseDrains(t *testing.T) {
 	b := New(g.wrap(affine), Config{MaxDelay: 0, Instances: 2}, nil)
 
 	first := submitAsync(context.Background(), b, rowsTensor(0, 1, 4))
-	second := submitAsync(context.Background(), b, rowsTensor(1, 2, 4))
 	<-g.started
+	second := submitAsync(context.Background(), b, rowsTensor(1, 2, 4))
 	<-g.started // both workers busy
 	chans := queueInOrder(t, b, []engine.Tensor{rowsTensor(2, 3, 4)}, []engine.Tensor{rowsTensor(3, 1, 4)})
 	closed := make(chan error, 1)
