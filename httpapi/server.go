@@ -47,6 +47,8 @@ type Config struct {
 	// BatchConcurrency bounds how many items of one /predict/batch request
 	// are in flight at once.
 	BatchConcurrency int
+	// Version is the fw version reported by GET /v2.
+	Version string
 }
 
 // DefaultConfig returns the defaults the fw serve flags document.
@@ -70,6 +72,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BatchConcurrency <= 0 {
 		c.BatchConcurrency = d.BatchConcurrency
+	}
+	if c.Version == "" {
+		c.Version = "dev"
 	}
 	return c
 }

@@ -1,9 +1,256 @@
 package httpapi
 
-import "github.com/valyala/fasthttp"
+// The Open Inference Protocol (KServe V2 REST, as Triton and MLServer speak
+// it) under /v2, with Triton's binary tensor data extension. See
+// https://kserve.github.io/website/latest/modelserving/data_plane/v2_protocol/
+// and triton-inference-server/server docs/protocol/extension_binary_data.md.
+//
+// Errors keep fw's code and details but put the message where V2 clients
+// look for it: {"error": "<message>", "code": "...", "details": {...}}.
+// tritonclient builds its exception from the value of "error" and
+// concatenates it with a string, so an object there would break it.
 
-// routeV2 serves the Open Inference Protocol (placeholder until it lands).
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/fw-serve/fw/engine"
+	"github.com/valyala/fasthttp"
+)
+
+// v2Extensions are the protocol extensions GET /v2 advertises.
+var v2Extensions = []string{"binary_tensor_data"}
+
+
+// routeV2 serves every path under /v2 and returns the metrics label.
 func (s *Server) routeV2(ctx *fasthttp.RequestCtx) string {
-	writeError(ctx, newError(404, CodeNotFound, "V2 is not built yet", nil))
+	ep := s.serveV2(ctx)
+	if ctx.Response.StatusCode() >= 400 {
+		v2ErrorBody(ctx)
+	}
+	return ep
+}
+
+func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
+	path := string(ctx.Path())
+	rest, ok := strings.CutPrefix(path, "/v2")
+	if !ok || (rest != "" && rest[0] != '/') {
+		v2NoRoute(ctx)
+		return "v2"
+	}
+	rest = strings.TrimSuffix(rest, "/")
+	switch rest {
+	case "":
+		if s.allow(ctx, "GET") && s.authorized(ctx) {
+			writeJSON(ctx, 200, map[string]any{"name": "fw", "version": s.cfg.Version, "extensions": v2Extensions})
+		}
+		return "v2"
+	case "/health/live":
+		if s.allow(ctx, "GET", "HEAD") {
+			writeJSON(ctx, 200, map[string]any{"live": true})
+		}
+		return "v2"
+	case "/health/ready":
+		if s.allow(ctx, "GET", "HEAD") && s.v2Ready(ctx) {
+			writeJSON(ctx, 200, map[string]any{"ready": true})
+		}
+		return "v2"
+	}
+	tail, ok := strings.CutPrefix(rest, "/models/")
+	if !ok {
+		v2NoRoute(ctx)
+		return "v2"
+	}
+	// {name}[/versions/{v}][/ready|/infer]
+	parts := strings.Split(tail, "/")
+	name, version, action := parts[0], "", ""
+	parts = parts[1:]
+	if len(parts) >= 2 && parts[0] == "versions" {
+		version, parts = parts[1], parts[2:]
+	}
+	switch len(parts) {
+	case 0:
+	case 1:
+		action = parts[0]
+	default:
+		v2NoRoute(ctx)
+		return "v2"
+	}
+	if name == "" {
+		v2NoRoute(ctx)
+		return "v2"
+	}
+	switch action {
+	case "":
+		if s.allow(ctx, "GET") && s.authorized(ctx) {
+			if inst := s.v2Model(ctx, name, version); inst != nil {
+				s.v2ModelMetadata(ctx, inst.Model)
+			}
+		}
+		return "v2"
+	case "ready":
+		if s.allow(ctx, "GET", "HEAD") && s.authorized(ctx) {
+			if inst := s.v2Model(ctx, name, version); inst != nil && s.v2Ready(ctx) {
+				writeJSON(ctx, 200, map[string]any{"name": inst.Model.Name(), "ready": true})
+			}
+		}
+		return "v2"
+	case "infer":
+		if s.allow(ctx, "POST") && s.authorized(ctx) {
+			s.v2Infer(ctx, name, version)
+		}
+		return "v2_infer"
+	}
+	v2NoRoute(ctx)
 	return "v2"
+}
+
+// v2Ready answers readiness: false (with 503 written) unless a model is
+// loaded and the server is ready; draining turns it false before the
+// listener closes, while inference is still served.
+func (s *Server) v2Ready(ctx *fasthttp.RequestCtx) bool {
+	st, reason := s.State()
+	if st == StateReady && s.Current() != nil {
+		return true
+	}
+	e := newError(503, CodeNotReady, "the server is not ready: "+reason, map[string]any{"status": st.String()})
+	e.RetryAfter = 1
+	writeError(ctx, e)
+	return false
+}
+
+func v2NoRoute(ctx *fasthttp.RequestCtx) {
+	writeError(ctx, newError(404, CodeNotFound, fmt.Sprintf("no route %s %s; the V2 routes are GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}[/versions/{v}][/ready] and POST /v2/models/{name}[/versions/{v}]/infer", ctx.Method(), ctx.Path()), nil))
+}
+
+// v2Model returns the loaded instance when name (and version, if given) name
+// its model; else it writes 404 (or 503 before a model is loaded).
+func (s *Server) v2Model(ctx *fasthttp.RequestCtx, name, version string) *Instance {
+	inst := s.Current()
+	if inst == nil {
+		st, reason := s.State()
+		e := newError(503, CodeNotReady, "no model is loaded yet: "+reason, map[string]any{"status": st.String()})
+		e.RetryAfter = 1
+		writeError(ctx, e)
+		return nil
+	}
+	m := inst.Model
+	if name != m.Name() {
+		writeError(ctx, newError(404, CodeNotFound,
+			fmt.Sprintf("model %q is not served here; this server serves model %q (version %q)", name, m.Name(), m.Version()),
+			map[string]any{"model": m.Name(), "version": m.Version()}))
+		return nil
+	}
+	if version != "" && version != m.Version() {
+		writeError(ctx, newError(404, CodeNotFound,
+			fmt.Sprintf("version %q of model %q is not served here; this server serves version %q", version, name, m.Version()),
+			map[string]any{"model": m.Name(), "version": m.Version()}))
+		return nil
+	}
+	return inst
+}
+
+// v2Platform is the Triton platform name of a model format.
+func v2Platform(f engine.Format) string {
+	if f == engine.FormatONNX {
+		return "onnxruntime_onnx"
+	}
+	return "pytorch_libtorch"
+}
+
+// V2 datatype names of fw's dtypes.
+var v2DTypeNames = map[engine.DType]string{
+	engine.Float32: "FP32", engine.Float64: "FP64", engine.Float16: "FP16",
+	engine.Int64: "INT64", engine.Int32: "INT32", engine.Int8: "INT8", engine.Uint8: "UINT8", engine.Bool: "BOOL",
+}
+
+func v2DTypeName(d engine.DType) string {
+	if s, ok := v2DTypeNames[d]; ok {
+		return s
+	}
+	return "UNKNOWN"
+}
+
+// v2ParseDType maps a V2 datatype name to fw's dtype (Invalid if fw has none).
+func v2ParseDType(s []byte) engine.DType {
+	switch string(s) {
+	case "FP32":
+		return engine.Float32
+	case "FP64":
+		return engine.Float64
+	case "FP16":
+		return engine.Float16
+	case "INT64":
+		return engine.Int64
+	case "INT32":
+		return engine.Int32
+	case "INT8":
+		return engine.Int8
+	case "UINT8":
+		return engine.Uint8
+	case "BOOL":
+		return engine.Bool
+	}
+	return engine.Invalid
+}
+
+type v2TensorMeta struct {
+	Name     string  `json:"name"`
+	Datatype string  `json:"datatype"`
+	Shape    []int64 `json:"shape"`
+}
+
+func v2TensorMetas(specs []engine.TensorSpec) []v2TensorMeta {
+	out := make([]v2TensorMeta, len(specs))
+	for i, sp := range specs {
+		shape := sp.Shape
+		if shape == nil {
+			shape = []int64{}
+		}
+		out[i] = v2TensorMeta{Name: sp.Name, Datatype: v2DTypeName(sp.DType), Shape: shape}
+	}
+	return out
+}
+
+func (s *Server) v2ModelMetadata(ctx *fasthttp.RequestCtx, m *engine.Model) {
+	writeJSON(ctx, 200, map[string]any{
+		"name":     m.Name(),
+		"versions": []string{m.Version()},
+		"platform": v2Platform(m.Format),
+		"inputs":   v2TensorMetas(m.Inputs()),
+		"outputs":  v2TensorMetas(m.Outputs()),
+	})
+}
+
+// v2ErrorBody rewrites fw's error shape {"error": {"code", "message",
+// "details"}} already in the response into V2's, where "error" is the
+// message string: {"error": message, "code": code, "details": details}.
+func v2ErrorBody(ctx *fasthttp.RequestCtx) {
+	body := ctx.Response.Body()
+	if !bytes.HasPrefix(body, []byte(`{"error":{`)) {
+		return
+	}
+	var in struct {
+		Error struct {
+			Code    string          `json:"code"`
+			Message string          `json:"message"`
+			Details json.RawMessage `json:"details,omitempty"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		return
+	}
+	out, err := json.Marshal(struct {
+		Error   string          `json:"error"`
+		Code    string          `json:"code"`
+		Details json.RawMessage `json:"details,omitempty"`
+	}{in.Error.Message, in.Error.Code, in.Error.Details})
+	if err != nil {
+		return
+	}
+	ctx.Response.Header.Del("Inference-Header-Content-Length")
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetBody(out)
 }

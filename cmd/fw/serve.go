@@ -186,7 +186,7 @@ Flags:
 	reg := prometheus.NewRegistry()
 	srv := httpapi.New(base, httpapi.Config{
 		MaxBodyBytes: *maxBody, MaxRows: *maxRows, MaxImagePixels: *maxPixels, Timeout: *timeout,
-		APIKeys: keys, AccessLog: *accessLog,
+		APIKeys: keys, AccessLog: *accessLog, Version: version,
 	}, log, reg, reg)
 	hs := &fasthttp.Server{
 		Handler:                      srv.Handler,

@@ -1,0 +1,204 @@
+"""The Open Inference Protocol (KServe V2) of ``fw serve``, driven by Triton's own HTTP client.
+
+Starts the real ``fw`` binary (FW_BIN, default <repo>/bin/fw: ``go build -o bin/fw ./cmd/fw``)
+on the reference models (FW_MODELS_DIR, default <repo>/build/models: ``make models``) and
+checks tritonclient.http against the test vectors embedded in the model files.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fw import metadata
+
+httpclient = pytest.importorskip("tritonclient.http", reason="tritonclient[http] is not installed")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
+MODELS = Path(os.environ.get("FW_MODELS_DIR") or REPO / "build" / "models")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FwServer:
+    """One ``fw serve`` subprocess on a free port."""
+
+    def __init__(self, model: Path) -> None:
+        self.port = _free_port()
+        self.url = f"127.0.0.1:{self.port}"
+        self._log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [str(FW_BIN), "serve", "--model", str(model), "--port", str(self.port), "--host", "127.0.0.1"],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def log(self) -> str:
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"fw serve exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(f"http://{self.url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.1)
+        self.proc.kill()
+        pytest.fail(f"fw serve was not healthy within {timeout}s:\n{self.log()}")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                pytest.fail(f"fw serve did not stop within {timeout}s of SIGTERM:\n{self.log()}")
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="module")
+def fw_serve() -> Iterator[Callable[[str], FwServer]]:
+    """Factory: ``fw_serve("digits_mlp.onnx")`` starts (once per module) and returns a ready server.
+
+    At the end every server gets SIGTERM and must exit 0.
+    """
+    if not FW_BIN.is_file():
+        pytest.skip(f"fw binary missing at {FW_BIN}: run `go build -o bin/fw ./cmd/fw` or set FW_BIN")
+    if not (MODELS / "manifest.json").is_file():
+        pytest.skip(f"reference models missing in {MODELS}: run `make models` or set FW_MODELS_DIR")
+    servers: dict[str, FwServer] = {}
+
+    def start(model_file: str) -> FwServer:
+        if model_file not in servers:
+            srv = FwServer(MODELS / model_file)
+            servers[model_file] = srv
+            srv.wait_ready()
+        return servers[model_file]
+
+    yield start
+    failures = []
+    for name, srv in servers.items():
+        code = srv.stop()
+        if code != 0:
+            failures.append(f"{name}: exit code {code}\n{srv.log()}")
+    assert not failures, "fw serve did not exit cleanly on SIGTERM:\n" + "\n".join(failures)
+
+
+def _test_vector(model_file: str) -> tuple[dict, dict, float, float]:
+    tv = metadata.read(MODELS / model_file)["test_vector"]
+    ins = {k: metadata.decode_tensor(v) for k, v in tv["inputs"].items()}
+    outs = {k: metadata.decode_tensor(v) for k, v in tv["outputs"].items()}
+    return ins, outs, tv["atol"], tv["rtol"]
+
+
+@pytest.fixture(scope="module")
+def digits(fw_serve) -> Iterator[tuple[FwServer, httpclient.InferenceServerClient]]:
+    srv = fw_serve("digits_mlp.onnx")
+    client = httpclient.InferenceServerClient(url=srv.url)
+    yield srv, client
+    client.close()
+
+
+def test_health_and_metadata(digits) -> None:
+    _, client = digits
+    assert client.is_server_live()
+    assert client.is_server_ready()
+    assert client.is_model_ready("digits_mlp")
+    assert client.is_model_ready("digits_mlp", model_version="1")
+    assert not client.is_model_ready("no_such_model")
+    server = client.get_server_metadata()
+    assert server["name"] == "fw"
+    assert "binary_tensor_data" in server["extensions"]
+    md = client.get_model_metadata("digits_mlp")
+    assert md["name"] == "digits_mlp"
+    assert md["versions"] == ["1"]
+    assert md["platform"] == "onnxruntime_onnx"
+    assert md["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 64]}]
+    assert md["outputs"] == [{"name": "logits", "datatype": "FP32", "shape": [-1, 10]}]
+
+
+@pytest.mark.parametrize("binary_in", [True, False], ids=["bin-in", "json-in"])
+@pytest.mark.parametrize("binary_out", [True, False, None], ids=["bin-out", "json-out", "default-out"])
+def test_infer_digits(digits, binary_in: bool, binary_out: bool | None) -> None:
+    _, client = digits
+    ins, outs, atol, rtol = _test_vector("digits_mlp.onnx")
+    x = ins["input"]
+    inp = httpclient.InferInput("input", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=binary_in)
+    requested = (
+        None if binary_out is None else [httpclient.InferRequestedOutput("logits", binary_data=binary_out)]
+    )
+    result = client.infer("digits_mlp", [inp], outputs=requested, request_id="r-1")
+    got = result.as_numpy("logits")
+    assert got is not None and got.dtype == np.float32
+    np.testing.assert_allclose(got, outs["logits"], atol=atol, rtol=rtol)
+    resp = result.get_response()
+    assert resp["model_name"] == "digits_mlp"
+    assert resp["id"] == "r-1"
+    # tritonclient asks for binary outputs when it requests none.
+    binary = binary_out is not False
+    assert ("binary_data_size" in resp["outputs"][0].get("parameters", {})) == binary
+
+
+@pytest.mark.parametrize("binary_in", [True, False], ids=["bin-in", "json-in"])
+def test_infer_textcls_int64(fw_serve, binary_in: bool) -> None:
+    srv = fw_serve("textcls.onnx")
+    ins, outs, atol, rtol = _test_vector("textcls.onnx")
+    x = ins["tokens"]
+    assert x.dtype == np.int64
+    with httpclient.InferenceServerClient(url=srv.url) as client:
+        md = client.get_model_metadata("textcls")
+        assert md["inputs"][0]["datatype"] == "INT64"
+        inp = httpclient.InferInput("tokens", list(x.shape), "INT64")
+        inp.set_data_from_numpy(x, binary_data=binary_in)
+        result = client.infer(
+            "textcls", [inp], outputs=[httpclient.InferRequestedOutput("logits", binary_data=not binary_in)]
+        )
+        np.testing.assert_allclose(result.as_numpy("logits"), outs["logits"], atol=atol, rtol=rtol)
+
+
+def test_wrong_datatype_is_a_readable_error(digits) -> None:
+    _, client = digits
+    ins, _, _, _ = _test_vector("digits_mlp.onnx")
+    x = ins["input"].astype(np.float64)
+    inp = httpclient.InferInput("input", list(x.shape), "FP64")
+    inp.set_data_from_numpy(x)
+    with pytest.raises(InferenceServerException) as exc:
+        client.infer("digits_mlp", [inp])
+    assert exc.value.status() == "422"
+    text = str(exc.value)
+    assert "FP64" in text and "FP32" in text, text
+    assert "input" in exc.value.message()
+
+
+def test_unknown_model_names_the_served_one(digits) -> None:
+    _, client = digits
+    with pytest.raises(InferenceServerException) as exc:
+        client.get_model_metadata("resnet50")
+    assert exc.value.status() == "404"
+    assert "digits_mlp" in str(exc.value)
