@@ -48,8 +48,12 @@ type Config struct {
 	// alone.
 	MaxBatchRows int
 	// MaxDelay is how long the first request of a batch may wait for more
-	// work before its batch runs anyway. 0 (or negative) never waits: a free
-	// worker runs whatever is queued at that moment. DefaultConfig uses 1ms.
+	// work before its batch runs anyway, while another engine call is
+	// running. When no engine call is running a batch starts at once:
+	// waiting then only adds latency, and under load batches fill by
+	// themselves with the requests that arrive during the running call.
+	// 0 (or negative) never waits: a free worker runs whatever is queued at
+	// that moment. DefaultConfig uses 1ms.
 	MaxDelay time.Duration
 	// Instances is the number of concurrent engine workers (default 1).
 	// While some run, one other gathers the next batch.
@@ -157,8 +161,9 @@ type Batcher struct {
 	gatherMu sync.Mutex
 	timer    *time.Timer
 
-	live atomic.Int32  // workers still running
-	done chan struct{} // closed when the last worker exits
+	running atomic.Int32  // engine calls in flight
+	live    atomic.Int32  // workers still running
+	done    chan struct{} // closed when the last worker exits
 
 	reqs sync.Pool // *request
 }
@@ -379,7 +384,9 @@ func (b *Batcher) Close(ctx context.Context) error {
 }
 
 // work is one engine worker: gather a batch, run it, repeat until closed and
-// drained.
+// drained. While a batch runs, the running count is raised; when the last
+// running call ends, a gatherer waiting out MaxDelay is woken, because an
+// idle engine should not wait.
 func (b *Batcher) work() {
 	defer func() {
 		if b.live.Add(-1) == 0 {
@@ -389,7 +396,11 @@ func (b *Batcher) work() {
 	}()
 	w := &worker{}
 	for b.gather(w) {
+		b.running.Add(1)
 		b.runBatch(w)
+		if b.running.Add(-1) == 0 {
+			b.wake()
+		}
 		clear(w.batch)
 		w.batch = w.batch[:0]
 	}
@@ -435,7 +446,7 @@ func (b *Batcher) pickLocked() (*group, time.Duration) {
 	if len(b.active) == 0 {
 		return nil, 0
 	}
-	immediate := b.closed || b.cfg.MaxDelay <= 0
+	immediate := b.closed || b.cfg.MaxDelay <= 0 || b.running.Load() == 0
 	var now time.Time
 	if !immediate {
 		now = time.Now()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -271,15 +272,38 @@ func TestCoalescing(t *testing.T) {
 	}
 }
 
-func TestFullBatchDoesNotWaitForDelay(t *testing.T) {
+// blockFirst returns a RunFunc whose first n calls wait for release (keeping
+// every engine slot busy) and whose later calls run next at once; started
+// receives one value per blocked call.
+func blockFirst(n int32, next RunFunc) (RunFunc, chan struct{}, chan struct{}) {
+	started, release := make(chan struct{}, n), make(chan struct{})
+	var calls atomic.Int32
+	return func(ctx context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
+		if calls.Add(1) <= n {
+			started <- struct{}{}
+			<-release
+		}
+		return next(ctx, in)
+	}, started, release
+}
+
+// Requests that queue while every engine slot is busy form one batch.
+func TestQueuedRequestsFormOneBatchWhileBusy(t *testing.T) {
 	stats := &recorder{}
-	// MaxDelay is far beyond the test timeout: only a full batch can run.
-	b := New(affine, Config{MaxBatchRows: 4, MaxDelay: time.Hour}, stats)
+	run, started, release := blockFirst(2, affine)
+	b := New(run, Config{MaxBatchRows: 4, MaxDelay: time.Hour, Instances: 2}, stats)
 	defer closeOK(t, b)
-	var chans []<-chan result
+	// Full batches start at once even while the other worker is busy.
+	busy := []<-chan result{submitAsync(context.Background(), b, rowsTensor(98, 4, 4))}
+	<-started
+	busy = append(busy, submitAsync(context.Background(), b, rowsTensor(99, 4, 4)))
+	<-started
+	var ins [][]engine.Tensor
 	for id := 0; id < 4; id++ {
-		chans = append(chans, submitAsync(context.Background(), b, rowsTensor(id, 1, 4)))
+		ins = append(ins, []engine.Tensor{rowsTensor(id, 1, 4)})
 	}
+	chans := queueInOrder(t, b, ins...)
+	close(release)
 	for id, ch := range chans {
 		r := <-ch
 		if r.err != nil {
@@ -289,21 +313,64 @@ func TestFullBatchDoesNotWaitForDelay(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if got := stats.all(); len(got) != 1 || got[0].rows != 4 || got[0].requests != 4 {
-		t.Fatalf("batches %+v, want one of 4 rows", got)
+	for _, ch := range busy {
+		if r := <-ch; r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	found := false
+	for _, got := range stats.all() {
+		found = found || (got.rows == 4 && got.requests == 4)
+	}
+	if len(stats.all()) != 3 {
+		t.Fatalf("batches %+v, want 3 engine calls", stats.all())
+	}
+	if !found {
+		t.Fatalf("batches %+v, want one of 4 rows from 4 requests", stats.all())
 	}
 }
 
+// With no engine call running, a batch starts at once whatever MaxDelay says.
+func TestIdleEngineDoesNotWait(t *testing.T) {
+	stats := &recorder{}
+	b := New(affine, Config{MaxBatchRows: 64, MaxDelay: time.Hour}, stats)
+	defer closeOK(t, b)
+	for i := 0; i < 3; i++ {
+		out, err := b.Submit(context.Background(), []engine.Tensor{rowsTensor(i, 2, 4)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkAffine(i, 2, 4, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := stats.all(); len(got) != 3 {
+		t.Fatalf("batches %+v, want 3 calls", got)
+	}
+}
+
+// Close runs what is queued without waiting out MaxDelay.
 func TestCloseRunsQueuedWithoutWaitingForDelay(t *testing.T) {
-	b := New(affine, Config{MaxBatchRows: 64, MaxDelay: time.Hour}, nil)
+	run, started, release := blockFirst(1, affine)
+	b := New(run, Config{MaxBatchRows: 64, MaxDelay: time.Hour, Instances: 1}, nil)
+	busy := submitAsync(context.Background(), b, rowsTensor(99, 1, 4))
+	<-started
 	ch := queueInOrder(t, b, []engine.Tensor{rowsTensor(7, 2, 4)})[0]
-	closeOK(t, b)
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close(context.Background()) }()
+	close(release)
 	r := <-ch
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
 	if err := checkAffine(7, 2, 4, r.out); err != nil {
 		t.Error(err)
+	}
+	if r := <-busy; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
 	}
 }
 

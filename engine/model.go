@@ -43,6 +43,10 @@ type Options struct {
 	// AllowNonFinite lets NaN and Inf through to the model instead of
 	// refusing the input.
 	AllowNonFinite bool
+	// Spin lets ONNX Runtime's intra-op threads busy-wait between calls.
+	// Off by default: on a server whose CPUs also run the HTTP front end,
+	// spinning threads take cycles from it.
+	Spin bool
 }
 
 func (o Options) threads() int {

@@ -106,6 +106,15 @@ func newORTBackend(path string, opts Options) (Backend, *Metadata, error) {
 	if err := so.SetGraphOptimizationLevel(level); err != nil {
 		return fail(CodeEngine, "set graph optimisation level", err, "")
 	}
+	spin := "0"
+	if opts.Spin {
+		spin = "1"
+	}
+	for _, key := range []string{"session.intra_op.allow_spinning", "session.inter_op.allow_spinning"} {
+		if err := so.AddSessionConfigEntry(key, spin); err != nil {
+			return fail(CodeEngine, "set "+key, err, "")
+		}
+	}
 	if cuda, id, _ := opts.deviceIndex(); cuda {
 		cudaOpts, err := ort.NewCUDAProviderOptions()
 		if err == nil {

@@ -121,6 +121,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	graphOpt := ef.String("graph-optimization", "all", "ONNX Runtime graph optimisation: disable, basic, extended or all")
 	allowNonFinite := ef.Bool("allow-nonfinite", false, "pass NaN and Inf inputs to the model instead of refusing them with 422")
 	noWarmup := ef.Bool("no-warmup", false, "skip the warm-up batches (the embedded test vector still runs)")
+	spin := ef.Bool("engine-spin", false, "let ONNX Runtime's threads busy-wait between calls (lower latency when the engine has CPUs to itself; off: they leave the CPUs to the HTTP front end)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: fw serve --model PATH [flags]
 
@@ -207,7 +208,7 @@ Flags:
 	host2 := modelhost.New(modelhost.Config{
 		Path: *model,
 		Engine: engine.Options{Device: engine.Device(*device), Threads: perCall, GraphOptimization: *graphOpt,
-			AllowNonFinite: *allowNonFinite},
+			AllowNonFinite: *allowNonFinite, Spin: *spin},
 		Batcher:    batcher.Config{MaxBatchRows: *maxBatch, MaxDelay: *maxDelay, Instances: *instances, MaxQueue: *maxQueue},
 		SkipWarmup: *noWarmup,
 	}, srv, log)
