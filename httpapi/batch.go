@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,7 +31,7 @@ func (s *Server) handleBatch(ctx *fasthttp.RequestCtx) {
 	if mt != "application/json" && mt != "application/x-ndjson" && mt != "application/jsonl" {
 		writeError(ctx, newError(415, CodeUnsupportedMedia,
 			fmt.Sprintf(`Content-Type %q is not accepted; send application/json {"requests": [...]} or application/x-ndjson (one request per line)`, mt),
-			map[string]any{"accepted": []string{"application/json", "application/x-ndjson"}}))
+			map[string]any{"accepted": []string{"application/json", "application/x-ndjson", "application/jsonl"}}))
 		return
 	}
 	inst := s.ready(ctx)
@@ -141,6 +142,12 @@ func appendItemError(b []byte, id []byte, e *APIError) []byte {
 	b = appendJSONString(b, e.Message)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(e.Status), 10)
+	if e.Details != nil {
+		if d, err := json.Marshal(e.Details); err == nil {
+			b = append(b, `,"details":`...)
+			b = append(b, d...)
+		}
+	}
 	return append(b, "}}"...)
 }
 

@@ -75,7 +75,9 @@ func (s *Server) handleModel(ctx *fasthttp.RequestCtx) {
 	inst := s.Current()
 	if inst == nil {
 		st, reason := s.State()
-		writeError(ctx, newError(503, CodeNotReady, "no model is loaded yet: "+reason, map[string]any{"status": st.String()}))
+		e := newError(503, CodeNotReady, "no model is loaded yet: "+reason, map[string]any{"status": st.String()})
+		e.RetryAfter = 1
+		writeError(ctx, e)
 		return
 	}
 	m := inst.Model

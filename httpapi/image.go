@@ -23,16 +23,16 @@ const maxImagesPerRequest = 256
 // handleImage serves POST /predict/image: one or more images as multipart
 // form files (field "file"), or one image as a raw image/* body.
 func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
-	inst := s.ready(ctx)
-	if inst == nil {
-		return
-	}
 	mt := mediaType(ctx)
 	accepted := append([]string{"multipart/form-data"}, imageprep.ContentTypes()...)
 	if mt != "multipart/form-data" && !contains(imageprep.ContentTypes(), mt) {
 		writeError(ctx, newError(415, CodeUnsupportedMedia,
 			fmt.Sprintf("Content-Type %q is not accepted; send multipart/form-data with field \"file\", or a raw body of one of %s", mt, strings.Join(imageprep.ContentTypes(), ", ")),
 			map[string]any{"accepted": accepted}))
+		return
+	}
+	inst := s.ready(ctx)
+	if inst == nil {
 		return
 	}
 	q := ctx.QueryArgs()
@@ -75,7 +75,7 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 	if m.Meta != nil && m.Meta.Preprocessing != nil && m.Meta.Preprocessing.Image != nil {
 		recipe = *m.Meta.Preprocessing.Image
 	} else if opts.Height == 0 || opts.Width == 0 || opts.Channels == 0 {
-		writeError(ctx, newError(422, CodeInvalidInput, "this model's file has no image preprocessing recipe; pass height, width and channels as query parameters (and scale, if not 1/255)", nil))
+		writeError(ctx, newError(422, CodeInvalidInput, "this model's file has no image preprocessing recipe; pass height, width and channels as query parameters (pixels are then scaled to 0..1), or re-export the model with fw.export and preprocessing=...", nil))
 		return
 	}
 	x, err := imageprep.Batch(images, recipe, opts, imageprep.Limits{MaxPixels: s.cfg.MaxImagePixels, MaxBytes: s.cfg.MaxBodyBytes})

@@ -145,6 +145,16 @@ func (w *writer) walk(v *fastjson.Value, shape []int64, depth int, name string, 
 }
 
 func (w *writer) put(v *fastjson.Value, name string, row int) *APIError {
+	if w.t.DType == engine.Bool && (v.Type() == fastjson.TypeTrue || v.Type() == fastjson.TypeFalse) {
+		if i := w.n; i < w.t.Len() {
+			w.t.Data[i] = 0
+			if v.Type() == fastjson.TypeTrue {
+				w.t.Data[i] = 1
+			}
+		}
+		w.n++
+		return nil
+	}
 	if v.Type() != fastjson.TypeNumber {
 		return &APIError{Status: 422, Code: CodeInvalidInput,
 			Message: fmt.Sprintf("input %q: row %d holds a %s where a number belongs; send numbers only", name, row, v.Type()),

@@ -23,7 +23,6 @@ import (
 // v2Extensions are the protocol extensions GET /v2 advertises.
 var v2Extensions = []string{"binary_tensor_data"}
 
-
 // routeV2 serves every path under /v2 and returns the metrics label.
 func (s *Server) routeV2(ctx *fasthttp.RequestCtx) string {
 	ep := s.serveV2(ctx)

@@ -1,0 +1,733 @@
+package httpapi
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"log/slog"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
+)
+
+// routedPaths is every path the router (server.go route, v2.go) serves, in
+// the OpenAPI document's templated form. Keep it in step with the router:
+// TestOpenAPIPathsMatchRouter checks the document against it, and
+// TestOpenAPIDocumentedPathsAreRouted checks each one really is routed.
+var routedPaths = []string{
+	"/",
+	"/predict",
+	"/predict/image",
+	"/predict/batch",
+	"/health",
+	"/health/live",
+	"/health/ready",
+	"/model",
+	"/metrics",
+	"/docs",
+	"/docs/{asset}",
+	"/openapi.json",
+	"/v2",
+	"/v2/health/live",
+	"/v2/health/ready",
+	"/v2/models/{model_name}",
+	"/v2/models/{model_name}/ready",
+	"/v2/models/{model_name}/infer",
+	"/v2/models/{model_name}/versions/{model_version}",
+	"/v2/models/{model_name}/versions/{model_version}/ready",
+	"/v2/models/{model_name}/versions/{model_version}/infer",
+}
+
+var httpMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+func loadOpenAPI(t *testing.T) map[string]any {
+	t.Helper()
+	var doc map[string]any
+	if err := json.Unmarshal(openAPIJSON, &doc); err != nil {
+		t.Fatalf("openapi.json does not parse: %v", err)
+	}
+	return doc
+}
+
+// resolve follows a local "$ref" ("#/components/...") to what it names.
+func resolve(t *testing.T, doc map[string]any, v any) any {
+	t.Helper()
+	for i := 0; i < 16; i++ {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return v
+		}
+		ref, ok := m["$ref"].(string)
+		if !ok {
+			return v
+		}
+		v = pointer(t, doc, ref)
+	}
+	t.Fatalf("$ref chain too deep")
+	return nil
+}
+
+func pointer(t *testing.T, doc map[string]any, ref string) any {
+	t.Helper()
+	if !strings.HasPrefix(ref, "#/") {
+		t.Fatalf("$ref %q is not local", ref)
+	}
+	var cur any = doc
+	for _, tok := range strings.Split(ref[2:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		m, ok := cur.(map[string]any)
+		if !ok {
+			t.Fatalf("$ref %q: %q is not inside an object", ref, tok)
+		}
+		if cur, ok = m[tok]; !ok {
+			t.Fatalf("$ref %q does not resolve (no %q)", ref, tok)
+		}
+	}
+	return cur
+}
+
+type operation struct {
+	path, method string
+	op           map[string]any
+}
+
+func operations(doc map[string]any) []operation {
+	var ops []operation
+	paths := doc["paths"].(map[string]any)
+	for p, item := range paths {
+		for _, m := range httpMethods {
+			if op, ok := item.(map[string]any)[m].(map[string]any); ok {
+				ops = append(ops, operation{p, m, op})
+			}
+		}
+	}
+	sort.Slice(ops, func(i, j int) bool { return ops[i].path+ops[i].method < ops[j].path+ops[j].method })
+	return ops
+}
+
+func TestOpenAPIDocument(t *testing.T) {
+	doc := loadOpenAPI(t)
+	if v, _ := doc["openapi"].(string); !regexp.MustCompile(`^3\.1\.\d+$`).MatchString(v) {
+		t.Fatalf("openapi = %q, want 3.1.x", v)
+	}
+	info, _ := doc["info"].(map[string]any)
+	if v, _ := info["version"].(string); v == "" || info["title"] == "" {
+		t.Fatalf("info needs title and version: %v", info)
+	}
+	servers, _ := doc["servers"].([]any)
+	if len(servers) == 0 || servers[0].(map[string]any)["url"] != "/" {
+		t.Fatalf(`servers must start with {"url": "/"}: %v`, servers)
+	}
+	// Every $ref resolves.
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if ref, ok := v["$ref"].(string); ok {
+				pointer(t, doc, ref)
+			}
+			for _, e := range v {
+				walk(e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(doc)
+	// Operation ids are unique and every path parameter is declared.
+	seen := map[string]bool{}
+	for _, o := range operations(doc) {
+		id, _ := o.op["operationId"].(string)
+		if id == "" || seen[id] {
+			t.Errorf("%s %s: operationId %q missing or repeated", o.method, o.path, id)
+		}
+		seen[id] = true
+		declared := map[string]bool{}
+		params, _ := doc["paths"].(map[string]any)[o.path].(map[string]any)["parameters"].([]any)
+		opParams, _ := o.op["parameters"].([]any)
+		for _, p := range append(slices.Clone(params), opParams...) {
+			pm := resolve(t, doc, p).(map[string]any)
+			if pm["in"] == "path" {
+				declared[pm["name"].(string)] = true
+			}
+		}
+		for _, m := range regexp.MustCompile(`\{([^}]+)\}`).FindAllStringSubmatch(o.path, -1) {
+			if !declared[m[1]] {
+				t.Errorf("%s %s: path parameter %q is not declared", o.method, o.path, m[1])
+			}
+		}
+		if _, ok := o.op["security"]; !ok {
+			t.Errorf("%s %s: no explicit security (open: [], protected: [{}, {bearerAuth: []}])", o.method, o.path)
+		}
+	}
+}
+
+func TestOpenAPIPathsMatchRouter(t *testing.T) {
+	doc := loadOpenAPI(t)
+	var documented []string
+	for p := range doc["paths"].(map[string]any) {
+		documented = append(documented, p)
+	}
+	sort.Strings(documented)
+	want := slices.Sorted(slices.Values(routedPaths))
+	for _, p := range want {
+		if !slices.Contains(documented, p) {
+			t.Errorf("routed path %s is missing from openapi.json", p)
+		}
+	}
+	for _, p := range documented {
+		if !slices.Contains(want, p) {
+			t.Errorf("openapi.json documents %s, which routedPaths does not list", p)
+		}
+	}
+}
+
+// Security: the prediction and V2 endpoints (but V2's health) take the
+// optional bearer key; the rest stays open, as the router does.
+func TestOpenAPISecurityMatchesRouter(t *testing.T) {
+	doc := loadOpenAPI(t)
+	if _, ok := pointer(t, doc, "#/components/securitySchemes/bearerAuth").(map[string]any); !ok {
+		t.Fatal("no bearerAuth security scheme")
+	}
+	for _, o := range operations(doc) {
+		sec, _ := o.op["security"].([]any)
+		protected := strings.HasPrefix(o.path, "/predict") || (strings.HasPrefix(o.path, "/v2") && !strings.HasPrefix(o.path, "/v2/health"))
+		hasBearer := false
+		for _, s := range sec {
+			if _, ok := s.(map[string]any)["bearerAuth"]; ok {
+				hasBearer = true
+			}
+		}
+		if protected != hasBearer {
+			t.Errorf("%s %s: security %v, want bearer auth %v", o.method, o.path, sec, protected)
+		}
+		_, has401 := o.op["responses"].(map[string]any)["401"]
+		if protected != has401 {
+			t.Errorf("%s %s: 401 documented %v, want %v", o.method, o.path, has401, protected)
+		}
+	}
+}
+
+// errorCodes reads the Code* constants of errors.go and the status each one's
+// comment gives.
+func errorCodes(t *testing.T) map[string]int {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "errors.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := map[string]int{}
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, s := range g.Specs {
+			vs := s.(*ast.ValueSpec)
+			for i, n := range vs.Names {
+				if !strings.HasPrefix(n.Name, "Code") || i >= len(vs.Values) {
+					continue
+				}
+				lit, ok := vs.Values[i].(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					continue
+				}
+				code, _ := strconv.Unquote(lit.Value)
+				status := 0
+				if vs.Comment != nil {
+					status, _ = strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(vs.Comment.Text(), "//")))
+				}
+				if status == 0 {
+					t.Fatalf("errors.go: %s has no `// <status>` comment", n.Name)
+				}
+				codes[code] = status
+			}
+		}
+	}
+	if len(codes) == 0 {
+		t.Fatal("no Code* constants in errors.go")
+	}
+	return codes
+}
+
+// Every 4xx/5xx response uses the shared Error schema (V2Error under /v2,
+// where v2.go moves the message to a string "error" for V2 clients), and the
+// codes it names have that status in errors.go; the ErrorCode enum is
+// exactly the codes of errors.go.
+func TestOpenAPIErrorResponses(t *testing.T) {
+	doc := loadOpenAPI(t)
+	codes := errorCodes(t)
+	enum := pointer(t, doc, "#/components/schemas/ErrorCode/enum").([]any)
+	var got []string
+	for _, c := range enum {
+		got = append(got, c.(string))
+	}
+	want := make([]string, 0, len(codes))
+	for c := range codes {
+		want = append(want, c)
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("ErrorCode enum %v, errors.go has %v", got, want)
+	}
+	for _, o := range operations(doc) {
+		responses := o.op["responses"].(map[string]any)
+		if len(responses) == 0 {
+			t.Errorf("%s %s: no responses", o.method, o.path)
+		}
+		if _, ok := responses["405"]; !ok {
+			t.Errorf("%s %s: 405 is not documented", o.method, o.path)
+		}
+		for status, r := range responses {
+			code, err := strconv.Atoi(status)
+			if err != nil {
+				t.Errorf("%s %s: response %q is not a status code", o.method, o.path, status)
+				continue
+			}
+			resp := resolve(t, doc, r).(map[string]any)
+			if code < 400 {
+				continue
+			}
+			schema, _ := resp["content"].(map[string]any)["application/json"].(map[string]any)["schema"].(map[string]any)
+			want := "#/components/schemas/Error"
+			if strings.HasPrefix(o.path, "/v2") {
+				want = "#/components/schemas/V2Error"
+			}
+			if !refersTo(schema, want) {
+				t.Errorf("%s %s %d: the application/json schema does not reference %s: %v", o.method, o.path, code, want, schema)
+				continue
+			}
+			for _, c := range errorCodeEnum(schema) {
+				if codes[c] != code {
+					t.Errorf("%s %s %d: code %q has status %d in errors.go", o.method, o.path, code, c, codes[c])
+				}
+			}
+		}
+	}
+}
+
+func refersTo(schema map[string]any, ref string) bool {
+	if schema["$ref"] == ref {
+		return true
+	}
+	all, _ := schema["allOf"].([]any)
+	for _, s := range all {
+		if m, ok := s.(map[string]any); ok && m["$ref"] == ref {
+			return true
+		}
+	}
+	return false
+}
+
+// errorCodeEnum returns the codes a response narrows the Error (or
+// V2Error) schema to.
+func errorCodeEnum(schema map[string]any) []string {
+	var out []string
+	all, _ := schema["allOf"].([]any)
+	for _, s := range all {
+		m, _ := s.(map[string]any)
+		props, _ := m["properties"].(map[string]any)
+		c, _ := props["code"].(map[string]any) // V2Error
+		if e, ok := props["error"].(map[string]any); ok {
+			ep, _ := e["properties"].(map[string]any)
+			c, _ = ep["code"].(map[string]any)
+		}
+		for _, v := range anySlice(c["enum"]) {
+			out = append(out, v.(string))
+		}
+		if v, ok := c["const"].(string); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func anySlice(v any) []any { s, _ := v.([]any); return s }
+
+// testServer serves a Server without a model on an in-memory listener.
+type testServer struct {
+	srv *Server
+	ln  *fasthttputil.InmemoryListener
+}
+
+func newTestServer(t *testing.T, cfg Config) *testServer {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	s := New(context.Background(), cfg, slog.New(slog.DiscardHandler), reg, reg)
+	ln := fasthttputil.NewInmemoryListener()
+	hs := &fasthttp.Server{Handler: s.Handler, StreamRequestBody: true, DisablePreParseMultipartForm: true}
+	go hs.Serve(ln) //nolint:errcheck
+	t.Cleanup(func() { hs.Shutdown(); ln.Close() })
+	return &testServer{srv: s, ln: ln}
+}
+
+// raw sends one request as raw bytes (so the path reaches the server exactly
+// as written) and reads the response.
+func (ts *testServer) raw(t *testing.T, method, target string, headers map[string]string, body []byte) *fasthttp.Response {
+	t.Helper()
+	c, err := ts.ln.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: fw.test\r\nConnection: close\r\n", method, target)
+	for k, v := range headers {
+		fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+	}
+	if body != nil || method == "POST" || method == "PUT" || method == "PATCH" {
+		fmt.Fprintf(&b, "Content-Length: %d\r\n", len(body))
+	}
+	b.WriteString("\r\n")
+	b.Write(body)
+	if _, err := c.Write(b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	resp := &fasthttp.Response{}
+	if method == "HEAD" {
+		resp.SkipBody = true
+	}
+	if err := resp.Read(bufio.NewReader(c)); err != nil {
+		t.Fatalf("%s %s: reading the response: %v", method, target, err)
+	}
+	return resp
+}
+
+func (ts *testServer) get(t *testing.T, target string) *fasthttp.Response {
+	return ts.raw(t, "GET", target, nil, nil)
+}
+
+// errorOf reads the error code of fw's error shape or of V2's.
+func errorOf(t *testing.T, resp *fasthttp.Response) (code, message string) {
+	t.Helper()
+	var e struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Body(), &e); err == nil {
+		return e.Error.Code, e.Error.Message
+	}
+	var v2 struct {
+		Error string `json:"error"`
+		Code  string `json:"code"`
+	}
+	if err := json.Unmarshal(resp.Body(), &v2); err != nil || v2.Code == "" {
+		t.Fatalf("status %d: body is not an error shape: %q", resp.StatusCode(), resp.Body())
+	}
+	return v2.Code, v2.Error
+}
+
+func isNoRoute(resp *fasthttp.Response) bool {
+	return resp.StatusCode() == 404 && (bytes.Contains(resp.Body(), []byte(`"message":"no route `)) || bytes.Contains(resp.Body(), []byte(`"error":"no route `)))
+}
+
+var pathExamples = strings.NewReplacer("{model_name}", "digits_cnn", "{model_version}", "1", "{asset}", "LICENSE")
+
+// Every documented operation is routed (answers anything but 404 "no route"),
+// and where the router answers 405 to an undocumented method, its Allow
+// header lists exactly the documented methods.
+func TestOpenAPIDocumentedPathsAreRouted(t *testing.T) {
+	doc := loadOpenAPI(t)
+	ts := newTestServer(t, Config{})
+	for _, o := range operations(doc) {
+		target := pathExamples.Replace(o.path)
+		resp := ts.raw(t, strings.ToUpper(o.method), target, map[string]string{"Content-Type": "application/json"}, nil)
+		if isNoRoute(resp) {
+			t.Errorf("%s %s (documented) is not routed: %s", strings.ToUpper(o.method), target, resp.Body())
+		}
+		if resp.StatusCode() == 405 {
+			t.Errorf("%s %s (documented) answers 405: %s", strings.ToUpper(o.method), target, resp.Body())
+		}
+	}
+	paths := doc["paths"].(map[string]any)
+	for p, item := range paths {
+		var documented []string
+		for _, m := range httpMethods {
+			if _, ok := item.(map[string]any)[m]; ok {
+				documented = append(documented, strings.ToUpper(m))
+			}
+		}
+		target := pathExamples.Replace(p)
+		resp := ts.raw(t, "DELETE", target, nil, nil)
+		if isNoRoute(resp) {
+			t.Errorf("DELETE %s: no route, want 405", target)
+			continue
+		}
+		if resp.StatusCode() != 405 {
+			continue // e.g. V2 still a placeholder
+		}
+		if code, _ := errorOf(t, resp); code != CodeMethodNotAllowed {
+			t.Errorf("DELETE %s: code %q", target, code)
+		}
+		var allow []string
+		for _, m := range strings.Split(string(resp.Header.Peek("Allow")), ",") {
+			allow = append(allow, strings.TrimSpace(m))
+		}
+		sort.Strings(allow)
+		sort.Strings(documented)
+		if !slices.Equal(allow, documented) {
+			t.Errorf("%s: router allows %v, openapi.json documents %v", p, allow, documented)
+		}
+	}
+	// An unknown path is the documented 404.
+	resp := ts.get(t, "/no/such/path")
+	if !isNoRoute(resp) {
+		t.Errorf("GET /no/such/path: %d %s", resp.StatusCode(), resp.Body())
+	}
+}
+
+func TestOpenAPIServed(t *testing.T) {
+	ts := newTestServer(t, Config{APIKeys: []string{"k"}}) // docs stay open with keys
+	resp := ts.get(t, "/openapi.json")
+	if resp.StatusCode() != 200 || string(resp.Header.ContentType()) != "application/json" {
+		t.Fatalf("GET /openapi.json: %d %s", resp.StatusCode(), resp.Header.ContentType())
+	}
+	if !bytes.Equal(resp.Body(), openAPIJSON) {
+		t.Fatal("GET /openapi.json does not serve openapi.json")
+	}
+	if cc := string(resp.Header.Peek("Cache-Control")); cc == "" {
+		t.Error("no Cache-Control on /openapi.json")
+	}
+	etag := string(resp.Header.Peek("ETag"))
+	resp = ts.raw(t, "GET", "/openapi.json", map[string]string{"If-None-Match": etag}, nil)
+	if resp.StatusCode() != 304 || len(resp.Body()) != 0 {
+		t.Errorf("If-None-Match: %d, %d bytes", resp.StatusCode(), len(resp.Body()))
+	}
+	resp = ts.raw(t, "GET", "/openapi.json", map[string]string{"Accept-Encoding": "gzip"}, nil)
+	if string(resp.Header.Peek("Content-Encoding")) != "gzip" {
+		t.Fatal("/openapi.json is not gzipped for a client that takes gzip")
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(resp.Body()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(zr); !bytes.Equal(b, openAPIJSON) {
+		t.Error("gzipped /openapi.json differs")
+	}
+	resp = ts.raw(t, "POST", "/openapi.json", nil, []byte("{}"))
+	if resp.StatusCode() != 405 {
+		t.Errorf("POST /openapi.json: %d", resp.StatusCode())
+	}
+}
+
+// TestDocsServed checks /docs and an asset through the router with whatever
+// the build embedded (the Swagger UI assets when scripts/fetch-swagger-ui.sh
+// ran, else only the README placeholder).
+func TestDocsServed(t *testing.T) {
+	ts := newTestServer(t, Config{APIKeys: []string{"k"}})
+	for _, p := range []string{"/docs", "/docs/"} {
+		resp := ts.get(t, p)
+		if resp.StatusCode() != 200 || !strings.HasPrefix(string(resp.Header.ContentType()), "text/html") {
+			t.Fatalf("GET %s: %d %s", p, resp.StatusCode(), resp.Header.ContentType())
+		}
+		if !bytes.Contains(resp.Body(), []byte("/openapi.json")) {
+			t.Errorf("GET %s does not point at /openapi.json", p)
+		}
+	}
+	resp := ts.get(t, "/")
+	if resp.StatusCode() != 302 || !strings.HasSuffix(string(resp.Header.Peek("Location")), "/docs") {
+		t.Errorf("GET /: %d Location %q", resp.StatusCode(), resp.Header.Peek("Location"))
+	}
+	if defaultDocs().bundled {
+		t.Log("Swagger UI is embedded")
+		resp = ts.get(t, "/docs")
+		if !bytes.Contains(resp.Body(), []byte(`src="/docs/swagger-ui-bundle.js"`)) {
+			t.Error("/docs does not load the embedded bundle")
+		}
+		for name, ct := range map[string]string{"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css", "LICENSE": "text/plain"} {
+			resp = ts.get(t, "/docs/"+name)
+			if resp.StatusCode() != 200 || !strings.HasPrefix(string(resp.Header.ContentType()), ct) || len(resp.Body()) == 0 {
+				t.Errorf("GET /docs/%s: %d %s", name, resp.StatusCode(), resp.Header.ContentType())
+			}
+			if !strings.Contains(string(resp.Header.Peek("Cache-Control")), "max-age") {
+				t.Errorf("GET /docs/%s: Cache-Control %q", name, resp.Header.Peek("Cache-Control"))
+			}
+		}
+	} else {
+		t.Log("Swagger UI is not embedded (scripts/fetch-swagger-ui.sh not run)")
+		resp = ts.get(t, "/docs")
+		if !bytes.Contains(resp.Body(), []byte("make setup")) {
+			t.Error("/docs without the bundle does not say to run make setup")
+		}
+		resp = ts.get(t, "/docs/swagger-ui-bundle.js")
+		if resp.StatusCode() != 404 {
+			t.Errorf("GET /docs/swagger-ui-bundle.js without the bundle: %d", resp.StatusCode())
+		}
+		resp = ts.get(t, "/docs/README.md")
+		if resp.StatusCode() != 200 {
+			t.Errorf("GET /docs/README.md: %d", resp.StatusCode())
+		}
+	}
+}
+
+func TestDocsTraversal(t *testing.T) {
+	ts := newTestServer(t, Config{})
+	for _, target := range []string{
+		"/docs/../server.go", "/docs/%2e%2e/x", "/docs/%2e%2e/server.go", "/docs/..%2fserver.go", "/docs/%2e%2e%2fdocs.go",
+		"/docs/..%5cdocs.go", "/docs/dist/README.md", "/docs/docsui/index.html", "/docs/%2fetc%2fpasswd", "/docs//etc/passwd",
+		"/docs/./../docs.go", "/docs/.%2e/docs.go", "/docs/nope.js", "/docs/.hidden",
+	} {
+		resp := ts.get(t, target)
+		if resp.StatusCode() != 404 {
+			t.Errorf("GET %s: %d, want 404: %.200s", target, resp.StatusCode(), resp.Body())
+			continue
+		}
+		if code, _ := errorOf(t, resp); code != CodeNotFound {
+			t.Errorf("GET %s: code %q", target, code)
+		}
+	}
+	// Paths that normalise to another route get that route, never a file.
+	for _, target := range []string{"/docs/..", "/docs/%2e%2e", "/docs/.%2e/openapi.json", "/docs/../docs/../openapi.json"} {
+		resp := ts.get(t, target)
+		if bytes.Contains(resp.Body(), []byte("package httpapi")) || resp.StatusCode() >= 500 {
+			t.Errorf("GET %s: %d %.100s", target, resp.StatusCode(), resp.Body())
+		}
+	}
+	// The asset lookup itself refuses anything but a plain existing name,
+	// whatever the router lets through.
+	d := newDocsSite(fstest.MapFS{
+		"swagger-ui-bundle.js": {Data: []byte("js")}, "swagger-ui.css": {Data: []byte("css")},
+		".hidden": {Data: []byte("x")}, "sub/file.js": {Data: []byte("x")},
+	}, docsPages, openAPIJSON)
+	for _, name := range []string{"", ".", "..", "../docs.go", "../../etc/passwd", "/etc/passwd", "sub/file.js", "sub", ".hidden", `..\docs.go`, "a\x00b", "swagger-ui.css/"} {
+		var ctx fasthttp.RequestCtx
+		d.serveAsset(&ctx, name)
+		if ctx.Response.StatusCode() != 404 {
+			t.Errorf("asset %q: %d, want 404", name, ctx.Response.StatusCode())
+		}
+	}
+}
+
+// TestDocsSite covers both branches of the page and the asset handler with an
+// asset folder given as an fs.FS.
+func TestDocsSite(t *testing.T) {
+	bundle := []byte(strings.Repeat("window.SwaggerUIBundle = function () {};\n", 100))
+	with := newDocsSite(fstest.MapFS{
+		"swagger-ui-bundle.js": {Data: bundle},
+		"swagger-ui.css":       {Data: []byte(".swagger-ui{}")},
+		"LICENSE":              {Data: []byte("Apache License")},
+		"README.md":            {Data: []byte("# placeholder")},
+	}, docsPages, openAPIJSON)
+	without := newDocsSite(fstest.MapFS{"README.md": {Data: []byte("# placeholder")}}, docsPages, openAPIJSON)
+	if !with.bundled || without.bundled {
+		t.Fatalf("bundled: with %v, without %v", with.bundled, without.bundled)
+	}
+
+	page := func(d *docsSite) *fasthttp.RequestCtx {
+		var ctx fasthttp.RequestCtx
+		d.page.write(&ctx)
+		return &ctx
+	}
+	ctx := page(with)
+	body := string(ctx.Response.Body())
+	if ctx.Response.StatusCode() != 200 || string(ctx.Response.Header.ContentType()) != "text/html; charset=utf-8" {
+		t.Fatalf("/docs: %d %s", ctx.Response.StatusCode(), ctx.Response.Header.ContentType())
+	}
+	for _, want := range []string{`src="/docs/swagger-ui-bundle.js"`, `href="/docs/swagger-ui.css"`, `url: "/openapi.json"`, "validatorUrl: null"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/docs page lacks %s", want)
+		}
+	}
+	if regexp.MustCompile(`(src|href)="https?:`).MatchString(body) {
+		t.Error("/docs page loads something from another host")
+	}
+	ctx = page(without)
+	body = string(ctx.Response.Body())
+	if ctx.Response.StatusCode() != 200 || !strings.HasPrefix(string(ctx.Response.Header.ContentType()), "text/html") {
+		t.Fatalf("/docs without bundle: %d %s", ctx.Response.StatusCode(), ctx.Response.Header.ContentType())
+	}
+	if !strings.Contains(body, "make setup") || !strings.Contains(body, `href="/openapi.json"`) || strings.Contains(body, "swagger-ui-bundle.js") {
+		t.Errorf("/docs without bundle: %s", body)
+	}
+
+	asset := func(d *docsSite, name string, hdr map[string]string) *fasthttp.RequestCtx {
+		var ctx fasthttp.RequestCtx
+		for k, v := range hdr {
+			ctx.Request.Header.Set(k, v)
+		}
+		d.serveAsset(&ctx, name)
+		return &ctx
+	}
+	for name, ct := range map[string]string{
+		"swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+		"swagger-ui.css":       "text/css; charset=utf-8",
+		"LICENSE":              "text/plain; charset=utf-8",
+	} {
+		ctx := asset(with, name, nil)
+		if ctx.Response.StatusCode() != 200 || string(ctx.Response.Header.ContentType()) != ct {
+			t.Errorf("%s: %d %s, want 200 %s", name, ctx.Response.StatusCode(), ctx.Response.Header.ContentType(), ct)
+		}
+		if cc := string(ctx.Response.Header.Peek("Cache-Control")); cc != docsAssetCacheControl {
+			t.Errorf("%s: Cache-Control %q", name, cc)
+		}
+		if string(ctx.Response.Header.Peek("X-Content-Type-Options")) != "nosniff" {
+			t.Errorf("%s: no nosniff", name)
+		}
+	}
+	ctx = asset(with, "swagger-ui-bundle.js", nil)
+	if !bytes.Equal(ctx.Response.Body(), bundle) {
+		t.Error("bundle body differs")
+	}
+	etag := string(ctx.Response.Header.Peek("ETag"))
+	if ctx = asset(with, "swagger-ui-bundle.js", map[string]string{"If-None-Match": etag}); ctx.Response.StatusCode() != 304 {
+		t.Errorf("If-None-Match: %d", ctx.Response.StatusCode())
+	}
+	ctx = asset(with, "swagger-ui-bundle.js", map[string]string{"Accept-Encoding": "gzip, deflate"})
+	if string(ctx.Response.Header.Peek("Content-Encoding")) != "gzip" {
+		t.Fatal("the bundle is not gzipped")
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(ctx.Response.Body()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := io.ReadAll(zr); !bytes.Equal(b, bundle) {
+		t.Error("gzipped bundle differs")
+	}
+	for _, name := range []string{"swagger-ui-bundle.js", "swagger-ui.css", "index.html", "missing.html"} {
+		ctx := asset(without, name, nil)
+		if ctx.Response.StatusCode() != 404 {
+			t.Errorf("without bundle, %s: %d, want 404", name, ctx.Response.StatusCode())
+		}
+		var e struct{ Error APIError }
+		if json.Unmarshal(ctx.Response.Body(), &e) != nil || e.Error.Code != CodeNotFound {
+			t.Errorf("without bundle, %s: body %s", name, ctx.Response.Body())
+		}
+	}
+}
+
+// The embedded asset folder never holds more than the fetch script puts
+// there (a stray file would be served).
+func TestDocsEmbeddedFiles(t *testing.T) {
+	allowed := []string{"README.md", "swagger-ui-bundle.js", "swagger-ui.css", "LICENSE", "NOTICE", "swagger-ui-bundle.js.LICENSE.txt"}
+	entries, err := docsDist.ReadDir("docsui/dist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !slices.Contains(allowed, e.Name()) {
+			t.Errorf("docsui/dist holds %s, which scripts/fetch-swagger-ui.sh does not put there", e.Name())
+		}
+	}
+}

@@ -1,0 +1,820 @@
+"""Conformance of the real ``fw serve`` to its OpenAPI document (httpapi/openapi.json).
+
+Starts the real binary (FW_BIN, default <repo>/bin/fw: ``go build -o bin/fw ./cmd/fw``) on
+build/models/digits_cnn.onnx (FW_MODELS_DIR, default <repo>/build/models: ``make models``),
+sends real requests to every endpoint -- successes and each error class -- and validates every
+JSON body against the schema the document declares for that path, method, status and content
+type (JSON Schema 2020-12, refs resolved against the whole document).
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import os
+import re
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (python/requirements.txt)")
+referencing = pytest.importorskip(
+    "referencing", reason="referencing (a jsonschema dependency) is not installed"
+)
+from jsonschema import Draft202012Validator  # noqa: E402
+from referencing import Registry, Resource  # noqa: E402
+from referencing.jsonschema import DRAFT202012  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC_PATH = REPO / "httpapi" / "openapi.json"
+FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
+MODELS = Path(os.environ.get("FW_MODELS_DIR") or REPO / "build" / "models")
+MODEL = MODELS / "digits_cnn.onnx"
+SAMPLES = MODELS / "samples"
+SPEC_URI = "urn:fw:openapi"
+METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+SPEC = json.loads(SPEC_PATH.read_text())
+REGISTRY = Registry().with_resource(SPEC_URI, Resource.from_contents(SPEC, default_specification=DRAFT202012))
+
+
+# ----------------------------------------------------------------------------- the document
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _lookup(pointer: str):
+    node = SPEC
+    for tok in pointer.lstrip("/").split("/"):
+        node = node[tok.replace("~1", "/").replace("~0", "~")]
+    return node
+
+
+def _deref(pointer: str) -> str:
+    """Follows $refs of the object at pointer; returns the pointer of what it names."""
+    for _ in range(16):
+        node = _lookup(pointer)
+        if isinstance(node, dict) and isinstance(node.get("$ref"), str):
+            pointer = node["$ref"].removeprefix("#")
+            continue
+        return pointer
+    raise AssertionError(f"$ref chain too deep at {pointer}")
+
+
+def validator_for(pointer: str) -> Draft202012Validator:
+    return Draft202012Validator({"$ref": f"{SPEC_URI}#{pointer}"}, registry=REGISTRY)
+
+
+def template_of(path: str) -> str:
+    """The document's path template that a concrete request path matches."""
+    for tmpl in SPEC["paths"]:
+        rx = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(tmpl)) + "$"
+        if re.match(rx, path):
+            return tmpl
+    raise AssertionError(f"{path} is not documented in openapi.json")
+
+
+def response_pointer(path: str, method: str, status: int) -> str:
+    tmpl = template_of(path)
+    op = SPEC["paths"][tmpl].get(method.lower())
+    if op is None and status == 405:  # an undocumented method: the path's documented 405
+        method = next(m for m in METHODS if m in SPEC["paths"][tmpl])
+        op = SPEC["paths"][tmpl][method]
+    assert op is not None, f"{method} {tmpl} is not documented"
+    assert str(status) in op["responses"], (
+        f"{method} {tmpl} answered {status}, which the document does not list ({sorted(op['responses'])})"
+    )
+    return _deref(f"/paths/{_escape(tmpl)}/{method.lower()}/responses/{status}")
+
+
+# ----------------------------------------------------------------------------- the server
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    method: str
+    path: str
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "").split(";")[0].strip().lower()
+
+    def json(self):
+        return json.loads(self.body)
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen
+    log_file: object
+    checked: list = field(default_factory=list)
+
+    def log(self) -> str:
+        self.log_file.seek(0)
+        return self.log_file.read().decode(errors="replace")
+
+    def request(
+        self, method: str, target: str, body: bytes | None = None, headers: dict | None = None
+    ) -> Response:
+        u = urlsplit(self.url)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+        try:
+            hdrs = {"Connection": "close", **(headers or {})}
+            conn.request(method, target, body=body, headers=hdrs)
+            r = conn.getresponse()
+            data = r.read()
+            return Response(
+                r.status, {k.lower(): v for k, v in r.getheaders()}, data, method, target.split("?")[0]
+            )
+        finally:
+            conn.close()
+
+    def call(
+        self, method: str, target: str, body=None, headers=None, *, expect: int, json_body=None
+    ) -> Response:
+        """Sends a request, checks its status and validates the response against the document."""
+        headers = dict(headers or {})
+        if json_body is not None:
+            body = json.dumps(json_body).encode()
+            headers.setdefault("Content-Type", "application/json")
+        r = self.request(method, target, body, headers)
+        assert r.status == expect, (
+            f"{method} {target}: {r.status}, want {expect}: {r.body[:500]!r}\n{self.log()[-2000:]}"
+        )
+        conform(r)
+        return r
+
+
+def conform(r: Response) -> None:
+    """Validates r against the schema the document gives its path, method, status and content type."""
+    ptr = response_pointer(r.path, r.method, r.status)
+    resp = _lookup(ptr)
+    content = resp.get("content")
+    if r.method == "HEAD" or not content:
+        if r.method != "HEAD" and r.status not in (204, 304):
+            assert not r.body or r.status == 302, (
+                f"{r.method} {r.path} {r.status}: a body where the document declares none"
+            )
+        return
+    ct = r.content_type
+    assert ct in content, (
+        f"{r.method} {r.path} {r.status}: Content-Type {ct!r}, the document declares {sorted(content)}"
+    )
+    for name in resp.get("headers", {}):
+        if name.lower() in ("allow", "www-authenticate"):
+            assert name.lower() in r.headers, f"{r.method} {r.path} {r.status}: no {name} header"
+    schema_ptr = f"{ptr}/content/{_escape(ct)}/schema"
+    v = validator_for(schema_ptr)
+    if ct == "application/json":
+        v.validate(r.json())
+    elif ct in ("application/x-ndjson", "application/jsonl"):
+        for line in r.body.decode().splitlines():
+            if line.strip():
+                v.validate(json.loads(line))
+    elif ct == "application/octet-stream" and "inference-header-content-length" in r.headers:
+        n = int(r.headers["inference-header-content-length"])
+        # Binary extension: the JSON part is the application/json response.
+        validator_for(f"{ptr}/content/application~1json/schema").validate(json.loads(r.body[:n]))
+
+
+def _start(args: list[str], env_extra: dict | None = None, timeout: float = 60.0) -> Server:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FW_")}  # FW_<FLAG> would set serve flags
+    env.update(env_extra or {})
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(
+        [str(FW_BIN), "serve", "--model", str(MODEL), "--host", "127.0.0.1", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        env=env,
+    )
+    found: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            m = re.search(rb"ready on (http://\S+)", line)
+            if m and not found:
+                found.append(m.group(1).decode())
+
+    threading.Thread(target=read, daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while not found:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            log.seek(0)
+            pytest.fail(f"fw serve did not come up: {log.read().decode(errors='replace')[-3000:]}")
+        time.sleep(0.02)
+    return Server(found[0], proc, log)
+
+
+def _stop(s: Server) -> None:
+    s.proc.terminate()
+    try:
+        s.proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        s.proc.kill()
+        s.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def fw_server():
+    """A factory that starts ``fw serve`` on digits_cnn with extra flags and environment."""
+    if not FW_BIN.exists():
+        pytest.skip(f"{FW_BIN} is missing: build it with `go build -o bin/fw ./cmd/fw` (or set FW_BIN)")
+    if not MODEL.exists():
+        pytest.skip(f"{MODEL} is missing: run `make models` (or set FW_MODELS_DIR)")
+    started: list[Server] = []
+
+    def start(*args: str, env: dict | None = None) -> Server:
+        s = _start(list(args), env)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        _stop(s)
+
+
+@pytest.fixture(scope="module")
+def server(fw_server) -> Server:
+    return fw_server()
+
+
+@pytest.fixture(scope="module")
+def small_server(fw_server) -> Server:
+    return fw_server("--max-body-bytes", "1000", "--max-rows", "2")
+
+
+@pytest.fixture(scope="module")
+def auth_server(fw_server) -> Server:
+    return fw_server(env={"FW_API_KEYS": "k1, k2"})
+
+
+# ----------------------------------------------------------------------------- request bodies
+
+DIGIT = [[[0, 0, 0.31, 0.81, 0.94, 0.44, 0, 0], [0, 0.25, 0.88, 0.5, 0.63, 0.94, 0.06, 0], [0, 0, 0, 0, 0.5, 0.88, 0, 0],
+          [0, 0, 0, 0.44, 1, 0.5, 0, 0], [0, 0, 0, 0.06, 0.5, 0.94, 0.31, 0], [0, 0, 0, 0, 0, 0.69, 0.75, 0],
+          [0, 0.13, 0.5, 0.31, 0.5, 0.94, 0.38, 0], [0, 0.19, 0.81, 0.94, 0.81, 0.31, 0, 0]]]  # fmt: skip
+FLAT = [v for row in DIGIT[0] for v in row]
+
+
+def multipart(files: list[tuple[str, str, bytes]], fields: dict | None = None) -> tuple[bytes, str]:
+    boundary = uuid.uuid4().hex
+    out = b""
+    for k, v in (fields or {}).items():
+        out += f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+    for name, filename, data in files:
+        out += (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
+                f"Content-Type: image/png\r\n\r\n"
+            ).encode()
+            + data
+            + b"\r\n"
+        )
+    out += f"--{boundary}--\r\n".encode()
+    return out, f"multipart/form-data; boundary={boundary}"
+
+
+def png(name: str = "digit_3_2.png") -> bytes:
+    p = SAMPLES / name
+    if not p.exists():
+        pytest.skip(f"{p} is missing (make models)")
+    return p.read_bytes()
+
+
+def code_of(r: Response) -> str:
+    body = r.json()
+    return body["code"] if isinstance(body.get("error"), str) else body["error"]["code"]
+
+
+# ----------------------------------------------------------------------------- the document alone
+
+
+def test_document_is_openapi_31() -> None:
+    assert re.fullmatch(r"3\.1\.\d+", SPEC["openapi"])
+    assert SPEC["servers"][0]["url"] == "/"
+    assert SPEC["info"]["version"]
+    Draft202012Validator.check_schema({"$defs": SPEC["components"]["schemas"]})
+
+
+def _examples():
+    """Every example of the document with the pointer of the schema it illustrates."""
+    for name, schema in SPEC["components"]["schemas"].items():
+        if "example" in schema:
+            yield f"schemas/{name}", f"/components/schemas/{name}", schema["example"], None
+
+    def media(ptr: str, node: dict, label: str):
+        for ct, m in node.get("content", {}).items():
+            sp = f"{ptr}/content/{_escape(ct)}/schema"
+            values = [m["example"]] if "example" in m else []
+            values += [e["value"] for e in m.get("examples", {}).values() if "value" in e]
+            for v in values:
+                yield f"{label} {ct}", sp, v, ct
+
+    for name, resp in SPEC["components"]["responses"].items():
+        yield from media(f"/components/responses/{name}", resp, f"responses/{name}")
+    for p, item in SPEC["paths"].items():
+        for m in METHODS:
+            if m not in item:
+                continue
+            base = f"/paths/{_escape(p)}/{m}"
+            if "requestBody" in item[m]:
+                yield from media(f"{base}/requestBody", item[m]["requestBody"], f"{m} {p} request")
+            for st, r in item[m]["responses"].items():
+                if "$ref" not in r:
+                    yield from media(f"{base}/responses/{st}", r, f"{m} {p} {st}")
+
+
+EXAMPLES = list(_examples())
+
+
+@pytest.mark.parametrize(
+    "label,schema_ptr,value,ct", EXAMPLES, ids=[f"{e[0]}#{i}" for i, e in enumerate(EXAMPLES)]
+)
+def test_document_examples_validate(label, schema_ptr, value, ct) -> None:
+    v = validator_for(schema_ptr)
+    if ct in ("application/x-ndjson", "application/jsonl") and isinstance(value, str):
+        for line in value.splitlines():
+            v.validate(json.loads(line))
+    else:
+        v.validate(value)
+
+
+# ----------------------------------------------------------------------------- open endpoints
+
+
+def test_health_model_metrics(server: Server) -> None:
+    for p in ("/health", "/health/ready", "/health/live"):
+        server.call("GET", p, expect=200)
+        r = server.call("HEAD", p, expect=200)
+        assert r.body == b""
+        r = server.call("POST", p, body=b"", expect=405)
+        assert set(r.headers["allow"].replace(" ", "").split(",")) == {"GET", "HEAD"}
+    info = server.call("GET", "/model", expect=200).json()
+    assert info["name"] == "digits_cnn" and info["inputs"][0]["shape"] == [-1, 1, 8, 8]
+    r = server.call("GET", "/metrics", expect=200)
+    assert r.content_type == "text/plain" and b"fw_ready 1" in r.body
+    server.call("POST", "/metrics", body=b"", expect=405)
+    server.call("DELETE", "/model", expect=405)
+
+
+def test_docs_and_openapi(server: Server) -> None:
+    r = server.call("GET", "/openapi.json", expect=200)
+    assert r.json() == SPEC
+    r = server.call("GET", "/docs", expect=200)
+    assert b"/openapi.json" in r.body
+    bundled = b"swagger-ui-bundle.js" in r.body
+    r = server.call("GET", "/docs/swagger-ui.css", expect=200 if bundled else 404)
+    if bundled:
+        assert r.headers["content-type"].startswith("text/css") and "max-age" in r.headers["cache-control"]
+        r = server.call("GET", "/docs/swagger-ui-bundle.js", expect=200, headers={"Accept-Encoding": "gzip"})
+        assert r.headers.get("content-encoding") == "gzip" and gzip.decompress(r.body).startswith(b"/*")
+    server.call("GET", "/docs/no-such-file.js", expect=404)
+    for target in ("/docs/../server.go", "/docs/%2e%2e/x", "/docs/..%2fdocs.go"):
+        r = server.request("GET", target)
+        assert r.status == 404 and b"package httpapi" not in r.body, target
+    r = server.call("GET", "/", expect=302)
+    assert r.headers["location"].endswith("/docs")
+    server.call("POST", "/openapi.json", body=b"{}", expect=405)
+
+
+def test_unknown_path_is_404(server: Server) -> None:
+    r = server.request("GET", "/no/such/path")
+    assert r.status == 404
+    Draft202012Validator({"$ref": f"{SPEC_URI}#/components/schemas/Error"}, registry=REGISTRY).validate(
+        r.json()
+    )
+    r = server.request("GET", "/v2/no/such/path")
+    assert r.status == 404
+    Draft202012Validator({"$ref": f"{SPEC_URI}#/components/schemas/V2Error"}, registry=REGISTRY).validate(
+        r.json()
+    )
+
+
+# ----------------------------------------------------------------------------- /predict
+
+
+def test_predict(server: Server) -> None:
+    r = server.call("POST", "/predict", json_body={"data": [DIGIT, DIGIT]}, expect=200).json()
+    assert len(r["predictions"]) == 2 and r["labels"] == ["3", "3"]
+    server.call("POST", "/predict", json_body={"data": [FLAT]}, expect=200)
+    server.call("POST", "/predict", json_body={"inputs": {"input": [DIGIT]}}, expect=200)
+    server.call(
+        "POST",
+        "/predict",
+        json_body={"data": [DIGIT]},
+        headers={"Content-Type": "application/json; charset=utf-8"},
+        expect=200,
+    )
+
+
+@pytest.mark.parametrize(
+    "body,ctype,status,code",
+    [
+        (b'{"data": [[1, 2', "application/json", 400, "invalid_json"),
+        (b"[1, 2]", "application/json", 400, "bad_request"),
+        (b'{"data": [[1]]}', "text/plain", 415, "unsupported_media_type"),
+        (b'{"data": [[1]]}', None, 415, "unsupported_media_type"),
+        (b'{"data": [[1, 2, 3]]}', "application/json", 422, "invalid_input"),
+        (b'{"rows": [[1]]}', "application/json", 422, "invalid_input"),
+        (b'{"inputs": {"input": [[1]], "other": [[2]]}}', "application/json", 422, "invalid_input"),
+        (b'{"data": [["a", "b"]]}', "application/json", 422, "invalid_input"),
+        (b'{"data": []}', "application/json", 422, "invalid_input"),
+    ],
+)
+def test_predict_errors(server: Server, body, ctype, status, code) -> None:
+    r = server.call(
+        "POST", "/predict", body=body, headers={"Content-Type": ctype} if ctype else {}, expect=status
+    )
+    assert code_of(r) == code
+
+
+def test_predict_405(server: Server) -> None:
+    r = server.call("GET", "/predict", expect=405)
+    assert r.headers["allow"] == "POST"
+
+
+# ----------------------------------------------------------------------------- /predict/image
+
+
+def test_predict_image(server: Server) -> None:
+    body, ct = multipart([("file", "digit.png", png())])
+    r = server.call(
+        "POST", "/predict/image?top_k=2&scores=true", body=body, headers={"Content-Type": ct}, expect=200
+    ).json()
+    assert r["predictions"][0]["top_k"][0]["label"] == "3" and len(r["predictions"][0]["top_k"]) == 2
+    assert len(r["predictions"][0]["scores"]) == 10
+    body, ct = multipart([("file", "a.png", png()), ("file", "b.png", png("digit_7_0.png"))])
+    r = server.call("POST", "/predict/image", body=body, headers={"Content-Type": ct}, expect=200).json()
+    assert [p["top_k"][0]["label"] for p in r["predictions"]] == ["3", "7"]
+    r = server.call(
+        "POST", "/predict/image?top_k=1", body=png(), headers={"Content-Type": "image/png"}, expect=200
+    ).json()
+    assert r["predictions"][0]["top_k"][0]["label"] == "3"
+    jpg = SAMPLES / "rgb_224.jpg"
+    if jpg.exists():
+        server.call(
+            "POST",
+            "/predict/image?resize=bilinear&invert=false",
+            body=jpg.read_bytes(),
+            headers={"Content-Type": "image/jpeg"},
+            expect=200,
+        )
+
+
+@pytest.mark.parametrize(
+    "query,ctype,body,status,code",
+    [
+        ("?top_k=0", "image/png", None, 400, "bad_request"),
+        ("?height=abc", "image/png", None, 400, "bad_request"),
+        ("?channels=2", "image/png", None, 400, "bad_request"),
+        ("?resize=cubic", "image/png", None, 400, "bad_request"),
+        ("?invert=maybe", "image/png", None, 400, "bad_request"),
+        ("", "image/png", b"this is not a png", 400, "bad_image"),
+        ("", "multipart/form-data", None, 400, "bad_request"),
+        ("", "text/plain", None, 415, "unsupported_media_type"),
+        ("", "application/json", b"{}", 415, "unsupported_media_type"),
+    ],
+)
+def test_predict_image_errors(server: Server, query, ctype, body, status, code) -> None:
+    r = server.call(
+        "POST",
+        "/predict/image" + query,
+        body=png() if body is None else body,
+        headers={"Content-Type": ctype},
+        expect=status,
+    )
+    assert code_of(r) == code
+
+
+def test_predict_image_form_without_file(server: Server) -> None:
+    body, ct = multipart([], {"note": "no file"})
+    r = server.call("POST", "/predict/image", body=body, headers={"Content-Type": ct}, expect=400)
+    assert code_of(r) == "bad_request"
+
+
+# ----------------------------------------------------------------------------- /predict/batch
+
+
+def test_predict_batch_json(server: Server) -> None:
+    req = {
+        "requests": [
+            {"id": "a", "data": [DIGIT]},
+            {"data": [[1, 2, 3]]},
+            {"id": 7, "inputs": {"input": [FLAT]}},
+            5,
+        ]
+    }
+    r = server.call("POST", "/predict/batch", json_body=req, expect=200).json()["responses"]
+    assert [x["id"] for x in r] == ["a", 1, 7, 3]
+    assert (
+        r[0]["labels"] == ["3"]
+        and r[1]["error"]["status"] == 422
+        and r[3]["error"]["code"] == "invalid_input"
+    )
+
+
+@pytest.mark.parametrize("ctype", ["application/x-ndjson", "application/jsonl"])
+def test_predict_batch_ndjson(server: Server, ctype) -> None:
+    lines = [
+        json.dumps({"id": "a", "data": [DIGIT]}),
+        "{not json",
+        "",
+        json.dumps({"data": [[1]]}),
+        json.dumps({"id": 9.5, "data": [FLAT]}),
+    ]
+    r = server.call(
+        "POST",
+        "/predict/batch",
+        body=("\n".join(lines) + "\n").encode(),
+        headers={"Content-Type": ctype},
+        expect=200,
+    )
+    assert r.content_type == "application/x-ndjson"
+    out = [json.loads(x) for x in r.body.decode().splitlines()]
+    assert [x["id"] for x in out] == ["a", 1, 3, 9.5]
+    assert out[1]["error"]["code"] == "invalid_json" and out[2]["error"]["status"] == 422
+
+
+@pytest.mark.parametrize(
+    "body,ctype,status,code",
+    [
+        (b'{"requests": [', "application/json", 400, "invalid_json"),
+        (b'{"items": []}', "application/json", 422, "invalid_input"),
+        (b'{"requests": []}', "text/csv", 415, "unsupported_media_type"),
+    ],
+)
+def test_predict_batch_errors(server: Server, body, ctype, status, code) -> None:
+    r = server.call("POST", "/predict/batch", body=body, headers={"Content-Type": ctype}, expect=status)
+    assert code_of(r) == code
+
+
+# ----------------------------------------------------------------------------- limits (413)
+
+
+def test_payload_too_large(small_server: Server) -> None:
+    s = small_server
+    big = json.dumps({"data": [FLAT, FLAT], "pad": "x" * 2000}).encode()
+    for path in ("/predict", "/predict/batch"):
+        r = s.call("POST", path, body=big, headers={"Content-Type": "application/json"}, expect=413)
+        assert code_of(r) == "payload_too_large" and r.json()["error"]["details"]["max_body_bytes"] == 1000
+    r = s.call("POST", "/predict", json_body={"data": [[1], [2], [3]]}, expect=413)
+    assert r.json()["error"]["details"] == {"rows": 3, "max_rows": 2}
+    jpg = SAMPLES / "rgb_224.jpg"
+    if jpg.exists():
+        r = s.call(
+            "POST",
+            "/predict/image",
+            body=jpg.read_bytes(),
+            headers={"Content-Type": "image/jpeg"},
+            expect=413,
+        )
+    # Within the body limit, an item over --max-rows fails alone.
+    r = s.call(
+        "POST", "/predict/batch", json_body={"requests": [{"id": "x", "data": [[1], [2], [3]]}]}, expect=200
+    ).json()
+    assert r["responses"][0]["error"] == {
+        "code": "payload_too_large",
+        "message": r["responses"][0]["error"]["message"],
+        "status": 413,
+    }
+    # NDJSON is bounded per line.
+    line = json.dumps({"data": [[1]], "pad": "x" * 2000})
+    r = s.call(
+        "POST",
+        "/predict/batch",
+        body=(line + "\n").encode(),
+        headers={"Content-Type": "application/x-ndjson"},
+        expect=200,
+    )
+    assert json.loads(r.body.decode().splitlines()[0])["error"]["status"] == 413
+    r = s.call(
+        "POST",
+        "/v2/models/digits_cnn/infer",
+        body=big,
+        headers={"Content-Type": "application/json"},
+        expect=413,
+    )
+    assert code_of(r) == "payload_too_large"
+
+
+# ----------------------------------------------------------------------------- 504, 503 overloaded
+
+
+def test_timeout_504(fw_server) -> None:
+    s = fw_server("--timeout", "1ns")
+    r = s.call("POST", "/predict", json_body={"data": [DIGIT]}, expect=504)
+    assert code_of(r) == "timeout"
+    r = s.call("POST", "/predict/image", body=png(), headers={"Content-Type": "image/png"}, expect=504)
+    r = s.call("POST", "/predict/batch", json_body={"requests": [{"data": [DIGIT]}]}, expect=200)
+    assert r.json()["responses"][0]["error"]["status"] == 504
+    body = {"inputs": [{"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": FLAT}]}
+    r = s.call("POST", "/v2/models/digits_cnn/infer", json_body=body, expect=504)
+    assert code_of(r) == "timeout"
+
+
+def test_overloaded_503(fw_server) -> None:
+    """--max-queue 1: requests that arrive together overflow the queue (timing-dependent: skipped if none does)."""
+    s = fw_server("--max-queue", "1", "--max-delay", "2s")
+    results: list[Response] = []
+    barrier = threading.Barrier(16)
+
+    def one() -> None:
+        barrier.wait()
+        results.append(
+            s.request(
+                "POST",
+                "/predict",
+                json.dumps({"data": [DIGIT]}).encode(),
+                {"Content-Type": "application/json"},
+            )
+        )
+
+    threads = [threading.Thread(target=one) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        conform(r)
+        assert r.status in (200, 503), r.status
+        if r.status == 503:
+            assert code_of(r) == "overloaded" and r.headers["retry-after"] == "1"
+    if all(r.status == 200 for r in results):
+        pytest.skip("16 simultaneous requests did not overflow --max-queue 1 on this machine")
+
+
+# ----------------------------------------------------------------------------- 401
+
+
+def _example_target(tmpl: str) -> str:
+    return (
+        tmpl.replace("{model_name}", "digits_cnn")
+        .replace("{model_version}", "1")
+        .replace("{asset}", "LICENSE")
+    )
+
+
+def test_api_keys(auth_server: Server) -> None:
+    s = auth_server
+    body = {"data": [DIGIT]}
+    r = s.call("POST", "/predict", json_body=body, expect=401)
+    assert r.headers["www-authenticate"] == 'Bearer realm="fw"' and "Bearer" in r.json()["error"]["message"]
+    s.call("POST", "/predict", json_body=body, headers={"Authorization": "Bearer nope"}, expect=401)
+    s.call("POST", "/predict", json_body=body, headers={"Authorization": "Bearer k2"}, expect=200)
+    s.call("POST", "/predict", json_body=body, headers={"Authorization": "bearer k1"}, expect=200)
+    # Every documented operation: 401 without a key exactly where the document declares bearerAuth.
+    for tmpl, item in SPEC["paths"].items():
+        for m in METHODS:
+            if m not in item:
+                continue
+            protected = any("bearerAuth" in req for req in item[m].get("security", SPEC.get("security", [])))
+            r = s.request(
+                m.upper(),
+                _example_target(tmpl),
+                b"{}" if m == "post" else None,
+                {"Content-Type": "application/json"},
+            )
+            assert (r.status == 401) == protected, (
+                f"{m.upper()} {tmpl}: {r.status}, bearerAuth declared: {protected}"
+            )
+            if r.status == 401:
+                conform(r)
+    r = s.call("GET", "/v2", headers={"Authorization": "Bearer k1"}, expect=200)
+
+
+# ----------------------------------------------------------------------------- V2
+
+
+V2_INPUT = {"name": "input", "shape": [1, 1, 8, 8], "datatype": "FP32", "data": FLAT}
+
+
+def test_v2_metadata_and_health(server: Server) -> None:
+    meta = server.call("GET", "/v2", expect=200).json()
+    assert meta["name"] == "fw"
+    server.call("GET", "/v2/health/live", expect=200)
+    server.call("GET", "/v2/health/ready", expect=200)
+    server.call("HEAD", "/v2/health/ready", expect=200)
+    for base in ("/v2/models/digits_cnn", "/v2/models/digits_cnn/versions/1"):
+        m = server.call("GET", base, expect=200).json()
+        assert m["inputs"][0]["datatype"] == "FP32"
+        server.call("GET", base + "/ready", expect=200)
+        server.call("HEAD", base + "/ready", expect=200)
+        server.call("GET", base + "/infer", expect=405)
+    for target in (
+        "/v2/models/resnet18",
+        "/v2/models/digits_cnn/versions/9",
+        "/v2/models/nope/ready",
+        "/v2/models/nope/infer",
+    ):
+        r = server.call(
+            "POST" if target.endswith("infer") else "GET",
+            target,
+            json_body={"inputs": [V2_INPUT]} if target.endswith("infer") else None,
+            expect=404,
+        )
+        assert code_of(r) == "not_found"
+    server.call("POST", "/v2", body=b"", expect=405)
+
+
+def test_v2_infer(server: Server) -> None:
+    for base in ("/v2/models/digits_cnn", "/v2/models/digits_cnn/versions/1"):
+        r = server.call(
+            "POST", base + "/infer", json_body={"id": "q1", "inputs": [V2_INPUT]}, expect=200
+        ).json()
+        assert r["id"] == "q1" and r["outputs"][0]["shape"] == [1, 10]
+    # Binary extension: binary input, binary output.
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "shape": [1, 1, 8, 8],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": 256},
+                }
+            ],
+            "outputs": [{"name": "logits", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    body = header + struct.pack("<64f", *FLAT)
+    r = server.call(
+        "POST",
+        "/v2/models/digits_cnn/infer",
+        body=body,
+        headers={
+            "Content-Type": "application/octet-stream",
+            "Inference-Header-Content-Length": str(len(header)),
+        },
+        expect=200,
+    )
+    n = int(r.headers["inference-header-content-length"])
+    out = json.loads(r.body[:n])["outputs"][0]
+    assert out["parameters"]["binary_data_size"] == 40 and len(r.body) - n == 40
+    logits = struct.unpack("<10f", r.body[n:])
+    assert max(range(10), key=lambda i: logits[i]) == 3
+
+
+@pytest.mark.parametrize(
+    "body,headers,status,code",
+    [
+        (b'{"inputs": [', {}, 400, "invalid_json"),
+        (b'{"inputs": 5}', {}, 400, "bad_request"),
+        (json.dumps({"inputs": [dict(V2_INPUT, datatype="INT64")]}).encode(), {}, 422, "invalid_input"),
+        (json.dumps({"inputs": [dict(V2_INPUT, data=[1, 2, 3])]}).encode(), {}, 422, "invalid_input"),
+        (json.dumps({"inputs": [dict(V2_INPUT, name="x")]}).encode(), {}, 422, "invalid_input"),
+        (
+            json.dumps({"inputs": [V2_INPUT]}).encode(),
+            {"Content-Encoding": "gzip"},
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            json.dumps({"inputs": [V2_INPUT]}).encode(),
+            {"Inference-Header-Content-Length": "0"},
+            400,
+            "bad_request",
+        ),
+    ],
+)
+def test_v2_infer_errors(server: Server, body, headers, status, code) -> None:
+    r = server.call(
+        "POST",
+        "/v2/models/digits_cnn/infer",
+        body=body,
+        headers={"Content-Type": "application/json", **headers},
+        expect=status,
+    )
+    assert code_of(r) == code
+
+
+# ----------------------------------------------------------------------------- coverage
+
+
+def test_every_documented_operation_answers(server: Server) -> None:
+    """Each documented operation, sent without a body, answers a status the document lists for it."""
+    for tmpl, item in SPEC["paths"].items():
+        for m in METHODS:
+            if m not in item:
+                continue
+            r = server.request(m.upper(), _example_target(tmpl), None, {})
+            assert str(r.status) in item[m]["responses"], (
+                f"{m.upper()} {tmpl}: {r.status} is not documented: {r.body[:300]!r}"
+            )
+            conform(r)
