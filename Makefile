@@ -18,14 +18,14 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './third_party/*' -not -pat
 PY_SOURCES := $(shell find python/fw -name '*.py' 2>/dev/null)
 FUZZTIME ?= 10s
 
-.PHONY: all setup build shim models demo test test-go test-python fuzz lint fmt bench-engine clean help venv ort gomod
+.PHONY: all setup build shim models demo test test-go test-postgres test-python fuzz lint fmt bench-engine bench-serve bench-store clean help venv ort gomod swagger-ui
 
 all: build
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-setup: gomod ort venv shim ## install everything: Go modules, ONNX Runtime, .venv with torch, the libtorch shim
+setup: gomod ort swagger-ui venv shim ## install everything: Go modules, ONNX Runtime, Swagger UI, .venv with torch, the libtorch shim
 
 gomod:
 	@echo "==> Go modules"
@@ -35,6 +35,11 @@ ort: $(ORT_LIB)
 $(ORT_LIB): scripts/fetch-ort.sh
 	@echo "==> ONNX Runtime C library (npm onnxruntime-node, checksum-verified)"
 	@bash scripts/fetch-ort.sh
+
+swagger-ui: httpapi/docsui/dist/swagger-ui-bundle.js
+httpapi/docsui/dist/swagger-ui-bundle.js: scripts/fetch-swagger-ui.sh
+	@echo "==> Swagger UI (npm swagger-ui-dist, checksum-verified) for /docs"
+	@bash scripts/fetch-swagger-ui.sh
 
 venv: $(FW_VENV)/.fw-requirements.sha256
 $(FW_VENV)/.fw-requirements.sha256: python/requirements.txt scripts/setup-venv.sh python/pyproject.toml
@@ -48,7 +53,7 @@ $(SHIM): cmake/fwtorch.cpp cmake/fwtorch.h cmake/CMakeLists.txt scripts/build-sh
 	@bash scripts/build-shim.sh
 
 build: bin/fw ## build bin/fw
-bin/fw: $(GO_SOURCES)
+bin/fw: $(GO_SOURCES) httpapi/openapi.json $(wildcard httpapi/docsui/*.html) | swagger-ui
 	@echo "==> go build bin/fw"
 	@$(GO) build $(GOFLAGS_BUILD) -o bin/fw ./cmd/fw
 
@@ -60,12 +65,16 @@ $(MODELS)/manifest.json: $(PY_SOURCES) | venv
 demo: setup build models ## the main job (see README)
 	@bash scripts/demo.sh
 
-test: setup build models lint test-go test-python fuzz ## the whole test suite (what CI runs)
+test: setup build models lint test-go test-postgres test-python fuzz ## the whole test suite (what CI runs)
 	@echo "==> all tests passed"
 
 test-go:
 	@echo "==> go test -race ./..."
 	@FW_REQUIRE_MODELS=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) $(GO) test -race -count=1 ./...
+
+test-postgres: ## the tracking store's tests against a throwaway PostgreSQL cluster
+	@echo "==> go test -race ./dashboard/... on PostgreSQL (scripts/pg-test.sh)"
+	@FW_REQUIRE_POSTGRES=1 bash scripts/pg-test.sh $(GO) test -race -count=1 ./dashboard/...
 
 test-python: | venv
 	@echo "==> pytest python/tests"
@@ -97,6 +106,12 @@ fmt: ## format Go and Python sources
 
 bench-engine: setup build models ## engine latency/throughput table into docs/benchmarks.md
 	@bash bench/engine.sh
+
+bench-serve: setup build models ## wrk on loopback: fw vs the HTTP and engine ceilings, LitServe, FastAPI
+	@bash bench/serve.sh
+
+bench-store: ## tracking store: ingest, downsampling, listing on SQLite and PostgreSQL
+	@$(GO) run ./bench/storebench
 
 clean: ## remove build outputs (keeps .venv and third_party)
 	rm -rf bin build/lib build/shim build/models

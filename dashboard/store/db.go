@@ -1,0 +1,358 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fw-serve/fw/dashboard/query"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	_ "modernc.org/sqlite"             // database/sql driver "sqlite"
+)
+
+// sqlStore implements Store over database/sql for both dialects.
+type sqlStore struct {
+	d   query.Dialect
+	cfg Config
+	wdb *sql.DB // the writer's database handle (one connection for SQLite)
+	rdb *sql.DB // readers
+
+	reqs     chan *writeReq
+	quit     chan struct{}
+	finished chan struct{}
+	closeMu  sync.Mutex
+	closed   bool
+
+	// Owned by the writer goroutine only.
+	keys  map[keyRef]int64
+	stmts map[string]*sql.Stmt
+}
+
+type keyRef struct {
+	kind int
+	name string
+}
+
+// writeReq is one unit of work for the writer goroutine.
+type writeReq struct {
+	ctx context.Context
+	fn  func(ctx context.Context, tx *sql.Tx) error
+	// after runs in the writer after a successful commit (file removal,
+	// vacuum); its error is returned to the caller.
+	after func(ctx context.Context) error
+	done  chan error
+}
+
+func openSQLite(ctx context.Context, cfg Config) (Store, error) {
+	if cfg.Dir == "" {
+		return nil, errf(CodeInvalidArgument, "no experiment directory (FW_EXPERIMENT_DIR) and no FW_DATABASE_URL")
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating experiment directory %s: %w", cfg.Dir, err)
+	}
+	path := filepath.Join(cfg.Dir, "experiments.db")
+	sync := strings.ToUpper(cfg.Synchronous)
+	if sync == "" {
+		sync = "NORMAL"
+	}
+	if sync != "NORMAL" && sync != "FULL" {
+		return nil, errf(CodeInvalidArgument, "synchronous must be NORMAL or FULL, not %q", cfg.Synchronous)
+	}
+	base := "file:" + (&url.URL{Path: path}).EscapedPath() + "?"
+	pr := func(p string) string { return "_pragma=" + url.QueryEscape(p) }
+	common := []string{
+		pr("busy_timeout(" + strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10) + ")"),
+		pr("foreign_keys(1)"),
+		pr("synchronous(" + sync + ")"),
+	}
+	wdsn := base + strings.Join(append([]string{pr("auto_vacuum(2)"), pr("journal_mode(WAL)")}, append(common, "_txlock=immediate")...), "&")
+	wdb, err := sql.Open("sqlite", wdsn)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	wdb.SetMaxOpenConns(1)
+	wdb.SetMaxIdleConns(1)
+	wdb.SetConnMaxLifetime(0)
+	wdb.SetConnMaxIdleTime(0)
+	if err := wdb.PingContext(ctx); err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
+	rdb, err := sql.Open("sqlite", base+strings.Join(append(common, pr("query_only(1)")), "&"))
+	if err != nil {
+		wdb.Close()
+		return nil, fmt.Errorf("opening %s for reading: %w", path, err)
+	}
+	rdb.SetMaxOpenConns(cfg.Readers)
+	rdb.SetMaxIdleConns(cfg.Readers)
+	s := newSQLStore(query.SQLite, cfg, wdb, rdb)
+	if err := s.migrate(ctx); err != nil {
+		s.closeDBs()
+		return nil, err
+	}
+	s.start()
+	return s, nil
+}
+
+func openPostgres(ctx context.Context, cfg Config) (Store, error) {
+	db, err := sql.Open("pgx", cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("opening PostgreSQL: %w", err)
+	}
+	db.SetMaxOpenConns(cfg.Readers + 1)
+	db.SetMaxIdleConns(cfg.Readers + 1)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
+	}
+	s := newSQLStore(query.Postgres, cfg, db, db)
+	if err := s.migrate(ctx); err != nil {
+		s.closeDBs()
+		return nil, err
+	}
+	s.start()
+	return s, nil
+}
+
+func newSQLStore(d query.Dialect, cfg Config, wdb, rdb *sql.DB) *sqlStore {
+	return &sqlStore{
+		d: d, cfg: cfg, wdb: wdb, rdb: rdb,
+		reqs:     make(chan *writeReq, 256),
+		quit:     make(chan struct{}),
+		finished: make(chan struct{}),
+		keys:     map[keyRef]int64{},
+		stmts:    map[string]*sql.Stmt{},
+	}
+}
+
+func (s *sqlStore) start() { go s.writer() }
+
+func (s *sqlStore) closeDBs() {
+	s.wdb.Close()
+	if s.rdb != s.wdb {
+		s.rdb.Close()
+	}
+}
+
+// Close implements Store.
+func (s *sqlStore) Close() error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.quit)
+	s.closeMu.Unlock()
+	<-s.finished
+	s.closeDBs()
+	return nil
+}
+
+// q rewrites ? placeholders to $n for PostgreSQL (the store's static SQL
+// has no ? inside string literals).
+func (s *sqlStore) q(sqlText string) string {
+	if s.d != query.Postgres {
+		return sqlText
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(sqlText); i++ {
+		if sqlText[i] == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(sqlText[i])
+	}
+	return b.String()
+}
+
+// collate is the byte-order collation clause of the dialect.
+func (s *sqlStore) collate() string {
+	if s.d == query.Postgres {
+		return ` COLLATE "C"`
+	}
+	return ""
+}
+
+// write runs fn in the writer goroutine inside a transaction (shared with
+// other queued requests, each under its own savepoint) and waits for the
+// commit.
+func (s *sqlStore) write(ctx context.Context, fn func(context.Context, *sql.Tx) error, after func(context.Context) error) error {
+	r := &writeReq{ctx: ctx, fn: fn, after: after, done: make(chan error, 1)}
+	s.closeMu.Lock()
+	closed := s.closed
+	s.closeMu.Unlock()
+	if closed {
+		return errf(CodeClosed, "store is closed")
+	}
+	select {
+	case s.reqs <- r:
+	case <-s.quit:
+		return errf(CodeClosed, "store is closed")
+	case <-ctx.Done():
+		return fmt.Errorf("queueing a write: %w", ctx.Err())
+	}
+	// Once queued, wait for the outcome even if ctx ends: the caller must
+	// not think a committed write failed.
+	return <-r.done
+}
+
+// maxGroup is the most requests committed in one transaction.
+const maxGroup = 64
+
+func (s *sqlStore) writer() {
+	defer close(s.finished)
+	for {
+		var first *writeReq
+		select {
+		case first = <-s.reqs:
+		case <-s.quit:
+			// Serve what is queued, then stop.
+			for {
+				select {
+				case r := <-s.reqs:
+					s.runGroup([]*writeReq{r})
+				default:
+					return
+				}
+			}
+		}
+		group := []*writeReq{first}
+	drain:
+		for len(group) < maxGroup {
+			select {
+			case r := <-s.reqs:
+				group = append(group, r)
+			default:
+				break drain
+			}
+		}
+		s.runGroup(group)
+	}
+}
+
+func (s *sqlStore) runGroup(group []*writeReq) {
+	ctx := context.Background()
+	// Statements are prepared on the transaction and die with it.
+	defer clear(s.stmts)
+	live := group[:0:0]
+	for _, r := range group {
+		if err := r.ctx.Err(); err != nil {
+			r.done <- fmt.Errorf("write cancelled before it started: %w", err)
+			continue
+		}
+		live = append(live, r)
+	}
+	if len(live) == 0 {
+		return
+	}
+	errs := make([]error, len(live))
+	fail := func(err error) {
+		s.keys = map[keyRef]int64{}
+		for _, r := range live {
+			r.done <- err
+		}
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		fail(fmt.Errorf("beginning a write transaction: %w", err))
+		return
+	}
+	rolledBack := false
+	for i, r := range live {
+		if len(live) == 1 {
+			errs[i] = r.fn(r.ctx, tx)
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+			tx.Rollback()
+			fail(fmt.Errorf("creating a savepoint: %w", err))
+			return
+		}
+		errs[i] = r.fn(r.ctx, tx)
+		if errs[i] != nil {
+			rolledBack = true
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT w"); err != nil {
+				tx.Rollback()
+				fail(fmt.Errorf("rolling back a savepoint: %w", err))
+				return
+			}
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT w"); err != nil {
+			tx.Rollback()
+			fail(fmt.Errorf("releasing a savepoint: %w", err))
+			return
+		}
+	}
+	if len(live) == 1 && errs[0] != nil {
+		tx.Rollback()
+		s.keys = map[keyRef]int64{}
+		live[0].done <- errs[0]
+		return
+	}
+	if err := tx.Commit(); err != nil {
+		fail(fmt.Errorf("committing writes: %w", err))
+		return
+	}
+	if rolledBack {
+		// Key IDs cached by a rolled-back request may not exist.
+		s.keys = map[keyRef]int64{}
+	}
+	for i, r := range live {
+		if errs[i] == nil && r.after != nil {
+			errs[i] = r.after(ctx)
+		}
+		r.done <- errs[i]
+	}
+}
+
+// stmt returns a statement prepared on the writer's transaction, cached
+// until the transaction ends.
+func (s *sqlStore) stmt(ctx context.Context, tx *sql.Tx, text string) (*sql.Stmt, error) {
+	if st, ok := s.stmts[text]; ok {
+		return st, nil
+	}
+	st, err := tx.PrepareContext(ctx, text)
+	if err != nil {
+		return nil, fmt.Errorf("preparing %.60q: %w", text, err)
+	}
+	s.stmts[text] = st
+	return st, nil
+}
+
+// exec runs a statement in the writer's transaction.
+func (s *sqlStore) exec(ctx context.Context, tx *sql.Tx, text string, args ...any) (sql.Result, error) {
+	if s.d == query.Postgres {
+		// pgx caches prepared statements per connection itself.
+		return tx.ExecContext(ctx, s.q(text), args...)
+	}
+	st, err := s.stmt(ctx, tx, text)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// isUniqueViolation reports a unique-constraint failure in either dialect.
+func isUniqueViolation(err error) bool {
+	if err == nil {
+		return false
+	}
+	m := err.Error()
+	return strings.Contains(m, "UNIQUE constraint failed") || strings.Contains(m, "SQLSTATE 23505") || strings.Contains(m, "duplicate key value")
+}
+
+var errNoRows = sql.ErrNoRows
+
+func isNoRows(err error) bool { return errors.Is(err, errNoRows) }

@@ -1,0 +1,117 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a stable error code (part of the HTTP API: clients match on it).
+type Code string
+
+// Error codes. Per-event codes appear in ApplyResult.Errors; the others are
+// returned as *Error.
+const (
+	// CodeInvalidJSON: an event is not a JSON object of the event shape.
+	CodeInvalidJSON Code = "invalid_json"
+	// CodeInvalidType: a field has the wrong JSON type, e.g. a string where
+	// a number is required ("NaN", "Infinity", "-Infinity" are numbers).
+	CodeInvalidType Code = "invalid_type"
+	// CodeInvalidEvent: unknown type, missing or out-of-range field.
+	CodeInvalidEvent Code = "invalid_event"
+	// CodeInvalidID: a run ID breaks ValidateID.
+	CodeInvalidID Code = "invalid_id"
+	// CodeInvalidName: an experiment or run name breaks ValidateName.
+	CodeInvalidName Code = "invalid_name"
+	// CodeInvalidKey: a metric, param or tag key breaks ValidateKey, or a
+	// value has control characters or is too long.
+	CodeInvalidKey Code = "invalid_key"
+	// CodeInvalidPath: a checkpoint or artifact path breaks ValidateRelPath.
+	CodeInvalidPath Code = "invalid_path"
+	// CodeUnknownRun: the run has no run_start (yet).
+	CodeUnknownRun Code = "unknown_run"
+	// CodeRunConflict: run_start for an existing run of another experiment.
+	CodeRunConflict Code = "run_conflict"
+	// CodeParamConflict: a param logged again with a different value.
+	CodeParamConflict Code = "param_conflict"
+	// CodeInvalidTransition: a status change the lifecycle does not allow.
+	CodeInvalidTransition Code = "invalid_transition"
+	// CodeBatchTooLarge: more than MaxBatchEvents events or MaxBatchValues
+	// values; the whole batch is refused.
+	CodeBatchTooLarge Code = "batch_too_large"
+	// CodeNotFound: no such experiment or run.
+	CodeNotFound Code = "not_found"
+	// CodeConflict: a unique name is taken.
+	CodeConflict Code = "conflict"
+	// CodeInvalidArgument: a bad query argument (filter, sort, cursor...).
+	CodeInvalidArgument Code = "invalid_argument"
+	// CodeClosed: the store is closed.
+	CodeClosed Code = "closed"
+)
+
+// Error is an error with a stable code.
+type Error struct {
+	Code Code
+	Msg  string
+	// Err is the underlying cause, if any.
+	Err error
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Msg, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Msg)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrorCode returns the code of err, or "" when it carries none.
+func ErrorCode(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+func errf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// EventError reports one refused event of a batch.
+type EventError struct {
+	// Index is the event's position in the batch.
+	Index int    `json:"index"`
+	Code  Code   `json:"code"`
+	Msg   string `json:"message"`
+	// RunID and Seq identify the event when known.
+	RunID string `json:"run_id,omitempty"`
+	Seq   int64  `json:"seq,omitempty"`
+}
+
+// Error implements error.
+func (e *EventError) Error() string {
+	return fmt.Sprintf("event %d: %s: %s", e.Index, e.Code, e.Msg)
+}
+
+// ApplyResult says what Apply did with a batch.
+type ApplyResult struct {
+	// Applied counts events written.
+	Applied int `json:"applied"`
+	// Duplicates counts events skipped because their seq was already applied.
+	Duplicates int `json:"duplicates"`
+	// Errors lists refused events; the others were applied.
+	Errors []EventError `json:"errors,omitempty"`
+	// Acked is, per run and writer, the highest seq applied so far (after
+	// this batch): a client may drop everything up to it from its spool.
+	Acked []Ack `json:"acked"`
+}
+
+// Ack is a per-(run, writer) high-water mark.
+type Ack struct {
+	RunID  string `json:"run_id"`
+	Writer string `json:"writer"`
+	Seq    int64  `json:"seq"`
+}

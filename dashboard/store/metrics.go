@@ -1,0 +1,251 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+
+	"github.com/fw-serve/fw/dashboard/query"
+)
+
+// Downsampling. Every metric write also updates rollups: per (run, key),
+// blocks of 16, 256 and 4096 steps with their first and last step, min,
+// max, last value and count (table metric_rollup, migration 2). To answer
+// "at most N buckets" over steps [lo, hi], Metrics picks the coarsest block
+// size B no wider than a bucket, makes the bucket width a multiple of B
+// aligned to B, and reads whole blocks from the rollup plus raw points only
+// for the partial blocks at the edges of the range. A million points to 1000
+// buckets reads about 4000 rollup rows instead of a million points. Each
+// bucket keeps min, max and last, so a single spike survives as its max.
+
+// Metrics implements Store.
+func (s *sqlStore) Metrics(ctx context.Context, runID string, q MetricsQuery) ([]Series, error) {
+	rid, err := s.runRID(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	n := q.MaxPoints
+	if n <= 0 {
+		n = 1000
+	}
+	if n > 100000 {
+		return nil, errf(CodeInvalidArgument, "max points %d is over 100000", n)
+	}
+	kind := kindMetric
+	if q.System {
+		kind = kindSystem
+	}
+	a := query.NewArgs(s.d)
+	text := `SELECT k.id, k.name FROM metric_summary s JOIN metric_keys k ON k.id = s.key_id WHERE s.run_rid = ` + a.Add(rid) + ` AND k.kind = ` + a.Add(int64(kind))
+	if len(q.Keys) > 0 {
+		text += " AND k.name IN ("
+		for i, k := range q.Keys {
+			if i > 0 {
+				text += ", "
+			}
+			text += a.Add(k)
+		}
+		text += ")"
+	}
+	text += " ORDER BY k.name"
+	rows, err := s.rdb.QueryContext(ctx, text, a.Values()...)
+	if err != nil {
+		return nil, fmt.Errorf("listing metric keys of run %s: %w", runID, err)
+	}
+	type keyInfo struct {
+		id   int64
+		name string
+	}
+	var keys []keyInfo
+	for rows.Next() {
+		var k keyInfo
+		if err := rows.Scan(&k.id, &k.name); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("listing metric keys of run %s: %w", runID, err)
+		}
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing metric keys of run %s: %w", runID, err)
+	}
+	out := make([]Series, 0, len(keys))
+	for _, k := range keys {
+		ser, err := s.series(ctx, rid, k.id, n, q.MinStep, q.MaxStep)
+		if err != nil {
+			return nil, fmt.Errorf("reading metric %q of run %s: %w", k.name, runID, err)
+		}
+		ser.Key = k.name
+		out = append(out, ser)
+	}
+	return out, nil
+}
+
+// item is a raw point (first == last, n == 1) or a rollup block.
+type item struct {
+	first, last   int64
+	min, max, lst sql.NullFloat64
+	n             int64
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+func (s *sqlStore) series(ctx context.Context, rid, key int64, n int, minStep, maxStep *int64) (Series, error) {
+	const coarse = 12
+	a := query.NewArgs(s.d)
+	text := `SELECT MIN(first_step), MAX(last_step), SUM(n) FROM metric_rollup WHERE run_rid = ` + a.Add(rid) + ` AND key_id = ` + a.Add(key) + ` AND level = ` + a.Add(int64(coarse))
+	if minStep != nil {
+		text += " AND block >= " + a.Add(*minStep>>coarse)
+	}
+	if maxStep != nil {
+		text += " AND block <= " + a.Add(*maxStep>>coarse)
+	}
+	var dmin, dmax, count sql.NullInt64
+	if err := s.rdb.QueryRowContext(ctx, text, a.Values()...).Scan(&dmin, &dmax, &count); err != nil {
+		return Series{}, fmt.Errorf("reading the step range: %w", err)
+	}
+	ser := Series{Buckets: []Bucket{}}
+	if !dmin.Valid {
+		return ser, nil
+	}
+	lo, hi := dmin.Int64, dmax.Int64
+	if minStep != nil && *minStep > lo {
+		lo = *minStep
+	}
+	if maxStep != nil && *maxStep < hi {
+		hi = *maxStep
+	}
+	if hi < lo {
+		return ser, nil
+	}
+	N := int64(n)
+	width := ceilDiv(hi-lo+1, N)
+	if count.Int64 <= N || width <= 1 {
+		// Few enough points: return them as they are.
+		items, err := s.rawItems(ctx, rid, key, lo, hi)
+		if err != nil {
+			return Series{}, err
+		}
+		for _, it := range items {
+			ser.Buckets = append(ser.Buckets, bucketOf(it))
+		}
+		if int64(len(ser.Buckets)) <= N {
+			return ser, nil
+		}
+		ser.Buckets = ser.Buckets[:0]
+	}
+	var shift uint
+	for _, sh := range rollupShifts() {
+		if int64(1)<<sh <= width {
+			shift = sh
+		}
+	}
+	B := int64(1) << shift
+	origin := (lo / B) * B
+	w := ceilDiv(ceilDiv(hi-origin+1, N), B) * B
+	var items []item
+	if shift == 0 {
+		var err error
+		if items, err = s.rawItems(ctx, rid, key, lo, hi); err != nil {
+			return Series{}, err
+		}
+	} else {
+		firstFull, lastFull := ceilDiv(lo, B), (hi+1)/B-1
+		if firstFull > lastFull {
+			var err error
+			if items, err = s.rawItems(ctx, rid, key, lo, hi); err != nil {
+				return Series{}, err
+			}
+		} else {
+			left, err := s.rawItems(ctx, rid, key, lo, firstFull*B-1)
+			if err != nil {
+				return Series{}, err
+			}
+			mid, err := s.blockItems(ctx, rid, key, shift, firstFull, lastFull)
+			if err != nil {
+				return Series{}, err
+			}
+			right, err := s.rawItems(ctx, rid, key, (lastFull+1)*B, hi)
+			if err != nil {
+				return Series{}, err
+			}
+			items = append(append(left, mid...), right...)
+		}
+	}
+	ser.Downsampled = true
+	cur := int64(-1)
+	var b *Bucket
+	for _, it := range items {
+		idx := (it.first - origin) / w
+		if b == nil || idx != cur {
+			ser.Buckets = append(ser.Buckets, bucketOf(it))
+			b = &ser.Buckets[len(ser.Buckets)-1]
+			cur = idx
+			continue
+		}
+		merge(b, it)
+	}
+	return ser, nil
+}
+
+func bucketOf(it item) Bucket {
+	return Bucket{StepMin: it.first, StepMax: it.last, Min: nanIfNull(it.min), Max: nanIfNull(it.max), Last: nanIfNull(it.lst), Count: it.n}
+}
+
+func merge(b *Bucket, it item) {
+	if it.first < b.StepMin {
+		b.StepMin = it.first
+	}
+	if it.last >= b.StepMax {
+		b.StepMax = it.last
+		b.Last = nanIfNull(it.lst)
+	}
+	if it.min.Valid && (math.IsNaN(b.Min) || it.min.Float64 < b.Min) {
+		b.Min = it.min.Float64
+	}
+	if it.max.Valid && (math.IsNaN(b.Max) || it.max.Float64 > b.Max) {
+		b.Max = it.max.Float64
+	}
+	b.Count += it.n
+}
+
+func (s *sqlStore) rawItems(ctx context.Context, rid, key, lo, hi int64) ([]item, error) {
+	if hi < lo {
+		return nil, nil
+	}
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT step, value FROM metrics WHERE run_rid = ? AND key_id = ? AND step >= ? AND step <= ? ORDER BY step`), rid, key, lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("reading points: %w", err)
+	}
+	defer rows.Close()
+	var out []item
+	for rows.Next() {
+		var it item
+		var v sql.NullFloat64
+		if err := rows.Scan(&it.first, &v); err != nil {
+			return nil, fmt.Errorf("reading points: %w", err)
+		}
+		it.last, it.min, it.max, it.lst, it.n = it.first, v, v, v, 1
+		out = append(out, it)
+	}
+	return out, rows.Err()
+}
+
+func (s *sqlStore) blockItems(ctx context.Context, rid, key int64, shift uint, from, to int64) ([]item, error) {
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT first_step, last_step, min_value, max_value, last_value, n FROM metric_rollup
+		WHERE run_rid = ? AND key_id = ? AND level = ? AND block >= ? AND block <= ? ORDER BY block`), rid, key, int64(shift), from, to)
+	if err != nil {
+		return nil, fmt.Errorf("reading rollups: %w", err)
+	}
+	defer rows.Close()
+	out := make([]item, 0, min(to-from+1, 1<<16))
+	for rows.Next() {
+		var it item
+		if err := rows.Scan(&it.first, &it.last, &it.min, &it.max, &it.lst, &it.n); err != nil {
+			return nil, fmt.Errorf("reading rollups: %w", err)
+		}
+		out = append(out, it)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,240 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fw-serve/fw/dashboard/query"
+)
+
+// migration is one schema version. SQL is a template: {{pk}} (integer
+// identity primary key), {{real}} (double column type) and {{norowid}}
+// (SQLite's WITHOUT ROWID) are filled per dialect.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// Rollup levels: blocks of 2^shift steps kept per (run, key) by migration 2.
+// They let Metrics downsample a million points by reading a few thousand
+// rows; see rollupShifts in read.go.
+const migrationsHelp = "schema_migrations(version, name, applied)"
+
+func migrations() []migration {
+	return []migration{
+		{1, "initial schema", `
+CREATE TABLE experiments (
+	id TEXT PRIMARY KEY,
+	name TEXT NOT NULL UNIQUE,
+	description TEXT NOT NULL DEFAULT '',
+	created BIGINT NOT NULL,
+	updated BIGINT NOT NULL,
+	archived INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE experiment_tags (
+	experiment_id TEXT NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+	key TEXT NOT NULL,
+	value TEXT NOT NULL,
+	PRIMARY KEY (experiment_id, key)
+);
+CREATE TABLE runs (
+	rid {{pk}},
+	id TEXT NOT NULL UNIQUE,
+	experiment_id TEXT NOT NULL REFERENCES experiments(id),
+	name TEXT NOT NULL,
+	status TEXT NOT NULL,
+	created BIGINT NOT NULL,
+	updated BIGINT NOT NULL,
+	started BIGINT,
+	ended BIGINT,
+	error TEXT,
+	traceback TEXT,
+	exit_code INTEGER,
+	step BIGINT,
+	total_steps BIGINT,
+	epoch {{real}},
+	total_epochs {{real}},
+	progress_time BIGINT,
+	source_recipe TEXT,
+	source_command TEXT,
+	source_args TEXT,
+	git_commit TEXT,
+	host TEXT,
+	pid INTEGER,
+	parent_run_id TEXT,
+	parent_checkpoint TEXT
+);
+CREATE INDEX runs_experiment ON runs (experiment_id, created);
+CREATE INDEX runs_created ON runs (created);
+CREATE INDEX runs_status ON runs (status);
+CREATE TABLE run_writers (
+	run_rid BIGINT NOT NULL,
+	writer TEXT NOT NULL,
+	seq BIGINT NOT NULL,
+	PRIMARY KEY (run_rid, writer)
+){{norowid}};
+CREATE TABLE run_tags (
+	run_rid BIGINT NOT NULL,
+	key TEXT NOT NULL,
+	value TEXT NOT NULL,
+	PRIMARY KEY (run_rid, key)
+){{norowid}};
+CREATE TABLE params (
+	run_rid BIGINT NOT NULL,
+	key TEXT NOT NULL,
+	value_json TEXT NOT NULL,
+	value_num {{real}},
+	value_str TEXT,
+	PRIMARY KEY (run_rid, key)
+){{norowid}};
+CREATE TABLE metric_keys (
+	id {{pk}},
+	kind INTEGER NOT NULL,
+	name TEXT NOT NULL,
+	UNIQUE (kind, name)
+);
+CREATE TABLE metrics (
+	run_rid BIGINT NOT NULL,
+	key_id BIGINT NOT NULL,
+	step BIGINT NOT NULL,
+	value {{real}},
+	wall BIGINT NOT NULL,
+	PRIMARY KEY (run_rid, key_id, step)
+){{norowid}};
+CREATE TABLE metric_summary (
+	run_rid BIGINT NOT NULL,
+	key_id BIGINT NOT NULL,
+	last_value {{real}},
+	last_step BIGINT NOT NULL,
+	last_time BIGINT NOT NULL,
+	min_value {{real}},
+	min_step BIGINT NOT NULL,
+	max_value {{real}},
+	max_step BIGINT NOT NULL,
+	n BIGINT NOT NULL,
+	PRIMARY KEY (run_rid, key_id)
+){{norowid}};
+CREATE TABLE logs (
+	id {{pk}},
+	run_rid BIGINT NOT NULL,
+	stream TEXT NOT NULL,
+	time BIGINT NOT NULL,
+	line TEXT NOT NULL
+);
+CREATE INDEX logs_run ON logs (run_rid, id);
+CREATE TABLE checkpoints (
+	run_rid BIGINT NOT NULL,
+	path TEXT NOT NULL,
+	step BIGINT NOT NULL,
+	epoch {{real}},
+	metrics TEXT NOT NULL,
+	time BIGINT NOT NULL,
+	PRIMARY KEY (run_rid, path)
+);
+CREATE TABLE artifacts (
+	run_rid BIGINT NOT NULL,
+	path TEXT NOT NULL,
+	size BIGINT NOT NULL,
+	time BIGINT NOT NULL,
+	PRIMARY KEY (run_rid, path)
+)`},
+		{2, "metric rollups for downsampling", `
+CREATE TABLE metric_rollup (
+	run_rid BIGINT NOT NULL,
+	key_id BIGINT NOT NULL,
+	level INTEGER NOT NULL,
+	block BIGINT NOT NULL,
+	first_step BIGINT NOT NULL,
+	last_step BIGINT NOT NULL,
+	min_value {{real}},
+	max_value {{real}},
+	last_value {{real}},
+	n BIGINT NOT NULL,
+	PRIMARY KEY (run_rid, key_id, level, block)
+){{norowid}};
+INSERT INTO metric_rollup (run_rid, key_id, level, block, first_step, last_step, min_value, max_value, n)
+	SELECT run_rid, key_id, 4, step / 16, MIN(step), MAX(step), MIN(value), MAX(value), COUNT(*) FROM metrics GROUP BY run_rid, key_id, step / 16;
+INSERT INTO metric_rollup (run_rid, key_id, level, block, first_step, last_step, min_value, max_value, n)
+	SELECT run_rid, key_id, 8, step / 256, MIN(step), MAX(step), MIN(value), MAX(value), COUNT(*) FROM metrics GROUP BY run_rid, key_id, step / 256;
+INSERT INTO metric_rollup (run_rid, key_id, level, block, first_step, last_step, min_value, max_value, n)
+	SELECT run_rid, key_id, 12, step / 4096, MIN(step), MAX(step), MIN(value), MAX(value), COUNT(*) FROM metrics GROUP BY run_rid, key_id, step / 4096;
+UPDATE metric_rollup SET last_value = (SELECT m.value FROM metrics m WHERE m.run_rid = metric_rollup.run_rid AND m.key_id = metric_rollup.key_id AND m.step = metric_rollup.last_step)`},
+	}
+}
+
+// LatestSchemaVersion is the schema version this code migrates to.
+func LatestSchemaVersion() int { return len(migrations()) }
+
+func (s *sqlStore) render(tmpl string) string {
+	r := strings.NewReplacer("{{pk}}", "INTEGER PRIMARY KEY", "{{real}}", "REAL", "{{norowid}}", " WITHOUT ROWID")
+	if s.d == query.Postgres {
+		r = strings.NewReplacer("{{pk}}", "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY", "{{real}}", "DOUBLE PRECISION", "{{norowid}}", "")
+	}
+	return r.Replace(tmpl)
+}
+
+// migrate brings the schema up to date (or to cfg.migrateTo), one
+// transaction per version, recording each in schema_migrations.
+func (s *sqlStore) migrate(ctx context.Context) error {
+	if _, err := s.wdb.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied BIGINT NOT NULL)`); err != nil {
+		return fmt.Errorf("creating %s: %w", migrationsHelp, err)
+	}
+	target := LatestSchemaVersion()
+	if s.cfg.migrateTo > 0 {
+		target = s.cfg.migrateTo
+	}
+	for _, m := range migrations() {
+		if m.version > target {
+			break
+		}
+		if err := s.applyMigration(ctx, m); err != nil {
+			return err
+		}
+	}
+	var v int
+	if err := s.wdb.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v); err != nil {
+		return fmt.Errorf("reading the schema version: %w", err)
+	}
+	if v > LatestSchemaVersion() {
+		return fmt.Errorf("database schema version %d is newer than this program's %d: upgrade fw", v, LatestSchemaVersion())
+	}
+	return nil
+}
+
+func (s *sqlStore) applyMigration(ctx context.Context, m migration) error {
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migration %d: beginning: %w", m.version, err)
+	}
+	defer tx.Rollback()
+	if s.d == query.Postgres {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(7270001)`); err != nil {
+			return fmt.Errorf("migration %d: locking: %w", m.version, err)
+		}
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`), m.version).Scan(&n); err != nil {
+		return fmt.Errorf("migration %d: checking: %w", m.version, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	for _, stmt := range strings.Split(s.render(m.sql), ";\n") {
+		if strings.TrimSpace(stmt) == "" {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("migration %d (%s): %w", m.version, m.name, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO schema_migrations (version, name, applied) VALUES (?, ?, ?)`), m.version, m.name, time.Now().UnixNano()); err != nil {
+		return fmt.Errorf("migration %d: recording: %w", m.version, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migration %d: committing: %w", m.version, err)
+	}
+	return nil
+}

@@ -1,0 +1,586 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/fw-serve/fw/dashboard/query"
+)
+
+// Listing limits.
+const (
+	defaultLimit = 100
+	maxLimit     = 10000
+)
+
+const runCols = `r.rid, r.id, r.experiment_id, e.name AS exp_name, r.name, r.status, r.created, r.updated, r.started, r.ended,
+	r.error, r.traceback, r.exit_code, r.step, r.total_steps, r.epoch, r.total_epochs, r.progress_time,
+	r.source_recipe, r.source_command, r.source_args, r.git_commit, r.host, r.pid, r.parent_run_id, r.parent_checkpoint`
+
+// runRow receives a scanned run row.
+type runRow struct {
+	rid                                                             int64
+	run                                                             Run
+	created, updated                                                int64
+	started, ended, exitCode, step, totalSteps, progressTime, pid   sql.NullInt64
+	errMsg, traceback, recipe, command, args, git, host, pRun, pCkp sql.NullString
+	epoch, totalEpochs                                              sql.NullFloat64
+	status                                                          string
+}
+
+func (rr *runRow) dest() []any {
+	r := &rr.run
+	return []any{&rr.rid, &r.ID, &r.ExperimentID, &r.Experiment, &r.Name, &rr.status, &rr.created, &rr.updated, &rr.started, &rr.ended,
+		&rr.errMsg, &rr.traceback, &rr.exitCode, &rr.step, &rr.totalSteps, &rr.epoch, &rr.totalEpochs, &rr.progressTime,
+		&rr.recipe, &rr.command, &rr.args, &rr.git, &rr.host, &rr.pid, &rr.pRun, &rr.pCkp}
+}
+
+func (rr *runRow) finish() Run {
+	r := rr.run
+	r.Status = Status(rr.status)
+	r.Created, r.Updated = fromNanos(rr.created), fromNanos(rr.updated)
+	if rr.started.Valid {
+		t := fromNanos(rr.started.Int64)
+		r.Started = &t
+	}
+	if rr.ended.Valid {
+		t := fromNanos(rr.ended.Int64)
+		r.Ended = &t
+	}
+	if rr.exitCode.Valid {
+		v := int(rr.exitCode.Int64)
+		r.ExitCode = &v
+	}
+	r.Error, r.Traceback = rr.errMsg.String, rr.traceback.String
+	r.Progress = Progress{Step: rr.step.Int64, TotalSteps: rr.totalSteps.Int64, Epoch: rr.epoch.Float64, TotalEpochs: rr.totalEpochs.Float64}
+	if rr.progressTime.Valid {
+		r.Progress.Time = fromNanos(rr.progressTime.Int64)
+	}
+	r.Source = Source{Recipe: rr.recipe.String, Command: rr.command.String, GitCommit: rr.git.String, Host: rr.host.String, PID: int(rr.pid.Int64)}
+	if rr.args.Valid {
+		_ = json.Unmarshal([]byte(rr.args.String), &r.Source.Args)
+	}
+	r.ParentRunID, r.ParentCheckpoint = rr.pRun.String, rr.pCkp.String
+	r.Params, r.Tags, r.Metrics = map[string]any{}, map[string]string{}, map[string]Summary{}
+	return r
+}
+
+// cursor is the position after the last row of a page: the sort tuple.
+type cursor struct {
+	Missing int     `json:"m"`
+	NoNum   int     `json:"k"`
+	Num     float64 `json:"n"`
+	Int     int64   `json:"i"`
+	Str     string  `json:"s"`
+	ID      string  `json:"id"`
+	Sort    string  `json:"o"`
+}
+
+func makeCursor(n sql.NullFloat64, i sql.NullInt64, s sql.NullString, id, sortKey string) string {
+	c := cursor{ID: id, Sort: sortKey, Num: n.Float64, Int: i.Int64, Str: s.String}
+	if !n.Valid && !i.Valid && !s.Valid {
+		c.Missing = 1
+	}
+	if !n.Valid {
+		c.NoNum = 1
+	}
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// pageSpec describes a listing for pageQuery.
+type pageSpec struct {
+	target query.Target
+	cols   string
+	from   string
+	idCol  string
+	narrow func(a *query.Args) string // extra condition, "" for none
+}
+
+// pageQuery builds the keyset-paged listing: the filter and sort come from
+// the query language, values are bound, and the page is ordered by
+// (missing, non-numeric, number, integer, text, id).
+func (s *sqlStore) pageQuery(spec pageSpec, q ListQuery) (text string, args []any, limit int, sortKey string, err error) {
+	text, args, limit, sortKey, err = s.buildPage(spec, q)
+	return
+}
+
+func (s *sqlStore) buildPage(spec pageSpec, q ListQuery) (string, []any, int, string, error) {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = defaultLimit
+	}
+	if limit > maxLimit {
+		return "", nil, 0, "", errf(CodeInvalidArgument, "limit %d is over %d", limit, maxLimit)
+	}
+	expr, err := query.Parse(q.Filter, spec.target)
+	if err != nil {
+		return "", nil, 0, "", &Error{Code: CodeInvalidArgument, Msg: "filter", Err: err}
+	}
+	sortName := q.Sort
+	if sortName == "" {
+		sortName = "created"
+	}
+	field, err := query.ParseField(sortName, spec.target)
+	if err != nil {
+		return "", nil, 0, "", &Error{Code: CodeInvalidArgument, Msg: "sort", Err: err}
+	}
+	sortKey := field.String()
+	if q.Desc {
+		sortKey += " desc"
+	}
+	a := query.NewArgs(s.d)
+	se := query.Sort(field, a)
+	var b strings.Builder
+	b.WriteString("SELECT * FROM (SELECT " + spec.cols + ", " + se.Num + " AS sk_n, " + se.Int + " AS sk_i, " + se.Str + " AS sk_s " + spec.from + " WHERE ")
+	b.WriteString(query.Compile(expr, a))
+	if spec.narrow != nil {
+		if c := spec.narrow(a); c != "" {
+			b.WriteString(" AND " + c)
+		}
+	}
+	b.WriteString(") t")
+	col := s.collate()
+	comps := []string{
+		"(CASE WHEN t.sk_n IS NULL AND t.sk_i IS NULL AND t.sk_s IS NULL THEN 1 ELSE 0 END)",
+		"(CASE WHEN t.sk_n IS NULL THEN 1 ELSE 0 END)",
+		"COALESCE(t.sk_n, 0)",
+		"COALESCE(t.sk_i, 0)",
+		"COALESCE(t.sk_s, '')" + col,
+		"t.id" + col,
+	}
+	dirs := []bool{false, false, q.Desc, q.Desc, q.Desc, q.Desc}
+	if q.Cursor != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(q.Cursor)
+		var c cursor
+		if err == nil {
+			err = json.Unmarshal(raw, &c)
+		}
+		if err != nil {
+			return "", nil, 0, "", errf(CodeInvalidArgument, "cursor is not one this store made")
+		}
+		if c.Sort != sortKey {
+			return "", nil, 0, "", errf(CodeInvalidArgument, "cursor was made for sort %q, not %q", c.Sort, sortKey)
+		}
+		vals := []any{int64(c.Missing), int64(c.NoNum), c.Num, c.Int, c.Str, c.ID}
+		b.WriteString(" WHERE (")
+		for k := range comps {
+			if k > 0 {
+				b.WriteString(" OR ")
+			}
+			b.WriteString("(")
+			for j := 0; j < k; j++ {
+				b.WriteString(comps[j] + " = " + a.Add(vals[j]) + " AND ")
+			}
+			op := " > "
+			if dirs[k] {
+				op = " < "
+			}
+			b.WriteString(comps[k] + op + a.Add(vals[k]) + ")")
+		}
+		b.WriteString(")")
+	}
+	b.WriteString(" ORDER BY ")
+	for k, c := range comps {
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(c)
+		if dirs[k] {
+			b.WriteString(" DESC")
+		}
+	}
+	b.WriteString(" LIMIT " + a.Add(int64(limit+1)))
+	return b.String(), a.Values(), limit, sortKey, nil
+}
+
+// ListRuns implements Store.
+func (s *sqlStore) ListRuns(ctx context.Context, q ListQuery) (RunPage, error) {
+	spec := pageSpec{target: query.Runs, cols: runCols, from: "FROM runs r JOIN experiments e ON e.id = r.experiment_id", idCol: "r.id"}
+	if q.Experiment != "" {
+		spec.narrow = func(a *query.Args) string {
+			return "(e.id = " + a.Add(q.Experiment) + " OR e.name = " + a.Add(q.Experiment) + ")"
+		}
+	}
+	text, args, limit, sortKey, err := s.pageQuery(spec, q)
+	if err != nil {
+		return RunPage{}, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, text, args...)
+	if err != nil {
+		return RunPage{}, fmt.Errorf("listing runs: %w", err)
+	}
+	defer rows.Close()
+	var page RunPage
+	var lastN sql.NullFloat64
+	var lastI sql.NullInt64
+	var lastS sql.NullString
+	var rids []int64
+	byRID := map[int64]int{}
+	for rows.Next() {
+		var rr runRow
+		var n sql.NullFloat64
+		var i sql.NullInt64
+		var st sql.NullString
+		if err := rows.Scan(append(rr.dest(), &n, &i, &st)...); err != nil {
+			return RunPage{}, fmt.Errorf("reading runs: %w", err)
+		}
+		if len(page.Runs) == limit {
+			last := page.Runs[len(page.Runs)-1]
+			page.Next = makeCursor(lastN, lastI, lastS, last.ID, sortKey)
+			break
+		}
+		lastN, lastI, lastS = n, i, st
+		byRID[rr.rid] = len(page.Runs)
+		rids = append(rids, rr.rid)
+		page.Runs = append(page.Runs, rr.finish())
+	}
+	if err := rows.Err(); err != nil {
+		return RunPage{}, fmt.Errorf("reading runs: %w", err)
+	}
+	rows.Close()
+	if err := s.fillRuns(ctx, page.Runs, rids, byRID); err != nil {
+		return RunPage{}, err
+	}
+	if page.Runs == nil {
+		page.Runs = []Run{}
+	}
+	return page, nil
+}
+
+// inList returns "(?, ?, ...)" binding ids.
+func inList(a *query.Args, ids []int64) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = a.Add(id)
+	}
+	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+// fillRuns loads params, tags and summaries of the listed runs.
+func (s *sqlStore) fillRuns(ctx context.Context, runs []Run, rids []int64, byRID map[int64]int) error {
+	for off := 0; off < len(rids); off += 500 {
+		chunk := rids[off:min(off+500, len(rids))]
+		a := query.NewArgs(s.d)
+		rows, err := s.rdb.QueryContext(ctx, "SELECT run_rid, key, value_json FROM params WHERE run_rid IN "+inList(a, chunk), a.Values()...)
+		if err != nil {
+			return fmt.Errorf("reading params: %w", err)
+		}
+		for rows.Next() {
+			var rid int64
+			var k, v string
+			if err := rows.Scan(&rid, &k, &v); err != nil {
+				rows.Close()
+				return fmt.Errorf("reading params: %w", err)
+			}
+			var val any
+			_ = json.Unmarshal([]byte(v), &val)
+			runs[byRID[rid]].Params[k] = val
+		}
+		rows.Close()
+		a = query.NewArgs(s.d)
+		rows, err = s.rdb.QueryContext(ctx, "SELECT run_rid, key, value FROM run_tags WHERE run_rid IN "+inList(a, chunk), a.Values()...)
+		if err != nil {
+			return fmt.Errorf("reading tags: %w", err)
+		}
+		for rows.Next() {
+			var rid int64
+			var k, v string
+			if err := rows.Scan(&rid, &k, &v); err != nil {
+				rows.Close()
+				return fmt.Errorf("reading tags: %w", err)
+			}
+			runs[byRID[rid]].Tags[k] = v
+		}
+		rows.Close()
+		a = query.NewArgs(s.d)
+		rows, err = s.rdb.QueryContext(ctx, `SELECT s.run_rid, k.kind, k.name, s.last_value, s.last_step, s.last_time, s.min_value, s.min_step, s.max_value, s.max_step, s.n
+			FROM metric_summary s JOIN metric_keys k ON k.id = s.key_id WHERE s.run_rid IN `+inList(a, chunk), a.Values()...)
+		if err != nil {
+			return fmt.Errorf("reading metric summaries: %w", err)
+		}
+		for rows.Next() {
+			var rid, lastTime int64
+			var kind int
+			var name string
+			var last, mn, mx sql.NullFloat64
+			var sum Summary
+			if err := rows.Scan(&rid, &kind, &name, &last, &sum.LastStep, &lastTime, &mn, &sum.MinStep, &mx, &sum.MaxStep, &sum.Count); err != nil {
+				rows.Close()
+				return fmt.Errorf("reading metric summaries: %w", err)
+			}
+			sum.Last, sum.Min, sum.Max = nanIfNull(last), nanIfNull(mn), nanIfNull(mx)
+			sum.LastTime = fromNanos(lastTime)
+			r := &runs[byRID[rid]]
+			if kind == kindSystem {
+				if r.System == nil {
+					r.System = map[string]Summary{}
+				}
+				r.System[name] = sum
+			} else {
+				r.Metrics[name] = sum
+			}
+		}
+		if err := rows.Err(); err != nil {
+			rows.Close()
+			return fmt.Errorf("reading metric summaries: %w", err)
+		}
+		rows.Close()
+	}
+	return nil
+}
+
+func nanIfNull(v sql.NullFloat64) float64 {
+	if !v.Valid {
+		return math.NaN()
+	}
+	return v.Float64
+}
+
+// GetRun implements Store.
+func (s *sqlStore) GetRun(ctx context.Context, id string) (Run, error) {
+	var rr runRow
+	err := s.rdb.QueryRowContext(ctx, s.q("SELECT "+runCols+" FROM runs r JOIN experiments e ON e.id = r.experiment_id WHERE r.id = ?"), id).Scan(rr.dest()...)
+	if isNoRows(err) {
+		return Run{}, errf(CodeNotFound, "no run %q", id)
+	}
+	if err != nil {
+		return Run{}, fmt.Errorf("reading run %s: %w", id, err)
+	}
+	runs := []Run{rr.finish()}
+	if err := s.fillRuns(ctx, runs, []int64{rr.rid}, map[int64]int{rr.rid: 0}); err != nil {
+		return Run{}, err
+	}
+	return runs[0], nil
+}
+
+const expCols = `x.id, x.name, x.description, x.created, x.updated, x.archived`
+
+func scanExperiment(sc func(...any) error, extra ...any) (Experiment, error) {
+	var e Experiment
+	var created, updated, archived int64
+	if err := sc(append([]any{&e.ID, &e.Name, &e.Description, &created, &updated, &archived}, extra...)...); err != nil {
+		return Experiment{}, err
+	}
+	e.Created, e.Updated, e.Archived = fromNanos(created), fromNanos(updated), archived != 0
+	e.Tags = map[string]string{}
+	return e, nil
+}
+
+// ListExperiments implements Store.
+func (s *sqlStore) ListExperiments(ctx context.Context, q ListQuery) (ExperimentPage, error) {
+	spec := pageSpec{target: query.Experiments, cols: expCols, from: "FROM experiments x", idCol: "x.id"}
+	text, args, limit, sortKey, err := s.pageQuery(spec, q)
+	if err != nil {
+		return ExperimentPage{}, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, text, args...)
+	if err != nil {
+		return ExperimentPage{}, fmt.Errorf("listing experiments: %w", err)
+	}
+	defer rows.Close()
+	page := ExperimentPage{Experiments: []Experiment{}}
+	var lastN sql.NullFloat64
+	var lastI sql.NullInt64
+	var lastS sql.NullString
+	for rows.Next() {
+		var n sql.NullFloat64
+		var i sql.NullInt64
+		var st sql.NullString
+		e, err := scanExperiment(rows.Scan, &n, &i, &st)
+		if err != nil {
+			return ExperimentPage{}, fmt.Errorf("reading experiments: %w", err)
+		}
+		if len(page.Experiments) == limit {
+			page.Next = makeCursor(lastN, lastI, lastS, page.Experiments[limit-1].ID, sortKey)
+			break
+		}
+		lastN, lastI, lastS = n, i, st
+		page.Experiments = append(page.Experiments, e)
+	}
+	if err := rows.Err(); err != nil {
+		return ExperimentPage{}, fmt.Errorf("reading experiments: %w", err)
+	}
+	rows.Close()
+	for i := range page.Experiments {
+		if err := s.loadExperimentTags(ctx, &page.Experiments[i]); err != nil {
+			return ExperimentPage{}, err
+		}
+	}
+	return page, nil
+}
+
+func (s *sqlStore) loadExperimentTags(ctx context.Context, e *Experiment) error {
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT key, value FROM experiment_tags WHERE experiment_id = ?`), e.ID)
+	if err != nil {
+		return fmt.Errorf("reading tags of experiment %s: %w", e.ID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return fmt.Errorf("reading tags of experiment %s: %w", e.ID, err)
+		}
+		e.Tags[k] = v
+	}
+	return rows.Err()
+}
+
+// GetExperiment implements Store.
+func (s *sqlStore) GetExperiment(ctx context.Context, idOrName string) (ExperimentDetail, error) {
+	e, err := scanExperiment(s.rdb.QueryRowContext(ctx, s.q("SELECT "+expCols+" FROM experiments x WHERE x.id = ? OR x.name = ? ORDER BY CASE WHEN x.id = ? THEN 0 ELSE 1 END LIMIT 1"), idOrName, idOrName, idOrName).Scan)
+	if isNoRows(err) {
+		return ExperimentDetail{}, errf(CodeNotFound, "no experiment %q", idOrName)
+	}
+	if err != nil {
+		return ExperimentDetail{}, fmt.Errorf("reading experiment %s: %w", idOrName, err)
+	}
+	if err := s.loadExperimentTags(ctx, &e); err != nil {
+		return ExperimentDetail{}, err
+	}
+	d := ExperimentDetail{Experiment: e, RunCounts: map[Status]int{}}
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT status, COUNT(*) FROM runs WHERE experiment_id = ? GROUP BY status`), e.ID)
+	if err != nil {
+		return ExperimentDetail{}, fmt.Errorf("counting runs of experiment %s: %w", e.ID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return ExperimentDetail{}, fmt.Errorf("counting runs of experiment %s: %w", e.ID, err)
+		}
+		d.RunCounts[Status(st)] = n
+		d.Runs += n
+	}
+	return d, rows.Err()
+}
+
+// runRID resolves a run ID for readers.
+func (s *sqlStore) runRID(ctx context.Context, id string) (int64, error) {
+	var rid int64
+	err := s.rdb.QueryRowContext(ctx, s.q(`SELECT rid FROM runs WHERE id = ?`), id).Scan(&rid)
+	if isNoRows(err) {
+		return 0, errf(CodeNotFound, "no run %q", id)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("looking up run %s: %w", id, err)
+	}
+	return rid, nil
+}
+
+// Logs implements Store.
+func (s *sqlStore) Logs(ctx context.Context, runID string, q LogQuery) ([]LogLine, error) {
+	rid, err := s.runRID(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 1000
+	}
+	if limit > 100000 || q.Tail > 100000 || q.Tail < 0 || q.After < 0 {
+		return nil, errf(CodeInvalidArgument, "limit and tail must be 0 to 100000, after >= 0")
+	}
+	if q.Stream != "" && q.Stream != "stdout" && q.Stream != "stderr" {
+		return nil, errf(CodeInvalidArgument, "stream must be stdout, stderr or empty")
+	}
+	a := query.NewArgs(s.d)
+	where := "run_rid = " + a.Add(rid)
+	if q.Stream != "" {
+		where += " AND stream = " + a.Add(q.Stream)
+	}
+	var text string
+	reverse := false
+	switch {
+	case q.After > 0:
+		text = "SELECT id, stream, time, line FROM logs WHERE " + where + " AND id > " + a.Add(q.After) + " ORDER BY id LIMIT " + a.Add(int64(limit))
+	case q.Tail > 0:
+		text = "SELECT id, stream, time, line FROM logs WHERE " + where + " ORDER BY id DESC LIMIT " + a.Add(int64(q.Tail))
+		reverse = true
+	default:
+		text = "SELECT id, stream, time, line FROM logs WHERE " + where + " ORDER BY id LIMIT " + a.Add(int64(limit))
+	}
+	rows, err := s.rdb.QueryContext(ctx, text, a.Values()...)
+	if err != nil {
+		return nil, fmt.Errorf("reading logs of run %s: %w", runID, err)
+	}
+	defer rows.Close()
+	out := []LogLine{}
+	for rows.Next() {
+		var l LogLine
+		var t int64
+		if err := rows.Scan(&l.ID, &l.Stream, &t, &l.Line); err != nil {
+			return nil, fmt.Errorf("reading logs of run %s: %w", runID, err)
+		}
+		l.Time = fromNanos(t)
+		out = append(out, l)
+	}
+	if reverse {
+		for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+			out[i], out[j] = out[j], out[i]
+		}
+	}
+	return out, rows.Err()
+}
+
+// Checkpoints implements Store.
+func (s *sqlStore) Checkpoints(ctx context.Context, runID string) ([]Checkpoint, error) {
+	rid, err := s.runRID(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT path, step, epoch, metrics, time FROM checkpoints WHERE run_rid = ? ORDER BY step, path`), rid)
+	if err != nil {
+		return nil, fmt.Errorf("reading checkpoints of run %s: %w", runID, err)
+	}
+	defer rows.Close()
+	out := []Checkpoint{}
+	for rows.Next() {
+		var c Checkpoint
+		var epoch sql.NullFloat64
+		var m string
+		var t int64
+		if err := rows.Scan(&c.Path, &c.Step, &epoch, &m, &t); err != nil {
+			return nil, fmt.Errorf("reading checkpoints of run %s: %w", runID, err)
+		}
+		c.Epoch, c.Time = epoch.Float64, fromNanos(t)
+		var vals map[string]Float
+		_ = json.Unmarshal([]byte(m), &vals)
+		c.Metrics = make(map[string]float64, len(vals))
+		for k, v := range vals {
+			c.Metrics[k] = float64(v)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// Artifacts implements Store.
+func (s *sqlStore) Artifacts(ctx context.Context, runID string) ([]Artifact, error) {
+	rid, err := s.runRID(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT path, size, time FROM artifacts WHERE run_rid = ? ORDER BY path`), rid)
+	if err != nil {
+		return nil, fmt.Errorf("reading artifacts of run %s: %w", runID, err)
+	}
+	defer rows.Close()
+	out := []Artifact{}
+	for rows.Next() {
+		var ar Artifact
+		var t int64
+		if err := rows.Scan(&ar.Path, &ar.Size, &t); err != nil {
+			return nil, fmt.Errorf("reading artifacts of run %s: %w", runID, err)
+		}
+		ar.Time = fromNanos(t)
+		out = append(out, ar)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,286 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestDownsampleKeepsSpike(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		s := open(Config{})
+		ctx := context.Background()
+		const total = 1_000_000
+		const spikeAt = 654_321
+		e := &ev{run: "spike"}
+		mustApply(t, s, e.start("exp", nil, nil))
+		batch := make([]Event, 0, 10000)
+		for i := int64(0); i < total; i++ {
+			v := math.Sin(float64(i) / 1000)
+			if i == spikeAt {
+				v = 1e6
+			}
+			batch = append(batch, e.metrics(i, map[string]float64{"loss": v}))
+			if len(batch) == cap(batch) {
+				mustApply(t, s, batch...)
+				batch = batch[:0]
+			}
+		}
+		for _, n := range []int{1000, 333, 7} {
+			ser, err := s.Metrics(ctx, "spike", MetricsQuery{Keys: []string{"loss"}, MaxPoints: n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bs := ser[0].Buckets
+			if len(bs) > n || len(bs) < n/2 || !ser[0].Downsampled {
+				t.Fatalf("n=%d: %d buckets", n, len(bs))
+			}
+			var count int64
+			found := false
+			for i, b := range bs {
+				count += b.Count
+				if i > 0 && b.StepMin <= bs[i-1].StepMax {
+					t.Fatalf("buckets overlap: %+v %+v", bs[i-1], b)
+				}
+				if b.Max == 1e6 {
+					found = b.StepMin <= spikeAt && spikeAt <= b.StepMax
+				}
+			}
+			if !found || count != total || bs[0].StepMin != 0 || bs[len(bs)-1].StepMax != total-1 {
+				t.Fatalf("n=%d: spike found=%v count=%d range %d..%d", n, found, count, bs[0].StepMin, bs[len(bs)-1].StepMax)
+			}
+			if last := bs[len(bs)-1].Last; last != math.Sin(float64(total-1)/1000) {
+				t.Fatalf("last value %v", last)
+			}
+		}
+		// A step range reads partial blocks from the raw points.
+		lo, hi := int64(spikeAt-5000), int64(spikeAt+123)
+		ser, err := s.Metrics(ctx, "spike", MetricsQuery{Keys: []string{"loss"}, MaxPoints: 100, MinStep: &lo, MaxStep: &hi})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs := ser[0].Buckets
+		var count int64
+		maxV := math.Inf(-1)
+		for _, b := range bs {
+			count += b.Count
+			maxV = math.Max(maxV, b.Max)
+		}
+		if len(bs) > 100 || count != hi-lo+1 || maxV != 1e6 || bs[0].StepMin != lo || bs[len(bs)-1].StepMax != hi {
+			t.Fatalf("range: %d buckets, count %d, max %v, %d..%d", len(bs), count, maxV, bs[0].StepMin, bs[len(bs)-1].StepMax)
+		}
+		// Small ranges come back raw.
+		lo, hi = 10, 19
+		ser, _ = s.Metrics(ctx, "spike", MetricsQuery{Keys: []string{"loss"}, MinStep: &lo, MaxStep: &hi})
+		if len(ser[0].Buckets) != 10 || ser[0].Downsampled {
+			t.Fatalf("raw: %+v", ser[0])
+		}
+	})
+}
+
+// seedRuns creates runs with params, tags and metric summaries for the
+// filter and paging tests.
+func seedRuns(t *testing.T, s Store) {
+	t.Helper()
+	type spec struct {
+		id, name, status, team string
+		lr                     float64
+		acc                    []float64
+		opt                    string
+	}
+	specs := []spec{
+		{"r01", "resnet-a", "finished", "a", 0.001, []float64{0.5, 0.95, 0.93}, "adam"},
+		{"r02", "resnet-b", "finished", "b", 0.1, []float64{0.6, 0.8}, "sgd"},
+		{"r03", "vit-a", "failed", "a", 0.005, []float64{0.7, 0.91}, "adam"},
+		{"r04", "ResNet-c", "running", "c", 0.02, []float64{0.1}, "sgd"},
+		{"r05", "mlp", "finished", "", 0.0001, nil, "adam"},
+		{"r06", "resnet 50_x", "stopped", "b", 0.5, []float64{0.99}, ""},
+	}
+	for i, sp := range specs {
+		e := &ev{run: sp.id}
+		params := map[string]any{"lr": sp.lr}
+		if sp.opt != "" {
+			params["opt"] = sp.opt
+		}
+		tags := map[string]string{}
+		if sp.team != "" {
+			tags["team"] = sp.team
+		}
+		evs := []Event{e.next(Event{Type: EventRunStart, Experiment: []string{"cls", "det"}[i%2], Name: sp.name, Params: params, Tags: tags})}
+		for step, a := range sp.acc {
+			evs = append(evs, e.metrics(int64(step), map[string]float64{"val_acc": a}))
+		}
+		if sp.status != "running" {
+			evs = append(evs, e.next(Event{Type: EventRunEnd, Status: Status(sp.status)}))
+		}
+		mustApply(t, s, evs...)
+	}
+}
+
+func TestFilterQueries(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		s := open(Config{})
+		seedRuns(t, s)
+		ctx := context.Background()
+		f := func(filter, want string) {
+			t.Helper()
+			page, err := s.ListRuns(ctx, ListQuery{Filter: filter, Sort: "id"})
+			if err != nil {
+				t.Fatalf("%s: %v", filter, err)
+			}
+			if got := runIDs(page); got != want {
+				t.Errorf("%s:\n got %s\nwant %s", filter, got, want)
+			}
+		}
+		f(``, "r01,r02,r03,r04,r05,r06")
+		f(`status = "finished"`, "r01,r02,r05")
+		f(`status != "finished"`, "r03,r04,r06")
+		f(`params.lr < 0.01`, "r01,r03,r05")
+		f(`params.opt = "adam"`, "r01,r03,r05")
+		f(`NOT params.opt = "adam"`, "r02,r04,r06")
+		f(`tags.team IN ("a", "b")`, "r01,r02,r03,r06")
+		f(`tags.team NOT IN ("a")`, "r02,r04,r05,r06")
+		f(`metrics.val_acc.max >= 0.9`, "r01,r03,r06")
+		f(`metrics.val_acc < 0.9`, "r02,r04")
+		f(`metrics.val_acc.count = 3`, "r01")
+		f(`name ~ "resnet*"`, "r01,r02,r04,r06")
+		f(`name LIKE "*-a"`, "r01,r03")
+		f(`name ~ "0_x"`, "r06")
+		f(`name ~ "t_a"`, "")
+		f(`name ~ "net-?"`, "")
+		f(`name ~ "*net-?"`, "r01,r02,r04")
+		f(`experiment = "det"`, "r02,r04,r06")
+		f(`status = "finished" AND (params.lr < 0.01 OR tags.team IN ("a", "b")) AND NOT metrics.val_acc.max < 0.9 AND name ~ "resnet*"`, "r01")
+		f(`status = "finished" OR status = "failed" AND tags.team = "a"`, "r01,r02,r03,r05")
+		f(`(status = "finished" OR status = "failed") AND tags.team = "a"`, "r01,r03")
+		f(`params.lr >= 0.1 AND params.lr <= 0.5`, "r02,r06")
+		f(`ended > "2000-01-01T00:00:00Z" AND NOT status = "running"`, "r01,r02,r03,r05,r06")
+		f(`ended > 0`, "r01,r02,r03,r05,r06")
+		f(`params.missing = 1`, "")
+		f(`NOT params.missing = 1`, "r01,r02,r03,r04,r05,r06")
+		for _, bad := range []string{`status = "nope"`, `name = 1`, `params.lr <`, `(status = "failed"`, `bogus = 1`} {
+			if _, err := s.ListRuns(ctx, ListQuery{Filter: bad}); ErrorCode(err) != CodeInvalidArgument {
+				t.Errorf("%s: %v", bad, err)
+			}
+		}
+		// Sorting by a metric summary and by a param, missing values last.
+		page, _ := s.ListRuns(ctx, ListQuery{Sort: "metrics.val_acc.max", Desc: true})
+		if got := runIDs(page); got != "r06,r01,r03,r02,r04,r05" {
+			t.Errorf("sort by metric: %s", got)
+		}
+		page, _ = s.ListRuns(ctx, ListQuery{Sort: "params.opt"})
+		if got := runIDs(page); got != "r01,r03,r05,r02,r04,r06" {
+			t.Errorf("sort by param: %s", got)
+		}
+		exps, err := s.ListExperiments(ctx, ListQuery{Filter: `name ~ "de"`})
+		if err != nil || len(exps.Experiments) != 1 || exps.Experiments[0].Name != "det" {
+			t.Fatalf("experiments: %+v %v", exps, err)
+		}
+		d, err := s.GetExperiment(ctx, "det")
+		if err != nil || d.Runs != 3 || d.RunCounts[StatusRunning] != 1 || d.RunCounts[StatusStopped] != 1 {
+			t.Fatalf("experiment detail: %+v %v", d, err)
+		}
+	})
+}
+
+func TestCursorPaging(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		s := open(Config{})
+		ctx := context.Background()
+		var evs []Event
+		for i := 0; i < 57; i++ {
+			e := &ev{run: fmt.Sprintf("p%02d", i)}
+			var params map[string]any
+			if i%5 != 0 {
+				params = map[string]any{"lr": float64(i % 7)} // ties, and some missing
+			}
+			evs = append(evs, e.start("exp", params, nil))
+		}
+		mustApply(t, s, evs...)
+		for _, sort := range []string{"params.lr", "name", "created", "metrics.none"} {
+			for _, desc := range []bool{false, true} {
+				full, err := s.ListRuns(ctx, ListQuery{Sort: sort, Desc: desc, Limit: 1000})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var paged []string
+				cur := ""
+				for pages := 0; ; pages++ {
+					p, err := s.ListRuns(ctx, ListQuery{Sort: sort, Desc: desc, Limit: 10, Cursor: cur})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if pages == 2 {
+						// New runs appearing between pages must not disturb the rest.
+						e := &ev{run: fmt.Sprintf("zz%d%v%s", pages, desc, strings.ReplaceAll(sort, ".", ""))}
+						mustApply(t, s, e.start("other", map[string]any{"lr": 3.0}, nil))
+					}
+					for _, r := range p.Runs {
+						if !strings.HasPrefix(r.ID, "zz") {
+							paged = append(paged, r.ID)
+						}
+					}
+					if p.Next == "" {
+						break
+					}
+					cur = p.Next
+				}
+				var want []string
+				for _, r := range full.Runs {
+					if !strings.HasPrefix(r.ID, "zz") {
+						want = append(want, r.ID)
+					}
+				}
+				if !slices.Equal(paged, want) || len(want) != 57 {
+					t.Fatalf("sort %s desc=%v:\n paged %v\n  full %v", sort, desc, paged, want)
+				}
+			}
+		}
+		if _, err := s.ListRuns(ctx, ListQuery{Sort: "name", Cursor: "garbage"}); ErrorCode(err) != CodeInvalidArgument {
+			t.Fatalf("bad cursor: %v", err)
+		}
+	})
+}
+
+func TestLogsAndCheckpoints(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		s := open(Config{})
+		ctx := context.Background()
+		e := &ev{run: "l1"}
+		mustApply(t, s, e.start("exp", nil, nil),
+			e.next(Event{Type: EventLog, Stream: "stdout", Lines: []string{"a", "b", "c"}}),
+			e.next(Event{Type: EventLog, Stream: "stderr", Lines: []string{"oops"}}),
+			e.next(Event{Type: EventLog, Stream: "stdout", Lines: []string{"d"}}),
+			e.next(Event{Type: EventCheckpoint, Path: "ckpt/step-10.pt", Step: Ptr(int64(10)), Epoch: Ptr(1.0), Values: map[string]Float{"loss": 0.5}}),
+			e.next(Event{Type: EventCheckpoint, Path: "ckpt/step-5.pt", Step: Ptr(int64(5))}),
+			e.next(Event{Type: EventArtifact, Path: "model.onnx", Size: Ptr(int64(1234))}),
+		)
+		tail, _ := s.Logs(ctx, "l1", LogQuery{Tail: 2})
+		if len(tail) != 2 || tail[0].Line != "oops" || tail[1].Line != "d" {
+			t.Fatalf("tail: %+v", tail)
+		}
+		all, _ := s.Logs(ctx, "l1", LogQuery{})
+		after, _ := s.Logs(ctx, "l1", LogQuery{After: all[1].ID})
+		if len(all) != 5 || len(after) != 3 || after[0].Line != "c" {
+			t.Fatalf("after: %+v", after)
+		}
+		errOnly, _ := s.Logs(ctx, "l1", LogQuery{Stream: "stderr"})
+		if len(errOnly) != 1 || errOnly[0].Line != "oops" {
+			t.Fatalf("stream: %+v", errOnly)
+		}
+		cks, _ := s.Checkpoints(ctx, "l1")
+		if len(cks) != 2 || cks[0].Step != 5 || cks[1].Metrics["loss"] != 0.5 || cks[1].Epoch != 1 {
+			t.Fatalf("checkpoints: %+v", cks)
+		}
+		arts, _ := s.Artifacts(ctx, "l1")
+		if len(arts) != 1 || arts[0].Size != 1234 {
+			t.Fatalf("artifacts: %+v", arts)
+		}
+		if _, err := s.Logs(ctx, "nope", LogQuery{}); ErrorCode(err) != CodeNotFound {
+			t.Fatalf("unknown run: %v", err)
+		}
+	})
+}

@@ -1,0 +1,202 @@
+package store
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Store is the experiment-tracking store. Both backends (SQLite and
+// PostgreSQL) implement it with the same behaviour; writes go through one
+// writer goroutine per Store, batched into transactions.
+type Store interface {
+	// Apply ingests a batch of events exactly once (see Event, ApplyResult).
+	// Invalid events are reported per index and the valid ones applied; only
+	// an oversized batch or a database failure fails the whole call, and then
+	// nothing of the batch is applied.
+	Apply(ctx context.Context, events []Event) (ApplyResult, error)
+
+	// CreateExperiment creates an experiment (code conflict if the name is taken).
+	CreateExperiment(ctx context.Context, in ExperimentInput) (Experiment, error)
+	// ListExperiments lists experiments matching q.
+	ListExperiments(ctx context.Context, q ListQuery) (ExperimentPage, error)
+	// GetExperiment returns an experiment by ID or name, with run counts.
+	GetExperiment(ctx context.Context, idOrName string) (ExperimentDetail, error)
+	// UpdateExperiment changes the fields set in p.
+	UpdateExperiment(ctx context.Context, id string, p ExperimentPatch) (Experiment, error)
+	// DeleteExperiment hard-deletes an experiment and all its runs (rows and files).
+	DeleteExperiment(ctx context.Context, id string) error
+
+	// ListRuns lists runs matching q (q.Experiment narrows to one experiment).
+	ListRuns(ctx context.Context, q ListQuery) (RunPage, error)
+	// GetRun returns a run with its params, tags and metric summaries.
+	GetRun(ctx context.Context, id string) (Run, error)
+	// UpdateRun changes a run's name or tags.
+	UpdateRun(ctx context.Context, id string, p RunPatch) (Run, error)
+	// DeleteRun hard-deletes a run: its rows, logs and its checkpoint and
+	// artifact directories, then frees the space.
+	DeleteRun(ctx context.Context, id string) error
+
+	// Metrics reads metric (or system metric) series of a run, downsampled
+	// on the server to at most q.MaxPoints buckets per key.
+	Metrics(ctx context.Context, runID string, q MetricsQuery) ([]Series, error)
+	// Logs reads captured log lines (see LogQuery).
+	Logs(ctx context.Context, runID string, q LogQuery) ([]LogLine, error)
+	// Checkpoints lists a run's checkpoints by step.
+	Checkpoints(ctx context.Context, runID string) ([]Checkpoint, error)
+	// Artifacts lists a run's artifacts by path.
+	Artifacts(ctx context.Context, runID string) ([]Artifact, error)
+
+	// Reconcile marks every running (or queued) run for which alive returns
+	// false as failed with reason as its error, and returns their IDs.
+	Reconcile(ctx context.Context, alive func(Run) bool, reason string) ([]string, error)
+
+	// Close stops the writer (waiting for queued writes) and closes the database.
+	Close() error
+}
+
+// Config selects and tunes the backend.
+type Config struct {
+	// DatabaseURL, when set (postgres://...), selects PostgreSQL (FW_DATABASE_URL).
+	DatabaseURL string
+	// Dir is the SQLite directory (FW_EXPERIMENT_DIR); the database is
+	// Dir/experiments.db. Used when DatabaseURL is empty.
+	Dir string
+	// CheckpointDir and ArtifactDir are the roots of the runs' files: a run's
+	// files live in <root>/<run id>/<path>. Defaults: Dir/checkpoints and
+	// Dir/artifacts (required with PostgreSQL for deletes to remove files).
+	CheckpointDir string
+	ArtifactDir   string
+	// Readers is the size of the read pool (default 4).
+	Readers int
+	// Synchronous is SQLite's synchronous pragma: NORMAL (default: no
+	// committed write is lost when the process dies; the last ones may be
+	// lost on power failure) or FULL (fsync on every commit).
+	Synchronous string
+	// BusyTimeout is SQLite's busy timeout (default 5s).
+	BusyTimeout time.Duration
+
+	// migrateTo stops migrations at a version (tests build old schemas).
+	migrateTo int
+}
+
+// ConfigFromEnv reads FW_DATABASE_URL, FW_EXPERIMENT_DIR (default
+// ./experiments), FW_CHECKPOINT_DIR and FW_ARTIFACT_DIR.
+func ConfigFromEnv() Config {
+	c := Config{
+		DatabaseURL:   os.Getenv("FW_DATABASE_URL"),
+		Dir:           os.Getenv("FW_EXPERIMENT_DIR"),
+		CheckpointDir: os.Getenv("FW_CHECKPOINT_DIR"),
+		ArtifactDir:   os.Getenv("FW_ARTIFACT_DIR"),
+	}
+	if c.Dir == "" {
+		c.Dir = "experiments"
+	}
+	return c
+}
+
+// Open opens (creating and migrating as needed) the store cfg selects.
+func Open(ctx context.Context, cfg Config) (Store, error) {
+	if cfg.Readers <= 0 {
+		cfg.Readers = 4
+	}
+	if cfg.BusyTimeout <= 0 {
+		cfg.BusyTimeout = 5 * time.Second
+	}
+	if cfg.Dir != "" {
+		if cfg.CheckpointDir == "" {
+			cfg.CheckpointDir = filepath.Join(cfg.Dir, "checkpoints")
+		}
+		if cfg.ArtifactDir == "" {
+			cfg.ArtifactDir = filepath.Join(cfg.Dir, "artifacts")
+		}
+	}
+	if strings.HasPrefix(cfg.DatabaseURL, "postgres://") || strings.HasPrefix(cfg.DatabaseURL, "postgresql://") {
+		return openPostgres(ctx, cfg)
+	}
+	if cfg.DatabaseURL != "" {
+		return nil, errf(CodeInvalidArgument, "FW_DATABASE_URL must start with postgres:// or postgresql://")
+	}
+	return openSQLite(ctx, cfg)
+}
+
+// ExperimentInput creates an experiment.
+type ExperimentInput struct {
+	Name        string
+	Description string
+	Tags        map[string]string
+}
+
+// ExperimentPatch changes an experiment; nil fields are left alone.
+type ExperimentPatch struct {
+	Name        *string
+	Description *string
+	Archived    *bool
+	// Tags are set; DeleteTags are removed.
+	Tags       map[string]string
+	DeleteTags []string
+}
+
+// RunPatch changes a run; nil fields are left alone.
+type RunPatch struct {
+	Name       *string
+	Tags       map[string]string
+	DeleteTags []string
+}
+
+// ListQuery selects, orders and pages a listing.
+type ListQuery struct {
+	// Filter is a dashboard/query filter ("" = all).
+	Filter string
+	// Sort is a field: a column (created, name, ...), tags.KEY, and for runs
+	// params.KEY or metrics.KEY[.last|min|max|count]. Default: created.
+	// Rows lacking the field come last.
+	Sort string
+	// Desc sorts descending.
+	Desc bool
+	// Limit is the page size (default 100, at most 10000).
+	Limit int
+	// Cursor is the Next of the previous page.
+	Cursor string
+	// Experiment (ListRuns only) is an experiment ID or name.
+	Experiment string
+}
+
+// ExperimentPage is one page of experiments.
+type ExperimentPage struct {
+	Experiments []Experiment `json:"experiments"`
+	// Next is the cursor of the following page ("" at the end).
+	Next string `json:"next,omitempty"`
+}
+
+// RunPage is one page of runs.
+type RunPage struct {
+	Runs []Run  `json:"runs"`
+	Next string `json:"next,omitempty"`
+}
+
+// MetricsQuery selects series of a run.
+type MetricsQuery struct {
+	// Keys to read (empty: all keys of the run).
+	Keys []string
+	// System reads system metrics instead of training metrics.
+	System bool
+	// MaxPoints is the most buckets per key (default 1000, at most 100000).
+	MaxPoints int
+	// MinStep and MaxStep bound the steps read (inclusive).
+	MinStep, MaxStep *int64
+}
+
+// LogQuery selects log lines. With After > 0, the lines after that cursor
+// (oldest first, at most Limit); else with Tail > 0, the last Tail lines;
+// else the first Limit lines.
+type LogQuery struct {
+	Tail  int
+	After int64
+	// Limit defaults to 1000, at most 100000.
+	Limit int
+	// Stream keeps only "stdout" or "stderr" ("" = both).
+	Stream string
+}

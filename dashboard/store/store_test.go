@@ -1,0 +1,149 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestMain re-runs the test binary as the crash-test child when asked.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("FW_STORE_CRASH_CHILD"); dir != "" {
+		os.Exit(crashChild(dir))
+	}
+	os.Exit(m.Run())
+}
+
+// backend opens a fresh, empty store.
+type backend struct {
+	name string
+	open func(t *testing.T, cfg Config) Store
+}
+
+// backends returns SQLite always and PostgreSQL when FW_TEST_DATABASE_URL is
+// set (FW_REQUIRE_POSTGRES=1 makes its absence a failure). Each open gets
+// its own directory or PostgreSQL schema, so tests can run in parallel.
+func backends(t *testing.T) []backend {
+	t.Helper()
+	out := []backend{{"sqlite", func(t *testing.T, cfg Config) Store {
+		t.Helper()
+		if cfg.Dir == "" {
+			cfg.Dir = t.TempDir()
+		}
+		return mustOpen(t, cfg)
+	}}}
+	base := os.Getenv("FW_TEST_DATABASE_URL")
+	if base == "" {
+		if os.Getenv("FW_REQUIRE_POSTGRES") == "1" {
+			t.Fatal("FW_REQUIRE_POSTGRES=1 but FW_TEST_DATABASE_URL is unset: run through scripts/pg-test.sh")
+		}
+		return out
+	}
+	out = append(out, backend{"postgres", func(t *testing.T, cfg Config) Store {
+		t.Helper()
+		cfg.DatabaseURL = pgSchema(t, base)
+		if cfg.CheckpointDir == "" {
+			cfg.CheckpointDir = t.TempDir()
+		}
+		if cfg.ArtifactDir == "" {
+			cfg.ArtifactDir = t.TempDir()
+		}
+		return mustOpen(t, cfg)
+	}})
+	return out
+}
+
+// pgSchema creates a schema for the test (dropped at the end) and returns a
+// URL whose connections use it.
+func pgSchema(t *testing.T, base string) string {
+	t.Helper()
+	db, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := "t_" + strings.ReplaceAll(NewID(), "-", "")
+	if _, err := db.Exec("CREATE SCHEMA " + schema); err != nil {
+		t.Fatalf("creating schema: %v", err)
+	}
+	t.Cleanup(func() {
+		db.Exec("DROP SCHEMA " + schema + " CASCADE")
+		db.Close()
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func mustOpen(t *testing.T, cfg Config) Store {
+	t.Helper()
+	s, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// forEach runs f against every backend as parallel subtests.
+func forEach(t *testing.T, f func(t *testing.T, open func(Config) Store)) {
+	t.Helper()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, func(cfg Config) Store { return b.open(t, cfg) })
+		})
+	}
+}
+
+// ev is a small builder for events of one run.
+type ev struct {
+	run    string
+	writer string
+	seq    int64
+}
+
+func (e *ev) next(x Event) Event {
+	e.seq++
+	x.RunID, x.Writer, x.Seq = e.run, e.writer, e.seq
+	return x
+}
+
+func (e *ev) start(exp string, params map[string]any, tags map[string]string) Event {
+	return e.next(Event{Type: EventRunStart, Experiment: exp, Params: params, Tags: tags})
+}
+
+func (e *ev) metrics(step int64, vals map[string]float64) Event {
+	m := map[string]Float{}
+	for k, v := range vals {
+		m[k] = Float(v)
+	}
+	return e.next(Event{Type: EventMetrics, Step: Ptr(step), Values: m})
+}
+
+func mustApply(t *testing.T, s Store, events ...Event) ApplyResult {
+	t.Helper()
+	res, err := s.Apply(context.Background(), events)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if len(res.Errors) > 0 {
+		t.Fatalf("apply: unexpected event errors: %+v", res.Errors)
+	}
+	return res
+}
+
+func runIDs(p RunPage) string {
+	ids := make([]string, len(p.Runs))
+	for i, r := range p.Runs {
+		ids[i] = r.ID
+	}
+	return strings.Join(ids, ",")
+}
