@@ -634,3 +634,25 @@ func TestOverloadAndTimeout(t *testing.T) {
 		t.Fatalf("expected both 503 and 504 among %v", codes)
 	}
 }
+
+// An exception inside the engine is a 500 with the error shape, and the
+// server keeps serving. A TorchScript file without fw.json has no declared
+// shapes, so a wrong shape reaches libtorch, which throws.
+func TestEngineFailureIs500AndServerKeepsServing(t *testing.T) {
+	dir := modelsDir(t)
+	if _, err := engine.TorchVersion(""); err != nil {
+		if os.Getenv("FW_REQUIRE_MODELS") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	ts := startServer(t, filepath.Join(dir, "bad", "plain.ts.pt"), httpapi.Config{}, batcher.Config{})
+	r := do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data": [[1, 2, 3]]}`))
+	if r.status != 500 || r.errCode(t) != "engine_error" {
+		t.Fatalf("wrong shape through libtorch: %d %s", r.status, r.body)
+	}
+	row := strings.TrimSuffix(strings.Repeat("0.5,", 64), ",")
+	if r := do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data": [[`+row+`]]}`)); r.status != 200 {
+		t.Fatalf("after an engine failure: %d %s", r.status, r.body)
+	}
+}

@@ -404,3 +404,39 @@ func copyFile(t *testing.T, src, dst string) {
 		t.Fatal(err)
 	}
 }
+
+// fw export runs python -m fw.export on a checkpoint and the result verifies.
+func TestExportCommand(t *testing.T) {
+	dir := modelsDir(t)
+	py := os.Getenv("FW_PYTHON")
+	if py == "" {
+		py = filepath.Join("..", "..", ".venv", "bin", "python")
+		if v := os.Getenv("FW_VENV"); v != "" {
+			py = filepath.Join(v, "bin", "python")
+		}
+	}
+	if _, err := os.Stat(py); err != nil {
+		if os.Getenv("FW_REQUIRE_MODELS") == "1" {
+			t.Fatalf("no Python with the fw package at %s", py)
+		}
+		t.Skipf("no Python with the fw package at %s", py)
+	}
+	abs, _ := filepath.Abs(py)
+	out := filepath.Join(t.TempDir(), "mlp.onnx")
+	var stdout, stderr bytes.Buffer
+	cmd := fwCmd("export", filepath.Join(dir, "digits_mlp.ckpt.pt"), "--format", "onnx", "--out", out)
+	cmd.Env = append(cmd.Env, "FW_PYTHON="+abs)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil || !strings.Contains(stdout.String(), `"max_abs_error"`) {
+		t.Fatalf("fw export: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	v := fwCmd("verify", out, "--time", "0")
+	if b, err := v.CombinedOutput(); err != nil || !strings.Contains(string(b), "PASS") {
+		t.Fatalf("verify the export: %v\n%s", err, b)
+	}
+	bad := fwCmd("export", filepath.Join(dir, "digits_mlp.ckpt.pt"), "--format", "tflite", "--out", out)
+	bad.Env = append(bad.Env, "FW_PYTHON="+abs)
+	if err := bad.Run(); err == nil {
+		t.Fatal("fw export --format tflite should fail")
+	}
+}
