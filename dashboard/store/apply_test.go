@@ -179,13 +179,12 @@ func TestBadEvents(t *testing.T) {
 {"type":"metrics","run_id":"b1","seq":9,"step":3,"values":{"loss":0.5}},
 not json
 ]`)
-		events, err := DecodeEvents(body)
-		if err == nil {
+		if _, err := DecodeEvents(body); err == nil {
 			t.Fatal("a body that is not JSON must fail to decode")
 		}
 		body = body[:len(body)-len("not json\n]")]
 		body = append(body[:len(body)-2], ']')
-		events, err = DecodeEvents(body)
+		events, err := DecodeEvents(body)
 		if err != nil {
 			t.Fatal(err)
 		}

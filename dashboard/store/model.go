@@ -220,9 +220,6 @@ type Artifact struct {
 	Time time.Time `json:"time"`
 }
 
-// nanos converts a time to the stored form (Unix nanoseconds).
-func nanos(t time.Time) int64 { return t.UnixNano() }
-
 // fromNanos converts the stored form back.
 func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
