@@ -82,7 +82,9 @@ def bench_one(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="build/models", help="folder with NAME.ckpt.pt files")
+    p.add_argument(
+        "--models", default="build/models", help="folder with NAME.ckpt.pt files"
+    )
     p.add_argument(
         "--batches",
         default="1,8,64",
@@ -113,17 +115,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help="benchmark only these models",
     )
-    p.add_argument("--out", default=None, help="write the JSON rows here (default: stdout)")
+    p.add_argument(
+        "--out", default=None, help="write the JSON rows here (default: stdout)"
+    )
     args = p.parse_args(argv)
     try:
         batches = [int(b) for b in args.batches.split(",") if b.strip()]
         if not batches or min(batches) < 1:
             raise ValueError
     except ValueError:
-        p.error(f"--batches must be positive integers separated by commas, got {args.batches!r}")
+        p.error(
+            f"--batches must be positive integers separated by commas, got {args.batches!r}"
+        )
 
     import torch
-
     from fw import checkpoint
 
     threads = args.threads or len(os.sched_getaffinity(0))
@@ -150,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             continue
         for batch in batches:
-            res = bench_one(ck.model, _batch_of(ck.example_input, batch), args.seconds, args.warmup)
+            res = bench_one(
+                ck.model, _batch_of(ck.example_input, batch), args.seconds, args.warmup
+            )
             row = {
                 "model": name,
                 "runtime": "pytorch-eager",

@@ -8,6 +8,7 @@ library only."""
 import argparse
 import json
 import os
+from pathlib import Path
 
 START, END = "<!-- bench:serve:start -->", "<!-- bench:serve:end -->"
 
@@ -68,7 +69,7 @@ single runs move by 10-30 %; compare ratios inside one run, not across runs):
 def load(path):
     rows = []
     if path and os.path.exists(path):
-        for line in open(path):
+        for line in Path(path).read_text().splitlines():
             line = line.strip()
             if line:
                 rows.append(json.loads(line))
@@ -76,7 +77,11 @@ def load(path):
 
 
 def rps(r):
-    return r["requests"] / r["duration_us"] * 1e6 if not r.get("failed") and r["duration_us"] else 0.0
+    return (
+        r["requests"] / r["duration_us"] * 1e6
+        if not r.get("failed") and r["duration_us"]
+        else 0.0
+    )
 
 
 def errors(r):
@@ -99,18 +104,26 @@ def table(rows, servers, meta):
         "|---|---:|---:|---:|---:|---:|",
     ]
     for s in servers:
-        for r in sorted((r for r in rows if r["server"] == s), key=lambda r: r["concurrency"]):
+        for r in sorted(
+            (r for r in rows if r["server"] == s), key=lambda r: r["concurrency"]
+        ):
             name = NAMES.get(s, s).format(tuned=meta.get("fw_tuned_flags", ""))
             if r.get("failed"):
-                out.append(f"| {name} | {r['concurrency']} | run failed (wrk rc {r.get('wrk_rc')}) | | | |")
+                out.append(
+                    f"| {name} | {r['concurrency']} | run failed (wrk rc {r.get('wrk_rc')}) | | | |"
+                )
                 continue
             if not r["requests"]:
-                out.append(f"| {name} | {r['concurrency']} | 0 (no response completed within the run) | - | - | - |")
+                out.append(
+                    f"| {name} | {r['concurrency']} | 0 (no response completed within the run) | - | - | - |"
+                )
                 continue
             e = errors(r)
             detail = ""
             if e:
-                parts = [f"{k[4:]} {v}" for k, v in r.items() if k.startswith("err_") and v]
+                parts = [
+                    f"{k[4:]} {v}" for k, v in r.items() if k.startswith("err_") and v
+                ]
                 detail = " (" + ", ".join(parts) + ")"
             out.append(
                 f"| {name} | {r['concurrency']} | {num(rps(r))} | {ms(r['p50_us'])} | {ms(r['p99_us'])} | {e}{detail} |"
@@ -120,7 +133,12 @@ def table(rows, servers, meta):
 
 def pick(rows, scenario, server, c):
     for r in rows:
-        if r["scenario"] == scenario and r["server"] == server and r["concurrency"] == c and not r.get("failed"):
+        if (
+            r["scenario"] == scenario
+            and r["server"] == server
+            and r["concurrency"] == c
+            and not r.get("failed")
+        ):
             return r
     return None
 
@@ -139,7 +157,7 @@ def main():
     a = ap.parse_args()
     rows = load(a.results)
     eng = load(a.engine)
-    meta = json.load(open(a.meta))
+    meta = json.loads(Path(a.meta).read_text())
     pred = [r for r in rows if r["scenario"] == "predict"]
     img = [r for r in rows if r["scenario"] == "image"]
     concs = sorted({r["concurrency"] for r in pred})
@@ -196,12 +214,17 @@ def main():
     # the engine ceiling runs twice (first and last); keep the best pass per batch size
     per_batch = {}
     for e in eng:
-        if "batch" in e and (e["batch"] not in per_batch or e["rows_per_s"] > per_batch[e["batch"]]["rows_per_s"]):
+        if "batch" in e and (
+            e["batch"] not in per_batch
+            or e["rows_per_s"] > per_batch[e["batch"]]["rows_per_s"]
+        ):
             per_batch[e["batch"]] = e
     eng = [per_batch[b] for b in sorted(per_batch)]
     best_eng = max((e["rows_per_s"] for e in eng), default=None)
     if img or eng:
-        w("### /predict/image, resnet18.onnx (224x224 JPEG, 8 KB, decode + resize + normalise per request)")
+        w(
+            "### /predict/image, resnet18.onnx (224x224 JPEG, 8 KB, decode + resize + normalise per request)"
+        )
         w("")
         w(
             "fw and FastAPI receive the raw body (`Content-Type: image/jpeg`); LitServe has no raw-body mode, so "
@@ -222,7 +245,9 @@ def main():
             w("|---:|---:|---:|---:|")
             for e in eng:
                 if "batch" in e:
-                    w(f"| {e['batch']} | {e['calls']} | {e['p50_ms']:.1f} | {e['rows_per_s']:.1f} |")
+                    w(
+                        f"| {e['batch']} | {e['calls']} | {e['p50_ms']:.1f} | {e['rows_per_s']:.1f} |"
+                    )
             w("")
 
     # ---- targets
@@ -248,7 +273,10 @@ def main():
             f"| fw /predict/image c=64 / engine ceiling >= 0.9 | {rps(fi):.1f} / {best_eng:.1f} images/s = "
             f"**{ratio:.2f}** | {verdict(ratio >= 0.9)} |"
         )
-    for scen, rs, cs in (("predict", pred, concs), ("image", img, sorted({r["concurrency"] for r in img}))):
+    for scen, rs, cs in (
+        ("predict", pred, concs),
+        ("image", img, sorted({r["concurrency"] for r in img})),
+    ):
         for c in cs:
             fw, ls = pick(rs, scen, "fw", c), pick(rs, scen, "litserve", c)
             if not (fw and ls):
@@ -264,17 +292,19 @@ def main():
     w(NOTES.strip())
     w("")
     if a.perf and os.path.exists(a.perf) and os.path.getsize(a.perf):
-        w("Profile of fw serving /predict at c=64 (`PROFILE=1 make bench-serve`, `perf record -g`, top symbols, self time):")
+        w(
+            "Profile of fw serving /predict at c=64 (`PROFILE=1 make bench-serve`, `perf record -g`, top symbols, self time):"
+        )
         w("")
         w("```")
-        w(open(a.perf).read().rstrip())
+        w(Path(a.perf).read_text().rstrip())
         w("```")
         w("")
     w("Raw wrk output of the last run: `build/bench/serve/`.")
     section = START + "\n" + "\n".join(L).rstrip() + "\n" + END
 
     doc = a.doc
-    text = open(doc).read() if os.path.exists(doc) else "# Benchmarks\n"
+    text = Path(doc).read_text() if os.path.exists(doc) else "# Benchmarks\n"
     i, j = text.find(START), text.find(END)
     if i >= 0 and j > i:
         text = text[:i] + section + text[j + len(END) :]
@@ -282,7 +312,7 @@ def main():
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     os.makedirs(os.path.dirname(os.path.abspath(doc)), exist_ok=True)
     tmp = doc + ".tmp-serve"
-    open(tmp, "w").write(text)
+    Path(tmp).write_text(text)
     os.replace(tmp, doc)
 
 

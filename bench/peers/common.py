@@ -40,7 +40,9 @@ def rows_response(logits):
 
 def image_tensor(data: bytes, size=224):
     """JPEG/PNG bytes -> float32 (3, size, size): decode, RGB, bilinear resize, normalise."""
-    img = Image.open(io.BytesIO(data)).convert("RGB").resize((size, size), Image.BILINEAR)
+    img = (
+        Image.open(io.BytesIO(data)).convert("RGB").resize((size, size), Image.BILINEAR)
+    )
     x = np.asarray(img, dtype=np.float32).transpose(2, 0, 1) / 255.0
     return (x - MEAN) / STD
 
@@ -51,5 +53,12 @@ def topk_response(logits, k=5):
         e = np.exp(row - row.max())
         p = e / e.sum()
         idx = np.argsort(-p)[:k]
-        out.append({"top_k": [{"label": f"class_{i}", "index": int(i), "score": float(p[i])} for i in idx]})
+        out.append(
+            {
+                "top_k": [
+                    {"label": f"class_{i}", "index": int(i), "score": float(p[i])}
+                    for i in idx
+                ]
+            }
+        )
     return {"predictions": out}

@@ -14,9 +14,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import litserve as ls  # noqa: E402
-import numpy as np  # noqa: E402
-from common import image_tensor, rows, rows_response, session, topk_response  # noqa: E402
+import litserve as ls
+import numpy as np
+from common import image_tensor, rows, rows_response, session, topk_response
 
 
 class RowsAPI(ls.LitAPI):
@@ -79,11 +79,21 @@ def main():
     a = ap.parse_args()
     os.environ["FW_PEER_MODEL"] = a.model
     if a.kind == "rows":
-        api = RowsAPI(max_batch_size=a.max_batch_size, batch_timeout=a.batch_timeout, api_path="/predict")
+        api = RowsAPI(
+            max_batch_size=a.max_batch_size,
+            batch_timeout=a.batch_timeout,
+            api_path="/predict",
+        )
     else:
-        api = ImageAPI(max_batch_size=a.max_batch_size, batch_timeout=a.batch_timeout, api_path="/predict/image")
+        api = ImageAPI(
+            max_batch_size=a.max_batch_size,
+            batch_timeout=a.batch_timeout,
+            api_path="/predict/image",
+        )
     server = ls.LitServer(api, accelerator="cpu", workers_per_device=1)
-    server.run(host="127.0.0.1", port=a.port, generate_client_file=False, log_level="warning")
+    server.run(
+        host="127.0.0.1", port=a.port, generate_client_file=False, log_level="warning"
+    )
 
 
 if __name__ == "__main__":
