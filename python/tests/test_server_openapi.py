@@ -593,6 +593,7 @@ def test_payload_too_large(small_server: Server) -> None:
         "code": "payload_too_large",
         "message": r["responses"][0]["error"]["message"],
         "status": 413,
+        "details": {"rows": 3, "max_rows": 2},
     }
     # NDJSON is bounded per line.
     line = json.dumps({"data": [[1]], "pad": "x" * 2000})
