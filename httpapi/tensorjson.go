@@ -40,10 +40,14 @@ func decodeRows(v *fastjson.Value, spec engine.TensorSpec, maxRows int) (engine.
 	if dt == engine.Invalid {
 		dt = engine.Float32
 	}
-	sample := sampleShape(spec, rowShape)
-	if sample == nil {
+	sample, ok := sampleShape(spec, rowShape)
+	if !ok {
 		got := append([]int64{int64(len(arr))}, rowShape...)
-		return engine.Tensor{}, invalidInput(fmt.Sprintf("input %q: each row must have the per-sample shape %s or hold %d numbers", name, engine.FormatShape(spec.Shape[1:]), engine.NumElements(fixedPart(spec.Shape[1:]))), spec, got)
+		var want []int64
+		if len(spec.Shape) > 0 {
+			want = spec.Shape[1:]
+		}
+		return engine.Tensor{}, invalidInput(fmt.Sprintf("input %q: each row must have the per-sample shape %s or hold %d numbers", name, engine.FormatShape(want), engine.NumElements(fixedPart(want))), spec, got)
 	}
 	total := int(per) * len(arr)
 	t := engine.NewTensor(dt, append([]int64{int64(len(arr))}, sample...))
@@ -74,10 +78,11 @@ func fixedPart(s []int64) []int64 {
 }
 
 // sampleShape decides the per-sample shape: the row's own nesting when it
-// fits the spec, else the spec's shape when the element counts agree.
-func sampleShape(spec engine.TensorSpec, row []int64) []int64 {
+// fits the spec, else the spec's shape when the element counts agree. An
+// empty shape is valid: rows of plain numbers for a [N] input.
+func sampleShape(spec engine.TensorSpec, row []int64) ([]int64, bool) {
 	if len(spec.Shape) == 0 { // unknown (TorchScript without fw.json): trust the client
-		return row
+		return row, true
 	}
 	want := spec.Shape[1:]
 	if len(want) == len(row) {
@@ -88,7 +93,7 @@ func sampleShape(spec engine.TensorSpec, row []int64) []int64 {
 			}
 		}
 		if ok {
-			return row
+			return row, true
 		}
 	}
 	dyn := false
@@ -98,9 +103,9 @@ func sampleShape(spec engine.TensorSpec, row []int64) []int64 {
 		}
 	}
 	if !dyn && engine.NumElements(want) == engine.NumElements(row) {
-		return want
+		return want, true
 	}
-	return nil
+	return nil, false
 }
 
 // nestedShape measures a row by following the first element at each depth.
