@@ -78,7 +78,7 @@ test-postgres: ## the tracking store's tests against a throwaway PostgreSQL clus
 
 test-python: | venv
 	@echo "==> pytest python/tests"
-	@cd python && FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_BIN=$(ROOT)/bin/fw $(PY) -m pytest -q
+	@cd python && FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_BIN=$(ROOT)/bin/fw $(PY) -m pytest
 
 fuzz: ## run each fuzz target briefly (FUZZTIME=10s)
 	@echo "==> go fuzz targets, $(FUZZTIME) each"
