@@ -2,38 +2,21 @@ package engine
 
 import (
 	"context"
+	"github.com/fw-serve/fw/internal/testmodels"
 	"os"
 	"path/filepath"
 	"testing"
 )
 
-// modelsDir is where `make models` wrote the reference models. Tests that
-// need them skip when they are absent, unless FW_REQUIRE_MODELS=1 (set by
-// `make test`), where absence is a failure.
-func modelsDir(t testing.TB) string {
-	t.Helper()
-	dir := os.Getenv("FW_MODELS_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "build", "models")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
-		if os.Getenv("FW_REQUIRE_MODELS") == "1" {
-			t.Fatalf("reference models missing in %s: run `make models`", dir)
-		}
-		t.Skipf("reference models missing in %s: run `make models`", dir)
-	}
-	return dir
-}
+// modelsDir is where `make models` wrote the reference models.
+func modelsDir(t testing.TB) string { return testmodels.Dir(t) }
 
 // torchAvailable skips a test when the libtorch shim is not built, unless
 // FW_REQUIRE_MODELS=1, where `make test` has built it.
 func torchAvailable(t testing.TB) {
 	t.Helper()
 	if _, err := TorchVersion(""); err != nil {
-		if os.Getenv("FW_REQUIRE_MODELS") == "1" {
-			t.Fatalf("libtorch shim unavailable: %v", err)
-		}
-		t.Skipf("libtorch shim unavailable: %v", err)
+		testmodels.Require(t, "libtorch shim unavailable: "+err.Error())
 	}
 }
 

@@ -333,6 +333,37 @@ func (m *Model) Forward(ctx context.Context, inputs []Tensor) ([]Tensor, error) 
 	return out, nil
 }
 
+// ExampleInputs returns inputs of n rows made by repeating the rows of the
+// embedded test vector: real data for warm-up batches and benchmarks. It
+// fails with ErrNoTestVector for files without one.
+func (m *Model) ExampleInputs(n int) ([]Tensor, error) {
+	if m.Meta == nil || m.Meta.TestVector == nil {
+		return nil, ErrNoTestVector
+	}
+	out := make([]Tensor, 0, len(m.inputs))
+	for _, spec := range m.inputs {
+		enc, ok := m.Meta.TestVector.Inputs[spec.Name]
+		if !ok {
+			return nil, fmt.Errorf("test vector has no input %q", spec.Name)
+		}
+		tv, err := enc.Decode()
+		if err != nil {
+			return nil, fmt.Errorf("test vector input %q: %w", spec.Name, err)
+		}
+		if len(tv.Shape) == 0 || tv.Shape[0] == 0 {
+			return nil, fmt.Errorf("test vector input %q has no rows", spec.Name)
+		}
+		rowBytes := len(tv.Data) / int(tv.Shape[0])
+		t := NewTensor(tv.DType, append([]int64{int64(n)}, tv.Shape[1:]...))
+		for r := 0; r < n; r++ {
+			src := r % int(tv.Shape[0])
+			copy(t.Data[r*rowBytes:], tv.Data[src*rowBytes:(src+1)*rowBytes])
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
 // VerifyResult is the outcome of running a model's test vector.
 type VerifyResult struct {
 	MaxAbsError float64

@@ -338,3 +338,29 @@ func TestModelIdentity(t *testing.T) {
 		t.Fatalf("Raw() = %v", raw)
 	}
 }
+
+func TestExampleInputs(t *testing.T) {
+	m := mustLoad(t, filepath.Join(modelsDir(t), "digits_cnn.onnx"), Options{})
+	in, err := m.ExampleInputs(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(in[0].Shape) != "[7 1 8 8]" {
+		t.Fatalf("shape %v", in[0].Shape)
+	}
+	tv, _ := m.Meta.TestVector.Inputs["input"].Decode()
+	rows := int(tv.Shape[0])
+	per := len(tv.Data) / rows
+	for r := 0; r < 7; r++ {
+		if string(in[0].Data[r*per:(r+1)*per]) != string(tv.Data[(r%rows)*per:(r%rows+1)*per]) {
+			t.Fatalf("row %d is not test-vector row %d", r, r%rows)
+		}
+	}
+	if _, err := m.Run(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	plain := mustLoad(t, filepath.Join(modelsDir(t), "bad", "plain.onnx"), Options{})
+	if _, err := plain.ExampleInputs(2); !errors.Is(err, ErrNoTestVector) {
+		t.Fatalf("plain file: %v", err)
+	}
+}

@@ -79,6 +79,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// maxDrainBytes bounds how much of an unread request body is read and
+// dropped before an error response, so clients still sending see the error.
+const maxDrainBytes = 16 << 20
+
 // Instance is one loaded model with the batcher in front of it. A reload
 // swaps the whole instance.
 type Instance struct {
@@ -168,8 +172,10 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	s.metrics.inflight.Dec()
 	code := ctx.Response.StatusCode()
 	if code >= 400 && ctx.Request.IsBodyStream() {
-		// The rest of a large body may be unread: close rather than parse it
-		// as the next request.
+		// The rest of a large body may be unread. Read (and drop) a bounded
+		// amount so a client still sending gets to read the error instead of
+		// a reset, then close rather than parse the rest as a request.
+		io.CopyN(io.Discard, ctx.RequestBodyStream(), maxDrainBytes)
 		ctx.SetConnectionClose()
 	}
 	d := time.Since(start)

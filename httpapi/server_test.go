@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/fw-serve/fw/internal/testmodels"
 	"io"
 	"log/slog"
 	"math"
@@ -27,20 +28,7 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-func modelsDir(t testing.TB) string {
-	t.Helper()
-	dir := os.Getenv("FW_MODELS_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "build", "models")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
-		if os.Getenv("FW_REQUIRE_MODELS") == "1" {
-			t.Fatalf("reference models missing in %s: run `make models`", dir)
-		}
-		t.Skipf("reference models missing in %s: run `make models`", dir)
-	}
-	return dir
-}
+func modelsDir(t testing.TB) string { return testmodels.Dir(t) }
 
 type testServer struct {
 	url string

@@ -6,12 +6,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"github.com/fw-serve/fw/internal/testmodels"
 	"io"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -24,22 +24,8 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// v2ModelsDir is where `make models` wrote the reference models; tests skip
-// when they are absent unless FW_REQUIRE_MODELS=1.
-func v2ModelsDir(t testing.TB) string {
-	t.Helper()
-	dir := os.Getenv("FW_MODELS_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "build", "models")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
-		if os.Getenv("FW_REQUIRE_MODELS") == "1" {
-			t.Fatalf("reference models missing in %s: run `make models`", dir)
-		}
-		t.Skipf("reference models missing in %s: run `make models`", dir)
-	}
-	return dir
-}
+// v2ModelsDir is where `make models` wrote the reference models.
+func v2ModelsDir(t testing.TB) string { return testmodels.Dir(t) }
 
 type v2TestServer struct {
 	url string

@@ -91,9 +91,9 @@ func warmup(ctx context.Context, m *engine.Model, maxBatch int, skip bool) error
 		sizes = append(sizes, maxBatch)
 	}
 	for _, n := range sizes {
-		in, ok := exampleInputs(m, n)
-		if !ok {
-			return nil
+		in, err := m.ExampleInputs(n)
+		if err != nil {
+			return nil // no test vector: nothing realistic to warm up with
 		}
 		if _, err := m.Run(ctx, in); err != nil {
 			return fmt.Errorf("warm-up batch of %d: %w", n, err)
@@ -103,32 +103,6 @@ func warmup(ctx context.Context, m *engine.Model, maxBatch int, skip bool) error
 }
 
 var errTestVector = errors.New("test vector mismatch")
-
-// exampleInputs tiles the test vector to n rows (false when there is none).
-func exampleInputs(m *engine.Model, n int) ([]engine.Tensor, bool) {
-	if m.Meta == nil || m.Meta.TestVector == nil {
-		return nil, false
-	}
-	var out []engine.Tensor
-	for _, spec := range m.Inputs() {
-		enc, ok := m.Meta.TestVector.Inputs[spec.Name]
-		if !ok {
-			return nil, false
-		}
-		tv, err := enc.Decode()
-		if err != nil || len(tv.Shape) == 0 || tv.Shape[0] == 0 {
-			return nil, false
-		}
-		rowBytes := len(tv.Data) / int(tv.Shape[0])
-		t := engine.NewTensor(tv.DType, append([]int64{int64(n)}, tv.Shape[1:]...))
-		for r := 0; r < n; r++ {
-			src := r % int(tv.Shape[0])
-			copy(t.Data[r*rowBytes:], tv.Data[src*rowBytes:(src+1)*rowBytes])
-		}
-		out = append(out, t)
-	}
-	return out, true
-}
 
 // fileStamp identifies a version of the model file.
 type fileStamp struct {

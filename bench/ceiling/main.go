@@ -92,7 +92,7 @@ func engineCeiling(path, batches string, seconds float64, threads int) error {
 		if err != nil || b < 1 {
 			return fmt.Errorf("bad batch size %q", s)
 		}
-		in, err := tiled(m, b)
+		in, err := m.ExampleInputs(b)
 		if err != nil {
 			return err
 		}
@@ -125,24 +125,4 @@ func engineCeiling(path, batches string, seconds float64, threads int) error {
 	line, _ := json.Marshal(map[string]any{"best_rows_per_s": best.RowsPerS, "best_batch": best.Batch, "threads": threads, "model": m.Name()})
 	fmt.Println(string(line))
 	return nil
-}
-
-// tiled repeats the model's embedded test vector up to batch rows.
-func tiled(m *engine.Model, batch int) ([]engine.Tensor, error) {
-	var in []engine.Tensor
-	for _, spec := range m.Inputs() {
-		tv, err := m.Meta.TestVector.Inputs[spec.Name].Decode()
-		if err != nil {
-			return nil, err
-		}
-		rowBytes := len(tv.Data) / int(tv.Shape[0])
-		shape := append([]int64{int64(batch)}, tv.Shape[1:]...)
-		t := engine.NewTensor(tv.DType, shape)
-		for r := 0; r < batch; r++ {
-			src := r % int(tv.Shape[0])
-			copy(t.Data[r*rowBytes:], tv.Data[src*rowBytes:(src+1)*rowBytes])
-		}
-		in = append(in, t)
-	}
-	return in, nil
 }

@@ -110,7 +110,7 @@ func measureFile(path, rt string, batches []int, threads int, budget time.Durati
 	defer m.Close()
 	var rows []row
 	for _, b := range batches {
-		in, err := tiledInputs(m, b)
+		in, err := m.ExampleInputs(b)
 		if err != nil {
 			return nil, err
 		}
@@ -142,26 +142,6 @@ func measureFile(path, rt string, batches []int, threads int, budget time.Durati
 		fmt.Fprintf(os.Stderr, "  %-11s %-12s batch %-3d p50 %9.1f us  %10.0f rows/s\n", m.Name(), m.Format, b, pct(0.5), rows[len(rows)-1].RowsPerS)
 	}
 	return rows, nil
-}
-
-// tiledInputs repeats the test vector's rows up to batch rows.
-func tiledInputs(m *engine.Model, batch int) ([]engine.Tensor, error) {
-	var in []engine.Tensor
-	for _, spec := range m.Inputs() {
-		tv, err := m.Meta.TestVector.Inputs[spec.Name].Decode()
-		if err != nil {
-			return nil, err
-		}
-		rowBytes := len(tv.Data) / int(tv.Shape[0])
-		shape := append([]int64{int64(batch)}, tv.Shape[1:]...)
-		t := engine.NewTensor(tv.DType, shape)
-		for r := 0; r < batch; r++ {
-			src := r % int(tv.Shape[0])
-			copy(t.Data[r*rowBytes:], tv.Data[src*rowBytes:(src+1)*rowBytes])
-		}
-		in = append(in, t)
-	}
-	return in, nil
 }
 
 func markdown(rows []row, command string, threads int) string {

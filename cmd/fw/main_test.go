@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/fw-serve/fw/internal/testmodels"
 	"io"
 	"net"
 	"net/http"
@@ -28,21 +29,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func modelsDir(t testing.TB) string {
-	t.Helper()
-	dir := os.Getenv("FW_MODELS_DIR")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "build", "models")
-	}
-	abs, _ := filepath.Abs(dir)
-	if _, err := os.Stat(filepath.Join(abs, "manifest.json")); err != nil {
-		if os.Getenv("FW_REQUIRE_MODELS") == "1" {
-			t.Fatalf("reference models missing in %s: run `make models`", dir)
-		}
-		t.Skipf("reference models missing in %s", dir)
-	}
-	return abs
-}
+func modelsDir(t testing.TB) string { return testmodels.Dir(t) }
 
 // fwCmd prepares the real program with args.
 func fwCmd(args ...string) *exec.Cmd {

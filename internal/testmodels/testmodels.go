@@ -1,0 +1,40 @@
+// Package testmodels finds the reference models that `make models` builds
+// (build/models), for tests in any package of the module.
+package testmodels
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// Dir returns the absolute path of the reference models: FW_MODELS_DIR, or
+// build/models at the module root. When they are absent the test is skipped,
+// unless FW_REQUIRE_MODELS=1 (set by `make test`), where absence fails it.
+func Dir(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("FW_MODELS_DIR")
+	if dir == "" {
+		_, file, _, _ := runtime.Caller(0)
+		dir = filepath.Join(filepath.Dir(file), "..", "..", "build", "models")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(abs, "manifest.json")); err != nil {
+		Require(t, "reference models missing in "+abs+": run `make models`")
+	}
+	return abs
+}
+
+// Require fails the test when FW_REQUIRE_MODELS=1 (everything `make test`
+// builds must be there) and skips it otherwise, with reason.
+func Require(t testing.TB, reason string) {
+	t.Helper()
+	if os.Getenv("FW_REQUIRE_MODELS") == "1" {
+		t.Fatal(reason)
+	}
+	t.Skip(reason)
+}
