@@ -24,6 +24,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "serve one exported model over HTTP with dynamic batching (fw serve --help)", runServe},
+		{"dashboard", "track experiments: the ingest and read API over the experiment store (fw dashboard --help)", runDashboard},
 		{"verify", "load a model file in the Go engine, run its embedded test vector and time it", runVerify},
 		{"export", "export a training checkpoint to ONNX, TorchScript or quantized TorchScript (runs python -m fw.export)", runExport},
 		{"health", "probe a running server's readiness (exit 0 when ready; for container health checks)", runHealth},

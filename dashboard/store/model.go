@@ -132,11 +132,11 @@ type Run struct {
 	Started      *time.Time `json:"started,omitempty"`
 	Ended        *time.Time `json:"ended,omitempty"`
 	// Error is the failure reason (run_end error, or Reconcile's reason).
-	Error     string `json:"error,omitempty"`
-	Traceback string `json:"traceback,omitempty"`
-	ExitCode  *int   `json:"exit_code,omitempty"`
-	Progress  Progress
-	Source    Source `json:"source"`
+	Error     string   `json:"error,omitempty"`
+	Traceback string   `json:"traceback,omitempty"`
+	ExitCode  *int     `json:"exit_code,omitempty"`
+	Progress  Progress `json:"progress"`
+	Source    Source   `json:"source"`
 	// ParentRunID and ParentCheckpoint name the fork origin ("" when none).
 	ParentRunID      string             `json:"parent_run_id,omitempty"`
 	ParentCheckpoint string             `json:"parent_checkpoint,omitempty"`

@@ -7,6 +7,7 @@ Submodules are imported lazily, so ``import fw`` is fast and does not import tor
 * :mod:`fw.metadata`   -- build, validate, encode and read the ``fw.json`` document
 * :mod:`fw.models`     -- reference model classes
 * :mod:`fw.reference`  -- ``python -m fw.reference`` builds the reference model files
+* :mod:`fw.track`      -- ``with fw.track.run(experiment=...) as run: run.log(...)``: experiment tracking
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import importlib
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["checkpoint", "export", "metadata", "models", "reference", "__version__"]
+__all__ = ["checkpoint", "export", "metadata", "models", "reference", "track", "__version__"]
 
-_SUBMODULES = frozenset({"checkpoint", "export", "metadata", "models", "reference"})
+_SUBMODULES = frozenset({"checkpoint", "export", "metadata", "models", "reference", "track"})
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fw-serve/fw/dashboard/api"
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/valyala/fasthttp"
+)
+
+// dashEnv registers flags whose default comes from a named environment
+// variable (the dashboard's are FW_DASHBOARD_* or shared FW_* settings).
+type dashEnv struct {
+	fs  *flag.FlagSet
+	err error
+}
+
+func (d *dashEnv) String(name, key, def, usage string) *string {
+	if v, ok := os.LookupEnv(key); ok {
+		def = v
+	}
+	return d.fs.String(name, def, usage+" ["+key+"]")
+}
+
+func (d *dashEnv) Int(name, key string, def int, usage string) *int {
+	if v, ok := os.LookupEnv(key); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			d.err = fmt.Errorf("%s=%q: not an integer", key, v)
+		}
+		def = n
+	}
+	return d.fs.Int(name, def, usage+" ["+key+"]")
+}
+
+func (d *dashEnv) Duration(name, key string, def time.Duration, usage string) *time.Duration {
+	if v, ok := os.LookupEnv(key); ok {
+		t, err := time.ParseDuration(v)
+		if err != nil {
+			d.err = fmt.Errorf("%s=%q: not a duration such as 2s or 24h", key, v)
+		}
+		def = t
+	}
+	return d.fs.Duration(name, def, usage+" ["+key+"]")
+}
+
+// isLoopback reports whether host only accepts local connections.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("dashboard", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	de := &dashEnv{fs: fs}
+	host := de.String("host", "FW_DASHBOARD_HOST", "127.0.0.1", "address to listen on; anything but loopback requires --token")
+	port := de.Int("port", "FW_DASHBOARD_PORT", 8080, "port to listen on")
+	token := de.String("token", "FW_DASHBOARD_TOKEN", "", "when set, every /api route needs `Authorization: Bearer TOKEN` (/health stays open); prefer the environment variable, flags show in ps")
+	expDir := de.String("experiment-dir", "FW_EXPERIMENT_DIR", "experiments", "directory of the SQLite store and the SDK's spool files (spool/*.jsonl); created if missing")
+	ckptDir := de.String("checkpoint-dir", "FW_CHECKPOINT_DIR", "checkpoints", "root of the runs' checkpoints (<dir>/<run id>/...); created if missing")
+	spoolEvery := de.Duration("spool-interval", "FW_DASHBOARD_SPOOL_INTERVAL", 2*time.Second, "how often spool files left by offline training processes are imported")
+	staleAfter := de.Duration("stale-after", "FW_DASHBOARD_STALE_AFTER", 24*time.Hour, "on start, a running run without an event for this long is marked failed (0: only the pid check on this host)")
+	shutdownTimeout := de.Duration("shutdown-timeout", "FW_DASHBOARD_SHUTDOWN_TIMEOUT", 30*time.Second, "on SIGTERM: finish in-flight requests within this time, then close the store")
+	logFormat := de.String("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
+	logLevel := de.String("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: fw dashboard [flags]
+
+Serves the experiment-tracking API: POST /api/ingest (events from the fw.track
+SDK), GET /api/runs/{id}[/metrics|/logs], GET|POST /api/experiments,
+GET /api/experiments/{id}, GET /health. The store is SQLite in
+--experiment-dir, or PostgreSQL when FW_DATABASE_URL is set. Spool files left
+by training processes that could not reach the dashboard are imported on start
+and every --spool-interval. Every flag can also be set from the environment
+variable named in brackets.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if de.err != nil {
+		fmt.Fprintf(stderr, "fw dashboard: %v\n", de.err)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fw dashboard: unexpected argument %q; see fw dashboard --help\n", fs.Arg(0))
+		return 2
+	}
+	if *port < 0 || *port > 65535 {
+		fmt.Fprintln(stderr, "fw dashboard: --port must be within 0..65535")
+		return 2
+	}
+	if !isLoopback(*host) && *token == "" {
+		fmt.Fprintf(stderr, "fw dashboard: refusing to listen on %s without a token: the dashboard can start processes on this machine, so anyone who reaches it could run code; set --token (or FW_DASHBOARD_TOKEN) and send `Authorization: Bearer <token>`, or listen on 127.0.0.1\n", *host)
+		return 2
+	}
+	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "fw dashboard: %v\n", err)
+		return 2
+	}
+	spoolDir := filepath.Join(*expDir, "spool")
+	for _, d := range []string{*expDir, *ckptDir, spoolDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			fmt.Fprintf(stderr, "fw dashboard: cannot create %s: %v\n", d, err)
+			return 1
+		}
+	}
+
+	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			fmt.Fprintf(stderr, "fw dashboard: port %d is already in use on %s; stop the other process or choose another with --port\n", *port, *host)
+		} else {
+			fmt.Fprintf(stderr, "fw dashboard: listen on %s: %v\n", addr, err)
+		}
+		return 1
+	}
+	defer ln.Close()
+
+	cfg := store.ConfigFromEnv()
+	cfg.Dir, cfg.CheckpointDir = *expDir, *ckptDir
+	st, err := store.Open(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "fw dashboard: opening the store: %v\n", err)
+		return 1
+	}
+	defer st.Close()
+
+	// Spools first (they may hold a run's end), then fail runs whose process is gone.
+	im := &api.SpoolImporter{Dir: spoolDir, Store: st, Log: log}
+	if s, err := im.ImportAll(ctx); err != nil {
+		log.Warn("spool import: will retry", "err", err)
+	} else if s.Files > 0 {
+		log.Info("spool import", "files", s.Files, "applied", s.Applied, "duplicates", s.Duplicates, "refused", s.Refused, "removed", s.Removed)
+	}
+	hostname, _ := os.Hostname()
+	if _, err := api.ReconcileRuns(ctx, st, hostname, *staleAfter, log); err != nil {
+		log.Warn("reconcile failed", "err", err)
+	}
+
+	base, cancelBase := context.WithCancel(context.Background())
+	defer cancelBase()
+	srv := api.New(base, st, api.Config{Token: *token, Version: version}, log)
+	hs := &fasthttp.Server{
+		Handler:                      srv.Handler,
+		Name:                         "fw-dashboard",
+		MaxRequestBodySize:           api.DefaultMaxBodyBytes,
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		ReadTimeout:                  60 * time.Second,
+		IdleTimeout:                  120 * time.Second,
+		CloseOnShutdown:              true,
+		Logger:                       slogPrintf{log},
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	spoolCtx, stopSpool := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); im.Run(spoolCtx, *spoolEvery) }()
+	url := "http://" + ln.Addr().String()
+	fmt.Fprintf(stdout, "fw dashboard: ready on %s (store: %s)\n", url, storeLabel(cfg))
+
+	code := 0
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		if err != nil {
+			fmt.Fprintf(stderr, "fw dashboard: %v\n", err)
+			code = 1
+		}
+	}
+	log.Info("shutting down: finishing in-flight requests", "timeout", *shutdownTimeout)
+	srv.SetDraining()
+	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
+	defer cancel()
+	if err := hs.ShutdownWithContext(sctx); err != nil {
+		log.Warn("shutdown: connections still open at the deadline", "err", err)
+		code = 1
+	}
+	stopSpool()
+	wg.Wait()
+	cancelBase()
+	if err := st.Close(); err != nil {
+		log.Warn("closing the store", "err", err)
+		code = 1
+	}
+	log.Info("stopped")
+	return code
+}
+
+func storeLabel(cfg store.Config) string {
+	if cfg.DatabaseURL != "" {
+		return "PostgreSQL (FW_DATABASE_URL)"
+	}
+	return filepath.Join(cfg.Dir, "experiments.db")
+}

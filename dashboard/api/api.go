@@ -1,0 +1,284 @@
+// Package api is the dashboard's HTTP API on fasthttp: event ingest from the
+// training SDK, reads of runs, metrics, logs and experiments, and health.
+// The store is passed in; every non-2xx answer uses the error shape of Error.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/valyala/fasthttp"
+)
+
+// DefaultMaxBodyBytes bounds an ingest body: a full batch (10,000 events or
+// 200,000 values) fits with room to spare.
+const DefaultMaxBodyBytes = 64 << 20
+
+// Config configures a Server.
+type Config struct {
+	// Token, when set, is required as `Authorization: Bearer TOKEN` on every
+	// /api route; /health stays open.
+	Token string
+	// MaxBodyBytes bounds a request body (413 beyond it).
+	MaxBodyBytes int64
+	// Version is reported by /health.
+	Version string
+}
+
+// Server answers the dashboard API from a store.
+type Server struct {
+	st       store.Store
+	cfg      Config
+	log      *slog.Logger
+	token    [sha256.Size]byte
+	draining atomic.Bool
+	base     context.Context
+}
+
+// New creates a server over st. base bounds every request's store calls.
+func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	s := &Server{st: st, cfg: cfg, log: log, base: base}
+	if cfg.Token != "" {
+		s.token = sha256.Sum256([]byte(cfg.Token))
+	}
+	return s
+}
+
+// SetDraining makes /health answer 503 (the process is shutting down).
+func (s *Server) SetDraining() { s.draining.Store(true) }
+
+// Handler is the fasthttp handler (serve it with StreamRequestBody on).
+func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
+	path := string(ctx.Path())
+	if path == "/health" {
+		s.health(ctx)
+		return
+	}
+	if path != "/api" && !strings.HasPrefix(path, "/api/") {
+		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no route %s; the API lives under /api (and GET /health)", path)))
+		return
+	}
+	if !s.authorized(ctx) {
+		writeError(ctx, apiErr(401, CodeUnauthorized, "missing or wrong token: send `Authorization: Bearer <token>` with the dashboard's --token (FW_DASHBOARD_TOKEN)"))
+		return
+	}
+	parts := strings.Split(strings.Trim(strings.TrimPrefix(path, "/api"), "/"), "/")
+	method := string(ctx.Method())
+	switch {
+	case len(parts) == 1 && parts[0] == "ingest":
+		if s.allow(ctx, method, "POST") {
+			s.ingest(ctx)
+		}
+	case len(parts) == 1 && parts[0] == "experiments":
+		switch method {
+		case "GET":
+			s.listExperiments(ctx)
+		case "POST":
+			s.createExperiment(ctx)
+		default:
+			s.allow(ctx, method, "GET, POST")
+		}
+	case len(parts) == 2 && parts[0] == "experiments":
+		if s.allow(ctx, method, "GET") {
+			s.getExperiment(ctx, parts[1])
+		}
+	case len(parts) == 2 && parts[0] == "runs":
+		if s.allow(ctx, method, "GET") {
+			s.getRun(ctx, parts[1])
+		}
+	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "metrics":
+		if s.allow(ctx, method, "GET") {
+			s.metrics(ctx, parts[1])
+		}
+	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "logs":
+		if s.allow(ctx, method, "GET") {
+			s.logs(ctx, parts[1])
+		}
+	default:
+		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no route %s %s; see docs/tracking.md (Ingest API) for the routes", method, path)))
+	}
+}
+
+func (s *Server) allow(ctx *fasthttp.RequestCtx, method, allowed string) bool {
+	for _, m := range strings.Split(allowed, ", ") {
+		if method == m || (method == "HEAD" && m == "GET") {
+			return true
+		}
+	}
+	ctx.Response.Header.Set("Allow", allowed)
+	writeError(ctx, apiErr(405, CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed here; use %s", method, allowed)))
+	return false
+}
+
+func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
+	if s.cfg.Token == "" {
+		return true
+	}
+	h := ctx.Request.Header.Peek("Authorization")
+	const prefix = "Bearer "
+	if len(h) <= len(prefix) || !strings.EqualFold(string(h[:len(prefix)]), prefix) {
+		return false
+	}
+	got := sha256.Sum256(h[len(prefix):])
+	return subtle.ConstantTimeCompare(got[:], s.token[:]) == 1
+}
+
+func (s *Server) health(ctx *fasthttp.RequestCtx) {
+	if s.draining.Load() {
+		writeError(ctx, apiErr(503, CodeUnavailable, "the dashboard is shutting down"))
+		return
+	}
+	writeJSON(ctx, 200, map[string]string{"status": "ok", "version": s.cfg.Version})
+}
+
+// readBody reads the request body up to the limit (413 in the error shape beyond it).
+func (s *Server) readBody(ctx *fasthttp.RequestCtx) ([]byte, *Error) {
+	var r io.Reader = ctx.RequestBodyStream()
+	if r == nil {
+		return ctx.PostBody(), nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r, s.cfg.MaxBodyBytes+1))
+	if err != nil {
+		return nil, apiErr(400, CodeBadRequest, "reading the request body: "+err.Error())
+	}
+	if int64(len(b)) > s.cfg.MaxBodyBytes {
+		return nil, apiErr(413, CodeTooLarge, fmt.Sprintf("the body is larger than %d bytes; send smaller batches (at most %d events or %d values each)",
+			s.cfg.MaxBodyBytes, store.MaxBatchEvents, store.MaxBatchValues))
+	}
+	return b, nil
+}
+
+func queryInt(ctx *fasthttp.RequestCtx, name string, def, lo, hi int) (int, *Error) {
+	v := ctx.QueryArgs().Peek(name)
+	if len(v) == 0 {
+		return def, nil
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil || n < lo || n > hi {
+		return 0, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?%s=%q must be an integer within %d..%d", name, v, lo, hi))
+	}
+	return n, nil
+}
+
+func (s *Server) getRun(ctx *fasthttp.RequestCtx, id string) {
+	r, err := s.st.GetRun(s.base, id)
+	if err != nil {
+		writeError(ctx, fromStore(s.log, err))
+		return
+	}
+	writeJSON(ctx, 200, r)
+}
+
+func (s *Server) metrics(ctx *fasthttp.RequestCtx, id string) {
+	q := store.MetricsQuery{System: string(ctx.QueryArgs().Peek("system")) == "true"}
+	if keys := string(ctx.QueryArgs().Peek("keys")); keys != "" {
+		q.Keys = strings.Split(keys, ",")
+	}
+	var e *Error
+	if q.MaxPoints, e = queryInt(ctx, "max_points", 1000, 1, 100000); e != nil {
+		writeError(ctx, e)
+		return
+	}
+	series, err := s.st.Metrics(s.base, id, q)
+	if err != nil {
+		writeError(ctx, fromStore(s.log, err))
+		return
+	}
+	if series == nil {
+		series = []store.Series{}
+	}
+	writeJSON(ctx, 200, map[string]any{"run_id": id, "series": series})
+}
+
+func (s *Server) logs(ctx *fasthttp.RequestCtx, id string) {
+	var q store.LogQuery
+	var e *Error
+	if q.Tail, e = queryInt(ctx, "tail", 0, 0, 100000); e == nil {
+		if q.Limit, e = queryInt(ctx, "limit", 1000, 1, 100000); e == nil {
+			var after int
+			after, e = queryInt(ctx, "after", 0, 0, 1<<62)
+			q.After = int64(after)
+		}
+	}
+	if e != nil {
+		writeError(ctx, e)
+		return
+	}
+	q.Stream = string(ctx.QueryArgs().Peek("stream"))
+	lines, err := s.st.Logs(s.base, id, q)
+	if err != nil {
+		writeError(ctx, fromStore(s.log, err))
+		return
+	}
+	if lines == nil {
+		lines = []store.LogLine{}
+	}
+	writeJSON(ctx, 200, map[string]any{"run_id": id, "lines": lines})
+}
+
+func (s *Server) listExperiments(ctx *fasthttp.RequestCtx) {
+	args := ctx.QueryArgs()
+	q := store.ListQuery{Filter: string(args.Peek("filter")), Sort: string(args.Peek("sort")),
+		Desc: string(args.Peek("desc")) == "true", Cursor: string(args.Peek("cursor"))}
+	var e *Error
+	if q.Limit, e = queryInt(ctx, "limit", 100, 1, 10000); e != nil {
+		writeError(ctx, e)
+		return
+	}
+	page, err := s.st.ListExperiments(s.base, q)
+	if err != nil {
+		writeError(ctx, fromStore(s.log, err))
+		return
+	}
+	if page.Experiments == nil {
+		page.Experiments = []store.Experiment{}
+	}
+	writeJSON(ctx, 200, page)
+}
+
+func (s *Server) getExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
+	d, err := s.st.GetExperiment(s.base, idOrName)
+	if err != nil {
+		writeError(ctx, fromStore(s.log, err))
+		return
+	}
+	writeJSON(ctx, 200, d)
+}
+
+func (s *Server) createExperiment(ctx *fasthttp.RequestCtx) {
+	body, e := s.readBody(ctx)
+	if e != nil {
+		writeError(ctx, e)
+		return
+	}
+	var in struct {
+		Name        string            `json:"name"`
+		Description string            `json:"description"`
+		Tags        map[string]string `json:"tags"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		writeError(ctx, apiErr(400, string(store.CodeInvalidJSON), `the body must be a JSON object {"name": "...", "description": "...", "tags": {...}}: `+err.Error()))
+		return
+	}
+	exp, err := s.st.CreateExperiment(s.base, store.ExperimentInput{Name: in.Name, Description: in.Description, Tags: in.Tags})
+	if err != nil {
+		writeError(ctx, fromStore(s.log, err))
+		return
+	}
+	writeJSON(ctx, 201, exp)
+}

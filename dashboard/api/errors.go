@@ -1,0 +1,94 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/valyala/fasthttp"
+)
+
+// HTTP-level error codes; store codes (store.Code) pass through unchanged.
+const (
+	CodeBadRequest       = "bad_request"            // 400
+	CodeUnauthorized     = "unauthorized"           // 401
+	CodeNotFound         = "not_found"              // 404
+	CodeMethodNotAllowed = "method_not_allowed"     // 405
+	CodeTooLarge         = "payload_too_large"      // 413
+	CodeUnsupportedMedia = "unsupported_media_type" // 415
+	CodeInternal         = "internal"               // 500
+	CodeUnavailable      = "unavailable"            // 503
+)
+
+// Error is the one error shape of every non-2xx response:
+// {"error": {"code": "...", "message": "...", "details": ...}}.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Details any    `json:"details,omitempty"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func apiErr(status int, code, msg string) *Error {
+	return &Error{Status: status, Code: code, Message: msg}
+}
+
+// storeStatus maps a store error code to its HTTP status.
+func storeStatus(code store.Code) int {
+	switch code {
+	case store.CodeNotFound:
+		return fasthttp.StatusNotFound
+	case store.CodeConflict, store.CodeRunConflict, store.CodeParamConflict, store.CodeInvalidTransition:
+		return fasthttp.StatusConflict
+	case store.CodeBatchTooLarge:
+		return fasthttp.StatusRequestEntityTooLarge
+	case store.CodeClosed:
+		return fasthttp.StatusServiceUnavailable
+	case "":
+		return fasthttp.StatusInternalServerError
+	}
+	return fasthttp.StatusBadRequest
+}
+
+// fromStore turns a store error into the error shape; errors without a code
+// are logged and reported as internal without their text.
+func fromStore(log *slog.Logger, err error) *Error {
+	var se *store.Error
+	if errors.As(err, &se) {
+		if se.Code == store.CodeClosed {
+			return apiErr(fasthttp.StatusServiceUnavailable, CodeUnavailable, "the dashboard is shutting down; retry against the next instance")
+		}
+		return apiErr(storeStatus(se.Code), string(se.Code), se.Msg)
+	}
+	log.Error("store failure", "err", err)
+	return apiErr(fasthttp.StatusInternalServerError, CodeInternal, "the store failed; see the dashboard's log")
+}
+
+func writeError(ctx *fasthttp.RequestCtx, e *Error) {
+	body, err := json.Marshal(struct {
+		Error *Error `json:"error"`
+	}{e})
+	if err != nil {
+		body = []byte(`{"error":{"code":"internal","message":"could not encode the error"}}`)
+	}
+	ctx.Response.Header.SetContentType("application/json")
+	if e.Status == fasthttp.StatusUnauthorized {
+		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="fw-dashboard"`)
+	}
+	ctx.SetStatusCode(e.Status)
+	ctx.SetBody(body)
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		writeError(ctx, apiErr(500, CodeInternal, "could not encode the response: "+err.Error()))
+		return
+	}
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetStatusCode(status)
+	ctx.SetBody(body)
+}

@@ -1,0 +1,86 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"mime"
+
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/valyala/fasthttp"
+)
+
+// IngestResult is the 200 answer of POST /api/ingest: the store's
+// ApplyResult with errors always present (empty when none).
+type IngestResult struct {
+	Applied    int                `json:"applied"`
+	Duplicates int                `json:"duplicates"`
+	Acked      []store.Ack        `json:"acked"`
+	Errors     []store.EventError `json:"errors"`
+}
+
+func isNDJSON(contentType []byte) bool {
+	mt, _, err := mime.ParseMediaType(string(contentType))
+	if err != nil {
+		return false
+	}
+	switch mt {
+	case "application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines", "application/jsonlines":
+		return true
+	}
+	return false
+}
+
+// ingest applies a batch of events: a JSON array, or JSON lines with an
+// NDJSON content type (the SDK's spool format).
+func (s *Server) ingest(ctx *fasthttp.RequestCtx) {
+	body, e := s.readBody(ctx)
+	if e != nil {
+		writeError(ctx, e)
+		return
+	}
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 {
+		writeError(ctx, apiErr(400, string(store.CodeInvalidJSON), "the body is empty; send a JSON array of events (or JSON lines with Content-Type: application/x-ndjson)"))
+		return
+	}
+	if !isNDJSON(ctx.Request.Header.ContentType()) && trimmed[0] != '[' {
+		writeError(ctx, apiErr(400, string(store.CodeInvalidJSON), "the body must be a JSON array of events; for one event per line send Content-Type: application/x-ndjson"))
+		return
+	}
+	res, err := Ingest(s.base, s.st, trimmed)
+	if err != nil {
+		if store.ErrorCode(err) == store.CodeInvalidJSON {
+			writeError(ctx, apiErr(400, string(store.CodeInvalidJSON), "malformed JSON: "+err.Error()))
+			return
+		}
+		if store.ErrorCode(err) == store.CodeBatchTooLarge {
+			writeError(ctx, apiErr(413, string(store.CodeBatchTooLarge), fmt.Sprintf("%v; split it into batches of at most %d events and %d values (metric values + log lines + params)",
+				err, store.MaxBatchEvents, store.MaxBatchValues)))
+			return
+		}
+		writeError(ctx, fromStore(s.log, err))
+		return
+	}
+	writeJSON(ctx, 200, res)
+}
+
+// Ingest decodes a body (JSON array or JSON lines) and applies it.
+func Ingest(ctx context.Context, st store.Store, body []byte) (IngestResult, error) {
+	events, err := store.DecodeEvents(body)
+	if err != nil {
+		return IngestResult{}, err
+	}
+	res, err := st.Apply(ctx, events)
+	if err != nil {
+		return IngestResult{}, err
+	}
+	out := IngestResult{Applied: res.Applied, Duplicates: res.Duplicates, Acked: res.Acked, Errors: res.Errors}
+	if out.Acked == nil {
+		out.Acked = []store.Ack{}
+	}
+	if out.Errors == nil {
+		out.Errors = []store.EventError{}
+	}
+	return out, nil
+}

@@ -1,0 +1,553 @@
+"""Experiment tracking from training code: ``with fw.track.run(...) as run: run.log(...)``.
+
+Every call appends to an in-memory queue and returns at once; a background thread serialises the
+events and sends them in large batches to the dashboard (``FW_TRACKING_URI``, default
+``http://127.0.0.1:8080``, ``POST /api/ingest``, token from ``FW_DASHBOARD_TOKEN``). When the dashboard
+cannot be reached (or answers with an error status), nothing is lost: the events go to an append-only
+spool file ``$FW_EXPERIMENT_DIR/spool/<run id>-<writer>.jsonl`` (same format as the HTTP body, one
+event per line), and that run's later events follow them there so they stay in seq order. The
+dashboard imports spool files on start and every few seconds. See docs/tracking.md.
+
+Only the standard library is imported here; torch is imported by :meth:`Run.checkpoint` alone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import http.client
+import io
+import json
+import logging
+import math
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import urllib.parse
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Run", "run", "new_id"]
+
+log = logging.getLogger("fw.track")
+
+# The store's batch limits (dashboard/store: MaxBatchEvents, MaxBatchValues), with headroom.
+MAX_BATCH_EVENTS = 10000
+MAX_BATCH_VALUES = 190000
+_CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+_STOP_EXIT_CODE = 128 + signal.SIGTERM
+
+
+def new_id() -> str:
+    """A 16-character ID: 48 bits of Unix milliseconds, then 32 random bits, lower-case Crockford base32."""
+    n = (int(time.time() * 1000) & ((1 << 48) - 1)) << 32 | secrets.randbits(32)
+    return "".join(_CROCKFORD[(n >> (5 * i)) & 31] for i in range(15, -1, -1))
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=2, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _num(v: Any) -> Any:
+    """A metric value as JSON: floats, with NaN and infinities as the strings the store accepts."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        v = float(v.item() if hasattr(v, "item") else v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+    return v
+
+
+def _plain(v: Any) -> Any:
+    """A param value as plain JSON (tensors and numpy scalars become numbers, paths strings)."""
+    if v is None or isinstance(v, (str, bool, int)):
+        return v
+    if isinstance(v, float):
+        return _num(v)
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if hasattr(v, "item"):
+        try:
+            return _plain(v.item())
+        except (ValueError, RuntimeError):
+            pass
+    return str(v)
+
+
+class _Tee(io.TextIOBase):
+    """Writes through to the real stream and queues complete lines as log events."""
+
+    def __init__(self, run: Run, stream: str, real: Any) -> None:
+        self._run, self._stream, self._real, self._buf = run, stream, real, ""
+
+    def write(self, s: str) -> int:
+        n = self._real.write(s)
+        if threading.current_thread() is not self._run._thread:
+            self._buf += s
+            if "\n" in self._buf:
+                *lines, self._buf = self._buf.split("\n")
+                self._run._q.append(("log", self._stream, lines, time.time()))
+        return n if n is not None else len(s)
+
+    def flush(self) -> None:
+        self._real.flush()
+
+    def drain(self) -> None:
+        if self._buf:
+            self._run._q.append(("log", self._stream, [self._buf], time.time()))
+            self._buf = ""
+
+    def isatty(self) -> bool:
+        return self._real.isatty()
+
+    def fileno(self) -> int:
+        return self._real.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._real, "encoding", "utf-8")
+
+
+class Run:
+    """A tracked run. Create it with :func:`run` and use it as a context manager."""
+
+    def __init__(
+        self,
+        experiment: str,
+        params: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        *,
+        run_id: str | None = None,
+        uri: str | None = None,
+        token: str | None = None,
+        capture_output: bool = True,
+        handle_sigterm: bool = True,
+        flush_timeout: float = 30.0,
+    ) -> None:
+        self.id = run_id or new_id()
+        self.writer = "w" + new_id()[8:]
+        self.experiment = experiment
+        self.name = name
+        self.uri = (uri or os.environ.get("FW_TRACKING_URI") or "http://127.0.0.1:8080").rstrip("/")
+        self.token = token if token is not None else os.environ.get("FW_DASHBOARD_TOKEN")
+        exp_dir = Path(os.environ.get("FW_EXPERIMENT_DIR") or "experiments")
+        self.spool_path = exp_dir / "spool" / f"{self.id}-{self.writer}.jsonl"
+        self.checkpoint_dir = Path(os.environ.get("FW_CHECKPOINT_DIR") or "checkpoints") / self.id
+        self.artifact_dir = Path(os.environ.get("FW_ARTIFACT_DIR") or exp_dir / "artifacts") / self.id
+        self.errors: list[dict[str, Any]] = []  # per-event errors the dashboard reported
+        self.spooled = 0  # events written to the spool file
+        self.sent = 0  # events acknowledged over HTTP
+        self._params = dict(params or {})
+        self._tags = dict(tags or {})
+        self._capture = capture_output
+        self._handle_sigterm = handle_sigterm
+        self._flush_timeout = flush_timeout
+        self._q: collections.deque = collections.deque()
+        self._seq = 0
+        self._on_stop: list[Callable[[], Any]] = []
+        self._stopping = False
+        self._closed = False
+        self._done = threading.Event()
+        self._idle = threading.Condition()
+        self._pending = 0  # items taken from the queue, not yet sent or spooled
+        self._thread: threading.Thread | None = None
+        self._conn: http.client.HTTPConnection | None = None
+        self._spool: Any = None
+        self._tees: list[tuple[str, Any]] = []
+        self._old_sigterm: Any = None
+        self._warned_offline = False
+        self._force_spool = False
+
+    # -- public API: all of these only append to the queue ---------------------------------------
+
+    def log(self, values: Mapping[str, Any], step: int) -> None:
+        """Log metric values at ``step`` (one point per key)."""
+        self._q.append(("metrics", int(step), dict(values), time.time()))
+
+    def progress(
+        self, step: int, total: int | None = None, *, epoch: float | None = None, epochs: float | None = None
+    ) -> None:
+        """Report how far training has come (drives the dashboard's progress bar and ETA)."""
+        ev: dict[str, Any] = {"type": "progress", "step": int(step)}
+        if total is not None:
+            ev["total_steps"] = int(total)
+        if epoch is not None:
+            ev["epoch"] = float(epoch)
+        if epochs is not None:
+            ev["total_epochs"] = float(epochs)
+        self._event(ev)
+
+    def param(self, key: str, value: Any) -> None:
+        """Record a param. Params are write-once: another value is refused by the dashboard (warned)."""
+        self._event({"type": "param", "params": {key: _plain(value)}})
+
+    def tag(self, key: str, value: str) -> None:
+        """Set a tag (tags can change)."""
+        self._event({"type": "tag", "tags": {key: str(value)}})
+
+    def checkpoint(
+        self,
+        model: Any,
+        step: int,
+        metrics: Mapping[str, float] | None = None,
+        epoch: float | None = None,
+        example_input: Any = None,
+    ) -> Path:
+        """Save ``model`` with :func:`fw.checkpoint.save` to ``$FW_CHECKPOINT_DIR/<run id>/step-<step>.ckpt.pt``.
+
+        The checkpoint event carries the path relative to the run's checkpoint directory
+        (``step-<step>.ckpt.pt``), as the store records it. Returns the file's path.
+        """
+        from fw import checkpoint as ckpt
+
+        rel = f"step-{int(step)}.ckpt.pt"
+        meta: dict[str, Any] = {"run_id": self.id, "step": int(step)}
+        if metrics:
+            meta["metrics"] = {str(k): float(v) for k, v in metrics.items()}
+        path = ckpt.save(model, self.checkpoint_dir / rel, example_input, **meta)
+        ev: dict[str, Any] = {"type": "checkpoint", "path": rel, "step": int(step)}
+        if epoch is not None:
+            ev["epoch"] = float(epoch)
+        if metrics:
+            ev["values"] = {k: _num(v) for k, v in metrics.items()}
+        self._event(ev)
+        return path
+
+    def artifact(self, path: str | os.PathLike) -> Path:
+        """Record a file the run produced; files outside ``$FW_ARTIFACT_DIR/<run id>`` are copied there."""
+        src = Path(path).resolve()
+        root = self.artifact_dir.resolve()
+        if root in src.parents:
+            dst = src
+        else:
+            root.mkdir(parents=True, exist_ok=True)
+            dst = root / src.name
+            shutil.copy2(src, dst)
+        self._event(
+            {"type": "artifact", "path": dst.relative_to(root).as_posix(), "size": dst.stat().st_size}
+        )
+        return dst
+
+    def on_stop(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        """Register ``fn`` to run on SIGTERM before the run is marked stopped (e.g. save a final checkpoint)."""
+        self._on_stop.append(fn)
+        return fn
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once SIGTERM arrived (for loops that prefer to stop on their own)."""
+        return self._stopping
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything logged so far is acknowledged by the dashboard or spooled."""
+        deadline = time.monotonic() + (self._flush_timeout if timeout is None else timeout)
+        with self._idle:
+            while self._q or self._pending:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._thread is None or not self._thread.is_alive():
+                    return False
+                self._idle.notify_all()
+                self._idle.wait(min(left, 0.05))
+        return True
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def __enter__(self) -> Run:
+        self.start()
+        return self
+
+    def start(self) -> None:
+        argv = list(sys.argv)
+        source: dict[str, Any] = {
+            "command": shlex.join(argv) if argv else "",
+            "args": argv[1:],
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
+        commit = _git_commit()
+        if commit:
+            source["git_commit"] = commit
+        ev: dict[str, Any] = {
+            "type": "run_start",
+            "experiment": self.experiment,
+            "status": "running",
+            "source": source,
+        }
+        if self.name:
+            ev["name"] = self.name
+        if self._params:
+            ev["params"] = _plain(self._params)
+        if self._tags:
+            ev["tags"] = {str(k): str(v) for k, v in self._tags.items()}
+        self._event(ev)
+        self._thread = threading.Thread(target=self._sender, name=f"fw-track-{self.id}", daemon=True)
+        self._thread.start()
+        if self._capture:
+            for stream in ("stdout", "stderr"):
+                real = getattr(sys, stream)
+                self._tees.append((stream, real))
+                setattr(sys, stream, _Tee(self, stream, real))
+        if self._handle_sigterm and threading.current_thread() is threading.main_thread():
+            self._old_sigterm = signal.signal(signal.SIGTERM, self._sigterm)
+        atexit.register(self._atexit)
+
+    def _sigterm(self, signum: int, frame: Any) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        for fn in self._on_stop:
+            try:
+                fn()
+            except Exception:
+                log.exception("fw.track: an on_stop callback failed")
+        raise SystemExit(_STOP_EXIT_CODE)
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc_type is None:
+            self.end("finished")
+        elif self._stopping or exc_type is KeyboardInterrupt:
+            self.end(
+                "stopped", error="stopped by SIGTERM" if self._stopping else "interrupted (KeyboardInterrupt)"
+            )
+        elif exc_type is SystemExit and exc is not None and exc.code in (None, 0):
+            self.end("finished")
+        else:
+            text = "".join(traceback.format_exception(exc_type, exc, tb))
+            self.end("failed", error=f"{exc_type.__name__}: {exc}", traceback=text, exit_code=1)
+
+    def end(self, status: str = "finished", **fields: Any) -> None:
+        """End the run (the context manager calls this) and flush with a bounded timeout."""
+        if self._closed:
+            return
+        self._restore_streams()
+        ev: dict[str, Any] = {"type": "run_end", "status": status}
+        ev.update({k: v for k, v in fields.items() if v is not None})
+        self._event(ev)
+        self._close()
+
+    def _restore_streams(self) -> None:
+        for stream, real in reversed(self._tees):
+            tee = getattr(sys, stream)
+            if isinstance(tee, _Tee):
+                tee.drain()
+                if tee._real is real:
+                    setattr(sys, stream, real)
+        self._tees.clear()
+        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
+
+    def _close(self) -> None:
+        self._closed = True
+        ok = self.flush(self._flush_timeout)
+        if not ok:
+            self._force_spool = True  # the sender spools what is left (in order) instead of sending
+        self._done.set()
+        if not ok:
+            log.warning(
+                "fw.track: the dashboard did not take all events within %.0fs; the rest go to %s",
+                self._flush_timeout,
+                self.spool_path,
+            )
+        if self._thread is not None:
+            self._thread.join(timeout=self._flush_timeout + 15)
+        try:
+            atexit.unregister(self._atexit)
+        except Exception:
+            pass
+
+    def _atexit(self) -> None:
+        if not self._closed:
+            self.end("failed", error="the process exited without ending the run", exit_code=1)
+
+    # -- the sender thread ------------------------------------------------------------------------
+
+    def _event(self, ev: dict[str, Any]) -> None:
+        ev["time"] = time.time()
+        self._q.append(("event", ev))
+
+    def _take(self) -> list[dict[str, Any]]:
+        """Pop up to a batch of queue items and turn them into events with seq numbers."""
+        q, out, values = self._q, [], 0
+        base = {"run_id": self.id, "writer": self.writer}
+        while q and len(out) < MAX_BATCH_EVENTS and values < MAX_BATCH_VALUES:
+            item = q.popleft()
+            self._seq += 1
+            kind = item[0]
+            if kind == "metrics":
+                ev = {"type": "metrics", "step": item[1], "values": item[2], "time": item[3]}
+                values += len(item[2])
+            elif kind == "log":
+                lines = list(item[2])
+                # merge consecutive lines of the same stream into one event
+                while q and q[0][0] == "log" and q[0][1] == item[1] and len(lines) < 1000:
+                    lines.extend(q.popleft()[2])
+                ev = {"type": "log", "stream": item[1], "lines": lines, "time": item[3]}
+                values += len(lines)
+            else:
+                ev = item[1]
+                values += len(ev.get("params") or ()) + len(ev.get("values") or ())
+            ev.update(base)
+            ev["seq"] = self._seq
+            out.append(ev)
+        return out
+
+    def _sender(self) -> None:
+        while True:
+            with self._idle:
+                if not self._q:
+                    self._pending = 0
+                    self._idle.notify_all()
+                    if self._done.is_set():
+                        break
+                    self._idle.wait(0.05)
+                    continue
+                self._pending = 1  # before popping, so flush() never sees an empty queue and nothing pending
+            batch = self._take()
+            try:
+                self._deliver(batch)
+            except Exception:  # never let tracking kill training; spool what we hold
+                log.exception("fw.track: sending events failed; spooling them")
+                self._to_spool(batch)
+            with self._idle:
+                self._pending = 0
+                self._idle.notify_all()
+        self._finish()
+
+    def _finish(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        if self._spool is not None:
+            self._spool.flush()
+            os.fsync(self._spool.fileno())
+            self._spool.close()  # releases the flock: the dashboard may now import and delete it
+            self._spool = None
+
+    @staticmethod
+    def _encode(batch: list[dict[str, Any]]) -> list[str]:
+        lines = []
+        for ev in batch:
+            try:
+                lines.append(json.dumps(ev, allow_nan=False, separators=(",", ":")))
+            except (TypeError, ValueError):
+                if "values" in ev:
+                    ev["values"] = {str(k): _num(v) for k, v in ev["values"].items()}
+                lines.append(json.dumps(_plain(ev), allow_nan=False, separators=(",", ":")))
+        return lines
+
+    def _deliver(self, batch: list[dict[str, Any]]) -> None:
+        lines = self._encode(batch)
+        if self._spool is None and not self._force_spool:
+            body = ("[" + ",".join(lines) + "]").encode()
+            status, reply = self._post(body)
+            if status == 200:
+                self.sent += len(batch)
+                self._report(reply, batch)
+                return
+            if not self._warned_offline:
+                self._warned_offline = True
+                log.warning(
+                    "fw.track: the dashboard at %s is not taking events (%s); spooling to %s, "
+                    "which the dashboard imports when it runs",
+                    self.uri,
+                    reply or status,
+                    self.spool_path,
+                )
+        self._to_spool(batch, lines)
+
+    def _report(self, reply: Any, batch: list[dict[str, Any]]) -> None:
+        errs = (reply or {}).get("errors") or []
+        for e in errs:
+            self.errors.append(e)
+            ev = batch[e.get("index", 0)] if 0 <= e.get("index", 0) < len(batch) else {}
+            log.warning(
+                "fw.track: the dashboard refused a %s event of run %s: %s: %s",
+                ev.get("type", "?"),
+                self.id,
+                e.get("code"),
+                e.get("message"),
+            )
+
+    def _post(self, body: bytes) -> tuple[int, Any]:
+        u = urllib.parse.urlsplit(self.uri)
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
+        for attempt in range(2):  # a kept-alive connection may have been closed: retry once
+            try:
+                if self._conn is None:
+                    cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+                    self._conn = cls(u.hostname or "127.0.0.1", u.port, timeout=10)
+                self._conn.request("POST", (u.path or "") + "/api/ingest", body=body, headers=headers)
+                resp = self._conn.getresponse()
+                data = resp.read()
+                try:
+                    reply = json.loads(data) if data else None
+                except ValueError:
+                    reply = None
+                if resp.status != 200 and isinstance(reply, dict) and "error" in reply:
+                    reply = f"HTTP {resp.status}: {reply['error'].get('message')}"
+                return resp.status, reply
+            except (OSError, http.client.HTTPException) as e:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+                if attempt == 1:
+                    return 0, f"{type(e).__name__}: {e}"
+        return 0, None
+
+    def _open_spool(self) -> Any:
+        import fcntl
+
+        self.spool_path.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            f = open(self.spool_path, "a", encoding="utf-8")
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:  # the dashboard may have deleted the name between open and lock: reopen
+                if os.fstat(f.fileno()).st_ino == os.stat(self.spool_path).st_ino:
+                    return f
+            except FileNotFoundError:
+                pass
+            f.close()
+
+    def _to_spool(self, batch: list[dict[str, Any]], lines: list[str] | None = None) -> None:
+        if self._spool is None:
+            self._spool = self._open_spool()
+        if lines is None:
+            lines = self._encode(batch)
+        self._spool.write("\n".join(lines) + "\n")
+        self._spool.flush()
+        self.spooled += len(lines)
+
+
+def run(
+    experiment: str,
+    params: Mapping[str, Any] | None = None,
+    name: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    **options: Any,
+) -> Run:
+    """Start a tracked run: ``with fw.track.run(experiment="digits", params={...}) as run: ...``.
+
+    Options: ``run_id`` (client-chosen, default :func:`new_id`), ``uri`` (default ``FW_TRACKING_URI``),
+    ``token`` (default ``FW_DASHBOARD_TOKEN``), ``capture_output`` (tee stdout/stderr into the run's
+    logs, default True), ``handle_sigterm`` (default True; main thread only), ``flush_timeout`` (s).
+    """
+    return Run(experiment, params, name, tags, **options)

@@ -1,0 +1,289 @@
+"""fw.track against the real dashboard: ``fw dashboard`` (FW_BIN, default <repo>/bin/fw).
+
+Build it with ``go build -o bin/fw ./cmd/fw``; the tests skip when it is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import fw
+
+REPO = Path(__file__).resolve().parents[2]
+FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Dashboard:
+    def __init__(self, dirs: dict[str, str], port: int) -> None:
+        self.dirs, self.port = dirs, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Dashboard:
+        if not FW_BIN.exists():
+            pytest.skip(f"{FW_BIN} is missing: build it with `go build -o bin/fw ./cmd/fw` (or set FW_BIN)")
+        env = {**os.environ, **self.dirs, "FW_DASHBOARD_TOKEN": "", "FW_DATABASE_URL": ""}
+        self.proc = subprocess.Popen(
+            [str(FW_BIN), "dashboard", "--port", str(self.port), "--spool-interval", "200ms"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"fw dashboard exited: {self.proc.stderr.read()}") from None
+                time.sleep(0.05)
+        raise RuntimeError("fw dashboard never became ready")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.communicate(timeout=30)
+        self.proc = None
+
+    def get(self, path: str) -> dict:
+        with urllib.request.urlopen(self.url + path, timeout=10) as r:
+            return json.loads(r.read())
+
+    def wait_run(self, run_id: str, pred, timeout: float = 15) -> dict:
+        deadline = time.monotonic() + timeout
+        last: dict = {}
+        while time.monotonic() < deadline:
+            try:
+                last = self.get(f"/api/runs/{run_id}")
+                if pred(last):
+                    return last
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"run {run_id} never matched: {last}")
+
+
+@pytest.fixture
+def dirs(tmp_path, monkeypatch) -> dict[str, str]:
+    port = _free_port()
+    d = {
+        "FW_EXPERIMENT_DIR": str(tmp_path / "experiments"),
+        "FW_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+        "FW_TRACKING_URI": f"http://127.0.0.1:{port}",
+    }
+    for k, v in d.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("FW_DASHBOARD_TOKEN", raising=False)
+    return d
+
+
+@pytest.fixture
+def dashboard(dirs):
+    port = int(dirs["FW_TRACKING_URI"].rsplit(":", 1)[1])
+    d = Dashboard(dirs, port)
+    yield d
+    d.stop()
+
+
+def _loss_count(run: dict) -> int:
+    return int(run.get("metrics", {}).get("loss", {}).get("count", 0))
+
+
+def test_import_fw_stays_cheap():
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, fw, fw.track; print('torch' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "python")},
+        check=True,
+    )
+    assert out.stdout.strip() == "False"
+
+
+def test_run_round_trip(dashboard, dirs):
+    import torch
+
+    from fw.checkpoint import load
+    from fw.models import DigitsMLP
+
+    dashboard.start()
+    torch.manual_seed(0)
+    model = DigitsMLP(hidden=8)
+    with fw.track.run(experiment="digits", params={"lr": 0.01, "layers": [8, 8]}, tags={"team": "a"}) as run:
+        for step in range(1, 21):
+            run.log({"loss": 1.0 / step, "acc": step / 20}, step=step)
+            run.progress(step, 20, epoch=step / 10, epochs=2)
+        run.tag("stage", "final")
+        run.param("batch_size", 32)
+        path = run.checkpoint(model, step=20, metrics={"val_loss": 0.05}, epoch=2)
+        print("hello from training")
+    r = dashboard.get(f"/api/runs/{run.id}")
+    assert r["status"] == "finished"
+    assert r["params"] == {"lr": 0.01, "layers": [8, 8], "batch_size": 32}
+    assert r["tags"] == {"team": "a", "stage": "final"}
+    assert r["metrics"]["loss"]["count"] == 20 and r["metrics"]["loss"]["last"] == pytest.approx(0.05)
+    assert r["metrics"]["acc"]["max"] == 1.0
+    assert r["progress"]["step"] == 20 and r["progress"]["total_epochs"] == 2
+    assert r["source"]["pid"] == os.getpid() and r["source"]["host"] == socket.gethostname()
+    lines = [x["line"] for x in dashboard.get(f"/api/runs/{run.id}/logs?tail=100")["lines"]]
+    assert "hello from training" in lines
+    series = dashboard.get(f"/api/runs/{run.id}/metrics?keys=loss&max_points=5")["series"]
+    assert series[0]["key"] == "loss" and len(series[0]["buckets"]) <= 5
+    assert path == Path(dirs["FW_CHECKPOINT_DIR"]) / run.id / "step-20.ckpt.pt" and path.exists()
+    ck = load(path)
+    assert ck.meta["metrics"] == {"val_loss": 0.05}
+    assert isinstance(ck.model, DigitsMLP)
+    assert run.spooled == 0 and run.errors == []
+
+
+def test_exception_marks_failed(dashboard):
+    dashboard.start()
+    with pytest.raises(ValueError, match="boom"):
+        with fw.track.run(experiment="digits") as run:
+            run.log({"loss": 1.0}, step=0)
+            raise ValueError("boom")
+    r = dashboard.get(f"/api/runs/{run.id}")
+    assert r["status"] == "failed"
+    assert r["error"] == "ValueError: boom"
+    assert "Traceback (most recent call last)" in r["traceback"] and "boom" in r["traceback"]
+
+
+def test_param_conflict_is_surfaced(dashboard, caplog):
+    dashboard.start()
+    with caplog.at_level(logging.WARNING, logger="fw.track"):
+        with fw.track.run(experiment="digits", params={"lr": 0.1}, capture_output=False) as run:
+            run.param("lr", 0.2)
+            assert run.flush(10)
+    assert [e["code"] for e in run.errors] == ["param_conflict"]
+    assert any("param_conflict" in rec.getMessage() for rec in caplog.records)
+    assert dashboard.get(f"/api/runs/{run.id}")["params"] == {"lr": 0.1}
+
+
+def test_offline_spool_imported_once(dashboard, dirs):
+    # No dashboard yet: everything goes to the spool file.
+    with fw.track.run(experiment="offline", params={"lr": 0.1}, capture_output=False) as run:
+        for step in range(300):
+            run.log({"loss": 1.0 / (step + 1)}, step=step)
+    assert run.sent == 0 and run.spooled >= 302
+    spool = Path(dirs["FW_EXPERIMENT_DIR"]) / "spool" / f"{run.id}-{run.writer}.jsonl"
+    assert spool.exists()
+    dashboard.start()
+    r = dashboard.wait_run(run.id, lambda r: r["status"] == "finished")
+    assert _loss_count(r) == 300
+    assert not spool.exists()
+    # Restart, and even replay the same file: nothing is applied twice.
+    spool.write_text("\n".join(json.dumps(e) for e in _events(run.id, run.writer, 300)) + "\n")
+    dashboard.stop()
+    dashboard.start()
+    time.sleep(0.5)
+    assert _loss_count(dashboard.get(f"/api/runs/{run.id}")) == 300
+    assert not spool.exists()
+
+
+def _events(run_id: str, writer: str, n: int) -> list[dict]:
+    return [
+        {
+            "type": "metrics",
+            "run_id": run_id,
+            "writer": writer,
+            "seq": i + 2,
+            "step": i,
+            "values": {"loss": 1.0},
+        }
+        for i in range(n)
+    ]
+
+
+TRAIN = textwrap.dedent(
+    """
+    import sys, time
+    import torch
+    import fw
+    from fw.models import DigitsMLP
+
+    model = DigitsMLP(hidden=8)
+    state = {"step": 0}
+    with fw.track.run(experiment="signals", params={"mode": sys.argv[1]}) as run:
+        run.on_stop(lambda: run.checkpoint(model, step=state["step"]))
+        for step in range(1_000_000):
+            state["step"] = step
+            run.log({"loss": 1.0 / (step + 1)}, step=step)
+            if step % 100 == 99:
+                run.flush(10)
+                print(f"flushed {step + 1} {run.id}", flush=True)
+            time.sleep(0.0005)
+    """
+)
+
+
+def _start_training(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, int, str]:
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), mode],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"training exited early: {proc.stderr.read()}")
+        if line.startswith("flushed"):
+            _, n, run_id = line.split()
+            if int(n) >= 300:
+                return proc, int(n), run_id
+    raise AssertionError("training never flushed 300 steps")
+
+
+def test_sigterm_marks_stopped_with_final_checkpoint(dashboard, dirs, tmp_path):
+    dashboard.start()
+    proc, _, run_id = _start_training(tmp_path, "sigterm")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    r = dashboard.get(f"/api/runs/{run_id}")
+    assert r["status"] == "stopped", r
+    ckpts = list((Path(dirs["FW_CHECKPOINT_DIR"]) / run_id).glob("step-*.ckpt.pt"))
+    assert len(ckpts) == 1
+    last_step = int(ckpts[0].name.split("-")[1].split(".")[0])
+    assert _loss_count(r) >= last_step  # everything logged before the signal arrived
+
+
+def test_sigkill_keeps_acknowledged_and_reconciles(dashboard, tmp_path):
+    dashboard.start()
+    proc, flushed, run_id = _start_training(tmp_path, "sigkill")
+    proc.kill()
+    proc.communicate(timeout=30)
+    r = dashboard.get(f"/api/runs/{run_id}")
+    assert r["status"] == "running"
+    assert _loss_count(r) >= flushed
+    dashboard.stop()
+    dashboard.start()
+    r = dashboard.get(f"/api/runs/{run_id}")
+    assert r["status"] == "failed" and "process vanished" in r["error"], r
+    assert _loss_count(r) >= flushed
