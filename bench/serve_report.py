@@ -24,42 +24,40 @@ NAMES = {
 # Hand-written reading of the numbers (from the run of 2026-11-22; re-check it
 # when the numbers move).
 NOTES = """
-What the numbers say (read from the run of 2026-11-22; the machine is shared with other work, so
-single runs move by 10-30 %; compare ratios inside one run, not across runs):
+What the numbers say (run of 2026-11-22 on an otherwise idle machine; single runs still move by
+10-20 %, so compare ratios inside one run, not across runs):
 
-- **fw /predict vs the HTTP ceiling is missed** (about 0.25-0.3 at c=16..256; the target is 0.5).
-  A `perf record -g` of fw at c=64 (below) puts about 57 % of fw's CPU inside libonnxruntime for a
-  64-float MLP, about 21 % in the kernel (socket writes, context switches: `finish_task_switch`
-  alone is 12 %) and only about 21 % in fw's own Go code (fasthttp, fastjson parsing, the JSON
-  writer, the batcher). So the HTTP and JSON path is not what stands in the way; the engine call is:
-  ONNX Runtime's intra-op thread pool (2 threads by default, spinning while it waits for work)
-  competes for the two cores with wrk and with fasthttp's goroutines. `--threads 1` (one intra-op
-  thread, no pool) is the lever that helps at high concurrency; `--max-delay 0` is the one that
-  helps at low concurrency. Even tuned, fw stays below 0.5 on this 2-core box with the load
-  generator on the same cores.
-- **The default `--max-delay 1ms` costs c=1..16 dearly.** With the defaults every batch waits the full
-  1 ms for company even when the engine is idle and no other request can arrive (c=1): about 870
-  req/s and p50 1.1 ms at c=1, against about 20,000 req/s and p50 0.04 ms with `--max-delay 0`. At
-  c=16 the batch can never reach 64 rows, so every request still pays the 1 ms. This is the
-  documented behaviour (batcher.Config.MaxDelay: "how long the first request of a batch may wait"),
-  not a bug, but it makes the defaults 20x slower than they need to be at low load; a batcher that
-  runs at once when the engine is idle (and only gathers while a call is in flight) would keep the
-  high-concurrency gain without the low-load cost.
-- **fw /predict/image at c=64 vs the engine ceiling is borderline** (0.89 against the best engine pass,
-  0.93 against the first pass; the target is 0.9). The engine gains little from batching on 2 cores
-  (about 83 images/s at batch 1, 98-100 at 8-32), and fw at c=64 also decodes and resizes every JPEG
-  in Go on the same two cores and shares them with wrk; that work (a few ms per image) is the gap.
-- **fw vs LitServe**: LitServe's throughput on the tiny model is bounded at about 1,000 req/s by its
-  architecture (an API-server process and an inference-worker process talking through queues,
-  pickling every request and response), whatever `max_batch_size`/`batch_timeout` (tried 8/64 with
-  1, 10 and 50 ms: 1,000-1,200 req/s at c=64..256, p99 70 ms-1.5 s). fw is far above 3x there at a
-  much lower p99. At c=1 the target is missed with the defaults (1.5x): fw's default 1 ms delay
-  makes it wait like LitServe's batch timeout does; with `--max-delay 0` fw is 35x LitServe at c=1. On resnet18 both are bound by the same onnxruntime engine, so the 3x target cannot be
-  met there: see the ratios above.
-- The c=1 ceiling row is latency-bound (one connection, wrk's own round trip), so fw tuned can
-  exceed it within noise; the c>=16 rows are the meaningful ceiling comparison.
-- FastAPI (one process, blocking `session.run` inside `async def`) tops out at about 4,500-5,000
-  req/s on the MLP: the event loop runs one request at a time, no batching.
+- **fw /predict vs the HTTP ceiling is missed: about 0.25-0.3 at c=16..256 (target 0.5).** The
+  profile below (fw at c=64) puts about half of fw's CPU in the kernel, most of it in
+  `finish_task_switch` and `_raw_spin_unlock_irqrestore`: thread wake-ups and context switches.
+  Each request crosses from its fasthttp goroutine to the batcher's worker and back, and on two
+  cores (one taken by wrk) the Go scheduler wakes a second OS thread for those hand-offs; fw's own
+  Go code (fasthttp, fastjson, the JSON writer, the batcher) is about a third and ONNX Runtime about
+  an eighth. The bare ceiling does none of that work (no body parsing, no hand-off). What would
+  close the gap: serving a lone request on the handler's own goroutine when the engine is idle
+  (tried: about 2x at c=1, but it cannot answer 504 while its engine call runs, so it was not
+  kept), fewer wake-ups per batch, and a machine where the load generator does not share the
+  cores. Batching is not the limit: at c=64 the engine runs about 1.3 rows per call because each
+  call is ~10 us, and a forced 1 ms window (the earlier rule) gave the same ~50,000 req/s.
+- **Low concurrency is fixed.** The batcher now starts a batch at once when no engine call is
+  running (waiting then only adds latency) and gathers only while a call is in flight. At c=1 the
+  defaults went from about 870 req/s (p50 1.1 ms, every batch waiting the full 1 ms) to the figure
+  in the table (p50 well under 0.1 ms).
+- **fw /predict/image at c=64 vs the engine ceiling is met (about 0.9).** The engine barely gains
+  from batching on 2 cores (resnet18 is compute-bound); the remaining gap is fw decoding and
+  resizing every JPEG in Go on the same cores (about 0.85 ms per image, `BenchmarkPreprocessJPEG224`).
+- **fw vs LitServe**: on the small model fw is 25-55x LitServe's throughput at a much lower p99 at
+  every concurrency; LitServe is bounded near 1,000 req/s by its architecture (an API-server
+  process and an inference-worker process exchanging pickled requests through queues), whatever
+  `max_batch_size`/`batch_timeout` (tried 8/64 with 1, 10 and 50 ms). On resnet18 both servers are
+  bound by the same onnxruntime engine on the same two cores, so 3x is out of reach there by
+  construction: fw is 1.1-1.3x, and what matters is its ratio to the engine ceiling (above).
+- `--threads 1` is no longer the better setting: without spinning, two intra-op threads serve
+  the small MLP faster at c>=16.
+- The c=1 ceiling row is latency-bound (one connection, wrk's own round trip), so fw can exceed
+  it within noise; the c>=16 rows are the meaningful ceiling comparison.
+- FastAPI (one process, blocking `session.run` inside `async def`) tops out near 4,500 req/s on the
+  MLP: the event loop runs one request at a time, no batching.
 - Fairness notes: peers use onnxruntime's default thread count (the physical cores, 2 here), as fw
   does; fw answers /predict with `labels` and `model` fields too, peers with `predictions` and
   `labels`; LitServe gets the image as multipart (it has no raw-body mode).
