@@ -9,51 +9,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/api"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/valyala/fasthttp"
 )
-
-// dashEnv registers flags whose default comes from a named environment
-// variable (the dashboard's are FW_DASHBOARD_* or shared FW_* settings).
-type dashEnv struct {
-	fs  *flag.FlagSet
-	err error
-}
-
-func (d *dashEnv) String(name, key, def, usage string) *string {
-	if v, ok := os.LookupEnv(key); ok {
-		def = v
-	}
-	return d.fs.String(name, def, usage+" ["+key+"]")
-}
-
-func (d *dashEnv) Int(name, key string, def int, usage string) *int {
-	if v, ok := os.LookupEnv(key); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			d.err = fmt.Errorf("%s=%q: not an integer", key, v)
-		}
-		def = n
-	}
-	return d.fs.Int(name, def, usage+" ["+key+"]")
-}
-
-func (d *dashEnv) Duration(name, key string, def time.Duration, usage string) *time.Duration {
-	if v, ok := os.LookupEnv(key); ok {
-		t, err := time.ParseDuration(v)
-		if err != nil {
-			d.err = fmt.Errorf("%s=%q: not a duration such as 2s or 24h", key, v)
-		}
-		def = t
-	}
-	return d.fs.Duration(name, def, usage+" ["+key+"]")
-}
 
 // isLoopback reports whether host only accepts local connections.
 func isLoopback(host string) bool {
@@ -67,17 +29,17 @@ func isLoopback(host string) bool {
 func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("dashboard", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	de := &dashEnv{fs: fs}
-	host := de.String("host", "FW_DASHBOARD_HOST", "127.0.0.1", "address to listen on; anything but loopback requires --token")
-	port := de.Int("port", "FW_DASHBOARD_PORT", 8080, "port to listen on")
-	token := de.String("token", "FW_DASHBOARD_TOKEN", "", "when set, every /api route needs `Authorization: Bearer TOKEN` (/health stays open); prefer the environment variable, flags show in ps")
-	expDir := de.String("experiment-dir", "FW_EXPERIMENT_DIR", "experiments", "directory of the SQLite store and the SDK's spool files (spool/*.jsonl); created if missing")
-	ckptDir := de.String("checkpoint-dir", "FW_CHECKPOINT_DIR", "checkpoints", "root of the runs' checkpoints (<dir>/<run id>/...); created if missing")
-	spoolEvery := de.Duration("spool-interval", "FW_DASHBOARD_SPOOL_INTERVAL", 2*time.Second, "how often spool files left by offline training processes are imported")
-	staleAfter := de.Duration("stale-after", "FW_DASHBOARD_STALE_AFTER", 24*time.Hour, "on start, a running run without an event for this long is marked failed (0: only the pid check on this host)")
-	shutdownTimeout := de.Duration("shutdown-timeout", "FW_DASHBOARD_SHUTDOWN_TIMEOUT", 30*time.Second, "on SIGTERM: finish in-flight requests within this time, then close the store")
-	logFormat := de.String("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
-	logLevel := de.String("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
+	de := &envFlags{fs: fs}
+	host := de.StringEnv("host", "FW_DASHBOARD_HOST", "127.0.0.1", "address to listen on; anything but loopback requires --token")
+	port := de.IntEnv("port", "FW_DASHBOARD_PORT", 8080, "port to listen on")
+	token := de.StringEnv("token", "FW_DASHBOARD_TOKEN", "", "when set, every /api route needs `Authorization: Bearer TOKEN` (/health stays open); prefer the environment variable, flags show in ps")
+	expDir := de.StringEnv("experiment-dir", "FW_EXPERIMENT_DIR", "experiments", "directory of the SQLite store and the SDK's spool files (spool/*.jsonl); created if missing")
+	ckptDir := de.StringEnv("checkpoint-dir", "FW_CHECKPOINT_DIR", "checkpoints", "root of the runs' checkpoints (<dir>/<run id>/...); created if missing")
+	spoolEvery := de.DurationEnv("spool-interval", "FW_DASHBOARD_SPOOL_INTERVAL", 2*time.Second, "how often spool files left by offline training processes are imported")
+	staleAfter := de.DurationEnv("stale-after", "FW_DASHBOARD_STALE_AFTER", 24*time.Hour, "on start, a running run without an event for this long is marked failed (0: only the pid check on this host)")
+	shutdownTimeout := de.DurationEnv("shutdown-timeout", "FW_DASHBOARD_SHUTDOWN_TIMEOUT", 30*time.Second, "on SIGTERM: finish in-flight requests within this time, then close the store")
+	logFormat := de.StringEnv("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
+	logLevel := de.StringEnv("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: fw dashboard [flags]
 
@@ -128,14 +90,8 @@ Flags:
 		}
 	}
 
-	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			fmt.Fprintf(stderr, "fw dashboard: port %d is already in use on %s; stop the other process or choose another with --port\n", *port, *host)
-		} else {
-			fmt.Fprintf(stderr, "fw dashboard: listen on %s: %v\n", addr, err)
-		}
+	ln, ok := listen("fw dashboard", *host, *port, stderr)
+	if !ok {
 		return 1
 	}
 	defer ln.Close()

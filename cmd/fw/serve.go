@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/fw-serve/fw/batcher"
@@ -21,75 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 )
-
-// envFlags registers flags whose default comes from an environment variable
-// (FW_<NAME>), so every flag can be set either way; flags win over env.
-type envFlags struct {
-	fs  *flag.FlagSet
-	err error
-}
-
-func (e *envFlags) env(name string) (string, string, bool) {
-	key := "FW_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
-	v, ok := os.LookupEnv(key)
-	return key, v, ok
-}
-
-func (e *envFlags) String(name, def, usage string) *string {
-	key, v, ok := e.env(name)
-	if ok {
-		def = v
-	}
-	return e.fs.String(name, def, usage+" ["+key+"]")
-}
-
-func (e *envFlags) Int(name string, def int, usage string) *int {
-	key, v, ok := e.env(name)
-	if ok {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			e.err = fmt.Errorf("%s=%q: not an integer", key, v)
-		}
-		def = n
-	}
-	return e.fs.Int(name, def, usage+" ["+key+"]")
-}
-
-func (e *envFlags) Int64(name string, def int64, usage string) *int64 {
-	key, v, ok := e.env(name)
-	if ok {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			e.err = fmt.Errorf("%s=%q: not an integer", key, v)
-		}
-		def = n
-	}
-	return e.fs.Int64(name, def, usage+" ["+key+"]")
-}
-
-func (e *envFlags) Duration(name string, def time.Duration, usage string) *time.Duration {
-	key, v, ok := e.env(name)
-	if ok {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			e.err = fmt.Errorf("%s=%q: not a duration such as 1ms or 30s", key, v)
-		}
-		def = d
-	}
-	return e.fs.Duration(name, def, usage+" ["+key+"]")
-}
-
-func (e *envFlags) Bool(name string, def bool, usage string) *bool {
-	key, v, ok := e.env(name)
-	if ok {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			e.err = fmt.Errorf("%s=%q: not true or false", key, v)
-		}
-		def = b
-	}
-	return e.fs.Bool(name, def, usage+" ["+key+"]")
-}
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -171,14 +99,8 @@ Flags:
 		perCall = max(1, engine.AvailableCPUs() / *instances)
 	}
 
-	addr := net.JoinHostPort(*host, strconv.Itoa(*port))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			fmt.Fprintf(stderr, "fw serve: port %d is already in use on %s; stop the other server or choose another with --port\n", *port, *host)
-		} else {
-			fmt.Fprintf(stderr, "fw serve: listen on %s: %v\n", addr, err)
-		}
+	ln, ok := listen("fw serve", *host, *port, stderr)
+	if !ok {
 		return 1
 	}
 
