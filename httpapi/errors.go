@@ -1,9 +1,7 @@
 package httpapi
 
 import (
-	"encoding/json"
-	"strconv"
-
+	"github.com/fw-serve/fw/internal/apierror"
 	"github.com/valyala/fasthttp"
 )
 
@@ -26,36 +24,11 @@ const (
 )
 
 // APIError is an error that knows its HTTP status and public code.
-type APIError struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Details any    `json:"details,omitempty"`
-	// RetryAfter, in seconds, is sent as the Retry-After header when positive.
-	RetryAfter int `json:"-"`
-}
-
-func (e *APIError) Error() string { return e.Code + ": " + e.Message }
+type APIError = apierror.Error
 
 func newError(status int, code, msg string, details any) *APIError {
-	return &APIError{Status: status, Code: code, Message: msg, Details: details}
+	return apierror.New(status, code, msg, details)
 }
 
 // writeError sends the error shape with its status.
-func writeError(ctx *fasthttp.RequestCtx, e *APIError) {
-	body, err := json.Marshal(struct {
-		Error *APIError `json:"error"`
-	}{e})
-	if err != nil {
-		body = []byte(`{"error":{"code":"engine_error","message":"could not encode the error"}}`)
-	}
-	ctx.Response.Header.SetContentType("application/json")
-	if e.RetryAfter > 0 {
-		ctx.Response.Header.Set("Retry-After", strconv.Itoa(e.RetryAfter))
-	}
-	if e.Status == fasthttp.StatusUnauthorized {
-		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="fw"`)
-	}
-	ctx.SetStatusCode(e.Status)
-	ctx.SetBody(body)
-}
+func writeError(ctx *fasthttp.RequestCtx, e *APIError) { apierror.Write(ctx, e) }

@@ -1,25 +1,16 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"path/filepath"
 	"time"
 
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/internal/apierror"
 	"github.com/valyala/fasthttp"
 )
 
 // writeJSON encodes v with encoding/json (for small, cold responses).
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		writeError(ctx, newError(500, CodeEngine, "could not encode the response: "+err.Error(), nil))
-		return
-	}
-	ctx.Response.Header.SetContentType("application/json")
-	ctx.SetStatusCode(status)
-	ctx.SetBody(b)
-}
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) { apierror.WriteJSON(ctx, status, v) }
 
 func modelRef(m *engine.Model) map[string]any {
 	return map[string]any{"name": m.Name(), "version": m.Version(), "format": string(m.Format)}

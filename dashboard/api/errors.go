@@ -1,11 +1,11 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"log/slog"
 
 	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/internal/apierror"
 	"github.com/valyala/fasthttp"
 )
 
@@ -23,17 +23,10 @@ const (
 
 // Error is the one error shape of every non-2xx response:
 // {"error": {"code": "...", "message": "...", "details": ...}}.
-type Error struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Details any    `json:"details,omitempty"`
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Message }
+type Error = apierror.Error
 
 func apiErr(status int, code, msg string) *Error {
-	return &Error{Status: status, Code: code, Message: msg}
+	return apierror.New(status, code, msg, nil)
 }
 
 // storeStatus maps a store error code to its HTTP status.
@@ -67,28 +60,6 @@ func fromStore(log *slog.Logger, err error) *Error {
 	return apiErr(fasthttp.StatusInternalServerError, CodeInternal, "the store failed; see the dashboard's log")
 }
 
-func writeError(ctx *fasthttp.RequestCtx, e *Error) {
-	body, err := json.Marshal(struct {
-		Error *Error `json:"error"`
-	}{e})
-	if err != nil {
-		body = []byte(`{"error":{"code":"internal","message":"could not encode the error"}}`)
-	}
-	ctx.Response.Header.SetContentType("application/json")
-	if e.Status == fasthttp.StatusUnauthorized {
-		ctx.Response.Header.Set("WWW-Authenticate", `Bearer realm="fw-dashboard"`)
-	}
-	ctx.SetStatusCode(e.Status)
-	ctx.SetBody(body)
-}
+func writeError(ctx *fasthttp.RequestCtx, e *Error) { apierror.Write(ctx, e) }
 
-func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		writeError(ctx, apiErr(500, CodeInternal, "could not encode the response: "+err.Error()))
-		return
-	}
-	ctx.Response.Header.SetContentType("application/json")
-	ctx.SetStatusCode(status)
-	ctx.SetBody(body)
-}
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) { apierror.WriteJSON(ctx, status, v) }
