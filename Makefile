@@ -18,7 +18,7 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './third_party/*' -not -pat
 PY_SOURCES := $(shell find python/fw -name '*.py' 2>/dev/null)
 FUZZTIME ?= 10s
 
-.PHONY: all setup build shim models demo test test-go test-postgres test-python fuzz lint fmt bench-engine bench-serve bench-store clean help venv ort gomod swagger-ui
+.PHONY: all setup build shim models demo test test-go test-postgres test-python fuzz lint fmt bench-engine bench-serve bench-store bench-track clean help venv ort gomod swagger-ui
 
 all: build
 
@@ -112,6 +112,9 @@ bench-serve: setup build models ## wrk on loopback: fw vs the HTTP and engine ce
 
 bench-store: ## tracking store: ingest, downsampling, listing on SQLite and PostgreSQL
 	@$(GO) run ./bench/storebench
+
+bench-track: ## tracking ingest: fw.track end to end vs MLflow's client and SQLite store
+	@bash bench/track.sh
 
 clean: ## remove build outputs (keeps .venv and third_party)
 	rm -rf bin build/lib build/shim build/models

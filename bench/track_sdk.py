@@ -29,6 +29,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20000)
     ap.add_argument("--keys", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", action="store_true", help="one JSON line per run")
     a = ap.parse_args()
     fw_bin = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
     with socket.socket() as s:
@@ -70,6 +71,12 @@ def main() -> None:
                     m["count"] for m in json.loads(r.read())["metrics"].values()
                 )
             points = a.steps * a.keys
+            if a.json:
+                rec = {"client": "fw", "mode": "run.log", "points": points}
+                rec |= {"stored": stored, "spooled": run.spooled, "seconds": t2 - t0}
+                rec |= {"log_seconds": t1 - t0, "points_per_s": points / (t2 - t0)}
+                print(json.dumps(rec), flush=True)
+                continue
             print(
                 f"run {rep + 1}: {points} points, log calls {t1 - t0:.3f} s ({(t1 - t0) / a.steps * 1e6:.2f} us/call), "
                 f"end to end {t2 - t0:.3f} s = {points / (t2 - t0):,.0f} points/s; stored {stored}; spooled {run.spooled}"
