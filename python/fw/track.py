@@ -140,6 +140,7 @@ class Run:
         capture_output: bool = True,
         handle_sigterm: bool = True,
         flush_timeout: float = 30.0,
+        system_interval: float | None = None,
     ) -> None:
         self.id = run_id or new_id()
         self.writer = "w" + new_id()[8:]
@@ -174,6 +175,13 @@ class Run:
         self._old_sigterm: Any = None
         self._warned_offline = False
         self._force_spool = False
+        # System metrics of this process (CPU, memory, threads, CUDA memory) every
+        # system_interval seconds; FW_SYSTEM_INTERVAL sets the default (10 s); 0 turns it off.
+        if system_interval is None:
+            system_interval = float(os.environ.get("FW_SYSTEM_INTERVAL") or 10.0)
+        self._system_interval = system_interval
+        self._next_system = 0.0
+        self._last_cpu: tuple[float, float] | None = None
 
     # -- public API: all of these only append to the queue ---------------------------------------
 
@@ -409,8 +417,51 @@ class Run:
             out.append(ev)
         return out
 
+    def _system_sample(self) -> dict[str, float]:
+        """CPU percent (of one core), resident memory, threads and CUDA memory of this process.
+
+        Read from /proc (Linux) without extra dependencies; CUDA figures only when the training
+        code has already initialised CUDA through torch (never imported or initialised here).
+        """
+        values: dict[str, float] = {}
+        try:
+            with open("/proc/self/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            now = time.monotonic()
+            if self._last_cpu is not None and now > self._last_cpu[1]:
+                values["cpu_percent"] = round(
+                    100.0 * (cpu - self._last_cpu[0]) / (now - self._last_cpu[1]), 2
+                )
+            self._last_cpu = (cpu, now)
+            values["threads"] = float(fields[17])
+            with open("/proc/self/statm") as f:
+                values["rss_mb"] = round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 2)
+        except (OSError, ValueError, IndexError):
+            pass
+        torch = sys.modules.get("torch")
+        try:
+            if torch is not None and torch.cuda.is_initialized():
+                for i in range(torch.cuda.device_count()):
+                    values[f"gpu{i}.mem_allocated_gb"] = round(torch.cuda.memory_allocated(i) / 1e9, 3)
+                    values[f"gpu{i}.mem_reserved_gb"] = round(torch.cuda.memory_reserved(i) / 1e9, 3)
+        except Exception:  # a broken CUDA state must not stop tracking
+            pass
+        return values
+
+    def _maybe_sample_system(self) -> None:
+        if self._system_interval <= 0:
+            return
+        now = time.monotonic()
+        if now >= self._next_system:
+            self._next_system = now + self._system_interval
+            values = self._system_sample()
+            if values:
+                self._event({"type": "system", "values": values})
+
     def _sender(self) -> None:
         while True:
+            self._maybe_sample_system()
             with self._idle:
                 if not self._q:
                     self._pending = 0

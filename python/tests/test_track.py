@@ -169,6 +169,21 @@ def test_exception_marks_failed(dashboard):
     assert "Traceback (most recent call last)" in r["traceback"] and "boom" in r["traceback"]
 
 
+def test_system_metrics_of_the_training_process(dashboard):
+    dashboard.start()
+    with fw.track.run(experiment="digits", system_interval=0.05, capture_output=False) as run:
+        deadline = time.monotonic() + 0.5
+        x = 0
+        while time.monotonic() < deadline:  # some CPU work to measure
+            x += 1
+        assert run.flush(10)
+    series = dashboard.get(f"/api/runs/{run.id}/metrics?system=true&keys=cpu_percent,rss_mb,threads")
+    keys = (
+        {s["key"]: s for s in series} if isinstance(series, list) else {s["key"]: s for s in series["series"]}
+    )
+    assert {"cpu_percent", "rss_mb", "threads"} <= keys.keys(), series
+
+
 def test_param_conflict_is_surfaced(dashboard, caplog):
     dashboard.start()
     with caplog.at_level(logging.WARNING, logger="fw.track"):
