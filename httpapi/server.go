@@ -182,7 +182,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	s.metrics.observeRequest(ep, code, d)
 	if s.cfg.AccessLog {
 		s.log.Info("request", "method", string(ctx.Method()), "path", string(ctx.Path()), "status", code,
-			"duration_ms", float64(d.Microseconds())/1000, "remote", ctx.RemoteAddr().String(), "bytes_in", len(ctx.Request.Body()), "bytes_out", len(ctx.Response.Body()))
+			"duration_ms", float64(d.Microseconds())/1000, "remote", ctx.RemoteAddr().String(), "bytes_in", ctx.Request.Header.ContentLength(), "bytes_out", len(ctx.Response.Body()))
 	}
 }
 
