@@ -181,8 +181,12 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	d := time.Since(start)
 	s.metrics.observeRequest(ep, code, d)
 	if s.cfg.AccessLog {
+		out := -1 // a streamed response (NDJSON) is not measured: reading it would buffer it
+		if !ctx.Response.IsBodyStream() {
+			out = len(ctx.Response.Body())
+		}
 		s.log.Info("request", "method", string(ctx.Method()), "path", string(ctx.Path()), "status", code,
-			"duration_ms", float64(d.Microseconds())/1000, "remote", ctx.RemoteAddr().String(), "bytes_in", ctx.Request.Header.ContentLength(), "bytes_out", len(ctx.Response.Body()))
+			"duration_ms", float64(d.Microseconds())/1000, "remote", ctx.RemoteAddr().String(), "bytes_in", ctx.Request.Header.ContentLength(), "bytes_out", out)
 	}
 }
 

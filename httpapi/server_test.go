@@ -644,3 +644,17 @@ func TestEngineFailureIs500AndServerKeepsServing(t *testing.T) {
 		t.Fatalf("after an engine failure: %d %s", r.status, r.body)
 	}
 }
+
+// With the access log on, a streamed NDJSON response still streams.
+func TestAccessLogKeepsNDJSONStreaming(t *testing.T) {
+	ts := startServer(t, filepath.Join(modelsDir(t), "digits_mlp.onnx"), httpapi.Config{AccessLog: true}, batcher.Config{})
+	row := strings.TrimSuffix(strings.Repeat("0.5,", 64), ",")
+	var body strings.Builder
+	for i := 0; i < 50; i++ {
+		fmt.Fprintf(&body, "{\"id\": %d, \"data\": [[%s]]}\n", i, row)
+	}
+	r := do(t, "POST", ts.url+"/predict/batch", "application/x-ndjson", []byte(body.String()))
+	if r.status != 200 || bytes.Count(r.body, []byte("\n")) != 50 {
+		t.Fatalf("status %d, %d lines", r.status, bytes.Count(r.body, []byte("\n")))
+	}
+}
