@@ -6,14 +6,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/api"
+	"github.com/fw-serve/fw/dashboard/jobs"
 	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/valyala/fasthttp"
 )
 
@@ -38,6 +42,11 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	spoolEvery := de.DurationEnv("spool-interval", "FW_DASHBOARD_SPOOL_INTERVAL", 2*time.Second, "how often spool files left by offline training processes are imported")
 	staleAfter := de.DurationEnv("stale-after", "FW_DASHBOARD_STALE_AFTER", 24*time.Hour, "on start, a running run without an event for this long is marked failed (0: only the pid check on this host)")
 	shutdownTimeout := de.DurationEnv("shutdown-timeout", "FW_DASHBOARD_SHUTDOWN_TIMEOUT", 30*time.Second, "on SIGTERM: finish in-flight requests within this time, then close the store")
+	maxJobs := de.IntEnv("max-jobs", "FW_DASHBOARD_MAX_JOBS", max(1, runtime.NumCPU()/2), "training jobs (POST /api/training/start) running at once; the rest wait queued")
+	stopGrace := de.DurationEnv("stop-grace", "FW_DASHBOARD_STOP_GRACE", 10*time.Second, "a stopped training job gets SIGTERM, then SIGKILL after this long")
+	recipesFile := de.StringEnv("recipes", "FW_RECIPES", "", "TOML file of user training recipes (see docs/tracking.md, Training jobs)")
+	streamBuffer := de.IntEnv("stream-buffer", "FW_DASHBOARD_STREAM_BUFFER", stream.DefaultRingEvents, "events kept for the live stream's replay (/api/training/stream, docs/stream.md)")
+	streamHeartbeat := de.DurationEnv("stream-heartbeat", "FW_DASHBOARD_STREAM_HEARTBEAT", stream.DefaultHeartbeat, "how often the live stream sends a heartbeat with the current cursor")
 	logFormat := de.StringEnv("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := de.StringEnv("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
@@ -45,7 +54,8 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 Serves the experiment-tracking API: POST /api/ingest (events from the fw.track
 SDK), GET /api/runs/{id}[/metrics|/logs], GET|POST /api/experiments,
-GET /api/experiments/{id}, GET /health. The store is SQLite in
+GET /api/experiments/{id}, GET /health, and the live stream WS
+/api/training/stream (docs/stream.md). The store is SQLite in
 --experiment-dir, or PostgreSQL when FW_DATABASE_URL is set. Spool files left
 by training processes that could not reach the dashboard are imported on start
 and every --spool-interval. Every flag can also be set from the environment
@@ -105,8 +115,12 @@ Flags:
 	}
 	defer st.Close()
 
+	// Every Apply (ingest and spool import) goes through pst, which publishes
+	// the stored events to the live stream.
+	hub := stream.NewHub(stream.Config{RingEvents: *streamBuffer, Heartbeat: *streamHeartbeat})
+	pst := api.Publishing(st, hub, log)
 	// Spools first (they may hold a run's end), then fail runs whose process is gone.
-	im := &api.SpoolImporter{Dir: spoolDir, Store: st, Log: log}
+	im := &api.SpoolImporter{Dir: spoolDir, Store: pst, Log: log}
 	if s, err := im.ImportAll(ctx); err != nil {
 		log.Warn("spool import: will retry", "err", err)
 	} else if s.Files > 0 {
@@ -119,7 +133,7 @@ Flags:
 
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
-	srv := api.New(base, st, api.Config{Token: *token, Version: version}, log)
+	srv := api.New(base, pst, api.Config{Token: *token, Version: version, Hub: hub}, log)
 	hs := &fasthttp.Server{
 		Handler:                      srv.Handler,
 		Name:                         "fw-dashboard",
@@ -131,6 +145,9 @@ Flags:
 		CloseOnShutdown:              true,
 		Logger:                       slogPrintf{log},
 	}
+	jm := startJobs(ctx, pst, srv, // pst: job status changes reach the live stream too
+		jobs.Config{Python: pythonPath(), TrackingURI: "http://" + ln.Addr().String(), ExperimentDir: *expDir,
+			CheckpointDir: *ckptDir, Token: *token, MaxJobs: *maxJobs, StopGrace: *stopGrace, Host: hostname}, *recipesFile, log)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	spoolCtx, stopSpool := context.WithCancel(context.Background())
@@ -151,8 +168,12 @@ Flags:
 	}
 	log.Info("shutting down: finishing in-flight requests", "timeout", *shutdownTimeout)
 	srv.SetDraining()
+	hub.Close() // stream connections get 1001 (hijacked: Shutdown does not wait for them)
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 	defer cancel()
+	if jm != nil {
+		jm.Shutdown(sctx) // while the API still takes the jobs' last events
+	}
 	if err := hs.ShutdownWithContext(sctx); err != nil {
 		log.Warn("shutdown: connections still open at the deadline", "err", err)
 		code = 1
@@ -173,4 +194,22 @@ func storeLabel(cfg store.Config) string {
 		return "PostgreSQL (FW_DATABASE_URL)"
 	}
 	return filepath.Join(cfg.Dir, "experiments.db")
+}
+
+// startJobs loads the recipe registry and enables the training routes; nil
+// (the routes answer 503) when the registry cannot be loaded.
+func startJobs(ctx context.Context, st store.Store, srv *api.Server, cfg jobs.Config, recipesFile string, log *slog.Logger) *jobs.Manager {
+	for _, d := range []*string{&cfg.ExperimentDir, &cfg.CheckpointDir} {
+		if abs, err := filepath.Abs(*d); err == nil {
+			*d = abs
+		}
+	}
+	recipes, err := jobs.LoadRecipes(ctx, cfg.Python, recipesFile)
+	if err != nil {
+		log.Warn("training jobs disabled: the recipe registry did not load", "err", err)
+		return nil
+	}
+	jm := jobs.New(st, recipes, cfg, log)
+	srv.SetJobs(jm)
+	return jm
 }

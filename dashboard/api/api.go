@@ -9,6 +9,8 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"github.com/fw-serve/fw/dashboard/jobs"
+	"github.com/fw-serve/fw/dashboard/stream"
 	"io"
 	"log/slog"
 	"strconv"
@@ -32,6 +34,8 @@ type Config struct {
 	MaxBodyBytes int64
 	// Version is reported by /health.
 	Version string
+	// Hub is the live stream behind /api/training/stream; nil disables it.
+	Hub *stream.Hub
 }
 
 // Server answers the dashboard API from a store.
@@ -42,6 +46,7 @@ type Server struct {
 	token    [sha256.Size]byte
 	draining atomic.Bool
 	base     context.Context
+	jobs     atomic.Pointer[jobs.Manager] // nil until SetJobs: /api/training answers 503
 }
 
 // New creates a server over st. base bounds every request's store calls.
@@ -71,6 +76,10 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	}
 	if path != "/api" && !strings.HasPrefix(path, "/api/") {
 		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no route %s; the API lives under /api (and GET /health)", path)))
+		return
+	}
+	if path == "/api/training/stream" { // before auth and any /api/training/ prefix: it also takes ?token= (stream.go)
+		s.stream(ctx)
 		return
 	}
 	if !s.authorized(ctx) {
@@ -109,6 +118,8 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		if s.allow(ctx, method, "GET") {
 			s.logs(ctx, parts[1])
 		}
+	case parts[0] == "training":
+		s.training(ctx, method, parts)
 	default:
 		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no route %s %s; see docs/tracking.md (Ingest API) for the routes", method, path)))
 	}

@@ -1,0 +1,487 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/dashboard/stream"
+	"github.com/valyala/fasthttp"
+)
+
+// WebSocket close codes of /api/training/stream (docs/stream.md).
+const (
+	// CloseSlowConsumer: the client did not keep up and its send queue
+	// filled; reconnect with "from" set to the last cursor received.
+	CloseSlowConsumer = 4008
+)
+
+// Stream timing (the heartbeat interval is the hub's).
+const (
+	streamPongWait  = 60 * time.Second
+	streamPing      = 25 * time.Second
+	streamWriteWait = 10 * time.Second
+)
+
+// maxClientMessage bounds a client's subscription message.
+const maxClientMessage = 1 << 20
+
+// StreamEvent maps a stored event to its stream event; ok is false for
+// types the stream does not carry (param, tag, checkpoint, artifact).
+func StreamEvent(ev *store.Event) (stream.Event, bool) {
+	out := stream.Event{RunID: ev.RunID, Seq: ev.Seq, Time: ev.Time.Time}
+	var data any
+	switch ev.Type {
+	case store.EventMetrics:
+		out.Type = stream.TypeMetric
+		data = map[string]any{"step": ev.Step, "values": ev.Values}
+	case store.EventMetric:
+		out.Type = stream.TypeMetric
+		vals := map[string]store.Float{}
+		if ev.Value != nil {
+			vals[ev.Key] = *ev.Value
+		}
+		data = map[string]any{"step": ev.Step, "values": vals}
+	case store.EventSystem:
+		out.Type = stream.TypeSystem
+		data = map[string]any{"step": ev.Step, "values": ev.Values}
+	case store.EventLog:
+		out.Type = stream.TypeLog
+		stream := ev.Stream
+		if stream == "" {
+			stream = "stdout"
+		}
+		data = map[string]any{"stream": stream, "lines": ev.Lines}
+	case store.EventProgress:
+		out.Type = stream.TypeProgress
+		data = map[string]any{"step": ev.Step, "total_steps": ev.TotalSteps, "epoch": ev.Epoch, "total_epochs": ev.TotalEpochs}
+	case store.EventRunStart, store.EventStatus, store.EventRunEnd:
+		out.Type = stream.TypeStatus
+		st := ev.Status
+		switch {
+		case st == "" && ev.Type == store.EventRunEnd:
+			st = store.StatusFinished
+		case st == "":
+			st = store.StatusRunning
+		}
+		d := map[string]any{"event": ev.Type, "status": st}
+		if ev.Type == store.EventRunStart {
+			d["experiment"], d["name"] = ev.Experiment, ev.Name
+		}
+		if ev.Error != "" {
+			d["error"] = ev.Error
+		}
+		if ev.ExitCode != nil {
+			d["exit_code"] = *ev.ExitCode
+		}
+		data = d
+	default:
+		return stream.Event{}, false
+	}
+	b, err := json.Marshal(data)
+	if err != nil {
+		return stream.Event{}, false
+	}
+	out.Data = b
+	return out, true
+}
+
+// Publishing wraps st so that the events each Apply stores are published
+// to h, in store order, after the store acknowledged them. Duplicates and
+// refused events are never published. Apply calls through the wrapper are
+// serialized (the store has one writer anyway).
+func Publishing(st store.Store, h *stream.Hub, log *slog.Logger) store.Store {
+	return &publishingStore{Store: st, hub: h, log: log, hw: map[pair]int64{}}
+}
+
+type pair struct{ run, writer string }
+
+type publishingStore struct {
+	store.Store
+	hub *stream.Hub
+	log *slog.Logger
+	mu  sync.Mutex
+	// hw is, per (run, writer) seen since start, the highest seq stored.
+	hw map[pair]int64
+}
+
+func (p *publishingStore) Apply(ctx context.Context, events []store.Event) (store.ApplyResult, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	res, err := p.Store.Apply(ctx, events)
+	if err != nil {
+		return res, err // nothing of the batch was stored
+	}
+	idx, ok := storedIndices(events, res, p.hw)
+	if !ok {
+		p.log.Warn("stream: cannot tell which events of a batch were stored; not publishing it (clients see it on refetch)", "events", len(events), "applied", res.Applied)
+	}
+	for _, a := range res.Acked {
+		p.hw[pair{a.RunID, a.Writer}] = a.Seq
+	}
+	out := make([]stream.Event, 0, len(idx))
+	for _, i := range idx {
+		if se, ok := StreamEvent(&events[i]); ok {
+			if se.Time.IsZero() {
+				se.Time = time.Now()
+			}
+			out = append(out, se)
+		}
+		if events[i].Type == store.EventRunEnd { // keep hw bounded
+			defer delete(p.hw, pair{events[i].RunID, writerOf(&events[i])})
+		}
+	}
+	if len(out) > 0 {
+		p.hub.Publish(out...)
+	}
+	return res, nil
+}
+
+func writerOf(ev *store.Event) string {
+	if ev.Writer == "" {
+		return store.DefaultWriter
+	}
+	return ev.Writer
+}
+
+// storedIndices infers, from an ApplyResult, which events of the batch were
+// stored, in batch order. Per (run, writer) the store keeps a high-water
+// seq H0 and stores an event iff it was not refused and its seq exceeds
+// every seq stored before it: the stored events are the "records" (running
+// maxima) among the non-refused events with seq > H0. H0 comes from hw when
+// the pair was seen before; otherwise the count res.Applied settles it. ok
+// is false when it cannot be settled (then nothing is returned).
+func storedIndices(events []store.Event, res store.ApplyResult, hw map[pair]int64) ([]int, bool) {
+	refused := make(map[int]bool, len(res.Errors))
+	for _, e := range res.Errors {
+		refused[e.Index] = true
+	}
+	records := map[pair][]int{}
+	var order []pair
+	for i := range events {
+		if refused[i] {
+			continue
+		}
+		k := pair{events[i].RunID, writerOf(&events[i])}
+		r, seen := records[k]
+		if !seen {
+			order = append(order, k)
+		}
+		if len(r) == 0 || events[i].Seq > events[r[len(r)-1]].Seq {
+			records[k] = append(r, i)
+		} else if !seen {
+			records[k] = r
+		}
+	}
+	acked := map[pair]int64{}
+	for _, a := range res.Acked {
+		acked[pair{a.RunID, a.Writer}] = a.Seq
+	}
+	// k[p] = how many of p's records (the last ones) were stored; -1 unknown.
+	count := map[pair]int{}
+	var unknown []pair
+	known := 0
+	solve := func(useHW bool) {
+		clear(count)
+		unknown, known = unknown[:0], 0
+		for _, p := range order {
+			r := records[p]
+			if h, ok := hw[p]; ok && useHW {
+				n := 0
+				for _, i := range r {
+					if events[i].Seq > h {
+						n++
+					}
+				}
+				count[p], known = n, known+n
+				continue
+			}
+			if a, ok := acked[p]; ok && len(r) > 0 && a > events[r[len(r)-1]].Seq {
+				count[p] = 0 // H0 is above the whole batch: all duplicates
+				continue
+			}
+			count[p] = -1
+			unknown = append(unknown, p)
+		}
+	}
+	settle := func() bool {
+		left := res.Applied - known
+		switch {
+		case len(unknown) == 0:
+			return left == 0
+		case len(unknown) == 1:
+			if left < 0 || left > len(records[unknown[0]]) {
+				return false
+			}
+			count[unknown[0]] = left
+			return true
+		}
+		total := 0
+		for _, p := range unknown {
+			total += len(records[p])
+		}
+		if left != 0 && left != total {
+			return false
+		}
+		for _, p := range unknown {
+			count[p] = len(records[p])
+			if left == 0 {
+				count[p] = 0
+			}
+		}
+		return true
+	}
+	solve(true)
+	if !settle() { // hw may be stale (events stored around this wrapper)
+		solve(false)
+		if !settle() {
+			return nil, false
+		}
+	}
+	var idx []int
+	for _, p := range order {
+		r := records[p]
+		idx = append(idx, r[len(r)-count[p]:]...)
+	}
+	sortInts(idx)
+	return idx, true
+}
+
+func sortInts(a []int) {
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
+}
+
+// streamAuthorized accepts the token as a Bearer header or ?token= (a
+// browser's WebSocket cannot set headers).
+func (s *Server) streamAuthorized(ctx *fasthttp.RequestCtx) bool {
+	if s.cfg.Token == "" {
+		return true
+	}
+	if s.authorized(ctx) {
+		return true
+	}
+	q := ctx.QueryArgs().Peek("token")
+	if len(q) == 0 {
+		return false
+	}
+	got := sha256.Sum256(q)
+	return subtle.ConstantTimeCompare(got[:], s.token[:]) == 1
+}
+
+var streamUpgrader = websocket.FastHTTPUpgrader{
+	HandshakeTimeout: 10 * time.Second,
+	ReadBufferSize:   4096,
+	WriteBufferSize:  16384,
+	// CheckOrigin nil: same origin only (a page elsewhere cannot read the stream).
+	Error: func(ctx *fasthttp.RequestCtx, status int, reason error) {
+		code := CodeBadRequest
+		switch status {
+		case fasthttp.StatusForbidden:
+			code = "forbidden"
+		case fasthttp.StatusMethodNotAllowed:
+			code = CodeMethodNotAllowed
+		}
+		writeError(ctx, apiErr(status, code, reason.Error()))
+	},
+}
+
+// clientMsg is a subscription message: {"subscribe": ["run", ...] | "*", "from": cursor}.
+type clientMsg struct {
+	Subscribe json.RawMessage `json:"subscribe"`
+	From      *uint64         `json:"from"`
+}
+
+type subscribeReq struct {
+	filter stream.Filter
+	from   *uint64
+	err    string
+}
+
+func parseClientMsg(b []byte) subscribeReq {
+	var m clientMsg
+	if err := json.Unmarshal(b, &m); err != nil {
+		return subscribeReq{err: `a message must be a JSON object {"subscribe": ["run_id", ...] | "*", "from": cursor}: ` + err.Error()}
+	}
+	var all string
+	var runs []string
+	switch {
+	case json.Unmarshal(m.Subscribe, &all) == nil && all == "*":
+		return subscribeReq{filter: stream.Filter{All: true}, from: m.From}
+	case json.Unmarshal(m.Subscribe, &runs) == nil && runs != nil:
+		return subscribeReq{filter: stream.Filter{Runs: runs}, from: m.From}
+	}
+	return subscribeReq{err: `"subscribe" must be "*" or an array of run IDs`}
+}
+
+// stream serves GET /api/training/stream (WebSocket; protocol in docs/stream.md).
+func (s *Server) stream(ctx *fasthttp.RequestCtx) {
+	if !s.streamAuthorized(ctx) {
+		writeError(ctx, apiErr(401, CodeUnauthorized, "missing or wrong token: send `Authorization: Bearer <token>` or ?token=<token> with the dashboard's --token (FW_DASHBOARD_TOKEN)"))
+		return
+	}
+	hub := s.cfg.Hub
+	if hub == nil {
+		writeError(ctx, apiErr(503, CodeUnavailable, "the live stream is not enabled on this server"))
+		return
+	}
+	if !s.allow(ctx, string(ctx.Method()), "GET") {
+		return
+	}
+	if !websocket.FastHTTPIsWebSocketUpgrade(ctx) {
+		writeError(ctx, apiErr(400, CodeBadRequest, "this is a WebSocket endpoint: connect with a WebSocket client (see docs/stream.md)"))
+		return
+	}
+	err := streamUpgrader.Upgrade(ctx, func(c *websocket.Conn) { s.serveStream(hub, c) })
+	if err != nil {
+		s.log.Debug("stream: upgrade failed", "err", err)
+	}
+}
+
+func (s *Server) serveStream(hub *stream.Hub, c *websocket.Conn) {
+	reqs := make(chan subscribeReq, 4)
+	readDone := make(chan struct{})
+	quit := make(chan struct{})
+	// The connection must not be used once this returns (fasthttp reuses
+	// it): stop the reader by closing the connection and wait for it.
+	defer func() {
+		close(quit)
+		c.Close()
+		<-readDone
+	}()
+	go func() { // the only reader
+		defer close(readDone)
+		c.SetReadLimit(maxClientMessage)
+		_ = c.SetReadDeadline(time.Now().Add(streamPongWait))
+		c.SetPongHandler(func(string) error { return c.SetReadDeadline(time.Now().Add(streamPongWait)) })
+		for {
+			_, b, err := c.ReadMessage()
+			if err != nil {
+				return
+			}
+			_ = c.SetReadDeadline(time.Now().Add(streamPongWait))
+			select {
+			case reqs <- parseClientMsg(b):
+			case <-quit:
+				return
+			}
+		}
+	}()
+
+	var sub *stream.Sub
+	var last uint64 // cursor up to which this client has everything it asked for
+	defer func() {
+		if sub != nil {
+			sub.Close()
+		}
+	}()
+	write := func(b []byte) bool {
+		_ = c.SetWriteDeadline(time.Now().Add(streamWriteWait))
+		return c.WriteMessage(websocket.TextMessage, b) == nil
+	}
+	writeJSONMsg := func(v any) bool {
+		b, _ := json.Marshal(v)
+		return write(b)
+	}
+	closeWith := func(code int, text string) {
+		_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(time.Second))
+	}
+	send := func(m stream.Message) bool {
+		if m.Gap {
+			last = m.Cursor - 1
+			return writeJSONMsg(map[string]any{"type": "gap", "from": m.GapFrom, "oldest": m.Cursor, "cursor": m.Cursor - 1})
+		}
+		last = m.Cursor
+		return write(m.Msg)
+	}
+	heartbeat := time.NewTicker(hub.Heartbeat())
+	defer heartbeat.Stop()
+	ping := time.NewTicker(streamPing)
+	defer ping.Stop()
+	var live <-chan stream.Message
+	var done <-chan struct{}
+	for {
+		select {
+		case <-readDone:
+			return
+		case <-s.base.Done():
+			closeWith(websocket.CloseGoingAway, "the dashboard is shutting down")
+			return
+		case r := <-reqs:
+			if r.err != "" {
+				if !writeJSONMsg(map[string]any{"type": "error", "error": map[string]string{"code": CodeBadRequest, "message": r.err}}) {
+					return
+				}
+				continue
+			}
+			from := r.from
+			if from == nil && sub != nil {
+				from = &last // changing runs: continue where this connection is
+			}
+			if sub != nil {
+				sub.Close()
+			}
+			sub = hub.Subscribe(r.filter, from)
+			live, done = sub.C(), sub.Done()
+			if from == nil {
+				// Live from here: nothing before the subscription matters.
+				last = sub.Start()
+			}
+			runs := any(r.filter.Runs)
+			if r.filter.All {
+				runs = "*"
+			}
+			if !writeJSONMsg(map[string]any{"type": "subscribed", "runs": runs, "from": from, "cursor": sub.Start()}) {
+				return
+			}
+			for _, m := range sub.Replay() {
+				if !send(m) {
+					return
+				}
+			}
+		case <-done:
+			if errors.Is(sub.Err(), stream.ErrSlow) {
+				closeWith(CloseSlowConsumer, "too slow: reconnect with from="+strconv.FormatUint(last, 10))
+			} else {
+				closeWith(websocket.CloseGoingAway, "the dashboard is shutting down")
+			}
+			return
+		case m := <-live:
+			if !send(m) {
+				return
+			}
+		case <-heartbeat.C:
+			if sub == nil {
+				continue
+			}
+			select {
+			case <-done: // cut off: it missed events, the cursor must not move
+				continue
+			default:
+			}
+			cur := last
+			// Everything up to c is queued; with the queue empty it was all sent.
+			if c := hub.Cursor(); sub.Pending() == 0 && c > cur {
+				cur, last = c, c
+			}
+			if !writeJSONMsg(map[string]any{"type": "heartbeat", "cursor": cur, "time": time.Now().UTC()}) {
+				return
+			}
+		case <-ping.C:
+			if c.WriteControl(websocket.PingMessage, nil, time.Now().Add(streamWriteWait)) != nil {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,163 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fasthttp/websocket"
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/dashboard/stream"
+	"github.com/valyala/fasthttp"
+)
+
+// storedIndices must find exactly the events the store stored, from the
+// ApplyResult alone (with and without a known high-water mark).
+func TestStoredIndices(t *testing.T) {
+	type e struct {
+		run string
+		seq int64
+	}
+	f := func(name string, batch []e, h0 map[string]int64, refused []int, hw map[pair]int64, want []int, wantOK bool) {
+		t.Helper()
+		events := make([]store.Event, len(batch))
+		for i, b := range batch {
+			events[i] = store.Event{Type: store.EventMetrics, RunID: b.run, Seq: b.seq}
+		}
+		// Simulate the store's rule to build the result.
+		res := store.ApplyResult{}
+		mark := map[string]int64{}
+		for r, v := range h0 {
+			mark[r] = v
+		}
+		var stored []int
+		for i, b := range batch {
+			if slices.Contains(refused, i) {
+				res.Errors = append(res.Errors, store.EventError{Index: i, Code: store.CodeInvalidEvent})
+				continue
+			}
+			if b.seq <= mark[b.run] {
+				res.Duplicates++
+				continue
+			}
+			mark[b.run] = b.seq
+			res.Applied++
+			stored = append(stored, i)
+		}
+		if !slices.Equal(stored, want) {
+			t.Fatalf("%s: test is wrong: the store stores %v", name, stored)
+		}
+		for r, v := range mark {
+			res.Acked = append(res.Acked, store.Ack{RunID: r, Writer: store.DefaultWriter, Seq: v})
+		}
+		got, ok := storedIndices(events, res, hw)
+		if ok != wantOK || (ok && !slices.Equal(got, want)) {
+			t.Fatalf("%s: got %v %v, want %v %v", name, got, ok, want, wantOK)
+		}
+	}
+	k := func(run string) pair { return pair{run, store.DefaultWriter} }
+	b := []e{{"a", 1}, {"a", 2}, {"a", 3}}
+	f("new run", b, nil, nil, map[pair]int64{}, []int{0, 1, 2}, true)
+	f("all duplicates, unknown mark", b, map[string]int64{"a": 3}, nil, map[pair]int64{}, nil, true)
+	f("partly duplicate, unknown mark", b, map[string]int64{"a": 1}, nil, map[pair]int64{}, []int{1, 2}, true)
+	f("partly duplicate, known mark", b, map[string]int64{"a": 2}, nil, map[pair]int64{k("a"): 2}, []int{2}, true)
+	f("stale known mark", b, map[string]int64{"a": 2}, nil, map[pair]int64{k("a"): 0}, []int{2}, true)
+	f("mark above the batch", b, map[string]int64{"a": 9}, nil, map[pair]int64{}, nil, true)
+	f("refused in the middle", b, nil, []int{1}, map[pair]int64{}, []int{0, 2}, true)
+	f("out of order seqs", []e{{"a", 5}, {"a", 3}, {"a", 6}}, map[string]int64{"a": 4}, nil, map[pair]int64{}, []int{0, 2}, true)
+	two := []e{{"a", 1}, {"b", 1}, {"a", 2}, {"b", 2}}
+	f("two runs, both known", two, map[string]int64{"a": 1}, nil, map[pair]int64{k("a"): 1, k("b"): 0}, []int{1, 2, 3}, true)
+	f("two new runs, all stored", two, nil, nil, map[pair]int64{}, []int{0, 1, 2, 3}, true)
+	f("two unknown runs, ambiguous", two, map[string]int64{"a": 1}, nil, map[pair]int64{}, []int{1, 2, 3}, false)
+}
+
+// startStreamServer serves the API (no store: only the stream is used) on a free port.
+func startStreamServer(t *testing.T, hub *stream.Hub, token string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := New(ctx, nil, Config{Token: token, Hub: hub}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &fasthttp.Server{Handler: srv.Handler}
+	go hs.Serve(ln)
+	t.Cleanup(func() { cancel(); hub.Close(); _ = hs.Shutdown() })
+	return "ws://" + ln.Addr().String() + "/api/training/stream"
+}
+
+func TestStreamSlowClientGets4008(t *testing.T) {
+	hub := stream.NewHub(stream.Config{Queue: 16})
+	url := startStreamServer(t, hub, "")
+	slow, _, err := websocket.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	fast, _, err := websocket.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	for _, c := range []*websocket.Conn{slow, fast} {
+		if err := c.WriteJSON(map[string]any{"subscribe": "*"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, b, err := c.ReadMessage(); err != nil || !strings.Contains(string(b), `"subscribed"`) {
+			t.Fatalf("ack %s %v", b, err)
+		}
+	}
+	// The fast client reads everything; the slow one reads nothing until
+	// the socket buffers and its queue are full.
+	fastGot := make(chan uint64, 1)
+	go func() {
+		var last uint64
+		for {
+			_, b, err := fast.ReadMessage()
+			if err != nil {
+				fastGot <- last
+				return
+			}
+			var m struct{ Cursor uint64 }
+			_ = json.Unmarshal(b, &m)
+			last = m.Cursor
+		}
+	}()
+	data := json.RawMessage(fmt.Sprintf(`{"lines":[%q]}`, strings.Repeat("x", 4096)))
+	var n uint64
+	for deadline := time.Now().Add(20 * time.Second); hub.Subscribers() == 2; {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow client was never cut off")
+		}
+		n = hub.Publish(stream.Event{Type: stream.TypeLog, RunID: "r", Seq: int64(n + 1), Data: data})
+		if n%8 == 0 {
+			time.Sleep(time.Millisecond) // let the fast one keep up
+		}
+	}
+	// The slow client drains what it was sent, then gets 4008.
+	_ = slow.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		_, _, err := slow.ReadMessage()
+		if err == nil {
+			continue
+		}
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != CloseSlowConsumer || !strings.Contains(ce.Text, "from=") {
+			t.Fatalf("slow client: %v, want close %d", err, CloseSlowConsumer)
+		}
+		break
+	}
+	if hub.Subscribers() != 1 {
+		t.Fatalf("%d subscribers, want the fast one", hub.Subscribers())
+	}
+	fast.Close()
+	<-fastGot
+}

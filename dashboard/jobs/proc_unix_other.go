@@ -1,0 +1,7 @@
+//go:build unix && !linux
+
+package jobs
+
+import "syscall"
+
+func setDeathSignal(*syscall.SysProcAttr) {}
