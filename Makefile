@@ -70,7 +70,7 @@ test: setup build models lint test-go test-postgres test-python fuzz ## the whol
 
 test-go:
 	@echo "==> go test -race ./..."
-	@FW_REQUIRE_MODELS=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) $(GO) test -race -count=1 ./...
+	@FW_REQUIRE_MODELS=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_PYTHON=$(PY) $(GO) test -race -count=1 ./...
 
 test-postgres: ## the tracking store's tests against a throwaway PostgreSQL cluster
 	@echo "==> go test -race ./dashboard/... on PostgreSQL (scripts/pg-test.sh)"

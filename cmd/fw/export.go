@@ -11,11 +11,17 @@ import (
 )
 
 // pythonPath finds the interpreter that has the fw Python package: FW_PYTHON,
-// then .venv/bin/python beside the binary's parent or the working directory,
-// then python3 on PATH.
+// then FW_VENV/bin/python (the set-up's venv when it lives outside the
+// checkout, as in CI), then .venv/bin/python beside the binary's parent or
+// the working directory, then python3 on PATH.
 func pythonPath() string {
 	if p := os.Getenv("FW_PYTHON"); p != "" {
 		return p
+	}
+	if v := os.Getenv("FW_VENV"); v != "" {
+		if p := filepath.Join(v, "bin", "python"); fileExists(p) {
+			return p
+		}
 	}
 	var roots []string
 	if exe, err := os.Executable(); err == nil {
@@ -33,6 +39,11 @@ func pythonPath() string {
 		}
 	}
 	return "python3"
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
 }
 
 func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -400,20 +400,7 @@ func copyFile(t *testing.T, src, dst string) {
 // fw export runs python -m fw.export on a checkpoint and the result verifies.
 func TestExportCommand(t *testing.T) {
 	dir := modelsDir(t)
-	py := os.Getenv("FW_PYTHON")
-	if py == "" {
-		py = filepath.Join("..", "..", ".venv", "bin", "python")
-		if v := os.Getenv("FW_VENV"); v != "" {
-			py = filepath.Join(v, "bin", "python")
-		}
-	}
-	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("FW_REQUIRE_MODELS") == "1" {
-			t.Fatalf("no Python with the fw package at %s", py)
-		}
-		t.Skipf("no Python with the fw package at %s", py)
-	}
-	abs, _ := filepath.Abs(py)
+	abs := trainingPython(t)
 	out := filepath.Join(t.TempDir(), "mlp.onnx")
 	var stdout, stderr bytes.Buffer
 	cmd := fwCmd("export", filepath.Join(dir, "digits_mlp.ckpt.pt"), "--format", "onnx", "--out", out)

@@ -15,12 +15,15 @@ import (
 func trainingPython(t *testing.T) string {
 	t.Helper()
 	py := os.Getenv("FW_PYTHON")
-	if py == "" {
-		abs, _ := filepath.Abs(filepath.Join("..", "..", ".venv", "bin", "python"))
-		py = abs
+	if py == "" && os.Getenv("FW_VENV") != "" {
+		py = filepath.Join(os.Getenv("FW_VENV"), "bin", "python")
 	}
+	if py == "" {
+		py = filepath.Join("..", "..", ".venv", "bin", "python")
+	}
+	py, _ = filepath.Abs(py)
 	if err := exec.Command(py, "-c", "import torch, sklearn, fw.recipes").Run(); err != nil {
-		msg := "training jobs need a Python with torch, scikit-learn and the fw package (FW_PYTHON or .venv): " + err.Error()
+		msg := "the fw Python package with torch and scikit-learn is needed (FW_PYTHON, FW_VENV or .venv): " + err.Error()
 		if os.Getenv("FW_REQUIRE_MODELS") == "1" {
 			t.Fatal(msg)
 		}
