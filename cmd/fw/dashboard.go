@@ -16,8 +16,11 @@ import (
 
 	"github.com/fw-serve/fw/dashboard/api"
 	"github.com/fw-serve/fw/dashboard/jobs"
+	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
+	"github.com/fw-serve/fw/dashboard/sysinfo"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 )
 
@@ -134,6 +137,10 @@ Flags:
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	srv := api.New(base, pst, api.Config{Token: *token, Version: version, Hub: hub}, log)
+	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, time.Second, log)
+	defer sampler.Close()
+	srv.SetSystem(sampler)
+	srv.SetMetrics(prometheus.NewRegistry())
 	hs := &fasthttp.Server{
 		Handler:                      srv.Handler,
 		Name:                         "fw-dashboard",
@@ -145,6 +152,11 @@ Flags:
 		CloseOnShutdown:              true,
 		Logger:                       slogPrintf{log},
 	}
+	reg := startRegistry(base, st, srv, registry.Config{ExperimentDir: *expDir, CheckpointDir: *ckptDir,
+		Python: pythonPath(), StopGrace: *stopGrace, Hub: hub}, log)
+	if reg != nil {
+		srv.SetDeployments(reg) // *registry.Service is an api.DeploymentCounter
+	}
 	jm := startJobs(ctx, pst, srv, // pst: job status changes reach the live stream too
 		jobs.Config{Python: pythonPath(), TrackingURI: "http://" + ln.Addr().String(), ExperimentDir: *expDir,
 			CheckpointDir: *ckptDir, Token: *token, MaxJobs: *maxJobs, StopGrace: *stopGrace, Host: hostname}, *recipesFile, log)
@@ -154,6 +166,8 @@ Flags:
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); im.Run(spoolCtx, *spoolEvery) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); sampler.Run(spoolCtx) }() // /api/system/status and /metrics serve its latest sample
 	url := "http://" + ln.Addr().String()
 	fmt.Fprintf(stdout, "fw dashboard: ready on %s (store: %s)\n", url, storeLabel(cfg))
 
@@ -181,6 +195,9 @@ Flags:
 	stopSpool()
 	wg.Wait()
 	cancelBase()
+	if reg != nil {
+		reg.Wait() // exports end with base; deployments keep running (re-adopted on the next start)
+	}
 	if err := st.Close(); err != nil {
 		log.Warn("closing the store", "err", err)
 		code = 1
@@ -212,4 +229,22 @@ func startJobs(ctx context.Context, st store.Store, srv *api.Server, cfg jobs.Co
 	jm := jobs.New(st, recipes, cfg, log)
 	srv.SetJobs(jm)
 	return jm
+}
+
+// startRegistry opens the model registry and its deployments and enables
+// /api/models and /api/deployments; nil (they answer 503) when it cannot.
+func startRegistry(base context.Context, st store.Store, srv *api.Server, cfg registry.Config, log *slog.Logger) *registry.Service {
+	exe, err := os.Executable()
+	if err != nil {
+		log.Warn("model registry disabled: cannot find the fw binary for deployments", "err", err)
+		return nil
+	}
+	cfg.Executable = exe
+	svc, err := registry.New(base, st, cfg, log)
+	if err != nil {
+		log.Warn("model registry disabled", "err", err)
+		return nil
+	}
+	srv.SetRegistry(svc)
+	return svc
 }

@@ -10,14 +10,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/fw-serve/fw/dashboard/jobs"
+	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/stream"
 	"io"
 	"log/slog"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/dashboard/sysinfo"
 	"github.com/valyala/fasthttp"
 )
 
@@ -47,6 +50,13 @@ type Server struct {
 	draining atomic.Bool
 	base     context.Context
 	jobs     atomic.Pointer[jobs.Manager] // nil until SetJobs: /api/training answers 503
+	// registry is nil until SetRegistry: /api/models answers 503.
+	registry atomic.Pointer[registry.Service]
+
+	started       time.Time
+	sampler       *sysinfo.Sampler  // nil until SetSystem: /api/system/status answers 503 (system.go)
+	deployCounter DeploymentCounter // optional (SetDeployments)
+	prom          *promState        // nil until SetMetrics: no /metrics
 }
 
 // New creates a server over st. base bounds every request's store calls.
@@ -57,7 +67,7 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	s := &Server{st: st, cfg: cfg, log: log, base: base}
+	s := &Server{st: st, cfg: cfg, log: log, base: base, started: time.Now()}
 	if cfg.Token != "" {
 		s.token = sha256.Sum256([]byte(cfg.Token))
 	}
@@ -70,8 +80,13 @@ func (s *Server) SetDraining() { s.draining.Store(true) }
 // Handler is the fasthttp handler (serve it with StreamRequestBody on).
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
+	defer s.countRequest(ctx, path)
 	if path == "/health" {
 		s.health(ctx)
+		return
+	}
+	if path == "/metrics" { // open without the token, like /health
+		s.serveMetrics(ctx)
 		return
 	}
 	if path != "/api" && !strings.HasPrefix(path, "/api/") {
@@ -103,12 +118,38 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 			s.allow(ctx, method, "GET, POST")
 		}
 	case len(parts) == 2 && parts[0] == "experiments":
+		switch method {
+		case "PATCH":
+			s.patchExperiment(ctx, parts[1])
+		case "DELETE":
+			s.deleteExperiment(ctx, parts[1])
+		default:
+			if s.allow(ctx, method, "GET, PATCH, DELETE") {
+				s.getExperiment(ctx, parts[1])
+			}
+		}
+	case len(parts) == 3 && parts[0] == "experiments" && parts[2] == "runs":
 		if s.allow(ctx, method, "GET") {
-			s.getExperiment(ctx, parts[1])
+			s.experimentRuns(ctx, parts[1])
 		}
 	case len(parts) == 2 && parts[0] == "runs":
+		switch method {
+		case "PATCH":
+			s.patchRun(ctx, parts[1])
+		case "DELETE":
+			s.deleteRun(ctx, parts[1])
+		default:
+			if s.allow(ctx, method, "GET, PATCH, DELETE") {
+				s.getRun(ctx, parts[1])
+			}
+		}
+	case len(parts) == 1 && parts[0] == "compare":
 		if s.allow(ctx, method, "GET") {
-			s.getRun(ctx, parts[1])
+			s.compare(ctx)
+		}
+	case len(parts) == 2 && parts[0] == "system" && parts[1] == "status":
+		if s.allow(ctx, method, "GET") {
+			s.systemStatus(ctx)
 		}
 	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "metrics":
 		if s.allow(ctx, method, "GET") {
@@ -118,6 +159,8 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		if s.allow(ctx, method, "GET") {
 			s.logs(ctx, parts[1])
 		}
+	case parts[0] == "models" || parts[0] == "deployments":
+		s.modelRoutes(ctx, method, parts)
 	case parts[0] == "training":
 		s.training(ctx, method, parts)
 	default:

@@ -1,0 +1,151 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/valyala/fasthttp"
+)
+
+// listQuery reads ?filter=&sort=&desc=&limit=&cursor= of a listing.
+func listQuery(ctx *fasthttp.RequestCtx) (store.ListQuery, *Error) {
+	args := ctx.QueryArgs()
+	q := store.ListQuery{Filter: string(args.Peek("filter")), Sort: string(args.Peek("sort")),
+		Desc: string(args.Peek("desc")) == "true", Cursor: string(args.Peek("cursor"))}
+	var e *Error
+	q.Limit, e = queryInt(ctx, "limit", 100, 1, 10000)
+	return q, e
+}
+
+// decodeStrict decodes a JSON object body, refusing unknown fields.
+func (s *Server) decodeStrict(ctx *fasthttp.RequestCtx, v any, shape string) *Error {
+	body, e := s.readBody(ctx)
+	if e != nil {
+		return e
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return apiErr(400, string(store.CodeInvalidJSON), "the body must be a JSON object "+shape+": "+err.Error())
+	}
+	return nil
+}
+
+// splitTags turns {"k": "v", "gone": null} into tags to set and tags to delete.
+func splitTags(in map[string]*string) (map[string]string, []string) {
+	var set map[string]string
+	var del []string
+	for k, v := range in {
+		if v == nil {
+			del = append(del, k)
+			continue
+		}
+		if set == nil {
+			set = map[string]string{}
+		}
+		set[k] = *v
+	}
+	return set, del
+}
+
+// experimentByIDOrName resolves an experiment ID or name to its ID.
+func (s *Server) experimentID(idOrName string) (string, *Error) {
+	d, err := s.st.GetExperiment(s.base, idOrName)
+	if err != nil {
+		return "", fromStore(s.log, err)
+	}
+	return d.ID, nil
+}
+
+// patchExperiment answers PATCH /api/experiments/{id}: name, description,
+// tags (a null value removes the tag) and archived.
+func (s *Server) patchExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
+	var in struct {
+		Name        *string            `json:"name"`
+		Description *string            `json:"description"`
+		Archived    *bool              `json:"archived"`
+		Tags        map[string]*string `json:"tags"`
+	}
+	if e := s.decodeStrict(ctx, &in, `{"name": "...", "description": "...", "archived": true, "tags": {"key": "value" or null to remove}}`); e != nil {
+		writeError(ctx, e)
+		return
+	}
+	id, e := s.experimentID(idOrName)
+	if e != nil {
+		writeError(ctx, e)
+		return
+	}
+	p := store.ExperimentPatch{Name: in.Name, Description: in.Description, Archived: in.Archived}
+	p.Tags, p.DeleteTags = splitTags(in.Tags)
+	exp, err := s.st.UpdateExperiment(s.base, id, p)
+	if err != nil {
+		writeError(ctx, fromStore(s.log, err))
+		return
+	}
+	writeJSON(ctx, 200, exp)
+}
+
+// deleteExperiment answers DELETE /api/experiments/{id}: a hard delete of
+// the experiment and all its runs.
+func (s *Server) deleteExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
+	id, e := s.experimentID(idOrName)
+	if e != nil {
+		writeError(ctx, e)
+		return
+	}
+	if err := s.st.DeleteExperiment(s.base, id); err != nil {
+		writeError(ctx, fromStore(s.log, err))
+		return
+	}
+	writeJSON(ctx, 200, map[string]any{"id": id, "deleted": true})
+}
+
+// experimentRuns answers GET /api/experiments/{id}/runs.
+func (s *Server) experimentRuns(ctx *fasthttp.RequestCtx, idOrName string) {
+	q, e := listQuery(ctx)
+	if e != nil {
+		writeError(ctx, e)
+		return
+	}
+	q.Experiment = idOrName
+	page, err := s.st.ListRuns(s.base, q)
+	if err != nil {
+		writeError(ctx, fromStore(s.log, err))
+		return
+	}
+	if page.Runs == nil {
+		page.Runs = []store.Run{}
+	}
+	writeJSON(ctx, 200, page)
+}
+
+// patchRun answers PATCH /api/runs/{id}: name and tags.
+func (s *Server) patchRun(ctx *fasthttp.RequestCtx, id string) {
+	var in struct {
+		Name *string            `json:"name"`
+		Tags map[string]*string `json:"tags"`
+	}
+	if e := s.decodeStrict(ctx, &in, `{"name": "...", "tags": {"key": "value" or null to remove}}`); e != nil {
+		writeError(ctx, e)
+		return
+	}
+	p := store.RunPatch{Name: in.Name}
+	p.Tags, p.DeleteTags = splitTags(in.Tags)
+	r, err := s.st.UpdateRun(s.base, id, p)
+	if err != nil {
+		writeError(ctx, fromStore(s.log, err))
+		return
+	}
+	writeJSON(ctx, 200, r)
+}
+
+// deleteRun answers DELETE /api/runs/{id}: a hard delete of the run, its
+// logs, checkpoints and artifacts.
+func (s *Server) deleteRun(ctx *fasthttp.RequestCtx, id string) {
+	if err := s.st.DeleteRun(s.base, id); err != nil {
+		writeError(ctx, fromStore(s.log, err))
+		return
+	}
+	writeJSON(ctx, 200, map[string]any{"id": id, "deleted": true})
+}

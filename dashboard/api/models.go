@@ -1,0 +1,300 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/fw-serve/fw/dashboard/registry"
+	"github.com/fw-serve/fw/internal/apierror"
+	"github.com/valyala/fasthttp"
+)
+
+// MaxModelUploadBytes bounds an uploaded model file.
+const MaxModelUploadBytes = 4 << 30
+
+// SetRegistry enables /api/models and /api/deployments (503 until it is called).
+func (s *Server) SetRegistry(r *registry.Service) { s.registry.Store(r) }
+
+// modelRoutes answers /api/models/... and /api/deployments/...
+func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []string) {
+	r := s.registry.Load()
+	if r == nil {
+		writeError(ctx, apiErr(503, CodeUnavailable, "the model registry is not available; see the dashboard's log"))
+		return
+	}
+	if parts[0] == "deployments" {
+		switch {
+		case len(parts) == 1:
+			if s.allow(ctx, method, "GET") {
+				writeJSON(ctx, 200, map[string]any{"deployments": r.Deployments()})
+			}
+		case len(parts) == 2:
+			if s.allow(ctx, method, "DELETE") {
+				d, err := r.StopDeployment(s.base, parts[1])
+				if err != nil {
+					writeError(ctx, s.registryError(err))
+					return
+				}
+				writeJSON(ctx, 200, d)
+			}
+		default:
+			s.noModelRoute(ctx, method)
+		}
+		return
+	}
+	switch {
+	case len(parts) == 1:
+		switch method {
+		case "GET", "HEAD":
+			writeJSON(ctx, 200, map[string]any{"models": r.Reg.List()})
+		case "POST":
+			s.registerModel(ctx, r)
+		default:
+			s.allow(ctx, method, "GET, POST")
+		}
+	case len(parts) == 2 && parts[1] == "export":
+		if s.allow(ctx, method, "POST") {
+			var req registry.ExportRequest
+			if !s.decode(ctx, &req, `{"run_id", "checkpoint"} or {"model", "version"}, with "format", "opset_version", "method", "name"`) {
+				return
+			}
+			j, err := r.StartExport(s.base, req)
+			if err != nil {
+				writeError(ctx, s.registryError(err))
+				return
+			}
+			writeJSON(ctx, 202, map[string]any{"id": j.ID, "state": j.State, "job": j})
+		}
+	case len(parts) == 3 && parts[1] == "exports":
+		if s.allow(ctx, method, "GET") {
+			j, ok := r.Export(parts[2])
+			if !ok {
+				writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no export %s started by this dashboard", parts[2])))
+				return
+			}
+			writeJSON(ctx, 200, j)
+		}
+	case len(parts) == 2:
+		s.model(ctx, r, method, parts[1])
+	case len(parts) == 3 && parts[2] == "deploy":
+		if s.allow(ctx, method, "POST") {
+			var req registry.DeployRequest
+			if !s.decode(ctx, &req, `{"version", "port", "device", "max_batch_size", "max_delay_ms"}`) {
+				return
+			}
+			d, err := r.Deploy(s.base, parts[1], req)
+			if err != nil {
+				writeError(ctx, s.registryError(err))
+				return
+			}
+			writeJSON(ctx, 201, d)
+		}
+	case len(parts) == 4 && parts[2] == "versions":
+		v, err := strconv.Atoi(parts[3])
+		if err != nil || v < 1 {
+			writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("version %q is not a version number", parts[3])))
+			return
+		}
+		switch method {
+		case "GET", "HEAD":
+			ver, err := r.Reg.Resolve(parts[1], parts[3])
+			if err != nil {
+				writeError(ctx, s.registryError(err))
+				return
+			}
+			writeJSON(ctx, 200, ver)
+		case "DELETE":
+			if err := r.Reg.Delete(parts[1], v); err != nil {
+				writeError(ctx, s.registryError(err))
+				return
+			}
+			writeJSON(ctx, 200, map[string]any{"deleted": parts[1], "version": v})
+		default:
+			s.allow(ctx, method, "GET, DELETE")
+		}
+	default:
+		s.noModelRoute(ctx, method)
+	}
+}
+
+func (s *Server) noModelRoute(ctx *fasthttp.RequestCtx, method string) {
+	writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no route %s %s; see docs/tracking.md (Model registry)", method, ctx.Path())))
+}
+
+func (s *Server) model(ctx *fasthttp.RequestCtx, r *registry.Service, method, name string) {
+	switch method {
+	case "GET", "HEAD":
+		m, err := r.Reg.Get(name)
+		if err != nil {
+			writeError(ctx, s.registryError(err))
+			return
+		}
+		writeJSON(ctx, 200, m)
+	case "PATCH":
+		var in struct {
+			Aliases map[string]int `json:"aliases"`
+		}
+		if !s.decode(ctx, &in, `{"aliases": {"production": VERSION}} (0 removes an alias)`) {
+			return
+		}
+		m, err := r.Reg.SetAliases(name, in.Aliases)
+		if err != nil {
+			writeError(ctx, s.registryError(err))
+			return
+		}
+		writeJSON(ctx, 200, m)
+	case "DELETE":
+		if err := r.Reg.Delete(name, 0); err != nil {
+			writeError(ctx, s.registryError(err))
+			return
+		}
+		writeJSON(ctx, 200, map[string]any{"deleted": name})
+	default:
+		s.allow(ctx, method, "GET, PATCH, DELETE")
+	}
+}
+
+// decode reads a JSON object body into v (unknown fields refused).
+func (s *Server) decode(ctx *fasthttp.RequestCtx, v any, shape string) bool {
+	body, e := s.readBody(ctx)
+	if e != nil {
+		writeError(ctx, e)
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeError(ctx, apiErr(400, CodeBadRequest, "the body must be a JSON object "+shape+": "+err.Error()))
+		return false
+	}
+	return true
+}
+
+// registerModel answers POST /api/models: a JSON {name, run_id, checkpoint}
+// registers a checkpoint; a multipart form (field "file", optional field
+// "name") or a raw body with ?name= uploads an exported file.
+func (s *Server) registerModel(ctx *fasthttp.RequestCtx, r *registry.Service) {
+	ct, params, _ := mime.ParseMediaType(string(ctx.Request.Header.ContentType()))
+	name := string(ctx.QueryArgs().Peek("name"))
+	if ct == "application/json" {
+		var in struct {
+			Name       string `json:"name"`
+			RunID      string `json:"run_id"`
+			Checkpoint string `json:"checkpoint"`
+		}
+		if !s.decode(ctx, &in, `{"name", "run_id", "checkpoint"}`) {
+			return
+		}
+		if in.Name == "" {
+			in.Name = name
+		}
+		if in.RunID == "" || in.Checkpoint == "" || in.Name == "" {
+			writeError(ctx, apierror.New(422, "invalid_argument", `register a checkpoint with {"name", "run_id", "checkpoint"}, or upload an exported file (multipart field "file", or a raw body with ?name=)`, nil))
+			return
+		}
+		v, err := r.RegisterCheckpoint(s.base, in.Name, in.RunID, in.Checkpoint)
+		if err != nil {
+			writeError(ctx, s.registryError(err))
+			return
+		}
+		writeJSON(ctx, 201, map[string]any{"name": in.Name, "version": v})
+		return
+	}
+	var body io.Reader = ctx.RequestBodyStream()
+	if body == nil {
+		body = bytes.NewReader(ctx.PostBody())
+	}
+	tmp, err := r.TempFile()
+	if err != nil {
+		writeError(ctx, s.registryError(err))
+		return
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	filename, got := "", false
+	if ct == "multipart/form-data" {
+		mr := multipart.NewReader(body, params["boundary"])
+		for {
+			p, err := mr.NextPart()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				writeError(ctx, apiErr(400, CodeBadRequest, "reading the multipart body: "+err.Error()))
+				return
+			}
+			switch p.FormName() {
+			case "name":
+				b, _ := io.ReadAll(io.LimitReader(p, 256))
+				name = strings.TrimSpace(string(b))
+			case "file":
+				filename = p.FileName()
+				if e := copyUpload(tmp, p); e != nil {
+					writeError(ctx, e)
+					return
+				}
+				got = true
+			}
+		}
+	} else {
+		if e := copyUpload(tmp, body); e != nil {
+			writeError(ctx, e)
+			return
+		}
+		got = true
+	}
+	if !got {
+		writeError(ctx, apierror.New(422, "invalid_argument", `the multipart form has no "file" field; send the exported model file as "file"`, nil))
+		return
+	}
+	if name == "" {
+		writeError(ctx, apierror.New(422, "invalid_argument", `name the model: ?name=NAME, or a "name" form field`, nil))
+		return
+	}
+	if err := tmp.Close(); err != nil {
+		writeError(ctx, s.registryError(err))
+		return
+	}
+	v, err := r.Upload(s.base, name, tmp.Name(), filename)
+	if err != nil {
+		writeError(ctx, s.registryError(err))
+		return
+	}
+	writeJSON(ctx, 201, map[string]any{"name": name, "version": v})
+}
+
+func copyUpload(dst io.Writer, src io.Reader) *Error {
+	n, err := io.Copy(dst, io.LimitReader(src, MaxModelUploadBytes+1))
+	if err != nil {
+		return apiErr(400, CodeBadRequest, "reading the upload: "+err.Error())
+	}
+	if n > MaxModelUploadBytes {
+		return apiErr(413, CodeTooLarge, fmt.Sprintf("the model file is larger than %d bytes", MaxModelUploadBytes))
+	}
+	return nil
+}
+
+// registryError maps a registry error to the error shape.
+func (s *Server) registryError(err error) *Error {
+	var re *registry.Error
+	if errors.As(err, &re) {
+		switch re.Kind {
+		case registry.KindNotFound:
+			return apiErr(404, CodeNotFound, re.Msg)
+		case registry.KindConflict:
+			return apiErr(409, "conflict", re.Msg)
+		case registry.KindBadFile:
+			return apierror.New(422, re.Code, re.Msg, nil)
+		}
+		return apierror.New(422, "invalid_argument", re.Msg, nil)
+	}
+	return fromStore(s.log, err)
+}

@@ -1,0 +1,408 @@
+package registry
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Deployment states.
+const (
+	DeployRunning = "running"
+	DeployGone    = "gone" // its process vanished (found on start or since)
+)
+
+// DeployRequest is the body of POST /api/models/{name}/deploy.
+type DeployRequest struct {
+	// Version is a version number or an alias ("production"); "" is the
+	// latest version.
+	Version      json.RawMessage `json:"version,omitempty"`
+	Port         int             `json:"port"`
+	Device       string          `json:"device,omitempty"`
+	MaxBatchSize int             `json:"max_batch_size,omitempty"`
+	MaxDelayMS   *int            `json:"max_delay_ms,omitempty"`
+}
+
+// Deployment is a managed `fw serve` child.
+type Deployment struct {
+	ID           string    `json:"id"`
+	Model        string    `json:"model"`
+	Version      int       `json:"version"`
+	Port         int       `json:"port"`
+	PID          int       `json:"pid"`
+	URL          string    `json:"url"`
+	Device       string    `json:"device"`
+	MaxBatchSize int       `json:"max_batch_size,omitempty"`
+	MaxDelayMS   *int      `json:"max_delay_ms,omitempty"`
+	Started      time.Time `json:"started"`
+	State        string    `json:"state"`
+	Log          string    `json:"log"`
+	// Filled by List.
+	Healthy     bool     `json:"healthy"`
+	RequestRate *float64 `json:"request_rate,omitempty"` // requests per second since the previous sample
+}
+
+type sample struct {
+	at    time.Time
+	total float64
+}
+
+type deployer struct {
+	mu   sync.Mutex
+	deps map[string]*Deployment
+	done map[string]chan struct{} // children started by this process: closed on exit
+	prev map[string]sample
+	n    int
+}
+
+func (s *Service) deployFile() string { return filepath.Join(s.cfg.ExperimentDir, "deployments.json") }
+
+// loadDeployments reads deployments.json and re-adopts those whose process
+// is alive and whose /health answers; the others are marked gone.
+func (s *Service) loadDeployments() error {
+	d := &s.dep
+	d.deps, d.done, d.prev = map[string]*Deployment{}, map[string]chan struct{}{}, map[string]sample{}
+	b, err := os.ReadFile(s.deployFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var list []*Deployment
+	if err := json.Unmarshal(b, &list); err != nil {
+		return fmt.Errorf("reading %s: %w", s.deployFile(), err)
+	}
+	for _, x := range list {
+		if x.State == DeployRunning {
+			if alive(x.PID) && probe(x.URL+"/health") {
+				if s.log != nil {
+					s.log.Info("deployment re-adopted", "id", x.ID, "model", x.Model, "version", x.Version, "url", x.URL, "pid", x.PID)
+				}
+			} else {
+				x.State = DeployGone
+				if s.log != nil {
+					s.log.Warn("deployment gone", "id", x.ID, "pid", x.PID, "url", x.URL)
+				}
+			}
+		}
+		d.deps[x.ID] = x
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return s.saveDeploymentsLocked()
+}
+
+func (s *Service) saveDeploymentsLocked() error {
+	list := s.sortedLocked()
+	b, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(s.deployFile(), b)
+}
+
+func (s *Service) sortedLocked() []*Deployment {
+	list := make([]*Deployment, 0, len(s.dep.deps))
+	for _, x := range s.dep.deps {
+		c := *x
+		c.Healthy, c.RequestRate = false, nil
+		list = append(list, &c)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].Started.Before(list[j].Started) })
+	return list
+}
+
+var httpc = &http.Client{Timeout: 2 * time.Second}
+
+func probe(url string) bool {
+	r, err := httpc.Get(url)
+	if err != nil {
+		return false
+	}
+	r.Body.Close()
+	return r.StatusCode == 200
+}
+
+// requestsTotal sums fw_http_requests_total over its labels.
+func requestsTotal(url string) (float64, bool) {
+	r, err := httpc.Get(url + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer r.Body.Close()
+	if r.StatusCode != 200 {
+		return 0, false
+	}
+	total, found := 0.0, false
+	sc := bufio.NewScanner(r.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "fw_http_requests_total") {
+			continue
+		}
+		rest := strings.TrimPrefix(line, "fw_http_requests_total")
+		if rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+		if len(f) == 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+			total += v
+			found = true
+		}
+	}
+	return total, found
+}
+
+func (s *Service) resolveDeployVersion(name string, raw json.RawMessage) (*Version, error) {
+	ref := strings.TrimSpace(string(raw))
+	if ref == "" || ref == "null" {
+		m, err := s.Reg.Get(name)
+		if err != nil {
+			return nil, err
+		}
+		for i := len(m.Versions) - 1; i >= 0; i-- {
+			if m.Versions[i].Format != FormatCheckpoint {
+				return m.Versions[i], nil
+			}
+		}
+		return nil, invalid("model %q has no exported version to deploy; export one first (POST /api/models/export)", name)
+	}
+	var str string
+	if json.Unmarshal(raw, &str) != nil {
+		var n int
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return nil, invalid("version must be a version number or an alias, not %s", ref)
+		}
+		str = strconv.Itoa(n)
+	}
+	return s.Reg.Resolve(name, str)
+}
+
+// Deploy starts `fw serve` on 127.0.0.1:port with a version's file and
+// waits until its /health/ready answers.
+func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*Deployment, error) {
+	v, err := s.resolveDeployVersion(name, req.Version)
+	if err != nil {
+		return nil, err
+	}
+	if v.Format == FormatCheckpoint {
+		return nil, invalid("model %q version %d is a checkpoint; export it first (POST /api/models/export with {\"model\": %q, \"version\": %d})", name, v.Version, name, v.Version)
+	}
+	if req.Port < 1 || req.Port > 65535 {
+		return nil, invalid("port %d must be within 1..65535", req.Port)
+	}
+	if req.Device == "" {
+		req.Device = "cpu"
+	}
+	if req.Device != "cpu" && req.Device != "cuda" && !strings.HasPrefix(req.Device, "cuda:") {
+		return nil, invalid("device %q is not cpu, cuda or cuda:N", req.Device)
+	}
+	if req.MaxBatchSize < 0 || (req.MaxDelayMS != nil && *req.MaxDelayMS < 0) {
+		return nil, invalid("max_batch_size and max_delay_ms must not be negative")
+	}
+	d := &s.dep
+	d.mu.Lock()
+	for _, x := range d.deps {
+		if x.State == DeployRunning && x.Port == req.Port {
+			d.mu.Unlock()
+			return nil, &Error{Kind: KindConflict, Msg: fmt.Sprintf("port %d is already used by deployment %s (%s version %d); choose another port or DELETE /api/deployments/%s", req.Port, x.ID, x.Model, x.Version, x.ID)}
+		}
+	}
+	d.n++
+	id := fmt.Sprintf("dep-%d-%d", time.Now().Unix(), d.n)
+	d.mu.Unlock()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, &Error{Kind: KindConflict, Msg: fmt.Sprintf("port %d on 127.0.0.1 is in use by another process; choose another port", req.Port)}
+	}
+	ln.Close()
+
+	logDir := filepath.Join(s.cfg.ExperimentDir, "deployments")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(logDir, id+".log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	args := []string{"serve", "--model", s.Reg.FilePath(v), "--host", "127.0.0.1", "--port", strconv.Itoa(req.Port), "--device", req.Device}
+	if req.MaxBatchSize > 0 {
+		args = append(args, "--max-batch-size", strconv.Itoa(req.MaxBatchSize))
+	}
+	if req.MaxDelayMS != nil {
+		args = append(args, "--max-delay", strconv.Itoa(*req.MaxDelayMS)+"ms")
+	}
+	cmd := exec.Command(s.cfg.Executable, args...)
+	cmd.Env = append(os.Environ(), s.cfg.ExtraEnv...)
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = logf, logf, nil
+	setGroup(cmd, true)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s serve: %w", s.cfg.Executable, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	dep := &Deployment{ID: id, Model: name, Version: v.Version, Port: req.Port, PID: cmd.Process.Pid,
+		URL: "http://" + addr, Device: req.Device, MaxBatchSize: req.MaxBatchSize, MaxDelayMS: req.MaxDelayMS,
+		Started: time.Now().UTC(), State: DeployRunning, Log: logPath}
+	s.publish("deploy", id, map[string]any{"id": id, "state": "starting", "model": name, "version": v.Version, "url": dep.URL})
+
+	deadline := time.Now().Add(s.cfg.ReadyTimeout)
+	for !probe(dep.URL + "/health/ready") {
+		select {
+		case <-done:
+			msg := lastLines(readTail(logPath), 5)
+			if strings.Contains(msg, "address already in use") || strings.Contains(msg, "in use") {
+				return nil, &Error{Kind: KindConflict, Msg: fmt.Sprintf("port %d is in use: %s", req.Port, msg)}
+			}
+			return nil, &Error{Kind: KindBadFile, Code: "deploy_failed", Msg: "fw serve exited before it was ready: " + msg}
+		case <-ctx.Done():
+			_ = signalGroup(dep.PID, sigKill)
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = signalGroup(dep.PID, sigKill)
+			<-done
+			return nil, &Error{Kind: KindBadFile, Code: "deploy_failed", Msg: fmt.Sprintf("fw serve was not ready within %s: %s", s.cfg.ReadyTimeout, lastLines(readTail(logPath), 5))}
+		}
+	}
+	d.mu.Lock()
+	d.deps[id], d.done[id] = dep, done
+	err = s.saveDeploymentsLocked()
+	d.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	s.publish("deploy", id, map[string]any{"id": id, "state": DeployRunning, "model": name, "version": v.Version, "url": dep.URL})
+	c := *dep
+	c.Healthy = true
+	return &c, nil
+}
+
+func readTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return string(b)
+}
+
+// Deployments lists the deployments with their health and request rate.
+func (s *Service) Deployments() []*Deployment {
+	d := &s.dep
+	d.mu.Lock()
+	list := s.sortedLocked()
+	d.mu.Unlock()
+	for _, x := range list {
+		if x.State != DeployRunning {
+			continue
+		}
+		if !alive(x.PID) {
+			x.State = DeployGone
+			d.mu.Lock()
+			if y, ok := d.deps[x.ID]; ok {
+				y.State = DeployGone
+				_ = s.saveDeploymentsLocked()
+			}
+			d.mu.Unlock()
+			continue
+		}
+		x.Healthy = probe(x.URL + "/health/ready")
+		if total, ok := requestsTotal(x.URL); ok {
+			now := sample{at: time.Now(), total: total}
+			d.mu.Lock()
+			prev, had := d.prev[x.ID]
+			d.prev[x.ID] = now
+			d.mu.Unlock()
+			if had && now.at.Sub(prev.at) > 0 {
+				r := max(0, now.total-prev.total) / now.at.Sub(prev.at).Seconds()
+				x.RequestRate = &r
+			}
+		}
+	}
+	return list
+}
+
+// StopDeployment stops a deployment (SIGTERM to its process group, then
+// SIGKILL after the grace period) and forgets it.
+func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, error) {
+	d := &s.dep
+	d.mu.Lock()
+	x, ok := d.deps[id]
+	var done chan struct{}
+	var c Deployment
+	if ok {
+		done, c = d.done[id], *x
+	}
+	d.mu.Unlock()
+	if !ok {
+		return nil, notFound("no deployment %s; GET /api/deployments lists them", id)
+	}
+	if c.State == DeployRunning && alive(c.PID) {
+		_ = signalGroup(c.PID, sigTerm)
+		exited := func() bool {
+			if done != nil {
+				select {
+				case <-done:
+					return true
+				default:
+					return false
+				}
+			}
+			return !alive(c.PID)
+		}
+		deadline := time.Now().Add(s.cfg.StopGrace)
+		for !exited() && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !exited() {
+			_ = signalGroup(c.PID, sigKill)
+			if done != nil {
+				<-done
+			}
+		}
+	}
+	d.mu.Lock()
+	delete(d.deps, id)
+	delete(d.done, id)
+	delete(d.prev, id)
+	err := s.saveDeploymentsLocked()
+	d.mu.Unlock()
+	c.State = "stopped"
+	s.publish("deploy", id, map[string]any{"id": id, "state": "stopped", "model": c.Model, "version": c.Version})
+	return &c, err
+}
+
+// DeploymentCounts reports the deployments by state (e.g. {"running": 2}).
+func (s *Service) DeploymentCounts() map[string]int {
+	s.dep.mu.Lock()
+	defer s.dep.mu.Unlock()
+	out := map[string]int{}
+	for _, x := range s.dep.deps {
+		out[x.State]++
+	}
+	return out
+}

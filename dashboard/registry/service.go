@@ -1,0 +1,134 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/dashboard/stream"
+)
+
+// Checkpointer lists a run's checkpoints (store.Store does).
+type Checkpointer interface {
+	Checkpoints(ctx context.Context, runID string) ([]store.Checkpoint, error)
+}
+
+// Config configures a Service.
+type Config struct {
+	ExperimentDir string
+	CheckpointDir string
+	Python        string // interpreter with the fw package (fw.export)
+	Executable    string // the fw binary started as `fw serve` for deployments
+	// ExtraEnv is added to the environment of deployments.
+	ExtraEnv     []string
+	ReadyTimeout time.Duration // a deployment's /health/ready must answer within it
+	StopGrace    time.Duration // SIGTERM -> SIGKILL
+	Hub          *stream.Hub   // optional: export and deploy events
+}
+
+// Service is the registry with its export jobs and deployments.
+type Service struct {
+	Reg  *Registry
+	cfg  Config
+	st   Checkpointer
+	log  *slog.Logger
+	base context.Context
+	exp  exporter
+	dep  deployer
+}
+
+// New opens the registry and the deployments under cfg.ExperimentDir and
+// re-adopts the deployments that still answer. base bounds the exports.
+func New(base context.Context, st Checkpointer, cfg Config, log *slog.Logger) (*Service, error) {
+	for _, d := range []*string{&cfg.ExperimentDir, &cfg.CheckpointDir} {
+		abs, err := filepath.Abs(*d)
+		if err != nil {
+			return nil, err
+		}
+		*d = abs
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 60 * time.Second
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = 10 * time.Second
+	}
+	reg, err := Open(cfg.ExperimentDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{Reg: reg, cfg: cfg, st: st, log: log, base: base, exp: exporter{jobs: map[string]*ExportJob{}}}
+	if err := s.loadDeployments(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Wait waits for running exports (they end when base is cancelled).
+func (s *Service) Wait() { s.exp.wg.Wait() }
+
+func (s *Service) publish(typ, id string, v any) {
+	if s.cfg.Hub == nil {
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	s.cfg.Hub.Publish(stream.Event{Type: typ, RunID: id, Time: time.Now().UTC(), Data: b})
+}
+
+// checkpoint resolves a run's checkpoint: it must be listed by the store,
+// and its path stays inside the run's checkpoint directory.
+func (s *Service) checkpoint(ctx context.Context, runID, ckpt string) (string, map[string]float64, error) {
+	runDir, err := store.SafeJoin(s.cfg.CheckpointDir, runID)
+	if err != nil || filepath.Dir(runDir) != s.cfg.CheckpointDir {
+		return "", nil, invalid("run id %q is not valid", runID)
+	}
+	list, err := s.st.Checkpoints(ctx, runID)
+	if err != nil {
+		return "", nil, err
+	}
+	for _, c := range list {
+		if c.Path != ckpt {
+			continue
+		}
+		abs, err := store.SafeJoin(runDir, ckpt)
+		if err != nil {
+			return "", nil, invalid("checkpoint path %q is not valid: %v", ckpt, err)
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return "", nil, notFound("checkpoint %s of run %s is recorded but its file is missing under the checkpoint directory", ckpt, runID)
+		}
+		return abs, c.Metrics, nil
+	}
+	return "", nil, notFound("run %s has no checkpoint %q; GET /api/runs/%s lists its checkpoints", runID, ckpt, runID)
+}
+
+// RegisterCheckpoint registers a run's checkpoint as the next version of
+// name (format "checkpoint": export it before deploying).
+func (s *Service) RegisterCheckpoint(ctx context.Context, name, runID, ckpt string) (*Version, error) {
+	if err := ValidName("model name", name); err != nil {
+		return nil, err
+	}
+	abs, metrics, err := s.checkpoint(ctx, runID, ckpt)
+	if err != nil {
+		return nil, err
+	}
+	return s.Reg.AddCheckpoint(name, runID, ckpt, abs, metrics)
+}
+
+// Upload validates a file written by the caller at a temporary path and
+// registers it as the next version of name.
+func (s *Service) Upload(ctx context.Context, name, tmp, filename string) (*Version, error) {
+	return s.Reg.AddFile(ctx, name, tmp, Version{Source: Source{Upload: filepath.Base(filename)}})
+}
+
+// TempFile creates a temporary file for an upload inside the registry dir.
+func (s *Service) TempFile() (*os.File, error) {
+	return os.CreateTemp(filepath.Join(s.cfg.ExperimentDir, "registry"), "upload-*")
+}

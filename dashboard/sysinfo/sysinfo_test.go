@@ -1,0 +1,37 @@
+package sysinfo
+
+import (
+	"testing"
+
+	"github.com/shirou/gopsutil/v4/cpu"
+)
+
+func TestSample(t *testing.T) {
+	s := NewSampler([]Dir{{Name: "tmp", Path: t.TempDir()}, {Name: "missing", Path: "/nonexistent/fw"}}, 0, nil)
+	defer s.Close()
+	snap := s.Sample()
+	if snap.CPU.Cores < 1 || len(snap.CPU.PerCore) != snap.CPU.Cores {
+		t.Errorf("cpu: %+v", snap.CPU)
+	}
+	if snap.Memory.Total == 0 || snap.Memory.Available == 0 {
+		t.Errorf("memory: %+v", snap.Memory)
+	}
+	if len(snap.Disks) != 2 || snap.Disks[0].Free == 0 || snap.Disks[0].Error != "" || snap.Disks[1].Error == "" {
+		t.Errorf("disks: %+v", snap.Disks)
+	}
+	if got := s.Latest(); !got.Time.Equal(snap.Time) {
+		t.Errorf("Latest is not the last sample")
+	}
+}
+
+func TestBusyPercent(t *testing.T) {
+	f := func(a, b cpu.TimesStat, want float64) {
+		t.Helper()
+		if got := busyPercent(a, b); got != want {
+			t.Errorf("busyPercent = %v, want %v", got, want)
+		}
+	}
+	f(cpu.TimesStat{User: 1, Idle: 1}, cpu.TimesStat{User: 2, Idle: 4}, 25)
+	f(cpu.TimesStat{User: 1}, cpu.TimesStat{User: 1}, 0)
+	f(cpu.TimesStat{Idle: 1}, cpu.TimesStat{User: 3, Idle: 1}, 100)
+}
