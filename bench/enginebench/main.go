@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/fw-serve/fw/internal/benchdoc"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -90,7 +91,7 @@ func main() {
 	table := markdown(rows, *command, *threads)
 	fmt.Print(table)
 	if *doc != "" {
-		if err := replaceSection(*doc, "engine", table); err != nil {
+		if err := benchdoc.ReplaceSection(*doc, "engine", table); err != nil {
 			fatalf("update %s: %v", *doc, err)
 		}
 	}
@@ -205,26 +206,4 @@ func fnum(v float64) string {
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
 	return strconv.FormatFloat(v, 'f', 2, 64)
-}
-
-// replaceSection writes body between <!-- bench:NAME:start --> and
-// <!-- bench:NAME:end --> in the markdown file, appending the section when absent.
-func replaceSection(path, name, body string) error {
-	startM, endM := "<!-- bench:"+name+":start -->", "<!-- bench:"+name+":end -->"
-	old, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	s := string(old)
-	block := startM + "\n" + body + endM
-	i, j := strings.Index(s, startM), strings.Index(s, endM)
-	if i >= 0 && j > i {
-		s = s[:i] + block + s[j+len(endM):]
-	} else {
-		if s != "" && !strings.HasSuffix(s, "\n\n") {
-			s += "\n"
-		}
-		s += block + "\n"
-	}
-	return os.WriteFile(path, []byte(s), 0o644)
 }

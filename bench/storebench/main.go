@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/fw-serve/fw/internal/benchdoc"
 	"math"
 	"net/url"
 	"os"
@@ -93,7 +94,7 @@ func main() {
 	md := render(results, o, pgNote)
 	fmt.Print(md)
 	if *out != "" {
-		check(writeSection(*out, md), "updating "+*out)
+		check(benchdoc.ReplaceSection(*out, "store", md), "updating "+*out)
 		fmt.Fprintf(os.Stderr, "storebench: wrote %s\n", *out)
 	}
 }
@@ -362,30 +363,4 @@ func render(rs []result, o options, pgNote string) string {
 	}
 	b.WriteString("\nThe filter: `status = \"finished\" AND (params.lr < 0.01 OR tags.team IN (\"a\", \"b\")) AND NOT metrics.val_acc.max < 0.7 AND name ~ \"resnet*\"`.\n")
 	return b.String()
-}
-
-const startMarker, endMarker = "<!-- bench:store:start -->", "<!-- bench:store:end -->"
-
-// writeSection replaces the store section of path (appending it if absent)
-// and leaves the rest of the file as it is.
-func writeSection(path, md string) error {
-	old, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	doc := string(old)
-	section := startMarker + "\n" + md + endMarker
-	i, j := strings.Index(doc, startMarker), strings.Index(doc, endMarker)
-	if i >= 0 && j > i {
-		doc = doc[:i] + section + doc[j+len(endMarker):]
-	} else {
-		if doc != "" && !strings.HasSuffix(doc, "\n") {
-			doc += "\n"
-		}
-		if doc != "" {
-			doc += "\n"
-		}
-		doc += section + "\n"
-	}
-	return os.WriteFile(path, []byte(doc), 0o644)
 }

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/fw-serve/fw/internal/benchdoc"
 	"io"
 	"net/http"
 	"os"
@@ -199,7 +200,7 @@ func run(url, token string, clients, rate int, every, dur time.Duration, md stri
 	fmt.Fprintf(&out, "Producer ran %.1f s for %.1f s planned; the requirement is p99 ≤ 250 ms.\n", sent.Seconds(), dur.Seconds())
 	fmt.Print(out.String())
 	if md != "" {
-		if err := writeSection(md, out.String()); err != nil {
+		if err := benchdoc.ReplaceSection(md, "stream", out.String()); err != nil {
 			return err
 		}
 		fmt.Println("wrote", md)
@@ -208,29 +209,6 @@ func run(url, token string, clients, rate int, every, dur time.Duration, md stri
 		return fmt.Errorf("lost events: %d of %d delivered", recvd.Load(), int64(total)*int64(clients))
 	}
 	return nil
-}
-
-const startMark, endMark = "<!-- bench:stream:start -->", "<!-- bench:stream:end -->"
-
-// writeSection replaces the text between the stream markers (appending
-// them when absent) and leaves the rest of the file alone.
-func writeSection(path, body string) error {
-	b, err := os.ReadFile(path)
-	if err != nil && !os.IsNotExist(err) {
-		return err
-	}
-	s := string(b)
-	section := startMark + "\n" + body + endMark
-	i, j := strings.Index(s, startMark), strings.Index(s, endMark)
-	if i >= 0 && j > i {
-		s = s[:i] + section + s[j+len(endMark):]
-	} else {
-		if s != "" && !strings.HasSuffix(s, "\n") {
-			s += "\n"
-		}
-		s += "\n## Live stream\n\n" + section + "\n"
-	}
-	return os.WriteFile(path, []byte(s), 0o644)
 }
 
 // startDashboard builds fw and starts `fw dashboard` on a free port.
