@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"html"
 	"io/fs"
 	"path"
 	"strings"
@@ -188,3 +189,44 @@ func (s *Server) handleDocsAsset(ctx *fasthttp.RequestCtx) {
 
 // handleOpenAPI serves GET /openapi.json.
 func (s *Server) handleOpenAPI(ctx *fasthttp.RequestCtx) { defaultDocs().spec.write(ctx) }
+
+// DocsSite serves this package's embedded Swagger UI for another API
+// description (the dashboard's): the /docs page, the /docs/<asset> files and
+// the document itself, with the same caching, ETags and gzip as the model
+// server's own /docs. The page loads the document from GET /openapi.json of
+// the server that serves it.
+type DocsSite struct{ d *docsSite }
+
+// docsPageTitle is the title the embedded pages carry; NewDocsSite replaces it.
+const docsPageTitle = "fw model server: API"
+
+// NewDocsSite serves spec under Swagger UI, the pages titled title. assets
+// is the Swagger UI folder; nil means the embedded one (filled by
+// scripts/fetch-swagger-ui.sh; without it the page says how to get it).
+func NewDocsSite(title string, spec []byte, assets fs.FS) *DocsSite {
+	if assets == nil {
+		assets = defaultDocs().assets
+	}
+	d := newDocsSite(assets, docsPages, spec)
+	if title != "" && title != docsPageTitle {
+		page := bytes.ReplaceAll(d.page.body, []byte(docsPageTitle), []byte(html.EscapeString(title)))
+		d.page = newDocsFile(page, d.page.ctype, d.page.cache)
+	}
+	return &DocsSite{d: d}
+}
+
+// Bundled reports whether the Swagger UI assets are there (else /docs is the
+// page that says how to get them).
+func (s *DocsSite) Bundled() bool { return s.d.bundled }
+
+// ServePage answers GET /docs.
+func (s *DocsSite) ServePage(ctx *fasthttp.RequestCtx) { s.d.page.write(ctx) }
+
+// ServeSpec answers GET /openapi.json.
+func (s *DocsSite) ServeSpec(ctx *fasthttp.RequestCtx) { s.d.spec.write(ctx) }
+
+// ServeAsset answers GET /docs/<asset> (404 in the error shape for anything
+// but a file of the asset folder).
+func (s *DocsSite) ServeAsset(ctx *fasthttp.RequestCtx) {
+	s.d.serveAsset(ctx, strings.TrimPrefix(string(ctx.Path()), "/docs/"))
+}

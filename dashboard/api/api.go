@@ -12,6 +12,7 @@ import (
 	"github.com/fw-serve/fw/dashboard/jobs"
 	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/stream"
+	"github.com/fw-serve/fw/httpapi"
 	"io"
 	"log/slog"
 	"strconv"
@@ -50,6 +51,7 @@ type Server struct {
 	draining atomic.Bool
 	base     context.Context
 	jobs     atomic.Pointer[jobs.Manager] // nil until SetJobs: /api/training answers 503
+	docsSite *httpapi.DocsSite            // /docs and /openapi.json
 	// registry is nil until SetRegistry: /api/models answers 503.
 	registry atomic.Pointer[registry.Service]
 
@@ -67,7 +69,7 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	s := &Server{st: st, cfg: cfg, log: log, base: base, started: time.Now()}
+	s := &Server{st: st, cfg: cfg, log: log, base: base, started: time.Now(), docsSite: newDocsSite(nil)}
 	if cfg.Token != "" {
 		s.token = sha256.Sum256([]byte(cfg.Token))
 	}
@@ -87,6 +89,10 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	}
 	if path == "/metrics" { // open without the token, like /health
 		s.serveMetrics(ctx)
+		return
+	}
+	if path == "/openapi.json" || path == "/docs" || strings.HasPrefix(path, "/docs/") { // open, like /health (docs.go)
+		s.docs(ctx, path)
 		return
 	}
 	if path != "/api" && !strings.HasPrefix(path, "/api/") {
