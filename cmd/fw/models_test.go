@@ -99,22 +99,40 @@ func TestModelRegistry(t *testing.T) {
 	if code != 202 {
 		t.Fatalf("export: %d %v", code, out)
 	}
-	id := out["id"].(string)
-	var job map[string]any
-	for deadline := time.Now().Add(120 * time.Second); ; {
-		_, job = call(t, "GET", d.url+"/api/models/exports/"+id, "", "", "")
-		if job["state"] == "finished" || job["state"] == "failed" || time.Now().After(deadline) {
-			break
+	waitExport := func(id string) map[string]any {
+		t.Helper()
+		var job map[string]any
+		for deadline := time.Now().Add(120 * time.Second); ; {
+			_, job = call(t, "GET", d.url+"/api/models/exports/"+id, "", "", "")
+			if job["state"] == "finished" || job["state"] == "failed" || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		time.Sleep(200 * time.Millisecond)
+		if job["state"] != "finished" || job["report"].(map[string]any)["max_abs_error"] == nil {
+			t.Fatalf("export job: %v", job)
+		}
+		return job
 	}
-	if job["state"] != "finished" || job["report"].(map[string]any)["max_abs_error"] == nil {
-		t.Fatalf("export job: %v", job)
-	}
+	waitExport(out["id"].(string))
 	m = findModel(t, d.url, "mlp")
 	mv := m["versions"].([]any)[0].(map[string]any)
 	if mv["format"] != "onnx" || mv["parity"].(map[string]any)["max_abs_error"].(float64) > 1e-3 || mv["source"].(map[string]any)["run_id"] != "r1" || mv["metrics"].(map[string]any)["val_acc"] != 0.97 {
 		t.Fatalf("exported version: %v", mv)
+	}
+
+	// The other two formats, each as its own model.
+	for _, format := range []string{"torchscript", "quantized"} {
+		code, out = call(t, "POST", d.url+"/api/models/export", "", "application/json",
+			fmt.Sprintf(`{"run_id":"r1","checkpoint":"step-1.ckpt.pt","format":%q,"name":"mlp_%s"}`, format, format))
+		if code != 202 {
+			t.Fatalf("export %s: %d %v", format, code, out)
+		}
+		waitExport(out["id"].(string))
+		v := findModel(t, d.url, "mlp_"+format)["versions"].([]any)[0].(map[string]any)
+		if v["format"] != format || v["parity"].(map[string]any)["max_abs_error"] == nil {
+			t.Fatalf("exported %s version: %v", format, v)
+		}
 	}
 
 	// Alias production.
