@@ -394,8 +394,17 @@ func (s *Server) serveStream(hub *stream.Hub, c *websocket.Conn) {
 		b, _ := json.Marshal(v)
 		return write(b)
 	}
+	// closeWith sends the close frame with the normal write deadline: a slow
+	// client first drains what is buffered, then reads why it was cut off.
 	closeWith := func(code int, text string) {
-		_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(time.Second))
+		_ = c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(streamWriteWait))
+	}
+	cutOff := func() {
+		if errors.Is(sub.Err(), stream.ErrSlow) {
+			closeWith(CloseSlowConsumer, "too slow: reconnect with from="+strconv.FormatUint(last, 10))
+		} else {
+			closeWith(websocket.CloseGoingAway, "the dashboard is shutting down")
+		}
 	}
 	send := func(m stream.Message) bool {
 		if m.Gap {
@@ -451,13 +460,15 @@ func (s *Server) serveStream(hub *stream.Hub, c *websocket.Conn) {
 				}
 			}
 		case <-done:
-			if errors.Is(sub.Err(), stream.ErrSlow) {
-				closeWith(CloseSlowConsumer, "too slow: reconnect with from="+strconv.FormatUint(last, 10))
-			} else {
-				closeWith(websocket.CloseGoingAway, "the dashboard is shutting down")
-			}
+			cutOff()
 			return
 		case m := <-live:
+			select {
+			case <-done: // cut off: close now rather than send what is still queued
+				cutOff()
+				return
+			default:
+			}
 			if !send(m) {
 				return
 			}
