@@ -127,10 +127,7 @@ func (s *Server) runItem(ctx context.Context, inst *Instance, id []byte, inputs 
 	if err != nil {
 		return appendItemError(nil, id, s.submitError(err))
 	}
-	b := append([]byte(`{"id":`), id...)
-	b = append(b, ',')
-	pred := appendPrediction(nil, inst.Model, out, false)
-	return append(b, pred[1:]...) // splice the prediction object's fields after the id
+	return appendPrediction(nil, inst.Model, out, id)
 }
 
 func appendItemError(b []byte, id []byte, e *APIError) []byte {

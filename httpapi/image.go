@@ -24,11 +24,11 @@ const maxImagesPerRequest = 256
 // form files (field "file"), or one image as a raw image/* body.
 func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 	mt := mediaType(ctx)
-	accepted := append([]string{"multipart/form-data"}, imageprep.ContentTypes()...)
-	if mt != "multipart/form-data" && !contains(imageprep.ContentTypes(), mt) {
+	if mt != "multipart/form-data" && !imageprep.IsContentType(mt) {
+		types := imageprep.ContentTypes()
 		writeError(ctx, newError(415, CodeUnsupportedMedia,
-			fmt.Sprintf("Content-Type %q is not accepted; send multipart/form-data with field \"file\", or a raw body of one of %s", mt, strings.Join(imageprep.ContentTypes(), ", ")),
-			map[string]any{"accepted": accepted}))
+			fmt.Sprintf("Content-Type %q is not accepted; send multipart/form-data with field \"file\", or a raw body of one of %s", mt, strings.Join(types, ", ")),
+			map[string]any{"accepted": append([]string{"multipart/form-data"}, types...)}))
 		return
 	}
 	inst := s.ready(ctx)
@@ -102,15 +102,6 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(b)
 	*buf = b
 	s.putBuf(buf)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func imageOptions(q *fasthttp.Args) (imageprep.Options, *APIError) {

@@ -49,7 +49,7 @@ func (s *Server) handlePredict(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	buf := s.getBuf()
-	b := appendPrediction((*buf)[:0], inst.Model, out, true)
+	b := appendPrediction((*buf)[:0], inst.Model, out, nil)
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetBody(b)
 	*buf = b
@@ -144,13 +144,23 @@ func hasInput(specs []engine.TensorSpec, name string) bool {
 
 // appendPrediction writes the /predict response body: predictions (the first
 // output, one entry per row), labels (top-1, for classifiers with labels),
-// outputs (every output by name, when there are several) and the model.
-func appendPrediction(b []byte, m *engine.Model, out []engine.Tensor, withModel bool) []byte {
+// outputs (every output by name, when there are several) and the model. A
+// non-nil id (raw JSON) is written first, for /predict/batch items, which
+// leave out the model.
+func appendPrediction(b []byte, m *engine.Model, out []engine.Tensor, id []byte) []byte {
+	withModel := id == nil
+	if id != nil {
+		b = append(b, `{"id":`...)
+		b = append(b, id...)
+		b = append(b, ',')
+	} else {
+		b = append(b, '{')
+	}
 	rows := 0
 	if len(out) > 0 && len(out[0].Shape) > 0 {
 		rows = int(out[0].Shape[0])
 	}
-	b = append(b, `{"predictions":`...)
+	b = append(b, `"predictions":`...)
 	if len(out) > 0 {
 		b = appendRows(b, out[0], 0, rows)
 	} else {

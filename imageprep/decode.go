@@ -64,6 +64,16 @@ func ContentTypes() []string {
 	return []string{"image/png", "image/jpeg", "image/webp", "image/gif", "image/bmp"}
 }
 
+// IsContentType reports whether the media type (lower case, no parameters)
+// is one of ContentTypes, without allocating.
+func IsContentType(mediaType string) bool {
+	switch mediaType {
+	case "image/png", "image/jpeg", "image/webp", "image/gif", "image/bmp":
+		return true
+	}
+	return false
+}
+
 // accepted reports whether format (an image package format name) is one
 // Decode accepts; other decoders registered elsewhere in the binary are
 // refused.
