@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -68,15 +67,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if de.err != nil {
-		fmt.Fprintf(stderr, "fw dashboard: %v\n", de.err)
-		return 2
+	if code, ok := de.parse("fw dashboard", args, stderr); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "fw dashboard: unexpected argument %q; see fw dashboard --help\n", fs.Arg(0))

@@ -101,6 +101,22 @@ func (e *envFlags) Bool(name string, def bool, usage string) *bool {
 	return e.fs.Bool(name, def, usage+" ["+key+"]")
 }
 
+// parse parses args and reports, as ok=false with the exit code, --help
+// (0), a bad flag (2) or a malformed environment value (2, named on stderr).
+func (e *envFlags) parse(cmd string, args []string, stderr io.Writer) (code int, ok bool) {
+	if err := e.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	if e.err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", cmd, e.err)
+		return 2, false
+	}
+	return 0, true
+}
+
 // listen opens the TCP listener of a server command. A port already in use
 // is one line naming the port (the caller exits 1), not a stack trace.
 func listen(cmd, host string, port int, stderr io.Writer) (net.Listener, bool) {

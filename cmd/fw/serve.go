@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -63,15 +62,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if ef.err != nil {
-		fmt.Fprintf(stderr, "fw serve: %v\n", ef.err)
-		return 2
+	if code, ok := ef.parse("fw serve", args, stderr); !ok {
+		return code
 	}
 	if *model == "" && fs.NArg() == 1 {
 		*model = fs.Arg(0)
