@@ -16,16 +16,21 @@ ORT_LIB := third_party/onnxruntime/lib/libonnxruntime.so.1
 SHIM := build/lib/libfwtorch.so
 GO_SOURCES := $(shell find . -name '*.go' -not -path './third_party/*' -not -path './.venv/*' -not -path './web/node_modules/*' 2>/dev/null) go.mod go.sum
 PY_SOURCES := $(shell find python/fw -name '*.py' 2>/dev/null)
+# The web UI (web/, built into dashboard/webui/dist and embedded in bin/fw).
+WEB_SOURCES := $(shell find web/src -type f -not -name schema.d.ts 2>/dev/null) web/index.html web/vite.config.ts web/tsconfig.json web/package.json web/package-lock.json
+WEB_DIST := dashboard/webui/dist/index.html
+WEB_DEPS := web/node_modules/.package-lock.json
+WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all setup build shim models demo test test-go test-postgres test-python fuzz lint fmt bench-engine bench-serve bench-store bench-track clean help venv ort gomod swagger-ui
+.PHONY: all setup build shim models demo test test-go test-postgres test-python test-web test-e2e fuzz lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-setup: gomod ort swagger-ui venv shim ## install everything: Go modules, ONNX Runtime, Swagger UI, .venv with torch, the libtorch shim
+setup: gomod ort swagger-ui venv shim web-deps ## install everything: Go modules, ONNX Runtime, Swagger UI, .venv with torch, the libtorch shim, the web UI's npm packages
 
 gomod:
 	@echo "==> Go modules"
@@ -52,8 +57,24 @@ $(SHIM): cmake/fwtorch.cpp cmake/fwtorch.h cmake/CMakeLists.txt scripts/build-sh
 	@echo "==> libtorch shim"
 	@bash scripts/build-shim.sh
 
-build: bin/fw ## build bin/fw
-bin/fw: $(GO_SOURCES) httpapi/openapi.json $(wildcard httpapi/docsui/*.html) | swagger-ui
+web-deps: $(WEB_DEPS)
+$(WEB_DEPS): web/package-lock.json
+	@echo "==> web UI npm packages (npm ci from web/package-lock.json)"
+	@cd web && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+$(WEB_SCHEMA): dashboard/api/openapi.json | $(WEB_DEPS)
+	@echo "==> web UI API types from dashboard/api/openapi.json"
+	@cd web && npm run --silent gen:api >/dev/null
+
+web: $(WEB_DIST) ## build the web UI (web/) into dashboard/webui/dist, which bin/fw embeds
+$(WEB_DIST): $(WEB_SOURCES) $(WEB_SCHEMA) | $(WEB_DEPS)
+	@echo "==> web UI (tsc + vite build) into dashboard/webui/dist"
+	@rm -rf dashboard/webui/dist/assets dashboard/webui/dist/index.html
+	@cd web && npx --no-install tsc -b && npx --no-install vite build --logLevel warn
+
+build: bin/fw ## build bin/fw (with the web UI embedded)
+bin/fw: $(GO_SOURCES) httpapi/openapi.json $(wildcard httpapi/docsui/*.html) $(WEB_DIST) | swagger-ui
 	@echo "==> go build bin/fw"
 	@$(GO) build $(GOFLAGS_BUILD) -o bin/fw ./cmd/fw
 
@@ -65,7 +86,7 @@ $(MODELS)/manifest.json: $(PY_SOURCES) | venv
 demo: setup build models ## the main job (see README)
 	@bash scripts/demo.sh
 
-test: setup build models lint test-go test-postgres test-python fuzz ## the whole test suite (what CI runs)
+test: setup build models lint test-go test-postgres test-python test-web test-e2e fuzz ## the whole test suite (what CI runs)
 	@echo "==> all tests passed"
 
 test-go:
@@ -80,6 +101,14 @@ test-python: | venv
 	@echo "==> pytest python/tests"
 	@cd python && FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_BIN=$(ROOT)/bin/fw $(PY) -m pytest
 
+test-web: $(WEB_SCHEMA) | $(WEB_DEPS) ## the web UI's component tests (Vitest, jsdom)
+	@echo "==> vitest (web UI components)"
+	@cd web && npx --no-install vitest run --silent
+
+test-e2e: build models ## the web UI end to end in Debian's chromium (playwright-core) against a real dashboard
+	@echo "==> browser journey (web/e2e/journey.mjs; screenshots in build/screenshots)"
+	@FW_BIN=$(ROOT)/bin/fw FW_PYTHON=$(PY) FW_MODELS_DIR=$(ROOT)/$(MODELS) node web/e2e/journey.mjs
+
 fuzz: ## run each fuzz target briefly (FUZZTIME=10s)
 	@echo "==> go fuzz targets, $(FUZZTIME) each"
 	@for pkg in $$($(GO) list ./...); do \
@@ -90,7 +119,7 @@ fuzz: ## run each fuzz target briefly (FUZZTIME=10s)
 	  done; \
 	done
 
-lint: | venv ## go vet, gofmt, staticcheck, ruff
+lint: $(WEB_SCHEMA) | venv ## go vet, gofmt, staticcheck, ruff, the web UI's type check
 	@echo "==> go vet"
 	@$(GO) vet ./...
 	@echo "==> gofmt"
@@ -99,6 +128,8 @@ lint: | venv ## go vet, gofmt, staticcheck, ruff
 	@echo "==> ruff"
 	@$(PY) -m ruff check python bench
 	@$(PY) -m ruff format --check python bench
+	@echo "==> tsc (web UI type check)"
+	@cd web && npx --no-install tsc -b --noEmit
 
 fmt: ## format Go and Python sources
 	@gofmt -w $$(git ls-files '*.go')
@@ -113,8 +144,11 @@ bench-serve: setup build models ## wrk on loopback: fw vs the HTTP and engine ce
 bench-store: ## tracking store: ingest, downsampling, listing on SQLite and PostgreSQL
 	@$(GO) run ./bench/storebench
 
+bench-ui: build ## the experiments table with 10,000 seeded runs in chromium, into docs/benchmarks.md
+	@FW_BIN=$(ROOT)/bin/fw node web/e2e/bench-runs.mjs
+
 bench-track: ## tracking ingest: fw.track end to end vs MLflow's client and SQLite store
 	@bash bench/track.sh
 
 clean: ## remove build outputs (keeps .venv and third_party)
-	rm -rf bin build/lib build/shim build/models
+	rm -rf bin build/lib build/shim build/models build/screenshots dashboard/webui/dist/assets dashboard/webui/dist/index.html

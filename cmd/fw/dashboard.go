@@ -19,6 +19,7 @@ import (
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/dashboard/sysinfo"
+	"github.com/fw-serve/fw/dashboard/webui"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 )
@@ -128,7 +129,7 @@ Flags:
 
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
-	srv := api.New(base, pst, api.Config{Token: *token, Version: version, Hub: hub}, log)
+	srv := api.New(base, pst, api.Config{Token: *token, Version: version, Hub: hub, UI: webui.New()}, log)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, time.Second, log)
 	defer sampler.Close()
 	srv.SetSystem(sampler)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/sysinfo"
+	"github.com/fw-serve/fw/dashboard/webui"
 	"github.com/valyala/fasthttp"
 )
 
@@ -40,6 +41,10 @@ type Config struct {
 	Version string
 	// Hub is the live stream behind /api/training/stream; nil disables it.
 	Hub *stream.Hub
+	// UI, when set, serves the web UI at every GET outside /api, /docs,
+	// /health, /metrics and /openapi.json (open without the token: the page
+	// holds no data; its API calls need the token).
+	UI *webui.Site
 }
 
 // Server answers the dashboard API from a store.
@@ -96,6 +101,9 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if path != "/api" && !strings.HasPrefix(path, "/api/") {
+		if s.cfg.UI != nil && s.cfg.UI.Serve(ctx, path) {
+			return
+		}
 		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no route %s; the API lives under /api (and GET /health)", path)))
 		return
 	}

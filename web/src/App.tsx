@@ -1,0 +1,33 @@
+// Routes of the dashboard UI. Every view keeps its state in the URL (filters,
+// selected runs, chart settings) so it can be shared.
+import { Route, Routes } from "react-router-dom";
+import { Layout } from "./components/Layout";
+import { HomePage } from "./pages/Home";
+import { ExperimentsPage } from "./pages/Experiments";
+import { ExperimentPage } from "./pages/Experiment";
+import { RunPage } from "./pages/Run";
+import { ComparePage } from "./pages/Compare";
+import { ModelsPage } from "./pages/Models";
+import { ModelPage } from "./pages/Model";
+import { TrainingPage } from "./pages/Training";
+import { Empty } from "./components/ui";
+
+/** The whole UI. */
+export function App() {
+  return (
+    <Layout>
+      <Routes>
+        <Route path="/" element={<HomePage />} />
+        <Route path="/experiments" element={<ExperimentsPage />} />
+        <Route path="/experiments/:id" element={<ExperimentPage />} />
+        <Route path="/runs/:id" element={<RunPage />} />
+        <Route path="/compare" element={<ComparePage />} />
+        <Route path="/models" element={<ModelsPage />} />
+        <Route path="/models/:name" element={<ModelPage />} />
+        <Route path="/training" element={<TrainingPage />} />
+        <Route path="/training/:runId" element={<TrainingPage />} />
+        <Route path="*" element={<Empty>No such page. Use the navigation above.</Empty>} />
+      </Routes>
+    </Layout>
+  );
+}
