@@ -50,19 +50,22 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	recipesFile := de.StringEnv("recipes", "FW_RECIPES", "", "TOML file of user training recipes (see docs/tracking.md, Training jobs)")
 	streamBuffer := de.IntEnv("stream-buffer", "FW_DASHBOARD_STREAM_BUFFER", stream.DefaultRingEvents, "events kept for the live stream's replay (/api/training/stream, docs/stream.md)")
 	streamHeartbeat := de.DurationEnv("stream-heartbeat", "FW_DASHBOARD_STREAM_HEARTBEAT", stream.DefaultHeartbeat, "how often the live stream sends a heartbeat with the current cursor")
+	uiDir := de.StringEnv("ui-dir", "FW_DASHBOARD_UI_DIR", "", "serve the web UI from this directory (a `vite build --outDir DIR`) instead of the one built into the binary; for working on the UI")
 	logFormat := de.StringEnv("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := de.StringEnv("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: fw dashboard [flags]
 
-Serves the experiment-tracking API: POST /api/ingest (events from the fw.track
-SDK), GET /api/runs/{id}[/metrics|/logs], GET|POST /api/experiments,
-GET /api/experiments/{id}, GET /health, and the live stream WS
-/api/training/stream (docs/stream.md). The store is SQLite in
---experiment-dir, or PostgreSQL when FW_DATABASE_URL is set. Spool files left
-by training processes that could not reach the dashboard are imported on start
-and every --spool-interval. Every flag can also be set from the environment
-variable named in brackets.
+Serves the dashboard: the web UI at / (Home, Experiments, Models, Training),
+its API under /api (experiments and runs, metrics and logs, compare, training
+jobs from registered recipes, the model registry with export and deploy,
+system status; GET /docs and /openapi.json describe it), the SDK's ingest
+endpoint POST /api/ingest, the live stream WS /api/training/stream
+(docs/stream.md), GET /health and GET /metrics (Prometheus). The store is
+SQLite in --experiment-dir, or PostgreSQL when FW_DATABASE_URL is set. Spool
+files left by training processes that could not reach the dashboard are
+imported on start and every --spool-interval. Every flag can also be set from
+the environment variable named in brackets.
 
 Flags:
 `)
@@ -129,7 +132,11 @@ Flags:
 
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
-	srv := api.New(base, pst, api.Config{Token: *token, Version: version, Hub: hub, UI: webui.New()}, log)
+	ui := webui.New()
+	if *uiDir != "" {
+		ui = webui.NewDir(*uiDir)
+	}
+	srv := api.New(base, pst, api.Config{Token: *token, Version: version, Hub: hub, UI: ui}, log)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, time.Second, log)
 	defer sampler.Close()
 	srv.SetSystem(sampler)

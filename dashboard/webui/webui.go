@@ -9,6 +9,7 @@ import (
 	"embed"
 	"io/fs"
 	"mime"
+	"os"
 	"path"
 	"strings"
 
@@ -30,6 +31,7 @@ const notBuilt = `<!doctype html><meta charset="utf-8"><title>fw dashboard</titl
 type Site struct {
 	files fs.FS
 	index []byte
+	live  bool // re-read index.html per request (NewDir)
 }
 
 // New serves the embedded build.
@@ -48,6 +50,15 @@ func NewFS(files fs.FS) *Site {
 		index = nil
 	}
 	return &Site{files: files, index: index}
+}
+
+// NewDir serves the UI from a directory, re-reading index.html on every
+// request: for working on the UI (`vite build --watch --outDir DIR` and
+// `fw dashboard --ui-dir DIR`) without rebuilding the binary.
+func NewDir(dir string) *Site {
+	s := NewFS(os.DirFS(dir))
+	s.live = true
+	return s
 }
 
 // Built reports whether the UI was built into the binary.
@@ -89,10 +100,14 @@ func (s *Site) Serve(ctx *fasthttp.RequestCtx, p string) bool {
 	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
 	ctx.Response.Header.Set("X-Frame-Options", "DENY")
 	ctx.Response.Header.Set("Referrer-Policy", "same-origin")
-	if s.index == nil {
+	index := s.index
+	if s.live {
+		index, _ = fs.ReadFile(s.files, "index.html")
+	}
+	if index == nil {
 		ctx.SetBodyString(notBuilt)
 		return true
 	}
-	ctx.SetBody(s.index)
+	ctx.SetBody(index)
 	return true
 }
