@@ -1,9 +1,11 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -189,6 +191,152 @@ func TestTrainingJobs(t *testing.T) {
 		`{"experiment":"e","fork_from":{"run_id":"`+a+`","checkpoint":"nope.pt"}}`)
 	if code != 404 {
 		t.Fatalf("fork from a missing checkpoint: %d %v", code, out)
+	}
+	d.stop(t)
+}
+
+// ckptStep is the step in a checkpoint's file name (step-N.ckpt.pt).
+func ckptStep(t *testing.T, path string) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), "step-"), ".ckpt.pt"))
+	if err != nil {
+		t.Fatalf("checkpoint name %s: %v", path, err)
+	}
+	return n
+}
+
+// lossSteps returns the steps of a run's raw train/loss points.
+func lossSteps(t *testing.T, url, run string) map[int]bool {
+	t.Helper()
+	code, out := call(t, "GET", url+"/api/runs/"+run+"/metrics?keys=train/loss&max_points=100000", "", "", "")
+	if code != 200 {
+		t.Fatalf("metrics: %d %v", code, out)
+	}
+	got := map[int]bool{}
+	for _, s := range out["series"].([]any) {
+		for _, b := range s.(map[string]any)["buckets"].([]any) {
+			got[int(b.(map[string]any)["step_min"].(float64))] = true
+		}
+	}
+	return got
+}
+
+// TestTrainingResume: resume_from reopens the stopped run itself; its
+// recipe continues from the checkpoint's step in the same run, with the
+// metrics from before kept, and the run ends again.
+func TestTrainingResume(t *testing.T) {
+	py := trainingPython(t)
+	t.Setenv("FW_PYTHON", py)
+	t.Setenv("FW_SYSTEM_INTERVAL", "0")
+	dir := t.TempDir()
+	d := startDashboard(t, dir, "--max-jobs", "2", "--stop-grace", "20s")
+	start := func(body string) (int, map[string]any) {
+		t.Helper()
+		return call(t, "POST", d.url+"/api/training/start", "", "application/json", body)
+	}
+
+	// 3 epochs of 6 steps (1,437 examples, batch 256); slow enough to stop in the middle.
+	code, out := start(`{"recipe":"digits_mlp","experiment":"e","params":{"epochs":3,"batch_size":256,"hidden":16,"step_delay":0.3}}`)
+	if code != 202 {
+		t.Fatalf("start: %d %v", code, out)
+	}
+	a := out["id"].(string)
+	waitRun(t, d.url, a, "past its first epoch checkpoint", func(r map[string]any) bool {
+		return r["status"] == "running" && len(checkpoints(t, dir, a)) > 0
+	})
+	ck := filepath.Base(checkpoints(t, dir, a)[0])
+	if code, out = start(`{"resume_from":{"run_id":"` + a + `","checkpoint":"` + ck + `"}}`); code != 409 || errorCode(t, out) != "conflict" {
+		t.Fatalf("resume of a running run: %d %v", code, out)
+	}
+	if code, out = call(t, "POST", d.url+"/api/training/"+a+"/stop", "", "", ""); code != 202 {
+		t.Fatalf("stop: %d %v", code, out)
+	}
+	before := waitRun(t, d.url, a, "stopped", func(r map[string]any) bool { return r["status"] == "stopped" })
+	for deadline := time.Now().Add(60 * time.Second); jobInfo(t, d.url, a)["state"] != "exited"; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("job never exited")
+		}
+	}
+	// Resume from the final checkpoint written on SIGTERM (the highest step).
+	var last string
+	for _, p := range checkpoints(t, dir, a) {
+		if last == "" || ckptStep(t, p) > ckptStep(t, last) {
+			last = p
+		}
+	}
+	ck, from := filepath.Base(last), ckptStep(t, last)
+	stepsBefore := lossSteps(t, d.url, a)
+	if from < 1 || from >= 18 || !stepsBefore[1] || !stepsBefore[from] || before["ended"] == nil || before["error"] == nil {
+		t.Fatalf("stopped run (final checkpoint %s): %v, steps %v", ck, before, stepsBefore)
+	}
+
+	// Refused: a checkpoint of no run, params (that is a fork), another experiment, an unknown run.
+	if code, out = start(`{"resume_from":{"run_id":"` + a + `","checkpoint":"nope.pt"}}`); code != 404 {
+		t.Fatalf("resume from a missing checkpoint: %d %v", code, out)
+	}
+	if code, out = start(`{"params":{"lr":0.1},"resume_from":{"run_id":"` + a + `","checkpoint":"` + ck + `"}}`); code != 422 {
+		t.Fatalf("resume with params: %d %v", code, out)
+	}
+	if code, out = start(`{"experiment":"other","resume_from":{"run_id":"` + a + `","checkpoint":"` + ck + `"}}`); code != 422 {
+		t.Fatalf("resume into another experiment: %d %v", code, out)
+	}
+	if code, out = start(`{"resume_from":{"run_id":"nosuchrun","checkpoint":"` + ck + `"}}`); code != 404 {
+		t.Fatalf("resume of an unknown run: %d %v", code, out)
+	}
+
+	code, out = start(`{"resume_from":{"run_id":"` + a + `","checkpoint":"` + ck + `"}}`)
+	if code != 202 || out["id"] != a {
+		t.Fatalf("resume: %d %v (want the same run %s)", code, out, a)
+	}
+	// The store reopened the run before answering: no end, no error, progress at the checkpoint.
+	code, r := call(t, "GET", d.url+"/api/runs/"+a, "", "", "")
+	if p := r["progress"].(map[string]any); code != 200 || r["ended"] != nil || r["error"] != nil || r["exit_code"] != nil || p["step"].(float64) != float64(from) ||
+		(r["status"] != "queued" && r["status"] != "running") {
+		t.Fatalf("reopened run: %d %v", code, r)
+	}
+	if code, out = start(`{"resume_from":{"run_id":"` + a + `","checkpoint":"` + ck + `"}}`); code != 409 {
+		t.Fatalf("a second resume while the first runs: %d %v", code, out)
+	}
+	waitRun(t, d.url, a, "running again", func(r map[string]any) bool { return r["status"] == "running" })
+	r = waitRun(t, d.url, a, "finished", func(r map[string]any) bool { return r["status"] == "finished" })
+	if p := r["progress"].(map[string]any); p["step"].(float64) != 18 || p["total_steps"].(float64) != 18 || r["exit_code"] != nil || r["error"] != nil {
+		t.Fatalf("finished run: %v", r)
+	}
+	if r["parent_run_id"] != nil || r["tags"].(map[string]any)["fw.job"] != "resume" || r["tags"].(map[string]any)["fw.resumed_from"] != ck {
+		t.Fatalf("a resumed run is the same run, not a fork: %v", r)
+	}
+	steps := lossSteps(t, d.url, a)
+	for s := range stepsBefore {
+		if !steps[s] {
+			t.Fatalf("step %d of the first process is gone: %v", s, steps)
+		}
+	}
+	for s := from + 1; s <= 18; s++ {
+		if !steps[s] {
+			t.Fatalf("step %d after the checkpoint (%d) missing: %v", s, from, steps)
+		}
+	}
+	code, out = call(t, "GET", d.url+"/api/runs/"+a+"/logs?tail=1000", "", "", "")
+	if code != 200 {
+		t.Fatalf("logs: %d %v", code, out)
+	}
+	var text []string
+	for _, l := range out["lines"].([]any) {
+		text = append(text, l.(map[string]any)["line"].(string))
+	}
+	joined := strings.Join(text, "\n")
+	if !strings.Contains(joined, "from step 0") || !strings.Contains(joined, fmt.Sprintf("from step %d", from)) || !strings.Contains(joined, "final checkpoint") {
+		t.Fatalf("logs of both processes (want the first start, the stop and the resume from step %d): %q", from, joined)
+	}
+	jobs := 0
+	code, out = call(t, "GET", d.url+"/api/training", "", "", "")
+	for _, j := range out["jobs"].([]any) {
+		if j.(map[string]any)["run_id"] == a {
+			jobs++
+		}
+	}
+	if code != 200 || jobs != 1 || jobInfo(t, d.url, a)["resume_from"] == nil {
+		t.Fatalf("job listing (want the resumed job once): %v", out)
 	}
 	d.stop(t)
 }

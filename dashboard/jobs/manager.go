@@ -47,6 +47,7 @@ type Error struct {
 	Kind    Kind
 	Msg     string
 	Details []string
+	code    store.Code // the store's code, when the store refused an event
 }
 
 func (e *Error) Error() string { return e.Msg }
@@ -180,6 +181,13 @@ func invalid(msg string, details ...string) error {
 // Start validates req, creates the run (status queued) and starts or queues
 // its process. Only registered recipes run; nothing of the request reaches a
 // command line except validated params (as one JSON argument).
+//
+// With ResumeFrom, no run is created: the named run itself is reopened (a
+// run_resume event, status queued) and its recipe continues from the
+// checkpoint in the same run, with the run's params. A run that is queued
+// or running, or whose job from this dashboard has not exited, is a
+// conflict. With ForkFrom, a new run linked to the parent and checkpoint
+// starts with the parent's params overridden by the request's.
 func (m *Manager) Start(ctx context.Context, req StartRequest) (Info, error) {
 	if req.ResumeFrom != nil && req.ForkFrom != nil {
 		return Info{}, invalid("send resume_from or fork_from, not both")
@@ -188,6 +196,7 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (Info, error) {
 	if ref == nil {
 		ref = req.ForkFrom
 	}
+	resume := req.ResumeFrom != nil
 	var parent *store.Run
 	var ckptPath string
 	if ref != nil {
@@ -199,6 +208,11 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (Info, error) {
 			return Info{}, err
 		}
 		parent = &pr
+		if resume {
+			if err := m.resumable(pr, req); err != nil {
+				return Info{}, err
+			}
+		}
 		cks, err := m.st.Checkpoints(ctx, ref.RunID)
 		if err != nil {
 			return Info{}, err
@@ -241,8 +255,8 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (Info, error) {
 				merged[p.Name] = v
 			}
 		}
-		if req.ResumeFrom != nil && len(req.Params) > 0 {
-			return Info{}, invalid("resume_from continues with the parent's params; to change them use fork_from")
+		if resume && len(req.Params) > 0 {
+			return Info{}, invalid("resume_from continues with the run's own params; to change them use fork_from (a new run)")
 		}
 		for k, v := range req.Params {
 			merged[k] = v
@@ -258,6 +272,9 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (Info, error) {
 		return Info{}, invalid("params: " + err.Error())
 	}
 	id := store.NewID()
+	if resume {
+		id = ref.RunID
+	}
 	args := []string{"-m", r.Module, "--run-id", id, "--experiment", req.Experiment, "--params", string(pj)}
 	if req.Name != "" {
 		args = append(args, "--name", req.Name)
@@ -270,34 +287,79 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (Info, error) {
 			Queued: time.Now().UTC(), ResumeFrom: ckptPath},
 		module: r.Module, args: args, writer: "job-" + store.NewID()[8:], done: make(chan struct{}),
 	}
+	src := &store.Source{Recipe: r.Name, Command: "python " + strings.Join(args[:2], " "), Args: args[2:],
+		Host: m.cfg.Host, PID: os.Getpid()}
 	ev := store.Event{Type: store.EventRunStart, Experiment: req.Experiment, Name: req.Name, Status: store.StatusQueued,
-		Params: params,
-		Source: &store.Source{Recipe: r.Name, Command: "python " + strings.Join(args[:2], " "), Args: args[2:],
-			Host: m.cfg.Host, PID: os.Getpid()}}
-	if ref != nil {
+		Params: params, Source: src}
+	switch {
+	case resume:
+		ev = store.Event{Type: store.EventRunResume, Status: store.StatusQueued, Path: ref.Checkpoint, Source: src,
+			Tags: map[string]string{"fw.job": "resume", "fw.resumed_from": ref.Checkpoint}}
+	case ref != nil:
 		ev.ParentRunID, ev.ParentCheckpoint = ref.RunID, ref.Checkpoint
-		mode := "fork"
-		if req.ResumeFrom != nil {
-			mode = "resume"
-		}
-		ev.Tags = map[string]string{"fw.job": mode}
+		ev.Tags = map[string]string{"fw.job": "fork"}
 	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return Info{}, &Error{Kind: KindConflict, Msg: "the dashboard is shutting down"}
 	}
+	if old := m.jobs[id]; old != nil && !old.exited() {
+		m.mu.Unlock()
+		return Info{}, &Error{Kind: KindConflict, Msg: fmt.Sprintf("run %s still has a training job (%s); stop it or wait for it to end before resuming", id, old.State)}
+	}
 	m.mu.Unlock()
 	if err := m.apply(ctx, j, ev); err != nil {
+		var se *Error
+		if resume && errors.As(err, &se) && se.code == store.CodeInvalidTransition {
+			se.Kind = KindConflict // resumed meanwhile, or still running
+		}
 		return Info{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if old := m.jobs[id]; old != nil {
+		for i, x := range m.list {
+			if x == old {
+				m.list = append(m.list[:i:i], m.list[i+1:]...)
+				break
+			}
+		}
+	}
 	m.jobs[id] = j
 	m.list = append(m.list, j)
 	m.queue = append(m.queue, j)
 	m.schedule()
 	return j.Info, nil
+}
+
+// resumable refuses a resume of a run that is still queued or running, or
+// of another recipe, experiment or name than the run's.
+func (m *Manager) resumable(r store.Run, req StartRequest) error {
+	if !r.Status.Terminal() {
+		return &Error{Kind: KindConflict, Msg: fmt.Sprintf("run %s is %s; only a finished, failed or stopped run can be resumed (POST /api/training/%s/stop first)", r.ID, r.Status, r.ID)}
+	}
+	if req.Recipe != "" && req.Recipe != r.Source.Recipe {
+		return invalid(fmt.Sprintf("run %s was trained by recipe %q, not %q; resume_from continues the same run (fork_from starts a new one)", r.ID, r.Source.Recipe, req.Recipe))
+	}
+	if req.Experiment != "" && req.Experiment != r.Experiment {
+		return invalid(fmt.Sprintf("run %s belongs to experiment %q, not %q; resume_from continues the same run", r.ID, r.Experiment, req.Experiment))
+	}
+	if req.Name != "" && req.Name != r.Name {
+		return invalid(fmt.Sprintf("resume_from continues run %s under its name %q; rename it with PATCH /api/runs/%s", r.ID, r.Name, r.ID))
+	}
+	return nil
+}
+
+// exited reports whether the job's process is gone and its run ended (its
+// done channel closed).
+func (j *job) exited() bool {
+	select {
+	case <-j.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // apply writes one event of the job's run through the store with the job's writer.
@@ -312,7 +374,11 @@ func (m *Manager) apply(ctx context.Context, j *job, ev store.Event) error {
 	}
 	if len(res.Errors) > 0 {
 		e := res.Errors[0]
-		return invalid(fmt.Sprintf("the store refused the %s event: %s: %s", ev.Type, e.Code, e.Msg))
+		kind := KindInvalid
+		if e.Code == store.CodeNotFound || e.Code == store.CodeUnknownRun {
+			kind = KindNotFound
+		}
+		return &Error{Kind: kind, Msg: fmt.Sprintf("the store refused the %s event: %s: %s", ev.Type, e.Code, e.Msg), code: e.Code}
 	}
 	return nil
 }

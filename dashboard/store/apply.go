@@ -653,6 +653,8 @@ func (a *applier) handle(ctx context.Context, rs *runState, ev *Event, t int64) 
 			return evErr(CodeInvalidTransition, "run_end needs finished, failed or stopped, not %q", e.Status)
 		}
 		return a.setStatus(ctx, rs, &e, t)
+	case EventRunResume:
+		return a.resume(ctx, rs, ev, t)
 	}
 	return evErr(CodeInvalidEvent, "unknown event type %q", ev.Type)
 }
@@ -693,6 +695,81 @@ func (a *applier) setStatus(ctx context.Context, rs *runState, ev *Event, t int6
 	}
 	rs.status = ev.Status
 	return nil
+}
+
+// resume reopens a terminal run (run_resume): status queued or running
+// again, ended, error, traceback and exit code cleared; params, tags,
+// metrics, logs and checkpoints kept. With a checkpoint path (one of the
+// run's), progress goes back to its step and epoch; with a source, the
+// process fields (command, args, host, pid) are replaced, so Reconcile
+// watches the new process.
+func (a *applier) resume(ctx context.Context, rs *runState, ev *Event, t int64) error {
+	to := ev.Status
+	if to == "" {
+		to = StatusRunning
+	}
+	if !to.Valid() {
+		return evErr(CodeInvalidEvent, "unknown status %q", to)
+	}
+	if !CanResume(rs.status, to) {
+		if !rs.status.Terminal() {
+			return evErr(CodeInvalidTransition, "run %s is %s; only a finished, failed or stopped run can be resumed", rs.id, rs.status)
+		}
+		return evErr(CodeInvalidTransition, "run_resume moves run %s to queued or running, not %q", rs.id, to)
+	}
+	if err := validateTags(ev.Tags, nil); err != nil {
+		return err
+	}
+	var src *Source
+	if ev.Source != nil {
+		if err := validateSource(*ev.Source); err != nil {
+			return err
+		}
+		src = ev.Source
+	}
+	var step, epoch, ptime any
+	if ev.Path != "" {
+		if err := ValidateRelPath(ev.Path); err != nil {
+			return evErr(CodeInvalidPath, "checkpoint: %v", err)
+		}
+		var st int64
+		var ep sql.NullFloat64
+		err := a.tx.QueryRowContext(ctx, a.s.q(`SELECT step, epoch FROM checkpoints WHERE run_rid = ? AND path = ?`), rs.rid, ev.Path).Scan(&st, &ep)
+		if isNoRows(err) {
+			return evErr(CodeNotFound, "run %s has no checkpoint %q", rs.id, ev.Path)
+		}
+		if err != nil {
+			return fmt.Errorf("reading checkpoint %q of run %s: %w", ev.Path, rs.id, err)
+		}
+		step, ptime = st, t
+		if ep.Valid {
+			epoch = ep.Float64
+		}
+	}
+	var started any
+	if to == StatusRunning && !rs.started {
+		started = t
+		rs.started = true
+	}
+	var args any
+	if src != nil && len(src.Args) > 0 {
+		b, _ := json.Marshal(src.Args)
+		args = string(b)
+	}
+	var command, host, pid any
+	if src != nil {
+		command, host, pid = nullStr(src.Command), nullStr(src.Host), nullInt(src.PID)
+	}
+	_, err := a.s.exec(ctx, a.tx, `UPDATE runs SET status = ?, started = COALESCE(started, ?), ended = NULL, error = NULL, traceback = NULL, exit_code = NULL,
+		step = COALESCE(?, step), epoch = COALESCE(?, epoch), progress_time = COALESCE(?, progress_time),
+		source_command = COALESCE(?, source_command), source_args = COALESCE(?, source_args), host = COALESCE(?, host), pid = COALESCE(?, pid)
+		WHERE rid = ?`,
+		string(to), started, step, epoch, ptime, command, args, host, pid, rs.rid)
+	if err != nil {
+		return fmt.Errorf("resuming run %s: %w", rs.id, err)
+	}
+	rs.status = to
+	return a.writeTags(ctx, rs.rid, ev.Tags, nil)
 }
 
 func (a *applier) writeLogs(ctx context.Context, rs *runState, stream string, lines []string, t int64) error {

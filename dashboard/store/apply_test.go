@@ -310,3 +310,98 @@ func TestConcurrentApply(t *testing.T) {
 		}
 	})
 }
+
+func TestCanResume(t *testing.T) {
+	f := func(from, to Status, want bool) {
+		t.Helper()
+		if got := CanResume(from, to); got != want {
+			t.Errorf("CanResume(%s, %s) = %v, want %v", from, to, got, want)
+		}
+	}
+	for _, from := range []Status{StatusFinished, StatusFailed, StatusStopped} {
+		f(from, StatusRunning, true)
+		f(from, StatusQueued, true)
+		f(from, StatusFinished, false)
+		f(from, StatusStopped, false)
+	}
+	f(StatusRunning, StatusRunning, false)
+	f(StatusQueued, StatusRunning, false)
+	f(StatusRunning, StatusQueued, false)
+}
+
+// TestResume: only run_resume leaves a terminal status; the same run then
+// continues with its data kept, and ends again.
+func TestResume(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		s := open(Config{})
+		ctx := context.Background()
+		refused := func(what string, e Event, code Code) {
+			t.Helper()
+			res, err := s.Apply(ctx, []Event{e})
+			if err != nil || len(res.Errors) != 1 || res.Errors[0].Code != code {
+				t.Fatalf("%s: want %s, got %+v %v", what, code, res, err)
+			}
+		}
+		w1 := &ev{run: "r", writer: "w1"}
+		mustApply(t, s, w1.start("exp", map[string]any{"lr": 0.1}, map[string]string{"team": "a"}),
+			w1.next(Event{Type: EventProgress, Step: Ptr[int64](20), TotalSteps: Ptr[int64](40)}),
+			w1.metrics(10, map[string]float64{"loss": 1}),
+			w1.next(Event{Type: EventCheckpoint, Path: "step-10.pt", Step: Ptr[int64](10), Epoch: Ptr(1.0)}),
+			w1.metrics(20, map[string]float64{"loss": 0.5}),
+			w1.next(Event{Type: EventLog, Stream: "stdout", Lines: []string{"first process"}}))
+		refused("resume of a running run", w1.next(Event{Type: EventRunResume, Status: StatusRunning}), CodeInvalidTransition)
+		mustApply(t, s, w1.next(Event{Type: EventRunEnd, Status: StatusStopped, Error: "stopped by SIGTERM", Traceback: "tb", ExitCode: Ptr(143)}))
+
+		// Ordinary events keep the guard, from any writer.
+		w2 := &ev{run: "r", writer: "w2"}
+		refused("status running after the end", w2.next(Event{Type: EventStatus, Status: StatusRunning}), CodeInvalidTransition)
+		refused("run_start on a stopped run", w2.start("exp", nil, nil), CodeInvalidTransition)
+		refused("resume to a terminal status", w2.next(Event{Type: EventRunResume, Status: StatusFinished}), CodeInvalidTransition)
+		refused("resume from another run's checkpoint", w2.next(Event{Type: EventRunResume, Path: "nope.pt"}), CodeNotFound)
+		refused("resume of an unknown run", (&ev{run: "ghost"}).next(Event{Type: EventRunResume}), CodeUnknownRun)
+		if r, _ := s.GetRun(ctx, "r"); r.Status != StatusStopped || r.Ended == nil {
+			t.Fatalf("refused events changed the run: %+v", r)
+		}
+
+		mustApply(t, s, w2.next(Event{Type: EventRunResume, Status: StatusQueued, Path: "step-10.pt",
+			Tags: map[string]string{"fw.job": "resume"}, Source: &Source{Host: "h2", PID: 4242}}))
+		r, err := s.GetRun(ctx, "r")
+		if err != nil || r.Status != StatusQueued || r.Ended != nil || r.Error != "" || r.Traceback != "" || r.ExitCode != nil || r.Started == nil {
+			t.Fatalf("resumed run: %+v %v", r, err)
+		}
+		if r.Progress.Step != 10 || r.Progress.Epoch != 1 || r.Progress.TotalSteps != 40 || r.Source.Host != "h2" || r.Source.PID != 4242 {
+			t.Fatalf("resumed run's progress and source: %+v %+v", r.Progress, r.Source)
+		}
+		if r.Params["lr"] != 0.1 || r.Tags["team"] != "a" || r.Tags["fw.job"] != "resume" || r.Metrics["loss"].Count != 2 {
+			t.Fatalf("resumed run lost data: %+v", r)
+		}
+		// A new process: run_start with the same experiment moves it to running.
+		w3 := &ev{run: "r", writer: "w3"}
+		mustApply(t, s, w3.start("exp", map[string]any{"lr": 0.1}, nil),
+			w3.metrics(11, map[string]float64{"loss": 0.9}),
+			w3.metrics(20, map[string]float64{"loss": 0.4}),
+			w3.next(Event{Type: EventLog, Stream: "stdout", Lines: []string{"second process"}}))
+		refused("a second resume while running", w3.next(Event{Type: EventRunResume}), CodeInvalidTransition)
+		mustApply(t, s, w3.next(Event{Type: EventRunEnd}))
+		r, _ = s.GetRun(ctx, "r")
+		if r.Status != StatusFinished || r.Ended == nil || r.Error != "" || r.ExitCode != nil {
+			t.Fatalf("ended again: %+v", r)
+		}
+		sr, err := s.Metrics(ctx, "r", MetricsQuery{Keys: []string{"loss"}})
+		if err != nil || len(sr) != 1 || len(sr[0].Buckets) != 3 || sr[0].Buckets[2].Last != 0.4 {
+			t.Fatalf("metrics (want steps 10, 11, 20 with 20 replaced): %+v %v", sr, err)
+		}
+		logs, _ := s.Logs(ctx, "r", LogQuery{})
+		if len(logs) != 2 || logs[0].Line != "first process" || logs[1].Line != "second process" {
+			t.Fatalf("logs: %+v", logs)
+		}
+		if cks, _ := s.Checkpoints(ctx, "r"); len(cks) != 1 {
+			t.Fatalf("checkpoints: %+v", cks)
+		}
+		// The resume is a fresh start of the same run: a finished run can be resumed too.
+		mustApply(t, s, w3.next(Event{Type: EventRunResume}))
+		if r, _ = s.GetRun(ctx, "r"); r.Status != StatusRunning {
+			t.Fatalf("resumed to running: %+v", r)
+		}
+	})
+}

@@ -25,6 +25,10 @@ const (
 	EventArtifact   = "artifact"
 	EventStatus     = "status"
 	EventRunEnd     = "run_end"
+	// EventRunResume reopens a finished, failed or stopped run (the same run
+	// continues, e.g. from one of its checkpoints): the only way out of a
+	// terminal status. See CanResume.
+	EventRunResume = "run_resume"
 )
 
 // Batch limits: Apply refuses a larger batch whole (code batch_too_large).
@@ -169,11 +173,11 @@ type Event struct {
 	Stream string   `json:"stream,omitempty"`
 	Lines  []string `json:"lines,omitempty"`
 
-	// checkpoint, artifact
+	// checkpoint, artifact, run_resume (the checkpoint it continues from)
 	Path string `json:"path,omitempty"`
 	Size *int64 `json:"size,omitempty"`
 
-	// run_start (initial status), status, run_end
+	// run_start (initial status), status, run_end, run_resume (queued or running)
 	Status    Status `json:"status,omitempty"`
 	Error     string `json:"error,omitempty"`
 	Traceback string `json:"traceback,omitempty"`

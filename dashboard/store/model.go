@@ -21,6 +21,8 @@ import (
 //
 // finished, failed and stopped are terminal. Setting the current status
 // again is a no-op; every other change is refused (code invalid_transition).
+// The one way back is explicit: a run_resume event (CanResume) moves a
+// terminal run to queued or running again, so the same run continues.
 type Status string
 
 // Run statuses.
@@ -61,6 +63,14 @@ func CanTransition(from, to Status) bool {
 		return to.Terminal()
 	}
 	return false
+}
+
+// CanResume reports whether a run_resume event may move a run from one
+// status to another: only out of a terminal status, only to queued or
+// running. Ordinary events (run_start, status, run_end) never leave a
+// terminal status (CanTransition).
+func CanResume(from, to Status) bool {
+	return from.Terminal() && (to == StatusQueued || to == StatusRunning)
 }
 
 // Experiment groups runs.

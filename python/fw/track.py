@@ -141,9 +141,13 @@ class Run:
         handle_sigterm: bool = True,
         flush_timeout: float = 30.0,
         system_interval: float | None = None,
+        resume: bool = False,
     ) -> None:
         self.id = run_id or new_id()
+        # A fresh writer per Run object (so per process): the dashboard's exactly-once mark is per
+        # (run, writer, seq), and a second process continuing this run starts again at seq 1.
         self.writer = "w" + new_id()[8:]
+        self._resume = resume
         self.experiment = experiment
         self.name = name
         self.uri = (uri or os.environ.get("FW_TRACKING_URI") or "http://127.0.0.1:8080").rstrip("/")
@@ -292,6 +296,9 @@ class Run:
         commit = _git_commit()
         if commit:
             source["git_commit"] = commit
+        if self._resume:
+            # The only way out of finished/failed/stopped: the same run continues (docs/tracking.md).
+            self._event({"type": "run_resume", "status": "running", "source": dict(source)})
         ev: dict[str, Any] = {
             "type": "run_start",
             "experiment": self.experiment,
@@ -599,6 +606,9 @@ def run(
 
     Options: ``run_id`` (client-chosen, default :func:`new_id`), ``uri`` (default ``FW_TRACKING_URI``),
     ``token`` (default ``FW_DASHBOARD_TOKEN``), ``capture_output`` (tee stdout/stderr into the run's
-    logs, default True), ``handle_sigterm`` (default True; main thread only), ``flush_timeout`` (s).
+    logs, default True), ``handle_sigterm`` (default True; main thread only), ``flush_timeout`` (s),
+    ``resume`` (with ``run_id`` of a finished, failed or stopped run: reopen that run and continue it;
+    its params, metrics, logs and checkpoints are kept). Every Run writes with its own writer ID, so
+    any number of processes may write to one run one after another without their events colliding.
     """
     return Run(experiment, params, name, tags, **options)

@@ -195,6 +195,36 @@ def test_param_conflict_is_surfaced(dashboard, caplog):
     assert dashboard.get(f"/api/runs/{run.id}")["params"] == {"lr": 0.1}
 
 
+def test_second_process_resumes_the_same_run(dashboard):
+    dashboard.start()
+    rid = fw.track.new_id()
+    with fw.track.run(experiment="digits", params={"lr": 0.1}, run_id=rid, capture_output=False) as first:
+        for step in range(1, 11):
+            first.log({"loss": 1.0 / step}, step=step)
+    assert dashboard.get(f"/api/runs/{rid}")["status"] == "finished"
+
+    # Without resume the finished run stays finished (ordinary events keep the lifecycle guard).
+    with fw.track.run(experiment="digits", run_id=rid, capture_output=False) as late:
+        pass
+    assert [e["code"] for e in late.errors] == ["invalid_transition"]  # its run_start
+
+    # A second process (a new Run: a new writer, seq from 1 again) continues the same run.
+    with fw.track.run(
+        experiment="digits", params={"lr": 0.1}, run_id=rid, resume=True, capture_output=False
+    ) as second:
+        assert second.writer != first.writer
+        assert "ended" not in dashboard.wait_run(rid, lambda r: r["status"] == "running")
+        for step in range(10, 21):
+            second.log({"loss": 1.0 / step}, step=step)
+    assert second.errors == [], second.errors
+    r = dashboard.get(f"/api/runs/{rid}")
+    assert r["status"] == "finished" and r["params"] == {"lr": 0.1}
+    # 10 + 11 writes, none dropped as a duplicate; step 10 was written twice and holds one point.
+    assert r["metrics"]["loss"]["count"] == 21 and r["metrics"]["loss"]["last_step"] == 20
+    buckets = dashboard.get(f"/api/runs/{rid}/metrics?keys=loss")["series"][0]["buckets"]
+    assert [b["step_min"] for b in buckets] == list(range(1, 21))
+
+
 def test_offline_spool_imported_once(dashboard, dirs):
     # No dashboard yet: everything goes to the spool file.
     with fw.track.run(experiment="offline", params={"lr": 0.1}, capture_output=False) as run:
