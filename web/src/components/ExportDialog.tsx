@@ -1,0 +1,456 @@
+// The export dialog: pick a run's checkpoint, a format (TorchScript, ONNX,
+// quantized) and its options, start POST /api/models/export, follow the job
+// until it ends, then show the parity report and the registered version.
+import { useEffect, useState } from "react";
+import { Link } from "react-router-dom";
+import { ApiError, get, post, seg } from "../api/client";
+import { fmtBytes, fmtNum, fmtTime } from "../lib/format";
+import { useApi } from "../lib/hooks";
+import { Dialog, ErrorNote, StatusBadge } from "./ui";
+
+/** One tensor of a model's signature (registry Spec). */
+export interface TensorSpec {
+  name: string;
+  dtype: string;
+  shape: number[];
+}
+
+/** One check of the exporter's parity report. */
+export interface ParityCheck {
+  input: string;
+  batch: number;
+  max_abs_error: number;
+}
+
+/** fw.export's JSON report (python/fw/export.py ExportReport). */
+export interface ParityReport {
+  path?: string;
+  format?: string;
+  name?: string;
+  max_abs_error: number;
+  atol?: number;
+  rtol?: number;
+  size_bytes?: number;
+  seconds?: number;
+  method?: string;
+  checks?: ParityCheck[];
+  accuracy?: number | null;
+  eager_accuracy?: number | null;
+  accuracy_delta?: number | null;
+}
+
+/** An export job (dashboard/registry ExportJob). */
+export interface ExportJobInfo {
+  id: string;
+  state: string;
+  progress: string;
+  request?: { run_id?: string; checkpoint?: string; format?: string; opset_version?: number; method?: string; name?: string };
+  report?: ParityReport;
+  error?: string;
+  model: string;
+  version?: number;
+  started?: string;
+  finished?: string;
+}
+
+/** A run's checkpoint (GET /api/runs/{id}/checkpoints). */
+export interface CheckpointInfo {
+  path: string;
+  step: number;
+  epoch: number;
+  metrics?: Record<string, number>;
+  time?: string;
+}
+
+interface RunLite {
+  id: string;
+  name?: string;
+  experiment?: string;
+  experiment_id?: string;
+  status?: string;
+  created?: string;
+  source?: { recipe?: string };
+}
+
+interface ExperimentLite {
+  id: string;
+  name: string;
+}
+
+export type ExportFormat = "onnx" | "torchscript" | "quantized";
+
+/** The body of POST /api/models/export. */
+export interface ExportBody {
+  run_id: string;
+  checkpoint: string;
+  format: ExportFormat;
+  opset_version?: number;
+  method?: "trace" | "script";
+  name?: string;
+}
+
+/** fw.export's default ONNX opset (python/fw/export.py DEFAULT_OPSET). */
+export const DEFAULT_OPSET = 14;
+
+const FORMATS: { value: ExportFormat; label: string }[] = [
+  { value: "onnx", label: "ONNX" },
+  { value: "torchscript", label: "TorchScript" },
+  { value: "quantized", label: "Quantized (int8 TorchScript)" },
+];
+
+/** Builds the export request from the form's values (empty options left out). */
+export function exportBody(v: { runId: string; checkpoint: string; format: ExportFormat; opset: string; method: string; name: string }): ExportBody {
+  const body: ExportBody = { run_id: v.runId, checkpoint: v.checkpoint, format: v.format };
+  if (v.format === "onnx" && v.opset.trim() !== "") body.opset_version = Number(v.opset);
+  if (v.format !== "onnx" && (v.method === "trace" || v.method === "script")) body.method = v.method;
+  if (v.name.trim() !== "") body.name = v.name.trim();
+  return body;
+}
+
+/** A model name from a recipe or experiment name (the registry's name rules). */
+export function modelNameFrom(s: string | undefined): string {
+  const n = (s ?? "").replace(/[^A-Za-z0-9._-]+/g, "-").replace(/^[^A-Za-z0-9]+/, "").slice(0, 64);
+  return n;
+}
+
+/** The parity report of an export: largest error, tolerance, verdict, checks. */
+export function ParityView({ report, failed }: { report: ParityReport | undefined | null; failed?: boolean }) {
+  if (!report || typeof report.max_abs_error !== "number") return <p className="muted">No parity report.</p>;
+  const pass = !failed;
+  return (
+    <div className="parity" data-testid="parity-report">
+      <div className="row parity-head">
+        <span className={`badge ${pass ? "badge-finished" : "badge-failed"}`}>{pass ? "parity pass" : "parity fail"}</span>
+        <span>
+          largest |exported − checkpoint| = <strong className="num">{fmtNum(report.max_abs_error)}</strong>
+        </span>
+        {report.atol != null && (
+          <span className="muted">
+            tolerance atol {fmtNum(report.atol)}, rtol {fmtNum(report.rtol ?? 0)}
+          </span>
+        )}
+      </div>
+      <div className="row muted parity-meta">
+        {report.format && <span>format {report.format}</span>}
+        {report.method && <span>method {report.method}</span>}
+        {report.size_bytes != null && <span>{fmtBytes(report.size_bytes)}</span>}
+        {report.seconds != null && <span>{fmtNum(report.seconds)} s</span>}
+        {report.accuracy != null && (
+          <span>
+            accuracy {fmtNum(report.accuracy)} (checkpoint {fmtNum(report.eager_accuracy ?? null)}, Δ {fmtNum(report.accuracy_delta ?? null)})
+          </span>
+        )}
+      </div>
+      {report.checks && report.checks.length > 0 && (
+        <table className="table compact">
+          <thead>
+            <tr>
+              <th>input</th>
+              <th className="num">batch</th>
+              <th className="num">max abs error</th>
+            </tr>
+          </thead>
+          <tbody>
+            {report.checks.map((c, i) => (
+              <tr key={i}>
+                <td>{c.input}</td>
+                <td className="num">{c.batch}</td>
+                <td className="num">{fmtNum(c.max_abs_error)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </div>
+  );
+}
+
+/** Picks an experiment and one of its runs (when the dialog was opened without a run). */
+function RunPicker({ runId, onRun }: { runId: string; onRun: (id: string) => void }) {
+  const [exp, setExp] = useState("");
+  const exps = useApi((s) => get<{ experiments: ExperimentLite[] }>("/api/experiments", { limit: 200, sort: "updated", desc: true }, s), []);
+  const runs = useApi(
+    (s) => (exp ? get<{ runs: RunLite[] }>(`/api/experiments/${seg(exp)}/runs`, { limit: 200, sort: "created", desc: true }, s) : Promise.resolve({ runs: [] as RunLite[] })),
+    [exp],
+  );
+  useEffect(() => {
+    const first = exps.data?.experiments?.[0];
+    if (!exp && first) setExp(first.id);
+  }, [exps.data, exp]);
+  useEffect(() => {
+    const list = runs.data?.runs ?? [];
+    if (list.length > 0 && !list.some((r) => r.id === runId)) {
+      const done = list.find((r) => r.status === "finished") ?? list[0];
+      onRun(done.id);
+    }
+  }, [runs.data, runId, onRun]);
+  return (
+    <>
+      <label>
+        Experiment
+        <select value={exp} onChange={(e) => setExp(e.target.value)}>
+          {(exps.data?.experiments ?? []).map((x) => (
+            <option key={x.id} value={x.id}>
+              {x.name}
+            </option>
+          ))}
+        </select>
+      </label>
+      <label>
+        Run
+        <select value={runId} onChange={(e) => onRun(e.target.value)}>
+          {(runs.data?.runs ?? []).map((r) => (
+            <option key={r.id} value={r.id}>
+              {(r.name || r.id) + (r.status ? ` (${r.status})` : "")}
+            </option>
+          ))}
+        </select>
+      </label>
+      <ErrorNote error={exps.error ?? runs.error} />
+    </>
+  );
+}
+
+/** The dialog's form and, once started, the job's progress and result. */
+export function ExportDialog({
+  open,
+  onClose,
+  runId,
+  checkpoint,
+  onDone,
+}: {
+  open: boolean;
+  onClose: () => void;
+  runId?: string;
+  checkpoint?: string;
+  onDone?: (job: ExportJobInfo) => void;
+}) {
+  const [run, setRun] = useState(runId ?? "");
+  const [ckpt, setCkpt] = useState(checkpoint ?? "");
+  const [format, setFormat] = useState<ExportFormat>("onnx");
+  const [opset, setOpset] = useState(String(DEFAULT_OPSET));
+  const [method, setMethod] = useState("trace");
+  const [name, setName] = useState("");
+  const [nameTouched, setNameTouched] = useState(false);
+  const [job, setJob] = useState<ExportJobInfo>();
+  const [error, setError] = useState<unknown>();
+  const [busy, setBusy] = useState(false);
+
+  // A new opening starts from the given run and checkpoint.
+  useEffect(() => {
+    if (!open) return;
+    setRun(runId ?? "");
+    setCkpt(checkpoint ?? "");
+    setJob(undefined);
+    setError(undefined);
+    setNameTouched(false);
+  }, [open, runId, checkpoint]);
+
+  const runInfo = useApi((s) => (open && run ? get<RunLite>(`/api/runs/${seg(run)}`, undefined, s) : Promise.resolve(undefined)), [open, run]);
+  const ckpts = useApi(
+    (s) => (open && run ? get<{ checkpoints: CheckpointInfo[] }>(`/api/runs/${seg(run)}/checkpoints`, undefined, s) : Promise.resolve({ checkpoints: [] as CheckpointInfo[] })),
+    [open, run],
+  );
+
+  // Default model name: the run's recipe, else its experiment.
+  useEffect(() => {
+    if (nameTouched) return;
+    const r = runInfo.data;
+    setName(modelNameFrom(r?.source?.recipe || r?.experiment || ""));
+  }, [runInfo.data, nameTouched]);
+
+  // Default checkpoint: the given one, else the newest (largest step).
+  useEffect(() => {
+    const list = ckpts.data?.checkpoints ?? [];
+    if (list.length === 0) return;
+    if (!list.some((c) => c.path === ckpt)) {
+      const newest = [...list].sort((a, b) => b.step - a.step || b.epoch - a.epoch)[0];
+      setCkpt(newest.path);
+    }
+  }, [ckpts.data, ckpt]);
+
+  // Follow the job until it finishes or fails.
+  const running = job !== undefined && job.state !== "finished" && job.state !== "failed";
+  const jobId = job?.id;
+  useEffect(() => {
+    if (!running || !jobId) return;
+    let stop = false;
+    let timer: ReturnType<typeof setTimeout>;
+    const tick = async () => {
+      try {
+        const j = await get<ExportJobInfo>(`/api/models/exports/${seg(jobId)}`);
+        if (stop) return;
+        setJob(j);
+        if (j.state === "finished" || j.state === "failed") {
+          onDone?.(j);
+          return;
+        }
+      } catch (e) {
+        if (stop) return;
+        if (!(e instanceof ApiError && e.unreachable)) {
+          setError(e);
+          return;
+        }
+      }
+      timer = setTimeout(tick, 1000);
+    };
+    timer = setTimeout(tick, 500);
+    return () => {
+      stop = true;
+      clearTimeout(timer);
+    };
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [running, jobId]);
+
+  const submit = async () => {
+    setBusy(true);
+    setError(undefined);
+    try {
+      const res = await post<{ id: string; state: string; job?: ExportJobInfo }>("/api/models/export", exportBody({ runId: run, checkpoint: ckpt, format, opset, method, name }));
+      const j = res.job ?? { id: res.id, state: res.state, progress: "exporting", model: name };
+      setJob(j);
+      if (j.state === "finished" || j.state === "failed") onDone?.(j);
+    } catch (e) {
+      setError(e);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const list = ckpts.data?.checkpoints ?? [];
+  const canSubmit = !!run && !!ckpt && !busy && !running;
+  const footer = job ? (
+    <>
+      {job.state === "failed" && (
+        <button type="button" onClick={() => setJob(undefined)}>
+          Back to the form
+        </button>
+      )}
+      <button type="button" className="primary" onClick={onClose}>
+        {running ? "Close (keeps running)" : "Close"}
+      </button>
+    </>
+  ) : (
+    <>
+      <button type="button" onClick={onClose}>
+        Cancel
+      </button>
+      <button type="submit" form="export-form" className="primary" disabled={!canSubmit}>
+        {busy ? "Starting…" : "Export"}
+      </button>
+    </>
+  );
+
+  return (
+    <Dialog open={open} title="Export a checkpoint" onClose={onClose} footer={footer}>
+      {!job ? (
+        <form
+          id="export-form"
+          className="form-grid export-form"
+          onSubmit={(e) => {
+            e.preventDefault();
+            if (canSubmit) void submit();
+          }}
+        >
+          {runId ? (
+            <p className="muted span-all">
+              Run <Link to={`/runs/${seg(runId)}`}>{runInfo.data?.name || runId}</Link>
+              {runInfo.data?.experiment ? ` in ${runInfo.data.experiment}` : ""}
+            </p>
+          ) : (
+            <RunPicker runId={run} onRun={setRun} />
+          )}
+          <label>
+            Checkpoint
+            <select value={ckpt} onChange={(e) => setCkpt(e.target.value)} disabled={list.length === 0}>
+              {list.length === 0 && <option value="">{ckpts.loading ? "loading…" : "this run has no checkpoints"}</option>}
+              {list.map((c) => (
+                <option key={c.path} value={c.path}>
+                  {c.path} · step {c.step}
+                  {c.metrics && Object.keys(c.metrics).length > 0
+                    ? " · " +
+                      Object.entries(c.metrics)
+                        .slice(0, 2)
+                        .map(([k, v]) => `${k} ${fmtNum(v)}`)
+                        .join(", ")
+                    : ""}
+                </option>
+              ))}
+            </select>
+          </label>
+          <fieldset className="span-all format-choice">
+            <legend>Format</legend>
+            {FORMATS.map((f) => (
+              <label key={f.value} className="radio">
+                <input type="radio" name="format" value={f.value} checked={format === f.value} onChange={() => setFormat(f.value)} />
+                {f.label}
+              </label>
+            ))}
+          </fieldset>
+          {format === "onnx" ? (
+            <label>
+              ONNX opset version
+              <input type="number" min={7} max={30} value={opset} onChange={(e) => setOpset(e.target.value)} />
+            </label>
+          ) : (
+            <label>
+              Method
+              <select value={method} onChange={(e) => setMethod(e.target.value)}>
+                <option value="trace">trace</option>
+                <option value="script">script</option>
+              </select>
+            </label>
+          )}
+          <label>
+            Model name
+            <input
+              value={name}
+              placeholder="registry name"
+              onChange={(e) => {
+                setName(e.target.value);
+                setNameTouched(true);
+              }}
+            />
+          </label>
+          <div className="span-all">
+            <ErrorNote error={error ?? runInfo.error ?? ckpts.error} />
+          </div>
+        </form>
+      ) : (
+        <ExportProgress job={job} />
+      )}
+      {job && <ErrorNote error={error} />}
+    </Dialog>
+  );
+}
+
+/** A running or ended export job: progress, then parity report or failure. */
+export function ExportProgress({ job }: { job: ExportJobInfo }) {
+  const running = job.state !== "finished" && job.state !== "failed";
+  return (
+    <div className="stack export-progress" aria-live="polite">
+      <div className="row">
+        <StatusBadge status={job.state} />
+        {running && <span className="spinner" aria-hidden="true" />}
+        <span>{running ? `${job.progress || "exporting"}…` : job.state === "finished" ? "Export finished and registered." : "Export failed."}</span>
+        <span className="muted">{job.id}</span>
+      </div>
+      {job.state === "failed" && (
+        <div className="error-note" role="alert">
+          <strong>The exporter failed</strong>
+          <pre className="logs export-error">{job.error || "no message"}</pre>
+        </div>
+      )}
+      {job.report && <ParityView report={job.report} failed={job.state === "failed"} />}
+      {job.state === "finished" && job.model && (
+        <p>
+          Registered as{" "}
+          <Link to={`/models/${seg(job.model)}`}>
+            {job.model} v{job.version}
+          </Link>
+          {job.finished ? <span className="muted"> · {fmtTime(job.finished)}</span> : null}
+        </p>
+      )}
+    </div>
+  );
+}
