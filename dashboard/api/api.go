@@ -146,6 +146,22 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		if s.allow(ctx, method, "GET") {
 			s.experimentRuns(ctx, parts[1])
 		}
+	case len(parts) == 1 && parts[0] == "runs":
+		if s.allow(ctx, method, "GET") {
+			s.listRuns(ctx)
+		}
+	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "checkpoints":
+		if s.allow(ctx, method, "GET") {
+			s.checkpoints(ctx, parts[1])
+		}
+	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "artifacts":
+		if s.allow(ctx, method, "GET") {
+			s.artifacts(ctx, parts[1])
+		}
+	case len(parts) == 1 && parts[0] == "activity":
+		if s.allow(ctx, method, "GET") {
+			s.activity(ctx)
+		}
 	case len(parts) == 2 && parts[0] == "runs":
 		switch method {
 		case "PATCH":

@@ -45,6 +45,16 @@ var dashboardRoutes = map[string][]string{
 	"/api/models/{name}/versions/{version}": {"get", "delete"},
 	"/api/deployments":                      {"get"},
 	"/api/deployments/{id}":                 {"delete"},
+	"/api/runs":                             {"get"},
+	"/api/runs/{id}/checkpoints":            {"get"},
+	"/api/runs/{id}/artifacts":              {"get"},
+	"/api/activity":                         {"get"},
+	"/api/models/exports":                   {"get"},
+	"/api/deployments/{id}/predict":         {"post"},
+	"/api/deployments/{id}/predict/image":   {"post"},
+	"/api/deployments/{id}/predict/batch":   {"post"},
+	"/api/deployments/{id}/model":           {"get"},
+	"/api/deployments/{id}/health/ready":    {"get"},
 }
 
 var oasMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}

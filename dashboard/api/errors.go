@@ -16,8 +16,10 @@ const (
 	CodeNotFound         = "not_found"              // 404
 	CodeMethodNotAllowed = "method_not_allowed"     // 405
 	CodeTooLarge         = "payload_too_large"      // 413
+	CodeConflict         = "conflict"               // 409
 	CodeUnsupportedMedia = "unsupported_media_type" // 415
 	CodeInternal         = "internal"               // 500
+	CodeBadGateway       = "bad_gateway"            // 502
 	CodeUnavailable      = "unavailable"            // 503
 )
 

@@ -36,6 +36,8 @@ func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []st
 			if s.allow(ctx, method, "GET") {
 				writeJSON(ctx, 200, map[string]any{"deployments": r.Deployments()})
 			}
+		case len(parts) >= 3:
+			s.deploymentProxy(ctx, r, method, parts[1], strings.Join(parts[2:], "/"))
 		case len(parts) == 2:
 			if s.allow(ctx, method, "DELETE") {
 				d, err := r.StopDeployment(s.base, parts[1])
@@ -72,6 +74,14 @@ func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []st
 				return
 			}
 			writeJSON(ctx, 202, map[string]any{"id": j.ID, "state": j.State, "job": j})
+		}
+	case len(parts) == 2 && parts[1] == "exports":
+		if s.allow(ctx, method, "GET") {
+			list := r.Exports()
+			if list == nil {
+				list = []registry.ExportJob{}
+			}
+			writeJSON(ctx, 200, map[string]any{"exports": list})
 		}
 	case len(parts) == 3 && parts[1] == "exports":
 		if s.allow(ctx, method, "GET") {

@@ -1,0 +1,124 @@
+package api
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/valyala/fasthttp"
+)
+
+// Activity kinds reported by GET /api/activity.
+const (
+	ActivityRunStarted     = "run_started"
+	ActivityRunFinished    = "run_finished"
+	ActivityRunFailed      = "run_failed"
+	ActivityRunStopped     = "run_stopped"
+	ActivityExportStarted  = "export_started"
+	ActivityExportFinished = "export_finished"
+	ActivityExportFailed   = "export_failed"
+	ActivityDeployed       = "deployed"
+)
+
+// ActivityEvent is one line of the recent-activity feed: something that
+// happened to a run, an export or a deployment, with a sentence saying it.
+type ActivityEvent struct {
+	Time         time.Time `json:"time"`
+	Kind         string    `json:"kind"`
+	Message      string    `json:"message"`
+	RunID        string    `json:"run_id,omitempty"`
+	Experiment   string    `json:"experiment,omitempty"`
+	ExperimentID string    `json:"experiment_id,omitempty"`
+	Name         string    `json:"name,omitempty"`
+	Status       string    `json:"status,omitempty"`
+	Model        string    `json:"model,omitempty"`
+	Version      int       `json:"version,omitempty"`
+	DeploymentID string    `json:"deployment_id,omitempty"`
+	ExportID     string    `json:"export_id,omitempty"`
+}
+
+// activity answers GET /api/activity?limit=N: the newest events across
+// runs (started and ended), export jobs and deployments, newest first. It is
+// derived from their current state (the store's run times, the registry's
+// export and deployment records), so it needs no log of its own and is the
+// same after a restart.
+func (s *Server) activity(ctx *fasthttp.RequestCtx) {
+	limit, e := queryInt(ctx, "limit", 50, 1, 500)
+	if e != nil {
+		writeError(ctx, e)
+		return
+	}
+	page, err := s.st.ListRuns(s.base, store.ListQuery{Sort: "updated", Desc: true, Limit: limit})
+	if err != nil {
+		writeError(ctx, fromStore(s.log, err))
+		return
+	}
+	events := runActivity(page.Runs)
+	if r := s.registry.Load(); r != nil {
+		for _, j := range r.Exports() {
+			name := j.Model
+			ev := ActivityEvent{Time: j.Started, Kind: ActivityExportStarted, Model: name, ExportID: j.ID, RunID: j.Request.RunID, Status: j.State,
+				Message: fmt.Sprintf("Export of %s to %s started", orDash(j.Request.Checkpoint), j.Request.Format)}
+			events = append(events, ev)
+			if j.Finished != nil {
+				end := ev
+				end.Time = *j.Finished
+				if j.Error != "" {
+					end.Kind, end.Message = ActivityExportFailed, fmt.Sprintf("Export to %s failed: %s", j.Request.Format, j.Error)
+				} else {
+					end.Kind, end.Version = ActivityExportFinished, j.Version
+					end.Message = fmt.Sprintf("Exported %s version %d (%s)", name, j.Version, j.Request.Format)
+				}
+				events = append(events, end)
+			}
+		}
+		for _, d := range r.Deployments() {
+			events = append(events, ActivityEvent{Time: d.Started, Kind: ActivityDeployed, Model: d.Model, Version: d.Version, DeploymentID: d.ID, Status: d.State,
+				Message: fmt.Sprintf("Deployed %s version %d at %s", d.Model, d.Version, d.URL)})
+		}
+	}
+	sort.SliceStable(events, func(i, j int) bool { return events[i].Time.After(events[j].Time) })
+	if len(events) > limit {
+		events = events[:limit]
+	}
+	writeJSON(ctx, 200, map[string]any{"events": events})
+}
+
+// runActivity turns runs into their start and end events.
+func runActivity(runs []store.Run) []ActivityEvent {
+	var out []ActivityEvent
+	for _, r := range runs {
+		base := ActivityEvent{RunID: r.ID, Experiment: r.Experiment, ExperimentID: r.ExperimentID, Name: r.Name, Status: string(r.Status)}
+		if r.Started != nil {
+			ev := base
+			ev.Time, ev.Kind = *r.Started, ActivityRunStarted
+			ev.Message = fmt.Sprintf("Run %s started in %s", r.Name, r.Experiment)
+			out = append(out, ev)
+		}
+		if r.Ended != nil {
+			ev := base
+			ev.Time = *r.Ended
+			switch r.Status {
+			case store.StatusFailed:
+				ev.Kind, ev.Message = ActivityRunFailed, fmt.Sprintf("Run %s failed", r.Name)
+				if r.Error != "" {
+					ev.Message += ": " + r.Error
+				}
+			case store.StatusStopped:
+				ev.Kind, ev.Message = ActivityRunStopped, fmt.Sprintf("Run %s was stopped", r.Name)
+			default:
+				ev.Kind, ev.Message = ActivityRunFinished, fmt.Sprintf("Run %s finished", r.Name)
+			}
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,105 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/fw-serve/fw/dashboard/registry"
+	"github.com/valyala/fasthttp"
+)
+
+// deployProxyTimeout bounds one forwarded request to a deployment.
+const deployProxyTimeout = 60 * time.Second
+
+// deployProxyPaths are the model-server routes the dashboard forwards
+// (POST /api/deployments/{id}/<route>); nothing else of a deployment is
+// reachable through it.
+var deployProxyPaths = map[string]string{
+	"predict":       "POST",
+	"predict/image": "POST",
+	"predict/batch": "POST",
+	"model":         "GET",
+	"health/ready":  "GET",
+}
+
+// deploymentProxy answers /api/deployments/{id}/{predict,predict/image,
+// predict/batch,model,health/ready} by forwarding the request to the managed
+// `fw serve` process on its loopback URL and passing its answer back as it
+// is (status, content type, body). The browser UI's "try it" panel uses it:
+// it never talks to a deployment's port itself (no CORS; the dashboard's
+// token applies). The target URL comes from the deployment record, never
+// from the request.
+func (s *Server) deploymentProxy(ctx *fasthttp.RequestCtx, r *registry.Service, method, id, route string) {
+	want, ok := deployProxyPaths[route]
+	if !ok {
+		s.noModelRoute(ctx, method)
+		return
+	}
+	if !s.allow(ctx, method, want) {
+		return
+	}
+	var dep *registry.Deployment
+	for _, d := range r.Deployments() {
+		if d.ID == id {
+			dep = d
+		}
+	}
+	if dep == nil {
+		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no deployment %s; GET /api/deployments lists them", id)))
+		return
+	}
+	if dep.State != registry.DeployRunning {
+		writeError(ctx, apiErr(409, CodeConflict, fmt.Sprintf("deployment %s is %s, not running; deploy the model again", id, dep.State)))
+		return
+	}
+	target, err := url.Parse(dep.URL)
+	if err != nil || (target.Scheme != "http" && target.Scheme != "https") {
+		writeError(ctx, apiErr(500, CodeInternal, fmt.Sprintf("deployment %s has no usable URL %q", id, dep.URL)))
+		return
+	}
+	target.Path = strings.TrimSuffix(target.Path, "/") + "/" + route
+	target.RawQuery = string(ctx.QueryArgs().QueryString())
+
+	var body []byte
+	if method == "POST" {
+		var e *Error
+		if body, e = s.readBody(ctx); e != nil {
+			writeError(ctx, e)
+			return
+		}
+	}
+	rctx, cancel := context.WithTimeout(s.base, deployProxyTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, method, target.String(), bytes.NewReader(body))
+	if err != nil {
+		writeError(ctx, apiErr(500, CodeInternal, "building the request to the deployment: "+err.Error()))
+		return
+	}
+	for _, h := range []string{"Content-Type", "Accept"} {
+		if v := ctx.Request.Header.Peek(h); len(v) > 0 {
+			req.Header.Set(h, string(v))
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		writeError(ctx, apiErr(502, CodeBadGateway, fmt.Sprintf("deployment %s at %s did not answer: %v; check its log (%s)", id, dep.URL, err, dep.Log)))
+		return
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		writeError(ctx, apiErr(502, CodeBadGateway, fmt.Sprintf("reading deployment %s's answer: %v", id, err)))
+		return
+	}
+	ctx.SetStatusCode(resp.StatusCode)
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		ctx.SetContentType(ct)
+	}
+	ctx.SetBody(out)
+}
