@@ -15,6 +15,29 @@ export interface TensorSpec {
   shape: number[];
 }
 
+/** One registered version (dashboard/registry Version). */
+export interface VersionInfo {
+  version: number;
+  format: string;
+  size: number;
+  inputs?: TensorSpec[];
+  outputs?: TensorSpec[];
+  labels?: string[];
+  source?: { run_id?: string; checkpoint?: string; model?: string; version?: number; upload?: string; export_id?: string };
+  metrics?: Record<string, number>;
+  parity?: ParityReport;
+  created?: string;
+  file?: string;
+}
+
+/** A registered model (dashboard/registry Model). */
+export interface ModelInfo {
+  name: string;
+  created?: string;
+  aliases?: Record<string, number>;
+  versions: VersionInfo[];
+}
+
 /** One check of the exporter's parity report. */
 export interface ParityCheck {
   input: string;

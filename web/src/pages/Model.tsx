@@ -1,6 +1,458 @@
-// Placeholder: being written.
-import { Empty } from "../components/ui";
+// One model of the registry: its versions (metrics at export, parity report),
+// aliases editor, deploy / undeploy with the deployments' health, URL and
+// request rate, and a "try it" panel for a ready deployment.
+import { Fragment, useEffect, useState, type ReactNode } from "react";
+import { Link, useNavigate, useParams } from "react-router-dom";
+import { del, get, patch, seg } from "../api/client";
+import { DeployDialog, type DeploymentInfo } from "../components/DeployDialog";
+import { ExportDialog, ParityView, type ModelInfo, type VersionInfo } from "../components/ExportDialog";
+import { TryIt } from "../components/TryIt";
+import { Card, Dialog, Empty, ErrorNote, KeyValues, StatusBadge } from "../components/ui";
+import { fmtAgo, fmtBytes, fmtNum, fmtTime } from "../lib/format";
+import { useApi, useQueryParam } from "../lib/hooks";
+import { AliasBadges, LabelsSummary, SpecList } from "./Models";
 
+/** A yes/no question before something that cannot be undone. */
+function Confirm({ open, title, children, action, onConfirm, onClose }: { open: boolean; title: string; children: ReactNode; action: string; onConfirm: () => void; onClose: () => void }) {
+  return (
+    <Dialog
+      open={open}
+      title={title}
+      onClose={onClose}
+      footer={
+        <>
+          <button type="button" onClick={onClose}>
+            Cancel
+          </button>
+          <button
+            type="button"
+            className="danger"
+            onClick={() => {
+              onConfirm();
+              onClose();
+            }}
+          >
+            {action}
+          </button>
+        </>
+      }
+    >
+      {children}
+    </Dialog>
+  );
+}
+
+/** Edits the model's aliases: change or remove one, add a new one. */
+function AliasEditor({ model, onSaved }: { model: ModelInfo; onSaved: () => void }) {
+  const [alias, setAlias] = useState("production");
+  const versions = [...model.versions].map((v) => v.version).sort((a, b) => b - a);
+  const [version, setVersion] = useState(String(versions[0] ?? ""));
+  const [error, setError] = useState<unknown>();
+  const save = async (aliases: Record<string, number>) => {
+    setError(undefined);
+    try {
+      await patch(`/api/models/${seg(model.name)}`, { aliases });
+      onSaved();
+    } catch (e) {
+      setError(e);
+    }
+  };
+  const entries = Object.entries(model.aliases ?? {}).sort(([a], [b]) => a.localeCompare(b));
+  return (
+    <div className="stack">
+      {entries.length === 0 ? (
+        <p className="muted">No aliases. An alias (e.g. production) names a version, and deployments can follow it.</p>
+      ) : (
+        <ul className="alias-list">
+          {entries.map(([a, v]) => (
+            <li key={a} className="row">
+              <span className="badge badge-alias">{a}</span>
+              <label className="inline">
+                <span className="sr-only">version of {a}</span>
+                <select value={String(v)} onChange={(e) => void save({ [a]: Number(e.target.value) })}>
+                  {versions.map((x) => (
+                    <option key={x} value={String(x)}>
+                      v{x}
+                    </option>
+                  ))}
+                </select>
+              </label>
+              <button type="button" className="ghost" aria-label={`Remove alias ${a}`} onClick={() => void save({ [a]: 0 })}>
+                Remove
+              </button>
+            </li>
+          ))}
+        </ul>
+      )}
+      <form
+        className="row wrap"
+        onSubmit={(e) => {
+          e.preventDefault();
+          if (alias.trim()) void save({ [alias.trim()]: Number(version) });
+        }}
+      >
+        <label className="inline">
+          Alias
+          <input value={alias} onChange={(e) => setAlias(e.target.value)} size={12} />
+        </label>
+        <label className="inline">
+          Version
+          <select value={version} onChange={(e) => setVersion(e.target.value)}>
+            {versions.map((x) => (
+              <option key={x} value={String(x)}>
+                v{x}
+              </option>
+            ))}
+          </select>
+        </label>
+        <button type="submit">Set alias</button>
+      </form>
+      <ErrorNote error={error} />
+    </div>
+  );
+}
+
+/** The model's deployments with health, URL, rate and Undeploy. */
+function Deployments({ deps, onUndeploy }: { deps: DeploymentInfo[]; onUndeploy: (d: DeploymentInfo) => void }) {
+  if (deps.length === 0) return <Empty>Not deployed. Deploy a version to serve it with fw serve and try it here.</Empty>;
+  return (
+    <div className="table-wrap">
+      <table className="table">
+        <thead>
+          <tr>
+            <th>Deployment</th>
+            <th>Version</th>
+            <th>Health</th>
+            <th>URL</th>
+            <th>Device</th>
+            <th className="num">Requests/s</th>
+            <th>Started</th>
+            <th />
+          </tr>
+        </thead>
+        <tbody>
+          {deps.map((d) => (
+            <tr key={d.id}>
+              <td>
+                <code>{d.id}</code>
+              </td>
+              <td>v{d.version}</td>
+              <td>
+                <StatusBadge status={d.state !== "running" ? d.state : d.healthy ? "ready" : "unhealthy"} />
+              </td>
+              <td>
+                <a href={d.url} target="_blank" rel="noreferrer">
+                  {d.url}
+                </a>
+              </td>
+              <td>{d.device || "cpu"}</td>
+              <td className="num">{d.request_rate != null ? fmtNum(d.request_rate) : "–"}</td>
+              <td title={fmtTime(d.started)}>{fmtAgo(d.started)}</td>
+              <td className="actions">
+                <button type="button" className="danger" onClick={() => onUndeploy(d)} aria-label={`Undeploy ${d.id}`}>
+                  Undeploy
+                </button>
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+/** The version list with metrics, parity, aliases and per-version actions. */
+function Versions({ model, onDeploy, onDelete }: { model: ModelInfo; onDeploy: (v: number) => void; onDelete: (v: VersionInfo) => void }) {
+  const [open, setOpen] = useQueryParam("version", "");
+  const versions = [...model.versions].sort((a, b) => b.version - a.version);
+  return (
+    <div className="table-wrap">
+      <table className="table versions-table">
+        <thead>
+          <tr>
+            <th>Version</th>
+            <th>Format</th>
+            <th className="num">Size</th>
+            <th>Metrics at export</th>
+            <th>Parity</th>
+            <th>Source</th>
+            <th>Created</th>
+            <th />
+          </tr>
+        </thead>
+        <tbody>
+          {versions.map((v) => {
+            const expanded = open === String(v.version);
+            const metrics = Object.entries(v.metrics ?? {});
+            return (
+              <Fragment key={v.version}>
+                <tr className={expanded ? "selected" : ""}>
+                  <td>
+                    <button type="button" className="ghost disclosure" aria-expanded={expanded} onClick={() => setOpen(expanded ? "" : String(v.version))}>
+                      {expanded ? "▾" : "▸"} v{v.version}
+                    </button>{" "}
+                    <AliasBadges aliases={model.aliases} version={v.version} />
+                  </td>
+                  <td>
+                    <span className={`badge badge-format badge-${v.format}`}>{v.format}</span>
+                  </td>
+                  <td className="num">{fmtBytes(v.size)}</td>
+                  <td>
+                    {metrics.length === 0 ? (
+                      <span className="muted">–</span>
+                    ) : (
+                      <span className="metric-chips">
+                        {metrics.slice(0, 4).map(([k, x]) => (
+                          <span key={k}>
+                            <span className="muted">{k}</span> {fmtNum(x)}
+                          </span>
+                        ))}
+                      </span>
+                    )}
+                  </td>
+                  <td>
+                    {v.parity && typeof v.parity.max_abs_error === "number" ? (
+                      <span title={`atol ${v.parity.atol ?? "?"}, rtol ${v.parity.rtol ?? "?"}`}>
+                        <span className="badge badge-finished">pass</span> <span className="num">{fmtNum(v.parity.max_abs_error)}</span>
+                      </span>
+                    ) : (
+                      <span className="muted">–</span>
+                    )}
+                  </td>
+                  <td>
+                    {v.source?.run_id ? (
+                      <Link to={`/runs/${seg(v.source.run_id)}`}>{v.source.run_id.slice(0, 12)}</Link>
+                    ) : (
+                      <span className="muted">{v.source?.upload ?? "–"}</span>
+                    )}
+                    {v.source?.checkpoint && <div className="muted small">{v.source.checkpoint}</div>}
+                  </td>
+                  <td title={fmtTime(v.created)}>{fmtAgo(v.created)}</td>
+                  <td className="actions">
+                    {v.format !== "checkpoint" && (
+                      <button type="button" onClick={() => onDeploy(v.version)} aria-label={`Deploy v${v.version}`}>
+                        Deploy
+                      </button>
+                    )}
+                    <button type="button" className="ghost danger-text" onClick={() => onDelete(v)} aria-label={`Delete v${v.version}`}>
+                      Delete
+                    </button>
+                  </td>
+                </tr>
+                {expanded && (
+                  <tr className="detail-row">
+                    <td colSpan={8}>
+                      <div className="grid-2 version-detail">
+                        <div className="stack">
+                          <h3>Signature</h3>
+                          <KeyValues
+                            items={[
+                              ["inputs", <SpecList key="i" specs={v.inputs} />],
+                              ["outputs", <SpecList key="o" specs={v.outputs} />],
+                              ["labels", <LabelsSummary key="l" labels={v.labels} />],
+                              ["file", <code key="f">{v.file ?? "–"}</code>],
+                            ]}
+                          />
+                          {metrics.length > 0 && (
+                            <>
+                              <h3>Metrics at export</h3>
+                              <KeyValues items={metrics.map(([k, x]) => [k, <span className="num">{fmtNum(x)}</span>] as [string, ReactNode])} />
+                            </>
+                          )}
+                        </div>
+                        <div className="stack">
+                          <h3>Parity report</h3>
+                          <ParityView report={v.parity} />
+                        </div>
+                      </div>
+                    </td>
+                  </tr>
+                )}
+              </Fragment>
+            );
+          })}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+/** The /models/:name page. */
 export function ModelPage() {
-  return <Empty>Model: coming.</Empty>;
+  const { name = "" } = useParams();
+  const nav = useNavigate();
+  const model = useApi((s) => get<ModelInfo>(`/api/models/${seg(name)}`, undefined, s), [name], 15000);
+  const deps = useApi((s) => get<{ deployments: DeploymentInfo[] }>("/api/deployments", undefined, s), [], 2000);
+  const [deployOpen, setDeployOpen] = useState(false);
+  const [deployVersion, setDeployVersion] = useState<number>();
+  const [exportOpen, setExportOpen] = useState(false);
+  const [undeploy, setUndeploy] = useState<DeploymentInfo>();
+  const [deleting, setDeleting] = useState<VersionInfo>();
+  const [deletingModel, setDeletingModel] = useState(false);
+  const [actionError, setActionError] = useState<unknown>();
+  const [tryDep, setTryDep] = useQueryParam("try", "");
+
+  const m = model.data;
+  const mine = (deps.data?.deployments ?? []).filter((d) => d.model === name);
+  const ready = mine.filter((d) => d.state === "running" && d.healthy);
+  const tryTarget = ready.find((d) => d.id === tryDep) ?? ready[0];
+  const tryVersion = m?.versions.find((v) => v.version === tryTarget?.version);
+  const deployable = (m?.versions ?? []).filter((v) => v.format !== "checkpoint").map((v) => v.version).sort((a, b) => b - a);
+
+  useEffect(() => setActionError(undefined), [name]);
+
+  const run = async (fn: () => Promise<unknown>, after: () => void) => {
+    setActionError(undefined);
+    try {
+      await fn();
+      after();
+    } catch (e) {
+      setActionError(e);
+    }
+  };
+
+  if (model.error && !m) {
+    return (
+      <div className="stack">
+        <p>
+          <Link to="/models">← Models</Link>
+        </p>
+        <ErrorNote error={model.error} />
+      </div>
+    );
+  }
+  if (!m) return <p className="muted">Loading…</p>;
+
+  return (
+    <div className="stack model-page">
+      <header className="page-head">
+        <div>
+          <p className="crumbs">
+            <Link to="/models">Models</Link> /
+          </p>
+          <h1>{m.name}</h1>
+          <p className="muted">
+            {m.versions.length} version{m.versions.length === 1 ? "" : "s"} · created {fmtAgo(m.created)} · <AliasBadges aliases={m.aliases} />
+          </p>
+        </div>
+        <div className="row">
+          <button type="button" onClick={() => setExportOpen(true)}>
+            Export new version…
+          </button>
+          <button
+            type="button"
+            className="primary"
+            disabled={deployable.length === 0}
+            onClick={() => {
+              setDeployVersion(undefined);
+              setDeployOpen(true);
+            }}
+          >
+            Deploy…
+          </button>
+          <button type="button" className="ghost danger-text" onClick={() => setDeletingModel(true)}>
+            Delete model
+          </button>
+        </div>
+      </header>
+      <ErrorNote error={actionError ?? deps.error} />
+      <Card title="Versions">
+        <Versions
+          model={m}
+          onDeploy={(v) => {
+            setDeployVersion(v);
+            setDeployOpen(true);
+          }}
+          onDelete={setDeleting}
+        />
+      </Card>
+      <div className="grid-2 model-lower">
+        <Card title="Deployments" actions={<span className="muted small">refreshed every 2 s</span>}>
+          <Deployments deps={mine} onUndeploy={setUndeploy} />
+        </Card>
+        <Card title="Aliases">
+          <AliasEditor model={m} onSaved={model.reload} />
+        </Card>
+      </div>
+      <Card
+        title="Try it"
+        actions={
+          ready.length > 1 ? (
+            <label className="inline">
+              Deployment
+              <select value={tryTarget?.id ?? ""} onChange={(e) => setTryDep(e.target.value)}>
+                {ready.map((d) => (
+                  <option key={d.id} value={d.id}>
+                    {d.id} (v{d.version}, :{d.port})
+                  </option>
+                ))}
+              </select>
+            </label>
+          ) : tryTarget ? (
+            <span className="muted small">
+              {tryTarget.id} · v{tryTarget.version} · {tryTarget.url}
+            </span>
+          ) : null
+        }
+      >
+        {tryTarget ? (
+          <TryIt key={tryTarget.id} deploymentId={tryTarget.id} inputs={tryVersion?.inputs} labels={tryVersion?.labels} />
+        ) : (
+          <Empty>Deploy a version, and once it is ready send it JSON rows or an image here.</Empty>
+        )}
+      </Card>
+
+      <DeployDialog
+        open={deployOpen}
+        onClose={() => setDeployOpen(false)}
+        model={m.name}
+        versions={deployable}
+        aliases={m.aliases ?? {}}
+        defaultVersion={deployVersion}
+        usedPorts={(deps.data?.deployments ?? []).map((d) => d.port)}
+        onDeployed={(d) => {
+          deps.reload();
+          setTryDep(d.id);
+        }}
+      />
+      <ExportDialog open={exportOpen} onClose={() => setExportOpen(false)} onDone={() => model.reload()} />
+      <Confirm
+        open={!!undeploy}
+        title="Undeploy"
+        action="Undeploy"
+        onClose={() => setUndeploy(undefined)}
+        onConfirm={() => {
+          const d = undeploy;
+          if (d) void run(() => del(`/api/deployments/${seg(d.id)}`), deps.reload);
+        }}
+      >
+        <p>
+          Stop the server of {undeploy?.model} v{undeploy?.version} at {undeploy?.url}? Requests to it will fail.
+        </p>
+      </Confirm>
+      <Confirm
+        open={!!deleting}
+        title={`Delete v${deleting?.version ?? ""}`}
+        action="Delete version"
+        onClose={() => setDeleting(undefined)}
+        onConfirm={() => {
+          const v = deleting;
+          if (v) void run(() => del(`/api/models/${seg(m.name)}/versions/${v.version}`), model.reload);
+        }}
+      >
+        <p>
+          Delete {m.name} v{deleting?.version} and its file? This cannot be undone.
+        </p>
+      </Confirm>
+      <Confirm
+        open={deletingModel}
+        title={`Delete ${m.name}`}
+        action="Delete model"
+        onClose={() => setDeletingModel(false)}
+        onConfirm={() => void run(() => del(`/api/models/${seg(m.name)}`), () => nav("/models"))}
+      >
+        <p>Delete the model {m.name}, all its versions and their files? This cannot be undone.</p>
+      </Confirm>
+    </div>
+  );
 }

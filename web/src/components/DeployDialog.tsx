@@ -1,0 +1,171 @@
+// The deploy dialog: pick a model version (or alias), a port, the device and
+// the batching options, POST /api/models/{name}/deploy and wait until the
+// server is ready (the API answers once /health/ready does), showing the
+// deploy error (with the server's last log lines) on failure.
+import { useEffect, useState } from "react";
+import { post, seg } from "../api/client";
+import { Dialog, ErrorNote } from "./ui";
+
+/** A managed deployment (dashboard/registry Deployment). */
+export interface DeploymentInfo {
+  id: string;
+  model: string;
+  version: number;
+  port: number;
+  pid?: number;
+  url: string;
+  device?: string;
+  max_batch_size?: number;
+  max_delay_ms?: number;
+  started?: string;
+  state: string;
+  log?: string;
+  healthy?: boolean;
+  request_rate?: number | null;
+}
+
+/** The body of POST /api/models/{name}/deploy. */
+export interface DeployBody {
+  version?: number | string;
+  port: number;
+  device?: string;
+  max_batch_size?: number;
+  max_delay_ms?: number;
+}
+
+/** A port that looks free: 8000 upwards, skipping the ones deployments use. */
+export function suggestPort(used: number[]): number {
+  let p = 8000;
+  while (used.includes(p)) p++;
+  return p;
+}
+
+/** Builds the deploy body from the form (a number is a version, text an alias). */
+export function deployBody(v: { target: string; port: string; device: string; maxBatch: string; maxDelay: string }): DeployBody {
+  const body: DeployBody = { port: Number(v.port), device: v.device };
+  if (v.target !== "") body.version = /^\d+$/.test(v.target) ? Number(v.target) : v.target;
+  if (v.maxBatch.trim() !== "") body.max_batch_size = Number(v.maxBatch);
+  if (v.maxDelay.trim() !== "") body.max_delay_ms = Number(v.maxDelay);
+  return body;
+}
+
+/** Deploys one model; onDeployed gets the ready deployment. */
+export function DeployDialog({
+  open,
+  onClose,
+  model,
+  versions,
+  aliases,
+  defaultVersion,
+  usedPorts,
+  onDeployed,
+}: {
+  open: boolean;
+  onClose: () => void;
+  model: string;
+  /** Deployable versions (exported files), newest first. */
+  versions: number[];
+  aliases: Record<string, number>;
+  defaultVersion?: number;
+  usedPorts: number[];
+  onDeployed?: (d: DeploymentInfo) => void;
+}) {
+  const [target, setTarget] = useState("");
+  const [port, setPort] = useState("8000");
+  const [device, setDevice] = useState("cpu");
+  const [maxBatch, setMaxBatch] = useState("32");
+  const [maxDelay, setMaxDelay] = useState("5");
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<unknown>();
+
+  useEffect(() => {
+    if (!open) return;
+    setTarget(defaultVersion != null ? String(defaultVersion) : versions.length > 0 ? String(versions[0]) : "");
+    setPort(String(suggestPort(usedPorts)));
+    setError(undefined);
+    setBusy(false);
+    // Reset on each opening only.
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [open]);
+
+  const submit = async () => {
+    setBusy(true);
+    setError(undefined);
+    try {
+      const d = await post<DeploymentInfo>(`/api/models/${seg(model)}/deploy`, deployBody({ target, port, device, maxBatch, maxDelay }));
+      onDeployed?.(d);
+      onClose();
+    } catch (e) {
+      setError(e);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  const footer = (
+    <>
+      <button type="button" onClick={onClose} disabled={busy}>
+        Cancel
+      </button>
+      <button type="submit" form="deploy-form" className="primary" disabled={busy || !port}>
+        {busy ? "Deploying…" : "Deploy"}
+      </button>
+    </>
+  );
+
+  return (
+    <Dialog open={open} title={`Deploy ${model}`} onClose={() => !busy && onClose()} footer={footer}>
+      <form
+        id="deploy-form"
+        className="form-grid"
+        onSubmit={(e) => {
+          e.preventDefault();
+          if (!busy) void submit();
+        }}
+      >
+        <label>
+          Version or alias
+          <select value={target} onChange={(e) => setTarget(e.target.value)} disabled={busy}>
+            {versions.map((v) => (
+              <option key={v} value={String(v)}>
+                v{v}
+              </option>
+            ))}
+            {Object.entries(aliases).map(([a, v]) => (
+              <option key={a} value={a}>
+                {a} (v{v})
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Port
+          <input type="number" min={1024} max={65535} value={port} onChange={(e) => setPort(e.target.value)} disabled={busy} />
+        </label>
+        <label>
+          Device
+          <select value={device} onChange={(e) => setDevice(e.target.value)} disabled={busy}>
+            <option value="cpu">cpu</option>
+            <option value="cuda">cuda</option>
+          </select>
+        </label>
+        <label>
+          Max batch size
+          <input type="number" min={1} value={maxBatch} onChange={(e) => setMaxBatch(e.target.value)} disabled={busy} />
+        </label>
+        <label>
+          Max delay (ms)
+          <input type="number" min={0} value={maxDelay} onChange={(e) => setMaxDelay(e.target.value)} disabled={busy} />
+        </label>
+        <div className="span-all">
+          {busy && (
+            <p className="row" aria-live="polite">
+              <span className="spinner" aria-hidden="true" /> Starting fw serve on 127.0.0.1:{port} and waiting until it is ready…
+            </p>
+          )}
+          <ErrorNote error={error} />
+        </div>
+      </form>
+    </Dialog>
+  );
+}
