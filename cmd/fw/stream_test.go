@@ -236,3 +236,105 @@ func TestStreamShutdown(t *testing.T) {
 		t.Fatalf("after SIGTERM: %v, want close 1001", fmt.Sprint(err))
 	}
 }
+
+// TestStreamTrainingJob watches a real training job (the built-in
+// digits_mlp recipe started through the API) over the stream: its metric,
+// log and progress events arrive, and after a stop its stopped status.
+func TestStreamTrainingJob(t *testing.T) {
+	py := trainingPython(t)
+	t.Setenv("FW_PYTHON", py)
+	t.Setenv("FW_SYSTEM_INTERVAL", "0")
+	p := startDashboard(t, t.TempDir(), "--stream-heartbeat", "1s", "--stop-grace", "30s")
+	c, _, err := dialStream(t, p.url, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	subscribe(t, c, "*", nil) // the run ID is not known before the start
+
+	code, out := call(t, "POST", p.url+"/api/training/start", "", "application/json",
+		`{"recipe":"digits_mlp","experiment":"watched","params":{"epochs":50,"batch_size":256,"hidden":16,"step_delay":0.1}}`)
+	if code != 202 {
+		t.Fatalf("start: %d %v", code, out)
+	}
+	id := out["id"].(string)
+
+	var lastCursor uint64
+	// next reads the run's next event (heartbeats and other runs skipped);
+	// the deadlines are generous: the process imports torch first.
+	next := func(what string) streamMsg {
+		t.Helper()
+		deadline := time.Now().Add(120 * time.Second)
+		for {
+			_ = c.SetReadDeadline(deadline)
+			var m streamMsg
+			if err := c.ReadJSON(&m); err != nil {
+				t.Fatalf("waiting for %s: %v", what, err)
+			}
+			switch m.Type {
+			case "heartbeat":
+				continue
+			case "gap", "error":
+				t.Fatalf("waiting for %s: unexpected %+v", what, m)
+			}
+			if m.Cursor <= lastCursor {
+				t.Fatalf("cursor %d after %d", m.Cursor, lastCursor)
+			}
+			lastCursor = m.Cursor
+			if m.RunID == id {
+				return m
+			}
+		}
+	}
+	seen := map[string]int{}
+	for seen["metric"] == 0 || seen["log"] == 0 || seen["progress"] == 0 {
+		m := next("metric, log and progress events")
+		seen[m.Type]++
+		var data map[string]any
+		if err := json.Unmarshal(m.Data, &data); err != nil {
+			t.Fatalf("event data %s: %v", m.Data, err)
+		}
+		switch m.Type {
+		case "metric":
+			if v, _ := data["values"].(map[string]any); v["train/loss"] == nil && v["val/loss"] == nil {
+				t.Fatalf("metric event: %s", m.Data)
+			}
+		case "log":
+			if l, _ := data["lines"].([]any); len(l) == 0 {
+				t.Fatalf("log event: %s", m.Data)
+			}
+		case "progress":
+			if data["total_steps"] != float64(300) {
+				t.Fatalf("progress event: %s", m.Data)
+			}
+		case "status":
+			if s := data["status"]; s != "queued" && s != "running" {
+				t.Fatalf("status before the stop: %s", m.Data)
+			}
+		}
+	}
+
+	if code, out := call(t, "POST", p.url+"/api/training/"+id+"/stop", "", "", ""); code != 202 {
+		t.Fatalf("stop: %d %v", code, out)
+	}
+	for {
+		m := next("the stopped status")
+		if m.Type != "status" {
+			continue
+		}
+		var data map[string]any
+		if err := json.Unmarshal(m.Data, &data); err != nil {
+			t.Fatalf("status data %s: %v", m.Data, err)
+		}
+		if data["status"] == "stopped" {
+			break
+		}
+		if data["status"] == "finished" || data["status"] == "failed" {
+			t.Fatalf("the run ended %s, want stopped: %s", data["status"], m.Data)
+		}
+	}
+	if code, r := call(t, "GET", p.url+"/api/runs/"+id, "", "", ""); code != 200 || r["status"] != "stopped" {
+		t.Fatalf("GET /api/runs/%s after the stopped event: %d %v", id, code, r)
+	}
+	p.stop(t)
+}
