@@ -76,13 +76,13 @@ curl -sf -X POST "$dash/api/models/digits_cnn/deploy" -H 'Content-Type: applicat
 cat <<MSG
 
 ==> 3. running
-    dashboard  $dash       (API; try $dash/api/models, $dash/api/system/status, $dash/metrics)
+    dashboard  $dash/      (the web UI: open it in a browser; API docs at $dash/docs)
     model      http://127.0.0.1:$port  (digits_cnn; interactive docs at http://127.0.0.1:$port/docs)
 
     curl -s -X POST http://127.0.0.1:$port/predict/image?top_k=3 -F file=@build/models/samples/digit_3_2.png
     curl -s $dash/api/deployments
 
-    Train from the dashboard and watch it:
+    Train from the dashboard's Training page ($dash/training), or with curl:
     curl -s -X POST $dash/api/training/start -H 'Content-Type: application/json' \\
          -d '{"recipe": "digits_mlp", "experiment": "demo", "params": {"epochs": 3}}'
 
