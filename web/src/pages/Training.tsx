@@ -1,6 +1,240 @@
-// Placeholder: being written.
-import { Empty } from "../components/ui";
+// The Training monitor: /training starts a recipe (a form built from its
+// parameter schema) and lists the jobs; /training/:runId follows one run
+// live (LiveRun).
+import { useEffect, useMemo, useState, type FormEvent } from "react";
+import { Link, useNavigate, useParams } from "react-router-dom";
+import { get, post, seg } from "../api/client";
+import type { Run } from "../api/types";
+import { LiveRun, StopButton, progressFraction, type JobInfo, type RunProgress } from "../components/LiveRun";
+import { ParamsForm, paramDefaults, validateParams, type Param } from "../components/ParamsForm";
+import { Card, Empty, ErrorNote, ProgressBar, StatusBadge } from "../components/ui";
+import { fmtAgo, fmtParam } from "../lib/format";
+import { useApi, useNow, useQueryParam } from "../lib/hooks";
 
+/** A registered training recipe (GET /api/training/recipes). */
+export interface Recipe {
+  name: string;
+  description: string;
+  module?: string;
+  builtin?: boolean;
+  params: Param[];
+}
+
+/** The answer of POST /api/training/start. */
+interface StartAnswer {
+  id: string;
+  status: string;
+  job?: JobInfo;
+}
+
+/** The training page: the start form and jobs, or one run's live monitor. */
 export function TrainingPage() {
-  return <Empty>Training: coming.</Empty>;
+  const { runId } = useParams();
+  if (runId) return <LiveRun key={runId} runId={runId} />;
+  return (
+    <div className="stack training-page">
+      <h1>Training</h1>
+      <StartForm />
+      <JobsList />
+    </div>
+  );
+}
+
+/** The form that starts a recipe: recipe, experiment, run name and the recipe's parameters. */
+export function StartForm() {
+  const navigate = useNavigate();
+  const recipes = useApi((s) => get<{ recipes: Recipe[] }>("/api/training/recipes", undefined, s), []);
+  const experiments = useApi((s) => get<{ experiments: { id: string; name: string }[] }>("/api/experiments", { limit: 500, sort: "name" }, s).catch(() => ({ experiments: [] })), []);
+  const [recipeName, setRecipeName] = useQueryParam("recipe", "");
+  const [experiment, setExperiment] = useState("");
+  const [name, setName] = useState("");
+  const [values, setValues] = useState<Record<string, unknown>>({});
+  const [error, setError] = useState<unknown>();
+  const [busy, setBusy] = useState(false);
+  const [tried, setTried] = useState(false);
+
+  const list = recipes.data?.recipes ?? [];
+  const recipe = list.find((r) => r.name === recipeName) ?? list[0];
+
+  // A new recipe starts from its defaults.
+  useEffect(() => {
+    if (recipe) setValues(paramDefaults(recipe.params));
+    setError(undefined);
+    setTried(false);
+  }, [recipe]);
+
+  const errors = useMemo(() => (recipe ? validateParams(recipe.params, values) : {}), [recipe, values]);
+  const nErrors = Object.keys(errors).length;
+
+  const submit = async (e: FormEvent) => {
+    e.preventDefault();
+    setTried(true);
+    if (!recipe || nErrors > 0 || !experiment.trim()) return;
+    setBusy(true);
+    setError(undefined);
+    try {
+      const body: Record<string, unknown> = { recipe: recipe.name, experiment: experiment.trim(), params: values };
+      if (name.trim()) body.name = name.trim();
+      const a = await post<StartAnswer>("/api/training/start", body);
+      navigate(`/training/${seg(a.id)}`);
+    } catch (err) {
+      setError(err);
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  if (recipes.error && !recipes.data) {
+    return (
+      <Card title="Start training">
+        <ErrorNote error={recipes.error} />
+      </Card>
+    );
+  }
+  if (!recipes.data) return <Card title="Start training"><Empty>Loading recipes…</Empty></Card>;
+  if (list.length === 0) {
+    return (
+      <Card title="Start training">
+        <Empty>No recipes are registered. Register one with fw dashboard --recipes FILE (docs/tracking.md, "Training jobs").</Empty>
+      </Card>
+    );
+  }
+
+  return (
+    <Card title="Start training" className="start-form">
+      <form onSubmit={submit} aria-label="Start training" noValidate>
+        <div className="form-grid">
+          <label htmlFor="train-recipe">Recipe</label>
+          <select id="train-recipe" value={recipe?.name ?? ""} onChange={(e) => setRecipeName(e.target.value)}>
+            {list.map((r) => (
+              <option key={r.name} value={r.name}>
+                {r.name}
+              </option>
+            ))}
+          </select>
+          {recipe?.description && <small className="hint">{recipe.description}</small>}
+
+          <label htmlFor="train-experiment">Experiment</label>
+          <input
+            id="train-experiment"
+            list="train-experiments"
+            value={experiment}
+            required
+            placeholder="an existing or a new experiment"
+            aria-invalid={tried && !experiment.trim() ? true : undefined}
+            onChange={(e) => setExperiment(e.target.value)}
+          />
+          <datalist id="train-experiments">
+            {(experiments.data?.experiments ?? []).map((x) => (
+              <option key={x.id} value={x.name} />
+            ))}
+          </datalist>
+          {tried && !experiment.trim() && (
+            <small className="hint field-error" role="alert">
+              Name the experiment (a new name creates it).
+            </small>
+          )}
+
+          <label htmlFor="train-name">Run name</label>
+          <input id="train-name" value={name} placeholder="optional" onChange={(e) => setName(e.target.value)} />
+        </div>
+        {recipe && <ParamsForm params={recipe.params} values={values} onChange={setValues} />}
+        <div className="row form-actions">
+          <button type="submit" className="primary" disabled={busy}>
+            {busy ? "Starting…" : "Start training"}
+          </button>
+          {recipe && (
+            <button type="button" className="ghost" onClick={() => setValues(paramDefaults(recipe.params))}>
+              Reset to defaults
+            </button>
+          )}
+          {tried && nErrors > 0 && (
+            <span className="field-error" role="status">
+              Fix {nErrors === 1 ? "the parameter" : `${nErrors} parameters`} above.
+            </span>
+          )}
+        </div>
+        <ErrorNote error={error} />
+      </form>
+    </Card>
+  );
+}
+
+/** A job's run as the row needs it. */
+type RowRun = Run & { progress?: RunProgress };
+
+/** One job's progress and name, from its run (polled while it is active). */
+function JobRow({ job, onChanged }: { job: JobInfo; onChanged: () => void }) {
+  const active = job.state === "running" || job.state === "queued" || job.state === "stopping";
+  const run = useApi((s) => get<RowRun>(`/api/runs/${seg(job.run_id)}`, undefined, s), [job.run_id, job.state], active ? 2000 : 0);
+  const now = useNow(5000);
+  const r = run.data;
+  const prog = progressFraction(r?.progress);
+  const name = r?.name || job.run_id;
+  return (
+    <tr>
+      <td>
+        <StatusBadge status={job.state === "exited" ? r?.status ?? "exited" : job.state} />
+      </td>
+      <td>
+        <Link to={`/training/${seg(job.run_id)}`}>{name}</Link>
+      </td>
+      <td>
+        <code>{job.recipe}</code>
+      </td>
+      <td>{job.experiment}</td>
+      <td className="job-progress">{prog ? <ProgressBar value={Number(prog.value.toFixed(2))} total={prog.total} label={`Progress of ${name}`} /> : <span className="muted">–</span>}</td>
+      <td className="muted" title={job.started ?? job.queued}>
+        {fmtAgo(job.started ?? job.queued, now)}
+      </td>
+      <td className="muted params-cell" title={JSON.stringify(job.params ?? {})}>
+        {Object.entries(job.params ?? {})
+          .map(([k, v]) => `${k}=${fmtParam(v)}`)
+          .join(" ")}
+      </td>
+      <td className="num">{job.exit_code ?? ""}</td>
+      <td>{(job.state === "running" || job.state === "queued") && <StopButton runId={job.run_id} name={name} onStopped={onChanged} compact />}</td>
+    </tr>
+  );
+}
+
+/** The jobs this dashboard started, newest first, polled every 2 s. */
+export function JobsList() {
+  const jobs = useApi((s) => get<{ jobs: JobInfo[] }>("/api/training", undefined, s), [], 2000);
+  const list = [...(jobs.data?.jobs ?? [])].reverse();
+  return (
+    <Card title="Jobs" actions={<span className="muted">{list.filter((j) => j.state === "running").length} running</span>}>
+      <ErrorNote error={jobs.error} />
+      {!jobs.data ? (
+        <Empty>Loading jobs…</Empty>
+      ) : list.length === 0 ? (
+        <Empty>No jobs yet: start one above.</Empty>
+      ) : (
+        <div className="table-wrap">
+          <table className="table jobs-table" aria-label="Training jobs">
+            <thead>
+              <tr>
+                <th>State</th>
+                <th>Run</th>
+                <th>Recipe</th>
+                <th>Experiment</th>
+                <th>Progress</th>
+                <th>Started</th>
+                <th>Params</th>
+                <th className="num">Exit</th>
+                <th>
+                  <span className="sr-only">Actions</span>
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {list.map((j) => (
+                <JobRow key={j.run_id} job={j} onChanged={jobs.reload} />
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+    </Card>
+  );
 }
