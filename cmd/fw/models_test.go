@@ -114,7 +114,8 @@ func TestModelRegistry(t *testing.T) {
 		}
 		return job
 	}
-	waitExport(out["id"].(string))
+	onnxExport := out["id"].(string)
+	waitExport(onnxExport)
 	m = findModel(t, d.url, "mlp")
 	mv := m["versions"].([]any)[0].(map[string]any)
 	if mv["format"] != "onnx" || mv["parity"].(map[string]any)["max_abs_error"].(float64) > 1e-3 || mv["source"].(map[string]any)["run_id"] != "r1" || mv["metrics"].(map[string]any)["val_acc"] != 0.97 {
@@ -181,6 +182,10 @@ func TestModelRegistry(t *testing.T) {
 	}
 	if v := findModel(t, d.url, "mlp")["aliases"].(map[string]any)["production"]; v != 1.0 {
 		t.Fatalf("registry after restart: %v", v)
+	}
+	// Export jobs are persisted (registry/exports.json): still answered.
+	if code, job := call(t, "GET", d.url+"/api/models/exports/"+onnxExport, "", "", ""); code != 200 || job["state"] != "finished" || job["version"] != 1.0 || job["model"] != "mlp" {
+		t.Fatalf("export job after restart: %d %v", code, job)
 	}
 
 	// DELETE stops it: the child exits.

@@ -2,12 +2,15 @@ package registry
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,11 +51,142 @@ type ExportJob struct {
 	Finished *time.Time      `json:"finished,omitempty"`
 }
 
+// RestartedMsg is the error of an export that was running when the
+// dashboard stopped: on the next start it is failed with this message.
+const RestartedMsg = "dashboard restarted while exporting; start the export again"
+
+// maxExportJobs is how many ended export jobs are kept (the oldest go first).
+const maxExportJobs = 1000
+
+// exporter holds the export jobs; every change is persisted to
+// FW_EXPERIMENT_DIR/registry/exports.json (written atomically), so a job
+// still answers after a restart.
 type exporter struct {
 	mu   sync.Mutex
 	jobs map[string]*ExportJob
 	n    int
 	wg   sync.WaitGroup
+	// saveMu orders the writes of exports.json: each write takes a snapshot
+	// while holding it, so the last write holds the latest state.
+	saveMu sync.Mutex
+}
+
+func (s *Service) exportsFile() string {
+	return filepath.Join(s.cfg.ExperimentDir, "registry", "exports.json")
+}
+
+// loadExports reads exports.json: a job that was queued or running when the
+// dashboard stopped is failed with RestartedMsg (its process is gone and
+// its output never registered); the temporary export directories left
+// behind are removed.
+func (s *Service) loadExports() error {
+	e := &s.exp
+	e.jobs = map[string]*ExportJob{}
+	b, err := os.ReadFile(s.exportsFile())
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var list []*ExportJob
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &list); err != nil {
+			return fmt.Errorf("reading %s: %w", s.exportsFile(), err)
+		}
+	}
+	now := time.Now().UTC()
+	changed := false
+	for _, j := range list {
+		if j == nil || j.ID == "" {
+			continue
+		}
+		if j.State == StateQueued || j.State == StateRunning {
+			j.State, j.Progress, j.Error, j.Finished = StateFailed, "failed", RestartedMsg, &now
+			changed = true
+			if s.log != nil {
+				s.log.Warn("export job failed: the dashboard restarted while it ran", "id", j.ID, "model", j.Model)
+			}
+		}
+		e.jobs[j.ID] = j
+		if i := strings.LastIndexByte(j.ID, '-'); i >= 0 {
+			if n, err := strconv.Atoi(j.ID[i+1:]); err == nil && n > e.n {
+				e.n = n
+			}
+		}
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(s.cfg.ExperimentDir, "registry", "export-*")); len(tmp) > 0 {
+		for _, d := range tmp {
+			_ = os.RemoveAll(d)
+		}
+	}
+	if changed {
+		return s.saveExports()
+	}
+	return nil
+}
+
+// saveExports writes every export job to exports.json, dropping the oldest
+// ended jobs beyond maxExportJobs.
+func (s *Service) saveExports() error {
+	e := &s.exp
+	e.saveMu.Lock()
+	defer e.saveMu.Unlock()
+	e.mu.Lock()
+	list := make([]ExportJob, 0, len(e.jobs))
+	ended := 0
+	for _, j := range s.sortedExportsLocked() {
+		if j.State == StateFinished || j.State == StateFailed {
+			if ended++; ended > maxExportJobs {
+				delete(e.jobs, j.ID)
+				continue
+			}
+		}
+		list = append(list, *j)
+	}
+	e.mu.Unlock()
+	b, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(s.exportsFile(), b)
+}
+
+func (s *Service) persistExports() {
+	if err := s.saveExports(); err != nil && s.log != nil {
+		s.log.Error("saving the export jobs", "file", s.exportsFile(), "err", err)
+	}
+}
+
+// sortedExportsLocked lists the jobs newest first (s.exp.mu held).
+func (s *Service) sortedExportsLocked() []*ExportJob {
+	out := make([]*ExportJob, 0, len(s.exp.jobs))
+	for _, j := range s.exp.jobs {
+		out = append(out, j)
+	}
+	slices.SortFunc(out, func(a, b *ExportJob) int {
+		if c := b.Started.Compare(a.Started); c != 0 {
+			return c
+		}
+		return cmp.Compare(exportSeq(b.ID), exportSeq(a.ID))
+	})
+	return out
+}
+
+// exportSeq is the counter at the end of an export ID (exp-<unix>-<n>).
+func exportSeq(id string) int {
+	n, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
+	return n
+}
+
+// Exports lists the export jobs, newest first: those of this dashboard
+// process and, from exports.json, those of earlier ones.
+func (s *Service) Exports() []ExportJob {
+	s.exp.mu.Lock()
+	defer s.exp.mu.Unlock()
+	list := s.sortedExportsLocked()
+	out := make([]ExportJob, len(list))
+	for i, j := range list {
+		out[i] = *j
+	}
+	return out
 }
 
 // StartExport validates req, resolves the checkpoint and starts the export
@@ -112,6 +246,7 @@ func (s *Service) StartExport(ctx context.Context, req ExportRequest) (ExportJob
 	e.jobs[j.ID] = j
 	cp := *j
 	e.mu.Unlock()
+	s.persistExports()
 	s.publish("export", j.ID, cp)
 	e.wg.Add(1)
 	go func() {
@@ -121,7 +256,8 @@ func (s *Service) StartExport(ctx context.Context, req ExportRequest) (ExportJob
 	return cp, nil
 }
 
-// Export returns an export job by id.
+// Export returns an export job by id (also one of an earlier dashboard
+// process, from exports.json).
 func (s *Service) Export(id string) (ExportJob, bool) {
 	s.exp.mu.Lock()
 	defer s.exp.mu.Unlock()
@@ -137,6 +273,7 @@ func (s *Service) update(j *ExportJob, f func(*ExportJob)) {
 	f(j)
 	cp := *j
 	s.exp.mu.Unlock()
+	s.persistExports()
 	s.publish("export", j.ID, cp)
 }
 

@@ -41,7 +41,8 @@ type Service struct {
 	dep  deployer
 }
 
-// New opens the registry and the deployments under cfg.ExperimentDir and
+// New opens the registry, the export jobs and the deployments under
+// cfg.ExperimentDir, fails the exports an earlier process left running and
 // re-adopts the deployments that still answer. base bounds the exports.
 func New(base context.Context, st Checkpointer, cfg Config, log *slog.Logger) (*Service, error) {
 	for _, d := range []*string{&cfg.ExperimentDir, &cfg.CheckpointDir} {
@@ -62,6 +63,9 @@ func New(base context.Context, st Checkpointer, cfg Config, log *slog.Logger) (*
 		return nil, err
 	}
 	s := &Service{Reg: reg, cfg: cfg, st: st, log: log, base: base, exp: exporter{jobs: map[string]*ExportJob{}}}
+	if err := s.loadExports(); err != nil {
+		return nil, err
+	}
 	if err := s.loadDeployments(); err != nil {
 		return nil, err
 	}
