@@ -1,6 +1,302 @@
-// Placeholder: being written.
-import { Empty } from "../components/ui";
+// The home page: every experiment at a glance (runs, status counts, best
+// metric, last activity), live system resources, recent activity, running
+// training jobs and deployments.
+import { useCallback, useState } from "react";
+import { Link } from "react-router-dom";
+import { get, seg } from "../api/client";
+import type { StreamEvent } from "../api/stream";
+import { ActivityFeed } from "../components/ActivityFeed";
+import type { DeploymentInfo } from "../components/DeployDialog";
+import { SystemCharts } from "../components/SystemCharts";
+import { Card, Empty, ErrorNote, ProgressBar, StatusBadge } from "../components/ui";
+import { fmtAgo, fmtNum, fmtTime } from "../lib/format";
+import { useApi, useNow, useStream } from "../lib/hooks";
 
+/** How many experiments the home page shows. */
+const SHOWN = 10;
+const STATUSES = ["running", "queued", "finished", "failed", "stopped"];
+
+interface ExperimentLite {
+  id: string;
+  name: string;
+  description?: string;
+  updated?: string;
+  created?: string;
+}
+interface ExperimentDetailLite extends ExperimentLite {
+  run_counts?: Record<string, number>;
+  runs?: number;
+}
+interface SummaryLite {
+  last: number;
+  min: number;
+  max: number;
+  count?: number;
+}
+interface RunLite {
+  id: string;
+  name?: string;
+  status?: string;
+  updated?: string;
+  metrics?: Record<string, SummaryLite>;
+  progress?: { step: number; total_steps: number; epoch: number; total_epochs: number };
+  started?: string;
+}
+interface JobLite {
+  run_id: string;
+  recipe: string;
+  experiment: string;
+  state: string;
+  queued?: string;
+  started?: string;
+  ended?: string;
+}
+
+/** True for metrics where lower is better (loss, error, mse...). */
+export function lowerIsBetter(key: string): boolean {
+  return /loss|err|mse|mae|rmse|perplex|nll|cost/i.test(key);
+}
+
+/** The metric most runs report (ties: validation and accuracy-like first). */
+export function commonMetric(runs: RunLite[]): string | undefined {
+  const count = new Map<string, number>();
+  for (const r of runs) for (const k of Object.keys(r.metrics ?? {})) count.set(k, (count.get(k) ?? 0) + 1);
+  const score = (k: string) => (count.get(k) ?? 0) * 10 + (/^val|valid|test/i.test(k) ? 2 : 0) + (/acc|f1|r2|auc/i.test(k) ? 1 : 0);
+  return [...count.keys()].sort((a, b) => score(b) - score(a) || a.localeCompare(b))[0];
+}
+
+interface Glance {
+  detail: ExperimentDetailLite;
+  metric?: string;
+  best?: { run: RunLite; value: number };
+  lastActivity?: string;
+}
+
+/** Loads one experiment's counts, recent runs and best run (3 requests). */
+async function loadGlance(id: string, signal: AbortSignal): Promise<Glance> {
+  const [detail, recent] = await Promise.all([
+    get<ExperimentDetailLite>(`/api/experiments/${seg(id)}`, undefined, signal),
+    get<{ runs: RunLite[] }>(`/api/experiments/${seg(id)}/runs`, { limit: 20, sort: "updated", desc: true }, signal),
+  ]);
+  const runs = recent.runs ?? [];
+  const metric = commonMetric(runs);
+  const g: Glance = { detail, metric, lastActivity: runs[0]?.updated ?? detail.updated };
+  if (metric) {
+    const low = lowerIsBetter(metric);
+    const stat = low ? "min" : "max";
+    const best = await get<{ runs: RunLite[] }>(`/api/experiments/${seg(id)}/runs`, { limit: 1, sort: `metrics.${metric}.${stat}`, desc: !low, filter: `metrics.${metric}.count > 0` }, signal).catch(() => ({ runs: [] as RunLite[] }));
+    const r = best.runs?.[0];
+    const s = r?.metrics?.[metric];
+    if (r && s) g.best = { run: r, value: low ? s.min : s.max };
+  }
+  return g;
+}
+
+/** One experiment's row in the glance table. */
+function ExperimentRow({ exp, bump, now }: { exp: ExperimentLite; bump: number; now: number }) {
+  const g = useApi((s) => loadGlance(exp.id, s), [exp.id, bump], 30000);
+  const counts = g.data?.detail.run_counts ?? {};
+  return (
+    <tr>
+      <td>
+        <Link to={`/experiments/${seg(exp.id)}`} className="strong">
+          {exp.name}
+        </Link>
+        {exp.description && <div className="muted small ellipsis">{exp.description}</div>}
+      </td>
+      <td className="num">{g.data ? g.data.detail.runs ?? 0 : "…"}</td>
+      <td>
+        <span className="row tight wrap status-counts">
+          {STATUSES.filter((s) => counts[s]).map((s) => (
+            <span key={s} className={`badge badge-${s}`} title={`${counts[s]} ${s}`}>
+              {counts[s]} {s}
+            </span>
+          ))}
+          {g.data && Object.keys(counts).length === 0 && <span className="muted">no runs</span>}
+        </span>
+      </td>
+      <td>
+        {g.error ? (
+          <span className="muted" title={g.error.message}>
+            –
+          </span>
+        ) : g.data?.best && g.data.metric ? (
+          <span>
+            <span className="muted">
+              {g.data.metric} {lowerIsBetter(g.data.metric) ? "min" : "max"}
+            </span>{" "}
+            <strong className="num">{fmtNum(g.data.best.value)}</strong>{" "}
+            <Link to={`/runs/${seg(g.data.best.run.id)}`} className="small">
+              {g.data.best.run.name || g.data.best.run.id.slice(0, 8)}
+            </Link>
+          </span>
+        ) : (
+          <span className="muted">–</span>
+        )}
+      </td>
+      <td title={fmtTime(g.data?.lastActivity ?? exp.updated)}>{fmtAgo(g.data?.lastActivity ?? exp.updated, now)}</td>
+    </tr>
+  );
+}
+
+/** Experiments at a glance (at most SHOWN, most recently updated first). */
+function ExperimentsGlance({ bump }: { bump: number }) {
+  const exps = useApi((s) => get<{ experiments: ExperimentLite[]; next?: string }>("/api/experiments", { limit: SHOWN, sort: "updated", desc: true }, s), [bump], 30000);
+  const now = useNow(10000);
+  const list = exps.data?.experiments ?? [];
+  return (
+    <Card title="Experiments" actions={<Link to="/experiments">All experiments →</Link>}>
+      <ErrorNote error={exps.error} />
+      {exps.data && list.length === 0 ? (
+        <Empty>
+          No experiments yet. <Link to="/training">Start a training job</Link> or log runs with the Python SDK.
+        </Empty>
+      ) : (
+        <div className="table-wrap">
+          <table className="table glance-table">
+            <thead>
+              <tr>
+                <th>Experiment</th>
+                <th className="num">Runs</th>
+                <th>Status</th>
+                <th>Best</th>
+                <th>Last activity</th>
+              </tr>
+            </thead>
+            <tbody>
+              {list.map((e) => (
+                <ExperimentRow key={e.id} exp={e} bump={bump} now={now} />
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+      {exps.data?.next && (
+        <p className="muted small">
+          Showing the {SHOWN} most recently updated. <Link to="/experiments">See all</Link>
+        </p>
+      )}
+    </Card>
+  );
+}
+
+/** One active training job with its run's progress. */
+function JobRow({ job }: { job: JobLite }) {
+  const run = useApi((s) => get<RunLite>(`/api/runs/${seg(job.run_id)}`, undefined, s), [job.run_id], 3000);
+  const p = run.data?.progress;
+  const byStep = p && p.total_steps > 0;
+  return (
+    <li className="job-item">
+      <div className="row between">
+        <Link to={`/training/${seg(job.run_id)}`} className="strong">
+          {job.recipe} <span className="muted">in {job.experiment}</span>
+        </Link>
+        <StatusBadge status={job.state} />
+      </div>
+      {p && (byStep || p.total_epochs > 0) ? (
+        <ProgressBar value={byStep ? p.step : p.epoch} total={byStep ? p.total_steps : p.total_epochs} label={`progress of ${job.recipe}`} />
+      ) : (
+        <span className="muted small">started {fmtAgo(job.started ?? job.queued)}</span>
+      )}
+    </li>
+  );
+}
+
+/** Training jobs that are queued or running. */
+function RunningJobs({ bump }: { bump: number }) {
+  const jobs = useApi((s) => get<{ jobs: JobLite[] }>("/api/training", undefined, s), [bump], 5000);
+  const active = (jobs.data?.jobs ?? []).filter((j) => j.state === "running" || j.state === "queued" || j.state === "starting");
+  return (
+    <Card title="Running jobs" actions={<Link to="/training">Start training →</Link>}>
+      <ErrorNote error={jobs.error} />
+      {jobs.data && active.length === 0 ? (
+        <Empty>No training running.</Empty>
+      ) : (
+        <ul className="job-list">
+          {active.map((j) => (
+            <JobRow key={j.run_id} job={j} />
+          ))}
+        </ul>
+      )}
+    </Card>
+  );
+}
+
+/** Managed deployments with state, URL and request rate. */
+function DeploymentsGlance() {
+  const deps = useApi((s) => get<{ deployments: DeploymentInfo[] }>("/api/deployments", undefined, s), [], 5000);
+  const list = deps.data?.deployments ?? [];
+  return (
+    <Card title="Deployments" actions={<Link to="/models">Models →</Link>}>
+      <ErrorNote error={deps.error} />
+      {deps.data && list.length === 0 ? (
+        <Empty>Nothing deployed. Deploy a model version from its page.</Empty>
+      ) : (
+        <table className="table compact">
+          <thead>
+            <tr>
+              <th>Model</th>
+              <th>State</th>
+              <th>URL</th>
+              <th className="num">req/s</th>
+            </tr>
+          </thead>
+          <tbody>
+            {list.map((d) => (
+              <tr key={d.id}>
+                <td>
+                  <Link to={`/models/${seg(d.model)}`}>{d.model}</Link> <span className="muted">v{d.version}</span>
+                </td>
+                <td>
+                  <StatusBadge status={d.state !== "running" ? d.state : d.healthy ? "ready" : "unhealthy"} />
+                </td>
+                <td>
+                  <a href={d.url} target="_blank" rel="noreferrer">
+                    {d.url.replace(/^https?:\/\//, "")}
+                  </a>
+                </td>
+                <td className="num">{d.request_rate != null ? fmtNum(d.request_rate) : "–"}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </Card>
+  );
+}
+
+/** The / page. */
 export function HomePage() {
-  return <Empty>Home: coming.</Empty>;
+  // Run status changes, exports and deploys refresh the lists at once.
+  const [bump, setBump] = useState(0);
+  const onEvent = useCallback((e: StreamEvent) => {
+    if (e.type === "status" || e.type === "export" || e.type === "deploy") setBump((b) => b + 1);
+  }, []);
+  useStream("*", onEvent, () => setBump((b) => b + 1));
+
+  return (
+    <div className="stack home">
+      <header className="page-head">
+        <div>
+          <h1>Overview</h1>
+          <p className="muted">Experiments, resources, activity, training and deployments on this dashboard.</p>
+        </div>
+      </header>
+      <div className="home-grid">
+        <div className="stack home-main">
+          <ExperimentsGlance bump={bump} />
+          <Card title="System" actions={<span className="muted small">last 5 minutes, every 2 s</span>}>
+            <SystemCharts />
+          </Card>
+        </div>
+        <div className="stack home-side">
+          <RunningJobs bump={bump} />
+          <DeploymentsGlance />
+          <Card title="Recent activity">
+            <ActivityFeed limit={30} bump={bump} />
+          </Card>
+        </div>
+      </div>
+    </div>
+  );
 }

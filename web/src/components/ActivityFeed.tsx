@@ -1,0 +1,83 @@
+// Recent activity (GET /api/activity): runs started, finished, failed and
+// stopped, exports and deployments, newest first, with links to the run or
+// model; refreshed every 5 s and whenever `bump` changes (stream events).
+import { useEffect } from "react";
+import { Link } from "react-router-dom";
+import { get, seg } from "../api/client";
+import { fmtAgo, fmtTime } from "../lib/format";
+import { useApi, useNow } from "../lib/hooks";
+import { Empty, ErrorNote } from "./ui";
+
+/** One activity event (GET /api/activity). */
+export interface ActivityEvent {
+  time: string;
+  kind: string;
+  message: string;
+  run_id?: string;
+  experiment?: string;
+  experiment_id?: string;
+  name?: string;
+  status?: string;
+  model?: string;
+  version?: number;
+  deployment_id?: string;
+  export_id?: string;
+}
+
+const ICONS: Record<string, { icon: string; tone: string }> = {
+  run_started: { icon: "▶", tone: "info" },
+  run_finished: { icon: "✓", tone: "ok" },
+  run_failed: { icon: "✕", tone: "bad" },
+  run_stopped: { icon: "■", tone: "warn" },
+  export_started: { icon: "⇪", tone: "info" },
+  export_finished: { icon: "⇪", tone: "ok" },
+  export_failed: { icon: "⇪", tone: "bad" },
+  deployed: { icon: "◉", tone: "ok" },
+  undeployed: { icon: "○", tone: "warn" },
+};
+
+/** The link target of an event: its run, else its model. */
+export function activityLink(e: ActivityEvent): string | undefined {
+  if (e.kind.startsWith("run_") && e.run_id) return `/runs/${seg(e.run_id)}`;
+  if (e.model) return `/models/${seg(e.model)}`;
+  if (e.run_id) return `/runs/${seg(e.run_id)}`;
+  return undefined;
+}
+
+/** The feed. */
+export function ActivityFeed({ limit = 30, bump = 0 }: { limit?: number; bump?: number }) {
+  const act = useApi((s) => get<{ events: ActivityEvent[] }>("/api/activity", { limit }, s), [limit], 5000);
+  const now = useNow(5000);
+  const { reload } = act;
+  useEffect(() => {
+    if (bump > 0) reload();
+  }, [bump, reload]);
+
+  const events = act.data?.events ?? [];
+  return (
+    <div className="activity">
+      <ErrorNote error={act.error} />
+      {act.data && events.length === 0 && <Empty>Nothing yet. Start a training job and its activity shows here.</Empty>}
+      <ol className="activity-list" aria-label="recent activity">
+        {events.map((e, i) => {
+          const look = ICONS[e.kind] ?? { icon: "•", tone: "info" };
+          const to = activityLink(e);
+          return (
+            <li key={`${e.time}-${e.kind}-${i}`} className={`activity-item tone-${look.tone}`}>
+              <span className="activity-icon" aria-hidden="true">
+                {look.icon}
+              </span>
+              <span className="activity-text">
+                {to ? <Link to={to}>{e.message}</Link> : e.message}
+                {e.experiment && !e.message.includes(e.experiment) && <span className="muted"> · {e.experiment}</span>}
+              </span>
+              <time className="muted small" dateTime={e.time} title={fmtTime(e.time)}>
+                {fmtAgo(e.time, now)}
+              </time>
+            </li>
+          );
+        })}
+      </ol>
+    </div>
+  );
+}

@@ -1,0 +1,151 @@
+// Live system resources for the home page: polls GET /api/system/status
+// every 2 s, keeps the last 5 minutes in memory and draws small time charts
+// (CPU, memory, free disk, GPUs when present) with the current figures.
+import { useEffect, useMemo, useState } from "react";
+import { get } from "../api/client";
+import { fmtBytes, fmtDuration, fmtNum } from "../lib/format";
+import { useApi } from "../lib/hooks";
+import { Chart } from "./Chart";
+import { ErrorNote } from "./ui";
+
+/** GET /api/system/status (docs/tracking.md "System status"). */
+export interface SystemStatusInfo {
+  time: string;
+  cpu: { cores: number; percent: number; per_core?: number[] };
+  load?: { load1: number; load5: number; load15: number } | null;
+  memory: { total_bytes: number; used_bytes: number; available_bytes: number };
+  disks?: { name: string; path: string; free_bytes: number; total_bytes: number; error?: string }[] | null;
+  gpus?: { index: number; name: string; utilization_percent: number; memory_used_bytes: number; memory_total_bytes: number; temperature_celsius?: number }[] | null;
+  process?: { version?: string; pid?: number; started?: string; uptime_seconds?: number; rss_bytes?: number; goroutines?: number };
+  jobs?: Record<string, number> | null;
+  deployments?: Record<string, number> | null;
+  errors?: string[] | null;
+}
+
+/** One kept sample: time in Unix seconds and the status. */
+export interface Sample {
+  t: number;
+  s: SystemStatusInfo;
+}
+
+/** How long samples are kept (seconds). */
+export const WINDOW_S = 300;
+
+/** Adds a sample (skipping one with the same time) and drops those older than the window. */
+export function appendSample(list: Sample[], s: SystemStatusInfo, windowS = WINDOW_S): Sample[] {
+  const parsed = Date.parse(s.time);
+  const t = (Number.isNaN(parsed) ? Date.now() : parsed) / 1000;
+  if (list.length > 0 && list[list.length - 1].t >= t) return list;
+  const next = [...list, { t, s }];
+  const from = t - windowS;
+  let i = 0;
+  while (i < next.length && next[i].t < from) i++;
+  return i > 0 ? next.slice(i) : next;
+}
+
+const GIB = 1024 ** 3;
+
+/** One small chart with its headline figure. */
+function Mini({ title, figure, sub, x, series, testId }: { title: string; figure: string; sub?: string; x: number[]; series: { label: string; values: (number | null)[] }[]; testId: string }) {
+  return (
+    <div className="sys-mini" data-testid={testId}>
+      <div className="sys-mini-head">
+        <span className="sys-mini-title">{title}</span>
+        <span className="sys-mini-figure num">{figure}</span>
+      </div>
+      {sub && <div className="muted small">{sub}</div>}
+      <Chart x={x} series={series} xMode="time" height={110} title={undefined} testId={`${testId}-chart`} />
+    </div>
+  );
+}
+
+/** The system panel: figures and charts of the last five minutes. */
+export function SystemCharts({ pollMs = 2000 }: { pollMs?: number }) {
+  const status = useApi((sig) => get<SystemStatusInfo>("/api/system/status", undefined, sig), [], pollMs);
+  const [samples, setSamples] = useState<Sample[]>([]);
+  useEffect(() => {
+    if (status.data) setSamples((l) => appendSample(l, status.data as SystemStatusInfo));
+  }, [status.data]);
+
+  const last = samples[samples.length - 1]?.s ?? status.data;
+  const x = useMemo(() => samples.map((p) => p.t), [samples]);
+  const cpu = useMemo(() => [{ label: "CPU %", values: samples.map((p) => p.s.cpu.percent) }], [samples]);
+  const mem = useMemo(() => [{ label: "used GiB", values: samples.map((p) => p.s.memory.used_bytes / GIB) }], [samples]);
+  const diskNames = (last?.disks ?? []).map((d) => d.name);
+  const disks = useMemo(
+    () => diskNames.map((n) => ({ label: `${n} free GiB`, values: samples.map((p) => { const d = p.s.disks?.find((k) => k.name === n); return d && !d.error ? d.free_bytes / GIB : null; }) })),
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+    [samples, diskNames.join(",")],
+  );
+  const gpuCount = last?.gpus?.length ?? 0;
+  const gpuUtil = useMemo(
+    () => Array.from({ length: gpuCount }, (_, i) => ({ label: `GPU ${i} %`, values: samples.map((p) => p.s.gpus?.[i]?.utilization_percent ?? null) })),
+    [samples, gpuCount],
+  );
+  const gpuMem = useMemo(
+    () => Array.from({ length: gpuCount }, (_, i) => ({ label: `GPU ${i} GiB`, values: samples.map((p) => { const g = p.s.gpus?.[i]; return g ? g.memory_used_bytes / GIB : null; }) })),
+    [samples, gpuCount],
+  );
+
+  if (!last) return status.error ? <ErrorNote error={status.error} /> : <p className="muted">Loading system status…</p>;
+  const memPct = last.memory.total_bytes > 0 ? (100 * last.memory.used_bytes) / last.memory.total_bytes : 0;
+
+  return (
+    <div className="stack system-charts">
+      <div className="sys-figures" aria-label="system figures">
+        <div className="stat">
+          <span className="muted">CPU</span>
+          <strong data-testid="fig-cpu">{fmtNum(Number(last.cpu.percent.toFixed(1)))}%</strong>
+          <span className="muted small">{last.cpu.cores} cores</span>
+        </div>
+        <div className="stat">
+          <span className="muted">Load</span>
+          <strong data-testid="fig-load">{last.load ? `${last.load.load1.toFixed(2)} ${last.load.load5.toFixed(2)} ${last.load.load15.toFixed(2)}` : "–"}</strong>
+          <span className="muted small">1, 5, 15 min</span>
+        </div>
+        <div className="stat">
+          <span className="muted">Memory</span>
+          <strong data-testid="fig-mem">{fmtBytes(last.memory.used_bytes)}</strong>
+          <span className="muted small">
+            of {fmtBytes(last.memory.total_bytes)} ({memPct.toFixed(0)}%)
+          </span>
+        </div>
+        <div className="stat">
+          <span className="muted">Dashboard uptime</span>
+          <strong data-testid="fig-uptime">{fmtDuration(last.process?.uptime_seconds)}</strong>
+          <span className="muted small">
+            {last.process?.version ? `fw ${last.process.version}` : ""}
+            {last.process?.rss_bytes ? ` · RSS ${fmtBytes(last.process.rss_bytes)}` : ""}
+          </span>
+        </div>
+      </div>
+      <div className="sys-grid">
+        <Mini title="CPU" figure={`${last.cpu.percent.toFixed(0)}%`} x={x} series={cpu} testId="sys-cpu" />
+        <Mini title="Memory used" figure={fmtBytes(last.memory.used_bytes)} x={x} series={mem} testId="sys-mem" />
+        {diskNames.length > 0 && (
+          <Mini
+            title="Disk free"
+            figure={(last.disks ?? []).map((d) => (d.error ? `${d.name} ?` : fmtBytes(d.free_bytes))).join(" · ")}
+            sub={(last.disks ?? []).map((d) => `${d.name}: ${d.path}`).join("  ")}
+            x={x}
+            series={disks}
+            testId="sys-disk"
+          />
+        )}
+        {gpuCount > 0 && (
+          <>
+            <Mini title="GPU utilisation" figure={(last.gpus ?? []).map((g) => `${g.utilization_percent.toFixed(0)}%`).join(" · ")} sub={(last.gpus ?? []).map((g) => g.name).join(", ")} x={x} series={gpuUtil} testId="sys-gpu" />
+            <Mini
+              title="GPU memory"
+              figure={(last.gpus ?? []).map((g) => `${fmtBytes(g.memory_used_bytes)} / ${fmtBytes(g.memory_total_bytes)}`).join(" · ")}
+              x={x}
+              series={gpuMem}
+              testId="sys-gpu-mem"
+            />
+          </>
+        )}
+      </div>
+      {last.errors && last.errors.length > 0 && <p className="muted small">Not readable: {last.errors.join("; ")}</p>}
+    </div>
+  );
+}
