@@ -48,7 +48,7 @@ export function StartForm() {
   const [recipeName, setRecipeName] = useQueryParam("recipe", "");
   const [experiment, setExperiment] = useState("");
   const [name, setName] = useState("");
-  const [values, setValues] = useState<Record<string, unknown>>({});
+  const [edited, setEdited] = useState<{ recipe: string; values: Record<string, unknown> }>();
   const [error, setError] = useState<unknown>();
   const [busy, setBusy] = useState(false);
   const [tried, setTried] = useState(false);
@@ -56,12 +56,16 @@ export function StartForm() {
   const list = recipes.data?.recipes ?? [];
   const recipe = list.find((r) => r.name === recipeName) ?? list[0];
 
-  // A new recipe starts from its defaults.
+  // Each recipe starts from its defaults; edits belong to the recipe they were made for.
+  const values = useMemo(
+    () => (recipe && edited?.recipe === recipe.name ? edited.values : recipe ? paramDefaults(recipe.params) : {}),
+    [recipe, edited],
+  );
+  const setValues = (v: Record<string, unknown>) => recipe && setEdited({ recipe: recipe.name, values: v });
   useEffect(() => {
-    if (recipe) setValues(paramDefaults(recipe.params));
     setError(undefined);
     setTried(false);
-  }, [recipe]);
+  }, [recipe?.name]);
 
   const errors = useMemo(() => (recipe ? validateParams(recipe.params, values) : {}), [recipe, values]);
   const nErrors = Object.keys(errors).length;
