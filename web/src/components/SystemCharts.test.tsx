@@ -1,0 +1,60 @@
+// The system panel shows the figures of a mocked status and keeps a window
+// of samples.
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { cleanup, render, screen } from "@testing-library/react";
+import { SystemCharts, appendSample, type SystemStatusInfo } from "./SystemCharts";
+
+// uPlot needs a canvas; jsdom has none, so the chart is replaced.
+vi.mock("./Chart", () => ({ Chart: ({ testId }: { testId?: string }) => <div data-testid={testId} /> }));
+
+const GIB = 1024 ** 3;
+function status(time: string, gpus = true): SystemStatusInfo {
+  return {
+    time,
+    cpu: { cores: 8, percent: 42.4, per_core: [] },
+    load: { load1: 1.5, load5: 1.25, load15: 1 },
+    memory: { total_bytes: 16 * GIB, used_bytes: 4 * GIB, available_bytes: 12 * GIB },
+    disks: [
+      { name: "experiments", path: "/data/exp", free_bytes: 100 * GIB, total_bytes: 200 * GIB },
+      { name: "checkpoints", path: "/data/ckpt", free_bytes: 50 * GIB, total_bytes: 200 * GIB },
+    ],
+    gpus: gpus ? [{ index: 0, name: "H100", utilization_percent: 87, memory_used_bytes: 10 * GIB, memory_total_bytes: 80 * GIB }] : [],
+    process: { version: "1.2.3", uptime_seconds: 3725, rss_bytes: 50 * 1024 * 1024 },
+  };
+}
+
+afterEach(() => {
+  cleanup();
+  vi.unstubAllGlobals();
+});
+
+describe("appendSample", () => {
+  it("drops samples older than the window and repeated times", () => {
+    let l = appendSample([], status("2026-01-01T00:00:00Z"), 300);
+    l = appendSample(l, status("2026-01-01T00:00:00Z"), 300);
+    expect(l).toHaveLength(1);
+    l = appendSample(l, status("2026-01-01T00:04:00Z"), 300);
+    l = appendSample(l, status("2026-01-01T00:06:00Z"), 300);
+    expect(l.map((s) => s.t - l[0].t)).toEqual([0, 120]);
+  });
+});
+
+describe("SystemCharts", () => {
+  it("renders the figures and a chart per resource, GPUs included", async () => {
+    vi.stubGlobal("fetch", vi.fn(async () => new Response(JSON.stringify(status(new Date().toISOString())), { status: 200 })));
+    render(<SystemCharts pollMs={60000} />);
+    expect((await screen.findByTestId("fig-cpu")).textContent).toBe("42.4%");
+    expect(screen.getByTestId("fig-mem").textContent).toBe("4.0 GiB");
+    expect(screen.getByTestId("fig-load").textContent).toBe("1.50 1.25 1.00");
+    expect(screen.getByTestId("fig-uptime").textContent).toBe("1h 02m");
+    for (const id of ["sys-cpu", "sys-mem", "sys-disk", "sys-gpu", "sys-gpu-mem"]) expect(screen.getByTestId(id)).toBeTruthy();
+    expect(screen.getByTestId("sys-disk").textContent).toContain("100 GiB · 50 GiB");
+  });
+
+  it("leaves the GPU charts out without GPUs", async () => {
+    vi.stubGlobal("fetch", vi.fn(async () => new Response(JSON.stringify(status(new Date().toISOString(), false)), { status: 200 })));
+    render(<SystemCharts pollMs={60000} />);
+    await screen.findByTestId("fig-cpu");
+    expect(screen.queryByTestId("sys-gpu")).toBeNull();
+  });
+});
