@@ -1,6 +1,350 @@
-// Placeholder: being written.
-import { Empty } from "../components/ui";
+// /compare?runs=a,b,c: several runs side by side from GET /api/compare:
+// overlaid charts per metric (aligned by step or time, smoothing, log scale,
+// all in the URL), metric summaries per run, the params table with the
+// differing params highlighted (and an "only differences" toggle), and params
+// against a metric as parallel coordinates or a scatter. Runs can be added
+// (search by name) and removed.
+import { useEffect, useMemo, useState } from "react";
+import { Link } from "react-router-dom";
+import { get } from "../api/client";
+import { num } from "../api/stream";
+import { Chart } from "../components/Chart";
+import { ChartControls, useChartSettings } from "../components/RunCharts";
+import { ParamsPlot } from "../components/ParamsPlot";
+import type { MetricSummary, RunInfo } from "../components/RunsTable";
+import { quote } from "../components/FilterBar";
+import { Card, Empty, ErrorNote, StatusBadge } from "../components/ui";
+import { fmtNum, fmtParam } from "../lib/format";
+import { colorFor } from "../lib/series";
+import { useApi, useQueryParam } from "../lib/hooks";
 
+/** The answer of GET /api/compare (dashboard/api/compare.go). */
+export interface Comparison {
+  runs: { id: string; name: string; experiment: string; status: string; started?: string | null; ended?: string | null }[];
+  align: "step" | "time";
+  keys: string[] | null;
+  metrics: Record<string, { x: number[]; values: Record<string, (number | string | null)[]> }>;
+  params: Record<string, { values: Record<string, unknown>; differs: boolean }> | null;
+  /** Per run ID, per metric key. */
+  summaries: Record<string, Record<string, MetricSummary>> | null;
+}
+
+const list = (s: string) => (s ? s.split(",").filter(Boolean) : []);
+const MAX_RUNS = 20;
+
+/** The compare page. */
 export function ComparePage() {
-  return <Empty>Compare: coming.</Empty>;
+  const [runsParam, setRunsParam] = useQueryParam("runs");
+  const ids = useMemo(() => list(runsParam), [runsParam]);
+  const settings = useChartSettings();
+  const align = settings.xMode;
+  const cmp = useApi(
+    (signal) => (ids.length >= 2 ? get<Comparison>("/api/compare", { runs: ids.join(","), align, max_points: 500 }, signal) : Promise.resolve(undefined)),
+    [ids.join(","), align],
+  );
+  const setIds = (next: string[]) => setRunsParam(next.join(","));
+  const c = cmp.data && ids.length >= 2 ? cmp.data : undefined;
+
+  return (
+    <div className="stack compare">
+      <div className="page-head">
+        <h1>Compare runs</h1>
+      </div>
+      <Card title="Runs">
+        <RunChips runs={c?.runs} ids={ids} onRemove={(id) => setIds(ids.filter((x) => x !== id))} />
+        <RunPicker exclude={ids} disabled={ids.length >= MAX_RUNS} onAdd={(id) => setIds([...ids, id])} />
+        {ids.length < 2 && <p className="muted">Pick at least two runs (up to {MAX_RUNS}): search them by name above, or select them in an experiment's runs table.</p>}
+      </Card>
+      <ErrorNote error={cmp.error} />
+      {c && (
+        <>
+          <Card title="Metrics">
+            <ChartControls settings={settings} timeNote="x is seconds since each run started, estimated from its steps" />
+            <CompareCharts cmp={c} log={settings.log} smooth={settings.smooth} />
+          </Card>
+          <Summaries cmp={c} />
+          <ParamsCard cmp={c} />
+          <PlotCard cmp={c} />
+        </>
+      )}
+      {cmp.loading && ids.length >= 2 && !c && <p className="muted">Loading…</p>}
+    </div>
+  );
+}
+
+/** The compared runs as chips in their chart colours, each removable. */
+function RunChips({ runs, ids, onRemove }: { runs?: Comparison["runs"]; ids: string[]; onRemove: (id: string) => void }) {
+  const byId = new Map((runs ?? []).map((r) => [r.id, r]));
+  return (
+    <ul className="run-chips">
+      {ids.map((id, i) => {
+        const r = byId.get(id);
+        return (
+          <li key={id} className="run-chip" style={{ borderColor: colorFor(i) }}>
+            <span className="swatch" style={{ background: colorFor(i) }} aria-hidden="true" />
+            <Link to={`/runs/${encodeURIComponent(id)}`}>{r?.name ?? id}</Link>
+            {r && <span className="muted small">{r.experiment}</span>}
+            {r && <StatusBadge status={r.status} />}
+            <button type="button" className="icon" onClick={() => onRemove(id)} aria-label={`Remove ${r?.name ?? id} from the comparison`}>
+              ×
+            </button>
+          </li>
+        );
+      })}
+    </ul>
+  );
+}
+
+/** Adds a run: search runs by name, pick one. */
+function RunPicker({ exclude, onAdd, disabled }: { exclude: string[]; onAdd: (id: string) => void; disabled: boolean }) {
+  const [text, setText] = useState("");
+  const [q, setQ] = useState("");
+  useEffect(() => {
+    const t = setTimeout(() => setQ(text.trim()), 250);
+    return () => clearTimeout(t);
+  }, [text]);
+  const found = useApi(
+    (signal) => (q ? get<{ runs: RunInfo[] }>("/api/runs", { filter: `name ~ ${quote(q)}`, sort: "created", desc: "true", limit: 8 }, signal) : Promise.resolve({ runs: [] })),
+    [q],
+  );
+  const options = (found.data?.runs ?? []).filter((r) => !exclude.includes(r.id));
+  return (
+    <div className="run-picker">
+      <label>
+        Add a run
+        <input type="search" value={text} disabled={disabled} placeholder="search by name" onChange={(e) => setText(e.target.value)} />
+      </label>
+      <ErrorNote error={found.error} />
+      {q && options.length > 0 && (
+        <ul className="picker-results" aria-label="Matching runs">
+          {options.map((r) => (
+            <li key={r.id}>
+              <button
+                type="button"
+                className="ghost"
+                onClick={() => {
+                  onAdd(r.id);
+                  setText("");
+                }}
+              >
+                Add {r.name}
+              </button>
+              <span className="muted small">
+                {r.experiment} · {r.status}
+              </span>
+            </li>
+          ))}
+        </ul>
+      )}
+      {q && !found.loading && options.length === 0 && !found.error && <span className="muted small">No other run matches.</span>}
+    </div>
+  );
+}
+
+/** One overlaid chart per metric key. */
+function CompareCharts({ cmp, log, smooth }: { cmp: Comparison; log: boolean; smooth: number }) {
+  const keys = cmp.keys ?? Object.keys(cmp.metrics);
+  if (keys.length === 0) return <Empty>The runs have no metrics in common yet.</Empty>;
+  return (
+    <div className="chart-grid">
+      {keys.map((k) => {
+        const m = cmp.metrics[k];
+        if (!m) return null;
+        const series = cmp.runs.map((r, i) => ({
+          label: r.name,
+          color: colorFor(i),
+          values: (m.values[r.id] ?? []).map((v) => (v === null ? null : Number.isFinite(num(v)) ? num(v) : null)),
+        }));
+        return (
+          <div key={k} className="chart-card" data-testid={`compare-chart-${k}`}>
+            <Chart title={cmp.align === "time" ? `${k} (s since start)` : k} x={m.x} series={series} xMode="step" logY={log} smoothing={smooth} height={240} />
+          </div>
+        );
+      })}
+    </div>
+  );
+}
+
+/** Each run's last, min and max of every metric. */
+function Summaries({ cmp }: { cmp: Comparison }) {
+  const keys = cmp.keys ?? [];
+  const s = cmp.summaries ?? {};
+  if (keys.length === 0) return null;
+  return (
+    <Card title="Metric summaries (last · min … max)">
+      <div className="hscroll">
+        <table className="table compare-summaries">
+          <thead>
+            <tr>
+              <th scope="col">Run</th>
+              {keys.map((k) => (
+                <th key={k} scope="col" className="num">
+                  {k}
+                </th>
+              ))}
+            </tr>
+          </thead>
+          <tbody>
+            {cmp.runs.map((r, i) => (
+              <tr key={r.id}>
+                <th scope="row">
+                  <span className="swatch" style={{ background: colorFor(i) }} aria-hidden="true" /> {r.name}
+                </th>
+                {keys.map((k) => {
+                  const v = s[r.id]?.[k];
+                  return (
+                    <td key={k} className="num">
+                      {v ? (
+                        <>
+                          <strong>{fmtNum(num(v.last))}</strong>
+                          <span className="muted small">
+                            {" "}
+                            {fmtNum(num(v.min))} … {fmtNum(num(v.max))}
+                          </span>
+                        </>
+                      ) : (
+                        "–"
+                      )}
+                    </td>
+                  );
+                })}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+    </Card>
+  );
+}
+
+/** The params side by side, differing ones highlighted. */
+export function ParamsCard({ cmp }: { cmp: Comparison }) {
+  const [onlyDiff, setOnlyDiff] = useQueryParam("diff");
+  const params = cmp.params ?? {};
+  const names = Object.keys(params).sort();
+  const differing = names.filter((n) => params[n].differs).length;
+  const shown = onlyDiff === "1" ? names.filter((n) => params[n].differs) : names;
+  return (
+    <Card
+      title={`Params (${differing} of ${names.length} differ)`}
+      actions={
+        <label>
+          <input type="checkbox" checked={onlyDiff === "1"} onChange={(e) => setOnlyDiff(e.target.checked ? "1" : "")} /> Only differences
+        </label>
+      }
+    >
+      {names.length === 0 ? (
+        <Empty>None of these runs has params.</Empty>
+      ) : (
+        <div className="hscroll">
+          <table className="table compare-params">
+            <thead>
+              <tr>
+                <th scope="col">Param</th>
+                {cmp.runs.map((r, i) => (
+                  <th key={r.id} scope="col">
+                    <span className="swatch" style={{ background: colorFor(i) }} aria-hidden="true" /> {r.name}
+                  </th>
+                ))}
+              </tr>
+            </thead>
+            <tbody>
+              {shown.map((n) => (
+                <tr key={n} className={params[n].differs ? "diff" : undefined} data-differs={params[n].differs ? "true" : undefined}>
+                  <th scope="row" className="mono">
+                    {n}
+                  </th>
+                  {cmp.runs.map((r) => (
+                    <td key={r.id} className="mono">
+                      {r.id in params[n].values ? fmtParam(params[n].values[r.id]) : <span className="muted">absent</span>}
+                    </td>
+                  ))}
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+    </Card>
+  );
+}
+
+/** Params against a metric: parallel coordinates or scatter, choices in the URL. */
+function PlotCard({ cmp }: { cmp: Comparison }) {
+  const keys = cmp.keys ?? [];
+  const [mode, setMode] = useQueryParam("plot", "parallel");
+  const [metricKey, setMetricKey] = useQueryParam("pm", keys[0] ?? "");
+  const [agg, setAgg] = useQueryParam("agg", "last");
+  const [xParam, setXParam] = useQueryParam("px");
+  const [allParams, setAllParams] = useQueryParam("pall");
+  const params = cmp.params ?? {};
+  const names = Object.keys(params)
+    .sort()
+    .filter((n) => allParams === "1" || params[n].differs);
+  const plotParams = useMemo(() => Object.fromEntries(names.map((n) => [n, params[n].values])), [names.join(","), cmp]); // eslint-disable-line react-hooks/exhaustive-deps
+  const metric: Record<string, number | null> = {};
+  for (const r of cmp.runs) {
+    const s = cmp.summaries?.[r.id]?.[metricKey];
+    const v = s ? num(agg === "min" ? s.min : agg === "max" ? s.max : s.last) : NaN;
+    metric[r.id] = Number.isFinite(v) ? v : null;
+  }
+  if (keys.length === 0 || Object.keys(params).length === 0) return null;
+  return (
+    <Card title="Params against a metric">
+      <div className="row plot-controls">
+        <label>
+          View
+          <select value={mode} onChange={(e) => setMode(e.target.value)}>
+            <option value="parallel">Parallel coordinates</option>
+            <option value="scatter">Scatter</option>
+          </select>
+        </label>
+        <label>
+          Metric
+          <select value={metricKey} onChange={(e) => setMetricKey(e.target.value)}>
+            {keys.map((k) => (
+              <option key={k} value={k}>
+                {k}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Value
+          <select value={agg} onChange={(e) => setAgg(e.target.value)}>
+            <option value="last">last</option>
+            <option value="min">min</option>
+            <option value="max">max</option>
+          </select>
+        </label>
+        {mode === "scatter" && (
+          <label>
+            Param
+            <select value={xParam || names[0] || ""} onChange={(e) => setXParam(e.target.value)}>
+              {names.map((n) => (
+                <option key={n} value={n}>
+                  {n}
+                </option>
+              ))}
+            </select>
+          </label>
+        )}
+        <label>
+          <input type="checkbox" checked={allParams === "1"} onChange={(e) => setAllParams(e.target.checked ? "1" : "")} /> All params (not only differing)
+        </label>
+      </div>
+      {names.length === 0 ? (
+        <Empty>No param differs between these runs; tick "All params" to plot them anyway.</Empty>
+      ) : (
+        <ParamsPlot
+          runs={cmp.runs.map((r) => ({ id: r.id, label: r.name }))}
+          params={plotParams}
+          metric={metric}
+          metricLabel={`${metricKey} (${agg})`}
+          mode={mode === "scatter" ? "scatter" : "parallel"}
+          xParam={xParam || undefined}
+        />
+      )}
+    </Card>
+  );
 }

@@ -1,6 +1,158 @@
-// Placeholder: being written.
-import { Empty } from "../components/ui";
+// /experiments/:id: the experiment's header (name, description, tags, run
+// counts by status), rename and delete, and its runs table.
+import { useState } from "react";
+import { Link, useNavigate, useParams } from "react-router-dom";
+import { del, get, patch, seg } from "../api/client";
+import { Dialog, ErrorNote, StatusBadge } from "../components/ui";
+import { RunsTable } from "../components/RunsTable";
+import { fmtAgo, fmtTime } from "../lib/format";
+import { useApi } from "../lib/hooks";
+import type { ExperimentInfo } from "./Experiments";
 
+const STATUSES = ["running", "queued", "finished", "failed", "stopped"];
+
+/** The experiment page. */
 export function ExperimentPage() {
-  return <Empty>Experiment: coming.</Empty>;
+  const { id = "" } = useParams();
+  const exp = useApi((signal) => get<ExperimentInfo>(`/api/experiments/${seg(id)}`, undefined, signal), [id], 10_000);
+  const [editing, setEditing] = useState(false);
+  const [deleting, setDeleting] = useState(false);
+  const e = exp.data;
+  return (
+    <div className="stack">
+      <nav className="crumbs" aria-label="Breadcrumb">
+        <Link to="/experiments">Experiments</Link> / <span>{e?.name ?? id}</span>
+      </nav>
+      {exp.error && !e && <ErrorNote error={exp.error} />}
+      {e && (
+        <header className="card exp-head">
+          <div className="exp-title">
+            <h1>{e.name}</h1>
+            {e.archived && <span className="badge">archived</span>}
+            <span className="spacer" />
+            <button type="button" onClick={() => setEditing(true)}>
+              Rename…
+            </button>
+            <button type="button" className="danger" onClick={() => setDeleting(true)}>
+              Delete…
+            </button>
+          </div>
+          {e.description ? <p className="exp-desc">{e.description}</p> : <p className="muted exp-desc">No description.</p>}
+          <div className="row exp-meta">
+            <span className="stat-inline">
+              <strong>{e.runs ?? 0}</strong> runs
+            </span>
+            {STATUSES.filter((s) => (e.run_counts?.[s] ?? 0) > 0).map((s) => (
+              <span key={s} className="count-badge">
+                <StatusBadge status={s} /> {e.run_counts?.[s]}
+              </span>
+            ))}
+            <span className="muted" title={fmtTime(e.updated)}>
+              last activity {fmtAgo(e.updated)}
+            </span>
+            <span className="muted">created {fmtTime(e.created)}</span>
+            <span className="muted mono small">{e.id}</span>
+            {Object.entries(e.tags ?? {}).map(([k, v]) => (
+              <span key={k} className="tag">
+                {k}={v}
+              </span>
+            ))}
+          </div>
+        </header>
+      )}
+      {e && (
+        <section className="card" aria-label="Runs">
+          <RunsTable experiment={e.id} />
+        </section>
+      )}
+      {e && <EditDialog open={editing} exp={e} onClose={() => setEditing(false)} onSaved={exp.reload} />}
+      {e && <DeleteDialog open={deleting} exp={e} onClose={() => setDeleting(false)} />}
+    </div>
+  );
+}
+
+/** Rename the experiment and edit its description. */
+function EditDialog({ open, exp, onClose, onSaved }: { open: boolean; exp: ExperimentInfo; onClose: () => void; onSaved: () => void }) {
+  const [name, setName] = useState(exp.name);
+  const [description, setDescription] = useState(exp.description);
+  const [error, setError] = useState<unknown>();
+  const [busy, setBusy] = useState(false);
+  const save = async () => {
+    setBusy(true);
+    try {
+      await patch(`/api/experiments/${seg(exp.id)}`, { name, description });
+      setError(undefined);
+      onSaved();
+      onClose();
+    } catch (e) {
+      setError(e);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <Dialog
+      open={open}
+      title="Edit experiment"
+      onClose={onClose}
+      footer={
+        <>
+          <button type="button" onClick={onClose}>
+            Cancel
+          </button>
+          <button type="button" className="primary" disabled={busy || !name.trim()} onClick={save}>
+            Save
+          </button>
+        </>
+      }
+    >
+      <div className="form-grid">
+        <label htmlFor="exp-name">Name</label>
+        <input id="exp-name" value={name} onChange={(e) => setName(e.target.value)} />
+        <label htmlFor="exp-desc">Description</label>
+        <textarea id="exp-desc" rows={3} value={description} onChange={(e) => setDescription(e.target.value)} />
+      </div>
+      <ErrorNote error={error} />
+    </Dialog>
+  );
+}
+
+/** Deletes the experiment and all its runs, after typing its name. */
+function DeleteDialog({ open, exp, onClose }: { open: boolean; exp: ExperimentInfo; onClose: () => void }) {
+  const [typed, setTyped] = useState("");
+  const [error, setError] = useState<unknown>();
+  const navigate = useNavigate();
+  const remove = async () => {
+    try {
+      await del(`/api/experiments/${seg(exp.id)}`);
+      navigate("/experiments");
+    } catch (e) {
+      setError(e);
+    }
+  };
+  return (
+    <Dialog
+      open={open}
+      title="Delete experiment"
+      onClose={onClose}
+      footer={
+        <>
+          <button type="button" onClick={onClose}>
+            Cancel
+          </button>
+          <button type="button" className="danger" disabled={typed !== exp.name} onClick={remove}>
+            Delete for good
+          </button>
+        </>
+      }
+    >
+      <p>
+        This deletes <strong>{exp.name}</strong> and its {exp.runs ?? 0} runs: metrics, logs, checkpoints and artifacts. It cannot be undone.
+      </p>
+      <label>
+        Type the name to confirm <input value={typed} onChange={(e) => setTyped(e.target.value)} aria-label="Experiment name to confirm" />
+      </label>
+      <ErrorNote error={error} />
+    </Dialog>
+  );
 }

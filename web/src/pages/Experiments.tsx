@@ -1,6 +1,185 @@
-// Placeholder: being written.
-import { Empty } from "../components/ui";
+// /experiments: every experiment in a table (search, the filter language,
+// sorting, paging by cursor) with its run counts by status and last
+// activity, and an "All runs" view: the runs table over every experiment.
+import { useCallback, useMemo, useState } from "react";
+import { Link } from "react-router-dom";
+import { ApiError, get, seg } from "../api/client";
+import { ErrorNote, StatusBadge } from "../components/ui";
+import { FilterBar, combinedFilter, isQueryError } from "../components/FilterBar";
+import { RunsTable } from "../components/RunsTable";
+import { fmtAgo, fmtTime } from "../lib/format";
+import { useApi, useNow, useQueryParam } from "../lib/hooks";
 
+/** An experiment as listed (dashboard/store/model.go Experiment, ExperimentDetail). */
+export interface ExperimentInfo {
+  id: string;
+  name: string;
+  description: string;
+  tags: Record<string, string> | null;
+  created: string;
+  updated: string;
+  archived: boolean;
+  runs?: number;
+  run_counts?: Record<string, number>;
+}
+
+/** One page of experiments. */
+interface ExperimentList {
+  experiments: ExperimentInfo[];
+  next?: string;
+}
+
+const STATUSES = ["running", "queued", "finished", "failed", "stopped"];
+const PAGE = 50;
+
+/** The experiments page: the experiments table, or every run. */
 export function ExperimentsPage() {
-  return <Empty>Experiments: coming.</Empty>;
+  const [view, setView] = useQueryParam("view", "experiments");
+  return (
+    <div className="stack">
+      <div className="page-head">
+        <h1>Experiments</h1>
+        <div className="tabs" role="tablist" aria-label="View">
+          <button type="button" role="tab" aria-selected={view === "experiments"} onClick={() => setView("experiments")}>
+            Experiments
+          </button>
+          <button type="button" role="tab" aria-selected={view === "runs"} onClick={() => setView("runs")}>
+            All runs
+          </button>
+        </div>
+      </div>
+      {view === "runs" ? <RunsTable /> : <ExperimentsTable />}
+    </div>
+  );
+}
+
+/** The experiments table with filter, sort and "Load more" paging. */
+function ExperimentsTable() {
+  const [filter, setFilter] = useQueryParam("filter");
+  const [search, setSearch] = useQueryParam("q");
+  const [sort, setSort] = useQueryParam("sort", "updated");
+  const [descParam, setDesc] = useQueryParam("desc", "1");
+  const desc = descParam === "1";
+  const f = combinedFilter(filter, search);
+  // The first page polls every 10 s (new experiments, new activity); pages
+  // after it ("Load more") are kept until the query changes.
+  const first = useApi(
+    (signal) => get<ExperimentList>("/api/experiments", { filter: f, sort, desc: desc ? "true" : undefined, limit: PAGE }, signal),
+    [f, sort, desc],
+    10_000,
+  );
+  const [extra, setExtra] = useState<{ key: string; rows: ExperimentInfo[]; next?: string; error?: ApiError }>({ key: "", rows: [] });
+  const key = `${f}|${sort}|${desc}`;
+  const more = extra.key === key ? extra : { key, rows: [] as ExperimentInfo[], next: undefined, error: undefined };
+  const rows = useMemo(() => {
+    const head = first.data?.experiments ?? [];
+    const seen = new Set(head.map((e) => e.id));
+    return head.concat(more.rows.filter((e) => !seen.has(e.id)));
+  }, [first.data, more.rows]);
+  const next = more.rows.length > 0 ? more.next : first.data?.next || undefined;
+  const loadMore = () => {
+    if (!next) return;
+    get<ExperimentList>("/api/experiments", { filter: f, sort, desc: desc ? "true" : undefined, limit: PAGE, cursor: next })
+      .then((p) => setExtra({ key, rows: more.rows.concat(p.experiments), next: p.next || undefined }))
+      .catch((e: unknown) => setExtra({ ...more, key, error: e instanceof ApiError ? e : new ApiError(0, "error", String(e)) }));
+  };
+
+  const sortBy = useCallback(
+    (field: string) => {
+      if (sort === field) setDesc(desc ? "0" : "1");
+      else {
+        setSort(field);
+        setDesc(field === "name" ? "0" : "1");
+      }
+    },
+    [sort, desc, setSort, setDesc],
+  );
+  const now = useNow(15_000);
+  const th = (label: string, field?: string, cls?: string) => {
+    const active = field === sort;
+    return (
+      <th scope="col" className={cls} aria-sort={field ? (active ? (desc ? "descending" : "ascending") : "none") : undefined}>
+        {field ? (
+          <button type="button" className={`sort ${active ? "active" : ""}`} onClick={() => sortBy(field)} aria-label={`Sort by ${label}`}>
+            {label}
+            <span className="sort-arrow" aria-hidden="true">
+              {active ? (desc ? "▼" : "▲") : ""}
+            </span>
+          </button>
+        ) : (
+          label
+        )}
+      </th>
+    );
+  };
+
+  return (
+    <div className="card">
+      <FilterBar filter={filter} onFilter={setFilter} search={search} onSearch={setSearch} error={first.error} what="experiments" example='tags.team = "vision" AND created > "2026-01-01"' />
+      {first.error && !isQueryError(first.error) && <ErrorNote error={first.error} />}
+      <table className="table experiments">
+        <thead>
+          <tr>
+            {th("Name", "name")}
+            {th("Runs", undefined, "num")}
+            <th scope="col">Status</th>
+            {th("Last activity", "updated")}
+            {th("Created", "created")}
+            <th scope="col">Tags</th>
+          </tr>
+        </thead>
+        <tbody>
+          {rows.map((e) => (
+            <ExperimentRow key={e.id} exp={e} now={now} />
+          ))}
+        </tbody>
+      </table>
+      {first.loading && rows.length === 0 && <p className="muted">Loading experiments…</p>}
+      {!first.loading && !first.error && rows.length === 0 && (
+        <p className="empty">{f ? "No experiment matches the filter." : "No experiments yet. Start a training run, or log one with fw.track."}</p>
+      )}
+      <ErrorNote error={more.error} />
+      {next && (
+        <div className="row center">
+          <button type="button" onClick={loadMore}>
+            Load more experiments
+          </button>
+        </div>
+      )}
+    </div>
+  );
+}
+
+/** One experiment, its counts loaded on demand (the listing does not carry them). */
+function ExperimentRow({ exp, now }: { exp: ExperimentInfo; now: number }) {
+  const detail = useApi((signal) => (exp.run_counts ? Promise.resolve(exp) : get<ExperimentInfo>(`/api/experiments/${seg(exp.id)}`, undefined, signal)), [exp.id, exp.updated]);
+  const d = detail.data;
+  return (
+    <tr>
+      <td>
+        <Link to={`/experiments/${encodeURIComponent(exp.id)}`}>{exp.name}</Link>
+        {exp.archived && <span className="badge"> archived</span>}
+        {exp.description && <div className="muted small">{exp.description}</div>}
+      </td>
+      <td className="num">{d?.runs ?? "…"}</td>
+      <td>
+        <span className="row tight">
+          {STATUSES.filter((s) => (d?.run_counts?.[s] ?? 0) > 0).map((s) => (
+            <span key={s} className="count-badge" title={`${d?.run_counts?.[s]} ${s}`}>
+              <StatusBadge status={s} /> {d?.run_counts?.[s]}
+            </span>
+          ))}
+        </span>
+      </td>
+      <td title={fmtTime(exp.updated)}>{fmtAgo(exp.updated, now)}</td>
+      <td className="muted">{fmtTime(exp.created)}</td>
+      <td>
+        {Object.entries(exp.tags ?? {}).map(([k, v]) => (
+          <span key={k} className="tag">
+            {k}={v}
+          </span>
+        ))}
+      </td>
+    </tr>
+  );
 }

@@ -1,0 +1,246 @@
+// A run's metric charts: one Chart per key from GET /api/runs/{id}/metrics
+// (downsampled buckets, drawn at each bucket's last step with its last
+// value), the chart settings (log scale, smoothing, step or time axis) kept
+// in the URL, and live points appended from the stream.
+// (Zooming is the Chart's drag-zoom over the loaded buckets; a sharper
+// re-fetch of the zoomed range is not done.)
+//
+// The time axis: the store's buckets carry steps, not wall times. Training
+// metrics are placed in time by the same estimate /api/compare uses for
+// align=time: linear between the run's start and the key's last write
+// (summary last_time at last_step); live points are placed the same way
+// (the estimate follows the run's summaries as they are refetched). System metrics are stored with the wall time in ms as their
+// step (docs/tracking.md), so their time axis is exact.
+import { useEffect, useMemo, useRef, useState } from "react";
+import { get, seg } from "../api/client";
+import { num, type StreamEvent } from "../api/stream";
+import { upsertPoint, type XY } from "../lib/series";
+import { useQueryParam } from "../lib/hooks";
+import { fmtNum } from "../lib/format";
+import { Chart } from "./Chart";
+import { ErrorNote, Empty } from "./ui";
+import type { MetricSummary, RunInfo } from "./RunsTable";
+
+/** A bucket of GET /api/runs/{id}/metrics (dashboard/store/model.go Bucket). */
+export interface Bucket {
+  step_min: number;
+  step_max: number;
+  min: number | string;
+  max: number | string;
+  last: number | string;
+  count: number;
+}
+
+/** The answer of GET /api/runs/{id}/metrics. */
+export interface MetricsAnswer {
+  run_id: string;
+  series: { key: string; buckets: Bucket[] | null; downsampled: boolean }[];
+}
+
+/** The chart settings shared by the run and compare pages, kept in the URL. */
+export interface ChartSettings {
+  log: boolean;
+  smooth: number;
+  xMode: "step" | "time";
+  setLog: (v: boolean) => void;
+  setSmooth: (v: number) => void;
+  setXMode: (v: "step" | "time") => void;
+}
+
+/** The chart settings from the URL (?log=1&smooth=0.6&x=time). */
+export function useChartSettings(): ChartSettings {
+  const [log, setLog] = useQueryParam("log");
+  const [smooth, setSmooth] = useQueryParam("smooth", "0");
+  const [x, setX] = useQueryParam("x", "step");
+  const s = Math.min(0.99, Math.max(0, Number(smooth) || 0));
+  return {
+    log: log === "1",
+    smooth: s,
+    xMode: x === "time" ? "time" : "step",
+    setLog: (v) => setLog(v ? "1" : ""),
+    setSmooth: (v) => setSmooth(v > 0 ? v.toFixed(2) : "0"),
+    setXMode: (v) => setX(v),
+  };
+}
+
+/** The controls of the chart settings. */
+export function ChartControls({ settings, timeNote }: { settings: ChartSettings; timeNote?: string }) {
+  return (
+    <div className="chart-controls row" role="group" aria-label="Chart settings">
+      <label>
+        <input type="checkbox" checked={settings.log} onChange={(e) => settings.setLog(e.target.checked)} /> Log scale
+      </label>
+      <label>
+        Smoothing
+        <input
+          type="range"
+          min={0}
+          max={0.99}
+          step={0.01}
+          value={settings.smooth}
+          onChange={(e) => settings.setSmooth(Number(e.target.value))}
+          aria-valuetext={settings.smooth.toFixed(2)}
+        />
+        <span className="mono small">{settings.smooth.toFixed(2)}</span>
+      </label>
+      <label>
+        X axis
+        <select value={settings.xMode} onChange={(e) => settings.setXMode(e.target.value === "time" ? "time" : "step")}>
+          <option value="step">Step</option>
+          <option value="time">Time</option>
+        </select>
+      </label>
+      {settings.xMode === "time" && timeNote && <span className="muted small">{timeNote}</span>}
+      <span className="muted small">Drag on a chart to zoom, double-click to reset.</span>
+    </div>
+  );
+}
+
+/** Buckets as a series: each bucket at its last step with its last value. */
+export function bucketsToXY(buckets: Bucket[] | null): XY {
+  const out: XY = { x: [], y: [] };
+  for (const b of buckets ?? []) {
+    const y = num(b.last);
+    out.x.push(b.step_max);
+    out.y.push(Number.isFinite(y) ? y : null);
+  }
+  return out;
+}
+
+/** Maps a key's steps to Unix seconds: linear from the run's start to its last write. */
+export function stepToTime(run: Pick<RunInfo, "started" | "created">, summary: Pick<MetricSummary, "last_step" | "last_time"> | undefined): (step: number) => number {
+  const start = Date.parse(run.started ?? run.created) / 1000;
+  const lastT = summary?.last_time ? Date.parse(summary.last_time) / 1000 : NaN;
+  const lastS = summary?.last_step ?? 0;
+  if (!Number.isFinite(start) || !Number.isFinite(lastT) || lastS <= 0) return (step) => start + step;
+  const rate = (lastT - start) / lastS;
+  return (step) => start + step * rate;
+}
+
+/** What a page forwards to its charts: stream events, or "refetch everything". */
+export type LiveEvent = StreamEvent | { type: "resync" };
+
+/** Props of RunCharts. */
+export interface RunChartsProps {
+  run: RunInfo;
+  /** System metrics (run.system keys) instead of training metrics. */
+  system?: boolean;
+  settings: ChartSettings;
+  /** Subscribes to the page's stream events; returns the unsubscribe. */
+  subscribe?: (fn: (e: LiveEvent) => void) => () => void;
+  /** Buckets per chart (default 800). */
+  maxPoints?: number;
+}
+
+/** Shown series per key; `zoom` holds the sharper re-fetch of a zoomed range. */
+type SeriesMap = Record<string, XY>;
+
+/** One chart per metric key of the run, live while it runs. */
+export function RunCharts({ run, system = false, settings, subscribe, maxPoints = 800 }: RunChartsProps) {
+  const summaries = (system ? run.system : run.metrics) ?? {};
+  const keys = useMemo(() => Object.keys(summaries).sort(), [summaries]);
+  const keyList = keys.join(",");
+  const [series, setSeries] = useState<SeriesMap>({});
+  const [error, setError] = useState<unknown>();
+  const [loading, setLoading] = useState(true);
+  const [tick, setTick] = useState(0);
+  const data = useRef<SeriesMap>({});
+  const [filter, setFilter] = useState("");
+
+  // Full history of every key.
+  useEffect(() => {
+    if (!keyList) {
+      setLoading(false);
+      return;
+    }
+    const ac = new AbortController();
+    setLoading(true);
+    get<MetricsAnswer>(`/api/runs/${seg(run.id)}/metrics`, { keys: keyList, max_points: maxPoints, system: system ? "true" : undefined }, ac.signal)
+      .then((a) => {
+        const m: SeriesMap = {};
+        for (const s of a.series) m[s.key] = bucketsToXY(s.buckets);
+        data.current = m;
+        setSeries({ ...m });
+        setError(undefined);
+      })
+      .catch((e: unknown) => {
+        if (!ac.signal.aborted) setError(e);
+      })
+      .finally(() => {
+        if (!ac.signal.aborted) setLoading(false);
+      });
+    return () => ac.abort();
+  }, [run.id, keyList, system, maxPoints, tick]);
+
+  // Live points: merged into the series, re-rendered at most 4 times a second.
+  useEffect(() => {
+    if (!subscribe) return;
+    let timer: ReturnType<typeof setTimeout> | null = null;
+    const flush = () => {
+      timer = null;
+      const copy: SeriesMap = {};
+      for (const [k, v] of Object.entries(data.current)) copy[k] = { x: v.x.slice(), y: v.y.slice() };
+      setSeries(copy);
+    };
+    const unsub = subscribe((e) => {
+      if (e.type === "resync") {
+        setTick((t) => t + 1);
+        return;
+      }
+      if (e.type !== (system ? "system" : "metric") || e.run_id !== run.id) return;
+      const values = (e.data.values ?? {}) as Record<string, unknown>;
+      const step = e.data.step == null ? Date.parse(e.time) : Number(e.data.step);
+      for (const [k, raw] of Object.entries(values)) {
+        const y = num(raw);
+        const s = (data.current[k] ??= { x: [], y: [] });
+        upsertPoint(s, step, Number.isFinite(y) ? y : null);
+      }
+      if (!timer) timer = setTimeout(flush, 250);
+    });
+    return () => {
+      unsub();
+      if (timer) clearTimeout(timer);
+    };
+  }, [subscribe, system, run.id]);
+
+  const shown = Object.keys(series)
+    .sort()
+    .filter((k) => !filter || k.toLowerCase().includes(filter.toLowerCase()));
+  return (
+    <div className="run-charts">
+      <ErrorNote error={error} />
+      {keys.length > 6 && (
+        <input type="search" className="chart-filter" placeholder="Filter charts by key" aria-label="Filter charts by key" value={filter} onChange={(e) => setFilter(e.target.value)} />
+      )}
+      {!loading && shown.length === 0 && !error && (
+        <Empty>{system ? "No system metrics: the SDK samples them every 10 s while a run trains (fw.track system_interval)." : "No metrics logged yet."}</Empty>
+      )}
+      {loading && shown.length === 0 && <p className="muted">Loading charts…</p>}
+      <div className="chart-grid">
+        {shown.map((k) => (
+          <MetricChart key={k} run={run} metricKey={k} xy={series[k]} summary={summaries[k]} system={system} settings={settings} />
+        ))}
+      </div>
+    </div>
+  );
+}
+
+/** One key's chart, with a sharper re-fetch of a zoomed range. */
+function MetricChart({ run, metricKey, xy, summary, system, settings }: { run: RunInfo; metricKey: string; xy: XY; summary?: MetricSummary; system: boolean; settings: ChartSettings }) {
+  const toTime = useMemo(() => (system ? (s: number) => s / 1000 : stepToTime(run, summary)), [system, run, summary]);
+  const xMode = system ? "time" : settings.xMode;
+  const x = useMemo(() => (xMode === "time" ? xy.x.map(toTime) : xy.x), [xy, xMode, toTime]);
+  const chartSeries = useMemo(() => [{ label: metricKey, values: xy.y }], [metricKey, xy]);
+  return (
+    <div className="chart-card" data-testid={`chart-${metricKey}`}>
+      <Chart title={metricKey} x={x} series={chartSeries} xMode={xMode} logY={settings.log} smoothing={settings.smooth} height={220} />
+      {summary && (
+        <div className="chart-summary muted small">
+          last {fmt(summary.last)} · min {fmt(summary.min)} · max {fmt(summary.max)} · {summary.count} points
+        </div>
+      )}
+    </div>
+  );
+}
+
+const fmt = (v: number | string) => fmtNum(num(v));
