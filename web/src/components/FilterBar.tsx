@@ -2,8 +2,33 @@
 // filter applied on Enter (or the Apply button), a quick name search applied
 // as the user types (debounced), and the API's parse error shown inline with
 // a caret under the column it names.
-import { useEffect, useId, useState } from "react";
+import { useCallback, useEffect, useId, useState } from "react";
+import { useSearchParams } from "react-router-dom";
 import { ApiError } from "../api/client";
+
+/**
+ * Sets several URL parameters in one navigation ("" or null removes one).
+ * Two useQueryParam setters called in the same event would each start from
+ * the same URL, so the second would undo the first.
+ */
+export function useSetQueryParams(): (updates: Record<string, string | null>) => void {
+  const [, setParams] = useSearchParams();
+  return useCallback(
+    (updates) =>
+      setParams(
+        (prev) => {
+          const next = new URLSearchParams(prev);
+          for (const [k, v] of Object.entries(updates)) {
+            if (v === null || v === "") next.delete(k);
+            else next.set(k, v);
+          }
+          return next;
+        },
+        { replace: true },
+      ),
+    [setParams],
+  );
+}
 
 /** Props of FilterBar. */
 export interface FilterBarProps {
@@ -13,6 +38,8 @@ export interface FilterBarProps {
   /** The applied quick search (from the URL). */
   search: string;
   onSearch: (v: string) => void;
+  /** Clears both at once. */
+  onClear: () => void;
   /** The listing's error, shown under the input when it is about the filter. */
   error?: unknown;
   /** What the search box searches ("runs", "experiments"). */
@@ -48,7 +75,7 @@ export function combinedFilter(filter: string, search: string): string {
 }
 
 /** The filter and search inputs (see FilterBarProps). */
-export function FilterBar({ filter, onFilter, search, onSearch, error, what = "runs", example }: FilterBarProps) {
+export function FilterBar({ filter, onFilter, search, onSearch, onClear, error, what = "runs", example }: FilterBarProps) {
   const [draft, setDraft] = useState(filter);
   const [searchDraft, setSearchDraft] = useState(search);
   const filterId = useId();
@@ -109,8 +136,7 @@ export function FilterBar({ filter, onFilter, search, onSearch, error, what = "r
             onClick={() => {
               setDraft("");
               setSearchDraft("");
-              onFilter("");
-              onSearch("");
+              onClear();
             }}
           >
             Clear

@@ -11,7 +11,7 @@ import { num } from "../api/stream";
 import { fmtDuration, fmtNum, fmtParam, fmtTime } from "../lib/format";
 import { useQueryParam, useStream } from "../lib/hooks";
 import { ErrorNote, StatusBadge } from "./ui";
-import { FilterBar, combinedFilter, isQueryError } from "./FilterBar";
+import { FilterBar, combinedFilter, isQueryError, useSetQueryParams } from "./FilterBar";
 
 /** A metric summary (dashboard/store/model.go Summary). */
 export interface MetricSummary {
@@ -80,6 +80,16 @@ export function runDuration(r: RunInfo, now = Date.now()): number | null {
   return (end - Date.parse(r.started)) / 1000;
 }
 
+/** A time as "Nov 22, 07:48" (this year) or "2025-11-22 07:48". */
+export function fmtShort(iso: string | undefined): string {
+  if (!iso) return "–";
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return "–";
+  const hm = d.toLocaleTimeString(undefined, { hour: "2-digit", minute: "2-digit", hour12: false });
+  if (d.getFullYear() === new Date().getFullYear()) return `${d.toLocaleDateString(undefined, { month: "short", day: "numeric" })}, ${hm}`;
+  return `${d.toISOString().slice(0, 10)} ${hm}`;
+}
+
 const FIRST_PAGE = 100;
 const PAGE = 500;
 const ROW_HEIGHT = 34;
@@ -88,7 +98,7 @@ const ROW_HEIGHT = 34;
 const FIXED: { id: string; label: string; sort?: string; width: number; num?: boolean }[] = [
   { id: "name", label: "Name", sort: "name", width: 240 },
   { id: "status", label: "Status", sort: "status", width: 100 },
-  { id: "created", label: "Created", sort: "created", width: 170 },
+  { id: "created", label: "Created", sort: "created", width: 130 },
   { id: "duration", label: "Duration", sort: "ended", width: 90, num: true },
 ];
 
@@ -166,19 +176,19 @@ function useRunPages(base: string, filter: string, sort: string, desc: boolean) 
 export interface RunsTableProps {
   /** The experiment (ID or name); every run when absent. */
   experiment?: string;
-  /** Sets the height of the scrolling area (default: fills the window). */
-  height?: number | string;
+  /** The scrolling area's maximum height (default: down to the window's bottom). */
+  maxHeight?: number | string;
 }
 
 /** Splits a comma list from the URL. */
 const list = (s: string) => (s ? s.split(",").filter(Boolean) : []);
 
 /** The runs table (see the file comment). */
-export function RunsTable({ experiment, height }: RunsTableProps) {
+export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
   const [filter, setFilter] = useQueryParam("filter");
   const [search, setSearch] = useQueryParam("q");
-  const [sort, setSort] = useQueryParam("sort", "created");
-  const [descParam, setDesc] = useQueryParam("desc", "1");
+  const [sort] = useQueryParam("sort", "created");
+  const [descParam] = useQueryParam("desc", "1");
   const [colsParam, setCols] = useQueryParam("cols");
   const [selParam, setSel] = useQueryParam("sel");
   const desc = descParam === "1";
@@ -216,12 +226,11 @@ export function RunsTable({ experiment, height }: RunsTableProps) {
     else next.add(id);
     setSel([...next].join(","));
   };
+  const setMany = useSetQueryParams();
+  // Sort and direction change in one navigation; "created" descending is the default.
   const sortBy = (field: string) => {
-    if (sort === field) setDesc(desc ? "0" : "1");
-    else {
-      setSort(field);
-      setDesc(field === "name" ? "0" : "1");
-    }
+    const d = sort === field ? !desc : field !== "name";
+    setMany({ sort: field === "created" ? null : field, desc: d ? null : "0" });
   };
 
   // Live status of the loaded runs that are queued or running.
@@ -259,7 +268,7 @@ export function RunsTable({ experiment, height }: RunsTableProps) {
 
   return (
     <div className="runs-table">
-      <FilterBar filter={filter} onFilter={setFilter} search={search} onSearch={setSearch} error={pages.error} what="runs" />
+      <FilterBar filter={filter} onFilter={setFilter} search={search} onSearch={setSearch} onClear={() => setMany({ filter: null, q: null })} error={pages.error} what="runs" />
       {pages.error && !isQueryError(pages.error) && <ErrorNote error={pages.error} />}
       <div className="runs-toolbar row">
         <span className="muted" aria-live="polite" data-testid="runs-count">
@@ -287,7 +296,7 @@ export function RunsTable({ experiment, height }: RunsTableProps) {
           Refresh
         </button>
       </div>
-      <div className="runs-scroll" ref={scroller} style={{ height: height ?? "calc(100vh - 290px)" }} data-testid="runs-scroll">
+      <div className="runs-scroll" ref={scroller} style={{ maxHeight: height ?? "max(360px, calc(100vh - 300px))" }} data-testid="runs-scroll">
         <table className="table runs" style={{ width: tableWidth }} aria-rowcount={pages.runs.length + 1}>
           <colgroup>
             <col style={{ width: 40 }} />
@@ -385,7 +394,9 @@ function RunRow({ run: r, index, columns, selected, onToggle }: { run: RunInfo; 
       <td>
         <StatusBadge status={r.status} />
       </td>
-      <td className="muted">{fmtTime(r.created)}</td>
+      <td className="muted" title={fmtTime(r.created)}>
+        {fmtShort(r.created)}
+      </td>
       <td className="num">{fmtDuration(runDuration(r))}</td>
       {columns.map((c) => {
         if (c.startsWith("metrics.")) {

@@ -5,7 +5,7 @@ import { useCallback, useMemo, useState } from "react";
 import { Link } from "react-router-dom";
 import { ApiError, get, seg } from "../api/client";
 import { ErrorNote, StatusBadge } from "../components/ui";
-import { FilterBar, combinedFilter, isQueryError } from "../components/FilterBar";
+import { FilterBar, combinedFilter, isQueryError, useSetQueryParams } from "../components/FilterBar";
 import { RunsTable } from "../components/RunsTable";
 import { fmtAgo, fmtTime } from "../lib/format";
 import { useApi, useNow, useQueryParam } from "../lib/hooks";
@@ -34,7 +34,10 @@ const PAGE = 50;
 
 /** The experiments page: the experiments table, or every run. */
 export function ExperimentsPage() {
-  const [view, setView] = useQueryParam("view", "experiments");
+  const [view] = useQueryParam("view", "experiments");
+  const setMany = useSetQueryParams();
+  // The two views read the same parameters (filter, sort...): switching starts afresh.
+  const setView = (v: string) => setMany({ view: v === "experiments" ? null : v, filter: null, q: null, sort: null, desc: null, cols: null, sel: null });
   return (
     <div className="stack">
       <div className="page-head">
@@ -57,8 +60,8 @@ export function ExperimentsPage() {
 function ExperimentsTable() {
   const [filter, setFilter] = useQueryParam("filter");
   const [search, setSearch] = useQueryParam("q");
-  const [sort, setSort] = useQueryParam("sort", "updated");
-  const [descParam, setDesc] = useQueryParam("desc", "1");
+  const [sort] = useQueryParam("sort", "updated");
+  const [descParam] = useQueryParam("desc", "1");
   const desc = descParam === "1";
   const f = combinedFilter(filter, search);
   // The first page polls every 10 s (new experiments, new activity); pages
@@ -84,15 +87,14 @@ function ExperimentsTable() {
       .catch((e: unknown) => setExtra({ ...more, key, error: e instanceof ApiError ? e : new ApiError(0, "error", String(e)) }));
   };
 
+  const setMany = useSetQueryParams();
+  // Sort and direction change in one navigation; "updated" descending is the default.
   const sortBy = useCallback(
     (field: string) => {
-      if (sort === field) setDesc(desc ? "0" : "1");
-      else {
-        setSort(field);
-        setDesc(field === "name" ? "0" : "1");
-      }
+      const d = sort === field ? !desc : field !== "name";
+      setMany({ sort: field === "updated" ? null : field, desc: d ? null : "0" });
     },
-    [sort, desc, setSort, setDesc],
+    [sort, desc, setMany],
   );
   const now = useNow(15_000);
   const th = (label: string, field?: string, cls?: string) => {
@@ -115,7 +117,7 @@ function ExperimentsTable() {
 
   return (
     <div className="card">
-      <FilterBar filter={filter} onFilter={setFilter} search={search} onSearch={setSearch} error={first.error} what="experiments" example='tags.team = "vision" AND created > "2026-01-01"' />
+      <FilterBar filter={filter} onFilter={setFilter} search={search} onSearch={setSearch} onClear={() => setMany({ filter: null, q: null })} error={first.error} what="experiments" example='tags.team = "vision" AND created > "2026-01-01"' />
       {first.error && !isQueryError(first.error) && <ErrorNote error={first.error} />}
       <table className="table experiments">
         <thead>

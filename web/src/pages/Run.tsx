@@ -208,7 +208,7 @@ function Overview({ run: r }: { run: RunInfo }) {
   const metrics = useMemo(() => Object.entries(r.metrics ?? {}).sort(([a], [b]) => a.localeCompare(b)), [r.metrics]);
   const src = r.source ?? {};
   return (
-    <div className="grid-2">
+    <div className="grid-2 run-tables">
       <Card title={`Params (${params.length})`}>
         {params.length === 0 ? (
           <Empty>No params logged.</Empty>

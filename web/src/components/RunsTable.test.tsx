@@ -1,0 +1,123 @@
+// The runs table renders the rows of a mocked API, sends the sort of a
+// clicked column header to the API, and shows a filter error inline.
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { cleanup, fireEvent, render, screen, waitFor } from "@testing-library/react";
+import { MemoryRouter } from "react-router-dom";
+import { RunsTable, fieldFor } from "./RunsTable";
+import { combinedFilter } from "./FilterBar";
+
+function run(i: number) {
+  return {
+    id: `r${i}`,
+    experiment_id: "e1",
+    experiment: "digits",
+    name: `run-${i}`,
+    status: "finished",
+    created: "2026-11-22T07:00:00Z",
+    updated: "2026-11-22T07:01:00Z",
+    started: "2026-11-22T07:00:00Z",
+    ended: "2026-11-22T07:01:00Z",
+    params: { lr: 0.001 * i, optimizer: "adam" },
+    metrics: { loss: { last: 1 / i, last_step: 10, min: 0.1, max: 2, count: 10 } },
+  };
+}
+
+let urls: string[] = [];
+
+/** fetch answering the runs listing; a filter containing "bad" is refused like the API does. */
+function mockFetch() {
+  urls = [];
+  vi.stubGlobal(
+    "fetch",
+    vi.fn(async (url: string) => {
+      const u = new URL(String(url), "http://x");
+      urls.push(String(url));
+      const json = (b: unknown, status = 200) => new Response(JSON.stringify(b), { status });
+      if (u.pathname === "/api/experiments/e1/runs") {
+        if ((u.searchParams.get("filter") ?? "").includes("bad")) {
+          return json({ error: { code: "invalid_argument", message: "filter: unknown field bad at column 1" } }, 400);
+        }
+        return json({ runs: [run(1), run(2), run(3)] });
+      }
+      return json({ error: { code: "not_found", message: "no route" } }, 404);
+    }),
+  );
+}
+
+// jsdom has no layout: give the scroll box a size so the virtualizer renders rows.
+const sizes = { offsetHeight: 600, offsetWidth: 1200, clientHeight: 600, clientWidth: 1200 };
+const saved: Record<string, PropertyDescriptor | undefined> = {};
+beforeAll(() => {
+  for (const [k, v] of Object.entries(sizes)) {
+    saved[k] = Object.getOwnPropertyDescriptor(HTMLElement.prototype, k);
+    Object.defineProperty(HTMLElement.prototype, k, { configurable: true, get: () => v });
+  }
+});
+afterAll(() => {
+  for (const [k, d] of Object.entries(saved)) if (d) Object.defineProperty(HTMLElement.prototype, k, d);
+});
+afterEach(() => {
+  cleanup();
+  vi.unstubAllGlobals();
+});
+
+const show = (url = "/experiments/e1") =>
+  render(
+    <MemoryRouter initialEntries={[url]}>
+      <RunsTable experiment="e1" />
+    </MemoryRouter>,
+  );
+
+describe("RunsTable", () => {
+  it("renders the runs of the API with their param and metric columns", async () => {
+    mockFetch();
+    show();
+    expect(await screen.findByRole("link", { name: "run-2" })).toBeTruthy();
+    expect(screen.getByRole("link", { name: "run-1" }).getAttribute("href")).toBe("/runs/r1");
+    expect(screen.getByRole("button", { name: "Sort by metric loss" })).toBeTruthy();
+    expect(screen.getByRole("button", { name: "Sort by param lr" })).toBeTruthy();
+    expect(screen.getByText("0.5")).toBeTruthy(); // loss of run-2
+    expect(urls[0]).toContain("sort=created");
+    expect(urls[0]).toContain("desc=true");
+  });
+
+  it("asks the API for the clicked column's sort, then flips the direction", async () => {
+    mockFetch();
+    show();
+    await screen.findByRole("link", { name: "run-1" });
+    fireEvent.click(screen.getByRole("button", { name: "Sort by metric loss" }));
+    await waitFor(() => expect(urls.some((u) => u.includes("sort=metrics.loss") && u.includes("desc=true"))).toBe(true));
+    fireEvent.click(screen.getByRole("button", { name: "Sort by metric loss" }));
+    await waitFor(() => expect(urls[urls.length - 1]).toContain("sort=metrics.loss"));
+    expect(urls[urls.length - 1]).not.toContain("desc=");
+  });
+
+  it("shows the API's filter error inline with a caret at its column", async () => {
+    mockFetch();
+    show();
+    await screen.findByRole("link", { name: "run-1" });
+    fireEvent.change(screen.getByRole("textbox", { name: "Filter" }), { target: { value: "bad = 1" } });
+    fireEvent.click(screen.getByRole("button", { name: "Apply" }));
+    const alert = await screen.findByRole("alert");
+    expect(alert.textContent).toContain("unknown field bad at column 1");
+    expect(alert.querySelector(".filter-caret")?.textContent).toContain("^");
+    expect(screen.getByRole("textbox", { name: "Filter" }).getAttribute("aria-invalid")).toBe("true");
+  });
+
+  it("keeps the selection in the URL and links the compare view", async () => {
+    mockFetch();
+    show("/experiments/e1?sel=r1,r3");
+    await screen.findByRole("link", { name: "run-1" });
+    expect((screen.getByRole("checkbox", { name: "Select run run-1" }) as HTMLInputElement).checked).toBe(true);
+    expect(screen.getByRole("link", { name: "Compare selected (2)" }).getAttribute("href")).toBe("/compare?runs=r1,r3");
+  });
+});
+
+describe("query helpers", () => {
+  it("quotes keys that are not identifiers and combines search with the filter", () => {
+    expect(fieldFor("metrics", "val/loss")).toBe("metrics.val/loss");
+    expect(fieldFor("params", "opt.lr")).toBe('params."opt.lr"');
+    expect(combinedFilter('status = "finished"', 'a"b')).toBe('(status = "finished") AND name ~ "a\\"b"');
+    expect(combinedFilter("", "")).toBe("");
+  });
+});
