@@ -48,7 +48,7 @@ describe("SystemCharts", () => {
     expect(screen.getByTestId("fig-load").textContent).toBe("1.50 1.25 1.00");
     expect(screen.getByTestId("fig-uptime").textContent).toBe("1h 02m");
     for (const id of ["sys-cpu", "sys-mem", "sys-disk", "sys-gpu", "sys-gpu-mem"]) expect(screen.getByTestId(id)).toBeTruthy();
-    expect(screen.getByTestId("sys-disk").textContent).toContain("100 GiB · 50 GiB");
+    expect(screen.getByTestId("sys-disk").textContent).toContain("exp 100 GiB · ckpt 50 GiB");
   });
 
   it("leaves the GPU charts out without GPUs", async () => {

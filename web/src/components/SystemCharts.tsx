@@ -44,11 +44,12 @@ export function appendSample(list: Sample[], s: SystemStatusInfo, windowS = WIND
 }
 
 const GIB = 1024 ** 3;
+const SHORT: Record<string, string> = { experiments: "exp", checkpoints: "ckpt" };
 
 /** One small chart with its headline figure. */
-function Mini({ title, figure, sub, x, series, testId }: { title: string; figure: string; sub?: string; x: number[]; series: { label: string; values: (number | null)[] }[]; testId: string }) {
+function Mini({ title, figure, sub, hint, x, series, testId }: { title: string; figure: string; sub?: string; hint?: string; x: number[]; series: { label: string; values: (number | null)[] }[]; testId: string }) {
   return (
-    <div className="sys-mini" data-testid={testId}>
+    <div className="sys-mini" data-testid={testId} title={hint}>
       <div className="sys-mini-head">
         <span className="sys-mini-title">{title}</span>
         <span className="sys-mini-figure num">{figure}</span>
@@ -125,8 +126,8 @@ export function SystemCharts({ pollMs = 2000 }: { pollMs?: number }) {
         {diskNames.length > 0 && (
           <Mini
             title="Disk free"
-            figure={(last.disks ?? []).map((d) => (d.error ? `${d.name} ?` : fmtBytes(d.free_bytes))).join(" · ")}
-            sub={(last.disks ?? []).map((d) => `${d.name}: ${d.path}`).join("  ")}
+            figure={(last.disks ?? []).map((d) => `${SHORT[d.name] ?? d.name} ${d.error ? "?" : fmtBytes(d.free_bytes)}`).join(" · ")}
+            hint={(last.disks ?? []).map((d) => `${d.name}: ${d.path}`).join("\n")}
             x={x}
             series={disks}
             testId="sys-disk"

@@ -2,7 +2,8 @@
 // a ready deployment (through the dashboard's proxy) and show the prediction,
 // as top classes with bars for classifiers, plus the raw JSON.
 import { useEffect, useMemo, useState } from "react";
-import { request, seg } from "../api/client";
+import { get, request, seg, withQuery } from "../api/client";
+import { useApi } from "../lib/hooks";
 import type { TensorSpec } from "./ExportDialog";
 import { ErrorNote } from "./ui";
 
@@ -94,9 +95,33 @@ export function TopClassBars({ classes }: { classes: TopClass[] }) {
   );
 }
 
+/** The deployed server's GET /model, as far as the panel uses it. */
+interface ServedModel {
+  labels?: string[] | null;
+  metadata?: { preprocessing?: { image?: unknown } | null } | null;
+}
+
+/** Image query parameters from an NCHW input shape, for a file without a preprocessing recipe. */
+export function imageParams(inputs: TensorSpec[] | undefined): { height: string; width: string; channels: string } {
+  const sh = inputs?.[0]?.shape ?? [];
+  if (sh.length === 4 && sh[1] > 0 && sh[2] > 0 && sh[3] > 0) return { channels: String(sh[1]), height: String(sh[2]), width: String(sh[3]) };
+  return { height: "", width: "", channels: "" };
+}
+
+/** True when the first input looks like an image batch (N, 1|3, H, W). */
+function looksLikeImage(inputs: TensorSpec[] | undefined): boolean {
+  const sh = inputs?.[0]?.shape ?? [];
+  return sh.length === 4 && (sh[1] === 1 || sh[1] === 3);
+}
+
 /** Sends rows or an image to one deployment and shows the answer. */
-export function TryIt({ deploymentId, inputs, labels }: { deploymentId: string; inputs?: TensorSpec[]; labels?: string[] }) {
-  const [mode, setMode] = useState<"rows" | "image">(labels && labels.length > 0 && (inputs?.[0]?.shape.length ?? 0) >= 3 ? "image" : "rows");
+export function TryIt({ deploymentId, inputs, labels: givenLabels }: { deploymentId: string; inputs?: TensorSpec[]; labels?: string[] }) {
+  const [mode, setMode] = useState<"rows" | "image">(looksLikeImage(inputs) ? "image" : "rows");
+  const served = useApi((sig) => get<ServedModel>(`/api/deployments/${seg(deploymentId)}/model`, undefined, sig), [deploymentId]);
+  const hasRecipe = !!served.data?.metadata?.preprocessing?.image;
+  const labels = givenLabels && givenLabels.length > 0 ? givenLabels : (served.data?.labels ?? undefined);
+  const [img, setImg] = useState(() => imageParams(inputs));
+  const [invert, setInvert] = useState(false);
   const example = useMemo(() => exampleText(inputs), [inputs]);
   const [text, setText] = useState(example);
   const [file, setFile] = useState<File | null>(null);
@@ -130,7 +155,9 @@ export function TryIt({ deploymentId, inputs, labels }: { deploymentId: string; 
   };
   const predictImage = async () => {
     if (!file) return;
-    await send(() => request("POST", `${base}/predict/image`, { body: file, headers: { "Content-Type": file.type || "application/octet-stream" } }));
+    // Without the file's own recipe the server needs the size and channels.
+    const q = hasRecipe ? {} : { height: img.height, width: img.width, channels: img.channels, invert: invert ? "true" : undefined };
+    await send(() => request("POST", withQuery(`${base}/predict/image`, q), { body: file, headers: { "Content-Type": file.type || "application/octet-stream" } }));
   };
   const send = async (call: () => Promise<unknown>) => {
     setBusy(true);
@@ -181,6 +208,30 @@ export function TryIt({ deploymentId, inputs, labels }: { deploymentId: string; 
                 Image (POST /predict/image)
                 <input type="file" accept="image/*" onChange={(e) => setFile(e.target.files?.[0] ?? null)} />
               </label>
+              {served.data && !hasRecipe && (
+                <fieldset className="tryit-params">
+                  <legend>No preprocessing recipe in the model file: resize to</legend>
+                  <label>
+                    Height
+                    <input type="number" min={1} value={img.height} onChange={(e) => setImg({ ...img, height: e.target.value })} />
+                  </label>
+                  <label>
+                    Width
+                    <input type="number" min={1} value={img.width} onChange={(e) => setImg({ ...img, width: e.target.value })} />
+                  </label>
+                  <label>
+                    Channels
+                    <select value={img.channels} onChange={(e) => setImg({ ...img, channels: e.target.value })}>
+                      <option value="1">1 (grey)</option>
+                      <option value="3">3 (RGB)</option>
+                    </select>
+                  </label>
+                  <label className="radio">
+                    <input type="checkbox" checked={invert} onChange={(e) => setInvert(e.target.checked)} />
+                    Invert
+                  </label>
+                </fieldset>
+              )}
               {preview && <img className="tryit-preview" src={preview} alt="uploaded image preview" />}
               <div className="row">
                 <button type="button" className="primary" disabled={busy || !file} onClick={() => void predictImage()}>

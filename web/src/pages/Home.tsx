@@ -255,7 +255,7 @@ function DeploymentsGlance() {
                     {d.url.replace(/^https?:\/\//, "")}
                   </a>
                 </td>
-                <td className="num">{d.request_rate != null ? fmtNum(d.request_rate) : "–"}</td>
+                <td className="num">{d.request_rate != null ? d.request_rate.toFixed(2) : "–"}</td>
               </tr>
             ))}
           </tbody>

@@ -124,7 +124,6 @@ function Deployments({ deps, onUndeploy }: { deps: DeploymentInfo[]; onUndeploy:
             <th>Version</th>
             <th>Health</th>
             <th>URL</th>
-            <th>Device</th>
             <th className="num">Requests/s</th>
             <th>Started</th>
             <th />
@@ -136,7 +135,9 @@ function Deployments({ deps, onUndeploy }: { deps: DeploymentInfo[]; onUndeploy:
               <td>
                 <code>{d.id}</code>
               </td>
-              <td>v{d.version}</td>
+              <td>
+                v{d.version} <span className="muted small">{d.device || "cpu"}</span>
+              </td>
               <td>
                 <StatusBadge status={d.state !== "running" ? d.state : d.healthy ? "ready" : "unhealthy"} />
               </td>
@@ -145,8 +146,7 @@ function Deployments({ deps, onUndeploy }: { deps: DeploymentInfo[]; onUndeploy:
                   {d.url}
                 </a>
               </td>
-              <td>{d.device || "cpu"}</td>
-              <td className="num">{d.request_rate != null ? fmtNum(d.request_rate) : "–"}</td>
+              <td className="num">{d.request_rate != null ? d.request_rate.toFixed(2) : "–"}</td>
               <td title={fmtTime(d.started)}>{fmtAgo(d.started)}</td>
               <td className="actions">
                 <button type="button" className="danger" onClick={() => onUndeploy(d)} aria-label={`Undeploy ${d.id}`}>
@@ -332,7 +332,13 @@ export function ModelPage() {
           </p>
           <h1>{m.name}</h1>
           <p className="muted">
-            {m.versions.length} version{m.versions.length === 1 ? "" : "s"} · created {fmtAgo(m.created)} · <AliasBadges aliases={m.aliases} />
+            {m.versions.length} version{m.versions.length === 1 ? "" : "s"} · created {fmtAgo(m.created)}
+            {Object.keys(m.aliases ?? {}).length > 0 && (
+              <>
+                {" · "}
+                <AliasBadges aliases={m.aliases} />
+              </>
+            )}
           </p>
         </div>
         <div className="row">
@@ -366,7 +372,7 @@ export function ModelPage() {
           onDelete={setDeleting}
         />
       </Card>
-      <div className="grid-2 model-lower">
+      <div className="model-lower">
         <Card title="Deployments" actions={<span className="muted small">refreshed every 2 s</span>}>
           <Deployments deps={mine} onUndeploy={setUndeploy} />
         </Card>

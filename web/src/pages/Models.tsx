@@ -47,9 +47,9 @@ export function LabelsSummary({ labels }: { labels: string[] | undefined }) {
 /** Alias badges ("production → v2"). */
 export function AliasBadges({ aliases, version }: { aliases: Record<string, number> | undefined; version?: number }) {
   const list = Object.entries(aliases ?? {}).filter(([, v]) => version === undefined || v === version);
-  if (list.length === 0) return <span className="muted">–</span>;
+  if (list.length === 0) return version === undefined ? <span className="muted">–</span> : null;
   return (
-    <span className="row wrap tight">
+    <span className="row wrap tight alias-badges">
       {list.map(([a, v]) => (
         <span key={a} className="badge badge-alias" title={`${a} → v${v}`}>
           {a}
