@@ -1,0 +1,1010 @@
+"""Conformance of the real ``fw dashboard`` to its OpenAPI document (dashboard/api/openapi.json).
+
+Starts the real binary (FW_BIN, default <repo>/bin/fw: ``go build -o bin/fw ./cmd/fw``) with its
+experiment and checkpoint directories in a temporary directory and FW_PYTHON set to this interpreter
+(training recipes and exports run for real), seeds it through POST /api/ingest, trains a short
+digits_mlp job, exports its checkpoint to ONNX, uploads and deploys build/models/digits_cnn.onnx
+(FW_MODELS_DIR, default <repo>/build/models: ``make models``) and sends real requests to every
+documented path and method -- successes and each reachable error class -- validating every JSON body
+against the schema the document declares for that path, method, status and content type (JSON Schema
+2020-12, refs resolved against the whole document). A second dashboard with a token checks the 401s.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote, urlsplit
+
+import pytest
+
+jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (python/requirements.txt)")
+referencing = pytest.importorskip(
+    "referencing", reason="referencing (a jsonschema dependency) is not installed"
+)
+from jsonschema import Draft202012Validator  # noqa: E402
+from referencing import Registry, Resource  # noqa: E402
+from referencing.jsonschema import DRAFT202012  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC_PATH = REPO / "dashboard" / "api" / "openapi.json"
+FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
+MODELS = Path(os.environ.get("FW_MODELS_DIR") or REPO / "build" / "models")
+CNN = MODELS / "digits_cnn.onnx"
+SAMPLE = MODELS / "samples" / "digit_7_0.png"
+SPEC_URI = "urn:fw:dashboard-openapi"
+METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+DEADLINE = 120.0  # seconds to wait for a job, an export or a deployment (generous: CI machines are slow)
+
+SPEC = json.loads(SPEC_PATH.read_text())
+SEEN: set[tuple[str, str, int]] = set()  # (path template, method, status) of every validated answer
+REGISTRY = Registry().with_resource(SPEC_URI, Resource.from_contents(SPEC, default_specification=DRAFT202012))
+
+
+# ----------------------------------------------------------------------------- the document
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _lookup(pointer: str):
+    node = SPEC
+    for tok in pointer.lstrip("/").split("/"):
+        node = node[tok.replace("~1", "/").replace("~0", "~")]
+    return node
+
+
+def _deref(pointer: str) -> str:
+    """Follows $refs of the object at pointer; returns the pointer of what it names."""
+    for _ in range(16):
+        node = _lookup(pointer)
+        if isinstance(node, dict) and isinstance(node.get("$ref"), str):
+            pointer = node["$ref"].removeprefix("#")
+            continue
+        return pointer
+    raise AssertionError(f"$ref chain too deep at {pointer}")
+
+
+def validator_for(pointer: str) -> Draft202012Validator:
+    return Draft202012Validator({"$ref": f"{SPEC_URI}#{pointer}"}, registry=REGISTRY)
+
+
+def template_of(path: str) -> str:
+    """The document's path template that a concrete request path matches (literal paths first)."""
+    best = None
+    for tmpl in SPEC["paths"]:
+        rx = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(tmpl)) + "$"
+        if re.match(rx, path) and (best is None or tmpl.count("{") < best.count("{")):
+            best = tmpl
+    assert best is not None, f"{path} is not documented in openapi.json"
+    return best
+
+
+def response_pointer(path: str, method: str, status: int) -> str:
+    tmpl = template_of(path)
+    m = method.lower()
+    if m == "head":
+        m = "get"
+    op = SPEC["paths"][tmpl].get(m)
+    if op is None and status == 405:  # an undocumented method: the path's documented 405
+        m = next(x for x in METHODS if x in SPEC["paths"][tmpl])
+        op = SPEC["paths"][tmpl][m]
+    assert op is not None, f"{method} {tmpl} is not documented"
+    key = str(status) if str(status) in op["responses"] else "default"
+    assert key in op["responses"], (
+        f"{method} {tmpl} answered {status}, which the document does not list ({sorted(op['responses'])})"
+    )
+    return _deref(f"/paths/{_escape(tmpl)}/{m}/responses/{key}")
+
+
+# ----------------------------------------------------------------------------- the server
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    method: str
+    path: str
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "").split(";")[0].strip().lower()
+
+    def json(self):
+        return json.loads(self.body)
+
+
+@dataclass
+class Dashboard:
+    url: str
+    proc: subprocess.Popen
+    log_file: object
+    token: str = ""
+    pids: list = field(default_factory=list)  # deployments' process groups, killed in teardown
+
+    def log(self) -> str:
+        self.log_file.seek(0)
+        return self.log_file.read().decode(errors="replace")
+
+    def request(
+        self, method: str, target: str, body: bytes | None = None, headers: dict | None = None
+    ) -> Response:
+        u = urlsplit(self.url)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=90)
+        try:
+            hdrs = {"Connection": "close", **(headers or {})}
+            conn.request(method, target, body=body, headers=hdrs)
+            r = conn.getresponse()
+            data = r.read()
+            return Response(
+                r.status, {k.lower(): v for k, v in r.getheaders()}, data, method, target.split("?")[0]
+            )
+        finally:
+            conn.close()
+
+    def call(
+        self, method: str, target: str, body=None, headers=None, *, expect: int, json_body=None
+    ) -> Response:
+        """Sends a request, checks its status and validates the response against the document."""
+        headers = dict(headers or {})
+        if json_body is not None:
+            body = json.dumps(json_body).encode()
+            headers.setdefault("Content-Type", "application/json")
+        if self.token:
+            headers.setdefault("Authorization", f"Bearer {self.token}")
+        r = self.request(method, target, body, headers)
+        assert r.status == expect, (
+            f"{method} {target}: {r.status}, want {expect}: {r.body[:800]!r}\n{self.log()[-2000:]}"
+        )
+        conform(r)
+        return r
+
+    def get(self, target: str, expect: int = 200):
+        return self.call("GET", target, expect=expect).json()
+
+    def poll(self, target: str, done, what: str):
+        """GETs target (validated) until done(body) holds; fails after DEADLINE."""
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            body = self.get(target)
+            if done(body):
+                return body
+            assert time.monotonic() < deadline, f"{what}: still {body}\n{self.log()[-3000:]}"
+            time.sleep(0.2)
+
+
+def conform(r: Response) -> None:
+    """Validates r against the schema the document gives its path, method, status and content type."""
+    ptr = response_pointer(r.path, r.method, r.status)
+    SEEN.add((template_of(r.path), r.method.lower(), r.status))
+    resp = _lookup(ptr)
+    content = resp.get("content")
+    if r.method == "HEAD" or not content:
+        if r.method != "HEAD" and r.status not in (101, 204, 304):
+            assert not r.body, f"{r.method} {r.path} {r.status}: a body where the document declares none"
+        return
+    ct = r.content_type
+    assert ct in content, (
+        f"{r.method} {r.path} {r.status}: Content-Type {ct!r}, the document declares {sorted(content)}"
+    )
+    for name in resp.get("headers", {}):
+        if name.lower() in ("allow", "www-authenticate", "location"):
+            assert name.lower() in r.headers, f"{r.method} {r.path} {r.status}: no {name} header"
+    if r.status == 405:
+        assert "allow" in r.headers, f"{r.method} {r.path}: 405 without an Allow header"
+    v = validator_for(f"{ptr}/content/{_escape(ct)}/schema")
+    if ct == "application/json":
+        v.validate(r.json())
+    elif ct.startswith("text/"):
+        v.validate(r.body.decode())
+
+
+def code_of(r: Response) -> str:
+    return r.json()["error"]["code"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(tmp: Path, token: str = "") -> Dashboard:
+    # FW_<FLAG> would set dashboard flags: start from a clean environment.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FW_")}
+    env.update(
+        FW_EXPERIMENT_DIR=str(tmp / "experiments"),
+        FW_CHECKPOINT_DIR=str(tmp / "checkpoints"),
+        FW_PYTHON=sys.executable,
+        FW_SYSTEM_INTERVAL="0",
+        FW_DASHBOARD_STOP_GRACE="5s",
+        FW_DASHBOARD_SHUTDOWN_TIMEOUT="15s",
+    )
+    if token:
+        env["FW_DASHBOARD_TOKEN"] = token
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(
+        [str(FW_BIN), "dashboard", "--host", "127.0.0.1", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        env=env,
+        cwd=tmp,
+    )
+    found: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            m = re.search(rb"ready on (http://\S+)", line)
+            if m and not found:
+                found.append(m.group(1).decode())
+
+    threading.Thread(target=read, daemon=True).start()
+    deadline = time.monotonic() + 60
+    while not found:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            log.seek(0)
+            pytest.fail(f"fw dashboard did not come up: {log.read().decode(errors='replace')[-3000:]}")
+        time.sleep(0.02)
+    return Dashboard(found[0], proc, log, token)
+
+
+def _stop(d: Dashboard) -> None:
+    try:  # deployments outlive the dashboard by design: end their process groups first
+        r = d.request("GET", "/api/deployments", headers={"Authorization": f"Bearer {d.token}"})
+        if r.status == 200:
+            d.pids += [x["pid"] for x in r.json()["deployments"] if x.get("pid")]
+    except OSError:
+        pass
+    for pid in set(d.pids):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    d.proc.terminate()
+    try:
+        d.proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        d.proc.kill()
+        d.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def dash(tmp_path_factory):
+    if not FW_BIN.exists():
+        pytest.skip(f"{FW_BIN} is missing: build it with `go build -o bin/fw ./cmd/fw` (or set FW_BIN)")
+    d = _start(tmp_path_factory.mktemp("dashboard"))
+    yield d
+    _stop(d)
+
+
+@pytest.fixture(scope="module")
+def token_dash(tmp_path_factory):
+    if not FW_BIN.exists():
+        pytest.skip(f"{FW_BIN} is missing")
+    d = _start(tmp_path_factory.mktemp("dashboard-token"), token="s3cret")
+    yield d
+    _stop(d)
+
+
+# ----------------------------------------------------------------------------- seed data
+
+
+def _events(
+    run: str, experiment: str, writer: str = "w1", lr: float = 0.1, end: bool = True, nan: bool = False
+) -> list[dict]:
+    ev = [
+        {
+            "type": "run_start",
+            "experiment": experiment,
+            "name": f"run {run}",
+            "status": "running",
+            "params": {"lr": lr, "batch_size": 32, "optimizer": "adam"},
+            "tags": {"team": "oas"},
+            "source": {
+                "command": "python train.py",
+                "args": ["--lr", str(lr)],
+                "host": "elsewhere",
+                "pid": 1,
+            },
+        },
+        {"type": "param", "params": {"warmup": 10}},
+        {"type": "tag", "tags": {"stage": "test"}, "delete_tags": ["draft"]},
+        {"type": "progress", "step": 2, "total_steps": 4, "epoch": 0.5, "total_epochs": 1},
+        {"type": "log", "stream": "stdout", "lines": ["step 1", "step 2"]},
+        {"type": "log", "stream": "stderr", "lines": ["warning: x"]},
+        {"type": "system", "values": {"cpu_percent": 50}},
+        {
+            "type": "checkpoint",
+            "path": "ckpt/step-2.pt",
+            "step": 2,
+            "epoch": 0.5,
+            "values": {"val_loss": 0.5},
+        },
+        {"type": "artifact", "path": "model.onnx", "size": 1234},
+        {"type": "status", "status": "running"},
+    ]
+    for step in range(5):
+        ev.append({"type": "metrics", "step": step, "values": {"loss": 1.0 / (step + 1), "acc": step / 5}})
+    ev.append({"type": "metric", "step": 4, "key": "val_loss", "value": "NaN" if nan else 0.25})
+    if end:
+        ev.append({"type": "run_end", "status": "finished", "exit_code": 0})
+    for i, e in enumerate(ev):
+        e.update(run_id=run, writer=writer, seq=i + 1, time=1732252800.5 + i)
+    return ev
+
+
+@pytest.fixture(scope="module")
+def seeded(dash: Dashboard) -> dict:
+    """Three runs in experiment "seed" (a and b finished, c running), ingested through the API."""
+    r = dash.call(
+        "POST",
+        "/api/ingest",
+        json_body=_events("seed-a", "seed") + _events("seed-b", "seed", lr=0.01),
+        expect=200,
+    )
+    res = r.json()
+    assert res["errors"] == [] and res["applied"] > 0, res
+    lines = "\n".join(json.dumps(e) for e in _events("seed-c", "seed", end=False)) + "\n"
+    r = dash.call(
+        "POST",
+        "/api/ingest",
+        body=lines.encode(),
+        headers={"Content-Type": "application/x-ndjson"},
+        expect=200,
+    )
+    assert r.json()["errors"] == []
+    exp = dash.get("/api/experiments/seed")
+    return {"experiment": exp["id"], "runs": ["seed-a", "seed-b", "seed-c"]}
+
+
+# ----------------------------------------------------------------------------- the document alone
+
+
+def test_document_is_openapi_31() -> None:
+    assert re.fullmatch(r"3\.1\.\d+", SPEC["openapi"])
+    assert SPEC["info"]["version"]
+    Draft202012Validator.check_schema({"$defs": SPEC["components"]["schemas"]})
+    for tmpl, item in SPEC["paths"].items():
+        for m in METHODS:
+            if m in item:
+                validator_for(f"/paths/{_escape(tmpl)}/{m}")  # refs resolve
+
+
+def test_document_examples_validate() -> None:
+    for name, schema in SPEC["components"]["schemas"].items():
+        for ex in ([schema["example"]] if "example" in schema else []) + schema.get("examples", []):
+            validator_for(f"/components/schemas/{name}").validate(ex)
+    for p, item in SPEC["paths"].items():
+        for m in METHODS:
+            for st, r in item.get(m, {}).get("responses", {}).items():
+                for ct, media in r.get("content", {}).items():
+                    if "example" in media:
+                        sp = f"/paths/{_escape(p)}/{m}/responses/{st}/content/{_escape(ct)}/schema"
+                        validator_for(sp).validate(media["example"])
+
+
+# ----------------------------------------------------------------------------- open routes
+
+
+def test_health_metrics_docs(dash: Dashboard) -> None:
+    assert dash.get("/health")["status"] == "ok"
+    # "Any method is answered" (the document's description of GET /health).
+    r = dash.request("POST", "/health", b"")
+    assert r.status == 200
+    validator_for(_deref("/paths/~1health/get/responses/200") + "/content/application~1json/schema").validate(
+        r.json()
+    )
+    r = dash.call("GET", "/metrics", expect=200)
+    assert r.content_type == "text/plain" and b"fw_dashboard_info" in r.body
+    dash.call("POST", "/metrics", body=b"", expect=405)
+    r = dash.call("GET", "/openapi.json", expect=200)
+    assert re.fullmatch(r"3\.1\.\d+", r.json()["openapi"])
+    if "etag" in r.headers:
+        dash.call("GET", "/openapi.json", headers={"If-None-Match": r.headers["etag"]}, expect=304)
+    dash.call("DELETE", "/openapi.json", expect=405)
+    r = dash.call("GET", "/docs", expect=200)
+    assert b"/openapi.json" in r.body
+    bundled = b"swagger-ui.css" in r.body
+    dash.call("GET", "/docs/swagger-ui.css", expect=200 if bundled else 404)
+    dash.call("GET", "/docs/no-such-file.js", expect=404)
+    dash.call("POST", "/docs", body=b"", expect=405)
+
+
+def test_served_document_is_this_one(dash: Dashboard) -> None:
+    served = dash.call("GET", "/openapi.json", expect=200).json()
+    if served != SPEC:  # the binary embeds openapi.json at build time
+        pytest.skip(f"{FW_BIN} serves an older dashboard/api/openapi.json than the checkout's: rebuild it")
+
+
+# ----------------------------------------------------------------------------- ingest
+
+
+def test_ingest(dash: Dashboard, seeded: dict) -> None:
+    # Re-sent events are duplicates; a bad event is reported by index, the others applied.
+    ev = _events("seed-a", "seed")[:2] + [
+        {"type": "metrics", "run_id": "seed-d", "writer": "w1", "seq": 1, "step": 0, "values": {"x": 1}},
+        {"type": "bogus", "run_id": "seed-a", "writer": "w9", "seq": 1},
+    ]
+    res = dash.call("POST", "/api/ingest", json_body=ev, expect=200).json()
+    assert res["duplicates"] == 2 and [e["index"] for e in res["errors"]] == [2, 3]
+    assert {e["code"] for e in res["errors"]} == {"unknown_run", "invalid_event"}
+    for body in (b'{"type": "run_start"}', b"[{", b""):
+        r = dash.call(
+            "POST", "/api/ingest", body=body, headers={"Content-Type": "application/json"}, expect=400
+        )
+        assert code_of(r) == "invalid_json"
+    # Over the batch limit (10,000 events): refused whole.
+    big = [
+        {
+            "type": "metric",
+            "run_id": "seed-a",
+            "writer": "big",
+            "seq": i + 1,
+            "step": i,
+            "key": "k",
+            "value": 1,
+        }
+        for i in range(10001)
+    ]
+    r = dash.call("POST", "/api/ingest", json_body=big, expect=413)
+    assert code_of(r) == "batch_too_large"
+    dash.call("GET", "/api/ingest", expect=405)
+
+
+# ----------------------------------------------------------------------------- experiments and runs
+
+
+def test_experiments(dash: Dashboard, seeded: dict) -> None:
+    e = dash.call(
+        "POST",
+        "/api/experiments",
+        json_body={"name": "oas-made", "description": "d", "tags": {"k": "v"}},
+        expect=201,
+    ).json()
+    r = dash.call("POST", "/api/experiments", json_body={"name": "oas-made"}, expect=409)
+    assert code_of(r) == "conflict"
+    dash.call("POST", "/api/experiments", body=b"{", headers={"Content-Type": "application/json"}, expect=400)
+    page = dash.get("/api/experiments?limit=1&sort=name")
+    assert len(page["experiments"]) == 1 and page.get("next")
+    dash.get("/api/experiments?limit=1&sort=name&cursor=" + quote(page["next"]))
+    dash.get("/api/experiments?filter=" + quote('name = "seed"') + "&desc=true")
+    for q in ("filter=" + quote("name =="), "limit=0", "sort=nope", "cursor=zzz"):
+        r = dash.call("GET", "/api/experiments?" + q, expect=400)
+    dash.call("PUT", "/api/experiments", body=b"", expect=405)
+    detail = dash.get(f"/api/experiments/{seeded['experiment']}")
+    assert detail["name"] == "seed"
+    dash.get("/api/experiments/seed")
+    dash.call("GET", "/api/experiments/no-such-experiment", expect=404)
+    patched = dash.call(
+        "PATCH",
+        f"/api/experiments/{e['id']}",
+        json_body={"description": "new", "tags": {"k": None, "x": "y"}},
+        expect=200,
+    ).json()
+    assert patched["description"] == "new"
+    dash.call("PATCH", f"/api/experiments/{e['id']}", json_body={"nope": 1}, expect=400)
+    dash.call("PATCH", f"/api/experiments/{e['id']}", json_body={"name": "seed"}, expect=409)
+    dash.call("PATCH", "/api/experiments/no-such-experiment", json_body={"description": "x"}, expect=404)
+    dash.call("PUT", f"/api/experiments/{e['id']}", body=b"", expect=405)
+    runs = dash.get(f"/api/experiments/{seeded['experiment']}/runs?sort=params.lr&desc=true&limit=2")
+    assert [x["id"] for x in runs["runs"]] and runs.get("next")
+    dash.get("/api/experiments/seed/runs?filter=" + quote('status = "finished"') + "&sort=metrics.loss.min")
+    dash.call("GET", "/api/experiments/seed/runs?filter=" + quote("status ="), expect=400)
+    dash.call("POST", "/api/experiments/seed/runs", body=b"", expect=405)
+    d = dash.call("DELETE", f"/api/experiments/{e['id']}", expect=200).json()
+    assert d["deleted"] is True
+    dash.call("DELETE", f"/api/experiments/{e['id']}", expect=404)
+
+
+def test_runs(dash: Dashboard, seeded: dict) -> None:
+    page = dash.get("/api/runs?sort=name&limit=2")
+    assert len(page["runs"]) == 2 and page.get("next")
+    dash.get(
+        "/api/runs?sort=name&limit=2&filter="
+        + quote('params.optimizer = "adam"')
+        + "&cursor="
+        + quote(page["next"])
+    )
+    dash.call("GET", "/api/runs?cursor=" + quote(page["next"]), expect=400)  # a cursor of another sort
+    dash.call("GET", "/api/runs?filter=" + quote("(("), expect=400)
+    dash.call("POST", "/api/runs", body=b"", expect=405)
+    run = dash.get("/api/runs/seed-a")
+    assert run["status"] == "finished" and run["params"]["lr"] == 0.1
+    assert dash.get("/api/runs/seed-c")["status"] == "running"
+    dash.call("GET", "/api/runs/no-such-run", expect=404)
+    dash.call(
+        "PATCH",
+        "/api/runs/seed-b",
+        json_body={"name": "renamed b", "tags": {"stage": None, "n": "1"}},
+        expect=200,
+    )
+    dash.call("PATCH", "/api/runs/seed-b", json_body={"status": "x"}, expect=400)
+    dash.call("PATCH", "/api/runs/no-such-run", json_body={"name": "x"}, expect=404)
+    dash.call("PUT", "/api/runs/seed-b", body=b"", expect=405)
+    # metrics
+    m = dash.get("/api/runs/seed-a/metrics?keys=loss,acc&max_points=3")
+    assert {s["key"] for s in m["series"]} == {"loss", "acc"}
+    dash.get("/api/runs/seed-a/metrics")
+    dash.get("/api/runs/seed-a/metrics?system=true")
+    dash.call("GET", "/api/runs/seed-a/metrics?max_points=0", expect=400)
+    dash.call("GET", "/api/runs/no-such-run/metrics", expect=404)
+    dash.call("POST", "/api/runs/seed-a/metrics", body=b"", expect=405)
+    # logs
+    lines = dash.get("/api/runs/seed-a/logs?tail=2")["lines"]
+    assert len(lines) == 2
+    dash.get(f"/api/runs/seed-a/logs?after={lines[0]['id']}&limit=5")
+    assert all(x["stream"] == "stderr" for x in dash.get("/api/runs/seed-a/logs?stream=stderr")["lines"])
+    dash.call("GET", "/api/runs/seed-a/logs?tail=-1", expect=400)
+    dash.call("GET", "/api/runs/no-such-run/logs", expect=404)
+    dash.call("DELETE", "/api/runs/seed-a/logs", expect=405)
+    # checkpoints and artifacts
+    cks = dash.get("/api/runs/seed-a/checkpoints")
+    assert [c["path"] for c in cks["checkpoints"]] == ["ckpt/step-2.pt"]
+    arts = dash.get("/api/runs/seed-a/artifacts")
+    assert [a["path"] for a in arts["artifacts"]] == ["model.onnx"]
+    for sub in ("checkpoints", "artifacts"):
+        dash.call("GET", f"/api/runs/no-such-run/{sub}", expect=404)
+        dash.call("POST", f"/api/runs/seed-a/{sub}", body=b"", expect=405)
+    # delete a throwaway run
+    dash.call("POST", "/api/ingest", json_body=_events("seed-x", "seed"), expect=200)
+    d = dash.call("DELETE", "/api/runs/seed-x", expect=200).json()
+    assert d["deleted"] is True
+    dash.call("DELETE", "/api/runs/seed-x", expect=404)
+
+
+@pytest.mark.xfail(
+    reason="server bug: GET /api/experiments/{id}/runs of an unknown experiment answers 200 "
+    '{"runs":[]} where GET /api/experiments/{id} answers 404 (the document lists 404 NotFound)',
+    strict=False,
+)
+def test_unknown_experiment_runs_404(dash: Dashboard) -> None:
+    dash.call("GET", "/api/experiments/no-such-experiment/runs", expect=404)
+
+
+def test_compare_activity_system(dash: Dashboard, seeded: dict) -> None:
+    c = dash.get("/api/compare?runs=seed-a,seed-b&keys=loss&max_points=10")
+    assert c["params"]["lr"]["differs"] is True
+    dash.get("/api/compare?runs=seed-a,seed-b,seed-c&align=time")
+    dash.call("GET", "/api/compare?runs=seed-a", expect=422)
+    dash.call("GET", "/api/compare?runs=seed-a,no-such-run", expect=404)
+    dash.call("GET", "/api/compare?runs=seed-a,seed-b&align=sideways", expect=400)
+    dash.call("POST", "/api/compare", body=b"", expect=405)
+    act = dash.get("/api/activity?limit=5")
+    assert 0 < len(act["events"]) <= 5
+    dash.get("/api/activity")
+    dash.call("GET", "/api/activity?limit=x", expect=400)
+    dash.call("POST", "/api/activity", body=b"", expect=405)
+    st = dash.get("/api/system/status")
+    assert st["cpu"]["cores"] >= 1 and st["process"]["pid"] == dash.proc.pid
+    dash.call("POST", "/api/system/status", body=b"", expect=405)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+@pytest.fixture(scope="module")
+def job(dash: Dashboard) -> dict:
+    """A real digits_mlp job (1 epoch), validated while running and after it finished."""
+    started = dash.call(
+        "POST",
+        "/api/training/start",
+        json_body={"recipe": "digits_mlp", "experiment": "oas", "params": {"epochs": 1}},
+        expect=202,
+    ).json()
+    run = started["id"]
+    assert started["status"] in ("running", "queued")
+    info = dash.get(f"/api/training/{run}")
+    assert info["run_id"] == run and info["recipe"] == "digits_mlp"
+    assert any(j["run_id"] == run for j in dash.get("/api/training")["jobs"])
+    dash.get(f"/api/runs/{run}")
+    return {"run": run, "during": info}
+
+
+def _finished(dash: Dashboard, run: str) -> dict:
+    info = dash.poll(f"/api/training/{run}", lambda j: j["state"] == "exited", f"training job {run}")
+    dash.poll(f"/api/runs/{run}", lambda r: r["status"] in ("finished", "failed", "stopped"), f"run {run}")
+    return info
+
+
+def test_training(dash: Dashboard, job: dict, seeded: dict) -> None:
+    recipes = dash.get("/api/training/recipes")["recipes"]
+    assert "digits_mlp" in {r["name"] for r in recipes}
+    dash.call("POST", "/api/training/recipes", body=b"", expect=405)
+    start = "/api/training/start"
+    r = dash.call(
+        "POST",
+        start,
+        json_body={"recipe": "digits_mlp", "experiment": "oas", "params": {"epochs": 0, "nope": 1}},
+        expect=422,
+    )
+    assert code_of(r) == "invalid_params" and r.json()["error"]["details"]
+    dash.call(
+        "POST", start, json_body={"recipe": "no_such_recipe", "experiment": "oas", "params": {}}, expect=404
+    )
+    dash.call("POST", start, json_body={"recipe": "digits_mlp", "experiment": "oas", "bogus": 1}, expect=400)
+    dash.call("POST", start, body=b"{", headers={"Content-Type": "application/json"}, expect=400)
+    dash.call("GET", start, expect=405)
+    # A second job, stopped (queued behind the first on a small machine, else running).
+    second = dash.call(
+        "POST",
+        start,
+        json_body={"recipe": "digits_mlp", "experiment": "oas", "params": {"epochs": 3, "step_delay": 0.5}},
+        expect=202,
+    ).json()["id"]
+    stopped = dash.call("POST", f"/api/training/{second}/stop", expect=202).json()
+    assert stopped["run_id"] == second
+    dash.call("POST", "/api/training/no-such-run/stop", expect=404)
+    dash.call("GET", f"/api/training/{second}/stop", expect=405)
+    dash.call("GET", "/api/training/no-such-run", expect=404)
+    dash.call("POST", f"/api/training/{job['run']}", body=b"", expect=405)
+    dash.call("POST", "/api/training", body=b"", expect=405)
+    # Resuming a run that is still running (seed-c never ended) is a conflict.
+    resume = {"run_id": "seed-c", "checkpoint": "ckpt/step-2.pt"}
+    r = dash.call(
+        "POST",
+        start,
+        json_body={"recipe": "digits_mlp", "experiment": "seed", "resume_from": resume},
+        expect=409,
+    )
+    assert code_of(r) == "conflict"
+    after = _finished(dash, job["run"])
+    assert after["exit_code"] == 0, dash.get(f"/api/runs/{job['run']}/logs")
+    assert dash.get(f"/api/runs/{job['run']}")["status"] == "finished"
+    _finished(dash, second)
+    assert dash.get(f"/api/runs/{second}")["status"] == "stopped"
+    jobs = dash.get("/api/training")["jobs"]
+    assert {j["run_id"] for j in jobs} >= {job["run"], second}
+    dash.get(f"/api/runs/{job['run']}/metrics?keys=train/loss,val/loss")
+    dash.get(f"/api/runs/{job['run']}/logs?tail=5")
+
+
+def _ws_handshake(dash: Dashboard, query: str = "", headers: dict | None = None) -> bytes:
+    u = urlsplit(dash.url)
+    key = base64.b64encode(os.urandom(16)).decode()
+    hdrs = {
+        "Host": u.netloc,
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Key": key,
+        "Sec-WebSocket-Version": "13",
+        **(headers or {}),
+    }
+    req = f"GET /api/training/stream{query} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs.items())
+    with socket.create_connection((u.hostname, u.port), timeout=30) as s:
+        s.sendall((req + "\r\n").encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 101"):  # read the error body to its end
+            s.settimeout(5)
+            try:
+                while chunk := s.recv(4096):
+                    rest += chunk
+            except OSError:
+                pass
+    return head + b"\r\n\r\n" + rest
+
+
+def _ws_response(raw: bytes) -> Response:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+    if headers.get("transfer-encoding") == "chunked":
+        out, rest = b"", body
+        while rest:
+            n, _, rest = rest.partition(b"\r\n")
+            size = int(n, 16)
+            if size == 0:
+                break
+            out, rest = out + rest[:size], rest[size + 2 :]
+        body = out
+    return Response(status, headers, body, "GET", "/api/training/stream")
+
+
+def test_training_stream(dash: Dashboard) -> None:
+    dash.call("GET", "/api/training/stream", expect=400)
+    dash.call("POST", "/api/training/stream", body=b"", expect=405)
+    r = _ws_response(_ws_handshake(dash))
+    assert r.status == 101
+    conform(r)
+    r = _ws_response(_ws_handshake(dash, headers={"Origin": "http://evil.example"}))
+    assert r.status == 403
+    conform(r)
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def test_export(dash: Dashboard, job: dict) -> None:
+    _finished(dash, job["run"])
+    ck = dash.get(f"/api/runs/{job['run']}/checkpoints")["checkpoints"][-1]["path"]
+    req = {"run_id": job["run"], "checkpoint": ck, "format": "onnx", "name": "mlp"}
+    started = dash.call("POST", "/api/models/export", json_body=req, expect=202).json()
+    ex = dash.poll(
+        f"/api/models/exports/{started['id']}",
+        lambda j: j["state"] != "running" and j["state"] != "queued",
+        "export",
+    )
+    assert ex["state"] == "finished", ex
+    assert ex["model"] == "mlp" and ex["version"] == 1
+    exports = dash.get("/api/models/exports")["exports"]
+    assert started["id"] in {x["id"] for x in exports}
+    r = dash.call("POST", "/api/models/export", json_body=dict(req, format="pickle"), expect=422)
+    dash.call("POST", "/api/models/export", json_body=dict(req, checkpoint="nope.pt"), expect=404)
+    dash.call("POST", "/api/models/export", json_body=dict(req, run_id="no-such-run"), expect=404)
+    dash.call(
+        "POST", "/api/models/export", body=b"[", headers={"Content-Type": "application/json"}, expect=400
+    )
+    dash.call("GET", "/api/models/export", expect=405)
+    dash.call("GET", "/api/models/exports/no-such-export", expect=404)
+    dash.call("DELETE", f"/api/models/exports/{started['id']}", expect=405)
+    dash.call("POST", "/api/models/exports", body=b"", expect=405)
+    assert "format" in r.json()["error"]["message"]
+
+
+# ----------------------------------------------------------------------------- registry and deployments
+
+
+def multipart(fields: dict, files: list[tuple[str, str, bytes]]) -> tuple[bytes, str]:
+    boundary = uuid.uuid4().hex
+    out = b""
+    for k, v in fields.items():
+        out += f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
+    for name, filename, data in files:
+        out += (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
+                "Content-Type: application/octet-stream\r\n\r\n"
+            ).encode()
+            + data
+            + b"\r\n"
+        )
+    out += f"--{boundary}--\r\n".encode()
+    return out, f"multipart/form-data; boundary={boundary}"
+
+
+@pytest.fixture(scope="module")
+def cnn(dash: Dashboard) -> dict:
+    if not CNN.exists():
+        pytest.skip(f"{CNN} is missing: run `make models` (or set FW_MODELS_DIR)")
+    body, ct = multipart({}, [("file", "digits_cnn.onnx", CNN.read_bytes())])
+    up = dash.call("POST", "/api/models?name=cnn", body=body, headers={"Content-Type": ct}, expect=201).json()
+    assert up["name"] == "cnn" and up["version"]["version"] == 1 and up["version"]["format"] == "onnx"
+    return up
+
+
+def test_models(dash: Dashboard, cnn: dict) -> None:
+    raw = dash.call(
+        "POST",
+        "/api/models?name=cnn",
+        body=CNN.read_bytes(),
+        headers={"Content-Type": "application/octet-stream"},
+        expect=201,
+    ).json()
+    assert raw["version"]["version"] == 2
+    body, ct = multipart({"name": "cnn-form"}, [("file", "m.onnx", CNN.read_bytes())])
+    dash.call("POST", "/api/models", body=body, headers={"Content-Type": ct}, expect=201)
+    # Registering a checkpoint reference with JSON.
+    dash.call("POST", "/api/ingest", json_body=_events("ref-run", "oas-ref"), expect=200)
+    dash.call(
+        "POST",
+        "/api/models",
+        json_body={"name": "ref", "run_id": "ref-run", "checkpoint": "nope.pt"},
+        expect=404,
+    )
+    dash.call(
+        "POST",
+        "/api/models?name=junk",
+        body=b"not a model at all",
+        headers={"Content-Type": "application/octet-stream"},
+        expect=422,
+    )
+    dash.call("POST", "/api/models", body=b"{", headers={"Content-Type": "application/json"}, expect=400)
+    dash.call("PUT", "/api/models", body=b"", expect=405)
+    models = dash.get("/api/models")["models"]
+    assert {"cnn", "cnn-form"} <= {m["name"] for m in models}
+    m = dash.get("/api/models/cnn")
+    assert [v["version"] for v in m["versions"]] == [1, 2]
+    dash.call("GET", "/api/models/no-such-model", expect=404)
+    m = dash.call(
+        "PATCH", "/api/models/cnn", json_body={"aliases": {"production": 1, "staging": 2}}, expect=200
+    ).json()
+    assert m["aliases"] == {"production": 1, "staging": 2}
+    m = dash.call("PATCH", "/api/models/cnn", json_body={"aliases": {"staging": 0}}, expect=200).json()
+    assert m["aliases"] == {"production": 1}
+    dash.call("PATCH", "/api/models/cnn", json_body={"aliases": {"production": 99}}, expect=404)
+    dash.call("PATCH", "/api/models/cnn", body=b"{", headers={"Content-Type": "application/json"}, expect=400)
+    dash.call("PATCH", "/api/models/no-such-model", json_body={"aliases": {}}, expect=404)
+    dash.call("POST", "/api/models/cnn", body=b"", expect=405)
+    v = dash.get("/api/models/cnn/versions/1")
+    assert v["version"] == 1 and v["inputs"][0]["shape"] == [-1, 1, 8, 8]
+    dash.call("GET", "/api/models/cnn/versions/7", expect=404)
+    dash.call("GET", "/api/models/cnn/versions/x", expect=404)
+    dash.call("POST", "/api/models/cnn/versions/1", body=b"", expect=405)
+    dash.call("DELETE", "/api/models/cnn/versions/2", expect=200)
+    dash.call("DELETE", "/api/models/cnn/versions/2", expect=404)
+    dash.call("DELETE", "/api/models/cnn-form", expect=200)
+    dash.call("DELETE", "/api/models/cnn-form", expect=404)
+
+
+def test_deployments(dash: Dashboard, cnn: dict) -> None:
+    if not SAMPLE.exists():
+        pytest.skip(f"{SAMPLE} is missing (make models)")
+    port = free_port()
+    dep = dash.call(
+        "POST", "/api/models/cnn/deploy", json_body={"version": 1, "port": port}, expect=201
+    ).json()
+    dash.pids.append(dep["pid"])
+    assert dep["state"] == "running" and dep["port"] == port
+    dep_id = dep["id"]
+    r = dash.call("POST", "/api/models/cnn/deploy", json_body={"version": 1, "port": port}, expect=409)
+    assert code_of(r) == "conflict"
+    dash.call("POST", "/api/models/cnn/deploy", json_body={"version": 1, "port": "x"}, expect=400)
+    dash.call("POST", "/api/models/cnn/deploy", json_body={"version": 42, "port": free_port()}, expect=404)
+    dash.call("POST", "/api/models/no-such-model/deploy", json_body={"port": free_port()}, expect=404)
+    dash.call(
+        "POST",
+        "/api/models/cnn/deploy",
+        json_body={"version": 1, "port": free_port(), "device": "tpu"},
+        expect=422,
+    )
+    dash.call("GET", "/api/models/cnn/deploy", expect=405)
+    deps = dash.get("/api/deployments")["deployments"]
+    assert dep_id in {d["id"] for d in deps}
+    dash.call("POST", "/api/deployments", body=b"", expect=405)
+    base = f"/api/deployments/{dep_id}"
+    pred = dash.call("POST", base + "/predict", json_body={"data": [[0.0] * 64]}, expect=200).json()
+    assert isinstance(pred, dict)
+    img = dash.call(
+        "POST",
+        base + "/predict/image?top_k=1",
+        body=SAMPLE.read_bytes(),
+        headers={"Content-Type": "image/png"},
+        expect=200,
+    ).json()
+    assert img["predictions"][0]["top_k"][0]["label"] == "7"
+    body, ct = multipart({}, [("file", "digit.png", SAMPLE.read_bytes())])
+    dash.call("POST", base + "/predict/image", body=body, headers={"Content-Type": ct}, expect=200)
+    batch = dash.call(
+        "POST",
+        base + "/predict/batch",
+        json_body={"requests": [{"id": "a", "data": [[0.0] * 64]}]},
+        expect=200,
+    ).json()
+    assert isinstance(batch, dict)
+    assert dash.get(base + "/model")["inputs"][0]["shape"] == [-1, 1, 8, 8]
+    assert isinstance(dash.get(base + "/health/ready"), dict)
+    # The model server's own errors come back as it gave them.
+    r = dash.call("POST", base + "/predict", json_body={"data": [[1, 2]]}, expect=422)
+    assert isinstance(r.json(), dict)
+    r = dash.call(
+        "POST", base + "/predict/image", body=b"x", headers={"Content-Type": "text/plain"}, expect=415
+    )
+    routes = {
+        "predict": "POST",
+        "predict/image": "POST",
+        "predict/batch": "POST",
+        "model": "GET",
+        "health/ready": "GET",
+    }
+    for route, good in routes.items():
+        body = b"{}" if good == "POST" else None
+        hdrs = {"Content-Type": "application/json"}
+        dash.call("GET" if good == "POST" else "POST", f"{base}/{route}", body=b"", expect=405)
+        dash.call(good, f"/api/deployments/no-such-deployment/{route}", body=body, headers=hdrs, expect=404)
+    dash.call("GET", base, expect=405)
+    stopped = dash.call("DELETE", base, expect=200).json()
+    assert stopped["id"] == dep_id
+    dash.call("DELETE", base, expect=404)
+    dash.call("DELETE", "/api/deployments/no-such-deployment", expect=404)
+    dash.call("GET", "/api/models/cnn/versions/1", expect=200)
+    dash.call("DELETE", "/api/models/cnn/versions/1", expect=200)
+    dash.call("DELETE", "/api/models/cnn", expect=200)
+    dash.call("DELETE", "/api/models/cnn", expect=404)
+
+
+# ----------------------------------------------------------------------------- 401
+
+
+def _example_target(tmpl: str) -> str:
+    return re.sub(r"\{[^}]+\}", "x1", tmpl)
+
+
+def test_token(token_dash: Dashboard) -> None:
+    s = token_dash
+    assert s.get("/health")["status"] == "ok"
+    r = s.request("GET", "/api/experiments")
+    assert r.status == 401
+    conform(r)
+    assert code_of(r) == "unauthorized"
+    r = s.request("GET", "/api/experiments", headers={"Authorization": "Bearer wrong"})
+    assert r.status == 401
+    conform(r)
+    s.call("GET", "/api/experiments", expect=200)
+    s.call("GET", "/metrics", expect=200)
+    # Every documented operation: 401 without the token exactly where the document lists bearerAuth.
+    for tmpl, item in SPEC["paths"].items():
+        for m in METHODS:
+            if m not in item:
+                continue
+            protected = any("bearerAuth" in req for req in item[m].get("security", SPEC.get("security", [])))
+            r = s.request(
+                m.upper(),
+                _example_target(tmpl),
+                b"{}" if m in ("post", "patch") else None,
+                {"Content-Type": "application/json"},
+            )
+            assert (r.status == 401) == protected, (
+                f"{m.upper()} {tmpl}: {r.status}, bearerAuth declared: {protected}"
+            )
+            conform(r)
+    # The live stream also takes ?token=.
+    assert _ws_response(_ws_handshake(s, "?token=s3cret")).status == 101
+    r = _ws_response(_ws_handshake(s))
+    assert r.status == 401
+    conform(r)
+
+
+# ----------------------------------------------------------------------------- coverage
+
+
+def test_every_documented_operation_answers(dash: Dashboard) -> None:
+    """Each documented operation, sent with unknown IDs and no body, answers a status the document lists."""
+    for tmpl, item in SPEC["paths"].items():
+        for m in METHODS:
+            if m not in item:
+                continue
+            r = dash.request(m.upper(), _example_target(tmpl), None, {})
+            assert str(r.status) in item[m]["responses"], (
+                f"{m.upper()} {tmpl}: {r.status} is not documented: {r.body[:300]!r}"
+            )
+            conform(r)
+
+
+def test_nan_metric_reads(token_dash: Dashboard) -> None:
+    """Ingest takes "NaN" metric values and the document's Summary allows "NaN": reads must not fail.
+
+    Uses the token dashboard (run after test_token) so that the other tests' listings are unaffected.
+    """
+    s = token_dash
+    ev = _events("nan-a", "nan", nan=True) + _events("nan-b", "nan", lr=0.5)
+    assert s.call("POST", "/api/ingest", json_body=ev, expect=200).json()["errors"] == []
+    s.call("GET", "/api/runs/nan-a", expect=200)
+    s.call("GET", "/api/runs/nan-a/metrics?keys=val_loss", expect=200)
+    s.call("GET", "/api/runs", expect=200)
+    s.call("GET", "/api/experiments/nan/runs", expect=200)
+    s.call("GET", "/api/compare?runs=nan-a,nan-b", expect=200)
+
+
+def test_every_operation_succeeded() -> None:
+    """Every documented operation was answered with a validated success by the tests above."""
+    missing = [
+        f"{m.upper()} {tmpl}"
+        for tmpl, item in SPEC["paths"].items()
+        for m in METHODS
+        if m in item and not any(t == tmpl and mm == m and st < 300 for t, mm, st in SEEN)
+    ]
+    assert not missing, f"no validated 1xx/2xx answer for {missing}"
