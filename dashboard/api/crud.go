@@ -108,6 +108,11 @@ func (s *Server) experimentRuns(ctx *fasthttp.RequestCtx, idOrName string) {
 		writeError(ctx, e)
 		return
 	}
+	// An unknown experiment is a 404, not an empty page.
+	if _, err := s.st.GetExperiment(s.base, idOrName); err != nil {
+		writeError(ctx, fromStore(s.log, err))
+		return
+	}
 	q.Experiment = idOrName
 	page, err := s.st.ListRuns(s.base, q)
 	if err != nil {

@@ -570,11 +570,6 @@ def test_runs(dash: Dashboard, seeded: dict) -> None:
     dash.call("DELETE", "/api/runs/seed-x", expect=404)
 
 
-@pytest.mark.xfail(
-    reason="server bug: GET /api/experiments/{id}/runs of an unknown experiment answers 200 "
-    '{"runs":[]} where GET /api/experiments/{id} answers 404 (the document lists 404 NotFound)',
-    strict=False,
-)
 def test_unknown_experiment_runs_404(dash: Dashboard) -> None:
     dash.call("GET", "/api/experiments/no-such-experiment/runs", expect=404)
 
