@@ -383,7 +383,7 @@ export function ExportDialog({
           ) : (
             <RunPicker runId={run} onRun={setRun} />
           )}
-          <label>
+          <label className="span-all">
             Checkpoint
             <select value={ckpt} onChange={(e) => setCkpt(e.target.value)} disabled={list.length === 0}>
               {list.length === 0 && <option value="">{ckpts.loading ? "loading…" : "this run has no checkpoints"}</option>}

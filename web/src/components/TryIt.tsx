@@ -77,6 +77,12 @@ export function topClasses(answer: unknown, labels: string[] | undefined, k = 5)
   return [];
 }
 
+/** A probability as a percent: "<0.01%" for the tiny ones. */
+export function fmtPct(p: number): string {
+  if (p > 0 && p < 0.0001) return "<0.01%";
+  return `${(p * 100).toFixed(p > 0.999 || p < 0.01 ? 2 : 1)}%`;
+}
+
 /** Horizontal bars of the top classes. */
 export function TopClassBars({ classes }: { classes: TopClass[] }) {
   if (classes.length === 0) return null;
@@ -88,7 +94,7 @@ export function TopClassBars({ classes }: { classes: TopClass[] }) {
           <span className="topk-bar" aria-hidden="true">
             <span style={{ width: `${Math.max(0.5, c.score * 100)}%` }} />
           </span>
-          <span className="num topk-score">{(c.score * 100).toFixed(c.score > 0.999 || c.score < 0.001 ? 2 : 1)}%</span>
+          <span className="num topk-score">{fmtPct(c.score)}</span>
         </li>
       ))}
     </ol>
