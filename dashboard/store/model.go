@@ -6,6 +6,7 @@
 package store
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"time"
@@ -247,3 +248,57 @@ func Ptr[T any](v T) *T { return &v }
 func (s Status) String() string { return string(s) }
 
 var _ fmt.Stringer = Status("")
+
+// summaryJSON is Summary with its values as Float.
+type summaryJSON struct {
+	Last     Float     `json:"last"`
+	LastStep int64     `json:"last_step"`
+	LastTime time.Time `json:"last_time"`
+	Min      Float     `json:"min"`
+	MinStep  int64     `json:"min_step"`
+	Max      Float     `json:"max"`
+	MaxStep  int64     `json:"max_step"`
+	Count    int64     `json:"count"`
+}
+
+// MarshalJSON writes the values as Float: NaN and the infinities (a key
+// whose every value was NaN, an infinite loss) as the strings "NaN",
+// "Infinity" and "-Infinity", which encoding/json cannot write as numbers.
+func (s Summary) MarshalJSON() ([]byte, error) {
+	return json.Marshal(summaryJSON{Float(s.Last), s.LastStep, s.LastTime, Float(s.Min), s.MinStep, Float(s.Max), s.MaxStep, s.Count})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (s *Summary) UnmarshalJSON(b []byte) error {
+	var v summaryJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = Summary{float64(v.Last), v.LastStep, v.LastTime, float64(v.Min), v.MinStep, float64(v.Max), v.MaxStep, v.Count}
+	return nil
+}
+
+// bucketJSON is Bucket with its values as Float.
+type bucketJSON struct {
+	StepMin int64 `json:"step_min"`
+	StepMax int64 `json:"step_max"`
+	Min     Float `json:"min"`
+	Max     Float `json:"max"`
+	Last    Float `json:"last"`
+	Count   int64 `json:"count"`
+}
+
+// MarshalJSON writes the values as Float (see Summary.MarshalJSON).
+func (b Bucket) MarshalJSON() ([]byte, error) {
+	return json.Marshal(bucketJSON{b.StepMin, b.StepMax, Float(b.Min), Float(b.Max), Float(b.Last), b.Count})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (b *Bucket) UnmarshalJSON(data []byte) error {
+	var v bucketJSON
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	*b = Bucket{v.StepMin, v.StepMax, float64(v.Min), float64(v.Max), float64(v.Last), v.Count}
+	return nil
+}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -283,4 +284,27 @@ func TestLogsAndCheckpoints(t *testing.T) {
 			t.Fatalf("unknown run: %v", err)
 		}
 	})
+}
+
+// TestJSONNaN: summaries and buckets of NaN or infinite values encode (as
+// the strings Float writes) and decode back.
+func TestJSONNaN(t *testing.T) {
+	sum := Summary{Last: math.Inf(1), Min: math.NaN(), Max: math.NaN(), LastStep: 4, Count: 2}
+	b, err := json.Marshal(map[string]Summary{"loss": sum})
+	if err != nil || !strings.Contains(string(b), `{"loss":{"last":"Infinity","last_step":4,`) || !strings.Contains(string(b), `"min":"NaN"`) {
+		t.Fatalf("summary: %s %v", b, err)
+	}
+	var back map[string]Summary
+	if err := json.Unmarshal(b, &back); err != nil || !math.IsInf(back["loss"].Last, 1) || !math.IsNaN(back["loss"].Min) || back["loss"].Count != 2 {
+		t.Fatalf("summary back: %+v %v", back, err)
+	}
+	bk := Bucket{StepMin: 1, StepMax: 2, Min: math.NaN(), Max: 3, Last: math.Inf(-1), Count: 2}
+	b, err = json.Marshal([]Bucket{bk})
+	if err != nil || string(b) != `[{"step_min":1,"step_max":2,"min":"NaN","max":3,"last":"-Infinity","count":2}]` {
+		t.Fatalf("bucket: %s %v", b, err)
+	}
+	var bb []Bucket
+	if err := json.Unmarshal(b, &bb); err != nil || len(bb) != 1 || bb[0].Max != 3 || !math.IsNaN(bb[0].Min) || bb[0].StepMax != 2 {
+		t.Fatalf("bucket back: %+v %v", bb, err)
+	}
 }
