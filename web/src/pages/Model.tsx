@@ -149,7 +149,7 @@ function Deployments({ deps, onUndeploy }: { deps: DeploymentInfo[]; onUndeploy:
               <td className="num">{d.request_rate != null ? d.request_rate.toFixed(2) : "–"}</td>
               <td title={fmtTime(d.started)}>{fmtAgo(d.started)}</td>
               <td className="actions">
-                <button type="button" className="danger" onClick={() => onUndeploy(d)} aria-label={`Undeploy ${d.id}`}>
+                <button type="button" className="small danger-outline" onClick={() => onUndeploy(d)} aria-label={`Undeploy ${d.id}`}>
                   Undeploy
                 </button>
               </td>
