@@ -63,7 +63,7 @@ func StreamEvent(ev *store.Event) (stream.Event, bool) {
 	case store.EventProgress:
 		out.Type = stream.TypeProgress
 		data = map[string]any{"step": ev.Step, "total_steps": ev.TotalSteps, "epoch": ev.Epoch, "total_epochs": ev.TotalEpochs}
-	case store.EventRunStart, store.EventStatus, store.EventRunEnd:
+	case store.EventRunStart, store.EventRunResume, store.EventStatus, store.EventRunEnd:
 		out.Type = stream.TypeStatus
 		st := ev.Status
 		switch {
