@@ -107,7 +107,8 @@ export function CheckpointActions({ run, onStarted }: { run: RunInfo; onStarted?
                   </td>
                 ))}
                 <td className="muted">{fmtTime(c.time)}</td>
-                <td className="actions">
+                <td>
+                  <div className="ck-actions">
                   <button type="button" disabled={!!blocker || busy !== ""} title={blocker || `Continue this run from ${c.path}`} onClick={() => resume(c)} aria-label={`Resume from ${c.path}`}>
                     {busy === c.path ? "Resuming…" : "Resume"}
                   </button>
@@ -117,6 +118,7 @@ export function CheckpointActions({ run, onStarted }: { run: RunInfo; onStarted?
                   <button type="button" onClick={() => setExporting(c)} aria-label={`Export ${c.path}`}>
                     Export…
                   </button>
+                  </div>
                 </td>
               </tr>
             ))}

@@ -145,7 +145,8 @@ export function FilterBar({ filter, onFilter, search, onSearch, onClear, error, 
       </form>
       {qerr && (
         <div className="filter-error" role="alert" id={errId}>
-          <strong>{qerr.message}</strong> <code>{qerr.code}</code>
+          <strong>{/^(filter|sort)$/.test(qerr.message) ? `The ${qerr.message} was refused: check the field names, operators and quotes (docs/tracking.md, "Query language").` : qerr.message}</strong>{" "}
+          <code>{qerr.code}</code>
           {col !== null && filter && !search && (
             <pre className="filter-caret" aria-hidden="true">
               {filter}

@@ -64,7 +64,7 @@ export function useChartSettings(): ChartSettings {
 }
 
 /** The controls of the chart settings. */
-export function ChartControls({ settings, timeNote }: { settings: ChartSettings; timeNote?: string }) {
+export function ChartControls({ settings, timeNote, noXAxis }: { settings: ChartSettings; timeNote?: string; noXAxis?: boolean }) {
   return (
     <div className="chart-controls row" role="group" aria-label="Chart settings">
       <label>
@@ -83,6 +83,7 @@ export function ChartControls({ settings, timeNote }: { settings: ChartSettings;
         />
         <span className="mono small">{settings.smooth.toFixed(2)}</span>
       </label>
+      {!noXAxis && (
       <label>
         X axis
         <select value={settings.xMode} onChange={(e) => settings.setXMode(e.target.value === "time" ? "time" : "step")}>
@@ -90,7 +91,8 @@ export function ChartControls({ settings, timeNote }: { settings: ChartSettings;
           <option value="time">Time</option>
         </select>
       </label>
-      {settings.xMode === "time" && timeNote && <span className="muted small">{timeNote}</span>}
+      )}
+      {!noXAxis && settings.xMode === "time" && timeNote && <span className="muted small">{timeNote}</span>}
       <span className="muted small">Drag on a chart to zoom, double-click to reset.</span>
     </div>
   );

@@ -262,9 +262,10 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
 
   const padTop = items.length ? items[0].start : 0;
   const padBottom = items.length ? v.getTotalSize() - items[items.length - 1].end : 0;
-  const colCount = 1 + FIXED.length + columns.length;
+  const fixed = experiment ? FIXED : [FIXED[0], { id: "experiment", label: "Experiment", sort: "experiment", width: 150 }, ...FIXED.slice(1)];
+  const colCount = 1 + fixed.length + columns.length;
   const compareHref = `/compare?runs=${[...selected].map(encodeURIComponent).join(",")}`;
-  const tableWidth = 40 + FIXED.reduce((a, c) => a + c.width, 0) + columns.length * 130;
+  const tableWidth = 40 + fixed.reduce((a, c) => a + c.width, 0) + columns.length * 130;
 
   return (
     <div className="runs-table">
@@ -272,7 +273,9 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
       {pages.error && !isQueryError(pages.error) && <ErrorNote error={pages.error} />}
       <div className="runs-toolbar row">
         <span className="muted" aria-live="polite" data-testid="runs-count">
-          {pages.loading && pages.runs.length === 0
+          {pages.error && pages.runs.length === 0
+            ? "No runs shown"
+            : pages.loading && pages.runs.length === 0
             ? "Loading runs…"
             : `${pages.runs.length.toLocaleString()}${pages.done ? "" : "+"} run${pages.runs.length === 1 ? "" : "s"}${pages.done ? "" : " (more load as you scroll)"}`}
         </span>
@@ -300,7 +303,7 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
         <table className="table runs" style={{ width: tableWidth }} aria-rowcount={pages.runs.length + 1}>
           <colgroup>
             <col style={{ width: 40 }} />
-            {FIXED.map((c) => (
+            {fixed.map((c) => (
               <col key={c.id} style={{ width: c.width }} />
             ))}
             {columns.map((c) => (
@@ -312,7 +315,7 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
               <th scope="col">
                 <span className="sr-only">Selected</span>
               </th>
-              {FIXED.map((c) => (
+              {fixed.map((c) => (
                 <SortHeader key={c.id} label={c.label} field={c.sort} sort={sort} desc={desc} onSort={sortBy} num={c.num} />
               ))}
               {columns.map((c) => (
@@ -337,7 +340,7 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
             )}
             {items.map((it) => {
               const r = pages.runs[it.index];
-              return <RunRow key={r.id} run={r} index={it.index} columns={columns} selected={selected.has(r.id)} onToggle={toggleRun} />;
+              return <RunRow key={r.id} run={r} index={it.index} columns={columns} showExperiment={!experiment} selected={selected.has(r.id)} onToggle={toggleRun} />;
             })}
             {padBottom > 0 && (
               <tr aria-hidden="true" className="pad">
@@ -369,7 +372,7 @@ function SortHeader({ label, field, sort, desc, onSort, num, kind }: { label: st
       {field ? (
         <button type="button" className={`sort ${active ? "active" : ""}`} onClick={() => onSort(field)} aria-label={`Sort by ${kind ? `${kind} ` : ""}${label}`}>
           {kind && <span className={`colkind colkind-${kind}`}>{kind === "metric" ? "m" : "p"}</span>}
-          {label}
+          <span className="sort-label">{label}</span>
           <span className="sort-arrow" aria-hidden="true">
             {active ? (desc ? "▼" : "▲") : ""}
           </span>
@@ -382,7 +385,7 @@ function SortHeader({ label, field, sort, desc, onSort, num, kind }: { label: st
 }
 
 /** One run. */
-function RunRow({ run: r, index, columns, selected, onToggle }: { run: RunInfo; index: number; columns: string[]; selected: boolean; onToggle: (id: string) => void }) {
+function RunRow({ run: r, index, columns, selected, onToggle, showExperiment }: { run: RunInfo; index: number; columns: string[]; selected: boolean; onToggle: (id: string) => void; showExperiment: boolean }) {
   return (
     <tr className={selected ? "selected" : undefined} aria-rowindex={index + 2} data-index={index}>
       <td>
@@ -391,6 +394,11 @@ function RunRow({ run: r, index, columns, selected, onToggle }: { run: RunInfo; 
       <td title={r.name}>
         <Link to={`/runs/${encodeURIComponent(r.id)}`}>{r.name}</Link>
       </td>
+      {showExperiment && (
+        <td title={r.experiment}>
+          <Link to={`/experiments/${encodeURIComponent(r.experiment_id)}`}>{r.experiment}</Link>
+        </td>
+      )}
       <td>
         <StatusBadge status={r.status} />
       </td>

@@ -113,7 +113,7 @@ export function RunPage() {
         )}
         {tab === "system" && (
           <Card title="System metrics of the training process">
-            <ChartControls settings={settings} />
+            <ChartControls settings={settings} noXAxis />
             <RunCharts run={r} system settings={settings} subscribe={subscribe} />
           </Card>
         )}
