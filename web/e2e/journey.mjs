@@ -1,21 +1,279 @@
 // The end-to-end journey of the web UI in a real browser against a real
-// dashboard (make test-e2e). Screenshots of each page: build/screenshots/.
-import { cleanup, journey, launchBrowser, screenshot, startDashboard } from "./harness.mjs";
+// dashboard (make test-e2e): Home; start digits_mlp from the Training form
+// and watch it live (charts grow, the progress bar moves); stop it through
+// the confirmation dialog; run a second one to the end; compare the two;
+// export the better checkpoint to ONNX; deploy it; predict an uploaded digit
+// image in "try it"; undeploy. Screenshots of each page: build/screenshots/.
+//
+// Env: FW_BIN (bin/fw), FW_PYTHON (the Python with fw, torch, scikit-learn
+// and PIL: runs the recipes and draws the test digit), FW_DASHBOARD_UI_DIR
+// (serve another UI build), FW_KEEP_E2E (keep the temp dir).
+// Waits are generous (this may run on 2 busy cores); nothing is timed.
+import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { ROOT, cleanup, freePort, journey, launchBrowser, screenshot, startDashboard, until } from "./harness.mjs";
+
+const PYTHON = process.env.FW_PYTHON ?? join(ROOT, ".venv", "bin", "python");
+const LONG = 120_000;
+const EXPERIMENT = "e2e-digits";
+
+/** Draws a digit from scikit-learn's set as a 32x32 grayscale PNG (white on black, like the training data). */
+function drawDigit(dir) {
+  const png = join(dir, "digit.png");
+  const script = `
+import json, sys
+import numpy as np
+from PIL import Image
+from sklearn.datasets import load_digits
+d = load_digits()
+i = 0  # the first image of the set: a 0
+px = np.round(d.images[i] * 255.0 / 16.0).astype(np.uint8)
+Image.fromarray(px, mode="L").resize((32, 32), Image.NEAREST).save(sys.argv[1])
+print(json.dumps({"label": int(d.target[i]), "row": [float(v) / 16.0 for v in d.data[i]]}))
+`;
+  const out = execFileSync(PYTHON, ["-c", script, png], { encoding: "utf8" });
+  const { label, row } = JSON.parse(out.trim().split("\n").pop());
+  return { png, label, row };
+}
+
+/** The number a [data-points] attribute or aria-valuenow holds (0 when absent). */
+async function numAttr(locator, name) {
+  const v = await locator.getAttribute(name);
+  return v === null ? 0 : Number(v);
+}
+
+/** Fills the Training page's form and starts a run; returns its ID (from the URL). */
+async function startFromForm(page, url, { name, params }) {
+  await page.goto(url + "/training");
+  const form = page.getByRole("form", { name: "Start training" });
+  await form.waitFor({ timeout: LONG });
+  await form.getByLabel("Recipe").selectOption("digits_mlp");
+  await form.getByLabel("Experiment").fill(EXPERIMENT);
+  await form.getByLabel("Run name").fill(name);
+  for (const [k, v] of Object.entries(params)) await form.getByLabel(k, { exact: false }).first().fill(String(v));
+  await form.getByRole("button", { name: "Start training" }).click();
+  await page.waitForURL(/\/training\/[^/]+$/, { timeout: LONG });
+  return decodeURIComponent(new URL(page.url()).pathname.split("/").pop());
+}
 
 await journey("web UI journey", async (step) => {
-  const dash = await step("start the dashboard", () => startDashboard());
+  const dash = await step("start the dashboard", () => startDashboard({ env: { FW_PYTHON: PYTHON } }));
   const browser = await step("launch chromium", () => launchBrowser());
+  const problems = [];
+  let page;
   try {
-    const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
-    const errors = [];
-    page.on("pageerror", (e) => errors.push(String(e)));
+    const digit = await step("draw a test digit with scikit-learn and PIL", () => drawDigit(dash.dir));
+    page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+    page.setDefaultTimeout(LONG);
+    page.on("pageerror", (e) => problems.push(`page error: ${e}`));
+    page.on("console", (m) => {
+      // The browser's own favicon request is not the UI's (index.html names no icon).
+      if (m.type() === "error" && !m.location().url?.endsWith("/favicon.ico")) problems.push(`console error on ${page.url()}: ${m.text()} ${JSON.stringify(m.location())}`);
+    });
+    page.on("response", (r) => {
+      if (r.status() >= 500) problems.push(`HTTP ${r.status()} ${r.request().method()} ${r.url()}`);
+    });
+    const noProblems = () => {
+      if (problems.length) throw new Error(problems.join("\n"));
+    };
+
     await step("open Home", async () => {
       await page.goto(dash.url + "/");
       await page.getByRole("navigation", { name: "Main" }).waitFor();
+      await page.getByRole("heading", { level: 1 }).first().waitFor();
       await screenshot(page, "01-home");
+      noProblems();
     });
-    if (errors.length) throw new Error(`page errors: ${errors.join("; ")}`);
+
+    let first = "";
+    await step("start digits_mlp from the Training form", async () => {
+      await page.goto(dash.url + "/training");
+      await page.getByRole("form", { name: "Start training" }).waitFor();
+      await screenshot(page, "02-training-form");
+      // 20 epochs slowed down a little: long enough to watch, stopped halfway.
+      first = await startFromForm(page, dash.url, { name: "first-run", params: { epochs: 20, step_delay: 0.05 } });
+      await page.getByRole("heading", { name: /first-run/ }).waitFor();
+    });
+
+    await step("watch metrics arrive live and the progress bar move", async () => {
+      const bar = page.getByRole("progressbar", { name: "Training progress" });
+      const chart = page.getByRole("region", { name: "Metric train/loss" });
+      await chart.waitFor({ timeout: LONG });
+      const p0 = await until("progress above 0", async () => {
+        const v = await numAttr(bar, "aria-valuenow");
+        return v > 0 ? v : null;
+      }, LONG);
+      const n0 = await numAttr(chart, "data-points");
+      const last0 = await chart.getByLabel("train/loss latest value").textContent();
+      await until("more train/loss points", async () => (await numAttr(chart, "data-points")) > n0, LONG);
+      await until("a new latest train/loss value", async () => (await chart.getByLabel("train/loss latest value").textContent()) !== last0, LONG);
+      await until("the progress bar to move", async () => (await numAttr(bar, "aria-valuenow")) > p0, LONG);
+      await page.getByRole("region", { name: "Metric val/accuracy" }).waitFor({ timeout: LONG });
+      await page.getByTestId("log-tail").getByText(/epoch 1\//).waitFor({ timeout: LONG });
+      await screenshot(page, "03-training-live");
+      noProblems();
+    });
+
+    await step("stop it through the Stop button and its confirmation", async () => {
+      await page.getByRole("button", { name: "Stop", exact: true }).click();
+      const dialog = page.getByRole("dialog", { name: "Stop training" });
+      await dialog.getByText(/final checkpoint/).waitFor();
+      await screenshot(page, "04-stop-confirmation");
+      await dialog.getByRole("button", { name: "Stop run" }).click();
+      const final = page.getByRole("region", { name: "Final state" });
+      await final.waitFor({ timeout: LONG });
+      await final.getByText("Run stopped").waitFor();
+      await until("the header badge to say stopped", async () => (await page.locator("h1 [data-status]").getAttribute("data-status")) === "stopped", LONG);
+      await final.getByRole("link", { name: "Open run page" }).waitFor();
+      await final.getByRole("link", { name: "Export a checkpoint" }).waitFor();
+      await screenshot(page, "05-training-stopped");
+      const run = await dash.api("GET", `/api/runs/${first}`);
+      if (run.status !== "stopped") throw new Error(`run ${first} is ${run.status}, want stopped`);
+      noProblems();
+    });
+
+    let second = "";
+    await step("start a second run and let it finish", async () => {
+      second = await startFromForm(page, dash.url, { name: "second-run", params: { epochs: 12, lr: 0.005 } });
+      const final = page.getByRole("region", { name: "Final state" });
+      await final.waitFor({ timeout: 240_000 });
+      await final.getByText("Run finished").waitFor();
+      await until("the progress bar at 100%", async () => (await numAttr(page.getByRole("progressbar", { name: "Training progress" }), "aria-valuenow")) === 100, LONG);
+      await screenshot(page, "06-training-finished");
+      await page.goto(dash.url + "/training");
+      await page.getByRole("table", { name: "Training jobs" }).getByRole("link", { name: "second-run" }).waitFor();
+      await screenshot(page, "07-training-jobs");
+      noProblems();
+    });
+
+    await step("find both runs from Experiments", async () => {
+      await page.goto(dash.url + "/experiments");
+      await page.getByRole("link", { name: EXPERIMENT }).first().click();
+      await page.getByRole("heading", { name: EXPERIMENT }).waitFor();
+      await page.getByRole("link", { name: "first-run" }).first().waitFor();
+      await page.getByRole("link", { name: "second-run" }).first().waitFor();
+      await screenshot(page, "08-experiment");
+      noProblems();
+    });
+
+    await step("compare the two runs", async () => {
+      await page.goto(`${dash.url}/compare?runs=${first},${second}`);
+      await page.getByRole("heading", { name: "Compare runs" }).waitFor();
+      const main = page.getByRole("main");
+      await main.getByText("first-run").first().waitFor();
+      await main.getByText("second-run").first().waitFor();
+      // The params table names the params that differ (epochs, lr, step_delay).
+      const params = page.getByRole("table").filter({ hasText: "step_delay" });
+      await params.first().waitFor();
+      await params.first().getByText("lr", { exact: true }).first().waitFor();
+      await screenshot(page, "09-compare");
+      noProblems();
+    });
+
+    // The better checkpoint: the highest val/accuracy over both runs' checkpoints.
+    const best = await step("pick the better checkpoint", async () => {
+      let top = null;
+      for (const id of [first, second]) {
+        const { checkpoints } = await dash.api("GET", `/api/runs/${id}/checkpoints`);
+        for (const c of checkpoints ?? []) {
+          const acc = c.metrics?.["val/accuracy"] ?? -1;
+          if (!top || acc > top.acc) top = { run: id, path: c.path, acc };
+        }
+      }
+      if (!top) throw new Error("no checkpoints in either run");
+      return top;
+    });
+
+    let modelName = "digits-e2e";
+    await step("export it to ONNX and wait for the parity report", async () => {
+      await page.goto(dash.url + "/models");
+      await page.getByRole("button", { name: /Export a checkpoint/ }).click();
+      const dialog = page.getByRole("dialog", { name: "Export a checkpoint" });
+      await dialog.getByLabel("Experiment").selectOption({ label: EXPERIMENT });
+      await until("the run list", async () => (await dialog.getByLabel("Run").locator(`option[value="${best.run}"]`).count()) > 0, LONG);
+      await dialog.getByLabel("Run").selectOption(best.run);
+      await until("the checkpoint list", async () => (await dialog.getByLabel("Checkpoint").locator(`option[value="${best.path}"]`).count()) > 0, LONG);
+      await dialog.getByLabel("Checkpoint").selectOption(best.path);
+      await dialog.getByLabel("ONNX", { exact: false }).first().check();
+      await dialog.getByLabel("Model name").fill(modelName);
+      await screenshot(page, "10-export-dialog");
+      await dialog.getByRole("button", { name: "Export", exact: true }).click();
+      await dialog.getByText("Export finished and registered.").waitFor({ timeout: 240_000 });
+      await dialog.getByText(/max abs error/i).first().waitFor();
+      await screenshot(page, "11-export-parity");
+      await dialog.getByRole("link", { name: new RegExp(`${modelName} v\\d+`) }).click();
+      await page.getByRole("heading", { name: modelName, level: 1 }).waitFor();
+      noProblems();
+    });
+
+    let port = 0;
+    await step("deploy it on a free port and wait until it is ready", async () => {
+      port = await freePort();
+      await page.getByRole("button", { name: /^Deploy/ }).first().click();
+      const dialog = page.getByRole("dialog", { name: `Deploy ${modelName}` });
+      await dialog.getByLabel("Port").fill(String(port));
+      await dialog.getByRole("button", { name: "Deploy", exact: true }).click();
+      await dialog.waitFor({ state: "hidden", timeout: LONG });
+      const deps = page.getByRole("region", { name: "Deployments" }).or(page.locator(".card").filter({ has: page.getByRole("heading", { name: "Deployments" }) }));
+      await deps.first().locator('[data-status="ready"]').waitFor({ timeout: LONG });
+      await screenshot(page, "12-model-deployed");
+      noProblems();
+    });
+
+    await step("predict the uploaded digit in try it", async () => {
+      const tryIt = page.locator(".card").filter({ has: page.getByRole("heading", { name: "Try it" }) });
+      await tryIt.getByRole("tab", { name: "Image" }).click();
+      await tryIt.getByLabel(/Image/).setInputFiles(digit.png);
+      await tryIt.getByRole("button", { name: "Predict image" }).click();
+      const top = tryIt.getByRole("list", { name: "top classes" });
+      const noRecipe = tryIt.getByText(/no image preprocessing recipe/);
+      await top.or(noRecipe).first().waitFor({ timeout: LONG });
+      if (await noRecipe.isVisible()) {
+        // The recipe's checkpoints carry no preprocessing.image (nor labels), so
+        // the exported file cannot take images: say so, and send the same digit
+        // as a JSON row (64 pixels scaled to 0..1, what the model was trained on).
+        console.log("      (the exported digits_mlp file has no preprocessing.image: /predict/image refused it; the digit goes as a JSON row instead)");
+        await screenshot(page, "13-try-it-image-refused");
+        await tryIt.getByRole("tab", { name: "JSON rows" }).click();
+        await tryIt.getByLabel(/Request body/).fill(JSON.stringify({ data: [digit.row] }));
+        await tryIt.getByRole("button", { name: "Predict", exact: true }).click();
+        await top.waitFor({ timeout: LONG });
+        // The refused image was answered 422 as it should be: that console line is expected.
+        for (let i = problems.length - 1; i >= 0; i--) if (/status of 422/.test(problems[i]) && /predict\/image/.test(problems[i])) problems.splice(i, 1);
+      }
+      const label = (await top.locator(".topk-label").first().textContent()).trim();
+      if (label !== String(digit.label)) throw new Error(`predicted ${label}, the digit is ${digit.label}`);
+      await screenshot(page, "13-try-it");
+      noProblems();
+    });
+
+    await step("undeploy", async () => {
+      await page.getByRole("button", { name: /^Undeploy / }).first().click();
+      await page.getByRole("dialog", { name: "Undeploy" }).getByRole("button", { name: "Undeploy", exact: true }).click();
+      await until("no deployment left", async () => (await dash.api("GET", "/api/deployments")).deployments.length === 0, LONG);
+      await page.getByText(/Not deployed/).waitFor({ timeout: LONG });
+      await screenshot(page, "14-undeployed");
+      noProblems();
+    });
+  } catch (e) {
+    if (page) await screenshot(page, "99-failure").catch(() => {});
+    if (process.env.FW_KEEP_E2E) console.error(`dashboard log: ${join(dash.dir, "dashboard.log")}`);
+    else {
+      try {
+        console.error(readFileSync(join(dash.dir, "dashboard.log"), "utf8").split("\n").slice(-30).join("\n"));
+      } catch {
+        /* no log */
+      }
+    }
+    throw e;
   } finally {
+    // Deployments outlive the dashboard: never leave one behind.
+    try {
+      for (const d of (await dash.api("GET", "/api/deployments")).deployments ?? []) await dash.api("DELETE", `/api/deployments/${d.id}`);
+    } catch {
+      /* the dashboard is gone already */
+    }
     await browser.close();
     await dash.stop();
     cleanup(dash.dir);
