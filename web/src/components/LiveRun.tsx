@@ -275,7 +275,9 @@ export function LiveRun({ runId }: { runId: string }) {
   const now = useNow(1000);
 
   const ended0 = streamStatus !== undefined && ENDED.has(streamStatus);
+  const [jobDone, setJobDone] = useState(false);
   const runState = useApi((s) => get<LiveRunData>(`/api/runs/${seg(runId)}`, undefined, s), [runId], ended0 ? 0 : 5000);
+  // The job is polled until its process has exited (its exit code comes then).
   const jobState = useApi(
     (s) =>
       get<JobInfo>(`/api/training/${seg(runId)}`, undefined, s).catch((e: unknown) => {
@@ -284,10 +286,12 @@ export function LiveRun({ runId }: { runId: string }) {
         throw e;
       }),
     [runId],
-    ended0 ? 0 : 5000,
+    jobDone ? 0 : ended0 ? 1000 : 5000,
   );
   const metrics = useLiveMetrics(runId);
   const run = runState.data;
+  const jobExited = jobState.data?.state === "exited" || (jobState.data === undefined && !jobState.loading && !jobState.error);
+  useEffect(() => setJobDone(jobExited), [jobExited]);
   const reloadRun = runState.reload;
   const reloadJob = jobState.reload;
 
@@ -365,7 +369,7 @@ export function LiveRun({ runId }: { runId: string }) {
               Experiment <Link to={`/experiments/${seg(run.experiment_id)}`}>{run.experiment}</Link>
             </span>
             {job && <span>· recipe <code>{job.recipe}</code></span>}
-            <span>· run <code>{run.id}</code></span>
+            {run.name && run.name !== run.id && <span>· run <code>{run.id}</code></span>}
             {Number.isFinite(elapsed) && <span>· {ended ? "ran" : "running for"} {fmtDuration(elapsed)}</span>}
             <span className={connected ? "live-dot on" : "live-dot"} title={connected ? "Following the live stream" : "Connecting to the live stream…"}>
               {connected ? "live" : "connecting…"}
