@@ -147,19 +147,18 @@ await journey("web UI journey", async (step) => {
       noProblems();
     });
 
-    await step("find both runs from Experiments", async () => {
+    await step("select both runs on the experiment page and compare them", async () => {
       await page.goto(dash.url + "/experiments");
       await page.getByRole("link", { name: EXPERIMENT }).first().click();
-      await page.getByRole("heading", { name: EXPERIMENT }).waitFor();
-      await page.getByRole("link", { name: "first-run" }).first().waitFor();
-      await page.getByRole("link", { name: "second-run" }).first().waitFor();
+      await page.getByRole("heading", { name: EXPERIMENT, level: 1 }).waitFor();
+      const runs = page.getByRole("region", { name: "Runs" });
+      await runs.getByLabel("Select run first-run").check();
+      await runs.getByLabel("Select run second-run").check();
       await screenshot(page, "08-experiment");
-      noProblems();
-    });
-
-    await step("compare the two runs", async () => {
-      await page.goto(`${dash.url}/compare?runs=${first},${second}`);
+      await runs.getByRole("link", { name: /Compare selected \(2\)/ }).click();
       await page.getByRole("heading", { name: "Compare runs" }).waitFor();
+      const ids = new URL(page.url()).searchParams.get("runs")?.split(",") ?? [];
+      if (!ids.includes(first) || !ids.includes(second)) throw new Error(`compare URL ${page.url()} lacks ${first} or ${second}`);
       const main = page.getByRole("main");
       await main.getByText("first-run").first().waitFor();
       await main.getByText("second-run").first().waitFor();
@@ -185,23 +184,23 @@ await journey("web UI journey", async (step) => {
       return top;
     });
 
-    let modelName = "digits-e2e";
+    const modelName = "digits-e2e";
     await step("export it to ONNX and wait for the parity report", async () => {
-      await page.goto(dash.url + "/models");
-      await page.getByRole("button", { name: /Export a checkpoint/ }).click();
+      // The run page's Checkpoints tab (where the live page's "Export a checkpoint" leads).
+      await page.goto(`${dash.url}/runs/${best.run}?tab=checkpoints`);
+      await page.getByRole("button", { name: `Export ${best.path}` }).waitFor();
+      await screenshot(page, "10-run-checkpoints");
+      await page.getByRole("button", { name: `Export ${best.path}` }).click();
       const dialog = page.getByRole("dialog", { name: "Export a checkpoint" });
-      await dialog.getByLabel("Experiment").selectOption({ label: EXPERIMENT });
-      await until("the run list", async () => (await dialog.getByLabel("Run").locator(`option[value="${best.run}"]`).count()) > 0, LONG);
-      await dialog.getByLabel("Run").selectOption(best.run);
       await until("the checkpoint list", async () => (await dialog.getByLabel("Checkpoint").locator(`option[value="${best.path}"]`).count()) > 0, LONG);
-      await dialog.getByLabel("Checkpoint").selectOption(best.path);
+      if ((await dialog.getByLabel("Checkpoint").inputValue()) !== best.path) throw new Error(`the dialog did not preselect ${best.path}`);
       await dialog.getByLabel("ONNX", { exact: false }).first().check();
       await dialog.getByLabel("Model name").fill(modelName);
-      await screenshot(page, "10-export-dialog");
+      await screenshot(page, "11-export-dialog");
       await dialog.getByRole("button", { name: "Export", exact: true }).click();
       await dialog.getByText("Export finished and registered.").waitFor({ timeout: 240_000 });
       await dialog.getByText(/max abs error/i).first().waitFor();
-      await screenshot(page, "11-export-parity");
+      await screenshot(page, "12-export-parity");
       await dialog.getByRole("link", { name: new RegExp(`${modelName} v\\d+`) }).click();
       await page.getByRole("heading", { name: modelName, level: 1 }).waitFor();
       noProblems();
@@ -217,7 +216,7 @@ await journey("web UI journey", async (step) => {
       await dialog.waitFor({ state: "hidden", timeout: LONG });
       const deps = page.getByRole("region", { name: "Deployments" }).or(page.locator(".card").filter({ has: page.getByRole("heading", { name: "Deployments" }) }));
       await deps.first().locator('[data-status="ready"]').waitFor({ timeout: LONG });
-      await screenshot(page, "12-model-deployed");
+      await screenshot(page, "13-model-deployed");
       noProblems();
     });
 
@@ -234,7 +233,7 @@ await journey("web UI journey", async (step) => {
         // the exported file cannot take images: say so, and send the same digit
         // as a JSON row (64 pixels scaled to 0..1, what the model was trained on).
         console.log("      (the exported digits_mlp file has no preprocessing.image: /predict/image refused it; the digit goes as a JSON row instead)");
-        await screenshot(page, "13-try-it-image-refused");
+        await screenshot(page, "14-try-it-image-refused");
         await tryIt.getByRole("tab", { name: "JSON rows" }).click();
         await tryIt.getByLabel(/Request body/).fill(JSON.stringify({ data: [digit.row] }));
         await tryIt.getByRole("button", { name: "Predict", exact: true }).click();
@@ -244,7 +243,7 @@ await journey("web UI journey", async (step) => {
       }
       const label = (await top.locator(".topk-label").first().textContent()).trim();
       if (label !== String(digit.label)) throw new Error(`predicted ${label}, the digit is ${digit.label}`);
-      await screenshot(page, "13-try-it");
+      await screenshot(page, "14-try-it");
       noProblems();
     });
 
@@ -253,7 +252,7 @@ await journey("web UI journey", async (step) => {
       await page.getByRole("dialog", { name: "Undeploy" }).getByRole("button", { name: "Undeploy", exact: true }).click();
       await until("no deployment left", async () => (await dash.api("GET", "/api/deployments")).deployments.length === 0, LONG);
       await page.getByText(/Not deployed/).waitFor({ timeout: LONG });
-      await screenshot(page, "14-undeployed");
+      await screenshot(page, "15-undeployed");
       noProblems();
     });
   } catch (e) {
