@@ -371,9 +371,11 @@ export function LiveRun({ runId }: { runId: string }) {
             {job && <span>· recipe <code>{job.recipe}</code></span>}
             {run.name && run.name !== run.id && <span>· run <code>{run.id}</code></span>}
             {Number.isFinite(elapsed) && <span>· {ended ? "ran" : "running for"} {fmtDuration(elapsed)}</span>}
-            <span className={connected ? "live-dot on" : "live-dot"} title={connected ? "Following the live stream" : "Connecting to the live stream…"}>
-              {connected ? "live" : "connecting…"}
-            </span>
+            {!ended && (
+              <span className={connected ? "live-dot on" : "live-dot"} title={connected ? "Following the live stream" : "Connecting to the live stream…"}>
+                {connected ? "live" : "connecting…"}
+              </span>
+            )}
           </div>
         </div>
         <div className="card-actions">
