@@ -172,4 +172,16 @@ func TestDashboardDeploymentProxy(t *testing.T) {
 	if code, out := call(t, "POST", base+"/predict", "", "application/json", rows); code != 404 && code != 409 {
 		t.Fatalf("predict after undeploy: %d %v", code, out)
 	}
+	// The activity feed has the deploy and the undeploy.
+	code, out = call(t, "GET", d.url+"/api/activity", "", "", "")
+	kinds := map[string]bool{}
+	for _, e := range out["events"].([]any) {
+		ev := e.(map[string]any)
+		if ev["deployment_id"] == id {
+			kinds[ev["kind"].(string)] = true
+		}
+	}
+	if code != 200 || !kinds["deployed"] || !kinds["undeployed"] {
+		t.Fatalf("activity after undeploy: %d %v", code, out)
+	}
 }

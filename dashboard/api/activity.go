@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/valyala/fasthttp"
 )
@@ -19,6 +20,7 @@ const (
 	ActivityExportFinished = "export_finished"
 	ActivityExportFailed   = "export_failed"
 	ActivityDeployed       = "deployed"
+	ActivityUndeployed     = "undeployed"
 )
 
 // ActivityEvent is one line of the recent-activity feed: something that
@@ -73,9 +75,19 @@ func (s *Server) activity(ctx *fasthttp.RequestCtx) {
 				events = append(events, end)
 			}
 		}
+		deployed := func(d registry.Deployment) ActivityEvent {
+			return ActivityEvent{Time: d.Started, Kind: ActivityDeployed, Model: d.Model, Version: d.Version, DeploymentID: d.ID, Status: d.State,
+				Message: fmt.Sprintf("Deployed %s version %d at %s", d.Model, d.Version, d.URL)}
+		}
 		for _, d := range r.Deployments() {
-			events = append(events, ActivityEvent{Time: d.Started, Kind: ActivityDeployed, Model: d.Model, Version: d.Version, DeploymentID: d.ID, Status: d.State,
-				Message: fmt.Sprintf("Deployed %s version %d at %s", d.Model, d.Version, d.URL)})
+			events = append(events, deployed(*d))
+		}
+		for _, d := range r.EndedDeployments() {
+			events = append(events, deployed(d))
+			if d.Stopped != nil {
+				events = append(events, ActivityEvent{Time: *d.Stopped, Kind: ActivityUndeployed, Model: d.Model, Version: d.Version, DeploymentID: d.ID, Status: d.State,
+					Message: fmt.Sprintf("Undeployed %s version %d (%s)", d.Model, d.Version, d.URL)})
+			}
 		}
 	}
 	sort.SliceStable(events, func(i, j int) bool { return events[i].Time.After(events[j].Time) })

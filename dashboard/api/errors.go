@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/fw-serve/fw/dashboard/query"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/internal/apierror"
 	"github.com/valyala/fasthttp"
@@ -56,7 +57,18 @@ func fromStore(log *slog.Logger, err error) *Error {
 		if se.Code == store.CodeClosed {
 			return apiErr(fasthttp.StatusServiceUnavailable, CodeUnavailable, "the dashboard is shutting down; retry against the next instance")
 		}
-		return apiErr(storeStatus(se.Code), string(se.Code), se.Msg)
+		status := storeStatus(se.Code)
+		if se.Err == nil || status >= 500 {
+			return apiErr(status, string(se.Code), se.Msg)
+		}
+		// A refused request: the cause says how to fix it ("filter: expected
+		// ')' at column 23"); a filter or sort error also carries its column.
+		var qe *query.Error
+		if errors.As(se.Err, &qe) {
+			return apierror.New(status, string(se.Code), se.Msg+": "+se.Err.Error(),
+				map[string]any{"field": se.Msg, "column": qe.Column, "reason": qe.Msg})
+		}
+		return apiErr(status, string(se.Code), se.Msg+": "+se.Err.Error())
 	}
 	log.Error("store failure", "err", err)
 	return apiErr(fasthttp.StatusInternalServerError, CodeInternal, "the store failed; see the dashboard's log")

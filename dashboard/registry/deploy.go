@@ -49,6 +49,8 @@ type Deployment struct {
 	Started      time.Time `json:"started"`
 	State        string    `json:"state"`
 	Log          string    `json:"log"`
+	// Stopped is when it was undeployed (only in EndedDeployments).
+	Stopped *time.Time `json:"stopped,omitempty"`
 	// Filled by List.
 	Healthy     bool     `json:"healthy"`
 	RequestRate *float64 `json:"request_rate,omitempty"` // requests per second since the previous sample
@@ -68,6 +70,55 @@ type deployer struct {
 }
 
 func (s *Service) deployFile() string { return filepath.Join(s.cfg.ExperimentDir, "deployments.json") }
+
+// endedFile keeps the last maxEndedDeployments undeployed deployments, for
+// the activity feed.
+func (s *Service) endedFile() string {
+	return filepath.Join(s.cfg.ExperimentDir, "deployments-ended.json")
+}
+
+const maxEndedDeployments = 200
+
+// EndedDeployments lists the deployments stopped through StopDeployment,
+// newest first (the last 200, kept across restarts).
+func (s *Service) EndedDeployments() []Deployment {
+	s.dep.mu.Lock()
+	defer s.dep.mu.Unlock()
+	list, _ := s.readEndedLocked()
+	return list
+}
+
+func (s *Service) readEndedLocked() ([]Deployment, error) {
+	b, err := os.ReadFile(s.endedFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var list []Deployment
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", s.endedFile(), err)
+	}
+	return list, nil
+}
+
+// recordEndedLocked puts c first in the ended list (s.dep.mu held).
+func (s *Service) recordEndedLocked(c Deployment) error {
+	list, err := s.readEndedLocked()
+	if err != nil && s.log != nil {
+		s.log.Warn("ended deployments: starting a new list", "err", err)
+	}
+	list = append([]Deployment{c}, list...)
+	if len(list) > maxEndedDeployments {
+		list = list[:maxEndedDeployments]
+	}
+	b, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(s.endedFile(), b)
+}
 
 // loadDeployments reads deployments.json and re-adopts those whose process
 // is alive and whose /health answers; the others are marked gone.
@@ -385,13 +436,18 @@ func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, e
 			}
 		}
 	}
+	c.State = "stopped"
+	now := time.Now().UTC()
+	c.Stopped = &now
 	d.mu.Lock()
 	delete(d.deps, id)
 	delete(d.done, id)
 	delete(d.prev, id)
 	err := s.saveDeploymentsLocked()
+	if e := s.recordEndedLocked(c); e != nil && s.log != nil {
+		s.log.Warn("recording an ended deployment", "id", id, "err", e)
+	}
 	d.mu.Unlock()
-	c.State = "stopped"
 	s.publish("deploy", id, map[string]any{"id": id, "state": "stopped", "model": c.Model, "version": c.Version})
 	return &c, err
 }
