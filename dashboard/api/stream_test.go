@@ -116,30 +116,43 @@ func TestStreamSlowClientGets4008(t *testing.T) {
 		}
 	}
 	// The fast client reads everything; the slow one reads nothing until
-	// the socket buffers and its queue are full.
+	// the socket buffers and its queue are full. The publisher waits for the
+	// fast client to get each event before the next, so only the slow one
+	// can fall behind, however loaded the machine is.
+	fastCur := make(chan uint64, 1)
 	fastGot := make(chan uint64, 1)
 	go func() {
 		var last uint64
 		for {
 			_, b, err := fast.ReadMessage()
 			if err != nil {
+				close(fastCur)
 				fastGot <- last
 				return
 			}
 			var m struct{ Cursor uint64 }
 			_ = json.Unmarshal(b, &m)
 			last = m.Cursor
+			fastCur <- last
 		}
 	}()
 	data := json.RawMessage(fmt.Sprintf(`{"lines":[%q]}`, strings.Repeat("x", 4096)))
 	var n uint64
-	for deadline := time.Now().Add(20 * time.Second); hub.Subscribers() == 2; {
+	for deadline := time.Now().Add(60 * time.Second); hub.Subscribers() == 2; {
 		if time.Now().After(deadline) {
 			t.Fatal("the slow client was never cut off")
 		}
 		n = hub.Publish(stream.Event{Type: stream.TypeLog, RunID: "r", Seq: int64(n + 1), Data: data})
-		if n%8 == 0 {
-			time.Sleep(time.Millisecond) // let the fast one keep up
+		for got := uint64(0); got < n; {
+			var ok bool
+			select {
+			case got, ok = <-fastCur:
+				if !ok {
+					t.Fatalf("the fast client was cut off at cursor %d", n)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the fast client never got cursor %d", n)
+			}
 		}
 	}
 	// The slow client drains what it was sent, then gets 4008.
@@ -159,5 +172,9 @@ func TestStreamSlowClientGets4008(t *testing.T) {
 		t.Fatalf("%d subscribers, want the fast one", hub.Subscribers())
 	}
 	fast.Close()
+	go func() {
+		for range fastCur { // let the reader finish
+		}
+	}()
 	<-fastGot
 }
