@@ -221,16 +221,20 @@ class Run:
         metrics: Mapping[str, float] | None = None,
         epoch: float | None = None,
         example_input: Any = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> Path:
         """Save ``model`` with :func:`fw.checkpoint.save` to ``$FW_CHECKPOINT_DIR/<run id>/step-<step>.ckpt.pt``.
 
         The checkpoint event carries the path relative to the run's checkpoint directory
-        (``step-<step>.ckpt.pt``), as the store records it. Returns the file's path.
+        (``step-<step>.ckpt.pt``), as the store records it. ``meta`` (``labels``, ``preprocessing``,
+        ``task``, ``description``...) goes into the checkpoint, where ``python -m fw.export`` takes it
+        as the exported file's metadata, so a model exported from the dashboard names its classes and
+        accepts images. Returns the file's path.
         """
         from fw import checkpoint as ckpt
 
         rel = f"step-{int(step)}.ckpt.pt"
-        meta: dict[str, Any] = {"run_id": self.id, "step": int(step)}
+        meta = {**(meta or {}), "run_id": self.id, "step": int(step)}
         if metrics:
             meta["metrics"] = {str(k): float(v) for k, v in metrics.items()}
         path = ckpt.save(model, self.checkpoint_dir / rel, example_input, **meta)

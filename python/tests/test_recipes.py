@@ -73,6 +73,11 @@ def test_recipe_runs_offline_and_checkpoints(name, tmp_path, monkeypatch) -> Non
     (ck,) = sorted((tmp_path / "ckpt" / "r1").glob("step-*.ckpt.pt"))
     c = checkpoint.load(ck)
     assert c.meta["run_id"] == "r1" and c.meta["step"] > 0
+    if name.startswith("digits"):
+        # what the exporter embeds: the classes and how an uploaded image becomes the input
+        assert c.meta["labels"] == [str(i) for i in range(10)]
+        assert c.meta["preprocessing"]["image"]["height"] == 8
+        assert c.meta["task"] == "classification"
     spooled = [
         json.loads(x)
         for f in (tmp_path / "exp" / "spool").glob("r1-*.jsonl")

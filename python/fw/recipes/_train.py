@@ -59,9 +59,11 @@ def train(
     data: Callable[[int], tuple[Any, Any, Any, Any]],
     build: Callable[[dict[str, Any]], Any],
     task: str,
+    meta: dict[str, Any] | None = None,
 ) -> int:
     """Run a recipe: ``data(seed)`` -> (x_train, y_train, x_val, y_val) tensors, ``build(params)`` -> model;
-    ``task`` is "classify" (cross-entropy, accuracy) or "regress" (MSE)."""
+    ``task`` is "classify" (cross-entropy, accuracy) or "regress" (MSE); ``meta`` (labels,
+    preprocessing, ...) is saved in every checkpoint for the exporter."""
     import time
 
     import torch
@@ -102,7 +104,7 @@ def train(
         @run.on_stop
         def _final() -> None:
             path = run.checkpoint(
-                model, state["step"], epoch=state["step"] / per_epoch, example_input=example
+                model, state["step"], epoch=state["step"] / per_epoch, example_input=example, meta=meta
             )
             print(f"{name}: stopped at step {state['step']}; final checkpoint {path.name}")
 
@@ -130,7 +132,9 @@ def train(
                     metrics["val/accuracy"] = (out.argmax(1) == yva).float().mean().item()
             model.train()
             run.log(metrics, step=state["step"])
-            run.checkpoint(model, state["step"], metrics=metrics, epoch=epoch + 1, example_input=example)
+            run.checkpoint(
+                model, state["step"], metrics=metrics, epoch=epoch + 1, example_input=example, meta=meta
+            )
             print(
                 f"{name}: epoch {epoch + 1}/{p['epochs']} "
                 + " ".join(f"{k}={v:.4f}" for k, v in metrics.items())

@@ -17,10 +17,17 @@ def main(argv: list[str] | None = None) -> int:
     from fw.models import DigitsCNN
     from fw.recipes import parse_args
     from fw.recipes._train import train
-    from fw.recipes.digits_mlp import digits
+    from fw.recipes.digits_mlp import digits, digits_meta
 
     args = parse_args("digits_cnn", argv)
-    return train("digits_cnn", args, lambda s: digits(s, image=True), lambda p: DigitsCNN(), "classify")
+    return train(
+        "digits_cnn",
+        args,
+        lambda s: digits(s, image=True),
+        lambda p: DigitsCNN(),
+        "classify",
+        meta=digits_meta(flatten=False),
+    )
 
 
 if __name__ == "__main__":

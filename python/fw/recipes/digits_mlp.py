@@ -38,13 +38,35 @@ def digits(seed: int, image: bool = False) -> tuple[Any, Any, Any, Any]:
     return x[perm[:cut]], y[perm[:cut]], x[perm[cut:]], y[perm[cut:]]
 
 
+def digits_meta(flatten: bool) -> dict[str, Any]:
+    """Checkpoint metadata for the digits recipes: the class labels and the image preprocessing that
+    turns an uploaded image into the recipe's input (8x8 grey, 0..1), so an exported model answers
+    ``/predict/image`` and names its classes."""
+    from fw import metadata
+
+    return {
+        "task": "classification",
+        "labels": [str(i) for i in range(10)],
+        "preprocessing": metadata.image_preprocessing(
+            8, 8, 1, scale=1 / 255, resize="nearest", flatten=flatten
+        ),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     from fw.models import DigitsMLP
     from fw.recipes import parse_args
     from fw.recipes._train import train
 
     args = parse_args("digits_mlp", argv)
-    return train("digits_mlp", args, digits, lambda p: DigitsMLP(hidden=p["hidden"]), "classify")
+    return train(
+        "digits_mlp",
+        args,
+        digits,
+        lambda p: DigitsMLP(hidden=p["hidden"]),
+        "classify",
+        meta=digits_meta(flatten=True),
+    )
 
 
 if __name__ == "__main__":
