@@ -27,6 +27,8 @@ export interface ChartProps {
   /** 0 (none) to 0.99: exponential smoothing; the raw line stays faint. */
   smoothing?: number;
   height?: number;
+  /** A fixed y range (e.g. [0, 100] for percentages); auto-scaled when absent. */
+  yRange?: [number, number];
   /** Test hook / accessible name. */
   testId?: string;
 }
@@ -38,7 +40,7 @@ function cssVar(name: string, fallback: string): string {
 }
 
 /** A uPlot line chart (see ChartProps). */
-export function Chart({ title, x, series, xMode = "step", logY = false, smoothing = 0, height = 220, testId }: ChartProps) {
+export function Chart({ title, x, series, xMode = "step", logY = false, smoothing = 0, height = 220, yRange, testId }: ChartProps) {
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
 
@@ -56,7 +58,7 @@ export function Chart({ title, x, series, xMode = "step", logY = false, smoothin
     return [x, ...cols] as uPlot.AlignedData;
   }, [x, series, logY, smoothing]);
 
-  const shape = `${series.map((s) => s.label).join("\u0000")}|${xMode}|${logY}|${smoothing > 0}|${height}`;
+  const shape = `${series.map((s) => s.label).join("\u0000")}|${xMode}|${logY}|${smoothing > 0}|${height}|${yRange?.join(",") ?? ""}`;
 
   useEffect(() => {
     const el = box.current;
@@ -78,7 +80,10 @@ export function Chart({ title, x, series, xMode = "step", logY = false, smoothin
       width: Math.max(200, el.clientWidth || 400),
       height,
       title,
-      scales: { x: { time: xMode === "time" }, y: logY ? { distr: 3 } : {} },
+      scales: {
+        x: { time: xMode === "time" },
+        y: logY ? { distr: 3 } : yRange ? { auto: false, range: [yRange[0], yRange[1]] } : {},
+      },
       axes: [axis, { ...axis, size: 60, values: (_u, ticks) => ticks.map((t) => fmtNum(t)) }],
       series: uSeries,
       cursor: { drag: { x: true, y: false, setScale: true } },

@@ -1,7 +1,7 @@
 // The page frame: navigation, theme switch, the connection banner and the
 // token prompt.
 import { useEffect, useState, type ReactNode } from "react";
-import { NavLink } from "react-router-dom";
+import { NavLink, useLocation } from "react-router-dom";
 import { setToken } from "../api/client";
 import { useConnection } from "../lib/hooks";
 
@@ -63,6 +63,9 @@ export function ConnectionBanner() {
 
 /** The application frame around every page. */
 export function Layout({ children }: { children: ReactNode }) {
+  const { pathname } = useLocation();
+  // A run and a comparison belong to Experiments in the navigation.
+  const inExperiments = /^\/(experiments|runs|compare)(\/|$)/.test(pathname);
   return (
     <div className="app">
       <a className="skip" href="#main">
@@ -74,7 +77,9 @@ export function Layout({ children }: { children: ReactNode }) {
           <NavLink to="/" end>
             Home
           </NavLink>
-          <NavLink to="/experiments">Experiments</NavLink>
+          <NavLink to="/experiments" className={({ isActive }) => (isActive || inExperiments ? "active" : "")} aria-current={inExperiments ? "page" : undefined}>
+            Experiments
+          </NavLink>
           <NavLink to="/models">Models</NavLink>
           <NavLink to="/training">Training</NavLink>
         </nav>

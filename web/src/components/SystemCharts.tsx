@@ -47,7 +47,7 @@ const GIB = 1024 ** 3;
 const SHORT: Record<string, string> = { experiments: "exp", checkpoints: "ckpt" };
 
 /** One small chart with its headline figure. */
-function Mini({ title, figure, sub, hint, x, series, testId }: { title: string; figure: string; sub?: string; hint?: string; x: number[]; series: { label: string; values: (number | null)[] }[]; testId: string }) {
+function Mini({ title, figure, sub, hint, x, series, testId, yRange }: { title: string; figure: string; sub?: string; hint?: string; x: number[]; series: { label: string; values: (number | null)[] }[]; testId: string; yRange?: [number, number] }) {
   return (
     <div className="sys-mini" data-testid={testId} title={hint}>
       <div className="sys-mini-head">
@@ -55,7 +55,7 @@ function Mini({ title, figure, sub, hint, x, series, testId }: { title: string; 
         <span className="sys-mini-figure num">{figure}</span>
       </div>
       {sub && <div className="muted small">{sub}</div>}
-      <Chart x={x} series={series} xMode="time" height={110} title={undefined} testId={`${testId}-chart`} />
+      <Chart x={x} series={series} xMode="time" height={110} title={undefined} yRange={yRange} testId={`${testId}-chart`} />
     </div>
   );
 }
@@ -121,7 +121,7 @@ export function SystemCharts({ pollMs = 2000 }: { pollMs?: number }) {
         </div>
       </div>
       <div className="sys-grid">
-        <Mini title="CPU" figure={`${last.cpu.percent.toFixed(0)}%`} x={x} series={cpu} testId="sys-cpu" />
+        <Mini title="CPU" figure={`${last.cpu.percent.toFixed(0)}%`} x={x} series={cpu} testId="sys-cpu" yRange={[0, 100]} />
         <Mini title="Memory used" figure={fmtBytes(last.memory.used_bytes)} x={x} series={mem} testId="sys-mem" />
         {diskNames.length > 0 && (
           <Mini
@@ -135,7 +135,7 @@ export function SystemCharts({ pollMs = 2000 }: { pollMs?: number }) {
         )}
         {gpuCount > 0 && (
           <>
-            <Mini title="GPU utilisation" figure={(last.gpus ?? []).map((g) => `${g.utilization_percent.toFixed(0)}%`).join(" · ")} sub={(last.gpus ?? []).map((g) => g.name).join(", ")} x={x} series={gpuUtil} testId="sys-gpu" />
+            <Mini title="GPU utilisation" figure={(last.gpus ?? []).map((g) => `${g.utilization_percent.toFixed(0)}%`).join(" · ")} sub={(last.gpus ?? []).map((g) => g.name).join(", ")} x={x} series={gpuUtil} testId="sys-gpu" yRange={[0, 100]} />
             <Mini
               title="GPU memory"
               figure={(last.gpus ?? []).map((g) => `${fmtBytes(g.memory_used_bytes)} / ${fmtBytes(g.memory_total_bytes)}`).join(" · ")}
