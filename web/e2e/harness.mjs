@@ -42,16 +42,17 @@ export async function until(what, fn, timeoutMs = 60_000, everyMs = 200) {
 }
 
 /**
- * Starts bin/fw dashboard (FW_BIN) on a temporary directory. Returns
- * {url, dir, api(method, path, body), stop()}. Extra env and args may be
- * given; the dashboard's output goes to <dir>/dashboard.log.
+ * Starts bin/fw dashboard (FW_BIN) on a temporary directory (or dir, to
+ * restart on the same data; port to keep the URL). Returns {url, dir, port,
+ * api(method, path, body), stop()}. Extra env and args may be given; the
+ * dashboard's output is appended to <dir>/dashboard.log.
  */
-export async function startDashboard({ env = {}, args = [], dir } = {}) {
+export async function startDashboard({ env = {}, args = [], dir, port } = {}) {
   const bin = process.env.FW_BIN ?? join(ROOT, "bin", "fw");
   if (!existsSync(bin)) throw new Error(`${bin} missing: run make build`);
   dir ??= mkdtempSync(join(tmpdir(), "fw-e2e-"));
-  const port = await freePort();
-  const log = createWriteStream(join(dir, "dashboard.log"));
+  port ??= await freePort();
+  const log = createWriteStream(join(dir, "dashboard.log"), { flags: "a" });
   const child = spawn(bin, ["dashboard", "--host", "127.0.0.1", "--port", String(port), ...args], {
     env: {
       ...process.env,

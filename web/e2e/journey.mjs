@@ -58,7 +58,7 @@ async function startFromForm(page, url, { name, params }) {
 }
 
 await journey("web UI journey", async (step) => {
-  const dash = await step("start the dashboard", () => startDashboard({ env: { FW_PYTHON: PYTHON } }));
+  let dash = await step("start the dashboard", () => startDashboard({ env: { FW_PYTHON: PYTHON } }));
   const browser = await step("launch chromium", () => launchBrowser());
   const problems = [];
   let page;
@@ -241,6 +241,57 @@ await journey("web UI journey", async (step) => {
       await page.getByText(/Not deployed/).waitFor({ timeout: LONG });
       await screenshot(page, "15-undeployed");
       noProblems();
+    });
+
+    await step("keyboard: skip link first, then the navigation", async () => {
+      await page.goto(dash.url + "/");
+      await page.getByRole("navigation", { name: "Main" }).waitFor();
+      await page.keyboard.press("Tab");
+      const skip = page.getByRole("link", { name: "Skip to content" });
+      if (!(await skip.evaluate((el) => el === document.activeElement))) throw new Error("Tab does not reach the skip link first");
+      await page.keyboard.press("Tab");
+      await page.keyboard.press("Tab");
+      const focused = await page.evaluate(() => document.activeElement?.textContent?.trim());
+      if (focused !== "Experiments") throw new Error(`the third Tab focuses ${JSON.stringify(focused)}, want the Experiments link`);
+      await page.keyboard.press("Enter");
+      await page.waitForURL(/\/experiments$/);
+      noProblems();
+    });
+
+    await step("dark theme: Home and the compare view", async () => {
+      const dark = await browser.newPage({ viewport: { width: 1440, height: 900 }, colorScheme: "dark" });
+      try {
+        await dark.goto(dash.url + "/");
+        await dark.getByRole("navigation", { name: "Main" }).waitFor();
+        const bg = await dark.evaluate(() => getComputedStyle(document.body).backgroundColor);
+        if (bg !== "rgb(17, 19, 24)") throw new Error(`dark body background is ${bg}`);
+        await dark.getByText(EXPERIMENT).first().waitFor({ timeout: LONG });
+        await screenshot(dark, "16-home-dark");
+        await dark.goto(`${dash.url}/compare?runs=${encodeURIComponent(`${first},${second}`)}`);
+        await dark.getByRole("heading", { name: /Params/ }).first().waitFor({ timeout: LONG });
+        await screenshot(dark, "17-compare-dark");
+      } finally {
+        await dark.close();
+      }
+    });
+
+    await step("the dashboard goes away: a banner says so and clears by itself when it is back", async () => {
+      await page.goto(dash.url + "/");
+      await page.getByText(EXPERIMENT).first().waitFor({ timeout: LONG });
+      const { dir, port } = dash;
+      await dash.stop();
+      const banner = page.getByTestId("offline-banner");
+      await banner.waitFor({ timeout: LONG });
+      // What was shown stays on the page.
+      await page.getByText(EXPERIMENT).first().waitFor();
+      await screenshot(page, "18-offline-banner");
+      // The failed requests are the point of this step, not problems.
+      problems.length = 0;
+      dash = await startDashboard({ env: { FW_PYTHON: PYTHON }, dir, port });
+      await banner.waitFor({ state: "hidden", timeout: LONG });
+      await page.getByText(EXPERIMENT).first().waitFor();
+      await screenshot(page, "19-reconnected");
+      problems.length = 0; // the console logs the refused connections of the outage
     });
   } catch (e) {
     if (page) await screenshot(page, "99-failure").catch(() => {});

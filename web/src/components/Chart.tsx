@@ -81,7 +81,16 @@ export function Chart({ title, x, series, xMode = "step", logY = false, smoothin
       height,
       title,
       scales: {
-        x: { time: xMode === "time" },
+        // One point (a run's first step, the first system sample) would
+        // give uPlot a zero-width range it widens by years: pad it instead.
+        x: {
+          time: xMode === "time",
+          range: (_u, min, max): uPlot.Range.MinMax => {
+            if (min == null || max == null) return [0, 1];
+            if (min === max) return xMode === "time" ? [min - 60, max + 5] : [min - 1, max + 1];
+            return [min, max];
+          },
+        },
         y: logY ? { distr: 3 } : yRange ? { auto: false, range: [yRange[0], yRange[1]] } : {},
       },
       axes: [axis, { ...axis, size: 60, values: (_u, ticks) => ticks.map((t) => fmtNum(t)) }],
