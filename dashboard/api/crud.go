@@ -103,17 +103,23 @@ func (s *Server) deleteExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
 
 // experimentRuns answers GET /api/experiments/{id}/runs.
 func (s *Server) experimentRuns(ctx *fasthttp.RequestCtx, idOrName string) {
-	q, e := listQuery(ctx)
-	if e != nil {
-		writeError(ctx, e)
-		return
-	}
 	// An unknown experiment is a 404, not an empty page.
 	if _, err := s.st.GetExperiment(s.base, idOrName); err != nil {
 		writeError(ctx, fromStore(s.log, err))
 		return
 	}
-	q.Experiment = idOrName
+	s.runPage(ctx, idOrName)
+}
+
+// runPage answers one page of runs from the request's filter, sort and
+// cursor, narrowed to an experiment unless experiment is "".
+func (s *Server) runPage(ctx *fasthttp.RequestCtx, experiment string) {
+	q, e := listQuery(ctx)
+	if e != nil {
+		writeError(ctx, e)
+		return
+	}
+	q.Experiment = experiment
 	page, err := s.st.ListRuns(s.base, q)
 	if err != nil {
 		writeError(ctx, fromStore(s.log, err))

@@ -7,22 +7,7 @@ import (
 
 // listRuns answers GET /api/runs: runs of every experiment, filtered, sorted
 // and paged like GET /api/experiments/{id}/runs.
-func (s *Server) listRuns(ctx *fasthttp.RequestCtx) {
-	q, e := listQuery(ctx)
-	if e != nil {
-		writeError(ctx, e)
-		return
-	}
-	page, err := s.st.ListRuns(s.base, q)
-	if err != nil {
-		writeError(ctx, fromStore(s.log, err))
-		return
-	}
-	if page.Runs == nil {
-		page.Runs = []store.Run{}
-	}
-	writeJSON(ctx, 200, page)
-}
+func (s *Server) listRuns(ctx *fasthttp.RequestCtx) { s.runPage(ctx, "") }
 
 // checkpoints answers GET /api/runs/{id}/checkpoints: the run's checkpoints
 // by step (404 for an unknown run).
