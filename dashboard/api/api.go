@@ -330,7 +330,7 @@ func (s *Server) listExperiments(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if page.Experiments == nil {
-		page.Experiments = []store.Experiment{}
+		page.Experiments = []store.ExperimentDetail{}
 	}
 	writeJSON(ctx, 200, page)
 }

@@ -384,7 +384,7 @@ func (s *sqlStore) ListExperiments(ctx context.Context, q ListQuery) (Experiment
 		return ExperimentPage{}, fmt.Errorf("listing experiments: %w", err)
 	}
 	defer rows.Close()
-	page := ExperimentPage{Experiments: []Experiment{}}
+	page := ExperimentPage{Experiments: []ExperimentDetail{}}
 	var lastN sql.NullFloat64
 	var lastI sql.NullInt64
 	var lastS sql.NullString
@@ -401,18 +401,52 @@ func (s *sqlStore) ListExperiments(ctx context.Context, q ListQuery) (Experiment
 			break
 		}
 		lastN, lastI, lastS = n, i, st
-		page.Experiments = append(page.Experiments, e)
+		page.Experiments = append(page.Experiments, ExperimentDetail{Experiment: e, RunCounts: map[Status]int{}})
 	}
 	if err := rows.Err(); err != nil {
 		return ExperimentPage{}, fmt.Errorf("reading experiments: %w", err)
 	}
 	rows.Close()
 	for i := range page.Experiments {
-		if err := s.loadExperimentTags(ctx, &page.Experiments[i]); err != nil {
+		if err := s.loadExperimentTags(ctx, &page.Experiments[i].Experiment); err != nil {
 			return ExperimentPage{}, err
 		}
 	}
+	if err := s.countRuns(ctx, page.Experiments); err != nil {
+		return ExperimentPage{}, err
+	}
 	return page, nil
+}
+
+// countRuns fills the run counts of a page of experiments in one query.
+func (s *sqlStore) countRuns(ctx context.Context, exps []ExperimentDetail) error {
+	if len(exps) == 0 {
+		return nil
+	}
+	byID := make(map[string]*ExperimentDetail, len(exps))
+	a := query.NewArgs(s.d)
+	parts := make([]string, len(exps))
+	for i := range exps {
+		byID[exps[i].ID] = &exps[i]
+		parts[i] = a.Add(exps[i].ID)
+	}
+	rows, err := s.rdb.QueryContext(ctx, "SELECT experiment_id, status, COUNT(*) FROM runs WHERE experiment_id IN ("+strings.Join(parts, ", ")+") GROUP BY experiment_id, status", a.Values()...)
+	if err != nil {
+		return fmt.Errorf("counting runs: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, st string
+		var n int
+		if err := rows.Scan(&id, &st, &n); err != nil {
+			return fmt.Errorf("counting runs: %w", err)
+		}
+		if d := byID[id]; d != nil {
+			d.RunCounts[Status(st)] = n
+			d.Runs += n
+		}
+	}
+	return rows.Err()
 }
 
 func (s *sqlStore) loadExperimentTags(ctx context.Context, e *Experiment) error {

@@ -180,6 +180,10 @@ func TestFilterQueries(t *testing.T) {
 		if err != nil || len(exps.Experiments) != 1 || exps.Experiments[0].Name != "det" {
 			t.Fatalf("experiments: %+v %v", exps, err)
 		}
+		// The listing carries the same run counts as the detail.
+		if e := exps.Experiments[0]; e.Runs != 3 || e.RunCounts[StatusRunning] != 1 || e.RunCounts[StatusStopped] != 1 {
+			t.Fatalf("listed run counts: %+v", e)
+		}
 		d, err := s.GetExperiment(ctx, "det")
 		if err != nil || d.Runs != 3 || d.RunCounts[StatusRunning] != 1 || d.RunCounts[StatusStopped] != 1 {
 			t.Fatalf("experiment detail: %+v %v", d, err)

@@ -166,7 +166,8 @@ type ListQuery struct {
 
 // ExperimentPage is one page of experiments.
 type ExperimentPage struct {
-	Experiments []Experiment `json:"experiments"`
+	// Experiments carry their run counts, as GetExperiment gives them.
+	Experiments []ExperimentDetail `json:"experiments"`
 	// Next is the cursor of the following page ("" at the end).
 	Next string `json:"next,omitempty"`
 }

@@ -152,7 +152,7 @@ function ExperimentsTable() {
   );
 }
 
-/** One experiment, its counts loaded on demand (the listing does not carry them). */
+/** One experiment with its run counts (the listing carries them; loaded on demand otherwise). */
 function ExperimentRow({ exp, now }: { exp: ExperimentInfo; now: number }) {
   const detail = useApi((signal) => (exp.run_counts ? Promise.resolve(exp) : get<ExperimentInfo>(`/api/experiments/${seg(exp.id)}`, undefined, signal)), [exp.id, exp.updated]);
   const d = detail.data;
