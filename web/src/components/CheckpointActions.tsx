@@ -5,8 +5,8 @@ import { useMemo, useState } from "react";
 import { useNavigate } from "react-router-dom";
 import { get, post, seg } from "../api/client";
 import { fmtNum, fmtTime } from "../lib/format";
-import { useApi } from "../lib/hooks";
-import { Dialog, Empty, ErrorNote } from "./ui";
+import { useAction, useApi } from "../lib/hooks";
+import { ConfirmDialog, Empty, ErrorNote } from "./ui";
 import { ParamsForm, validateParams, type Param } from "./ParamsForm";
 import { ExportDialog } from "./ExportDialog";
 import type { RunInfo } from "./RunsTable";
@@ -137,18 +137,15 @@ function ForkDialog({ run, checkpoint, onClose, onStarted }: { run: RunInfo; che
   const recipe = recipes.data?.recipes.find((r) => r.name === run.source?.recipe);
   const [values, setValues] = useState<Record<string, unknown>>(() => ({ ...(run.params ?? {}) }));
   const [name, setName] = useState(`${run.name} fork`);
-  const [error, setError] = useState<unknown>();
-  const [busy, setBusy] = useState(false);
+  const starting = useAction();
   const schema = recipe?.params ?? [];
   const invalid = Object.keys(validateParams(schema, values)).length > 0;
 
-  const start = async () => {
-    setBusy(true);
-    setError(undefined);
+  const start = () => {
     // Only the recipe's params are sent (the run may carry others the SDK logged).
     const params: Record<string, unknown> = {};
     for (const p of schema) if (values[p.name] !== undefined) params[p.name] = values[p.name];
-    try {
+    void starting.run(async () => {
       const a = await post<StartAnswer>("/api/training/start", {
         recipe: run.source?.recipe,
         experiment: run.experiment,
@@ -157,28 +154,20 @@ function ForkDialog({ run, checkpoint, onClose, onStarted }: { run: RunInfo; che
         fork_from: { run_id: run.id, checkpoint: checkpoint.path },
       });
       onStarted(a.id);
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
+    });
   };
 
   return (
-    <Dialog
+    <ConfirmDialog
       open
       title={`Fork ${run.name} from ${checkpoint.path}`}
+      action="Start fork"
+      busyAction="Starting…"
+      tone="primary"
+      busy={starting.busy}
+      disabled={invalid || !recipe}
+      onConfirm={start}
       onClose={onClose}
-      footer={
-        <>
-          <button type="button" onClick={onClose}>
-            Cancel
-          </button>
-          <button type="button" className="primary" disabled={busy || invalid || !recipe} onClick={start}>
-            {busy ? "Starting…" : "Start fork"}
-          </button>
-        </>
-      }
     >
       <p className="muted">
         A new run of <code>{run.source?.recipe}</code> in <strong>{run.experiment}</strong>, starting from the weights of <code>{checkpoint.path}</code> (step {checkpoint.step}). The params start as this run's.
@@ -191,7 +180,7 @@ function ForkDialog({ run, checkpoint, onClose, onStarted }: { run: RunInfo; che
       {recipes.loading && !recipe && <p className="muted">Loading the recipe…</p>}
       {!recipes.loading && !recipe && !recipes.error && <ErrorNote error={`The recipe ${run.source?.recipe} is not registered in this dashboard.`} />}
       {recipe && <ParamsForm params={schema} values={values} onChange={setValues} />}
-      <ErrorNote error={error} />
-    </Dialog>
+      <ErrorNote error={starting.error} />
+    </ConfirmDialog>
   );
 }

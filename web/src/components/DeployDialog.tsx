@@ -4,7 +4,8 @@
 // deploy error (with the server's last log lines) on failure.
 import { useEffect, useState } from "react";
 import { post, seg } from "../api/client";
-import { Dialog, ErrorNote } from "./ui";
+import { useAction } from "../lib/hooks";
+import { ConfirmDialog, ErrorNote } from "./ui";
 
 /** A managed deployment (dashboard/registry Deployment). */
 export interface DeploymentInfo {
@@ -22,6 +23,24 @@ export interface DeploymentInfo {
   log?: string;
   healthy?: boolean;
   request_rate?: number | null;
+}
+
+/** A deployment's state for a status badge: a running one is "ready" or "unhealthy" by its health check. */
+export function deploymentStatus(d: DeploymentInfo): string {
+  return d.state !== "running" ? d.state : d.healthy ? "ready" : "unhealthy";
+}
+
+/** The <option>s of a version select, "v3" each, for the given version numbers. */
+export function VersionOptions({ versions }: { versions: number[] }) {
+  return (
+    <>
+      {versions.map((v) => (
+        <option key={v} value={String(v)}>
+          v{v}
+        </option>
+      ))}
+    </>
+  );
 }
 
 /** The body of POST /api/models/{name}/deploy. */
@@ -75,46 +94,38 @@ export function DeployDialog({
   const [device, setDevice] = useState("cpu");
   const [maxBatch, setMaxBatch] = useState("32");
   const [maxDelay, setMaxDelay] = useState("5");
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>();
+  const deploying = useAction();
+  const { busy, error, reset } = deploying;
 
   useEffect(() => {
     if (!open) return;
     setTarget(defaultVersion != null ? String(defaultVersion) : versions.length > 0 ? String(versions[0]) : "");
     setPort(String(suggestPort(usedPorts)));
-    setError(undefined);
-    setBusy(false);
+    reset();
     // Reset on each opening only.
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [open]);
 
-  const submit = async () => {
-    setBusy(true);
-    setError(undefined);
-    try {
+  const submit = () =>
+    deploying.run(async () => {
       const d = await post<DeploymentInfo>(`/api/models/${seg(model)}/deploy`, deployBody({ target, port, device, maxBatch, maxDelay }));
       onDeployed?.(d);
       onClose();
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
-  };
-
-  const footer = (
-    <>
-      <button type="button" onClick={onClose} disabled={busy}>
-        Cancel
-      </button>
-      <button type="submit" form="deploy-form" className="primary" disabled={busy || !port}>
-        {busy ? "Deploying…" : "Deploy"}
-      </button>
-    </>
-  );
+    });
 
   return (
-    <Dialog open={open} title={`Deploy ${model}`} onClose={() => !busy && onClose()} footer={footer}>
+    <ConfirmDialog
+      open={open}
+      title={`Deploy ${model}`}
+      action="Deploy"
+      busyAction="Deploying…"
+      tone="primary"
+      form="deploy-form"
+      busy={busy}
+      disabled={!port}
+      cancelDisabled={busy}
+      onClose={() => !busy && onClose()}
+    >
       <form
         id="deploy-form"
         className="form-grid"
@@ -126,11 +137,7 @@ export function DeployDialog({
         <label>
           Version or alias
           <select value={target} onChange={(e) => setTarget(e.target.value)} disabled={busy}>
-            {versions.map((v) => (
-              <option key={v} value={String(v)}>
-                v{v}
-              </option>
-            ))}
+            <VersionOptions versions={versions} />
             {Object.entries(aliases).map(([a, v]) => (
               <option key={a} value={a}>
                 {a} (v{v})
@@ -166,6 +173,6 @@ export function DeployDialog({
           <ErrorNote error={error} />
         </div>
       </form>
-    </Dialog>
+    </ConfirmDialog>
   );
 }

@@ -5,7 +5,7 @@ import { useEffect, useState } from "react";
 import { Link } from "react-router-dom";
 import { ApiError, get, post, seg } from "../api/client";
 import { fmtBytes, fmtNum, fmtTime } from "../lib/format";
-import { useApi } from "../lib/hooks";
+import { useAction, useApi } from "../lib/hooks";
 import { Dialog, ErrorNote, StatusBadge } from "./ui";
 
 /** One tensor of a model's signature (registry Spec). */
@@ -256,8 +256,8 @@ export function ExportDialog({
   const [name, setName] = useState("");
   const [nameTouched, setNameTouched] = useState(false);
   const [job, setJob] = useState<ExportJobInfo>();
-  const [error, setError] = useState<unknown>();
-  const [busy, setBusy] = useState(false);
+  const starting = useAction();
+  const { busy, error, setError } = starting;
 
   // A new opening starts from the given run and checkpoint.
   useEffect(() => {
@@ -325,20 +325,13 @@ export function ExportDialog({
     // eslint-disable-next-line react-hooks/exhaustive-deps
   }, [running, jobId]);
 
-  const submit = async () => {
-    setBusy(true);
-    setError(undefined);
-    try {
+  const submit = () =>
+    starting.run(async () => {
       const res = await post<{ id: string; state: string; job?: ExportJobInfo }>("/api/models/export", exportBody({ runId: run, checkpoint: ckpt, format, opset, method, name }));
       const j = res.job ?? { id: res.id, state: res.state, progress: "exporting", model: name };
       setJob(j);
       if (j.state === "finished" || j.state === "failed") onDone?.(j);
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
-  };
+    });
 
   const list = ckpts.data?.checkpoints ?? [];
   const canSubmit = !!run && !!ckpt && !busy && !running;

@@ -7,12 +7,12 @@ import { Link } from "react-router-dom";
 import { ApiError, get, post, seg } from "../api/client";
 import { num, type StreamEvent } from "../api/stream";
 import type { Run } from "../api/types";
-import { useApi, useNow, useQueryParam, useStream } from "../lib/hooks";
+import { useAction, useApi, useNow, useQueryParam, useStream } from "../lib/hooks";
 import { fmtDuration, fmtNum, fmtTime } from "../lib/format";
 import { upsertPoint, type XY } from "../lib/series";
 import { Chart } from "./Chart";
 import { LogTail, appendBounded, linesOfEvent, type TailLine } from "./LogTail";
-import { Card, Dialog, Empty, ErrorNote, ProgressBar, StatusBadge } from "./ui";
+import { Card, ConfirmDialog, Empty, ErrorNote, ProgressBar, StatusBadge } from "./ui";
 
 /** The run's progress as the API and the stream report it. */
 export interface RunProgress {
@@ -217,46 +217,24 @@ function FinalState({ run, job, status }: { run: LiveRunData; job?: JobInfo; sta
 /** The Stop button and its confirmation dialog. */
 export function StopButton({ runId, name, onStopped, compact }: { runId: string; name: string; onStopped?: () => void; compact?: boolean }) {
   const [open, setOpen] = useState(false);
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>();
-  const stop = async () => {
-    setBusy(true);
-    setError(undefined);
-    try {
+  const stopping = useAction();
+  const stop = () =>
+    void stopping.run(async () => {
       await post(`/api/training/${seg(runId)}/stop`);
       setOpen(false);
       onStopped?.();
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
-  };
+    });
   return (
     <>
       <button type="button" className={compact ? "danger small" : "danger"} onClick={() => setOpen(true)} aria-label={compact ? `Stop ${name}` : undefined}>
         Stop
       </button>
-      <Dialog
-        open={open}
-        title="Stop training"
-        onClose={() => setOpen(false)}
-        footer={
-          <>
-            <button type="button" onClick={() => setOpen(false)}>
-              Cancel
-            </button>
-            <button type="button" className="danger" onClick={stop} disabled={busy}>
-              {busy ? "Stopping…" : "Stop run"}
-            </button>
-          </>
-        }
-      >
+      <ConfirmDialog open={open} title="Stop training" action="Stop run" busyAction="Stopping…" busy={stopping.busy} onConfirm={stop} onClose={() => setOpen(false)}>
         <p>
           Stop run <strong>{name}</strong>? The recipe saves a final checkpoint, then the run ends as <em>stopped</em>; you can resume it from its run page.
         </p>
-        <ErrorNote error={error} />
-      </Dialog>
+        <ErrorNote error={stopping.error} />
+      </ConfirmDialog>
     </>
   );
 }

@@ -10,7 +10,7 @@ import { ApiError, get, seg } from "../api/client";
 import { num } from "../api/stream";
 import { fmtDuration, fmtNum, fmtParam, fmtTime } from "../lib/format";
 import { useQueryParam, useStream } from "../lib/hooks";
-import { ErrorNote, StatusBadge } from "./ui";
+import { ErrorNote, SortHeader, StatusBadge } from "./ui";
 import { FilterBar, combinedFilter, isQueryError, useSetQueryParams } from "./FilterBar";
 
 /** A metric summary (dashboard/store/model.go Summary). */
@@ -361,26 +361,6 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
         )}
       </div>
     </div>
-  );
-}
-
-/** A column header that sorts by its field when clicked. */
-function SortHeader({ label, field, sort, desc, onSort, num, kind }: { label: string; field?: string; sort: string; desc: boolean; onSort: (f: string) => void; num?: boolean; kind?: "param" | "metric" }) {
-  const active = field !== undefined && sort === field;
-  return (
-    <th scope="col" className={num ? "num" : undefined} aria-sort={active ? (desc ? "descending" : "ascending") : "none"} title={kind ? `${kind} ${label}` : undefined}>
-      {field ? (
-        <button type="button" className={`sort ${active ? "active" : ""}`} onClick={() => onSort(field)} aria-label={`Sort by ${kind ? `${kind} ` : ""}${label}`}>
-          {kind && <span className={`colkind colkind-${kind}`}>{kind === "metric" ? "m" : "p"}</span>}
-          <span className="sort-label">{label}</span>
-          <span className="sort-arrow" aria-hidden="true">
-            {active ? (desc ? "▼" : "▲") : ""}
-          </span>
-        </button>
-      ) : (
-        label
-      )}
-    </th>
   );
 }
 

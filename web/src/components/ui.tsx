@@ -1,5 +1,5 @@
 // Small building blocks shared by the pages: status badges, progress bars,
-// error notes, dialogs, cards and key/value lists.
+// error notes, dialogs, cards, key/value lists, tags and table headers.
 import { useEffect, useRef, type ReactNode } from "react";
 import { ApiError } from "../api/client";
 import { fmtDuration } from "../lib/format";
@@ -11,6 +11,35 @@ export function StatusBadge({ status }: { status: string | undefined }) {
     <span className={`badge badge-${s}`} data-status={s}>
       {s}
     </span>
+  );
+}
+
+/** The run statuses, in the order their counts are shown. */
+export const RUN_STATUSES = ["running", "queued", "finished", "failed", "stopped"];
+
+/** Run counts by status as badges with the count ("running 2"), zero counts left out. */
+export function StatusCounts({ counts }: { counts: Record<string, number> | undefined }) {
+  return (
+    <>
+      {RUN_STATUSES.filter((s) => (counts?.[s] ?? 0) > 0).map((s) => (
+        <span key={s} className="count-badge" title={`${counts?.[s]} ${s}`}>
+          <StatusBadge status={s} /> {counts?.[s]}
+        </span>
+      ))}
+    </>
+  );
+}
+
+/** Tags as "key=value" chips. */
+export function Tags({ tags }: { tags: Record<string, string> | null | undefined }) {
+  return (
+    <>
+      {Object.entries(tags ?? {}).map(([k, v]) => (
+        <span key={k} className="tag">
+          {k}={v}
+        </span>
+      ))}
+    </>
   );
 }
 
@@ -83,6 +112,61 @@ export function Dialog({ open, title, onClose, children, footer }: { open: boole
   );
 }
 
+/**
+ * A dialog whose footer is Cancel and one action button: confirming a delete,
+ * stop or undeploy (tone "danger") or submitting a form (tone "primary"; with
+ * `form` the button submits that form instead of calling onConfirm).
+ */
+export function ConfirmDialog({
+  open,
+  title,
+  action,
+  busyAction,
+  busy = false,
+  disabled = false,
+  tone = "danger",
+  form,
+  onConfirm,
+  onClose,
+  cancelDisabled,
+  children,
+}: {
+  open: boolean;
+  title: string;
+  /** The action button's text. */
+  action: string;
+  /** Its text while busy ("Deleting…"). */
+  busyAction?: string;
+  busy?: boolean;
+  disabled?: boolean;
+  tone?: "danger" | "primary";
+  form?: string;
+  onConfirm?: () => void;
+  onClose: () => void;
+  cancelDisabled?: boolean;
+  children: ReactNode;
+}) {
+  return (
+    <Dialog
+      open={open}
+      title={title}
+      onClose={onClose}
+      footer={
+        <>
+          <button type="button" onClick={onClose} disabled={cancelDisabled}>
+            Cancel
+          </button>
+          <button type={form ? "submit" : "button"} form={form} className={tone} disabled={busy || disabled} onClick={form ? undefined : onConfirm}>
+            {busy && busyAction ? busyAction : action}
+          </button>
+        </>
+      }
+    >
+      {children}
+    </Dialog>
+  );
+}
+
 /** A titled panel. */
 export function Card({ title, actions, children, className }: { title?: ReactNode; actions?: ReactNode; children: ReactNode; className?: string }) {
   return (
@@ -115,4 +199,24 @@ export function KeyValues({ items }: { items: [string, ReactNode][] }) {
 /** A placeholder for an empty list, saying what to do. */
 export function Empty({ children }: { children: ReactNode }) {
   return <p className="empty">{children}</p>;
+}
+
+/** A column header that sorts a table by its field when clicked (an arrow shows the direction); kind marks metric and param columns. */
+export function SortHeader({ label, field, sort, desc, onSort, num, kind }: { label: string; field?: string; sort: string; desc: boolean; onSort: (f: string) => void; num?: boolean; kind?: "param" | "metric" }) {
+  const active = field !== undefined && sort === field;
+  return (
+    <th scope="col" className={num ? "num" : undefined} aria-sort={active ? (desc ? "descending" : "ascending") : "none"} title={kind ? `${kind} ${label}` : undefined}>
+      {field ? (
+        <button type="button" className={`sort ${active ? "active" : ""}`} onClick={() => onSort(field)} aria-label={`Sort by ${kind ? `${kind} ` : ""}${label}`}>
+          {kind && <span className={`colkind colkind-${kind}`}>{kind === "metric" ? "m" : "p"}</span>}
+          <span className="sort-label">{label}</span>
+          <span className="sort-arrow" aria-hidden="true">
+            {active ? (desc ? "▼" : "▲") : ""}
+          </span>
+        </button>
+      ) : (
+        label
+      )}
+    </th>
+  );
 }

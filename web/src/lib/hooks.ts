@@ -59,6 +59,41 @@ export function useApi<T>(load: (signal: AbortSignal) => Promise<T>, deps: unkno
   return { data, error, loading, reload };
 }
 
+/** The state of useAction. */
+export interface ActionState {
+  busy: boolean;
+  error: unknown;
+  setError: (e: unknown) => void;
+  /** Runs fn (clearing the last error, busy meanwhile); true when it succeeded. */
+  run: (fn: () => Promise<unknown>) => Promise<boolean>;
+  /** Clears busy and the error (a dialog opening afresh). */
+  reset: () => void;
+}
+
+/** One user action (save, delete, start...) with its busy flag and its last error, for forms and dialogs. */
+export function useAction(): ActionState {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<unknown>();
+  const run = useCallback(async (fn: () => Promise<unknown>) => {
+    setBusy(true);
+    setError(undefined);
+    try {
+      await fn();
+      return true;
+    } catch (e) {
+      setError(e);
+      return false;
+    } finally {
+      setBusy(false);
+    }
+  }, []);
+  const reset = useCallback(() => {
+    setBusy(false);
+    setError(undefined);
+  }, []);
+  return { busy, error, setError, run, reset };
+}
+
 /** The dashboard connection state (online, token needed). */
 export function useConnection(): ConnectionState {
   return useSyncExternalStore(

@@ -3,13 +3,11 @@
 import { useState } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
 import { del, get, patch, seg } from "../api/client";
-import { Dialog, ErrorNote, StatusBadge } from "../components/ui";
+import { ConfirmDialog, ErrorNote, StatusCounts, Tags } from "../components/ui";
 import { RunsTable } from "../components/RunsTable";
 import { fmtAgo, fmtTime } from "../lib/format";
-import { useApi } from "../lib/hooks";
+import { useAction, useApi } from "../lib/hooks";
 import type { ExperimentInfo } from "./Experiments";
-
-const STATUSES = ["running", "queued", "finished", "failed", "stopped"];
 
 /** The experiment page. */
 export function ExperimentPage() {
@@ -42,21 +40,13 @@ export function ExperimentPage() {
             <span className="stat-inline">
               <strong>{e.runs ?? 0}</strong> runs
             </span>
-            {STATUSES.filter((s) => (e.run_counts?.[s] ?? 0) > 0).map((s) => (
-              <span key={s} className="count-badge">
-                <StatusBadge status={s} /> {e.run_counts?.[s]}
-              </span>
-            ))}
+            <StatusCounts counts={e.run_counts} />
             <span className="muted" title={fmtTime(e.updated)}>
               last activity {fmtAgo(e.updated)}
             </span>
             <span className="muted">created {fmtTime(e.created)}</span>
             <span className="muted mono small">{e.id}</span>
-            {Object.entries(e.tags ?? {}).map(([k, v]) => (
-              <span key={k} className="tag">
-                {k}={v}
-              </span>
-            ))}
+            <Tags tags={e.tags} />
           </div>
         </header>
       )}
@@ -75,35 +65,22 @@ export function ExperimentPage() {
 function EditDialog({ open, exp, onClose, onSaved }: { open: boolean; exp: ExperimentInfo; onClose: () => void; onSaved: () => void }) {
   const [name, setName] = useState(exp.name);
   const [description, setDescription] = useState(exp.description);
-  const [error, setError] = useState<unknown>();
-  const [busy, setBusy] = useState(false);
-  const save = async () => {
-    setBusy(true);
-    try {
-      await patch(`/api/experiments/${seg(exp.id)}`, { name, description });
-      setError(undefined);
-      onSaved();
-      onClose();
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
-  };
+  const save = useAction();
   return (
-    <Dialog
+    <ConfirmDialog
       open={open}
       title="Edit experiment"
+      action="Save"
+      tone="primary"
+      busy={save.busy}
+      disabled={!name.trim()}
       onClose={onClose}
-      footer={
-        <>
-          <button type="button" onClick={onClose}>
-            Cancel
-          </button>
-          <button type="button" className="primary" disabled={busy || !name.trim()} onClick={save}>
-            Save
-          </button>
-        </>
+      onConfirm={() =>
+        void save.run(async () => {
+          await patch(`/api/experiments/${seg(exp.id)}`, { name, description });
+          onSaved();
+          onClose();
+        })
       }
     >
       <div className="form-grid">
@@ -112,38 +89,28 @@ function EditDialog({ open, exp, onClose, onSaved }: { open: boolean; exp: Exper
         <label htmlFor="exp-desc">Description</label>
         <textarea id="exp-desc" rows={3} value={description} onChange={(e) => setDescription(e.target.value)} />
       </div>
-      <ErrorNote error={error} />
-    </Dialog>
+      <ErrorNote error={save.error} />
+    </ConfirmDialog>
   );
 }
 
 /** Deletes the experiment and all its runs, after typing its name. */
 function DeleteDialog({ open, exp, onClose }: { open: boolean; exp: ExperimentInfo; onClose: () => void }) {
   const [typed, setTyped] = useState("");
-  const [error, setError] = useState<unknown>();
+  const remove = useAction();
   const navigate = useNavigate();
-  const remove = async () => {
-    try {
-      await del(`/api/experiments/${seg(exp.id)}`);
-      navigate("/experiments");
-    } catch (e) {
-      setError(e);
-    }
-  };
   return (
-    <Dialog
+    <ConfirmDialog
       open={open}
       title="Delete experiment"
+      action="Delete for good"
+      disabled={typed !== exp.name}
       onClose={onClose}
-      footer={
-        <>
-          <button type="button" onClick={onClose}>
-            Cancel
-          </button>
-          <button type="button" className="danger" disabled={typed !== exp.name} onClick={remove}>
-            Delete for good
-          </button>
-        </>
+      onConfirm={() =>
+        void remove.run(async () => {
+          await del(`/api/experiments/${seg(exp.id)}`);
+          navigate("/experiments");
+        })
       }
     >
       <p>
@@ -152,7 +119,7 @@ function DeleteDialog({ open, exp, onClose }: { open: boolean; exp: ExperimentIn
       <label>
         Type the name to confirm <input value={typed} onChange={(e) => setTyped(e.target.value)} aria-label="Experiment name to confirm" />
       </label>
-      <ErrorNote error={error} />
-    </Dialog>
+      <ErrorNote error={remove.error} />
+    </ConfirmDialog>
   );
 }

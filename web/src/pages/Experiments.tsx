@@ -4,7 +4,7 @@
 import { useCallback, useMemo, useState } from "react";
 import { Link } from "react-router-dom";
 import { ApiError, get, seg } from "../api/client";
-import { ErrorNote, StatusBadge } from "../components/ui";
+import { ErrorNote, SortHeader, StatusCounts, Tags } from "../components/ui";
 import { FilterBar, combinedFilter, isQueryError, useSetQueryParams } from "../components/FilterBar";
 import { RunsTable } from "../components/RunsTable";
 import { fmtAgo, fmtTime } from "../lib/format";
@@ -29,7 +29,6 @@ interface ExperimentList {
   next?: string;
 }
 
-const STATUSES = ["running", "queued", "finished", "failed", "stopped"];
 const PAGE = 50;
 
 /** The experiments page: the experiments table, or every run. */
@@ -97,23 +96,7 @@ function ExperimentsTable() {
     [sort, desc, setMany],
   );
   const now = useNow(15_000);
-  const th = (label: string, field?: string, cls?: string) => {
-    const active = field === sort;
-    return (
-      <th scope="col" className={cls} aria-sort={field ? (active ? (desc ? "descending" : "ascending") : "none") : undefined}>
-        {field ? (
-          <button type="button" className={`sort ${active ? "active" : ""}`} onClick={() => sortBy(field)} aria-label={`Sort by ${label}`}>
-            {label}
-            <span className="sort-arrow" aria-hidden="true">
-              {active ? (desc ? "▼" : "▲") : ""}
-            </span>
-          </button>
-        ) : (
-          label
-        )}
-      </th>
-    );
-  };
+  const th = (label: string, field: string) => <SortHeader label={label} field={field} sort={sort} desc={desc} onSort={sortBy} />;
 
   return (
     <div className="card">
@@ -123,7 +106,9 @@ function ExperimentsTable() {
         <thead>
           <tr>
             {th("Name", "name")}
-            {th("Runs", undefined, "num")}
+            <th scope="col" className="num">
+              Runs
+            </th>
             <th scope="col">Status</th>
             {th("Last activity", "updated")}
             {th("Created", "created")}
@@ -166,21 +151,13 @@ function ExperimentRow({ exp, now }: { exp: ExperimentInfo; now: number }) {
       <td className="num">{d?.runs ?? "…"}</td>
       <td>
         <span className="row tight">
-          {STATUSES.filter((s) => (d?.run_counts?.[s] ?? 0) > 0).map((s) => (
-            <span key={s} className="count-badge" title={`${d?.run_counts?.[s]} ${s}`}>
-              <StatusBadge status={s} /> {d?.run_counts?.[s]}
-            </span>
-          ))}
+          <StatusCounts counts={d?.run_counts} />
         </span>
       </td>
       <td title={fmtTime(exp.updated)}>{fmtAgo(exp.updated, now)}</td>
       <td className="muted">{fmtTime(exp.created)}</td>
       <td>
-        {Object.entries(exp.tags ?? {}).map(([k, v]) => (
-          <span key={k} className="tag">
-            {k}={v}
-          </span>
-        ))}
+        <Tags tags={exp.tags} />
       </td>
     </tr>
   );

@@ -6,15 +6,14 @@ import { Link } from "react-router-dom";
 import { get, seg } from "../api/client";
 import type { StreamEvent } from "../api/stream";
 import { ActivityFeed } from "../components/ActivityFeed";
-import type { DeploymentInfo } from "../components/DeployDialog";
+import { deploymentStatus, type DeploymentInfo } from "../components/DeployDialog";
 import { SystemCharts } from "../components/SystemCharts";
-import { Card, Empty, ErrorNote, ProgressBar, StatusBadge } from "../components/ui";
+import { Card, Empty, ErrorNote, ProgressBar, RUN_STATUSES, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtNum, fmtTime } from "../lib/format";
 import { useApi, useNow, useStream } from "../lib/hooks";
 
 /** How many experiments the home page shows. */
 const SHOWN = 10;
-const STATUSES = ["running", "queued", "finished", "failed", "stopped"];
 
 interface ExperimentLite {
   id: string;
@@ -107,7 +106,7 @@ function ExperimentRow({ exp, bump, now }: { exp: ExperimentLite; bump: number; 
       <td className="num">{g.data ? g.data.detail.runs ?? 0 : "…"}</td>
       <td>
         <span className="row tight wrap status-counts">
-          {STATUSES.filter((s) => counts[s]).map((s) => (
+          {RUN_STATUSES.filter((s) => counts[s]).map((s) => (
             <span key={s} className={`badge badge-${s}`} title={`${counts[s]} ${s}`}>
               {counts[s]} {s}
             </span>
@@ -248,7 +247,7 @@ function DeploymentsGlance() {
                   <Link to={`/models/${seg(d.model)}`}>{d.model}</Link> <span className="muted">v{d.version}</span>
                 </td>
                 <td>
-                  <StatusBadge status={d.state !== "running" ? d.state : d.healthy ? "ready" : "unhealthy"} />
+                  <StatusBadge status={deploymentStatus(d)} />
                 </td>
                 <td>
                   <a href={d.url} target="_blank" rel="noreferrer">

@@ -4,59 +4,25 @@
 import { Fragment, useEffect, useState, type ReactNode } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
 import { del, get, patch, seg } from "../api/client";
-import { DeployDialog, type DeploymentInfo } from "../components/DeployDialog";
+import { DeployDialog, VersionOptions, deploymentStatus, type DeploymentInfo } from "../components/DeployDialog";
 import { ExportDialog, ParityView, type ModelInfo, type VersionInfo } from "../components/ExportDialog";
 import { TryIt } from "../components/TryIt";
-import { Card, Dialog, Empty, ErrorNote, KeyValues, StatusBadge } from "../components/ui";
+import { Card, ConfirmDialog, Empty, ErrorNote, KeyValues, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtBytes, fmtNum, fmtTime } from "../lib/format";
-import { useApi, useQueryParam } from "../lib/hooks";
+import { useAction, useApi, useQueryParam } from "../lib/hooks";
 import { AliasBadges, LabelsSummary, SpecList } from "./Models";
-
-/** A yes/no question before something that cannot be undone. */
-function Confirm({ open, title, children, action, onConfirm, onClose }: { open: boolean; title: string; children: ReactNode; action: string; onConfirm: () => void; onClose: () => void }) {
-  return (
-    <Dialog
-      open={open}
-      title={title}
-      onClose={onClose}
-      footer={
-        <>
-          <button type="button" onClick={onClose}>
-            Cancel
-          </button>
-          <button
-            type="button"
-            className="danger"
-            onClick={() => {
-              onConfirm();
-              onClose();
-            }}
-          >
-            {action}
-          </button>
-        </>
-      }
-    >
-      {children}
-    </Dialog>
-  );
-}
 
 /** Edits the model's aliases: change or remove one, add a new one. */
 function AliasEditor({ model, onSaved }: { model: ModelInfo; onSaved: () => void }) {
   const [alias, setAlias] = useState("production");
   const versions = [...model.versions].map((v) => v.version).sort((a, b) => b - a);
   const [version, setVersion] = useState(String(versions[0] ?? ""));
-  const [error, setError] = useState<unknown>();
-  const save = async (aliases: Record<string, number>) => {
-    setError(undefined);
-    try {
+  const saving = useAction();
+  const save = (aliases: Record<string, number>) =>
+    saving.run(async () => {
       await patch(`/api/models/${seg(model.name)}`, { aliases });
       onSaved();
-    } catch (e) {
-      setError(e);
-    }
-  };
+    });
   const entries = Object.entries(model.aliases ?? {}).sort(([a], [b]) => a.localeCompare(b));
   return (
     <div className="stack">
@@ -70,11 +36,7 @@ function AliasEditor({ model, onSaved }: { model: ModelInfo; onSaved: () => void
               <label className="inline">
                 <span className="sr-only">version of {a}</span>
                 <select value={String(v)} onChange={(e) => void save({ [a]: Number(e.target.value) })}>
-                  {versions.map((x) => (
-                    <option key={x} value={String(x)}>
-                      v{x}
-                    </option>
-                  ))}
+                  <VersionOptions versions={versions} />
                 </select>
               </label>
               <button type="button" className="ghost" aria-label={`Remove alias ${a}`} onClick={() => void save({ [a]: 0 })}>
@@ -98,16 +60,12 @@ function AliasEditor({ model, onSaved }: { model: ModelInfo; onSaved: () => void
         <label className="inline">
           Version
           <select value={version} onChange={(e) => setVersion(e.target.value)}>
-            {versions.map((x) => (
-              <option key={x} value={String(x)}>
-                v{x}
-              </option>
-            ))}
+            <VersionOptions versions={versions} />
           </select>
         </label>
         <button type="submit">Set alias</button>
       </form>
-      <ErrorNote error={error} />
+      <ErrorNote error={saving.error} />
     </div>
   );
 }
@@ -139,7 +97,7 @@ function Deployments({ deps, onUndeploy }: { deps: DeploymentInfo[]; onUndeploy:
                 v{d.version} <span className="muted small">{d.device || "cpu"}</span>
               </td>
               <td>
-                <StatusBadge status={d.state !== "running" ? d.state : d.healthy ? "ready" : "unhealthy"} />
+                <StatusBadge status={deploymentStatus(d)} />
               </td>
               <td>
                 <a href={d.url} target="_blank" rel="noreferrer">
@@ -289,7 +247,7 @@ export function ModelPage() {
   const [undeploy, setUndeploy] = useState<DeploymentInfo>();
   const [deleting, setDeleting] = useState<VersionInfo>();
   const [deletingModel, setDeletingModel] = useState(false);
-  const [actionError, setActionError] = useState<unknown>();
+  const action = useAction();
   const [tryDep, setTryDep] = useQueryParam("try", "");
 
   const m = model.data;
@@ -299,17 +257,14 @@ export function ModelPage() {
   const tryVersion = m?.versions.find((v) => v.version === tryTarget?.version);
   const deployable = (m?.versions ?? []).filter((v) => v.format !== "checkpoint").map((v) => v.version).sort((a, b) => b - a);
 
-  useEffect(() => setActionError(undefined), [name]);
+  const { setError: setActionError } = action;
+  useEffect(() => setActionError(undefined), [name, setActionError]);
 
-  const run = async (fn: () => Promise<unknown>, after: () => void) => {
-    setActionError(undefined);
-    try {
+  const run = (fn: () => Promise<unknown>, after: () => void) =>
+    action.run(async () => {
       await fn();
       after();
-    } catch (e) {
-      setActionError(e);
-    }
-  };
+    });
 
   if (model.error && !m) {
     return (
@@ -361,7 +316,7 @@ export function ModelPage() {
           </button>
         </div>
       </header>
-      <ErrorNote error={actionError ?? deps.error} />
+      <ErrorNote error={action.error ?? deps.error} />
       <Card title="Versions">
         <Versions
           model={m}
@@ -422,7 +377,7 @@ export function ModelPage() {
         }}
       />
       <ExportDialog open={exportOpen} onClose={() => setExportOpen(false)} onDone={() => model.reload()} />
-      <Confirm
+      <ConfirmDialog
         open={!!undeploy}
         title="Undeploy"
         action="Undeploy"
@@ -430,13 +385,14 @@ export function ModelPage() {
         onConfirm={() => {
           const d = undeploy;
           if (d) void run(() => del(`/api/deployments/${seg(d.id)}`), deps.reload);
+          setUndeploy(undefined);
         }}
       >
         <p>
           Stop the server of {undeploy?.model} v{undeploy?.version} at {undeploy?.url}? Requests to it will fail.
         </p>
-      </Confirm>
-      <Confirm
+      </ConfirmDialog>
+      <ConfirmDialog
         open={!!deleting}
         title={`Delete v${deleting?.version ?? ""}`}
         action="Delete version"
@@ -444,21 +400,25 @@ export function ModelPage() {
         onConfirm={() => {
           const v = deleting;
           if (v) void run(() => del(`/api/models/${seg(m.name)}/versions/${v.version}`), model.reload);
+          setDeleting(undefined);
         }}
       >
         <p>
           Delete {m.name} v{deleting?.version} and its file? This cannot be undone.
         </p>
-      </Confirm>
-      <Confirm
+      </ConfirmDialog>
+      <ConfirmDialog
         open={deletingModel}
         title={`Delete ${m.name}`}
         action="Delete model"
         onClose={() => setDeletingModel(false)}
-        onConfirm={() => void run(() => del(`/api/models/${seg(m.name)}`), () => nav("/models"))}
+        onConfirm={() => {
+          void run(() => del(`/api/models/${seg(m.name)}`), () => nav("/models"));
+          setDeletingModel(false);
+        }}
       >
         <p>Delete the model {m.name}, all its versions and their files? This cannot be undone.</p>
-      </Confirm>
+      </ConfirmDialog>
     </div>
   );
 }

@@ -4,11 +4,11 @@
 import { useState } from "react";
 import { Link, useNavigate } from "react-router-dom";
 import { get, request, seg } from "../api/client";
-import type { DeploymentInfo } from "../components/DeployDialog";
+import { deploymentStatus, type DeploymentInfo } from "../components/DeployDialog";
 import { ExportDialog, type ModelInfo, type TensorSpec, type VersionInfo } from "../components/ExportDialog";
-import { Card, Dialog, Empty, ErrorNote, StatusBadge } from "../components/ui";
+import { Card, ConfirmDialog, Empty, ErrorNote, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtBytes } from "../lib/format";
-import { useApi } from "../lib/hooks";
+import { useAction, useApi } from "../lib/hooks";
 
 /** "name dtype [shape]" for a tensor, batch dim shown as N. */
 export function fmtSpec(s: TensorSpec): string {
@@ -67,13 +67,10 @@ function RegisterDialog({ open, onClose, onDone }: { open: boolean; onClose: () 
   const [file, setFile] = useState<File | null>(null);
   const [runId, setRunId] = useState("");
   const [ckpt, setCkpt] = useState("");
-  const [busy, setBusy] = useState(false);
-  const [error, setError] = useState<unknown>();
+  const register = useAction();
 
-  const submit = async () => {
-    setBusy(true);
-    setError(undefined);
-    try {
+  const submit = () =>
+    register.run(async () => {
       if (mode === "file") {
         const fd = new FormData();
         fd.set("name", name.trim());
@@ -84,28 +81,19 @@ function RegisterDialog({ open, onClose, onDone }: { open: boolean; onClose: () 
       }
       onDone(name.trim());
       onClose();
-    } catch (e) {
-      setError(e);
-    } finally {
-      setBusy(false);
-    }
-  };
+    });
 
   return (
-    <Dialog
+    <ConfirmDialog
       open={open}
       title="Register a model"
+      action="Register"
+      busyAction="Registering…"
+      tone="primary"
+      form="register-form"
+      busy={register.busy}
+      disabled={!name.trim() || (mode === "file" ? !file : !runId || !ckpt)}
       onClose={onClose}
-      footer={
-        <>
-          <button type="button" onClick={onClose}>
-            Cancel
-          </button>
-          <button type="submit" form="register-form" className="primary" disabled={busy || !name.trim() || (mode === "file" ? !file : !runId || !ckpt)}>
-            {busy ? "Registering…" : "Register"}
-          </button>
-        </>
-      }
     >
       <form
         id="register-form"
@@ -148,10 +136,10 @@ function RegisterDialog({ open, onClose, onDone }: { open: boolean; onClose: () 
           </>
         )}
         <div className="span-all">
-          <ErrorNote error={error} />
+          <ErrorNote error={register.error} />
         </div>
       </form>
-    </Dialog>
+    </ConfirmDialog>
   );
 }
 
@@ -162,7 +150,7 @@ function DeploymentCell({ deps }: { deps: DeploymentInfo[] }) {
     <span className="stack tight">
       {deps.map((d) => (
         <span key={d.id} className="row tight">
-          <StatusBadge status={d.state === "running" ? (d.healthy ? "ready" : "unhealthy") : d.state} />
+          <StatusBadge status={deploymentStatus(d)} />
           <span className="muted">v{d.version}</span>
           <a href={d.url} target="_blank" rel="noreferrer">
             {d.url.replace(/^https?:\/\//, "")}

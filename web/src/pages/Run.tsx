@@ -7,7 +7,7 @@ import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link, useParams } from "react-router-dom";
 import { get, seg } from "../api/client";
 import { num, type StreamEvent } from "../api/stream";
-import { Card, Empty, ErrorNote, KeyValues, ProgressBar, StatusBadge } from "../components/ui";
+import { Card, Empty, ErrorNote, KeyValues, ProgressBar, StatusBadge, Tags } from "../components/ui";
 import { ChartControls, RunCharts, useChartSettings, type LiveEvent } from "../components/RunCharts";
 import { CheckpointActions } from "../components/CheckpointActions";
 import { LogTail } from "../components/LogTail";
@@ -179,11 +179,7 @@ function RunHeader({ run: r, progress, onChanged }: { run: RunInfo; progress?: R
       </div>
       {Object.keys(r.tags ?? {}).length > 0 && (
         <div className="row">
-          {Object.entries(r.tags ?? {}).map(([k, v]) => (
-            <span key={k} className="tag">
-              {k}={v}
-            </span>
-          ))}
+          <Tags tags={r.tags} />
         </div>
       )}
       {r.error && (

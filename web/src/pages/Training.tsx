@@ -9,7 +9,7 @@ import { LiveRun, StopButton, progressFraction, type JobInfo, type RunProgress }
 import { ParamsForm, paramDefaults, validateParams, type Param } from "../components/ParamsForm";
 import { Card, Empty, ErrorNote, ProgressBar, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtParam } from "../lib/format";
-import { useApi, useNow, useQueryParam } from "../lib/hooks";
+import { useAction, useApi, useNow, useQueryParam } from "../lib/hooks";
 
 /** A registered training recipe (GET /api/training/recipes). */
 export interface Recipe {
@@ -49,8 +49,7 @@ export function StartForm() {
   const [experiment, setExperiment] = useState("");
   const [name, setName] = useState("");
   const [edited, setEdited] = useState<{ recipe: string; values: Record<string, unknown> }>();
-  const [error, setError] = useState<unknown>();
-  const [busy, setBusy] = useState(false);
+  const starting = useAction();
   const [tried, setTried] = useState(false);
 
   const list = recipes.data?.recipes ?? [];
@@ -62,10 +61,11 @@ export function StartForm() {
     [recipe, edited],
   );
   const setValues = (v: Record<string, unknown>) => recipe && setEdited({ recipe: recipe.name, values: v });
+  const { setError } = starting;
   useEffect(() => {
     setError(undefined);
     setTried(false);
-  }, [recipe?.name]);
+  }, [recipe?.name, setError]);
 
   const errors = useMemo(() => (recipe ? validateParams(recipe.params, values) : {}), [recipe, values]);
   const nErrors = Object.keys(errors).length;
@@ -74,18 +74,12 @@ export function StartForm() {
     e.preventDefault();
     setTried(true);
     if (!recipe || nErrors > 0 || !experiment.trim()) return;
-    setBusy(true);
-    setError(undefined);
-    try {
+    await starting.run(async () => {
       const body: Record<string, unknown> = { recipe: recipe.name, experiment: experiment.trim(), params: values };
       if (name.trim()) body.name = name.trim();
       const a = await post<StartAnswer>("/api/training/start", body);
       navigate(`/training/${seg(a.id)}`);
-    } catch (err) {
-      setError(err);
-    } finally {
-      setBusy(false);
-    }
+    });
   };
 
   if (recipes.error && !recipes.data) {
@@ -144,8 +138,8 @@ export function StartForm() {
         </div>
         {recipe && <ParamsForm params={recipe.params} values={values} onChange={setValues} />}
         <div className="row form-actions">
-          <button type="submit" className="primary" disabled={busy}>
-            {busy ? "Starting…" : "Start training"}
+          <button type="submit" className="primary" disabled={starting.busy}>
+            {starting.busy ? "Starting…" : "Start training"}
           </button>
           {recipe && (
             <button type="button" className="ghost" onClick={() => setValues(paramDefaults(recipe.params))}>
@@ -158,7 +152,7 @@ export function StartForm() {
             </span>
           )}
         </div>
-        <ErrorNote error={error} />
+        <ErrorNote error={starting.error} />
       </form>
     </Card>
   );
