@@ -13,167 +13,52 @@ against the schema the document declares for that path, method, status and conte
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import os
 import re
 import signal
 import socket
-import subprocess
 import sys
-import tempfile
-import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 import pytest
-
-jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (python/requirements.txt)")
-referencing = pytest.importorskip(
-    "referencing", reason="referencing (a jsonschema dependency) is not installed"
+from openapi_check import (
+    FW_BIN,
+    MODELS,
+    REPO,
+    FwProcess,
+    OpenAPIDoc,
+    Response,
+    escape,
+    every_operation_answers,
+    free_port,
+    launch,
+    multipart,
+    unauthorized_exactly_where_declared,
 )
-from jsonschema import Draft202012Validator  # noqa: E402
-from referencing import Registry, Resource  # noqa: E402
-from referencing.jsonschema import DRAFT202012  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-SPEC_PATH = REPO / "dashboard" / "api" / "openapi.json"
-FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
-MODELS = Path(os.environ.get("FW_MODELS_DIR") or REPO / "build" / "models")
 CNN = MODELS / "digits_cnn.onnx"
 SAMPLE = MODELS / "samples" / "digit_7_0.png"
-SPEC_URI = "urn:fw:dashboard-openapi"
-METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 DEADLINE = 120.0  # seconds to wait for a job, an export or a deployment (generous: CI machines are slow)
 
-SPEC = json.loads(SPEC_PATH.read_text())
-SEEN: set[tuple[str, str, int]] = set()  # (path template, method, status) of every validated answer
-REGISTRY = Registry().with_resource(SPEC_URI, Resource.from_contents(SPEC, default_specification=DRAFT202012))
-
-
-# ----------------------------------------------------------------------------- the document
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def _lookup(pointer: str):
-    node = SPEC
-    for tok in pointer.lstrip("/").split("/"):
-        node = node[tok.replace("~1", "/").replace("~0", "~")]
-    return node
-
-
-def _deref(pointer: str) -> str:
-    """Follows $refs of the object at pointer; returns the pointer of what it names."""
-    for _ in range(16):
-        node = _lookup(pointer)
-        if isinstance(node, dict) and isinstance(node.get("$ref"), str):
-            pointer = node["$ref"].removeprefix("#")
-            continue
-        return pointer
-    raise AssertionError(f"$ref chain too deep at {pointer}")
-
-
-def validator_for(pointer: str) -> Draft202012Validator:
-    return Draft202012Validator({"$ref": f"{SPEC_URI}#{pointer}"}, registry=REGISTRY)
-
-
-def template_of(path: str) -> str:
-    """The document's path template that a concrete request path matches (literal paths first)."""
-    best = None
-    for tmpl in SPEC["paths"]:
-        rx = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(tmpl)) + "$"
-        if re.match(rx, path) and (best is None or tmpl.count("{") < best.count("{")):
-            best = tmpl
-    assert best is not None, f"{path} is not documented in openapi.json"
-    return best
-
-
-def response_pointer(path: str, method: str, status: int) -> str:
-    tmpl = template_of(path)
-    m = method.lower()
-    if m == "head":
-        m = "get"
-    op = SPEC["paths"][tmpl].get(m)
-    if op is None and status == 405:  # an undocumented method: the path's documented 405
-        m = next(x for x in METHODS if x in SPEC["paths"][tmpl])
-        op = SPEC["paths"][tmpl][m]
-    assert op is not None, f"{method} {tmpl} is not documented"
-    key = str(status) if str(status) in op["responses"] else "default"
-    assert key in op["responses"], (
-        f"{method} {tmpl} answered {status}, which the document does not list ({sorted(op['responses'])})"
-    )
-    return _deref(f"/paths/{_escape(tmpl)}/{m}/responses/{key}")
+DOC = OpenAPIDoc(
+    REPO / "dashboard" / "api" / "openapi.json",
+    "urn:fw:dashboard-openapi",
+    head_as_get=True,
+    validate_text=True,
+)
+SPEC = DOC.spec
 
 
 # ----------------------------------------------------------------------------- the server
 
 
 @dataclass
-class Response:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-    method: str
-    path: str
-
-    @property
-    def content_type(self) -> str:
-        return self.headers.get("content-type", "").split(";")[0].strip().lower()
-
-    def json(self):
-        return json.loads(self.body)
-
-
-@dataclass
-class Dashboard:
-    url: str
-    proc: subprocess.Popen
-    log_file: object
-    token: str = ""
+class Dashboard(FwProcess):
     pids: list = field(default_factory=list)  # deployments' process groups, killed in teardown
-
-    def log(self) -> str:
-        self.log_file.seek(0)
-        return self.log_file.read().decode(errors="replace")
-
-    def request(
-        self, method: str, target: str, body: bytes | None = None, headers: dict | None = None
-    ) -> Response:
-        u = urlsplit(self.url)
-        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=90)
-        try:
-            hdrs = {"Connection": "close", **(headers or {})}
-            conn.request(method, target, body=body, headers=hdrs)
-            r = conn.getresponse()
-            data = r.read()
-            return Response(
-                r.status, {k.lower(): v for k, v in r.getheaders()}, data, method, target.split("?")[0]
-            )
-        finally:
-            conn.close()
-
-    def call(
-        self, method: str, target: str, body=None, headers=None, *, expect: int, json_body=None
-    ) -> Response:
-        """Sends a request, checks its status and validates the response against the document."""
-        headers = dict(headers or {})
-        if json_body is not None:
-            body = json.dumps(json_body).encode()
-            headers.setdefault("Content-Type", "application/json")
-        if self.token:
-            headers.setdefault("Authorization", f"Bearer {self.token}")
-        r = self.request(method, target, body, headers)
-        assert r.status == expect, (
-            f"{method} {target}: {r.status}, want {expect}: {r.body[:800]!r}\n{self.log()[-2000:]}"
-        )
-        conform(r)
-        return r
 
     def get(self, target: str, expect: int = 200):
         return self.call("GET", target, expect=expect).json()
@@ -189,46 +74,12 @@ class Dashboard:
             time.sleep(0.2)
 
 
-def conform(r: Response) -> None:
-    """Validates r against the schema the document gives its path, method, status and content type."""
-    ptr = response_pointer(r.path, r.method, r.status)
-    SEEN.add((template_of(r.path), r.method.lower(), r.status))
-    resp = _lookup(ptr)
-    content = resp.get("content")
-    if r.method == "HEAD" or not content:
-        if r.method != "HEAD" and r.status not in (101, 204, 304):
-            assert not r.body, f"{r.method} {r.path} {r.status}: a body where the document declares none"
-        return
-    ct = r.content_type
-    assert ct in content, (
-        f"{r.method} {r.path} {r.status}: Content-Type {ct!r}, the document declares {sorted(content)}"
-    )
-    for name in resp.get("headers", {}):
-        if name.lower() in ("allow", "www-authenticate", "location"):
-            assert name.lower() in r.headers, f"{r.method} {r.path} {r.status}: no {name} header"
-    if r.status == 405:
-        assert "allow" in r.headers, f"{r.method} {r.path}: 405 without an Allow header"
-    v = validator_for(f"{ptr}/content/{_escape(ct)}/schema")
-    if ct == "application/json":
-        v.validate(r.json())
-    elif ct.startswith("text/"):
-        v.validate(r.body.decode())
-
-
 def code_of(r: Response) -> str:
     return r.json()["error"]["code"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(tmp: Path, token: str = "") -> Dashboard:
-    # FW_<FLAG> would set dashboard flags: start from a clean environment.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FW_")}
-    env.update(
+    env = dict(
         FW_EXPERIMENT_DIR=str(tmp / "experiments"),
         FW_CHECKPOINT_DIR=str(tmp / "checkpoints"),
         FW_PYTHON=sys.executable,
@@ -238,32 +89,8 @@ def _start(tmp: Path, token: str = "") -> Dashboard:
     )
     if token:
         env["FW_DASHBOARD_TOKEN"] = token
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
-        [str(FW_BIN), "dashboard", "--host", "127.0.0.1", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        env=env,
-        cwd=tmp,
-    )
-    found: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            m = re.search(rb"ready on (http://\S+)", line)
-            if m and not found:
-                found.append(m.group(1).decode())
-
-    threading.Thread(target=read, daemon=True).start()
-    deadline = time.monotonic() + 60
-    while not found:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            log.seek(0)
-            pytest.fail(f"fw dashboard did not come up: {log.read().decode(errors='replace')[-3000:]}")
-        time.sleep(0.02)
-    return Dashboard(found[0], proc, log, token)
+    url, proc, log = launch(["dashboard", "--host", "127.0.0.1", "--port", "0"], env, cwd=tmp)
+    return Dashboard(url, proc, log, DOC, token, http_timeout=90)
 
 
 def _stop(d: Dashboard) -> None:
@@ -278,12 +105,7 @@ def _stop(d: Dashboard) -> None:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    d.proc.terminate()
-    try:
-        d.proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        d.proc.kill()
-        d.proc.wait()
+    d.stop(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -379,26 +201,14 @@ def seeded(dash: Dashboard) -> dict:
 
 
 def test_document_is_openapi_31() -> None:
-    assert re.fullmatch(r"3\.1\.\d+", SPEC["openapi"])
-    assert SPEC["info"]["version"]
-    Draft202012Validator.check_schema({"$defs": SPEC["components"]["schemas"]})
-    for tmpl, item in SPEC["paths"].items():
-        for m in METHODS:
-            if m in item:
-                validator_for(f"/paths/{_escape(tmpl)}/{m}")  # refs resolve
+    DOC.check_document()
+    for tmpl, m, _ in DOC.operations():
+        DOC.validator_for(f"/paths/{escape(tmpl)}/{m}")  # refs resolve
 
 
 def test_document_examples_validate() -> None:
-    for name, schema in SPEC["components"]["schemas"].items():
-        for ex in ([schema["example"]] if "example" in schema else []) + schema.get("examples", []):
-            validator_for(f"/components/schemas/{name}").validate(ex)
-    for p, item in SPEC["paths"].items():
-        for m in METHODS:
-            for st, r in item.get(m, {}).get("responses", {}).items():
-                for ct, media in r.get("content", {}).items():
-                    if "example" in media:
-                        sp = f"/paths/{_escape(p)}/{m}/responses/{st}/content/{_escape(ct)}/schema"
-                        validator_for(sp).validate(media["example"])
+    for _, schema_ptr, value, ct in DOC.examples():
+        DOC.validate_example(schema_ptr, value, ct)
 
 
 # ----------------------------------------------------------------------------- open routes
@@ -409,9 +219,8 @@ def test_health_metrics_docs(dash: Dashboard) -> None:
     # "Any method is answered" (the document's description of GET /health).
     r = dash.request("POST", "/health", b"")
     assert r.status == 200
-    validator_for(_deref("/paths/~1health/get/responses/200") + "/content/application~1json/schema").validate(
-        r.json()
-    )
+    ok = DOC.deref("/paths/~1health/get/responses/200")
+    DOC.validator_for(ok + "/content/application~1json/schema").validate(r.json())
     r = dash.call("GET", "/metrics", expect=200)
     assert r.content_type == "text/plain" and b"fw_dashboard_info" in r.body
     dash.call("POST", "/metrics", body=b"", expect=405)
@@ -724,10 +533,10 @@ def test_training_stream(dash: Dashboard) -> None:
     dash.call("POST", "/api/training/stream", body=b"", expect=405)
     r = _ws_response(_ws_handshake(dash))
     assert r.status == 101
-    conform(r)
+    DOC.validate(r)
     r = _ws_response(_ws_handshake(dash, headers={"Origin": "http://evil.example"}))
     assert r.status == 403
-    conform(r)
+    DOC.validate(r)
 
 
 # ----------------------------------------------------------------------------- export
@@ -763,29 +572,11 @@ def test_export(dash: Dashboard, job: dict) -> None:
 # ----------------------------------------------------------------------------- registry and deployments
 
 
-def multipart(fields: dict, files: list[tuple[str, str, bytes]]) -> tuple[bytes, str]:
-    boundary = uuid.uuid4().hex
-    out = b""
-    for k, v in fields.items():
-        out += f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
-    for name, filename, data in files:
-        out += (
-            (
-                f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
-                "Content-Type: application/octet-stream\r\n\r\n"
-            ).encode()
-            + data
-            + b"\r\n"
-        )
-    out += f"--{boundary}--\r\n".encode()
-    return out, f"multipart/form-data; boundary={boundary}"
-
-
 @pytest.fixture(scope="module")
 def cnn(dash: Dashboard) -> dict:
     if not CNN.exists():
         pytest.skip(f"{CNN} is missing: run `make models` (or set FW_MODELS_DIR)")
-    body, ct = multipart({}, [("file", "digits_cnn.onnx", CNN.read_bytes())])
+    body, ct = multipart([("file", "digits_cnn.onnx", CNN.read_bytes())])
     up = dash.call("POST", "/api/models?name=cnn", body=body, headers={"Content-Type": ct}, expect=201).json()
     assert up["name"] == "cnn" and up["version"]["version"] == 1 and up["version"]["format"] == "onnx"
     return up
@@ -800,7 +591,7 @@ def test_models(dash: Dashboard, cnn: dict) -> None:
         expect=201,
     ).json()
     assert raw["version"]["version"] == 2
-    body, ct = multipart({"name": "cnn-form"}, [("file", "m.onnx", CNN.read_bytes())])
+    body, ct = multipart([("file", "m.onnx", CNN.read_bytes())], {"name": "cnn-form"})
     dash.call("POST", "/api/models", body=body, headers={"Content-Type": ct}, expect=201)
     # Registering a checkpoint reference with JSON.
     dash.call("POST", "/api/ingest", json_body=_events("ref-run", "oas-ref"), expect=200)
@@ -881,7 +672,7 @@ def test_deployments(dash: Dashboard, cnn: dict) -> None:
         expect=200,
     ).json()
     assert img["predictions"][0]["top_k"][0]["label"] == "7"
-    body, ct = multipart({}, [("file", "digit.png", SAMPLE.read_bytes())])
+    body, ct = multipart([("file", "digit.png", SAMPLE.read_bytes())])
     dash.call("POST", base + "/predict/image", body=body, headers={"Content-Type": ct}, expect=200)
     batch = dash.call(
         "POST",
@@ -933,34 +724,20 @@ def test_token(token_dash: Dashboard) -> None:
     assert s.get("/health")["status"] == "ok"
     r = s.request("GET", "/api/experiments")
     assert r.status == 401
-    conform(r)
+    DOC.validate(r)
     assert code_of(r) == "unauthorized"
     r = s.request("GET", "/api/experiments", headers={"Authorization": "Bearer wrong"})
     assert r.status == 401
-    conform(r)
+    DOC.validate(r)
     s.call("GET", "/api/experiments", expect=200)
     s.call("GET", "/metrics", expect=200)
     # Every documented operation: 401 without the token exactly where the document lists bearerAuth.
-    for tmpl, item in SPEC["paths"].items():
-        for m in METHODS:
-            if m not in item:
-                continue
-            protected = any("bearerAuth" in req for req in item[m].get("security", SPEC.get("security", [])))
-            r = s.request(
-                m.upper(),
-                _example_target(tmpl),
-                b"{}" if m in ("post", "patch") else None,
-                {"Content-Type": "application/json"},
-            )
-            assert (r.status == 401) == protected, (
-                f"{m.upper()} {tmpl}: {r.status}, bearerAuth declared: {protected}"
-            )
-            conform(r)
+    unauthorized_exactly_where_declared(s, _example_target, ("post", "patch"), validate_all=True)
     # The live stream also takes ?token=.
     assert _ws_response(_ws_handshake(s, "?token=s3cret")).status == 101
     r = _ws_response(_ws_handshake(s))
     assert r.status == 401
-    conform(r)
+    DOC.validate(r)
 
 
 # ----------------------------------------------------------------------------- coverage
@@ -968,15 +745,7 @@ def test_token(token_dash: Dashboard) -> None:
 
 def test_every_documented_operation_answers(dash: Dashboard) -> None:
     """Each documented operation, sent with unknown IDs and no body, answers a status the document lists."""
-    for tmpl, item in SPEC["paths"].items():
-        for m in METHODS:
-            if m not in item:
-                continue
-            r = dash.request(m.upper(), _example_target(tmpl), None, {})
-            assert str(r.status) in item[m]["responses"], (
-                f"{m.upper()} {tmpl}: {r.status} is not documented: {r.body[:300]!r}"
-            )
-            conform(r)
+    every_operation_answers(dash, _example_target)
 
 
 def test_nan_metric_reads(token_dash: Dashboard) -> None:
@@ -998,8 +767,7 @@ def test_every_operation_succeeded() -> None:
     """Every documented operation was answered with a validated success by the tests above."""
     missing = [
         f"{m.upper()} {tmpl}"
-        for tmpl, item in SPEC["paths"].items()
-        for m in METHODS
-        if m in item and not any(t == tmpl and mm == m and st < 300 for t, mm, st in SEEN)
+        for tmpl, m, _ in DOC.operations()
+        if not any(t == tmpl and mm == m and st < 300 for t, mm, st in DOC.seen)
     ]
     assert not missing, f"no validated 1xx/2xx answer for {missing}"

@@ -4,231 +4,40 @@ Starts the real binary (FW_BIN, default <repo>/bin/fw: ``go build -o bin/fw ./cm
 build/models/digits_cnn.onnx (FW_MODELS_DIR, default <repo>/build/models: ``make models``),
 sends real requests to every endpoint -- successes and each error class -- and validates every
 JSON body against the schema the document declares for that path, method, status and content
-type (JSON Schema 2020-12, refs resolved against the whole document).
+type (JSON Schema 2020-12, refs resolved against the whole document; see openapi_check.py).
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
-import http.client
 import json
-import os
-import re
 import struct
-import subprocess
-import tempfile
 import threading
-import time
-import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
-
-jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is not installed (python/requirements.txt)")
-referencing = pytest.importorskip(
-    "referencing", reason="referencing (a jsonschema dependency) is not installed"
+from openapi_check import (
+    FW_BIN,
+    MODELS,
+    REPO,
+    FwProcess,
+    OpenAPIDoc,
+    Response,
+    every_operation_answers,
+    launch,
+    unauthorized_exactly_where_declared,
 )
-from jsonschema import Draft202012Validator  # noqa: E402
-from referencing import Registry, Resource  # noqa: E402
-from referencing.jsonschema import DRAFT202012  # noqa: E402
+from openapi_check import multipart as _multipart
 
-REPO = Path(__file__).resolve().parents[2]
-SPEC_PATH = REPO / "httpapi" / "openapi.json"
-FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
-MODELS = Path(os.environ.get("FW_MODELS_DIR") or REPO / "build" / "models")
 MODEL = MODELS / "digits_cnn.onnx"
 SAMPLES = MODELS / "samples"
-SPEC_URI = "urn:fw:openapi"
-METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
-SPEC = json.loads(SPEC_PATH.read_text())
-REGISTRY = Registry().with_resource(SPEC_URI, Resource.from_contents(SPEC, default_specification=DRAFT202012))
-
-
-# ----------------------------------------------------------------------------- the document
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def _lookup(pointer: str):
-    node = SPEC
-    for tok in pointer.lstrip("/").split("/"):
-        node = node[tok.replace("~1", "/").replace("~0", "~")]
-    return node
-
-
-def _deref(pointer: str) -> str:
-    """Follows $refs of the object at pointer; returns the pointer of what it names."""
-    for _ in range(16):
-        node = _lookup(pointer)
-        if isinstance(node, dict) and isinstance(node.get("$ref"), str):
-            pointer = node["$ref"].removeprefix("#")
-            continue
-        return pointer
-    raise AssertionError(f"$ref chain too deep at {pointer}")
-
-
-def validator_for(pointer: str) -> Draft202012Validator:
-    return Draft202012Validator({"$ref": f"{SPEC_URI}#{pointer}"}, registry=REGISTRY)
-
-
-def template_of(path: str) -> str:
-    """The document's path template that a concrete request path matches."""
-    for tmpl in SPEC["paths"]:
-        rx = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(tmpl)) + "$"
-        if re.match(rx, path):
-            return tmpl
-    raise AssertionError(f"{path} is not documented in openapi.json")
-
-
-def response_pointer(path: str, method: str, status: int) -> str:
-    tmpl = template_of(path)
-    op = SPEC["paths"][tmpl].get(method.lower())
-    if op is None and status == 405:  # an undocumented method: the path's documented 405
-        method = next(m for m in METHODS if m in SPEC["paths"][tmpl])
-        op = SPEC["paths"][tmpl][method]
-    assert op is not None, f"{method} {tmpl} is not documented"
-    assert str(status) in op["responses"], (
-        f"{method} {tmpl} answered {status}, which the document does not list ({sorted(op['responses'])})"
-    )
-    return _deref(f"/paths/{_escape(tmpl)}/{method.lower()}/responses/{status}")
+DOC = OpenAPIDoc(REPO / "httpapi" / "openapi.json", "urn:fw:openapi")
+SPEC = DOC.spec
+Server = FwProcess
 
 
 # ----------------------------------------------------------------------------- the server
-
-
-@dataclass
-class Response:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-    method: str
-    path: str
-
-    @property
-    def content_type(self) -> str:
-        return self.headers.get("content-type", "").split(";")[0].strip().lower()
-
-    def json(self):
-        return json.loads(self.body)
-
-
-@dataclass
-class Server:
-    url: str
-    proc: subprocess.Popen
-    log_file: object
-    checked: list = field(default_factory=list)
-
-    def log(self) -> str:
-        self.log_file.seek(0)
-        return self.log_file.read().decode(errors="replace")
-
-    def request(
-        self, method: str, target: str, body: bytes | None = None, headers: dict | None = None
-    ) -> Response:
-        u = urlsplit(self.url)
-        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
-        try:
-            hdrs = {"Connection": "close", **(headers or {})}
-            conn.request(method, target, body=body, headers=hdrs)
-            r = conn.getresponse()
-            data = r.read()
-            return Response(
-                r.status, {k.lower(): v for k, v in r.getheaders()}, data, method, target.split("?")[0]
-            )
-        finally:
-            conn.close()
-
-    def call(
-        self, method: str, target: str, body=None, headers=None, *, expect: int, json_body=None
-    ) -> Response:
-        """Sends a request, checks its status and validates the response against the document."""
-        headers = dict(headers or {})
-        if json_body is not None:
-            body = json.dumps(json_body).encode()
-            headers.setdefault("Content-Type", "application/json")
-        r = self.request(method, target, body, headers)
-        assert r.status == expect, (
-            f"{method} {target}: {r.status}, want {expect}: {r.body[:500]!r}\n{self.log()[-2000:]}"
-        )
-        conform(r)
-        return r
-
-
-def conform(r: Response) -> None:
-    """Validates r against the schema the document gives its path, method, status and content type."""
-    ptr = response_pointer(r.path, r.method, r.status)
-    resp = _lookup(ptr)
-    content = resp.get("content")
-    if r.method == "HEAD" or not content:
-        if r.method != "HEAD" and r.status not in (204, 304):
-            assert not r.body or r.status == 302, (
-                f"{r.method} {r.path} {r.status}: a body where the document declares none"
-            )
-        return
-    ct = r.content_type
-    assert ct in content, (
-        f"{r.method} {r.path} {r.status}: Content-Type {ct!r}, the document declares {sorted(content)}"
-    )
-    for name in resp.get("headers", {}):
-        if name.lower() in ("allow", "www-authenticate"):
-            assert name.lower() in r.headers, f"{r.method} {r.path} {r.status}: no {name} header"
-    schema_ptr = f"{ptr}/content/{_escape(ct)}/schema"
-    v = validator_for(schema_ptr)
-    if ct == "application/json":
-        v.validate(r.json())
-    elif ct in ("application/x-ndjson", "application/jsonl"):
-        for line in r.body.decode().splitlines():
-            if line.strip():
-                v.validate(json.loads(line))
-    elif ct == "application/octet-stream" and "inference-header-content-length" in r.headers:
-        n = int(r.headers["inference-header-content-length"])
-        # Binary extension: the JSON part is the application/json response.
-        validator_for(f"{ptr}/content/application~1json/schema").validate(json.loads(r.body[:n]))
-
-
-def _start(args: list[str], env_extra: dict | None = None, timeout: float = 60.0) -> Server:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FW_")}  # FW_<FLAG> would set serve flags
-    env.update(env_extra or {})
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
-        [str(FW_BIN), "serve", "--model", str(MODEL), "--host", "127.0.0.1", "--port", "0", *args],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        env=env,
-    )
-    found: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            m = re.search(rb"ready on (http://\S+)", line)
-            if m and not found:
-                found.append(m.group(1).decode())
-
-    threading.Thread(target=read, daemon=True).start()
-    deadline = time.monotonic() + timeout
-    while not found:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            log.seek(0)
-            pytest.fail(f"fw serve did not come up: {log.read().decode(errors='replace')[-3000:]}")
-        time.sleep(0.02)
-    return Server(found[0], proc, log)
-
-
-def _stop(s: Server) -> None:
-    s.proc.terminate()
-    try:
-        s.proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        s.proc.kill()
-        s.proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -241,13 +50,14 @@ def fw_server():
     started: list[Server] = []
 
     def start(*args: str, env: dict | None = None) -> Server:
-        s = _start(list(args), env)
+        argv = ["serve", "--model", str(MODEL), "--host", "127.0.0.1", "--port", "0", *args]
+        s = Server(*launch(argv, env), DOC)
         started.append(s)
         return s
 
     yield start
     for s in started:
-        _stop(s)
+        s.stop(timeout=20)
 
 
 @pytest.fixture(scope="module")
@@ -273,22 +83,7 @@ DIGIT = [[[0, 0, 0.31, 0.81, 0.94, 0.44, 0, 0], [0, 0.25, 0.88, 0.5, 0.63, 0.94,
 FLAT = [v for row in DIGIT[0] for v in row]
 
 
-def multipart(files: list[tuple[str, str, bytes]], fields: dict | None = None) -> tuple[bytes, str]:
-    boundary = uuid.uuid4().hex
-    out = b""
-    for k, v in (fields or {}).items():
-        out += f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode()
-    for name, filename, data in files:
-        out += (
-            (
-                f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"; filename="{filename}"\r\n'
-                f"Content-Type: image/png\r\n\r\n"
-            ).encode()
-            + data
-            + b"\r\n"
-        )
-    out += f"--{boundary}--\r\n".encode()
-    return out, f"multipart/form-data; boundary={boundary}"
+multipart = functools.partial(_multipart, file_type="image/png")
 
 
 def png(name: str = "digit_3_2.png") -> bytes:
@@ -307,53 +102,18 @@ def code_of(r: Response) -> str:
 
 
 def test_document_is_openapi_31() -> None:
-    assert re.fullmatch(r"3\.1\.\d+", SPEC["openapi"])
+    DOC.check_document()
     assert SPEC["servers"][0]["url"] == "/"
-    assert SPEC["info"]["version"]
-    Draft202012Validator.check_schema({"$defs": SPEC["components"]["schemas"]})
 
 
-def _examples():
-    """Every example of the document with the pointer of the schema it illustrates."""
-    for name, schema in SPEC["components"]["schemas"].items():
-        if "example" in schema:
-            yield f"schemas/{name}", f"/components/schemas/{name}", schema["example"], None
-
-    def media(ptr: str, node: dict, label: str):
-        for ct, m in node.get("content", {}).items():
-            sp = f"{ptr}/content/{_escape(ct)}/schema"
-            values = [m["example"]] if "example" in m else []
-            values += [e["value"] for e in m.get("examples", {}).values() if "value" in e]
-            for v in values:
-                yield f"{label} {ct}", sp, v, ct
-
-    for name, resp in SPEC["components"]["responses"].items():
-        yield from media(f"/components/responses/{name}", resp, f"responses/{name}")
-    for p, item in SPEC["paths"].items():
-        for m in METHODS:
-            if m not in item:
-                continue
-            base = f"/paths/{_escape(p)}/{m}"
-            if "requestBody" in item[m]:
-                yield from media(f"{base}/requestBody", item[m]["requestBody"], f"{m} {p} request")
-            for st, r in item[m]["responses"].items():
-                if "$ref" not in r:
-                    yield from media(f"{base}/responses/{st}", r, f"{m} {p} {st}")
-
-
-EXAMPLES = list(_examples())
+EXAMPLES = list(DOC.examples())
 
 
 @pytest.mark.parametrize(
     "label,schema_ptr,value,ct", EXAMPLES, ids=[f"{e[0]}#{i}" for i, e in enumerate(EXAMPLES)]
 )
 def test_document_examples_validate(label, schema_ptr, value, ct) -> None:
-    v = validator_for(schema_ptr)
-    if ct in ("application/x-ndjson", "application/jsonl") and isinstance(value, str):
-        for line in value.splitlines():
-            v.validate(json.loads(line))
-    else:
-        v.validate(value)
+    DOC.validate_example(schema_ptr, value, ct)
 
 
 # ----------------------------------------------------------------------------- open endpoints
@@ -397,14 +157,10 @@ def test_docs_and_openapi(server: Server) -> None:
 def test_unknown_path_is_404(server: Server) -> None:
     r = server.request("GET", "/no/such/path")
     assert r.status == 404
-    Draft202012Validator({"$ref": f"{SPEC_URI}#/components/schemas/Error"}, registry=REGISTRY).validate(
-        r.json()
-    )
+    DOC.validator_for("/components/schemas/Error").validate(r.json())
     r = server.request("GET", "/v2/no/such/path")
     assert r.status == 404
-    Draft202012Validator({"$ref": f"{SPEC_URI}#/components/schemas/V2Error"}, registry=REGISTRY).validate(
-        r.json()
-    )
+    DOC.validator_for("/components/schemas/V2Error").validate(r.json())
 
 
 # ----------------------------------------------------------------------------- /predict
@@ -653,7 +409,7 @@ def test_overloaded_503(fw_server) -> None:
     for t in threads:
         t.join()
     for r in results:
-        conform(r)
+        DOC.validate(r)
         assert r.status in (200, 503), r.status
         if r.status == 503:
             assert code_of(r) == "overloaded" and r.headers["retry-after"] == "1"
@@ -681,22 +437,7 @@ def test_api_keys(auth_server: Server) -> None:
     s.call("POST", "/predict", json_body=body, headers={"Authorization": "Bearer k2"}, expect=200)
     s.call("POST", "/predict", json_body=body, headers={"Authorization": "bearer k1"}, expect=200)
     # Every documented operation: 401 without a key exactly where the document declares bearerAuth.
-    for tmpl, item in SPEC["paths"].items():
-        for m in METHODS:
-            if m not in item:
-                continue
-            protected = any("bearerAuth" in req for req in item[m].get("security", SPEC.get("security", [])))
-            r = s.request(
-                m.upper(),
-                _example_target(tmpl),
-                b"{}" if m == "post" else None,
-                {"Content-Type": "application/json"},
-            )
-            assert (r.status == 401) == protected, (
-                f"{m.upper()} {tmpl}: {r.status}, bearerAuth declared: {protected}"
-            )
-            if r.status == 401:
-                conform(r)
+    unauthorized_exactly_where_declared(s, _example_target, ("post",), validate_all=False)
     r = s.call("GET", "/v2", headers={"Authorization": "Bearer k1"}, expect=200)
 
 
@@ -810,12 +551,4 @@ def test_v2_infer_errors(server: Server, body, headers, status, code) -> None:
 
 def test_every_documented_operation_answers(server: Server) -> None:
     """Each documented operation, sent without a body, answers a status the document lists for it."""
-    for tmpl, item in SPEC["paths"].items():
-        for m in METHODS:
-            if m not in item:
-                continue
-            r = server.request(m.upper(), _example_target(tmpl), None, {})
-            assert str(r.status) in item[m]["responses"], (
-                f"{m.upper()} {tmpl}: {r.status} is not documented: {r.body[:300]!r}"
-            )
-            conform(r)
+    every_operation_answers(server, _example_target)
