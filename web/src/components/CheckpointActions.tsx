@@ -7,6 +7,7 @@ import { get, post, seg } from "../api/client";
 import { fmtNum, fmtTime } from "../lib/format";
 import { useAction, useApi } from "../lib/hooks";
 import { ConfirmDialog, Empty, ErrorNote } from "./ui";
+import { DataTable, numCol } from "./DataTable";
 import { ParamsForm, validateParams, type Param } from "./ParamsForm";
 import { ExportDialog } from "./ExportDialog";
 import type { RunInfo } from "./RunsTable";
@@ -72,58 +73,36 @@ export function CheckpointActions({ run, onStarted }: { run: RunInfo; onStarted?
       {blocker && list.length > 0 && <p className="muted small">Resume and Fork: {blocker}</p>}
       {list.length === 0 && !cks.loading && !cks.error && <Empty>No checkpoints: the run has not saved any (run.checkpoint in fw.track).</Empty>}
       {list.length > 0 && (
-        <table className="table">
-          <thead>
-            <tr>
-              <th scope="col">Checkpoint</th>
-              <th scope="col" className="num">
-                Step
-              </th>
-              <th scope="col" className="num">
-                Epoch
-              </th>
+        <DataTable columns={["Checkpoint", numCol("Step"), numCol("Epoch"), ...metricKeys.map(numCol), "Saved", <span className="sr-only">Actions</span>]}>
+          {list.map((c) => (
+            <tr key={c.path}>
+              <td className="mono" title={c.path}>
+                {c.path}
+              </td>
+              <td className="num">{c.step}</td>
+              <td className="num">{fmtNum(c.epoch)}</td>
               {metricKeys.map((k) => (
-                <th key={k} scope="col" className="num">
-                  {k}
-                </th>
+                <td key={k} className="num">
+                  {c.metrics?.[k] === undefined ? "–" : fmtNum(Number(c.metrics[k]))}
+                </td>
               ))}
-              <th scope="col">Saved</th>
-              <th scope="col">
-                <span className="sr-only">Actions</span>
-              </th>
+              <td className="muted">{fmtTime(c.time)}</td>
+              <td>
+                <div className="ck-actions">
+                <button type="button" disabled={!!blocker || busy !== ""} title={blocker || `Continue this run from ${c.path}`} onClick={() => resume(c)} aria-label={`Resume from ${c.path}`}>
+                  {busy === c.path ? "Resuming…" : "Resume"}
+                </button>
+                <button type="button" disabled={!run.source?.recipe} title={run.source?.recipe ? `A new run from ${c.path} with edited params` : startBlocker(run)} onClick={() => setFork(c)} aria-label={`Fork from ${c.path}`}>
+                  Fork…
+                </button>
+                <button type="button" onClick={() => setExporting(c)} aria-label={`Export ${c.path}`}>
+                  Export…
+                </button>
+                </div>
+              </td>
             </tr>
-          </thead>
-          <tbody>
-            {list.map((c) => (
-              <tr key={c.path}>
-                <td className="mono" title={c.path}>
-                  {c.path}
-                </td>
-                <td className="num">{c.step}</td>
-                <td className="num">{fmtNum(c.epoch)}</td>
-                {metricKeys.map((k) => (
-                  <td key={k} className="num">
-                    {c.metrics?.[k] === undefined ? "–" : fmtNum(Number(c.metrics[k]))}
-                  </td>
-                ))}
-                <td className="muted">{fmtTime(c.time)}</td>
-                <td>
-                  <div className="ck-actions">
-                  <button type="button" disabled={!!blocker || busy !== ""} title={blocker || `Continue this run from ${c.path}`} onClick={() => resume(c)} aria-label={`Resume from ${c.path}`}>
-                    {busy === c.path ? "Resuming…" : "Resume"}
-                  </button>
-                  <button type="button" disabled={!run.source?.recipe} title={run.source?.recipe ? `A new run from ${c.path} with edited params` : startBlocker(run)} onClick={() => setFork(c)} aria-label={`Fork from ${c.path}`}>
-                    Fork…
-                  </button>
-                  <button type="button" onClick={() => setExporting(c)} aria-label={`Export ${c.path}`}>
-                    Export…
-                  </button>
-                  </div>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </DataTable>
       )}
       {fork && <ForkDialog run={run} checkpoint={fork} onClose={() => setFork(undefined)} onStarted={(id) => navigate(`/runs/${encodeURIComponent(id)}`)} />}
       {exporting && <ExportDialog open onClose={() => setExporting(undefined)} runId={run.id} checkpoint={exporting.path} />}

@@ -5,7 +5,7 @@
 import { useEffect, useState } from "react";
 import { post, seg } from "../api/client";
 import { useAction } from "../lib/hooks";
-import { ConfirmDialog, ErrorNote } from "./ui";
+import { ConfirmDialog, ErrorNote, Options } from "./ui";
 
 /** A managed deployment (dashboard/registry Deployment). */
 export interface DeploymentInfo {
@@ -28,6 +28,15 @@ export interface DeploymentInfo {
 /** A deployment's state for a status badge: a running one is "ready" or "unhealthy" by its health check. */
 export function deploymentStatus(d: DeploymentInfo): string {
   return d.state !== "running" ? d.state : d.healthy ? "ready" : "unhealthy";
+}
+
+/** A link to a deployment's server (opens in a new tab); short leaves out the scheme. */
+export function DeploymentLink({ url, short }: { url: string; short?: boolean }) {
+  return (
+    <a href={url} target="_blank" rel="noreferrer">
+      {short ? url.replace(/^https?:\/\//, "") : url}
+    </a>
+  );
 }
 
 /** The <option>s of a version select, "v3" each, for the given version numbers. */
@@ -152,8 +161,7 @@ export function DeployDialog({
         <label>
           Device
           <select value={device} onChange={(e) => setDevice(e.target.value)} disabled={busy}>
-            <option value="cpu">cpu</option>
-            <option value="cuda">cuda</option>
+            <Options values={["cpu", "cuda"]} />
           </select>
         </label>
         <label>

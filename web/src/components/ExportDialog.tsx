@@ -6,7 +6,8 @@ import { Link } from "react-router-dom";
 import { ApiError, get, post, seg } from "../api/client";
 import { fmtBytes, fmtNum, fmtTime } from "../lib/format";
 import { useAction, useApi } from "../lib/hooks";
-import { Dialog, ErrorNote, StatusBadge } from "./ui";
+import { Dialog, ErrorNote, Options, StatusBadge } from "./ui";
+import { DataTable, numCol } from "./DataTable";
 
 /** One tensor of a model's signature (registry Spec). */
 export interface TensorSpec {
@@ -165,24 +166,15 @@ export function ParityView({ report, failed }: { report: ParityReport | undefine
         )}
       </div>
       {report.checks && report.checks.length > 0 && (
-        <table className="table compact">
-          <thead>
-            <tr>
-              <th>input</th>
-              <th className="num">batch</th>
-              <th className="num">max abs error</th>
+        <DataTable className="compact" columns={["input", numCol("batch"), numCol("max abs error")]}>
+          {report.checks.map((c, i) => (
+            <tr key={i}>
+              <td>{c.input}</td>
+              <td className="num">{c.batch}</td>
+              <td className="num">{fmtNum(c.max_abs_error)}</td>
             </tr>
-          </thead>
-          <tbody>
-            {report.checks.map((c, i) => (
-              <tr key={i}>
-                <td>{c.input}</td>
-                <td className="num">{c.batch}</td>
-                <td className="num">{fmtNum(c.max_abs_error)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </DataTable>
       )}
     </div>
   );
@@ -412,8 +404,7 @@ export function ExportDialog({
             <label>
               Method
               <select value={method} onChange={(e) => setMethod(e.target.value)}>
-                <option value="trace">trace</option>
-                <option value="script">script</option>
+                <Options values={["trace", "script"]} />
               </select>
             </label>
           )}

@@ -196,6 +196,19 @@ export function KeyValues({ items }: { items: [string, ReactNode][] }) {
   );
 }
 
+/** The <option>s of a select whose values are also their labels. */
+export function Options({ values }: { values: string[] }) {
+  return (
+    <>
+      {values.map((v) => (
+        <option key={v} value={v}>
+          {v}
+        </option>
+      ))}
+    </>
+  );
+}
+
 /** A placeholder for an empty list, saying what to do. */
 export function Empty({ children }: { children: ReactNode }) {
   return <p className="empty">{children}</p>;

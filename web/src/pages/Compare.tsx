@@ -10,10 +10,11 @@ import { get } from "../api/client";
 import { num } from "../api/stream";
 import { Chart } from "../components/Chart";
 import { ChartControls, useChartSettings } from "../components/RunCharts";
+import { DataTable, numCol } from "../components/DataTable";
 import { ParamsPlot } from "../components/ParamsPlot";
 import type { MetricSummary, RunInfo } from "../components/RunsTable";
 import { quote } from "../components/FilterBar";
-import { Card, Empty, ErrorNote, StatusBadge } from "../components/ui";
+import { Card, Empty, ErrorNote, Options, StatusBadge } from "../components/ui";
 import { fmtNum, fmtParam } from "../lib/format";
 import { colorFor } from "../lib/series";
 import { useApi, useQueryParam } from "../lib/hooks";
@@ -172,47 +173,33 @@ function Summaries({ cmp }: { cmp: Comparison }) {
   if (keys.length === 0) return null;
   return (
     <Card title="Metric summaries (last · min … max)">
-      <div className="hscroll">
-        <table className="table compare-summaries">
-          <thead>
-            <tr>
-              <th scope="col">Run</th>
-              {keys.map((k) => (
-                <th key={k} scope="col" className="num">
-                  {k}
-                </th>
-              ))}
-            </tr>
-          </thead>
-          <tbody>
-            {cmp.runs.map((r, i) => (
-              <tr key={r.id}>
-                <th scope="row">
-                  <span className="swatch" style={{ background: colorFor(i) }} aria-hidden="true" /> {r.name}
-                </th>
-                {keys.map((k) => {
-                  const v = s[r.id]?.[k];
-                  return (
-                    <td key={k} className="num">
-                      {v ? (
-                        <>
-                          <strong>{fmtNum(num(v.last))}</strong>
-                          <span className="muted small">
-                            {" "}
-                            {fmtNum(num(v.min))} … {fmtNum(num(v.max))}
-                          </span>
-                        </>
-                      ) : (
-                        "–"
-                      )}
-                    </td>
-                  );
-                })}
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
+      <DataTable className="compare-summaries" scroll="hscroll" columns={["Run", ...keys.map(numCol)]}>
+        {cmp.runs.map((r, i) => (
+          <tr key={r.id}>
+            <th scope="row">
+              <span className="swatch" style={{ background: colorFor(i) }} aria-hidden="true" /> {r.name}
+            </th>
+            {keys.map((k) => {
+              const v = s[r.id]?.[k];
+              return (
+                <td key={k} className="num">
+                  {v ? (
+                    <>
+                      <strong>{fmtNum(num(v.last))}</strong>
+                      <span className="muted small">
+                        {" "}
+                        {fmtNum(num(v.min))} … {fmtNum(num(v.max))}
+                      </span>
+                    </>
+                  ) : (
+                    "–"
+                  )}
+                </td>
+              );
+            })}
+          </tr>
+        ))}
+      </DataTable>
     </Card>
   );
 }
@@ -224,6 +211,11 @@ export function ParamsCard({ cmp }: { cmp: Comparison }) {
   const names = Object.keys(params).sort();
   const differing = names.filter((n) => params[n].differs).length;
   const shown = onlyDiff === "1" ? names.filter((n) => params[n].differs) : names;
+  const runHeads = cmp.runs.map((r, i) => (
+    <>
+      <span className="swatch" style={{ background: colorFor(i) }} aria-hidden="true" /> {r.name}
+    </>
+  ));
   return (
     <Card
       title={`Params (${differing} of ${names.length} differ)`}
@@ -236,34 +228,20 @@ export function ParamsCard({ cmp }: { cmp: Comparison }) {
       {names.length === 0 ? (
         <Empty>None of these runs has params.</Empty>
       ) : (
-        <div className="hscroll">
-          <table className="table compare-params">
-            <thead>
-              <tr>
-                <th scope="col">Param</th>
-                {cmp.runs.map((r, i) => (
-                  <th key={r.id} scope="col">
-                    <span className="swatch" style={{ background: colorFor(i) }} aria-hidden="true" /> {r.name}
-                  </th>
-                ))}
-              </tr>
-            </thead>
-            <tbody>
-              {shown.map((n) => (
-                <tr key={n} className={params[n].differs ? "diff" : undefined} data-differs={params[n].differs ? "true" : undefined}>
-                  <th scope="row" className="mono">
-                    {n}
-                  </th>
-                  {cmp.runs.map((r) => (
-                    <td key={r.id} className="mono">
-                      {r.id in params[n].values ? fmtParam(params[n].values[r.id]) : <span className="muted">absent</span>}
-                    </td>
-                  ))}
-                </tr>
+        <DataTable className="compare-params" scroll="hscroll" columns={["Param", ...runHeads]}>
+          {shown.map((n) => (
+            <tr key={n} className={params[n].differs ? "diff" : undefined} data-differs={params[n].differs ? "true" : undefined}>
+              <th scope="row" className="mono">
+                {n}
+              </th>
+              {cmp.runs.map((r) => (
+                <td key={r.id} className="mono">
+                  {r.id in params[n].values ? fmtParam(params[n].values[r.id]) : <span className="muted">absent</span>}
+                </td>
               ))}
-            </tbody>
-          </table>
-        </div>
+            </tr>
+          ))}
+        </DataTable>
       )}
     </Card>
   );
@@ -302,30 +280,20 @@ function PlotCard({ cmp }: { cmp: Comparison }) {
         <label>
           Metric
           <select value={metricKey} onChange={(e) => setMetricKey(e.target.value)}>
-            {keys.map((k) => (
-              <option key={k} value={k}>
-                {k}
-              </option>
-            ))}
+            <Options values={keys} />
           </select>
         </label>
         <label>
           Value
           <select value={agg} onChange={(e) => setAgg(e.target.value)}>
-            <option value="last">last</option>
-            <option value="min">min</option>
-            <option value="max">max</option>
+            <Options values={["last", "min", "max"]} />
           </select>
         </label>
         {mode === "scatter" && (
           <label>
             Param
             <select value={xParam || names[0] || ""} onChange={(e) => setXParam(e.target.value)}>
-              {names.map((n) => (
-                <option key={n} value={n}>
-                  {n}
-                </option>
-              ))}
+              <Options values={names} />
             </select>
           </label>
         )}

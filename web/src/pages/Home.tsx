@@ -6,7 +6,8 @@ import { Link } from "react-router-dom";
 import { get, seg } from "../api/client";
 import type { StreamEvent } from "../api/stream";
 import { ActivityFeed } from "../components/ActivityFeed";
-import { deploymentStatus, type DeploymentInfo } from "../components/DeployDialog";
+import { DeploymentLink, deploymentStatus, type DeploymentInfo } from "../components/DeployDialog";
+import { DataTable, numCol } from "../components/DataTable";
 import { SystemCharts } from "../components/SystemCharts";
 import { Card, Empty, ErrorNote, ProgressBar, RUN_STATUSES, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtNum, fmtTime } from "../lib/format";
@@ -151,24 +152,11 @@ function ExperimentsGlance({ bump }: { bump: number }) {
           No experiments yet. <Link to="/training">Start a training job</Link> or log runs with the Python SDK.
         </Empty>
       ) : (
-        <div className="table-wrap">
-          <table className="table glance-table">
-            <thead>
-              <tr>
-                <th>Experiment</th>
-                <th className="num">Runs</th>
-                <th>Status</th>
-                <th>Best</th>
-                <th>Last activity</th>
-              </tr>
-            </thead>
-            <tbody>
-              {list.map((e) => (
-                <ExperimentRow key={e.id} exp={e} bump={bump} now={now} />
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <DataTable className="glance-table" scroll="table-wrap" columns={["Experiment", numCol("Runs"), "Status", "Best", "Last activity"]}>
+          {list.map((e) => (
+            <ExperimentRow key={e.id} exp={e} bump={bump} now={now} />
+          ))}
+        </DataTable>
       )}
       {exps.data?.next && (
         <p className="muted small">
@@ -231,34 +219,22 @@ function DeploymentsGlance() {
       {deps.data && list.length === 0 ? (
         <Empty>Nothing deployed. Deploy a model version from its page.</Empty>
       ) : (
-        <table className="table compact">
-          <thead>
-            <tr>
-              <th>Model</th>
-              <th>State</th>
-              <th>URL</th>
-              <th className="num">req/s</th>
+        <DataTable className="compact" columns={["Model", "State", "URL", numCol("req/s")]}>
+          {list.map((d) => (
+            <tr key={d.id}>
+              <td>
+                <Link to={`/models/${seg(d.model)}`}>{d.model}</Link> <span className="muted">v{d.version}</span>
+              </td>
+              <td>
+                <StatusBadge status={deploymentStatus(d)} />
+              </td>
+              <td>
+                <DeploymentLink url={d.url} short />
+              </td>
+              <td className="num">{d.request_rate != null ? d.request_rate.toFixed(2) : "–"}</td>
             </tr>
-          </thead>
-          <tbody>
-            {list.map((d) => (
-              <tr key={d.id}>
-                <td>
-                  <Link to={`/models/${seg(d.model)}`}>{d.model}</Link> <span className="muted">v{d.version}</span>
-                </td>
-                <td>
-                  <StatusBadge status={deploymentStatus(d)} />
-                </td>
-                <td>
-                  <a href={d.url} target="_blank" rel="noreferrer">
-                    {d.url.replace(/^https?:\/\//, "")}
-                  </a>
-                </td>
-                <td className="num">{d.request_rate != null ? d.request_rate.toFixed(2) : "–"}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </DataTable>
       )}
     </Card>
   );

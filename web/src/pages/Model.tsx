@@ -4,7 +4,8 @@
 import { Fragment, useEffect, useState, type ReactNode } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
 import { del, get, patch, seg } from "../api/client";
-import { DeployDialog, VersionOptions, deploymentStatus, type DeploymentInfo } from "../components/DeployDialog";
+import { DataTable, numCol } from "../components/DataTable";
+import { DeployDialog, DeploymentLink, VersionOptions, deploymentStatus, type DeploymentInfo } from "../components/DeployDialog";
 import { ExportDialog, ParityView, type ModelInfo, type VersionInfo } from "../components/ExportDialog";
 import { TryIt } from "../components/TryIt";
 import { Card, ConfirmDialog, Empty, ErrorNote, KeyValues, StatusBadge } from "../components/ui";
@@ -74,48 +75,31 @@ function AliasEditor({ model, onSaved }: { model: ModelInfo; onSaved: () => void
 function Deployments({ deps, onUndeploy }: { deps: DeploymentInfo[]; onUndeploy: (d: DeploymentInfo) => void }) {
   if (deps.length === 0) return <Empty>Not deployed. Deploy a version to serve it with fw serve and try it here.</Empty>;
   return (
-    <div className="table-wrap">
-      <table className="table">
-        <thead>
-          <tr>
-            <th>Deployment</th>
-            <th>Version</th>
-            <th>Health</th>
-            <th>URL</th>
-            <th className="num">Requests/s</th>
-            <th>Started</th>
-            <th />
-          </tr>
-        </thead>
-        <tbody>
-          {deps.map((d) => (
-            <tr key={d.id}>
-              <td>
-                <code>{d.id}</code>
-              </td>
-              <td>
-                v{d.version} <span className="muted small">{d.device || "cpu"}</span>
-              </td>
-              <td>
-                <StatusBadge status={deploymentStatus(d)} />
-              </td>
-              <td>
-                <a href={d.url} target="_blank" rel="noreferrer">
-                  {d.url}
-                </a>
-              </td>
-              <td className="num">{d.request_rate != null ? d.request_rate.toFixed(2) : "–"}</td>
-              <td title={fmtTime(d.started)}>{fmtAgo(d.started)}</td>
-              <td className="actions">
-                <button type="button" className="small danger-outline" onClick={() => onUndeploy(d)} aria-label={`Undeploy ${d.id}`}>
-                  Undeploy
-                </button>
-              </td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </div>
+    <DataTable scroll="table-wrap" columns={["Deployment", "Version", "Health", "URL", numCol("Requests/s"), "Started", ""]}>
+      {deps.map((d) => (
+        <tr key={d.id}>
+          <td>
+            <code>{d.id}</code>
+          </td>
+          <td>
+            v{d.version} <span className="muted small">{d.device || "cpu"}</span>
+          </td>
+          <td>
+            <StatusBadge status={deploymentStatus(d)} />
+          </td>
+          <td>
+            <DeploymentLink url={d.url} />
+          </td>
+          <td className="num">{d.request_rate != null ? d.request_rate.toFixed(2) : "–"}</td>
+          <td title={fmtTime(d.started)}>{fmtAgo(d.started)}</td>
+          <td className="actions">
+            <button type="button" className="small danger-outline" onClick={() => onUndeploy(d)} aria-label={`Undeploy ${d.id}`}>
+              Undeploy
+            </button>
+          </td>
+        </tr>
+      ))}
+    </DataTable>
   );
 }
 
@@ -124,114 +108,98 @@ function Versions({ model, onDeploy, onDelete }: { model: ModelInfo; onDeploy: (
   const [open, setOpen] = useQueryParam("version", "");
   const versions = [...model.versions].sort((a, b) => b.version - a.version);
   return (
-    <div className="table-wrap">
-      <table className="table versions-table">
-        <thead>
-          <tr>
-            <th>Version</th>
-            <th>Format</th>
-            <th className="num">Size</th>
-            <th>Metrics at export</th>
-            <th>Parity</th>
-            <th>Source</th>
-            <th>Created</th>
-            <th />
-          </tr>
-        </thead>
-        <tbody>
-          {versions.map((v) => {
-            const expanded = open === String(v.version);
-            const metrics = Object.entries(v.metrics ?? {});
-            return (
-              <Fragment key={v.version}>
-                <tr className={expanded ? "selected" : ""}>
-                  <td>
-                    <button type="button" className="ghost disclosure" aria-expanded={expanded} onClick={() => setOpen(expanded ? "" : String(v.version))}>
-                      {expanded ? "▾" : "▸"} v{v.version}
-                    </button>{" "}
-                    <AliasBadges aliases={model.aliases} version={v.version} />
-                  </td>
-                  <td>
-                    <span className={`badge badge-format badge-${v.format}`}>{v.format}</span>
-                  </td>
-                  <td className="num">{fmtBytes(v.size)}</td>
-                  <td>
-                    {metrics.length === 0 ? (
-                      <span className="muted">–</span>
-                    ) : (
-                      <span className="metric-chips">
-                        {metrics.slice(0, 4).map(([k, x]) => (
-                          <span key={k}>
-                            <span className="muted">{k}</span> {fmtNum(x)}
-                          </span>
-                        ))}
+    <DataTable className="versions-table" scroll="table-wrap" columns={["Version", "Format", numCol("Size"), "Metrics at export", "Parity", "Source", "Created", ""]}>
+      {versions.map((v) => {
+        const expanded = open === String(v.version);
+        const metrics = Object.entries(v.metrics ?? {});
+        return (
+          <Fragment key={v.version}>
+            <tr className={expanded ? "selected" : ""}>
+              <td>
+                <button type="button" className="ghost disclosure" aria-expanded={expanded} onClick={() => setOpen(expanded ? "" : String(v.version))}>
+                  {expanded ? "▾" : "▸"} v{v.version}
+                </button>{" "}
+                <AliasBadges aliases={model.aliases} version={v.version} />
+              </td>
+              <td>
+                <span className={`badge badge-format badge-${v.format}`}>{v.format}</span>
+              </td>
+              <td className="num">{fmtBytes(v.size)}</td>
+              <td>
+                {metrics.length === 0 ? (
+                  <span className="muted">–</span>
+                ) : (
+                  <span className="metric-chips">
+                    {metrics.slice(0, 4).map(([k, x]) => (
+                      <span key={k}>
+                        <span className="muted">{k}</span> {fmtNum(x)}
                       </span>
-                    )}
-                  </td>
-                  <td>
-                    {v.parity && typeof v.parity.max_abs_error === "number" ? (
-                      <span title={`atol ${v.parity.atol ?? "?"}, rtol ${v.parity.rtol ?? "?"}`}>
-                        <span className="badge badge-finished">pass</span> <span className="num">{fmtNum(v.parity.max_abs_error)}</span>
-                      </span>
-                    ) : (
-                      <span className="muted">–</span>
-                    )}
-                  </td>
-                  <td>
-                    {v.source?.run_id ? (
-                      <Link to={`/runs/${seg(v.source.run_id)}`}>{v.source.run_id.slice(0, 12)}</Link>
-                    ) : (
-                      <span className="muted">{v.source?.upload ?? "–"}</span>
-                    )}
-                    {v.source?.checkpoint && <div className="muted small">{v.source.checkpoint}</div>}
-                  </td>
-                  <td title={fmtTime(v.created)}>{fmtAgo(v.created)}</td>
-                  <td className="actions">
-                    {v.format !== "checkpoint" && (
-                      <button type="button" onClick={() => onDeploy(v.version)} aria-label={`Deploy v${v.version}`}>
-                        Deploy
-                      </button>
-                    )}
-                    <button type="button" className="ghost danger-text" onClick={() => onDelete(v)} aria-label={`Delete v${v.version}`}>
-                      Delete
-                    </button>
-                  </td>
-                </tr>
-                {expanded && (
-                  <tr className="detail-row">
-                    <td colSpan={8}>
-                      <div className="grid-2 version-detail">
-                        <div className="stack">
-                          <h3>Signature</h3>
-                          <KeyValues
-                            items={[
-                              ["inputs", <SpecList key="i" specs={v.inputs} />],
-                              ["outputs", <SpecList key="o" specs={v.outputs} />],
-                              ["labels", <LabelsSummary key="l" labels={v.labels} />],
-                              ["file", <code key="f">{v.file ?? "–"}</code>],
-                            ]}
-                          />
-                          {metrics.length > 0 && (
-                            <>
-                              <h3>Metrics at export</h3>
-                              <KeyValues items={metrics.map(([k, x]) => [k, <span className="num">{fmtNum(x)}</span>] as [string, ReactNode])} />
-                            </>
-                          )}
-                        </div>
-                        <div className="stack">
-                          <h3>Parity report</h3>
-                          <ParityView report={v.parity} />
-                        </div>
-                      </div>
-                    </td>
-                  </tr>
+                    ))}
+                  </span>
                 )}
-              </Fragment>
-            );
-          })}
-        </tbody>
-      </table>
-    </div>
+              </td>
+              <td>
+                {v.parity && typeof v.parity.max_abs_error === "number" ? (
+                  <span title={`atol ${v.parity.atol ?? "?"}, rtol ${v.parity.rtol ?? "?"}`}>
+                    <span className="badge badge-finished">pass</span> <span className="num">{fmtNum(v.parity.max_abs_error)}</span>
+                  </span>
+                ) : (
+                  <span className="muted">–</span>
+                )}
+              </td>
+              <td>
+                {v.source?.run_id ? (
+                  <Link to={`/runs/${seg(v.source.run_id)}`}>{v.source.run_id.slice(0, 12)}</Link>
+                ) : (
+                  <span className="muted">{v.source?.upload ?? "–"}</span>
+                )}
+                {v.source?.checkpoint && <div className="muted small">{v.source.checkpoint}</div>}
+              </td>
+              <td title={fmtTime(v.created)}>{fmtAgo(v.created)}</td>
+              <td className="actions">
+                {v.format !== "checkpoint" && (
+                  <button type="button" onClick={() => onDeploy(v.version)} aria-label={`Deploy v${v.version}`}>
+                    Deploy
+                  </button>
+                )}
+                <button type="button" className="ghost danger-text" onClick={() => onDelete(v)} aria-label={`Delete v${v.version}`}>
+                  Delete
+                </button>
+              </td>
+            </tr>
+            {expanded && (
+              <tr className="detail-row">
+                <td colSpan={8}>
+                  <div className="grid-2 version-detail">
+                    <div className="stack">
+                      <h3>Signature</h3>
+                      <KeyValues
+                        items={[
+                          ["inputs", <SpecList key="i" specs={v.inputs} />],
+                          ["outputs", <SpecList key="o" specs={v.outputs} />],
+                          ["labels", <LabelsSummary key="l" labels={v.labels} />],
+                          ["file", <code key="f">{v.file ?? "–"}</code>],
+                        ]}
+                      />
+                      {metrics.length > 0 && (
+                        <>
+                          <h3>Metrics at export</h3>
+                          <KeyValues items={metrics.map(([k, x]) => [k, <span className="num">{fmtNum(x)}</span>] as [string, ReactNode])} />
+                        </>
+                      )}
+                    </div>
+                    <div className="stack">
+                      <h3>Parity report</h3>
+                      <ParityView report={v.parity} />
+                    </div>
+                  </div>
+                </td>
+              </tr>
+            )}
+          </Fragment>
+        );
+      })}
+    </DataTable>
   );
 }
 

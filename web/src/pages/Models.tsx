@@ -4,8 +4,9 @@
 import { useState } from "react";
 import { Link, useNavigate } from "react-router-dom";
 import { get, request, seg } from "../api/client";
-import { deploymentStatus, type DeploymentInfo } from "../components/DeployDialog";
+import { DeploymentLink, deploymentStatus, type DeploymentInfo } from "../components/DeployDialog";
 import { ExportDialog, type ModelInfo, type TensorSpec, type VersionInfo } from "../components/ExportDialog";
+import { DataTable, numCol } from "../components/DataTable";
 import { Card, ConfirmDialog, Empty, ErrorNote, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtBytes } from "../lib/format";
 import { useAction, useApi } from "../lib/hooks";
@@ -152,9 +153,7 @@ function DeploymentCell({ deps }: { deps: DeploymentInfo[] }) {
         <span key={d.id} className="row tight">
           <StatusBadge status={deploymentStatus(d)} />
           <span className="muted">v{d.version}</span>
-          <a href={d.url} target="_blank" rel="noreferrer">
-            {d.url.replace(/^https?:\/\//, "")}
-          </a>
+          <DeploymentLink url={d.url} short />
         </span>
       ))}
     </span>
@@ -192,71 +191,54 @@ export function ModelsPage() {
         {models.data && list.length === 0 ? (
           <Empty>No models registered yet. Export a run's checkpoint, or register an exported .onnx / .pt file.</Empty>
         ) : (
-          <div className="table-wrap">
-            <table className="table models-table">
-              <thead>
-                <tr>
-                  <th>Model</th>
-                  <th>Latest</th>
-                  <th>Format</th>
-                  <th className="num">Size</th>
-                  <th>Inputs → outputs</th>
-                  <th>Labels</th>
-                  <th>Source run</th>
-                  <th>Aliases</th>
-                  <th>Deployments</th>
+          <DataTable className="models-table" scroll="table-wrap" columns={["Model", "Latest", "Format", numCol("Size"), "Inputs → outputs", "Labels", "Source run", "Aliases", "Deployments"]}>
+            {list.map((m) => {
+              const v = latestVersion(m);
+              return (
+                <tr key={m.name}>
+                  <td>
+                    <Link to={`/models/${seg(m.name)}`} className="strong">
+                      {m.name}
+                    </Link>
+                    <div className="muted small">
+                      {m.versions.length} version{m.versions.length === 1 ? "" : "s"}
+                      {v?.created ? ` · ${fmtAgo(v.created)}` : ""}
+                    </div>
+                  </td>
+                  <td>{v ? `v${v.version}` : "–"}</td>
+                  <td>{v ? <span className={`badge badge-format badge-${v.format}`}>{v.format}</span> : "–"}</td>
+                  <td className="num">{fmtBytes(v?.size)}</td>
+                  <td className="signature">
+                    <SpecList specs={v?.inputs} />
+                    <span className="muted arrow">→</span>
+                    <SpecList specs={v?.outputs} />
+                  </td>
+                  <td>
+                    <LabelsSummary labels={v?.labels} />
+                  </td>
+                  <td>
+                    {v?.source?.run_id ? (
+                      <Link to={`/runs/${seg(v.source.run_id)}`} title={v.source.checkpoint}>
+                        {v.source.run_id.slice(0, 12)}
+                      </Link>
+                    ) : v?.source?.upload ? (
+                      <span className="muted" title="uploaded file">
+                        {v.source.upload}
+                      </span>
+                    ) : (
+                      <span className="muted">–</span>
+                    )}
+                  </td>
+                  <td>
+                    <AliasBadges aliases={m.aliases} />
+                  </td>
+                  <td>
+                    <DeploymentCell deps={byModel(m.name)} />
+                  </td>
                 </tr>
-              </thead>
-              <tbody>
-                {list.map((m) => {
-                  const v = latestVersion(m);
-                  return (
-                    <tr key={m.name}>
-                      <td>
-                        <Link to={`/models/${seg(m.name)}`} className="strong">
-                          {m.name}
-                        </Link>
-                        <div className="muted small">
-                          {m.versions.length} version{m.versions.length === 1 ? "" : "s"}
-                          {v?.created ? ` · ${fmtAgo(v.created)}` : ""}
-                        </div>
-                      </td>
-                      <td>{v ? `v${v.version}` : "–"}</td>
-                      <td>{v ? <span className={`badge badge-format badge-${v.format}`}>{v.format}</span> : "–"}</td>
-                      <td className="num">{fmtBytes(v?.size)}</td>
-                      <td className="signature">
-                        <SpecList specs={v?.inputs} />
-                        <span className="muted arrow">→</span>
-                        <SpecList specs={v?.outputs} />
-                      </td>
-                      <td>
-                        <LabelsSummary labels={v?.labels} />
-                      </td>
-                      <td>
-                        {v?.source?.run_id ? (
-                          <Link to={`/runs/${seg(v.source.run_id)}`} title={v.source.checkpoint}>
-                            {v.source.run_id.slice(0, 12)}
-                          </Link>
-                        ) : v?.source?.upload ? (
-                          <span className="muted" title="uploaded file">
-                            {v.source.upload}
-                          </span>
-                        ) : (
-                          <span className="muted">–</span>
-                        )}
-                      </td>
-                      <td>
-                        <AliasBadges aliases={m.aliases} />
-                      </td>
-                      <td>
-                        <DeploymentCell deps={byModel(m.name)} />
-                      </td>
-                    </tr>
-                  );
-                })}
-              </tbody>
-            </table>
-          </div>
+              );
+            })}
+          </DataTable>
         )}
       </Card>
       <ExportDialog open={exporting} onClose={() => setExporting(false)} onDone={() => models.reload()} />

@@ -7,6 +7,7 @@ import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link, useParams } from "react-router-dom";
 import { get, seg } from "../api/client";
 import { num, type StreamEvent } from "../api/stream";
+import { DataTable, numCol } from "../components/DataTable";
 import { Card, Empty, ErrorNote, KeyValues, ProgressBar, StatusBadge, Tags } from "../components/ui";
 import { ChartControls, RunCharts, useChartSettings, type LiveEvent } from "../components/RunCharts";
 import { CheckpointActions } from "../components/CheckpointActions";
@@ -209,24 +210,16 @@ function Overview({ run: r }: { run: RunInfo }) {
         {params.length === 0 ? (
           <Empty>No params logged.</Empty>
         ) : (
-          <table className="table params">
-            <thead>
-              <tr>
-                <th scope="col">Param</th>
-                <th scope="col">Value</th>
+          <DataTable className="params" columns={["Param", "Value"]}>
+            {params.map(([k, v]) => (
+              <tr key={k}>
+                <td className="mono">{k}</td>
+                <td className="mono" title={fmtParam(v)}>
+                  {fmtParam(v)}
+                </td>
               </tr>
-            </thead>
-            <tbody>
-              {params.map(([k, v]) => (
-                <tr key={k}>
-                  <td className="mono">{k}</td>
-                  <td className="mono" title={fmtParam(v)}>
-                    {fmtParam(v)}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </DataTable>
         )}
       </Card>
       <div className="stack">
@@ -234,40 +227,18 @@ function Overview({ run: r }: { run: RunInfo }) {
           {metrics.length === 0 ? (
             <Empty>No metrics logged.</Empty>
           ) : (
-            <table className="table">
-              <thead>
-                <tr>
-                  <th scope="col">Metric</th>
-                  <th scope="col" className="num">
-                    Last
-                  </th>
-                  <th scope="col" className="num">
-                    Min
-                  </th>
-                  <th scope="col" className="num">
-                    Max
-                  </th>
-                  <th scope="col" className="num">
-                    Step
-                  </th>
-                  <th scope="col" className="num">
-                    Count
-                  </th>
+            <DataTable columns={["Metric", ...["Last", "Min", "Max", "Step", "Count"].map(numCol)]}>
+              {metrics.map(([k, s]) => (
+                <tr key={k}>
+                  <td className="mono">{k}</td>
+                  <td className="num">{fmtNum(num(s.last))}</td>
+                  <td className="num">{fmtNum(num(s.min))}</td>
+                  <td className="num">{fmtNum(num(s.max))}</td>
+                  <td className="num">{s.last_step}</td>
+                  <td className="num">{s.count}</td>
                 </tr>
-              </thead>
-              <tbody>
-                {metrics.map(([k, s]) => (
-                  <tr key={k}>
-                    <td className="mono">{k}</td>
-                    <td className="num">{fmtNum(num(s.last))}</td>
-                    <td className="num">{fmtNum(num(s.min))}</td>
-                    <td className="num">{fmtNum(num(s.max))}</td>
-                    <td className="num">{s.last_step}</td>
-                    <td className="num">{s.count}</td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
+              ))}
+            </DataTable>
           )}
         </Card>
         <Card title="Source">
@@ -297,26 +268,15 @@ function Artifacts({ run }: { run: RunInfo }) {
       <ErrorNote error={a.error} />
       {!a.loading && !a.error && list.length === 0 && <Empty>No artifacts: log files with run.artifact(path) in fw.track.</Empty>}
       {list.length > 0 && (
-        <table className="table">
-          <thead>
-            <tr>
-              <th scope="col">Path</th>
-              <th scope="col" className="num">
-                Size
-              </th>
-              <th scope="col">Logged</th>
+        <DataTable columns={["Path", numCol("Size"), "Logged"]}>
+          {list.map((f) => (
+            <tr key={f.path}>
+              <td className="mono">{f.path}</td>
+              <td className="num">{fmtBytes(f.size)}</td>
+              <td className="muted">{fmtTime(f.time)}</td>
             </tr>
-          </thead>
-          <tbody>
-            {list.map((f) => (
-              <tr key={f.path}>
-                <td className="mono">{f.path}</td>
-                <td className="num">{fmtBytes(f.size)}</td>
-                <td className="muted">{fmtTime(f.time)}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </DataTable>
       )}
     </Card>
   );

@@ -5,9 +5,10 @@ import { useEffect, useMemo, useState, type FormEvent } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
 import { get, post, seg } from "../api/client";
 import type { Run } from "../api/types";
+import { DataTable, numCol } from "../components/DataTable";
 import { LiveRun, StopButton, progressFraction, type JobInfo, type RunProgress } from "../components/LiveRun";
 import { ParamsForm, paramDefaults, validateParams, type Param } from "../components/ParamsForm";
-import { Card, Empty, ErrorNote, ProgressBar, StatusBadge } from "../components/ui";
+import { Card, Empty, ErrorNote, Options, ProgressBar, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtParam } from "../lib/format";
 import { useAction, useApi, useNow, useQueryParam } from "../lib/hooks";
 
@@ -104,11 +105,7 @@ export function StartForm() {
         <div className="form-grid">
           <label htmlFor="train-recipe">Recipe</label>
           <select id="train-recipe" value={recipe?.name ?? ""} onChange={(e) => setRecipeName(e.target.value)}>
-            {list.map((r) => (
-              <option key={r.name} value={r.name}>
-                {r.name}
-              </option>
-            ))}
+            <Options values={list.map((r) => r.name)} />
           </select>
           {recipe?.description && <small className="hint">{recipe.description}</small>}
 
@@ -208,30 +205,11 @@ export function JobsList() {
       ) : list.length === 0 ? (
         <Empty>No jobs yet: start one above.</Empty>
       ) : (
-        <div className="table-wrap">
-          <table className="table jobs-table" aria-label="Training jobs">
-            <thead>
-              <tr>
-                <th>State</th>
-                <th>Run</th>
-                <th>Recipe</th>
-                <th>Experiment</th>
-                <th>Progress</th>
-                <th>Started</th>
-                <th>Params</th>
-                <th className="num">Exit</th>
-                <th>
-                  <span className="sr-only">Actions</span>
-                </th>
-              </tr>
-            </thead>
-            <tbody>
-              {list.map((j) => (
-                <JobRow key={j.run_id} job={j} onChanged={jobs.reload} />
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <DataTable className="jobs-table" label="Training jobs" scroll="table-wrap" columns={["State", "Run", "Recipe", "Experiment", "Progress", "Started", "Params", numCol("Exit"), <span className="sr-only">Actions</span>]}>
+          {list.map((j) => (
+            <JobRow key={j.run_id} job={j} onChanged={jobs.reload} />
+          ))}
+        </DataTable>
       )}
     </Card>
   );
