@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { ROOT, cleanup, launchBrowser, startDashboard } from "./harness.mjs";
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 10_000);
-const REPS = Number(process.env.BENCH_REPS ?? 5);
+const REPS = Number(process.env.BENCH_REPS ?? 20);
 const EXPERIMENT = "bench-10k";
 const BEGIN = "<!-- bench-ui:begin -->";
 const END = "<!-- bench-ui:end -->";
@@ -45,6 +45,8 @@ async function seed(dash) {
   return (Date.now() - t0) / 1000;
 }
 
+/** The largest value: with BENCH_REPS=20 repetitions, the p95; reported as the tail. */
+const worst = (xs) => Math.max(...xs);
 const p50 = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
@@ -147,16 +149,16 @@ async function main() {
     if (maxRows === 0 || maxRows > 500) throw new Error(`${maxRows} rows in the DOM: the table is not virtualised`);
 
     const table = [
-      "| step | p50 | runs | notes |",
-      "|---|---|---|---|",
-      `| first rows rendered (page load to first row) | ${ms(p50(first))} | ${RUNS.toLocaleString("en")} | first page of 100 runs |`,
-      `| rows in the DOM | ${p50(domRows)} (max ${maxRows}) | ${RUNS.toLocaleString("en")} | virtualised: only the visible rows plus overscan |`,
-      `| scroll to the last run through the pages | ${ms(p50(scroll))} | ${RUNS.toLocaleString("en")} | ${p50(pages)} pages fetched by cursor (100, then 500 each) |`,
-      `| filter answered (Enter to rows shown) | ${ms(p50(filter))} | 50 / 70 of ${RUNS.toLocaleString("en")} | \`params.seed < N\` |`,
-      `| sort by a metric column (click to first row) | ${ms(p50(sort))} | ${RUNS.toLocaleString("en")} | \`metrics.loss\`, descending then ascending |`,
+      "| step | p50 | max | runs | notes |",
+      "|---|---|---|---|---|",
+      `| first rows rendered (page load to first row) | ${ms(p50(first))} | ${ms(worst(first))} | ${RUNS.toLocaleString("en")} | first page of 100 runs |`,
+      `| rows in the DOM | ${p50(domRows)} | ${maxRows} | ${RUNS.toLocaleString("en")} | virtualised: only the visible rows plus overscan |`,
+      `| scroll to the last run through the pages | ${ms(p50(scroll))} | ${ms(worst(scroll))} | ${RUNS.toLocaleString("en")} | ${p50(pages)} pages fetched by cursor (100, then 500 each) |`,
+      `| filter answered (Enter to rows shown) | ${ms(p50(filter))} | ${ms(worst(filter))} | 50 / 70 of ${RUNS.toLocaleString("en")} | \`params.seed < N\` |`,
+      `| sort by a metric column (click to first row) | ${ms(p50(sort))} | ${ms(worst(sort))} | ${RUNS.toLocaleString("en")} | \`metrics.loss\`, descending then ascending |`,
     ].join("\n");
     const cpu = cpus();
-    const facts = `${cpu.length} cores (${cpu[0]?.model ?? "unknown CPU"}), ${(totalmem() / 2 ** 30).toFixed(0)} GiB memory, chromium ${browser.version()} headless, SQLite store; seeding ${RUNS.toLocaleString("en")} runs through POST /api/ingest took ${seedS.toFixed(1)} s; p50 of ${REPS} repetitions.`;
+    const facts = `${cpu.length} cores (${cpu[0]?.model ?? "unknown CPU"}), ${(totalmem() / 2 ** 30).toFixed(0)} GiB memory, chromium ${browser.version()} headless, SQLite store; seeding ${RUNS.toLocaleString("en")} runs through POST /api/ingest took ${seedS.toFixed(1)} s; p50 and max of ${REPS} repetitions.`;
     const section = `${BEGIN}\nMeasured by \`make bench-ui\` (\`node web/e2e/bench-runs.mjs\`) on ${facts}\n\n${table}\n${END}`;
     console.log("\n" + table + "\n\n" + facts);
     if (!process.env.BENCH_NO_WRITE) writeDoc(section);
