@@ -110,9 +110,12 @@ func metricEvents(run string, from, to int) string {
 }
 
 // steps returns the steps of a run's raw loss points.
-func steps(t *testing.T, url, run string) map[int]bool {
+func steps(t *testing.T, url, run string) map[int]bool { return metricSteps(t, url, run, "loss") }
+
+// metricSteps returns the steps of a run's raw points of one metric.
+func metricSteps(t *testing.T, url, run, key string) map[int]bool {
 	t.Helper()
-	code, out := call(t, "GET", url+"/api/runs/"+run+"/metrics?keys=loss&max_points=100000", "", "", "")
+	code, out := call(t, "GET", url+"/api/runs/"+run+"/metrics?keys="+key+"&max_points=100000", "", "", "")
 	if code != 200 {
 		t.Fatalf("metrics: %d %v", code, out)
 	}

@@ -205,22 +205,6 @@ func ckptStep(t *testing.T, path string) int {
 	return n
 }
 
-// lossSteps returns the steps of a run's raw train/loss points.
-func lossSteps(t *testing.T, url, run string) map[int]bool {
-	t.Helper()
-	code, out := call(t, "GET", url+"/api/runs/"+run+"/metrics?keys=train/loss&max_points=100000", "", "", "")
-	if code != 200 {
-		t.Fatalf("metrics: %d %v", code, out)
-	}
-	got := map[int]bool{}
-	for _, s := range out["series"].([]any) {
-		for _, b := range s.(map[string]any)["buckets"].([]any) {
-			got[int(b.(map[string]any)["step_min"].(float64))] = true
-		}
-	}
-	return got
-}
-
 // TestTrainingResume: resume_from reopens the stopped run itself; its
 // recipe continues from the checkpoint's step in the same run, with the
 // metrics from before kept, and the run ends again.
@@ -265,7 +249,7 @@ func TestTrainingResume(t *testing.T) {
 		}
 	}
 	ck, from := filepath.Base(last), ckptStep(t, last)
-	stepsBefore := lossSteps(t, d.url, a)
+	stepsBefore := metricSteps(t, d.url, a, "train/loss")
 	if from < 1 || from >= 18 || !stepsBefore[1] || !stepsBefore[from] || before["ended"] == nil || before["error"] == nil {
 		t.Fatalf("stopped run (final checkpoint %s): %v, steps %v", ck, before, stepsBefore)
 	}
@@ -305,7 +289,7 @@ func TestTrainingResume(t *testing.T) {
 	if r["parent_run_id"] != nil || r["tags"].(map[string]any)["fw.job"] != "resume" || r["tags"].(map[string]any)["fw.resumed_from"] != ck {
 		t.Fatalf("a resumed run is the same run, not a fork: %v", r)
 	}
-	steps := lossSteps(t, d.url, a)
+	steps := metricSteps(t, d.url, a, "train/loss")
 	for s := range stepsBefore {
 		if !steps[s] {
 			t.Fatalf("step %d of the first process is gone: %v", s, steps)
