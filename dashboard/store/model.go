@@ -94,6 +94,22 @@ type ExperimentDetail struct {
 	RunCounts map[Status]int `json:"run_counts"`
 	// Runs is the total number of runs.
 	Runs int `json:"runs"`
+	// LastActivity is when a run of it last changed (nil without runs).
+	// Filled by GetExperiment only.
+	LastActivity *time.Time `json:"last_activity,omitempty"`
+	// Metrics summarises each training metric over the experiment's runs
+	// (GetExperiment only).
+	Metrics map[string]MetricOverview `json:"metrics,omitempty"`
+}
+
+// MetricOverview is one metric across the runs of an experiment: how many
+// runs report it and the runs with its lowest and highest value ever.
+type MetricOverview struct {
+	Runs   int     `json:"runs"`
+	Min    float64 `json:"min"`
+	MinRun string  `json:"min_run"`
+	Max    float64 `json:"max"`
+	MaxRun string  `json:"max_run"`
 }
 
 // Source says what a run executed.

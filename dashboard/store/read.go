@@ -492,7 +492,78 @@ func (s *sqlStore) GetExperiment(ctx context.Context, idOrName string) (Experime
 		d.RunCounts[Status(st)] = n
 		d.Runs += n
 	}
-	return d, rows.Err()
+	if err := rows.Err(); err != nil {
+		return ExperimentDetail{}, fmt.Errorf("counting runs of experiment %s: %w", e.ID, err)
+	}
+	rows.Close()
+	if d.Runs == 0 {
+		return d, nil
+	}
+	if err := s.experimentOverview(ctx, &d); err != nil {
+		return ExperimentDetail{}, err
+	}
+	return d, nil
+}
+
+// experimentOverview fills the last activity and the metric overview of an
+// experiment from its runs' summaries: one query for the counts, one per
+// metric key for the runs holding its extremes.
+func (s *sqlStore) experimentOverview(ctx context.Context, d *ExperimentDetail) error {
+	var last sql.NullInt64
+	if err := s.rdb.QueryRowContext(ctx, s.q(`SELECT MAX(updated) FROM runs WHERE experiment_id = ?`), d.ID).Scan(&last); err != nil {
+		return fmt.Errorf("reading the last activity of experiment %s: %w", d.ID, err)
+	}
+	if last.Valid {
+		t := fromNanos(last.Int64)
+		d.LastActivity = &t
+	}
+	const from = ` FROM metric_summary s JOIN runs r ON r.rid = s.run_rid JOIN metric_keys k ON k.id = s.key_id WHERE r.experiment_id = ? AND k.kind = ?`
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT k.name, COUNT(*)`+from+` GROUP BY k.name ORDER BY k.name`), d.ID, int64(kindMetric))
+	if err != nil {
+		return fmt.Errorf("summarising the metrics of experiment %s: %w", d.ID, err)
+	}
+	counts := map[string]int{}
+	var keys []string
+	for rows.Next() {
+		var k string
+		var n int
+		if err := rows.Scan(&k, &n); err != nil {
+			rows.Close()
+			return fmt.Errorf("summarising the metrics of experiment %s: %w", d.ID, err)
+		}
+		counts[k] = n
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("summarising the metrics of experiment %s: %w", d.ID, err)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	d.Metrics = make(map[string]MetricOverview, len(keys))
+	extreme := func(key, col, dir string) (float64, string, error) {
+		var v sql.NullFloat64
+		var id string
+		err := s.rdb.QueryRowContext(ctx, s.q(`SELECT s.`+col+`, r.id`+from+` AND k.name = ? AND s.`+col+` IS NOT NULL ORDER BY s.`+col+` `+dir+`, r.id LIMIT 1`),
+			d.ID, int64(kindMetric), key).Scan(&v, &id)
+		if isNoRows(err) || (err == nil && !v.Valid) {
+			return math.NaN(), "", nil
+		}
+		return v.Float64, id, err
+	}
+	for _, k := range keys {
+		o := MetricOverview{Runs: counts[k]}
+		var err error
+		if o.Min, o.MinRun, err = extreme(k, "min_value", "ASC"); err == nil {
+			o.Max, o.MaxRun, err = extreme(k, "max_value", "DESC")
+		}
+		if err != nil {
+			return fmt.Errorf("summarising metric %s of experiment %s: %w", k, d.ID, err)
+		}
+		d.Metrics[k] = o
+	}
+	return nil
 }
 
 // runRID resolves a run ID for readers.

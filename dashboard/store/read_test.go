@@ -188,6 +188,11 @@ func TestFilterQueries(t *testing.T) {
 		if err != nil || d.Runs != 3 || d.RunCounts[StatusRunning] != 1 || d.RunCounts[StatusStopped] != 1 {
 			t.Fatalf("experiment detail: %+v %v", d, err)
 		}
+		// The runs' summary: val_acc over r02, r04, r06, the highest in r06.
+		va := d.Metrics["val_acc"]
+		if d.LastActivity == nil || va.Runs != 3 || va.MaxRun != "r06" || (va.MinRun != "r02" && va.MinRun != "r04") || va.Min > va.Max {
+			t.Fatalf("experiment overview: last %v, val_acc %+v", d.LastActivity, va)
+		}
 	})
 }
 
