@@ -3,10 +3,10 @@
 // tracks whether the dashboard can be reached so the UI can show a banner
 // and retry by itself instead of showing empty tables.
 
-/** The API's error body: {"error": {"code", "message", "details"}}. */
-export interface ErrorBody {
-  error: { code: string; message: string; details?: unknown };
-}
+import type { ApiErrorBody } from "./types";
+
+/** The API's error body: {"error": {"code", "message", "details"}} (the document's Error). */
+export type ErrorBody = ApiErrorBody;
 
 /** A refused request (non-2xx) or an unreachable dashboard (status 0). */
 export class ApiError extends Error {

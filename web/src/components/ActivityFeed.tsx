@@ -7,22 +7,7 @@ import { get, seg } from "../api/client";
 import { fmtAgo, fmtTime } from "../lib/format";
 import { useApi, useNow } from "../lib/hooks";
 import { Empty, ErrorNote } from "./ui";
-
-/** One activity event (GET /api/activity). */
-export interface ActivityEvent {
-  time: string;
-  kind: string;
-  message: string;
-  run_id?: string;
-  experiment?: string;
-  experiment_id?: string;
-  name?: string;
-  status?: string;
-  model?: string;
-  version?: number;
-  deployment_id?: string;
-  export_id?: string;
-}
+import type { ActivityEvent, ActivityList } from "../api/types";
 
 const ICONS: Record<string, { icon: string; tone: string }> = {
   run_started: { icon: "▶", tone: "info" },
@@ -46,7 +31,7 @@ export function activityLink(e: ActivityEvent): string | undefined {
 
 /** The feed. */
 export function ActivityFeed({ limit = 30, bump = 0 }: { limit?: number; bump?: number }) {
-  const act = useApi((s) => get<{ events: ActivityEvent[] }>("/api/activity", { limit }, s), [limit], 5000);
+  const act = useApi((s) => get<ActivityList>("/api/activity", { limit }, s), [limit], 5000);
   const now = useNow(5000);
   const { reload } = act;
   useEffect(() => {

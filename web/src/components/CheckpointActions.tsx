@@ -8,44 +8,22 @@ import { fmtNum, fmtTime } from "../lib/format";
 import { useAction, useApi } from "../lib/hooks";
 import { ConfirmDialog, Empty, ErrorNote } from "./ui";
 import { DataTable, numCol } from "./DataTable";
-import { ParamsForm, validateParams, type Param } from "./ParamsForm";
+import { ParamsForm, validateParams } from "./ParamsForm";
 import { ExportDialog } from "./ExportDialog";
-import type { RunInfo } from "./RunsTable";
-
-/** A checkpoint (dashboard/store/model.go Checkpoint). */
-export interface CheckpointInfo {
-  path: string;
-  step: number;
-  epoch: number;
-  metrics: Record<string, number | string> | null;
-  time: string;
-}
-
-/** A recipe of GET /api/training/recipes. */
-interface RecipeInfo {
-  name: string;
-  description: string;
-  params: Param[];
-}
-
-/** The answer of POST /api/training/start. */
-interface StartAnswer {
-  id: string;
-  status: string;
-}
+import type { Checkpoint, RecipeList, Run, RunCheckpoints, StartTraining, TrainingStarted } from "../api/types";
 
 /** Why Resume and Fork are not possible for this run ("" when they are). */
-export function startBlocker(run: RunInfo): string {
+export function startBlocker(run: Run): string {
   if (!run.source?.recipe) return "This run was not started from a recipe, so the dashboard cannot start it again.";
   if (run.status === "running" || run.status === "queued") return "The run is still running; stop it or wait until it ends.";
   return "";
 }
 
 /** The checkpoints of a run with Resume, Fork and Export on each. */
-export function CheckpointActions({ run, onStarted }: { run: RunInfo; onStarted?: () => void }) {
-  const cks = useApi((signal) => get<{ checkpoints: CheckpointInfo[] }>(`/api/runs/${seg(run.id)}/checkpoints`, undefined, signal), [run.id, run.status, run.updated]);
-  const [fork, setFork] = useState<CheckpointInfo>();
-  const [exporting, setExporting] = useState<CheckpointInfo>();
+export function CheckpointActions({ run, onStarted }: { run: Run; onStarted?: () => void }) {
+  const cks = useApi((signal) => get<RunCheckpoints>(`/api/runs/${seg(run.id)}/checkpoints`, undefined, signal), [run.id, run.status, run.updated]);
+  const [fork, setFork] = useState<Checkpoint>();
+  const [exporting, setExporting] = useState<Checkpoint>();
   const [resumeError, setResumeError] = useState<unknown>();
   const [busy, setBusy] = useState("");
   const navigate = useNavigate();
@@ -53,11 +31,12 @@ export function CheckpointActions({ run, onStarted }: { run: RunInfo; onStarted?
   const list = cks.data?.checkpoints ?? [];
   const metricKeys = useMemo(() => [...new Set(list.flatMap((c) => Object.keys(c.metrics ?? {})))].sort().slice(0, 4), [list]);
 
-  const resume = async (c: CheckpointInfo) => {
+  const resume = async (c: Checkpoint) => {
     setBusy(c.path);
     setResumeError(undefined);
     try {
-      await post<StartAnswer>("/api/training/start", { recipe: run.source?.recipe, experiment: run.experiment, resume_from: { run_id: run.id, checkpoint: c.path } });
+      const body: StartTraining = { recipe: run.source?.recipe, experiment: run.experiment, resume_from: { run_id: run.id, checkpoint: c.path } };
+      await post<TrainingStarted>("/api/training/start", body);
       onStarted?.();
     } catch (e) {
       setResumeError(e);
@@ -111,8 +90,8 @@ export function CheckpointActions({ run, onStarted }: { run: RunInfo; onStarted?
 }
 
 /** Fork: a new run from a checkpoint, with the run's params edited in the recipe's form. */
-function ForkDialog({ run, checkpoint, onClose, onStarted }: { run: RunInfo; checkpoint: CheckpointInfo; onClose: () => void; onStarted: (id: string) => void }) {
-  const recipes = useApi((signal) => get<{ recipes: RecipeInfo[] }>("/api/training/recipes", undefined, signal), []);
+function ForkDialog({ run, checkpoint, onClose, onStarted }: { run: Run; checkpoint: Checkpoint; onClose: () => void; onStarted: (id: string) => void }) {
+  const recipes = useApi((signal) => get<RecipeList>("/api/training/recipes", undefined, signal), []);
   const recipe = recipes.data?.recipes.find((r) => r.name === run.source?.recipe);
   const [values, setValues] = useState<Record<string, unknown>>(() => ({ ...(run.params ?? {}) }));
   const [name, setName] = useState(`${run.name} fork`);
@@ -125,13 +104,14 @@ function ForkDialog({ run, checkpoint, onClose, onStarted }: { run: RunInfo; che
     const params: Record<string, unknown> = {};
     for (const p of schema) if (values[p.name] !== undefined) params[p.name] = values[p.name];
     void starting.run(async () => {
-      const a = await post<StartAnswer>("/api/training/start", {
+      const body: StartTraining = {
         recipe: run.source?.recipe,
         experiment: run.experiment,
         name: name.trim() || undefined,
         params,
         fork_from: { run_id: run.id, checkpoint: checkpoint.path },
-      });
+      };
+      const a = await post<TrainingStarted>("/api/training/start", body);
       onStarted(a.id);
     });
   };

@@ -6,27 +6,10 @@ import { useEffect, useState } from "react";
 import { post, seg } from "../api/client";
 import { useAction } from "../lib/hooks";
 import { ConfirmDialog, ErrorNote, Options } from "./ui";
-
-/** A managed deployment (dashboard/registry Deployment). */
-export interface DeploymentInfo {
-  id: string;
-  model: string;
-  version: number;
-  port: number;
-  pid?: number;
-  url: string;
-  device?: string;
-  max_batch_size?: number;
-  max_delay_ms?: number;
-  started?: string;
-  state: string;
-  log?: string;
-  healthy?: boolean;
-  request_rate?: number | null;
-}
+import type { Deployment, DeployRequest } from "../api/types";
 
 /** A deployment's state for a status badge: a running one is "ready" or "unhealthy" by its health check. */
-export function deploymentStatus(d: DeploymentInfo): string {
+export function deploymentStatus(d: Deployment): string {
   return d.state !== "running" ? d.state : d.healthy ? "ready" : "unhealthy";
 }
 
@@ -52,15 +35,6 @@ export function VersionOptions({ versions }: { versions: number[] }) {
   );
 }
 
-/** The body of POST /api/models/{name}/deploy. */
-export interface DeployBody {
-  version?: number | string;
-  port: number;
-  device?: string;
-  max_batch_size?: number;
-  max_delay_ms?: number;
-}
-
 /** A port that looks free: 8000 upwards, skipping the ones deployments use. */
 export function suggestPort(used: number[]): number {
   let p = 8000;
@@ -69,8 +43,8 @@ export function suggestPort(used: number[]): number {
 }
 
 /** Builds the deploy body from the form (a number is a version, text an alias). */
-export function deployBody(v: { target: string; port: string; device: string; maxBatch: string; maxDelay: string }): DeployBody {
-  const body: DeployBody = { port: Number(v.port), device: v.device };
+export function deployBody(v: { target: string; port: string; device: string; maxBatch: string; maxDelay: string }): DeployRequest {
+  const body: DeployRequest = { port: Number(v.port), device: v.device };
   if (v.target !== "") body.version = /^\d+$/.test(v.target) ? Number(v.target) : v.target;
   if (v.maxBatch.trim() !== "") body.max_batch_size = Number(v.maxBatch);
   if (v.maxDelay.trim() !== "") body.max_delay_ms = Number(v.maxDelay);
@@ -96,7 +70,7 @@ export function DeployDialog({
   aliases: Record<string, number>;
   defaultVersion?: number;
   usedPorts: number[];
-  onDeployed?: (d: DeploymentInfo) => void;
+  onDeployed?: (d: Deployment) => void;
 }) {
   const [target, setTarget] = useState("");
   const [port, setPort] = useState("8000");
@@ -117,7 +91,7 @@ export function DeployDialog({
 
   const submit = () =>
     deploying.run(async () => {
-      const d = await post<DeploymentInfo>(`/api/models/${seg(model)}/deploy`, deployBody({ target, port, device, maxBatch, maxDelay }));
+      const d = await post<Deployment>(`/api/models/${seg(model)}/deploy`, deployBody({ target, port, device, maxBatch, maxDelay }));
       onDeployed?.(d);
       onClose();
     });

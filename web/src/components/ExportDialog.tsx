@@ -4,40 +4,18 @@
 import { useEffect, useState } from "react";
 import { Link } from "react-router-dom";
 import { ApiError, get, post, seg } from "../api/client";
+import { num } from "../api/stream";
 import { fmtBytes, fmtNum, fmtTime } from "../lib/format";
 import { useAction, useApi } from "../lib/hooks";
 import { Dialog, ErrorNote, Options, StatusBadge } from "./ui";
 import { DataTable, numCol } from "./DataTable";
+import type { Checkpoint, ExperimentPage, ExportFormat, ExportJob, ExportRequest, ExportStarted, Run, RunCheckpoints, RunPage } from "../api/types";
 
-/** One tensor of a model's signature (registry Spec). */
-export interface TensorSpec {
-  name: string;
-  dtype: string;
-  shape: number[];
-}
-
-/** One registered version (dashboard/registry Version). */
-export interface VersionInfo {
-  version: number;
-  format: string;
-  size: number;
-  inputs?: TensorSpec[];
-  outputs?: TensorSpec[];
-  labels?: string[];
-  source?: { run_id?: string; checkpoint?: string; model?: string; version?: number; upload?: string; export_id?: string };
-  metrics?: Record<string, number>;
-  parity?: ParityReport;
-  created?: string;
-  file?: string;
-}
-
-/** A registered model (dashboard/registry Model). */
-export interface ModelInfo {
-  name: string;
-  created?: string;
-  aliases?: Record<string, number>;
-  versions: VersionInfo[];
-}
+// The API's types come from the OpenAPI document (../api/types). The parity
+// report is the one exception: the document leaves it free-form (ExportJob
+// report and ModelVersion parity are "fw.export's JSON report", an object of
+// any shape, since the Python exporter writes it), so its fields are
+// described here from python/fw/export.py ExportReport.
 
 /** One check of the exporter's parity report. */
 export interface ParityCheck {
@@ -63,56 +41,6 @@ export interface ParityReport {
   accuracy_delta?: number | null;
 }
 
-/** An export job (dashboard/registry ExportJob). */
-export interface ExportJobInfo {
-  id: string;
-  state: string;
-  progress: string;
-  request?: { run_id?: string; checkpoint?: string; format?: string; opset_version?: number; method?: string; name?: string };
-  report?: ParityReport;
-  error?: string;
-  model: string;
-  version?: number;
-  started?: string;
-  finished?: string;
-}
-
-/** A run's checkpoint (GET /api/runs/{id}/checkpoints). */
-export interface CheckpointInfo {
-  path: string;
-  step: number;
-  epoch: number;
-  metrics?: Record<string, number>;
-  time?: string;
-}
-
-interface RunLite {
-  id: string;
-  name?: string;
-  experiment?: string;
-  experiment_id?: string;
-  status?: string;
-  created?: string;
-  source?: { recipe?: string };
-}
-
-interface ExperimentLite {
-  id: string;
-  name: string;
-}
-
-export type ExportFormat = "onnx" | "torchscript" | "quantized";
-
-/** The body of POST /api/models/export. */
-export interface ExportBody {
-  run_id: string;
-  checkpoint: string;
-  format: ExportFormat;
-  opset_version?: number;
-  method?: "trace" | "script";
-  name?: string;
-}
-
 /** fw.export's default ONNX opset (python/fw/export.py DEFAULT_OPSET). */
 export const DEFAULT_OPSET = 14;
 
@@ -123,8 +51,8 @@ const FORMATS: { value: ExportFormat; label: string }[] = [
 ];
 
 /** Builds the export request from the form's values (empty options left out). */
-export function exportBody(v: { runId: string; checkpoint: string; format: ExportFormat; opset: string; method: string; name: string }): ExportBody {
-  const body: ExportBody = { run_id: v.runId, checkpoint: v.checkpoint, format: v.format };
+export function exportBody(v: { runId: string; checkpoint: string; format: ExportFormat; opset: string; method: string; name: string }): ExportRequest {
+  const body: ExportRequest = { run_id: v.runId, checkpoint: v.checkpoint, format: v.format };
   if (v.format === "onnx" && v.opset.trim() !== "") body.opset_version = Number(v.opset);
   if (v.format !== "onnx" && (v.method === "trace" || v.method === "script")) body.method = v.method;
   if (v.name.trim() !== "") body.name = v.name.trim();
@@ -138,7 +66,8 @@ export function modelNameFrom(s: string | undefined): string {
 }
 
 /** The parity report of an export: largest error, tolerance, verdict, checks. */
-export function ParityView({ report, failed }: { report: ParityReport | undefined | null; failed?: boolean }) {
+export function ParityView({ report: raw, failed }: { report: ParityReport | Record<string, unknown> | undefined | null; failed?: boolean }) {
+  const report = raw as ParityReport | undefined | null;
   if (!report || typeof report.max_abs_error !== "number") return <p className="muted">No parity report.</p>;
   const pass = !failed;
   return (
@@ -183,9 +112,9 @@ export function ParityView({ report, failed }: { report: ParityReport | undefine
 /** Picks an experiment and one of its runs (when the dialog was opened without a run). */
 function RunPicker({ runId, onRun }: { runId: string; onRun: (id: string) => void }) {
   const [exp, setExp] = useState("");
-  const exps = useApi((s) => get<{ experiments: ExperimentLite[] }>("/api/experiments", { limit: 200, sort: "updated", desc: true }, s), []);
+  const exps = useApi((s) => get<ExperimentPage>("/api/experiments", { limit: 200, sort: "updated", desc: true }, s), []);
   const runs = useApi(
-    (s) => (exp ? get<{ runs: RunLite[] }>(`/api/experiments/${seg(exp)}/runs`, { limit: 200, sort: "created", desc: true }, s) : Promise.resolve({ runs: [] as RunLite[] })),
+    (s) => (exp ? get<RunPage>(`/api/experiments/${seg(exp)}/runs`, { limit: 200, sort: "created", desc: true }, s) : Promise.resolve({ runs: [] as Run[] })),
     [exp],
   );
   useEffect(() => {
@@ -238,7 +167,7 @@ export function ExportDialog({
   onClose: () => void;
   runId?: string;
   checkpoint?: string;
-  onDone?: (job: ExportJobInfo) => void;
+  onDone?: (job: ExportJob) => void;
 }) {
   const [run, setRun] = useState(runId ?? "");
   const [ckpt, setCkpt] = useState(checkpoint ?? "");
@@ -247,7 +176,7 @@ export function ExportDialog({
   const [method, setMethod] = useState("trace");
   const [name, setName] = useState("");
   const [nameTouched, setNameTouched] = useState(false);
-  const [job, setJob] = useState<ExportJobInfo>();
+  const [job, setJob] = useState<ExportJob>();
   const starting = useAction();
   const { busy, error, setError } = starting;
 
@@ -261,9 +190,9 @@ export function ExportDialog({
     setNameTouched(false);
   }, [open, runId, checkpoint]);
 
-  const runInfo = useApi((s) => (open && run ? get<RunLite>(`/api/runs/${seg(run)}`, undefined, s) : Promise.resolve(undefined)), [open, run]);
+  const runInfo = useApi((s) => (open && run ? get<Run>(`/api/runs/${seg(run)}`, undefined, s) : Promise.resolve(undefined)), [open, run]);
   const ckpts = useApi(
-    (s) => (open && run ? get<{ checkpoints: CheckpointInfo[] }>(`/api/runs/${seg(run)}/checkpoints`, undefined, s) : Promise.resolve({ checkpoints: [] as CheckpointInfo[] })),
+    (s) => (open && run ? get<RunCheckpoints>(`/api/runs/${seg(run)}/checkpoints`, undefined, s) : Promise.resolve({ checkpoints: [] as Checkpoint[] })),
     [open, run],
   );
 
@@ -293,7 +222,7 @@ export function ExportDialog({
     let timer: ReturnType<typeof setTimeout>;
     const tick = async () => {
       try {
-        const j = await get<ExportJobInfo>(`/api/models/exports/${seg(jobId)}`);
+        const j = await get<ExportJob>(`/api/models/exports/${seg(jobId)}`);
         if (stop) return;
         setJob(j);
         if (j.state === "finished" || j.state === "failed") {
@@ -319,7 +248,7 @@ export function ExportDialog({
 
   const submit = () =>
     starting.run(async () => {
-      const res = await post<{ id: string; state: string; job?: ExportJobInfo }>("/api/models/export", exportBody({ runId: run, checkpoint: ckpt, format, opset, method, name }));
+      const res = await post<ExportStarted>("/api/models/export", exportBody({ runId: run, checkpoint: ckpt, format, opset, method, name }));
       const j = res.job ?? { id: res.id, state: res.state, progress: "exporting", model: name };
       setJob(j);
       if (j.state === "finished" || j.state === "failed") onDone?.(j);
@@ -379,7 +308,7 @@ export function ExportDialog({
                     ? " · " +
                       Object.entries(c.metrics)
                         .slice(0, 2)
-                        .map(([k, v]) => `${k} ${fmtNum(v)}`)
+                        .map(([k, v]) => `${k} ${fmtNum(num(v))}`)
                         .join(", ")
                     : ""}
                 </option>
@@ -432,7 +361,7 @@ export function ExportDialog({
 }
 
 /** A running or ended export job: progress, then parity report or failure. */
-export function ExportProgress({ job }: { job: ExportJobInfo }) {
+export function ExportProgress({ job }: { job: ExportJob }) {
   const running = job.state !== "finished" && job.state !== "failed";
   return (
     <div className="stack export-progress" aria-live="polite">

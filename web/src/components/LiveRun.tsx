@@ -6,7 +6,7 @@ import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link } from "react-router-dom";
 import { ApiError, get, post, seg } from "../api/client";
 import { num, type StreamEvent } from "../api/stream";
-import type { Run } from "../api/types";
+import type { Job, Progress, Run, RunMetrics } from "../api/types";
 import { useAction, useApi, useNow, useQueryParam, useStream } from "../lib/hooks";
 import { fmtDuration, fmtNum, fmtTime } from "../lib/format";
 import { upsertPoint, type XY } from "../lib/series";
@@ -14,40 +14,13 @@ import { Chart } from "./Chart";
 import { LogTail, appendBounded, linesOfEvent, type TailLine } from "./LogTail";
 import { Card, ConfirmDialog, Empty, ErrorNote, ProgressBar, StatusBadge } from "./ui";
 
-/** The run's progress as the API and the stream report it. */
-export interface RunProgress {
-  step?: number | null;
-  total_steps?: number | null;
-  epoch?: number | null;
-  total_epochs?: number | null;
-}
-
-/** A run with the fields this page reads (types.ts has them loose). */
-export type LiveRunData = Run & {
-  progress?: RunProgress;
-  params?: Record<string, unknown>;
-  metrics?: Record<string, { last?: number | string; last_step?: number; min?: number | string; max?: number | string }>;
-};
-
-/** A training job (GET /api/training/{run_id}, dashboard/jobs Info). */
-export interface JobInfo {
-  run_id: string;
-  recipe: string;
-  experiment: string;
-  params?: Record<string, unknown>;
-  state: "queued" | "running" | "stopping" | "exited" | string;
-  pid?: number;
-  exit_code?: number | null;
-  queued?: string;
-  started?: string | null;
-  ended?: string | null;
-  resume_from?: string;
-}
-
-interface MetricsAnswer {
-  run_id: string;
-  series: { key: string; buckets: { step_min: number; step_max: number; last: number | string }[] | null; downsampled: boolean }[];
-}
+/**
+ * A run's progress as the API (Run.progress) and the stream's "progress"
+ * events report it: the document's Progress, any field possibly absent (the
+ * stream's events are described in docs/stream.md, not in the OpenAPI
+ * document).
+ */
+export type RunProgress = { [K in keyof Progress]?: Progress[K] | null };
 
 /** Statuses after which a run no longer changes. */
 export const ENDED = new Set(["finished", "failed", "stopped"]);
@@ -86,7 +59,7 @@ function useLiveMetrics(runId: string) {
 
   useEffect(() => {
     const ac = new AbortController();
-    get<MetricsAnswer>(`/api/runs/${seg(runId)}/metrics`, { max_points: 2000 }, ac.signal)
+    get<RunMetrics>(`/api/runs/${seg(runId)}/metrics`, { max_points: 2000 }, ac.signal)
       .then((a) => {
         const fresh = new Map<string, XY>();
         for (const s of a.series ?? []) {
@@ -170,7 +143,7 @@ function ChartControls({ smoothing, setSmoothing, logY, setLogY }: { smoothing: 
 }
 
 /** The final state of an ended run: status, exit code, error, final metrics and what to do next. */
-function FinalState({ run, job, status }: { run: LiveRunData; job?: JobInfo; status: string }) {
+function FinalState({ run, job, status }: { run: Run; job?: Job; status: string }) {
   const exit = run.exit_code ?? job?.exit_code ?? null;
   const metrics = Object.entries(run.metrics ?? {}).sort(([a], [b]) => a.localeCompare(b));
   return (
@@ -254,11 +227,11 @@ export function LiveRun({ runId }: { runId: string }) {
 
   const ended0 = streamStatus !== undefined && ENDED.has(streamStatus);
   const [jobDone, setJobDone] = useState(false);
-  const runState = useApi((s) => get<LiveRunData>(`/api/runs/${seg(runId)}`, undefined, s), [runId], ended0 ? 0 : 5000);
+  const runState = useApi((s) => get<Run>(`/api/runs/${seg(runId)}`, undefined, s), [runId], ended0 ? 0 : 5000);
   // The job is polled until its process has exited (its exit code comes then).
   const jobState = useApi(
     (s) =>
-      get<JobInfo>(`/api/training/${seg(runId)}`, undefined, s).catch((e: unknown) => {
+      get<Job>(`/api/training/${seg(runId)}`, undefined, s).catch((e: unknown) => {
         // A run not started by this dashboard has no job: not an error here.
         if (e instanceof ApiError && e.status === 404) return undefined;
         throw e;

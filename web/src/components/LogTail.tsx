@@ -5,25 +5,18 @@
 import { useCallback, useEffect, useLayoutEffect, useRef, useState } from "react";
 import { get, seg } from "../api/client";
 import type { StreamEvent } from "../api/stream";
+import type { LogLine, RunLogs } from "../api/types";
 import { useStream } from "../lib/hooks";
 import { ErrorNote } from "./ui";
 
 /** Lines kept in memory; older ones are dropped. */
 export const MAX_LINES = 5000;
 
-/** One line of output. */
-export interface TailLine {
-  /** The store's cursor when known (REST); streamed lines have none. */
-  id?: number;
-  stream: string;
-  line: string;
-  time?: string;
-}
-
-interface LogsAnswer {
-  run_id: string;
-  lines: { id: number; stream: string; time: string; line: string }[];
-}
+/**
+ * One line of output: a LogLine from REST, or a line of a stream "log" event
+ * (docs/stream.md), which has no id (the store's cursor) and maybe no time.
+ */
+export type TailLine = Omit<LogLine, "id" | "time"> & Partial<Pick<LogLine, "id" | "time">>;
 
 /** Appends lines, keeping the last `max`. */
 export function appendBounded<T>(prev: T[], add: T[], max = MAX_LINES): T[] {
@@ -63,7 +56,7 @@ export function LogTail({ runId, lines: fed, follow: followInit = true, height =
   // Initial tail (again after a resync); streamed lines from before it are dropped.
   useEffect(() => {
     const ac = new AbortController();
-    get<LogsAnswer>(`/api/runs/${seg(runId)}/logs`, { tail: 500 }, ac.signal)
+    get<RunLogs>(`/api/runs/${seg(runId)}/logs`, { tail: 500 }, ac.signal)
       .then((a) => {
         setInitial((a.lines ?? []).map((l) => ({ id: l.id, stream: l.stream, line: l.line, time: l.time })));
         setStreamed([]);

@@ -2,9 +2,10 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { cleanup, fireEvent, render, screen } from "@testing-library/react";
 import { useState } from "react";
-import { ParamsForm, paramDefaults, validateParams, type Param } from "./ParamsForm";
+import { ParamsForm, paramDefaults, validateParams } from "./ParamsForm";
+import type { RecipeParam } from "../api/types";
 
-const schema: Param[] = [
+const schema: RecipeParam[] = [
   { name: "epochs", type: "int", default: 5, min: 1, max: 200, description: "passes over the training set" },
   { name: "lr", type: "float", default: 0.001, min: 1e-6, max: 1, description: "Adam learning rate" },
   { name: "optimizer", type: "str", default: "adam", choices: ["adam", "sgd"], description: "the optimizer" },

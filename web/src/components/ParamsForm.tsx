@@ -4,29 +4,19 @@
 // choices) shown next to the field before the request is sent.
 import { useEffect, useId, useState } from "react";
 import { fmtParam } from "../lib/format";
-
-/** One parameter of a recipe's schema (dashboard/jobs/recipes.go Param). */
-export interface Param {
-  name: string;
-  type: "int" | "float" | "str" | "bool" | string;
-  default: unknown;
-  min?: number | null;
-  max?: number | null;
-  choices?: unknown[] | null;
-  description?: string;
-}
+import type { RecipeParam } from "../api/types";
 
 /** The recipe's defaults as a values object. */
-export function paramDefaults(params: Param[]): Record<string, unknown> {
+export function paramDefaults(params: RecipeParam[]): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const p of params) out[p.name] = p.default;
   return out;
 }
 
-const isNumeric = (p: Param) => p.type === "int" || p.type === "float";
+const isNumeric = (p: RecipeParam) => p.type === "int" || p.type === "float";
 
 /** Checks one value against its parameter; "" when fine. */
-export function validateParam(p: Param, v: unknown): string {
+export function validateParam(p: RecipeParam, v: unknown): string {
   if (v === undefined) return "";
   if (isNumeric(p)) {
     if (v === "" || v === null) return "Required: enter a number.";
@@ -47,7 +37,7 @@ export function validateParam(p: Param, v: unknown): string {
 }
 
 /** Errors per field name (empty when every value is valid). */
-export function validateParams(params: Param[], values: Record<string, unknown>): Record<string, string> {
+export function validateParams(params: RecipeParam[], values: Record<string, unknown>): Record<string, string> {
   const errors: Record<string, string> = {};
   for (const p of params) {
     const e = validateParam(p, values[p.name]);
@@ -65,7 +55,7 @@ function parseNumber(text: string): number | string {
 }
 
 /** A step for number inputs: 1 for ints, "any" for floats. */
-function stepFor(p: Param): string {
+function stepFor(p: RecipeParam): string {
   return p.type === "int" ? "1" : "any";
 }
 
@@ -73,7 +63,7 @@ function stepFor(p: Param): string {
  * A number input that keeps the text being typed ("0.", "1e-") while
  * reporting parsed numbers, and follows value changes from outside.
  */
-function NumberInput({ id, param: p, value, describedBy, invalid, onChange }: { id: string; param: Param; value: unknown; describedBy?: string; invalid: boolean; onChange: (v: unknown) => void }) {
+function NumberInput({ id, param: p, value, describedBy, invalid, onChange }: { id: string; param: RecipeParam; value: unknown; describedBy?: string; invalid: boolean; onChange: (v: unknown) => void }) {
   const shown = value === undefined || value === null ? "" : String(value);
   const [text, setText] = useState(shown);
   useEffect(() => {
@@ -100,7 +90,7 @@ function NumberInput({ id, param: p, value, describedBy, invalid, onChange }: { 
 }
 
 /** One parameter's input with its label, hint and error. */
-function ParamField({ param: p, value, onChange }: { param: Param; value: unknown; onChange: (v: unknown) => void }) {
+function ParamField({ param: p, value, onChange }: { param: RecipeParam; value: unknown; onChange: (v: unknown) => void }) {
   const id = useId();
   const error = validateParam(p, value);
   const hintId = `${id}-hint`;
@@ -154,7 +144,7 @@ function ParamField({ param: p, value, onChange }: { param: Param; value: unknow
 
 /** Props of ParamsForm. */
 export interface ParamsFormProps {
-  params: Param[];
+  params: RecipeParam[];
   values: Record<string, unknown>;
   onChange: (v: Record<string, unknown>) => void;
 }

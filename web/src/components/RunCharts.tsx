@@ -19,23 +19,7 @@ import { useQueryParam } from "../lib/hooks";
 import { fmtNum } from "../lib/format";
 import { Chart } from "./Chart";
 import { ErrorNote, Empty } from "./ui";
-import type { MetricSummary, RunInfo } from "./RunsTable";
-
-/** A bucket of GET /api/runs/{id}/metrics (dashboard/store/model.go Bucket). */
-export interface Bucket {
-  step_min: number;
-  step_max: number;
-  min: number | string;
-  max: number | string;
-  last: number | string;
-  count: number;
-}
-
-/** The answer of GET /api/runs/{id}/metrics. */
-export interface MetricsAnswer {
-  run_id: string;
-  series: { key: string; buckets: Bucket[] | null; downsampled: boolean }[];
-}
+import type { Bucket, Run, RunMetrics, Summary } from "../api/types";
 
 /** The chart settings shared by the run and compare pages, kept in the URL. */
 export interface ChartSettings {
@@ -110,7 +94,7 @@ export function bucketsToXY(buckets: Bucket[] | null): XY {
 }
 
 /** Maps a key's steps to Unix seconds: linear from the run's start to its last write. */
-export function stepToTime(run: Pick<RunInfo, "started" | "created">, summary: Pick<MetricSummary, "last_step" | "last_time"> | undefined): (step: number) => number {
+export function stepToTime(run: Pick<Run, "started" | "created">, summary: Pick<Summary, "last_step" | "last_time"> | undefined): (step: number) => number {
   const start = Date.parse(run.started ?? run.created) / 1000;
   const lastT = summary?.last_time ? Date.parse(summary.last_time) / 1000 : NaN;
   const lastS = summary?.last_step ?? 0;
@@ -124,7 +108,7 @@ export type LiveEvent = StreamEvent | { type: "resync" };
 
 /** Props of RunCharts. */
 export interface RunChartsProps {
-  run: RunInfo;
+  run: Run;
   /** System metrics (run.system keys) instead of training metrics. */
   system?: boolean;
   settings: ChartSettings;
@@ -157,7 +141,7 @@ export function RunCharts({ run, system = false, settings, subscribe, maxPoints 
     }
     const ac = new AbortController();
     setLoading(true);
-    get<MetricsAnswer>(`/api/runs/${seg(run.id)}/metrics`, { keys: keyList, max_points: maxPoints, system: system ? "true" : undefined }, ac.signal)
+    get<RunMetrics>(`/api/runs/${seg(run.id)}/metrics`, { keys: keyList, max_points: maxPoints, system: system ? "true" : undefined }, ac.signal)
       .then((a) => {
         const m: SeriesMap = {};
         for (const s of a.series) m[s.key] = bucketsToXY(s.buckets);
@@ -228,7 +212,7 @@ export function RunCharts({ run, system = false, settings, subscribe, maxPoints 
 }
 
 /** One key's chart, with a sharper re-fetch of a zoomed range. */
-function MetricChart({ run, metricKey, xy, summary, system, settings }: { run: RunInfo; metricKey: string; xy: XY; summary?: MetricSummary; system: boolean; settings: ChartSettings }) {
+function MetricChart({ run, metricKey, xy, summary, system, settings }: { run: Run; metricKey: string; xy: XY; summary?: Summary; system: boolean; settings: ChartSettings }) {
   const toTime = useMemo(() => (system ? (s: number) => s / 1000 : stepToTime(run, summary)), [system, run, summary]);
   const xMode = system ? "time" : settings.xMode;
   const x = useMemo(() => (xMode === "time" ? xy.x.map(toTime) : xy.x), [xy, xMode, toTime]);

@@ -12,48 +12,7 @@ import { fmtDuration, fmtNum, fmtParam, fmtTime } from "../lib/format";
 import { useQueryParam, useStream } from "../lib/hooks";
 import { ErrorNote, SortHeader, StatusBadge } from "./ui";
 import { FilterBar, combinedFilter, isQueryError, useSetQueryParams } from "./FilterBar";
-
-/** A metric summary (dashboard/store/model.go Summary). */
-export interface MetricSummary {
-  last: number | string;
-  last_step: number;
-  last_time?: string;
-  min: number | string;
-  min_step?: number;
-  max: number | string;
-  max_step?: number;
-  count: number;
-}
-
-/** A run as the API sends it (dashboard/store/model.go Run). */
-export interface RunInfo {
-  id: string;
-  experiment_id: string;
-  experiment: string;
-  name: string;
-  status: string;
-  created: string;
-  updated: string;
-  started?: string;
-  ended?: string;
-  error?: string;
-  traceback?: string;
-  exit_code?: number;
-  progress?: { step: number; total_steps: number; epoch: number; total_epochs: number; time?: string };
-  source?: { recipe?: string; command?: string; args?: string[]; git_commit?: string; host?: string; pid?: number };
-  parent_run_id?: string;
-  parent_checkpoint?: string;
-  params?: Record<string, unknown>;
-  tags?: Record<string, string>;
-  metrics?: Record<string, MetricSummary>;
-  system?: Record<string, MetricSummary>;
-}
-
-/** One page of runs. */
-export interface RunPageInfo {
-  runs: RunInfo[];
-  next?: string;
-}
+import type { Run, RunPage, RunStatus } from "../api/types";
 
 /** A field name of the query language: prefix.KEY, the key quoted when it needs it. */
 export function fieldFor(prefix: string, key: string): string {
@@ -74,7 +33,7 @@ function keyOf(col: string): string {
 }
 
 /** Seconds a run ran (until now while it runs). */
-export function runDuration(r: RunInfo, now = Date.now()): number | null {
+export function runDuration(r: Run, now = Date.now()): number | null {
   if (!r.started) return null;
   const end = r.ended ? Date.parse(r.ended) : r.status === "running" ? now : Date.parse(r.updated);
   return (end - Date.parse(r.started)) / 1000;
@@ -105,7 +64,7 @@ const FIXED: { id: string; label: string; sort?: string; width: number; num?: bo
 /** Everything loaded so far for one query. */
 interface Pages {
   key: string;
-  runs: RunInfo[];
+  runs: Run[];
   next: string | undefined;
   pages: number;
   loading: boolean;
@@ -128,7 +87,7 @@ function useRunPages(base: string, filter: string, sort: string, desc: boolean) 
       const ac = new AbortController();
       inflight.current = ac;
       setState((s) => (fresh ? { key, runs: [], next: undefined, pages: 0, loading: true, error: undefined, done: false } : { ...s, loading: true }));
-      get<RunPageInfo>(base, { filter, sort, desc: desc ? "true" : undefined, limit: cursor ? PAGE : FIRST_PAGE, cursor }, ac.signal)
+      get<RunPage>(base, { filter, sort, desc: desc ? "true" : undefined, limit: cursor ? PAGE : FIRST_PAGE, cursor }, ac.signal)
         .then((p) => {
           if (ac.signal.aborted) return;
           setState((s) => ({
@@ -169,7 +128,7 @@ function useRunPages(base: string, filter: string, sort: string, desc: boolean) 
   }, [fetchPage]);
 
   const reload = useCallback(() => setReloadTick((t) => t + 1), []);
-  return { ...state, more, reload, setRuns: (f: (r: RunInfo[]) => RunInfo[]) => setState((s) => ({ ...s, runs: f(s.runs) })) };
+  return { ...state, more, reload, setRuns: (f: (r: Run[]) => Run[]) => setState((s) => ({ ...s, runs: f(s.runs) })) };
 }
 
 /** Props of RunsTable. */
@@ -241,7 +200,7 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
   const { setRuns } = pages;
   useStream(live, (e) => {
     if (e.type !== "status") return;
-    const status = String(e.data.status ?? "");
+    const status = String(e.data.status ?? "") as RunStatus;
     if (status) setRuns((rs) => rs.map((r) => (r.id === e.run_id ? { ...r, status, ended: status === "running" || status === "queued" ? r.ended : r.ended ?? e.time } : r)));
   });
 
@@ -365,7 +324,7 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
 }
 
 /** One run. */
-function RunRow({ run: r, index, columns, selected, onToggle, showExperiment }: { run: RunInfo; index: number; columns: string[]; selected: boolean; onToggle: (id: string) => void; showExperiment: boolean }) {
+function RunRow({ run: r, index, columns, selected, onToggle, showExperiment }: { run: Run; index: number; columns: string[]; selected: boolean; onToggle: (id: string) => void; showExperiment: boolean }) {
   return (
     <tr className={selected ? "selected" : undefined} aria-rowindex={index + 2} data-index={index}>
       <td>

@@ -2,13 +2,14 @@
 // of samples.
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { cleanup, render, screen } from "@testing-library/react";
-import { SystemCharts, appendSample, type SystemStatusInfo } from "./SystemCharts";
+import { SystemCharts, appendSample } from "./SystemCharts";
+import type { SystemStatus } from "../api/types";
 
 // uPlot needs a canvas; jsdom has none, so the chart is replaced.
 vi.mock("./Chart", () => ({ Chart: ({ testId }: { testId?: string }) => <div data-testid={testId} /> }));
 
 const GIB = 1024 ** 3;
-function status(time: string, gpus = true): SystemStatusInfo {
+function status(time: string, gpus = true): SystemStatus {
   return {
     time,
     cpu: { cores: 8, percent: 42.4, per_core: [] },
@@ -18,8 +19,11 @@ function status(time: string, gpus = true): SystemStatusInfo {
       { name: "experiments", path: "/data/exp", free_bytes: 100 * GIB, total_bytes: 200 * GIB },
       { name: "checkpoints", path: "/data/ckpt", free_bytes: 50 * GIB, total_bytes: 200 * GIB },
     ],
-    gpus: gpus ? [{ index: 0, name: "H100", utilization_percent: 87, memory_used_bytes: 10 * GIB, memory_total_bytes: 80 * GIB }] : [],
-    process: { version: "1.2.3", uptime_seconds: 3725, rss_bytes: 50 * 1024 * 1024 },
+    gpus: gpus ? [{ index: 0, name: "H100", utilization_percent: 87, memory_used_bytes: 10 * GIB, memory_total_bytes: 80 * GIB, temperature_celsius: 61 }] : [],
+    errors: null,
+    process: { version: "1.2.3", pid: 4242, started: "2026-01-01T00:00:00Z", uptime_seconds: 3725, rss_bytes: 50 * 1024 * 1024, goroutines: 12 },
+    jobs: { running: 1, queued: 0 },
+    deployments: null,
   };
 }
 

@@ -7,32 +7,19 @@ import { fmtBytes, fmtDuration, fmtNum } from "../lib/format";
 import { useApi } from "../lib/hooks";
 import { Chart } from "./Chart";
 import { ErrorNote } from "./ui";
-
-/** GET /api/system/status (docs/tracking.md "System status"). */
-export interface SystemStatusInfo {
-  time: string;
-  cpu: { cores: number; percent: number; per_core?: number[] };
-  load?: { load1: number; load5: number; load15: number } | null;
-  memory: { total_bytes: number; used_bytes: number; available_bytes: number };
-  disks?: { name: string; path: string; free_bytes: number; total_bytes: number; error?: string }[] | null;
-  gpus?: { index: number; name: string; utilization_percent: number; memory_used_bytes: number; memory_total_bytes: number; temperature_celsius?: number }[] | null;
-  process?: { version?: string; pid?: number; started?: string; uptime_seconds?: number; rss_bytes?: number; goroutines?: number };
-  jobs?: Record<string, number> | null;
-  deployments?: Record<string, number> | null;
-  errors?: string[] | null;
-}
+import type { SystemStatus } from "../api/types";
 
 /** One kept sample: time in Unix seconds and the status. */
 export interface Sample {
   t: number;
-  s: SystemStatusInfo;
+  s: SystemStatus;
 }
 
 /** How long samples are kept (seconds). */
 export const WINDOW_S = 300;
 
 /** Adds a sample (skipping one with the same time) and drops those older than the window. */
-export function appendSample(list: Sample[], s: SystemStatusInfo, windowS = WINDOW_S): Sample[] {
+export function appendSample(list: Sample[], s: SystemStatus, windowS = WINDOW_S): Sample[] {
   const parsed = Date.parse(s.time);
   const t = (Number.isNaN(parsed) ? Date.now() : parsed) / 1000;
   if (list.length > 0 && list[list.length - 1].t >= t) return list;
@@ -62,10 +49,10 @@ function Mini({ title, figure, sub, hint, x, series, testId, yRange }: { title: 
 
 /** The system panel: figures and charts of the last five minutes. */
 export function SystemCharts({ pollMs = 2000 }: { pollMs?: number }) {
-  const status = useApi((sig) => get<SystemStatusInfo>("/api/system/status", undefined, sig), [], pollMs);
+  const status = useApi((sig) => get<SystemStatus>("/api/system/status", undefined, sig), [], pollMs);
   const [samples, setSamples] = useState<Sample[]>([]);
   useEffect(() => {
-    if (status.data) setSamples((l) => appendSample(l, status.data as SystemStatusInfo));
+    if (status.data) setSamples((l) => appendSample(l, status.data as SystemStatus));
   }, [status.data]);
 
   const last = samples[samples.length - 1]?.s ?? status.data;

@@ -4,7 +4,7 @@
 import { useEffect, useMemo, useState } from "react";
 import { get, request, seg, withQuery } from "../api/client";
 import { useApi } from "../lib/hooks";
-import type { TensorSpec } from "./ExportDialog";
+import type { Prediction, ServedModel, TensorSpec } from "../api/types";
 import { ErrorNote } from "./ui";
 
 /** One class of a prediction. */
@@ -12,14 +12,6 @@ export interface TopClass {
   label: string;
   index: number;
   score: number;
-}
-
-/** The answer of /predict (docs/serving.md). */
-export interface PredictAnswer {
-  predictions?: unknown[];
-  labels?: string[];
-  outputs?: Record<string, unknown>;
-  model?: { name?: string; version?: string };
 }
 
 /** Zeros nested to `shape` (dynamic dims, written -1 or 0, become 1). */
@@ -61,7 +53,7 @@ export function softmax(v: number[]): number[] {
 
 /** The top k classes of the first row of an answer (image top_k, or softmax of row scores). */
 export function topClasses(answer: unknown, labels: string[] | undefined, k = 5): TopClass[] {
-  const preds = (answer as PredictAnswer | undefined)?.predictions;
+  const preds = (answer as Prediction | undefined)?.predictions;
   if (!Array.isArray(preds) || preds.length === 0) return [];
   const first = preds[0] as unknown;
   if (first && typeof first === "object" && !Array.isArray(first) && Array.isArray((first as { top_k?: unknown }).top_k)) {
@@ -99,12 +91,6 @@ export function TopClassBars({ classes }: { classes: TopClass[] }) {
       ))}
     </ol>
   );
-}
-
-/** The deployed server's GET /model, as far as the panel uses it. */
-interface ServedModel {
-  labels?: string[] | null;
-  metadata?: { preprocessing?: { image?: unknown } | null } | null;
 }
 
 /** Image query parameters from an NCHW input shape, for a file without a preprocessing recipe. */
@@ -179,7 +165,7 @@ export function TryIt({ deploymentId, inputs, labels: givenLabels }: { deploymen
   };
 
   const classes = topClasses(answer, labels);
-  const firstLabels = (answer as PredictAnswer | undefined)?.labels;
+  const firstLabels = (answer as Prediction | undefined)?.labels;
 
   return (
     <div className="tryit">

@@ -12,23 +12,12 @@ import { Chart } from "../components/Chart";
 import { ChartControls, useChartSettings } from "../components/RunCharts";
 import { DataTable, numCol } from "../components/DataTable";
 import { ParamsPlot } from "../components/ParamsPlot";
-import type { MetricSummary, RunInfo } from "../components/RunsTable";
+import type { Comparison, RunPage } from "../api/types";
 import { quote } from "../components/FilterBar";
 import { Card, Empty, ErrorNote, Options, StatusBadge } from "../components/ui";
 import { fmtNum, fmtParam } from "../lib/format";
 import { colorFor } from "../lib/series";
 import { useApi, useQueryParam } from "../lib/hooks";
-
-/** The answer of GET /api/compare (dashboard/api/compare.go). */
-export interface Comparison {
-  runs: { id: string; name: string; experiment: string; status: string; started?: string | null; ended?: string | null }[];
-  align: "step" | "time";
-  keys: string[] | null;
-  metrics: Record<string, { x: number[]; values: Record<string, (number | string | null)[]> }>;
-  params: Record<string, { values: Record<string, unknown>; differs: boolean }> | null;
-  /** Per run ID, per metric key. */
-  summaries: Record<string, Record<string, MetricSummary>> | null;
-}
 
 const list = (s: string) => (s ? s.split(",").filter(Boolean) : []);
 const MAX_RUNS = 20;
@@ -105,7 +94,7 @@ function RunPicker({ exclude, onAdd, disabled }: { exclude: string[]; onAdd: (id
     return () => clearTimeout(t);
   }, [text]);
   const found = useApi(
-    (signal) => (q ? get<{ runs: RunInfo[] }>("/api/runs", { filter: `name ~ ${quote(q)}`, sort: "created", desc: "true", limit: 8 }, signal) : Promise.resolve({ runs: [] })),
+    (signal) => (q ? get<RunPage>("/api/runs", { filter: `name ~ ${quote(q)}`, sort: "created", desc: "true", limit: 8 }, signal) : Promise.resolve({ runs: [] })),
     [q],
   );
   const options = (found.data?.runs ?? []).filter((r) => !exclude.includes(r.id));

@@ -7,12 +7,12 @@ import { ConfirmDialog, ErrorNote, StatusCounts, Tags } from "../components/ui";
 import { RunsTable } from "../components/RunsTable";
 import { fmtAgo, fmtTime } from "../lib/format";
 import { useAction, useApi } from "../lib/hooks";
-import type { ExperimentInfo } from "./Experiments";
+import type { Body, ExperimentDetail } from "../api/types";
 
 /** The experiment page. */
 export function ExperimentPage() {
   const { id = "" } = useParams();
-  const exp = useApi((signal) => get<ExperimentInfo>(`/api/experiments/${seg(id)}`, undefined, signal), [id], 10_000);
+  const exp = useApi((signal) => get<ExperimentDetail>(`/api/experiments/${seg(id)}`, undefined, signal), [id], 10_000);
   const [editing, setEditing] = useState(false);
   const [deleting, setDeleting] = useState(false);
   const e = exp.data;
@@ -62,7 +62,7 @@ export function ExperimentPage() {
 }
 
 /** Rename the experiment and edit its description. */
-function EditDialog({ open, exp, onClose, onSaved }: { open: boolean; exp: ExperimentInfo; onClose: () => void; onSaved: () => void }) {
+function EditDialog({ open, exp, onClose, onSaved }: { open: boolean; exp: ExperimentDetail; onClose: () => void; onSaved: () => void }) {
   const [name, setName] = useState(exp.name);
   const [description, setDescription] = useState(exp.description);
   const save = useAction();
@@ -77,7 +77,7 @@ function EditDialog({ open, exp, onClose, onSaved }: { open: boolean; exp: Exper
       onClose={onClose}
       onConfirm={() =>
         void save.run(async () => {
-          await patch(`/api/experiments/${seg(exp.id)}`, { name, description });
+          await patch(`/api/experiments/${seg(exp.id)}`, { name, description } satisfies Body<"/api/experiments/{id}", "patch">);
           onSaved();
           onClose();
         })
@@ -95,7 +95,7 @@ function EditDialog({ open, exp, onClose, onSaved }: { open: boolean; exp: Exper
 }
 
 /** Deletes the experiment and all its runs, after typing its name. */
-function DeleteDialog({ open, exp, onClose }: { open: boolean; exp: ExperimentInfo; onClose: () => void }) {
+function DeleteDialog({ open, exp, onClose }: { open: boolean; exp: ExperimentDetail; onClose: () => void }) {
   const [typed, setTyped] = useState("");
   const remove = useAction();
   const navigate = useNavigate();

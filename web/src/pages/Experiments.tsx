@@ -9,25 +9,7 @@ import { FilterBar, combinedFilter, isQueryError, useSetQueryParams } from "../c
 import { RunsTable } from "../components/RunsTable";
 import { fmtAgo, fmtTime } from "../lib/format";
 import { useApi, useNow, useQueryParam } from "../lib/hooks";
-
-/** An experiment as listed (dashboard/store/model.go Experiment, ExperimentDetail). */
-export interface ExperimentInfo {
-  id: string;
-  name: string;
-  description: string;
-  tags: Record<string, string> | null;
-  created: string;
-  updated: string;
-  archived: boolean;
-  runs?: number;
-  run_counts?: Record<string, number>;
-}
-
-/** One page of experiments. */
-interface ExperimentList {
-  experiments: ExperimentInfo[];
-  next?: string;
-}
+import type { ExperimentDetail, ExperimentPage } from "../api/types";
 
 const PAGE = 50;
 
@@ -66,13 +48,13 @@ function ExperimentsTable() {
   // The first page polls every 10 s (new experiments, new activity); pages
   // after it ("Load more") are kept until the query changes.
   const first = useApi(
-    (signal) => get<ExperimentList>("/api/experiments", { filter: f, sort, desc: desc ? "true" : undefined, limit: PAGE }, signal),
+    (signal) => get<ExperimentPage>("/api/experiments", { filter: f, sort, desc: desc ? "true" : undefined, limit: PAGE }, signal),
     [f, sort, desc],
     10_000,
   );
-  const [extra, setExtra] = useState<{ key: string; rows: ExperimentInfo[]; next?: string; error?: ApiError }>({ key: "", rows: [] });
+  const [extra, setExtra] = useState<{ key: string; rows: ExperimentDetail[]; next?: string; error?: ApiError }>({ key: "", rows: [] });
   const key = `${f}|${sort}|${desc}`;
-  const more = extra.key === key ? extra : { key, rows: [] as ExperimentInfo[], next: undefined, error: undefined };
+  const more = extra.key === key ? extra : { key, rows: [] as ExperimentDetail[], next: undefined, error: undefined };
   const rows = useMemo(() => {
     const head = first.data?.experiments ?? [];
     const seen = new Set(head.map((e) => e.id));
@@ -81,7 +63,7 @@ function ExperimentsTable() {
   const next = more.rows.length > 0 ? more.next : first.data?.next || undefined;
   const loadMore = () => {
     if (!next) return;
-    get<ExperimentList>("/api/experiments", { filter: f, sort, desc: desc ? "true" : undefined, limit: PAGE, cursor: next })
+    get<ExperimentPage>("/api/experiments", { filter: f, sort, desc: desc ? "true" : undefined, limit: PAGE, cursor: next })
       .then((p) => setExtra({ key, rows: more.rows.concat(p.experiments), next: p.next || undefined }))
       .catch((e: unknown) => setExtra({ ...more, key, error: e instanceof ApiError ? e : new ApiError(0, "error", String(e)) }));
   };
@@ -138,8 +120,8 @@ function ExperimentsTable() {
 }
 
 /** One experiment with its run counts (the listing carries them; loaded on demand otherwise). */
-function ExperimentRow({ exp, now }: { exp: ExperimentInfo; now: number }) {
-  const detail = useApi((signal) => (exp.run_counts ? Promise.resolve(exp) : get<ExperimentInfo>(`/api/experiments/${seg(exp.id)}`, undefined, signal)), [exp.id, exp.updated]);
+function ExperimentRow({ exp, now }: { exp: ExperimentDetail; now: number }) {
+  const detail = useApi((signal) => (exp.run_counts ? Promise.resolve(exp) : get<ExperimentDetail>(`/api/experiments/${seg(exp.id)}`, undefined, signal)), [exp.id, exp.updated]);
   const d = detail.data;
   return (
     <tr>

@@ -4,53 +4,18 @@
 import { useCallback, useState } from "react";
 import { Link } from "react-router-dom";
 import { get, seg } from "../api/client";
-import type { StreamEvent } from "../api/stream";
+import { num, type StreamEvent } from "../api/stream";
 import { ActivityFeed } from "../components/ActivityFeed";
-import { DeploymentLink, deploymentStatus, type DeploymentInfo } from "../components/DeployDialog";
+import { DeploymentLink, deploymentStatus } from "../components/DeployDialog";
 import { DataTable, numCol } from "../components/DataTable";
 import { SystemCharts } from "../components/SystemCharts";
 import { Card, Empty, ErrorNote, ProgressBar, RUN_STATUSES, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtNum, fmtTime } from "../lib/format";
 import { useApi, useNow, useStream } from "../lib/hooks";
+import type { DeploymentList, ExperimentDetail, ExperimentPage, Job, JobList, Run, RunPage } from "../api/types";
 
 /** How many experiments the home page shows. */
 const SHOWN = 10;
-
-interface ExperimentLite {
-  id: string;
-  name: string;
-  description?: string;
-  updated?: string;
-  created?: string;
-}
-interface ExperimentDetailLite extends ExperimentLite {
-  run_counts?: Record<string, number>;
-  runs?: number;
-}
-interface SummaryLite {
-  last: number;
-  min: number;
-  max: number;
-  count?: number;
-}
-interface RunLite {
-  id: string;
-  name?: string;
-  status?: string;
-  updated?: string;
-  metrics?: Record<string, SummaryLite>;
-  progress?: { step: number; total_steps: number; epoch: number; total_epochs: number };
-  started?: string;
-}
-interface JobLite {
-  run_id: string;
-  recipe: string;
-  experiment: string;
-  state: string;
-  queued?: string;
-  started?: string;
-  ended?: string;
-}
 
 /** True for metrics where lower is better (loss, error, mse...). */
 export function lowerIsBetter(key: string): boolean {
@@ -58,7 +23,7 @@ export function lowerIsBetter(key: string): boolean {
 }
 
 /** The metric most runs report (ties: validation and accuracy-like first). */
-export function commonMetric(runs: RunLite[]): string | undefined {
+export function commonMetric(runs: Run[]): string | undefined {
   const count = new Map<string, number>();
   for (const r of runs) for (const k of Object.keys(r.metrics ?? {})) count.set(k, (count.get(k) ?? 0) + 1);
   const score = (k: string) => (count.get(k) ?? 0) * 10 + (/^val|valid|test/i.test(k) ? 2 : 0) + (/acc|f1|r2|auc/i.test(k) ? 1 : 0);
@@ -66,17 +31,17 @@ export function commonMetric(runs: RunLite[]): string | undefined {
 }
 
 interface Glance {
-  detail: ExperimentDetailLite;
+  detail: ExperimentDetail;
   metric?: string;
-  best?: { run: RunLite; value: number };
+  best?: { run: Run; value: number };
   lastActivity?: string;
 }
 
 /** Loads one experiment's counts, recent runs and best run (3 requests). */
 async function loadGlance(id: string, signal: AbortSignal): Promise<Glance> {
   const [detail, recent] = await Promise.all([
-    get<ExperimentDetailLite>(`/api/experiments/${seg(id)}`, undefined, signal),
-    get<{ runs: RunLite[] }>(`/api/experiments/${seg(id)}/runs`, { limit: 20, sort: "updated", desc: true }, signal),
+    get<ExperimentDetail>(`/api/experiments/${seg(id)}`, undefined, signal),
+    get<RunPage>(`/api/experiments/${seg(id)}/runs`, { limit: 20, sort: "updated", desc: true }, signal),
   ]);
   const runs = recent.runs ?? [];
   const metric = commonMetric(runs);
@@ -84,16 +49,16 @@ async function loadGlance(id: string, signal: AbortSignal): Promise<Glance> {
   if (metric) {
     const low = lowerIsBetter(metric);
     const stat = low ? "min" : "max";
-    const best = await get<{ runs: RunLite[] }>(`/api/experiments/${seg(id)}/runs`, { limit: 1, sort: `metrics.${metric}.${stat}`, desc: !low, filter: `metrics.${metric}.count > 0` }, signal).catch(() => ({ runs: [] as RunLite[] }));
+    const best = await get<RunPage>(`/api/experiments/${seg(id)}/runs`, { limit: 1, sort: `metrics.${metric}.${stat}`, desc: !low, filter: `metrics.${metric}.count > 0` }, signal).catch(() => ({ runs: [] as Run[] }));
     const r = best.runs?.[0];
     const s = r?.metrics?.[metric];
-    if (r && s) g.best = { run: r, value: low ? s.min : s.max };
+    if (r && s) g.best = { run: r, value: num(low ? s.min : s.max) };
   }
   return g;
 }
 
 /** One experiment's row in the glance table. */
-function ExperimentRow({ exp, bump, now }: { exp: ExperimentLite; bump: number; now: number }) {
+function ExperimentRow({ exp, bump, now }: { exp: ExperimentDetail; bump: number; now: number }) {
   const g = useApi((s) => loadGlance(exp.id, s), [exp.id, bump], 30000);
   const counts = g.data?.detail.run_counts ?? {};
   return (
@@ -141,7 +106,7 @@ function ExperimentRow({ exp, bump, now }: { exp: ExperimentLite; bump: number; 
 
 /** Experiments at a glance (at most SHOWN, most recently updated first). */
 function ExperimentsGlance({ bump }: { bump: number }) {
-  const exps = useApi((s) => get<{ experiments: ExperimentLite[]; next?: string }>("/api/experiments", { limit: SHOWN, sort: "updated", desc: true }, s), [bump], 30000);
+  const exps = useApi((s) => get<ExperimentPage>("/api/experiments", { limit: SHOWN, sort: "updated", desc: true }, s), [bump], 30000);
   const now = useNow(10000);
   const list = exps.data?.experiments ?? [];
   return (
@@ -168,8 +133,8 @@ function ExperimentsGlance({ bump }: { bump: number }) {
 }
 
 /** One active training job with its run's progress. */
-function JobRow({ job }: { job: JobLite }) {
-  const run = useApi((s) => get<RunLite>(`/api/runs/${seg(job.run_id)}`, undefined, s), [job.run_id], 3000);
+function JobRow({ job }: { job: Job }) {
+  const run = useApi((s) => get<Run>(`/api/runs/${seg(job.run_id)}`, undefined, s), [job.run_id], 3000);
   const p = run.data?.progress;
   const byStep = p && p.total_steps > 0;
   return (
@@ -191,8 +156,8 @@ function JobRow({ job }: { job: JobLite }) {
 
 /** Training jobs that are queued or running. */
 function RunningJobs({ bump }: { bump: number }) {
-  const jobs = useApi((s) => get<{ jobs: JobLite[] }>("/api/training", undefined, s), [bump], 5000);
-  const active = (jobs.data?.jobs ?? []).filter((j) => j.state === "running" || j.state === "queued" || j.state === "starting");
+  const jobs = useApi((s) => get<JobList>("/api/training", undefined, s), [bump], 5000);
+  const active = (jobs.data?.jobs ?? []).filter((j) => j.state === "running" || j.state === "queued");
   return (
     <Card title="Running jobs" actions={<Link to="/training">Start training →</Link>}>
       <ErrorNote error={jobs.error} />
@@ -211,7 +176,7 @@ function RunningJobs({ bump }: { bump: number }) {
 
 /** Managed deployments with state, URL and request rate. */
 function DeploymentsGlance() {
-  const deps = useApi((s) => get<{ deployments: DeploymentInfo[] }>("/api/deployments", undefined, s), [], 5000);
+  const deps = useApi((s) => get<DeploymentList>("/api/deployments", undefined, s), [], 5000);
   const list = deps.data?.deployments ?? [];
   return (
     <Card title="Deployments" actions={<Link to="/models">Models →</Link>}>

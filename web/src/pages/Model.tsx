@@ -5,23 +5,24 @@ import { Fragment, useEffect, useState, type ReactNode } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
 import { del, get, patch, seg } from "../api/client";
 import { DataTable, numCol } from "../components/DataTable";
-import { DeployDialog, DeploymentLink, VersionOptions, deploymentStatus, type DeploymentInfo } from "../components/DeployDialog";
-import { ExportDialog, ParityView, type ModelInfo, type VersionInfo } from "../components/ExportDialog";
+import { DeployDialog, DeploymentLink, VersionOptions, deploymentStatus } from "../components/DeployDialog";
+import { ExportDialog, ParityView } from "../components/ExportDialog";
 import { TryIt } from "../components/TryIt";
 import { Card, ConfirmDialog, Empty, ErrorNote, KeyValues, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtBytes, fmtNum, fmtTime } from "../lib/format";
+import type { Body, Deployment, DeploymentList, Model, ModelVersion } from "../api/types";
 import { useAction, useApi, useQueryParam } from "../lib/hooks";
 import { AliasBadges, LabelsSummary, SpecList } from "./Models";
 
 /** Edits the model's aliases: change or remove one, add a new one. */
-function AliasEditor({ model, onSaved }: { model: ModelInfo; onSaved: () => void }) {
+function AliasEditor({ model, onSaved }: { model: Model; onSaved: () => void }) {
   const [alias, setAlias] = useState("production");
   const versions = [...model.versions].map((v) => v.version).sort((a, b) => b - a);
   const [version, setVersion] = useState(String(versions[0] ?? ""));
   const saving = useAction();
   const save = (aliases: Record<string, number>) =>
     saving.run(async () => {
-      await patch(`/api/models/${seg(model.name)}`, { aliases });
+      await patch(`/api/models/${seg(model.name)}`, { aliases } satisfies Body<"/api/models/{name}", "patch">);
       onSaved();
     });
   const entries = Object.entries(model.aliases ?? {}).sort(([a], [b]) => a.localeCompare(b));
@@ -72,7 +73,7 @@ function AliasEditor({ model, onSaved }: { model: ModelInfo; onSaved: () => void
 }
 
 /** The model's deployments with health, URL, rate and Undeploy. */
-function Deployments({ deps, onUndeploy }: { deps: DeploymentInfo[]; onUndeploy: (d: DeploymentInfo) => void }) {
+function Deployments({ deps, onUndeploy }: { deps: Deployment[]; onUndeploy: (d: Deployment) => void }) {
   if (deps.length === 0) return <Empty>Not deployed. Deploy a version to serve it with fw serve and try it here.</Empty>;
   return (
     <DataTable scroll="table-wrap" columns={["Deployment", "Version", "Health", "URL", numCol("Requests/s"), "Started", ""]}>
@@ -104,7 +105,7 @@ function Deployments({ deps, onUndeploy }: { deps: DeploymentInfo[]; onUndeploy:
 }
 
 /** The version list with metrics, parity, aliases and per-version actions. */
-function Versions({ model, onDeploy, onDelete }: { model: ModelInfo; onDeploy: (v: number) => void; onDelete: (v: VersionInfo) => void }) {
+function Versions({ model, onDeploy, onDelete }: { model: Model; onDeploy: (v: number) => void; onDelete: (v: ModelVersion) => void }) {
   const [open, setOpen] = useQueryParam("version", "");
   const versions = [...model.versions].sort((a, b) => b.version - a.version);
   return (
@@ -207,13 +208,13 @@ function Versions({ model, onDeploy, onDelete }: { model: ModelInfo; onDeploy: (
 export function ModelPage() {
   const { name = "" } = useParams();
   const nav = useNavigate();
-  const model = useApi((s) => get<ModelInfo>(`/api/models/${seg(name)}`, undefined, s), [name], 15000);
-  const deps = useApi((s) => get<{ deployments: DeploymentInfo[] }>("/api/deployments", undefined, s), [], 2000);
+  const model = useApi((s) => get<Model>(`/api/models/${seg(name)}`, undefined, s), [name], 15000);
+  const deps = useApi((s) => get<DeploymentList>("/api/deployments", undefined, s), [], 2000);
   const [deployOpen, setDeployOpen] = useState(false);
   const [deployVersion, setDeployVersion] = useState<number>();
   const [exportOpen, setExportOpen] = useState(false);
-  const [undeploy, setUndeploy] = useState<DeploymentInfo>();
-  const [deleting, setDeleting] = useState<VersionInfo>();
+  const [undeploy, setUndeploy] = useState<Deployment>();
+  const [deleting, setDeleting] = useState<ModelVersion>();
   const [deletingModel, setDeletingModel] = useState(false);
   const action = useAction();
   const [tryDep, setTryDep] = useQueryParam("try", "");

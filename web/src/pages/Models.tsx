@@ -4,11 +4,12 @@
 import { useState } from "react";
 import { Link, useNavigate } from "react-router-dom";
 import { get, request, seg } from "../api/client";
-import { DeploymentLink, deploymentStatus, type DeploymentInfo } from "../components/DeployDialog";
-import { ExportDialog, type ModelInfo, type TensorSpec, type VersionInfo } from "../components/ExportDialog";
+import { DeploymentLink, deploymentStatus } from "../components/DeployDialog";
+import { ExportDialog } from "../components/ExportDialog";
 import { DataTable, numCol } from "../components/DataTable";
 import { Card, ConfirmDialog, Empty, ErrorNote, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtBytes } from "../lib/format";
+import type { Body, Deployment, DeploymentList, Model, ModelList, ModelVersion, TensorSpec } from "../api/types";
 import { useAction, useApi } from "../lib/hooks";
 
 /** "name dtype [shape]" for a tensor, batch dim shown as N. */
@@ -18,8 +19,8 @@ export function fmtSpec(s: TensorSpec): string {
 }
 
 /** The newest version of a model. */
-export function latestVersion(m: ModelInfo): VersionInfo | undefined {
-  return m.versions.reduce<VersionInfo | undefined>((a, v) => (!a || v.version > a.version ? v : a), undefined);
+export function latestVersion(m: Model): ModelVersion | undefined {
+  return m.versions.reduce<ModelVersion | undefined>((a, v) => (!a || v.version > a.version ? v : a), undefined);
 }
 
 /** A model's signature as short lines. */
@@ -46,7 +47,7 @@ export function LabelsSummary({ labels }: { labels: string[] | undefined }) {
 }
 
 /** Alias badges ("production → v2"). */
-export function AliasBadges({ aliases, version }: { aliases: Record<string, number> | undefined; version?: number }) {
+export function AliasBadges({ aliases, version }: { aliases: Model["aliases"] | undefined; version?: number }) {
   const list = Object.entries(aliases ?? {}).filter(([, v]) => version === undefined || v === version);
   if (list.length === 0) return version === undefined ? <span className="muted">–</span> : null;
   return (
@@ -78,7 +79,7 @@ function RegisterDialog({ open, onClose, onDone }: { open: boolean; onClose: () 
         if (file) fd.set("file", file, file.name);
         await request("POST", "/api/models", { body: fd });
       } else {
-        await request("POST", "/api/models", { body: { name: name.trim(), run_id: runId.trim(), checkpoint: ckpt.trim() } });
+        await request("POST", "/api/models", { body: { name: name.trim(), run_id: runId.trim(), checkpoint: ckpt.trim() } satisfies Body<"/api/models", "post"> });
       }
       onDone(name.trim());
       onClose();
@@ -145,7 +146,7 @@ function RegisterDialog({ open, onClose, onDone }: { open: boolean; onClose: () 
 }
 
 /** The deployments of one model, as compact state + URL lines. */
-function DeploymentCell({ deps }: { deps: DeploymentInfo[] }) {
+function DeploymentCell({ deps }: { deps: Deployment[] }) {
   if (deps.length === 0) return <span className="muted">–</span>;
   return (
     <span className="stack tight">
@@ -163,8 +164,8 @@ function DeploymentCell({ deps }: { deps: DeploymentInfo[] }) {
 /** The /models page. */
 export function ModelsPage() {
   const nav = useNavigate();
-  const models = useApi((s) => get<{ models: ModelInfo[] }>("/api/models", undefined, s), [], 10000);
-  const deps = useApi((s) => get<{ deployments: DeploymentInfo[] }>("/api/deployments", undefined, s), [], 5000);
+  const models = useApi((s) => get<ModelList>("/api/models", undefined, s), [], 10000);
+  const deps = useApi((s) => get<DeploymentList>("/api/deployments", undefined, s), [], 5000);
   const [exporting, setExporting] = useState(false);
   const [registering, setRegistering] = useState(false);
   const list = [...(models.data?.models ?? [])].sort((a, b) => a.name.localeCompare(b.name));

@@ -13,7 +13,8 @@ import { ChartControls, RunCharts, useChartSettings, type LiveEvent } from "../c
 import { CheckpointActions } from "../components/CheckpointActions";
 import { LogTail } from "../components/LogTail";
 import { StopButton, etaSeconds, progressFraction, type RunProgress } from "../components/LiveRun";
-import { runDuration, type RunInfo } from "../components/RunsTable";
+import { runDuration } from "../components/RunsTable";
+import type { Run, RunArtifacts } from "../api/types";
 import { fmtBytes, fmtDuration, fmtNum, fmtParam, fmtTime } from "../lib/format";
 import { useApi, useNow, useQueryParam, useStream } from "../lib/hooks";
 
@@ -28,19 +29,12 @@ const TABS = [
 
 const LIVE = new Set(["running", "queued"]);
 
-/** A file a run produced (dashboard/store/model.go Artifact). */
-interface ArtifactInfo {
-  path: string;
-  size: number;
-  time: string;
-}
-
 /** The run page. */
 export function RunPage() {
   const { id = "" } = useParams();
   const [tab, setTab] = useQueryParam("tab", "metrics");
   const [live, setLive] = useState(false);
-  const run = useApi((signal) => get<RunInfo>(`/api/runs/${seg(id)}`, undefined, signal), [id], live ? 5000 : 0);
+  const run = useApi((signal) => get<Run>(`/api/runs/${seg(id)}`, undefined, signal), [id], live ? 5000 : 0);
   const r = run.data;
   const running = !!r && LIVE.has(r.status);
   useEffect(() => setLive(running), [running]);
@@ -125,7 +119,7 @@ export function RunPage() {
 }
 
 /** Name, status, progress with ETA, timing, origin, and the error of a failed run. */
-function RunHeader({ run: r, progress, onChanged }: { run: RunInfo; progress?: RunProgress; onChanged: () => void }) {
+function RunHeader({ run: r, progress, onChanged }: { run: Run; progress?: RunProgress; onChanged: () => void }) {
   const now = useNow(1000);
   const p = { ...r.progress, ...progress };
   const pf = progressFraction(p);
@@ -200,7 +194,7 @@ function RunHeader({ run: r, progress, onChanged }: { run: RunInfo; progress?: R
 }
 
 /** Params, metric summaries and the source of the run. */
-function Overview({ run: r }: { run: RunInfo }) {
+function Overview({ run: r }: { run: Run }) {
   const params = useMemo(() => Object.entries(r.params ?? {}).sort(([a], [b]) => a.localeCompare(b)), [r.params]);
   const metrics = useMemo(() => Object.entries(r.metrics ?? {}).sort(([a], [b]) => a.localeCompare(b)), [r.metrics]);
   const src = r.source ?? {};
@@ -260,8 +254,8 @@ function Overview({ run: r }: { run: RunInfo }) {
 }
 
 /** The files the run logged. */
-function Artifacts({ run }: { run: RunInfo }) {
-  const a = useApi((signal) => get<{ artifacts: ArtifactInfo[] }>(`/api/runs/${seg(run.id)}/artifacts`, undefined, signal), [run.id, run.updated]);
+function Artifacts({ run }: { run: Run }) {
+  const a = useApi((signal) => get<RunArtifacts>(`/api/runs/${seg(run.id)}/artifacts`, undefined, signal), [run.id, run.updated]);
   const list = a.data?.artifacts ?? [];
   return (
     <Card title="Artifacts">

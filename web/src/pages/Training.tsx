@@ -4,29 +4,13 @@
 import { useEffect, useMemo, useState, type FormEvent } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
 import { get, post, seg } from "../api/client";
-import type { Run } from "../api/types";
+import type { ExperimentPage, Job, JobList, Run, RecipeList, StartTraining, TrainingStarted } from "../api/types";
 import { DataTable, numCol } from "../components/DataTable";
-import { LiveRun, StopButton, progressFraction, type JobInfo, type RunProgress } from "../components/LiveRun";
-import { ParamsForm, paramDefaults, validateParams, type Param } from "../components/ParamsForm";
+import { LiveRun, StopButton, progressFraction } from "../components/LiveRun";
+import { ParamsForm, paramDefaults, validateParams } from "../components/ParamsForm";
 import { Card, Empty, ErrorNote, Options, ProgressBar, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtParam } from "../lib/format";
 import { useAction, useApi, useNow, useQueryParam } from "../lib/hooks";
-
-/** A registered training recipe (GET /api/training/recipes). */
-export interface Recipe {
-  name: string;
-  description: string;
-  module?: string;
-  builtin?: boolean;
-  params: Param[];
-}
-
-/** The answer of POST /api/training/start. */
-interface StartAnswer {
-  id: string;
-  status: string;
-  job?: JobInfo;
-}
 
 /** The training page: the start form and jobs, or one run's live monitor. */
 export function TrainingPage() {
@@ -44,8 +28,8 @@ export function TrainingPage() {
 /** The form that starts a recipe: recipe, experiment, run name and the recipe's parameters. */
 export function StartForm() {
   const navigate = useNavigate();
-  const recipes = useApi((s) => get<{ recipes: Recipe[] }>("/api/training/recipes", undefined, s), []);
-  const experiments = useApi((s) => get<{ experiments: { id: string; name: string }[] }>("/api/experiments", { limit: 500, sort: "name" }, s).catch(() => ({ experiments: [] })), []);
+  const recipes = useApi((s) => get<RecipeList>("/api/training/recipes", undefined, s), []);
+  const experiments = useApi((s) => get<ExperimentPage>("/api/experiments", { limit: 500, sort: "name" }, s).catch(() => ({ experiments: [] })), []);
   const [recipeName, setRecipeName] = useQueryParam("recipe", "");
   const [experiment, setExperiment] = useState("");
   const [name, setName] = useState("");
@@ -76,9 +60,9 @@ export function StartForm() {
     setTried(true);
     if (!recipe || nErrors > 0 || !experiment.trim()) return;
     await starting.run(async () => {
-      const body: Record<string, unknown> = { recipe: recipe.name, experiment: experiment.trim(), params: values };
+      const body: StartTraining = { recipe: recipe.name, experiment: experiment.trim(), params: values };
       if (name.trim()) body.name = name.trim();
-      const a = await post<StartAnswer>("/api/training/start", body);
+      const a = await post<TrainingStarted>("/api/training/start", body);
       navigate(`/training/${seg(a.id)}`);
     });
   };
@@ -155,13 +139,10 @@ export function StartForm() {
   );
 }
 
-/** A job's run as the row needs it. */
-type RowRun = Run & { progress?: RunProgress };
-
 /** One job's progress and name, from its run (polled while it is active). */
-function JobRow({ job, onChanged }: { job: JobInfo; onChanged: () => void }) {
+function JobRow({ job, onChanged }: { job: Job; onChanged: () => void }) {
   const active = job.state === "running" || job.state === "queued" || job.state === "stopping";
-  const run = useApi((s) => get<RowRun>(`/api/runs/${seg(job.run_id)}`, undefined, s), [job.run_id, job.state], active ? 2000 : 0);
+  const run = useApi((s) => get<Run>(`/api/runs/${seg(job.run_id)}`, undefined, s), [job.run_id, job.state], active ? 2000 : 0);
   const now = useNow(5000);
   const r = run.data;
   const prog = progressFraction(r?.progress);
@@ -195,7 +176,7 @@ function JobRow({ job, onChanged }: { job: JobInfo; onChanged: () => void }) {
 
 /** The jobs this dashboard started, newest first, polled every 2 s. */
 export function JobsList() {
-  const jobs = useApi((s) => get<{ jobs: JobInfo[] }>("/api/training", undefined, s), [], 2000);
+  const jobs = useApi((s) => get<JobList>("/api/training", undefined, s), [], 2000);
   const list = [...(jobs.data?.jobs ?? [])].reverse();
   return (
     <Card title="Jobs" actions={<span className="muted">{list.filter((j) => j.state === "running").length} running</span>}>
