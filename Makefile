@@ -128,8 +128,8 @@ lint: $(WEB_SCHEMA) | venv ## go vet, gofmt, staticcheck, ruff, the web UI's typ
 	@echo "==> ruff"
 	@$(PY) -m ruff check python bench
 	@$(PY) -m ruff format --check python bench
-	@echo "==> tsc (web UI type check)"
-	@cd web && npx --no-install tsc -b --noEmit
+	@echo "==> tsc (web UI type check) and the API types rule (web/scripts/check-api-types.mjs)"
+	@cd web && npx --no-install tsc -b --noEmit && node scripts/check-api-types.mjs
 
 fmt: ## format Go and Python sources
 	@gofmt -w $$(git ls-files '*.go')

@@ -2,33 +2,8 @@
 // filter applied on Enter (or the Apply button), a quick name search applied
 // as the user types (debounced), and the API's parse error shown inline with
 // a caret under the column it names.
-import { useCallback, useEffect, useId, useState } from "react";
-import { useSearchParams } from "react-router-dom";
+import { useEffect, useId, useState } from "react";
 import { ApiError } from "../api/client";
-
-/**
- * Sets several URL parameters in one navigation ("" or null removes one).
- * Two useQueryParam setters called in the same event would each start from
- * the same URL, so the second would undo the first.
- */
-export function useSetQueryParams(): (updates: Record<string, string | null>) => void {
-  const [, setParams] = useSearchParams();
-  return useCallback(
-    (updates) =>
-      setParams(
-        (prev) => {
-          const next = new URLSearchParams(prev);
-          for (const [k, v] of Object.entries(updates)) {
-            if (v === null || v === "") next.delete(k);
-            else next.set(k, v);
-          }
-          return next;
-        },
-        { replace: true },
-      ),
-    [setParams],
-  );
-}
 
 /** Props of FilterBar. */
 export interface FilterBarProps {

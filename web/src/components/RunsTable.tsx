@@ -9,9 +9,9 @@ import { useVirtualizer } from "@tanstack/react-virtual";
 import { ApiError, get, seg } from "../api/client";
 import { num } from "../api/stream";
 import { fmtDuration, fmtNum, fmtParam, fmtTime } from "../lib/format";
-import { useQueryParam, useStream } from "../lib/hooks";
+import { useQueryParam, useStream, useSetQueryParams } from "../lib/hooks";
 import { ErrorNote, SortHeader, StatusBadge } from "./ui";
-import { FilterBar, combinedFilter, isQueryError, useSetQueryParams } from "./FilterBar";
+import { FilterBar, combinedFilter, isQueryError } from "./FilterBar";
 import type { Run, RunPage, RunStatus } from "../api/types";
 
 /** A field name of the query language: prefix.KEY, the key quoted when it needs it. */

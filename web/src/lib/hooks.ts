@@ -1,7 +1,7 @@
 // Hooks shared by the pages: data loading with polling and retry, URL state,
 // the connection state and the live stream.
 import { useCallback, useEffect, useRef, useState, useSyncExternalStore } from "react";
-import { useSearchParams } from "react-router-dom";
+import { useLocation, useSearchParams } from "react-router-dom";
 import { ApiError, connection, type ConnectionState } from "../api/client";
 import { StreamClient, type StreamEvent } from "../api/stream";
 
@@ -103,25 +103,54 @@ export function useConnection(): ConnectionState {
 }
 
 /**
+ * Sets several URL parameters in one navigation ("" or null removes one),
+ * starting from the URL as it is now rather than as it was at the last
+ * render: updates in a row (a click, then a debounced search) never undo
+ * each other.
+ */
+export function useSetQueryParams(): (updates: Record<string, string | null>) => void {
+  const [, setParams] = useSearchParams();
+  const { pathname } = useLocation();
+  return useCallback(
+    (updates: Record<string, string | null>) =>
+      setParams(
+        (prev) => {
+          // The browser's URL is the latest state; under a MemoryRouter (tests)
+          // it is not this page's, so the router's copy is used.
+          const live = window.location.pathname === pathname;
+          const next = new URLSearchParams(live ? window.location.search : prev);
+          for (const [k, v] of Object.entries(updates)) {
+            if (v === null || v === "") next.delete(k);
+            else next.set(k, v);
+          }
+          return next;
+        },
+        { replace: true },
+      ),
+    [setParams, pathname],
+  );
+}
+
+/**
  * One URL search parameter as state, so a view can be shared by its URL.
  * Setting the default value removes the parameter.
  */
 export function useQueryParam(name: string, def = ""): [string, (v: string) => void] {
-  const [params, setParams] = useSearchParams();
-  const value = params.get(name) ?? def;
+  const [params] = useSearchParams();
+  const setMany = useSetQueryParams();
+  const fromURL = params.get(name) ?? def;
+  // The router renders URL changes in a transition, later than the click
+  // that made them: a checkbox or slider bound to the URL alone would snap
+  // back meanwhile. The value is kept here too, set at once, and follows the
+  // URL when it changes by navigation (back, a link).
+  const [value, setValue] = useState(fromURL);
+  useEffect(() => setValue(fromURL), [fromURL]);
   const set = useCallback(
     (v: string) => {
-      setParams(
-        (prev) => {
-          const next = new URLSearchParams(prev);
-          if (v === def || v === "") next.delete(name);
-          else next.set(name, v);
-          return next;
-        },
-        { replace: true },
-      );
+      setValue(v === "" ? def : v);
+      setMany({ [name]: v === def ? null : v });
     },
-    [name, def, setParams],
+    [name, def, setMany],
   );
   return [value, set];
 }

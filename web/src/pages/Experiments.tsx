@@ -5,10 +5,10 @@ import { useCallback, useMemo, useState } from "react";
 import { Link } from "react-router-dom";
 import { ApiError, get, seg } from "../api/client";
 import { ErrorNote, SortHeader, StatusCounts, Tags } from "../components/ui";
-import { FilterBar, combinedFilter, isQueryError, useSetQueryParams } from "../components/FilterBar";
+import { FilterBar, combinedFilter, isQueryError } from "../components/FilterBar";
 import { RunsTable } from "../components/RunsTable";
 import { fmtAgo, fmtTime } from "../lib/format";
-import { useApi, useNow, useQueryParam } from "../lib/hooks";
+import { useApi, useNow, useQueryParam, useSetQueryParams } from "../lib/hooks";
 import type { ExperimentDetail, ExperimentPage } from "../api/types";
 
 const PAGE = 50;

@@ -12,7 +12,7 @@ import { SystemCharts } from "../components/SystemCharts";
 import { Card, Empty, ErrorNote, ProgressBar, RUN_STATUSES, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtNum, fmtTime } from "../lib/format";
 import { useApi, useNow, useStream } from "../lib/hooks";
-import type { DeploymentList, ExperimentDetail, ExperimentPage, Job, JobList, Run, RunPage } from "../api/types";
+import type { DeploymentList, ExperimentDetail, ExperimentPage, Job, JobList, Run } from "../api/types";
 
 /** How many experiments the home page shows. */
 const SHOWN = 10;
@@ -23,11 +23,10 @@ export function lowerIsBetter(key: string): boolean {
 }
 
 /** The metric most runs report (ties: validation and accuracy-like first). */
-export function commonMetric(runs: Run[]): string | undefined {
-  const count = new Map<string, number>();
-  for (const r of runs) for (const k of Object.keys(r.metrics ?? {})) count.set(k, (count.get(k) ?? 0) + 1);
-  const score = (k: string) => (count.get(k) ?? 0) * 10 + (/^val|valid|test/i.test(k) ? 2 : 0) + (/acc|f1|r2|auc/i.test(k) ? 1 : 0);
-  return [...count.keys()].sort((a, b) => score(b) - score(a) || a.localeCompare(b))[0];
+export function commonMetric(metrics: ExperimentDetail["metrics"]): string | undefined {
+  const runs = (k: string) => metrics?.[k]?.runs ?? 0;
+  const score = (k: string) => runs(k) * 10 + (/^val|valid|test/i.test(k) ? 2 : 0) + (/acc|f1|r2|auc/i.test(k) ? 1 : 0);
+  return Object.keys(metrics ?? {}).sort((a, b) => score(b) - score(a) || a.localeCompare(b))[0];
 }
 
 interface Glance {
@@ -37,22 +36,22 @@ interface Glance {
   lastActivity?: string;
 }
 
-/** Loads one experiment's counts, recent runs and best run (3 requests). */
+/**
+ * Loads one experiment's counts, last activity and per-metric extremes (the
+ * detail carries them), then the best run's name: 2 requests.
+ */
 async function loadGlance(id: string, signal: AbortSignal): Promise<Glance> {
-  const [detail, recent] = await Promise.all([
-    get<ExperimentDetail>(`/api/experiments/${seg(id)}`, undefined, signal),
-    get<RunPage>(`/api/experiments/${seg(id)}/runs`, { limit: 20, sort: "updated", desc: true }, signal),
-  ]);
-  const runs = recent.runs ?? [];
-  const metric = commonMetric(runs);
-  const g: Glance = { detail, metric, lastActivity: runs[0]?.updated ?? detail.updated };
-  if (metric) {
+  const detail = await get<ExperimentDetail>(`/api/experiments/${seg(id)}`, undefined, signal);
+  const metric = commonMetric(detail.metrics);
+  const g: Glance = { detail, metric, lastActivity: detail.last_activity ?? detail.updated };
+  const o = metric ? detail.metrics?.[metric] : undefined;
+  if (metric && o) {
     const low = lowerIsBetter(metric);
-    const stat = low ? "min" : "max";
-    const best = await get<RunPage>(`/api/experiments/${seg(id)}/runs`, { limit: 1, sort: `metrics.${metric}.${stat}`, desc: !low, filter: `metrics.${metric}.count > 0` }, signal).catch(() => ({ runs: [] as Run[] }));
-    const r = best.runs?.[0];
-    const s = r?.metrics?.[metric];
-    if (r && s) g.best = { run: r, value: num(low ? s.min : s.max) };
+    const runId = low ? o.min_run : o.max_run;
+    if (runId) {
+      const run = await get<Run>(`/api/runs/${seg(runId)}`, undefined, signal).catch(() => undefined);
+      if (run) g.best = { run, value: num(low ? o.min : o.max) };
+    }
   }
   return g;
 }
