@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -123,6 +124,13 @@ func TestDashboardDeploymentProxy(t *testing.T) {
 	if code, out := upload(t, d.url+"/api/models?name=cnn", filepath.Join(models, "digits_cnn.onnx")); code != 201 {
 		t.Fatalf("upload: %d %v", code, out)
 	}
+	// The live stream carries the deployment's life: starting, running, stopped.
+	ws, _, err := dialStream(t, d.url, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	subscribe(t, ws, "*", nil)
 	port := freePort(t)
 	code, out := call(t, "POST", d.url+"/api/models/cnn/deploy", "", "application/json", fmt.Sprintf(`{"port":%d}`, port))
 	if code != 201 {
@@ -171,6 +179,21 @@ func TestDashboardDeploymentProxy(t *testing.T) {
 	}
 	if code, out := call(t, "POST", base+"/predict", "", "application/json", rows); code != 404 && code != 409 {
 		t.Fatalf("predict after undeploy: %d %v", code, out)
+	}
+	var states []string
+	for len(states) < 3 {
+		m := readMsg(t, ws)
+		if m.Type != "deploy" || m.RunID != id {
+			continue
+		}
+		var data struct{ State, Model string }
+		if err := json.Unmarshal(m.Data, &data); err != nil || data.Model != "cnn" {
+			t.Fatalf("deploy event %s: %v", m.Data, err)
+		}
+		states = append(states, data.State)
+	}
+	if strings.Join(states, ",") != "starting,running,stopped" {
+		t.Fatalf("deploy events: %v", states)
 	}
 	// The activity feed has the deploy and the undeploy.
 	code, out = call(t, "GET", d.url+"/api/activity", "", "", "")
