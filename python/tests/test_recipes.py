@@ -37,6 +37,27 @@ def test_user_recipes_file(tmp_path) -> None:
         load_registry(f)
 
 
+def test_user_recipes_yaml(tmp_path) -> None:
+    f = tmp_path / "recipes.yaml"
+    f.write_text(
+        "recipes:\n"
+        "  mine:\n"
+        "    module: mypkg.train\n"
+        "    description: d\n"
+        "    params:\n"
+        "      - {name: epochs, type: int, default: 5, min: 1, max: 100, description: passes}\n"
+    )
+    reg = load_registry(f)
+    assert reg["mine"]["module"] == "mypkg.train" and reg["mine"]["params"][0]["max"] == 100
+    # safe_load: no Python objects from a recipes file
+    f.write_text("recipes: !!python/object/apply:os.system ['true']\n")
+    with pytest.raises(RecipeError, match="recipes file"):
+        load_registry(f)
+    f.write_text("- just\n- a list\n")
+    with pytest.raises(RecipeError, match="top-level 'recipes'"):
+        load_registry(f)
+
+
 def test_validate() -> None:
     schema = load_registry()["digits_mlp"]["params"]
     got = validate(schema, {"epochs": 2, "lr": 1})

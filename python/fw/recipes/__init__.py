@@ -3,7 +3,7 @@
 A recipe is a module with a ``RECIPE`` dict (``description`` and ``params``, a list of parameter specs:
 ``name``, ``type`` (int, float, str or bool), ``default``, optional ``min``/``max`` or ``choices``, and
 ``description``) and a ``main()`` entry point. The built-in ones train on data that ships with
-scikit-learn; users add their own in a TOML file named by ``FW_RECIPES`` (see docs/tracking.md).
+scikit-learn; users add their own in a TOML or YAML file named by ``FW_RECIPES`` (see docs/tracking.md).
 ``python -m fw.recipes --list [--file FILE]`` prints the registry as JSON; the dashboard reads it at start.
 
 Only the standard library is imported here; the recipes import torch and scikit-learn themselves.
@@ -121,15 +121,39 @@ def _builtin(name: str) -> dict[str, Any]:
     }
 
 
-def _load_file(path: Path) -> list[dict[str, Any]]:
+def _read_file(path: Path) -> Any:
+    """The recipes file as data: YAML for ``.yaml``/``.yml`` (safe_load: plain data only), else TOML."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise RecipeError(f"recipes file {path}: {e}. Hint: see docs/tracking.md (Training jobs)") from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise RecipeError(
+                f"recipes file {path}: reading YAML needs PyYAML (pip install pyyaml), or write the file as TOML"
+            ) from None
+        try:
+            return yaml.safe_load(text) or {}
+        except yaml.YAMLError as e:
+            raise RecipeError(
+                f"recipes file {path}: {e}. Hint: see docs/tracking.md (Training jobs)"
+            ) from None
     try:
         import tomllib
     except ImportError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        return tomllib.loads(text)
+    except ValueError as e:
         raise RecipeError(f"recipes file {path}: {e}. Hint: see docs/tracking.md (Training jobs)") from None
+
+
+def _load_file(path: Path) -> list[dict[str, Any]]:
+    data = _read_file(path)
+    if not isinstance(data, Mapping) or not isinstance(data.get("recipes") or {}, Mapping):
+        raise RecipeError(f"recipes file {path}: expected a top-level 'recipes' table of name -> recipe")
     out = []
     for name, r in (data.get("recipes") or {}).items():
         if not _NAME_RE.fullmatch(name):
