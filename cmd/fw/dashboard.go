@@ -136,7 +136,11 @@ Flags:
 	if *uiDir != "" {
 		ui = webui.NewDir(*uiDir)
 	}
-	srv := api.New(base, pst, api.Config{Token: *token, Version: version, Hub: hub, UI: ui}, log)
+	artDir := cfg.ArtifactDir // as the store resolves it (FW_ARTIFACT_DIR, else <experiment dir>/artifacts)
+	if artDir == "" {
+		artDir = filepath.Join(*expDir, "artifacts")
+	}
+	srv := api.New(base, pst, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir}, log)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, time.Second, log)
 	defer sampler.Close()
 	srv.SetSystem(sampler)

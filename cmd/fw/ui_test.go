@@ -208,3 +208,66 @@ func TestDashboardDeploymentProxy(t *testing.T) {
 		t.Fatalf("activity after undeploy: %d %v", code, out)
 	}
 }
+
+// TestDashboardRunFileDownload: a listed checkpoint or artifact comes back as
+// a download; anything else (unlisted, traversal, a symlink out of the run's
+// directory) is a 404 in the error shape.
+func TestDashboardRunFileDownload(t *testing.T) {
+	t.Setenv("FW_SYSTEM_INTERVAL", "0")
+	dir := t.TempDir()
+	t.Setenv("FW_ARTIFACT_DIR", filepath.Join(dir, "art"))
+	d := startDashboard(t, dir)
+	ck := filepath.Join(dir, "ckpt", "r1")
+	art := filepath.Join(dir, "art", "r1", "plots")
+	for _, p := range []string{ck, art} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(ck, "step-1.ckpt.pt"), []byte("weights"), 0o644)
+	os.WriteFile(filepath.Join(art, "loss.png"), []byte("png!"), 0o644)
+	secret := filepath.Join(dir, "secret.txt")
+	os.WriteFile(secret, []byte("do not serve"), 0o644)
+	os.Symlink(secret, filepath.Join(ck, "link.pt"))
+	events := `[{"type":"run_start","run_id":"r1","writer":"w","seq":1,"experiment":"e"},
+		{"type":"checkpoint","run_id":"r1","writer":"w","seq":2,"step":1,"path":"step-1.ckpt.pt"},
+		{"type":"checkpoint","run_id":"r1","writer":"w","seq":3,"step":2,"path":"link.pt"},
+		{"type":"artifact","run_id":"r1","writer":"w","seq":4,"path":"plots/loss.png","size":4}]`
+	if code, out := call(t, "POST", d.url+"/api/ingest", "", "application/json", events); code != 200 || len(out["errors"].([]any)) != 0 {
+		t.Fatalf("ingest: %d %v", code, out)
+	}
+	for p, want := range map[string]string{"/api/runs/r1/download?kind=checkpoint&path=step-1.ckpt.pt": "weights", "/api/runs/r1/download?kind=artifact&path=plots/loss.png": "png!"} {
+		resp, err := http.Get(d.url + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != want || !strings.HasPrefix(resp.Header.Get("Content-Disposition"), "attachment") {
+			t.Fatalf("GET %s: %d %q %v", p, resp.StatusCode, b, resp.Header)
+		}
+	}
+	for _, p := range []string{
+		"/api/runs/r1/download?kind=checkpoint&path=nope.pt",              // not listed
+		"/api/runs/r1/download?kind=checkpoint&path=link.pt",              // listed, but a symlink out of the run's directory
+		"/api/runs/r1/download?kind=checkpoint&path=..%2F..%2Fsecret.txt", // traversal
+		"/api/runs/r1/download?kind=artifact&path=step-1.ckpt.pt",         // a checkpoint is not an artifact
+		"/api/runs/r2/download?kind=checkpoint&path=step-1.ckpt.pt",       // no such run
+	} {
+		code, out := call(t, "GET", d.url+p, "", "", "")
+		if code != 404 || errorCode(t, out) != "not_found" {
+			t.Fatalf("GET %s: %d %v", p, code, out)
+		}
+		if strings.Contains(fmt.Sprint(out), "do not serve") {
+			t.Fatalf("GET %s served the secret", p)
+		}
+	}
+	for _, p := range []string{"/api/runs/r1/download?kind=model&path=step-1.ckpt.pt", "/api/runs/r1/download?kind=checkpoint"} {
+		if code, out := call(t, "GET", d.url+p, "", "", ""); code != 400 || errorCode(t, out) != "bad_request" {
+			t.Fatalf("GET %s: %d %v", p, code, out)
+		}
+	}
+	if code, out := call(t, "DELETE", d.url+"/api/runs/r1/download?kind=checkpoint&path=step-1.ckpt.pt", "", "", ""); code != 405 {
+		t.Fatalf("DELETE a checkpoint file: %d %v", code, out)
+	}
+}

@@ -41,6 +41,9 @@ type Config struct {
 	Version string
 	// Hub is the live stream behind /api/training/stream; nil disables it.
 	Hub *stream.Hub
+	// CheckpointDir and ArtifactDir are the roots of the runs' files
+	// (<dir>/<run id>/<path>), for downloads; "" answers 503 there.
+	CheckpointDir, ArtifactDir string
 	// UI, when set, serves the web UI at every GET outside /api, /docs,
 	// /health, /metrics and /openapi.json (open without the token: the page
 	// holds no data; its API calls need the token).
@@ -157,6 +160,10 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "artifacts":
 		if s.allow(ctx, method, "GET") {
 			s.artifacts(ctx, parts[1])
+		}
+	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "download":
+		if s.allow(ctx, method, "GET") {
+			s.download(ctx, parts[1])
 		}
 	case len(parts) == 1 && parts[0] == "activity":
 		if s.allow(ctx, method, "GET") {

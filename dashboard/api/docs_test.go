@@ -48,6 +48,7 @@ var dashboardRoutes = map[string][]string{
 	"/api/runs":                             {"get"},
 	"/api/runs/{id}/checkpoints":            {"get"},
 	"/api/runs/{id}/artifacts":              {"get"},
+	"/api/runs/{id}/download":               {"get"},
 	"/api/activity":                         {"get"},
 	"/api/models/exports":                   {"get"},
 	"/api/deployments/{id}/predict":         {"post"},

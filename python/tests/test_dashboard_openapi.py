@@ -112,7 +112,9 @@ def _stop(d: Dashboard) -> None:
 def dash(tmp_path_factory):
     if not FW_BIN.exists():
         pytest.skip(f"{FW_BIN} is missing: build it with `go build -o bin/fw ./cmd/fw` (or set FW_BIN)")
-    d = _start(tmp_path_factory.mktemp("dashboard"))
+    tmp = tmp_path_factory.mktemp("dashboard")
+    d = _start(tmp)
+    d.root = tmp  # type: ignore[attr-defined]  # for tests that put run files in place
     yield d
     _stop(d)
 
@@ -372,6 +374,23 @@ def test_runs(dash: Dashboard, seeded: dict) -> None:
     for sub in ("checkpoints", "artifacts"):
         dash.call("GET", f"/api/runs/no-such-run/{sub}", expect=404)
         dash.call("POST", f"/api/runs/seed-a/{sub}", body=b"", expect=405)
+    # downloads: the listed files, nothing else
+    files = {
+        dash.root / "checkpoints" / "seed-a" / "ckpt" / "step-2.pt": b"weights",
+        dash.root / "experiments" / "artifacts" / "seed-a" / "model.onnx": b"onnx bytes",
+    }
+    for f, data in files.items():
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_bytes(data)
+    dl = "/api/runs/seed-a/download"
+    r = dash.call("GET", f"{dl}?kind=checkpoint&path=ckpt/step-2.pt", expect=200)
+    assert r.body == b"weights" and r.headers["content-disposition"].startswith("attachment")
+    assert dash.call("GET", f"{dl}?kind=artifact&path=model.onnx", expect=200).body == b"onnx bytes"
+    dash.call("GET", f"{dl}?kind=checkpoint&path=ckpt/step-3.pt", expect=404)
+    dash.call("GET", f"{dl}?kind=artifact&path=ckpt/step-2.pt", expect=404)
+    dash.call("GET", "/api/runs/no-such-run/download?kind=artifact&path=model.onnx", expect=404)
+    dash.call("GET", f"{dl}?kind=weights&path=model.onnx", expect=400)
+    dash.call("DELETE", f"{dl}?kind=artifact&path=model.onnx", expect=405)
     # delete a throwaway run
     dash.call("POST", "/api/ingest", json_body=_events("seed-x", "seed"), expect=200)
     d = dash.call("DELETE", "/api/runs/seed-x", expect=200).json()

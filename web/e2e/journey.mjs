@@ -10,7 +10,7 @@
 // (serve another UI build), FW_KEEP_E2E (keep the temp dir).
 // Waits are generous (this may run on 2 busy cores); nothing is timed.
 import { execFileSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT, cleanup, freePort, journey, launchBrowser, screenshot, startDashboard, until } from "./harness.mjs";
 
@@ -189,6 +189,12 @@ await journey("web UI journey", async (step) => {
       await page.goto(`${dash.url}/runs/${best.run}?tab=checkpoints`);
       await page.getByRole("button", { name: `Export ${best.path}` }).waitFor();
       await screenshot(page, "10-run-checkpoints");
+      // The checkpoint itself can be saved, too.
+      const [dl] = await Promise.all([page.waitForEvent("download"), page.getByRole("button", { name: `Download ${best.path}` }).click()]);
+      const saved = await dl.path();
+      if (dl.suggestedFilename() !== best.path.split("/").pop() || !saved || statSync(saved).size < 1000) {
+        throw new Error(`checkpoint download: ${dl.suggestedFilename()} at ${saved}`);
+      }
       await page.getByRole("button", { name: `Export ${best.path}` }).click();
       const dialog = page.getByRole("dialog", { name: "Export a checkpoint" });
       await until("the checkpoint list", async () => (await dialog.getByLabel("Checkpoint").locator(`option[value="${best.path}"]`).count()) > 0, LONG);

@@ -178,3 +178,38 @@ export const del = <T>(path: string) => request<T>("DELETE", path);
 
 /** Encodes one path segment (IDs and names come from users). */
 export const seg = (s: string) => encodeURIComponent(s);
+
+/**
+ * Saves a file the API serves as an attachment (a run's checkpoint or
+ * artifact). A plain link could not send the token, so the file is fetched
+ * with it and handed to the browser as a blob.
+ */
+export async function download(path: string, query: Query, filename: string): Promise<void> {
+  const headers: Record<string, string> = {};
+  const token = getToken();
+  if (token) headers.Authorization = `Bearer ${token}`;
+  let res: Response;
+  try {
+    res = await fetch(withQuery(path, query), { headers });
+  } catch {
+    markOffline();
+    throw new ApiError(0, "unreachable", "The dashboard cannot be reached; retrying.");
+  }
+  if (!res.ok) {
+    let err: ErrorBody["error"] | undefined;
+    try {
+      err = ((await res.json()) as ErrorBody).error;
+    } catch {
+      err = undefined;
+    }
+    throw new ApiError(res.status, err?.code ?? "error", err?.message ?? `${res.status} ${res.statusText}`, err?.details);
+  }
+  const url = URL.createObjectURL(await res.blob());
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = filename;
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}

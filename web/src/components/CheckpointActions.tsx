@@ -3,7 +3,7 @@
 // params) and Export (the model registry's export dialog).
 import { useMemo, useState } from "react";
 import { useNavigate } from "react-router-dom";
-import { get, post, seg } from "../api/client";
+import { download, get, post, seg } from "../api/client";
 import { fmtNum, fmtTime } from "../lib/format";
 import { useAction, useApi } from "../lib/hooks";
 import { ConfirmDialog, Empty, ErrorNote } from "./ui";
@@ -76,6 +76,14 @@ export function CheckpointActions({ run, onStarted }: { run: Run; onStarted?: ()
                 </button>
                 <button type="button" onClick={() => setExporting(c)} aria-label={`Export ${c.path}`}>
                   Export…
+                </button>
+                <button
+                  type="button"
+                  title={`Save ${c.path} (a weights-only fw checkpoint)`}
+                  aria-label={`Download ${c.path}`}
+                  onClick={() => download(`/api/runs/${seg(run.id)}/download`, { kind: "checkpoint", path: c.path }, c.path.split("/").pop() ?? c.path).catch(setResumeError)}
+                >
+                  Download
                 </button>
                 </div>
               </td>

@@ -5,7 +5,7 @@
 // charts and the progress; the log tail follows the run's log events.
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link, useParams } from "react-router-dom";
-import { get, seg } from "../api/client";
+import { download, get, seg } from "../api/client";
 import { num, type StreamEvent } from "../api/stream";
 import { DataTable, numCol } from "../components/DataTable";
 import { Card, Empty, ErrorNote, KeyValues, ProgressBar, StatusBadge, Tags } from "../components/ui";
@@ -253,21 +253,28 @@ function Overview({ run: r }: { run: Run }) {
   );
 }
 
-/** The files the run logged. */
+/** The files the run logged, each downloadable. */
 function Artifacts({ run }: { run: Run }) {
   const a = useApi((signal) => get<RunArtifacts>(`/api/runs/${seg(run.id)}/artifacts`, undefined, signal), [run.id, run.updated]);
+  const [saveError, setSaveError] = useState<unknown>();
   const list = a.data?.artifacts ?? [];
   return (
     <Card title="Artifacts">
       <ErrorNote error={a.error} />
+      <ErrorNote error={saveError} />
       {!a.loading && !a.error && list.length === 0 && <Empty>No artifacts: log files with run.artifact(path) in fw.track.</Empty>}
       {list.length > 0 && (
-        <DataTable columns={["Path", numCol("Size"), "Logged"]}>
+        <DataTable columns={["Path", numCol("Size"), "Logged", ""]}>
           {list.map((f) => (
             <tr key={f.path}>
               <td className="mono">{f.path}</td>
               <td className="num">{fmtBytes(f.size)}</td>
               <td className="muted">{fmtTime(f.time)}</td>
+              <td>
+                <button type="button" aria-label={`Download ${f.path}`} onClick={() => download(`/api/runs/${seg(run.id)}/download`, { kind: "artifact", path: f.path }, f.path.split("/").pop() ?? f.path).catch(setSaveError)}>
+                  Download
+                </button>
+              </td>
             </tr>
           ))}
         </DataTable>
