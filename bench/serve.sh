@@ -4,15 +4,19 @@
 #   b. fw serve /predict on digits_mlp.onnx (default batching, and one tuned setting)
 #   c. LitServe + onnxruntime with its dynamic batching on (bench/peers/litserve_app.py)
 #   d. FastAPI + uvicorn + onnxruntime the way FastAPI's docs write it (bench/peers/fastapi_app.py)
-#   e. /predict/image on resnet18.onnx: fw, LitServe, FastAPI
+#   g. TorchServe + onnxruntime in a custom handler, TorchServe's dynamic batching on
+#      (bench/peers/torchserve_handler.py, bench/peers/torchserve.properties; needs Java 11+)
+#   e. /predict/image on resnet18.onnx: fw, LitServe, FastAPI, TorchServe
 #   f. the engine ceiling for resnet18 (no HTTP; bench/ceiling -engine)
 # Load generator: wrk, one thread, 127.0.0.1 only. Results: build/bench/serve/,
 # the table: docs/benchmarks.md between <!-- bench:serve:start/end -->.
 #
 # Knobs (environment): DURATION (5s), IMG_DURATION (10s), CONCURRENCY ("1 16 64 256"),
 # IMG_CONCURRENCY ("1 16 64"), FW_TUNED_FLAGS, SKIP_PEERS=1, SKIP_IMAGE=1,
+# SKIP_TORCHSERVE=1, TS_BATCH (64) / TS_DELAY_MS (1) and TS_IMG_BATCH (16) /
+# TS_IMG_DELAY_MS (5) for TorchServe's batchSize / maxBatchDelay,
 # PROFILE=1 (perf profile of fw /predict at c=64 into build/bench/serve/),
-# FW_CACHE_DIR (peers venv cache), PORT_BASE (18100).
+# FW_CACHE_DIR (peers venv cache), PORT_BASE (18100; uses PORT_BASE..PORT_BASE+12).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -24,10 +28,15 @@ IMG_CONCURRENCY=${IMG_CONCURRENCY:-1 16 64}
 FW_TUNED_FLAGS=${FW_TUNED_FLAGS:---threads 1}
 LIT_BATCH=${LIT_BATCH:-64}
 LIT_TIMEOUT=${LIT_TIMEOUT:-0.001}
+TS_BATCH=${TS_BATCH:-64}
+TS_DELAY_MS=${TS_DELAY_MS:-1}
+TS_IMG_BATCH=${TS_IMG_BATCH:-16}
+TS_IMG_DELAY_MS=${TS_IMG_DELAY_MS:-5}
 PORT_BASE=${PORT_BASE:-18100}
 HOST=127.0.0.1 # loopback only, by design
 cache=${FW_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fw}
 venv=$cache/bench-peers-venv
+tsvenv=$cache/bench-torchserve-venv
 out=$root/build/bench/serve
 mlp=build/models/digits_mlp.onnx
 img_model=build/models/resnet18.onnx
@@ -107,9 +116,30 @@ fi
 "$venv/bin/python" -c 'import litserve, fastapi, uvicorn, onnxruntime, PIL, multipart' ||
   die "peers venv $venv is broken; remove it and rerun"
 
+# ---- 2'. TorchServe venv (its own: torchserve + torch-model-archiver + torch + onnxruntime)
+with_ts=0
+if [[ ${SKIP_PEERS:-0} != 1 && ${SKIP_TORCHSERVE:-0} != 1 ]]; then
+  command -v java >/dev/null ||
+    die "TorchServe needs Java 11+ (apt-get install openjdk-17-jre-headless), or set SKIP_TORCHSERVE=1"
+  tsreq=bench/peers/torchserve_requirements.txt
+  tswant=$(sha256sum "$tsreq" | cut -d' ' -f1)
+  if [[ ! -x $tsvenv/bin/python || $(cat "$tsvenv/.requirements.sha256" 2>/dev/null) != "$tswant" ]]; then
+    log "TorchServe venv $tsvenv (pinned from $tsreq; torch is a multi-GB CUDA wheel from PyPI, reused from pip's cache)"
+    mkdir -p "$cache"
+    rm -rf "$tsvenv"
+    timeout 900 "$(command -v python3)" -m venv "$tsvenv"
+    timeout 1800 "$tsvenv/bin/pip" install -q --disable-pip-version-check -r "$tsreq"
+    echo "$tswant" >"$tsvenv/.requirements.sha256"
+  fi
+  "$tsvenv/bin/python" -c 'import ts.model_service_worker, onnxruntime, numpy, PIL' ||
+    die "TorchServe venv $tsvenv is broken; remove it and rerun"
+  with_ts=1
+fi
+
 # ---- build
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.jsonl "$out"/*.txt "$out"/*.log
+rm -rf "$out/torchserve"
 log "go build bin/fw and build/bench/ceiling"
 go build -o bin/fw ./cmd/fw
 go build -o build/bench/ceiling ./bench/ceiling
@@ -164,7 +194,42 @@ bench() {
   done
 }
 
-for i in $(seq 0 9); do port_free $((PORT_BASE + i)) || die "port $((PORT_BASE + i)) on $HOST is in use (set PORT_BASE)"; done
+# ---- TorchServe: ts_start NAME MODEL_NAME ONNX_FILE BATCH DELAY_MS; ts_stop
+# Archive (no-archive directory: the same .onnx file copied in, plus the handler and
+# common.py), config from bench/peers/torchserve.properties, ports PORT_BASE+8..+12,
+# its pid file, worker socket and logs under $out/torchserve (TMPDIR/TEMP/LOG_LOCATION),
+# so `torchserve --stop` only ever sees this run's server.
+ts=$out/torchserve
+ts_env=(env TEMP="$ts/tmp" TMPDIR="$ts/tmp" LOG_LOCATION="$ts/logs" METRICS_LOCATION="$ts/logs")
+ts_start() {
+  local name=$1 model=$2 onnx=$3 batch=$4 delay=$5
+  rm -rf "$ts"
+  mkdir -p "$ts/store" "$ts/tmp" "$ts/logs"
+  timeout 120 "$tsvenv/bin/torch-model-archiver" --model-name "$model" --version 1.0 \
+    --serialized-file "$onnx" --handler bench/peers/torchserve_handler.py \
+    --extra-files bench/peers/common.py --export-path "$ts/store" --archive-format no-archive -f
+  cmp -s "$onnx" "$ts/store/$model/$(basename "$onnx")" || die "archive of $onnx differs from the file"
+  sed -e "s#@INFERENCE_PORT@#$((PORT_BASE + 8))#; s#@MANAGEMENT_PORT@#$((PORT_BASE + 9))#" \
+    -e "s#@METRICS_PORT@#$((PORT_BASE + 10))#; s#@GRPC_INFERENCE_PORT@#$((PORT_BASE + 11))#" \
+    -e "s#@GRPC_MANAGEMENT_PORT@#$((PORT_BASE + 12))#; s#@WORKER_PORT@#$((PORT_BASE + 13))#" \
+    -e "s#@MODEL_STORE@#$ts/store#; s#@MODEL@#$model#" \
+    -e "s#@BATCH@#$batch#; s#@DELAY_MS@#$delay#" \
+    bench/peers/torchserve.properties >"$ts/config.properties"
+  start "$name" "${ts_env[@]}" "$tsvenv/bin/torchserve" --start --foreground --ncs --ts-config "$ts/config.properties"
+}
+ts_stop() {
+  timeout 90 "${ts_env[@]}" "$tsvenv/bin/torchserve" --stop --foreground >/dev/null 2>&1 || true
+  stop_last # the rest of its process group: java and the Python worker
+  # TorchServe's default log4j config logs every request several times (~6 MB/s
+  # under load); keep the first and last lines of its console log only
+  local f=$out/$1.log
+  if [[ -f $f ]]; then
+    { head -100 "$f"; echo "[... trimmed by bench/serve.sh ...]"; tail -100 "$f"; } >"$f.tmp" && mv "$f.tmp" "$f"
+  fi
+  rm -rf "$ts"
+}
+
+for i in $(seq 0 12); do port_free $((PORT_BASE + i)) || die "port $((PORT_BASE + i)) on $HOST is in use (set PORT_BASE)"; done
 
 # ---- f. engine ceiling (two passes, first and last; the report takes the best per batch size)
 engine_ceiling() {
@@ -229,6 +294,16 @@ if [[ ${SKIP_PEERS:-0} != 1 ]]; then
   wait_ready "http://$HOST:$p/predict" -H 'Content-Type: application/json' -d "$zeros"
   bench predict fastapi rows.lua "http://$HOST:$p/predict" "$DURATION" $CONCURRENCY
   stop_last
+
+  # ---- g. TorchServe
+  if [[ $with_ts == 1 ]]; then
+    p=$((PORT_BASE + 8))
+    log "g. TorchServe (batchSize=$TS_BATCH, maxBatchDelay=${TS_DELAY_MS}ms, 1 worker) on $HOST:$p"
+    ts_start torchserve digits "$mlp" "$TS_BATCH" "$TS_DELAY_MS"
+    wait_ready "http://$HOST:$p/predictions/digits" -H 'Content-Type: application/json' -d "$zeros"
+    bench predict torchserve rows.lua "http://$HOST:$p/predictions/digits" "$DURATION" $CONCURRENCY
+    ts_stop torchserve
+  fi
 fi
 
 if [[ ${SKIP_IMAGE:-0} != 1 ]]; then
@@ -253,12 +328,25 @@ if [[ ${SKIP_IMAGE:-0} != 1 ]]; then
     wait_ready "http://$HOST:$p/predict/image" -H 'Content-Type: image/jpeg' --data-binary @"$jpeg"
     bench image fastapi jpeg.lua "http://$HOST:$p/predict/image" "$IMG_DURATION" $IMG_CONCURRENCY
     stop_last
+    if [[ $with_ts == 1 ]]; then
+      p=$((PORT_BASE + 8))
+      log "e. TorchServe $img_model /predictions/resnet18 (batchSize=$TS_IMG_BATCH, maxBatchDelay=${TS_IMG_DELAY_MS}ms) on $HOST:$p"
+      ts_start torchserve-image resnet18 "$img_model" "$TS_IMG_BATCH" "$TS_IMG_DELAY_MS"
+      wait_ready "http://$HOST:$p/predictions/resnet18" -H 'Content-Type: image/jpeg' --data-binary @"$jpeg"
+      bench image torchserve jpeg.lua "http://$HOST:$p/predictions/resnet18" "$IMG_DURATION" $IMG_CONCURRENCY
+      ts_stop torchserve-image
+    fi
   fi
 fi
 
 engine_ceiling 2
 
 # ---- metadata and the report
+ts_meta='{}'
+if [[ $with_ts == 1 ]]; then
+  ts_meta=$("$tsvenv/bin/python" -c 'import json, sys, importlib.metadata as m; d = {k: m.version(k) for k in ("torchserve", "torch-model-archiver", "torch", "onnxruntime")}; d["python"] = "%d.%d.%d" % sys.version_info[:3]; print(json.dumps(d))')
+fi
+java_v=$(java -version 2>&1 | head -1 || true)
 "$venv/bin/python" - "$out/meta.json" <<EOF
 import json, sys, importlib.metadata as md, subprocess, datetime, platform
 def sh(*a):
@@ -279,6 +367,9 @@ meta = {
   "duration": "$DURATION", "img_duration": "$IMG_DURATION", "fw_tuned_flags": "$FW_TUNED_FLAGS",
   "lit_batch": "$LIT_BATCH", "lit_timeout": "$LIT_TIMEOUT",
   "lit_img_batch": "${LIT_IMG_BATCH:-16}", "lit_img_timeout": "${LIT_IMG_TIMEOUT:-0.005}",
+  "torchserve": json.loads(r'''$ts_meta'''), "java": r'''$java_v''',
+  "ts_batch": "$TS_BATCH", "ts_delay_ms": "$TS_DELAY_MS",
+  "ts_img_batch": "$TS_IMG_BATCH", "ts_img_delay_ms": "$TS_IMG_DELAY_MS",
 }
 json.dump(meta, open(sys.argv[1], "w"), indent=1)
 EOF
