@@ -2,7 +2,8 @@
 // (@tanstack/react-virtual) over pages fetched by cursor as the user scrolls,
 // sort by any column (params.X and metrics.X included, sorted by the API),
 // the query-language filter and a name search, a column chooser, and run
-// selection for the compare view. Its whole state lives in the URL.
+// selection for the compare view and the bulk actions (delete, tag), and the
+// CSV export of every matching run. Its whole state lives in the URL.
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link } from "react-router-dom";
 import { useVirtualizer } from "@tanstack/react-virtual";
@@ -12,6 +13,7 @@ import { fmtDuration, fmtNum, fmtParam, fmtTime } from "../lib/format";
 import { useQueryParam, useStream, useSetQueryParams } from "../lib/hooks";
 import { ErrorNote, SortHeader, StatusBadge } from "./ui";
 import { FilterBar, combinedFilter, isQueryError } from "./FilterBar";
+import { ExportCsvButton, ExportCsvError, RunBulkActions, useCsvExport } from "./RunBulkActions";
 import type { Run, RunPage, RunStatus } from "../api/types";
 
 /** A field name of the query language: prefix.KEY, the key quoted when it needs it. */
@@ -152,11 +154,19 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
   const [selParam, setSel] = useQueryParam("sel");
   const desc = descParam === "1";
   const base = experiment ? `/api/experiments/${seg(experiment)}/runs` : "/api/runs";
-  const pages = useRunPages(base, combinedFilter(filter, search), sort, desc);
+  const query = combinedFilter(filter, search);
+  const pages = useRunPages(base, query, sort, desc);
   const selected = useMemo(() => new Set(list(selParam)), [selParam]);
+  // The selection as it is now, for bulk actions that end after a render.
+  const selRef = useRef(selected);
+  selRef.current = selected;
 
   // Param and metric keys seen in the loaded runs (for the column chooser).
+  // While a new sort, filter or reload fetches its first page, the last keys
+  // stay, so the default columns do not vanish and come back.
+  const lastKnown = useRef<{ params: string[]; metrics: string[] } | null>(null);
   const known = useMemo(() => {
+    if (pages.runs.length === 0 && pages.loading && lastKnown.current) return lastKnown.current;
     const params = new Set<string>();
     const metrics = new Set<string>();
     // The first pages are enough to know the keys; scanning 10,000 runs on
@@ -166,7 +176,8 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
       for (const k of Object.keys(r.metrics ?? {})) metrics.add(k);
     }
     return { params: [...params].sort(), metrics: [...metrics].sort() };
-  }, [pages.runs]);
+  }, [pages.runs, pages.loading]);
+  lastKnown.current = known;
 
   // Shown columns: the URL's, else the first few params and metrics.
   const columns = useMemo(() => {
@@ -186,6 +197,21 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
     setSel([...next].join(","));
   };
   const setMany = useSetQueryParams();
+  const runsRef = useRef(pages.runs);
+  runsRef.current = pages.runs;
+  const nameOf = useCallback((id: string) => runsRef.current.find((r) => r.id === id)?.name ?? id, []);
+  const { setRuns: setLoaded, reload } = pages;
+  // Deleted runs leave the selection and the table at once, then the table reloads.
+  const onDeleted = useCallback(
+    (ids: string[]) => {
+      const gone = new Set(ids);
+      setSel([...selRef.current].filter((id) => !gone.has(id)).join(","));
+      setLoaded((rs) => rs.filter((r) => !gone.has(r.id)));
+      reload();
+    },
+    [setSel, setLoaded, reload],
+  );
+  const csv = useCsvExport({ base, filter: query, sort, desc, columns, experiment });
   // Sort and direction change in one navigation; "created" descending is the default.
   const sortBy = (field: string) => {
     const d = sort === field ? !desc : field !== "name";
@@ -239,7 +265,7 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
             : `${pages.runs.length.toLocaleString()}${pages.done ? "" : "+"} run${pages.runs.length === 1 ? "" : "s"}${pages.done ? "" : " (more load as you scroll)"}`}
         </span>
         <span className="spacer" />
-        <ColumnChooser known={known} columns={columns} onToggle={toggleColumn} onReset={() => setCols("")} />
+        <RunBulkActions selected={[...selected]} nameOf={nameOf} onDeleted={onDeleted} onChanged={reload} />
         {selected.size > 0 && (
           <button type="button" onClick={() => setSel("")}>
             Clear selection ({selected.size})
@@ -254,10 +280,13 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
             Compare selected
           </button>
         )}
+        <ColumnChooser known={known} columns={columns} onToggle={toggleColumn} onReset={() => setCols("")} />
+        <ExportCsvButton csv={csv} />
         <button type="button" onClick={pages.reload} title="Load the runs again">
           Refresh
         </button>
       </div>
+      <ExportCsvError csv={csv} />
       <div className="runs-scroll" ref={scroller} style={{ maxHeight: height ?? "max(360px, calc(100vh - 300px))" }} data-testid="runs-scroll">
         <table className="table runs" style={{ width: tableWidth }} aria-rowcount={pages.runs.length + 1}>
           <colgroup>
