@@ -22,62 +22,55 @@ NAMES = {
 }
 
 
-# Hand-written reading of the numbers (the idle run of 2026-11-22 06:31 UTC, plus
-# TorchServe from the 08:48 UTC run; re-check it when the numbers move).
+# Hand-written reading of the numbers (the idle run of 2026-11-22 09:02 UTC, the first with
+# TorchServe; re-check it when the numbers move).
 NOTES = """
-What the numbers say. Single runs move by 10-20 %, so compare ratios inside one run, not across
-runs. **The run above (08:48 UTC, the first with TorchServe) was disturbed**: the machine was idle
-when it started (1-minute load 0.38), but CPU was taken from this VM part of the time (the second
-engine-ceiling pass ran batch 1 and 8 at about 40 rows/s against 85-97 in the first pass, and every
-/predict/image server, fw included, ran at about half the images/s of the idle run), so the
-/predict/image rows and the fw-vs-ceiling ratios of that run are low; the bullets below quote
-the last idle run (06:31 UTC) where they say so.
+What the numbers say (an idle machine; single runs still move by 10-20 %, so compare ratios
+inside one run, not across runs):
 
-- **fw /predict vs the HTTP ceiling is missed: about 0.25-0.3 at c=16..256 in the idle run
-  (target 0.5).** A perf profile of fw at c=64 (`PROFILE=1 make bench-serve`,
-  idle run, not repeated in the later one) puts about half of fw's CPU in the kernel, most of it in
-  `finish_task_switch` and `_raw_spin_unlock_irqrestore`: thread wake-ups and context switches.
-  Each request crosses from its fasthttp goroutine to the batcher's worker and back, and on two
-  cores (one taken by wrk) the Go scheduler wakes a second OS thread for those hand-offs; fw's own
-  Go code (fasthttp, fastjson, the JSON writer, the batcher) is about a third and ONNX Runtime about
-  an eighth. The bare ceiling does none of that work (no body parsing, no hand-off). What would
-  close the gap: serving a lone request on the handler's own goroutine when the engine is idle
-  (tried: about 2x at c=1, but it cannot answer 504 while its engine call runs, so it was not
-  kept), fewer wake-ups per batch, and a machine where the load generator does not share the
-  cores. Batching is not the limit: at c=64 the engine runs about 1.3 rows per call because each
-  call is ~10 us, and a forced 1 ms window (the earlier rule) gave the same ~50,000 req/s.
+- **fw /predict vs the HTTP ceiling is missed: about 0.26-0.33 at c=16..256 (target 0.5).** A perf
+  profile of fw at c=64 (`PROFILE=1 make bench-serve`, taken in an earlier run) puts about half of
+  fw's CPU in the kernel, most of it in `finish_task_switch` and `_raw_spin_unlock_irqrestore`:
+  thread wake-ups and context switches, with wrk on one of the two cores. fw's own Go code
+  (fasthttp, fastjson, the JSON writer, the batcher) is about a third and ONNX Runtime about an
+  eighth. The bare ceiling does none of that work (no body parsing, no engine call). Not the
+  cause: the hand-off from the handler to the batcher's worker. Running a lone request on the
+  handler's own goroutine when the engine is idle was tried twice; in the second try (alternating
+  A/B runs, the request demonstrably skipping the queue) c=1 did not move (12.0-12.9k vs
+  11.1-16.1k req/s), so it was not kept. What does move c=1 is ONNX Runtime's thread pool:
+  `--threads 1` (the tuned row) runs the small MLP on the calling thread, about 1.5x at c=1.
+  Batching is not the limit either: at c=64 the engine runs about 1.3 rows per call because each
+  call is ~10 us.
 - **fw vs TorchServe** (0.12.0, its own dynamic batching at fw's defaults, one Python worker, the
-  same onnxruntime call in a custom handler): on the small model fw is about 5-11x TorchServe's
-  throughput at c=16..256 and about 75x at c=1; TorchServe tops out near 5,500-7,000 req/s. Every
-  request goes from the Java (Netty) front end through its batch aggregator to the single Python
-  worker over a Unix socket and back, the worker JSON-decodes each body in Python, and TorchServe's
-  default logging writes several lines per request (access log, per-request metrics, debug lines:
-  about 6 MB/s under load). At c=1 a request waits for the aggregator's maxBatchDelay (1 ms)
-  before that round trip, hence ~220 req/s at p50 ~4 ms. fw's p99 was below TorchServe's except
-  at c=64 in the disturbed run (39.5 vs 36.1 ms), where fw itself ran a third below its idle figure.
-  On resnet18 all servers share the same onnxruntime engine, so fw's edge is small (1.0-2.2x,
-  largest at c=1 where TorchServe waits for its 5 ms batching window).
-- **Low concurrency is fixed.** The batcher now starts a batch at once when no engine call is
-  running (waiting then only adds latency) and gathers only while a call is in flight. At c=1 the
-  defaults went from about 870 req/s (p50 1.1 ms, every batch waiting the full 1 ms) to the figure
-  in the table (p50 well under 0.1 ms).
-- **fw /predict/image at c=64 vs the engine ceiling: about 0.9 in the idle run** (0.37 in the
-  disturbed one, see above). The engine barely gains from batching on 2 cores (resnet18 is
-  compute-bound); the remaining gap is fw decoding and resizing every JPEG in Go on the same cores
-  (about 0.85 ms per image, `BenchmarkPreprocessJPEG224`).
-- **fw vs LitServe**: on the small model fw is 25-55x LitServe's throughput (27-34x in the
-  disturbed run) at a much lower p99 at every concurrency; LitServe is bounded near 1,000 req/s by its architecture (an API-server
+  same onnxruntime call in a custom handler): on the small model fw has about 36x TorchServe's
+  throughput at c=1 and 6-14x at c=16..256, at a lower p99 at every concurrency; TorchServe tops
+  out near 9,000 req/s. Every request goes from the Java (Netty) front end through its batch
+  aggregator to the single Python worker over a Unix socket and back, the worker JSON-decodes each
+  body in Python, and TorchServe's default logging writes several lines per request (access log,
+  per-request metrics: about 6 MB/s under load). At c=1 a request also waits for the aggregator's
+  maxBatchDelay (1 ms). On resnet18 all servers share the same onnxruntime engine, so fw's edge is
+  small (1.1-1.6x, largest at c=1 where TorchServe waits for its 5 ms batching window), again at a
+  lower p99.
+- **Low concurrency.** The batcher starts a batch at once when no engine call is running (waiting
+  then only adds latency) and gathers only while a call is in flight. At c=1 the defaults went
+  from about 870 req/s (p50 1.1 ms, every batch waiting the full 1 ms) to the figure in the table
+  (p50 well under 0.1 ms).
+- **fw /predict/image at c=64 vs the engine ceiling is met (about 0.94).** The engine barely gains
+  from batching on 2 cores (resnet18 is compute-bound); the remaining gap is fw decoding and
+  resizing every JPEG in Go on the same cores (about 0.85 ms per image,
+  `BenchmarkPreprocessJPEG224`).
+- **fw vs LitServe**: on the small model fw is 24-60x LitServe's throughput at a much lower p99 at
+  every concurrency; LitServe is bounded near 1,000 req/s by its architecture (an API-server
   process and an inference-worker process exchanging pickled requests through queues), whatever
-  `max_batch_size`/`batch_timeout` (tried 8/64 with 1, 10 and 50 ms). On resnet18 both servers are
+  `max_batch_size`/`batch_timeout` (tried 8/64 with 1, 10 and 50 ms). On resnet18 every server is
   bound by the same onnxruntime engine on the same two cores, so 3x is out of reach there by
-  construction: fw is 1.1-1.3x, and what matters is its ratio to the engine ceiling (above).
-- `--threads 1` is no longer the better setting in the idle run: without spinning, two intra-op
-  threads serve the small MLP faster at c>=16 (the disturbed run, with less CPU, favours one).
+  construction: fw is 1.1-1.5x, and what matters is its ratio to the engine ceiling (above).
+- `--threads 1` against the defaults: better at c=1 and c=256, worse at c=16 in this run; the
+  defaults (threads = CPUs) are kept because they are never far behind.
 - The c=1 ceiling row is latency-bound (one connection, wrk's own round trip), so fw can exceed
   it within noise; the c>=16 rows are the meaningful ceiling comparison.
-- FastAPI (one process, blocking `session.run` inside `async def`) tops out near 4,500 req/s on the
-  MLP in the idle run (2,000-2,400 in the disturbed one): the event loop runs one request at a
-  time, no batching.
+- FastAPI (one process, blocking `session.run` inside `async def`) tops out near 5,000 req/s on the
+  MLP: the event loop runs one request at a time, no batching.
 - Fairness notes: peers use onnxruntime's default thread count (the physical cores, 2 here), as fw
   does; fw answers /predict with `labels` and `model` fields too, peers with `predictions` and
   `labels`; LitServe gets the image as multipart (it has no raw-body mode); TorchServe answers on
