@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"mime"
 	"os"
@@ -18,36 +19,29 @@ func (s *Server) listRuns(ctx *fasthttp.RequestCtx) { s.runPage(ctx, "") }
 // checkpoints answers GET /api/runs/{id}/checkpoints: the run's checkpoints
 // by step (404 for an unknown run).
 func (s *Server) checkpoints(ctx *fasthttp.RequestCtx, id string) {
-	if _, err := s.st.GetRun(s.base, id); err != nil {
-		writeError(ctx, fromStore(s.log, err))
-		return
-	}
-	cks, err := s.st.Checkpoints(s.base, id)
-	if err != nil {
-		writeError(ctx, fromStore(s.log, err))
-		return
-	}
-	if cks == nil {
-		cks = []store.Checkpoint{}
-	}
-	writeJSON(ctx, 200, map[string]any{"run_id": id, "checkpoints": cks})
+	writeRunList(s, ctx, id, "checkpoints", s.st.Checkpoints)
 }
 
 // artifacts answers GET /api/runs/{id}/artifacts: the files the run logged.
 func (s *Server) artifacts(ctx *fasthttp.RequestCtx, id string) {
+	writeRunList(s, ctx, id, "artifacts", s.st.Artifacts)
+}
+
+// writeRunList answers {"run_id", name: list} for a known run, [] when empty.
+func writeRunList[T any](s *Server, ctx *fasthttp.RequestCtx, id, name string, list func(context.Context, string) ([]T, error)) {
 	if _, err := s.st.GetRun(s.base, id); err != nil {
 		writeError(ctx, fromStore(s.log, err))
 		return
 	}
-	arts, err := s.st.Artifacts(s.base, id)
+	items, err := list(s.base, id)
 	if err != nil {
 		writeError(ctx, fromStore(s.log, err))
 		return
 	}
-	if arts == nil {
-		arts = []store.Artifact{}
+	if items == nil {
+		items = []T{}
 	}
-	writeJSON(ctx, 200, map[string]any{"run_id": id, "artifacts": arts})
+	writeJSON(ctx, 200, map[string]any{"run_id": id, name: items})
 }
 
 // download answers GET /api/runs/{id}/download?kind=checkpoint|artifact&path=P:
@@ -89,25 +83,16 @@ func (s *Server) runFile(ctx *fasthttp.RequestCtx, id, kind, rel string) {
 		writeError(ctx, fromStore(s.log, err))
 		return
 	}
-	listed := false
+	var listed bool
+	var err error
 	if kind == "checkpoints" {
-		cks, err := s.st.Checkpoints(s.base, id)
-		if err != nil {
-			writeError(ctx, fromStore(s.log, err))
-			return
-		}
-		for _, c := range cks {
-			listed = listed || c.Path == rel
-		}
+		listed, err = isListed(s.base, id, rel, s.st.Checkpoints, func(c store.Checkpoint) string { return c.Path })
 	} else {
-		arts, err := s.st.Artifacts(s.base, id)
-		if err != nil {
-			writeError(ctx, fromStore(s.log, err))
-			return
-		}
-		for _, a := range arts {
-			listed = listed || a.Path == rel
-		}
+		listed, err = isListed(s.base, id, rel, s.st.Artifacts, func(a store.Artifact) string { return a.Path })
+	}
+	if err != nil {
+		writeError(ctx, fromStore(s.log, err))
+		return
 	}
 	if !listed {
 		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("run %s has no %s %q; GET /api/runs/%s/%s lists them", id, strings.TrimSuffix(kind, "s"), rel, id, kind)))
@@ -142,4 +127,18 @@ func (s *Server) runFile(ctx *fasthttp.RequestCtx, id, kind, rel string) {
 		return
 	}
 	ctx.SetBodyStream(f, int(st.Size())) // fasthttp closes f when sent
+}
+
+// isListed reports whether the store lists rel among a run's files.
+func isListed[T any](ctx context.Context, id, rel string, list func(context.Context, string) ([]T, error), pathOf func(T) string) (bool, error) {
+	items, err := list(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	for _, it := range items {
+		if pathOf(it) == rel {
+			return true, nil
+		}
+	}
+	return false, nil
 }

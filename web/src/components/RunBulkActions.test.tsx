@@ -3,7 +3,8 @@
 // goes out per selected run, deleted runs leave the selection and failures
 // are listed; the tag dialog PATCHes each run (null removes the tag); the
 // CSV export fetches every page by cursor and downloads the file.
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { withFakeLayout } from "../test-layout";
 import { act, cleanup, fireEvent, render, screen, waitFor, within } from "@testing-library/react";
 import { MemoryRouter, useLocation } from "react-router-dom";
 import { RunsTable } from "./RunsTable";
@@ -78,18 +79,7 @@ function mockFetch(opts: { runs?: number; fail?: Record<string, number>; pageSiz
   );
 }
 
-// jsdom has no layout: give the scroll box a size so the virtualizer renders rows.
-const sizes = { offsetHeight: 600, offsetWidth: 1200, clientHeight: 600, clientWidth: 1200 };
-const saved: Record<string, PropertyDescriptor | undefined> = {};
-beforeAll(() => {
-  for (const [k, v] of Object.entries(sizes)) {
-    saved[k] = Object.getOwnPropertyDescriptor(HTMLElement.prototype, k);
-    Object.defineProperty(HTMLElement.prototype, k, { configurable: true, get: () => v });
-  }
-});
-afterAll(() => {
-  for (const [k, d] of Object.entries(saved)) if (d) Object.defineProperty(HTMLElement.prototype, k, d);
-});
+withFakeLayout();
 afterEach(() => {
   cleanup();
   vi.unstubAllGlobals();

@@ -1,6 +1,7 @@
 // The runs table renders the rows of a mocked API, sends the sort of a
 // clicked column header to the API, and shows a filter error inline.
-import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { withFakeLayout } from "../test-layout";
 import { cleanup, fireEvent, render, screen, waitFor } from "@testing-library/react";
 import { MemoryRouter } from "react-router-dom";
 import { RunsTable, fieldFor } from "./RunsTable";
@@ -44,18 +45,7 @@ function mockFetch() {
   );
 }
 
-// jsdom has no layout: give the scroll box a size so the virtualizer renders rows.
-const sizes = { offsetHeight: 600, offsetWidth: 1200, clientHeight: 600, clientWidth: 1200 };
-const saved: Record<string, PropertyDescriptor | undefined> = {};
-beforeAll(() => {
-  for (const [k, v] of Object.entries(sizes)) {
-    saved[k] = Object.getOwnPropertyDescriptor(HTMLElement.prototype, k);
-    Object.defineProperty(HTMLElement.prototype, k, { configurable: true, get: () => v });
-  }
-});
-afterAll(() => {
-  for (const [k, d] of Object.entries(saved)) if (d) Object.defineProperty(HTMLElement.prototype, k, d);
-});
+withFakeLayout();
 afterEach(() => {
   cleanup();
   vi.unstubAllGlobals();
