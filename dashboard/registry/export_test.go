@@ -19,12 +19,30 @@ func (f fakeCheckpoints) Checkpoints(_ context.Context, runID string) ([]store.C
 }
 
 // exportService opens a Service on dir whose "Python" is a shell script.
-func exportService(t *testing.T, ctx context.Context, dir, script string) *Service {
+// fakePython writes script as a new executable file. Each call makes its own
+// file: rewriting one that a running export may be exec'ing at that moment
+// fails with "text file busy".
+func fakePython(t *testing.T, dir, script string) string {
 	t.Helper()
-	py := filepath.Join(dir, "fake-python.sh")
-	if err := os.WriteFile(py, []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
+	f, err := os.CreateTemp(dir, "fake-python-*.sh")
+	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := f.WriteString("#!/bin/sh\n" + script + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(f.Name(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return f.Name()
+}
+
+func exportService(t *testing.T, ctx context.Context, dir, script string) *Service {
+	t.Helper()
+	py := fakePython(t, dir, script)
 	ckDir := filepath.Join(dir, "checkpoints")
 	if err := os.MkdirAll(filepath.Join(ckDir, "r1"), 0o755); err != nil {
 		t.Fatal(err)
@@ -90,9 +108,7 @@ func TestExportsSurviveRestart(t *testing.T) {
 	if !strings.Contains(j.Error, "cannot export: bad checkpoint") || j.Finished == nil {
 		t.Fatalf("failed export: %+v", j)
 	}
-	if err := os.WriteFile(s1.cfg.Python, []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	s1.cfg.Python = fakePython(t, dir, "exec sleep 60")
 	hung, err := s1.StartExport(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -104,6 +120,17 @@ func TestExportsSurviveRestart(t *testing.T) {
 		t.Fatalf("Exports (newest first): %+v", list)
 	}
 
+	// Wait until the hung export has made its temporary directory (its
+	// process started), as a dashboard killed mid-export would leave it.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if tmp, _ := filepath.Glob(filepath.Join(dir, "registry", "export-*")); len(tmp) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the hung export never made its temporary directory")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	// Second process on the same directory, while the first still "runs".
 	s2 := exportService(t, context.Background(), dir, "exit 1")
 	got, ok := s2.Export(hung.ID)
