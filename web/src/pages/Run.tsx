@@ -1,14 +1,16 @@
 // /runs/:id: one run. A header with status, progress and ETA, then tabs
 // (?tab=) for the metric charts (live while the run trains), the overview
 // (params, metric summaries, tags, source), logs, checkpoints (Resume, Fork,
-// Export), system metrics and artifacts. One stream subscription feeds the
+// Export), system metrics and artifacts. The header renames, tags, annotates
+// (notes) and deletes the run (components/RunEditing). One stream subscription feeds the
 // charts and the progress; the log tail follows the run's log events.
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link, useParams } from "react-router-dom";
 import { download, get, seg } from "../api/client";
 import { num, type StreamEvent } from "../api/stream";
 import { DataTable, numCol } from "../components/DataTable";
-import { Card, Empty, ErrorNote, KeyValues, ProgressBar, StatusBadge, Tags } from "../components/ui";
+import { Card, Empty, ErrorNote, KeyValues, ProgressBar, StatusBadge } from "../components/ui";
+import { RunEditActions, RunNotes, RunTagsEditor } from "../components/RunEditing";
 import { ChartControls, RunCharts, useChartSettings, type LiveEvent } from "../components/RunCharts";
 import { CheckpointActions } from "../components/CheckpointActions";
 import { LogTail } from "../components/LogTail";
@@ -118,7 +120,7 @@ export function RunPage() {
   );
 }
 
-/** Name, status, progress with ETA, timing, origin, and the error of a failed run. */
+/** Name, status, progress with ETA, timing, origin, tags, notes, the error of a failed run; rename and delete. */
 function RunHeader({ run: r, progress, onChanged }: { run: Run; progress?: RunProgress; onChanged: () => void }) {
   const now = useNow(1000);
   const p = { ...r.progress, ...progress };
@@ -138,6 +140,7 @@ function RunHeader({ run: r, progress, onChanged }: { run: Run; progress?: RunPr
           </Link>
         )}
         {LIVE.has(r.status) && r.source?.recipe && <StopButton runId={r.id} name={r.name} onStopped={onChanged} />}
+        <RunEditActions run={r} onChanged={onChanged} />
       </div>
       {pf && (
         <ProgressBar value={Math.round(pf.value * 100) / 100} total={pf.total} eta={running ? eta : null} label={`Progress of ${r.name}`} />
@@ -172,11 +175,8 @@ function RunHeader({ run: r, progress, onChanged }: { run: Run; progress?: RunPr
         )}
         <span className="mono small muted">{r.id}</span>
       </div>
-      {Object.keys(r.tags ?? {}).length > 0 && (
-        <div className="row">
-          <Tags tags={r.tags} />
-        </div>
-      )}
+      <RunTagsEditor run={r} onChanged={onChanged} />
+      <RunNotes run={r} onChanged={onChanged} />
       {r.error && (
         <div className="error-note" role="alert">
           <strong>{r.error}</strong>
