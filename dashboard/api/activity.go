@@ -79,7 +79,8 @@ func (s *Server) activity(ctx *fasthttp.RequestCtx) {
 			return ActivityEvent{Time: d.Started, Kind: ActivityDeployed, Model: d.Model, Version: d.Version, DeploymentID: d.ID, Status: d.State,
 				Message: fmt.Sprintf("Deployed %s version %d at %s", d.Model, d.Version, d.URL)}
 		}
-		for _, d := range r.Deployments() {
+		for _, d := range r.Records() { // not Deployments(): no health probes, no request-rate sample taken
+
 			events = append(events, deployed(*d))
 		}
 		for _, d := range r.EndedDeployments() {

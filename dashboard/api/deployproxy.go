@@ -44,13 +44,10 @@ func (s *Server) deploymentProxy(ctx *fasthttp.RequestCtx, r *registry.Service, 
 	if !s.allow(ctx, method, want) {
 		return
 	}
-	var dep *registry.Deployment
-	for _, d := range r.Deployments() {
-		if d.ID == id {
-			dep = d
-		}
-	}
-	if dep == nil {
+	// The record only: probing every deployment's health on each prediction
+	// would put HTTP calls on the request path.
+	dep, ok := r.Record(id)
+	if !ok {
 		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no deployment %s; GET /api/deployments lists them", id)))
 		return
 	}

@@ -361,12 +361,32 @@ func readTail(path string) string {
 	return string(b)
 }
 
+// Records lists the deployments as recorded, without probing their health
+// or sampling their request rate (Deployments does both): for callers that
+// only need who is deployed where.
+func (s *Service) Records() []*Deployment {
+	s.dep.mu.Lock()
+	defer s.dep.mu.Unlock()
+	return s.sortedLocked()
+}
+
+// Record returns one deployment as recorded (see Records).
+func (s *Service) Record(id string) (Deployment, bool) {
+	s.dep.mu.Lock()
+	defer s.dep.mu.Unlock()
+	x, ok := s.dep.deps[id]
+	if !ok {
+		return Deployment{}, false
+	}
+	c := *x
+	c.Healthy, c.RequestRate = false, nil
+	return c, true
+}
+
 // Deployments lists the deployments with their health and request rate.
 func (s *Service) Deployments() []*Deployment {
 	d := &s.dep
-	d.mu.Lock()
-	list := s.sortedLocked()
-	d.mu.Unlock()
+	list := s.Records()
 	for _, x := range list {
 		if x.State != DeployRunning {
 			continue
