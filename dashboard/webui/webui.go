@@ -30,8 +30,8 @@ const notBuilt = `<!doctype html><meta charset="utf-8"><title>fw dashboard</titl
 // and assets/.
 type Site struct {
 	files fs.FS
-	index []byte
-	live  bool // re-read index.html per request (NewDir)
+	// files read once (nil with NewDir, which reads them per request)
+	cache map[string][]byte
 }
 
 // New serves the embedded build.
@@ -43,26 +43,41 @@ func New() *Site {
 	return NewFS(sub)
 }
 
-// NewFS serves the UI from files (tests use a fstest.MapFS).
+// NewFS serves the UI from files (tests use a fstest.MapFS), read once: the
+// requests are answered from memory without copying.
 func NewFS(files fs.FS) *Site {
-	index, err := fs.ReadFile(files, "index.html")
-	if err != nil {
-		index = nil
-	}
-	return &Site{files: files, index: index}
+	cache := map[string][]byte{}
+	_ = fs.WalkDir(files, ".", func(name string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if b, err := fs.ReadFile(files, name); err == nil {
+				cache[name] = b
+			}
+		}
+		return nil
+	})
+	return &Site{files: files, cache: cache}
 }
 
 // NewDir serves the UI from a directory, re-reading index.html on every
 // request: for working on the UI (`vite build --watch --outDir DIR` and
 // `fw dashboard --ui-dir DIR`) without rebuilding the binary.
-func NewDir(dir string) *Site {
-	s := NewFS(os.DirFS(dir))
-	s.live = true
-	return s
+func NewDir(dir string) *Site { return &Site{files: os.DirFS(dir)} }
+
+// read returns a file of the build.
+func (s *Site) read(name string) ([]byte, bool) {
+	if s.cache != nil {
+		b, ok := s.cache[name]
+		return b, ok
+	}
+	b, err := fs.ReadFile(s.files, name)
+	return b, err == nil
 }
 
-// Built reports whether the UI was built into the binary.
-func (s *Site) Built() bool { return s.index != nil }
+// Built reports whether the UI was built (index.html is there).
+func (s *Site) Built() bool {
+	_, ok := s.read("index.html")
+	return ok
+}
 
 // Serve answers GET and HEAD for p (a path outside /api): a file of the
 // build, or index.html for the UI's own routes. It reports false when it
@@ -74,7 +89,7 @@ func (s *Site) Serve(ctx *fasthttp.RequestCtx, p string) bool {
 	}
 	name := strings.TrimPrefix(path.Clean("/"+p), "/")
 	if name != "" && name != "index.html" && !strings.HasPrefix(name, ".") && fs.ValidPath(name) {
-		if b, err := fs.ReadFile(s.files, name); err == nil {
+		if b, ok := s.read(name); ok {
 			ct := mime.TypeByExtension(path.Ext(name))
 			if ct == "" {
 				ct = "application/octet-stream"
@@ -86,7 +101,7 @@ func (s *Site) Serve(ctx *fasthttp.RequestCtx, p string) bool {
 				ctx.Response.Header.Set("Cache-Control", "no-cache")
 			}
 			ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
-			ctx.SetBody(b)
+			ctx.Response.SetBodyRaw(b) // never modified: no copy
 			return true
 		}
 		// A missing file under assets/ or with an extension is a 404, not the
@@ -100,14 +115,11 @@ func (s *Site) Serve(ctx *fasthttp.RequestCtx, p string) bool {
 	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
 	ctx.Response.Header.Set("X-Frame-Options", "DENY")
 	ctx.Response.Header.Set("Referrer-Policy", "same-origin")
-	index := s.index
-	if s.live {
-		index, _ = fs.ReadFile(s.files, "index.html")
-	}
-	if index == nil {
+	index, ok := s.read("index.html")
+	if !ok {
 		ctx.SetBodyString(notBuilt)
 		return true
 	}
-	ctx.SetBody(index)
+	ctx.Response.SetBodyRaw(index)
 	return true
 }
