@@ -21,6 +21,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/fw-serve/fw/internal/oasdoc"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
@@ -54,75 +55,8 @@ var routedPaths = []string{
 	"/v2/models/{model_name}/versions/{model_version}/infer",
 }
 
-var httpMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
-
-func loadOpenAPI(t *testing.T) map[string]any {
-	t.Helper()
-	var doc map[string]any
-	if err := json.Unmarshal(openAPIJSON, &doc); err != nil {
-		t.Fatalf("openapi.json does not parse: %v", err)
-	}
-	return doc
-}
-
-// resolve follows a local "$ref" ("#/components/...") to what it names.
-func resolve(t *testing.T, doc map[string]any, v any) any {
-	t.Helper()
-	for i := 0; i < 16; i++ {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return v
-		}
-		ref, ok := m["$ref"].(string)
-		if !ok {
-			return v
-		}
-		v = pointer(t, doc, ref)
-	}
-	t.Fatalf("$ref chain too deep")
-	return nil
-}
-
-func pointer(t *testing.T, doc map[string]any, ref string) any {
-	t.Helper()
-	if !strings.HasPrefix(ref, "#/") {
-		t.Fatalf("$ref %q is not local", ref)
-	}
-	var cur any = doc
-	for _, tok := range strings.Split(ref[2:], "/") {
-		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
-		m, ok := cur.(map[string]any)
-		if !ok {
-			t.Fatalf("$ref %q: %q is not inside an object", ref, tok)
-		}
-		if cur, ok = m[tok]; !ok {
-			t.Fatalf("$ref %q does not resolve (no %q)", ref, tok)
-		}
-	}
-	return cur
-}
-
-type operation struct {
-	path, method string
-	op           map[string]any
-}
-
-func operations(doc map[string]any) []operation {
-	var ops []operation
-	paths := doc["paths"].(map[string]any)
-	for p, item := range paths {
-		for _, m := range httpMethods {
-			if op, ok := item.(map[string]any)[m].(map[string]any); ok {
-				ops = append(ops, operation{p, m, op})
-			}
-		}
-	}
-	sort.Slice(ops, func(i, j int) bool { return ops[i].path+ops[i].method < ops[j].path+ops[j].method })
-	return ops
-}
-
 func TestOpenAPIDocument(t *testing.T) {
-	doc := loadOpenAPI(t)
+	doc := oasdoc.Parse(t, openAPIJSON)
 	if v, _ := doc["openapi"].(string); !regexp.MustCompile(`^3\.1\.\d+$`).MatchString(v) {
 		t.Fatalf("openapi = %q, want 3.1.x", v)
 	}
@@ -140,7 +74,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		switch v := v.(type) {
 		case map[string]any:
 			if ref, ok := v["$ref"].(string); ok {
-				pointer(t, doc, ref)
+				oasdoc.Pointer(t, doc, ref)
 			}
 			for _, e := range v {
 				walk(e)
@@ -154,34 +88,34 @@ func TestOpenAPIDocument(t *testing.T) {
 	walk(doc)
 	// Operation ids are unique and every path parameter is declared.
 	seen := map[string]bool{}
-	for _, o := range operations(doc) {
-		id, _ := o.op["operationId"].(string)
+	for _, o := range oasdoc.Operations(doc) {
+		id, _ := o.Op["operationId"].(string)
 		if id == "" || seen[id] {
-			t.Errorf("%s %s: operationId %q missing or repeated", o.method, o.path, id)
+			t.Errorf("%s %s: operationId %q missing or repeated", o.Method, o.Path, id)
 		}
 		seen[id] = true
 		declared := map[string]bool{}
-		params, _ := doc["paths"].(map[string]any)[o.path].(map[string]any)["parameters"].([]any)
-		opParams, _ := o.op["parameters"].([]any)
+		params, _ := doc["paths"].(map[string]any)[o.Path].(map[string]any)["parameters"].([]any)
+		opParams, _ := o.Op["parameters"].([]any)
 		for _, p := range append(slices.Clone(params), opParams...) {
-			pm := resolve(t, doc, p).(map[string]any)
+			pm := oasdoc.Resolve(t, doc, p).(map[string]any)
 			if pm["in"] == "path" {
 				declared[pm["name"].(string)] = true
 			}
 		}
-		for _, m := range regexp.MustCompile(`\{([^}]+)\}`).FindAllStringSubmatch(o.path, -1) {
+		for _, m := range regexp.MustCompile(`\{([^}]+)\}`).FindAllStringSubmatch(o.Path, -1) {
 			if !declared[m[1]] {
-				t.Errorf("%s %s: path parameter %q is not declared", o.method, o.path, m[1])
+				t.Errorf("%s %s: path parameter %q is not declared", o.Method, o.Path, m[1])
 			}
 		}
-		if _, ok := o.op["security"]; !ok {
-			t.Errorf("%s %s: no explicit security (open: [], protected: [{}, {bearerAuth: []}])", o.method, o.path)
+		if _, ok := o.Op["security"]; !ok {
+			t.Errorf("%s %s: no explicit security (open: [], protected: [{}, {bearerAuth: []}])", o.Method, o.Path)
 		}
 	}
 }
 
 func TestOpenAPIPathsMatchRouter(t *testing.T) {
-	doc := loadOpenAPI(t)
+	doc := oasdoc.Parse(t, openAPIJSON)
 	var documented []string
 	for p := range doc["paths"].(map[string]any) {
 		documented = append(documented, p)
@@ -203,13 +137,13 @@ func TestOpenAPIPathsMatchRouter(t *testing.T) {
 // Security: the prediction and V2 endpoints (but V2's health) take the
 // optional bearer key; the rest stays open, as the router does.
 func TestOpenAPISecurityMatchesRouter(t *testing.T) {
-	doc := loadOpenAPI(t)
-	if _, ok := pointer(t, doc, "#/components/securitySchemes/bearerAuth").(map[string]any); !ok {
+	doc := oasdoc.Parse(t, openAPIJSON)
+	if _, ok := oasdoc.Pointer(t, doc, "#/components/securitySchemes/bearerAuth").(map[string]any); !ok {
 		t.Fatal("no bearerAuth security scheme")
 	}
-	for _, o := range operations(doc) {
-		sec, _ := o.op["security"].([]any)
-		protected := strings.HasPrefix(o.path, "/predict") || (strings.HasPrefix(o.path, "/v2") && !strings.HasPrefix(o.path, "/v2/health"))
+	for _, o := range oasdoc.Operations(doc) {
+		sec, _ := o.Op["security"].([]any)
+		protected := strings.HasPrefix(o.Path, "/predict") || (strings.HasPrefix(o.Path, "/v2") && !strings.HasPrefix(o.Path, "/v2/health"))
 		hasBearer := false
 		for _, s := range sec {
 			if _, ok := s.(map[string]any)["bearerAuth"]; ok {
@@ -217,11 +151,11 @@ func TestOpenAPISecurityMatchesRouter(t *testing.T) {
 			}
 		}
 		if protected != hasBearer {
-			t.Errorf("%s %s: security %v, want bearer auth %v", o.method, o.path, sec, protected)
+			t.Errorf("%s %s: security %v, want bearer auth %v", o.Method, o.Path, sec, protected)
 		}
-		_, has401 := o.op["responses"].(map[string]any)["401"]
+		_, has401 := o.Op["responses"].(map[string]any)["401"]
 		if protected != has401 {
-			t.Errorf("%s %s: 401 documented %v, want %v", o.method, o.path, has401, protected)
+			t.Errorf("%s %s: 401 documented %v, want %v", o.Method, o.Path, has401, protected)
 		}
 	}
 }
@@ -273,9 +207,9 @@ func errorCodes(t *testing.T) map[string]int {
 // codes it names have that status in errors.go; the ErrorCode enum is
 // exactly the codes of errors.go.
 func TestOpenAPIErrorResponses(t *testing.T) {
-	doc := loadOpenAPI(t)
+	doc := oasdoc.Parse(t, openAPIJSON)
 	codes := errorCodes(t)
-	enum := pointer(t, doc, "#/components/schemas/ErrorCode/enum").([]any)
+	enum := oasdoc.Pointer(t, doc, "#/components/schemas/ErrorCode/enum").([]any)
 	var got []string
 	for _, c := range enum {
 		got = append(got, c.(string))
@@ -289,36 +223,36 @@ func TestOpenAPIErrorResponses(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("ErrorCode enum %v, errors.go has %v", got, want)
 	}
-	for _, o := range operations(doc) {
-		responses := o.op["responses"].(map[string]any)
+	for _, o := range oasdoc.Operations(doc) {
+		responses := o.Op["responses"].(map[string]any)
 		if len(responses) == 0 {
-			t.Errorf("%s %s: no responses", o.method, o.path)
+			t.Errorf("%s %s: no responses", o.Method, o.Path)
 		}
 		if _, ok := responses["405"]; !ok {
-			t.Errorf("%s %s: 405 is not documented", o.method, o.path)
+			t.Errorf("%s %s: 405 is not documented", o.Method, o.Path)
 		}
 		for status, r := range responses {
 			code, err := strconv.Atoi(status)
 			if err != nil {
-				t.Errorf("%s %s: response %q is not a status code", o.method, o.path, status)
+				t.Errorf("%s %s: response %q is not a status code", o.Method, o.Path, status)
 				continue
 			}
-			resp := resolve(t, doc, r).(map[string]any)
+			resp := oasdoc.Resolve(t, doc, r).(map[string]any)
 			if code < 400 {
 				continue
 			}
 			schema, _ := resp["content"].(map[string]any)["application/json"].(map[string]any)["schema"].(map[string]any)
 			want := "#/components/schemas/Error"
-			if strings.HasPrefix(o.path, "/v2") {
+			if strings.HasPrefix(o.Path, "/v2") {
 				want = "#/components/schemas/V2Error"
 			}
 			if !refersTo(schema, want) {
-				t.Errorf("%s %s %d: the application/json schema does not reference %s: %v", o.method, o.path, code, want, schema)
+				t.Errorf("%s %s %d: the application/json schema does not reference %s: %v", o.Method, o.Path, code, want, schema)
 				continue
 			}
 			for _, c := range errorCodeEnum(schema) {
 				if codes[c] != code {
-					t.Errorf("%s %s %d: code %q has status %d in errors.go", o.method, o.path, code, c, codes[c])
+					t.Errorf("%s %s %d: code %q has status %d in errors.go", o.Method, o.Path, code, c, codes[c])
 				}
 			}
 		}
@@ -449,22 +383,22 @@ var pathExamples = strings.NewReplacer("{model_name}", "digits_cnn", "{model_ver
 // and where the router answers 405 to an undocumented method, its Allow
 // header lists exactly the documented methods.
 func TestOpenAPIDocumentedPathsAreRouted(t *testing.T) {
-	doc := loadOpenAPI(t)
+	doc := oasdoc.Parse(t, openAPIJSON)
 	ts := newTestServer(t, Config{})
-	for _, o := range operations(doc) {
-		target := pathExamples.Replace(o.path)
-		resp := ts.raw(t, strings.ToUpper(o.method), target, map[string]string{"Content-Type": "application/json"}, nil)
+	for _, o := range oasdoc.Operations(doc) {
+		target := pathExamples.Replace(o.Path)
+		resp := ts.raw(t, strings.ToUpper(o.Method), target, map[string]string{"Content-Type": "application/json"}, nil)
 		if isNoRoute(resp) {
-			t.Errorf("%s %s (documented) is not routed: %s", strings.ToUpper(o.method), target, resp.Body())
+			t.Errorf("%s %s (documented) is not routed: %s", strings.ToUpper(o.Method), target, resp.Body())
 		}
 		if resp.StatusCode() == 405 {
-			t.Errorf("%s %s (documented) answers 405: %s", strings.ToUpper(o.method), target, resp.Body())
+			t.Errorf("%s %s (documented) answers 405: %s", strings.ToUpper(o.Method), target, resp.Body())
 		}
 	}
 	paths := doc["paths"].(map[string]any)
 	for p, item := range paths {
 		var documented []string
-		for _, m := range httpMethods {
+		for _, m := range oasdoc.Methods {
 			if _, ok := item.(map[string]any)[m]; ok {
 				documented = append(documented, strings.ToUpper(m))
 			}

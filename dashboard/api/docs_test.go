@@ -2,7 +2,6 @@ package api
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/fw-serve/fw/internal/oasdoc"
 )
 
 // dashboardRoutes is every path the router (api.go Handler, models.go,
@@ -58,56 +59,8 @@ var dashboardRoutes = map[string][]string{
 	"/api/deployments/{id}/health/ready":    {"get"},
 }
 
-var oasMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
-
-func loadDashboardOpenAPI(t *testing.T) map[string]any {
-	t.Helper()
-	var doc map[string]any
-	if err := json.Unmarshal(openAPIJSON, &doc); err != nil {
-		t.Fatalf("openapi.json does not parse: %v", err)
-	}
-	return doc
-}
-
-// oasPointer follows a local JSON pointer ("#/components/...").
-func oasPointer(t *testing.T, doc map[string]any, ref string) any {
-	t.Helper()
-	if !strings.HasPrefix(ref, "#/") {
-		t.Fatalf("$ref %q is not local", ref)
-	}
-	var cur any = doc
-	for _, tok := range strings.Split(ref[2:], "/") {
-		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
-		m, ok := cur.(map[string]any)
-		if !ok {
-			t.Fatalf("$ref %q: %q is not inside an object", ref, tok)
-		}
-		if cur, ok = m[tok]; !ok {
-			t.Fatalf("$ref %q does not resolve (no %q)", ref, tok)
-		}
-	}
-	return cur
-}
-
-func oasResolve(t *testing.T, doc map[string]any, v any) any {
-	t.Helper()
-	for i := 0; i < 16; i++ {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return v
-		}
-		ref, ok := m["$ref"].(string)
-		if !ok {
-			return v
-		}
-		v = oasPointer(t, doc, ref)
-	}
-	t.Fatal("$ref chain too deep")
-	return nil
-}
-
 func TestDashboardOpenAPIDocument(t *testing.T) {
-	doc := loadDashboardOpenAPI(t)
+	doc := oasdoc.Parse(t, openAPIJSON)
 	if v, _ := doc["openapi"].(string); !regexp.MustCompile(`^3\.1\.\d+$`).MatchString(v) {
 		t.Fatalf("openapi = %q, want 3.1.x", v)
 	}
@@ -115,7 +68,7 @@ func TestDashboardOpenAPIDocument(t *testing.T) {
 	if info["title"] == nil || info["version"] == nil {
 		t.Fatalf("info needs title and version: %v", info)
 	}
-	if _, ok := oasPointer(t, doc, "#/components/securitySchemes/bearerAuth").(map[string]any); !ok {
+	if _, ok := oasdoc.Pointer(t, doc, "#/components/securitySchemes/bearerAuth").(map[string]any); !ok {
 		t.Fatal("no bearerAuth security scheme")
 	}
 	var walk func(any)
@@ -123,7 +76,7 @@ func TestDashboardOpenAPIDocument(t *testing.T) {
 		switch v := v.(type) {
 		case map[string]any:
 			if ref, ok := v["$ref"].(string); ok {
-				oasPointer(t, doc, ref)
+				oasdoc.Pointer(t, doc, ref)
 			}
 			for _, e := range v {
 				walk(e)
@@ -141,7 +94,7 @@ func TestDashboardOpenAPIDocument(t *testing.T) {
 	for p, item := range paths {
 		item := item.(map[string]any)
 		var methods []string
-		for _, m := range oasMethods {
+		for _, m := range oasdoc.Methods {
 			o, ok := item[m].(map[string]any)
 			if !ok {
 				continue
@@ -157,7 +110,7 @@ func TestDashboardOpenAPIDocument(t *testing.T) {
 			pathParams, _ := item["parameters"].([]any)
 			opParams, _ := o["parameters"].([]any)
 			for _, prm := range append(slices.Clone(pathParams), opParams...) {
-				pm := oasResolve(t, doc, prm).(map[string]any)
+				pm := oasdoc.Resolve(t, doc, prm).(map[string]any)
 				if pm["in"] == "path" {
 					declared[pm["name"].(string)] = true
 				}
@@ -195,7 +148,7 @@ func TestDashboardOpenAPIDocument(t *testing.T) {
 				if status[0] < '4' {
 					continue
 				}
-				resp := oasResolve(t, doc, r).(map[string]any)
+				resp := oasdoc.Resolve(t, doc, r).(map[string]any)
 				content, _ := resp["content"].(map[string]any)
 				if len(content) != 1 {
 					t.Errorf("%s %s %s: want only application/json content: %v", m, p, status, content)
@@ -220,7 +173,7 @@ func TestDashboardOpenAPIDocument(t *testing.T) {
 			t.Errorf("routed path %s is missing from openapi.json", p)
 		}
 	}
-	errSchema := oasPointer(t, doc, "#/components/schemas/Error/properties/error/required").([]any)
+	errSchema := oasdoc.Pointer(t, doc, "#/components/schemas/Error/properties/error/required").([]any)
 	if !slices.Contains(errSchema, any("code")) || !slices.Contains(errSchema, any("message")) {
 		t.Errorf("Error schema requires %v", errSchema)
 	}
@@ -236,11 +189,11 @@ func concrete(p string) string {
 // Every documented operation reaches a handler: no "no route" 404 and no 405
 // for a documented method; an undocumented path does get the router's 404.
 func TestDashboardOpenAPIPathsAreRouted(t *testing.T) {
-	doc := loadDashboardOpenAPI(t)
+	doc := oasdoc.Parse(t, openAPIJSON)
 	url := startCRUDServer(t, nil)
 	var checked []string
 	for p, item := range doc["paths"].(map[string]any) {
-		for _, m := range oasMethods {
+		for _, m := range oasdoc.Methods {
 			if _, ok := item.(map[string]any)[m]; !ok {
 				continue
 			}
