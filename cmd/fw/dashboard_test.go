@@ -24,34 +24,9 @@ func startDashboard(t *testing.T, dir string, args ...string) *proc {
 	port := freePort(t)
 	cmd := fwCmd(append([]string{"dashboard", "--port", strconv.Itoa(port), "--spool-interval", "200ms"}, args...)...)
 	cmd.Env = append(cmd.Env, "FW_EXPERIMENT_DIR="+dir, "FW_CHECKPOINT_DIR="+filepath.Join(dir, "ckpt"), "FW_DASHBOARD_TOKEN=", "FW_DATABASE_URL=")
-	stderr := &syncBuffer{}
-	cmd.Stderr, cmd.Stdout = stderr, stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), stderr: stderr, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		err := <-p.done
-		p.done <- err
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if r, err := http.Get(p.url + "/health"); err == nil {
-			r.Body.Close()
-			if r.StatusCode == 200 {
-				return p
-			}
-		}
-		select {
-		case err := <-p.done:
-			t.Fatalf("fw dashboard exited early: %v\n%s", err, stderr.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Fatalf("fw dashboard never became ready:\n%s", stderr.String())
-	return nil
+	out := &syncBuffer{}
+	cmd.Stderr, cmd.Stdout = out, out
+	return startProc(t, "fw dashboard", cmd, port, out, 30*time.Second)
 }
 
 // stop sends SIGTERM and checks the graceful exit.

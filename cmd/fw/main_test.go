@@ -80,16 +80,24 @@ func startServe(t *testing.T, args ...string) *proc {
 	cmd := fwCmd(append([]string{"serve", "--port", strconv.Itoa(port), "--threads", "1"}, args...)...)
 	stderr := &syncBuffer{}
 	cmd.Stderr, cmd.Stdout = stderr, io.Discard
+	return startProc(t, "fw serve", cmd, port, stderr, 60*time.Second)
+}
+
+// startProc starts cmd (a server listening on port, its output in out),
+// kills it when the test ends, and waits up to ready for its /health.
+func startProc(t *testing.T, name string, cmd *exec.Cmd, port int, out *syncBuffer, ready time.Duration) *proc {
+	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), stderr: stderr, done: make(chan error, 1)}
+	p := &proc{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), stderr: out, done: make(chan error, 1)}
 	go func() { p.done <- cmd.Wait() }()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
-		<-p.done
+		err := <-p.done
+		p.done <- err // for a stop() that runs after
 	})
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(ready)
 	for time.Now().Before(deadline) {
 		if r, err := http.Get(p.url + "/health"); err == nil {
 			r.Body.Close()
@@ -99,11 +107,11 @@ func startServe(t *testing.T, args ...string) *proc {
 		}
 		select {
 		case err := <-p.done:
-			t.Fatalf("fw serve exited early: %v\n%s", err, stderr.String())
-		case <-time.After(50 * time.Millisecond):
+			t.Fatalf("%s exited early: %v\n%s", name, err, out.String())
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	t.Fatalf("fw serve never became ready:\n%s", stderr.String())
+	t.Fatalf("%s never became ready:\n%s", name, out.String())
 	return nil
 }
 
