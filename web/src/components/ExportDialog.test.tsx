@@ -1,5 +1,6 @@
 // The export dialog sends the export body the API expects and, once the job
 // has finished, shows the parity report and the registered version.
+import { json } from "../test-utils";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { cleanup, fireEvent, render, screen, waitFor, within } from "@testing-library/react";
 import { MemoryRouter } from "react-router-dom";
@@ -35,7 +36,6 @@ function mockApi(finalJob: Record<string, unknown>): Sent[] {
       const u = String(url);
       const method = init?.method ?? "GET";
       sent.push({ method, url: u, body: init?.body ? JSON.parse(String(init.body)) : undefined });
-      const json = (b: unknown, status = 200) => new Response(JSON.stringify(b), { status });
       if (u === "/api/runs/r1") return json({ id: "r1", name: "run one", experiment: "digits", source: { recipe: "digits_cnn" } });
       if (u === "/api/runs/r1/checkpoints")
         return json({ checkpoints: [{ path: "epoch-1.pt", step: 10, epoch: 1, metrics: { val_acc: 0.9 } }, { path: "epoch-2.pt", step: 20, epoch: 2, metrics: { val_acc: 0.95 } }] });

@@ -4,26 +4,13 @@
 // are listed; the tag dialog PATCHes each run (null removes the tag); the
 // CSV export fetches every page by cursor and downloads the file.
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { withFakeLayout } from "../test-layout";
+import { json, testRun, withFakeLayout } from "../test-utils";
 import { act, cleanup, fireEvent, render, screen, waitFor, within } from "@testing-library/react";
 import { MemoryRouter, useLocation } from "react-router-dom";
 import { RunsTable } from "./RunsTable";
 
-function run(i: number) {
-  return {
-    id: `r${i}`,
-    experiment_id: "e1",
-    experiment: "digits",
-    name: `run-${i}`,
-    status: "finished",
-    created: "2026-11-22T07:00:00Z",
-    updated: "2026-11-22T07:01:00Z",
-    started: "2026-11-22T07:00:00Z",
-    ended: "2026-11-22T07:01:00Z",
-    params: { lr: 0.001 * i, optimizer: i === 2 ? 'sgd, "fast"' : "adam" },
-    metrics: { loss: { last: i === 3 ? "NaN" : 1 / i, last_step: 10, min: 0.1, max: 2, count: 10 } },
-  };
-}
+// Run 2 has a param that needs CSV quoting, run 3 a NaN loss.
+const run = (i: number) => testRun(i, { params: { optimizer: i === 2 ? 'sgd, "fast"' : "adam" }, loss: { last: i === 3 ? "NaN" : 1 / i } });
 
 interface Call {
   method: string;
@@ -47,7 +34,6 @@ function mockFetch(opts: { runs?: number; fail?: Record<string, number>; pageSiz
       const u = new URL(String(url), "http://x");
       const method = init?.method ?? "GET";
       calls.push({ method, url: String(url), body: init?.body ? JSON.parse(String(init.body)) : undefined });
-      const json = (b: unknown, status = 200) => new Response(JSON.stringify(b), { status });
       const failWith = (key: string) => {
         const status = opts.fail?.[key];
         return status ? json({ error: { code: "internal", message: `${key} broke` } }, status) : undefined;

@@ -4,6 +4,7 @@
 // tag (line breaks as U+2028, an empty note removes it, never a chip), and
 // Delete run… stays disabled until the run's name is typed, then DELETEs
 // and opens the run's experiment.
+import { json } from "../test-utils";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { cleanup, fireEvent, render, screen, waitFor, within } from "@testing-library/react";
 import { MemoryRouter, Route, Routes, useParams } from "react-router-dom";
@@ -41,7 +42,6 @@ function mockFetch(opts: { failPatch?: { status: number; code: string; message: 
       const method = init?.method ?? "GET";
       const body = init?.body ? JSON.parse(String(init.body)) : undefined;
       calls.push({ method, path: u.pathname, body });
-      const json = (b: unknown, status = 200) => new Response(JSON.stringify(b), { status });
       if (u.pathname === "/api/runs/r1") {
         if (method === "GET") return run ? json(run) : json({ error: { code: "not_found", message: "no run" } }, 404);
         if (method === "PATCH") {

@@ -1,27 +1,13 @@
 // The runs table renders the rows of a mocked API, sends the sort of a
 // clicked column header to the API, and shows a filter error inline.
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { withFakeLayout } from "../test-layout";
+import { json, testRun, withFakeLayout } from "../test-utils";
 import { cleanup, fireEvent, render, screen, waitFor } from "@testing-library/react";
 import { MemoryRouter } from "react-router-dom";
 import { RunsTable, fieldFor } from "./RunsTable";
 import { combinedFilter } from "./FilterBar";
 
-function run(i: number) {
-  return {
-    id: `r${i}`,
-    experiment_id: "e1",
-    experiment: "digits",
-    name: `run-${i}`,
-    status: "finished",
-    created: "2026-11-22T07:00:00Z",
-    updated: "2026-11-22T07:01:00Z",
-    started: "2026-11-22T07:00:00Z",
-    ended: "2026-11-22T07:01:00Z",
-    params: { lr: 0.001 * i, optimizer: "adam" },
-    metrics: { loss: { last: 1 / i, last_step: 10, min: 0.1, max: 2, count: 10 } },
-  };
-}
+const run = (i: number) => testRun(i);
 
 let urls: string[] = [];
 
@@ -33,7 +19,6 @@ function mockFetch() {
     vi.fn(async (url: string) => {
       const u = new URL(String(url), "http://x");
       urls.push(String(url));
-      const json = (b: unknown, status = 200) => new Response(JSON.stringify(b), { status });
       if (u.pathname === "/api/experiments/e1/runs") {
         if ((u.searchParams.get("filter") ?? "").includes("bad")) {
           return json({ error: { code: "invalid_argument", message: "filter: unknown field bad at column 1" } }, 400);
