@@ -105,11 +105,12 @@ type ExperimentDetail struct {
 // MetricOverview is one metric across the runs of an experiment: how many
 // runs report it and the runs with its lowest and highest value ever.
 type MetricOverview struct {
-	Runs   int     `json:"runs"`
-	Min    float64 `json:"min"`
-	MinRun string  `json:"min_run"`
-	Max    float64 `json:"max"`
-	MaxRun string  `json:"max_run"`
+	Runs int `json:"runs"`
+	// Min and Max are NaN (written "NaN") when every value was NaN.
+	Min    Float  `json:"min"`
+	MinRun string `json:"min_run"`
+	Max    Float  `json:"max"`
+	MaxRun string `json:"max_run"`
 }
 
 // Source says what a run executed.

@@ -506,8 +506,7 @@ func (s *sqlStore) GetExperiment(ctx context.Context, idOrName string) (Experime
 }
 
 // experimentOverview fills the last activity and the metric overview of an
-// experiment from its runs' summaries: one query for the counts, one per
-// metric key for the runs holding its extremes.
+// experiment from its runs' summaries.
 func (s *sqlStore) experimentOverview(ctx context.Context, d *ExperimentDetail) error {
 	var last sql.NullInt64
 	if err := s.rdb.QueryRowContext(ctx, s.q(`SELECT MAX(updated) FROM runs WHERE experiment_id = ?`), d.ID).Scan(&last); err != nil {
@@ -517,51 +516,38 @@ func (s *sqlStore) experimentOverview(ctx context.Context, d *ExperimentDetail) 
 		t := fromNanos(last.Int64)
 		d.LastActivity = &t
 	}
-	const from = ` FROM metric_summary s JOIN runs r ON r.rid = s.run_rid JOIN metric_keys k ON k.id = s.key_id WHERE r.experiment_id = ? AND k.kind = ?`
-	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT k.name, COUNT(*)`+from+` GROUP BY k.name ORDER BY k.name`), d.ID, int64(kindMetric))
+	// Per training metric: how many runs report it, and the run holding its
+	// lowest and its highest value (ties to the smaller run ID), in one query.
+	rows, err := s.rdb.QueryContext(ctx, s.q(`
+WITH v AS (SELECT k.name AS name, r.id AS run, s.min_value AS mn, s.max_value AS mx
+  FROM metric_summary s JOIN runs r ON r.rid = s.run_rid JOIN metric_keys k ON k.id = s.key_id
+  WHERE r.experiment_id = ? AND k.kind = ?),
+lo AS (SELECT name, run, mn, ROW_NUMBER() OVER (PARTITION BY name ORDER BY mn, run) AS i FROM v WHERE mn IS NOT NULL),
+hi AS (SELECT name, run, mx, ROW_NUMBER() OVER (PARTITION BY name ORDER BY mx DESC, run) AS i FROM v WHERE mx IS NOT NULL),
+c AS (SELECT name, COUNT(*) AS n FROM v GROUP BY name)
+SELECT c.name, c.n, lo.mn, lo.run, hi.mx, hi.run
+  FROM c LEFT JOIN lo ON lo.name = c.name AND lo.i = 1 LEFT JOIN hi ON hi.name = c.name AND hi.i = 1`), d.ID, int64(kindMetric))
 	if err != nil {
 		return fmt.Errorf("summarising the metrics of experiment %s: %w", d.ID, err)
 	}
-	counts := map[string]int{}
-	var keys []string
+	defer rows.Close()
 	for rows.Next() {
-		var k string
-		var n int
-		if err := rows.Scan(&k, &n); err != nil {
-			rows.Close()
+		var name string
+		var o MetricOverview
+		var mn, mx sql.NullFloat64
+		var minRun, maxRun sql.NullString
+		if err := rows.Scan(&name, &o.Runs, &mn, &minRun, &mx, &maxRun); err != nil {
 			return fmt.Errorf("summarising the metrics of experiment %s: %w", d.ID, err)
 		}
-		counts[k] = n
-		keys = append(keys, k)
+		o.Min, o.MinRun = Float(nanIfNull(mn)), minRun.String
+		o.Max, o.MaxRun = Float(nanIfNull(mx)), maxRun.String
+		if d.Metrics == nil {
+			d.Metrics = map[string]MetricOverview{}
+		}
+		d.Metrics[name] = o
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("summarising the metrics of experiment %s: %w", d.ID, err)
-	}
-	if len(keys) == 0 {
-		return nil
-	}
-	d.Metrics = make(map[string]MetricOverview, len(keys))
-	extreme := func(key, col, dir string) (float64, string, error) {
-		var v sql.NullFloat64
-		var id string
-		err := s.rdb.QueryRowContext(ctx, s.q(`SELECT s.`+col+`, r.id`+from+` AND k.name = ? AND s.`+col+` IS NOT NULL ORDER BY s.`+col+` `+dir+`, r.id LIMIT 1`),
-			d.ID, int64(kindMetric), key).Scan(&v, &id)
-		if isNoRows(err) || (err == nil && !v.Valid) {
-			return math.NaN(), "", nil
-		}
-		return v.Float64, id, err
-	}
-	for _, k := range keys {
-		o := MetricOverview{Runs: counts[k]}
-		var err error
-		if o.Min, o.MinRun, err = extreme(k, "min_value", "ASC"); err == nil {
-			o.Max, o.MaxRun, err = extreme(k, "max_value", "DESC")
-		}
-		if err != nil {
-			return fmt.Errorf("summarising metric %s of experiment %s: %w", k, d.ID, err)
-		}
-		d.Metrics[k] = o
 	}
 	return nil
 }

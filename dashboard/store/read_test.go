@@ -316,4 +316,9 @@ func TestJSONNaN(t *testing.T) {
 	if err := json.Unmarshal(b, &bb); err != nil || len(bb) != 1 || bb[0].Max != 3 || !math.IsNaN(bb[0].Min) || bb[0].StepMax != 2 {
 		t.Fatalf("bucket back: %+v %v", bb, err)
 	}
+	// An experiment's overview of a metric that was only ever NaN.
+	b, err = json.Marshal(ExperimentDetail{Metrics: map[string]MetricOverview{"loss": {Runs: 1, Min: Float(math.NaN()), Max: Float(math.NaN())}}})
+	if err != nil || !strings.Contains(string(b), `"loss":{"runs":1,"min":"NaN","min_run":"","max":"NaN","max_run":""}`) {
+		t.Fatalf("metric overview: %s %v", b, err)
+	}
 }
