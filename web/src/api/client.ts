@@ -119,8 +119,8 @@ export interface RequestOptions {
   headers?: Record<string, string>;
 }
 
-/** Sends one request to the dashboard and decodes its JSON answer. */
-export async function request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
+/** Sends one request with the token; an unreachable dashboard is an ApiError of status 0. */
+async function send(method: string, path: string, opts: RequestOptions = {}): Promise<Response> {
   const headers: Record<string, string> = { Accept: "application/json", ...opts.headers };
   const token = getToken();
   if (token) headers.Authorization = `Bearer ${token}`;
@@ -131,39 +131,48 @@ export async function request<T>(method: string, path: string, opts: RequestOpti
     body = JSON.stringify(opts.body);
     headers["Content-Type"] = "application/json";
   }
-  let res: Response;
   try {
-    res = await fetch(withQuery(path, opts.query), { method, headers, body, signal: opts.signal });
+    return await fetch(withQuery(path, opts.query), { method, headers, body, signal: opts.signal });
   } catch (e) {
     if ((e as Error).name === "AbortError") throw e;
     markOffline();
     throw new ApiError(0, "unreachable", "The dashboard cannot be reached; retrying.");
   }
-  // A proxy in front of a stopped dashboard answers 502/503/504 without our shape.
-  const text = await res.text();
-  let parsed: unknown = undefined;
-  if (text) {
-    try {
-      parsed = JSON.parse(text);
-    } catch {
-      parsed = undefined;
-    }
+}
+
+/** Parses a JSON body (undefined when empty or not JSON). */
+function parseJSON(text: string): unknown {
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
   }
-  if (res.ok) {
-    markOnline();
-    return parsed as T;
-  }
+}
+
+/** The ApiError for a non-2xx answer whose body was parsed. */
+function failure(res: Response, parsed: unknown): ApiError {
   const err = (parsed as ErrorBody | undefined)?.error;
+  // A proxy in front of a stopped dashboard answers 502/504 without our shape.
   if (!err && (res.status === 502 || res.status === 504)) {
     markOffline();
-    throw new ApiError(0, "unreachable", "The dashboard cannot be reached; retrying.");
+    return new ApiError(0, "unreachable", "The dashboard cannot be reached; retrying.");
   }
   markOnline();
   if (res.status === 401) connection.set({ ...connection.get(), needsToken: true });
   if (err && typeof err === "object") {
-    throw new ApiError(res.status, err.code ?? "error", err.message ?? res.statusText, err.details);
+    return new ApiError(res.status, err.code ?? "error", err.message ?? res.statusText, err.details);
   }
-  throw new ApiError(res.status, "error", `${res.status} ${res.statusText}`);
+  return new ApiError(res.status, "error", `${res.status} ${res.statusText}`);
+}
+
+/** Sends one request to the dashboard and decodes its JSON answer. */
+export async function request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
+  const res = await send(method, path, opts);
+  const parsed = parseJSON(await res.text());
+  if (!res.ok) throw failure(res, parsed);
+  markOnline();
+  return parsed as T;
 }
 
 /** GET path and decode JSON. */
@@ -185,25 +194,9 @@ export const seg = (s: string) => encodeURIComponent(s);
  * with it and handed to the browser as a blob.
  */
 export async function download(path: string, query: Query, filename: string): Promise<void> {
-  const headers: Record<string, string> = {};
-  const token = getToken();
-  if (token) headers.Authorization = `Bearer ${token}`;
-  let res: Response;
-  try {
-    res = await fetch(withQuery(path, query), { headers });
-  } catch {
-    markOffline();
-    throw new ApiError(0, "unreachable", "The dashboard cannot be reached; retrying.");
-  }
-  if (!res.ok) {
-    let err: ErrorBody["error"] | undefined;
-    try {
-      err = ((await res.json()) as ErrorBody).error;
-    } catch {
-      err = undefined;
-    }
-    throw new ApiError(res.status, err?.code ?? "error", err?.message ?? `${res.status} ${res.statusText}`, err?.details);
-  }
+  const res = await send("GET", path, { query });
+  if (!res.ok) throw failure(res, parseJSON(await res.text()));
+  markOnline();
   const url = URL.createObjectURL(await res.blob());
   const a = document.createElement("a");
   a.href = url;
