@@ -48,6 +48,17 @@ func next(t *testing.T, s *Sub) Message {
 
 func u(v uint64) *uint64 { return &v }
 
+// waitUntil polls cond until it holds; it fails the test after 5 seconds
+// instead of hanging.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
 func TestPublishOrderAndShape(t *testing.T) {
 	h := NewHub(Config{})
 	s := h.Subscribe(Filter{All: true}, nil)
@@ -184,11 +195,13 @@ func TestSlowSubscriberIsCutOff(t *testing.T) {
 	}()
 	for i := int64(1); i <= 100; i++ {
 		h.Publish(ev("a", i)) // never blocks, whatever the slow one does
-		for fast.Pending() > 4 {
-			time.Sleep(time.Millisecond)
-		}
+		waitUntil(t, "the fast subscriber to keep up", func() bool { return fast.Pending() <= 4 })
 	}
-	<-done
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the fast subscriber got %d of 100", n)
+	}
 	select {
 	case <-slow.Done():
 	default:
@@ -289,11 +302,10 @@ func TestConcurrentPublishers(t *testing.T) {
 			}
 		}
 	}()
-	for h2.Cursor() < 100 {
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "100 events published", func() bool { return h2.Cursor() >= 100 })
 	s := h2.Subscribe(Filter{All: true}, u(0))
-	time.Sleep(5 * time.Millisecond)
+	// Gate: events published after the subscription reached its live queue.
+	waitUntil(t, "live events after the replay", func() bool { return s.Pending() >= 100 })
 	close(stop)
 	pwg.Wait()
 	var last uint64
