@@ -98,7 +98,10 @@ func (e EncodedTensor) Decode() (Tensor, error) {
 	if int64(len(raw)) != want {
 		return Tensor{}, fmt.Errorf("test tensor of shape %v and dtype %s needs %d bytes, has %d", e.Shape, dt, want, len(raw))
 	}
-	t := NewTensor(dt, e.Shape)
+	t, err := NewTensor(dt, e.Shape)
+	if err != nil {
+		return Tensor{}, err
+	}
 	copy(t.Data, raw)
 	return t, nil
 }

@@ -354,7 +354,10 @@ func (m *Model) ExampleInputs(n int) ([]Tensor, error) {
 			return nil, fmt.Errorf("test vector input %q has no rows", spec.Name)
 		}
 		rowBytes := len(tv.Data) / int(tv.Shape[0])
-		t := NewTensor(tv.DType, append([]int64{int64(n)}, tv.Shape[1:]...))
+		t, err := NewTensor(tv.DType, append([]int64{int64(n)}, tv.Shape[1:]...))
+		if err != nil {
+			return nil, fmt.Errorf("test vector input %q: %w", spec.Name, err)
+		}
 		for r := 0; r < n; r++ {
 			src := r % int(tv.Shape[0])
 			copy(t.Data[r*rowBytes:], tv.Data[src*rowBytes:(src+1)*rowBytes])

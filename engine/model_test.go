@@ -221,7 +221,10 @@ func TestPlainExportsLoadWithoutMetadata(t *testing.T) {
 			t.Fatalf("plain.onnx has a dynamic non-batch axis %d: %v", i, spec.Shape)
 		}
 	}
-	x := NewTensor(Float32, shape)
+	x, err := NewTensor(Float32, shape)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := m.Run(context.Background(), []Tensor{x}); err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +240,10 @@ func TestPlainExportsLoadWithoutMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Without metadata the model itself rejects a bad shape: an error, not a crash.
-	bad := NewTensor(Float32, []int64{2, 3})
+	bad, err := NewTensor(Float32, []int64{2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := ts.Run(context.Background(), []Tensor{bad}); !errors.Is(err, ErrEngine) {
 		t.Fatalf("bad shape through libtorch: %v, want ErrEngine", err)
 	}

@@ -223,7 +223,11 @@ func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error)
 		if !ok {
 			continue
 		}
-		results[i] = NewTensor(spec.DType, shape)
+		t, err := NewTensor(spec.DType, shape)
+		if err != nil {
+			return nil, fmt.Errorf("output %q: %w", spec.Name, err)
+		}
+		results[i] = t
 		if len(results[i].Data) == 0 {
 			continue
 		}

@@ -100,7 +100,9 @@ type Tensor struct {
 	Data  []byte
 }
 
-// NumElements is the product of the shape (1 for a scalar).
+// NumElements is the product of the shape (1 for a scalar). It does not
+// check for negative axes or overflow: use it on shapes already checked
+// (ShapeBytes, NewTensor), never on one taken straight from a request.
 func NumElements(shape []int64) int64 {
 	n := int64(1)
 	for _, d := range shape {
@@ -109,10 +111,74 @@ func NumElements(shape []int64) int64 {
 	return n
 }
 
-// NewTensor allocates a zeroed tensor of the given type and shape.
-func NewTensor(dt DType, shape []int64) Tensor {
-	n := NumElements(shape) * int64(dt.Size())
-	return Tensor{DType: dt, Shape: append([]int64(nil), shape...), Data: alignedBytes(int(n))}
+// MaxTensorBytes bounds the data of one tensor NewTensor allocates (64 GiB).
+// It only keeps a shape from overflowing an allocation; the HTTP layer checks
+// requests against its much smaller configured limits first.
+const MaxTensorBytes = 1 << 36
+
+// ShapeError reports a shape that no tensor can have: a negative axis, or an
+// element count or byte size that overflows or exceeds the allowed maximum.
+type ShapeError struct {
+	Shape  []int64
+	DType  DType
+	Reason string
+}
+
+// Error names the shape and what is wrong with it.
+func (e *ShapeError) Error() string {
+	return fmt.Sprintf("tensor shape %v of %s: %s", e.Shape, e.DType, e.Reason)
+}
+
+// CheckedElements returns the product of shape (1 for a scalar), or ok false
+// when an axis is negative or the product exceeds max. It never overflows.
+func CheckedElements(shape []int64, max int64) (n int64, ok bool) {
+	for _, d := range shape {
+		if d < 0 {
+			return 0, false
+		}
+	}
+	for _, d := range shape {
+		if d == 0 {
+			return 0, max >= 0
+		}
+	}
+	n = 1
+	for _, d := range shape {
+		if n > max/d {
+			return 0, false
+		}
+		n *= d
+	}
+	return n, n <= max
+}
+
+// ShapeBytes returns the bytes a tensor of dt and shape holds, or a
+// *ShapeError when an axis is negative or the size exceeds MaxTensorBytes.
+func ShapeBytes(dt DType, shape []int64) (int64, error) {
+	for _, d := range shape {
+		if d < 0 {
+			return 0, &ShapeError{Shape: shape, DType: dt, Reason: fmt.Sprintf("axis %d is negative", d)}
+		}
+	}
+	size := int64(dt.Size())
+	if size == 0 {
+		size = 1 // an unknown dtype holds no data, but its shape must still be sane
+	}
+	n, ok := CheckedElements(shape, MaxTensorBytes/size)
+	if !ok {
+		return 0, &ShapeError{Shape: shape, DType: dt, Reason: fmt.Sprintf("more than %d bytes", int64(MaxTensorBytes))}
+	}
+	return n * int64(dt.Size()), nil
+}
+
+// NewTensor allocates a zeroed tensor of the given type and shape. A negative
+// axis or a size beyond MaxTensorBytes is a *ShapeError, never a panic.
+func NewTensor(dt DType, shape []int64) (Tensor, error) {
+	n, err := ShapeBytes(dt, shape)
+	if err != nil {
+		return Tensor{}, err
+	}
+	return Tensor{DType: dt, Shape: append([]int64(nil), shape...), Data: alignedBytes(int(n))}, nil
 }
 
 // alignedBytes returns n zero bytes aligned for 8-byte element access.

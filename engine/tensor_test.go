@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"math"
 	"testing"
 )
@@ -64,5 +65,68 @@ func TestTensorViews(t *testing.T) {
 	}
 	if got := FormatShape([]int64{-1, 1, 8, 8}); got != "[N, 1, 8, 8]" {
 		t.Fatalf("FormatShape = %q", got)
+	}
+}
+
+// TestNewTensorRefusesBadShapes: shapes from a request (negative axes, sizes
+// that overflow int64 or exceed MaxTensorBytes) are an error, never a
+// makeslice panic.
+func TestNewTensorRefusesBadShapes(t *testing.T) {
+	const big = math.MaxInt64
+	for _, tc := range []struct {
+		name  string
+		dt    DType
+		shape []int64
+	}{
+		{"negative", Float32, []int64{-1, 4}},
+		{"negative after zero", Float32, []int64{0, -4}},
+		{"overflow int64", Float32, []int64{big, 2}},
+		{"overflow with bytes", Float64, []int64{1 << 61}},
+		{"product wraps to positive", Uint8, []int64{1 << 32, 1 << 32, 4}},
+		{"too large", Uint8, []int64{MaxTensorBytes + 1}},
+		{"too large after dtype", Float32, []int64{MaxTensorBytes/4 + 1}},
+	} {
+		x, err := NewTensor(tc.dt, tc.shape)
+		var se *ShapeError
+		if !errors.As(err, &se) {
+			t.Errorf("%s: NewTensor(%s, %v) = %d bytes, %v; want a *ShapeError", tc.name, tc.dt, tc.shape, len(x.Data), err)
+		}
+	}
+	for _, tc := range []struct {
+		dt    DType
+		shape []int64
+		bytes int
+	}{
+		{Float32, nil, 4},
+		{Float32, []int64{2, 3}, 24},
+		{Float64, []int64{big, 0}, 0}, // empty: a zero axis wins over a huge one
+		{Invalid, []int64{3}, 0},
+		{Uint8, []int64{1 << 20}, 1 << 20},
+	} {
+		x, err := NewTensor(tc.dt, tc.shape)
+		if err != nil || len(x.Data) != tc.bytes {
+			t.Errorf("NewTensor(%s, %v) = %d bytes, %v; want %d bytes", tc.dt, tc.shape, len(x.Data), err, tc.bytes)
+		}
+	}
+}
+
+func TestCheckedElements(t *testing.T) {
+	for _, tc := range []struct {
+		shape []int64
+		max   int64
+		n     int64
+		ok    bool
+	}{
+		{nil, 10, 1, true},
+		{[]int64{2, 5}, 10, 10, true},
+		{[]int64{2, 6}, 10, 0, false},
+		{[]int64{math.MaxInt64, math.MaxInt64}, math.MaxInt64, 0, false},
+		{[]int64{3, -1}, 100, 0, false},
+		{[]int64{math.MaxInt64, 0}, 1, 0, true},
+	} {
+		n, ok := CheckedElements(tc.shape, tc.max)
+		if n != tc.n || ok != tc.ok {
+			t.Errorf("CheckedElements(%v, %d) = %d, %v; want %d, %v", tc.shape, tc.max, n, ok, tc.n, tc.ok)
+		}
 	}
 }

@@ -180,7 +180,10 @@ func (b *torchBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, erro
 		for j := range shape {
 			shape[j] = int64(o.shape[j])
 		}
-		t := NewTensor(DType(o.dtype), shape)
+		t, err := NewTensor(DType(o.dtype), shape)
+		if err != nil {
+			return nil, fmt.Errorf("output %d: %w", i, err)
+		}
 		if len(t.Data) != int(o.nbytes) {
 			return nil, fmt.Errorf("output %d: %d bytes for shape %v", i, int(o.nbytes), shape)
 		}

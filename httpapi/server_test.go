@@ -350,7 +350,11 @@ func TestConcurrentRequestsCoalesceAndSplitExactly(t *testing.T) {
 					errs <- fmt.Errorf("status %d: %s", resp.status, resp.body)
 					return
 				}
-				x := engine.NewTensor(engine.Float32, []int64{int64(n), 64})
+				x, err := engine.NewTensor(engine.Float32, []int64{int64(n), 64})
+				if err != nil {
+					errs <- err
+					return
+				}
 				for r := range mine {
 					for c, val := range mine[r] {
 						x.Float32s()[r*64+c] = float32(val)

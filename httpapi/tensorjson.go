@@ -50,7 +50,10 @@ func decodeRows(v *fastjson.Value, spec engine.TensorSpec, maxRows int) (engine.
 		return engine.Tensor{}, invalidInput(fmt.Sprintf("input %q: each row must have the per-sample shape %s or hold %d numbers", name, engine.FormatShape(want), engine.NumElements(fixedPart(want))), spec, got)
 	}
 	total := int(per) * len(arr)
-	t := engine.NewTensor(dt, append([]int64{int64(len(arr))}, sample...))
+	t, err := engine.NewTensor(dt, append([]int64{int64(len(arr))}, sample...))
+	if err != nil {
+		return engine.Tensor{}, invalidInput(fmt.Sprintf("input %q: %v", name, err), spec, nil)
+	}
 	w := writer{t: t}
 	for i, row := range arr {
 		start := w.n

@@ -206,7 +206,10 @@ func parseV2Request(p *fastjson.Parser, body, hdrLen []byte, ins, outs []engine.
 				return nil, invalidV2(map[string]any{"input": name, "expected_bytes": nbytes, "received_bytes": size},
 					"input %q: shape %s of %s needs %d bytes of binary data, binary_data_size is %d", name, v2ShapeJSON(shape), dtB, nbytes, size)
 			}
-			t := engine.NewTensor(dt, shape)
+			t, err := engine.NewTensor(dt, shape)
+			if err != nil {
+				return nil, badV2("input %q: %v", name, err)
+			}
 			copy(t.Data, bin[:size])
 			bin = bin[size:]
 			req.inputs[idx] = t
@@ -221,7 +224,10 @@ func parseV2Request(p *fastjson.Parser, body, hdrLen []byte, ins, outs []engine.
 				return nil, invalidV2(map[string]any{"input": name, "expected_elements": count, "received_elements": n},
 					"input %q: shape %s needs %d elements, \"data\" holds %d", name, v2ShapeJSON(shape), count, n)
 			}
-			t := engine.NewTensor(dt, shape)
+			t, err := engine.NewTensor(dt, shape)
+			if err != nil {
+				return nil, badV2("input %q: %v", name, err)
+			}
 			w := v2Writer{t: t, name: name}
 			if aerr := w.walk(data, 0); aerr != nil {
 				return nil, aerr

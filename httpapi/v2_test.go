@@ -244,7 +244,10 @@ func v2Decode(t testing.TB, r v2Reply) (v2Resp, map[string][]float64) {
 				t.Fatalf("output %s: binary_data_size %d, %d bytes left", o.Name, n, len(bin))
 			}
 			dt := v2ParseDType([]byte(o.Datatype))
-			x := engine.NewTensor(dt, []int64{int64(n / dt.Size())})
+			x, err := engine.NewTensor(dt, []int64{int64(n / dt.Size())})
+			if err != nil {
+				t.Fatalf("output %s: %v", o.Name, err)
+			}
 			copy(x.Data, bin[:n])
 			bin = bin[n:]
 			for i := 0; i < x.Len(); i++ {

@@ -154,7 +154,7 @@ func Decode(data []byte, lim Limits) (image.Image, string, error) {
 		return nil, format, &FormatError{Format: format, Err: fmt.Errorf("header declares an empty %dx%d image", cfg.Width, cfg.Height)}
 	}
 	maxPx := lim.maxPixels()
-	if int64(cfg.Width)*int64(cfg.Height) > maxPx {
+	if pixelsOver(cfg.Width, cfg.Height, maxPx) {
 		return nil, format, &TooLargeError{Format: format, Width: cfg.Width, Height: cfg.Height, MaxPixels: maxPx}
 	}
 	img, format2, err := safeDecode(data)
@@ -171,11 +171,20 @@ func Decode(data []byte, lim Limits) (image.Image, string, error) {
 	if b.Empty() {
 		return nil, format, &FormatError{Format: format, Err: fmt.Errorf("decoded image is empty")}
 	}
-	if int64(b.Dx())*int64(b.Dy()) > maxPx {
+	if pixelsOver(b.Dx(), b.Dy(), maxPx) {
 		// The header agreed to the limit but the pixels do not: treat as corrupt.
 		return nil, format, &FormatError{Format: format, Err: fmt.Errorf("decoded size %dx%d disagrees with the header's %dx%d", b.Dx(), b.Dy(), cfg.Width, cfg.Height)}
 	}
 	return img, format, nil
+}
+
+// pixelsOver reports whether a w x h image (w, h positive) has more than max
+// pixels, without overflowing however large the sides are.
+func pixelsOver(w, h int, max int64) bool {
+	if int64(w) > max || int64(h) > max {
+		return true
+	}
+	return int64(w) > max/int64(h)
 }
 
 func safeDecodeConfig(data []byte) (cfg image.Config, format string, err error) {

@@ -105,9 +105,9 @@ func resolve(p engine.ImagePreprocessing, o Options) (recipe, error) {
 	if r.h <= 0 || r.w <= 0 {
 		return r, fmt.Errorf("preprocessing.image: height and width must be positive, got %dx%d; fix the model's fw.json or pass height and width", r.h, r.w)
 	}
-	if int64(r.h)*int64(r.w) > MaxOutputPixels {
+	if pixelsOver(r.w, r.h, MaxOutputPixels) {
 		if o.Height != 0 || o.Width != 0 {
-			return r, &OptionsError{"height", fmt.Sprintf("%d (width %d)", r.h, r.w), fmt.Sprintf("height*width must be at most %d", MaxOutputPixels)}
+			return r, sizeOptionsError(o, r, MaxOutputPixels)
 		}
 		return r, fmt.Errorf("preprocessing.image: %dx%d is more than %d pixels; fix the model's fw.json", r.h, r.w, MaxOutputPixels)
 	}
@@ -153,6 +153,16 @@ func resolve(p engine.ImagePreprocessing, o Options) (recipe, error) {
 		r.a[c], r.b[c] = float32(a), float32(b)
 	}
 	return r, nil
+}
+
+// sizeOptionsError refuses an output size over max pixels set by a height
+// or width override, naming the override at fault.
+func sizeOptionsError(o Options, r recipe, max int64) *OptionsError {
+	field, value := "height", fmt.Sprintf("%d (width %d)", r.h, r.w)
+	if o.Height == 0 || (o.Width != 0 && r.w > r.h) {
+		field, value = "width", fmt.Sprintf("%d (height %d)", r.w, r.h)
+	}
+	return &OptionsError{field, value, fmt.Sprintf("height*width must be at most %d pixels; ask for a smaller output size (the model's own input size needs no override)", max)}
 }
 
 func validResize(s string) bool {
@@ -248,6 +258,11 @@ func Batch(images [][]byte, p engine.ImagePreprocessing, o Options, lim Limits) 
 	if err != nil {
 		return engine.Tensor{}, err
 	}
+	// An override is request input: the output it asks for is bounded like
+	// a source image, by the pixel limit.
+	if max := lim.maxPixels(); (o.Height != 0 || o.Width != 0) && pixelsOver(r.w, r.h, max) {
+		return engine.Tensor{}, sizeOptionsError(o, r, max)
+	}
 	if len(images) == 0 {
 		return engine.Tensor{}, errors.New("imageprep: no images in the batch; send at least one")
 	}
@@ -256,7 +271,10 @@ func Batch(images [][]byte, p engine.ImagePreprocessing, o Options, lim Limits) 
 		return engine.Tensor{}, fmt.Errorf("imageprep: %d images of %d values each is more than %d values; send fewer images per request", len(images), per, maxBatchElements)
 	}
 	shape := append([]int64{int64(len(images))}, SampleShape(p, o)...)
-	t := engine.NewTensor(engine.Float32, shape)
+	t, err := engine.NewTensor(engine.Float32, shape)
+	if err != nil {
+		return engine.Tensor{}, fmt.Errorf("imageprep: %w", err)
+	}
 	vals := t.Float32s()
 	for i, data := range images {
 		img, _, err := Decode(data, lim)

@@ -287,6 +287,13 @@ func TestOptions(t *testing.T) {
 		{Options{Channels: 2}, "channels"},
 		{Options{Resize: "bicubic"}, "resize"},
 		{Options{Height: 1 << 14, Width: 1 << 14}, "height"},
+		// Sides whose product overflows int64 (found by schemathesis:
+		// height=2^62&width=4 wrapped to a small count and panicked in
+		// makeslice).
+		{Options{Height: math.MaxInt, Width: 2}, "height"},
+		{Options{Height: 1 << 62, Width: 4}, "height"},
+		{Options{Width: math.MaxInt}, "width"},
+		{Options{Height: 2, Width: 1 << 40}, "width"},
 	} {
 		err := Preprocess(img, p, tc.o, make([]float32, 48))
 		var oe *OptionsError
@@ -344,6 +351,14 @@ func TestBatch(t *testing.T) {
 	}
 	if _, err := Batch(nil, p, Options{}, Limits{}); err == nil {
 		t.Error("empty batch accepted")
+	}
+	// An override is bounded by the pixel limit like a source image is.
+	var oe *OptionsError
+	if _, err := Batch([][]byte{good}, p, Options{Height: 100, Width: 101}, Limits{MaxPixels: 10_000}); !errors.As(err, &oe) || oe.Field != "width" {
+		t.Errorf("override over MaxPixels: err = %v, want *OptionsError for width", err)
+	}
+	if _, err := Batch([][]byte{good}, p, Options{Height: 100, Width: 100}, Limits{MaxPixels: 10_000}); err != nil {
+		t.Errorf("override at MaxPixels: %v", err)
 	}
 }
 
