@@ -1,5 +1,7 @@
 # fw: one Go binary (bin/fw) plus the Python package that exports models.
-# `make demo` and `make test` bootstrap everything they need, idempotently.
+# `make demo` and `make test` bootstrap everything they need, idempotently:
+# first the system packages (scripts/system-deps.sh: installs the missing ones
+# as root, else prints the one apt-get line and stops), then the rest.
 # Caches: FW_VENV (the Python venv, default .venv), FW_CACHE_DIR (downloads,
 # default ~/.cache/fw) and Go's module cache.
 
@@ -23,12 +25,21 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all setup build shim models demo test test-go test-postgres test-python test-web test-e2e fuzz lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-web test-e2e fuzz lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+sysdeps: ## the system packages (apt) the tests and demo need: installs the missing ones as root, else prints the apt-get line
+	@bash scripts/system-deps.sh
+
+# `make test` and `make demo` check the system packages before any long step
+# (Go modules, ONNX Runtime, the venv, npm), also under make -j.
+ifneq ($(filter test demo,$(MAKECMDGOALS)),)
+gomod $(ORT_LIB) httpapi/docsui/dist/swagger-ui-bundle.js $(FW_VENV)/.fw-requirements.sha256 $(WEB_DEPS): | sysdeps
+endif
 
 setup: gomod ort swagger-ui venv shim web-deps ## install everything: Go modules, ONNX Runtime, Swagger UI, .venv with torch, the libtorch shim, the web UI's npm packages
 
@@ -83,11 +94,20 @@ $(MODELS)/manifest.json: $(PY_SOURCES) | venv
 	@echo "==> reference models (digits_mlp, digits_cnn, textcls, resnet18) into $(MODELS)"
 	@$(PY) -m fw.reference --out $(MODELS)
 
-demo: setup build models ## the main job (see README)
+demo: sysdeps setup build models ## the main job (see README)
 	@bash scripts/demo.sh
 
-test: setup build models lint test-go test-postgres test-python test-web test-e2e fuzz ## the whole test suite (what CI runs)
-	@echo "==> all tests passed"
+# Every process the suite starts inherits FW_TEST_SESSION; after the steps,
+# passed or failed (or interrupted), scripts/check-leftovers.sh fails the run
+# if one of them is still alive, and kills it.
+test: export FW_TEST_SESSION := $(or $(FW_TEST_SESSION),$(shell od -An -N8 -tx8 /dev/urandom | tr -d ' '))
+test: sysdeps ## the whole test suite (what CI runs)
+	@rc=0; trap 'rc=130' INT TERM; \
+	$(MAKE) --no-print-directory test-steps || rc=$$?; \
+	bash scripts/check-leftovers.sh || rc=1; \
+	if [ $$rc -eq 0 ]; then echo "==> all tests passed"; fi; exit $$rc
+
+test-steps: setup build models lint test-go test-postgres test-python test-web test-e2e fuzz
 
 test-go:
 	@echo "==> go test -race ./..."
@@ -99,7 +119,7 @@ test-postgres: ## the tracking store's tests against a throwaway PostgreSQL clus
 
 test-python: | venv
 	@echo "==> pytest python/tests"
-	@cd python && FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_BIN=$(ROOT)/bin/fw $(PY) -m pytest
+	@cd python && FW_REQUIRE=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_BIN=$(ROOT)/bin/fw $(PY) -m pytest
 
 test-web: $(WEB_SCHEMA) | $(WEB_DEPS) ## the web UI's component tests (Vitest, jsdom)
 	@echo "==> vitest (web UI components)"
