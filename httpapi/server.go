@@ -20,6 +20,7 @@ import (
 
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/internal/hostguard"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
@@ -49,6 +50,8 @@ type Config struct {
 	BatchConcurrency int
 	// Version is the fw version reported by GET /v2.
 	Version string
+	// Hosts is the accepted Host headers (--allowed-hosts; hostguard.go); nil accepts any.
+	Hosts *hostguard.Policy
 }
 
 // DefaultConfig returns the defaults the fw serve flags document.
@@ -191,6 +194,9 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) route(ctx *fasthttp.RequestCtx) string {
+	if !s.hostAllowed(ctx) {
+		return "other"
+	}
 	path := ctx.Path()
 	switch string(path) {
 	case "/predict":

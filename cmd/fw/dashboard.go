@@ -20,6 +20,7 @@ import (
 	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/dashboard/sysinfo"
 	"github.com/fw-serve/fw/dashboard/webui"
+	"github.com/fw-serve/fw/internal/hostguard"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 )
@@ -50,6 +51,8 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	recipesFile := de.StringEnv("recipes", "FW_RECIPES", "", "TOML or YAML (.yaml, .yml) file of user training recipes (see docs/tracking.md, Training jobs)")
 	streamBuffer := de.IntEnv("stream-buffer", "FW_DASHBOARD_STREAM_BUFFER", stream.DefaultRingEvents, "events kept for the live stream's replay (/api/training/stream, docs/stream.md)")
 	streamHeartbeat := de.DurationEnv("stream-heartbeat", "FW_DASHBOARD_STREAM_HEARTBEAT", stream.DefaultHeartbeat, "how often the live stream sends a heartbeat with the current cursor")
+	allowedHosts := de.StringEnv("allowed-hosts", "FW_DASHBOARD_ALLOWED_HOSTS", "", "comma-separated extra Host names the dashboard answers to (name, name:port, .domain, or * for any); by default only localhost, 127.0.0.1 and ::1 when bound to loopback, and no check on other addresses (the token protects them) unless this is set; /health and /metrics answer any Host")
+	corsOrigins := de.StringEnv("cors-origins", "FW_DASHBOARD_CORS_ORIGINS", "", "comma-separated origins (https://ui.example.com) whose pages may call the API from a browser; default none: only the dashboard's own pages may change its data")
 	uiDir := de.StringEnv("ui-dir", "FW_DASHBOARD_UI_DIR", "", "serve the web UI from this directory (a `vite build --outDir DIR`) instead of the one built into the binary; for working on the UI")
 	logFormat := de.StringEnv("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := de.StringEnv("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
@@ -84,6 +87,14 @@ Flags:
 	}
 	if !isLoopback(*host) && *token == "" {
 		fmt.Fprintf(stderr, "fw dashboard: refusing to listen on %s without a token: the dashboard can start processes on this machine, so anyone who reaches it could run code; set --token (or FW_DASHBOARD_TOKEN) and send `Authorization: Bearer <token>`, or listen on 127.0.0.1\n", *host)
+		return 2
+	}
+	hosts, err := hostguard.New(*host, hostguard.ParseList(*allowedHosts))
+	if err == nil {
+		err = api.CheckOrigins(hostguard.ParseList(*corsOrigins))
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fw dashboard: %v\n", err)
 		return 2
 	}
 	log, err := newLogger(stderr, *logFormat, *logLevel)
@@ -140,7 +151,8 @@ Flags:
 	if artDir == "" {
 		artDir = filepath.Join(*expDir, "artifacts")
 	}
-	srv := api.New(base, pst, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir}, log)
+	srv := api.New(base, pst, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir,
+		Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins)}, log)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, time.Second, log)
 	defer sampler.Close()
 	srv.SetSystem(sampler)

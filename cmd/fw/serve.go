@@ -13,6 +13,7 @@ import (
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/httpapi"
+	"github.com/fw-serve/fw/internal/hostguard"
 	"github.com/fw-serve/fw/modelhost"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
@@ -38,6 +39,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	maxRows := ef.Int("max-rows", def.MaxRows, "most rows in one /predict request or batch item (413 beyond it)")
 	maxPixels := ef.Int64("max-image-pixels", def.MaxImagePixels, "largest image (width*height, read from its header before decoding; 413 beyond it)")
 	keysFile := ef.String("api-keys-file", "", "file with one API key per line; when set (or FW_API_KEYS holds comma-separated keys) the prediction and V2 endpoints need `Authorization: Bearer KEY`")
+	allowedHosts := ef.String("allowed-hosts", "", "comma-separated extra Host names the server answers to (name, name:port, .domain, or * for any); when bound to loopback only localhost, 127.0.0.1 and ::1 are accepted by default (against DNS rebinding); on other addresses no check unless this is set; /health answers any Host")
 	watch := ef.Bool("watch", false, "reload the model when its file changes: the new one is loaded and warmed up beside the old, then swapped in; a broken file is refused and the old one keeps serving")
 	watchEvery := ef.Duration("watch-interval", time.Second, "how often --watch checks the file")
 	shutdownTimeout := ef.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM: stop accepting, finish in-flight requests, exit within this time")
@@ -77,6 +79,11 @@ Flags:
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		return 2
 	}
+	hosts, err := hostguard.New(*host, hostguard.ParseList(*allowedHosts))
+	if err != nil {
+		fmt.Fprintf(stderr, "fw serve: %v\n", err)
+		return 2
+	}
 	keys, err := loadAPIKeys(*keysFile)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
@@ -101,7 +108,7 @@ Flags:
 	reg := prometheus.NewRegistry()
 	srv := httpapi.New(base, httpapi.Config{
 		MaxBodyBytes: *maxBody, MaxRows: *maxRows, MaxImagePixels: *maxPixels, Timeout: *timeout,
-		APIKeys: keys, AccessLog: *accessLog, Version: version,
+		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts,
 	}, log, reg, reg)
 	hs := &fasthttp.Server{
 		Handler:                      srv.Handler,

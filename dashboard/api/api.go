@@ -13,6 +13,7 @@ import (
 	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/httpapi"
+	"github.com/fw-serve/fw/internal/hostguard"
 	"io"
 	"log/slog"
 	"strconv"
@@ -48,6 +49,10 @@ type Config struct {
 	// /health, /metrics and /openapi.json (open without the token: the page
 	// holds no data; its API calls need the token).
 	UI *webui.Site
+	// Hosts is the accepted Host headers (--allowed-hosts); nil accepts any.
+	// CORSOrigins may call the API from a browser (--cors-origins). See guard.
+	Hosts       *hostguard.Policy
+	CORSOrigins []string
 }
 
 // Server answers the dashboard API from a store.
@@ -67,6 +72,7 @@ type Server struct {
 	sampler       *sysinfo.Sampler  // nil until SetSystem: /api/system/status answers 503 (system.go)
 	deployCounter DeploymentCounter // optional (SetDeployments)
 	prom          *promState        // nil until SetMetrics: no /metrics
+	guard         guard             // Host, cross-site and CORS checks (guard.go)
 }
 
 // New creates a server over st. base bounds every request's store calls.
@@ -77,7 +83,7 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	s := &Server{st: st, cfg: cfg, log: log, base: base, started: time.Now(), docsSite: newDocsSite(nil)}
+	s := &Server{st: st, cfg: cfg, log: log, base: base, started: time.Now(), docsSite: newDocsSite(nil), guard: newGuard(cfg)}
 	if cfg.Token != "" {
 		s.token = sha256.Sum256([]byte(cfg.Token))
 	}
@@ -91,6 +97,9 @@ func (s *Server) SetDraining() { s.draining.Store(true) }
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
 	defer s.countRequest(ctx, path)
+	if !s.guardRequest(ctx, path) {
+		return
+	}
 	if path == "/health" {
 		s.health(ctx)
 		return
