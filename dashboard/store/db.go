@@ -28,8 +28,16 @@ type sqlStore struct {
 	reqs     chan *writeReq
 	quit     chan struct{}
 	finished chan struct{}
-	closeMu  sync.Mutex
-	closed   bool
+	// closeMu makes queueing a write and closing mutually exclusive: write
+	// holds it shared from its closed check until its request is in reqs,
+	// Close holds it exclusively to set closed and close quit. So once quit
+	// is closed nothing more enters reqs, and the writer, which serves
+	// everything queued before it stops, never leaves a request unanswered.
+	closeMu sync.RWMutex
+	closed  bool
+	// Test gates, nil otherwise: beforeQueue runs in write after the closed
+	// check, beforeClose at the start of Close.
+	beforeQueue, beforeClose func()
 
 	// Owned by the writer goroutine only.
 	keys  map[keyRef]int64
@@ -68,12 +76,15 @@ func openSQLite(ctx context.Context, cfg Config) (Store, error) {
 	}
 	base := "file:" + (&url.URL{Path: path}).EscapedPath() + "?"
 	pr := func(p string) string { return "_pragma=" + url.QueryEscape(p) }
-	common := []string{
-		pr("busy_timeout(" + strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10) + ")"),
-		pr("foreign_keys(1)"),
-		pr("synchronous(" + sync + ")"),
-	}
-	wdsn := base + strings.Join(append([]string{pr("auto_vacuum(2)"), pr("journal_mode(WAL)")}, append(common, "_txlock=immediate")...), "&")
+	busy := pr("busy_timeout(" + strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10) + ")")
+	common := []string{pr("foreign_keys(1)"), pr("synchronous(" + sync + ")")}
+	// As PocketBase does: busy_timeout first, so that switching to WAL
+	// waits for a lock another process holds instead of failing at once,
+	// then WAL, then the rest; journal_size_limit keeps the WAL file from
+	// staying at its high-water mark after a checkpoint. (The driver also
+	// runs busy_timeout first whatever the order; this says it.)
+	wdsn := base + strings.Join(append([]string{busy, pr("journal_mode(WAL)"), pr("journal_size_limit(67108864)"), pr("auto_vacuum(2)")},
+		append(common, "_txlock=immediate")...), "&")
 	wdb, err := sql.Open("sqlite", wdsn)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
@@ -86,7 +97,7 @@ func openSQLite(ctx context.Context, cfg Config) (Store, error) {
 		wdb.Close()
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
-	rdb, err := sql.Open("sqlite", base+strings.Join(append(common, pr("query_only(1)")), "&"))
+	rdb, err := sql.Open("sqlite", base+strings.Join(append(append([]string{busy}, common...), pr("query_only(1)")), "&"))
 	if err != nil {
 		wdb.Close()
 		return nil, fmt.Errorf("opening %s for reading: %w", path, err)
@@ -144,17 +155,23 @@ func (s *sqlStore) closeDBs() {
 }
 
 // Close implements Store.
+// Writes queued before Close are committed (or fail) before it returns; later
+// ones fail with CodeClosed. A second Close waits for the first to finish.
 func (s *sqlStore) Close() error {
-	s.closeMu.Lock()
-	if s.closed {
-		s.closeMu.Unlock()
-		return nil
+	if s.beforeClose != nil {
+		s.beforeClose()
 	}
-	s.closed = true
-	close(s.quit)
+	s.closeMu.Lock()
+	first := !s.closed
+	if first {
+		s.closed = true
+		close(s.quit)
+	}
 	s.closeMu.Unlock()
 	<-s.finished
-	s.closeDBs()
+	if first {
+		s.closeDBs()
+	}
 	return nil
 }
 
@@ -190,17 +207,21 @@ func (s *sqlStore) collate() string {
 // commit.
 func (s *sqlStore) write(ctx context.Context, fn func(context.Context, *sql.Tx) error, after func(context.Context) error) error {
 	r := &writeReq{ctx: ctx, fn: fn, after: after, done: make(chan error, 1)}
-	s.closeMu.Lock()
-	closed := s.closed
-	s.closeMu.Unlock()
-	if closed {
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
 		return errf(CodeClosed, "store is closed")
 	}
+	if s.beforeQueue != nil {
+		s.beforeQueue()
+	}
+	// The writer runs until quit closes, which cannot happen while the
+	// shared lock is held, so this send completes or ctx ends.
 	select {
 	case s.reqs <- r:
-	case <-s.quit:
-		return errf(CodeClosed, "store is closed")
+		s.closeMu.RUnlock()
 	case <-ctx.Done():
+		s.closeMu.RUnlock()
 		return fmt.Errorf("queueing a write: %w", ctx.Err())
 	}
 	// Once queued, wait for the outcome even if ctx ends: the caller must

@@ -7,14 +7,17 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
-// TestMain re-runs the test binary as the crash-test child when asked.
+// TestMain re-runs the test binary as the crash-test child when asked, and
+// otherwise fails the tests when a goroutine (a store's writer) outlives them.
 func TestMain(m *testing.M) {
 	if dir := os.Getenv("FW_STORE_CRASH_CHILD"); dir != "" {
 		os.Exit(crashChild(dir))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // backend opens a fresh, empty store.
