@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"sync"
 
@@ -46,30 +47,34 @@ func (s *Server) handleBatch(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	p := s.parsers.Get()
-	defer s.parsers.Put(p)
-	v, err := p.ParseBytes(body)
+	v, err := scanDoc(body)
 	if err != nil {
 		writeError(ctx, newError(400, CodeInvalidJSON, "the body is not valid JSON: "+err.Error(), nil))
 		return
 	}
-	reqs := v.GetArray("requests")
-	if reqs == nil {
+	reqs := get(v.members(), "requests")
+	if reqs.Type() != fastjson.TypeArray {
 		writeError(ctx, newError(422, CodeInvalidInput, `missing "requests": send {"requests": [{"id": "a", "data": [[...]]}, ...]}`, nil))
 		return
 	}
-	if len(reqs) > maxBatchItems {
-		writeError(ctx, newError(413, CodeTooLarge, fmt.Sprintf("%d items exceed %d per request; use application/x-ndjson to stream any number", len(reqs), maxBatchItems), nil))
+	// Counted before anything is allocated per item; at most one more than
+	// the limit is counted.
+	if n := reqs.count(maxBatchItems); n > maxBatchItems {
+		writeError(ctx, newError(413, CodeTooLarge, fmt.Sprintf("more than %d items in one request; send at most %d, or use application/x-ndjson to stream any number", maxBatchItems, maxBatchItems),
+			map[string]any{"max_items": maxBatchItems}))
 		return
 	}
+	var items []jv
+	reqs.forEach(func(_ int, e jv) bool { items = append(items, e); return true })
 	rctx, cancel := s.requestContext()
 	defer cancel()
-	results := make([][]byte, len(reqs))
+	results := make([][]byte, len(items))
 	sem := make(chan struct{}, s.cfg.BatchConcurrency)
 	var wg sync.WaitGroup
-	for i, item := range reqs {
-		id := itemID(item, i)
-		inputs, aerr := s.decodeItem(item, inst.Model)
+	for i, item := range items {
+		ms := item.members()
+		id := itemID(ms, i)
+		inputs, aerr := s.decodeItem(item, ms, inst.Model)
 		if aerr != nil {
 			results[i] = appendItemError(nil, id, aerr)
 			continue
@@ -99,19 +104,21 @@ func (s *Server) handleBatch(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(b)
 }
 
-// itemID returns the item's "id" as raw JSON, or its index when absent.
-func itemID(item *fastjson.Value, i int) []byte {
-	if id := item.Get("id"); id != nil && (id.Type() == fastjson.TypeString || id.Type() == fastjson.TypeNumber) {
-		return id.MarshalTo(nil)
+// itemID returns the item's "id" (a string or number) as JSON, or its index
+// when absent.
+func itemID(ms []member, i int) []byte {
+	if id := rawID(get(ms, "id")); id != nil {
+		return id
 	}
 	return strconv.AppendInt(nil, int64(i), 10)
 }
 
-func (s *Server) decodeItem(item *fastjson.Value, m *engine.Model) ([]engine.Tensor, *APIError) {
+// decodeItem reads one batch item, whose members are ms.
+func (s *Server) decodeItem(item jv, ms []member, m *engine.Model) ([]engine.Tensor, *APIError) {
 	if item.Type() != fastjson.TypeObject {
 		return nil, newError(422, CodeInvalidInput, `each item must be an object such as {"id": "a", "data": [[...]]}`, nil)
 	}
-	inputs, aerr := s.decodeInputs(item, m)
+	inputs, aerr := s.decodeMembers(ms, m)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -158,8 +165,12 @@ func (s *Server) streamNDJSON(ctx *fasthttp.RequestCtx, inst *Instance) {
 	} else {
 		body = bytes.NewReader(ctx.Request.Body())
 	}
-	maxLine := int(s.cfg.MaxBodyBytes)
+	maxLine := int(min(s.cfg.MaxBodyBytes, math.MaxInt32))
 	window := s.cfg.BatchConcurrency
+	// The lines in flight hold at most maxLine bytes together (one line
+	// alone may be that long), so their tensors (at most 4 times their JSON)
+	// stay bounded however many lines wait in the window.
+	budget := newByteBudget(int64(maxLine))
 	ctx.Response.Header.SetContentType("application/x-ndjson")
 	ctx.SetConnectionClose() // the request body is consumed while the response streams
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
@@ -185,7 +196,12 @@ func (s *Server) streamNDJSON(ctx *fasthttp.RequestCtx, inst *Instance) {
 							newError(413, CodeTooLarge, fmt.Sprintf("line %d is longer than %d bytes (--max-body-bytes)", n, maxLine), nil))
 					} else {
 						data := append([]byte(nil), line...)
-						go func(n int) { ch <- s.ndjsonLine(rctx, inst, data, n) }(n)
+						budget.acquire(int64(len(data)))
+						go func(n int) {
+							out := s.ndjsonLine(rctx, inst, data, n)
+							budget.release(int64(len(data)))
+							ch <- out
+						}(n)
 					}
 				}
 				if err != nil && !errors.Is(err, errLineTooLong) {
@@ -212,6 +228,39 @@ func (s *Server) streamNDJSON(ctx *fasthttp.RequestCtx, inst *Instance) {
 
 var errLineTooLong = errors.New("line too long")
 
+// byteBudget bounds the bytes held by work in flight: acquire waits until
+// the bytes fit under max (or nothing is held, so one item of any size
+// passes alone); release gives them back. Every holder releases when its
+// work ends, whatever happens, so a waiter always wakes.
+type byteBudget struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	max  int64
+	used int64
+}
+
+func newByteBudget(max int64) *byteBudget {
+	b := &byteBudget{max: max}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+func (b *byteBudget) acquire(n int64) {
+	b.mu.Lock()
+	for b.used > 0 && b.used+n > b.max {
+		b.cond.Wait()
+	}
+	b.used += n
+	b.mu.Unlock()
+}
+
+func (b *byteBudget) release(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	b.mu.Unlock()
+	b.cond.Broadcast()
+}
+
 // readLine reads one line (without its newline) into buf. A line longer than
 // max is skipped to its end and reported with errLineTooLong.
 func readLine(r *bufio.Reader, buf []byte, max int) ([]byte, error) {
@@ -219,7 +268,7 @@ func readLine(r *bufio.Reader, buf []byte, max int) ([]byte, error) {
 	for {
 		chunk, err := r.ReadSlice('\n')
 		if !tooLong {
-			if len(buf)+len(chunk) > max+1 {
+			if len(buf)+len(chunk)-1 > max { // the newline does not count
 				tooLong, buf = true, buf[:0]
 			} else {
 				buf = append(buf, chunk...)
@@ -240,15 +289,14 @@ func readLine(r *bufio.Reader, buf []byte, max int) ([]byte, error) {
 }
 
 func (s *Server) ndjsonLine(ctx context.Context, inst *Instance, line []byte, n int) []byte {
-	p := s.parsers.Get()
-	defer s.parsers.Put(p)
-	v, err := p.ParseBytes(line)
+	v, err := scanDoc(line)
 	id := strconv.AppendInt(nil, int64(n), 10)
 	if err != nil {
 		return appendItemError(nil, id, newError(400, CodeInvalidJSON, fmt.Sprintf("line %d is not valid JSON: %v", n, err), nil))
 	}
-	id = itemID(v, n)
-	inputs, aerr := s.decodeItem(v, inst.Model)
+	ms := v.members()
+	id = itemID(ms, n)
+	inputs, aerr := s.decodeItem(v, ms, inst.Model)
 	if aerr != nil {
 		return appendItemError(nil, id, aerr)
 	}

@@ -29,9 +29,7 @@ func (s *Server) handlePredict(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	p := s.parsers.Get()
-	defer s.parsers.Put(p)
-	v, err := p.ParseBytes(body)
+	v, err := scanDoc(body)
 	if err != nil {
 		writeError(ctx, newError(400, CodeInvalidJSON, "the body is not valid JSON: "+err.Error(), nil))
 		return
@@ -76,20 +74,26 @@ func (s *Server) infer(ctx context.Context, inst *Instance, inputs []engine.Tens
 }
 
 // decodeInputs reads {"data": rows} or {"inputs": {...}} into the model's
-// positional inputs.
-func (s *Server) decodeInputs(v *fastjson.Value, m *engine.Model) ([]engine.Tensor, *APIError) {
+// positional inputs. v is a value scanDoc validated; the rows are read from
+// its bytes (decodeRows), no tree of it is built.
+func (s *Server) decodeInputs(v jv, m *engine.Model) ([]engine.Tensor, *APIError) {
 	if v.Type() != fastjson.TypeObject {
 		return nil, newError(400, CodeBadRequest, `the body must be a JSON object such as {"data": [[...], ...]}`, nil)
 	}
+	return s.decodeMembers(v.members(), m)
+}
+
+// decodeMembers is decodeInputs on an object's members.
+func (s *Server) decodeMembers(ms []member, m *engine.Model) ([]engine.Tensor, *APIError) {
 	specs := m.Inputs()
-	if named := v.Get("inputs"); named != nil {
-		obj, err := named.Object()
-		if err != nil {
+	if named := get(ms, "inputs"); named != nil {
+		if named.Type() != fastjson.TypeObject {
 			return nil, newError(422, CodeInvalidInput, `"inputs" must be an object mapping input names to arrays of rows`, nil)
 		}
+		obj := named.members()
 		out := make([]engine.Tensor, len(specs))
 		for i, spec := range specs {
-			rows := obj.Get(spec.Name)
+			rows := get(obj, spec.Name)
 			if rows == nil {
 				return nil, newError(422, CodeInvalidInput, fmt.Sprintf("input %q is missing from \"inputs\"", spec.Name), map[string]any{"expected_inputs": inputNames(specs)})
 			}
@@ -100,18 +104,19 @@ func (s *Server) decodeInputs(v *fastjson.Value, m *engine.Model) ([]engine.Tens
 			out[i] = t
 		}
 		var unknown []string
-		obj.Visit(func(k []byte, _ *fastjson.Value) {
-			if !hasInput(specs, string(k)) {
-				unknown = append(unknown, string(k))
+		for _, mb := range obj {
+			k, _ := mb.key.str()
+			if !hasInput(specs, k) {
+				unknown = append(unknown, k)
 			}
-		})
+		}
 		if len(unknown) > 0 {
 			sort.Strings(unknown)
 			return nil, newError(422, CodeInvalidInput, fmt.Sprintf("unknown input(s) %v", unknown), map[string]any{"expected_inputs": inputNames(specs)})
 		}
 		return out, nil
 	}
-	data := v.Get("data")
+	data := get(ms, "data")
 	if data == nil {
 		return nil, newError(422, CodeInvalidInput, `missing "data": send {"data": [[...], ...]} with one array per sample`, map[string]any{"expected_inputs": inputNames(specs)})
 	}

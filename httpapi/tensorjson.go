@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"unsafe"
 
 	"github.com/fw-serve/fw/engine"
 	"github.com/valyala/fastjson"
@@ -16,58 +17,109 @@ const maxDepth = 9
 // depth), into a tensor of spec's dtype. Each row is either nested exactly to
 // the spec's per-sample shape or holds the same number of numbers (it is then
 // reshaped). Errors are 422s that name the row and say what was expected.
-func decodeRows(v *fastjson.Value, spec engine.TensorSpec, maxRows int) (engine.Tensor, *APIError) {
+//
+// The rows are counted (up to maxRows+1) before anything is allocated, and
+// the tensor is allocated once, when the count of numbers the rows must hold
+// fits in v: each number takes at least two bytes of JSON ("1,"), so the
+// buffer is at most 4 times v's size (8-byte dtypes) and a body that claims
+// more is refused while it is read, without the allocation.
+func decodeRows(v jv, spec engine.TensorSpec, maxRows int) (engine.Tensor, *APIError) {
 	name := spec.Name
-	arr, err := v.Array()
-	if err != nil {
+	if v.Type() != fastjson.TypeArray {
 		return engine.Tensor{}, invalidInput(fmt.Sprintf("input %q must be a JSON array of rows, got %s", name, v.Type()), spec, nil)
 	}
-	if len(arr) == 0 {
+	limit := -1
+	if maxRows > 0 {
+		limit = maxRows
+	}
+	rows := v.count(limit)
+	if rows == 0 {
 		return engine.Tensor{}, invalidInput(fmt.Sprintf("input %q has no rows: send at least one", name), spec, []int64{0})
 	}
-	if maxRows > 0 && len(arr) > maxRows {
+	if maxRows > 0 && rows > maxRows {
+		rows = v.count(-1) // no allocation: the exact count for the message
 		return engine.Tensor{}, &APIError{Status: 413, Code: CodeTooLarge,
-			Message: fmt.Sprintf("%d rows exceed the limit of %d per request (--max-rows); split the request or use /predict/batch", len(arr), maxRows),
-			Details: map[string]any{"rows": len(arr), "max_rows": maxRows}}
+			Message: fmt.Sprintf("%d rows exceed the limit of %d per request (--max-rows); split the request or use /predict/batch", rows, maxRows),
+			Details: map[string]any{"rows": rows, "max_rows": maxRows}}
 	}
 	// The first row fixes the nested shape every row must have.
-	rowShape, aerr := nestedShape(arr[0], name, 0)
+	var first jv
+	v.forEach(func(_ int, e jv) bool { first = e; return false })
+	rowShape, aerr := nestedShape(first, name)
 	if aerr != nil {
 		return engine.Tensor{}, aerr
 	}
-	per := engine.NumElements(rowShape)
+	per := satProduct(rowShape)
 	dt := spec.DType
 	if dt == engine.Invalid {
 		dt = engine.Float32
 	}
 	sample, ok := sampleShape(spec, rowShape)
 	if !ok {
-		got := append([]int64{int64(len(arr))}, rowShape...)
+		got := append([]int64{int64(rows)}, rowShape...)
 		var want []int64
 		if len(spec.Shape) > 0 {
 			want = spec.Shape[1:]
 		}
-		return engine.Tensor{}, invalidInput(fmt.Sprintf("input %q: each row must have the per-sample shape %s or hold %d numbers", name, engine.FormatShape(want), engine.NumElements(fixedPart(want))), spec, got)
+		return engine.Tensor{}, invalidInput(fmt.Sprintf("input %q: each row must have the per-sample shape %s or hold %d numbers", name, engine.FormatShape(want), satProduct(fixedPart(want))), spec, got)
 	}
-	total := int(per) * len(arr)
-	t, err := engine.NewTensor(dt, append([]int64{int64(len(arr))}, sample...))
-	if err != nil {
-		return engine.Tensor{}, invalidInput(fmt.Sprintf("input %q: %v", name, err), spec, nil)
+	total := satMul(per, int64(rows))
+	w := rowWriter{b: v, dt: dt, name: name}
+	var t engine.Tensor
+	if total <= int64(len(v)+1)/2 { // else some row is not shaped like row 0: walk to find it
+		t = allocTensor(dt, append([]int64{int64(rows)}, sample...), int(total))
+		w.data, w.cap = t.Data, int(total)
 	}
-	w := writer{t: t}
-	for i, row := range arr {
+	i := skipWS(v, 1)
+	for r := 0; r < rows; r++ {
 		start := w.n
-		if aerr := w.walk(row, rowShape, 0, name, i); aerr != nil {
+		end, aerr := w.walk(i, rowShape, 0, r)
+		if aerr != nil {
 			return engine.Tensor{}, aerr
 		}
-		if w.n-start != int(per) {
-			return engine.Tensor{}, invalidInput(fmt.Sprintf("input %q: row %d is not shaped like row 0 (%s)", name, i, engine.FormatShape(rowShape)), spec, nil)
+		if int64(w.n-start) != per {
+			return engine.Tensor{}, invalidInput(fmt.Sprintf("input %q: row %d is not shaped like row 0 (%s)", name, r, engine.FormatShape(rowShape)), spec, nil)
+		}
+		i = skipWS(v, end)
+		if i < len(v) && v[i] == ',' {
+			i = skipWS(v, i+1)
 		}
 	}
-	if w.n != total {
+	if w.data == nil || int64(w.n) != total {
 		return engine.Tensor{}, invalidInput(fmt.Sprintf("input %q: rows are ragged", name), spec, nil)
 	}
 	return t, nil
+}
+
+// allocTensor makes a zeroed tensor of n elements (n already checked against
+// the request), aligned for 8-byte element access.
+func allocTensor(dt engine.DType, shape []int64, n int) engine.Tensor {
+	size := n * dt.Size()
+	if size == 0 {
+		return engine.Tensor{DType: dt, Shape: shape, Data: []byte{}}
+	}
+	words := make([]uint64, (size+7)/8)
+	return engine.Tensor{DType: dt, Shape: shape, Data: unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), size)}
+}
+
+// satMul is a*b for non-negative a and b, saturating at MaxInt64.
+func satMul(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// satProduct is the product of non-negative dims, saturating at MaxInt64.
+func satProduct(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n = satMul(n, d)
+	}
+	return n
 }
 
 func fixedPart(s []int64) []int64 {
@@ -105,124 +157,175 @@ func sampleShape(spec engine.TensorSpec, row []int64) ([]int64, bool) {
 			dyn = true
 		}
 	}
-	if !dyn && engine.NumElements(want) == engine.NumElements(row) {
+	if n := satProduct(want); !dyn && n < math.MaxInt64 && n == satProduct(row) {
 		return want, true
 	}
 	return nil, false
 }
 
 // nestedShape measures a row by following the first element at each depth.
-func nestedShape(v *fastjson.Value, name string, depth int) ([]int64, *APIError) {
+func nestedShape(v jv, name string) ([]int64, *APIError) {
 	var shape []int64
-	for v.Type() == fastjson.TypeArray {
+	for depth := 0; v.Type() == fastjson.TypeArray; depth++ {
 		if depth >= maxDepth {
 			return nil, &APIError{Status: 422, Code: CodeInvalidInput, Message: fmt.Sprintf("input %q is nested deeper than %d levels", name, maxDepth)}
 		}
-		a, _ := v.Array()
-		if len(a) == 0 {
+		n := v.count(-1)
+		if n == 0 {
 			return nil, &APIError{Status: 422, Code: CodeInvalidInput, Message: fmt.Sprintf("input %q contains an empty array", name)}
 		}
-		shape = append(shape, int64(len(a)))
-		v = a[0]
-		depth++
+		shape = append(shape, int64(n))
+		v.forEach(func(_ int, e jv) bool { v = e; return false })
 	}
 	return shape, nil
 }
 
-type writer struct {
-	t engine.Tensor
-	n int
+// rowWriter reads rows from b into data, a buffer of cap elements of dt;
+// with data nil it only counts (and checks) the numbers.
+type rowWriter struct {
+	b    jv
+	dt   engine.DType
+	data []byte
+	cap  int
+	n    int
+	name string
 }
 
-func (w *writer) walk(v *fastjson.Value, shape []int64, depth int, name string, row int) *APIError {
+func (w *rowWriter) ragged(row int, shape []int64) *APIError {
+	return &APIError{Status: 422, Code: CodeInvalidInput,
+		Message: fmt.Sprintf("input %q: row %d is ragged: every row must be nested like row 0, with shape %s", w.name, row, engine.FormatShape(shape)),
+		Details: map[string]any{"row": row}}
+}
+
+// walk reads the value at b[i], which must be nested as shape[depth:], and
+// returns its end.
+func (w *rowWriter) walk(i int, shape []int64, depth int, row int) (int, *APIError) {
+	b := w.b
 	if depth == len(shape) {
-		return w.put(v, name, row)
+		return w.put(i, row)
 	}
-	a, err := v.Array()
-	if err != nil || int64(len(a)) != shape[depth] {
-		return &APIError{Status: 422, Code: CodeInvalidInput,
-			Message: fmt.Sprintf("input %q: row %d is ragged: every row must be nested like row 0, with shape %s", name, row, engine.FormatShape(shape)),
+	if i >= len(b) || b[i] != '[' {
+		return i, w.ragged(row, shape)
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return i, w.ragged(row, shape)
+	}
+	for k := int64(0); ; k++ {
+		if k >= shape[depth] {
+			return i, w.ragged(row, shape)
+		}
+		end, aerr := w.walk(i, shape, depth+1, row)
+		if aerr != nil {
+			return end, aerr
+		}
+		i = skipWS(b, end)
+		if i < len(b) && b[i] == ',' {
+			i = skipWS(b, i+1)
+			continue
+		}
+		if k+1 != shape[depth] {
+			return i, w.ragged(row, shape)
+		}
+		return i + 1, nil // the ']'
+	}
+}
+
+// put reads the scalar at b[i] into element w.n and returns its end.
+func (w *rowWriter) put(i int, row int) (int, *APIError) {
+	b := w.b
+	end := numberEnd(b, i)
+	if end == i {
+		var e int
+		var err error
+		if e, err = scanValue(b, i, 0); err != nil {
+			e = len(b)
+		}
+		v := jv(b[i:e])
+		ty := v.Type()
+		if w.dt == engine.Bool && (ty == fastjson.TypeTrue || ty == fastjson.TypeFalse) {
+			if k := w.n; k < w.cap {
+				w.data[k] = 0
+				if ty == fastjson.TypeTrue {
+					w.data[k] = 1
+				}
+			}
+			w.n++
+			return e, nil
+		}
+		return e, &APIError{Status: 422, Code: CodeInvalidInput,
+			Message: fmt.Sprintf("input %q: row %d holds a %s where a number belongs; send numbers only", w.name, row, ty),
+			Details: map[string]any{"row": row, "received": ty.String()}}
+	}
+	v := jv(b[i:end])
+	k := w.n
+	w.n++
+	if k >= w.cap {
+		if _, ok := v.float(); !ok {
+			return end, notANumber(v)
+		}
+		return end, nil // counted; the caller reports the size mismatch
+	}
+	d := w.data
+	switch w.dt {
+	case engine.Float32, engine.Float64, engine.Float16:
+		f, ok := v.float()
+		if !ok {
+			return end, notANumber(v)
+		}
+		switch w.dt {
+		case engine.Float32:
+			putU32(d[k*4:], math.Float32bits(float32(f)))
+		case engine.Float64:
+			putU64(d[k*8:], math.Float64bits(f))
+		default:
+			h := engine.Float32ToHalf(float32(f))
+			d[k*2], d[k*2+1] = byte(h), byte(h>>8)
+		}
+		return end, nil
+	}
+	n, ok := v.int()
+	if !ok {
+		return end, &APIError{Status: 422, Code: CodeInvalidInput,
+			Message: fmt.Sprintf("input %q takes %s values; row %d holds %s", w.name, w.dt, row, v),
 			Details: map[string]any{"row": row}}
 	}
-	for _, e := range a {
-		if aerr := w.walk(e, shape, depth+1, name, row); aerr != nil {
-			return aerr
+	switch w.dt {
+	case engine.Int64:
+		putU64(d[k*8:], uint64(n))
+	case engine.Int32:
+		if n < math.MinInt32 || n > math.MaxInt32 {
+			return end, rangeErr(w.name, w.dt, row, n)
 		}
+		putU32(d[k*4:], uint32(int32(n)))
+	case engine.Int8:
+		if n < math.MinInt8 || n > math.MaxInt8 {
+			return end, rangeErr(w.name, w.dt, row, n)
+		}
+		d[k] = byte(int8(n))
+	case engine.Uint8:
+		if n < 0 || n > math.MaxUint8 {
+			return end, rangeErr(w.name, w.dt, row, n)
+		}
+		d[k] = byte(n)
+	case engine.Bool:
+		if n != 0 && n != 1 {
+			return end, rangeErr(w.name, w.dt, row, n)
+		}
+		d[k] = byte(n)
 	}
-	return nil
+	return end, nil
 }
 
-func (w *writer) put(v *fastjson.Value, name string, row int) *APIError {
-	if w.t.DType == engine.Bool && (v.Type() == fastjson.TypeTrue || v.Type() == fastjson.TypeFalse) {
-		if i := w.n; i < w.t.Len() {
-			w.t.Data[i] = 0
-			if v.Type() == fastjson.TypeTrue {
-				w.t.Data[i] = 1
-			}
-		}
-		w.n++
-		return nil
-	}
-	if v.Type() != fastjson.TypeNumber {
-		return &APIError{Status: 422, Code: CodeInvalidInput,
-			Message: fmt.Sprintf("input %q: row %d holds a %s where a number belongs; send numbers only", name, row, v.Type()),
-			Details: map[string]any{"row": row, "received": v.Type().String()}}
-	}
-	i := w.n
-	w.n++
-	if i >= w.t.Len() {
-		return nil // counted; the caller reports the size mismatch
-	}
-	t := w.t
-	switch t.DType {
-	case engine.Float32:
-		f, _ := v.Float64()
-		t.Float32s()[i] = float32(f)
-	case engine.Float64:
-		f, _ := v.Float64()
-		putU64(t.Data[i*8:], math.Float64bits(f))
-	case engine.Float16:
-		f, _ := v.Float64()
-		h := engine.Float32ToHalf(float32(f))
-		t.Data[i*2], t.Data[i*2+1] = byte(h), byte(h>>8)
-	case engine.Int64, engine.Int32, engine.Int8, engine.Uint8, engine.Bool:
-		n, err := v.Int64()
-		if err != nil {
-			f, ferr := v.Float64()
-			if ferr != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
-				return &APIError{Status: 422, Code: CodeInvalidInput,
-					Message: fmt.Sprintf("input %q takes %s values; row %d holds %s", name, t.DType, row, v.String()),
-					Details: map[string]any{"row": row}}
-			}
-			n = int64(f)
-		}
-		switch t.DType {
-		case engine.Int64:
-			t.Int64s()[i] = n
-		case engine.Int32:
-			if n < math.MinInt32 || n > math.MaxInt32 {
-				return rangeErr(name, t.DType, row, n)
-			}
-			u := uint32(int32(n))
-			t.Data[i*4], t.Data[i*4+1], t.Data[i*4+2], t.Data[i*4+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
-		case engine.Int8:
-			if n < math.MinInt8 || n > math.MaxInt8 {
-				return rangeErr(name, t.DType, row, n)
-			}
-			t.Data[i] = byte(int8(n))
-		case engine.Uint8:
-			if n < 0 || n > math.MaxUint8 {
-				return rangeErr(name, t.DType, row, n)
-			}
-			t.Data[i] = byte(n)
-		case engine.Bool:
-			if n != 0 && n != 1 {
-				return rangeErr(name, t.DType, row, n)
-			}
-			t.Data[i] = byte(n)
-		}
-	}
-	return nil
+// notANumber answers a token that the loose number grammar let through but
+// that is not a number (such as "1-2").
+func notANumber(v jv) *APIError {
+	return newError(400, CodeInvalidJSON, fmt.Sprintf("the body is not valid JSON: %q is not a number", v), nil)
+}
+
+func putU32(b []byte, v uint32) {
+	_ = b[3]
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
 }
 
 func rangeErr(name string, dt engine.DType, row int, n int64) *APIError {

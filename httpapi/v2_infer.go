@@ -30,13 +30,34 @@ type v2Output struct {
 	binary bool
 }
 
-// v2Get is v.Get(key) with JSON null read as absent.
-func v2Get(v *fastjson.Value, key string) *fastjson.Value {
-	x := v.Get(key)
-	if x == nil || x.Type() == fastjson.TypeNull {
+// v2Get is the member key of an object, with JSON null read as absent.
+func v2Get(ms []member, key string) jv {
+	x := get(ms, key)
+	if x.Type() == fastjson.TypeNull {
 		return nil
 	}
 	return x
+}
+
+// v2Bool reads a JSON boolean.
+func v2Bool(v jv) (bool, bool) {
+	switch v.Type() {
+	case fastjson.TypeTrue:
+		return true, true
+	case fastjson.TypeFalse:
+		return false, true
+	}
+	return false, false
+}
+
+// v2Int reads a JSON integer strictly (no fraction, no exponent), as the
+// sizes of the protocol are written.
+func v2Int(v jv) (int64, bool) {
+	if v.Type() != fastjson.TypeNumber {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(unsafeString(v), 10, 64)
+	return n, err == nil
 }
 
 func badV2(msg string, args ...any) *APIError {
@@ -52,18 +73,21 @@ func v2Names(specs []engine.TensorSpec) []string { return inputNames(specs) }
 // parseV2Request reads an inference request: body is the whole request
 // body; hdrLen is the Inference-Header-Content-Length header's value (nil
 // when absent), the length of the JSON part, the binary tensor data
-// following it. ins and outs are the model's input and output specs. p
-// parses the JSON; the returned request does not alias it or body.
-func parseV2Request(p *fastjson.Parser, body, hdrLen []byte, ins, outs []engine.TensorSpec) (*v2Request, *APIError) {
+// following it. ins and outs are the model's input and output specs;
+// maxRows (0: none) bounds the first axis of every input's shape. The JSON
+// is validated in one pass and read in place (see jsonscan.go); a tensor is
+// allocated only once its shape's size is checked against the bytes that
+// carry it. The returned request does not alias body.
+func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, maxRows int) (*v2Request, *APIError) {
 	jsonPart, bin := body, []byte(nil)
 	if hdrLen != nil {
-		n, err := strconv.ParseInt(strings.TrimSpace(string(hdrLen)), 10, 64)
+		n, err := strconv.ParseInt(strings.TrimSpace(string(hdrLen)), 10, 64) // a negative, overflowing or non-numeric value is refused here
 		if err != nil || n <= 0 || n > int64(len(body)) {
 			return nil, badV2("the %s header is %q; it must be the length in bytes of the JSON part of the body, between 1 and the body's %d bytes", v2HeaderLength, hdrLen, len(body))
 		}
 		jsonPart, bin = body[:n], body[n:]
 	}
-	v, err := p.ParseBytes(jsonPart)
+	v, err := scanDoc(jsonPart)
 	if err != nil {
 		msg := "the inference request is not valid JSON: " + err.Error()
 		if hdrLen == nil && len(body) > 0 {
@@ -75,171 +99,45 @@ func parseV2Request(p *fastjson.Parser, body, hdrLen []byte, ins, outs []engine.
 		return nil, badV2(`the inference request must be a JSON object such as {"inputs": [{"name": ..., "shape": [...], "datatype": "FP32", "data": [...]}]}`)
 	}
 	req := &v2Request{}
-	if id := v2Get(v, "id"); id != nil {
+	top := v.members()
+	if id := v2Get(top, "id"); id != nil {
 		if id.Type() != fastjson.TypeString {
 			return nil, badV2(`"id" must be a string, got %s`, id.Type())
 		}
-		req.id = id.MarshalTo(nil)
+		if req.id = rawID(id); req.id == nil {
+			return nil, badV2(`"id" is not a valid JSON string`)
+		}
 	}
 	binaryDefault := false
-	if params := v2Get(v, "parameters"); params != nil {
+	if params := v2Get(top, "parameters"); params != nil {
 		if params.Type() != fastjson.TypeObject {
 			return nil, badV2(`"parameters" must be an object, got %s`, params.Type())
 		}
-		if b := v2Get(params, "binary_data_output"); b != nil {
-			if binaryDefault, err = b.Bool(); err != nil {
+		if b := v2Get(params.members(), "binary_data_output"); b != nil {
+			var ok bool
+			if binaryDefault, ok = v2Bool(b); !ok {
 				return nil, badV2(`parameter "binary_data_output" must be true or false, got %s`, b.Type())
 			}
 		}
 	}
 
 	// Inputs.
-	inArr := v2Get(v, "inputs")
+	inArr := v2Get(top, "inputs")
 	if inArr == nil {
 		return nil, invalidV2(map[string]any{"expected_inputs": v2Names(ins)}, `the request has no "inputs"; this model takes %s`, v2Describe(ins))
 	}
-	items, err := inArr.Array()
-	if err != nil {
+	if inArr.Type() != fastjson.TypeArray {
 		return nil, badV2(`"inputs" must be an array of tensors, got %s`, inArr.Type())
 	}
 	req.inputs = make([]engine.Tensor, len(ins))
 	seen := make([]bool, len(ins))
-	for k, it := range items {
-		if it.Type() != fastjson.TypeObject {
-			return nil, badV2(`inputs[%d] must be an object with "name", "shape", "datatype" and "data", got %s`, k, it.Type())
-		}
-		nameV := v2Get(it, "name")
-		if nameV == nil || nameV.Type() != fastjson.TypeString {
-			return nil, badV2(`inputs[%d] needs a "name" string`, k)
-		}
-		nameB, _ := nameV.StringBytes()
-		idx := -1
-		for i := range ins {
-			if ins[i].Name == string(nameB) {
-				idx = i
-				break
-			}
-		}
-		name := string(nameB)
-		if idx < 0 {
-			return nil, invalidV2(map[string]any{"input": name, "expected_inputs": v2Names(ins)}, "unknown input %q; this model takes %s", name, v2Describe(ins))
-		}
-		if seen[idx] {
-			return nil, badV2("input %q is given twice", name)
-		}
-		seen[idx] = true
-		spec := ins[idx]
-		dtV := v2Get(it, "datatype")
-		if dtV == nil || dtV.Type() != fastjson.TypeString {
-			return nil, badV2(`input %q needs a "datatype" string such as %q`, name, v2DTypeName(v2SpecDType(spec)))
-		}
-		dtB, _ := dtV.StringBytes()
-		dt := v2ParseDType(dtB)
-		if dt == engine.Invalid {
-			return nil, invalidV2(map[string]any{"input": name, "expected_datatype": v2DTypeName(spec.DType), "received_datatype": string(dtB)},
-				"input %q: datatype %q is not supported; fw takes FP32, FP64, FP16, INT64, INT32, INT8, UINT8 and BOOL, and this input is %s", name, dtB, v2DTypeName(spec.DType))
-		}
-		if spec.DType != engine.Invalid && dt != spec.DType {
-			return nil, invalidV2(map[string]any{"input": name, "expected_datatype": v2DTypeName(spec.DType), "received_datatype": string(dtB)},
-				"input %q has datatype %s but this model takes %s; convert the data (for example numpy .astype(np.%s))", name, dtB, v2DTypeName(spec.DType), spec.DType)
-		}
-		shapeV := v2Get(it, "shape")
-		if shapeV == nil {
-			return nil, badV2(`input %q needs a "shape" array such as %s`, name, v2ShapeJSON(spec.Shape))
-		}
-		shapeA, err := shapeV.Array()
-		if err != nil {
-			return nil, badV2(`input %q: "shape" must be an array of non-negative integers, got %s`, name, shapeV.Type())
-		}
-		if len(shapeA) > v2MaxDepth {
-			return nil, badV2("input %q: shape has %d axes; at most %d are accepted", name, len(shapeA), v2MaxDepth)
-		}
-		shape := make([]int64, len(shapeA))
-		count, overflow, empty := int64(1), false, false
-		for i, d := range shapeA {
-			n, err := d.Int64()
-			if err != nil || n < 0 {
-				return nil, badV2(`input %q: "shape" must be an array of non-negative integers, got %s`, name, shapeV)
-			}
-			shape[i] = n
-			switch {
-			case n == 0:
-				empty = true
-			case !overflow && count > math.MaxInt64/8/n: // leaves room for 8-byte elements
-				overflow = true
-			default:
-				count *= n
-			}
-		}
-		if empty {
-			count = 0
-		} else if overflow {
-			return nil, invalidV2(map[string]any{"input": name}, "input %q: shape %s is too large", name, v2ShapeJSON(shape))
-		}
-		var params *fastjson.Value
-		if pv := v2Get(it, "parameters"); pv != nil {
-			if pv.Type() != fastjson.TypeObject {
-				return nil, badV2(`input %q: "parameters" must be an object, got %s`, name, pv.Type())
-			}
-			if v2Get(pv, "shared_memory_region") != nil {
-				return nil, badV2("input %q: shared memory is not supported; send the data in the body", name)
-			}
-			params = v2Get(pv, "binary_data_size")
-		}
-		data := v2Get(it, "data")
-		nbytes := count * int64(dt.Size())
-		switch {
-		case params != nil && data != nil:
-			return nil, badV2(`input %q has both "data" and parameter "binary_data_size"; send one`, name)
-		case params != nil:
-			size, err := params.Int64()
-			if err != nil || size < 0 {
-				return nil, badV2(`input %q: parameter "binary_data_size" must be a non-negative integer, got %s`, name, params)
-			}
-			if hdrLen == nil {
-				return nil, badV2("input %q declares binary_data_size %d but the request has no %s header saying where the JSON ends and the binary data begins", name, size, v2HeaderLength)
-			}
-			if size > int64(len(bin)) {
-				return nil, badV2("input %q declares binary_data_size %d but only %d bytes of binary data remain after the JSON header and the inputs before it", name, size, len(bin))
-			}
-			if size != nbytes {
-				return nil, invalidV2(map[string]any{"input": name, "expected_bytes": nbytes, "received_bytes": size},
-					"input %q: shape %s of %s needs %d bytes of binary data, binary_data_size is %d", name, v2ShapeJSON(shape), dtB, nbytes, size)
-			}
-			t, err := engine.NewTensor(dt, shape)
-			if err != nil {
-				return nil, badV2("input %q: %v", name, err)
-			}
-			copy(t.Data, bin[:size])
-			bin = bin[size:]
-			req.inputs[idx] = t
-		case data != nil:
-			if data.Type() != fastjson.TypeArray {
-				return nil, badV2(`input %q: "data" must be an array (flat or nested, in row-major order), got %s`, name, data.Type())
-			}
-			// Every element takes at least one byte of JSON: a larger shape
-			// cannot match, and must not be allocated.
-			if count > int64(len(jsonPart)) {
-				n, _ := v2CountJSON(data, 0)
-				return nil, invalidV2(map[string]any{"input": name, "expected_elements": count, "received_elements": n},
-					"input %q: shape %s needs %d elements, \"data\" holds %d", name, v2ShapeJSON(shape), count, n)
-			}
-			t, err := engine.NewTensor(dt, shape)
-			if err != nil {
-				return nil, badV2("input %q: %v", name, err)
-			}
-			w := v2Writer{t: t, name: name}
-			if aerr := w.walk(data, 0); aerr != nil {
-				return nil, aerr
-			}
-			if int64(w.n) != count {
-				return nil, invalidV2(map[string]any{"input": name, "expected_elements": count, "received_elements": w.n},
-					"input %q: shape %s needs %d elements, \"data\" holds %d", name, v2ShapeJSON(shape), count, w.n)
-			}
-			req.inputs[idx] = t
-		default:
-			return nil, badV2(`input %q has neither "data" nor parameter "binary_data_size"`, name)
-		}
+	var aerr *APIError
+	inArr.forEach(func(k int, it jv) bool {
+		aerr = v2Input(it, k, ins, seen, req, &bin, hdrLen != nil, maxRows)
+		return aerr == nil
+	})
+	if aerr != nil {
+		return nil, aerr
 	}
 	for i, ok := range seen {
 		if !ok {
@@ -249,9 +147,177 @@ func parseV2Request(p *fastjson.Parser, body, hdrLen []byte, ins, outs []engine.
 	if len(bin) > 0 {
 		return nil, badV2("%d bytes of binary data follow the JSON header that no input claims; each binary input needs parameter \"binary_data_size\" and the sizes must add up to the body after the %s bytes of JSON", len(bin), v2HeaderLength)
 	}
+	return v2Outputs(req, v2Get(top, "outputs"), outs, binaryDefault)
+}
 
-	// Outputs.
-	outV := v2Get(v, "outputs")
+// v2Input reads inputs[k], it, into req.inputs, taking its binary data (if
+// any) from the front of *bin. seen marks the model inputs already given;
+// hasHdr says whether the request has the binary extension's header.
+func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request, bin *[]byte, hasHdr bool, maxRows int) *APIError {
+	{
+		if it.Type() != fastjson.TypeObject {
+			return badV2(`inputs[%d] must be an object with "name", "shape", "datatype" and "data", got %s`, k, it.Type())
+		}
+		itm := it.members()
+		nameV := v2Get(itm, "name")
+		if nameV == nil || nameV.Type() != fastjson.TypeString {
+			return badV2(`inputs[%d] needs a "name" string`, k)
+		}
+		name, ok := nameV.str()
+		if !ok {
+			return badV2(`inputs[%d]: "name" is not a valid JSON string`, k)
+		}
+		idx := -1
+		for i := range ins {
+			if ins[i].Name == name {
+				idx = i
+				break
+			}
+		}
+		if idx < 0 {
+			return invalidV2(map[string]any{"input": name, "expected_inputs": v2Names(ins)}, "unknown input %q; this model takes %s", name, v2Describe(ins))
+		}
+		if seen[idx] {
+			return badV2("input %q is given twice", name)
+		}
+		seen[idx] = true
+		spec := ins[idx]
+		dtV := v2Get(itm, "datatype")
+		if dtV == nil || dtV.Type() != fastjson.TypeString {
+			return badV2(`input %q needs a "datatype" string such as %q`, name, v2DTypeName(v2SpecDType(spec)))
+		}
+		dtB, _ := dtV.str()
+		dt := v2ParseDType([]byte(dtB))
+		if dt == engine.Invalid {
+			return invalidV2(map[string]any{"input": name, "expected_datatype": v2DTypeName(spec.DType), "received_datatype": dtB},
+				"input %q: datatype %q is not supported; fw takes FP32, FP64, FP16, INT64, INT32, INT8, UINT8 and BOOL, and this input is %s", name, dtB, v2DTypeName(spec.DType))
+		}
+		if spec.DType != engine.Invalid && dt != spec.DType {
+			return invalidV2(map[string]any{"input": name, "expected_datatype": v2DTypeName(spec.DType), "received_datatype": dtB},
+				"input %q has datatype %s but this model takes %s; convert the data (for example numpy .astype(np.%s))", name, dtB, v2DTypeName(spec.DType), spec.DType)
+		}
+		shapeV := v2Get(itm, "shape")
+		if shapeV == nil {
+			return badV2(`input %q needs a "shape" array such as %s`, name, v2ShapeJSON(spec.Shape))
+		}
+		if shapeV.Type() != fastjson.TypeArray {
+			return badV2(`input %q: "shape" must be an array of non-negative integers, got %s`, name, shapeV.Type())
+		}
+		if n := shapeV.count(v2MaxDepth); n > v2MaxDepth {
+			return badV2("input %q: shape has more than %d axes; at most %d are accepted", name, v2MaxDepth, v2MaxDepth)
+		}
+		var shape []int64
+		count, overflow, empty := int64(1), false, false
+		bad := false
+		shapeV.forEach(func(_ int, d jv) bool {
+			n, ok := v2Int(d)
+			if !ok || n < 0 {
+				bad = true
+				return false
+			}
+			shape = append(shape, n)
+			switch {
+			case n == 0:
+				empty = true
+			case !overflow && count > math.MaxInt64/8/n: // leaves room for 8-byte elements
+				overflow = true
+			default:
+				count *= n
+			}
+			return true
+		})
+		if bad {
+			return badV2(`input %q: "shape" must be an array of non-negative integers, got %s`, name, shapeV)
+		}
+		if shape == nil {
+			shape = []int64{}
+		}
+		if empty {
+			count = 0
+		} else if overflow {
+			return invalidV2(map[string]any{"input": name}, "input %q: shape %s is too large; its element count must fit in the body", name, v2ShapeJSON(shape))
+		}
+		// The row limit is checked once the shape is known to match the bytes
+		// that carry it (a mismatch is the more useful answer), before the
+		// tensor is allocated.
+		tooManyRows := func() *APIError {
+			if maxRows <= 0 || len(shape) == 0 || shape[0] <= int64(maxRows) {
+				return nil
+			}
+			return &APIError{Status: 413, Code: CodeTooLarge,
+				Message: fmt.Sprintf("input %q: shape %s has %d rows on its first axis, above the limit of %d per request (--max-rows); split the request", name, v2ShapeJSON(shape), shape[0], maxRows),
+				Details: map[string]any{"input": name, "rows": shape[0], "max_rows": maxRows}}
+		}
+		var params jv
+		if pv := v2Get(itm, "parameters"); pv != nil {
+			if pv.Type() != fastjson.TypeObject {
+				return badV2(`input %q: "parameters" must be an object, got %s`, name, pv.Type())
+			}
+			pm := pv.members()
+			if v2Get(pm, "shared_memory_region") != nil {
+				return badV2("input %q: shared memory is not supported; send the data in the body", name)
+			}
+			params = v2Get(pm, "binary_data_size")
+		}
+		data := v2Get(itm, "data")
+		nbytes := count * int64(dt.Size()) // cannot overflow: count <= MaxInt64/8
+		switch {
+		case params != nil && data != nil:
+			return badV2(`input %q has both "data" and parameter "binary_data_size"; send one`, name)
+		case params != nil:
+			size, ok := v2Int(params)
+			if !ok || size < 0 {
+				return badV2(`input %q: parameter "binary_data_size" must be a non-negative integer, got %s`, name, params)
+			}
+			if !hasHdr {
+				return badV2("input %q declares binary_data_size %d but the request has no %s header saying where the JSON ends and the binary data begins", name, size, v2HeaderLength)
+			}
+			if size > int64(len(*bin)) {
+				return badV2("input %q declares binary_data_size %d but only %d bytes of binary data remain after the JSON header and the inputs before it", name, size, len(*bin))
+			}
+			if size != nbytes {
+				return invalidV2(map[string]any{"input": name, "expected_bytes": nbytes, "received_bytes": size},
+					"input %q: shape %s of %s needs %d bytes of binary data, binary_data_size is %d", name, v2ShapeJSON(shape), dtB, nbytes, size)
+			}
+			if aerr := tooManyRows(); aerr != nil {
+				return aerr
+			}
+			t := allocTensor(dt, shape, int(count))
+			copy(t.Data, (*bin)[:size])
+			*bin = (*bin)[size:]
+			req.inputs[idx] = t
+		case data != nil:
+			if data.Type() != fastjson.TypeArray {
+				return badV2(`input %q: "data" must be an array (flat or nested, in row-major order), got %s`, name, data.Type())
+			}
+			// Each element takes at least two bytes of JSON ("1,"): a shape
+			// that needs more cannot match, and is not allocated.
+			w := v2Writer{b: data, name: name, dt: dt}
+			var t engine.Tensor
+			if count <= int64(len(data)+1)/2 {
+				if aerr := tooManyRows(); aerr != nil {
+					return aerr
+				}
+				t = allocTensor(dt, shape, int(count))
+				w.data, w.cap = t.Data, int(count)
+			}
+			if _, aerr := w.walk(0, 0); aerr != nil {
+				return aerr
+			}
+			if int64(w.n) != count {
+				return invalidV2(map[string]any{"input": name, "expected_elements": count, "received_elements": w.n},
+					"input %q: shape %s needs %d elements, \"data\" holds %d", name, v2ShapeJSON(shape), count, w.n)
+			}
+			req.inputs[idx] = t
+		default:
+			return badV2(`input %q has neither "data" nor parameter "binary_data_size"`, name)
+		}
+	}
+	return nil
+}
+
+// v2Outputs reads the request's "outputs" (outV, nil when absent) into req.
+func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault bool) (*v2Request, *APIError) {
 	if outV == nil {
 		req.outputs = make([]v2Output, len(outs))
 		for i := range outs {
@@ -259,49 +325,65 @@ func parseV2Request(p *fastjson.Parser, body, hdrLen []byte, ins, outs []engine.
 		}
 		return req, nil
 	}
-	oitems, err := outV.Array()
-	if err != nil {
+	if outV.Type() != fastjson.TypeArray {
 		return nil, badV2(`"outputs" must be an array of {"name": ...}, got %s`, outV.Type())
 	}
 	used := make([]bool, len(outs))
-	for k, it := range oitems {
-		nameV := v2Get(it, "name")
+	var aerr *APIError
+	outV.forEach(func(k int, it jv) bool {
+		itm := it.members()
+		nameV := v2Get(itm, "name")
 		if it.Type() != fastjson.TypeObject || nameV == nil || nameV.Type() != fastjson.TypeString {
-			return nil, badV2(`outputs[%d] must be an object with a "name" string`, k)
+			aerr = badV2(`outputs[%d] must be an object with a "name" string`, k)
+			return false
 		}
-		nameB, _ := nameV.StringBytes()
+		nameB, _ := nameV.str()
 		idx := -1
 		for i := range outs {
-			if outs[i].Name == string(nameB) {
+			if outs[i].Name == nameB {
 				idx = i
 				break
 			}
 		}
 		if idx < 0 {
-			return nil, invalidV2(map[string]any{"output": string(nameB), "expected_outputs": v2Names(outs)}, "unknown output %q; this model's outputs are %s", nameB, v2Describe(outs))
+			aerr = invalidV2(map[string]any{"output": nameB, "expected_outputs": v2Names(outs)}, "unknown output %q; this model's outputs are %s", nameB, v2Describe(outs))
+			return false
 		}
 		if used[idx] {
-			return nil, badV2("output %q is requested twice", nameB)
+			aerr = badV2("output %q is requested twice", nameB)
+			return false
 		}
 		used[idx] = true
 		o := v2Output{index: idx, binary: binaryDefault}
-		if pv := v2Get(it, "parameters"); pv != nil {
+		if pv := v2Get(itm, "parameters"); pv != nil {
 			if pv.Type() != fastjson.TypeObject {
-				return nil, badV2(`output %q: "parameters" must be an object, got %s`, nameB, pv.Type())
+				aerr = badV2(`output %q: "parameters" must be an object, got %s`, nameB, pv.Type())
+				return false
 			}
-			if b := v2Get(pv, "binary_data"); b != nil {
-				if o.binary, err = b.Bool(); err != nil {
-					return nil, badV2(`output %q: parameter "binary_data" must be true or false, got %s`, nameB, b.Type())
+			pm := pv.members()
+			if b := v2Get(pm, "binary_data"); b != nil {
+				var ok bool
+				if o.binary, ok = v2Bool(b); !ok {
+					aerr = badV2(`output %q: parameter "binary_data" must be true or false, got %s`, nameB, b.Type())
+					return false
 				}
 			}
-			if c := v2Get(pv, "classification"); c != nil && c.GetInt() != 0 {
-				return nil, badV2("output %q: the classification extension is not supported; request the raw output", nameB)
+			if c := v2Get(pm, "classification"); c != nil {
+				if n, ok := v2Int(c); ok && n != 0 {
+					aerr = badV2("output %q: the classification extension is not supported; request the raw output", nameB)
+					return false
+				}
 			}
-			if v2Get(pv, "shared_memory_region") != nil {
-				return nil, badV2("output %q: shared memory is not supported", nameB)
+			if v2Get(pm, "shared_memory_region") != nil {
+				aerr = badV2("output %q: shared memory is not supported", nameB)
+				return false
 			}
 		}
 		req.outputs = append(req.outputs, o)
+		return true
+	})
+	if aerr != nil {
+		return nil, aerr
 	}
 	return req, nil
 }
@@ -337,100 +419,101 @@ func v2ShapeJSON(shape []int64) string {
 	return string(append(b, ']'))
 }
 
-// v2CountJSON counts the leaves of a (nested) JSON array, for messages.
-func v2CountJSON(v *fastjson.Value, depth int) (int, bool) {
-	if v.Type() != fastjson.TypeArray {
-		return 1, true
-	}
-	if depth >= v2MaxDepth {
-		return 0, false
-	}
-	a, _ := v.Array()
-	n := 0
-	for _, e := range a {
-		c, ok := v2CountJSON(e, depth+1)
-		if !ok {
-			return n, false
-		}
-		n += c
-	}
-	return n, true
-}
-
-// v2Writer fills a tensor from "data", a flat or nested JSON array read in
-// row-major order; the shape is the request's, not the nesting.
+// v2Writer fills a tensor from "data", b, a flat or nested JSON array read
+// in row-major order; the shape is the request's, not the nesting. With
+// data nil (a shape larger than b can hold) it only counts the elements.
 type v2Writer struct {
-	t    engine.Tensor
+	b    jv
+	dt   engine.DType
+	data []byte
+	cap  int
 	name string
 	n    int
 }
 
-func (w *v2Writer) walk(v *fastjson.Value, depth int) *APIError {
-	if v.Type() != fastjson.TypeArray {
+// walk reads the value at b[i] and returns its end.
+func (w *v2Writer) walk(i, depth int) (int, *APIError) {
+	b := w.b
+	if i >= len(b) || b[i] != '[' {
 		if depth == 0 {
-			return badV2(`input %q: "data" must be an array (flat or nested, in row-major order), got %s`, w.name, v.Type())
+			return i, badV2(`input %q: "data" must be an array (flat or nested, in row-major order), got %s`, w.name, jv(b).Type())
 		}
-		return w.put(v)
+		return w.put(i)
 	}
 	if depth >= v2MaxDepth {
-		return badV2(`input %q: "data" is nested deeper than %d levels`, w.name, v2MaxDepth)
+		return i, badV2(`input %q: "data" is nested deeper than %d levels`, w.name, v2MaxDepth)
 	}
-	a, _ := v.Array()
-	for _, e := range a {
-		if aerr := w.walk(e, depth+1); aerr != nil {
-			return aerr
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return i + 1, nil
+	}
+	for i < len(b) {
+		end, aerr := w.walk(i, depth+1)
+		if aerr != nil {
+			return end, aerr
 		}
+		i = skipWS(b, end)
+		if i < len(b) && b[i] == ',' {
+			i = skipWS(b, i+1)
+			continue
+		}
+		return i + 1, nil // the ']'
 	}
-	return nil
+	return i, nil
 }
 
-func (w *v2Writer) put(v *fastjson.Value) *APIError {
-	i := w.n
+// put reads the scalar at b[i] into element w.n and returns its end.
+func (w *v2Writer) put(i int) (int, *APIError) {
+	b := w.b
+	k := w.n
 	w.n++
-	t := w.t
-	if i >= t.Len() {
-		return nil // counted; the caller reports the mismatch
-	}
-	if t.DType == engine.Bool {
-		switch v.Type() {
-		case fastjson.TypeTrue:
-			t.Data[i] = 1
-			return nil
-		case fastjson.TypeFalse:
-			t.Data[i] = 0
-			return nil
+	end := numberEnd(b, i)
+	if end == i {
+		e, err := scanValue(b, i, 0)
+		if err != nil {
+			e = len(b)
 		}
-	}
-	if v.Type() != fastjson.TypeNumber {
-		return invalidV2(map[string]any{"input": w.name, "element": i},
-			"input %q: element %d is %s where a %s number belongs", w.name, i, v.Type(), v2DTypeName(t.DType))
-	}
-	switch t.DType {
-	case engine.Float32:
-		f, _ := v.Float64()
-		t.Float32s()[i] = float32(f)
-		return nil
-	case engine.Float64:
-		f, _ := v.Float64()
-		putU64(t.Data[i*8:], math.Float64bits(f))
-		return nil
-	case engine.Float16:
-		f, _ := v.Float64()
-		h := engine.Float32ToHalf(float32(f))
-		t.Data[i*2], t.Data[i*2+1] = byte(h), byte(h>>8)
-		return nil
-	}
-	n, err := v.Int64()
-	if err != nil {
-		f, ferr := v.Float64()
-		if ferr != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
-			return invalidV2(map[string]any{"input": w.name, "element": i},
-				"input %q: element %d is %s; %s takes integers", w.name, i, v, v2DTypeName(t.DType))
+		ty := jv(b[i:e]).Type()
+		if w.dt == engine.Bool && (ty == fastjson.TypeTrue || ty == fastjson.TypeFalse) {
+			if k < w.cap {
+				w.data[k] = 0
+				if ty == fastjson.TypeTrue {
+					w.data[k] = 1
+				}
+			}
+			return e, nil
 		}
-		n = int64(f)
+		return e, invalidV2(map[string]any{"input": w.name, "element": k},
+			"input %q: element %d is %s where a %s number belongs", w.name, k, ty, v2DTypeName(w.dt))
+	}
+	v := jv(b[i:end])
+	if w.dt.IsFloat() {
+		f, ok := v.float()
+		if !ok {
+			return end, notANumber(v)
+		}
+		if k >= w.cap {
+			return end, nil // counted; the caller reports the mismatch
+		}
+		d := w.data
+		switch w.dt {
+		case engine.Float32:
+			putU32(d[k*4:], math.Float32bits(float32(f)))
+		case engine.Float64:
+			putU64(d[k*8:], math.Float64bits(f))
+		default:
+			h := engine.Float32ToHalf(float32(f))
+			d[k*2], d[k*2+1] = byte(h), byte(h>>8)
+		}
+		return end, nil
+	}
+	n, ok := v.int()
+	if !ok {
+		return end, invalidV2(map[string]any{"input": w.name, "element": k},
+			"input %q: element %d is %s; %s takes integers", w.name, k, v, v2DTypeName(w.dt))
 	}
 	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
-	switch t.DType {
+	switch w.dt {
 	case engine.Int32:
 		lo, hi = math.MinInt32, math.MaxInt32
 	case engine.Int8:
@@ -441,19 +524,22 @@ func (w *v2Writer) put(v *fastjson.Value) *APIError {
 		lo, hi = 0, 1
 	}
 	if n < lo || n > hi {
-		return invalidV2(map[string]any{"input": w.name, "element": i},
-			"input %q: element %d is %d, out of the range of %s", w.name, i, n, v2DTypeName(t.DType))
+		return end, invalidV2(map[string]any{"input": w.name, "element": k},
+			"input %q: element %d is %d, out of the range of %s", w.name, k, n, v2DTypeName(w.dt))
 	}
-	switch t.DType.Size() {
+	if k >= w.cap {
+		return end, nil
+	}
+	d := w.data
+	switch w.dt.Size() {
 	case 8:
-		putU64(t.Data[i*8:], uint64(n))
+		putU64(d[k*8:], uint64(n))
 	case 4:
-		u := uint32(int32(n))
-		t.Data[i*4], t.Data[i*4+1], t.Data[i*4+2], t.Data[i*4+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+		putU32(d[k*4:], uint32(int32(n)))
 	case 1:
-		t.Data[i] = byte(n)
+		d[k] = byte(n)
 	}
-	return nil
+	return end, nil
 }
 
 // v2Infer serves POST /v2/models/{name}[/versions/{v}]/infer.
@@ -470,9 +556,7 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 	if !ok {
 		return
 	}
-	p := s.parsers.Get()
-	req, aerr := parseV2Request(p, body, ctx.Request.Header.Peek(v2HeaderLength), inst.Model.Inputs(), inst.Model.Outputs())
-	s.parsers.Put(p)
+	req, aerr := parseV2Request(body, ctx.Request.Header.Peek(v2HeaderLength), inst.Model.Inputs(), inst.Model.Outputs(), s.cfg.MaxRows)
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return

@@ -21,7 +21,6 @@ import (
 	"github.com/fw-serve/fw/engine"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fastjson"
 )
 
 // v2ModelsDir is where `make models` wrote the reference models.
@@ -581,12 +580,11 @@ func FuzzV2Request(f *testing.F) {
 		if len(body) > 1<<20 || len(hl) > 64 {
 			return
 		}
-		var p fastjson.Parser
 		var h []byte
 		if hl != "" {
 			h = []byte(hl)
 		}
-		req, aerr := parseV2Request(&p, body, h, ins, outs)
+		req, aerr := parseV2Request(body, h, ins, outs, 0)
 		if aerr != nil {
 			if req != nil || aerr.Message == "" || (aerr.Status != 400 && aerr.Status != 422) {
 				t.Fatalf("bad error: %+v", aerr)
