@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -87,6 +88,63 @@ type Model struct {
 	inputs  []TensorSpec
 	outputs []TensorSpec
 	opts    Options
+	life    life
+}
+
+// life reference-counts the engine calls in flight so that Close never frees
+// the backend under one: Close marks the model closing (new calls fail with
+// ErrClosed) and the backend is freed by whichever of Close and the last
+// running call comes last.
+type life struct {
+	mu      sync.Mutex
+	refs    int           // engine calls in flight
+	closing bool          // Close was called: no new calls
+	freed   chan struct{} // closed once the backend is freed; made on first use
+	err     error         // the backend's Close error, set before freed closes
+}
+
+// ErrClosed is returned by engine calls made after Model.Close.
+var ErrClosed = errors.New("engine: the model is closed")
+
+// acquire counts one engine call in, unless the model is closing.
+func (m *Model) acquire() error {
+	m.life.mu.Lock()
+	defer m.life.mu.Unlock()
+	if m.life.closing {
+		return ErrClosed
+	}
+	m.life.refs++
+	return nil
+}
+
+// release counts one engine call out and frees the backend when it was the
+// last one after Close.
+func (m *Model) release() {
+	m.life.mu.Lock()
+	m.life.refs--
+	last := m.life.closing && m.life.refs == 0
+	m.life.mu.Unlock()
+	if last {
+		m.free()
+	}
+}
+
+// freedLocked returns the channel closed once the backend is freed.
+func (m *Model) freedLocked() chan struct{} {
+	if m.life.freed == nil {
+		m.life.freed = make(chan struct{})
+	}
+	return m.life.freed
+}
+
+// free closes the backend; it runs exactly once, after Close, with no call in flight.
+func (m *Model) free() {
+	err := m.backend.Close()
+	m.life.mu.Lock()
+	m.life.err = err
+	ch := m.freedLocked()
+	m.life.mu.Unlock()
+	close(ch)
 }
 
 // Load opens a model file, detects its format from its content, starts the
@@ -218,8 +276,36 @@ func (m *Model) Outputs() []TensorSpec { return m.outputs }
 // Threads is the intra-op thread count the model was loaded with.
 func (m *Model) Threads() int { return m.opts.threads() }
 
-// Close frees the engine.
-func (m *Model) Close() error { return m.backend.Close() }
+// Close stops the model: engine calls made afterwards fail with ErrClosed.
+// The backend is freed at once when no call is running, and otherwise by the
+// last running call as it returns, so Close never frees memory an engine call
+// still uses and never waits for one (a stuck call cannot hang a shutdown).
+// Freed reports when the backend is gone. Close returns the backend's error
+// when it freed it itself; calling it again does nothing.
+func (m *Model) Close() error {
+	m.life.mu.Lock()
+	if m.life.closing {
+		m.life.mu.Unlock()
+		return nil
+	}
+	m.life.closing = true
+	now := m.life.refs == 0
+	m.freedLocked()
+	m.life.mu.Unlock()
+	if !now {
+		return nil
+	}
+	m.free()
+	return m.life.err
+}
+
+// Freed returns a channel that is closed once Close has been called and the
+// last engine call has returned, i.e. when the backend's memory is released.
+func (m *Model) Freed() <-chan struct{} {
+	m.life.mu.Lock()
+	defer m.life.mu.Unlock()
+	return m.freedLocked()
+}
 
 // InputError is a request whose tensors do not fit the model: wrong count,
 // dtype, shape, size, or non-finite values. Its message says what was expected
@@ -326,6 +412,10 @@ func (m *Model) Forward(ctx context.Context, inputs []Tensor) ([]Tensor, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := m.acquire(); err != nil {
+		return nil, err
+	}
+	defer m.release()
 	out, err := m.backend.Run(ctx, inputs)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrEngine, err)

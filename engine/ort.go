@@ -55,6 +55,7 @@ func ORTVersion(override string) (string, error) {
 }
 
 type ortBackend struct {
+	mu      sync.RWMutex // Close waits for running calls, as in torchBackend
 	session *ort.DynamicAdvancedSession
 	inputs  []TensorSpec
 	outputs []TensorSpec
@@ -188,6 +189,11 @@ func (b *ortBackend) Inputs() []TensorSpec  { return b.inputs }
 func (b *ortBackend) Outputs() []TensorSpec { return b.outputs }
 
 func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.session == nil {
+		return nil, fmt.Errorf("model is closed")
+	}
 	ins := make([]ort.Value, len(inputs))
 	defer func() {
 		for _, v := range ins {
@@ -299,6 +305,8 @@ func tensorFromORT(v ort.Value) (Tensor, error) {
 }
 
 func (b *ortBackend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.session == nil {
 		return nil
 	}
