@@ -3,6 +3,8 @@
 // vector must match, then a few batches of common sizes), installs it in the
 // HTTP server, and with Watch replaces it when the file changes on disk,
 // loading the new one beside the old and swapping without dropping requests.
+// Shutdown ends all of it: no reload can make the server ready again once it
+// has begun, and every instance is drained before it returns.
 package modelhost
 
 import (
@@ -11,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/fw-serve/fw/batcher"
@@ -33,7 +36,24 @@ type Host struct {
 	cfg    Config
 	server *httpapi.Server
 	log    *slog.Logger
+
+	// mu orders swaps and readiness changes against BeginShutdown.
+	mu       sync.Mutex
+	stopping bool
+	// busy counts reloads in progress and drains of replaced instances;
+	// Add is only called under mu while !stopping, so Shutdown's Wait
+	// cannot race an Add.
+	busy sync.WaitGroup
+	// loaded, when set (tests), runs after a reload has loaded its instance
+	// and before it is swapped in.
+	loaded func(*httpapi.Instance)
 }
+
+// ErrShuttingDown is returned by Reload once BeginShutdown was called.
+var ErrShuttingDown = errors.New("modelhost: shutting down")
+
+// drainTimeout bounds the drain of an instance a reload replaced.
+const drainTimeout = 30 * time.Second
 
 // New creates a host for server.
 func New(cfg Config, server *httpapi.Server, log *slog.Logger) *Host {
@@ -43,6 +63,14 @@ func New(cfg Config, server *httpapi.Server, log *slog.Logger) *Host {
 // Start loads and warms up the model and makes the server ready.
 func (h *Host) Start(ctx context.Context) error {
 	inst, err := h.load(ctx)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopping {
+		if err == nil {
+			h.discard(inst)
+		}
+		return ErrShuttingDown
+	}
 	if err != nil {
 		h.server.SetState(httpapi.StateBroken, err.Error())
 		return err
@@ -50,6 +78,13 @@ func (h *Host) Start(ctx context.Context) error {
 	h.server.Swap(inst)
 	h.server.SetState(httpapi.StateReady, "")
 	return nil
+}
+
+// discard drains an instance that was never served.
+func (h *Host) discard(inst *httpapi.Instance) {
+	if err := Drain(context.Background(), inst, drainTimeout); err != nil {
+		h.log.Warn("discard a model loaded during shutdown", "err", err)
+	}
 }
 
 // load builds one warmed-up instance.
@@ -145,12 +180,27 @@ func (h *Host) Watch(ctx context.Context, interval time.Duration) {
 			continue
 		}
 		last = cur
-		h.Reload(ctx)
+		if errors.Is(h.Reload(ctx), ErrShuttingDown) {
+			return
+		}
 	}
 }
 
 // Reload loads the file again and swaps it in; on failure the old model stays.
+// The replaced instance drains in the background (Shutdown waits for it).
+// Once BeginShutdown was called, Reload fails with ErrShuttingDown, and a
+// model it was loading meanwhile is closed instead of served: a reload never
+// makes a draining server ready again.
 func (h *Host) Reload(ctx context.Context) error {
+	h.mu.Lock()
+	if h.stopping {
+		h.mu.Unlock()
+		return ErrShuttingDown
+	}
+	h.busy.Add(1)
+	h.mu.Unlock()
+	defer h.busy.Done()
+
 	h.log.Info("model file changed: loading the new version beside the old", "path", h.cfg.Path)
 	inst, err := h.load(ctx)
 	if err != nil {
@@ -158,23 +208,84 @@ func (h *Host) Reload(ctx context.Context) error {
 		h.log.Error("reload refused: the old model keeps serving", "err", err)
 		return err
 	}
+	if h.loaded != nil {
+		h.loaded(inst)
+	}
+	h.mu.Lock()
+	if st, _ := h.server.State(); h.stopping || st == httpapi.StateDraining {
+		h.mu.Unlock()
+		h.log.Info("reload discarded: the server is shutting down", "path", h.cfg.Path)
+		h.discard(inst)
+		return ErrShuttingDown
+	}
 	old := h.server.Swap(inst)
 	h.server.SetState(httpapi.StateReady, "")
-	h.server.Metrics().Reload("ok")
 	if old != nil {
-		go Drain(context.Background(), old, 30*time.Second, h.log)
+		h.busy.Add(1)
+		go func() {
+			defer h.busy.Done()
+			if err := Drain(context.Background(), old, drainTimeout); err != nil {
+				h.log.Warn("drain the replaced model", "err", err)
+			}
+		}()
 	}
+	h.mu.Unlock()
+	h.server.Metrics().Reload("ok")
 	return nil
 }
 
-// Drain closes an instance's batcher (finishing what it accepted) and then its model.
-func Drain(ctx context.Context, inst *httpapi.Instance, timeout time.Duration, log *slog.Logger) {
+// BeginShutdown makes the server not ready (/health answers 503 "shutting
+// down") and stops reloads for good, so that nothing turns it ready again.
+// The model keeps serving the requests that still arrive until Shutdown.
+func (h *Host) BeginShutdown() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopping = true
+	h.server.SetState(httpapi.StateDraining, "shutting down")
+}
+
+// Shutdown begins the shutdown if BeginShutdown was not called, waits for a
+// reload in progress and the drains of replaced instances, and drains the
+// serving instance, all within ctx and timeout. It returns an error when
+// something was still running at the deadline; a model whose engine call is
+// still running then is freed by that call as it returns.
+func (h *Host) Shutdown(ctx context.Context, timeout time.Duration) error {
+	h.BeginShutdown()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	var errs []error
+	if inst := h.server.Current(); inst != nil {
+		if err := Drain(ctx, inst, timeout); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	idle := make(chan struct{})
+	go func() {
+		h.busy.Wait()
+		close(idle)
+	}()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("shutdown: a reload or the drain of a replaced model is still running: %w", ctx.Err()))
+	}
+	return errors.Join(errs...)
+}
+
+// Drain closes an instance's batcher, letting it finish what it accepted, and
+// then its model. It waits for the batcher's workers until ctx ends or timeout
+// passes, and then returns an error: the workers' engine calls are cancelled,
+// and the model, closed anyway, is freed only when the last call still inside
+// it returns (engine.Model counts them), never under one.
+func Drain(ctx context.Context, inst *httpapi.Instance, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var errs []error
 	if err := inst.Batcher.Close(ctx); err != nil {
-		log.Warn("drain: batcher did not finish in time", "err", err)
+		errs = append(errs, fmt.Errorf("drain: %w", err))
 	}
 	if err := inst.Model.Close(); err != nil {
-		log.Warn("close model", "err", err)
+		errs = append(errs, fmt.Errorf("drain: close model %s: %w", inst.Model.Name(), err))
 	}
+	return errors.Join(errs...)
 }

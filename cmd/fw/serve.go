@@ -152,7 +152,7 @@ Flags:
 		}
 	}
 	log.Info("shutting down: draining in-flight requests", "drain_delay", *drainDelay, "timeout", *shutdownTimeout)
-	srv.SetState(httpapi.StateDraining, "shutting down")
+	host2.BeginShutdown() // from here no reload makes /health 200 again
 	if *drainDelay > 0 {
 		time.Sleep(*drainDelay)
 	}
@@ -163,8 +163,9 @@ Flags:
 		log.Warn("shutdown: connections still open at the deadline", "err", err)
 		code = 1
 	}
-	if inst := srv.Current(); inst != nil {
-		modelhost.Drain(sctx, inst, *shutdownTimeout, log)
+	if err := host2.Shutdown(sctx, *shutdownTimeout); err != nil {
+		log.Warn("shutdown: the model did not drain in time", "err", err)
+		code = 1
 	}
 	cancelBase()
 	log.Info("stopped")

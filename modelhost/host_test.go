@@ -1,0 +1,210 @@
+package modelhost
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/httpapi"
+	"github.com/fw-serve/fw/internal/testmodels"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// deadline bounds every wait in these tests, so a bug fails them instead of
+// hanging them.
+const deadline = 20 * time.Second
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func modelPath(t *testing.T) string {
+	return filepath.Join(testmodels.Dir(t), "digits_mlp.onnx")
+}
+
+func newServer(t *testing.T) *httpapi.Server {
+	reg := prometheus.NewRegistry()
+	return httpapi.New(context.Background(), httpapi.Config{}, quietLog(), reg, reg)
+}
+
+// startHost starts a host serving the small reference MLP and shuts it down
+// at the end of the test.
+func startHost(t *testing.T) (*Host, *httpapi.Server) {
+	t.Helper()
+	srv := newServer(t)
+	h := New(Config{Path: modelPath(t), Engine: engine.Options{Threads: 1}, Batcher: batcher.DefaultConfig(), SkipWarmup: true}, srv, quietLog())
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := h.Shutdown(context.Background(), deadline); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	return h, srv
+}
+
+func wait[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(deadline):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// TestReloadWhileDrainingStaysNotReady: a reload that completes after the
+// shutdown began must not make /health answer 200 again.
+func TestReloadWhileDrainingStaysNotReady(t *testing.T) {
+	h, srv := startHost(t)
+	before := srv.Current()
+	srv.SetState(httpapi.StateDraining, "shutting down")
+	if err := h.Reload(context.Background()); !errors.Is(err, ErrShuttingDown) {
+		t.Errorf("reload while draining: got %v, want ErrShuttingDown", err)
+	}
+	if st, _ := srv.State(); st != httpapi.StateDraining {
+		t.Fatalf("state after a reload during the drain is %s, want draining", st)
+	}
+	if srv.Current() != before {
+		t.Fatal("a reload during the drain swapped in a new instance")
+	}
+}
+
+// TestReloadRacingShutdownIsDiscarded: a reload that was loading when the
+// shutdown began is not served; its model is closed, the state stays
+// draining, and Shutdown drains everything.
+func TestReloadRacingShutdownIsDiscarded(t *testing.T) {
+	h, srv := startHost(t)
+	before := srv.Current()
+	loaded := make(chan *httpapi.Instance, 1)
+	release := make(chan struct{})
+	h.loaded = func(inst *httpapi.Instance) {
+		loaded <- inst
+		<-release
+	}
+	res := make(chan error, 1)
+	go func() { res <- h.Reload(context.Background()) }()
+	fresh := wait(t, loaded, "the reload to load its model")
+	h.BeginShutdown()
+	close(release)
+	if err := wait(t, res, "the reload to return"); !errors.Is(err, ErrShuttingDown) {
+		t.Errorf("reload racing the shutdown: got %v, want ErrShuttingDown", err)
+	}
+	if st, _ := srv.State(); st != httpapi.StateDraining {
+		t.Fatalf("state after the racing reload is %s, want draining", st)
+	}
+	if srv.Current() != before {
+		t.Fatal("the racing reload swapped in its instance")
+	}
+	wait(t, fresh.Model.Freed(), "the discarded model to be freed")
+	if err := h.Shutdown(context.Background(), deadline); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	wait(t, before.Model.Freed(), "the serving model to be freed")
+	if _, err := before.Batcher.Submit(context.Background(), nil); err == nil {
+		t.Fatal("the batcher accepts work after shutdown")
+	}
+}
+
+// TestReloadDrainsReplacedInstance: a reload swaps in a new instance, stays
+// ready, and the old one is drained and freed (Shutdown waits for it).
+func TestReloadDrainsReplacedInstance(t *testing.T) {
+	h, srv := startHost(t)
+	before := srv.Current()
+	if err := h.Reload(context.Background()); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if st, _ := srv.State(); st != httpapi.StateReady {
+		t.Fatalf("state after reload is %s, want ready", st)
+	}
+	if srv.Current() == before {
+		t.Fatal("reload kept the old instance")
+	}
+	wait(t, before.Model.Freed(), "the replaced model to be freed")
+}
+
+// gatedInstance builds an instance of the reference MLP whose engine calls
+// wait at a gate before entering the model. The call ignores the batcher's
+// context, as a call already inside cgo does.
+func gatedInstance(t *testing.T) (inst *httpapi.Instance, entered chan struct{}, gate chan struct{}) {
+	t.Helper()
+	m, err := engine.Load(context.Background(), modelPath(t), engine.Options{Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, gate = make(chan struct{}, 1), make(chan struct{})
+	run := func(_ context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
+		entered <- struct{}{}
+		<-gate
+		return m.Forward(context.Background(), in)
+	}
+	b := batcher.New(run, batcher.Config{Instances: 1}, nil)
+	t.Cleanup(func() {
+		b.Close(context.Background())
+		m.Close()
+	})
+	return &httpapi.Instance{Model: m, Batcher: b}, entered, gate
+}
+
+func submit(t *testing.T, inst *httpapi.Instance) <-chan error {
+	in, err := inst.Model.ExampleInputs(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		_, err := inst.Batcher.Submit(context.Background(), in)
+		res <- err
+	}()
+	return res
+}
+
+// TestDrainWaitsForRunningCall: Drain returns only once the engine call in
+// flight has finished, and the request it carried succeeds.
+func TestDrainWaitsForRunningCall(t *testing.T) {
+	inst, entered, gate := gatedInstance(t)
+	res := submit(t, inst)
+	wait(t, entered, "the engine call to start")
+	drained := make(chan error, 1)
+	go func() { drained <- Drain(context.Background(), inst, deadline) }()
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned (%v) while an engine call was running", err)
+	case <-inst.Model.Freed():
+		t.Fatal("the model was freed while an engine call was running")
+	default:
+	}
+	close(gate)
+	if err := wait(t, res, "the request"); err != nil {
+		t.Fatalf("the request running during the drain failed: %v", err)
+	}
+	if err := wait(t, drained, "Drain"); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	wait(t, inst.Model.Freed(), "the model to be freed")
+}
+
+// TestDrainDeadlineNeverFreesUnderACall: when the drain's own deadline passes
+// with a worker still running, Drain says so, and the worker's engine call
+// fails cleanly with engine.ErrClosed instead of running into a freed model
+// (before the model was reference-counted it crashed in ONNX Runtime).
+func TestDrainDeadlineNeverFreesUnderACall(t *testing.T) {
+	inst, entered, gate := gatedInstance(t)
+	res := submit(t, inst)
+	wait(t, entered, "the engine call to start")
+	err := Drain(context.Background(), inst, 10*time.Millisecond)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("drain past its deadline: got %v, want an error wrapping DeadlineExceeded", err)
+	}
+	close(gate)
+	if err := wait(t, res, "the request"); !errors.Is(err, engine.ErrClosed) {
+		t.Fatalf("the call released after the drain gave up: got %v, want engine.ErrClosed", err)
+	}
+	wait(t, inst.Model.Freed(), "the model to be freed")
+}
