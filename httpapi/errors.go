@@ -18,6 +18,7 @@ const (
 	CodeUnsupportedMedia = "unsupported_media_type" // 415
 	CodeInvalidInput     = "invalid_input"          // 422
 	CodeEngine           = "engine_error"           // 500
+	CodeInternal         = "internal"               // 500
 	CodeOverloaded       = "overloaded"             // 503
 	CodeNotReady         = "not_ready"              // 503
 	CodeTimeout          = "timeout"                // 504

@@ -26,6 +26,7 @@ type Metrics struct {
 	reloads      *prometheus.CounterVec
 	ready        prometheus.Gauge
 	inflight     prometheus.Gauge
+	panics       prometheus.Counter
 	endpointObs  map[string]prometheus.Observer
 	endpointCode map[string]*codeCounters
 }
@@ -77,9 +78,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"result"}),
 		ready:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "fw_ready", Help: "1 when the server is ready to serve predictions."}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fw_http_inflight_requests", Help: "Requests being handled."}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fw_http_panics_total", Help: "Requests whose handler panicked (a bug); each was answered 500 internal and logged with its stack.",
+		}),
 	}
 	reg.MustRegister(m.requests, m.latency, m.batchRows, m.batchReqs, m.queueDepth, m.queueWait, m.inference,
-		m.rows, m.batchErrors, m.loadSeconds, m.modelInfo, m.reloads, m.ready, m.inflight,
+		m.rows, m.batchErrors, m.loadSeconds, m.modelInfo, m.reloads, m.ready, m.inflight, m.panics,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.endpointObs = map[string]prometheus.Observer{}
 	m.endpointCode = map[string]*codeCounters{}

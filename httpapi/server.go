@@ -123,6 +123,9 @@ type Server struct {
 	parsers  fastjson.ParserPool
 	bufs     sync.Pool
 	base     context.Context
+
+	// routeHook, when set (by tests only), runs first on every request.
+	routeHook func(*fasthttp.RequestCtx)
 }
 
 // New creates a server. reg receives the metrics; gatherer serves /metrics.
@@ -167,18 +170,19 @@ func (s *Server) State() (State, string) {
 	return State(s.state.Load()), *s.reason.Load()
 }
 
-// Handler is the fasthttp request handler for every route.
+// Handler is the fasthttp request handler for every route. A panic in a
+// route is answered 500 "internal" and the server keeps serving
+// (routeSafely).
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	s.metrics.inflight.Inc()
-	ep := s.route(ctx)
+	ep := s.routeSafely(ctx)
 	s.metrics.inflight.Dec()
 	code := ctx.Response.StatusCode()
-	if code >= 400 && ctx.Request.IsBodyStream() {
-		// The rest of a large body may be unread. Read (and drop) a bounded
-		// amount so a client still sending gets to read the error instead of
-		// a reset, then close rather than parse the rest as a request.
-		io.CopyN(io.Discard, ctx.RequestBodyStream(), maxDrainBytes)
+	if code >= 400 && ctx.Request.IsBodyStream() && !drainBody(ctx) {
+		// More body is left than drainBody reads: close rather than parse
+		// the rest as a request. An answer (a 503 or 504 included) to a
+		// request whose body was read to its end keeps the connection.
 		ctx.SetConnectionClose()
 	}
 	d := time.Since(start)
@@ -194,6 +198,9 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 }
 
 func (s *Server) route(ctx *fasthttp.RequestCtx) string {
+	if s.routeHook != nil {
+		s.routeHook(ctx)
+	}
 	if !s.hostAllowed(ctx) {
 		return "other"
 	}
@@ -387,7 +394,9 @@ func (s *Server) submitError(err error) *APIError {
 		e.RetryAfter = 1
 		return e
 	case errors.Is(err, context.DeadlineExceeded):
-		return newError(504, CodeTimeout, fmt.Sprintf("no result within %s (--timeout); the server is overloaded or the model is slow", s.cfg.Timeout), nil)
+		e := newError(504, CodeTimeout, fmt.Sprintf("no result within %s (--timeout); the server is overloaded or the model is slow, retry after a short wait", s.cfg.Timeout), nil)
+		e.RetryAfter = 1
+		return e
 	case errors.Is(err, context.Canceled):
 		e := newError(503, CodeNotReady, "the server is shutting down", nil)
 		e.RetryAfter = 1

@@ -593,37 +593,94 @@ func TestBatchNDJSONStream(t *testing.T) {
 	}
 }
 
-// The queue bound answers 503 with Retry-After instead of growing latency;
-// the timeout answers 504.
-func TestOverloadAndTimeout(t *testing.T) {
-	dir := modelsDir(t)
-	ts := startServer(t, filepath.Join(dir, "resnet18.onnx"), httpapi.Config{Timeout: 50 * time.Millisecond}, batcher.Config{MaxQueue: 1, MaxBatchRows: 1, MaxDelay: 0})
-	jpg, _ := os.ReadFile(filepath.Join(dir, "samples", "rgb_224.jpg"))
-	var mu sync.Mutex
-	codes := map[int]int{}
-	var wg sync.WaitGroup
-	for i := 0; i < 12; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := do(t, "POST", ts.url+"/predict/image", "image/jpeg", jpg)
-			if r.status != 200 {
-				c := r.errCode(t)
-				if (r.status == 503 && c != "overloaded") || (r.status == 504 && c != "timeout") {
-					t.Errorf("%d with code %s", r.status, c)
-				}
-				if r.status == 503 && r.header.Get("Retry-After") == "" {
-					t.Error("503 without Retry-After")
-				}
-			}
-			mu.Lock()
-			codes[r.status]++
-			mu.Unlock()
-		}()
+// gateEngine replaces the server's batcher with one whose engine calls each
+// report on started, then wait for release before running the model, so a
+// test decides when a batch ends instead of relying on the model's speed.
+func gateEngine(t *testing.T, ts *testServer, bc batcher.Config) (started chan struct{}, release func()) {
+	t.Helper()
+	started = make(chan struct{}, 64)
+	gate := make(chan struct{})
+	run := func(ctx context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
+		started <- struct{}{}
+		<-gate
+		return ts.m.Forward(ctx, in)
 	}
-	wg.Wait()
-	if codes[503] == 0 || codes[504] == 0 {
-		t.Fatalf("expected both 503 and 504 among %v", codes)
+	old := ts.srv.Swap(&httpapi.Instance{Model: ts.m, Batcher: batcher.New(run, bc, ts.srv.Metrics())})
+	old.Batcher.Close(context.Background())
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release) // before the server's cleanup closes the batcher
+	return started, release
+}
+
+// waitGate waits for an engine call to start, failing instead of hanging.
+func waitGate(t *testing.T, started chan struct{}) {
+	t.Helper()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no engine call started")
+	}
+}
+
+// The queue bound answers 503 overloaded with Retry-After instead of growing
+// latency; the queued request is served once the engine is free.
+func TestOverload(t *testing.T) {
+	dir := modelsDir(t)
+	bc := batcher.Config{MaxQueue: 1, MaxBatchRows: 1, MaxDelay: 0, Instances: 1}
+	ts := startServer(t, filepath.Join(dir, "digits_mlp.onnx"), httpapi.Config{Timeout: time.Minute}, bc)
+	started, release := gateEngine(t, ts, bc)
+	body := []byte(`{"data":[[` + strings.TrimSuffix(strings.Repeat("0.5,", 64), ",") + `]]}`)
+	replies := make(chan reply, 2)
+	send := func() { replies <- do(t, "POST", ts.url+"/predict", "application/json", body) }
+	go send()
+	waitGate(t, started) // A's engine call runs and holds the only instance
+	go send()
+	inst := ts.srv.Current()
+	for deadline := time.Now().Add(10 * time.Second); inst.Batcher.QueueDepth() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second request never queued")
+		}
+	}
+	r := do(t, "POST", ts.url+"/predict", "application/json", body) // the queue (1) is full
+	if r.status != 503 || r.errCode(t) != "overloaded" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("over the queue bound: %d %v %s, want 503 overloaded with Retry-After", r.status, r.header, r.body)
+	}
+	release()
+	for i := 0; i < 2; i++ {
+		select {
+		case r := <-replies:
+			if r.status != 200 {
+				t.Fatalf("a request within the bound: %d %s", r.status, r.body)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("requests within the bound never answered")
+		}
+	}
+}
+
+// A request whose --timeout passes while its batch runs is answered 504
+// timeout at once; the server keeps serving afterwards.
+func TestTimeoutWhileBatchRuns(t *testing.T) {
+	dir := modelsDir(t)
+	bc := batcher.Config{MaxBatchRows: 1, MaxDelay: 0, Instances: 1}
+	ts := startServer(t, filepath.Join(dir, "digits_mlp.onnx"), httpapi.Config{Timeout: 100 * time.Millisecond}, bc)
+	started, release := gateEngine(t, ts, bc)
+	body := []byte(`{"data":[[` + strings.TrimSuffix(strings.Repeat("0.5,", 64), ",") + `]]}`)
+	replies := make(chan reply, 1)
+	go func() { replies <- do(t, "POST", ts.url+"/predict", "application/json", body) }()
+	waitGate(t, started)
+	select {
+	case r := <-replies: // the engine call is still held by the gate
+		if r.status != 504 || r.errCode(t) != "timeout" {
+			t.Fatalf("timeout during the batch: %d %s, want 504 timeout", r.status, r.body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer although the timeout passed")
+	}
+	release()
+	if r := do(t, "POST", ts.url+"/predict", "application/json", body); r.status != 200 {
+		t.Fatalf("after a timeout: %d %s", r.status, r.body)
 	}
 }
 
