@@ -100,7 +100,7 @@ func (s *Server) activity(ctx *fasthttp.RequestCtx) {
 
 // runActivity turns runs into their start and end events.
 func runActivity(runs []store.Run) []ActivityEvent {
-	var out []ActivityEvent
+	out := []ActivityEvent{} // never nil: no activity is "events": [], not null
 	for _, r := range runs {
 		base := ActivityEvent{RunID: r.ID, Experiment: r.Experiment, ExperimentID: r.ExperimentID, Name: r.Name, Status: string(r.Status)}
 		if r.Started != nil {

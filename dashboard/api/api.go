@@ -97,6 +97,7 @@ func (s *Server) SetDraining() { s.draining.Store(true) }
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
 	defer s.countRequest(ctx, path)
+	defer closeUnreadBody(ctx) // the rest of a body a route did not read is never parsed as a request
 	if !s.guardRequest(ctx, path) {
 		return
 	}
@@ -239,6 +240,9 @@ func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
 }
 
 func (s *Server) health(ctx *fasthttp.RequestCtx) {
+	if !s.allow(ctx, string(ctx.Method()), "GET") {
+		return
+	}
 	if s.draining.Load() {
 		writeError(ctx, apiErr(503, CodeUnavailable, "the dashboard is shutting down"))
 		return
@@ -285,11 +289,15 @@ func (s *Server) getRun(ctx *fasthttp.RequestCtx, id string) {
 }
 
 func (s *Server) metrics(ctx *fasthttp.RequestCtx, id string) {
-	q := store.MetricsQuery{System: string(ctx.QueryArgs().Peek("system")) == "true"}
+	var q store.MetricsQuery
+	var e *Error
+	if q.System, e = queryBool(ctx, "system"); e != nil {
+		writeError(ctx, e)
+		return
+	}
 	if keys := string(ctx.QueryArgs().Peek("keys")); keys != "" {
 		q.Keys = strings.Split(keys, ",")
 	}
-	var e *Error
 	if q.MaxPoints, e = queryInt(ctx, "max_points", 1000, 1, 100000); e != nil {
 		writeError(ctx, e)
 		return
@@ -332,11 +340,8 @@ func (s *Server) logs(ctx *fasthttp.RequestCtx, id string) {
 }
 
 func (s *Server) listExperiments(ctx *fasthttp.RequestCtx) {
-	args := ctx.QueryArgs()
-	q := store.ListQuery{Filter: string(args.Peek("filter")), Sort: string(args.Peek("sort")),
-		Desc: string(args.Peek("desc")) == "true", Cursor: string(args.Peek("cursor"))}
-	var e *Error
-	if q.Limit, e = queryInt(ctx, "limit", 100, 1, 10000); e != nil {
+	q, e := listQuery(ctx)
+	if e != nil {
 		writeError(ctx, e)
 		return
 	}
@@ -367,15 +372,24 @@ func (s *Server) createExperiment(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	var in struct {
-		Name        string            `json:"name"`
-		Description string            `json:"description"`
-		Tags        map[string]string `json:"tags"`
+		Name        string             `json:"name"`
+		Description string             `json:"description"`
+		Tags        map[string]*string `json:"tags"`
 	}
-	if err := json.Unmarshal(body, &in); err != nil {
-		writeError(ctx, apiErr(400, string(store.CodeInvalidJSON), `the body must be a JSON object {"name": "...", "description": "...", "tags": {...}}: `+err.Error()))
+	if err := json.Unmarshal(body, &in); err != nil || !isJSONObject(body) {
+		msg := `the body must be a JSON object {"name": "...", "description": "...", "tags": {...}}`
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		writeError(ctx, apiErr(400, string(store.CodeInvalidJSON), msg))
 		return
 	}
-	exp, err := s.st.CreateExperiment(s.base, store.ExperimentInput{Name: in.Name, Description: in.Description, Tags: in.Tags})
+	tags, nulls := splitTags(in.Tags)
+	if len(nulls) > 0 {
+		writeError(ctx, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("tag %q is null: give it a string value or leave it out", nulls[0])))
+		return
+	}
+	exp, err := s.st.CreateExperiment(s.base, store.ExperimentInput{Name: in.Name, Description: in.Description, Tags: tags})
 	if err != nil {
 		writeError(ctx, fromStore(s.log, err))
 		return

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/valyala/fasthttp"
@@ -11,11 +12,31 @@ import (
 // listQuery reads ?filter=&sort=&desc=&limit=&cursor= of a listing.
 func listQuery(ctx *fasthttp.RequestCtx) (store.ListQuery, *Error) {
 	args := ctx.QueryArgs()
-	q := store.ListQuery{Filter: string(args.Peek("filter")), Sort: string(args.Peek("sort")),
-		Desc: string(args.Peek("desc")) == "true", Cursor: string(args.Peek("cursor"))}
+	q := store.ListQuery{Filter: string(args.Peek("filter")), Sort: string(args.Peek("sort")), Cursor: string(args.Peek("cursor"))}
 	var e *Error
+	if q.Desc, e = queryBool(ctx, "desc"); e != nil {
+		return q, e
+	}
 	q.Limit, e = queryInt(ctx, "limit", 100, 1, 10000)
 	return q, e
+}
+
+// queryBool reads an optional ?name=true|false (absent: false); any other
+// value, "" included, is refused instead of read as false, as the API
+// document says.
+func queryBool(ctx *fasthttp.RequestCtx, name string) (bool, *Error) {
+	args := ctx.QueryArgs()
+	if !args.Has(name) {
+		return false, nil
+	}
+	switch v := string(args.Peek(name)); v {
+	case "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?%s=%q must be true or false", name, v))
+	}
 }
 
 // decodeStrict decodes a JSON object body, refusing unknown fields.
@@ -24,12 +45,22 @@ func (s *Server) decodeStrict(ctx *fasthttp.RequestCtx, v any, shape string) *Er
 	if e != nil {
 		return e
 	}
+	if !isJSONObject(body) {
+		return apiErr(400, string(store.CodeInvalidJSON), "the body must be a JSON object "+shape)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return apiErr(400, string(store.CodeInvalidJSON), "the body must be a JSON object "+shape+": "+err.Error())
 	}
 	return nil
+}
+
+// isJSONObject reports whether body starts like a JSON object: Go's decoder
+// reads null (or nothing useful) into a struct without an error.
+func isJSONObject(body []byte) bool {
+	b := bytes.TrimLeft(body, " \t\r\n")
+	return len(b) > 0 && b[0] == '{'
 }
 
 // splitTags turns {"k": "v", "gone": null} into tags to set and tags to delete.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"mime/multipart"
 	"os"
@@ -150,12 +151,20 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, r *registry.Service, method, na
 		writeJSON(ctx, 200, m)
 	case "PATCH":
 		var in struct {
-			Aliases map[string]int `json:"aliases"`
+			Aliases map[string]float64 `json:"aliases"` // JSON numbers: 3 and 3.0 are the same integer
 		}
 		if !s.decode(ctx, &in, `{"aliases": {"production": VERSION}} (0 removes an alias)`) {
 			return
 		}
-		m, err := r.Reg.SetAliases(name, in.Aliases)
+		aliases := make(map[string]int, len(in.Aliases))
+		for a, v := range in.Aliases {
+			if v != math.Trunc(v) || v < 0 || v > math.MaxInt32 {
+				writeError(ctx, apiErr(400, CodeBadRequest, fmt.Sprintf("alias %q: %v is not a version number (0 removes the alias)", a, v)))
+				return
+			}
+			aliases[a] = int(v)
+		}
+		m, err := r.Reg.SetAliases(name, aliases)
 		if err != nil {
 			writeError(ctx, s.registryError(err))
 			return
@@ -177,6 +186,10 @@ func (s *Server) decode(ctx *fasthttp.RequestCtx, v any, shape string) bool {
 	body, e := s.readBody(ctx)
 	if e != nil {
 		writeError(ctx, e)
+		return false
+	}
+	if !isJSONObject(body) {
+		writeError(ctx, apiErr(400, CodeBadRequest, "the body must be a JSON object "+shape))
 		return false
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
