@@ -6,7 +6,6 @@
 package jobs
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -497,17 +496,18 @@ func (m *Manager) endRun(j *job, status store.Status, msg string, code *int) {
 
 const tailLines = 20
 
-// capture applies the lines of one output stream as log events.
+// capture applies the lines of one output stream as log events (see
+// readLines for how long lines and carriage-return redraws are kept).
 func (m *Manager) capture(j *job, stream string, r io.Reader) {
 	lines := make(chan string, 256)
 	go func() {
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-		for sc.Scan() {
-			lines <- sc.Text()
+		defer close(lines)
+		// Lines fit the store's bound with their marker, redraws keep their
+		// last state, and the pipe is read to its end whatever it holds.
+		if err := readLines(r, store.MaxLogLine, func(l string) { lines <- l }); err != nil {
+			m.log.Warn("reading job output", "run_id", j.RunID, "stream", stream, "err", err)
+			_, _ = io.Copy(io.Discard, r)
 		}
-		_, _ = io.Copy(io.Discard, r)
-		close(lines)
 	}()
 	var batch []string
 	flush := func() {
