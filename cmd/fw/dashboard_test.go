@@ -331,15 +331,16 @@ func TestDashboardKillDuringIngest(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	for {
-		mu.Lock()
-		n := acked
-		mu.Unlock()
-		if n >= 20*per {
-			break
+	waitUntil(t, 120*time.Second, "20 acknowledged batches", func() bool {
+		select {
+		case <-done:
+			t.Fatal("the ingest stream stopped before the kill")
+		default:
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		mu.Lock()
+		defer mu.Unlock()
+		return acked >= 20*per
+	})
 	p.cmd.Process.Kill()
 	<-done
 	mu.Lock()

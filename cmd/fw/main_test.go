@@ -83,19 +83,30 @@ func startServe(t *testing.T, args ...string) *proc {
 	return startProc(t, "fw serve", cmd, port, stderr, 60*time.Second)
 }
 
-// startProc starts cmd (a server listening on port, its output in out),
-// kills it when the test ends, and waits up to ready for its /health.
+// startProc starts cmd (a server listening on port, its output in out) in
+// its own process group and waits up to ready for its /health. When the test
+// ends, passed or failed, it kills the group and then every process that
+// inherited the mark startProc adds to cmd's environment: what the server
+// started outside its group (a dashboard's training jobs, its fw serve
+// deployments, which run in their own sessions) dies with it.
 func startProc(t *testing.T, name string, cmd *exec.Cmd, port int, out *syncBuffer, ready time.Duration) *proc {
 	t.Helper()
+	mark := fmt.Sprintf("FW_TEST_PROC=%d.%d", os.Getpid(), procMarks.Add(1))
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, mark)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	p := &proc{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), stderr: out, done: make(chan error, 1)}
 	go func() { p.done <- cmd.Wait() }()
 	t.Cleanup(func() {
-		cmd.Process.Kill()
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		err := <-p.done
 		p.done <- err // for a stop() that runs after
+		killMarked(t, mark)
 	})
 	deadline := time.Now().Add(ready)
 	for time.Now().Before(deadline) {
@@ -281,9 +292,7 @@ func TestServeGracefulShutdownUnderLoad(t *testing.T) {
 		t.Fatalf("fw health on a ready server: %v %s", err, hout.String())
 	}
 	l := startLoad(p.url, 8)
-	for l.ok.Load() < 200 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUntil(t, 60*time.Second, "200 requests served", func() bool { return l.ok.Load() >= 200 })
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

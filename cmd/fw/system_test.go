@@ -1,11 +1,14 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fw-serve/fw/internal/testgpu"
 )
 
 func TestDashboardSystemStatus(t *testing.T) {
@@ -33,8 +36,15 @@ func TestDashboardSystemStatus(t *testing.T) {
 			t.Errorf("disk %s: %v", name, d)
 		}
 	}
-	if gpus := out["gpus"].([]any); len(gpus) != 0 { // no GPU on the test machines
-		t.Errorf("gpus: %v", gpus)
+	// The GPUs the machine has (none without the NVIDIA driver), each named.
+	gpus := out["gpus"].([]any)
+	if want, known := testgpu.Count(t); known && len(gpus) != want {
+		t.Errorf("%d GPUs, want %d (nvidia-smi -L): %v", len(gpus), want, gpus)
+	}
+	for _, g := range gpus {
+		if gm := g.(map[string]any); gm["name"] == "" || gm["memory_total_bytes"].(float64) <= 0 {
+			t.Errorf("gpu: %v", gm)
+		}
 	}
 	if out["errors"] != nil || out["error"] != nil {
 		t.Errorf("errors: %v", out)
@@ -68,8 +78,19 @@ func TestDashboardPrometheusMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	if strings.Contains(string(b), "fw_dashboard_gpu_") {
-		t.Errorf("GPU gauges without a GPU")
+	// GPU gauges exactly where the machine has GPUs: one per GPU.
+	if want, known := testgpu.Count(t); known {
+		if got := strings.Count(string(b), "\nfw_dashboard_gpu_memory_total_bytes{"); got != want {
+			t.Errorf("%d fw_dashboard_gpu_memory_total_bytes series, want %d (nvidia-smi -L)", got, want)
+		}
+		if want == 0 && strings.Contains(string(b), "fw_dashboard_gpu_") {
+			t.Errorf("GPU gauges without a GPU")
+		}
+		for i := range want {
+			if !strings.Contains(string(b), fmt.Sprintf(`fw_dashboard_gpu_utilization_percent{gpu="%d"`, i)) {
+				t.Errorf("/metrics lacks GPU %d's utilisation", i)
+			}
+		}
 	}
 	p.stop(t)
 }

@@ -1,8 +1,10 @@
 package sysinfo
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/fw-serve/fw/internal/testgpu"
 	"github.com/shirou/gopsutil/v4/cpu"
 )
 
@@ -19,8 +21,33 @@ func TestSample(t *testing.T) {
 	if len(snap.Disks) != 2 || snap.Disks[0].Free == 0 || snap.Disks[0].Error != "" || snap.Disks[1].Error == "" {
 		t.Errorf("disks: %+v", snap.Disks)
 	}
+	checkGPUs(t, snap)
 	if got := s.Latest(); !got.Time.Equal(snap.Time) {
 		t.Errorf("Latest is not the last sample")
+	}
+}
+
+// checkGPUs: the sample lists the GPUs the machine has (nvidia-smi's count;
+// none without the NVIDIA driver or in a build without NVML), each with a
+// name and its memory, and no GPU read error.
+func checkGPUs(t *testing.T, snap Snapshot) {
+	t.Helper()
+	want, known := testgpu.Count(t)
+	if !nvmlBuilt {
+		want, known = 0, true
+	}
+	if known && len(snap.GPUs) != want {
+		t.Errorf("%d GPUs, want %d (nvidia-smi -L; nvmlBuilt=%v): %+v", len(snap.GPUs), want, nvmlBuilt, snap.GPUs)
+	}
+	for i, g := range snap.GPUs {
+		if g.Index != i || g.Name == "" || g.MemoryTotal == 0 || g.MemoryUsed > g.MemoryTotal || g.Utilization < 0 || g.Utilization > 100 {
+			t.Errorf("GPU %d: %+v", i, g)
+		}
+	}
+	for _, e := range snap.Errors {
+		if strings.HasPrefix(e, "gpu:") {
+			t.Errorf("GPU read error: %s", e)
+		}
 	}
 }
 
