@@ -4,8 +4,10 @@
 package benchdoc
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 )
 
@@ -43,4 +45,19 @@ func ReplaceSection(path, name, body string) error {
 		return fmt.Errorf("replace %s: %w", path, err)
 	}
 	return nil
+}
+
+// Commit names the code a measurement ran on, for the section's text:
+// "commit abc1234", with ", dirty" when the work tree had uncommitted
+// changes to tracked files, or "an unknown commit" outside a git checkout.
+func Commit() string {
+	out, err := exec.Command("git", "rev-parse", "--short=7", "HEAD").Output()
+	if err != nil {
+		return "an unknown commit"
+	}
+	s := "commit " + strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		s += ", dirty"
+	}
+	return s
 }
