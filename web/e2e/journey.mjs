@@ -3,7 +3,9 @@
 // and watch it live (charts grow, the progress bar moves); stop it through
 // the confirmation dialog; run a second one to the end; compare the two;
 // export the better checkpoint to ONNX; deploy it; predict an uploaded digit
-// image in "try it"; undeploy. Screenshots of each page: build/screenshots/.
+// image in "try it"; undeploy; a page on another origin (and one reached
+// through DNS rebinding) can neither change nor read anything. Screenshots
+// of each page: build/screenshots/.
 //
 // Env: FW_BIN (bin/fw), FW_PYTHON (the Python with fw, torch, scikit-learn
 // and PIL: runs the recipes and draws the test digit), FW_DASHBOARD_UI_DIR
@@ -11,6 +13,7 @@
 // Waits are generous (this may run on 2 busy cores); nothing is timed.
 import { execFileSync } from "node:child_process";
 import { readFileSync, statSync } from "node:fs";
+import { createServer as createHttpServer } from "node:http";
 import { join } from "node:path";
 import { ROOT, cleanup, freePort, journey, launchBrowser, screenshot, startDashboard, until } from "./harness.mjs";
 
@@ -278,6 +281,87 @@ await journey("web UI journey", async (step) => {
         await screenshot(dark, "17-compare-dark");
       } finally {
         await dark.close();
+      }
+    });
+
+    await step("a page on another origin can neither drive nor read the dashboard", async () => {
+      // A tiny site on another loopback port, under a name chromium resolves
+      // to loopback itself (*.localhost): what any web page the user visits could do.
+      const evilPort = await freePort();
+      const site = createHttpServer((_, res) => {
+        res.writeHead(200, { "Content-Type": "text/html" });
+        res.end("<!doctype html><title>elsewhere</title><p>another origin</p>");
+      });
+      await new Promise((ok) => site.listen(evilPort, "127.0.0.1", ok));
+      const evil = await browser.newPage();
+      try {
+        const before = (await dash.api("GET", "/api/experiments")).experiments.length;
+        const jobsBefore = ((await dash.api("GET", "/api/training")).jobs ?? []).length;
+        await evil.goto(`http://evil.localhost:${evilPort}/`);
+        const statuses = [];
+        evil.on("response", (r) => {
+          if (r.url().startsWith(dash.url)) statuses.push(`${r.request().method()} ${new URL(r.url()).pathname} ${r.status()}`);
+        });
+        // 1. fetch without a preflight (text/plain) to create an experiment and start a job, and read the list.
+        const got = await evil.evaluate(async (base) => {
+          const out = {};
+          const post = (path, body) =>
+            fetch(base + path, { method: "POST", mode: "no-cors", headers: { "Content-Type": "text/plain" }, body: JSON.stringify(body) });
+          await post("/api/experiments", { name: "evil-fetch" });
+          await post("/api/training/start", { recipe: "digits_mlp", experiment: "evil-job" });
+          try {
+            const r = await fetch(base + "/api/experiments");
+            out.read = await r.text();
+          } catch (e) {
+            out.readError = String(e);
+          }
+          out.ws = await new Promise((done) => {
+            const ws = new WebSocket(base.replace(/^http/, "ws") + "/api/training/stream");
+            ws.onopen = () => (ws.close(), done("open"));
+            ws.onerror = () => done("refused");
+          });
+          return out;
+        }, dash.url);
+        if (got.read !== undefined) throw new Error(`the page read the experiments list: ${got.read.slice(0, 200)}`);
+        if (got.ws !== "refused") throw new Error("the page opened the live stream");
+        // 2. A form post (text/plain encoding smuggles a JSON body).
+        const formAnswer = evil.waitForResponse((r) => r.url() === dash.url + "/api/experiments" && r.request().method() === "POST");
+        await evil.evaluate((base) => {
+          const f = document.createElement("form");
+          f.method = "POST";
+          f.action = base + "/api/experiments";
+          f.enctype = "text/plain";
+          const i = document.createElement("input");
+          i.name = '{"name":"evil-form","x":"';
+          i.value = '"}';
+          f.appendChild(i);
+          document.body.appendChild(f);
+          f.submit();
+        }, dash.url);
+        const fa = await formAnswer;
+        if (fa.status() !== 403) throw new Error(`the form post was answered ${fa.status()}, want 403`);
+        // 3. DNS rebinding: a page whose name now resolves to the dashboard
+        // sends that name as Host; its same-origin requests must be refused.
+        const rebound = `http://evil.localhost:${dash.port}`;
+        const nav = await evil.goto(rebound + "/");
+        if (nav.status() !== 403) throw new Error(`the dashboard served its UI to Host evil.localhost: ${nav.status()}`);
+        const rb = await evil.evaluate(async () => {
+          const list = await fetch("/api/experiments");
+          const create = await fetch("/api/experiments", { method: "POST", headers: { "Content-Type": "application/json" }, body: '{"name":"evil-rebind"}' });
+          return { list: list.status, body: await list.text(), create: create.status };
+        });
+        if (rb.list !== 403 || rb.create !== 403 || rb.body.includes(EXPERIMENT)) throw new Error(`through rebinding: ${JSON.stringify(rb)}`);
+        // Nothing was created, no job started.
+        const after = (await dash.api("GET", "/api/experiments")).experiments;
+        const evilNames = after.map((e) => e.name).filter((n) => n.startsWith("evil"));
+        if (evilNames.length || after.length !== before) throw new Error(`experiments created from elsewhere: ${evilNames}`);
+        const jobs = (await dash.api("GET", "/api/training")).jobs ?? [];
+        if (jobs.length !== jobsBefore) throw new Error(`a job was started from elsewhere: ${JSON.stringify(jobs.slice(-1))}`);
+        const refusedWrites = statuses.filter((s) => s.startsWith("POST") && !/ (403|415)$/.test(s));
+        if (refusedWrites.length) throw new Error(`writes not refused: ${refusedWrites}`);
+      } finally {
+        await evil.close();
+        await new Promise((ok) => site.close(ok));
       }
     });
 
