@@ -252,7 +252,7 @@ func TestV2SizesChecked(t *testing.T) {
 	add("shape overflows", b, h, 422, "too large")
 	b, h = bin([]int64{1 << 20, 1 << 20}, 512)
 	add("shape beyond the size", b, h, 422, "binary_data_size is 512")
-	b, h = bin([]int64{2, 64}, 512)
+	b, _ = bin([]int64{2, 64}, 512)
 	add("header negative", b, "-5", 400, v2HeaderLength)
 	add("header beyond body", b, strconv.Itoa(len(b)+1), 400, v2HeaderLength)
 	add("header overflows", b, "99999999999999999999", 400, v2HeaderLength)

@@ -25,7 +25,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
-	"github.com/valyala/fastjson"
 )
 
 // Config holds the server's limits and options. Zero values take the defaults
@@ -120,7 +119,6 @@ type Server struct {
 	state    atomic.Int32
 	reason   atomic.Pointer[string]
 	keys     [][sha256.Size]byte
-	parsers  fastjson.ParserPool
 	bufs     sync.Pool
 	base     context.Context
 
