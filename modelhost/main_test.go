@@ -3,11 +3,11 @@ package modelhost
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/fw-serve/fw/internal/testleak"
 )
 
 // TestMain fails the package's tests when a goroutine outlives them: a
 // batcher worker, a background drain or a reload left running.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	testleak.Main(m)
 }

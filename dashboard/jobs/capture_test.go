@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/fw-serve/fw/internal/testleak"
 
 	"github.com/fw-serve/fw/dashboard/store"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testleak.Main(m) }
 
 // noisyChild is the "Python" of the test jobs: a real child process (sh)
 // that prints ordinary lines, a 3 MiB line, 20000 tqdm-style redraws of a

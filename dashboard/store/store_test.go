@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/fw-serve/fw/internal/testleak"
 )
 
 // TestMain re-runs the test binary as the crash-test child when asked, and
@@ -17,7 +17,7 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv("FW_STORE_CRASH_CHILD"); dir != "" {
 		os.Exit(crashChild(dir))
 	}
-	goleak.VerifyTestMain(m)
+	testleak.Main(m)
 }
 
 // backend opens a fresh, empty store.

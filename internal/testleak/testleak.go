@@ -1,0 +1,25 @@
+// Package testleak is the goroutine-leak check every package's TestMain
+// runs: go.uber.org/goleak, minus the two goroutines fasthttp keeps by
+// design (its process-wide Date header updater, and a stopped server's
+// worker-pool cleaner, which exits after its idle sleep). A server left
+// running still leaks its accept loop, which is reported.
+package testleak
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// Options are the goleak options of Main, for a goleak.VerifyNone in a test.
+func Options() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+	}
+}
+
+// Main runs the package's tests and fails them when a goroutine outlives them.
+func Main(m *testing.M) {
+	goleak.VerifyTestMain(m, Options()...)
+}
