@@ -73,6 +73,9 @@ type Server struct {
 	deployCounter DeploymentCounter // optional (SetDeployments)
 	prom          *promState        // nil until SetMetrics: no /metrics
 	guard         guard             // Host, cross-site and CORS checks (guard.go)
+
+	// routeHook, when set (by tests only), runs first on every request.
+	routeHook func(*fasthttp.RequestCtx)
 }
 
 // New creates a server over st. base bounds every request's store calls.
@@ -93,11 +96,17 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 // SetDraining makes /health answer 503 (the process is shutting down).
 func (s *Server) SetDraining() { s.draining.Store(true) }
 
-// Handler is the fasthttp handler (serve it with StreamRequestBody on).
+// Handler is the fasthttp handler (serve it with StreamRequestBody on). A
+// panic in a route is answered 500 "internal" and the server keeps serving
+// (recover.go).
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
 	defer s.countRequest(ctx, path)
 	defer closeUnreadBody(ctx) // the rest of a body a route did not read is never parsed as a request
+	defer s.recoverPanic(ctx)
+	if s.routeHook != nil {
+		s.routeHook(ctx)
+	}
 	if !s.guardRequest(ctx, path) {
 		return
 	}

@@ -26,6 +26,7 @@ type DeploymentCounter interface {
 type promState struct {
 	handler  fasthttp.RequestHandler
 	requests *prometheus.CounterVec
+	panics   prometheus.Counter
 }
 
 // SetSystem enables GET /api/system/status and the resource gauges of
@@ -45,8 +46,11 @@ func (s *Server) SetMetrics(reg *prometheus.Registry) {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fw_dashboard_http_requests_total", Help: "HTTP requests by route pattern, method and status code.",
 		}, []string{"route", "method", "code"}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fw_dashboard_http_panics_total", Help: "Requests whose handler panicked (a bug); each was answered 500 internal and logged with its stack.",
+		}),
 	}
-	reg.MustRegister(p.requests, collectors.NewGoCollector(),
+	reg.MustRegister(p.requests, p.panics, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &resourceCollector{s: s})
 	p.handler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	s.prom = p
