@@ -49,6 +49,8 @@ type edgeServer struct {
 	srv *Server
 	m   *engine.Model
 	log *lockedBuffer
+	// lastPath is the path the router saw in the last serve (fuzzing).
+	lastPath []byte
 }
 
 // gate holds engine calls: each reports on started, then waits until
@@ -140,6 +142,7 @@ func (es *edgeServer) serve(method, uri, ctype string, body []byte, hdr ...strin
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4242}, nil)
 	es.srv.Handler(&ctx)
+	es.lastPath = append(es.lastPath[:0], ctx.Path()...)
 	resp := new(fasthttp.Response)
 	ctx.Response.CopyTo(resp)
 	resp.SetBody(ctx.Response.Body()) // runs a body stream writer to its end

@@ -1,0 +1,162 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"testing"
+
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/valyala/fasthttp"
+)
+
+// The fuzz targets below go through the dashboard's real router
+// (Server.Handler on a fasthttp.RequestCtx) over a real SQLite store: no
+// route may panic (the recovery counter must stay 0), no answer may be a
+// 5xx, and every error has the documented shape.
+
+// fuzzDash is a dashboard over a temporary store with one experiment and
+// run, for the fuzz targets.
+type fuzzDash struct {
+	srv *Server
+	exp string
+}
+
+func newFuzzDash(f *testing.F) *fuzzDash {
+	f.Helper()
+	st, err := store.Open(context.Background(), store.Config{Dir: f.TempDir()})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := New(ctx, st, Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv.SetMetrics(prometheus.NewRegistry())
+	f.Cleanup(func() {
+		cancel()
+		st.Close()
+	})
+	d := &fuzzDash{srv: srv}
+	seed := `[{"type":"run_start","run_id":"r1","seq":1,"experiment":"fuzz","params":{"lr":0.1,"opt":"sgd"},"tags":{"t":"v"}},` +
+		`{"type":"metrics","run_id":"r1","seq":2,"step":1,"values":{"loss":0.5,"acc":0.9}}]`
+	if code, body := d.serve("POST", "/api/ingest", "application/json", []byte(seed), false); code != 200 {
+		f.Fatalf("seed ingest: %d %s", code, body)
+	}
+	exps, err := st.ListExperiments(context.Background(), store.ListQuery{Limit: 10})
+	if err != nil || len(exps.Experiments) != 1 {
+		f.Fatalf("seed experiment: %v %+v", err, exps)
+	}
+	d.exp = exps.Experiments[0].ID
+	return d
+}
+
+// serve runs one request through Handler (a streamed body when stream) and
+// returns the status and the body.
+func (d *fuzzDash) serve(method, uri, ctype string, body []byte, stream bool) (int, []byte) {
+	var req fasthttp.Request
+	req.Header.SetMethod(method)
+	req.SetRequestURI(uri)
+	req.Header.SetHost("127.0.0.1")
+	if ctype != "" {
+		req.Header.SetContentType(ctype)
+	}
+	if stream {
+		req.SetBodyStream(bytes.NewReader(body), -1)
+	} else {
+		req.SetBody(body)
+	}
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4242}, nil)
+	d.srv.Handler(&ctx)
+	return ctx.Response.StatusCode(), append([]byte(nil), ctx.Response.Body()...)
+}
+
+// check fails on a recovered panic, a 5xx, or an error without the shape.
+func (d *fuzzDash) check(t *testing.T, code int, body []byte) {
+	t.Helper()
+	var m dto.Metric
+	if err := d.srv.prom.panics.Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
+		t.Fatalf("a route panicked (%v recovered): %d %s", m.GetCounter().GetValue(), code, body)
+	}
+	if code < 300 {
+		return
+	}
+	if code >= 500 {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	var e struct {
+		Error *struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil || e.Error == nil || e.Error.Code == "" || e.Error.Message == "" {
+		t.Fatalf("%d without the error shape: %s", code, body)
+	}
+}
+
+// FuzzDashboardIngest: POST /api/ingest with any body, JSON array or lines.
+func FuzzDashboardIngest(f *testing.F) {
+	d := newFuzzDash(f)
+	for _, s := range []string{
+		`[{"type":"metrics","run_id":"r1","seq":3,"step":2,"values":{"loss":0.4}}]`,
+		`[{"type":"run_start","run_id":"r2","seq":1,"experiment":"e2","params":{"a":{"b":[1,2,{"c":null}]}}}]`,
+		`[{"type":"log","run_id":"r1","seq":4,"stream":"stdout","lines":["a","b\u0000"]}]`,
+		`[{"type":"progress","run_id":"r1","seq":5,"step":9223372036854775807,"total_steps":-1}]`,
+		`[{"type":"metrics","run_id":"r1","seq":6,"step":1,"values":{"x":"NaN","y":"-Infinity","z":1e309}}]`,
+		`[{"type":"run_end","run_id":"r1","seq":7,"status":"finished","exit_code":-2147483649}]`,
+		`[{"type":"tag","run_id":"r1","seq":8,"tags":{"":"x"},"delete_tags":[""]}]`,
+		`[{"type":"checkpoint","run_id":"r1","seq":9,"path":"../../etc/passwd","size":-1}]`,
+		`{"type":"metric","run_id":"r1","seq":10,"key":"k","value":1}` + "\n\n" + `{"type":"status","run_id":"r1","seq":11,"status":"zzz"}`,
+		`[` + string(bytes.Repeat([]byte(`{},`), 100)) + `{}]`, `[]`, `[1,"a",null,[]]`, `{`, ``,
+	} {
+		f.Add([]byte(s), "application/json", false)
+		f.Add([]byte(s), "application/x-ndjson", true)
+	}
+	f.Fuzz(func(t *testing.T, body []byte, ctype string, stream bool) {
+		if len(body) > 256<<10 || len(ctype) > 256 {
+			return
+		}
+		code, out := d.serve("POST", "/api/ingest", ctype, body, stream)
+		d.check(t, code, out)
+	})
+}
+
+// FuzzDashboardListParams: the filter language, sort, limit and cursor of
+// the run listings (one experiment's and all runs), and the metrics query.
+func FuzzDashboardListParams(f *testing.F) {
+	d := newFuzzDash(f)
+	for _, s := range [][4]string{
+		{"metrics.loss < 0.6 and params.opt = 'sgd'", "metrics.loss", "10", ""},
+		{"tags.t != 'v' or status = 'running'", "params.lr", "1", "eyJ4IjoxfQ"},
+		{"name ~ 'a%' and created > '2020-01-01'", "created", "10000", "!!!"},
+		{"((((((((((metrics.x > 1))))))))))", "metrics.", "-1", ""},
+		{"metrics.loss > 1e999", "", "99999999999999999999", "AAAA"},
+		{"params.lr in (0.1, 0.2)", "nope", "0", ""},
+		{"'", "", "", ""},
+	} {
+		f.Add(s[0], s[1], s[2], s[3], true)
+		f.Add(s[0], s[1], s[2], s[3], false)
+	}
+	f.Fuzz(func(t *testing.T, filter, sort, limit, cursor string, desc bool) {
+		if len(filter)+len(sort)+len(limit)+len(cursor) > 4096 {
+			return
+		}
+		q := url.Values{"filter": {filter}, "sort": {sort}, "limit": {limit}, "cursor": {cursor}}
+		if desc {
+			q.Set("desc", "true")
+		}
+		for _, path := range []string{"/api/experiments/" + d.exp + "/runs", "/api/runs", "/api/experiments"} {
+			code, out := d.serve("GET", path+"?"+q.Encode(), "", nil, false)
+			d.check(t, code, out)
+		}
+		m := url.Values{"keys": {sort}, "max_points": {limit}, "system": {filter}}
+		code, out := d.serve("GET", "/api/runs/r1/metrics?"+m.Encode(), "", nil, false)
+		d.check(t, code, out)
+	})
+}

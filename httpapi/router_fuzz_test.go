@@ -1,0 +1,185 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"mime/multipart"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/fw-serve/fw/batcher"
+	"github.com/valyala/fasthttp"
+)
+
+// The fuzz targets below go through the real router (Server.Handler on a
+// fasthttp.RequestCtx, as fasthttp calls it) on real reference models, so a
+// missed check anywhere between the router and the engine shows up, not
+// only in the decoders: no route may panic (checkAnswer fails on a recovered
+// panic), and every answer is a 200 or a documented error in its shape.
+
+// serveFuzz runs one request through Handler; with stream, the body is a
+// stream of unknown length, as fasthttp gives a handler when the client
+// sends it chunked or larger than its buffer.
+func (es *edgeServer) serveFuzz(method, uri, ctype string, body []byte, stream bool, hdr ...string) *fasthttp.Response {
+	if !stream {
+		return es.serve(method, uri, ctype, body, hdr...)
+	}
+	var req fasthttp.Request
+	req.Header.SetMethod(method)
+	req.SetRequestURI(uri)
+	if ctype != "" {
+		req.Header.SetContentType(ctype)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	req.SetBodyStream(bytes.NewReader(body), -1)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4242}, nil)
+	es.srv.Handler(&ctx)
+	es.lastPath = append(es.lastPath[:0], ctx.Path()...)
+	resp := new(fasthttp.Response)
+	ctx.Response.CopyTo(resp)
+	resp.SetBody(ctx.Response.Body())
+	return resp
+}
+
+// fuzzable bounds what one fuzz input may be, so a run spends its time on
+// shapes of input rather than on megabytes of it.
+func fuzzable(body []byte, strs ...string) bool {
+	if len(body) > 256<<10 {
+		return false
+	}
+	for _, s := range strs {
+		if len(s) > 512 {
+			return false
+		}
+	}
+	return true
+}
+
+// FuzzRouterPredict: POST /predict?query on the digits MLP (64 inputs).
+func FuzzRouterPredict(f *testing.F) {
+	es := newEdgeServer(f, "digits_mlp.onnx", Config{}, batcher.Config{MaxDelay: 0}, nil)
+	row := strings.TrimSuffix(strings.Repeat("0.5,", 64), ",")
+	for _, s := range []string{
+		`{"data":[[` + row + `]]}`,
+		`{"data":[[` + row + `],[` + row + `]],"top_k":3}`,
+		`{"inputs":{"input":[[` + row + `]]}}`,
+		`{"data":[` + row + `]}`,
+		`{"data":[[1e999]]}`, `{"data":[[NaN]]}`, `{"data":[[` + strings.Repeat("[", 5000) + `]]}`,
+		`{"data":[]}`, `{"data":null}`, `[]`, ``, `{"data":[[` + row + `]],"top_k":-9223372036854775808}`,
+	} {
+		f.Add([]byte(s), "application/json", "", false)
+		f.Add([]byte(s), "application/json", "top_k=2", true)
+	}
+	f.Add([]byte(`{"data":[[1]]}`), "text/plain", "top_k=99999999999999999999", false)
+	f.Fuzz(func(t *testing.T, body []byte, ctype, query string, stream bool) {
+		if !fuzzable(body, ctype, query) {
+			return
+		}
+		es.checkAnswer(t, es.serveFuzz("POST", "/predict?"+query, ctype, body, stream), false)
+	})
+}
+
+// FuzzRouterPredictImage: POST /predict/image?query on the digits CNN, raw
+// or multipart, with the query overrides (height, width, channels, resize,
+// top_k) that once overflowed.
+func FuzzRouterPredictImage(f *testing.F) {
+	es := newEdgeServer(f, "digits_cnn.onnx", Config{MaxImagePixels: 1 << 20}, batcher.Config{MaxDelay: 0}, nil)
+	png := digitPNG(f)
+	for _, q := range []string{"", "top_k=3", "height=8&width=8", "height=9223372036854775807&width=9223372036854775807",
+		"height=4294967296&width=4294967296", "height=-1&width=8", "height=0", "channels=3", "channels=-2", "resize=nearest", "resize=zzz"} {
+		f.Add(png, "image/png", q, false, false)
+		f.Add(png, "", q, true, true)
+	}
+	f.Add([]byte("GIF89a\x01\x00\x01\x00\x00\x00\x00"), "image/gif", "", false, false)
+	f.Add([]byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x7f\xff\xff\xff\x7f\xff\xff\xff\x08\x02\x00\x00\x00"), "image/png", "", false, false)
+	f.Fuzz(func(t *testing.T, body []byte, ctype, query string, multi, stream bool) {
+		if !fuzzable(body, ctype, query) {
+			return
+		}
+		if multi {
+			body, ctype = multipartImage(t, body)
+		}
+		es.checkAnswer(t, es.serveFuzz("POST", "/predict/image?"+query, ctype, body, stream), false)
+	})
+}
+
+// multipartImage is body as the one file part "image" of a form.
+func multipartImage(t *testing.T, body []byte) ([]byte, string) {
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	p, err := w.CreateFormFile("image", "x.png")
+	if err == nil {
+		_, err = p.Write(body)
+	}
+	if err == nil {
+		err = w.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes(), w.FormDataContentType()
+}
+
+// FuzzRouterPredictBatch: POST /predict/batch, JSON or streaming NDJSON.
+func FuzzRouterPredictBatch(f *testing.F) {
+	es := newEdgeServer(f, "digits_mlp.onnx", Config{}, batcher.Config{MaxDelay: 0}, nil)
+	row := strings.TrimSuffix(strings.Repeat("0.25,", 64), ",")
+	f.Add([]byte(`{"items":[{"data":[[`+row+`]]},{"data":[[1]]}]}`), "application/json", false)
+	f.Add([]byte(`{"data":[[`+row+`]]}`+"\n"+`{"data":[[`+row+`]],"id":"x"}`+"\n\n{"), "application/x-ndjson", true)
+	f.Add([]byte(strings.Repeat("{}\n", 100)), "application/x-ndjson", false)
+	f.Add([]byte(`{"items":null}`), "application/json", true)
+	f.Add([]byte(`{"items":[`+strings.Repeat(`{"data":[[]]},`, 200)+`{}]}`), "application/json", false)
+	f.Fuzz(func(t *testing.T, body []byte, ctype string, stream bool) {
+		if !fuzzable(body, ctype) {
+			return
+		}
+		resp := es.serveFuzz("POST", "/predict/batch", ctype, body, stream)
+		if resp.StatusCode() == 200 && bytes.Contains(resp.Header.ContentType(), []byte("ndjson")) {
+			return // per-line errors travel inside the 200 stream
+		}
+		es.checkAnswer(t, resp, false)
+	})
+}
+
+// FuzzRouterV2Infer: POST /v2/models/digits_mlp/infer, JSON or with the
+// binary tensor extension (a JSON header of hl bytes, then raw tensors).
+func FuzzRouterV2Infer(f *testing.F) {
+	es := newEdgeServer(f, "digits_mlp.onnx", Config{}, batcher.Config{MaxDelay: 0}, nil)
+	name := es.m.Inputs()[0].Name
+	row := strings.TrimSuffix(strings.Repeat("0.5,", 64), ",")
+	f.Add([]byte(`{"inputs":[{"name":"`+name+`","shape":[1,64],"datatype":"FP32","data":[`+row+`]}]}`), "", "", false)
+	hdr := `{"inputs":[{"name":"` + name + `","shape":[1,64],"datatype":"FP32","parameters":{"binary_data_size":256}}],"outputs":[{"name":"logits","parameters":{"binary_data":true}}]}`
+	raw := make([]byte, 256)
+	for i := 0; i < 64; i++ {
+		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(0.5))
+	}
+	f.Add(append([]byte(hdr), raw...), strconv.Itoa(len(hdr)), "", true)
+	f.Add(append([]byte(hdr), raw[:100]...), strconv.Itoa(len(hdr)), "", false)
+	f.Add([]byte(hdr), "99999999999999999999", "", false)
+	f.Add([]byte(`{"inputs":[{"name":"`+name+`","shape":[9223372036854775807,64],"datatype":"FP32","parameters":{"binary_data_size":18446744073709551615}}]}`), "", "", false)
+	f.Add([]byte(`{"inputs":[{"name":"`+name+`","shape":[-1,64],"datatype":"FP32","data":[]}]}`), "", "/versions/1", false)
+	f.Fuzz(func(t *testing.T, body []byte, hl, version string, stream bool) {
+		if !fuzzable(body, hl, version) {
+			return
+		}
+		var h []string
+		if hl != "" {
+			h = []string{v2HeaderLength, hl}
+		}
+		ctype := "application/json"
+		if hl != "" {
+			ctype = "application/octet-stream"
+		}
+		es.lastPath = nil
+		resp := es.serveFuzz("POST", "/v2/models/digits_mlp"+version+"/infer", ctype, body, stream, h...)
+		// V2's own error shape on the paths V2 owns; an odd version can
+		// make the path one of fw's.
+		es.checkAnswer(t, resp, bytes.HasPrefix(es.lastPath, []byte("/v2")))
+	})
+}
