@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -90,28 +91,96 @@ def _plain(v: Any) -> Any:
     return str(v)
 
 
+# The longest log line the dashboard keeps, in UTF-8 bytes (store.MaxLogLine):
+# a longer captured line is cut to it, ending with a marker saying how much went.
+MAX_LOG_LINE = 16384
+_LINE_BREAK = re.compile(r"[\r\n]")
+
+
+def _truncated(n: int) -> str:
+    return f"… [truncated {n} bytes]"
+
+
 class _Tee(io.TextIOBase):
-    """Writes through to the real stream and queues complete lines as log events."""
+    """Writes through to the real stream and queues complete lines as log events.
+
+    Like the dashboard's reader of a job's output: "\n" (or "\r\n") ends a line; a
+    "\r" not followed by "\n" is a terminal redraw (tqdm's progress bar), so the text
+    after it replaces the line and a redrawn line is kept in its last state; a line
+    longer than MAX_LOG_LINE bytes is cut with a marker. Memory stays bounded and the
+    work linear in what is written, whatever the program prints.
+    """
 
     def __init__(self, run: Run, stream: str, real: Any) -> None:
-        self._run, self._stream, self._real, self._buf = run, stream, real, ""
+        self._run, self._stream, self._real = run, stream, real
+        self._parts: list[str] = []  # the current line's pieces, at most MAX_LOG_LINE characters
+        self._size = 0  # characters in _parts
+        self._dropped = 0  # UTF-8 bytes of the current line beyond _parts
+        self._cr = False  # the last character written was a "\r": a redraw unless "\n" follows
 
     def write(self, s: str) -> int:
         n = self._real.write(s)
         if threading.current_thread() is not self._run._thread:
-            self._buf += s
-            if "\n" in self._buf:
-                *lines, self._buf = self._buf.split("\n")
+            lines = self._feed(s)
+            if lines:
                 self._run._q.append(("log", self._stream, lines, time.time()))
         return n if n is not None else len(s)
 
-    def flush(self) -> None:
-        self._real.flush()
+    def _feed(self, s: str) -> list[str]:
+        """Adds s to the current line and returns the lines it completed."""
+        out: list[str] = []
+        pos, end = 0, len(s)
+        while pos < end:
+            if self._cr:
+                self._cr = False
+                if s[pos] == "\n":
+                    out.append(self._take())
+                    pos += 1
+                    continue
+                self._clear()  # a redraw: what follows replaces the line
+            m = _LINE_BREAK.search(s, pos)
+            stop = m.start() if m else end
+            if stop > pos:
+                self._add(s[pos:stop])
+            if m is None:
+                break
+            if m.group() == "\n":
+                out.append(self._take())
+            else:
+                self._cr = True
+            pos = stop + 1
+        return out
+
+    def _add(self, piece: str) -> None:
+        room = MAX_LOG_LINE - self._size
+        if len(piece) > room:
+            self._dropped += len(piece[room:].encode("utf-8", "replace"))
+            piece = piece[:room]
+        if piece:
+            self._parts.append(piece)
+            self._size += len(piece)
+
+    def _clear(self) -> None:
+        self._parts, self._size, self._dropped = [], 0, 0
+
+    def _take(self) -> str:
+        """The current line, cut to MAX_LOG_LINE bytes with the marker; starts the next."""
+        line, dropped = "".join(self._parts), self._dropped
+        self._clear()
+        b = line.encode("utf-8", "replace")
+        if not dropped and len(b) <= MAX_LOG_LINE:
+            return line
+        total = len(b) + dropped
+        keep = b[: MAX_LOG_LINE - len(_truncated(total).encode())].decode("utf-8", "ignore")
+        return keep + _truncated(total - len(keep.encode("utf-8", "replace")))
 
     def drain(self) -> None:
-        if self._buf:
-            self._run._q.append(("log", self._stream, [self._buf], time.time()))
-            self._buf = ""
+        if self._parts or self._dropped:
+            self._run._q.append(("log", self._stream, [self._take()], time.time()))
+        self._cr = False
+
+    def flush(self) -> None:
+        self._real.flush()
 
     def isatty(self) -> bool:
         return self._real.isatty()

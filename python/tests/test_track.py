@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import fw
+from fw.track import MAX_LOG_LINE
 
 REPO = Path(__file__).resolve().parents[2]
 FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
@@ -332,3 +333,36 @@ def test_sigkill_keeps_acknowledged_and_reconciles(dashboard, tmp_path):
     r = dashboard.get(f"/api/runs/{run_id}")
     assert r["status"] == "failed" and "process vanished" in r["error"], r
     assert _loss_count(r) >= flushed
+
+
+CAPTURE_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    import fw.track
+    with fw.track.run(experiment="capture") as run:
+        print("run", run.id, flush=True, file=sys.__stdout__)
+        print("before")
+        print("x" * (3 << 20))  # a 3 MiB line
+        for i in range(1, 201):  # what tqdm writes to stderr: redraws, no newline
+            sys.stderr.write(f"\\r{i * 100 // 200:3d}%|{'#' * (i // 20):<10}| {i}/200")
+            sys.stderr.flush()
+        sys.stderr.write("\\n")
+        for i in range(5):
+            print("after", i)
+    """
+)
+
+
+def test_real_child_keeps_output_after_a_long_line_and_a_progress_bar(dashboard):
+    dashboard.start()
+    proc = subprocess.run([sys.executable, "-c", CAPTURE_CHILD], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_id = proc.stdout.split("run ", 1)[1].split()[0]
+    dashboard.wait_run(run_id, lambda r: r["status"] == "finished")
+    logs = dashboard.get(f"/api/runs/{run_id}/logs?tail=100")["lines"]
+    out = [x["line"] for x in logs if x["stream"] == "stdout"]
+    err = [x["line"] for x in logs if x["stream"] == "stderr"]
+    assert out[0] == "before"
+    assert out[1].startswith("xxxx") and out[1].endswith(" bytes]") and len(out[1].encode()) <= MAX_LOG_LINE
+    assert out[2:] == [f"after {i}" for i in range(5)]
+    assert err == ["100%|##########| 200/200"]
