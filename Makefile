@@ -25,7 +25,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-web test-e2e fuzz lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-schemathesis test-web test-e2e fuzz lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -107,7 +107,7 @@ test: sysdeps ## the whole test suite (what CI runs)
 	bash scripts/check-leftovers.sh || rc=1; \
 	if [ $$rc -eq 0 ]; then echo "==> all tests passed"; fi; exit $$rc
 
-test-steps: setup build models lint test-go test-postgres test-python test-web test-e2e fuzz
+test-steps: setup build models lint test-go test-postgres test-python test-schemathesis test-web test-e2e fuzz
 
 test-go:
 	@echo "==> go test -race ./..."
@@ -120,6 +120,9 @@ test-postgres: ## the tracking store's tests against a throwaway PostgreSQL clus
 test-python: | venv
 	@echo "==> pytest python/tests"
 	@cd python && FW_REQUIRE=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_BIN=$(ROOT)/bin/fw $(PY) -m pytest
+
+test-schemathesis: build models ## both servers' /openapi.json checked from outside by schemathesis (own venv; ST_MAX_EXAMPLES=25)
+	@bash scripts/schemathesis.sh
 
 test-web: $(WEB_SCHEMA) | $(WEB_DEPS) ## the web UI's component tests (Vitest, jsdom)
 	@echo "==> vitest (web UI components)"

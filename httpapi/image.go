@@ -45,7 +45,11 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 		}
 		topK = n
 	}
-	withScores := string(q.Peek("scores")) == "true" || string(q.Peek("scores")) == "1"
+	withScores, aerr := boolQuery(q, "scores")
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
 	opts, aerr := imageOptions(q)
 	if aerr != nil {
 		writeError(ctx, aerr)
@@ -123,14 +127,33 @@ func imageOptions(q *fasthttp.Args) (imageprep.Options, *APIError) {
 		o.Resize = string(q.Peek("resize"))
 	}
 	if q.Has("invert") {
-		v := string(q.Peek("invert"))
-		b := v == "true" || v == "1"
-		if !b && v != "false" && v != "0" {
-			return o, newError(400, CodeBadRequest, "invert must be true or false", map[string]any{"parameter": "invert"})
+		b, aerr := boolQuery(q, "invert")
+		if aerr != nil {
+			return o, aerr
 		}
 		o.Invert = &b
 	}
 	return o, nil
+}
+
+// boolQuery reads ?name=true|1|false|0 (absent: false). Any other value, an
+// empty one or a repeated parameter included, is a 400 naming the parameter
+// instead of being read as false.
+func boolQuery(q *fasthttp.Args, name string) (bool, *APIError) {
+	if !q.Has(name) {
+		return false, nil
+	}
+	vals := q.PeekMulti(name)
+	v := string(vals[0])
+	if len(vals) == 1 {
+		switch v {
+		case "true", "1":
+			return true, nil
+		case "false", "0":
+			return false, nil
+		}
+	}
+	return false, newError(400, CodeBadRequest, fmt.Sprintf("%s=%q: give %s once, as true or false (1 or 0)", name, v, name), map[string]any{"parameter": name})
 }
 
 // multipartImages returns the files of a multipart body (field "file"; any

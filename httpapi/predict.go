@@ -86,6 +86,9 @@ func (s *Server) decodeInputs(v jv, m *engine.Model) ([]engine.Tensor, *APIError
 // decodeMembers is decodeInputs on an object's members.
 func (s *Server) decodeMembers(ms []member, m *engine.Model) ([]engine.Tensor, *APIError) {
 	specs := m.Inputs()
+	if get(ms, "inputs") != nil && get(ms, "data") != nil {
+		return nil, newError(400, CodeBadRequest, `send either "data" (rows of a single-input model) or "inputs" (rows by input name), not both`, nil)
+	}
 	if named := get(ms, "inputs"); named != nil {
 		if named.Type() != fastjson.TypeObject {
 			return nil, newError(422, CodeInvalidInput, `"inputs" must be an object mapping input names to arrays of rows`, nil)

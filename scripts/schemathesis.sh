@@ -19,7 +19,8 @@
 #   ST_ONLY          serve or dashboard: check one server only
 #   FW_BIN           the fw binary (default bin/fw)
 # What schemathesis is told to leave out or take from lists of valid values,
-# each with its reason, is in scripts/schemathesis/{serve,dashboard}.toml.
+# each with its reason, is in scripts/schemathesis/{serve,dashboard}.toml;
+# scripts/schemathesis/hooks.py teaches it JSON lines (fw serve's bulk route).
 #   FW_CACHE_DIR     where the venv lives (default ~/.cache/fw/schemathesis-venv)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -105,7 +106,7 @@ check() {
 	local rc
 	set +e
 	# From the temp dir: st keeps a cache (.schemathesis/) in its working directory.
-	(cd "$tmp" && "$venv/bin/st" "${args[@]}" "$@") 2>&1 | tee "$tmp/$name.st"
+	(cd "$tmp" && SCHEMATHESIS_HOOKS=hooks PYTHONPATH="$root/scripts/schemathesis" "$venv/bin/st" "${args[@]}" "$@") 2>&1 | tee "$tmp/$name.st"
 	rc=${PIPESTATUS[0]}
 	set -e
 	local cases

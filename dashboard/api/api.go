@@ -277,10 +277,10 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx) ([]byte, *Error) {
 }
 
 func queryInt(ctx *fasthttp.RequestCtx, name string, def, lo, hi int) (int, *Error) {
-	v := ctx.QueryArgs().Peek(name)
-	if len(v) == 0 {
+	if !ctx.QueryArgs().Has(name) {
 		return def, nil
 	}
+	v := ctx.QueryArgs().Peek(name) // present but empty ("?limit=") is refused below, not read as absent
 	n, err := strconv.Atoi(string(v))
 	if err != nil || n < lo || n > hi {
 		return 0, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?%s=%q must be an integer within %d..%d", name, v, lo, hi))
