@@ -259,7 +259,7 @@ func (a *applier) createRun(ctx context.Context, ev *Event, t int64) (*runState,
 	}
 	name := ev.Name
 	if name == "" {
-		name = ev.RunID
+		name = RunName(ev.RunID) // readable, like W&B's; the ID stays the key
 	}
 	if err := ValidateName(name); err != nil {
 		return nil, evErr(CodeInvalidName, "name: %v", err)

@@ -141,7 +141,13 @@ await journey("web UI journey", async (step) => {
       const final = page.getByRole("region", { name: "Final state" });
       await final.waitFor({ timeout: 240_000 });
       await final.getByText("Run finished").waitFor();
-      await until("the progress bar at 100%", async () => (await numAttr(page.getByRole("progressbar", { name: "Training progress" }), "aria-valuenow")) === 100, LONG);
+      const bar = page.getByRole("progressbar", { name: "Training progress" });
+      await until("the progress bar at 100%", async () => (await numAttr(bar, "aria-valuenow")) === 100, LONG);
+      // What the screenshot shows: the fill spans the whole track at once (it
+      // used to lag the text behind a width transition, "100%" over a bar
+      // filled to about 85%).
+      const drawn = await bar.evaluate((el) => el.querySelector(".progress-fill").getBoundingClientRect().width / el.querySelector(".progress-track").getBoundingClientRect().width);
+      if (Math.abs(drawn - 1) > 0.005) throw new Error(`the bar says 100% but its fill covers ${(drawn * 100).toFixed(1)}% of the track`);
       await screenshot(page, "06-training-finished");
       await page.goto(dash.url + "/training");
       await page.getByRole("table", { name: "Training jobs" }).getByRole("link", { name: "second-run" }).waitFor();
