@@ -53,6 +53,8 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	streamHeartbeat := de.DurationEnv("stream-heartbeat", "FW_DASHBOARD_STREAM_HEARTBEAT", stream.DefaultHeartbeat, "how often the live stream sends a heartbeat with the current cursor")
 	allowedHosts := de.StringEnv("allowed-hosts", "FW_DASHBOARD_ALLOWED_HOSTS", "", "comma-separated extra Host names the dashboard answers to (name, name:port, .domain, or * for any); by default only localhost, 127.0.0.1 and ::1 when bound to loopback, and no check on other addresses (the token protects them) unless this is set; /health and /metrics answer any Host")
 	corsOrigins := de.StringEnv("cors-origins", "FW_DASHBOARD_CORS_ORIGINS", "", "comma-separated origins (https://ui.example.com) whose pages may call the API from a browser; default none: only the dashboard's own pages may change its data")
+	sysInterval := de.DurationEnv("system-interval", "FW_DASHBOARD_SYSTEM_INTERVAL", time.Second, "how often the host's CPU, memory, disk and GPU are sampled (GET /api/system/status, /metrics)")
+	sysHistory := de.DurationEnv("system-history", "FW_DASHBOARD_SYSTEM_HISTORY", 5*time.Minute, "how long samples are kept in memory for the home page's charts (GET /api/system/history)")
 	uiDir := de.StringEnv("ui-dir", "FW_DASHBOARD_UI_DIR", "", "serve the web UI from this directory (a `vite build --outDir DIR`) instead of the one built into the binary; for working on the UI")
 	logFormat := de.StringEnv("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := de.StringEnv("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
@@ -83,6 +85,10 @@ Flags:
 	}
 	if *port < 0 || *port > 65535 {
 		fmt.Fprintln(stderr, "fw dashboard: --port must be within 0..65535")
+		return 2
+	}
+	if *sysInterval < 100*time.Millisecond || *sysHistory < *sysInterval || *sysHistory > 24*time.Hour {
+		fmt.Fprintln(stderr, "fw dashboard: --system-interval must be at least 100ms and --system-history between it and 24h")
 		return 2
 	}
 	if !isLoopback(*host) && *token == "" {
@@ -153,7 +159,7 @@ Flags:
 	}
 	srv := api.New(base, pst, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir,
 		Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins)}, log)
-	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, time.Second, log)
+	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, *sysInterval, *sysHistory, log)
 	defer sampler.Close()
 	srv.SetSystem(sampler)
 	srv.SetMetrics(prometheus.NewRegistry())

@@ -207,6 +207,10 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		if s.allow(ctx, method, "GET") {
 			s.systemStatus(ctx)
 		}
+	case len(parts) == 2 && parts[0] == "system" && parts[1] == "history":
+		if s.allow(ctx, method, "GET") {
+			s.systemHistory(ctx)
+		}
 	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "metrics":
 		if s.allow(ctx, method, "GET") {
 			s.metrics(ctx, parts[1])

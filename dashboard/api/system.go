@@ -86,7 +86,7 @@ func (s *Server) countRequest(ctx *fasthttp.RequestCtx, path string) {
 var (
 	routeResources = map[string]bool{"ingest": true, "experiments": true, "runs": true, "compare": true, "system": true,
 		"training": true, "models": true, "deployments": true}
-	routeFixed = map[string]bool{"training/recipes": true, "training/start": true, "training/stream": true, "system/status": true}
+	routeFixed = map[string]bool{"training/recipes": true, "training/start": true, "training/stream": true, "system/status": true, "system/history": true}
 	routeSubs  = map[string]bool{"metrics": true, "logs": true, "runs": true, "stop": true, "versions": true, "checkpoints": true, "artifacts": true}
 )
 
@@ -168,6 +168,30 @@ func (s *Server) systemStatus(ctx *fasthttp.RequestCtx) {
 		"jobs":        s.jobCounts(),
 		"deployments": s.deploymentCounts(),
 	})
+}
+
+// systemHistory answers GET /api/system/history: the kept samples, oldest
+// first, optionally only those of the last ?seconds.
+func (s *Server) systemHistory(ctx *fasthttp.RequestCtx) {
+	if s.sampler == nil {
+		writeError(ctx, apiErr(503, CodeUnavailable, "system status is not enabled on this server"))
+		return
+	}
+	secs, e := queryInt(ctx, "seconds", 0, 1, 86400)
+	if e != nil {
+		writeError(ctx, e)
+		return
+	}
+	var since time.Time
+	if secs > 0 {
+		since = time.Now().Add(-time.Duration(secs) * time.Second)
+	}
+	hist := s.sampler.History(since)
+	samples := make([]map[string]any, len(hist))
+	for i, snap := range hist {
+		samples[i] = map[string]any{"time": snap.Time, "cpu": snap.CPU, "load": snap.Load, "memory": snap.Memory, "disks": snap.Disks, "gpus": snap.GPUs}
+	}
+	writeJSON(ctx, 200, map[string]any{"interval_seconds": s.sampler.Interval().Seconds(), "samples": samples})
 }
 
 // resourceCollector exposes the sampler's latest snapshot and the job and

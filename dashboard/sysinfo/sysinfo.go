@@ -89,7 +89,8 @@ type gpuReader interface {
 	Close()
 }
 
-// Sampler keeps the latest Snapshot.
+// Sampler keeps the latest Snapshot and a ring of the recent ones, so a
+// page opened now can draw the last minutes at once.
 type Sampler struct {
 	dirs     []Dir
 	interval time.Duration
@@ -98,19 +99,46 @@ type Sampler struct {
 
 	mu       sync.Mutex
 	latest   Snapshot
+	ring     []Snapshot // the kept samples; ring[next] is the oldest once full
+	next     int
+	full     bool
 	prevAll  *cpu.TimesStat
 	prevCore []cpu.TimesStat
 }
 
 // NewSampler takes a first sample (CPU percentages need a second one) and
-// loads NVML if it is installed. Call Run to keep sampling and Close when done.
-func NewSampler(dirs []Dir, interval time.Duration, log *slog.Logger) *Sampler {
+// loads NVML if it is installed. It keeps the samples of the last keep
+// (at least one). Call Run to keep sampling and Close when done.
+func NewSampler(dirs []Dir, interval, keep time.Duration, log *slog.Logger) *Sampler {
 	if interval <= 0 {
 		interval = time.Second
 	}
-	s := &Sampler{dirs: dirs, interval: interval, log: log, gpus: openGPUs(log)}
+	n := max(1, int(keep/interval))
+	s := &Sampler{dirs: dirs, interval: interval, log: log, gpus: openGPUs(log), ring: make([]Snapshot, n)}
 	s.Sample()
 	return s
+}
+
+// Interval is the time between two samples.
+func (s *Sampler) Interval() time.Duration { return s.interval }
+
+// History returns the kept samples taken after since, oldest first (a copy).
+func (s *Sampler) History(since time.Time) []Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Snapshot
+	add := func(part []Snapshot) {
+		for _, snap := range part {
+			if snap.Time.After(since) {
+				out = append(out, snap)
+			}
+		}
+	}
+	if s.full {
+		add(s.ring[s.next:])
+	}
+	add(s.ring[:s.next])
+	return out
 }
 
 // Run samples every interval until ctx ends.
@@ -199,6 +227,11 @@ func (s *Sampler) Sample() Snapshot {
 		s.prevCore = cores
 	}
 	s.latest = snap
+	s.ring[s.next] = snap
+	s.next++
+	if s.next == len(s.ring) {
+		s.next, s.full = 0, true
+	}
 	return snap
 }
 

@@ -3,13 +3,14 @@ package sysinfo
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fw-serve/fw/internal/testgpu"
 	"github.com/shirou/gopsutil/v4/cpu"
 )
 
 func TestSample(t *testing.T) {
-	s := NewSampler([]Dir{{Name: "tmp", Path: t.TempDir()}, {Name: "missing", Path: "/nonexistent/fw"}}, 0, nil)
+	s := NewSampler([]Dir{{Name: "tmp", Path: t.TempDir()}, {Name: "missing", Path: "/nonexistent/fw"}}, 0, 0, nil)
 	defer s.Close()
 	snap := s.Sample()
 	if snap.CPU.Cores < 1 || len(snap.CPU.PerCore) != snap.CPU.Cores {
@@ -61,4 +62,30 @@ func TestBusyPercent(t *testing.T) {
 	f(cpu.TimesStat{User: 1, Idle: 1}, cpu.TimesStat{User: 2, Idle: 4}, 25)
 	f(cpu.TimesStat{User: 1}, cpu.TimesStat{User: 1}, 0)
 	f(cpu.TimesStat{Idle: 1}, cpu.TimesStat{User: 3, Idle: 1}, 100)
+}
+
+// The sampler keeps the samples of the last keep, oldest first, and drops
+// older ones as the ring wraps.
+func TestHistoryRing(t *testing.T) {
+	s := NewSampler(nil, time.Second, 3*time.Second, nil) // keeps 3; the first sample is taken
+	defer s.Close()
+	if h := s.History(time.Time{}); len(h) != 1 {
+		t.Fatalf("after the first sample: %d kept", len(h))
+	}
+	var taken []time.Time
+	for range 4 {
+		taken = append(taken, s.Sample().Time)
+	}
+	h := s.History(time.Time{})
+	if len(h) != 3 {
+		t.Fatalf("%d kept, want 3", len(h))
+	}
+	for i, snap := range h {
+		if !snap.Time.Equal(taken[i+1]) {
+			t.Fatalf("sample %d at %v, want %v (oldest first, oldest dropped)", i, snap.Time, taken[i+1])
+		}
+	}
+	if h := s.History(taken[2]); len(h) != 1 || !h[0].Time.Equal(taken[3]) {
+		t.Fatalf("after the third: %d samples, want the fourth only", len(h))
+	}
 }

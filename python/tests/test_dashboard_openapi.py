@@ -418,6 +418,12 @@ def test_compare_activity_system(dash: Dashboard, seeded: dict) -> None:
     st = dash.get("/api/system/status")
     assert st["cpu"]["cores"] >= 1 and st["process"]["pid"] == dash.proc.pid
     dash.call("POST", "/api/system/status", body=b"", expect=405)
+    hist = dash.get("/api/system/history")
+    times = [x["time"] for x in hist["samples"]]
+    assert hist["interval_seconds"] > 0 and times and times == sorted(times)
+    assert len(dash.get("/api/system/history?seconds=1")["samples"]) <= len(times) + 2
+    dash.call("GET", "/api/system/history?seconds=0", expect=400)
+    dash.call("GET", "/api/system/history?seconds=", expect=400)
 
 
 # ----------------------------------------------------------------------------- training

@@ -6,7 +6,7 @@ import { SystemCharts, appendSample } from "./SystemCharts";
 import type { SystemStatus } from "../api/types";
 
 // uPlot needs a canvas; jsdom has none, so the chart is replaced.
-vi.mock("./Chart", () => ({ Chart: ({ testId }: { testId?: string }) => <div data-testid={testId} /> }));
+vi.mock("./Chart", () => ({ Chart: ({ testId, x }: { testId?: string; x: number[] }) => <div data-testid={testId} data-points={x.length} /> }));
 
 const GIB = 1024 ** 3;
 function status(time: string, gpus = true): SystemStatus {
@@ -43,9 +43,27 @@ describe("appendSample", () => {
   });
 });
 
+/** A fetch answering /api/system/history with kept samples and every other path with the status. */
+function serve(now: SystemStatus, kept: SystemStatus[] = []) {
+  return vi.fn(async (url: string | URL | Request) => {
+    const u = String(url);
+    const body = u.includes("/api/system/history") ? { interval_seconds: 1, samples: kept.map(({ time, cpu, load, memory, disks, gpus }) => ({ time, cpu, load, memory, disks, gpus })) } : now;
+    return new Response(JSON.stringify(body), { status: 200 });
+  });
+}
+
 describe("SystemCharts", () => {
+  it("starts from the samples the dashboard kept, not from one point", async () => {
+    const t0 = Date.now() - 120_000;
+    const kept = [0, 30, 60, 90].map((s) => status(new Date(t0 + s * 1000).toISOString()));
+    vi.stubGlobal("fetch", serve(status(new Date().toISOString()), kept));
+    render(<SystemCharts pollMs={60000} />);
+    await screen.findByTestId("fig-cpu");
+    await vi.waitFor(() => expect(screen.getByTestId("sys-cpu-chart").getAttribute("data-points")).toBe("5"));
+  });
+
   it("renders the figures and a chart per resource, GPUs included", async () => {
-    vi.stubGlobal("fetch", vi.fn(async () => new Response(JSON.stringify(status(new Date().toISOString())), { status: 200 })));
+    vi.stubGlobal("fetch", serve(status(new Date().toISOString())));
     render(<SystemCharts pollMs={60000} />);
     expect((await screen.findByTestId("fig-cpu")).textContent).toBe("42.4%");
     expect(screen.getByTestId("fig-mem").textContent).toBe("4.0 GiB");
@@ -56,7 +74,7 @@ describe("SystemCharts", () => {
   });
 
   it("leaves the GPU charts out without GPUs", async () => {
-    vi.stubGlobal("fetch", vi.fn(async () => new Response(JSON.stringify(status(new Date().toISOString(), false)), { status: 200 })));
+    vi.stubGlobal("fetch", serve(status(new Date().toISOString(), false)));
     render(<SystemCharts pollMs={60000} />);
     await screen.findByTestId("fig-cpu");
     expect(screen.queryByTestId("sys-gpu")).toBeNull();

@@ -1,25 +1,26 @@
-// Live system resources for the home page: polls GET /api/system/status
-// every 2 s, keeps the last 5 minutes in memory and draws small time charts
-// (CPU, memory, free disk, GPUs when present) with the current figures.
+// Live system resources for the home page: starts from the samples the
+// dashboard kept (GET /api/system/history, the last 5 minutes), then polls GET
+// /api/system/status every 2 s, keeps a 5-minute window and draws small time
+// charts (CPU, memory, free disk, GPUs when present) with the current figures.
 import { useEffect, useMemo, useState } from "react";
 import { get } from "../api/client";
 import { fmtBytes, fmtDuration, fmtNum } from "../lib/format";
 import { useApi } from "../lib/hooks";
 import { Chart } from "./Chart";
 import { ErrorNote } from "./ui";
-import type { SystemStatus } from "../api/types";
+import type { SystemHistory, SystemSample, SystemStatus } from "../api/types";
 
-/** One kept sample: time in Unix seconds and the status. */
+/** One kept sample: time in Unix seconds and the host's figures at it. */
 export interface Sample {
   t: number;
-  s: SystemStatus;
+  s: SystemSample;
 }
 
 /** How long samples are kept (seconds). */
 export const WINDOW_S = 300;
 
 /** Adds a sample (skipping one with the same time) and drops those older than the window. */
-export function appendSample(list: Sample[], s: SystemStatus, windowS = WINDOW_S): Sample[] {
+export function appendSample(list: Sample[], s: SystemSample, windowS = WINDOW_S): Sample[] {
   const parsed = Date.parse(s.time);
   const t = (Number.isNaN(parsed) ? Date.now() : parsed) / 1000;
   if (list.length > 0 && list[list.length - 1].t >= t) return list;
@@ -50,12 +51,18 @@ function Mini({ title, figure, sub, hint, x, series, testId, yRange }: { title: 
 /** The system panel: figures and charts of the last five minutes. */
 export function SystemCharts({ pollMs = 2000 }: { pollMs?: number }) {
   const status = useApi((sig) => get<SystemStatus>("/api/system/status", undefined, sig), [], pollMs);
+  // The kept samples, once: the charts start full instead of from one point.
+  const history = useApi((sig) => get<SystemHistory>("/api/system/history", { seconds: String(WINDOW_S) }, sig), []);
   const [samples, setSamples] = useState<Sample[]>([]);
+  useEffect(() => {
+    const kept = history.data?.samples;
+    if (kept?.length) setSamples((l) => [...kept, ...l.map((p) => p.s)].sort((a, b) => Date.parse(a.time) - Date.parse(b.time)).reduce<Sample[]>((acc, x) => appendSample(acc, x), []));
+  }, [history.data]);
   useEffect(() => {
     if (status.data) setSamples((l) => appendSample(l, status.data as SystemStatus));
   }, [status.data]);
 
-  const last = samples[samples.length - 1]?.s ?? status.data;
+  const last = status.data;
   const x = useMemo(() => samples.map((p) => p.t), [samples]);
   const cpu = useMemo(() => [{ label: "CPU %", values: samples.map((p) => p.s.cpu.percent) }], [samples]);
   const mem = useMemo(() => [{ label: "used GiB", values: samples.map((p) => p.s.memory.used_bytes / GIB) }], [samples]);
