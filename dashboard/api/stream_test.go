@@ -178,3 +178,44 @@ func TestStreamSlowClientGets4008(t *testing.T) {
 	}()
 	<-fastGot
 }
+
+// A client message over maxClientMessage closes the connection with 1009
+// (message too big), as docs/stream.md says, and the hub forgets the client.
+func TestStreamOversizedMessageGets1009(t *testing.T) {
+	hub := stream.NewHub(stream.Config{})
+	url := startStreamServer(t, hub, "")
+	c, _, err := websocket.DefaultDialer.Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.WriteJSON(map[string]any{"subscribe": "*"}); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, b, err := c.ReadMessage(); err != nil || !strings.Contains(string(b), `"subscribed"`) {
+		t.Fatalf("ack %s %v", b, err)
+	}
+	big := `{"subscribe": "` + strings.Repeat("r", maxClientMessage) + `"}`
+	if err := c.WriteMessage(websocket.TextMessage, []byte(big)); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	for {
+		_, _, err := c.ReadMessage()
+		if err == nil {
+			continue // events or heartbeats sent before the close
+		}
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) || ce.Code != websocket.CloseMessageTooBig {
+			t.Fatalf("after an oversized message: %v, want close 1009", err)
+		}
+		break
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for hub.Subscribers() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d subscribers left after the close", hub.Subscribers())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
