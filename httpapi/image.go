@@ -50,6 +50,11 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
+	raw, aerr := boolQuery(q, "raw")
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
 	opts, aerr := imageOptions(q)
 	if aerr != nil {
 		writeError(ctx, aerr)
@@ -101,7 +106,14 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	buf := s.getBuf()
-	b := appendImagePredictions((*buf)[:0], m, out[0], topK, withScores)
+	var b []byte
+	if raw {
+		// The model's outputs as /predict answers them (embeddings, detection
+		// heads, or to see exactly what the preprocessing fed the model).
+		b = appendPrediction((*buf)[:0], m, out, nil)
+	} else {
+		b = appendImagePredictions((*buf)[:0], m, out[0], topK, withScores)
+	}
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetBody(b)
 	*buf = b

@@ -218,9 +218,11 @@ func SampleShape(p engine.ImagePreprocessing, o Options) []int64 {
 //     over black (the colour is multiplied by alpha), which is what Go's
 //     premultiplied image model stores; note Pillow's convert("RGB") instead
 //     drops alpha, which differs only for partly transparent pixels. JPEG
-//     YCbCr is converted to RGB first with Go's color.YCbCrToRGB, also for
-//     grayscale output. Values stay on the 0..255 scale (16-bit sources give
-//     fractional values).
+//     YCbCr is converted to RGB first as libjpeg does it (what Pillow gives):
+//     4:2:0 and 4:2:2 chroma upsampled with its "fancy" triangle filter and
+//     its fixed-point colour conversion, also for grayscale output; only the
+//     inverse DCT differs (Go's), by up to 2 levels on a few pixels. Values
+//     stay on the 0..255 scale (16-bit sources give fractional values).
 //   - Resize to Height x Width, computed straight into the output, matching
 //     PyTorch's F.interpolate without antialiasing. "bilinear" uses
 //     align_corners=False pixel centres: the source coordinate of output

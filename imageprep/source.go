@@ -13,6 +13,8 @@ type rowSource struct {
 	pal   [256][3]uint8
 	ycbcr struct{ hs, vs uint } // chroma subsampling shifts for *image.YCbCr
 	fast  bool                  // the type has a direct path
+	cb    []uint8               // one row's upsampled chroma (chromaRow's scratch)
+	cr    []uint8
 }
 
 func newRowSource(img image.Image, c int) rowSource {
@@ -23,8 +25,10 @@ func newRowSource(img image.Image, c int) rowSource {
 		s.fast = true
 	case *image.YCbCr:
 		s.fast = s.setSubsample(m)
+		s.chromaScratch()
 	case *image.NYCbCrA:
 		s.fast = s.setSubsample(&m.YCbCr)
+		s.chromaScratch()
 	case *image.Paletted:
 		s.fast = true
 		for i, col := range m.Palette {
@@ -39,6 +43,13 @@ func newRowSource(img image.Image, c int) rowSource {
 		}
 	}
 	return s
+}
+
+// chromaScratch makes the chroma rows chromaRow fills, one allocation for a
+// whole row of both planes.
+func (s *rowSource) chromaScratch() {
+	buf := make([]uint8, 2*s.w)
+	s.cb, s.cr = buf[:s.w:s.w], buf[s.w:]
 }
 
 // setSubsample records the chroma shifts of m, or reports false for a
@@ -140,38 +151,18 @@ func put(dst []float32, c, j int, r, g, b uint8) {
 }
 
 // fillYCbCr converts row ay (absolute) of m at cols, compositing over black
-// with alpha (the row of the alpha plane) when it is not nil. The colour
-// conversion is color.YCbCrToRGB, written out inline.
+// with alpha (the row of the alpha plane) when it is not nil. It decodes as
+// libjpeg(-turbo) does, which is what Pillow, and so a user's PyTorch
+// pipeline, gets from the same file: 4:2:0 and 4:2:2 chroma is upsampled
+// with libjpeg's "fancy" triangle filter (not repeated per 2x2 block, which
+// differs by tens of levels at colour edges), and the colour conversion is
+// libjpeg's fixed-point one (jdcolor.c). Other layouts repeat chroma.
 func (s *rowSource) fillYCbCr(m *image.YCbCr, ay int, alpha []uint8, cols []int32, dst []float32) {
 	x0, c := s.min.X, s.c
-	hs, vs := s.ycbcr.hs, s.ycbcr.vs
 	yrow := m.Y[m.YOffset(x0, ay):][:s.w]
-	cbase := ((ay >> vs) - (m.Rect.Min.Y >> vs)) * m.CStride
-	cmin := m.Rect.Min.X >> hs
+	cb, cr := s.chromaRow(m, ay, cols)
 	for j, x := range cols {
-		ci := cbase + ((x0 + int(x)) >> hs) - cmin
-		yy1 := int32(yrow[x]) * 0x10101
-		cb1 := int32(m.Cb[ci]) - 128
-		cr1 := int32(m.Cr[ci]) - 128
-		r := yy1 + 91881*cr1
-		if uint32(r)&0xff000000 == 0 {
-			r >>= 16
-		} else {
-			r = ^(r >> 31)
-		}
-		g := yy1 - 22554*cb1 - 46802*cr1
-		if uint32(g)&0xff000000 == 0 {
-			g >>= 16
-		} else {
-			g = ^(g >> 31)
-		}
-		b := yy1 + 116130*cb1
-		if uint32(b)&0xff000000 == 0 {
-			b >>= 16
-		} else {
-			b = ^(b >> 31)
-		}
-		r8, g8, b8 := uint8(r), uint8(g), uint8(b)
+		r8, g8, b8 := jpegRGB(yrow[x], cb[j], cr[j])
 		if alpha != nil {
 			if a := alpha[x]; a != 0xff {
 				r8, g8, b8 = over(r8, a), over(g8, a), over(b8, a)
@@ -179,6 +170,94 @@ func (s *rowSource) fillYCbCr(m *image.YCbCr, ay int, alpha []uint8, cols []int3
 		}
 		put(dst, c, j, r8, g8, b8)
 	}
+}
+
+// chromaRow returns the Cb and Cr values of row ay at cols, upsampled as
+// libjpeg does (fancyChroma) where the layout allows, else repeated.
+func (s *rowSource) chromaRow(m *image.YCbCr, ay int, cols []int32) ([]uint8, []uint8) {
+	if cap(s.cb) < len(cols) {
+		s.chromaScratch()
+	}
+	cb, cr := s.cb[:len(cols)], s.cr[:len(cols)]
+	hs, vs := s.ycbcr.hs, s.ycbcr.vs
+	x0 := s.min.X
+	if m.Rect.Min == (image.Point{}) && hs == 1 && (vs == 1 || vs == 0) {
+		fancyChroma(m.Cb, m, ay, vs == 1, cols, cb)
+		fancyChroma(m.Cr, m, ay, vs == 1, cols, cr)
+		return cb, cr
+	}
+	cbase := ((ay >> vs) - (m.Rect.Min.Y >> vs)) * m.CStride
+	cmin := m.Rect.Min.X >> hs
+	for j, x := range cols {
+		ci := cbase + ((x0 + int(x)) >> hs) - cmin
+		cb[j], cr[j] = m.Cb[ci], m.Cr[ci]
+	}
+	return cb, cr
+}
+
+// fancyChroma upsamples one chroma plane of a 4:2:0 (v2) or 4:2:2 image
+// whose bounds start at 0,0 to full resolution at row y and columns cols, as
+// libjpeg's h2v2_fancy_upsample and h2v1_fancy_upsample (jdsample.c) do: each
+// output sample weighs the nearest chroma sample 3/4 and the next one 1/4 in
+// each subsampled direction, with libjpeg's rounding, and edge samples
+// replicated.
+func fancyChroma(plane []uint8, m *image.YCbCr, y int, v2 bool, cols []int32, out []uint8) {
+	cw := (m.Rect.Max.X + 1) >> 1 // chroma columns
+	if !v2 {
+		row := plane[y*m.CStride:][:cw]
+		for j, x := range cols {
+			c := int(x) >> 1
+			v := int(row[c])
+			switch {
+			case x&1 == 0 && c == 0, x&1 == 1 && c == cw-1:
+				out[j] = uint8(v)
+			case x&1 == 0:
+				out[j] = uint8((3*v + int(row[c-1]) + 1) >> 2)
+			default:
+				out[j] = uint8((3*v + int(row[c+1]) + 2) >> 2)
+			}
+		}
+		return
+	}
+	ch := (m.Rect.Max.Y + 1) >> 1 // chroma rows
+	cy := y >> 1
+	ny := cy - 1 // the nearer neighbouring chroma row: above for even rows
+	if y&1 == 1 {
+		ny = cy + 1
+	}
+	ny = min(max(ny, 0), ch-1)
+	near := plane[cy*m.CStride:][:cw]
+	other := plane[ny*m.CStride:][:cw]
+	sum := func(c int) int { return 3*int(near[c]) + int(other[c]) }
+	for j, x := range cols {
+		c := int(x) >> 1
+		t := sum(c)
+		switch {
+		case x&1 == 0 && c == 0:
+			out[j] = uint8((4*t + 8) >> 4)
+		case x&1 == 0:
+			out[j] = uint8((3*t + sum(c-1) + 8) >> 4)
+		case c == cw-1:
+			out[j] = uint8((4*t + 7) >> 4)
+		default:
+			out[j] = uint8((3*t + sum(c+1) + 7) >> 4)
+		}
+	}
+}
+
+// jpegRGB is libjpeg's YCbCr to RGB conversion (jdcolor.c, 16-bit fixed
+// point with its rounding), so decoded pixels equal libjpeg's.
+func jpegRGB(y, cb, cr uint8) (uint8, uint8, uint8) {
+	const half = 1 << 15
+	yy, b, r := int32(y), int32(cb)-128, int32(cr)-128
+	red := yy + (91881*r+half)>>16
+	green := yy + (-22554*b+half-46802*r)>>16
+	blue := yy + (116130*b+half)>>16
+	return clamp8(red), clamp8(green), clamp8(blue)
+}
+
+func clamp8(v int32) uint8 {
+	return uint8(min(max(v, 0), 255))
 }
 
 // fillAt is the generic path through image.Image's At, on 16-bit values.
