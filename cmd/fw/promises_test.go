@@ -252,7 +252,7 @@ func TestPromiseServeAPIKeysFile(t *testing.T) {
 				t.Errorf("%s with key %s: %d %v", ep.path, key, code, out)
 			}
 		}
-		for _, key := range []string{"", "k-three", "k-on", "k-one\n"} {
+		for _, key := range []string{"", "k-three", "k-on", "K-ONE", "k-one k-two"} {
 			code, out := call(t, "POST", p.url+ep.path, key, "application/json", ep.body)
 			if code != 401 {
 				t.Errorf("%s with key %q: %d %v, want 401", ep.path, key, code, out)

@@ -1,8 +1,9 @@
 // Package testleak is the goroutine-leak check every package's TestMain
-// runs: go.uber.org/goleak, minus the two goroutines fasthttp keeps by
-// design (its process-wide Date header updater, and a stopped server's
-// worker-pool cleaner, which exits after its idle sleep). A server left
-// running still leaks its accept loop, which is reported.
+// runs: go.uber.org/goleak, minus the goroutines fasthttp keeps by design:
+// its process-wide Date header updater, a stopped server's worker-pool
+// cleaner, and a client's connection and address cleaners, which exit after
+// their idle sleep. A server left running still leaks its accept loop, and
+// a client call left hanging its goroutine, which are reported.
 package testleak
 
 import (
@@ -16,6 +17,9 @@ func Options() []goleak.Option {
 	return []goleak.Option{
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
 	}
 }
 
