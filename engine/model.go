@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -37,9 +36,11 @@ type Options struct {
 	// GraphOptimization is ONNX Runtime's level: "disable", "basic",
 	// "extended" or "all" (default "all").
 	GraphOptimization string
-	// ORTLibrary overrides where libonnxruntime.so is found (FW_ORT_LIB).
+	// ORTLibrary overrides where libonnxruntime.so is found (fw sets it
+	// from FW_ORT_LIB).
 	ORTLibrary string
-	// TorchShim overrides where libfwtorch.so is found (FW_TORCH_SHIM).
+	// TorchShim overrides where libfwtorch.so is found (fw sets it from
+	// FW_TORCH_SHIM).
 	TorchShim string
 	// AllowNonFinite lets NaN and Inf through to the model instead of
 	// refusing the input.
@@ -533,12 +534,4 @@ func (m *Model) Verify(ctx context.Context) (*VerifyResult, error) {
 		}
 	}
 	return res, nil
-}
-
-// envOr returns the environment variable's value, or def when unset.
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return def
 }

@@ -19,12 +19,11 @@ var ortRuntime struct {
 	err  error
 }
 
-// ORTLibraryPath is where fw looks for libonnxruntime.so.1 unless overridden
-// by Options.ORTLibrary or FW_ORT_LIB.
+// ORTLibraryPath is where fw looks for libonnxruntime.so.1: override
+// (Options.ORTLibrary; fw reads FW_ORT_LIB into it) when set, else
+// third_party/onnxruntime/lib or lib/ next to the binary or above the
+// working directory.
 func ORTLibraryPath(override string) string {
-	if override == "" {
-		override = envOr("FW_ORT_LIB", "")
-	}
 	return findLibrary(override,
 		"third_party/onnxruntime/lib/libonnxruntime.so.1",
 		"lib/libonnxruntime.so.1")

@@ -30,12 +30,10 @@ var torchRuntime struct {
 	err  error
 }
 
-// TorchShimPath is where fw looks for libfwtorch.so unless overridden by
-// Options.TorchShim or FW_TORCH_SHIM.
+// TorchShimPath is where fw looks for libfwtorch.so: override
+// (Options.TorchShim; fw reads FW_TORCH_SHIM into it) when set, else
+// build/lib or lib/ next to the binary or above the working directory.
 func TorchShimPath(override string) string {
-	if override == "" {
-		override = envOr("FW_TORCH_SHIM", "")
-	}
 	return findLibrary(override, "build/lib/libfwtorch.so", "lib/libfwtorch.so")
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/dashboard/sysinfo"
 	"github.com/fw-serve/fw/dashboard/webui"
+	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/internal/hostguard"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
@@ -122,7 +123,7 @@ Flags:
 	}
 	defer ln.Close()
 
-	cfg := store.ConfigFromEnv()
+	cfg := storeConfigFromEnv()
 	cfg.Dir, cfg.CheckpointDir = *expDir, *ckptDir
 	st, err := store.Open(ctx, cfg)
 	if err != nil {
@@ -174,7 +175,7 @@ Flags:
 		CloseOnShutdown:              true,
 		Logger:                       slogPrintf{log},
 	}
-	reg := startRegistry(base, st, srv, registry.Config{ExperimentDir: *expDir, CheckpointDir: *ckptDir,
+	reg := startRegistry(base, st, srv, registry.Config{ExperimentDir: *expDir, CheckpointDir: *ckptDir, Engine: withLibraries(engine.Options{}),
 		Python: pythonPath(), StopGrace: *stopGrace, Hub: hub}, log)
 	if reg != nil {
 		srv.SetDeployments(reg) // *registry.Service is an api.DeploymentCounter

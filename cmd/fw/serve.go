@@ -128,8 +128,8 @@ Flags:
 
 	host2 := modelhost.New(modelhost.Config{
 		Path: *model,
-		Engine: engine.Options{Device: engine.Device(*device), Threads: perCall, GraphOptimization: *graphOpt,
-			AllowNonFinite: *allowNonFinite, Spin: *spin},
+		Engine: withLibraries(engine.Options{Device: engine.Device(*device), Threads: perCall, GraphOptimization: *graphOpt,
+			AllowNonFinite: *allowNonFinite, Spin: *spin}),
 		Batcher:    batcher.Config{MaxBatchRows: *maxBatch, MaxDelay: *maxDelay, Instances: *instances, MaxQueue: *maxQueue},
 		SkipWarmup: *noWarmup,
 	}, srv, log)

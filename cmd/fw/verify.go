@@ -69,7 +69,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return 1
 	}
-	m, err := engine.Load(ctx, path, engine.Options{Device: engine.Device(*device), Threads: *threads})
+	m, err := engine.Load(ctx, path, withLibraries(engine.Options{Device: engine.Device(*device), Threads: *threads}))
 	if err != nil {
 		return fail(err)
 	}

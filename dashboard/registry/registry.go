@@ -127,6 +127,7 @@ type Registry struct {
 	file   string
 	mu     sync.Mutex
 	models map[string]*Model
+	engine engine.Options // how model files are loaded to be inspected
 }
 
 // Open loads (or creates) the registry under expDir.
@@ -259,13 +260,15 @@ func (r *Registry) FilePath(v *Version) string {
 }
 
 // Inspect validates a model file by content (pickles refused) and loads it
-// once to read its specs, labels and metadata.
-func Inspect(ctx context.Context, path string) (*Version, error) {
+// once, with one thread and eng's library paths, to read its specs, labels
+// and metadata.
+func Inspect(ctx context.Context, path string, eng engine.Options) (*Version, error) {
 	info, err := engine.DetectFile(path)
 	if err != nil {
 		return nil, badFile(err)
 	}
-	m, err := engine.Load(ctx, path, engine.Options{Threads: 1})
+	eng.Threads = 1
+	m, err := engine.Load(ctx, path, eng)
 	if err != nil {
 		return nil, badFile(err)
 	}
@@ -325,7 +328,7 @@ func (r *Registry) AddFile(ctx context.Context, name, src string, meta Version) 
 	if err := ValidName("model name", name); err != nil {
 		return nil, err
 	}
-	v, err := Inspect(ctx, src)
+	v, err := Inspect(ctx, src, r.engine)
 	if err != nil {
 		return nil, err
 	}

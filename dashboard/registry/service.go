@@ -10,6 +10,7 @@ import (
 
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
+	"github.com/fw-serve/fw/engine"
 )
 
 // Checkpointer lists a run's checkpoints (store.Store does).
@@ -27,7 +28,9 @@ type Config struct {
 	ExtraEnv     []string
 	ReadyTimeout time.Duration // a deployment's /health/ready must answer within it
 	StopGrace    time.Duration // SIGTERM -> SIGKILL
-	Hub          *stream.Hub   // optional: export and deploy events
+	// Engine is where model files are loaded to be inspected (library paths).
+	Engine engine.Options
+	Hub    *stream.Hub // optional: export and deploy events
 }
 
 // Service is the registry with its export jobs and deployments.
@@ -59,6 +62,9 @@ func New(base context.Context, st Checkpointer, cfg Config, log *slog.Logger) (*
 		cfg.StopGrace = 10 * time.Second
 	}
 	reg, err := Open(cfg.ExperimentDir)
+	if err == nil {
+		reg.engine = cfg.Engine
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -80,21 +79,6 @@ type Config struct {
 
 	// migrateTo stops migrations at a version (tests build old schemas).
 	migrateTo int
-}
-
-// ConfigFromEnv reads FW_DATABASE_URL, FW_EXPERIMENT_DIR (default
-// ./experiments), FW_CHECKPOINT_DIR and FW_ARTIFACT_DIR.
-func ConfigFromEnv() Config {
-	c := Config{
-		DatabaseURL:   os.Getenv("FW_DATABASE_URL"),
-		Dir:           os.Getenv("FW_EXPERIMENT_DIR"),
-		CheckpointDir: os.Getenv("FW_CHECKPOINT_DIR"),
-		ArtifactDir:   os.Getenv("FW_ARTIFACT_DIR"),
-	}
-	if c.Dir == "" {
-		c.Dir = "experiments"
-	}
-	return c
 }
 
 // Open opens (creating and migrating as needed) the store cfg selects.

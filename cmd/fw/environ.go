@@ -1,0 +1,41 @@
+package main
+
+import (
+	"os"
+
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/engine"
+)
+
+// The environment is read here, in cmd/fw, and passed down as values: the
+// library packages (engine, store) read none of it.
+
+// withLibraries sets where the engines' native libraries are from
+// FW_ORT_LIB (libonnxruntime.so.1, e.g. a CUDA build) and FW_TORCH_SHIM
+// (libfwtorch.so); unset, the engine looks next to the binary and above the
+// working directory.
+func withLibraries(o engine.Options) engine.Options {
+	if o.ORTLibrary == "" {
+		o.ORTLibrary = os.Getenv("FW_ORT_LIB")
+	}
+	if o.TorchShim == "" {
+		o.TorchShim = os.Getenv("FW_TORCH_SHIM")
+	}
+	return o
+}
+
+// storeConfigFromEnv reads the tracking store's settings: FW_DATABASE_URL
+// (PostgreSQL; SQLite when unset), FW_EXPERIMENT_DIR (default
+// ./experiments), FW_CHECKPOINT_DIR and FW_ARTIFACT_DIR.
+func storeConfigFromEnv() store.Config {
+	c := store.Config{
+		DatabaseURL:   os.Getenv("FW_DATABASE_URL"),
+		Dir:           os.Getenv("FW_EXPERIMENT_DIR"),
+		CheckpointDir: os.Getenv("FW_CHECKPOINT_DIR"),
+		ArtifactDir:   os.Getenv("FW_ARTIFACT_DIR"),
+	}
+	if c.Dir == "" {
+		c.Dir = "experiments"
+	}
+	return c
+}
