@@ -19,6 +19,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,9 +136,8 @@ var errAbandoned = fmt.Errorf("%w: shut down before the request ran", ErrClosed)
 const maxIdleGroups = 256
 
 // Batcher coalesces concurrent Submit calls into engine calls. Create it with
-// New and stop it with Close; its methods are safe for concurrent use.
+// New or NewPool and stop it with Close; its methods are safe for concurrent use.
 type Batcher struct {
-	run   RunFunc
 	cfg   Config
 	stats Stats
 
@@ -190,8 +190,9 @@ type request struct {
 	err      error
 }
 
-// worker holds one engine worker's reusable buffers.
+// worker holds one engine worker's engine and reusable buffers.
 type worker struct {
+	run    RunFunc // this worker's engine (NewPool: one model instance each)
 	batch  []*request
 	one    [1]*request
 	inputs []engine.Tensor
@@ -199,19 +200,34 @@ type worker struct {
 	shapes [][]int64
 }
 
-// New starts a Batcher with cfg.Instances workers calling run. stats may be
-// nil. The workers run until Close; run must not be nil.
+// New starts a Batcher with cfg.Instances workers all calling run. stats
+// may be nil. The workers run until Close; run must not be nil.
 func New(run RunFunc, cfg Config, stats Stats) *Batcher {
 	if run == nil {
 		panic("batcher.New: nil RunFunc")
 	}
+	cfg = cfg.withDefaults()
+	runs := make([]RunFunc, cfg.Instances)
+	for i := range runs {
+		runs[i] = run
+	}
+	return NewPool(runs, cfg, stats)
+}
+
+// NewPool starts a Batcher with one worker per run function, each calling
+// its own (one model instance per worker, as Triton's instance groups do);
+// cfg.Instances is set to len(runs). The workers run until Close.
+func NewPool(runs []RunFunc, cfg Config, stats Stats) *Batcher {
+	if len(runs) == 0 || slices.ContainsFunc(runs, func(r RunFunc) bool { return r == nil }) {
+		panic("batcher.NewPool: no RunFunc, or a nil one")
+	}
+	cfg.Instances = len(runs)
 	cfg = cfg.withDefaults()
 	if stats == nil {
 		stats = noStats{}
 	}
 	base, cancel := context.WithCancel(context.Background())
 	b := &Batcher{
-		run:    run,
 		cfg:    cfg,
 		stats:  stats,
 		base:   base,
@@ -224,8 +240,8 @@ func New(run RunFunc, cfg Config, stats Stats) *Batcher {
 	b.timer.Stop()
 	b.reqs.New = func() any { return &request{done: make(chan struct{}, 1)} }
 	b.live.Store(int32(cfg.Instances))
-	for i := 0; i < cfg.Instances; i++ {
-		go b.work()
+	for _, run := range runs {
+		go b.work(run)
 	}
 	return b
 }
@@ -387,14 +403,14 @@ func (b *Batcher) Close(ctx context.Context) error {
 // drained. While a batch runs, the running count is raised; when the last
 // running call ends, a gatherer waiting out MaxDelay is woken, because an
 // idle engine should not wait.
-func (b *Batcher) work() {
+func (b *Batcher) work(run RunFunc) {
 	defer func() {
 		if b.live.Add(-1) == 0 {
 			b.cancel()
 			close(b.done)
 		}
 	}()
-	w := &worker{}
+	w := &worker{run: run}
 	for b.gather(w) {
 		b.running.Add(1)
 		b.runBatch(w)
@@ -574,7 +590,7 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 	} else {
 		in = w.concat(reqs, rows)
 	}
-	outs, err := b.call(in)
+	outs, err := b.call(w, in)
 	inference := time.Since(start)
 	if err == nil {
 		err = checkOutputs(outs, rows)
@@ -586,14 +602,14 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 	return outs, nil
 }
 
-// call runs the engine, turning a panic into an error.
-func (b *Batcher) call(in []engine.Tensor) (outs []engine.Tensor, err error) {
+// call runs w's engine, turning a panic into an error.
+func (b *Batcher) call(w *worker, in []engine.Tensor) (outs []engine.Tensor, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			outs, err = nil, fmt.Errorf("%w: %v", ErrPanic, p)
 		}
 	}()
-	return b.run(b.base, in)
+	return w.run(b.base, in)
 }
 
 // concat copies the inputs of reqs, input by input, into w's reusable

@@ -840,3 +840,44 @@ func BenchmarkSubmit(b *testing.B) {
 		})
 	}
 }
+
+// NewPool gives each worker its own engine: two calls in flight at once run
+// on the two run functions, one each (as two model instances would).
+func TestPoolWorkersUseTheirOwnEngine(t *testing.T) {
+	started := make(chan int, 2)
+	release := make(chan struct{})
+	engineOf := func(id int) RunFunc {
+		return func(ctx context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
+			started <- id
+			<-release
+			return affine(ctx, in)
+		}
+	}
+	b := NewPool([]RunFunc{engineOf(1), engineOf(2)}, Config{MaxBatchRows: 4, MaxDelay: time.Hour}, nil)
+	defer closeOK(t, b)
+	if got := b.Config().Instances; got != 2 {
+		t.Fatalf("Instances = %d, want 2 (one per engine)", got)
+	}
+	first := submitAsync(context.Background(), b, rowsTensor(1, 4, 4))
+	second := submitAsync(context.Background(), b, rowsTensor(2, 4, 4))
+	seen := map[int]bool{}
+	for range 2 {
+		select {
+		case id := <-started:
+			seen[id] = true
+		case <-time.After(30 * time.Second):
+			t.Fatal("two full batches did not run at once on two engines")
+		}
+	}
+	if !seen[1] || !seen[2] {
+		t.Fatalf("engines used: %v, want both", seen)
+	}
+	close(release)
+	for i, ch := range []<-chan result{first, second} {
+		if r := <-ch; r.err != nil {
+			t.Fatal(r.err)
+		} else if err := checkAffine(i+1, 4, 4, r.out); err != nil {
+			t.Error(err)
+		}
+	}
+}

@@ -94,7 +94,7 @@ func newEdgeServer(t testing.TB, model string, cfg Config, bc batcher.Config, g 
 	reg := prometheus.NewRegistry()
 	base, cancel := context.WithCancel(context.Background())
 	logs := &lockedBuffer{}
-	srv := New(base, cfg, slog.New(slog.NewTextHandler(logs, nil)), reg, reg)
+	srv := NewTestServer(base, cfg, slog.New(slog.NewTextHandler(logs, nil)), reg)
 	srv.Swap(&Instance{Model: m, Batcher: batcher.New(run, bc, srv.Metrics())})
 	srv.SetState(StateReady, "")
 	t.Cleanup(func() {

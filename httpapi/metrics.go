@@ -94,6 +94,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// SetReady sets fw_ready: 1 when the server is ready to serve predictions.
+func (m *Metrics) SetReady(ready bool) {
+	if ready {
+		m.ready.Set(1)
+	} else {
+		m.ready.Set(0)
+	}
+}
+
 // observeRequest records one finished request. Label children are resolved
 // once per endpoint and code, so the steady state allocates nothing.
 func (m *Metrics) observeRequest(endpoint string, code int, d time.Duration) {

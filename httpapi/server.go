@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fw-serve/fw/batcher"
@@ -88,8 +87,34 @@ const maxDrainBytes = 16 << 20
 // Instance is one loaded model with the batcher in front of it. A reload
 // swaps the whole instance.
 type Instance struct {
-	Model   *engine.Model
+	// Model is the model served, for its metadata and specs; with several
+	// engine instances (--instances), the first of them.
+	Model *engine.Model
+	// Batcher runs the engine calls, on Model or on one of Models each.
 	Batcher *batcher.Batcher
+	// Models are all the engine instances the batcher's workers use (Model
+	// among them), each closed when the instance is drained; nil means just
+	// Model.
+	Models []*engine.Model
+}
+
+// All returns every engine instance: Models, or Model alone.
+func (i *Instance) All() []*engine.Model {
+	if len(i.Models) > 0 {
+		return i.Models
+	}
+	return []*engine.Model{i.Model}
+}
+
+// Slot is where the server finds the model it serves and its readiness. The
+// model's lifecycle owns it (modelhost.Host loads, warms up, swaps and drains
+// instances, and decides readiness); the server only reads it, once per
+// request.
+type Slot interface {
+	// Current is the instance serving now, nil while none is.
+	Current() *Instance
+	// State is the readiness and, when not ready, the reason /health shows.
+	State() (State, string)
 }
 
 // State is the server's readiness.
@@ -107,17 +132,15 @@ func (s State) String() string {
 	return [...]string{"starting", "ready", "draining", "broken"}[s]
 }
 
-// Server serves one model over HTTP. Create it with New, install a model with
-// Swap, and serve Handler with a fasthttp.Server.
+// Server serves the model of a Slot over HTTP. Create it with New and serve
+// Handler with a fasthttp.Server.
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
+	slot     Slot
 	metrics  *Metrics
 	metricsH fasthttp.RequestHandler
 	started  time.Time
-	current  atomic.Pointer[Instance]
-	state    atomic.Int32
-	reason   atomic.Pointer[string]
 	keys     [][sha256.Size]byte
 	bufs     sync.Pool
 	base     context.Context
@@ -126,47 +149,27 @@ type Server struct {
 	routeHook func(*fasthttp.RequestCtx)
 }
 
-// New creates a server. reg receives the metrics; gatherer serves /metrics.
-// base is cancelled on shutdown and bounds every request's context.
-func New(base context.Context, cfg Config, log *slog.Logger, reg prometheus.Registerer, gatherer prometheus.Gatherer) *Server {
-	s := &Server{cfg: cfg.withDefaults(), log: log, started: time.Now(), base: base}
-	s.metrics = NewMetrics(reg)
+// New creates a server over slot. metrics (NewMetrics) is where requests are
+// counted; gatherer serves /metrics. base is cancelled on shutdown and bounds
+// every request's context.
+func New(base context.Context, cfg Config, slot Slot, metrics *Metrics, log *slog.Logger, gatherer prometheus.Gatherer) *Server {
+	s := &Server{cfg: cfg.withDefaults(), log: log, slot: slot, metrics: metrics, started: time.Now(), base: base}
 	s.metricsH = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	for _, k := range s.cfg.APIKeys {
 		s.keys = append(s.keys, sha256.Sum256([]byte(k)))
 	}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
-	s.SetState(StateStarting, "loading the model")
 	return s
 }
 
-// Metrics returns the server's metrics (the model host records loads on it).
+// Metrics returns the server's metrics.
 func (s *Server) Metrics() *Metrics { return s.metrics }
 
-// Swap installs inst as the serving model and returns the previous one (nil
-// the first time); the caller drains and closes it.
-func (s *Server) Swap(inst *Instance) *Instance {
-	return s.current.Swap(inst)
-}
-
-// Current is the instance serving now (nil before the first Swap).
-func (s *Server) Current() *Instance { return s.current.Load() }
-
-// SetState changes readiness, with the reason /health shows when not ready.
-func (s *Server) SetState(st State, reason string) {
-	s.reason.Store(&reason)
-	s.state.Store(int32(st))
-	if st == StateReady {
-		s.metrics.ready.Set(1)
-	} else {
-		s.metrics.ready.Set(0)
-	}
-}
+// Current is the instance serving now (nil while none is).
+func (s *Server) Current() *Instance { return s.slot.Current() }
 
 // State returns the readiness state and its reason.
-func (s *Server) State() (State, string) {
-	return State(s.state.Load()), *s.reason.Load()
-}
+func (s *Server) State() (State, string) { return s.slot.State() }
 
 // Handler is the fasthttp request handler for every route. A panic in a
 // route is answered 500 "internal" and the server keeps serving
@@ -309,7 +312,7 @@ func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
 // load balancers stop sending before the listener closes).
 func (s *Server) ready(ctx *fasthttp.RequestCtx) *Instance {
 	st, reason := s.State()
-	inst := s.current.Load()
+	inst := s.slot.Current()
 	if (st != StateReady && st != StateDraining) || inst == nil {
 		e := newError(503, CodeNotReady, "the server is not ready: "+reason, map[string]any{"status": st.String()})
 		e.RetryAfter = 1

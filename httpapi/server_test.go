@@ -45,7 +45,7 @@ func startServer(t testing.TB, model string, cfg httpapi.Config, bc batcher.Conf
 	}
 	reg := prometheus.NewRegistry()
 	base, cancel := context.WithCancel(context.Background())
-	srv := httpapi.New(base, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg, reg)
+	srv := httpapi.NewTestServer(base, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
 	b := batcher.New(m.Forward, bc, srv.Metrics())
 	srv.Swap(&httpapi.Instance{Model: m, Batcher: b})
 	srv.SetState(httpapi.StateReady, "")

@@ -41,7 +41,7 @@ func v2Start(t testing.TB, file string, cfg Config) *v2TestServer {
 	}
 	reg := prometheus.NewRegistry()
 	base, cancel := context.WithCancel(context.Background())
-	srv := New(base, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg, reg)
+	srv := NewTestServer(base, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
 	b := batcher.New(m.Forward, batcher.Config{MaxBatchRows: 64, MaxDelay: 0, Instances: 1, MaxQueue: 64}, srv.Metrics())
 	srv.Swap(&Instance{Model: m, Batcher: b})
 	srv.SetState(StateReady, "")

@@ -1,10 +1,13 @@
-// Package modelhost owns the serving model's lifecycle: it loads a model
-// file into an engine with a batcher in front, warms it up (the embedded test
-// vector must match, then a few batches of common sizes), installs it in the
-// HTTP server, and with Watch replaces it when the file changes on disk,
-// loading the new one beside the old and swapping without dropping requests.
-// Shutdown ends all of it: no reload can make the server ready again once it
-// has begun, and every instance is drained before it returns.
+// Package modelhost owns the serving model's lifecycle and the slot the HTTP
+// server reads it from: it loads a model file into one or more engine
+// instances with a batcher in front, warms them up (the embedded test vector
+// must match, then a few batches of common sizes), makes the instance current
+// and the slot ready, and with Watch replaces it when the file changes on
+// disk, loading the new one beside the old and swapping without dropping
+// requests. Shutdown ends all of it: no reload can make the slot ready again
+// once it has begun, and every instance is drained before it returns. A Host
+// is the httpapi.Slot an httpapi.Server serves from.
+
 package modelhost
 
 import (
@@ -14,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fw-serve/fw/batcher"
@@ -23,19 +27,26 @@ import (
 
 // Config says what to load and how to batch it.
 type Config struct {
-	Path    string
-	Engine  engine.Options
+	Path   string
+	Engine engine.Options
+	// Batcher configures batching; Batcher.Instances engine instances are
+	// loaded (each a session of its own, with Engine.Threads threads), one
+	// per batcher worker, as Triton's instance groups do.
 	Batcher batcher.Config
 	// SkipWarmup starts serving without the warm-up batches (the test vector
 	// still runs when present).
 	SkipWarmup bool
 }
 
-// Host loads models for one httpapi.Server.
+// Host loads the model and owns the slot an httpapi.Server serves from: the
+// current instance and the readiness.
 type Host struct {
-	cfg    Config
-	server *httpapi.Server
-	log    *slog.Logger
+	cfg     Config
+	metrics *httpapi.Metrics
+	log     *slog.Logger
+
+	current atomic.Pointer[httpapi.Instance]
+	ready   atomic.Pointer[readiness]
 
 	// mu orders swaps and readiness changes against BeginShutdown.
 	mu       sync.Mutex
@@ -55,9 +66,33 @@ var ErrShuttingDown = errors.New("modelhost: shutting down")
 // drainTimeout bounds the drain of an instance a reload replaced.
 const drainTimeout = 30 * time.Second
 
-// New creates a host for server.
-func New(cfg Config, server *httpapi.Server, log *slog.Logger) *Host {
-	return &Host{cfg: cfg, server: server, log: log}
+// readiness is one State with its reason.
+type readiness struct {
+	state  httpapi.State
+	reason string
+}
+
+// New creates a host, starting (not ready) until Start. metrics records
+// loads, reloads, readiness and the batcher's calls.
+func New(cfg Config, metrics *httpapi.Metrics, log *slog.Logger) *Host {
+	h := &Host{cfg: cfg, metrics: metrics, log: log}
+	h.setState(httpapi.StateStarting, "loading the model")
+	return h
+}
+
+// Current is the instance serving now, nil before Start succeeds.
+func (h *Host) Current() *httpapi.Instance { return h.current.Load() }
+
+// State is the readiness and its reason.
+func (h *Host) State() (httpapi.State, string) {
+	r := h.ready.Load()
+	return r.state, r.reason
+}
+
+// setState changes readiness (and fw_ready).
+func (h *Host) setState(st httpapi.State, reason string) {
+	h.ready.Store(&readiness{st, reason})
+	h.metrics.SetReady(st == httpapi.StateReady)
 }
 
 // Start loads and warms up the model and makes the server ready.
@@ -72,11 +107,11 @@ func (h *Host) Start(ctx context.Context) error {
 		return ErrShuttingDown
 	}
 	if err != nil {
-		h.server.SetState(httpapi.StateBroken, err.Error())
+		h.setState(httpapi.StateBroken, err.Error())
 		return err
 	}
-	h.server.Swap(inst)
-	h.server.SetState(httpapi.StateReady, "")
+	h.current.Store(inst)
+	h.setState(httpapi.StateReady, "")
 	return nil
 }
 
@@ -87,23 +122,40 @@ func (h *Host) discard(inst *httpapi.Instance) {
 	}
 }
 
-// load builds one warmed-up instance.
+// load builds one warmed-up instance: Batcher.Instances engine instances of
+// the file (each checked against its test vector and warmed up) behind one
+// batcher whose workers use one each.
 func (h *Host) load(ctx context.Context) (*httpapi.Instance, error) {
 	start := time.Now()
-	m, err := engine.Load(ctx, h.cfg.Path, h.cfg.Engine)
-	if err != nil {
+	n := max(1, h.cfg.Batcher.Instances)
+	models := make([]*engine.Model, 0, n)
+	fail := func(err error) (*httpapi.Instance, error) {
+		for _, m := range models {
+			m.Close()
+		}
 		return nil, err
 	}
-	if err := warmup(ctx, m, h.cfg.Batcher.MaxBatchRows, h.cfg.SkipWarmup); err != nil {
-		m.Close()
-		return nil, fmt.Errorf("warm up %s: %w", h.cfg.Path, err)
+	for range n {
+		m, err := engine.Load(ctx, h.cfg.Path, h.cfg.Engine)
+		if err != nil {
+			return fail(err)
+		}
+		models = append(models, m)
+		if err := warmup(ctx, m, h.cfg.Batcher.MaxBatchRows, h.cfg.SkipWarmup); err != nil {
+			return fail(fmt.Errorf("warm up %s: %w", h.cfg.Path, err))
+		}
 	}
-	b := batcher.New(m.Forward, h.cfg.Batcher, h.server.Metrics())
+	runs := make([]batcher.RunFunc, n)
+	for i, m := range models {
+		runs[i] = m.Forward
+	}
+	b := batcher.NewPool(runs, h.cfg.Batcher, h.metrics)
+	m := models[0]
 	took := time.Since(start)
-	h.server.Metrics().ModelLoaded(m.Name(), m.Version(), string(m.Format), string(m.Device), took)
+	h.metrics.ModelLoaded(m.Name(), m.Version(), string(m.Format), string(m.Device), took)
 	h.log.Info("model ready", "name", m.Name(), "version", m.Version(), "format", m.Format, "device", m.Device,
-		"threads", m.Threads(), "load_ms", took.Milliseconds(), "path", h.cfg.Path)
-	return &httpapi.Instance{Model: m, Batcher: b}, nil
+		"instances", n, "threads", m.Threads(), "load_ms", took.Milliseconds(), "path", h.cfg.Path)
+	return &httpapi.Instance{Model: m, Batcher: b, Models: models}, nil
 }
 
 // warmup runs the test vector (it must match) and, unless skipped, batches of
@@ -204,7 +256,7 @@ func (h *Host) Reload(ctx context.Context) error {
 	h.log.Info("model file changed: loading the new version beside the old", "path", h.cfg.Path)
 	inst, err := h.load(ctx)
 	if err != nil {
-		h.server.Metrics().Reload("failed")
+		h.metrics.Reload("failed")
 		h.log.Error("reload refused: the old model keeps serving", "err", err)
 		return err
 	}
@@ -212,14 +264,14 @@ func (h *Host) Reload(ctx context.Context) error {
 		h.loaded(inst)
 	}
 	h.mu.Lock()
-	if st, _ := h.server.State(); h.stopping || st == httpapi.StateDraining {
+	if st, _ := h.State(); h.stopping || st == httpapi.StateDraining {
 		h.mu.Unlock()
 		h.log.Info("reload discarded: the server is shutting down", "path", h.cfg.Path)
 		h.discard(inst)
 		return ErrShuttingDown
 	}
-	old := h.server.Swap(inst)
-	h.server.SetState(httpapi.StateReady, "")
+	old := h.current.Swap(inst)
+	h.setState(httpapi.StateReady, "")
 	if old != nil {
 		h.busy.Add(1)
 		go func() {
@@ -230,7 +282,7 @@ func (h *Host) Reload(ctx context.Context) error {
 		}()
 	}
 	h.mu.Unlock()
-	h.server.Metrics().Reload("ok")
+	h.metrics.Reload("ok")
 	return nil
 }
 
@@ -241,7 +293,7 @@ func (h *Host) BeginShutdown() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.stopping = true
-	h.server.SetState(httpapi.StateDraining, "shutting down")
+	h.setState(httpapi.StateDraining, "shutting down")
 }
 
 // Shutdown begins the shutdown if BeginShutdown was not called, waits for a
@@ -254,7 +306,7 @@ func (h *Host) Shutdown(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var errs []error
-	if inst := h.server.Current(); inst != nil {
+	if inst := h.current.Load(); inst != nil {
 		if err := Drain(ctx, inst, timeout); err != nil {
 			errs = append(errs, err)
 		}
@@ -284,8 +336,10 @@ func Drain(ctx context.Context, inst *httpapi.Instance, timeout time.Duration) e
 	if err := inst.Batcher.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("drain: %w", err))
 	}
-	if err := inst.Model.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("drain: close model %s: %w", inst.Model.Name(), err))
+	for _, m := range inst.All() {
+		if err := m.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("drain: close model %s: %w", m.Name(), err))
+		}
 	}
 	return errors.Join(errs...)
 }

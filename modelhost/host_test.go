@@ -26,17 +26,13 @@ func modelPath(t *testing.T) string {
 	return filepath.Join(testmodels.Dir(t), "digits_mlp.onnx")
 }
 
-func newServer(t *testing.T) *httpapi.Server {
-	reg := prometheus.NewRegistry()
-	return httpapi.New(context.Background(), httpapi.Config{}, quietLog(), reg, reg)
-}
-
 // startHost starts a host serving the small reference MLP and shuts it down
-// at the end of the test.
-func startHost(t *testing.T) (*Host, *httpapi.Server) {
+// at the end of the test. The host is also the slot a server reads (the
+// second result, to read the tests as a server would).
+func startHost(t *testing.T) (*Host, httpapi.Slot) {
 	t.Helper()
-	srv := newServer(t)
-	h := New(Config{Path: modelPath(t), Engine: engine.Options{Threads: 1}, Batcher: batcher.DefaultConfig(), SkipWarmup: true}, srv, quietLog())
+	h := New(Config{Path: modelPath(t), Engine: engine.Options{Threads: 1}, Batcher: batcher.DefaultConfig(), SkipWarmup: true},
+		httpapi.NewMetrics(prometheus.NewRegistry()), quietLog())
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -45,7 +41,7 @@ func startHost(t *testing.T) (*Host, *httpapi.Server) {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return h, srv
+	return h, h
 }
 
 func wait[T any](t *testing.T, ch <-chan T, what string) T {
@@ -64,7 +60,7 @@ func wait[T any](t *testing.T, ch <-chan T, what string) T {
 func TestReloadWhileDrainingStaysNotReady(t *testing.T) {
 	h, srv := startHost(t)
 	before := srv.Current()
-	srv.SetState(httpapi.StateDraining, "shutting down")
+	h.setState(httpapi.StateDraining, "shutting down") // as a drain begun elsewhere would
 	if err := h.Reload(context.Background()); !errors.Is(err, ErrShuttingDown) {
 		t.Errorf("reload while draining: got %v, want ErrShuttingDown", err)
 	}
@@ -207,4 +203,39 @@ func TestDrainDeadlineNeverFreesUnderACall(t *testing.T) {
 		t.Fatalf("the call released after the drain gave up: got %v, want engine.ErrClosed", err)
 	}
 	wait(t, inst.Model.Freed(), "the model to be freed")
+}
+
+// --instances N loads N engine instances of the file, one per batcher
+// worker, serves through all of them, and closes every one on shutdown.
+func TestInstancesAreSeparateEngines(t *testing.T) {
+	bc := batcher.DefaultConfig()
+	bc.Instances = 2
+	h := New(Config{Path: modelPath(t), Engine: engine.Options{Threads: 1}, Batcher: bc, SkipWarmup: true},
+		httpapi.NewMetrics(prometheus.NewRegistry()), quietLog())
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	inst := h.Current()
+	all := inst.All()
+	if len(all) != 2 || all[0] == all[1] || inst.Model != all[0] || inst.Batcher.Config().Instances != 2 {
+		t.Fatalf("instances: %d models (distinct: %v), batcher workers %d", len(all), len(all) == 2 && all[0] != all[1], inst.Batcher.Config().Instances)
+	}
+	in, err := inst.Model.ExampleInputs(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		if _, err := inst.Batcher.Submit(context.Background(), in); err != nil {
+			t.Fatalf("predict: %v", err)
+		}
+	}
+	if err := h.Shutdown(context.Background(), deadline); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	for i, m := range all {
+		wait(t, m.Freed(), "engine instance to be freed")
+		if _, err := m.Forward(context.Background(), in); !errors.Is(err, engine.ErrClosed) {
+			t.Errorf("instance %d after shutdown: %v, want ErrClosed", i, err)
+		}
+	}
 }

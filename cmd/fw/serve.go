@@ -31,7 +31,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	device := ef.String("device", "cpu", "compute device: cpu, cuda or cuda:N")
 	maxBatch := ef.Int("max-batch-size", bdef.MaxBatchRows, "most rows coalesced into one engine call (counted in rows, not requests)")
 	maxDelay := ef.Duration("max-delay", bdef.MaxDelay, "longest a request waits for others to share its engine call; 0 disables waiting")
-	instances := ef.Int("instances", bdef.Instances, "engine calls that may run at once; the CPU threads are split between them")
+	instances := ef.Int("instances", bdef.Instances, "engine instances: the model is loaded this many times (each its own session, so this many times the memory), one batcher worker each, so this many engine calls run at once; the CPU threads are split between them (as Triton's instance groups)")
 	threads := ef.Int("threads", 0, "intra-op threads per engine call (0: available CPUs / instances, honouring cgroup quotas)")
 	maxQueue := ef.Int("max-queue", bdef.MaxQueue, "requests allowed to wait; beyond it the server answers 503 with Retry-After")
 	timeout := ef.Duration("timeout", def.Timeout, "longest a request waits for its result (504 beyond it; its work is dropped)")
@@ -106,10 +106,20 @@ Flags:
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	reg := prometheus.NewRegistry()
+	metrics := httpapi.NewMetrics(reg)
+	// The model's lifecycle owns the slot the server reads: what serves now
+	// and whether it is ready.
+	mh := modelhost.New(modelhost.Config{
+		Path: *model,
+		Engine: withLibraries(engine.Options{Device: engine.Device(*device), Threads: perCall, GraphOptimization: *graphOpt,
+			AllowNonFinite: *allowNonFinite, Spin: *spin}),
+		Batcher:    batcher.Config{MaxBatchRows: *maxBatch, MaxDelay: *maxDelay, Instances: *instances, MaxQueue: *maxQueue},
+		SkipWarmup: *noWarmup,
+	}, metrics, log)
 	srv := httpapi.New(base, httpapi.Config{
 		MaxBodyBytes: *maxBody, MaxRows: *maxRows, MaxImagePixels: *maxPixels, Timeout: *timeout,
 		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts,
-	}, log, reg, reg)
+	}, mh, metrics, log, reg)
 	hs := &fasthttp.Server{
 		Handler:                      srv.Handler,
 		Name:                         "fw",
@@ -126,21 +136,14 @@ Flags:
 	url := "http://" + ln.Addr().String()
 	log.Info("listening", "url", url, "model", *model)
 
-	host2 := modelhost.New(modelhost.Config{
-		Path: *model,
-		Engine: withLibraries(engine.Options{Device: engine.Device(*device), Threads: perCall, GraphOptimization: *graphOpt,
-			AllowNonFinite: *allowNonFinite, Spin: *spin}),
-		Batcher:    batcher.Config{MaxBatchRows: *maxBatch, MaxDelay: *maxDelay, Instances: *instances, MaxQueue: *maxQueue},
-		SkipWarmup: *noWarmup,
-	}, srv, log)
-	if err := host2.Start(ctx); err != nil {
+	if err := mh.Start(ctx); err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		hs.Shutdown()
 		return 1
 	}
 	fmt.Fprintf(stdout, "fw serve: %s ready on %s (docs: %s/docs)\n", srv.Current().Model.Name(), url, url)
 	if *watch {
-		go host2.Watch(base, *watchEvery)
+		go mh.Watch(base, *watchEvery)
 	}
 
 	select {
@@ -152,7 +155,7 @@ Flags:
 		}
 	}
 	log.Info("shutting down: draining in-flight requests", "drain_delay", *drainDelay, "timeout", *shutdownTimeout)
-	host2.BeginShutdown() // from here no reload makes /health 200 again
+	mh.BeginShutdown() // from here no reload makes /health 200 again
 	if *drainDelay > 0 {
 		time.Sleep(*drainDelay)
 	}
@@ -163,7 +166,7 @@ Flags:
 		log.Warn("shutdown: connections still open at the deadline", "err", err)
 		code = 1
 	}
-	if err := host2.Shutdown(sctx, *shutdownTimeout); err != nil {
+	if err := mh.Shutdown(sctx, *shutdownTimeout); err != nil {
 		log.Warn("shutdown: the model did not drain in time", "err", err)
 		code = 1
 	}
