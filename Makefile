@@ -38,7 +38,7 @@ sysdeps: ## the system packages (apt) the tests and demo need: installs the miss
 # `make test` and `make demo` check the system packages before any long step
 # (Go modules, ONNX Runtime, the venv, npm), also under make -j.
 ifneq ($(filter test demo,$(MAKECMDGOALS)),)
-gomod $(ORT_LIB) httpapi/docsui/dist/swagger-ui-bundle.js $(FW_VENV)/.fw-requirements.sha256 $(WEB_DEPS): | sysdeps
+gomod $(ORT_LIB) internal/docsite/ui/dist/swagger-ui-bundle.js $(FW_VENV)/.fw-requirements.sha256 $(WEB_DEPS): | sysdeps
 endif
 
 setup: gomod ort swagger-ui venv shim web-deps ## install everything: Go modules, ONNX Runtime, Swagger UI, .venv with torch, the libtorch shim, the web UI's npm packages
@@ -52,8 +52,8 @@ $(ORT_LIB): scripts/fetch-ort.sh
 	@echo "==> ONNX Runtime C library (npm onnxruntime-node, checksum-verified)"
 	@bash scripts/fetch-ort.sh
 
-swagger-ui: httpapi/docsui/dist/swagger-ui-bundle.js
-httpapi/docsui/dist/swagger-ui-bundle.js: scripts/fetch-swagger-ui.sh
+swagger-ui: internal/docsite/ui/dist/swagger-ui-bundle.js
+internal/docsite/ui/dist/swagger-ui-bundle.js: scripts/fetch-swagger-ui.sh
 	@echo "==> Swagger UI (npm swagger-ui-dist, checksum-verified) for /docs"
 	@bash scripts/fetch-swagger-ui.sh
 
@@ -85,7 +85,7 @@ $(WEB_DIST): $(WEB_SOURCES) $(WEB_SCHEMA) | $(WEB_DEPS)
 	@cd web && npx --no-install tsc -b && npx --no-install vite build --logLevel warn
 
 build: bin/fw ## build bin/fw (with the web UI embedded)
-bin/fw: $(GO_SOURCES) httpapi/openapi.json $(wildcard httpapi/docsui/*.html) $(WEB_DIST) | swagger-ui
+bin/fw: $(GO_SOURCES) httpapi/openapi.json $(wildcard internal/docsite/ui/*.html) $(WEB_DIST) | swagger-ui
 	@echo "==> go build bin/fw"
 	@$(GO) build $(GOFLAGS_BUILD) -o bin/fw ./cmd/fw
 

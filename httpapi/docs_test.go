@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/fw-serve/fw/internal/oasdoc"
@@ -306,7 +305,7 @@ type testServer struct {
 func newTestServer(t *testing.T, cfg Config) *testServer {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	s := New(context.Background(), cfg, slog.New(slog.DiscardHandler), reg, reg)
+	s := NewTestServer(context.Background(), cfg, slog.New(slog.DiscardHandler), reg)
 	ln := fasthttputil.NewInmemoryListener()
 	hs := &fasthttp.Server{Handler: s.Handler, StreamRequestBody: true, DisablePreParseMultipartForm: true}
 	go hs.Serve(ln) //nolint:errcheck
@@ -484,7 +483,7 @@ func TestDocsServed(t *testing.T) {
 	if resp.StatusCode() != 302 || !strings.HasSuffix(string(resp.Header.Peek("Location")), "/docs") {
 		t.Errorf("GET /: %d Location %q", resp.StatusCode(), resp.Header.Peek("Location"))
 	}
-	if defaultDocs().bundled {
+	if defaultDocs().Bundled() {
 		t.Log("Swagger UI is embedded")
 		resp = ts.get(t, "/docs")
 		if !bytes.Contains(resp.Body(), []byte(`src="/docs/swagger-ui-bundle.js"`)) {
@@ -520,7 +519,7 @@ func TestDocsTraversal(t *testing.T) {
 	ts := newTestServer(t, Config{})
 	for _, target := range []string{
 		"/docs/../server.go", "/docs/%2e%2e/x", "/docs/%2e%2e/server.go", "/docs/..%2fserver.go", "/docs/%2e%2e%2fdocs.go",
-		"/docs/..%5cdocs.go", "/docs/dist/README.md", "/docs/docsui/index.html", "/docs/%2fetc%2fpasswd", "/docs//etc/passwd",
+		"/docs/..%5cdocs.go", "/docs/dist/README.md", "/docs/docsui/index.html", "/docs/ui/index.html", "/docs/ui/dist/README.md", "/docs/%2fetc%2fpasswd", "/docs//etc/passwd",
 		"/docs/./../docs.go", "/docs/.%2e/docs.go", "/docs/nope.js", "/docs/.hidden",
 	} {
 		resp := ts.get(t, target)
@@ -537,131 +536,6 @@ func TestDocsTraversal(t *testing.T) {
 		resp := ts.get(t, target)
 		if bytes.Contains(resp.Body(), []byte("package httpapi")) || resp.StatusCode() >= 500 {
 			t.Errorf("GET %s: %d %.100s", target, resp.StatusCode(), resp.Body())
-		}
-	}
-	// The asset lookup itself refuses anything but a plain existing name,
-	// whatever the router lets through.
-	d := newDocsSite(fstest.MapFS{
-		"swagger-ui-bundle.js": {Data: []byte("js")}, "swagger-ui.css": {Data: []byte("css")},
-		".hidden": {Data: []byte("x")}, "sub/file.js": {Data: []byte("x")},
-	}, docsPages, openAPIJSON)
-	for _, name := range []string{"", ".", "..", "../docs.go", "../../etc/passwd", "/etc/passwd", "sub/file.js", "sub", ".hidden", `..\docs.go`, "a\x00b", "swagger-ui.css/"} {
-		var ctx fasthttp.RequestCtx
-		d.serveAsset(&ctx, name)
-		if ctx.Response.StatusCode() != 404 {
-			t.Errorf("asset %q: %d, want 404", name, ctx.Response.StatusCode())
-		}
-	}
-}
-
-// TestDocsSite covers both branches of the page and the asset handler with an
-// asset folder given as an fs.FS.
-func TestDocsSite(t *testing.T) {
-	bundle := []byte(strings.Repeat("window.SwaggerUIBundle = function () {};\n", 100))
-	with := newDocsSite(fstest.MapFS{
-		"swagger-ui-bundle.js": {Data: bundle},
-		"swagger-ui.css":       {Data: []byte(".swagger-ui{}")},
-		"LICENSE":              {Data: []byte("Apache License")},
-		"README.md":            {Data: []byte("# placeholder")},
-	}, docsPages, openAPIJSON)
-	without := newDocsSite(fstest.MapFS{"README.md": {Data: []byte("# placeholder")}}, docsPages, openAPIJSON)
-	if !with.bundled || without.bundled {
-		t.Fatalf("bundled: with %v, without %v", with.bundled, without.bundled)
-	}
-
-	page := func(d *docsSite) *fasthttp.RequestCtx {
-		var ctx fasthttp.RequestCtx
-		d.page.write(&ctx)
-		return &ctx
-	}
-	ctx := page(with)
-	body := string(ctx.Response.Body())
-	if ctx.Response.StatusCode() != 200 || string(ctx.Response.Header.ContentType()) != "text/html; charset=utf-8" {
-		t.Fatalf("/docs: %d %s", ctx.Response.StatusCode(), ctx.Response.Header.ContentType())
-	}
-	for _, want := range []string{`src="/docs/swagger-ui-bundle.js"`, `href="/docs/swagger-ui.css"`, `url: "/openapi.json"`, "validatorUrl: null"} {
-		if !strings.Contains(body, want) {
-			t.Errorf("/docs page lacks %s", want)
-		}
-	}
-	if regexp.MustCompile(`(src|href)="https?:`).MatchString(body) {
-		t.Error("/docs page loads something from another host")
-	}
-	ctx = page(without)
-	body = string(ctx.Response.Body())
-	if ctx.Response.StatusCode() != 200 || !strings.HasPrefix(string(ctx.Response.Header.ContentType()), "text/html") {
-		t.Fatalf("/docs without bundle: %d %s", ctx.Response.StatusCode(), ctx.Response.Header.ContentType())
-	}
-	if !strings.Contains(body, "make setup") || !strings.Contains(body, `href="/openapi.json"`) || strings.Contains(body, "swagger-ui-bundle.js") {
-		t.Errorf("/docs without bundle: %s", body)
-	}
-
-	asset := func(d *docsSite, name string, hdr map[string]string) *fasthttp.RequestCtx {
-		var ctx fasthttp.RequestCtx
-		for k, v := range hdr {
-			ctx.Request.Header.Set(k, v)
-		}
-		d.serveAsset(&ctx, name)
-		return &ctx
-	}
-	for name, ct := range map[string]string{
-		"swagger-ui-bundle.js": "text/javascript; charset=utf-8",
-		"swagger-ui.css":       "text/css; charset=utf-8",
-		"LICENSE":              "text/plain; charset=utf-8",
-	} {
-		ctx := asset(with, name, nil)
-		if ctx.Response.StatusCode() != 200 || string(ctx.Response.Header.ContentType()) != ct {
-			t.Errorf("%s: %d %s, want 200 %s", name, ctx.Response.StatusCode(), ctx.Response.Header.ContentType(), ct)
-		}
-		if cc := string(ctx.Response.Header.Peek("Cache-Control")); cc != docsAssetCacheControl {
-			t.Errorf("%s: Cache-Control %q", name, cc)
-		}
-		if string(ctx.Response.Header.Peek("X-Content-Type-Options")) != "nosniff" {
-			t.Errorf("%s: no nosniff", name)
-		}
-	}
-	ctx = asset(with, "swagger-ui-bundle.js", nil)
-	if !bytes.Equal(ctx.Response.Body(), bundle) {
-		t.Error("bundle body differs")
-	}
-	etag := string(ctx.Response.Header.Peek("ETag"))
-	if ctx = asset(with, "swagger-ui-bundle.js", map[string]string{"If-None-Match": etag}); ctx.Response.StatusCode() != 304 {
-		t.Errorf("If-None-Match: %d", ctx.Response.StatusCode())
-	}
-	ctx = asset(with, "swagger-ui-bundle.js", map[string]string{"Accept-Encoding": "gzip, deflate"})
-	if string(ctx.Response.Header.Peek("Content-Encoding")) != "gzip" {
-		t.Fatal("the bundle is not gzipped")
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(ctx.Response.Body()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := io.ReadAll(zr); !bytes.Equal(b, bundle) {
-		t.Error("gzipped bundle differs")
-	}
-	for _, name := range []string{"swagger-ui-bundle.js", "swagger-ui.css", "index.html", "missing.html"} {
-		ctx := asset(without, name, nil)
-		if ctx.Response.StatusCode() != 404 {
-			t.Errorf("without bundle, %s: %d, want 404", name, ctx.Response.StatusCode())
-		}
-		var e struct{ Error APIError }
-		if json.Unmarshal(ctx.Response.Body(), &e) != nil || e.Error.Code != CodeNotFound {
-			t.Errorf("without bundle, %s: body %s", name, ctx.Response.Body())
-		}
-	}
-}
-
-// The embedded asset folder never holds more than the fetch script puts
-// there (a stray file would be served).
-func TestDocsEmbeddedFiles(t *testing.T) {
-	allowed := []string{"README.md", "swagger-ui-bundle.js", "swagger-ui.css", "LICENSE", "NOTICE", "swagger-ui-bundle.js.LICENSE.txt"}
-	entries, err := docsDist.ReadDir("docsui/dist")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if !slices.Contains(allowed, e.Name()) {
-			t.Errorf("docsui/dist holds %s, which scripts/fetch-swagger-ui.sh does not put there", e.Name())
 		}
 	}
 }

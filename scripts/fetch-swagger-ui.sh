@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Puts the Swagger UI assets that `fw serve` embeds for GET /docs into
-# httpapi/docsui/dist (git-ignored except its README.md). They come from the
+# Puts the Swagger UI assets that fw embeds for GET /docs (the model server's
+# and the dashboard's, both through internal/docsite) into
+# internal/docsite/ui/dist (git-ignored except its README.md). They come from the
 # npm package swagger-ui-dist, pinned and checksum-verified; the tarball is
 # only unpacked (no install scripts run) and only these files are taken:
 #   swagger-ui-bundle.js, swagger-ui.css            the UI
@@ -20,7 +21,7 @@ files_sha256="e6a898692f2d768e807c3ba4626068a69a2c5dd960dd6c76f3e4d3a3de180af2  
 cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30  LICENSE
 0d20d1adef18aee3f40dd258172155521ce702ac445cb5f7b7d60ed32dad2fb2  NOTICE
 37eb6e7e59aed57b2c1acf076574b818ea07b74265717e0bd67b59e0baf9abbb  swagger-ui-bundle.js.LICENSE.txt"
-dest=$root/httpapi/docsui/dist
+dest=$root/internal/docsite/ui/dist
 cache=${FW_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fw}
 tgz=$cache/swagger-ui-dist-$version.tgz
 

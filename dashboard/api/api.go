@@ -12,7 +12,6 @@ import (
 	"github.com/fw-serve/fw/dashboard/jobs"
 	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/stream"
-	"github.com/fw-serve/fw/httpapi"
 	"github.com/fw-serve/fw/internal/hostguard"
 	"io"
 	"log/slog"
@@ -24,6 +23,7 @@ import (
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/sysinfo"
 	"github.com/fw-serve/fw/dashboard/webui"
+	"github.com/fw-serve/fw/internal/docsite"
 	"github.com/valyala/fasthttp"
 )
 
@@ -64,7 +64,7 @@ type Server struct {
 	draining atomic.Bool
 	base     context.Context
 	jobs     atomic.Pointer[jobs.Manager] // nil until SetJobs: /api/training answers 503
-	docsSite *httpapi.DocsSite            // /docs and /openapi.json
+	docsSite *docsite.Site                // /docs and /openapi.json
 	// registry is nil until SetRegistry: /api/models answers 503.
 	registry atomic.Pointer[registry.Service]
 

@@ -3,8 +3,9 @@ package api
 import (
 	_ "embed"
 	"io/fs"
+	"strings"
 
-	"github.com/fw-serve/fw/httpapi"
+	"github.com/fw-serve/fw/internal/docsite"
 	"github.com/valyala/fasthttp"
 )
 
@@ -15,10 +16,10 @@ import (
 var openAPIJSON []byte
 
 // newDocsSite serves /docs, /docs/<asset> and /openapi.json with the Swagger
-// UI that httpapi embeds (one copy of the assets in the binary), or with
-// assets when not nil (tests).
-func newDocsSite(assets fs.FS) *httpapi.DocsSite {
-	return httpapi.NewDocsSite("fw dashboard: API", openAPIJSON, assets)
+// UI that internal/docsite embeds (one copy of the assets in the binary, shared
+// with the model server), or with assets when not nil (tests).
+func newDocsSite(assets fs.FS) *docsite.Site {
+	return docsite.New("fw dashboard: API", openAPIJSON, assets)
 }
 
 // docs answers GET /openapi.json, /docs, /docs/ and /docs/<asset>, open
@@ -34,6 +35,6 @@ func (s *Server) docs(ctx *fasthttp.RequestCtx, path string) {
 	case "/docs", "/docs/":
 		d.ServePage(ctx)
 	default:
-		d.ServeAsset(ctx)
+		d.ServeAsset(ctx, strings.TrimPrefix(path, "/docs/"))
 	}
 }

@@ -32,6 +32,7 @@ var dashboardRoutes = map[string][]string{
 	"/api/runs/{id}/logs":                   {"get"},
 	"/api/compare":                          {"get"},
 	"/api/system/status":                    {"get"},
+	"/api/system/history":                   {"get"},
 	"/api/training":                         {"get"},
 	"/api/training/recipes":                 {"get"},
 	"/api/training/start":                   {"post"},
@@ -292,7 +293,7 @@ func TestDashboardDocsServed(t *testing.T) {
 	}
 }
 
-// /docs works with and without the Swagger UI bundle (as httpapi's test).
+// /docs works with and without the Swagger UI bundle (as internal/docsite's test).
 func TestDashboardDocsBundle(t *testing.T) {
 	for _, bundled := range []bool{true, false} {
 		assets := fstest.MapFS{"README.md": {Data: []byte("fetch me")}}
