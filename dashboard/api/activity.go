@@ -53,7 +53,7 @@ func (s *Server) activity(ctx *fasthttp.RequestCtx) {
 	}
 	page, err := s.st.ListRuns(s.base, store.ListQuery{Sort: "updated", Desc: true, Limit: limit})
 	if err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	events := runActivity(page.Runs)

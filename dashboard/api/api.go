@@ -295,7 +295,7 @@ func queryInt(ctx *fasthttp.RequestCtx, name string, def, lo, hi int) (int, *Err
 func (s *Server) getRun(ctx *fasthttp.RequestCtx, id string) {
 	r, err := s.st.GetRun(s.base, id)
 	if err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	writeJSON(ctx, 200, r)
@@ -317,7 +317,7 @@ func (s *Server) metrics(ctx *fasthttp.RequestCtx, id string) {
 	}
 	series, err := s.st.Metrics(s.base, id, q)
 	if err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	if series == nil {
@@ -343,7 +343,7 @@ func (s *Server) logs(ctx *fasthttp.RequestCtx, id string) {
 	q.Stream = string(ctx.QueryArgs().Peek("stream"))
 	lines, err := s.st.Logs(s.base, id, q)
 	if err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	if lines == nil {
@@ -360,7 +360,7 @@ func (s *Server) listExperiments(ctx *fasthttp.RequestCtx) {
 	}
 	page, err := s.st.ListExperiments(s.base, q)
 	if err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	if page.Experiments == nil {
@@ -372,7 +372,7 @@ func (s *Server) listExperiments(ctx *fasthttp.RequestCtx) {
 func (s *Server) getExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
 	d, err := s.st.GetExperiment(s.base, idOrName)
 	if err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	writeJSON(ctx, 200, d)
@@ -404,7 +404,7 @@ func (s *Server) createExperiment(ctx *fasthttp.RequestCtx) {
 	}
 	exp, err := s.st.CreateExperiment(s.base, store.ExperimentInput{Name: in.Name, Description: in.Description, Tags: tags})
 	if err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	writeJSON(ctx, 201, exp)

@@ -187,7 +187,7 @@ func (s *Server) compare(ctx *fasthttp.RequestCtx) {
 				writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no run %q; GET /api/experiments/{id}/runs lists the runs", id)))
 				return
 			}
-			writeError(ctx, fromStore(s.log, err))
+			writeError(ctx, fromError(s.log, err))
 			return
 		}
 		runs[id] = r
@@ -219,7 +219,7 @@ func (s *Server) compare(ctx *fasthttp.RequestCtx) {
 		}
 		series, err := s.st.Metrics(s.base, id, store.MetricsQuery{Keys: have, MaxPoints: maxPoints})
 		if err != nil {
-			writeError(ctx, fromStore(s.log, err))
+			writeError(ctx, fromError(s.log, err))
 			return
 		}
 		for _, se := range series {

@@ -84,7 +84,7 @@ func splitTags(in map[string]*string) (map[string]string, []string) {
 func (s *Server) experimentID(idOrName string) (string, *Error) {
 	d, err := s.st.GetExperiment(s.base, idOrName)
 	if err != nil {
-		return "", fromStore(s.log, err)
+		return "", fromError(s.log, err)
 	}
 	return d.ID, nil
 }
@@ -111,7 +111,7 @@ func (s *Server) patchExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
 	p.Tags, p.DeleteTags = splitTags(in.Tags)
 	exp, err := s.st.UpdateExperiment(s.base, id, p)
 	if err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	writeJSON(ctx, 200, exp)
@@ -126,7 +126,7 @@ func (s *Server) deleteExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
 		return
 	}
 	if err := s.st.DeleteExperiment(s.base, id); err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	writeJSON(ctx, 200, map[string]any{"id": id, "deleted": true})
@@ -136,7 +136,7 @@ func (s *Server) deleteExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
 func (s *Server) experimentRuns(ctx *fasthttp.RequestCtx, idOrName string) {
 	// An unknown experiment is a 404, not an empty page.
 	if _, err := s.st.GetExperiment(s.base, idOrName); err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	s.runPage(ctx, idOrName)
@@ -153,7 +153,7 @@ func (s *Server) runPage(ctx *fasthttp.RequestCtx, experiment string) {
 	q.Experiment = experiment
 	page, err := s.st.ListRuns(s.base, q)
 	if err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	if page.Runs == nil {
@@ -176,7 +176,7 @@ func (s *Server) patchRun(ctx *fasthttp.RequestCtx, id string) {
 	p.Tags, p.DeleteTags = splitTags(in.Tags)
 	r, err := s.st.UpdateRun(s.base, id, p)
 	if err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	writeJSON(ctx, 200, r)
@@ -186,7 +186,7 @@ func (s *Server) patchRun(ctx *fasthttp.RequestCtx, id string) {
 // logs, checkpoints and artifacts.
 func (s *Server) deleteRun(ctx *fasthttp.RequestCtx, id string) {
 	if err := s.st.DeleteRun(s.base, id); err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	writeJSON(ctx, 200, map[string]any{"id": id, "deleted": true})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/fw-serve/fw/dashboard/fault"
 	"github.com/fw-serve/fw/dashboard/query"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/internal/apierror"
@@ -32,46 +33,51 @@ func apiErr(status int, code, msg string) *Error {
 	return apierror.New(status, code, msg, nil)
 }
 
-// storeStatus maps a store error code to its HTTP status.
-func storeStatus(code store.Code) int {
-	switch code {
-	case store.CodeNotFound:
+// statusOf maps what went wrong to its HTTP status: the one place where the
+// errors of the dashboard's packages (store, jobs, registry: all
+// fault.Error) meet HTTP.
+func statusOf(k fault.Kind) int {
+	switch k {
+	case fault.BadRequest:
+		return fasthttp.StatusBadRequest
+	case fault.Unprocessable:
+		return fasthttp.StatusUnprocessableEntity
+	case fault.NotFound:
 		return fasthttp.StatusNotFound
-	case store.CodeConflict, store.CodeRunConflict, store.CodeParamConflict, store.CodeInvalidTransition:
+	case fault.Conflict:
 		return fasthttp.StatusConflict
-	case store.CodeBatchTooLarge:
+	case fault.TooLarge:
 		return fasthttp.StatusRequestEntityTooLarge
-	case store.CodeClosed:
+	case fault.Unavailable:
 		return fasthttp.StatusServiceUnavailable
-	case "":
-		return fasthttp.StatusInternalServerError
 	}
-	return fasthttp.StatusBadRequest
+	return fasthttp.StatusInternalServerError
 }
 
-// fromStore turns a store error into the error shape; errors without a code
-// are logged and reported as internal without their text.
-func fromStore(log *slog.Logger, err error) *Error {
-	var se *store.Error
-	if errors.As(err, &se) {
-		if se.Code == store.CodeClosed {
-			return apiErr(fasthttp.StatusServiceUnavailable, CodeUnavailable, "the dashboard is shutting down; retry against the next instance")
-		}
-		status := storeStatus(se.Code)
-		if se.Err == nil || status >= 500 {
-			return apiErr(status, string(se.Code), se.Msg)
-		}
+// fromError turns an error of the dashboard's packages into the error shape
+// with the status its Kind means. Errors without a fault.Error, and internal
+// ones, are logged and reported without their text.
+func fromError(log *slog.Logger, err error) *Error {
+	fe := fault.As(err)
+	if fe == nil || fe.Kind == fault.Internal {
+		log.Error("dashboard failure", "err", err)
+		return apiErr(fasthttp.StatusInternalServerError, CodeInternal, "the dashboard failed on this request; see its log")
+	}
+	if fe.Code == store.CodeClosed {
+		return apiErr(fasthttp.StatusServiceUnavailable, CodeUnavailable, "the dashboard is shutting down; retry against the next instance")
+	}
+	status, msg := statusOf(fe.Kind), fe.Msg
+	if fe.Err != nil && fe.Kind == fault.BadRequest {
 		// A refused request: the cause says how to fix it ("filter: expected
 		// ')' at column 23"); a filter or sort error also carries its column.
 		var qe *query.Error
-		if errors.As(se.Err, &qe) {
-			return apierror.New(status, string(se.Code), se.Msg+": "+se.Err.Error(),
-				map[string]any{"field": se.Msg, "column": qe.Column, "reason": qe.Msg})
+		if errors.As(fe.Err, &qe) {
+			return apierror.New(status, string(fe.Code), fe.Msg+": "+fe.Err.Error(),
+				map[string]any{"field": fe.Msg, "column": qe.Column, "reason": qe.Msg})
 		}
-		return apiErr(status, string(se.Code), se.Msg+": "+se.Err.Error())
+		msg += ": " + fe.Err.Error()
 	}
-	log.Error("store failure", "err", err)
-	return apiErr(fasthttp.StatusInternalServerError, CodeInternal, "the store failed; see the dashboard's log")
+	return apierror.New(status, string(fe.Code), msg, fe.Details)
 }
 
 func writeError(ctx *fasthttp.RequestCtx, e *Error) { apierror.Write(ctx, e) }

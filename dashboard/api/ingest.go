@@ -59,7 +59,7 @@ func (s *Server) ingest(ctx *fasthttp.RequestCtx) {
 				err, store.MaxBatchEvents, store.MaxBatchValues)))
 			return
 		}
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	writeJSON(ctx, 200, res)

@@ -43,7 +43,7 @@ func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []st
 			if s.allow(ctx, method, "DELETE") {
 				d, err := r.StopDeployment(s.base, parts[1])
 				if err != nil {
-					writeError(ctx, s.registryError(err))
+					writeError(ctx, fromError(s.log, err))
 					return
 				}
 				writeJSON(ctx, 200, d)
@@ -71,7 +71,7 @@ func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []st
 			}
 			j, err := r.StartExport(s.base, req)
 			if err != nil {
-				writeError(ctx, s.registryError(err))
+				writeError(ctx, fromError(s.log, err))
 				return
 			}
 			writeJSON(ctx, 202, map[string]any{"id": j.ID, "state": j.State, "job": j})
@@ -103,7 +103,7 @@ func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []st
 			}
 			d, err := r.Deploy(s.base, parts[1], req)
 			if err != nil {
-				writeError(ctx, s.registryError(err))
+				writeError(ctx, fromError(s.log, err))
 				return
 			}
 			writeJSON(ctx, 201, d)
@@ -118,13 +118,13 @@ func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []st
 		case "GET", "HEAD":
 			ver, err := r.Reg.Resolve(parts[1], parts[3])
 			if err != nil {
-				writeError(ctx, s.registryError(err))
+				writeError(ctx, fromError(s.log, err))
 				return
 			}
 			writeJSON(ctx, 200, ver)
 		case "DELETE":
 			if err := r.Reg.Delete(parts[1], v); err != nil {
-				writeError(ctx, s.registryError(err))
+				writeError(ctx, fromError(s.log, err))
 				return
 			}
 			writeJSON(ctx, 200, map[string]any{"deleted": parts[1], "version": v})
@@ -145,7 +145,7 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, r *registry.Service, method, na
 	case "GET", "HEAD":
 		m, err := r.Reg.Get(name)
 		if err != nil {
-			writeError(ctx, s.registryError(err))
+			writeError(ctx, fromError(s.log, err))
 			return
 		}
 		writeJSON(ctx, 200, m)
@@ -166,13 +166,13 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, r *registry.Service, method, na
 		}
 		m, err := r.Reg.SetAliases(name, aliases)
 		if err != nil {
-			writeError(ctx, s.registryError(err))
+			writeError(ctx, fromError(s.log, err))
 			return
 		}
 		writeJSON(ctx, 200, m)
 	case "DELETE":
 		if err := r.Reg.Delete(name, 0); err != nil {
-			writeError(ctx, s.registryError(err))
+			writeError(ctx, fromError(s.log, err))
 			return
 		}
 		writeJSON(ctx, 200, map[string]any{"deleted": name})
@@ -225,7 +225,7 @@ func (s *Server) registerModel(ctx *fasthttp.RequestCtx, r *registry.Service) {
 		}
 		v, err := r.RegisterCheckpoint(s.base, in.Name, in.RunID, in.Checkpoint)
 		if err != nil {
-			writeError(ctx, s.registryError(err))
+			writeError(ctx, fromError(s.log, err))
 			return
 		}
 		writeJSON(ctx, 201, map[string]any{"name": in.Name, "version": v})
@@ -237,7 +237,7 @@ func (s *Server) registerModel(ctx *fasthttp.RequestCtx, r *registry.Service) {
 	}
 	tmp, err := r.TempFile()
 	if err != nil {
-		writeError(ctx, s.registryError(err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	defer os.Remove(tmp.Name())
@@ -283,12 +283,12 @@ func (s *Server) registerModel(ctx *fasthttp.RequestCtx, r *registry.Service) {
 		return
 	}
 	if err := tmp.Close(); err != nil {
-		writeError(ctx, s.registryError(err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	v, err := r.Upload(s.base, name, tmp.Name(), filename)
 	if err != nil {
-		writeError(ctx, s.registryError(err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	writeJSON(ctx, 201, map[string]any{"name": name, "version": v})
@@ -303,21 +303,4 @@ func copyUpload(dst io.Writer, src io.Reader) *Error {
 		return apiErr(413, CodeTooLarge, fmt.Sprintf("the model file is larger than %d bytes", MaxModelUploadBytes))
 	}
 	return nil
-}
-
-// registryError maps a registry error to the error shape.
-func (s *Server) registryError(err error) *Error {
-	var re *registry.Error
-	if errors.As(err, &re) {
-		switch re.Kind {
-		case registry.KindNotFound:
-			return apiErr(404, CodeNotFound, re.Msg)
-		case registry.KindConflict:
-			return apiErr(409, "conflict", re.Msg)
-		case registry.KindBadFile:
-			return apierror.New(422, re.Code, re.Msg, nil)
-		}
-		return apierror.New(422, "invalid_argument", re.Msg, nil)
-	}
-	return fromStore(s.log, err)
 }

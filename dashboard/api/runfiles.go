@@ -30,12 +30,12 @@ func (s *Server) artifacts(ctx *fasthttp.RequestCtx, id string) {
 // writeRunList answers {"run_id", name: list} for a known run, [] when empty.
 func writeRunList[T any](s *Server, ctx *fasthttp.RequestCtx, id, name string, list func(context.Context, string) ([]T, error)) {
 	if _, err := s.st.GetRun(s.base, id); err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	items, err := list(s.base, id)
 	if err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	if items == nil {
@@ -80,7 +80,7 @@ func (s *Server) runFile(ctx *fasthttp.RequestCtx, id, kind, rel string) {
 		return
 	}
 	if _, err := s.st.GetRun(s.base, id); err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	var listed bool
@@ -91,7 +91,7 @@ func (s *Server) runFile(ctx *fasthttp.RequestCtx, id, kind, rel string) {
 		listed, err = isListed(s.base, id, rel, s.st.Artifacts, func(a store.Artifact) string { return a.Path })
 	}
 	if err != nil {
-		writeError(ctx, fromStore(s.log, err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	if !listed {

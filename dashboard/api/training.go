@@ -3,11 +3,9 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/fw-serve/fw/dashboard/jobs"
-	"github.com/fw-serve/fw/internal/apierror"
 	"github.com/valyala/fasthttp"
 )
 
@@ -49,7 +47,7 @@ func (s *Server) training(ctx *fasthttp.RequestCtx, method string, parts []strin
 		if s.allow(ctx, method, "POST") {
 			info, err := m.Stop(s.base, parts[1])
 			if err != nil {
-				writeError(ctx, s.jobError(err))
+				writeError(ctx, fromError(s.log, err))
 				return
 			}
 			writeJSON(ctx, 202, info)
@@ -74,26 +72,8 @@ func (s *Server) startJob(ctx *fasthttp.RequestCtx, m *jobs.Manager) {
 	}
 	info, err := m.Start(s.base, req)
 	if err != nil {
-		writeError(ctx, s.jobError(err))
+		writeError(ctx, fromError(s.log, err))
 		return
 	}
 	writeJSON(ctx, 202, map[string]any{"id": info.RunID, "status": info.State, "job": info})
-}
-
-func (s *Server) jobError(err error) *Error {
-	var je *jobs.Error
-	if errors.As(err, &je) {
-		switch je.Kind {
-		case jobs.KindNotFound:
-			return apiErr(404, CodeNotFound, je.Msg)
-		case jobs.KindConflict:
-			return apiErr(409, "conflict", je.Msg)
-		}
-		var details any
-		if len(je.Details) > 0 {
-			details = je.Details
-		}
-		return apierror.New(422, "invalid_params", je.Msg, details)
-	}
-	return fromStore(s.log, err)
 }

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/fault"
 	"github.com/fw-serve/fw/dashboard/store"
 )
 
@@ -31,25 +32,19 @@ const (
 	StateExited   = "exited"
 )
 
-// Kind classifies a manager error for the HTTP edge.
-type Kind int
+// Error is a refused request: the dashboard's one error type. Bad params are
+// fault.Unprocessable with code "invalid_params" and the problems as
+// Details; a missing recipe, run, checkpoint or job is fault.NotFound; a
+// clash with a running job or a shutdown is fault.Conflict.
+type Error = fault.Error
 
-// Error kinds.
-const (
-	KindInvalid  Kind = iota // 422
-	KindNotFound             // 404
-	KindConflict             // 409
-)
-
-// Error is a refused request.
-type Error struct {
-	Kind    Kind
-	Msg     string
-	Details []string
-	code    store.Code // the store's code, when the store refused an event
+func notFound(format string, a ...any) error {
+	return fault.Newf(fault.NotFound, store.CodeNotFound, format, a...)
 }
 
-func (e *Error) Error() string { return e.Msg }
+func conflict(format string, a ...any) error {
+	return fault.Newf(fault.Conflict, store.CodeConflict, format, a...)
+}
 
 // Config configures a Manager.
 type Config struct {
@@ -174,7 +169,11 @@ func (m *Manager) Get(runID string) (Info, bool) {
 }
 
 func invalid(msg string, details ...string) error {
-	return &Error{Kind: KindInvalid, Msg: msg, Details: details}
+	e := fault.New(fault.Unprocessable, "invalid_params", msg)
+	if len(details) > 0 {
+		e.Details = details
+	}
+	return e
 }
 
 // Start validates req, creates the run (status queued) and starts or queues
@@ -221,7 +220,7 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (Info, error) {
 			found = found || c.Path == ref.Checkpoint
 		}
 		if !found {
-			return Info{}, &Error{Kind: KindNotFound, Msg: fmt.Sprintf("run %s has no checkpoint %q; GET /api/runs/%s lists its checkpoints", ref.RunID, ref.Checkpoint, ref.RunID)}
+			return Info{}, notFound("run %s has no checkpoint %q; GET /api/runs/%s lists its checkpoints", ref.RunID, ref.Checkpoint, ref.RunID)
 		}
 		ckptPath = filepath.Join(m.cfg.CheckpointDir, ref.RunID, filepath.FromSlash(ref.Checkpoint))
 		if req.Recipe == "" {
@@ -233,7 +232,7 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (Info, error) {
 	}
 	r, ok := m.recipes[req.Recipe]
 	if !ok {
-		return Info{}, &Error{Kind: KindNotFound, Msg: fmt.Sprintf("no recipe %q; GET /api/training/recipes lists them (user recipes come from the FW_RECIPES file)", req.Recipe)}
+		return Info{}, notFound("no recipe %q; GET /api/training/recipes lists them (user recipes come from the FW_RECIPES file)", req.Recipe)
 	}
 	if req.Experiment == "" {
 		return Info{}, invalid("experiment is required")
@@ -301,17 +300,17 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (Info, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return Info{}, &Error{Kind: KindConflict, Msg: "the dashboard is shutting down"}
+		return Info{}, conflict("the dashboard is shutting down")
 	}
 	if old := m.jobs[id]; old != nil && !old.exited() {
 		m.mu.Unlock()
-		return Info{}, &Error{Kind: KindConflict, Msg: fmt.Sprintf("run %s still has a training job (%s); stop it or wait for it to end before resuming", id, old.State)}
+		return Info{}, conflict("run %s still has a training job (%s); stop it or wait for it to end before resuming", id, old.State)
 	}
 	m.mu.Unlock()
 	if err := m.apply(ctx, j, ev); err != nil {
-		var se *Error
-		if resume && errors.As(err, &se) && se.code == store.CodeInvalidTransition {
-			se.Kind = KindConflict // resumed meanwhile, or still running
+		var ee *store.EventError
+		if se := fault.As(err); resume && se != nil && errors.As(err, &ee) && ee.Code == store.CodeInvalidTransition {
+			se.Kind, se.Code = fault.Conflict, store.CodeConflict // resumed meanwhile, or still running
 		}
 		return Info{}, err
 	}
@@ -336,7 +335,7 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (Info, error) {
 // of another recipe, experiment or name than the run's.
 func (m *Manager) resumable(r store.Run, req StartRequest) error {
 	if !r.Status.Terminal() {
-		return &Error{Kind: KindConflict, Msg: fmt.Sprintf("run %s is %s; only a finished, failed or stopped run can be resumed (POST /api/training/%s/stop first)", r.ID, r.Status, r.ID)}
+		return conflict("run %s is %s; only a finished, failed or stopped run can be resumed (POST /api/training/%s/stop first)", r.ID, r.Status, r.ID)
 	}
 	if req.Recipe != "" && req.Recipe != r.Source.Recipe {
 		return invalid(fmt.Sprintf("run %s was trained by recipe %q, not %q; resume_from continues the same run (fork_from starts a new one)", r.ID, r.Source.Recipe, req.Recipe))
@@ -373,11 +372,11 @@ func (m *Manager) apply(ctx context.Context, j *job, ev store.Event) error {
 	}
 	if len(res.Errors) > 0 {
 		e := res.Errors[0]
-		kind := KindInvalid
+		kind, code := fault.Unprocessable, fault.Code("invalid_params")
 		if e.Code == store.CodeNotFound || e.Code == store.CodeUnknownRun {
-			kind = KindNotFound
+			kind, code = fault.NotFound, store.CodeNotFound
 		}
-		return &Error{Kind: kind, Msg: fmt.Sprintf("the store refused the %s event: %s: %s", ev.Type, e.Code, e.Msg), code: e.Code}
+		return &Error{Kind: kind, Code: code, Msg: fmt.Sprintf("the store refused the %s event: %s: %s", ev.Type, e.Code, e.Msg), Err: &e}
 	}
 	return nil
 }
@@ -551,7 +550,7 @@ func (m *Manager) Stop(ctx context.Context, runID string) (Info, error) {
 	j, ok := m.jobs[runID]
 	if !ok {
 		m.mu.Unlock()
-		return Info{}, &Error{Kind: KindNotFound, Msg: fmt.Sprintf("no training job %s started by this dashboard; GET /api/training lists them", runID)}
+		return Info{}, notFound("no training job %s started by this dashboard; GET /api/training lists them", runID)
 	}
 	switch j.State {
 	case StateQueued:
@@ -589,7 +588,7 @@ func (m *Manager) Wait(ctx context.Context, runID string) error {
 	j, ok := m.jobs[runID]
 	m.mu.Unlock()
 	if !ok {
-		return &Error{Kind: KindNotFound, Msg: "no such job"}
+		return notFound("no such job")
 	}
 	select {
 	case <-j.done:

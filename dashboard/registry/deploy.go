@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fw-serve/fw/dashboard/fault"
 )
 
 // Deployment states.
@@ -273,7 +275,7 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	for _, x := range d.deps {
 		if x.State == DeployRunning && x.Port == req.Port {
 			d.mu.Unlock()
-			return nil, &Error{Kind: KindConflict, Msg: fmt.Sprintf("port %d is already used by deployment %s (%s version %d); choose another port or DELETE /api/deployments/%s", req.Port, x.ID, x.Model, x.Version, x.ID)}
+			return nil, conflict("port %d is already used by deployment %s (%s version %d); choose another port or DELETE /api/deployments/%s", req.Port, x.ID, x.Model, x.Version, x.ID)
 		}
 	}
 	d.n++
@@ -282,7 +284,7 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, &Error{Kind: KindConflict, Msg: fmt.Sprintf("port %d on 127.0.0.1 is in use by another process; choose another port", req.Port)}
+		return nil, conflict("port %d on 127.0.0.1 is in use by another process; choose another port", req.Port)
 	}
 	ln.Close()
 
@@ -323,9 +325,9 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 		case <-done:
 			msg := lastLines(readTail(logPath), 5)
 			if strings.Contains(msg, "address already in use") || strings.Contains(msg, "in use") {
-				return nil, &Error{Kind: KindConflict, Msg: fmt.Sprintf("port %d is in use: %s", req.Port, msg)}
+				return nil, conflict("port %d is in use: %s", req.Port, msg)
 			}
-			return nil, &Error{Kind: KindBadFile, Code: "deploy_failed", Msg: "fw serve exited before it was ready: " + msg}
+			return nil, fault.New(fault.Unprocessable, "deploy_failed", "fw serve exited before it was ready: "+msg)
 		case <-ctx.Done():
 			_ = signalGroup(dep.PID, sigKill)
 			return nil, ctx.Err()
@@ -334,7 +336,7 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 		if time.Now().After(deadline) {
 			_ = signalGroup(dep.PID, sigKill)
 			<-done
-			return nil, &Error{Kind: KindBadFile, Code: "deploy_failed", Msg: fmt.Sprintf("fw serve was not ready within %s: %s", s.cfg.ReadyTimeout, lastLines(readTail(logPath), 5))}
+			return nil, fault.New(fault.Unprocessable, "deploy_failed", fmt.Sprintf("fw serve was not ready within %s: %s", s.cfg.ReadyTimeout, lastLines(readTail(logPath), 5)))
 		}
 	}
 	d.mu.Lock()

@@ -24,35 +24,26 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/fault"
 	"github.com/fw-serve/fw/engine"
 )
 
-// Kind classifies a refused request for the HTTP edge.
-type Kind int
-
-// Error kinds.
-const (
-	KindInvalid  Kind = iota // 422
-	KindNotFound             // 404
-	KindConflict             // 409
-	KindBadFile              // 422, the code is the engine's load error code
-)
-
-// Error is a refused request.
-type Error struct {
-	Kind Kind
-	Code string // for KindBadFile: engine.LoadError.Code
-	Msg  string
-}
-
-func (e *Error) Error() string { return e.Msg }
+// Error is a refused request: the dashboard's one error type. An invalid
+// name or request is fault.Unprocessable "invalid_argument"; a file that is
+// not a model fault.Unprocessable with the engine's load error code; a
+// missing model or version fault.NotFound; a taken port fault.Conflict.
+type Error = fault.Error
 
 func invalid(format string, a ...any) error {
-	return &Error{Kind: KindInvalid, Msg: fmt.Sprintf(format, a...)}
+	return fault.Newf(fault.Unprocessable, "invalid_argument", format, a...)
 }
 
 func notFound(format string, a ...any) error {
-	return &Error{Kind: KindNotFound, Msg: fmt.Sprintf(format, a...)}
+	return fault.Newf(fault.NotFound, "not_found", format, a...)
+}
+
+func conflict(format string, a ...any) error {
+	return fault.Newf(fault.Conflict, "conflict", format, a...)
 }
 
 // FormatCheckpoint marks a version that references a run's checkpoint; it
@@ -306,9 +297,9 @@ func badFile(err error) error {
 		if le.Hint != "" {
 			msg += ". Hint: " + le.Hint
 		}
-		return &Error{Kind: KindBadFile, Code: le.Code, Msg: msg}
+		return fault.New(fault.Unprocessable, fault.Code(le.Code), msg)
 	}
-	return &Error{Kind: KindBadFile, Code: engine.CodeEngine, Msg: err.Error()}
+	return fault.New(fault.Unprocessable, fault.Code(engine.CodeEngine), err.Error())
 }
 
 func ext(format string) string {

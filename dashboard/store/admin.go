@@ -15,13 +15,13 @@ import (
 // CreateExperiment implements Store.
 func (s *sqlStore) CreateExperiment(ctx context.Context, in ExperimentInput) (Experiment, error) {
 	if err := ValidateName(in.Name); err != nil {
-		return Experiment{}, &Error{Code: CodeInvalidName, Msg: "experiment name", Err: err}
+		return Experiment{}, storeErr(CodeInvalidName, "experiment name", err)
 	}
 	if err := validateText(in.Description, 65536, true); err != nil {
-		return Experiment{}, &Error{Code: CodeInvalidArgument, Msg: "description", Err: err}
+		return Experiment{}, storeErr(CodeInvalidArgument, "description", err)
 	}
 	if err := validateTags(in.Tags, nil); err != nil {
-		return Experiment{}, &Error{Code: err.Code, Msg: err.Msg}
+		return Experiment{}, storeErr(err.Code, err.Msg, nil)
 	}
 	id := NewID()
 	now := time.Now().UnixNano()
@@ -64,16 +64,16 @@ func writeExperimentTags(ctx context.Context, s *sqlStore, tx *sql.Tx, id string
 func (s *sqlStore) UpdateExperiment(ctx context.Context, id string, p ExperimentPatch) (Experiment, error) {
 	if p.Name != nil {
 		if err := ValidateName(*p.Name); err != nil {
-			return Experiment{}, &Error{Code: CodeInvalidName, Msg: "experiment name", Err: err}
+			return Experiment{}, storeErr(CodeInvalidName, "experiment name", err)
 		}
 	}
 	if p.Description != nil {
 		if err := validateText(*p.Description, 65536, true); err != nil {
-			return Experiment{}, &Error{Code: CodeInvalidArgument, Msg: "description", Err: err}
+			return Experiment{}, storeErr(CodeInvalidArgument, "description", err)
 		}
 	}
 	if err := validateTags(p.Tags, p.DeleteTags); err != nil {
-		return Experiment{}, &Error{Code: err.Code, Msg: err.Msg}
+		return Experiment{}, storeErr(err.Code, err.Msg, nil)
 	}
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var archived any
@@ -107,11 +107,11 @@ func (s *sqlStore) UpdateExperiment(ctx context.Context, id string, p Experiment
 func (s *sqlStore) UpdateRun(ctx context.Context, id string, p RunPatch) (Run, error) {
 	if p.Name != nil {
 		if err := ValidateName(*p.Name); err != nil {
-			return Run{}, &Error{Code: CodeInvalidName, Msg: "run name", Err: err}
+			return Run{}, storeErr(CodeInvalidName, "run name", err)
 		}
 	}
 	if err := validateTags(p.Tags, p.DeleteTags); err != nil {
-		return Run{}, &Error{Code: err.Code, Msg: err.Msg}
+		return Run{}, storeErr(err.Code, err.Msg, nil)
 	}
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var rid int64

@@ -3,10 +3,12 @@ package store
 import (
 	"errors"
 	"fmt"
+
+	"github.com/fw-serve/fw/dashboard/fault"
 )
 
 // Code is a stable error code (part of the HTTP API: clients match on it).
-type Code string
+type Code = fault.Code
 
 // Error codes. Per-event codes appear in ApplyResult.Errors; the others are
 // returned as *Error.
@@ -48,24 +50,31 @@ const (
 	CodeClosed Code = "closed"
 )
 
-// Error is an error with a stable code.
-type Error struct {
-	Code Code
-	Msg  string
-	// Err is the underlying cause, if any.
-	Err error
+// Error is the store's error: the dashboard's one error type (fault.Error),
+// its Kind set from its Code by storeErr.
+type Error = fault.Error
+
+// storeErr is an *Error with the Kind its store code means.
+func storeErr(code Code, msg string, cause error) *Error {
+	return &Error{Kind: kindOf(code), Code: code, Msg: msg, Err: cause}
 }
 
-// Error implements error.
-func (e *Error) Error() string {
-	if e.Err != nil {
-		return fmt.Sprintf("%s: %s: %v", e.Code, e.Msg, e.Err)
+// kindOf classifies the store's codes.
+func kindOf(code Code) fault.Kind {
+	switch code {
+	case CodeNotFound:
+		return fault.NotFound
+	case CodeConflict, CodeRunConflict, CodeParamConflict, CodeInvalidTransition:
+		return fault.Conflict
+	case CodeBatchTooLarge:
+		return fault.TooLarge
+	case CodeClosed:
+		return fault.Unavailable
+	case "":
+		return fault.Internal
 	}
-	return fmt.Sprintf("%s: %s", e.Code, e.Msg)
+	return fault.BadRequest
 }
-
-// Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.Err }
 
 // ErrorCode returns the code of err, or "" when it carries none.
 func ErrorCode(err error) Code {
@@ -77,7 +86,7 @@ func ErrorCode(err error) Code {
 }
 
 func errf(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
+	return storeErr(code, fmt.Sprintf(format, args...), nil)
 }
 
 // EventError reports one refused event of a batch.

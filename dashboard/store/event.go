@@ -197,7 +197,7 @@ func DecodeEvents(data []byte) ([]Event, error) {
 	var raws []json.RawMessage
 	if len(trimmed) > 0 && trimmed[0] == '[' {
 		if err := json.Unmarshal(trimmed, &raws); err != nil {
-			return nil, &Error{Code: CodeInvalidJSON, Msg: "decoding event array: " + err.Error()}
+			return nil, storeErr(CodeInvalidJSON, "decoding event array: "+err.Error(), nil)
 		}
 	} else {
 		sc := bufio.NewScanner(bytes.NewReader(trimmed))
@@ -210,11 +210,11 @@ func DecodeEvents(data []byte) ([]Event, error) {
 			raws = append(raws, json.RawMessage(append([]byte(nil), line...)))
 		}
 		if err := sc.Err(); err != nil {
-			return nil, &Error{Code: CodeInvalidJSON, Msg: "reading event lines: " + err.Error()}
+			return nil, storeErr(CodeInvalidJSON, "reading event lines: "+err.Error(), nil)
 		}
 	}
 	if len(raws) > MaxBatchEvents {
-		return nil, &Error{Code: CodeBatchTooLarge, Msg: fmt.Sprintf("%d events in one batch; the limit is %d", len(raws), MaxBatchEvents)}
+		return nil, storeErr(CodeBatchTooLarge, fmt.Sprintf("%d events in one batch; the limit is %d", len(raws), MaxBatchEvents), nil)
 	}
 	events := make([]Event, len(raws))
 	for i, raw := range raws {

@@ -120,7 +120,7 @@ func (s *sqlStore) buildPage(spec pageSpec, q ListQuery) (string, []any, int, st
 	}
 	expr, err := query.Parse(q.Filter, spec.target)
 	if err != nil {
-		return "", nil, 0, "", &Error{Code: CodeInvalidArgument, Msg: "filter", Err: err}
+		return "", nil, 0, "", storeErr(CodeInvalidArgument, "filter", err)
 	}
 	sortName := q.Sort
 	if sortName == "" {
@@ -128,7 +128,7 @@ func (s *sqlStore) buildPage(spec pageSpec, q ListQuery) (string, []any, int, st
 	}
 	field, err := query.ParseField(sortName, spec.target)
 	if err != nil {
-		return "", nil, 0, "", &Error{Code: CodeInvalidArgument, Msg: "sort", Err: err}
+		return "", nil, 0, "", storeErr(CodeInvalidArgument, "sort", err)
 	}
 	sortKey := field.String()
 	if q.Desc {
