@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -404,4 +406,33 @@ func TestResume(t *testing.T) {
 			t.Fatalf("resumed to running: %+v", r)
 		}
 	})
+}
+
+// An ingest body of many tiny events is refused at MaxBatchEvents while it
+// is split, without first splitting the whole body: the work and memory stop
+// at the limit. Data after the array is refused too.
+func TestDecodeEventsStopsAtTheLimit(t *testing.T) {
+	body := []byte("[" + strings.Repeat("{},", 1_000_000) + "{}]") // 3 MB, a million events
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := DecodeEvents(body)
+	runtime.ReadMemStats(&after)
+	if ErrorCode(err) != CodeBatchTooLarge {
+		t.Fatalf("a million events: %v, want batch_too_large", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 2<<20 {
+		t.Errorf("refusing a %d-byte body allocated %d bytes, want under 2 MiB (the body was split past the limit)", len(body), got)
+	}
+	lines := []byte(strings.Repeat("{}\n", MaxBatchEvents+1))
+	if _, err := DecodeEvents(lines); ErrorCode(err) != CodeBatchTooLarge {
+		t.Fatalf("%d JSON lines: %v, want batch_too_large", MaxBatchEvents+1, err)
+	}
+	if evs, err := DecodeEvents([]byte(" [ {\"type\":\"metrics\"} , {} ] \n")); err != nil || len(evs) != 2 {
+		t.Fatalf("two events: %v %v", evs, err)
+	}
+	for _, bad := range []string{`[{}] x`, `[{},]`, `[{}`, `[1 2]`} {
+		if _, err := DecodeEvents([]byte(bad)); ErrorCode(err) != CodeInvalidJSON {
+			t.Errorf("%q: %v, want invalid_json", bad, err)
+		}
+	}
 }

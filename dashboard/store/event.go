@@ -194,10 +194,33 @@ type Event struct {
 // invalid_type). Only input that cannot be split into elements is an error.
 func DecodeEvents(data []byte) ([]Event, error) {
 	trimmed := bytes.TrimSpace(data)
+	tooMany := func() error {
+		return storeErr(CodeBatchTooLarge, fmt.Sprintf("more than %d events in one batch; the limit is %d", MaxBatchEvents, MaxBatchEvents), nil)
+	}
+	// Elements are split one at a time and counted as they come, so a body
+	// of a million tiny events is refused at the limit instead of first
+	// becoming a million slices.
 	var raws []json.RawMessage
 	if len(trimmed) > 0 && trimmed[0] == '[' {
-		if err := json.Unmarshal(trimmed, &raws); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(trimmed))
+		if _, err := dec.Token(); err != nil {
 			return nil, storeErr(CodeInvalidJSON, "decoding event array: "+err.Error(), nil)
+		}
+		for dec.More() {
+			if len(raws) == MaxBatchEvents {
+				return nil, tooMany()
+			}
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return nil, storeErr(CodeInvalidJSON, fmt.Sprintf("decoding event array, element %d: %v", len(raws), err), nil)
+			}
+			raws = append(raws, raw)
+		}
+		if _, err := dec.Token(); err != nil { // the closing ']'
+			return nil, storeErr(CodeInvalidJSON, "decoding event array: "+err.Error(), nil)
+		}
+		if rest := bytes.TrimSpace(trimmed[dec.InputOffset():]); len(rest) > 0 {
+			return nil, storeErr(CodeInvalidJSON, "decoding event array: data after the closing ']'", nil)
 		}
 	} else {
 		sc := bufio.NewScanner(bytes.NewReader(trimmed))
@@ -207,14 +230,14 @@ func DecodeEvents(data []byte) ([]Event, error) {
 			if len(line) == 0 {
 				continue
 			}
+			if len(raws) == MaxBatchEvents {
+				return nil, tooMany()
+			}
 			raws = append(raws, json.RawMessage(append([]byte(nil), line...)))
 		}
 		if err := sc.Err(); err != nil {
 			return nil, storeErr(CodeInvalidJSON, "reading event lines: "+err.Error(), nil)
 		}
-	}
-	if len(raws) > MaxBatchEvents {
-		return nil, storeErr(CodeBatchTooLarge, fmt.Sprintf("%d events in one batch; the limit is %d", len(raws), MaxBatchEvents), nil)
 	}
 	events := make([]Event, len(raws))
 	for i, raw := range raws {
