@@ -25,7 +25,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-schemathesis test-web test-e2e fuzz lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-schemathesis test-soak test-web bench-soak test-e2e fuzz lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -107,7 +107,7 @@ test: sysdeps ## the whole test suite (what CI runs)
 	bash scripts/check-leftovers.sh || rc=1; \
 	if [ $$rc -eq 0 ]; then echo "==> all tests passed"; fi; exit $$rc
 
-test-steps: setup build models lint test-go test-postgres test-python test-schemathesis test-web test-e2e fuzz
+test-steps: setup build models lint test-go test-postgres test-python test-schemathesis test-soak test-web test-e2e fuzz
 
 test-go:
 	@echo "==> go test -race ./..."
@@ -123,6 +123,10 @@ test-python: | venv
 
 test-schemathesis: build models ## both servers' /openapi.json checked from outside by schemathesis (own venv; ST_MAX_EXAMPLES=25)
 	@bash scripts/schemathesis.sh
+
+test-soak: build models ## 20 s of mixed good and hostile traffic against a real fw serve (make bench-soak runs 10 minutes)
+	@echo "==> soak smoke: 20 s of mixed good and hostile traffic (no 5xx, no dropped connection, RSS flat)"
+	@$(GO) run ./bench/soak -duration 20s -warmup 5s -md ""
 
 test-web: $(WEB_SCHEMA) | $(WEB_DEPS) ## the web UI's component tests (Vitest, jsdom)
 	@echo "==> vitest (web UI components)"
@@ -169,6 +173,9 @@ bench-store: ## tracking store: ingest, downsampling, listing on SQLite and Post
 
 bench-ui: build ## the experiments table with 10,000 seeded runs in chromium, into docs/benchmarks.md
 	@FW_BIN=$(ROOT)/bin/fw node web/e2e/bench-runs.mjs
+
+bench-soak: build models ## 10 minutes of mixed good and hostile traffic against fw serve: no 5xx, RSS growth under 5 % (docs/benchmarks.md)
+	@$(GO) run ./bench/soak -duration 10m
 
 bench-track: ## tracking ingest: fw.track end to end vs MLflow's client and SQLite store
 	@bash bench/track.sh
