@@ -12,7 +12,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -24,17 +23,15 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/fw-serve/fw/internal/benchdoc"
+	"github.com/fw-serve/fw/internal/benchserve"
 )
 
 func main() {
@@ -79,13 +76,13 @@ func run(bin, model, imgPath string, dur, warm time.Duration, workers int, md st
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dur+2*time.Minute)
 	defer cancel()
-	srv, err := startServe(ctx, bin, model)
+	srv, err := benchserve.Start(ctx, bin, "--model", model)
 	if err != nil {
 		return err
 	}
-	defer srv.stop()
+	defer srv.Stop()
 
-	kinds := mix(srv.url, img)
+	kinds := mix(srv.URL, img)
 	counts := make([]tally, len(kinds))
 	tr := &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers, DisableCompression: true}
 	defer tr.CloseIdleConnections()
@@ -128,7 +125,7 @@ func run(bin, model, imgPath string, dur, warm time.Duration, workers int, md st
 		case <-ctx.Done():
 			return errors.New("the run overran its own deadline")
 		}
-		rss, hwm, err := memOf(srv.pid)
+		rss, hwm, err := srv.Mem()
 		if err != nil {
 			return fmt.Errorf("the server is gone after %s: %w", time.Since(start).Round(time.Second), err)
 		}
@@ -136,7 +133,7 @@ func run(bin, model, imgPath string, dur, warm time.Duration, workers int, md st
 		done = time.Now().After(deadline)
 	}
 	wg.Wait()
-	if _, _, err := memOf(srv.pid); err != nil {
+	if _, _, err := srv.Mem(); err != nil {
 		return fmt.Errorf("the server is gone at the end: %w", err)
 	}
 
@@ -291,70 +288,4 @@ func nest(flat string) string {
 	}
 	b.WriteString("]]")
 	return b.String()
-}
-
-// served is a running fw serve.
-type served struct {
-	url  string
-	pid  int
-	stop func()
-}
-
-func startServe(ctx context.Context, bin, model string) (*served, error) {
-	cmd := exec.CommandContext(ctx, bin, "serve", "--model", model, "--port", "0", "--log-level", "warn")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 20 * time.Second
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	}
-	urlc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if _, u, ok := strings.Cut(sc.Text(), "ready on "); ok {
-				urlc <- strings.Fields(u)[0]
-			}
-		}
-		close(urlc)
-	}()
-	select {
-	case u, ok := <-urlc:
-		if ok {
-			return &served{url: u, pid: cmd.Process.Pid, stop: stop}, nil
-		}
-	case <-time.After(60 * time.Second):
-	}
-	stop()
-	return nil, fmt.Errorf("fw serve did not report ready")
-}
-
-// memOf reads VmRSS and VmHWM (bytes) of a process.
-func memOf(pid int) (rss, hwm int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 || !slices.Contains([]string{"VmRSS:", "VmHWM:"}, f[0]) {
-			continue
-		}
-		kb, _ := strconv.ParseInt(f[1], 10, 64)
-		if f[0] == "VmRSS:" {
-			rss = kb << 10
-		} else {
-			hwm = kb << 10
-		}
-	}
-	return rss, hwm, nil
 }
