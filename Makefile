@@ -25,7 +25,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-schemathesis test-soak test-web bench-soak test-e2e fuzz lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-schemathesis test-soak test-web bench-soak bench-overload test-e2e fuzz lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -173,6 +173,9 @@ bench-store: ## tracking store: ingest, downsampling, listing on SQLite and Post
 
 bench-ui: build ## the experiments table with 10,000 seeded runs in chromium, into docs/benchmarks.md
 	@FW_BIN=$(ROOT)/bin/fw node web/e2e/bench-runs.mjs
+
+bench-overload: build models ## 4x the sustainable load on resnet18: 503/504 per second, connections closed, goodput (docs/benchmarks.md)
+	@$(GO) run ./bench/overload
 
 bench-soak: build models ## 10 minutes of mixed good and hostile traffic against fw serve: no 5xx, RSS growth under 5 % (docs/benchmarks.md)
 	@$(GO) run ./bench/soak -duration 10m

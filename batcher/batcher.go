@@ -146,12 +146,16 @@ type Batcher struct {
 	base   context.Context
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	groups  map[string]*group // by shape signature, including idle ones
-	active  []*group          // groups with queued requests
-	queued  int               // requests waiting, over all groups
-	closed  bool
-	waiting bool // the gathering worker sleeps and wants a notify
+	mu     sync.Mutex
+	groups map[string]*group // by shape signature, including idle ones
+	active []*group          // groups with queued requests
+	queued int               // requests waiting, over all groups
+	qrows  int               // rows waiting, over all groups
+	// callNs and callRows are moving averages of recent engine calls' time
+	// and rows: the service rate Submit estimates a new request's wait from.
+	callNs, callRows atomic.Int64
+	closed           bool
+	waiting          bool // the gathering worker sleeps and wants a notify
 
 	depth  atomic.Int64  // copy of queued, for QueueDepth without the lock
 	notify chan struct{} // capacity 1: wakes the gathering worker
@@ -294,6 +298,12 @@ func (b *Batcher) Submit(ctx context.Context, inputs []engine.Tensor) ([]engine.
 		b.putRequest(r)
 		return nil, fmt.Errorf("%w: %d requests waiting (MaxQueue)", ErrQueueFull, n)
 	}
+	if wait, left, late := b.lateLocked(ctx, rows); late {
+		b.mu.Unlock()
+		b.putRequest(r)
+		return nil, fmt.Errorf("%w: the %d rows waiting would take about %s, longer than the %s this request has left",
+			ErrQueueFull, b.qrows, wait.Round(time.Millisecond), left.Round(time.Millisecond))
+	}
 	g := b.groups[string(key)]
 	if g == nil {
 		g = &group{key: string(key), idx: -1}
@@ -306,6 +316,7 @@ func (b *Batcher) Submit(ctx context.Context, inputs []engine.Tensor) ([]engine.
 	wasEmpty := b.queued == 0
 	g.reqs = append(g.reqs, r)
 	g.rows += rows
+	b.qrows += rows
 	r.g = g
 	b.setQueuedLocked(b.queued + 1)
 	// A sleeping gatherer only needs waking when there was nothing to wait
@@ -348,6 +359,7 @@ func (b *Batcher) abandon(r *request, err error) error {
 		}
 	}
 	g.rows -= r.rows
+	b.qrows -= r.rows
 	if len(g.reqs) == 0 {
 		b.deactivateLocked(g)
 	}
@@ -360,6 +372,43 @@ func (b *Batcher) abandon(r *request, err error) error {
 func (b *Batcher) putRequest(r *request) {
 	r.ctx, r.inputs, r.g, r.out, r.err = nil, nil, nil, nil, nil
 	b.reqs.Put(r)
+}
+
+// lateLocked says whether a request of rows, queued now behind what is
+// waiting, would still be waiting when ctx's deadline passes, by the recent
+// engine calls' pace: queued rows over rows per call, times the time per
+// call, shared by the workers, plus its own call. Such a request is refused
+// at once (a fast 503 the client can retry elsewhere) instead of taking a
+// place in the queue only to time out there: under sustained overload that
+// keeps the queue to what can be served in time, so the engine spends its
+// time on requests that still have a client. With nothing waiting, or no
+// call measured yet, or no deadline, nothing is refused.
+func (b *Batcher) lateLocked(ctx context.Context, rows int) (wait, left time.Duration, late bool) {
+	dl, ok := ctx.Deadline()
+	ns, per := b.callNs.Load(), b.callRows.Load()
+	if !ok || b.qrows == 0 || ns == 0 || per == 0 {
+		return 0, 0, false
+	}
+	calls := (int64(b.qrows) + per - 1) / per // the calls ahead of this request
+	wait = time.Duration(calls*ns/int64(b.cfg.Instances) + ns)
+	left = time.Until(dl)
+	return wait, left, wait > left
+}
+
+// observeCall folds one engine call into the moving averages lateLocked
+// reads (weight 1/8 for the new call).
+func (b *Batcher) observeCall(rows int, took time.Duration) {
+	for _, c := range []struct {
+		avg *atomic.Int64
+		v   int64
+	}{{&b.callNs, int64(took)}, {&b.callRows, int64(max(rows, 1))}} {
+		old := c.avg.Load()
+		if old == 0 {
+			c.avg.Store(c.v)
+		} else {
+			c.avg.Store(old + (c.v-old)/8)
+		}
+	}
 }
 
 func (b *Batcher) setQueuedLocked(n int) {
@@ -508,6 +557,7 @@ func (b *Batcher) takeLocked(g *group, w *worker) {
 	clear(g.reqs[m:])
 	g.reqs = g.reqs[:m]
 	g.rows -= rows
+	b.qrows -= rows
 	if m == 0 {
 		b.deactivateLocked(g)
 	}
@@ -592,6 +642,7 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 	}
 	outs, err := b.call(w, in)
 	inference := time.Since(start)
+	b.observeCall(rows, inference)
 	if err == nil {
 		err = checkOutputs(outs, rows)
 	}

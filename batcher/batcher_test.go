@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -878,6 +879,57 @@ func TestPoolWorkersUseTheirOwnEngine(t *testing.T) {
 			t.Fatal(r.err)
 		} else if err := checkAffine(i+1, 4, 4, r.out); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// A request that would still be queued when its deadline passes, by the pace
+// of the recent engine calls, is refused at once with ErrQueueFull instead of
+// waiting in the queue to time out; one with time enough is queued. With
+// nothing waiting, nothing is refused.
+func TestRefusesWhatCannotBeServedInTime(t *testing.T) {
+	var calls atomic.Int32
+	started, release := make(chan struct{}, 64), make(chan struct{})
+	run := func(ctx context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
+		if calls.Add(1) > 1 { // the first call only sets the pace
+			started <- struct{}{}
+			<-release
+		}
+		time.Sleep(50 * time.Millisecond)
+		return affine(ctx, in)
+	}
+	b := New(run, Config{MaxBatchRows: 1, MaxDelay: time.Hour, MaxQueue: 100}, nil)
+	defer closeOK(t, b)
+	if _, err := b.Submit(context.Background(), []engine.Tensor{rowsTensor(0, 1, 4)}); err != nil {
+		t.Fatal(err)
+	}
+	busy := submitAsync(context.Background(), b, rowsTensor(1, 1, 4))
+	<-started // one call runs (held); everything else queues behind it
+	var chans []<-chan result
+	for id := 2; id < 12; id++ {
+		chans = append(chans, submitAsync(context.Background(), b, rowsTensor(id, 1, 4)))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for b.QueueDepth() < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d queued, want 10", b.QueueDepth())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// 10 calls of ~50 ms ahead: 100 ms is not enough, a minute is.
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	// (Waiting would end in context.DeadlineExceeded instead.)
+	if _, err := b.Submit(short, []engine.Tensor{rowsTensor(20, 1, 4)}); !errors.Is(err, ErrQueueFull) || !strings.Contains(err.Error(), "longer than") {
+		t.Fatalf("a request that cannot be served in time: %v, want ErrQueueFull at once", err)
+	}
+	long, cancel2 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel2()
+	chans = append(chans, submitAsync(long, b, rowsTensor(21, 1, 4)))
+	close(release)
+	for _, ch := range append(chans, busy) {
+		if r := <-ch; r.err != nil {
+			t.Fatalf("a request with time enough: %v", r.err)
 		}
 	}
 }

@@ -387,7 +387,8 @@ func (s *Server) submitError(err error) *APIError {
 		}
 		return &APIError{Status: 422, Code: CodeInvalidInput, Message: ie.Error(), Details: d}
 	case errors.Is(err, batcher.ErrQueueFull):
-		e := newError(503, CodeOverloaded, "the request queue is full (--max-queue); retry after a short wait or add --instances", nil)
+		why := strings.TrimPrefix(err.Error(), batcher.ErrQueueFull.Error()+": ")
+		e := newError(503, CodeOverloaded, "the server is overloaded ("+why+"); retry after a short wait, or add replicas or --instances", nil)
 		e.RetryAfter = 1
 		return e
 	case errors.Is(err, batcher.ErrClosed):
