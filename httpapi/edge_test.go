@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/fw-serve/fw/internal/testlog"
 	"image"
 	"image/color"
 	"image/png"
@@ -25,30 +26,12 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// lockedBuffer is a log sink safe for the server's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // edgeServer is a Server on a reference model, driven either through
 // Handler on a RequestCtx (fuzzing) or on a real socket (listen).
 type edgeServer struct {
 	srv *Server
 	m   *engine.Model
-	log *lockedBuffer
+	log *testlog.Buffer
 	// lastPath is the path the router saw in the last serve (fuzzing).
 	lastPath []byte
 }
@@ -93,7 +76,7 @@ func newEdgeServer(t testing.TB, model string, cfg Config, bc batcher.Config, g 
 	}
 	reg := prometheus.NewRegistry()
 	base, cancel := context.WithCancel(context.Background())
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	srv := NewTestServer(base, cfg, slog.New(slog.NewTextHandler(logs, nil)), reg)
 	srv.Swap(&Instance{Model: m, Batcher: batcher.New(run, bc, srv.Metrics())})
 	srv.SetState(StateReady, "")
@@ -129,6 +112,12 @@ func (es *edgeServer) listen(t testing.TB) string {
 // serve runs one request through Handler, as fasthttp would, and returns the
 // response with a streamed body (NDJSON) read to its end.
 func (es *edgeServer) serve(method, uri, ctype string, body []byte, hdr ...string) *fasthttp.Response {
+	return es.serveBody(method, uri, ctype, body, false, hdr...)
+}
+
+// serveBody is serve with the body given as a stream of unknown length when
+// stream is set, as fasthttp gives a handler a chunked or large body.
+func (es *edgeServer) serveBody(method, uri, ctype string, body []byte, stream bool, hdr ...string) *fasthttp.Response {
 	var req fasthttp.Request
 	req.Header.SetMethod(method)
 	req.SetRequestURI(uri)
@@ -138,7 +127,11 @@ func (es *edgeServer) serve(method, uri, ctype string, body []byte, hdr ...strin
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	req.SetBody(body)
+	if stream {
+		req.SetBodyStream(bytes.NewReader(body), -1)
+	} else {
+		req.SetBody(body)
+	}
 	var ctx fasthttp.RequestCtx
 	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4242}, nil)
 	es.srv.Handler(&ctx)

@@ -5,13 +5,11 @@ import (
 	"encoding/binary"
 	"math"
 	"mime/multipart"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/fw-serve/fw/batcher"
-	"github.com/valyala/fasthttp"
 )
 
 // The fuzz targets below go through the real router (Server.Handler on a
@@ -19,33 +17,6 @@ import (
 // missed check anywhere between the router and the engine shows up, not
 // only in the decoders: no route may panic (checkAnswer fails on a recovered
 // panic), and every answer is a 200 or a documented error in its shape.
-
-// serveFuzz runs one request through Handler; with stream, the body is a
-// stream of unknown length, as fasthttp gives a handler when the client
-// sends it chunked or larger than its buffer.
-func (es *edgeServer) serveFuzz(method, uri, ctype string, body []byte, stream bool, hdr ...string) *fasthttp.Response {
-	if !stream {
-		return es.serve(method, uri, ctype, body, hdr...)
-	}
-	var req fasthttp.Request
-	req.Header.SetMethod(method)
-	req.SetRequestURI(uri)
-	if ctype != "" {
-		req.Header.SetContentType(ctype)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	req.SetBodyStream(bytes.NewReader(body), -1)
-	var ctx fasthttp.RequestCtx
-	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4242}, nil)
-	es.srv.Handler(&ctx)
-	es.lastPath = append(es.lastPath[:0], ctx.Path()...)
-	resp := new(fasthttp.Response)
-	ctx.Response.CopyTo(resp)
-	resp.SetBody(ctx.Response.Body())
-	return resp
-}
 
 // fuzzable bounds what one fuzz input may be, so a run spends its time on
 // shapes of input rather than on megabytes of it.
@@ -81,7 +52,7 @@ func FuzzRouterPredict(f *testing.F) {
 		if !fuzzable(body, ctype, query) {
 			return
 		}
-		es.checkAnswer(t, es.serveFuzz("POST", "/predict?"+query, ctype, body, stream), false)
+		es.checkAnswer(t, es.serveBody("POST", "/predict?"+query, ctype, body, stream), false)
 	})
 }
 
@@ -105,7 +76,7 @@ func FuzzRouterPredictImage(f *testing.F) {
 		if multi {
 			body, ctype = multipartImage(t, body)
 		}
-		es.checkAnswer(t, es.serveFuzz("POST", "/predict/image?"+query, ctype, body, stream), false)
+		es.checkAnswer(t, es.serveBody("POST", "/predict/image?"+query, ctype, body, stream), false)
 	})
 }
 
@@ -139,7 +110,7 @@ func FuzzRouterPredictBatch(f *testing.F) {
 		if !fuzzable(body, ctype) {
 			return
 		}
-		resp := es.serveFuzz("POST", "/predict/batch", ctype, body, stream)
+		resp := es.serveBody("POST", "/predict/batch", ctype, body, stream)
 		if resp.StatusCode() == 200 && bytes.Contains(resp.Header.ContentType(), []byte("ndjson")) {
 			return // per-line errors travel inside the 200 stream
 		}
@@ -177,7 +148,7 @@ func FuzzRouterV2Infer(f *testing.F) {
 			ctype = "application/octet-stream"
 		}
 		es.lastPath = nil
-		resp := es.serveFuzz("POST", "/v2/models/digits_mlp"+version+"/infer", ctype, body, stream, h...)
+		resp := es.serveBody("POST", "/v2/models/digits_mlp"+version+"/infer", ctype, body, stream, h...)
 		// V2's own error shape on the paths V2 owns; an odd version can
 		// make the path one of fw's.
 		es.checkAnswer(t, resp, bytes.HasPrefix(es.lastPath, []byte("/v2")))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/fw-serve/fw/internal/testlog"
 	"io"
 	"net"
 	"net/http"
@@ -24,7 +25,7 @@ func startDashboard(t *testing.T, dir string, args ...string) *proc {
 	port := freePort(t)
 	cmd := fwCmd(append([]string{"dashboard", "--port", strconv.Itoa(port), "--spool-interval", "200ms"}, args...)...)
 	cmd.Env = append(cmd.Env, "FW_EXPERIMENT_DIR="+dir, "FW_CHECKPOINT_DIR="+filepath.Join(dir, "ckpt"), "FW_DASHBOARD_TOKEN=", "FW_DATABASE_URL=")
-	out := &syncBuffer{}
+	out := &testlog.Buffer{}
 	cmd.Stderr, cmd.Stdout = out, out
 	return startProc(t, "fw dashboard", cmd, port, out, 30*time.Second)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/fw-serve/fw/internal/testlog"
 	"io"
 	"net/http"
 	"os/exec"
@@ -130,7 +131,7 @@ func TestDashboardGuardWithToken(t *testing.T) {
 	dir := t.TempDir()
 	cmd := fwCmd("dashboard", "--port", strconv.Itoa(port))
 	cmd.Env = append(cmd.Env, "FW_EXPERIMENT_DIR="+dir, "FW_CHECKPOINT_DIR="+filepath.Join(dir, "ckpt"), "FW_DASHBOARD_TOKEN=s3cret", "FW_DATABASE_URL=")
-	out := &syncBuffer{}
+	out := &testlog.Buffer{}
 	cmd.Stderr, cmd.Stdout = out, out
 	p := startProc(t, "fw dashboard", cmd, port, out, 30*time.Second)
 	if code, out := call(t, "POST", p.url+"/api/experiments", "s3cret", "application/json", `{"name":"a"}`); code != 201 {

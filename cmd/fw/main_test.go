@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/fw-serve/fw/internal/testlog"
 	"github.com/fw-serve/fw/internal/testmodels"
 	"io"
 	"net"
@@ -51,26 +52,8 @@ func freePort(t testing.TB) int {
 type proc struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr *syncBuffer
+	stderr *testlog.Buffer
 	done   chan error
-}
-
-// syncBuffer is a bytes.Buffer safe to read while the child writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // startServe runs `fw serve` and waits for /health to answer 200.
@@ -78,7 +61,7 @@ func startServe(t *testing.T, args ...string) *proc {
 	t.Helper()
 	port := freePort(t)
 	cmd := fwCmd(append([]string{"serve", "--port", strconv.Itoa(port), "--threads", "1"}, args...)...)
-	stderr := &syncBuffer{}
+	stderr := &testlog.Buffer{}
 	cmd.Stderr, cmd.Stdout = stderr, io.Discard
 	return startProc(t, "fw serve", cmd, port, stderr, 60*time.Second)
 }
@@ -89,7 +72,7 @@ func startServe(t *testing.T, args ...string) *proc {
 // inherited the mark startProc adds to cmd's environment: what the server
 // started outside its group (a dashboard's training jobs, its fw serve
 // deployments, which run in their own sessions) dies with it.
-func startProc(t *testing.T, name string, cmd *exec.Cmd, port int, out *syncBuffer, ready time.Duration) *proc {
+func startProc(t *testing.T, name string, cmd *exec.Cmd, port int, out *testlog.Buffer, ready time.Duration) *proc {
 	t.Helper()
 	mark := fmt.Sprintf("FW_TEST_PROC=%d.%d", os.Getpid(), procMarks.Add(1))
 	if cmd.Env == nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/fw-serve/fw/internal/testlog"
 	"io"
 	"net"
 	"net/http"
@@ -376,7 +377,7 @@ func TestPromiseHealthLiveWhileLoading(t *testing.T) {
 	}
 	port := freePort(t)
 	cmd := fwCmd("serve", "--model", fifo, "--port", strconv.Itoa(port), "--threads", "1")
-	out := &syncBuffer{}
+	out := &testlog.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -439,7 +440,7 @@ func startDashboardOn(t *testing.T, host string) (*proc, string) {
 	cmd := fwCmd("dashboard", "--host", host, "--port", "0")
 	dir := t.TempDir()
 	cmd.Env = append(cmd.Env, "FW_EXPERIMENT_DIR="+dir, "FW_CHECKPOINT_DIR="+filepath.Join(dir, "ckpt"), "FW_DASHBOARD_TOKEN=", "FW_DATABASE_URL=", "FW_SYSTEM_INTERVAL=0")
-	out := &syncBuffer{}
+	out := &testlog.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/fw-serve/fw/internal/testlog"
 	"io"
 	"math"
 	"net/http"
@@ -94,7 +95,7 @@ func TestTamperServeRefuses(t *testing.T) {
 	port := freePort(t)
 	cmd := fwCmd("serve", "--model", bad, "--port", strconv.Itoa(port), "--threads", "1")
 	var stdout bytes.Buffer
-	stderr := &syncBuffer{}
+	stderr := &testlog.Buffer{}
 	cmd.Stdout, cmd.Stderr = &stdout, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,40 +1,21 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/fw-serve/fw/internal/testlog"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 )
-
-// syncBuffer is a log sink the server's goroutines and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
 
 // A route that panics is answered 500 internal in the error shape with a
 // request id, logged with its stack and counted, and the dashboard keeps
@@ -44,7 +25,7 @@ func TestPanicIsAnsweredAndServingGoesOn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testlog.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	srv := New(ctx, st, Config{}, slog.New(slog.NewTextHandler(&logs, nil)))
 	srv.SetMetrics(prometheus.NewRegistry())
