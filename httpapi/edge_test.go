@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/fw-serve/fw/internal/testlog"
+	"github.com/fw-serve/fw/internal/testreq"
 	"image"
 	"image/color"
 	"image/png"
@@ -118,23 +119,7 @@ func (es *edgeServer) serve(method, uri, ctype string, body []byte, hdr ...strin
 // serveBody is serve with the body given as a stream of unknown length when
 // stream is set, as fasthttp gives a handler a chunked or large body.
 func (es *edgeServer) serveBody(method, uri, ctype string, body []byte, stream bool, hdr ...string) *fasthttp.Response {
-	var req fasthttp.Request
-	req.Header.SetMethod(method)
-	req.SetRequestURI(uri)
-	if ctype != "" {
-		req.Header.SetContentType(ctype)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	if stream {
-		req.SetBodyStream(bytes.NewReader(body), -1)
-	} else {
-		req.SetBody(body)
-	}
-	var ctx fasthttp.RequestCtx
-	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4242}, nil)
-	es.srv.Handler(&ctx)
+	ctx := testreq.Serve(es.srv.Handler, method, uri, ctype, body, stream, hdr...)
 	es.lastPath = append(es.lastPath[:0], ctx.Path()...)
 	resp := new(fasthttp.Response)
 	ctx.Response.CopyTo(resp)

@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/fw-serve/fw/internal/testreq"
 	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"testing"
 
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/valyala/fasthttp"
 )
 
 // The fuzz targets below go through the dashboard's real router
@@ -58,21 +57,7 @@ func newFuzzDash(f *testing.F) *fuzzDash {
 // serve runs one request through Handler (a streamed body when stream) and
 // returns the status and the body.
 func (d *fuzzDash) serve(method, uri, ctype string, body []byte, stream bool) (int, []byte) {
-	var req fasthttp.Request
-	req.Header.SetMethod(method)
-	req.SetRequestURI(uri)
-	req.Header.SetHost("127.0.0.1")
-	if ctype != "" {
-		req.Header.SetContentType(ctype)
-	}
-	if stream {
-		req.SetBodyStream(bytes.NewReader(body), -1)
-	} else {
-		req.SetBody(body)
-	}
-	var ctx fasthttp.RequestCtx
-	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4242}, nil)
-	d.srv.Handler(&ctx)
+	ctx := testreq.Serve(d.srv.Handler, method, uri, ctype, body, stream)
 	return ctx.Response.StatusCode(), append([]byte(nil), ctx.Response.Body()...)
 }
 
