@@ -112,6 +112,8 @@ test-steps: setup build models lint test-go test-postgres test-python test-schem
 test-go:
 	@echo "==> go test -race ./..."
 	@FW_REQUIRE_MODELS=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_PYTHON=$(PY) $(GO) test -race -count=1 ./...
+	@echo "==> go test -run TestPeakMemoryPerRequest ./cmd/fw (without -race, which multiplies memory)"
+	@FW_REQUIRE_MODELS=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) $(GO) test -count=1 -run '^TestPeakMemoryPerRequest$$' ./cmd/fw
 
 test-postgres: ## the tracking store's tests against a throwaway PostgreSQL cluster
 	@echo "==> go test -race ./dashboard/... on PostgreSQL (scripts/pg-test.sh)"
@@ -165,7 +167,7 @@ fmt: ## format Go and Python sources
 bench-engine: setup build models ## engine latency/throughput table into docs/benchmarks.md
 	@bash bench/engine.sh
 
-bench-serve: setup build models ## wrk on loopback: fw vs the HTTP and engine ceilings, LitServe, FastAPI
+bench-serve: setup build models ## wrk on loopback: fw vs the HTTP and engine ceilings, LitServe, FastAPI, TorchServe, Triton
 	@bash bench/serve.sh
 
 bench-store: ## tracking store: ingest, downsampling, listing on SQLite and PostgreSQL

@@ -27,6 +27,9 @@ func TestPeakMemoryPerRequest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("sends bodies of up to 70 MB")
 	}
+	if raceDetector {
+		t.Skip("the race detector multiplies the server's memory (it is this test binary); make test-go runs this test without -race")
+	}
 	p := startServe(t, "--model", filepath.Join(modelsDir(t), "digits_mlp.onnx"))
 	pid := p.cmd.Process.Pid
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
