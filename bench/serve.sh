@@ -4,19 +4,36 @@
 #   b. fw serve /predict on digits_mlp.onnx (default batching, and one tuned setting)
 #   c. LitServe + onnxruntime with its dynamic batching on (bench/peers/litserve_app.py)
 #   d. FastAPI + uvicorn + onnxruntime the way FastAPI's docs write it (bench/peers/fastapi_app.py)
+#      and FastAPI's threadpool variant (plain `def` endpoints, FW_PEER_FASTAPI=def)
 #   g. TorchServe + onnxruntime in a custom handler, TorchServe's dynamic batching on
 #      (bench/peers/torchserve_handler.py, bench/peers/torchserve.properties; needs Java 11+)
-#   e. /predict/image on resnet18.onnx: fw, LitServe, FastAPI, TorchServe
+#   h. Triton (PyPI nvidia-pytriton: tritonserver + its Python backend, onnxruntime in the
+#      @batch callable, Triton's dynamic batcher; bench/peers/triton_app.py, needs Python 3.12)
+#      and fw's own /v2/models/digits_mlp/infer, the same KServe V2 JSON request
+#   i. the peers again at onnxruntime's defaults (spinning on, threads = physical cores),
+#      at DEFAULTS_CONCURRENCY only
+#   e. /predict/image on resnet18.onnx: fw, LitServe, FastAPI (both), TorchServe, Triton
 #   f. the engine ceiling for resnet18 (no HTTP; bench/ceiling -engine)
+# ONNX Runtime settings: every peer's headline rows run with fw's session settings
+# (intra-op threads = what `fw serve` uses, thread spinning off: FW_PEER_THREADS and
+# FW_BENCH_ORT_SPIN=0, read by bench/peers/common.py); "fw --engine-spin" (b'') and the
+# peers' "onnxruntime defaults" rows (i) show the other direction.
 # Load generator: wrk, one thread, 127.0.0.1 only. Results: build/bench/serve/,
 # the table: docs/benchmarks.md between <!-- bench:serve:start/end -->.
 #
 # Knobs (environment): DURATION (5s), IMG_DURATION (10s), CONCURRENCY ("1 16 64 256"),
-# IMG_CONCURRENCY ("1 16 64"), FW_TUNED_FLAGS, SKIP_PEERS=1, SKIP_IMAGE=1,
-# SKIP_TORCHSERVE=1, TS_BATCH (64) / TS_DELAY_MS (1) and TS_IMG_BATCH (16) /
-# TS_IMG_DELAY_MS (5) for TorchServe's batchSize / maxBatchDelay,
+# IMG_CONCURRENCY ("1 16 64"), DEFAULTS_CONCURRENCY ("64"; empty: no defaults rows),
+# FW_TUNED_FLAGS, SKIP_PEERS=1, SKIP_IMAGE=1, SKIP_TORCHSERVE=1, SKIP_TRITON=1,
+# BENCH_ONLY (a subset of "engine ceiling fw litserve fastapi torchserve triton",
+# space- or comma-separated; empty: all), BENCH_OUT (build/bench/serve),
+# BENCH_DOC (docs/benchmarks.md: where the report goes), PEER_THREADS (the peers'
+# intra-op threads; default: what `fw verify` reports fw uses),
+# TS_BATCH (64) / TS_DELAY_MS (1) and TS_IMG_BATCH (16) / TS_IMG_DELAY_MS (5) for
+# TorchServe's batchSize / maxBatchDelay, TRITON_BATCH (64) / TRITON_DELAY_US (1000)
+# and TRITON_IMG_BATCH (16) / TRITON_IMG_DELAY_US (5000) for Triton's dynamic batcher,
+# TRITON_PYTHON (a Python 3.12; default: pyenv's 3.12.1),
 # PROFILE=1 (perf profile of fw /predict at c=64 into build/bench/serve/),
-# FW_CACHE_DIR (peers venv cache), PORT_BASE (18100; uses PORT_BASE..PORT_BASE+12).
+# FW_CACHE_DIR (peers venv cache), PORT_BASE (18100; uses PORT_BASE..PORT_BASE+18).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -25,6 +42,7 @@ DURATION=${DURATION:-5s}
 IMG_DURATION=${IMG_DURATION:-10s}
 CONCURRENCY=${CONCURRENCY:-1 16 64 256}
 IMG_CONCURRENCY=${IMG_CONCURRENCY:-1 16 64}
+DEFAULTS_CONCURRENCY=${DEFAULTS_CONCURRENCY-64}
 FW_TUNED_FLAGS=${FW_TUNED_FLAGS:---threads 1}
 LIT_BATCH=${LIT_BATCH:-64}
 LIT_TIMEOUT=${LIT_TIMEOUT:-0.001}
@@ -32,12 +50,19 @@ TS_BATCH=${TS_BATCH:-64}
 TS_DELAY_MS=${TS_DELAY_MS:-1}
 TS_IMG_BATCH=${TS_IMG_BATCH:-16}
 TS_IMG_DELAY_MS=${TS_IMG_DELAY_MS:-5}
+TRITON_BATCH=${TRITON_BATCH:-64}
+TRITON_DELAY_US=${TRITON_DELAY_US:-1000}
+TRITON_IMG_BATCH=${TRITON_IMG_BATCH:-16}
+TRITON_IMG_DELAY_US=${TRITON_IMG_DELAY_US:-5000}
+BENCH_ONLY=${BENCH_ONLY:-}
 PORT_BASE=${PORT_BASE:-18100}
 HOST=127.0.0.1 # loopback only, by design
 cache=${FW_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fw}
 venv=$cache/bench-peers-venv
 tsvenv=$cache/bench-torchserve-venv
-out=$root/build/bench/serve
+trvenv=$cache/bench-triton-venv
+out=${BENCH_OUT:-$root/build/bench/serve}
+doc=${BENCH_DOC:-docs/benchmarks.md}
 mlp=build/models/digits_mlp.onnx
 img_model=build/models/resnet18.onnx
 jpeg=build/models/samples/rgb_224.jpg
@@ -46,18 +71,32 @@ zeros='{"data":[[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0
 log() { echo "==> $*" >&2; }
 die() { echo "bench-serve: $*" >&2; exit 1; }
 
+# only NAME: whether BENCH_ONLY selects NAME (everything when BENCH_ONLY is empty)
+only_names="engine ceiling fw litserve fastapi torchserve triton"
+for n in ${BENCH_ONLY//,/ }; do
+  [[ " $only_names " == *" $n "* ]] || die "BENCH_ONLY: unknown name '$n' (one of: $only_names)"
+done
+only() { [[ -z $BENCH_ONLY || " ${BENCH_ONLY//,/ } " == *" $1 "* ]]; }
+
 for f in "$mlp" "$img_model" "$jpeg"; do
   [[ -f $f ]] || die "$f is missing: run 'make models' first"
 done
 
 # ---- every server we start is its own process group; kill them all on exit
+# (plus every process of a Triton tree, by PID: tritonserver can outlive PyTriton)
 pgids=()
+extra_pids=()
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   for g in "${pgids[@]}"; do kill -TERM -- "-$g" 2>/dev/null || kill -TERM "$g" 2>/dev/null || true; done
+  for p in "${extra_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   sleep 1
   for g in "${pgids[@]}"; do kill -KILL -- "-$g" 2>/dev/null || kill -KILL "$g" 2>/dev/null || true; done
+  for p in "${extra_pids[@]}"; do
+    kill -KILL "$p" 2>/dev/null || true
+    rm -f /dev/shm/pytrtion"$p"-* 2>/dev/null || true
+  done
   exit "$rc"
 }
 trap cleanup EXIT
@@ -79,6 +118,14 @@ stop_last() {
   sleep 0.2
 }
 port_free() { ! (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+# descendants PID: every process below PID, depth first
+descendants() {
+  local c
+  for c in $(pgrep -P "$1" 2>/dev/null); do
+    echo "$c"
+    descendants "$c"
+  done
+}
 
 # wait_ready URL CURL-ARGS...: POST until 2xx, at most 120 s
 wait_ready() {
@@ -90,6 +137,16 @@ wait_ready() {
     sleep 0.5
   done
   die "$url not ready after 120 s"
+}
+# wait_get URL: GET until 200, at most 120 s (Triton's /v2/models/NAME/ready: its
+# server turns ready before the model does)
+wait_get() {
+  for _ in $(seq 240); do
+    kill -0 "$last_pgid" 2>/dev/null || { tail -20 "$out"/*.log >&2; die "server for $1 exited early"; }
+    [[ $(curl -sS -o /dev/null -w '%{http_code}' --max-time 10 "$1" 2>/dev/null) == 200 ]] && return 0
+    sleep 0.5
+  done
+  die "$1 not 200 after 120 s"
 }
 
 # ---- 1. wrk
@@ -118,7 +175,7 @@ fi
 
 # ---- 2'. TorchServe venv (its own: torchserve + torch-model-archiver + torch + onnxruntime)
 with_ts=0
-if [[ ${SKIP_PEERS:-0} != 1 && ${SKIP_TORCHSERVE:-0} != 1 ]]; then
+if [[ ${SKIP_PEERS:-0} != 1 && ${SKIP_TORCHSERVE:-0} != 1 ]] && only torchserve; then
   command -v java >/dev/null ||
     die "TorchServe needs Java 11+ (apt-get install openjdk-17-jre-headless), or set SKIP_TORCHSERVE=1"
   tsreq=bench/peers/torchserve_requirements.txt
@@ -136,17 +193,61 @@ if [[ ${SKIP_PEERS:-0} != 1 && ${SKIP_TORCHSERVE:-0} != 1 ]]; then
   with_ts=1
 fi
 
+# ---- 2''. Triton venv (its own, Python 3.12: nvidia-pytriton 0.7.0 fails to load a model
+# under Python 3.11 here; its backend stub needs that Python's libpython3.12.so)
+with_triton=0
+if [[ ${SKIP_PEERS:-0} != 1 && ${SKIP_TRITON:-0} != 1 ]] && only triton; then
+  trreq=bench/peers/triton_requirements.txt
+  trwant=$(sha256sum "$trreq" | cut -d' ' -f1)
+  if [[ ! -x $trvenv/bin/python || $(cat "$trvenv/.requirements.sha256" 2>/dev/null) != "$trwant" ]]; then
+    trpy=${TRITON_PYTHON:-}
+    if [[ -z $trpy ]]; then
+      if command -v pyenv >/dev/null && [[ -x "$(pyenv root)/versions/3.12.1/bin/python" ]]; then
+        trpy="$(pyenv root)/versions/3.12.1/bin/python"
+      else
+        trpy=$(command -v python3.12 || true)
+      fi
+    fi
+    [[ -n $trpy && -x $trpy ]] ||
+      die "Triton needs Python 3.12 (pyenv install 3.12.1, or TRITON_PYTHON=/path/to/python3.12), or set SKIP_TRITON=1"
+    log "Triton venv $trvenv (pinned from $trreq, $trpy)"
+    mkdir -p "$cache"
+    rm -rf "$trvenv"
+    timeout 900 "$trpy" -m venv "$trvenv"
+    timeout 1800 "$trvenv/bin/pip" install -q --disable-pip-version-check -r "$trreq"
+    echo "$trwant" >"$trvenv/.requirements.sha256"
+  fi
+  trlib=$("$trvenv/bin/python" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR") or "")')
+  tr_ld="$trlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  LD_LIBRARY_PATH=$tr_ld "$trvenv/bin/python" -c 'import pytriton.triton, onnxruntime, numpy, PIL' ||
+    die "Triton venv $trvenv is broken; remove it and rerun"
+  with_triton=1
+fi
+
 # ---- build
+load_start=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || true)
 mkdir -p "$out"
 rm -f "$out"/*.json "$out"/*.jsonl "$out"/*.txt "$out"/*.log
 rm -rf "$out/torchserve"
 log "go build bin/fw and build/bench/ceiling"
 go build -o bin/fw ./cmd/fw
 go build -o build/bench/ceiling ./bench/ceiling
+# the code measured: "commit abc1234[, dirty]" (as internal/benchdoc.Commit), taken at build time
+fw_commit=$(python3 bench/serve_report.py --commit)
+
+# ---- the peers' ONNX Runtime settings: fw's (the intra-op threads `fw serve` uses with
+# its defaults, as `fw verify` reports them; spinning off, fw's default) for the headline
+# rows; onnxruntime's own defaults (nothing set) for the rows marked so
+fw_threads=${PEER_THREADS:-$(bin/fw verify "$mlp" --json --time 0 | python3 -c 'import json, sys; print(json.load(sys.stdin)["threads"])')}
+[[ $fw_threads =~ ^[1-9][0-9]*$ ]] || die "cannot tell fw's intra-op threads (got '$fw_threads')"
+fw_ort_env=(env FW_PEER_THREADS="$fw_threads" FW_BENCH_ORT_SPIN=0)
+ort_defaults_env=(env -u FW_PEER_THREADS -u FW_BENCH_ORT_SPIN)
+ort_env=("${fw_ort_env[@]}")
+log "peers' ONNX Runtime: intra_op_num_threads=$fw_threads, allow_spinning=0 (fw's settings); defaults rows at c=${DEFAULTS_CONCURRENCY:-none}"
 
 # ---- wrk Lua scripts: POST bodies, and a done() that prints one JSON line
 python3 - "$out" "$jpeg" <<'EOF'
-import json, sys
+import json, struct, sys
 out, jpeg = sys.argv[1], sys.argv[2]
 row = [round(0.01 * i, 2) for i in range(64)]
 done = r'''
@@ -173,6 +274,24 @@ open(f"{out}/multipart.lua", "w").write(
     f'wrk.headers["Content-Type"] = "multipart/form-data; boundary={b}"\n'
     f'wrk.body = "--{b}\\r\\nContent-Disposition: form-data; name=\\"file\\"; filename=\\"x.jpg\\"\\r\\n"'
     f' .. "Content-Type: image/jpeg\\r\\n\\r\\n" .. data .. "\\r\\n--{b}--\\r\\n"\n' + done)
+# KServe V2 JSON, the same row: Triton and fw's /v2/models/NAME/infer
+v2 = {"inputs": [{"name": "input", "shape": [1, 64], "datatype": "FP32", "data": row}]}
+open(f"{out}/v2rows.json", "w").write(json.dumps(v2))
+open(f"{out}/v2rows.lua", "w").write(
+    'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+    f"wrk.body = [==[{json.dumps(v2)}]==]\n" + done)
+# KServe V2 binary-data extension: the JSON header, then the JPEG as one BYTES element
+# (4-byte little-endian length + bytes); Inference-Header-Content-Length = the header's size
+data = open(jpeg, "rb").read()
+hdr = json.dumps({"inputs": [{"name": "image", "shape": [1, 1], "datatype": "BYTES",
+                              "parameters": {"binary_data_size": 4 + len(data)}}]}).encode()
+open(f"{out}/v2jpeg.bin", "wb").write(hdr + struct.pack("<I", len(data)) + data)
+open(f"{out}/v2jpeg.hlen", "w").write(str(len(hdr)))
+open(f"{out}/v2jpeg.lua", "w").write(
+    f'local f = assert(io.open("{out}/v2jpeg.bin", "rb"))\nwrk.method = "POST"\n'
+    'wrk.headers["Content-Type"] = "application/octet-stream"\n'
+    f'wrk.headers["Inference-Header-Content-Length"] = "{len(hdr)}"\n'
+    'wrk.body = f:read("*a")\nf:close()\n' + done)
 EOF
 
 # bench SCENARIO SERVER LUA URL DURATION CONCURRENCIES...: one wrk run per concurrency
@@ -198,7 +317,8 @@ bench() {
 # Archive (no-archive directory: the same .onnx file copied in, plus the handler and
 # common.py), config from bench/peers/torchserve.properties, ports PORT_BASE+8..+12,
 # its pid file, worker socket and logs under $out/torchserve (TMPDIR/TEMP/LOG_LOCATION),
-# so `torchserve --stop` only ever sees this run's server.
+# so `torchserve --stop` only ever sees this run's server. The Python worker inherits
+# the environment, ort_env included.
 ts=$out/torchserve
 ts_env=(env TEMP="$ts/tmp" TMPDIR="$ts/tmp" LOG_LOCATION="$ts/logs" METRICS_LOCATION="$ts/logs")
 ts_start() {
@@ -215,7 +335,7 @@ ts_start() {
     -e "s#@MODEL_STORE@#$ts/store#; s#@MODEL@#$model#" \
     -e "s#@BATCH@#$batch#; s#@DELAY_MS@#$delay#" \
     bench/peers/torchserve.properties >"$ts/config.properties"
-  start "$name" "${ts_env[@]}" "$tsvenv/bin/torchserve" --start --foreground --ncs --ts-config "$ts/config.properties"
+  start "$name" "${ts_env[@]}" "${ort_env[@]}" "$tsvenv/bin/torchserve" --start --foreground --ncs --ts-config "$ts/config.properties"
 }
 ts_stop() {
   timeout 90 "${ts_env[@]}" "$tsvenv/bin/torchserve" --stop --foreground >/dev/null 2>&1 || true
@@ -229,105 +349,225 @@ ts_stop() {
   rm -rf "$ts"
 }
 
-for i in $(seq 0 12); do port_free $((PORT_BASE + i)) || die "port $((PORT_BASE + i)) on $HOST is in use (set PORT_BASE)"; done
+# ---- Triton: tr_start NAME MODEL_NAME ONNX_FILE KIND BATCH DELAY_US; tr_stop
+# bench/peers/triton_app.py in the Triton venv (PyTriton starts tritonserver and its
+# Python backend stub as children), HTTP on PORT_BASE+14, gRPC +15, metrics +16, all on
+# 127.0.0.1; PyTriton's workspace (model store, sockets) under $out/triton. Ready when
+# GET /v2/models/MODEL_NAME/ready answers 200, then one inference must answer 2xx.
+tr=$out/triton
+tr_pids=()
+tr_start() {
+  local name=$1 model=$2 onnx=$3 kind=$4 batch=$5 delay=$6
+  rm -rf "$tr"
+  mkdir -p "$tr"
+  start "$name" env LD_LIBRARY_PATH="$tr_ld" "${ort_env[@]}" "$trvenv/bin/python" bench/peers/triton_app.py \
+    --model "$onnx" --name "$model" --kind "$kind" --max-batch-size "$batch" --max-queue-delay-us "$delay" \
+    --http-port $((PORT_BASE + 14)) --grpc-port $((PORT_BASE + 15)) --metrics-port $((PORT_BASE + 16)) \
+    --workspace "$tr/workspace"
+  wait_get "http://$HOST:$((PORT_BASE + 14))/v2/models/$model/ready"
+  # every process of the tree by PID, for tr_stop and the exit trap
+  mapfile -t tr_pids < <(descendants "$last_pgid")
+  extra_pids+=("${tr_pids[@]}")
+  triton_server_version=$(sed -n 's/^| server_version *| *\([0-9.]*\) *|$/\1/p' "$out/$name.log" | head -1)
+}
+# tr_alive: the PIDs of tr_pids still running (a zombie counts as gone)
+tr_alive() {
+  local p st
+  for p in "${tr_pids[@]}"; do
+    st=$(ps -o stat= -p "$p" 2>/dev/null | tr -d ' ' || true)
+    if [[ -n $st && $st != Z* ]]; then echo "$p"; fi
+  done
+  return 0
+}
+tr_stop() {
+  local p
+  # PyTriton stops its tritonserver on SIGTERM: signal the app first and give the tree
+  # 20 s, then the process group, then whatever is left, by PID
+  for p in $(pgrep -P "$last_pgid" 2>/dev/null); do kill -TERM "$p" 2>/dev/null || true; done
+  for _ in $(seq 200); do
+    [[ -z $(tr_alive) ]] && break
+    sleep 0.1
+  done
+  stop_last
+  for p in $(tr_alive); do
+    log "Triton: PID $p still running after its app stopped; killing it"
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  for p in "${tr_pids[@]}"; do rm -f /dev/shm/pytrtion"$p"-* 2>/dev/null || true; done
+  tr_pids=()
+  extra_pids=()
+  rm -rf "$tr"
+}
+
+for i in $(seq 0 18); do port_free $((PORT_BASE + i)) || die "port $((PORT_BASE + i)) on $HOST is in use (set PORT_BASE)"; done
 
 # ---- f. engine ceiling (two passes, first and last; the report takes the best per batch size)
 engine_ceiling() {
+  only engine || return 0
   log "f. engine ceiling, pass $1: resnet18.onnx, no HTTP (build/bench/ceiling -engine)"
   timeout 180 build/bench/ceiling -engine "$img_model" -batches 1,8,16,32 -seconds 3 | tee -a "$out/engine.jsonl" >&2
 }
 engine_ceiling 1
 
 # ---- a. HTTP ceiling
-p=$PORT_BASE
-log "a. HTTP ceiling (bare fasthttp) on $HOST:$p"
-start ceiling build/bench/ceiling -addr "$HOST:$p"
-wait_ready "http://$HOST:$p/predict"
-bench predict ceiling rows.lua "http://$HOST:$p/predict" "$DURATION" $CONCURRENCY
-stop_last
-
-# ---- b. fw serve /predict
-p=$((PORT_BASE + 1))
-log "b. fw serve $mlp (defaults) on $HOST:$p"
-start fw-default bin/fw serve --model "$mlp" --host "$HOST" --port "$p"
-wait_ready "http://$HOST:$p/predict" -H 'Content-Type: application/json' -d "$zeros"
-bench predict fw rows.lua "http://$HOST:$p/predict" "$DURATION" $CONCURRENCY
-if [[ ${PROFILE:-0} == 1 ]] && command -v perf >/dev/null; then
-  log "perf profile of fw /predict at c=64 (10 s)"
-  fwpid=$(pgrep -g "$last_pgid" -x fw | head -1 || true)
-  if [[ -n $fwpid ]]; then
-    timeout 40 perf record -F 499 -g -p "$fwpid" -o "$out/fw-predict.perf.data" -- sleep 10 >/dev/null 2>&1 &
-    perfpid=$!
-    timeout 40 wrk -t1 -c64 -d10s -s "$out/rows.lua" "http://$HOST:$p/predict" >/dev/null 2>&1 || true
-    wait "$perfpid" || true
-    { echo "by shared object:"
-      perf report -i "$out/fw-predict.perf.data" --no-children --sort dso --stdio -g none 2>/dev/null | grep '%' | head -5
-      echo "top symbols outside libonnxruntime (stripped, so its symbols are bare addresses):"
-      perf report -i "$out/fw-predict.perf.data" --no-children --sort sym --stdio -g none 2>/dev/null | grep '%' | grep -v ' 0x0000' | head -12
-    } >"$out/fw-predict.perf.txt" || true
-  fi
+if only ceiling; then
+  p=$PORT_BASE
+  log "a. HTTP ceiling (bare fasthttp) on $HOST:$p"
+  start ceiling build/bench/ceiling -addr "$HOST:$p"
+  wait_ready "http://$HOST:$p/predict"
+  bench predict ceiling rows.lua "http://$HOST:$p/predict" "$DURATION" $CONCURRENCY
+  stop_last
 fi
-stop_last
 
-p=$((PORT_BASE + 2))
-log "b'. fw serve $mlp $FW_TUNED_FLAGS on $HOST:$p"
-# shellcheck disable=SC2086
-start fw-tuned bin/fw serve --model "$mlp" --host "$HOST" --port "$p" $FW_TUNED_FLAGS
-wait_ready "http://$HOST:$p/predict" -H 'Content-Type: application/json' -d "$zeros"
-bench predict fw-tuned rows.lua "http://$HOST:$p/predict" "$DURATION" $CONCURRENCY
-stop_last
+# ---- b. fw serve /predict, and its /v2 infer on the same server
+if only fw; then
+  p=$((PORT_BASE + 1))
+  log "b. fw serve $mlp (defaults) on $HOST:$p"
+  start fw-default bin/fw serve --model "$mlp" --host "$HOST" --port "$p"
+  wait_ready "http://$HOST:$p/predict" -H 'Content-Type: application/json' -d "$zeros"
+  fw_model_threads=$(curl -fsS --max-time 10 "http://$HOST:$p/model" | python3 -c 'import json, sys; print(json.load(sys.stdin)["threads"])')
+  [[ $fw_model_threads == "$fw_threads" ]] ||
+    log "WARNING: fw serve runs $fw_model_threads intra-op threads, the peers get $fw_threads"
+  bench predict fw rows.lua "http://$HOST:$p/predict" "$DURATION" $CONCURRENCY
+  if [[ ${PROFILE:-0} == 1 ]] && command -v perf >/dev/null; then
+    log "perf profile of fw /predict at c=64 (10 s)"
+    fwpid=$(pgrep -g "$last_pgid" -x fw | head -1 || true)
+    if [[ -n $fwpid ]]; then
+      timeout 40 perf record -F 499 -g -p "$fwpid" -o "$out/fw-predict.perf.data" -- sleep 10 >/dev/null 2>&1 &
+      perfpid=$!
+      timeout 40 wrk -t1 -c64 -d10s -s "$out/rows.lua" "http://$HOST:$p/predict" >/dev/null 2>&1 || true
+      wait "$perfpid" || true
+      { echo "by shared object:"
+        perf report -i "$out/fw-predict.perf.data" --no-children --sort dso --stdio -g none 2>/dev/null | grep '%' | head -5
+        echo "top symbols outside libonnxruntime (stripped, so its symbols are bare addresses):"
+        perf report -i "$out/fw-predict.perf.data" --no-children --sort sym --stdio -g none 2>/dev/null | grep '%' | grep -v ' 0x0000' | head -12
+      } >"$out/fw-predict.perf.txt" || true
+    fi
+  fi
+  log "b. fw serve /v2/models/digits_mlp/infer (KServe V2 JSON, the request Triton gets) on $HOST:$p"
+  wait_ready "http://$HOST:$p/v2/models/digits_mlp/infer" -H 'Content-Type: application/json' --data-binary @"$out/v2rows.json"
+  bench v2 fw v2rows.lua "http://$HOST:$p/v2/models/digits_mlp/infer" "$DURATION" $CONCURRENCY
+  stop_last
 
-if [[ ${SKIP_PEERS:-0} != 1 ]]; then
-  # ---- c. LitServe
-  p=$((PORT_BASE + 3))
-  log "c. LitServe (max_batch_size=$LIT_BATCH, batch_timeout=$LIT_TIMEOUT) on $HOST:$p"
-  start litserve "$venv/bin/python" bench/peers/litserve_app.py --model "$mlp" --port "$p" --kind rows \
+  p=$((PORT_BASE + 2))
+  log "b'. fw serve $mlp $FW_TUNED_FLAGS on $HOST:$p"
+  # shellcheck disable=SC2086
+  start fw-tuned bin/fw serve --model "$mlp" --host "$HOST" --port "$p" $FW_TUNED_FLAGS
+  wait_ready "http://$HOST:$p/predict" -H 'Content-Type: application/json' -d "$zeros"
+  bench predict fw-tuned rows.lua "http://$HOST:$p/predict" "$DURATION" $CONCURRENCY
+  stop_last
+
+  p=$((PORT_BASE + 17))
+  log "b''. fw serve $mlp --engine-spin (ONNX Runtime's threads spin, as onnxruntime's default) on $HOST:$p"
+  start fw-spin bin/fw serve --model "$mlp" --host "$HOST" --port "$p" --engine-spin
+  wait_ready "http://$HOST:$p/predict" -H 'Content-Type: application/json' -d "$zeros"
+  bench predict fw-spin rows.lua "http://$HOST:$p/predict" "$DURATION" $CONCURRENCY
+  stop_last
+fi
+
+# ---- the peers on /predict (and Triton on /v2 infer); SERVER names the rows, the
+# remaining arguments are the concurrencies; ort_env says which ONNX Runtime settings
+peer_litserve() {
+  local server=$1 p=$((PORT_BASE + 3))
+  shift
+  log "c. LitServe [$server] (max_batch_size=$LIT_BATCH, batch_timeout=$LIT_TIMEOUT) on $HOST:$p"
+  start "$server" "${ort_env[@]}" "$venv/bin/python" bench/peers/litserve_app.py --model "$mlp" --port "$p" --kind rows \
     --max-batch-size "$LIT_BATCH" --batch-timeout "$LIT_TIMEOUT"
   wait_ready "http://$HOST:$p/predict" -H 'Content-Type: application/json' -d "$zeros"
-  bench predict litserve rows.lua "http://$HOST:$p/predict" "$DURATION" $CONCURRENCY
+  bench predict "$server" rows.lua "http://$HOST:$p/predict" "$DURATION" "$@"
   stop_last
-
-  # ---- d. FastAPI + uvicorn
-  p=$((PORT_BASE + 4))
-  log "d. FastAPI + uvicorn (1 process, async def, session.run per request) on $HOST:$p"
-  FW_PEER_MODEL=$mlp start fastapi "$venv/bin/uvicorn" fastapi_app:app --app-dir bench/peers --host "$HOST" --port "$p" --log-level warning --no-access-log
+}
+# peer_fastapi MODE SERVER CONCURRENCIES...: MODE async (the tutorial's `async def`) or def
+peer_fastapi() {
+  local mode=$1 server=$2 p=$((PORT_BASE + 4))
+  shift 2
+  [[ $mode == def ]] && p=$((PORT_BASE + 18))
+  log "d. FastAPI + uvicorn [$server] (1 process, $mode endpoints, session.run per request) on $HOST:$p"
+  FW_PEER_MODEL=$mlp FW_PEER_FASTAPI=$mode start "$server" "${ort_env[@]}" "$venv/bin/uvicorn" fastapi_app:app \
+    --app-dir bench/peers --host "$HOST" --port "$p" --log-level warning --no-access-log
   wait_ready "http://$HOST:$p/predict" -H 'Content-Type: application/json' -d "$zeros"
-  bench predict fastapi rows.lua "http://$HOST:$p/predict" "$DURATION" $CONCURRENCY
+  bench predict "$server" rows.lua "http://$HOST:$p/predict" "$DURATION" "$@"
   stop_last
+}
+peer_torchserve() {
+  local server=$1 p=$((PORT_BASE + 8))
+  shift
+  log "g. TorchServe [$server] (batchSize=$TS_BATCH, maxBatchDelay=${TS_DELAY_MS}ms, 1 worker) on $HOST:$p"
+  ts_start "$server" digits "$mlp" "$TS_BATCH" "$TS_DELAY_MS"
+  wait_ready "http://$HOST:$p/predictions/digits" -H 'Content-Type: application/json' -d "$zeros"
+  bench predict "$server" rows.lua "http://$HOST:$p/predictions/digits" "$DURATION" "$@"
+  ts_stop "$server"
+}
+peer_triton() {
+  local server=$1 p=$((PORT_BASE + 14))
+  shift
+  log "h. Triton [$server] (PyTriton, max_batch_size=$TRITON_BATCH, max_queue_delay_microseconds=$TRITON_DELAY_US) on $HOST:$p"
+  tr_start "$server" digits_mlp "$mlp" rows "$TRITON_BATCH" "$TRITON_DELAY_US"
+  wait_ready "http://$HOST:$p/v2/models/digits_mlp/infer" -H 'Content-Type: application/json' --data-binary @"$out/v2rows.json"
+  bench v2 "$server" v2rows.lua "http://$HOST:$p/v2/models/digits_mlp/infer" "$DURATION" "$@"
+  tr_stop
+}
 
-  # ---- g. TorchServe
-  if [[ $with_ts == 1 ]]; then
-    p=$((PORT_BASE + 8))
-    log "g. TorchServe (batchSize=$TS_BATCH, maxBatchDelay=${TS_DELAY_MS}ms, 1 worker) on $HOST:$p"
-    ts_start torchserve digits "$mlp" "$TS_BATCH" "$TS_DELAY_MS"
-    wait_ready "http://$HOST:$p/predictions/digits" -H 'Content-Type: application/json' -d "$zeros"
-    bench predict torchserve rows.lua "http://$HOST:$p/predictions/digits" "$DURATION" $CONCURRENCY
-    ts_stop torchserve
+if [[ ${SKIP_PEERS:-0} != 1 ]]; then
+  # headline rows: fw's ONNX Runtime settings
+  ort_env=("${fw_ort_env[@]}")
+  if only litserve; then peer_litserve litserve $CONCURRENCY; fi
+  if only fastapi; then
+    peer_fastapi async fastapi $CONCURRENCY
+    peer_fastapi def fastapi-def $CONCURRENCY
+  fi
+  if [[ $with_ts == 1 ]]; then peer_torchserve torchserve $CONCURRENCY; fi
+  if [[ $with_triton == 1 ]]; then peer_triton triton $CONCURRENCY; fi
+
+  # ---- i. the same peers at onnxruntime's defaults (spinning on, threads = physical cores)
+  if [[ -n ${DEFAULTS_CONCURRENCY// /} ]]; then
+    ort_env=("${ort_defaults_env[@]}")
+    log "i. peers at onnxruntime's defaults, c=$DEFAULTS_CONCURRENCY"
+    if only litserve; then peer_litserve litserve-ortdefaults $DEFAULTS_CONCURRENCY; fi
+    if only fastapi; then
+      peer_fastapi async fastapi-ortdefaults $DEFAULTS_CONCURRENCY
+      peer_fastapi def fastapi-def-ortdefaults $DEFAULTS_CONCURRENCY
+    fi
+    if [[ $with_ts == 1 ]]; then peer_torchserve torchserve-ortdefaults $DEFAULTS_CONCURRENCY; fi
+    if [[ $with_triton == 1 ]]; then peer_triton triton-ortdefaults $DEFAULTS_CONCURRENCY; fi
+    ort_env=("${fw_ort_env[@]}")
   fi
 fi
 
 if [[ ${SKIP_IMAGE:-0} != 1 ]]; then
-  # ---- e. /predict/image on resnet18
-  p=$((PORT_BASE + 5))
-  log "e. fw serve $img_model /predict/image on $HOST:$p"
-  start fw-image bin/fw serve --model "$img_model" --host "$HOST" --port "$p"
-  wait_ready "http://$HOST:$p/predict/image" -H 'Content-Type: image/jpeg' --data-binary @"$jpeg"
-  bench image fw jpeg.lua "http://$HOST:$p/predict/image" "$IMG_DURATION" $IMG_CONCURRENCY
-  stop_last
-  if [[ ${SKIP_PEERS:-0} != 1 ]]; then
-    p=$((PORT_BASE + 6))
-    log "e. LitServe $img_model /predict/image (multipart) on $HOST:$p"
-    start litserve-image "$venv/bin/python" bench/peers/litserve_app.py --model "$img_model" --port "$p" --kind image \
-      --max-batch-size "${LIT_IMG_BATCH:-16}" --batch-timeout "${LIT_IMG_TIMEOUT:-0.005}"
-    wait_ready "http://$HOST:$p/predict/image" -F "file=@$jpeg"
-    bench image litserve multipart.lua "http://$HOST:$p/predict/image" "$IMG_DURATION" $IMG_CONCURRENCY
-    stop_last
-    p=$((PORT_BASE + 7))
-    log "e. FastAPI $img_model /predict/image on $HOST:$p"
-    FW_PEER_MODEL=$img_model start fastapi-image "$venv/bin/uvicorn" fastapi_app:app --app-dir bench/peers --host "$HOST" --port "$p" --log-level warning --no-access-log
+  # ---- e. /predict/image on resnet18 (peers at fw's ONNX Runtime settings)
+  ort_env=("${fw_ort_env[@]}")
+  if only fw; then
+    p=$((PORT_BASE + 5))
+    log "e. fw serve $img_model /predict/image on $HOST:$p"
+    start fw-image bin/fw serve --model "$img_model" --host "$HOST" --port "$p"
     wait_ready "http://$HOST:$p/predict/image" -H 'Content-Type: image/jpeg' --data-binary @"$jpeg"
-    bench image fastapi jpeg.lua "http://$HOST:$p/predict/image" "$IMG_DURATION" $IMG_CONCURRENCY
+    bench image fw jpeg.lua "http://$HOST:$p/predict/image" "$IMG_DURATION" $IMG_CONCURRENCY
     stop_last
+  fi
+  if [[ ${SKIP_PEERS:-0} != 1 ]]; then
+    if only litserve; then
+      p=$((PORT_BASE + 6))
+      log "e. LitServe $img_model /predict/image (multipart) on $HOST:$p"
+      start litserve-image "${ort_env[@]}" "$venv/bin/python" bench/peers/litserve_app.py --model "$img_model" --port "$p" --kind image \
+        --max-batch-size "${LIT_IMG_BATCH:-16}" --batch-timeout "${LIT_IMG_TIMEOUT:-0.005}"
+      wait_ready "http://$HOST:$p/predict/image" -F "file=@$jpeg"
+      bench image litserve multipart.lua "http://$HOST:$p/predict/image" "$IMG_DURATION" $IMG_CONCURRENCY
+      stop_last
+    fi
+    if only fastapi; then
+      for mode in async def; do
+        p=$((PORT_BASE + 7))
+        server=fastapi
+        [[ $mode == def ]] && p=$((PORT_BASE + 18)) && server=fastapi-def
+        log "e. FastAPI ($mode endpoints) $img_model /predict/image on $HOST:$p"
+        FW_PEER_MODEL=$img_model FW_PEER_FASTAPI=$mode start "$server-image" "${ort_env[@]}" "$venv/bin/uvicorn" fastapi_app:app \
+          --app-dir bench/peers --host "$HOST" --port "$p" --log-level warning --no-access-log
+        wait_ready "http://$HOST:$p/predict/image" -H 'Content-Type: image/jpeg' --data-binary @"$jpeg"
+        bench image "$server" jpeg.lua "http://$HOST:$p/predict/image" "$IMG_DURATION" $IMG_CONCURRENCY
+        stop_last
+      done
+    fi
     if [[ $with_ts == 1 ]]; then
       p=$((PORT_BASE + 8))
       log "e. TorchServe $img_model /predictions/resnet18 (batchSize=$TS_IMG_BATCH, maxBatchDelay=${TS_IMG_DELAY_MS}ms) on $HOST:$p"
@@ -335,6 +575,16 @@ if [[ ${SKIP_IMAGE:-0} != 1 ]]; then
       wait_ready "http://$HOST:$p/predictions/resnet18" -H 'Content-Type: image/jpeg' --data-binary @"$jpeg"
       bench image torchserve jpeg.lua "http://$HOST:$p/predictions/resnet18" "$IMG_DURATION" $IMG_CONCURRENCY
       ts_stop torchserve-image
+    fi
+    if [[ $with_triton == 1 ]]; then
+      p=$((PORT_BASE + 14))
+      log "e. Triton $img_model /v2/models/resnet18/infer (JPEG as a V2 binary BYTES tensor; max_batch_size=$TRITON_IMG_BATCH, max_queue_delay_microseconds=$TRITON_IMG_DELAY_US) on $HOST:$p"
+      tr_start triton-image resnet18 "$img_model" image "$TRITON_IMG_BATCH" "$TRITON_IMG_DELAY_US"
+      wait_ready "http://$HOST:$p/v2/models/resnet18/infer" -H 'Content-Type: application/octet-stream' \
+        -H "Inference-Header-Content-Length: $(cat "$out/v2jpeg.hlen")" \
+        --data-binary @"$out/v2jpeg.bin"
+      bench image triton v2jpeg.lua "http://$HOST:$p/v2/models/resnet18/infer" "$IMG_DURATION" $IMG_CONCURRENCY
+      tr_stop
     fi
   fi
 fi
@@ -346,6 +596,10 @@ ts_meta='{}'
 if [[ $with_ts == 1 ]]; then
   ts_meta=$("$tsvenv/bin/python" -c 'import json, sys, importlib.metadata as m; d = {k: m.version(k) for k in ("torchserve", "torch-model-archiver", "torch", "onnxruntime")}; d["python"] = "%d.%d.%d" % sys.version_info[:3]; print(json.dumps(d))')
 fi
+tr_meta='{}'
+if [[ $with_triton == 1 ]]; then
+  tr_meta=$(LD_LIBRARY_PATH=$tr_ld "$trvenv/bin/python" -c 'import json, sys, importlib.metadata as m; d = {k: m.version(k) for k in ("nvidia-pytriton", "onnxruntime", "numpy", "pillow")}; d["python"] = "%d.%d.%d" % sys.version_info[:3]; d["tritonserver"] = sys.argv[1]; print(json.dumps(d))' "${triton_server_version:-?}")
+fi
 java_v=$(java -version 2>&1 | head -1 || true)
 "$venv/bin/python" - "$out/meta.json" <<EOF
 import json, sys, importlib.metadata as md, subprocess, datetime, platform
@@ -353,12 +607,11 @@ def sh(*a):
     try: return subprocess.run(a, capture_output=True, text=True, timeout=30).stdout.strip()
     except Exception: return ""
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-dirty = " (+ uncommitted changes)" if sh("git", "status", "--porcelain", "--untracked-files=no") else ""
 fasthttp = next((l.split()[1] for l in open("go.mod") if "valyala/fasthttp " in l), "?")
 meta = {
   "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
   "nproc": sh("nproc"), "cpu": cpu, "mem": sh("sh", "-c", "free -g | awk '/Mem:/{print \$2\" GiB\"}'"),
-  "kernel": platform.release(), "fw_commit": sh("git", "rev-parse", "--short", "HEAD") + dirty,
+  "kernel": platform.release(),
   "go": sh("go", "env", "GOVERSION"), "fasthttp": fasthttp, "wrk": sh("sh", "-c", "wrk -v 2>&1 | head -1"),
   "python": platform.python_version(),
   "litserve": md.version("litserve"), "fastapi": md.version("fastapi"), "uvicorn": md.version("uvicorn"),
@@ -370,10 +623,15 @@ meta = {
   "torchserve": json.loads(r'''$ts_meta'''), "java": r'''$java_v''',
   "ts_batch": "$TS_BATCH", "ts_delay_ms": "$TS_DELAY_MS",
   "ts_img_batch": "$TS_IMG_BATCH", "ts_img_delay_ms": "$TS_IMG_DELAY_MS",
+  "commit": "$fw_commit", "load_start": "$load_start", "peer_threads": "$fw_threads", "peer_spin": "0",
+  "defaults_concurrency": "$DEFAULTS_CONCURRENCY", "bench_only": "$BENCH_ONLY",
+  "triton": json.loads(r'''$tr_meta'''),
+  "triton_batch": "$TRITON_BATCH", "triton_delay_us": "$TRITON_DELAY_US",
+  "triton_img_batch": "$TRITON_IMG_BATCH", "triton_img_delay_us": "$TRITON_IMG_DELAY_US",
 }
 json.dump(meta, open(sys.argv[1], "w"), indent=1)
 EOF
-log "writing docs/benchmarks.md (serve section)"
+log "writing $doc (serve section)"
 python3 bench/serve_report.py --results "$out/results.jsonl" --engine "$out/engine.jsonl" --meta "$out/meta.json" \
-  --perf "$out/fw-predict.perf.txt" --doc docs/benchmarks.md
-log "done: docs/benchmarks.md, raw wrk output in $out"
+  --perf "$out/fw-predict.perf.txt" --doc "$doc"
+log "done: $doc, raw wrk output in $out"

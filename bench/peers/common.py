@@ -2,10 +2,17 @@
 request/response shapes as `fw serve`, and PIL preprocessing for images.
 
 Environment: FW_PEER_MODEL (model file), FW_PEER_THREADS (intra-op threads,
-0 = onnxruntime's default)."""
+0 or unset = onnxruntime's default, the physical cores), FW_BENCH_ORT_SPIN
+("0": ONNX Runtime's intra- and inter-op threads do not busy-wait between
+calls, as `fw serve` runs them by default; "1": they spin, onnxruntime's own
+default; unset: nothing is set, so onnxruntime's default, spinning on).
+bench/serve.sh sets both to fw's values for the headline rows. The settings
+in force are printed to stderr once per session, so every peer's log says
+what it ran with."""
 
 import io
 import os
+import sys
 
 import numpy as np
 import onnxruntime as ort
@@ -19,10 +26,26 @@ STD = np.array([0.229, 0.224, 0.225], dtype=np.float32).reshape(3, 1, 1)
 def session(path=None):
     path = path or os.environ["FW_PEER_MODEL"]
     so = ort.SessionOptions()
-    n = int(os.environ.get("FW_PEER_THREADS", "0"))
+    n = int(os.environ.get("FW_PEER_THREADS", "0") or "0")
     if n:
         so.intra_op_num_threads = n
+    spin = os.environ.get("FW_BENCH_ORT_SPIN", "")
+    if spin:
+        if spin not in ("0", "1"):
+            raise ValueError(f"FW_BENCH_ORT_SPIN must be 0 or 1, not {spin!r}")
+        # the same two keys engine/ort.go sets (onnxruntime's default for both is "1")
+        for key in (
+            "session.intra_op.allow_spinning",
+            "session.inter_op.allow_spinning",
+        ):
+            so.add_session_config_entry(key, spin)
     s = ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+    print(
+        f"bench peer onnxruntime {ort.__version__}: {os.path.basename(path)}, "
+        f"intra_op_num_threads={n or 'default'}, allow_spinning={spin or 'default (1)'}",
+        file=sys.stderr,
+        flush=True,
+    )
     return s, s.get_inputs()[0].name
 
 
