@@ -259,6 +259,10 @@ func (s *Server) registerModel(ctx *fasthttp.RequestCtx, r *registry.Service) {
 				b, _ := io.ReadAll(io.LimitReader(p, 256))
 				name = strings.TrimSpace(string(b))
 			case "file":
+				if got { // a second file would be appended to the first
+					writeError(ctx, apiErr(400, CodeBadRequest, `the multipart form has more than one "file" field; upload one model file per request`))
+					return
+				}
 				filename = p.FileName()
 				if e := copyUpload(tmp, p); e != nil {
 					writeError(ctx, e)

@@ -616,6 +616,12 @@ def test_models(dash: Dashboard, cnn: dict) -> None:
     assert raw["version"]["version"] == 2
     body, ct = multipart([("file", "m.onnx", CNN.read_bytes())], {"name": "cnn-form"})
     dash.call("POST", "/api/models", body=body, headers={"Content-Type": ct}, expect=201)
+    # Two files in one form would be written one after the other into one model: refused.
+    two, ct = multipart(
+        [("file", "a.onnx", CNN.read_bytes()), ("file", "b.onnx", CNN.read_bytes())], {"name": "two"}
+    )
+    r = dash.call("POST", "/api/models", body=two, headers={"Content-Type": ct}, expect=400)
+    assert "more than one" in r.json()["error"]["message"]
     # Registering a checkpoint reference with JSON.
     dash.call("POST", "/api/ingest", json_body=_events("ref-run", "oas-ref"), expect=200)
     dash.call(
