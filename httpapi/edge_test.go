@@ -110,14 +110,10 @@ func (es *edgeServer) listen(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// serve runs one request through Handler, as fasthttp would, and returns the
-// response with a streamed body (NDJSON) read to its end.
-func (es *edgeServer) serve(method, uri, ctype string, body []byte, hdr ...string) *fasthttp.Response {
-	return es.serveBody(method, uri, ctype, body, false, hdr...)
-}
-
-// serveBody is serve with the body given as a stream of unknown length when
-// stream is set, as fasthttp gives a handler a chunked or large body.
+// serveBody runs one request through Handler, as fasthttp would, the body
+// given as a stream of unknown length when stream is set (as fasthttp gives a
+// handler a chunked or large body), and returns the response with a streamed
+// body (NDJSON) read to its end.
 func (es *edgeServer) serveBody(method, uri, ctype string, body []byte, stream bool, hdr ...string) *fasthttp.Response {
 	ctx := testreq.Serve(es.srv.Handler, method, uri, ctype, body, stream, hdr...)
 	es.lastPath = append(es.lastPath[:0], ctx.Path()...)
