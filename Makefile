@@ -25,7 +25,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-schemathesis test-soak test-web bench-soak bench-overload test-e2e fuzz lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-schemathesis test-soak test-web bench-soak bench-overload bench-instances test-e2e fuzz lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -178,6 +178,9 @@ bench-ui: build ## the experiments table with 10,000 seeded runs in chromium, in
 
 bench-overload: build models ## 4x the sustainable load on resnet18: 503/504 per second, connections closed, goodput (docs/benchmarks.md)
 	@$(GO) run ./bench/overload
+
+bench-instances: build models ## --instances 1 vs 2 on resnet18 and the digits MLP (docs/benchmarks.md)
+	@$(GO) run ./bench/instances
 
 bench-soak: build models ## 10 minutes of mixed good and hostile traffic against fw serve: no 5xx, RSS growth under 5 % (docs/benchmarks.md)
 	@$(GO) run ./bench/soak -duration 10m
