@@ -348,15 +348,21 @@ await journey("web UI journey", async (step) => {
         if (fa.status() !== 403) throw new Error(`the form post was answered ${fa.status()}, want 403`);
         // 3. DNS rebinding: a page whose name now resolves to the dashboard
         // sends that name as Host; its same-origin requests must be refused.
+        // (A page of its own: the form post above navigates the first one.)
         const rebound = `http://evil.localhost:${dash.port}`;
-        const nav = await evil.goto(rebound + "/");
-        if (nav.status() !== 403) throw new Error(`the dashboard served its UI to Host evil.localhost: ${nav.status()}`);
-        const rb = await evil.evaluate(async () => {
-          const list = await fetch("/api/experiments");
-          const create = await fetch("/api/experiments", { method: "POST", headers: { "Content-Type": "application/json" }, body: '{"name":"evil-rebind"}' });
-          return { list: list.status, body: await list.text(), create: create.status };
-        });
-        if (rb.list !== 403 || rb.create !== 403 || rb.body.includes(EXPERIMENT)) throw new Error(`through rebinding: ${JSON.stringify(rb)}`);
+        const rebind = await browser.newPage();
+        try {
+          const nav = await rebind.goto(rebound + "/");
+          if (nav.status() !== 403) throw new Error(`the dashboard served its UI to Host evil.localhost: ${nav.status()}`);
+          const rb = await rebind.evaluate(async () => {
+            const list = await fetch("/api/experiments");
+            const create = await fetch("/api/experiments", { method: "POST", headers: { "Content-Type": "application/json" }, body: '{"name":"evil-rebind"}' });
+            return { list: list.status, body: await list.text(), create: create.status };
+          });
+          if (rb.list !== 403 || rb.create !== 403 || rb.body.includes(EXPERIMENT)) throw new Error(`through rebinding: ${JSON.stringify(rb)}`);
+        } finally {
+          await rebind.close();
+        }
         // Nothing was created, no job started.
         const after = (await dash.api("GET", "/api/experiments")).experiments;
         const evilNames = after.map((e) => e.name).filter((n) => n.startsWith("evil"));
