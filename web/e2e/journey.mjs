@@ -281,6 +281,10 @@ await journey("web UI journey", async (step) => {
         const bg = await dark.evaluate(() => getComputedStyle(document.body).backgroundColor);
         if (bg !== "rgb(17, 19, 24)") throw new Error(`dark body background is ${bg}`);
         await dark.getByText(EXPERIMENT).first().waitFor({ timeout: LONG });
+        // The system charts start from the samples the dashboard kept (it has
+        // been up for half a minute): many points at once, not one.
+        const points = Number(await dark.getByTestId("sys-cpu-chart").getAttribute("data-points"));
+        if (!(points >= 10)) throw new Error(`the CPU chart starts with ${points} points; the dashboard keeps the last 5 minutes`);
         await screenshot(dark, "16-home-dark");
         await dark.goto(`${dash.url}/compare?runs=${encodeURIComponent(`${first},${second}`)}`);
         await dark.getByRole("heading", { name: /Params/ }).first().waitFor({ timeout: LONG });

@@ -123,5 +123,5 @@ export function Chart({ title, x, series, xMode = "step", logY = false, smoothin
     u.setData(data, !zoomed);
   }, [data, x]);
 
-  return <div className="chart" ref={box} data-testid={testId} role="img" aria-label={title ?? "chart"} />;
+  return <div className="chart" ref={box} data-testid={testId} data-points={x.length} role="img" aria-label={title ?? "chart"} />;
 }

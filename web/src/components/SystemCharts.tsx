@@ -82,7 +82,9 @@ export function SystemCharts({ pollMs = 2000 }: { pollMs?: number }) {
     [samples, gpuCount],
   );
 
-  if (!last) return status.error ? <ErrorNote error={status.error} /> : <p className="muted">Loading system status…</p>;
+  // Wait for the kept samples too (unless they cannot be had), so the charts
+  // are drawn full at once rather than from the first poll's single point.
+  if (!last || (history.loading && !history.data && !history.error)) return status.error ? <ErrorNote error={status.error} /> : <p className="muted">Loading system status…</p>;
   const memPct = last.memory.total_bytes > 0 ? (100 * last.memory.used_bytes) / last.memory.total_bytes : 0;
 
   return (

@@ -224,7 +224,7 @@ export function HomePage() {
       <div className="home-grid">
         <div className="stack home-main">
           <ExperimentsGlance bump={bump} />
-          <Card title="System" actions={<span className="muted small">last 5 minutes, every 2 s</span>}>
+          <Card title="System" actions={<span className="muted small">last 5 minutes, live</span>}>
             <SystemCharts />
           </Card>
         </div>
