@@ -150,8 +150,8 @@ func markdown(rows []row, command string, threads int) string {
 	host, _ := os.Hostname()
 	_ = host
 	fmt.Fprintf(&sb, "## Engine: one call, per model, format and batch size\n\n")
-	fmt.Fprintf(&sb, "Command: `%s` (measured %s, %d CPUs available, %d intra-op threads for every runtime, %s; inputs tiled from each file's test vector; p50/p99 of single calls).\n\n",
-		command, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), threads, runtime.GOARCH)
+	fmt.Fprintf(&sb, "Command: `%s` (measured %s on %s, %d CPUs available, %d intra-op threads for every runtime, %s; inputs tiled from each file's test vector; p50/p99 of single calls).\n\n",
+		command, time.Now().UTC().Format("2006-01-02"), benchdoc.Commit(), runtime.NumCPU(), threads, runtime.GOARCH)
 	type key struct {
 		model string
 		batch int

@@ -193,7 +193,7 @@ func run(url, token string, clients, rate int, every, dur time.Duration, md stri
 	var out strings.Builder
 	fmt.Fprintf(&out, "Live stream (`/api/training/stream`): %d WebSocket clients subscribed to one run, a producer POSTing %d points/s to `/api/ingest` in batches of %d every %s for %s (SQLite store, dashboard and clients on the same host: %s/%s, %d CPUs, %s). Latency = receive time − the time its batch was due, stamped in the event (includes the producer's HTTP POST to /api/ingest and the store's commit).\n\n",
 		clients, rate, perBatch, every, dur, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
-	fmt.Fprintf(&out, "Command: `%s`\n\n", cmdline)
+	fmt.Fprintf(&out, "Command: `%s` (%s, %s)\n\n", cmdline, benchdoc.Commit(), time.Now().UTC().Format("2006-01-02"))
 	fmt.Fprintf(&out, "| events delivered | p50 | p99 | max | ingest POST p50 / p99 |\n|---|---|---|---|---|\n")
 	fmt.Fprintf(&out, "| %d of %d (%d × %d) | %s | %s | %s | %s / %s |\n\n", recvd.Load(), int64(total)*int64(clients), total, clients,
 		ms(q(all, .50)), ms(q(all, .99)), ms(all[len(all)-1]), ms(q(postLat, .50)), ms(q(postLat, .99)))

@@ -6,6 +6,7 @@
 // docs/benchmarks.md between the bench-ui markers. A figure, not a timed
 // assertion: it fails only when the page breaks (no rows, page errors, every
 // row in the DOM).
+import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync, existsSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { join } from "node:path";
@@ -159,13 +160,24 @@ async function main() {
     ].join("\n");
     const cpu = cpus();
     const facts = `${cpu.length} cores (${cpu[0]?.model ?? "unknown CPU"}), ${(totalmem() / 2 ** 30).toFixed(0)} GiB memory, chromium ${browser.version()} headless, SQLite store; seeding ${RUNS.toLocaleString("en")} runs through POST /api/ingest took ${seedS.toFixed(1)} s; p50 and max of ${REPS} repetitions.`;
-    const section = `${BEGIN}\nMeasured by \`make bench-ui\` (\`node web/e2e/bench-runs.mjs\`) on ${facts}\n\n${table}\n${END}`;
+    const section = `${BEGIN}\nMeasured by \`make bench-ui\` (\`node web/e2e/bench-runs.mjs\`) on ${commitStamp()}, ${new Date().toISOString().slice(0, 10)}: ${facts}\n\n${table}\n${END}`;
     console.log("\n" + table + "\n\n" + facts);
     if (!process.env.BENCH_NO_WRITE) writeDoc(section);
   } finally {
     await browser.close();
     await dash.stop();
     cleanup(dash.dir);
+  }
+}
+
+/** "commit abc1234", with ", dirty" when tracked files have uncommitted changes (as internal/benchdoc.Commit). */
+function commitStamp() {
+  try {
+    const head = execFileSync("git", ["rev-parse", "--short=7", "HEAD"], { cwd: ROOT }).toString().trim();
+    const dirty = execFileSync("git", ["status", "--porcelain", "--untracked-files=no"], { cwd: ROOT }).toString().trim();
+    return `commit ${head}${dirty ? ", dirty" : ""}`;
+  } catch {
+    return "an unknown commit";
   }
 }
 
