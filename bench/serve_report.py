@@ -55,7 +55,8 @@ def commit():
     except (OSError, subprocess.SubprocessError):
         return "an unknown commit"
     try:
-        if git("status", "--porcelain", "--untracked-files=no").strip():
+        # docs/ is left out: the benchmarks' own output is not the code they ran.
+        if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs").strip():
             s += ", dirty"
     except (OSError, subprocess.SubprocessError):
         pass

@@ -78,7 +78,7 @@ timeout 900 "$venv/bin/python" bench/track_mlflow.py --mode log_metrics --steps 
 log "writing docs/benchmarks.md (track section)"
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-[[ -z $(git status --porcelain 2>/dev/null) ]] || commit="$commit-dirty"
+[[ -z $(git status --porcelain --untracked-files=no -- . ':(exclude)docs' 2>/dev/null) ]] || commit="$commit-dirty"
 sqlite_v=$("$venv/bin/python" -c 'import sqlite3; print(sqlite3.sqlite_version)')
 python3 - "$out" docs/benchmarks.md "$(nproc)" "${cpu:-unknown}" "$commit" "$sqlite_v" \
   "$("$py" -V 2>&1)" "$load" <<'EOF'

@@ -49,14 +49,16 @@ func ReplaceSection(path, name, body string) error {
 
 // Commit names the code a measurement ran on, for the section's text:
 // "commit abc1234", with ", dirty" when the work tree had uncommitted
-// changes to tracked files, or "an unknown commit" outside a git checkout.
+// changes to tracked files outside docs/, or "an unknown commit" outside a
+// git checkout.
 func Commit() string {
 	out, err := exec.Command("git", "rev-parse", "--short=7", "HEAD").Output()
 	if err != nil {
 		return "an unknown commit"
 	}
 	s := "commit " + strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+	// docs/ is left out: the benchmarks' own output is not the code they ran.
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
 		s += ", dirty"
 	}
 	return s

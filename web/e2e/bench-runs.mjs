@@ -174,7 +174,7 @@ async function main() {
 function commitStamp() {
   try {
     const head = execFileSync("git", ["rev-parse", "--short=7", "HEAD"], { cwd: ROOT }).toString().trim();
-    const dirty = execFileSync("git", ["status", "--porcelain", "--untracked-files=no"], { cwd: ROOT }).toString().trim();
+    const dirty = execFileSync("git", ["status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs"], { cwd: ROOT }).toString().trim();
     return `commit ${head}${dirty ? ", dirty" : ""}`;
   } catch {
     return "an unknown commit";
