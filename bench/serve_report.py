@@ -56,7 +56,9 @@ def commit():
         return "an unknown commit"
     try:
         # docs/ is left out: the benchmarks' own output is not the code they ran.
-        if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs").strip():
+        if git(
+            "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs"
+        ).strip():
             s += ", dirty"
     except (OSError, subprocess.SubprocessError):
         pass
