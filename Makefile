@@ -138,15 +138,9 @@ test-e2e: build models ## the web UI end to end in Debian's chromium (playwright
 	@echo "==> browser journey (web/e2e/journey.mjs; screenshots in build/screenshots)"
 	@FW_BIN=$(ROOT)/bin/fw FW_PYTHON=$(PY) FW_MODELS_DIR=$(ROOT)/$(MODELS) node web/e2e/journey.mjs
 
-fuzz: ## run each fuzz target briefly (FUZZTIME=10s)
+fuzz: ## run each fuzz target briefly (FUZZTIME=10s); scripts/fuzz.sh
 	@echo "==> go fuzz targets, $(FUZZTIME) each"
-	@for pkg in $$($(GO) list ./...); do \
-	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
-	  for t in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
-	    echo "    $$pkg $$t"; \
-	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg >/tmp/fw-fuzz.log 2>&1 || { cat /tmp/fw-fuzz.log; exit 1; }; \
-	  done; \
-	done
+	@GO=$(GO) FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
 lint: $(WEB_SCHEMA) | venv ## go vet, gofmt, staticcheck, ruff, the web UI's type check
 	@echo "==> go vet"
