@@ -25,7 +25,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-schemathesis test-soak test-web bench-soak bench-overload bench-instances test-e2e fuzz lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-schemathesis test-soak test-web bench-soak bench-overload bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -137,6 +137,9 @@ test-web: $(WEB_SCHEMA) | $(WEB_DEPS) ## the web UI's component tests (Vitest, j
 test-e2e: build models ## the web UI end to end in Debian's chromium (playwright-core) against a real dashboard
 	@echo "==> browser journey (web/e2e/journey.mjs; screenshots in build/screenshots)"
 	@FW_BIN=$(ROOT)/bin/fw FW_PYTHON=$(PY) FW_MODELS_DIR=$(ROOT)/$(MODELS) node web/e2e/journey.mjs
+
+proto: ## regenerate grpcapi/inferencepb from its .proto files (protoc from Debian, plugins from the Go module proxy); scripts/gen-proto.sh
+	@bash scripts/gen-proto.sh
 
 fuzz: ## run each fuzz target briefly (FUZZTIME=10s); scripts/fuzz.sh
 	@echo "==> go fuzz targets, $(FUZZTIME) each"

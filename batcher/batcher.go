@@ -192,6 +192,17 @@ type request struct {
 	done     chan struct{} // capacity 1; exactly one send per use
 	out      []engine.Tensor
 	err      error
+	timing   Timing // set by the worker before it signals done
+}
+
+// Timing is where one request's time went inside the Batcher.
+type Timing struct {
+	// Queue is from Submit to the start of the engine call that ran it.
+	Queue time.Duration
+	// Infer is that engine call, shared with the requests batched with it.
+	Infer time.Duration
+	// BatchRows is the rows of that engine call, this request's among them.
+	BatchRows int
 }
 
 // worker holds one engine worker's engine and reusable buffers.
@@ -272,12 +283,19 @@ func (b *Batcher) QueueDepth() int { return int(b.depth.Load()) }
 // promptly, whether the request is queued (it is then removed and never run)
 // or already running (its result is discarded).
 func (b *Batcher) Submit(ctx context.Context, inputs []engine.Tensor) ([]engine.Tensor, error) {
+	out, _, err := b.SubmitTimed(ctx, inputs)
+	return out, err
+}
+
+// SubmitTimed is Submit, also returning where the request's time went
+// (zero when it did not reach an engine call).
+func (b *Batcher) SubmitTimed(ctx context.Context, inputs []engine.Tensor) ([]engine.Tensor, Timing, error) {
 	rows, err := checkInputs(inputs)
 	if err != nil {
-		return nil, err
+		return nil, Timing{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, Timing{}, err
 	}
 	var kb [128]byte
 	key := appendSignature(kb[:0], inputs)
@@ -290,18 +308,18 @@ func (b *Batcher) Submit(ctx context.Context, inputs []engine.Tensor) ([]engine.
 	if b.closed {
 		b.mu.Unlock()
 		b.putRequest(r)
-		return nil, ErrClosed
+		return nil, Timing{}, ErrClosed
 	}
 	if b.queued >= b.cfg.MaxQueue {
 		n := b.queued
 		b.mu.Unlock()
 		b.putRequest(r)
-		return nil, fmt.Errorf("%w: %d requests waiting (MaxQueue)", ErrQueueFull, n)
+		return nil, Timing{}, fmt.Errorf("%w: %d requests waiting (MaxQueue)", ErrQueueFull, n)
 	}
 	if wait, left, late := b.lateLocked(ctx, rows); late {
 		b.mu.Unlock()
 		b.putRequest(r)
-		return nil, fmt.Errorf("%w: the %d rows waiting would take about %s, longer than the %s this request has left",
+		return nil, Timing{}, fmt.Errorf("%w: the %d rows waiting would take about %s, longer than the %s this request has left",
 			ErrQueueFull, b.qrows, wait.Round(time.Millisecond), left.Round(time.Millisecond))
 	}
 	g := b.groups[string(key)]
@@ -333,11 +351,11 @@ func (b *Batcher) Submit(ctx context.Context, inputs []engine.Tensor) ([]engine.
 
 	select {
 	case <-r.done:
-		out, err := r.out, r.err
+		out, t, err := r.out, r.timing, r.err
 		b.putRequest(r)
-		return out, err
+		return out, t, err
 	case <-ctx.Done():
-		return nil, b.abandon(r, ctx.Err())
+		return nil, Timing{}, b.abandon(r, ctx.Err())
 	}
 }
 
@@ -370,7 +388,7 @@ func (b *Batcher) abandon(r *request, err error) error {
 }
 
 func (b *Batcher) putRequest(r *request) {
-	r.ctx, r.inputs, r.g, r.out, r.err = nil, nil, nil, nil, nil
+	r.ctx, r.inputs, r.g, r.out, r.err, r.timing = nil, nil, nil, nil, nil, Timing{}
 	b.reqs.Put(r)
 }
 
@@ -643,6 +661,9 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 	outs, err := b.call(w, in)
 	inference := time.Since(start)
 	b.observeCall(rows, inference)
+	for _, r := range reqs {
+		r.timing = Timing{Queue: start.Sub(r.enqueued), Infer: inference, BatchRows: rows}
+	}
 	if err == nil {
 		err = checkOutputs(outs, rows)
 	}

@@ -58,6 +58,13 @@ func (o Options) threads() int {
 	return AvailableCPUs()
 }
 
+// CUDAIndex is the CUDA device index d names, and false when d is not a
+// CUDA device (or not a valid name).
+func (d Device) CUDAIndex() (int, bool) {
+	cuda, id, err := Options{Device: d}.deviceIndex()
+	return id, cuda && err == nil
+}
+
 func (o Options) deviceIndex() (bool, int, error) {
 	d := strings.ToLower(string(o.Device))
 	switch {

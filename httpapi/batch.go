@@ -11,8 +11,10 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/serving"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 )
@@ -129,12 +131,14 @@ func (s *Server) decodeItem(item jv, ms []member, m *engine.Model) ([]engine.Ten
 }
 
 // runItem submits one item and encodes its response object.
-func (s *Server) runItem(ctx context.Context, inst *Instance, id []byte, inputs []engine.Tensor) []byte {
-	out, err := s.infer(ctx, inst, inputs)
+func (s *Server) runItem(ctx context.Context, inst *serving.Instance, id []byte, inputs []engine.Tensor) []byte {
+	out, rec, err := s.infer(ctx, inst, inputs, time.Now())
 	if err != nil {
 		return appendItemError(nil, id, s.submitError(err))
 	}
-	return appendPrediction(nil, inst.Model, out, id)
+	b := appendPrediction(nil, inst.Model, out, id)
+	s.done(rec)
+	return b
 }
 
 func appendItemError(b []byte, id []byte, e *APIError) []byte {
@@ -158,7 +162,7 @@ func appendItemError(b []byte, id []byte, e *APIError) []byte {
 // streamNDJSON reads one request per line and writes one response per line,
 // in order, keeping at most BatchConcurrency lines in flight, so any number
 // of lines goes through in bounded memory.
-func (s *Server) streamNDJSON(ctx *fasthttp.RequestCtx, inst *Instance) {
+func (s *Server) streamNDJSON(ctx *fasthttp.RequestCtx, inst *serving.Instance) {
 	var body io.Reader
 	if ctx.Request.IsBodyStream() {
 		body = ctx.RequestBodyStream()
@@ -288,7 +292,7 @@ func readLine(r *bufio.Reader, buf []byte, max int) ([]byte, error) {
 	}
 }
 
-func (s *Server) ndjsonLine(ctx context.Context, inst *Instance, line []byte, n int) []byte {
+func (s *Server) ndjsonLine(ctx context.Context, inst *serving.Instance, line []byte, n int) []byte {
 	v, err := scanDoc(line)
 	id := strconv.AppendInt(nil, int64(n), 10)
 	if err != nil {

@@ -52,6 +52,11 @@ var routedPaths = []string{
 	"/v2/models/{model_name}/versions/{model_version}",
 	"/v2/models/{model_name}/versions/{model_version}/ready",
 	"/v2/models/{model_name}/versions/{model_version}/infer",
+	"/v2/models/{model_name}/config",
+	"/v2/models/{model_name}/stats",
+	"/v2/models/{model_name}/versions/{model_version}/config",
+	"/v2/models/{model_name}/versions/{model_version}/stats",
+	"/v2/models/stats",
 }
 
 func TestOpenAPIDocument(t *testing.T) {

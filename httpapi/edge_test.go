@@ -6,8 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/fw-serve/fw/internal/testlog"
-	"github.com/fw-serve/fw/internal/testreq"
 	"image"
 	"image/color"
 	"image/png"
@@ -21,7 +19,10 @@ import (
 
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/internal/testlog"
 	"github.com/fw-serve/fw/internal/testmodels"
+	"github.com/fw-serve/fw/internal/testreq"
+	"github.com/fw-serve/fw/serving"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/valyala/fasthttp"
@@ -79,8 +80,8 @@ func newEdgeServer(t testing.TB, model string, cfg Config, bc batcher.Config, g 
 	base, cancel := context.WithCancel(context.Background())
 	logs := &testlog.Buffer{}
 	srv := NewTestServer(base, cfg, slog.New(slog.NewTextHandler(logs, nil)), reg)
-	srv.Swap(&Instance{Model: m, Batcher: batcher.New(run, bc, srv.Metrics())})
-	srv.SetState(StateReady, "")
+	srv.Swap(&serving.Instance{Model: m, Batcher: batcher.New(run, bc, srv.Metrics())})
+	srv.SetState(serving.StateReady, "")
 	t.Cleanup(func() {
 		cancel()
 		if inst := srv.Current(); inst != nil {
@@ -415,9 +416,9 @@ func TestOverloadKeepsTheConnection(t *testing.T) {
 
 	// Not ready: answered before the body is read; the body is drained so
 	// the connection still carries the next request.
-	es.srv.SetState(StateStarting, "loading the model")
+	es.srv.SetState(serving.StateStarting, "loading the model")
 	wantKept(t, "not ready, chunked body", rc.roundTrip(t, "POST", "/predict", "application/json", mlpRow(), true), 503, CodeNotReady)
-	es.srv.SetState(StateReady, "")
+	es.srv.SetState(serving.StateReady, "")
 	if resp := rc.roundTrip(t, "GET", "/health", "", nil, false); resp.StatusCode() != 200 {
 		t.Fatalf("after not ready: %d %s", resp.StatusCode(), resp.Body())
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/internal/apierror"
+	"github.com/fw-serve/fw/serving"
 	"github.com/valyala/fasthttp"
 )
 
@@ -19,7 +20,7 @@ func modelRef(m *engine.Model) map[string]any {
 // handleReady serves GET /health and /health/ready: 200 once the model is
 // loaded and warmed up, else 503 with the reason.
 func (s *Server) handleReady(ctx *fasthttp.RequestCtx) {
-	if st, reason := s.State(); st == StateDraining {
+	if st, reason := s.State(); st == serving.StateDraining {
 		e := newError(503, CodeNotReady, "the server is not ready: "+reason, map[string]any{"status": st.String()})
 		e.RetryAfter = 1
 		writeError(ctx, e)

@@ -100,7 +100,7 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 	}
 	rctx, cancel := s.requestContext()
 	defer cancel()
-	out, err := s.infer(rctx, inst, []engine.Tensor{x})
+	out, rec, err := s.infer(rctx, inst, []engine.Tensor{x}, ctx.Time())
 	if err != nil {
 		writeError(ctx, s.submitError(err))
 		return
@@ -118,6 +118,7 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(b)
 	*buf = b
 	s.putBuf(buf)
+	s.done(rec)
 }
 
 func imageOptions(q *fasthttp.Args) (imageprep.Options, *APIError) {

@@ -2,12 +2,12 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
+	"time"
 
-	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/serving"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 )
@@ -41,7 +41,7 @@ func (s *Server) handlePredict(ctx *fasthttp.RequestCtx) {
 	}
 	rctx, cancel := s.requestContext()
 	defer cancel()
-	out, err := s.infer(rctx, inst, inputs)
+	out, rec, err := s.infer(rctx, inst, inputs, ctx.Time())
 	if err != nil {
 		writeError(ctx, s.submitError(err))
 		return
@@ -52,25 +52,29 @@ func (s *Server) handlePredict(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(b)
 	*buf = b
 	s.putBuf(buf)
+	s.done(rec)
 }
 
-// infer checks the inputs against the model and submits them to the
-// batcher. When a hot reload closed the instance between the handler's look
-// and the submit, it retries on the new instance, so a reload fails nothing.
-func (s *Server) infer(ctx context.Context, inst *Instance, inputs []engine.Tensor) ([]engine.Tensor, error) {
-	for {
-		if _, err := inst.Model.CheckInputs(inputs); err != nil {
-			return nil, err
-		}
-		out, err := inst.Batcher.Submit(ctx, inputs)
-		if errors.Is(err, batcher.ErrClosed) {
-			if cur := s.Current(); cur != nil && cur != inst {
-				inst = cur
-				continue
-			}
-		}
-		return out, err
+// infer runs inputs through inst (serving.Infer: checked, batched, retried
+// on the new instance after a hot reload). began is when the request (or
+// batch item) began. A failure is recorded in the statistics here; on
+// success the caller records the returned request once its answer is
+// encoded (s.done).
+func (s *Server) infer(ctx context.Context, inst *serving.Instance, inputs []engine.Tensor, began time.Time) ([]engine.Tensor, serving.Request, error) {
+	rec := serving.Request{Began: began, Submitted: time.Now()}
+	out, t, err := serving.Infer(ctx, s.slot, inst, inputs)
+	rec.Timing = t
+	if err != nil {
+		rec.Encoded = time.Now()
+		s.stats.Record(rec)
 	}
+	return out, rec, err
+}
+
+// done records a successful request whose answer is encoded.
+func (s *Server) done(rec serving.Request) {
+	rec.OK, rec.Encoded = true, time.Now()
+	s.stats.Record(rec)
 }
 
 // decodeInputs reads {"data": rows} or {"inputs": {...}} into the model's

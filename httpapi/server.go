@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,9 +16,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fw-serve/fw/batcher"
-	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/internal/hostguard"
+	"github.com/fw-serve/fw/serving"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
@@ -50,6 +48,9 @@ type Config struct {
 	Version string
 	// Hosts is the accepted Host headers (--allowed-hosts; hostguard.go); nil accepts any.
 	Hosts *hostguard.Policy
+	// Stats is where inference statistics are recorded (shared with the
+	// gRPC front end); nil keeps the server's own.
+	Stats *serving.Stats
 }
 
 // DefaultConfig returns the defaults the fw serve flags document.
@@ -84,64 +85,17 @@ func (c Config) withDefaults() Config {
 // dropped before an error response, so clients still sending see the error.
 const maxDrainBytes = 16 << 20
 
-// Instance is one loaded model with the batcher in front of it. A reload
-// swaps the whole instance.
-type Instance struct {
-	// Model is the model served, for its metadata and specs; with several
-	// engine instances (--instances), the first of them.
-	Model *engine.Model
-	// Batcher runs the engine calls, on Model or on one of Models each.
-	Batcher *batcher.Batcher
-	// Models are all the engine instances the batcher's workers use (Model
-	// among them), each closed when the instance is drained; nil means just
-	// Model.
-	Models []*engine.Model
-}
-
-// All returns every engine instance: Models, or Model alone.
-func (i *Instance) All() []*engine.Model {
-	if len(i.Models) > 0 {
-		return i.Models
-	}
-	return []*engine.Model{i.Model}
-}
-
-// Slot is where the server finds the model it serves and its readiness. The
-// model's lifecycle owns it (modelhost.Host loads, warms up, swaps and drains
-// instances, and decides readiness); the server only reads it, once per
-// request.
-type Slot interface {
-	// Current is the instance serving now, nil while none is.
-	Current() *Instance
-	// State is the readiness and, when not ready, the reason /health shows.
-	State() (State, string)
-}
-
-// State is the server's readiness.
-type State int32
-
-// Server states, as /health reports them.
-const (
-	StateStarting State = iota
-	StateReady
-	StateDraining
-	StateBroken
-)
-
-func (s State) String() string {
-	return [...]string{"starting", "ready", "draining", "broken"}[s]
-}
-
 // Server serves the model of a Slot over HTTP. Create it with New and serve
 // Handler with a fasthttp.Server.
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
-	slot     Slot
+	slot     serving.Slot
 	metrics  *Metrics
 	metricsH fasthttp.RequestHandler
 	started  time.Time
 	keys     [][sha256.Size]byte
+	stats    *serving.Stats
 	bufs     sync.Pool
 	base     context.Context
 
@@ -152,8 +106,11 @@ type Server struct {
 // New creates a server over slot. metrics (NewMetrics) is where requests are
 // counted; gatherer serves /metrics. base is cancelled on shutdown and bounds
 // every request's context.
-func New(base context.Context, cfg Config, slot Slot, metrics *Metrics, log *slog.Logger, gatherer prometheus.Gatherer) *Server {
-	s := &Server{cfg: cfg.withDefaults(), log: log, slot: slot, metrics: metrics, started: time.Now(), base: base}
+func New(base context.Context, cfg Config, slot serving.Slot, metrics *Metrics, log *slog.Logger, gatherer prometheus.Gatherer) *Server {
+	s := &Server{cfg: cfg.withDefaults(), log: log, slot: slot, metrics: metrics, started: time.Now(), base: base, stats: cfg.Stats}
+	if s.stats == nil {
+		s.stats = &serving.Stats{}
+	}
 	s.metricsH = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	for _, k := range s.cfg.APIKeys {
 		s.keys = append(s.keys, sha256.Sum256([]byte(k)))
@@ -166,10 +123,10 @@ func New(base context.Context, cfg Config, slot Slot, metrics *Metrics, log *slo
 func (s *Server) Metrics() *Metrics { return s.metrics }
 
 // Current is the instance serving now (nil while none is).
-func (s *Server) Current() *Instance { return s.slot.Current() }
+func (s *Server) Current() *serving.Instance { return s.slot.Current() }
 
 // State returns the readiness state and its reason.
-func (s *Server) State() (State, string) { return s.slot.State() }
+func (s *Server) State() (serving.State, string) { return s.slot.State() }
 
 // Handler is the fasthttp request handler for every route. A panic in a
 // route is answered 500 "internal" and the server keeps serving
@@ -310,10 +267,10 @@ func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
 // ready returns the serving instance, or writes 503 and returns nil.
 // While draining, predictions are still served (only /health turns 503, so
 // load balancers stop sending before the listener closes).
-func (s *Server) ready(ctx *fasthttp.RequestCtx) *Instance {
+func (s *Server) ready(ctx *fasthttp.RequestCtx) *serving.Instance {
 	st, reason := s.State()
 	inst := s.slot.Current()
-	if (st != StateReady && st != StateDraining) || inst == nil {
+	if (st != serving.StateReady && st != serving.StateDraining) || inst == nil {
 		e := newError(503, CodeNotReady, "the server is not ready: "+reason, map[string]any{"status": st.String()})
 		e.RetryAfter = 1
 		writeError(ctx, e)
@@ -372,40 +329,36 @@ func (s *Server) requestContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(s.base, s.cfg.Timeout)
 }
 
-// submitError maps a batcher or engine error to the API error shape.
+// submitError maps an inference error (serving.Classify) to the API error
+// shape.
 func (s *Server) submitError(err error) *APIError {
-	var ie *engine.InputError
-	switch {
-	case errors.As(err, &ie):
+	f := serving.Classify(err, s.cfg.Timeout)
+	switch f.Kind {
+	case serving.KindInvalidInput:
 		d := map[string]any{}
-		if ie.Input != "" {
+		if ie := f.Input; ie.Input != "" {
 			d["input"] = ie.Input
 		}
-		if ie.Expected != "" {
+		if ie := f.Input; ie.Expected != "" {
 			d["expected"] = ie.Expected
 			d["received"] = ie.Received
 		}
-		return &APIError{Status: 422, Code: CodeInvalidInput, Message: ie.Error(), Details: d}
-	case errors.Is(err, batcher.ErrQueueFull):
-		why := strings.TrimPrefix(err.Error(), batcher.ErrQueueFull.Error()+": ")
-		e := newError(503, CodeOverloaded, "the server is overloaded ("+why+"); retry after a short wait, or add replicas or --instances", nil)
+		return &APIError{Status: 422, Code: CodeInvalidInput, Message: f.Message, Details: d}
+	case serving.KindOverloaded:
+		e := newError(503, CodeOverloaded, f.Message, nil)
 		e.RetryAfter = 1
 		return e
-	case errors.Is(err, batcher.ErrClosed):
-		e := newError(503, CodeNotReady, "the model is being replaced or the server is shutting down; retry", nil)
+	case serving.KindNotReady:
+		e := newError(503, CodeNotReady, f.Message, nil)
 		e.RetryAfter = 1
 		return e
-	case errors.Is(err, context.DeadlineExceeded):
-		e := newError(504, CodeTimeout, fmt.Sprintf("no result within %s (--timeout); the server is overloaded or the model is slow, retry after a short wait", s.cfg.Timeout), nil)
-		e.RetryAfter = 1
-		return e
-	case errors.Is(err, context.Canceled):
-		e := newError(503, CodeNotReady, "the server is shutting down", nil)
+	case serving.KindTimeout:
+		e := newError(504, CodeTimeout, f.Message, nil)
 		e.RetryAfter = 1
 		return e
 	}
 	s.log.Error("engine failure", "err", err)
-	return newError(500, CodeEngine, "the engine failed on this request: "+err.Error(), nil)
+	return newError(500, CodeEngine, f.Message, nil)
 }
 
 func (s *Server) getBuf() *[]byte { return s.bufs.Get().(*[]byte) }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/fw-serve/fw/internal/testmodels"
 	"io"
 	"log/slog"
 	"math"
@@ -24,6 +23,8 @@ import (
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/httpapi"
+	"github.com/fw-serve/fw/internal/testmodels"
+	"github.com/fw-serve/fw/serving"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 )
@@ -47,8 +48,8 @@ func startServer(t testing.TB, model string, cfg httpapi.Config, bc batcher.Conf
 	base, cancel := context.WithCancel(context.Background())
 	srv := httpapi.NewTestServer(base, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
 	b := batcher.New(m.Forward, bc, srv.Metrics())
-	srv.Swap(&httpapi.Instance{Model: m, Batcher: b})
-	srv.SetState(httpapi.StateReady, "")
+	srv.Swap(&serving.Instance{Model: m, Batcher: b})
+	srv.SetState(serving.StateReady, "")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +298,7 @@ func TestHealthAndReadiness(t *testing.T) {
 	if v["status"] != "ok" || v["device"] != "cpu" || v["model"].(map[string]any)["name"] != "digits_mlp" {
 		t.Fatalf("health: %v", v)
 	}
-	ts.srv.SetState(httpapi.StateDraining, "shutting down")
+	ts.srv.SetState(serving.StateDraining, "shutting down")
 	for _, p := range []string{"/health", "/health/ready"} {
 		r := do(t, "GET", ts.url+p, "", nil)
 		if r.status != 503 || r.errCode(t) != "not_ready" || r.header.Get("Retry-After") == "" || !strings.Contains(string(r.body), "shutting down") {
@@ -312,11 +313,11 @@ func TestHealthAndReadiness(t *testing.T) {
 	if r := do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data":[[`+row+`]]}`)); r.status != 200 {
 		t.Fatalf("predict while draining: %d %s", r.status, r.body)
 	}
-	ts.srv.SetState(httpapi.StateBroken, "engine failed")
+	ts.srv.SetState(serving.StateBroken, "engine failed")
 	if r := do(t, "POST", ts.url+"/predict", "application/json", []byte(`{"data":[[`+row+`]]}`)); r.status != 503 || r.errCode(t) != "not_ready" {
 		t.Fatalf("predict while broken: %d %s", r.status, r.body)
 	}
-	ts.srv.SetState(httpapi.StateReady, "")
+	ts.srv.SetState(serving.StateReady, "")
 	m := do(t, "GET", ts.url+"/model", "", nil).json(t)
 	if m["format"] != "onnx" || len(m["labels"].([]any)) != 10 || m["inputs"].([]any)[0].(map[string]any)["dtype"] != "float32" {
 		t.Fatalf("model: %v", m)
@@ -605,7 +606,7 @@ func gateEngine(t *testing.T, ts *testServer, bc batcher.Config) (started chan s
 		<-gate
 		return ts.m.Forward(ctx, in)
 	}
-	old := ts.srv.Swap(&httpapi.Instance{Model: ts.m, Batcher: batcher.New(run, bc, ts.srv.Metrics())})
+	old := ts.srv.Swap(&serving.Instance{Model: ts.m, Batcher: batcher.New(run, bc, ts.srv.Metrics())})
 	old.Batcher.Close(context.Background())
 	var once sync.Once
 	release = func() { once.Do(func() { close(gate) }) }

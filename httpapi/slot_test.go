@@ -6,30 +6,32 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fw-serve/fw/serving"
 )
 
 // TestSlot is a Slot the tests fill by hand, doing what modelhost.Host does
 // in fw serve (install an instance, set readiness).
 type TestSlot struct {
 	metrics *Metrics
-	cur     atomic.Pointer[Instance]
+	cur     atomic.Pointer[serving.Instance]
 	st      atomic.Pointer[testReadiness]
 }
 
 type testReadiness struct {
-	state  State
+	state  serving.State
 	reason string
 }
 
 // Current implements Slot.
-func (s *TestSlot) Current() *Instance { return s.cur.Load() }
+func (s *TestSlot) Current() *serving.Instance { return s.cur.Load() }
 
 // State implements Slot.
-func (s *TestSlot) State() (State, string) {
+func (s *TestSlot) State() (serving.State, string) {
 	if r := s.st.Load(); r != nil {
 		return r.state, r.reason
 	}
-	return StateStarting, "loading the model"
+	return serving.StateStarting, "loading the model"
 }
 
 // NewTestServer is New over a TestSlot, its metrics registered on reg.
@@ -39,11 +41,13 @@ func NewTestServer(base context.Context, cfg Config, log *slog.Logger, reg *prom
 }
 
 // Swap installs inst in a test server's slot and returns the previous one.
-func (s *Server) Swap(inst *Instance) *Instance { return s.slot.(*TestSlot).cur.Swap(inst) }
+func (s *Server) Swap(inst *serving.Instance) *serving.Instance {
+	return s.slot.(*TestSlot).cur.Swap(inst)
+}
 
 // SetState sets a test server's readiness (and fw_ready, as modelhost does).
-func (s *Server) SetState(st State, reason string) {
+func (s *Server) SetState(st serving.State, reason string) {
 	ts := s.slot.(*TestSlot)
 	ts.st.Store(&testReadiness{st, reason})
-	ts.metrics.SetReady(st == StateReady)
+	ts.metrics.SetReady(st == serving.StateReady)
 }

@@ -14,14 +14,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/serving"
 	"github.com/valyala/fasthttp"
 )
-
-// v2Extensions are the protocol extensions GET /v2 advertises.
-var v2Extensions = []string{"binary_tensor_data"}
 
 // routeV2 serves every path under /v2 and returns the metrics label.
 func (s *Server) routeV2(ctx *fasthttp.RequestCtx) string {
@@ -43,7 +42,7 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 	switch rest {
 	case "":
 		if s.allow(ctx, "GET") && s.authorized(ctx) {
-			writeJSON(ctx, 200, map[string]any{"name": "fw", "version": s.cfg.Version, "extensions": v2Extensions})
+			writeJSON(ctx, 200, map[string]any{"name": "fw", "version": s.cfg.Version, "extensions": serving.Extensions()})
 		}
 		return "v2"
 	case "/health/live":
@@ -54,6 +53,16 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 	case "/health/ready":
 		if s.allow(ctx, "GET", "HEAD") && s.v2Ready(ctx) {
 			writeJSON(ctx, 200, map[string]any{"ready": true})
+		}
+		return "v2"
+	}
+	if rest == "/models/stats" {
+		if s.allow(ctx, "GET") && s.authorized(ctx) {
+			if inst := s.Current(); inst != nil {
+				s.v2Stats(ctx, inst)
+			} else {
+				writeJSON(ctx, 200, map[string]any{"model_stats": []any{}})
+			}
 		}
 		return "v2"
 	}
@@ -101,6 +110,20 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 			s.v2Infer(ctx, name, version)
 		}
 		return "v2_infer"
+	case "config":
+		if s.allow(ctx, "GET") && s.authorized(ctx) {
+			if inst := s.v2Model(ctx, name, version); inst != nil {
+				writeJSON(ctx, 200, v2ConfigJSON(serving.Config(inst, filepath.Base(inst.Model.Path))))
+			}
+		}
+		return "v2"
+	case "stats":
+		if s.allow(ctx, "GET") && s.authorized(ctx) {
+			if inst := s.v2Model(ctx, name, version); inst != nil {
+				s.v2Stats(ctx, inst)
+			}
+		}
+		return "v2"
 	}
 	v2NoRoute(ctx)
 	return "v2"
@@ -111,7 +134,7 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 // listener closes, while inference is still served.
 func (s *Server) v2Ready(ctx *fasthttp.RequestCtx) bool {
 	st, reason := s.State()
-	if st == StateReady && s.Current() != nil {
+	if st == serving.StateReady && s.Current() != nil {
 		return true
 	}
 	e := newError(503, CodeNotReady, "the server is not ready: "+reason, map[string]any{"status": st.String()})
@@ -121,12 +144,12 @@ func (s *Server) v2Ready(ctx *fasthttp.RequestCtx) bool {
 }
 
 func v2NoRoute(ctx *fasthttp.RequestCtx) {
-	writeError(ctx, newError(404, CodeNotFound, fmt.Sprintf("no route %s %s; the V2 routes are GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}[/versions/{v}][/ready] and POST /v2/models/{name}[/versions/{v}]/infer", ctx.Method(), ctx.Path()), nil))
+	writeError(ctx, newError(404, CodeNotFound, fmt.Sprintf("no route %s %s; the V2 routes are GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}[/versions/{v}][/ready] and POST /v2/models/{name}[/versions/{v}]/infer, GET /v2/models/{name}[/versions/{v}]/config and /stats, GET /v2/models/stats", ctx.Method(), ctx.Path()), nil))
 }
 
 // v2Model returns the loaded instance when name (and version, if given) name
 // its model; else it writes 404 (or 503 before a model is loaded).
-func (s *Server) v2Model(ctx *fasthttp.RequestCtx, name, version string) *Instance {
+func (s *Server) v2Model(ctx *fasthttp.RequestCtx, name, version string) *serving.Instance {
 	inst := s.Current()
 	if inst == nil {
 		st, reason := s.State()
@@ -151,49 +174,10 @@ func (s *Server) v2Model(ctx *fasthttp.RequestCtx, name, version string) *Instan
 	return inst
 }
 
-// v2Platform is the Triton platform name of a model format.
-func v2Platform(f engine.Format) string {
-	if f == engine.FormatONNX {
-		return "onnxruntime_onnx"
-	}
-	return "pytorch_libtorch"
-}
-
-// V2 datatype names of fw's dtypes.
-var v2DTypeNames = map[engine.DType]string{
-	engine.Float32: "FP32", engine.Float64: "FP64", engine.Float16: "FP16",
-	engine.Int64: "INT64", engine.Int32: "INT32", engine.Int8: "INT8", engine.Uint8: "UINT8", engine.Bool: "BOOL",
-}
-
-func v2DTypeName(d engine.DType) string {
-	if s, ok := v2DTypeNames[d]; ok {
-		return s
-	}
-	return "UNKNOWN"
-}
+func v2DTypeName(d engine.DType) string { return serving.DatatypeName(d) }
 
 // v2ParseDType maps a V2 datatype name to fw's dtype (Invalid if fw has none).
-func v2ParseDType(s []byte) engine.DType {
-	switch string(s) {
-	case "FP32":
-		return engine.Float32
-	case "FP64":
-		return engine.Float64
-	case "FP16":
-		return engine.Float16
-	case "INT64":
-		return engine.Int64
-	case "INT32":
-		return engine.Int32
-	case "INT8":
-		return engine.Int8
-	case "UINT8":
-		return engine.Uint8
-	case "BOOL":
-		return engine.Bool
-	}
-	return engine.Invalid
-}
+func v2ParseDType(s []byte) engine.DType { return serving.ParseDatatype(string(s)) }
 
 type v2TensorMeta struct {
 	Name     string  `json:"name"`
@@ -217,7 +201,7 @@ func (s *Server) v2ModelMetadata(ctx *fasthttp.RequestCtx, m *engine.Model) {
 	writeJSON(ctx, 200, map[string]any{
 		"name":     m.Name(),
 		"versions": []string{m.Version()},
-		"platform": v2Platform(m.Format),
+		"platform": serving.Platform(m.Format),
 		"inputs":   v2TensorMetas(m.Inputs()),
 		"outputs":  v2TensorMetas(m.Outputs()),
 	})

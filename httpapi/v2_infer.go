@@ -563,12 +563,13 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 	}
 	rctx, cancel := s.requestContext()
 	defer cancel()
-	out, err := s.infer(rctx, inst, req.inputs)
+	out, rec, err := s.infer(rctx, inst, req.inputs, ctx.Time())
 	if err != nil {
 		writeError(ctx, s.submitError(err))
 		return
 	}
 	s.v2WriteResponse(ctx, inst.Model, req, out)
+	s.done(rec)
 }
 
 // v2WriteResponse writes the inference response: JSON, then the binary

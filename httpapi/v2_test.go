@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"github.com/fw-serve/fw/internal/testmodels"
 	"io"
 	"log/slog"
 	"math"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/internal/testmodels"
+	"github.com/fw-serve/fw/serving"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 )
@@ -42,9 +43,9 @@ func v2Start(t testing.TB, file string, cfg Config) *v2TestServer {
 	reg := prometheus.NewRegistry()
 	base, cancel := context.WithCancel(context.Background())
 	srv := NewTestServer(base, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
-	b := batcher.New(m.Forward, batcher.Config{MaxBatchRows: 64, MaxDelay: 0, Instances: 1, MaxQueue: 64}, srv.Metrics())
-	srv.Swap(&Instance{Model: m, Batcher: b})
-	srv.SetState(StateReady, "")
+	b := batcher.New(m.Forward, batcher.Config{MaxBatchRows: 64, MaxDelay: 0, Instances: 1, MaxQueue: 64}, serving.Tee{srv.Metrics(), srv.stats})
+	srv.Swap(&serving.Instance{Model: m, Batcher: b})
+	srv.SetState(serving.StateReady, "")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -292,7 +293,7 @@ func TestV2Metadata(t *testing.T) {
 		t.Fatalf("GET /v2: %d %s", r.status, r.body)
 	}
 	v := r.json(t)
-	if v["name"] != "fw" || v["version"] == "" || fmt.Sprint(v["extensions"]) != "[binary_tensor_data]" {
+	if v["name"] != "fw" || v["version"] == "" || fmt.Sprint(v["extensions"]) != "[binary_tensor_data model_configuration statistics]" {
 		t.Fatalf("GET /v2: %s", r.body)
 	}
 	for _, p := range []string{"/v2/health/live", "/v2/health/ready", "/v2/models/digits_mlp/ready", "/v2/models/digits_mlp/versions/1/ready"} {
@@ -330,7 +331,7 @@ func TestV2Metadata(t *testing.T) {
 	v2Do(t, "GET", ts.url+"/v2/models/nope/ready", nil).expectError(t, 404, CodeNotFound, `"digits_mlp"`)
 	v2Do(t, "GET", ts.url+"/v2/models/digits_mlp/versions/7", nil).expectError(t, 404, CodeNotFound, `serves version "1"`)
 	v2Do(t, "POST", ts.url+"/v2/models/nope/infer", []byte(`{}`)).expectError(t, 404, CodeNotFound, `"digits_mlp"`)
-	v2Do(t, "GET", ts.url+"/v2/models/digits_mlp/config", nil).expectError(t, 404, CodeNotFound, "no route")
+	v2Do(t, "GET", ts.url+"/v2/models/digits_mlp/trace", nil).expectError(t, 404, CodeNotFound, "no route")
 	v2Do(t, "GET", ts.url+"/v2/repository/index", nil).expectError(t, 404, CodeNotFound, "no route")
 	v2Do(t, "GET", ts.url+"/v2x", nil).expectError(t, 404, CodeNotFound, "no route")
 	v2Do(t, "GET", ts.url+"/v2/models/digits_mlp/infer", nil).expectError(t, 405, CodeMethodNotAllowed, "POST")
@@ -339,7 +340,7 @@ func TestV2Metadata(t *testing.T) {
 	// Draining: liveness stays, readiness turns 503, inference is still served.
 	in, _, _, _ := v2TestVector(t, ts.m)
 	body := v2Marshal(t, map[string]any{"inputs": []any{v2JSONInput("input", in["input"], false)}})
-	ts.srv.SetState(StateDraining, "shutting down")
+	ts.srv.SetState(serving.StateDraining, "shutting down")
 	if r := v2Do(t, "GET", ts.url+"/v2/health/live", nil); r.status != 200 {
 		t.Fatalf("live while draining: %d", r.status)
 	}
@@ -349,10 +350,10 @@ func TestV2Metadata(t *testing.T) {
 		t.Fatalf("infer while draining: %d %s", r.status, r.body)
 	}
 	// Not ready (a reload that broke, say): inference answers 503 too.
-	ts.srv.SetState(StateBroken, "the model failed to load")
+	ts.srv.SetState(serving.StateBroken, "the model failed to load")
 	v2Do(t, "GET", ts.url+"/v2/health/ready", nil).expectError(t, 503, CodeNotReady, "failed to load")
 	v2Do(t, "POST", ts.url+"/v2/models/digits_mlp/infer", body).expectError(t, 503, CodeNotReady, "not ready")
-	ts.srv.SetState(StateReady, "")
+	ts.srv.SetState(serving.StateReady, "")
 }
 
 func TestV2InferJSON(t *testing.T) {
@@ -608,4 +609,68 @@ func FuzzV2Request(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestV2ConfigAndStats: Triton's model configuration and statistics over
+// HTTP, with every field tools read strictly present as a number, and the
+// statistics counting what was served.
+func TestV2ConfigAndStats(t *testing.T) {
+	ts := v2Start(t, "digits_mlp.onnx", Config{})
+	r := v2Do(t, "GET", ts.url+"/v2/models/digits_mlp/config", nil)
+	if r.status != 200 {
+		t.Fatalf("config: %d %s", r.status, r.body)
+	}
+	c := r.json(t)
+	in := c["input"].([]any)[0].(map[string]any)
+	db := c["dynamic_batching"].(map[string]any)
+	ig := c["instance_group"].([]any)[0].(map[string]any)
+	if c["name"] != "digits_mlp" || c["platform"] != "onnxruntime_onnx" || c["backend"] != "onnxruntime" || c["max_batch_size"] != float64(64) ||
+		in["name"] != "input" || in["data_type"] != "TYPE_FP32" || fmt.Sprint(in["dims"]) != "[64]" ||
+		db["max_queue_delay_microseconds"] != float64(0) || ig["kind"] != "KIND_CPU" || ig["count"] != float64(1) || c["default_model_filename"] != "digits_mlp.onnx" {
+		t.Fatalf("config: %s", r.body)
+	}
+	if r := v2Do(t, "GET", ts.url+"/v2/models/other/config", nil); r.status != 404 {
+		t.Fatalf("config of another model: %d", r.status)
+	}
+	if r := v2Do(t, "POST", ts.url+"/v2/models/digits_mlp/config", []byte("{}")); r.status != 405 {
+		t.Fatalf("POST config: %d", r.status)
+	}
+
+	in4, _, _, _ := v2TestVector(t, ts.m)
+	body := v2Marshal(t, map[string]any{"inputs": []any{v2JSONInput("input", in4["input"], false)}})
+	for range 2 {
+		if r := v2Do(t, "POST", ts.url+"/v2/models/digits_mlp/infer", body); r.status != 200 {
+			t.Fatalf("infer: %d %s", r.status, r.body)
+		}
+	}
+	if r := v2Do(t, "POST", ts.url+"/v2/models/digits_mlp/infer", []byte(`{"inputs":[{"name":"input","datatype":"FP32","shape":[1,64],"data":[1]}]}`)); r.status != 422 {
+		t.Fatalf("bad infer: %d", r.status)
+	}
+	for _, path := range []string{"/v2/models/digits_mlp/stats", "/v2/models/digits_mlp/versions/1/stats", "/v2/models/stats"} {
+		r := v2Do(t, "GET", ts.url+path, nil)
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", path, r.status, r.body)
+		}
+		ms := r.json(t)["model_stats"].([]any)[0].(map[string]any)
+		is := ms["inference_stats"].(map[string]any)
+		for _, k := range []string{"success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss"} {
+			d, ok := is[k].(map[string]any)
+			if _, isNum := d["count"].(float64); !ok || !isNum {
+				t.Fatalf("%s: inference_stats.%s is not {count, ns} numbers: %s", path, k, r.body)
+			}
+			if _, isNum := d["ns"].(float64); !isNum {
+				t.Fatalf("%s: inference_stats.%s.ns is not a number: %s", path, k, r.body)
+			}
+		}
+		// The 422 above failed before the engine (a shape the decoder
+		// refused), so it is not a model failure: only the two successes
+		// and their 8 rows count.
+		success := is["success"].(map[string]any)
+		bs := ms["batch_stats"].([]any)
+		if ms["name"] != "digits_mlp" || success["count"] != float64(2) || success["ns"].(float64) <= 0 ||
+			ms["inference_count"] != float64(8) || ms["execution_count"] != float64(2) || len(bs) != 1 ||
+			bs[0].(map[string]any)["batch_size"] != float64(4) || ms["last_inference"].(float64) <= 0 {
+			t.Fatalf("%s after two requests of 4 rows: %s", path, r.body)
+		}
+	}
 }

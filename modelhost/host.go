@@ -6,7 +6,7 @@
 // disk, loading the new one beside the old and swapping without dropping
 // requests. Shutdown ends all of it: no reload can make the slot ready again
 // once it has begun, and every instance is drained before it returns. A Host
-// is the httpapi.Slot an httpapi.Server serves from.
+// is the serving.Slot an httpapi.Server serves from.
 
 package modelhost
 
@@ -23,6 +23,7 @@ import (
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/httpapi"
+	"github.com/fw-serve/fw/serving"
 )
 
 // Config says what to load and how to batch it.
@@ -36,16 +37,19 @@ type Config struct {
 	// SkipWarmup starts serving without the warm-up batches (the test vector
 	// still runs when present).
 	SkipWarmup bool
+	// Stats, when set, also receives every engine call (the inference
+	// statistics the transports report); warm-up runs before it is attached.
+	Stats *serving.Stats
 }
 
-// Host loads the model and owns the slot an httpapi.Server serves from: the
-// current instance and the readiness.
+// Host loads the model and owns the slot the transports (httpapi, grpcapi)
+// serve from: the current instance and the readiness.
 type Host struct {
 	cfg     Config
 	metrics *httpapi.Metrics
 	log     *slog.Logger
 
-	current atomic.Pointer[httpapi.Instance]
+	current atomic.Pointer[serving.Instance]
 	ready   atomic.Pointer[readiness]
 
 	// mu orders swaps and readiness changes against BeginShutdown.
@@ -57,7 +61,7 @@ type Host struct {
 	busy sync.WaitGroup
 	// loaded, when set (tests), runs after a reload has loaded its instance
 	// and before it is swapped in.
-	loaded func(*httpapi.Instance)
+	loaded func(*serving.Instance)
 }
 
 // ErrShuttingDown is returned by Reload once BeginShutdown was called.
@@ -68,7 +72,7 @@ const drainTimeout = 30 * time.Second
 
 // readiness is one State with its reason.
 type readiness struct {
-	state  httpapi.State
+	state  serving.State
 	reason string
 }
 
@@ -76,23 +80,23 @@ type readiness struct {
 // loads, reloads, readiness and the batcher's calls.
 func New(cfg Config, metrics *httpapi.Metrics, log *slog.Logger) *Host {
 	h := &Host{cfg: cfg, metrics: metrics, log: log}
-	h.setState(httpapi.StateStarting, "loading the model")
+	h.setState(serving.StateStarting, "loading the model")
 	return h
 }
 
 // Current is the instance serving now, nil before Start succeeds.
-func (h *Host) Current() *httpapi.Instance { return h.current.Load() }
+func (h *Host) Current() *serving.Instance { return h.current.Load() }
 
 // State is the readiness and its reason.
-func (h *Host) State() (httpapi.State, string) {
+func (h *Host) State() (serving.State, string) {
 	r := h.ready.Load()
 	return r.state, r.reason
 }
 
 // setState changes readiness (and fw_ready).
-func (h *Host) setState(st httpapi.State, reason string) {
+func (h *Host) setState(st serving.State, reason string) {
 	h.ready.Store(&readiness{st, reason})
-	h.metrics.SetReady(st == httpapi.StateReady)
+	h.metrics.SetReady(st == serving.StateReady)
 }
 
 // Start loads and warms up the model and makes the server ready.
@@ -107,16 +111,16 @@ func (h *Host) Start(ctx context.Context) error {
 		return ErrShuttingDown
 	}
 	if err != nil {
-		h.setState(httpapi.StateBroken, err.Error())
+		h.setState(serving.StateBroken, err.Error())
 		return err
 	}
 	h.current.Store(inst)
-	h.setState(httpapi.StateReady, "")
+	h.setState(serving.StateReady, "")
 	return nil
 }
 
 // discard drains an instance that was never served.
-func (h *Host) discard(inst *httpapi.Instance) {
+func (h *Host) discard(inst *serving.Instance) {
 	if err := Drain(context.Background(), inst, drainTimeout); err != nil {
 		h.log.Warn("discard a model loaded during shutdown", "err", err)
 	}
@@ -125,11 +129,11 @@ func (h *Host) discard(inst *httpapi.Instance) {
 // load builds one warmed-up instance: Batcher.Instances engine instances of
 // the file (each checked against its test vector and warmed up) behind one
 // batcher whose workers use one each.
-func (h *Host) load(ctx context.Context) (*httpapi.Instance, error) {
+func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 	start := time.Now()
 	n := max(1, h.cfg.Batcher.Instances)
 	models := make([]*engine.Model, 0, n)
-	fail := func(err error) (*httpapi.Instance, error) {
+	fail := func(err error) (*serving.Instance, error) {
 		for _, m := range models {
 			m.Close()
 		}
@@ -149,13 +153,17 @@ func (h *Host) load(ctx context.Context) (*httpapi.Instance, error) {
 	for i, m := range models {
 		runs[i] = m.Forward
 	}
-	b := batcher.NewPool(runs, h.cfg.Batcher, h.metrics)
+	var stats batcher.Stats = h.metrics
+	if h.cfg.Stats != nil {
+		stats = serving.Tee{h.metrics, h.cfg.Stats}
+	}
+	b := batcher.NewPool(runs, h.cfg.Batcher, stats)
 	m := models[0]
 	took := time.Since(start)
 	h.metrics.ModelLoaded(m.Name(), m.Version(), string(m.Format), string(m.Device), took)
 	h.log.Info("model ready", "name", m.Name(), "version", m.Version(), "format", m.Format, "device", m.Device,
 		"instances", n, "threads", m.Threads(), "load_ms", took.Milliseconds(), "path", h.cfg.Path)
-	return &httpapi.Instance{Model: m, Batcher: b, Models: models}, nil
+	return &serving.Instance{Model: m, Batcher: b, Models: models}, nil
 }
 
 // warmup runs the test vector (it must match) and, unless skipped, batches of
@@ -264,14 +272,14 @@ func (h *Host) Reload(ctx context.Context) error {
 		h.loaded(inst)
 	}
 	h.mu.Lock()
-	if st, _ := h.State(); h.stopping || st == httpapi.StateDraining {
+	if st, _ := h.State(); h.stopping || st == serving.StateDraining {
 		h.mu.Unlock()
 		h.log.Info("reload discarded: the server is shutting down", "path", h.cfg.Path)
 		h.discard(inst)
 		return ErrShuttingDown
 	}
 	old := h.current.Swap(inst)
-	h.setState(httpapi.StateReady, "")
+	h.setState(serving.StateReady, "")
 	if old != nil {
 		h.busy.Add(1)
 		go func() {
@@ -293,7 +301,7 @@ func (h *Host) BeginShutdown() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.stopping = true
-	h.setState(httpapi.StateDraining, "shutting down")
+	h.setState(serving.StateDraining, "shutting down")
 }
 
 // Shutdown begins the shutdown if BeginShutdown was not called, waits for a
@@ -329,7 +337,7 @@ func (h *Host) Shutdown(ctx context.Context, timeout time.Duration) error {
 // passes, and then returns an error: the workers' engine calls are cancelled,
 // and the model, closed anyway, is freed only when the last call still inside
 // it returns (engine.Model counts them), never under one.
-func Drain(ctx context.Context, inst *httpapi.Instance, timeout time.Duration) error {
+func Drain(ctx context.Context, inst *serving.Instance, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var errs []error

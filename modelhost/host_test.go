@@ -13,6 +13,7 @@ import (
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/httpapi"
 	"github.com/fw-serve/fw/internal/testmodels"
+	"github.com/fw-serve/fw/serving"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -29,7 +30,7 @@ func modelPath(t *testing.T) string {
 // startHost starts a host serving the small reference MLP and shuts it down
 // at the end of the test. The host is also the slot a server reads (the
 // second result, to read the tests as a server would).
-func startHost(t *testing.T) (*Host, httpapi.Slot) {
+func startHost(t *testing.T) (*Host, serving.Slot) {
 	t.Helper()
 	h := New(Config{Path: modelPath(t), Engine: engine.Options{Threads: 1}, Batcher: batcher.DefaultConfig(), SkipWarmup: true},
 		httpapi.NewMetrics(prometheus.NewRegistry()), quietLog())
@@ -60,11 +61,11 @@ func wait[T any](t *testing.T, ch <-chan T, what string) T {
 func TestReloadWhileDrainingStaysNotReady(t *testing.T) {
 	h, srv := startHost(t)
 	before := srv.Current()
-	h.setState(httpapi.StateDraining, "shutting down") // as a drain begun elsewhere would
+	h.setState(serving.StateDraining, "shutting down") // as a drain begun elsewhere would
 	if err := h.Reload(context.Background()); !errors.Is(err, ErrShuttingDown) {
 		t.Errorf("reload while draining: got %v, want ErrShuttingDown", err)
 	}
-	if st, _ := srv.State(); st != httpapi.StateDraining {
+	if st, _ := srv.State(); st != serving.StateDraining {
 		t.Fatalf("state after a reload during the drain is %s, want draining", st)
 	}
 	if srv.Current() != before {
@@ -78,9 +79,9 @@ func TestReloadWhileDrainingStaysNotReady(t *testing.T) {
 func TestReloadRacingShutdownIsDiscarded(t *testing.T) {
 	h, srv := startHost(t)
 	before := srv.Current()
-	loaded := make(chan *httpapi.Instance, 1)
+	loaded := make(chan *serving.Instance, 1)
 	release := make(chan struct{})
-	h.loaded = func(inst *httpapi.Instance) {
+	h.loaded = func(inst *serving.Instance) {
 		loaded <- inst
 		<-release
 	}
@@ -92,7 +93,7 @@ func TestReloadRacingShutdownIsDiscarded(t *testing.T) {
 	if err := wait(t, res, "the reload to return"); !errors.Is(err, ErrShuttingDown) {
 		t.Errorf("reload racing the shutdown: got %v, want ErrShuttingDown", err)
 	}
-	if st, _ := srv.State(); st != httpapi.StateDraining {
+	if st, _ := srv.State(); st != serving.StateDraining {
 		t.Fatalf("state after the racing reload is %s, want draining", st)
 	}
 	if srv.Current() != before {
@@ -116,7 +117,7 @@ func TestReloadDrainsReplacedInstance(t *testing.T) {
 	if err := h.Reload(context.Background()); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
-	if st, _ := srv.State(); st != httpapi.StateReady {
+	if st, _ := srv.State(); st != serving.StateReady {
 		t.Fatalf("state after reload is %s, want ready", st)
 	}
 	if srv.Current() == before {
@@ -128,7 +129,7 @@ func TestReloadDrainsReplacedInstance(t *testing.T) {
 // gatedInstance builds an instance of the reference MLP whose engine calls
 // wait at a gate before entering the model. The call ignores the batcher's
 // context, as a call already inside cgo does.
-func gatedInstance(t *testing.T) (inst *httpapi.Instance, entered chan struct{}, gate chan struct{}) {
+func gatedInstance(t *testing.T) (inst *serving.Instance, entered chan struct{}, gate chan struct{}) {
 	t.Helper()
 	m, err := engine.Load(context.Background(), modelPath(t), engine.Options{Threads: 1})
 	if err != nil {
@@ -145,10 +146,10 @@ func gatedInstance(t *testing.T) (inst *httpapi.Instance, entered chan struct{},
 		b.Close(context.Background())
 		m.Close()
 	})
-	return &httpapi.Instance{Model: m, Batcher: b}, entered, gate
+	return &serving.Instance{Model: m, Batcher: b}, entered, gate
 }
 
-func submit(t *testing.T, inst *httpapi.Instance) <-chan error {
+func submit(t *testing.T, inst *serving.Instance) <-chan error {
 	in, err := inst.Model.ExampleInputs(1)
 	if err != nil {
 		t.Fatal(err)

@@ -120,11 +120,16 @@ func (e *envFlags) parse(cmd string, args []string, stderr io.Writer) (code int,
 // listen opens the TCP listener of a server command. A port already in use
 // is one line naming the port (the caller exits 1), not a stack trace.
 func listen(cmd, host string, port int, stderr io.Writer) (net.Listener, bool) {
+	return listenFlag(cmd, "--port", host, port, stderr)
+}
+
+// listenFlag is listen for the port set by flag, which the error names.
+func listenFlag(cmd, flag, host string, port int, stderr io.Writer) (net.Listener, bool) {
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
-			fmt.Fprintf(stderr, "%s: port %d is already in use on %s; stop the other process or choose another with --port\n", cmd, port, host)
+			fmt.Fprintf(stderr, "%s: port %d is already in use on %s; stop the other process or choose another with %s\n", cmd, port, host, flag)
 		} else {
 			fmt.Fprintf(stderr, "%s: listen on %s: %v\n", cmd, addr, err)
 		}

@@ -6,17 +6,21 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/grpcapi"
 	"github.com/fw-serve/fw/httpapi"
 	"github.com/fw-serve/fw/internal/hostguard"
 	"github.com/fw-serve/fw/modelhost"
+	"github.com/fw-serve/fw/serving"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+	"google.golang.org/grpc"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -28,6 +32,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	model := ef.String("model", "", "exported model file to serve: ONNX, TorchScript or quantized TorchScript (required)")
 	host := ef.String("host", "127.0.0.1", "address to listen on; 0.0.0.0 for all interfaces (the container image sets it)")
 	port := ef.Int("port", 8000, "port to listen on")
+	grpcPort := ef.Int("grpc-port", 0, "port for the gRPC front end (the Open Inference Protocol's GRPCInferenceService, as Triton serves it on 8001, with grpc.health.v1) on --host; 0 turns it off")
 	device := ef.String("device", "cpu", "compute device: cpu, cuda or cuda:N")
 	maxBatch := ef.Int("max-batch-size", bdef.MaxBatchRows, "most rows coalesced into one engine call (counted in rows, not requests)")
 	maxDelay := ef.Duration("max-delay", bdef.MaxDelay, "longest a request waits for others to share its engine call; 0 disables waiting")
@@ -55,8 +60,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, `Usage: fw serve --model PATH [flags]
 
 Serves one exported model over HTTP: POST /predict (JSON rows), /predict/image,
-/predict/batch (JSON or streaming NDJSON), the Open Inference Protocol under /v2,
-GET /health (/health/live, /health/ready), /model, /metrics (Prometheus), /docs.
+/predict/batch (JSON or streaming NDJSON), the Open Inference Protocol under /v2
+(with Triton's model configuration and statistics), GET /health (/health/live,
+/health/ready), /model, /metrics (Prometheus), /docs; and, with --grpc-port, over
+gRPC (the Open Inference Protocol's GRPCInferenceService and grpc.health.v1).
 Concurrent requests are coalesced into engine calls by a dynamic micro-batcher.
 Every flag can also be set from the environment variable named in brackets.
 
@@ -89,8 +96,8 @@ Flags:
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		return 2
 	}
-	if *instances < 1 || *maxBatch < 1 || *maxQueue < 1 || *port < 0 || *port > 65535 {
-		fmt.Fprintln(stderr, "fw serve: --instances, --max-batch-size and --max-queue must be at least 1, --port within 0..65535")
+	if *instances < 1 || *maxBatch < 1 || *maxQueue < 1 || *port < 0 || *port > 65535 || *grpcPort < 0 || *grpcPort > 65535 {
+		fmt.Fprintln(stderr, "fw serve: --instances, --max-batch-size and --max-queue must be at least 1, --port and --grpc-port within 0..65535")
 		return 2
 	}
 	perCall := *threads
@@ -102,11 +109,19 @@ Flags:
 	if !ok {
 		return 1
 	}
+	var gln net.Listener
+	if *grpcPort > 0 {
+		if gln, ok = listenFlag("fw serve", "--grpc-port", *host, *grpcPort, stderr); !ok {
+			ln.Close()
+			return 1
+		}
+	}
 
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	reg := prometheus.NewRegistry()
 	metrics := httpapi.NewMetrics(reg)
+	stats := &serving.Stats{} // Triton-style inference statistics, both front ends
 	// The model's lifecycle owns the slot the server reads: what serves now
 	// and whether it is ready.
 	mh := modelhost.New(modelhost.Config{
@@ -115,10 +130,11 @@ Flags:
 			AllowNonFinite: *allowNonFinite, Spin: *spin}),
 		Batcher:    batcher.Config{MaxBatchRows: *maxBatch, MaxDelay: *maxDelay, Instances: *instances, MaxQueue: *maxQueue},
 		SkipWarmup: *noWarmup,
+		Stats:      stats,
 	}, metrics, log)
 	srv := httpapi.New(base, httpapi.Config{
 		MaxBodyBytes: *maxBody, MaxRows: *maxRows, MaxImagePixels: *maxPixels, Timeout: *timeout,
-		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts,
+		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts, Stats: stats,
 	}, mh, metrics, log, reg)
 	hs := &fasthttp.Server{
 		Handler:                      srv.Handler,
@@ -131,14 +147,33 @@ Flags:
 		CloseOnShutdown:              true,
 		Logger:                       slogPrintf{log},
 	}
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- hs.Serve(ln) }()
 	url := "http://" + ln.Addr().String()
 	log.Info("listening", "url", url, "model", *model)
+	var gs *grpc.Server
+	if gln != nil {
+		gsrv := grpcapi.New(base, grpcapi.Config{
+			MaxMessageBytes: int(min(*maxBody, int64(1<<31-1))), MaxRows: *maxRows, Timeout: *timeout,
+			APIKeys: keys, Version: version,
+		}, mh, stats, reg, log)
+		gs = grpc.NewServer(gsrv.ServerOptions()...)
+		gsrv.Register(gs)
+		go func() {
+			if err := gs.Serve(gln); err != nil {
+				serveErr <- fmt.Errorf("gRPC: %w", err)
+			}
+		}()
+		log.Info("listening (gRPC)", "addr", gln.Addr().String())
+		fmt.Fprintf(stdout, "fw serve: gRPC (Open Inference Protocol) on %s\n", gln.Addr())
+	}
 
 	if err := mh.Start(ctx); err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		hs.Shutdown()
+		if gs != nil {
+			gs.Stop()
+		}
 		return 1
 	}
 	fmt.Fprintf(stdout, "fw serve: %s ready on %s (docs: %s/docs)\n", srv.Current().Model.Name(), url, url)
@@ -162,10 +197,18 @@ Flags:
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 	defer cancel()
 	code := 0
+	grpcDone := make(chan struct{})
+	go func() {
+		defer close(grpcDone)
+		if gs != nil {
+			stopGRPC(sctx, gs)
+		}
+	}()
 	if err := hs.ShutdownWithContext(sctx); err != nil {
 		log.Warn("shutdown: connections still open at the deadline", "err", err)
 		code = 1
 	}
+	<-grpcDone
 	if err := mh.Shutdown(sctx, *shutdownTimeout); err != nil {
 		log.Warn("shutdown: the model did not drain in time", "err", err)
 		code = 1
@@ -173,6 +216,19 @@ Flags:
 	cancelBase()
 	log.Info("stopped")
 	return code
+}
+
+// stopGRPC stops gs gracefully (in-flight calls finish, new ones are
+// refused), forcibly once ctx is done.
+func stopGRPC(ctx context.Context, gs *grpc.Server) {
+	done := make(chan struct{})
+	go func() { gs.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		gs.Stop()
+		<-done
+	}
 }
 
 func loadAPIKeys(path string) ([]string, error) {

@@ -1,0 +1,290 @@
+package grpcapi
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/fw-serve/fw/engine"
+	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"github.com/fw-serve/fw/serving"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// maxAxes bounds an input's rank.
+const maxAxes = 32
+
+// request is a decoded ModelInfer request: the inputs in the model's order
+// and the indexes of the outputs to return, in the order the client asked.
+type request struct {
+	inputs  []engine.Tensor
+	outputs []int
+}
+
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+// describe lists specs as `"input" (FP32 [-1,64])` for error messages.
+func describe(specs []engine.TensorSpec) string {
+	s := ""
+	for i, sp := range specs {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("%q (%s %v)", sp.Name, serving.DatatypeName(sp.DType), sp.Shape)
+	}
+	return s
+}
+
+// decode checks req against the model's inputs and outputs and the limits
+// and builds the input tensors. Every size is checked before anything is
+// allocated: the shape's element count against the bytes or values that
+// carry it (which the message size limit bounds) and the rows against
+// maxRows (0: none). The tensors do not alias req.
+func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows int) (*request, error) {
+	raw := req.GetRawInputContents()
+	if len(raw) > 0 && len(raw) != len(req.GetInputs()) {
+		return nil, invalid("raw_input_contents has %d entries for %d inputs; send one entry per input, in the order of inputs", len(raw), len(req.GetInputs()))
+	}
+	for k, v := range req.GetParameters() {
+		if k == "shared_memory_region" || k == "sequence_id" || k == "sequence_start" || k == "sequence_end" {
+			return nil, invalid("request parameter %q is not supported by fw: send the data in the request, one request per inference", k)
+		}
+		_ = v
+	}
+	r := &request{inputs: make([]engine.Tensor, len(ins))}
+	seen := make([]bool, len(ins))
+	for k, in := range req.GetInputs() {
+		idx := -1
+		for i := range ins {
+			if ins[i].Name == in.GetName() {
+				idx = i
+				break
+			}
+		}
+		if idx < 0 {
+			return nil, invalid("unknown input %q; this model takes %s", in.GetName(), describe(ins))
+		}
+		if seen[idx] {
+			return nil, invalid("input %q is given twice", in.GetName())
+		}
+		seen[idx] = true
+		var rawData []byte
+		if len(raw) > 0 {
+			rawData = raw[k]
+		}
+		t, err := decodeInput(in, ins[idx], rawData, len(raw) > 0, maxRows)
+		if err != nil {
+			return nil, err
+		}
+		r.inputs[idx] = t
+	}
+	for i, ok := range seen {
+		if !ok {
+			return nil, invalid("input %q is missing; this model takes %s", ins[i].Name, describe(ins))
+		}
+	}
+	if len(req.GetOutputs()) == 0 {
+		r.outputs = make([]int, len(outs))
+		for i := range outs {
+			r.outputs[i] = i
+		}
+		return r, nil
+	}
+	used := make([]bool, len(outs))
+	for _, o := range req.GetOutputs() {
+		idx := -1
+		for i := range outs {
+			if outs[i].Name == o.GetName() {
+				idx = i
+				break
+			}
+		}
+		if idx < 0 {
+			return nil, invalid("unknown output %q; this model's outputs are %s", o.GetName(), describe(outs))
+		}
+		if used[idx] {
+			return nil, invalid("output %q is requested twice", o.GetName())
+		}
+		used[idx] = true
+		for k, p := range o.GetParameters() {
+			switch k {
+			case "classification":
+				if p.GetInt64Param() != 0 || p.GetUint64Param() != 0 {
+					return nil, invalid("output %q: the classification extension is not supported; request the raw output", o.GetName())
+				}
+			case "shared_memory_region":
+				return nil, invalid("output %q: shared memory is not supported", o.GetName())
+			}
+		}
+		r.outputs = append(r.outputs, idx)
+	}
+	return r, nil
+}
+
+// decodeInput builds one input tensor from its raw bytes (useRaw) or its
+// typed contents.
+func decodeInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSpec, rawData []byte, useRaw bool, maxRows int) (engine.Tensor, error) {
+	name := in.GetName()
+	dt := serving.ParseDatatype(in.GetDatatype())
+	if dt == engine.Invalid {
+		return engine.Tensor{}, invalid("input %q: datatype %q is not supported; fw takes FP32, FP64, FP16, INT64, INT32, INT8, UINT8 and BOOL, and this input is %s",
+			name, in.GetDatatype(), serving.DatatypeName(spec.DType))
+	}
+	if spec.DType != engine.Invalid && dt != spec.DType {
+		return engine.Tensor{}, invalid("input %q has datatype %s but this model takes %s; convert the data (for example numpy .astype(np.%s))",
+			name, in.GetDatatype(), serving.DatatypeName(spec.DType), spec.DType)
+	}
+	shape := in.GetShape()
+	if len(shape) > maxAxes {
+		return engine.Tensor{}, invalid("input %q: shape has %d axes; at most %d are accepted", name, len(shape), maxAxes)
+	}
+	// The element count, saturating: a count beyond what the message can
+	// carry is refused below without being allocated.
+	count := int64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return engine.Tensor{}, invalid("input %q: shape %v has a negative dimension; every dimension must be a size >= 0", name, shape)
+		}
+		if d == 0 {
+			count = 0
+		} else if count > 0 && count <= math.MaxInt64/8/d {
+			count *= d
+		} else if count > 0 {
+			count = math.MaxInt64 / 8
+		}
+	}
+	size := int64(dt.Size())
+	contents := in.GetContents()
+	if useRaw {
+		if contents != nil && typedLen(contents) > 0 {
+			return engine.Tensor{}, invalid("input %q has both typed contents and raw_input_contents; send one form for every input", name)
+		}
+		if count*size != int64(len(rawData)) {
+			return engine.Tensor{}, invalid("input %q: shape %v of %s needs %d bytes, its raw_input_contents entry has %d", name, shape, in.GetDatatype(), count*size, len(rawData))
+		}
+	} else {
+		n := int64(0)
+		if contents != nil {
+			n = int64(typedCount(contents, dt))
+		}
+		if dt == engine.Float16 {
+			return engine.Tensor{}, invalid("input %q: FP16 has no typed contents field; send it in raw_input_contents", name)
+		}
+		if n != count {
+			return engine.Tensor{}, invalid("input %q: shape %v needs %d elements, its contents hold %d in the field for %s (%s)", name, shape, count, n, in.GetDatatype(), contentsField(dt))
+		}
+		if other := typedLen(contents) - int(n); other > 0 {
+			return engine.Tensor{}, invalid("input %q: %d values are in a contents field other than %s, the one for %s", name, other, contentsField(dt), in.GetDatatype())
+		}
+	}
+	if maxRows > 0 && len(shape) > 0 && shape[0] > int64(maxRows) {
+		return engine.Tensor{}, status.Errorf(codes.ResourceExhausted, "input %q: shape %v has %d rows on its first axis, above the limit of %d per request (--max-rows); split the request", name, shape, shape[0], maxRows)
+	}
+	t, err := engine.NewTensor(dt, shape)
+	if err != nil {
+		return engine.Tensor{}, invalid("input %q: %v", name, err)
+	}
+	if useRaw {
+		copy(t.Data, rawData)
+		return t, nil
+	}
+	if err := fillTyped(t, contents, name); err != nil {
+		return engine.Tensor{}, err
+	}
+	return t, nil
+}
+
+// contentsField names the typed contents field of a datatype.
+func contentsField(dt engine.DType) string {
+	switch dt {
+	case engine.Bool:
+		return "bool_contents"
+	case engine.Int8, engine.Int32:
+		return "int_contents"
+	case engine.Int64:
+		return "int64_contents"
+	case engine.Uint8:
+		return "uint_contents"
+	case engine.Float32:
+		return "fp32_contents"
+	case engine.Float64:
+		return "fp64_contents"
+	}
+	return "raw_input_contents"
+}
+
+// typedCount is the number of values in the field for dt.
+func typedCount(c *pb.InferTensorContents, dt engine.DType) int {
+	switch dt {
+	case engine.Bool:
+		return len(c.GetBoolContents())
+	case engine.Int8, engine.Int32:
+		return len(c.GetIntContents())
+	case engine.Int64:
+		return len(c.GetInt64Contents())
+	case engine.Uint8:
+		return len(c.GetUintContents())
+	case engine.Float32:
+		return len(c.GetFp32Contents())
+	case engine.Float64:
+		return len(c.GetFp64Contents())
+	}
+	return 0
+}
+
+// typedLen is the number of values in every field.
+func typedLen(c *pb.InferTensorContents) int {
+	if c == nil {
+		return 0
+	}
+	return len(c.GetBoolContents()) + len(c.GetIntContents()) + len(c.GetInt64Contents()) + len(c.GetUintContents()) +
+		len(c.GetUint64Contents()) + len(c.GetFp32Contents()) + len(c.GetFp64Contents()) + len(c.GetBytesContents())
+}
+
+// fillTyped writes the typed values into t (whose size typedCount matched),
+// checking that each fits t's dtype.
+func fillTyped(t engine.Tensor, c *pb.InferTensorContents, name string) error {
+	d := t.Data
+	switch t.DType {
+	case engine.Float32:
+		for i, v := range c.GetFp32Contents() {
+			binary.LittleEndian.PutUint32(d[i*4:], math.Float32bits(v))
+		}
+	case engine.Float64:
+		for i, v := range c.GetFp64Contents() {
+			binary.LittleEndian.PutUint64(d[i*8:], math.Float64bits(v))
+		}
+	case engine.Int64:
+		for i, v := range c.GetInt64Contents() {
+			binary.LittleEndian.PutUint64(d[i*8:], uint64(v))
+		}
+	case engine.Int32:
+		for i, v := range c.GetIntContents() {
+			binary.LittleEndian.PutUint32(d[i*4:], uint32(v))
+		}
+	case engine.Int8:
+		for i, v := range c.GetIntContents() {
+			if v < math.MinInt8 || v > math.MaxInt8 {
+				return invalid("input %q: element %d is %d, out of the range of INT8", name, i, v)
+			}
+			d[i] = byte(int8(v))
+		}
+	case engine.Uint8:
+		for i, v := range c.GetUintContents() {
+			if v > math.MaxUint8 {
+				return invalid("input %q: element %d is %d, out of the range of UINT8", name, i, v)
+			}
+			d[i] = byte(v)
+		}
+	case engine.Bool:
+		for i, v := range c.GetBoolContents() {
+			if v {
+				d[i] = 1
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,500 @@
+// Package grpcapi is the model server's gRPC front end: the Open Inference
+// Protocol's GRPCInferenceService (KServe V2, as Triton serves it) with
+// Triton's ModelConfig and ModelStatistics calls, and gRPC health checking
+// (grpc.health.v1) for orchestrators' probes. Requests take the same path as
+// HTTP ones (serving.Infer: the batcher, then the engine), under the same
+// limits and API keys, and are recorded in the same statistics.
+package grpcapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fw-serve/fw/engine"
+	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"github.com/fw-serve/fw/serving"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Config holds the gRPC front end's limits and options.
+type Config struct {
+	// MaxMessageBytes bounds a request message (ResourceExhausted beyond it),
+	// as --max-body-bytes bounds an HTTP body.
+	MaxMessageBytes int
+	// MaxRows bounds the first axis of every input (ResourceExhausted).
+	MaxRows int
+	// Timeout bounds one request's wait for its result, as over HTTP; a
+	// shorter client deadline wins.
+	Timeout time.Duration
+	// APIKeys, when any, are required on every inference and metadata call
+	// as the metadata "authorization: Bearer KEY"; liveness, readiness and
+	// health checks stay open.
+	APIKeys []string
+	// Version is the fw version ServerMetadata reports.
+	Version string
+	// StreamConcurrency bounds the requests of one ModelStreamInfer stream
+	// in flight at once.
+	StreamConcurrency int
+}
+
+// Server implements the inference and health services over a slot.
+type Server struct {
+	pb.UnimplementedGRPCInferenceServiceServer
+	healthpb.UnimplementedHealthServer
+
+	cfg     Config
+	slot    serving.Slot
+	stats   *serving.Stats
+	log     *slog.Logger
+	base    context.Context
+	keys    [][sha256.Size]byte
+	metrics *metrics
+}
+
+// New creates the front end. base is cancelled on shutdown and bounds every
+// request; stats is shared with the HTTP front end; the gRPC metrics are
+// registered on reg.
+func New(base context.Context, cfg Config, slot serving.Slot, stats *serving.Stats, reg prometheus.Registerer, log *slog.Logger) *Server {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = 64 << 20
+	}
+	if cfg.StreamConcurrency <= 0 {
+		cfg.StreamConcurrency = 256
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	s := &Server{cfg: cfg, slot: slot, stats: stats, log: log, base: base, metrics: newMetrics(reg)}
+	for _, k := range cfg.APIKeys {
+		s.keys = append(s.keys, sha256.Sum256([]byte(k)))
+	}
+	return s
+}
+
+// ServerOptions are the grpc.Server options the front end needs: its
+// message size limits and its interceptors (panic recovery, API keys,
+// metrics).
+func (s *Server) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes),
+		grpc.MaxSendMsgSize(1 << 30),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
+		grpc.ChainStreamInterceptor(s.streamInterceptor),
+	}
+}
+
+// Register adds the inference and health services to gs.
+func (s *Server) Register(gs *grpc.Server) {
+	pb.RegisterGRPCInferenceServiceServer(gs, s)
+	healthpb.RegisterHealthServer(gs, s)
+}
+
+// open are the calls that need no API key: probes.
+var open = map[string]bool{
+	"/inference.GRPCInferenceService/ServerLive":  true,
+	"/inference.GRPCInferenceService/ServerReady": true,
+	"/inference.GRPCInferenceService/ModelReady":  true,
+	"/grpc.health.v1.Health/Check":                true,
+	"/grpc.health.v1.Health/Watch":                true,
+	"/grpc.health.v1.Health/List":                 true,
+}
+
+// authorize checks the Bearer key in constant time when keys are configured.
+func (s *Server) authorize(ctx context.Context, method string) error {
+	if len(s.keys) == 0 || open[method] {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	const prefix = "bearer "
+	for _, h := range md.Get("authorization") {
+		if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+			continue
+		}
+		sum := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
+		ok := 0
+		for i := range s.keys {
+			ok |= subtle.ConstantTimeCompare(sum[:], s.keys[i][:])
+		}
+		if ok == 1 {
+			return nil
+		}
+		return status.Error(codes.Unauthenticated, "the API key is not valid")
+	}
+	return status.Error(codes.Unauthenticated, `this call needs an API key: send the metadata "authorization: Bearer <key>" (tritonclient: headers={"authorization": "Bearer <key>"})`)
+}
+
+// recovered turns a panic into an Internal status, logged and counted: the
+// last net under every call, so one missed check cannot end the process.
+func (s *Server) recovered(method string, r any, err *error) {
+	s.metrics.panics.Inc()
+	s.log.Error("panic while serving a gRPC call; answered INTERNAL", "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	*err = status.Error(codes.Internal, "the server failed on this call because of a bug (it was logged); the call may succeed if retried, and please report it")
+}
+
+func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			resp = nil
+			s.recovered(info.FullMethod, r, &err)
+		}
+		s.metrics.observe(info.FullMethod, status.Code(err), time.Since(start))
+	}()
+	if err := s.authorize(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			s.recovered(info.FullMethod, r, &err)
+		}
+		s.metrics.observe(info.FullMethod, status.Code(err), time.Since(start))
+	}()
+	if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return handler(srv, ss)
+}
+
+// ServerLive implements GRPCInferenceService: the process answers.
+func (s *Server) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.ServerLiveResponse, error) {
+	return &pb.ServerLiveResponse{Live: true}, nil
+}
+
+// ready reports whether the server is ready (not draining) with a model.
+func (s *Server) ready() bool {
+	st, _ := s.slot.State()
+	return st == serving.StateReady && s.slot.Current() != nil
+}
+
+// ServerReady implements GRPCInferenceService: the model is loaded, warm and
+// not draining.
+func (s *Server) ServerReady(context.Context, *pb.ServerReadyRequest) (*pb.ServerReadyResponse, error) {
+	return &pb.ServerReadyResponse{Ready: s.ready()}, nil
+}
+
+// model returns the serving instance when name and version name its model.
+func (s *Server) model(name, version string) (*serving.Instance, error) {
+	inst := s.slot.Current()
+	if inst == nil {
+		st, reason := s.slot.State()
+		return nil, status.Errorf(codes.Unavailable, "no model is loaded yet (%s: %s); retry", st, reason)
+	}
+	m := inst.Model
+	if name != m.Name() {
+		return nil, status.Errorf(codes.NotFound, "model %q is not served here; this server serves model %q (version %q)", name, m.Name(), m.Version())
+	}
+	if version != "" && version != m.Version() {
+		return nil, status.Errorf(codes.NotFound, "version %q of model %q is not served here; this server serves version %q", version, name, m.Version())
+	}
+	return inst, nil
+}
+
+// ModelReady implements GRPCInferenceService.
+func (s *Server) ModelReady(_ context.Context, req *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
+	if _, err := s.model(req.GetName(), req.GetVersion()); err != nil {
+		if status.Code(err) == codes.Unavailable {
+			return &pb.ModelReadyResponse{Ready: false}, nil
+		}
+		return nil, err
+	}
+	return &pb.ModelReadyResponse{Ready: s.ready()}, nil
+}
+
+// ServerMetadata implements GRPCInferenceService.
+func (s *Server) ServerMetadata(context.Context, *pb.ServerMetadataRequest) (*pb.ServerMetadataResponse, error) {
+	return &pb.ServerMetadataResponse{Name: "fw", Version: s.cfg.Version, Extensions: serving.Extensions()}, nil
+}
+
+func tensorMetas(specs []engine.TensorSpec) []*pb.ModelMetadataResponse_TensorMetadata {
+	out := make([]*pb.ModelMetadataResponse_TensorMetadata, len(specs))
+	for i, sp := range specs {
+		out[i] = &pb.ModelMetadataResponse_TensorMetadata{Name: sp.Name, Datatype: serving.DatatypeName(sp.DType), Shape: append([]int64{}, sp.Shape...)}
+	}
+	return out
+}
+
+// ModelMetadata implements GRPCInferenceService.
+func (s *Server) ModelMetadata(_ context.Context, req *pb.ModelMetadataRequest) (*pb.ModelMetadataResponse, error) {
+	inst, err := s.model(req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	m := inst.Model
+	return &pb.ModelMetadataResponse{
+		Name: m.Name(), Versions: []string{m.Version()}, Platform: serving.Platform(m.Format),
+		Inputs: tensorMetas(m.Inputs()), Outputs: tensorMetas(m.Outputs()),
+	}, nil
+}
+
+// ModelConfig implements GRPCInferenceService (Triton's extension).
+func (s *Server) ModelConfig(_ context.Context, req *pb.ModelConfigRequest) (*pb.ModelConfigResponse, error) {
+	inst, err := s.model(req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	c := serving.Config(inst, filepath.Base(inst.Model.Path))
+	tensors := func(ts []serving.TensorConfig) ([]*pb.ModelInput, []*pb.ModelOutput) {
+		var ins []*pb.ModelInput
+		var outs []*pb.ModelOutput
+		for _, t := range ts {
+			dt := pb.DataType(pb.DataType_value["TYPE_"+t.Datatype])
+			ins = append(ins, &pb.ModelInput{Name: t.Name, DataType: dt, Dims: t.Dims})
+			outs = append(outs, &pb.ModelOutput{Name: t.Name, DataType: dt, Dims: t.Dims})
+		}
+		return ins, outs
+	}
+	ins, _ := tensors(c.Inputs)
+	_, outs := tensors(c.Outputs)
+	group := &pb.ModelInstanceGroup{Name: c.Name, Count: int32(c.Instances), Kind: pb.ModelInstanceGroup_KIND_CPU}
+	if len(c.GPUs) > 0 {
+		group.Kind = pb.ModelInstanceGroup_KIND_GPU
+		for _, g := range c.GPUs {
+			group.Gpus = append(group.Gpus, int32(g))
+		}
+	}
+	return &pb.ModelConfigResponse{Config: &pb.ModelConfig{
+		Name: c.Name, Platform: c.Platform, Backend: c.Backend, MaxBatchSize: int32(c.MaxBatchSize),
+		Input: ins, Output: outs, InstanceGroup: []*pb.ModelInstanceGroup{group},
+		DefaultModelFilename: c.DefaultModelFilename,
+		DynamicBatching:      &pb.ModelDynamicBatching{MaxQueueDelayMicroseconds: uint64(max(c.MaxQueueDelay, 0))},
+	}}, nil
+}
+
+func durationPB(d serving.Duration) *pb.StatisticDuration {
+	return &pb.StatisticDuration{Count: d.Count, Ns: d.NS}
+}
+
+// ModelStatistics implements GRPCInferenceService (Triton's extension):
+// the served model's statistics, for its name or for an empty name.
+func (s *Server) ModelStatistics(_ context.Context, req *pb.ModelStatisticsRequest) (*pb.ModelStatisticsResponse, error) {
+	var inst *serving.Instance
+	if req.GetName() == "" {
+		if inst = s.slot.Current(); inst == nil {
+			return &pb.ModelStatisticsResponse{}, nil
+		}
+	} else {
+		var err error
+		if inst, err = s.model(req.GetName(), req.GetVersion()); err != nil {
+			return nil, err
+		}
+	}
+	snap := s.stats.Snapshot()
+	ms := &pb.ModelStatistics{
+		Name: inst.Model.Name(), Version: inst.Model.Version(),
+		LastInference: snap.LastInference, InferenceCount: snap.InferenceCount, ExecutionCount: snap.ExecutionCount,
+		InferenceStats: &pb.InferStatistics{
+			Success: durationPB(snap.Success), Fail: durationPB(snap.Fail), Queue: durationPB(snap.Queue),
+			ComputeInput: durationPB(snap.ComputeInput), ComputeInfer: durationPB(snap.ComputeInfer),
+			ComputeOutput: durationPB(snap.ComputeOutput), CacheHit: &pb.StatisticDuration{}, CacheMiss: &pb.StatisticDuration{},
+		},
+	}
+	for _, b := range snap.Batches {
+		ms.BatchStats = append(ms.BatchStats, &pb.InferBatchStatistics{
+			BatchSize: b.BatchSize, ComputeInput: durationPB(b.ComputeInput), ComputeInfer: durationPB(b.ComputeInfer), ComputeOutput: durationPB(b.ComputeOutput),
+		})
+	}
+	return &pb.ModelStatisticsResponse{ModelStats: []*pb.ModelStatistics{ms}}, nil
+}
+
+// ModelInfer implements GRPCInferenceService: one inference request.
+func (s *Server) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	return s.infer(ctx, req)
+}
+
+// infer serves one request, from ModelInfer or a stream.
+func (s *Server) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	began := time.Now()
+	inst, err := s.model(req.GetModelName(), req.GetModelVersion())
+	if err != nil {
+		return nil, err
+	}
+	if st, reason := s.slot.State(); !st.Serving() {
+		return nil, status.Errorf(codes.Unavailable, "the server is not ready (%s: %s); retry", st, reason)
+	}
+	m := inst.Model
+	dec, err := decode(req, m.Inputs(), m.Outputs(), s.cfg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	stop := context.AfterFunc(s.base, cancel)
+	defer stop()
+	rec := serving.Request{Began: began, Submitted: time.Now()}
+	out, timing, err := serving.Infer(rctx, s.slot, inst, dec.inputs)
+	rec.Timing = timing
+	if err != nil {
+		rec.Encoded = time.Now()
+		s.stats.Record(rec)
+		return nil, s.inferError(ctx, err)
+	}
+	resp := &pb.ModelInferResponse{ModelName: m.Name(), ModelVersion: m.Version(), Id: req.GetId()}
+	specs := m.Outputs()
+	for _, idx := range dec.outputs {
+		if idx >= len(out) {
+			continue // the engine returned fewer outputs than the model declares
+		}
+		t := out[idx]
+		resp.Outputs = append(resp.Outputs, &pb.ModelInferResponse_InferOutputTensor{
+			Name: specs[idx].Name, Datatype: serving.DatatypeName(t.DType), Shape: t.Shape,
+		})
+		resp.RawOutputContents = append(resp.RawOutputContents, t.Data)
+	}
+	rec.OK, rec.Encoded = true, time.Now()
+	s.stats.Record(rec)
+	return resp, nil
+}
+
+// inferError maps an inference failure to a status whose code matches the
+// HTTP answer's: InvalidArgument (422), Unavailable (503), DeadlineExceeded
+// (504), Internal (500).
+func (s *Server) inferError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err() // the client's own deadline or cancellation
+	}
+	f := serving.Classify(err, s.cfg.Timeout)
+	switch f.Kind {
+	case serving.KindInvalidInput:
+		return status.Error(codes.InvalidArgument, f.Message)
+	case serving.KindOverloaded, serving.KindNotReady:
+		return status.Error(codes.Unavailable, f.Message)
+	case serving.KindTimeout:
+		return status.Error(codes.DeadlineExceeded, f.Message)
+	}
+	s.log.Error("engine failure", "err", err)
+	return status.Error(codes.Internal, f.Message)
+}
+
+// ModelStreamInfer implements GRPCInferenceService (Triton's streaming
+// extension): each request on the stream is answered on it, in the order
+// the answers are ready (match them by id); a failed request is answered
+// with error_message and the stream goes on.
+func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInferServer) error {
+	ctx := stream.Context()
+	var (
+		sendMu  sync.Mutex
+		sendErr error
+		wg      sync.WaitGroup
+	)
+	sem := make(chan struct{}, s.cfg.StreamConcurrency)
+	defer wg.Wait()
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			wg.Wait()
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			var resp *pb.ModelStreamInferResponse
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						var perr error
+						s.recovered("/inference.GRPCInferenceService/ModelStreamInfer", r, &perr)
+						resp = &pb.ModelStreamInferResponse{ErrorMessage: status.Convert(perr).Message(),
+							InferResponse: &pb.ModelInferResponse{ModelName: req.GetModelName(), Id: req.GetId()}}
+					}
+				}()
+				out, err := s.infer(ctx, req)
+				if err != nil {
+					resp = &pb.ModelStreamInferResponse{ErrorMessage: status.Convert(err).Message(),
+						InferResponse: &pb.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId()}}
+					return
+				}
+				resp = &pb.ModelStreamInferResponse{InferResponse: out}
+			}()
+			sendMu.Lock()
+			if sendErr == nil {
+				sendErr = stream.Send(resp)
+			}
+			sendMu.Unlock()
+		}()
+	}
+}
+
+// Check implements grpc.health.v1: SERVING while the server is ready (the
+// service name empty or "inference.GRPCInferenceService"), NOT_SERVING
+// while it starts, drains or is broken.
+func (s *Server) Check(_ context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	st, err := s.health(req.GetService())
+	if err != nil {
+		return nil, err
+	}
+	return &healthpb.HealthCheckResponse{Status: st}, nil
+}
+
+func (s *Server) health(service string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	switch service {
+	case "", "inference.GRPCInferenceService":
+	default:
+		return 0, status.Errorf(codes.NotFound, "unknown service %q; ask for \"\" or \"inference.GRPCInferenceService\"", service)
+	}
+	if s.ready() {
+		return healthpb.HealthCheckResponse_SERVING, nil
+	}
+	return healthpb.HealthCheckResponse_NOT_SERVING, nil
+}
+
+// Watch implements grpc.health.v1: the status now, then each change.
+func (s *Server) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	st, err := s.health(req.GetService())
+	if err != nil {
+		// The protocol wants SERVICE_UNKNOWN sent, not an error, for a
+		// service that may appear later; fw's never will.
+		return stream.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVICE_UNKNOWN})
+	}
+	if err := stream.Send(&healthpb.HealthCheckResponse{Status: st}); err != nil {
+		return err
+	}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stream.Context().Done():
+			return nil
+		case <-s.base.Done():
+			return status.Error(codes.Unavailable, "the server is shutting down")
+		case <-tick.C:
+			now, _ := s.health(req.GetService())
+			if now != st {
+				st = now
+				if err := stream.Send(&healthpb.HealthCheckResponse{Status: st}); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}

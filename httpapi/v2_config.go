@@ -1,0 +1,78 @@
+package httpapi
+
+// Triton's model configuration and statistics extensions over HTTP:
+// GET /v2/models/{m}/config and /stats, GET /v2/models/stats. Field names
+// and JSON shapes are Triton's (perf_analyzer and tritonclient read them
+// strictly): every statistic is present as a number, int64 dims as numbers.
+
+import (
+	"github.com/fw-serve/fw/serving"
+	"github.com/valyala/fasthttp"
+)
+
+// v2ConfigJSON renders a model configuration as Triton's JSON.
+func v2ConfigJSON(c serving.ModelConfig) map[string]any {
+	tensors := func(ts []serving.TensorConfig, input bool) []map[string]any {
+		out := make([]map[string]any, len(ts))
+		for i, t := range ts {
+			m := map[string]any{"name": t.Name, "data_type": "TYPE_" + t.Datatype, "dims": t.Dims, "is_shape_tensor": false}
+			if input {
+				m["format"], m["allow_ragged_batch"], m["optional"] = "FORMAT_NONE", false, false
+			} else {
+				m["label_filename"] = ""
+			}
+			out[i] = m
+		}
+		return out
+	}
+	kind, gpus := "KIND_CPU", []int{}
+	if len(c.GPUs) > 0 {
+		kind, gpus = "KIND_GPU", c.GPUs
+	}
+	return map[string]any{
+		"name":           c.Name,
+		"platform":       c.Platform,
+		"backend":        c.Backend,
+		"version_policy": map[string]any{"latest": map[string]any{"num_versions": 1}},
+		"max_batch_size": c.MaxBatchSize,
+		"input":          tensors(c.Inputs, true),
+		"output":         tensors(c.Outputs, false),
+		"dynamic_batching": map[string]any{
+			"preferred_batch_size": []int{}, "max_queue_delay_microseconds": c.MaxQueueDelay, "preserve_ordering": false,
+		},
+		"instance_group":         []map[string]any{{"name": c.Name, "kind": kind, "count": c.Instances, "gpus": gpus}},
+		"default_model_filename": c.DefaultModelFilename,
+		"parameters":             map[string]any{},
+	}
+}
+
+func durationJSON(d serving.Duration) map[string]any {
+	return map[string]any{"count": d.Count, "ns": d.NS}
+}
+
+// v2Stats writes the statistics of inst's model, Triton's shape.
+func (s *Server) v2Stats(ctx *fasthttp.RequestCtx, inst *serving.Instance) {
+	snap := s.stats.Snapshot()
+	batches := make([]map[string]any, len(snap.Batches))
+	for i, b := range snap.Batches {
+		batches[i] = map[string]any{
+			"batch_size": b.BatchSize, "compute_input": durationJSON(b.ComputeInput),
+			"compute_infer": durationJSON(b.ComputeInfer), "compute_output": durationJSON(b.ComputeOutput),
+		}
+	}
+	zero := durationJSON(serving.Duration{})
+	writeJSON(ctx, 200, map[string]any{"model_stats": []any{map[string]any{
+		"name":            inst.Model.Name(),
+		"version":         inst.Model.Version(),
+		"last_inference":  snap.LastInference,
+		"inference_count": snap.InferenceCount,
+		"execution_count": snap.ExecutionCount,
+		"inference_stats": map[string]any{
+			"success": durationJSON(snap.Success), "fail": durationJSON(snap.Fail), "queue": durationJSON(snap.Queue),
+			"compute_input": durationJSON(snap.ComputeInput), "compute_infer": durationJSON(snap.ComputeInfer),
+			"compute_output": durationJSON(snap.ComputeOutput), "cache_hit": zero, "cache_miss": zero,
+		},
+		"batch_stats":  batches,
+		"memory_usage": []any{},
+	}}})
+}

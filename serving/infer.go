@@ -1,0 +1,79 @@
+package serving
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/engine"
+)
+
+// Infer checks inputs against inst's model and runs them through its
+// batcher. When a hot reload closed inst between the transport's look at the
+// slot and the submit, it retries on the new instance, so a reload fails no
+// request.
+func Infer(ctx context.Context, slot Slot, inst *Instance, inputs []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+	for {
+		if _, err := inst.Model.CheckInputs(inputs); err != nil {
+			return nil, batcher.Timing{}, err
+		}
+		out, t, err := inst.Batcher.SubmitTimed(ctx, inputs)
+		if errors.Is(err, batcher.ErrClosed) {
+			if cur := slot.Current(); cur != nil && cur != inst {
+				inst = cur
+				continue
+			}
+		}
+		return out, t, err
+	}
+}
+
+// Kind is what went wrong with an inference call, for a transport to map
+// onto its status codes (HTTP 422/503/504/500, gRPC InvalidArgument,
+// Unavailable, DeadlineExceeded, Internal...).
+type Kind int
+
+// The kinds of failure Classify tells apart.
+const (
+	// KindInvalidInput: the inputs do not fit the model (*engine.InputError).
+	KindInvalidInput Kind = iota + 1
+	// KindOverloaded: the queue is full or could not serve the request in time.
+	KindOverloaded
+	// KindNotReady: the model is being replaced or the server is stopping.
+	KindNotReady
+	// KindTimeout: no result within the request's deadline.
+	KindTimeout
+	// KindEngine: the engine failed.
+	KindEngine
+)
+
+// Failure is a classified inference error with a message that says what to do.
+type Failure struct {
+	Kind    Kind
+	Message string
+	// Input is the *engine.InputError when Kind is KindInvalidInput.
+	Input *engine.InputError
+}
+
+// Classify describes err, returned by Infer, for a client. timeout is the
+// server's request timeout, named in the message of a KindTimeout.
+func Classify(err error, timeout time.Duration) Failure {
+	var ie *engine.InputError
+	switch {
+	case errors.As(err, &ie):
+		return Failure{Kind: KindInvalidInput, Message: ie.Error(), Input: ie}
+	case errors.Is(err, batcher.ErrQueueFull):
+		why := strings.TrimPrefix(err.Error(), batcher.ErrQueueFull.Error()+": ")
+		return Failure{Kind: KindOverloaded, Message: "the server is overloaded (" + why + "); retry after a short wait, or add replicas or --instances"}
+	case errors.Is(err, batcher.ErrClosed):
+		return Failure{Kind: KindNotReady, Message: "the model is being replaced or the server is shutting down; retry"}
+	case errors.Is(err, context.DeadlineExceeded):
+		return Failure{Kind: KindTimeout, Message: fmt.Sprintf("no result within %s (--timeout); the server is overloaded or the model is slow, retry after a short wait", timeout)}
+	case errors.Is(err, context.Canceled):
+		return Failure{Kind: KindNotReady, Message: "the server is shutting down"}
+	}
+	return Failure{Kind: KindEngine, Message: "the engine failed on this request: " + err.Error()}
+}

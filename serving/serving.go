@@ -1,0 +1,65 @@
+// Package serving is what the model server's transports share: the slot
+// holding the model being served and its readiness (filled by modelhost,
+// read by httpapi and grpcapi), one inference call through the batcher with
+// its timings, the Triton-style statistics both transports report, and the
+// classification of a failed call that each transport maps to its own
+// status codes.
+package serving
+
+import (
+	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/engine"
+)
+
+// Instance is one loaded model with the batcher in front of it. A reload
+// swaps the whole instance.
+type Instance struct {
+	// Model is the model served, for its metadata and specs; with several
+	// engine instances (--instances), the first of them.
+	Model *engine.Model
+	// Batcher runs the engine calls, on Model or on one of Models each.
+	Batcher *batcher.Batcher
+	// Models are all the engine instances the batcher's workers use (Model
+	// among them), each closed when the instance is drained; nil means just
+	// Model.
+	Models []*engine.Model
+}
+
+// All returns every engine instance: Models, or Model alone.
+func (i *Instance) All() []*engine.Model {
+	if len(i.Models) > 0 {
+		return i.Models
+	}
+	return []*engine.Model{i.Model}
+}
+
+// Slot is where a transport finds the model it serves and its readiness.
+// The model's lifecycle owns it (modelhost.Host loads, warms up, swaps and
+// drains instances, and decides readiness); transports only read it, once
+// per request.
+type Slot interface {
+	// Current is the instance serving now, nil while none is.
+	Current() *Instance
+	// State is the readiness and, when not ready, the reason /health shows.
+	State() (State, string)
+}
+
+// State is the server's readiness.
+type State int32
+
+// Server states, as /health reports them.
+const (
+	StateStarting State = iota
+	StateReady
+	StateDraining
+	StateBroken
+)
+
+func (s State) String() string {
+	return [...]string{"starting", "ready", "draining", "broken"}[s]
+}
+
+// Serving reports whether predictions are answered in state s: when ready,
+// and while draining (only the health probes turn unready then, so load
+// balancers stop sending before the listener closes).
+func (s State) Serving() bool { return s == StateReady || s == StateDraining }

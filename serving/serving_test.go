@@ -1,0 +1,77 @@
+package serving
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/engine"
+)
+
+func TestStatsRecordAndBatches(t *testing.T) {
+	var s Stats
+	t0 := time.Unix(1_800_000_000, 0)
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok := i%10 != 0
+			s.Record(Request{Began: t0, Submitted: t0.Add(time.Millisecond), Encoded: t0.Add(5 * time.Millisecond), OK: ok,
+				Timing: batcher.Timing{Queue: time.Millisecond, Infer: 2 * time.Millisecond, BatchRows: 4}})
+			s.BatchRun(1+i%3, 1, 0, time.Millisecond, nil)
+		}()
+	}
+	wg.Wait()
+	s.BatchRun(8, 2, 0, time.Millisecond, errors.New("engine failed")) // failed calls are not executions
+	snap := s.Snapshot()
+	ms := uint64(time.Millisecond)
+	if snap.Success != (Duration{90, 90 * 5 * ms}) || snap.Fail != (Duration{10, 10 * 5 * ms}) ||
+		snap.Queue != (Duration{90, 90 * ms}) || snap.ComputeInput != (Duration{90, 90 * ms}) ||
+		snap.ComputeInfer != (Duration{90, 180 * ms}) || snap.ComputeOutput != (Duration{90, 90 * ms}) {
+		t.Fatalf("stage durations: %+v", snap)
+	}
+	if snap.ExecutionCount != 100 || snap.InferenceCount != 34*1+33*2+33*3 || snap.LastInference != uint64(t0.Add(5*time.Millisecond).UnixMilli()) {
+		t.Fatalf("counts: %+v", snap)
+	}
+	if len(snap.Batches) != 3 || snap.Batches[0].BatchSize != 1 || snap.Batches[2].BatchSize != 3 ||
+		snap.Batches[0].ComputeInfer.Count != 34 || snap.Batches[1].ComputeInfer.Count != 33 {
+		t.Fatalf("batches, smallest first: %+v", snap.Batches)
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		kind Kind
+		hint string
+	}{
+		{&engine.InputError{Input: "x", Msg: "bad"}, KindInvalidInput, `input "x": bad`},
+		{fmt.Errorf("%w: 5 requests waiting (MaxQueue)", batcher.ErrQueueFull), KindOverloaded, "5 requests waiting (MaxQueue)); retry"},
+		{batcher.ErrClosed, KindNotReady, "being replaced"},
+		{context.DeadlineExceeded, KindTimeout, "within 3s (--timeout)"},
+		{context.Canceled, KindNotReady, "shutting down"},
+		{errors.New("boom"), KindEngine, "engine failed on this request: wrapped: boom"},
+	} {
+		f := Classify(fmt.Errorf("wrapped: %w", c.err), 3*time.Second)
+		if f.Kind != c.kind || !strings.Contains(f.Message, c.hint) {
+			t.Errorf("%v: got %+v, want kind %d with %q", c.err, f, c.kind, c.hint)
+		}
+	}
+}
+
+func TestDatatypes(t *testing.T) {
+	for _, d := range []engine.DType{engine.Float32, engine.Float64, engine.Float16, engine.Int64, engine.Int32, engine.Int8, engine.Uint8, engine.Bool} {
+		if got := ParseDatatype(DatatypeName(d)); got != d {
+			t.Errorf("%v -> %q -> %v", d, DatatypeName(d), got)
+		}
+	}
+	if ParseDatatype("BYTES") != engine.Invalid || DatatypeName(engine.Invalid) != "UNKNOWN" {
+		t.Error("unsupported datatypes")
+	}
+}

@@ -1,0 +1,147 @@
+package serving
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fw-serve/fw/batcher"
+)
+
+// Stats are a model's cumulative inference statistics as Triton's
+// statistics extension reports them (GET /v2/models/{m}/stats, the
+// ModelStatistics gRPC call): requests that succeeded and failed with their
+// time in the server, the successful ones' time split by stage, and the
+// engine calls by batch size. Both transports record into one Stats; the
+// batcher reports engine calls through BatchRun. Safe for concurrent use.
+type Stats struct {
+	success, fail                      duration
+	queue, computeInput, computeInfer  duration
+	computeOutput                      duration
+	inferences, executions, lastMillis atomic.Uint64
+
+	mu      sync.Mutex
+	batches map[int]*BatchStat
+}
+
+type duration struct{ count, ns atomic.Uint64 }
+
+func (d *duration) add(t time.Duration) {
+	d.count.Add(1)
+	d.ns.Add(uint64(max(t, 0)))
+}
+
+func (d *duration) get() Duration { return Duration{Count: d.count.Load(), NS: d.ns.Load()} }
+
+// Duration is a count and the total time, in nanoseconds, of what it counts.
+type Duration struct {
+	Count uint64 `json:"count"`
+	NS    uint64 `json:"ns"`
+}
+
+// BatchStat is the engine calls of one batch size (rows).
+type BatchStat struct {
+	BatchSize     uint64   `json:"batch_size"`
+	ComputeInput  Duration `json:"compute_input"`
+	ComputeInfer  Duration `json:"compute_infer"`
+	ComputeOutput Duration `json:"compute_output"`
+}
+
+// Request is one inference request as a transport saw it: when it began
+// (its body read), when its inputs were decoded and submitted, when its
+// encoded answer was ready, and the batcher's timing.
+type Request struct {
+	Began, Submitted, Encoded time.Time
+	Timing                    batcher.Timing
+	OK                        bool
+}
+
+// Record adds one request. A failed request counts only in fail.
+func (s *Stats) Record(r Request) {
+	total := r.Encoded.Sub(r.Began)
+	if !r.OK {
+		s.fail.add(total)
+		return
+	}
+	s.success.add(total)
+	s.queue.add(r.Timing.Queue)
+	s.computeInput.add(r.Submitted.Sub(r.Began))
+	s.computeInfer.add(r.Timing.Infer)
+	// The rest of the request's time: after its engine call, splitting the
+	// outputs and encoding the answer.
+	s.computeOutput.add(r.Encoded.Sub(r.Submitted) - r.Timing.Queue - r.Timing.Infer)
+	s.lastMillis.Store(uint64(r.Encoded.UnixMilli()))
+}
+
+// BatchRun implements batcher.Stats: one engine call of rows.
+func (s *Stats) BatchRun(rows, _ int, _, inference time.Duration, err error) {
+	if err != nil {
+		return
+	}
+	s.executions.Add(1)
+	s.inferences.Add(uint64(rows))
+	s.mu.Lock()
+	if s.batches == nil {
+		s.batches = make(map[int]*BatchStat)
+	}
+	b := s.batches[rows]
+	if b == nil {
+		b = &BatchStat{BatchSize: uint64(rows)}
+		s.batches[rows] = b
+	}
+	b.ComputeInfer.Count++
+	b.ComputeInfer.NS += uint64(max(inference, 0))
+	// fw concatenates inputs and splits outputs around the engine call
+	// without timing them apart: counted, with no time of their own.
+	b.ComputeInput.Count++
+	b.ComputeOutput.Count++
+	s.mu.Unlock()
+}
+
+// QueueDepth implements batcher.Stats; the statistics do not keep it.
+func (s *Stats) QueueDepth(int) {}
+
+// Snapshot is the statistics at one moment.
+type Snapshot struct {
+	// LastInference is the last successful request's end, in milliseconds
+	// since the Unix epoch (0: none yet).
+	LastInference uint64
+	// InferenceCount is rows inferred, ExecutionCount engine calls.
+	InferenceCount, ExecutionCount                                  uint64
+	Success, Fail, Queue, ComputeInput, ComputeInfer, ComputeOutput Duration
+	Batches                                                         []BatchStat
+}
+
+// Snapshot reads the statistics, batch sizes in increasing order.
+func (s *Stats) Snapshot() Snapshot {
+	snap := Snapshot{
+		LastInference: s.lastMillis.Load(), InferenceCount: s.inferences.Load(), ExecutionCount: s.executions.Load(),
+		Success: s.success.get(), Fail: s.fail.get(), Queue: s.queue.get(),
+		ComputeInput: s.computeInput.get(), ComputeInfer: s.computeInfer.get(), ComputeOutput: s.computeOutput.get(),
+	}
+	s.mu.Lock()
+	for _, b := range s.batches {
+		snap.Batches = append(snap.Batches, *b)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(snap.Batches, func(a, b BatchStat) int { return int(a.BatchSize) - int(b.BatchSize) })
+	return snap
+}
+
+// Tee is a batcher.Stats that reports to each of its members.
+type Tee []batcher.Stats
+
+// BatchRun implements batcher.Stats.
+func (t Tee) BatchRun(rows, requests int, queueWait, inference time.Duration, err error) {
+	for _, s := range t {
+		s.BatchRun(rows, requests, queueWait, inference, err)
+	}
+}
+
+// QueueDepth implements batcher.Stats.
+func (t Tee) QueueDepth(n int) {
+	for _, s := range t {
+		s.QueueDepth(n)
+	}
+}

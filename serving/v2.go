@@ -1,0 +1,134 @@
+package serving
+
+import (
+	"github.com/fw-serve/fw/engine"
+)
+
+// The Open Inference Protocol's vocabulary, shared by its HTTP and gRPC
+// forms.
+
+// v2Names are the protocol's datatype names of fw's dtypes.
+var v2Names = map[engine.DType]string{
+	engine.Float32: "FP32", engine.Float64: "FP64", engine.Float16: "FP16",
+	engine.Int64: "INT64", engine.Int32: "INT32", engine.Int8: "INT8", engine.Uint8: "UINT8", engine.Bool: "BOOL",
+}
+
+// DatatypeName is the protocol's name of d ("FP32", "INT64"...), "UNKNOWN"
+// for a dtype it has none for.
+func DatatypeName(d engine.DType) string {
+	if s, ok := v2Names[d]; ok {
+		return s
+	}
+	return "UNKNOWN"
+}
+
+// ParseDatatype maps a protocol datatype name to fw's dtype (engine.Invalid
+// when fw has none: UINT16, UINT32, UINT64, INT16, BF16, BYTES).
+func ParseDatatype(s string) engine.DType {
+	switch s {
+	case "FP32":
+		return engine.Float32
+	case "FP64":
+		return engine.Float64
+	case "FP16":
+		return engine.Float16
+	case "INT64":
+		return engine.Int64
+	case "INT32":
+		return engine.Int32
+	case "INT8":
+		return engine.Int8
+	case "UINT8":
+		return engine.Uint8
+	case "BOOL":
+		return engine.Bool
+	}
+	return engine.Invalid
+}
+
+// Platform is Triton's platform name of a model format.
+func Platform(f engine.Format) string {
+	if f == engine.FormatONNX {
+		return "onnxruntime_onnx"
+	}
+	return "pytorch_libtorch"
+}
+
+// Backend is Triton's backend name of a model format.
+func Backend(f engine.Format) string {
+	if f == engine.FormatONNX {
+		return "onnxruntime"
+	}
+	return "pytorch"
+}
+
+// Extensions are the protocol extensions fw serves, as GET /v2 and the
+// ServerMetadata call list them.
+func Extensions() []string {
+	return []string{"binary_tensor_data", "model_configuration", "statistics"}
+}
+
+// TensorConfig is one input or output in a model configuration.
+type TensorConfig struct {
+	Name     string
+	DType    engine.DType
+	Datatype string // the protocol's name of DType
+	// Dims are the tensor's dimensions without the batch axis when the
+	// configuration's MaxBatchSize > 0; -1 is any size.
+	Dims []int64
+}
+
+// ModelConfig is what a Triton model configuration says about the model fw
+// serves: the form ModelConfig (gRPC) and GET /v2/models/{m}/config (HTTP)
+// render.
+type ModelConfig struct {
+	Name, Platform, Backend string
+	// MaxBatchSize is the batcher's rows per engine call when every input
+	// and output has a variable first axis (the batch), else 0 (the model
+	// takes its inputs whole, dims are the full shapes).
+	MaxBatchSize  int
+	Inputs        []TensorConfig
+	Outputs       []TensorConfig
+	MaxQueueDelay int64 // microseconds the batcher waits to fill a batch
+	Instances     int   // engine instances (--instances)
+	GPUs          []int // the CUDA device the instances run on, if any
+	// DefaultModelFilename is the served file's base name.
+	DefaultModelFilename string
+}
+
+// Config describes inst in a model configuration's terms.
+func Config(inst *Instance, filename string) ModelConfig {
+	m := inst.Model
+	bc := inst.Batcher.Config()
+	c := ModelConfig{
+		Name: m.Name(), Platform: Platform(m.Format), Backend: Backend(m.Format),
+		MaxQueueDelay: bc.MaxDelay.Microseconds(), Instances: bc.Instances, DefaultModelFilename: filename,
+	}
+	batched := true
+	for _, specs := range [][]engine.TensorSpec{m.Inputs(), m.Outputs()} {
+		for _, sp := range specs {
+			if len(sp.Shape) == 0 || sp.Shape[0] >= 0 {
+				batched = false
+			}
+		}
+	}
+	if batched {
+		c.MaxBatchSize = bc.MaxBatchRows
+	}
+	conv := func(specs []engine.TensorSpec) []TensorConfig {
+		out := make([]TensorConfig, len(specs))
+		for i, sp := range specs {
+			dims := sp.Shape
+			if batched {
+				dims = dims[1:]
+			}
+			out[i] = TensorConfig{Name: sp.Name, DType: sp.DType, Datatype: DatatypeName(sp.DType), Dims: append([]int64{}, dims...)}
+		}
+		return out
+	}
+	c.Inputs, c.Outputs = conv(m.Inputs()), conv(m.Outputs())
+	if n, ok := m.Device.CUDAIndex(); ok {
+		c.GPUs = []int{n}
+	}
+	return c
+}
