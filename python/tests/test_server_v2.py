@@ -8,18 +8,12 @@ checks tritonclient.http against the test vectors embedded in the model files.
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fwserve import FwServer
 
 from fw import metadata
 
@@ -29,56 +23,6 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
 MODELS = Path(os.environ.get("FW_MODELS_DIR") or REPO / "build" / "models")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class FwServer:
-    """One ``fw serve`` subprocess on a free port."""
-
-    def __init__(self, model: Path) -> None:
-        self.port = _free_port()
-        self.url = f"127.0.0.1:{self.port}"
-        self._log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [str(FW_BIN), "serve", "--model", str(model), "--port", str(self.port), "--host", "127.0.0.1"],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def log(self) -> str:
-        self._log.seek(0)
-        return self._log.read().decode(errors="replace")
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"fw serve exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                with urllib.request.urlopen(f"http://{self.url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.1)
-        self.proc.kill()
-        pytest.fail(f"fw serve was not healthy within {timeout}s:\n{self.log()}")
-
-    def stop(self, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                pytest.fail(f"fw serve did not stop within {timeout}s of SIGTERM:\n{self.log()}")
-        return self.proc.returncode
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +39,7 @@ def fw_serve() -> Iterator[Callable[[str], FwServer]]:
 
     def start(model_file: str) -> FwServer:
         if model_file not in servers:
-            srv = FwServer(MODELS / model_file)
+            srv = FwServer(FW_BIN, MODELS / model_file)
             servers[model_file] = srv
             srv.wait_ready()
         return servers[model_file]

@@ -1,0 +1,79 @@
+"""A real ``fw serve`` subprocess for the tests: started on free ports, stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now (the server binds it right after)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FwServer:
+    """One ``fw serve`` subprocess on a free port."""
+
+    def __init__(self, fw_bin: Path, model: Path, *extra: str, grpc: bool = False) -> None:
+        self.port = free_port()
+        self.url = f"127.0.0.1:{self.port}"
+        self.grpc_url = f"127.0.0.1:{free_port()}" if grpc else ""
+        args = [
+            str(fw_bin),
+            "serve",
+            "--model",
+            str(model),
+            "--port",
+            str(self.port),
+            "--host",
+            "127.0.0.1",
+            *extra,
+        ]
+        if grpc:
+            args += ["--grpc-port", self.grpc_url.rsplit(":", 1)[1]]
+        self._log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            args,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def log(self) -> str:
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"fw serve exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(f"http://{self.url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.1)
+        self.proc.kill()
+        pytest.fail(f"fw serve was not healthy within {timeout}s:\n{self.log()}")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                pytest.fail(f"fw serve did not stop within {timeout}s of SIGTERM:\n{self.log()}")
+        return self.proc.returncode
