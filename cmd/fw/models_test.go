@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"mime/multipart"
 	"net/http"
@@ -11,7 +12,41 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
+
+// grpcInfer checks a served model over gRPC: health SERVING, and one row of
+// zeros through ModelInfer giving one row of outputs.
+func grpcInfer(t *testing.T, addr, model string) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("gRPC health at %s: %v %v", addr, h, err)
+	}
+	c := pb.NewGRPCInferenceServiceClient(conn)
+	md, err := c.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: model})
+	if err != nil {
+		t.Fatalf("gRPC ModelMetadata: %v", err)
+	}
+	in := md.Inputs[0]
+	shape := append([]int64{1}, in.Shape[1:]...)
+	r, err := c.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: model,
+		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: in.Name, Datatype: in.Datatype, Shape: shape}},
+		RawInputContents: [][]byte{make([]byte, 4*shape[1])}})
+	if err != nil || len(r.Outputs) == 0 || r.Outputs[0].Shape[0] != 1 {
+		t.Fatalf("gRPC ModelInfer: %v %v", r, err)
+	}
+}
 
 // upload posts a multipart form with the file as "file".
 func upload(t *testing.T, url, path string) (int, map[string]any) {
@@ -149,6 +184,10 @@ func TestModelRegistry(t *testing.T) {
 		t.Fatalf("deploy: %d %v\n%s", code, out, d.stderr.String())
 	}
 	depID, depURL, pid := out["id"].(string), out["url"].(string), int(out["pid"].(float64))
+	grpcAddr, _ := out["grpc_address"].(string)
+	if grpcAddr == "" || out["grpc_port"] == nil || out["grpc_port"] == float64(port) {
+		t.Fatalf("deployment has no gRPC address of its own: %v", out)
+	}
 	t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) })
 	code, out = call(t, "POST", d.url+"/api/models/mlp/deploy", "", "application/json", fmt.Sprintf(`{"version":1,"port":%d}`, port))
 	if code != 409 || errorCode(t, out) != "conflict" || !strings.Contains(out["error"].(map[string]any)["message"].(string), "port") {
@@ -158,6 +197,8 @@ func TestModelRegistry(t *testing.T) {
 	if code, out := call(t, "POST", depURL+"/predict", "", "application/json", body); code != 200 {
 		t.Fatalf("predict: %d %v", code, out)
 	}
+	// The deployment also answers over gRPC, on a port the dashboard picked.
+	grpcInfer(t, grpcAddr, "mlp")
 	listed := func() map[string]any {
 		t.Helper()
 		code, out := call(t, "GET", d.url+"/api/deployments", "", "", "")

@@ -30,21 +30,29 @@ const (
 type DeployRequest struct {
 	// Version is a version number or an alias ("production"); "" is the
 	// latest version.
-	Version      json.RawMessage `json:"version,omitempty"`
-	Port         int             `json:"port"`
-	Device       string          `json:"device,omitempty"`
-	MaxBatchSize int             `json:"max_batch_size,omitempty"`
-	MaxDelayMS   *int            `json:"max_delay_ms,omitempty"`
+	Version json.RawMessage `json:"version,omitempty"`
+	Port    int             `json:"port"`
+	// GRPCPort is the deployment's gRPC port (fw serve --grpc-port); 0
+	// picks a free one.
+	GRPCPort     int    `json:"grpc_port,omitempty"`
+	Device       string `json:"device,omitempty"`
+	MaxBatchSize int    `json:"max_batch_size,omitempty"`
+	MaxDelayMS   *int   `json:"max_delay_ms,omitempty"`
 }
 
 // Deployment is a managed `fw serve` child.
 type Deployment struct {
-	ID           string    `json:"id"`
-	Model        string    `json:"model"`
-	Version      int       `json:"version"`
-	Port         int       `json:"port"`
-	PID          int       `json:"pid"`
-	URL          string    `json:"url"`
+	ID      string `json:"id"`
+	Model   string `json:"model"`
+	Version int    `json:"version"`
+	Port    int    `json:"port"`
+	PID     int    `json:"pid"`
+	URL     string `json:"url"`
+	// GRPCPort and GRPCAddress are where the same model answers over gRPC
+	// (the Open Inference Protocol, tritonclient.grpc); absent for
+	// deployments made before fw served gRPC.
+	GRPCPort     int       `json:"grpc_port,omitempty"`
+	GRPCAddress  string    `json:"grpc_address,omitempty"`
 	Device       string    `json:"device"`
 	MaxBatchSize int       `json:"max_batch_size,omitempty"`
 	MaxDelayMS   *int      `json:"max_delay_ms,omitempty"`
@@ -248,8 +256,20 @@ func (s *Service) resolveDeployVersion(name string, raw json.RawMessage) (*Versi
 	return s.Reg.Resolve(name, str)
 }
 
-// Deploy starts `fw serve` on 127.0.0.1:port with a version's file and
-// waits until its /health/ready answers.
+// pickPort checks that port is free on 127.0.0.1, or with port 0 picks a
+// free one (the kernel's choice; fw serve binds it right after).
+func pickPort(port int) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Deploy starts `fw serve` on 127.0.0.1:port (and gRPC on grpc_port, or a
+// free one) with a version's file and waits until its /health/ready
+// answers.
 func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*Deployment, error) {
 	v, err := s.resolveDeployVersion(name, req.Version)
 	if err != nil {
@@ -260,6 +280,9 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	}
 	if req.Port < 1 || req.Port > 65535 {
 		return nil, invalid("port %d must be within 1..65535", req.Port)
+	}
+	if req.GRPCPort < 0 || req.GRPCPort > 65535 || req.GRPCPort == req.Port {
+		return nil, invalid("grpc_port %d must be within 1..65535 and differ from port, or 0 (or absent) to pick a free one", req.GRPCPort)
 	}
 	if req.Device == "" {
 		req.Device = "cpu"
@@ -273,9 +296,14 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	d := &s.dep
 	d.mu.Lock()
 	for _, x := range d.deps {
-		if x.State == DeployRunning && x.Port == req.Port {
-			d.mu.Unlock()
-			return nil, conflict("port %d is already used by deployment %s (%s version %d); choose another port or DELETE /api/deployments/%s", req.Port, x.ID, x.Model, x.Version, x.ID)
+		if x.State != DeployRunning {
+			continue
+		}
+		for _, p := range []int{req.Port, req.GRPCPort} {
+			if p != 0 && (x.Port == p || x.GRPCPort == p) {
+				d.mu.Unlock()
+				return nil, conflict("port %d is already used by deployment %s (%s version %d); choose another port or DELETE /api/deployments/%s", p, x.ID, x.Model, x.Version, x.ID)
+			}
 		}
 	}
 	d.n++
@@ -287,6 +315,11 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 		return nil, conflict("port %d on 127.0.0.1 is in use by another process; choose another port", req.Port)
 	}
 	ln.Close()
+	grpcPort, err := pickPort(req.GRPCPort)
+	if err != nil {
+		return nil, conflict("grpc_port %d on 127.0.0.1 is in use by another process; choose another, or leave it out to pick a free one", req.GRPCPort)
+	}
+	grpcAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort))
 
 	logDir := filepath.Join(s.cfg.ExperimentDir, "deployments")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
@@ -298,7 +331,8 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 		return nil, err
 	}
 	defer logf.Close()
-	args := []string{"serve", "--model", s.Reg.FilePath(v), "--host", "127.0.0.1", "--port", strconv.Itoa(req.Port), "--device", req.Device}
+	args := []string{"serve", "--model", s.Reg.FilePath(v), "--host", "127.0.0.1", "--port", strconv.Itoa(req.Port),
+		"--grpc-port", strconv.Itoa(grpcPort), "--device", req.Device}
 	if req.MaxBatchSize > 0 {
 		args = append(args, "--max-batch-size", strconv.Itoa(req.MaxBatchSize))
 	}
@@ -315,7 +349,7 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	dep := &Deployment{ID: id, Model: name, Version: v.Version, Port: req.Port, PID: cmd.Process.Pid,
-		URL: "http://" + addr, Device: req.Device, MaxBatchSize: req.MaxBatchSize, MaxDelayMS: req.MaxDelayMS,
+		URL: "http://" + addr, GRPCPort: grpcPort, GRPCAddress: grpcAddr, Device: req.Device, MaxBatchSize: req.MaxBatchSize, MaxDelayMS: req.MaxDelayMS,
 		Started: time.Now().UTC(), State: DeployRunning, Log: logPath}
 	s.publish("deploy", id, map[string]any{"id": id, "state": "starting", "model": name, "version": v.Version, "url": dep.URL})
 

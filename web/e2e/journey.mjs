@@ -230,6 +230,10 @@ await journey("web UI journey", async (step) => {
       await dialog.waitFor({ state: "hidden", timeout: LONG });
       const deps = page.getByRole("region", { name: "Deployments" }).or(page.locator(".card").filter({ has: page.getByRole("heading", { name: "Deployments" }) }));
       await deps.first().locator('[data-status="ready"]').waitFor({ timeout: LONG });
+      // The same model answers over gRPC on a port the dashboard picked; the page shows where.
+      const [dep] = (await dash.api("GET", "/api/deployments")).deployments;
+      if (!/^127\.0\.0\.1:\d+$/.test(dep?.grpc_address ?? "")) throw new Error(`deployment has no gRPC address: ${JSON.stringify(dep)}`);
+      await deps.first().getByText(dep.grpc_address).waitFor({ timeout: LONG });
       await screenshot(page, "13-model-deployed");
       noProblems();
     });

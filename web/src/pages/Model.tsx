@@ -90,6 +90,11 @@ function Deployments({ deps, onUndeploy }: { deps: Deployment[]; onUndeploy: (d:
           </td>
           <td>
             <DeploymentLink url={d.url} />
+            {d.grpc_address && (
+              <div className="muted small" title="gRPC (Open Inference Protocol): tritonclient.grpc.InferenceServerClient(address)">
+                gRPC <code>{d.grpc_address}</code>
+              </div>
+            )}
           </td>
           <td className="num">{d.request_rate != null ? d.request_rate.toFixed(2) : "–"}</td>
           <td title={fmtTime(d.started)}>{fmtAgo(d.started)}</td>
