@@ -172,6 +172,39 @@ func TestServeUsageErrors(t *testing.T) {
 	f(1, "cannot open the model file", nil, "serve", "--model", "/nonexistent/model.onnx", "--port", "0")
 	f(2, "unknown command", nil, "bogus")
 	f(0, "serve", nil, "--help")
+	f(2, "--grpc-port within 0..65535", nil, "serve", "--model", "x.onnx", "--grpc-port", "70000")
+	// A directory (KServe's /mnt/models) must hold exactly one model file.
+	empty, two := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(empty, "README"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(two, "a.onnx"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(two, "b.pt"), []byte("x"), 0o644)
+	f(2, "with no model file in it", nil, "serve", "--model", empty)
+	f(2, "with 2 model files (a.onnx, b.pt); pass the one to serve", nil, "serve", "--model", two)
+}
+
+// TestServeModelDirectoryAndGRPC: fw serve as KServe runs it: --model names
+// the directory the storage initializer filled, and the same model answers
+// over gRPC on --grpc-port.
+func TestServeModelDirectoryAndGRPC(t *testing.T) {
+	dir := t.TempDir()
+	copyFile(t, filepath.Join(modelsDir(t), "digits_mlp.onnx"), filepath.Join(dir, "digits_mlp.onnx"))
+	os.WriteFile(filepath.Join(dir, ".digits_mlp.onnx.sha256"), []byte("x"), 0o644) // hidden files are not candidates
+	gport := freePort(t)
+	p := startServe(t, "--model", dir, "--grpc-port", strconv.Itoa(gport))
+	grpcInfer(t, "127.0.0.1:"+strconv.Itoa(gport), "digits_mlp")
+	if code, out := call(t, "GET", p.url+"/v2/models/digits_mlp/stats", "", "", ""); code != 200 ||
+		out["model_stats"].([]any)[0].(map[string]any)["execution_count"].(float64) < 1 {
+		t.Fatalf("stats after a gRPC request: %d %v", code, out)
+	}
+	resp, err := http.Get(p.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metrics), `fw_grpc_requests_total{code="OK",method="ModelInfer"} 1`) {
+		t.Fatalf("fw_grpc_requests_total missing from /metrics")
+	}
 }
 
 func TestVerifyCommand(t *testing.T) {

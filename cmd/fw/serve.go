@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,7 +31,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ef := &envFlags{fs: fs}
 	def := httpapi.DefaultConfig()
 	bdef := batcher.DefaultConfig()
-	model := ef.String("model", "", "exported model file to serve: ONNX, TorchScript or quantized TorchScript (required)")
+	model := ef.String("model", "", "exported model file to serve: ONNX, TorchScript or quantized TorchScript (required); a directory holding exactly one such file (KServe's /mnt/models) serves that file")
 	host := ef.String("host", "127.0.0.1", "address to listen on; 0.0.0.0 for all interfaces (the container image sets it)")
 	port := ef.Int("port", 8000, "port to listen on")
 	grpcPort := ef.Int("grpc-port", 0, "port for the gRPC front end (the Open Inference Protocol's GRPCInferenceService, as Triton serves it on 8001, with grpc.health.v1) on --host; 0 turns it off")
@@ -81,6 +83,12 @@ Flags:
 		fmt.Fprintln(stderr, "fw serve: --model is required (or FW_MODEL): the exported .onnx or .pt file to serve")
 		return 2
 	}
+	modelPath, err := modelFile(*model)
+	if err != nil {
+		fmt.Fprintf(stderr, "fw serve: %v\n", err)
+		return 2
+	}
+	*model = modelPath
 	log, err := newLogger(stderr, *logFormat, *logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
@@ -216,6 +224,39 @@ Flags:
 	cancelBase()
 	log.Info("stopped")
 	return code
+}
+
+// modelExts are the file names modelFile takes from a directory.
+var modelExts = []string{".onnx", ".pt", ".pth", ".pt2", ".ts", ".torchscript"}
+
+// modelFile returns path, or for a directory (KServe's /mnt/models, where
+// its storage initializer puts the model) the one model file in it.
+func modelFile(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil || !st.IsDir() {
+		return path, nil // a missing file is reported by the load, with its reason
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return "", fmt.Errorf("--model %s: %w", path, err)
+	}
+	var found []string
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !slices.ContainsFunc(modelExts, func(x string) bool { return strings.HasSuffix(strings.ToLower(name), x) }) {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(path, name)); err == nil && fi.Mode().IsRegular() {
+			found = append(found, name)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return filepath.Join(path, found[0]), nil
+	case 0:
+		return "", fmt.Errorf("--model %s is a directory with no model file in it (%s); put the exported file there or pass the file itself", path, strings.Join(modelExts, ", "))
+	}
+	return "", fmt.Errorf("--model %s is a directory with %d model files (%s); pass the one to serve", path, len(found), strings.Join(found, ", "))
 }
 
 // stopGRPC stops gs gracefully (in-flight calls finish, new ones are
