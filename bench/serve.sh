@@ -12,6 +12,9 @@
 #      and fw's own /v2/models/digits_mlp/infer, the same KServe V2 JSON request
 #   i. the peers again at onnxruntime's defaults (spinning on, threads = physical cores),
 #      at DEFAULTS_CONCURRENCY only
+#   j. gRPC (the Open Inference Protocol's ModelInfer, the row as raw_input_contents): fw serve
+#      --grpc-port, Triton's gRPC port, and the gRPC ceiling (bench/ceiling -grpc: a bare grpc-go
+#      server with a fixed answer), loaded by ghz (Go module proxy), one CPU like wrk's one thread
 #   e. /predict/image on resnet18.onnx: fw, LitServe, FastAPI (both), TorchServe, Triton
 #   f. the engine ceiling for resnet18 (no HTTP; bench/ceiling -engine)
 # ONNX Runtime settings: every peer's headline rows run with fw's session settings
@@ -33,7 +36,8 @@
 # and TRITON_IMG_BATCH (16) / TRITON_IMG_DELAY_US (5000) for Triton's dynamic batcher,
 # TRITON_PYTHON (a Python 3.12; default: pyenv's 3.12.1),
 # PROFILE=1 (perf profile of fw /predict at c=64 into build/bench/serve/),
-# FW_CACHE_DIR (peers venv cache), PORT_BASE (18100; uses PORT_BASE..PORT_BASE+18).
+# FW_CACHE_DIR (peers venv cache, ghz), PORT_BASE (18100; uses PORT_BASE..PORT_BASE+20),
+# GRPC_CONNECTIONS_PER (16: ghz opens one HTTP/2 connection per 16 concurrent calls).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -55,6 +59,8 @@ TRITON_DELAY_US=${TRITON_DELAY_US:-1000}
 TRITON_IMG_BATCH=${TRITON_IMG_BATCH:-16}
 TRITON_IMG_DELAY_US=${TRITON_IMG_DELAY_US:-5000}
 BENCH_ONLY=${BENCH_ONLY:-}
+GHZ_VERSION=v0.121.0
+GRPC_CONNECTIONS_PER=${GRPC_CONNECTIONS_PER:-16}
 PORT_BASE=${PORT_BASE:-18100}
 HOST=127.0.0.1 # loopback only, by design
 cache=${FW_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fw}
@@ -156,6 +162,16 @@ if ! command -v wrk >/dev/null; then
   [[ $(id -u) -eq 0 ]] || sudo_=sudo
   timeout 300 $sudo_ apt-get update -qq
   DEBIAN_FRONTEND=noninteractive timeout 300 $sudo_ apt-get install -y -qq wrk >/dev/null
+fi
+
+# ---- 1'. ghz, the gRPC load generator (github.com/bojand/ghz from the Go module proxy)
+ghz=$cache/bin/ghz-$GHZ_VERSION
+if [[ ! -x $ghz ]]; then
+  log "installing ghz $GHZ_VERSION (go install from the Go module proxy)"
+  mkdir -p "$cache/bin"
+  GOBIN=$cache/bin/ghz-build timeout 900 go install "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION"
+  mv "$cache/bin/ghz-build/ghz" "$ghz"
+  rm -rf "$cache/bin/ghz-build"
 fi
 
 # ---- 2. peers venv (cached; rebuilt when requirements.txt changes)
@@ -280,6 +296,12 @@ open(f"{out}/v2rows.json", "w").write(json.dumps(v2))
 open(f"{out}/v2rows.lua", "w").write(
     'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
     f"wrk.body = [==[{json.dumps(v2)}]==]\n" + done)
+# the same row for gRPC ModelInfer, as tritonclient.grpc sends it: raw_input_contents
+# (little-endian FP32 bytes; base64 in ghz's JSON form of the message)
+import base64
+raw = base64.b64encode(struct.pack("<64f", *row)).decode()
+open(f"{out}/grpcrow.json", "w").write(json.dumps({"model_name": "digits_mlp", "inputs": [
+    {"name": "input", "datatype": "FP32", "shape": [1, 64]}], "raw_input_contents": [raw]}))
 # KServe V2 binary-data extension: the JSON header, then the JPEG as one BYTES element
 # (4-byte little-endian length + bytes); Inference-Header-Content-Length = the header's size
 data = open(jpeg, "rb").read()
@@ -310,6 +332,22 @@ bench() {
       "$j" "$scenario" "$server" "$c" "$url" "$rc" >>"$out/results.jsonl"
     python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("    %-22s c=%-4s %9.1f req/s  p50 %8.2f ms  p99 %8.2f ms  errors %d" % (sys.argv[2], sys.argv[3], d["requests"]/d["duration_us"]*1e6, d["p50_us"]/1e3, d["p99_us"]/1e3, sum(d[k] for k in d if k.startswith("err_"))) if not d.get("failed") else "    %s c=%s FAILED" % (sys.argv[2], sys.argv[3]))' \
       "$j" "$server" "$c" >&2
+  done
+}
+
+# grpc_bench SERVER ADDR DURATION CONCURRENCIES...: one ghz run per concurrency, ModelInfer
+# with grpcrow.json, ghz on one CPU (--cpus 1, as wrk's one thread), one HTTP/2 connection
+# per GRPC_CONNECTIONS_PER calls; the results as wrk's fields (bench/grpc_result.py), scenario grpc
+grpc_bench() {
+  local server=$1 addr=$2 dur=$3
+  shift 3
+  local ghz_args=(--insecure --proto grpcapi/inferencepb/grpc_service.proto --import-paths grpcapi/inferencepb
+    --call inference.GRPCInferenceService/ModelInfer -D "$out/grpcrow.json" --cpus 1 --timeout 10s -O json)
+  timeout 30 "$ghz" "${ghz_args[@]}" -c 16 -z 2s "$addr" >/dev/null 2>&1 || true # warm-up
+  for c in "$@"; do
+    local secs=${dur%s} file="$out/grpc.$server.c$c.json" rc=0 conns=$(((c + GRPC_CONNECTIONS_PER - 1) / GRPC_CONNECTIONS_PER))
+    timeout $((secs + 60)) "$ghz" "${ghz_args[@]}" -c "$c" --connections "$conns" -z "$dur" "$addr" >"$file" 2>&1 || rc=$?
+    python3 bench/grpc_result.py "$file" "$server" "$c" "$addr" "$rc" "$conns" >>"$out/results.jsonl"
   done
 }
 
@@ -399,7 +437,7 @@ tr_stop() {
   rm -rf "$tr"
 }
 
-for i in $(seq 0 18); do port_free $((PORT_BASE + i)) || die "port $((PORT_BASE + i)) on $HOST is in use (set PORT_BASE)"; done
+for i in $(seq 0 20); do port_free $((PORT_BASE + i)) || die "port $((PORT_BASE + i)) on $HOST is in use (set PORT_BASE)"; done
 
 # ---- f. engine ceiling (two passes, first and last; the report takes the best per batch size)
 engine_ceiling() {
@@ -417,13 +455,19 @@ if only ceiling; then
   wait_ready "http://$HOST:$p/predict"
   bench predict ceiling rows.lua "http://$HOST:$p/predict" "$DURATION" $CONCURRENCY
   stop_last
+  p=$((PORT_BASE + 20))
+  log "a'. gRPC ceiling (bare grpc-go, fixed ModelInfer answer) on $HOST:$p"
+  start ceiling-grpc build/bench/ceiling -grpc "$HOST:$p"
+  sleep 1
+  grpc_bench ceiling "$HOST:$p" "$DURATION" $CONCURRENCY
+  stop_last
 fi
 
 # ---- b. fw serve /predict, and its /v2 infer on the same server
 if only fw; then
   p=$((PORT_BASE + 1))
   log "b. fw serve $mlp (defaults) on $HOST:$p"
-  start fw-default bin/fw serve --model "$mlp" --host "$HOST" --port "$p"
+  start fw-default bin/fw serve --model "$mlp" --host "$HOST" --port "$p" --grpc-port $((PORT_BASE + 19))
   wait_ready "http://$HOST:$p/predict" -H 'Content-Type: application/json' -d "$zeros"
   fw_model_threads=$(curl -fsS --max-time 10 "http://$HOST:$p/model" | python3 -c 'import json, sys; print(json.load(sys.stdin)["threads"])')
   [[ $fw_model_threads == "$fw_threads" ]] ||
@@ -447,6 +491,8 @@ if only fw; then
   log "b. fw serve /v2/models/digits_mlp/infer (KServe V2 JSON, the request Triton gets) on $HOST:$p"
   wait_ready "http://$HOST:$p/v2/models/digits_mlp/infer" -H 'Content-Type: application/json' --data-binary @"$out/v2rows.json"
   bench v2 fw v2rows.lua "http://$HOST:$p/v2/models/digits_mlp/infer" "$DURATION" $CONCURRENCY
+  log "j. fw serve gRPC ModelInfer (raw_input_contents, as tritonclient.grpc sends it) on $HOST:$((PORT_BASE + 19))"
+  grpc_bench fw "$HOST:$((PORT_BASE + 19))" "$DURATION" $CONCURRENCY
   stop_last
 
   p=$((PORT_BASE + 2))
@@ -505,6 +551,8 @@ peer_triton() {
   tr_start "$server" digits_mlp "$mlp" rows "$TRITON_BATCH" "$TRITON_DELAY_US"
   wait_ready "http://$HOST:$p/v2/models/digits_mlp/infer" -H 'Content-Type: application/json' --data-binary @"$out/v2rows.json"
   bench v2 "$server" v2rows.lua "http://$HOST:$p/v2/models/digits_mlp/infer" "$DURATION" "$@"
+  log "j. Triton [$server] gRPC ModelInfer on $HOST:$((PORT_BASE + 15))"
+  grpc_bench "$server" "$HOST:$((PORT_BASE + 15))" "$DURATION" "$@"
   tr_stop
 }
 
@@ -628,6 +676,8 @@ meta = {
   "triton": json.loads(r'''$tr_meta'''),
   "triton_batch": "$TRITON_BATCH", "triton_delay_us": "$TRITON_DELAY_US",
   "triton_img_batch": "$TRITON_IMG_BATCH", "triton_img_delay_us": "$TRITON_IMG_DELAY_US",
+  "ghz": "$GHZ_VERSION", "grpc_connections_per": "$GRPC_CONNECTIONS_PER",
+  "grpc_go": next((l.split()[1] for l in open("go.mod") if "google.golang.org/grpc " in l), "?"),
 }
 json.dump(meta, open(sys.argv[1], "w"), indent=1)
 EOF

@@ -264,6 +264,7 @@ def main():
     pred = [r for r in rows if r["scenario"] == "predict"]
     v2 = [r for r in rows if r["scenario"] == "v2"]
     img = [r for r in rows if r["scenario"] == "image"]
+    grpc = [r for r in rows if r["scenario"] == "grpc"]
     concs = concs_of(rows, "predict", "fw") or concs_of(rows, "predict")
     threads = meta.get("peer_threads", "?")
     defc = [int(c) for c in str(meta.get("defaults_concurrency") or "").split()]
@@ -388,6 +389,43 @@ def main():
         )
         w("")
 
+    if grpc:
+        w(
+            "### gRPC (Open Inference Protocol `ModelInfer`), digits_mlp.onnx: fw, Triton and the gRPC ceiling"
+        )
+        w("")
+        w(
+            "The same message to each: `inference.GRPCInferenceService/ModelInfer` with the row as "
+            "`raw_input_contents` (64 little-endian FP32, what `tritonclient.grpc` sends), answered with the "
+            f"`logits` output as `raw_output_contents`. Load: **ghz {meta.get('ghz', '?')}** "
+            "(github.com/bojand/ghz from the Go module proxy, the usual gRPC benchmarking tool; given fw's "
+            "`.proto`), `--cpus 1` (one CPU, as wrk's one thread), "
+            f"one HTTP/2 connection per {meta.get('grpc_connections_per', '?')} concurrent calls, "
+            f"`-z {meta['duration']}`, a 2 s warm-up per server. **gRPC ceiling**: `bench/ceiling -grpc`, a bare "
+            f"grpc-go {meta.get('grpc_go', '?')} server (fw's version and generated service) answering every "
+            "`ModelInfer` with a fixed output. fw's HTTP V2 JSON rows (wrk, the same server process) stand "
+            "beside them; the two load generators differ, so compare each against its own ceiling. "
+            "*errors* = non-OK status codes."
+        )
+        w("")
+        grows = list(grpc) + [
+            dict(r, server="fw/v2-http") for r in v2 if r["server"] == "fw"
+        ]
+        w(
+            table(
+                grows,
+                ["ceiling", "fw", "triton", "fw/v2-http"],
+                meta,
+                label={
+                    "ceiling": "gRPC ceiling (bare grpc-go)",
+                    "fw": "fw serve (defaults) `--grpc-port`, gRPC",
+                    "triton": name_of("triton", meta) + ", gRPC",
+                    "fw/v2-http": "fw serve (defaults), HTTP `/v2/.../infer` (wrk)",
+                },
+            )
+        )
+        w("")
+
     # the same peers at onnxruntime's defaults, beside their rows at fw's settings
     pairs = []
     for base in ["fw"] + PEERS:
@@ -507,6 +545,7 @@ def main():
         for scen, path in (
             ("predict", "/predict"),
             ("v2", "V2 infer"),
+            ("grpc", "gRPC ModelInfer"),
             ("image", "/predict/image"),
         ):
             for c in concs_of(rows, scen, peer):
@@ -522,6 +561,22 @@ def main():
                     f"{ratio:.1f}x; p99 {ms(fw['p99_us'])} vs {ms(ls['p99_us'])} ms | "
                     f"{verdict(ok and p99ok)} |"
                 )
+    # fw's gRPC against fw's HTTP V2: each as a share of its own ceiling (the load generators differ)
+    for c in concs_of(rows, "grpc", "fw"):
+        g, gc = pick(rows, "grpc", "fw", c), pick(rows, "grpc", "ceiling", c)
+        h, hc = pick(rows, "v2", "fw", c), pick(rows, "predict", "ceiling", c)
+        if good(g) and good(h):
+            raw = rps(g) / rps(h)
+            share = ""
+            ok = raw >= 1
+            if good(gc) and good(hc):
+                gs, hs = rps(g) / rps(gc), rps(h) / rps(hc)
+                share = f"; of each ceiling: gRPC {gs:.2f}, HTTP V2 {hs:.2f}"
+                ok = ok or gs >= hs
+            T.append(
+                f"| fw gRPC >= fw HTTP V2, c={c} | {num(rps(g))} vs {num(rps(h))} req/s = {raw:.2f}x{share} | "
+                f"{verdict(ok)} |"
+            )
     if T:
         w("### Targets")
         w("")
@@ -790,6 +845,28 @@ def reading(rows, meta, best_eng, defc):
             "proxy (ZeroMQ and shared memory), to the Python callable, and back; Triton's own ONNX Runtime "
             "backend, which would skip those hops, is not in the PyPI package."
         )
+    # gRPC
+    rs = ratios(rows, "grpc", "fw", "triton")
+    if rs:
+        pk = peak(rows, "grpc", "triton")
+        N.append(
+            f"**fw vs Triton over gRPC** (the same `ModelInfer` message), fw's throughput over Triton's: {at(rs)}, "
+            f"{p99_side(rs)}; Triton peaks at {num(rps(pk))} req/s (c={pk['concurrency']}). The same PyTriton "
+            "hops as on HTTP sit behind Triton's gRPC front end."
+        )
+    gc = {}
+    for c in concs_of(rows, "grpc", "fw"):
+        x, y = pick(rows, "grpc", "fw", c), pick(rows, "grpc", "ceiling", c)
+        if good(x) and good(y):
+            gc[c] = rps(x) / rps(y)
+    if gc:
+        N.append(
+            "fw gRPC as a share of the gRPC ceiling (bare grpc-go, same ghz): "
+            + ", ".join(f"c={c} {gc[c]:.2f}" for c in sorted(gc))
+            + ". ghz decodes and encodes every message through protobuf reflection, so on these "
+            f"{meta.get('nproc', '?')} cores it is a heavier load generator than wrk: the gRPC rows are bounded "
+            "lower than the HTTP ones by the client, not only by the servers."
+        )
     pv = {}
     for c in concs_of(rows, "v2", "fw"):
         x, y = pick(rows, "v2", "fw", c), pick(rows, scen_pred, "fw", c)
@@ -841,7 +918,7 @@ def reading(rows, meta, best_eng, defc):
         "with `predictions` and `labels`; LitServe gets the image as multipart (it has no raw-body mode); "
         "TorchServe answers on its own URL (`/predictions/<model>`) and adds `x-request-id` and cache headers, "
         "and its per-request logging is its default, not turned off; Triton gets V2 requests only (JSON for "
-        "rows, the binary-data extension for images)."
+        "rows, the binary-data extension for images, and gRPC `ModelInfer`)."
     )
     return N
 

@@ -1,4 +1,4 @@
-// Command ceiling gives bench/serve.sh its two ceilings.
+// Command ceiling gives bench/serve.sh its ceilings.
 //
 // Default mode (the HTTP ceiling): a bare fasthttp server, the same fasthttp
 // version as fw serve, that answers every request with a fixed small JSON
@@ -6,6 +6,14 @@
 // than this on the same machine and the same load generator.
 //
 //	go run ./bench/ceiling -addr 127.0.0.1:18100
+//
+// -grpc ADDR (the gRPC ceiling): a bare grpc-go server, the same version and
+// generated service as fw serve --grpc-port, whose ModelInfer answers every
+// request with a fixed small output (the digits model's 10 logits) and does
+// nothing else: the most any gRPC model server can answer on this machine
+// with the same load generator.
+//
+//	go run ./bench/ceiling -grpc 127.0.0.1:18119
 //
 // -engine PATH (the engine ceiling): no HTTP at all; the model is loaded with
 // github.com/fw-serve/fw/engine and called back to back, single-threaded
@@ -20,6 +28,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"slices"
@@ -29,7 +38,9 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/engine"
+	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
 	"github.com/valyala/fasthttp"
+	"google.golang.org/grpc"
 )
 
 var body = []byte(`{"predictions":[[0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1.0]],"labels":["9"]}`)
@@ -40,7 +51,15 @@ func main() {
 	batches := flag.String("batches", "1,8,16,32", "engine mode: batch sizes")
 	seconds := flag.Float64("seconds", 3, "engine mode: seconds per batch size")
 	threads := flag.Int("threads", 0, "engine mode: intra-op threads (0: available CPUs, as fw serve with one instance)")
+	grpcAddr := flag.String("grpc", "", "serve the gRPC ceiling (ModelInfer with a fixed answer) on this address instead of HTTP")
 	flag.Parse()
+	if *grpcAddr != "" {
+		if err := grpcCeiling(*grpcAddr); err != nil {
+			fmt.Fprintln(os.Stderr, "ceiling:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *model != "" {
 		if err := engineCeiling(*model, *batches, *seconds, *threads); err != nil {
 			fmt.Fprintln(os.Stderr, "ceiling:", err)
@@ -125,4 +144,34 @@ func engineCeiling(path, batches string, seconds float64, threads int) error {
 	line, _ := json.Marshal(map[string]any{"best_rows_per_s": best.RowsPerS, "best_batch": best.Batch, "threads": threads, "model": m.Name()})
 	fmt.Println(string(line))
 	return nil
+}
+
+// ceilingService answers ModelInfer with a fixed output.
+type ceilingService struct {
+	pb.UnimplementedGRPCInferenceServiceServer
+}
+
+var logits = make([]byte, 40) // FP32 [1, 10]
+
+func (ceilingService) ModelInfer(_ context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	return &pb.ModelInferResponse{ModelName: req.GetModelName(), Id: req.GetId(),
+		Outputs:           []*pb.ModelInferResponse_InferOutputTensor{{Name: "logits", Datatype: "FP32", Shape: []int64{1, 10}}},
+		RawOutputContents: [][]byte{logits}}, nil
+}
+
+func grpcCeiling(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	gs := grpc.NewServer()
+	pb.RegisterGRPCInferenceServiceServer(gs, ceilingService{})
+	go func() {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		<-ch
+		gs.Stop()
+	}()
+	fmt.Printf("ceiling: gRPC on %s\n", addr)
+	return gs.Serve(ln)
 }
