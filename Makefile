@@ -164,7 +164,7 @@ fmt: ## format Go and Python sources
 bench-engine: setup build models ## engine latency/throughput table into docs/benchmarks.md
 	@bash bench/engine.sh
 
-bench-serve: setup build models ## wrk on loopback: fw vs the HTTP and engine ceilings, LitServe, FastAPI, TorchServe, Triton
+bench-serve: setup build models ## wrk (and ghz for gRPC) on loopback: fw vs the HTTP, gRPC and engine ceilings, LitServe, FastAPI, TorchServe, Triton
 	@bash bench/serve.sh
 
 bench-store: ## tracking store: ingest, downsampling, listing on SQLite and PostgreSQL

@@ -316,6 +316,32 @@ open(f"{out}/v2jpeg.lua", "w").write(
     'wrk.body = f:read("*a")\nf:close()\n' + done)
 EOF
 
+# session_cpu SID: CPU seconds (user + system) of every process in session SID so far; each
+# server runs in its own session (start), so the difference over a run is the server's CPU
+# for that run, whatever load generator drove it
+clk_tck=$(getconf CLK_TCK)
+session_cpu() {
+  local t=0 p
+  for p in $(pgrep -s "$1" 2>/dev/null); do
+    t=$((t + $(awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+  done
+  python3 -c "print($t / $clk_tck)"
+}
+# add_cpu CPU_BEFORE: the last results.jsonl line gains server_cpu_s for the run since CPU_BEFORE
+add_cpu() {
+  local now
+  now=$(session_cpu "$last_pgid")
+  python3 - "$out/results.jsonl" "$1" "$now" <<'EOF'
+import json, sys
+path, before, now = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+lines = open(path).read().splitlines()
+d = json.loads(lines[-1])
+d["server_cpu_s"] = round(now - before, 3)
+lines[-1] = json.dumps(d)
+open(path, "w").write("\n".join(lines) + "\n")
+EOF
+}
+
 # bench SCENARIO SERVER LUA URL DURATION CONCURRENCIES...: one wrk run per concurrency
 bench() {
   local scenario=$1 server=$2 lua=$3 url=$4 dur=$5
@@ -323,13 +349,15 @@ bench() {
   # warm-up, not recorded
   timeout 30 wrk -t1 -c16 -d2s --timeout 10s -s "$out/$lua" "$url" >/dev/null 2>&1 || true
   for c in "$@"; do
-    local secs=${dur%s} file="$out/$scenario.$server.c$c.txt" rc=0
+    local secs=${dur%s} file="$out/$scenario.$server.c$c.txt" rc=0 cpu0
+    cpu0=$(session_cpu "$last_pgid")
     timeout $((secs + 30)) wrk -t1 -c"$c" -d"$dur" --latency --timeout 10s -s "$out/$lua" "$url" >"$file" 2>&1 || rc=$?
     local j
     j=$(sed -n 's/^WRKJSON //p' "$file")
     [[ -n $j ]] || j='{"failed":true}'
     python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(scenario=sys.argv[2], server=sys.argv[3], concurrency=int(sys.argv[4]), url=sys.argv[5], wrk_rc=int(sys.argv[6])); print(json.dumps(d))' \
       "$j" "$scenario" "$server" "$c" "$url" "$rc" >>"$out/results.jsonl"
+    add_cpu "$cpu0"
     python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print("    %-22s c=%-4s %9.1f req/s  p50 %8.2f ms  p99 %8.2f ms  errors %d" % (sys.argv[2], sys.argv[3], d["requests"]/d["duration_us"]*1e6, d["p50_us"]/1e3, d["p99_us"]/1e3, sum(d[k] for k in d if k.startswith("err_"))) if not d.get("failed") else "    %s c=%s FAILED" % (sys.argv[2], sys.argv[3]))' \
       "$j" "$server" "$c" >&2
   done
@@ -345,9 +373,11 @@ grpc_bench() {
     --call inference.GRPCInferenceService/ModelInfer -D "$out/grpcrow.json" --cpus 1 --timeout 10s -O json)
   timeout 30 "$ghz" "${ghz_args[@]}" -c 16 -z 2s "$addr" >/dev/null 2>&1 || true # warm-up
   for c in "$@"; do
-    local secs=${dur%s} file="$out/grpc.$server.c$c.json" rc=0 conns=$(((c + GRPC_CONNECTIONS_PER - 1) / GRPC_CONNECTIONS_PER))
+    local secs=${dur%s} file="$out/grpc.$server.c$c.json" rc=0 conns=$(((c + GRPC_CONNECTIONS_PER - 1) / GRPC_CONNECTIONS_PER)) cpu0
+    cpu0=$(session_cpu "$last_pgid")
     timeout $((secs + 60)) "$ghz" "${ghz_args[@]}" -c "$c" --connections "$conns" -z "$dur" "$addr" >"$file" 2>&1 || rc=$?
     python3 bench/grpc_result.py "$file" "$server" "$c" "$addr" "$rc" "$conns" >>"$out/results.jsonl"
+    add_cpu "$cpu0"
   done
 }
 

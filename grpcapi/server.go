@@ -50,6 +50,10 @@ type Config struct {
 	// StreamConcurrency bounds the requests of one ModelStreamInfer stream
 	// in flight at once.
 	StreamConcurrency int
+	// MaxStreams bounds the concurrent calls on one HTTP/2 connection (grpc-go
+	// leaves it unbounded), so one client connection cannot hold an unbounded
+	// number of decoded messages.
+	MaxStreams int
 }
 
 // Server implements the inference and health services over a slot.
@@ -64,6 +68,11 @@ type Server struct {
 	base    context.Context
 	keys    [][sha256.Size]byte
 	metrics *metrics
+	// closing is closed by BeginShutdown: long-lived streams (health
+	// watches, inference streams) end so that a graceful stop need not wait
+	// for their clients.
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 // New creates the front end. base is cancelled on shutdown and bounds every
@@ -77,12 +86,15 @@ func New(base context.Context, cfg Config, slot serving.Slot, stats *serving.Sta
 		cfg.MaxMessageBytes = 64 << 20
 	}
 	if cfg.StreamConcurrency <= 0 {
-		cfg.StreamConcurrency = 256
+		cfg.StreamConcurrency = 64
+	}
+	if cfg.MaxStreams <= 0 {
+		cfg.MaxStreams = 256
 	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	s := &Server{cfg: cfg, slot: slot, stats: stats, log: log, base: base, metrics: newMetrics(reg)}
+	s := &Server{cfg: cfg, slot: slot, stats: stats, log: log, base: base, metrics: newMetrics(reg), closing: make(chan struct{})}
 	for _, k := range cfg.APIKeys {
 		s.keys = append(s.keys, sha256.Sum256([]byte(k)))
 	}
@@ -90,16 +102,23 @@ func New(base context.Context, cfg Config, slot serving.Slot, stats *serving.Sta
 }
 
 // ServerOptions are the grpc.Server options the front end needs: its
-// message size limits and its interceptors (panic recovery, API keys,
-// metrics).
+// message size and per-connection stream limits and its interceptors (panic
+// recovery, API keys, metrics).
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(s.cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(1 << 30),
+		grpc.MaxConcurrentStreams(uint32(s.cfg.MaxStreams)),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
 		grpc.ChainStreamInterceptor(s.streamInterceptor),
 	}
 }
+
+// BeginShutdown ends the long-lived streams: a health Watch ends after
+// telling NOT_SERVING, an inference stream stops reading requests and ends
+// once the ones in flight are answered. Call it before grpc.Server's
+// GracefulStop, which otherwise waits for clients to close them.
+func (s *Server) BeginShutdown() { s.closeOnce.Do(func() { close(s.closing) }) }
 
 // Register adds the inference and health services to gs.
 func (s *Server) Register(gs *grpc.Server) {
@@ -401,14 +420,43 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 	)
 	sem := make(chan struct{}, s.cfg.StreamConcurrency)
 	defer wg.Wait()
-	for {
-		req, err := stream.Recv()
-		if err != nil {
-			wg.Wait()
-			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
-				return nil
+	// Recv runs apart so that a shutdown can end the stream while it waits.
+	type received struct {
+		req *pb.ModelInferRequest
+		err error
+	}
+	recv := make(chan received)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			select {
+			case recv <- received{req, err}:
+			case <-ctx.Done():
+				return
 			}
-			return err
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		var req *pb.ModelInferRequest
+		select {
+		case r := <-recv:
+			if r.err != nil {
+				wg.Wait()
+				if errors.Is(r.err, io.EOF) || status.Code(r.err) == codes.Canceled {
+					return nil
+				}
+				return r.err
+			}
+			req = r.req
+		case <-s.closing:
+			wg.Wait()
+			return status.Error(codes.Unavailable, "the server is shutting down; open a new stream to another replica")
+		case <-ctx.Done(): // the client went away (the reader may have stopped without a word)
+			wg.Wait()
+			return status.FromContextError(ctx.Err()).Err()
 		}
 		select {
 		case sem <- struct{}{}:
@@ -486,6 +534,11 @@ func (s *Server) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_
 		case <-stream.Context().Done():
 			return nil
 		case <-s.base.Done():
+			return status.Error(codes.Unavailable, "the server is shutting down")
+		case <-s.closing:
+			if st != healthpb.HealthCheckResponse_NOT_SERVING {
+				_ = stream.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING})
+			}
 			return status.Error(codes.Unavailable, "the server is shutting down")
 		case <-tick.C:
 			now, _ := s.health(req.GetService())

@@ -450,3 +450,42 @@ func TestPanicIsRecovered(t *testing.T) {
 		t.Fatalf("fw_grpc_panics_total = %v, want 2", n)
 	}
 }
+
+// TestBeginShutdownEndsStreams: a health watch and an idle inference stream
+// end when the shutdown begins, so a graceful stop does not wait for their
+// clients; a request in flight on the stream is still answered.
+func TestBeginShutdownEndsStreams(t *testing.T) {
+	f := start(t, options{})
+	ctx := callCtx(t)
+	watch, err := f.health.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := watch.Recv(); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first watch status: %v %v", r, err)
+	}
+	stream, err := f.client.ModelStreamInfer(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&pb.ModelInferRequest{ModelName: "digits_mlp", Id: "before", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "input", Datatype: "FP32", Shape: []int64{1, 64}}}, RawInputContents: [][]byte{make([]byte, 256)}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := stream.Recv(); err != nil || r.InferResponse.GetId() != "before" || r.ErrorMessage != "" {
+		t.Fatalf("answer before the shutdown: %v %v", r, err)
+	}
+	f.srv.BeginShutdown()
+	for {
+		r, err := watch.Recv()
+		if err != nil {
+			wantCode(t, err, codes.Unavailable, "shutting down")
+			break
+		}
+		if r.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Fatalf("watch after BeginShutdown: %v", r.Status)
+		}
+	}
+	_, err = stream.Recv()
+	wantCode(t, err, codes.Unavailable, "shutting down")
+	f.srv.BeginShutdown() // idempotent
+}

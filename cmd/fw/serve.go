@@ -160,8 +160,9 @@ Flags:
 	url := "http://" + ln.Addr().String()
 	log.Info("listening", "url", url, "model", *model)
 	var gs *grpc.Server
+	var gsrv *grpcapi.Server
 	if gln != nil {
-		gsrv := grpcapi.New(base, grpcapi.Config{
+		gsrv = grpcapi.New(base, grpcapi.Config{
 			MaxMessageBytes: int(min(*maxBody, int64(1<<31-1))), MaxRows: *maxRows, Timeout: *timeout,
 			APIKeys: keys, Version: version,
 		}, mh, stats, reg, log)
@@ -209,6 +210,7 @@ Flags:
 	go func() {
 		defer close(grpcDone)
 		if gs != nil {
+			gsrv.BeginShutdown() // health watches and inference streams end instead of holding the stop
 			stopGRPC(sctx, gs)
 		}
 	}()
