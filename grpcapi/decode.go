@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/fw-serve/fw/engine"
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
@@ -24,6 +25,11 @@ type request struct {
 
 func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+// specIndex is the index of the spec named name, -1 when none is.
+func specIndex(specs []engine.TensorSpec, name string) int {
+	return slices.IndexFunc(specs, func(sp engine.TensorSpec) bool { return sp.Name == name })
 }
 
 // describe lists specs as `"input" (FP32 [-1,64])` for error messages.
@@ -48,22 +54,15 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 	if len(raw) > 0 && len(raw) != len(req.GetInputs()) {
 		return nil, invalid("raw_input_contents has %d entries for %d inputs; send one entry per input, in the order of inputs", len(raw), len(req.GetInputs()))
 	}
-	for k, v := range req.GetParameters() {
+	for k := range req.GetParameters() {
 		if k == "shared_memory_region" || k == "sequence_id" || k == "sequence_start" || k == "sequence_end" {
 			return nil, invalid("request parameter %q is not supported by fw: send the data in the request, one request per inference", k)
 		}
-		_ = v
 	}
 	r := &request{inputs: make([]engine.Tensor, len(ins))}
 	seen := make([]bool, len(ins))
 	for k, in := range req.GetInputs() {
-		idx := -1
-		for i := range ins {
-			if ins[i].Name == in.GetName() {
-				idx = i
-				break
-			}
-		}
+		idx := specIndex(ins, in.GetName())
 		if idx < 0 {
 			return nil, invalid("unknown input %q; this model takes %s", in.GetName(), describe(ins))
 		}
@@ -95,13 +94,7 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 	}
 	used := make([]bool, len(outs))
 	for _, o := range req.GetOutputs() {
-		idx := -1
-		for i := range outs {
-			if outs[i].Name == o.GetName() {
-				idx = i
-				break
-			}
-		}
+		idx := specIndex(outs, o.GetName())
 		if idx < 0 {
 			return nil, invalid("unknown output %q; this model's outputs are %s", o.GetName(), describe(outs))
 		}

@@ -347,13 +347,7 @@ func TestAPIKeys(t *testing.T) {
 func TestDrainingTurnsProbesNotReady(t *testing.T) {
 	f := start(t, options{})
 	ctx := callCtx(t)
-	watch, err := f.health.Watch(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r, err := watch.Recv(); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("first watch status: %v %v", r, err)
-	}
+	watch := watchServing(t, f, ctx)
 	f.host.BeginShutdown()
 	if r, err := watch.Recv(); err != nil || r.Status != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Fatalf("watch after BeginShutdown: %v %v", r, err)
@@ -367,6 +361,19 @@ func TestDrainingTurnsProbesNotReady(t *testing.T) {
 	if _, err := f.client.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "digits_mlp", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "input", Datatype: "FP32", Shape: []int64{1, 64}}}, RawInputContents: [][]byte{make([]byte, 256)}}); err != nil {
 		t.Fatalf("inference while draining: %v", err)
 	}
+}
+
+// watchServing starts a health Watch and checks its first status is SERVING.
+func watchServing(t *testing.T, f *fixture, ctx context.Context) healthpb.Health_WatchClient {
+	t.Helper()
+	watch, err := f.health.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := watch.Recv(); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first watch status: %v %v", r, err)
+	}
+	return watch
 }
 
 func TestStream(t *testing.T) {
@@ -457,13 +464,7 @@ func TestPanicIsRecovered(t *testing.T) {
 func TestBeginShutdownEndsStreams(t *testing.T) {
 	f := start(t, options{})
 	ctx := callCtx(t)
-	watch, err := f.health.Watch(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r, err := watch.Recv(); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("first watch status: %v %v", r, err)
-	}
+	watch := watchServing(t, f, ctx)
 	stream, err := f.client.ModelStreamInfer(ctx)
 	if err != nil {
 		t.Fatal(err)
