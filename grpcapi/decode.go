@@ -2,7 +2,6 @@ package grpcapi
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math"
 	"slices"
 
@@ -32,18 +31,6 @@ func specIndex(specs []engine.TensorSpec, name string) int {
 	return slices.IndexFunc(specs, func(sp engine.TensorSpec) bool { return sp.Name == name })
 }
 
-// describe lists specs as `"input" (FP32 [-1,64])` for error messages.
-func describe(specs []engine.TensorSpec) string {
-	s := ""
-	for i, sp := range specs {
-		if i > 0 {
-			s += ", "
-		}
-		s += fmt.Sprintf("%q (%s %v)", sp.Name, serving.DatatypeName(sp.DType), sp.Shape)
-	}
-	return s
-}
-
 // decode checks req against the model's inputs and outputs and the limits
 // and builds the input tensors. Every size is checked before anything is
 // allocated: the shape's element count against the bytes or values that
@@ -64,7 +51,7 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 	for k, in := range req.GetInputs() {
 		idx := specIndex(ins, in.GetName())
 		if idx < 0 {
-			return nil, invalid("unknown input %q; this model takes %s", in.GetName(), describe(ins))
+			return nil, invalid("unknown input %q; this model takes %s", in.GetName(), serving.Describe(ins))
 		}
 		if seen[idx] {
 			return nil, invalid("input %q is given twice", in.GetName())
@@ -82,7 +69,7 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 	}
 	for i, ok := range seen {
 		if !ok {
-			return nil, invalid("input %q is missing; this model takes %s", ins[i].Name, describe(ins))
+			return nil, invalid("input %q is missing; this model takes %s", ins[i].Name, serving.Describe(ins))
 		}
 	}
 	if len(req.GetOutputs()) == 0 {
@@ -96,7 +83,7 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 	for _, o := range req.GetOutputs() {
 		idx := specIndex(outs, o.GetName())
 		if idx < 0 {
-			return nil, invalid("unknown output %q; this model's outputs are %s", o.GetName(), describe(outs))
+			return nil, invalid("unknown output %q; this model's outputs are %s", o.GetName(), serving.Describe(outs))
 		}
 		if used[idx] {
 			return nil, invalid("output %q is requested twice", o.GetName())
@@ -139,7 +126,7 @@ func decodeInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSp
 	count := int64(1)
 	for _, d := range shape {
 		if d < 0 {
-			return engine.Tensor{}, invalid("input %q: shape %v has a negative dimension; every dimension must be a size >= 0", name, shape)
+			return engine.Tensor{}, invalid("input %q: shape %s has a negative dimension; every dimension must be a size >= 0", name, serving.ShapeString(shape))
 		}
 		if d == 0 {
 			count = 0
@@ -156,7 +143,7 @@ func decodeInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSp
 			return engine.Tensor{}, invalid("input %q has both typed contents and raw_input_contents; send one form for every input", name)
 		}
 		if count*size != int64(len(rawData)) {
-			return engine.Tensor{}, invalid("input %q: shape %v of %s needs %d bytes, its raw_input_contents entry has %d", name, shape, in.GetDatatype(), count*size, len(rawData))
+			return engine.Tensor{}, invalid("input %q: shape %s of %s needs %d bytes, its raw_input_contents entry has %d", name, serving.ShapeString(shape), in.GetDatatype(), count*size, len(rawData))
 		}
 	} else {
 		n := int64(0)
@@ -167,14 +154,14 @@ func decodeInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSp
 			return engine.Tensor{}, invalid("input %q: FP16 has no typed contents field; send it in raw_input_contents", name)
 		}
 		if n != count {
-			return engine.Tensor{}, invalid("input %q: shape %v needs %d elements, its contents hold %d in the field for %s (%s)", name, shape, count, n, in.GetDatatype(), contentsField(dt))
+			return engine.Tensor{}, invalid("input %q: shape %s needs %d elements, its contents hold %d in the field for %s (%s)", name, serving.ShapeString(shape), count, n, in.GetDatatype(), contentsField(dt))
 		}
 		if other := typedLen(contents) - int(n); other > 0 {
 			return engine.Tensor{}, invalid("input %q: %d values are in a contents field other than %s, the one for %s", name, other, contentsField(dt), in.GetDatatype())
 		}
 	}
 	if maxRows > 0 && len(shape) > 0 && shape[0] > int64(maxRows) {
-		return engine.Tensor{}, status.Errorf(codes.ResourceExhausted, "input %q: shape %v has %d rows on its first axis, above the limit of %d per request (--max-rows); split the request", name, shape, shape[0], maxRows)
+		return engine.Tensor{}, status.Errorf(codes.ResourceExhausted, "input %q: shape %s has %d rows on its first axis, above the limit of %d per request (--max-rows); split the request", name, serving.ShapeString(shape), shape[0], maxRows)
 	}
 	t, err := engine.NewTensor(dt, shape)
 	if err != nil {

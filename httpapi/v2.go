@@ -174,11 +174,6 @@ func (s *Server) v2Model(ctx *fasthttp.RequestCtx, name, version string) *servin
 	return inst
 }
 
-func v2DTypeName(d engine.DType) string { return serving.DatatypeName(d) }
-
-// v2ParseDType maps a V2 datatype name to fw's dtype (Invalid if fw has none).
-func v2ParseDType(s []byte) engine.DType { return serving.ParseDatatype(string(s)) }
-
 type v2TensorMeta struct {
 	Name     string  `json:"name"`
 	Datatype string  `json:"datatype"`
@@ -192,7 +187,7 @@ func v2TensorMetas(specs []engine.TensorSpec) []v2TensorMeta {
 		if shape == nil {
 			shape = []int64{}
 		}
-		out[i] = v2TensorMeta{Name: sp.Name, Datatype: v2DTypeName(sp.DType), Shape: shape}
+		out[i] = v2TensorMeta{Name: sp.Name, Datatype: serving.DatatypeName(sp.DType), Shape: shape}
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/serving"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 )
@@ -124,7 +125,7 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, maxRows 
 	// Inputs.
 	inArr := v2Get(top, "inputs")
 	if inArr == nil {
-		return nil, invalidV2(map[string]any{"expected_inputs": v2Names(ins)}, `the request has no "inputs"; this model takes %s`, v2Describe(ins))
+		return nil, invalidV2(map[string]any{"expected_inputs": v2Names(ins)}, `the request has no "inputs"; this model takes %s`, serving.Describe(ins))
 	}
 	if inArr.Type() != fastjson.TypeArray {
 		return nil, badV2(`"inputs" must be an array of tensors, got %s`, inArr.Type())
@@ -141,7 +142,7 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, maxRows 
 	}
 	for i, ok := range seen {
 		if !ok {
-			return nil, invalidV2(map[string]any{"input": ins[i].Name, "expected_inputs": v2Names(ins)}, "input %q is missing; this model takes %s", ins[i].Name, v2Describe(ins))
+			return nil, invalidV2(map[string]any{"input": ins[i].Name, "expected_inputs": v2Names(ins)}, "input %q is missing; this model takes %s", ins[i].Name, serving.Describe(ins))
 		}
 	}
 	if len(bin) > 0 {
@@ -175,7 +176,7 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 			}
 		}
 		if idx < 0 {
-			return invalidV2(map[string]any{"input": name, "expected_inputs": v2Names(ins)}, "unknown input %q; this model takes %s", name, v2Describe(ins))
+			return invalidV2(map[string]any{"input": name, "expected_inputs": v2Names(ins)}, "unknown input %q; this model takes %s", name, serving.Describe(ins))
 		}
 		if seen[idx] {
 			return badV2("input %q is given twice", name)
@@ -184,21 +185,21 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 		spec := ins[idx]
 		dtV := v2Get(itm, "datatype")
 		if dtV == nil || dtV.Type() != fastjson.TypeString {
-			return badV2(`input %q needs a "datatype" string such as %q`, name, v2DTypeName(v2SpecDType(spec)))
+			return badV2(`input %q needs a "datatype" string such as %q`, name, serving.DatatypeName(v2SpecDType(spec)))
 		}
 		dtB, _ := dtV.str()
-		dt := v2ParseDType([]byte(dtB))
+		dt := serving.ParseDatatype(dtB)
 		if dt == engine.Invalid {
-			return invalidV2(map[string]any{"input": name, "expected_datatype": v2DTypeName(spec.DType), "received_datatype": dtB},
-				"input %q: datatype %q is not supported; fw takes FP32, FP64, FP16, INT64, INT32, INT8, UINT8 and BOOL, and this input is %s", name, dtB, v2DTypeName(spec.DType))
+			return invalidV2(map[string]any{"input": name, "expected_datatype": serving.DatatypeName(spec.DType), "received_datatype": dtB},
+				"input %q: datatype %q is not supported; fw takes FP32, FP64, FP16, INT64, INT32, INT8, UINT8 and BOOL, and this input is %s", name, dtB, serving.DatatypeName(spec.DType))
 		}
 		if spec.DType != engine.Invalid && dt != spec.DType {
-			return invalidV2(map[string]any{"input": name, "expected_datatype": v2DTypeName(spec.DType), "received_datatype": dtB},
-				"input %q has datatype %s but this model takes %s; convert the data (for example numpy .astype(np.%s))", name, dtB, v2DTypeName(spec.DType), spec.DType)
+			return invalidV2(map[string]any{"input": name, "expected_datatype": serving.DatatypeName(spec.DType), "received_datatype": dtB},
+				"input %q has datatype %s but this model takes %s; convert the data (for example numpy .astype(np.%s))", name, dtB, serving.DatatypeName(spec.DType), spec.DType)
 		}
 		shapeV := v2Get(itm, "shape")
 		if shapeV == nil {
-			return badV2(`input %q needs a "shape" array such as %s`, name, v2ShapeJSON(spec.Shape))
+			return badV2(`input %q needs a "shape" array such as %s`, name, serving.ShapeString(spec.Shape))
 		}
 		if shapeV.Type() != fastjson.TypeArray {
 			return badV2(`input %q: "shape" must be an array of non-negative integers, got %s`, name, shapeV.Type())
@@ -235,7 +236,7 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 		if empty {
 			count = 0
 		} else if overflow {
-			return invalidV2(map[string]any{"input": name}, "input %q: shape %s is too large; its element count must fit in the body", name, v2ShapeJSON(shape))
+			return invalidV2(map[string]any{"input": name}, "input %q: shape %s is too large; its element count must fit in the body", name, serving.ShapeString(shape))
 		}
 		// The row limit is checked once the shape is known to match the bytes
 		// that carry it (a mismatch is the more useful answer), before the
@@ -245,7 +246,7 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 				return nil
 			}
 			return &APIError{Status: 413, Code: CodeTooLarge,
-				Message: fmt.Sprintf("input %q: shape %s has %d rows on its first axis, above the limit of %d per request (--max-rows); split the request", name, v2ShapeJSON(shape), shape[0], maxRows),
+				Message: fmt.Sprintf("input %q: shape %s has %d rows on its first axis, above the limit of %d per request (--max-rows); split the request", name, serving.ShapeString(shape), shape[0], maxRows),
 				Details: map[string]any{"input": name, "rows": shape[0], "max_rows": maxRows}}
 		}
 		var params jv
@@ -277,7 +278,7 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 			}
 			if size != nbytes {
 				return invalidV2(map[string]any{"input": name, "expected_bytes": nbytes, "received_bytes": size},
-					"input %q: shape %s of %s needs %d bytes of binary data, binary_data_size is %d", name, v2ShapeJSON(shape), dtB, nbytes, size)
+					"input %q: shape %s of %s needs %d bytes of binary data, binary_data_size is %d", name, serving.ShapeString(shape), dtB, nbytes, size)
 			}
 			if aerr := tooManyRows(); aerr != nil {
 				return aerr
@@ -306,7 +307,7 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 			}
 			if int64(w.n) != count {
 				return invalidV2(map[string]any{"input": name, "expected_elements": count, "received_elements": w.n},
-					"input %q: shape %s needs %d elements, \"data\" holds %d", name, v2ShapeJSON(shape), count, w.n)
+					"input %q: shape %s needs %d elements, \"data\" holds %d", name, serving.ShapeString(shape), count, w.n)
 			}
 			req.inputs[idx] = t
 		default:
@@ -346,7 +347,7 @@ func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault 
 			}
 		}
 		if idx < 0 {
-			aerr = invalidV2(map[string]any{"output": nameB, "expected_outputs": v2Names(outs)}, "unknown output %q; this model's outputs are %s", nameB, v2Describe(outs))
+			aerr = invalidV2(map[string]any{"output": nameB, "expected_outputs": v2Names(outs)}, "unknown output %q; this model's outputs are %s", nameB, serving.Describe(outs))
 			return false
 		}
 		if used[idx] {
@@ -394,29 +395,6 @@ func v2SpecDType(spec engine.TensorSpec) engine.DType {
 		return engine.Float32
 	}
 	return spec.DType
-}
-
-// v2Describe lists specs as `"input" (FP32 [-1,64])` for error messages.
-func v2Describe(specs []engine.TensorSpec) string {
-	var sb strings.Builder
-	for i, sp := range specs {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		fmt.Fprintf(&sb, "%q (%s %s)", sp.Name, v2DTypeName(sp.DType), v2ShapeJSON(sp.Shape))
-	}
-	return sb.String()
-}
-
-func v2ShapeJSON(shape []int64) string {
-	b := []byte{'['}
-	for i, d := range shape {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, d, 10)
-	}
-	return string(append(b, ']'))
 }
 
 // v2Writer fills a tensor from "data", b, a flat or nested JSON array read
@@ -484,7 +462,7 @@ func (w *v2Writer) put(i int) (int, *APIError) {
 			return e, nil
 		}
 		return e, invalidV2(map[string]any{"input": w.name, "element": k},
-			"input %q: element %d is %s where a %s number belongs", w.name, k, ty, v2DTypeName(w.dt))
+			"input %q: element %d is %s where a %s number belongs", w.name, k, ty, serving.DatatypeName(w.dt))
 	}
 	v := jv(b[i:end])
 	if w.dt.IsFloat() {
@@ -510,7 +488,7 @@ func (w *v2Writer) put(i int) (int, *APIError) {
 	n, ok := v.int()
 	if !ok {
 		return end, invalidV2(map[string]any{"input": w.name, "element": k},
-			"input %q: element %d is %s; %s takes integers", w.name, k, v, v2DTypeName(w.dt))
+			"input %q: element %d is %s; %s takes integers", w.name, k, v, serving.DatatypeName(w.dt))
 	}
 	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
 	switch w.dt {
@@ -525,7 +503,7 @@ func (w *v2Writer) put(i int) (int, *APIError) {
 	}
 	if n < lo || n > hi {
 		return end, invalidV2(map[string]any{"input": w.name, "element": k},
-			"input %q: element %d is %d, out of the range of %s", w.name, k, n, v2DTypeName(w.dt))
+			"input %q: element %d is %d, out of the range of %s", w.name, k, n, serving.DatatypeName(w.dt))
 	}
 	if k >= w.cap {
 		return end, nil
@@ -604,9 +582,9 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, m *engine.Model, req 
 		b = append(b, `{"name":`...)
 		b = appendJSONString(b, name)
 		b = append(b, `,"datatype":"`...)
-		b = append(b, v2DTypeName(t.DType)...)
+		b = append(b, serving.DatatypeName(t.DType)...)
 		b = append(b, `","shape":`...)
-		b = append(b, v2ShapeJSON(t.Shape)...)
+		b = append(b, serving.ShapeString(t.Shape)...)
 		if o.binary {
 			anyBinary = true
 			b = append(b, `,"parameters":{"binary_data_size":`...)

@@ -170,7 +170,7 @@ func v2JSONInput(name string, x engine.Tensor, nested bool) map[string]any {
 	if nested {
 		data = v2Nest(v2Values(x), x.Shape)
 	}
-	return map[string]any{"name": name, "shape": x.Shape, "datatype": v2DTypeName(x.DType), "data": data}
+	return map[string]any{"name": name, "shape": x.Shape, "datatype": serving.DatatypeName(x.DType), "data": data}
 }
 
 func v2Marshal(t testing.TB, v any) []byte {
@@ -243,7 +243,7 @@ func v2Decode(t testing.TB, r v2Reply) (v2Resp, map[string][]float64) {
 			if n > len(bin) {
 				t.Fatalf("output %s: binary_data_size %d, %d bytes left", o.Name, n, len(bin))
 			}
-			dt := v2ParseDType([]byte(o.Datatype))
+			dt := serving.ParseDatatype(o.Datatype)
 			x, err := engine.NewTensor(dt, []int64{int64(n / dt.Size())})
 			if err != nil {
 				t.Fatalf("output %s: %v", o.Name, err)

@@ -1,6 +1,10 @@
 package serving
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
+
 	"github.com/fw-serve/fw/engine"
 )
 
@@ -44,6 +48,30 @@ func ParseDatatype(s string) engine.DType {
 		return engine.Bool
 	}
 	return engine.Invalid
+}
+
+// ShapeString writes a shape as the protocol does: [-1,64].
+func ShapeString(shape []int64) string {
+	b := []byte{'['}
+	for i, d := range shape {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, d, 10)
+	}
+	return string(append(b, ']'))
+}
+
+// Describe lists tensor specs for error messages: "input" (FP32 [-1,64]).
+func Describe(specs []engine.TensorSpec) string {
+	var sb strings.Builder
+	for i, sp := range specs {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "%q (%s %s)", sp.Name, DatatypeName(sp.DType), ShapeString(sp.Shape))
+	}
+	return sb.String()
 }
 
 // Platform is Triton's platform name of a model format.
