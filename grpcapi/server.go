@@ -8,8 +8,6 @@ package grpcapi
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +15,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 
@@ -67,7 +64,7 @@ type Server struct {
 	stats   *serving.Stats
 	log     *slog.Logger
 	base    context.Context
-	keys    [][sha256.Size]byte
+	keys    serving.Keys
 	metrics *metrics
 	// closing is closed by BeginShutdown: long-lived streams (health
 	// watches, inference streams) end so that a graceful stop need not wait
@@ -95,10 +92,8 @@ func New(base context.Context, cfg Config, slot serving.Slot, stats *serving.Sta
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	s := &Server{cfg: cfg, slot: slot, stats: stats, log: log, base: base, metrics: newMetrics(reg), closing: make(chan struct{})}
-	for _, k := range cfg.APIKeys {
-		s.keys = append(s.keys, sha256.Sum256([]byte(k)))
-	}
+	s := &Server{cfg: cfg, slot: slot, stats: stats, log: log, base: base, metrics: newMetrics(reg), closing: make(chan struct{}),
+		keys: serving.NewKeys(cfg.APIKeys)}
 	return s
 }
 
@@ -140,24 +135,17 @@ var open = map[string]bool{
 
 // authorize checks the Bearer key in constant time when keys are configured.
 func (s *Server) authorize(ctx context.Context, method string) error {
-	if len(s.keys) == 0 || open[method] {
+	if !s.keys.Required() || open[method] {
 		return nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	const prefix = "bearer "
 	for _, h := range md.Get("authorization") {
-		if len(h) <= len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
-			continue
-		}
-		sum := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
-		ok := 0
-		for i := range s.keys {
-			ok |= subtle.ConstantTimeCompare(sum[:], s.keys[i][:])
-		}
-		if ok == 1 {
+		switch s.keys.Check([]byte(h)) {
+		case serving.KeyValid:
 			return nil
+		case serving.KeyInvalid:
+			return status.Error(codes.Unauthenticated, "the API key is not valid")
 		}
-		return status.Error(codes.Unauthenticated, "the API key is not valid")
 	}
 	return status.Error(codes.Unauthenticated, `this call needs an API key: send the metadata "authorization: Bearer <key>" (tritonclient: headers={"authorization": "Bearer <key>"})`)
 }

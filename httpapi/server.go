@@ -7,8 +7,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
 	"io"
 	"log/slog"
@@ -94,7 +92,7 @@ type Server struct {
 	metrics  *Metrics
 	metricsH fasthttp.RequestHandler
 	started  time.Time
-	keys     [][sha256.Size]byte
+	keys     serving.Keys
 	stats    *serving.Stats
 	bufs     sync.Pool
 	base     context.Context
@@ -112,9 +110,7 @@ func New(base context.Context, cfg Config, slot serving.Slot, metrics *Metrics, 
 		s.stats = &serving.Stats{}
 	}
 	s.metricsH = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	for _, k := range s.cfg.APIKeys {
-		s.keys = append(s.keys, sha256.Sum256([]byte(k)))
-	}
+	s.keys = serving.NewKeys(s.cfg.APIKeys)
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	return s
 }
@@ -243,20 +239,13 @@ func (s *Server) allow(ctx *fasthttp.RequestCtx, methods ...string) bool {
 
 // authorized checks the Bearer key in constant time when keys are configured.
 func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
-	if len(s.keys) == 0 {
+	if !s.keys.Required() {
 		return true
 	}
-	h := ctx.Request.Header.Peek("Authorization")
-	const prefix = "Bearer "
-	if len(h) > len(prefix) && strings.EqualFold(string(h[:len(prefix)]), prefix) {
-		sum := sha256.Sum256(bytes.TrimSpace(h[len(prefix):]))
-		ok := 0
-		for i := range s.keys {
-			ok |= subtle.ConstantTimeCompare(sum[:], s.keys[i][:])
-		}
-		if ok == 1 {
-			return true
-		}
+	switch s.keys.Check(ctx.Request.Header.Peek("Authorization")) {
+	case serving.KeyValid:
+		return true
+	case serving.KeyInvalid:
 		writeError(ctx, newError(401, CodeUnauthorized, "the API key is not valid", nil))
 		return false
 	}

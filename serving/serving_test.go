@@ -75,3 +75,22 @@ func TestDatatypes(t *testing.T) {
 		t.Error("unsupported datatypes")
 	}
 }
+
+func TestKeys(t *testing.T) {
+	var none Keys
+	if none.Required() {
+		t.Fatal("the zero Keys requires a key")
+	}
+	k := NewKeys([]string{"k1", "k2"})
+	for header, want := range map[string]KeyCheck{
+		"Bearer k1": KeyValid, "bearer k2": KeyValid, "BEARER  k1 ": KeyValid,
+		"Bearer k3": KeyInvalid, "Bearer ": KeyMissing, "Basic k1": KeyMissing, "": KeyMissing, "k1": KeyMissing,
+	} {
+		if got := k.Check([]byte(header)); got != want {
+			t.Errorf("Check(%q) = %d, want %d", header, got, want)
+		}
+	}
+	if !k.Required() {
+		t.Fatal("keys configured but not required")
+	}
+}
