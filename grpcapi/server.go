@@ -265,18 +265,15 @@ func (s *Server) ModelConfig(_ context.Context, req *pb.ModelConfigRequest) (*pb
 		return nil, err
 	}
 	c := serving.Config(inst, filepath.Base(inst.Model.Path))
-	tensors := func(ts []serving.TensorConfig) ([]*pb.ModelInput, []*pb.ModelOutput) {
-		var ins []*pb.ModelInput
-		var outs []*pb.ModelOutput
-		for _, t := range ts {
-			dt := pb.DataType(pb.DataType_value["TYPE_"+t.Datatype])
-			ins = append(ins, &pb.ModelInput{Name: t.Name, DataType: dt, Dims: t.Dims})
-			outs = append(outs, &pb.ModelOutput{Name: t.Name, DataType: dt, Dims: t.Dims})
-		}
-		return ins, outs
+	dtype := func(t serving.TensorConfig) pb.DataType { return pb.DataType(pb.DataType_value[t.DataType]) }
+	var ins []*pb.ModelInput
+	for _, t := range c.Inputs {
+		ins = append(ins, &pb.ModelInput{Name: t.Name, DataType: dtype(t), Dims: t.Dims})
 	}
-	ins, _ := tensors(c.Inputs)
-	_, outs := tensors(c.Outputs)
+	var outs []*pb.ModelOutput
+	for _, t := range c.Outputs {
+		outs = append(outs, &pb.ModelOutput{Name: t.Name, DataType: dtype(t), Dims: t.Dims})
+	}
 	group := &pb.ModelInstanceGroup{Name: c.Name, Count: int32(c.Instances), Kind: pb.ModelInstanceGroup_KIND_CPU}
 	if len(c.GPUs) > 0 {
 		group.Kind = pb.ModelInstanceGroup_KIND_GPU

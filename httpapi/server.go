@@ -259,7 +259,7 @@ func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
 func (s *Server) ready(ctx *fasthttp.RequestCtx) *serving.Instance {
 	st, reason := s.State()
 	inst := s.slot.Current()
-	if (st != serving.StateReady && st != serving.StateDraining) || inst == nil {
+	if !st.Serving() || inst == nil {
 		e := newError(503, CodeNotReady, "the server is not ready: "+reason, map[string]any{"status": st.String()})
 		e.RetryAfter = 1
 		writeError(ctx, e)
@@ -324,11 +324,11 @@ func (s *Server) submitError(err error) *APIError {
 	f := serving.Classify(err, s.cfg.Timeout)
 	switch f.Kind {
 	case serving.KindInvalidInput:
-		d := map[string]any{}
-		if ie := f.Input; ie.Input != "" {
+		d, ie := map[string]any{}, f.Input
+		if ie.Input != "" {
 			d["input"] = ie.Input
 		}
-		if ie := f.Input; ie.Expected != "" {
+		if ie.Expected != "" {
 			d["expected"] = ie.Expected
 			d["received"] = ie.Received
 		}

@@ -15,7 +15,7 @@ func v2ConfigJSON(c serving.ModelConfig) map[string]any {
 	tensors := func(ts []serving.TensorConfig, input bool) []map[string]any {
 		out := make([]map[string]any, len(ts))
 		for i, t := range ts {
-			m := map[string]any{"name": t.Name, "data_type": "TYPE_" + t.Datatype, "dims": t.Dims, "is_shape_tensor": false}
+			m := map[string]any{"name": t.Name, "data_type": t.DataType, "dims": t.Dims, "is_shape_tensor": false}
 			if input {
 				m["format"], m["allow_ragged_batch"], m["optional"] = "FORMAT_NONE", false, false
 			} else {

@@ -98,9 +98,10 @@ func Extensions() []string {
 
 // TensorConfig is one input or output in a model configuration.
 type TensorConfig struct {
-	Name     string
-	DType    engine.DType
-	Datatype string // the protocol's name of DType
+	Name string
+	// DataType is the model configuration's name of the element type:
+	// TYPE_FP32, TYPE_INT64...
+	DataType string
 	// Dims are the tensor's dimensions without the batch axis when the
 	// configuration's MaxBatchSize > 0; -1 is any size.
 	Dims []int64
@@ -150,7 +151,7 @@ func Config(inst *Instance, filename string) ModelConfig {
 			if batched {
 				dims = dims[1:]
 			}
-			out[i] = TensorConfig{Name: sp.Name, DType: sp.DType, Datatype: DatatypeName(sp.DType), Dims: append([]int64{}, dims...)}
+			out[i] = TensorConfig{Name: sp.Name, DataType: "TYPE_" + DatatypeName(sp.DType), Dims: append([]int64{}, dims...)}
 		}
 		return out
 	}

@@ -310,11 +310,9 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	id := fmt.Sprintf("dep-%d-%d", time.Now().Unix(), d.n)
 	d.mu.Unlock()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
+	if _, err := pickPort(req.Port); err != nil {
 		return nil, conflict("port %d on 127.0.0.1 is in use by another process; choose another port", req.Port)
 	}
-	ln.Close()
 	grpcPort, err := pickPort(req.GRPCPort)
 	if err != nil {
 		return nil, conflict("grpc_port %d on 127.0.0.1 is in use by another process; choose another, or leave it out to pick a free one", req.GRPCPort)
