@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"slices"
+	"unsafe"
 
 	"github.com/fw-serve/fw/engine"
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
@@ -35,7 +36,9 @@ func specIndex(specs []engine.TensorSpec, name string) int {
 // and builds the input tensors. Every size is checked before anything is
 // allocated: the shape's element count against the bytes or values that
 // carry it (which the message size limit bounds) and the rows against
-// maxRows (0: none). The tensors do not alias req.
+// maxRows (0: none). Raw inputs are used in place (they alias req's
+// raw_input_contents, which the caller must not change); typed ones are
+// copied.
 func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows int) (*request, error) {
 	raw := req.GetRawInputContents()
 	if len(raw) > 0 && len(raw) != len(req.GetInputs()) {
@@ -163,12 +166,18 @@ func decodeInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSp
 	if maxRows > 0 && len(shape) > 0 && shape[0] > int64(maxRows) {
 		return engine.Tensor{}, status.Errorf(codes.ResourceExhausted, "input %q: shape %s has %d rows on its first axis, above the limit of %d per request (--max-rows); split the request", name, serving.ShapeString(shape), shape[0], maxRows)
 	}
+	if useRaw && len(rawData) > 0 && uintptr(unsafe.Pointer(&rawData[0]))%uintptr(dt.Size()) == 0 {
+		// The bytes are already the tensor: protobuf decoding gave the
+		// message its own copy of them (grpc frees its receive buffer), and
+		// the batcher and the engine only read inputs.
+		return engine.Tensor{DType: dt, Shape: shape, Data: rawData}, nil
+	}
 	t, err := engine.NewTensor(dt, shape)
 	if err != nil {
 		return engine.Tensor{}, invalid("input %q: %v", name, err)
 	}
 	if useRaw {
-		copy(t.Data, rawData)
+		copy(t.Data, rawData) // empty, or not aligned for the element type
 		return t, nil
 	}
 	if err := fillTyped(t, contents, name); err != nil {
