@@ -228,9 +228,6 @@ Flags:
 	return code
 }
 
-// modelExts are the file names modelFile takes from a directory.
-var modelExts = []string{".onnx", ".pt", ".pth", ".pt2", ".ts", ".torchscript"}
-
 // modelFile returns path, or for a directory (KServe's /mnt/models, where
 // its storage initializer puts the model) the one model file in it.
 func modelFile(path string) (string, error) {
@@ -242,10 +239,11 @@ func modelFile(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("--model %s: %w", path, err)
 	}
+	modelExts := []string{".onnx", ".pt", ".pth", ".pt2", ".ts", ".torchscript"}
 	var found []string
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || !slices.ContainsFunc(modelExts, func(x string) bool { return strings.HasSuffix(strings.ToLower(name), x) }) {
+		if strings.HasPrefix(name, ".") || !slices.Contains(modelExts, strings.ToLower(filepath.Ext(name))) {
 			continue
 		}
 		if fi, err := os.Stat(filepath.Join(path, name)); err == nil && fi.Mode().IsRegular() {
