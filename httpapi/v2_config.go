@@ -46,31 +46,24 @@ func v2ConfigJSON(c serving.ModelConfig) map[string]any {
 	}
 }
 
-func durationJSON(d serving.Duration) map[string]any {
-	return map[string]any{"count": d.Count, "ns": d.NS}
-}
-
-// v2Stats writes the statistics of inst's model, Triton's shape.
+// v2Stats writes the statistics of inst's model, Triton's shape (serving's
+// Duration and BatchStat carry Triton's JSON names).
 func (s *Server) v2Stats(ctx *fasthttp.RequestCtx, inst *serving.Instance) {
 	snap := s.stats.Snapshot()
-	batches := make([]map[string]any, len(snap.Batches))
-	for i, b := range snap.Batches {
-		batches[i] = map[string]any{
-			"batch_size": b.BatchSize, "compute_input": durationJSON(b.ComputeInput),
-			"compute_infer": durationJSON(b.ComputeInfer), "compute_output": durationJSON(b.ComputeOutput),
-		}
+	batches := snap.Batches
+	if batches == nil {
+		batches = []serving.BatchStat{}
 	}
-	zero := durationJSON(serving.Duration{})
 	writeJSON(ctx, 200, map[string]any{"model_stats": []any{map[string]any{
 		"name":            inst.Model.Name(),
 		"version":         inst.Model.Version(),
 		"last_inference":  snap.LastInference,
 		"inference_count": snap.InferenceCount,
 		"execution_count": snap.ExecutionCount,
-		"inference_stats": map[string]any{
-			"success": durationJSON(snap.Success), "fail": durationJSON(snap.Fail), "queue": durationJSON(snap.Queue),
-			"compute_input": durationJSON(snap.ComputeInput), "compute_infer": durationJSON(snap.ComputeInfer),
-			"compute_output": durationJSON(snap.ComputeOutput), "cache_hit": zero, "cache_miss": zero,
+		"inference_stats": map[string]serving.Duration{
+			"success": snap.Success, "fail": snap.Fail, "queue": snap.Queue,
+			"compute_input": snap.ComputeInput, "compute_infer": snap.ComputeInfer, "compute_output": snap.ComputeOutput,
+			"cache_hit": {}, "cache_miss": {},
 		},
 		"batch_stats":  batches,
 		"memory_usage": []any{},
