@@ -221,7 +221,10 @@ func (a *applier) handle(ctx context.Context, rs *runState, ev *Event, t int64) 
 		if err := a.tx.QueryRowContext(ctx, a.s.q(`SELECT name FROM experiments WHERE id = ?`), rs.experimentID).Scan(&expName); err != nil {
 			return fmt.Errorf("reading the experiment of run %s: %w", rs.id, err)
 		}
-		if expName != ev.Experiment {
+		if ev.ExperimentID != "" && rs.experimentID != ev.ExperimentID {
+			return evErr(CodeRunConflict, "run %s belongs to experiment %q, not to the experiment with ID %s", rs.id, expName, ev.ExperimentID)
+		}
+		if ev.ExperimentID == "" && expName != ev.Experiment {
 			return evErr(CodeRunConflict, "run %s belongs to experiment %q, not %q", rs.id, expName, ev.Experiment)
 		}
 		if err := validateTags(ev.Tags, nil); err != nil {

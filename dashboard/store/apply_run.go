@@ -29,8 +29,10 @@ func (a *applier) experimentID(ctx context.Context, name, description string, t 
 }
 
 func (a *applier) createRun(ctx context.Context, ev *Event, t int64) (*runState, error) {
-	if err := ValidateName(ev.Experiment); err != nil {
-		return nil, evErr(CodeInvalidName, "experiment: %v", err)
+	if ev.ExperimentID == "" {
+		if err := ValidateName(ev.Experiment); err != nil {
+			return nil, evErr(CodeInvalidName, "experiment: %v", err)
+		}
 	}
 	name := ev.Name
 	if name == "" {
@@ -74,8 +76,17 @@ func (a *applier) createRun(ctx context.Context, ev *Event, t int64) (*runState,
 	if err := validateSource(src); err != nil {
 		return nil, err
 	}
-	expID, err := a.experimentID(ctx, ev.Experiment, "", t)
-	if err != nil {
+	expID := ev.ExperimentID
+	var err error
+	if expID != "" {
+		var n int
+		if err := a.tx.QueryRowContext(ctx, a.s.q(`SELECT COUNT(*) FROM experiments WHERE id = ?`), expID).Scan(&n); err != nil {
+			return nil, fmt.Errorf("looking up experiment %s: %w", expID, err)
+		}
+		if n == 0 {
+			return nil, evErr(CodeNotFound, "no experiment with ID %s", expID)
+		}
+	} else if expID, err = a.experimentID(ctx, ev.Experiment, "", t); err != nil {
 		return nil, err
 	}
 	var args any

@@ -146,8 +146,10 @@ type Event struct {
 	// Time is when it happened (defaults to when it is applied).
 	Time Timestamp `json:"time,omitzero"`
 
-	// run_start
+	// run_start: the experiment by name (created when missing), or by
+	// ExperimentID (which must exist; it wins over the name).
 	Experiment       string         `json:"experiment,omitempty"`
+	ExperimentID     string         `json:"experiment_id,omitempty"`
 	Name             string         `json:"name,omitempty"`
 	Description      string         `json:"description,omitempty"`
 	Source           *Source        `json:"source,omitempty"`

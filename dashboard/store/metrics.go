@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/fw-serve/fw/dashboard/query"
 )
@@ -246,6 +247,72 @@ func (s *sqlStore) blockItems(ctx context.Context, rid, key int64, shift uint, f
 			return nil, fmt.Errorf("reading rollups: %w", err)
 		}
 		out = append(out, it)
+	}
+	return out, rows.Err()
+}
+
+// Point is one stored value of a metric key, with the time it was logged.
+type Point struct {
+	Step  int64     `json:"step"`
+	Value float64   `json:"value"` // NaN when a NaN was logged
+	Time  time.Time `json:"time"`
+}
+
+// HistoryQuery pages through one metric key's raw points by step.
+type HistoryQuery struct {
+	// Key is the metric key.
+	Key string
+	// AfterStep, when set, returns the points after that step (the previous
+	// page's last step); MinStep and MaxStep bound the steps (inclusive).
+	AfterStep, MinStep, MaxStep *int64
+	// Limit is the most points returned (default 1000, at most 100000).
+	Limit int
+}
+
+// History reads the raw points of one training-metric key of a run, oldest
+// step first (the MLflow API's get-history; the UI reads Metrics instead).
+// An unknown run is code not_found; a key the run never logged gives none.
+func (s *sqlStore) History(ctx context.Context, runID string, q HistoryQuery) ([]Point, error) {
+	n := q.Limit
+	if n <= 0 {
+		n = 1000
+	}
+	if n > 100000 {
+		return nil, errf(CodeInvalidArgument, "limit %d is over 100000", n)
+	}
+	rid, err := s.runRID(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	a := query.NewArgs(s.d)
+	text := `SELECT m.step, m.value, m.wall FROM metrics m JOIN metric_keys k ON k.id = m.key_id WHERE m.run_rid = ` + a.Add(rid) +
+		` AND k.kind = ` + a.Add(int64(kindMetric)) + ` AND k.name = ` + a.Add(q.Key)
+	if q.AfterStep != nil {
+		text += ` AND m.step > ` + a.Add(*q.AfterStep)
+	}
+	if q.MinStep != nil {
+		text += ` AND m.step >= ` + a.Add(*q.MinStep)
+	}
+	if q.MaxStep != nil {
+		text += ` AND m.step <= ` + a.Add(*q.MaxStep)
+	}
+	text += ` ORDER BY m.step LIMIT ` + a.Add(int64(n))
+	rows, err := s.rdb.QueryContext(ctx, text, a.Values()...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the history of %q of run %s: %w", q.Key, runID, err)
+	}
+	defer rows.Close()
+	out := []Point{}
+	for rows.Next() {
+		var p Point
+		var v sql.NullFloat64
+		var wall int64
+		if err := rows.Scan(&p.Step, &v, &wall); err != nil {
+			return nil, fmt.Errorf("reading the history of %q of run %s: %w", q.Key, runID, err)
+		}
+		p.Value = nanIfNull(v)
+		p.Time = time.Unix(0, wall).UTC()
+		out = append(out, p)
 	}
 	return out, rows.Err()
 }

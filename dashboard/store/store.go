@@ -28,7 +28,8 @@ type Store interface {
 	// DeleteExperiment hard-deletes an experiment and all its runs (rows and files).
 	DeleteExperiment(ctx context.Context, id string) error
 
-	// ListRuns lists runs matching q (q.Experiment narrows to one experiment).
+	// ListRuns lists runs matching q (q.Experiment narrows to one experiment;
+	// an unknown one is code not_found).
 	ListRuns(ctx context.Context, q ListQuery) (RunPage, error)
 	// GetRun returns a run with its params, tags and metric summaries.
 	GetRun(ctx context.Context, id string) (Run, error)
@@ -41,6 +42,9 @@ type Store interface {
 	// Metrics reads metric (or system metric) series of a run, downsampled
 	// on the server to at most q.MaxPoints buckets per key.
 	Metrics(ctx context.Context, runID string, q MetricsQuery) ([]Series, error)
+	// History reads one metric key's raw points with their times, by step
+	// (see HistoryQuery).
+	History(ctx context.Context, runID string, q HistoryQuery) ([]Point, error)
 	// Logs reads captured log lines (see LogQuery).
 	Logs(ctx context.Context, runID string, q LogQuery) ([]LogLine, error)
 	// Checkpoints lists a run's checkpoints by step.
