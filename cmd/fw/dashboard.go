@@ -15,6 +15,7 @@ import (
 
 	"github.com/fw-serve/fw/dashboard/api"
 	"github.com/fw-serve/fw/dashboard/jobs"
+	"github.com/fw-serve/fw/dashboard/mlflow"
 	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
@@ -56,6 +57,7 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	corsOrigins := de.StringEnv("cors-origins", "FW_DASHBOARD_CORS_ORIGINS", "", "comma-separated origins (https://ui.example.com) whose pages may call the API from a browser; default none: only the dashboard's own pages may change its data")
 	sysInterval := de.DurationEnv("system-interval", "FW_DASHBOARD_SYSTEM_INTERVAL", time.Second, "how often the host's CPU, memory, disk and GPU are sampled (GET /api/system/status, /metrics)")
 	sysHistory := de.DurationEnv("system-history", "FW_DASHBOARD_SYSTEM_HISTORY", 5*time.Minute, "how long samples are kept in memory for the home page's charts (GET /api/system/history)")
+	maxArtifactMiB := de.IntEnv("max-artifact-mib", "FW_DASHBOARD_MAX_ARTIFACT_MIB", mlflow.DefaultMaxArtifactBytes>>20, "largest file uploaded through MLflow's artifact API (PUT /api/2.0/mlflow-artifacts/artifacts/...), in MiB")
 	uiDir := de.StringEnv("ui-dir", "FW_DASHBOARD_UI_DIR", "", "serve the web UI from this directory (a `vite build --outDir DIR`) instead of the one built into the binary; for working on the UI")
 	logFormat := de.StringEnv("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := de.StringEnv("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
@@ -66,7 +68,9 @@ Serves the dashboard: the web UI at / (Home, Experiments, Models, Training),
 its API under /api (experiments and runs, metrics and logs, compare, training
 jobs from registered recipes, the model registry with export and deploy,
 system status; GET /docs and /openapi.json describe it), the SDK's ingest
-endpoint POST /api/ingest, the live stream WS /api/training/stream
+endpoint POST /api/ingest, MLflow's tracking REST API under
+/api/2.0/mlflow (MLFLOW_TRACKING_URI=http://HOST:PORT; docs/mlflow.md), the
+live stream WS /api/training/stream
 (docs/stream.md), GET /health and GET /metrics (Prometheus). The store is
 SQLite in --experiment-dir, or PostgreSQL when FW_DATABASE_URL is set. Spool
 files left by training processes that could not reach the dashboard are
@@ -90,6 +94,10 @@ Flags:
 	}
 	if *sysInterval < 100*time.Millisecond || *sysHistory < *sysInterval || *sysHistory > 24*time.Hour {
 		fmt.Fprintln(stderr, "fw dashboard: --system-interval must be at least 100ms and --system-history between it and 24h")
+		return 2
+	}
+	if *maxArtifactMiB < 1 || *maxArtifactMiB > 1<<20 {
+		fmt.Fprintln(stderr, "fw dashboard: --max-artifact-mib must be within 1..1048576")
 		return 2
 	}
 	if !isLoopback(*host) && *token == "" {
@@ -159,7 +167,7 @@ Flags:
 		artDir = filepath.Join(*expDir, "artifacts")
 	}
 	srv := api.New(base, pst, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir,
-		Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins)}, log)
+		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins)}, log)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, *sysInterval, *sysHistory, log)
 	defer sampler.Close()
 	srv.SetSystem(sampler)

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/fw-serve/fw/dashboard/jobs"
+	"github.com/fw-serve/fw/dashboard/mlflow"
 	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/internal/hostguard"
@@ -49,6 +50,9 @@ type Config struct {
 	// /health, /metrics and /openapi.json (open without the token: the page
 	// holds no data; its API calls need the token).
 	UI *webui.Site
+	// MaxArtifactBytes bounds one artifact uploaded through MLflow's
+	// artifact API (default mlflow.DefaultMaxArtifactBytes).
+	MaxArtifactBytes int64
 	// Hosts is the accepted Host headers (--allowed-hosts); nil accepts any.
 	// CORSOrigins may call the API from a browser (--cors-origins). See guard.
 	Hosts       *hostguard.Policy
@@ -65,6 +69,7 @@ type Server struct {
 	base     context.Context
 	jobs     atomic.Pointer[jobs.Manager] // nil until SetJobs: /api/training answers 503
 	docsSite *docsite.Site                // /docs and /openapi.json
+	mlflow   *mlflow.Server               // MLflow's tracking API over the same store (/api/2.0/mlflow/...)
 	// registry is nil until SetRegistry: /api/models answers 503.
 	registry atomic.Pointer[registry.Service]
 
@@ -87,6 +92,7 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 		cfg.Version = "dev"
 	}
 	s := &Server{st: st, cfg: cfg, log: log, base: base, started: time.Now(), docsSite: newDocsSite(nil), guard: newGuard(cfg)}
+	s.mlflow = mlflow.New(base, st, mlflow.Config{ArtifactDir: cfg.ArtifactDir, MaxBodyBytes: cfg.MaxBodyBytes, MaxArtifactBytes: cfg.MaxArtifactBytes}, log)
 	if cfg.Token != "" {
 		s.token = sha256.Sum256([]byte(cfg.Token))
 	}
@@ -120,6 +126,14 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	}
 	if path == "/openapi.json" || path == "/docs" || strings.HasPrefix(path, "/docs/") { // open, like /health (docs.go)
 		s.docs(ctx, path)
+		return
+	}
+	if mlflow.Owns(path) { // MLflow's tracking API: the same token, MLflow's error shape (docs/mlflow.md)
+		if !s.authorized(ctx) {
+			mlflow.Unauthorized(ctx)
+			return
+		}
+		s.mlflow.Handler(ctx, path)
 		return
 	}
 	if path != "/api" && !strings.HasPrefix(path, "/api/") {

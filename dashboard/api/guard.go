@@ -94,7 +94,7 @@ func (s *Server) guardRequest(ctx *fasthttp.RequestCtx, path string) bool {
 		writeError(ctx, apiErr(403, CodeForbidden, fmt.Sprintf("the dashboard is not served under the name %q (a page on another name may be reaching it through DNS rebinding); open it as http://localhost:PORT or http://127.0.0.1:PORT, or start it with --allowed-hosts naming this host (FW_DASHBOARD_ALLOWED_HOSTS)", host)))
 		return false
 	}
-	if path != "/api" && !strings.HasPrefix(path, "/api/") {
+	if path != "/api" && !strings.HasPrefix(path, "/api/") && !strings.HasPrefix(path, "/ajax-api/") {
 		return true
 	}
 	origin := ctx.Request.Header.Peek("Origin")
@@ -170,6 +170,8 @@ func checkContentType(path string, ct []byte) *Error {
 		want = append(want, "multipart/form-data", "application/octet-stream")
 	case strings.HasPrefix(path, "/api/deployments/") && strings.Count(strings.Trim(path, "/"), "/") >= 3:
 		return nil // proxied to the deployment, which checks its own types
+	case strings.HasPrefix(path, "/api/2.0/mlflow-artifacts/artifacts/") || strings.HasPrefix(path, "/ajax-api/2.0/mlflow-artifacts/artifacts/"):
+		return nil // an artifact upload is the file itself, of any type (MLflow's client sends its guessed type)
 	}
 	mt, _, err := mime.ParseMediaType(string(ct))
 	if err == nil {

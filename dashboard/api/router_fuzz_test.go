@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,12 +32,13 @@ type fuzzDash struct {
 
 func newFuzzDash(f *testing.F) *fuzzDash {
 	f.Helper()
-	st, err := store.Open(context.Background(), store.Config{Dir: f.TempDir()})
+	dir := f.TempDir()
+	st, err := store.Open(context.Background(), store.Config{Dir: dir})
 	if err != nil {
 		f.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	srv := New(ctx, st, Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv := New(ctx, st, Config{ArtifactDir: filepath.Join(dir, "artifacts"), CheckpointDir: filepath.Join(dir, "checkpoints")}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	srv.SetMetrics(prometheus.NewRegistry())
 	f.Cleanup(func() {
 		cancel()
@@ -148,5 +151,79 @@ func FuzzDashboardListParams(f *testing.F) {
 		m := url.Values{"keys": {sort}, "max_points": {limit}, "system": {filter}}
 		code, out := d.serve("GET", "/api/runs/r1/metrics?"+m.Encode(), "", nil, false)
 		d.check(t, code, out)
+	})
+}
+
+// FuzzMLflowAPI: MLflow's tracking API (/api/2.0/mlflow/...) with any
+// endpoint, method, body and query: no panic, no 5xx, every error in
+// MLflow's shape ({"error_code", "message"}), and nothing slower than 2 s.
+func FuzzMLflowAPI(f *testing.F) {
+	d := newFuzzDash(f)
+	for _, s := range [][3]string{
+		{"POST", "runs/create", `{"experiment_id":"0","start_time":"1700000000000","tags":[{"key":"mlflow.runName","value":"a b #1"}]}`},
+		{"POST", "runs/log-batch", `{"run_id":"r1","metrics":[{"key":"loss","value":"NaN","timestamp":"1","step":"9223372036854775807"}],"params":[{"key":"p","value":"v"}]}`},
+		{"POST", "runs/log-metric", `{"run_id":"r1","key":"k","value":1e309,"timestamp":-1,"step":-5}`},
+		{"POST", "runs/search", `{"experiment_ids":["0","x"],"filter":"metrics.loss > 0.1 and params.opt = 'sgd' and attributes.status IN ('RUNNING')","order_by":["metrics.loss DESC"],"max_results":3,"page_token":"AAAA"}`},
+		{"POST", "runs/update", `{"run_id":"r1","status":"KILLED","end_time":1}`},
+		{"POST", "runs/delete", `{"run_id":"r1"}`},
+		{"POST", "runs/log-inputs", `{"run_id":"r1","datasets":[{"dataset":{"name":"d","digest":"x"}}]}`},
+		{"POST", "experiments/create", `{"name":"e/1","tags":[{"key":"mlflow.note.content","value":"n"}]}`},
+		{"POST", "experiments/search", `{"filter":"name LIKE 'f%'","view_type":"ALL","order_by":["creation_time DESC"]}`},
+		{"GET", "metrics/get-history?run_id=r1&metric_key=loss&max_results=1&page_token=0", ``},
+		{"GET", "metrics/get-history-bulk-interval?run_ids=r1&run_ids=r2&metric_key=loss&start_step=0&end_step=5", ``},
+		{"GET", "artifacts/list?run_id=r1&path=../..", ``},
+		{"GET", "experiments/get-by-name?experiment_name=fuzz", ``},
+		{"PUT", "../mlflow-artifacts/artifacts/0/r1/artifacts/a/b.txt", `hello`},
+		{"GET", "../mlflow-artifacts/artifacts?path=0/r1/artifacts/a", ``},
+		{"POST", "runs/log-batch", `{"run_id":"r1","metrics":[` + string(bytes.Repeat([]byte(`{"key":"k","value":1,"step":1},`), 50)) + `{}]}`},
+		{"POST", "nope", `{`},
+	} {
+		f.Add(s[0], s[1], []byte(s[2]))
+	}
+	f.Fuzz(func(t *testing.T, method, route string, body []byte) {
+		if len(body) > 64<<10 || len(route) > 512 || len(method) > 16 {
+			return
+		}
+		switch method {
+		case "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD":
+		default:
+			return
+		}
+		prefix := "/api/2.0/mlflow/"
+		if len(route)%2 == 1 {
+			prefix = "/ajax-api/2.0/mlflow/"
+		}
+		uri := prefix + route
+		if _, err := url.ParseRequestURI(uri); err != nil {
+			return
+		}
+		start := time.Now()
+		ctx := testreq.Serve(d.srv.Handler, method, uri, "application/json", body, len(body)%3 == 0)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("%s %s took %s", method, uri, took)
+		}
+		code, out := ctx.Response.StatusCode(), ctx.Response.Body()
+		var m dto.Metric
+		if err := d.srv.prom.panics.Write(&m); err != nil || m.GetCounter().GetValue() != 0 {
+			t.Fatalf("a route panicked: %s %s -> %d %s", method, uri, code, out)
+		}
+		if code >= 500 {
+			t.Fatalf("%s %s: status %d: %s", method, uri, code, out)
+		}
+		if code < 300 || method == "HEAD" {
+			return
+		}
+		path := string(ctx.Path())
+		var e map[string]any
+		if err := json.Unmarshal(out, &e); err != nil {
+			t.Fatalf("%s %s: %d answer is not JSON: %s", method, uri, code, out)
+		}
+		if strings.Contains(path, "/2.0/mlflow") {
+			if e["error_code"] == nil || e["message"] == nil {
+				t.Fatalf("%s %s (%s): %d without MLflow's error shape: %s", method, uri, path, code, out)
+			}
+		} else if e["error"] == nil {
+			t.Fatalf("%s %s (%s): %d without fw's error shape: %s", method, uri, path, code, out)
+		}
 	})
 }

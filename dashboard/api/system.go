@@ -1,6 +1,7 @@
 package api
 
 import (
+	"github.com/fw-serve/fw/dashboard/mlflow"
 	"os"
 	"runtime"
 	"strconv"
@@ -95,6 +96,9 @@ var (
 func routePattern(path string) string {
 	if path == "/health" || path == "/metrics" {
 		return path
+	}
+	if mlflow.Owns(path) {
+		return mlflow.RoutePattern(path)
 	}
 	if !strings.HasPrefix(path, "/api/") {
 		return "other"

@@ -1,0 +1,260 @@
+package mlflow
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/valyala/fasthttp"
+)
+
+// fileInfo is MLflow's FileInfo.
+type fileInfo struct {
+	Path     string `json:"path"`
+	IsDir    bool   `json:"is_dir"`
+	FileSize *int64 `json:"file_size,omitempty"`
+}
+
+// artifactsProxy answers MLflow's proxied artifact API under
+// /api/2.0/mlflow-artifacts/artifacts: PUT uploads a file, GET downloads it,
+// GET on the root with ?path= lists a directory. Paths are
+// <experiment id>/<run id>/artifacts/<path>, as runs' artifact_uri gives
+// them; files land in fw's artifact directory of the run (the same path
+// checks as fw's own uploads: store.ValidateRelPath and SafeJoin, no
+// symbolic link out of the run's directory), and each upload is recorded as
+// the run's artifact event.
+func (s *Server) artifactsProxy(ctx *fasthttp.RequestCtx, sub string) {
+	if s.cfg.ArtifactDir == "" {
+		writeErr(ctx, errf(503, codeUnavailable, "the dashboard has no artifact directory; start it with FW_ARTIFACT_DIR or FW_EXPERIMENT_DIR"))
+		return
+	}
+	sub = strings.TrimPrefix(sub, "/")
+	method := string(ctx.Method())
+	if sub == "" {
+		if method != "GET" && method != "HEAD" {
+			ctx.Response.Header.Set("Allow", "GET")
+			writeErr(ctx, errf(405, codeBadRequest, "list artifacts with GET ?path=<experiment id>/<run id>/artifacts[/dir]"))
+			return
+		}
+		s.proxyList(ctx, string(ctx.QueryArgs().Peek("path")))
+		return
+	}
+	runID, rel, e := splitArtifactPath(sub)
+	if e != nil {
+		writeErr(ctx, e)
+		return
+	}
+	if rel == "" {
+		writeErr(ctx, errf(400, codeInvalidParameter, "name a file under %s/artifacts/", runID))
+		return
+	}
+	switch method {
+	case "PUT":
+		if e := s.upload(ctx, runID, rel); e != nil {
+			writeErr(ctx, e)
+			return
+		}
+		writeJSON(ctx, 200, struct{}{})
+	case "GET", "HEAD":
+		s.downloadFile(ctx, runID, rel)
+	default:
+		ctx.Response.Header.Set("Allow", "GET, PUT")
+		writeErr(ctx, errf(405, codeBadRequest, "artifacts take GET (download) and PUT (upload); fw does not delete single artifacts (fw's DELETE /api/runs/{id} removes a run with its files)"))
+	}
+}
+
+// splitArtifactPath splits <exp>/<run>/artifacts[/rel].
+func splitArtifactPath(p string) (runID, rel string, e *apiError) {
+	parts := strings.SplitN(strings.Trim(p, "/"), "/", 4)
+	if len(parts) < 3 || parts[2] != "artifacts" {
+		return "", "", errf(400, codeInvalidParameter, "artifact path %q must be <experiment id>/<run id>/artifacts/<path>, as the run's artifact_uri gives it", p)
+	}
+	if err := store.ValidateID(parts[1]); err != nil {
+		return "", "", errf(404, codeNotFound, "Run with id=%s not found", parts[1])
+	}
+	if len(parts) == 4 {
+		rel = parts[3]
+		if err := store.ValidateRelPath(rel); err != nil {
+			return "", "", errf(400, codeInvalidParameter, "artifact path: %v", err)
+		}
+	}
+	return parts[1], rel, nil
+}
+
+func (s *Server) upload(ctx *fasthttp.RequestCtx, runID, rel string) *apiError {
+	if _, err := s.st.GetRun(s.base, runID); err != nil {
+		return s.runErr(err, runID)
+	}
+	dst, err := store.SafeJoin(s.cfg.ArtifactDir, runID+"/"+rel)
+	if err != nil {
+		return errf(400, codeInvalidParameter, "artifact path %q: %v", rel, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		s.log.Error("mlflow api: creating an artifact directory", "run", runID, "err", err)
+		return errf(500, codeInternal, "creating the artifact's directory failed; see the dashboard's log")
+	}
+	// SafeJoin again now that the directories exist (a symbolic link made in
+	// between is refused).
+	if dst, err = store.SafeJoin(s.cfg.ArtifactDir, runID+"/"+rel); err != nil {
+		return errf(400, codeInvalidParameter, "artifact path %q: %v", rel, err)
+	}
+	var suffix [6]byte
+	_, _ = rand.Read(suffix[:])
+	tmp := dst + ".upload-" + hex.EncodeToString(suffix[:])
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		s.log.Error("mlflow api: creating an artifact", "run", runID, "err", err)
+		return errf(500, codeInternal, "writing the artifact failed; see the dashboard's log")
+	}
+	defer os.Remove(tmp) // after the rename, a no-op
+	var body io.Reader = ctx.RequestBodyStream()
+	if body == nil {
+		body = strings.NewReader(string(ctx.PostBody()))
+	}
+	n, err := io.Copy(f, io.LimitReader(body, s.cfg.MaxArtifactBytes+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return errf(400, codeBadRequest, "reading the artifact's body: %v", err)
+	}
+	if n > s.cfg.MaxArtifactBytes {
+		return errf(413, codeLimitExceeded, "the artifact is larger than %d bytes (--max-artifact-bytes)", s.cfg.MaxArtifactBytes)
+	}
+	if st, err := os.Lstat(dst); err == nil && !st.Mode().IsRegular() {
+		return errf(400, codeInvalidParameter, "artifact path %q names a directory", rel)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		s.log.Error("mlflow api: storing an artifact", "run", runID, "err", err)
+		return errf(500, codeInternal, "storing the artifact failed; see the dashboard's log")
+	}
+	return s.apply(s.base, runID, []store.Event{{Type: store.EventArtifact, Path: rel, Size: ptr(n)}})
+}
+
+func (s *Server) downloadFile(ctx *fasthttp.RequestCtx, runID, rel string) {
+	arts, err := s.st.Artifacts(s.base, runID)
+	if err != nil {
+		writeErr(ctx, s.runErr(err, runID))
+		return
+	}
+	listed := false
+	for _, a := range arts {
+		if a.Path == rel {
+			listed = true
+			break
+		}
+	}
+	if !listed {
+		writeErr(ctx, errf(404, codeNotFound, "run %s has no artifact %q", runID, rel))
+		return
+	}
+	p, err := store.SafeJoin(s.cfg.ArtifactDir, runID+"/"+rel)
+	if err != nil {
+		writeErr(ctx, errf(404, codeNotFound, "run %s has no artifact %q", runID, rel))
+		return
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		writeErr(ctx, errf(404, codeNotFound, "the file of artifact %q of run %s is gone", rel, runID))
+		return
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		writeErr(ctx, errf(404, codeNotFound, "artifact %q of run %s is not a file", rel, runID))
+		return
+	}
+	ctx.SetContentType("application/octet-stream")
+	ctx.Response.Header.Set("Content-Disposition", `attachment; filename="`+strings.ReplaceAll(path.Base(rel), `"`, "")+`"`)
+	ctx.SetBodyStream(f, int(st.Size())) // fasthttp closes f
+}
+
+// children lists the entries directly under dir ("" = the run's root) of a
+// run's artifacts: files with their size, directories once.
+func children(arts []store.Artifact, dir string) []fileInfo {
+	prefix := ""
+	if dir != "" {
+		prefix = dir + "/"
+	}
+	seen := map[string]bool{}
+	out := []fileInfo{}
+	for _, a := range arts {
+		rest, ok := strings.CutPrefix(a.Path, prefix)
+		if !ok || rest == "" {
+			continue
+		}
+		name, _, isDir := strings.Cut(rest, "/")
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		fi := fileInfo{Path: name, IsDir: isDir}
+		if !isDir {
+			fi.FileSize = ptr(a.Size)
+		}
+		out = append(out, fi)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// proxyList answers GET .../mlflow-artifacts/artifacts?path=<exp>/<run>/artifacts[/dir]:
+// the entries of that directory, named relative to it.
+func (s *Server) proxyList(ctx *fasthttp.RequestCtx, p string) {
+	runID, dir, e := splitArtifactPath(p)
+	if e != nil {
+		writeErr(ctx, e)
+		return
+	}
+	arts, err := s.st.Artifacts(s.base, runID)
+	if err != nil {
+		writeErr(ctx, s.runErr(err, runID))
+		return
+	}
+	writeJSON(ctx, 200, map[string]any{"files": children(arts, dir)})
+}
+
+// listRunArtifacts answers the tracking API's artifacts/list?run_id=&path=:
+// entries named relative to the run's artifact root.
+func (s *Server) listRunArtifacts(r *request) (any, *apiError) {
+	id, e := r.runID()
+	if e != nil {
+		return nil, e
+	}
+	dir, e := r.str("path")
+	if e != nil {
+		return nil, e
+	}
+	dir = strings.Trim(dir, "/")
+	if dir != "" {
+		if err := store.ValidateRelPath(dir); err != nil {
+			return nil, errf(400, codeInvalidParameter, "path: %v", err)
+		}
+	}
+	got, err := s.st.GetRun(r.ctx, id)
+	if err != nil {
+		return nil, s.runErr(err, id)
+	}
+	arts, err := s.st.Artifacts(r.ctx, id)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			arts = nil
+		} else {
+			return nil, s.runErr(err, id)
+		}
+	}
+	files := children(arts, dir)
+	if dir != "" {
+		for i := range files {
+			files[i].Path = dir + "/" + files[i].Path
+		}
+	}
+	return map[string]any{"root_uri": s.toRun(got).Info.ArtifactURI, "files": files}, nil
+}

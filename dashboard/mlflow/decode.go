@@ -1,0 +1,209 @@
+package mlflow
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+)
+
+// readBody reads a request body up to limit bytes (MLflow's code beyond it).
+func readBody(ctx *fasthttp.RequestCtx, limit int64) ([]byte, *apiError) {
+	r := ctx.RequestBodyStream()
+	if r == nil {
+		b := ctx.PostBody()
+		if int64(len(b)) > limit {
+			return nil, errf(413, codeLimitExceeded, "the body is larger than %d bytes; send smaller batches", limit)
+		}
+		return b, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, errf(400, codeBadRequest, "reading the request body: %v", err)
+	}
+	if int64(len(b)) > limit {
+		return nil, errf(413, codeLimitExceeded, "the body is larger than %d bytes; send smaller batches", limit)
+	}
+	return b, nil
+}
+
+// raw returns field name as JSON: from the body, or from the query string
+// of a GET (a single value as a JSON string, repeated values as an array).
+func (r *request) raw(name string) (json.RawMessage, bool) {
+	if !r.get {
+		v, ok := r.body[name]
+		if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
+			return nil, false
+		}
+		return v, true
+	}
+	vals, ok := r.query[name]
+	if !ok {
+		return nil, false
+	}
+	if len(vals) == 1 {
+		b, _ := json.Marshal(vals[0])
+		return b, true
+	}
+	b, _ := json.Marshal(vals)
+	return b, true
+}
+
+// str reads a string field ("" when absent).
+func (r *request) str(name string) (string, *apiError) {
+	v, ok := r.raw(name)
+	if !ok {
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		return "", errf(400, codeInvalidParameter, "%s must be a string", name)
+	}
+	return s, nil
+}
+
+// need reads a required string field.
+func (r *request) need(name string) (string, *apiError) {
+	s, e := r.str(name)
+	if e != nil {
+		return "", e
+	}
+	if s == "" {
+		return "", errf(400, codeInvalidParameter, "missing value for required parameter '%s'; see MLflow's REST API docs for the call", name)
+	}
+	return s, nil
+}
+
+// strs reads a repeated string field (absent: nil).
+func (r *request) strs(name string) ([]string, *apiError) {
+	v, ok := r.raw(name)
+	if !ok {
+		return nil, nil
+	}
+	var one string
+	if json.Unmarshal(v, &one) == nil {
+		return []string{one}, nil
+	}
+	var out []string
+	if err := json.Unmarshal(v, &out); err != nil {
+		return nil, errf(400, codeInvalidParameter, "%s must be a list of strings", name)
+	}
+	return out, nil
+}
+
+// int64Field reads an int64 field: protobuf's JSON writes int64 as a string,
+// MLflow's clients and curl users write numbers; both are accepted.
+func (r *request) int64Field(name string) (int64, bool, *apiError) {
+	v, ok := r.raw(name)
+	if !ok {
+		return 0, false, nil
+	}
+	n, err := parseInt64(v)
+	if err != nil {
+		return 0, false, errf(400, codeInvalidParameter, "%s must be an integer: %v", name, err)
+	}
+	return n, true, nil
+}
+
+func parseInt64(v json.RawMessage) (int64, error) {
+	t := strings.TrimSpace(string(v))
+	if strings.HasPrefix(t, `"`) {
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return 0, err
+		}
+		t = s
+	}
+	if n, err := strconv.ParseInt(t, 10, 64); err == nil {
+		return n, nil
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 9e18 {
+		return 0, fmt.Errorf("%s is not an integer", t)
+	}
+	return int64(f), nil
+}
+
+// i64 is an int64 in a JSON object: a number or a string of one.
+type i64 struct {
+	v   int64
+	set bool
+}
+
+func (n *i64) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		return nil
+	}
+	v, err := parseInt64(b)
+	if err != nil {
+		return err
+	}
+	n.v, n.set = v, true
+	return nil
+}
+
+// f64 is a double in a JSON object: a number or "NaN", "Infinity",
+// "-Infinity" (protobuf's JSON for them), or a string of a number.
+type f64 float64
+
+func (f *f64) UnmarshalJSON(b []byte) error {
+	t := strings.TrimSpace(string(b))
+	if strings.HasPrefix(t, `"`) {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		switch s {
+		case "NaN", "nan":
+			*f = f64(math.NaN())
+			return nil
+		case "Infinity", "inf", "+Infinity":
+			*f = f64(math.Inf(1))
+			return nil
+		case "-Infinity", "-inf":
+			*f = f64(math.Inf(-1))
+			return nil
+		}
+		t = s
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil {
+		return fmt.Errorf("%s is not a number", t)
+	}
+	*f = f64(v)
+	return nil
+}
+
+// jsonFloat writes a double the way protobuf's JSON does (NaN and the
+// infinities as strings).
+type jsonFloat float64
+
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	switch {
+	case math.IsNaN(v):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(v, 1):
+		return []byte(`"Infinity"`), nil
+	case math.IsInf(v, -1):
+		return []byte(`"-Infinity"`), nil
+	}
+	return strconv.AppendFloat(nil, v, 'g', -1, 64), nil
+}
+
+// decode reads field name into v (a struct or slice); absent leaves v.
+func (r *request) decode(name string, v any) *apiError {
+	raw, ok := r.raw(name)
+	if !ok {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return errf(400, codeInvalidParameter, "%s is malformed: %v", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,392 @@
+// Package mlflow serves MLflow's tracking REST API 2.0 (under
+// /api/2.0/mlflow/ and /ajax-api/2.0/mlflow/) and its proxied artifact API
+// (/api/2.0/mlflow-artifacts/artifacts/) over the dashboard's own store, so
+// existing MLflow logging code and autologgers write into fw unchanged: one
+// store, the same runs, live on the same stream. Writes become store events
+// (writer "mlflow"), reads come from the store's queries. Errors use MLflow's
+// shape {"error_code", "message"} on these routes only. What maps and what is
+// left out is in docs/mlflow.md.
+package mlflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fw-serve/fw/dashboard/fault"
+	"github.com/fw-serve/fw/dashboard/query"
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/valyala/fasthttp"
+)
+
+// Writer is the event writer name of everything this API logs.
+const Writer = "mlflow"
+
+// DefaultExperiment is the fw experiment that is MLflow's experiment "0".
+const DefaultExperiment = "Default"
+
+// Reserved run tag holding MLflow's soft delete (lifecycle_stage "deleted").
+// It is hidden from MLflow's tag lists and visible in fw's own API.
+const lifecycleTag = "fw.lifecycle"
+
+// MLflow's limits (mlflow/utils/validation.py).
+const (
+	maxMetricsPerBatch = 1000
+	maxParamsPerBatch  = 100
+	maxTagsPerBatch    = 100
+	maxEntitiesBatch   = 1000
+	maxParamValue      = 6000
+	maxResultsRuns     = 50000
+	maxResultsExps     = 50000
+)
+
+// Config configures a Server.
+type Config struct {
+	// ArtifactDir is the root of the runs' artifacts (<dir>/<run id>/<path>),
+	// the same the store and fw's own API use; "" answers 503 on the
+	// artifact routes.
+	ArtifactDir string
+	// MaxBodyBytes bounds a JSON request body.
+	MaxBodyBytes int64
+	// MaxArtifactBytes bounds one uploaded artifact file.
+	MaxArtifactBytes int64
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes     = 64 << 20
+	DefaultMaxArtifactBytes = 4 << 30
+)
+
+// Server answers MLflow's tracking API from a store. Writes to one run are
+// ordered (the stripe lock around sequence numbering and Apply), so
+// concurrent requests for a run (MLflow's asynchronous logging) never reorder
+// or drop each other's events.
+type Server struct {
+	st   store.Store
+	cfg  Config
+	log  *slog.Logger
+	base context.Context
+
+	seq   atomic.Int64 // last sequence number handed out
+	locks [64]sync.Mutex
+
+	defaultMu sync.Mutex
+	defaultID string // fw ID of DefaultExperiment, once known
+}
+
+// New creates a server over st (the publishing store, so MLflow-logged
+// events reach the live stream). base bounds every store call.
+func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxArtifactBytes <= 0 {
+		cfg.MaxArtifactBytes = DefaultMaxArtifactBytes
+	}
+	return &Server{st: st, cfg: cfg, log: log, base: base}
+}
+
+// Owns reports whether path belongs to this API.
+func Owns(path string) bool {
+	return strings.HasPrefix(path, "/api/2.0/mlflow/") || strings.HasPrefix(path, "/ajax-api/2.0/mlflow/") ||
+		strings.HasPrefix(path, "/api/2.0/mlflow-artifacts/") || strings.HasPrefix(path, "/ajax-api/2.0/mlflow-artifacts/") ||
+		path == "/api/2.0/mlflow" || path == "/ajax-api/2.0/mlflow"
+}
+
+// RoutePattern is the metrics label of a path of this API: the endpoint
+// (/api/2.0/mlflow/runs/log-batch, the /ajax-api form counted with it), the
+// artifact API as one route, "other" for unknown ones.
+func RoutePattern(path string) string {
+	rest, ok := strings.CutPrefix(path, "/ajax-api/2.0/")
+	if !ok {
+		rest, _ = strings.CutPrefix(path, "/api/2.0/")
+	}
+	if strings.HasPrefix(rest, "mlflow-artifacts/") {
+		return "/api/2.0/mlflow-artifacts/artifacts"
+	}
+	if r, ok := strings.CutPrefix(rest, "mlflow/"); ok {
+		if _, known := (&Server{}).routes()[r]; known {
+			return "/api/2.0/mlflow/" + r
+		}
+	}
+	return "other"
+}
+
+// Handler answers one request of this API (Owns(path) is true; the caller
+// has checked the token).
+func (s *Server) Handler(ctx *fasthttp.RequestCtx, path string) {
+	rest := path
+	for _, p := range []string{"/api/2.0/", "/ajax-api/2.0/"} {
+		if strings.HasPrefix(rest, p) {
+			rest = rest[len(p):]
+			break
+		}
+	}
+	if a, ok := strings.CutPrefix(rest, "mlflow-artifacts/artifacts"); ok {
+		s.artifactsProxy(ctx, a)
+		return
+	}
+	route := strings.TrimPrefix(rest, "mlflow/")
+	h, ok := s.routes()[route]
+	if !ok {
+		writeErr(ctx, errf(404, codeEndpointNotFound, "no MLflow endpoint %s in fw; see docs/mlflow.md for what fw serves", path))
+		return
+	}
+	method := string(ctx.Method())
+	if method != h.method && !(h.method == "GET" && method == "HEAD") && !(h.alsoGet && method == "GET") {
+		ctx.Response.Header.Set("Allow", h.method)
+		writeErr(ctx, errf(405, codeBadRequest, "%s takes %s, not %s", path, h.method, method))
+		return
+	}
+	req, e := s.request(ctx)
+	if e != nil {
+		writeErr(ctx, e)
+		return
+	}
+	out, e := h.fn(req)
+	if e != nil {
+		writeErr(ctx, e)
+		return
+	}
+	writeJSON(ctx, 200, out)
+}
+
+type route struct {
+	method  string
+	alsoGet bool // search endpoints: MLflow's UI reads them with GET too
+	fn      func(*request) (any, *apiError)
+}
+
+func (s *Server) routes() map[string]route {
+	return map[string]route{
+		"experiments/create":                {method: "POST", fn: s.createExperiment},
+		"experiments/get":                   {method: "GET", fn: s.getExperiment},
+		"experiments/get-by-name":           {method: "GET", fn: s.getExperimentByName},
+		"experiments/search":                {method: "POST", alsoGet: true, fn: s.searchExperiments},
+		"experiments/update":                {method: "POST", fn: s.updateExperiment},
+		"experiments/delete":                {method: "POST", fn: s.deleteExperiment},
+		"experiments/restore":               {method: "POST", fn: s.restoreExperiment},
+		"experiments/set-experiment-tag":    {method: "POST", fn: s.setExperimentTag},
+		"experiments/delete-experiment-tag": {method: "POST", fn: s.deleteExperimentTag},
+		"runs/create":                       {method: "POST", fn: s.createRun},
+		"runs/get":                          {method: "GET", fn: s.getRun},
+		"runs/update":                       {method: "POST", fn: s.updateRun},
+		"runs/delete":                       {method: "POST", fn: s.deleteRun},
+		"runs/restore":                      {method: "POST", fn: s.restoreRun},
+		"runs/search":                       {method: "POST", alsoGet: true, fn: s.searchRuns},
+		"runs/log-metric":                   {method: "POST", fn: s.logMetric},
+		"runs/log-batch":                    {method: "POST", fn: s.logBatch},
+		"runs/log-parameter":                {method: "POST", fn: s.logParam},
+		"runs/set-tag":                      {method: "POST", fn: s.setTag},
+		"runs/delete-tag":                   {method: "POST", fn: s.deleteTag},
+		"runs/log-inputs":                   {method: "POST", fn: s.logInputs},
+		"runs/log-model":                    {method: "POST", fn: s.logModel},
+		"metrics/get-history":               {method: "GET", fn: s.getHistory},
+		"metrics/get-history-bulk-interval": {method: "GET", fn: s.getHistoryBulk},
+		"artifacts/list":                    {method: "GET", fn: s.listRunArtifacts},
+		// MLflow 3's logged models are not kept by fw: a search finds none
+		// (the client searches them when it resolves runs:/ URIs).
+		"logged-models/search": {method: "POST", fn: func(*request) (any, *apiError) { return map[string]any{"models": []any{}}, nil }},
+	}
+}
+
+// request is one decoded API call: the JSON body (POST) or the query string
+// (GET, as MLflow's client sends it) as one object.
+type request struct {
+	ctx  context.Context
+	body map[string]json.RawMessage
+	// query holds GET parameters (repeated ones in order).
+	query url.Values
+	get   bool
+}
+
+func (s *Server) request(ctx *fasthttp.RequestCtx) (*request, *apiError) {
+	r := &request{ctx: s.base}
+	if ctx.IsGet() || ctx.IsHead() {
+		r.get = true
+		r.query = url.Values{}
+		for k, v := range ctx.QueryArgs().All() {
+			r.query.Add(string(k), string(v))
+		}
+		return r, nil
+	}
+	body, e := readBody(ctx, s.cfg.MaxBodyBytes)
+	if e != nil {
+		return nil, e
+	}
+	r.body = map[string]json.RawMessage{}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return r, nil
+	}
+	if err := json.Unmarshal(body, &r.body); err != nil {
+		return nil, errf(400, codeMalformedRequest, "the body must be a JSON object: %v", err)
+	}
+	return r, nil
+}
+
+// apiError is an answer in MLflow's error shape.
+type apiError struct {
+	status int
+	code   string
+	msg    string
+}
+
+// MLflow's error codes (mlflow/protos/databricks.proto).
+const (
+	codeInvalidParameter = "INVALID_PARAMETER_VALUE"
+	codeNotFound         = "RESOURCE_DOES_NOT_EXIST"
+	codeAlreadyExists    = "RESOURCE_ALREADY_EXISTS"
+	codeInvalidState     = "INVALID_STATE"
+	codeBadRequest       = "BAD_REQUEST"
+	codeMalformedRequest = "MALFORMED_REQUEST"
+	codeEndpointNotFound = "ENDPOINT_NOT_FOUND"
+	codeInternal         = "INTERNAL_ERROR"
+	codeUnavailable      = "TEMPORARILY_UNAVAILABLE"
+	codeLimitExceeded    = "RESOURCE_LIMIT_EXCEEDED"
+	codeUnauthenticated  = "UNAUTHENTICATED"
+)
+
+func errf(status int, code, format string, args ...any) *apiError {
+	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// Unauthorized writes the 401 of a missing or wrong token in MLflow's shape.
+func Unauthorized(ctx *fasthttp.RequestCtx) {
+	writeErr(ctx, errf(401, codeUnauthenticated, "missing or wrong token: set MLFLOW_TRACKING_TOKEN to the dashboard's --token (FW_DASHBOARD_TOKEN); MLflow's client sends it as `Authorization: Bearer <token>`"))
+}
+
+// Forbidden and other answers from the dashboard's guard keep fw's shape; the
+// routes here answer in MLflow's.
+func writeErr(ctx *fasthttp.RequestCtx, e *apiError) {
+	writeJSON(ctx, e.status, map[string]string{"error_code": e.code, "message": e.msg})
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = 500
+		b = []byte(`{"error_code":"INTERNAL_ERROR","message":"encoding the answer failed"}`)
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+// fromStore maps a store error to MLflow's codes.
+func (s *Server) fromStore(err error, what string) *apiError {
+	fe := fault.As(err)
+	if fe == nil || fe.Kind == fault.Internal {
+		s.log.Error("mlflow api: store failure", "op", what, "err", err)
+		return errf(500, codeInternal, "%s failed; see the dashboard's log", what)
+	}
+	if fe.Code == store.CodeClosed {
+		return errf(503, codeUnavailable, "the dashboard is shutting down; retry")
+	}
+	msg := fe.Msg
+	if fe.Err != nil {
+		var qe *query.Error
+		if errors.As(fe.Err, &qe) {
+			msg += ": " + qe.Error()
+		} else if fe.Kind == fault.BadRequest {
+			msg += ": " + fe.Err.Error()
+		}
+	}
+	switch fe.Kind {
+	case fault.NotFound:
+		return errf(404, codeNotFound, "%s", msg)
+	case fault.Conflict:
+		if fe.Code == store.CodeInvalidTransition {
+			return errf(400, codeInvalidState, "%s", msg)
+		}
+		return errf(400, codeAlreadyExists, "%s", msg)
+	case fault.TooLarge:
+		return errf(400, codeLimitExceeded, "%s", msg)
+	case fault.Unavailable:
+		return errf(503, codeUnavailable, "%s", msg)
+	}
+	return errf(400, codeInvalidParameter, "%s", msg)
+}
+
+// lock returns the stripe lock of a run.
+func (s *Server) lock(runID string) *sync.Mutex {
+	h := fnv.New32a()
+	h.Write([]byte(runID))
+	return &s.locks[h.Sum32()%uint32(len(s.locks))]
+}
+
+// nextSeq hands out increasing sequence numbers, starting from the clock so
+// that a restarted dashboard continues above what it stored before.
+func (s *Server) nextSeq() int64 {
+	for {
+		last := s.seq.Load()
+		n := max(last+1, time.Now().UnixNano())
+		if s.seq.CompareAndSwap(last, n) {
+			return n
+		}
+	}
+}
+
+// apply stores events of one run in order under the run's lock, numbering
+// them for writer "mlflow". A refused event fails the call with MLflow's code
+// for it; nothing of a refused batch is kept (the store applies a batch's
+// valid events, so a batch is validated here first where it can be).
+func (s *Server) apply(ctx context.Context, runID string, events []store.Event) *apiError {
+	mu := s.lock(runID)
+	mu.Lock()
+	defer mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		for i := range events {
+			events[i].RunID = runID
+			events[i].Writer = Writer
+			events[i].Seq = s.nextSeq()
+		}
+		res, err := s.st.Apply(ctx, events)
+		if err != nil {
+			return s.fromStore(err, "logging to run "+runID)
+		}
+		if len(res.Errors) > 0 {
+			return eventError(res.Errors[0])
+		}
+		if res.Duplicates == 0 || attempt > 0 {
+			return nil
+		}
+		// The store had higher numbers for this writer (a clock that went
+		// back since they were written): continue above them and apply the
+		// events it took for duplicates.
+		for _, a := range res.Acked {
+			if a.RunID == runID && a.Writer == Writer {
+				for {
+					last := s.seq.Load()
+					if last >= a.Seq || s.seq.CompareAndSwap(last, a.Seq) {
+						break
+					}
+				}
+			}
+		}
+		// Numbers are increasing in a batch, so the refused ones are its head.
+		events = events[:res.Duplicates]
+	}
+}
+
+func eventError(e store.EventError) *apiError {
+	switch e.Code {
+	case store.CodeUnknownRun, store.CodeNotFound:
+		return errf(404, codeNotFound, "%s", e.Msg)
+	case store.CodeInvalidTransition:
+		return errf(400, codeInvalidState, "%s", e.Msg)
+	case store.CodeParamConflict:
+		return errf(400, codeInvalidParameter, "%s (MLflow does not allow changing a logged param's value)", e.Msg)
+	case store.CodeRunConflict:
+		return errf(400, codeAlreadyExists, "%s", e.Msg)
+	}
+	return errf(400, codeInvalidParameter, "%s", e.Msg)
+}
