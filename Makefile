@@ -25,7 +25,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-schemathesis test-soak test-web bench-soak bench-overload bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-mlflow test-schemathesis test-soak test-web bench-soak bench-overload bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -107,7 +107,7 @@ test: sysdeps ## the whole test suite (what CI runs)
 	bash scripts/check-leftovers.sh || rc=1; \
 	if [ $$rc -eq 0 ]; then echo "==> all tests passed"; fi; exit $$rc
 
-test-steps: setup build models lint test-go test-postgres test-python test-schemathesis test-soak test-web test-e2e fuzz
+test-steps: setup build models lint test-go test-postgres test-python test-mlflow test-schemathesis test-soak test-web test-e2e fuzz
 
 test-go:
 	@echo "==> go test -race ./..."
@@ -123,6 +123,10 @@ test-python: | venv
 	@echo "==> pytest python/tests"
 	@cd python && FW_REQUIRE=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_BIN=$(ROOT)/bin/fw $(PY) -m pytest
 
+test-mlflow: build | venv ## MLflow's own client and Lightning's MLFlowLogger against a real fw dashboard (own venv: scripts/setup-mlflow-venv.sh)
+	@echo "==> pytest python/mlflow_tests (MLflow 3.17.2's client in its own venv)"
+	@py=$$(bash scripts/setup-mlflow-venv.sh) && cd python/mlflow_tests && FW_REQUIRE=1 FW_BIN=$(ROOT)/bin/fw $$py -m pytest -q
+
 test-schemathesis: build models ## both servers' /openapi.json checked from outside by schemathesis (own venv; ST_MAX_EXAMPLES=25)
 	@bash scripts/schemathesis.sh
 
@@ -134,9 +138,9 @@ test-web: $(WEB_SCHEMA) | $(WEB_DEPS) ## the web UI's component tests (Vitest, j
 	@echo "==> vitest (web UI components)"
 	@cd web && npx --no-install vitest run --silent
 
-test-e2e: build models ## the web UI end to end in Debian's chromium (playwright-core) against a real dashboard
+test-e2e: build models | venv ## the web UI end to end in Debian's chromium (playwright-core) against a real dashboard
 	@echo "==> browser journey (web/e2e/journey.mjs; screenshots in build/screenshots)"
-	@FW_BIN=$(ROOT)/bin/fw FW_PYTHON=$(PY) FW_MODELS_DIR=$(ROOT)/$(MODELS) node web/e2e/journey.mjs
+	@mlpy=$$(bash scripts/setup-mlflow-venv.sh) && FW_BIN=$(ROOT)/bin/fw FW_PYTHON=$(PY) FW_MLFLOW_PYTHON=$$mlpy FW_MODELS_DIR=$(ROOT)/$(MODELS) node web/e2e/journey.mjs
 
 proto: ## regenerate grpcapi/inferencepb from its .proto files (protoc from Debian, plugins from the Go module proxy); scripts/gen-proto.sh
 	@bash scripts/gen-proto.sh

@@ -4,11 +4,13 @@
 // the confirmation dialog; run a second one to the end; compare the two;
 // export the better checkpoint to ONNX; deploy it; predict an uploaded digit
 // image in "try it"; undeploy; a page on another origin (and one reached
-// through DNS rebinding) can neither change nor read anything. Screenshots
+// through DNS rebinding) can neither change nor read anything; a run logged
+// by MLflow's own client shows up beside them with its charts. Screenshots
 // of each page: build/screenshots/.
 //
 // Env: FW_BIN (bin/fw), FW_PYTHON (the Python with fw, torch, scikit-learn
-// and PIL: runs the recipes and draws the test digit), FW_DASHBOARD_UI_DIR
+// and PIL: runs the recipes and draws the test digit), FW_MLFLOW_PYTHON (the
+// MLflow venv's Python, scripts/setup-mlflow-venv.sh), FW_DASHBOARD_UI_DIR
 // (serve another UI build), FW_KEEP_E2E (keep the temp dir).
 // Waits are generous (this may run on 2 busy cores); nothing is timed.
 import { execFileSync } from "node:child_process";
@@ -18,6 +20,7 @@ import { join } from "node:path";
 import { ROOT, cleanup, freePort, journey, launchBrowser, screenshot, startDashboard, until } from "./harness.mjs";
 
 const PYTHON = process.env.FW_PYTHON ?? join(ROOT, ".venv", "bin", "python");
+const MLFLOW_PYTHON = process.env.FW_MLFLOW_PYTHON ?? join(process.env.HOME ?? "", ".cache", "fw", "mlflow-venv", "bin", "python");
 const LONG = 120_000;
 const EXPERIMENT = "e2e-digits";
 
@@ -259,6 +262,43 @@ await journey("web UI journey", async (step) => {
       await until("no deployment left", async () => (await dash.api("GET", "/api/deployments")).deployments.length === 0, LONG);
       await page.getByText(/Not deployed/).waitFor({ timeout: LONG });
       await screenshot(page, "15-undeployed");
+      noProblems();
+    });
+
+    await step("a run logged by MLflow's own client appears on the experiment page with its charts", async () => {
+      const script = `
+import sys, mlflow
+mlflow.set_tracking_uri(sys.argv[1])
+mlflow.set_experiment(sys.argv[2])
+with mlflow.start_run(run_name="mlflow-run") as r:
+    mlflow.log_params({"optimizer": "adam", "lr": "0.01"})
+    for step in range(30):
+        mlflow.log_metrics({"train/loss": 1.0 / (step + 1), "val/accuracy": step / 30}, step=step)
+print(r.info.run_id)
+`;
+      const out = execFileSync(MLFLOW_PYTHON, ["-c", script, dash.url, EXPERIMENT], {
+        encoding: "utf8",
+        env: { ...process.env, MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT: "1", MLFLOW_HTTP_REQUEST_MAX_RETRIES: "0" },
+      });
+      const id = out.trim().split("\n").pop();
+      await page.goto(dash.url + "/experiments");
+      await page.getByRole("link", { name: EXPERIMENT }).first().click();
+      await page.getByRole("heading", { name: EXPERIMENT, level: 1 }).waitFor();
+      const runs = page.getByRole("region", { name: "Runs" });
+      await runs.getByRole("link", { name: "mlflow-run" }).click();
+      await page.getByRole("heading", { name: /mlflow-run/ }).waitFor();
+      if (!page.url().endsWith(id)) throw new Error(`the run page ${page.url()} is not MLflow's run ${id}`);
+      const chart = page.getByTestId("chart-train/loss").getByRole("img", { name: "train/loss" });
+      await chart.waitFor();
+      await until("all 30 train/loss points drawn", async () => (await numAttr(chart, "data-points")) === 30, LONG);
+      await page.getByTestId("chart-val/accuracy").getByRole("img", { name: "val/accuracy" }).waitFor();
+      await screenshot(page, "16-mlflow-run");
+      await page.getByRole("tab", { name: "Params & summary" }).click();
+      await page.getByRole("tabpanel").getByText("optimizer").first().waitFor();
+      const run = await dash.api("GET", `/api/runs/${id}`);
+      if (run.status !== "finished" || run.params.optimizer !== "adam" || run.tags["mlflow.runName"] !== "mlflow-run") {
+        throw new Error(`fw's view of the MLflow run: ${JSON.stringify({ status: run.status, params: run.params, tags: run.tags })}`);
+      }
       noProblems();
     });
 
