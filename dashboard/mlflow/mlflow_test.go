@@ -2,11 +2,13 @@ package mlflow
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,10 +33,35 @@ type env struct {
 	art string
 }
 
-func newEnv(t *testing.T, cfg Config) *env {
+// backends names the stores the tests run on: SQLite always, PostgreSQL
+// when FW_TEST_DATABASE_URL is set (scripts/pg-test.sh, make test-postgres).
+func backends(t *testing.T) []string {
+	if os.Getenv("FW_TEST_DATABASE_URL") != "" {
+		return []string{"sqlite", "postgres"}
+	}
+	if os.Getenv("FW_REQUIRE_POSTGRES") == "1" {
+		t.Fatal("FW_REQUIRE_POSTGRES=1 but FW_TEST_DATABASE_URL is unset: run through scripts/pg-test.sh")
+	}
+	return []string{"sqlite"}
+}
+
+// forEach runs f on every backend.
+func forEach(t *testing.T, cfg Config, f func(t *testing.T, e *env)) {
+	for _, b := range backends(t) {
+		t.Run(b, func(t *testing.T) { f(t, newEnvOn(t, b, cfg)) })
+	}
+}
+
+func newEnv(t *testing.T, cfg Config) *env { return newEnvOn(t, "sqlite", cfg) }
+
+func newEnvOn(t *testing.T, backend string, cfg Config) *env {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := store.Open(context.Background(), store.Config{Dir: dir})
+	sc := store.Config{Dir: dir}
+	if backend == "postgres" {
+		sc = store.Config{DatabaseURL: pgSchema(t, os.Getenv("FW_TEST_DATABASE_URL")), ArtifactDir: filepath.Join(dir, "artifacts"), CheckpointDir: filepath.Join(dir, "checkpoints")}
+	}
+	st, err := store.Open(context.Background(), sc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,8 +183,9 @@ func TestTranslateFilter(t *testing.T) {
 	}
 }
 
-func TestRunLifecycleAndSearch(t *testing.T) {
-	e := newEnv(t, Config{})
+func TestRunLifecycleAndSearch(t *testing.T) { forEach(t, Config{}, testRunLifecycleAndSearch) }
+
+func testRunLifecycleAndSearch(t *testing.T, e *env) {
 	exp := e.ok("POST", api+"experiments/create", map[string]any{"name": "exp", "tags": []map[string]string{{"key": "team", "value": "vision"}}})["experiment_id"].(string)
 	e.fails(400, codeAlreadyExists, "POST", api+"experiments/create", map[string]any{"name": "exp"})
 	got := e.ok("GET", api+"experiments/get-by-name?experiment_name=exp", nil)["experiment"].(map[string]any)
@@ -302,8 +330,9 @@ func TestRunLifecycleAndSearch(t *testing.T) {
 	}
 }
 
-func TestErrorsAndLimits(t *testing.T) {
-	e := newEnv(t, Config{})
+func TestErrorsAndLimits(t *testing.T) { forEach(t, Config{}, testErrorsAndLimits) }
+
+func testErrorsAndLimits(t *testing.T, e *env) {
 	e.fails(404, codeNotFound, "GET", api+"runs/get?run_id=nope", nil)
 	e.fails(404, codeNotFound, "GET", api+"runs/get?run_id=../../etc", nil)
 	e.fails(400, codeInvalidParameter, "GET", api+"runs/get", nil)
@@ -336,7 +365,10 @@ func TestErrorsAndLimits(t *testing.T) {
 // TestConcurrentLoggingKeepsEverything: MLflow's asynchronous logging sends
 // a run's batches concurrently; none may be lost or taken for a duplicate.
 func TestConcurrentLoggingKeepsEverything(t *testing.T) {
-	e := newEnv(t, Config{})
+	forEach(t, Config{}, testConcurrentLoggingKeepsEverything)
+}
+
+func testConcurrentLoggingKeepsEverything(t *testing.T, e *env) {
 	id := e.newRun("0")
 	const workers, per = 8, 50
 	var wg sync.WaitGroup
@@ -416,3 +448,29 @@ func TestArtifacts(t *testing.T) {
 }
 
 type fasthttpCtx = fasthttp.RequestCtx
+
+// pgSchema creates a PostgreSQL schema for the test (dropped at its end) and
+// returns a URL whose connections use it.
+func pgSchema(t *testing.T, base string) string {
+	t.Helper()
+	db, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := "t_mlflow_" + strings.ToLower(store.NewID())
+	if _, err := db.Exec("CREATE SCHEMA " + schema); err != nil {
+		t.Fatalf("creating schema: %v", err)
+	}
+	t.Cleanup(func() {
+		db.Exec("DROP SCHEMA " + schema + " CASCADE")
+		db.Close()
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
