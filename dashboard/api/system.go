@@ -78,7 +78,13 @@ func (s *Server) countRequest(ctx *fasthttp.RequestCtx, path string) {
 	default:
 		method = "OTHER"
 	}
-	s.prom.requests.WithLabelValues(routePattern(path), method, strconv.Itoa(ctx.Response.StatusCode())).Inc()
+	var label string
+	if mlflow.Owns(path) {
+		label = s.mlflow.RoutePattern(path)
+	} else {
+		label = routePattern(path)
+	}
+	s.prom.requests.WithLabelValues(label, method, strconv.Itoa(ctx.Response.StatusCode())).Inc()
 }
 
 // routeResources are the first segments under /api; routeSubs the segments
@@ -96,9 +102,6 @@ var (
 func routePattern(path string) string {
 	if path == "/health" || path == "/metrics" {
 		return path
-	}
-	if mlflow.Owns(path) {
-		return mlflow.RoutePattern(path)
 	}
 	if !strings.HasPrefix(path, "/api/") {
 		return "other"

@@ -81,6 +81,8 @@ type Server struct {
 
 	defaultMu sync.Mutex
 	defaultID string // fw ID of DefaultExperiment, once known
+
+	routes map[string]route // by path after /api/2.0/mlflow/ (built once in New)
 }
 
 // New creates a server over st (the publishing store, so MLflow-logged
@@ -92,7 +94,9 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 	if cfg.MaxArtifactBytes <= 0 {
 		cfg.MaxArtifactBytes = DefaultMaxArtifactBytes
 	}
-	return &Server{st: st, cfg: cfg, log: log, base: base}
+	s := &Server{st: st, cfg: cfg, log: log, base: base}
+	s.routes = s.routeTable()
+	return s
 }
 
 // Owns reports whether path belongs to this API.
@@ -105,7 +109,7 @@ func Owns(path string) bool {
 // RoutePattern is the metrics label of a path of this API: the endpoint
 // (/api/2.0/mlflow/runs/log-batch, the /ajax-api form counted with it), the
 // artifact API as one route, "other" for unknown ones.
-func RoutePattern(path string) string {
+func (s *Server) RoutePattern(path string) string {
 	rest, ok := strings.CutPrefix(path, "/ajax-api/2.0/")
 	if !ok {
 		rest, _ = strings.CutPrefix(path, "/api/2.0/")
@@ -114,7 +118,7 @@ func RoutePattern(path string) string {
 		return "/api/2.0/mlflow-artifacts/artifacts"
 	}
 	if r, ok := strings.CutPrefix(rest, "mlflow/"); ok {
-		if _, known := (&Server{}).routes()[r]; known {
+		if _, known := s.routes[r]; known {
 			return "/api/2.0/mlflow/" + r
 		}
 	}
@@ -136,7 +140,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx, path string) {
 		return
 	}
 	route := strings.TrimPrefix(rest, "mlflow/")
-	h, ok := s.routes()[route]
+	h, ok := s.routes[route]
 	if !ok {
 		writeErr(ctx, errf(404, codeEndpointNotFound, "no MLflow endpoint %s in fw; see docs/mlflow.md for what fw serves", path))
 		return
@@ -166,7 +170,7 @@ type route struct {
 	fn      func(*request) (any, *apiError)
 }
 
-func (s *Server) routes() map[string]route {
+func (s *Server) routeTable() map[string]route {
 	return map[string]route{
 		"experiments/create":                {method: "POST", fn: s.createExperiment},
 		"experiments/get":                   {method: "GET", fn: s.getExperiment},

@@ -474,3 +474,17 @@ func pgSchema(t *testing.T, base string) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
+
+func TestRoutePattern(t *testing.T) {
+	s := New(context.Background(), nil, Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for path, want := range map[string]string{
+		"/api/2.0/mlflow/runs/log-batch":                          "/api/2.0/mlflow/runs/log-batch",
+		"/ajax-api/2.0/mlflow/runs/search":                        "/api/2.0/mlflow/runs/search",
+		"/api/2.0/mlflow/runs/" + strings.Repeat("x", 40):         "other",
+		"/api/2.0/mlflow-artifacts/artifacts/0/abc/artifacts/f.t": "/api/2.0/mlflow-artifacts/artifacts",
+	} {
+		if got := s.RoutePattern(path); got != want {
+			t.Errorf("RoutePattern(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
