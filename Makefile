@@ -186,7 +186,7 @@ bench-instances: build models ## --instances 1 vs 2 on resnet18 and the digits M
 bench-soak: build models ## 10 minutes of mixed good and hostile traffic against fw serve: no 5xx, RSS growth under 5 % (docs/benchmarks.md)
 	@$(GO) run ./bench/soak -duration 10m
 
-bench-track: ## tracking ingest: fw.track end to end vs MLflow's client and SQLite store
+bench-track: ## tracking: fw.track ingest vs MLflow's client and store; MLflow's client against fw dashboard vs mlflow server
 	@bash bench/track.sh
 
 clean: ## remove build outputs (keeps .venv and third_party)

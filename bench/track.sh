@@ -8,17 +8,27 @@
 #      metrics per call (MLflow's cap) into a local SQLite store (sqlite:///.../mlflow.db).
 #   c. MLflow: bench/track_mlflow.py --mode log_metrics, mlflow.log_metrics(dict, step=)
 #      per step (the fluent API), on METRICS_STEPS steps: it is too slow for STEPS.
-# MLflow lives in its own cached venv (${FW_CACHE_DIR:-~/.cache/fw}/bench-mlflow-venv, pinned
-# by bench/track_peers_requirements.txt), never in the project .venv. Results:
-# build/bench/track/*.jsonl; the table: docs/benchmarks.md between <!-- bench:track:start/end -->.
+#   d. MLflow's client code (bench/track_mlflow_api.py: create_run, log_metric, log_batch of 10,
+#      search_runs over API_RUNS runs with a metric filter and order), the same calls against
+#      `fw dashboard` and against MLflow's own `mlflow server` (SQLite, its defaults).
+# MLflow lives in its own cached venv (scripts/setup-mlflow-venv.sh: ${FW_CACHE_DIR:-~/.cache/fw}/
+# mlflow-venv, pinned by python/mlflow_tests/requirements.txt), never in the project .venv.
+# Results: build/bench/track/*.jsonl; the tables: docs/benchmarks.md between
+# <!-- bench:track:start/end --> and <!-- bench:track-mlflow-api:start/end -->.
 #
 # Knobs (environment): STEPS (20000), KEYS (10), FW_REPEAT (3), MLFLOW_REPEAT (2),
-# METRICS_STEPS (500), METRICS_REPEAT (1), FW_VENV (.venv), FW_CACHE_DIR.
+# METRICS_STEPS (500), METRICS_REPEAT (1), API_RUNS (10000), API_CREATES (300), API_METRIC_CALLS
+# (1000), API_BATCH_CALLS (500), API_SEARCHES (30), FW_VENV (.venv), FW_CACHE_DIR.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 STEPS=${STEPS:-20000}
+API_RUNS=${API_RUNS:-10000}
+API_CREATES=${API_CREATES:-300}
+API_METRIC_CALLS=${API_METRIC_CALLS:-1000}
+API_BATCH_CALLS=${API_BATCH_CALLS:-500}
+API_SEARCHES=${API_SEARCHES:-30}
 KEYS=${KEYS:-10}
 FW_REPEAT=${FW_REPEAT:-3}
 MLFLOW_REPEAT=${MLFLOW_REPEAT:-2}
@@ -34,17 +44,9 @@ die() { echo "bench-track: $*" >&2; exit 1; }
 
 [[ -x $py ]] || die "$py is missing: run 'make venv' first (or set FW_VENV)"
 
-# ---- MLflow venv (cached; rebuilt when the requirements file changes)
-req=bench/track_peers_requirements.txt
-want=$(sha256sum "$req" | cut -d' ' -f1)
-if [[ ! -x $venv/bin/python || $(cat "$venv/.requirements.sha256" 2>/dev/null) != "$want" ]]; then
-  log "MLflow venv $venv (pinned from $req; first time: a minute or two)"
-  mkdir -p "$cache"
-  rm -rf "$venv"
-  timeout 900 "$(command -v python3)" -m venv "$venv"
-  timeout 900 "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
-  echo "$want" >"$venv/.requirements.sha256"
-fi
+# ---- MLflow venv (cached; rebuilt when its requirements change)
+mlpy=$(bash scripts/setup-mlflow-venv.sh) || die "the MLflow venv (scripts/setup-mlflow-venv.sh) could not be built"
+venv=$(dirname "$(dirname "$mlpy")")
 "$venv/bin/python" -c 'import mlflow, sqlalchemy' || die "MLflow venv $venv is broken; remove it and rerun"
 
 # ---- bin/fw: built when missing or older than a Go source (the doc names the commit)
@@ -73,6 +75,46 @@ timeout 900 "$venv/bin/python" bench/track_mlflow.py --mode log_batch --steps "$
 log "MLflow log_metrics: $METRICS_STEPS steps x $KEYS keys, $METRICS_REPEAT runs"
 timeout 900 "$venv/bin/python" bench/track_mlflow.py --mode log_metrics --steps "$METRICS_STEPS" \
   --keys "$KEYS" --repeat "$METRICS_REPEAT" 2>>"$out/mlflow.log" | tee -a "$out/mlflow.jsonl"
+
+# ---- d. MLflow's client code against fw's dashboard and against MLflow's own server
+tmp=$(mktemp -d /tmp/fw-bench-mlapi.XXXXXX)
+pids=()
+stop_all() {
+  for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do
+    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null || true
+  done
+  pids=()
+}
+trap 'stop_all; rm -rf "$tmp"' EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wait_health() { # url seconds
+  for _ in $(seq "$(($2 * 10))"); do curl -sf "$1/health" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  die "$1 did not become healthy within $2 s"
+}
+export MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT=1 MLFLOW_DISABLE_TELEMETRY=1 DO_NOT_TRACK=1
+api_args=(--creates "$API_CREATES" --metric-calls "$API_METRIC_CALLS" --batch-calls "$API_BATCH_CALLS" --searches "$API_SEARCHES")
+
+port=$(free_port)
+log "MLflow client -> fw dashboard: $API_RUNS runs to search (ingest), then the calls"
+FW_EXPERIMENT_DIR=$tmp/fw FW_CHECKPOINT_DIR=$tmp/fw/ck FW_DASHBOARD_TOKEN= FW_DATABASE_URL= \
+  setsid bin/fw dashboard --port "$port" >"$out/api_fw_server.log" 2>&1 &
+pids+=($!)
+wait_health "http://127.0.0.1:$port" 30
+timeout 600 "$mlpy" bench/track_mlflow_api.py populate-fw "http://127.0.0.1:$port" --runs "$API_RUNS"
+timeout 900 "$mlpy" bench/track_mlflow_api.py bench "http://127.0.0.1:$port" "${api_args[@]}" | tee "$out/api_fw.jsonl"
+stop_all
+
+port=$(free_port)
+log "MLflow client -> mlflow server (SQLite): $API_RUNS runs to search (MLflow's store), then the calls"
+timeout 600 "$mlpy" bench/track_mlflow_api.py populate-mlflow "sqlite:///$tmp/mlflow.db" --artifacts "$tmp/mlart" --runs "$API_RUNS"
+setsid "$venv/bin/mlflow" server --backend-store-uri "sqlite:///$tmp/mlflow.db" --artifacts-destination "$tmp/mlart" \
+  --host 127.0.0.1 --port "$port" >"$out/api_mlflow_server.log" 2>&1 &
+pids+=($!)
+wait_health "http://127.0.0.1:$port" 120
+timeout 1800 "$mlpy" bench/track_mlflow_api.py bench "http://127.0.0.1:$port" "${api_args[@]}" | tee "$out/api_mlflow.jsonl"
+stop_all
 
 # ---- the doc section
 log "writing docs/benchmarks.md (track section)"
@@ -192,5 +234,73 @@ else:
 open(doc, "w").write(s)
 print(f"fw {fw_pps:,.0f} points/s; MLflow log_batch {lb['points_per_s']:,.0f} ({r_lb:.1f}x); "
       f"log_metrics {lm['points_per_s']:,.0f} ({r_lm:.0f}x)")
+EOF
+mlserver_workers=$("$venv/bin/mlflow" server --help 2>/dev/null | sed -n 's/.*requests (default: \([0-9]*\)).*/\1/p' | head -1)
+python3 - "$out" docs/benchmarks.md "$(nproc)" "${cpu:-unknown}" "$commit" "$load" "$API_RUNS" "${mlserver_workers:-4}" <<'EOF'
+import datetime, json, sys
+
+out, doc, nproc, cpu, commit, load, api_runs, workers = sys.argv[1:]
+START, END = "<!-- bench:track-mlflow-api:start -->", "<!-- bench:track-mlflow-api:end -->"
+fw = json.loads(open(f"{out}/api_fw.jsonl").read().strip().splitlines()[-1])
+ml = json.loads(open(f"{out}/api_mlflow.jsonl").read().strip().splitlines()[-1])
+ops = [
+    ("create_run", "`MlflowClient.create_run(experiment_id)`"),
+    ("log_metric", "`log_metric(run, key, value, step=i)`, one metric per call"),
+    ("log_batch_10", "`log_batch(run, metrics=[10 metrics])`, 10 per call"),
+    ("search_runs_100", f"`search_runs([exp], \"metrics.acc > 0.5\", order_by=[\"metrics.acc DESC\"], max_results=100)` over {int(api_runs):,} runs"),
+    ("search_runs_1000", "the same with `max_results=1000` (the client's default)"),
+]
+t = ["| call | fw calls/s | fw p50 ms | fw p99 ms | MLflow calls/s | MLflow p50 ms | MLflow p99 ms | fw / MLflow |",
+     "|---|---:|---:|---:|---:|---:|---:|---:|"]
+ratios = {}
+for k, desc in ops:
+    a, b = fw[k], ml[k]
+    ratios[k] = b["p50_ms"] / a["p50_ms"]
+    t.append(f"| {desc} ({a['calls']} calls) | {a['calls_per_s']:,.1f} | {a['p50_ms']:.1f} | {a['p99_ms']:.1f} | "
+             f"{b['calls_per_s']:,.1f} | {b['p50_ms']:.1f} | {b['p99_ms']:.1f} | **{ratios[k]:.1f}x** |")
+
+def ok(x):
+    return "**met**" if x else "**missed**"
+
+goal_ops = ["create_run", "log_metric", "log_batch_10", "search_runs_100"]
+worst = min(goal_ops, key=lambda k: ratios[k])
+text = f"""{START}
+## MLflow's client: fw dashboard vs mlflow server
+
+Measured {datetime.date.today().isoformat()} on {nproc} cores ({cpu}); fw {commit}, mlflow {fw['mlflow']}
+(client and server); 1-minute load average before `make bench-track`: {load}. Command: `make bench-track`
+(bench/track.sh part d, bench/track_mlflow_api.py; raw results in build/bench/track/api_*.jsonl).
+
+The same MLflow client code (`MlflowClient`, synchronous, one call at a time, each call timed on
+its own) against (a) `fw dashboard` (SQLite, its defaults) and (b) MLflow's own `mlflow server
+--backend-store-uri sqlite:///...` (its defaults: {workers} uvicorn workers), one after the other
+on the same machine. Both hold the same {int(api_runs):,} runs for the search (a param, a tag,
+metrics `acc` and `loss`, finished): fw's loaded through its ingest API, MLflow's written by its own
+`SqlAlchemyStore` (one run, its rows copied in SQL for the others); loading is not timed. The
+bench checks what it measures: every logged point is read back with `get_metric_history`, and
+every search answer has `max_results` runs, all with `acc > 0.5`, ordered by `acc`.
+"fw / MLflow" is MLflow's p50 over fw's.
+
+{chr(10).join(t)}
+
+Targets from the issue:
+
+- fw at least 5x MLflow on each call: {ok(all(ratios[k] >= 5 for k in goal_ops))} (lowest:
+  {worst}, {ratios[worst]:.1f}x).
+- `search_runs` over {int(api_runs):,} runs under 100 ms p50 (with `max_results=100`):
+  {ok(fw['search_runs_100']['p50_ms'] < 100)} ({fw['search_runs_100']['p50_ms']:.1f} ms, measured at the
+  client: MLflow's client parses the 100 runs too).
+
+Not measured: PostgreSQL behind either server, MLflow's asynchronous logging, more than one
+client at a time.
+{END}
+"""
+s = open(doc).read()
+if START in s and END in s:
+    s = s[: s.index(START)] + text.rstrip("\n") + s[s.index(END) + len(END):]
+else:
+    s = s.rstrip("\n") + "\n\n" + text
+open(doc, "w").write(s)
+print(" ".join(f"{k} {ratios[k]:.1f}x" for k in ratios), f"search p50 {fw['search_runs_100']['p50_ms']:.1f} ms")
 EOF
 log "done: docs/benchmarks.md, raw results in $out"
