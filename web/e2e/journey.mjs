@@ -274,13 +274,13 @@ with mlflow.start_run(run_name="mlflow-run") as r:
     mlflow.log_params({"optimizer": "adam", "lr": "0.01"})
     for step in range(30):
         mlflow.log_metrics({"train/loss": 1.0 / (step + 1), "val/accuracy": step / 30}, step=step)
-print(r.info.run_id)
+print(r.info.experiment_id, r.info.run_id)
 `;
       const out = execFileSync(MLFLOW_PYTHON, ["-c", script, dash.url, EXPERIMENT], {
         encoding: "utf8",
         env: { ...process.env, MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT: "1", MLFLOW_HTTP_REQUEST_MAX_RETRIES: "0" },
       });
-      const id = out.trim().split("\n").pop();
+      const [expId, id] = out.trim().split("\n").pop().split(" ");
       await page.goto(dash.url + "/experiments");
       await page.getByRole("link", { name: EXPERIMENT }).first().click();
       await page.getByRole("heading", { name: EXPERIMENT, level: 1 }).waitFor();
@@ -299,6 +299,10 @@ print(r.info.run_id)
       if (run.status !== "finished" || run.params.optimizer !== "adam" || run.tags["mlflow.runName"] !== "mlflow-run") {
         throw new Error(`fw's view of the MLflow run: ${JSON.stringify({ status: run.status, params: run.params, tags: run.tags })}`);
       }
+      // The "View run at" link MLflow's client prints (MLflow UI's hash route) opens fw's run page.
+      await page.goto(`${dash.url}/#/experiments/${expId}/runs/${id}`);
+      await page.getByRole("heading", { name: /mlflow-run/ }).waitFor();
+      if (!page.url().endsWith(`/runs/${id}`)) throw new Error(`MLflow's run link led to ${page.url()}`);
       noProblems();
     });
 
