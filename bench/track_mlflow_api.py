@@ -99,10 +99,15 @@ def populate_mlflow(db_uri: str, artifacts: str, runs: int) -> None:
     st = SqlAlchemyStore(db_uri, artifacts)
     exp = st.create_experiment(EXPERIMENT)
     now = int(time.time() * 1000)
-    i0, acc0, loss0, lr0 = rows[0]
+    _, acc0, loss0, lr0 = rows[0]
     r = st.create_run(exp, "bench", now, [RunTag("group", "g0")], "s000000")
     tid = r.info.run_id
-    st.log_batch(tid, metrics=[Metric("acc", acc0, now, 0), Metric("loss", loss0, now, 0)], params=[Param("lr", lr0)], tags=[])
+    st.log_batch(
+        tid,
+        metrics=[Metric("acc", acc0, now, 0), Metric("loss", loss0, now, 0)],
+        params=[Param("lr", lr0)],
+        tags=[],
+    )
     st.update_run_info(tid, RunStatus.FINISHED, now, None)
     st.engine.dispose()
 
@@ -113,7 +118,13 @@ def populate_mlflow(db_uri: str, artifacts: str, runs: int) -> None:
         for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         if any(c[1] == "run_uuid" for c in con.execute(f'PRAGMA table_info("{t}")'))
     ]
-    template = {t: [dict(x) for x in con.execute(f'SELECT * FROM "{t}" WHERE run_uuid = ?', (tid,))] for t in tables}
+    template = {
+        t: [
+            dict(x)
+            for x in con.execute(f'SELECT * FROM "{t}" WHERE run_uuid = ?', (tid,))
+        ]
+        for t in tables
+    }
     for i, acc, loss, lr in rows[1:]:
         rid, name = uuid.uuid4().hex, f"s{i:06d}"
         values = {"acc": acc, "loss": loss}
@@ -132,9 +143,14 @@ def populate_mlflow(db_uri: str, artifacts: str, runs: int) -> None:
                 elif t == "tags" and row["key"] == "group":
                     row["value"] = f"g{i % 10}"
                 cols = ", ".join(f'"{c}"' for c in row)
-                con.execute(f'INSERT INTO "{t}" ({cols}) VALUES ({", ".join("?" * len(row))})', list(row.values()))
+                con.execute(
+                    f'INSERT INTO "{t}" ({cols}) VALUES ({", ".join("?" * len(row))})',
+                    list(row.values()),
+                )
     con.commit()
-    n = con.execute("SELECT COUNT(*) FROM runs WHERE experiment_id = ?", (int(exp),)).fetchone()[0]
+    n = con.execute(
+        "SELECT COUNT(*) FROM runs WHERE experiment_id = ?", (int(exp),)
+    ).fetchone()[0]
     if n != runs:
         sys.exit(f"populate-mlflow: {n} runs, want {runs}")
     con.close()
@@ -215,6 +231,29 @@ def bench(
 
         one(0)  # warm-up
         out[f"search_runs_{max_results}"] = _stats(timed(one, n))
+    # The same search as raw HTTP (the JSON answer read, not parsed into
+    # MLflow's objects): the server's share of the client's figure.
+    body = json.dumps(
+        {
+            "experiment_ids": [sx.experiment_id],
+            "filter": flt,
+            "order_by": order,
+            "max_results": 100,
+        }
+    ).encode()
+
+    def raw(i):
+        req = urllib.request.Request(
+            url + "/api/2.0/mlflow/runs/search",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=60) as r:
+            if len(json.loads(r.read())["runs"]) != 100:
+                sys.exit("bench: the raw search did not answer 100 runs")
+
+    raw(0)
+    out["search_runs_100_http"] = _stats(timed(raw, searches))
     total = c.search_runs([sx.experiment_id], "", max_results=1, order_by=order)
     out["search_experiment_runs"] = "populated" if total else "empty"
     return out
