@@ -9,10 +9,10 @@ import (
 	"log/slog"
 	"net/url"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/mlflow"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -218,7 +218,7 @@ func FuzzMLflowAPI(f *testing.F) {
 		if err := json.Unmarshal(out, &e); err != nil {
 			t.Fatalf("%s %s: %d answer is not JSON: %s", method, uri, code, out)
 		}
-		if strings.Contains(path, "/2.0/mlflow") {
+		if mlflow.Owns(path) {
 			if e["error_code"] == nil || e["message"] == nil {
 				t.Fatalf("%s %s (%s): %d without MLflow's error shape: %s", method, uri, path, code, out)
 			}
