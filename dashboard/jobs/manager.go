@@ -100,7 +100,7 @@ type job struct {
 	stopReq  bool
 	tail     []string // last log lines, for a failure message
 	done     chan struct{}
-	logMu    sync.Mutex
+	logMu    sync.Mutex // held while an event of the job is numbered and applied (apply)
 	killTime *time.Timer
 }
 
@@ -362,10 +362,14 @@ func (j *job) exited() bool {
 
 // apply writes one event of the job's run through the store with the job's writer.
 func (m *Manager) apply(ctx context.Context, j *job, ev store.Event) error {
+	// Numbered and applied under one lock: stdout's and stderr's capture
+	// apply concurrently, and an event applied after one with a higher seq
+	// would be taken for a duplicate and dropped (a job's output after a
+	// long line went missing that way when the machine was busy).
 	j.logMu.Lock()
+	defer j.logMu.Unlock()
 	j.seq++
 	ev.RunID, ev.Writer, ev.Seq = j.RunID, j.writer, j.seq
-	j.logMu.Unlock()
 	res, err := m.st.Apply(ctx, []store.Event{ev})
 	if err != nil {
 		return err
