@@ -14,9 +14,12 @@ req=$root/python/mlflow_tests/requirements.txt
 proj=${FW_VENV:-$root/.venv}
 proj_site=$("$proj/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 want=$( (cat "$req"; echo "$proj_site") | sha256sum | cut -d' ' -f1)
+# One builder at a time (make -j runs test-mlflow and test-e2e side by side).
+mkdir -p "$cache"
+exec 9>"$cache/mlflow-venv.lock"
+flock 9
 if [[ ! -x $venv/bin/python || $(cat "$venv/.requirements.sha256" 2>/dev/null) != "$want" ]]; then
   echo "==> MLflow venv $venv (pinned from $req; first time: a minute or two)" >&2
-  mkdir -p "$cache"
   rm -rf "$venv"
   timeout 900 "$(command -v python3)" -m venv "$venv"
   site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
