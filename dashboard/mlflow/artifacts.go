@@ -135,7 +135,7 @@ func (s *Server) upload(ctx *fasthttp.RequestCtx, runID, rel string) *apiError {
 		s.log.Error("mlflow api: storing an artifact", "run", runID, "err", err)
 		return errf(500, codeInternal, "storing the artifact failed; see the dashboard's log")
 	}
-	return s.apply(s.base, runID, []store.Event{{Type: store.EventArtifact, Path: rel, Size: ptr(n)}})
+	return s.apply(s.base, runID, []store.Event{{Type: store.EventArtifact, Path: rel, Size: store.Ptr(n)}})
 }
 
 func (s *Server) downloadFile(ctx *fasthttp.RequestCtx, runID, rel string) {
@@ -197,7 +197,7 @@ func children(arts []store.Artifact, dir string) []fileInfo {
 		seen[name] = true
 		fi := fileInfo{Path: name, IsDir: isDir}
 		if !isDir {
-			fi.FileSize = ptr(a.Size)
+			fi.FileSize = store.Ptr(a.Size)
 		}
 		out = append(out, fi)
 	}

@@ -179,23 +179,6 @@ func (f *f64) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// jsonFloat writes a double the way protobuf's JSON does (NaN and the
-// infinities as strings).
-type jsonFloat float64
-
-func (f jsonFloat) MarshalJSON() ([]byte, error) {
-	v := float64(f)
-	switch {
-	case math.IsNaN(v):
-		return []byte(`"NaN"`), nil
-	case math.IsInf(v, 1):
-		return []byte(`"Infinity"`), nil
-	case math.IsInf(v, -1):
-		return []byte(`"-Infinity"`), nil
-	}
-	return strconv.AppendFloat(nil, v, 'g', -1, 64), nil
-}
-
 // decode reads field name into v (a struct or slice); absent leaves v.
 func (r *request) decode(name string, v any) *apiError {
 	raw, ok := r.raw(name)

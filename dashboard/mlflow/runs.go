@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/fw-serve/fw/dashboard/store"
 )
@@ -40,11 +39,11 @@ type runInfo struct {
 }
 
 type metric struct {
-	Key       string    `json:"key"`
-	Value     jsonFloat `json:"value"`
-	Timestamp int64     `json:"timestamp"`
-	Step      int64     `json:"step"`
-	RunID     string    `json:"run_id,omitempty"` // get-history-bulk-interval only
+	Key       string      `json:"key"`
+	Value     store.Float `json:"value"`
+	Timestamp int64       `json:"timestamp"`
+	Step      int64       `json:"step"`
+	RunID     string      `json:"run_id,omitempty"` // get-history-bulk-interval only
 }
 
 type runData struct {
@@ -127,14 +126,14 @@ func (s *Server) toRun(r store.Run) run {
 		Inputs: runInputs{DatasetInputs: []json.RawMessage{}},
 	}
 	if r.Ended != nil {
-		out.Info.EndTime = ptr(r.Ended.UnixMilli())
+		out.Info.EndTime = store.Ptr(r.Ended.UnixMilli())
 	}
 	if r.Tags[lifecycleTag] == "deleted" {
 		out.Info.LifecycleStage = "deleted"
 	}
 	for _, k := range sortedKeys(r.Metrics) {
 		m := r.Metrics[k]
-		out.Data.Metrics = append(out.Data.Metrics, metric{Key: k, Value: jsonFloat(m.Last), Timestamp: m.LastTime.UnixMilli(), Step: m.LastStep})
+		out.Data.Metrics = append(out.Data.Metrics, metric{Key: k, Value: store.Float(m.Last), Timestamp: m.LastTime.UnixMilli(), Step: m.LastStep})
 	}
 	for _, k := range sortedKeys(r.Params) {
 		out.Data.Params = append(out.Data.Params, kv{k, paramString(r.Params[k])})
@@ -156,8 +155,6 @@ func sortedKeys[V any](m map[string]V) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // fwName turns an MLflow run name into one fw accepts (see
 // store.ValidateName): other characters become '-'. The MLflow name itself
 // stays in the mlflow.runName tag.
@@ -168,7 +165,7 @@ func fwName(name string) string {
 		if n == store.MaxNameLen {
 			break
 		}
-		if unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune(" ._-/:+=@", r) {
+		if store.NameRune(r) {
 			b.WriteRune(r)
 		} else {
 			b.WriteRune('-')
@@ -440,7 +437,7 @@ func metricEvents(ms []wireMetric) ([]store.Event, *apiError) {
 		if !ok {
 			j = len(out)
 			idx[g] = j
-			out = append(out, store.Event{Type: store.EventMetrics, Step: ptr(m.Step.v), Values: map[string]store.Float{}, Time: msTime(m.Timestamp.v)})
+			out = append(out, store.Event{Type: store.EventMetrics, Step: store.Ptr(m.Step.v), Values: map[string]store.Float{}, Time: msTime(m.Timestamp.v)})
 		}
 		out[j].Values[m.Key] = store.Float(*m.Value)
 	}
@@ -721,7 +718,7 @@ func (s *Server) getHistory(r *request) (any, *apiError) {
 		NextPageToken string   `json:"next_page_token,omitempty"`
 	}{Metrics: make([]metric, 0, len(pts))}
 	for _, p := range pts {
-		out.Metrics = append(out.Metrics, metric{Key: key, Value: jsonFloat(p.Value), Timestamp: p.Time.UnixMilli(), Step: p.Step})
+		out.Metrics = append(out.Metrics, metric{Key: key, Value: store.Float(p.Value), Timestamp: p.Time.UnixMilli(), Step: p.Step})
 	}
 	if int64(len(pts)) == maxResults {
 		out.NextPageToken = strconv.FormatInt(pts[len(pts)-1].Step, 10)
@@ -777,7 +774,7 @@ func (s *Server) getHistoryBulk(r *request) (any, *apiError) {
 			return nil, s.runErr(err, id)
 		}
 		for _, p := range sample(pts, int(maxResults)) {
-			out.Metrics = append(out.Metrics, metric{Key: key, Value: jsonFloat(p.Value), Timestamp: p.Time.UnixMilli(), Step: p.Step, RunID: id})
+			out.Metrics = append(out.Metrics, metric{Key: key, Value: store.Float(p.Value), Timestamp: p.Time.UnixMilli(), Step: p.Step, RunID: id})
 		}
 	}
 	return out, nil

@@ -265,6 +265,14 @@ func runAttribute(name string) (field string, ms bool, ok bool) {
 	return "", false, false
 }
 
+// attribute is runAttribute or experimentAttribute.
+func attribute(name string, experiments bool) (field string, ms bool, ok bool) {
+	if experiments {
+		return experimentAttribute(name)
+	}
+	return runAttribute(name)
+}
+
 func experimentAttribute(name string) (field string, ms bool, ok bool) {
 	switch strings.ToLower(name) {
 	case "name":
@@ -307,12 +315,7 @@ func translateClause(src string, toks []mtok, experiments bool) (string, int, *a
 		field = "tags." + quote(key)
 	case "attribute", "attributes", "attr", "run":
 		var ok bool
-		if experiments {
-			field, ms, ok = experimentAttribute(key)
-		} else {
-			field, ms, ok = runAttribute(key)
-		}
-		if !ok {
+		if field, ms, ok = attribute(key, experiments); !ok {
 			return "", 0, bad(toks[0].pos, "fw cannot filter on attribute %q", key)
 		}
 		status = field == "status"
@@ -515,14 +518,7 @@ func translateOrder(clause string, experiments bool) (string, bool, *apiError) {
 	case "tag", "tags":
 		return "tags." + quote(key), desc, nil
 	case "attribute", "attributes", "attr", "run":
-		var f string
-		var ok bool
-		if experiments {
-			f, _, ok = experimentAttribute(key)
-		} else {
-			f, _, ok = runAttribute(key)
-		}
-		if ok {
+		if f, _, ok := attribute(key, experiments); ok {
 			return f, desc, nil
 		}
 	}

@@ -70,6 +70,11 @@ func ValidateID(id string) error {
 	return nil
 }
 
+// NameRune reports whether r may appear in a name (see ValidateName).
+func NameRune(r rune) bool {
+	return unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune(" ._-/:+=@", r)
+}
+
 // ValidateName checks an experiment or run name: 1 to 128 characters of
 // Unicode letters and digits, space, '.', '_', '-', '/', ':', '+', '=', '@',
 // not starting or ending with a space and not starting with '.'.
@@ -82,7 +87,7 @@ func ValidateName(name string) error {
 		return fmt.Errorf("name %q must not start or end with a space or start with '.'", name)
 	}
 	for _, r := range name {
-		if unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune(" ._-/:+=@", r) {
+		if NameRune(r) {
 			continue
 		}
 		return fmt.Errorf("name %q: character %q is not allowed (letters, digits, space and . _ - / : + = @)", name, r)
