@@ -97,14 +97,16 @@ func (s *Server) fwExperiment(ctx context.Context, id string) (store.Experiment,
 	if id == "" {
 		return store.Experiment{}, errf(400, codeInvalidParameter, "missing value for required parameter 'experiment_id'")
 	}
-	d, err := s.st.GetExperiment(ctx, id)
-	if err != nil || d.ID != id {
-		if err != nil && store.ErrorCode(err) != store.CodeNotFound {
-			return store.Experiment{}, s.fromStore(err, "reading experiment "+id)
-		}
+	// A listing by ID, not GetExperiment: that also builds the experiment's
+	// metric overview over all its runs, which create_run does not need.
+	page, err := s.st.ListExperiments(ctx, store.ListQuery{Filter: "id = " + quote(id), Limit: 1})
+	if err != nil {
+		return store.Experiment{}, s.fromStore(err, "reading experiment "+id)
+	}
+	if len(page.Experiments) == 0 {
 		return store.Experiment{}, errf(404, codeNotFound, "No Experiment with id=%s exists", id)
 	}
-	return d.Experiment, nil
+	return page.Experiments[0].Experiment, nil
 }
 
 func (s *Server) createExperiment(r *request) (any, *apiError) {
