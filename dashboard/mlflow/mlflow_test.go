@@ -2,13 +2,11 @@ package mlflow
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"github.com/fw-serve/fw/dashboard/query"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/internal/testleak"
+	"github.com/fw-serve/fw/internal/testpg"
 	"github.com/fw-serve/fw/internal/testreq"
 	"github.com/valyala/fasthttp"
 )
@@ -59,7 +58,7 @@ func newEnvOn(t *testing.T, backend string, cfg Config) *env {
 	dir := t.TempDir()
 	sc := store.Config{Dir: dir}
 	if backend == "postgres" {
-		sc = store.Config{DatabaseURL: pgSchema(t, os.Getenv("FW_TEST_DATABASE_URL")), ArtifactDir: filepath.Join(dir, "artifacts"), CheckpointDir: filepath.Join(dir, "checkpoints")}
+		sc = store.Config{DatabaseURL: testpg.Schema(t, os.Getenv("FW_TEST_DATABASE_URL")), ArtifactDir: filepath.Join(dir, "artifacts"), CheckpointDir: filepath.Join(dir, "checkpoints")}
 	}
 	st, err := store.Open(context.Background(), sc)
 	if err != nil {
@@ -448,32 +447,6 @@ func TestArtifacts(t *testing.T) {
 }
 
 type fasthttpCtx = fasthttp.RequestCtx
-
-// pgSchema creates a PostgreSQL schema for the test (dropped at its end) and
-// returns a URL whose connections use it.
-func pgSchema(t *testing.T, base string) string {
-	t.Helper()
-	db, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema := "t_mlflow_" + strings.ToLower(store.NewID())
-	if _, err := db.Exec("CREATE SCHEMA " + schema); err != nil {
-		t.Fatalf("creating schema: %v", err)
-	}
-	t.Cleanup(func() {
-		db.Exec("DROP SCHEMA " + schema + " CASCADE")
-		db.Close()
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 func TestRoutePattern(t *testing.T) {
 	s := New(context.Background(), nil, Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))

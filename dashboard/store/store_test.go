@@ -2,13 +2,12 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"net/url"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/fw-serve/fw/internal/testleak"
+	"github.com/fw-serve/fw/internal/testpg"
 )
 
 // TestMain re-runs the test binary as the crash-test child when asked, and
@@ -47,7 +46,7 @@ func backends(t *testing.T) []backend {
 	}
 	out = append(out, backend{"postgres", func(t *testing.T, cfg Config) Store {
 		t.Helper()
-		cfg.DatabaseURL = pgSchema(t, base)
+		cfg.DatabaseURL = testpg.Schema(t, base)
 		if cfg.CheckpointDir == "" {
 			cfg.CheckpointDir = t.TempDir()
 		}
@@ -57,32 +56,6 @@ func backends(t *testing.T) []backend {
 		return mustOpen(t, cfg)
 	}})
 	return out
-}
-
-// pgSchema creates a schema for the test (dropped at the end) and returns a
-// URL whose connections use it.
-func pgSchema(t *testing.T, base string) string {
-	t.Helper()
-	db, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema := "t_" + strings.ReplaceAll(NewID(), "-", "")
-	if _, err := db.Exec("CREATE SCHEMA " + schema); err != nil {
-		t.Fatalf("creating schema: %v", err)
-	}
-	t.Cleanup(func() {
-		db.Exec("DROP SCHEMA " + schema + " CASCADE")
-		db.Close()
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 func mustOpen(t *testing.T, cfg Config) Store {
