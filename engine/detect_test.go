@@ -92,7 +92,7 @@ func TestParseMetadataRules(t *testing.T) {
 	}
 	io := `"inputs":[{"name":"x","dtype":"float32","shape":[-1,4]}],"outputs":[{"name":"y","dtype":"float32","shape":[-1,2]}]`
 	f(`{"fw_format":1,"name":"m",`+io+`}`, true)
-	f(`{"fw_format":2,"name":"m",`+io+`}`, false) // newer than we know
+	f(`{"fw_format":3,"name":"m",`+io+`}`, false) // newer than we know
 	f(`{"fw_format":0,"name":"m",`+io+`}`, false)
 	f(`{"fw_format":1,"name":"../etc/passwd",`+io+`}`, false)
 	f(`{"fw_format":1,"name":"m","inputs":[],"outputs":[]}`, false)

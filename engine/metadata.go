@@ -13,7 +13,8 @@ import (
 const MetadataKey = "fw.json"
 
 // MetadataFormatVersion is the newest fw.json format this reader understands.
-const MetadataFormatVersion = 1
+// Version 2 is version 1 plus preprocessing.image.steps (ImageStepsFormatVersion).
+const MetadataFormatVersion = 2
 
 var modelNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
@@ -62,6 +63,9 @@ type ImagePreprocessing struct {
 	Std      []float64 `json:"std,omitempty"`
 	Invert   bool      `json:"invert,omitempty"`
 	Flatten  bool      `json:"flatten,omitempty"`
+	// Steps, when present, replace Resize, Scale, Mean, Std and Invert: the
+	// user's torchvision eval transform, step by step (imagesteps.go).
+	Steps []ImageStep `json:"steps,omitempty"`
 }
 
 // TestVector holds example inputs and the outputs PyTorch gave for them.
@@ -70,6 +74,9 @@ type TestVector struct {
 	Outputs map[string]EncodedTensor `json:"outputs"`
 	Atol    float64                  `json:"atol"`
 	Rtol    float64                  `json:"rtol"`
+	// Image, when present, checks the whole image path: a sample picture,
+	// what preprocessing must make of it and what the model then outputs.
+	Image *ImageTestCase `json:"image,omitempty"`
 }
 
 // EncodedTensor is a tensor in fw.json: little-endian raw bytes in base64.
@@ -177,6 +184,12 @@ func (m *Metadata) validate() error {
 				return fmt.Errorf("preprocessing.image.std must not contain 0")
 			}
 		}
+		if err := m.validateSteps(im); err != nil {
+			return err
+		}
+	}
+	if err := m.validateImageCase(); err != nil {
+		return err
 	}
 	return nil
 }

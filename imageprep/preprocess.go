@@ -240,6 +240,13 @@ func SampleShape(p engine.ImagePreprocessing, o Options) []int64 {
 // are the same on every run and platform. Invalid Options give an
 // *OptionsError; an invalid recipe gives a plain error.
 func Preprocess(img image.Image, p engine.ImagePreprocessing, o Options, dst []float32) error {
+	if p.Steps != nil {
+		pl, err := Compile(p)
+		if err != nil {
+			return err
+		}
+		return pl.Preprocess(img, o, dst)
+	}
 	r, err := resolve(p, o)
 	if err != nil {
 		return err
@@ -256,6 +263,13 @@ func Preprocess(img image.Image, p engine.ImagePreprocessing, o Options, dst []f
 // index of the image at fault; errors.As finds the *FormatError or
 // *TooLargeError inside. Invalid Options give an *OptionsError.
 func Batch(images [][]byte, p engine.ImagePreprocessing, o Options, lim Limits) (engine.Tensor, error) {
+	if p.Steps != nil {
+		pl, err := Compile(p)
+		if err != nil {
+			return engine.Tensor{}, err
+		}
+		return pl.Batch(images, o, lim)
+	}
 	r, err := resolve(p, o)
 	if err != nil {
 		return engine.Tensor{}, err
