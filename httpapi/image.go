@@ -87,7 +87,14 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, newError(422, CodeInvalidInput, "this model's file has no image preprocessing recipe; pass height, width and channels as query parameters (pixels are then scaled to 0..1), or re-export the model with fw.export and preprocessing=...", nil))
 		return
 	}
-	x, err := imageprep.Batch(images, recipe, opts, imageprep.Limits{MaxPixels: s.cfg.MaxImagePixels, MaxBytes: s.cfg.MaxBodyBytes})
+	lim := imageprep.Limits{MaxPixels: s.cfg.MaxImagePixels, MaxBytes: s.cfg.MaxBodyBytes}
+	var x engine.Tensor
+	var err error
+	if inst.Image != nil {
+		x, err = inst.Image.Batch(images, opts, lim) // compiled at load, buffers reused
+	} else {
+		x, err = imageprep.Batch(images, recipe, opts, lim)
+	}
 	if err != nil {
 		writeError(ctx, imageError(err))
 		return

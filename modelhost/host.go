@@ -23,6 +23,7 @@ import (
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/httpapi"
+	"github.com/fw-serve/fw/imageprep"
 	"github.com/fw-serve/fw/serving"
 )
 
@@ -139,13 +140,17 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 		}
 		return nil, err
 	}
+	var image *imageprep.Pipeline
 	for range n {
 		m, err := engine.Load(ctx, h.cfg.Path, h.cfg.Engine)
 		if err != nil {
 			return fail(err)
 		}
 		models = append(models, m)
-		if err := warmup(ctx, m, h.cfg.Batcher.MaxBatchRows, h.cfg.SkipWarmup); err != nil {
+		if image == nil {
+			image = h.compileImage(m)
+		}
+		if err := warmup(ctx, m, image, h.cfg.Batcher.MaxBatchRows, h.cfg.SkipWarmup); err != nil {
 			return fail(fmt.Errorf("warm up %s: %w", h.cfg.Path, err))
 		}
 	}
@@ -163,12 +168,28 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 	h.metrics.ModelLoaded(m.Name(), m.Version(), string(m.Format), string(m.Device), took)
 	h.log.Info("model ready", "name", m.Name(), "version", m.Version(), "format", m.Format, "device", m.Device,
 		"instances", n, "threads", m.Threads(), "load_ms", took.Milliseconds(), "path", h.cfg.Path)
-	return &serving.Instance{Model: m, Batcher: b, Models: models}, nil
+	return &serving.Instance{Model: m, Batcher: b, Models: models, Image: image}, nil
 }
 
-// warmup runs the test vector (it must match) and, unless skipped, batches of
-// a few common sizes so the first requests do not pay for lazy initialisation.
-func warmup(ctx context.Context, m *engine.Model, maxBatch int, skip bool) error {
+// compileImage prepares the model's image recipe once for every request. A
+// recipe that does not compile is left to /predict/image, which then
+// answers each request with the reason.
+func (h *Host) compileImage(m *engine.Model) *imageprep.Pipeline {
+	if m.Meta == nil || m.Meta.Preprocessing == nil || m.Meta.Preprocessing.Image == nil {
+		return nil
+	}
+	pl, err := imageprep.Compile(*m.Meta.Preprocessing.Image)
+	if err != nil {
+		h.log.Warn("the model's image preprocessing recipe is invalid; /predict/image will refuse requests", "err", err)
+		return nil
+	}
+	return pl
+}
+
+// warmup runs the test vector (it must match), its image case through the
+// image path (pl; it must match too) and, unless skipped, batches of a few
+// common sizes so the first requests do not pay for lazy initialisation.
+func warmup(ctx context.Context, m *engine.Model, pl *imageprep.Pipeline, maxBatch int, skip bool) error {
 	res, err := m.Verify(ctx)
 	switch {
 	case errors.Is(err, engine.ErrNoTestVector):
@@ -177,6 +198,14 @@ func warmup(ctx context.Context, m *engine.Model, maxBatch int, skip bool) error
 		return err
 	case !res.Passed:
 		return fmt.Errorf("%w: the embedded test vector does not match (max abs error %g; %s)", errTestVector, res.MaxAbsError, res.Worst)
+	}
+	ic, err := imageprep.VerifyImage(ctx, m, pl)
+	switch {
+	case errors.Is(err, imageprep.ErrNoImageTestCase):
+	case err != nil:
+		return err
+	case !ic.Passed:
+		return fmt.Errorf("%w: the image test case does not match (preprocessed max abs error %g, input_atol %g; outputs max abs error %g; %s)", errTestVector, ic.InputMaxAbsError, ic.InputAtol, ic.OutputMaxAbsError, ic.Worst)
 	}
 	if skip {
 		return nil

@@ -9,6 +9,7 @@ package serving
 import (
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/imageprep"
 )
 
 // Instance is one loaded model with the batcher in front of it. A reload
@@ -23,6 +24,9 @@ type Instance struct {
 	// among them), each closed when the instance is drained; nil means just
 	// Model.
 	Models []*engine.Model
+	// Image is the model's preprocessing.image recipe compiled once for
+	// /predict/image (nil: compiled per request, or no recipe).
+	Image *imageprep.Pipeline
 }
 
 // All returns every engine instance: Models, or Model alone.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/imageprep"
 )
 
 // verifyReport is the --json output of fw verify.
@@ -31,7 +32,22 @@ type verifyReport struct {
 	Worst       string  `json:"worst,omitempty"`
 	Calls       int     `json:"calls"`
 	MicrosPer   float64 `json:"us_per_call"`
-	Error       string  `json:"error,omitempty"`
+	// Image is the image test case's outcome (files exported with preprocessing=).
+	Image *imageReport `json:"image,omitempty"`
+	// tensorPassed is the tensor test vector's verdict alone (Passed also
+	// counts the image case).
+	tensorPassed bool
+	Error        string `json:"error,omitempty"`
+}
+
+// imageReport is the image test case in fw verify's report.
+type imageReport struct {
+	Picture           string  `json:"picture"`
+	InputMaxAbsError  float64 `json:"input_max_abs_error"`
+	InputAtol         float64 `json:"input_atol"`
+	OutputMaxAbsError float64 `json:"output_max_abs_error"`
+	Passed            bool    `json:"passed"`
+	Worst             string  `json:"worst,omitempty"`
 }
 
 func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -42,7 +58,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	seconds := fs.Float64("time", 0.5, "seconds to spend timing the test vector after the check (0 skips timing)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: fw verify MODEL_FILE [flags]\n\nLoads MODEL_FILE (ONNX, TorchScript or quantized TorchScript, detected by content),\nruns the test vector embedded by fw.export, prints the largest absolute error and the\ntime per call. Exit status: 0 within tolerance, 1 beyond it or on a load error, 2 on usage errors.\n\nFlags:\n")
+		fmt.Fprintf(stderr, "Usage: fw verify MODEL_FILE [flags]\n\nLoads MODEL_FILE (ONNX, TorchScript or quantized TorchScript, detected by content),\nruns the test vector embedded by fw.export (and its sample picture through the image path),\nprints the largest absolute error and the time per call. Exit status: 0 within tolerance, 1 beyond it or on a load error, 2 on usage errors.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	path, rest := splitPositional(args)
@@ -82,6 +98,25 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return fail(err)
 	}
 	rep.Rows, rep.MaxAbsError, rep.Atol, rep.Rtol, rep.Passed, rep.Worst = res.Rows, res.MaxAbsError, res.Atol, res.Rtol, res.Passed, res.Worst
+	rep.tensorPassed = res.Passed
+	ic, err := imageprep.VerifyImage(ctx, m, nil)
+	switch {
+	case errors.Is(err, imageprep.ErrNoImageTestCase):
+	case err != nil:
+		return fail(err)
+	default:
+		rep.Image = &imageReport{
+			Picture:          fmt.Sprintf("%dx%d %s", ic.Width, ic.Height, ic.Format),
+			InputMaxAbsError: ic.InputMaxAbsError, InputAtol: ic.InputAtol,
+			OutputMaxAbsError: ic.OutputMaxAbsError, Passed: ic.Passed, Worst: ic.Worst,
+		}
+		if !ic.Passed {
+			rep.Passed = false
+			if rep.Worst == "" {
+				rep.Worst = "image test case: " + ic.Worst
+			}
+		}
+	}
 	if *seconds > 0 && res.Passed {
 		calls, per, err := timeTestVector(ctx, m, time.Duration(*seconds*float64(time.Second)))
 		if err != nil {
@@ -148,10 +183,17 @@ func printVerify(w io.Writer, m *engine.Model, r verifyReport) {
 		fmt.Fprintf(w, "labels   %d (%s%s)\n", len(l), strings.Join(shown, ", "), map[bool]string{true: ", ...", false: ""}[len(l) > 5])
 	}
 	verdict := "PASS"
-	if !r.Passed {
+	if !r.tensorPassed {
 		verdict = "FAIL"
 	}
 	fmt.Fprintf(w, "check    %d rows: max abs error %.3g (atol %g, rtol %g): %s\n", r.Rows, r.MaxAbsError, r.Atol, r.Rtol, verdict)
+	if im := r.Image; im != nil {
+		verdict := "PASS"
+		if !im.Passed {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(w, "image    %s picture through the image path: preprocessed max abs error %.3g (input_atol %g), outputs %.3g: %s\n", im.Picture, im.InputMaxAbsError, im.InputAtol, im.OutputMaxAbsError, verdict)
+	}
 	if r.Calls > 0 {
 		fmt.Fprintf(w, "timing   %.1f us per call (batch %d, %d calls)\n", r.MicrosPer, r.Rows, r.Calls)
 	}

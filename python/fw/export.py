@@ -11,7 +11,10 @@ Command line (prints a one-line JSON report on stdout; errors on stderr, exit 1;
     python -m fw.export CHECKPOINT --format onnx|torchscript|quantized --out PATH
                         [--opset 14] [--method trace|script] [--name N] [--version V]
 
-Every file embeds ``fw.json`` (docs/model-format.md). After writing, the file is loaded back
+Every file embeds ``fw.json`` (docs/model-format.md). ``preprocessing=`` is the image recipe: a dict (the
+simple form, :func:`fw.metadata.image_preprocessing`) or the model's torchvision eval transform
+(``transforms.Compose`` / ``transforms.v2.Compose``, see :mod:`fw.transforms`), written as its steps;
+with one, the test vector also holds a sample picture and what the pipeline and the model make of it. After writing, the file is loaded back
 (``torch.jit.load`` / ``onnxruntime``) and compared with the eager model on the example input and
 on random inputs with other batch sizes; a file beyond tolerance is removed and
 :class:`ParityError` raised.
@@ -359,17 +362,87 @@ class _Job:
             "rtol": rtol,
         }
 
-    def metadata(self, tv_outputs: list[Any], export: dict[str, Any], fields: dict[str, Any]) -> str:
+    def metadata(
+        self, tv_outputs: list[Any], export: dict[str, Any], fields: dict[str, Any], run: Any = None
+    ) -> str:
+        """fw.json text; ``run(args) -> list of arrays`` computes the image test case's outputs (the
+        written model's code: the eager model by default)."""
+        fields = dict(fields)
+        fields["preprocessing"] = self.preprocessing(fields.get("preprocessing"))
+        tv = self.test_vector(_to_numpy(tv_outputs))
+        image = (fields["preprocessing"] or {}).get("image")
+        if image is not None and len(self.args) == 1:
+            tv["image"] = self.image_case(image, run or self.eager)
         doc = _md.build(
             name=self.name,
             format=self.fmt,
             inputs=self.inputs,
             outputs=self.outputs,
             export={**export, "dynamic_batch": True},
-            test_vector=self.test_vector(_to_numpy(tv_outputs)),
+            test_vector=tv,
             **fields,
         )
         return _md.dumps(doc)
+
+    def preprocessing(self, pre: Any) -> Mapping[str, Any] | None:
+        """``preprocessing=`` as fw.json holds it: a dict as given, or a torchvision transform as its steps
+        (flattened when the first input is one vector per sample)."""
+        if pre is None or isinstance(pre, Mapping):
+            return pre
+        from fw import transforms
+
+        shape = list(self.args[0].shape)
+        try:
+            out = transforms.image_preprocessing_from(pre)
+            if len(shape) == 2:
+                image = out["image"]
+                if image["channels"] * image["height"] * image["width"] == shape[1]:
+                    image["flatten"] = True
+        except transforms.TransformError as e:
+            raise ExportError(f"preprocessing: {e}") from e
+        return out
+
+    def image_case(self, image: Mapping[str, Any], run: Any) -> dict[str, Any]:
+        """test_vector.image: a sample picture, what the user's Python pipeline makes of it and the
+        model's outputs for that (docs/model-format.md)."""
+        import base64
+
+        import numpy as np
+
+        from fw import transforms
+
+        png = transforms.sample_png()
+        try:
+            x = transforms.preprocess(png, image)
+        except Exception as e:
+            raise ExportError(
+                f"preprocessing: running it on a sample picture failed: {e}. Hint: check the transform on a "
+                "PIL image, e.g. transform(Image.open(path).convert('RGB'))"
+            ) from e
+        x = x.reshape(1, *self.args[0].shape[1:]) if image.get("flatten") else x.unsqueeze(0)
+        x = x.to(self.args[0].dtype).contiguous()
+        if list(x.shape[1:]) != list(self.args[0].shape[1:]):
+            raise ExportError(
+                f"preprocessing makes samples of shape {list(x.shape[1:])} but the model's first input takes "
+                f"{list(self.args[0].shape[1:])}. Hint: make the transform's output size and channels match"
+            )
+        outs = [np.asarray(v) for v in run((x,))]
+        self.image_input, self.image_outputs = x, outs
+        # One 8-bit level after normalisation where PyTorch's uint8 kernels run (they differ by a level
+        # between CPUs with and without AVX2); fw reproduces everything else exactly.
+        atol = 1e-5
+        steps = image.get("steps")
+        if steps is None:
+            atol = 1e-4  # the simple form folds scale and normalisation into one multiply-add
+        elif transforms.uses_tensor_kernels(steps):
+            stds = [abs(v) for st in steps if st["op"] == "normalize" for v in st["std"]] or [1.0]
+            atol = 1e-5 + 1.0 / 255 / min(stds)
+        return {
+            "image_b64": base64.b64encode(png).decode("ascii"),
+            "input": _md.encode_tensor(x),
+            "input_atol": atol,
+            "outputs": {n: _md.encode_tensor(o) for n, o in zip(self.output_names, outs, strict=True)},
+        }
 
     def check(
         self,
@@ -383,6 +456,8 @@ class _Job:
         atol, rtol = _tolerance(self.fmt, tolerance)
         gen = torch.Generator().manual_seed(0)
         cases = [("example", self.args, self.eager_out)]
+        if getattr(self, "image_input", None) is not None:
+            cases.append(("sample picture", (self.image_input,), self.eager((self.image_input,))))
         for b in CHECK_BATCHES:
             args = _random_inputs(self.model, self.args, b, gen)
             cases.append((f"random batch {b}", args, self.eager(args)))
@@ -451,7 +526,7 @@ class _Job:
 def _fields(
     version: str,
     labels: Sequence[str] | None,
-    preprocessing: Mapping[str, Any] | None,
+    preprocessing: Any,
     task: str | None,
     metrics: Mapping[str, float] | None,
     description: str | None,
@@ -480,6 +555,17 @@ def _script_module(model: Any, args: tuple[Any, ...], method: str) -> Any:
                 f"torch.jit.{method} failed on {type(model).__name__}: {str(e).strip().splitlines()[0]}. "
                 f"Hint: try method='{other}', or simplify forward() to tensor operations"
             ) from e
+
+
+def _module_runner(module: Any) -> Any:
+    """``run(args) -> list of arrays`` for an in-memory module."""
+    import torch
+
+    def run(args: tuple[Any, ...]) -> list[Any]:
+        with torch.no_grad():
+            return _to_numpy(_as_outputs(module(*args)))
+
+    return run
 
 
 def _jit_runner(path: Path) -> Any:
@@ -516,7 +602,7 @@ def torchscript(
     name: str | None = None,
     version: str = "1",
     labels: Sequence[str] | None = None,
-    preprocessing: Mapping[str, Any] | None = None,
+    preprocessing: Any = None,
     task: str | None = None,
     metrics: Mapping[str, float] | None = None,
     tolerance: float | tuple[float, float] | None = None,
@@ -542,6 +628,7 @@ def torchscript(
         tv_out,
         {"method": method, "opset_version": None, "quantization": None, "exporter": exporter},
         _fields(version, labels, preprocessing, task, metrics, description),
+        run=_module_runner(sm),
     )
     _write_jit(sm, job.path, text)
     return job.check(_jit_runner(job.path), tolerance, eval_data)
@@ -555,7 +642,7 @@ def quantized(
     name: str | None = None,
     version: str = "1",
     labels: Sequence[str] | None = None,
-    preprocessing: Mapping[str, Any] | None = None,
+    preprocessing: Any = None,
     task: str | None = None,
     metrics: Mapping[str, float] | None = None,
     tolerance: float | tuple[float, float] | None = None,
@@ -607,7 +694,9 @@ def quantized(
         "quantized_modules": sorted({f"nn.{type(m).__name__}" for m in replaced}),
         "quantized_engine": torch.backends.quantized.engine,
     }
-    text = job.metadata(tv_out, export, _fields(version, labels, preprocessing, task, metrics, description))
+    text = job.metadata(
+        tv_out, export, _fields(version, labels, preprocessing, task, metrics, description), run=_module_runner(sm)
+    )
     _write_jit(sm, job.path, text)
     return job.check(_jit_runner(job.path), tolerance, eval_data)
 
@@ -620,7 +709,7 @@ def onnx(
     name: str | None = None,
     version: str = "1",
     labels: Sequence[str] | None = None,
-    preprocessing: Mapping[str, Any] | None = None,
+    preprocessing: Any = None,
     task: str | None = None,
     metrics: Mapping[str, float] | None = None,
     tolerance: float | tuple[float, float] | None = None,

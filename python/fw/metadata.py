@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-FW_FORMAT = 1
+FW_FORMAT = 2  # the newest format this reader knows; a document is written with the lowest that fits
+STEPS_FORMAT = 2  # preprocessing.image.steps: a version-1 reader would ignore them, so it must refuse the file
 METADATA_KEY = "fw.json"
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_VERSION_LEN = 64
@@ -201,7 +202,7 @@ def build(
     if task is None:
         task = "classification" if labels else "other"
     doc: dict[str, Any] = {
-        "fw_format": FW_FORMAT,
+        "fw_format": format_version(preprocessing),
         "name": name,
         "version": str(version),
     }
@@ -297,6 +298,8 @@ def _check_image(image: Any, first_input: dict[str, Any] | None) -> None:
     )
     if not isinstance(image, dict):
         raise _fail("preprocessing.image must be an object", hint)
+    if "steps" in image:
+        _check_steps_form(image)
     for key in ("height", "width", "channels"):
         v = image.get(key)
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
@@ -372,6 +375,56 @@ def _check_test_vector(tv: Any, inputs: list[dict], outputs: list[dict]) -> None
         v = tv.get(key)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not (v >= 0 and math.isfinite(v)):
             raise _fail(f"test_vector.{key} must be a finite number >= 0, got {v!r}", "e.g. 1e-4")
+    if "image" in tv:
+        _check_image_case(tv["image"], inputs, outputs)
+
+
+def format_version(preprocessing: Any) -> int:
+    """The lowest fw_format that holds ``preprocessing``: 2 with image steps, else 1."""
+    image = preprocessing.get("image") if isinstance(preprocessing, Mapping) else None
+    return STEPS_FORMAT if isinstance(image, Mapping) and "steps" in image else 1
+
+
+def _check_steps_form(image: dict[str, Any]) -> None:
+    from fw import transforms
+
+    hint = "build the steps form with fw.transforms.image_preprocessing_from(transform)"
+    mixed = sorted(k for k in ("resize", "scale", "mean", "std", "invert") if k in image)
+    if mixed:
+        raise _fail(f"preprocessing.image has steps and also the simple form's {mixed}", f"keep one form; {hint}")
+    try:
+        c, h, w = transforms.check_steps(image["steps"])
+    except transforms.TransformError as e:
+        raise MetadataError(str(e)) from e
+    got = (image.get("channels"), image.get("height"), image.get("width"))
+    if got != (c, h, w):
+        raise _fail(
+            f"preprocessing.image.steps produce {c} channel(s) of {h}x{w} but channels/height/width say {got}", hint
+        )
+
+
+def _check_image_case(case: Any, inputs: list[dict], outputs: list[dict]) -> None:
+    hint = "the exporter writes test_vector.image; re-export the model with fw.export"
+    if not isinstance(case, dict):
+        raise _fail("test_vector.image must be an object", hint)
+    b64 = case.get("image_b64")
+    if not isinstance(b64, str) or not b64 or len(b64) > 8 << 20:
+        raise _fail("test_vector.image.image_b64 must be a base64 picture of at most 8 MiB of text", hint)
+    x = decode_tensor(case.get("input"))
+    first = inputs[0]
+    if x.shape[:1] != (1,) or not _shape_matches(first["shape"], list(x.shape)):
+        raise _fail(
+            f"test_vector.image.input has shape {list(x.shape)}, not one row of the first input {first['shape']}", hint
+        )
+    atol = case.get("input_atol")
+    if not isinstance(atol, (int, float)) or isinstance(atol, bool) or not (atol >= 0 and math.isfinite(atol)):
+        raise _fail(f"test_vector.image.input_atol must be a finite number >= 0, got {atol!r}", hint)
+    outs = case.get("outputs")
+    names = [o["name"] for o in outputs]
+    if not isinstance(outs, dict) or sorted(outs) != sorted(names):
+        raise _fail(f"test_vector.image.outputs must hold the model's outputs {names}", hint)
+    for v in outs.values():
+        decode_tensor(v)
 
 
 def validate(doc: Any) -> dict[str, Any]:
@@ -425,6 +478,14 @@ def validate(doc: Any) -> dict[str, Any]:
                 "pass exactly one label per output class, in index order",
             )
     pre = doc.get("preprocessing")
+    if fmt < STEPS_FORMAT and isinstance(pre, dict) and isinstance(pre.get("image"), dict) and "steps" in pre["image"]:
+        raise _fail(
+            f"preprocessing.image.steps needs fw_format {STEPS_FORMAT} (a version-1 reader would ignore them)",
+            f"set fw_format to {STEPS_FORMAT}",
+        )
+    if "test_vector" in doc and isinstance(doc["test_vector"], dict) and "image" in doc["test_vector"]:
+        if not isinstance(pre, dict) or "image" not in pre:
+            raise _fail("test_vector.image needs preprocessing.image", "drop test_vector.image")
     if pre is not None:
         if not isinstance(pre, dict):
             raise _fail("preprocessing must be an object", "use {'image': {...}} or leave it out")
