@@ -112,7 +112,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		if !ic.Passed {
 			rep.Passed = false
-			if rep.Worst == "" {
+			if res.Passed { // name the image case, not the tensor's (passing) worst element
 				rep.Worst = "image test case: " + ic.Worst
 			}
 		}

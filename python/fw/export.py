@@ -695,7 +695,10 @@ def quantized(
         "quantized_engine": torch.backends.quantized.engine,
     }
     text = job.metadata(
-        tv_out, export, _fields(version, labels, preprocessing, task, metrics, description), run=_module_runner(sm)
+        tv_out,
+        export,
+        _fields(version, labels, preprocessing, task, metrics, description),
+        run=_module_runner(sm),
     )
     _write_jit(sm, job.path, text)
     return job.check(_jit_runner(job.path), tolerance, eval_data)

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 FW_FORMAT = 2  # the newest format this reader knows; a document is written with the lowest that fits
-STEPS_FORMAT = 2  # preprocessing.image.steps: a version-1 reader would ignore them, so it must refuse the file
+STEPS_FORMAT = (
+    2  # preprocessing.image.steps: a version-1 reader would ignore them, so it must refuse the file
+)
 METADATA_KEY = "fw.json"
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_VERSION_LEN = 64
@@ -391,7 +393,9 @@ def _check_steps_form(image: dict[str, Any]) -> None:
     hint = "build the steps form with fw.transforms.image_preprocessing_from(transform)"
     mixed = sorted(k for k in ("resize", "scale", "mean", "std", "invert") if k in image)
     if mixed:
-        raise _fail(f"preprocessing.image has steps and also the simple form's {mixed}", f"keep one form; {hint}")
+        raise _fail(
+            f"preprocessing.image has steps and also the simple form's {mixed}", f"keep one form; {hint}"
+        )
     try:
         c, h, w = transforms.check_steps(image["steps"])
     except transforms.TransformError as e:
@@ -399,7 +403,8 @@ def _check_steps_form(image: dict[str, Any]) -> None:
     got = (image.get("channels"), image.get("height"), image.get("width"))
     if got != (c, h, w):
         raise _fail(
-            f"preprocessing.image.steps produce {c} channel(s) of {h}x{w} but channels/height/width say {got}", hint
+            f"preprocessing.image.steps produce {c} channel(s) of {h}x{w} but channels/height/width say {got}",
+            hint,
         )
 
 
@@ -414,10 +419,15 @@ def _check_image_case(case: Any, inputs: list[dict], outputs: list[dict]) -> Non
     first = inputs[0]
     if x.shape[:1] != (1,) or not _shape_matches(first["shape"], list(x.shape)):
         raise _fail(
-            f"test_vector.image.input has shape {list(x.shape)}, not one row of the first input {first['shape']}", hint
+            f"test_vector.image.input has shape {list(x.shape)}, not one row of the first input {first['shape']}",
+            hint,
         )
     atol = case.get("input_atol")
-    if not isinstance(atol, (int, float)) or isinstance(atol, bool) or not (atol >= 0 and math.isfinite(atol)):
+    if (
+        not isinstance(atol, (int, float))
+        or isinstance(atol, bool)
+        or not (atol >= 0 and math.isfinite(atol))
+    ):
         raise _fail(f"test_vector.image.input_atol must be a finite number >= 0, got {atol!r}", hint)
     outs = case.get("outputs")
     names = [o["name"] for o in outputs]
@@ -478,7 +488,12 @@ def validate(doc: Any) -> dict[str, Any]:
                 "pass exactly one label per output class, in index order",
             )
     pre = doc.get("preprocessing")
-    if fmt < STEPS_FORMAT and isinstance(pre, dict) and isinstance(pre.get("image"), dict) and "steps" in pre["image"]:
+    if (
+        fmt < STEPS_FORMAT
+        and isinstance(pre, dict)
+        and isinstance(pre.get("image"), dict)
+        and "steps" in pre["image"]
+    ):
         raise _fail(
             f"preprocessing.image.steps needs fw_format {STEPS_FORMAT} (a version-1 reader would ignore them)",
             f"set fw_format to {STEPS_FORMAT}",

@@ -263,7 +263,6 @@ class Builder:
     def resnet18(self) -> None:
         import torch
 
-        from fw import metadata
         from fw.models import ResNet18
 
         torch.manual_seed(SEED)
@@ -276,9 +275,8 @@ class Builder:
             "description": "ResNet-18 with random (seeded) weights, for benchmarks; its predictions mean nothing",
             "task": "classification",
             "labels": [f"class_{i}" for i in range(1000)],
-            "preprocessing": metadata.image_preprocessing(
-                224, 224, 3, scale=1 / 255, mean=IMAGENET_MEAN, std=IMAGENET_STD, resize="bilinear"
-            ),
+            # torchvision's ImageNet eval transform, which fw serve reproduces step by step
+            "preprocessing": imagenet_eval_preprocessing(),
             "skip": QUANT_SKIP_RESNET,
         }
         self.trained["resnet18"] = model
@@ -344,11 +342,11 @@ class Builder:
         if model is None and (self.out / "resnet18.ckpt.pt").exists():
             model = checkpoint.load(self.out / "resnet18.ckpt.pt").model
         if model is not None:
-            with Image.open(self.out / rel) as im:
-                x = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0
-            x = (x - np.array(IMAGENET_MEAN, dtype=np.float32)) / np.array(IMAGENET_STD, dtype=np.float32)
+            from fw import transforms
+
+            x = transforms.preprocess((self.out / rel).read_bytes(), imagenet_eval_preprocessing()["image"])
             with torch.no_grad():
-                logits = model(torch.from_numpy(x.transpose(2, 0, 1).copy()).unsqueeze(0))[0]
+                logits = model(x.unsqueeze(0))[0]
             top = torch.topk(logits, 5)
             entry["predictions"] = {
                 "resnet18": {
@@ -472,6 +470,18 @@ def text_data(n: int, seed: int) -> tuple[Any, Any]:
     tokens = torch.where(positive, low, high)
     labels = (positive.sum(1) > TEXT_LEN // 2).long()
     return tokens, labels
+
+
+def imagenet_eval_preprocessing() -> dict[str, Any]:
+    """preprocessing for ImageNet classifiers: torchvision's standard eval transform (Resize(256),
+    CenterCrop(224), ToTensor, Normalize(ImageNet mean and std)) as fw.json's steps."""
+    import torchvision.transforms as T
+
+    from fw import transforms
+
+    return transforms.image_preprocessing_from(
+        T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    )
 
 
 def synthetic_rgb(width: int, height: int) -> Any:

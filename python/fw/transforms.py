@@ -122,7 +122,9 @@ def image_preprocessing_from(transform: Any, flatten: bool = False) -> dict[str,
                 if mode == "nearest-exact":
                     mode = "nearest"  # torchvision hands Pillow NEAREST for it
                 if mode not in PIL_FILTERS:
-                    raise _fail(f"{where}: interpolation {mode!r} is not supported", f"use one of {PIL_FILTERS}")
+                    raise _fail(
+                        f"{where}: interpolation {mode!r} is not supported", f"use one of {PIL_FILTERS}"
+                    )
                 antialias = mode != "nearest"  # Pillow always antialiases its filters
             else:
                 if mode not in TENSOR_FILTERS:
@@ -140,7 +142,10 @@ def image_preprocessing_from(transform: Any, flatten: bool = False) -> dict[str,
             steps.append(step)
         elif kind == "CenterCrop":
             if domain == "float":
-                raise _fail(f"{where} crops a float tensor, which fw does not reproduce", "put CenterCrop before ToTensor")
+                raise _fail(
+                    f"{where} crops a float tensor, which fw does not reproduce",
+                    "put CenterCrop before ToTensor",
+                )
             size = _ints(t.size, f"{where} size")
             steps.append({"op": "center_crop", "size": size * 2 if len(size) == 1 else size})
         elif kind == "Grayscale":
@@ -149,7 +154,9 @@ def image_preprocessing_from(transform: Any, flatten: bool = False) -> dict[str,
             steps.append({"op": "grayscale", "channels": int(t.num_output_channels)})
         elif kind == "ToTensor":
             if domain != "pil":
-                raise _fail(f"{where} needs a PIL image", "use ToDtype(torch.float32, scale=True) after ToImage")
+                raise _fail(
+                    f"{where} needs a PIL image", "use ToDtype(torch.float32, scale=True) after ToImage"
+                )
             steps.append({"op": "to_tensor"})
             domain = "float"
         elif kind in ("ToImage", "PILToTensor"):
@@ -173,13 +180,17 @@ def image_preprocessing_from(transform: Any, flatten: bool = False) -> dict[str,
             domain = "float"
         elif kind == "Normalize":
             if domain != "float":
-                raise _fail(f"{where} needs a float tensor", "put ToTensor (or ToImage + ToDtype) before Normalize")
+                raise _fail(
+                    f"{where} needs a float tensor", "put ToTensor (or ToImage + ToDtype) before Normalize"
+                )
             steps.append(
                 {"op": "normalize", "mean": [float(m) for m in t.mean], "std": [float(s) for s in t.std]}
             )
         else:
-            raise _fail(f"{where} is not supported; fw reproduces {ACCEPTED}", "leave random augmentations out of "
-                        "the eval transform, or pass preprocessing as a dict")
+            raise _fail(
+                f"{where} is not supported; fw reproduces {ACCEPTED}",
+                "leave random augmentations out of the eval transform, or pass preprocessing as a dict",
+            )
     channels, height, width = check_steps(steps)
     image: dict[str, Any] = {
         "height": height,
@@ -233,7 +244,9 @@ def check_steps(steps: Any) -> tuple[int, int, int]:
             if size is None:
                 size = []
             if not isinstance(size, list) or len(size) > 2 or not all(side(v) for v in size):
-                raise _fail(f"{where}: size must be [short side] or [height, width], each 1..{MAX_SIDE}", hint)
+                raise _fail(
+                    f"{where}: size must be [short side] or [height, width], each 1..{MAX_SIDE}", hint
+                )
             if not size and max_size is None:
                 raise _fail(f"{where}: give size, or max_size alone", hint)
             if max_size is not None and (
@@ -256,8 +269,15 @@ def check_steps(steps: Any) -> tuple[int, int, int]:
             h, w = (size[0], size[1]) if len(size) == 2 else (0, 0)
         elif op == "center_crop":
             size = s.get("size")
-            if domain == "float" or not isinstance(size, list) or len(size) != 2 or not all(side(v) for v in size):
-                raise _fail(f"{where}: center_crop needs size [height, width] and must come before to_tensor", hint)
+            if (
+                domain == "float"
+                or not isinstance(size, list)
+                or len(size) != 2
+                or not all(side(v) for v in size)
+            ):
+                raise _fail(
+                    f"{where}: center_crop needs size [height, width] and must come before to_tensor", hint
+                )
             h, w = size
         elif op == "to_image":
             if domain != "pil":
@@ -269,7 +289,9 @@ def check_steps(steps: Any) -> tuple[int, int, int]:
             domain = "float"
         elif op == "to_dtype":
             if domain != "uint8" or s.get("dtype") != "float32" or s.get("scale") is not True:
-                raise _fail(f'{where}: to_dtype is {{"dtype": "float32", "scale": true}} after to_image', hint)
+                raise _fail(
+                    f'{where}: to_dtype is {{"dtype": "float32", "scale": true}} after to_image', hint
+                )
             domain = "float"
         elif op == "normalize":
             if domain != "float":
@@ -279,12 +301,17 @@ def check_steps(steps: Any) -> tuple[int, int, int]:
                 if (
                     not isinstance(v, list)
                     or len(v) not in (1, channels)
-                    or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+                    or not all(
+                        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                        for x in v
+                    )
                     or (key == "std" and any(x == 0 for x in v))
                 ):
                     raise _fail(f"{where}: {key} must be 1 or {channels} finite numbers (std non-zero)", hint)
     if domain != "float":
-        raise _fail("preprocessing.image.steps must end in a float tensor", "add to_tensor (or to_image + to_dtype)")
+        raise _fail(
+            "preprocessing.image.steps must end in a float tensor", "add to_tensor (or to_image + to_dtype)"
+        )
     if not h or not w:
         raise _fail(
             "preprocessing.image.steps end in a size that depends on the picture's aspect ratio",
