@@ -15,7 +15,10 @@
 #   j. gRPC (the Open Inference Protocol's ModelInfer, the row as raw_input_contents): fw serve
 #      --grpc-port, Triton's gRPC port, and the gRPC ceiling (bench/ceiling -grpc: a bare grpc-go
 #      server with a fixed answer), loaded by ghz (Go module proxy), one CPU like wrk's one thread
-#   e. /predict/image on resnet18.onnx: fw, LitServe, FastAPI (both), TorchServe, Triton
+#   e. /predict/image on resnet18.onnx: fw, LitServe, FastAPI (both), TorchServe, Triton; and fw
+#      again on a copy whose recipe is the simple form fw used before it ran torchvision's eval
+#      transform (stretch to 224x224, no antialiasing, no crop): row fw-stretch, the cost of the
+#      transform side by side (IMG_STRETCH_ROW=0 leaves it out)
 #   f. the engine ceiling for resnet18 (no HTTP; bench/ceiling -engine)
 # ONNX Runtime settings: every peer's headline rows run with fw's session settings
 # (intra-op threads = what `fw serve` uses, thread spinning off: FW_PEER_THREADS and
@@ -26,7 +29,9 @@
 #
 # Knobs (environment): DURATION (5s), IMG_DURATION (10s), CONCURRENCY ("1 16 64 256"),
 # IMG_CONCURRENCY ("1 16 64"), DEFAULTS_CONCURRENCY ("64"; empty: no defaults rows),
-# FW_TUNED_FLAGS, SKIP_PEERS=1, SKIP_IMAGE=1, SKIP_TORCHSERVE=1, SKIP_TRITON=1,
+# FW_TUNED_FLAGS, SKIP_PEERS=1, SKIP_IMAGE=1, SKIP_JSON=1 (no /predict, /v2 or gRPC rows: with
+# BENCH_ONLY=fw, just fw's /predict/image rows), SKIP_TORCHSERVE=1, SKIP_TRITON=1,
+# IMG_JPEG (the picture the image rows send; default the 224x224 sample), IMG_STRETCH_ROW (1),
 # BENCH_ONLY (a subset of "engine ceiling fw litserve fastapi torchserve triton",
 # space- or comma-separated; empty: all), BENCH_OUT (build/bench/serve),
 # BENCH_DOC (docs/benchmarks.md: where the report goes), PEER_THREADS (the peers'
@@ -71,7 +76,7 @@ out=${BENCH_OUT:-$root/build/bench/serve}
 doc=${BENCH_DOC:-docs/benchmarks.md}
 mlp=build/models/digits_mlp.onnx
 img_model=build/models/resnet18.onnx
-jpeg=build/models/samples/rgb_224.jpg
+jpeg=${IMG_JPEG:-build/models/samples/rgb_224.jpg}
 zeros='{"data":[[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]]}'
 
 log() { echo "==> $*" >&2; }
@@ -166,7 +171,7 @@ fi
 
 # ---- 1'. ghz, the gRPC load generator (github.com/bojand/ghz from the Go module proxy)
 ghz=$cache/bin/ghz-$GHZ_VERSION
-if [[ ! -x $ghz ]]; then
+if [[ ${SKIP_JSON:-0} != 1 && ! -x $ghz ]]; then
   log "installing ghz $GHZ_VERSION (go install from the Go module proxy)"
   mkdir -p "$cache/bin"
   GOBIN=$cache/bin/ghz-build timeout 900 go install "github.com/bojand/ghz/cmd/ghz@$GHZ_VERSION"
@@ -174,10 +179,14 @@ if [[ ! -x $ghz ]]; then
   rm -rf "$cache/bin/ghz-build"
 fi
 
-# ---- 2. peers venv (cached; rebuilt when requirements.txt changes)
+# ---- 2. peers venv (cached; rebuilt when requirements.txt changes; not needed with
+# SKIP_PEERS=1, where the report's versions come from python3)
 req=bench/peers/requirements.txt
 want=$(sha256sum "$req" | cut -d' ' -f1)
-if [[ ! -x $venv/bin/python || $(cat "$venv/.requirements.sha256" 2>/dev/null) != "$want" ]]; then
+meta_py=$venv/bin/python
+if [[ ${SKIP_PEERS:-0} == 1 ]]; then
+  meta_py=python3
+elif [[ ! -x $venv/bin/python || $(cat "$venv/.requirements.sha256" 2>/dev/null) != "$want" ]]; then
   log "peers venv $venv (pinned from $req; no torch)"
   mkdir -p "$cache"
   rm -rf "$venv"
@@ -186,7 +195,7 @@ if [[ ! -x $venv/bin/python || $(cat "$venv/.requirements.sha256" 2>/dev/null) !
   timeout 900 "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
   echo "$want" >"$venv/.requirements.sha256"
 fi
-"$venv/bin/python" -c 'import litserve, fastapi, uvicorn, onnxruntime, PIL, multipart' ||
+[[ ${SKIP_PEERS:-0} == 1 ]] || "$venv/bin/python" -c 'import litserve, fastapi, uvicorn, onnxruntime, PIL, multipart' ||
   die "peers venv $venv is broken; remove it and rerun"
 
 # ---- 2'. TorchServe venv (its own: torchserve + torch-model-archiver + torch + onnxruntime)
@@ -478,7 +487,7 @@ engine_ceiling() {
 engine_ceiling 1
 
 # ---- a. HTTP ceiling
-if only ceiling; then
+if [[ ${SKIP_JSON:-0} != 1 ]] && only ceiling; then
   p=$PORT_BASE
   log "a. HTTP ceiling (bare fasthttp) on $HOST:$p"
   start ceiling build/bench/ceiling -addr "$HOST:$p"
@@ -494,7 +503,7 @@ if only ceiling; then
 fi
 
 # ---- b. fw serve /predict, and its /v2 infer on the same server
-if only fw; then
+if [[ ${SKIP_JSON:-0} != 1 ]] && only fw; then
   p=$((PORT_BASE + 1))
   log "b. fw serve $mlp (defaults) on $HOST:$p"
   start fw-default bin/fw serve --model "$mlp" --host "$HOST" --port "$p" --grpc-port $((PORT_BASE + 19))
@@ -586,7 +595,7 @@ peer_triton() {
   tr_stop
 }
 
-if [[ ${SKIP_PEERS:-0} != 1 ]]; then
+if [[ ${SKIP_PEERS:-0} != 1 && ${SKIP_JSON:-0} != 1 ]]; then
   # headline rows: fw's ONNX Runtime settings
   ort_env=("${fw_ort_env[@]}")
   if only litserve; then peer_litserve litserve $CONCURRENCY; fi
@@ -622,6 +631,28 @@ if [[ ${SKIP_IMAGE:-0} != 1 ]]; then
     wait_ready "http://$HOST:$p/predict/image" -H 'Content-Type: image/jpeg' --data-binary @"$jpeg"
     bench image fw jpeg.lua "http://$HOST:$p/predict/image" "$IMG_DURATION" $IMG_CONCURRENCY
     stop_last
+    if [[ ${IMG_STRETCH_ROW:-1} == 1 ]]; then
+      # the same file with the simple recipe fw used before the eval transform: stretch the
+      # picture to 224x224 (bilinear, no antialiasing), no crop; same weights, same engine
+      stretch=$out/resnet18-stretch.onnx
+      "${FW_VENV:-$root/.venv}/bin/python" - "$img_model" "$stretch" <<'EOF'
+import json, sys, onnx
+m = onnx.load(sys.argv[1])
+prop = next(p for p in m.metadata_props if p.key == "fw.json")
+doc = json.loads(prop.value)
+doc["fw_format"] = 1
+doc["preprocessing"]["image"] = {"height": 224, "width": 224, "channels": 3, "layout": "NCHW",
+    "resize": "bilinear", "scale": 1 / 255, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+doc["test_vector"].pop("image", None)
+prop.value = json.dumps(doc)
+onnx.save(m, sys.argv[2])
+EOF
+      log "e. fw serve $stretch (the simple recipe: stretch to 224x224) /predict/image on $HOST:$p"
+      start fw-stretch-image bin/fw serve --model "$stretch" --host "$HOST" --port "$p"
+      wait_ready "http://$HOST:$p/predict/image" -H 'Content-Type: image/jpeg' --data-binary @"$jpeg"
+      bench image fw-stretch jpeg.lua "http://$HOST:$p/predict/image" "$IMG_DURATION" $IMG_CONCURRENCY
+      stop_last
+    fi
   fi
   if [[ ${SKIP_PEERS:-0} != 1 ]]; then
     if only litserve; then
@@ -679,8 +710,13 @@ if [[ $with_triton == 1 ]]; then
   tr_meta=$(LD_LIBRARY_PATH=$tr_ld "$trvenv/bin/python" -c 'import json, sys, importlib.metadata as m; d = {k: m.version(k) for k in ("nvidia-pytriton", "onnxruntime", "numpy", "pillow")}; d["python"] = "%d.%d.%d" % sys.version_info[:3]; d["tritonserver"] = sys.argv[1]; print(json.dumps(d))' "${triton_server_version:-?}")
 fi
 java_v=$(java -version 2>&1 | head -1 || true)
-"$venv/bin/python" - "$out/meta.json" <<EOF
-import json, sys, importlib.metadata as md, subprocess, datetime, platform
+"$meta_py" - "$out/meta.json" <<EOF
+import json, sys, importlib.metadata as importlib_md, subprocess, datetime, platform
+class md:  # versions of what this Python has ("" where a package is absent: SKIP_PEERS=1)
+    @staticmethod
+    def version(name):
+        try: return importlib_md.version(name)
+        except importlib_md.PackageNotFoundError: return ""
 def sh(*a):
     try: return subprocess.run(a, capture_output=True, text=True, timeout=30).stdout.strip()
     except Exception: return ""

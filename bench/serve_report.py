@@ -25,6 +25,7 @@ NAMES = {
     "fw": "fw serve (defaults)",
     "fw-tuned": "fw serve (tuned: `{tuned}`)",
     "fw-spin": "fw serve (`--engine-spin`)",
+    "fw-stretch": "fw serve, simple recipe (stretch to 224x224; the recipe before the eval transform)",
     "litserve": "LitServe + onnxruntime (batching)",
     "fastapi": "FastAPI + uvicorn + onnxruntime (`async def`)",
     "fastapi-def": "FastAPI + uvicorn + onnxruntime (`def`, threadpool)",
@@ -512,14 +513,17 @@ def main():
     best_eng = max((e["rows_per_s"] for e in eng), default=None)
     if img or eng:
         w(
-            "### /predict/image, resnet18.onnx (224x224 JPEG, 8 KB, decode + resize + normalise per request)"
+            "### /predict/image, resnet18.onnx (224x224 JPEG, 8 KB, decode + torchvision's eval transform per request)"
         )
         w("")
         w(
             "fw, FastAPI and TorchServe receive the raw body (`Content-Type: image/jpeg`); LitServe has no raw-body mode, so "
             "it receives the same JPEG as `multipart/form-data`; Triton receives it as a V2 BYTES tensor "
-            "(binary-data extension). Peers decode with PIL, resize bilinear to "
-            "224x224, normalise with the ImageNet mean/std in numpy, all at fw's ONNX Runtime settings."
+            "(binary-data extension). Every server runs the model's eval transform: fw from the file's "
+            "preprocessing steps (Pillow's antialiased bilinear resize of the shorter side to 256, center crop "
+            "224, ImageNet normalisation), the peers the same with PIL and numpy, all at fw's ONNX Runtime "
+            "settings. fw-stretch is fw on the same weights with the simple recipe it used before (stretch to "
+            "224x224, bilinear without antialiasing): the transform's cost side by side."
         )
         w("")
         if img:
@@ -528,6 +532,7 @@ def main():
                     img,
                     [
                         "fw",
+                        "fw-stretch",
                         "litserve",
                         "fastapi",
                         "fastapi-def",

@@ -18,7 +18,7 @@ import numpy as np
 import onnxruntime as ort
 from PIL import Image
 
-# ImageNet normalisation, as resnet18.onnx's preprocessing metadata.
+# ImageNet normalisation, as resnet18.onnx's preprocessing steps.
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32).reshape(3, 1, 1)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32).reshape(3, 1, 1)
 
@@ -61,11 +61,21 @@ def rows_response(logits):
     }
 
 
-def image_tensor(data: bytes, size=224):
-    """JPEG/PNG bytes -> float32 (3, size, size): decode, RGB, bilinear resize, normalise."""
-    img = (
-        Image.open(io.BytesIO(data)).convert("RGB").resize((size, size), Image.BILINEAR)
-    )
+def image_tensor(data: bytes, size=224, resize=256):
+    """JPEG/PNG bytes -> float32 (3, size, size): torchvision's ImageNet eval transform
+    (resnet18.onnx's preprocessing steps) in PIL and numpy: decode, RGB, shorter side to
+    `resize` (bilinear, Pillow antialiases), center crop `size`, scale, normalise."""
+    img = Image.open(io.BytesIO(data)).convert("RGB")
+    w, h = img.size
+    if w <= h:
+        nw, nh = resize, int(resize * h / w)
+    else:
+        nw, nh = int(resize * w / h), resize
+    if (nw, nh) != (w, h):
+        img = img.resize((nw, nh), Image.BILINEAR)
+    # Python's round: half to even, as torchvision's center_crop
+    top, left = round((nh - size) / 2.0), round((nw - size) / 2.0)
+    img = img.crop((left, top, left + size, top + size))
     x = np.asarray(img, dtype=np.float32).transpose(2, 0, 1) / 255.0
     return (x - MEAN) / STD
 

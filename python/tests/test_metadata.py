@@ -81,7 +81,7 @@ def test_encoding_is_little_endian():
         (lambda d: d.update(name="bad name!"), "model name"),
         (lambda d: d.update(name=""), "model name"),
         (lambda d: d.update(version="x" * 65), "version"),
-        (lambda d: d.update(fw_format=2), "newer than this reader"),
+        (lambda d: d.update(fw_format=3), "newer than this reader"),
         (lambda d: d.update(task="ranking"), "task must be"),
         (lambda d: d.update(format="tflite"), "format must be"),
         (lambda d: d["inputs"][0].update(dtype="complex64"), "dtype"),
