@@ -4,9 +4,14 @@
 // POST /predict/image.
 //
 // The pipeline is: Decode (header checked against Limits before any pixel is
-// decoded), then Preprocess (convert to 1 or 3 channels, resize, invert,
-// scale, normalise, write NCHW). Batch does both for several images and
-// returns one engine.Tensor.
+// decoded), then Preprocess, in one of two forms. The simple form converts
+// to 1 or 3 channels, stretches to the recipe's size, inverts, scales and
+// normalises. The steps form (steps.go) is the model's torchvision eval
+// transform, reproduced bit for bit: Pillow's and PyTorch's uint8 resampling
+// (resample.go), center crop, grayscale, then one float lookup per value.
+// Both write NCHW. Batch does both for several images and returns one
+// engine.Tensor; Compile prepares a recipe once (a Pipeline, which keeps
+// its buffers between pictures); VerifyImage runs a model's image test case.
 //
 // The package keeps no mutable state of its own. Importing it registers the
 // png, jpeg, gif, bmp and webp decoders in the standard image package's

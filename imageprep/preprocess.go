@@ -239,6 +239,10 @@ func SampleShape(p engine.ImagePreprocessing, o Options) []int64 {
 // The arithmetic is float32 with explicit rounding at every step, so results
 // are the same on every run and platform. Invalid Options give an
 // *OptionsError; an invalid recipe gives a plain error.
+//
+// A recipe with Steps is the steps form instead (docs/model-format.md): it is
+// compiled (Compile) and run as its Pipeline does; Options other than zero
+// are refused with an *OptionsError.
 func Preprocess(img image.Image, p engine.ImagePreprocessing, o Options, dst []float32) error {
 	if p.Steps != nil {
 		pl, err := Compile(p)
