@@ -317,3 +317,24 @@ func FuzzImageSteps(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkSimpleJPEG640 is the simple recipe ResNet-18 had before its eval
+// transform (stretch to 224x224, bilinear without antialiasing, ImageNet
+// normalisation) on the same 640x480 JPEG, decoding included: the "before"
+// beside BenchmarkStepsResNetJPEG640.
+func BenchmarkSimpleJPEG640(b *testing.B) {
+	data := encodeJPEG(b, pattern(640, 480), 90)
+	p := engine.ImagePreprocessing{Height: 224, Width: 224, Channels: 3, Layout: "NCHW", Resize: "bilinear",
+		Mean: []float64{0.485, 0.456, 0.406}, Std: []float64{0.229, 0.224, 0.225}}
+	dst := make([]float32, 3*224*224)
+	b.ReportAllocs()
+	for b.Loop() {
+		img, _, err := Decode(data, Limits{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := Preprocess(img, p, Options{}, dst); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
