@@ -150,6 +150,8 @@ func FuzzDetectFile(f *testing.F) {
 func FuzzParseMetadata(f *testing.F) {
 	f.Add([]byte(`{"fw_format":1,"name":"m","inputs":[{"name":"x","dtype":"float32","shape":[-1,4]}],"outputs":[{"name":"y","dtype":"int64","shape":[-1]}],"test_vector":{"inputs":{"x":{"dtype":"float32","shape":[1,4],"b64":"AAAAAAAAAAAAAAAAAAAAAA=="}}}}`))
 	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"fw_format":2,"name":"m","inputs":[{"name":"x","dtype":"float32","shape":[-1,3,8,8]}],"outputs":[{"name":"y","dtype":"float32","shape":[-1,2]}],"preprocessing":{"image":{"height":8,"width":8,"channels":3,"steps":[{"op":"convert","mode":"RGB"},{"op":"resize","size":[9],"interpolation":"bicubic","antialias":true,"max_size":12},{"op":"center_crop","size":[8,8]},{"op":"to_tensor"},{"op":"normalize","mean":[0.5],"std":[0.25]}]}}}`))
+	f.Add([]byte(`{"fw_format":2,"name":"m","inputs":[{"name":"x","dtype":"float32","shape":[-1,1,4,4]}],"outputs":[{"name":"y","dtype":"float32","shape":[-1,2]}],"preprocessing":{"image":{"height":4,"width":4,"channels":1,"steps":[{"op":"convert","mode":"RGB"},{"op":"to_image"},{"op":"grayscale","channels":1},{"op":"resize","size":[4,4],"interpolation":"nearest-exact","antialias":false},{"op":"to_dtype","dtype":"float32","scale":true}]}}},"test_vector":{"inputs":{},"outputs":{},"atol":0,"rtol":0,"image":{"image_b64":"AA==","input":{"dtype":"float32","shape":[1,1,4,4],"b64":""},"input_atol":0,"outputs":{}}}}`))
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		m, err := ParseMetadata(doc)
 		if err != nil {
@@ -163,6 +165,12 @@ func FuzzParseMetadata(f *testing.F) {
 		if m.TestVector != nil {
 			for _, e := range m.TestVector.Inputs {
 				e.Decode()
+			}
+		}
+		if p := m.Preprocessing; p != nil && p.Image != nil && p.Image.Steps != nil {
+			sum, err := p.Image.CheckSteps()
+			if err != nil || sum.Channels != p.Image.Channels || sum.Height != p.Image.Height || sum.Width != p.Image.Width {
+				t.Fatalf("accepted steps that CheckSteps refuses (%v) in %s", err, doc)
 			}
 		}
 	})

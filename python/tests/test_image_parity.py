@@ -182,6 +182,9 @@ def test_resnet18_scores_match_pytorch_pipeline_and_onnxruntime():
     name = sess.get_inputs()[0].name
     server = FwProcess(*launch(["serve", "--model", str(RESNET), "--host", "127.0.0.1", "--port", "0"]), DOC)
     try:
+        # /model shows the steps (and validates against httpapi/openapi.json's ImageStep)
+        info = server.call("GET", "/model", expect=200).json()
+        assert info["preprocessing"]["image"]["steps"] == recipe["steps"]
         worst = {"PNG": 0.0, "JPEG": 0.0}
         for i, (w, h) in enumerate(SIZES):
             for fmt in ("PNG", "JPEG"):
