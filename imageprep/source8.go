@@ -48,14 +48,6 @@ func newPILSource(img image.Image, gray bool, x0, w int, cols []int32) *pilSourc
 	return s
 }
 
-// channels is 1 for L, 3 for RGB.
-func (s *pilSource) channels() int {
-	if s.gray {
-		return 1
-	}
-	return 3
-}
-
 // put stores one pixel at column j of dst.
 func (s *pilSource) put(dst []byte, j int, r, g, b uint8) {
 	if s.gray {
