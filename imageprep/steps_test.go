@@ -3,6 +3,7 @@ package imageprep
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image"
 	"image/color"
 	"math"
@@ -335,6 +336,52 @@ func BenchmarkSimpleJPEG640(b *testing.B) {
 		}
 		if err := Preprocess(img, p, Options{}, dst); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestPipelineConcurrentReuse: one compiled pipeline serving pictures of
+// different sizes from several goroutines (its workspaces, coefficient
+// caches included, are reused between them) gives what a fresh pipeline
+// gives for each picture alone.
+func TestPipelineConcurrentReuse(t *testing.T) {
+	recipe := stepsRecipe(24, 24, resizeStep([]int{28}, "bicubic", true), cropStep(24, 24))
+	pl, err := Compile(recipe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := [][2]int{{64, 48}, {17, 90}, {28, 28}, {301, 97}, {24, 25}}
+	want := make([][]float32, len(sizes))
+	for i, s := range sizes {
+		fresh, _ := Compile(recipe)
+		want[i] = make([]float32, 3*24*24)
+		if err := fresh.Preprocess(pattern(s[0], s[1]), Options{}, want[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 4)
+	for g := 0; g < 4; g++ {
+		go func() {
+			dst := make([]float32, 3*24*24)
+			for r := 0; r < 30; r++ {
+				i := (g + r) % len(sizes)
+				if err := pl.Preprocess(pattern(sizes[i][0], sizes[i][1]), Options{}, dst); err != nil {
+					errs <- err
+					return
+				}
+				for j := range dst {
+					if dst[j] != want[i][j] {
+						errs <- fmt.Errorf("picture %v, value %d: %v, alone %v", sizes[i], j, dst[j], want[i][j])
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for g := 0; g < 4; g++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
 		}
 	}
 }
