@@ -941,6 +941,20 @@ def reading(rows, meta, best_eng, defc):
                 else ""
             )
         )
+    st = ratios(rows, "image", "fw", "fw-stretch")
+    if st:
+        parts = []
+        for c, (a, b, r) in sorted(st.items()):
+            cpu = ""
+            if cpu_us(a) and cpu_us(b):
+                cpu = f", server CPU {cpu_us(a) / 1e3:.1f} vs {cpu_us(b) / 1e3:.1f} ms per image"
+            parts.append(f"c={c}: {r:.2f}x the throughput{cpu}")
+        N.append(
+            "**The eval transform's cost** (fw running the file's steps, Resize(256) + CenterCrop(224), vs "
+            "fw-stretch, the simple recipe it replaced, on the same weights): "
+            + "; ".join(parts)
+            + "."
+        )
     im = []
     for peer in PEERS:
         rs = ratios(rows, "image", "fw", peer)
