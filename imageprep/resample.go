@@ -193,12 +193,18 @@ type tapKey struct {
 // computes in full (its precision depends on all of them).
 const maxTorchAxis = 1 << 22
 
+// maxTaps bounds the coefficients one axis of one resize keeps (64 MiB).
+const maxTaps = 1 << 24
+
 // computeTaps fills t for key (reusing t's slices). An error means a size
 // this resampling cannot handle.
 func computeTaps(key tapKey, t *axisTaps, scratch *[]float64) error {
 	in, out, o0, n := key.in, key.out, key.o0, key.n
 	if in <= 0 || out <= 0 || o0 < 0 || n < 0 || o0+n > out {
 		return fmt.Errorf("imageprep: resampling %d to %d pixels (window %d+%d) is not possible", in, out, o0, n)
+	}
+	if n > maxTaps {
+		return fmt.Errorf("imageprep: resampling to a %d-pixel window is too much work for one picture", n)
 	}
 	t.start = grow32(t.start, n)
 	t.n = grow32(t.n, n)
@@ -241,8 +247,11 @@ func computeTaps(key tapKey, t *axisTaps, scratch *[]float64) error {
 	if !aa {
 		ksize = int(2 * support) // PyTorch's interp_size: 2 (linear) or 4 (cubic)
 	}
-	if ksize > 1<<16 {
-		return fmt.Errorf("imageprep: resampling %d to %d pixels needs a %d-tap filter; that is too large", in, out, ksize)
+	// Bounded before anything is allocated or computed: the coefficients kept
+	// (per output pixel of the window) and, for PyTorch's kernel, the ones
+	// computed over the whole axis.
+	if ksize > 1<<16 || int64(n)*int64(ksize) > maxTaps || (key.kernel == kernelTorch && int64(out)*int64(ksize) > 4*maxTaps) {
+		return fmt.Errorf("imageprep: resampling %d to %d pixels needs a %d-tap filter per pixel; that is too much work for one picture", in, out, ksize)
 	}
 	ss := 1.0
 	if aa {

@@ -278,7 +278,10 @@ func (pr *program) run(ws *workspace, img image.Image, maxPixels int64, dst []fl
 	if last.fullW != pr.w || last.fullH != pr.h || last.c != pr.c {
 		return fmt.Errorf("imageprep: the steps made %d channel(s) of %dx%d, the recipe declares %d of %dx%d", last.c, last.fullW, last.fullH, pr.c, pr.w, pr.h)
 	}
-	// Backward: the window of every picture that later steps read.
+	// Backward: the window of every picture that later steps read. A resized
+	// window is bounded (the pixel limit, or the output's size if larger)
+	// before its coefficients are computed or its buffers allocated.
+	maxPixels = max(maxPixels, int64(pr.h)*int64(pr.w))
 	last.win = rect{0, 0, last.fullW, last.fullH}
 	for i := n - 1; i >= 1; i-- {
 		s, prev := &st[i], &st[i-1]
@@ -292,6 +295,9 @@ func (pr *program) run(ws *workspace, img image.Image, maxPixels int64, dst []fl
 			prev.win = s.win
 			if s.win.empty() {
 				break
+			}
+			if pixelsOver(s.win.w, s.win.h, maxPixels) {
+				return fmt.Errorf("imageprep: the steps would compute a %dx%d picture from this %dx%d image, more than %d pixels; send a smaller picture or one of a less extreme aspect ratio", s.win.w, s.win.h, sw, sh, maxPixels)
 			}
 			if prev.fullW != s.fullW {
 				key := tapKey{kernel: op.kernel, filter: op.filter, antialias: op.antialias, in: prev.fullW, out: s.fullW, o0: s.win.x0, n: s.win.w}
@@ -316,7 +322,6 @@ func (pr *program) run(ws *workspace, img image.Image, maxPixels int64, dst []fl
 	// Buffers, bounded before any is allocated: a resized window and the
 	// rows its vertical pass reads may not exceed the pixel limit (or the
 	// output's own size, if that is larger).
-	maxPixels = max(maxPixels, int64(pr.h)*int64(pr.w))
 	for i := range st {
 		s := &st[i]
 		if s.win.empty() {

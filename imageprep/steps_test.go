@@ -385,3 +385,46 @@ func TestPipelineConcurrentReuse(t *testing.T) {
 		}
 	}
 }
+
+// TestStepsTapsBounded: a resize whose coefficients would take more than
+// maxTaps (a huge downscale to a large output) is refused before they are
+// allocated.
+func TestStepsTapsBounded(t *testing.T) {
+	var t0 axisTaps
+	var scratch []float64
+	err := computeTaps(tapKey{kernel: kernelPillow, filter: filterLanczos, in: 1 << 24, out: 1 << 15, n: 1 << 15}, &t0, &scratch)
+	if err == nil || !strings.Contains(err.Error(), "too much work") {
+		t.Fatalf("got %v, want a refusal", err)
+	}
+	if cap(t0.k) != 0 {
+		t.Fatalf("allocated %d coefficients before refusing", cap(t0.k))
+	}
+	// The same downscale to a small crop window is fine.
+	if err := computeTaps(tapKey{kernel: kernelPillow, filter: filterLanczos, in: 1 << 24, out: 1 << 15, o0: 100, n: 224}, &t0, &scratch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStepsChainedResizeBounded: a resize feeding another resize needs the
+// whole intermediate width; for a long picture that is refused before its
+// coefficients or pixels are allocated.
+func TestStepsChainedResizeBounded(t *testing.T) {
+	long := image.NewGray(image.Rect(0, 0, 4_000_000, 1))
+	p := engine.ImagePreprocessing{Height: 1, Width: 16000, Channels: 1, Steps: []engine.ImageStep{
+		{Op: "convert", Mode: "L"},
+		resizeStep([]int{256}, "bilinear", true), // 1024000000 x 256
+		resizeStep([]int{1, 16000}, "box", true), // reads all of that width
+		{Op: "to_tensor"},
+	}}
+	pl, err := Compile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = pl.preprocess(long, Options{}, 1<<20, make([]float32, 16000))
+	// Refused by the coefficient bound (the second resize reads 1024000000
+	// columns) or the picture bound, whichever comes first; either before
+	// allocating.
+	if err == nil || !(strings.Contains(err.Error(), "too much work") || strings.Contains(err.Error(), "would compute")) {
+		t.Fatalf("got %v, want the intermediate picture refused", err)
+	}
+}
