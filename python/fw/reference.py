@@ -30,7 +30,7 @@ TEXT_LABELS = ["negative", "positive"]
 TEXT_VOCAB, TEXT_LEN = 1000, 32
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
-RESNET_CALIBRATION_ROWS = 32
+RESNET_CALIBRATION_ROWS = 16
 QUANT_SKIP_RESNET = (
     "dynamic int8 quantization covers nn.Linear and nn.LSTM only; ResNet-18's compute is convolutions, so only "
     "the final fc layer would change (no speed or size benefit). Convolutions need static quantization with "
