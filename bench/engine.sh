@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make bench-engine: eager PyTorch (Python) and the Go engines (ONNX Runtime,
-# TorchScript and quantized TorchScript through the libtorch shim) on the same
+# make bench-engine: eager PyTorch (Python) and the Go engines (ONNX Runtime on
+# float and int8 ONNX (dynamic and static quantization), TorchScript and
+# quantized TorchScript through the libtorch shim) on the same
 # reference model files and batch sizes, in one run; writes the table into
 # docs/benchmarks.md. Run it on an otherwise idle machine.
 set -euo pipefail
