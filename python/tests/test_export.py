@@ -277,7 +277,7 @@ def test_onnx_int8_refusals(tmp_path, mlp, digits_x):
         ),
         ({"quantization": "static", "calibration": digits_x.double()}, "float64"),
         ({"quantization": "static", "calibration": {"pixels": digits_x}}, "calibration: example_input keys"),
-            ({"quantization": "static", "calibration": (digits_x, digits_x)}, "calibration gives 2 inputs"),
+        ({"quantization": "static", "calibration": (digits_x, digits_x)}, "calibration gives 2 inputs"),
         ({"quantization": "static", "calibration": digits_x * float("nan")}, "NaN or Inf"),
     ]
     for kw, msg in cases:
