@@ -57,6 +57,7 @@ func main() {
 	out := flag.String("out", "", "write the rows as JSON here")
 	doc := flag.String("doc", "", "update this markdown file's engine section (e.g. docs/benchmarks.md)")
 	command := flag.String("command", "make bench-engine", "the command recorded in the doc")
+	loadStart := flag.String("load", "", "the load average (1, 5, 15 min) when the run started, recorded in the doc")
 	flag.Parse()
 	if *threads == 0 {
 		*threads = engine.AvailableCPUs()
@@ -101,7 +102,7 @@ func main() {
 			fatalf("write %s: %v", *out, err)
 		}
 	}
-	table := markdown(rows, *command, *threads)
+	table := markdown(rows, *command, *threads, *loadStart, loadAverage())
 	fmt.Print(table)
 	if *doc != "" {
 		if err := benchdoc.ReplaceSection(*doc, "engine", table); err != nil {
@@ -162,13 +163,30 @@ func measureFile(path, rt string, batches []int, threads int, budget time.Durati
 	return rows, nil
 }
 
-func markdown(rows []row, command string, threads int) string {
+// loadAverage is the 1, 5 and 15 minute load average from /proc/loadavg, or
+// "" where there is none.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func markdown(rows []row, command string, threads int, loadStart, loadEnd string) string {
 	var sb strings.Builder
 	host, _ := os.Hostname()
 	_ = host
 	fmt.Fprintf(&sb, "## Engine: one call, per model, format and batch size\n\n")
 	fmt.Fprintf(&sb, "Command: `%s` (measured %s on %s, %d CPUs available, %d intra-op threads for every runtime, %s; inputs tiled from each file's test vector; p50/p99 of single calls).\n\n",
 		command, time.Now().UTC().Format("2006-01-02"), benchdoc.Commit(), runtime.NumCPU(), threads, runtime.GOARCH)
+	if loadStart != "" || loadEnd != "" {
+		fmt.Fprintf(&sb, "Load average (1, 5, 15 min) at the start: %s; at the end: %s. Figures measured above a load of about 1 per CPU are noisy: re-run on an idle machine.\n\n", orNA(loadStart), orNA(loadEnd))
+	}
 	type key struct {
 		model string
 		batch int
@@ -216,6 +234,13 @@ func markdown(rows []row, command string, threads int) string {
 	}
 	sb.WriteString("\n\"ONNX vs eager\" is eager p50 / ONNX Runtime p50 (above 1 means ONNX Runtime is faster). \"int8 ONNX vs ONNX\" is float ONNX p50 / int8 ONNX p50 (above 1 means the int8 file is faster); the int8 files' accuracy against float is in each file's fw.json (`metrics`) and build/models/manifest.json.\n")
 	return sb.String()
+}
+
+func orNA(s string) string {
+	if s == "" {
+		return "n/a"
+	}
+	return s
 }
 
 func fnum(v float64) string {
