@@ -1218,6 +1218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--opset only applies to --format onnx and onnx_int8")
     if args.format != "onnx_int8" and (args.quantization or args.calibration or args.per_channel):
         parser.error("--quantization, --calibration and --per-channel only apply to --format onnx_int8")
+    if args.calibration and args.quantization != "static":
+        parser.error("--calibration is only used by --quantization static")
     if args.name is not None and not _md.NAME_RE.fullmatch(args.name):
         parser.error(f"--name {args.name!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}")
     from fw.checkpoint import CheckpointError

@@ -253,4 +253,4 @@ def test_cli_onnx_int8_errors(tmp_path, text_ckpt):
         tmp_path / "x.onnx",
         cwd=tmp_path,
     )
-    assert r.returncode == 1 and "only used by --quantization static" in r.stderr
+    assert r.returncode == 2 and "only used by --quantization static" in r.stderr

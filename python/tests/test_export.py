@@ -128,7 +128,7 @@ def test_export_errors(tmp_path, mlp, digits_x):
 # ---------------------------------------------------------------------------- int8 ONNX
 
 
-def _digits(hidden: int = 32, epochs: int = 15):
+def _digits(hidden: int = 32, epochs: int = 8):
     """A DigitsMLP trained briefly on scikit-learn's digits, its training rows and held-out test set."""
     from sklearn.datasets import load_digits
 
@@ -141,10 +141,10 @@ def _digits(hidden: int = 32, epochs: int = 15):
     tr, te = perm[:1400], perm[1400:]
     torch.manual_seed(0)
     model = DigitsMLP(hidden=hidden)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(epochs):
-        for i in range(0, len(tr), 64):
-            b = tr[i : i + 64]
+        for i in range(0, len(tr), 128):
+            b = tr[i : i + 128]
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x[b]), y[b]).backward()
             opt.step()
@@ -170,7 +170,7 @@ def test_onnx_int8_round_trip_and_accuracy(tmp_path, digits_model, quantization)
         quantization=quantization,
         name="digits",
         labels=LABELS,
-        metrics={"test_accuracy": 0.5, "epochs": 15},
+        metrics={"test_accuracy": 0.5, "epochs": 8},
         eval_data=(x_test, y_test),
         **kw,
     )
@@ -189,7 +189,7 @@ def test_onnx_int8_round_trip_and_accuracy(tmp_path, digits_model, quantization)
     assert doc["metrics"] == {
         "test_accuracy": rep.accuracy,
         "float_test_accuracy": rep.eager_accuracy,
-        "epochs": 15.0,
+        "epochs": 8.0,
     }
     assert (doc["test_vector"]["atol"], doc["test_vector"]["rtol"]) == (1e-2, 1e-2)
     proto = onnx.load(str(path))
