@@ -21,7 +21,14 @@ const (
 	// FormatQuantized is TorchScript whose fw.json says it is int8 dynamically
 	// quantized; it runs on the libtorch backend.
 	FormatQuantized Format = "quantized"
+	// FormatONNXInt8 is ONNX whose fw.json says it is int8 quantized by
+	// onnxruntime.quantization (dynamic or static, export.quantization);
+	// it runs on the ONNX Runtime backend.
+	FormatONNXInt8 Format = "onnx_int8"
 )
+
+// ONNX reports whether files of this format run on the ONNX Runtime backend.
+func (f Format) ONNX() bool { return f == FormatONNX || f == FormatONNXInt8 }
 
 // LoadError is why a model file could not be loaded. Code is a stable,
 // machine-readable reason; Hint says how to fix it.

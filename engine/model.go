@@ -180,6 +180,9 @@ func Load(ctx context.Context, path string, opts Options) (*Model, error) {
 			return nil, err
 		}
 		m.backend, m.Meta = b, md
+		if md != nil && md.Format == string(FormatONNXInt8) {
+			m.Format = FormatONNXInt8
+		}
 	case FormatTorchScript, FormatQuantized:
 		b, err := newTorchBackend(path, opts)
 		if err != nil {
@@ -204,7 +207,7 @@ func (m *Model) reconcileSpecs() error {
 		return nil
 	}
 	mIn, mOut := specsFromJSON(m.Meta.Inputs), specsFromJSON(m.Meta.Outputs)
-	if m.Format == FormatONNX {
+	if m.Format.ONNX() {
 		if err := compareSpecs("input", mIn, eIn); err != nil {
 			return &LoadError{Path: m.Path, Code: CodeShapeMismatch, Msg: "fw.json disagrees with the model graph", Err: err,
 				Hint: "re-export the model so the metadata is written from the real model"}

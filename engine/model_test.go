@@ -19,11 +19,11 @@ func referenceFiles(t *testing.T) []string {
 	dir := modelsDir(t)
 	var files []string
 	for _, name := range referenceModels {
-		for _, ext := range []string{".onnx", ".ts.pt", ".quant.pt"} {
+		for _, ext := range []string{".onnx", ".ts.pt", ".quant.pt", ".int8-dynamic.onnx", ".int8-static.onnx"} {
 			p := filepath.Join(dir, name+ext)
 			if _, err := os.Stat(p); err == nil {
 				files = append(files, p)
-			} else if ext != ".quant.pt" || name != "resnet18" {
+			} else if name != "resnet18" || (ext != ".quant.pt" && ext != ".int8-dynamic.onnx") {
 				t.Errorf("missing reference file %s", p)
 			}
 		}
@@ -41,11 +41,8 @@ func TestReferenceModelsMatchTestVectors(t *testing.T) {
 			if m.Meta == nil || m.Meta.TestVector == nil {
 				t.Fatalf("%s has no metadata/test vector", p)
 			}
-			wantFormat := map[string]Format{".onnx": FormatONNX, ".ts.pt": FormatTorchScript, ".quant.pt": FormatQuantized}
-			for ext, f := range wantFormat {
-				if strings.HasSuffix(p, ext) && m.Format != f {
-					t.Errorf("format %s, want %s", m.Format, f)
-				}
+			if want := referenceFormat(p); m.Format != want {
+				t.Errorf("format %s, want %s", m.Format, want)
 			}
 			res, err := m.Verify(context.Background())
 			if err != nil {
@@ -93,6 +90,86 @@ func TestEnginesAgree(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// referenceFormat is the format of a reference file, from its name.
+func referenceFormat(p string) Format {
+	switch {
+	case strings.HasSuffix(p, ".int8-dynamic.onnx"), strings.HasSuffix(p, ".int8-static.onnx"):
+		return FormatONNXInt8
+	case strings.HasSuffix(p, ".onnx"):
+		return FormatONNX
+	case strings.HasSuffix(p, ".quant.pt"):
+		return FormatQuantized
+	}
+	return FormatTorchScript
+}
+
+// The int8 ONNX files (made by onnxruntime.quantization 1.31 in Python) load
+// and run in fw's engine (the ONNX Runtime 1.30 C library): their format and
+// quantization settings are read from fw.json, and on the test vector's rows
+// they stay within the exporter's int8 parity bound of the float ONNX file
+// and pick the same classes.
+func TestInt8ONNXMatchesFloat(t *testing.T) {
+	dir := modelsDir(t)
+	for _, name := range referenceModels {
+		for _, q := range []string{"dynamic", "static"} {
+			p := filepath.Join(dir, name+".int8-"+q+".onnx")
+			if name == "resnet18" && q == "dynamic" {
+				continue // not built: see the manifest's "skipped"
+			}
+			t.Run(filepath.Base(p), func(t *testing.T) {
+				int8 := mustLoad(t, p, Options{})
+				fp32 := mustLoad(t, filepath.Join(dir, name+".onnx"), Options{})
+				if int8.Format != FormatONNXInt8 || !int8.Format.ONNX() {
+					t.Fatalf("format %s, want %s", int8.Format, FormatONNXInt8)
+				}
+				if got := int8.Meta.Export["quantization"]; got != q {
+					t.Fatalf("export.quantization %v, want %s", got, q)
+				}
+				if ops, _ := int8.Meta.Export["quantized_ops"].([]any); len(ops) == 0 {
+					t.Fatalf("export.quantized_ops is empty: %v", int8.Meta.Export)
+				}
+				if cal, _ := int8.Meta.Export["calibration"].(map[string]any); (q == "static") != (cal != nil) {
+					t.Fatalf("export.calibration %v for %s quantization", int8.Meta.Export["calibration"], q)
+				}
+				if size := int8.Size; size >= fp32.Size {
+					t.Errorf("int8 file is %d bytes, the float one %d", size, fp32.Size)
+				}
+				in := testInputs(t, fp32)
+				a, err := int8.Run(context.Background(), in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := fp32.Run(context.Background(), in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rows := int(a[0].Shape[0])
+				classes := a[0].Len() / rows
+				for r := 0; r < rows; r++ {
+					best := func(x Tensor) int {
+						k := 0
+						for c := 1; c < classes; c++ {
+							if x.At(r*classes+c) > x.At(r*classes+k) {
+								k = c
+							}
+						}
+						return k
+					}
+					if best(a[0]) != best(b[0]) {
+						t.Errorf("row %d: int8 picks class %d, float %d", r, best(a[0]), best(b[0]))
+					}
+					for c := 0; c < classes; c++ {
+						g, w := a[0].At(r*classes+c), b[0].At(r*classes+c)
+						if math.Abs(g-w) > 0.25+0.1*math.Abs(w) {
+							t.Fatalf("row %d class %d: int8 %g, float %g (beyond atol 0.25 + rtol 0.1)", r, c, g, w)
+						}
+					}
+				}
+			})
+		}
 	}
 }
 

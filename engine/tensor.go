@@ -1,5 +1,5 @@
 // Package engine loads one exported model file (ONNX, TorchScript or
-// dynamically quantized TorchScript) and runs batches on it through ONNX
+// dynamically quantized TorchScript, int8 ONNX) and runs batches on it through ONNX
 // Runtime or libtorch. cgo stays inside this package: callers see the Backend
 // interface, Tensor and Model only.
 package engine

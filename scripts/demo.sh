@@ -21,7 +21,7 @@ echo "==> 1. fw verify on every reference model in build/models"
 fail=0
 for f in build/models/*.onnx build/models/*.ts.pt build/models/*.quant.pt; do
   [ -f "$f" ] || continue
-  printf '%-34s ' "$f"
+  printf '%-42s ' "$f"
   if out=$(bin/fw verify "$f" --time 0.2 2>&1); then
     echo "$out" | awk '/^check/{sub(/^check +/,""); c=$0} /^timing/{sub(/^timing +/,""); t=$0} END{print c "; " t}'
   else

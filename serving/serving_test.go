@@ -94,3 +94,21 @@ func TestKeys(t *testing.T) {
 		t.Fatal("keys configured but not required")
 	}
 }
+
+// int8 ONNX files run on ONNX Runtime, so Triton's clients see them as ONNX
+// models; TorchScript, quantized or not, is libtorch's.
+func TestPlatformAndBackend(t *testing.T) {
+	f := func(format engine.Format, platform, backend string) {
+		t.Helper()
+		if got := Platform(format); got != platform {
+			t.Errorf("Platform(%s) = %s, want %s", format, got, platform)
+		}
+		if got := Backend(format); got != backend {
+			t.Errorf("Backend(%s) = %s, want %s", format, got, backend)
+		}
+	}
+	f(engine.FormatONNX, "onnxruntime_onnx", "onnxruntime")
+	f(engine.FormatONNXInt8, "onnxruntime_onnx", "onnxruntime")
+	f(engine.FormatTorchScript, "pytorch_libtorch", "pytorch")
+	f(engine.FormatQuantized, "pytorch_libtorch", "pytorch")
+}

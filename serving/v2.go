@@ -76,7 +76,7 @@ func Describe(specs []engine.TensorSpec) string {
 
 // Platform is Triton's platform name of a model format.
 func Platform(f engine.Format) string {
-	if f == engine.FormatONNX {
+	if f.ONNX() {
 		return "onnxruntime_onnx"
 	}
 	return "pytorch_libtorch"
@@ -84,7 +84,7 @@ func Platform(f engine.Format) string {
 
 // Backend is Triton's backend name of a model format.
 func Backend(f engine.Format) string {
-	if f == engine.FormatONNX {
+	if f.ONNX() {
 		return "onnxruntime"
 	}
 	return "pytorch"

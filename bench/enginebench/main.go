@@ -34,6 +34,18 @@ type row struct {
 	RowsPerS float64 `json:"rows_per_s"`
 	Threads  int     `json:"threads"`
 	Calls    int     `json:"calls,omitempty"`
+	// Quantization is fw.json's export.quantization of an int8 ONNX file
+	// ("dynamic" or "static").
+	Quantization string `json:"quantization,omitempty"`
+}
+
+// column is the table column a row belongs to: its format, and for int8
+// ONNX its quantization method too.
+func (r row) column() string {
+	if r.Quantization != "" {
+		return r.Format + "_" + r.Quantization
+	}
+	return r.Format
 }
 
 func main() {
@@ -45,6 +57,7 @@ func main() {
 	out := flag.String("out", "", "write the rows as JSON here")
 	doc := flag.String("doc", "", "update this markdown file's engine section (e.g. docs/benchmarks.md)")
 	command := flag.String("command", "make bench-engine", "the command recorded in the doc")
+	loadStart := flag.String("load", "", "the load average (1, 5, 15 min) when the run started, recorded in the doc")
 	flag.Parse()
 	if *threads == 0 {
 		*threads = engine.AvailableCPUs()
@@ -59,7 +72,8 @@ func main() {
 	}
 	var rows []row
 	for _, name := range []string{"digits_mlp", "digits_cnn", "textcls", "resnet18"} {
-		for _, f := range []struct{ ext, runtime string }{{".onnx", "onnxruntime"}, {".ts.pt", "libtorch"}, {".quant.pt", "libtorch"}} {
+		for _, f := range []struct{ ext, runtime string }{{".onnx", "onnxruntime"}, {".ts.pt", "libtorch"}, {".quant.pt", "libtorch"},
+			{".int8-dynamic.onnx", "onnxruntime"}, {".int8-static.onnx", "onnxruntime"}} {
 			path := filepath.Join(*models, name+f.ext)
 			if _, err := os.Stat(path); err != nil {
 				continue
@@ -88,7 +102,7 @@ func main() {
 			fatalf("write %s: %v", *out, err)
 		}
 	}
-	table := markdown(rows, *command, *threads)
+	table := markdown(rows, *command, *threads, *loadStart, loadAverage())
 	fmt.Print(table)
 	if *doc != "" {
 		if err := benchdoc.ReplaceSection(*doc, "engine", table); err != nil {
@@ -109,6 +123,10 @@ func measureFile(path, rt string, batches []int, threads int, budget time.Durati
 		return nil, err
 	}
 	defer m.Close()
+	var quantization string
+	if m.Format == engine.FormatONNXInt8 && m.Meta != nil {
+		quantization, _ = m.Meta.Export["quantization"].(string)
+	}
 	var rows []row
 	for _, b := range batches {
 		in, err := m.ExampleInputs(b)
@@ -138,20 +156,37 @@ func measureFile(path, rt string, batches []int, threads int, budget time.Durati
 		rows = append(rows, row{
 			Model: m.Name(), Runtime: rt, Format: string(m.Format), Batch: b,
 			P50us: pct(0.50), P99us: pct(0.99), Threads: threads, Calls: len(lat),
-			RowsPerS: float64(b*len(lat)) / total.Seconds(),
+			RowsPerS: float64(b*len(lat)) / total.Seconds(), Quantization: quantization,
 		})
-		fmt.Fprintf(os.Stderr, "  %-11s %-12s batch %-3d p50 %9.1f us  %10.0f rows/s\n", m.Name(), m.Format, b, pct(0.5), rows[len(rows)-1].RowsPerS)
+		fmt.Fprintf(os.Stderr, "  %-11s %-18s batch %-3d p50 %9.1f us  %10.0f rows/s\n", m.Name(), rows[len(rows)-1].column(), b, pct(0.5), rows[len(rows)-1].RowsPerS)
 	}
 	return rows, nil
 }
 
-func markdown(rows []row, command string, threads int) string {
+// loadAverage is the 1, 5 and 15 minute load average from /proc/loadavg, or
+// "" where there is none.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func markdown(rows []row, command string, threads int, loadStart, loadEnd string) string {
 	var sb strings.Builder
 	host, _ := os.Hostname()
 	_ = host
 	fmt.Fprintf(&sb, "## Engine: one call, per model, format and batch size\n\n")
 	fmt.Fprintf(&sb, "Command: `%s` (measured %s on %s, %d CPUs available, %d intra-op threads for every runtime, %s; inputs tiled from each file's test vector; p50/p99 of single calls).\n\n",
 		command, time.Now().UTC().Format("2006-01-02"), benchdoc.Commit(), runtime.NumCPU(), threads, runtime.GOARCH)
+	if loadStart != "" || loadEnd != "" {
+		fmt.Fprintf(&sb, "Load average (1, 5, 15 min) at the start: %s; at the end: %s. Figures measured above a load of about 1 per CPU are noisy: re-run on an idle machine.\n\n", orNA(loadStart), orNA(loadEnd))
+	}
 	type key struct {
 		model string
 		batch int
@@ -164,7 +199,7 @@ func markdown(rows []row, command string, threads int) string {
 			byKey[k] = map[string]row{}
 			keys = append(keys, k)
 		}
-		byKey[k][r.Format] = r
+		byKey[k][r.column()] = r
 	}
 	order := map[string]int{"digits_mlp": 0, "digits_cnn": 1, "textcls": 2, "resnet18": 3}
 	sort.SliceStable(keys, func(i, j int) bool {
@@ -173,7 +208,7 @@ func markdown(rows []row, command string, threads int) string {
 		}
 		return keys[i].batch < keys[j].batch
 	})
-	fmt.Fprintf(&sb, "| model | batch | eager PyTorch p50 / p99 (us) | TorchScript via shim | ONNX Runtime | quantized (TorchScript int8) | ONNX vs eager | ONNX vs TorchScript |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| model | batch | eager PyTorch p50 / p99 (us) | TorchScript via shim | ONNX Runtime | quantized (TorchScript int8) | ONNX vs eager | ONNX vs TorchScript | int8 ONNX dynamic | int8 ONNX static | int8 ONNX dynamic / static vs ONNX |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	cell := func(r row, ok bool) string {
 		if !ok {
 			return "n/a"
@@ -192,10 +227,20 @@ func markdown(rows []row, command string, threads int) string {
 		ts, okT := m["torchscript"]
 		o, okO := m["onnx"]
 		q, okQ := m["quantized"]
-		fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", k.model, k.batch, cell(e, okE), cell(ts, okT), cell(o, okO), cell(q, okQ), ratio(o, e, okO, okE), ratio(o, ts, okO, okT))
+		dyn, okD := m["onnx_int8_dynamic"]
+		st, okS := m["onnx_int8_static"]
+		fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s |\n", k.model, k.batch, cell(e, okE), cell(ts, okT), cell(o, okO), cell(q, okQ), ratio(o, e, okO, okE), ratio(o, ts, okO, okT),
+			cell(dyn, okD), cell(st, okS), ratio(dyn, o, okD, okO), ratio(st, o, okS, okO))
 	}
-	sb.WriteString("\n\"ONNX vs eager\" is eager p50 / ONNX Runtime p50 (above 1 means ONNX Runtime is faster).\n")
+	sb.WriteString("\n\"ONNX vs eager\" is eager p50 / ONNX Runtime p50 (above 1 means ONNX Runtime is faster). \"int8 ONNX vs ONNX\" is float ONNX p50 / int8 ONNX p50 (above 1 means the int8 file is faster); the int8 files' accuracy against float is in each file's fw.json (`metrics`) and build/models/manifest.json.\n")
 	return sb.String()
+}
+
+func orNA(s string) string {
+	if s == "" {
+		return "n/a"
+	}
+	return s
 }
 
 func fnum(v float64) string {

@@ -157,10 +157,12 @@ func TestModelRegistry(t *testing.T) {
 		t.Fatalf("exported version: %v", mv)
 	}
 
-	// The other two formats, each as its own model.
-	for _, format := range []string{"torchscript", "quantized"} {
+	// The other formats, each as its own model; int8 ONNX with static
+	// quantization calibrates on the training rows the checkpoint carries.
+	for _, c := range []struct{ format, extra string }{{"torchscript", ""}, {"quantized", ""}, {"onnx_int8", `,"quantization":"static"`}} {
+		format := c.format
 		code, out = call(t, "POST", d.url+"/api/models/export", "", "application/json",
-			fmt.Sprintf(`{"run_id":"r1","checkpoint":"step-1.ckpt.pt","format":%q,"name":"mlp_%s"}`, format, format))
+			fmt.Sprintf(`{"run_id":"r1","checkpoint":"step-1.ckpt.pt","format":%q,"name":"mlp_%s"%s}`, format, format, c.extra))
 		if code != 202 {
 			t.Fatalf("export %s: %d %v", format, code, out)
 		}
@@ -169,6 +171,13 @@ func TestModelRegistry(t *testing.T) {
 		if v["format"] != format || v["parity"].(map[string]any)["max_abs_error"] == nil {
 			t.Fatalf("exported %s version: %v", format, v)
 		}
+		if format == "onnx_int8" && (v["parity"].(map[string]any)["quantization"] != "static" || !strings.HasSuffix(v["file"].(string), "model.int8.onnx")) {
+			t.Fatalf("int8 ONNX version: %v", v)
+		}
+	}
+	code, out = call(t, "POST", d.url+"/api/models/export", "", "application/json", `{"run_id":"r1","checkpoint":"step-1.ckpt.pt","format":"onnx","quantization":"static","name":"mlp"}`)
+	if code != 422 || errorCode(t, out) != "invalid_argument" || !strings.Contains(out["error"].(map[string]any)["message"].(string), "onnx_int8") {
+		t.Fatalf("quantization with format onnx: %d %v", code, out)
 	}
 
 	// Alias production.

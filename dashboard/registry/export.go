@@ -35,6 +35,10 @@ type ExportRequest struct {
 	OpsetVersion int    `json:"opset_version,omitempty"`
 	Method       string `json:"method,omitempty"`
 	Name         string `json:"name,omitempty"`
+	// Quantization is how format onnx_int8 quantizes: "dynamic" (the
+	// default) or "static", calibrated on the rows the checkpoint carries
+	// (fw.checkpoint.save(..., calibration_input=...); fw's recipes save them).
+	Quantization string `json:"quantization,omitempty"`
 }
 
 // ExportJob is the state of one export.
@@ -193,9 +197,15 @@ func (s *Service) Exports() []ExportJob {
 // in the background; the job's copy is returned (state running).
 func (s *Service) StartExport(ctx context.Context, req ExportRequest) (ExportJob, error) {
 	switch req.Format {
-	case "onnx", "torchscript", "quantized":
+	case "onnx", "torchscript", "quantized", "onnx_int8":
 	default:
-		return ExportJob{}, invalid("format %q is not one of onnx, torchscript, quantized", req.Format)
+		return ExportJob{}, invalid("format %q is not one of onnx, torchscript, quantized, onnx_int8", req.Format)
+	}
+	switch {
+	case req.Quantization != "" && req.Format != "onnx_int8":
+		return ExportJob{}, invalid("quantization applies to format onnx_int8 only, not %s", req.Format)
+	case req.Quantization != "" && req.Quantization != "dynamic" && req.Quantization != "static":
+		return ExportJob{}, invalid("quantization %q is not dynamic or static", req.Quantization)
 	}
 	switch req.Method {
 	case "", "trace", "script":
@@ -296,6 +306,9 @@ func (s *Service) runExport(j *ExportJob, ckpt string, src Source, metrics map[s
 	}
 	if req.Method != "" {
 		args = append(args, "--method", req.Method)
+	}
+	if req.Quantization != "" {
+		args = append(args, "--quantization", req.Quantization)
 	}
 	cmd := exec.CommandContext(s.base, s.cfg.Python, args...)
 	var stdout, stderr bytes.Buffer

@@ -175,3 +175,45 @@ func TestExportsFileCorrupt(t *testing.T) {
 		t.Fatalf("a corrupt exports.json: %v", err)
 	}
 }
+
+// The int8 ONNX format takes a quantization method, which reaches
+// python -m fw.export as --quantization (the script here prints its
+// arguments, the way the exporter's failure message would carry them);
+// other formats, and methods that do not exist, are refused up front.
+func TestExportQuantization(t *testing.T) {
+	dir := t.TempDir()
+	s := exportService(t, context.Background(), dir, `echo "args: $*" >&2; exit 3`)
+	defer s.Wait()
+	req := func(format, q string) ExportRequest {
+		return ExportRequest{RunID: "r1", Checkpoint: "step-1.ckpt.pt", Format: format, Name: "mlp", Quantization: q}
+	}
+	for _, bad := range []struct {
+		req ExportRequest
+		msg string
+	}{
+		{req("onnx", "static"), "quantization applies to format onnx_int8 only"},
+		{req("quantized", "dynamic"), "quantization applies to format onnx_int8 only"},
+		{req("onnx_int8", "qat"), `quantization "qat" is not dynamic or static`},
+		{req("int8", ""), "not one of onnx, torchscript, quantized, onnx_int8"},
+	} {
+		if _, err := s.StartExport(context.Background(), bad.req); err == nil || !strings.Contains(err.Error(), bad.msg) {
+			t.Errorf("%+v: %v, want an error with %q", bad.req, err, bad.msg)
+		}
+	}
+	for _, c := range []struct{ q, want, wantNot string }{
+		{"static", "--format onnx_int8 --out", "--quantization dynamic"},
+		{"", "--format onnx_int8 --out", "--quantization"},
+	} {
+		j, err := s.StartExport(context.Background(), req("onnx_int8", c.q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		j = waitExportState(t, s, j.ID, func(j ExportJob) bool { return j.State == StateFailed })
+		if !strings.Contains(j.Error, c.want) || !strings.Contains(j.Error, "model.int8.onnx") || strings.Contains(j.Error, c.wantNot) {
+			t.Errorf("quantization %q: exporter ran with %q", c.q, j.Error)
+		}
+		if c.q != "" && !strings.Contains(j.Error, "--quantization "+c.q) {
+			t.Errorf("quantization %q not passed on: %q", c.q, j.Error)
+		}
+	}
+}

@@ -268,6 +268,9 @@ func Inspect(ctx context.Context, path string, eng engine.Options) (*Version, er
 	if m.Meta != nil && m.Meta.Format == string(engine.FormatQuantized) {
 		v.Format = string(engine.FormatQuantized)
 	}
+	if m.Format == engine.FormatONNXInt8 {
+		v.Format = string(engine.FormatONNXInt8)
+	}
 	for _, s := range m.Inputs() {
 		v.Inputs = append(v.Inputs, Spec{Name: s.Name, DType: s.DType.String(), Shape: s.Shape})
 	}
@@ -308,6 +311,8 @@ func ext(format string) string {
 		return "onnx"
 	case string(engine.FormatQuantized):
 		return "quant.pt"
+	case string(engine.FormatONNXInt8):
+		return "int8.onnx"
 	}
 	return "pt"
 }

@@ -7,6 +7,7 @@ A checkpoint is what ``torch.save`` writes for this dict::
      "model_kwargs": {...},           # constructor kwargs (str/int/float/bool/None, lists, dicts)
      "state_dict": {...},             # tensors
      "example_input": tensor | tuple of tensors | dict of tensors | None,
+     "calibration_input": like example_input, with more rows | None,   # optional
      "meta": {...}}                   # free metadata: name, labels, preprocessing, metrics, ...
 
 :func:`load` reads it with ``torch.load(weights_only=True)`` only -- no arbitrary code runs while
@@ -44,6 +45,7 @@ class Checkpoint:
     example_input: Any
     meta: dict[str, Any]
     path: str
+    calibration_input: Any = None
 
 
 def _check_plain(value: Any, where: str) -> None:
@@ -111,6 +113,7 @@ def save(
     example_input: Any = None,
     *,
     model_kwargs: Mapping[str, Any] | None = None,
+    calibration_input: Any = None,
     **meta: Any,
 ) -> Path:
     """Write a weights-only checkpoint of ``model`` to ``path`` and return the path.
@@ -118,7 +121,9 @@ def save(
     Constructor kwargs come from ``model_kwargs`` or else ``model.fw_init_kwargs``. ``example_input``
     (a tensor, or a tuple/dict of tensors) is needed by ``python -m fw.export``. ``meta`` keys such as
     ``name``, ``version``, ``description``, ``task``, ``labels``, ``preprocessing`` and ``metrics``
-    are used by the exporter as defaults.
+    are used by the exporter as defaults. ``calibration_input`` (optional, shaped like ``example_input``
+    with a few hundred rows of training data) is what ``python -m fw.export --format onnx_int8
+    --quantization static`` calibrates on.
     """
     import torch
 
@@ -138,6 +143,11 @@ def save(
             example_input = tuple(example_input)
         _check_plain(example_input, "example_input")
         example_input = _detach(example_input)
+    if calibration_input is not None:
+        if isinstance(calibration_input, list):
+            calibration_input = tuple(calibration_input)
+        _check_plain(calibration_input, "calibration_input")
+        calibration_input = _detach(calibration_input)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     ckpt = {
         "fw_checkpoint": CHECKPOINT_VERSION,
@@ -147,6 +157,8 @@ def save(
         "example_input": example_input,
         "meta": dict(meta),
     }
+    if calibration_input is not None:
+        ckpt["calibration_input"] = calibration_input
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(ckpt, path)
@@ -267,4 +279,5 @@ def load(path: str | Path, map_location: str = "cpu") -> Checkpoint:
         example_input=ckpt.get("example_input"),
         meta=dict(ckpt.get("meta") or {}),
         path=str(path),
+        calibration_input=ckpt.get("calibration_input"),
     )

@@ -5,11 +5,14 @@ Python API (each returns an :class:`ExportReport`)::
     fw.export.torchscript(model, example_input, "m.ts.pt", method="trace")
     fw.export.onnx(model, example_input, "m.onnx", opset_version=14)
     fw.export.quantized(model, example_input, "m.quant.pt", eval_data=(x, y))
+    fw.export.onnx_int8(model, example_input, "m.int8.onnx", quantization="dynamic")
+    fw.export.onnx_int8(model, example_input, "m.int8.onnx", quantization="static", calibration=x_train[:256])
 
 Command line (prints a one-line JSON report on stdout; errors on stderr, exit 1; usage errors exit 2)::
 
-    python -m fw.export CHECKPOINT --format onnx|torchscript|quantized --out PATH
+    python -m fw.export CHECKPOINT --format onnx|torchscript|quantized|onnx_int8 --out PATH
                         [--opset 14] [--method trace|script] [--name N] [--version V]
+                        [--quantization dynamic|static] [--calibration FILE.npz] [--per-channel]
 
 Every file embeds ``fw.json`` (docs/model-format.md). ``preprocessing=`` is the image recipe: a dict (the
 simple form, :func:`fw.metadata.image_preprocessing`) or the model's torchvision eval transform
@@ -54,7 +57,22 @@ TOLERANCES = {
     "onnx": {"parity": (1e-4, 1e-3), "test_vector": (1e-4, 1e-3)},
     # int8 dynamic quantization moves outputs by design; accuracy_delta is the meaningful measure.
     "quantized": {"parity": (0.25, 0.1), "test_vector": (1e-2, 1e-2)},
+    # int8 ONNX: the same loose bound against the eager model (int8 rounding of weights and activations);
+    # the test vector holds the int8 file's own outputs, which another ONNX Runtime build or CPU
+    # reproduces up to integer-kernel differences (e.g. u8s8 saturation on CPUs without VNNI).
+    "onnx_int8": {"parity": (0.25, 0.1), "test_vector": (1e-2, 1e-2)},
 }
+
+# onnx_int8: how activations get their int8 scale.
+QUANTIZATIONS = ("dynamic", "static")
+# onnx_int8 static: onnxruntime.quantization.CalibrationMethod by fw's name for it.
+CALIBRATION_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
+# Rows per calibration batch (bounds the memory of one calibration run on big models).
+CALIBRATION_BATCH = 16
+# How many training rows fw's recipes and reference models keep in a checkpoint for calibration.
+DEFAULT_CALIBRATION_ROWS = 256
+# onnx_int8 with eval_data: the largest accuracy loss accepted before the file is refused.
+DEFAULT_MAX_ACCURACY_DROP = 0.01
 
 
 class ExportError(RuntimeError):
@@ -82,6 +100,7 @@ class ExportReport:
     accuracy: float | None = None
     eager_accuracy: float | None = None
     accuracy_delta: float | None = None
+    quantization: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -449,8 +468,13 @@ class _Job:
         run: Any,
         tolerance: float | tuple[float, float] | None,
         eval_data: tuple[Any, Any] | None,
+        samples: tuple[Any, ...] | None = None,
     ) -> ExportReport:
-        """Compare the written file (``run(args) -> list of arrays``) with the eager model."""
+        """Compare the written file (``run(args) -> list of arrays``) with the eager model.
+
+        The extra batches are random inputs in the example's value range, or, given ``samples``
+        (positional input tensors), rows drawn at random from them.
+        """
         import torch
 
         atol, rtol = _tolerance(self.fmt, tolerance)
@@ -459,6 +483,11 @@ class _Job:
         if getattr(self, "image_input", None) is not None:
             cases.append(("sample picture", (self.image_input,), self.eager((self.image_input,))))
         for b in CHECK_BATCHES:
+            if samples is not None:
+                idx = torch.randint(0, int(samples[0].shape[0]), (b,), generator=gen)
+                args = tuple(s[idx] for s in samples)
+                cases.append((f"calibration rows batch {b}", args, self.eager(args)))
+                continue
             args = _random_inputs(self.model, self.args, b, gen)
             cases.append((f"random batch {b}", args, self.eager(args)))
         checks = []
@@ -508,6 +537,12 @@ class _Job:
             self.path.unlink()
 
     def _hint(self) -> str:
+        if self.fmt == "onnx_int8":
+            return (
+                "int8 quantization moved the outputs too far for this model; try quantization='static' with a "
+                "calibration set like the serving data, per_channel=True, or pass a looser tolerance=(atol, rtol) "
+                "if accuracy_delta is acceptable; or export fp32 with fw.export.onnx"
+            )
         if self.fmt == "quantized":
             return (
                 "int8 quantization moved the outputs too far for this model; pass a looser tolerance=(atol, rtol) "
@@ -801,6 +836,334 @@ def onnx(
     return job.check(run, tolerance, eval_data)
 
 
+# ---------------------------------------------------------------------------- int8 ONNX
+
+
+@contextlib.contextmanager
+def _quiet_quantizer() -> Iterator[None]:
+    """Hide onnxruntime.quantization's advice logged on the root logger and its progress prints."""
+    import logging
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        root.setLevel(level)
+
+
+def _calibration_batches(
+    job: _Job, calibration: Any, input_names: Sequence[str] | None
+) -> tuple[list[dict[str, Any]], tuple[Any, ...]]:
+    """The calibration set as ONNX Runtime feeds of at most CALIBRATION_BATCH rows, and as positional tensors."""
+    import numpy as np
+
+    try:
+        names, args = _positional(job.model, calibration, input_names)
+    except ExportError as e:
+        raise ExportError(f"calibration: {e}") from e
+    if len(args) != len(job.args):
+        raise ExportError(
+            f"calibration gives {len(args)} inputs but the model takes {len(job.args)} ({job.input_names}). Hint: "
+            "give calibration rows in the same form as example_input (a tensor, a tuple in forward() order, or "
+            "a dict keyed by forward() parameter)"
+        )
+    names = job.input_names
+    for name, a, ex in zip(names, args, job.args, strict=True):
+        if a.dtype != ex.dtype or tuple(a.shape[1:]) != tuple(ex.shape[1:]):
+            raise ExportError(
+                f"calibration input {name!r} is {str(a.dtype).removeprefix('torch.')} {list(a.shape)} but "
+                f"example_input's is {str(ex.dtype).removeprefix('torch.')} {list(ex.shape)}. Hint: calibration "
+                "rows must look like the model's inputs (same dtype and shape after the batch axis)"
+            )
+        if a.dtype.is_floating_point and not bool(a.isfinite().all()):
+            raise ExportError(
+                f"calibration input {name!r} holds NaN or Inf. Hint: calibrate on real, finite input rows"
+            )
+    feeds = [
+        {
+            n: np.ascontiguousarray(a[i : i + CALIBRATION_BATCH].numpy())
+            for n, a in zip(names, args, strict=True)
+        }
+        for i in range(0, int(args[0].shape[0]), CALIBRATION_BATCH)
+    ]
+    return feeds, args
+
+
+def _quantize(
+    src: str,
+    dst: str,
+    quantization: str,
+    feeds: list[dict[str, Any]],
+    per_channel: bool,
+    calibration_method: str,
+) -> None:
+    """Run onnxruntime.quantization on the float ONNX file ``src`` (pre-processed first) into ``dst``."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    pre = dst + ".pre.onnx"
+    with _quiet_quantizer():
+        # ONNX shape inference and ONNX Runtime's basic graph optimisations, as ONNX Runtime advises
+        # before quantizing (symbolic shape inference is for transformer-style dynamic shapes).
+        quant_pre_process(src, pre, skip_symbolic_shape=True)
+        if quantization == "dynamic":
+            quantize_dynamic(pre, dst, per_channel=per_channel, weight_type=QuantType.QInt8)
+            return
+
+        class Reader(CalibrationDataReader):
+            def __init__(self) -> None:
+                self.batches = iter(feeds)
+
+            def get_next(self) -> dict[str, Any] | None:
+                return next(self.batches, None)
+
+        method = getattr(CalibrationMethod, CALIBRATION_METHODS[calibration_method])
+        quantize_static(
+            pre,
+            dst,
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=per_channel,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=method,
+        )
+
+
+def _int8_ops(proto: Any) -> tuple[list[str], int]:
+    """(op types of the quantized graph that compute with int8 weights, how many such nodes).
+
+    A node counts when it reads an int8/uint8 initializer, directly (``MatMulInteger``, ``ConvInteger``,
+    ``DynamicQuantizeLSTM``, ``Gather`` of dynamic quantization) or through a ``DequantizeLinear``
+    (``Conv``, ``Gemm``, ``Gather`` ... of the QDQ format).
+    """
+    import onnx as onnx_lib
+
+    int8 = (onnx_lib.TensorProto.INT8, onnx_lib.TensorProto.UINT8)
+    weights = {t.name for t in proto.graph.initializer if t.data_type in int8}
+    nodes = list(proto.graph.node)
+    dq_weights = {
+        o
+        for n in nodes
+        if n.op_type == "DequantizeLinear" and n.input and n.input[0] in weights
+        for o in n.output
+    }
+    hits = [
+        n.op_type
+        for n in nodes
+        if n.op_type not in ("QuantizeLinear", "DequantizeLinear")
+        and any(i in weights or i in dq_weights for i in n.input)
+    ]
+    return sorted(set(hits)), len(hits)
+
+
+def onnx_int8(
+    model: Any,
+    example_input: Any,
+    path: str | os.PathLike[str],
+    quantization: str = "dynamic",
+    calibration: Any = None,
+    opset_version: int = DEFAULT_OPSET,
+    name: str | None = None,
+    version: str = "1",
+    labels: Sequence[str] | None = None,
+    preprocessing: Mapping[str, Any] | None = None,
+    task: str | None = None,
+    metrics: Mapping[str, float] | None = None,
+    tolerance: float | tuple[float, float] | None = None,
+    *,
+    method: str = "trace",
+    per_channel: bool = False,
+    calibration_method: str | None = None,
+    max_accuracy_drop: float | None = DEFAULT_MAX_ACCURACY_DROP,
+    description: str | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    eval_data: tuple[Any, Any] | None = None,
+) -> ExportReport:
+    """Write ``model`` as an int8 ONNX model quantized by ``onnxruntime.quantization``, with fw.json.
+
+    The model is first exported to float ONNX exactly as :func:`onnx` does (and checked), then
+    quantized:
+
+    * ``quantization="dynamic"`` (``quantize_dynamic``): int8 weights; activations are quantized at
+      run time with a scale taken from each call's input, so a row's output depends slightly on the
+      rows batched with it. ``MatMul``/``Gemm`` (``nn.Linear``), ``Conv`` and ``LSTM`` run as integer
+      ops (``MatMulInteger``, ``ConvInteger``, ``DynamicQuantizeLSTM``). No data needed.
+    * ``quantization="static"`` (``quantize_static``, QDQ format, int8 weights and activations):
+      activation scales are fixed ahead of time from ``calibration``, rows shaped like
+      ``example_input`` (a tensor, tuple or dict; a few hundred rows of training data), using
+      ``calibration_method`` ``"minmax"`` (default), ``"entropy"`` or ``"percentile"``. ONNX Runtime
+      fuses the QDQ pairs into ``QLinearConv``/``QGemm``/``QLinearMatMul`` at load; ``LSTM`` stays float.
+
+    ``per_channel=True`` gives every output channel of a weight its own scale. The written file is
+    compared with the eager model on the example input and on random batches within
+    ``tolerance`` (default ``TOLERANCES["onnx_int8"]``: atol 0.25, rtol 0.1); for static quantization the
+    random batches are rows of ``calibration`` (uniform random inputs fall outside the calibrated
+    ranges, where static int8 saturates by design). With
+    ``eval_data=(x, y)`` (the held-out test set) the int8 file's accuracy (argmax of the first
+    output) is measured before writing: a loss of more than ``max_accuracy_drop`` (default 0.01,
+    one point; ``None`` accepts any) refuses the export, and fw.json's ``metrics.test_accuracy``
+    becomes the int8 file's accuracy and ``metrics.float_test_accuracy`` the eager model's.
+    """
+    import numpy as np
+    import onnx as onnx_lib
+    import onnxruntime as ort
+
+    if quantization not in QUANTIZATIONS:
+        raise ExportError(
+            f"quantization must be 'dynamic' or 'static', got {quantization!r}. Hint: use quantization='dynamic' "
+            "(no data needed) or quantization='static' with calibration=rows of training inputs"
+        )
+    if quantization == "dynamic" and (calibration is not None or calibration_method is not None):
+        raise ExportError(
+            "calibration data and calibration_method are only used by static quantization. Hint: pass "
+            "quantization='static', or drop calibration= and calibration_method= for dynamic quantization"
+        )
+    if quantization == "static" and calibration is None:
+        raise ExportError(
+            "static quantization needs a calibration set to fix the activation scales. Hint: pass calibration= "
+            "a few hundred rows of training inputs shaped like example_input (e.g. x_train[:256]), or use "
+            "quantization='dynamic'"
+        )
+    calibration_method = calibration_method or "minmax"
+    if calibration_method not in CALIBRATION_METHODS:
+        raise ExportError(
+            f"calibration_method must be one of {', '.join(CALIBRATION_METHODS)}, got {calibration_method!r}. "
+            "Hint: use calibration_method='minmax'"
+        )
+    if max_accuracy_drop is not None and not (0 <= max_accuracy_drop <= 1):
+        raise ExportError(
+            f"max_accuracy_drop must be between 0 and 1 (a fraction of accuracy), got {max_accuracy_drop!r}. "
+            "Hint: 0.01 accepts a loss of one point; None accepts any"
+        )
+    job = _Job("onnx_int8", model, example_input, path, method, name, input_names, output_names)
+    feeds, samples = (
+        _calibration_batches(job, calibration, input_names) if quantization == "static" else ([], None)
+    )
+    names = {"input_names": input_names, "output_names": output_names}
+    with tempfile.TemporaryDirectory(prefix="fw-int8-") as tmp:
+        fp32 = os.path.join(tmp, f"{job.name}.onnx")
+        try:
+            onnx(job.model, example_input, fp32, opset_version, name=job.name, method=method, **names)
+        except ExportError as e:
+            raise type(e)(f"the float ONNX export that int8 quantization starts from failed: {e}") from e
+        qpath = os.path.join(tmp, "int8.onnx")
+        try:
+            _quantize(fp32, qpath, quantization, feeds, per_channel, calibration_method)
+        except Exception as e:
+            raise ExportError(
+                f"onnxruntime.quantization ({quantization}) failed on {type(model).__name__}: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}. Hint: try the other "
+                "quantization method, or export fp32 with fw.export.onnx"
+            ) from e
+        proto = onnx_lib.load_model(qpath)
+    ops, n_ops = _int8_ops(proto)
+    if not ops:
+        covers = (
+            "MatMul/Gemm, Conv and LSTM" if quantization == "dynamic" else "Conv, Gemm, MatMul and friends"
+        )
+        raise ExportError(
+            f"{quantization} quantization found nothing to quantize in {type(model).__name__} (it covers "
+            f"{covers}). Hint: export it with fw.export.onnx instead"
+        )
+    graph_inputs = [
+        i.name for i in proto.graph.input if i.name not in {t.name for t in proto.graph.initializer}
+    ]
+    graph_outputs = [o.name for o in proto.graph.output]
+    if graph_inputs != job.input_names or graph_outputs != job.output_names:
+        raise ExportError(
+            f"the quantized graph has inputs {graph_inputs} and outputs {graph_outputs}, expected "
+            f"{job.input_names} and {job.output_names}. Hint: report this; export fp32 with fw.export.onnx meanwhile"
+        )
+    for prop in list(proto.metadata_props):
+        if prop.key == _md.METADATA_KEY:
+            proto.metadata_props.remove(prop)
+    # The pre-processing pass re-saves the model with every domain this onnxruntime registers; keep the
+    # ones the graph uses, so an older ONNX Runtime (fw's engine) is not asked about opsets it lacks.
+    used = {n.domain for n in proto.graph.node} | {""}
+    for imp in [i for i in proto.opset_import if i.domain not in used]:
+        proto.opset_import.remove(imp)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    mem = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+    def runner(sess: Any) -> Any:
+        def run(args: tuple[Any, ...]) -> list[Any]:
+            feed = {n: np.ascontiguousarray(a.numpy()) for n, a in zip(job.input_names, args, strict=True)}
+            return [np.asarray(v) for v in sess.run(job.output_names, feed)]
+
+        return run
+
+    recorded = dict(metrics or {})
+    if eval_data is not None:
+        x, y = eval_data
+        eager_acc = _accuracy(lambda a: job.eager(a), x, y)
+        int8_acc = _accuracy(runner(mem), x, y)
+        if max_accuracy_drop is not None and eager_acc - int8_acc > max_accuracy_drop + 1e-12:
+            raise ParityError(
+                f"{quantization} int8 quantization loses {100 * (eager_acc - int8_acc):.2f} points of accuracy on "
+                f"eval_data ({int8_acc:.4f} vs {eager_acc:.4f} in float), more than max_accuracy_drop="
+                f"{max_accuracy_drop:g}; no file was written. Hint: try quantization='static' with a calibration set "
+                "like the serving data, per_channel=True, or pass a larger max_accuracy_drop (None accepts any)"
+            )
+        recorded.update({"test_accuracy": int8_acc, "float_test_accuracy": eager_acc})
+    export = {
+        "method": method,
+        "opset_version": opset_version,
+        "quantization": quantization,
+        "exporter": f"{ONNX_EXPORTER} + onnxruntime.quantization.quantize_{quantization}",
+        "quantizer_version": ort.__version__,
+        "quant_format": "QDQ" if quantization == "static" else "QOperator",
+        "weight_dtype": "int8",
+        "activation_dtype": "int8" if quantization == "static" else "uint8",
+        "per_channel": bool(per_channel),
+        "quantized_ops": ops,
+        "quantized_nodes": n_ops,
+        "calibration": (
+            {"method": calibration_method, "rows": int(samples[0].shape[0]), "batch": CALIBRATION_BATCH}
+            if quantization == "static"
+            else None
+        ),
+    }
+    tv_out = runner(mem)(job.tv_args)
+    text = job.metadata(
+        tv_out,
+        export,
+        _fields(version, labels, preprocessing, task, recorded or None, description),
+        run=runner(mem),
+    )
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = _md.METADATA_KEY, text
+    try:
+        onnx_lib.checker.check_model(proto)
+    except onnx_lib.checker.ValidationError as e:
+        raise ExportError(f"the quantized ONNX model is invalid: {e}. Hint: try another opset_version") from e
+
+    def write(tmp: str) -> None:
+        onnx_lib.save_model(proto, tmp, save_as_external_data=False)
+
+    _atomic_write(job.path, write)
+    sess = ort.InferenceSession(str(job.path), opts, providers=["CPUExecutionProvider"])
+    # Static int8 is exact only within the calibrated ranges; uniform random inputs saturate it by design,
+    # so its extra parity batches are calibration rows.
+    report = job.check(
+        runner(sess), tolerance, eval_data, samples=samples if quantization == "static" else None
+    )
+    report.quantization = quantization
+    return report
+
+
 # ---------------------------------------------------------------------------- command line
 
 _META_KEYS = ("labels", "preprocessing", "task", "metrics", "description", "input_names", "output_names")
@@ -814,11 +1177,17 @@ def export_checkpoint(
     method: str = "trace",
     name: str | None = None,
     version: str | None = None,
+    quantization: str | None = None,
+    calibration: str | os.PathLike[str] | None = None,
+    per_channel: bool = False,
 ) -> ExportReport:
     """Export a checkpoint written by :func:`fw.checkpoint.save` (what ``python -m fw.export`` runs).
 
     Labels, preprocessing, task, metrics and description come from the checkpoint's ``meta``; ``name``
-    and ``version`` default to the meta's, then to the output file name and ``"1"``.
+    and ``version`` default to the meta's, then to the output file name and ``"1"``. Format
+    ``onnx_int8`` takes ``quantization`` (default ``"dynamic"``) and ``per_channel``; static
+    quantization calibrates on ``calibration`` (an ``.npz`` file, see :func:`load_calibration`),
+    else on the rows the checkpoint carries (``fw.checkpoint.save(..., calibration_input=...)``).
     """
     from fw import checkpoint as _ckpt
 
@@ -837,7 +1206,66 @@ def export_checkpoint(
         return torchscript(ck.model, ck.example_input, out, method=method, **kwargs)
     if format == "quantized":
         return quantized(ck.model, ck.example_input, out, jit_method=method, **kwargs)
-    raise ExportError(f"unknown format {format!r}. Hint: use onnx, torchscript or quantized")
+    if format == "onnx_int8":
+        quantization = quantization or "dynamic"
+        rows = None
+        if quantization == "static":
+            rows = load_calibration(calibration) if calibration is not None else ck.calibration_input
+            if rows is None:
+                raise ExportError(
+                    f"checkpoint {checkpoint} carries no calibration rows, which static quantization needs. Hint: "
+                    "pass --calibration FILE.npz (input rows, e.g. numpy.savez('calib.npz', x_train[:256])), "
+                    "re-save the checkpoint with fw.checkpoint.save(..., calibration_input=x_train[:256]), or use "
+                    "--quantization dynamic"
+                )
+        elif calibration is not None:
+            raise ExportError(
+                "--calibration is only used by --quantization static. Hint: add --quantization static"
+            )
+        return onnx_int8(
+            ck.model,
+            ck.example_input,
+            out,
+            quantization=quantization,
+            calibration=rows,
+            opset_version=opset_version,
+            method=method,
+            per_channel=per_channel,
+            **kwargs,
+        )
+    raise ExportError(f"unknown format {format!r}. Hint: use onnx, torchscript, quantized or onnx_int8")
+
+
+def load_calibration(path: str | os.PathLike[str]) -> Any:
+    """Calibration rows from an ``.npz`` file (``numpy.savez``; nothing is unpickled).
+
+    One array is the input; several are keyed by input name (``numpy.savez(f, tokens=..., mask=...)``)
+    or positional (``arr_0``, ``arr_1``, ... in ``forward()`` order).
+    """
+    import numpy as np
+    import torch
+
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except FileNotFoundError as e:
+        raise ExportError(f"calibration file {path} does not exist. Hint: check the path") from e
+    except (OSError, ValueError) as e:
+        raise ExportError(
+            f"calibration file {path} is not a numpy .npz archive of plain arrays ({e}). Hint: write it with "
+            "numpy.savez('calib.npz', x_train[:256])"
+        ) from e
+    if not arrays:
+        raise ExportError(
+            f"calibration file {path} holds no arrays. Hint: numpy.savez('calib.npz', x_train[:256])"
+        )
+    tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    if len(tensors) == 1:
+        return next(iter(tensors.values()))
+    positional = [f"arr_{i}" for i in range(len(tensors))]
+    if sorted(tensors) == sorted(positional):
+        return tuple(tensors[k] for k in positional)
+    return tensors
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -847,9 +1275,30 @@ def _parser() -> argparse.ArgumentParser:
         "JSON report on stdout.",
     )
     p.add_argument("checkpoint", help="checkpoint written by fw.checkpoint.save (with an example input)")
-    p.add_argument("--format", required=True, choices=("onnx", "torchscript", "quantized"))
-    p.add_argument("--out", required=True, help="output file, e.g. model.onnx, model.ts.pt, model.quant.pt")
-    p.add_argument("--opset", type=int, default=None, help=f"ONNX opset (onnx only; default {DEFAULT_OPSET})")
+    p.add_argument("--format", required=True, choices=("onnx", "torchscript", "quantized", "onnx_int8"))
+    p.add_argument(
+        "--out",
+        required=True,
+        help="output file, e.g. model.onnx, model.ts.pt, model.quant.pt, model.int8.onnx",
+    )
+    p.add_argument(
+        "--opset", type=int, default=None, help=f"ONNX opset (onnx and onnx_int8; default {DEFAULT_OPSET})"
+    )
+    p.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        default=None,
+        help="onnx_int8: dynamic (default; activation scales per call) or static (QDQ, calibrated)",
+    )
+    p.add_argument(
+        "--calibration",
+        default=None,
+        metavar="FILE.npz",
+        help="onnx_int8 static: calibration input rows (numpy.savez); default: the rows the checkpoint carries",
+    )
+    p.add_argument(
+        "--per-channel", action="store_true", help="onnx_int8: one weight scale per output channel"
+    )
     p.add_argument("--method", choices=METHODS, default="trace", help="trace or script (default trace)")
     p.add_argument("--name", default=None, help="model name (default: checkpoint meta, else the file name)")
     p.add_argument("--version", default=None, help="model version text (default: checkpoint meta, else 1)")
@@ -860,8 +1309,12 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)  # exits 2 on usage errors
-    if args.opset is not None and args.format != "onnx":
-        parser.error("--opset only applies to --format onnx")
+    if args.opset is not None and args.format not in ("onnx", "onnx_int8"):
+        parser.error("--opset only applies to --format onnx and onnx_int8")
+    if args.format != "onnx_int8" and (args.quantization or args.calibration or args.per_channel):
+        parser.error("--quantization, --calibration and --per-channel only apply to --format onnx_int8")
+    if args.calibration and args.quantization != "static":
+        parser.error("--calibration is only used by --quantization static")
     if args.name is not None and not _md.NAME_RE.fullmatch(args.name):
         parser.error(f"--name {args.name!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}")
     from fw.checkpoint import CheckpointError
@@ -876,6 +1329,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 method=args.method,
                 name=args.name,
                 version=args.version,
+                quantization=args.quantization,
+                calibration=args.calibration,
+                per_channel=args.per_channel,
             )
     except (ExportError, CheckpointError, _md.MetadataError) as e:
         if args.debug:

@@ -4,7 +4,9 @@
 
 Steps (``--only`` picks some): ``digits_mlp``, ``digits_cnn``, ``textcls``, ``resnet18``,
 ``samples``, ``bad``. Each model is written as ``NAME.onnx``, ``NAME.ts.pt`` and, where dynamic
-quantization applies, ``NAME.quant.pt``, plus ``NAME.ckpt.pt`` (fw.checkpoint). ``manifest.json``
+quantization applies, ``NAME.quant.pt``; int8 ONNX as ``NAME.int8-dynamic.onnx`` and
+``NAME.int8-static.onnx`` (calibrated on the model's training rows), plus ``NAME.ckpt.pt``
+(fw.checkpoint, with those calibration rows). ``manifest.json``
 lists every file; entries of steps not run this time are kept from an earlier manifest.
 Outputs are overwritten; the run is deterministic up to float non-associativity across machines.
 """
@@ -28,10 +30,16 @@ TEXT_LABELS = ["negative", "positive"]
 TEXT_VOCAB, TEXT_LEN = 1000, 32
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
+RESNET_CALIBRATION_ROWS = 16
 QUANT_SKIP_RESNET = (
     "dynamic int8 quantization covers nn.Linear and nn.LSTM only; ResNet-18's compute is convolutions, so only "
     "the final fc layer would change (no speed or size benefit). Convolutions need static quantization with "
-    "calibration data, which fw does not do."
+    "calibration data: see resnet18.int8-static.onnx."
+)
+INT8_DYNAMIC_SKIP_RESNET = (
+    "dynamic quantization turns convolutions into ConvInteger, which ONNX Runtime's CPU kernels run slower than "
+    "float convolutions (digits_cnn.int8-dynamic.onnx shows it in make bench-engine); ResNet-18 gets static "
+    "(QDQ) quantization only."
 )
 
 
@@ -123,6 +131,8 @@ class Builder:
         meta: dict[str, Any],
         eval_data: tuple[Any, Any] | None,
         quantize: bool,
+        calibration: Any,
+        int8: Sequence[str] = ("dynamic", "static"),
     ) -> None:
         from fw import checkpoint
         from fw import export as fx
@@ -139,6 +149,17 @@ class Builder:
             self.skipped.append(
                 {"model": name, "format": "quantized", "file": f"{name}.quant.pt", "reason": meta["skip"]}
             )
+        for q in ("dynamic", "static"):
+            rel = f"{name}.int8-{q}.onnx"
+            if q not in int8:
+                self.skipped.append(
+                    {"model": name, "format": "onnx_int8", "file": rel, "reason": meta[f"skip_int8_{q}"]}
+                )
+                continue
+            kw = {"quantization": q, "opset_version": 14}
+            if q == "static":
+                kw["calibration"] = calibration
+            jobs.append((rel, "onnx_int8", fx.onnx_int8, kw))
         for rel, fmt, fn, kw in jobs:
             metrics = dict(meta.get("metrics") or {})
             if fmt == "quantized" and eval_data is not None:
@@ -169,7 +190,8 @@ class Builder:
                 rel,
                 fmt,
                 test_accuracy=rep.accuracy,
-                accuracy_delta=rep.accuracy_delta if fmt == "quantized" else None,
+                accuracy_delta=rep.accuracy_delta if fmt in ("quantized", "onnx_int8") else None,
+                quantization=rep.quantization,
                 max_abs_error=rep.max_abs_error,
                 parity_atol=rep.atol,
                 parity_rtol=rep.rtol,
@@ -177,7 +199,11 @@ class Builder:
         rel = f"{name}.ckpt.pt"
         t = time.perf_counter()
         checkpoint.save(
-            model, self.out / rel, example_input=example, **{k: v for k, v in meta.items() if k != "skip"}
+            model,
+            self.out / rel,
+            example_input=example,
+            calibration_input=calibration,
+            **{k: v for k, v in meta.items() if not k.startswith("skip")},
         )
         self.log(f"{name}: wrote {rel} in {time.perf_counter() - t:.1f}s")
         self._record(name, rel, "checkpoint", test_accuracy=acc)
@@ -208,7 +234,7 @@ class Builder:
             ),
             "metrics": {"test_accuracy": acc},
         }
-        self._export_all("digits_mlp", model, xt[:8].clone(), meta, (xt, yt), quantize=True)
+        self._export_all("digits_mlp", model, xt[:8].clone(), meta, (xt, yt), True, _calibration(x))
 
     def digits_cnn(self) -> None:
         import torch
@@ -233,7 +259,7 @@ class Builder:
             "preprocessing": metadata.image_preprocessing(8, 8, 1, scale=1 / 255, resize="nearest"),
             "metrics": {"test_accuracy": acc},
         }
-        self._export_all("digits_cnn", model, xt[:8].clone(), meta, (xt, yt), quantize=True)
+        self._export_all("digits_cnn", model, xt[:8].clone(), meta, (xt, yt), True, _calibration(x))
 
     def textcls(self) -> None:
         import torch
@@ -258,7 +284,7 @@ class Builder:
             "labels": TEXT_LABELS,
             "metrics": {"test_accuracy": acc},
         }
-        self._export_all("textcls", model, xt[:8].clone(), meta, (xt, yt), quantize=True)
+        self._export_all("textcls", model, xt[:8].clone(), meta, (xt, yt), True, _calibration(x))
 
     def resnet18(self) -> None:
         import torch
@@ -278,9 +304,12 @@ class Builder:
             # torchvision's ImageNet eval transform, which fw serve reproduces step by step
             "preprocessing": imagenet_eval_preprocessing(),
             "skip": QUANT_SKIP_RESNET,
+            "skip_int8_dynamic": INT8_DYNAMIC_SKIP_RESNET,
         }
         self.trained["resnet18"] = model
-        self._export_all("resnet18", model, example, meta, None, quantize=False)
+        # Random weights and no data set: calibrate on seeded random images (the example's distribution).
+        calibration = torch.randn(RESNET_CALIBRATION_ROWS, 3, 224, 224, generator=gen)
+        self._export_all("resnet18", model, example, meta, None, False, calibration, int8=("static",))
 
     def samples(self) -> None:
         """Real test-set digits as 32x32 PNGs (one per class) and one 224x224 RGB JPEG."""
@@ -440,6 +469,13 @@ class Builder:
             "(fw.json is self-consistent, so only a graph check catches it)",
         )
         self.log(f"bad: wrote {len(self.bad_entries)} fixtures to {d}")
+
+
+def _calibration(x_train: Any) -> Any:
+    """The first DEFAULT_CALIBRATION_ROWS rows of a (shuffled) training set, for static int8 calibration."""
+    from fw.export import DEFAULT_CALIBRATION_ROWS
+
+    return x_train[:DEFAULT_CALIBRATION_ROWS].clone()
 
 
 def _quantized_accuracy(model: Any, x: Any, y: Any) -> float:

@@ -291,6 +291,7 @@ class Run:
         epoch: float | None = None,
         example_input: Any = None,
         meta: Mapping[str, Any] | None = None,
+        calibration_input: Any = None,
     ) -> Path:
         """Save ``model`` with :func:`fw.checkpoint.save` to ``$FW_CHECKPOINT_DIR/<run id>/step-<step>.ckpt.pt``.
 
@@ -298,7 +299,8 @@ class Run:
         (``step-<step>.ckpt.pt``), as the store records it. ``meta`` (``labels``, ``preprocessing``,
         ``task``, ``description``...) goes into the checkpoint, where ``python -m fw.export`` takes it
         as the exported file's metadata, so a model exported from the dashboard names its classes and
-        accepts images. Returns the file's path.
+        accepts images. ``calibration_input`` (a few hundred training input rows) lets the
+        dashboard export int8 ONNX with static quantization. Returns the file's path.
         """
         from fw import checkpoint as ckpt
 
@@ -306,7 +308,9 @@ class Run:
         meta = {**(meta or {}), "run_id": self.id, "step": int(step)}
         if metrics:
             meta["metrics"] = {str(k): float(v) for k, v in metrics.items()}
-        path = ckpt.save(model, self.checkpoint_dir / rel, example_input, **meta)
+        path = ckpt.save(
+            model, self.checkpoint_dir / rel, example_input, calibration_input=calibration_input, **meta
+        )
         ev: dict[str, Any] = {"type": "checkpoint", "path": rel, "step": int(step)}
         if epoch is not None:
             ev["epoch"] = float(epoch)

@@ -13,7 +13,8 @@ from fw.models import DigitsMLP, TextClassifier
 
 from helpers import NeedsArgs
 
-ENV_PYTHONPATH = str(Path(__file__).parent)
+# The tests' helpers and this checkout's fw package (the venv's editable install may be another checkout's).
+ENV_PYTHONPATH = f"{Path(__file__).parent}:{Path(__file__).parents[1]}"
 
 
 def test_round_trip(tmp_path, mlp, digits_x):
@@ -136,3 +137,120 @@ def test_cli_errors(tmp_path, text_ckpt, mlp):
     checkpoint.save(mlp, tmp_path / "noex.ckpt.pt")
     r = _cli(tmp_path / "noex.ckpt.pt", "--format", "onnx", "--out", tmp_path / "x.onnx", cwd=tmp_path)
     assert r.returncode == 1 and "no example input" in r.stderr
+
+
+def test_calibration_input_round_trip(tmp_path, mlp, digits_x):
+    rows = torch.rand(40, 64)
+    p = checkpoint.save(mlp, tmp_path / "c.ckpt.pt", example_input=digits_x, calibration_input=rows)
+    torch.testing.assert_close(checkpoint.load(p).calibration_input, rows)
+    assert checkpoint.load(checkpoint.save(mlp, tmp_path / "n.ckpt.pt", digits_x)).calibration_input is None
+    with pytest.raises(checkpoint.CheckpointError, match="calibration_input"):
+        checkpoint.save(mlp, tmp_path / "x.pt", digits_x, calibration_input=object())
+
+
+@pytest.fixture(scope="module")
+def calibrated_ckpt(tmp_path_factory):
+    """A DigitsMLP checkpoint carrying 64 calibration rows, like the recipes write."""
+    d = tmp_path_factory.mktemp("int8")
+    torch.manual_seed(0)
+    model = DigitsMLP(hidden=16).eval()
+    gen = torch.Generator().manual_seed(1)
+    checkpoint.save(
+        model,
+        d / "mlp.ckpt.pt",
+        example_input=torch.rand(4, 64, generator=gen),
+        calibration_input=torch.rand(64, 64, generator=gen),
+        name="mlp",
+    )
+    return d / "mlp.ckpt.pt"
+
+
+def test_cli_onnx_int8(tmp_path, text_ckpt, calibrated_ckpt):
+    """--format onnx_int8: dynamic (LSTM model), static on the checkpoint's rows and on an .npz."""
+    r = _cli(text_ckpt, "--format", "onnx_int8", "--out", tmp_path / "t.int8.onnx", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["format"] == "onnx_int8" and report["quantization"] == "dynamic"
+    doc = metadata.read(tmp_path / "t.int8.onnx")
+    assert (
+        doc["export"]["quantization"] == "dynamic" and "DynamicQuantizeLSTM" in doc["export"]["quantized_ops"]
+    )
+
+    r = _cli(
+        calibrated_ckpt,
+        "--format",
+        "onnx_int8",
+        "--quantization",
+        "static",
+        "--out",
+        tmp_path / "m.onnx",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = metadata.read(tmp_path / "m.onnx")
+    assert doc["export"]["calibration"] == {"method": "minmax", "rows": 64, "batch": 16}
+    assert doc["export"]["per_channel"] is False and doc["name"] == "mlp"
+
+    import numpy as np
+
+    np.savez(tmp_path / "calib.npz", np.random.default_rng(0).random((24, 64), dtype=np.float32))
+    r = _cli(
+        calibrated_ckpt,
+        *("--format", "onnx_int8", "--quantization", "static", "--per-channel"),
+        *("--calibration", tmp_path / "calib.npz", "--opset", "17", "--out", tmp_path / "n.onnx"),
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    doc = metadata.read(tmp_path / "n.onnx")
+    assert doc["export"]["calibration"]["rows"] == 24 and doc["export"]["per_channel"] is True
+    assert doc["export"]["opset_version"] == 17
+
+
+def test_cli_onnx_int8_errors(tmp_path, text_ckpt):
+    # The checkpoint has no calibration rows: static quantization says how to give some.
+    r = _cli(
+        text_ckpt,
+        "--format",
+        "onnx_int8",
+        "--quantization",
+        "static",
+        "--out",
+        tmp_path / "x.onnx",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 1 and "no calibration rows" in r.stderr and "--calibration FILE.npz" in r.stderr
+    assert not (tmp_path / "x.onnx").exists() and r.stdout == ""
+    r = _cli(
+        text_ckpt, "--format", "onnx", "--quantization", "static", "--out", tmp_path / "x.onnx", cwd=tmp_path
+    )
+    assert r.returncode == 2 and "only apply to --format onnx_int8" in r.stderr
+    r = _cli(
+        text_ckpt,
+        "--format",
+        "onnx_int8",
+        "--quantization",
+        "qat",
+        "--out",
+        tmp_path / "x.onnx",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and "invalid choice" in r.stderr
+    (tmp_path / "pickle.npz").write_bytes(b"\x80\x04not an npz")
+    r = _cli(
+        text_ckpt,
+        *("--format", "onnx_int8", "--quantization", "static", "--calibration", tmp_path / "pickle.npz"),
+        *("--out", tmp_path / "x.onnx"),
+        cwd=tmp_path,
+    )
+    assert r.returncode == 1 and "not a numpy .npz archive" in r.stderr, r.stderr
+    r = _cli(
+        text_ckpt,
+        "--format",
+        "onnx_int8",
+        "--calibration",
+        tmp_path / "c.npz",
+        "--out",
+        tmp_path / "x.onnx",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and "only used by --quantization static" in r.stderr

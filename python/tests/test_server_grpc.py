@@ -43,6 +43,9 @@ REFERENCE = [
     "digits_mlp.ts.pt",
     "textcls.ts.pt",
     "textcls.quant.pt",
+    "digits_mlp.int8-dynamic.onnx",
+    "digits_cnn.int8-static.onnx",
+    "textcls.int8-dynamic.onnx",
 ]
 
 
@@ -136,6 +139,44 @@ def test_infer_every_reference_model(serve, model_file: str) -> None:
             ref = sess.run(None, dict(ins))
             for out_name, r in zip([o.name for o in sess.get_outputs()], ref, strict=True):
                 np.testing.assert_allclose(got.as_numpy(out_name), r, atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize(
+    "model_file", ["digits_cnn.int8-dynamic.onnx", "digits_cnn.int8-static.onnx", "resnet18.int8-static.onnx"]
+)
+def test_int8_onnx_served(serve, model_file: str) -> None:
+    """int8 files written by onnxruntime.quantization (Python 1.31) run in fw's engine (ONNX Runtime 1.30):
+    /model reports format onnx_int8 with the method and the accuracy recorded at export, Triton's clients see
+    an ONNX Runtime model, and /predict answers what the file gives in onnxruntime and the float file's
+    classes on the test vector rows."""
+    import json
+    import urllib.request
+
+    path = MODELS / model_file
+    ins, _, atol, rtol, doc = _vector(path)
+    srv = serve(model_file)
+    with urllib.request.urlopen(f"http://{srv.url}/model", timeout=10) as r:
+        info = json.load(r)
+    quantization = model_file.split("int8-")[1].removesuffix(".onnx")
+    assert info["format"] == "onnx_int8" and info["metadata"]["export"]["quantization"] == quantization
+    if not model_file.startswith("resnet18"):  # random weights: no accuracy to speak of
+        metrics = info["metadata"]["metrics"]
+        assert metrics["float_test_accuracy"] - metrics["test_accuracy"] <= 0.01
+    name = doc["name"]
+    with grpcclient.InferenceServerClient(srv.grpc_url) as c:
+        md = c.get_model_metadata(name, as_json=True)
+        assert md["platform"] == "onnxruntime_onnx"
+    (x,) = ins.values()
+    body = json.dumps({"data": x.tolist()}).encode()
+    req = urllib.request.Request(
+        f"http://{srv.url}/predict", data=body, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=60) as r:
+        got = np.asarray(json.load(r)["predictions"], dtype=np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, dict(ins))[0]
+    np.testing.assert_allclose(got, want, atol=atol, rtol=rtol)
+    fp32 = ort.InferenceSession(str(MODELS / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(got.argmax(-1), fp32.run(None, dict(ins))[0].argmax(-1))
 
 
 def test_two_inputs_two_outputs(serve, tmp_path: Path) -> None:

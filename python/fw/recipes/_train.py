@@ -69,6 +69,7 @@ def train(
     import torch
 
     from fw import checkpoint as ckpt
+    from fw.export import DEFAULT_CALIBRATION_ROWS
     from fw.recipes import start_run
 
     p = args.params
@@ -94,6 +95,9 @@ def train(
     per_epoch = (len(xtr) + bs - 1) // bs
     total = per_epoch * p["epochs"]
     example = xtr[:1].clone()
+    # Training rows kept in every checkpoint, so the dashboard can export int8 ONNX with static
+    # quantization calibrated on the recipe's own data.
+    calibration = xtr[:DEFAULT_CALIBRATION_ROWS].clone()
     state = {"step": start_step}
 
     with start_run(args, name) as run:
@@ -104,7 +108,12 @@ def train(
         @run.on_stop
         def _final() -> None:
             path = run.checkpoint(
-                model, state["step"], epoch=state["step"] / per_epoch, example_input=example, meta=meta
+                model,
+                state["step"],
+                epoch=state["step"] / per_epoch,
+                example_input=example,
+                meta=meta,
+                calibration_input=calibration,
             )
             print(f"{name}: stopped at step {state['step']}; final checkpoint {path.name}")
 
@@ -133,7 +142,13 @@ def train(
             model.train()
             run.log(metrics, step=state["step"])
             run.checkpoint(
-                model, state["step"], metrics=metrics, epoch=epoch + 1, example_input=example, meta=meta
+                model,
+                state["step"],
+                metrics=metrics,
+                epoch=epoch + 1,
+                example_input=example,
+                meta=meta,
+                calibration_input=calibration,
             )
             print(
                 f"{name}: epoch {epoch + 1}/{p['epochs']} "

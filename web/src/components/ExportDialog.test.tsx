@@ -60,6 +60,16 @@ describe("exportBody", () => {
     expect(exportBody({ runId: "r", checkpoint: "c", format: "onnx", opset: "17", method: "script", name: " m " })).toEqual({ run_id: "r", checkpoint: "c", format: "onnx", opset_version: 17, name: "m" });
     expect(exportBody({ runId: "r", checkpoint: "c", format: "torchscript", opset: "17", method: "script", name: "" })).toEqual({ run_id: "r", checkpoint: "c", format: "torchscript", method: "script" });
   });
+  it("sends the quantization method and opset for int8 ONNX only", () => {
+    expect(exportBody({ runId: "r", checkpoint: "c", format: "onnx_int8", opset: "14", method: "script", name: "", quantization: "static" })).toEqual({
+      run_id: "r",
+      checkpoint: "c",
+      format: "onnx_int8",
+      opset_version: 14,
+      quantization: "static",
+    });
+    expect(exportBody({ runId: "r", checkpoint: "c", format: "onnx", opset: "14", method: "trace", name: "", quantization: "static" })).toEqual({ run_id: "r", checkpoint: "c", format: "onnx", opset_version: 14 });
+  });
 });
 
 describe("ExportDialog", () => {
@@ -86,6 +96,24 @@ describe("ExportDialog", () => {
     expect(within(report_).getByText("random batch 7")).toBeTruthy();
     expect(screen.getByRole("link", { name: "digits_cnn v3" }).getAttribute("href")).toBe("/models/digits_cnn");
     expect(done).toHaveBeenCalledWith(expect.objectContaining({ state: "finished", version: 3 }));
+  });
+
+  it("exports int8 ONNX with static quantization and shows the method in the report", async () => {
+    const sent = mockApi({ state: "finished", version: 4, report: { ...report, format: "onnx_int8", max_abs_error: 0.13, atol: 0.25, rtol: 0.1, quantization: "static" } });
+    render(
+      <MemoryRouter>
+        <ExportDialog open onClose={() => {}} runId="r1" checkpoint="epoch-2.pt" />
+      </MemoryRouter>,
+    );
+    await waitFor(() => expect(screen.getByLabelText("Model name")).toHaveProperty("value", "digits_cnn"));
+    expect(screen.queryByLabelText("Quantization")).toBeNull();
+    fireEvent.click(screen.getByLabelText("int8 ONNX (runs on ONNX Runtime)"));
+    fireEvent.change(screen.getByLabelText("Quantization"), { target: { value: "static" } });
+    fireEvent.click(screen.getByRole("button", { name: "Export" }));
+    const report_ = await screen.findByTestId("parity-report", undefined, { timeout: 5000 });
+    expect(sent.find((s) => s.method === "POST")?.body).toEqual({ run_id: "r1", checkpoint: "epoch-2.pt", format: "onnx_int8", opset_version: 14, quantization: "static", name: "digits_cnn" });
+    expect(within(report_).getByText("int8 static")).toBeTruthy();
+    expect(within(report_).getByText("format onnx_int8")).toBeTruthy();
   });
 
   it("shows the exporter's message when the export fails", async () => {

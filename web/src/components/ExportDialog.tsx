@@ -1,5 +1,5 @@
 // The export dialog: pick a run's checkpoint, a format (TorchScript, ONNX,
-// quantized) and its options, start POST /api/models/export, follow the job
+// quantized TorchScript, int8 ONNX) and its options, start POST /api/models/export, follow the job
 // until it ends, then show the parity report and the registered version.
 import { useEffect, useState } from "react";
 import { Link } from "react-router-dom";
@@ -39,6 +39,8 @@ export interface ParityReport {
   accuracy?: number | null;
   eager_accuracy?: number | null;
   accuracy_delta?: number | null;
+  /** int8 ONNX only: "dynamic" or "static". */
+  quantization?: string | null;
 }
 
 /** fw.export's default ONNX opset (python/fw/export.py DEFAULT_OPSET). */
@@ -48,13 +50,25 @@ const FORMATS: { value: ExportFormat; label: string }[] = [
   { value: "onnx", label: "ONNX" },
   { value: "torchscript", label: "TorchScript" },
   { value: "quantized", label: "Quantized (int8 TorchScript)" },
+  { value: "onnx_int8", label: "int8 ONNX (runs on ONNX Runtime)" },
 ];
 
+type Quantization = NonNullable<ExportRequest["quantization"]>;
+
+const QUANTIZATIONS: { value: Quantization; label: string }[] = [
+  { value: "dynamic", label: "dynamic (no data; activation scales per call)" },
+  { value: "static", label: "static (calibrated on the checkpoint's training rows)" },
+];
+
+/** ONNX formats take an opset; TorchScript ones a trace/script method. */
+const isOnnx = (f: ExportFormat) => f === "onnx" || f === "onnx_int8";
+
 /** Builds the export request from the form's values (empty options left out). */
-export function exportBody(v: { runId: string; checkpoint: string; format: ExportFormat; opset: string; method: string; name: string }): ExportRequest {
+export function exportBody(v: { runId: string; checkpoint: string; format: ExportFormat; opset: string; method: string; name: string; quantization?: Quantization }): ExportRequest {
   const body: ExportRequest = { run_id: v.runId, checkpoint: v.checkpoint, format: v.format };
-  if (v.format === "onnx" && v.opset.trim() !== "") body.opset_version = Number(v.opset);
-  if (v.format !== "onnx" && (v.method === "trace" || v.method === "script")) body.method = v.method;
+  if (isOnnx(v.format) && v.opset.trim() !== "") body.opset_version = Number(v.opset);
+  if (!isOnnx(v.format) && (v.method === "trace" || v.method === "script")) body.method = v.method;
+  if (v.format === "onnx_int8" && v.quantization) body.quantization = v.quantization;
   if (v.name.trim() !== "") body.name = v.name.trim();
   return body;
 }
@@ -86,6 +100,7 @@ export function ParityView({ report: raw, failed }: { report: ParityReport | Rec
       <div className="row muted parity-meta">
         {report.format && <span>format {report.format}</span>}
         {report.method && <span>method {report.method}</span>}
+        {report.quantization && <span>int8 {report.quantization}</span>}
         {report.size_bytes != null && <span>{fmtBytes(report.size_bytes)}</span>}
         {report.seconds != null && <span>{fmtNum(report.seconds)} s</span>}
         {report.accuracy != null && (
@@ -174,6 +189,7 @@ export function ExportDialog({
   const [format, setFormat] = useState<ExportFormat>("onnx");
   const [opset, setOpset] = useState(String(DEFAULT_OPSET));
   const [method, setMethod] = useState("trace");
+  const [quantization, setQuantization] = useState<Quantization>("dynamic");
   const [name, setName] = useState("");
   const [nameTouched, setNameTouched] = useState(false);
   const [job, setJob] = useState<ExportJob>();
@@ -248,7 +264,7 @@ export function ExportDialog({
 
   const submit = () =>
     starting.run(async () => {
-      const res = await post<ExportStarted>("/api/models/export", exportBody({ runId: run, checkpoint: ckpt, format, opset, method, name }));
+      const res = await post<ExportStarted>("/api/models/export", exportBody({ runId: run, checkpoint: ckpt, format, opset, method, name, quantization }));
       const j = res.job ?? { id: res.id, state: res.state, progress: "exporting", model: name };
       setJob(j);
       if (j.state === "finished" || j.state === "failed") onDone?.(j);
@@ -324,7 +340,19 @@ export function ExportDialog({
               </label>
             ))}
           </fieldset>
-          {format === "onnx" ? (
+          {format === "onnx_int8" && (
+            <label>
+              Quantization
+              <select value={quantization} onChange={(e) => setQuantization(e.target.value as Quantization)}>
+                {QUANTIZATIONS.map((q) => (
+                  <option key={q.value} value={q.value}>
+                    {q.label}
+                  </option>
+                ))}
+              </select>
+            </label>
+          )}
+          {isOnnx(format) ? (
             <label>
               ONNX opset version
               <input type="number" min={7} max={30} value={opset} onChange={(e) => setOpset(e.target.value)} />
