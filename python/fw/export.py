@@ -5,14 +5,15 @@ Python API (each returns an :class:`ExportReport`)::
     fw.export.torchscript(model, example_input, "m.ts.pt", method="trace")
     fw.export.onnx(model, example_input, "m.onnx", opset_version=14)
     fw.export.quantized(model, example_input, "m.quant.pt", eval_data=(x, y))
+    fw.export.aoti(model, example_input, "m.pt2")  # AOTInductor package (compiles C++: needs g++)
 
 Command line (prints a one-line JSON report on stdout; errors on stderr, exit 1; usage errors exit 2)::
 
-    python -m fw.export CHECKPOINT --format onnx|torchscript|quantized --out PATH
+    python -m fw.export CHECKPOINT --format onnx|torchscript|quantized|aoti --out PATH
                         [--opset 14] [--method trace|script] [--name N] [--version V]
 
 Every file embeds ``fw.json`` (docs/model-format.md). After writing, the file is loaded back
-(``torch.jit.load`` / ``onnxruntime``) and compared with the eager model on the example input and
+(``torch.jit.load`` / ``onnxruntime`` / ``torch._inductor.aoti_load_package``) and compared with the eager model on the example input and
 on random inputs with other batch sizes; a file beyond tolerance is removed and
 :class:`ParityError` raised.
 """
@@ -39,6 +40,12 @@ from typing import Any
 from fw import metadata as _md
 
 METHODS = ("trace", "script")
+# fw.export.aoti captures the model with torch.export (neither trace nor script).
+AOTI_METHOD = "export"
+AOTI_DEVICES = ("cpu", "cuda")
+# Keys of AOTInductor's package metadata (inductor_configs["aot_inductor.metadata"]) that fw writes:
+# fw.json itself, and the CPU features of the exporting machine that a -march=native package needs.
+AOTI_CPU_FLAGS_KEY = "fw.cpu_flags"
 DEFAULT_OPSET = 14
 CHECK_BATCHES = (1, 7)
 TEST_VECTOR_ROWS = 4
@@ -51,6 +58,8 @@ TOLERANCES = {
     "onnx": {"parity": (1e-4, 1e-3), "test_vector": (1e-4, 1e-3)},
     # int8 dynamic quantization moves outputs by design; accuracy_delta is the meaningful measure.
     "quantized": {"parity": (0.25, 0.1), "test_vector": (1e-2, 1e-2)},
+    # Inductor fuses and reorders float operations (and picks its own GEMM/conv paths).
+    "aoti": {"parity": (1e-4, 1e-3), "test_vector": (1e-4, 1e-3)},
 }
 
 
@@ -324,7 +333,7 @@ class _Job:
 
         if not isinstance(model, torch.nn.Module):
             raise ExportError(f"expected a torch.nn.Module, got {type(model).__name__}. Hint: pass the model")
-        if method not in METHODS:
+        if method not in METHODS and not (fmt == "aoti" and method == AOTI_METHOD):
             raise ExportError(f"method must be 'trace' or 'script', got {method!r}. Hint: use method='trace'")
         self.t0 = time.perf_counter()
         self.fmt = fmt
@@ -433,6 +442,11 @@ class _Job:
             self.path.unlink()
 
     def _hint(self) -> str:
+        if self.fmt == "aoti":
+            return (
+                "AOTInductor compiled the model into different kernels; check forward() for ops whose result "
+                "depends on the batch size, or pass a looser tolerance=(atol, rtol)"
+            )
         if self.fmt == "quantized":
             return (
                 "int8 quantization moved the outputs too far for this model; pass a looser tolerance=(atol, rtol) "
@@ -709,6 +723,152 @@ def onnx(
     return job.check(run, tolerance, eval_data)
 
 
+# ---------------------------------------------------------------------------- AOTInductor (.pt2)
+
+AOTI_EXPORTER = "torch.export + torch._inductor.aoti_compile_and_package"
+
+
+def _aoti_march(configs: Mapping[str, Any]) -> str:
+    """The -march the package's C++ is compiled with: ``"native"`` unless configured."""
+    from torch._inductor import config
+
+    march = configs.get("cpp.march", config.cpp.march)
+    return "native" if march is None else str(march)
+
+
+def _cpu_flags() -> list[str]:
+    """This machine's CPU features as torch names them (``torch.cpu.get_capabilities()``, true flags only)."""
+    import torch
+
+    return sorted(k for k, v in torch.cpu.get_capabilities().items() if v is True)
+
+
+def _aoti_program(job: _Job, device: str, max_batch: int | None) -> Any:
+    """``torch.export.export`` of the model on ``device`` with a dynamic batch axis on every input."""
+    import torch
+
+    args = job.args
+    if int(args[0].shape[0]) < 2:  # torch.export specialises axes of size 0 and 1
+        args = tuple(torch.cat([a, a]) for a in args)
+    model = job.model
+    if device != "cpu":
+        model = copy.deepcopy(model).to(device)
+        args = tuple(a.to(device) for a in args)
+    batch = torch.export.Dim("batch", min=1, max=max_batch)
+    with quiet_warnings(), contextlib.redirect_stdout(sys.stderr):
+        try:
+            return torch.export.export(
+                model, args, dynamic_shapes=tuple({0: batch} for _ in args), strict=False
+            )
+        except Exception as e:
+            raise ExportError(
+                f"torch.export.export failed on {type(job.model).__name__} with a dynamic batch axis: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else e!r}. Hint: forward() must work for any "
+                "batch size, without Python branches on tensor values or on the batch size (torch.export "
+                "captures one graph); export ONNX or TorchScript (method='script') for such models"
+            ) from e
+
+
+def _aoti_runner(path: Path, device: str) -> Any:
+    import torch
+
+    with quiet_warnings():
+        loaded = torch._inductor.aoti_load_package(str(path))
+
+    def run(args: tuple[Any, ...]) -> list[Any]:
+        with torch.no_grad():
+            return _to_numpy(_as_outputs(loaded(*(a.to(device) for a in args))))
+
+    return run
+
+
+def aoti(
+    model: Any,
+    example_input: Any,
+    path: str | os.PathLike[str],
+    name: str | None = None,
+    version: str = "1",
+    labels: Sequence[str] | None = None,
+    preprocessing: Mapping[str, Any] | None = None,
+    task: str | None = None,
+    metrics: Mapping[str, float] | None = None,
+    tolerance: float | tuple[float, float] | None = None,
+    *,
+    device: str = "cpu",
+    max_batch: int | None = None,
+    inductor_configs: Mapping[str, Any] | None = None,
+    description: str | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    eval_data: tuple[Any, Any] | None = None,
+) -> ExportReport:
+    """Write ``model`` as an AOTInductor package (``.pt2``) with fw.json, which libtorch runs without Python.
+
+    ``torch.export.export`` captures forward() with a dynamic batch axis (1 to ``max_batch``, default
+    unbounded) and ``torch._inductor.aoti_compile_and_package`` compiles it into C++ kernels and a
+    shared library for ``device`` (``"cpu"``, or ``"cuda"`` on a machine with a GPU). fw.json rides in
+    the package's AOTInductor metadata (key ``fw.json``; docs/model-format.md). Compiling needs a C++
+    compiler (g++) and takes from seconds to minutes.
+
+    The package only runs where it was compiled for: a CPU package is built with ``-march=native``
+    unless ``inductor_configs={"cpp.march": "x86-64-v3"}`` (for example) asks for a portable
+    instruction set; fw records the exporting CPU's features and refuses to load a native package on
+    a CPU that lacks one. ``inductor_configs`` is passed to AOTInductor as it is.
+    """
+    import torch
+
+    if device not in AOTI_DEVICES:
+        raise ExportError(
+            f"device must be one of {', '.join(AOTI_DEVICES)}, got {device!r}. Hint: use device='cpu'"
+        )
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ExportError(
+            "device='cuda' compiles CUDA kernels for the GPU of this machine, but torch sees no CUDA device. "
+            "Hint: export on a machine with a GPU, or use device='cpu'"
+        )
+    if max_batch is not None and (
+        isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 2
+    ):
+        raise ExportError(f"max_batch must be an int >= 2 or None, got {max_batch!r}. Hint: leave it out")
+    configs = dict(inductor_configs or {})
+    user_meta = configs.pop("aot_inductor.metadata", None) or {}
+    job = _Job("aoti", model, example_input, path, AOTI_METHOD, name, input_names, output_names)
+    program = _aoti_program(job, device, max_batch)
+    march = _aoti_march(configs)
+    export = {
+        "method": AOTI_METHOD,
+        "opset_version": None,
+        "quantization": None,
+        "exporter": AOTI_EXPORTER,
+        "device": device,
+        "march": march if device == "cpu" else None,
+        "max_batch": max_batch,
+    }
+    text = job.metadata(
+        job.eager(job.tv_args), export, _fields(version, labels, preprocessing, task, metrics, description)
+    )
+    package_meta = {str(k): str(v) for k, v in dict(user_meta).items()}
+    package_meta[_md.METADATA_KEY] = text
+    if device == "cpu" and march == "native":
+        package_meta[AOTI_CPU_FLAGS_KEY] = " ".join(_cpu_flags())
+    configs["aot_inductor.metadata"] = package_meta
+
+    def write(tmp: str) -> None:
+        # A file object, so the package may have any file name (a path must end in .pt2).
+        with open(tmp, "w+b") as f, quiet_warnings(), contextlib.redirect_stdout(sys.stderr):
+            torch._inductor.aoti_compile_and_package(program, package_path=f, inductor_configs=configs)
+
+    try:
+        _atomic_write(job.path, write)
+    except Exception as e:
+        raise ExportError(
+            f"AOTInductor could not compile {type(model).__name__}: "
+            f"{str(e).strip().splitlines()[0] if str(e).strip() else e!r}. Hint: it compiles C++ with the "
+            "system compiler (g++, and nvcc for CUDA): check that one is installed, or export ONNX instead"
+        ) from e
+    return job.check(_aoti_runner(job.path, device), tolerance, eval_data)
+
+
 # ---------------------------------------------------------------------------- command line
 
 _META_KEYS = ("labels", "preprocessing", "task", "metrics", "description", "input_names", "output_names")
@@ -722,8 +882,11 @@ def export_checkpoint(
     method: str = "trace",
     name: str | None = None,
     version: str | None = None,
+    device: str = "cpu",
 ) -> ExportReport:
     """Export a checkpoint written by :func:`fw.checkpoint.save` (what ``python -m fw.export`` runs).
+
+    ``method`` applies to onnx, torchscript and quantized; ``device`` to aoti only.
 
     Labels, preprocessing, task, metrics and description come from the checkpoint's ``meta``; ``name``
     and ``version`` default to the meta's, then to the output file name and ``"1"``.
@@ -745,7 +908,9 @@ def export_checkpoint(
         return torchscript(ck.model, ck.example_input, out, method=method, **kwargs)
     if format == "quantized":
         return quantized(ck.model, ck.example_input, out, jit_method=method, **kwargs)
-    raise ExportError(f"unknown format {format!r}. Hint: use onnx, torchscript or quantized")
+    if format == "aoti":
+        return aoti(ck.model, ck.example_input, out, device=device, **kwargs)
+    raise ExportError(f"unknown format {format!r}. Hint: use onnx, torchscript, quantized or aoti")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -755,10 +920,20 @@ def _parser() -> argparse.ArgumentParser:
         "JSON report on stdout.",
     )
     p.add_argument("checkpoint", help="checkpoint written by fw.checkpoint.save (with an example input)")
-    p.add_argument("--format", required=True, choices=("onnx", "torchscript", "quantized"))
-    p.add_argument("--out", required=True, help="output file, e.g. model.onnx, model.ts.pt, model.quant.pt")
+    p.add_argument("--format", required=True, choices=("onnx", "torchscript", "quantized", "aoti"))
+    p.add_argument(
+        "--out", required=True, help="output file, e.g. model.onnx, model.ts.pt, model.quant.pt, model.pt2"
+    )
     p.add_argument("--opset", type=int, default=None, help=f"ONNX opset (onnx only; default {DEFAULT_OPSET})")
-    p.add_argument("--method", choices=METHODS, default="trace", help="trace or script (default trace)")
+    p.add_argument(
+        "--method", choices=METHODS, default=None, help="trace or script (default trace; not for aoti)"
+    )
+    p.add_argument(
+        "--device",
+        choices=AOTI_DEVICES,
+        default=None,
+        help="device the AOTInductor package is compiled for (aoti only; default cpu)",
+    )
     p.add_argument("--name", default=None, help="model name (default: checkpoint meta, else the file name)")
     p.add_argument("--version", default=None, help="model version text (default: checkpoint meta, else 1)")
     p.add_argument("--debug", action="store_true", help="print a traceback on errors")
@@ -770,6 +945,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)  # exits 2 on usage errors
     if args.opset is not None and args.format != "onnx":
         parser.error("--opset only applies to --format onnx")
+    if args.method is not None and args.format == "aoti":
+        parser.error("--method does not apply to --format aoti (it always uses torch.export)")
+    if args.device is not None and args.format != "aoti":
+        parser.error("--device only applies to --format aoti")
     if args.name is not None and not _md.NAME_RE.fullmatch(args.name):
         parser.error(f"--name {args.name!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}")
     from fw.checkpoint import CheckpointError
@@ -781,9 +960,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.format,
                 args.out,
                 opset_version=args.opset or DEFAULT_OPSET,
-                method=args.method,
+                method=args.method or "trace",
                 name=args.name,
                 version=args.version,
+                device=args.device or "cpu",
             )
     except (ExportError, CheckpointError, _md.MetadataError) as e:
         if args.debug:
