@@ -181,7 +181,16 @@ func Load(ctx context.Context, path string, opts Options) (*Model, error) {
 		}
 		m.backend, m.Meta = b, md
 	case FormatTorchScript, FormatQuantized:
-		b, err := newTorchBackend(path, opts)
+		b, err := newTorchBackend(path, opts, false)
+		if err != nil {
+			return nil, err
+		}
+		m.backend = b
+	case FormatAOTI:
+		if err := checkPackageTorch(path, info.Metadata, opts.TorchShim); err != nil {
+			return nil, err
+		}
+		b, err := newTorchBackend(path, opts, true)
 		if err != nil {
 			return nil, err
 		}
@@ -216,6 +225,9 @@ func (m *Model) reconcileSpecs() error {
 	} else if len(eIn) > 0 && len(eIn) != len(mIn) {
 		return &LoadError{Path: m.Path, Code: CodeShapeMismatch,
 			Msg: fmt.Sprintf("fw.json lists %d inputs but forward() takes %d", len(mIn), len(eIn))}
+	} else if len(eOut) > 0 && len(eOut) != len(mOut) {
+		return &LoadError{Path: m.Path, Code: CodeShapeMismatch,
+			Msg: fmt.Sprintf("fw.json lists %d outputs but the model returns %d", len(mOut), len(eOut))}
 	}
 	m.inputs, m.outputs = mIn, mOut
 	return nil
