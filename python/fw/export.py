@@ -29,6 +29,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -48,6 +49,9 @@ AOTI_DEVICES = ("cpu", "cuda")
 AOTI_CPU_FLAGS_KEY = "fw.cpu_flags"
 DEFAULT_OPSET = 14
 CHECK_BATCHES = (1, 7)
+# AOTInductor packages also run a batch beyond the 15 rows at which Inductor's CPU convolution
+# heuristics change (see _aoti_batch_range), through fw's batch splitting.
+AOTI_CHECK_BATCHES = (1, 7, 33)
 TEST_VECTOR_ROWS = 4
 ONNX_EXPORTER = "torch.onnx (legacy TorchScript-based)"
 
@@ -385,6 +389,7 @@ class _Job:
         run: Any,
         tolerance: float | tuple[float, float] | None,
         eval_data: tuple[Any, Any] | None,
+        batches: Sequence[int] = CHECK_BATCHES,
     ) -> ExportReport:
         """Compare the written file (``run(args) -> list of arrays``) with the eager model."""
         import torch
@@ -392,7 +397,7 @@ class _Job:
         atol, rtol = _tolerance(self.fmt, tolerance)
         gen = torch.Generator().manual_seed(0)
         cases = [("example", self.args, self.eager_out)]
-        for b in CHECK_BATCHES:
+        for b in batches:
             args = _random_inputs(self.model, self.args, b, gen)
             cases.append((f"random batch {b}", args, self.eager(args)))
         checks = []
@@ -744,8 +749,17 @@ def _cpu_flags() -> list[str]:
 
 
 def _aoti_program(job: _Job, device: str, max_batch: int | None) -> Any:
-    """``torch.export.export`` of the model on ``device`` with a dynamic batch axis on every input."""
+    """``torch.export.export`` of the model on ``device`` with a dynamic batch axis on every input.
+
+    torch.export specialises sizes 0 and 1, so ``Dim("batch", min=1)`` alone gives a program for
+    batches of 2 and more. ``backed_size_oblivious`` (the export tutorial's "avoiding 0/1
+    specialization") keeps batch 1 in range where the model allows it; its caveat (broadcasting
+    decided as for sizes >= 2) is what the parity check at batch 1 catches. Where the model itself
+    guards on the batch not being 1 (an LSTM does), it is exported again without it, and fw pads
+    single rows to two (see _aoti_batch_range).
+    """
     import torch
+    import torch.fx.experimental._config as fx_config
 
     args = job.args
     if int(args[0].shape[0]) < 2:  # torch.export specialises axes of size 0 and 1
@@ -755,11 +769,15 @@ def _aoti_program(job: _Job, device: str, max_batch: int | None) -> Any:
         model = copy.deepcopy(model).to(device)
         args = tuple(a.to(device) for a in args)
     batch = torch.export.Dim("batch", min=1, max=max_batch)
+    dynamic = tuple({0: batch} for _ in args)
     with quiet_warnings(), contextlib.redirect_stdout(sys.stderr):
         try:
-            return torch.export.export(
-                model, args, dynamic_shapes=tuple({0: batch} for _ in args), strict=False
-            )
+            with fx_config.patch(backed_size_oblivious=True):
+                return torch.export.export(model, args, dynamic_shapes=dynamic, strict=False)
+        except Exception:
+            pass
+        try:
+            return torch.export.export(model, args, dynamic_shapes=dynamic, strict=False)
         except Exception as e:
             raise ExportError(
                 f"torch.export.export failed on {type(job.model).__name__} with a dynamic batch axis: "
@@ -767,6 +785,103 @@ def _aoti_program(job: _Job, device: str, max_batch: int | None) -> Any:
                 "batch size, without Python branches on tensor values or on the batch size (torch.export "
                 "captures one graph); export ONNX or TorchScript (method='script') for such models"
             ) from e
+
+
+@contextlib.contextmanager
+def _aoti_input_checks() -> Iterator[None]:
+    """Turn on the package's own input checks (``AOTI_RUNTIME_CHECK_INPUTS``, read on a package's
+    first run), as fw's libtorch shim does, so the parity check sees what the server will."""
+    old = os.environ.get("AOTI_RUNTIME_CHECK_INPUTS")
+    os.environ["AOTI_RUNTIME_CHECK_INPUTS"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["AOTI_RUNTIME_CHECK_INPUTS"]
+        else:
+            os.environ["AOTI_RUNTIME_CHECK_INPUTS"] = old
+
+
+_BATCH_MIN_RE = re.compile(r"dim value is too small at 0, expected it to be >= (\d+)")
+_BATCH_MAX_RE = re.compile(r"dim value is too large at 0, expected to be <= (\d+)")
+
+
+def _aoti_batch_range(loaded: Any, args: tuple[Any, ...], device: str) -> tuple[int, int | None]:
+    """The batch sizes a compiled package accepts, as ``(min, max or None)``.
+
+    torch.export gives the batch axis the range 1.., but Inductor narrows it while compiling from
+    the example's batch size (its CPU convolution picks a backend and memory format for fewer or
+    more than 16 rows, and guards on it), and the package's input checks (on: _aoti_input_checks)
+    refuse the rest. The bounds are read from those checks: one row, then 2**40 rows expanded from
+    one (no memory); an unbounded package fails that input on its stride check instead, before
+    computing anything.
+    """
+    import torch
+
+    def refusal(inputs: tuple[Any, ...]) -> str | None:
+        try:
+            with torch.no_grad():
+                loaded(*inputs)
+        except RuntimeError as e:
+            return str(e)
+        return None
+
+    one = tuple(a[:1].to(device) for a in args)
+    low = 1
+    msg = refusal(one)
+    if msg is not None:
+        m = _BATCH_MIN_RE.search(msg)
+        if not m:
+            raise ExportError(f"the compiled package fails on one row: {msg.strip().splitlines()[0]}")
+        low = int(m.group(1))
+    msg = refusal(tuple(a.expand(1 << 40, *a.shape[1:]) for a in one)) or ""
+    m = _BATCH_MAX_RE.search(msg)
+    if m:
+        return low, int(m.group(1))
+    if "unmatched stride value at 0" not in msg:
+        raise ExportError(
+            f"cannot tell which batch sizes the compiled package accepts: {msg.strip()[:200]!r}. "
+            "Hint: this torch release words AOTInductor's input checks differently; report it"
+        )
+    return low, None
+
+
+def _in_batch_range(run: Any, low: int, high: int | None) -> Any:
+    """``run`` for any batch size: splits batches above ``high`` and pads those below ``low`` by
+    repeating their first row (the Go engine does the same, engine/aoti.go)."""
+    import numpy as np
+    import torch
+
+    def ranged(args: tuple[Any, ...]) -> list[Any]:
+        n = int(args[0].shape[0])
+        step = n if high is None else high
+        parts: list[list[Any]] = []
+        for start in range(0, n, step):
+            chunk = tuple(a[start : start + step] for a in args)
+            k = int(chunk[0].shape[0])
+            if k < low:
+                chunk = tuple(torch.cat([c, c[:1].expand(low - k, *c.shape[1:])]) for c in chunk)
+            parts.append([o[:k] for o in run(chunk)])
+        return [np.concatenate(outs) for outs in zip(*parts, strict=True)]
+
+    return ranged
+
+
+def _set_package_fw_json(path: str, text: str) -> None:
+    """Replace fw.json in every copy of a package's AOTInductor metadata (written before the batch
+    range was known), rewriting the zip in place."""
+    import zipfile
+
+    tmp = path + ".meta"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if "/data/aotinductor/" in info.filename and info.filename.endswith("_metadata.json"):
+                meta = json.loads(data)
+                meta[_md.METADATA_KEY] = text
+                data = json.dumps(meta).encode()
+            dst.writestr(info, data)
+    os.replace(tmp, path)
 
 
 def _aoti_runner(path: Path, device: str) -> Any:
@@ -779,7 +894,7 @@ def _aoti_runner(path: Path, device: str) -> Any:
         with torch.no_grad():
             return _to_numpy(_as_outputs(loaded(*(a.to(device) for a in args))))
 
-    return run
+    return run, loaded
 
 
 def aoti(
@@ -844,29 +959,40 @@ def aoti(
         "march": march if device == "cpu" else None,
         "max_batch": max_batch,
     }
-    text = job.metadata(
-        job.eager(job.tv_args), export, _fields(version, labels, preprocessing, task, metrics, description)
-    )
+    tv_out = job.eager(job.tv_args)
+    fields = _fields(version, labels, preprocessing, task, metrics, description)
     package_meta = {str(k): str(v) for k, v in dict(user_meta).items()}
-    package_meta[_md.METADATA_KEY] = text
+    package_meta[_md.METADATA_KEY] = job.metadata(tv_out, export, fields)
     if device == "cpu" and march == "native":
         package_meta[AOTI_CPU_FLAGS_KEY] = " ".join(_cpu_flags())
     configs["aot_inductor.metadata"] = package_meta
 
     def write(tmp: str) -> None:
         # A file object, so the package may have any file name (a path must end in .pt2).
-        with open(tmp, "w+b") as f, quiet_warnings(), contextlib.redirect_stdout(sys.stderr):
-            torch._inductor.aoti_compile_and_package(program, package_path=f, inductor_configs=configs)
+        try:
+            with open(tmp, "w+b") as f, quiet_warnings(), contextlib.redirect_stdout(sys.stderr):
+                torch._inductor.aoti_compile_and_package(program, package_path=f, inductor_configs=configs)
+        except Exception as e:
+            raise ExportError(
+                f"AOTInductor could not compile {type(model).__name__}: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else e!r}. Hint: it compiles C++ with the "
+                "system compiler (g++, and nvcc for CUDA): check that one is installed, or export ONNX instead"
+            ) from e
+        _, loaded = _aoti_runner(Path(tmp), device)
+        low, high = _aoti_batch_range(loaded, job.args, device)
+        del loaded
+        export["batch_min"], export["batch_max"] = low, high
+        _set_package_fw_json(tmp, job.metadata(tv_out, export, fields))
 
-    try:
+    with _aoti_input_checks():
         _atomic_write(job.path, write)
-    except Exception as e:
-        raise ExportError(
-            f"AOTInductor could not compile {type(model).__name__}: "
-            f"{str(e).strip().splitlines()[0] if str(e).strip() else e!r}. Hint: it compiles C++ with the "
-            "system compiler (g++, and nvcc for CUDA): check that one is installed, or export ONNX instead"
-        ) from e
-    return job.check(_aoti_runner(job.path, device), tolerance, eval_data)
+        run, _ = _aoti_runner(job.path, device)
+        return job.check(
+            _in_batch_range(run, export["batch_min"], export["batch_max"]),
+            tolerance,
+            eval_data,
+            batches=AOTI_CHECK_BATCHES,
+        )
 
 
 # ---------------------------------------------------------------------------- command line
