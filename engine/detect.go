@@ -143,7 +143,7 @@ func detectZip(path string, f *os.File, size int64, info *FileInfo) (*FileInfo, 
 	}
 	var hasCode, hasConstants, hasDataPkl, hasAOTI, hasAOTILib, isPT2 bool
 	var meta *zip.File
-	var aotiMeta []*zip.File
+	var aotiMeta, aotiFiles []*zip.File
 	for _, zf := range zr.File {
 		name := zf.Name
 		if i := strings.IndexByte(name, '/'); i >= 0 {
@@ -162,6 +162,7 @@ func detectZip(path string, f *os.File, size int64, info *FileInfo) (*FileInfo, 
 			isPT2 = true
 		case strings.HasPrefix(name, aotiModelDir):
 			hasAOTI = true
+			aotiFiles = append(aotiFiles, zf)
 			if strings.HasSuffix(name, ".so") {
 				hasAOTILib = true
 			}
@@ -170,10 +171,12 @@ func detectZip(path string, f *os.File, size int64, info *FileInfo) (*FileInfo, 
 			}
 		case strings.HasPrefix(name, "data/aotinductor/"):
 			hasAOTI = true
+		case strings.HasPrefix(name, "data/constants/"):
+			aotiFiles = append(aotiFiles, zf)
 		}
 	}
 	if !hasCode && !hasConstants && hasAOTI {
-		return detectAOTI(path, info, hasAOTILib, aotiMeta)
+		return detectAOTI(path, info, hasAOTILib, aotiMeta, aotiFiles)
 	}
 	if !hasCode && !hasConstants {
 		if isPT2 {
@@ -243,9 +246,10 @@ func parseEmbedded(path string, doc []byte) (*Metadata, error) {
 }
 
 // detectAOTI accepts an AOTInductor package that holds a compiled library for
-// its model and reads the package metadata (every copy the package holds must
-// agree: the loader reads one of them) and fw.json inside it.
-func detectAOTI(path string, info *FileInfo, hasLib bool, metaFiles []*zip.File) (*FileInfo, error) {
+// its model, whose files the loader extracts (model and constants) are intact,
+// and reads the package metadata (every copy the package holds must agree: the
+// loader reads one of them) and fw.json inside it.
+func detectAOTI(path string, info *FileInfo, hasLib bool, metaFiles, files []*zip.File) (*FileInfo, error) {
 	if !hasLib {
 		return nil, &LoadError{Path: path, Code: CodeUnknownFormat,
 			Msg:  "an AOTInductor package without a compiled library for model \"model\" (" + aotiModelDir + "*.so): libtorch would compile its C++ sources with a command line taken from the file, which fw refuses",
@@ -254,6 +258,20 @@ func detectAOTI(path string, info *FileInfo, hasLib bool, metaFiles []*zip.File)
 	if len(metaFiles) == 0 {
 		return nil, &LoadError{Path: path, Code: CodeBadMetadata,
 			Msg: "the AOTInductor package has no metadata file (" + aotiModelDir + "*_metadata.json)", Hint: "export it again"}
+	}
+	// The loader extracts these files and dlopens the library without checking
+	// their CRC-32: a damaged library could crash the process. Reading each
+	// entry to its end makes archive/zip check it.
+	for _, zf := range files {
+		rc, err := zf.Open()
+		if err == nil {
+			_, err = io.Copy(io.Discard, rc)
+			rc.Close()
+		}
+		if err != nil {
+			return nil, &LoadError{Path: path, Code: CodeTruncated, Msg: "the AOTInductor package is damaged: " + zf.Name, Err: err,
+				Hint: "copy or export the file again; a damaged or partial copy looks like this"}
+		}
 	}
 	var pkg map[string]string
 	for _, zf := range metaFiles {

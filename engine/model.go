@@ -190,11 +190,16 @@ func Load(ctx context.Context, path string, opts Options) (*Model, error) {
 		if err := checkPackageTorch(path, info.Metadata, opts.TorchShim); err != nil {
 			return nil, err
 		}
+		low, high, err := batchRange(info.Metadata)
+		if err != nil {
+			return nil, &LoadError{Path: path, Code: CodeBadMetadata, Msg: "the embedded metadata is invalid", Err: err,
+				Hint: "re-export with fw.export.aoti, which writes valid metadata"}
+		}
 		b, err := newTorchBackend(path, opts, true)
 		if err != nil {
 			return nil, err
 		}
-		m.backend = b
+		m.backend = rangedBackend{Backend: b, low: low, high: high}
 	}
 	if err := m.reconcileSpecs(); err != nil {
 		m.backend.Close()

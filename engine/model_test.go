@@ -19,11 +19,12 @@ func referenceFiles(t *testing.T) []string {
 	dir := modelsDir(t)
 	var files []string
 	for _, name := range referenceModels {
-		for _, ext := range []string{".onnx", ".ts.pt", ".quant.pt"} {
+		for _, ext := range []string{".onnx", ".ts.pt", ".quant.pt", ".pt2"} {
 			p := filepath.Join(dir, name+ext)
 			if _, err := os.Stat(p); err == nil {
 				files = append(files, p)
-			} else if ext != ".quant.pt" || name != "resnet18" {
+			} else if name != "resnet18" || (ext != ".quant.pt" && ext != ".pt2") {
+				// resnet18 has no .quant.pt, and its .pt2 is built by make bench-engine.
 				t.Errorf("missing reference file %s", p)
 			}
 		}
@@ -41,7 +42,7 @@ func TestReferenceModelsMatchTestVectors(t *testing.T) {
 			if m.Meta == nil || m.Meta.TestVector == nil {
 				t.Fatalf("%s has no metadata/test vector", p)
 			}
-			wantFormat := map[string]Format{".onnx": FormatONNX, ".ts.pt": FormatTorchScript, ".quant.pt": FormatQuantized}
+			wantFormat := map[string]Format{".onnx": FormatONNX, ".ts.pt": FormatTorchScript, ".quant.pt": FormatQuantized, ".pt2": FormatAOTI}
 			for ext, f := range wantFormat {
 				if strings.HasSuffix(p, ext) && m.Format != f {
 					t.Errorf("format %s, want %s", m.Format, f)
@@ -115,7 +116,7 @@ func TestBadInputsAreRefusedAndModelKeepsWorking(t *testing.T) {
 	dir := modelsDir(t)
 	paths := []string{filepath.Join(dir, "digits_mlp.onnx")}
 	if _, err := TorchVersion(""); err == nil {
-		paths = append(paths, filepath.Join(dir, "digits_mlp.ts.pt"))
+		paths = append(paths, filepath.Join(dir, "digits_mlp.ts.pt"), filepath.Join(dir, "digits_mlp.pt2"))
 	}
 	for _, p := range paths {
 		t.Run(filepath.Base(p), func(t *testing.T) {
@@ -257,7 +258,7 @@ func TestConcurrentRuns(t *testing.T) {
 	dir := modelsDir(t)
 	paths := []string{filepath.Join(dir, "digits_cnn.onnx")}
 	if _, err := TorchVersion(""); err == nil {
-		paths = append(paths, filepath.Join(dir, "digits_cnn.ts.pt"), filepath.Join(dir, "digits_cnn.quant.pt"))
+		paths = append(paths, filepath.Join(dir, "digits_cnn.ts.pt"), filepath.Join(dir, "digits_cnn.quant.pt"), filepath.Join(dir, "digits_cnn.pt2"))
 	}
 	for _, p := range paths {
 		t.Run(filepath.Base(p), func(t *testing.T) {
@@ -311,6 +312,12 @@ func TestCUDA(t *testing.T) {
 				t.Fatalf("%s on cuda: %v %+v", name, err, res)
 			}
 		}
+		// The reference packages are compiled for the CPU: refused on the GPU,
+		// with the reason (a CUDA package needs fw.export.aoti(..., device="cuda")).
+		_, err := Load(context.Background(), filepath.Join(dir, "digits_cnn.pt2"), Options{Device: "cuda", Threads: 1})
+		if err == nil || !strings.Contains(err.Error(), "compiled for cpu but is being loaded on cuda") {
+			t.Fatalf("CPU package on cuda: %v", err)
+		}
 		return
 	}
 	_, err := Load(context.Background(), filepath.Join(dir, "digits_mlp.onnx"), Options{Device: "cuda", Threads: 1})
@@ -321,6 +328,10 @@ func TestCUDA(t *testing.T) {
 		_, err := Load(context.Background(), filepath.Join(dir, "digits_mlp.ts.pt"), Options{Device: "cuda", Threads: 1})
 		if err == nil || !strings.Contains(err.Error(), "no CUDA device") {
 			t.Fatalf("TorchScript on cuda without a GPU: %v", err)
+		}
+		_, err = Load(context.Background(), filepath.Join(dir, "digits_mlp.pt2"), Options{Device: "cuda", Threads: 1})
+		if err == nil || !strings.Contains(err.Error(), "no CUDA device") {
+			t.Fatalf("AOTInductor package on cuda without a GPU: %v", err)
 		}
 	}
 	if _, err := Load(context.Background(), filepath.Join(dir, "digits_mlp.onnx"), Options{Device: "tpu"}); err == nil {
