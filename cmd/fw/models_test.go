@@ -137,7 +137,8 @@ func TestModelRegistry(t *testing.T) {
 	waitExport := func(id string) map[string]any {
 		t.Helper()
 		var job map[string]any
-		for deadline := time.Now().Add(120 * time.Second); ; {
+		// aoti compiles C++: give it minutes on a busy 2-core machine.
+		for deadline := time.Now().Add(300 * time.Second); ; {
 			_, job = call(t, "GET", d.url+"/api/models/exports/"+id, "", "", "")
 			if job["state"] == "finished" || job["state"] == "failed" || time.Now().After(deadline) {
 				break
@@ -157,8 +158,14 @@ func TestModelRegistry(t *testing.T) {
 		t.Fatalf("exported version: %v", mv)
 	}
 
-	// The other two formats, each as its own model.
-	for _, format := range []string{"torchscript", "quantized"} {
+	// A method for aoti (always torch.export) is refused before anything runs.
+	code, out = call(t, "POST", d.url+"/api/models/export", "", "application/json", `{"run_id":"r1","checkpoint":"step-1.ckpt.pt","format":"aoti","method":"trace","name":"mlp_aoti"}`)
+	if code != 422 || errorCode(t, out) != "invalid_argument" || !strings.Contains(out["error"].(map[string]any)["message"].(string), "aoti") {
+		t.Fatalf("aoti with a method: %d %v", code, out)
+	}
+
+	// The other formats, each as its own model (aoti: an AOTInductor package, registered as model.pt2).
+	for _, format := range []string{"torchscript", "quantized", "aoti"} {
 		code, out = call(t, "POST", d.url+"/api/models/export", "", "application/json",
 			fmt.Sprintf(`{"run_id":"r1","checkpoint":"step-1.ckpt.pt","format":%q,"name":"mlp_%s"}`, format, format))
 		if code != 202 {
@@ -168,6 +175,11 @@ func TestModelRegistry(t *testing.T) {
 		v := findModel(t, d.url, "mlp_"+format)["versions"].([]any)[0].(map[string]any)
 		if v["format"] != format || v["parity"].(map[string]any)["max_abs_error"] == nil {
 			t.Fatalf("exported %s version: %v", format, v)
+		}
+		if format == "aoti" {
+			if f, _ := v["file"].(string); !strings.HasSuffix(f, "model.pt2") {
+				t.Fatalf("aoti version file %q, want .../model.pt2: %v", f, v)
+			}
 		}
 	}
 

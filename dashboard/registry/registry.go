@@ -308,6 +308,8 @@ func ext(format string) string {
 		return "onnx"
 	case string(engine.FormatQuantized):
 		return "quant.pt"
+	case string(engine.FormatAOTI):
+		return "pt2"
 	}
 	return "pt"
 }
