@@ -43,6 +43,7 @@ REFERENCE = [
     "digits_mlp.ts.pt",
     "textcls.ts.pt",
     "textcls.quant.pt",
+    "textcls.pt2",
 ]
 
 
