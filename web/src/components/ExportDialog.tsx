@@ -1,5 +1,5 @@
 // The export dialog: pick a run's checkpoint, a format (TorchScript, ONNX,
-// quantized) and its options, start POST /api/models/export, follow the job
+// quantized, AOTInductor) and its options, start POST /api/models/export, follow the job
 // until it ends, then show the parity report and the registered version.
 import { useEffect, useState } from "react";
 import { Link } from "react-router-dom";
@@ -48,13 +48,17 @@ const FORMATS: { value: ExportFormat; label: string }[] = [
   { value: "onnx", label: "ONNX" },
   { value: "torchscript", label: "TorchScript" },
   { value: "quantized", label: "Quantized (int8 TorchScript)" },
+  { value: "aoti", label: "AOTInductor (.pt2)" },
 ];
+
+/** Formats that take a trace/script method (ONNX has its opset, AOTInductor always uses torch.export). */
+const HAS_METHOD: ExportFormat[] = ["torchscript", "quantized"];
 
 /** Builds the export request from the form's values (empty options left out). */
 export function exportBody(v: { runId: string; checkpoint: string; format: ExportFormat; opset: string; method: string; name: string }): ExportRequest {
   const body: ExportRequest = { run_id: v.runId, checkpoint: v.checkpoint, format: v.format };
   if (v.format === "onnx" && v.opset.trim() !== "") body.opset_version = Number(v.opset);
-  if (v.format !== "onnx" && (v.method === "trace" || v.method === "script")) body.method = v.method;
+  if (HAS_METHOD.includes(v.format) && (v.method === "trace" || v.method === "script")) body.method = v.method;
   if (v.name.trim() !== "") body.name = v.name.trim();
   return body;
 }
@@ -329,6 +333,10 @@ export function ExportDialog({
               ONNX opset version
               <input type="number" min={7} max={30} value={opset} onChange={(e) => setOpset(e.target.value)} />
             </label>
+          ) : format === "aoti" ? (
+            <p className="muted" data-testid="aoti-note">
+              Compiles C++ for this machine's CPU with torch.export and AOTInductor: a minute or more. The package runs where its CPU features are present.
+            </p>
           ) : (
             <label>
               Method
