@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # make bench-engine: eager PyTorch (Python) and the Go engines (ONNX Runtime,
-# TorchScript and quantized TorchScript through the libtorch shim) on the same
-# reference model files and batch sizes, in one run; writes the table into
-# docs/benchmarks.md. Run it on an otherwise idle machine.
+# TorchScript, quantized TorchScript and AOTInductor .pt2 packages through the
+# libtorch shim) on the same reference model files and batch sizes, in one run;
+# writes the table into docs/benchmarks.md. Run it on an otherwise idle machine
+# (the table records the load average). resnet18.pt2 is built by the Makefile
+# before this runs (make models leaves it out).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

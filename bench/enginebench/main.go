@@ -57,9 +57,10 @@ func main() {
 		}
 		bs = append(bs, n)
 	}
+	loadStart := loadAverage()
 	var rows []row
 	for _, name := range []string{"digits_mlp", "digits_cnn", "textcls", "resnet18"} {
-		for _, f := range []struct{ ext, runtime string }{{".onnx", "onnxruntime"}, {".ts.pt", "libtorch"}, {".quant.pt", "libtorch"}} {
+		for _, f := range []struct{ ext, runtime string }{{".onnx", "onnxruntime"}, {".ts.pt", "libtorch"}, {".quant.pt", "libtorch"}, {".pt2", "libtorch-aoti"}} {
 			path := filepath.Join(*models, name+f.ext)
 			if _, err := os.Stat(path); err != nil {
 				continue
@@ -88,7 +89,7 @@ func main() {
 			fatalf("write %s: %v", *out, err)
 		}
 	}
-	table := markdown(rows, *command, *threads)
+	table := markdown(rows, *command, *threads, loadStart, loadAverage())
 	fmt.Print(table)
 	if *doc != "" {
 		if err := benchdoc.ReplaceSection(*doc, "engine", table); err != nil {
@@ -145,13 +146,23 @@ func measureFile(path, rt string, batches []int, threads int, budget time.Durati
 	return rows, nil
 }
 
-func markdown(rows []row, command string, threads int) string {
+// loadAverage is the 1-minute load average (/proc/loadavg), "?" where unknown:
+// the figures mean little when other work shares the CPUs.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+func markdown(rows []row, command string, threads int, loadStart, loadEnd string) string {
 	var sb strings.Builder
 	host, _ := os.Hostname()
 	_ = host
 	fmt.Fprintf(&sb, "## Engine: one call, per model, format and batch size\n\n")
-	fmt.Fprintf(&sb, "Command: `%s` (measured %s on %s, %d CPUs available, %d intra-op threads for every runtime, %s; inputs tiled from each file's test vector; p50/p99 of single calls).\n\n",
-		command, time.Now().UTC().Format("2006-01-02"), benchdoc.Commit(), runtime.NumCPU(), threads, runtime.GOARCH)
+	fmt.Fprintf(&sb, "Command: `%s` (measured %s on %s, %d CPUs available, %d intra-op threads for every runtime, %s; inputs tiled from each file's test vector; p50/p99 of single calls; 1-minute load average %s at the start of the Go engines' run, %s at its end).\n\n",
+		command, time.Now().UTC().Format("2006-01-02"), benchdoc.Commit(), runtime.NumCPU(), threads, runtime.GOARCH, loadStart, loadEnd)
 	type key struct {
 		model string
 		batch int
@@ -173,7 +184,7 @@ func markdown(rows []row, command string, threads int) string {
 		}
 		return keys[i].batch < keys[j].batch
 	})
-	fmt.Fprintf(&sb, "| model | batch | eager PyTorch p50 / p99 (us) | TorchScript via shim | ONNX Runtime | quantized (TorchScript int8) | ONNX vs eager | ONNX vs TorchScript |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| model | batch | eager PyTorch p50 / p99 (us) | TorchScript via shim | ONNX Runtime | quantized (TorchScript int8) | AOTInductor .pt2 via shim | ONNX vs eager | ONNX vs TorchScript | .pt2 vs eager | .pt2 vs ONNX |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	cell := func(r row, ok bool) string {
 		if !ok {
 			return "n/a"
@@ -192,9 +203,11 @@ func markdown(rows []row, command string, threads int) string {
 		ts, okT := m["torchscript"]
 		o, okO := m["onnx"]
 		q, okQ := m["quantized"]
-		fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s | %s | %s |\n", k.model, k.batch, cell(e, okE), cell(ts, okT), cell(o, okO), cell(q, okQ), ratio(o, e, okO, okE), ratio(o, ts, okO, okT))
+		a, okA := m["aoti"]
+		fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", k.model, k.batch, cell(e, okE), cell(ts, okT), cell(o, okO), cell(q, okQ), cell(a, okA),
+			ratio(o, e, okO, okE), ratio(o, ts, okO, okT), ratio(a, e, okA, okE), ratio(a, o, okA, okO))
 	}
-	sb.WriteString("\n\"ONNX vs eager\" is eager p50 / ONNX Runtime p50 (above 1 means ONNX Runtime is faster).\n")
+	sb.WriteString("\n\"ONNX vs eager\" is eager p50 / ONNX Runtime p50 (above 1 means ONNX Runtime is faster); \".pt2 vs eager\" and \".pt2 vs ONNX\" likewise for the AOTInductor package (above 1 means the .pt2 is faster).\n")
 	return sb.String()
 }
 
