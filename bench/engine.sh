@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # make bench-engine: eager PyTorch (Python) and the Go engines (ONNX Runtime on
-# float and int8 ONNX (dynamic and static quantization), TorchScript and
-# quantized TorchScript through the libtorch shim) on the same
-# reference model files and batch sizes, in one run; writes the table into
-# docs/benchmarks.md. Run it on an otherwise idle machine.
+# float and int8 ONNX (dynamic and static quantization), TorchScript,
+# quantized TorchScript and AOTInductor .pt2 packages through the libtorch
+# shim) on the same reference model files and batch sizes, in one run; writes
+# the table into docs/benchmarks.md. Run it on an otherwise idle machine (the
+# table records the load average). resnet18.pt2 is built by the Makefile
+# before this runs (make models leaves it out).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -4,19 +4,30 @@
 #include "fwtorch.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/cpu/Utils.h>
+#include <caffe2/serialize/inline_container.h>
+#include <sys/utsname.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/version.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+// One loaded model: a TorchScript module, or an AOTInductor package.
 struct fwt_module {
-  torch::jit::Module module;
   c10::Device device;
+  std::optional<torch::jit::Module> module;
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> package;
 };
 
 namespace {
@@ -96,6 +107,128 @@ void collect(const c10::IValue &v, std::vector<at::Tensor> &outs) {
   }
 }
 
+// ---- AOTInductor packages
+
+using Strings = std::unordered_map<std::string, std::string>;
+
+std::string get(const Strings &m, const std::string &key) {
+  auto it = m.find(key);
+  return it == m.end() ? std::string() : it->second;
+}
+
+std::vector<std::string> words(const std::string &s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+std::string lower(std::string s) {
+  for (auto &c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string join(const std::vector<std::string> &v) {
+  std::string out;
+  for (const auto &w : v) out += (out.empty() ? "" : ", ") + w;
+  return out;
+}
+
+// The machine name as Python's platform.machine() spells it on Linux.
+std::string this_machine() {
+  struct utsname u;
+  if (uname(&u) != 0) return "";
+  std::string m = u.machine;
+  if (m == "arm64") m = "aarch64";
+  if (m == "AMD64") m = "x86_64";
+  return m;
+}
+
+// The CPU features torch sees here (torch.cpu.get_capabilities()): name -> present.
+std::unordered_map<std::string, bool> cpu_features() {
+  std::unordered_map<std::string, bool> out;
+  for (const auto &kv : at::cpu::get_cpu_capabilities()) {
+    if (kv.second.isBool()) out[kv.first] = kv.second.toBool();
+  }
+  return out;
+}
+
+// The torch CPU features each of Inductor's vector ISA names (AOTI_CPU_ISA, see
+// torch/_inductor/cpu_vec_isa.py) needs; an empty list is checked by the machine alone.
+const std::unordered_map<std::string, std::vector<std::string>> &isa_features() {
+  static const std::unordered_map<std::string, std::vector<std::string>> m = {
+      {"avx2", {"avx2"}},
+      {"avx512", {"avx512_f", "avx512_dq", "avx512_vl", "avx512_bw"}},
+      {"avx512_vnni", {"avx512_vnni"}},
+      {"amx_tile", {"amx_tile"}},
+      {"neon", {}},
+      {"sve128", {"sve"}},
+      {"sve256", {"sve"}},
+      {"vsx", {}},
+      {"zvector", {}},
+      {"invalid_vec_isa", {}},
+  };
+  return m;
+}
+
+// Refuses a package this process cannot run: compiled for another device, OS or
+// machine, or needing CPU instructions this CPU lacks (which would crash with
+// SIGILL instead of failing).
+void check_package(const Strings &meta, const c10::Device &dev) {
+  std::string key = get(meta, "AOTI_DEVICE_KEY");
+  if (key.empty()) throw std::runtime_error("the package's metadata names no device (AOTI_DEVICE_KEY): not an AOTInductor package, or a damaged one");
+  std::string want = dev.is_cuda() ? "cuda" : "cpu";
+  if (key != want) {
+    throw std::runtime_error("the package was compiled for " + key + " but is being loaded on " + dev.str() +
+                             ": an AOTInductor package runs only on the device it was compiled for; load it with --device " + key +
+                             " (on a machine that has one), or export it again with fw.export.aoti(..., device='" + want + "')");
+  }
+  std::string platform = get(meta, "AOTI_PLATFORM");
+  if (!platform.empty() && platform != "linux") {
+    throw std::runtime_error("the package was compiled for platform " + platform + ", this is linux: export it again on linux");
+  }
+  std::string machine = get(meta, "AOTI_MACHINE"), here = this_machine();
+  if (!machine.empty() && machine != here) {
+    throw std::runtime_error("the package was compiled for a " + machine + " CPU, this machine is " + here + ": export it again on a " + here + " machine");
+  }
+  if (!dev.is_cpu()) return;
+  auto have = cpu_features();
+  auto has = [&](const std::string &f) { auto it = have.find(f); return it != have.end() && it->second; };
+  std::vector<std::string> missing;
+  for (const auto &isa : words(lower(get(meta, "AOTI_CPU_ISA")))) {
+    auto it = isa_features().find(isa);
+    if (it == isa_features().end()) {
+      throw std::runtime_error("the package was compiled for the CPU instruction set " + isa +
+                               ", which this fw does not know how to check: export it again on this kind of machine");
+    }
+    for (const auto &f : it->second) {
+      if (!has(f)) missing.push_back(f);
+    }
+  }
+  for (const auto &f : words(get(meta, "fw.cpu_flags"))) {
+    if (!has(f)) missing.push_back(f);
+  }
+  if (!missing.empty()) {
+    throw std::runtime_error("the package was compiled (AOTI_CPU_ISA " + get(meta, "AOTI_CPU_ISA") +
+                             ", -march=native) for a CPU with " + join(missing) +
+                             ", which this CPU lacks; its code would stop the process with an illegal instruction. Export it again on "
+                             "this kind of machine, or for a portable instruction set: fw.export.aoti(..., inductor_configs={\"cpp.march\": "
+                             "\"x86-64-v3\", \"cpp.simdlen\": 256})");
+  }
+}
+
+// Refuses a package without a compiled library: AOTIModelPackageLoader would
+// compile its C++ sources with a command line read from the package itself.
+void check_compiled(const std::string &path) {
+  caffe2::serialize::PyTorchStreamReader reader(path);
+  for (const auto &name : reader.getAllRecords()) {
+    if (name.rfind("data/aotinductor/model/", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".so") == 0) return;
+  }
+  throw std::runtime_error(
+      "the package holds no compiled library for model 'model' (data/aotinductor/model/*.so): a sources-only package would "
+      "make libtorch run a compiler command taken from the file, which fw refuses; export it with fw.export.aoti");
+}
+
 }  // namespace
 
 extern "C" {
@@ -122,14 +255,54 @@ fwt_module *fwt_load(const char *path, const char *device, char *err, size_t err
     }
     auto m = torch::jit::load(path, dev);
     m.eval();
-    out = new fwt_module{std::move(m), dev};
+    out = new fwt_module{dev, std::move(m), nullptr};
+  });
+  return out;
+}
+
+fwt_module *fwt_load_package(const char *path, const char *device, char *err, size_t errlen) {
+  fwt_module *out = nullptr;
+  guard(err, errlen, [&] {
+    c10::Device dev(device == nullptr || *device == '\0' ? "cpu" : device);
+    if (!dev.is_cpu() && !dev.is_cuda()) throw std::runtime_error("device " + dev.str() + ": fw runs AOTInductor packages on cpu or cuda");
+    if (dev.is_cuda() && !torch::cuda::is_available()) {
+      throw std::runtime_error(
+          "device cuda requested but libtorch sees no CUDA device (driver missing, or no GPU); use --device cpu with a package compiled for cpu");
+    }
+    std::string p(path);
+    check_compiled(p);
+    check_package(torch::inductor::AOTIModelPackageLoader::load_metadata_from_package(p, "model"), dev);
+    // The package's generated code checks each input's dtype, shape and strides
+    // only when this is set (read once per package library, on its first run).
+    static std::once_flag env_once;
+    std::call_once(env_once, [] { setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", 0); });
+    auto loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        p, "model", /*run_single_threaded=*/false, /*num_runners=*/1,
+        dev.is_cuda() ? static_cast<c10::DeviceIndex>(dev.has_index() ? dev.index() : 0) : static_cast<c10::DeviceIndex>(-1));
+    out = new fwt_module{dev, std::nullopt, std::move(loader)};
   });
   return out;
 }
 
 int fwt_describe(fwt_module *m, char **json, char *err, size_t errlen) {
   return guard(err, errlen, [&] {
-    const auto &schema = m->module.get_method("forward").function().getSchema();
+    if (m->package) {
+      auto spec = m->package->get_call_spec();
+      std::ostringstream o;
+      o << "{\"inputs\":[],\"outputs\":[],\"call_spec\":[";
+      for (size_t i = 0; i < spec.size(); i++) {
+        if (i > 0) o << ',';
+        json_escape(o, spec[i]);
+      }
+      o << "]}";
+      std::string s = o.str();
+      char *buf = static_cast<char *>(std::malloc(s.size() + 1));
+      if (buf == nullptr) throw std::bad_alloc();
+      std::memcpy(buf, s.c_str(), s.size() + 1);
+      *json = buf;
+      return;
+    }
+    const auto &schema = m->module->get_method("forward").function().getSchema();
     std::ostringstream o;
     o << "{\"inputs\":[";
     bool first = true;
@@ -174,18 +347,25 @@ int fwt_forward(fwt_module *m, const fwt_tensor *in, int nin, fwt_tensor **out, 
   *nout = 0;
   return guard(err, errlen, [&] {
     c10::InferenceMode guard_mode;
-    std::vector<c10::IValue> args;
+    std::vector<at::Tensor> args;
     args.reserve(nin);
     for (int i = 0; i < nin; i++) {
       const fwt_tensor &t = in[i];
       if (t.ndim < 0 || t.ndim > FWT_MAX_DIMS) throw std::runtime_error("bad rank");
       std::vector<int64_t> shape(t.shape, t.shape + t.ndim);
       auto x = torch::from_blob(t.data, shape, torch::TensorOptions().dtype(to_scalar(t.dtype)));
-      args.emplace_back(m->device.is_cpu() ? x : x.to(m->device));
+      args.push_back(m->device.is_cpu() ? x : x.to(m->device));
     }
-    c10::IValue result = m->module.forward(args);
     std::vector<at::Tensor> outs;
-    collect(result, outs);
+    if (m->package) {
+      // Inductor's CPU kernels open OpenMP regions with the calling thread's
+      // thread count: give this thread the count set with fwt_set_threads.
+      at::init_num_threads();
+      outs = m->package->run(args);
+    } else {
+      std::vector<c10::IValue> ivalues(args.begin(), args.end());
+      collect(m->module->forward(ivalues), outs);
+    }
     auto *arr = static_cast<fwt_tensor *>(std::calloc(outs.size() == 0 ? 1 : outs.size(), sizeof(fwt_tensor)));
     if (arr == nullptr) throw std::bad_alloc();
     size_t made = 0;

@@ -18,7 +18,8 @@
 extern "C" {
 #endif
 
-#define FWT_ABI_VERSION 1
+/* 2: fwt_load_package (AOTInductor packages). */
+#define FWT_ABI_VERSION 2
 #define FWT_MAX_DIMS 8
 
 enum fwt_dtype {
@@ -57,15 +58,31 @@ int fwt_cuda_available(void);
  * mode. Returns NULL and fills err on failure. */
 fwt_module *fwt_load(const char *path, const char *device, char *err, size_t errlen);
 
+/* Loads an AOTInductor package (a .pt2 written by torch._inductor.aoti_compile_and_package)
+ * with torch::inductor::AOTIModelPackageLoader onto device ("cpu", "cuda" or "cuda:N").
+ * Before the loader opens the package's compiled library, the package metadata is checked
+ * against this process, and a mismatch fails with an error naming it (instead of a crash
+ * later): the device the package was compiled for (AOTI_DEVICE_KEY), its platform and
+ * machine, its vector instruction set (AOTI_CPU_ISA) and, for a package fw.export.aoti
+ * compiled with -march=native, every CPU feature of the exporting machine (fw.cpu_flags).
+ * Packages holding no compiled library (C++ sources only, which the loader would compile by
+ * running a command line taken from the package) are refused. Inputs are checked by the
+ * package's own code (AOTI_RUNTIME_CHECK_INPUTS is set to 1 when unset). The package is
+ * extracted into a temporary directory (under TMPDIR) that fwt_free removes.
+ * Returns NULL and fills err on failure. */
+fwt_module *fwt_load_package(const char *path, const char *device, char *err, size_t errlen);
+
 /* Writes a JSON description of forward's schema into a malloc'd string:
  * {"inputs":[{"name":"x","type":"Tensor"}],"outputs":[{"type":"Tensor"}]}.
+ * For an AOTInductor package the inputs and outputs are not named; the object carries
+ * "call_spec": the loader's [input treespec, output treespec] (torch.utils._pytree JSON).
  * Free it with fwt_free_string. Returns 0 on success. */
 int fwt_describe(fwt_module *m, char **json, char *err, size_t errlen);
 
 /* Sets libtorch's intra-op thread count (process-wide). Returns 0 on success. */
 int fwt_set_threads(int n, char *err, size_t errlen);
 
-/* Runs forward under c10::InferenceMode. Outputs (a tensor, or a tuple/list of
+/* Runs forward (an AOTInductor package's run) under c10::InferenceMode. Outputs (a tensor, or a tuple/list of
  * tensors) are returned as contiguous CPU tensors in a malloc'd array of
  * *nout entries. Returns 0 on success. */
 int fwt_forward(fwt_module *m, const fwt_tensor *in, int nin, fwt_tensor **out, int *nout,

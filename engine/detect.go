@@ -4,9 +4,11 @@ import (
 	"archive/zip"
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"strings"
 )
@@ -25,6 +27,10 @@ const (
 	// onnxruntime.quantization (dynamic or static, export.quantization);
 	// it runs on the ONNX Runtime backend.
 	FormatONNXInt8 Format = "onnx_int8"
+	// FormatAOTI is an AOTInductor package (.pt2: torch.export + Inductor's
+	// compiled C++ in a zip archive); it runs on the libtorch backend through
+	// torch::inductor::AOTIModelPackageLoader.
+	FormatAOTI Format = "aoti"
 )
 
 // ONNX reports whether files of this format run on the ONNX Runtime backend.
@@ -52,6 +58,9 @@ const (
 	CodeBackend        = "backend_unavailable"
 	CodeEngine         = "engine_error"
 	CodeTestVectorFail = "test_vector_mismatch"
+	// CodeTorchVersion: an AOTInductor package compiled by another torch
+	// release than the libtorch fw runs it with.
+	CodeTorchVersion = "torch_version_mismatch"
 )
 
 func (e *LoadError) Error() string {
@@ -67,15 +76,19 @@ func (e *LoadError) Error() string {
 
 func (e *LoadError) Unwrap() error { return e.Err }
 
-const exportHint = "export the model to one file first: fw.export.onnx(model, example, 'model.onnx') or fw.export.torchscript(...) in Python, or `fw export CHECKPOINT --format onnx --out model.onnx`"
+const exportHint = "export the model to one file first: fw.export.onnx(model, example, 'model.onnx'), fw.export.torchscript(...) or fw.export.aoti(...) in Python, or `fw export CHECKPOINT --format onnx --out model.onnx`"
 
 // FileInfo is what DetectFile learns from a model file without running it.
 type FileInfo struct {
 	Format Format
-	// Metadata is fw.json for TorchScript files (read from the zip); ONNX
-	// metadata is read by the ONNX Runtime backend.
+	// Metadata is fw.json for TorchScript files and AOTInductor packages
+	// (read from the zip); ONNX metadata is read by the ONNX Runtime backend.
 	Metadata *Metadata
 	Size     int64
+	// Package is an AOTInductor package's own metadata (what the loader's
+	// get_metadata() returns: AOTI_DEVICE_KEY, AOTI_CPU_ISA... and fw.json),
+	// without fw.json; nil for other formats.
+	Package map[string]string
 }
 
 // DetectFile identifies a model file by its content (never its extension) and,
@@ -135,8 +148,9 @@ func detectZip(path string, f *os.File, size int64, info *FileInfo) (*FileInfo, 
 			Msg: "the zip archive is damaged or truncated", Err: err,
 			Hint: "copy or export the file again; a partial download or copy looks like this"}
 	}
-	var hasCode, hasConstants, hasDataPkl bool
+	var hasCode, hasConstants, hasDataPkl, hasAOTI, hasAOTILib, isPT2 bool
 	var meta *zip.File
+	var aotiMeta, aotiFiles []*zip.File
 	for _, zf := range zr.File {
 		name := zf.Name
 		if i := strings.IndexByte(name, '/'); i >= 0 {
@@ -151,9 +165,32 @@ func detectZip(path string, f *os.File, size int64, info *FileInfo) (*FileInfo, 
 			hasDataPkl = true
 		case name == "extra/"+MetadataKey:
 			meta = zf
+		case name == "archive_format":
+			isPT2 = true
+		case strings.HasPrefix(name, aotiModelDir):
+			hasAOTI = true
+			aotiFiles = append(aotiFiles, zf)
+			if strings.HasSuffix(name, ".so") {
+				hasAOTILib = true
+			}
+			if strings.HasSuffix(name, "_metadata.json") {
+				aotiMeta = append(aotiMeta, zf)
+			}
+		case strings.HasPrefix(name, "data/aotinductor/"):
+			hasAOTI = true
+		case strings.HasPrefix(name, "data/constants/"):
+			aotiFiles = append(aotiFiles, zf)
 		}
 	}
+	if !hasCode && !hasConstants && hasAOTI {
+		return detectAOTI(path, info, hasAOTILib, aotiMeta, aotiFiles)
+	}
 	if !hasCode && !hasConstants {
+		if isPT2 {
+			return nil, &LoadError{Path: path, Code: CodeUnknownFormat,
+				Msg:  "a .pt2 archive without AOTInductor code (a torch.export program saved with torch.export.save): fw serves compiled AOTInductor packages",
+				Hint: "compile it: fw.export.aoti(model, example, 'model.pt2') in Python, or torch._inductor.aoti_compile_and_package(exported_program)"}
+		}
 		if hasDataPkl {
 			return nil, &LoadError{Path: path, Code: CodePickle,
 				Msg:  "this is a torch.save checkpoint (a pickled model or state_dict), not an exported model; fw never unpickles files",
@@ -164,23 +201,14 @@ func detectZip(path string, f *os.File, size int64, info *FileInfo) (*FileInfo, 
 	}
 	info.Format = FormatTorchScript
 	if meta != nil {
-		if meta.UncompressedSize64 > 64<<20 {
-			return nil, &LoadError{Path: path, Code: CodeBadMetadata, Msg: "fw.json is larger than 64 MiB"}
-		}
-		rc, err := meta.Open()
+		doc, err := readZipEntry(path, meta, "fw.json")
 		if err != nil {
-			return nil, &LoadError{Path: path, Code: CodeTruncated, Msg: "cannot read fw.json from the archive", Err: err}
-		}
-		doc, err := io.ReadAll(io.LimitReader(rc, 64<<20))
-		rc.Close()
-		if err != nil {
-			return nil, &LoadError{Path: path, Code: CodeTruncated, Msg: "cannot read fw.json from the archive", Err: err}
+			return nil, err
 		}
 		if len(bytes.TrimSpace(doc)) > 0 {
-			md, err := ParseMetadata(doc)
+			md, err := parseEmbedded(path, doc)
 			if err != nil {
-				return nil, &LoadError{Path: path, Code: CodeBadMetadata, Msg: "the embedded metadata is invalid", Err: err,
-					Hint: "re-export with fw.export, which writes valid metadata"}
+				return nil, err
 			}
 			info.Metadata = md
 			if md.Format == string(FormatQuantized) {
@@ -188,6 +216,101 @@ func detectZip(path string, f *os.File, size int64, info *FileInfo) (*FileInfo, 
 			}
 		}
 	}
+	return info, nil
+}
+
+// maxMetadataBytes bounds fw.json and an AOTInductor package's metadata file.
+const maxMetadataBytes = 64 << 20
+
+// aotiModelDir is where an AOTInductor package keeps the model fw loads (the
+// loader's default model name, "model"), below the archive's top folder.
+const aotiModelDir = "data/aotinductor/model/"
+
+func readZipEntry(path string, zf *zip.File, what string) ([]byte, error) {
+	if zf.UncompressedSize64 > maxMetadataBytes {
+		return nil, &LoadError{Path: path, Code: CodeBadMetadata, Msg: what + " is larger than 64 MiB"}
+	}
+	rc, err := zf.Open()
+	if err != nil {
+		return nil, &LoadError{Path: path, Code: CodeTruncated, Msg: "cannot read " + what + " from the archive", Err: err}
+	}
+	defer rc.Close()
+	doc, err := io.ReadAll(io.LimitReader(rc, maxMetadataBytes))
+	if err != nil {
+		return nil, &LoadError{Path: path, Code: CodeTruncated, Msg: "cannot read " + what + " from the archive", Err: err,
+			Hint: "copy or export the file again; a damaged or partial copy looks like this"}
+	}
+	return doc, nil
+}
+
+func parseEmbedded(path string, doc []byte) (*Metadata, error) {
+	md, err := ParseMetadata(doc)
+	if err != nil {
+		return nil, &LoadError{Path: path, Code: CodeBadMetadata, Msg: "the embedded metadata is invalid", Err: err,
+			Hint: "re-export with fw.export, which writes valid metadata"}
+	}
+	return md, nil
+}
+
+// detectAOTI accepts an AOTInductor package that holds a compiled library for
+// its model, whose files the loader extracts (model and constants) are intact,
+// and reads the package metadata (every copy the package holds must agree: the
+// loader reads one of them) and fw.json inside it.
+func detectAOTI(path string, info *FileInfo, hasLib bool, metaFiles, files []*zip.File) (*FileInfo, error) {
+	if !hasLib {
+		return nil, &LoadError{Path: path, Code: CodeUnknownFormat,
+			Msg:  "an AOTInductor package without a compiled library for model \"model\" (" + aotiModelDir + "*.so): libtorch would compile its C++ sources with a command line taken from the file, which fw refuses",
+			Hint: "export a compiled package: fw.export.aoti(model, example, 'model.pt2')"}
+	}
+	if len(metaFiles) == 0 {
+		return nil, &LoadError{Path: path, Code: CodeBadMetadata,
+			Msg: "the AOTInductor package has no metadata file (" + aotiModelDir + "*_metadata.json)", Hint: "export it again"}
+	}
+	// The loader extracts these files and dlopens the library without checking
+	// their CRC-32: a damaged library could crash the process. Reading each
+	// entry to its end makes archive/zip check it.
+	for _, zf := range files {
+		rc, err := zf.Open()
+		if err == nil {
+			_, err = io.Copy(io.Discard, rc)
+			rc.Close()
+		}
+		if err != nil {
+			return nil, &LoadError{Path: path, Code: CodeTruncated, Msg: "the AOTInductor package is damaged: " + zf.Name, Err: err,
+				Hint: "copy or export the file again; a damaged or partial copy looks like this"}
+		}
+	}
+	var pkg map[string]string
+	for _, zf := range metaFiles {
+		doc, err := readZipEntry(path, zf, "the package metadata")
+		if err != nil {
+			return nil, err
+		}
+		var m map[string]string
+		if err := json.Unmarshal(doc, &m); err != nil {
+			return nil, &LoadError{Path: path, Code: CodeBadMetadata, Msg: "the AOTInductor package metadata is not a JSON object of strings", Err: err,
+				Hint: "export it again"}
+		}
+		if pkg != nil && !maps.Equal(pkg, m) {
+			return nil, &LoadError{Path: path, Code: CodeBadMetadata,
+				Msg: "the AOTInductor package's metadata files disagree (the package was altered)", Hint: "export it again"}
+		}
+		pkg = m
+	}
+	info.Format = FormatAOTI
+	if doc, ok := pkg[MetadataKey]; ok {
+		md, err := parseEmbedded(path, []byte(doc))
+		if err != nil {
+			return nil, err
+		}
+		if md.Format != string(FormatAOTI) {
+			return nil, &LoadError{Path: path, Code: CodeBadMetadata,
+				Msg: fmt.Sprintf("fw.json says format %q inside an AOTInductor package", md.Format), Hint: "export it again with fw.export.aoti"}
+		}
+		info.Metadata = md
+		delete(pkg, MetadataKey)
+	}
+	info.Package = pkg
 	return info, nil
 }
 
@@ -207,7 +330,7 @@ func (e *protoError) withPath(path string) error {
 // ModelProto when every field is well formed, every length stays inside the
 // file, and a graph (field 7) is present.
 func checkONNX(r io.ReaderAt, size int64) *protoError {
-	const unknown = "not a model file fw knows (expected ONNX protobuf or a TorchScript zip archive)"
+	const unknown = "not a model file fw knows (expected an ONNX protobuf, a TorchScript zip archive or an AOTInductor package)"
 	var off int64
 	var hasGraph, hasIR bool
 	buf := make([]byte, binary.MaxVarintLen64)

@@ -129,6 +129,10 @@ func FuzzDetectFile(f *testing.F) {
 	f.Add([]byte("\x80\x02}q\x00."))
 	f.Add(zipBytes(f, map[string]string{"m/code/x.py": "", "m/extra/fw.json": `{"fw_format":1}`}))
 	f.Add([]byte("PK\x03\x04garbage"))
+	f.Add(zipBytes(f, map[string]string{"p/data/aotinductor/model/a.wrapper.so": "\x7fELF",
+		"p/data/aotinductor/model/a.wrapper_metadata.json": `{"AOTI_DEVICE_KEY":"cpu","fw.json":"{\"fw_format\":1}"}`,
+		"p/archive_format": "pt2"}))
+	f.Add(zipBytes(f, map[string]string{"p/archive_format": "pt2", "p/models/model.json": "{}"}))
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 1<<20 {

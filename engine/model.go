@@ -184,11 +184,25 @@ func Load(ctx context.Context, path string, opts Options) (*Model, error) {
 			m.Format = FormatONNXInt8
 		}
 	case FormatTorchScript, FormatQuantized:
-		b, err := newTorchBackend(path, opts)
+		b, err := newTorchBackend(path, opts, false)
 		if err != nil {
 			return nil, err
 		}
 		m.backend = b
+	case FormatAOTI:
+		if err := checkPackageTorch(path, info.Metadata, opts.TorchShim); err != nil {
+			return nil, err
+		}
+		low, high, err := batchRange(info.Metadata)
+		if err != nil {
+			return nil, &LoadError{Path: path, Code: CodeBadMetadata, Msg: "the embedded metadata is invalid", Err: err,
+				Hint: "re-export with fw.export.aoti, which writes valid metadata"}
+		}
+		b, err := newTorchBackend(path, opts, true)
+		if err != nil {
+			return nil, err
+		}
+		m.backend = rangedBackend{Backend: b, low: low, high: high}
 	}
 	if err := m.reconcileSpecs(); err != nil {
 		m.backend.Close()
@@ -219,6 +233,9 @@ func (m *Model) reconcileSpecs() error {
 	} else if len(eIn) > 0 && len(eIn) != len(mIn) {
 		return &LoadError{Path: m.Path, Code: CodeShapeMismatch,
 			Msg: fmt.Sprintf("fw.json lists %d inputs but forward() takes %d", len(mIn), len(eIn))}
+	} else if len(eOut) > 0 && len(eOut) != len(mOut) {
+		return &LoadError{Path: m.Path, Code: CodeShapeMismatch,
+			Msg: fmt.Sprintf("fw.json lists %d outputs but the model returns %d", len(mOut), len(eOut))}
 	}
 	m.inputs, m.outputs = mIn, mOut
 	return nil

@@ -19,11 +19,12 @@ func referenceFiles(t *testing.T) []string {
 	dir := modelsDir(t)
 	var files []string
 	for _, name := range referenceModels {
-		for _, ext := range []string{".onnx", ".ts.pt", ".quant.pt", ".int8-dynamic.onnx", ".int8-static.onnx"} {
+		for _, ext := range []string{".onnx", ".ts.pt", ".quant.pt", ".int8-dynamic.onnx", ".int8-static.onnx", ".pt2"} {
 			p := filepath.Join(dir, name+ext)
 			if _, err := os.Stat(p); err == nil {
 				files = append(files, p)
-			} else if name != "resnet18" || (ext != ".quant.pt" && ext != ".int8-dynamic.onnx") {
+			} else if name != "resnet18" || (ext != ".quant.pt" && ext != ".int8-dynamic.onnx" && ext != ".pt2") {
+				// resnet18 has no .quant.pt nor dynamic int8 ONNX, and its .pt2 is built by make bench-engine.
 				t.Errorf("missing reference file %s", p)
 			}
 		}
@@ -102,6 +103,8 @@ func referenceFormat(p string) Format {
 		return FormatONNX
 	case strings.HasSuffix(p, ".quant.pt"):
 		return FormatQuantized
+	case strings.HasSuffix(p, ".pt2"):
+		return FormatAOTI
 	}
 	return FormatTorchScript
 }
@@ -192,7 +195,7 @@ func TestBadInputsAreRefusedAndModelKeepsWorking(t *testing.T) {
 	dir := modelsDir(t)
 	paths := []string{filepath.Join(dir, "digits_mlp.onnx")}
 	if _, err := TorchVersion(""); err == nil {
-		paths = append(paths, filepath.Join(dir, "digits_mlp.ts.pt"))
+		paths = append(paths, filepath.Join(dir, "digits_mlp.ts.pt"), filepath.Join(dir, "digits_mlp.pt2"))
 	}
 	for _, p := range paths {
 		t.Run(filepath.Base(p), func(t *testing.T) {
@@ -334,7 +337,7 @@ func TestConcurrentRuns(t *testing.T) {
 	dir := modelsDir(t)
 	paths := []string{filepath.Join(dir, "digits_cnn.onnx")}
 	if _, err := TorchVersion(""); err == nil {
-		paths = append(paths, filepath.Join(dir, "digits_cnn.ts.pt"), filepath.Join(dir, "digits_cnn.quant.pt"))
+		paths = append(paths, filepath.Join(dir, "digits_cnn.ts.pt"), filepath.Join(dir, "digits_cnn.quant.pt"), filepath.Join(dir, "digits_cnn.pt2"))
 	}
 	for _, p := range paths {
 		t.Run(filepath.Base(p), func(t *testing.T) {
@@ -388,6 +391,12 @@ func TestCUDA(t *testing.T) {
 				t.Fatalf("%s on cuda: %v %+v", name, err, res)
 			}
 		}
+		// The reference packages are compiled for the CPU: refused on the GPU,
+		// with the reason (a CUDA package needs fw.export.aoti(..., device="cuda")).
+		_, err := Load(context.Background(), filepath.Join(dir, "digits_cnn.pt2"), Options{Device: "cuda", Threads: 1})
+		if err == nil || !strings.Contains(err.Error(), "compiled for cpu but is being loaded on cuda") {
+			t.Fatalf("CPU package on cuda: %v", err)
+		}
 		return
 	}
 	_, err := Load(context.Background(), filepath.Join(dir, "digits_mlp.onnx"), Options{Device: "cuda", Threads: 1})
@@ -398,6 +407,10 @@ func TestCUDA(t *testing.T) {
 		_, err := Load(context.Background(), filepath.Join(dir, "digits_mlp.ts.pt"), Options{Device: "cuda", Threads: 1})
 		if err == nil || !strings.Contains(err.Error(), "no CUDA device") {
 			t.Fatalf("TorchScript on cuda without a GPU: %v", err)
+		}
+		_, err = Load(context.Background(), filepath.Join(dir, "digits_mlp.pt2"), Options{Device: "cuda", Threads: 1})
+		if err == nil || !strings.Contains(err.Error(), "no CUDA device") {
+			t.Fatalf("AOTInductor package on cuda without a GPU: %v", err)
 		}
 	}
 	if _, err := Load(context.Background(), filepath.Join(dir, "digits_mlp.onnx"), Options{Device: "tpu"}); err == nil {

@@ -10,7 +10,7 @@ func newORTBackend(path string, opts Options) (Backend, *Metadata, error) {
 	return nil, nil, &LoadError{Path: path, Code: CodeBackend, Msg: "ONNX Runtime is unavailable", Err: errNoCgo}
 }
 
-func newTorchBackend(path string, opts Options) (Backend, error) {
+func newTorchBackend(path string, opts Options, pkg bool) (Backend, error) {
 	return nil, &LoadError{Path: path, Code: CodeBackend, Msg: "libtorch is unavailable", Err: errNoCgo}
 }
 

@@ -79,7 +79,9 @@ type torchBackend struct {
 	outputs []TensorSpec
 }
 
-func newTorchBackend(path string, opts Options) (Backend, error) {
+// newTorchBackend loads a TorchScript file, or with pkg an AOTInductor
+// package, into libtorch through the shim.
+func newTorchBackend(path string, opts Options, pkg bool) (Backend, error) {
 	fail := func(code, msg string, err error, hint string) (Backend, error) {
 		return nil, &LoadError{Path: path, Code: code, Msg: msg, Err: err, Hint: hint}
 	}
@@ -97,7 +99,12 @@ func newTorchBackend(path string, opts Options) (Backend, error) {
 	cpath, cdev := C.CString(path), C.CString(strings.ToLower(device))
 	defer C.free(unsafe.Pointer(cpath))
 	defer C.free(unsafe.Pointer(cdev))
-	mod := C.fwdl_load(cpath, cdev, &buf[0], errBufLen)
+	var mod *C.fwt_module
+	if pkg {
+		mod = C.fwdl_load_package(cpath, cdev, &buf[0], errBufLen)
+	} else {
+		mod = C.fwdl_load(cpath, cdev, &buf[0], errBufLen)
+	}
 	if mod == nil {
 		return fail(CodeEngine, "libtorch cannot load the model", fmt.Errorf("%s", firstLine(C.GoString(&buf[0]))), "")
 	}
@@ -105,11 +112,26 @@ func newTorchBackend(path string, opts Options) (Backend, error) {
 	var js *C.char
 	if C.fwdl_describe(mod, &js, &buf[0], errBufLen) == 0 {
 		var desc struct {
-			Inputs []struct{ Name, Type string }
+			Inputs   []struct{ Name, Type string }
+			CallSpec []string `json:"call_spec"`
 		}
 		err := json.Unmarshal([]byte(C.GoString(js)), &desc)
 		C.fwdl_free_string(js)
-		if err == nil {
+		if err == nil && pkg {
+			nin, nout, err := callSpecCounts(desc.CallSpec)
+			if err != nil {
+				b.Close()
+				return fail(CodeEngine, "cannot use the AOTInductor package's call spec", err, "")
+			}
+			// The package names no inputs or outputs, and checks dtypes and
+			// shapes itself: those come from fw.json when present.
+			for i := range nin {
+				b.inputs = append(b.inputs, TensorSpec{Name: fmt.Sprintf("input_%d", i)})
+			}
+			for i := range nout {
+				b.outputs = append(b.outputs, TensorSpec{Name: fmt.Sprintf("output_%d", i)})
+			}
+		} else if err == nil {
 			for _, in := range desc.Inputs {
 				if !strings.HasPrefix(in.Type, "Tensor") {
 					b.Close()

@@ -13,6 +13,7 @@ static struct {
   const char *(*torch_version)(void);
   int (*cuda_available)(void);
   fwt_module *(*load)(const char *, const char *, char *, size_t);
+  fwt_module *(*load_package)(const char *, const char *, char *, size_t);
   int (*describe)(fwt_module *, char **, char *, size_t);
   int (*set_threads)(int, char *, size_t);
   int (*forward)(fwt_module *, const fwt_tensor *, int, fwt_tensor **, int *, char *, size_t);
@@ -38,9 +39,16 @@ int fwdl_open(const char *path, char *err, size_t errlen) {
     return -1;
   }
   LOAD(abi_version, "fwt_abi_version");
+  /* Checked before the other symbols: an older shim lacks some of them. */
+  if (shim.abi_version() != FWT_ABI_VERSION) {
+    snprintf(err, errlen, "the shim has ABI version %d, this fw needs %d: rebuild it with `make shim`", shim.abi_version(),
+             FWT_ABI_VERSION);
+    return -1;
+  }
   LOAD(torch_version, "fwt_torch_version");
   LOAD(cuda_available, "fwt_cuda_available");
   LOAD(load, "fwt_load");
+  LOAD(load_package, "fwt_load_package");
   LOAD(describe, "fwt_describe");
   LOAD(set_threads, "fwt_set_threads");
   LOAD(forward, "fwt_forward");
@@ -55,6 +63,9 @@ const char *fwdl_torch_version(void) { return shim.torch_version(); }
 int fwdl_cuda_available(void) { return shim.cuda_available(); }
 fwt_module *fwdl_load(const char *path, const char *device, char *err, size_t errlen) {
   return shim.load(path, device, err, errlen);
+}
+fwt_module *fwdl_load_package(const char *path, const char *device, char *err, size_t errlen) {
+  return shim.load_package(path, device, err, errlen);
 }
 int fwdl_describe(fwt_module *m, char **json, char *err, size_t errlen) {
   return shim.describe(m, json, err, errlen);

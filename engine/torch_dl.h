@@ -11,6 +11,7 @@ int fwdl_abi_version(void);
 const char *fwdl_torch_version(void);
 int fwdl_cuda_available(void);
 fwt_module *fwdl_load(const char *path, const char *device, char *err, size_t errlen);
+fwt_module *fwdl_load_package(const char *path, const char *device, char *err, size_t errlen);
 int fwdl_describe(fwt_module *m, char **json, char *err, size_t errlen);
 int fwdl_set_threads(int n, char *err, size_t errlen);
 int fwdl_forward(fwt_module *m, const fwt_tensor *in, int nin, fwt_tensor **out, int *nout, char *err, size_t errlen);

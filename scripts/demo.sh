@@ -2,7 +2,8 @@
 # make demo: the main job. `make` has already set everything up, trained and
 # exported the reference models (build/models). This script
 #   1. checks every exported file in the Go engine (fw verify: ONNX Runtime
-#      and libtorch compute what PyTorch computed);
+#      and libtorch, TorchScript and AOTInductor .pt2, compute what PyTorch
+#      computed);
 #   2. starts the dashboard on http://127.0.0.1:8080 (data in build/demo/),
 #      registers the reference models in its registry, and deploys digits_cnn
 #      as a managed `fw serve` on http://127.0.0.1:8000;
@@ -19,7 +20,7 @@ dash="http://127.0.0.1:$dport"
 
 echo "==> 1. fw verify on every reference model in build/models"
 fail=0
-for f in build/models/*.onnx build/models/*.ts.pt build/models/*.quant.pt; do
+for f in build/models/*.onnx build/models/*.ts.pt build/models/*.quant.pt build/models/*.pt2; do
   [ -f "$f" ] || continue
   printf '%-42s ' "$f"
   if out=$(bin/fw verify "$f" --time 0.2 2>&1); then

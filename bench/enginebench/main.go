@@ -73,7 +73,7 @@ func main() {
 	var rows []row
 	for _, name := range []string{"digits_mlp", "digits_cnn", "textcls", "resnet18"} {
 		for _, f := range []struct{ ext, runtime string }{{".onnx", "onnxruntime"}, {".ts.pt", "libtorch"}, {".quant.pt", "libtorch"},
-			{".int8-dynamic.onnx", "onnxruntime"}, {".int8-static.onnx", "onnxruntime"}} {
+			{".int8-dynamic.onnx", "onnxruntime"}, {".int8-static.onnx", "onnxruntime"}, {".pt2", "libtorch-aoti"}} {
 			path := filepath.Join(*models, name+f.ext)
 			if _, err := os.Stat(path); err != nil {
 				continue
@@ -208,7 +208,7 @@ func markdown(rows []row, command string, threads int, loadStart, loadEnd string
 		}
 		return keys[i].batch < keys[j].batch
 	})
-	fmt.Fprintf(&sb, "| model | batch | eager PyTorch p50 / p99 (us) | TorchScript via shim | ONNX Runtime | quantized (TorchScript int8) | ONNX vs eager | ONNX vs TorchScript | int8 ONNX dynamic | int8 ONNX static | int8 ONNX dynamic / static vs ONNX |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| model | batch | eager PyTorch p50 / p99 (us) | TorchScript via shim | ONNX Runtime | quantized (TorchScript int8) | AOTInductor .pt2 via shim | ONNX vs eager | ONNX vs TorchScript | .pt2 vs eager | .pt2 vs ONNX | int8 ONNX dynamic | int8 ONNX static | int8 ONNX dynamic / static vs ONNX |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	cell := func(r row, ok bool) string {
 		if !ok {
 			return "n/a"
@@ -229,10 +229,12 @@ func markdown(rows []row, command string, threads int, loadStart, loadEnd string
 		q, okQ := m["quantized"]
 		dyn, okD := m["onnx_int8_dynamic"]
 		st, okS := m["onnx_int8_static"]
-		fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s |\n", k.model, k.batch, cell(e, okE), cell(ts, okT), cell(o, okO), cell(q, okQ), ratio(o, e, okO, okE), ratio(o, ts, okO, okT),
+		a, okA := m["aoti"]
+		fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s |\n", k.model, k.batch, cell(e, okE), cell(ts, okT), cell(o, okO), cell(q, okQ), cell(a, okA),
+			ratio(o, e, okO, okE), ratio(o, ts, okO, okT), ratio(a, e, okA, okE), ratio(a, o, okA, okO),
 			cell(dyn, okD), cell(st, okS), ratio(dyn, o, okD, okO), ratio(st, o, okS, okO))
 	}
-	sb.WriteString("\n\"ONNX vs eager\" is eager p50 / ONNX Runtime p50 (above 1 means ONNX Runtime is faster). \"int8 ONNX vs ONNX\" is float ONNX p50 / int8 ONNX p50 (above 1 means the int8 file is faster); the int8 files' accuracy against float is in each file's fw.json (`metrics`) and build/models/manifest.json.\n")
+	sb.WriteString("\n\"ONNX vs eager\" is eager p50 / ONNX Runtime p50 (above 1 means ONNX Runtime is faster); \".pt2 vs eager\" and \".pt2 vs ONNX\" likewise for the AOTInductor package (above 1 means the .pt2 is faster). \"int8 ONNX vs ONNX\" is float ONNX p50 / int8 ONNX p50 (above 1 means the int8 file is faster); the int8 files' accuracy against float is in each file's fw.json (`metrics`) and build/models/manifest.json.\n")
 	return sb.String()
 }
 

@@ -137,7 +137,8 @@ func TestModelRegistry(t *testing.T) {
 	waitExport := func(id string) map[string]any {
 		t.Helper()
 		var job map[string]any
-		for deadline := time.Now().Add(120 * time.Second); ; {
+		// aoti compiles C++: give it minutes on a busy 2-core machine.
+		for deadline := time.Now().Add(300 * time.Second); ; {
 			_, job = call(t, "GET", d.url+"/api/models/exports/"+id, "", "", "")
 			if job["state"] == "finished" || job["state"] == "failed" || time.Now().After(deadline) {
 				break
@@ -157,9 +158,16 @@ func TestModelRegistry(t *testing.T) {
 		t.Fatalf("exported version: %v", mv)
 	}
 
+	// A method for aoti (always torch.export) is refused before anything runs.
+	code, out = call(t, "POST", d.url+"/api/models/export", "", "application/json", `{"run_id":"r1","checkpoint":"step-1.ckpt.pt","format":"aoti","method":"trace","name":"mlp_aoti"}`)
+	if code != 422 || errorCode(t, out) != "invalid_argument" || !strings.Contains(out["error"].(map[string]any)["message"].(string), "aoti") {
+		t.Fatalf("aoti with a method: %d %v", code, out)
+	}
+
 	// The other formats, each as its own model; int8 ONNX with static
-	// quantization calibrates on the training rows the checkpoint carries.
-	for _, c := range []struct{ format, extra string }{{"torchscript", ""}, {"quantized", ""}, {"onnx_int8", `,"quantization":"static"`}} {
+	// quantization calibrates on the training rows the checkpoint carries;
+	// aoti is an AOTInductor package, registered as model.pt2.
+	for _, c := range []struct{ format, extra string }{{"torchscript", ""}, {"quantized", ""}, {"onnx_int8", `,"quantization":"static"`}, {"aoti", ""}} {
 		format := c.format
 		code, out = call(t, "POST", d.url+"/api/models/export", "", "application/json",
 			fmt.Sprintf(`{"run_id":"r1","checkpoint":"step-1.ckpt.pt","format":%q,"name":"mlp_%s"%s}`, format, format, c.extra))
@@ -173,6 +181,11 @@ func TestModelRegistry(t *testing.T) {
 		}
 		if format == "onnx_int8" && (v["parity"].(map[string]any)["quantization"] != "static" || !strings.HasSuffix(v["file"].(string), "model.int8.onnx")) {
 			t.Fatalf("int8 ONNX version: %v", v)
+		}
+		if format == "aoti" {
+			if f, _ := v["file"].(string); !strings.HasSuffix(f, "model.pt2") {
+				t.Fatalf("aoti version file %q, want .../model.pt2: %v", f, v)
+			}
 		}
 	}
 	code, out = call(t, "POST", d.url+"/api/models/export", "", "application/json", `{"run_id":"r1","checkpoint":"step-1.ckpt.pt","format":"onnx","quantization":"static","name":"mlp"}`)

@@ -31,7 +31,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ef := &envFlags{fs: fs}
 	def := httpapi.DefaultConfig()
 	bdef := batcher.DefaultConfig()
-	model := ef.String("model", "", "exported model file to serve: ONNX (float or int8), TorchScript or quantized TorchScript (required); a directory holding exactly one such file (KServe's /mnt/models) serves that file")
+	model := ef.String("model", "", "exported model file to serve: ONNX (float or int8), TorchScript, quantized TorchScript or an AOTInductor .pt2 package (required); a directory holding exactly one such file (KServe's /mnt/models) serves that file")
 	host := ef.String("host", "127.0.0.1", "address to listen on; 0.0.0.0 for all interfaces (the container image sets it)")
 	port := ef.Int("port", 8000, "port to listen on")
 	grpcPort := ef.Int("grpc-port", 0, "port for the gRPC front end (the Open Inference Protocol's GRPCInferenceService, as Triton serves it on 8001, with grpc.health.v1) on --host; 0 turns it off")

@@ -91,7 +91,13 @@ func TestTamperVerifyFails(t *testing.T) {
 // fw serve on a tampered file never answers /health 200 and exits 1 naming
 // the test vector (docs/serving.md: ready only after the test vector matched).
 func TestTamperServeRefuses(t *testing.T) {
-	bad := tamperedONNX(t)
+	serveRefuses(t, tamperedONNX(t))
+}
+
+// serveRefuses starts fw serve on bad and checks it never turns ready and
+// exits 1 naming the test vector mismatch.
+func serveRefuses(t *testing.T, bad string) {
+	t.Helper()
 	port := freePort(t)
 	cmd := fwCmd("serve", "--model", bad, "--port", strconv.Itoa(port), "--threads", "1")
 	var stdout bytes.Buffer

@@ -58,7 +58,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	seconds := fs.Float64("time", 0.5, "seconds to spend timing the test vector after the check (0 skips timing)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of text")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: fw verify MODEL_FILE [flags]\n\nLoads MODEL_FILE (ONNX or int8 ONNX, TorchScript or quantized TorchScript, detected by content),\nruns the test vector embedded by fw.export (and its sample picture through the image path),\nprints the largest absolute error and the time per call. Exit status: 0 within tolerance, 1 beyond it or on a load error, 2 on usage errors.\n\nFlags:\n")
+		fmt.Fprintf(stderr, "Usage: fw verify MODEL_FILE [flags]\n\nLoads MODEL_FILE (ONNX or int8 ONNX, TorchScript, quantized TorchScript or an AOTInductor .pt2\npackage, detected by content), runs the test vector embedded by fw.export (and its sample picture\nthrough the image path), prints the largest absolute error and the time per call.\nExit status: 0 within tolerance, 1 beyond it or on a load error, 2 on usage errors.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	path, rest := splitPositional(args)

@@ -197,9 +197,9 @@ func (s *Service) Exports() []ExportJob {
 // in the background; the job's copy is returned (state running).
 func (s *Service) StartExport(ctx context.Context, req ExportRequest) (ExportJob, error) {
 	switch req.Format {
-	case "onnx", "torchscript", "quantized", "onnx_int8":
+	case "onnx", "torchscript", "quantized", "onnx_int8", "aoti":
 	default:
-		return ExportJob{}, invalid("format %q is not one of onnx, torchscript, quantized, onnx_int8", req.Format)
+		return ExportJob{}, invalid("format %q is not one of onnx, torchscript, quantized, onnx_int8, aoti", req.Format)
 	}
 	switch {
 	case req.Quantization != "" && req.Format != "onnx_int8":
@@ -211,6 +211,9 @@ func (s *Service) StartExport(ctx context.Context, req ExportRequest) (ExportJob
 	case "", "trace", "script":
 	default:
 		return ExportJob{}, invalid("method %q is not trace or script", req.Method)
+	}
+	if req.Method != "" && req.Format == "aoti" {
+		return ExportJob{}, invalid("method does not apply to format aoti (AOTInductor always captures the model with torch.export); leave it out")
 	}
 	if req.OpsetVersion != 0 && (req.OpsetVersion < 7 || req.OpsetVersion > 30) {
 		return ExportJob{}, invalid("opset_version %d is outside 7..30", req.OpsetVersion)

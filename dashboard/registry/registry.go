@@ -313,6 +313,8 @@ func ext(format string) string {
 		return "quant.pt"
 	case string(engine.FormatONNXInt8):
 		return "int8.onnx"
+	case string(engine.FormatAOTI):
+		return "pt2"
 	}
 	return "pt"
 }

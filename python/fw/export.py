@@ -7,10 +7,11 @@ Python API (each returns an :class:`ExportReport`)::
     fw.export.quantized(model, example_input, "m.quant.pt", eval_data=(x, y))
     fw.export.onnx_int8(model, example_input, "m.int8.onnx", quantization="dynamic")
     fw.export.onnx_int8(model, example_input, "m.int8.onnx", quantization="static", calibration=x_train[:256])
+    fw.export.aoti(model, example_input, "m.pt2")  # AOTInductor package (compiles C++: needs g++)
 
 Command line (prints a one-line JSON report on stdout; errors on stderr, exit 1; usage errors exit 2)::
 
-    python -m fw.export CHECKPOINT --format onnx|torchscript|quantized|onnx_int8 --out PATH
+    python -m fw.export CHECKPOINT --format onnx|torchscript|quantized|onnx_int8|aoti --out PATH
                         [--opset 14] [--method trace|script] [--name N] [--version V]
                         [--quantization dynamic|static] [--calibration FILE.npz] [--per-channel]
 
@@ -18,7 +19,7 @@ Every file embeds ``fw.json`` (docs/model-format.md). ``preprocessing=`` is the 
 simple form, :func:`fw.metadata.image_preprocessing`) or the model's torchvision eval transform
 (``transforms.Compose`` / ``transforms.v2.Compose``, see :mod:`fw.transforms`), written as its steps;
 with one, the test vector also holds a sample picture and what the pipeline and the model make of it. After writing, the file is loaded back
-(``torch.jit.load`` / ``onnxruntime``) and compared with the eager model on the example input and
+(``torch.jit.load`` / ``onnxruntime`` / ``torch._inductor.aoti_load_package``) and compared with the eager model on the example input and
 on random inputs with other batch sizes; a file beyond tolerance is removed and
 :class:`ParityError` raised.
 """
@@ -34,6 +35,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -45,8 +47,17 @@ from typing import Any
 from fw import metadata as _md
 
 METHODS = ("trace", "script")
+# fw.export.aoti captures the model with torch.export (neither trace nor script).
+AOTI_METHOD = "export"
+AOTI_DEVICES = ("cpu", "cuda")
+# Keys of AOTInductor's package metadata (inductor_configs["aot_inductor.metadata"]) that fw writes:
+# fw.json itself, and the CPU features of the exporting machine that a -march=native package needs.
+AOTI_CPU_FLAGS_KEY = "fw.cpu_flags"
 DEFAULT_OPSET = 14
 CHECK_BATCHES = (1, 7)
+# AOTInductor packages also run a batch beyond the 15 rows at which Inductor's CPU convolution
+# heuristics change (see _aoti_batch_range), through fw's batch splitting.
+AOTI_CHECK_BATCHES = (1, 7, 33)
 TEST_VECTOR_ROWS = 4
 ONNX_EXPORTER = "torch.onnx (legacy TorchScript-based)"
 
@@ -61,6 +72,8 @@ TOLERANCES = {
     # the test vector holds the int8 file's own outputs, which another ONNX Runtime build or CPU
     # reproduces up to integer-kernel differences (e.g. u8s8 saturation on CPUs without VNNI).
     "onnx_int8": {"parity": (0.25, 0.1), "test_vector": (1e-2, 1e-2)},
+    # Inductor fuses and reorders float operations (and picks its own GEMM/conv paths).
+    "aoti": {"parity": (1e-4, 1e-3), "test_vector": (1e-4, 1e-3)},
 }
 
 # onnx_int8: how activations get their int8 scale.
@@ -346,7 +359,7 @@ class _Job:
 
         if not isinstance(model, torch.nn.Module):
             raise ExportError(f"expected a torch.nn.Module, got {type(model).__name__}. Hint: pass the model")
-        if method not in METHODS:
+        if method not in METHODS and not (fmt == "aoti" and method == AOTI_METHOD):
             raise ExportError(f"method must be 'trace' or 'script', got {method!r}. Hint: use method='trace'")
         self.t0 = time.perf_counter()
         self.fmt = fmt
@@ -469,6 +482,7 @@ class _Job:
         tolerance: float | tuple[float, float] | None,
         eval_data: tuple[Any, Any] | None,
         samples: tuple[Any, ...] | None = None,
+        batches: Sequence[int] = CHECK_BATCHES,
     ) -> ExportReport:
         """Compare the written file (``run(args) -> list of arrays``) with the eager model.
 
@@ -482,7 +496,7 @@ class _Job:
         cases = [("example", self.args, self.eager_out)]
         if getattr(self, "image_input", None) is not None:
             cases.append(("sample picture", (self.image_input,), self.eager((self.image_input,))))
-        for b in CHECK_BATCHES:
+        for b in batches:
             if samples is not None:
                 idx = torch.randint(0, int(samples[0].shape[0]), (b,), generator=gen)
                 args = tuple(s[idx] for s in samples)
@@ -542,6 +556,11 @@ class _Job:
                 "int8 quantization moved the outputs too far for this model; try quantization='static' with a "
                 "calibration set like the serving data, per_channel=True, or pass a looser tolerance=(atol, rtol) "
                 "if accuracy_delta is acceptable; or export fp32 with fw.export.onnx"
+            )
+        if self.fmt == "aoti":
+            return (
+                "AOTInductor compiled the model into different kernels; check forward() for ops whose result "
+                "depends on the batch size, or pass a looser tolerance=(atol, rtol)"
             )
         if self.fmt == "quantized":
             return (
@@ -1164,6 +1183,273 @@ def onnx_int8(
     return report
 
 
+# ---------------------------------------------------------------------------- AOTInductor (.pt2)
+
+AOTI_EXPORTER = "torch.export + torch._inductor.aoti_compile_and_package"
+
+
+def _aoti_march(configs: Mapping[str, Any]) -> str:
+    """The -march the package's C++ is compiled with: ``"native"`` unless configured."""
+    from torch._inductor import config
+
+    march = configs.get("cpp.march", config.cpp.march)
+    return "native" if march is None else str(march)
+
+
+def _cpu_flags() -> list[str]:
+    """This machine's CPU features as torch names them (``torch.cpu.get_capabilities()``, true flags only)."""
+    import torch
+
+    return sorted(k for k, v in torch.cpu.get_capabilities().items() if v is True)
+
+
+def _aoti_program(job: _Job, device: str, max_batch: int | None) -> Any:
+    """``torch.export.export`` of the model on ``device`` with a dynamic batch axis on every input.
+
+    torch.export specialises sizes 0 and 1, so ``Dim("batch", min=1)`` alone gives a program for
+    batches of 2 and more. ``backed_size_oblivious`` (the export tutorial's "avoiding 0/1
+    specialization") keeps batch 1 in range where the model allows it; its caveat (broadcasting
+    decided as for sizes >= 2) is what the parity check at batch 1 catches. Where the model itself
+    guards on the batch not being 1 (an LSTM does), it is exported again without it, and fw pads
+    single rows to two (see _aoti_batch_range).
+    """
+    import torch
+    import torch.fx.experimental._config as fx_config
+
+    args = job.args
+    if int(args[0].shape[0]) < 2:  # torch.export specialises axes of size 0 and 1
+        args = tuple(torch.cat([a, a]) for a in args)
+    model = job.model
+    if device != "cpu":
+        model = copy.deepcopy(model).to(device)
+        args = tuple(a.to(device) for a in args)
+    batch = torch.export.Dim("batch", min=1, max=max_batch)
+    dynamic = tuple({0: batch} for _ in args)
+    with quiet_warnings(), contextlib.redirect_stdout(sys.stderr):
+        try:
+            with fx_config.patch(backed_size_oblivious=True):
+                return torch.export.export(model, args, dynamic_shapes=dynamic, strict=False)
+        except Exception:
+            pass
+        try:
+            return torch.export.export(model, args, dynamic_shapes=dynamic, strict=False)
+        except Exception as e:
+            raise ExportError(
+                f"torch.export.export failed on {type(job.model).__name__} with a dynamic batch axis: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else e!r}. Hint: forward() must work for any "
+                "batch size, without Python branches on tensor values or on the batch size (torch.export "
+                "captures one graph); export ONNX or TorchScript (method='script') for such models"
+            ) from e
+
+
+@contextlib.contextmanager
+def _aoti_input_checks() -> Iterator[None]:
+    """Turn on the package's own input checks (``AOTI_RUNTIME_CHECK_INPUTS``, read on a package's
+    first run), as fw's libtorch shim does, so the parity check sees what the server will."""
+    old = os.environ.get("AOTI_RUNTIME_CHECK_INPUTS")
+    os.environ["AOTI_RUNTIME_CHECK_INPUTS"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["AOTI_RUNTIME_CHECK_INPUTS"]
+        else:
+            os.environ["AOTI_RUNTIME_CHECK_INPUTS"] = old
+
+
+_BATCH_MIN_RE = re.compile(r"dim value is too small at 0, expected it to be >= (\d+)")
+_BATCH_MAX_RE = re.compile(r"dim value is too large at 0, expected to be <= (\d+)")
+
+
+def _aoti_batch_range(loaded: Any, args: tuple[Any, ...], device: str) -> tuple[int, int | None]:
+    """The batch sizes a compiled package accepts, as ``(min, max or None)``.
+
+    torch.export gives the batch axis the range 1.., but Inductor narrows it while compiling from
+    the example's batch size (its CPU convolution picks a backend and memory format for fewer or
+    more than 16 rows, and guards on it), and the package's input checks (on: _aoti_input_checks)
+    refuse the rest. The bounds are read from those checks: one row, then 2**40 rows expanded from
+    one (no memory); an unbounded package fails that input on its stride check instead, before
+    computing anything.
+    """
+    import torch
+
+    def refusal(inputs: tuple[Any, ...]) -> str | None:
+        try:
+            with torch.no_grad():
+                loaded(*inputs)
+        except RuntimeError as e:
+            return str(e)
+        return None
+
+    one = tuple(a[:1].to(device) for a in args)
+    low = 1
+    msg = refusal(one)
+    if msg is not None:
+        m = _BATCH_MIN_RE.search(msg)
+        if not m:
+            raise ExportError(f"the compiled package fails on one row: {msg.strip().splitlines()[0]}")
+        low = int(m.group(1))
+    msg = refusal(tuple(a.expand(1 << 40, *a.shape[1:]) for a in one)) or ""
+    m = _BATCH_MAX_RE.search(msg)
+    if m:
+        return low, int(m.group(1))
+    if "unmatched stride value at 0" not in msg:
+        raise ExportError(
+            f"cannot tell which batch sizes the compiled package accepts: {msg.strip()[:200]!r}. "
+            "Hint: this torch release words AOTInductor's input checks differently; report it"
+        )
+    return low, None
+
+
+def _in_batch_range(run: Any, low: int, high: int | None) -> Any:
+    """``run`` for any batch size: splits batches above ``high`` and pads those below ``low`` by
+    repeating their first row (the Go engine does the same, engine/aoti.go)."""
+    import numpy as np
+    import torch
+
+    def ranged(args: tuple[Any, ...]) -> list[Any]:
+        n = int(args[0].shape[0])
+        step = n if high is None else high
+        parts: list[list[Any]] = []
+        for start in range(0, n, step):
+            chunk = tuple(a[start : start + step] for a in args)
+            k = int(chunk[0].shape[0])
+            if k < low:
+                chunk = tuple(torch.cat([c, c[:1].expand(low - k, *c.shape[1:])]) for c in chunk)
+            parts.append([o[:k] for o in run(chunk)])
+        return [np.concatenate(outs) for outs in zip(*parts, strict=True)]
+
+    return ranged
+
+
+def _set_package_fw_json(path: str, text: str) -> None:
+    """Replace fw.json in every copy of a package's AOTInductor metadata (written before the batch
+    range was known), rewriting the zip in place."""
+    import zipfile
+
+    tmp = path + ".meta"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if "/data/aotinductor/" in info.filename and info.filename.endswith("_metadata.json"):
+                meta = json.loads(data)
+                meta[_md.METADATA_KEY] = text
+                data = json.dumps(meta).encode()
+            dst.writestr(info, data)
+    os.replace(tmp, path)
+
+
+def _aoti_runner(path: Path, device: str) -> Any:
+    import torch
+
+    with quiet_warnings():
+        loaded = torch._inductor.aoti_load_package(str(path))
+
+    def run(args: tuple[Any, ...]) -> list[Any]:
+        with torch.no_grad():
+            return _to_numpy(_as_outputs(loaded(*(a.to(device) for a in args))))
+
+    return run, loaded
+
+
+def aoti(
+    model: Any,
+    example_input: Any,
+    path: str | os.PathLike[str],
+    name: str | None = None,
+    version: str = "1",
+    labels: Sequence[str] | None = None,
+    preprocessing: Mapping[str, Any] | None = None,
+    task: str | None = None,
+    metrics: Mapping[str, float] | None = None,
+    tolerance: float | tuple[float, float] | None = None,
+    *,
+    device: str = "cpu",
+    max_batch: int | None = None,
+    inductor_configs: Mapping[str, Any] | None = None,
+    description: str | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    eval_data: tuple[Any, Any] | None = None,
+) -> ExportReport:
+    """Write ``model`` as an AOTInductor package (``.pt2``) with fw.json, which libtorch runs without Python.
+
+    ``torch.export.export`` captures forward() with a dynamic batch axis (1 to ``max_batch``, default
+    unbounded) and ``torch._inductor.aoti_compile_and_package`` compiles it into C++ kernels and a
+    shared library for ``device`` (``"cpu"``, or ``"cuda"`` on a machine with a GPU). fw.json rides in
+    the package's AOTInductor metadata (key ``fw.json``; docs/model-format.md). Compiling needs a C++
+    compiler (g++) and takes from seconds to minutes.
+
+    The package only runs where it was compiled for: a CPU package is built with ``-march=native``
+    unless ``inductor_configs={"cpp.march": "x86-64-v3"}`` (for example) asks for a portable
+    instruction set; fw records the exporting CPU's features and refuses to load a native package on
+    a CPU that lacks one. ``inductor_configs`` is passed to AOTInductor as it is.
+    """
+    import torch
+
+    if device not in AOTI_DEVICES:
+        raise ExportError(
+            f"device must be one of {', '.join(AOTI_DEVICES)}, got {device!r}. Hint: use device='cpu'"
+        )
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ExportError(
+            "device='cuda' compiles CUDA kernels for the GPU of this machine, but torch sees no CUDA device. "
+            "Hint: export on a machine with a GPU, or use device='cpu'"
+        )
+    if max_batch is not None and (
+        isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 2
+    ):
+        raise ExportError(f"max_batch must be an int >= 2 or None, got {max_batch!r}. Hint: leave it out")
+    configs = dict(inductor_configs or {})
+    user_meta = configs.pop("aot_inductor.metadata", None) or {}
+    job = _Job("aoti", model, example_input, path, AOTI_METHOD, name, input_names, output_names)
+    program = _aoti_program(job, device, max_batch)
+    march = _aoti_march(configs)
+    export = {
+        "method": AOTI_METHOD,
+        "opset_version": None,
+        "quantization": None,
+        "exporter": AOTI_EXPORTER,
+        "device": device,
+        "march": march if device == "cpu" else None,
+        "max_batch": max_batch,
+    }
+    tv_out = job.eager(job.tv_args)
+    fields = _fields(version, labels, preprocessing, task, metrics, description)
+    package_meta = {str(k): str(v) for k, v in dict(user_meta).items()}
+    package_meta[_md.METADATA_KEY] = job.metadata(tv_out, export, fields)
+    if device == "cpu" and march == "native":
+        package_meta[AOTI_CPU_FLAGS_KEY] = " ".join(_cpu_flags())
+    configs["aot_inductor.metadata"] = package_meta
+
+    def write(tmp: str) -> None:
+        # A file object, so the package may have any file name (a path must end in .pt2).
+        try:
+            with open(tmp, "w+b") as f, quiet_warnings(), contextlib.redirect_stdout(sys.stderr):
+                torch._inductor.aoti_compile_and_package(program, package_path=f, inductor_configs=configs)
+        except Exception as e:
+            raise ExportError(
+                f"AOTInductor could not compile {type(model).__name__}: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else e!r}. Hint: it compiles C++ with the "
+                "system compiler (g++, and nvcc for CUDA): check that one is installed, or export ONNX instead"
+            ) from e
+        _, loaded = _aoti_runner(Path(tmp), device)
+        low, high = _aoti_batch_range(loaded, job.args, device)
+        del loaded
+        export["batch_min"], export["batch_max"] = low, high
+        _set_package_fw_json(tmp, job.metadata(tv_out, export, fields))
+
+    with _aoti_input_checks():
+        _atomic_write(job.path, write)
+        run, _ = _aoti_runner(job.path, device)
+        return job.check(
+            _in_batch_range(run, export["batch_min"], export["batch_max"]),
+            tolerance,
+            eval_data,
+            batches=AOTI_CHECK_BATCHES,
+        )
+
+
 # ---------------------------------------------------------------------------- command line
 
 _META_KEYS = ("labels", "preprocessing", "task", "metrics", "description", "input_names", "output_names")
@@ -1180,8 +1466,11 @@ def export_checkpoint(
     quantization: str | None = None,
     calibration: str | os.PathLike[str] | None = None,
     per_channel: bool = False,
+    device: str = "cpu",
 ) -> ExportReport:
     """Export a checkpoint written by :func:`fw.checkpoint.save` (what ``python -m fw.export`` runs).
+
+    ``method`` applies to onnx, torchscript and quantized; ``device`` to aoti only.
 
     Labels, preprocessing, task, metrics and description come from the checkpoint's ``meta``; ``name``
     and ``version`` default to the meta's, then to the output file name and ``"1"``. Format
@@ -1233,7 +1522,9 @@ def export_checkpoint(
             per_channel=per_channel,
             **kwargs,
         )
-    raise ExportError(f"unknown format {format!r}. Hint: use onnx, torchscript, quantized or onnx_int8")
+    if format == "aoti":
+        return aoti(ck.model, ck.example_input, out, device=device, **kwargs)
+    raise ExportError(f"unknown format {format!r}. Hint: use onnx, torchscript, quantized, onnx_int8 or aoti")
 
 
 def load_calibration(path: str | os.PathLike[str]) -> Any:
@@ -1275,11 +1566,13 @@ def _parser() -> argparse.ArgumentParser:
         "JSON report on stdout.",
     )
     p.add_argument("checkpoint", help="checkpoint written by fw.checkpoint.save (with an example input)")
-    p.add_argument("--format", required=True, choices=("onnx", "torchscript", "quantized", "onnx_int8"))
+    p.add_argument(
+        "--format", required=True, choices=("onnx", "torchscript", "quantized", "onnx_int8", "aoti")
+    )
     p.add_argument(
         "--out",
         required=True,
-        help="output file, e.g. model.onnx, model.ts.pt, model.quant.pt, model.int8.onnx",
+        help="output file, e.g. model.onnx, model.ts.pt, model.quant.pt, model.int8.onnx, model.pt2",
     )
     p.add_argument(
         "--opset", type=int, default=None, help=f"ONNX opset (onnx and onnx_int8; default {DEFAULT_OPSET})"
@@ -1299,7 +1592,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--per-channel", action="store_true", help="onnx_int8: one weight scale per output channel"
     )
-    p.add_argument("--method", choices=METHODS, default="trace", help="trace or script (default trace)")
+    p.add_argument(
+        "--method", choices=METHODS, default=None, help="trace or script (default trace; not for aoti)"
+    )
+    p.add_argument(
+        "--device",
+        choices=AOTI_DEVICES,
+        default=None,
+        help="device the AOTInductor package is compiled for (aoti only; default cpu)",
+    )
     p.add_argument("--name", default=None, help="model name (default: checkpoint meta, else the file name)")
     p.add_argument("--version", default=None, help="model version text (default: checkpoint meta, else 1)")
     p.add_argument("--debug", action="store_true", help="print a traceback on errors")
@@ -1315,6 +1616,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--quantization, --calibration and --per-channel only apply to --format onnx_int8")
     if args.calibration and args.quantization != "static":
         parser.error("--calibration is only used by --quantization static")
+    if args.method is not None and args.format == "aoti":
+        parser.error("--method does not apply to --format aoti (it always uses torch.export)")
+    if args.device is not None and args.format != "aoti":
+        parser.error("--device only applies to --format aoti")
     if args.name is not None and not _md.NAME_RE.fullmatch(args.name):
         parser.error(f"--name {args.name!r} must match [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}")
     from fw.checkpoint import CheckpointError
@@ -1326,12 +1631,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.format,
                 args.out,
                 opset_version=args.opset or DEFAULT_OPSET,
-                method=args.method,
+                method=args.method or "trace",
                 name=args.name,
                 version=args.version,
                 quantization=args.quantization,
                 calibration=args.calibration,
                 per_channel=args.per_channel,
+                device=args.device or "cpu",
             )
     except (ExportError, CheckpointError, _md.MetadataError) as e:
         if args.debug:

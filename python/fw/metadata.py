@@ -5,7 +5,8 @@
 * :func:`encode_tensor` / :func:`decode_tensor` convert tensors to and from
   ``{"dtype", "shape", "b64"}`` (little-endian raw bytes, base64);
 * :func:`read` takes ``fw.json`` back out of an exported file without running or unpickling it;
-* :func:`detect_format` tells an ONNX file from a TorchScript archive or a pickle by content.
+* :func:`detect_format` tells an ONNX file from a TorchScript archive, an AOTInductor package or a
+  pickle by content.
 
 numpy/torch/onnx are imported inside the functions that need them.
 """
@@ -30,7 +31,7 @@ METADATA_KEY = "fw.json"
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_VERSION_LEN = 64
 TASKS = ("classification", "regression", "other")
-FORMATS = ("onnx", "torchscript", "quantized", "onnx_int8")
+FORMATS = ("onnx", "torchscript", "quantized", "onnx_int8", "aoti")
 DTYPES = ("float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool")
 RESIZE_MODES = ("bilinear", "nearest")
 LAYOUTS = ("NCHW",)
@@ -524,11 +525,12 @@ def validate(doc: Any) -> dict[str, Any]:
 
 
 def detect_format(path: str | Path) -> str:
-    """``"torchscript"``, ``"pickle"``, ``"onnx"`` or ``"unknown"``, from the file's content only.
+    """``"torchscript"``, ``"aoti"``, ``"pickle"``, ``"onnx"`` or ``"unknown"``, from the file's content only.
 
     Mirrors docs/model-format.md: a zip holding ``code/`` or ``constants.pkl`` is TorchScript, a zip
-    holding ``data.pkl`` without them (what torch.save writes) or a raw pickle stream is a pickle,
-    a protobuf that parses as an ONNX ModelProto with a graph is ONNX. Nothing is unpickled.
+    holding ``data/aotinductor/`` is an AOTInductor package, a zip holding ``data.pkl`` without them
+    (what torch.save writes) or a raw pickle stream is a pickle, a protobuf that parses as an ONNX
+    ModelProto with a graph is ONNX. Nothing is unpickled.
     """
     path = Path(path)
     with path.open("rb") as f:
@@ -542,6 +544,8 @@ def detect_format(path: str | Path) -> str:
         parts = [n.split("/", 2) for n in names]
         if any(len(p) >= 2 and (p[1] == "code" or p[1] == "constants.pkl") for p in parts):
             return "torchscript"
+        if any(len(p) == 3 and p[1] == "data" and p[2].startswith("aotinductor/") for p in parts):
+            return "aoti"
         if any(len(p) >= 2 and p[1] == "data.pkl" for p in parts):
             return "pickle"
         return "unknown"
@@ -585,11 +589,43 @@ def read_torchscript(path: str | Path) -> dict[str, Any] | None:
     return None
 
 
+def read_aoti_metadata(path: str | Path) -> dict[str, str]:
+    """AOTInductor's package metadata (what ``AOTIModelPackageLoader::get_metadata()`` returns).
+
+    It is the JSON object of strings next to the compiled model,
+    ``<archive>/data/aotinductor/model/<name>.wrapper_metadata.json``; fw.json is its ``fw.json`` entry.
+    """
+    with zipfile.ZipFile(path) as zf:
+        names = [
+            n
+            for n in zf.namelist()
+            if n.split("/", 1)[-1].startswith("data/aotinductor/model/") and n.endswith("_metadata.json")
+        ]
+        names.sort(key=lambda n: not n.endswith(".wrapper_metadata.json"))
+        if not names:
+            raise _fail(f"{path} has no AOTInductor metadata", "export it with fw.export.aoti")
+        try:
+            doc = json.loads(zf.read(names[0]))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise _fail(
+                f"the AOTInductor metadata in {path} is not valid JSON ({e})", "export it again"
+            ) from e
+    if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
+        raise _fail(f"the AOTInductor metadata in {path} is not an object of strings", "export it again")
+    return doc
+
+
+def read_aoti(path: str | Path) -> dict[str, Any] | None:
+    text = read_aoti_metadata(path).get(METADATA_KEY)
+    return None if text is None else _parse(text, str(path))
+
+
 def read(path: str | Path, required: bool = True) -> dict[str, Any] | None:
-    """Return the validated ``fw.json`` of an exported ONNX or TorchScript file.
+    """Return the validated ``fw.json`` of an exported ONNX, TorchScript or AOTInductor file.
 
     Nothing is unpickled: TorchScript archives are read with zipfile (``<archive>/extra/fw.json``),
-    ONNX files with ``onnx.load`` (``metadata_props``). With ``required=False`` a file without
+    AOTInductor packages too (the ``fw.json`` entry of the package metadata, see
+    :func:`read_aoti_metadata`), ONNX files with ``onnx.load`` (``metadata_props``). With ``required=False`` a file without
     fw.json gives ``None``; pickles and unknown files always raise :class:`MetadataError`.
     """
     path = Path(path)
@@ -600,13 +636,18 @@ def read(path: str | Path, required: bool = True) -> dict[str, Any] | None:
         doc = read_onnx(path)
     elif kind == "torchscript":
         doc = read_torchscript(path)
+    elif kind == "aoti":
+        doc = read_aoti(path)
     elif kind == "pickle":
         raise _fail(
             f"{path} is a pickled checkpoint or state_dict, not an exported model (it is not unpickled)",
             f"export it first: python -m fw.export {path} --format onnx --out model.onnx",
         )
     else:
-        raise _fail(f"{path} is neither an ONNX model nor a TorchScript archive", "export it with fw.export")
+        raise _fail(
+            f"{path} is neither an ONNX model, a TorchScript archive nor an AOTInductor package",
+            "export it with fw.export",
+        )
     if doc is None and required:
         raise _fail(f"{path} ({kind}) carries no fw.json", "export it with fw.export to embed the metadata")
     return doc

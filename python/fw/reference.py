@@ -3,10 +3,11 @@
     python -m fw.reference --out build/models [--only NAME ...] [--threads N]
 
 Steps (``--only`` picks some): ``digits_mlp``, ``digits_cnn``, ``textcls``, ``resnet18``,
-``samples``, ``bad``. Each model is written as ``NAME.onnx``, ``NAME.ts.pt`` and, where dynamic
-quantization applies, ``NAME.quant.pt``; int8 ONNX as ``NAME.int8-dynamic.onnx`` and
-``NAME.int8-static.onnx`` (calibrated on the model's training rows), plus ``NAME.ckpt.pt``
-(fw.checkpoint, with those calibration rows). ``manifest.json``
+``samples``, ``bad``, and ``resnet18_pt2`` (only when named). Each model is written as ``NAME.onnx``,
+``NAME.ts.pt``, ``NAME.pt2`` (AOTInductor; for resnet18 only by the ``resnet18_pt2`` step, which
+``make bench-engine`` runs) and, where dynamic quantization applies, ``NAME.quant.pt``; int8 ONNX as
+``NAME.int8-dynamic.onnx`` and ``NAME.int8-static.onnx`` (calibrated on the model's training rows),
+plus ``NAME.ckpt.pt`` (fw.checkpoint, with those calibration rows). ``manifest.json``
 lists every file; entries of steps not run this time are kept from an earlier manifest.
 Outputs are overwritten; the run is deterministic up to float non-associativity across machines.
 """
@@ -23,7 +24,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-STEPS = ("digits_mlp", "digits_cnn", "textcls", "resnet18", "samples", "bad")
+STEPS = ("digits_mlp", "digits_cnn", "textcls", "resnet18", "resnet18_pt2", "samples", "bad")
+# Steps run without --only: compiling ResNet-18 with AOTInductor is left to `make bench-engine`.
+DEFAULT_STEPS = tuple(s for s in STEPS if s != "resnet18_pt2")
 SEED = 0
 DIGIT_LABELS = [str(i) for i in range(10)]
 TEXT_LABELS = ["negative", "positive"]
@@ -40,6 +43,10 @@ INT8_DYNAMIC_SKIP_RESNET = (
     "dynamic quantization turns convolutions into ConvInteger, which ONNX Runtime's CPU kernels run slower than "
     "float convolutions (digits_cnn.int8-dynamic.onnx shows it in make bench-engine); ResNet-18 gets static "
     "(QDQ) quantization only."
+)
+AOTI_SKIP_RESNET = (
+    "compiling ResNet-18 with AOTInductor adds about a minute (2 cores) and a 52 MB file to every `make models`; "
+    "`make bench-engine` builds it (python -m fw.reference --only resnet18_pt2)"
 )
 
 
@@ -133,6 +140,7 @@ class Builder:
         quantize: bool,
         calibration: Any,
         int8: Sequence[str] = ("dynamic", "static"),
+        aoti: bool = True,
     ) -> None:
         from fw import checkpoint
         from fw import export as fx
@@ -143,6 +151,12 @@ class Builder:
             (f"{name}.onnx", "onnx", fx.onnx, {"opset_version": 14}),
             (f"{name}.ts.pt", "torchscript", fx.torchscript, {"method": "trace"}),
         ]
+        if aoti:
+            jobs.append((f"{name}.pt2", "aoti", fx.aoti, {}))
+        else:
+            self.skipped.append(
+                {"model": name, "format": "aoti", "file": f"{name}.pt2", "reason": meta["skip_aoti"]}
+            )
         if quantize:
             jobs.append((f"{name}.quant.pt", "quantized", fx.quantized, {}))
         else:
@@ -305,11 +319,40 @@ class Builder:
             "preprocessing": imagenet_eval_preprocessing(),
             "skip": QUANT_SKIP_RESNET,
             "skip_int8_dynamic": INT8_DYNAMIC_SKIP_RESNET,
+            "skip_aoti": AOTI_SKIP_RESNET,
         }
         self.trained["resnet18"] = model
         # Random weights and no data set: calibrate on seeded random images (the example's distribution).
         calibration = torch.randn(RESNET_CALIBRATION_ROWS, 3, 224, 224, generator=gen)
-        self._export_all("resnet18", model, example, meta, None, False, calibration, int8=("static",))
+        self._export_all(
+            "resnet18", model, example, meta, None, False, calibration, int8=("static",), aoti=False
+        )
+
+    def resnet18_pt2(self) -> None:
+        """resnet18.pt2 (AOTInductor) from resnet18.ckpt.pt, the model the resnet18 step wrote."""
+        from fw import checkpoint
+        from fw import export as fx
+
+        ckpt = self.out / "resnet18.ckpt.pt"
+        if not ckpt.exists():
+            raise RuntimeError(f"{ckpt} is missing: run the resnet18 step first (python -m fw.reference)")
+        ck = checkpoint.load(ckpt)
+        keys = ("name", "version", "labels", "preprocessing", "task", "description")
+        rep = fx.aoti(
+            ck.model, ck.example_input, self.out / "resnet18.pt2", **{k: ck.meta.get(k) for k in keys}
+        )
+        self.log(
+            f"resnet18: wrote resnet18.pt2 ({rep.size_bytes / 1e6:.2f} MB) in {rep.seconds:.1f}s, "
+            f"max |file - eager| {rep.max_abs_error:.2e}"
+        )
+        self._record(
+            "resnet18",
+            "resnet18.pt2",
+            "aoti",
+            max_abs_error=rep.max_abs_error,
+            parity_atol=rep.atol,
+            parity_rtol=rep.rtol,
+        )
 
     def samples(self) -> None:
         """Real test-set digits as 32x32 PNGs (one per class) and one 224x224 RGB JPEG."""
@@ -543,9 +586,14 @@ def _merge_manifest(path: Path, b: Builder, ran: Sequence[str]) -> dict[str, Any
             old = json.loads(path.read_text())
         except ValueError:
             old = {}
-    ran_models = {s for s in ran if s not in ("samples", "bad")}
-    files = [f for f in old.get("files", []) if f.get("model") not in ran_models] + b.files
-    skipped = [s for s in old.get("skipped", []) if s.get("model") not in ran_models] + b.skipped
+    ran_models = {s for s in ran if s not in ("samples", "bad", "resnet18_pt2")}
+    ran_files = {"resnet18.pt2"} if "resnet18_pt2" in ran else set()
+
+    def replaced(entry: dict[str, Any]) -> bool:
+        return entry.get("model") in ran_models or entry.get("file") in ran_files
+
+    files = [f for f in old.get("files", []) if not replaced(f)] + b.files
+    skipped = [s for s in old.get("skipped", []) if not replaced(s)] + b.skipped
     order = {s: i for i, s in enumerate(STEPS)}
     files.sort(key=lambda f: (order.get(f.get("model"), 99), f["file"]))
     return {
@@ -563,7 +611,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fw.reference", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="build/models", help="output folder (default build/models)")
     p.add_argument(
-        "--only", nargs="+", choices=STEPS, metavar="NAME", help=f"steps to run: {', '.join(STEPS)}"
+        "--only",
+        nargs="+",
+        choices=STEPS,
+        metavar="NAME",
+        help=f"steps to run: {', '.join(STEPS)} (default: all but resnet18_pt2)",
     )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: available CPUs)")
     args = p.parse_args(argv)
@@ -576,7 +628,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.manual_seed(SEED)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    steps = [s for s in STEPS if not args.only or s in args.only]
+    steps = [s for s in STEPS if (s in args.only if args.only else s in DEFAULT_STEPS)]
     log(f"fw.reference: torch {torch.__version__}, {threads} threads, steps {', '.join(steps)} -> {out}")
     b = Builder(out, log)
     try:

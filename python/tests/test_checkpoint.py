@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,11 @@ from fw.models import DigitsMLP, TextClassifier
 
 from helpers import NeedsArgs
 
-# The tests' helpers and this checkout's fw package (the venv's editable install may be another checkout's).
-ENV_PYTHONPATH = f"{Path(__file__).parent}:{Path(__file__).parents[1]}"
+# The tests' helpers, and the fw package these tests import (not whichever one the venv's
+# editable install points at, when several checkouts share a venv).
+ENV_PYTHONPATH = os.pathsep.join(
+    [str(Path(__file__).parent), str(Path(checkpoint.__file__).resolve().parents[1])]
+)
 
 
 def test_round_trip(tmp_path, mlp, digits_x):
@@ -112,6 +116,7 @@ def text_ckpt(tmp_path_factory):
         ("onnx", "t.onnx", ["--opset", "14"]),
         ("torchscript", "t.ts.pt", ["--method", "script"]),
         ("quantized", "t.quant.pt", ["--name", "textcls_q", "--version", "2"]),
+        ("aoti", "t.pt2", ["--device", "cpu"]),
     ],
 )
 def test_cli_formats(tmp_path, text_ckpt, fmt, out, extra):
@@ -132,6 +137,10 @@ def test_cli_errors(tmp_path, text_ckpt, mlp):
     assert r.returncode == 2 and "usage:" in r.stderr and r.stdout == ""
     r = _cli(text_ckpt, "--format", "torchscript", "--opset", "14", "--out", tmp_path / "x", cwd=tmp_path)
     assert r.returncode == 2
+    r = _cli(text_ckpt, "--format", "aoti", "--method", "script", "--out", tmp_path / "x.pt2", cwd=tmp_path)
+    assert r.returncode == 2 and "--method does not apply to --format aoti" in r.stderr
+    r = _cli(text_ckpt, "--format", "onnx", "--device", "cuda", "--out", tmp_path / "x.onnx", cwd=tmp_path)
+    assert r.returncode == 2 and "--device only applies to --format aoti" in r.stderr
     r = _cli(tmp_path / "missing.ckpt.pt", "--format", "onnx", "--out", tmp_path / "x.onnx", cwd=tmp_path)
     assert r.returncode == 1 and "does not exist" in r.stderr and "Hint:" in r.stderr and r.stdout == ""
     checkpoint.save(mlp, tmp_path / "noex.ckpt.pt")

@@ -46,6 +46,7 @@ REFERENCE = [
     "digits_mlp.int8-dynamic.onnx",
     "digits_cnn.int8-static.onnx",
     "textcls.int8-dynamic.onnx",
+    "textcls.pt2",
 ]
 
 

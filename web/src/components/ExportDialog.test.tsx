@@ -70,6 +70,10 @@ describe("exportBody", () => {
     });
     expect(exportBody({ runId: "r", checkpoint: "c", format: "onnx", opset: "14", method: "trace", name: "", quantization: "static" })).toEqual({ run_id: "r", checkpoint: "c", format: "onnx", opset_version: 14 });
   });
+
+  it("sends neither opset nor method for AOTInductor (the API refuses a method for aoti)", () => {
+    expect(exportBody({ runId: "r", checkpoint: "c", format: "aoti", opset: "17", method: "trace", name: "m" })).toEqual({ run_id: "r", checkpoint: "c", format: "aoti", name: "m" });
+  });
 });
 
 describe("ExportDialog", () => {
@@ -114,6 +118,23 @@ describe("ExportDialog", () => {
     expect(sent.find((s) => s.method === "POST")?.body).toEqual({ run_id: "r1", checkpoint: "epoch-2.pt", format: "onnx_int8", opset_version: 14, quantization: "static", name: "digits_cnn" });
     expect(within(report_).getByText("int8 static")).toBeTruthy();
     expect(within(report_).getByText("format onnx_int8")).toBeTruthy();
+  });
+
+  it("exports an AOTInductor package without a method and says it compiles", async () => {
+    const sent = mockApi({ state: "finished", version: 1, report: { ...report, format: "aoti", method: "export", path: "/tmp/x/model.pt2" } });
+    render(
+      <MemoryRouter>
+        <ExportDialog open onClose={() => {}} runId="r1" checkpoint="epoch-2.pt" />
+      </MemoryRouter>,
+    );
+    await waitFor(() => expect(screen.getByLabelText("Model name")).toHaveProperty("value", "digits_cnn"));
+    fireEvent.click(screen.getByLabelText("AOTInductor (.pt2)"));
+    expect(screen.getByTestId("aoti-note").textContent).toMatch(/compiles C\+\+/i);
+    expect(screen.queryByLabelText("Method")).toBeNull();
+    fireEvent.click(screen.getByRole("button", { name: "Export" }));
+    const report_ = await screen.findByTestId("parity-report", undefined, { timeout: 5000 });
+    expect(sent.find((s) => s.method === "POST")?.body).toEqual({ run_id: "r1", checkpoint: "epoch-2.pt", format: "aoti", name: "digits_cnn" });
+    expect(within(report_).getByText("format aoti")).toBeTruthy();
   });
 
   it("shows the exporter's message when the export fails", async () => {

@@ -1,5 +1,5 @@
 // The export dialog: pick a run's checkpoint, a format (TorchScript, ONNX,
-// quantized TorchScript, int8 ONNX) and its options, start POST /api/models/export, follow the job
+// quantized TorchScript, int8 ONNX, AOTInductor) and its options, start POST /api/models/export, follow the job
 // until it ends, then show the parity report and the registered version.
 import { useEffect, useState } from "react";
 import { Link } from "react-router-dom";
@@ -51,6 +51,7 @@ const FORMATS: { value: ExportFormat; label: string }[] = [
   { value: "torchscript", label: "TorchScript" },
   { value: "quantized", label: "Quantized (int8 TorchScript)" },
   { value: "onnx_int8", label: "int8 ONNX (runs on ONNX Runtime)" },
+  { value: "aoti", label: "AOTInductor (.pt2)" },
 ];
 
 type Quantization = NonNullable<ExportRequest["quantization"]>;
@@ -60,14 +61,15 @@ const QUANTIZATIONS: { value: Quantization; label: string }[] = [
   { value: "static", label: "static (calibrated on the checkpoint's training rows)" },
 ];
 
-/** ONNX formats take an opset; TorchScript ones a trace/script method. */
+/** ONNX formats take an opset; TorchScript ones a trace/script method; AOTInductor neither (always torch.export). */
 const isOnnx = (f: ExportFormat) => f === "onnx" || f === "onnx_int8";
+const HAS_METHOD: ExportFormat[] = ["torchscript", "quantized"];
 
 /** Builds the export request from the form's values (empty options left out). */
 export function exportBody(v: { runId: string; checkpoint: string; format: ExportFormat; opset: string; method: string; name: string; quantization?: Quantization }): ExportRequest {
   const body: ExportRequest = { run_id: v.runId, checkpoint: v.checkpoint, format: v.format };
   if (isOnnx(v.format) && v.opset.trim() !== "") body.opset_version = Number(v.opset);
-  if (!isOnnx(v.format) && (v.method === "trace" || v.method === "script")) body.method = v.method;
+  if (HAS_METHOD.includes(v.format) && (v.method === "trace" || v.method === "script")) body.method = v.method;
   if (v.format === "onnx_int8" && v.quantization) body.quantization = v.quantization;
   if (v.name.trim() !== "") body.name = v.name.trim();
   return body;
@@ -357,6 +359,10 @@ export function ExportDialog({
               ONNX opset version
               <input type="number" min={7} max={30} value={opset} onChange={(e) => setOpset(e.target.value)} />
             </label>
+          ) : format === "aoti" ? (
+            <p className="muted" data-testid="aoti-note">
+              Compiles C++ for this machine's CPU with torch.export and AOTInductor: a minute or more. The package runs where its CPU features are present.
+            </p>
           ) : (
             <label>
               Method
