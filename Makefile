@@ -25,7 +25,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-mlflow test-schemathesis test-soak test-web bench-soak bench-overload bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo image test test-steps test-go test-postgres test-python test-mlflow test-schemathesis test-soak test-web bench-soak bench-overload bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -97,6 +97,9 @@ $(MODELS)/manifest.json: $(PY_SOURCES) | venv
 demo: sysdeps setup build models ## the main job (see README)
 	@bash scripts/demo.sh
 
+image: $(WEB_DIST) models | venv ## build the CPU image (Dockerfile) with buildah from a debootstrapped Debian base, then run its fw serve in a chroot and predict through it (scripts/image.sh; as root)
+	@VERSION=$(VERSION) bash scripts/image.sh
+
 # Every process the suite starts inherits FW_TEST_SESSION; after the steps,
 # passed or failed (or interrupted), scripts/check-leftovers.sh fails the run
 # if one of them is still alive, and kills it.
@@ -107,7 +110,7 @@ test: sysdeps ## the whole test suite (what CI runs)
 	bash scripts/check-leftovers.sh || rc=1; \
 	if [ $$rc -eq 0 ]; then echo "==> all tests passed"; fi; exit $$rc
 
-test-steps: setup build models lint test-go test-postgres test-python test-mlflow test-schemathesis test-soak test-web test-e2e fuzz
+test-steps: setup build models lint test-go test-postgres test-python test-mlflow test-schemathesis test-soak test-web test-e2e fuzz image
 
 test-go:
 	@echo "==> go test -race ./..."
@@ -156,14 +159,14 @@ lint: $(WEB_SCHEMA) | venv ## go vet, gofmt, staticcheck, ruff, the web UI's typ
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@bash scripts/staticcheck.sh
 	@echo "==> ruff"
-	@$(PY) -m ruff check python bench
-	@$(PY) -m ruff format --check python bench
+	@$(PY) -m ruff check python bench scripts
+	@$(PY) -m ruff format --check python bench scripts
 	@echo "==> tsc (web UI type check) and the API types rule (web/scripts/check-api-types.mjs)"
 	@cd web && npx --no-install tsc -b --noEmit && node scripts/check-api-types.mjs
 
 fmt: ## format Go and Python sources
 	@gofmt -w $$(git ls-files '*.go')
-	@$(PY) -m ruff format python bench
+	@$(PY) -m ruff format python bench scripts
 
 bench-engine: setup build models ## engine latency/throughput table into docs/benchmarks.md
 	@bash bench/engine.sh
@@ -189,5 +192,5 @@ bench-soak: build models ## 10 minutes of mixed good and hostile traffic against
 bench-track: ## tracking: fw.track ingest vs MLflow's client and store; MLflow's client against fw dashboard vs mlflow server
 	@bash bench/track.sh
 
-clean: ## remove build outputs (keeps .venv and third_party)
-	rm -rf bin build/lib build/shim build/models build/screenshots dashboard/webui/dist/assets dashboard/webui/dist/index.html
+clean: ## remove build outputs (keeps .venv and third_party; the image storage stays in FW_CACHE_DIR/image)
+	rm -rf bin build/lib build/shim build/models build/screenshots build/image dashboard/webui/dist/assets dashboard/webui/dist/index.html
