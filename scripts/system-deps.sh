@@ -49,6 +49,10 @@ have ps || need+=(procps)
 have buildah || need+=(buildah)
 have debootstrap || need+=(debootstrap)
 [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)
+# Observability (python/tests/test_observability.py): a real Prometheus scrapes
+# fw serve and fw dashboard; promtool checks and unit-tests deploy/'s rules.
+have prometheus || need+=(prometheus)
+have promtool || need+=(prometheus)
 
 # Node.js must be >= 20.19 (web/package.json engines; vite 7 and vitest need it).
 node_ok() {
