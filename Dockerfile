@@ -14,7 +14,7 @@
 # registry is needed); elsewhere the default pulls debian:bookworm-slim.
 #
 # Stages:
-#   toolchain  BASE + compilers (apt), Go (scripts/fetch-go.sh, the Go module
+#   toolchain  BASE + Debian's updates + compilers (apt), Go (scripts/fetch-go.sh, the Go module
 #              proxy) and libtorch's CPU part (scripts/fetch-libtorch.sh, PyPI's
 #              torch wheel: headers and 5 libraries, not the 5 GB CUDA venv).
 #              Changes only with this file, go.mod's Go version or the pins.
@@ -39,7 +39,7 @@ ENV DEBIAN_FRONTEND=noninteractive GOTOOLCHAIN=local PATH=/usr/local/go/bin:$PAT
     FW_CACHE_DIR=/var/cache/fw
 COPY go.mod scripts/fetch-go.sh scripts/fetch-libtorch.sh /src/
 RUN cd /src && mkdir scripts && mv fetch-go.sh fetch-libtorch.sh scripts/ \
-    && apt-get update \
+    && apt-get update && apt-get -y upgrade \
     && apt-get install -y --no-install-recommends ca-certificates curl g++ make cmake ninja-build \
        python3 python3-pip \
     && rm -rf /var/lib/apt/lists/* \

@@ -128,10 +128,13 @@ do_build() {
   mkdir -p "$gomod" "$gocache"
   local mounts=(-v "$cache:/var/cache/fw" -v "$gomod:/root/go/pkg/mod" -v "$gocache:/root/.cache/go-build")
   # The toolchain stage, built once and tagged by what it is made of (its
-  # Dockerfile lines, the base, go.mod's Go version, the two fetch scripts).
+  # Dockerfile lines, the base, go.mod's Go version, the two fetch scripts)
+  # and the month: it is rebuilt monthly for Debian's security updates (the
+  # runtime's glibc, libstdc++ and CA certificates come from it).
   local tkey toolchain
   tkey=$({ awk '/^FROM .* AS toolchain/ {on = 1} /^FROM / && !/AS toolchain/ {on = 0} on' "$root/Dockerfile"
-    echo "$base_ref"; grep -E '^(go|toolchain) ' "$root/go.mod"; cat "$root/scripts/fetch-go.sh" "$root/scripts/fetch-libtorch.sh"; } |
+    echo "$base_ref"; grep -E '^(go|toolchain) ' "$root/go.mod"; cat "$root/scripts/fetch-go.sh" "$root/scripts/fetch-libtorch.sh"
+    date -u +%Y-%m; } |
     sha256sum | cut -c1-12)
   toolchain=localhost/fw-toolchain:$tkey
   if "${B[@]}" inspect --type image "$toolchain" >/dev/null 2>&1; then
