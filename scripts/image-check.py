@@ -309,6 +309,16 @@ def main() -> int:
     t0 = time.monotonic()
     config = unpack(a.oci, a.rootfs.resolve())
     rootfs = a.rootfs.resolve()
+    files = [p for p in rootfs.rglob("*") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    log(
+        f"{len(files)} files, {size / 1e6:.0f} MB: {sorted(str(p.relative_to(rootfs)) for p in files)}"
+    )
+    for shell in ("bin/sh", "bin/bash", "usr/bin/sh", "usr/bin/apt"):
+        if (rootfs / shell).exists():
+            raise SystemExit(
+                f"image-check: the runtime image should hold no shell or package manager: {shell}"
+            )
     log(
         f"config: Entrypoint {config.get('Entrypoint')}, User {config.get('User')}, WorkingDir {config.get('WorkingDir')}"
     )
