@@ -16,6 +16,7 @@ GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 MODELS := build/models
 ORT_LIB := third_party/onnxruntime/lib/libonnxruntime.so.1
 SHIM := build/lib/libfwtorch.so
+HELM := build/tools/helm
 GO_SOURCES := $(shell find . -name '*.go' -not -path './third_party/*' -not -path './.venv/*' -not -path './web/node_modules/*' 2>/dev/null) go.mod go.sum
 PY_SOURCES := $(shell find python/fw -name '*.py' 2>/dev/null)
 # The web UI (web/, built into dashboard/webui/dist and embedded in bin/fw).
@@ -25,7 +26,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo test test-steps test-go test-postgres test-python test-mlflow test-schemathesis test-soak test-web bench-soak bench-overload bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps test-go test-postgres test-python test-mlflow test-schemathesis test-soak test-web bench-soak bench-overload bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -108,6 +109,18 @@ $(MODELS)/resnet18.pt2: $(MODELS)/manifest.json
 demo: sysdeps setup build models ## the main job (see README)
 	@bash scripts/demo.sh
 
+helm: $(HELM) ## build helm (Go module helm.sh/helm/v3) into build/tools, for deploy/helm/fw
+$(HELM): scripts/fetch-helm.sh
+	@echo "==> helm v3.22.0 from the Go module proxy into build/tools"
+	@bash scripts/fetch-helm.sh
+
+test-deploy: build models $(HELM) | venv ## deploy/: the Helm chart linted, rendered and validated against Kubernetes' and the CRDs' schemas; the Prometheus rules (promtool) and Grafana dashboard against a real Prometheus scraping fw
+	@echo "==> pytest python/tests/test_deploy.py test_observability.py"
+	@cd python && FW_REQUIRE=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_BIN=$(ROOT)/bin/fw $(PY) -m pytest -q tests/test_deploy.py tests/test_observability.py
+
+image: $(WEB_DIST) models | venv ## build the CPU image (Dockerfile) with buildah from a debootstrapped Debian base, then run its fw serve in a chroot and predict through it (scripts/image.sh; as root)
+	@VERSION=$(VERSION) bash scripts/image.sh
+
 # Every process the suite starts inherits FW_TEST_SESSION; after the steps,
 # passed or failed (or interrupted), scripts/check-leftovers.sh fails the run
 # if one of them is still alive, and kills it.
@@ -118,7 +131,7 @@ test: sysdeps ## the whole test suite (what CI runs)
 	bash scripts/check-leftovers.sh || rc=1; \
 	if [ $$rc -eq 0 ]; then echo "==> all tests passed"; fi; exit $$rc
 
-test-steps: setup build models lint test-go test-postgres test-python test-mlflow test-schemathesis test-soak test-web test-e2e fuzz
+test-steps: setup build models lint test-go test-postgres test-python test-mlflow test-schemathesis test-soak test-web test-e2e fuzz image
 
 test-go:
 	@echo "==> go test -race ./..."
@@ -130,7 +143,7 @@ test-postgres: ## the tracking store's tests against a throwaway PostgreSQL clus
 	@echo "==> go test -race ./dashboard/... on PostgreSQL (scripts/pg-test.sh)"
 	@FW_REQUIRE_POSTGRES=1 bash scripts/pg-test.sh $(GO) test -race -count=1 ./dashboard/...
 
-test-python: | venv
+test-python: $(HELM) | venv
 	@echo "==> pytest python/tests"
 	@cd python && FW_REQUIRE=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_BIN=$(ROOT)/bin/fw $(PY) -m pytest
 
@@ -167,14 +180,14 @@ lint: $(WEB_SCHEMA) | venv ## go vet, gofmt, staticcheck, ruff, the web UI's typ
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@bash scripts/staticcheck.sh
 	@echo "==> ruff"
-	@$(PY) -m ruff check python bench
-	@$(PY) -m ruff format --check python bench
+	@$(PY) -m ruff check python bench scripts
+	@$(PY) -m ruff format --check python bench scripts
 	@echo "==> tsc (web UI type check) and the API types rule (web/scripts/check-api-types.mjs)"
 	@cd web && npx --no-install tsc -b --noEmit && node scripts/check-api-types.mjs
 
 fmt: ## format Go and Python sources
 	@gofmt -w $$(git ls-files '*.go')
-	@$(PY) -m ruff format python bench
+	@$(PY) -m ruff format python bench scripts
 
 bench-engine: setup build models $(MODELS)/resnet18.pt2 ## engine latency/throughput table into docs/benchmarks.md
 	@bash bench/engine.sh
@@ -200,5 +213,5 @@ bench-soak: build models ## 10 minutes of mixed good and hostile traffic against
 bench-track: ## tracking: fw.track ingest vs MLflow's client and store; MLflow's client against fw dashboard vs mlflow server
 	@bash bench/track.sh
 
-clean: ## remove build outputs (keeps .venv and third_party)
-	rm -rf bin build/lib build/shim build/models build/screenshots dashboard/webui/dist/assets dashboard/webui/dist/index.html
+clean: ## remove build outputs (keeps .venv and third_party; the image storage stays in FW_CACHE_DIR/image)
+	rm -rf bin build/lib build/shim build/models build/screenshots build/image build/tools dashboard/webui/dist/assets dashboard/webui/dist/index.html

@@ -78,6 +78,10 @@ func DefaultConfig() Config {
 	return Config{MaxBatchRows: DefaultMaxBatchRows, MaxDelay: DefaultMaxDelay, Instances: DefaultInstances, MaxQueue: DefaultMaxQueue}
 }
 
+// QueueCapacity is the most requests that may wait (MaxQueue, or its
+// default when unset).
+func (c Config) QueueCapacity() int { return c.withDefaults().MaxQueue }
+
 func (c Config) withDefaults() Config {
 	if c.MaxBatchRows <= 0 {
 		c.MaxBatchRows = DefaultMaxBatchRows

@@ -17,6 +17,7 @@ type Metrics struct {
 	batchRows    prometheus.Histogram
 	batchReqs    prometheus.Histogram
 	queueDepth   prometheus.Gauge
+	queueCap     prometheus.Gauge
 	queueWait    prometheus.Histogram
 	inference    prometheus.Histogram
 	rows         prometheus.Counter
@@ -59,6 +60,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
 		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fw_queue_depth", Help: "Requests waiting for an engine call."}),
+		queueCap: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fw_queue_capacity", Help: "Requests allowed to wait (--max-queue); fw_queue_depth / fw_queue_capacity is the queue's saturation, 503 at 1.",
+		}),
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fw_queue_wait_seconds", Help: "Time a batch's first request waited before its engine call.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .5, 1},
@@ -82,7 +86,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fw_http_panics_total", Help: "Requests whose handler panicked (a bug); each was answered 500 internal and logged with its stack.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.batchRows, m.batchReqs, m.queueDepth, m.queueWait, m.inference,
+	reg.MustRegister(m.requests, m.latency, m.batchRows, m.batchReqs, m.queueDepth, m.queueCap, m.queueWait, m.inference,
 		m.rows, m.batchErrors, m.loadSeconds, m.modelInfo, m.reloads, m.ready, m.inflight, m.panics,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.endpointObs = map[string]prometheus.Observer{}
@@ -133,6 +137,10 @@ func (m *Metrics) BatchRun(rows, requests int, queueWait, inference time.Duratio
 	}
 	m.rows.Add(float64(rows))
 }
+
+// SetQueueCapacity sets fw_queue_capacity: the requests allowed to wait
+// (batcher.Config.MaxQueue), against which fw_queue_depth saturates.
+func (m *Metrics) SetQueueCapacity(n int) { m.queueCap.Set(float64(n)) }
 
 // QueueDepth implements batcher.Stats.
 func (m *Metrics) QueueDepth(n int) { m.queueDepth.Set(float64(n)) }

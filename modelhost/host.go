@@ -81,6 +81,7 @@ type readiness struct {
 // loads, reloads, readiness and the batcher's calls.
 func New(cfg Config, metrics *httpapi.Metrics, log *slog.Logger) *Host {
 	h := &Host{cfg: cfg, metrics: metrics, log: log}
+	metrics.SetQueueCapacity(cfg.Batcher.QueueCapacity())
 	h.setState(serving.StateStarting, "loading the model")
 	return h
 }

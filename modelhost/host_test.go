@@ -240,3 +240,29 @@ func TestInstancesAreSeparateEngines(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueCapacityMetric: fw_queue_capacity reports the queue limit the
+// host's batcher enforces (its default when unset), the denominator of the
+// saturation alert in deploy/ (fw_queue_depth / fw_queue_capacity).
+func TestQueueCapacityMetric(t *testing.T) {
+	f := func(maxQueue int, want float64) {
+		t.Helper()
+		reg := prometheus.NewRegistry()
+		New(Config{Path: modelPath(t), Batcher: batcher.Config{MaxQueue: maxQueue}}, httpapi.NewMetrics(reg), quietLog())
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range families {
+			if mf.GetName() == "fw_queue_capacity" {
+				if got := mf.GetMetric()[0].GetGauge().GetValue(); got != want {
+					t.Errorf("MaxQueue %d: fw_queue_capacity %v, want %v", maxQueue, got, want)
+				}
+				return
+			}
+		}
+		t.Errorf("MaxQueue %d: no fw_queue_capacity", maxQueue)
+	}
+	f(7, 7)
+	f(0, batcher.DefaultMaxQueue)
+}

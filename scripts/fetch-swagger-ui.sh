@@ -12,6 +12,8 @@
 # Idempotent: verified files already in place are kept. Rebuild bin/fw after it
 # (go:embed picks the files up at build time).
 set -euo pipefail
+download_only=0 # --download: only put the checked tarball into the cache (FW_CACHE_DIR)
+[ "${1:-}" != --download ] || download_only=1
 root=$(cd "$(dirname "$0")/.." && pwd)
 version=5.35.0
 tgz_sha256=1b8e891893404ea4c3558b6a87e2a3e494e7eedba41168c2ece5800a391a6ea6
@@ -27,16 +29,20 @@ tgz=$cache/swagger-ui-dist-$version.tgz
 
 verified() { (cd "$dest" && echo "$files_sha256" | sha256sum -c --status 2>/dev/null); }
 
-if [ -d "$dest" ] && verified; then
+if [ $download_only = 0 ] && [ -d "$dest" ] && verified; then
   echo "fetch-swagger-ui: $dest holds swagger-ui-dist $version (verified)"
   exit 0
 fi
 mkdir -p "$cache" "$dest"
 if [ ! -f "$tgz" ] || ! echo "$tgz_sha256  $tgz" | sha256sum -c --status; then
-  command -v npm >/dev/null || { echo "fetch-swagger-ui: npm is needed to download swagger-ui-dist@$version" >&2; exit 1; }
   echo "fetch-swagger-ui: downloading swagger-ui-dist@$version from the npm registry (3.4 MB) into $cache"
   tmp=$(mktemp -d)
-  (cd "$tmp" && npm pack "swagger-ui-dist@$version" --silent >/dev/null)
+  if command -v npm >/dev/null; then
+    (cd "$tmp" && npm pack "swagger-ui-dist@$version" --silent >/dev/null)
+  else # the same tarball, where npm is not installed (the image's build stage)
+    curl -fsSL --retry 3 -o "$tmp/swagger-ui-dist-$version.tgz" \
+      "${NPM_CONFIG_REGISTRY:-https://registry.npmjs.org}/swagger-ui-dist/-/swagger-ui-dist-$version.tgz"
+  fi
   mv "$tmp/swagger-ui-dist-$version.tgz" "$tgz"
   rm -rf "$tmp"
 fi
@@ -45,6 +51,7 @@ if ! echo "$tgz_sha256  $tgz" | sha256sum -c --status; then
   rm -f "$tgz"
   exit 1
 fi
+[ $download_only = 0 ] || exit 0
 names=$(echo "$files_sha256" | awk '{print $2}')
 echo "fetch-swagger-ui: extracting $(echo $names) into $dest (no install scripts run)"
 stage=$(mktemp -d "$cache/swagger-ui-stage.XXXXXX") # outside dest: go:embed must never see it

@@ -44,6 +44,15 @@ have npm || need+=(npm)
 [ -d /usr/share/fonts/truetype/dejavu ] || need+=(fonts-dejavu-core)
 # ps for the end-of-suite leftover check's report.
 have ps || need+=(procps)
+# The CPU image (make image, scripts/image.sh): buildah builds it without a
+# Docker engine, debootstrap makes its Debian base from Debian's packages.
+have buildah || need+=(buildah)
+have debootstrap || need+=(debootstrap)
+[ -f /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)
+# Observability (python/tests/test_observability.py): a real Prometheus scrapes
+# fw serve and fw dashboard; promtool checks and unit-tests deploy/'s rules.
+have prometheus || need+=(prometheus)
+have promtool || need+=(prometheus)
 
 # Node.js must be >= 20.19 (web/package.json engines; vite 7 and vitest need it).
 node_ok() {

@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -213,4 +215,57 @@ func TestMetricsEndpoint(t *testing.T) {
 	if code, out := doJSON(t, "GET", url+"/api/system/status", ""); code != 503 || errCode(t, out) != CodeUnavailable {
 		t.Errorf("status without a sampler: %d %v", code, out)
 	}
+}
+
+// TestIngestMetrics: POST /api/ingest counts its events by result and
+// observes each accepted event's lag from its own time (deploy/'s ingest-lag
+// alert reads fw_dashboard_ingest_lag_seconds).
+func TestIngestMetrics(t *testing.T) {
+	url := startCRUDServer(t, func(s *Server) { s.SetMetrics(prometheus.NewRegistry()) })
+	metric := func(name string) float64 {
+		t.Helper()
+		resp, err := http.Get(url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return f
+			}
+		}
+		t.Fatalf("/metrics lacks %s:\n%s", name, b)
+		return 0
+	}
+	if n := metric(`fw_dashboard_ingest_events_total{result="applied"}`); n != 0 {
+		t.Fatalf("applied before any ingest: %v", n)
+	}
+	now := time.Now()
+	ts := func(ago time.Duration) string { return strconv.Quote(now.Add(-ago).Format(time.RFC3339Nano)) }
+	batch := `[{"type":"run_start","run_id":"r1","seq":1,"experiment":"e","time":` + ts(90*time.Second) + `},` +
+		`{"type":"metrics","run_id":"r1","seq":2,"step":1,"values":{"loss":1},"time":` + ts(20*time.Millisecond) + `},` +
+		`{"type":"metrics","run_id":"r1","seq":3,"step":2,"values":{"loss":0.5}},` + // no time: no lag observed
+		`{"type":"nope","run_id":"r1","seq":4}]` // refused
+	if code, out := doJSON(t, "POST", url+"/api/ingest", batch); code != 200 || len(out["errors"].([]any)) != 1 {
+		t.Fatalf("ingest: %d %v", code, out)
+	}
+	doJSON(t, "POST", url+"/api/ingest", batch) // again: three duplicates, one refused
+	f := func(name string, want float64) {
+		t.Helper()
+		if got := metric(name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	f(`fw_dashboard_ingest_events_total{result="applied"}`, 3)
+	f(`fw_dashboard_ingest_events_total{result="duplicate"}`, 3)
+	f(`fw_dashboard_ingest_events_total{result="refused"}`, 2)
+	f(`fw_dashboard_ingest_lag_seconds_count`, 4)              // two timed events, twice
+	f(`fw_dashboard_ingest_lag_seconds_bucket{le="60"}`, 2)    // the 20 ms ones
+	f(`fw_dashboard_ingest_lag_seconds_bucket{le="120"}`, 4)   // and the 90 s ones
+	f(`fw_dashboard_ingest_lag_seconds_bucket{le="0.005"}`, 0) // none was observed before it happened
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"mime"
+	"time"
 
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/valyala/fasthttp"
@@ -48,7 +49,11 @@ func (s *Server) ingest(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, apiErr(400, string(store.CodeInvalidJSON), "the body must be a JSON array of events; for one event per line send Content-Type: application/x-ndjson"))
 		return
 	}
-	res, err := Ingest(s.base, s.st, trimmed)
+	events, err := store.DecodeEvents(trimmed)
+	var res IngestResult
+	if err == nil {
+		res, err = apply(s.base, s.st, events)
+	}
 	if err != nil {
 		if store.ErrorCode(err) == store.CodeInvalidJSON {
 			writeError(ctx, apiErr(400, string(store.CodeInvalidJSON), "malformed JSON: "+err.Error()))
@@ -62,7 +67,30 @@ func (s *Server) ingest(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, fromError(s.log, err))
 		return
 	}
+	s.observeIngest(events, res, time.Now())
 	writeJSON(ctx, 200, res)
+}
+
+// observeIngest counts a batch's events by result and observes the ingest
+// lag of each one not refused that carries its own time (negative lags, from
+// a client clock ahead of ours, count as 0).
+func (s *Server) observeIngest(events []store.Event, res IngestResult, now time.Time) {
+	if s.prom == nil {
+		return
+	}
+	s.prom.ingested.WithLabelValues("applied").Add(float64(res.Applied))
+	s.prom.ingested.WithLabelValues("duplicate").Add(float64(res.Duplicates))
+	s.prom.ingested.WithLabelValues("refused").Add(float64(len(res.Errors)))
+	refused := make(map[int]bool, len(res.Errors))
+	for _, e := range res.Errors {
+		refused[e.Index] = true
+	}
+	for i, ev := range events {
+		if refused[i] || ev.Time.IsZero() {
+			continue
+		}
+		s.prom.ingestLag.Observe(max(0, now.Sub(ev.Time.Time).Seconds()))
+	}
 }
 
 // Ingest decodes a body (JSON array or JSON lines) and applies it.
@@ -71,6 +99,11 @@ func Ingest(ctx context.Context, st store.Store, body []byte) (IngestResult, err
 	if err != nil {
 		return IngestResult{}, err
 	}
+	return apply(ctx, st, events)
+}
+
+// apply stores decoded events, answering IngestResult's shape.
+func apply(ctx context.Context, st store.Store, events []store.Event) (IngestResult, error) {
 	res, err := st.Apply(ctx, events)
 	if err != nil {
 		return IngestResult{}, err

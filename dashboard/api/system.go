@@ -28,6 +28,10 @@ type promState struct {
 	handler  fasthttp.RequestHandler
 	requests *prometheus.CounterVec
 	panics   prometheus.Counter
+	// ingested counts POST /api/ingest's events by result; ingestLag is how
+	// long after its own time an event reached the store (ingest.go).
+	ingested  *prometheus.CounterVec
+	ingestLag prometheus.Histogram
 }
 
 // SetSystem enables GET /api/system/status and the resource gauges of
@@ -50,8 +54,19 @@ func (s *Server) SetMetrics(reg *prometheus.Registry) {
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fw_dashboard_http_panics_total", Help: "Requests whose handler panicked (a bug); each was answered 500 internal and logged with its stack.",
 		}),
+		ingested: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fw_dashboard_ingest_events_total", Help: "Events received on POST /api/ingest by result: applied, duplicate (already stored) or refused.",
+		}, []string{"result"}),
+		ingestLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fw_dashboard_ingest_lag_seconds",
+			Help:    "Ingest lag: from an event's own time (when the training process logged it) to its acceptance on POST /api/ingest; events sent without a time are not counted.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600},
+		}),
 	}
-	reg.MustRegister(p.requests, p.panics, collectors.NewGoCollector(),
+	for _, r := range []string{"applied", "duplicate", "refused"} {
+		p.ingested.WithLabelValues(r) // listed at 0 before the first event, so rate() works from the start
+	}
+	reg.MustRegister(p.requests, p.panics, p.ingested, p.ingestLag, collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), &resourceCollector{s: s})
 	p.handler = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	s.prom = p
