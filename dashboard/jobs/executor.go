@@ -48,6 +48,13 @@ type Executor interface {
 	Close()
 }
 
+// Validator is implemented by executors that refuse some specs (params an
+// executor reads, such as Ray's resources): Manager.Start calls Validate
+// before it creates the run and answers a refusal as invalid params.
+type Validator interface {
+	Validate(spec Spec) error
+}
+
 // ErrNotAttachable is Attach's error for an executor whose jobs cannot be
 // re-attached (a local process dies with its dashboard).
 var ErrNotAttachable = errors.New("this executor's jobs cannot be re-attached: a local process ends with the dashboard that started it")
@@ -129,6 +136,9 @@ type Result struct {
 	// Error says why the job failed or stopped; for a failure the Manager
 	// appends the job's last output lines.
 	Error string
+	// Note, when set, is added to the run's error however the run ends
+	// (a stop from the dashboard included).
+	Note string
 	// Detached: the job was left running (Process.Detach); the run is not
 	// ended.
 	Detached bool

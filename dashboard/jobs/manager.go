@@ -297,6 +297,11 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (Info, error) {
 		writer: "job-" + suffix, done: make(chan struct{}),
 	}
 	j.spec = Spec{RunID: id, Recipe: r, ID: "fw-" + id + "-" + suffix, Args: args, Env: m.jobEnv(id), Params: params}
+	if v, ok := m.exec.(Validator); ok {
+		if err := v.Validate(j.spec); err != nil {
+			return Info{}, invalid(fmt.Sprintf("recipe %s on the %s executor: %v", r.Name, m.exec.Name(), err), err.Error())
+		}
+	}
 	src := &store.Source{Recipe: r.Name, Command: "python " + strings.Join(args[:2], " "), Args: args[2:],
 		Host: m.cfg.Host, PID: os.Getpid()}
 	var tags map[string]string
@@ -536,18 +541,27 @@ func (m *Manager) supervise(j *job, p Process) {
 	m.schedule()
 	m.mu.Unlock()
 	code := res.ExitCode
+	note := func(msg string) string {
+		if res.Note == "" {
+			return msg
+		}
+		if msg == "" {
+			return res.Note
+		}
+		return msg + "; " + res.Note
+	}
 	switch {
 	case res.Detached:
 		m.log.Info("training job detached: it keeps running and is re-attached on the next start", "run_id", j.RunID, "executor", m.exec.Name(), "id", p.ID())
 	case stopReq:
 		m.log.Info("training job ended", "run_id", j.RunID, "stopped", true)
-		m.endRun(j, store.StatusStopped, "stopped from the dashboard", code)
+		m.endRun(j, store.StatusStopped, note("stopped from the dashboard"), code)
 	case res.Status == store.StatusFinished || res.Status == store.StatusStopped:
 		m.log.Info("training job ended", "run_id", j.RunID, "status", res.Status)
-		m.endRun(j, res.Status, res.Error, code)
+		m.endRun(j, res.Status, note(res.Error), code)
 	default:
 		m.log.Info("training job ended", "run_id", j.RunID, "status", store.StatusFailed, "err", res.Error)
-		msg := res.Error
+		msg := note(res.Error)
 		if tail != "" {
 			msg += "; last output:\n" + tail
 		}

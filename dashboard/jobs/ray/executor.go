@@ -44,7 +44,8 @@ type Config struct {
 	// LostAfter is how long the head may be unreachable before a job is
 	// given up as lost and its run failed (default 60s).
 	LostAfter time.Duration
-	// RequestTimeout bounds each call to the head (default 10s).
+	// RequestTimeout bounds each call to the head (default 30s: a
+	// submission waits for the head's job agent).
 	RequestTimeout time.Duration
 	// DrainTimeout bounds the wait for the rest of the logs once a job has
 	// ended (default 10s).
@@ -73,6 +74,9 @@ func New(cfg Config) (*Executor, error) {
 	}
 	if cfg.LostAfter <= 0 {
 		cfg.LostAfter = 60 * time.Second
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 30 * time.Second
 	}
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 10 * time.Second
@@ -111,6 +115,13 @@ func (e *Executor) Client() *Client { return e.client }
 // submissionID is what fw accepts as a job's submission ID: it names a URL
 // path segment and a log writer.
 var submissionID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// Validate implements jobs.Validator: the spec makes a submission (its
+// resources are numbers, its arguments hold no NUL byte).
+func (e *Executor) Validate(spec jobs.Spec) error {
+	_, err := e.Request(spec)
+	return err
+}
 
 // Start implements jobs.Executor: the submission happens in the job's own
 // goroutine (a failure ends the job, with Ray's reason).
@@ -230,6 +241,8 @@ type rayJob struct {
 
 	startOnce sync.Once
 	res       jobs.Result
+	stopMu    sync.Mutex
+	stopAt    time.Time // when Stop reached Ray
 }
 
 func (e *Executor) run(id string, submit *SubmitRequest) *rayJob {
@@ -254,8 +267,29 @@ func (p *rayJob) Output() []jobs.Output {
 	return []jobs.Output{{Stream: "stdout", R: p.pr, Writer: "ray-" + p.id}}
 }
 
-// Stop implements jobs.Process.
-func (p *rayJob) Stop(ctx context.Context) error { return p.e.client.Stop(ctx, p.id) }
+// Stop implements jobs.Process: Ray's stop. Ray cannot stop a job it
+// keeps PENDING (its supervisor waits for resources and takes the stop
+// when it gets them, ending the job at once): such a job is given up as
+// stopped once it is still PENDING StopGrace after the stop (see watch).
+func (p *rayJob) Stop(ctx context.Context) error {
+	if err := p.e.client.Stop(ctx, p.id); err != nil {
+		return err
+	}
+	p.stopMu.Lock()
+	if p.stopAt.IsZero() {
+		p.stopAt = time.Now()
+	}
+	p.stopMu.Unlock()
+	return nil
+}
+
+// stoppedPending reports whether the job was stopped more than StopGrace
+// ago (and, the caller knows, is still PENDING).
+func (p *rayJob) stoppedPending() bool {
+	p.stopMu.Lock()
+	defer p.stopMu.Unlock()
+	return !p.stopAt.IsZero() && time.Since(p.stopAt) > p.e.cfg.StopGrace
+}
 
 // Detach implements jobs.Process: the goroutines end, the job runs on.
 func (p *rayJob) Detach() { p.cancel() }
@@ -325,6 +359,10 @@ func (p *rayJob) watch() {
 				end(result(p.id, info), true)
 				return
 			}
+			if info.Status == StatusPending && p.stoppedPending() {
+				end(jobs.Result{Status: store.StatusStopped, Note: fmt.Sprintf("Ray kept job %s PENDING (waiting for resources) and cannot stop it before it gets them; it then ends at once (ray job status %s)", p.id, p.id)}, false)
+				return
+			}
 		}
 		select {
 		case <-p.ctx.Done():
@@ -335,22 +373,39 @@ func (p *rayJob) watch() {
 	}
 }
 
-// submitJob submits the job. When the answer is lost (a timeout, a
-// dropped connection) the job may exist all the same: it is looked up
-// before the submission is given up.
+// submitJob submits the job, again after a failure that may pass (no
+// answer, a 5xx: a head that has just started answers "No available agent
+// to submit job" for a while) until LostAfter has gone by. When an answer
+// was lost the job may exist all the same, and Ray refuses a second
+// submission with its ID: before each new try the job is looked up.
 func (p *rayJob) submitJob() error {
-	err := p.e.client.Submit(p.ctx, *p.submit)
-	if err == nil {
-		return nil
-	}
-	var api *APIError
-	if !errors.As(err, &api) {
-		if _, gerr := p.e.client.Job(p.ctx, p.id); gerr == nil {
-			p.e.log.Warn("the answer to a Ray job submission was lost, but the job exists: following it", "id", p.id, "err", err)
+	cfg := p.e.cfg
+	deadline := time.Now().Add(cfg.LostAfter)
+	wait := 500 * time.Millisecond
+	for {
+		err := p.e.client.Submit(p.ctx, *p.submit)
+		if err == nil {
 			return nil
 		}
+		var api *APIError
+		if errors.As(err, &api) && api.Status >= 400 && api.Status < 500 {
+			return err // Ray refused the request itself
+		}
+		if _, gerr := p.e.client.Job(p.ctx, p.id); gerr == nil {
+			p.e.log.Info("a Ray job submission got no clear answer, but the job exists: following it", "id", p.id, "err", err)
+			return nil
+		}
+		if p.ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		p.e.log.Warn("submitting a Ray job: trying again", "id", p.id, "err", err, "in", wait)
+		select {
+		case <-p.ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
 	}
-	return err
 }
 
 // result maps Ray's terminal state onto the run's end.

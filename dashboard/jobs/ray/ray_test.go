@@ -149,6 +149,16 @@ func (e *env) run(t *testing.T, id string) store.Run {
 	return r
 }
 
+// alive is the run, which must not have ended.
+func (e *env) alive(t *testing.T, id string) store.Run {
+	t.Helper()
+	r := e.run(t, id)
+	if r.Status.Terminal() {
+		t.Fatalf("run %s ended %s: %s\nlogs:\n%s", id, r.Status, r.Error, strings.Join(e.logLines(t, id), "\n"))
+	}
+	return r
+}
+
 func (e *env) logLines(t *testing.T, id string) []string {
 	t.Helper()
 	ls, err := e.st.Logs(context.Background(), id, store.LogQuery{Limit: 100000})
@@ -233,7 +243,7 @@ func TestRayJobs(t *testing.T) {
 	}
 	a := info.RunID
 	waitFor(t, 3*time.Minute, "metrics from fw.track in the Ray job", func() bool {
-		r := e.run(t, a)
+		r := e.alive(t, a)
 		_, ok := r.Metrics["train/loss"]
 		return r.Status == store.StatusRunning && ok && r.Progress.Step > 5
 	})
@@ -275,11 +285,12 @@ func TestRayJobs(t *testing.T) {
 	r = e.run(t, info.RunID)
 	lines = e.logLines(t, info.RunID)
 	if r.Status != store.StatusFailed || !strings.Contains(r.Error, "the Ray job "+info.ExecutorID+" failed") ||
-		r.ExitCode == nil || *r.ExitCode != 1 || count(lines, "No module named fwray_no_such_module") != 1 {
+		r.ExitCode == nil || *r.ExitCode != 1 || count(lines, "No module named 'fwray_no_such_module'") != 1 {
 		t.Fatalf("failing entrypoint: %s %v %q\nlogs:\n%s", r.Status, r.ExitCode, r.Error, strings.Join(lines, "\n"))
 	}
 
-	// 3. A GPU the head does not have: Ray keeps the job PENDING, fw queued.
+	// 3. A GPU the head does not have: Ray keeps the job PENDING, fw queued;
+	// Ray cannot stop it before it gets one, fw gives it up as stopped.
 	info, err = m.Start(ctx, jobs.StartRequest{Recipe: "needs_gpu", Experiment: "ray"})
 	if err != nil {
 		t.Fatal(err)
@@ -295,8 +306,8 @@ func TestRayJobs(t *testing.T) {
 	if err := m.Wait(ctx, info.RunID); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.run(t, info.RunID); r.Status != store.StatusStopped || r.Started != nil {
-		t.Fatalf("a pending job stopped: %s, started %v", r.Status, r.Started)
+	if r := e.run(t, info.RunID); r.Status != store.StatusStopped || r.Started != nil || !strings.Contains(r.Error, "PENDING") {
+		t.Fatalf("a pending job stopped: %s, started %v: %q", r.Status, r.Started, r.Error)
 	}
 
 	// 4. The dashboard goes; the job stays; a new Manager re-attaches.
@@ -307,7 +318,7 @@ func TestRayJobs(t *testing.T) {
 	}
 	b := info.RunID
 	waitFor(t, 3*time.Minute, "the second training job to log", func() bool {
-		return e.run(t, b).Status == store.StatusRunning && count(e.logLines(t, b), "digits_mlp: run") == 1
+		return e.alive(t, b).Status == store.StatusRunning && count(e.logLines(t, b), "digits_mlp: run") == 1
 	})
 	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
 	m.Shutdown(sctx)
@@ -355,7 +366,7 @@ func TestRayHeadGoesAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 3*time.Minute, "the job to train", func() bool {
-		r := e.run(t, info.RunID)
+		r := e.alive(t, info.RunID)
 		_, ok := r.Metrics["train/loss"]
 		return r.Status == store.StatusRunning && ok
 	})
