@@ -73,7 +73,9 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 Serves the dashboard: the web UI at / (Home, Experiments, Models, Training),
 its API under /api (experiments and runs, metrics and logs, compare, training
-jobs from registered recipes, the model registry with export and deploy,
+jobs from registered recipes, run as child processes or, with --executor ray
+--ray-address http://HOST:8265, as jobs on a Ray cluster (docs/ray.md), the
+model registry with export and deploy,
 system status; GET /docs and /openapi.json describe it), the SDK's ingest
 endpoint POST /api/ingest, MLflow's tracking REST API under
 /api/2.0/mlflow (MLFLOW_TRACKING_URI=http://HOST:PORT; docs/mlflow.md), the

@@ -43,7 +43,7 @@ const (
 )
 
 // ErrNotFound is a 404 from Ray: it does not know the job.
-var ErrNotFound = errors.New("Ray does not know this job")
+var ErrNotFound = errors.New("no such job on the Ray cluster")
 
 // APIError is a non-2xx answer from Ray; Msg is the last line of its body
 // (Ray answers errors with a Python traceback as plain text).

@@ -170,7 +170,7 @@ func TestClientHostileAnswers(t *testing.T) {
 		w.Write([]byte(strings.Repeat("x", maxInfoBytes)))
 		w.Write([]byte(`"}`))
 	}, job, "over 1048576 bytes")
-	f("404", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "Job fw-a-b does not exist", 404) }, job, "Ray does not know this job")
+	f("404", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "Job fw-a-b does not exist", 404) }, job, "no such job on the Ray cluster")
 	f("a traceback", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Traceback (most recent call last):\n  File \"x\"\nValueError: Job with submission_id fw-a-b already exists.\n\n \t\n", 500)
 	}, submit, "Ray answered 500: ValueError: Job with submission_id fw-a-b already exists.")
