@@ -50,8 +50,8 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	spoolEvery := de.DurationEnv("spool-interval", "FW_DASHBOARD_SPOOL_INTERVAL", 2*time.Second, "how often spool files left by offline training processes are imported")
 	staleAfter := de.DurationEnv("stale-after", "FW_DASHBOARD_STALE_AFTER", 24*time.Hour, "on start, a running run without an event for this long is marked failed (0: only the pid check on this host)")
 	shutdownTimeout := de.DurationEnv("shutdown-timeout", "FW_DASHBOARD_SHUTDOWN_TIMEOUT", 30*time.Second, "on SIGTERM: finish in-flight requests within this time, then close the store")
-	maxJobs := de.IntEnv("max-jobs", "FW_DASHBOARD_MAX_JOBS", max(1, runtime.NumCPU()/2), "training jobs (POST /api/training/start) running at once; the rest wait queued")
-	stopGrace := de.DurationEnv("stop-grace", "FW_DASHBOARD_STOP_GRACE", 10*time.Second, "a stopped training job gets SIGTERM, then SIGKILL after this long")
+	maxJobs := de.IntEnv("max-jobs", "FW_DASHBOARD_MAX_JOBS", max(1, runtime.NumCPU()/2), "local training jobs (POST /api/training/start) running at once; the rest wait queued (with --executor ray, Ray queues jobs by their resources)")
+	stopGrace := de.DurationEnv("stop-grace", "FW_DASHBOARD_STOP_GRACE", 10*time.Second, "a stopped training job gets SIGTERM, then SIGKILL after this long (on Ray: RAY_JOB_STOP_WAIT_TIME_S)")
 	recipesFile := de.StringEnv("recipes", "FW_RECIPES", "", "TOML or YAML (.yaml, .yml) file of user training recipes (see docs/tracking.md, Training jobs)")
 	executor := de.StringEnv("executor", "FW_DASHBOARD_EXECUTOR", "local", "where training jobs run: local (child processes of the dashboard) or ray (jobs on a Ray cluster through its Jobs REST API, --ray-address; docs/ray.md)")
 	rayAddress := de.StringEnv("ray-address", "FW_RAY_ADDRESS", "", "with --executor ray: the Ray head's dashboard, http(s)://HOST:8265 (the only address of the cluster the dashboard calls)")
@@ -119,6 +119,10 @@ Flags:
 	}
 	if *executor == "ray" && *rayAddress == "" {
 		fmt.Fprintln(stderr, "fw dashboard: --executor ray needs --ray-address http://HOST:8265 (the Ray head's dashboard)")
+		return 2
+	}
+	if *rayLostAfter < time.Second {
+		fmt.Fprintln(stderr, "fw dashboard: --ray-lost-after must be at least 1s")
 		return 2
 	}
 	if *rayAddress != "" {

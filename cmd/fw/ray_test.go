@@ -138,4 +138,5 @@ func TestRayFlags(t *testing.T) {
 	f("must be an http:// or https:// URL", "--executor", "ray", "--ray-address", "ray://head:10001")
 	f("must not carry a user", "--executor", "ray", "--ray-address", "http://u:p@head:8265")
 	f("--tracking-uri must be", "--tracking-uri", "127.0.0.1:8080")
+	f("--ray-lost-after must be at least 1s", "--executor", "ray", "--ray-address", "http://head:8265", "--ray-lost-after", "0s")
 }

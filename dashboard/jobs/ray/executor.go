@@ -304,6 +304,9 @@ func (p *rayJob) watch() {
 	if p.submit != nil {
 		if err := p.submitJob(); err != nil {
 			p.res = jobs.Result{Status: store.StatusFailed, Error: err.Error()}
+			if p.ctx.Err() != nil { // detached meanwhile: the next start looks the job up
+				p.res = jobs.Result{Detached: true}
+			}
 			p.pw.Close()
 			p.cancel()
 			return
