@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/internal/testpg"
 )
 
 // replayExec is an executor whose jobs outlive the dashboard, as Ray's do,
@@ -89,10 +91,25 @@ func (p *replayProc) Output() []Output {
 // job ID, the dashboard shuts down (the job is detached, its run stays
 // running), a new Manager adopts it from the store, and the replayed log
 // lands in the run exactly once: the lines captured before are skipped.
+// It runs on SQLite, and on PostgreSQL when FW_TEST_DATABASE_URL is set
+// (make test-postgres), where replicas will re-attach to each other's jobs.
 func TestAdoptCapturesEachLineOnce(t *testing.T) {
+	dir := t.TempDir()
+	cfgs := map[string]store.Config{"sqlite": {Dir: filepath.Join(dir, "experiments")}}
+	if base := os.Getenv("FW_TEST_DATABASE_URL"); base != "" {
+		cfgs["postgres"] = store.Config{DatabaseURL: testpg.Schema(t, base), CheckpointDir: filepath.Join(dir, "ckpt"), ArtifactDir: filepath.Join(dir, "art")}
+	} else if os.Getenv("FW_REQUIRE_POSTGRES") == "1" {
+		t.Fatal("FW_REQUIRE_POSTGRES=1 but FW_TEST_DATABASE_URL is unset: run through scripts/pg-test.sh")
+	}
+	for name, cfg := range cfgs {
+		t.Run(name, func(t *testing.T) { adoptOnce(t, cfg) })
+	}
+}
+
+func adoptOnce(t *testing.T, cfg store.Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := store.Open(ctx, store.Config{Dir: filepath.Join(t.TempDir(), "experiments")})
+	st, err := store.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
