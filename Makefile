@@ -26,7 +26,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps test-go test-postgres test-python test-mlflow test-schemathesis test-soak test-web bench-soak bench-overload bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps test-go test-postgres test-python test-mlflow test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -131,7 +131,7 @@ test: sysdeps ## the whole test suite (what CI runs)
 	bash scripts/check-leftovers.sh || rc=1; \
 	if [ $$rc -eq 0 ]; then echo "==> all tests passed"; fi; exit $$rc
 
-test-steps: setup build models lint test-go test-postgres test-python test-mlflow test-schemathesis test-soak test-web test-e2e fuzz image
+test-steps: setup build models lint test-go test-postgres test-python test-mlflow test-ray test-schemathesis test-soak test-web test-e2e fuzz image
 
 test-go:
 	@echo "==> go test -race ./..."
@@ -150,6 +150,10 @@ test-python: $(HELM) | venv
 test-mlflow: build | venv ## MLflow's own client and Lightning's MLFlowLogger against a real fw dashboard (own venv: scripts/setup-mlflow-venv.sh)
 	@echo "==> pytest python/mlflow_tests (MLflow 3.17.2's client in its own venv)"
 	@py=$$(bash scripts/setup-mlflow-venv.sh) && cd python/mlflow_tests && FW_REQUIRE=1 FW_BIN=$(ROOT)/bin/fw $$py -m pytest -q
+
+test-ray: | venv ## training jobs on a real Ray head: ray 2.60.0 in its own venv (scripts/setup-ray-venv.sh), started and killed by the tests
+	@echo "==> go test -run Ray ./dashboard/jobs/ray ./cmd/fw against a real Ray head (PyPI's ray in its own venv)"
+	@rpy=$$(bash scripts/setup-ray-venv.sh) && FW_RAY_HEAD_PYTHON=$$rpy FW_REQUIRE_RAY=1 FW_REQUIRE_MODELS=1 FW_PYTHON=$(PY) $(GO) test -race -count=1 -p 1 -run 'Ray' ./dashboard/jobs/ray ./cmd/fw
 
 test-schemathesis: build models ## both servers' /openapi.json checked from outside by schemathesis (own venv; ST_MAX_EXAMPLES=25)
 	@bash scripts/schemathesis.sh

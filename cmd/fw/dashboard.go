@@ -10,11 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/api"
 	"github.com/fw-serve/fw/dashboard/jobs"
+	"github.com/fw-serve/fw/dashboard/jobs/ray"
 	"github.com/fw-serve/fw/dashboard/mlflow"
 	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/store"
@@ -48,9 +50,14 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	spoolEvery := de.DurationEnv("spool-interval", "FW_DASHBOARD_SPOOL_INTERVAL", 2*time.Second, "how often spool files left by offline training processes are imported")
 	staleAfter := de.DurationEnv("stale-after", "FW_DASHBOARD_STALE_AFTER", 24*time.Hour, "on start, a running run without an event for this long is marked failed (0: only the pid check on this host)")
 	shutdownTimeout := de.DurationEnv("shutdown-timeout", "FW_DASHBOARD_SHUTDOWN_TIMEOUT", 30*time.Second, "on SIGTERM: finish in-flight requests within this time, then close the store")
-	maxJobs := de.IntEnv("max-jobs", "FW_DASHBOARD_MAX_JOBS", max(1, runtime.NumCPU()/2), "training jobs (POST /api/training/start) running at once; the rest wait queued")
-	stopGrace := de.DurationEnv("stop-grace", "FW_DASHBOARD_STOP_GRACE", 10*time.Second, "a stopped training job gets SIGTERM, then SIGKILL after this long")
+	maxJobs := de.IntEnv("max-jobs", "FW_DASHBOARD_MAX_JOBS", max(1, runtime.NumCPU()/2), "local training jobs (POST /api/training/start) running at once; the rest wait queued (with --executor ray, Ray queues jobs by their resources)")
+	stopGrace := de.DurationEnv("stop-grace", "FW_DASHBOARD_STOP_GRACE", 10*time.Second, "a stopped training job gets SIGTERM, then SIGKILL after this long (on Ray: RAY_JOB_STOP_WAIT_TIME_S)")
 	recipesFile := de.StringEnv("recipes", "FW_RECIPES", "", "TOML or YAML (.yaml, .yml) file of user training recipes (see docs/tracking.md, Training jobs)")
+	executor := de.StringEnv("executor", "FW_DASHBOARD_EXECUTOR", "local", "where training jobs run: local (child processes of the dashboard) or ray (jobs on a Ray cluster through its Jobs REST API, --ray-address; docs/ray.md)")
+	rayAddress := de.StringEnv("ray-address", "FW_RAY_ADDRESS", "", "with --executor ray: the Ray head's dashboard, http(s)://HOST:8265 (the only address of the cluster the dashboard calls)")
+	rayPython := de.StringEnv("ray-python", "FW_RAY_PYTHON", "", "with --executor ray: the Python with the fw package on the Ray nodes, run as the jobs' entrypoint (default: the dashboard's own, FW_PYTHON)")
+	rayLostAfter := de.DurationEnv("ray-lost-after", "FW_RAY_LOST_AFTER", 60*time.Second, "with --executor ray: a job whose head has not answered for this long is given up and its run failed")
+	trackingURI := de.StringEnv("tracking-uri", "FW_DASHBOARD_TRACKING_URI", "", "the URL training jobs send their events to (their FW_TRACKING_URI; default http://<listen address>); set it when jobs run on other machines (--executor ray)")
 	streamBuffer := de.IntEnv("stream-buffer", "FW_DASHBOARD_STREAM_BUFFER", stream.DefaultRingEvents, "events kept for the live stream's replay (/api/training/stream, docs/stream.md)")
 	streamHeartbeat := de.DurationEnv("stream-heartbeat", "FW_DASHBOARD_STREAM_HEARTBEAT", stream.DefaultHeartbeat, "how often the live stream sends a heartbeat with the current cursor")
 	allowedHosts := de.StringEnv("allowed-hosts", "FW_DASHBOARD_ALLOWED_HOSTS", "", "comma-separated extra Host names the dashboard answers to (name, name:port, .domain, or * for any); by default only localhost, 127.0.0.1 and ::1 when bound to loopback, and no check on other addresses (the token protects them) unless this is set; /health and /metrics answer any Host")
@@ -66,7 +73,9 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 Serves the dashboard: the web UI at / (Home, Experiments, Models, Training),
 its API under /api (experiments and runs, metrics and logs, compare, training
-jobs from registered recipes, the model registry with export and deploy,
+jobs from registered recipes, run as child processes or, with --executor ray
+--ray-address http://HOST:8265, as jobs on a Ray cluster (docs/ray.md), the
+model registry with export and deploy,
 system status; GET /docs and /openapi.json describe it), the SDK's ingest
 endpoint POST /api/ingest, MLflow's tracking REST API under
 /api/2.0/mlflow (MLFLOW_TRACKING_URI=http://HOST:PORT; docs/mlflow.md), the
@@ -103,6 +112,30 @@ Flags:
 	if !isLoopback(*host) && *token == "" {
 		fmt.Fprintf(stderr, "fw dashboard: refusing to listen on %s without a token: the dashboard can start processes on this machine, so anyone who reaches it could run code; set --token (or FW_DASHBOARD_TOKEN) and send `Authorization: Bearer <token>`, or listen on 127.0.0.1\n", *host)
 		return 2
+	}
+	if *executor != "local" && *executor != "ray" {
+		fmt.Fprintf(stderr, "fw dashboard: --executor must be local or ray, not %q\n", *executor)
+		return 2
+	}
+	if *executor == "ray" && *rayAddress == "" {
+		fmt.Fprintln(stderr, "fw dashboard: --executor ray needs --ray-address http://HOST:8265 (the Ray head's dashboard)")
+		return 2
+	}
+	if *rayLostAfter < time.Second {
+		fmt.Fprintln(stderr, "fw dashboard: --ray-lost-after must be at least 1s")
+		return 2
+	}
+	if *rayAddress != "" {
+		if _, err := ray.ParseAddress(*rayAddress); err != nil {
+			fmt.Fprintf(stderr, "fw dashboard: --ray-address: %v\n", err)
+			return 2
+		}
+	}
+	if *trackingURI != "" {
+		if _, err := ray.ParseAddress(*trackingURI); err != nil {
+			fmt.Fprintf(stderr, "fw dashboard: --tracking-uri must be the dashboard's http(s) URL as the jobs reach it: %v\n", err)
+			return 2
+		}
 	}
 	hosts, err := hostguard.New(*host, hostguard.ParseList(*allowedHosts))
 	if err == nil {
@@ -188,9 +221,24 @@ Flags:
 	if reg != nil {
 		srv.SetDeployments(reg) // *registry.Service is an api.DeploymentCounter
 	}
-	jm := startJobs(ctx, pst, srv, // pst: job status changes reach the live stream too
-		jobs.Config{Python: pythonPath(), TrackingURI: "http://" + ln.Addr().String(), ExperimentDir: *expDir,
-			CheckpointDir: *ckptDir, Token: *token, MaxJobs: *maxJobs, StopGrace: *stopGrace, Host: hostname}, *recipesFile, log)
+	jcfg := jobs.Config{Python: pythonPath(), TrackingURI: "http://" + ln.Addr().String(), ExperimentDir: *expDir,
+		CheckpointDir: *ckptDir, Token: *token, MaxJobs: *maxJobs, StopGrace: *stopGrace, Host: hostname}
+	if *trackingURI != "" {
+		jcfg.TrackingURI = *trackingURI
+	}
+	if *executor == "ray" {
+		py := *rayPython
+		if py == "" {
+			py = absPath(pythonPath())
+		}
+		ex, err := ray.New(ray.Config{Address: *rayAddress, Python: py, StopGrace: *stopGrace, LostAfter: *rayLostAfter, Log: log})
+		if err != nil {
+			fmt.Fprintf(stderr, "fw dashboard: %v\n", err)
+			return 2
+		}
+		jcfg.Executor = ex
+	}
+	jm := startJobs(ctx, pst, srv, jcfg, *recipesFile, log) // pst: job status changes reach the live stream too
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	spoolCtx, stopSpool := context.WithCancel(context.Background())
@@ -258,8 +306,27 @@ func startJobs(ctx context.Context, st store.Store, srv *api.Server, cfg jobs.Co
 		return nil
 	}
 	jm := jobs.New(st, recipes, cfg, log)
+	// Jobs of an executor that outlives the dashboard (Ray) that were still
+	// queued or running when it stopped are followed again.
+	if ids, err := jm.AdoptAll(ctx); err != nil {
+		log.Warn("re-attaching training jobs", "err", err)
+	} else if len(ids) > 0 {
+		log.Info("re-attached training jobs", "runs", len(ids))
+	}
 	srv.SetJobs(jm)
 	return jm
+}
+
+// absPath is p made absolute when it names a file by a path ("python3",
+// found on PATH, stays as it is).
+func absPath(p string) string {
+	if !strings.ContainsRune(p, filepath.Separator) {
+		return p
+	}
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 // startRegistry opens the model registry and its deployments and enables

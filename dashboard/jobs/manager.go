@@ -1,8 +1,12 @@
-// Package jobs starts registered training recipes as child processes of the
-// dashboard: one process group per job, its run created in the store before
-// the process starts (status queued), its stdout and stderr captured into
-// the run's logs, a limit on concurrent jobs with a FIFO queue, and stop as
-// SIGTERM to the group then SIGKILL after a grace period.
+// Package jobs starts registered training recipes on an executor: child
+// processes of the dashboard (Local, the default) or jobs on a Ray cluster
+// (dashboard/jobs/ray). The Manager owns the lifecycle whatever the
+// executor: the run is created in the store before the job starts (status
+// queued), the job's output is captured into the run's logs, local jobs
+// wait in a FIFO queue beyond a limit, a stop is passed to the executor,
+// and the run ends with the job's result unless the SDK in it already ended
+// it. Jobs of an executor that can re-attach (Ray) are adopted again by
+// their ID after a dashboard restart (Adopt, AdoptAll).
 package jobs
 
 import (
@@ -13,11 +17,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/fault"
@@ -48,15 +50,17 @@ func conflict(format string, a ...any) error {
 
 // Config configures a Manager.
 type Config struct {
-	Python        string // interpreter with the fw package
-	TrackingURI   string // this dashboard's URL (FW_TRACKING_URI of the jobs)
+	Python        string // interpreter with the fw package (the Local executor's, when Executor is nil)
+	TrackingURI   string // this dashboard's URL as the jobs reach it (their FW_TRACKING_URI)
 	ExperimentDir string
 	CheckpointDir string
 	Token         string
-	MaxJobs       int           // concurrent jobs (at least 1); the rest wait queued
+	MaxJobs       int           // concurrent local jobs (at least 1); the rest wait queued
 	StopGrace     time.Duration // SIGTERM -> SIGKILL
-	Host          string        // recorded as the runs' source.host
-	WorkDir       string        // the jobs' working directory ("" = the dashboard's)
+	Host          string        // recorded as the runs' source.host (local jobs)
+	WorkDir       string        // the local jobs' working directory ("" = the dashboard's)
+	// Executor runs the jobs; nil is Local with Python, WorkDir and StopGrace.
+	Executor Executor
 }
 
 // StartRequest is the body of POST /api/training/start.
@@ -82,6 +86,8 @@ type Info struct {
 	Experiment string         `json:"experiment"`
 	Params     map[string]any `json:"params"`
 	State      string         `json:"state"`
+	Executor   string         `json:"executor"`              // "local" or "ray"
+	ExecutorID string         `json:"executor_id,omitempty"` // the job on a re-attachable executor (Ray's submission ID)
 	PID        int            `json:"pid,omitempty"`
 	ExitCode   *int           `json:"exit_code,omitempty"`
 	Queued     time.Time      `json:"queued"`
@@ -92,22 +98,22 @@ type Info struct {
 
 type job struct {
 	Info
-	module   string
-	args     []string
-	writer   string
-	seq      int64
-	cmd      *exec.Cmd
-	stopReq  bool
-	tail     []string // last log lines, for a failure message
-	done     chan struct{}
-	logMu    sync.Mutex // held while an event of the job is numbered and applied (apply)
-	killTime *time.Timer
+	spec       Spec
+	writer     string
+	seq        int64
+	proc       Process // nil while the job waits in the Manager's queue
+	stopReq    bool
+	stopFailed bool     // the last Stop did not reach the executor: a new stop retries
+	tail       []string // last log lines, for a failure message
+	done       chan struct{}
+	logMu      sync.Mutex // held while an event of the job is numbered and applied (apply)
 }
 
 // Manager runs training jobs.
 type Manager struct {
 	st      store.Store
 	cfg     Config
+	exec    Executor
 	log     *slog.Logger
 	recipes map[string]Recipe
 	order   []string
@@ -129,7 +135,11 @@ func New(st store.Store, recipes []Recipe, cfg Config, log *slog.Logger) *Manage
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 10 * time.Second
 	}
-	m := &Manager{st: st, cfg: cfg, log: log, recipes: map[string]Recipe{}, jobs: map[string]*job{}}
+	ex := cfg.Executor
+	if ex == nil {
+		ex = &Local{Python: cfg.Python, WorkDir: cfg.WorkDir, StopGrace: cfg.StopGrace, Log: log}
+	}
+	m := &Manager{st: st, cfg: cfg, exec: ex, log: log, recipes: map[string]Recipe{}, jobs: map[string]*job{}}
 	for _, r := range recipes {
 		m.recipes[r.Name] = r
 		m.order = append(m.order, r.Name)
@@ -280,22 +290,37 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (Info, error) {
 	if ckptPath != "" {
 		args = append(args, "--resume-from", ckptPath)
 	}
+	suffix := store.NewID()[8:] // 8 random characters
 	j := &job{
 		Info: Info{RunID: id, Recipe: r.Name, Experiment: req.Experiment, Params: params, State: StateQueued,
-			Queued: time.Now().UTC(), ResumeFrom: ckptPath},
-		module: r.Module, args: args, writer: "job-" + store.NewID()[8:], done: make(chan struct{}),
+			Executor: m.exec.Name(), Queued: time.Now().UTC(), ResumeFrom: ckptPath},
+		writer: "job-" + suffix, done: make(chan struct{}),
+	}
+	j.spec = Spec{RunID: id, Recipe: r, ID: "fw-" + id + "-" + suffix, Args: args, Env: m.jobEnv(id), Params: params}
+	if v, ok := m.exec.(Validator); ok {
+		if err := v.Validate(j.spec); err != nil {
+			return Info{}, invalid(fmt.Sprintf("recipe %s on the %s executor: %v", r.Name, m.exec.Name(), err), err.Error())
+		}
 	}
 	src := &store.Source{Recipe: r.Name, Command: "python " + strings.Join(args[:2], " "), Args: args[2:],
 		Host: m.cfg.Host, PID: os.Getpid()}
+	var tags map[string]string
+	if m.exec.Attachable() {
+		// The process runs elsewhere: no host and pid for Reconcile's
+		// process check; the tags let a dashboard re-attach to it (Adopt).
+		src.Host, src.PID = "", 0
+		tags = map[string]string{TagExecutor: m.exec.Name(), TagExecutorJob: j.spec.ID, TagExecutorAddress: m.exec.Address()}
+		j.ExecutorID = j.spec.ID
+	}
 	ev := store.Event{Type: store.EventRunStart, Experiment: req.Experiment, Name: req.Name, Status: store.StatusQueued,
-		Params: params, Source: src}
+		Params: params, Source: src, Tags: tags}
 	switch {
 	case resume:
 		ev = store.Event{Type: store.EventRunResume, Status: store.StatusQueued, Path: ref.Checkpoint, Source: src,
-			Tags: map[string]string{"fw.job": "resume", "fw.resumed_from": ref.Checkpoint}}
+			Tags: merge(tags, map[string]string{"fw.job": "resume", "fw.resumed_from": ref.Checkpoint})}
 	case ref != nil:
 		ev.ParentRunID, ev.ParentCheckpoint = ref.RunID, ref.Checkpoint
-		ev.Tags = map[string]string{"fw.job": "fork"}
+		ev.Tags = merge(tags, map[string]string{"fw.job": "fork"})
 	}
 	m.mu.Lock()
 	if m.closed {
@@ -349,6 +374,18 @@ func (m *Manager) resumable(r store.Run, req StartRequest) error {
 	return nil
 }
 
+// jobEnv is the environment a job gets from the dashboard, on any executor.
+func (m *Manager) jobEnv(runID string) []string {
+	return []string{
+		"FW_TRACKING_URI=" + m.cfg.TrackingURI,
+		"FW_EXPERIMENT_DIR=" + m.cfg.ExperimentDir,
+		"FW_CHECKPOINT_DIR=" + m.cfg.CheckpointDir,
+		"FW_DASHBOARD_TOKEN=" + m.cfg.Token,
+		"FW_JOB_RUN_ID=" + runID,
+		"PYTHONUNBUFFERED=1",
+	}
+}
+
 // exited reports whether the job's process is gone and its run ended (its
 // done channel closed).
 func (j *job) exited() bool {
@@ -370,9 +407,16 @@ func (m *Manager) apply(ctx context.Context, j *job, ev store.Event) error {
 	defer j.logMu.Unlock()
 	j.seq++
 	ev.RunID, ev.Writer, ev.Seq = j.RunID, j.writer, j.seq
+	_, err := m.applyAs(ctx, ev)
+	return err
+}
+
+// applyAs applies one event as it is (run, writer and seq set) and returns
+// the writer's mark after it (its highest seq applied).
+func (m *Manager) applyAs(ctx context.Context, ev store.Event) (int64, error) {
 	res, err := m.st.Apply(ctx, []store.Event{ev})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if len(res.Errors) > 0 {
 		e := res.Errors[0]
@@ -380,108 +424,130 @@ func (m *Manager) apply(ctx context.Context, j *job, ev store.Event) error {
 		if e.Code == store.CodeNotFound || e.Code == store.CodeUnknownRun {
 			kind, code = fault.NotFound, store.CodeNotFound
 		}
-		return &Error{Kind: kind, Code: code, Msg: fmt.Sprintf("the store refused the %s event: %s: %s", ev.Type, e.Code, e.Msg), Err: &e}
+		return 0, &Error{Kind: kind, Code: code, Msg: fmt.Sprintf("the store refused the %s event: %s: %s", ev.Type, e.Code, e.Msg), Err: &e}
 	}
-	return nil
+	for _, a := range res.Acked {
+		if a.RunID == ev.RunID && a.Writer == ev.Writer {
+			return a.Seq, nil
+		}
+	}
+	return 0, nil
 }
 
-// schedule starts queued jobs while slots are free (m.mu held).
+// schedule starts queued jobs while slots are free (m.mu held): all of
+// them when the executor queues jobs itself, else up to MaxJobs at once.
 func (m *Manager) schedule() {
-	for m.running < m.cfg.MaxJobs && len(m.queue) > 0 && !m.closed {
+	for len(m.queue) > 0 && !m.closed && (m.exec.Queues() || m.running < m.cfg.MaxJobs) {
 		j := m.queue[0]
 		m.queue = m.queue[1:]
 		m.running++
-		if err := m.launch(j); err != nil {
+		p, err := m.exec.Start(j.spec)
+		if err != nil {
 			m.running--
-			m.log.Error("training job did not start", "run_id", j.RunID, "err", err)
+			m.log.Error("training job did not start", "run_id", j.RunID, "executor", m.exec.Name(), "err", err)
 			now := time.Now().UTC()
 			j.State, j.Ended = StateExited, &now
 			code := -1
 			j.ExitCode = &code
 			close(j.done)
 			go m.endRun(j, store.StatusFailed, "the training process did not start: "+err.Error(), nil)
+			continue
 		}
+		m.attach(j, p)
 	}
 }
 
-// launch starts the process of j (m.mu held).
-func (m *Manager) launch(j *job) error {
-	cmd := exec.Command(m.cfg.Python, j.args...)
-	cmd.Dir = m.cfg.WorkDir
-	cmd.Env = append(os.Environ(),
-		"FW_TRACKING_URI="+m.cfg.TrackingURI,
-		"FW_EXPERIMENT_DIR="+m.cfg.ExperimentDir,
-		"FW_CHECKPOINT_DIR="+m.cfg.CheckpointDir,
-		"FW_DASHBOARD_TOKEN="+m.cfg.Token,
-		"FW_JOB_RUN_ID="+j.RunID,
-		"PYTHONUNBUFFERED=1",
-	)
-	cmd.Stdin = nil
-	setProcAttrs(cmd)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
+// attach makes p the process of j and supervises it (m.mu held; m.running
+// already counts it).
+func (m *Manager) attach(j *job, p Process) {
+	j.proc, j.PID = p, p.PID()
+	select {
+	case <-p.Started():
+		m.setRunning(j)
+	default:
 	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	now := time.Now().UTC()
-	j.cmd, j.PID, j.State, j.Started = cmd, cmd.Process.Pid, StateRunning, &now
-	m.log.Info("training job started", "run_id", j.RunID, "recipe", j.Recipe, "pid", j.PID)
+	m.log.Info("training job started", "run_id", j.RunID, "recipe", j.Recipe, "executor", m.exec.Name(), "id", p.ID())
 	m.wg.Add(1)
-	go m.supervise(j, stdout, stderr)
-	return nil
+	go m.supervise(j, p)
 }
 
-// supervise captures the output of j, waits for it and ends its run.
-func (m *Manager) supervise(j *job, stdout, stderr io.Reader) {
+// setRunning moves a queued job to running (m.mu held).
+func (m *Manager) setRunning(j *job) {
+	if j.State == StateQueued {
+		now := time.Now().UTC()
+		j.State, j.Started = StateRunning, &now
+	}
+}
+
+// supervise captures the output of j, marks its run running when the
+// process runs, waits for it and ends its run.
+func (m *Manager) supervise(j *job, p Process) {
 	defer m.wg.Done()
 	ctx := context.Background()
-	if err := m.apply(ctx, j, store.Event{Type: store.EventStatus, Status: store.StatusRunning}); err != nil {
-		m.log.Warn("marking the job's run running", "run_id", j.RunID, "err", err)
-	}
-	var cap sync.WaitGroup
-	cap.Add(2)
-	go func() { defer cap.Done(); m.capture(j, "stdout", stdout) }()
-	go func() { defer cap.Done(); m.capture(j, "stderr", stderr) }()
-	cap.Wait()
-	err := j.cmd.Wait()
-	code := 0
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				code = 128 + int(ws.Signal())
-			}
-		} else {
-			code = -1
+	markRunning := func() {
+		if err := m.apply(ctx, j, store.Event{Type: store.EventStatus, Status: store.StatusRunning}); err != nil {
+			m.log.Warn("marking the job's run running", "run_id", j.RunID, "err", err)
 		}
 	}
+	var bg sync.WaitGroup
+	select {
+	case <-p.Started(): // a local process: running before any output
+		markRunning()
+	default:
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			select {
+			case <-p.Started():
+				m.mu.Lock()
+				m.setRunning(j)
+				m.mu.Unlock()
+				markRunning()
+			case <-p.Done():
+			}
+		}()
+	}
+	for _, o := range p.Output() {
+		bg.Add(1)
+		go func() { defer bg.Done(); m.capture(j, o) }()
+	}
+	bg.Wait()
+	<-p.Done()
+	res := p.Result()
 	m.mu.Lock()
 	now := time.Now().UTC()
-	if j.killTime != nil {
-		j.killTime.Stop()
-	}
-	j.State, j.Ended, j.ExitCode = StateExited, &now, &code
+	j.State, j.Ended, j.ExitCode = StateExited, &now, res.ExitCode
 	stopReq := j.stopReq
 	tail := strings.Join(j.tail, "\n")
 	m.running--
 	m.schedule()
 	m.mu.Unlock()
-	m.log.Info("training job ended", "run_id", j.RunID, "exit_code", code)
-	if stopReq {
-		m.endRun(j, store.StatusStopped, "stopped from the dashboard", &code)
-	} else {
-		msg := fmt.Sprintf("the training process exited with code %d", code)
+	code := res.ExitCode
+	note := func(msg string) string {
+		if res.Note == "" {
+			return msg
+		}
+		if msg == "" {
+			return res.Note
+		}
+		return msg + "; " + res.Note
+	}
+	switch {
+	case res.Detached:
+		m.log.Info("training job detached: it keeps running and is re-attached on the next start", "run_id", j.RunID, "executor", m.exec.Name(), "id", p.ID())
+	case stopReq:
+		m.log.Info("training job ended", "run_id", j.RunID, "stopped", true)
+		m.endRun(j, store.StatusStopped, note("stopped from the dashboard"), code)
+	case res.Status == store.StatusFinished || res.Status == store.StatusStopped:
+		m.log.Info("training job ended", "run_id", j.RunID, "status", res.Status)
+		m.endRun(j, res.Status, note(res.Error), code)
+	default:
+		m.log.Info("training job ended", "run_id", j.RunID, "status", store.StatusFailed, "err", res.Error)
+		msg := note(res.Error)
 		if tail != "" {
 			msg += "; last output:\n" + tail
 		}
-		m.endRun(j, store.StatusFailed, msg, &code)
+		m.endRun(j, store.StatusFailed, msg, code)
 	}
 	close(j.done)
 }
@@ -500,24 +566,48 @@ func (m *Manager) endRun(j *job, status store.Status, msg string, code *int) {
 const tailLines = 20
 
 // capture applies the lines of one output stream as log events (see
-// readLines for how long lines and carriage-return redraws are kept).
-func (m *Manager) capture(j *job, stream string, r io.Reader) {
+// readLines for how long lines and carriage-return redraws are kept). A
+// replayable stream (o.Writer set) is numbered: its line n goes with seq
+// n+1 of o.Writer, after a tag event with seq 1 whose answer tells how far
+// an earlier owner of the job got; those lines are skipped.
+func (m *Manager) capture(j *job, o Output) {
+	ctx := context.Background()
 	lines := make(chan string, 256)
 	go func() {
 		defer close(lines)
 		// Lines fit the store's bound with their marker, redraws keep their
-		// last state, and the pipe is read to its end whatever it holds.
-		if err := readLines(r, store.MaxLogLine, func(l string) { lines <- l }); err != nil {
-			m.log.Warn("reading job output", "run_id", j.RunID, "stream", stream, "err", err)
-			_, _ = io.Copy(io.Discard, r)
+		// last state, and the stream is read to its end whatever it holds.
+		if err := readLines(o.R, store.MaxLogLine, func(l string) { lines <- l }); err != nil {
+			m.log.Warn("reading job output", "run_id", j.RunID, "stream", o.Stream, "err", err)
+			_, _ = io.Copy(io.Discard, o.R)
+		}
+		if c, ok := o.R.(io.Closer); ok {
+			c.Close()
 		}
 	}()
+	var n, skip int64 // lines read; lines an earlier owner applied
+	if o.Writer != "" {
+		mark, err := m.applyAs(ctx, store.Event{Type: store.EventTag, RunID: j.RunID, Writer: o.Writer, Seq: 1,
+			Tags: map[string]string{"fw.logs": o.Writer}})
+		if err != nil {
+			m.log.Warn("reading how far the job's logs were captured: they may be captured twice", "run_id", j.RunID, "writer", o.Writer, "err", err)
+		}
+		skip = max(0, mark-1)
+	}
 	var batch []string
 	flush := func() {
 		if len(batch) == 0 {
 			return
 		}
-		if err := m.apply(context.Background(), j, store.Event{Type: store.EventLog, Stream: stream, Lines: batch}); err != nil {
+		ev := store.Event{Type: store.EventLog, Stream: o.Stream, Lines: batch}
+		var err error
+		if o.Writer != "" {
+			ev.RunID, ev.Writer, ev.Seq = j.RunID, o.Writer, n+1
+			_, err = m.applyAs(ctx, ev)
+		} else {
+			err = m.apply(ctx, j, ev)
+		}
+		if err != nil {
 			m.log.Warn("capturing job output", "run_id", j.RunID, "err", err)
 		}
 		batch = nil
@@ -531,13 +621,17 @@ func (m *Manager) capture(j *job, stream string, r io.Reader) {
 				flush()
 				return
 			}
-			batch = append(batch, l)
+			n++
 			m.mu.Lock()
 			j.tail = append(j.tail, l)
 			if len(j.tail) > tailLines {
 				j.tail = j.tail[len(j.tail)-tailLines:]
 			}
 			m.mu.Unlock()
+			if n <= skip {
+				continue
+			}
+			batch = append(batch, l)
 			if len(batch) >= 500 {
 				flush()
 			}
@@ -547,8 +641,11 @@ func (m *Manager) capture(j *job, stream string, r io.Reader) {
 	}
 }
 
-// Stop stops a job: a queued one ends as stopped at once; a running one gets
-// SIGTERM (its process group), then SIGKILL after the grace period.
+// Stop stops a job: one still waiting in the Manager's queue ends as
+// stopped at once; one on its executor is asked to stop (locally SIGTERM
+// to its process group, then SIGKILL after the grace period; on Ray its
+// stop API) and its run ends stopped when it has. A stop that did not reach
+// the executor is an Unavailable error; sending it again retries.
 func (m *Manager) Stop(ctx context.Context, runID string) (Info, error) {
 	m.mu.Lock()
 	j, ok := m.jobs[runID]
@@ -556,8 +653,7 @@ func (m *Manager) Stop(ctx context.Context, runID string) (Info, error) {
 		m.mu.Unlock()
 		return Info{}, notFound("no training job %s started by this dashboard; GET /api/training lists them", runID)
 	}
-	switch j.State {
-	case StateQueued:
+	if j.proc == nil && j.State == StateQueued {
 		for i, q := range m.queue {
 			if q == j {
 				m.queue = append(m.queue[:i:i], m.queue[i+1:]...)
@@ -570,19 +666,24 @@ func (m *Manager) Stop(ctx context.Context, runID string) (Info, error) {
 		m.mu.Unlock()
 		m.endRun(j, store.StatusStopped, "stopped from the dashboard before it started", nil)
 		return info, nil
-	case StateRunning:
-		j.State, j.stopReq = StateStopping, true
-		pid := j.PID
-		if err := signalGroup(pid, syscall.SIGTERM); err != nil {
-			m.log.Warn("SIGTERM to the job", "run_id", runID, "err", err)
-		}
-		j.killTime = time.AfterFunc(m.cfg.StopGrace, func() {
-			m.log.Warn("training job still running after the grace period: SIGKILL", "run_id", runID, "grace", m.cfg.StopGrace)
-			_ = signalGroup(pid, syscall.SIGKILL)
-		})
 	}
+	if j.State == StateExited || (j.State == StateStopping && !j.stopFailed) {
+		info := j.Info
+		m.mu.Unlock()
+		return info, nil
+	}
+	j.State, j.stopReq = StateStopping, true
+	p := j.proc
+	m.mu.Unlock()
+	err := p.Stop(ctx)
+	m.mu.Lock()
+	j.stopFailed = err != nil
 	info := j.Info
 	m.mu.Unlock()
+	if err != nil {
+		m.log.Warn("stopping a training job", "run_id", runID, "executor", m.exec.Name(), "err", err)
+		return info, fault.Newf(fault.Unavailable, "unavailable", "the stop request did not reach the %s executor: %v; POST /api/training/%s/stop again", m.exec.Name(), err, runID)
+	}
 	return info, nil
 }
 
@@ -602,27 +703,38 @@ func (m *Manager) Wait(ctx context.Context, runID string) error {
 	}
 }
 
-// Shutdown stops every job (queued ones end as stopped, running ones get
-// SIGTERM then SIGKILL after the grace period) and waits for them, at most
-// until ctx is done. Call it before the HTTP server stops, so the jobs can
-// still send their last events.
+// Shutdown ends the Manager's part in every job: queued ones end as
+// stopped; running ones are stopped (SIGTERM, then SIGKILL after the grace
+// period) or, on an executor that can re-attach (Ray), left running and
+// detached, for the next start to adopt. It waits for them, at most until
+// ctx is done, then closes the executor. Call it before the HTTP server
+// stops, so the jobs can still send their last events.
 func (m *Manager) Shutdown(ctx context.Context) {
 	m.mu.Lock()
 	m.closed = true
-	var ids []string
+	var stop []string
+	var detach []Process
 	for _, j := range m.list {
-		if j.State == StateQueued || j.State == StateRunning {
-			ids = append(ids, j.RunID)
+		switch {
+		case j.State == StateExited:
+		case j.proc != nil && m.exec.Attachable():
+			detach = append(detach, j.proc)
+		default:
+			stop = append(stop, j.RunID)
 		}
 	}
 	m.mu.Unlock()
-	for _, id := range ids {
+	for _, id := range stop {
 		_, _ = m.Stop(ctx, id)
+	}
+	for _, p := range detach {
+		p.Detach()
 	}
 	done := make(chan struct{})
 	go func() { m.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		m.exec.Close()
 	case <-ctx.Done():
 	}
 }

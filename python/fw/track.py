@@ -206,7 +206,7 @@ class Run:
         run_id: str | None = None,
         uri: str | None = None,
         token: str | None = None,
-        capture_output: bool = True,
+        capture_output: bool | None = None,
         handle_sigterm: bool = True,
         flush_timeout: float = 30.0,
         system_interval: float | None = None,
@@ -230,6 +230,10 @@ class Run:
         self.sent = 0  # events acknowledged over HTTP
         self._params = dict(params or {})
         self._tags = dict(tags or {})
+        if capture_output is None:
+            # The dashboard started this process for this run (FW_JOB_RUN_ID) and captures its
+            # output itself, from the pipes or from Ray's job log: a tee would log each line twice.
+            capture_output = not (run_id is not None and os.environ.get("FW_JOB_RUN_ID") == run_id)
         self._capture = capture_output
         self._handle_sigterm = handle_sigterm
         self._flush_timeout = flush_timeout
@@ -683,7 +687,8 @@ def run(
 
     Options: ``run_id`` (client-chosen, default :func:`new_id`), ``uri`` (default ``FW_TRACKING_URI``),
     ``token`` (default ``FW_DASHBOARD_TOKEN``), ``capture_output`` (tee stdout/stderr into the run's
-    logs, default True), ``handle_sigterm`` (default True; main thread only), ``flush_timeout`` (s),
+    logs; default True, except in a training job the dashboard started for this very run, whose output
+    it captures itself: ``FW_JOB_RUN_ID`` equal to ``run_id``), ``handle_sigterm`` (default True; main thread only), ``flush_timeout`` (s),
     ``resume`` (with ``run_id`` of a finished, failed or stopped run: reopen that run and continue it;
     its params, metrics, logs and checkpoints are kept). Every Run writes with its own writer ID, so
     any number of processes may write to one run one after another without their events colliding.

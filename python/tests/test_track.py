@@ -366,3 +366,17 @@ def test_real_child_keeps_output_after_a_long_line_and_a_progress_bar(dashboard)
     assert out[1].startswith("xxxx") and out[1].endswith(" bytes]") and len(out[1].encode()) <= MAX_LOG_LINE
     assert out[2:] == [f"after {i}" for i in range(5)]
     assert err == ["100%|##########| 200/200"]
+
+
+def test_no_tee_in_the_dashboards_own_job(monkeypatch):
+    """A process the dashboard started for run R (FW_JOB_RUN_ID=R) has its output captured by the
+    dashboard (pipes, or Ray's job log): fw.track.run(run_id=R) does not tee it a second time unless
+    told to; any other run still tees."""
+    rid = fw.track.new_id()
+    monkeypatch.setenv("FW_JOB_RUN_ID", rid)
+    assert fw.track.Run("e", run_id=rid)._capture is False
+    assert fw.track.Run("e", run_id=rid, capture_output=True)._capture is True
+    assert fw.track.Run("e", run_id=fw.track.new_id())._capture is True
+    assert fw.track.Run("e")._capture is True
+    monkeypatch.delenv("FW_JOB_RUN_ID")
+    assert fw.track.Run("e", run_id=rid)._capture is True
