@@ -46,7 +46,11 @@ func (s *Server) deploymentProxy(ctx *fasthttp.RequestCtx, r *registry.Service, 
 	}
 	// The record only: probing every deployment's health on each prediction
 	// would put HTTP calls on the request path.
-	dep, ok := r.Record(id)
+	dep, ok, err := r.Record(s.base, id)
+	if err != nil {
+		writeError(ctx, fromError(s.log, err))
+		return
+	}
 	if !ok {
 		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no deployment %s; GET /api/deployments lists them", id)))
 		return

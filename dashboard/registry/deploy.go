@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/fault"
+	"github.com/fw-serve/fw/dashboard/store"
 )
 
 // Deployment states.
@@ -71,119 +71,142 @@ type sample struct {
 	total float64
 }
 
+// deployer holds what only this process knows about deployments: the
+// children it started (to wait for them) and the last request counters it
+// sampled. The deployment records themselves are in the store.
 type deployer struct {
 	mu   sync.Mutex
-	deps map[string]*Deployment
 	done map[string]chan struct{} // children started by this process: closed on exit
 	prev map[string]sample
-	n    int
-}
-
-func (s *Service) deployFile() string { return filepath.Join(s.cfg.ExperimentDir, "deployments.json") }
-
-// endedFile keeps the last maxEndedDeployments undeployed deployments, for
-// the activity feed.
-func (s *Service) endedFile() string {
-	return filepath.Join(s.cfg.ExperimentDir, "deployments-ended.json")
 }
 
 const maxEndedDeployments = 200
 
-// EndedDeployments lists the deployments stopped through StopDeployment,
-// newest first (the last 200, kept across restarts).
-func (s *Service) EndedDeployments() []Deployment {
-	s.dep.mu.Lock()
-	defer s.dep.mu.Unlock()
-	list, _ := s.readEndedLocked()
-	return list
+func decodeDeployment(rec store.Record) (*Deployment, error) {
+	var d Deployment
+	if err := json.Unmarshal(rec.Body, &d); err != nil {
+		return nil, fmt.Errorf("reading deployment %q from the store: %w", rec.Key, err)
+	}
+	return &d, nil
 }
 
-func (s *Service) readEndedLocked() ([]Deployment, error) {
-	b, err := os.ReadFile(s.endedFile())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+func (s *Service) listDeployments(ctx context.Context, kind string) ([]*Deployment, error) {
+	recs, err := s.st.ListRecords(ctx, kind)
 	if err != nil {
 		return nil, err
 	}
-	var list []Deployment
-	if err := json.Unmarshal(b, &list); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", s.endedFile(), err)
+	out := make([]*Deployment, 0, len(recs))
+	for _, rec := range recs {
+		d, err := decodeDeployment(rec)
+		if err != nil {
+			return nil, err
+		}
+		d.Healthy, d.RequestRate = false, nil
+		out = append(out, d)
 	}
-	return list, nil
+	return out, nil
 }
 
-// recordEndedLocked puts c first in the ended list (s.dep.mu held).
-func (s *Service) recordEndedLocked(c Deployment) error {
-	list, err := s.readEndedLocked()
-	if err != nil && s.log != nil {
-		s.log.Warn("ended deployments: starting a new list", "err", err)
+// EndedDeployments lists the deployments stopped through StopDeployment,
+// newest first (the last 200).
+func (s *Service) EndedDeployments(ctx context.Context) ([]Deployment, error) {
+	list, err := s.listDeployments(ctx, kindEndedDeployment)
+	if err != nil {
+		return nil, err
 	}
-	list = append([]Deployment{c}, list...)
-	if len(list) > maxEndedDeployments {
-		list = list[:maxEndedDeployments]
+	sortEnded(list)
+	out := make([]Deployment, len(list))
+	for i, d := range list {
+		out[i] = *d
 	}
-	b, err := json.MarshalIndent(list, "", "  ")
+	return out, nil
+}
+
+func sortEnded(list []*Deployment) {
+	stopped := func(d *Deployment) time.Time {
+		if d.Stopped != nil {
+			return *d.Stopped
+		}
+		return d.Started
+	}
+	sort.SliceStable(list, func(i, j int) bool { return stopped(list[i]).After(stopped(list[j])) })
+}
+
+// recordEnded keeps c in the ended list, dropping the oldest beyond
+// maxEndedDeployments.
+func (s *Service) recordEnded(ctx context.Context, c Deployment) error {
+	if err := s.putDeployment(ctx, kindEndedDeployment, &c); err != nil {
+		return err
+	}
+	list, err := s.listDeployments(ctx, kindEndedDeployment)
 	if err != nil {
 		return err
 	}
-	return writeAtomic(s.endedFile(), b)
+	sortEnded(list)
+	for _, d := range list[min(len(list), maxEndedDeployments):] {
+		if _, err := s.st.DeleteRecord(ctx, kindEndedDeployment, d.ID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// loadDeployments reads deployments.json and re-adopts those whose process
-// is alive and whose /health answers; the others are marked gone.
-func (s *Service) loadDeployments() error {
+func (s *Service) putDeployment(ctx context.Context, kind string, d *Deployment) error {
+	c := *d
+	c.Healthy, c.RequestRate = false, nil
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	_, err = s.st.UpdateRecord(ctx, kind, d.ID, func(*store.Record) (json.RawMessage, error) { return b, nil })
+	return err
+}
+
+// setDeploymentState changes the state of a recorded deployment (no-op when
+// it is gone or already in that state).
+func (s *Service) setDeploymentState(ctx context.Context, id, state string) error {
+	_, err := s.st.UpdateRecord(ctx, kindDeployment, id, func(cur *store.Record) (json.RawMessage, error) {
+		if cur == nil {
+			return nil, store.ErrKeep
+		}
+		d, err := decodeDeployment(*cur)
+		if err != nil || d.State == state {
+			return nil, store.ErrKeep
+		}
+		d.State = state
+		return json.Marshal(d)
+	})
+	return err
+}
+
+// loadDeployments checks the recorded deployments on start: those whose
+// process is alive and whose /health answers are re-adopted, the others
+// are marked gone.
+func (s *Service) loadDeployments(ctx context.Context) error {
 	d := &s.dep
-	d.deps, d.done, d.prev = map[string]*Deployment{}, map[string]chan struct{}{}, map[string]sample{}
-	b, err := os.ReadFile(s.deployFile())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
+	d.done, d.prev = map[string]chan struct{}{}, map[string]sample{}
+	list, err := s.listDeployments(ctx, kindDeployment)
 	if err != nil {
 		return err
-	}
-	var list []*Deployment
-	if err := json.Unmarshal(b, &list); err != nil {
-		return fmt.Errorf("reading %s: %w", s.deployFile(), err)
 	}
 	for _, x := range list {
-		if x.State == DeployRunning {
-			if alive(x.PID) && probe(x.URL+"/health") {
-				if s.log != nil {
-					s.log.Info("deployment re-adopted", "id", x.ID, "model", x.Model, "version", x.Version, "url", x.URL, "pid", x.PID)
-				}
-			} else {
-				x.State = DeployGone
-				if s.log != nil {
-					s.log.Warn("deployment gone", "id", x.ID, "pid", x.PID, "url", x.URL)
-				}
-			}
+		if x.State != DeployRunning {
+			continue
 		}
-		d.deps[x.ID] = x
+		if alive(x.PID) && probe(x.URL+"/health") {
+			if s.log != nil {
+				s.log.Info("deployment re-adopted", "id", x.ID, "model", x.Model, "version", x.Version, "url", x.URL, "pid", x.PID)
+			}
+			continue
+		}
+		if s.log != nil {
+			s.log.Warn("deployment gone", "id", x.ID, "pid", x.PID, "url", x.URL)
+		}
+		if err := s.setDeploymentState(ctx, x.ID, DeployGone); err != nil {
+			return err
+		}
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return s.saveDeploymentsLocked()
-}
-
-func (s *Service) saveDeploymentsLocked() error {
-	list := s.sortedLocked()
-	b, err := json.MarshalIndent(list, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeAtomic(s.deployFile(), b)
-}
-
-func (s *Service) sortedLocked() []*Deployment {
-	list := make([]*Deployment, 0, len(s.dep.deps))
-	for _, x := range s.dep.deps {
-		c := *x
-		c.Healthy, c.RequestRate = false, nil
-		list = append(list, &c)
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].Started.Before(list[j].Started) })
-	return list
+	return nil
 }
 
 var httpc = &http.Client{Timeout: 2 * time.Second}
@@ -231,10 +254,10 @@ func requestsTotal(url string) (float64, bool) {
 	return total, found
 }
 
-func (s *Service) resolveDeployVersion(name string, raw json.RawMessage) (*Version, error) {
+func (s *Service) resolveDeployVersion(ctx context.Context, name string, raw json.RawMessage) (*Version, error) {
 	ref := strings.TrimSpace(string(raw))
 	if ref == "" || ref == "null" {
-		m, err := s.Reg.Get(name)
+		m, err := s.Reg.Get(ctx, name)
 		if err != nil {
 			return nil, err
 		}
@@ -253,7 +276,7 @@ func (s *Service) resolveDeployVersion(name string, raw json.RawMessage) (*Versi
 		}
 		str = strconv.Itoa(n)
 	}
-	return s.Reg.Resolve(name, str)
+	return s.Reg.Resolve(ctx, name, str)
 }
 
 // pickPort checks that port is free on 127.0.0.1, or with port 0 picks a
@@ -271,7 +294,7 @@ func pickPort(port int) (int, error) {
 // free one) with a version's file and waits until its /health/ready
 // answers.
 func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*Deployment, error) {
-	v, err := s.resolveDeployVersion(name, req.Version)
+	v, err := s.resolveDeployVersion(ctx, name, req.Version)
 	if err != nil {
 		return nil, err
 	}
@@ -293,22 +316,21 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	if req.MaxBatchSize < 0 || (req.MaxDelayMS != nil && *req.MaxDelayMS < 0) {
 		return nil, invalid("max_batch_size and max_delay_ms must not be negative")
 	}
-	d := &s.dep
-	d.mu.Lock()
-	for _, x := range d.deps {
+	current, err := s.listDeployments(ctx, kindDeployment)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range current {
 		if x.State != DeployRunning {
 			continue
 		}
 		for _, p := range []int{req.Port, req.GRPCPort} {
 			if p != 0 && (x.Port == p || x.GRPCPort == p) {
-				d.mu.Unlock()
 				return nil, conflict("port %d is already used by deployment %s (%s version %d); choose another port or DELETE /api/deployments/%s", p, x.ID, x.Model, x.Version, x.ID)
 			}
 		}
 	}
-	d.n++
-	id := fmt.Sprintf("dep-%d-%d", time.Now().Unix(), d.n)
-	d.mu.Unlock()
+	id := "dep-" + store.NewID()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port))
 	if _, err := pickPort(req.Port); err != nil {
 		return nil, conflict("port %d on 127.0.0.1 is in use by another process; choose another port", req.Port)
@@ -371,13 +393,15 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 			return nil, fault.New(fault.Unprocessable, "deploy_failed", fmt.Sprintf("fw serve was not ready within %s: %s", s.cfg.ReadyTimeout, lastLines(readTail(logPath), 5)))
 		}
 	}
-	d.mu.Lock()
-	d.deps[id], d.done[id] = dep, done
-	err = s.saveDeploymentsLocked()
-	d.mu.Unlock()
-	if err != nil {
+	if err := s.putDeployment(ctx, kindDeployment, dep); err != nil {
+		_ = signalGroup(dep.PID, sigKill)
+		<-done
 		return nil, err
 	}
+	d := &s.dep
+	d.mu.Lock()
+	d.done[id] = done
+	d.mu.Unlock()
 	s.publish("deploy", id, map[string]any{"id": id, "state": DeployRunning, "model": name, "version": v.Version, "url": dep.URL})
 	c := *dep
 	c.Healthy = true
@@ -397,42 +421,53 @@ func readTail(path string) string {
 
 // Records lists the deployments as recorded, without probing their health
 // or sampling their request rate (Deployments does both): for callers that
-// only need who is deployed where.
-func (s *Service) Records() []*Deployment {
-	s.dep.mu.Lock()
-	defer s.dep.mu.Unlock()
-	return s.sortedLocked()
+// only need who is deployed where. Oldest first.
+func (s *Service) Records(ctx context.Context) ([]*Deployment, error) {
+	list, err := s.listDeployments(ctx, kindDeployment)
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(list, func(i, j int) bool { return list[i].Started.Before(list[j].Started) })
+	return list, nil
 }
 
-// Record returns one deployment as recorded (see Records).
-func (s *Service) Record(id string) (Deployment, bool) {
-	s.dep.mu.Lock()
-	defer s.dep.mu.Unlock()
-	x, ok := s.dep.deps[id]
-	if !ok {
-		return Deployment{}, false
+// Record returns one deployment as recorded (see Records); false when there
+// is none.
+func (s *Service) Record(ctx context.Context, id string) (Deployment, bool, error) {
+	if store.ValidateKey(id) != nil {
+		return Deployment{}, false, nil
 	}
-	c := *x
-	c.Healthy, c.RequestRate = false, nil
-	return c, true
+	rec, err := s.st.GetRecord(ctx, kindDeployment, id)
+	if store.ErrorCode(err) == store.CodeNotFound {
+		return Deployment{}, false, nil
+	}
+	if err != nil {
+		return Deployment{}, false, err
+	}
+	d, err := decodeDeployment(rec)
+	if err != nil {
+		return Deployment{}, false, err
+	}
+	d.Healthy, d.RequestRate = false, nil
+	return *d, true, nil
 }
 
 // Deployments lists the deployments with their health and request rate.
-func (s *Service) Deployments() []*Deployment {
+func (s *Service) Deployments(ctx context.Context) ([]*Deployment, error) {
 	d := &s.dep
-	list := s.Records()
+	list, err := s.Records(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for _, x := range list {
 		if x.State != DeployRunning {
 			continue
 		}
 		if !alive(x.PID) {
 			x.State = DeployGone
-			d.mu.Lock()
-			if y, ok := d.deps[x.ID]; ok {
-				y.State = DeployGone
-				_ = s.saveDeploymentsLocked()
+			if err := s.setDeploymentState(ctx, x.ID, DeployGone); err != nil && s.log != nil {
+				s.log.Warn("marking a deployment gone", "id", x.ID, "err", err)
 			}
-			d.mu.Unlock()
 			continue
 		}
 		x.Healthy = probe(x.URL + "/health/ready")
@@ -448,24 +483,23 @@ func (s *Service) Deployments() []*Deployment {
 			}
 		}
 	}
-	return list
+	return list, nil
 }
 
 // StopDeployment stops a deployment (SIGTERM to its process group, then
 // SIGKILL after the grace period) and forgets it.
 func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, error) {
-	d := &s.dep
-	d.mu.Lock()
-	x, ok := d.deps[id]
-	var done chan struct{}
-	var c Deployment
-	if ok {
-		done, c = d.done[id], *x
+	c, ok, err := s.Record(ctx, id)
+	if err != nil {
+		return nil, err
 	}
-	d.mu.Unlock()
 	if !ok {
 		return nil, notFound("no deployment %s; GET /api/deployments lists them", id)
 	}
+	d := &s.dep
+	d.mu.Lock()
+	done := d.done[id]
+	d.mu.Unlock()
 	if c.State == DeployRunning && alive(c.PID) {
 		_ = signalGroup(c.PID, sigTerm)
 		exited := func() bool {
@@ -494,24 +528,35 @@ func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, e
 	now := time.Now().UTC()
 	c.Stopped = &now
 	d.mu.Lock()
-	delete(d.deps, id)
 	delete(d.done, id)
 	delete(d.prev, id)
-	err := s.saveDeploymentsLocked()
-	if e := s.recordEndedLocked(c); e != nil && s.log != nil {
-		s.log.Warn("recording an ended deployment", "id", id, "err", e)
-	}
 	d.mu.Unlock()
+	// The process is gone: record that whatever ctx says.
+	wctx := context.WithoutCancel(ctx)
+	if _, err := s.st.DeleteRecord(wctx, kindDeployment, id); err != nil {
+		return nil, err
+	}
+	if err := s.recordEnded(wctx, c); err != nil && s.log != nil {
+		s.log.Warn("recording an ended deployment", "id", id, "err", err)
+	}
 	s.publish("deploy", id, map[string]any{"id": id, "state": "stopped", "model": c.Model, "version": c.Version})
-	return &c, err
+	return &c, nil
 }
 
-// DeploymentCounts reports the deployments by state (e.g. {"running": 2}).
+// DeploymentCounts reports the deployments by state (e.g. {"running": 2});
+// nil when the store cannot be read.
 func (s *Service) DeploymentCounts() map[string]int {
-	s.dep.mu.Lock()
-	defer s.dep.mu.Unlock()
+	ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
+	defer cancel()
+	list, err := s.listDeployments(ctx, kindDeployment)
+	if err != nil {
+		if s.log != nil {
+			s.log.Warn("counting deployments", "err", err)
+		}
+		return nil
+	}
 	out := map[string]int{}
-	for _, x := range s.dep.deps {
+	for _, x := range list {
 		out[x.State]++
 	}
 	return out

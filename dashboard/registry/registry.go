@@ -4,9 +4,10 @@
 // `python -m fw.export` as a child process, and deployments: managed
 // `fw serve` children that survive a dashboard restart.
 //
-// The registry lives in FW_EXPERIMENT_DIR/registry/registry.json and the
-// deployments in FW_EXPERIMENT_DIR/deployments.json, both written atomically
-// (temporary file, fsync, rename); model files live under
+// The registry, its export jobs and the deployments are records in the
+// tracking store's database (SQLite or PostgreSQL: dashboards sharing one
+// PostgreSQL share them); JSON files left by earlier versions are imported
+// once (import.go). Model files live under
 // FW_EXPERIMENT_DIR/models/<name>/<version>/model.<ext>.
 package registry
 
@@ -21,10 +22,10 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/fault"
+	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/engine"
 )
 
@@ -112,119 +113,148 @@ func (m *Model) version(v int) *Version {
 	return nil
 }
 
-// Registry is the set of models, persisted as JSON.
+// Records is what the registry keeps its state in: the store's records
+// (store.Store has them), so every dashboard sharing a database sees the
+// same models, export jobs and deployments.
+type Records interface {
+	GetRecord(ctx context.Context, kind, key string) (store.Record, error)
+	ListRecords(ctx context.Context, kind string) ([]store.Record, error)
+	UpdateRecord(ctx context.Context, kind, key string, fn func(cur *store.Record) (json.RawMessage, error)) (store.Record, error)
+	DeleteRecord(ctx context.Context, kind, key string) (bool, error)
+}
+
+// Record kinds of the registry's state.
+const (
+	kindModel           = "model"
+	kindExport          = "export"
+	kindDeployment      = "deployment"
+	kindEndedDeployment = "deployment_ended"
+)
+
+// modelDoc is a model as stored: LastVersion is the highest version number
+// ever given out, so a number is never reused, not even after its version
+// was deleted (a file of a deleted version can never be taken for a new one).
+type modelDoc struct {
+	*Model
+	LastVersion int `json:"last_version"`
+}
+
+// Registry is the set of models, kept as one record per model in the
+// store; the model files live under the experiment dir.
 type Registry struct {
 	dir    string // the experiment dir
-	file   string
-	mu     sync.Mutex
-	models map[string]*Model
+	st     Records
 	engine engine.Options // how model files are loaded to be inspected
 }
 
-// Open loads (or creates) the registry under expDir.
-func Open(expDir string) (*Registry, error) {
+// Open opens the registry kept in st, with model files under expDir.
+func Open(expDir string, st Records) (*Registry, error) {
 	abs, err := filepath.Abs(expDir)
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{dir: abs, file: filepath.Join(abs, "registry", "registry.json"), models: map[string]*Model{}}
-	for _, d := range []string{filepath.Dir(r.file), filepath.Join(abs, "models")} {
+	r := &Registry{dir: abs, st: st}
+	for _, d := range []string{filepath.Join(abs, "registry"), filepath.Join(abs, "models")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
-		}
-	}
-	b, err := os.ReadFile(r.file)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	if len(b) > 0 {
-		var doc struct {
-			Models []*Model `json:"models"`
-		}
-		if err := json.Unmarshal(b, &doc); err != nil {
-			return nil, fmt.Errorf("reading %s: %w", r.file, err)
-		}
-		for _, m := range doc.Models {
-			r.models[m.Name] = m
 		}
 	}
 	return r, nil
 }
 
-// writeAtomic writes b to path through a temporary file and a rename.
-func writeAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
+func decodeModel(rec store.Record) (*modelDoc, error) {
+	d := &modelDoc{Model: &Model{}}
+	if err := json.Unmarshal(rec.Body, d); err != nil {
+		return nil, fmt.Errorf("reading model %q from the store: %w", rec.Key, err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
+	if d.Name == "" {
+		d.Name = rec.Key
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	if d.Aliases == nil {
+		d.Aliases = map[string]int{}
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	if d.Versions == nil {
+		d.Versions = []*Version{}
 	}
-	return os.Rename(tmp.Name(), path)
+	for _, v := range d.Versions {
+		d.LastVersion = max(d.LastVersion, v.Version)
+	}
+	return d, nil
 }
 
-// saveLocked persists the registry; r.mu is held.
-func (r *Registry) saveLocked() error {
-	doc := struct {
-		Models []*Model `json:"models"`
-	}{Models: r.listLocked()}
-	b, err := json.MarshalIndent(doc, "", "  ")
+// List returns every model, by name.
+func (r *Registry) List(ctx context.Context) ([]*Model, error) {
+	recs, err := r.st.ListRecords(ctx, kindModel)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return writeAtomic(r.file, b)
-}
-
-func (r *Registry) listLocked() []*Model {
-	out := make([]*Model, 0, len(r.models))
-	for _, m := range r.models {
-		out = append(out, m)
+	out := make([]*Model, 0, len(recs))
+	for _, rec := range recs {
+		d, err := decodeModel(rec)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d.Model)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	return out, nil
 }
 
-func clone(m *Model) *Model {
-	b, _ := json.Marshal(m)
-	var c Model
-	_ = json.Unmarshal(b, &c)
-	return &c
+func modelNotFound(name string) error {
+	return notFound("no model %q in the registry; GET /api/models lists them", name)
 }
 
-// List returns every model (copies).
-func (r *Registry) List() []*Model {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := []*Model{}
-	for _, m := range r.listLocked() {
-		out = append(out, clone(m))
+// Get returns one model.
+func (r *Registry) Get(ctx context.Context, name string) (*Model, error) {
+	if !nameRE.MatchString(name) {
+		return nil, modelNotFound(name)
 	}
-	return out
+	rec, err := r.st.GetRecord(ctx, kindModel, name)
+	if store.ErrorCode(err) == store.CodeNotFound {
+		return nil, modelNotFound(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	d, err := decodeModel(rec)
+	if err != nil {
+		return nil, err
+	}
+	return d.Model, nil
 }
 
-// Get returns one model (a copy).
-func (r *Registry) Get(name string) (*Model, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m, ok := r.models[name]
-	if !ok {
-		return nil, notFound("no model %q in the registry; GET /api/models lists them", name)
+// update changes one model in one store transaction: fn gets the model
+// (nil when missing) and returns it changed, or nil to delete it. Errors of
+// fn are returned as they are.
+func (r *Registry) update(ctx context.Context, name string, fn func(d *modelDoc) (*modelDoc, error)) (*modelDoc, error) {
+	var out *modelDoc
+	_, err := r.st.UpdateRecord(ctx, kindModel, name, func(cur *store.Record) (json.RawMessage, error) {
+		var d *modelDoc
+		if cur != nil {
+			var err error
+			if d, err = decodeModel(*cur); err != nil {
+				return nil, err
+			}
+		}
+		next, err := fn(d)
+		if err != nil {
+			return nil, err
+		}
+		out = next
+		if next == nil {
+			return nil, nil
+		}
+		return json.Marshal(next)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return clone(m), nil
+	return out, nil
 }
 
 // Resolve finds a version by number, or by alias when ref is not a number.
-func (r *Registry) Resolve(name, ref string) (*Version, error) {
-	m, err := r.Get(name)
+func (r *Registry) Resolve(ctx context.Context, name, ref string) (*Version, error) {
+	m, err := r.Get(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -315,6 +345,8 @@ func ext(format string) string {
 // AddFile validates the model file at src and registers it as the next
 // version of name (created when missing); src is moved (or copied) into
 // models/<name>/<version>/. meta carries the source, parity and metrics.
+// The version number is taken from the store first, so two dashboards
+// adding versions at once never write the same file.
 func (r *Registry) AddFile(ctx context.Context, name, src string, meta Version) (*Version, error) {
 	if err := ValidName("model name", name); err != nil {
 		return nil, err
@@ -327,10 +359,9 @@ func (r *Registry) AddFile(ctx context.Context, name, src string, meta Version) 
 	if meta.Metrics != nil {
 		v.Metrics = meta.Metrics
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := r.modelLocked(name)
-	v.Version = nextVersion(m)
+	if v.Version, err = r.reserve(ctx, name); err != nil {
+		return nil, err
+	}
 	rel := filepath.ToSlash(filepath.Join("models", name, strconv.Itoa(v.Version), "model."+ext(v.Format)))
 	dst := filepath.Join(r.dir, filepath.FromSlash(rel))
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
@@ -340,16 +371,50 @@ func (r *Registry) AddFile(ctx context.Context, name, src string, meta Version) 
 		return nil, err
 	}
 	v.File = rel
-	m.Versions = append(m.Versions, v)
-	if err := r.saveLocked(); err != nil {
+	if err := r.addVersion(ctx, name, v); err != nil {
+		os.RemoveAll(filepath.Dir(dst))
 		return nil, err
 	}
 	return v, nil
 }
 
+// reserve takes the next version number of name (creating the model).
+func (r *Registry) reserve(ctx context.Context, name string) (int, error) {
+	d, err := r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
+		if d == nil {
+			d = newModel(name)
+		}
+		d.LastVersion++
+		return d, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return d.LastVersion, nil
+}
+
+// addVersion records v (its number reserved) in model name; a model deleted
+// since the reservation is created again.
+func (r *Registry) addVersion(ctx context.Context, name string, v *Version) error {
+	_, err := r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
+		if d == nil {
+			d = newModel(name)
+		}
+		d.LastVersion = max(d.LastVersion, v.Version)
+		d.Versions = append(d.Versions, v)
+		sort.Slice(d.Versions, func(i, j int) bool { return d.Versions[i].Version < d.Versions[j].Version })
+		return d, nil
+	})
+	return err
+}
+
+func newModel(name string) *modelDoc {
+	return &modelDoc{Model: &Model{Name: name, Created: time.Now().UTC(), Aliases: map[string]int{}, Versions: []*Version{}}}
+}
+
 // AddCheckpoint registers a reference to a run's checkpoint (abs is its
 // resolved path) as the next version of name.
-func (r *Registry) AddCheckpoint(name, runID, ckpt, abs string, metrics map[string]float64) (*Version, error) {
+func (r *Registry) AddCheckpoint(ctx context.Context, name, runID, ckpt, abs string, metrics map[string]float64) (*Version, error) {
 	if err := ValidName("model name", name); err != nil {
 		return nil, err
 	}
@@ -357,33 +422,21 @@ func (r *Registry) AddCheckpoint(name, runID, ckpt, abs string, metrics map[stri
 	if err != nil {
 		return nil, notFound("checkpoint %s of run %s: %v", ckpt, runID, err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := r.modelLocked(name)
-	v := &Version{Version: nextVersion(m), Format: FormatCheckpoint, Size: st.Size(), File: abs,
-		Source: Source{RunID: runID, Checkpoint: ckpt}, Metrics: metrics, Created: time.Now().UTC()}
-	m.Versions = append(m.Versions, v)
-	if err := r.saveLocked(); err != nil {
+	var v *Version
+	_, err = r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
+		if d == nil {
+			d = newModel(name)
+		}
+		d.LastVersion++
+		v = &Version{Version: d.LastVersion, Format: FormatCheckpoint, Size: st.Size(), File: abs,
+			Source: Source{RunID: runID, Checkpoint: ckpt}, Metrics: metrics, Created: time.Now().UTC()}
+		d.Versions = append(d.Versions, v)
+		return d, nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return v, nil
-}
-
-func (r *Registry) modelLocked(name string) *Model {
-	m, ok := r.models[name]
-	if !ok {
-		m = &Model{Name: name, Created: time.Now().UTC(), Aliases: map[string]int{}, Versions: []*Version{}}
-		r.models[name] = m
-	}
-	return m
-}
-
-func nextVersion(m *Model) int {
-	n := 0
-	for _, v := range m.Versions {
-		n = max(n, v.Version)
-	}
-	return n + 1
 }
 
 func moveFile(src, dst string) error {
@@ -407,65 +460,71 @@ func moveFile(src, dst string) error {
 }
 
 // SetAliases points each alias at a version (0 removes the alias).
-func (r *Registry) SetAliases(name string, aliases map[string]int) (*Model, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m, ok := r.models[name]
-	if !ok {
-		return nil, notFound("no model %q in the registry; GET /api/models lists them", name)
-	}
-	for a, v := range aliases {
+func (r *Registry) SetAliases(ctx context.Context, name string, aliases map[string]int) (*Model, error) {
+	for a := range aliases {
 		if err := ValidName("alias", a); err != nil {
 			return nil, err
 		}
-		if v != 0 && m.version(v) == nil {
-			return nil, notFound("model %q has no version %d for alias %q", name, v, a)
-		}
 	}
-	for a, v := range aliases {
-		if v == 0 {
-			delete(m.Aliases, a)
-		} else {
-			m.Aliases[a] = v
+	d, err := r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
+		if d == nil {
+			return nil, modelNotFound(name)
 		}
-	}
-	if err := r.saveLocked(); err != nil {
+		for a, v := range aliases {
+			if v != 0 && d.version(v) == nil {
+				return nil, notFound("model %q has no version %d for alias %q", name, v, a)
+			}
+		}
+		for a, v := range aliases {
+			if v == 0 {
+				delete(d.Aliases, a)
+			} else {
+				d.Aliases[a] = v
+			}
+		}
+		return d, nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	return clone(m), nil
+	return d.Model, nil
 }
 
 // Delete removes a model (version 0) or one version, with its files.
-func (r *Registry) Delete(name string, version int) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m, ok := r.models[name]
-	if !ok {
-		return notFound("no model %q in the registry; GET /api/models lists them", name)
+func (r *Registry) Delete(ctx context.Context, name string, version int) error {
+	if !nameRE.MatchString(name) {
+		return modelNotFound(name)
 	}
 	dir := filepath.Join(r.dir, "models", name)
-	if version == 0 {
-		delete(r.models, name)
-	} else {
-		if m.version(version) == nil {
-			return notFound("model %q has no version %d", name, version)
+	_, err := r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
+		if d == nil {
+			return nil, modelNotFound(name)
 		}
-		kept := m.Versions[:0]
-		for _, v := range m.Versions {
+		if version == 0 {
+			return nil, nil
+		}
+		if d.version(version) == nil {
+			return nil, notFound("model %q has no version %d", name, version)
+		}
+		kept := d.Versions[:0]
+		for _, v := range d.Versions {
 			if v.Version != version {
 				kept = append(kept, v)
 			}
 		}
-		m.Versions = kept
-		for a, v := range m.Aliases {
+		d.Versions = kept
+		for a, v := range d.Aliases {
 			if v == version {
-				delete(m.Aliases, a)
+				delete(d.Aliases, a)
 			}
 		}
-		dir = filepath.Join(dir, strconv.Itoa(version))
-	}
-	if err := r.saveLocked(); err != nil {
+		return d, nil
+	})
+	if err != nil {
 		return err
+	}
+	if version != 0 {
+		dir = filepath.Join(dir, strconv.Itoa(version))
 	}
 	return os.RemoveAll(dir)
 }

@@ -13,9 +13,11 @@ import (
 	"github.com/fw-serve/fw/engine"
 )
 
-// Checkpointer lists a run's checkpoints (store.Store does).
-type Checkpointer interface {
+// Store is what the service needs of the tracking store (store.Store has
+// it): a run's checkpoints, and records to keep its own state in.
+type Store interface {
 	Checkpoints(ctx context.Context, runID string) ([]store.Checkpoint, error)
+	Records
 }
 
 // Config configures a Service.
@@ -37,17 +39,18 @@ type Config struct {
 type Service struct {
 	Reg  *Registry
 	cfg  Config
-	st   Checkpointer
+	st   Store
 	log  *slog.Logger
 	base context.Context
 	exp  exporter
 	dep  deployer
 }
 
-// New opens the registry, the export jobs and the deployments under
-// cfg.ExperimentDir, fails the exports an earlier process left running and
-// re-adopts the deployments that still answer. base bounds the exports.
-func New(base context.Context, st Checkpointer, cfg Config, log *slog.Logger) (*Service, error) {
+// New opens the registry, the export jobs and the deployments kept in st
+// (importing the JSON files of earlier versions from cfg.ExperimentDir
+// once), fails the exports an earlier process left running and re-adopts
+// the deployments that still answer. base bounds the exports.
+func New(base context.Context, st Store, cfg Config, log *slog.Logger) (*Service, error) {
 	for _, d := range []*string{&cfg.ExperimentDir, &cfg.CheckpointDir} {
 		abs, err := filepath.Abs(*d)
 		if err != nil {
@@ -61,18 +64,19 @@ func New(base context.Context, st Checkpointer, cfg Config, log *slog.Logger) (*
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 10 * time.Second
 	}
-	reg, err := Open(cfg.ExperimentDir)
-	if err == nil {
-		reg.engine = cfg.Engine
-	}
+	reg, err := Open(cfg.ExperimentDir, st)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{Reg: reg, cfg: cfg, st: st, log: log, base: base, exp: exporter{jobs: map[string]*ExportJob{}}}
-	if err := s.loadExports(); err != nil {
+	reg.engine = cfg.Engine
+	s := &Service{Reg: reg, cfg: cfg, st: st, log: log, base: base}
+	if err := s.importFiles(base); err != nil {
 		return nil, err
 	}
-	if err := s.loadDeployments(); err != nil {
+	if err := s.loadExports(base); err != nil {
+		return nil, err
+	}
+	if err := s.loadDeployments(base); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -129,7 +133,7 @@ func (s *Service) RegisterCheckpoint(ctx context.Context, name, runID, ckpt stri
 	if err != nil {
 		return nil, err
 	}
-	return s.Reg.AddCheckpoint(name, runID, ckpt, abs, metrics)
+	return s.Reg.AddCheckpoint(ctx, name, runID, ckpt, abs, metrics)
 }
 
 // Upload validates a file written by the caller at a temporary path and

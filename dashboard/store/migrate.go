@@ -162,6 +162,16 @@ INSERT INTO metric_rollup (run_rid, key_id, level, block, first_step, last_step,
 INSERT INTO metric_rollup (run_rid, key_id, level, block, first_step, last_step, min_value, max_value, n)
 	SELECT run_rid, key_id, 12, step / 4096, MIN(step), MAX(step), MIN(value), MAX(value), COUNT(*) FROM metrics GROUP BY run_rid, key_id, step / 4096;
 UPDATE metric_rollup SET last_value = (SELECT m.value FROM metrics m WHERE m.run_rid = metric_rollup.run_rid AND m.key_id = metric_rollup.key_id AND m.step = metric_rollup.last_step)`},
+		{3, "dashboard records (model registry, export jobs, deployments)", `
+CREATE TABLE records (
+	kind TEXT NOT NULL,
+	key TEXT NOT NULL,
+	rev BIGINT NOT NULL,
+	created BIGINT NOT NULL,
+	updated BIGINT NOT NULL,
+	body TEXT NOT NULL,
+	PRIMARY KEY (kind, key)
+)`},
 	}
 }
 

@@ -56,6 +56,10 @@ type Store interface {
 	// false as failed with reason as its error, and returns their IDs.
 	Reconcile(ctx context.Context, alive func(Run) bool, reason string) ([]string, error)
 
+	// Records keeps the dashboard's own state (model registry, export
+	// jobs, deployments, training jobs) in the same database.
+	Records
+
 	// Close stops the writer (waiting for queued writes) and closes the database.
 	Close() error
 }
