@@ -51,7 +51,7 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	maxJobs := de.IntEnv("max-jobs", "FW_DASHBOARD_MAX_JOBS", max(1, runtime.NumCPU()/2), "training jobs (POST /api/training/start) running at once; the rest wait queued")
 	stopGrace := de.DurationEnv("stop-grace", "FW_DASHBOARD_STOP_GRACE", 10*time.Second, "a stopped training job gets SIGTERM, then SIGKILL after this long")
 	recipesFile := de.StringEnv("recipes", "FW_RECIPES", "", "TOML or YAML (.yaml, .yml) file of user training recipes (see docs/tracking.md, Training jobs)")
-	streamBuffer := de.IntEnv("stream-buffer", "FW_DASHBOARD_STREAM_BUFFER", stream.DefaultRingEvents, "events kept for the live stream's replay (/api/training/stream, docs/stream.md)")
+	streamBuffer := de.IntEnv("stream-buffer", "FW_DASHBOARD_STREAM_BUFFER", stream.DefaultRingEvents, "events kept for the live stream's replay (/api/training/stream, docs/stream.md): in the store's feed table and in this process's memory")
 	streamHeartbeat := de.DurationEnv("stream-heartbeat", "FW_DASHBOARD_STREAM_HEARTBEAT", stream.DefaultHeartbeat, "how often the live stream sends a heartbeat with the current cursor")
 	allowedHosts := de.StringEnv("allowed-hosts", "FW_DASHBOARD_ALLOWED_HOSTS", "", "comma-separated extra Host names the dashboard answers to (name, name:port, .domain, or * for any); by default only localhost, 127.0.0.1 and ::1 when bound to loopback, and no check on other addresses (the token protects them) unless this is set; /health and /metrics answer any Host")
 	corsOrigins := de.StringEnv("cors-origins", "FW_DASHBOARD_CORS_ORIGINS", "", "comma-separated origins (https://ui.example.com) whose pages may call the API from a browser; default none: only the dashboard's own pages may change its data")
@@ -133,6 +133,9 @@ Flags:
 
 	cfg := storeConfigFromEnv()
 	cfg.Dir, cfg.CheckpointDir = *expDir, *ckptDir
+	// Every event the store stores (ingest, spool import, MLflow's API,
+	// training jobs) goes into its change feed too, the live stream's source.
+	cfg.Feed, cfg.Log = api.FeedOf, log
 	st, err := store.Open(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw dashboard: opening the store: %v\n", err)
@@ -140,12 +143,16 @@ Flags:
 	}
 	defer st.Close()
 
-	// Every Apply (ingest and spool import) goes through pst, which publishes
-	// the stored events to the live stream.
+	// The live stream: the hub follows the store's change feed (shared by
+	// every dashboard on the database) from its current end.
 	hub := stream.NewHub(stream.Config{RingEvents: *streamBuffer, Heartbeat: *streamHeartbeat})
-	pst := api.Publishing(st, hub, log)
+	tailer := api.NewFeedTailer(st, hub, int64(*streamBuffer), log)
+	if err := tailer.Start(ctx); err != nil {
+		fmt.Fprintf(stderr, "fw dashboard: reading the store's change feed: %v\n", err)
+		return 1
+	}
 	// Spools first (they may hold a run's end), then fail runs whose process is gone.
-	im := &api.SpoolImporter{Dir: spoolDir, Store: pst, Log: log}
+	im := &api.SpoolImporter{Dir: spoolDir, Store: st, Log: log}
 	if s, err := im.ImportAll(ctx); err != nil {
 		log.Warn("spool import: will retry", "err", err)
 	} else if s.Files > 0 {
@@ -166,7 +173,7 @@ Flags:
 	if artDir == "" {
 		artDir = filepath.Join(*expDir, "artifacts")
 	}
-	srv := api.New(base, pst, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir,
+	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir,
 		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins)}, log)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, *sysInterval, *sysHistory, log)
 	defer sampler.Close()
@@ -184,11 +191,11 @@ Flags:
 		Logger:                       slogPrintf{log},
 	}
 	reg := startRegistry(base, st, srv, registry.Config{ExperimentDir: *expDir, CheckpointDir: *ckptDir, Engine: withLibraries(engine.Options{}),
-		Python: pythonPath(), StopGrace: *stopGrace, Hub: hub}, log)
+		Python: pythonPath(), StopGrace: *stopGrace}, log)
 	if reg != nil {
 		srv.SetDeployments(reg) // *registry.Service is an api.DeploymentCounter
 	}
-	jm := startJobs(ctx, pst, srv, // pst: job status changes reach the live stream too
+	jm := startJobs(ctx, st, srv,
 		jobs.Config{Python: pythonPath(), TrackingURI: "http://" + ln.Addr().String(), ExperimentDir: *expDir,
 			CheckpointDir: *ckptDir, Token: *token, MaxJobs: *maxJobs, StopGrace: *stopGrace, Host: hostname}, *recipesFile, log)
 	serveErr := make(chan error, 1)
@@ -199,6 +206,8 @@ Flags:
 	go func() { defer wg.Done(); im.Run(spoolCtx, *spoolEvery) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); sampler.Run(spoolCtx) }() // /api/system/status and /metrics serve its latest sample
+	wg.Add(1)
+	go func() { defer wg.Done(); tailer.Run(spoolCtx) }()
 	url := "http://" + ln.Addr().String()
 	fmt.Fprintf(stdout, "fw dashboard: ready on %s (store: %s)\n", url, storeLabel(cfg))
 

@@ -231,13 +231,14 @@ func (s *Service) StartExport(ctx context.Context, req ExportRequest) (ExportJob
 	if err := s.saveExport(ctx, j); err != nil {
 		return ExportJob{}, err
 	}
-	s.publish("export", j.ID, *j)
+	cp := *j // j belongs to the export's goroutine from here
+	s.publish("export", j.ID, cp)
 	s.exp.wg.Add(1)
 	go func() {
 		defer s.exp.wg.Done()
 		s.runExport(j, ckpt, src, metrics)
 	}()
-	return *j, nil
+	return cp, nil
 }
 
 func (s *Service) saveExport(ctx context.Context, j *ExportJob) error {

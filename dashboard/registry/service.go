@@ -9,14 +9,15 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/store"
-	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/engine"
 )
 
 // Store is what the service needs of the tracking store (store.Store has
-// it): a run's checkpoints, and records to keep its own state in.
+// it): a run's checkpoints, records to keep its own state in, and the
+// change feed its export and deploy events go to (the live stream).
 type Store interface {
 	Checkpoints(ctx context.Context, runID string) ([]store.Checkpoint, error)
+	AppendFeed(ctx context.Context, entries []store.FeedEntry) error
 	Records
 }
 
@@ -32,7 +33,6 @@ type Config struct {
 	StopGrace    time.Duration // SIGTERM -> SIGKILL
 	// Engine is where model files are loaded to be inspected (library paths).
 	Engine engine.Options
-	Hub    *stream.Hub // optional: export and deploy events
 }
 
 // Service is the registry with its export jobs and deployments.
@@ -85,15 +85,17 @@ func New(base context.Context, st Store, cfg Config, log *slog.Logger) (*Service
 // Wait waits for running exports (they end when base is cancelled).
 func (s *Service) Wait() { s.exp.wg.Wait() }
 
+// publish puts an export or deploy event into the store's change feed,
+// from which the live stream of every dashboard on the database reads it.
 func (s *Service) publish(typ, id string, v any) {
-	if s.cfg.Hub == nil {
-		return
-	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return
 	}
-	s.cfg.Hub.Publish(stream.Event{Type: typ, RunID: id, Time: time.Now().UTC(), Data: b})
+	e := store.FeedEntry{Type: typ, RunID: id, Time: time.Now().UTC(), Data: b}
+	if err := s.st.AppendFeed(context.WithoutCancel(s.base), []store.FeedEntry{e}); err != nil && s.log != nil {
+		s.log.Warn("publishing to the live stream", "type", typ, "id", id, "err", err)
+	}
 }
 
 // checkpoint resolves a run's checkpoint: it must be listed by the store,

@@ -172,6 +172,20 @@ CREATE TABLE records (
 	body TEXT NOT NULL,
 	PRIMARY KEY (kind, key)
 )`},
+		{4, "change feed of the live stream", `
+CREATE TABLE feed_cursor (
+	id INTEGER PRIMARY KEY,
+	last BIGINT NOT NULL
+);
+INSERT INTO feed_cursor (id, last) VALUES (1, 0);
+CREATE TABLE feed (
+	cursor BIGINT PRIMARY KEY,
+	type TEXT NOT NULL,
+	run_id TEXT NOT NULL,
+	seq BIGINT NOT NULL,
+	time BIGINT NOT NULL,
+	data TEXT NOT NULL
+)`},
 	}
 }
 

@@ -130,3 +130,43 @@ func TestRecordsTwoStores(t *testing.T) {
 		}
 	})
 }
+
+// TestSameStartTwoStores: the same run_start reaches two dashboards on one
+// database at once (a retry sent to another replica), and new runs of one
+// new experiment start on both: neither batch fails, the run and the
+// experiment exist once, and the repeated run_start counts as a duplicate.
+func TestSameStartTwoStores(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		ctx := context.Background()
+		a := open(Config{})
+		b := open(a.(*sqlStore).cfg)
+		for round := range 10 {
+			exp := "exp-" + strconv.Itoa(round)
+			same := (&ev{run: "same-" + strconv.Itoa(round), writer: "w"}).start(exp, nil, nil)
+			var wg sync.WaitGroup
+			results := make([]ApplyResult, 2)
+			errs := make([]error, 2)
+			for i, st := range []Store{a, b} {
+				own := (&ev{run: "own-" + strconv.Itoa(round) + "-" + strconv.Itoa(i), writer: "w"}).start(exp, nil, nil)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					results[i], errs[i] = st.Apply(ctx, []Event{own, same})
+				}()
+			}
+			wg.Wait()
+			for i := range 2 {
+				if errs[i] != nil || len(results[i].Errors) > 0 {
+					t.Fatalf("round %d, store %d: %+v %v", round, i, results[i], errs[i])
+				}
+			}
+			if d := results[0].Duplicates + results[1].Duplicates; d != 1 {
+				t.Fatalf("round %d: %d duplicates, want the repeated run_start once", round, d)
+			}
+			page, err := a.ListRuns(ctx, ListQuery{Experiment: exp})
+			if err != nil || len(page.Runs) != 3 {
+				t.Fatalf("round %d: runs of %s: %v %v", round, exp, runIDs(page), err)
+			}
+		}
+	})
+}

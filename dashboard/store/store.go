@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
@@ -59,6 +60,8 @@ type Store interface {
 	// Records keeps the dashboard's own state (model registry, export
 	// jobs, deployments, training jobs) in the same database.
 	Records
+	// Feed is the change feed behind the live stream.
+	Feed
 
 	// Close stops the writer (waiting for queued writes) and closes the database.
 	Close() error
@@ -84,6 +87,12 @@ type Config struct {
 	Synchronous string
 	// BusyTimeout is SQLite's busy timeout (default 5s).
 	BusyTimeout time.Duration
+	// Feed, when set, puts every event Apply stores into the change feed
+	// (see Feed), in the same transaction.
+	Feed FeedFunc
+	// Log receives what the store reports on its own (the PostgreSQL feed
+	// listener's reconnects); nil: nothing.
+	Log *slog.Logger
 
 	// migrateTo stops migrations at a version (tests build old schemas).
 	migrateTo int
