@@ -17,6 +17,7 @@ import (
 	"github.com/fw-serve/fw/dashboard/jobs"
 	"github.com/fw-serve/fw/dashboard/mlflow"
 	"github.com/fw-serve/fw/dashboard/registry"
+	"github.com/fw-serve/fw/dashboard/replica"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/dashboard/sysinfo"
@@ -59,6 +60,8 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	sysHistory := de.DurationEnv("system-history", "FW_DASHBOARD_SYSTEM_HISTORY", 5*time.Minute, "how long samples are kept in memory for the home page's charts (GET /api/system/history)")
 	maxArtifactMiB := de.IntEnv("max-artifact-mib", "FW_DASHBOARD_MAX_ARTIFACT_MIB", mlflow.DefaultMaxArtifactBytes>>20, "largest file uploaded through MLflow's artifact API (PUT /api/2.0/mlflow-artifacts/artifacts/...), in MiB")
 	uiDir := de.StringEnv("ui-dir", "FW_DASHBOARD_UI_DIR", "", "serve the web UI from this directory (a `vite build --outDir DIR`) instead of the one built into the binary; for working on the UI")
+	replicaURL := de.StringEnv("replica-url", "FW_DASHBOARD_REPLICA_URL", "", "with several dashboards on one PostgreSQL (docs/replicas.md): the URL at which the other replicas reach this one's API (requests about a job or deployment it owns are forwarded there); default http://<the listen address>")
+	leaseTTL := de.DurationEnv("lease-ttl", "FW_DASHBOARD_LEASE_TTL", replica.DefaultTTL, "how long the training jobs and deployments of a dashboard replica that stopped wait before another replica takes them over (renewed every third of it; a replica on the same host whose process is gone is taken over at once)")
 	logFormat := de.StringEnv("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := de.StringEnv("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
@@ -72,7 +75,10 @@ endpoint POST /api/ingest, MLflow's tracking REST API under
 /api/2.0/mlflow (MLFLOW_TRACKING_URI=http://HOST:PORT; docs/mlflow.md), the
 live stream WS /api/training/stream
 (docs/stream.md), GET /health and GET /metrics (Prometheus). The store is
-SQLite in --experiment-dir, or PostgreSQL when FW_DATABASE_URL is set. Spool
+SQLite in --experiment-dir, or PostgreSQL when FW_DATABASE_URL is set;
+several dashboards on one PostgreSQL (with shared storage) work as replicas
+of one service: the registry, jobs and stream are in the database, and what
+a replica that stops owned is taken over (docs/replicas.md). Spool
 files left by training processes that could not reach the dashboard are
 imported on start and every --spool-interval. Every flag can also be set from
 the environment variable named in brackets.
@@ -94,6 +100,10 @@ Flags:
 	}
 	if *sysInterval < 100*time.Millisecond || *sysHistory < *sysInterval || *sysHistory > 24*time.Hour {
 		fmt.Fprintln(stderr, "fw dashboard: --system-interval must be at least 100ms and --system-history between it and 24h")
+		return 2
+	}
+	if *leaseTTL < 300*time.Millisecond || *leaseTTL > time.Hour {
+		fmt.Fprintln(stderr, "fw dashboard: --lease-ttl must be within 300ms..1h")
 		return 2
 	}
 	if *maxArtifactMiB < 1 || *maxArtifactMiB > 1<<20 {
@@ -162,6 +172,18 @@ Flags:
 	if _, err := api.ReconcileRuns(ctx, st, hostname, *staleAfter, log); err != nil {
 		log.Warn("reconcile failed", "err", err)
 	}
+	// This process as a replica of the dashboards sharing the database:
+	// it owns what it starts through leases, and takes over what stopped
+	// replicas owned (docs/replicas.md). With SQLite it is the only one.
+	self := replica.Info{ID: replica.NewID(hostname, os.Getpid()), URL: *replicaURL, Host: hostname, PID: os.Getpid(), Version: version}
+	if self.URL == "" {
+		self.URL = "http://" + ln.Addr().String()
+	}
+	member := replica.New(st, self, *leaseTTL, log)
+	if err := member.Join(ctx); err != nil {
+		fmt.Fprintf(stderr, "fw dashboard: %v\n", err)
+		return 1
+	}
 
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
@@ -174,7 +196,8 @@ Flags:
 		artDir = filepath.Join(*expDir, "artifacts")
 	}
 	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir,
-		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins)}, log)
+		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins), ReplicaID: self.ID}, log)
+	srv.SetReplicas(member)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, *sysInterval, *sysHistory, log)
 	defer sampler.Close()
 	srv.SetSystem(sampler)
@@ -191,13 +214,16 @@ Flags:
 		Logger:                       slogPrintf{log},
 	}
 	reg := startRegistry(base, st, srv, registry.Config{ExperimentDir: *expDir, CheckpointDir: *ckptDir, Engine: withLibraries(engine.Options{}),
-		Python: pythonPath(), StopGrace: *stopGrace}, log)
+		Python: pythonPath(), StopGrace: *stopGrace, Member: member}, log)
 	if reg != nil {
 		srv.SetDeployments(reg) // *registry.Service is an api.DeploymentCounter
 	}
-	jm := startJobs(ctx, st, srv,
+	fleet := startJobs(ctx, st, srv, member,
 		jobs.Config{Python: pythonPath(), TrackingURI: "http://" + ln.Addr().String(), ExperimentDir: *expDir,
 			CheckpointDir: *ckptDir, Token: *token, MaxJobs: *maxJobs, StopGrace: *stopGrace, Host: hostname}, *recipesFile, log)
+	// Take over at once what stopped replicas of this host left (the
+	// process before a restart), then renew and sweep every TTL/3.
+	member.Sweep(ctx)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	spoolCtx, stopSpool := context.WithCancel(context.Background())
@@ -208,6 +234,13 @@ Flags:
 	go func() { defer wg.Done(); sampler.Run(spoolCtx) }() // /api/system/status and /metrics serve its latest sample
 	wg.Add(1)
 	go func() { defer wg.Done(); tailer.Run(spoolCtx) }()
+	memberCtx, stopMember := context.WithCancel(context.Background())
+	memberDone := make(chan struct{})
+	go func() { defer close(memberDone); member.Run(memberCtx) }()
+	if fleet != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); fleet.Run(spoolCtx) }()
+	}
 	url := "http://" + ln.Addr().String()
 	fmt.Fprintf(stdout, "fw dashboard: ready on %s (store: %s)\n", url, storeLabel(cfg))
 
@@ -225,8 +258,9 @@ Flags:
 	hub.Close() // stream connections get 1001 (hijacked: Shutdown does not wait for them)
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 	defer cancel()
-	if jm != nil {
-		jm.Shutdown(sctx) // while the API still takes the jobs' last events
+	if fleet != nil {
+		fleet.Manager().Shutdown(sctx) // while the API still takes the jobs' last events
+		fleet.Sync(sctx)               // their end, recorded and their leases released
 	}
 	if err := hs.ShutdownWithContext(sctx); err != nil {
 		log.Warn("shutdown: connections still open at the deadline", "err", err)
@@ -238,6 +272,11 @@ Flags:
 	if reg != nil {
 		reg.Wait() // exports end with base; deployments keep running (re-adopted on the next start)
 	}
+	// Leave: the other replicas (or this one's next start) take over the
+	// deployments at their next sweep instead of after the lease TTL.
+	stopMember()
+	<-memberDone
+	member.Leave(context.Background())
 	if err := st.Close(); err != nil {
 		log.Warn("closing the store", "err", err)
 		code = 1
@@ -255,7 +294,7 @@ func storeLabel(cfg store.Config) string {
 
 // startJobs loads the recipe registry and enables the training routes; nil
 // (the routes answer 503) when the registry cannot be loaded.
-func startJobs(ctx context.Context, st store.Store, srv *api.Server, cfg jobs.Config, recipesFile string, log *slog.Logger) *jobs.Manager {
+func startJobs(ctx context.Context, st store.Store, srv *api.Server, member *replica.Member, cfg jobs.Config, recipesFile string, log *slog.Logger) *jobs.Fleet {
 	for _, d := range []*string{&cfg.ExperimentDir, &cfg.CheckpointDir} {
 		if abs, err := filepath.Abs(*d); err == nil {
 			*d = abs
@@ -266,9 +305,9 @@ func startJobs(ctx context.Context, st store.Store, srv *api.Server, cfg jobs.Co
 		log.Warn("training jobs disabled: the recipe registry did not load", "err", err)
 		return nil
 	}
-	jm := jobs.New(st, recipes, cfg, log)
-	srv.SetJobs(jm)
-	return jm
+	fleet := jobs.NewFleet(jobs.New(st, recipes, cfg, log), st, member, log)
+	srv.SetJobs(fleet)
+	return fleet
 }
 
 // startRegistry opens the model registry and its deployments and enables

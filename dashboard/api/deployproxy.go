@@ -59,6 +59,13 @@ func (s *Server) deploymentProxy(ctx *fasthttp.RequestCtx, r *registry.Service, 
 		writeError(ctx, apiErr(409, CodeConflict, fmt.Sprintf("deployment %s is %s, not running; deploy the model again", id, dep.State)))
 		return
 	}
+	if e, err := r.Remote(s.base, dep); err != nil {
+		writeError(ctx, fromError(s.log, err))
+		return
+	} else if e != nil {
+		s.forward(ctx, e, nil) // its process runs on the owner replica's host
+		return
+	}
 	target, err := url.Parse(dep.URL)
 	if err != nil || (target.Scheme != "http" && target.Scheme != "https") {
 		writeError(ctx, apiErr(500, CodeInternal, fmt.Sprintf("deployment %s has no usable URL %q", id, dep.URL)))

@@ -22,13 +22,13 @@ import (
 
 // replica is one dashboard API in this process: its own store handle, hub
 // and feed tailer, on a database it may share with others.
-type replica struct {
+type testReplica struct {
 	url string
 	st  store.Store
 	hub *stream.Hub
 }
 
-func startReplica(t *testing.T, cfg store.Config, ring int) *replica {
+func startReplica(t *testing.T, cfg store.Config, ring int) *testReplica {
 	t.Helper()
 	cfg.Feed = FeedOf
 	st := teststore.Open(t, cfg)
@@ -49,10 +49,10 @@ func startReplica(t *testing.T, cfg store.Config, ring int) *replica {
 	hs := &fasthttp.Server{Handler: srv.Handler}
 	go hs.Serve(ln)
 	t.Cleanup(func() { cancel(); hub.Close(); _ = hs.Shutdown(); <-tailed })
-	return &replica{url: "http://" + ln.Addr().String(), st: st, hub: hub}
+	return &testReplica{url: "http://" + ln.Addr().String(), st: st, hub: hub}
 }
 
-func (r *replica) ingest(t *testing.T, body string) {
+func (r *testReplica) ingest(t *testing.T, body string) {
 	t.Helper()
 	resp, err := http.Post(r.url+"/api/ingest", "application/json", strings.NewReader(body))
 	if err != nil {
@@ -75,7 +75,7 @@ type wire struct {
 }
 
 // dial subscribes to runs ("*" or a list) from cursor from (nil: live).
-func (r *replica) dial(t *testing.T, runs any, from *uint64) *websocket.Conn {
+func (r *testReplica) dial(t *testing.T, runs any, from *uint64) *websocket.Conn {
 	t.Helper()
 	c, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(r.url, "http")+"/api/training/stream", nil)
 	if err != nil {

@@ -47,6 +47,10 @@ func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []st
 		case len(parts) == 2:
 			if s.allow(ctx, method, "DELETE") {
 				d, err := r.StopDeployment(s.base, parts[1])
+				if e, ok := notOwner(err); ok {
+					s.forward(ctx, e, nil) // another replica owns it
+					return
+				}
 				if err != nil {
 					writeError(ctx, fromError(s.log, err))
 					return

@@ -59,6 +59,15 @@ type Deployment struct {
 	Started      time.Time `json:"started"`
 	State        string    `json:"state"`
 	Log          string    `json:"log"`
+	// Replica is the dashboard replica that owns it (starts, watches and
+	// stops it), Host the machine its process runs on; Restarts counts the
+	// times another replica started it again after its owner stopped
+	// (docs/replicas.md). Empty and 0 for a dashboard without replicas.
+	Replica  string `json:"replica,omitempty"`
+	Host     string `json:"host,omitempty"`
+	Restarts int    `json:"restarts,omitempty"`
+	// Error says why a deployment is gone, when the dashboard knows.
+	Error string `json:"error,omitempty"`
 	// Stopped is when it was undeployed (only in EndedDeployments).
 	Stopped *time.Time `json:"stopped,omitempty"`
 	// Filled by List.
@@ -77,6 +86,7 @@ type sample struct {
 type deployer struct {
 	mu   sync.Mutex
 	done map[string]chan struct{} // children started by this process: closed on exit
+	pids map[string]int           // and their pids
 	prev map[string]sample
 }
 
@@ -184,7 +194,13 @@ func (s *Service) setDeploymentState(ctx context.Context, id, state string) erro
 // are marked gone.
 func (s *Service) loadDeployments(ctx context.Context) error {
 	d := &s.dep
-	d.done, d.prev = map[string]chan struct{}{}, map[string]sample{}
+	d.done, d.pids, d.prev = map[string]chan struct{}{}, map[string]int{}, map[string]sample{}
+	if s.cfg.Member != nil {
+		// Replicas: a deployment whose owner stopped is taken over by the
+		// sweep; one that no replica owns (from a dashboard without
+		// replicas) now.
+		return s.adoptOrphans(ctx)
+	}
 	list, err := s.listDeployments(ctx, kindDeployment)
 	if err != nil {
 		return err
@@ -330,34 +346,69 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 			}
 		}
 	}
-	id := "dep-" + store.NewID()
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port))
 	if _, err := pickPort(req.Port); err != nil {
 		return nil, conflict("port %d on 127.0.0.1 is in use by another process; choose another port", req.Port)
 	}
-	grpcPort, err := pickPort(req.GRPCPort)
-	if err != nil {
-		return nil, conflict("grpc_port %d on 127.0.0.1 is in use by another process; choose another, or leave it out to pick a free one", req.GRPCPort)
+	if req.GRPCPort != 0 {
+		if _, err := pickPort(req.GRPCPort); err != nil {
+			return nil, conflict("grpc_port %d on 127.0.0.1 is in use by another process; choose another, or leave it out to pick a free one", req.GRPCPort)
+		}
 	}
-	grpcAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort))
+	dep := &Deployment{ID: "dep-" + store.NewID(), Model: name, Version: v.Version, Port: req.Port, GRPCPort: req.GRPCPort,
+		Device: req.Device, MaxBatchSize: req.MaxBatchSize, MaxDelayMS: req.MaxDelayMS}
+	if err := s.claimDeployment(ctx, dep); err != nil {
+		return nil, err
+	}
+	s.publish("deploy", dep.ID, map[string]any{"id": dep.ID, "state": "starting", "model": name, "version": v.Version, "url": "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port))})
+	done, err := s.launch(ctx, dep, s.Reg.FilePath(v))
+	if err == nil {
+		if err = s.putDeployment(ctx, kindDeployment, dep); err != nil {
+			_ = signalGroup(dep.PID, sigKill)
+			<-done
+		}
+	}
+	if err != nil {
+		s.releaseDeployment(dep.ID)
+		return nil, err
+	}
+	d := &s.dep
+	d.mu.Lock()
+	d.done[dep.ID], d.pids[dep.ID] = done, dep.PID
+	d.mu.Unlock()
+	s.publish("deploy", dep.ID, map[string]any{"id": dep.ID, "state": DeployRunning, "model": name, "version": v.Version, "url": dep.URL})
+	c := *dep
+	c.Healthy = true
+	return &c, nil
+}
 
+// launch starts `fw serve` for dep with the model file at modelPath on
+// 127.0.0.1:dep.Port (gRPC on dep.GRPCPort, or a free port when 0), waits
+// until its /health/ready answers and fills in the process fields of dep
+// (PID, URL, gRPC address, Started, State, Log). The returned channel is
+// closed when the child exits.
+func (s *Service) launch(ctx context.Context, dep *Deployment, modelPath string) (chan struct{}, error) {
+	grpcPort, err := pickPort(dep.GRPCPort)
+	if err != nil {
+		return nil, conflict("grpc_port %d on 127.0.0.1 is in use by another process; choose another, or leave it out to pick a free one", dep.GRPCPort)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(dep.Port))
 	logDir := filepath.Join(s.cfg.ExperimentDir, "deployments")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(logDir, id+".log")
+	logPath := filepath.Join(logDir, dep.ID+".log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	args := []string{"serve", "--model", s.Reg.FilePath(v), "--host", "127.0.0.1", "--port", strconv.Itoa(req.Port),
-		"--grpc-port", strconv.Itoa(grpcPort), "--device", req.Device}
-	if req.MaxBatchSize > 0 {
-		args = append(args, "--max-batch-size", strconv.Itoa(req.MaxBatchSize))
+	args := []string{"serve", "--model", modelPath, "--host", "127.0.0.1", "--port", strconv.Itoa(dep.Port),
+		"--grpc-port", strconv.Itoa(grpcPort), "--device", dep.Device}
+	if dep.MaxBatchSize > 0 {
+		args = append(args, "--max-batch-size", strconv.Itoa(dep.MaxBatchSize))
 	}
-	if req.MaxDelayMS != nil {
-		args = append(args, "--max-delay", strconv.Itoa(*req.MaxDelayMS)+"ms")
+	if dep.MaxDelayMS != nil {
+		args = append(args, "--max-delay", strconv.Itoa(*dep.MaxDelayMS)+"ms")
 	}
 	cmd := exec.Command(s.cfg.Executable, args...)
 	cmd.Env = append(os.Environ(), s.cfg.ExtraEnv...)
@@ -368,10 +419,8 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	dep := &Deployment{ID: id, Model: name, Version: v.Version, Port: req.Port, PID: cmd.Process.Pid,
-		URL: "http://" + addr, GRPCPort: grpcPort, GRPCAddress: grpcAddr, Device: req.Device, MaxBatchSize: req.MaxBatchSize, MaxDelayMS: req.MaxDelayMS,
-		Started: time.Now().UTC(), State: DeployRunning, Log: logPath}
-	s.publish("deploy", id, map[string]any{"id": id, "state": "starting", "model": name, "version": v.Version, "url": dep.URL})
+	dep.PID, dep.URL, dep.GRPCPort, dep.GRPCAddress = cmd.Process.Pid, "http://"+addr, grpcPort, net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort))
+	dep.Started, dep.State, dep.Log = time.Now().UTC(), DeployRunning, logPath
 
 	deadline := time.Now().Add(s.cfg.ReadyTimeout)
 	for !probe(dep.URL + "/health/ready") {
@@ -379,11 +428,12 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 		case <-done:
 			msg := lastLines(readTail(logPath), 5)
 			if strings.Contains(msg, "address already in use") || strings.Contains(msg, "in use") {
-				return nil, conflict("port %d is in use: %s", req.Port, msg)
+				return nil, conflict("port %d is in use: %s", dep.Port, msg)
 			}
 			return nil, fault.New(fault.Unprocessable, "deploy_failed", "fw serve exited before it was ready: "+msg)
 		case <-ctx.Done():
 			_ = signalGroup(dep.PID, sigKill)
+			<-done
 			return nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -393,19 +443,7 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 			return nil, fault.New(fault.Unprocessable, "deploy_failed", fmt.Sprintf("fw serve was not ready within %s: %s", s.cfg.ReadyTimeout, lastLines(readTail(logPath), 5)))
 		}
 	}
-	if err := s.putDeployment(ctx, kindDeployment, dep); err != nil {
-		_ = signalGroup(dep.PID, sigKill)
-		<-done
-		return nil, err
-	}
-	d := &s.dep
-	d.mu.Lock()
-	d.done[id] = done
-	d.mu.Unlock()
-	s.publish("deploy", id, map[string]any{"id": id, "state": DeployRunning, "model": name, "version": v.Version, "url": dep.URL})
-	c := *dep
-	c.Healthy = true
-	return &c, nil
+	return done, nil
 }
 
 func readTail(path string) string {
@@ -463,7 +501,7 @@ func (s *Service) Deployments(ctx context.Context) ([]*Deployment, error) {
 		if x.State != DeployRunning {
 			continue
 		}
-		if !alive(x.PID) {
+		if s.local(x) && !alive(x.PID) {
 			x.State = DeployGone
 			if err := s.setDeploymentState(ctx, x.ID, DeployGone); err != nil && s.log != nil {
 				s.log.Warn("marking a deployment gone", "id", x.ID, "err", err)
@@ -496,11 +534,14 @@ func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, e
 	if !ok {
 		return nil, notFound("no deployment %s; GET /api/deployments lists them", id)
 	}
+	if err := s.ownDeployment(ctx, id); err != nil {
+		return nil, err
+	}
 	d := &s.dep
 	d.mu.Lock()
 	done := d.done[id]
 	d.mu.Unlock()
-	if c.State == DeployRunning && alive(c.PID) {
+	if c.State == DeployRunning && s.local(&c) && alive(c.PID) {
 		_ = signalGroup(c.PID, sigTerm)
 		exited := func() bool {
 			if done != nil {
@@ -529,6 +570,7 @@ func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, e
 	c.Stopped = &now
 	d.mu.Lock()
 	delete(d.done, id)
+	delete(d.pids, id)
 	delete(d.prev, id)
 	d.mu.Unlock()
 	// The process is gone: record that whatever ctx says.
@@ -539,6 +581,7 @@ func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, e
 	if err := s.recordEnded(wctx, c); err != nil && s.log != nil {
 		s.log.Warn("recording an ended deployment", "id", id, "err", err)
 	}
+	s.releaseDeployment(id)
 	s.publish("deploy", id, map[string]any{"id": id, "state": "stopped", "model": c.Model, "version": c.Version})
 	return &c, nil
 }

@@ -50,6 +50,9 @@ type ExportJob struct {
 	Version  int             `json:"version,omitempty"` // the registered version once finished
 	Started  time.Time       `json:"started"`
 	Finished *time.Time      `json:"finished,omitempty"`
+	// Replica is the dashboard replica that runs (ran) its exporter
+	// (docs/replicas.md); empty without replicas.
+	Replica string `json:"replica,omitempty"`
 }
 
 // RestartedMsg is the error of an export that was running when the
@@ -87,6 +90,9 @@ func (s *Service) loadExports(ctx context.Context) error {
 		if j.State != StateQueued && j.State != StateRunning {
 			continue
 		}
+		if s.cfg.Member != nil && j.Replica != "" {
+			continue // a replica's: failed by the sweep when that replica stopped
+		}
 		if err := s.failExport(ctx, j.ID, RestartedMsg); err != nil {
 			return err
 		}
@@ -94,12 +100,46 @@ func (s *Service) loadExports(ctx context.Context) error {
 			s.log.Warn("export job failed: the dashboard restarted while it ran", "id", j.ID, "model", j.Model)
 		}
 	}
-	if tmp, _ := filepath.Glob(filepath.Join(s.cfg.ExperimentDir, "registry", "export-*")); len(tmp) > 0 {
-		for _, d := range tmp {
-			_ = os.RemoveAll(d)
+	s.removeStaleExportDirs(ctx)
+	return nil
+}
+
+// exportTmp is the directory of this process's temporary export outputs:
+// registry/tmp/<replica ID> (registry/tmp/local without replicas), so that
+// replicas sharing the experiment directory remove only what is stale.
+func (s *Service) exportTmp() string {
+	id := s.self()
+	if id == "" {
+		id = "local"
+	}
+	return filepath.Join(s.cfg.ExperimentDir, "registry", "tmp", id)
+}
+
+// removeStaleExportDirs removes the temporary export directories that no
+// running exporter uses: those of replicas that are not alive (all of
+// them without replicas), and those of fw versions that kept them
+// directly under registry/.
+func (s *Service) removeStaleExportDirs(ctx context.Context) {
+	legacy, _ := filepath.Glob(filepath.Join(s.cfg.ExperimentDir, "registry", "export-*"))
+	for _, d := range legacy {
+		_ = os.RemoveAll(d)
+	}
+	live := map[string]bool{}
+	if s.cfg.Member != nil {
+		reps, err := s.cfg.Member.Replicas(ctx)
+		if err != nil {
+			return // cannot tell which are stale
+		}
+		for _, r := range reps {
+			live[r.ID] = r.Alive && !r.Self
 		}
 	}
-	return nil
+	dirs, _ := os.ReadDir(filepath.Join(s.cfg.ExperimentDir, "registry", "tmp"))
+	for _, d := range dirs {
+		if !live[d.Name()] {
+			_ = os.RemoveAll(filepath.Join(s.cfg.ExperimentDir, "registry", "tmp", d.Name()))
+		}
+	}
 }
 
 // failExport ends a queued or running job as failed with msg.
@@ -228,7 +268,9 @@ func (s *Service) StartExport(ctx context.Context, req ExportRequest) (ExportJob
 	}
 	j := &ExportJob{ID: "exp-" + store.NewID(), State: StateRunning, Progress: "exporting",
 		Request: req, Model: req.Name, Started: time.Now().UTC()}
+	s.claimExport(ctx, j)
 	if err := s.saveExport(ctx, j); err != nil {
+		s.releaseExport(j.ID)
 		return ExportJob{}, err
 	}
 	cp := *j // j belongs to the export's goroutine from here
@@ -281,6 +323,7 @@ func (s *Service) update(j *ExportJob, f func(*ExportJob)) {
 		s.log.Error("saving an export job", "id", j.ID, "err", err)
 	}
 	if j.State == StateFinished || j.State == StateFailed {
+		s.releaseExport(j.ID)
 		if err := s.trimExports(ctx); err != nil && s.log != nil {
 			s.log.Warn("dropping old export jobs", "err", err)
 		}
@@ -293,7 +336,11 @@ func (s *Service) runExport(j *ExportJob, ckpt string, src Source, metrics map[s
 		now := time.Now().UTC()
 		s.update(j, func(j *ExportJob) { j.State, j.Error, j.Progress, j.Finished = StateFailed, msg, "failed", &now })
 	}
-	tmpDir, err := os.MkdirTemp(filepath.Join(s.cfg.ExperimentDir, "registry"), "export-")
+	if err := os.MkdirAll(s.exportTmp(), 0o755); err != nil {
+		fail(err.Error())
+		return
+	}
+	tmpDir, err := os.MkdirTemp(s.exportTmp(), "export-")
 	if err != nil {
 		fail(err.Error())
 		return

@@ -143,7 +143,7 @@ func testExportsSurviveRestart(t *testing.T, cfg store.Config) {
 	// Wait until the hung export has made its temporary directory (its
 	// process started), as a dashboard killed mid-export would leave it.
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if tmp, _ := filepath.Glob(filepath.Join(dir, "registry", "export-*")); len(tmp) > 0 {
+		if tmp, _ := filepath.Glob(filepath.Join(dir, "registry", "tmp", "*", "export-*")); len(tmp) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -165,7 +165,7 @@ func testExportsSurviveRestart(t *testing.T, cfg store.Config) {
 	if f := storedExports(t, st2); f[hung.ID].State != StateFailed || f[hung.ID].Error != RestartedMsg {
 		t.Fatalf("stored export jobs after the restart: %+v", f)
 	}
-	if tmp, _ := filepath.Glob(filepath.Join(dir, "registry", "export-*")); len(tmp) != 0 {
+	if tmp, _ := filepath.Glob(filepath.Join(dir, "registry", "tmp", "*", "export-*")); len(tmp) != 0 {
 		t.Fatalf("temporary export directories left: %v", tmp)
 	}
 	// New IDs do not reuse old ones; the listing is newest first.

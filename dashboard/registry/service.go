@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/replica"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/engine"
 )
@@ -33,6 +34,9 @@ type Config struct {
 	StopGrace    time.Duration // SIGTERM -> SIGKILL
 	// Engine is where model files are loaded to be inspected (library paths).
 	Engine engine.Options
+	// Member, when set, makes deployments and exports owned by this
+	// dashboard replica through leases (replicas.go, docs/replicas.md).
+	Member *replica.Member
 }
 
 // Service is the registry with its export jobs and deployments.
@@ -70,6 +74,9 @@ func New(base context.Context, st Store, cfg Config, log *slog.Logger) (*Service
 	}
 	reg.engine = cfg.Engine
 	s := &Service{Reg: reg, cfg: cfg, st: st, log: log, base: base}
+	if cfg.Member != nil {
+		s.registerLeases()
+	}
 	if err := s.importFiles(base); err != nil {
 		return nil, err
 	}

@@ -186,6 +186,16 @@ CREATE TABLE feed (
 	time BIGINT NOT NULL,
 	data TEXT NOT NULL
 )`},
+		{5, "leases of replicas, training jobs and deployments", `
+CREATE TABLE leases (
+	name TEXT PRIMARY KEY,
+	owner TEXT NOT NULL,
+	expires BIGINT NOT NULL,
+	acquired BIGINT NOT NULL,
+	renewed BIGINT NOT NULL,
+	info TEXT NOT NULL
+);
+CREATE INDEX leases_owner ON leases (owner)`},
 	}
 }
 

@@ -62,6 +62,9 @@ type Store interface {
 	Records
 	// Feed is the change feed behind the live stream.
 	Feed
+	// Leases say which dashboard owns what, for dashboards sharing a
+	// database (dashboard/replica).
+	Leases
 
 	// Close stops the writer (waiting for queued writes) and closes the database.
 	Close() error
