@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/api"
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/jobs"
 	"github.com/fw-serve/fw/dashboard/mlflow"
 	"github.com/fw-serve/fw/dashboard/registry"
@@ -61,6 +62,7 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	maxArtifactMiB := de.IntEnv("max-artifact-mib", "FW_DASHBOARD_MAX_ARTIFACT_MIB", mlflow.DefaultMaxArtifactBytes>>20, "largest file uploaded through MLflow's artifact API (PUT /api/2.0/mlflow-artifacts/artifacts/...), in MiB")
 	uiDir := de.StringEnv("ui-dir", "FW_DASHBOARD_UI_DIR", "", "serve the web UI from this directory (a `vite build --outDir DIR`) instead of the one built into the binary; for working on the UI")
 	replicaURL := de.StringEnv("replica-url", "FW_DASHBOARD_REPLICA_URL", "", "with several dashboards on one PostgreSQL (docs/replicas.md): the URL at which the other replicas reach this one's API (requests about a job or deployment it owns are forwarded there); default http://<the listen address>")
+	artifactURI := de.StringEnv("artifact-uri", "FW_ARTIFACT_URI", "", "where the model registry's version files are kept: empty for <experiment-dir>/models (a shared directory for replicas), or s3://bucket/prefix for S3-compatible object storage (FW_S3_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, FW_S3_PATH_STYLE=1; docs/replicas.md); a deployment fetches its file from the bucket into <experiment-dir>/cache/models")
 	leaseTTL := de.DurationEnv("lease-ttl", "FW_DASHBOARD_LEASE_TTL", replica.DefaultTTL, "how long the training jobs and deployments of a dashboard replica that stopped wait before another replica takes them over (renewed every third of it; a replica on the same host whose process is gone is taken over at once)")
 	logFormat := de.StringEnv("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := de.StringEnv("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
@@ -185,6 +187,18 @@ Flags:
 		return 1
 	}
 
+	files, err := blob.Open(*artifactURI, *expDir, s3ConfigFromEnv())
+	if err == nil {
+		if s3, ok := files.(*blob.S3); ok {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = s3.Check(cctx)
+			cancel()
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fw dashboard: --artifact-uri: %v\n", err)
+		return 1
+	}
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	ui := webui.New()
@@ -214,7 +228,7 @@ Flags:
 		Logger:                       slogPrintf{log},
 	}
 	reg := startRegistry(base, st, srv, registry.Config{ExperimentDir: *expDir, CheckpointDir: *ckptDir, Engine: withLibraries(engine.Options{}),
-		Python: pythonPath(), StopGrace: *stopGrace, Member: member}, log)
+		Python: pythonPath(), StopGrace: *stopGrace, Member: member, Files: files}, log)
 	if reg != nil {
 		srv.SetDeployments(reg) // *registry.Service is an api.DeploymentCounter
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/internal/testlog"
+	"github.com/fw-serve/fw/internal/testmoto"
 	"github.com/fw-serve/fw/internal/testpg"
 )
 
@@ -245,4 +249,66 @@ func TestReplicas(t *testing.T) {
 		}
 	}
 	b.stop(t)
+}
+
+// TestReplicasS3: two dashboards on one PostgreSQL that share no
+// directory, their model versions in an S3 bucket (moto's S3 server, a real
+// S3-protocol server): a model uploaded on A is stored in the bucket,
+// deployed from B (which fetches it into its own cache) and predicted
+// through A; deleting it removes its objects.
+func TestReplicasS3(t *testing.T) {
+	db := replicaDB(t)
+	models := modelsDir(t)
+	m := testmoto.Start(t)
+	t.Setenv("FW_SYSTEM_INTERVAL", "0")
+	t.Setenv("FW_S3_ENDPOINT", m.Endpoint)
+	t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
+	t.Setenv("FW_S3_PATH_STYLE", "1")
+	uri := "s3://" + m.Bucket + "/fw"
+	a := startReplica(t, db, t.TempDir(), "--artifact-uri", uri)
+	bDir := t.TempDir()
+	b := startReplica(t, db, bDir, "--artifact-uri", uri)
+
+	if code, out := upload(t, a.url+"/api/models?name=mlp", filepath.Join(models, "digits_mlp.onnx")); code != 201 {
+		t.Fatalf("upload on A: %d %v", code, out)
+	}
+	bucket, err := blob.Open(uri, "", blob.S3Config{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, PathStyle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := findModel(t, b.url, "mlp")["versions"].([]any)[0].(map[string]any)["file"].(string)
+	want, _ := os.Stat(filepath.Join(models, "digits_mlp.onnx"))
+	if info, err := bucket.Stat(context.Background(), key); err != nil || info.Size != want.Size() {
+		t.Fatalf("the version in the bucket (%s): %+v %v", key, info, err)
+	}
+	code, out := call(t, "POST", b.url+"/api/models/mlp/deploy", "", "application/json", fmt.Sprintf(`{"version":1,"port":%d}`, freePort(t)))
+	if code != 201 {
+		t.Fatalf("deploy from B: %d %v\n%s", code, out, b.stderr.String())
+	}
+	id := out["id"].(string)
+	t.Cleanup(func() { syscall.Kill(-int(out["pid"].(float64)), syscall.SIGKILL) })
+	if cached, _ := filepath.Glob(filepath.Join(bDir, "exp", "cache", "models", "*model.onnx")); len(cached) != 1 {
+		t.Fatalf("B's fetched copy: %v", cached)
+	}
+	body := `{"data": [[` + strings.TrimSuffix(strings.Repeat("0.5,", 64), ",") + `]]}`
+	if code, out := call(t, "POST", a.url+"/api/deployments/"+id+"/predict", "", "application/json", body); code != 200 {
+		t.Fatalf("predict through A: %d %v", code, out)
+	}
+	if code, out := call(t, "DELETE", b.url+"/api/deployments/"+id, "", "", ""); code != 200 {
+		t.Fatalf("undeploy: %d %v", code, out)
+	}
+	if code, out := call(t, "DELETE", a.url+"/api/models/mlp", "", "", ""); code != 200 {
+		t.Fatalf("delete the model: %d %v", code, out)
+	}
+	if _, err := bucket.Stat(context.Background(), key); !errors.Is(err, blob.ErrNotFound) {
+		t.Fatalf("the version's object after the model's delete: %v", err)
+	}
+	// A wrong bucket stops the start with the reason.
+	cmd := fwCmd("dashboard", "--port", "0", "--artifact-uri", "s3://no-such-bucket-fw/x")
+	cmd.Env = append(cmd.Env, "FW_EXPERIMENT_DIR="+t.TempDir(), "FW_DATABASE_URL="+db)
+	outb, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(outb), "no-such-bucket-fw") || !strings.Contains(string(outb), "create it first") {
+		t.Fatalf("a missing bucket: %v\n%s", err, outb)
+	}
 }

@@ -360,7 +360,11 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 		return nil, err
 	}
 	s.publish("deploy", dep.ID, map[string]any{"id": dep.ID, "state": "starting", "model": name, "version": v.Version, "url": "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port))})
-	done, err := s.launch(ctx, dep, s.Reg.FilePath(v))
+	modelPath, err := s.Reg.ModelFile(ctx, v)
+	var done chan struct{}
+	if err == nil {
+		done, err = s.launch(ctx, dep, modelPath)
+	}
 	if err == nil {
 		if err = s.putDeployment(ctx, kindDeployment, dep); err != nil {
 			_ = signalGroup(dep.PID, sigKill)

@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -24,6 +23,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/fault"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/engine"
@@ -140,26 +140,35 @@ type modelDoc struct {
 }
 
 // Registry is the set of models, kept as one record per model in the
-// store; the model files live under the experiment dir.
+// store; the version files live in a file store (the experiment dir, or a
+// bucket: dashboard/blob) under models/<name>/<version>/.
 type Registry struct {
-	dir    string // the experiment dir
-	st     Records
-	engine engine.Options // how model files are loaded to be inspected
+	st       Records
+	files    blob.Store
+	cacheDir string         // where files of a bucket are fetched to
+	engine   engine.Options // how model files are loaded to be inspected
 }
 
-// Open opens the registry kept in st, with model files under expDir.
-func Open(expDir string, st Records) (*Registry, error) {
+// Open opens the registry kept in st, with version files in files (nil:
+// the directory expDir) and fetched copies in cacheDir (default
+// expDir/cache/models).
+func Open(expDir string, st Records, files blob.Store, cacheDir string) (*Registry, error) {
 	abs, err := filepath.Abs(expDir)
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{dir: abs, st: st}
-	for _, d := range []string{filepath.Join(abs, "registry"), filepath.Join(abs, "models")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+	if files == nil {
+		if files, err = blob.NewDir(abs); err != nil {
 			return nil, err
 		}
 	}
-	return r, nil
+	if cacheDir == "" {
+		cacheDir = filepath.Join(abs, "cache", "models")
+	}
+	if err := os.MkdirAll(filepath.Join(abs, "registry"), 0o755); err != nil {
+		return nil, err
+	}
+	return &Registry{st: st, files: files, cacheDir: cacheDir}, nil
 }
 
 func decodeModel(rec store.Record) (*modelDoc, error) {
@@ -272,12 +281,14 @@ func (r *Registry) Resolve(ctx context.Context, name, ref string) (*Version, err
 	return nil, notFound("model %q has no version %d", name, v)
 }
 
-// FilePath is the absolute path of a version's file.
-func (r *Registry) FilePath(v *Version) string {
+// ModelFile returns a local path of a version's file: a checkpoint's own
+// path, the file itself in a directory store, or a copy fetched from the
+// bucket into this machine's cache (what `fw serve` loads).
+func (r *Registry) ModelFile(ctx context.Context, v *Version) (string, error) {
 	if filepath.IsAbs(v.File) {
-		return v.File
+		return v.File, nil
 	}
-	return filepath.Join(r.dir, filepath.FromSlash(v.File))
+	return blob.Fetch(ctx, r.files, v.File, r.cacheDir)
 }
 
 // Inspect validates a model file by content (pickles refused) and loads it
@@ -362,20 +373,23 @@ func (r *Registry) AddFile(ctx context.Context, name, src string, meta Version) 
 	if v.Version, err = r.reserve(ctx, name); err != nil {
 		return nil, err
 	}
-	rel := filepath.ToSlash(filepath.Join("models", name, strconv.Itoa(v.Version), "model."+ext(v.Format)))
-	dst := filepath.Join(r.dir, filepath.FromSlash(rel))
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return nil, err
-	}
-	if err := moveFile(src, dst); err != nil {
-		return nil, err
+	dir := versionKey(name, v.Version)
+	rel := dir + "/model." + ext(v.Format)
+	if err := r.files.PutFile(ctx, rel, src); err != nil {
+		return nil, fmt.Errorf("storing version %d of %s: %w", v.Version, name, err)
 	}
 	v.File = rel
 	if err := r.addVersion(ctx, name, v); err != nil {
-		os.RemoveAll(filepath.Dir(dst))
+		_ = r.files.DeletePrefix(context.WithoutCancel(ctx), dir)
 		return nil, err
 	}
 	return v, nil
+}
+
+// versionKey is where a version's files live in the file store:
+// models/<name>/<version> (name is checked by ValidName).
+func versionKey(name string, version int) string {
+	return "models/" + name + "/" + strconv.Itoa(version)
 }
 
 // reserve takes the next version number of name (creating the model).
@@ -439,26 +453,6 @@ func (r *Registry) AddCheckpoint(ctx context.Context, name, runID, ckpt, abs str
 	return v, nil
 }
 
-func moveFile(src, dst string) error {
-	if err := os.Rename(src, dst); err == nil {
-		return nil
-	}
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
-
 // SetAliases points each alias at a version (0 removes the alias).
 func (r *Registry) SetAliases(ctx context.Context, name string, aliases map[string]int) (*Model, error) {
 	for a := range aliases {
@@ -495,7 +489,6 @@ func (r *Registry) Delete(ctx context.Context, name string, version int) error {
 	if !nameRE.MatchString(name) {
 		return modelNotFound(name)
 	}
-	dir := filepath.Join(r.dir, "models", name)
 	_, err := r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
 		if d == nil {
 			return nil, modelNotFound(name)
@@ -523,8 +516,12 @@ func (r *Registry) Delete(ctx context.Context, name string, version int) error {
 	if err != nil {
 		return err
 	}
+	key := "models/" + name
 	if version != 0 {
-		dir = filepath.Join(dir, strconv.Itoa(version))
+		key = versionKey(name, version)
 	}
-	return os.RemoveAll(dir)
+	if err := r.files.DeletePrefix(ctx, key); err != nil {
+		return fmt.Errorf("deleting the files of %s: %w", key, err)
+	}
+	return nil
 }

@@ -136,7 +136,10 @@ func (s *Service) adoptOrRestart(ctx context.Context, d *Deployment, why string)
 		if _, perr := pickPort(prev.GRPCPort); perr == nil {
 			d.GRPCPort = prev.GRPCPort // keep its gRPC port when it is free here
 		}
-		done, err = s.launch(ctx, d, s.Reg.FilePath(v))
+		var modelPath string
+		if modelPath, err = s.Reg.ModelFile(ctx, v); err == nil {
+			done, err = s.launch(ctx, d, modelPath)
+		}
 	}
 	if err != nil {
 		msg := fmt.Sprintf("%s and its fw serve process does not answer here; starting it again failed: %v", why, err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/replica"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/engine"
@@ -37,6 +38,11 @@ type Config struct {
 	// Member, when set, makes deployments and exports owned by this
 	// dashboard replica through leases (replicas.go, docs/replicas.md).
 	Member *replica.Member
+	// Files is where version files live (nil: ExperimentDir; a bucket for
+	// FW_ARTIFACT_URI=s3://...), CacheDir where a deployment's file is
+	// fetched to from a bucket (default ExperimentDir/cache/models).
+	Files    blob.Store
+	CacheDir string
 }
 
 // Service is the registry with its export jobs and deployments.
@@ -68,7 +74,7 @@ func New(base context.Context, st Store, cfg Config, log *slog.Logger) (*Service
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 10 * time.Second
 	}
-	reg, err := Open(cfg.ExperimentDir, st)
+	reg, err := Open(cfg.ExperimentDir, st, cfg.Files, cfg.CacheDir)
 	if err != nil {
 		return nil, err
 	}
