@@ -293,6 +293,14 @@ func (m *Member) Run(ctx context.Context) {
 // Renew extends this member's leases, and calls Lost for each one another
 // replica took over meanwhile.
 func (m *Member) Renew(ctx context.Context) {
+	// Only a lease held before the renewal began can have been lost: one
+	// claimed meanwhile may be missing from the answer without being lost.
+	m.mu.Lock()
+	before := make(map[string]bool, len(m.held))
+	for n := range m.held {
+		before[n] = true
+	}
+	m.mu.Unlock()
 	names, err := m.st.RenewLeases(ctx, m.self.ID, m.ttl)
 	if err != nil {
 		if ctx.Err() == nil && m.log != nil {
@@ -307,13 +315,10 @@ func (m *Member) Renew(ctx context.Context) {
 	m.mu.Lock()
 	var lost []string
 	for n := range m.held {
-		if !now[n] {
+		if before[n] && !now[n] {
 			lost = append(lost, n)
 			delete(m.held, n)
 		}
-	}
-	for n := range now {
-		m.held[n] = true
 	}
 	m.mu.Unlock()
 	for _, n := range lost {

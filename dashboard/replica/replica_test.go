@@ -183,3 +183,47 @@ func TestNewID(t *testing.T) {
 		}
 	}
 }
+
+// renewHook runs a function after the store renewed a member's leases and
+// before the member looks at the answer.
+type renewHook struct {
+	store.Store
+	after func()
+}
+
+func (r renewHook) RenewLeases(ctx context.Context, owner string, ttl time.Duration) ([]string, error) {
+	names, err := r.Store.RenewLeases(ctx, owner, ttl)
+	if r.after != nil {
+		r.after()
+	}
+	return names, err
+}
+
+// TestClaimDuringRenew: a lease claimed while a renewal is on its way is
+// not taken for lost because the renewal's answer predates it.
+func TestClaimDuringRenew(t *testing.T) {
+	ctx := context.Background()
+	st := teststore.Open(t, store.Config{Dir: t.TempDir()})
+	hook := &renewHook{Store: st}
+	m := New(hook, Info{ID: "a", Host: "h", PID: 1}, time.Hour, quiet)
+	lost := 0
+	m.Handle("job/", Handler{Takeover: func(context.Context, store.Lease, Info) error { return nil }, Lost: func(string) { lost++ }})
+	if err := m.Join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hook.after = func() {
+		hook.after = nil
+		if _, ok, err := m.Claim(ctx, "job/new"); !ok || err != nil {
+			t.Errorf("claim: %v %v", ok, err)
+		}
+	}
+	m.Renew(ctx)
+	if lost != 0 || !m.Holds("job/new") {
+		t.Fatalf("a lease claimed during a renewal was taken for lost (lost %d, holds %v)", lost, m.Holds("job/new"))
+	}
+	// The next renewal sees it.
+	m.Renew(ctx)
+	if lost != 0 || !m.Holds("job/new") {
+		t.Fatal("lost on the next renewal")
+	}
+}
