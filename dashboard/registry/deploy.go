@@ -505,7 +505,12 @@ func (s *Service) Deployments(ctx context.Context) ([]*Deployment, error) {
 		if x.State != DeployRunning {
 			continue
 		}
-		if s.local(x) && !alive(x.PID) {
+		if !s.local(x) {
+			// Its URL is another machine's loopback: its owner replica
+			// probes it; here it is listed as recorded (healthy false).
+			continue
+		}
+		if !alive(x.PID) {
 			x.State = DeployGone
 			if err := s.setDeploymentState(ctx, x.ID, DeployGone); err != nil && s.log != nil {
 				s.log.Warn("marking a deployment gone", "id", x.ID, "err", err)
