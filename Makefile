@@ -26,7 +26,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps test-go test-postgres test-python test-mlflow test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -131,7 +131,7 @@ test: sysdeps ## the whole test suite (what CI runs)
 	bash scripts/check-leftovers.sh || rc=1; \
 	if [ $$rc -eq 0 ]; then echo "==> all tests passed"; fi; exit $$rc
 
-test-steps: setup build models lint test-go test-postgres test-python test-mlflow test-ray test-schemathesis test-soak test-web test-e2e fuzz image
+test-steps: setup build models lint test-go test-postgres test-replicas test-s3 test-python test-mlflow test-ray test-schemathesis test-soak test-web test-e2e fuzz image
 
 test-go:
 	@echo "==> go test -race ./..."
@@ -142,6 +142,15 @@ test-go:
 test-postgres: ## the tracking store's tests against a throwaway PostgreSQL cluster
 	@echo "==> go test -race ./dashboard/... on PostgreSQL (scripts/pg-test.sh)"
 	@FW_REQUIRE_POSTGRES=1 bash scripts/pg-test.sh $(GO) test -race -count=1 ./dashboard/...
+
+test-replicas: models | venv ## two real fw dashboard processes on one throwaway PostgreSQL (a shared directory, then an S3 bucket on moto's server): the stream across them, deploy from one, SIGKILL one (docs/replicas.md)
+	@echo "==> two dashboard replicas on one PostgreSQL (scripts/pg-test.sh), model files on a shared directory and on S3 (moto)"
+	@moto=$$(bash scripts/setup-moto-venv.sh) && FW_MOTO_SERVER=$$moto FW_REQUIRE_S3=1 FW_REQUIRE_POSTGRES=1 FW_REQUIRE_MODELS=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_PYTHON=$(PY) \
+		bash scripts/pg-test.sh $(GO) test -race -count=1 -run '^TestReplicas(S3)?$$' ./cmd/fw
+
+test-s3: ## the dashboard's file stores (dashboard/blob) on a directory and on a real S3-protocol server (moto 5.2.5's server mode, its own venv: scripts/setup-moto-venv.sh)
+	@echo "==> go test ./dashboard/blob on a directory and on S3 (moto_server)"
+	@moto=$$(bash scripts/setup-moto-venv.sh) && FW_MOTO_SERVER=$$moto FW_REQUIRE_S3=1 $(GO) test -race -count=1 ./dashboard/blob
 
 test-python: $(HELM) | venv
 	@echo "==> pytest python/tests"
@@ -201,6 +210,9 @@ bench-serve: setup build models ## wrk (and ghz for gRPC) on loopback: fw vs the
 
 bench-store: ## tracking store: ingest, downsampling, listing on SQLite and PostgreSQL
 	@$(GO) run ./bench/storebench
+
+bench-replicas: ## ingest points/s through one dashboard vs two on one PostgreSQL, and the stream's latency across them (docs/benchmarks.md)
+	@FW_PG_DURABLE=1 bash scripts/pg-test.sh $(GO) run ./bench/replicabench
 
 bench-ui: build ## the experiments table with 10,000 seeded runs in chromium, into docs/benchmarks.md
 	@FW_BIN=$(ROOT)/bin/fw node web/e2e/bench-runs.mjs

@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/api"
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/jobs"
 	"github.com/fw-serve/fw/dashboard/jobs/ray"
 	"github.com/fw-serve/fw/dashboard/mlflow"
 	"github.com/fw-serve/fw/dashboard/registry"
+	"github.com/fw-serve/fw/dashboard/replica"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/dashboard/sysinfo"
@@ -58,7 +60,7 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	rayPython := de.StringEnv("ray-python", "FW_RAY_PYTHON", "", "with --executor ray: the Python with the fw package on the Ray nodes, run as the jobs' entrypoint (default: the dashboard's own, FW_PYTHON)")
 	rayLostAfter := de.DurationEnv("ray-lost-after", "FW_RAY_LOST_AFTER", 60*time.Second, "with --executor ray: a job whose head has not answered for this long is given up and its run failed")
 	trackingURI := de.StringEnv("tracking-uri", "FW_DASHBOARD_TRACKING_URI", "", "the URL training jobs send their events to (their FW_TRACKING_URI; default http://<listen address>); set it when jobs run on other machines (--executor ray)")
-	streamBuffer := de.IntEnv("stream-buffer", "FW_DASHBOARD_STREAM_BUFFER", stream.DefaultRingEvents, "events kept for the live stream's replay (/api/training/stream, docs/stream.md)")
+	streamBuffer := de.IntEnv("stream-buffer", "FW_DASHBOARD_STREAM_BUFFER", stream.DefaultRingEvents, "events kept for the live stream's replay (/api/training/stream, docs/stream.md): in the store's feed table and in this process's memory")
 	streamHeartbeat := de.DurationEnv("stream-heartbeat", "FW_DASHBOARD_STREAM_HEARTBEAT", stream.DefaultHeartbeat, "how often the live stream sends a heartbeat with the current cursor")
 	allowedHosts := de.StringEnv("allowed-hosts", "FW_DASHBOARD_ALLOWED_HOSTS", "", "comma-separated extra Host names the dashboard answers to (name, name:port, .domain, or * for any); by default only localhost, 127.0.0.1 and ::1 when bound to loopback, and no check on other addresses (the token protects them) unless this is set; /health and /metrics answer any Host")
 	corsOrigins := de.StringEnv("cors-origins", "FW_DASHBOARD_CORS_ORIGINS", "", "comma-separated origins (https://ui.example.com) whose pages may call the API from a browser; default none: only the dashboard's own pages may change its data")
@@ -66,6 +68,9 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	sysHistory := de.DurationEnv("system-history", "FW_DASHBOARD_SYSTEM_HISTORY", 5*time.Minute, "how long samples are kept in memory for the home page's charts (GET /api/system/history)")
 	maxArtifactMiB := de.IntEnv("max-artifact-mib", "FW_DASHBOARD_MAX_ARTIFACT_MIB", mlflow.DefaultMaxArtifactBytes>>20, "largest file uploaded through MLflow's artifact API (PUT /api/2.0/mlflow-artifacts/artifacts/...), in MiB")
 	uiDir := de.StringEnv("ui-dir", "FW_DASHBOARD_UI_DIR", "", "serve the web UI from this directory (a `vite build --outDir DIR`) instead of the one built into the binary; for working on the UI")
+	replicaURL := de.StringEnv("replica-url", "FW_DASHBOARD_REPLICA_URL", "", "with several dashboards on one PostgreSQL (docs/replicas.md): the URL at which the other replicas reach this one's API (requests about a job or deployment it owns are forwarded there); default http://<the listen address>")
+	artifactURI := de.StringEnv("artifact-uri", "FW_ARTIFACT_URI", "", "where the model registry's version files are kept: empty for <experiment-dir>/models (a shared directory for replicas), or s3://bucket/prefix for S3-compatible object storage (FW_S3_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, FW_S3_PATH_STYLE=1; docs/replicas.md); a deployment fetches its file from the bucket into <experiment-dir>/cache/models")
+	leaseTTL := de.DurationEnv("lease-ttl", "FW_DASHBOARD_LEASE_TTL", replica.DefaultTTL, "how long the training jobs and deployments of a dashboard replica that stopped wait before another replica takes them over (renewed every third of it; a replica on the same host whose process is gone is taken over at once)")
 	logFormat := de.StringEnv("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := de.StringEnv("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
@@ -81,7 +86,10 @@ endpoint POST /api/ingest, MLflow's tracking REST API under
 /api/2.0/mlflow (MLFLOW_TRACKING_URI=http://HOST:PORT; docs/mlflow.md), the
 live stream WS /api/training/stream
 (docs/stream.md), GET /health and GET /metrics (Prometheus). The store is
-SQLite in --experiment-dir, or PostgreSQL when FW_DATABASE_URL is set. Spool
+SQLite in --experiment-dir, or PostgreSQL when FW_DATABASE_URL is set;
+several dashboards on one PostgreSQL (with shared storage) work as replicas
+of one service: the registry, jobs and stream are in the database, and what
+a replica that stops owned is taken over (docs/replicas.md). Spool
 files left by training processes that could not reach the dashboard are
 imported on start and every --spool-interval. Every flag can also be set from
 the environment variable named in brackets.
@@ -103,6 +111,10 @@ Flags:
 	}
 	if *sysInterval < 100*time.Millisecond || *sysHistory < *sysInterval || *sysHistory > 24*time.Hour {
 		fmt.Fprintln(stderr, "fw dashboard: --system-interval must be at least 100ms and --system-history between it and 24h")
+		return 2
+	}
+	if *leaseTTL < 300*time.Millisecond || *leaseTTL > time.Hour {
+		fmt.Fprintln(stderr, "fw dashboard: --lease-ttl must be within 300ms..1h")
 		return 2
 	}
 	if *maxArtifactMiB < 1 || *maxArtifactMiB > 1<<20 {
@@ -166,6 +178,9 @@ Flags:
 
 	cfg := storeConfigFromEnv()
 	cfg.Dir, cfg.CheckpointDir = *expDir, *ckptDir
+	// Every event the store stores (ingest, spool import, MLflow's API,
+	// training jobs) goes into its change feed too, the live stream's source.
+	cfg.Feed, cfg.Log = api.FeedOf, log
 	st, err := store.Open(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw dashboard: opening the store: %v\n", err)
@@ -173,12 +188,16 @@ Flags:
 	}
 	defer st.Close()
 
-	// Every Apply (ingest and spool import) goes through pst, which publishes
-	// the stored events to the live stream.
+	// The live stream: the hub follows the store's change feed (shared by
+	// every dashboard on the database) from its current end.
 	hub := stream.NewHub(stream.Config{RingEvents: *streamBuffer, Heartbeat: *streamHeartbeat})
-	pst := api.Publishing(st, hub, log)
+	tailer := api.NewFeedTailer(st, hub, int64(*streamBuffer), log)
+	if err := tailer.Start(ctx); err != nil {
+		fmt.Fprintf(stderr, "fw dashboard: reading the store's change feed: %v\n", err)
+		return 1
+	}
 	// Spools first (they may hold a run's end), then fail runs whose process is gone.
-	im := &api.SpoolImporter{Dir: spoolDir, Store: pst, Log: log}
+	im := &api.SpoolImporter{Dir: spoolDir, Store: st, Log: log}
 	if s, err := im.ImportAll(ctx); err != nil {
 		log.Warn("spool import: will retry", "err", err)
 	} else if s.Files > 0 {
@@ -188,7 +207,31 @@ Flags:
 	if _, err := api.ReconcileRuns(ctx, st, hostname, *staleAfter, log); err != nil {
 		log.Warn("reconcile failed", "err", err)
 	}
+	// This process as a replica of the dashboards sharing the database:
+	// it owns what it starts through leases, and takes over what stopped
+	// replicas owned (docs/replicas.md). With SQLite it is the only one.
+	self := replica.Info{ID: replica.NewID(hostname, os.Getpid()), URL: *replicaURL, Host: hostname, PID: os.Getpid(), Version: version}
+	if self.URL == "" {
+		self.URL = "http://" + ln.Addr().String()
+	}
+	member := replica.New(st, self, *leaseTTL, log)
+	if err := member.Join(ctx); err != nil {
+		fmt.Fprintf(stderr, "fw dashboard: %v\n", err)
+		return 1
+	}
 
+	files, err := blob.Open(*artifactURI, *expDir, s3ConfigFromEnv())
+	if err == nil {
+		if s3, ok := files.(*blob.S3); ok {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = s3.Check(cctx)
+			cancel()
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fw dashboard: --artifact-uri: %v\n", err)
+		return 1
+	}
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	ui := webui.New()
@@ -199,8 +242,9 @@ Flags:
 	if artDir == "" {
 		artDir = filepath.Join(*expDir, "artifacts")
 	}
-	srv := api.New(base, pst, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir,
-		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins)}, log)
+	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir,
+		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins), ReplicaID: self.ID}, log)
+	srv.SetReplicas(member)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, *sysInterval, *sysHistory, log)
 	defer sampler.Close()
 	srv.SetSystem(sampler)
@@ -217,7 +261,7 @@ Flags:
 		Logger:                       slogPrintf{log},
 	}
 	reg := startRegistry(base, st, srv, registry.Config{ExperimentDir: *expDir, CheckpointDir: *ckptDir, Engine: withLibraries(engine.Options{}),
-		Python: pythonPath(), StopGrace: *stopGrace, Hub: hub}, log)
+		Python: pythonPath(), StopGrace: *stopGrace, Member: member, Files: files}, log)
 	if reg != nil {
 		srv.SetDeployments(reg) // *registry.Service is an api.DeploymentCounter
 	}
@@ -238,7 +282,20 @@ Flags:
 		}
 		jcfg.Executor = ex
 	}
-	jm := startJobs(ctx, pst, srv, jcfg, *recipesFile, log) // pst: job status changes reach the live stream too
+	fleet := startJobs(ctx, st, srv, member, jcfg, *recipesFile, log)
+	// Take over at once what stopped replicas of this host left (the
+	// process before a restart: its Ray jobs are re-attached, its local
+	// processes marked lost), then renew and sweep every TTL/3.
+	member.Sweep(ctx)
+	if fleet != nil {
+		// Jobs of an executor that outlives the dashboard (Ray) whose lease
+		// no replica holds any more are followed again by this one.
+		if ids, err := fleet.AdoptOrphans(ctx); err != nil {
+			log.Warn("re-attaching training jobs", "err", err)
+		} else if len(ids) > 0 {
+			log.Info("re-attached training jobs", "runs", len(ids))
+		}
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	spoolCtx, stopSpool := context.WithCancel(context.Background())
@@ -247,6 +304,15 @@ Flags:
 	go func() { defer wg.Done(); im.Run(spoolCtx, *spoolEvery) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); sampler.Run(spoolCtx) }() // /api/system/status and /metrics serve its latest sample
+	wg.Add(1)
+	go func() { defer wg.Done(); tailer.Run(spoolCtx) }()
+	memberCtx, stopMember := context.WithCancel(context.Background())
+	memberDone := make(chan struct{})
+	go func() { defer close(memberDone); member.Run(memberCtx) }()
+	if fleet != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); fleet.Run(spoolCtx) }()
+	}
 	url := "http://" + ln.Addr().String()
 	fmt.Fprintf(stdout, "fw dashboard: ready on %s (store: %s)\n", url, storeLabel(cfg))
 
@@ -264,8 +330,9 @@ Flags:
 	hub.Close() // stream connections get 1001 (hijacked: Shutdown does not wait for them)
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 	defer cancel()
-	if jm != nil {
-		jm.Shutdown(sctx) // while the API still takes the jobs' last events
+	if fleet != nil {
+		fleet.Manager().Shutdown(sctx) // while the API still takes the jobs' last events
+		fleet.Sync(sctx)               // their end, recorded and their leases released
 	}
 	if err := hs.ShutdownWithContext(sctx); err != nil {
 		log.Warn("shutdown: connections still open at the deadline", "err", err)
@@ -277,6 +344,11 @@ Flags:
 	if reg != nil {
 		reg.Wait() // exports end with base; deployments keep running (re-adopted on the next start)
 	}
+	// Leave: the other replicas (or this one's next start) take over the
+	// deployments at their next sweep instead of after the lease TTL.
+	stopMember()
+	<-memberDone
+	member.Leave(context.Background())
 	if err := st.Close(); err != nil {
 		log.Warn("closing the store", "err", err)
 		code = 1
@@ -294,7 +366,7 @@ func storeLabel(cfg store.Config) string {
 
 // startJobs loads the recipe registry and enables the training routes; nil
 // (the routes answer 503) when the registry cannot be loaded.
-func startJobs(ctx context.Context, st store.Store, srv *api.Server, cfg jobs.Config, recipesFile string, log *slog.Logger) *jobs.Manager {
+func startJobs(ctx context.Context, st store.Store, srv *api.Server, member *replica.Member, cfg jobs.Config, recipesFile string, log *slog.Logger) *jobs.Fleet {
 	for _, d := range []*string{&cfg.ExperimentDir, &cfg.CheckpointDir} {
 		if abs, err := filepath.Abs(*d); err == nil {
 			*d = abs
@@ -306,15 +378,12 @@ func startJobs(ctx context.Context, st store.Store, srv *api.Server, cfg jobs.Co
 		return nil
 	}
 	jm := jobs.New(st, recipes, cfg, log)
-	// Jobs of an executor that outlives the dashboard (Ray) that were still
-	// queued or running when it stopped are followed again.
-	if ids, err := jm.AdoptAll(ctx); err != nil {
-		log.Warn("re-attaching training jobs", "err", err)
-	} else if len(ids) > 0 {
-		log.Info("re-attached training jobs", "runs", len(ids))
-	}
-	srv.SetJobs(jm)
-	return jm
+	fleet := jobs.NewFleet(jm, st, member, log)
+	// A replica that takes over the lease of a job whose replica stopped
+	// re-attaches to it where the executor can (Ray); else the job is lost.
+	fleet.Adopt = jm.Adopt
+	srv.SetJobs(fleet)
+	return fleet
 }
 
 // absPath is p made absolute when it names a file by a path ("python3",

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/engine"
 )
@@ -36,6 +37,25 @@ func storeConfigFromEnv() store.Config {
 	}
 	if c.Dir == "" {
 		c.Dir = "experiments"
+	}
+	return c
+}
+
+// s3ConfigFromEnv reads how to reach an S3-compatible store
+// (FW_ARTIFACT_URI=s3://...): FW_S3_ENDPOINT (else AWS_ENDPOINT_URL;
+// default AWS), AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY
+// (unset: the machine's IAM role), FW_S3_PATH_STYLE=1 for servers that
+// address buckets by path (MinIO, moto).
+func s3ConfigFromEnv() blob.S3Config {
+	c := blob.S3Config{
+		Endpoint:  os.Getenv("FW_S3_ENDPOINT"),
+		Region:    os.Getenv("AWS_REGION"),
+		AccessKey: os.Getenv("AWS_ACCESS_KEY_ID"),
+		SecretKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
+		PathStyle: os.Getenv("FW_S3_PATH_STYLE") == "1",
+	}
+	if c.Endpoint == "" {
+		c.Endpoint = os.Getenv("AWS_ENDPOINT_URL")
 	}
 	return c
 }

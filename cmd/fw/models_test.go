@@ -246,7 +246,7 @@ func TestModelRegistry(t *testing.T) {
 	if v := findModel(t, d.url, "mlp")["aliases"].(map[string]any)["production"]; v != 1.0 {
 		t.Fatalf("registry after restart: %v", v)
 	}
-	// Export jobs are persisted (registry/exports.json): still answered.
+	// Export jobs are records in the store: still answered.
 	if code, job := call(t, "GET", d.url+"/api/models/exports/"+onnxExport, "", "", ""); code != 200 || job["state"] != "finished" || job["version"] != 1.0 || job["model"] != "mlp" {
 		t.Fatalf("export job after restart: %d %v", code, job)
 	}

@@ -43,8 +43,8 @@ type ActivityEvent struct {
 // activity answers GET /api/activity?limit=N: the newest events across
 // runs (started and ended), export jobs and deployments, newest first. It is
 // derived from their current state (the store's run times, the registry's
-// export and deployment records), so it needs no log of its own and is the
-// same after a restart.
+// export and deployment records, all in the store), so it needs no log of
+// its own and is the same after a restart and on every replica.
 func (s *Server) activity(ctx *fasthttp.RequestCtx) {
 	limit, e := queryInt(ctx, "limit", 50, 1, 500)
 	if e != nil {
@@ -58,7 +58,12 @@ func (s *Server) activity(ctx *fasthttp.RequestCtx) {
 	}
 	events := runActivity(page.Runs)
 	if r := s.registry.Load(); r != nil {
-		for _, j := range r.Exports() {
+		exports, err := r.Exports(s.base)
+		if err != nil {
+			writeError(ctx, fromError(s.log, err))
+			return
+		}
+		for _, j := range exports {
 			name := j.Model
 			ev := ActivityEvent{Time: j.Started, Kind: ActivityExportStarted, Model: name, ExportID: j.ID, RunID: j.Request.RunID, Status: j.State,
 				Message: fmt.Sprintf("Export of %s to %s started", orDash(j.Request.Checkpoint), j.Request.Format)}
@@ -79,11 +84,20 @@ func (s *Server) activity(ctx *fasthttp.RequestCtx) {
 			return ActivityEvent{Time: d.Started, Kind: ActivityDeployed, Model: d.Model, Version: d.Version, DeploymentID: d.ID, Status: d.State,
 				Message: fmt.Sprintf("Deployed %s version %d at %s", d.Model, d.Version, d.URL)}
 		}
-		for _, d := range r.Records() { // not Deployments(): no health probes, no request-rate sample taken
-
+		deps, err := r.Records(s.base) // not Deployments(): no health probes, no request-rate sample taken
+		if err != nil {
+			writeError(ctx, fromError(s.log, err))
+			return
+		}
+		for _, d := range deps {
 			events = append(events, deployed(*d))
 		}
-		for _, d := range r.EndedDeployments() {
+		ended, err := r.EndedDeployments(s.base)
+		if err != nil {
+			writeError(ctx, fromError(s.log, err))
+			return
+		}
+		for _, d := range ended {
 			events = append(events, deployed(d))
 			if d.Stopped != nil {
 				events = append(events, ActivityEvent{Time: *d.Stopped, Kind: ActivityUndeployed, Model: d.Model, Version: d.Version, DeploymentID: d.ID, Status: d.State,

@@ -57,6 +57,9 @@ type Config struct {
 	// CORSOrigins may call the API from a browser (--cors-origins). See guard.
 	Hosts       *hostguard.Policy
 	CORSOrigins []string
+	// ReplicaID names this dashboard among the replicas sharing its
+	// database (sent with the requests it forwards to another replica).
+	ReplicaID string
 }
 
 // Server answers the dashboard API from a store.
@@ -67,15 +70,16 @@ type Server struct {
 	token    [sha256.Size]byte
 	draining atomic.Bool
 	base     context.Context
-	jobs     atomic.Pointer[jobs.Manager] // nil until SetJobs: /api/training answers 503
-	docsSite *docsite.Site                // /docs and /openapi.json
-	mlflow   *mlflow.Server               // MLflow's tracking API over the same store (/api/2.0/mlflow/...)
+	jobs     atomic.Pointer[jobs.Fleet] // nil until SetJobs: /api/training answers 503
+	docsSite *docsite.Site              // /docs and /openapi.json
+	mlflow   *mlflow.Server             // MLflow's tracking API over the same store (/api/2.0/mlflow/...)
 	// registry is nil until SetRegistry: /api/models answers 503.
 	registry atomic.Pointer[registry.Service]
 
 	started       time.Time
 	sampler       *sysinfo.Sampler  // nil until SetSystem: /api/system/status answers 503 (system.go)
 	deployCounter DeploymentCounter // optional (SetDeployments)
+	replicas      ReplicaLister     // nil until SetReplicas: /api/system/replicas answers 503
 	prom          *promState        // nil until SetMetrics: no /metrics
 	guard         guard             // Host, cross-site and CORS checks (guard.go)
 
@@ -220,6 +224,10 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	case len(parts) == 2 && parts[0] == "system" && parts[1] == "status":
 		if s.allow(ctx, method, "GET") {
 			s.systemStatus(ctx)
+		}
+	case len(parts) == 2 && parts[0] == "system" && parts[1] == "replicas":
+		if s.allow(ctx, method, "GET") {
+			s.replicaList(ctx)
 		}
 	case len(parts) == 2 && parts[0] == "system" && parts[1] == "history":
 		if s.allow(ctx, method, "GET") {

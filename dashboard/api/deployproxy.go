@@ -46,13 +46,24 @@ func (s *Server) deploymentProxy(ctx *fasthttp.RequestCtx, r *registry.Service, 
 	}
 	// The record only: probing every deployment's health on each prediction
 	// would put HTTP calls on the request path.
-	dep, ok := r.Record(id)
+	dep, ok, err := r.Record(s.base, id)
+	if err != nil {
+		writeError(ctx, fromError(s.log, err))
+		return
+	}
 	if !ok {
 		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no deployment %s; GET /api/deployments lists them", id)))
 		return
 	}
 	if dep.State != registry.DeployRunning {
 		writeError(ctx, apiErr(409, CodeConflict, fmt.Sprintf("deployment %s is %s, not running; deploy the model again", id, dep.State)))
+		return
+	}
+	if e, err := r.Remote(s.base, dep); err != nil {
+		writeError(ctx, fromError(s.log, err))
+		return
+	} else if e != nil {
+		s.forward(ctx, e, nil) // its process runs on the owner replica's host
 		return
 	}
 	target, err := url.Parse(dep.URL)

@@ -33,6 +33,7 @@ var dashboardRoutes = map[string][]string{
 	"/api/compare":                          {"get"},
 	"/api/system/status":                    {"get"},
 	"/api/system/history":                   {"get"},
+	"/api/system/replicas":                  {"get"},
 	"/api/training":                         {"get"},
 	"/api/training/recipes":                 {"get"},
 	"/api/training/start":                   {"post"},

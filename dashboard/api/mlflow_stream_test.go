@@ -22,7 +22,7 @@ func TestMLflowLoggingReachesTheStream(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir := t.TempDir()
-	st, err := store.Open(ctx, store.Config{Dir: dir})
+	st, err := store.Open(ctx, store.Config{Dir: dir, Feed: FeedOf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,14 @@ func TestMLflowLoggingReachesTheStream(t *testing.T) {
 	hub := stream.NewHub(stream.Config{})
 	defer hub.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := New(ctx, Publishing(st, hub, log), Config{Hub: hub, ArtifactDir: filepath.Join(dir, "artifacts")}, log)
+	tail := NewFeedTailer(st, hub, 0, log)
+	if err := tail.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tailed := make(chan struct{})
+	go func() { defer close(tailed); tail.Run(ctx) }()
+	defer func() { cancel(); <-tailed }()
+	srv := New(ctx, st, Config{Hub: hub, ArtifactDir: filepath.Join(dir, "artifacts")}, log)
 	sub := hub.Subscribe(stream.Filter{All: true}, nil)
 	call := func(path, body string) map[string]any {
 		t.Helper()

@@ -35,13 +35,22 @@ func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []st
 		switch {
 		case len(parts) == 1:
 			if s.allow(ctx, method, "GET") {
-				writeJSON(ctx, 200, map[string]any{"deployments": r.Deployments()})
+				list, err := r.Deployments(s.base)
+				if err != nil {
+					writeError(ctx, fromError(s.log, err))
+					return
+				}
+				writeJSON(ctx, 200, map[string]any{"deployments": list})
 			}
 		case len(parts) >= 3:
 			s.deploymentProxy(ctx, r, method, parts[1], strings.Join(parts[2:], "/"))
 		case len(parts) == 2:
 			if s.allow(ctx, method, "DELETE") {
 				d, err := r.StopDeployment(s.base, parts[1])
+				if e, ok := notOwner(err); ok {
+					s.forward(ctx, e, nil) // another replica owns it
+					return
+				}
 				if err != nil {
 					writeError(ctx, fromError(s.log, err))
 					return
@@ -57,7 +66,12 @@ func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []st
 	case len(parts) == 1:
 		switch method {
 		case "GET", "HEAD":
-			writeJSON(ctx, 200, map[string]any{"models": r.Reg.List()})
+			list, err := r.Reg.List(s.base)
+			if err != nil {
+				writeError(ctx, fromError(s.log, err))
+				return
+			}
+			writeJSON(ctx, 200, map[string]any{"models": list})
 		case "POST":
 			s.registerModel(ctx, r)
 		default:
@@ -78,7 +92,11 @@ func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []st
 		}
 	case len(parts) == 2 && parts[1] == "exports":
 		if s.allow(ctx, method, "GET") {
-			list := r.Exports()
+			list, err := r.Exports(s.base)
+			if err != nil {
+				writeError(ctx, fromError(s.log, err))
+				return
+			}
 			if list == nil {
 				list = []registry.ExportJob{}
 			}
@@ -86,7 +104,11 @@ func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []st
 		}
 	case len(parts) == 3 && parts[1] == "exports":
 		if s.allow(ctx, method, "GET") {
-			j, ok := r.Export(parts[2])
+			j, ok, err := r.Export(s.base, parts[2])
+			if err != nil {
+				writeError(ctx, fromError(s.log, err))
+				return
+			}
 			if !ok {
 				writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no export %s started by this dashboard", parts[2])))
 				return
@@ -116,14 +138,14 @@ func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []st
 		}
 		switch method {
 		case "GET", "HEAD":
-			ver, err := r.Reg.Resolve(parts[1], parts[3])
+			ver, err := r.Reg.Resolve(s.base, parts[1], parts[3])
 			if err != nil {
 				writeError(ctx, fromError(s.log, err))
 				return
 			}
 			writeJSON(ctx, 200, ver)
 		case "DELETE":
-			if err := r.Reg.Delete(parts[1], v); err != nil {
+			if err := r.Reg.Delete(s.base, parts[1], v); err != nil {
 				writeError(ctx, fromError(s.log, err))
 				return
 			}
@@ -143,7 +165,7 @@ func (s *Server) noModelRoute(ctx *fasthttp.RequestCtx, method string) {
 func (s *Server) model(ctx *fasthttp.RequestCtx, r *registry.Service, method, name string) {
 	switch method {
 	case "GET", "HEAD":
-		m, err := r.Reg.Get(name)
+		m, err := r.Reg.Get(s.base, name)
 		if err != nil {
 			writeError(ctx, fromError(s.log, err))
 			return
@@ -164,14 +186,14 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, r *registry.Service, method, na
 			}
 			aliases[a] = int(v)
 		}
-		m, err := r.Reg.SetAliases(name, aliases)
+		m, err := r.Reg.SetAliases(s.base, name, aliases)
 		if err != nil {
 			writeError(ctx, fromError(s.log, err))
 			return
 		}
 		writeJSON(ctx, 200, m)
 	case "DELETE":
-		if err := r.Reg.Delete(name, 0); err != nil {
+		if err := r.Reg.Delete(s.base, name, 0); err != nil {
 			writeError(ctx, fromError(s.log, err))
 			return
 		}

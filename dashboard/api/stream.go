@@ -1,14 +1,11 @@
 package api
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/fasthttp/websocket"
@@ -92,175 +89,6 @@ func StreamEvent(ev *store.Event) (stream.Event, bool) {
 	}
 	out.Data = b
 	return out, true
-}
-
-// Publishing wraps st so that the events each Apply stores are published
-// to h, in store order, after the store acknowledged them. Duplicates and
-// refused events are never published. Apply calls through the wrapper are
-// serialized (the store has one writer anyway).
-func Publishing(st store.Store, h *stream.Hub, log *slog.Logger) store.Store {
-	return &publishingStore{Store: st, hub: h, log: log, hw: map[pair]int64{}}
-}
-
-type pair struct{ run, writer string }
-
-type publishingStore struct {
-	store.Store
-	hub *stream.Hub
-	log *slog.Logger
-	mu  sync.Mutex
-	// hw is, per (run, writer) seen since start, the highest seq stored.
-	hw map[pair]int64
-}
-
-func (p *publishingStore) Apply(ctx context.Context, events []store.Event) (store.ApplyResult, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	res, err := p.Store.Apply(ctx, events)
-	if err != nil {
-		return res, err // nothing of the batch was stored
-	}
-	idx, ok := storedIndices(events, res, p.hw)
-	if !ok {
-		p.log.Warn("stream: cannot tell which events of a batch were stored; not publishing it (clients see it on refetch)", "events", len(events), "applied", res.Applied)
-	}
-	for _, a := range res.Acked {
-		p.hw[pair{a.RunID, a.Writer}] = a.Seq
-	}
-	out := make([]stream.Event, 0, len(idx))
-	for _, i := range idx {
-		if se, ok := StreamEvent(&events[i]); ok {
-			if se.Time.IsZero() {
-				se.Time = time.Now()
-			}
-			out = append(out, se)
-		}
-		if events[i].Type == store.EventRunEnd { // keep hw bounded
-			defer delete(p.hw, pair{events[i].RunID, writerOf(&events[i])})
-		}
-	}
-	if len(out) > 0 {
-		p.hub.Publish(out...)
-	}
-	return res, nil
-}
-
-func writerOf(ev *store.Event) string {
-	if ev.Writer == "" {
-		return store.DefaultWriter
-	}
-	return ev.Writer
-}
-
-// storedIndices infers, from an ApplyResult, which events of the batch were
-// stored, in batch order. Per (run, writer) the store keeps a high-water
-// seq H0 and stores an event iff it was not refused and its seq exceeds
-// every seq stored before it: the stored events are the "records" (running
-// maxima) among the non-refused events with seq > H0. H0 comes from hw when
-// the pair was seen before; otherwise the count res.Applied settles it. ok
-// is false when it cannot be settled (then nothing is returned).
-func storedIndices(events []store.Event, res store.ApplyResult, hw map[pair]int64) ([]int, bool) {
-	refused := make(map[int]bool, len(res.Errors))
-	for _, e := range res.Errors {
-		refused[e.Index] = true
-	}
-	records := map[pair][]int{}
-	var order []pair
-	for i := range events {
-		if refused[i] {
-			continue
-		}
-		k := pair{events[i].RunID, writerOf(&events[i])}
-		r, seen := records[k]
-		if !seen {
-			order = append(order, k)
-		}
-		if len(r) == 0 || events[i].Seq > events[r[len(r)-1]].Seq {
-			records[k] = append(r, i)
-		} else if !seen {
-			records[k] = r
-		}
-	}
-	acked := map[pair]int64{}
-	for _, a := range res.Acked {
-		acked[pair{a.RunID, a.Writer}] = a.Seq
-	}
-	// k[p] = how many of p's records (the last ones) were stored; -1 unknown.
-	count := map[pair]int{}
-	var unknown []pair
-	known := 0
-	solve := func(useHW bool) {
-		clear(count)
-		unknown, known = unknown[:0], 0
-		for _, p := range order {
-			r := records[p]
-			if h, ok := hw[p]; ok && useHW {
-				n := 0
-				for _, i := range r {
-					if events[i].Seq > h {
-						n++
-					}
-				}
-				count[p], known = n, known+n
-				continue
-			}
-			if a, ok := acked[p]; ok && len(r) > 0 && a > events[r[len(r)-1]].Seq {
-				count[p] = 0 // H0 is above the whole batch: all duplicates
-				continue
-			}
-			count[p] = -1
-			unknown = append(unknown, p)
-		}
-	}
-	settle := func() bool {
-		left := res.Applied - known
-		switch {
-		case len(unknown) == 0:
-			return left == 0
-		case len(unknown) == 1:
-			if left < 0 || left > len(records[unknown[0]]) {
-				return false
-			}
-			count[unknown[0]] = left
-			return true
-		}
-		total := 0
-		for _, p := range unknown {
-			total += len(records[p])
-		}
-		if left != 0 && left != total {
-			return false
-		}
-		for _, p := range unknown {
-			count[p] = len(records[p])
-			if left == 0 {
-				count[p] = 0
-			}
-		}
-		return true
-	}
-	solve(true)
-	if !settle() { // hw may be stale (events stored around this wrapper)
-		solve(false)
-		if !settle() {
-			return nil, false
-		}
-	}
-	var idx []int
-	for _, p := range order {
-		r := records[p]
-		idx = append(idx, r[len(r)-count[p]:]...)
-	}
-	sortInts(idx)
-	return idx, true
-}
-
-func sortInts(a []int) {
-	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && a[j] < a[j-1]; j-- {
-			a[j], a[j-1] = a[j-1], a[j]
-		}
-	}
 }
 
 // streamAuthorized accepts the token as a Bearer header or ?token= (a
@@ -454,7 +282,24 @@ func (s *Server) serveStream(hub *stream.Hub, c *websocket.Conn) {
 			if !writeJSONMsg(map[string]any{"type": "subscribed", "runs": runs, "from": from, "cursor": sub.Start()}) {
 				return
 			}
-			for _, m := range sub.Replay() {
+			replay := sub.Replay()
+			if len(replay) > 0 && replay[0].Gap && s.st != nil {
+				// Older than this hub's ring: from the store's feed, the
+				// source of truth (across restarts and replicas).
+				gap := replay[0]
+				replay = replay[1:]
+				ok, err := replayFeed(s.base, s.st, gap.GapFrom, gap.Cursor, sub.Match, send)
+				if !ok {
+					return
+				}
+				if err != nil {
+					s.log.Warn("stream: replaying from the store's feed failed; the client gets a gap", "from", gap.GapFrom, "err", err)
+					if last < gap.Cursor-1 && !send(stream.Message{Gap: true, GapFrom: last, Cursor: gap.Cursor}) {
+						return
+					}
+				}
+			}
+			for _, m := range replay {
 				if !send(m) {
 					return
 				}

@@ -8,76 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fasthttp/websocket"
-	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/valyala/fasthttp"
 )
-
-// storedIndices must find exactly the events the store stored, from the
-// ApplyResult alone (with and without a known high-water mark).
-func TestStoredIndices(t *testing.T) {
-	type e struct {
-		run string
-		seq int64
-	}
-	f := func(name string, batch []e, h0 map[string]int64, refused []int, hw map[pair]int64, want []int, wantOK bool) {
-		t.Helper()
-		events := make([]store.Event, len(batch))
-		for i, b := range batch {
-			events[i] = store.Event{Type: store.EventMetrics, RunID: b.run, Seq: b.seq}
-		}
-		// Simulate the store's rule to build the result.
-		res := store.ApplyResult{}
-		mark := map[string]int64{}
-		for r, v := range h0 {
-			mark[r] = v
-		}
-		var stored []int
-		for i, b := range batch {
-			if slices.Contains(refused, i) {
-				res.Errors = append(res.Errors, store.EventError{Index: i, Code: store.CodeInvalidEvent})
-				continue
-			}
-			if b.seq <= mark[b.run] {
-				res.Duplicates++
-				continue
-			}
-			mark[b.run] = b.seq
-			res.Applied++
-			stored = append(stored, i)
-		}
-		if !slices.Equal(stored, want) {
-			t.Fatalf("%s: test is wrong: the store stores %v", name, stored)
-		}
-		for r, v := range mark {
-			res.Acked = append(res.Acked, store.Ack{RunID: r, Writer: store.DefaultWriter, Seq: v})
-		}
-		got, ok := storedIndices(events, res, hw)
-		if ok != wantOK || (ok && !slices.Equal(got, want)) {
-			t.Fatalf("%s: got %v %v, want %v %v", name, got, ok, want, wantOK)
-		}
-	}
-	k := func(run string) pair { return pair{run, store.DefaultWriter} }
-	b := []e{{"a", 1}, {"a", 2}, {"a", 3}}
-	f("new run", b, nil, nil, map[pair]int64{}, []int{0, 1, 2}, true)
-	f("all duplicates, unknown mark", b, map[string]int64{"a": 3}, nil, map[pair]int64{}, nil, true)
-	f("partly duplicate, unknown mark", b, map[string]int64{"a": 1}, nil, map[pair]int64{}, []int{1, 2}, true)
-	f("partly duplicate, known mark", b, map[string]int64{"a": 2}, nil, map[pair]int64{k("a"): 2}, []int{2}, true)
-	f("stale known mark", b, map[string]int64{"a": 2}, nil, map[pair]int64{k("a"): 0}, []int{2}, true)
-	f("mark above the batch", b, map[string]int64{"a": 9}, nil, map[pair]int64{}, nil, true)
-	f("refused in the middle", b, nil, []int{1}, map[pair]int64{}, []int{0, 2}, true)
-	f("out of order seqs", []e{{"a", 5}, {"a", 3}, {"a", 6}}, map[string]int64{"a": 4}, nil, map[pair]int64{}, []int{0, 2}, true)
-	two := []e{{"a", 1}, {"b", 1}, {"a", 2}, {"b", 2}}
-	f("two runs, both known", two, map[string]int64{"a": 1}, nil, map[pair]int64{k("a"): 1, k("b"): 0}, []int{1, 2, 3}, true)
-	f("two new runs, all stored", two, nil, nil, map[pair]int64{}, []int{0, 1, 2, 3}, true)
-	f("two unknown runs, ambiguous", two, map[string]int64{"a": 1}, nil, map[pair]int64{}, []int{1, 2, 3}, false)
-}
 
 // startStreamServer serves the API (no store: only the stream is used) on a free port.
 func startStreamServer(t *testing.T, hub *stream.Hub, token string) string {

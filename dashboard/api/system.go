@@ -150,7 +150,7 @@ func (s *Server) jobCounts() map[string]int {
 		return nil
 	}
 	c := map[string]int{jobs.StateRunning: 0, jobs.StateQueued: 0}
-	for _, j := range m.List() {
+	for _, j := range m.Manager().List() { // this process's jobs, like the rest of the status
 		c[j.State]++
 	}
 	return c

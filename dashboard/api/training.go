@@ -9,10 +9,12 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// SetJobs enables the /api/training routes (503 until it is called).
-func (s *Server) SetJobs(m *jobs.Manager) { s.jobs.Store(m) }
+// SetJobs enables the /api/training routes (503 until it is called): the
+// jobs of this dashboard through f, and those of the other replicas on its
+// database (jobs.Fleet, docs/replicas.md).
+func (s *Server) SetJobs(f *jobs.Fleet) { s.jobs.Store(f) }
 
-func (s *Server) jobManager() *jobs.Manager { return s.jobs.Load() }
+func (s *Server) jobManager() *jobs.Fleet { return s.jobs.Load() }
 
 // training answers /api/training/...: parts[0] == "training".
 func (s *Server) training(ctx *fasthttp.RequestCtx, method string, parts []string) {
@@ -24,7 +26,12 @@ func (s *Server) training(ctx *fasthttp.RequestCtx, method string, parts []strin
 	switch {
 	case len(parts) == 1:
 		if s.allow(ctx, method, "GET") {
-			writeJSON(ctx, 200, map[string]any{"jobs": m.List()})
+			list, err := m.List(s.base)
+			if err != nil {
+				writeError(ctx, fromError(s.log, err))
+				return
+			}
+			writeJSON(ctx, 200, map[string]any{"jobs": list})
 		}
 	case len(parts) == 2 && parts[1] == "recipes":
 		if s.allow(ctx, method, "GET") {
@@ -36,9 +43,13 @@ func (s *Server) training(ctx *fasthttp.RequestCtx, method string, parts []strin
 		}
 	case len(parts) == 2:
 		if s.allow(ctx, method, "GET") {
-			info, ok := m.Get(parts[1])
+			info, ok, err := m.Get(s.base, parts[1])
+			if err != nil {
+				writeError(ctx, fromError(s.log, err))
+				return
+			}
 			if !ok {
-				writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no training job %s started by this dashboard; GET /api/training lists them", parts[1])))
+				writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no training job %s; GET /api/training lists them", parts[1])))
 				return
 			}
 			writeJSON(ctx, 200, info)
@@ -46,6 +57,10 @@ func (s *Server) training(ctx *fasthttp.RequestCtx, method string, parts []strin
 	case len(parts) == 3 && parts[2] == "stop":
 		if s.allow(ctx, method, "POST") {
 			info, err := m.Stop(s.base, parts[1])
+			if e, ok := notOwner(err); ok {
+				s.forward(ctx, e, nil) // the job runs on another replica
+				return
+			}
 			if err != nil {
 				writeError(ctx, fromError(s.log, err))
 				return
@@ -57,7 +72,7 @@ func (s *Server) training(ctx *fasthttp.RequestCtx, method string, parts []strin
 	}
 }
 
-func (s *Server) startJob(ctx *fasthttp.RequestCtx, m *jobs.Manager) {
+func (s *Server) startJob(ctx *fasthttp.RequestCtx, m *jobs.Fleet) {
 	body, e := s.readBody(ctx)
 	if e != nil {
 		writeError(ctx, e)

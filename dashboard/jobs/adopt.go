@@ -93,9 +93,12 @@ func (m *Manager) Adopt(ctx context.Context, runID string) (Info, error) {
 
 // AdoptAll re-attaches to the jobs of every queued or running run that
 // carries this executor's tags and address (see Adopt); nothing for an
-// executor that cannot re-attach. It returns the run IDs adopted; a run it
-// cannot adopt is logged and left as it is.
-func (m *Manager) AdoptAll(ctx context.Context) ([]string, error) {
+// executor that cannot re-attach. claim, when not nil, is asked first for
+// each run (dashboard replicas: take the job's lease) and a run it refuses
+// is skipped; release is called for a claimed run that could not be
+// adopted. It returns the run IDs adopted; a run it cannot adopt is logged
+// and left as it is.
+func (m *Manager) AdoptAll(ctx context.Context, claim func(ctx context.Context, runID string) bool, release func(ctx context.Context, runID string)) ([]string, error) {
 	if !m.exec.Attachable() {
 		return nil, nil
 	}
@@ -112,8 +115,17 @@ func (m *Manager) AdoptAll(ctx context.Context) ([]string, error) {
 				m.log.Warn("not re-attaching a training job of another executor address", "run_id", r.ID, "address", r.Tags[TagExecutorAddress])
 				continue
 			}
+			if _, ok := m.Get(r.ID); ok {
+				continue // followed already
+			}
+			if claim != nil && !claim(ctx, r.ID) {
+				continue
+			}
 			if _, err := m.Adopt(ctx, r.ID); err != nil {
 				m.log.Warn("re-attaching a training job", "run_id", r.ID, "err", err)
+				if release != nil {
+					release(ctx, r.ID)
+				}
 				continue
 			}
 			ids = append(ids, r.ID)

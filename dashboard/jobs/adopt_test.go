@@ -150,7 +150,7 @@ func adoptOnce(t *testing.T, cfg store.Config) {
 	// The job went on meanwhile: its log now has 3000 lines.
 	ex.setLines(3000)
 	m2 := New(st, recipes, Config{Executor: ex}, log)
-	ids, err := m2.AdoptAll(ctx)
+	ids, err := m2.AdoptAll(ctx, nil, nil)
 	if err != nil || len(ids) != 1 || ids[0] != info.RunID {
 		t.Fatalf("AdoptAll: %v %v", ids, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/fault"
+	"github.com/fw-serve/fw/dashboard/store"
 )
 
 // Deployment states.
@@ -59,6 +59,15 @@ type Deployment struct {
 	Started      time.Time `json:"started"`
 	State        string    `json:"state"`
 	Log          string    `json:"log"`
+	// Replica is the dashboard replica that owns it (starts, watches and
+	// stops it), Host the machine its process runs on; Restarts counts the
+	// times another replica started it again after its owner stopped
+	// (docs/replicas.md). Empty and 0 for a dashboard without replicas.
+	Replica  string `json:"replica,omitempty"`
+	Host     string `json:"host,omitempty"`
+	Restarts int    `json:"restarts,omitempty"`
+	// Error says why a deployment is gone, when the dashboard knows.
+	Error string `json:"error,omitempty"`
 	// Stopped is when it was undeployed (only in EndedDeployments).
 	Stopped *time.Time `json:"stopped,omitempty"`
 	// Filled by List.
@@ -71,119 +80,149 @@ type sample struct {
 	total float64
 }
 
+// deployer holds what only this process knows about deployments: the
+// children it started (to wait for them) and the last request counters it
+// sampled. The deployment records themselves are in the store.
 type deployer struct {
 	mu   sync.Mutex
-	deps map[string]*Deployment
 	done map[string]chan struct{} // children started by this process: closed on exit
+	pids map[string]int           // and their pids
 	prev map[string]sample
-	n    int
-}
-
-func (s *Service) deployFile() string { return filepath.Join(s.cfg.ExperimentDir, "deployments.json") }
-
-// endedFile keeps the last maxEndedDeployments undeployed deployments, for
-// the activity feed.
-func (s *Service) endedFile() string {
-	return filepath.Join(s.cfg.ExperimentDir, "deployments-ended.json")
 }
 
 const maxEndedDeployments = 200
 
-// EndedDeployments lists the deployments stopped through StopDeployment,
-// newest first (the last 200, kept across restarts).
-func (s *Service) EndedDeployments() []Deployment {
-	s.dep.mu.Lock()
-	defer s.dep.mu.Unlock()
-	list, _ := s.readEndedLocked()
-	return list
+func decodeDeployment(rec store.Record) (*Deployment, error) {
+	var d Deployment
+	if err := json.Unmarshal(rec.Body, &d); err != nil {
+		return nil, fmt.Errorf("reading deployment %q from the store: %w", rec.Key, err)
+	}
+	return &d, nil
 }
 
-func (s *Service) readEndedLocked() ([]Deployment, error) {
-	b, err := os.ReadFile(s.endedFile())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+func (s *Service) listDeployments(ctx context.Context, kind string) ([]*Deployment, error) {
+	recs, err := s.st.ListRecords(ctx, kind)
 	if err != nil {
 		return nil, err
 	}
-	var list []Deployment
-	if err := json.Unmarshal(b, &list); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", s.endedFile(), err)
+	out := make([]*Deployment, 0, len(recs))
+	for _, rec := range recs {
+		d, err := decodeDeployment(rec)
+		if err != nil {
+			return nil, err
+		}
+		d.Healthy, d.RequestRate = false, nil
+		out = append(out, d)
 	}
-	return list, nil
+	return out, nil
 }
 
-// recordEndedLocked puts c first in the ended list (s.dep.mu held).
-func (s *Service) recordEndedLocked(c Deployment) error {
-	list, err := s.readEndedLocked()
-	if err != nil && s.log != nil {
-		s.log.Warn("ended deployments: starting a new list", "err", err)
+// EndedDeployments lists the deployments stopped through StopDeployment,
+// newest first (the last 200).
+func (s *Service) EndedDeployments(ctx context.Context) ([]Deployment, error) {
+	list, err := s.listDeployments(ctx, kindEndedDeployment)
+	if err != nil {
+		return nil, err
 	}
-	list = append([]Deployment{c}, list...)
-	if len(list) > maxEndedDeployments {
-		list = list[:maxEndedDeployments]
+	sortEnded(list)
+	out := make([]Deployment, len(list))
+	for i, d := range list {
+		out[i] = *d
 	}
-	b, err := json.MarshalIndent(list, "", "  ")
+	return out, nil
+}
+
+func sortEnded(list []*Deployment) {
+	stopped := func(d *Deployment) time.Time {
+		if d.Stopped != nil {
+			return *d.Stopped
+		}
+		return d.Started
+	}
+	sort.SliceStable(list, func(i, j int) bool { return stopped(list[i]).After(stopped(list[j])) })
+}
+
+// recordEnded keeps c in the ended list, dropping the oldest beyond
+// maxEndedDeployments.
+func (s *Service) recordEnded(ctx context.Context, c Deployment) error {
+	if err := s.putDeployment(ctx, kindEndedDeployment, &c); err != nil {
+		return err
+	}
+	list, err := s.listDeployments(ctx, kindEndedDeployment)
 	if err != nil {
 		return err
 	}
-	return writeAtomic(s.endedFile(), b)
+	sortEnded(list)
+	for _, d := range list[min(len(list), maxEndedDeployments):] {
+		if _, err := s.st.DeleteRecord(ctx, kindEndedDeployment, d.ID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// loadDeployments reads deployments.json and re-adopts those whose process
-// is alive and whose /health answers; the others are marked gone.
-func (s *Service) loadDeployments() error {
+func (s *Service) putDeployment(ctx context.Context, kind string, d *Deployment) error {
+	c := *d
+	c.Healthy, c.RequestRate = false, nil
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	_, err = s.st.UpdateRecord(ctx, kind, d.ID, func(*store.Record) (json.RawMessage, error) { return b, nil })
+	return err
+}
+
+// setDeploymentState changes the state of a recorded deployment (no-op when
+// it is gone or already in that state).
+func (s *Service) setDeploymentState(ctx context.Context, id, state string) error {
+	_, err := s.st.UpdateRecord(ctx, kindDeployment, id, func(cur *store.Record) (json.RawMessage, error) {
+		if cur == nil {
+			return nil, store.ErrKeep
+		}
+		d, err := decodeDeployment(*cur)
+		if err != nil || d.State == state {
+			return nil, store.ErrKeep
+		}
+		d.State = state
+		return json.Marshal(d)
+	})
+	return err
+}
+
+// loadDeployments checks the recorded deployments on start: those whose
+// process is alive and whose /health answers are re-adopted, the others
+// are marked gone.
+func (s *Service) loadDeployments(ctx context.Context) error {
 	d := &s.dep
-	d.deps, d.done, d.prev = map[string]*Deployment{}, map[string]chan struct{}{}, map[string]sample{}
-	b, err := os.ReadFile(s.deployFile())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	d.done, d.pids, d.prev = map[string]chan struct{}{}, map[string]int{}, map[string]sample{}
+	if s.cfg.Member != nil {
+		// Replicas: a deployment whose owner stopped is taken over by the
+		// sweep; one that no replica owns (from a dashboard without
+		// replicas) now.
+		return s.adoptOrphans(ctx)
 	}
+	list, err := s.listDeployments(ctx, kindDeployment)
 	if err != nil {
 		return err
-	}
-	var list []*Deployment
-	if err := json.Unmarshal(b, &list); err != nil {
-		return fmt.Errorf("reading %s: %w", s.deployFile(), err)
 	}
 	for _, x := range list {
-		if x.State == DeployRunning {
-			if alive(x.PID) && probe(x.URL+"/health") {
-				if s.log != nil {
-					s.log.Info("deployment re-adopted", "id", x.ID, "model", x.Model, "version", x.Version, "url", x.URL, "pid", x.PID)
-				}
-			} else {
-				x.State = DeployGone
-				if s.log != nil {
-					s.log.Warn("deployment gone", "id", x.ID, "pid", x.PID, "url", x.URL)
-				}
-			}
+		if x.State != DeployRunning {
+			continue
 		}
-		d.deps[x.ID] = x
+		if alive(x.PID) && probe(x.URL+"/health") {
+			if s.log != nil {
+				s.log.Info("deployment re-adopted", "id", x.ID, "model", x.Model, "version", x.Version, "url", x.URL, "pid", x.PID)
+			}
+			continue
+		}
+		if s.log != nil {
+			s.log.Warn("deployment gone", "id", x.ID, "pid", x.PID, "url", x.URL)
+		}
+		if err := s.setDeploymentState(ctx, x.ID, DeployGone); err != nil {
+			return err
+		}
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return s.saveDeploymentsLocked()
-}
-
-func (s *Service) saveDeploymentsLocked() error {
-	list := s.sortedLocked()
-	b, err := json.MarshalIndent(list, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeAtomic(s.deployFile(), b)
-}
-
-func (s *Service) sortedLocked() []*Deployment {
-	list := make([]*Deployment, 0, len(s.dep.deps))
-	for _, x := range s.dep.deps {
-		c := *x
-		c.Healthy, c.RequestRate = false, nil
-		list = append(list, &c)
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].Started.Before(list[j].Started) })
-	return list
+	return nil
 }
 
 var httpc = &http.Client{Timeout: 2 * time.Second}
@@ -231,10 +270,10 @@ func requestsTotal(url string) (float64, bool) {
 	return total, found
 }
 
-func (s *Service) resolveDeployVersion(name string, raw json.RawMessage) (*Version, error) {
+func (s *Service) resolveDeployVersion(ctx context.Context, name string, raw json.RawMessage) (*Version, error) {
 	ref := strings.TrimSpace(string(raw))
 	if ref == "" || ref == "null" {
-		m, err := s.Reg.Get(name)
+		m, err := s.Reg.Get(ctx, name)
 		if err != nil {
 			return nil, err
 		}
@@ -253,7 +292,7 @@ func (s *Service) resolveDeployVersion(name string, raw json.RawMessage) (*Versi
 		}
 		str = strconv.Itoa(n)
 	}
-	return s.Reg.Resolve(name, str)
+	return s.Reg.Resolve(ctx, name, str)
 }
 
 // pickPort checks that port is free on 127.0.0.1, or with port 0 picks a
@@ -271,7 +310,7 @@ func pickPort(port int) (int, error) {
 // free one) with a version's file and waits until its /health/ready
 // answers.
 func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*Deployment, error) {
-	v, err := s.resolveDeployVersion(name, req.Version)
+	v, err := s.resolveDeployVersion(ctx, name, req.Version)
 	if err != nil {
 		return nil, err
 	}
@@ -293,49 +332,87 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	if req.MaxBatchSize < 0 || (req.MaxDelayMS != nil && *req.MaxDelayMS < 0) {
 		return nil, invalid("max_batch_size and max_delay_ms must not be negative")
 	}
-	d := &s.dep
-	d.mu.Lock()
-	for _, x := range d.deps {
+	current, err := s.listDeployments(ctx, kindDeployment)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range current {
 		if x.State != DeployRunning {
 			continue
 		}
 		for _, p := range []int{req.Port, req.GRPCPort} {
 			if p != 0 && (x.Port == p || x.GRPCPort == p) {
-				d.mu.Unlock()
 				return nil, conflict("port %d is already used by deployment %s (%s version %d); choose another port or DELETE /api/deployments/%s", p, x.ID, x.Model, x.Version, x.ID)
 			}
 		}
 	}
-	d.n++
-	id := fmt.Sprintf("dep-%d-%d", time.Now().Unix(), d.n)
-	d.mu.Unlock()
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port))
 	if _, err := pickPort(req.Port); err != nil {
 		return nil, conflict("port %d on 127.0.0.1 is in use by another process; choose another port", req.Port)
 	}
-	grpcPort, err := pickPort(req.GRPCPort)
-	if err != nil {
-		return nil, conflict("grpc_port %d on 127.0.0.1 is in use by another process; choose another, or leave it out to pick a free one", req.GRPCPort)
+	if req.GRPCPort != 0 {
+		if _, err := pickPort(req.GRPCPort); err != nil {
+			return nil, conflict("grpc_port %d on 127.0.0.1 is in use by another process; choose another, or leave it out to pick a free one", req.GRPCPort)
+		}
 	}
-	grpcAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort))
+	dep := &Deployment{ID: "dep-" + store.NewID(), Model: name, Version: v.Version, Port: req.Port, GRPCPort: req.GRPCPort,
+		Device: req.Device, MaxBatchSize: req.MaxBatchSize, MaxDelayMS: req.MaxDelayMS}
+	if err := s.claimDeployment(ctx, dep); err != nil {
+		return nil, err
+	}
+	s.publish("deploy", dep.ID, map[string]any{"id": dep.ID, "state": "starting", "model": name, "version": v.Version, "url": "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(req.Port))})
+	modelPath, err := s.Reg.ModelFile(ctx, v)
+	var done chan struct{}
+	if err == nil {
+		done, err = s.launch(ctx, dep, modelPath)
+	}
+	if err == nil {
+		if err = s.putDeployment(ctx, kindDeployment, dep); err != nil {
+			_ = signalGroup(dep.PID, sigKill)
+			<-done
+		}
+	}
+	if err != nil {
+		s.releaseDeployment(dep.ID)
+		return nil, err
+	}
+	d := &s.dep
+	d.mu.Lock()
+	d.done[dep.ID], d.pids[dep.ID] = done, dep.PID
+	d.mu.Unlock()
+	s.publish("deploy", dep.ID, map[string]any{"id": dep.ID, "state": DeployRunning, "model": name, "version": v.Version, "url": dep.URL})
+	c := *dep
+	c.Healthy = true
+	return &c, nil
+}
 
+// launch starts `fw serve` for dep with the model file at modelPath on
+// 127.0.0.1:dep.Port (gRPC on dep.GRPCPort, or a free port when 0), waits
+// until its /health/ready answers and fills in the process fields of dep
+// (PID, URL, gRPC address, Started, State, Log). The returned channel is
+// closed when the child exits.
+func (s *Service) launch(ctx context.Context, dep *Deployment, modelPath string) (chan struct{}, error) {
+	grpcPort, err := pickPort(dep.GRPCPort)
+	if err != nil {
+		return nil, conflict("grpc_port %d on 127.0.0.1 is in use by another process; choose another, or leave it out to pick a free one", dep.GRPCPort)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(dep.Port))
 	logDir := filepath.Join(s.cfg.ExperimentDir, "deployments")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return nil, err
 	}
-	logPath := filepath.Join(logDir, id+".log")
+	logPath := filepath.Join(logDir, dep.ID+".log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	args := []string{"serve", "--model", s.Reg.FilePath(v), "--host", "127.0.0.1", "--port", strconv.Itoa(req.Port),
-		"--grpc-port", strconv.Itoa(grpcPort), "--device", req.Device}
-	if req.MaxBatchSize > 0 {
-		args = append(args, "--max-batch-size", strconv.Itoa(req.MaxBatchSize))
+	args := []string{"serve", "--model", modelPath, "--host", "127.0.0.1", "--port", strconv.Itoa(dep.Port),
+		"--grpc-port", strconv.Itoa(grpcPort), "--device", dep.Device}
+	if dep.MaxBatchSize > 0 {
+		args = append(args, "--max-batch-size", strconv.Itoa(dep.MaxBatchSize))
 	}
-	if req.MaxDelayMS != nil {
-		args = append(args, "--max-delay", strconv.Itoa(*req.MaxDelayMS)+"ms")
+	if dep.MaxDelayMS != nil {
+		args = append(args, "--max-delay", strconv.Itoa(*dep.MaxDelayMS)+"ms")
 	}
 	cmd := exec.Command(s.cfg.Executable, args...)
 	cmd.Env = append(os.Environ(), s.cfg.ExtraEnv...)
@@ -346,10 +423,8 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	dep := &Deployment{ID: id, Model: name, Version: v.Version, Port: req.Port, PID: cmd.Process.Pid,
-		URL: "http://" + addr, GRPCPort: grpcPort, GRPCAddress: grpcAddr, Device: req.Device, MaxBatchSize: req.MaxBatchSize, MaxDelayMS: req.MaxDelayMS,
-		Started: time.Now().UTC(), State: DeployRunning, Log: logPath}
-	s.publish("deploy", id, map[string]any{"id": id, "state": "starting", "model": name, "version": v.Version, "url": dep.URL})
+	dep.PID, dep.URL, dep.GRPCPort, dep.GRPCAddress = cmd.Process.Pid, "http://"+addr, grpcPort, net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort))
+	dep.Started, dep.State, dep.Log = time.Now().UTC(), DeployRunning, logPath
 
 	deadline := time.Now().Add(s.cfg.ReadyTimeout)
 	for !probe(dep.URL + "/health/ready") {
@@ -357,11 +432,12 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 		case <-done:
 			msg := lastLines(readTail(logPath), 5)
 			if strings.Contains(msg, "address already in use") || strings.Contains(msg, "in use") {
-				return nil, conflict("port %d is in use: %s", req.Port, msg)
+				return nil, conflict("port %d is in use: %s", dep.Port, msg)
 			}
 			return nil, fault.New(fault.Unprocessable, "deploy_failed", "fw serve exited before it was ready: "+msg)
 		case <-ctx.Done():
 			_ = signalGroup(dep.PID, sigKill)
+			<-done
 			return nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -371,17 +447,7 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 			return nil, fault.New(fault.Unprocessable, "deploy_failed", fmt.Sprintf("fw serve was not ready within %s: %s", s.cfg.ReadyTimeout, lastLines(readTail(logPath), 5)))
 		}
 	}
-	d.mu.Lock()
-	d.deps[id], d.done[id] = dep, done
-	err = s.saveDeploymentsLocked()
-	d.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	s.publish("deploy", id, map[string]any{"id": id, "state": DeployRunning, "model": name, "version": v.Version, "url": dep.URL})
-	c := *dep
-	c.Healthy = true
-	return &c, nil
+	return done, nil
 }
 
 func readTail(path string) string {
@@ -397,42 +463,58 @@ func readTail(path string) string {
 
 // Records lists the deployments as recorded, without probing their health
 // or sampling their request rate (Deployments does both): for callers that
-// only need who is deployed where.
-func (s *Service) Records() []*Deployment {
-	s.dep.mu.Lock()
-	defer s.dep.mu.Unlock()
-	return s.sortedLocked()
+// only need who is deployed where. Oldest first.
+func (s *Service) Records(ctx context.Context) ([]*Deployment, error) {
+	list, err := s.listDeployments(ctx, kindDeployment)
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(list, func(i, j int) bool { return list[i].Started.Before(list[j].Started) })
+	return list, nil
 }
 
-// Record returns one deployment as recorded (see Records).
-func (s *Service) Record(id string) (Deployment, bool) {
-	s.dep.mu.Lock()
-	defer s.dep.mu.Unlock()
-	x, ok := s.dep.deps[id]
-	if !ok {
-		return Deployment{}, false
+// Record returns one deployment as recorded (see Records); false when there
+// is none.
+func (s *Service) Record(ctx context.Context, id string) (Deployment, bool, error) {
+	if store.ValidateKey(id) != nil {
+		return Deployment{}, false, nil
 	}
-	c := *x
-	c.Healthy, c.RequestRate = false, nil
-	return c, true
+	rec, err := s.st.GetRecord(ctx, kindDeployment, id)
+	if store.ErrorCode(err) == store.CodeNotFound {
+		return Deployment{}, false, nil
+	}
+	if err != nil {
+		return Deployment{}, false, err
+	}
+	d, err := decodeDeployment(rec)
+	if err != nil {
+		return Deployment{}, false, err
+	}
+	d.Healthy, d.RequestRate = false, nil
+	return *d, true, nil
 }
 
 // Deployments lists the deployments with their health and request rate.
-func (s *Service) Deployments() []*Deployment {
+func (s *Service) Deployments(ctx context.Context) ([]*Deployment, error) {
 	d := &s.dep
-	list := s.Records()
+	list, err := s.Records(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for _, x := range list {
 		if x.State != DeployRunning {
 			continue
 		}
+		if !s.local(x) {
+			// Its URL is another machine's loopback: its owner replica
+			// probes it; here it is listed as recorded (healthy false).
+			continue
+		}
 		if !alive(x.PID) {
 			x.State = DeployGone
-			d.mu.Lock()
-			if y, ok := d.deps[x.ID]; ok {
-				y.State = DeployGone
-				_ = s.saveDeploymentsLocked()
+			if err := s.setDeploymentState(ctx, x.ID, DeployGone); err != nil && s.log != nil {
+				s.log.Warn("marking a deployment gone", "id", x.ID, "err", err)
 			}
-			d.mu.Unlock()
 			continue
 		}
 		x.Healthy = probe(x.URL + "/health/ready")
@@ -448,25 +530,27 @@ func (s *Service) Deployments() []*Deployment {
 			}
 		}
 	}
-	return list
+	return list, nil
 }
 
 // StopDeployment stops a deployment (SIGTERM to its process group, then
 // SIGKILL after the grace period) and forgets it.
 func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, error) {
-	d := &s.dep
-	d.mu.Lock()
-	x, ok := d.deps[id]
-	var done chan struct{}
-	var c Deployment
-	if ok {
-		done, c = d.done[id], *x
+	c, ok, err := s.Record(ctx, id)
+	if err != nil {
+		return nil, err
 	}
-	d.mu.Unlock()
 	if !ok {
 		return nil, notFound("no deployment %s; GET /api/deployments lists them", id)
 	}
-	if c.State == DeployRunning && alive(c.PID) {
+	if err := s.ownDeployment(ctx, id); err != nil {
+		return nil, err
+	}
+	d := &s.dep
+	d.mu.Lock()
+	done := d.done[id]
+	d.mu.Unlock()
+	if c.State == DeployRunning && s.local(&c) && alive(c.PID) {
 		_ = signalGroup(c.PID, sigTerm)
 		exited := func() bool {
 			if done != nil {
@@ -494,24 +578,37 @@ func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, e
 	now := time.Now().UTC()
 	c.Stopped = &now
 	d.mu.Lock()
-	delete(d.deps, id)
 	delete(d.done, id)
+	delete(d.pids, id)
 	delete(d.prev, id)
-	err := s.saveDeploymentsLocked()
-	if e := s.recordEndedLocked(c); e != nil && s.log != nil {
-		s.log.Warn("recording an ended deployment", "id", id, "err", e)
-	}
 	d.mu.Unlock()
+	// The process is gone: record that whatever ctx says.
+	wctx := context.WithoutCancel(ctx)
+	if _, err := s.st.DeleteRecord(wctx, kindDeployment, id); err != nil {
+		return nil, err
+	}
+	if err := s.recordEnded(wctx, c); err != nil && s.log != nil {
+		s.log.Warn("recording an ended deployment", "id", id, "err", err)
+	}
+	s.releaseDeployment(id)
 	s.publish("deploy", id, map[string]any{"id": id, "state": "stopped", "model": c.Model, "version": c.Version})
-	return &c, err
+	return &c, nil
 }
 
-// DeploymentCounts reports the deployments by state (e.g. {"running": 2}).
+// DeploymentCounts reports the deployments by state (e.g. {"running": 2});
+// nil when the store cannot be read.
 func (s *Service) DeploymentCounts() map[string]int {
-	s.dep.mu.Lock()
-	defer s.dep.mu.Unlock()
+	ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
+	defer cancel()
+	list, err := s.listDeployments(ctx, kindDeployment)
+	if err != nil {
+		if s.log != nil {
+			s.log.Warn("counting deployments", "err", err)
+		}
+		return nil
+	}
 	out := map[string]int{}
-	for _, x := range s.dep.deps {
+	for _, x := range list {
 		out[x.State]++
 	}
 	return out

@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fw-serve/fw/dashboard/store"
 )
 
 // Export job states.
@@ -53,6 +54,9 @@ type ExportJob struct {
 	Version  int             `json:"version,omitempty"` // the registered version once finished
 	Started  time.Time       `json:"started"`
 	Finished *time.Time      `json:"finished,omitempty"`
+	// Replica is the dashboard replica that runs (ran) its exporter
+	// (docs/replicas.md); empty without replicas.
+	Replica string `json:"replica,omitempty"`
 }
 
 // RestartedMsg is the error of an export that was running when the
@@ -62,135 +66,159 @@ const RestartedMsg = "dashboard restarted while exporting; start the export agai
 // maxExportJobs is how many ended export jobs are kept (the oldest go first).
 const maxExportJobs = 1000
 
-// exporter holds the export jobs; every change is persisted to
-// FW_EXPERIMENT_DIR/registry/exports.json (written atomically), so a job
-// still answers after a restart.
+// exporter runs this process's exports; the jobs themselves are records in
+// the store (kind "export"), written on every change, so a job still
+// answers after a restart and on every dashboard sharing the database.
 type exporter struct {
-	mu   sync.Mutex
-	jobs map[string]*ExportJob
-	n    int
-	wg   sync.WaitGroup
-	// saveMu orders the writes of exports.json: each write takes a snapshot
-	// while holding it, so the last write holds the latest state.
-	saveMu sync.Mutex
+	wg sync.WaitGroup
 }
 
-func (s *Service) exportsFile() string {
-	return filepath.Join(s.cfg.ExperimentDir, "registry", "exports.json")
+func decodeExport(rec store.Record) (*ExportJob, error) {
+	var j ExportJob
+	if err := json.Unmarshal(rec.Body, &j); err != nil {
+		return nil, fmt.Errorf("reading export job %q from the store: %w", rec.Key, err)
+	}
+	return &j, nil
 }
 
-// loadExports reads exports.json: a job that was queued or running when the
-// dashboard stopped is failed with RestartedMsg (its process is gone and
-// its output never registered); the temporary export directories left
-// behind are removed.
-func (s *Service) loadExports() error {
-	e := &s.exp
-	e.jobs = map[string]*ExportJob{}
-	b, err := os.ReadFile(s.exportsFile())
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	var list []*ExportJob
-	if len(b) > 0 {
-		if err := json.Unmarshal(b, &list); err != nil {
-			return fmt.Errorf("reading %s: %w", s.exportsFile(), err)
-		}
-	}
-	now := time.Now().UTC()
-	changed := false
-	for _, j := range list {
-		if j == nil || j.ID == "" {
-			continue
-		}
-		if j.State == StateQueued || j.State == StateRunning {
-			j.State, j.Progress, j.Error, j.Finished = StateFailed, "failed", RestartedMsg, &now
-			changed = true
-			if s.log != nil {
-				s.log.Warn("export job failed: the dashboard restarted while it ran", "id", j.ID, "model", j.Model)
-			}
-		}
-		e.jobs[j.ID] = j
-		if i := strings.LastIndexByte(j.ID, '-'); i >= 0 {
-			if n, err := strconv.Atoi(j.ID[i+1:]); err == nil && n > e.n {
-				e.n = n
-			}
-		}
-	}
-	if tmp, _ := filepath.Glob(filepath.Join(s.cfg.ExperimentDir, "registry", "export-*")); len(tmp) > 0 {
-		for _, d := range tmp {
-			_ = os.RemoveAll(d)
-		}
-	}
-	if changed {
-		return s.saveExports()
-	}
-	return nil
-}
-
-// saveExports writes every export job to exports.json, dropping the oldest
-// ended jobs beyond maxExportJobs.
-func (s *Service) saveExports() error {
-	e := &s.exp
-	e.saveMu.Lock()
-	defer e.saveMu.Unlock()
-	e.mu.Lock()
-	list := make([]ExportJob, 0, len(e.jobs))
-	ended := 0
-	for _, j := range s.sortedExportsLocked() {
-		if j.State == StateFinished || j.State == StateFailed {
-			if ended++; ended > maxExportJobs {
-				delete(e.jobs, j.ID)
-				continue
-			}
-		}
-		list = append(list, *j)
-	}
-	e.mu.Unlock()
-	b, err := json.MarshalIndent(list, "", "  ")
+// loadExports fails the export jobs an earlier dashboard process left
+// queued or running (their process is gone and their output was never
+// registered) with RestartedMsg, and removes the temporary export
+// directories left behind.
+func (s *Service) loadExports(ctx context.Context) error {
+	list, err := s.listExports(ctx)
 	if err != nil {
 		return err
 	}
-	return writeAtomic(s.exportsFile(), b)
+	for _, j := range list {
+		if j.State != StateQueued && j.State != StateRunning {
+			continue
+		}
+		if s.cfg.Member != nil && j.Replica != "" {
+			continue // a replica's: failed by the sweep when that replica stopped
+		}
+		if err := s.failExport(ctx, j.ID, RestartedMsg); err != nil {
+			return err
+		}
+		if s.log != nil {
+			s.log.Warn("export job failed: the dashboard restarted while it ran", "id", j.ID, "model", j.Model)
+		}
+	}
+	s.removeStaleExportDirs(ctx)
+	return nil
 }
 
-func (s *Service) persistExports() {
-	if err := s.saveExports(); err != nil && s.log != nil {
-		s.log.Error("saving the export jobs", "file", s.exportsFile(), "err", err)
+// exportTmp is the directory of this process's temporary export outputs:
+// registry/tmp/<replica ID> (registry/tmp/local without replicas), so that
+// replicas sharing the experiment directory remove only what is stale.
+func (s *Service) exportTmp() string {
+	id := s.self()
+	if id == "" {
+		id = "local"
+	}
+	return filepath.Join(s.cfg.ExperimentDir, "registry", "tmp", id)
+}
+
+// removeStaleExportDirs removes the temporary export directories that no
+// running exporter uses: those of replicas that are not alive (all of
+// them without replicas), and those of fw versions that kept them
+// directly under registry/.
+func (s *Service) removeStaleExportDirs(ctx context.Context) {
+	legacy, _ := filepath.Glob(filepath.Join(s.cfg.ExperimentDir, "registry", "export-*"))
+	for _, d := range legacy {
+		_ = os.RemoveAll(d)
+	}
+	live := map[string]bool{}
+	if s.cfg.Member != nil {
+		reps, err := s.cfg.Member.Replicas(ctx)
+		if err != nil {
+			return // cannot tell which are stale
+		}
+		for _, r := range reps {
+			live[r.ID] = r.Alive && !r.Self
+		}
+	}
+	dirs, _ := os.ReadDir(filepath.Join(s.cfg.ExperimentDir, "registry", "tmp"))
+	for _, d := range dirs {
+		if !live[d.Name()] {
+			_ = os.RemoveAll(filepath.Join(s.cfg.ExperimentDir, "registry", "tmp", d.Name()))
+		}
 	}
 }
 
-// sortedExportsLocked lists the jobs newest first (s.exp.mu held).
-func (s *Service) sortedExportsLocked() []*ExportJob {
-	out := make([]*ExportJob, 0, len(s.exp.jobs))
-	for _, j := range s.exp.jobs {
+// failExport ends a queued or running job as failed with msg.
+func (s *Service) failExport(ctx context.Context, id, msg string) error {
+	_, err := s.st.UpdateRecord(ctx, kindExport, id, func(cur *store.Record) (json.RawMessage, error) {
+		if cur == nil {
+			return nil, store.ErrKeep
+		}
+		j, err := decodeExport(*cur)
+		if err != nil || (j.State != StateQueued && j.State != StateRunning) {
+			return nil, store.ErrKeep
+		}
+		now := time.Now().UTC()
+		j.State, j.Progress, j.Error, j.Finished = StateFailed, "failed", msg, &now
+		return json.Marshal(j)
+	})
+	return err
+}
+
+func (s *Service) listExports(ctx context.Context) ([]*ExportJob, error) {
+	recs, err := s.st.ListRecords(ctx, kindExport)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*ExportJob, 0, len(recs))
+	for _, rec := range recs {
+		j, err := decodeExport(rec)
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, j)
 	}
+	// Newest first; IDs (exp-<store.NewID>) sort by creation time too.
 	slices.SortFunc(out, func(a, b *ExportJob) int {
 		if c := b.Started.Compare(a.Started); c != 0 {
 			return c
 		}
-		return cmp.Compare(exportSeq(b.ID), exportSeq(a.ID))
+		return cmp.Compare(b.ID, a.ID)
 	})
-	return out
+	return out, nil
 }
 
-// exportSeq is the counter at the end of an export ID (exp-<unix>-<n>).
-func exportSeq(id string) int {
-	n, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
-	return n
+// trimExports drops the oldest ended jobs beyond maxExportJobs.
+func (s *Service) trimExports(ctx context.Context) error {
+	list, err := s.listExports(ctx)
+	if err != nil {
+		return err
+	}
+	ended := 0
+	for _, j := range list {
+		if j.State != StateFinished && j.State != StateFailed {
+			continue
+		}
+		if ended++; ended > maxExportJobs {
+			if _, err := s.st.DeleteRecord(ctx, kindExport, j.ID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Exports lists the export jobs, newest first: those of this dashboard
-// process and, from exports.json, those of earlier ones.
-func (s *Service) Exports() []ExportJob {
-	s.exp.mu.Lock()
-	defer s.exp.mu.Unlock()
-	list := s.sortedExportsLocked()
+// process and of earlier ones (and of the other dashboards sharing the
+// database).
+func (s *Service) Exports(ctx context.Context) ([]ExportJob, error) {
+	list, err := s.listExports(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]ExportJob, len(list))
 	for i, j := range list {
 		out[i] = *j
 	}
-	return out
+	return out, nil
 }
 
 // StartExport validates req, resolves the checkpoint and starts the export
@@ -223,7 +251,7 @@ func (s *Service) StartExport(ctx context.Context, req ExportRequest) (ExportJob
 	src := Source{}
 	switch {
 	case req.Model != "" && req.RunID == "":
-		v, err := s.Reg.Resolve(req.Model, strconv.Itoa(req.Version))
+		v, err := s.Reg.Resolve(ctx, req.Model, strconv.Itoa(req.Version))
 		if err != nil {
 			return ExportJob{}, err
 		}
@@ -251,43 +279,69 @@ func (s *Service) StartExport(ctx context.Context, req ExportRequest) (ExportJob
 	if err := ValidName("model name", req.Name); err != nil {
 		return ExportJob{}, err
 	}
-	e := &s.exp
-	e.mu.Lock()
-	e.n++
-	j := &ExportJob{ID: fmt.Sprintf("exp-%d-%d", time.Now().Unix(), e.n), State: StateRunning, Progress: "exporting",
+	j := &ExportJob{ID: "exp-" + store.NewID(), State: StateRunning, Progress: "exporting",
 		Request: req, Model: req.Name, Started: time.Now().UTC()}
-	e.jobs[j.ID] = j
-	cp := *j
-	e.mu.Unlock()
-	s.persistExports()
+	s.claimExport(ctx, j)
+	if err := s.saveExport(ctx, j); err != nil {
+		s.releaseExport(j.ID)
+		return ExportJob{}, err
+	}
+	cp := *j // j belongs to the export's goroutine from here
 	s.publish("export", j.ID, cp)
-	e.wg.Add(1)
+	s.exp.wg.Add(1)
 	go func() {
-		defer e.wg.Done()
+		defer s.exp.wg.Done()
 		s.runExport(j, ckpt, src, metrics)
 	}()
 	return cp, nil
 }
 
-// Export returns an export job by id (also one of an earlier dashboard
-// process, from exports.json).
-func (s *Service) Export(id string) (ExportJob, bool) {
-	s.exp.mu.Lock()
-	defer s.exp.mu.Unlock()
-	j, ok := s.exp.jobs[id]
-	if !ok {
-		return ExportJob{}, false
+func (s *Service) saveExport(ctx context.Context, j *ExportJob) error {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return err
 	}
-	return *j, true
+	_, err = s.st.UpdateRecord(ctx, kindExport, j.ID, func(*store.Record) (json.RawMessage, error) { return b, nil })
+	return err
 }
 
+// Export returns an export job by id (also one of an earlier dashboard
+// process, or of another dashboard sharing the database); false when there
+// is none.
+func (s *Service) Export(ctx context.Context, id string) (ExportJob, bool, error) {
+	if store.ValidateKey(id) != nil {
+		return ExportJob{}, false, nil
+	}
+	rec, err := s.st.GetRecord(ctx, kindExport, id)
+	if store.ErrorCode(err) == store.CodeNotFound {
+		return ExportJob{}, false, nil
+	}
+	if err != nil {
+		return ExportJob{}, false, err
+	}
+	j, err := decodeExport(rec)
+	if err != nil {
+		return ExportJob{}, false, err
+	}
+	return *j, true, nil
+}
+
+// update changes this process's job j, records it and publishes it. The
+// job's process is gone or done by then, so the record is written whatever
+// happens to base.
 func (s *Service) update(j *ExportJob, f func(*ExportJob)) {
-	s.exp.mu.Lock()
 	f(j)
-	cp := *j
-	s.exp.mu.Unlock()
-	s.persistExports()
-	s.publish("export", j.ID, cp)
+	ctx := context.WithoutCancel(s.base)
+	if err := s.saveExport(ctx, j); err != nil && s.log != nil {
+		s.log.Error("saving an export job", "id", j.ID, "err", err)
+	}
+	if j.State == StateFinished || j.State == StateFailed {
+		s.releaseExport(j.ID)
+		if err := s.trimExports(ctx); err != nil && s.log != nil {
+			s.log.Warn("dropping old export jobs", "err", err)
+		}
+	}
+	s.publish("export", j.ID, *j)
 }
 
 func (s *Service) runExport(j *ExportJob, ckpt string, src Source, metrics map[string]float64) {
@@ -295,7 +349,11 @@ func (s *Service) runExport(j *ExportJob, ckpt string, src Source, metrics map[s
 		now := time.Now().UTC()
 		s.update(j, func(j *ExportJob) { j.State, j.Error, j.Progress, j.Finished = StateFailed, msg, "failed", &now })
 	}
-	tmpDir, err := os.MkdirTemp(filepath.Join(s.cfg.ExperimentDir, "registry"), "export-")
+	if err := os.MkdirAll(s.exportTmp(), 0o755); err != nil {
+		fail(err.Error())
+		return
+	}
+	tmpDir, err := os.MkdirTemp(s.exportTmp(), "export-")
 	if err != nil {
 		fail(err.Error())
 		return

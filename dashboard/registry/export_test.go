@@ -10,12 +10,23 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/internal/teststore"
 )
 
-type fakeCheckpoints map[string][]store.Checkpoint
+// testStore is a real store whose Checkpoints answers from a map (the
+// exports here run a fake exporter on a stand-in checkpoint file).
+type testStore struct {
+	store.Store
+	ckpts map[string][]store.Checkpoint
+}
 
-func (f fakeCheckpoints) Checkpoints(_ context.Context, runID string) ([]store.Checkpoint, error) {
-	return f[runID], nil
+func (f testStore) Checkpoints(_ context.Context, runID string) ([]store.Checkpoint, error) {
+	return f.ckpts[runID], nil
+}
+
+func openTestStore(t *testing.T, cfg store.Config) testStore {
+	t.Helper()
+	return testStore{Store: teststore.Open(t, cfg), ckpts: map[string][]store.Checkpoint{"r1": {{Path: "step-1.ckpt.pt", Step: 1}}}}
 }
 
 // exportService opens a Service on dir whose "Python" is a shell script.
@@ -40,7 +51,7 @@ func fakePython(t *testing.T, dir, script string) string {
 	return f.Name()
 }
 
-func exportService(t *testing.T, ctx context.Context, dir, script string) *Service {
+func exportService(t *testing.T, ctx context.Context, dir string, st Store, script string) *Service {
 	t.Helper()
 	py := fakePython(t, dir, script)
 	ckDir := filepath.Join(dir, "checkpoints")
@@ -50,7 +61,6 @@ func exportService(t *testing.T, ctx context.Context, dir, script string) *Servi
 	if err := os.WriteFile(filepath.Join(ckDir, "r1", "step-1.ckpt.pt"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	st := fakeCheckpoints{"r1": {{Path: "step-1.ckpt.pt", Step: 1}}}
 	s, err := New(ctx, st, Config{ExperimentDir: dir, CheckpointDir: ckDir, Python: py}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +72,10 @@ func waitExportState(t *testing.T, s *Service, id string, ok func(ExportJob) boo
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		j, found := s.Export(id)
+		j, found, err := s.Export(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if found && ok(j) {
 			return j
 		}
@@ -73,18 +86,19 @@ func waitExportState(t *testing.T, s *Service, id string, ok func(ExportJob) boo
 	}
 }
 
-func readExportsFile(t *testing.T, dir string) map[string]ExportJob {
+// storedExports reads the export jobs as the store holds them.
+func storedExports(t *testing.T, st Store) map[string]ExportJob {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "registry", "exports.json"))
+	recs, err := st.ListRecords(context.Background(), kindExport)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var list []ExportJob
-	if err := json.Unmarshal(b, &list); err != nil {
-		t.Fatalf("exports.json: %v\n%s", err, b)
-	}
 	out := map[string]ExportJob{}
-	for _, j := range list {
+	for _, r := range recs {
+		var j ExportJob
+		if err := json.Unmarshal(r.Body, &j); err != nil {
+			t.Fatalf("export record %s: %v\n%s", r.Key, err, r.Body)
+		}
 		out[j.ID] = j
 	}
 	return out
@@ -94,12 +108,18 @@ func readExportsFile(t *testing.T, dir string) map[string]ExportJob {
 // ended job still answers as it was, and one that was running (its
 // dashboard died) is failed with RestartedMsg rather than left running.
 func TestExportsSurviveRestart(t *testing.T) {
+	teststore.ForEach(t, testExportsSurviveRestart)
+}
+
+func testExportsSurviveRestart(t *testing.T, cfg store.Config) {
 	dir := t.TempDir()
 	req := ExportRequest{RunID: "r1", Checkpoint: "step-1.ckpt.pt", Format: "onnx", Name: "mlp"}
+	ctx := context.Background()
 
 	// First process: one export fails, one hangs (the dashboard then "dies").
 	ctx1, cancel1 := context.WithCancel(context.Background())
-	s1 := exportService(t, ctx1, dir, `echo "cannot export: bad checkpoint" >&2; exit 3`)
+	st1 := openTestStore(t, cfg)
+	s1 := exportService(t, ctx1, dir, st1, `echo "cannot export: bad checkpoint" >&2; exit 3`)
 	failed, err := s1.StartExport(context.Background(), req)
 	if err != nil || failed.State != StateRunning {
 		t.Fatalf("start: %+v %v", failed, err)
@@ -113,17 +133,17 @@ func TestExportsSurviveRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := readExportsFile(t, dir); got[hung.ID].State != StateRunning || got[failed.ID].State != StateFailed {
-		t.Fatalf("exports.json while one runs: %+v", got)
+	if got := storedExports(t, st1); got[hung.ID].State != StateRunning || got[failed.ID].State != StateFailed {
+		t.Fatalf("stored export jobs while one runs: %+v", got)
 	}
-	if list := s1.Exports(); len(list) != 2 || list[0].ID != hung.ID || list[1].ID != failed.ID {
+	if list, _ := s1.Exports(ctx); len(list) != 2 || list[0].ID != hung.ID || list[1].ID != failed.ID {
 		t.Fatalf("Exports (newest first): %+v", list)
 	}
 
 	// Wait until the hung export has made its temporary directory (its
 	// process started), as a dashboard killed mid-export would leave it.
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if tmp, _ := filepath.Glob(filepath.Join(dir, "registry", "export-*")); len(tmp) > 0 {
+		if tmp, _ := filepath.Glob(filepath.Join(dir, "registry", "tmp", "*", "export-*")); len(tmp) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -131,19 +151,21 @@ func TestExportsSurviveRestart(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// Second process on the same directory, while the first still "runs".
-	s2 := exportService(t, context.Background(), dir, "exit 1")
-	got, ok := s2.Export(hung.ID)
+	// Second process on the same directory and database, while the first
+	// still "runs".
+	st2 := openTestStore(t, cfg)
+	s2 := exportService(t, context.Background(), dir, st2, "exit 1")
+	got, ok, _ := s2.Export(ctx, hung.ID)
 	if !ok || got.State != StateFailed || got.Error != RestartedMsg || got.Progress != "failed" || got.Finished == nil {
 		t.Fatalf("running export after a restart: %+v (found %v)", got, ok)
 	}
-	if got, ok := s2.Export(failed.ID); !ok || got.State != StateFailed || got.Error != j.Error || got.Request != req {
+	if got, ok, _ := s2.Export(ctx, failed.ID); !ok || got.State != StateFailed || got.Error != j.Error || got.Request != req {
 		t.Fatalf("ended export after a restart: %+v (found %v), want %+v", got, ok, j)
 	}
-	if f := readExportsFile(t, dir); f[hung.ID].State != StateFailed || f[hung.ID].Error != RestartedMsg {
-		t.Fatalf("exports.json after the restart: %+v", f)
+	if f := storedExports(t, st2); f[hung.ID].State != StateFailed || f[hung.ID].Error != RestartedMsg {
+		t.Fatalf("stored export jobs after the restart: %+v", f)
 	}
-	if tmp, _ := filepath.Glob(filepath.Join(dir, "registry", "export-*")); len(tmp) != 0 {
+	if tmp, _ := filepath.Glob(filepath.Join(dir, "registry", "tmp", "*", "export-*")); len(tmp) != 0 {
 		t.Fatalf("temporary export directories left: %v", tmp)
 	}
 	// New IDs do not reuse old ones; the listing is newest first.
@@ -151,7 +173,7 @@ func TestExportsSurviveRestart(t *testing.T) {
 	if err != nil || next.ID == hung.ID || next.ID == failed.ID {
 		t.Fatalf("export after the restart: %+v %v", next, err)
 	}
-	list := s2.Exports()
+	list, _ := s2.Exports(ctx)
 	if len(list) != 3 || list[0].ID != next.ID || list[1].ID != hung.ID || list[2].ID != failed.ID {
 		t.Fatalf("Exports after the restart: %+v", list)
 	}
@@ -162,27 +184,13 @@ func TestExportsSurviveRestart(t *testing.T) {
 	s1.Wait()
 }
 
-func TestExportsFileCorrupt(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "registry"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "registry", "exports.json"), []byte("{not json"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err := New(context.Background(), fakeCheckpoints{}, Config{ExperimentDir: dir, CheckpointDir: dir}, nil)
-	if err == nil || !strings.Contains(err.Error(), "exports.json") {
-		t.Fatalf("a corrupt exports.json: %v", err)
-	}
-}
-
 // The int8 ONNX format takes a quantization method, which reaches
 // python -m fw.export as --quantization (the script here prints its
 // arguments, the way the exporter's failure message would carry them);
 // other formats, and methods that do not exist, are refused up front.
 func TestExportQuantization(t *testing.T) {
 	dir := t.TempDir()
-	s := exportService(t, context.Background(), dir, `echo "args: $*" >&2; exit 3`)
+	s := exportService(t, context.Background(), dir, openTestStore(t, store.Config{Dir: dir}), `echo "args: $*" >&2; exit 3`)
 	defer s.Wait()
 	req := func(format, q string) ExportRequest {
 		return ExportRequest{RunID: "r1", Checkpoint: "step-1.ckpt.pt", Format: format, Name: "mlp", Quantization: q}

@@ -4,9 +4,10 @@
 // `python -m fw.export` as a child process, and deployments: managed
 // `fw serve` children that survive a dashboard restart.
 //
-// The registry lives in FW_EXPERIMENT_DIR/registry/registry.json and the
-// deployments in FW_EXPERIMENT_DIR/deployments.json, both written atomically
-// (temporary file, fsync, rename); model files live under
+// The registry, its export jobs and the deployments are records in the
+// tracking store's database (SQLite or PostgreSQL: dashboards sharing one
+// PostgreSQL share them); JSON files left by earlier versions are imported
+// once (import.go). Model files live under
 // FW_EXPERIMENT_DIR/models/<name>/<version>/model.<ext>.
 package registry
 
@@ -15,16 +16,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/fault"
+	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/engine"
 )
 
@@ -112,119 +113,157 @@ func (m *Model) version(v int) *Version {
 	return nil
 }
 
-// Registry is the set of models, persisted as JSON.
-type Registry struct {
-	dir    string // the experiment dir
-	file   string
-	mu     sync.Mutex
-	models map[string]*Model
-	engine engine.Options // how model files are loaded to be inspected
+// Records is what the registry keeps its state in: the store's records
+// (store.Store has them), so every dashboard sharing a database sees the
+// same models, export jobs and deployments.
+type Records interface {
+	GetRecord(ctx context.Context, kind, key string) (store.Record, error)
+	ListRecords(ctx context.Context, kind string) ([]store.Record, error)
+	UpdateRecord(ctx context.Context, kind, key string, fn func(cur *store.Record) (json.RawMessage, error)) (store.Record, error)
+	DeleteRecord(ctx context.Context, kind, key string) (bool, error)
 }
 
-// Open loads (or creates) the registry under expDir.
-func Open(expDir string) (*Registry, error) {
+// Record kinds of the registry's state.
+const (
+	kindModel           = "model"
+	kindExport          = "export"
+	kindDeployment      = "deployment"
+	kindEndedDeployment = "deployment_ended"
+)
+
+// modelDoc is a model as stored: LastVersion is the highest version number
+// ever given out, so a number is never reused, not even after its version
+// was deleted (a file of a deleted version can never be taken for a new one).
+type modelDoc struct {
+	*Model
+	LastVersion int `json:"last_version"`
+}
+
+// Registry is the set of models, kept as one record per model in the
+// store; the version files live in a file store (the experiment dir, or a
+// bucket: dashboard/blob) under models/<name>/<version>/.
+type Registry struct {
+	st       Records
+	files    blob.Store
+	cacheDir string         // where files of a bucket are fetched to
+	engine   engine.Options // how model files are loaded to be inspected
+}
+
+// Open opens the registry kept in st, with version files in files (nil:
+// the directory expDir) and fetched copies in cacheDir (default
+// expDir/cache/models).
+func Open(expDir string, st Records, files blob.Store, cacheDir string) (*Registry, error) {
 	abs, err := filepath.Abs(expDir)
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{dir: abs, file: filepath.Join(abs, "registry", "registry.json"), models: map[string]*Model{}}
-	for _, d := range []string{filepath.Dir(r.file), filepath.Join(abs, "models")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+	if files == nil {
+		if files, err = blob.NewDir(abs); err != nil {
 			return nil, err
 		}
 	}
-	b, err := os.ReadFile(r.file)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	if cacheDir == "" {
+		cacheDir = filepath.Join(abs, "cache", "models")
+	}
+	if err := os.MkdirAll(filepath.Join(abs, "registry"), 0o755); err != nil {
 		return nil, err
 	}
-	if len(b) > 0 {
-		var doc struct {
-			Models []*Model `json:"models"`
-		}
-		if err := json.Unmarshal(b, &doc); err != nil {
-			return nil, fmt.Errorf("reading %s: %w", r.file, err)
-		}
-		for _, m := range doc.Models {
-			r.models[m.Name] = m
-		}
-	}
-	return r, nil
+	return &Registry{st: st, files: files, cacheDir: cacheDir}, nil
 }
 
-// writeAtomic writes b to path through a temporary file and a rename.
-func writeAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+func decodeModel(rec store.Record) (*modelDoc, error) {
+	d := &modelDoc{Model: &Model{}}
+	if err := json.Unmarshal(rec.Body, d); err != nil {
+		return nil, fmt.Errorf("reading model %q from the store: %w", rec.Key, err)
+	}
+	if d.Name == "" {
+		d.Name = rec.Key
+	}
+	if d.Aliases == nil {
+		d.Aliases = map[string]int{}
+	}
+	if d.Versions == nil {
+		d.Versions = []*Version{}
+	}
+	for _, v := range d.Versions {
+		d.LastVersion = max(d.LastVersion, v.Version)
+	}
+	return d, nil
+}
+
+// List returns every model, by name.
+func (r *Registry) List(ctx context.Context) ([]*Model, error) {
+	recs, err := r.st.ListRecords(ctx, kindModel)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
-}
-
-// saveLocked persists the registry; r.mu is held.
-func (r *Registry) saveLocked() error {
-	doc := struct {
-		Models []*Model `json:"models"`
-	}{Models: r.listLocked()}
-	b, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeAtomic(r.file, b)
-}
-
-func (r *Registry) listLocked() []*Model {
-	out := make([]*Model, 0, len(r.models))
-	for _, m := range r.models {
-		out = append(out, m)
+	out := make([]*Model, 0, len(recs))
+	for _, rec := range recs {
+		d, err := decodeModel(rec)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d.Model)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	return out, nil
 }
 
-func clone(m *Model) *Model {
-	b, _ := json.Marshal(m)
-	var c Model
-	_ = json.Unmarshal(b, &c)
-	return &c
+func modelNotFound(name string) error {
+	return notFound("no model %q in the registry; GET /api/models lists them", name)
 }
 
-// List returns every model (copies).
-func (r *Registry) List() []*Model {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := []*Model{}
-	for _, m := range r.listLocked() {
-		out = append(out, clone(m))
+// Get returns one model.
+func (r *Registry) Get(ctx context.Context, name string) (*Model, error) {
+	if !nameRE.MatchString(name) {
+		return nil, modelNotFound(name)
 	}
-	return out
+	rec, err := r.st.GetRecord(ctx, kindModel, name)
+	if store.ErrorCode(err) == store.CodeNotFound {
+		return nil, modelNotFound(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	d, err := decodeModel(rec)
+	if err != nil {
+		return nil, err
+	}
+	return d.Model, nil
 }
 
-// Get returns one model (a copy).
-func (r *Registry) Get(name string) (*Model, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m, ok := r.models[name]
-	if !ok {
-		return nil, notFound("no model %q in the registry; GET /api/models lists them", name)
+// update changes one model in one store transaction: fn gets the model
+// (nil when missing) and returns it changed, or nil to delete it. Errors of
+// fn are returned as they are.
+func (r *Registry) update(ctx context.Context, name string, fn func(d *modelDoc) (*modelDoc, error)) (*modelDoc, error) {
+	var out *modelDoc
+	_, err := r.st.UpdateRecord(ctx, kindModel, name, func(cur *store.Record) (json.RawMessage, error) {
+		var d *modelDoc
+		if cur != nil {
+			var err error
+			if d, err = decodeModel(*cur); err != nil {
+				return nil, err
+			}
+		}
+		next, err := fn(d)
+		if err != nil {
+			return nil, err
+		}
+		out = next
+		if next == nil {
+			return nil, nil
+		}
+		return json.Marshal(next)
+	})
+	if err != nil {
+		return nil, err
 	}
-	return clone(m), nil
+	return out, nil
 }
 
 // Resolve finds a version by number, or by alias when ref is not a number.
-func (r *Registry) Resolve(name, ref string) (*Version, error) {
-	m, err := r.Get(name)
+func (r *Registry) Resolve(ctx context.Context, name, ref string) (*Version, error) {
+	m, err := r.Get(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -242,12 +281,14 @@ func (r *Registry) Resolve(name, ref string) (*Version, error) {
 	return nil, notFound("model %q has no version %d", name, v)
 }
 
-// FilePath is the absolute path of a version's file.
-func (r *Registry) FilePath(v *Version) string {
+// ModelFile returns a local path of a version's file: a checkpoint's own
+// path, the file itself in a directory store, or a copy fetched from the
+// bucket into this machine's cache (what `fw serve` loads).
+func (r *Registry) ModelFile(ctx context.Context, v *Version) (string, error) {
 	if filepath.IsAbs(v.File) {
-		return v.File
+		return v.File, nil
 	}
-	return filepath.Join(r.dir, filepath.FromSlash(v.File))
+	return blob.Fetch(ctx, r.files, v.File, r.cacheDir)
 }
 
 // Inspect validates a model file by content (pickles refused) and loads it
@@ -322,6 +363,8 @@ func ext(format string) string {
 // AddFile validates the model file at src and registers it as the next
 // version of name (created when missing); src is moved (or copied) into
 // models/<name>/<version>/. meta carries the source, parity and metrics.
+// The version number is taken from the store first, so two dashboards
+// adding versions at once never write the same file.
 func (r *Registry) AddFile(ctx context.Context, name, src string, meta Version) (*Version, error) {
 	if err := ValidName("model name", name); err != nil {
 		return nil, err
@@ -334,29 +377,65 @@ func (r *Registry) AddFile(ctx context.Context, name, src string, meta Version) 
 	if meta.Metrics != nil {
 		v.Metrics = meta.Metrics
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := r.modelLocked(name)
-	v.Version = nextVersion(m)
-	rel := filepath.ToSlash(filepath.Join("models", name, strconv.Itoa(v.Version), "model."+ext(v.Format)))
-	dst := filepath.Join(r.dir, filepath.FromSlash(rel))
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	if v.Version, err = r.reserve(ctx, name); err != nil {
 		return nil, err
 	}
-	if err := moveFile(src, dst); err != nil {
-		return nil, err
+	dir := versionKey(name, v.Version)
+	rel := dir + "/model." + ext(v.Format)
+	if err := r.files.PutFile(ctx, rel, src); err != nil {
+		return nil, fmt.Errorf("storing version %d of %s: %w", v.Version, name, err)
 	}
 	v.File = rel
-	m.Versions = append(m.Versions, v)
-	if err := r.saveLocked(); err != nil {
+	if err := r.addVersion(ctx, name, v); err != nil {
+		_ = r.files.DeletePrefix(context.WithoutCancel(ctx), dir)
 		return nil, err
 	}
 	return v, nil
 }
 
+// versionKey is where a version's files live in the file store:
+// models/<name>/<version> (name is checked by ValidName).
+func versionKey(name string, version int) string {
+	return "models/" + name + "/" + strconv.Itoa(version)
+}
+
+// reserve takes the next version number of name (creating the model).
+func (r *Registry) reserve(ctx context.Context, name string) (int, error) {
+	d, err := r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
+		if d == nil {
+			d = newModel(name)
+		}
+		d.LastVersion++
+		return d, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return d.LastVersion, nil
+}
+
+// addVersion records v (its number reserved) in model name; a model deleted
+// since the reservation is created again.
+func (r *Registry) addVersion(ctx context.Context, name string, v *Version) error {
+	_, err := r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
+		if d == nil {
+			d = newModel(name)
+		}
+		d.LastVersion = max(d.LastVersion, v.Version)
+		d.Versions = append(d.Versions, v)
+		sort.Slice(d.Versions, func(i, j int) bool { return d.Versions[i].Version < d.Versions[j].Version })
+		return d, nil
+	})
+	return err
+}
+
+func newModel(name string) *modelDoc {
+	return &modelDoc{Model: &Model{Name: name, Created: time.Now().UTC(), Aliases: map[string]int{}, Versions: []*Version{}}}
+}
+
 // AddCheckpoint registers a reference to a run's checkpoint (abs is its
 // resolved path) as the next version of name.
-func (r *Registry) AddCheckpoint(name, runID, ckpt, abs string, metrics map[string]float64) (*Version, error) {
+func (r *Registry) AddCheckpoint(ctx context.Context, name, runID, ckpt, abs string, metrics map[string]float64) (*Version, error) {
 	if err := ValidName("model name", name); err != nil {
 		return nil, err
 	}
@@ -364,115 +443,92 @@ func (r *Registry) AddCheckpoint(name, runID, ckpt, abs string, metrics map[stri
 	if err != nil {
 		return nil, notFound("checkpoint %s of run %s: %v", ckpt, runID, err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := r.modelLocked(name)
-	v := &Version{Version: nextVersion(m), Format: FormatCheckpoint, Size: st.Size(), File: abs,
-		Source: Source{RunID: runID, Checkpoint: ckpt}, Metrics: metrics, Created: time.Now().UTC()}
-	m.Versions = append(m.Versions, v)
-	if err := r.saveLocked(); err != nil {
+	var v *Version
+	_, err = r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
+		if d == nil {
+			d = newModel(name)
+		}
+		d.LastVersion++
+		v = &Version{Version: d.LastVersion, Format: FormatCheckpoint, Size: st.Size(), File: abs,
+			Source: Source{RunID: runID, Checkpoint: ckpt}, Metrics: metrics, Created: time.Now().UTC()}
+		d.Versions = append(d.Versions, v)
+		return d, nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return v, nil
 }
 
-func (r *Registry) modelLocked(name string) *Model {
-	m, ok := r.models[name]
-	if !ok {
-		m = &Model{Name: name, Created: time.Now().UTC(), Aliases: map[string]int{}, Versions: []*Version{}}
-		r.models[name] = m
-	}
-	return m
-}
-
-func nextVersion(m *Model) int {
-	n := 0
-	for _, v := range m.Versions {
-		n = max(n, v.Version)
-	}
-	return n + 1
-}
-
-func moveFile(src, dst string) error {
-	if err := os.Rename(src, dst); err == nil {
-		return nil
-	}
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
-
 // SetAliases points each alias at a version (0 removes the alias).
-func (r *Registry) SetAliases(name string, aliases map[string]int) (*Model, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m, ok := r.models[name]
-	if !ok {
-		return nil, notFound("no model %q in the registry; GET /api/models lists them", name)
-	}
-	for a, v := range aliases {
+func (r *Registry) SetAliases(ctx context.Context, name string, aliases map[string]int) (*Model, error) {
+	for a := range aliases {
 		if err := ValidName("alias", a); err != nil {
 			return nil, err
 		}
-		if v != 0 && m.version(v) == nil {
-			return nil, notFound("model %q has no version %d for alias %q", name, v, a)
-		}
 	}
-	for a, v := range aliases {
-		if v == 0 {
-			delete(m.Aliases, a)
-		} else {
-			m.Aliases[a] = v
+	d, err := r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
+		if d == nil {
+			return nil, modelNotFound(name)
 		}
-	}
-	if err := r.saveLocked(); err != nil {
+		for a, v := range aliases {
+			if v != 0 && d.version(v) == nil {
+				return nil, notFound("model %q has no version %d for alias %q", name, v, a)
+			}
+		}
+		for a, v := range aliases {
+			if v == 0 {
+				delete(d.Aliases, a)
+			} else {
+				d.Aliases[a] = v
+			}
+		}
+		return d, nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	return clone(m), nil
+	return d.Model, nil
 }
 
 // Delete removes a model (version 0) or one version, with its files.
-func (r *Registry) Delete(name string, version int) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m, ok := r.models[name]
-	if !ok {
-		return notFound("no model %q in the registry; GET /api/models lists them", name)
+func (r *Registry) Delete(ctx context.Context, name string, version int) error {
+	if !nameRE.MatchString(name) {
+		return modelNotFound(name)
 	}
-	dir := filepath.Join(r.dir, "models", name)
-	if version == 0 {
-		delete(r.models, name)
-	} else {
-		if m.version(version) == nil {
-			return notFound("model %q has no version %d", name, version)
+	_, err := r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
+		if d == nil {
+			return nil, modelNotFound(name)
 		}
-		kept := m.Versions[:0]
-		for _, v := range m.Versions {
+		if version == 0 {
+			return nil, nil
+		}
+		if d.version(version) == nil {
+			return nil, notFound("model %q has no version %d", name, version)
+		}
+		kept := d.Versions[:0]
+		for _, v := range d.Versions {
 			if v.Version != version {
 				kept = append(kept, v)
 			}
 		}
-		m.Versions = kept
-		for a, v := range m.Aliases {
+		d.Versions = kept
+		for a, v := range d.Aliases {
 			if v == version {
-				delete(m.Aliases, a)
+				delete(d.Aliases, a)
 			}
 		}
-		dir = filepath.Join(dir, strconv.Itoa(version))
-	}
-	if err := r.saveLocked(); err != nil {
+		return d, nil
+	})
+	if err != nil {
 		return err
 	}
-	return os.RemoveAll(dir)
+	key := "models/" + name
+	if version != 0 {
+		key = versionKey(name, version)
+	}
+	if err := r.files.DeletePrefix(ctx, key); err != nil {
+		return fmt.Errorf("deleting the files of %s: %w", key, err)
+	}
+	return nil
 }

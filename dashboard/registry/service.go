@@ -8,14 +8,19 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/blob"
+	"github.com/fw-serve/fw/dashboard/replica"
 	"github.com/fw-serve/fw/dashboard/store"
-	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/engine"
 )
 
-// Checkpointer lists a run's checkpoints (store.Store does).
-type Checkpointer interface {
+// Store is what the service needs of the tracking store (store.Store has
+// it): a run's checkpoints, records to keep its own state in, and the
+// change feed its export and deploy events go to (the live stream).
+type Store interface {
 	Checkpoints(ctx context.Context, runID string) ([]store.Checkpoint, error)
+	AppendFeed(ctx context.Context, entries []store.FeedEntry) error
+	Records
 }
 
 // Config configures a Service.
@@ -30,24 +35,32 @@ type Config struct {
 	StopGrace    time.Duration // SIGTERM -> SIGKILL
 	// Engine is where model files are loaded to be inspected (library paths).
 	Engine engine.Options
-	Hub    *stream.Hub // optional: export and deploy events
+	// Member, when set, makes deployments and exports owned by this
+	// dashboard replica through leases (replicas.go, docs/replicas.md).
+	Member *replica.Member
+	// Files is where version files live (nil: ExperimentDir; a bucket for
+	// FW_ARTIFACT_URI=s3://...), CacheDir where a deployment's file is
+	// fetched to from a bucket (default ExperimentDir/cache/models).
+	Files    blob.Store
+	CacheDir string
 }
 
 // Service is the registry with its export jobs and deployments.
 type Service struct {
 	Reg  *Registry
 	cfg  Config
-	st   Checkpointer
+	st   Store
 	log  *slog.Logger
 	base context.Context
 	exp  exporter
 	dep  deployer
 }
 
-// New opens the registry, the export jobs and the deployments under
-// cfg.ExperimentDir, fails the exports an earlier process left running and
-// re-adopts the deployments that still answer. base bounds the exports.
-func New(base context.Context, st Checkpointer, cfg Config, log *slog.Logger) (*Service, error) {
+// New opens the registry, the export jobs and the deployments kept in st
+// (importing the JSON files of earlier versions from cfg.ExperimentDir
+// once), fails the exports an earlier process left running and re-adopts
+// the deployments that still answer. base bounds the exports.
+func New(base context.Context, st Store, cfg Config, log *slog.Logger) (*Service, error) {
 	for _, d := range []*string{&cfg.ExperimentDir, &cfg.CheckpointDir} {
 		abs, err := filepath.Abs(*d)
 		if err != nil {
@@ -61,18 +74,22 @@ func New(base context.Context, st Checkpointer, cfg Config, log *slog.Logger) (*
 	if cfg.StopGrace <= 0 {
 		cfg.StopGrace = 10 * time.Second
 	}
-	reg, err := Open(cfg.ExperimentDir)
-	if err == nil {
-		reg.engine = cfg.Engine
-	}
+	reg, err := Open(cfg.ExperimentDir, st, cfg.Files, cfg.CacheDir)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{Reg: reg, cfg: cfg, st: st, log: log, base: base, exp: exporter{jobs: map[string]*ExportJob{}}}
-	if err := s.loadExports(); err != nil {
+	reg.engine = cfg.Engine
+	s := &Service{Reg: reg, cfg: cfg, st: st, log: log, base: base}
+	if cfg.Member != nil {
+		s.registerLeases()
+	}
+	if err := s.importFiles(base); err != nil {
 		return nil, err
 	}
-	if err := s.loadDeployments(); err != nil {
+	if err := s.loadExports(base); err != nil {
+		return nil, err
+	}
+	if err := s.loadDeployments(base); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -81,15 +98,17 @@ func New(base context.Context, st Checkpointer, cfg Config, log *slog.Logger) (*
 // Wait waits for running exports (they end when base is cancelled).
 func (s *Service) Wait() { s.exp.wg.Wait() }
 
+// publish puts an export or deploy event into the store's change feed,
+// from which the live stream of every dashboard on the database reads it.
 func (s *Service) publish(typ, id string, v any) {
-	if s.cfg.Hub == nil {
-		return
-	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return
 	}
-	s.cfg.Hub.Publish(stream.Event{Type: typ, RunID: id, Time: time.Now().UTC(), Data: b})
+	e := store.FeedEntry{Type: typ, RunID: id, Time: time.Now().UTC(), Data: b}
+	if err := s.st.AppendFeed(context.WithoutCancel(s.base), []store.FeedEntry{e}); err != nil && s.log != nil {
+		s.log.Warn("publishing to the live stream", "type", typ, "id", id, "err", err)
+	}
 }
 
 // checkpoint resolves a run's checkpoint: it must be listed by the store,
@@ -129,7 +148,7 @@ func (s *Service) RegisterCheckpoint(ctx context.Context, name, runID, ckpt stri
 	if err != nil {
 		return nil, err
 	}
-	return s.Reg.AddCheckpoint(name, runID, ckpt, abs, metrics)
+	return s.Reg.AddCheckpoint(ctx, name, runID, ckpt, abs, metrics)
 }
 
 // Upload validates a file written by the caller at a temporary path and

@@ -38,6 +38,9 @@ type applier struct {
 	runs   map[string]*runState
 	points []point
 	res    *ApplyResult
+	// feed holds the feed entry of each event (Config.Feed), queued when
+	// the event is stored; nil without a feed.
+	feed []*FeedEntry
 }
 
 // Apply implements Store.
@@ -52,10 +55,25 @@ func (s *sqlStore) Apply(ctx context.Context, events []Event) (ApplyResult, erro
 	if values > MaxBatchValues {
 		return ApplyResult{}, errf(CodeBatchTooLarge, "%d values and lines in one batch; the limit is %d", values, MaxBatchValues)
 	}
+	// Feed entries are made here, outside the writer; it only picks those
+	// of the events it stores.
+	var feed []*FeedEntry
+	if s.cfg.Feed != nil {
+		feed = make([]*FeedEntry, len(events))
+		for i := range events {
+			ev := &events[i]
+			if ev.decodeErr != nil {
+				continue
+			}
+			if typ, data, ok := s.cfg.Feed(ev); ok {
+				feed[i] = &FeedEntry{Type: typ, RunID: ev.RunID, Seq: ev.Seq, Time: ev.Time.Time, Data: data}
+			}
+		}
+	}
 	var res ApplyResult
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res = ApplyResult{}
-		a := &applier{s: s, tx: tx, now: time.Now().UnixNano(), runs: map[string]*runState{}, res: &res}
+		a := &applier{s: s, tx: tx, now: time.Now().UnixNano(), runs: map[string]*runState{}, res: &res, feed: feed}
 		return a.apply(ctx, events)
 	}, nil)
 	if err != nil {
@@ -165,6 +183,11 @@ func (a *applier) one(ctx context.Context, i int, ev *Event) error {
 	}
 	if err := a.handle(ctx, rs, ev, t); err != nil {
 		return err
+	}
+	if a.feed != nil && a.feed[i] != nil {
+		e := *a.feed[i]
+		e.Time = time.Unix(0, t)
+		a.s.queueFeed(e)
 	}
 	ws.seq = ev.Seq
 	ws.dirty = true

@@ -22,8 +22,17 @@ func (a *applier) experimentID(ctx context.Context, name, description string, t 
 		return "", fmt.Errorf("looking up experiment %q: %w", name, err)
 	}
 	id = NewID()
-	if _, err := a.s.exec(ctx, a.tx, `INSERT INTO experiments (id, name, description, created, updated, archived) VALUES (?, ?, ?, ?, ?, 0)`, id, name, description, t, t); err != nil {
+	// Another dashboard on the same database may create it at the same
+	// moment: then this insert waits for its commit, does nothing, and the
+	// experiment is read again.
+	res, err := a.s.exec(ctx, a.tx, `INSERT INTO experiments (id, name, description, created, updated, archived) VALUES (?, ?, ?, ?, ?, 0) ON CONFLICT (name) DO NOTHING`, id, name, description, t, t)
+	if err != nil {
 		return "", fmt.Errorf("creating experiment %q: %w", name, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n == 0 {
+		if err := a.tx.QueryRowContext(ctx, a.s.q(`SELECT id FROM experiments WHERE name = ?`), name).Scan(&id); err != nil {
+			return "", fmt.Errorf("looking up experiment %q created meanwhile: %w", name, err)
+		}
 	}
 	return id, nil
 }
@@ -100,8 +109,14 @@ func (a *applier) createRun(ctx context.Context, ev *Event, t int64) (*runState,
 	}
 	rs := &runState{id: ev.RunID, status: status, experimentID: expID, started: started != nil, writers: map[string]*writerState{}}
 	err = a.tx.QueryRowContext(ctx, a.s.q(`INSERT INTO runs (id, experiment_id, name, status, created, updated, started, source_recipe, source_command, source_args, git_commit, host, pid, parent_run_id, parent_checkpoint)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING rid`),
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING rid`),
 		ev.RunID, expID, name, string(status), t, t, started, nullStr(src.Recipe), nullStr(src.Command), args, nullStr(src.GitCommit), nullStr(src.Host), nullInt(src.PID), nullStr(ev.ParentRunID), nullStr(ev.ParentCheckpoint)).Scan(&rs.rid)
+	if isNoRows(err) {
+		// Created meanwhile by another dashboard on the same database (the
+		// same run_start sent to two of them): continue with that run, as
+		// for a run_start of an existing run.
+		return a.run(ctx, ev.RunID)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("creating run %s: %w", ev.RunID, err)
 	}

@@ -42,6 +42,8 @@ type sqlStore struct {
 	// Owned by the writer goroutine only.
 	keys  map[keyRef]int64
 	stmts map[string]*sql.Stmt
+
+	feed feedState // the change feed (feed.go)
 }
 
 type keyRef struct {
@@ -170,6 +172,7 @@ func (s *sqlStore) Close() error {
 	s.closeMu.Unlock()
 	<-s.finished
 	if first {
+		s.closeFeed()
 		s.closeDBs()
 	}
 	return nil
@@ -279,6 +282,8 @@ func (s *sqlStore) runGroup(group []*writeReq) {
 		return
 	}
 	errs := make([]error, len(live))
+	// Feed entries queued by the requests, written just before the commit.
+	defer func() { s.feed.pending = s.feed.pending[:0] }()
 	fail := func(err error) {
 		s.keys = map[keyRef]int64{}
 		for _, r := range live {
@@ -292,6 +297,7 @@ func (s *sqlStore) runGroup(group []*writeReq) {
 	}
 	rolledBack := false
 	for i, r := range live {
+		mark := len(s.feed.pending)
 		if len(live) == 1 {
 			errs[i] = r.fn(r.ctx, tx)
 			continue
@@ -303,6 +309,7 @@ func (s *sqlStore) runGroup(group []*writeReq) {
 		}
 		errs[i] = r.fn(r.ctx, tx)
 		if errs[i] != nil {
+			s.feed.pending = s.feed.pending[:mark]
 			rolledBack = true
 			if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT w"); err != nil {
 				tx.Rollback()
@@ -322,9 +329,18 @@ func (s *sqlStore) runGroup(group []*writeReq) {
 		live[0].done <- errs[0]
 		return
 	}
+	fed := len(s.feed.pending) > 0
+	if err := s.flushFeed(ctx, tx); err != nil {
+		tx.Rollback()
+		fail(err)
+		return
+	}
 	if err := tx.Commit(); err != nil {
 		fail(fmt.Errorf("committing writes: %w", err))
 		return
+	}
+	if fed {
+		s.feedCommitted()
 	}
 	if rolledBack {
 		// Key IDs cached by a rolled-back request may not exist.

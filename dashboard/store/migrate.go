@@ -162,6 +162,40 @@ INSERT INTO metric_rollup (run_rid, key_id, level, block, first_step, last_step,
 INSERT INTO metric_rollup (run_rid, key_id, level, block, first_step, last_step, min_value, max_value, n)
 	SELECT run_rid, key_id, 12, step / 4096, MIN(step), MAX(step), MIN(value), MAX(value), COUNT(*) FROM metrics GROUP BY run_rid, key_id, step / 4096;
 UPDATE metric_rollup SET last_value = (SELECT m.value FROM metrics m WHERE m.run_rid = metric_rollup.run_rid AND m.key_id = metric_rollup.key_id AND m.step = metric_rollup.last_step)`},
+		{3, "dashboard records (model registry, export jobs, deployments)", `
+CREATE TABLE records (
+	kind TEXT NOT NULL,
+	key TEXT NOT NULL,
+	rev BIGINT NOT NULL,
+	created BIGINT NOT NULL,
+	updated BIGINT NOT NULL,
+	body TEXT NOT NULL,
+	PRIMARY KEY (kind, key)
+)`},
+		{4, "change feed of the live stream", `
+CREATE TABLE feed_cursor (
+	id INTEGER PRIMARY KEY,
+	last BIGINT NOT NULL
+);
+INSERT INTO feed_cursor (id, last) VALUES (1, 0);
+CREATE TABLE feed (
+	cursor BIGINT PRIMARY KEY,
+	type TEXT NOT NULL,
+	run_id TEXT NOT NULL,
+	seq BIGINT NOT NULL,
+	time BIGINT NOT NULL,
+	data TEXT NOT NULL
+)`},
+		{5, "leases of replicas, training jobs and deployments", `
+CREATE TABLE leases (
+	name TEXT PRIMARY KEY,
+	owner TEXT NOT NULL,
+	expires BIGINT NOT NULL,
+	acquired BIGINT NOT NULL,
+	renewed BIGINT NOT NULL,
+	info TEXT NOT NULL
+);
+CREATE INDEX leases_owner ON leases (owner)`},
 	}
 }
 

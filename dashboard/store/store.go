@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
@@ -56,6 +57,15 @@ type Store interface {
 	// false as failed with reason as its error, and returns their IDs.
 	Reconcile(ctx context.Context, alive func(Run) bool, reason string) ([]string, error)
 
+	// Records keeps the dashboard's own state (model registry, export
+	// jobs, deployments, training jobs) in the same database.
+	Records
+	// Feed is the change feed behind the live stream.
+	Feed
+	// Leases say which dashboard owns what, for dashboards sharing a
+	// database (dashboard/replica).
+	Leases
+
 	// Close stops the writer (waiting for queued writes) and closes the database.
 	Close() error
 }
@@ -80,6 +90,12 @@ type Config struct {
 	Synchronous string
 	// BusyTimeout is SQLite's busy timeout (default 5s).
 	BusyTimeout time.Duration
+	// Feed, when set, puts every event Apply stores into the change feed
+	// (see Feed), in the same transaction.
+	Feed FeedFunc
+	// Log receives what the store reports on its own (the PostgreSQL feed
+	// listener's reconnects); nil: nothing.
+	Log *slog.Logger
 
 	// migrateTo stops migrations at a version (tests build old schemas).
 	migrateTo int

@@ -46,7 +46,9 @@ func backends(t *testing.T) []backend {
 	}
 	out = append(out, backend{"postgres", func(t *testing.T, cfg Config) Store {
 		t.Helper()
-		cfg.DatabaseURL = testpg.Schema(t, base)
+		if cfg.DatabaseURL == "" { // set: a second store on the same schema
+			cfg.DatabaseURL = testpg.Schema(t, base)
+		}
 		if cfg.CheckpointDir == "" {
 			cfg.CheckpointDir = t.TempDir()
 		}

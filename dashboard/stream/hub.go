@@ -40,11 +40,14 @@ var ErrClosed = errors.New("stream: hub closed")
 
 // Event is one stream event as published.
 type Event struct {
-	Type  string          `json:"type"`
-	RunID string          `json:"run_id"`
-	Seq   int64           `json:"seq"`
-	Time  time.Time       `json:"time"`
-	Data  json.RawMessage `json:"data"`
+	// Cursor is the event's cursor when it comes from a feed that gave it
+	// one (PublishFeed); Publish gives out its own.
+	Cursor uint64          `json:"-"`
+	Type   string          `json:"type"`
+	RunID  string          `json:"run_id"`
+	Seq    int64           `json:"seq"`
+	Time   time.Time       `json:"time"`
+	Data   json.RawMessage `json:"data"`
 }
 
 // Config bounds a hub; zero fields take the defaults.
@@ -120,10 +123,85 @@ func (h *Hub) oldest() uint64 {
 	return h.ring[h.head].cursor
 }
 
-// Publish publishes events in order and returns the cursor of the last one.
-// It never blocks on subscribers.
+// Publish publishes events in order, giving each the next cursor, and
+// returns the cursor of the last one. It never blocks on subscribers. A hub
+// fed by PublishFeed must not be given events through Publish.
 func (h *Hub) Publish(events ...Event) uint64 {
-	// Encode outside the lock; the cursor is spliced in under it.
+	bodies := encode(events)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return h.cursor
+	}
+	for i, body := range bodies {
+		h.publishLocked(h.cursor+1, events[i].RunID, body)
+	}
+	return h.cursor
+}
+
+// PublishFeed publishes events whose cursors a feed gave out (the store's
+// change feed, shared by every dashboard on one database), in cursor order,
+// and returns the hub's cursor. An event at or below the hub's cursor was
+// published already and is skipped. An event past cursor+1 means the ones
+// in between are gone from the feed (trimmed before this hub read them):
+// the ring is emptied, so a replay from before it starts with a gap, and
+// every live subscriber gets a gap message first.
+func (h *Hub) PublishFeed(events []Event) uint64 {
+	bodies := encode(events)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return h.cursor
+	}
+	for i, body := range bodies {
+		c := events[i].Cursor
+		if c <= h.cursor {
+			continue
+		}
+		if c > h.cursor+1 {
+			h.jumpLocked(c)
+		}
+		h.publishLocked(c, events[i].RunID, body)
+	}
+	return h.cursor
+}
+
+// SetCursor starts a hub that has published nothing at cursor (the feed's
+// last): live subscriptions start after it, and replays from before it
+// start with a gap (the events are in the feed, not in this hub).
+func (h *Hub) SetCursor(cursor uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 && cursor > h.cursor {
+		h.cursor = cursor
+	}
+}
+
+// jumpLocked moves the hub to just before cursor c, past events it never
+// had: the ring is emptied and live subscribers are told of the gap.
+func (h *Hub) jumpLocked(c uint64) {
+	from := h.cursor
+	for h.n > 0 {
+		h.ring[h.head] = entry{}
+		h.head = (h.head + 1) % len(h.ring)
+		h.n--
+	}
+	h.bytes = 0
+	h.cursor = c - 1
+	for s := range h.subs {
+		if c-1 <= s.after { // the subscriber resumed past the missing events
+			continue
+		}
+		select {
+		case s.q <- Message{Gap: true, GapFrom: max(from, s.after), Cursor: c}:
+		default:
+			h.end(s, ErrSlow)
+		}
+	}
+}
+
+// encode marshals each event without its cursor (spliced in when published).
+func encode(events []Event) [][]byte {
 	bodies := make([][]byte, len(events))
 	for i := range events {
 		ev := &events[i]
@@ -140,31 +218,38 @@ func (h *Hub) Publish(events ...Event) uint64 {
 		}
 		bodies[i] = b
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return h.cursor
-	}
-	for i, body := range bodies {
-		h.cursor++
-		msg := make([]byte, 0, len(body)+24)
-		msg = append(msg, `{"cursor":`...)
-		msg = strconv.AppendUint(msg, h.cursor, 10)
-		msg = append(msg, ',')
-		msg = append(msg, body[1:]...)
-		e := entry{cursor: h.cursor, runID: events[i].RunID, msg: msg}
-		h.push(e)
-		for s := range h.subs {
-			if s.match(e.runID) {
-				select {
-				case s.q <- Message{Cursor: e.cursor, Msg: e.msg}:
-				default:
-					h.end(s, ErrSlow)
-				}
+	return bodies
+}
+
+// Encode is the message subscribers receive for ev, with ev.Cursor as its
+// cursor (for events replayed from elsewhere than the hub's ring).
+func Encode(ev Event) []byte {
+	return message(ev.Cursor, encode([]Event{ev})[0])
+}
+
+// message splices cursor c into an encoded event.
+func message(c uint64, body []byte) []byte {
+	msg := make([]byte, 0, len(body)+24)
+	msg = append(msg, `{"cursor":`...)
+	msg = strconv.AppendUint(msg, c, 10)
+	msg = append(msg, ',')
+	return append(msg, body[1:]...)
+}
+
+// publishLocked makes body the event at cursor c and fans it out.
+func (h *Hub) publishLocked(c uint64, runID string, body []byte) {
+	h.cursor = c
+	e := entry{cursor: c, runID: runID, msg: message(c, body)}
+	h.push(e)
+	for s := range h.subs {
+		if s.match(e.runID) && c > s.after {
+			select {
+			case s.q <- Message{Cursor: e.cursor, Msg: e.msg}:
+			default:
+				h.end(s, ErrSlow)
 			}
 		}
 	}
-	return h.cursor
 }
 
 func (h *Hub) push(e entry) {
@@ -213,6 +298,10 @@ type Sub struct {
 	done   chan struct{}
 	err    error
 	start  uint64
+	// after: live events at or below it are not for this subscriber (it
+	// resumed from a cursor this hub had not reached yet: another
+	// dashboard on the database published it first).
+	after uint64
 }
 
 // Start is the hub's cursor when the subscription was made: live events
@@ -220,6 +309,10 @@ type Sub struct {
 func (s *Sub) Start() uint64 { return s.start }
 
 func (s *Sub) match(runID string) bool { return s.all || s.runs[runID] }
+
+// Match reports whether the subscription takes events of runID (for a
+// replay read from elsewhere, e.g. the store's feed).
+func (s *Sub) Match(runID string) bool { return s.match(runID) }
 
 // Subscribe registers a subscription. With from nil it starts live (after
 // the current cursor); otherwise every retained event after *from that
@@ -250,6 +343,9 @@ func (h *Hub) Subscribe(f Filter, from *uint64) *Sub {
 				s.replay = append(s.replay, Message{Cursor: e.cursor, Msg: e.msg})
 			}
 		}
+	}
+	if from != nil && *from > h.cursor {
+		s.after = *from
 	}
 	s.start = h.cursor
 	h.subs[s] = struct{}{}

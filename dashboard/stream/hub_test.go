@@ -326,3 +326,94 @@ func TestConcurrentPublishers(t *testing.T) {
 		t.Fatalf("ended at %d, hub at %d", last, h2.Cursor())
 	}
 }
+
+func feedEv(c uint64, run string) Event {
+	e := ev(run, int64(c))
+	e.Cursor = c
+	return e
+}
+
+// TestPublishFeed: a hub fed by the store's feed keeps the feed's cursors,
+// skips what it already has, and turns a jump (entries trimmed before it
+// read them) into a gap for live subscribers and for replays.
+func TestPublishFeed(t *testing.T) {
+	h := NewHub(Config{})
+	defer h.Close()
+	h.SetCursor(100) // the feed's last cursor when the dashboard started
+	if h.Cursor() != 100 || h.Oldest() != 101 {
+		t.Fatalf("cursor %d oldest %d", h.Cursor(), h.Oldest())
+	}
+	// A replay from before the start: a gap up to the hub's first event,
+	// which the API fills from the feed table.
+	early := h.Subscribe(Filter{All: true}, u(40))
+	if r := early.Replay(); len(r) != 1 || !r[0].Gap || r[0].GapFrom != 40 || r[0].Cursor != 101 {
+		t.Fatalf("replay from before the start: %+v", r)
+	}
+	live := h.Subscribe(Filter{All: true}, nil)
+	if live.Start() != 100 {
+		t.Fatalf("live start %d", live.Start())
+	}
+	if c := h.PublishFeed([]Event{feedEv(101, "a"), feedEv(102, "b")}); c != 102 {
+		t.Fatalf("cursor %d", c)
+	}
+	// Already published: skipped.
+	if c := h.PublishFeed([]Event{feedEv(101, "a"), feedEv(102, "b"), feedEv(103, "a")}); c != 103 {
+		t.Fatalf("cursor %d", c)
+	}
+	for _, want := range []uint64{101, 102, 103} {
+		if g := decode(t, next(t, live)); g.Cursor != want {
+			t.Fatalf("live got %d, want %d", g.Cursor, want)
+		}
+	}
+	// A jump: 104..109 were trimmed before this hub read them.
+	h.PublishFeed([]Event{feedEv(110, "a")})
+	if m := next(t, live); !m.Gap || m.GapFrom != 103 || m.Cursor != 110 {
+		t.Fatalf("live gap: %+v", m)
+	}
+	if g := decode(t, next(t, live)); g.Cursor != 110 {
+		t.Fatalf("after the gap: %d", g.Cursor)
+	}
+	// The ring starts again at the jump: a replay from before it has a gap.
+	if h.Oldest() != 110 {
+		t.Fatalf("oldest after the jump %d", h.Oldest())
+	}
+	s := h.Subscribe(Filter{Runs: []string{"a"}}, u(101))
+	r := s.Replay()
+	if len(r) != 2 || !r[0].Gap || r[0].GapFrom != 101 || r[0].Cursor != 110 || decode(t, r[1]).Cursor != 110 {
+		t.Fatalf("replay over the jump: %+v", r)
+	}
+	// Encode gives the wire form of an event read from elsewhere.
+	var g got
+	if err := json.Unmarshal(Encode(feedEv(7, "z")), &g); err != nil || g.Cursor != 7 || g.RunID != "z" || g.Type != TypeMetric {
+		t.Fatalf("Encode: %+v %v", g, err)
+	}
+	// SetCursor only moves an empty hub.
+	h.SetCursor(5000)
+	if h.Cursor() != 110 {
+		t.Fatalf("SetCursor moved a hub that has events: %d", h.Cursor())
+	}
+}
+
+// TestResumeAheadOfHub: a client resumes with a cursor this hub has not
+// reached yet (another dashboard on the database published it first and
+// this one's tailer is behind): what the hub publishes up to that cursor is
+// not sent again.
+func TestResumeAheadOfHub(t *testing.T) {
+	h := NewHub(Config{})
+	defer h.Close()
+	h.SetCursor(10)
+	s := h.Subscribe(Filter{All: true}, u(12))
+	if r := s.Replay(); len(r) != 0 {
+		t.Fatalf("replay: %+v", r)
+	}
+	h.PublishFeed([]Event{feedEv(11, "a"), feedEv(12, "a"), feedEv(13, "a")})
+	if g := decode(t, next(t, s)); g.Cursor != 13 {
+		t.Fatalf("got %d, want 13", g.Cursor)
+	}
+	// A gap wholly before its cursor is not its business either.
+	s2 := h.Subscribe(Filter{All: true}, u(20))
+	h.PublishFeed([]Event{feedEv(21, "a")})
+	if m := next(t, s2); m.Gap || decode(t, m).Cursor != 21 {
+		t.Fatalf("got %+v, want the event at 21", m)
+	}
+}

@@ -330,7 +330,7 @@ func TestRayJobs(t *testing.T) {
 		t.Fatalf("after the shutdown the run is %s and Ray's job %s; want both running", r.Status, rayJob(t, head, info.ExecutorID).Status)
 	}
 	m2 := e.manager(t, head, py, 20*time.Second)
-	adopted, err := m2.AdoptAll(ctx)
+	adopted, err := m2.AdoptAll(ctx, nil, nil)
 	if err != nil || len(adopted) != 1 || adopted[0] != b {
 		t.Fatalf("AdoptAll: %v %v", adopted, err)
 	}

@@ -241,7 +241,9 @@ export function LiveRun({ runId }: { runId: string }) {
   );
   const metrics = useLiveMetrics(runId);
   const run = runState.data;
-  const jobExited = jobState.data?.state === "exited" || (jobState.data === undefined && !jobState.loading && !jobState.error);
+  // "lost": its dashboard replica stopped and another ended its run (docs/replicas.md).
+  const jobExited =
+    jobState.data?.state === "exited" || jobState.data?.state === "lost" || (jobState.data === undefined && !jobState.loading && !jobState.error);
   useEffect(() => setJobDone(jobExited), [jobExited]);
   const reloadRun = runState.reload;
   const reloadJob = jobState.reload;
