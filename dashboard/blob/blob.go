@@ -30,6 +30,12 @@ const MaxObjectBytes = 8 << 30
 // ErrNotFound is returned for a key that does not exist.
 var ErrNotFound = errors.New("blob: no such object")
 
+// ErrInvalidKey is returned (wrapped, with the reason) for a key that is
+// not a clean relative path, that resolves out of a directory store
+// through a symbolic link, or whose place in a directory store is taken by
+// a directory: the request's fault, not the storage's.
+var ErrInvalidKey = errors.New("blob: invalid key")
+
 // Info describes a stored object.
 type Info struct {
 	Size int64
@@ -108,7 +114,7 @@ func Open(uri, dir string, s3 S3Config) (Store, error) {
 // checkKey refuses a key that is not a clean relative path.
 func checkKey(key string) error {
 	if err := store.ValidateRelPath(key); err != nil {
-		return fmt.Errorf("blob key: %w", err)
+		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
 	return nil
 }
