@@ -69,7 +69,7 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	maxArtifactMiB := de.IntEnv("max-artifact-mib", "FW_DASHBOARD_MAX_ARTIFACT_MIB", mlflow.DefaultMaxArtifactBytes>>20, "largest file uploaded through MLflow's artifact API (PUT /api/2.0/mlflow-artifacts/artifacts/...), in MiB")
 	uiDir := de.StringEnv("ui-dir", "FW_DASHBOARD_UI_DIR", "", "serve the web UI from this directory (a `vite build --outDir DIR`) instead of the one built into the binary; for working on the UI")
 	replicaURL := de.StringEnv("replica-url", "FW_DASHBOARD_REPLICA_URL", "", "with several dashboards on one PostgreSQL (docs/replicas.md): the URL at which the other replicas reach this one's API (requests about a job or deployment it owns are forwarded there); default http://<the listen address>")
-	artifactURI := de.StringEnv("artifact-uri", "FW_ARTIFACT_URI", "", "where the model registry's version files are kept: empty for <experiment-dir>/models (a shared directory for replicas), or s3://bucket/prefix for S3-compatible object storage (FW_S3_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, FW_S3_PATH_STYLE=1; docs/replicas.md); a deployment fetches its file from the bucket into <experiment-dir>/cache/models")
+	artifactURI := de.StringEnv("artifact-uri", "FW_ARTIFACT_URI", "", "where the model registry's version files and the run artifacts uploaded through the API (MLflow's artifact API) are kept: empty for <experiment-dir>/models and the artifact directory (shared directories for replicas), or s3://bucket/prefix for S3-compatible object storage (FW_S3_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, FW_S3_PATH_STYLE=1; docs/replicas.md); a deployment fetches its file from the bucket into <experiment-dir>/cache/models; checkpoints stay in FW_CHECKPOINT_DIR")
 	leaseTTL := de.DurationEnv("lease-ttl", "FW_DASHBOARD_LEASE_TTL", replica.DefaultTTL, "how long the training jobs and deployments of a dashboard replica that stopped wait before another replica takes them over (renewed every third of it; a replica on the same host whose process is gone is taken over at once)")
 	logFormat := de.StringEnv("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := de.StringEnv("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
@@ -242,7 +242,25 @@ Flags:
 	if artDir == "" {
 		artDir = filepath.Join(*expDir, "artifacts")
 	}
-	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir,
+	// With object storage, run artifacts uploaded through the API go to the
+	// bucket (<prefix>/artifacts/<run id>/<path>), and downloads read the
+	// bucket, then this host's artifact directory (where training
+	// processes write theirs).
+	var artifacts blob.Store
+	if s3, ok := files.(*blob.S3); ok {
+		sub, err := blob.Sub(s3, "artifacts")
+		if err == nil {
+			var local blob.Store
+			if local, err = blob.NewDir(artDir); err == nil {
+				artifacts = blob.Layered(sub, local)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "fw dashboard: the artifact store: %v\n", err)
+			return 1
+		}
+	}
+	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir, Artifacts: artifacts,
 		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins), ReplicaID: self.ID}, log)
 	srv.SetReplicas(member)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, *sysInterval, *sysHistory, log)

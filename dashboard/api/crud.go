@@ -125,10 +125,19 @@ func (s *Server) deleteExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
 		writeError(ctx, e)
 		return
 	}
+	var runs []string
+	if s.cfg.Artifacts != nil { // the store removes files in directories only
+		var err error
+		if runs, err = s.runIDs(id); err != nil {
+			writeError(ctx, fromError(s.log, err))
+			return
+		}
+	}
 	if err := s.st.DeleteExperiment(s.base, id); err != nil {
 		writeError(ctx, fromError(s.log, err))
 		return
 	}
+	s.deleteArtifactObjects(runs...)
 	writeJSON(ctx, 200, map[string]any{"id": id, "deleted": true})
 }
 
@@ -185,5 +194,39 @@ func (s *Server) deleteRun(ctx *fasthttp.RequestCtx, id string) {
 		writeError(ctx, fromError(s.log, err))
 		return
 	}
+	if s.cfg.Artifacts != nil {
+		s.deleteArtifactObjects(id)
+	}
 	writeJSON(ctx, 200, map[string]any{"id": id, "deleted": true})
+}
+
+// runIDs lists the IDs of an experiment's runs.
+func (s *Server) runIDs(exp string) ([]string, error) {
+	var ids []string
+	cur := ""
+	for {
+		page, err := s.st.ListRuns(s.base, store.ListQuery{Experiment: exp, Sort: "id", Limit: 1000, Cursor: cur})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range page.Runs {
+			ids = append(ids, r.ID)
+		}
+		if page.Next == "" {
+			return ids, nil
+		}
+		cur = page.Next
+	}
+}
+
+// deleteArtifactObjects deletes the artifacts of deleted runs from the
+// artifact store (Config.Artifacts: object storage, which the store's own
+// delete does not reach). The runs are gone either way: a failure is
+// logged, leaving objects nothing lists any more.
+func (s *Server) deleteArtifactObjects(runs ...string) {
+	for _, id := range runs {
+		if err := s.cfg.Artifacts.DeletePrefix(s.base, id); err != nil {
+			s.log.Error("deleting a deleted run's artifacts from storage", "run", id, "store", s.cfg.Artifacts.String(), "err", err)
+		}
+	}
 }
