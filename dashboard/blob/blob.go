@@ -120,7 +120,8 @@ func checkKey(key string) error {
 }
 
 // Fetch makes the object under key available as a local file and returns
-// its path: the file itself for a directory store; for a bucket, a copy in
+// its path (ErrNotFound when there is none): the file itself for a
+// directory store; for a bucket, a copy in
 // cacheDir (downloaded once per content: named after the key and the
 // object's tag, written to a temporary file and renamed, so concurrent
 // fetches and crashes never leave a partial file under that name).
@@ -129,6 +130,9 @@ func Fetch(ctx context.Context, s Store, key, cacheDir string) (string, error) {
 		return "", err
 	}
 	if p, ok := s.Local(key); ok {
+		if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+			return "", fmt.Errorf("fetching %s from %s: %w", key, s, ErrNotFound)
+		}
 		return p, nil
 	}
 	info, err := s.Stat(ctx, key)

@@ -154,6 +154,9 @@ func TestFetch(t *testing.T) {
 			if local, ok := s.Local("models/m/1/model.onnx"); ok != (name == "dir") || (ok && local != p) {
 				t.Fatalf("Local: %q %v, fetched %q", local, ok, p)
 			}
+			if _, err := Fetch(ctx, s, "models/none", cache); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("fetch of a missing key: %v", err)
+			}
 			if name == "dir" {
 				return
 			}
