@@ -187,6 +187,37 @@ Flags:
 		return 1
 	}
 	defer st.Close()
+	files, err := blob.Open(*artifactURI, *expDir, s3ConfigFromEnv())
+	if err == nil {
+		if s3, ok := files.(*blob.S3); ok {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = s3.Check(cctx)
+			cancel()
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fw dashboard: --artifact-uri: %v\n", err)
+		return 1
+	}
+	artDir := cfg.ArtifactDir // as the store resolves it (FW_ARTIFACT_DIR, else <experiment dir>/artifacts)
+	if artDir == "" {
+		artDir = filepath.Join(*expDir, "artifacts")
+	}
+	// With object storage, the runs' files go to the bucket too: artifacts
+	// uploaded through the API are stored there (<prefix>/artifacts/<run
+	// id>/<path>), and the checkpoints and artifacts training processes
+	// write into this host's directories are copied there when their
+	// event is stored here (runfiles.Mirror); downloads read both, and an
+	// export or a resume fetches a checkpoint that is not on this host
+	// from the bucket.
+	var rf runFileStores
+	if s3, ok := files.(*blob.S3); ok {
+		if rf, err = newRunFileStores(s3, *ckptDir, artDir, log); err != nil {
+			fmt.Fprintf(stderr, "fw dashboard: the run file stores: %v\n", err)
+			return 1
+		}
+		st = rf.mirror.Wrap(st)
+	}
 
 	// The live stream: the hub follows the store's change feed (shared by
 	// every dashboard on the database) from its current end.
@@ -220,47 +251,13 @@ Flags:
 		return 1
 	}
 
-	files, err := blob.Open(*artifactURI, *expDir, s3ConfigFromEnv())
-	if err == nil {
-		if s3, ok := files.(*blob.S3); ok {
-			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err = s3.Check(cctx)
-			cancel()
-		}
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "fw dashboard: --artifact-uri: %v\n", err)
-		return 1
-	}
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	ui := webui.New()
 	if *uiDir != "" {
 		ui = webui.NewDir(*uiDir)
 	}
-	artDir := cfg.ArtifactDir // as the store resolves it (FW_ARTIFACT_DIR, else <experiment dir>/artifacts)
-	if artDir == "" {
-		artDir = filepath.Join(*expDir, "artifacts")
-	}
-	// With object storage, run artifacts uploaded through the API go to the
-	// bucket (<prefix>/artifacts/<run id>/<path>), and downloads read the
-	// bucket, then this host's artifact directory (where training
-	// processes write theirs).
-	var artifacts blob.Store
-	if s3, ok := files.(*blob.S3); ok {
-		sub, err := blob.Sub(s3, "artifacts")
-		if err == nil {
-			var local blob.Store
-			if local, err = blob.NewDir(artDir); err == nil {
-				artifacts = blob.Layered(sub, local)
-			}
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "fw dashboard: the artifact store: %v\n", err)
-			return 1
-		}
-	}
-	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir, Artifacts: artifacts,
+	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir, Artifacts: rf.artifacts, Checkpoints: rf.checkpoints,
 		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins), ReplicaID: self.ID}, log)
 	srv.SetReplicas(member)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, *sysInterval, *sysHistory, log)
@@ -279,12 +276,12 @@ Flags:
 		Logger:                       slogPrintf{log},
 	}
 	reg := startRegistry(base, st, srv, registry.Config{ExperimentDir: *expDir, CheckpointDir: *ckptDir, Engine: withLibraries(engine.Options{}),
-		Python: pythonPath(), StopGrace: *stopGrace, Member: member, Files: files}, log)
+		Python: pythonPath(), StopGrace: *stopGrace, Member: member, Files: files, Checkpoints: rf.checkpointBucket}, log)
 	if reg != nil {
 		srv.SetDeployments(reg) // *registry.Service is an api.DeploymentCounter
 	}
 	jcfg := jobs.Config{Python: pythonPath(), TrackingURI: "http://" + ln.Addr().String(), ExperimentDir: *expDir,
-		CheckpointDir: *ckptDir, Token: *token, MaxJobs: *maxJobs, StopGrace: *stopGrace, Host: hostname}
+		CheckpointDir: *ckptDir, Token: *token, MaxJobs: *maxJobs, StopGrace: *stopGrace, Host: hostname, Checkpoints: rf.checkpointBucket}
 	if *trackingURI != "" {
 		jcfg.TrackingURI = *trackingURI
 	}
@@ -324,6 +321,10 @@ Flags:
 	go func() { defer wg.Done(); sampler.Run(spoolCtx) }() // /api/system/status and /metrics serve its latest sample
 	wg.Add(1)
 	go func() { defer wg.Done(); tailer.Run(spoolCtx) }()
+	if rf.mirror != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); rf.mirror.Run(spoolCtx) }()
+	}
 	memberCtx, stopMember := context.WithCancel(context.Background())
 	memberDone := make(chan struct{})
 	go func() { defer close(memberDone); member.Run(memberCtx) }()

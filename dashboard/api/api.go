@@ -53,6 +53,10 @@ type Config struct {
 	// (blob.Layered), so an artifact uploaded through any replica
 	// downloads on every other.
 	Artifacts blob.Store
+	// Checkpoints, when set, is where checkpoint downloads read instead
+	// of the directory CheckpointDir (key <run id>/<path>): with
+	// FW_ARTIFACT_URI=s3://..., this host's CheckpointDir, then the bucket.
+	Checkpoints blob.Store
 	// UploadDir is where an artifact upload is streamed to before it is
 	// stored (default ArtifactDir, from where a directory store renames it
 	// into place; else the system's temporary directory).
@@ -114,9 +118,12 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 	if cfg.UploadDir == "" {
 		cfg.UploadDir = cfg.ArtifactDir
 	}
-	s.artifactFiles, s.checkpointFiles = cfg.Artifacts, dirStore(cfg.CheckpointDir, log)
+	s.artifactFiles, s.checkpointFiles = cfg.Artifacts, cfg.Checkpoints
 	if s.artifactFiles == nil {
 		s.artifactFiles = dirStore(cfg.ArtifactDir, log)
+	}
+	if s.checkpointFiles == nil {
+		s.checkpointFiles = dirStore(cfg.CheckpointDir, log)
 	}
 	s.mlflow = mlflow.New(base, st, mlflow.Config{Artifacts: s.artifactFiles, UploadDir: cfg.UploadDir, MaxBodyBytes: cfg.MaxBodyBytes, MaxArtifactBytes: cfg.MaxArtifactBytes}, log)
 	if cfg.Token != "" {

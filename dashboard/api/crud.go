@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/valyala/fasthttp"
 )
@@ -126,7 +127,7 @@ func (s *Server) deleteExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
 		return
 	}
 	var runs []string
-	if s.cfg.Artifacts != nil { // the store removes files in directories only
+	if s.cfg.Artifacts != nil || s.cfg.Checkpoints != nil { // the store removes files in directories only
 		var err error
 		if runs, err = s.runIDs(id); err != nil {
 			writeError(ctx, fromError(s.log, err))
@@ -137,7 +138,7 @@ func (s *Server) deleteExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
 		writeError(ctx, fromError(s.log, err))
 		return
 	}
-	s.deleteArtifactObjects(runs...)
+	s.deleteRunObjects(runs...)
 	writeJSON(ctx, 200, map[string]any{"id": id, "deleted": true})
 }
 
@@ -194,9 +195,7 @@ func (s *Server) deleteRun(ctx *fasthttp.RequestCtx, id string) {
 		writeError(ctx, fromError(s.log, err))
 		return
 	}
-	if s.cfg.Artifacts != nil {
-		s.deleteArtifactObjects(id)
-	}
+	s.deleteRunObjects(id)
 	writeJSON(ctx, 200, map[string]any{"id": id, "deleted": true})
 }
 
@@ -219,14 +218,19 @@ func (s *Server) runIDs(exp string) ([]string, error) {
 	}
 }
 
-// deleteArtifactObjects deletes the artifacts of deleted runs from the
-// artifact store (Config.Artifacts: object storage, which the store's own
-// delete does not reach). The runs are gone either way: a failure is
-// logged, leaving objects nothing lists any more.
-func (s *Server) deleteArtifactObjects(runs ...string) {
-	for _, id := range runs {
-		if err := s.cfg.Artifacts.DeletePrefix(s.base, id); err != nil {
-			s.log.Error("deleting a deleted run's artifacts from storage", "run", id, "store", s.cfg.Artifacts.String(), "err", err)
+// deleteRunObjects deletes the files of deleted runs from the stores
+// given in Config.Artifacts and Config.Checkpoints (object storage, which
+// the store's own delete does not reach). The runs are gone either way: a
+// failure is logged, leaving objects nothing lists any more.
+func (s *Server) deleteRunObjects(runs ...string) {
+	for _, files := range []blob.Store{s.cfg.Artifacts, s.cfg.Checkpoints} {
+		if files == nil {
+			continue
+		}
+		for _, id := range runs {
+			if err := files.DeletePrefix(s.base, id); err != nil {
+				s.log.Error("deleting a deleted run's files from storage", "run", id, "store", files.String(), "err", err)
+			}
 		}
 	}
 }

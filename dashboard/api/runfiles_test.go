@@ -45,15 +45,18 @@ func fetch(t *testing.T, method, url, body string) (int, string, http.Header) {
 }
 
 // TestRunFilesThroughArtifactStore: two dashboards on one database, each
-// with its own artifact directory and no directory in common, their
-// artifact store the same shared store first (a directory standing in for
-// the bucket here; cmd/fw's TestReplicasS3 runs this on moto's S3 server)
-// and their own directory second, as `fw dashboard` sets it up with
-// FW_ARTIFACT_URI=s3://...: an artifact uploaded through MLflow's artifact
-// API on A lands in the shared store, and B lists and downloads it (fw's
-// download and MLflow's); an artifact a training process wrote into A's
-// directory downloads on A only; paths, sizes and errors keep their rules
-// and shapes; deleting the run on B deletes its objects.
+// with its own artifact and checkpoint directories and no directory in
+// common, their artifact store the same shared store first (a directory
+// standing in for the bucket here; cmd/fw's TestReplicasS3 runs this on
+// moto's S3 server) and their own directory second, their checkpoints
+// their own directory first and the shared store second, as `fw
+// dashboard` sets them up with FW_ARTIFACT_URI=s3://...: an artifact
+// uploaded through MLflow's artifact API on A lands in the shared store,
+// and B lists and downloads it (fw's download and MLflow's); an artifact a
+// training process wrote into A's directory (and nobody copied) downloads
+// on A only; a checkpoint in the shared store downloads on B; paths, sizes
+// and errors keep their rules and shapes; deleting the run on B deletes
+// its objects.
 func TestRunFilesThroughArtifactStore(t *testing.T) {
 	dir := t.TempDir()
 	st, err := store.Open(context.Background(), store.Config{Dir: filepath.Join(dir, "db")})
@@ -69,13 +72,21 @@ func TestRunFilesThroughArtifactStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sharedCk, err := blob.Sub(bucket, "checkpoints")
+	if err != nil {
+		t.Fatal(err)
+	}
 	replica := func(name string) (string, string) {
-		art := filepath.Join(dir, name, "artifacts")
+		art, ck := filepath.Join(dir, name, "artifacts"), filepath.Join(dir, name, "checkpoints")
 		local, err := blob.NewDir(art)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return startFilesServer(t, st, Config{ArtifactDir: art, Artifacts: blob.Layered(shared, local), MaxArtifactBytes: 1024}), art
+		localCk, err := blob.NewDir(ck)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return startFilesServer(t, st, Config{ArtifactDir: art, Artifacts: blob.Layered(shared, local), CheckpointDir: ck, Checkpoints: blob.Layered(localCk, sharedCk), MaxArtifactBytes: 1024}), art
 	}
 	a, aDir := replica("a")
 	b, _ := replica("b")
@@ -134,6 +145,16 @@ func TestRunFilesThroughArtifactStore(t *testing.T) {
 		t.Fatalf("A's own file on B: %d %v", code, out)
 	}
 
+	// A checkpoint written on A's host and copied into the shared store
+	// (runfiles.Mirror does that in `fw dashboard`) downloads on B.
+	if err := sharedCk.Put(context.Background(), "r1/step-1.ckpt.pt", strings.NewReader("weights"), 7); err != nil {
+		t.Fatal(err)
+	}
+	ingest(t, a, `[{"type":"checkpoint","run_id":"r1","seq":3,"step":1,"path":"step-1.ckpt.pt"}]`)
+	if code, body, _ := fetch(t, "GET", b+"/api/runs/r1/download?kind=checkpoint&path=step-1.ckpt.pt", ""); code != 200 || body != "weights" {
+		t.Fatalf("a checkpoint from the shared store on B: %d %q", code, body)
+	}
+
 	// The rules of paths and sizes, in each API's error shape.
 	for _, u := range []string{"/api/runs/r1/download?kind=artifact&path=..%2F..%2Fdb%2Fexperiments.db", "/api/runs/r1/download?kind=artifact&path=never.txt"} {
 		if code, out := doJSON(t, "GET", b+u, ""); code != 404 || errCode(t, out) != CodeNotFound {
@@ -159,8 +180,10 @@ func TestRunFilesThroughArtifactStore(t *testing.T) {
 	if code, out := doJSON(t, "DELETE", b+"/api/runs/r1", ""); code != 200 {
 		t.Fatalf("delete the run: %d %v", code, out)
 	}
-	if _, err := bucket.Stat(context.Background(), "artifacts/r1/plots/loss.png"); !errors.Is(err, blob.ErrNotFound) {
-		t.Fatalf("the run's object after its delete: %v", err)
+	for _, k := range []string{"artifacts/r1/plots/loss.png", "checkpoints/r1/step-1.ckpt.pt"} {
+		if _, err := bucket.Stat(context.Background(), k); !errors.Is(err, blob.ErrNotFound) {
+			t.Fatalf("the run's object %s after its delete: %v", k, err)
+		}
 	}
 }
 
