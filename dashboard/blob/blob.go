@@ -1,6 +1,7 @@
 // Package blob keeps the files that every dashboard replica must see (the
-// model registry's version files) on shared storage: a directory (a local
-// or shared file system: the default, FW_EXPERIMENT_DIR) or an
+// model registry's version files; with a bucket, the runs' checkpoints and
+// artifacts too, under Sub prefixes) on shared storage: a directory (a
+// local or shared file system: the default, FW_EXPERIMENT_DIR) or an
 // S3-compatible bucket (FW_ARTIFACT_URI=s3://bucket/prefix). Keys are
 // relative, '/'-separated and clean (store.ValidateRelPath): nothing a user
 // sends reaches a path or an object name unchecked. What must be a local
