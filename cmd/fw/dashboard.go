@@ -69,7 +69,7 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	maxArtifactMiB := de.IntEnv("max-artifact-mib", "FW_DASHBOARD_MAX_ARTIFACT_MIB", mlflow.DefaultMaxArtifactBytes>>20, "largest file uploaded through MLflow's artifact API (PUT /api/2.0/mlflow-artifacts/artifacts/...), in MiB")
 	uiDir := de.StringEnv("ui-dir", "FW_DASHBOARD_UI_DIR", "", "serve the web UI from this directory (a `vite build --outDir DIR`) instead of the one built into the binary; for working on the UI")
 	replicaURL := de.StringEnv("replica-url", "FW_DASHBOARD_REPLICA_URL", "", "with several dashboards on one PostgreSQL (docs/replicas.md): the URL at which the other replicas reach this one's API (requests about a job or deployment it owns are forwarded there); default http://<the listen address>")
-	artifactURI := de.StringEnv("artifact-uri", "FW_ARTIFACT_URI", "", "where the model registry's version files are kept: empty for <experiment-dir>/models (a shared directory for replicas), or s3://bucket/prefix for S3-compatible object storage (FW_S3_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, FW_S3_PATH_STYLE=1; docs/replicas.md); a deployment fetches its file from the bucket into <experiment-dir>/cache/models")
+	artifactURI := de.StringEnv("artifact-uri", "FW_ARTIFACT_URI", "", "where the model registry's version files are kept: empty for <experiment-dir>/models (a shared directory for replicas), or s3://bucket/prefix for S3-compatible object storage (FW_S3_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, FW_S3_PATH_STYLE=1; docs/replicas.md), which also keeps the run artifacts uploaded through MLflow's artifact API and copies of the checkpoints and artifacts training processes write on a replica's host; a deployment, export or resume fetches what it needs from the bucket into <experiment-dir>/cache")
 	leaseTTL := de.DurationEnv("lease-ttl", "FW_DASHBOARD_LEASE_TTL", replica.DefaultTTL, "how long the training jobs and deployments of a dashboard replica that stopped wait before another replica takes them over (renewed every third of it; a replica on the same host whose process is gone is taken over at once)")
 	logFormat := de.StringEnv("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := de.StringEnv("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
@@ -187,6 +187,37 @@ Flags:
 		return 1
 	}
 	defer st.Close()
+	files, err := blob.Open(*artifactURI, *expDir, s3ConfigFromEnv())
+	if err == nil {
+		if s3, ok := files.(*blob.S3); ok {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = s3.Check(cctx)
+			cancel()
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fw dashboard: --artifact-uri: %v\n", err)
+		return 1
+	}
+	artDir := cfg.ArtifactDir // as the store resolves it (FW_ARTIFACT_DIR, else <experiment dir>/artifacts)
+	if artDir == "" {
+		artDir = filepath.Join(*expDir, "artifacts")
+	}
+	// With object storage, the runs' files go to the bucket too: artifacts
+	// uploaded through the API are stored there (<prefix>/artifacts/<run
+	// id>/<path>), and the checkpoints and artifacts training processes
+	// write into this host's directories are copied there when their
+	// event is stored here (runfiles.Mirror); downloads read both, and an
+	// export or a resume fetches a checkpoint that is not on this host
+	// from the bucket.
+	var rf runFileStores
+	if s3, ok := files.(*blob.S3); ok {
+		if rf, err = newRunFileStores(s3, *ckptDir, artDir, log); err != nil {
+			fmt.Fprintf(stderr, "fw dashboard: the run file stores: %v\n", err)
+			return 1
+		}
+		st = rf.mirror.Wrap(st)
+	}
 
 	// The live stream: the hub follows the store's change feed (shared by
 	// every dashboard on the database) from its current end.
@@ -220,29 +251,13 @@ Flags:
 		return 1
 	}
 
-	files, err := blob.Open(*artifactURI, *expDir, s3ConfigFromEnv())
-	if err == nil {
-		if s3, ok := files.(*blob.S3); ok {
-			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err = s3.Check(cctx)
-			cancel()
-		}
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "fw dashboard: --artifact-uri: %v\n", err)
-		return 1
-	}
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	ui := webui.New()
 	if *uiDir != "" {
 		ui = webui.NewDir(*uiDir)
 	}
-	artDir := cfg.ArtifactDir // as the store resolves it (FW_ARTIFACT_DIR, else <experiment dir>/artifacts)
-	if artDir == "" {
-		artDir = filepath.Join(*expDir, "artifacts")
-	}
-	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir,
+	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir, Artifacts: rf.artifacts, Checkpoints: rf.checkpoints,
 		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins), ReplicaID: self.ID}, log)
 	srv.SetReplicas(member)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, *sysInterval, *sysHistory, log)
@@ -261,12 +276,12 @@ Flags:
 		Logger:                       slogPrintf{log},
 	}
 	reg := startRegistry(base, st, srv, registry.Config{ExperimentDir: *expDir, CheckpointDir: *ckptDir, Engine: withLibraries(engine.Options{}),
-		Python: pythonPath(), StopGrace: *stopGrace, Member: member, Files: files}, log)
+		Python: pythonPath(), StopGrace: *stopGrace, Member: member, Files: files, Checkpoints: rf.checkpointBucket}, log)
 	if reg != nil {
 		srv.SetDeployments(reg) // *registry.Service is an api.DeploymentCounter
 	}
 	jcfg := jobs.Config{Python: pythonPath(), TrackingURI: "http://" + ln.Addr().String(), ExperimentDir: *expDir,
-		CheckpointDir: *ckptDir, Token: *token, MaxJobs: *maxJobs, StopGrace: *stopGrace, Host: hostname}
+		CheckpointDir: *ckptDir, Token: *token, MaxJobs: *maxJobs, StopGrace: *stopGrace, Host: hostname, Checkpoints: rf.checkpointBucket}
 	if *trackingURI != "" {
 		jcfg.TrackingURI = *trackingURI
 	}
@@ -306,6 +321,10 @@ Flags:
 	go func() { defer wg.Done(); sampler.Run(spoolCtx) }() // /api/system/status and /metrics serve its latest sample
 	wg.Add(1)
 	go func() { defer wg.Done(); tailer.Run(spoolCtx) }()
+	if rf.mirror != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); rf.mirror.Run(spoolCtx) }()
+	}
 	memberCtx, stopMember := context.WithCancel(context.Background())
 	memberDone := make(chan struct{})
 	go func() { defer close(memberDone); member.Run(memberCtx) }()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -252,10 +254,13 @@ func TestReplicas(t *testing.T) {
 }
 
 // TestReplicasS3: two dashboards on one PostgreSQL that share no
-// directory, their model versions in an S3 bucket (moto's S3 server, a real
-// S3-protocol server): a model uploaded on A is stored in the bucket,
-// deployed from B (which fetches it into its own cache) and predicted
-// through A; deleting it removes its objects.
+// directory, their files in an S3 bucket (moto's S3 server, a real
+// S3-protocol server): a run artifact uploaded on A through MLflow's
+// artifact API, and a checkpoint and an artifact written into A's
+// directories, are in the bucket and downloaded on B, where the checkpoint
+// is registered (runFilesAcrossReplicas); a model uploaded on A is stored in the
+// bucket, deployed from B (which fetches it into its own cache) and
+// predicted through A; deleting it removes its objects.
 func TestReplicasS3(t *testing.T) {
 	db := replicaDB(t)
 	models := modelsDir(t)
@@ -266,16 +271,18 @@ func TestReplicasS3(t *testing.T) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
 	t.Setenv("FW_S3_PATH_STYLE", "1")
 	uri := "s3://" + m.Bucket + "/fw"
-	a := startReplica(t, db, t.TempDir(), "--artifact-uri", uri)
+	aDir := t.TempDir()
+	a := startReplica(t, db, aDir, "--artifact-uri", uri)
 	bDir := t.TempDir()
 	b := startReplica(t, db, bDir, "--artifact-uri", uri)
-
-	if code, out := upload(t, a.url+"/api/models?name=mlp", filepath.Join(models, "digits_mlp.onnx")); code != 201 {
-		t.Fatalf("upload on A: %d %v", code, out)
-	}
 	bucket, err := blob.Open(uri, "", blob.S3Config{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, PathStyle: true})
 	if err != nil {
 		t.Fatal(err)
+	}
+	runFilesAcrossReplicas(t, a, aDir, b, bucket)
+
+	if code, out := upload(t, a.url+"/api/models?name=mlp", filepath.Join(models, "digits_mlp.onnx")); code != 201 {
+		t.Fatalf("upload on A: %d %v", code, out)
 	}
 	key := findModel(t, b.url, "mlp")["versions"].([]any)[0].(map[string]any)["file"].(string)
 	want, _ := os.Stat(filepath.Join(models, "digits_mlp.onnx"))
@@ -310,5 +317,99 @@ func TestReplicasS3(t *testing.T) {
 	outb, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(outb), "no-such-bucket-fw") || !strings.Contains(string(outb), "create it first") {
 		t.Fatalf("a missing bucket: %v\n%s", err, outb)
+	}
+}
+
+// runFilesAcrossReplicas: an artifact uploaded through MLflow's artifact
+// API on replica A is stored in the bucket (<prefix>/artifacts/<run
+// id>/<path>), not in A's directory; replica B, which shares no directory
+// with A, lists it and downloads it through fw's download and MLflow's.
+// A checkpoint and an artifact written into A's directories (as a training
+// process on A's host does) and reported to A are copied into the bucket
+// by A; B downloads both and registers the checkpoint as a model version.
+// A traversal is refused in each API's error shape; deleting the run on B
+// deletes its objects.
+func runFilesAcrossReplicas(t *testing.T, a *proc, aDir string, b *proc, bucket blob.Store) {
+	t.Helper()
+	ingest := `[{"type":"run_start","run_id":"art1","writer":"w","seq":1,"experiment":"files"}]`
+	if code, out := call(t, "POST", a.url+"/api/ingest", "", "application/json", ingest); code != 200 || len(out["errors"].([]any)) != 0 {
+		t.Fatalf("ingest on A: %d %v", code, out)
+	}
+	body := strings.Repeat("artifact bytes ", 1000)
+	put := "/api/2.0/mlflow-artifacts/artifacts/0/art1/artifacts/"
+	if code, out := call(t, "PUT", a.url+put+"plots/loss.txt", "", "application/octet-stream", body); code != 200 {
+		t.Fatalf("artifact upload on A: %d %v", code, out)
+	}
+	if info, err := bucket.Stat(context.Background(), "artifacts/art1/plots/loss.txt"); err != nil || info.Size != int64(len(body)) {
+		t.Fatalf("the artifact in the bucket: %+v %v", info, err)
+	}
+	if code, out := call(t, "GET", b.url+"/api/runs/art1/artifacts", "", "", ""); code != 200 || len(out["artifacts"].([]any)) != 1 {
+		t.Fatalf("artifacts listed on B: %d %v", code, out)
+	}
+	if code, out := call(t, "GET", b.url+"/api/2.0/mlflow-artifacts/artifacts?path=0/art1/artifacts/plots", "", "", ""); code != 200 ||
+		len(out["files"].([]any)) != 1 || out["files"].([]any)[0].(map[string]any)["path"] != "loss.txt" {
+		t.Fatalf("MLflow's list on B: %d %v", code, out)
+	}
+	download := func(u, want string) {
+		t.Helper()
+		resp, err := http.Get(b.url + u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(got) != want {
+			t.Fatalf("download on B (%s): %d, %d bytes: %.200s", u, resp.StatusCode, len(got), got)
+		}
+	}
+	download("/api/runs/art1/download?kind=artifact&path=plots/loss.txt", body)
+	download(put+"plots/loss.txt", body)
+
+	// Files a training process on A's host writes, reported to A.
+	weights := strings.Repeat("w", 100000)
+	for p, data := range map[string]string{filepath.Join(aDir, "ckpt", "art1", "step-1.ckpt.pt"): weights, filepath.Join(aDir, "exp", "artifacts", "art1", "sdk.txt"): "from the sdk"} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ingest = `[{"type":"checkpoint","run_id":"art1","writer":"w","seq":2,"step":1,"path":"step-1.ckpt.pt"},
+		{"type":"artifact","run_id":"art1","writer":"w","seq":3,"path":"sdk.txt","size":12}]`
+	if code, out := call(t, "POST", a.url+"/api/ingest", "", "application/json", ingest); code != 200 || len(out["errors"].([]any)) != 0 {
+		t.Fatalf("ingest on A: %d %v", code, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, k := range []string{"checkpoints/art1/step-1.ckpt.pt", "artifacts/art1/sdk.txt"} {
+		for {
+			if _, err := bucket.Stat(context.Background(), k); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("A never copied %s into the bucket: %v\n%s", k, err, a.stderr.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	download("/api/runs/art1/download?kind=checkpoint&path=step-1.ckpt.pt", weights)
+	download("/api/runs/art1/download?kind=artifact&path=sdk.txt", "from the sdk")
+	code, out := call(t, "POST", b.url+"/api/models", "", "application/json", `{"name":"ck","run_id":"art1","checkpoint":"step-1.ckpt.pt"}`)
+	if code != 201 || out["version"].(map[string]any)["size"] != float64(len(weights)) {
+		t.Fatalf("registering A's checkpoint on B: %d %v", code, out)
+	}
+
+	if code, out := call(t, "GET", b.url+"/api/runs/art1/download?kind=artifact&path=..%2Fx", "", "", ""); code != 404 || errorCode(t, out) != "not_found" {
+		t.Fatalf("a traversal on B: %d %v", code, out)
+	}
+	if code, out := call(t, "PUT", a.url+put+"a/../../x", "", "application/octet-stream", "x"); code != 400 || out["error_code"] != "INVALID_PARAMETER_VALUE" {
+		t.Fatalf("a traversal through MLflow's API: %d %v", code, out)
+	}
+	if code, out := call(t, "DELETE", b.url+"/api/runs/art1", "", "", ""); code != 200 {
+		t.Fatalf("deleting the run on B: %d %v", code, out)
+	}
+	for _, k := range []string{"artifacts/art1/plots/loss.txt", "artifacts/art1/sdk.txt", "checkpoints/art1/step-1.ckpt.pt"} {
+		if _, err := bucket.Stat(context.Background(), k); !errors.Is(err, blob.ErrNotFound) {
+			t.Fatalf("%s after its run's delete: %v", k, err)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/jobs"
 	"github.com/fw-serve/fw/dashboard/mlflow"
 	"github.com/fw-serve/fw/dashboard/registry"
@@ -46,6 +47,20 @@ type Config struct {
 	// CheckpointDir and ArtifactDir are the roots of the runs' files
 	// (<dir>/<run id>/<path>), for downloads; "" answers 503 there.
 	CheckpointDir, ArtifactDir string
+	// Artifacts, when set, is where run artifacts are stored and read
+	// instead of the directory ArtifactDir (key <run id>/<path>): with
+	// FW_ARTIFACT_URI=s3://..., the bucket, then this host's ArtifactDir
+	// (blob.Layered), so an artifact uploaded through any replica
+	// downloads on every other.
+	Artifacts blob.Store
+	// Checkpoints, when set, is where checkpoint downloads read instead
+	// of the directory CheckpointDir (key <run id>/<path>): with
+	// FW_ARTIFACT_URI=s3://..., this host's CheckpointDir, then the bucket.
+	Checkpoints blob.Store
+	// UploadDir is where an artifact upload is streamed to before it is
+	// stored (default ArtifactDir, from where a directory store renames it
+	// into place; else the system's temporary directory).
+	UploadDir string
 	// UI, when set, serves the web UI at every GET outside /api, /docs,
 	// /health, /metrics and /openapi.json (open without the token: the page
 	// holds no data; its API calls need the token).
@@ -83,6 +98,10 @@ type Server struct {
 	prom          *promState        // nil until SetMetrics: no /metrics
 	guard         guard             // Host, cross-site and CORS checks (guard.go)
 
+	// artifactFiles and checkpointFiles hold the runs' files (key <run
+	// id>/<path>); nil when the dashboard has none of that kind (503).
+	artifactFiles, checkpointFiles blob.Store
+
 	// routeHook, when set (by tests only), runs first on every request.
 	routeHook func(*fasthttp.RequestCtx)
 }
@@ -96,11 +115,35 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 		cfg.Version = "dev"
 	}
 	s := &Server{st: st, cfg: cfg, log: log, base: base, started: time.Now(), docsSite: newDocsSite(nil), guard: newGuard(cfg)}
-	s.mlflow = mlflow.New(base, st, mlflow.Config{ArtifactDir: cfg.ArtifactDir, MaxBodyBytes: cfg.MaxBodyBytes, MaxArtifactBytes: cfg.MaxArtifactBytes}, log)
+	if cfg.UploadDir == "" {
+		cfg.UploadDir = cfg.ArtifactDir
+	}
+	s.artifactFiles, s.checkpointFiles = cfg.Artifacts, cfg.Checkpoints
+	if s.artifactFiles == nil {
+		s.artifactFiles = dirStore(cfg.ArtifactDir, log)
+	}
+	if s.checkpointFiles == nil {
+		s.checkpointFiles = dirStore(cfg.CheckpointDir, log)
+	}
+	s.mlflow = mlflow.New(base, st, mlflow.Config{Artifacts: s.artifactFiles, UploadDir: cfg.UploadDir, MaxBodyBytes: cfg.MaxBodyBytes, MaxArtifactBytes: cfg.MaxArtifactBytes}, log)
 	if cfg.Token != "" {
 		s.token = sha256.Sum256([]byte(cfg.Token))
 	}
 	return s
+}
+
+// dirStore opens the directory store of dir; nil for "" (or when it
+// cannot be created: logged, and the routes of its files answer 503).
+func dirStore(dir string, log *slog.Logger) blob.Store {
+	if dir == "" {
+		return nil
+	}
+	d, err := blob.NewDir(dir)
+	if err != nil {
+		log.Error("the runs' file directory", "err", err)
+		return nil
+	}
+	return d
 }
 
 // SetDraining makes /health answer 503 (the process is shutting down).

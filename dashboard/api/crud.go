@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/valyala/fasthttp"
 )
@@ -125,10 +126,19 @@ func (s *Server) deleteExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
 		writeError(ctx, e)
 		return
 	}
+	var runs []string
+	if s.cfg.Artifacts != nil || s.cfg.Checkpoints != nil { // the store removes files in directories only
+		var err error
+		if runs, err = s.runIDs(id); err != nil {
+			writeError(ctx, fromError(s.log, err))
+			return
+		}
+	}
 	if err := s.st.DeleteExperiment(s.base, id); err != nil {
 		writeError(ctx, fromError(s.log, err))
 		return
 	}
+	s.deleteRunObjects(runs...)
 	writeJSON(ctx, 200, map[string]any{"id": id, "deleted": true})
 }
 
@@ -185,5 +195,42 @@ func (s *Server) deleteRun(ctx *fasthttp.RequestCtx, id string) {
 		writeError(ctx, fromError(s.log, err))
 		return
 	}
+	s.deleteRunObjects(id)
 	writeJSON(ctx, 200, map[string]any{"id": id, "deleted": true})
+}
+
+// runIDs lists the IDs of an experiment's runs.
+func (s *Server) runIDs(exp string) ([]string, error) {
+	var ids []string
+	cur := ""
+	for {
+		page, err := s.st.ListRuns(s.base, store.ListQuery{Experiment: exp, Sort: "id", Limit: 1000, Cursor: cur})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range page.Runs {
+			ids = append(ids, r.ID)
+		}
+		if page.Next == "" {
+			return ids, nil
+		}
+		cur = page.Next
+	}
+}
+
+// deleteRunObjects deletes the files of deleted runs from the stores
+// given in Config.Artifacts and Config.Checkpoints (object storage, which
+// the store's own delete does not reach). The runs are gone either way: a
+// failure is logged, leaving objects nothing lists any more.
+func (s *Server) deleteRunObjects(runs ...string) {
+	for _, files := range []blob.Store{s.cfg.Artifacts, s.cfg.Checkpoints} {
+		if files == nil {
+			continue
+		}
+		for _, id := range runs {
+			if err := files.DeletePrefix(s.base, id); err != nil {
+				s.log.Error("deleting a deleted run's files from storage", "run", id, "store", files.String(), "err", err)
+			}
+		}
+	}
 }

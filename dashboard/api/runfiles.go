@@ -2,12 +2,14 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"mime"
-	"os"
 	"path"
 	"strings"
 
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/valyala/fasthttp"
 )
@@ -67,15 +69,18 @@ func (s *Server) download(ctx *fasthttp.RequestCtx, id string) {
 }
 
 // runFile serves one of a run's checkpoints or artifacts. Only a path the
-// store lists for that run is served, resolved with SafeJoin under the run's
-// directory of that kind (symlinks out of it are refused), so a request can
-// never name another file.
+// store lists for that run is served, read from the run's files of that
+// kind (key <run id>/<path>): the checkpoint directory, or the artifact
+// store (the artifact directory, or object storage then this host's
+// artifact directory). A directory store resolves the key with SafeJoin
+// (symlinks out of it are refused), so a request can never name another
+// file.
 func (s *Server) runFile(ctx *fasthttp.RequestCtx, id, kind, rel string) {
-	root := s.cfg.CheckpointDir
+	files := s.checkpointFiles
 	if kind == "artifacts" {
-		root = s.cfg.ArtifactDir
+		files = s.artifactFiles
 	}
-	if root == "" {
+	if files == nil {
 		writeError(ctx, apiErr(503, CodeUnavailable, "this dashboard was started without a "+kind+" directory"))
 		return
 	}
@@ -94,39 +99,39 @@ func (s *Server) runFile(ctx *fasthttp.RequestCtx, id, kind, rel string) {
 		writeError(ctx, fromError(s.log, err))
 		return
 	}
+	one := strings.TrimSuffix(kind, "s")
 	if !listed {
-		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("run %s has no %s %q; GET /api/runs/%s/%s lists them", id, strings.TrimSuffix(kind, "s"), rel, id, kind)))
+		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("run %s has no %s %q; GET /api/runs/%s/%s lists them", id, one, rel, id, kind)))
 		return
 	}
-	runDir, err := store.SafeJoin(root, id)
-	var abs string
-	if err == nil {
-		abs, err = store.SafeJoin(runDir, rel)
+	key := id + "/" + rel
+	var r io.ReadCloser
+	var info blob.Info
+	if ctx.IsHead() {
+		info, err = files.Stat(s.base, key)
+	} else {
+		r, info, err = files.Get(s.base, key)
 	}
-	if err != nil {
-		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("%s %q of run %s is not a servable path", strings.TrimSuffix(kind, "s"), rel, id)))
+	switch {
+	case errors.Is(err, blob.ErrInvalidKey):
+		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("%s %q of run %s is not a servable path", one, rel, id)))
 		return
-	}
-	f, err := os.Open(abs)
-	if err != nil {
-		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("%s %q of run %s is recorded but its file is gone", strings.TrimSuffix(kind, "s"), rel, id)))
+	case errors.Is(err, blob.ErrNotFound):
+		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("%s %q of run %s is recorded but its file is gone (or not a regular file)", one, rel, id)))
 		return
-	}
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		f.Close()
-		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("%s %q of run %s is not a regular file", strings.TrimSuffix(kind, "s"), rel, id)))
+	case err != nil:
+		s.log.Error("reading a run's file", "run", id, "kind", kind, "path", rel, "store", files.String(), "err", err)
+		writeError(ctx, apiErr(503, CodeUnavailable, fmt.Sprintf("reading %s %q of run %s from its storage failed; retry, and see the dashboard's log if it persists", one, rel, id)))
 		return
 	}
 	ctx.SetContentType("application/octet-stream")
 	ctx.Response.Header.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(rel)}))
 	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
-	if ctx.IsHead() {
-		f.Close()
-		ctx.Response.Header.SetContentLength(int(st.Size()))
+	if r == nil {
+		ctx.Response.Header.SetContentLength(int(info.Size))
 		return
 	}
-	ctx.SetBodyStream(f, int(st.Size())) // fasthttp closes f when sent
+	ctx.SetBodyStream(r, int(info.Size)) // fasthttp closes r when sent
 }
 
 // isListed reports whether the store lists rel among a run's files.

@@ -1,6 +1,7 @@
 // Package blob keeps the files that every dashboard replica must see (the
-// model registry's version files) on shared storage: a directory (a local
-// or shared file system: the default, FW_EXPERIMENT_DIR) or an
+// model registry's version files; with a bucket, the runs' checkpoints and
+// artifacts too, under Sub prefixes) on shared storage: a directory (a
+// local or shared file system: the default, FW_EXPERIMENT_DIR) or an
 // S3-compatible bucket (FW_ARTIFACT_URI=s3://bucket/prefix). Keys are
 // relative, '/'-separated and clean (store.ValidateRelPath): nothing a user
 // sends reaches a path or an object name unchecked. What must be a local
@@ -29,6 +30,12 @@ const MaxObjectBytes = 8 << 30
 
 // ErrNotFound is returned for a key that does not exist.
 var ErrNotFound = errors.New("blob: no such object")
+
+// ErrInvalidKey is returned (wrapped, with the reason) for a key that is
+// not a clean relative path, that resolves out of a directory store
+// through a symbolic link, or whose place in a directory store is taken by
+// a directory: the request's fault, not the storage's.
+var ErrInvalidKey = errors.New("blob: invalid key")
 
 // Info describes a stored object.
 type Info struct {
@@ -108,13 +115,14 @@ func Open(uri, dir string, s3 S3Config) (Store, error) {
 // checkKey refuses a key that is not a clean relative path.
 func checkKey(key string) error {
 	if err := store.ValidateRelPath(key); err != nil {
-		return fmt.Errorf("blob key: %w", err)
+		return fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
 	return nil
 }
 
 // Fetch makes the object under key available as a local file and returns
-// its path: the file itself for a directory store; for a bucket, a copy in
+// its path (ErrNotFound when there is none): the file itself for a
+// directory store; for a bucket, a copy in
 // cacheDir (downloaded once per content: named after the key and the
 // object's tag, written to a temporary file and renamed, so concurrent
 // fetches and crashes never leave a partial file under that name).
@@ -123,6 +131,9 @@ func Fetch(ctx context.Context, s Store, key, cacheDir string) (string, error) {
 		return "", err
 	}
 	if p, ok := s.Local(key); ok {
+		if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+			return "", fmt.Errorf("fetching %s from %s: %w", key, s, ErrNotFound)
+		}
 		return p, nil
 	}
 	info, err := s.Stat(ctx, key)

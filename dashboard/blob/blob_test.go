@@ -154,6 +154,9 @@ func TestFetch(t *testing.T) {
 			if local, ok := s.Local("models/m/1/model.onnx"); ok != (name == "dir") || (ok && local != p) {
 				t.Fatalf("Local: %q %v, fetched %q", local, ok, p)
 			}
+			if _, err := Fetch(ctx, s, "models/none", cache); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("fetch of a missing key: %v", err)
+			}
 			if name == "dir" {
 				return
 			}
@@ -204,4 +207,90 @@ func TestOpen(t *testing.T) {
 	f("file://remote/x", false)
 	f("gs://bucket", false)
 	f("::", false)
+}
+
+// TestSubAndLayered: Sub keeps its keys under its prefix of the store
+// (checked, no escape from the prefix); Layered writes to its first layer,
+// reads from the first layer that has a key and deletes from all.
+func TestSubAndLayered(t *testing.T) {
+	for name, s := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			arts, err := Sub(s, "artifacts")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := arts.Put(ctx, "r1/plots/loss.png", strings.NewReader("png"), 3); err != nil {
+				t.Fatal(err)
+			}
+			if got := read(t, s, "artifacts/r1/plots/loss.png"); got != "png" {
+				t.Fatalf("under the prefix: %q", got)
+			}
+			if got := read(t, arts, "r1/plots/loss.png"); got != "png" {
+				t.Fatalf("through Sub: %q", got)
+			}
+			for _, bad := range []string{"../models/x", "..", "", "/r1/x", "r1/../../x"} {
+				if err := arts.Put(ctx, bad, strings.NewReader("x"), 1); err == nil {
+					t.Errorf("Sub put %q accepted", bad)
+				}
+				if _, err := arts.Stat(ctx, bad); err == nil || errors.Is(err, ErrNotFound) {
+					t.Errorf("Sub stat %q: %v", bad, err)
+				}
+			}
+			for _, bad := range []string{"", "..", "a/../b", "/x"} {
+				if _, err := Sub(s, bad); err == nil {
+					t.Errorf("Sub(%q) accepted", bad)
+				}
+			}
+			if p, ok := arts.Local("r1/plots/loss.png"); ok != (name == "dir") || (ok && !strings.HasSuffix(p, filepath.FromSlash("artifacts/r1/plots/loss.png"))) {
+				t.Fatalf("Sub Local: %q %v", p, ok)
+			}
+
+			// A layered store: the bucket (or a directory) first, then
+			// this host's directory.
+			local, err := NewDir(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := local.Put(ctx, "r1/sdk.txt", strings.NewReader("sdk"), 3); err != nil {
+				t.Fatal(err)
+			}
+			if err := local.Put(ctx, "r1/plots/loss.png", strings.NewReader("old"), 3); err != nil {
+				t.Fatal(err)
+			}
+			l := Layered(arts, local)
+			if got := read(t, l, "r1/plots/loss.png"); got != "png" {
+				t.Fatalf("the first layer answers first: %q", got)
+			}
+			if got := read(t, l, "r1/sdk.txt"); got != "sdk" {
+				t.Fatalf("the second layer answers what the first lacks: %q", got)
+			}
+			if info, err := l.Stat(ctx, "r1/sdk.txt"); err != nil || info.Size != 3 {
+				t.Fatalf("stat through the layers: %+v %v", info, err)
+			}
+			if _, err := l.Stat(ctx, "r1/none"); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("a key in no layer: %v", err)
+			}
+			if p, ok := l.Local("r1/sdk.txt"); !ok || !strings.HasPrefix(p, local.String()) {
+				t.Fatalf("Local of a file only the directory layer has: %q %v", p, ok)
+			}
+			if err := l.Put(ctx, "r1/new.txt", strings.NewReader("new"), 3); err != nil {
+				t.Fatal(err)
+			}
+			if got := read(t, arts, "r1/new.txt"); got != "new" {
+				t.Fatalf("a write goes to the first layer: %q", got)
+			}
+			if _, err := local.Stat(ctx, "r1/new.txt"); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("a write reached the second layer: %v", err)
+			}
+			if err := l.DeletePrefix(ctx, "r1"); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"r1/plots/loss.png", "r1/sdk.txt", "r1/new.txt"} {
+				if _, err := l.Stat(ctx, k); !errors.Is(err, ErrNotFound) {
+					t.Fatalf("%s after DeletePrefix: %v", k, err)
+				}
+			}
+		})
+	}
 }

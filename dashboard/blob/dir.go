@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	"github.com/fw-serve/fw/dashboard/store"
 )
@@ -38,7 +39,30 @@ func (d *Dir) path(key string) (string, error) {
 	if err := checkKey(key); err != nil {
 		return "", err
 	}
-	return store.SafeJoin(d.root, key)
+	p, err := store.SafeJoin(d.root, key)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidKey, err)
+	}
+	return p, nil
+}
+
+// mkdirs creates the directories above p (key's path) and resolves key
+// again, so that a symbolic link made in between is refused.
+func (d *Dir) mkdirs(key, p string) (string, error) {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		if errors.Is(err, syscall.ENOTDIR) {
+			return "", fmt.Errorf("%w: a file is in the way of %s", ErrInvalidKey, key)
+		}
+		return "", err
+	}
+	p, err := d.path(key)
+	if err != nil {
+		return "", err
+	}
+	if st, err := os.Lstat(p); err == nil && !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%w: %s is taken by a directory or a link", ErrInvalidKey, key)
+	}
+	return p, nil
 }
 
 // Local implements Store.
@@ -57,7 +81,7 @@ func (d *Dir) Put(ctx context.Context, key string, r io.Reader, size int64) erro
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if p, err = d.mkdirs(key, p); err != nil {
 		return err
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(p), ".put-*")
@@ -85,7 +109,7 @@ func (d *Dir) PutFile(ctx context.Context, key, src string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	if p, err = d.mkdirs(key, p); err != nil {
 		return err
 	}
 	if err := os.Rename(src, p); err == nil {

@@ -45,3 +45,29 @@ func FuzzDirKey(f *testing.F) {
 		_ = d.DeletePrefix(context.Background(), key)
 	})
 }
+
+// FuzzSubKey: whatever key is given, a Sub store either refuses it or
+// resolves it under its prefix (never to a sibling such as models/).
+func FuzzSubKey(f *testing.F) {
+	for _, s := range []string{"r1/plots/loss.png", "../models/m", "..", "a/../../b", "/x", "", "r1//x", "r1/./x"} {
+		f.Add(s)
+	}
+	root := f.TempDir()
+	d, err := NewDir(root)
+	if err != nil {
+		f.Fatal(err)
+	}
+	s, err := Sub(d, "artifacts")
+	if err != nil {
+		f.Fatal(err)
+	}
+	under := filepath.Join(root, "artifacts") + string(filepath.Separator)
+	f.Fuzz(func(t *testing.T, key string) {
+		if len(key) > 2048 {
+			return
+		}
+		if p, ok := s.Local(key); ok && !strings.HasPrefix(p, under) {
+			t.Fatalf("key %q resolves outside the prefix: %s", key, p)
+		}
+	})
+}

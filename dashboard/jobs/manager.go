@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/fault"
 	"github.com/fw-serve/fw/dashboard/store"
 )
@@ -61,6 +62,11 @@ type Config struct {
 	WorkDir       string        // the local jobs' working directory ("" = the dashboard's)
 	// Executor runs the jobs; nil is Local with Python, WorkDir and StopGrace.
 	Executor Executor
+	// Checkpoints, when set, is where a checkpoint to resume or fork from
+	// that is not in CheckpointDir on this host is fetched from (key <run
+	// id>/<path>; the bucket's checkpoints/ with FW_ARTIFACT_URI=s3://...),
+	// into ExperimentDir/cache/checkpoints.
+	Checkpoints blob.Store
 }
 
 // StartRequest is the body of POST /api/training/start.
@@ -233,6 +239,17 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (Info, error) {
 			return Info{}, notFound("run %s has no checkpoint %q; GET /api/runs/%s lists its checkpoints", ref.RunID, ref.Checkpoint, ref.RunID)
 		}
 		ckptPath = filepath.Join(m.cfg.CheckpointDir, ref.RunID, filepath.FromSlash(ref.Checkpoint))
+		if _, err := os.Stat(ckptPath); err != nil && m.cfg.Checkpoints != nil {
+			// Written on another host: its copy in object storage.
+			p, err := blob.Fetch(ctx, m.cfg.Checkpoints, ref.RunID+"/"+ref.Checkpoint, filepath.Join(m.cfg.ExperimentDir, "cache", "checkpoints"))
+			if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrInvalidKey) {
+				return Info{}, notFound("checkpoint %s of run %s is recorded but its file is neither under this replica's checkpoint directory nor in %s", ref.Checkpoint, ref.RunID, m.cfg.Checkpoints)
+			}
+			if err != nil {
+				return Info{}, fmt.Errorf("fetching checkpoint %s of run %s: %w", ref.Checkpoint, ref.RunID, err)
+			}
+			ckptPath = p
+		}
 		if req.Recipe == "" {
 			req.Recipe = pr.Source.Recipe
 		}

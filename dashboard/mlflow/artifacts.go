@@ -1,16 +1,15 @@
 package mlflow
 
 import (
-	"crypto/rand"
-	"encoding/hex"
+	"bytes"
 	"errors"
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/valyala/fasthttp"
 )
@@ -26,13 +25,14 @@ type fileInfo struct {
 // /api/2.0/mlflow-artifacts/artifacts: PUT uploads a file, GET downloads it,
 // GET on the root with ?path= lists a directory. Paths are
 // <experiment id>/<run id>/artifacts/<path>, as runs' artifact_uri gives
-// them; files land in fw's artifact directory of the run (the same path
-// checks as fw's own uploads: store.ValidateRelPath and SafeJoin, no
-// symbolic link out of the run's directory), and each upload is recorded as
-// the run's artifact event.
+// them; files go to the artifact store (Config.Artifacts: fw's artifact
+// directory, or the bucket of FW_ARTIFACT_URI) under <run id>/<path>, with
+// the same path checks as fw's own files (store.ValidateRelPath, and for a
+// directory SafeJoin: no symbolic link out of it), and each upload is
+// recorded as the run's artifact event.
 func (s *Server) artifactsProxy(ctx *fasthttp.RequestCtx, sub string) {
-	if s.cfg.ArtifactDir == "" {
-		writeErr(ctx, errf(503, codeUnavailable, "the dashboard has no artifact directory; start it with FW_ARTIFACT_DIR or FW_EXPERIMENT_DIR"))
+	if s.cfg.Artifacts == nil {
+		writeErr(ctx, errf(503, codeUnavailable, "the dashboard has no artifact storage; start it with FW_ARTIFACT_DIR, FW_EXPERIMENT_DIR or FW_ARTIFACT_URI"))
 		return
 	}
 	sub = strings.TrimPrefix(sub, "/")
@@ -88,35 +88,30 @@ func splitArtifactPath(p string) (runID, rel string, e *apiError) {
 	return parts[1], rel, nil
 }
 
+// upload streams the request's body into a temporary file of UploadDir
+// (at most MaxArtifactBytes), stores it in the artifact store under
+// <run id>/<rel> and records the run's artifact event.
 func (s *Server) upload(ctx *fasthttp.RequestCtx, runID, rel string) *apiError {
 	if _, err := s.st.GetRun(s.base, runID); err != nil {
 		return s.runErr(err, runID)
 	}
-	dst, err := store.SafeJoin(s.cfg.ArtifactDir, runID+"/"+rel)
-	if err != nil {
-		return errf(400, codeInvalidParameter, "artifact path %q: %v", rel, err)
+	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > s.cfg.MaxArtifactBytes {
+		return errf(413, codeLimitExceeded, "the artifact is larger than %d bytes (--max-artifact-bytes)", s.cfg.MaxArtifactBytes)
 	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		s.log.Error("mlflow api: creating an artifact directory", "run", runID, "err", err)
-		return errf(500, codeInternal, "creating the artifact's directory failed; see the dashboard's log")
+	if err := os.MkdirAll(s.cfg.UploadDir, 0o755); err != nil {
+		s.log.Error("mlflow api: creating the upload directory", "dir", s.cfg.UploadDir, "err", err)
+		return errf(500, codeInternal, "writing the artifact failed; see the dashboard's log")
 	}
-	// SafeJoin again now that the directories exist (a symbolic link made in
-	// between is refused).
-	if dst, err = store.SafeJoin(s.cfg.ArtifactDir, runID+"/"+rel); err != nil {
-		return errf(400, codeInvalidParameter, "artifact path %q: %v", rel, err)
-	}
-	var suffix [6]byte
-	_, _ = rand.Read(suffix[:])
-	tmp := dst + ".upload-" + hex.EncodeToString(suffix[:])
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.CreateTemp(s.cfg.UploadDir, ".artifact-upload-*")
 	if err != nil {
 		s.log.Error("mlflow api: creating an artifact", "run", runID, "err", err)
 		return errf(500, codeInternal, "writing the artifact failed; see the dashboard's log")
 	}
-	defer os.Remove(tmp) // after the rename, a no-op
+	tmp := f.Name()
+	defer os.Remove(tmp) // after a directory store moved it, a no-op
 	var body io.Reader = ctx.RequestBodyStream()
 	if body == nil {
-		body = strings.NewReader(string(ctx.PostBody()))
+		body = bytes.NewReader(ctx.PostBody())
 	}
 	n, err := io.Copy(f, io.LimitReader(body, s.cfg.MaxArtifactBytes+1))
 	if cerr := f.Close(); err == nil {
@@ -128,16 +123,18 @@ func (s *Server) upload(ctx *fasthttp.RequestCtx, runID, rel string) *apiError {
 	if n > s.cfg.MaxArtifactBytes {
 		return errf(413, codeLimitExceeded, "the artifact is larger than %d bytes (--max-artifact-bytes)", s.cfg.MaxArtifactBytes)
 	}
-	if st, err := os.Lstat(dst); err == nil && !st.Mode().IsRegular() {
-		return errf(400, codeInvalidParameter, "artifact path %q names a directory", rel)
-	}
-	if err := os.Rename(tmp, dst); err != nil {
-		s.log.Error("mlflow api: storing an artifact", "run", runID, "err", err)
+	if err := s.cfg.Artifacts.PutFile(s.base, runID+"/"+rel, tmp); err != nil {
+		if errors.Is(err, blob.ErrInvalidKey) {
+			return errf(400, codeInvalidParameter, "artifact path %q: %v", rel, err)
+		}
+		s.log.Error("mlflow api: storing an artifact", "run", runID, "store", s.cfg.Artifacts.String(), "err", err)
 		return errf(500, codeInternal, "storing the artifact failed; see the dashboard's log")
 	}
 	return s.apply(s.base, runID, []store.Event{{Type: store.EventArtifact, Path: rel, Size: store.Ptr(n)}})
 }
 
+// downloadFile answers GET (and HEAD) of one artifact the store lists for
+// the run, read from the artifact store.
 func (s *Server) downloadFile(ctx *fasthttp.RequestCtx, runID, rel string) {
 	arts, err := s.st.Artifacts(s.base, runID)
 	if err != nil {
@@ -155,25 +152,33 @@ func (s *Server) downloadFile(ctx *fasthttp.RequestCtx, runID, rel string) {
 		writeErr(ctx, errf(404, codeNotFound, "run %s has no artifact %q", runID, rel))
 		return
 	}
-	p, err := store.SafeJoin(s.cfg.ArtifactDir, runID+"/"+rel)
-	if err != nil {
+	key := runID + "/" + rel
+	var r io.ReadCloser
+	var info blob.Info
+	if ctx.IsHead() {
+		info, err = s.cfg.Artifacts.Stat(s.base, key)
+	} else {
+		r, info, err = s.cfg.Artifacts.Get(s.base, key)
+	}
+	switch {
+	case errors.Is(err, blob.ErrInvalidKey):
 		writeErr(ctx, errf(404, codeNotFound, "run %s has no artifact %q", runID, rel))
 		return
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		writeErr(ctx, errf(404, codeNotFound, "the file of artifact %q of run %s is gone", rel, runID))
+	case errors.Is(err, blob.ErrNotFound):
+		writeErr(ctx, errf(404, codeNotFound, "the file of artifact %q of run %s is gone from the artifact storage", rel, runID))
 		return
-	}
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		f.Close()
-		writeErr(ctx, errf(404, codeNotFound, "artifact %q of run %s is not a file", rel, runID))
+	case err != nil:
+		s.log.Error("mlflow api: reading an artifact", "run", runID, "store", s.cfg.Artifacts.String(), "err", err)
+		writeErr(ctx, errf(500, codeInternal, "reading the artifact from storage failed; see the dashboard's log"))
 		return
 	}
 	ctx.SetContentType("application/octet-stream")
 	ctx.Response.Header.Set("Content-Disposition", `attachment; filename="`+strings.ReplaceAll(path.Base(rel), `"`, "")+`"`)
-	ctx.SetBodyStream(f, int(st.Size())) // fasthttp closes f
+	if r == nil {
+		ctx.Response.Header.SetContentLength(int(info.Size))
+		return
+	}
+	ctx.SetBodyStream(r, int(info.Size)) // fasthttp closes r
 }
 
 // children lists the entries directly under dir ("" = the run's root) of a

@@ -16,11 +16,13 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/fault"
 	"github.com/fw-serve/fw/dashboard/query"
 	"github.com/fw-serve/fw/dashboard/store"
@@ -50,10 +52,18 @@ const (
 
 // Config configures a Server.
 type Config struct {
+	// Artifacts is where the artifact API stores and reads the runs' files
+	// (key <run id>/<path>): the directory store of ArtifactDir, or with
+	// object storage (FW_ARTIFACT_URI=s3://...) the bucket, then this
+	// host's ArtifactDir (blob.Layered). nil: the directory ArtifactDir.
+	Artifacts blob.Store
 	// ArtifactDir is the root of the runs' artifacts (<dir>/<run id>/<path>),
-	// the same the store and fw's own API use; "" answers 503 on the
-	// artifact routes.
+	// the same the store and fw's own API use, used when Artifacts is nil;
+	// both unset answers 503 on the artifact routes.
 	ArtifactDir string
+	// UploadDir is where an uploaded artifact is streamed to before it is
+	// stored (default the system's temporary directory).
+	UploadDir string
 	// MaxBodyBytes bounds a JSON request body.
 	MaxBodyBytes int64
 	// MaxArtifactBytes bounds one uploaded artifact file.
@@ -93,6 +103,17 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 	}
 	if cfg.MaxArtifactBytes <= 0 {
 		cfg.MaxArtifactBytes = DefaultMaxArtifactBytes
+	}
+	if cfg.Artifacts == nil && cfg.ArtifactDir != "" {
+		d, err := blob.NewDir(cfg.ArtifactDir)
+		if err != nil {
+			log.Error("mlflow api: the artifact directory", "err", err) // the artifact routes answer 503
+		} else {
+			cfg.Artifacts = d
+		}
+	}
+	if cfg.UploadDir == "" {
+		cfg.UploadDir = os.TempDir()
 	}
 	s := &Server{st: st, cfg: cfg, log: log, base: base}
 	s.routes = s.routeTable()

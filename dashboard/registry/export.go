@@ -259,16 +259,24 @@ func (s *Service) StartExport(ctx context.Context, req ExportRequest) (ExportJob
 			return ExportJob{}, invalid("model %q version %d is an exported %s file; export needs a checkpoint-backed version or {run_id, checkpoint}", req.Model, v.Version, v.Format)
 		}
 		ckpt, metrics = v.File, v.Metrics
+		if v.Source.RunID != "" && v.Source.Checkpoint != "" {
+			if ckpt, err = s.localCheckpoint(ctx, v.Source.RunID, v.Source.Checkpoint, v.File); err != nil {
+				return ExportJob{}, err
+			}
+		}
 		src = Source{RunID: v.Source.RunID, Checkpoint: v.Source.Checkpoint, Model: req.Model, Version: v.Version}
 		if req.Name == "" {
 			req.Name = req.Model
 		}
 	case req.RunID != "" && req.Checkpoint != "" && req.Model == "":
-		abs, c, err := s.checkpoint(ctx, req.RunID, req.Checkpoint)
+		abs, _, c, err := s.checkpoint(ctx, req.RunID, req.Checkpoint)
+		if err == nil {
+			ckpt, err = s.localCheckpoint(ctx, req.RunID, req.Checkpoint, abs)
+		}
 		if err != nil {
 			return ExportJob{}, err
 		}
-		ckpt, metrics = abs, c
+		metrics = c
 		src = Source{RunID: req.RunID, Checkpoint: req.Checkpoint}
 	default:
 		return ExportJob{}, invalid(`name the checkpoint with {"run_id", "checkpoint"} or a checkpoint-backed version with {"model", "version"}`)

@@ -98,7 +98,7 @@ func TestImportLegacyFiles(t *testing.T) {
 		if err := os.WriteFile(ck, []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if v, err := s.Reg.AddCheckpoint(ctx, "cnn", "r1", "step-9.ckpt.pt", ck, nil); err != nil || v.Version != 4 {
+		if v, err := s.Reg.AddCheckpoint(ctx, "cnn", "r1", "step-9.ckpt.pt", ck, 1, nil); err != nil || v.Version != 4 {
 			t.Fatalf("next version after a deleted one: %+v %v", v, err)
 		}
 
@@ -163,7 +163,7 @@ func TestVersionsTwoDashboards(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range per {
-					if _, err := s.Reg.AddCheckpoint(ctx, "m", "r1", "step-1.ckpt.pt", ck, nil); err != nil {
+					if _, err := s.Reg.AddCheckpoint(ctx, "m", "r1", "step-1.ckpt.pt", ck, 1, nil); err != nil {
 						t.Error(err)
 						return
 					}

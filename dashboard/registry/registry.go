@@ -434,22 +434,20 @@ func newModel(name string) *modelDoc {
 }
 
 // AddCheckpoint registers a reference to a run's checkpoint (abs is its
-// resolved path) as the next version of name.
-func (r *Registry) AddCheckpoint(ctx context.Context, name, runID, ckpt, abs string, metrics map[string]float64) (*Version, error) {
+// resolved path under the checkpoint directory, size its size: the caller
+// found it there, or its copy in object storage) as the next version of
+// name.
+func (r *Registry) AddCheckpoint(ctx context.Context, name, runID, ckpt, abs string, size int64, metrics map[string]float64) (*Version, error) {
 	if err := ValidName("model name", name); err != nil {
 		return nil, err
 	}
-	st, err := os.Stat(abs)
-	if err != nil {
-		return nil, notFound("checkpoint %s of run %s: %v", ckpt, runID, err)
-	}
 	var v *Version
-	_, err = r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
+	_, err := r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
 		if d == nil {
 			d = newModel(name)
 		}
 		d.LastVersion++
-		v = &Version{Version: d.LastVersion, Format: FormatCheckpoint, Size: st.Size(), File: abs,
+		v = &Version{Version: d.LastVersion, Format: FormatCheckpoint, Size: size, File: abs,
 			Source: Source{RunID: runID, Checkpoint: ckpt}, Metrics: metrics, Created: time.Now().UTC()}
 		d.Versions = append(d.Versions, v)
 		return d, nil

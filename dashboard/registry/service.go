@@ -3,6 +3,8 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -43,6 +45,11 @@ type Config struct {
 	// fetched to from a bucket (default ExperimentDir/cache/models).
 	Files    blob.Store
 	CacheDir string
+	// Checkpoints, when set, is where a run's checkpoint that is not in
+	// CheckpointDir on this host is fetched from (key <run id>/<path>; the
+	// bucket's checkpoints/ with FW_ARTIFACT_URI=s3://...), into
+	// ExperimentDir/cache/checkpoints.
+	Checkpoints blob.Store
 }
 
 // Service is the registry with its export jobs and deployments.
@@ -112,15 +119,16 @@ func (s *Service) publish(typ, id string, v any) {
 }
 
 // checkpoint resolves a run's checkpoint: it must be listed by the store,
-// and its path stays inside the run's checkpoint directory.
-func (s *Service) checkpoint(ctx context.Context, runID, ckpt string) (string, map[string]float64, error) {
+// and its path stays inside the run's checkpoint directory (abs); its
+// file is there, or (with Config.Checkpoints) its copy in object storage.
+func (s *Service) checkpoint(ctx context.Context, runID, ckpt string) (abs string, size int64, metrics map[string]float64, err error) {
 	runDir, err := store.SafeJoin(s.cfg.CheckpointDir, runID)
 	if err != nil || filepath.Dir(runDir) != s.cfg.CheckpointDir {
-		return "", nil, invalid("run id %q is not valid", runID)
+		return "", 0, nil, invalid("run id %q is not valid", runID)
 	}
 	list, err := s.st.Checkpoints(ctx, runID)
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	for _, c := range list {
 		if c.Path != ckpt {
@@ -128,14 +136,42 @@ func (s *Service) checkpoint(ctx context.Context, runID, ckpt string) (string, m
 		}
 		abs, err := store.SafeJoin(runDir, ckpt)
 		if err != nil {
-			return "", nil, invalid("checkpoint path %q is not valid: %v", ckpt, err)
+			return "", 0, nil, invalid("checkpoint path %q is not valid: %v", ckpt, err)
 		}
-		if _, err := os.Stat(abs); err != nil {
-			return "", nil, notFound("checkpoint %s of run %s is recorded but its file is missing under the checkpoint directory", ckpt, runID)
+		if st, err := os.Stat(abs); err == nil {
+			return abs, st.Size(), c.Metrics, nil
 		}
-		return abs, c.Metrics, nil
+		if s.cfg.Checkpoints == nil {
+			return "", 0, nil, notFound("checkpoint %s of run %s is recorded but its file is missing under the checkpoint directory", ckpt, runID)
+		}
+		info, err := s.cfg.Checkpoints.Stat(ctx, runID+"/"+ckpt)
+		if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrInvalidKey) {
+			return "", 0, nil, notFound("checkpoint %s of run %s is recorded but its file is neither under this replica's checkpoint directory nor in %s", ckpt, runID, s.cfg.Checkpoints)
+		}
+		if err != nil {
+			return "", 0, nil, fmt.Errorf("checkpoint %s of run %s: %w", ckpt, runID, err)
+		}
+		return abs, info.Size, c.Metrics, nil
 	}
-	return "", nil, notFound("run %s has no checkpoint %q; GET /api/runs/%s lists its checkpoints", runID, ckpt, runID)
+	return "", 0, nil, notFound("run %s has no checkpoint %q; GET /api/runs/%s lists its checkpoints", runID, ckpt, runID)
+}
+
+// localCheckpoint returns a file of this host with a run's checkpoint: abs
+// (its path under the checkpoint directory) when it is there, else its
+// copy fetched from Config.Checkpoints into ExperimentDir/cache/checkpoints
+// (once per content). Without Config.Checkpoints it is abs.
+func (s *Service) localCheckpoint(ctx context.Context, runID, ckpt, abs string) (string, error) {
+	if _, err := os.Stat(abs); err == nil || s.cfg.Checkpoints == nil {
+		return abs, nil
+	}
+	p, err := blob.Fetch(ctx, s.cfg.Checkpoints, runID+"/"+ckpt, filepath.Join(s.cfg.ExperimentDir, "cache", "checkpoints"))
+	if errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrInvalidKey) {
+		return "", notFound("checkpoint %s of run %s is neither under this replica's checkpoint directory nor in %s", ckpt, runID, s.cfg.Checkpoints)
+	}
+	if err != nil {
+		return "", fmt.Errorf("fetching checkpoint %s of run %s: %w", ckpt, runID, err)
+	}
+	return p, nil
 }
 
 // RegisterCheckpoint registers a run's checkpoint as the next version of
@@ -144,11 +180,11 @@ func (s *Service) RegisterCheckpoint(ctx context.Context, name, runID, ckpt stri
 	if err := ValidName("model name", name); err != nil {
 		return nil, err
 	}
-	abs, metrics, err := s.checkpoint(ctx, runID, ckpt)
+	abs, size, metrics, err := s.checkpoint(ctx, runID, ckpt)
 	if err != nil {
 		return nil, err
 	}
-	return s.Reg.AddCheckpoint(ctx, name, runID, ckpt, abs, metrics)
+	return s.Reg.AddCheckpoint(ctx, name, runID, ckpt, abs, size, metrics)
 }
 
 // Upload validates a file written by the caller at a temporary path and
