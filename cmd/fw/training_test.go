@@ -134,6 +134,12 @@ func TestTrainingJobs(t *testing.T) {
 		t.Fatalf("B should still be queued, is %v", st)
 	}
 
+	// An ID no job can have (schemathesis sent this one) is a 404, not a
+	// lease-name error.
+	if code, out := call(t, "POST", d.url+"/api/training/%C3%B9c%C2%AD%C2%9E%5C/stop", "", "", ""); code != 404 || errorCode(t, out) != "not_found" {
+		t.Fatalf("stop a job with an impossible ID: %d %v", code, out)
+	}
+
 	// Stop A: SIGTERM -> final checkpoint -> stopped.
 	before := len(checkpoints(t, dir, a))
 	code, out = call(t, "POST", d.url+"/api/training/"+a+"/stop", "", "", "")

@@ -106,6 +106,9 @@ func (f *Fleet) Stop(ctx context.Context, runID string) (Info, error) {
 		f.Sync(ctx)
 		return info, err
 	}
+	if store.ValidateKey(runID) != nil { // no job can have this ID (nor a lease this name)
+		return Info{}, notFound("no running training job %s; GET /api/training lists them", runID)
+	}
 	owner, alive, ok, err := f.member.Owner(ctx, LeasePrefix+runID)
 	if err != nil {
 		return Info{}, err
