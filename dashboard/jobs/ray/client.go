@@ -172,8 +172,8 @@ func Terminal(status string) bool {
 // do sends one request and returns the body of a 2xx answer, read up to
 // limit bytes (more is an error); 404 is ErrNotFound, another status an
 // *APIError.
-func (c *Client) do(ctx context.Context, op, method string, path apiPath, body any, limit int64) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+func (c *Client) do(parent context.Context, op, method string, path apiPath, body any, limit int64) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(parent, c.timeout)
 	defer cancel()
 	var rd io.Reader
 	if body != nil {
@@ -193,6 +193,12 @@ func (c *Client) do(ctx context.Context, op, method string, path apiPath, body a
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
+		// The call's context, the client's and the transport's timeouts
+		// are the same length: whichever fires first, say so the same way.
+		var ne net.Error
+		if parent.Err() == nil && (ctx.Err() != nil || (errors.As(err, &ne) && ne.Timeout())) {
+			return nil, fmt.Errorf("%s: no answer within the timeout (%s): %w", op, c.timeout, err)
+		}
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	defer resp.Body.Close()
