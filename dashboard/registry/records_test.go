@@ -195,5 +195,10 @@ func TestVersionsTwoDashboards(t *testing.T) {
 		if _, err := svcs[0].Reg.Get(ctx, "../etc"); err == nil {
 			t.Fatal("a bad name found something")
 		}
+		// A name no model can have is not found, not a store key error
+		// (schemathesis: PATCH /api/models/<control characters>).
+		if _, err := svcs[0].Reg.SetAliases(ctx, "<\x01\x0f", map[string]int{}); store.ErrorCode(err) != store.CodeNotFound {
+			t.Fatalf("aliases of an impossible name: %v", err)
+		}
 	})
 }

@@ -236,6 +236,9 @@ func (r *Registry) Get(ctx context.Context, name string) (*Model, error) {
 // (nil when missing) and returns it changed, or nil to delete it. Errors of
 // fn are returned as they are.
 func (r *Registry) update(ctx context.Context, name string, fn func(d *modelDoc) (*modelDoc, error)) (*modelDoc, error) {
+	if !nameRE.MatchString(name) { // no model has this name (callers that create one check ValidName first)
+		return nil, modelNotFound(name)
+	}
 	var out *modelDoc
 	_, err := r.st.UpdateRecord(ctx, kindModel, name, func(cur *store.Record) (json.RawMessage, error) {
 		var d *modelDoc
