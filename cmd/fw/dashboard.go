@@ -257,7 +257,7 @@ Flags:
 	if *uiDir != "" {
 		ui = webui.NewDir(*uiDir)
 	}
-	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir, Artifacts: rf.artifacts, Checkpoints: rf.checkpoints,
+	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir, Artifacts: rf.artifacts, Checkpoints: rf.checkpoints, CheckpointUploads: rf.checkpointBucket,
 		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins), ReplicaID: self.ID}, log)
 	srv.SetReplicas(member)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, *sysInterval, *sysHistory, log)
