@@ -430,7 +430,9 @@ def test_files_upload_failure_is_bounded_and_logged(dirs, tmp_path, monkeypatch,
     f.write_bytes(b"x" * 100)
     t0 = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="fw.track"):
-        with fw.track.run(experiment="offline", upload_timeout=2, flush_timeout=1, capture_output=False) as run:
+        with fw.track.run(
+            experiment="offline", upload_timeout=2, flush_timeout=1, capture_output=False
+        ) as run:
             dst = run.artifact(f)
         took = time.monotonic() - t0
         deadline = time.monotonic() + 10
