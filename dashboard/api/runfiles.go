@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/store"
@@ -158,6 +159,11 @@ func runFileKind(k string) string {
 	return ""
 }
 
+// maxUploadPathChars bounds the path of an uploaded file, in characters
+// (besides store.ValidateRelPath's 1,024 bytes): percent-encoded, the
+// longest such path still fits the 4 KiB request head fasthttp reads.
+const maxUploadPathChars = 200
+
 // uploadFile answers PUT /api/runs/{id}/files?kind=checkpoint|artifact&path=P:
 // the body is the file a training process wrote on its own machine
 // (FW_UPLOAD_FILES=1, docs/tracking.md), stored as the run's file of that
@@ -177,6 +183,10 @@ func (s *Server) uploadFile(ctx *fasthttp.RequestCtx, id string) {
 	}
 	one := strings.TrimSuffix(kind, "s")
 	rel := string(args.Peek("path"))
+	if n := utf8.RuneCountInString(rel); n > maxUploadPathChars {
+		writeError(ctx, apiErr(400, CodeBadRequest, fmt.Sprintf("path has %d characters, more than the %d an upload takes (its URL must fit the request head); write the %s under a shorter name", n, maxUploadPathChars, one)))
+		return
+	}
 	if err := store.ValidateRelPath(rel); err != nil {
 		writeError(ctx, apiErr(400, CodeBadRequest, fmt.Sprintf("path: %v; send the %s's path relative to the run's %s directory, as its event names it (e.g. step_100.pt)", err, one, one)))
 		return

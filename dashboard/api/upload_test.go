@@ -133,6 +133,7 @@ func TestUploadRunFiles(t *testing.T) {
 		{"absolute", "PUT", files + "?kind=artifact&path=%2Fetc%2Fpasswd", "x", nil, 400, CodeBadRequest},
 		{"backslash", "PUT", files + "?kind=artifact&path=a%5C..%5Cb", "x", nil, 400, CodeBadRequest},
 		{"nul", "PUT", files + "?kind=artifact&path=a%00b", "x", nil, 400, CodeBadRequest},
+		{"long path", "PUT", files + "?kind=artifact&path=" + strings.Repeat("a", 201), "x", nil, 400, CodeBadRequest},
 		{"no path", "PUT", files + "?kind=artifact", "x", nil, 400, CodeBadRequest},
 		{"bad kind", "PUT", files + "?kind=model&path=x.pt", "x", nil, 400, CodeBadRequest},
 		{"no kind", "PUT", files + "?path=x.pt", "x", nil, 400, CodeBadRequest},
