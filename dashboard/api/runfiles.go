@@ -171,7 +171,7 @@ const maxUploadPathChars = 200
 // bucket: its checkpoints/ or artifacts/; else this host's directory), so
 // every replica serves it. It records no event: the process's checkpoint
 // or artifact event names the path, before or after the upload. The size
-// is checked against --max-artifact-bytes before the body is read, the
+// is checked against --max-artifact-mib before the body is read, the
 // body streamed into a temporary file of the upload directory (at most
 // that many bytes), then stored.
 func (s *Server) uploadFile(ctx *fasthttp.RequestCtx, id string) {
