@@ -398,6 +398,77 @@ func runFilesAcrossReplicas(t *testing.T, a *proc, aDir string, b *proc, bucket 
 		t.Fatalf("registering A's checkpoint on B: %d %v", code, out)
 	}
 
+	// Files a training process on another machine wrote (its own
+	// checkpoint and artifact directories, which no replica sees; fw.track
+	// with FW_UPLOAD_FILES=1 sends them like this): uploaded through A
+	// into the bucket, then served and registered by B, which never had
+	// them on its disk.
+	remote := t.TempDir()
+	remoteWeights := strings.Repeat("r", 200000)
+	remoteCk := filepath.Join(remote, "checkpoints", "art1", "step-2.ckpt.pt")
+	if err := os.MkdirAll(filepath.Dir(remoteCk), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(remoteCk, []byte(remoteWeights), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(remoteCk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("PUT", a.url+"/api/runs/art1/files?kind=checkpoint&path=step-2.ckpt.pt", f)
+	req.ContentLength = int64(len(remoteWeights))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := http.DefaultClient.Do(req)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 {
+		t.Fatalf("a checkpoint upload from another machine to A: %d %s", resp.StatusCode, got)
+	}
+	resp.Body.Close()
+	if code, out := call(t, "PUT", a.url+"/api/runs/art1/files?kind=artifact&path=remote/report.txt", "", "text/plain", "from afar"); code != 200 || out["size"] != float64(9) {
+		t.Fatalf("an artifact upload from another machine to A: %d %v", code, out)
+	}
+	for k, size := range map[string]int64{"checkpoints/art1/step-2.ckpt.pt": int64(len(remoteWeights)), "artifacts/art1/remote/report.txt": 9} {
+		if info, err := bucket.Stat(context.Background(), k); err != nil || info.Size != size {
+			t.Fatalf("the upload in the bucket (%s): %+v %v", k, info, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(aDir, "ckpt", "art1", "step-2.ckpt.pt")); !os.IsNotExist(err) {
+		t.Fatalf("the upload went to A's own checkpoint directory: %v", err)
+	}
+	ingest = `[{"type":"checkpoint","run_id":"art1","writer":"remote","seq":1,"step":2,"path":"step-2.ckpt.pt"},
+		{"type":"artifact","run_id":"art1","writer":"remote","seq":2,"path":"remote/report.txt","size":9}]`
+	if code, out := call(t, "POST", a.url+"/api/ingest", "", "application/json", ingest); code != 200 || len(out["errors"].([]any)) != 0 {
+		t.Fatalf("ingest of the remote events on A: %d %v", code, out)
+	}
+	download("/api/runs/art1/download?kind=checkpoint&path=step-2.ckpt.pt", remoteWeights)
+	download("/api/runs/art1/download?kind=artifact&path=remote/report.txt", "from afar")
+	code, out = call(t, "POST", b.url+"/api/models", "", "application/json", `{"name":"remote-ck","run_id":"art1","checkpoint":"step-2.ckpt.pt"}`)
+	if code != 201 || out["version"].(map[string]any)["size"] != float64(len(remoteWeights)) {
+		t.Fatalf("registering the remote checkpoint on B: %d %v", code, out)
+	}
+	// Hostile uploads: the JSON error shape, nothing stored, A still up.
+	for _, c := range []struct {
+		url    string
+		status int
+	}{
+		{"/api/runs/art1/files?kind=checkpoint&path=..%2F..%2Fmodels%2Fx", 400},
+		{"/api/runs/art1/files?kind=model&path=x", 400},
+		{"/api/runs/nope/files?kind=artifact&path=x", 404},
+	} {
+		if code, out := call(t, "PUT", a.url+c.url, "", "application/octet-stream", "evil"); code != c.status || errorCode(t, out) == "" {
+			t.Fatalf("PUT %s: %d %v", c.url, code, out)
+		}
+	}
+	for _, k := range []string{"models/x", "artifacts/nope/x"} {
+		if _, err := bucket.Stat(context.Background(), k); !errors.Is(err, blob.ErrNotFound) {
+			t.Fatalf("a refused upload is in the bucket as %s: %v", k, err)
+		}
+	}
+
 	if code, out := call(t, "GET", b.url+"/api/runs/art1/download?kind=artifact&path=..%2Fx", "", "", ""); code != 404 || errorCode(t, out) != "not_found" {
 		t.Fatalf("a traversal on B: %d %v", code, out)
 	}
@@ -407,7 +478,7 @@ func runFilesAcrossReplicas(t *testing.T, a *proc, aDir string, b *proc, bucket 
 	if code, out := call(t, "DELETE", b.url+"/api/runs/art1", "", "", ""); code != 200 {
 		t.Fatalf("deleting the run on B: %d %v", code, out)
 	}
-	for _, k := range []string{"artifacts/art1/plots/loss.txt", "artifacts/art1/sdk.txt", "checkpoints/art1/step-1.ckpt.pt"} {
+	for _, k := range []string{"artifacts/art1/plots/loss.txt", "artifacts/art1/sdk.txt", "checkpoints/art1/step-1.ckpt.pt", "checkpoints/art1/step-2.ckpt.pt", "artifacts/art1/remote/report.txt"} {
 		if _, err := bucket.Stat(context.Background(), k); !errors.Is(err, blob.ErrNotFound) {
 			t.Fatalf("%s after its run's delete: %v", k, err)
 		}

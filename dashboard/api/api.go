@@ -17,6 +17,7 @@ import (
 	"github.com/fw-serve/fw/internal/hostguard"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -57,6 +58,11 @@ type Config struct {
 	// of the directory CheckpointDir (key <run id>/<path>): with
 	// FW_ARTIFACT_URI=s3://..., this host's CheckpointDir, then the bucket.
 	Checkpoints blob.Store
+	// CheckpointUploads, when set, is where PUT /api/runs/{id}/files
+	// stores checkpoints (with FW_ARTIFACT_URI=s3://..., the bucket's
+	// checkpoints/, which Checkpoints reads after this host's directory);
+	// default the directory CheckpointDir.
+	CheckpointUploads blob.Store
 	// UploadDir is where an artifact upload is streamed to before it is
 	// stored (default ArtifactDir, from where a directory store renames it
 	// into place; else the system's temporary directory).
@@ -101,6 +107,10 @@ type Server struct {
 	// artifactFiles and checkpointFiles hold the runs' files (key <run
 	// id>/<path>); nil when the dashboard has none of that kind (503).
 	artifactFiles, checkpointFiles blob.Store
+	// checkpointUploads is where uploaded checkpoints are stored (nil:
+	// 503); maxFileBytes bounds one uploaded file (--max-artifact-mib).
+	checkpointUploads blob.Store
+	maxFileBytes      int64
 
 	// routeHook, when set (by tests only), runs first on every request.
 	routeHook func(*fasthttp.RequestCtx)
@@ -118,12 +128,24 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 	if cfg.UploadDir == "" {
 		cfg.UploadDir = cfg.ArtifactDir
 	}
+	s.cfg.UploadDir = cfg.UploadDir
+	if s.cfg.UploadDir == "" {
+		s.cfg.UploadDir = os.TempDir()
+	}
 	s.artifactFiles, s.checkpointFiles = cfg.Artifacts, cfg.Checkpoints
 	if s.artifactFiles == nil {
 		s.artifactFiles = dirStore(cfg.ArtifactDir, log)
 	}
 	if s.checkpointFiles == nil {
 		s.checkpointFiles = dirStore(cfg.CheckpointDir, log)
+	}
+	s.checkpointUploads = cfg.CheckpointUploads
+	if s.checkpointUploads == nil {
+		s.checkpointUploads = s.checkpointFiles
+	}
+	s.maxFileBytes = cfg.MaxArtifactBytes
+	if s.maxFileBytes <= 0 {
+		s.maxFileBytes = mlflow.DefaultMaxArtifactBytes
 	}
 	s.mlflow = mlflow.New(base, st, mlflow.Config{Artifacts: s.artifactFiles, UploadDir: cfg.UploadDir, MaxBodyBytes: cfg.MaxBodyBytes, MaxArtifactBytes: cfg.MaxArtifactBytes}, log)
 	if cfg.Token != "" {
@@ -244,6 +266,10 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "download":
 		if s.allow(ctx, method, "GET") {
 			s.download(ctx, parts[1])
+		}
+	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "files":
+		if s.allow(ctx, method, "PUT") {
+			s.uploadFile(ctx, parts[1])
 		}
 	case len(parts) == 1 && parts[0] == "activity":
 		if s.allow(ctx, method, "GET") {

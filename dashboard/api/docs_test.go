@@ -52,6 +52,7 @@ var dashboardRoutes = map[string][]string{
 	"/api/runs/{id}/checkpoints":            {"get"},
 	"/api/runs/{id}/artifacts":              {"get"},
 	"/api/runs/{id}/download":               {"get"},
+	"/api/runs/{id}/files":                  {"put"},
 	"/api/activity":                         {"get"},
 	"/api/models/exports":                   {"get"},
 	"/api/deployments/{id}/predict":         {"post"},

@@ -170,6 +170,8 @@ func checkContentType(path string, ct []byte) *Error {
 		want = append(want, "multipart/form-data", "application/octet-stream")
 	case strings.HasPrefix(path, "/api/deployments/") && strings.Count(strings.Trim(path, "/"), "/") >= 3:
 		return nil // proxied to the deployment, which checks its own types
+	case strings.HasPrefix(path, "/api/runs/") && strings.HasSuffix(strings.TrimSuffix(path, "/"), "/files"):
+		return nil // a run's file upload is the file itself, of any type
 	case strings.HasPrefix(path, "/api/2.0/mlflow-artifacts/artifacts/") || strings.HasPrefix(path, "/ajax-api/2.0/mlflow-artifacts/artifacts/"):
 		return nil // an artifact upload is the file itself, of any type (MLflow's client sends its guessed type)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ import (
 type fuzzDash struct {
 	srv *Server
 	exp string
+	dir string // the store's, with checkpoints/ and artifacts/ in it
 }
 
 func newFuzzDash(f *testing.F) *fuzzDash {
@@ -44,7 +46,7 @@ func newFuzzDash(f *testing.F) *fuzzDash {
 		cancel()
 		st.Close()
 	})
-	d := &fuzzDash{srv: srv}
+	d := &fuzzDash{srv: srv, dir: dir}
 	seed := `[{"type":"run_start","run_id":"r1","seq":1,"experiment":"fuzz","params":{"lr":0.1,"opt":"sgd"},"tags":{"t":"v"}},` +
 		`{"type":"metrics","run_id":"r1","seq":2,"step":1,"values":{"loss":0.5,"acc":0.9}}]`
 	if code, body := d.serve("POST", "/api/ingest", "application/json", []byte(seed), false); code != 200 {
@@ -224,6 +226,42 @@ func FuzzMLflowAPI(f *testing.F) {
 			}
 		} else if e["error"] == nil {
 			t.Fatalf("%s %s (%s): %d without fw's error shape: %s", method, uri, path, code, out)
+		}
+	})
+}
+
+// FuzzDashboardUploadRunFile: PUT /api/runs/{id}/files with any run ID,
+// kind, path and body. Beyond the shape rules: an upload is stored (200)
+// only for run r1, a known kind and a path store.ValidateRelPath accepts,
+// and then the file under the run's directory of that kind holds exactly
+// the body (nothing is ever written outside it).
+func FuzzDashboardUploadRunFile(f *testing.F) {
+	d := newFuzzDash(f)
+	for _, s := range [][3]string{
+		{"r1", "checkpoint", "step_1.pt"}, {"r1", "artifact", "plots/loss.png"}, {"r1", "checkpoint", "../../x"},
+		{"r1", "artifact", "/etc/passwd"}, {"r1", "artifact", "a\\b"}, {"r1", "model", "x"}, {"nope", "checkpoint", "x"},
+		{"../r1", "checkpoint", "x"}, {"r1", "checkpoint", "a//b"}, {"r1", "artifact", "."}, {"r1", "artifact", "a\x00b"},
+	} {
+		f.Add(s[0], s[1], s[2], []byte("weights"), false)
+		f.Add(s[0], s[1], s[2], []byte(""), true)
+	}
+	f.Fuzz(func(t *testing.T, run, kind, rel string, body []byte, stream bool) {
+		if len(body) > 64<<10 || len(run)+len(kind)+len(rel) > 4096 {
+			return
+		}
+		uri := "/api/runs/" + url.PathEscape(run) + "/files?" + url.Values{"kind": {kind}, "path": {rel}}.Encode()
+		code, out := d.serve("PUT", uri, "application/octet-stream", body, stream)
+		d.check(t, code, out)
+		if code != 200 {
+			return
+		}
+		sub := runFileKind(kind)
+		if run != "r1" || sub == "" || store.ValidateRelPath(rel) != nil {
+			t.Fatalf("stored run %q kind %q path %q: %s", run, kind, rel, out)
+		}
+		got, err := os.ReadFile(filepath.Join(d.dir, sub, run, filepath.FromSlash(rel)))
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("the stored file of %s %q: %v (%d bytes, sent %d)", kind, rel, err, len(got), len(body))
 		}
 	})
 }

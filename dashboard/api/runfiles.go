@@ -1,13 +1,16 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
+	"os"
 	"path"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/store"
@@ -51,13 +54,8 @@ func writeRunList[T any](s *Server, ctx *fasthttp.RequestCtx, id, name string, l
 func (s *Server) download(ctx *fasthttp.RequestCtx, id string) {
 	args := ctx.QueryArgs()
 	rel := string(args.Peek("path"))
-	var kind string
-	switch string(args.Peek("kind")) {
-	case "checkpoint":
-		kind = "checkpoints"
-	case "artifact":
-		kind = "artifacts"
-	default:
+	kind := runFileKind(string(args.Peek("kind")))
+	if kind == "" {
 		writeError(ctx, apiErr(400, CodeBadRequest, "kind must be checkpoint or artifact, with path as GET /api/runs/{id}/checkpoints or /artifacts lists it"))
 		return
 	}
@@ -146,4 +144,107 @@ func isListed[T any](ctx context.Context, id, rel string, list func(context.Cont
 		}
 	}
 	return false, nil
+}
+
+// runFileKind maps the kind query parameter of the run-file routes
+// (checkpoint, artifact) to the name of the run's list (checkpoints,
+// artifacts); "" for anything else.
+func runFileKind(k string) string {
+	switch k {
+	case "checkpoint":
+		return "checkpoints"
+	case "artifact":
+		return "artifacts"
+	}
+	return ""
+}
+
+// maxUploadPathChars bounds the path of an uploaded file, in characters
+// (besides store.ValidateRelPath's 1,024 bytes): percent-encoded, the
+// longest such path still fits the 4 KiB request head fasthttp reads.
+const maxUploadPathChars = 200
+
+// uploadFile answers PUT /api/runs/{id}/files?kind=checkpoint|artifact&path=P:
+// the body is the file a training process wrote on its own machine
+// (FW_UPLOAD_FILES=1, docs/tracking.md), stored as the run's file of that
+// kind under key <run id>/<path> in the store the downloads read (with a
+// bucket: its checkpoints/ or artifacts/; else this host's directory), so
+// every replica serves it. It records no event: the process's checkpoint
+// or artifact event names the path, before or after the upload. The size
+// is checked against --max-artifact-mib before the body is read, the
+// body streamed into a temporary file of the upload directory (at most
+// that many bytes), then stored.
+func (s *Server) uploadFile(ctx *fasthttp.RequestCtx, id string) {
+	args := ctx.QueryArgs()
+	kind := runFileKind(string(args.Peek("kind")))
+	if kind == "" {
+		writeError(ctx, apiErr(400, CodeBadRequest, "kind must be checkpoint or artifact (?kind=checkpoint&path=<path as the run's checkpoint event names it>)"))
+		return
+	}
+	one := strings.TrimSuffix(kind, "s")
+	rel := string(args.Peek("path"))
+	if n := utf8.RuneCountInString(rel); n > maxUploadPathChars {
+		writeError(ctx, apiErr(400, CodeBadRequest, fmt.Sprintf("path has %d characters, more than the %d an upload takes (its URL must fit the request head); write the %s under a shorter name", n, maxUploadPathChars, one)))
+		return
+	}
+	if err := store.ValidateRelPath(rel); err != nil {
+		writeError(ctx, apiErr(400, CodeBadRequest, fmt.Sprintf("path: %v; send the %s's path relative to the run's %s directory, as its event names it (e.g. step_100.pt)", err, one, one)))
+		return
+	}
+	files := s.checkpointUploads
+	if kind == "artifacts" {
+		files = s.artifactFiles
+	}
+	if files == nil {
+		writeError(ctx, apiErr(503, CodeUnavailable, "this dashboard was started without a "+kind+" directory"))
+		return
+	}
+	if _, err := s.st.GetRun(s.base, id); err != nil {
+		writeError(ctx, fromError(s.log, err))
+		return
+	}
+	tooLarge := apiErr(413, CodeTooLarge, fmt.Sprintf("the %s is larger than the %d bytes this dashboard accepts (fw dashboard --max-artifact-mib); keep it on the training machine or raise the limit", one, s.maxFileBytes))
+	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > s.maxFileBytes {
+		writeError(ctx, tooLarge)
+		return
+	}
+	if err := os.MkdirAll(s.cfg.UploadDir, 0o755); err != nil {
+		s.log.Error("run files: creating the upload directory", "dir", s.cfg.UploadDir, "err", err)
+		writeError(ctx, apiErr(500, CodeInternal, "writing the file failed; see the dashboard's log"))
+		return
+	}
+	f, err := os.CreateTemp(s.cfg.UploadDir, ".run-file-upload-*")
+	if err != nil {
+		s.log.Error("run files: creating a temporary file", "dir", s.cfg.UploadDir, "err", err)
+		writeError(ctx, apiErr(500, CodeInternal, "writing the file failed; see the dashboard's log"))
+		return
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // after a directory store moved it, a no-op
+	var body io.Reader = ctx.RequestBodyStream()
+	if body == nil {
+		body = bytes.NewReader(ctx.PostBody())
+	}
+	n, err := io.Copy(f, io.LimitReader(body, s.maxFileBytes+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		writeError(ctx, apiErr(400, CodeBadRequest, fmt.Sprintf("reading the request's body: %v; send the file as the body, with its Content-Length", err)))
+		return
+	}
+	if n > s.maxFileBytes {
+		writeError(ctx, tooLarge)
+		return
+	}
+	switch err := files.PutFile(s.base, id+"/"+rel, tmp); {
+	case errors.Is(err, blob.ErrInvalidKey):
+		writeError(ctx, apiErr(400, CodeBadRequest, fmt.Sprintf("%s path %q of run %s cannot be stored: %v; choose another path", one, rel, id, err)))
+		return
+	case err != nil:
+		s.log.Error("run files: storing an uploaded file", "run", id, "kind", kind, "path", rel, "store", files.String(), "err", err)
+		writeError(ctx, apiErr(503, CodeUnavailable, fmt.Sprintf("storing %s %q of run %s failed; retry, and see the dashboard's log if it persists", one, rel, id)))
+		return
+	}
+	writeJSON(ctx, 200, map[string]any{"run_id": id, "kind": strings.TrimSuffix(kind, "s"), "path": rel, "size": n})
 }

@@ -18,7 +18,8 @@ import (
 // host (not under this dashboard's checkpoint directory; its copy in
 // object storage, a directory store standing in for the bucket here) is
 // fetched and handed to the job as --resume-from; one in neither place is
-// a 404 before anything starts.
+// a 404 before anything starts. The job's environment says to upload its
+// files (FW_UPLOAD_FILES=1), as it does on every executor with a bucket.
 func TestForkFromCheckpointInObjectStorage(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -44,7 +45,7 @@ func TestForkFromCheckpointInObjectStorage(t *testing.T) {
 		t.Fatal(err)
 	}
 	py := filepath.Join(dir, "python")
-	script := "#!/bin/sh\nwhile [ $# -gt 0 ]; do if [ \"$1\" = --resume-from ]; then echo \"resumed: $(cat \"$2\")\"; fi; shift; done\n"
+	script := "#!/bin/sh\necho \"upload: $FW_UPLOAD_FILES\"\nwhile [ $# -gt 0 ]; do if [ \"$1\" = --resume-from ]; then echo \"resumed: $(cat \"$2\")\"; fi; shift; done\n"
 	if err := os.WriteFile(py, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -62,9 +63,13 @@ func TestForkFromCheckpointInObjectStorage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	found := false
+	found, upload := false, false
 	for _, l := range lines {
 		found = found || strings.Contains(l.Line, "resumed: remote weights")
+		upload = upload || strings.Contains(l.Line, "upload: 1")
+	}
+	if !upload {
+		t.Fatalf("the job's environment lacks FW_UPLOAD_FILES=1: %+v", lines)
 	}
 	if !found {
 		t.Fatalf("the job did not get the checkpoint's copy (resume_from %s): %+v", info.ResumeFrom, lines)

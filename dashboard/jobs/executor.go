@@ -73,7 +73,8 @@ type Spec struct {
 	Args []string
 	// Env is the job's own environment, "NAME=value": FW_TRACKING_URI,
 	// FW_DASHBOARD_TOKEN, FW_JOB_RUN_ID, FW_EXPERIMENT_DIR,
-	// FW_CHECKPOINT_DIR and PYTHONUNBUFFERED.
+	// FW_CHECKPOINT_DIR, PYTHONUNBUFFERED and, with object storage,
+	// FW_UPLOAD_FILES=1.
 	Env []string
 	// Params are the validated params with defaults filled in; an executor
 	// reads resources from them (see dashboard/jobs/ray).

@@ -65,7 +65,10 @@ type Config struct {
 	// Checkpoints, when set, is where a checkpoint to resume or fork from
 	// that is not in CheckpointDir on this host is fetched from (key <run
 	// id>/<path>; the bucket's checkpoints/ with FW_ARTIFACT_URI=s3://...),
-	// into ExperimentDir/cache/checkpoints.
+	// into ExperimentDir/cache/checkpoints. With it, jobs (on any
+	// executor) get FW_UPLOAD_FILES=1: fw.track uploads the checkpoints and
+	// artifacts they write through PUT /api/runs/{id}/files, so a job on
+	// another machine (a Ray node) leaves them where every replica reads.
 	Checkpoints blob.Store
 }
 
@@ -393,7 +396,7 @@ func (m *Manager) resumable(r store.Run, req StartRequest) error {
 
 // jobEnv is the environment a job gets from the dashboard, on any executor.
 func (m *Manager) jobEnv(runID string) []string {
-	return []string{
+	env := []string{
 		"FW_TRACKING_URI=" + m.cfg.TrackingURI,
 		"FW_EXPERIMENT_DIR=" + m.cfg.ExperimentDir,
 		"FW_CHECKPOINT_DIR=" + m.cfg.CheckpointDir,
@@ -401,6 +404,10 @@ func (m *Manager) jobEnv(runID string) []string {
 		"FW_JOB_RUN_ID=" + runID,
 		"PYTHONUNBUFFERED=1",
 	}
+	if m.cfg.Checkpoints != nil {
+		env = append(env, "FW_UPLOAD_FILES=1")
+	}
+	return env
 }
 
 // exited reports whether the job's process is gone and its run ended (its

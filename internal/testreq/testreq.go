@@ -25,13 +25,17 @@ func Serve(h fasthttp.RequestHandler, method, uri, ctype string, body []byte, st
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	if stream {
-		req.SetBodyStream(bytes.NewReader(body), -1)
-	} else {
+	if !stream {
 		req.SetBody(body)
 	}
 	ctx := new(fasthttp.RequestCtx)
 	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 4242}, nil)
+	if stream {
+		// Set on the context's request: Init copies req without a body
+		// stream (Request.CopyTo copies bytes only), so a stream set on req
+		// would arrive as an empty body.
+		ctx.Request.SetBodyStream(bytes.NewReader(body), -1)
+	}
 	h(ctx)
 	return ctx
 }

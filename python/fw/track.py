@@ -8,6 +8,12 @@ spool file ``$FW_EXPERIMENT_DIR/spool/<run id>-<writer>.jsonl`` (same format as 
 event per line), and that run's later events follow them there so they stay in seq order. The
 dashboard imports spool files on start and every few seconds. See docs/tracking.md.
 
+With ``FW_UPLOAD_FILES=1`` (the dashboard sets it for its jobs when it keeps files in object storage;
+set it yourself for a run on a machine whose disk the dashboard does not see), the files of
+:meth:`Run.checkpoint` and :meth:`Run.artifact` are also uploaded (``PUT /api/runs/{id}/files``) by
+another background thread, so that every dashboard replica can serve them; the events still name the
+paths, and the files stay on local disk.
+
 Only the standard library is imported here; torch is imported by :meth:`Run.checkpoint` alone.
 """
 
@@ -21,6 +27,7 @@ import json
 import logging
 import math
 import os
+import queue
 import re
 import secrets
 import shlex
@@ -193,6 +200,147 @@ class _Tee(io.TextIOBase):
         return getattr(self._real, "encoding", "utf-8")
 
 
+def _env_flag(name: str) -> bool:
+    """Whether the environment variable ``name`` is set to a true value (1, true, yes, on)."""
+    return (os.environ.get(name) or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+class _Uploader:
+    """Uploads a run's checkpoint and artifact files to the dashboard from one background thread.
+
+    ``offer`` never blocks: beyond ``queue_size`` waiting files a file is not uploaded (warned; it
+    stays on local disk). A failed upload (no connection, a 5xx, 408 or 429) is tried ``attempts``
+    times with growing pauses, then logged; another refusal (400, 401, 404, 413) is logged at once.
+    ``close`` waits at most its timeout for what is queued.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        token: str | None,
+        run_id: str,
+        *,
+        queue_size: int = 64,
+        attempts: int = 4,
+        backoff: float = 1.0,
+        timeout: float = 60.0,
+    ) -> None:
+        self.uri, self.token, self.run_id = uri, token, run_id
+        self.attempts, self.backoff, self.timeout = attempts, backoff, timeout
+        self.uploaded: list[tuple[str, str]] = []  # (kind, path) stored by the dashboard
+        self.failed: list[tuple[str, str, str]] = []  # (kind, path, why) given up
+        self._q: queue.Queue = queue.Queue(maxsize=queue_size)
+        self._stop = threading.Event()  # give up: the run ended and close timed out
+        self._closing = threading.Event()  # end once the queue is empty
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def offer(self, kind: str, rel: str, path: Path) -> None:
+        """Queue ``path`` as the run's ``kind`` (checkpoint, artifact) file ``rel``."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name=f"fw-upload-{self.run_id}", daemon=True
+                )
+                self._thread.start()
+        try:
+            self._q.put_nowait((kind, rel, Path(path)))
+        except queue.Full:
+            log.warning(
+                "fw.track: %d files wait to be uploaded; %s %s of run %s stays on this machine only (%s)",
+                self._q.maxsize,
+                kind,
+                rel,
+                self.run_id,
+                path,
+            )
+            self.failed.append((kind, rel, "the upload queue is full"))
+
+    def close(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for the queued uploads; True when none is left."""
+        self._closing.set()
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            return True
+        self._stop.set()  # a retry pause ends; an upload in flight ends at its socket timeout
+        log.warning(
+            "fw.track: uploads of run %s did not finish within %.0fs; %d more files stay on this machine only",
+            self.run_id,
+            timeout,
+            self._q.qsize() + 1,
+        )
+        return False
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                kind, rel, path = self._q.get(timeout=0.1)
+            except queue.Empty:
+                if self._closing.is_set():
+                    return
+                continue
+            if self._stop.is_set():
+                self.failed.append((kind, rel, "the run ended first"))
+                continue
+            try:
+                why = self._upload_retrying(kind, rel, path)
+            except Exception as e:  # never let an upload kill training
+                why = f"{type(e).__name__}: {e}"
+            if why is None:
+                self.uploaded.append((kind, rel))
+            else:
+                self.failed.append((kind, rel, why))
+                log.warning(
+                    "fw.track: uploading %s %s of run %s failed (%s); the file stays at %s",
+                    kind,
+                    rel,
+                    self.run_id,
+                    why,
+                    path,
+                )
+
+    def _upload_retrying(self, kind: str, rel: str, path: Path) -> str | None:
+        why = ""
+        for attempt in range(self.attempts):
+            if attempt and self._stop.wait(self.backoff * 2 ** (attempt - 1)):
+                return why + " (the run ended before the next try)"
+            status, why = self._upload(kind, rel, path)
+            if status == 200:
+                return None
+            if status and status not in (408, 429) and status < 500:
+                return why  # the request's fault: trying again changes nothing
+        return why
+
+    def _upload(self, kind: str, rel: str, path: Path) -> tuple[int, str]:
+        u = urllib.parse.urlsplit(self.uri)
+        query = urllib.parse.urlencode({"kind": kind, "path": rel})
+        target = f"{u.path or ''}/api/runs/{urllib.parse.quote(self.run_id, safe='')}/files?{query}"
+        cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+        conn = cls(u.hostname or "127.0.0.1", u.port, timeout=self.timeout)
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+                if self.token:
+                    headers["Authorization"] = "Bearer " + self.token
+                conn.request("PUT", target, body=f, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+            if resp.status == 200:
+                return 200, ""
+            try:
+                msg = json.loads(data)["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                msg = data[:200].decode("utf-8", "replace")
+            return resp.status, f"HTTP {resp.status}: {msg}"
+        except (OSError, http.client.HTTPException) as e:
+            return 0, f"{type(e).__name__}: {e}"
+        finally:
+            conn.close()
+
+
 class Run:
     """A tracked run. Create it with :func:`run` and use it as a context manager."""
 
@@ -211,6 +359,8 @@ class Run:
         flush_timeout: float = 30.0,
         system_interval: float | None = None,
         resume: bool = False,
+        upload_files: bool | None = None,
+        upload_timeout: float = 120.0,
     ) -> None:
         self.id = run_id or new_id()
         # A fresh writer per Run object (so per process): the dashboard's exactly-once mark is per
@@ -259,6 +409,12 @@ class Run:
         self._system_interval = system_interval
         self._next_system = 0.0
         self._last_cpu: tuple[float, float] | None = None
+        # Checkpoint and artifact files go to the dashboard too (PUT /api/runs/{id}/files) when
+        # upload_files, by default FW_UPLOAD_FILES; end() waits at most upload_timeout for them.
+        if upload_files is None:
+            upload_files = _env_flag("FW_UPLOAD_FILES")
+        self.uploads: _Uploader | None = _Uploader(self.uri, self.token, self.id) if upload_files else None
+        self._upload_timeout = upload_timeout
 
     # -- public API: all of these only append to the queue ---------------------------------------
 
@@ -321,6 +477,8 @@ class Run:
         if metrics:
             ev["values"] = {k: _num(v) for k, v in metrics.items()}
         self._event(ev)
+        if self.uploads is not None:
+            self.uploads.offer("checkpoint", rel, Path(path))
         return path
 
     def artifact(self, path: str | os.PathLike) -> Path:
@@ -333,9 +491,10 @@ class Run:
             root.mkdir(parents=True, exist_ok=True)
             dst = root / src.name
             shutil.copy2(src, dst)
-        self._event(
-            {"type": "artifact", "path": dst.relative_to(root).as_posix(), "size": dst.stat().st_size}
-        )
+        rel = dst.relative_to(root).as_posix()
+        self._event({"type": "artifact", "path": rel, "size": dst.stat().st_size})
+        if self.uploads is not None:
+            self.uploads.offer("artifact", rel, dst)
         return dst
 
     def on_stop(self, fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -464,6 +623,8 @@ class Run:
             )
         if self._thread is not None:
             self._thread.join(timeout=self._flush_timeout + 15)
+        if self.uploads is not None:
+            self.uploads.close(self._upload_timeout)
         try:
             atexit.unregister(self._atexit)
         except Exception:
@@ -690,7 +851,9 @@ def run(
     logs; default True, except in a training job the dashboard started for this very run, whose output
     it captures itself: ``FW_JOB_RUN_ID`` equal to ``run_id``), ``handle_sigterm`` (default True; main thread only), ``flush_timeout`` (s),
     ``resume`` (with ``run_id`` of a finished, failed or stopped run: reopen that run and continue it;
-    its params, metrics, logs and checkpoints are kept). Every Run writes with its own writer ID, so
+    its params, metrics, logs and checkpoints are kept), ``upload_files`` (default ``FW_UPLOAD_FILES``:
+    also upload checkpoint and artifact files to the dashboard, in the background) and
+    ``upload_timeout`` (s, how long ending the run waits for those uploads; default 120). Every Run writes with its own writer ID, so
     any number of processes may write to one run one after another without their events colliding.
     """
     return Run(experiment, params, name, tags, **options)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -380,3 +381,80 @@ def test_no_tee_in_the_dashboards_own_job(monkeypatch):
     assert fw.track.Run("e")._capture is True
     monkeypatch.delenv("FW_JOB_RUN_ID")
     assert fw.track.Run("e", run_id=rid)._capture is True
+
+
+def _download(dashboard: Dashboard, run_id: str, kind: str, path: str) -> bytes:
+    q = urllib.parse.urlencode({"kind": kind, "path": path})
+    with urllib.request.urlopen(f"{dashboard.url}/api/runs/{run_id}/download?{q}", timeout=10) as r:
+        return r.read()
+
+
+def test_files_upload_from_another_machine(dashboard, dirs, tmp_path, monkeypatch):
+    """FW_UPLOAD_FILES=1: a process whose checkpoint and artifact directories the dashboard does not
+    see (another machine) uploads its files; the dashboard serves them, byte for byte, from its own
+    storage (here its checkpoint and artifact directories: no bucket), the events name the paths, and
+    the files stay where the process wrote them."""
+    import torch
+
+    from fw.models import DigitsMLP
+
+    dashboard.start()
+    remote = tmp_path / "remote"
+    monkeypatch.setenv("FW_CHECKPOINT_DIR", str(remote / "checkpoints"))
+    monkeypatch.setenv("FW_ARTIFACT_DIR", str(remote / "artifacts"))
+    monkeypatch.setenv("FW_UPLOAD_FILES", "1")
+    report = tmp_path / "report.txt"
+    report.write_text("accuracy 0.97\n")
+    torch.manual_seed(0)
+    with fw.track.run(experiment="remote") as run:
+        ck = run.checkpoint(DigitsMLP(hidden=8), step=3)
+        art = run.artifact(report)
+    assert run.uploads is not None and run.uploads.failed == []
+    assert sorted(run.uploads.uploaded) == [("artifact", "report.txt"), ("checkpoint", "step-3.ckpt.pt")]
+    assert ck.parent == remote / "checkpoints" / run.id and ck.exists() and art.exists()
+    # the dashboard's copy, in its own checkpoint directory (another path than the process's)
+    assert (Path(dirs["FW_CHECKPOINT_DIR"]) / run.id / "step-3.ckpt.pt").read_bytes() == ck.read_bytes()
+    cks = dashboard.get(f"/api/runs/{run.id}/checkpoints")["checkpoints"]
+    assert [c["path"] for c in cks] == ["step-3.ckpt.pt"]
+    assert _download(dashboard, run.id, "checkpoint", "step-3.ckpt.pt") == ck.read_bytes()
+    assert _download(dashboard, run.id, "artifact", "report.txt") == b"accuracy 0.97\n"
+
+
+def test_files_upload_failure_is_bounded_and_logged(dirs, tmp_path, monkeypatch, caplog):
+    """With no dashboard answering, an upload is retried, then given up: ending the run waits at most
+    upload_timeout, the failure is logged, and the file stays on local disk."""
+    monkeypatch.setenv("FW_ARTIFACT_DIR", str(tmp_path / "artifacts"))
+    monkeypatch.setenv("FW_TRACKING_URI", f"http://127.0.0.1:{_free_port()}")  # nothing listens
+    monkeypatch.setenv("FW_UPLOAD_FILES", "1")
+    f = tmp_path / "out.bin"
+    f.write_bytes(b"x" * 100)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="fw.track"):
+        with fw.track.run(
+            experiment="offline", upload_timeout=2, flush_timeout=1, capture_output=False
+        ) as run:
+            dst = run.artifact(f)
+        took = time.monotonic() - t0
+        deadline = time.monotonic() + 10
+        while not run.uploads.failed and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert took < 15, took
+    assert dst.read_bytes() == b"x" * 100
+    assert run.uploads.uploaded == [] and [x[:2] for x in run.uploads.failed] == [("artifact", "out.bin")]
+    assert "did not finish within" in caplog.text or "uploading artifact out.bin" in caplog.text
+
+
+def test_files_upload_refusal_is_not_retried(dashboard, dirs, tmp_path, monkeypatch):
+    """A refusal that trying again cannot change (404: the run is unknown) is given up at once, with
+    the dashboard's message."""
+    from fw.track import _Uploader
+
+    dashboard.start()
+    f = tmp_path / "a.txt"
+    f.write_text("a")
+    up = _Uploader(dashboard.url, None, "nosuchrun", backoff=30)
+    up.offer("artifact", "a.txt", f)
+    t0 = time.monotonic()
+    assert up.close(20)
+    assert time.monotonic() - t0 < 10
+    assert len(up.failed) == 1 and "HTTP 404" in up.failed[0][2] and "nosuchrun" in up.failed[0][2]
