@@ -389,6 +389,20 @@ def test_runs(dash: Dashboard, seeded: dict) -> None:
     dash.call("GET", "/api/runs/no-such-run/download?kind=artifact&path=model.onnx", expect=404)
     dash.call("GET", f"{dl}?kind=weights&path=model.onnx", expect=400)
     dash.call("DELETE", f"{dl}?kind=artifact&path=model.onnx", expect=405)
+    # uploads (a training process on another machine, FW_UPLOAD_FILES=1): stored where downloads read
+    up = "/api/runs/seed-a/files"
+    oct_ = {"Content-Type": "application/octet-stream"}
+    r = dash.call(
+        "PUT", f"{up}?kind=checkpoint&path=ckpt/step-9.pt", body=b"remote weights", headers=oct_, expect=200
+    )
+    assert r.json() == {"run_id": "seed-a", "kind": "checkpoint", "path": "ckpt/step-9.pt", "size": 14}
+    # no bucket here: it lands in the dashboard's own checkpoint directory (served once an event names it)
+    assert (dash.root / "checkpoints" / "seed-a" / "ckpt" / "step-9.pt").read_bytes() == b"remote weights"
+    dash.call("PUT", f"{up}?kind=artifact&path=../escape.txt", body=b"x", headers=oct_, expect=400)
+    dash.call("PUT", f"{up}?kind=weights&path=a.pt", body=b"x", headers=oct_, expect=400)
+    dash.call(
+        "PUT", "/api/runs/no-such-run/files?kind=artifact&path=a.txt", body=b"x", headers=oct_, expect=404
+    )
     # delete a throwaway run
     dash.call("POST", "/api/ingest", json_body=_events("seed-x", "seed"), expect=200)
     d = dash.call("DELETE", "/api/runs/seed-x", expect=200).json()
