@@ -61,7 +61,7 @@ RUN bash scripts/fetch-ort.sh \
 
 FROM scratch
 COPY --from=build /out/ /
-ENV PATH=/opt/fw/bin FW_HOST=0.0.0.0 FW_PORT=8000 \
+ENV PATH=/opt/fw/bin FW_HOST=0.0.0.0 FW_PORT=8000 LD_LIBRARY_PATH=/opt/fw/lib \
     FW_ORT_LIB=/opt/fw/lib/libonnxruntime.so.1 FW_TORCH_SHIM=/opt/fw/lib/libfwtorch.so
 USER 10001:10001
 WORKDIR /app

@@ -342,6 +342,16 @@ def main() -> int:
             "digits_cnn.quant.pt",
             lambda url: check_test_vector(url, a.models / "digits_cnn.quant.pt"),
         ),
+        (
+            "digits_cnn.int8-static.onnx",
+            lambda url: check_test_vector(url, a.models / "digits_cnn.int8-static.onnx"),
+        ),
+        (
+            # An AOTInductor package: its compiled library is loaded into the image's fw
+            # (libtorch_cpu, libgomp) after extraction into the image's /tmp.
+            "digits_mlp.pt2",
+            lambda url: check_test_vector(url, a.models / "digits_mlp.pt2"),
+        ),
     ]
     try:
         mounts.setup(a.models.resolve())

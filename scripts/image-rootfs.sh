@@ -6,6 +6,7 @@
 #   /opt/fw/lib/libfwtorch.so           the shim, built CPU-only ($ORIGIN first)
 #   /opt/fw/lib/<libtorch CPU set>      what ldd resolves for the shim from
 #                                       LIBTORCH (scripts/fetch-libtorch.sh)
+#   /opt/fw/lib/libtorch.so             CPU-only: links libtorch_cpu (for .pt2)
 #   /lib..., /usr/lib...                the system libraries ldd resolves for all
 #                                       of the above (glibc, libstdc++, libgcc_s)
 #   /etc/passwd, /etc/group             root and fw (uid/gid 10001)
@@ -31,6 +32,14 @@ unresolved=$(for f in "$out/opt/fw/bin/fw" "$out"/opt/fw/lib/*; do ldd_of "$f"; 
 for lib in $(ldd_of "$out/opt/fw/lib/libfwtorch.so" | awk '$3 ~ /^\// {print $3}' | grep "^$libtorch/"); do
   install -m 0755 "$lib" "$out/opt/fw/lib/"
 done
+# AOTInductor packages (.pt2) carry a library linked against libtorch.so,
+# which in the CUDA wheel does nothing but link libtorch_cpu and libtorch_cuda
+# (the whole CUDA stack). A CPU-only libtorch ships a libtorch.so that links
+# libtorch_cpu alone; make that one (no code of its own: a package's symbols
+# are libtorch_cpu's), found through the image's LD_LIBRARY_PATH=/opt/fw/lib
+# when the shim loads a package.
+printf '' | ${CXX:-c++} -shared -x c++ -o "$out/opt/fw/lib/libtorch.so" - -Wl,-soname,libtorch.so \
+  -Wl,--no-as-needed -L"$out/opt/fw/lib" -l:libtorch_cpu.so -Wl,--as-needed -Wl,-rpath,'$ORIGIN'
 # Everything else ldd resolves (system libraries) at the same path, symlinks
 # resolved; and the dynamic loader at its PT_INTERP path.
 for f in "$out/opt/fw/bin/fw" "$out"/opt/fw/lib/*; do
