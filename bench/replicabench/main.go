@@ -154,7 +154,7 @@ func run(o options, md string) error {
 	if a := os.Args[1:]; len(a) > 0 {
 		cmdline = "go run ./bench/replicabench " + strings.Join(a, " ")
 	}
-	fmt.Fprintf(&out, "Dashboard replicas (docs/replicas.md): `fw dashboard` processes on one PostgreSQL %s (a throwaway cluster from `scripts/pg-test.sh` with FW_PG_DURABLE=1: default fsync and synchronous_commit), everything on 127.0.0.1 of one machine (%s/%s, %d CPUs, %s): the dashboards, PostgreSQL and the load generator share its cores, so a second replica adds no CPU here; the lead re-runs this on a quiet machine.\n\n",
+	fmt.Fprintf(&out, "Dashboard replicas (docs/replicas.md): `fw dashboard` processes on one PostgreSQL %s (a throwaway cluster from `scripts/pg-test.sh` with FW_PG_DURABLE=1: default fsync and synchronous_commit), everything on 127.0.0.1 of one machine (%s/%s, %d CPUs, %s): the dashboards, PostgreSQL and the load generator share its cores, so a second replica adds no CPU here: the load average is in each row.\n\n",
 		orNA(pgVersion), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version())
 	fmt.Fprintf(&out, "Command: `%s` (%s, %s)\n\n", cmdline, benchdoc.Commit(), time.Now().UTC().Format("2006-01-02"))
 	fmt.Fprintf(&out, "**Ingest**: %d clients POST `/api/ingest` batches of %d `metrics` events × %d values (%d points) as fast as they are acknowledged, each to its own run, for %s; with two dashboards half of the clients POST to each.\n\n",
