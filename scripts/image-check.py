@@ -344,7 +344,9 @@ def main() -> int:
         ),
         (
             "digits_cnn.int8-static.onnx",
-            lambda url: check_test_vector(url, a.models / "digits_cnn.int8-static.onnx"),
+            lambda url: check_test_vector(
+                url, a.models / "digits_cnn.int8-static.onnx"
+            ),
         ),
         (
             # An AOTInductor package: its compiled library is loaded into the image's fw
