@@ -758,6 +758,27 @@ def quantized(
     return job.check(_jit_runner(job.path), tolerance, eval_data)
 
 
+def _write_onnx(job: _Job, proto: Any, text: str, what: str) -> None:
+    """Put fw.json ``text`` into ``proto``'s metadata (replacing one already there), check the model
+    and write it to the job's path atomically."""
+    import onnx as onnx_lib
+
+    for prop in list(proto.metadata_props):
+        if prop.key == _md.METADATA_KEY:
+            proto.metadata_props.remove(prop)
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = _md.METADATA_KEY, text
+    try:
+        onnx_lib.checker.check_model(proto)
+    except onnx_lib.checker.ValidationError as e:
+        raise ExportError(f"the {what} ONNX model is invalid: {e}. Hint: try another opset_version") from e
+
+    def write(tmp: str) -> None:
+        onnx_lib.save_model(proto, tmp, save_as_external_data=False)
+
+    _atomic_write(job.path, write)
+
+
 def onnx(
     model: Any,
     example_input: Any,
@@ -827,20 +848,7 @@ def onnx(
         "exporter": ONNX_EXPORTER,
     }
     text = job.metadata(tv_out, export, _fields(version, labels, preprocessing, task, metrics, description))
-    for prop in list(proto.metadata_props):
-        if prop.key == _md.METADATA_KEY:
-            proto.metadata_props.remove(prop)
-    entry = proto.metadata_props.add()
-    entry.key, entry.value = _md.METADATA_KEY, text
-    try:
-        onnx_lib.checker.check_model(proto)
-    except onnx_lib.checker.ValidationError as e:
-        raise ExportError(f"the exported ONNX model is invalid: {e}. Hint: try another opset_version") from e
-
-    def write(tmp: str) -> None:
-        onnx_lib.save_model(proto, tmp, save_as_external_data=False)
-
-    _atomic_write(job.path, write)
+    _write_onnx(job, proto, text, "exported")
 
     import onnxruntime as ort
 
@@ -1162,17 +1170,7 @@ def onnx_int8(
         _fields(version, labels, preprocessing, task, recorded or None, description),
         run=runner(mem),
     )
-    entry = proto.metadata_props.add()
-    entry.key, entry.value = _md.METADATA_KEY, text
-    try:
-        onnx_lib.checker.check_model(proto)
-    except onnx_lib.checker.ValidationError as e:
-        raise ExportError(f"the quantized ONNX model is invalid: {e}. Hint: try another opset_version") from e
-
-    def write(tmp: str) -> None:
-        onnx_lib.save_model(proto, tmp, save_as_external_data=False)
-
-    _atomic_write(job.path, write)
+    _write_onnx(job, proto, text, "quantized")
     sess = ort.InferenceSession(str(job.path), opts, providers=["CPUExecutionProvider"])
     # Static int8 is exact only within the calibrated ranges; uniform random inputs saturate it by design,
     # so its extra parity batches are calibration rows.
