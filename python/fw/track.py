@@ -235,8 +235,10 @@ class _Uploader:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def offer(self, kind: str, rel: str, path: Path) -> None:
-        """Queue ``path`` as the run's ``kind`` (checkpoint, artifact) file ``rel``."""
+    def offer(self, kind: str, rel: str, path: Path, after: threading.Event | None = None) -> None:
+        """Queue ``path`` as the run's ``kind`` (checkpoint, artifact) file ``rel``; with ``after``, its
+        upload waits (at most the upload timeout) until that is set: the file's event was delivered, so
+        the dashboard knows the run."""
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -244,7 +246,7 @@ class _Uploader:
                 )
                 self._thread.start()
         try:
-            self._q.put_nowait((kind, rel, Path(path)))
+            self._q.put_nowait((kind, rel, Path(path), after))
         except queue.Full:
             log.warning(
                 "fw.track: %d files wait to be uploaded; %s %s of run %s stays on this machine only (%s)",
@@ -276,11 +278,15 @@ class _Uploader:
     def _loop(self) -> None:
         while True:
             try:
-                kind, rel, path = self._q.get(timeout=0.1)
+                kind, rel, path, after = self._q.get(timeout=0.1)
             except queue.Empty:
                 if self._closing.is_set():
                     return
                 continue
+            if after is not None:
+                deadline = time.monotonic() + self.timeout
+                while not after.wait(0.05) and not self._stop.is_set() and time.monotonic() < deadline:
+                    pass
             if self._stop.is_set():
                 self.failed.append((kind, rel, "the run ended first"))
                 continue
@@ -389,6 +395,7 @@ class Run:
         self._flush_timeout = flush_timeout
         self._q: collections.deque = collections.deque()
         self._seq = 0
+        self._batch_waiters: list[threading.Event] = []  # the sender's: set after the batch _take made
         self._on_stop: list[Callable[[], Any]] = []
         self._stopping = False
         self._closed = False
@@ -476,9 +483,10 @@ class Run:
             ev["epoch"] = float(epoch)
         if metrics:
             ev["values"] = {k: _num(v) for k, v in metrics.items()}
-        self._event(ev)
+        delivered = threading.Event() if self.uploads is not None else None
+        self._event(ev, delivered)
         if self.uploads is not None:
-            self.uploads.offer("checkpoint", rel, Path(path))
+            self.uploads.offer("checkpoint", rel, Path(path), after=delivered)
         return path
 
     def artifact(self, path: str | os.PathLike) -> Path:
@@ -492,9 +500,10 @@ class Run:
             dst = root / src.name
             shutil.copy2(src, dst)
         rel = dst.relative_to(root).as_posix()
-        self._event({"type": "artifact", "path": rel, "size": dst.stat().st_size})
+        delivered = threading.Event() if self.uploads is not None else None
+        self._event({"type": "artifact", "path": rel, "size": dst.stat().st_size}, delivered)
         if self.uploads is not None:
-            self.uploads.offer("artifact", rel, dst)
+            self.uploads.offer("artifact", rel, dst, after=delivered)
         return dst
 
     def on_stop(self, fn: Callable[[], Any]) -> Callable[[], Any]:
@@ -636,9 +645,11 @@ class Run:
 
     # -- the sender thread ------------------------------------------------------------------------
 
-    def _event(self, ev: dict[str, Any]) -> None:
+    def _event(self, ev: dict[str, Any], delivered: threading.Event | None = None) -> None:
+        """Queue one event; ``delivered``, when given, is set once the sender has handed it on
+        (acknowledged by the dashboard, or spooled)."""
         ev["time"] = time.time()
-        self._q.append(("event", ev))
+        self._q.append(("event", ev, delivered) if delivered is not None else ("event", ev))
 
     def _take(self) -> list[dict[str, Any]]:
         """Pop up to a batch of queue items and turn them into events with seq numbers."""
@@ -660,6 +671,8 @@ class Run:
                 values += len(lines)
             else:
                 ev = item[1]
+                if len(item) > 2:
+                    self._batch_waiters.append(item[2])
                 values += len(ev.get("params") or ()) + len(ev.get("values") or ())
             ev.update(base)
             ev["seq"] = self._seq
@@ -726,6 +739,9 @@ class Run:
             except Exception:  # never let tracking kill training; spool what we hold
                 log.exception("fw.track: sending events failed; spooling them")
                 self._to_spool(batch)
+            for w in self._batch_waiters:
+                w.set()
+            self._batch_waiters.clear()
             with self._idle:
                 self._pending = 0
                 self._idle.notify_all()
