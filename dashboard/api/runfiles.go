@@ -66,6 +66,21 @@ func (s *Server) download(ctx *fasthttp.RequestCtx, id string) {
 	s.runFile(ctx, id, kind, rel)
 }
 
+// runFilesReady answers the request with an error and returns false when
+// there is no store for the run's files of kind (kind is "checkpoints" or
+// "artifacts") or no run id.
+func (s *Server) runFilesReady(ctx *fasthttp.RequestCtx, files blob.Store, id, kind string) bool {
+	if files == nil {
+		writeError(ctx, apiErr(503, CodeUnavailable, "this dashboard was started without a "+kind+" directory"))
+		return false
+	}
+	if _, err := s.st.GetRun(s.base, id); err != nil {
+		writeError(ctx, fromError(s.log, err))
+		return false
+	}
+	return true
+}
+
 // runFile serves one of a run's checkpoints or artifacts. Only a path the
 // store lists for that run is served, read from the run's files of that
 // kind (key <run id>/<path>): the checkpoint directory, or the artifact
@@ -78,12 +93,7 @@ func (s *Server) runFile(ctx *fasthttp.RequestCtx, id, kind, rel string) {
 	if kind == "artifacts" {
 		files = s.artifactFiles
 	}
-	if files == nil {
-		writeError(ctx, apiErr(503, CodeUnavailable, "this dashboard was started without a "+kind+" directory"))
-		return
-	}
-	if _, err := s.st.GetRun(s.base, id); err != nil {
-		writeError(ctx, fromError(s.log, err))
+	if !s.runFilesReady(ctx, files, id, kind) {
 		return
 	}
 	var listed bool
@@ -195,12 +205,7 @@ func (s *Server) uploadFile(ctx *fasthttp.RequestCtx, id string) {
 	if kind == "artifacts" {
 		files = s.artifactFiles
 	}
-	if files == nil {
-		writeError(ctx, apiErr(503, CodeUnavailable, "this dashboard was started without a "+kind+" directory"))
-		return
-	}
-	if _, err := s.st.GetRun(s.base, id); err != nil {
-		writeError(ctx, fromError(s.log, err))
+	if !s.runFilesReady(ctx, files, id, kind) {
 		return
 	}
 	tooLarge := apiErr(413, CodeTooLarge, fmt.Sprintf("the %s is larger than the %d bytes this dashboard accepts (fw dashboard --max-artifact-mib); keep it on the training machine or raise the limit", one, s.maxFileBytes))

@@ -115,16 +115,7 @@ func (d *Dir) PutFile(ctx context.Context, key, src string) error {
 	if err := os.Rename(src, p); err == nil {
 		return nil
 	}
-	f, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	return d.Put(ctx, key, f, st.Size())
+	return putFromFile(ctx, d, key, src) // another file system: copy
 }
 
 // Get implements Store.

@@ -106,16 +106,21 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error
 
 // PutFile implements Store: the file is uploaded (and left in place).
 func (s *S3) PutFile(ctx context.Context, key, path string) error {
+	return putFromFile(ctx, s, key, path)
+}
+
+// putFromFile stores the file at path under key through st.Put.
+func putFromFile(ctx context.Context, st Store, key, path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	st, err := f.Stat()
+	info, err := f.Stat()
 	if err != nil {
 		return err
 	}
-	return s.Put(ctx, key, f, st.Size())
+	return st.Put(ctx, key, f, info.Size())
 }
 
 func notFound(err error) bool {
