@@ -18,7 +18,9 @@ ORT_LIB := third_party/onnxruntime/lib/libonnxruntime.so.1
 SHIM := build/lib/libfwtorch.so
 HELM := build/tools/helm
 GO_SOURCES := $(shell find . -name '*.go' -not -path './third_party/*' -not -path './.venv/*' -not -path './web/node_modules/*' 2>/dev/null) go.mod go.sum
-PY_SOURCES := $(shell find python/fw -name '*.py' 2>/dev/null)
+PY_SOURCES := $(filter-out python/fw/triton_samples.py,$(shell find python/fw -name '*.py' 2>/dev/null))
+# Triton's sample models rebuilt as ONNX, in a Triton-layout model repository (fw serve --model-repository).
+TRITON_REPO := $(MODELS)/triton
 # The web UI (web/, built into dashboard/webui/dist and embedded in bin/fw).
 WEB_SOURCES := $(shell find web/src -type f -not -name schema.d.ts 2>/dev/null) web/index.html web/vite.config.ts web/tsconfig.json web/package.json web/package-lock.json
 WEB_DIST := dashboard/webui/dist/index.html
@@ -94,10 +96,15 @@ bin/fw: $(GO_SOURCES) httpapi/openapi.json $(wildcard internal/docsite/ui/*.html
 # headers, kernels) lives with the other caches so a fresh clone reuses it.
 export TORCHINDUCTOR_CACHE_DIR ?= $(or $(FW_CACHE_DIR),$(HOME)/.cache/fw)/inductor
 
-models: $(MODELS)/manifest.json ## train and export the reference models into build/models
+models: $(MODELS)/manifest.json $(TRITON_REPO)/.built ## train and export the reference models into build/models, and Triton's sample models into build/models/triton
 $(MODELS)/manifest.json: $(PY_SOURCES) | venv
 	@echo "==> reference models (digits_mlp, digits_cnn, textcls, resnet18) into $(MODELS)"
 	@$(PY) -m fw.reference --out $(MODELS)
+
+$(TRITON_REPO)/.built: python/fw/triton_samples.py | venv
+	@echo "==> Triton's sample models as ONNX, a model repository in $(TRITON_REPO)"
+	@$(PY) -m fw.triton_samples --out $(TRITON_REPO)
+	@touch $@
 
 # resnet18.pt2 (AOTInductor) is left out of `make models` (see AOTI_SKIP_RESNET
 # in python/fw/reference.py); make bench-engine builds it.

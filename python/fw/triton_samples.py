@@ -1,0 +1,223 @@
+"""Build a model repository in Triton's layout with Triton's sample models rebuilt as ONNX files.
+
+    python -m fw.triton_samples --out build/models/triton
+
+Triton's client examples and tests expect the sample models of Triton's server repository
+(``simple``, ``simple_int8``, ``simple_string``, ``densenet_onnx``, ...). Those are TensorFlow,
+custom-backend or downloaded files; this module writes ONNX graphs with the same tensor names,
+datatypes and shapes, and the same ``config.pbtxt``, so the examples run unchanged against
+``fw serve --model-repository``. It also writes the shapes that once broke fw: a model without
+a batch axis whose output is shorter than its input (``nobatch``) and a model exported with a
+fixed batch of one (``fixed_batch1``). Every graph is built with the ``onnx`` package from fixed
+numbers: the output is the same on every machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+IR_VERSION = 8
+
+
+def _save(model: onnx.ModelProto, path: Path) -> None:
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+
+
+def _graph(name: str, nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="fw.triton_samples")
+
+
+def simple(dtype: int) -> onnx.ModelProto:
+    """INPUT0, INPUT1 [-1,16] -> OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 (Triton's ``simple``)."""
+    vi = helper.make_tensor_value_info
+    ins = [vi("INPUT0", dtype, ["batch", 16]), vi("INPUT1", dtype, ["batch", 16])]
+    outs = [vi("OUTPUT0", dtype, ["batch", 16]), vi("OUTPUT1", dtype, ["batch", 16])]
+    nodes = [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]), helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])]
+    return _graph("simple", nodes, ins, outs)
+
+
+def simple_string() -> onnx.ModelProto:
+    """Triton's ``simple_string``: BYTES inputs holding integers; outputs their sum and difference as strings."""
+    vi = helper.make_tensor_value_info
+    ins = [vi("INPUT0", TensorProto.STRING, ["batch", 16]), vi("INPUT1", TensorProto.STRING, ["batch", 16])]
+    outs = [vi("OUTPUT0", TensorProto.STRING, ["batch", 16]), vi("OUTPUT1", TensorProto.STRING, ["batch", 16])]
+    nodes = [
+        helper.make_node("Cast", ["INPUT0"], ["a"], to=TensorProto.INT32),
+        helper.make_node("Cast", ["INPUT1"], ["b"], to=TensorProto.INT32),
+        helper.make_node("Add", ["a", "b"], ["sum"]),
+        helper.make_node("Sub", ["a", "b"], ["diff"]),
+        helper.make_node("Cast", ["sum"], ["OUTPUT0"], to=TensorProto.STRING),
+        helper.make_node("Cast", ["diff"], ["OUTPUT1"], to=TensorProto.STRING),
+    ]
+    return _graph("simple_string", nodes, ins, outs)
+
+
+def identity(dtype: int, name: str) -> onnx.ModelProto:
+    """INPUT0 [-1,-1] -> OUTPUT0, the same tensor (Triton's ``simple_identity`` for BYTES)."""
+    vi = helper.make_tensor_value_info
+    return _graph(
+        name,
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        [vi("INPUT0", dtype, ["batch", "n"])],
+        [vi("OUTPUT0", dtype, ["batch", "n"])],
+    )
+
+
+def nobatch() -> onnx.ModelProto:
+    """x [4] -> y [2] = x @ W: no batch axis, and an output shorter than the input."""
+    w = np.array([[1, 0], [0, 1], [1, 1], [2, -1]], dtype=np.float32)
+    vi = helper.make_tensor_value_info
+    return _graph(
+        "nobatch",
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        [vi("x", TensorProto.FLOAT, [4])],
+        [vi("y", TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(w, "W")],
+    )
+
+
+def fixed_batch1() -> onnx.ModelProto:
+    """x [1,16] -> y = 2x: exported with a fixed batch of one, so rows must never be joined."""
+    vi = helper.make_tensor_value_info
+    two = numpy_helper.from_array(np.array(2.0, dtype=np.float32), "two")
+    return _graph(
+        "fixed_batch1",
+        [helper.make_node("Mul", ["x", "two"], ["y"])],
+        [vi("x", TensorProto.FLOAT, [1, 16])],
+        [vi("y", TensorProto.FLOAT, [1, 16])],
+        [two],
+    )
+
+
+def densenet() -> onnx.ModelProto:
+    """A small stand-in for Triton's ``densenet_onnx``: data_0 [1,3,224,224] -> fc6_1 [1,1000,1,1].
+
+    The channels' means go through a fixed 1x1 convolution to 1,000 class scores: not a trained
+    network, but the same names, shapes and configuration as the model Triton's image examples use.
+    """
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((1000, 3, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(1000).astype(np.float32) * 0.1
+    vi = helper.make_tensor_value_info
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["data_0"], ["pooled"]),
+        helper.make_node("Conv", ["pooled", "W", "B"], ["fc6_1"]),
+    ]
+    return _graph(
+        "densenet_onnx",
+        nodes,
+        [vi("data_0", TensorProto.FLOAT, [1, 3, 224, 224])],
+        [vi("fc6_1", TensorProto.FLOAT, [1, 1000, 1, 1])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")],
+    )
+
+
+def _simple_config(name: str, typ: str) -> str:
+    tensors = lambda kind, names: ",\n".join(  # noqa: E731
+        f'  {{\n    name: "{n}"\n    data_type: {typ}\n    dims: [ 16 ]\n  }}' for n in names
+    )
+    return (
+        f'name: "{name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
+        f"input [\n{tensors('input', ['INPUT0', 'INPUT1'])}\n]\n"
+        f"output [\n{tensors('output', ['OUTPUT0', 'OUTPUT1'])}\n]\n"
+    )
+
+
+CONFIGS = {
+    "simple": _simple_config("simple", "TYPE_INT32"),
+    "simple_int8": _simple_config("simple_int8", "TYPE_INT8"),
+    "simple_string": _simple_config("simple_string", "TYPE_STRING"),
+    "simple_identity": """name: "simple_identity"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [
+  {
+    name: "INPUT0"
+    data_type: TYPE_STRING
+    dims: [ -1 ]
+  }
+]
+output [
+  {
+    name: "OUTPUT0"
+    data_type: TYPE_STRING
+    dims: [ -1 ]
+  }
+]
+""",
+    "nobatch": """name: "nobatch"
+backend: "onnxruntime"
+max_batch_size: 0
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 2 ] } ]
+""",
+    # fixed_batch1 has no config.pbtxt: its configuration is completed from the file.
+    "densenet_onnx": """name: "densenet_onnx"
+platform: "onnxruntime_onnx"
+max_batch_size: 0
+input [
+  {
+    name: "data_0"
+    data_type: TYPE_FP32
+    format: FORMAT_NCHW
+    dims: [ 3, 224, 224 ]
+    reshape { shape: [ 1, 3, 224, 224 ] }
+  }
+]
+output [
+  {
+    name: "fc6_1"
+    data_type: TYPE_FP32
+    dims: [ 1000 ]
+    reshape { shape: [ 1, 1000, 1, 1 ] }
+    label_filename: "densenet_labels.txt"
+  }
+]
+""",
+}
+
+
+def build(out: Path) -> list[str]:
+    """Write the repository into out (replacing what an earlier run left there); returns the model names."""
+    models = {
+        "simple": simple(TensorProto.INT32),
+        "simple_int8": simple(TensorProto.INT8),
+        "simple_string": simple_string(),
+        "simple_identity": identity(TensorProto.STRING, "simple_identity"),
+        "nobatch": nobatch(),
+        "fixed_batch1": fixed_batch1(),
+        "densenet_onnx": densenet(),
+    }
+    if out.exists():
+        shutil.rmtree(out)
+    for name, model in models.items():
+        _save(model, out / name / "1" / "model.onnx")
+        if name in CONFIGS:
+            (out / name / "config.pbtxt").write_text(CONFIGS[name])
+    (out / "densenet_onnx" / "densenet_labels.txt").write_text("".join(f"CLASS_{i:04d}\n" for i in range(1000)))
+    return sorted(models)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fw.triton_samples", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True, help="the repository directory to write (replaced)")
+    args = p.parse_args(argv)
+    names = build(args.out)
+    print(f"fw.triton_samples: {len(names)} models in {args.out}: {', '.join(names)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
