@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -54,14 +53,13 @@ type Config struct {
 	MaxStreams int
 }
 
-// Server implements the inference and health services over a slot.
+// Server implements the inference and health services over the models served.
 type Server struct {
 	pb.UnimplementedGRPCInferenceServiceServer
 	healthpb.UnimplementedHealthServer
 
 	cfg     Config
-	slot    serving.Slot
-	stats   *serving.Stats
+	models  serving.Models
 	log     *slog.Logger
 	base    context.Context
 	keys    serving.Keys
@@ -73,10 +71,10 @@ type Server struct {
 	closeOnce sync.Once
 }
 
-// New creates the front end. base is cancelled on shutdown and bounds every
-// request; stats is shared with the HTTP front end; the gRPC metrics are
-// registered on reg.
-func New(base context.Context, cfg Config, slot serving.Slot, stats *serving.Stats, reg prometheus.Registerer, log *slog.Logger) *Server {
+// New creates the front end over models (shared with the HTTP front end).
+// base is cancelled on shutdown and bounds every request; the gRPC metrics
+// are registered on reg.
+func New(base context.Context, cfg Config, models serving.Models, reg prometheus.Registerer, log *slog.Logger) *Server {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
 	}
@@ -92,7 +90,7 @@ func New(base context.Context, cfg Config, slot serving.Slot, stats *serving.Sta
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	s := &Server{cfg: cfg, slot: slot, stats: stats, log: log, base: base, metrics: newMetrics(reg), closing: make(chan struct{}),
+	s := &Server{cfg: cfg, models: models, log: log, base: base, metrics: newMetrics(reg), closing: make(chan struct{}),
 		keys: serving.NewKeys(cfg.APIKeys)}
 	return s
 }
@@ -192,10 +190,11 @@ func (s *Server) ServerLive(context.Context, *pb.ServerLiveRequest) (*pb.ServerL
 	return &pb.ServerLiveResponse{Live: true}, nil
 }
 
-// ready reports whether the server is ready (not draining) with a model.
+// ready reports whether the server is ready (not draining) with the
+// models it must serve.
 func (s *Server) ready() bool {
-	st, _ := s.slot.State()
-	return st == serving.StateReady && s.slot.Current() != nil
+	st, _ := s.models.State()
+	return st == serving.StateReady
 }
 
 // ServerReady implements GRPCInferenceService: the model is loaded, warm and
@@ -204,21 +203,31 @@ func (s *Server) ServerReady(context.Context, *pb.ServerReadyRequest) (*pb.Serve
 	return &pb.ServerReadyResponse{Ready: s.ready()}, nil
 }
 
-// model returns the serving instance when name and version name its model.
+// model returns the serving instance of name (and version, if given).
 func (s *Server) model(name, version string) (*serving.Instance, error) {
-	inst := s.slot.Current()
-	if inst == nil {
-		st, reason := s.slot.State()
-		return nil, status.Errorf(codes.Unavailable, "no model is loaded yet (%s: %s); retry", st, reason)
-	}
-	m := inst.Model
-	if name != m.Name() {
-		return nil, status.Errorf(codes.NotFound, "model %q is not served here; this server serves model %q (version %q)", name, m.Name(), m.Version())
-	}
-	if version != "" && version != m.Version() {
-		return nil, status.Errorf(codes.NotFound, "version %q of model %q is not served here; this server serves version %q", version, name, m.Version())
+	inst, err := s.models.Get(name, version)
+	if err != nil {
+		return nil, modelStatus(err)
 	}
 	return inst, nil
+}
+
+// modelStatus maps a failure to find, load or unload a model
+// (*serving.ModelError) to a status whose code matches the HTTP answer's.
+func modelStatus(err error) error {
+	me, ok := serving.AsModelError(err)
+	if !ok {
+		return status.Error(codes.Internal, err.Error())
+	}
+	switch me.Kind {
+	case serving.ModelUnknown:
+		return status.Error(codes.NotFound, me.Message)
+	case serving.ModelNotReady:
+		return status.Error(codes.Unavailable, me.Message)
+	case serving.ModelControlDisabled:
+		return status.Error(codes.FailedPrecondition, me.Message)
+	}
+	return status.Error(codes.InvalidArgument, me.Message)
 }
 
 // ModelReady implements GRPCInferenceService.
@@ -229,7 +238,8 @@ func (s *Server) ModelReady(_ context.Context, req *pb.ModelReadyRequest) (*pb.M
 		}
 		return nil, err
 	}
-	return &pb.ModelReadyResponse{Ready: s.ready()}, nil
+	st, _ := s.models.State()
+	return &pb.ModelReadyResponse{Ready: st.Serving()}, nil
 }
 
 // ServerMetadata implements GRPCInferenceService.
@@ -253,7 +263,7 @@ func (s *Server) ModelMetadata(_ context.Context, req *pb.ModelMetadataRequest) 
 	}
 	m := inst.Model
 	return &pb.ModelMetadataResponse{
-		Name: m.Name(), Versions: []string{m.Version()}, Platform: serving.Platform(m.Format),
+		Name: inst.Name(), Versions: []string{inst.Version()}, Platform: inst.Config.Platform,
 		Inputs: tensorMetas(m.Inputs()), Outputs: tensorMetas(m.Outputs()),
 	}, nil
 }
@@ -264,29 +274,67 @@ func (s *Server) ModelConfig(_ context.Context, req *pb.ModelConfigRequest) (*pb
 	if err != nil {
 		return nil, err
 	}
-	c := serving.Config(inst, filepath.Base(inst.Model.Path))
+	return &pb.ModelConfigResponse{Config: configPB(inst.Config)}, nil
+}
+
+// configPB renders a model configuration as Triton's ModelConfig message.
+func configPB(c serving.ModelConfig) *pb.ModelConfig {
 	dtype := func(t serving.TensorConfig) pb.DataType { return pb.DataType(pb.DataType_value[t.DataType]) }
+	reshape := func(t serving.TensorConfig) *pb.ModelTensorReshape {
+		if t.Reshape == nil {
+			return nil
+		}
+		return &pb.ModelTensorReshape{Shape: t.Reshape}
+	}
 	var ins []*pb.ModelInput
 	for _, t := range c.Inputs {
-		ins = append(ins, &pb.ModelInput{Name: t.Name, DataType: dtype(t), Dims: t.Dims})
+		ins = append(ins, &pb.ModelInput{Name: t.Name, DataType: dtype(t), Dims: t.Dims, Reshape: reshape(t),
+			Format: pb.ModelInput_Format(pb.ModelInput_Format_value[t.Format])})
 	}
 	var outs []*pb.ModelOutput
 	for _, t := range c.Outputs {
-		outs = append(outs, &pb.ModelOutput{Name: t.Name, DataType: dtype(t), Dims: t.Dims})
+		outs = append(outs, &pb.ModelOutput{Name: t.Name, DataType: dtype(t), Dims: t.Dims, Reshape: reshape(t), LabelFilename: t.LabelFilename})
 	}
 	group := &pb.ModelInstanceGroup{Name: c.Name, Count: int32(c.Instances), Kind: pb.ModelInstanceGroup_KIND_CPU}
-	if len(c.GPUs) > 0 {
+	if c.InstanceKind == "KIND_GPU" || len(c.GPUs) > 0 {
 		group.Kind = pb.ModelInstanceGroup_KIND_GPU
 		for _, g := range c.GPUs {
 			group.Gpus = append(group.Gpus, int32(g))
 		}
 	}
-	return &pb.ModelConfigResponse{Config: &pb.ModelConfig{
+	policy := &pb.ModelVersionPolicy{PolicyChoice: &pb.ModelVersionPolicy_Latest_{Latest: &pb.ModelVersionPolicy_Latest{NumVersions: 1}}}
+	if p, ok := c.VersionPolicy["latest"].(map[string]any); ok {
+		if n, ok := p["num_versions"].(int); ok {
+			policy.PolicyChoice = &pb.ModelVersionPolicy_Latest_{Latest: &pb.ModelVersionPolicy_Latest{NumVersions: uint32(n)}}
+		}
+	} else if _, ok := c.VersionPolicy["all"]; ok {
+		policy.PolicyChoice = &pb.ModelVersionPolicy_All_{All: &pb.ModelVersionPolicy_All{}}
+	} else if p, ok := c.VersionPolicy["specific"].(map[string]any); ok {
+		vs, _ := p["versions"].([]int64)
+		policy.PolicyChoice = &pb.ModelVersionPolicy_Specific_{Specific: &pb.ModelVersionPolicy_Specific{Versions: vs}}
+	}
+	var params map[string]*pb.ModelParameter
+	for k, v := range c.Parameters {
+		if params == nil {
+			params = map[string]*pb.ModelParameter{}
+		}
+		params[k] = &pb.ModelParameter{StringValue: v}
+	}
+	return &pb.ModelConfig{
 		Name: c.Name, Platform: c.Platform, Backend: c.Backend, MaxBatchSize: int32(c.MaxBatchSize),
-		Input: ins, Output: outs, InstanceGroup: []*pb.ModelInstanceGroup{group},
-		DefaultModelFilename: c.DefaultModelFilename,
-		DynamicBatching:      &pb.ModelDynamicBatching{MaxQueueDelayMicroseconds: uint64(max(c.MaxQueueDelay, 0))},
-	}}, nil
+		Input: ins, Output: outs, InstanceGroup: []*pb.ModelInstanceGroup{group}, VersionPolicy: policy,
+		DefaultModelFilename: c.DefaultModelFilename, Parameters: params,
+		SchedulingChoice: &pb.ModelConfig_DynamicBatching{DynamicBatching: &pb.ModelDynamicBatching{
+			MaxQueueDelayMicroseconds: uint64(max(c.MaxQueueDelay, 0)), PreferredBatchSize: int32s(c.PreferredBatchSizes)}},
+	}
+}
+
+func int32s(v []int64) []int32 {
+	out := make([]int32, len(v))
+	for i, x := range v {
+		out[i] = int32(x)
+	}
+	return out
 }
 
 func durationPB(d serving.Duration) *pb.StatisticDuration {
@@ -294,22 +342,27 @@ func durationPB(d serving.Duration) *pb.StatisticDuration {
 }
 
 // ModelStatistics implements GRPCInferenceService (Triton's extension):
-// the served model's statistics, for its name or for an empty name.
+// a model's statistics, or every loaded model's for an empty name.
 func (s *Server) ModelStatistics(_ context.Context, req *pb.ModelStatisticsRequest) (*pb.ModelStatisticsResponse, error) {
-	var inst *serving.Instance
 	if req.GetName() == "" {
-		if inst = s.slot.Current(); inst == nil {
-			return &pb.ModelStatisticsResponse{}, nil
+		resp := &pb.ModelStatisticsResponse{}
+		for _, inst := range s.models.Loaded() {
+			resp.ModelStats = append(resp.ModelStats, statsPB(inst))
 		}
-	} else {
-		var err error
-		if inst, err = s.model(req.GetName(), req.GetVersion()); err != nil {
-			return nil, err
-		}
+		return resp, nil
 	}
-	snap := s.stats.Snapshot()
+	inst, err := s.model(req.GetName(), req.GetVersion())
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ModelStatisticsResponse{ModelStats: []*pb.ModelStatistics{statsPB(inst)}}, nil
+}
+
+// statsPB is one model version's statistics as Triton's message.
+func statsPB(inst *serving.Instance) *pb.ModelStatistics {
+	snap := inst.Stats.Snapshot()
 	ms := &pb.ModelStatistics{
-		Name: inst.Model.Name(), Version: inst.Model.Version(),
+		Name: inst.Name(), Version: inst.Version(),
 		LastInference: snap.LastInference, InferenceCount: snap.InferenceCount, ExecutionCount: snap.ExecutionCount,
 		InferenceStats: &pb.InferStatistics{
 			Success: durationPB(snap.Success), Fail: durationPB(snap.Fail), Queue: durationPB(snap.Queue),
@@ -322,7 +375,7 @@ func (s *Server) ModelStatistics(_ context.Context, req *pb.ModelStatisticsReque
 			BatchSize: b.BatchSize, ComputeInput: durationPB(b.ComputeInput), ComputeInfer: durationPB(b.ComputeInfer), ComputeOutput: durationPB(b.ComputeOutput),
 		})
 	}
-	return &pb.ModelStatisticsResponse{ModelStats: []*pb.ModelStatistics{ms}}, nil
+	return ms
 }
 
 // ModelInfer implements GRPCInferenceService: one inference request.
@@ -337,7 +390,7 @@ func (s *Server) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mode
 	if err != nil {
 		return nil, err
 	}
-	if st, reason := s.slot.State(); !st.Serving() {
+	if st, reason := s.models.State(); !st.Serving() {
 		return nil, status.Errorf(codes.Unavailable, "the server is not ready (%s: %s); retry", st, reason)
 	}
 	m := inst.Model
@@ -350,14 +403,14 @@ func (s *Server) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mode
 	stop := context.AfterFunc(s.base, cancel)
 	defer stop()
 	rec := serving.Request{Began: began, Submitted: time.Now()}
-	out, timing, err := serving.Infer(rctx, s.slot, inst, dec.inputs)
+	out, timing, err := serving.Infer(rctx, s.models, inst, dec.inputs)
 	rec.Timing = timing
 	if err != nil {
 		rec.Encoded = time.Now()
-		s.stats.Record(rec)
+		inst.Stats.Record(rec)
 		return nil, s.inferError(ctx, err)
 	}
-	resp := &pb.ModelInferResponse{ModelName: m.Name(), ModelVersion: m.Version(), Id: req.GetId()}
+	resp := &pb.ModelInferResponse{ModelName: inst.Name(), ModelVersion: inst.Version(), Id: req.GetId()}
 	specs := m.Outputs()
 	for _, idx := range dec.outputs {
 		if idx >= len(out) {
@@ -370,7 +423,7 @@ func (s *Server) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mode
 		resp.RawOutputContents = append(resp.RawOutputContents, t.Data)
 	}
 	rec.OK, rec.Encoded = true, time.Now()
-	s.stats.Record(rec)
+	inst.Stats.Record(rec)
 	return resp, nil
 }
 

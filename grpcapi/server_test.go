@@ -59,9 +59,8 @@ func start(t testing.TB, o options) *fixture {
 		o.model = "digits_mlp.onnx"
 	}
 	reg := prometheus.NewRegistry()
-	stats := &serving.Stats{}
 	h := modelhost.New(modelhost.Config{Path: filepath.Join(testmodels.Dir(t), o.model), Engine: engine.Options{Threads: 1},
-		Batcher: batcher.DefaultConfig(), SkipWarmup: true, Stats: stats}, httpapi.NewMetrics(reg), quietLog())
+		Batcher: batcher.DefaultConfig(), SkipWarmup: true}, httpapi.NewMetrics(reg), quietLog())
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatalf("start the model host: %v", err)
 	}
@@ -70,7 +69,7 @@ func start(t testing.TB, o options) *fixture {
 		slot = o.slot(h)
 	}
 	base, cancel := context.WithCancel(context.Background())
-	srv := New(base, Config{MaxRows: o.maxRows, MaxMessageBytes: o.maxMsg, APIKeys: o.keys, Version: "test"}, slot, stats, reg, quietLog())
+	srv := New(base, Config{MaxRows: o.maxRows, MaxMessageBytes: o.maxMsg, APIKeys: o.keys, Version: "test"}, serving.One(slot), reg, quietLog())
 	gs := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(gs)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -93,7 +92,7 @@ func start(t testing.TB, o options) *fixture {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return &fixture{host: h, srv: srv, client: pb.NewGRPCInferenceServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg, stats: stats}
+	return &fixture{host: h, srv: srv, client: pb.NewGRPCInferenceServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg, stats: h.Current().Stats}
 }
 
 func callCtx(t testing.TB) context.Context {
@@ -155,7 +154,7 @@ func TestProbesMetadataConfig(t *testing.T) {
 		t.Fatalf("ModelReady: %v %v", r, err)
 	}
 	_, err := f.client.ModelReady(ctx, &pb.ModelReadyRequest{Name: "nope"})
-	wantCode(t, err, codes.NotFound, `serves model "digits_mlp"`)
+	wantCode(t, err, codes.NotFound, `Request for unknown model: 'nope' is not found; the models served are digits_mlp`)
 	sm, err := f.client.ServerMetadata(ctx, &pb.ServerMetadataRequest{})
 	if err != nil || sm.Name != "fw" || sm.Version != "test" || !strings.Contains(strings.Join(sm.Extensions, ","), "statistics") {
 		t.Fatalf("ServerMetadata: %v %v", sm, err)
@@ -165,7 +164,7 @@ func TestProbesMetadataConfig(t *testing.T) {
 		t.Fatalf("ModelMetadata: %v %v", md, err)
 	}
 	_, err = f.client.ModelMetadata(ctx, &pb.ModelMetadataRequest{Name: "digits_mlp", Version: "9"})
-	wantCode(t, err, codes.NotFound, `version "9"`)
+	wantCode(t, err, codes.NotFound, `version 9 is not found; this server serves version 1`)
 	cfg, err := f.client.ModelConfig(ctx, &pb.ModelConfigRequest{Name: "digits_mlp"})
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +173,7 @@ func TestProbesMetadataConfig(t *testing.T) {
 	bc := batcher.DefaultConfig()
 	if c.Name != "digits_mlp" || c.Backend != "onnxruntime" || int(c.MaxBatchSize) != bc.MaxBatchRows ||
 		c.Input[0].DataType != pb.DataType_TYPE_FP32 || len(c.Input[0].Dims) != 1 || c.Input[0].Dims[0] != 64 ||
-		c.DynamicBatching.GetMaxQueueDelayMicroseconds() != uint64(bc.MaxDelay.Microseconds()) ||
+		c.GetDynamicBatching().GetMaxQueueDelayMicroseconds() != uint64(bc.MaxDelay.Microseconds()) ||
 		c.InstanceGroup[0].Kind != pb.ModelInstanceGroup_KIND_CPU || c.InstanceGroup[0].Count != 1 || c.DefaultModelFilename != "digits_mlp.onnx" {
 		t.Fatalf("ModelConfig: %v", c)
 	}
@@ -286,7 +285,7 @@ func TestInferErrors(t *testing.T) {
 		code codes.Code
 		hint string
 	}{
-		{"unknown model", &pb.ModelInferRequest{ModelName: "resnet"}, codes.NotFound, "is not served here"},
+		{"unknown model", &pb.ModelInferRequest{ModelName: "resnet"}, codes.NotFound, "Request for unknown model: 'resnet' is not found"},
 		{"no inputs", &pb.ModelInferRequest{ModelName: "digits_mlp"}, codes.InvalidArgument, `input "input" is missing`},
 		{"unknown input", &pb.ModelInferRequest{ModelName: "digits_mlp", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32", Shape: []int64{1, 64}}}}, codes.InvalidArgument, `unknown input "x"`},
 		{"wrong datatype", &pb.ModelInferRequest{ModelName: "digits_mlp", Inputs: in("INT64", 1, 64), RawInputContents: [][]byte{make([]byte, 512)}}, codes.InvalidArgument, "this model takes FP32"},

@@ -137,7 +137,7 @@ func (s *Server) runItem(ctx context.Context, inst *serving.Instance, id []byte,
 		return appendItemError(nil, id, s.submitError(err))
 	}
 	b := appendPrediction(nil, inst.Model, out, id)
-	s.done(rec)
+	s.done(inst, rec)
 	return b
 }
 

@@ -80,7 +80,7 @@ func newEdgeServer(t testing.TB, model string, cfg Config, bc batcher.Config, g 
 	base, cancel := context.WithCancel(context.Background())
 	logs := &testlog.Buffer{}
 	srv := NewTestServer(base, cfg, slog.New(slog.NewTextHandler(logs, nil)), reg)
-	srv.Swap(&serving.Instance{Model: m, Batcher: batcher.New(run, bc, srv.Metrics())})
+	srv.Swap(&serving.Instance{Model: m, Batcher: batcher.New(run, bc, srv.BatchStats())})
 	srv.SetState(serving.StateReady, "")
 	t.Cleanup(func() {
 		cancel()

@@ -13,6 +13,8 @@ const (
 	CodeBadImage         = "bad_image"              // 400
 	CodeUnauthorized     = "unauthorized"           // 401
 	CodeNotFound         = "not_found"              // 404
+	CodeLoadFailed       = "load_failed"            // 400
+	CodeControlDisabled  = "control_disabled"       // 400
 	CodeMethodNotAllowed = "method_not_allowed"     // 405
 	CodeTooLarge         = "payload_too_large"      // 413
 	CodeUnsupportedMedia = "unsupported_media_type" // 415

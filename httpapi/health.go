@@ -13,8 +13,8 @@ import (
 // writeJSON encodes v with encoding/json (for small, cold responses).
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) { apierror.WriteJSON(ctx, status, v) }
 
-func modelRef(m *engine.Model) map[string]any {
-	return map[string]any{"name": m.Name(), "version": m.Version(), "format": string(m.Format)}
+func modelRef(inst *serving.Instance) map[string]any {
+	return map[string]any{"name": inst.Name(), "version": inst.Version(), "format": string(inst.Model.Format)}
 }
 
 // handleReady serves GET /health and /health/ready: 200 once the model is
@@ -26,13 +26,22 @@ func (s *Server) handleReady(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, e)
 		return
 	}
-	inst := s.ready(ctx)
-	if inst == nil {
+	if !s.serving(ctx) {
+		return
+	}
+	inst, err := s.models.Default()
+	if err != nil {
+		if me, ok := serving.AsModelError(err); ok && me.Kind == serving.ModelAmbiguous {
+			// Several models: the server is ready when the ones it must serve are.
+			writeJSON(ctx, 200, map[string]any{"status": "ok", "models": len(s.models.Loaded()), "uptime_s": time.Since(s.started).Seconds()})
+			return
+		}
+		writeError(ctx, modelError(err))
 		return
 	}
 	writeJSON(ctx, 200, map[string]any{
 		"status":   "ok",
-		"model":    modelRef(inst.Model),
+		"model":    modelRef(inst),
 		"device":   string(inst.Model.Device),
 		"uptime_s": time.Since(s.started).Seconds(),
 		"queue":    inst.Batcher.QueueDepth(),
@@ -62,21 +71,18 @@ func specViews(specs []engine.TensorSpec) []SpecView {
 	return out
 }
 
-// handleModel serves GET /model: the model's metadata.
+// handleModel serves GET /model: the metadata of the model the query's
+// `model` (and `version`) names, or of the one model served.
 func (s *Server) handleModel(ctx *fasthttp.RequestCtx) {
-	inst := s.Current()
+	inst := s.ready(ctx)
 	if inst == nil {
-		st, reason := s.State()
-		e := newError(503, CodeNotReady, "no model is loaded yet: "+reason, map[string]any{"status": st.String()})
-		e.RetryAfter = 1
-		writeError(ctx, e)
 		return
 	}
 	m := inst.Model
 	cfg := inst.Batcher.Config()
 	resp := map[string]any{
-		"name":         m.Name(),
-		"version":      m.Version(),
+		"name":         inst.Name(),
+		"version":      inst.Version(),
 		"format":       string(m.Format),
 		"device":       string(m.Device),
 		"file":         filepath.Base(m.Path),

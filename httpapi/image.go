@@ -125,7 +125,7 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(b)
 	*buf = b
 	s.putBuf(buf)
-	s.done(rec)
+	s.done(inst, rec)
 }
 
 func imageOptions(q *fasthttp.Args) (imageprep.Options, *APIError) {

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fw-serve/fw/serving"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -14,15 +15,15 @@ import (
 type Metrics struct {
 	requests     *prometheus.CounterVec
 	latency      *prometheus.HistogramVec
-	batchRows    prometheus.Histogram
-	batchReqs    prometheus.Histogram
-	queueDepth   prometheus.Gauge
-	queueCap     prometheus.Gauge
-	queueWait    prometheus.Histogram
-	inference    prometheus.Histogram
-	rows         prometheus.Counter
-	batchErrors  prometheus.Counter
-	loadSeconds  prometheus.Gauge
+	batchRows    *prometheus.HistogramVec
+	batchReqs    *prometheus.HistogramVec
+	queueDepth   *prometheus.GaugeVec
+	queueCap     *prometheus.GaugeVec
+	queueWait    *prometheus.HistogramVec
+	inference    *prometheus.HistogramVec
+	rows         *prometheus.CounterVec
+	batchErrors  *prometheus.CounterVec
+	loadSeconds  *prometheus.GaugeVec
 	modelInfo    *prometheus.GaugeVec
 	reloads      *prometheus.CounterVec
 	ready        prometheus.Gauge
@@ -51,31 +52,31 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "fw_http_request_duration_seconds", Help: "HTTP request latency by endpoint.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"endpoint"}),
-		batchRows: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "fw_batch_size_rows", Help: "Rows per engine call (dynamic batching).",
+		batchRows: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fw_batch_size_rows", Help: "Rows per engine call (dynamic batching), by model and version.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024},
-		}),
-		batchReqs: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "fw_batch_size_requests", Help: "Requests coalesced per engine call.",
+		}, modelLabels),
+		batchReqs: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fw_batch_size_requests", Help: "Requests coalesced per engine call, by model and version.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
-		}),
-		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fw_queue_depth", Help: "Requests waiting for an engine call."}),
-		queueCap: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fw_queue_capacity", Help: "Requests allowed to wait (--max-queue); fw_queue_depth / fw_queue_capacity is the queue's saturation, 503 at 1.",
-		}),
-		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "fw_queue_wait_seconds", Help: "Time a batch's first request waited before its engine call.",
+		}, modelLabels),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fw_queue_depth", Help: "Requests waiting for an engine call, by model and version."}, modelLabels),
+		queueCap: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fw_queue_capacity", Help: "Requests allowed to wait (--max-queue), by model and version; fw_queue_depth / fw_queue_capacity is the queue's saturation, 503 at 1.",
+		}, modelLabels),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fw_queue_wait_seconds", Help: "Time a batch's first request waited before its engine call, by model and version.",
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .5, 1},
-		}),
-		inference: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "fw_inference_duration_seconds", Help: "Engine time per batch.",
+		}, modelLabels),
+		inference: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fw_inference_duration_seconds", Help: "Engine time per batch, by model and version.",
 			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-		}),
-		rows:        prometheus.NewCounter(prometheus.CounterOpts{Name: "fw_rows_total", Help: "Rows computed by the engine; rate() gives rows per second."}),
-		batchErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "fw_batch_errors_total", Help: "Engine calls that failed."}),
-		loadSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fw_model_load_seconds", Help: "Time the serving model took to load and warm up."}),
+		}, modelLabels),
+		rows:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fw_rows_total", Help: "Rows computed by the engine, by model and version; rate() gives rows per second."}, modelLabels),
+		batchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fw_batch_errors_total", Help: "Engine calls that failed, by model and version."}, modelLabels),
+		loadSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "fw_model_load_seconds", Help: "Time the model version took to load and warm up."}, modelLabels),
 		modelInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "fw_model_info", Help: "The model being served (value 1).",
+			Name: "fw_model_info", Help: "The models being served (value 1), one series per model version.",
 		}, []string{"name", "version", "format", "device"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fw_model_reloads_total", Help: "Model file reloads by result (ok, failed).",
@@ -125,31 +126,64 @@ func (m *Metrics) observeRequest(endpoint string, code int, d time.Duration) {
 	(*c).Inc()
 }
 
+// modelLabels are the labels of the per-model metrics.
+var modelLabels = []string{"model", "version"}
+
+// Model returns the metrics of one model version, created on first use:
+// what its batcher reports and its load. Forget removes them on unload.
+func (m *Metrics) Model(name, version string) serving.ModelMetrics {
+	l := prometheus.Labels{"model": name, "version": version}
+	return &modelMetrics{
+		m: m, name: name, version: version,
+		batchRows: m.batchRows.With(l), batchReqs: m.batchReqs.With(l), queueDepth: m.queueDepth.With(l),
+		queueCap: m.queueCap.With(l), queueWait: m.queueWait.With(l), inference: m.inference.With(l),
+		rows: m.rows.With(l), batchErrors: m.batchErrors.With(l), loadSeconds: m.loadSeconds.With(l),
+	}
+}
+
+// Forget removes the series of a model version that is no longer served.
+func (m *Metrics) Forget(name, version string) {
+	l := prometheus.Labels{"model": name, "version": version}
+	for _, v := range []interface{ Delete(prometheus.Labels) bool }{m.batchRows, m.batchReqs, m.queueDepth, m.queueCap, m.queueWait, m.inference, m.rows, m.batchErrors, m.loadSeconds} {
+		v.Delete(l)
+	}
+	m.modelInfo.DeletePartialMatch(prometheus.Labels{"name": name, "version": version})
+}
+
+// modelMetrics are one model version's series, resolved once.
+type modelMetrics struct {
+	m                                          *Metrics
+	name, version                              string
+	batchRows, batchReqs, queueWait, inference prometheus.Observer
+	queueDepth, queueCap, loadSeconds          prometheus.Gauge
+	rows, batchErrors                          prometheus.Counter
+}
+
 // BatchRun implements batcher.Stats.
-func (m *Metrics) BatchRun(rows, requests int, queueWait, inference time.Duration, err error) {
-	m.batchRows.Observe(float64(rows))
-	m.batchReqs.Observe(float64(requests))
-	m.queueWait.Observe(queueWait.Seconds())
-	m.inference.Observe(inference.Seconds())
+func (mm *modelMetrics) BatchRun(rows, requests int, queueWait, inference time.Duration, err error) {
+	mm.batchRows.Observe(float64(rows))
+	mm.batchReqs.Observe(float64(requests))
+	mm.queueWait.Observe(queueWait.Seconds())
+	mm.inference.Observe(inference.Seconds())
 	if err != nil {
-		m.batchErrors.Inc()
+		mm.batchErrors.Inc()
 		return
 	}
-	m.rows.Add(float64(rows))
+	mm.rows.Add(float64(rows))
 }
 
 // SetQueueCapacity sets fw_queue_capacity: the requests allowed to wait
 // (batcher.Config.MaxQueue), against which fw_queue_depth saturates.
-func (m *Metrics) SetQueueCapacity(n int) { m.queueCap.Set(float64(n)) }
+func (mm *modelMetrics) SetQueueCapacity(n int) { mm.queueCap.Set(float64(n)) }
 
 // QueueDepth implements batcher.Stats.
-func (m *Metrics) QueueDepth(n int) { m.queueDepth.Set(float64(n)) }
+func (mm *modelMetrics) QueueDepth(n int) { mm.queueDepth.Set(float64(n)) }
 
-// ModelLoaded records a (re)load's result and the model now served.
-func (m *Metrics) ModelLoaded(name, version, format, device string, took time.Duration) {
-	m.modelInfo.Reset()
-	m.modelInfo.WithLabelValues(name, version, format, device).Set(1)
-	m.loadSeconds.Set(took.Seconds())
+// Loaded records a (re)load of the model version: fw_model_info and the time it took.
+func (mm *modelMetrics) Loaded(format, device string, took time.Duration) {
+	mm.m.modelInfo.DeletePartialMatch(prometheus.Labels{"name": mm.name, "version": mm.version})
+	mm.m.modelInfo.WithLabelValues(mm.name, mm.version, format, device).Set(1)
+	mm.loadSeconds.Set(took.Seconds())
 }
 
 // Reload counts a hot-reload attempt by result ("ok" or "failed").

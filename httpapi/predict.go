@@ -52,7 +52,7 @@ func (s *Server) handlePredict(ctx *fasthttp.RequestCtx) {
 	ctx.SetBody(b)
 	*buf = b
 	s.putBuf(buf)
-	s.done(rec)
+	s.done(inst, rec)
 }
 
 // infer runs inputs through inst (serving.Infer: checked, batched, retried
@@ -62,19 +62,19 @@ func (s *Server) handlePredict(ctx *fasthttp.RequestCtx) {
 // encoded (s.done).
 func (s *Server) infer(ctx context.Context, inst *serving.Instance, inputs []engine.Tensor, began time.Time) ([]engine.Tensor, serving.Request, error) {
 	rec := serving.Request{Began: began, Submitted: time.Now()}
-	out, t, err := serving.Infer(ctx, s.slot, inst, inputs)
+	out, t, err := serving.Infer(ctx, s.models, inst, inputs)
 	rec.Timing = t
 	if err != nil {
 		rec.Encoded = time.Now()
-		s.stats.Record(rec)
+		inst.Stats.Record(rec)
 	}
 	return out, rec, err
 }
 
-// done records a successful request whose answer is encoded.
-func (s *Server) done(rec serving.Request) {
+// done records a successful request to inst whose answer is encoded.
+func (s *Server) done(inst *serving.Instance, rec serving.Request) {
 	rec.OK, rec.Encoded = true, time.Now()
-	s.stats.Record(rec)
+	inst.Stats.Record(rec)
 }
 
 // decodeInputs reads {"data": rows} or {"inputs": {...}} into the model's

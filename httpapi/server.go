@@ -46,9 +46,6 @@ type Config struct {
 	Version string
 	// Hosts is the accepted Host headers (--allowed-hosts; hostguard.go); nil accepts any.
 	Hosts *hostguard.Policy
-	// Stats is where inference statistics are recorded (shared with the
-	// gRPC front end); nil keeps the server's own.
-	Stats *serving.Stats
 }
 
 // DefaultConfig returns the defaults the fw serve flags document.
@@ -88,27 +85,26 @@ const maxDrainBytes = 16 << 20
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
-	slot     serving.Slot
+	models   serving.Models
 	metrics  *Metrics
 	metricsH fasthttp.RequestHandler
 	started  time.Time
 	keys     serving.Keys
-	stats    *serving.Stats
 	bufs     sync.Pool
 	base     context.Context
 
 	// routeHook, when set (by tests only), runs first on every request.
 	routeHook func(*fasthttp.RequestCtx)
+	// testSlot is the *TestSlot a test server (NewTestServer) serves from.
+	testSlot any
 }
 
-// New creates a server over slot. metrics (NewMetrics) is where requests are
-// counted; gatherer serves /metrics. base is cancelled on shutdown and bounds
-// every request's context.
-func New(base context.Context, cfg Config, slot serving.Slot, metrics *Metrics, log *slog.Logger, gatherer prometheus.Gatherer) *Server {
-	s := &Server{cfg: cfg.withDefaults(), log: log, slot: slot, metrics: metrics, started: time.Now(), base: base, stats: cfg.Stats}
-	if s.stats == nil {
-		s.stats = &serving.Stats{}
-	}
+// New creates a server over models (serving.One of a slot, or a
+// repository). metrics (NewMetrics) is where requests are counted; gatherer
+// serves /metrics. base is cancelled on shutdown and bounds every request's
+// context.
+func New(base context.Context, cfg Config, models serving.Models, metrics *Metrics, log *slog.Logger, gatherer prometheus.Gatherer) *Server {
+	s := &Server{cfg: cfg.withDefaults(), log: log, models: models, metrics: metrics, started: time.Now(), base: base}
 	s.metricsH = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	s.keys = serving.NewKeys(s.cfg.APIKeys)
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
@@ -118,11 +114,15 @@ func New(base context.Context, cfg Config, slot serving.Slot, metrics *Metrics, 
 // Metrics returns the server's metrics.
 func (s *Server) Metrics() *Metrics { return s.metrics }
 
-// Current is the instance serving now (nil while none is).
-func (s *Server) Current() *serving.Instance { return s.slot.Current() }
+// Current is the default instance serving now (nil while none is, or when
+// several models are served).
+func (s *Server) Current() *serving.Instance {
+	inst, _ := s.models.Default()
+	return inst
+}
 
 // State returns the readiness state and its reason.
-func (s *Server) State() (serving.State, string) { return s.slot.State() }
+func (s *Server) State() (serving.State, string) { return s.models.State() }
 
 // Handler is the fasthttp request handler for every route. A panic in a
 // route is answered 500 "internal" and the server keeps serving
@@ -253,19 +253,72 @@ func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
 	return false
 }
 
-// ready returns the serving instance, or writes 503 and returns nil.
+// ready returns the instance a prediction route serves: the model named by
+// the query parameters `model` (and `version`), else the one model served.
+// Otherwise it writes the error (503 while not ready, 404 for an unknown
+// model, 400 when several are served and none is named) and returns nil.
 // While draining, predictions are still served (only /health turns 503, so
 // load balancers stop sending before the listener closes).
 func (s *Server) ready(ctx *fasthttp.RequestCtx) *serving.Instance {
-	st, reason := s.State()
-	inst := s.slot.Current()
-	if !st.Serving() || inst == nil {
-		e := newError(503, CodeNotReady, "the server is not ready: "+reason, map[string]any{"status": st.String()})
-		e.RetryAfter = 1
-		writeError(ctx, e)
+	if !s.serving(ctx) {
+		return nil
+	}
+	var inst *serving.Instance
+	var err error
+	if args := ctx.QueryArgs(); args.Len() > 0 && args.Has("model") {
+		inst, err = s.models.Get(string(args.Peek("model")), string(args.Peek("version")))
+	} else {
+		inst, err = s.models.Default()
+	}
+	if err != nil {
+		writeError(ctx, modelError(err))
 		return nil
 	}
 	return inst
+}
+
+// serving reports whether the server answers predictions now; when not,
+// it writes 503 with the reason.
+func (s *Server) serving(ctx *fasthttp.RequestCtx) bool {
+	st, reason := s.State()
+	if st.Serving() {
+		return true
+	}
+	e := newError(503, CodeNotReady, "the server is not ready: "+reason, map[string]any{"status": st.String()})
+	e.RetryAfter = 1
+	writeError(ctx, e)
+	return false
+}
+
+// modelError maps a failure to find, load or unload a model
+// (*serving.ModelError) to the API error shape.
+func modelError(err error) *APIError {
+	me, ok := serving.AsModelError(err)
+	if !ok {
+		return newError(500, CodeInternal, err.Error(), nil)
+	}
+	d := map[string]any{}
+	if me.Model != "" {
+		d["model"] = me.Model
+	}
+	if me.Version != "" {
+		d["version"] = me.Version
+	}
+	var e *APIError
+	switch me.Kind {
+	case serving.ModelUnknown:
+		e = newError(404, CodeNotFound, me.Message, d)
+	case serving.ModelNotReady:
+		e = newError(503, CodeNotReady, me.Message, d)
+		e.RetryAfter = max(1, me.RetryAfter)
+	case serving.ModelControlDisabled:
+		e = newError(400, CodeControlDisabled, me.Message, d)
+	case serving.ModelLoadFailed:
+		e = newError(400, CodeLoadFailed, me.Message, d)
+	default:
+		e = newError(400, CodeBadRequest, me.Message, d)
+	}
+	return e
 }
 
 // readBody returns the whole request body, or writes 413 and returns nil.

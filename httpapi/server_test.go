@@ -47,7 +47,7 @@ func startServer(t testing.TB, model string, cfg httpapi.Config, bc batcher.Conf
 	reg := prometheus.NewRegistry()
 	base, cancel := context.WithCancel(context.Background())
 	srv := httpapi.NewTestServer(base, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
-	b := batcher.New(m.Forward, bc, srv.Metrics())
+	b := batcher.New(m.Forward, bc, srv.BatchStats())
 	srv.Swap(&serving.Instance{Model: m, Batcher: b})
 	srv.SetState(serving.StateReady, "")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -387,8 +387,8 @@ func TestConcurrentRequestsCoalesceAndSplitExactly(t *testing.T) {
 		t.Fatal(err)
 	}
 	metrics := string(do(t, "GET", ts.url+"/metrics", "", nil).body)
-	count := metricValue(t, metrics, `fw_batch_size_rows_count`)
-	le1 := metricValue(t, metrics, `fw_batch_size_rows_bucket{le="1"}`)
+	count := metricValue(t, metrics, `fw_batch_size_rows_count{model="test",version="1"}`)
+	le1 := metricValue(t, metrics, `fw_batch_size_rows_bucket{model="test",version="1",le="1"}`)
 	if count == 0 || count-le1 == 0 {
 		t.Fatalf("no batch above 1 row: %v batches, %v of 1 row", count, le1)
 	}
@@ -606,7 +606,7 @@ func gateEngine(t *testing.T, ts *testServer, bc batcher.Config) (started chan s
 		<-gate
 		return ts.m.Forward(ctx, in)
 	}
-	old := ts.srv.Swap(&serving.Instance{Model: ts.m, Batcher: batcher.New(run, bc, ts.srv.Metrics())})
+	old := ts.srv.Swap(&serving.Instance{Model: ts.m, Batcher: batcher.New(run, bc, ts.srv.BatchStats())})
 	old.Batcher.Close(context.Background())
 	var once sync.Once
 	release = func() { once.Do(func() { close(gate) }) }

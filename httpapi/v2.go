@@ -14,7 +14,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 
 	"github.com/fw-serve/fw/engine"
@@ -58,13 +57,12 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 	}
 	if rest == "/models/stats" {
 		if s.allow(ctx, "GET") && s.authorized(ctx) {
-			if inst := s.Current(); inst != nil {
-				s.v2Stats(ctx, inst)
-			} else {
-				writeJSON(ctx, 200, map[string]any{"model_stats": []any{}})
-			}
+			s.v2Stats(ctx, s.models.Loaded()...)
 		}
 		return "v2"
+	}
+	if repo, ok := strings.CutPrefix(rest, "/repository"); ok {
+		return s.routeRepository(ctx, repo)
 	}
 	tail, ok := strings.CutPrefix(rest, "/models/")
 	if !ok {
@@ -94,14 +92,14 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 	case "":
 		if s.allow(ctx, "GET") && s.authorized(ctx) {
 			if inst := s.v2Model(ctx, name, version); inst != nil {
-				s.v2ModelMetadata(ctx, inst.Model)
+				s.v2ModelMetadata(ctx, inst)
 			}
 		}
 		return "v2"
 	case "ready":
 		if s.allow(ctx, "GET", "HEAD") && s.authorized(ctx) {
 			if inst := s.v2Model(ctx, name, version); inst != nil && s.v2Ready(ctx) {
-				writeJSON(ctx, 200, map[string]any{"name": inst.Model.Name(), "ready": true})
+				writeJSON(ctx, 200, map[string]any{"name": inst.Name(), "ready": true})
 			}
 		}
 		return "v2"
@@ -113,7 +111,7 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 	case "config":
 		if s.allow(ctx, "GET") && s.authorized(ctx) {
 			if inst := s.v2Model(ctx, name, version); inst != nil {
-				writeJSON(ctx, 200, v2ConfigJSON(serving.Config(inst, filepath.Base(inst.Model.Path))))
+				writeJSON(ctx, 200, v2ConfigJSON(inst.Config))
 			}
 		}
 		return "v2"
@@ -129,12 +127,12 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 	return "v2"
 }
 
-// v2Ready answers readiness: false (with 503 written) unless a model is
-// loaded and the server is ready; draining turns it false before the
-// listener closes, while inference is still served.
+// v2Ready answers readiness: false (with 503 written) unless the server is
+// ready (the models it must serve are loaded); draining turns it false
+// before the listener closes, while inference is still served.
 func (s *Server) v2Ready(ctx *fasthttp.RequestCtx) bool {
 	st, reason := s.State()
-	if st == serving.StateReady && s.Current() != nil {
+	if st == serving.StateReady {
 		return true
 	}
 	e := newError(503, CodeNotReady, "the server is not ready: "+reason, map[string]any{"status": st.String()})
@@ -144,31 +142,16 @@ func (s *Server) v2Ready(ctx *fasthttp.RequestCtx) bool {
 }
 
 func v2NoRoute(ctx *fasthttp.RequestCtx) {
-	writeError(ctx, newError(404, CodeNotFound, fmt.Sprintf("no route %s %s; the V2 routes are GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}[/versions/{v}][/ready] and POST /v2/models/{name}[/versions/{v}]/infer, GET /v2/models/{name}[/versions/{v}]/config and /stats, GET /v2/models/stats", ctx.Method(), ctx.Path()), nil))
+	writeError(ctx, newError(404, CodeNotFound, fmt.Sprintf("no route %s %s; the V2 routes are GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}[/versions/{v}][/ready] and POST /v2/models/{name}[/versions/{v}]/infer, GET /v2/models/{name}[/versions/{v}]/config and /stats, GET /v2/models/stats, POST /v2/repository/index, /v2/repository/models/{name}/load and /unload", ctx.Method(), ctx.Path()), nil))
 }
 
-// v2Model returns the loaded instance when name (and version, if given) name
-// its model; else it writes 404 (or 503 before a model is loaded).
+// v2Model returns the loaded instance of name (and version, if given);
+// else it writes 404 for a model not served (Triton's "Request for unknown
+// model" sentence first) or 503 for one not ready.
 func (s *Server) v2Model(ctx *fasthttp.RequestCtx, name, version string) *serving.Instance {
-	inst := s.Current()
-	if inst == nil {
-		st, reason := s.State()
-		e := newError(503, CodeNotReady, "no model is loaded yet: "+reason, map[string]any{"status": st.String()})
-		e.RetryAfter = 1
-		writeError(ctx, e)
-		return nil
-	}
-	m := inst.Model
-	if name != m.Name() {
-		writeError(ctx, newError(404, CodeNotFound,
-			fmt.Sprintf("model %q is not served here; this server serves model %q (version %q)", name, m.Name(), m.Version()),
-			map[string]any{"model": m.Name(), "version": m.Version()}))
-		return nil
-	}
-	if version != "" && version != m.Version() {
-		writeError(ctx, newError(404, CodeNotFound,
-			fmt.Sprintf("version %q of model %q is not served here; this server serves version %q", version, name, m.Version()),
-			map[string]any{"model": m.Name(), "version": m.Version()}))
+	inst, err := s.models.Get(name, version)
+	if err != nil {
+		writeError(ctx, modelError(err))
 		return nil
 	}
 	return inst
@@ -192,11 +175,12 @@ func v2TensorMetas(specs []engine.TensorSpec) []v2TensorMeta {
 	return out
 }
 
-func (s *Server) v2ModelMetadata(ctx *fasthttp.RequestCtx, m *engine.Model) {
+func (s *Server) v2ModelMetadata(ctx *fasthttp.RequestCtx, inst *serving.Instance) {
+	m := inst.Model
 	writeJSON(ctx, 200, map[string]any{
-		"name":     m.Name(),
-		"versions": []string{m.Version()},
-		"platform": serving.Platform(m.Format),
+		"name":     inst.Name(),
+		"versions": []string{inst.Version()},
+		"platform": inst.Config.Platform,
 		"inputs":   v2TensorMetas(m.Inputs()),
 		"outputs":  v2TensorMetas(m.Outputs()),
 	})

@@ -16,47 +16,78 @@ func v2ConfigJSON(c serving.ModelConfig) map[string]any {
 		out := make([]map[string]any, len(ts))
 		for i, t := range ts {
 			m := map[string]any{"name": t.Name, "data_type": t.DataType, "dims": t.Dims, "is_shape_tensor": false}
+			if t.Reshape != nil {
+				m["reshape"] = map[string]any{"shape": t.Reshape}
+			}
 			if input {
-				m["format"], m["allow_ragged_batch"], m["optional"] = "FORMAT_NONE", false, false
+				format := t.Format
+				if format == "" {
+					format = "FORMAT_NONE"
+				}
+				m["format"], m["allow_ragged_batch"], m["optional"] = format, false, false
 			} else {
-				m["label_filename"] = ""
+				m["label_filename"] = t.LabelFilename
 			}
 			out[i] = m
 		}
 		return out
 	}
-	kind, gpus := "KIND_CPU", []int{}
-	if len(c.GPUs) > 0 {
-		kind, gpus = "KIND_GPU", c.GPUs
+	kind, gpus := c.InstanceKind, c.GPUs
+	if kind == "" {
+		kind = "KIND_CPU"
+	}
+	if gpus == nil {
+		gpus = []int{}
+	}
+	preferred := c.PreferredBatchSizes
+	if preferred == nil {
+		preferred = []int64{}
+	}
+	policy := c.VersionPolicy
+	if policy == nil {
+		policy = map[string]any{"latest": map[string]any{"num_versions": 1}}
+	}
+	params := map[string]any{}
+	for k, v := range c.Parameters {
+		params[k] = map[string]any{"string_value": v}
 	}
 	return map[string]any{
 		"name":           c.Name,
 		"platform":       c.Platform,
 		"backend":        c.Backend,
-		"version_policy": map[string]any{"latest": map[string]any{"num_versions": 1}},
+		"version_policy": policy,
 		"max_batch_size": c.MaxBatchSize,
 		"input":          tensors(c.Inputs, true),
 		"output":         tensors(c.Outputs, false),
 		"dynamic_batching": map[string]any{
-			"preferred_batch_size": []int{}, "max_queue_delay_microseconds": c.MaxQueueDelay, "preserve_ordering": false,
+			"preferred_batch_size": preferred, "max_queue_delay_microseconds": c.MaxQueueDelay, "preserve_ordering": false,
 		},
 		"instance_group":         []map[string]any{{"name": c.Name, "kind": kind, "count": c.Instances, "gpus": gpus}},
 		"default_model_filename": c.DefaultModelFilename,
-		"parameters":             map[string]any{},
+		"parameters":             params,
 	}
 }
 
-// v2Stats writes the statistics of inst's model, Triton's shape (serving's
-// Duration and BatchStat carry Triton's JSON names).
-func (s *Server) v2Stats(ctx *fasthttp.RequestCtx, inst *serving.Instance) {
-	snap := s.stats.Snapshot()
+// v2Stats writes the statistics of the instances' models, Triton's shape
+// (serving's Duration and BatchStat carry Triton's JSON names).
+func (s *Server) v2Stats(ctx *fasthttp.RequestCtx, insts ...*serving.Instance) {
+	stats := make([]any, len(insts))
+	for i, inst := range insts {
+		stats[i] = v2ModelStats(inst)
+	}
+	writeJSON(ctx, 200, map[string]any{"model_stats": stats})
+}
+
+// v2ModelStats is one model version's entry of model_stats.
+func v2ModelStats(inst *serving.Instance) map[string]any {
+	snap := inst.Stats.Snapshot()
 	batches := snap.Batches
 	if batches == nil {
 		batches = []serving.BatchStat{}
 	}
-	writeJSON(ctx, 200, map[string]any{"model_stats": []any{map[string]any{
-		"name":            inst.Model.Name(),
-		"version":         inst.Model.Version(),
+	return map[string]any{
+		"name":            inst.Name(),
+		"version":         inst.Version(),
 		"last_inference":  snap.LastInference,
 		"inference_count": snap.InferenceCount,
 		"execution_count": snap.ExecutionCount,
@@ -67,5 +98,5 @@ func (s *Server) v2Stats(ctx *fasthttp.RequestCtx, inst *serving.Instance) {
 		},
 		"batch_stats":  batches,
 		"memory_usage": []any{},
-	}}})
+	}
 }

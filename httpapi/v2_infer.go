@@ -523,7 +523,7 @@ func (w *v2Writer) put(i int) (int, *APIError) {
 // v2Infer serves POST /v2/models/{name}[/versions/{v}]/infer.
 func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 	inst := s.v2Model(ctx, name, version)
-	if inst == nil || s.ready(ctx) == nil {
+	if inst == nil || !s.serving(ctx) {
 		return
 	}
 	if ce := strings.ToLower(strings.TrimSpace(string(ctx.Request.Header.Peek("Content-Encoding")))); ce != "" && ce != "identity" {
@@ -546,19 +546,19 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 		writeError(ctx, s.submitError(err))
 		return
 	}
-	s.v2WriteResponse(ctx, inst.Model, req, out)
-	s.done(rec)
+	s.v2WriteResponse(ctx, inst, req, out)
+	s.done(inst, rec)
 }
 
 // v2WriteResponse writes the inference response: JSON, then the binary
 // outputs' raw bytes in the order the JSON lists them.
-func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, m *engine.Model, req *v2Request, out []engine.Tensor) {
-	specs := m.Outputs()
+func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instance, req *v2Request, out []engine.Tensor) {
+	specs := inst.Model.Outputs()
 	buf := s.getBuf()
 	b := append((*buf)[:0], `{"model_name":`...)
-	b = appendJSONString(b, m.Name())
+	b = appendJSONString(b, inst.Name())
 	b = append(b, `,"model_version":`...)
-	b = appendJSONString(b, m.Version())
+	b = appendJSONString(b, inst.Version())
 	if req.id != nil {
 		b = append(b, `,"id":`...)
 		b = append(b, req.id...)

@@ -16,13 +16,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
-	"github.com/fw-serve/fw/httpapi"
 	"github.com/fw-serve/fw/imageprep"
 	"github.com/fw-serve/fw/serving"
 )
@@ -40,15 +40,32 @@ type Config struct {
 	SkipWarmup bool
 	// Stats, when set, also receives every engine call (the inference
 	// statistics the transports report); warm-up runs before it is attached.
+	// When nil the host keeps its own, in every instance it serves.
 	Stats *serving.Stats
+	// Name and Version, when set, are what the model is served under (a
+	// repository's directory names) instead of the file's own.
+	Name, Version string
+	// Prepare, when set, runs on every loaded instance before it serves:
+	// it may set its Config (a repository's config.pbtxt) and fail the load
+	// with the reason.
+	Prepare func(*serving.Instance) error
+}
+
+// Metrics is where a Host reports: the server's readiness and reloads, and
+// each loaded model version's series (httpapi.Metrics).
+type Metrics interface {
+	Model(name, version string) serving.ModelMetrics
+	SetReady(ready bool)
+	Reload(result string)
 }
 
 // Host loads the model and owns the slot the transports (httpapi, grpcapi)
 // serve from: the current instance and the readiness.
 type Host struct {
 	cfg     Config
-	metrics *httpapi.Metrics
+	metrics Metrics
 	log     *slog.Logger
+	stats   *serving.Stats
 
 	current atomic.Pointer[serving.Instance]
 	ready   atomic.Pointer[readiness]
@@ -79,9 +96,11 @@ type readiness struct {
 
 // New creates a host, starting (not ready) until Start. metrics records
 // loads, reloads, readiness and the batcher's calls.
-func New(cfg Config, metrics *httpapi.Metrics, log *slog.Logger) *Host {
-	h := &Host{cfg: cfg, metrics: metrics, log: log}
-	metrics.SetQueueCapacity(cfg.Batcher.QueueCapacity())
+func New(cfg Config, metrics Metrics, log *slog.Logger) *Host {
+	h := &Host{cfg: cfg, metrics: metrics, log: log, stats: cfg.Stats}
+	if h.stats == nil {
+		h.stats = &serving.Stats{}
+	}
 	h.setState(serving.StateStarting, "loading the model")
 	return h
 }
@@ -159,17 +178,23 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 	for i, m := range models {
 		runs[i] = m.Forward
 	}
-	var stats batcher.Stats = h.metrics
-	if h.cfg.Stats != nil {
-		stats = serving.Tee{h.metrics, h.cfg.Stats}
-	}
-	b := batcher.NewPool(runs, h.cfg.Batcher, stats)
 	m := models[0]
+	inst := &serving.Instance{Model: m, Models: models, Image: image, Stats: h.stats, ServedName: h.cfg.Name, ServedVersion: h.cfg.Version}
+	mm := h.metrics.Model(inst.Name(), inst.Version())
+	mm.SetQueueCapacity(h.cfg.Batcher.QueueCapacity())
+	inst.Batcher = batcher.NewPool(runs, h.cfg.Batcher, serving.Tee{mm, h.stats})
+	inst.Config = serving.Config(inst, filepath.Base(h.cfg.Path))
+	if h.cfg.Prepare != nil {
+		if err := h.cfg.Prepare(inst); err != nil {
+			_ = inst.Batcher.Close(ctx)
+			return fail(err)
+		}
+	}
 	took := time.Since(start)
-	h.metrics.ModelLoaded(m.Name(), m.Version(), string(m.Format), string(m.Device), took)
-	h.log.Info("model ready", "name", m.Name(), "version", m.Version(), "format", m.Format, "device", m.Device,
+	mm.Loaded(string(m.Format), string(m.Device), took)
+	h.log.Info("model ready", "name", inst.Name(), "version", inst.Version(), "format", m.Format, "device", m.Device,
 		"instances", n, "threads", m.Threads(), "load_ms", took.Milliseconds(), "path", h.cfg.Path)
-	return &serving.Instance{Model: m, Batcher: b, Models: models, Image: image}, nil
+	return inst, nil
 }
 
 // compileImage prepares the model's image recipe once for every request. A

@@ -248,7 +248,11 @@ func TestQueueCapacityMetric(t *testing.T) {
 	f := func(maxQueue int, want float64) {
 		t.Helper()
 		reg := prometheus.NewRegistry()
-		New(Config{Path: modelPath(t), Batcher: batcher.Config{MaxQueue: maxQueue}}, httpapi.NewMetrics(reg), quietLog())
+		h := New(Config{Path: modelPath(t), Engine: engine.Options{Threads: 1}, Batcher: batcher.Config{MaxQueue: maxQueue}, SkipWarmup: true}, httpapi.NewMetrics(reg), quietLog())
+		if err := h.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer h.Shutdown(context.Background(), time.Minute)
 		families, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)

@@ -12,17 +12,17 @@ import (
 )
 
 // Infer checks inputs against inst's model and runs them through its
-// batcher. When a hot reload closed inst between the transport's look at the
-// slot and the submit, it retries on the new instance, so a reload fails no
-// request.
-func Infer(ctx context.Context, slot Slot, inst *Instance, inputs []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+// batcher. When a hot reload closed inst between the transport's lookup and
+// the submit, it retries on the instance now serving the same model version,
+// so a reload fails no request.
+func Infer(ctx context.Context, models Models, inst *Instance, inputs []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
 	for {
 		if _, err := inst.Model.CheckInputs(inputs); err != nil {
 			return nil, batcher.Timing{}, err
 		}
 		out, t, err := inst.Batcher.SubmitTimed(ctx, inputs)
 		if errors.Is(err, batcher.ErrClosed) {
-			if cur := slot.Current(); cur != nil && cur != inst {
+			if cur, _ := models.Get(inst.Name(), inst.Version()); cur != nil && cur != inst {
 				inst = cur
 				continue
 			}

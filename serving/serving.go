@@ -7,6 +7,8 @@
 package serving
 
 import (
+	"time"
+
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/imageprep"
@@ -27,6 +29,32 @@ type Instance struct {
 	// Image is the model's preprocessing.image recipe compiled once for
 	// /predict/image (nil: compiled per request, or no recipe).
 	Image *imageprep.Pipeline
+	// Stats are the model version's inference statistics (Triton's
+	// statistics extension), kept across reloads of the same version.
+	Stats *Stats
+	// ServedName and ServedVersion, when set, are the name and version the
+	// model is served under (a repository's directory names); else the
+	// model file's own (fw.json, or the file name and "1").
+	ServedName, ServedVersion string
+	// Config is the model configuration reported by Triton's configuration
+	// extension: config.pbtxt as applied, or completed from the file.
+	Config ModelConfig
+}
+
+// Name is the name the model is served under.
+func (i *Instance) Name() string {
+	if i.ServedName != "" {
+		return i.ServedName
+	}
+	return i.Model.Name()
+}
+
+// Version is the version the model is served under.
+func (i *Instance) Version() string {
+	if i.ServedVersion != "" {
+		return i.ServedVersion
+	}
+	return i.Model.Version()
 }
 
 // All returns every engine instance: Models, or Model alone.
@@ -67,3 +95,12 @@ func (s State) String() string {
 // and while draining (only the health probes turn unready then, so load
 // balancers stop sending before the listener closes).
 func (s State) Serving() bool { return s == StateReady || s == StateDraining }
+
+// ModelMetrics are the Prometheus series of one model version (labelled by
+// model and version): what its batcher reports, its queue's capacity and
+// its loads. httpapi.Metrics.Model makes them.
+type ModelMetrics interface {
+	batcher.Stats
+	SetQueueCapacity(n int)
+	Loaded(format, device string, took time.Duration)
+}

@@ -105,6 +105,13 @@ type TensorConfig struct {
 	// Dims are the tensor's dimensions without the batch axis when the
 	// configuration's MaxBatchSize > 0; -1 is any size.
 	Dims []int64
+	// Reshape, when set, is the shape the model itself takes or gives
+	// (without the batch axis): clients send and receive Dims.
+	Reshape []int64
+	// Format is an input's layout: FORMAT_NONE, FORMAT_NCHW or FORMAT_NHWC.
+	Format string
+	// LabelFilename is an output's labels file (classification).
+	LabelFilename string
 }
 
 // ModelConfig is what a Triton model configuration says about the model fw
@@ -123,6 +130,15 @@ type ModelConfig struct {
 	GPUs          []int // the CUDA device the instances run on, if any
 	// DefaultModelFilename is the served file's base name.
 	DefaultModelFilename string
+	// PreferredBatchSizes are the dynamic batcher's preferred sizes.
+	PreferredBatchSizes []int64
+	// VersionPolicy is Triton's version_policy as JSON renders it
+	// ({"latest": {"num_versions": 1}}, {"all": {}}, {"specific": {...}}).
+	VersionPolicy map[string]any
+	// InstanceKind is KIND_CPU or KIND_GPU.
+	InstanceKind string
+	// Parameters are the configuration's parameters (key -> string_value).
+	Parameters map[string]string
 }
 
 // Config describes inst in a model configuration's terms.
@@ -130,8 +146,9 @@ func Config(inst *Instance, filename string) ModelConfig {
 	m := inst.Model
 	bc := inst.Batcher.Config()
 	c := ModelConfig{
-		Name: m.Name(), Platform: Platform(m.Format), Backend: Backend(m.Format),
+		Name: inst.Name(), Platform: Platform(m.Format), Backend: Backend(m.Format),
 		MaxQueueDelay: bc.MaxDelay.Microseconds(), Instances: bc.Instances, DefaultModelFilename: filename,
+		VersionPolicy: map[string]any{"latest": map[string]any{"num_versions": 1}}, InstanceKind: "KIND_CPU",
 	}
 	batched := true
 	for _, specs := range [][]engine.TensorSpec{m.Inputs(), m.Outputs()} {
@@ -151,13 +168,13 @@ func Config(inst *Instance, filename string) ModelConfig {
 			if batched {
 				dims = dims[1:]
 			}
-			out[i] = TensorConfig{Name: sp.Name, DataType: "TYPE_" + DatatypeName(sp.DType), Dims: append([]int64{}, dims...)}
+			out[i] = TensorConfig{Name: sp.Name, DataType: "TYPE_" + DatatypeName(sp.DType), Dims: append([]int64{}, dims...), Format: "FORMAT_NONE"}
 		}
 		return out
 	}
 	c.Inputs, c.Outputs = conv(m.Inputs()), conv(m.Outputs())
 	if n, ok := m.Device.CUDAIndex(); ok {
-		c.GPUs = []int{n}
+		c.GPUs, c.InstanceKind = []int{n}, "KIND_GPU"
 	}
 	return c
 }

@@ -137,3 +137,37 @@ func listenFlag(cmd, flag, host string, port int, stderr io.Writer) (net.Listene
 	}
 	return ln, true
 }
+
+// List is a repeatable flag (--load-model a --load-model b); its
+// environment variable holds the values comma-separated.
+func (e *envFlags) List(name, usage string) *[]string {
+	key := envKey(name)
+	l := &listFlag{}
+	if v, ok := os.LookupEnv(key); ok {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				l.vals = append(l.vals, s)
+			}
+		}
+		l.fromEnv = true
+	}
+	e.fs.Var(l, name, usage+" (repeatable) ["+key+", comma-separated]")
+	return &l.vals
+}
+
+// listFlag collects a repeated flag's values; values given on the command
+// line replace those from the environment.
+type listFlag struct {
+	vals    []string
+	fromEnv bool
+}
+
+func (l *listFlag) String() string { return strings.Join(l.vals, ",") }
+
+func (l *listFlag) Set(v string) error {
+	if l.fromEnv {
+		l.vals, l.fromEnv = nil, false
+	}
+	l.vals = append(l.vals, v)
+	return nil
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/fw-serve/fw/httpapi"
 	"github.com/fw-serve/fw/internal/hostguard"
 	"github.com/fw-serve/fw/modelhost"
+	"github.com/fw-serve/fw/modelrepo"
 	"github.com/fw-serve/fw/serving"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
@@ -31,7 +32,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ef := &envFlags{fs: fs}
 	def := httpapi.DefaultConfig()
 	bdef := batcher.DefaultConfig()
-	model := ef.String("model", "", "exported model file to serve: ONNX (float or int8), TorchScript, quantized TorchScript or an AOTInductor .pt2 package (required); a directory holding exactly one such file (KServe's /mnt/models) serves that file")
+	model := ef.String("model", "", "exported model file to serve: ONNX (float or int8), TorchScript, quantized TorchScript or an AOTInductor .pt2 package; a directory holding exactly one such file (KServe's /mnt/models) serves that file (this or --model-repository is required)")
+	repos := ef.List("model-repository", "a model repository in Triton's layout (DIR/<model>/config.pbtxt, DIR/<model>/<version>/model.onnx|model.pt|model.pt2) whose models are served side by side")
+	controlMode := ef.String("model-control-mode", "none", "with --model-repository: none (load every model at start), explicit (load the --load-model ones; the repository API loads and unloads) or poll (load every model and follow the repository's changes)")
+	loadModels := ef.List("load-model", "with --model-control-mode explicit: a model to load at start (* for all)")
+	pollSecs := ef.Int("repository-poll-secs", 15, "with --model-control-mode poll: seconds between looks at the repository")
+	noAuto := ef.Bool("disable-auto-complete-config", false, "refuse a repository model without config.pbtxt instead of completing its configuration from the model file")
 	host := ef.String("host", "127.0.0.1", "address to listen on; 0.0.0.0 for all interfaces (the container image sets it)")
 	port := ef.Int("port", 8000, "port to listen on")
 	grpcPort := ef.Int("grpc-port", 0, "port for the gRPC front end (the Open Inference Protocol's GRPCInferenceService, as Triton serves it on 8001, with grpc.health.v1) on --host; 0 turns it off")
@@ -60,10 +66,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	spin := ef.Bool("engine-spin", false, "let ONNX Runtime's threads busy-wait between calls (lower latency when the engine has CPUs to itself; off: they leave the CPUs to the HTTP front end)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: fw serve --model PATH [flags]
+       fw serve --model-repository DIR [--model-control-mode none|explicit|poll] [flags]
 
-Serves one exported model over HTTP: POST /predict (JSON rows), /predict/image,
+Serves one exported model, or every model of a Triton-layout model repository
+(each with its own batcher, instances and statistics), over HTTP: POST /predict
+(JSON rows; ?model=NAME picks a model when several are served), /predict/image,
 /predict/batch (JSON or streaming NDJSON), the Open Inference Protocol under /v2
-(with Triton's model configuration and statistics), GET /health (/health/live,
+(with Triton's model configuration, statistics and model repository extensions), GET /health (/health/live,
 /health/ready), /model, /metrics (Prometheus), /docs; and, with --grpc-port, over
 gRPC (the Open Inference Protocol's GRPCInferenceService and grpc.health.v1).
 Concurrent requests are coalesced into engine calls by a dynamic micro-batcher.
@@ -79,16 +88,39 @@ Flags:
 	if *model == "" && fs.NArg() == 1 {
 		*model = fs.Arg(0)
 	}
-	if *model == "" {
-		fmt.Fprintln(stderr, "fw serve: --model is required (or FW_MODEL): the exported .onnx or .pt file to serve")
+	if *model == "" && len(*repos) == 0 {
+		fmt.Fprintln(stderr, "fw serve: --model (or FW_MODEL: the exported .onnx or .pt file to serve) or --model-repository (a Triton-layout directory of models) is required")
 		return 2
 	}
-	modelPath, err := modelFile(*model)
+	if *model != "" && len(*repos) > 0 {
+		fmt.Fprintln(stderr, "fw serve: give --model or --model-repository, not both (put the file in the repository as <name>/1/model.onnx)")
+		return 2
+	}
+	mode, err := modelrepo.ParseMode(*controlMode)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		return 2
 	}
-	*model = modelPath
+	if len(*loadModels) > 0 && mode != modelrepo.ModeExplicit {
+		fmt.Fprintln(stderr, "fw serve: --load-model needs --model-control-mode explicit (in none and poll modes every model loads)")
+		return 2
+	}
+	if *watch && len(*repos) > 0 {
+		fmt.Fprintln(stderr, "fw serve: --watch follows the --model file; a repository follows its changes with --model-control-mode poll")
+		return 2
+	}
+	if *pollSecs < 1 {
+		fmt.Fprintln(stderr, "fw serve: --repository-poll-secs must be at least 1")
+		return 2
+	}
+	if *model != "" {
+		modelPath, err := modelFile(*model)
+		if err != nil {
+			fmt.Fprintf(stderr, "fw serve: %v\n", err)
+			return 2
+		}
+		*model = modelPath
+	}
 	log, err := newLogger(stderr, *logFormat, *logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
@@ -129,21 +161,39 @@ Flags:
 	defer cancelBase()
 	reg := prometheus.NewRegistry()
 	metrics := httpapi.NewMetrics(reg)
-	stats := &serving.Stats{} // Triton-style inference statistics, both front ends
-	// The model's lifecycle owns the slot the server reads: what serves now
-	// and whether it is ready.
-	mh := modelhost.New(modelhost.Config{
-		Path: *model,
-		Engine: withLibraries(engine.Options{Device: engine.Device(*device), Threads: perCall, GraphOptimization: *graphOpt,
-			AllowNonFinite: *allowNonFinite, Spin: *spin}),
-		Batcher:    batcher.Config{MaxBatchRows: *maxBatch, MaxDelay: *maxDelay, Instances: *instances, MaxQueue: *maxQueue},
-		SkipWarmup: *noWarmup,
-		Stats:      stats,
-	}, metrics, log)
+	engineOpts := withLibraries(engine.Options{Device: engine.Device(*device), Threads: perCall, GraphOptimization: *graphOpt,
+		AllowNonFinite: *allowNonFinite, Spin: *spin})
+	batchCfg := batcher.Config{MaxBatchRows: *maxBatch, MaxDelay: *maxDelay, Instances: *instances, MaxQueue: *maxQueue}
+	// The models' lifecycle owns what the transports read: what serves now
+	// and whether it is ready. One file is a modelhost.Host; a repository
+	// is a modelrepo.Repository of hosts.
+	var life lifecycle
+	var models serving.Models
+	if *model != "" {
+		mh := modelhost.New(modelhost.Config{Path: *model, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup}, metrics, log)
+		life, models = mh, serving.One(mh)
+	} else {
+		if *threads == 0 {
+			engineOpts.Threads = 0 // each model splits the CPUs between its own instances
+		}
+		repo, err := modelrepo.New(modelrepo.Config{
+			Roots: *repos, Mode: mode, LoadModels: *loadModels, PollInterval: time.Duration(*pollSecs) * time.Second,
+			DisableAutoComplete: *noAuto, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup,
+		}, metrics, log)
+		if err != nil {
+			ln.Close()
+			if gln != nil {
+				gln.Close()
+			}
+			fmt.Fprintf(stderr, "fw serve: %v\n", err)
+			return 2
+		}
+		life, models = repo, repo
+	}
 	srv := httpapi.New(base, httpapi.Config{
 		MaxBodyBytes: *maxBody, MaxRows: *maxRows, MaxImagePixels: *maxPixels, Timeout: *timeout,
-		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts, Stats: stats,
-	}, mh, metrics, log, reg)
+		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts,
+	}, models, metrics, log, reg)
 	hs := &fasthttp.Server{
 		Handler:                      srv.Handler,
 		Name:                         "fw",
@@ -158,14 +208,14 @@ Flags:
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- hs.Serve(ln) }()
 	url := "http://" + ln.Addr().String()
-	log.Info("listening", "url", url, "model", *model)
+	log.Info("listening", "url", url, "model", *model, "model_repository", strings.Join(*repos, ","))
 	var gs *grpc.Server
 	var gsrv *grpcapi.Server
 	if gln != nil {
 		gsrv = grpcapi.New(base, grpcapi.Config{
 			MaxMessageBytes: int(min(*maxBody, int64(1<<31-1))), MaxRows: *maxRows, Timeout: *timeout,
 			APIKeys: keys, Version: version,
-		}, mh, stats, reg, log)
+		}, models, reg, log)
 		gs = grpc.NewServer(gsrv.ServerOptions()...)
 		gsrv.Register(gs)
 		go func() {
@@ -177,17 +227,27 @@ Flags:
 		fmt.Fprintf(stdout, "fw serve: gRPC (Open Inference Protocol) on %s\n", gln.Addr())
 	}
 
-	if err := mh.Start(ctx); err != nil {
+	if err := life.Start(ctx); err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		hs.Shutdown()
 		if gs != nil {
 			gs.Stop()
 		}
+		_ = life.Shutdown(context.Background(), *shutdownTimeout)
 		return 1
 	}
-	fmt.Fprintf(stdout, "fw serve: %s ready on %s (docs: %s/docs)\n", srv.Current().Model.Name(), url, url)
+	if inst := srv.Current(); inst != nil {
+		fmt.Fprintf(stdout, "fw serve: %s ready on %s (docs: %s/docs)\n", inst.Name(), url, url)
+	} else {
+		fmt.Fprintf(stdout, "fw serve: %d models ready on %s (docs: %s/docs)\n", len(models.Loaded()), url, url)
+	}
 	if *watch {
-		go mh.Watch(base, *watchEvery)
+		if mh, ok := life.(*modelhost.Host); ok {
+			go mh.Watch(base, *watchEvery)
+		}
+	}
+	if repo, ok := life.(*modelrepo.Repository); ok && mode == modelrepo.ModePoll {
+		go repo.Watch(base)
 	}
 
 	select {
@@ -199,7 +259,7 @@ Flags:
 		}
 	}
 	log.Info("shutting down: draining in-flight requests", "drain_delay", *drainDelay, "timeout", *shutdownTimeout)
-	mh.BeginShutdown() // from here no reload makes /health 200 again
+	life.BeginShutdown() // from here no reload makes /health 200 again
 	if *drainDelay > 0 {
 		time.Sleep(*drainDelay)
 	}
@@ -219,13 +279,21 @@ Flags:
 		code = 1
 	}
 	<-grpcDone
-	if err := mh.Shutdown(sctx, *shutdownTimeout); err != nil {
+	if err := life.Shutdown(sctx, *shutdownTimeout); err != nil {
 		log.Warn("shutdown: the model did not drain in time", "err", err)
 		code = 1
 	}
 	cancelBase()
 	log.Info("stopped")
 	return code
+}
+
+// lifecycle is what loads, serves and drains the models: a modelhost.Host
+// for one file, a modelrepo.Repository for a repository.
+type lifecycle interface {
+	Start(ctx context.Context) error
+	BeginShutdown()
+	Shutdown(ctx context.Context, timeout time.Duration) error
 }
 
 // modelFile returns path, or for a directory (KServe's /mnt/models, where

@@ -1,12 +1,12 @@
 // The Open Inference Protocol's gRPC service (KServe V2,
 // "inference.GRPCInferenceService"), with Triton's ModelConfig and
-// ModelStatistics calls, as far as fw serves them.
+// ModelStatistics calls, its model repository, shared memory, trace and
+// log extensions.
 //
 // Written for fw from the published protocol: the package, service, message
 // names and field numbers are the protocol's facts, so existing clients
 // (tritonclient.grpc, KServe's, ModelMesh) talk to fw unchanged. Calls fw
-// does not serve (model repository, shared memory, trace and log settings)
-// are left out and answer UNIMPLEMENTED. python/tests/test_grpc.py checks
+// does not serve answer UNIMPLEMENTED. python/tests/test_grpc.py checks
 // every field number here against tritonclient's own descriptors.
 //
 // Regenerate the Go code with `make proto` (scripts/gen-proto.sh).
@@ -1495,6 +1495,1136 @@ func (x *ModelStatisticsResponse) GetModelStats() []*ModelStatistics {
 	return nil
 }
 
+type ModelRepositoryParameter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to ParameterChoice:
+	//
+	//	*ModelRepositoryParameter_BoolParam
+	//	*ModelRepositoryParameter_Int64Param
+	//	*ModelRepositoryParameter_StringParam
+	//	*ModelRepositoryParameter_BytesParam
+	ParameterChoice isModelRepositoryParameter_ParameterChoice `protobuf_oneof:"parameter_choice"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ModelRepositoryParameter) Reset() {
+	*x = ModelRepositoryParameter{}
+	mi := &file_grpc_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelRepositoryParameter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelRepositoryParameter) ProtoMessage() {}
+
+func (x *ModelRepositoryParameter) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelRepositoryParameter.ProtoReflect.Descriptor instead.
+func (*ModelRepositoryParameter) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ModelRepositoryParameter) GetParameterChoice() isModelRepositoryParameter_ParameterChoice {
+	if x != nil {
+		return x.ParameterChoice
+	}
+	return nil
+}
+
+func (x *ModelRepositoryParameter) GetBoolParam() bool {
+	if x != nil {
+		if x, ok := x.ParameterChoice.(*ModelRepositoryParameter_BoolParam); ok {
+			return x.BoolParam
+		}
+	}
+	return false
+}
+
+func (x *ModelRepositoryParameter) GetInt64Param() int64 {
+	if x != nil {
+		if x, ok := x.ParameterChoice.(*ModelRepositoryParameter_Int64Param); ok {
+			return x.Int64Param
+		}
+	}
+	return 0
+}
+
+func (x *ModelRepositoryParameter) GetStringParam() string {
+	if x != nil {
+		if x, ok := x.ParameterChoice.(*ModelRepositoryParameter_StringParam); ok {
+			return x.StringParam
+		}
+	}
+	return ""
+}
+
+func (x *ModelRepositoryParameter) GetBytesParam() []byte {
+	if x != nil {
+		if x, ok := x.ParameterChoice.(*ModelRepositoryParameter_BytesParam); ok {
+			return x.BytesParam
+		}
+	}
+	return nil
+}
+
+type isModelRepositoryParameter_ParameterChoice interface {
+	isModelRepositoryParameter_ParameterChoice()
+}
+
+type ModelRepositoryParameter_BoolParam struct {
+	BoolParam bool `protobuf:"varint,1,opt,name=bool_param,json=boolParam,proto3,oneof"`
+}
+
+type ModelRepositoryParameter_Int64Param struct {
+	Int64Param int64 `protobuf:"varint,2,opt,name=int64_param,json=int64Param,proto3,oneof"`
+}
+
+type ModelRepositoryParameter_StringParam struct {
+	StringParam string `protobuf:"bytes,3,opt,name=string_param,json=stringParam,proto3,oneof"`
+}
+
+type ModelRepositoryParameter_BytesParam struct {
+	BytesParam []byte `protobuf:"bytes,4,opt,name=bytes_param,json=bytesParam,proto3,oneof"`
+}
+
+func (*ModelRepositoryParameter_BoolParam) isModelRepositoryParameter_ParameterChoice() {}
+
+func (*ModelRepositoryParameter_Int64Param) isModelRepositoryParameter_ParameterChoice() {}
+
+func (*ModelRepositoryParameter_StringParam) isModelRepositoryParameter_ParameterChoice() {}
+
+func (*ModelRepositoryParameter_BytesParam) isModelRepositoryParameter_ParameterChoice() {}
+
+type RepositoryIndexRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RepositoryName string                 `protobuf:"bytes,1,opt,name=repository_name,json=repositoryName,proto3" json:"repository_name,omitempty"`
+	Ready          bool                   `protobuf:"varint,2,opt,name=ready,proto3" json:"ready,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RepositoryIndexRequest) Reset() {
+	*x = RepositoryIndexRequest{}
+	mi := &file_grpc_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepositoryIndexRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepositoryIndexRequest) ProtoMessage() {}
+
+func (x *RepositoryIndexRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepositoryIndexRequest.ProtoReflect.Descriptor instead.
+func (*RepositoryIndexRequest) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RepositoryIndexRequest) GetRepositoryName() string {
+	if x != nil {
+		return x.RepositoryName
+	}
+	return ""
+}
+
+func (x *RepositoryIndexRequest) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+type RepositoryIndexResponse struct {
+	state         protoimpl.MessageState                `protogen:"open.v1"`
+	Models        []*RepositoryIndexResponse_ModelIndex `protobuf:"bytes,1,rep,name=models,proto3" json:"models,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepositoryIndexResponse) Reset() {
+	*x = RepositoryIndexResponse{}
+	mi := &file_grpc_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepositoryIndexResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepositoryIndexResponse) ProtoMessage() {}
+
+func (x *RepositoryIndexResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepositoryIndexResponse.ProtoReflect.Descriptor instead.
+func (*RepositoryIndexResponse) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *RepositoryIndexResponse) GetModels() []*RepositoryIndexResponse_ModelIndex {
+	if x != nil {
+		return x.Models
+	}
+	return nil
+}
+
+type RepositoryModelLoadRequest struct {
+	state          protoimpl.MessageState               `protogen:"open.v1"`
+	RepositoryName string                               `protobuf:"bytes,1,opt,name=repository_name,json=repositoryName,proto3" json:"repository_name,omitempty"`
+	ModelName      string                               `protobuf:"bytes,2,opt,name=model_name,json=modelName,proto3" json:"model_name,omitempty"`
+	Parameters     map[string]*ModelRepositoryParameter `protobuf:"bytes,3,rep,name=parameters,proto3" json:"parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RepositoryModelLoadRequest) Reset() {
+	*x = RepositoryModelLoadRequest{}
+	mi := &file_grpc_service_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepositoryModelLoadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepositoryModelLoadRequest) ProtoMessage() {}
+
+func (x *RepositoryModelLoadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepositoryModelLoadRequest.ProtoReflect.Descriptor instead.
+func (*RepositoryModelLoadRequest) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RepositoryModelLoadRequest) GetRepositoryName() string {
+	if x != nil {
+		return x.RepositoryName
+	}
+	return ""
+}
+
+func (x *RepositoryModelLoadRequest) GetModelName() string {
+	if x != nil {
+		return x.ModelName
+	}
+	return ""
+}
+
+func (x *RepositoryModelLoadRequest) GetParameters() map[string]*ModelRepositoryParameter {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+type RepositoryModelLoadResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepositoryModelLoadResponse) Reset() {
+	*x = RepositoryModelLoadResponse{}
+	mi := &file_grpc_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepositoryModelLoadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepositoryModelLoadResponse) ProtoMessage() {}
+
+func (x *RepositoryModelLoadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepositoryModelLoadResponse.ProtoReflect.Descriptor instead.
+func (*RepositoryModelLoadResponse) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{27}
+}
+
+type RepositoryModelUnloadRequest struct {
+	state          protoimpl.MessageState               `protogen:"open.v1"`
+	RepositoryName string                               `protobuf:"bytes,1,opt,name=repository_name,json=repositoryName,proto3" json:"repository_name,omitempty"`
+	ModelName      string                               `protobuf:"bytes,2,opt,name=model_name,json=modelName,proto3" json:"model_name,omitempty"`
+	Parameters     map[string]*ModelRepositoryParameter `protobuf:"bytes,3,rep,name=parameters,proto3" json:"parameters,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RepositoryModelUnloadRequest) Reset() {
+	*x = RepositoryModelUnloadRequest{}
+	mi := &file_grpc_service_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepositoryModelUnloadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepositoryModelUnloadRequest) ProtoMessage() {}
+
+func (x *RepositoryModelUnloadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepositoryModelUnloadRequest.ProtoReflect.Descriptor instead.
+func (*RepositoryModelUnloadRequest) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RepositoryModelUnloadRequest) GetRepositoryName() string {
+	if x != nil {
+		return x.RepositoryName
+	}
+	return ""
+}
+
+func (x *RepositoryModelUnloadRequest) GetModelName() string {
+	if x != nil {
+		return x.ModelName
+	}
+	return ""
+}
+
+func (x *RepositoryModelUnloadRequest) GetParameters() map[string]*ModelRepositoryParameter {
+	if x != nil {
+		return x.Parameters
+	}
+	return nil
+}
+
+type RepositoryModelUnloadResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepositoryModelUnloadResponse) Reset() {
+	*x = RepositoryModelUnloadResponse{}
+	mi := &file_grpc_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepositoryModelUnloadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepositoryModelUnloadResponse) ProtoMessage() {}
+
+func (x *RepositoryModelUnloadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepositoryModelUnloadResponse.ProtoReflect.Descriptor instead.
+func (*RepositoryModelUnloadResponse) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{29}
+}
+
+type SystemSharedMemoryStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSharedMemoryStatusRequest) Reset() {
+	*x = SystemSharedMemoryStatusRequest{}
+	mi := &file_grpc_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSharedMemoryStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSharedMemoryStatusRequest) ProtoMessage() {}
+
+func (x *SystemSharedMemoryStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSharedMemoryStatusRequest.ProtoReflect.Descriptor instead.
+func (*SystemSharedMemoryStatusRequest) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SystemSharedMemoryStatusRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type SystemSharedMemoryStatusResponse struct {
+	state         protoimpl.MessageState                                    `protogen:"open.v1"`
+	Regions       map[string]*SystemSharedMemoryStatusResponse_RegionStatus `protobuf:"bytes,1,rep,name=regions,proto3" json:"regions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSharedMemoryStatusResponse) Reset() {
+	*x = SystemSharedMemoryStatusResponse{}
+	mi := &file_grpc_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSharedMemoryStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSharedMemoryStatusResponse) ProtoMessage() {}
+
+func (x *SystemSharedMemoryStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSharedMemoryStatusResponse.ProtoReflect.Descriptor instead.
+func (*SystemSharedMemoryStatusResponse) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SystemSharedMemoryStatusResponse) GetRegions() map[string]*SystemSharedMemoryStatusResponse_RegionStatus {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+type SystemSharedMemoryRegisterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Offset        uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	ByteSize      uint64                 `protobuf:"varint,4,opt,name=byte_size,json=byteSize,proto3" json:"byte_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSharedMemoryRegisterRequest) Reset() {
+	*x = SystemSharedMemoryRegisterRequest{}
+	mi := &file_grpc_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSharedMemoryRegisterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSharedMemoryRegisterRequest) ProtoMessage() {}
+
+func (x *SystemSharedMemoryRegisterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSharedMemoryRegisterRequest.ProtoReflect.Descriptor instead.
+func (*SystemSharedMemoryRegisterRequest) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SystemSharedMemoryRegisterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SystemSharedMemoryRegisterRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SystemSharedMemoryRegisterRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *SystemSharedMemoryRegisterRequest) GetByteSize() uint64 {
+	if x != nil {
+		return x.ByteSize
+	}
+	return 0
+}
+
+type SystemSharedMemoryRegisterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSharedMemoryRegisterResponse) Reset() {
+	*x = SystemSharedMemoryRegisterResponse{}
+	mi := &file_grpc_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSharedMemoryRegisterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSharedMemoryRegisterResponse) ProtoMessage() {}
+
+func (x *SystemSharedMemoryRegisterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSharedMemoryRegisterResponse.ProtoReflect.Descriptor instead.
+func (*SystemSharedMemoryRegisterResponse) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{33}
+}
+
+type SystemSharedMemoryUnregisterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSharedMemoryUnregisterRequest) Reset() {
+	*x = SystemSharedMemoryUnregisterRequest{}
+	mi := &file_grpc_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSharedMemoryUnregisterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSharedMemoryUnregisterRequest) ProtoMessage() {}
+
+func (x *SystemSharedMemoryUnregisterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSharedMemoryUnregisterRequest.ProtoReflect.Descriptor instead.
+func (*SystemSharedMemoryUnregisterRequest) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *SystemSharedMemoryUnregisterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type SystemSharedMemoryUnregisterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSharedMemoryUnregisterResponse) Reset() {
+	*x = SystemSharedMemoryUnregisterResponse{}
+	mi := &file_grpc_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSharedMemoryUnregisterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSharedMemoryUnregisterResponse) ProtoMessage() {}
+
+func (x *SystemSharedMemoryUnregisterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSharedMemoryUnregisterResponse.ProtoReflect.Descriptor instead.
+func (*SystemSharedMemoryUnregisterResponse) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{35}
+}
+
+type CudaSharedMemoryStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CudaSharedMemoryStatusRequest) Reset() {
+	*x = CudaSharedMemoryStatusRequest{}
+	mi := &file_grpc_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CudaSharedMemoryStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CudaSharedMemoryStatusRequest) ProtoMessage() {}
+
+func (x *CudaSharedMemoryStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CudaSharedMemoryStatusRequest.ProtoReflect.Descriptor instead.
+func (*CudaSharedMemoryStatusRequest) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *CudaSharedMemoryStatusRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type CudaSharedMemoryStatusResponse struct {
+	state         protoimpl.MessageState                                  `protogen:"open.v1"`
+	Regions       map[string]*CudaSharedMemoryStatusResponse_RegionStatus `protobuf:"bytes,1,rep,name=regions,proto3" json:"regions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CudaSharedMemoryStatusResponse) Reset() {
+	*x = CudaSharedMemoryStatusResponse{}
+	mi := &file_grpc_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CudaSharedMemoryStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CudaSharedMemoryStatusResponse) ProtoMessage() {}
+
+func (x *CudaSharedMemoryStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CudaSharedMemoryStatusResponse.ProtoReflect.Descriptor instead.
+func (*CudaSharedMemoryStatusResponse) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *CudaSharedMemoryStatusResponse) GetRegions() map[string]*CudaSharedMemoryStatusResponse_RegionStatus {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+type CudaSharedMemoryRegisterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	RawHandle     []byte                 `protobuf:"bytes,2,opt,name=raw_handle,json=rawHandle,proto3" json:"raw_handle,omitempty"`
+	DeviceId      int64                  `protobuf:"varint,3,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	ByteSize      uint64                 `protobuf:"varint,4,opt,name=byte_size,json=byteSize,proto3" json:"byte_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CudaSharedMemoryRegisterRequest) Reset() {
+	*x = CudaSharedMemoryRegisterRequest{}
+	mi := &file_grpc_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CudaSharedMemoryRegisterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CudaSharedMemoryRegisterRequest) ProtoMessage() {}
+
+func (x *CudaSharedMemoryRegisterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CudaSharedMemoryRegisterRequest.ProtoReflect.Descriptor instead.
+func (*CudaSharedMemoryRegisterRequest) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *CudaSharedMemoryRegisterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CudaSharedMemoryRegisterRequest) GetRawHandle() []byte {
+	if x != nil {
+		return x.RawHandle
+	}
+	return nil
+}
+
+func (x *CudaSharedMemoryRegisterRequest) GetDeviceId() int64 {
+	if x != nil {
+		return x.DeviceId
+	}
+	return 0
+}
+
+func (x *CudaSharedMemoryRegisterRequest) GetByteSize() uint64 {
+	if x != nil {
+		return x.ByteSize
+	}
+	return 0
+}
+
+type CudaSharedMemoryRegisterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CudaSharedMemoryRegisterResponse) Reset() {
+	*x = CudaSharedMemoryRegisterResponse{}
+	mi := &file_grpc_service_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CudaSharedMemoryRegisterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CudaSharedMemoryRegisterResponse) ProtoMessage() {}
+
+func (x *CudaSharedMemoryRegisterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CudaSharedMemoryRegisterResponse.ProtoReflect.Descriptor instead.
+func (*CudaSharedMemoryRegisterResponse) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{39}
+}
+
+type CudaSharedMemoryUnregisterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CudaSharedMemoryUnregisterRequest) Reset() {
+	*x = CudaSharedMemoryUnregisterRequest{}
+	mi := &file_grpc_service_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CudaSharedMemoryUnregisterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CudaSharedMemoryUnregisterRequest) ProtoMessage() {}
+
+func (x *CudaSharedMemoryUnregisterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CudaSharedMemoryUnregisterRequest.ProtoReflect.Descriptor instead.
+func (*CudaSharedMemoryUnregisterRequest) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *CudaSharedMemoryUnregisterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type CudaSharedMemoryUnregisterResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CudaSharedMemoryUnregisterResponse) Reset() {
+	*x = CudaSharedMemoryUnregisterResponse{}
+	mi := &file_grpc_service_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CudaSharedMemoryUnregisterResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CudaSharedMemoryUnregisterResponse) ProtoMessage() {}
+
+func (x *CudaSharedMemoryUnregisterResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CudaSharedMemoryUnregisterResponse.ProtoReflect.Descriptor instead.
+func (*CudaSharedMemoryUnregisterResponse) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{41}
+}
+
+type TraceSettingRequest struct {
+	state         protoimpl.MessageState                       `protogen:"open.v1"`
+	Settings      map[string]*TraceSettingRequest_SettingValue `protobuf:"bytes,1,rep,name=settings,proto3" json:"settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	ModelName     string                                       `protobuf:"bytes,2,opt,name=model_name,json=modelName,proto3" json:"model_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraceSettingRequest) Reset() {
+	*x = TraceSettingRequest{}
+	mi := &file_grpc_service_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraceSettingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraceSettingRequest) ProtoMessage() {}
+
+func (x *TraceSettingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraceSettingRequest.ProtoReflect.Descriptor instead.
+func (*TraceSettingRequest) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *TraceSettingRequest) GetSettings() map[string]*TraceSettingRequest_SettingValue {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+func (x *TraceSettingRequest) GetModelName() string {
+	if x != nil {
+		return x.ModelName
+	}
+	return ""
+}
+
+type TraceSettingResponse struct {
+	state         protoimpl.MessageState                        `protogen:"open.v1"`
+	Settings      map[string]*TraceSettingResponse_SettingValue `protobuf:"bytes,1,rep,name=settings,proto3" json:"settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraceSettingResponse) Reset() {
+	*x = TraceSettingResponse{}
+	mi := &file_grpc_service_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraceSettingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraceSettingResponse) ProtoMessage() {}
+
+func (x *TraceSettingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraceSettingResponse.ProtoReflect.Descriptor instead.
+func (*TraceSettingResponse) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *TraceSettingResponse) GetSettings() map[string]*TraceSettingResponse_SettingValue {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+type LogSettingsRequest struct {
+	state         protoimpl.MessageState                      `protogen:"open.v1"`
+	Settings      map[string]*LogSettingsRequest_SettingValue `protobuf:"bytes,1,rep,name=settings,proto3" json:"settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogSettingsRequest) Reset() {
+	*x = LogSettingsRequest{}
+	mi := &file_grpc_service_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogSettingsRequest) ProtoMessage() {}
+
+func (x *LogSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogSettingsRequest.ProtoReflect.Descriptor instead.
+func (*LogSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *LogSettingsRequest) GetSettings() map[string]*LogSettingsRequest_SettingValue {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+type LogSettingsResponse struct {
+	state         protoimpl.MessageState                       `protogen:"open.v1"`
+	Settings      map[string]*LogSettingsResponse_SettingValue `protobuf:"bytes,1,rep,name=settings,proto3" json:"settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogSettingsResponse) Reset() {
+	*x = LogSettingsResponse{}
+	mi := &file_grpc_service_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogSettingsResponse) ProtoMessage() {}
+
+func (x *LogSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogSettingsResponse.ProtoReflect.Descriptor instead.
+func (*LogSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *LogSettingsResponse) GetSettings() map[string]*LogSettingsResponse_SettingValue {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
 // TensorMetadata describes one input or output; -1 in shape is a
 // dimension of any size.
 type ModelMetadataResponse_TensorMetadata struct {
@@ -1508,7 +2638,7 @@ type ModelMetadataResponse_TensorMetadata struct {
 
 func (x *ModelMetadataResponse_TensorMetadata) Reset() {
 	*x = ModelMetadataResponse_TensorMetadata{}
-	mi := &file_grpc_service_proto_msgTypes[23]
+	mi := &file_grpc_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +2650,7 @@ func (x *ModelMetadataResponse_TensorMetadata) String() string {
 func (*ModelMetadataResponse_TensorMetadata) ProtoMessage() {}
 
 func (x *ModelMetadataResponse_TensorMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_grpc_service_proto_msgTypes[23]
+	mi := &file_grpc_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +2702,7 @@ type ModelInferRequest_InferInputTensor struct {
 
 func (x *ModelInferRequest_InferInputTensor) Reset() {
 	*x = ModelInferRequest_InferInputTensor{}
-	mi := &file_grpc_service_proto_msgTypes[24]
+	mi := &file_grpc_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +2714,7 @@ func (x *ModelInferRequest_InferInputTensor) String() string {
 func (*ModelInferRequest_InferInputTensor) ProtoMessage() {}
 
 func (x *ModelInferRequest_InferInputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_grpc_service_proto_msgTypes[24]
+	mi := &file_grpc_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +2776,7 @@ type ModelInferRequest_InferRequestedOutputTensor struct {
 
 func (x *ModelInferRequest_InferRequestedOutputTensor) Reset() {
 	*x = ModelInferRequest_InferRequestedOutputTensor{}
-	mi := &file_grpc_service_proto_msgTypes[25]
+	mi := &file_grpc_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +2788,7 @@ func (x *ModelInferRequest_InferRequestedOutputTensor) String() string {
 func (*ModelInferRequest_InferRequestedOutputTensor) ProtoMessage() {}
 
 func (x *ModelInferRequest_InferRequestedOutputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_grpc_service_proto_msgTypes[25]
+	mi := &file_grpc_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +2833,7 @@ type ModelInferResponse_InferOutputTensor struct {
 
 func (x *ModelInferResponse_InferOutputTensor) Reset() {
 	*x = ModelInferResponse_InferOutputTensor{}
-	mi := &file_grpc_service_proto_msgTypes[29]
+	mi := &file_grpc_service_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +2845,7 @@ func (x *ModelInferResponse_InferOutputTensor) String() string {
 func (*ModelInferResponse_InferOutputTensor) ProtoMessage() {}
 
 func (x *ModelInferResponse_InferOutputTensor) ProtoReflect() protoreflect.Message {
-	mi := &file_grpc_service_proto_msgTypes[29]
+	mi := &file_grpc_service_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,6 +2894,492 @@ func (x *ModelInferResponse_InferOutputTensor) GetContents() *InferTensorContent
 		return x.Contents
 	}
 	return nil
+}
+
+type RepositoryIndexResponse_ModelIndex struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RepositoryIndexResponse_ModelIndex) Reset() {
+	*x = RepositoryIndexResponse_ModelIndex{}
+	mi := &file_grpc_service_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RepositoryIndexResponse_ModelIndex) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RepositoryIndexResponse_ModelIndex) ProtoMessage() {}
+
+func (x *RepositoryIndexResponse_ModelIndex) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RepositoryIndexResponse_ModelIndex.ProtoReflect.Descriptor instead.
+func (*RepositoryIndexResponse_ModelIndex) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{25, 0}
+}
+
+func (x *RepositoryIndexResponse_ModelIndex) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RepositoryIndexResponse_ModelIndex) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *RepositoryIndexResponse_ModelIndex) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *RepositoryIndexResponse_ModelIndex) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type SystemSharedMemoryStatusResponse_RegionStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Offset        uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	ByteSize      uint64                 `protobuf:"varint,4,opt,name=byte_size,json=byteSize,proto3" json:"byte_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSharedMemoryStatusResponse_RegionStatus) Reset() {
+	*x = SystemSharedMemoryStatusResponse_RegionStatus{}
+	mi := &file_grpc_service_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSharedMemoryStatusResponse_RegionStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSharedMemoryStatusResponse_RegionStatus) ProtoMessage() {}
+
+func (x *SystemSharedMemoryStatusResponse_RegionStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSharedMemoryStatusResponse_RegionStatus.ProtoReflect.Descriptor instead.
+func (*SystemSharedMemoryStatusResponse_RegionStatus) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{31, 0}
+}
+
+func (x *SystemSharedMemoryStatusResponse_RegionStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SystemSharedMemoryStatusResponse_RegionStatus) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SystemSharedMemoryStatusResponse_RegionStatus) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *SystemSharedMemoryStatusResponse_RegionStatus) GetByteSize() uint64 {
+	if x != nil {
+		return x.ByteSize
+	}
+	return 0
+}
+
+type CudaSharedMemoryStatusResponse_RegionStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DeviceId      uint64                 `protobuf:"varint,2,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	ByteSize      uint64                 `protobuf:"varint,3,opt,name=byte_size,json=byteSize,proto3" json:"byte_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CudaSharedMemoryStatusResponse_RegionStatus) Reset() {
+	*x = CudaSharedMemoryStatusResponse_RegionStatus{}
+	mi := &file_grpc_service_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CudaSharedMemoryStatusResponse_RegionStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CudaSharedMemoryStatusResponse_RegionStatus) ProtoMessage() {}
+
+func (x *CudaSharedMemoryStatusResponse_RegionStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CudaSharedMemoryStatusResponse_RegionStatus.ProtoReflect.Descriptor instead.
+func (*CudaSharedMemoryStatusResponse_RegionStatus) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{37, 0}
+}
+
+func (x *CudaSharedMemoryStatusResponse_RegionStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CudaSharedMemoryStatusResponse_RegionStatus) GetDeviceId() uint64 {
+	if x != nil {
+		return x.DeviceId
+	}
+	return 0
+}
+
+func (x *CudaSharedMemoryStatusResponse_RegionStatus) GetByteSize() uint64 {
+	if x != nil {
+		return x.ByteSize
+	}
+	return 0
+}
+
+type TraceSettingRequest_SettingValue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Value         []string               `protobuf:"bytes,1,rep,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraceSettingRequest_SettingValue) Reset() {
+	*x = TraceSettingRequest_SettingValue{}
+	mi := &file_grpc_service_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraceSettingRequest_SettingValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraceSettingRequest_SettingValue) ProtoMessage() {}
+
+func (x *TraceSettingRequest_SettingValue) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraceSettingRequest_SettingValue.ProtoReflect.Descriptor instead.
+func (*TraceSettingRequest_SettingValue) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{42, 0}
+}
+
+func (x *TraceSettingRequest_SettingValue) GetValue() []string {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type TraceSettingResponse_SettingValue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Value         []string               `protobuf:"bytes,1,rep,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraceSettingResponse_SettingValue) Reset() {
+	*x = TraceSettingResponse_SettingValue{}
+	mi := &file_grpc_service_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraceSettingResponse_SettingValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraceSettingResponse_SettingValue) ProtoMessage() {}
+
+func (x *TraceSettingResponse_SettingValue) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraceSettingResponse_SettingValue.ProtoReflect.Descriptor instead.
+func (*TraceSettingResponse_SettingValue) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{43, 0}
+}
+
+func (x *TraceSettingResponse_SettingValue) GetValue() []string {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type LogSettingsRequest_SettingValue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to ParameterChoice:
+	//
+	//	*LogSettingsRequest_SettingValue_BoolParam
+	//	*LogSettingsRequest_SettingValue_Uint32Param
+	//	*LogSettingsRequest_SettingValue_StringParam
+	ParameterChoice isLogSettingsRequest_SettingValue_ParameterChoice `protobuf_oneof:"parameter_choice"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *LogSettingsRequest_SettingValue) Reset() {
+	*x = LogSettingsRequest_SettingValue{}
+	mi := &file_grpc_service_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogSettingsRequest_SettingValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogSettingsRequest_SettingValue) ProtoMessage() {}
+
+func (x *LogSettingsRequest_SettingValue) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogSettingsRequest_SettingValue.ProtoReflect.Descriptor instead.
+func (*LogSettingsRequest_SettingValue) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{44, 0}
+}
+
+func (x *LogSettingsRequest_SettingValue) GetParameterChoice() isLogSettingsRequest_SettingValue_ParameterChoice {
+	if x != nil {
+		return x.ParameterChoice
+	}
+	return nil
+}
+
+func (x *LogSettingsRequest_SettingValue) GetBoolParam() bool {
+	if x != nil {
+		if x, ok := x.ParameterChoice.(*LogSettingsRequest_SettingValue_BoolParam); ok {
+			return x.BoolParam
+		}
+	}
+	return false
+}
+
+func (x *LogSettingsRequest_SettingValue) GetUint32Param() uint32 {
+	if x != nil {
+		if x, ok := x.ParameterChoice.(*LogSettingsRequest_SettingValue_Uint32Param); ok {
+			return x.Uint32Param
+		}
+	}
+	return 0
+}
+
+func (x *LogSettingsRequest_SettingValue) GetStringParam() string {
+	if x != nil {
+		if x, ok := x.ParameterChoice.(*LogSettingsRequest_SettingValue_StringParam); ok {
+			return x.StringParam
+		}
+	}
+	return ""
+}
+
+type isLogSettingsRequest_SettingValue_ParameterChoice interface {
+	isLogSettingsRequest_SettingValue_ParameterChoice()
+}
+
+type LogSettingsRequest_SettingValue_BoolParam struct {
+	BoolParam bool `protobuf:"varint,1,opt,name=bool_param,json=boolParam,proto3,oneof"`
+}
+
+type LogSettingsRequest_SettingValue_Uint32Param struct {
+	Uint32Param uint32 `protobuf:"varint,2,opt,name=uint32_param,json=uint32Param,proto3,oneof"`
+}
+
+type LogSettingsRequest_SettingValue_StringParam struct {
+	StringParam string `protobuf:"bytes,3,opt,name=string_param,json=stringParam,proto3,oneof"`
+}
+
+func (*LogSettingsRequest_SettingValue_BoolParam) isLogSettingsRequest_SettingValue_ParameterChoice() {
+}
+
+func (*LogSettingsRequest_SettingValue_Uint32Param) isLogSettingsRequest_SettingValue_ParameterChoice() {
+}
+
+func (*LogSettingsRequest_SettingValue_StringParam) isLogSettingsRequest_SettingValue_ParameterChoice() {
+}
+
+type LogSettingsResponse_SettingValue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to ParameterChoice:
+	//
+	//	*LogSettingsResponse_SettingValue_BoolParam
+	//	*LogSettingsResponse_SettingValue_Uint32Param
+	//	*LogSettingsResponse_SettingValue_StringParam
+	ParameterChoice isLogSettingsResponse_SettingValue_ParameterChoice `protobuf_oneof:"parameter_choice"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *LogSettingsResponse_SettingValue) Reset() {
+	*x = LogSettingsResponse_SettingValue{}
+	mi := &file_grpc_service_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogSettingsResponse_SettingValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogSettingsResponse_SettingValue) ProtoMessage() {}
+
+func (x *LogSettingsResponse_SettingValue) ProtoReflect() protoreflect.Message {
+	mi := &file_grpc_service_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogSettingsResponse_SettingValue.ProtoReflect.Descriptor instead.
+func (*LogSettingsResponse_SettingValue) Descriptor() ([]byte, []int) {
+	return file_grpc_service_proto_rawDescGZIP(), []int{45, 0}
+}
+
+func (x *LogSettingsResponse_SettingValue) GetParameterChoice() isLogSettingsResponse_SettingValue_ParameterChoice {
+	if x != nil {
+		return x.ParameterChoice
+	}
+	return nil
+}
+
+func (x *LogSettingsResponse_SettingValue) GetBoolParam() bool {
+	if x != nil {
+		if x, ok := x.ParameterChoice.(*LogSettingsResponse_SettingValue_BoolParam); ok {
+			return x.BoolParam
+		}
+	}
+	return false
+}
+
+func (x *LogSettingsResponse_SettingValue) GetUint32Param() uint32 {
+	if x != nil {
+		if x, ok := x.ParameterChoice.(*LogSettingsResponse_SettingValue_Uint32Param); ok {
+			return x.Uint32Param
+		}
+	}
+	return 0
+}
+
+func (x *LogSettingsResponse_SettingValue) GetStringParam() string {
+	if x != nil {
+		if x, ok := x.ParameterChoice.(*LogSettingsResponse_SettingValue_StringParam); ok {
+			return x.StringParam
+		}
+	}
+	return ""
+}
+
+type isLogSettingsResponse_SettingValue_ParameterChoice interface {
+	isLogSettingsResponse_SettingValue_ParameterChoice()
+}
+
+type LogSettingsResponse_SettingValue_BoolParam struct {
+	BoolParam bool `protobuf:"varint,1,opt,name=bool_param,json=boolParam,proto3,oneof"`
+}
+
+type LogSettingsResponse_SettingValue_Uint32Param struct {
+	Uint32Param uint32 `protobuf:"varint,2,opt,name=uint32_param,json=uint32Param,proto3,oneof"`
+}
+
+type LogSettingsResponse_SettingValue_StringParam struct {
+	StringParam string `protobuf:"bytes,3,opt,name=string_param,json=stringParam,proto3,oneof"`
+}
+
+func (*LogSettingsResponse_SettingValue_BoolParam) isLogSettingsResponse_SettingValue_ParameterChoice() {
+}
+
+func (*LogSettingsResponse_SettingValue_Uint32Param) isLogSettingsResponse_SettingValue_ParameterChoice() {
+}
+
+func (*LogSettingsResponse_SettingValue_StringParam) isLogSettingsResponse_SettingValue_ParameterChoice() {
 }
 
 var File_grpc_service_proto protoreflect.FileDescriptor
@@ -1918,7 +3534,129 @@ const file_grpc_service_proto_rawDesc = "" +
 	"batchStats\"V\n" +
 	"\x17ModelStatisticsResponse\x12;\n" +
 	"\vmodel_stats\x18\x01 \x03(\v2\x1a.inference.ModelStatisticsR\n" +
-	"modelStats2\x85\x06\n" +
+	"modelStats\"\xba\x01\n" +
+	"\x18ModelRepositoryParameter\x12\x1f\n" +
+	"\n" +
+	"bool_param\x18\x01 \x01(\bH\x00R\tboolParam\x12!\n" +
+	"\vint64_param\x18\x02 \x01(\x03H\x00R\n" +
+	"int64Param\x12#\n" +
+	"\fstring_param\x18\x03 \x01(\tH\x00R\vstringParam\x12!\n" +
+	"\vbytes_param\x18\x04 \x01(\fH\x00R\n" +
+	"bytesParamB\x12\n" +
+	"\x10parameter_choice\"W\n" +
+	"\x16RepositoryIndexRequest\x12'\n" +
+	"\x0frepository_name\x18\x01 \x01(\tR\x0erepositoryName\x12\x14\n" +
+	"\x05ready\x18\x02 \x01(\bR\x05ready\"\xca\x01\n" +
+	"\x17RepositoryIndexResponse\x12E\n" +
+	"\x06models\x18\x01 \x03(\v2-.inference.RepositoryIndexResponse.ModelIndexR\x06models\x1ah\n" +
+	"\n" +
+	"ModelIndex\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x9f\x02\n" +
+	"\x1aRepositoryModelLoadRequest\x12'\n" +
+	"\x0frepository_name\x18\x01 \x01(\tR\x0erepositoryName\x12\x1d\n" +
+	"\n" +
+	"model_name\x18\x02 \x01(\tR\tmodelName\x12U\n" +
+	"\n" +
+	"parameters\x18\x03 \x03(\v25.inference.RepositoryModelLoadRequest.ParametersEntryR\n" +
+	"parameters\x1ab\n" +
+	"\x0fParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x129\n" +
+	"\x05value\x18\x02 \x01(\v2#.inference.ModelRepositoryParameterR\x05value:\x028\x01\"\x1d\n" +
+	"\x1bRepositoryModelLoadResponse\"\xa3\x02\n" +
+	"\x1cRepositoryModelUnloadRequest\x12'\n" +
+	"\x0frepository_name\x18\x01 \x01(\tR\x0erepositoryName\x12\x1d\n" +
+	"\n" +
+	"model_name\x18\x02 \x01(\tR\tmodelName\x12W\n" +
+	"\n" +
+	"parameters\x18\x03 \x03(\v27.inference.RepositoryModelUnloadRequest.ParametersEntryR\n" +
+	"parameters\x1ab\n" +
+	"\x0fParametersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x129\n" +
+	"\x05value\x18\x02 \x01(\v2#.inference.ModelRepositoryParameterR\x05value:\x028\x01\"\x1f\n" +
+	"\x1dRepositoryModelUnloadResponse\"5\n" +
+	"\x1fSystemSharedMemoryStatusRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xd7\x02\n" +
+	" SystemSharedMemoryStatusResponse\x12R\n" +
+	"\aregions\x18\x01 \x03(\v28.inference.SystemSharedMemoryStatusResponse.RegionsEntryR\aregions\x1ai\n" +
+	"\fRegionStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x1b\n" +
+	"\tbyte_size\x18\x04 \x01(\x04R\bbyteSize\x1at\n" +
+	"\fRegionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12N\n" +
+	"\x05value\x18\x02 \x01(\v28.inference.SystemSharedMemoryStatusResponse.RegionStatusR\x05value:\x028\x01\"~\n" +
+	"!SystemSharedMemoryRegisterRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x1b\n" +
+	"\tbyte_size\x18\x04 \x01(\x04R\bbyteSize\"$\n" +
+	"\"SystemSharedMemoryRegisterResponse\"9\n" +
+	"#SystemSharedMemoryUnregisterRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"&\n" +
+	"$SystemSharedMemoryUnregisterResponse\"3\n" +
+	"\x1dCudaSharedMemoryStatusRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xc4\x02\n" +
+	"\x1eCudaSharedMemoryStatusResponse\x12P\n" +
+	"\aregions\x18\x01 \x03(\v26.inference.CudaSharedMemoryStatusResponse.RegionsEntryR\aregions\x1a\\\n" +
+	"\fRegionStatus\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tdevice_id\x18\x02 \x01(\x04R\bdeviceId\x12\x1b\n" +
+	"\tbyte_size\x18\x03 \x01(\x04R\bbyteSize\x1ar\n" +
+	"\fRegionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12L\n" +
+	"\x05value\x18\x02 \x01(\v26.inference.CudaSharedMemoryStatusResponse.RegionStatusR\x05value:\x028\x01\"\x8e\x01\n" +
+	"\x1fCudaSharedMemoryRegisterRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"raw_handle\x18\x02 \x01(\fR\trawHandle\x12\x1b\n" +
+	"\tdevice_id\x18\x03 \x01(\x03R\bdeviceId\x12\x1b\n" +
+	"\tbyte_size\x18\x04 \x01(\x04R\bbyteSize\"\"\n" +
+	" CudaSharedMemoryRegisterResponse\"7\n" +
+	"!CudaSharedMemoryUnregisterRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"$\n" +
+	"\"CudaSharedMemoryUnregisterResponse\"\x8e\x02\n" +
+	"\x13TraceSettingRequest\x12H\n" +
+	"\bsettings\x18\x01 \x03(\v2,.inference.TraceSettingRequest.SettingsEntryR\bsettings\x12\x1d\n" +
+	"\n" +
+	"model_name\x18\x02 \x01(\tR\tmodelName\x1a$\n" +
+	"\fSettingValue\x12\x14\n" +
+	"\x05value\x18\x01 \x03(\tR\x05value\x1ah\n" +
+	"\rSettingsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12A\n" +
+	"\x05value\x18\x02 \x01(\v2+.inference.TraceSettingRequest.SettingValueR\x05value:\x028\x01\"\xf2\x01\n" +
+	"\x14TraceSettingResponse\x12I\n" +
+	"\bsettings\x18\x01 \x03(\v2-.inference.TraceSettingResponse.SettingsEntryR\bsettings\x1a$\n" +
+	"\fSettingValue\x12\x14\n" +
+	"\x05value\x18\x01 \x03(\tR\x05value\x1ai\n" +
+	"\rSettingsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12B\n" +
+	"\x05value\x18\x02 \x01(\v2,.inference.TraceSettingResponse.SettingValueR\x05value:\x028\x01\"\xd6\x02\n" +
+	"\x12LogSettingsRequest\x12G\n" +
+	"\bsettings\x18\x01 \x03(\v2+.inference.LogSettingsRequest.SettingsEntryR\bsettings\x1a\x8d\x01\n" +
+	"\fSettingValue\x12\x1f\n" +
+	"\n" +
+	"bool_param\x18\x01 \x01(\bH\x00R\tboolParam\x12#\n" +
+	"\fuint32_param\x18\x02 \x01(\rH\x00R\vuint32Param\x12#\n" +
+	"\fstring_param\x18\x03 \x01(\tH\x00R\vstringParamB\x12\n" +
+	"\x10parameter_choice\x1ag\n" +
+	"\rSettingsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12@\n" +
+	"\x05value\x18\x02 \x01(\v2*.inference.LogSettingsRequest.SettingValueR\x05value:\x028\x01\"\xd9\x02\n" +
+	"\x13LogSettingsResponse\x12H\n" +
+	"\bsettings\x18\x01 \x03(\v2,.inference.LogSettingsResponse.SettingsEntryR\bsettings\x1a\x8d\x01\n" +
+	"\fSettingValue\x12\x1f\n" +
+	"\n" +
+	"bool_param\x18\x01 \x01(\bH\x00R\tboolParam\x12#\n" +
+	"\fuint32_param\x18\x02 \x01(\rH\x00R\vuint32Param\x12#\n" +
+	"\fstring_param\x18\x03 \x01(\tH\x00R\vstringParamB\x12\n" +
+	"\x10parameter_choice\x1ah\n" +
+	"\rSettingsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12A\n" +
+	"\x05value\x18\x02 \x01(\v2+.inference.LogSettingsResponse.SettingValueR\x05value:\x028\x012\xb7\x0f\n" +
 	"\x14GRPCInferenceService\x12K\n" +
 	"\n" +
 	"ServerLive\x12\x1c.inference.ServerLiveRequest\x1a\x1d.inference.ServerLiveResponse\"\x00\x12N\n" +
@@ -1931,7 +3669,18 @@ const file_grpc_service_proto_rawDesc = "" +
 	"ModelInfer\x12\x1c.inference.ModelInferRequest\x1a\x1d.inference.ModelInferResponse\"\x00\x12[\n" +
 	"\x10ModelStreamInfer\x12\x1c.inference.ModelInferRequest\x1a#.inference.ModelStreamInferResponse\"\x00(\x010\x01\x12N\n" +
 	"\vModelConfig\x12\x1d.inference.ModelConfigRequest\x1a\x1e.inference.ModelConfigResponse\"\x00\x12Z\n" +
-	"\x0fModelStatistics\x12!.inference.ModelStatisticsRequest\x1a\".inference.ModelStatisticsResponse\"\x00B,Z*github.com/fw-serve/fw/grpcapi/inferencepbb\x06proto3"
+	"\x0fModelStatistics\x12!.inference.ModelStatisticsRequest\x1a\".inference.ModelStatisticsResponse\"\x00\x12Z\n" +
+	"\x0fRepositoryIndex\x12!.inference.RepositoryIndexRequest\x1a\".inference.RepositoryIndexResponse\"\x00\x12f\n" +
+	"\x13RepositoryModelLoad\x12%.inference.RepositoryModelLoadRequest\x1a&.inference.RepositoryModelLoadResponse\"\x00\x12l\n" +
+	"\x15RepositoryModelUnload\x12'.inference.RepositoryModelUnloadRequest\x1a(.inference.RepositoryModelUnloadResponse\"\x00\x12u\n" +
+	"\x18SystemSharedMemoryStatus\x12*.inference.SystemSharedMemoryStatusRequest\x1a+.inference.SystemSharedMemoryStatusResponse\"\x00\x12{\n" +
+	"\x1aSystemSharedMemoryRegister\x12,.inference.SystemSharedMemoryRegisterRequest\x1a-.inference.SystemSharedMemoryRegisterResponse\"\x00\x12\x81\x01\n" +
+	"\x1cSystemSharedMemoryUnregister\x12..inference.SystemSharedMemoryUnregisterRequest\x1a/.inference.SystemSharedMemoryUnregisterResponse\"\x00\x12o\n" +
+	"\x16CudaSharedMemoryStatus\x12(.inference.CudaSharedMemoryStatusRequest\x1a).inference.CudaSharedMemoryStatusResponse\"\x00\x12u\n" +
+	"\x18CudaSharedMemoryRegister\x12*.inference.CudaSharedMemoryRegisterRequest\x1a+.inference.CudaSharedMemoryRegisterResponse\"\x00\x12{\n" +
+	"\x1aCudaSharedMemoryUnregister\x12,.inference.CudaSharedMemoryUnregisterRequest\x1a-.inference.CudaSharedMemoryUnregisterResponse\"\x00\x12Q\n" +
+	"\fTraceSetting\x12\x1e.inference.TraceSettingRequest\x1a\x1f.inference.TraceSettingResponse\"\x00\x12N\n" +
+	"\vLogSettings\x12\x1d.inference.LogSettingsRequest\x1a\x1e.inference.LogSettingsResponse\"\x00B,Z*github.com/fw-serve/fw/grpcapi/inferencepbb\x06proto3"
 
 var (
 	file_grpc_service_proto_rawDescOnce sync.Once
@@ -1945,7 +3694,7 @@ func file_grpc_service_proto_rawDescGZIP() []byte {
 	return file_grpc_service_proto_rawDescData
 }
 
-var file_grpc_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_grpc_service_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_grpc_service_proto_goTypes = []any{
 	(*ServerLiveRequest)(nil),                            // 0: inference.ServerLiveRequest
 	(*ServerLiveResponse)(nil),                           // 1: inference.ServerLiveResponse
@@ -1970,27 +3719,65 @@ var file_grpc_service_proto_goTypes = []any{
 	(*InferBatchStatistics)(nil),                         // 20: inference.InferBatchStatistics
 	(*ModelStatistics)(nil),                              // 21: inference.ModelStatistics
 	(*ModelStatisticsResponse)(nil),                      // 22: inference.ModelStatisticsResponse
-	(*ModelMetadataResponse_TensorMetadata)(nil),         // 23: inference.ModelMetadataResponse.TensorMetadata
-	(*ModelInferRequest_InferInputTensor)(nil),           // 24: inference.ModelInferRequest.InferInputTensor
-	(*ModelInferRequest_InferRequestedOutputTensor)(nil), // 25: inference.ModelInferRequest.InferRequestedOutputTensor
-	nil, // 26: inference.ModelInferRequest.ParametersEntry
-	nil, // 27: inference.ModelInferRequest.InferInputTensor.ParametersEntry
-	nil, // 28: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
-	(*ModelInferResponse_InferOutputTensor)(nil), // 29: inference.ModelInferResponse.InferOutputTensor
-	nil,                 // 30: inference.ModelInferResponse.ParametersEntry
-	nil,                 // 31: inference.ModelInferResponse.InferOutputTensor.ParametersEntry
-	(*ModelConfig)(nil), // 32: inference.ModelConfig
+	(*ModelRepositoryParameter)(nil),                     // 23: inference.ModelRepositoryParameter
+	(*RepositoryIndexRequest)(nil),                       // 24: inference.RepositoryIndexRequest
+	(*RepositoryIndexResponse)(nil),                      // 25: inference.RepositoryIndexResponse
+	(*RepositoryModelLoadRequest)(nil),                   // 26: inference.RepositoryModelLoadRequest
+	(*RepositoryModelLoadResponse)(nil),                  // 27: inference.RepositoryModelLoadResponse
+	(*RepositoryModelUnloadRequest)(nil),                 // 28: inference.RepositoryModelUnloadRequest
+	(*RepositoryModelUnloadResponse)(nil),                // 29: inference.RepositoryModelUnloadResponse
+	(*SystemSharedMemoryStatusRequest)(nil),              // 30: inference.SystemSharedMemoryStatusRequest
+	(*SystemSharedMemoryStatusResponse)(nil),             // 31: inference.SystemSharedMemoryStatusResponse
+	(*SystemSharedMemoryRegisterRequest)(nil),            // 32: inference.SystemSharedMemoryRegisterRequest
+	(*SystemSharedMemoryRegisterResponse)(nil),           // 33: inference.SystemSharedMemoryRegisterResponse
+	(*SystemSharedMemoryUnregisterRequest)(nil),          // 34: inference.SystemSharedMemoryUnregisterRequest
+	(*SystemSharedMemoryUnregisterResponse)(nil),         // 35: inference.SystemSharedMemoryUnregisterResponse
+	(*CudaSharedMemoryStatusRequest)(nil),                // 36: inference.CudaSharedMemoryStatusRequest
+	(*CudaSharedMemoryStatusResponse)(nil),               // 37: inference.CudaSharedMemoryStatusResponse
+	(*CudaSharedMemoryRegisterRequest)(nil),              // 38: inference.CudaSharedMemoryRegisterRequest
+	(*CudaSharedMemoryRegisterResponse)(nil),             // 39: inference.CudaSharedMemoryRegisterResponse
+	(*CudaSharedMemoryUnregisterRequest)(nil),            // 40: inference.CudaSharedMemoryUnregisterRequest
+	(*CudaSharedMemoryUnregisterResponse)(nil),           // 41: inference.CudaSharedMemoryUnregisterResponse
+	(*TraceSettingRequest)(nil),                          // 42: inference.TraceSettingRequest
+	(*TraceSettingResponse)(nil),                         // 43: inference.TraceSettingResponse
+	(*LogSettingsRequest)(nil),                           // 44: inference.LogSettingsRequest
+	(*LogSettingsResponse)(nil),                          // 45: inference.LogSettingsResponse
+	(*ModelMetadataResponse_TensorMetadata)(nil),         // 46: inference.ModelMetadataResponse.TensorMetadata
+	(*ModelInferRequest_InferInputTensor)(nil),           // 47: inference.ModelInferRequest.InferInputTensor
+	(*ModelInferRequest_InferRequestedOutputTensor)(nil), // 48: inference.ModelInferRequest.InferRequestedOutputTensor
+	nil, // 49: inference.ModelInferRequest.ParametersEntry
+	nil, // 50: inference.ModelInferRequest.InferInputTensor.ParametersEntry
+	nil, // 51: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
+	(*ModelInferResponse_InferOutputTensor)(nil), // 52: inference.ModelInferResponse.InferOutputTensor
+	nil, // 53: inference.ModelInferResponse.ParametersEntry
+	nil, // 54: inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	(*RepositoryIndexResponse_ModelIndex)(nil), // 55: inference.RepositoryIndexResponse.ModelIndex
+	nil, // 56: inference.RepositoryModelLoadRequest.ParametersEntry
+	nil, // 57: inference.RepositoryModelUnloadRequest.ParametersEntry
+	(*SystemSharedMemoryStatusResponse_RegionStatus)(nil), // 58: inference.SystemSharedMemoryStatusResponse.RegionStatus
+	nil, // 59: inference.SystemSharedMemoryStatusResponse.RegionsEntry
+	(*CudaSharedMemoryStatusResponse_RegionStatus)(nil), // 60: inference.CudaSharedMemoryStatusResponse.RegionStatus
+	nil,                                      // 61: inference.CudaSharedMemoryStatusResponse.RegionsEntry
+	(*TraceSettingRequest_SettingValue)(nil), // 62: inference.TraceSettingRequest.SettingValue
+	nil,                                      // 63: inference.TraceSettingRequest.SettingsEntry
+	(*TraceSettingResponse_SettingValue)(nil), // 64: inference.TraceSettingResponse.SettingValue
+	nil,                                      // 65: inference.TraceSettingResponse.SettingsEntry
+	(*LogSettingsRequest_SettingValue)(nil),  // 66: inference.LogSettingsRequest.SettingValue
+	nil,                                      // 67: inference.LogSettingsRequest.SettingsEntry
+	(*LogSettingsResponse_SettingValue)(nil), // 68: inference.LogSettingsResponse.SettingValue
+	nil,                                      // 69: inference.LogSettingsResponse.SettingsEntry
+	(*ModelConfig)(nil),                      // 70: inference.ModelConfig
 }
 var file_grpc_service_proto_depIdxs = []int32{
-	23, // 0: inference.ModelMetadataResponse.inputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
-	23, // 1: inference.ModelMetadataResponse.outputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
-	26, // 2: inference.ModelInferRequest.parameters:type_name -> inference.ModelInferRequest.ParametersEntry
-	24, // 3: inference.ModelInferRequest.inputs:type_name -> inference.ModelInferRequest.InferInputTensor
-	25, // 4: inference.ModelInferRequest.outputs:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor
-	30, // 5: inference.ModelInferResponse.parameters:type_name -> inference.ModelInferResponse.ParametersEntry
-	29, // 6: inference.ModelInferResponse.outputs:type_name -> inference.ModelInferResponse.InferOutputTensor
+	46, // 0: inference.ModelMetadataResponse.inputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
+	46, // 1: inference.ModelMetadataResponse.outputs:type_name -> inference.ModelMetadataResponse.TensorMetadata
+	49, // 2: inference.ModelInferRequest.parameters:type_name -> inference.ModelInferRequest.ParametersEntry
+	47, // 3: inference.ModelInferRequest.inputs:type_name -> inference.ModelInferRequest.InferInputTensor
+	48, // 4: inference.ModelInferRequest.outputs:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor
+	53, // 5: inference.ModelInferResponse.parameters:type_name -> inference.ModelInferResponse.ParametersEntry
+	52, // 6: inference.ModelInferResponse.outputs:type_name -> inference.ModelInferResponse.InferOutputTensor
 	13, // 7: inference.ModelStreamInferResponse.infer_response:type_name -> inference.ModelInferResponse
-	32, // 8: inference.ModelConfigResponse.config:type_name -> inference.ModelConfig
+	70, // 8: inference.ModelConfigResponse.config:type_name -> inference.ModelConfig
 	18, // 9: inference.InferStatistics.success:type_name -> inference.StatisticDuration
 	18, // 10: inference.InferStatistics.fail:type_name -> inference.StatisticDuration
 	18, // 11: inference.InferStatistics.queue:type_name -> inference.StatisticDuration
@@ -2005,39 +3792,78 @@ var file_grpc_service_proto_depIdxs = []int32{
 	19, // 20: inference.ModelStatistics.inference_stats:type_name -> inference.InferStatistics
 	20, // 21: inference.ModelStatistics.batch_stats:type_name -> inference.InferBatchStatistics
 	21, // 22: inference.ModelStatisticsResponse.model_stats:type_name -> inference.ModelStatistics
-	27, // 23: inference.ModelInferRequest.InferInputTensor.parameters:type_name -> inference.ModelInferRequest.InferInputTensor.ParametersEntry
-	11, // 24: inference.ModelInferRequest.InferInputTensor.contents:type_name -> inference.InferTensorContents
-	28, // 25: inference.ModelInferRequest.InferRequestedOutputTensor.parameters:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
-	10, // 26: inference.ModelInferRequest.ParametersEntry.value:type_name -> inference.InferParameter
-	10, // 27: inference.ModelInferRequest.InferInputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	10, // 28: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	31, // 29: inference.ModelInferResponse.InferOutputTensor.parameters:type_name -> inference.ModelInferResponse.InferOutputTensor.ParametersEntry
-	11, // 30: inference.ModelInferResponse.InferOutputTensor.contents:type_name -> inference.InferTensorContents
-	10, // 31: inference.ModelInferResponse.ParametersEntry.value:type_name -> inference.InferParameter
-	10, // 32: inference.ModelInferResponse.InferOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
-	0,  // 33: inference.GRPCInferenceService.ServerLive:input_type -> inference.ServerLiveRequest
-	2,  // 34: inference.GRPCInferenceService.ServerReady:input_type -> inference.ServerReadyRequest
-	4,  // 35: inference.GRPCInferenceService.ModelReady:input_type -> inference.ModelReadyRequest
-	6,  // 36: inference.GRPCInferenceService.ServerMetadata:input_type -> inference.ServerMetadataRequest
-	8,  // 37: inference.GRPCInferenceService.ModelMetadata:input_type -> inference.ModelMetadataRequest
-	12, // 38: inference.GRPCInferenceService.ModelInfer:input_type -> inference.ModelInferRequest
-	12, // 39: inference.GRPCInferenceService.ModelStreamInfer:input_type -> inference.ModelInferRequest
-	15, // 40: inference.GRPCInferenceService.ModelConfig:input_type -> inference.ModelConfigRequest
-	17, // 41: inference.GRPCInferenceService.ModelStatistics:input_type -> inference.ModelStatisticsRequest
-	1,  // 42: inference.GRPCInferenceService.ServerLive:output_type -> inference.ServerLiveResponse
-	3,  // 43: inference.GRPCInferenceService.ServerReady:output_type -> inference.ServerReadyResponse
-	5,  // 44: inference.GRPCInferenceService.ModelReady:output_type -> inference.ModelReadyResponse
-	7,  // 45: inference.GRPCInferenceService.ServerMetadata:output_type -> inference.ServerMetadataResponse
-	9,  // 46: inference.GRPCInferenceService.ModelMetadata:output_type -> inference.ModelMetadataResponse
-	13, // 47: inference.GRPCInferenceService.ModelInfer:output_type -> inference.ModelInferResponse
-	14, // 48: inference.GRPCInferenceService.ModelStreamInfer:output_type -> inference.ModelStreamInferResponse
-	16, // 49: inference.GRPCInferenceService.ModelConfig:output_type -> inference.ModelConfigResponse
-	22, // 50: inference.GRPCInferenceService.ModelStatistics:output_type -> inference.ModelStatisticsResponse
-	42, // [42:51] is the sub-list for method output_type
-	33, // [33:42] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	55, // 23: inference.RepositoryIndexResponse.models:type_name -> inference.RepositoryIndexResponse.ModelIndex
+	56, // 24: inference.RepositoryModelLoadRequest.parameters:type_name -> inference.RepositoryModelLoadRequest.ParametersEntry
+	57, // 25: inference.RepositoryModelUnloadRequest.parameters:type_name -> inference.RepositoryModelUnloadRequest.ParametersEntry
+	59, // 26: inference.SystemSharedMemoryStatusResponse.regions:type_name -> inference.SystemSharedMemoryStatusResponse.RegionsEntry
+	61, // 27: inference.CudaSharedMemoryStatusResponse.regions:type_name -> inference.CudaSharedMemoryStatusResponse.RegionsEntry
+	63, // 28: inference.TraceSettingRequest.settings:type_name -> inference.TraceSettingRequest.SettingsEntry
+	65, // 29: inference.TraceSettingResponse.settings:type_name -> inference.TraceSettingResponse.SettingsEntry
+	67, // 30: inference.LogSettingsRequest.settings:type_name -> inference.LogSettingsRequest.SettingsEntry
+	69, // 31: inference.LogSettingsResponse.settings:type_name -> inference.LogSettingsResponse.SettingsEntry
+	50, // 32: inference.ModelInferRequest.InferInputTensor.parameters:type_name -> inference.ModelInferRequest.InferInputTensor.ParametersEntry
+	11, // 33: inference.ModelInferRequest.InferInputTensor.contents:type_name -> inference.InferTensorContents
+	51, // 34: inference.ModelInferRequest.InferRequestedOutputTensor.parameters:type_name -> inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry
+	10, // 35: inference.ModelInferRequest.ParametersEntry.value:type_name -> inference.InferParameter
+	10, // 36: inference.ModelInferRequest.InferInputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	10, // 37: inference.ModelInferRequest.InferRequestedOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	54, // 38: inference.ModelInferResponse.InferOutputTensor.parameters:type_name -> inference.ModelInferResponse.InferOutputTensor.ParametersEntry
+	11, // 39: inference.ModelInferResponse.InferOutputTensor.contents:type_name -> inference.InferTensorContents
+	10, // 40: inference.ModelInferResponse.ParametersEntry.value:type_name -> inference.InferParameter
+	10, // 41: inference.ModelInferResponse.InferOutputTensor.ParametersEntry.value:type_name -> inference.InferParameter
+	23, // 42: inference.RepositoryModelLoadRequest.ParametersEntry.value:type_name -> inference.ModelRepositoryParameter
+	23, // 43: inference.RepositoryModelUnloadRequest.ParametersEntry.value:type_name -> inference.ModelRepositoryParameter
+	58, // 44: inference.SystemSharedMemoryStatusResponse.RegionsEntry.value:type_name -> inference.SystemSharedMemoryStatusResponse.RegionStatus
+	60, // 45: inference.CudaSharedMemoryStatusResponse.RegionsEntry.value:type_name -> inference.CudaSharedMemoryStatusResponse.RegionStatus
+	62, // 46: inference.TraceSettingRequest.SettingsEntry.value:type_name -> inference.TraceSettingRequest.SettingValue
+	64, // 47: inference.TraceSettingResponse.SettingsEntry.value:type_name -> inference.TraceSettingResponse.SettingValue
+	66, // 48: inference.LogSettingsRequest.SettingsEntry.value:type_name -> inference.LogSettingsRequest.SettingValue
+	68, // 49: inference.LogSettingsResponse.SettingsEntry.value:type_name -> inference.LogSettingsResponse.SettingValue
+	0,  // 50: inference.GRPCInferenceService.ServerLive:input_type -> inference.ServerLiveRequest
+	2,  // 51: inference.GRPCInferenceService.ServerReady:input_type -> inference.ServerReadyRequest
+	4,  // 52: inference.GRPCInferenceService.ModelReady:input_type -> inference.ModelReadyRequest
+	6,  // 53: inference.GRPCInferenceService.ServerMetadata:input_type -> inference.ServerMetadataRequest
+	8,  // 54: inference.GRPCInferenceService.ModelMetadata:input_type -> inference.ModelMetadataRequest
+	12, // 55: inference.GRPCInferenceService.ModelInfer:input_type -> inference.ModelInferRequest
+	12, // 56: inference.GRPCInferenceService.ModelStreamInfer:input_type -> inference.ModelInferRequest
+	15, // 57: inference.GRPCInferenceService.ModelConfig:input_type -> inference.ModelConfigRequest
+	17, // 58: inference.GRPCInferenceService.ModelStatistics:input_type -> inference.ModelStatisticsRequest
+	24, // 59: inference.GRPCInferenceService.RepositoryIndex:input_type -> inference.RepositoryIndexRequest
+	26, // 60: inference.GRPCInferenceService.RepositoryModelLoad:input_type -> inference.RepositoryModelLoadRequest
+	28, // 61: inference.GRPCInferenceService.RepositoryModelUnload:input_type -> inference.RepositoryModelUnloadRequest
+	30, // 62: inference.GRPCInferenceService.SystemSharedMemoryStatus:input_type -> inference.SystemSharedMemoryStatusRequest
+	32, // 63: inference.GRPCInferenceService.SystemSharedMemoryRegister:input_type -> inference.SystemSharedMemoryRegisterRequest
+	34, // 64: inference.GRPCInferenceService.SystemSharedMemoryUnregister:input_type -> inference.SystemSharedMemoryUnregisterRequest
+	36, // 65: inference.GRPCInferenceService.CudaSharedMemoryStatus:input_type -> inference.CudaSharedMemoryStatusRequest
+	38, // 66: inference.GRPCInferenceService.CudaSharedMemoryRegister:input_type -> inference.CudaSharedMemoryRegisterRequest
+	40, // 67: inference.GRPCInferenceService.CudaSharedMemoryUnregister:input_type -> inference.CudaSharedMemoryUnregisterRequest
+	42, // 68: inference.GRPCInferenceService.TraceSetting:input_type -> inference.TraceSettingRequest
+	44, // 69: inference.GRPCInferenceService.LogSettings:input_type -> inference.LogSettingsRequest
+	1,  // 70: inference.GRPCInferenceService.ServerLive:output_type -> inference.ServerLiveResponse
+	3,  // 71: inference.GRPCInferenceService.ServerReady:output_type -> inference.ServerReadyResponse
+	5,  // 72: inference.GRPCInferenceService.ModelReady:output_type -> inference.ModelReadyResponse
+	7,  // 73: inference.GRPCInferenceService.ServerMetadata:output_type -> inference.ServerMetadataResponse
+	9,  // 74: inference.GRPCInferenceService.ModelMetadata:output_type -> inference.ModelMetadataResponse
+	13, // 75: inference.GRPCInferenceService.ModelInfer:output_type -> inference.ModelInferResponse
+	14, // 76: inference.GRPCInferenceService.ModelStreamInfer:output_type -> inference.ModelStreamInferResponse
+	16, // 77: inference.GRPCInferenceService.ModelConfig:output_type -> inference.ModelConfigResponse
+	22, // 78: inference.GRPCInferenceService.ModelStatistics:output_type -> inference.ModelStatisticsResponse
+	25, // 79: inference.GRPCInferenceService.RepositoryIndex:output_type -> inference.RepositoryIndexResponse
+	27, // 80: inference.GRPCInferenceService.RepositoryModelLoad:output_type -> inference.RepositoryModelLoadResponse
+	29, // 81: inference.GRPCInferenceService.RepositoryModelUnload:output_type -> inference.RepositoryModelUnloadResponse
+	31, // 82: inference.GRPCInferenceService.SystemSharedMemoryStatus:output_type -> inference.SystemSharedMemoryStatusResponse
+	33, // 83: inference.GRPCInferenceService.SystemSharedMemoryRegister:output_type -> inference.SystemSharedMemoryRegisterResponse
+	35, // 84: inference.GRPCInferenceService.SystemSharedMemoryUnregister:output_type -> inference.SystemSharedMemoryUnregisterResponse
+	37, // 85: inference.GRPCInferenceService.CudaSharedMemoryStatus:output_type -> inference.CudaSharedMemoryStatusResponse
+	39, // 86: inference.GRPCInferenceService.CudaSharedMemoryRegister:output_type -> inference.CudaSharedMemoryRegisterResponse
+	41, // 87: inference.GRPCInferenceService.CudaSharedMemoryUnregister:output_type -> inference.CudaSharedMemoryUnregisterResponse
+	43, // 88: inference.GRPCInferenceService.TraceSetting:output_type -> inference.TraceSettingResponse
+	45, // 89: inference.GRPCInferenceService.LogSettings:output_type -> inference.LogSettingsResponse
+	70, // [70:90] is the sub-list for method output_type
+	50, // [50:70] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_grpc_service_proto_init() }
@@ -2053,13 +3879,29 @@ func file_grpc_service_proto_init() {
 		(*InferParameter_DoubleParam)(nil),
 		(*InferParameter_Uint64Param)(nil),
 	}
+	file_grpc_service_proto_msgTypes[23].OneofWrappers = []any{
+		(*ModelRepositoryParameter_BoolParam)(nil),
+		(*ModelRepositoryParameter_Int64Param)(nil),
+		(*ModelRepositoryParameter_StringParam)(nil),
+		(*ModelRepositoryParameter_BytesParam)(nil),
+	}
+	file_grpc_service_proto_msgTypes[66].OneofWrappers = []any{
+		(*LogSettingsRequest_SettingValue_BoolParam)(nil),
+		(*LogSettingsRequest_SettingValue_Uint32Param)(nil),
+		(*LogSettingsRequest_SettingValue_StringParam)(nil),
+	}
+	file_grpc_service_proto_msgTypes[68].OneofWrappers = []any{
+		(*LogSettingsResponse_SettingValue_BoolParam)(nil),
+		(*LogSettingsResponse_SettingValue_Uint32Param)(nil),
+		(*LogSettingsResponse_SettingValue_StringParam)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_grpc_service_proto_rawDesc), len(file_grpc_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

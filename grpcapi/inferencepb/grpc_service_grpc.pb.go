@@ -1,12 +1,12 @@
 // The Open Inference Protocol's gRPC service (KServe V2,
 // "inference.GRPCInferenceService"), with Triton's ModelConfig and
-// ModelStatistics calls, as far as fw serves them.
+// ModelStatistics calls, its model repository, shared memory, trace and
+// log extensions.
 //
 // Written for fw from the published protocol: the package, service, message
 // names and field numbers are the protocol's facts, so existing clients
 // (tritonclient.grpc, KServe's, ModelMesh) talk to fw unchanged. Calls fw
-// does not serve (model repository, shared memory, trace and log settings)
-// are left out and answer UNIMPLEMENTED. python/tests/test_grpc.py checks
+// does not serve answer UNIMPLEMENTED. python/tests/test_grpc.py checks
 // every field number here against tritonclient's own descriptors.
 //
 // Regenerate the Go code with `make proto` (scripts/gen-proto.sh).
@@ -32,15 +32,26 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	GRPCInferenceService_ServerLive_FullMethodName       = "/inference.GRPCInferenceService/ServerLive"
-	GRPCInferenceService_ServerReady_FullMethodName      = "/inference.GRPCInferenceService/ServerReady"
-	GRPCInferenceService_ModelReady_FullMethodName       = "/inference.GRPCInferenceService/ModelReady"
-	GRPCInferenceService_ServerMetadata_FullMethodName   = "/inference.GRPCInferenceService/ServerMetadata"
-	GRPCInferenceService_ModelMetadata_FullMethodName    = "/inference.GRPCInferenceService/ModelMetadata"
-	GRPCInferenceService_ModelInfer_FullMethodName       = "/inference.GRPCInferenceService/ModelInfer"
-	GRPCInferenceService_ModelStreamInfer_FullMethodName = "/inference.GRPCInferenceService/ModelStreamInfer"
-	GRPCInferenceService_ModelConfig_FullMethodName      = "/inference.GRPCInferenceService/ModelConfig"
-	GRPCInferenceService_ModelStatistics_FullMethodName  = "/inference.GRPCInferenceService/ModelStatistics"
+	GRPCInferenceService_ServerLive_FullMethodName                   = "/inference.GRPCInferenceService/ServerLive"
+	GRPCInferenceService_ServerReady_FullMethodName                  = "/inference.GRPCInferenceService/ServerReady"
+	GRPCInferenceService_ModelReady_FullMethodName                   = "/inference.GRPCInferenceService/ModelReady"
+	GRPCInferenceService_ServerMetadata_FullMethodName               = "/inference.GRPCInferenceService/ServerMetadata"
+	GRPCInferenceService_ModelMetadata_FullMethodName                = "/inference.GRPCInferenceService/ModelMetadata"
+	GRPCInferenceService_ModelInfer_FullMethodName                   = "/inference.GRPCInferenceService/ModelInfer"
+	GRPCInferenceService_ModelStreamInfer_FullMethodName             = "/inference.GRPCInferenceService/ModelStreamInfer"
+	GRPCInferenceService_ModelConfig_FullMethodName                  = "/inference.GRPCInferenceService/ModelConfig"
+	GRPCInferenceService_ModelStatistics_FullMethodName              = "/inference.GRPCInferenceService/ModelStatistics"
+	GRPCInferenceService_RepositoryIndex_FullMethodName              = "/inference.GRPCInferenceService/RepositoryIndex"
+	GRPCInferenceService_RepositoryModelLoad_FullMethodName          = "/inference.GRPCInferenceService/RepositoryModelLoad"
+	GRPCInferenceService_RepositoryModelUnload_FullMethodName        = "/inference.GRPCInferenceService/RepositoryModelUnload"
+	GRPCInferenceService_SystemSharedMemoryStatus_FullMethodName     = "/inference.GRPCInferenceService/SystemSharedMemoryStatus"
+	GRPCInferenceService_SystemSharedMemoryRegister_FullMethodName   = "/inference.GRPCInferenceService/SystemSharedMemoryRegister"
+	GRPCInferenceService_SystemSharedMemoryUnregister_FullMethodName = "/inference.GRPCInferenceService/SystemSharedMemoryUnregister"
+	GRPCInferenceService_CudaSharedMemoryStatus_FullMethodName       = "/inference.GRPCInferenceService/CudaSharedMemoryStatus"
+	GRPCInferenceService_CudaSharedMemoryRegister_FullMethodName     = "/inference.GRPCInferenceService/CudaSharedMemoryRegister"
+	GRPCInferenceService_CudaSharedMemoryUnregister_FullMethodName   = "/inference.GRPCInferenceService/CudaSharedMemoryUnregister"
+	GRPCInferenceService_TraceSetting_FullMethodName                 = "/inference.GRPCInferenceService/TraceSetting"
+	GRPCInferenceService_LogSettings_FullMethodName                  = "/inference.GRPCInferenceService/LogSettings"
 )
 
 // GRPCInferenceServiceClient is the client API for GRPCInferenceService service.
@@ -68,6 +79,28 @@ type GRPCInferenceServiceClient interface {
 	ModelConfig(ctx context.Context, in *ModelConfigRequest, opts ...grpc.CallOption) (*ModelConfigResponse, error)
 	// ModelStatistics: cumulative inference statistics (Triton's extension).
 	ModelStatistics(ctx context.Context, in *ModelStatisticsRequest, opts ...grpc.CallOption) (*ModelStatisticsResponse, error)
+	// RepositoryIndex: the repository's models and their versions' states.
+	RepositoryIndex(ctx context.Context, in *RepositoryIndexRequest, opts ...grpc.CallOption) (*RepositoryIndexResponse, error)
+	// RepositoryModelLoad: load or reload a model (optionally with a config).
+	RepositoryModelLoad(ctx context.Context, in *RepositoryModelLoadRequest, opts ...grpc.CallOption) (*RepositoryModelLoadResponse, error)
+	// RepositoryModelUnload: unload a model.
+	RepositoryModelUnload(ctx context.Context, in *RepositoryModelUnloadRequest, opts ...grpc.CallOption) (*RepositoryModelUnloadResponse, error)
+	// SystemSharedMemoryStatus: the registered system shared memory regions.
+	SystemSharedMemoryStatus(ctx context.Context, in *SystemSharedMemoryStatusRequest, opts ...grpc.CallOption) (*SystemSharedMemoryStatusResponse, error)
+	// SystemSharedMemoryRegister: register a POSIX shared memory region.
+	SystemSharedMemoryRegister(ctx context.Context, in *SystemSharedMemoryRegisterRequest, opts ...grpc.CallOption) (*SystemSharedMemoryRegisterResponse, error)
+	// SystemSharedMemoryUnregister: unregister one region, or all.
+	SystemSharedMemoryUnregister(ctx context.Context, in *SystemSharedMemoryUnregisterRequest, opts ...grpc.CallOption) (*SystemSharedMemoryUnregisterResponse, error)
+	// CudaSharedMemoryStatus: the registered CUDA shared memory regions.
+	CudaSharedMemoryStatus(ctx context.Context, in *CudaSharedMemoryStatusRequest, opts ...grpc.CallOption) (*CudaSharedMemoryStatusResponse, error)
+	// CudaSharedMemoryRegister: register a CUDA IPC memory region.
+	CudaSharedMemoryRegister(ctx context.Context, in *CudaSharedMemoryRegisterRequest, opts ...grpc.CallOption) (*CudaSharedMemoryRegisterResponse, error)
+	// CudaSharedMemoryUnregister: unregister one region, or all.
+	CudaSharedMemoryUnregister(ctx context.Context, in *CudaSharedMemoryUnregisterRequest, opts ...grpc.CallOption) (*CudaSharedMemoryUnregisterResponse, error)
+	// TraceSetting: read or change the trace settings.
+	TraceSetting(ctx context.Context, in *TraceSettingRequest, opts ...grpc.CallOption) (*TraceSettingResponse, error)
+	// LogSettings: read or change the log settings.
+	LogSettings(ctx context.Context, in *LogSettingsRequest, opts ...grpc.CallOption) (*LogSettingsResponse, error)
 }
 
 type gRPCInferenceServiceClient struct {
@@ -171,6 +204,116 @@ func (c *gRPCInferenceServiceClient) ModelStatistics(ctx context.Context, in *Mo
 	return out, nil
 }
 
+func (c *gRPCInferenceServiceClient) RepositoryIndex(ctx context.Context, in *RepositoryIndexRequest, opts ...grpc.CallOption) (*RepositoryIndexResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RepositoryIndexResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_RepositoryIndex_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) RepositoryModelLoad(ctx context.Context, in *RepositoryModelLoadRequest, opts ...grpc.CallOption) (*RepositoryModelLoadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RepositoryModelLoadResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_RepositoryModelLoad_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) RepositoryModelUnload(ctx context.Context, in *RepositoryModelUnloadRequest, opts ...grpc.CallOption) (*RepositoryModelUnloadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RepositoryModelUnloadResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_RepositoryModelUnload_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) SystemSharedMemoryStatus(ctx context.Context, in *SystemSharedMemoryStatusRequest, opts ...grpc.CallOption) (*SystemSharedMemoryStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SystemSharedMemoryStatusResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_SystemSharedMemoryStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) SystemSharedMemoryRegister(ctx context.Context, in *SystemSharedMemoryRegisterRequest, opts ...grpc.CallOption) (*SystemSharedMemoryRegisterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SystemSharedMemoryRegisterResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_SystemSharedMemoryRegister_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) SystemSharedMemoryUnregister(ctx context.Context, in *SystemSharedMemoryUnregisterRequest, opts ...grpc.CallOption) (*SystemSharedMemoryUnregisterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SystemSharedMemoryUnregisterResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_SystemSharedMemoryUnregister_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) CudaSharedMemoryStatus(ctx context.Context, in *CudaSharedMemoryStatusRequest, opts ...grpc.CallOption) (*CudaSharedMemoryStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CudaSharedMemoryStatusResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_CudaSharedMemoryStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) CudaSharedMemoryRegister(ctx context.Context, in *CudaSharedMemoryRegisterRequest, opts ...grpc.CallOption) (*CudaSharedMemoryRegisterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CudaSharedMemoryRegisterResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_CudaSharedMemoryRegister_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) CudaSharedMemoryUnregister(ctx context.Context, in *CudaSharedMemoryUnregisterRequest, opts ...grpc.CallOption) (*CudaSharedMemoryUnregisterResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CudaSharedMemoryUnregisterResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_CudaSharedMemoryUnregister_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) TraceSetting(ctx context.Context, in *TraceSettingRequest, opts ...grpc.CallOption) (*TraceSettingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TraceSettingResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_TraceSetting_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gRPCInferenceServiceClient) LogSettings(ctx context.Context, in *LogSettingsRequest, opts ...grpc.CallOption) (*LogSettingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LogSettingsResponse)
+	err := c.cc.Invoke(ctx, GRPCInferenceService_LogSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GRPCInferenceServiceServer is the server API for GRPCInferenceService service.
 // All implementations must embed UnimplementedGRPCInferenceServiceServer
 // for forward compatibility.
@@ -196,6 +339,28 @@ type GRPCInferenceServiceServer interface {
 	ModelConfig(context.Context, *ModelConfigRequest) (*ModelConfigResponse, error)
 	// ModelStatistics: cumulative inference statistics (Triton's extension).
 	ModelStatistics(context.Context, *ModelStatisticsRequest) (*ModelStatisticsResponse, error)
+	// RepositoryIndex: the repository's models and their versions' states.
+	RepositoryIndex(context.Context, *RepositoryIndexRequest) (*RepositoryIndexResponse, error)
+	// RepositoryModelLoad: load or reload a model (optionally with a config).
+	RepositoryModelLoad(context.Context, *RepositoryModelLoadRequest) (*RepositoryModelLoadResponse, error)
+	// RepositoryModelUnload: unload a model.
+	RepositoryModelUnload(context.Context, *RepositoryModelUnloadRequest) (*RepositoryModelUnloadResponse, error)
+	// SystemSharedMemoryStatus: the registered system shared memory regions.
+	SystemSharedMemoryStatus(context.Context, *SystemSharedMemoryStatusRequest) (*SystemSharedMemoryStatusResponse, error)
+	// SystemSharedMemoryRegister: register a POSIX shared memory region.
+	SystemSharedMemoryRegister(context.Context, *SystemSharedMemoryRegisterRequest) (*SystemSharedMemoryRegisterResponse, error)
+	// SystemSharedMemoryUnregister: unregister one region, or all.
+	SystemSharedMemoryUnregister(context.Context, *SystemSharedMemoryUnregisterRequest) (*SystemSharedMemoryUnregisterResponse, error)
+	// CudaSharedMemoryStatus: the registered CUDA shared memory regions.
+	CudaSharedMemoryStatus(context.Context, *CudaSharedMemoryStatusRequest) (*CudaSharedMemoryStatusResponse, error)
+	// CudaSharedMemoryRegister: register a CUDA IPC memory region.
+	CudaSharedMemoryRegister(context.Context, *CudaSharedMemoryRegisterRequest) (*CudaSharedMemoryRegisterResponse, error)
+	// CudaSharedMemoryUnregister: unregister one region, or all.
+	CudaSharedMemoryUnregister(context.Context, *CudaSharedMemoryUnregisterRequest) (*CudaSharedMemoryUnregisterResponse, error)
+	// TraceSetting: read or change the trace settings.
+	TraceSetting(context.Context, *TraceSettingRequest) (*TraceSettingResponse, error)
+	// LogSettings: read or change the log settings.
+	LogSettings(context.Context, *LogSettingsRequest) (*LogSettingsResponse, error)
 	mustEmbedUnimplementedGRPCInferenceServiceServer()
 }
 
@@ -232,6 +397,39 @@ func (UnimplementedGRPCInferenceServiceServer) ModelConfig(context.Context, *Mod
 }
 func (UnimplementedGRPCInferenceServiceServer) ModelStatistics(context.Context, *ModelStatisticsRequest) (*ModelStatisticsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ModelStatistics not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) RepositoryIndex(context.Context, *RepositoryIndexRequest) (*RepositoryIndexResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RepositoryIndex not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) RepositoryModelLoad(context.Context, *RepositoryModelLoadRequest) (*RepositoryModelLoadResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RepositoryModelLoad not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) RepositoryModelUnload(context.Context, *RepositoryModelUnloadRequest) (*RepositoryModelUnloadResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RepositoryModelUnload not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) SystemSharedMemoryStatus(context.Context, *SystemSharedMemoryStatusRequest) (*SystemSharedMemoryStatusResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SystemSharedMemoryStatus not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) SystemSharedMemoryRegister(context.Context, *SystemSharedMemoryRegisterRequest) (*SystemSharedMemoryRegisterResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SystemSharedMemoryRegister not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) SystemSharedMemoryUnregister(context.Context, *SystemSharedMemoryUnregisterRequest) (*SystemSharedMemoryUnregisterResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SystemSharedMemoryUnregister not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) CudaSharedMemoryStatus(context.Context, *CudaSharedMemoryStatusRequest) (*CudaSharedMemoryStatusResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CudaSharedMemoryStatus not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) CudaSharedMemoryRegister(context.Context, *CudaSharedMemoryRegisterRequest) (*CudaSharedMemoryRegisterResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CudaSharedMemoryRegister not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) CudaSharedMemoryUnregister(context.Context, *CudaSharedMemoryUnregisterRequest) (*CudaSharedMemoryUnregisterResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CudaSharedMemoryUnregister not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) TraceSetting(context.Context, *TraceSettingRequest) (*TraceSettingResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method TraceSetting not implemented")
+}
+func (UnimplementedGRPCInferenceServiceServer) LogSettings(context.Context, *LogSettingsRequest) (*LogSettingsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method LogSettings not implemented")
 }
 func (UnimplementedGRPCInferenceServiceServer) mustEmbedUnimplementedGRPCInferenceServiceServer() {}
 func (UnimplementedGRPCInferenceServiceServer) testEmbeddedByValue()                              {}
@@ -405,6 +603,204 @@ func _GRPCInferenceService_ModelStatistics_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GRPCInferenceService_RepositoryIndex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepositoryIndexRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).RepositoryIndex(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_RepositoryIndex_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).RepositoryIndex(ctx, req.(*RepositoryIndexRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_RepositoryModelLoad_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepositoryModelLoadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).RepositoryModelLoad(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_RepositoryModelLoad_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).RepositoryModelLoad(ctx, req.(*RepositoryModelLoadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_RepositoryModelUnload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RepositoryModelUnloadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).RepositoryModelUnload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_RepositoryModelUnload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).RepositoryModelUnload(ctx, req.(*RepositoryModelUnloadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_SystemSharedMemoryStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SystemSharedMemoryStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).SystemSharedMemoryStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_SystemSharedMemoryStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).SystemSharedMemoryStatus(ctx, req.(*SystemSharedMemoryStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_SystemSharedMemoryRegister_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SystemSharedMemoryRegisterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).SystemSharedMemoryRegister(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_SystemSharedMemoryRegister_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).SystemSharedMemoryRegister(ctx, req.(*SystemSharedMemoryRegisterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_SystemSharedMemoryUnregister_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SystemSharedMemoryUnregisterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).SystemSharedMemoryUnregister(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_SystemSharedMemoryUnregister_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).SystemSharedMemoryUnregister(ctx, req.(*SystemSharedMemoryUnregisterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_CudaSharedMemoryStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CudaSharedMemoryStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).CudaSharedMemoryStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_CudaSharedMemoryStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).CudaSharedMemoryStatus(ctx, req.(*CudaSharedMemoryStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_CudaSharedMemoryRegister_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CudaSharedMemoryRegisterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).CudaSharedMemoryRegister(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_CudaSharedMemoryRegister_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).CudaSharedMemoryRegister(ctx, req.(*CudaSharedMemoryRegisterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_CudaSharedMemoryUnregister_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CudaSharedMemoryUnregisterRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).CudaSharedMemoryUnregister(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_CudaSharedMemoryUnregister_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).CudaSharedMemoryUnregister(ctx, req.(*CudaSharedMemoryUnregisterRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_TraceSetting_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TraceSettingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).TraceSetting(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_TraceSetting_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).TraceSetting(ctx, req.(*TraceSettingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _GRPCInferenceService_LogSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LogSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GRPCInferenceServiceServer).LogSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GRPCInferenceService_LogSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GRPCInferenceServiceServer).LogSettings(ctx, req.(*LogSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GRPCInferenceService_ServiceDesc is the grpc.ServiceDesc for GRPCInferenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -443,6 +839,50 @@ var GRPCInferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ModelStatistics",
 			Handler:    _GRPCInferenceService_ModelStatistics_Handler,
+		},
+		{
+			MethodName: "RepositoryIndex",
+			Handler:    _GRPCInferenceService_RepositoryIndex_Handler,
+		},
+		{
+			MethodName: "RepositoryModelLoad",
+			Handler:    _GRPCInferenceService_RepositoryModelLoad_Handler,
+		},
+		{
+			MethodName: "RepositoryModelUnload",
+			Handler:    _GRPCInferenceService_RepositoryModelUnload_Handler,
+		},
+		{
+			MethodName: "SystemSharedMemoryStatus",
+			Handler:    _GRPCInferenceService_SystemSharedMemoryStatus_Handler,
+		},
+		{
+			MethodName: "SystemSharedMemoryRegister",
+			Handler:    _GRPCInferenceService_SystemSharedMemoryRegister_Handler,
+		},
+		{
+			MethodName: "SystemSharedMemoryUnregister",
+			Handler:    _GRPCInferenceService_SystemSharedMemoryUnregister_Handler,
+		},
+		{
+			MethodName: "CudaSharedMemoryStatus",
+			Handler:    _GRPCInferenceService_CudaSharedMemoryStatus_Handler,
+		},
+		{
+			MethodName: "CudaSharedMemoryRegister",
+			Handler:    _GRPCInferenceService_CudaSharedMemoryRegister_Handler,
+		},
+		{
+			MethodName: "CudaSharedMemoryUnregister",
+			Handler:    _GRPCInferenceService_CudaSharedMemoryUnregister_Handler,
+		},
+		{
+			MethodName: "TraceSetting",
+			Handler:    _GRPCInferenceService_TraceSetting_Handler,
+		},
+		{
+			MethodName: "LogSettings",
+			Handler:    _GRPCInferenceService_LogSettings_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,134 @@
+package httpapi
+
+// Triton's model repository extension over HTTP: POST /v2/repository/index,
+// /v2/repository/models/{m}/load and /unload (Triton's
+// docs/protocol/extension_model_repository.md). Errors take V2's shape, with
+// Triton's sentence first ("failed to load '...'"), as its clients match it.
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/fw-serve/fw/serving"
+	"github.com/valyala/fasthttp"
+)
+
+// maxRepositoryBody bounds a repository request's body: a load's config
+// override is a model configuration, kilobytes at most.
+const maxRepositoryBody = 1 << 20
+
+// routeRepository serves the paths under /v2/repository (rest is what
+// follows it).
+func (s *Server) routeRepository(ctx *fasthttp.RequestCtx, rest string) string {
+	if rest == "/index" {
+		if s.allow(ctx, "POST") && s.authorized(ctx) {
+			s.repositoryIndex(ctx)
+		}
+		return "v2"
+	}
+	tail, ok := strings.CutPrefix(rest, "/models/")
+	name, action, ok2 := strings.Cut(tail, "/")
+	if !ok || !ok2 || name == "" || (action != "load" && action != "unload") {
+		v2NoRoute(ctx)
+		return "v2"
+	}
+	if !s.allow(ctx, "POST") || !s.authorized(ctx) {
+		return "v2"
+	}
+	body, ok := s.repositoryBody(ctx)
+	if !ok {
+		return "v2"
+	}
+	var req struct {
+		Parameters map[string]json.RawMessage `json:"parameters"`
+	}
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			writeError(ctx, newError(400, CodeInvalidJSON, "the body is not a JSON object like {\"parameters\": {...}}: "+err.Error(), nil))
+			return "v2"
+		}
+	}
+	rctx, cancel := s.requestContext()
+	defer cancel()
+	var err error
+	if action == "load" {
+		var opts serving.LoadOptions
+		if opts, err = loadOptions(name, req.Parameters); err == nil {
+			err = s.models.Load(rctx, name, opts)
+		}
+	} else {
+		err = s.models.Unload(rctx, name)
+	}
+	if err != nil {
+		writeError(ctx, modelError(err))
+		return "v2"
+	}
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.SetBodyString("{}")
+	return "v2"
+}
+
+// loadOptions reads a load request's parameters: "config", a model
+// configuration in JSON given as a string (Triton's form) or an object.
+// File overrides ("file:<path>") are refused: fw loads model files from the
+// repository only.
+func loadOptions(name string, params map[string]json.RawMessage) (serving.LoadOptions, error) {
+	var opts serving.LoadOptions
+	for k, v := range params {
+		switch {
+		case k == "config":
+			var str string
+			if err := json.Unmarshal(v, &str); err == nil {
+				opts.Config = []byte(str)
+			} else {
+				opts.Config = v
+			}
+		case strings.HasPrefix(k, "file:"):
+			return opts, &serving.ModelError{Kind: serving.ModelLoadFailed, Model: name,
+				Message: fmt.Sprintf("failed to load '%s': the load parameter %q overrides a model file, which fw does not accept over the API; put the file in the model repository and load it by name", name, k)}
+		}
+	}
+	return opts, nil
+}
+
+// repositoryBody reads a repository request's body, bounded.
+func (s *Server) repositoryBody(ctx *fasthttp.RequestCtx) ([]byte, bool) {
+	saved := s.cfg.MaxBodyBytes
+	limit := min(saved, maxRepositoryBody)
+	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > limit {
+		writeError(ctx, tooLarge(int64(cl), limit))
+		return nil, false
+	}
+	body, ok := s.readBody(ctx)
+	if ok && int64(len(body)) > limit {
+		writeError(ctx, tooLarge(int64(len(body)), limit))
+		return nil, false
+	}
+	return body, ok
+}
+
+// repositoryIndex serves POST /v2/repository/index: every model of the
+// repository with its versions' states; {"ready": true} keeps the ready ones.
+func (s *Server) repositoryIndex(ctx *fasthttp.RequestCtx) {
+	body, ok := s.repositoryBody(ctx)
+	if !ok {
+		return
+	}
+	var req struct {
+		Ready bool `json:"ready"`
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			writeError(ctx, newError(400, CodeInvalidJSON, "the body is not a JSON object like {\"ready\": true}: "+err.Error(), nil))
+			return
+		}
+	}
+	out := []serving.ModelStatus{}
+	for _, m := range s.models.Index() {
+		if !req.Ready || m.State == serving.ModelReady {
+			out = append(out, m)
+		}
+	}
+	writeJSON(ctx, 200, out)
+}

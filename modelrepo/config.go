@@ -1,0 +1,437 @@
+package modelrepo
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/fw-serve/fw/engine"
+	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"github.com/fw-serve/fw/serving"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// maxConfigBytes bounds a config.pbtxt (or a load's config override): real
+// ones are a few kilobytes.
+const maxConfigBytes = 1 << 20
+
+// maxDims and maxBatchSize bound what a configuration may declare.
+const (
+	maxDims      = 16
+	maxBatchSize = 1 << 16
+)
+
+// supported are the configuration fields fw honours, as paths of field
+// names. Every other field set in a configuration fails the load, naming
+// it: fw never ignores what a configuration asks for.
+var supported = map[string]bool{
+	"name": true, "platform": true, "backend": true, "max_batch_size": true,
+	"input": true, "input.name": true, "input.data_type": true, "input.format": true, "input.dims": true,
+	"input.reshape": true, "input.reshape.shape": true,
+	"output": true, "output.name": true, "output.data_type": true, "output.dims": true,
+	"output.reshape": true, "output.reshape.shape": true, "output.label_filename": true,
+	"dynamic_batching": true, "dynamic_batching.preferred_batch_size": true,
+	"dynamic_batching.max_queue_delay_microseconds": true, "dynamic_batching.preserve_ordering": true,
+	"instance_group": true, "instance_group.name": true, "instance_group.count": true,
+	"instance_group.kind": true, "instance_group.gpus": true,
+	"version_policy": true, "version_policy.latest": true, "version_policy.latest.num_versions": true,
+	"version_policy.all": true, "version_policy.specific": true, "version_policy.specific.versions": true,
+	"default_model_filename": true, "parameters": true,
+}
+
+// unsupportedFields lists the set fields of msg that supported lacks.
+func unsupportedFields(msg protoreflect.Message, prefix string) []string {
+	var out []string
+	msg.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		path := prefix + string(fd.Name())
+		if !supported[path] {
+			out = append(out, path)
+			return true
+		}
+		if fd.Kind() != protoreflect.MessageKind || fd.IsMap() {
+			return true
+		}
+		if fd.IsList() {
+			l := v.List()
+			for i := 0; i < l.Len(); i++ {
+				out = append(out, unsupportedFields(l.Get(i).Message(), path+".")...)
+			}
+			return true
+		}
+		out = append(out, unsupportedFields(v.Message(), path+".")...)
+		return true
+	})
+	return out
+}
+
+// parseConfig reads a configuration: protobuf text format (config.pbtxt)
+// or, when json, Triton's JSON form (a load request's override). Unknown
+// fields, bad syntax and fields fw does not support are errors that say
+// which.
+func parseConfig(data []byte, json bool) (*pb.ModelConfig, error) {
+	if len(data) > maxConfigBytes {
+		return nil, fmt.Errorf("the configuration is %d bytes; the limit is %d", len(data), maxConfigBytes)
+	}
+	cfg := &pb.ModelConfig{}
+	var err error
+	if json {
+		err = protojson.Unmarshal(data, cfg)
+	} else {
+		err = prototext.Unmarshal(data, cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the configuration does not parse: %w", err)
+	}
+	if bad := unsupportedFields(cfg.ProtoReflect(), ""); len(bad) > 0 {
+		sort.Strings(bad)
+		return nil, fmt.Errorf("the configuration sets %s, which fw does not support; remove %s (docs/serving.md, Moving from Triton, lists what fw reads)",
+			strings.Join(bad, ", "), map[bool]string{true: "it", false: "them"}[len(bad) == 1])
+	}
+	return cfg, nil
+}
+
+// spec is what a model's configuration makes of a model directory: the
+// settings fw applies when it loads a version.
+type spec struct {
+	cfg *pb.ModelConfig
+	// auto: no configuration was given; it is completed from the file.
+	auto bool
+}
+
+// versionsToLoad returns the versions (numeric subdirectories of dir that
+// hold something) the version policy selects, newest first.
+func versionsToLoad(dir string, cfg *pb.ModelConfig) ([]int64, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var all []int64
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		n, err := strconv.ParseInt(e.Name(), 10, 64)
+		if err != nil || n < 0 || strconv.FormatInt(n, 10) != e.Name() {
+			continue // Triton skips directories that are not versions
+		}
+		all = append(all, n)
+	}
+	slices.Sort(all)
+	slices.Reverse(all)
+	vp := cfg.GetVersionPolicy()
+	switch {
+	case vp.GetAll() != nil:
+		return all, nil
+	case vp.GetSpecific() != nil:
+		var out []int64
+		for _, v := range vp.GetSpecific().GetVersions() {
+			if !slices.Contains(all, v) {
+				return nil, fmt.Errorf("version_policy names version %d, but %s has no directory %d", v, dir, v)
+			}
+			out = append(out, v)
+		}
+		slices.Sort(out)
+		slices.Reverse(out)
+		return slices.Compact(out), nil
+	}
+	n := 1
+	if vp.GetLatest() != nil && vp.GetLatest().GetNumVersions() > 0 {
+		n = int(vp.GetLatest().GetNumVersions())
+	}
+	return all[:min(n, len(all))], nil
+}
+
+// platformFormats are the model file formats each Triton platform or
+// backend name serves in fw.
+var platformFormats = map[string][]engine.Format{
+	"onnxruntime_onnx": {engine.FormatONNX, engine.FormatONNXInt8},
+	"onnxruntime":      {engine.FormatONNX, engine.FormatONNXInt8},
+	"pytorch_libtorch": {engine.FormatTorchScript, engine.FormatQuantized, engine.FormatAOTI},
+	"pytorch":          {engine.FormatTorchScript, engine.FormatQuantized, engine.FormatAOTI},
+	"fw":               nil, // any format fw serves
+}
+
+// defaultFilenames are the files Triton looks for in a version directory
+// when the configuration names none, by platform or backend.
+var defaultFilenames = map[string][]string{
+	"onnxruntime_onnx": {"model.onnx"},
+	"onnxruntime":      {"model.onnx"},
+	"pytorch_libtorch": {"model.pt", "model.pt2"},
+	"pytorch":          {"model.pt", "model.pt2"},
+}
+
+// modelFileExts are the model files fw recognises in a version directory.
+var modelFileExts = []string{".onnx", ".pt", ".pth", ".pt2", ".ts", ".torchscript"}
+
+// checkPlatform refuses platforms and backends fw does not serve.
+func checkPlatform(cfg *pb.ModelConfig) error {
+	for _, name := range []string{cfg.GetPlatform(), cfg.GetBackend()} {
+		if name == "" {
+			continue
+		}
+		if _, ok := platformFormats[name]; !ok {
+			return fmt.Errorf("platform or backend %q is not served by fw; fw serves onnxruntime_onnx (backend onnxruntime), pytorch_libtorch (backend pytorch) and fw's own files (backend fw)", name)
+		}
+	}
+	return nil
+}
+
+// modelFile finds the file of one version directory: the configuration's
+// default_model_filename, the platform's default name, or the one model
+// file there.
+func modelFile(versionDir string, cfg *pb.ModelConfig) (string, error) {
+	if name := cfg.GetDefaultModelFilename(); name != "" {
+		if !filepath.IsLocal(name) || strings.ContainsRune(name, filepath.Separator) {
+			return "", fmt.Errorf("default_model_filename %q must be a file name inside the version directory", name)
+		}
+		return filepath.Join(versionDir, name), nil
+	}
+	for _, key := range []string{cfg.GetPlatform(), cfg.GetBackend()} {
+		for _, name := range defaultFilenames[key] {
+			p := filepath.Join(versionDir, name)
+			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+				return p, nil
+			}
+		}
+	}
+	entries, err := os.ReadDir(versionDir)
+	if err != nil {
+		return "", err
+	}
+	var found []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") || !slices.Contains(modelFileExts, strings.ToLower(filepath.Ext(e.Name()))) || !e.Type().IsRegular() {
+			continue
+		}
+		found = append(found, e.Name())
+	}
+	switch len(found) {
+	case 1:
+		return filepath.Join(versionDir, found[0]), nil
+	case 0:
+		return "", fmt.Errorf("%s holds no model file (model.onnx, model.pt, model.pt2, or set default_model_filename)", versionDir)
+	}
+	return "", fmt.Errorf("%s holds %d model files (%s); set default_model_filename to the one to serve", versionDir, len(found), strings.Join(found, ", "))
+}
+
+// typeName is the configuration's name of a dtype: TYPE_FP32...
+func typeName(d engine.DType) string { return "TYPE_" + serving.DatatypeName(d) }
+
+// describe checks cfg against the loaded model and returns the
+// configuration fw serves it under: cfg as given, completed from the model
+// where it is silent (inputs, outputs, max_batch_size when auto).
+func describe(inst *serving.Instance, cfg *pb.ModelConfig, auto bool, labels map[string]string) (serving.ModelConfig, error) {
+	m := inst.Model
+	base := serving.Config(inst, filepath.Base(m.Path)) // completed from the file
+	if auto {
+		return base, nil
+	}
+	if formats, ok := platformFormats[cfg.GetPlatform()]; ok && formats != nil && !slices.Contains(formats, m.Format) {
+		return base, fmt.Errorf("platform %q does not serve a %s file (%s)", cfg.GetPlatform(), m.Format, filepath.Base(m.Path))
+	}
+	if formats, ok := platformFormats[cfg.GetBackend()]; ok && formats != nil && !slices.Contains(formats, m.Format) {
+		return base, fmt.Errorf("backend %q does not serve a %s file (%s)", cfg.GetBackend(), m.Format, filepath.Base(m.Path))
+	}
+	out := base
+	if cfg.GetPlatform() != "" {
+		out.Platform = cfg.GetPlatform()
+	}
+	if cfg.GetBackend() != "" {
+		out.Backend = cfg.GetBackend()
+	}
+	mbs := int(cfg.GetMaxBatchSize())
+	out.MaxBatchSize = mbs
+	batched := mbs > 0
+	if batched && !hasBatchAxis(m) {
+		return base, fmt.Errorf("max_batch_size %d needs a model whose inputs and outputs all have a variable first axis (the batch), but %s has %s -> %s; set max_batch_size: 0",
+			mbs, filepath.Base(m.Path), serving.Describe(m.Inputs()), serving.Describe(m.Outputs()))
+	}
+	var err error
+	if out.Inputs, err = tensors("input", m.Inputs(), ioOf(cfg.GetInput()), batched, nil); err != nil {
+		return base, err
+	}
+	if out.Outputs, err = tensors("output", m.Outputs(), ioOfOut(cfg.GetOutput()), batched, labels); err != nil {
+		return base, err
+	}
+	if db := cfg.GetDynamicBatching(); db != nil {
+		out.PreferredBatchSizes = nil
+		for _, p := range db.GetPreferredBatchSize() {
+			out.PreferredBatchSizes = append(out.PreferredBatchSizes, int64(p))
+		}
+	}
+	if vp := cfg.GetVersionPolicy(); vp != nil {
+		switch {
+		case vp.GetAll() != nil:
+			out.VersionPolicy = map[string]any{"all": map[string]any{}}
+		case vp.GetSpecific() != nil:
+			out.VersionPolicy = map[string]any{"specific": map[string]any{"versions": vp.GetSpecific().GetVersions()}}
+		case vp.GetLatest() != nil:
+			out.VersionPolicy = map[string]any{"latest": map[string]any{"num_versions": int(max(1, vp.GetLatest().GetNumVersions()))}}
+		}
+	}
+	if len(cfg.GetParameters()) > 0 {
+		out.Parameters = map[string]string{}
+		for k, v := range cfg.GetParameters() {
+			out.Parameters[k] = v.GetStringValue()
+		}
+	}
+	if cfg.GetDefaultModelFilename() != "" {
+		out.DefaultModelFilename = cfg.GetDefaultModelFilename()
+	}
+	return out, nil
+}
+
+// tensorCfg is an input or output of a configuration, the parts fw reads.
+type tensorCfg struct {
+	name, format, label string
+	dtype               pb.DataType
+	dims, reshape       []int64
+	hasReshape          bool
+}
+
+func ioOf(ins []*pb.ModelInput) []tensorCfg {
+	out := make([]tensorCfg, len(ins))
+	for i, t := range ins {
+		out[i] = tensorCfg{name: t.GetName(), dtype: t.GetDataType(), dims: t.GetDims(), format: t.GetFormat().String(),
+			reshape: t.GetReshape().GetShape(), hasReshape: t.GetReshape() != nil}
+	}
+	return out
+}
+
+func ioOfOut(outs []*pb.ModelOutput) []tensorCfg {
+	out := make([]tensorCfg, len(outs))
+	for i, t := range outs {
+		out[i] = tensorCfg{name: t.GetName(), dtype: t.GetDataType(), dims: t.GetDims(), label: t.GetLabelFilename(),
+			reshape: t.GetReshape().GetShape(), hasReshape: t.GetReshape() != nil}
+	}
+	return out
+}
+
+// tensors checks a configuration's inputs (or outputs) against the model's
+// specs and returns them in the model's order. A configuration that lists
+// none takes the model's; one that lists some must name only tensors the
+// model has, with its datatype and compatible dims.
+func tensors(kind string, specs []engine.TensorSpec, cfgs []tensorCfg, batched bool, labels map[string]string) ([]serving.TensorConfig, error) {
+	byName := map[string]engine.TensorSpec{}
+	for _, sp := range specs {
+		byName[sp.Name] = sp
+	}
+	auto := func(sp engine.TensorSpec) serving.TensorConfig {
+		dims := sp.Shape
+		if batched && len(dims) > 0 {
+			dims = dims[1:]
+		}
+		tc := serving.TensorConfig{Name: sp.Name, DataType: typeName(sp.DType), Dims: append([]int64{}, dims...)}
+		if kind == "input" {
+			tc.Format = "FORMAT_NONE"
+		}
+		return tc
+	}
+	if len(cfgs) == 0 {
+		out := make([]serving.TensorConfig, len(specs))
+		for i, sp := range specs {
+			out[i] = auto(sp)
+		}
+		return out, nil
+	}
+	given := map[string]serving.TensorConfig{}
+	for _, c := range cfgs {
+		sp, ok := byName[c.name]
+		if !ok {
+			return nil, fmt.Errorf("%s %q of the configuration is not in the model, whose %ss are %s", kind, c.name, kind, serving.Describe(specs))
+		}
+		if _, dup := given[c.name]; dup {
+			return nil, fmt.Errorf("%s %q is listed twice in the configuration", kind, c.name)
+		}
+		if want := typeName(sp.DType); c.dtype.String() != want {
+			return nil, fmt.Errorf("%s %q: the configuration says %s, the model takes %s", kind, c.name, c.dtype, want)
+		}
+		if len(c.dims) > maxDims || len(c.reshape) > maxDims {
+			return nil, fmt.Errorf("%s %q: at most %d dims", kind, c.name, maxDims)
+		}
+		modelShape := sp.Shape
+		if batched {
+			modelShape = modelShape[1:]
+		}
+		if c.hasReshape {
+			if err := compatible(c.reshape, modelShape); err != nil {
+				return nil, fmt.Errorf("%s %q: reshape %s does not fit the model's shape %s: %v", kind, c.name, serving.ShapeString(c.reshape), serving.ShapeString(modelShape), err)
+			}
+			if a, b := elements(c.dims), elements(c.reshape); a > 0 && b > 0 && a != b {
+				return nil, fmt.Errorf("%s %q: dims %s hold %d elements, reshape %s holds %d", kind, c.name, serving.ShapeString(c.dims), a, serving.ShapeString(c.reshape), b)
+			}
+			return nil, fmt.Errorf("%s %q: reshape is not supported yet; export the model with the shape clients send (%s) or remove reshape", kind, c.name, serving.ShapeString(c.dims))
+		} else if err := compatible(c.dims, modelShape); err != nil {
+			return nil, fmt.Errorf("%s %q: dims %s do not fit the model's shape %s (without the batch axis when max_batch_size > 0): %v", kind, c.name, serving.ShapeString(c.dims), serving.ShapeString(modelShape), err)
+		}
+		tc := serving.TensorConfig{Name: c.name, DataType: c.dtype.String(), Dims: append([]int64{}, c.dims...)}
+		if kind == "input" {
+			tc.Format = c.format
+		} else if c.label != "" {
+			if _, ok := labels[c.label]; !ok {
+				return nil, fmt.Errorf("output %q: label_filename %q is not a file in the model's directory", c.name, c.label)
+			}
+			tc.LabelFilename = c.label
+		}
+		given[c.name] = tc
+	}
+	out := make([]serving.TensorConfig, 0, len(specs))
+	for _, sp := range specs {
+		if tc, ok := given[sp.Name]; ok {
+			out = append(out, tc)
+		} else if kind == "input" {
+			return nil, fmt.Errorf("the model's input %q is missing from the configuration, which lists %d inputs; list every input or none", sp.Name, len(cfgs))
+		} else {
+			out = append(out, auto(sp))
+		}
+	}
+	return out, nil
+}
+
+// compatible checks that dims (-1 for any size) fit a model shape (-1 or 0
+// for a dynamic axis).
+func compatible(dims, shape []int64) error {
+	if len(dims) != len(shape) {
+		return fmt.Errorf("%d dims against %d", len(dims), len(shape))
+	}
+	for i := range dims {
+		if dims[i] < -1 || dims[i] == 0 {
+			return fmt.Errorf("dim %d is %d; use a positive size or -1", i, dims[i])
+		}
+		if dims[i] > 0 && shape[i] > 0 && dims[i] != shape[i] {
+			return fmt.Errorf("dim %d is %d, the model's %d", i, dims[i], shape[i])
+		}
+	}
+	return nil
+}
+
+// elements is the element count of fixed dims, -1 when one is variable.
+func elements(dims []int64) int64 {
+	n := int64(1)
+	for _, d := range dims {
+		if d < 0 {
+			return -1
+		}
+		n *= d
+	}
+	return n
+}
+
+// hasBatchAxis reports whether every input and output of m has a variable
+// first axis: what max_batch_size > 0 needs.
+func hasBatchAxis(m *engine.Model) bool {
+	for _, specs := range [][]engine.TensorSpec{m.Inputs(), m.Outputs()} {
+		for _, sp := range specs {
+			if len(sp.Shape) == 0 || sp.Shape[0] > 0 {
+				return false
+			}
+		}
+	}
+	return true
+}

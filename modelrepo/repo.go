@@ -1,0 +1,953 @@
+// Package modelrepo serves a model repository in Triton's layout: many
+// models side by side, each DIR/<model>/config.pbtxt (optional: completed
+// from the file when absent) with versions DIR/<model>/<version>/model.onnx
+// (or .pt, .pt2, or fw's own files). Each model version is a modelhost.Host
+// with its own engine instances, batcher, limits and statistics. A
+// Repository is the serving.Models both transports serve from: lookups by
+// name and version, Triton's repository extension (index, load with a
+// configuration override, unload), the control modes none, explicit and
+// poll, and the server's readiness.
+package modelrepo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/engine"
+	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"github.com/fw-serve/fw/modelhost"
+	"github.com/fw-serve/fw/serving"
+)
+
+// Mode is the model control mode (tritonserver's --model-control-mode).
+type Mode string
+
+// The control modes.
+const (
+	// ModeNone loads every model at start; the API cannot load or unload.
+	ModeNone Mode = "none"
+	// ModeExplicit loads the --load-model ones at start; the API loads and
+	// unloads.
+	ModeExplicit Mode = "explicit"
+	// ModePoll loads every model at start and follows the repository:
+	// new, changed and removed models are loaded, reloaded and unloaded.
+	ModePoll Mode = "poll"
+)
+
+// ParseMode reads a --model-control-mode value.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(strings.ToLower(s)); m {
+	case ModeNone, ModeExplicit, ModePoll:
+		return m, nil
+	}
+	return "", fmt.Errorf("--model-control-mode %q: use none, explicit or poll", s)
+}
+
+// Config says where the repository is and how its models load.
+type Config struct {
+	// Roots are the repository directories (--model-repository); a model
+	// name is found in the first that has it.
+	Roots []string
+	Mode  Mode
+	// LoadModels are the models loaded at start in explicit mode
+	// (--load-model); "*" is all.
+	LoadModels []string
+	// PollInterval is how often poll mode looks at the repository.
+	PollInterval time.Duration
+	// DisableAutoComplete refuses a model without config.pbtxt instead of
+	// completing its configuration from the file.
+	DisableAutoComplete bool
+	// Engine and Batcher are the defaults every model starts from; its
+	// configuration overrides the batching (max_batch_size,
+	// dynamic_batching) and the instance count (instance_group).
+	Engine  engine.Options
+	Batcher batcher.Config
+	// SkipWarmup skips the warm-up batches (the test vector still runs).
+	SkipWarmup bool
+}
+
+// Metrics is where a repository reports: each model version's series, the
+// server's readiness and reloads (httpapi.Metrics).
+type Metrics interface {
+	modelhost.Metrics
+	Forget(name, version string)
+}
+
+// Repository is a model repository being served. Create it with New, load
+// it with Start, stop it with Shutdown.
+type Repository struct {
+	cfg     Config
+	metrics Metrics
+	log     *slog.Logger
+
+	// served is the immutable snapshot lookups read: model name -> its
+	// ready versions. Replaced under mu on every change.
+	served atomic.Pointer[map[string]*servedModel]
+	ready  atomic.Pointer[readiness]
+
+	mu       sync.Mutex
+	models   map[string]*model // every model the repository has touched
+	stopping bool
+	busy     sync.WaitGroup // loads, unloads and drains in flight
+}
+
+// readiness is the server's State with its reason.
+type readiness struct {
+	state  serving.State
+	reason string
+}
+
+// servedModel is one model's ready versions, newest first.
+type servedModel struct {
+	versions []*version
+}
+
+// model is one model of the repository and its versions.
+type model struct {
+	name string
+	// op serialises loads and unloads of this model.
+	op sync.Mutex
+	// versions by version string; guarded by Repository.mu.
+	versions map[string]*version
+	// stamp is what the model's files looked like when last loaded (poll).
+	stamp string
+}
+
+// version is one version of a model: its host while loaded, its state and
+// the reason it is not ready.
+type version struct {
+	name, version string
+	host          *modelhost.Host
+	state         string
+	reason        string
+}
+
+// New creates a repository; nothing loads before Start.
+func New(cfg Config, metrics Metrics, log *slog.Logger) (*Repository, error) {
+	if len(cfg.Roots) == 0 {
+		return nil, errors.New("no --model-repository given")
+	}
+	for i, root := range cfg.Roots {
+		abs, err := filepath.Abs(root)
+		if err != nil {
+			return nil, fmt.Errorf("--model-repository %s: %w", root, err)
+		}
+		if st, err := os.Stat(abs); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("--model-repository %s is not a directory", root)
+		}
+		cfg.Roots[i] = abs
+	}
+	if cfg.Mode == "" {
+		cfg.Mode = ModeNone
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 15 * time.Second
+	}
+	r := &Repository{cfg: cfg, metrics: metrics, log: log, models: map[string]*model{}}
+	r.served.Store(&map[string]*servedModel{})
+	r.setState(serving.StateStarting, "loading the models")
+	return r, nil
+}
+
+func (r *Repository) setState(st serving.State, reason string) {
+	r.ready.Store(&readiness{st, reason})
+	r.metrics.SetReady(st == serving.StateReady)
+}
+
+// State implements serving.Models.
+func (r *Repository) State() (serving.State, string) {
+	rd := r.ready.Load()
+	return rd.state, rd.reason
+}
+
+// Names lists the model directories of the repository, sorted.
+func (r *Repository) Names() ([]string, error) {
+	seen := map[string]bool{}
+	for _, root := range r.cfg.Roots {
+		entries, err := os.ReadDir(root)
+		if err != nil {
+			return nil, fmt.Errorf("read the model repository %s: %w", root, err)
+		}
+		for _, e := range entries {
+			if validName(e.Name()) == nil && r.isModelDir(filepath.Join(root, e.Name())) {
+				seen[e.Name()] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(seen)), nil
+}
+
+// isModelDir reports whether path is a directory (after symlinks) inside
+// its root.
+func (r *Repository) isModelDir(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.IsDir()
+}
+
+// validName refuses model names that are not one plain directory name.
+func validName(name string) error {
+	if name == "" || name == "." || name == ".." || strings.HasPrefix(name, ".") || strings.ContainsAny(name, "/\\\x00") || len(name) > 255 {
+		return fmt.Errorf("%q is not a model name: a model is a directory of the repository, named without '/', '\\' or a leading '.'", name)
+	}
+	for _, c := range name {
+		if c < 0x20 || c == 0x7f {
+			return fmt.Errorf("%q is not a model name: it holds control characters", name)
+		}
+	}
+	return nil
+}
+
+// dir finds the directory of model name in the roots, refusing one whose
+// real path (symlinks followed) leaves its root.
+func (r *Repository) dir(name string) (string, error) {
+	if err := validName(name); err != nil {
+		return "", err
+	}
+	for _, root := range r.cfg.Roots {
+		p := filepath.Join(root, name)
+		if !r.isModelDir(p) {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			return "", err
+		}
+		realRoot, err := filepath.EvalSymlinks(root)
+		if err != nil {
+			return "", err
+		}
+		if rel, err := filepath.Rel(realRoot, real); err != nil || !filepath.IsLocal(rel) {
+			return "", fmt.Errorf("%s leads outside the model repository %s (to %s); fw serves only what lies inside it", p, root, real)
+		}
+		return real, nil
+	}
+	return "", errNoModel
+}
+
+var errNoModel = errors.New("no such model in the repository")
+
+// Start loads what the mode loads at start: every model (none, poll) or
+// the --load-model ones (explicit). A model that fails to load fails Start
+// with its reason, as tritonserver exits on a model that does not load.
+// In poll mode it then watches the repository until ctx ends.
+func (r *Repository) Start(ctx context.Context) error {
+	names, err := r.Names()
+	if err != nil {
+		return err
+	}
+	if r.cfg.Mode == ModeExplicit {
+		names = r.startModels(names)
+	}
+	var errs []error
+	for _, name := range names {
+		if err := r.Load(ctx, name, serving.LoadOptions{}); err != nil {
+			if me, ok := serving.AsModelError(err); ok && me.Kind == serving.ModelControlDisabled {
+				err = nil
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		r.setState(serving.StateBroken, err.Error())
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopping {
+		return modelhost.ErrShuttingDown
+	}
+	r.setState(serving.StateReady, "")
+	return nil
+}
+
+// startModels picks the models explicit mode loads at start.
+func (r *Repository) startModels(all []string) []string {
+	var out []string
+	for _, n := range r.cfg.LoadModels {
+		if n == "*" {
+			return all
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// Watch (poll mode) looks at the repository every PollInterval until ctx
+// ends: a new model loads, a changed one reloads beside the old (which
+// serves until the new one is ready; a version that fails leaves the old
+// serving, with the reason in the index), a removed one unloads. A change
+// is acted on once it has stayed the same for one more look, so files
+// being copied are not read half-way.
+func (r *Repository) Watch(ctx context.Context) {
+	pending := map[string]string{}
+	t := time.NewTicker(r.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		names, err := r.Names()
+		if err != nil {
+			r.log.Warn("poll the model repository", "err", err)
+			continue
+		}
+		present := map[string]bool{}
+		for _, name := range names {
+			present[name] = true
+			dir, err := r.dir(name)
+			if err != nil {
+				continue
+			}
+			st := stampDir(dir)
+			r.mu.Lock()
+			m := r.models[name]
+			loaded := m != nil && m.stamp == st
+			r.mu.Unlock()
+			if loaded {
+				delete(pending, name)
+				continue
+			}
+			if pending[name] != st { // changed since the last look: wait until it settles
+				pending[name] = st
+				continue
+			}
+			delete(pending, name)
+			if err := r.load(ctx, name, serving.LoadOptions{}); err != nil {
+				r.log.Warn("poll: model did not load; the versions serving keep serving", "model", name, "err", err)
+				r.mu.Lock()
+				if m := r.models[name]; m != nil {
+					m.stamp = st // do not retry the same files every poll
+				}
+				r.mu.Unlock()
+			}
+		}
+		r.mu.Lock()
+		var gone []string
+		for name, m := range r.models {
+			if !present[name] && len(m.versions) > 0 && m.stamp != "" {
+				gone = append(gone, name)
+			}
+		}
+		r.mu.Unlock()
+		for _, name := range gone {
+			if err := r.unload(ctx, name); err != nil {
+				r.log.Warn("poll: unload a removed model", "model", name, "err", err)
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// stampDir describes a model directory's files (names, sizes, times) so
+// that poll mode sees a change.
+func stampDir(dir string) string {
+	var sb strings.Builder
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() && p != dir && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir
+		}
+		info, err := os.Stat(p) // follows a symlinked file
+		if err != nil {
+			return nil
+		}
+		fmt.Fprintf(&sb, "%s|%d|%d\n", p, info.Size(), info.ModTime().UnixNano())
+		return nil
+	})
+	return sb.String()
+}
+
+// Load implements serving.Models: Triton's repository load, refused
+// unless the mode is explicit.
+func (r *Repository) Load(ctx context.Context, name string, opts serving.LoadOptions) error {
+	if r.cfg.Mode != ModeExplicit && r.State0() != serving.StateStarting {
+		return r.controlDisabled(name)
+	}
+	return r.load(ctx, name, opts)
+}
+
+// State0 is the state without its reason.
+func (r *Repository) State0() serving.State { s, _ := r.State(); return s }
+
+// Unload implements serving.Models: Triton's repository unload, refused
+// unless the mode is explicit.
+func (r *Repository) Unload(ctx context.Context, name string) error {
+	if r.cfg.Mode != ModeExplicit {
+		return r.controlDisabled(name)
+	}
+	return r.unload(ctx, name)
+}
+
+func (r *Repository) controlDisabled(name string) error {
+	why := "the model control mode is NONE"
+	if r.cfg.Mode == ModePoll {
+		why = "polling is enabled"
+	}
+	return &serving.ModelError{Kind: serving.ModelControlDisabled, Model: name,
+		Message: fmt.Sprintf("explicit model load / unload is not allowed if %s; start fw serve with --model-control-mode explicit to load and unload models over the API", why)}
+}
+
+// failed builds the error of a load that did not happen, with Triton's
+// sentence first.
+func failed(name string, err error) *serving.ModelError {
+	return &serving.ModelError{Kind: serving.ModelLoadFailed, Model: name, Message: fmt.Sprintf("failed to load '%s': %v", name, err)}
+}
+
+// load loads (or reloads) every version the model's policy selects, beside
+// what serves now; once all are ready they replace it, and versions no
+// longer selected unload. On failure the versions serving keep serving and
+// the failed version's reason is in the index.
+func (r *Repository) load(ctx context.Context, name string, opts serving.LoadOptions) error {
+	if err := validName(name); err != nil {
+		return &serving.ModelError{Kind: serving.ModelUnknown, Model: name, Message: fmt.Sprintf("failed to load '%s': %v", name, err)}
+	}
+	r.mu.Lock()
+	if r.stopping {
+		r.mu.Unlock()
+		return &serving.ModelError{Kind: serving.ModelNotReady, Model: name, Message: "the server is shutting down"}
+	}
+	r.busy.Add(1)
+	defer r.busy.Done()
+	m := r.models[name]
+	if m == nil {
+		m = &model{name: name, versions: map[string]*version{}}
+		r.models[name] = m
+	}
+	r.mu.Unlock()
+
+	m.op.Lock()
+	defer m.op.Unlock()
+	dir, err := r.dir(name)
+	if errors.Is(err, errNoModel) {
+		return &serving.ModelError{Kind: serving.ModelUnknown, Model: name,
+			Message: fmt.Sprintf("failed to load '%s': no model directory '%s' in the model repository %s", name, name, strings.Join(r.cfg.Roots, ", "))}
+	}
+	if err != nil {
+		return failed(name, err)
+	}
+	stamp := stampDir(dir)
+	cfg, auto, err := r.readConfig(dir, name, opts)
+	if err != nil {
+		r.markFailed(m, "", err)
+		return failed(name, err)
+	}
+	vers, err := versionsToLoad(dir, cfg)
+	if err != nil {
+		r.markFailed(m, "", err)
+		return failed(name, err)
+	}
+	if len(vers) == 0 {
+		err := fmt.Errorf("%s has no version directory (1/, 2/, ...) holding a model file", dir)
+		r.markFailed(m, "", err)
+		return failed(name, err)
+	}
+	labels, err := readLabels(dir, cfg)
+	if err != nil {
+		r.markFailed(m, "", err)
+		return failed(name, err)
+	}
+	// Load every selected version beside what serves now.
+	fresh := map[string]*modelhost.Host{}
+	var loadErr error
+	for _, v := range vers {
+		vs := strconv.FormatInt(v, 10)
+		r.setVersion(m, vs, nil, serving.ModelLoading, "")
+		h, err := r.loadVersion(ctx, name, vs, filepath.Join(dir, vs), cfg, auto, labels)
+		if err != nil {
+			loadErr = fmt.Errorf("version %s: %w", vs, err)
+			r.setVersion(m, vs, nil, serving.ModelUnavailable, err.Error())
+			break
+		}
+		fresh[vs] = h
+	}
+	if loadErr != nil {
+		for _, h := range fresh {
+			r.drain(h)
+		}
+		r.restoreStates(m)
+		return failed(name, loadErr)
+	}
+	// Swap: the new versions serve, the old ones drain.
+	r.mu.Lock()
+	old := m.versions
+	m.versions = map[string]*version{}
+	for vs, h := range fresh {
+		m.versions[vs] = &version{name: name, version: vs, host: h, state: serving.ModelReady}
+	}
+	for vs, v := range old {
+		if _, kept := fresh[vs]; !kept && v.host == nil && v.state != serving.ModelReady {
+			continue // an earlier failure of a version no longer selected
+		}
+		if _, kept := fresh[vs]; !kept {
+			m.versions[vs] = &version{name: name, version: vs, state: serving.ModelUnavailable, reason: "unloaded"}
+		}
+	}
+	m.stamp = stamp
+	r.publishLocked()
+	r.mu.Unlock()
+	for vs, v := range old {
+		if v.host != nil {
+			if _, kept := fresh[vs]; !kept {
+				r.metrics.Forget(name, vs)
+			}
+			r.drain(v.host)
+		}
+	}
+	return nil
+}
+
+// readConfig reads the model's configuration: the load's override, else
+// config.pbtxt, else (auto-complete) an empty one completed from the file.
+func (r *Repository) readConfig(dir, name string, opts serving.LoadOptions) (*pb.ModelConfig, bool, error) {
+	var cfg *pb.ModelConfig
+	var err error
+	switch {
+	case len(opts.Config) > 0:
+		if cfg, err = parseConfig(opts.Config, true); err != nil {
+			return nil, false, fmt.Errorf("the load request's config: %w", err)
+		}
+	default:
+		data, rerr := readBounded(filepath.Join(dir, "config.pbtxt"))
+		switch {
+		case errors.Is(rerr, os.ErrNotExist):
+			if r.cfg.DisableAutoComplete {
+				return nil, false, fmt.Errorf("%s has no config.pbtxt and auto-complete is disabled (--disable-auto-complete-config)", dir)
+			}
+			cfg = &pb.ModelConfig{}
+		case rerr != nil:
+			return nil, false, rerr
+		default:
+			if cfg, err = parseConfig(data, false); err != nil {
+				return nil, false, fmt.Errorf("%s: %w", filepath.Join(dir, "config.pbtxt"), err)
+			}
+		}
+	}
+	if cfg.GetName() != "" && cfg.GetName() != name {
+		return nil, false, fmt.Errorf("the configuration names the model %q but its directory is %q; they must agree", cfg.GetName(), name)
+	}
+	if err := checkPlatform(cfg); err != nil {
+		return nil, false, err
+	}
+	if mbs := cfg.GetMaxBatchSize(); mbs < 0 || mbs > maxBatchSize {
+		return nil, false, fmt.Errorf("max_batch_size %d is out of range 0..%d", mbs, maxBatchSize)
+	}
+	for _, g := range cfg.GetInstanceGroup() {
+		if g.GetCount() < 0 || g.GetCount() > 64 {
+			return nil, false, fmt.Errorf("instance_group count %d is out of range 1..64", g.GetCount())
+		}
+		if k := g.GetKind(); k != pb.ModelInstanceGroup_KIND_AUTO && k != pb.ModelInstanceGroup_KIND_CPU && k != pb.ModelInstanceGroup_KIND_GPU {
+			return nil, false, fmt.Errorf("instance_group kind %s is not supported; use KIND_CPU, KIND_GPU or KIND_AUTO", k)
+		}
+	}
+	if db := cfg.GetDynamicBatching(); db != nil {
+		if d := db.GetMaxQueueDelayMicroseconds(); d > uint64(time.Minute/time.Microsecond) {
+			return nil, false, fmt.Errorf("dynamic_batching max_queue_delay_microseconds %d is over a minute", d)
+		}
+		for _, p := range db.GetPreferredBatchSize() {
+			if p <= 0 || (cfg.GetMaxBatchSize() > 0 && p > cfg.GetMaxBatchSize()) {
+				return nil, false, fmt.Errorf("dynamic_batching preferred_batch_size %d must be within 1..max_batch_size (%d)", p, cfg.GetMaxBatchSize())
+			}
+		}
+	}
+	auto := len(opts.Config) == 0 && cfg.GetPlatform() == "" && cfg.GetBackend() == "" && len(cfg.GetInput()) == 0 && len(cfg.GetOutput()) == 0 && cfg.GetMaxBatchSize() == 0 && cfg.GetDynamicBatching() == nil
+	return cfg, auto, nil
+}
+
+// readBounded reads a small file, refusing a large one.
+func readBounded(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > maxConfigBytes {
+		return nil, fmt.Errorf("%s is %d bytes; a configuration is at most %d", path, st.Size(), maxConfigBytes)
+	}
+	return os.ReadFile(path)
+}
+
+// readLabels reads the label files the configuration's outputs name, from
+// the model's directory.
+func readLabels(dir string, cfg *pb.ModelConfig) (map[string]string, error) {
+	out := map[string]string{}
+	for _, o := range cfg.GetOutput() {
+		name := o.GetLabelFilename()
+		if name == "" {
+			continue
+		}
+		if !filepath.IsLocal(name) {
+			return nil, fmt.Errorf("output %q: label_filename %q must name a file inside the model's directory", o.GetName(), name)
+		}
+		data, err := readBounded(filepath.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("output %q: label_filename: %w", o.GetName(), err)
+		}
+		out[name] = string(data)
+	}
+	return out, nil
+}
+
+// loadVersion loads one version into a host of its own and starts it.
+func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg *pb.ModelConfig, auto bool, labels map[string]string) (*modelhost.Host, error) {
+	path, err := modelFile(vdir, cfg)
+	if err != nil {
+		return nil, err
+	}
+	bc := r.cfg.Batcher
+	if !auto {
+		if mbs := int(cfg.GetMaxBatchSize()); mbs > 0 {
+			bc.MaxBatchRows = mbs
+		} else {
+			bc.MaxBatchRows = 1
+		}
+		if db := cfg.GetDynamicBatching(); db != nil {
+			bc.MaxDelay = time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond
+		} else {
+			bc.MaxDelay = 0 // Triton's default scheduler: no waiting for more work
+		}
+	}
+	eo := r.cfg.Engine
+	count := 0
+	for _, g := range cfg.GetInstanceGroup() {
+		count += int(max(1, g.GetCount()))
+		if g.GetKind() == pb.ModelInstanceGroup_KIND_GPU {
+			if _, ok := eo.Device.CUDAIndex(); !ok {
+				return nil, fmt.Errorf("instance_group asks for KIND_GPU but fw serve runs on %q; start it with --device cuda or use KIND_CPU", eo.Device)
+			}
+			if len(g.GetGpus()) > 0 {
+				eo.Device = engine.Device(fmt.Sprintf("cuda:%d", g.GetGpus()[0]))
+			}
+		}
+	}
+	if count > 0 {
+		bc.Instances = count
+		if eo.Threads == 0 {
+			eo.Threads = max(1, engine.AvailableCPUs()/count)
+		}
+	}
+	h := modelhost.New(modelhost.Config{
+		Path: path, Engine: eo, Batcher: bc, SkipWarmup: r.cfg.SkipWarmup, Name: name, Version: vs,
+		Prepare: func(inst *serving.Instance) error {
+			c, err := describe(inst, cfg, auto, labels)
+			if err != nil {
+				return err
+			}
+			inst.Config = c
+			return nil
+		},
+	}, hostMetrics{r.metrics}, r.log)
+	if err := h.Start(ctx); err != nil {
+		_ = h.Shutdown(context.Background(), 30*time.Second)
+		return nil, err
+	}
+	return h, nil
+}
+
+// hostMetrics is what a version's host reports to: its series, and reloads;
+// the server's readiness is the repository's own.
+type hostMetrics struct{ m Metrics }
+
+func (h hostMetrics) Model(name, version string) serving.ModelMetrics {
+	return h.m.Model(name, version)
+}
+func (h hostMetrics) SetReady(bool)        {}
+func (h hostMetrics) Reload(result string) { h.m.Reload(result) }
+
+// drain shuts a host down in the background, its accepted requests answered.
+func (r *Repository) drain(h *modelhost.Host) {
+	r.busy.Add(1)
+	go func() {
+		defer r.busy.Done()
+		if err := h.Shutdown(context.Background(), 30*time.Second); err != nil {
+			r.log.Warn("drain a model version", "err", err)
+		}
+	}()
+}
+
+// setVersion records a version's state while it loads or after it failed;
+// a version that serves keeps serving (its host is untouched).
+func (r *Repository) setVersion(m *model, vs string, h *modelhost.Host, state, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if v := m.versions[vs]; v != nil && v.host != nil {
+		if state == serving.ModelUnavailable {
+			v.reason = "the newest load failed, this one keeps serving: " + reason
+		}
+		return
+	}
+	m.versions[vs] = &version{name: m.name, version: vs, host: h, state: state, reason: reason}
+}
+
+// markFailed records a load that failed before any version was tried.
+func (r *Repository) markFailed(m *model, _ string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, v := range m.versions {
+		if v.host != nil {
+			v.reason = "the newest load failed, this one keeps serving: " + err.Error()
+		}
+	}
+	if len(m.versions) == 0 {
+		m.versions[""] = &version{name: m.name, state: serving.ModelUnavailable, reason: err.Error()}
+	}
+}
+
+// restoreStates puts the versions still serving back to READY after a
+// failed load (their reason says why the new one was refused).
+func (r *Repository) restoreStates(m *model) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, v := range m.versions {
+		if v.host != nil {
+			v.state = serving.ModelReady
+		}
+	}
+}
+
+// unload removes every version of a model from serving and drains them.
+func (r *Repository) unload(ctx context.Context, name string) error {
+	r.mu.Lock()
+	m := r.models[name]
+	if m == nil {
+		r.mu.Unlock()
+		if _, err := r.dir(name); err != nil {
+			return serving.ErrUnknownModel(name, "", nil)
+		}
+		return nil // in the repository but never loaded: nothing to do
+	}
+	r.busy.Add(1)
+	defer r.busy.Done()
+	r.mu.Unlock()
+	m.op.Lock()
+	defer m.op.Unlock()
+	r.mu.Lock()
+	var hosts []*modelhost.Host
+	for vs, v := range m.versions {
+		if v.host != nil {
+			hosts = append(hosts, v.host)
+			r.metrics.Forget(name, vs)
+		}
+		m.versions[vs] = &version{name: name, version: vs, state: serving.ModelUnavailable, reason: "unloaded"}
+	}
+	m.stamp = ""
+	r.publishLocked()
+	r.mu.Unlock()
+	var errs []error
+	for _, h := range hosts {
+		if err := h.Shutdown(ctx, 30*time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		r.log.Warn("unload: a version did not drain in time", "model", name, "err", err)
+	}
+	return nil
+}
+
+// publishLocked rebuilds the snapshot lookups read from the versions that
+// serve.
+func (r *Repository) publishLocked() {
+	snap := make(map[string]*servedModel, len(r.models))
+	for name, m := range r.models {
+		var vs []*version
+		for _, v := range m.versions {
+			if v.host != nil {
+				vs = append(vs, v)
+			}
+		}
+		if len(vs) == 0 {
+			continue
+		}
+		slices.SortFunc(vs, func(a, b *version) int { return cmpVersion(b.version, a.version) })
+		snap[name] = &servedModel{versions: vs}
+	}
+	r.served.Store(&snap)
+}
+
+// cmpVersion orders versions numerically.
+func cmpVersion(a, b string) int {
+	x, _ := strconv.ParseInt(a, 10, 64)
+	y, _ := strconv.ParseInt(b, 10, 64)
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	}
+	return strings.Compare(a, b)
+}
+
+// Get implements serving.Models.
+func (r *Repository) Get(name, version string) (*serving.Instance, error) {
+	snap := *r.served.Load()
+	sm := snap[name]
+	if sm == nil {
+		return nil, r.unknown(name, "")
+	}
+	for _, v := range sm.versions {
+		if version == "" || v.version == version {
+			if inst := v.host.Current(); inst != nil {
+				return inst, nil
+			}
+			if version != "" {
+				break
+			}
+		}
+	}
+	if version != "" {
+		for _, v := range sm.versions {
+			if v.version == version {
+				return nil, &serving.ModelError{Kind: serving.ModelNotReady, Model: name, Version: version, RetryAfter: 1,
+					Message: fmt.Sprintf("Request for unknown model: '%s' version %s is not at ready state", name, version)}
+			}
+		}
+		return nil, r.unknown(name, version)
+	}
+	return nil, &serving.ModelError{Kind: serving.ModelNotReady, Model: name, RetryAfter: 1,
+		Message: fmt.Sprintf("Request for unknown model: '%s' has no available versions", name)}
+}
+
+func (r *Repository) unknown(name, version string) error {
+	snap := *r.served.Load()
+	e := serving.ErrUnknownModel(name, version, slices.Sorted(maps.Keys(snap)))
+	if _, err := r.dir(name); err == nil && version == "" {
+		e.Message = fmt.Sprintf("Request for unknown model: '%s' is not found; it is in the repository but not loaded (POST /v2/repository/models/%s/load)", name, name)
+	}
+	return e
+}
+
+// Default implements serving.Models: the one model served.
+func (r *Repository) Default() (*serving.Instance, error) {
+	snap := *r.served.Load()
+	if len(snap) == 1 {
+		for name := range snap {
+			return r.Get(name, "")
+		}
+	}
+	if len(snap) == 0 {
+		st, reason := r.State()
+		if st == serving.StateStarting {
+			return nil, &serving.ModelError{Kind: serving.ModelNotReady, Message: "no model is loaded yet: " + reason, RetryAfter: 1}
+		}
+		return nil, serving.ErrUnknownModel("", "", nil)
+	}
+	names := slices.Sorted(maps.Keys(snap))
+	list := strings.Join(names, ", ")
+	if len(names) > 20 {
+		list = fmt.Sprintf("%d models (POST /v2/repository/index lists them)", len(names))
+	}
+	return nil, &serving.ModelError{Kind: serving.ModelAmbiguous,
+		Message: "this server serves several models (" + list + "); name one with the query parameter ?model=NAME (and &version=N), or use /v2/models/NAME/infer"}
+}
+
+// Loaded implements serving.Models.
+func (r *Repository) Loaded() []*serving.Instance {
+	snap := *r.served.Load()
+	var out []*serving.Instance
+	for _, name := range slices.Sorted(maps.Keys(snap)) {
+		vs := snap[name].versions
+		for i := len(vs) - 1; i >= 0; i-- { // oldest first
+			if inst := vs[i].host.Current(); inst != nil {
+				out = append(out, inst)
+			}
+		}
+	}
+	return out
+}
+
+// Index implements serving.Models: every model directory of the
+// repository, with the state of each version it has loaded or tried.
+func (r *Repository) Index() []serving.ModelStatus {
+	names, _ := r.Names()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]bool{}
+	var out []serving.ModelStatus
+	add := func(name string) {
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		m := r.models[name]
+		if m == nil || len(m.versions) == 0 {
+			out = append(out, serving.ModelStatus{Name: name})
+			return
+		}
+		for _, vs := range slices.SortedFunc(maps.Keys(m.versions), cmpVersion) {
+			v := m.versions[vs]
+			out = append(out, serving.ModelStatus{Name: name, Version: v.version, State: v.state, Reason: v.reason})
+		}
+	}
+	for _, n := range names {
+		add(n)
+	}
+	for _, n := range slices.Sorted(maps.Keys(r.models)) {
+		if m := r.models[n]; len(m.versions) > 0 {
+			add(n) // loaded, though its directory is gone (poll unloads it)
+		}
+	}
+	return out
+}
+
+// BeginShutdown turns the server unready for good; the models keep serving
+// what still arrives until Shutdown.
+func (r *Repository) BeginShutdown() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopping = true
+	r.setState(serving.StateDraining, "shutting down")
+}
+
+// Shutdown drains every model version within timeout.
+func (r *Repository) Shutdown(ctx context.Context, timeout time.Duration) error {
+	r.BeginShutdown()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r.mu.Lock()
+	var hosts []*modelhost.Host
+	for _, m := range r.models {
+		for _, v := range m.versions {
+			if v.host != nil {
+				hosts = append(hosts, v.host)
+			}
+		}
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	errs := make([]error, len(hosts))
+	for i, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = h.Shutdown(ctx, timeout)
+		}()
+	}
+	wg.Wait()
+	idle := make(chan struct{})
+	go func() { r.busy.Wait(); close(idle) }()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("shutdown: a model load or drain is still running: %w", ctx.Err()))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,419 @@
+package modelrepo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/httpapi"
+	"github.com/fw-serve/fw/internal/testleak"
+	"github.com/fw-serve/fw/internal/testmodels"
+	"github.com/fw-serve/fw/serving"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestMain(m *testing.M) { testleak.Main(m) }
+
+// samples is the Triton sample repository `make models` writes
+// (python/fw/triton_samples.py).
+func samples(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(testmodels.Dir(t), "triton")
+	if _, err := os.Stat(filepath.Join(dir, "simple", "1", "model.onnx")); err != nil {
+		testmodels.Require(t, "Triton sample repository missing in "+dir+": run `make models`")
+	}
+	return dir
+}
+
+// copyModel copies one sample model directory into root (as name).
+func copyModel(t testing.TB, src, root, name string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		dst := filepath.Join(root, name, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if d.Name() == "config.pbtxt" { // the copy has its own name
+			b = []byte(strings.Replace(string(b), `name: "`+filepath.Base(src)+`"`, `name: "`+name+`"`, 1))
+		}
+		return os.WriteFile(dst, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+type fixture struct {
+	repo *Repository
+	reg  *prometheus.Registry
+}
+
+// open creates a repository over roots and starts it; it is shut down
+// (every version drained) when the test ends.
+func open(t testing.TB, cfg Config) *fixture {
+	t.Helper()
+	cfg.Engine = engine.Options{Threads: 1}
+	if cfg.Batcher == (batcher.Config{}) {
+		cfg.Batcher = batcher.DefaultConfig()
+	}
+	cfg.SkipWarmup = true
+	reg := prometheus.NewRegistry()
+	r, err := New(cfg, httpapi.NewMetrics(reg), quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := r.Shutdown(context.Background(), time.Minute); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	return &fixture{repo: r, reg: reg}
+}
+
+// simpleInputs are INPUT0 = 0..15 and INPUT1 = 1s, rows times.
+func simpleInputs(rows int) []engine.Tensor {
+	a, b := make([]byte, 0, rows*64), make([]byte, 0, rows*64)
+	for r := 0; r < rows; r++ {
+		for i := 0; i < 16; i++ {
+			a = append(a, byte(i), 0, 0, 0)
+			b = append(b, 1, 0, 0, 0)
+		}
+	}
+	return []engine.Tensor{
+		{DType: engine.Int32, Shape: []int64{int64(rows), 16}, Data: a},
+		{DType: engine.Int32, Shape: []int64{int64(rows), 16}, Data: b},
+	}
+}
+
+// inferSimple runs one request on the model name (Triton's simple: sum and
+// difference) and checks the answer.
+func inferSimple(ctx context.Context, r *Repository, name string) error {
+	inst, err := r.Get(name, "")
+	if err != nil {
+		return err
+	}
+	out, _, err := serving.Infer(ctx, r, inst, simpleInputs(1))
+	if err != nil {
+		return err
+	}
+	for i := 0; i < 16; i++ {
+		if s, d := int32(out[0].Data[i*4]), int32(out[1].Data[i*4]); s != int32(i+1) || d != int32(i-1)&0xff {
+			return fmt.Errorf("%s element %d: sum %d diff %d", name, i, s, d)
+		}
+	}
+	return nil
+}
+
+func wantModelError(t testing.TB, err error, kind serving.ModelErrorKind, text string) {
+	t.Helper()
+	me, ok := serving.AsModelError(err)
+	if !ok || me.Kind != kind || !strings.Contains(me.Message, text) {
+		t.Fatalf("got %v, want a model error of kind %d saying %q", err, kind, text)
+	}
+}
+
+func TestExplicitLoadUnloadIndex(t *testing.T) {
+	f := open(t, Config{Roots: []string{samples(t)}, Mode: ModeExplicit, LoadModels: []string{"simple", "nobatch"}})
+	r := f.repo
+	if st, _ := r.State(); st != serving.StateReady {
+		t.Fatalf("state %v", st)
+	}
+	ctx := context.Background()
+	if err := inferSimple(ctx, r, "simple"); err != nil {
+		t.Fatal(err)
+	}
+	idx := map[string]serving.ModelStatus{}
+	for _, m := range r.Index() {
+		idx[m.Name] = m
+	}
+	if idx["simple"].State != serving.ModelReady || idx["nobatch"].State != serving.ModelReady || idx["simple_int8"].State != "" || idx["simple_int8"].Name == "" {
+		t.Fatalf("index %+v", r.Index())
+	}
+	// Several models: the unprefixed routes need a name.
+	_, err := r.Default()
+	wantModelError(t, err, serving.ModelAmbiguous, "?model=NAME")
+
+	if err := r.Load(ctx, "simple_int8", serving.LoadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if inst, err := r.Get("simple_int8", "1"); err != nil || inst.Config.MaxBatchSize != 8 {
+		t.Fatalf("simple_int8: %v %+v", err, inst)
+	}
+	if err := r.Unload(ctx, "simple_int8"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Get("simple_int8", "")
+	wantModelError(t, err, serving.ModelUnknown, "Request for unknown model: 'simple_int8' is not found")
+	for _, m := range r.Index() {
+		if m.Name == "simple_int8" && (m.State != serving.ModelUnavailable || m.Reason != "unloaded") {
+			t.Fatalf("after unload: %+v", m)
+		}
+	}
+	// A config override (JSON, as tritonclient sends it) replaces config.pbtxt.
+	if err := r.Load(ctx, "simple", serving.LoadOptions{Config: []byte(`{"max_batch_size": 16, "platform": "onnxruntime_onnx"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := r.Get("simple", "")
+	if err != nil || inst.Config.MaxBatchSize != 16 || inst.Batcher.Config().MaxBatchRows != 16 {
+		t.Fatalf("override: %v %+v", err, inst.Config)
+	}
+	if err := inferSimple(ctx, r, "simple"); err != nil {
+		t.Fatal(err)
+	}
+	// A broken override fails with Triton's sentence; the old version keeps serving.
+	err = r.Load(ctx, "simple", serving.LoadOptions{Config: []byte(`{"max_batch_size": "lots"}`)})
+	wantModelError(t, err, serving.ModelLoadFailed, "failed to load 'simple'")
+	if err := inferSimple(ctx, r, "simple"); err != nil {
+		t.Fatalf("after a failed reload: %v", err)
+	}
+	_, err = r.Get("nosuch", "")
+	wantModelError(t, err, serving.ModelUnknown, "Request for unknown model: 'nosuch' is not found")
+	err = r.Load(ctx, "nosuch", serving.LoadOptions{})
+	wantModelError(t, err, serving.ModelUnknown, "failed to load 'nosuch'")
+}
+
+// Configurations fw cannot honour are refused at load, naming what is wrong.
+func TestConfigRefusals(t *testing.T) {
+	root := t.TempDir()
+	src := samples(t)
+	cases := map[string]string{
+		"unsupported":  "max_batch_size: 8\noptimization { graph { level: 1 } }\nmodel_warmup { name: \"w\" }\n",
+		"unknownfield": "max_batch_size: 8\nmax_batch_sise: 4\n",
+		"platform":     "platform: \"tensorflow_graphdef\"\n",
+		"badname":      "name: \"other\"\n",
+		"dtype":        "max_batch_size: 8\ninput [ { name: \"INPUT0\" data_type: TYPE_FP32 dims: [ 16 ] }, { name: \"INPUT1\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n",
+		"dims":         "max_batch_size: 8\ninput [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ 15 ] }, { name: \"INPUT1\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n",
+		"noinput":      "max_batch_size: 8\ninput [ { name: \"X\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n",
+		"hugebatch":    "max_batch_size: 100000000\n",
+		"fixedbatch":   "max_batch_size: 4\n",
+	}
+	want := map[string]string{
+		"unsupported":  "model_warmup, optimization",
+		"unknownfield": "max_batch_sise",
+		"platform":     "tensorflow_graphdef",
+		"badname":      `names the model "other"`,
+		"dtype":        "TYPE_FP32, the model takes TYPE_INT32",
+		"dims":         "dims [15]",
+		"noinput":      `input "X" of the configuration is not in the model`,
+		"hugebatch":    "out of range",
+		"fixedbatch":   "needs a model whose inputs and outputs all have a variable first axis",
+	}
+	for name, cfg := range cases {
+		model := "simple"
+		if name == "fixedbatch" {
+			model = "fixed_batch1"
+		}
+		copyModel(t, filepath.Join(src, model), root, name)
+		os.WriteFile(filepath.Join(root, name, "config.pbtxt"), []byte(cfg), 0o644)
+	}
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit})
+	for name := range cases {
+		err := f.repo.Load(context.Background(), name, serving.LoadOptions{})
+		wantModelError(t, err, serving.ModelLoadFailed, "failed to load '"+name+"'")
+		wantModelError(t, err, serving.ModelLoadFailed, want[name])
+	}
+	// The index says why each one is unavailable.
+	for _, m := range f.repo.Index() {
+		if m.State != serving.ModelUnavailable || m.Reason == "" {
+			t.Errorf("index: %+v", m)
+		}
+	}
+}
+
+// Model names are directories of the repository: nothing a client sends
+// reaches a path outside it, and a symlink leaving the root is refused.
+func TestRepositoryPathsStayInside(t *testing.T) {
+	outside := t.TempDir()
+	copyModel(t, filepath.Join(samples(t), "simple"), outside, "escaped")
+	root := t.TempDir()
+	if err := os.Symlink(filepath.Join(outside, "escaped"), filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	copyModel(t, filepath.Join(samples(t), "simple"), root, "inside")
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit})
+	ctx := context.Background()
+	for _, name := range []string{"..", "../escaped", ".", "", "a/b", `..\x`, ".hidden", "x\x00y", "simple/../../etc"} {
+		err := f.repo.Load(ctx, name, serving.LoadOptions{})
+		wantModelError(t, err, serving.ModelUnknown, "failed to load")
+	}
+	err := f.repo.Load(ctx, "link", serving.LoadOptions{})
+	wantModelError(t, err, serving.ModelLoadFailed, "leads outside the model repository")
+	if err := f.repo.Load(ctx, "inside", serving.LoadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A label file or model file name cannot leave the model's directory either.
+	os.WriteFile(filepath.Join(root, "inside", "config.pbtxt"), []byte("default_model_filename: \"../../escaped/1/model.onnx\"\n"), 0o644)
+	err = f.repo.Load(ctx, "inside", serving.LoadOptions{})
+	wantModelError(t, err, serving.ModelLoadFailed, "must be a file name inside the version directory")
+}
+
+// In none and poll modes the API cannot load or unload (Triton's sentence).
+func TestControlModeNone(t *testing.T) {
+	root := t.TempDir()
+	copyModel(t, filepath.Join(samples(t), "simple"), root, "simple")
+	f := open(t, Config{Roots: []string{root}, Mode: ModeNone})
+	if _, err := f.repo.Default(); err != nil {
+		t.Fatalf("one model is the default: %v", err)
+	}
+	err := f.repo.Load(context.Background(), "simple", serving.LoadOptions{})
+	wantModelError(t, err, serving.ModelControlDisabled, "explicit model load / unload is not allowed")
+	err = f.repo.Unload(context.Background(), "simple")
+	wantModelError(t, err, serving.ModelControlDisabled, "explicit model load / unload is not allowed")
+}
+
+// In poll mode a new model loads, a changed one reloads and a removed one
+// unloads, while clients keep sending: not one request fails.
+func TestPollFollowsRepositoryUnderLoad(t *testing.T) {
+	root := t.TempDir()
+	src := samples(t)
+	copyModel(t, filepath.Join(src, "simple"), root, "simple")
+	f := open(t, Config{Roots: []string{root}, Mode: ModePoll, PollInterval: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	var watch sync.WaitGroup
+	watch.Add(1)
+	go func() { defer watch.Done(); f.repo.Watch(ctx) }()
+	defer func() { cancel(); watch.Wait() }()
+
+	var failures, answered atomic.Int64
+	stop := make(chan struct{})
+	var clients sync.WaitGroup
+	for range 4 {
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := inferSimple(ctx, f.repo, "simple"); err != nil {
+					failures.Add(1)
+					t.Errorf("request during poll changes: %v", err)
+					return
+				}
+				answered.Add(1)
+			}
+		}()
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("poll mode: %s did not happen; index %+v", what, f.repo.Index())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// A new model appears.
+	copyModel(t, filepath.Join(src, "simple"), root, "second")
+	waitFor("loading a new model", func() bool { _, err := f.repo.Get("second", ""); return err == nil })
+	// The served model's configuration changes: it reloads under load.
+	before, _ := f.repo.Get("simple", "")
+	os.WriteFile(filepath.Join(root, "simple", "config.pbtxt"), []byte("max_batch_size: 4\ndynamic_batching { max_queue_delay_microseconds: 100 }\n"), 0o644)
+	waitFor("reloading a changed model", func() bool { inst, err := f.repo.Get("simple", ""); return err == nil && inst != before })
+	if inst, _ := f.repo.Get("simple", ""); inst.Config.MaxBatchSize != 4 {
+		t.Fatalf("reloaded config: %+v", inst.Config)
+	}
+	// A broken change leaves the old version serving, with the reason.
+	os.WriteFile(filepath.Join(root, "simple", "config.pbtxt"), []byte("max_batch_size: 4\nbogus_field: 1\n"), 0o644)
+	waitFor("a refused reload in the index", func() bool {
+		for _, m := range f.repo.Index() {
+			if m.Name == "simple" && strings.Contains(m.Reason, "bogus_field") && m.State == serving.ModelReady {
+				return true
+			}
+		}
+		return false
+	})
+	// A removed model unloads.
+	os.RemoveAll(filepath.Join(root, "second"))
+	waitFor("unloading a removed model", func() bool { _, err := f.repo.Get("second", ""); return err != nil })
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	clients.Wait()
+	if failures.Load() != 0 || answered.Load() == 0 {
+		t.Fatalf("%d failed, %d answered", failures.Load(), answered.Load())
+	}
+}
+
+// Loads and unloads racing inference (run under -race): every answer is
+// right or a clean "not found/not ready", nothing panics or leaks.
+func TestLoadUnloadRacesInference(t *testing.T) {
+	f := open(t, Config{Roots: []string{samples(t)}, Mode: ModeExplicit, LoadModels: []string{"simple"}})
+	ctx := context.Background()
+	n := 60
+	if testing.Short() {
+		n = 10
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var wrong atomic.Int64
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, name := range []string{"simple", "simple_int8"} {
+					err := inferSimple(ctx, f.repo, name)
+					if _, isModel := serving.AsModelError(err); err != nil && !isModel && name == "simple" {
+						wrong.Add(1)
+						t.Errorf("%s: %v", name, err)
+					}
+				}
+			}
+		}()
+	}
+	var ops sync.WaitGroup
+	for w := range 2 {
+		ops.Add(1)
+		go func() {
+			defer ops.Done()
+			for i := range n {
+				var err error
+				if (i+w)%2 == 0 {
+					err = f.repo.Load(ctx, "simple_int8", serving.LoadOptions{})
+				} else {
+					err = f.repo.Unload(ctx, "simple_int8")
+				}
+				if err != nil {
+					t.Errorf("op %d: %v", i, err)
+				}
+			}
+		}()
+	}
+	ops.Wait()
+	close(stop)
+	wg.Wait()
+	if wrong.Load() > 0 {
+		t.Fatalf("%d wrong answers", wrong.Load())
+	}
+}

@@ -1,0 +1,179 @@
+package serving
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Models is where the transports find the models they serve: by name and
+// version for the Open Inference Protocol, the one default model for the
+// unprefixed routes (/predict...), the server's readiness, and Triton's
+// model repository extension (index, load, unload). fw serve --model FILE
+// serves One slot; --model-repository serves a modelrepo.Repository.
+type Models interface {
+	// Get is the instance serving version of the model name ("" for its
+	// newest ready version). Its error is a *ModelError.
+	Get(name, version string) (*Instance, error)
+	// Default is the model the unprefixed routes serve: the only one
+	// loaded. With none or several, its *ModelError says which to name.
+	Default() (*Instance, error)
+	// State is the server's readiness and, when not ready, the reason.
+	State() (State, string)
+	// Index lists the repository's models and their versions' states, sorted
+	// by name and version.
+	Index() []ModelStatus
+	// Load loads (or reloads) a model of the repository, with its
+	// configuration replaced by opts.Config when given. Its error is a
+	// *ModelError.
+	Load(ctx context.Context, name string, opts LoadOptions) error
+	// Unload unloads every version of a model; requests already accepted
+	// finish first. Its error is a *ModelError.
+	Unload(ctx context.Context, name string) error
+	// Loaded lists the ready instances, sorted by name and version (for the
+	// statistics of every model and the OpenAPI document).
+	Loaded() []*Instance
+}
+
+// LoadOptions are what a repository load request may change.
+type LoadOptions struct {
+	// Config, when set, is a model configuration in JSON (Triton's
+	// ModelConfig) used instead of the model's config.pbtxt.
+	Config []byte
+}
+
+// Model states as Triton's repository index reports them.
+const (
+	ModelReady       = "READY"
+	ModelUnavailable = "UNAVAILABLE"
+	ModelLoading     = "LOADING"
+	ModelUnloading   = "UNLOADING"
+)
+
+// ModelStatus is one entry of the repository index: a model version and
+// its state, with the reason when it is not ready. A model never loaded
+// has neither version nor state.
+type ModelStatus struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+	State   string `json:"state,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// ModelErrorKind is what went wrong finding, loading or unloading a model.
+type ModelErrorKind int
+
+// The kinds of *ModelError.
+const (
+	// ModelUnknown: no model (or version) of that name is served.
+	ModelUnknown ModelErrorKind = iota + 1
+	// ModelNotReady: the model exists but no version is ready now.
+	ModelNotReady
+	// ModelControlDisabled: the control mode forbids loading and unloading.
+	ModelControlDisabled
+	// ModelLoadFailed: the model did not load; the message has the reason.
+	ModelLoadFailed
+	// ModelAmbiguous: several models are served and the request named none.
+	ModelAmbiguous
+)
+
+// ModelError is a failure to find, load or unload a model. Message begins
+// with Triton's sentence where Triton's clients match on it ("Request for
+// unknown model: ...", "failed to load '...'").
+type ModelError struct {
+	Kind    ModelErrorKind
+	Model   string
+	Version string
+	Message string
+	// RetryAfter, when positive, is when the model may be ready (seconds).
+	RetryAfter int
+}
+
+func (e *ModelError) Error() string { return e.Message }
+
+// ErrUnknownModel builds the error for a model (version) that is not served;
+// served names the models that are, for the message.
+func ErrUnknownModel(name, version string, served []string) *ModelError {
+	msg := fmt.Sprintf("Request for unknown model: '%s' is not found", name)
+	if version != "" {
+		msg = fmt.Sprintf("Request for unknown model: '%s' version %s is not found", name, version)
+	}
+	switch {
+	case len(served) == 0:
+		msg += "; no model is loaded"
+	case len(served) <= 20:
+		msg += "; the models served are " + strings.Join(served, ", ")
+	default:
+		msg += fmt.Sprintf("; %d models are served, POST /v2/repository/index lists them", len(served))
+	}
+	return &ModelError{Kind: ModelUnknown, Model: name, Version: version, Message: msg}
+}
+
+// AsModelError returns err's *ModelError, if it is one.
+func AsModelError(err error) (*ModelError, bool) {
+	var me *ModelError
+	ok := errors.As(err, &me)
+	return me, ok
+}
+
+// One serves a single slot (fw serve --model FILE) as Models: the model it
+// holds is the default and the only one Get finds; the repository has no
+// other model to load, so Load and Unload are refused.
+func One(slot Slot) Models { return one{slot} }
+
+type one struct{ slot Slot }
+
+func (o one) State() (State, string) { return o.slot.State() }
+
+func (o one) Default() (*Instance, error) {
+	if inst := o.slot.Current(); inst != nil {
+		return inst, nil
+	}
+	st, reason := o.slot.State()
+	return nil, &ModelError{Kind: ModelNotReady, Message: fmt.Sprintf("no model is loaded yet (%s): %s", st, reason), RetryAfter: 1}
+}
+
+func (o one) Get(name, version string) (*Instance, error) {
+	inst, err := o.Default()
+	if err != nil {
+		return nil, err
+	}
+	if name != inst.Name() {
+		e := ErrUnknownModel(name, "", []string{inst.Name()})
+		return nil, e
+	}
+	if version != "" && version != inst.Version() {
+		return nil, &ModelError{Kind: ModelUnknown, Model: name, Version: version,
+			Message: fmt.Sprintf("Request for unknown model: '%s' version %s is not found; this server serves version %s of %s", name, version, inst.Version(), name)}
+	}
+	return inst, nil
+}
+
+func (o one) Loaded() []*Instance {
+	if inst := o.slot.Current(); inst != nil {
+		return []*Instance{inst}
+	}
+	return nil
+}
+
+func (o one) Index() []ModelStatus {
+	inst := o.slot.Current()
+	if inst == nil {
+		return nil
+	}
+	st, reason := o.slot.State()
+	s := ModelStatus{Name: inst.Name(), Version: inst.Version(), State: ModelReady}
+	if !st.Serving() {
+		s.State, s.Reason = ModelUnavailable, reason
+	}
+	return []ModelStatus{s}
+}
+
+func (o one) control(name string) error {
+	return &ModelError{Kind: ModelControlDisabled, Model: name,
+		Message: "explicit model load / unload is not allowed: this server was started with --model FILE; start it with --model-repository DIR --model-control-mode explicit to load and unload models"}
+}
+
+func (o one) Load(_ context.Context, name string, _ LoadOptions) error { return o.control(name) }
+func (o one) Unload(_ context.Context, name string) error             { return o.control(name) }
