@@ -57,6 +57,9 @@ var routedPaths = []string{
 	"/v2/models/{model_name}/versions/{model_version}/config",
 	"/v2/models/{model_name}/versions/{model_version}/stats",
 	"/v2/models/stats",
+	"/v2/repository/index",
+	"/v2/repository/models/{model_name}/load",
+	"/v2/repository/models/{model_name}/unload",
 }
 
 func TestOpenAPIDocument(t *testing.T) {

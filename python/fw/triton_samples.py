@@ -36,7 +36,9 @@ def _save(model: onnx.ModelProto, path: Path) -> None:
 
 def _graph(name: str, nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
     g = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="fw.triton_samples")
+    return helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="fw.triton_samples"
+    )
 
 
 def simple(dtype: int) -> onnx.ModelProto:
@@ -44,7 +46,10 @@ def simple(dtype: int) -> onnx.ModelProto:
     vi = helper.make_tensor_value_info
     ins = [vi("INPUT0", dtype, ["batch", 16]), vi("INPUT1", dtype, ["batch", 16])]
     outs = [vi("OUTPUT0", dtype, ["batch", 16]), vi("OUTPUT1", dtype, ["batch", 16])]
-    nodes = [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]), helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])]
+    nodes = [
+        helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+        helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+    ]
     return _graph("simple", nodes, ins, outs)
 
 
@@ -52,7 +57,10 @@ def simple_string() -> onnx.ModelProto:
     """Triton's ``simple_string``: BYTES inputs holding integers; outputs their sum and difference as strings."""
     vi = helper.make_tensor_value_info
     ins = [vi("INPUT0", TensorProto.STRING, ["batch", 16]), vi("INPUT1", TensorProto.STRING, ["batch", 16])]
-    outs = [vi("OUTPUT0", TensorProto.STRING, ["batch", 16]), vi("OUTPUT1", TensorProto.STRING, ["batch", 16])]
+    outs = [
+        vi("OUTPUT0", TensorProto.STRING, ["batch", 16]),
+        vi("OUTPUT1", TensorProto.STRING, ["batch", 16]),
+    ]
     nodes = [
         helper.make_node("Cast", ["INPUT0"], ["a"], to=TensorProto.INT32),
         helper.make_node("Cast", ["INPUT1"], ["b"], to=TensorProto.INT32),
@@ -206,7 +214,9 @@ def build(out: Path) -> list[str]:
         _save(model, out / name / "1" / "model.onnx")
         if name in CONFIGS:
             (out / name / "config.pbtxt").write_text(CONFIGS[name])
-    (out / "densenet_onnx" / "densenet_labels.txt").write_text("".join(f"CLASS_{i:04d}\n" for i in range(1000)))
+    (out / "densenet_onnx" / "densenet_labels.txt").write_text(
+        "".join(f"CLASS_{i:04d}\n" for i in range(1000))
+    )
     return sorted(models)
 
 

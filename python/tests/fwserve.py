@@ -24,15 +24,15 @@ def free_port() -> int:
 class FwServer:
     """One ``fw serve`` subprocess on a free port."""
 
-    def __init__(self, fw_bin: Path, model: Path, *extra: str, grpc: bool = False) -> None:
+    def __init__(self, fw_bin: Path, model: Path | None, *extra: str, grpc: bool = False) -> None:
+        """Serve ``model`` (a file), or with ``model=None`` what ``extra`` says (``--model-repository DIR``)."""
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"
         self.grpc_url = f"127.0.0.1:{free_port()}" if grpc else ""
         args = [
             str(fw_bin),
             "serve",
-            "--model",
-            str(model),
+            *(["--model", str(model)] if model is not None else []),
             "--port",
             str(self.port),
             "--host",

@@ -1,0 +1,199 @@
+"""A Triton-layout model repository served by ``fw serve --model-repository``, driven by tritonclient.
+
+Starts the real ``fw`` binary (FW_BIN) on a copy of the Triton sample repository that ``make models``
+writes (FW_MODELS_DIR/triton: Triton's sample models rebuilt as ONNX by fw.triton_samples) and checks
+Triton's repository extension (index, load with a config override, unload), many models side by
+side, Triton's error sentences and the per-model metrics, over HTTP, gRPC and asyncio HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fwserve import FwServer
+
+httpclient = pytest.importorskip("tritonclient.http", reason="tritonclient[http] is not installed")
+grpcclient = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
+import tritonclient.http.aio as aiohttpclient  # noqa: E402
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
+SAMPLES = Path(os.environ.get("FW_MODELS_DIR") or REPO / "build" / "models") / "triton"
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not FW_BIN.is_file():
+        pytest.skip(f"fw binary missing at {FW_BIN}: run `make build` or set FW_BIN")
+    if not (SAMPLES / "simple" / "config.pbtxt").is_file():
+        pytest.skip(f"Triton sample repository missing in {SAMPLES}: run `make models`")
+    dst = tmp_path_factory.mktemp("repo") / "models"
+    shutil.copytree(SAMPLES, dst)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def server(repo: Path) -> Iterator[FwServer]:
+    srv = FwServer(
+        FW_BIN, None, "--model-repository", str(repo), "--model-control-mode", "explicit",
+        "--load-model", "simple", "--load-model", "nobatch", grpc=True,
+    )  # fmt: skip
+    srv.wait_ready()
+    yield srv
+    assert srv.stop() == 0, srv.log()
+
+
+def _simple_inputs(mod, dtype: str = "INT32") -> tuple[list, np.ndarray, np.ndarray]:
+    np_dtype = np.int32 if dtype == "INT32" else np.int8
+    a = np.arange(16, dtype=np_dtype).reshape(1, 16)
+    b = np.ones((1, 16), dtype=np_dtype)
+    ins = [mod.InferInput("INPUT0", [1, 16], dtype), mod.InferInput("INPUT1", [1, 16], dtype)]
+    ins[0].set_data_from_numpy(a)
+    ins[1].set_data_from_numpy(b)
+    return ins, a, b
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_index_load_unload_with_config_override(server: FwServer, proto: str) -> None:
+    mod = httpclient if proto == "http" else grpcclient
+    c = mod.InferenceServerClient(server.url if proto == "http" else server.grpc_url)
+    index = (
+        c.get_model_repository_index()
+        if proto == "http"
+        else c.get_model_repository_index(as_json=True)["models"]
+    )
+    states = {m["name"]: m.get("state", "") for m in index}
+    assert states["simple"] == "READY" and states["nobatch"] == "READY"
+    assert {"simple_int8", "simple_string", "densenet_onnx", "fixed_batch1"} <= set(states)
+
+    c.load_model("simple_int8")
+    assert c.is_model_ready("simple_int8")
+    ins, a, b = _simple_inputs(mod, "INT8")
+    res = c.infer("simple_int8", ins)
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT1"), a - b)
+    c.unload_model("simple_int8")
+    assert not c.is_model_ready("simple_int8")
+    ready = (
+        c.get_model_repository_index()
+        if proto == "http"
+        else c.get_model_repository_index(as_json=True)["models"]
+    )
+    (int8,) = [m for m in ready if m["name"] == "simple_int8"]
+    assert int8["state"] == "UNAVAILABLE" and int8["reason"] == "unloaded"
+
+    # Triton's simple_*_model_control example: override max_batch_size 8 -> 16 (after a plain
+    # reload, which reads config.pbtxt again).
+    c.load_model("simple")
+    cfg = (
+        c.get_model_config("simple")
+        if proto == "http"
+        else c.get_model_config("simple", as_json=True)["config"]
+    )
+    assert int(cfg["max_batch_size"]) == 8
+    cfg["max_batch_size"] = 16
+    c.load_model("simple", config=json.dumps(cfg))
+    cfg = (
+        c.get_model_config("simple")
+        if proto == "http"
+        else c.get_model_config("simple", as_json=True)["config"]
+    )
+    assert int(cfg["max_batch_size"]) == 16
+    ins, a, b = _simple_inputs(mod)
+    np.testing.assert_array_equal(c.infer("simple", ins).as_numpy("OUTPUT0"), a + b)
+
+    # Clients match Triton's sentences.
+    with pytest.raises(InferenceServerException, match="failed to load"):
+        c.load_model("simple", config='{"max_batch_size": "lots"}')
+    with pytest.raises(InferenceServerException, match="failed to load"):
+        c.load_model("no_such_model")
+    with pytest.raises(InferenceServerException, match="Request for unknown model"):
+        c.get_model_metadata("no_such_model")
+    with pytest.raises(InferenceServerException, match="Request for unknown model"):
+        c.infer("simple_string_not_there", ins)
+    # The failed override left the model serving.
+    np.testing.assert_array_equal(c.infer("simple", ins).as_numpy("OUTPUT1"), a - b)
+
+
+def test_models_side_by_side_with_their_own_statistics_and_metrics(server: FwServer) -> None:
+    c = httpclient.InferenceServerClient(server.url, concurrency=8)
+    ins, a, b = _simple_inputs(httpclient)
+    x = httpclient.InferInput("x", [4], "FP32")
+    x.set_data_from_numpy(np.array([1, 2, 3, 4], dtype=np.float32))
+
+    def one(i: int) -> None:
+        if i % 2:
+            np.testing.assert_array_equal(c.infer("simple", ins).as_numpy("OUTPUT0"), a + b)
+        else:
+            np.testing.assert_allclose(c.infer("nobatch", [x]).as_numpy("y"), [1 + 3 + 8, 2 + 3 - 4])
+
+    with ThreadPoolExecutor(8) as ex:
+        list(ex.map(one, range(200)))
+    stats = {s["name"]: s for s in c.get_inference_statistics()["model_stats"]}
+    assert stats["simple"]["inference_count"] >= 100 and stats["nobatch"]["inference_count"] >= 100
+    nb = c.get_inference_statistics("nobatch")["model_stats"]
+    assert len(nb) == 1 and nb[0]["name"] == "nobatch"
+    with urllib.request.urlopen(f"http://{server.url}/metrics") as r:
+        text = r.read().decode()
+    assert 'fw_batch_errors_total{model="nobatch",version="1"} 0' in text
+    assert 'fw_rows_total{model="simple",version="1"}' in text
+    assert 'fw_model_info{device="cpu",format="onnx",name="nobatch",version="1"} 1' in text
+
+
+def test_unprefixed_routes_take_a_model_by_name(server: FwServer) -> None:
+    body = json.dumps({"data": [[1, 2, 3, 4]]}).encode()
+    req = urllib.request.Request(f"http://{server.url}/predict", body, {"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req)
+    assert e.value.code == 400 and "?model=NAME" in json.loads(e.value.read())["error"]["message"]
+    with urllib.request.urlopen(f"http://{server.url}/model?model=simple") as r:
+        assert json.loads(r.read())["name"] == "simple"
+    with urllib.request.urlopen(f"http://{server.url}/health/ready") as r:
+        assert json.loads(r.read())["status"] == "ok"
+
+
+def test_aio_client(server: FwServer) -> None:
+    async def run() -> None:
+        c = aiohttpclient.InferenceServerClient(server.url)
+        try:
+            assert await c.is_model_ready("simple")
+            index = await c.get_model_repository_index()
+            assert any(m["name"] == "densenet_onnx" for m in index)
+            ins, a, b = _simple_inputs(aiohttpclient)
+            res = await c.infer("simple", ins)
+            np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a + b)
+        finally:
+            await c.close()
+
+    asyncio.run(run())
+
+
+def test_none_mode_refuses_control(repo: Path) -> None:
+    # A repository of the models that load: none mode loads every one at start.
+    only = repo.parent / "none_repo"
+    only.mkdir(exist_ok=True)
+    for name in ("simple", "nobatch"):
+        if not (only / name).exists():
+            shutil.copytree(repo / name, only / name)
+    srv = FwServer(FW_BIN, None, "--model-repository", str(only), grpc=True)
+    try:
+        srv.wait_ready()
+        c = httpclient.InferenceServerClient(srv.url)
+        with pytest.raises(InferenceServerException, match="explicit model load / unload is not allowed"):
+            c.unload_model("simple")
+        g = grpcclient.InferenceServerClient(srv.grpc_url)
+        with pytest.raises(InferenceServerException, match="explicit model load / unload is not allowed"):
+            g.load_model("simple")
+        assert c.is_model_ready("simple") and c.is_model_ready("nobatch")
+    finally:
+        assert srv.stop() == 0, srv.log()
