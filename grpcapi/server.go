@@ -20,6 +20,7 @@ import (
 	"github.com/fw-serve/fw/engine"
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
 	"github.com/fw-serve/fw/serving"
+	"github.com/fw-serve/fw/sharedmem"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -51,6 +52,9 @@ type Config struct {
 	// leaves it unbounded), so one client connection cannot hold an unbounded
 	// number of decoded messages.
 	MaxStreams int
+	// SharedMemory is the system shared memory registry (shared with the
+	// HTTP front end); nil turns the extension off.
+	SharedMemory *sharedmem.Registry
 }
 
 // Server implements the inference and health services over the models served.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fw-serve/fw/internal/hostguard"
 	"github.com/fw-serve/fw/serving"
+	"github.com/fw-serve/fw/sharedmem"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
@@ -46,6 +47,9 @@ type Config struct {
 	Version string
 	// Hosts is the accepted Host headers (--allowed-hosts; hostguard.go); nil accepts any.
 	Hosts *hostguard.Policy
+	// SharedMemory is the system shared memory registry (shared with the
+	// gRPC front end); nil turns the extension off.
+	SharedMemory *sharedmem.Registry
 }
 
 // DefaultConfig returns the defaults the fw serve flags document.

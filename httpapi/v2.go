@@ -64,6 +64,12 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 	if repo, ok := strings.CutPrefix(rest, "/repository"); ok {
 		return s.routeRepository(ctx, repo)
 	}
+	if shm, ok := strings.CutPrefix(rest, "/systemsharedmemory"); ok {
+		return s.routeSharedMemory(ctx, false, shm)
+	}
+	if shm, ok := strings.CutPrefix(rest, "/cudasharedmemory"); ok {
+		return s.routeSharedMemory(ctx, true, shm)
+	}
 	tail, ok := strings.CutPrefix(rest, "/models/")
 	if !ok {
 		v2NoRoute(ctx)

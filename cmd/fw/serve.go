@@ -21,6 +21,7 @@ import (
 	"github.com/fw-serve/fw/modelhost"
 	"github.com/fw-serve/fw/modelrepo"
 	"github.com/fw-serve/fw/serving"
+	"github.com/fw-serve/fw/sharedmem"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"google.golang.org/grpc"
@@ -37,6 +38,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	controlMode := ef.String("model-control-mode", "none", "with --model-repository: none (load every model at start), explicit (load the --load-model ones; the repository API loads and unloads) or poll (load every model and follow the repository's changes)")
 	loadModels := ef.List("load-model", "with --model-control-mode explicit: a model to load at start (* for all)")
 	pollSecs := ef.Int("repository-poll-secs", 15, "with --model-control-mode poll: seconds between looks at the repository")
+	shmMode := ef.String("shared-memory", "system", "Triton's system shared memory extension: system (clients on this machine register POSIX shared memory regions and pass tensors through them) or none")
 	noAuto := ef.Bool("disable-auto-complete-config", false, "refuse a repository model without config.pbtxt instead of completing its configuration from the model file")
 	host := ef.String("host", "127.0.0.1", "address to listen on; 0.0.0.0 for all interfaces (the container image sets it)")
 	port := ef.Int("port", 8000, "port to listen on")
@@ -107,6 +109,10 @@ Flags:
 	}
 	if *watch && len(*repos) > 0 {
 		fmt.Fprintln(stderr, "fw serve: --watch follows the --model file; a repository follows its changes with --model-control-mode poll")
+		return 2
+	}
+	if *shmMode != "system" && *shmMode != "none" {
+		fmt.Fprintln(stderr, "fw serve: --shared-memory must be system or none")
 		return 2
 	}
 	if *pollSecs < 1 {
@@ -190,9 +196,14 @@ Flags:
 		}
 		life, models = repo, repo
 	}
+	var shm *sharedmem.Registry // one registry for both front ends
+	if *shmMode == "system" {
+		shm = sharedmem.New("")
+		defer shm.Close()
+	}
 	srv := httpapi.New(base, httpapi.Config{
 		MaxBodyBytes: *maxBody, MaxRows: *maxRows, MaxImagePixels: *maxPixels, Timeout: *timeout,
-		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts,
+		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts, SharedMemory: shm,
 	}, models, metrics, log, reg)
 	hs := &fasthttp.Server{
 		Handler:                      srv.Handler,
@@ -214,7 +225,7 @@ Flags:
 	if gln != nil {
 		gsrv = grpcapi.New(base, grpcapi.Config{
 			MaxMessageBytes: int(min(*maxBody, int64(1<<31-1))), MaxRows: *maxRows, Timeout: *timeout,
-			APIKeys: keys, Version: version,
+			APIKeys: keys, Version: version, SharedMemory: shm,
 		}, models, reg, log)
 		gs = grpc.NewServer(gsrv.ServerOptions()...)
 		gsrv.Register(gs)

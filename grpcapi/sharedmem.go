@@ -1,0 +1,93 @@
+package grpcapi
+
+// Triton's shared memory extensions over gRPC: system shared memory
+// status, register and unregister over the registry the HTTP front end
+// shares; CUDA shared memory answers, refusing to register on a server
+// without CUDA IPC.
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"github.com/fw-serve/fw/sharedmem"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// sharedMemoryStatus maps a sharedmem error to a status.
+func sharedMemoryStatus(err error) error {
+	if errors.Is(err, sharedmem.ErrNotFound) {
+		return status.Error(codes.NotFound, strings.TrimPrefix(err.Error(), sharedmem.ErrNotFound.Error()+": "))
+	}
+	return status.Error(codes.InvalidArgument, strings.TrimPrefix(err.Error(), sharedmem.ErrInvalid.Error()+": "))
+}
+
+func (s *Server) sharedMemory() (*sharedmem.Registry, error) {
+	if s.cfg.SharedMemory == nil {
+		return nil, status.Error(codes.Unavailable, "system shared memory is turned off on this server (fw serve --shared-memory none)")
+	}
+	return s.cfg.SharedMemory, nil
+}
+
+// SystemSharedMemoryStatus implements GRPCInferenceService.
+func (s *Server) SystemSharedMemoryStatus(_ context.Context, req *pb.SystemSharedMemoryStatusRequest) (*pb.SystemSharedMemoryStatusResponse, error) {
+	reg, err := s.sharedMemory()
+	if err != nil {
+		return nil, err
+	}
+	st, err := reg.Status(req.GetName())
+	if err != nil {
+		return nil, sharedMemoryStatus(err)
+	}
+	resp := &pb.SystemSharedMemoryStatusResponse{Regions: map[string]*pb.SystemSharedMemoryStatusResponse_RegionStatus{}}
+	for _, r := range st {
+		resp.Regions[r.Name] = &pb.SystemSharedMemoryStatusResponse_RegionStatus{Name: r.Name, Key: r.Key, Offset: r.Offset, ByteSize: r.ByteSize}
+	}
+	return resp, nil
+}
+
+// SystemSharedMemoryRegister implements GRPCInferenceService.
+func (s *Server) SystemSharedMemoryRegister(_ context.Context, req *pb.SystemSharedMemoryRegisterRequest) (*pb.SystemSharedMemoryRegisterResponse, error) {
+	reg, err := s.sharedMemory()
+	if err != nil {
+		return nil, err
+	}
+	if err := reg.Register(req.GetName(), req.GetKey(), req.GetOffset(), req.GetByteSize()); err != nil {
+		return nil, sharedMemoryStatus(err)
+	}
+	return &pb.SystemSharedMemoryRegisterResponse{}, nil
+}
+
+// SystemSharedMemoryUnregister implements GRPCInferenceService: one
+// region, or all for an empty name.
+func (s *Server) SystemSharedMemoryUnregister(_ context.Context, req *pb.SystemSharedMemoryUnregisterRequest) (*pb.SystemSharedMemoryUnregisterResponse, error) {
+	reg, err := s.sharedMemory()
+	if err != nil {
+		return nil, err
+	}
+	reg.Unregister(req.GetName())
+	return &pb.SystemSharedMemoryUnregisterResponse{}, nil
+}
+
+// CudaSharedMemoryStatus implements GRPCInferenceService: no region is
+// ever registered on this server.
+func (s *Server) CudaSharedMemoryStatus(_ context.Context, req *pb.CudaSharedMemoryStatusRequest) (*pb.CudaSharedMemoryStatusResponse, error) {
+	if req.GetName() != "" {
+		return nil, status.Errorf(codes.NotFound, "Unable to find cuda shared memory region: '%s'", req.GetName())
+	}
+	return &pb.CudaSharedMemoryStatusResponse{}, nil
+}
+
+// CudaSharedMemoryRegister implements GRPCInferenceService: refused, with
+// the reason.
+func (s *Server) CudaSharedMemoryRegister(_ context.Context, req *pb.CudaSharedMemoryRegisterRequest) (*pb.CudaSharedMemoryRegisterResponse, error) {
+	return nil, status.Errorf(codes.FailedPrecondition, "failed to register CUDA shared memory region '%s': CUDA shared memory is not available on this server (it runs on the CPU, without CUDA IPC); use system shared memory or send the data in the request", req.GetName())
+}
+
+// CudaSharedMemoryUnregister implements GRPCInferenceService: nothing to
+// unregister.
+func (s *Server) CudaSharedMemoryUnregister(context.Context, *pb.CudaSharedMemoryUnregisterRequest) (*pb.CudaSharedMemoryUnregisterResponse, error) {
+	return &pb.CudaSharedMemoryUnregisterResponse{}, nil
+}

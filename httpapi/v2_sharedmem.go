@@ -1,0 +1,118 @@
+package httpapi
+
+// Triton's shared memory extensions over HTTP: system shared memory
+// (/v2/systemsharedmemory/...: status, register, unregister; inputs and
+// outputs name registered regions in their parameters) and CUDA shared
+// memory (/v2/cudasharedmemory/...: its status answers, registering is
+// refused with the reason on a server without CUDA IPC).
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/fw-serve/fw/sharedmem"
+	"github.com/valyala/fasthttp"
+)
+
+// routeSharedMemory serves the paths under /v2/systemsharedmemory and
+// /v2/cudasharedmemory; rest follows the prefix.
+func (s *Server) routeSharedMemory(ctx *fasthttp.RequestCtx, cuda bool, rest string) string {
+	// [/region/{name}]/(status|register|unregister)
+	name, action := "", strings.TrimPrefix(rest, "/")
+	if r, ok := strings.CutPrefix(rest, "/region/"); ok {
+		i := strings.LastIndexByte(r, '/')
+		if i <= 0 {
+			v2NoRoute(ctx)
+			return "v2"
+		}
+		name, action = r[:i], r[i+1:]
+	}
+	method := "POST"
+	switch action {
+	case "status":
+		method = "GET"
+	case "register":
+		if name == "" {
+			v2NoRoute(ctx)
+			return "v2"
+		}
+	case "unregister":
+	default:
+		v2NoRoute(ctx)
+		return "v2"
+	}
+	if !s.allow(ctx, method) || !s.authorized(ctx) {
+		return "v2"
+	}
+	if cuda {
+		s.cudaSharedMemory(ctx, name, action)
+		return "v2"
+	}
+	reg := s.cfg.SharedMemory
+	if reg == nil {
+		writeError(ctx, newError(400, CodeBadRequest, "system shared memory is turned off on this server (fw serve --shared-memory none)", nil))
+		return "v2"
+	}
+	switch action {
+	case "status":
+		st, err := reg.Status(name)
+		if err != nil {
+			writeError(ctx, sharedMemoryError(err))
+			return "v2"
+		}
+		writeJSON(ctx, 200, st)
+	case "register":
+		body, ok := s.repositoryBody(ctx)
+		if !ok {
+			return "v2"
+		}
+		var req struct {
+			Key      *string `json:"key"`
+			Offset   uint64  `json:"offset"`
+			ByteSize *uint64 `json:"byte_size"`
+		}
+		if err := json.Unmarshal(body, &req); err != nil || req.Key == nil || req.ByteSize == nil {
+			msg := `the body must be {"key": "/shm_key", "offset": 0, "byte_size": N}`
+			if err != nil {
+				msg += ": " + err.Error()
+			}
+			writeError(ctx, newError(400, CodeBadRequest, msg, nil))
+			return "v2"
+		}
+		if err := reg.Register(name, *req.Key, req.Offset, *req.ByteSize); err != nil {
+			writeError(ctx, sharedMemoryError(err))
+			return "v2"
+		}
+		writeJSON(ctx, 200, map[string]any{})
+	case "unregister":
+		reg.Unregister(name)
+		writeJSON(ctx, 200, map[string]any{})
+	}
+	return "v2"
+}
+
+// cudaSharedMemory answers the CUDA shared memory extension: no region is
+// ever registered, since this server cannot open CUDA IPC handles.
+func (s *Server) cudaSharedMemory(ctx *fasthttp.RequestCtx, name, action string) {
+	switch action {
+	case "status":
+		if name != "" {
+			writeError(ctx, newError(404, CodeNotFound, "Unable to find cuda shared memory region: '"+name+"'", map[string]any{"region": name}))
+			return
+		}
+		writeJSON(ctx, 200, []any{})
+	case "register":
+		writeError(ctx, newError(400, CodeBadRequest, "failed to register CUDA shared memory region '"+name+"': CUDA shared memory is not available on this server (it runs on the CPU, without CUDA IPC); use system shared memory (/v2/systemsharedmemory) or send the data in the request", map[string]any{"region": name}))
+	case "unregister":
+		writeJSON(ctx, 200, map[string]any{})
+	}
+}
+
+// sharedMemoryError maps a sharedmem error to the API error shape.
+func sharedMemoryError(err error) *APIError {
+	if errors.Is(err, sharedmem.ErrNotFound) {
+		return newError(404, CodeNotFound, strings.TrimPrefix(err.Error(), sharedmem.ErrNotFound.Error()+": "), nil)
+	}
+	return newError(400, CodeBadRequest, strings.TrimPrefix(err.Error(), sharedmem.ErrInvalid.Error()+": "), nil)
+}

@@ -1,0 +1,57 @@
+package modelrepo
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseConfig(t *testing.T) {
+	cfg, err := parseConfig([]byte(`name: "m" platform: "onnxruntime_onnx" max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] format: FORMAT_NCHW } ]
+dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 100 }
+instance_group [ { count: 2 kind: KIND_CPU } ]
+version_policy: { all { } }
+parameters { key: "k" value: { string_value: "v" } }`), false)
+	if err != nil || cfg.GetMaxBatchSize() != 8 || cfg.GetInstanceGroup()[0].GetCount() != 2 || cfg.GetVersionPolicy().GetAll() == nil {
+		t.Fatalf("%v %v", cfg, err)
+	}
+	for text, want := range map[string]string{
+		`sequence_batching { }`:                            "sequence_batching",
+		`ensemble_scheduling { }`:                          "ensemble_scheduling",
+		`input [ { name: "x" is_shape_tensor: true } ]`:    "input.is_shape_tensor",
+		`dynamic_batching { priority_levels: 2 }`:          "dynamic_batching.priority_levels",
+		`instance_group [ { count: 1 rate_limiter { } } ]`: "instance_group.rate_limiter",
+		`response_cache { enable: true }`:                  "response_cache",
+		`max_batch_size: "x"`:                              "does not parse",
+		`nonsense_field: 1`:                                "nonsense_field",
+		`{"max_batch_size": 4}`:                            "does not parse",
+		strings.Repeat("#", maxConfigBytes+1):              "limit",
+	} {
+		if _, err := parseConfig([]byte(text), false); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%.60q: %v, want %q", text, err, want)
+		}
+	}
+	if _, err := parseConfig([]byte(`{"max_batch_size": 4, "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [4]}]}`), true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parseConfig([]byte(`{"model_warmup": [{"name": "w"}]}`), true); err == nil || !strings.Contains(err.Error(), "model_warmup") {
+		t.Fatalf("JSON override with an unsupported field: %v", err)
+	}
+}
+
+// FuzzParseConfig: no configuration text panics the parser or the checks
+// that follow it.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(`name: "simple" max_batch_size: 8 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]`), false)
+	f.Add([]byte(`{"max_batch_size": 16, "version_policy": {"specific": {"versions": [1, 2]}}}`), true)
+	f.Add([]byte(`dynamic_batching { preferred_batch_size: [ -1 ] } instance_group [ { count: -5 kind: KIND_MODEL } ]`), false)
+	f.Fuzz(func(t *testing.T, data []byte, json bool) {
+		cfg, err := parseConfig(data, json)
+		if err != nil {
+			return
+		}
+		_ = checkPlatform(cfg)
+		_, _ = versionsToLoad(t.TempDir(), cfg)
+		_, _ = modelFile(t.TempDir(), cfg)
+	})
+}

@@ -1,0 +1,230 @@
+// Package sharedmem is Triton's system shared memory extension: clients on
+// the same machine register POSIX shared memory regions (shm_open keys,
+// /dev/shm/<key>) by name, then send inputs and receive outputs through
+// them instead of the request body. A Registry maps each registered window
+// [offset, offset+byte_size) of its object once; every read and write is
+// bounds-checked against that window, so no request reaches outside the
+// region it names, and a region is unmapped only after the last request
+// using it has finished, even when it is unregistered meanwhile.
+package sharedmem
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Limits bound what clients may register.
+const (
+	// MaxRegions is the most regions registered at once.
+	MaxRegions = 1024
+	// MaxRegionBytes is the largest region (16 GiB).
+	MaxRegionBytes = 16 << 30
+)
+
+// Error kinds, for the transports' status codes.
+var (
+	// ErrNotFound: no region of that name is registered.
+	ErrNotFound = errors.New("shared memory region not found")
+	// ErrInvalid: the request is wrong (bad key, bounds, duplicate name).
+	ErrInvalid = errors.New("invalid shared memory request")
+)
+
+// Status is a registered region as the status calls report it.
+type Status struct {
+	Name     string `json:"name"`
+	Key      string `json:"key"`
+	Offset   uint64 `json:"offset"`
+	ByteSize uint64 `json:"byte_size"`
+}
+
+// Registry holds the registered system shared memory regions. Its methods
+// are safe for concurrent use. The zero value is not usable: use New.
+type Registry struct {
+	dir string // where shm_open keys live: /dev/shm
+
+	mu      sync.Mutex
+	regions map[string]*region
+}
+
+// region is one registered window of a shared memory object.
+type region struct {
+	st   Status
+	mem  []byte // the mmap'd pages
+	data []byte // the window [offset, offset+byte_size) within mem
+
+	// refs counts the requests using the region; unregistered marks it
+	// gone from the registry. The last of them unmaps it. Guarded by
+	// Registry.mu.
+	refs         int
+	unregistered bool
+}
+
+// New returns an empty registry whose keys name files in dir (/dev/shm on
+// Linux, where shm_open creates them).
+func New(dir string) *Registry {
+	if dir == "" {
+		dir = "/dev/shm"
+	}
+	return &Registry{dir: dir, regions: map[string]*region{}}
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// keyPath maps a shm_open key ("/input_data") to its file, refusing keys
+// that are not one plain name.
+func (r *Registry) keyPath(key string) (string, error) {
+	name := strings.TrimPrefix(key, "/")
+	if name == "" || strings.ContainsAny(name, "/\\\x00") || name == "." || name == ".." || len(name) > 255 {
+		return "", invalid("shared memory key %q must be a POSIX shared memory name like \"/input_data\" (one '/' then a name without '/')", key)
+	}
+	return filepath.Join(r.dir, name), nil
+}
+
+// Register maps [offset, offset+byteSize) of the shared memory object key
+// under name. A name already registered is refused (unregister it first),
+// as Triton does.
+func (r *Registry) Register(name, key string, offset, byteSize uint64) error {
+	if name == "" || len(name) > 255 {
+		return invalid("a region needs a name of 1 to 255 bytes")
+	}
+	path, err := r.keyPath(key)
+	if err != nil {
+		return err
+	}
+	if byteSize == 0 || byteSize > MaxRegionBytes {
+		return invalid("byte_size %d is out of range 1..%d", byteSize, uint64(MaxRegionBytes))
+	}
+	if offset > MaxRegionBytes {
+		return invalid("offset %d is beyond %d", offset, uint64(MaxRegionBytes))
+	}
+	r.mu.Lock()
+	_, dup := r.regions[name]
+	full := len(r.regions) >= MaxRegions
+	r.mu.Unlock()
+	if dup {
+		return invalid("shared memory region '%s' already in manager; unregister it first", name)
+	}
+	if full {
+		return invalid("%d regions are registered already, the most fw keeps; unregister some", MaxRegions)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0) // never blocks on a FIFO, never follows a link
+	if err != nil {
+		return invalid("unable to open shared memory region '%s' (key %q): %v; create it first (tritonclient.utils.shared_memory.create_shared_memory_region) on this machine", name, key, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return invalid("shared memory key %q is not a shared memory object", key)
+	}
+	end := offset + byteSize // both bounded above: no overflow
+	if uint64(st.Size()) < end {
+		return invalid("shared memory region '%s': offset %d + byte_size %d = %d is beyond the object's %d bytes", name, offset, byteSize, end, st.Size())
+	}
+	page := uint64(os.Getpagesize())
+	start := offset / page * page
+	mem, err := unix.Mmap(int(f.Fd()), int64(start), int(end-start), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return invalid("unable to map shared memory region '%s': %v", name, err)
+	}
+	reg := &region{st: Status{Name: name, Key: key, Offset: offset, ByteSize: byteSize}, mem: mem, data: mem[offset-start : end-start : end-start]}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.regions[name]; dup { // registered meanwhile
+		_ = unix.Munmap(mem)
+		return invalid("shared memory region '%s' already in manager; unregister it first", name)
+	}
+	r.regions[name] = reg
+	return nil
+}
+
+// Unregister removes the region name, or every region when name is "".
+// Unregistering a name that is not registered is not an error (Triton's
+// clients unregister before they register).
+func (r *Registry) Unregister(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for n, reg := range r.regions {
+		if name != "" && n != name {
+			continue
+		}
+		delete(r.regions, n)
+		reg.unregistered = true
+		if reg.refs == 0 {
+			_ = unix.Munmap(reg.mem)
+		}
+	}
+}
+
+// Status lists the region name, or every region when name is "", sorted.
+func (r *Registry) Status(name string) ([]Status, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if name != "" {
+		reg, ok := r.regions[name]
+		if !ok {
+			return nil, fmt.Errorf("%w: Unable to find system shared memory region: '%s'", ErrNotFound, name)
+		}
+		return []Status{reg.st}, nil
+	}
+	out := make([]Status, 0, len(r.regions))
+	for _, reg := range r.regions {
+		out = append(out, reg.st)
+	}
+	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Close unmaps every region (when the server stops).
+func (r *Registry) Close() { r.Unregister("") }
+
+// Span is a bounded window of a registered region that one request uses:
+// Bytes stays mapped until Release, even if the region is unregistered
+// meanwhile.
+type Span struct {
+	r   *Registry
+	reg *region
+	// Bytes is the window: offset..offset+size of the region.
+	Bytes []byte
+}
+
+// Release ends the request's use of the span.
+func (s *Span) Release() {
+	if s == nil || s.reg == nil {
+		return
+	}
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	s.reg.refs--
+	if s.reg.refs == 0 && s.reg.unregistered {
+		_ = unix.Munmap(s.reg.mem)
+	}
+	s.reg = nil
+	s.Bytes = nil
+}
+
+// Acquire returns the window [offset, offset+size) of the region name for
+// one request, checked against the region's bounds. Release it when the
+// request is done.
+func (r *Registry) Acquire(name string, offset, size uint64) (*Span, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reg, ok := r.regions[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: Unable to find shared memory region: '%s'; register it first", ErrNotFound, name)
+	}
+	n := uint64(len(reg.data))
+	if offset > n || size > n-offset {
+		return nil, invalid("shared memory region '%s': offset %d + byte_size %d is beyond its %d registered bytes", name, offset, size, n)
+	}
+	reg.refs++
+	return &Span{r: r, reg: reg, Bytes: reg.data[offset : offset+size : offset+size]}, nil
+}

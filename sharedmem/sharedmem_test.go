@@ -1,0 +1,184 @@
+package sharedmem
+
+import (
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// object creates a shared memory object of size bytes (0, 1, 2, ...) in
+// dir, as shm_open + ftruncate would, and returns its key.
+func object(t *testing.T, dir, name string, size int) string {
+	t.Helper()
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return "/" + name
+}
+
+func TestRegisterAcquireUnregister(t *testing.T) {
+	dir := t.TempDir()
+	r := New(dir)
+	defer r.Close()
+	key := object(t, dir, "in", 10000)
+	if err := r.Register("in", key, 5000, 100); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.Status("")
+	if err != nil || len(st) != 1 || st[0] != (Status{Name: "in", Key: key, Offset: 5000, ByteSize: 100}) {
+		t.Fatalf("status %+v %v", st, err)
+	}
+	sp, err := r.Acquire("in", 10, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp.Bytes[0] != byte(5010%256) || len(sp.Bytes) != 20 || cap(sp.Bytes) != 20 {
+		t.Fatalf("span %v", sp.Bytes[:4])
+	}
+	// Writes reach the object, which the client reads.
+	sp.Bytes[0] = 0xAB
+	sp.Release()
+	b, _ := os.ReadFile(filepath.Join(dir, "in"))
+	if b[5010] != 0xAB {
+		t.Fatalf("write did not reach the shared object")
+	}
+	// Bounds: nothing outside the registered window.
+	for _, c := range [][2]uint64{{0, 101}, {100, 1}, {101, 0}, {math.MaxUint64, 2}, {1, math.MaxUint64}} {
+		if _, err := r.Acquire("in", c[0], c[1]); !errors.Is(err, ErrInvalid) {
+			t.Errorf("offset %d size %d: %v", c[0], c[1], err)
+		}
+	}
+	if _, err := r.Acquire("nope", 0, 1); !errors.Is(err, ErrNotFound) {
+		t.Errorf("unknown region: %v", err)
+	}
+	if err := r.Register("in", key, 0, 1); err == nil || !strings.Contains(err.Error(), "already in manager") {
+		t.Errorf("double register: %v", err)
+	}
+	r.Unregister("in")
+	r.Unregister("in") // not registered: fine, as Triton's clients expect
+	if st, _ := r.Status(""); len(st) != 0 {
+		t.Fatalf("after unregister: %+v", st)
+	}
+	if _, err := r.Status("in"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("status of an unregistered region: %v", err)
+	}
+}
+
+func TestRegisterRefusals(t *testing.T) {
+	dir := t.TempDir()
+	r := New(dir)
+	defer r.Close()
+	key := object(t, dir, "obj", 4096)
+	os.Mkdir(filepath.Join(dir, "adir"), 0o700)
+	for _, c := range []struct {
+		name, key    string
+		offset, size uint64
+		want         string
+	}{
+		{"a", key, 0, 4097, "beyond the object's 4096 bytes"},
+		{"a", key, 4096, 1, "beyond"},
+		{"a", key, math.MaxUint64, 1, "offset"},
+		{"a", key, 0, 0, "byte_size 0"},
+		{"a", key, 0, math.MaxUint64, "byte_size"},
+		{"a", "/../etc/passwd", 0, 1, "POSIX shared memory name"},
+		{"a", "/a/b", 0, 1, "POSIX shared memory name"},
+		{"a", "/", 0, 1, "POSIX shared memory name"},
+		{"a", "/missing", 0, 1, "unable to open"},
+		{"a", "/adir", 0, 1, "unable to open"},
+		{"", key, 0, 1, "name"},
+	} {
+		err := r.Register(c.name, c.key, c.offset, c.size)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("register %q %q %d %d: %v, want %q", c.name, c.key, c.offset, c.size, err, c.want)
+		}
+	}
+}
+
+// A region unregistered while requests use it stays mapped until the last
+// one releases it: no request touches unmapped memory (run under -race).
+func TestUnregisterWhileInUse(t *testing.T) {
+	dir := t.TempDir()
+	r := New(dir)
+	defer r.Close()
+	key := object(t, dir, "obj", 1<<16)
+	var wg sync.WaitGroup
+	for i := range 200 {
+		name := "r"
+		if err := r.Register(name, key, 0, 1<<16); err != nil && !strings.Contains(err.Error(), "already") {
+			t.Fatal(err)
+		}
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			sp, err := r.Acquire(name, uint64(i), 100)
+			if err != nil {
+				return // unregistered first
+			}
+			sum := 0
+			for _, b := range sp.Bytes {
+				sum += int(b)
+			}
+			sp.Bytes[0] = byte(sum)
+			sp.Release()
+		}()
+		go func() { defer wg.Done(); r.Unregister(name) }()
+	}
+	wg.Wait()
+}
+
+// A real POSIX shared memory object in /dev/shm, as tritonclient's
+// shared_memory module creates.
+func TestDevShm(t *testing.T) {
+	if st, err := os.Stat("/dev/shm"); err != nil || !st.IsDir() {
+		t.Skip("no /dev/shm")
+	}
+	name := "fw_test_" + strings.ReplaceAll(t.Name(), "/", "_")
+	key := object(t, "/dev/shm", name, 64)
+	defer os.Remove("/dev/shm/" + name)
+	r := New("")
+	defer r.Close()
+	if err := r.Register("x", key, 0, 64); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := r.Acquire("x", 0, 64)
+	if err != nil || sp.Bytes[63] != 63 {
+		t.Fatalf("%v", err)
+	}
+	sp.Release()
+}
+
+func FuzzAcquire(f *testing.F) {
+	f.Add(uint64(0), uint64(1))
+	f.Add(uint64(4095), uint64(2))
+	f.Add(uint64(math.MaxUint64), uint64(math.MaxUint64))
+	dir := f.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "o"), make([]byte, 8192), 0o600); err != nil {
+		f.Fatal(err)
+	}
+	r := New(dir)
+	defer r.Close()
+	if err := r.Register("o", "/o", 100, 4096); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, off, size uint64) {
+		sp, err := r.Acquire("o", off, size)
+		if err != nil {
+			return
+		}
+		if uint64(len(sp.Bytes)) != size || off+size > 4096 {
+			t.Fatalf("span of %d bytes at %d", len(sp.Bytes), off)
+		}
+		if size > 0 {
+			sp.Bytes[size-1] ^= 1 // writable, inside the mapping
+		}
+		sp.Release()
+	})
+}
