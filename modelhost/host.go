@@ -163,12 +163,14 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 	if h.cfg.Stats != nil {
 		stats = serving.Tee{h.metrics, h.cfg.Stats}
 	}
-	b := batcher.NewPool(runs, h.cfg.Batcher, stats)
 	m := models[0]
+	bc := h.cfg.Batcher
+	bc.Unbatched = !m.Batched() // no batch axis to join requests on: one engine call each
+	b := batcher.NewPool(runs, bc, stats)
 	took := time.Since(start)
 	h.metrics.ModelLoaded(m.Name(), m.Version(), string(m.Format), string(m.Device), took)
 	h.log.Info("model ready", "name", m.Name(), "version", m.Version(), "format", m.Format, "device", m.Device,
-		"instances", n, "threads", m.Threads(), "load_ms", took.Milliseconds(), "path", h.cfg.Path)
+		"instances", n, "threads", m.Threads(), "batched", m.Batched(), "load_ms", took.Milliseconds(), "path", h.cfg.Path)
 	return &serving.Instance{Model: m, Batcher: b, Models: models, Image: image}, nil
 }
 
@@ -189,7 +191,8 @@ func (h *Host) compileImage(m *engine.Model) *imageprep.Pipeline {
 
 // warmup runs the test vector (it must match), its image case through the
 // image path (pl; it must match too) and, unless skipped, batches of a few
-// common sizes so the first requests do not pay for lazy initialisation.
+// common sizes so the first requests do not pay for lazy initialisation. An
+// unbatched model has no batch sizes: its test vector was its warm-up.
 func warmup(ctx context.Context, m *engine.Model, pl *imageprep.Pipeline, maxBatch int, skip bool) error {
 	res, err := m.Verify(ctx)
 	switch {
@@ -208,7 +211,7 @@ func warmup(ctx context.Context, m *engine.Model, pl *imageprep.Pipeline, maxBat
 	case !ic.Passed:
 		return fmt.Errorf("%w: the image test case does not match (preprocessed max abs error %g, input_atol %g; outputs max abs error %g; %s)", errTestVector, ic.InputMaxAbsError, ic.InputAtol, ic.OutputMaxAbsError, ic.Worst)
 	}
-	if skip {
+	if skip || !m.Batched() {
 		return nil
 	}
 	sizes := []int{1, 8}
