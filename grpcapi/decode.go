@@ -163,8 +163,8 @@ func decodeInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSp
 			return engine.Tensor{}, invalid("input %q: %d values are in a contents field other than %s, the one for %s", name, other, contentsField(dt), in.GetDatatype())
 		}
 	}
-	if maxRows > 0 && len(shape) > 0 && shape[0] > int64(maxRows) {
-		return engine.Tensor{}, status.Errorf(codes.ResourceExhausted, "input %q: shape %s has %d rows on its first axis, above the limit of %d per request (--max-rows); split the request", name, serving.ShapeString(shape), shape[0], maxRows)
+	if msg := serving.TooManyRows(name, shape, maxRows); msg != "" {
+		return engine.Tensor{}, status.Error(codes.ResourceExhausted, msg)
 	}
 	if useRaw && len(rawData) > 0 && uintptr(unsafe.Pointer(&rawData[0]))%uintptr(dt.Size()) == 0 {
 		// The bytes are already the tensor: protobuf decoding gave the

@@ -281,12 +281,15 @@ func (s *Server) ModelConfig(_ context.Context, req *pb.ModelConfigRequest) (*pb
 			group.Gpus = append(group.Gpus, int32(g))
 		}
 	}
-	return &pb.ModelConfigResponse{Config: &pb.ModelConfig{
+	cfg := &pb.ModelConfig{
 		Name: c.Name, Platform: c.Platform, Backend: c.Backend, MaxBatchSize: int32(c.MaxBatchSize),
 		Input: ins, Output: outs, InstanceGroup: []*pb.ModelInstanceGroup{group},
 		DefaultModelFilename: c.DefaultModelFilename,
-		DynamicBatching:      &pb.ModelDynamicBatching{MaxQueueDelayMicroseconds: uint64(max(c.MaxQueueDelay, 0))},
-	}}, nil
+	}
+	if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
+		cfg.DynamicBatching = &pb.ModelDynamicBatching{MaxQueueDelayMicroseconds: uint64(max(c.MaxQueueDelay, 0))}
+	}
+	return &pb.ModelConfigResponse{Config: cfg}, nil
 }
 
 func durationPB(d serving.Duration) *pb.StatisticDuration {
@@ -341,7 +344,7 @@ func (s *Server) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mode
 		return nil, status.Errorf(codes.Unavailable, "the server is not ready (%s: %s); retry", st, reason)
 	}
 	m := inst.Model
-	dec, err := decode(req, m.Inputs(), m.Outputs(), s.cfg.MaxRows)
+	dec, err := decode(req, m.Inputs(), m.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows))
 	if err != nil {
 		return nil, err
 	}

@@ -29,21 +29,24 @@ func v2ConfigJSON(c serving.ModelConfig) map[string]any {
 	if len(c.GPUs) > 0 {
 		kind, gpus = "KIND_GPU", c.GPUs
 	}
-	return map[string]any{
-		"name":           c.Name,
-		"platform":       c.Platform,
-		"backend":        c.Backend,
-		"version_policy": map[string]any{"latest": map[string]any{"num_versions": 1}},
-		"max_batch_size": c.MaxBatchSize,
-		"input":          tensors(c.Inputs, true),
-		"output":         tensors(c.Outputs, false),
-		"dynamic_batching": map[string]any{
-			"preferred_batch_size": []int{}, "max_queue_delay_microseconds": c.MaxQueueDelay, "preserve_ordering": false,
-		},
+	out := map[string]any{
+		"name":                   c.Name,
+		"platform":               c.Platform,
+		"backend":                c.Backend,
+		"version_policy":         map[string]any{"latest": map[string]any{"num_versions": 1}},
+		"max_batch_size":         c.MaxBatchSize,
+		"input":                  tensors(c.Inputs, true),
+		"output":                 tensors(c.Outputs, false),
 		"instance_group":         []map[string]any{{"name": c.Name, "kind": kind, "count": c.Instances, "gpus": gpus}},
 		"default_model_filename": c.DefaultModelFilename,
 		"parameters":             map[string]any{},
 	}
+	if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
+		out["dynamic_batching"] = map[string]any{
+			"preferred_batch_size": []int{}, "max_queue_delay_microseconds": c.MaxQueueDelay, "preserve_ordering": false,
+		}
+	}
+	return out
 }
 
 // v2Stats writes the statistics of inst's model, Triton's shape (serving's

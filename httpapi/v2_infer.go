@@ -242,11 +242,11 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 		// that carry it (a mismatch is the more useful answer), before the
 		// tensor is allocated.
 		tooManyRows := func() *APIError {
-			if maxRows <= 0 || len(shape) == 0 || shape[0] <= int64(maxRows) {
+			msg := serving.TooManyRows(name, shape, maxRows)
+			if msg == "" {
 				return nil
 			}
-			return &APIError{Status: 413, Code: CodeTooLarge,
-				Message: fmt.Sprintf("input %q: shape %s has %d rows on its first axis, above the limit of %d per request (--max-rows); split the request", name, serving.ShapeString(shape), shape[0], maxRows),
+			return &APIError{Status: 413, Code: CodeTooLarge, Message: msg,
 				Details: map[string]any{"input": name, "rows": shape[0], "max_rows": maxRows}}
 		}
 		var params jv
@@ -534,7 +534,7 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 	if !ok {
 		return
 	}
-	req, aerr := parseV2Request(body, ctx.Request.Header.Peek(v2HeaderLength), inst.Model.Inputs(), inst.Model.Outputs(), s.cfg.MaxRows)
+	req, aerr := parseV2Request(body, ctx.Request.Header.Peek(v2HeaderLength), inst.Model.Inputs(), inst.Model.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows))
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return

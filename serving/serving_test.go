@@ -112,3 +112,17 @@ func TestPlatformAndBackend(t *testing.T) {
 	f(engine.FormatTorchScript, "pytorch_libtorch", "pytorch")
 	f(engine.FormatQuantized, "pytorch_libtorch", "pytorch")
 }
+
+func TestTooManyRows(t *testing.T) {
+	if s := TooManyRows("x", []int64{5, 3}, 4); s != `input "x": shape [5,3] has 5 rows on its first axis, above the limit of 4 per request (--max-rows); split the request` {
+		t.Errorf("5 rows over 4: %q", s)
+	}
+	for _, c := range []struct {
+		shape []int64
+		max   int
+	}{{[]int64{4, 3}, 4}, {[]int64{}, 4}, {[]int64{9}, 0}} {
+		if s := TooManyRows("x", c.shape, c.max); s != "" {
+			t.Errorf("TooManyRows(%v, %d) = %q, want none", c.shape, c.max, s)
+		}
+	}
+}
