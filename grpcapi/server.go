@@ -12,9 +12,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -348,6 +350,9 @@ func (s *Server) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mode
 	if err != nil {
 		return nil, err
 	}
+	if err := serving.CheckSequence(inst, slices.Collect(maps.Keys(req.GetParameters()))); err != nil {
+		return nil, s.inferError(ctx, err)
+	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	stop := context.AfterFunc(s.base, cancel)
@@ -386,7 +391,7 @@ func (s *Server) inferError(ctx context.Context, err error) error {
 	}
 	f := serving.Classify(err, s.cfg.Timeout)
 	switch f.Kind {
-	case serving.KindInvalidInput:
+	case serving.KindInvalidInput, serving.KindBadRequest:
 		return status.Error(codes.InvalidArgument, f.Message)
 	case serving.KindOverloaded, serving.KindNotReady:
 		return status.Error(codes.Unavailable, f.Message)

@@ -18,6 +18,8 @@ import (
 	"github.com/fw-serve/fw/httpapi"
 	"github.com/fw-serve/fw/internal/testmodels"
 	"github.com/valyala/fasthttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // serveHTTP starts fw's HTTP front end on f's model host (the statistics,
@@ -280,5 +282,64 @@ func TestBatchedModelDescriptions(t *testing.T) {
 	md, err := f.client.ModelMetadata(callCtx(t), &pb.ModelMetadataRequest{Name: "digits_mlp"})
 	if err != nil || fmt.Sprint(md.Inputs[0].Shape) != "[-1 64]" {
 		t.Errorf("gRPC metadata: %v %v", md, err)
+	}
+}
+
+// Stateful sequences are not served yet: a request with sequence_id,
+// sequence_start or sequence_end is refused over both protocols (HTTP
+// answered it statelessly, gRPC named whichever parameter its map gave
+// first), with the same message naming every one given, sorted, every time.
+func TestSequenceParametersRefusedAlike(t *testing.T) {
+	f := start(t, options{})
+	url, hc := f.serveHTTP(t, 0)
+	ctx := callCtx(t)
+	x := rows(1, 64)
+	for _, c := range []struct {
+		params []string
+		want   string
+	}{
+		{[]string{"sequence_start", "sequence_id", "sequence_end", "priority"},
+			`request parameters "sequence_end", "sequence_id", "sequence_start" are for stateful sequences, and model "digits_mlp" has no sequence batching (fw answers each request on its own); send the request without them`},
+		{[]string{"sequence_id"},
+			`request parameter "sequence_id" is for stateful sequences, and model "digits_mlp" has no sequence batching (fw answers each request on its own); send the request without it`},
+		{[]string{"sequence_end", "sequence_start"},
+			`request parameters "sequence_end", "sequence_start" are for stateful sequences, and model "digits_mlp" has no sequence batching (fw answers each request on its own); send the request without them`},
+	} {
+		gp := map[string]*pb.InferParameter{}
+		hp := map[string]any{}
+		for _, p := range c.params {
+			switch p {
+			case "sequence_id":
+				gp[p] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 7}}
+				hp[p] = 7
+			default:
+				gp[p] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: true}}
+				hp[p] = true
+			}
+		}
+		for i := 0; i < 50; i++ { // a map's order changes from call to call; the answer must not
+			_, err := f.client.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "digits_mlp", Parameters: gp,
+				Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "input", Datatype: "FP32", Shape: []int64{1, 64}}},
+				RawInputContents: [][]byte{f32bytes(x)}})
+			if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || st.Message() != c.want {
+				t.Fatalf("gRPC with %v (try %d): %v\nwant InvalidArgument: %s", c.params, i, err, c.want)
+			}
+		}
+		for i := 0; i < 5; i++ {
+			code, v, err := httpJSON(hc, "POST", url+"/v2/models/digits_mlp/infer", map[string]any{"parameters": hp,
+				"inputs": []any{map[string]any{"name": "input", "datatype": "FP32", "shape": []int{1, 64}, "data": x}}})
+			if err != nil || code != 400 || v["error"] != c.want || v["code"] != "bad_request" {
+				t.Fatalf("HTTP with %v: %d %v %v\nwant 400 bad_request: %s", c.params, code, v, err, c.want)
+			}
+		}
+	}
+	// Other parameters are still accepted, and nothing refused was counted.
+	code, v, err := httpJSON(hc, "POST", url+"/v2/models/digits_mlp/infer", map[string]any{"parameters": map[string]any{"priority": 1},
+		"inputs": []any{map[string]any{"name": "input", "datatype": "FP32", "shape": []int{1, 64}, "data": x}}})
+	if err != nil || code != 200 {
+		t.Fatalf("HTTP with priority: %d %v %v", code, v, err)
+	}
+	if snap := f.stats.Snapshot(); snap.Success.Count != 1 || snap.Fail.Count != 0 {
+		t.Errorf("statistics: success %d, fail %d; want 1, 0", snap.Success.Count, snap.Fail.Count)
 	}
 }
