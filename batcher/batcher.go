@@ -12,6 +12,9 @@
 //
 // When an engine call of several requests fails (or panics), each request is
 // retried alone, so one poisoned request fails alone and the others succeed.
+//
+// A model without a batch axis (Config.Unbatched) has no rows to join: each
+// request is its own engine call, taken from one queue in arrival order.
 package batcher
 
 import (
@@ -30,7 +33,7 @@ import (
 
 // RunFunc is one engine call. Inputs are positional; axis 0 is the batch axis
 // of every input and output, and every output's axis 0 must equal the rows
-// sent.
+// sent (unless Config.Unbatched: then inputs and outputs are whole tensors).
 //
 // Ownership: the input tensors (their Data and Shape, and the slice itself)
 // may be buffers the Batcher reuses for the next call, so RunFunc must not
@@ -62,6 +65,13 @@ type Config struct {
 	// MaxQueue is the most requests waiting for an engine call (not yet in
 	// one); beyond it Submit fails at once with ErrQueueFull (default 1024).
 	MaxQueue int
+	// Unbatched serves a model without a batch axis (engine.Model.Batched
+	// false: a fixed axis 0, or none): every request is its own engine call,
+	// never joined with another, and counts as one row (in Stats, Timing and
+	// MaxBatchRows); its inputs and outputs are whole tensors whose axis 0,
+	// if any, is not checked against the rows. Requests still queue, in
+	// arrival order, within MaxQueue; MaxDelay does not apply.
+	Unbatched bool
 }
 
 // Defaults used by New for zero Config fields, and by DefaultConfig.
@@ -274,7 +284,8 @@ func (b *Batcher) QueueDepth() int { return int(b.depth.Load()) }
 // Submit queues one request of one or more rows and waits for its outputs.
 // The rows are inputs[0].Shape[0]; every input must share that batch size
 // and hold exactly the bytes its shape needs (otherwise an
-// *engine.InputError). Submit does not copy inputs: the caller must leave
+// *engine.InputError). With Config.Unbatched the request is one row whatever
+// its shapes, and only the bytes are checked. Submit does not copy inputs: the caller must leave
 // them untouched until Submit returns.
 //
 // The returned tensors belong to the caller: each is a row range of an output
@@ -294,7 +305,7 @@ func (b *Batcher) Submit(ctx context.Context, inputs []engine.Tensor) ([]engine.
 // SubmitTimed is Submit, also returning where the request's time went
 // (zero when it did not reach an engine call).
 func (b *Batcher) SubmitTimed(ctx context.Context, inputs []engine.Tensor) ([]engine.Tensor, Timing, error) {
-	rows, err := checkInputs(inputs)
+	rows, err := checkInputs(inputs, b.cfg.Unbatched)
 	if err != nil {
 		return nil, Timing{}, err
 	}
@@ -302,7 +313,10 @@ func (b *Batcher) SubmitTimed(ctx context.Context, inputs []engine.Tensor) ([]en
 		return nil, Timing{}, err
 	}
 	var kb [128]byte
-	key := appendSignature(kb[:0], inputs)
+	key := kb[:0] // unbatched: one queue, whatever the shapes
+	if !b.cfg.Unbatched {
+		key = appendSignature(key, inputs)
+	}
 
 	r := b.reqs.Get().(*request)
 	r.ctx, r.inputs, r.rows, r.taken = ctx, inputs, rows, false
@@ -533,7 +547,7 @@ func (b *Batcher) pickLocked() (*group, time.Duration) {
 	if len(b.active) == 0 {
 		return nil, 0
 	}
-	immediate := b.closed || b.cfg.MaxDelay <= 0 || b.running.Load() == 0
+	immediate := b.closed || b.cfg.MaxDelay <= 0 || b.cfg.Unbatched || b.running.Load() == 0
 	var now time.Time
 	if !immediate {
 		now = time.Now()
@@ -562,12 +576,13 @@ func (b *Batcher) pickLocked() (*group, time.Duration) {
 }
 
 // takeLocked moves the longest prefix of g's queue that fits in MaxBatchRows
-// (at least one request, however large) into w.batch.
+// (at least one request, however large; exactly one when Unbatched) into
+// w.batch.
 func (b *Batcher) takeLocked(g *group, w *worker) {
 	rows, n := 0, 0
 	for n < len(g.reqs) {
 		r := g.reqs[n]
-		if n > 0 && rows+r.rows > b.cfg.MaxBatchRows {
+		if n > 0 && (b.cfg.Unbatched || rows+r.rows > b.cfg.MaxBatchRows) {
 			break
 		}
 		rows += r.rows
@@ -669,7 +684,7 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 		r.timing = Timing{Queue: start.Sub(r.enqueued), Infer: inference, BatchRows: rows}
 	}
 	if err == nil {
-		err = checkOutputs(outs, rows)
+		err = checkOutputs(outs, rows, b.cfg.Unbatched)
 	}
 	b.stats.BatchRun(rows, len(reqs), queueWait, inference, err)
 	if err != nil {
@@ -758,19 +773,24 @@ func finish(r *request, out []engine.Tensor, err error) {
 	r.done <- struct{}{}
 }
 
-// checkInputs validates what the batcher relies on and returns the rows.
-func checkInputs(inputs []engine.Tensor) (int, error) {
+// checkInputs validates what the batcher relies on and returns the rows: the
+// common axis 0, or 1 for an unbatched model's whole tensors.
+func checkInputs(inputs []engine.Tensor, unbatched bool) (int, error) {
 	if len(inputs) == 0 {
 		return 0, &engine.InputError{Msg: "no inputs"}
 	}
 	rows := int64(-1)
+	if unbatched {
+		rows = 1
+	}
 	for i, t := range inputs {
-		if len(t.Shape) == 0 {
+		switch {
+		case unbatched:
+		case len(t.Shape) == 0:
 			return 0, &engine.InputError{Msg: fmt.Sprintf("input %d needs a batch axis", i), Received: "a scalar"}
-		}
-		if rows < 0 {
+		case rows < 0:
 			rows = t.Shape[0]
-		} else if t.Shape[0] != rows {
+		case t.Shape[0] != rows:
 			return 0, &engine.InputError{Msg: fmt.Sprintf("input %d: batch size differs from the first input's", i),
 				Expected: fmt.Sprint(rows), Received: fmt.Sprint(t.Shape[0])}
 		}
@@ -793,13 +813,14 @@ func checkInputs(inputs []engine.Tensor) (int, error) {
 	return int(rows), nil
 }
 
-// checkOutputs verifies that every output can be split into rows.
-func checkOutputs(outs []engine.Tensor, rows int) error {
+// checkOutputs verifies that every output holds the bytes its shape needs
+// and, unless unbatched (whole tensors, never split), can be split into rows.
+func checkOutputs(outs []engine.Tensor, rows int, unbatched bool) error {
 	if len(outs) == 0 {
 		return fmt.Errorf("%w: the engine returned no outputs", ErrBadOutput)
 	}
 	for i, t := range outs {
-		if len(t.Shape) == 0 || t.Shape[0] != int64(rows) {
+		if !unbatched && (len(t.Shape) == 0 || t.Shape[0] != int64(rows)) {
 			return fmt.Errorf("%w: output %d has shape %s; its axis 0 must be the %d rows sent",
 				ErrBadOutput, i, engine.FormatShape(t.Shape), rows)
 		}

@@ -95,6 +95,7 @@ type Model struct {
 	backend Backend
 	inputs  []TensorSpec
 	outputs []TensorSpec
+	batched bool // see Batched
 	opts    Options
 	life    life
 }
@@ -216,6 +217,9 @@ func Load(ctx context.Context, path string, opts Options) (*Model, error) {
 // present (checked against what the engine says), the engine's otherwise.
 func (m *Model) reconcileSpecs() error {
 	eIn, eOut := m.backend.Inputs(), m.backend.Outputs()
+	// An axis 0 that either fw.json or the engine fixes is fixed: the
+	// engine refuses any other size whatever fw.json says.
+	m.batched = batchedSpecs(eIn, eOut)
 	if m.Meta == nil {
 		m.inputs, m.outputs = eIn, eOut
 		return nil
@@ -238,7 +242,26 @@ func (m *Model) reconcileSpecs() error {
 			Msg: fmt.Sprintf("fw.json lists %d outputs but the model returns %d", len(mOut), len(eOut))}
 	}
 	m.inputs, m.outputs = mIn, mOut
+	m.batched = m.batched && batchedSpecs(mIn, mOut)
 	return nil
+}
+
+// batchedSpecs reports whether every spec has a dynamic axis 0, the batch
+// (see Model.Batched). A spec the engine knows nothing about (no dtype, no
+// shape: TorchScript without fw.json) counts as batched, as fw has always
+// served such files; a known rank-0 spec has no axis 0.
+func batchedSpecs(lists ...[]TensorSpec) bool {
+	for _, specs := range lists {
+		for _, sp := range specs {
+			if len(sp.Shape) == 0 && sp.DType == Invalid {
+				continue
+			}
+			if len(sp.Shape) == 0 || sp.Shape[0] > 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // compareSpecs checks declared specs against the engine's: same count, names,
@@ -301,6 +324,14 @@ func (m *Model) Inputs() []TensorSpec { return m.inputs }
 // Outputs are the model's output specs.
 func (m *Model) Outputs() []TensorSpec { return m.outputs }
 
+// Batched reports whether the model has a batch axis: every input and output
+// has rank >= 1 and a dynamic (not fixed) axis 0, so requests may be joined
+// along it (what Triton's auto-complete calls max_batch_size > 0). A model
+// with a fixed axis 0 (exported with a batch of 1, or whose first axis is 3
+// channels) or with a rank-0 input or output is unbatched: it takes each
+// request whole, and CheckInputs checks the full shapes.
+func (m *Model) Batched() bool { return m.batched }
+
 // Threads is the intra-op thread count the model was loaded with.
 func (m *Model) Threads() int { return m.opts.threads() }
 
@@ -360,8 +391,11 @@ func (e *InputError) Error() string {
 var ErrEngine = errors.New("engine failure")
 
 // CheckInputs validates tensors against the model's input specs: count,
-// dtype, rank, fixed axes, a common batch size, data length and (unless
-// allowed) finite values. It returns the batch size.
+// dtype, rank, fixed axes, data length and (unless allowed) finite values;
+// for a batched model also a common batch size on axis 0, which it returns.
+// An unbatched model (see Batched) has no batch axis: each input must fit
+// its full spec (a rank-0 spec takes a scalar) and hold at least one
+// element, and the "batch" returned is 1, the one request.
 func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 	if len(inputs) != len(m.inputs) {
 		return 0, &InputError{Msg: "wrong number of inputs", Expected: fmt.Sprint(len(m.inputs)), Received: fmt.Sprint(len(inputs))}
@@ -372,7 +406,8 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 		if spec.DType != Invalid && t.DType != spec.DType {
 			return 0, &InputError{Input: spec.Name, Msg: "wrong dtype", Expected: spec.DType.String(), Received: t.DType.String()}
 		}
-		if len(spec.Shape) > 0 && len(t.Shape) != len(spec.Shape) {
+		known := len(spec.Shape) > 0 || (!m.batched && spec.DType != Invalid) // a known rank-0 spec only exists unbatched
+		if known && len(t.Shape) != len(spec.Shape) {
 			return 0, &InputError{Input: spec.Name, Msg: "wrong rank", Expected: FormatShape(spec.Shape), Received: FormatShape(t.Shape)}
 		}
 		for j, d := range t.Shape {
@@ -380,15 +415,23 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 				return 0, &InputError{Input: spec.Name, Msg: "negative axis", Received: FormatShape(t.Shape)}
 			}
 			if j < len(spec.Shape) && spec.Shape[j] > 0 && spec.Shape[j] != d {
-				return 0, &InputError{Input: spec.Name, Msg: fmt.Sprintf("wrong size on axis %d", j), Expected: FormatShape(spec.Shape), Received: FormatShape(t.Shape)}
+				msg := fmt.Sprintf("wrong size on axis %d", j)
+				if j == 0 && !m.batched {
+					msg += " (the model has no batch axis: it takes one tensor of this shape per request)"
+				}
+				return 0, &InputError{Input: spec.Name, Msg: msg, Expected: FormatShape(spec.Shape), Received: FormatShape(t.Shape)}
 			}
 		}
-		if len(t.Shape) == 0 {
+		switch {
+		case !m.batched:
+			if NumElements(t.Shape) == 0 {
+				return 0, &InputError{Input: spec.Name, Msg: "empty tensor: send at least one element", Expected: FormatShape(spec.Shape), Received: FormatShape(t.Shape)}
+			}
+		case len(t.Shape) == 0:
 			return 0, &InputError{Input: spec.Name, Msg: "needs a batch axis", Expected: FormatShape(spec.Shape), Received: "a scalar"}
-		}
-		if batch < 0 {
+		case batch < 0:
 			batch = t.Shape[0]
-		} else if t.Shape[0] != batch {
+		case t.Shape[0] != batch:
 			return 0, &InputError{Input: spec.Name, Msg: "batch size differs from the first input's", Expected: fmt.Sprint(batch), Received: fmt.Sprint(t.Shape[0])}
 		}
 		if want := NumElements(t.Shape) * int64(t.DType.Size()); int64(len(t.Data)) != want {
@@ -399,6 +442,9 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 				return 0, &InputError{Input: spec.Name, Msg: fmt.Sprintf("element %d is %v; NaN and Inf are refused (the model's output would be meaningless)", idx, t.At(idx))}
 			}
 		}
+	}
+	if !m.batched {
+		return 1, nil
 	}
 	if batch == 0 {
 		return 0, &InputError{Msg: "empty batch: send at least one row"}
@@ -453,10 +499,15 @@ func (m *Model) Forward(ctx context.Context, inputs []Tensor) ([]Tensor, error) 
 
 // ExampleInputs returns inputs of n rows made by repeating the rows of the
 // embedded test vector: real data for warm-up batches and benchmarks. It
-// fails with ErrNoTestVector for files without one.
+// fails with ErrNoTestVector for files without one. An unbatched model has
+// no rows to repeat: its one example is the test vector's inputs as they
+// are, returned for n == 1, and any other n fails with ErrUnbatched.
 func (m *Model) ExampleInputs(n int) ([]Tensor, error) {
 	if m.Meta == nil || m.Meta.TestVector == nil {
 		return nil, ErrNoTestVector
+	}
+	if !m.batched && n != 1 {
+		return nil, fmt.Errorf("example inputs of %d rows: %w", n, ErrUnbatched)
 	}
 	out := make([]Tensor, 0, len(m.inputs))
 	for _, spec := range m.inputs {
@@ -467,6 +518,10 @@ func (m *Model) ExampleInputs(n int) ([]Tensor, error) {
 		tv, err := enc.Decode()
 		if err != nil {
 			return nil, fmt.Errorf("test vector input %q: %w", spec.Name, err)
+		}
+		if !m.batched {
+			out = append(out, tv)
+			continue
 		}
 		if len(tv.Shape) == 0 || tv.Shape[0] == 0 {
 			return nil, fmt.Errorf("test vector input %q has no rows", spec.Name)
@@ -495,6 +550,10 @@ type VerifyResult struct {
 	Worst string
 }
 
+// ErrUnbatched is returned for what needs a batch axis the model does not
+// have (see Model.Batched), such as example inputs of several rows.
+var ErrUnbatched = errors.New("the model has no batch axis (every input and output needs a dynamic axis 0 for rows)")
+
 // ErrNoTestVector is returned by Verify for files without a test vector.
 var ErrNoTestVector = errors.New("the model file has no test vector (export it with fw.export to embed one)")
 
@@ -521,7 +580,10 @@ func (m *Model) Verify(ctx context.Context) (*VerifyResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run test vector: %w", err)
 	}
-	res := &VerifyResult{Atol: tv.Atol, Rtol: tv.Rtol, Passed: true, Rows: inputs[0].Shape[0]}
+	res := &VerifyResult{Atol: tv.Atol, Rtol: tv.Rtol, Passed: true, Rows: 1}
+	if m.batched && len(inputs) > 0 && len(inputs[0].Shape) > 0 {
+		res.Rows = inputs[0].Shape[0]
+	}
 	worstExcess := math.Inf(-1)
 	for i, spec := range m.outputs {
 		enc, ok := tv.Outputs[spec.Name]

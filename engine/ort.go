@@ -58,6 +58,7 @@ type ortBackend struct {
 	session *ort.DynamicAdvancedSession
 	inputs  []TensorSpec
 	outputs []TensorSpec
+	batched bool // every input and output has a dynamic axis 0 (Model.Batched)
 }
 
 var ortOptLevels = map[string]ort.GraphOptimizationLevel{
@@ -140,7 +141,7 @@ func newORTBackend(path string, opts Options) (Backend, *Metadata, error) {
 	if err != nil {
 		return fail(CodeEngine, "ONNX Runtime cannot create a session for the model", err, "")
 	}
-	b := &ortBackend{session: sess, inputs: inputs, outputs: outputs}
+	b := &ortBackend{session: sess, inputs: inputs, outputs: outputs, batched: batchedSpecs(inputs, outputs)}
 	md, err := b.metadata()
 	if err != nil {
 		sess.Destroy()
@@ -211,7 +212,10 @@ func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error)
 		}
 		ins[i] = v
 	}
-	batch := inputs[0].Shape[0]
+	batch := int64(-1) // an unbatched model's outputs are sized by their specs alone
+	if b.batched && len(inputs) > 0 && len(inputs[0].Shape) > 0 {
+		batch = inputs[0].Shape[0]
+	}
 	outs := make([]ort.Value, len(b.outputs))
 	results := make([]Tensor, len(b.outputs))
 	defer func() {
@@ -221,8 +225,9 @@ func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error)
 			}
 		}
 	}()
-	// Outputs whose shape is known apart from the batch axis are written by
-	// ONNX Runtime straight into Go memory; the rest are allocated by it.
+	// Outputs whose shape is known (apart from the batch axis of a batched
+	// model) are written by ONNX Runtime straight into Go memory; the rest
+	// are allocated by it.
 	for i, spec := range b.outputs {
 		shape, ok := concreteShape(spec.Shape, batch)
 		if !ok {
@@ -262,8 +267,10 @@ func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error)
 	return results, nil
 }
 
-// concreteShape substitutes the batch size into axis 0; ok is false when
-// another axis is dynamic.
+// concreteShape is the shape of an output whose spec is spec: axis 0 is
+// the batch size when batch >= 0 (a batched model), every other axis (every
+// axis when batch < 0) the spec's fixed size. ok is false when an axis is
+// dynamic, or for a rank-0 spec: ONNX Runtime allocates those outputs.
 func concreteShape(spec []int64, batch int64) ([]int64, bool) {
 	if len(spec) == 0 {
 		return nil, false
@@ -271,7 +278,7 @@ func concreteShape(spec []int64, batch int64) ([]int64, bool) {
 	out := make([]int64, len(spec))
 	for i, d := range spec {
 		switch {
-		case i == 0:
+		case i == 0 && batch >= 0:
 			out[i] = batch
 		case d > 0:
 			out[i] = d

@@ -33,7 +33,8 @@ func specIndex(specs []engine.TensorSpec, name string) int {
 }
 
 // decode checks req against the model's inputs and outputs and the limits
-// and builds the input tensors. Every size is checked before anything is
+// and builds the input tensors (the request's parameters are the caller's:
+// serving.CheckSequence). Every size is checked before anything is
 // allocated: the shape's element count against the bytes or values that
 // carry it (which the message size limit bounds) and the rows against
 // maxRows (0: none). Raw inputs are used in place (they alias req's
@@ -44,10 +45,8 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 	if len(raw) > 0 && len(raw) != len(req.GetInputs()) {
 		return nil, invalid("raw_input_contents has %d entries for %d inputs; send one entry per input, in the order of inputs", len(raw), len(req.GetInputs()))
 	}
-	for k := range req.GetParameters() {
-		if k == "shared_memory_region" || k == "sequence_id" || k == "sequence_start" || k == "sequence_end" {
-			return nil, invalid("request parameter %q is not supported by fw: send the data in the request, one request per inference", k)
-		}
+	if _, ok := req.GetParameters()["shared_memory_region"]; ok {
+		return nil, invalid("request parameter %q is not supported by fw: send the data in the request", "shared_memory_region")
 	}
 	r := &request{inputs: make([]engine.Tensor, len(ins))}
 	seen := make([]bool, len(ins))
@@ -163,8 +162,8 @@ func decodeInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSp
 			return engine.Tensor{}, invalid("input %q: %d values are in a contents field other than %s, the one for %s", name, other, contentsField(dt), in.GetDatatype())
 		}
 	}
-	if maxRows > 0 && len(shape) > 0 && shape[0] > int64(maxRows) {
-		return engine.Tensor{}, status.Errorf(codes.ResourceExhausted, "input %q: shape %s has %d rows on its first axis, above the limit of %d per request (--max-rows); split the request", name, serving.ShapeString(shape), shape[0], maxRows)
+	if msg := serving.TooManyRows(name, shape, maxRows); msg != "" {
+		return engine.Tensor{}, status.Error(codes.ResourceExhausted, msg)
 	}
 	if useRaw && len(rawData) > 0 && uintptr(unsafe.Pointer(&rawData[0]))%uintptr(dt.Size()) == 0 {
 		// The bytes are already the tensor: protobuf decoding gave the

@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -325,13 +327,16 @@ func configPB(c serving.ModelConfig) *pb.ModelConfig {
 		}
 		params[k] = &pb.ModelParameter{StringValue: v}
 	}
-	return &pb.ModelConfig{
+	cfg := &pb.ModelConfig{
 		Name: c.Name, Platform: c.Platform, Backend: c.Backend, MaxBatchSize: int32(c.MaxBatchSize),
 		Input: ins, Output: outs, InstanceGroup: []*pb.ModelInstanceGroup{group}, VersionPolicy: policy,
 		DefaultModelFilename: c.DefaultModelFilename, Parameters: params,
-		SchedulingChoice: &pb.ModelConfig_DynamicBatching{DynamicBatching: &pb.ModelDynamicBatching{
-			MaxQueueDelayMicroseconds: uint64(max(c.MaxQueueDelay, 0)), PreferredBatchSize: int32s(c.PreferredBatchSizes)}},
 	}
+	if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
+		cfg.SchedulingChoice = &pb.ModelConfig_DynamicBatching{DynamicBatching: &pb.ModelDynamicBatching{
+			MaxQueueDelayMicroseconds: uint64(max(c.MaxQueueDelay, 0)), PreferredBatchSize: int32s(c.PreferredBatchSizes)}}
+	}
+	return cfg
 }
 
 func int32s(v []int64) []int32 {
@@ -399,9 +404,12 @@ func (s *Server) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mode
 		return nil, status.Errorf(codes.Unavailable, "the server is not ready (%s: %s); retry", st, reason)
 	}
 	m := inst.Model
-	dec, err := decode(req, m.Inputs(), m.Outputs(), s.cfg.MaxRows)
+	dec, err := decode(req, m.Inputs(), m.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows))
 	if err != nil {
 		return nil, err
+	}
+	if err := serving.CheckSequence(inst, slices.Collect(maps.Keys(req.GetParameters()))); err != nil {
+		return nil, s.inferError(ctx, err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
@@ -441,7 +449,7 @@ func (s *Server) inferError(ctx context.Context, err error) error {
 	}
 	f := serving.Classify(err, s.cfg.Timeout)
 	switch f.Kind {
-	case serving.KindInvalidInput:
+	case serving.KindInvalidInput, serving.KindBadRequest:
 		return status.Error(codes.InvalidArgument, f.Message)
 	case serving.KindOverloaded, serving.KindNotReady:
 		return status.Error(codes.Unavailable, f.Message)

@@ -37,16 +37,17 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 // fixture is a real fw gRPC front end on a loopback socket over a real
 // model host, and a client connected to it.
 type fixture struct {
-	host   *modelhost.Host
-	srv    *Server
-	client pb.GRPCInferenceServiceClient
-	health healthpb.HealthClient
-	reg    *prometheus.Registry
-	stats  *serving.Stats
+	host    *modelhost.Host
+	srv     *Server
+	client  pb.GRPCInferenceServiceClient
+	health  healthpb.HealthClient
+	reg     *prometheus.Registry
+	stats   *serving.Stats
+	metrics *httpapi.Metrics // the host's, which an HTTP front end on it shares
 }
 
 type options struct {
-	model   string
+	model   string // under testmodels.Dir, or an absolute path
 	keys    []string
 	maxRows int
 	maxMsg  int
@@ -59,8 +60,13 @@ func start(t testing.TB, o options) *fixture {
 		o.model = "digits_mlp.onnx"
 	}
 	reg := prometheus.NewRegistry()
-	h := modelhost.New(modelhost.Config{Path: filepath.Join(testmodels.Dir(t), o.model), Engine: engine.Options{Threads: 1},
-		Batcher: batcher.DefaultConfig(), SkipWarmup: true}, httpapi.NewMetrics(reg), quietLog())
+	metrics := httpapi.NewMetrics(reg)
+	path := o.model
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(testmodels.Dir(t), o.model)
+	}
+	h := modelhost.New(modelhost.Config{Path: path, Engine: engine.Options{Threads: 1},
+		Batcher: batcher.DefaultConfig(), SkipWarmup: true}, metrics, quietLog())
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatalf("start the model host: %v", err)
 	}
@@ -92,7 +98,7 @@ func start(t testing.TB, o options) *fixture {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return &fixture{host: h, srv: srv, client: pb.NewGRPCInferenceServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg, stats: h.Current().Stats}
+	return &fixture{host: h, srv: srv, client: pb.NewGRPCInferenceServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg, stats: h.Current().Stats, metrics: metrics}
 }
 
 func callCtx(t testing.TB) context.Context {

@@ -80,6 +80,9 @@ func (s *Server) handleModel(ctx *fasthttp.RequestCtx) {
 	}
 	m := inst.Model
 	cfg := inst.Batcher.Config()
+	if cfg.Unbatched {
+		cfg.MaxBatchRows = 0 // no batch axis: each request is one engine call, as the V2 config says
+	}
 	resp := map[string]any{
 		"name":         inst.Name(),
 		"version":      inst.Version(),

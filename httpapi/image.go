@@ -80,6 +80,13 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, newError(422, CodeInvalidInput, fmt.Sprintf("this model takes %d inputs; /predict/image serves single-input image models", len(specs)), nil))
 		return
 	}
+	if spec := specs[0]; !m.Batched() && len(spec.Shape) > 0 && spec.Shape[0] > 0 && int64(len(images)) != spec.Shape[0] {
+		writeError(ctx, newError(422, CodeInvalidInput,
+			fmt.Sprintf("this model has no batch axis: its input %q has shape %s, so it takes exactly %d image(s) per request; this request has %d",
+				spec.Name, engine.FormatShape(spec.Shape), spec.Shape[0], len(images)),
+			map[string]any{"input": spec.Name, "expected_shape": engine.FormatShape(spec.Shape), "images": len(images)}))
+		return
+	}
 	var recipe engine.ImagePreprocessing
 	if m.Meta != nil && m.Meta.Preprocessing != nil && m.Meta.Preprocessing.Image != nil {
 		recipe = *m.Meta.Preprocessing.Image
@@ -249,7 +256,10 @@ func imageError(err error) *APIError {
 // Scores are the output row itself when it already is a probability
 // distribution, else its softmax.
 func appendImagePredictions(b []byte, m *engine.Model, out engine.Tensor, topK int, withScores bool) []byte {
-	rows := int(out.Shape[0])
+	rows := 1 // a scalar output: one image, one score
+	if len(out.Shape) > 0 {
+		rows = int(out.Shape[0])
+	}
 	classes := 1
 	if len(out.Shape) >= 2 {
 		classes = int(engine.NumElements(out.Shape[1:]))

@@ -104,7 +104,7 @@ func (s *Server) decodeMembers(ms []member, m *engine.Model) ([]engine.Tensor, *
 			if rows == nil {
 				return nil, newError(422, CodeInvalidInput, fmt.Sprintf("input %q is missing from \"inputs\"", spec.Name), map[string]any{"expected_inputs": inputNames(specs)})
 			}
-			t, aerr := decodeRows(rows, spec, s.cfg.MaxRows)
+			t, aerr := s.decodeTensor(rows, spec, m)
 			if aerr != nil {
 				return nil, aerr
 			}
@@ -130,11 +130,54 @@ func (s *Server) decodeMembers(ms []member, m *engine.Model) ([]engine.Tensor, *
 	if len(specs) != 1 {
 		return nil, newError(422, CodeInvalidInput, fmt.Sprintf(`this model takes %d inputs; send {"inputs": {"name": rows, ...}}`, len(specs)), map[string]any{"expected_inputs": inputNames(specs)})
 	}
-	t, aerr := decodeRows(data, specs[0], s.cfg.MaxRows)
+	t, aerr := s.decodeTensor(data, specs[0], m)
 	if aerr != nil {
 		return nil, aerr
 	}
 	return []engine.Tensor{t}, nil
+}
+
+// decodeTensor reads one input of m from v: rows along the batch axis
+// (decodeRows) for a batched model; for a model without a batch axis (see
+// engine.Model.Batched) the whole tensor, nested exactly as its full shape
+// ([[...16 numbers]] for [1, 16], [1, 2, 3, 4] for [4], a number for a
+// scalar), one tensor per request.
+func (s *Server) decodeTensor(v jv, spec engine.TensorSpec, m *engine.Model) (engine.Tensor, *APIError) {
+	if m.Batched() {
+		return decodeRows(v, spec, s.cfg.MaxRows)
+	}
+	name := spec.Name
+	whole := func(got string, shape []int64) *APIError {
+		return invalidInput(fmt.Sprintf("input %q: this model has no batch axis and takes one whole tensor of shape %s per request; %s "+
+			"(send each tensor as its own request, or as an item of /predict/batch)", name, engine.FormatShape(spec.Shape), got), spec, shape)
+	}
+	if v.Type() != fastjson.TypeArray {
+		if len(spec.Shape) > 0 {
+			return engine.Tensor{}, whole(fmt.Sprintf("got a JSON %s", v.Type()), nil)
+		}
+		if ty := v.Type(); ty != fastjson.TypeNumber && ty != fastjson.TypeTrue && ty != fastjson.TypeFalse {
+			return engine.Tensor{}, whole(fmt.Sprintf("got a JSON %s", ty), nil)
+		}
+		dt := v2SpecDType(spec)
+		t := allocTensor(dt, []int64{}, 1)
+		w := rowWriter{b: v, dt: dt, name: name, data: t.Data, cap: 1}
+		if _, aerr := w.put(0, 0); aerr != nil {
+			return engine.Tensor{}, aerr
+		}
+		return t, nil
+	}
+	shape, aerr := nestedShape(v, name)
+	if aerr != nil {
+		return engine.Tensor{}, aerr
+	}
+	fits := len(shape) == len(spec.Shape)
+	for i := 0; fits && i < len(shape); i++ {
+		fits = spec.Shape[i] <= 0 || spec.Shape[i] == shape[i]
+	}
+	if !fits {
+		return engine.Tensor{}, whole(fmt.Sprintf("the data is nested as %s", engine.FormatShape(shape)), shape)
+	}
+	return decodeRows(v, spec, 0) // its rows are axis 0 of the whole tensor
 }
 
 func inputNames(specs []engine.TensorSpec) []string {
@@ -174,7 +217,7 @@ func appendPrediction(b []byte, m *engine.Model, out []engine.Tensor, id []byte)
 	}
 	b = append(b, `"predictions":`...)
 	if len(out) > 0 {
-		b = appendRows(b, out[0], 0, rows)
+		b = appendTensor(b, out[0])
 	} else {
 		b = append(b, "[]"...)
 	}
@@ -201,7 +244,7 @@ func appendPrediction(b []byte, m *engine.Model, out []engine.Tensor, id []byte)
 			}
 			b = appendJSONString(b, name)
 			b = append(b, ':')
-			b = appendRows(b, t, 0, int(t.Shape[0]))
+			b = appendTensor(b, t)
 		}
 		b = append(b, '}')
 	}
@@ -213,6 +256,15 @@ func appendPrediction(b []byte, m *engine.Model, out []engine.Tensor, id []byte)
 		b = append(b, '}')
 	}
 	return append(b, '}')
+}
+
+// appendTensor writes t as nested JSON arrays (its rows, for a batched
+// model), or a number when t is a scalar.
+func appendTensor(b []byte, t engine.Tensor) []byte {
+	if len(t.Shape) == 0 {
+		return appendValue(b, t, 0)
+	}
+	return appendRows(b, t, 0, int(t.Shape[0]))
 }
 
 // argmaxRow is the index of the largest value in row r of a [N, C] tensor.

@@ -390,6 +390,8 @@ func (s *Server) submitError(err error) *APIError {
 			d["received"] = ie.Received
 		}
 		return &APIError{Status: 422, Code: CodeInvalidInput, Message: f.Message, Details: d}
+	case serving.KindBadRequest:
+		return newError(400, CodeBadRequest, f.Message, nil)
 	case serving.KindOverloaded:
 		e := newError(503, CodeOverloaded, f.Message, nil)
 		e.RetryAfter = 1

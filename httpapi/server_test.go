@@ -47,6 +47,7 @@ func startServer(t testing.TB, model string, cfg httpapi.Config, bc batcher.Conf
 	reg := prometheus.NewRegistry()
 	base, cancel := context.WithCancel(context.Background())
 	srv := httpapi.NewTestServer(base, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
+	bc.Unbatched = !m.Batched() // as modelhost sets it
 	b := batcher.New(m.Forward, bc, srv.BatchStats())
 	srv.Swap(&serving.Instance{Model: m, Batcher: b})
 	srv.SetState(serving.StateReady, "")

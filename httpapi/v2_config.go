@@ -51,7 +51,7 @@ func v2ConfigJSON(c serving.ModelConfig) map[string]any {
 	for k, v := range c.Parameters {
 		params[k] = map[string]any{"string_value": v}
 	}
-	return map[string]any{
+	out := map[string]any{
 		"name":           c.Name,
 		"platform":       c.Platform,
 		"backend":        c.Backend,
@@ -59,13 +59,16 @@ func v2ConfigJSON(c serving.ModelConfig) map[string]any {
 		"max_batch_size": c.MaxBatchSize,
 		"input":          tensors(c.Inputs, true),
 		"output":         tensors(c.Outputs, false),
-		"dynamic_batching": map[string]any{
-			"preferred_batch_size": preferred, "max_queue_delay_microseconds": c.MaxQueueDelay, "preserve_ordering": false,
-		},
 		"instance_group":         []map[string]any{{"name": c.Name, "kind": kind, "count": c.Instances, "gpus": gpus}},
 		"default_model_filename": c.DefaultModelFilename,
 		"parameters":             params,
 	}
+	if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
+		out["dynamic_batching"] = map[string]any{
+			"preferred_batch_size": preferred, "max_queue_delay_microseconds": c.MaxQueueDelay, "preserve_ordering": false,
+		}
+	}
+	return out
 }
 
 // v2Stats writes the statistics of the instances' models, Triton's shape

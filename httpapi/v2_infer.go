@@ -24,6 +24,7 @@ type v2Request struct {
 	id      []byte // the request's "id", JSON-encoded, or nil
 	inputs  []engine.Tensor
 	outputs []v2Output
+	params  []string // the names of the request's "parameters"
 }
 
 type v2Output struct {
@@ -113,6 +114,11 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, maxRows 
 	if params := v2Get(top, "parameters"); params != nil {
 		if params.Type() != fastjson.TypeObject {
 			return nil, badV2(`"parameters" must be an object, got %s`, params.Type())
+		}
+		for _, mb := range params.members() {
+			if k, ok := mb.key.str(); ok {
+				req.params = append(req.params, k)
+			}
 		}
 		if b := v2Get(params.members(), "binary_data_output"); b != nil {
 			var ok bool
@@ -242,11 +248,11 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 		// that carry it (a mismatch is the more useful answer), before the
 		// tensor is allocated.
 		tooManyRows := func() *APIError {
-			if maxRows <= 0 || len(shape) == 0 || shape[0] <= int64(maxRows) {
+			msg := serving.TooManyRows(name, shape, maxRows)
+			if msg == "" {
 				return nil
 			}
-			return &APIError{Status: 413, Code: CodeTooLarge,
-				Message: fmt.Sprintf("input %q: shape %s has %d rows on its first axis, above the limit of %d per request (--max-rows); split the request", name, serving.ShapeString(shape), shape[0], maxRows),
+			return &APIError{Status: 413, Code: CodeTooLarge, Message: msg,
 				Details: map[string]any{"input": name, "rows": shape[0], "max_rows": maxRows}}
 		}
 		var params jv
@@ -534,9 +540,13 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 	if !ok {
 		return
 	}
-	req, aerr := parseV2Request(body, ctx.Request.Header.Peek(v2HeaderLength), inst.Model.Inputs(), inst.Model.Outputs(), s.cfg.MaxRows)
+	req, aerr := parseV2Request(body, ctx.Request.Header.Peek(v2HeaderLength), inst.Model.Inputs(), inst.Model.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows))
 	if aerr != nil {
 		writeError(ctx, aerr)
+		return
+	}
+	if err := serving.CheckSequence(inst, req.params); err != nil {
+		writeError(ctx, s.submitError(err))
 		return
 	}
 	rctx, cancel := s.requestContext()

@@ -182,7 +182,9 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 	inst := &serving.Instance{Model: m, Models: models, Image: image, Stats: h.stats, ServedName: h.cfg.Name, ServedVersion: h.cfg.Version}
 	mm := h.metrics.Model(inst.Name(), inst.Version())
 	mm.SetQueueCapacity(h.cfg.Batcher.QueueCapacity())
-	inst.Batcher = batcher.NewPool(runs, h.cfg.Batcher, serving.Tee{mm, h.stats})
+	bc := h.cfg.Batcher
+	bc.Unbatched = bc.Unbatched || !m.Batched() // no batch axis to join requests on: one engine call each
+	inst.Batcher = batcher.NewPool(runs, bc, serving.Tee{mm, h.stats})
 	inst.Config = serving.Config(inst, filepath.Base(h.cfg.Path))
 	if h.cfg.Prepare != nil {
 		if err := h.cfg.Prepare(inst); err != nil {
@@ -193,7 +195,7 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 	took := time.Since(start)
 	mm.Loaded(string(m.Format), string(m.Device), took)
 	h.log.Info("model ready", "name", inst.Name(), "version", inst.Version(), "format", m.Format, "device", m.Device,
-		"instances", n, "threads", m.Threads(), "load_ms", took.Milliseconds(), "path", h.cfg.Path)
+		"instances", n, "threads", m.Threads(), "batched", m.Batched(), "load_ms", took.Milliseconds(), "path", h.cfg.Path)
 	return inst, nil
 }
 
@@ -214,7 +216,8 @@ func (h *Host) compileImage(m *engine.Model) *imageprep.Pipeline {
 
 // warmup runs the test vector (it must match), its image case through the
 // image path (pl; it must match too) and, unless skipped, batches of a few
-// common sizes so the first requests do not pay for lazy initialisation.
+// common sizes so the first requests do not pay for lazy initialisation. An
+// unbatched model has no batch sizes: its test vector was its warm-up.
 func warmup(ctx context.Context, m *engine.Model, pl *imageprep.Pipeline, maxBatch int, skip bool) error {
 	res, err := m.Verify(ctx)
 	switch {
@@ -233,7 +236,7 @@ func warmup(ctx context.Context, m *engine.Model, pl *imageprep.Pipeline, maxBat
 	case !ic.Passed:
 		return fmt.Errorf("%w: the image test case does not match (preprocessed max abs error %g, input_atol %g; outputs max abs error %g; %s)", errTestVector, ic.InputMaxAbsError, ic.InputAtol, ic.OutputMaxAbsError, ic.Worst)
 	}
-	if skip {
+	if skip || !m.Batched() {
 		return nil
 	}
 	sizes := []int{1, 8}

@@ -270,3 +270,46 @@ func TestQueueCapacityMetric(t *testing.T) {
 	f(7, 7)
 	f(0, batcher.DefaultMaxQueue)
 }
+
+// A model without a batch axis gets an unbatched batcher (each request its
+// own engine call), warms up without batches of 8 or MaxBatchRows rows it
+// cannot take, and answers; a batched one keeps joining requests.
+func TestUnbatchedModelGetsUnbatchedBatcher(t *testing.T) {
+	for _, c := range []struct {
+		path    string
+		batched bool
+	}{
+		{testmodels.Triton(t, "fixed_batch1"), false},
+		{testmodels.Triton(t, "nobatch"), false},
+		{modelPath(t), true},
+	} {
+		t.Run(filepath.Base(filepath.Dir(filepath.Dir(c.path)))+"/"+filepath.Base(c.path), func(t *testing.T) {
+			h := New(Config{Path: c.path, Engine: engine.Options{Threads: 1}, Batcher: batcher.DefaultConfig()},
+				httpapi.NewMetrics(prometheus.NewRegistry()), quietLog())
+			if err := h.Start(context.Background()); err != nil {
+				t.Fatalf("start (warm-up included): %v", err)
+			}
+			defer func() {
+				if err := h.Shutdown(context.Background(), deadline); err != nil {
+					t.Errorf("shutdown: %v", err)
+				}
+			}()
+			inst := h.Current()
+			if got := inst.Batcher.Config().Unbatched; got == c.batched {
+				t.Fatalf("Batcher.Unbatched = %v for a model with Batched() = %v", got, inst.Model.Batched())
+			}
+			if c.batched {
+				return
+			}
+			spec := inst.Model.Inputs()[0]
+			in, _ := engine.NewTensor(spec.DType, spec.Shape)
+			out, _, err := serving.Infer(context.Background(), serving.One(h), inst, []engine.Tensor{in})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := inst.Model.Outputs()[0].Shape; engine.FormatShape(out[0].Shape) != engine.FormatShape(want) {
+				t.Errorf("output shape %s, want %s", engine.FormatShape(out[0].Shape), engine.FormatShape(want))
+			}
+		})
+	}
+}

@@ -248,7 +248,7 @@ func describe(inst *serving.Instance, cfg *pb.ModelConfig, auto bool, labels map
 	mbs := int(cfg.GetMaxBatchSize())
 	out.MaxBatchSize = mbs
 	batched := mbs > 0
-	if batched && !hasBatchAxis(m) {
+	if batched && !m.Batched() {
 		return base, fmt.Errorf("max_batch_size %d needs a model whose inputs and outputs all have a variable first axis (the batch), but %s has %s -> %s; set max_batch_size: 0",
 			mbs, filepath.Base(m.Path), serving.Describe(m.Inputs()), serving.Describe(m.Outputs()))
 	}
@@ -423,15 +423,3 @@ func elements(dims []int64) int64 {
 	return n
 }
 
-// hasBatchAxis reports whether every input and output of m has a variable
-// first axis: what max_batch_size > 0 needs.
-func hasBatchAxis(m *engine.Model) bool {
-	for _, specs := range [][]engine.TensorSpec{m.Inputs(), m.Outputs()} {
-		for _, sp := range specs {
-			if len(sp.Shape) == 0 || sp.Shape[0] > 0 {
-				return false
-			}
-		}
-	}
-	return true
-}

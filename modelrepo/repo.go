@@ -617,7 +617,7 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 		if mbs := int(cfg.GetMaxBatchSize()); mbs > 0 {
 			bc.MaxBatchRows = mbs
 		} else {
-			bc.MaxBatchRows = 1
+			bc.Unbatched = true // max_batch_size 0: each request is the model's whole input
 		}
 		if db := cfg.GetDynamicBatching(); db != nil {
 			bc.MaxDelay = time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond

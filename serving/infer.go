@@ -48,6 +48,10 @@ const (
 	KindTimeout
 	// KindEngine: the engine failed.
 	KindEngine
+	// KindBadRequest: the request asks for what the model does not do
+	// (a *SequenceError: sequence parameters to a model without sequence
+	// batching).
+	KindBadRequest
 )
 
 // Failure is a classified inference error with a message that says what to do.
@@ -65,6 +69,8 @@ func Classify(err error, timeout time.Duration) Failure {
 	switch {
 	case errors.As(err, &ie):
 		return Failure{Kind: KindInvalidInput, Message: ie.Error(), Input: ie}
+	case errors.Is(err, ErrNoSequenceBatching):
+		return Failure{Kind: KindBadRequest, Message: err.Error()}
 	case errors.Is(err, batcher.ErrQueueFull):
 		why := strings.TrimPrefix(err.Error(), batcher.ErrQueueFull.Error()+": ")
 		return Failure{Kind: KindOverloaded, Message: "the server is overloaded (" + why + "); retry after a short wait, or add replicas or --instances"}

@@ -57,6 +57,7 @@ func TestClassify(t *testing.T) {
 		{context.DeadlineExceeded, KindTimeout, "within 3s (--timeout)"},
 		{context.Canceled, KindNotReady, "shutting down"},
 		{errors.New("boom"), KindEngine, "engine failed on this request: wrapped: boom"},
+		{&SequenceError{Model: "m", Params: []string{"sequence_id"}}, KindBadRequest, `"sequence_id" is for stateful sequences, and model "m" has no sequence batching`},
 	} {
 		f := Classify(fmt.Errorf("wrapped: %w", c.err), 3*time.Second)
 		if f.Kind != c.kind || !strings.Contains(f.Message, c.hint) {
@@ -111,4 +112,44 @@ func TestPlatformAndBackend(t *testing.T) {
 	f(engine.FormatONNXInt8, "onnxruntime_onnx", "onnxruntime")
 	f(engine.FormatTorchScript, "pytorch_libtorch", "pytorch")
 	f(engine.FormatQuantized, "pytorch_libtorch", "pytorch")
+}
+
+// Sequence parameters are refused with one message naming all of those
+// given, sorted, whatever order they come in; other parameters pass.
+func TestCheckSequence(t *testing.T) {
+	inst := &Instance{Model: &engine.Model{Path: "/models/nobatch.onnx"}}
+	f := func(params []string, want string) {
+		t.Helper()
+		err := CheckSequence(inst, params)
+		if want == "" {
+			if err != nil {
+				t.Errorf("CheckSequence(%q) = %v, want nil", params, err)
+			}
+			return
+		}
+		if !errors.Is(err, ErrNoSequenceBatching) || err.Error() != want {
+			t.Errorf("CheckSequence(%q) = %v,\nwant %s", params, err, want)
+		}
+	}
+	f(nil, "")
+	f([]string{"priority", "timeout", "binary_data_output"}, "")
+	all := `request parameters "sequence_end", "sequence_id", "sequence_start" are for stateful sequences, and model "nobatch" has no sequence batching (fw answers each request on its own); send the request without them`
+	f([]string{"sequence_start", "sequence_id", "sequence_end"}, all)
+	f([]string{"sequence_end", "priority", "sequence_start", "sequence_id"}, all)
+	f([]string{"sequence_id"}, `request parameter "sequence_id" is for stateful sequences, and model "nobatch" has no sequence batching (fw answers each request on its own); send the request without it`)
+	f([]string{"sequence_start", "sequence_end"}, `request parameters "sequence_end", "sequence_start" are for stateful sequences, and model "nobatch" has no sequence batching (fw answers each request on its own); send the request without them`)
+}
+
+func TestTooManyRows(t *testing.T) {
+	if s := TooManyRows("x", []int64{5, 3}, 4); s != `input "x": shape [5,3] has 5 rows on its first axis, above the limit of 4 per request (--max-rows); split the request` {
+		t.Errorf("5 rows over 4: %q", s)
+	}
+	for _, c := range []struct {
+		shape []int64
+		max   int
+	}{{[]int64{4, 3}, 4}, {[]int64{}, 4}, {[]int64{9}, 0}} {
+		if s := TooManyRows("x", c.shape, c.max); s != "" {
+			t.Errorf("TooManyRows(%v, %d) = %q, want none", c.shape, c.max, s)
+		}
+	}
 }

@@ -119,13 +119,14 @@ type TensorConfig struct {
 // render.
 type ModelConfig struct {
 	Name, Platform, Backend string
-	// MaxBatchSize is the batcher's rows per engine call when every input
-	// and output has a variable first axis (the batch), else 0 (the model
-	// takes its inputs whole, dims are the full shapes).
+	// MaxBatchSize is the batcher's rows per engine call when the model
+	// has a batch axis (engine.Model.Batched: every input and output has a
+	// variable first axis), else 0 (the model takes its inputs whole, dims
+	// are the full shapes, and there is no dynamic batching).
 	MaxBatchSize  int
 	Inputs        []TensorConfig
 	Outputs       []TensorConfig
-	MaxQueueDelay int64 // microseconds the batcher waits to fill a batch
+	MaxQueueDelay int64 // microseconds the batcher waits to fill a batch (MaxBatchSize > 0)
 	Instances     int   // engine instances (--instances)
 	GPUs          []int // the CUDA device the instances run on, if any
 	// DefaultModelFilename is the served file's base name.
@@ -150,14 +151,7 @@ func Config(inst *Instance, filename string) ModelConfig {
 		MaxQueueDelay: bc.MaxDelay.Microseconds(), Instances: bc.Instances, DefaultModelFilename: filename,
 		VersionPolicy: map[string]any{"latest": map[string]any{"num_versions": 1}}, InstanceKind: "KIND_CPU",
 	}
-	batched := true
-	for _, specs := range [][]engine.TensorSpec{m.Inputs(), m.Outputs()} {
-		for _, sp := range specs {
-			if len(sp.Shape) == 0 || sp.Shape[0] >= 0 {
-				batched = false
-			}
-		}
-	}
+	batched := m.Batched()
 	if batched {
 		c.MaxBatchSize = bc.MaxBatchRows
 	}
@@ -165,7 +159,7 @@ func Config(inst *Instance, filename string) ModelConfig {
 		out := make([]TensorConfig, len(specs))
 		for i, sp := range specs {
 			dims := sp.Shape
-			if batched {
+			if batched && len(dims) > 0 { // empty: a shape the engine does not know
 				dims = dims[1:]
 			}
 			out[i] = TensorConfig{Name: sp.Name, DataType: "TYPE_" + DatatypeName(sp.DType), Dims: append([]int64{}, dims...), Format: "FORMAT_NONE"}

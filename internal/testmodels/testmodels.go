@@ -38,3 +38,16 @@ func Require(t testing.TB, reason string) {
 	}
 	t.Skip(reason)
 }
+
+// Triton returns the ONNX file of one of Triton's sample models that `make
+// models` writes into build/models/triton (python/fw/triton_samples.py):
+// "nobatch", "fixed_batch1", "densenet_onnx", "simple"... It is skipped or
+// fails as Dir does when the file is absent.
+func Triton(t testing.TB, name string) string {
+	t.Helper()
+	p := filepath.Join(Dir(t), "triton", name, "1", "model.onnx")
+	if _, err := os.Stat(p); err != nil {
+		Require(t, "Triton sample model missing: "+p+": run `make models`")
+	}
+	return p
+}
