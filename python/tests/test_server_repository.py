@@ -126,19 +126,21 @@ def test_index_load_unload_with_config_override(server: FwServer, proto: str) ->
 
 
 def test_models_side_by_side_with_their_own_statistics_and_metrics(server: FwServer) -> None:
-    c = httpclient.InferenceServerClient(server.url, concurrency=8)
     ins, a, b = _simple_inputs(httpclient)
     x = httpclient.InferInput("x", [4], "FP32")
     x.set_data_from_numpy(np.array([1, 2, 3, 4], dtype=np.float32))
 
-    def one(i: int) -> None:
-        if i % 2:
-            np.testing.assert_array_equal(c.infer("simple", ins).as_numpy("OUTPUT0"), a + b)
-        else:
-            np.testing.assert_allclose(c.infer("nobatch", [x]).as_numpy("y"), [1 + 3 + 8, 2 + 3 - 4])
+    def worker(k: int) -> None:
+        c = httpclient.InferenceServerClient(server.url)  # a client per thread: it is not thread-safe
+        for i in range(25):
+            if (i + k) % 2:
+                np.testing.assert_array_equal(c.infer("simple", ins).as_numpy("OUTPUT0"), a + b)
+            else:
+                np.testing.assert_allclose(c.infer("nobatch", [x]).as_numpy("y"), [1 + 3 + 8, 2 + 3 - 4])
 
     with ThreadPoolExecutor(8) as ex:
-        list(ex.map(one, range(200)))
+        list(ex.map(worker, range(8)))
+    c = httpclient.InferenceServerClient(server.url)
     stats = {s["name"]: s for s in c.get_inference_statistics()["model_stats"]}
     assert stats["simple"]["inference_count"] >= 100 and stats["nobatch"]["inference_count"] >= 100
     nb = c.get_inference_statistics("nobatch")["model_stats"]

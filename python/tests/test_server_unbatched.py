@@ -72,7 +72,7 @@ def _input(mod, shape: list[int], x: np.ndarray):
 def _batch_errors(srv: FwServer) -> float:
     with urllib.request.urlopen(f"http://{srv.url}/metrics", timeout=10) as r:
         text = r.read().decode()
-    m = re.search(r"^fw_batch_errors_total (\S+)$", text, re.M)
+    m = re.search(r"^fw_batch_errors_total\{model=\"[^\"]+\",version=\"1\"\} (\S+)$", text, re.M)
     assert m, "fw_batch_errors_total missing from /metrics"
     return float(m.group(1))
 
