@@ -1,6 +1,7 @@
 package grpcapi
 
 import (
+	"fmt"
 	"encoding/binary"
 	"math"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"github.com/fw-serve/fw/engine"
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
 	"github.com/fw-serve/fw/serving"
+	"github.com/fw-serve/fw/sharedmem"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -21,6 +23,48 @@ const maxAxes = 32
 type request struct {
 	inputs  []engine.Tensor
 	outputs []int
+	// shm holds, for the outputs that go into shared memory (by index into
+	// the model's outputs), the window each goes into.
+	shm map[int]sharedmem.Ref
+}
+
+// shmRef reads the shared memory parameters of an input or output (what
+// names it, for messages); ok is false when it names no region.
+func shmRef(params map[string]*pb.InferParameter, what string) (ref sharedmem.Ref, ok bool, err error) {
+	region, has := params["shared_memory_region"]
+	if !has {
+		return ref, false, nil
+	}
+	ref.Region = region.GetStringParam()
+	if ref.Region == "" {
+		return ref, true, invalid("%s: parameter \"shared_memory_region\" must be a region's name (string_param)", what)
+	}
+	size, has := params["shared_memory_byte_size"]
+	if !has {
+		return ref, true, invalid("%s: parameter \"shared_memory_byte_size\" is needed with \"shared_memory_region\"", what)
+	}
+	n, ok2 := paramUint(size)
+	if !ok2 {
+		return ref, true, invalid("%s: parameter \"shared_memory_byte_size\" must be a non-negative integer", what)
+	}
+	ref.Size = n
+	if off, has := params["shared_memory_offset"]; has {
+		if ref.Offset, ok2 = paramUint(off); !ok2 {
+			return ref, true, invalid("%s: parameter \"shared_memory_offset\" must be a non-negative integer", what)
+		}
+	}
+	return ref, true, nil
+}
+
+// paramUint reads an integer parameter sent as int64_param or uint64_param.
+func paramUint(p *pb.InferParameter) (uint64, bool) {
+	switch c := p.GetParameterChoice().(type) {
+	case *pb.InferParameter_Int64Param:
+		return uint64(c.Int64Param), c.Int64Param >= 0
+	case *pb.InferParameter_Uint64Param:
+		return c.Uint64Param, true
+	}
+	return 0, false
 }
 
 func invalid(format string, args ...any) error {
@@ -40,17 +84,24 @@ func specIndex(specs []engine.TensorSpec, name string) int {
 // maxRows (0: none). Raw inputs are used in place (they alias req's
 // raw_input_contents, which the caller must not change); typed ones are
 // copied.
-func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows int) (*request, error) {
+func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows int, shm *sharedmem.Registry) (*request, error) {
 	raw := req.GetRawInputContents()
-	if len(raw) > 0 && len(raw) != len(req.GetInputs()) {
-		return nil, invalid("raw_input_contents has %d entries for %d inputs; send one entry per input, in the order of inputs", len(raw), len(req.GetInputs()))
+	inBody := 0 // the inputs whose data is in the message (not in shared memory)
+	for _, in := range req.GetInputs() {
+		if _, ok := in.GetParameters()["shared_memory_region"]; !ok {
+			inBody++
+		}
 	}
+	if len(raw) > 0 && len(raw) != inBody {
+		return nil, invalid("raw_input_contents has %d entries for %d inputs carried in the message; send one entry per such input, in the order of inputs", len(raw), inBody)
+	}
+	next := 0 // the raw_input_contents entry of the next input carried in the message
 	if _, ok := req.GetParameters()["shared_memory_region"]; ok {
 		return nil, invalid("request parameter %q is not supported by fw: send the data in the request", "shared_memory_region")
 	}
 	r := &request{inputs: make([]engine.Tensor, len(ins))}
 	seen := make([]bool, len(ins))
-	for k, in := range req.GetInputs() {
+	for _, in := range req.GetInputs() {
 		idx := specIndex(ins, in.GetName())
 		if idx < 0 {
 			return nil, invalid("unknown input %q; this model takes %s", in.GetName(), serving.Describe(ins))
@@ -59,9 +110,22 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 			return nil, invalid("input %q is given twice", in.GetName())
 		}
 		seen[idx] = true
+		ref, inShm, err := shmRef(in.GetParameters(), fmt.Sprintf("input %q", in.GetName()))
+		if err != nil {
+			return nil, err
+		}
+		if inShm {
+			t, err := decodeShmInput(in, ins[idx], ref, maxRows, shm)
+			if err != nil {
+				return nil, err
+			}
+			r.inputs[idx] = t
+			continue
+		}
 		var rawData []byte
 		if len(raw) > 0 {
-			rawData = raw[k]
+			rawData = raw[next]
+			next++
 		}
 		t, err := decodeInput(in, ins[idx], rawData, len(raw) > 0, maxRows)
 		if err != nil {
@@ -91,15 +155,21 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 			return nil, invalid("output %q is requested twice", o.GetName())
 		}
 		used[idx] = true
-		for k, p := range o.GetParameters() {
-			switch k {
-			case "classification":
-				if p.GetInt64Param() != 0 || p.GetUint64Param() != 0 {
-					return nil, invalid("output %q: the classification extension is not supported; request the raw output", o.GetName())
-				}
-			case "shared_memory_region":
-				return nil, invalid("output %q: shared memory is not supported", o.GetName())
+		if p, ok := o.GetParameters()["classification"]; ok && (p.GetInt64Param() != 0 || p.GetUint64Param() != 0) {
+			return nil, invalid("output %q: the classification extension is not supported; request the raw output", o.GetName())
+		}
+		ref, inShm, err := shmRef(o.GetParameters(), fmt.Sprintf("output %q", o.GetName()))
+		if err != nil {
+			return nil, err
+		}
+		if inShm {
+			if shm == nil {
+				return nil, invalid("output %q: system shared memory is turned off on this server (fw serve --shared-memory none)", o.GetName())
 			}
+			if r.shm == nil {
+				r.shm = map[int]sharedmem.Ref{}
+			}
+			r.shm[idx] = ref
 		}
 		r.outputs = append(r.outputs, idx)
 	}
@@ -275,4 +345,49 @@ func fillTyped(t engine.Tensor, c *pb.InferTensorContents, name string) error {
 		}
 	}
 	return nil
+}
+
+// decodeShmInput builds an input tensor from the shared memory window ref
+// names: its datatype and shape checked as decodeInput checks them, its
+// byte size against the shape's.
+func decodeShmInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSpec, ref sharedmem.Ref, maxRows int, shm *sharedmem.Registry) (engine.Tensor, error) {
+	name := in.GetName()
+	if shm == nil {
+		return engine.Tensor{}, invalid("input %q: system shared memory is turned off on this server (fw serve --shared-memory none); send the data in the request", name)
+	}
+	if in.GetContents() != nil && typedLen(in.GetContents()) > 0 {
+		return engine.Tensor{}, invalid("input %q names a shared memory region and also carries contents; send one", name)
+	}
+	dt := serving.ParseDatatype(in.GetDatatype())
+	if dt == engine.Invalid || (spec.DType != engine.Invalid && dt != spec.DType) {
+		return engine.Tensor{}, invalid("input %q: datatype %q, this model takes %s", name, in.GetDatatype(), serving.DatatypeName(spec.DType))
+	}
+	shape := in.GetShape()
+	if len(shape) > maxAxes {
+		return engine.Tensor{}, invalid("input %q: shape has %d axes; at most %d are accepted", name, len(shape), maxAxes)
+	}
+	count := uint64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return engine.Tensor{}, invalid("input %q: shape %s has a negative dimension", name, serving.ShapeString(shape))
+		}
+		if d > 0 && count > sharedmem.MaxRegionBytes/uint64(d) {
+			return engine.Tensor{}, invalid("input %q: shape %s is larger than any shared memory region", name, serving.ShapeString(shape))
+		}
+		count *= uint64(d)
+	}
+	if need := count * uint64(dt.Size()); need != ref.Size {
+		return engine.Tensor{}, invalid("input %q: shape %s of %s needs %d bytes, shared_memory_byte_size is %d", name, serving.ShapeString(shape), in.GetDatatype(), need, ref.Size)
+	}
+	if msg := serving.TooManyRows(name, shape, maxRows); msg != "" {
+		return engine.Tensor{}, status.Error(codes.ResourceExhausted, msg)
+	}
+	t, err := engine.NewTensor(dt, shape)
+	if err != nil {
+		return engine.Tensor{}, invalid("input %q: %v", name, err)
+	}
+	if err := shm.Read(ref, t.Data); err != nil {
+		return engine.Tensor{}, sharedMemoryStatus(err)
+	}
+	return t, nil
 }

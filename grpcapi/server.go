@@ -404,7 +404,7 @@ func (s *Server) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mode
 		return nil, status.Errorf(codes.Unavailable, "the server is not ready (%s: %s); retry", st, reason)
 	}
 	m := inst.Model
-	dec, err := decode(req, m.Inputs(), m.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows))
+	dec, err := decode(req, m.Inputs(), m.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows), s.cfg.SharedMemory)
 	if err != nil {
 		return nil, err
 	}
@@ -430,9 +430,24 @@ func (s *Server) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mode
 			continue // the engine returned fewer outputs than the model declares
 		}
 		t := out[idx]
-		resp.Outputs = append(resp.Outputs, &pb.ModelInferResponse_InferOutputTensor{
-			Name: specs[idx].Name, Datatype: serving.DatatypeName(t.DType), Shape: t.Shape,
-		})
+		o := &pb.ModelInferResponse_InferOutputTensor{Name: specs[idx].Name, Datatype: serving.DatatypeName(t.DType), Shape: t.Shape}
+		if ref, ok := dec.shm[idx]; ok {
+			if err := s.cfg.SharedMemory.Write(ref, t.Data); err != nil {
+				rec.Encoded = time.Now()
+				inst.Stats.Record(rec)
+				return nil, sharedMemoryStatus(err)
+			}
+			o.Parameters = map[string]*pb.InferParameter{
+				"shared_memory_region":    {ParameterChoice: &pb.InferParameter_StringParam{StringParam: ref.Region}},
+				"shared_memory_byte_size": {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: int64(len(t.Data))}},
+			}
+			resp.Outputs = append(resp.Outputs, o)
+			// An empty entry keeps raw_output_contents aligned with outputs,
+			// which clients index by position.
+			resp.RawOutputContents = append(resp.RawOutputContents, nil)
+			continue
+		}
+		resp.Outputs = append(resp.Outputs, o)
 		resp.RawOutputContents = append(resp.RawOutputContents, t.Data)
 	}
 	rec.OK, rec.Encoded = true, time.Now()

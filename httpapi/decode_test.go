@@ -272,7 +272,7 @@ func TestV2SizesChecked(t *testing.T) {
 		}
 		var req *v2Request
 		var aerr *APIError
-		n := allocated(func() { req, aerr = parseV2Request(c.body, h, ins, outs, 4096) })
+		n := allocated(func() { req, aerr = parseV2Request(c.body, h, ins, outs, 4096, nil) })
 		if c.status == 0 {
 			if aerr != nil || len(req.inputs[0].Data) != 512 {
 				t.Fatalf("%s: %+v", c.name, aerr)
@@ -295,7 +295,7 @@ func TestV2JSONValues(t *testing.T) {
 	outs := []engine.TensorSpec{{Name: "y", DType: engine.Float32, Shape: []int64{-1}}}
 	body := []byte(`{"id":"r\u0031","inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[1,2],[3.5,-4]]},` +
 		`{"name":"m","shape":[1,2],"datatype":"BOOL","data":[true,0]},{"name":"t","shape":[1,2],"datatype":"INT32","data":[7,-2.0]}],"outputs":[{"name":"y","parameters":{"binary_data":true}}]}`)
-	req, aerr := parseV2Request(body, nil, ins, outs, 10)
+	req, aerr := parseV2Request(body, nil, ins, outs, 10, nil)
 	if aerr != nil {
 		t.Fatal(aerr)
 	}

@@ -5,9 +5,11 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/serving"
+	"github.com/fw-serve/fw/sharedmem"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 )
@@ -30,6 +32,32 @@ type v2Request struct {
 type v2Output struct {
 	index  int // into the model's outputs
 	binary bool
+	shm    *sharedmem.Ref // the output goes into this shared memory window
+}
+
+// v2SharedMemoryRef reads the shared memory parameters of an input or
+// output (what names it, for messages): shared_memory_region (given),
+// shared_memory_byte_size and shared_memory_offset.
+func v2SharedMemoryRef(pm []member, region jv, what string) (sharedmem.Ref, *APIError) {
+	var ref sharedmem.Ref
+	if region.Type() != fastjson.TypeString {
+		return ref, badV2(`%s: parameter "shared_memory_region" must be a string`, what)
+	}
+	ref.Region, _ = region.str()
+	size := v2Get(pm, "shared_memory_byte_size")
+	n, ok := v2Int(size)
+	if size == nil || !ok || n < 0 {
+		return ref, badV2(`%s: parameter "shared_memory_byte_size" must be a non-negative integer with "shared_memory_region"`, what)
+	}
+	ref.Size = uint64(n)
+	if off := v2Get(pm, "shared_memory_offset"); off != nil {
+		n, ok := v2Int(off)
+		if !ok || n < 0 {
+			return ref, badV2(`%s: parameter "shared_memory_offset" must be a non-negative integer`, what)
+		}
+		ref.Offset = uint64(n)
+	}
+	return ref, nil
 }
 
 // v2Get is the member key of an object, with JSON null read as absent.
@@ -80,7 +108,7 @@ func v2Names(specs []engine.TensorSpec) []string { return inputNames(specs) }
 // is validated in one pass and read in place (see jsonscan.go); a tensor is
 // allocated only once its shape's size is checked against the bytes that
 // carry it. The returned request does not alias body.
-func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, maxRows int) (*v2Request, *APIError) {
+func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, maxRows int, shm *sharedmem.Registry) (*v2Request, *APIError) {
 	jsonPart, bin := body, []byte(nil)
 	if hdrLen != nil {
 		n, err := strconv.ParseInt(strings.TrimSpace(string(hdrLen)), 10, 64) // a negative, overflowing or non-numeric value is refused here
@@ -140,7 +168,7 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, maxRows 
 	seen := make([]bool, len(ins))
 	var aerr *APIError
 	inArr.forEach(func(k int, it jv) bool {
-		aerr = v2Input(it, k, ins, seen, req, &bin, hdrLen != nil, maxRows)
+		aerr = v2Input(it, k, ins, seen, req, &bin, hdrLen != nil, maxRows, shm)
 		return aerr == nil
 	})
 	if aerr != nil {
@@ -160,7 +188,7 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, maxRows 
 // v2Input reads inputs[k], it, into req.inputs, taking its binary data (if
 // any) from the front of *bin. seen marks the model inputs already given;
 // hasHdr says whether the request has the binary extension's header.
-func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request, bin *[]byte, hasHdr bool, maxRows int) *APIError {
+func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request, bin *[]byte, hasHdr bool, maxRows int, shm *sharedmem.Registry) *APIError {
 	{
 		if it.Type() != fastjson.TypeObject {
 			return badV2(`inputs[%d] must be an object with "name", "shape", "datatype" and "data", got %s`, k, it.Type())
@@ -256,18 +284,41 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 				Details: map[string]any{"input": name, "rows": shape[0], "max_rows": maxRows}}
 		}
 		var params jv
+		var pm []member
 		if pv := v2Get(itm, "parameters"); pv != nil {
 			if pv.Type() != fastjson.TypeObject {
 				return badV2(`input %q: "parameters" must be an object, got %s`, name, pv.Type())
 			}
-			pm := pv.members()
-			if v2Get(pm, "shared_memory_region") != nil {
-				return badV2("input %q: shared memory is not supported; send the data in the body", name)
-			}
+			pm = pv.members()
 			params = v2Get(pm, "binary_data_size")
 		}
 		data := v2Get(itm, "data")
 		nbytes := count * int64(dt.Size()) // cannot overflow: count <= MaxInt64/8
+		if region := v2Get(pm, "shared_memory_region"); region != nil {
+			if params != nil || data != nil {
+				return badV2(`input %q names a shared memory region and also carries "data" or "binary_data_size"; send one`, name)
+			}
+			ref, aerr := v2SharedMemoryRef(pm, region, "input "+strconv.Quote(name))
+			if aerr != nil {
+				return aerr
+			}
+			if ref.Size != uint64(nbytes) {
+				return invalidV2(map[string]any{"input": name, "expected_bytes": nbytes, "received_bytes": ref.Size},
+					"input %q: shape %s of %s needs %d bytes, shared_memory_byte_size is %d", name, serving.ShapeString(shape), dtB, nbytes, ref.Size)
+			}
+			if aerr := tooManyRows(); aerr != nil {
+				return aerr
+			}
+			if shm == nil {
+				return badV2("input %q: system shared memory is turned off on this server (fw serve --shared-memory none); send the data in the body", name)
+			}
+			t := allocTensor(dt, shape, int(count))
+			if err := shm.Read(ref, t.Data); err != nil {
+				return sharedMemoryError(err)
+			}
+			req.inputs[idx] = t
+			return nil
+		}
 		switch {
 		case params != nil && data != nil:
 			return badV2(`input %q has both "data" and parameter "binary_data_size"; send one`, name)
@@ -381,9 +432,13 @@ func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault 
 					return false
 				}
 			}
-			if v2Get(pm, "shared_memory_region") != nil {
-				aerr = badV2("output %q: shared memory is not supported", nameB)
-				return false
+			if region := v2Get(pm, "shared_memory_region"); region != nil {
+				ref, e := v2SharedMemoryRef(pm, region, "output "+strconv.Quote(nameB))
+				if e != nil {
+					aerr = e
+					return false
+				}
+				o.shm, o.binary = &ref, false
 			}
 		}
 		req.outputs = append(req.outputs, o)
@@ -540,7 +595,7 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 	if !ok {
 		return
 	}
-	req, aerr := parseV2Request(body, ctx.Request.Header.Peek(v2HeaderLength), inst.Model.Inputs(), inst.Model.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows))
+	req, aerr := parseV2Request(body, ctx.Request.Header.Peek(v2HeaderLength), inst.Model.Inputs(), inst.Model.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows), s.cfg.SharedMemory)
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
@@ -556,14 +611,28 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 		writeError(ctx, s.submitError(err))
 		return
 	}
-	s.v2WriteResponse(ctx, inst, req, out)
-	s.done(inst, rec)
+	if s.v2WriteResponse(ctx, inst, req, out) {
+		s.done(inst, rec)
+	} else {
+		rec.Encoded = time.Now()
+		inst.Stats.Record(rec)
+	}
 }
 
 // v2WriteResponse writes the inference response: JSON, then the binary
 // outputs' raw bytes in the order the JSON lists them.
-func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instance, req *v2Request, out []engine.Tensor) {
+// Outputs bound for shared memory are written there first; when one does
+// not fit its window the answer is that error instead, and false.
+func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instance, req *v2Request, out []engine.Tensor) bool {
 	specs := inst.Model.Outputs()
+	for _, o := range req.outputs {
+		if o.shm != nil && o.index < len(out) {
+			if aerr := s.writeSharedMemory(o.shm, out[o.index], specs[o.index].Name); aerr != nil {
+				writeError(ctx, aerr)
+				return false
+			}
+		}
+	}
 	buf := s.getBuf()
 	b := append((*buf)[:0], `{"model_name":`...)
 	b = appendJSONString(b, inst.Name())
@@ -595,6 +664,14 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instanc
 		b = append(b, serving.DatatypeName(t.DType)...)
 		b = append(b, `","shape":`...)
 		b = append(b, serving.ShapeString(t.Shape)...)
+		if o.shm != nil {
+			b = append(b, `,"parameters":{"shared_memory_region":`...)
+			b = appendJSONString(b, o.shm.Region)
+			b = append(b, `,"shared_memory_byte_size":`...)
+			b = strconv.AppendInt(b, int64(len(t.Data)), 10)
+			b = append(b, "}}"...)
+			continue
+		}
 		if o.binary {
 			anyBinary = true
 			b = append(b, `,"parameters":{"binary_data_size":`...)
@@ -612,7 +689,7 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instanc
 	s.putBuf(buf)
 	if !anyBinary {
 		ctx.Response.Header.SetContentType("application/json")
-		return
+		return true
 	}
 	ctx.Response.Header.Set(v2HeaderLength, strconv.Itoa(len(b)))
 	ctx.Response.Header.SetContentType("application/octet-stream")
@@ -621,6 +698,7 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instanc
 			ctx.Response.AppendBody(out[o.index].Data)
 		}
 	}
+	return true
 }
 
 // v2AppendFlat writes a tensor's elements as a flat JSON list.
@@ -654,4 +732,20 @@ func v2AppendFlat(b []byte, t engine.Tensor) []byte {
 		b = appendValue(b, t, i)
 	}
 	return b
+}
+
+// writeSharedMemory copies an output into the shared memory window the
+// request named for it, refusing one too small.
+func (s *Server) writeSharedMemory(ref *sharedmem.Ref, t engine.Tensor, name string) *APIError {
+	if s.cfg.SharedMemory == nil {
+		return badV2("output %q: system shared memory is turned off on this server (fw serve --shared-memory none)", name)
+	}
+	if uint64(len(t.Data)) > ref.Size {
+		return invalidV2(map[string]any{"output": name, "output_bytes": len(t.Data), "shared_memory_byte_size": ref.Size},
+			"output %q of shape %s needs %d bytes, more than shared_memory_byte_size %d", name, serving.ShapeString(t.Shape), len(t.Data), ref.Size)
+	}
+	if err := s.cfg.SharedMemory.Write(*ref, t.Data); err != nil {
+		return sharedMemoryError(err)
+	}
+	return nil
 }

@@ -585,7 +585,7 @@ func FuzzV2Request(f *testing.F) {
 		if hl != "" {
 			h = []byte(hl)
 		}
-		req, aerr := parseV2Request(body, h, ins, outs, 0)
+		req, aerr := parseV2Request(body, h, ins, outs, 0, nil)
 		if aerr != nil {
 			if req != nil || aerr.Message == "" || (aerr.Status != 400 && aerr.Status != 422) {
 				t.Fatalf("bad error: %+v", aerr)

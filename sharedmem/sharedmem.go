@@ -228,3 +228,40 @@ func (r *Registry) Acquire(name string, offset, size uint64) (*Span, error) {
 	reg.refs++
 	return &Span{r: r, reg: reg, Bytes: reg.data[offset : offset+size : offset+size]}, nil
 }
+
+// Ref is the window of a registered region that one input or output of a
+// request names (its shared_memory_region, shared_memory_offset and
+// shared_memory_byte_size parameters).
+type Ref struct {
+	Region       string
+	Offset, Size uint64
+}
+
+// Read copies the window ref names into dst, which must be exactly
+// ref.Size bytes long (the tensor the input's shape needs).
+func (r *Registry) Read(ref Ref, dst []byte) error {
+	if uint64(len(dst)) != ref.Size {
+		return invalid("shared memory region '%s': shared_memory_byte_size %d, the input's shape needs %d bytes", ref.Region, ref.Size, len(dst))
+	}
+	sp, err := r.Acquire(ref.Region, ref.Offset, ref.Size)
+	if err != nil {
+		return err
+	}
+	copy(dst, sp.Bytes)
+	sp.Release()
+	return nil
+}
+
+// Write copies src into the window ref names, refusing one smaller than src.
+func (r *Registry) Write(ref Ref, src []byte) error {
+	if uint64(len(src)) > ref.Size {
+		return invalid("shared memory region '%s': the output needs %d bytes, more than shared_memory_byte_size %d", ref.Region, len(src), ref.Size)
+	}
+	sp, err := r.Acquire(ref.Region, ref.Offset, uint64(len(src)))
+	if err != nil {
+		return err
+	}
+	copy(sp.Bytes, src)
+	sp.Release()
+	return nil
+}

@@ -192,7 +192,7 @@ func TestTamperReloadKeepsOldModel(t *testing.T) {
 
 	before := predictDigits(t, p.url)
 	_, modelBefore := call(t, "GET", p.url+"/model", "", "", "")
-	loadBefore := metricLine(t, p.url, "fw_model_load_seconds ")
+	loadBefore := metricLine(t, p.url, "fw_model_load_seconds{")
 	if loadBefore == "" {
 		t.Fatal("no fw_model_load_seconds in /metrics")
 	}
@@ -214,7 +214,7 @@ func TestTamperReloadKeepsOldModel(t *testing.T) {
 	if l := metricLine(t, p.url, `fw_model_reloads_total{result="ok"}`); l != "" && !strings.HasSuffix(l, " 0") {
 		t.Fatalf("a reload succeeded: %s", l)
 	}
-	if l := metricLine(t, p.url, "fw_model_load_seconds "); l != loadBefore {
+	if l := metricLine(t, p.url, "fw_model_load_seconds{"); l != loadBefore {
 		t.Fatalf("the served model was replaced: %q, was %q", l, loadBefore)
 	}
 	if code, out := call(t, "GET", p.url+"/health", "", "", ""); code != 200 {

@@ -1,0 +1,137 @@
+"""Triton's system shared memory extension of ``fw serve``, driven by tritonclient's own shm module.
+
+As Triton's simple_{http,grpc}_shm_client examples: POSIX shared memory regions made with
+``tritonclient.utils.shared_memory`` are registered, the inputs are read from them and the outputs
+written into them; the status calls list them; bad offsets and sizes, unknown and doubly
+registered regions are refused with the reason, and the server stays up. CUDA shared memory
+answers and refuses to register on a server without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fwserve import FwServer
+
+httpclient = pytest.importorskip("tritonclient.http", reason="tritonclient[http] is not installed")
+grpcclient = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
+shm = pytest.importorskip(
+    "tritonclient.utils.shared_memory", reason="tritonclient's shared memory module is missing"
+)
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
+SAMPLES = Path(os.environ.get("FW_MODELS_DIR") or REPO / "build" / "models") / "triton"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
+    if not FW_BIN.is_file():
+        pytest.skip(f"fw binary missing at {FW_BIN}: run `make build` or set FW_BIN")
+    if not (SAMPLES / "simple" / "config.pbtxt").is_file():
+        pytest.skip(f"Triton sample repository missing in {SAMPLES}: run `make models`")
+    repo = tmp_path_factory.mktemp("shm") / "models"
+    repo.mkdir()
+    shutil.copytree(SAMPLES / "simple", repo / "simple")
+    srv = FwServer(FW_BIN, None, "--model-repository", str(repo), grpc=True)
+    srv.wait_ready()
+    yield srv
+    assert srv.stop() == 0, srv.log()
+
+
+def _client(server: FwServer, proto: str):
+    return (
+        httpclient.InferenceServerClient(server.url)
+        if proto == "http"
+        else grpcclient.InferenceServerClient(server.grpc_url)
+    )
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_simple_shm_client(server: FwServer, proto: str) -> None:
+    mod = httpclient if proto == "http" else grpcclient
+    c = _client(server, proto)
+    c.unregister_system_shared_memory()  # as Triton's example starts
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.ones((1, 16), dtype=np.int32) * 3
+    nbytes = a.nbytes
+    tag = f"{proto}_{os.getpid()}"
+    out = shm.create_shared_memory_region(f"out_{tag}", f"/fw_out_{tag}", nbytes * 2)
+    inp = shm.create_shared_memory_region(f"in_{tag}", f"/fw_in_{tag}", nbytes * 2)
+    try:
+        shm.set_shared_memory_region(inp, [a])
+        shm.set_shared_memory_region(inp, [b], offset=nbytes)
+        c.register_system_shared_memory(f"out_{tag}", f"/fw_out_{tag}", nbytes * 2)
+        c.register_system_shared_memory(f"in_{tag}", f"/fw_in_{tag}", nbytes * 2)
+        status = c.get_system_shared_memory_status()
+        names = {r["name"] for r in status} if proto == "http" else set(status.regions)
+        assert {f"in_{tag}", f"out_{tag}"} <= names
+
+        ins = [mod.InferInput("INPUT0", [1, 16], "INT32"), mod.InferInput("INPUT1", [1, 16], "INT32")]
+        ins[0].set_shared_memory(f"in_{tag}", nbytes)
+        ins[1].set_shared_memory(f"in_{tag}", nbytes, offset=nbytes)
+        outs = [mod.InferRequestedOutput("OUTPUT0"), mod.InferRequestedOutput("OUTPUT1")]
+        outs[0].set_shared_memory(f"out_{tag}", nbytes)
+        outs[1].set_shared_memory(f"out_{tag}", nbytes, offset=nbytes)
+        res = c.infer("simple", ins, outputs=outs)
+        o0 = res.get_output("OUTPUT0")
+        assert o0 is not None
+        got0 = shm.get_contents_as_numpy(out, np.int32, [1, 16])
+        got1 = shm.get_contents_as_numpy(out, np.int32, [1, 16], offset=nbytes)
+        np.testing.assert_array_equal(got0, a + b)
+        np.testing.assert_array_equal(got1, a - b)
+
+        # Mixed: one input in shared memory, one in the request.
+        ins2 = [mod.InferInput("INPUT0", [1, 16], "INT32"), mod.InferInput("INPUT1", [1, 16], "INT32")]
+        ins2[0].set_shared_memory(f"in_{tag}", nbytes)
+        ins2[1].set_data_from_numpy(b * 2)
+        res = c.infer("simple", ins2)
+        np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a + b * 2)
+
+        # Hostile windows: refused, the server stays up.
+        bad = [mod.InferInput("INPUT0", [1, 16], "INT32"), mod.InferInput("INPUT1", [1, 16], "INT32")]
+        bad[0].set_shared_memory(f"in_{tag}", nbytes, offset=nbytes * 2)  # past the region's end
+        bad[1].set_data_from_numpy(b)
+        with pytest.raises(InferenceServerException, match="beyond"):
+            c.infer("simple", bad)
+        bad[0].set_shared_memory(f"in_{tag}", nbytes - 4)  # size not the shape's
+        with pytest.raises(InferenceServerException, match="needs 64 bytes"):
+            c.infer("simple", bad)
+        bad[0].set_shared_memory("never_registered", nbytes)
+        with pytest.raises(InferenceServerException, match="never_registered"):
+            c.infer("simple", bad)
+        small = [mod.InferRequestedOutput("OUTPUT0")]
+        small[0].set_shared_memory(f"out_{tag}", nbytes - 1)
+        with pytest.raises(InferenceServerException, match="more than shared_memory_byte_size"):
+            c.infer("simple", ins, outputs=small)
+        with pytest.raises(InferenceServerException, match="already in manager"):
+            c.register_system_shared_memory(f"in_{tag}", f"/fw_in_{tag}", nbytes)
+        with pytest.raises(InferenceServerException, match="beyond"):
+            c.register_system_shared_memory(f"big_{tag}", f"/fw_in_{tag}", nbytes * 3)
+        with pytest.raises(InferenceServerException, match="POSIX shared memory name"):
+            c.register_system_shared_memory(f"etc_{tag}", "/../../etc/passwd", 16)
+        with pytest.raises(InferenceServerException, match="unable to open"):
+            c.register_system_shared_memory(f"missing_{tag}", f"/fw_missing_{tag}", 16)
+        assert c.is_server_live()
+    finally:
+        c.unregister_system_shared_memory()
+        shm.destroy_shared_memory_region(out)
+        shm.destroy_shared_memory_region(inp)
+    status = c.get_system_shared_memory_status()
+    assert (len(status) if proto == "http" else len(status.regions)) == 0
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_cuda_shared_memory_answers_without_gpu(server: FwServer, proto: str) -> None:
+    c = _client(server, proto)
+    status = c.get_cuda_shared_memory_status()
+    assert (len(status) if proto == "http" else len(status.regions)) == 0
+    c.unregister_cuda_shared_memory()
+    with pytest.raises(InferenceServerException, match="CUDA shared memory is not available"):
+        c.register_cuda_shared_memory("gpu_region", b"\0" * 64, 0, 64)
