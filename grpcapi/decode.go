@@ -1,8 +1,8 @@
 package grpcapi
 
 import (
-	"fmt"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"slices"
 	"unsafe"

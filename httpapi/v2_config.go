@@ -52,13 +52,13 @@ func v2ConfigJSON(c serving.ModelConfig) map[string]any {
 		params[k] = map[string]any{"string_value": v}
 	}
 	out := map[string]any{
-		"name":           c.Name,
-		"platform":       c.Platform,
-		"backend":        c.Backend,
-		"version_policy": policy,
-		"max_batch_size": c.MaxBatchSize,
-		"input":          tensors(c.Inputs, true),
-		"output":         tensors(c.Outputs, false),
+		"name":                   c.Name,
+		"platform":               c.Platform,
+		"backend":                c.Backend,
+		"version_policy":         policy,
+		"max_batch_size":         c.MaxBatchSize,
+		"input":                  tensors(c.Inputs, true),
+		"output":                 tensors(c.Outputs, false),
 		"instance_group":         []map[string]any{{"name": c.Name, "kind": kind, "count": c.Instances, "gpus": gpus}},
 		"default_model_filename": c.DefaultModelFilename,
 		"parameters":             params,
