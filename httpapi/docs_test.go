@@ -60,6 +60,16 @@ var routedPaths = []string{
 	"/v2/repository/index",
 	"/v2/repository/models/{model_name}/load",
 	"/v2/repository/models/{model_name}/unload",
+	"/v2/systemsharedmemory/status",
+	"/v2/systemsharedmemory/region/{region_name}/status",
+	"/v2/systemsharedmemory/region/{region_name}/register",
+	"/v2/systemsharedmemory/unregister",
+	"/v2/systemsharedmemory/region/{region_name}/unregister",
+	"/v2/cudasharedmemory/status",
+	"/v2/cudasharedmemory/region/{region_name}/status",
+	"/v2/cudasharedmemory/region/{region_name}/register",
+	"/v2/cudasharedmemory/unregister",
+	"/v2/cudasharedmemory/region/{region_name}/unregister",
 }
 
 func TestOpenAPIDocument(t *testing.T) {
