@@ -268,10 +268,9 @@ func (s *Server) ModelMetadata(_ context.Context, req *pb.ModelMetadataRequest) 
 	if err != nil {
 		return nil, err
 	}
-	m := inst.Model
 	return &pb.ModelMetadataResponse{
 		Name: inst.Name(), Versions: []string{inst.Version()}, Platform: inst.Config.Platform,
-		Inputs: tensorMetas(m.Inputs()), Outputs: tensorMetas(m.Outputs()),
+		Inputs: tensorMetas(inst.Inputs()), Outputs: tensorMetas(inst.Outputs()),
 	}, nil
 }
 
@@ -403,8 +402,7 @@ func (s *Server) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mode
 	if st, reason := s.models.State(); !st.Serving() {
 		return nil, status.Errorf(codes.Unavailable, "the server is not ready (%s: %s); retry", st, reason)
 	}
-	m := inst.Model
-	dec, err := decode(req, m.Inputs(), m.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows), s.cfg.SharedMemory)
+	dec, err := decode(req, inst.Inputs(), inst.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows), s.cfg.SharedMemory)
 	if err != nil {
 		return nil, err
 	}
@@ -424,7 +422,7 @@ func (s *Server) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mode
 		return nil, s.inferError(ctx, err)
 	}
 	resp := &pb.ModelInferResponse{ModelName: inst.Name(), ModelVersion: inst.Version(), Id: req.GetId()}
-	specs := m.Outputs()
+	specs := inst.Outputs()
 	for _, idx := range dec.outputs {
 		if idx >= len(out) {
 			continue // the engine returned fewer outputs than the model declares

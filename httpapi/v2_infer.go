@@ -595,7 +595,7 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 	if !ok {
 		return
 	}
-	req, aerr := parseV2Request(body, ctx.Request.Header.Peek(v2HeaderLength), inst.Model.Inputs(), inst.Model.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows), s.cfg.SharedMemory)
+	req, aerr := parseV2Request(body, ctx.Request.Header.Peek(v2HeaderLength), inst.Inputs(), inst.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows), s.cfg.SharedMemory)
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
@@ -624,7 +624,7 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 // Outputs bound for shared memory are written there first; when one does
 // not fit its window the answer is that error instead, and false.
 func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instance, req *v2Request, out []engine.Tensor) bool {
-	specs := inst.Model.Outputs()
+	specs := inst.Outputs()
 	for _, o := range req.outputs {
 		if o.shm != nil && o.index < len(out) {
 			if aerr := s.writeSharedMemory(o.shm, out[o.index], specs[o.index].Name); aerr != nil {

@@ -226,17 +226,17 @@ func typeName(d engine.DType) string { return "TYPE_" + serving.DatatypeName(d) 
 // describe checks cfg against the loaded model and returns the
 // configuration fw serves it under: cfg as given, completed from the model
 // where it is silent (inputs, outputs, max_batch_size when auto).
-func describe(inst *serving.Instance, cfg *pb.ModelConfig, auto bool, labels map[string]string) (serving.ModelConfig, error) {
+func describe(inst *serving.Instance, cfg *pb.ModelConfig, auto bool, labels map[string]string) (serving.ModelConfig, *serving.Reshape, error) {
 	m := inst.Model
 	base := serving.Config(inst, filepath.Base(m.Path)) // completed from the file
 	if auto {
-		return base, nil
+		return base, nil, nil
 	}
 	if formats, ok := platformFormats[cfg.GetPlatform()]; ok && formats != nil && !slices.Contains(formats, m.Format) {
-		return base, fmt.Errorf("platform %q does not serve a %s file (%s)", cfg.GetPlatform(), m.Format, filepath.Base(m.Path))
+		return base, nil, fmt.Errorf("platform %q does not serve a %s file (%s)", cfg.GetPlatform(), m.Format, filepath.Base(m.Path))
 	}
 	if formats, ok := platformFormats[cfg.GetBackend()]; ok && formats != nil && !slices.Contains(formats, m.Format) {
-		return base, fmt.Errorf("backend %q does not serve a %s file (%s)", cfg.GetBackend(), m.Format, filepath.Base(m.Path))
+		return base, nil, fmt.Errorf("backend %q does not serve a %s file (%s)", cfg.GetBackend(), m.Format, filepath.Base(m.Path))
 	}
 	out := base
 	if cfg.GetPlatform() != "" {
@@ -249,15 +249,22 @@ func describe(inst *serving.Instance, cfg *pb.ModelConfig, auto bool, labels map
 	out.MaxBatchSize = mbs
 	batched := mbs > 0
 	if batched && !m.Batched() {
-		return base, fmt.Errorf("max_batch_size %d needs a model whose inputs and outputs all have a variable first axis (the batch), but %s has %s -> %s; set max_batch_size: 0",
+		return base, nil, fmt.Errorf("max_batch_size %d needs a model whose inputs and outputs all have a variable first axis (the batch), but %s has %s -> %s; set max_batch_size: 0",
 			mbs, filepath.Base(m.Path), serving.Describe(m.Inputs()), serving.Describe(m.Outputs()))
 	}
 	var err error
-	if out.Inputs, err = tensors("input", m.Inputs(), ioOf(cfg.GetInput()), batched, nil); err != nil {
-		return base, err
+	var rin, rout []serving.ReshapeTensor
+	if out.Inputs, rin, err = tensors("input", m.Inputs(), ioOf(cfg.GetInput()), batched, nil); err != nil {
+		return base, nil, err
 	}
-	if out.Outputs, err = tensors("output", m.Outputs(), ioOfOut(cfg.GetOutput()), batched, labels); err != nil {
-		return base, err
+	if out.Outputs, rout, err = tensors("output", m.Outputs(), ioOfOut(cfg.GetOutput()), batched, labels); err != nil {
+		return base, nil, err
+	}
+	var reshape *serving.Reshape
+	if len(rin)+len(rout) > 0 {
+		if reshape, err = serving.NewReshape(m, batched, rin, rout); err != nil {
+			return base, nil, err
+		}
 	}
 	if db := cfg.GetDynamicBatching(); db != nil {
 		out.PreferredBatchSizes = nil
@@ -284,7 +291,7 @@ func describe(inst *serving.Instance, cfg *pb.ModelConfig, auto bool, labels map
 	if cfg.GetDefaultModelFilename() != "" {
 		out.DefaultModelFilename = cfg.GetDefaultModelFilename()
 	}
-	return out, nil
+	return out, reshape, nil
 }
 
 // tensorCfg is an input or output of a configuration, the parts fw reads.
@@ -317,11 +324,14 @@ func ioOfOut(outs []*pb.ModelOutput) []tensorCfg {
 // specs and returns them in the model's order. A configuration that lists
 // none takes the model's; one that lists some must name only tensors the
 // model has, with its datatype and compatible dims.
-func tensors(kind string, specs []engine.TensorSpec, cfgs []tensorCfg, batched bool, labels map[string]string) ([]serving.TensorConfig, error) {
+func tensors(kind string, specs []engine.TensorSpec, cfgs []tensorCfg, batched bool, labels map[string]string) ([]serving.TensorConfig, []serving.ReshapeTensor, error) {
 	byName := map[string]engine.TensorSpec{}
-	for _, sp := range specs {
+	index := map[string]int{}
+	for i, sp := range specs {
 		byName[sp.Name] = sp
+		index[sp.Name] = i
 	}
+	var reshapes []serving.ReshapeTensor
 	auto := func(sp engine.TensorSpec) serving.TensorConfig {
 		dims := sp.Shape
 		if batched && len(dims) > 0 {
@@ -338,22 +348,22 @@ func tensors(kind string, specs []engine.TensorSpec, cfgs []tensorCfg, batched b
 		for i, sp := range specs {
 			out[i] = auto(sp)
 		}
-		return out, nil
+		return out, nil, nil
 	}
 	given := map[string]serving.TensorConfig{}
 	for _, c := range cfgs {
 		sp, ok := byName[c.name]
 		if !ok {
-			return nil, fmt.Errorf("%s %q of the configuration is not in the model, whose %ss are %s", kind, c.name, kind, serving.Describe(specs))
+			return nil, nil, fmt.Errorf("%s %q of the configuration is not in the model, whose %ss are %s", kind, c.name, kind, serving.Describe(specs))
 		}
 		if _, dup := given[c.name]; dup {
-			return nil, fmt.Errorf("%s %q is listed twice in the configuration", kind, c.name)
+			return nil, nil, fmt.Errorf("%s %q is listed twice in the configuration", kind, c.name)
 		}
 		if want := typeName(sp.DType); c.dtype.String() != want {
-			return nil, fmt.Errorf("%s %q: the configuration says %s, the model takes %s", kind, c.name, c.dtype, want)
+			return nil, nil, fmt.Errorf("%s %q: the configuration says %s, the model takes %s", kind, c.name, c.dtype, want)
 		}
 		if len(c.dims) > maxDims || len(c.reshape) > maxDims {
-			return nil, fmt.Errorf("%s %q: at most %d dims", kind, c.name, maxDims)
+			return nil, nil, fmt.Errorf("%s %q: at most %d dims", kind, c.name, maxDims)
 		}
 		modelShape := sp.Shape
 		if batched {
@@ -361,21 +371,28 @@ func tensors(kind string, specs []engine.TensorSpec, cfgs []tensorCfg, batched b
 		}
 		if c.hasReshape {
 			if err := compatible(c.reshape, modelShape); err != nil {
-				return nil, fmt.Errorf("%s %q: reshape %s does not fit the model's shape %s: %v", kind, c.name, serving.ShapeString(c.reshape), serving.ShapeString(modelShape), err)
+				return nil, nil, fmt.Errorf("%s %q: reshape %s does not fit the model's shape %s: %v", kind, c.name, serving.ShapeString(c.reshape), serving.ShapeString(modelShape), err)
 			}
-			if a, b := elements(c.dims), elements(c.reshape); a > 0 && b > 0 && a != b {
-				return nil, fmt.Errorf("%s %q: dims %s hold %d elements, reshape %s holds %d", kind, c.name, serving.ShapeString(c.dims), a, serving.ShapeString(c.reshape), b)
+			a, b := elements(c.dims), elements(c.reshape)
+			if a <= 0 || b <= 0 {
+				return nil, nil, fmt.Errorf("%s %q: dims %s and reshape %s must both be fixed sizes (no -1) for fw to reshape", kind, c.name, serving.ShapeString(c.dims), serving.ShapeString(c.reshape))
 			}
-			return nil, fmt.Errorf("%s %q: reshape is not supported yet; export the model with the shape clients send (%s) or remove reshape", kind, c.name, serving.ShapeString(c.dims))
+			if a != b {
+				return nil, nil, fmt.Errorf("%s %q: dims %s hold %d elements, reshape %s holds %d", kind, c.name, serving.ShapeString(c.dims), a, serving.ShapeString(c.reshape), b)
+			}
+			reshapes = append(reshapes, serving.ReshapeTensor{Index: index[c.name], Dims: c.dims, Model: c.reshape})
 		} else if err := compatible(c.dims, modelShape); err != nil {
-			return nil, fmt.Errorf("%s %q: dims %s do not fit the model's shape %s (without the batch axis when max_batch_size > 0): %v", kind, c.name, serving.ShapeString(c.dims), serving.ShapeString(modelShape), err)
+			return nil, nil, fmt.Errorf("%s %q: dims %s do not fit the model's shape %s (without the batch axis when max_batch_size > 0): %v", kind, c.name, serving.ShapeString(c.dims), serving.ShapeString(modelShape), err)
 		}
 		tc := serving.TensorConfig{Name: c.name, DataType: c.dtype.String(), Dims: append([]int64{}, c.dims...)}
+		if c.hasReshape {
+			tc.Reshape = append([]int64{}, c.reshape...)
+		}
 		if kind == "input" {
 			tc.Format = c.format
 		} else if c.label != "" {
 			if _, ok := labels[c.label]; !ok {
-				return nil, fmt.Errorf("output %q: label_filename %q is not a file in the model's directory", c.name, c.label)
+				return nil, nil, fmt.Errorf("output %q: label_filename %q is not a file in the model's directory", c.name, c.label)
 			}
 			tc.LabelFilename = c.label
 		}
@@ -386,12 +403,12 @@ func tensors(kind string, specs []engine.TensorSpec, cfgs []tensorCfg, batched b
 		if tc, ok := given[sp.Name]; ok {
 			out = append(out, tc)
 		} else if kind == "input" {
-			return nil, fmt.Errorf("the model's input %q is missing from the configuration, which lists %d inputs; list every input or none", sp.Name, len(cfgs))
+			return nil, nil, fmt.Errorf("the model's input %q is missing from the configuration, which lists %d inputs; list every input or none", sp.Name, len(cfgs))
 		} else {
 			out = append(out, auto(sp))
 		}
 	}
-	return out, nil
+	return out, reshapes, nil
 }
 
 // compatible checks that dims (-1 for any size) fit a model shape (-1 or 0

@@ -647,11 +647,11 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 	h := modelhost.New(modelhost.Config{
 		Path: path, Engine: eo, Batcher: bc, SkipWarmup: r.cfg.SkipWarmup, Name: name, Version: vs,
 		Prepare: func(inst *serving.Instance) error {
-			c, err := describe(inst, cfg, auto, labels)
+			c, reshape, err := describe(inst, cfg, auto, labels)
 			if err != nil {
 				return err
 			}
-			inst.Config = c
+			inst.Config, inst.Reshape = c, reshape
 			return nil
 		},
 	}, hostMetrics{r.metrics}, r.log)

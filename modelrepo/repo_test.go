@@ -2,6 +2,7 @@ package modelrepo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -415,5 +416,56 @@ func TestLoadUnloadRacesInference(t *testing.T) {
 	wg.Wait()
 	if wrong.Load() > 0 {
 		t.Fatalf("%d wrong answers", wrong.Load())
+	}
+}
+
+// Triton's densenet_onnx configuration reshapes: clients send [3,224,224]
+// and get [1000], the model takes [1,3,224,224] and gives [1,1000,1,1].
+func TestReshape(t *testing.T) {
+	f := open(t, Config{Roots: []string{samples(t)}, Mode: ModeExplicit, LoadModels: []string{"densenet_onnx"}})
+	inst, err := f.repo.Get("densenet_onnx", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := engine.FormatShape(inst.Inputs()[0].Shape); got != "[3, 224, 224]" {
+		t.Fatalf("client input shape %s", got)
+	}
+	if got := engine.FormatShape(inst.Outputs()[0].Shape); got != "[1000]" {
+		t.Fatalf("client output shape %s", got)
+	}
+	if inst.Config.Inputs[0].Format != "FORMAT_NCHW" || fmt.Sprint(inst.Config.Inputs[0].Reshape) != "[1 3 224 224]" || inst.Config.Outputs[0].LabelFilename != "densenet_labels.txt" {
+		t.Fatalf("config %+v", inst.Config)
+	}
+	x, _ := engine.NewTensor(engine.Float32, []int64{3, 224, 224})
+	for i := range x.Float32s() {
+		x.Float32s()[i] = float32(i%7) * 0.1
+	}
+	out, _, err := serving.Infer(context.Background(), f.repo, inst, []engine.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if engine.FormatShape(out[0].Shape) != "[1000]" {
+		t.Fatalf("output shape %s", engine.FormatShape(out[0].Shape))
+	}
+	// The same as the model run directly on its own shapes.
+	x4 := x
+	x4.Shape = []int64{1, 3, 224, 224}
+	direct, err := inst.Model.Run(context.Background(), []engine.Tensor{x4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range out[0].Float32s() {
+		if v != direct[0].Float32s()[i] {
+			t.Fatalf("element %d: %v, direct %v", i, v, direct[0].Float32s()[i])
+		}
+	}
+	// A client shape that is not the configured dims is refused, even with
+	// the same element count.
+	y := x
+	y.Shape = []int64{224, 3, 224}
+	_, _, err = serving.Infer(context.Background(), f.repo, inst, []engine.Tensor{y})
+	var ie *engine.InputError
+	if !errors.As(err, &ie) || !strings.Contains(ie.Error(), "[3,224,224]") {
+		t.Fatalf("wrong client shape: %v", err)
 	}
 }

@@ -16,7 +16,15 @@ import (
 // the submit, it retries on the instance now serving the same model version,
 // so a reload fails no request.
 func Infer(ctx context.Context, models Models, inst *Instance, inputs []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+	given := inputs
 	for {
+		inputs := given
+		if inst.Reshape != nil {
+			var err error
+			if inputs, err = inst.Reshape.toModel(given); err != nil {
+				return nil, batcher.Timing{}, err
+			}
+		}
 		if _, err := inst.Model.CheckInputs(inputs); err != nil {
 			return nil, batcher.Timing{}, err
 		}
@@ -26,6 +34,9 @@ func Infer(ctx context.Context, models Models, inst *Instance, inputs []engine.T
 				inst = cur
 				continue
 			}
+		}
+		if err == nil && inst.Reshape != nil {
+			inst.Reshape.fromModel(out)
 		}
 		return out, t, err
 	}

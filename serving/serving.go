@@ -39,6 +39,9 @@ type Instance struct {
 	// Config is the model configuration reported by Triton's configuration
 	// extension: config.pbtxt as applied, or completed from the file.
 	Config ModelConfig
+	// Reshape, when set, maps the shapes clients use (the configuration's
+	// dims) to the model's own (its reshape) and back.
+	Reshape *Reshape
 }
 
 // Name is the name the model is served under.
