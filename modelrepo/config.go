@@ -439,4 +439,3 @@ func elements(dims []int64) int64 {
 	}
 	return n
 }
-

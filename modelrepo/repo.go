@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,7 +77,21 @@ type Config struct {
 	Batcher batcher.Config
 	// SkipWarmup skips the warm-up batches (the test vector still runs).
 	SkipWarmup bool
+	// MaxResidentModels and MaxResidentBytes, when positive, bound the
+	// models loaded at once (their files' bytes times their instances):
+	// every model of the repository is then served on demand — loaded by
+	// the first request for it (which waits at most LoadWait, then gets
+	// 503 with Retry-After) — and the least recently used are unloaded to
+	// stay within the bounds. Only the --load-model ones load at start.
+	MaxResidentModels int
+	MaxResidentBytes  int64
+	// LoadWait bounds how long a request waits for its model to load on
+	// demand (default 30 s).
+	LoadWait time.Duration
 }
+
+// onDemand reports whether models load on their first request.
+func (c Config) onDemand() bool { return c.MaxResidentModels > 0 || c.MaxResidentBytes > 0 }
 
 // Metrics is where a repository reports: each model version's series, the
 // server's readiness and reloads (httpapi.Metrics).
@@ -101,6 +116,17 @@ type Repository struct {
 	models   map[string]*model // every model the repository has touched
 	stopping bool
 	busy     sync.WaitGroup // loads, unloads and drains in flight
+	// pending are the on-demand loads in flight, by model name.
+	pending map[string]*pendingLoad
+	// started is when the repository was created: the origin of the
+	// models' last-use times.
+	started time.Time
+}
+
+// pendingLoad is one on-demand load that requests wait for.
+type pendingLoad struct {
+	done chan struct{}
+	err  error // set before done closes
 }
 
 // readiness is the server's State with its reason.
@@ -112,6 +138,7 @@ type readiness struct {
 // servedModel is one model's ready versions, newest first.
 type servedModel struct {
 	versions []*version
+	m        *model
 }
 
 // model is one model of the repository and its versions.
@@ -123,6 +150,14 @@ type model struct {
 	versions map[string]*version
 	// stamp is what the model's files looked like when last loaded (poll).
 	stamp string
+	// used is when a request last looked the model up (nanoseconds since
+	// Repository.started), for least-recently-used eviction.
+	used atomic.Int64
+	// failedAt and failure are the last on-demand load's failure: requests
+	// get it for a while instead of loading a broken model again and again.
+	// Guarded by Repository.mu.
+	failedAt time.Time
+	failure  error
 }
 
 // version is one version of a model: its host while loaded, its state and
@@ -155,7 +190,10 @@ func New(cfg Config, metrics Metrics, log *slog.Logger) (*Repository, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 15 * time.Second
 	}
-	r := &Repository{cfg: cfg, metrics: metrics, log: log, models: map[string]*model{}}
+	if cfg.LoadWait <= 0 {
+		cfg.LoadWait = 30 * time.Second
+	}
+	r := &Repository{cfg: cfg, metrics: metrics, log: log, models: map[string]*model{}, pending: map[string]*pendingLoad{}, started: time.Now()}
 	r.served.Store(&map[string]*servedModel{})
 	r.setState(serving.StateStarting, "loading the models")
 	return r, nil
@@ -247,7 +285,7 @@ func (r *Repository) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if r.cfg.Mode == ModeExplicit {
+	if r.cfg.Mode == ModeExplicit || r.cfg.onDemand() {
 		names = r.startModels(names)
 	}
 	var errs []error
@@ -778,7 +816,7 @@ func (r *Repository) publishLocked() {
 			continue
 		}
 		slices.SortFunc(vs, func(a, b *version) int { return cmpVersion(b.version, a.version) })
-		snap[name] = &servedModel{versions: vs}
+		snap[name] = &servedModel{versions: vs, m: m}
 	}
 	r.served.Store(&snap)
 }
@@ -801,7 +839,13 @@ func (r *Repository) Get(name, version string) (*serving.Instance, error) {
 	snap := *r.served.Load()
 	sm := snap[name]
 	if sm == nil {
+		if r.cfg.onDemand() {
+			return r.loadOnDemand(name, version)
+		}
 		return nil, r.unknown(name, "")
+	}
+	if r.cfg.onDemand() {
+		sm.m.used.Store(int64(time.Since(r.started)))
 	}
 	for _, v := range sm.versions {
 		if version == "" || v.version == version {
@@ -950,4 +994,165 @@ func (r *Repository) Shutdown(ctx context.Context, timeout time.Duration) error 
 		errs = append(errs, fmt.Errorf("shutdown: a model load or drain is still running: %w", ctx.Err()))
 	}
 	return errors.Join(errs...)
+}
+
+// failureMemory is how long an on-demand load's failure is answered
+// before the model is tried again.
+const failureMemory = 10 * time.Second
+
+// loadOnDemand loads a model of the repository that a request asked for,
+// one load per model however many requests wait, then makes room by
+// unloading the least recently used. The request waits at most LoadWait.
+func (r *Repository) loadOnDemand(name, version string) (*serving.Instance, error) {
+	if _, err := r.dir(name); err != nil {
+		return nil, r.unknown(name, version)
+	}
+	deadline := time.Now().Add(r.cfg.LoadWait)
+	for {
+		inst, again, err := r.loadOnDemandOnce(name, version, deadline)
+		if !again || time.Now().After(deadline) {
+			return inst, err
+		}
+	}
+}
+
+// loadOnDemandOnce waits for one on-demand load of the model (starting it
+// unless one is in flight); the bool (again) is true when the model was unloaded
+// again to make room before this request could use it.
+func (r *Repository) loadOnDemandOnce(name, version string, deadline time.Time) (*serving.Instance, bool, error) {
+	r.mu.Lock()
+	if r.stopping {
+		r.mu.Unlock()
+		return nil, false, &serving.ModelError{Kind: serving.ModelNotReady, Model: name, Message: "the server is shutting down", RetryAfter: 1}
+	}
+	if m := r.models[name]; m != nil && m.failure != nil && time.Since(m.failedAt) < failureMemory {
+		err := m.failure
+		r.mu.Unlock()
+		return nil, false, &serving.ModelError{Kind: serving.ModelNotReady, Model: name, RetryAfter: int(failureMemory / time.Second),
+			Message: fmt.Sprintf("failed to load '%s' on demand: %v", name, err)}
+	}
+	p := r.pending[name]
+	if p == nil {
+		p = &pendingLoad{done: make(chan struct{})}
+		r.pending[name] = p
+		r.busy.Add(1)
+		go r.runOnDemand(name, p)
+	}
+	r.mu.Unlock()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		return nil, false, &serving.ModelError{Kind: serving.ModelNotReady, Model: name, RetryAfter: 1,
+			Message: fmt.Sprintf("model '%s' is loading on demand and was not ready within %s; retry", name, r.cfg.LoadWait)}
+	}
+	if p.err != nil {
+		return nil, false, &serving.ModelError{Kind: serving.ModelNotReady, Model: name, RetryAfter: int(failureMemory / time.Second),
+			Message: fmt.Sprintf("failed to load '%s' on demand: %v", name, p.err)}
+	}
+	snap := *r.served.Load()
+	if sm := snap[name]; sm != nil {
+		sm.m.used.Store(int64(time.Since(r.started)))
+		inst, err := r.Get(name, version)
+		return inst, false, err
+	}
+	// Unloaded again to make room before this request could use it (more
+	// models in demand than --max-resident-models): load it once more.
+	return nil, true, &serving.ModelError{Kind: serving.ModelNotReady, Model: name, RetryAfter: 1,
+		Message: fmt.Sprintf("model '%s' was unloaded to make room as soon as it loaded, more models are in demand than --max-resident-models allows; retry", name)}
+}
+
+// runOnDemand is the one load of a model that requests wait for.
+func (r *Repository) runOnDemand(name string, p *pendingLoad) {
+	defer r.busy.Done()
+	err := r.load(context.Background(), name, serving.LoadOptions{})
+	r.mu.Lock()
+	if m := r.models[name]; m != nil {
+		if err != nil {
+			m.failure, m.failedAt = err, time.Now()
+		} else {
+			m.failure = nil
+			m.used.Store(int64(time.Since(r.started)))
+		}
+	}
+	p.err = err
+	delete(r.pending, name)
+	close(p.done)
+	r.mu.Unlock()
+	if err == nil {
+		r.evict(name)
+	}
+}
+
+// residentBytes is what a loaded model counts against MaxResidentBytes:
+// its files' bytes times its engine instances, over its versions.
+func residentBytes(sm *servedModel) int64 {
+	var n int64
+	for _, v := range sm.versions {
+		if inst := v.host.Current(); inst != nil {
+			for _, m := range inst.All() {
+				n += m.Size
+			}
+		}
+	}
+	return n
+}
+
+// evict unloads the least recently used models (never keep, the one just
+// loaded) until the resident ones fit the bounds. Requests already given
+// an evicted model finish on it; later ones load it again.
+func (r *Repository) evict(keep string) {
+	for {
+		snap := *r.served.Load()
+		var total int64
+		for _, sm := range snap {
+			total += residentBytes(sm)
+		}
+		over := (r.cfg.MaxResidentModels > 0 && len(snap) > r.cfg.MaxResidentModels) ||
+			(r.cfg.MaxResidentBytes > 0 && total > r.cfg.MaxResidentBytes)
+		if !over {
+			return
+		}
+		victim, oldest := "", int64(math.MaxInt64)
+		for name, sm := range snap {
+			if u := sm.m.used.Load(); name != keep && u < oldest {
+				victim, oldest = name, u
+			}
+		}
+		if victim == "" {
+			return // only keep is left: a single model larger than the bound still serves
+		}
+		r.log.Info("unloading the least recently used model to stay within the residency bounds", "model", victim,
+			"resident", len(snap), "max_resident_models", r.cfg.MaxResidentModels, "resident_bytes", total, "max_resident_bytes", r.cfg.MaxResidentBytes)
+		r.evictOne(victim)
+	}
+}
+
+// evictOne takes a model out of serving and drains it in the background.
+func (r *Repository) evictOne(name string) {
+	r.mu.Lock()
+	m := r.models[name]
+	if m == nil || r.stopping {
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	m.op.Lock()
+	defer m.op.Unlock()
+	r.mu.Lock()
+	var hosts []*modelhost.Host
+	for vs, v := range m.versions {
+		if v.host != nil {
+			hosts = append(hosts, v.host)
+			r.metrics.Forget(name, vs)
+		}
+		m.versions[vs] = &version{name: name, version: vs, state: serving.ModelUnavailable, reason: "unloaded to make room (least recently used); loads again on its next request"}
+	}
+	m.stamp = ""
+	r.publishLocked()
+	r.mu.Unlock()
+	for _, h := range hosts {
+		r.drain(h)
+	}
 }

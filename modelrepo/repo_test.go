@@ -469,3 +469,65 @@ func TestReshape(t *testing.T) {
 		t.Fatalf("wrong client shape: %v", err)
 	}
 }
+
+// With --max-resident-models every model of the repository loads on its
+// first request and the least recently used are unloaded to make room:
+// clients asking for many more models than fit never see a failure.
+func TestOnDemandEvictionUnderLoad(t *testing.T) {
+	root := t.TempDir()
+	const models, resident = 24, 4
+	for i := range models {
+		copyModel(t, filepath.Join(samples(t), "simple"), root, fmt.Sprintf("m%02d", i))
+	}
+	f := open(t, Config{Roots: []string{root}, Mode: ModeNone, MaxResidentModels: resident, LoadWait: time.Minute})
+	if len(f.repo.Loaded()) != 0 {
+		t.Fatalf("on demand: nothing loads at start, got %d", len(f.repo.Loaded()))
+	}
+	if st, _ := f.repo.State(); st != serving.StateReady {
+		t.Fatalf("ready at once: %v", st)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var failed, done atomic.Int64
+	rounds := 40
+	if testing.Short() {
+		rounds = 10
+	}
+	for c := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				name := fmt.Sprintf("m%02d", (c*7+i*5)%models)
+				if c == 0 {
+					name = "m00" // one hot model, always in demand
+				}
+				if err := inferSimple(ctx, f.repo, name); err != nil {
+					failed.Add(1)
+					t.Errorf("%s: %v", name, err)
+					return
+				}
+				done.Add(1)
+				if n := len(f.repo.Loaded()); n > resident+1 { // +1: a model loads before the LRU one is taken out
+					t.Errorf("%d models resident, bound %d", n, resident)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() != 0 || done.Load() != int64(4*rounds) {
+		t.Fatalf("%d failed, %d done", failed.Load(), done.Load())
+	}
+	evicted := 0
+	for _, m := range f.repo.Index() {
+		if strings.Contains(m.Reason, "least recently used") {
+			evicted++
+		}
+	}
+	if evicted == 0 {
+		t.Fatalf("nothing was evicted: %+v", f.repo.Index())
+	}
+	// A model the repository lacks is still unknown, not loaded on demand.
+	_, err := f.repo.Get("nosuch", "")
+	wantModelError(t, err, serving.ModelUnknown, "Request for unknown model")
+}

@@ -39,6 +39,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	loadModels := ef.List("load-model", "with --model-control-mode explicit: a model to load at start (* for all)")
 	pollSecs := ef.Int("repository-poll-secs", 15, "with --model-control-mode poll: seconds between looks at the repository")
 	shmMode := ef.String("shared-memory", "system", "Triton's system shared memory extension: system (clients on this machine register POSIX shared memory regions and pass tensors through them) or none")
+	maxResident := ef.Int("max-resident-models", 0, "with --model-repository: at most this many models loaded at once; every model of the repository then loads on its first request (which waits at most --timeout, then 503 with Retry-After) and the least recently used are unloaded to make room (0: no bound, models load as the control mode says)")
+	maxResidentBytes := ef.Int64("max-resident-bytes", 0, "with --model-repository: at most this many bytes of model files (times their instances) loaded at once, served on demand as with --max-resident-models (0: no bound)")
 	noAuto := ef.Bool("disable-auto-complete-config", false, "refuse a repository model without config.pbtxt instead of completing its configuration from the model file")
 	host := ef.String("host", "127.0.0.1", "address to listen on; 0.0.0.0 for all interfaces (the container image sets it)")
 	port := ef.Int("port", 8000, "port to listen on")
@@ -115,6 +117,14 @@ Flags:
 		fmt.Fprintln(stderr, "fw serve: --shared-memory must be system or none")
 		return 2
 	}
+	if (*maxResident != 0 || *maxResidentBytes != 0) && len(*repos) == 0 {
+		fmt.Fprintln(stderr, "fw serve: --max-resident-models and --max-resident-bytes need --model-repository")
+		return 2
+	}
+	if *maxResident < 0 || *maxResidentBytes < 0 {
+		fmt.Fprintln(stderr, "fw serve: --max-resident-models and --max-resident-bytes must be 0 (no bound) or positive")
+		return 2
+	}
 	if *pollSecs < 1 {
 		fmt.Fprintln(stderr, "fw serve: --repository-poll-secs must be at least 1")
 		return 2
@@ -185,6 +195,7 @@ Flags:
 		repo, err := modelrepo.New(modelrepo.Config{
 			Roots: *repos, Mode: mode, LoadModels: *loadModels, PollInterval: time.Duration(*pollSecs) * time.Second,
 			DisableAutoComplete: *noAuto, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup,
+			MaxResidentModels: *maxResident, MaxResidentBytes: *maxResidentBytes, LoadWait: *timeout,
 		}, metrics, log)
 		if err != nil {
 			ln.Close()
