@@ -57,6 +57,9 @@ type Config struct {
 	// SharedMemory is the system shared memory registry (shared with the
 	// HTTP front end); nil turns the extension off.
 	SharedMemory *sharedmem.Registry
+	// Logging is Triton's logging extension (the LogSettings call); nil
+	// answers UNIMPLEMENTED.
+	Logging *serving.LogSettings
 }
 
 // Server implements the inference and health services over the models served.

@@ -91,3 +91,41 @@ func (s *Server) CudaSharedMemoryRegister(_ context.Context, req *pb.CudaSharedM
 func (s *Server) CudaSharedMemoryUnregister(context.Context, *pb.CudaSharedMemoryUnregisterRequest) (*pb.CudaSharedMemoryUnregisterResponse, error) {
 	return &pb.CudaSharedMemoryUnregisterResponse{}, nil
 }
+
+// LogSettings implements GRPCInferenceService (Triton's logging
+// extension): the settings, after applying the request's.
+func (s *Server) LogSettings(_ context.Context, req *pb.LogSettingsRequest) (*pb.LogSettingsResponse, error) {
+	if s.cfg.Logging == nil {
+		return nil, status.Error(codes.Unimplemented, "the logging extension is not served")
+	}
+	if len(req.GetSettings()) > 0 {
+		in := map[string]any{}
+		for k, v := range req.GetSettings() {
+			switch c := v.GetParameterChoice().(type) {
+			case *pb.LogSettingsRequest_SettingValue_BoolParam:
+				in[k] = c.BoolParam
+			case *pb.LogSettingsRequest_SettingValue_Uint32Param:
+				in[k] = float64(c.Uint32Param)
+			case *pb.LogSettingsRequest_SettingValue_StringParam:
+				in[k] = c.StringParam
+			}
+		}
+		if err := s.cfg.Logging.Set(in); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	resp := &pb.LogSettingsResponse{Settings: map[string]*pb.LogSettingsResponse_SettingValue{}}
+	for k, v := range s.cfg.Logging.Get() {
+		sv := &pb.LogSettingsResponse_SettingValue{}
+		switch x := v.(type) {
+		case bool:
+			sv.ParameterChoice = &pb.LogSettingsResponse_SettingValue_BoolParam{BoolParam: x}
+		case int:
+			sv.ParameterChoice = &pb.LogSettingsResponse_SettingValue_Uint32Param{Uint32Param: uint32(x)}
+		case string:
+			sv.ParameterChoice = &pb.LogSettingsResponse_SettingValue_StringParam{StringParam: x}
+		}
+		resp.Settings[k] = sv
+	}
+	return resp, nil
+}

@@ -70,6 +70,7 @@ var routedPaths = []string{
 	"/v2/cudasharedmemory/region/{region_name}/register",
 	"/v2/cudasharedmemory/unregister",
 	"/v2/cudasharedmemory/region/{region_name}/unregister",
+	"/v2/logging",
 }
 
 func TestOpenAPIDocument(t *testing.T) {

@@ -50,6 +50,9 @@ type Config struct {
 	// SharedMemory is the system shared memory registry (shared with the
 	// gRPC front end); nil turns the extension off.
 	SharedMemory *sharedmem.Registry
+	// Logging is Triton's logging extension (GET/POST /v2/logging); nil
+	// answers 404.
+	Logging *serving.LogSettings
 }
 
 // DefaultConfig returns the defaults the fw serve flags document.

@@ -64,6 +64,12 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 	if repo, ok := strings.CutPrefix(rest, "/repository"); ok {
 		return s.routeRepository(ctx, repo)
 	}
+	if rest == "/logging" {
+		if s.allow(ctx, "GET", "POST") && s.authorized(ctx) {
+			s.v2Logging(ctx)
+		}
+		return "v2"
+	}
 	if shm, ok := strings.CutPrefix(rest, "/systemsharedmemory"); ok {
 		return s.routeSharedMemory(ctx, false, shm)
 	}
@@ -148,7 +154,7 @@ func (s *Server) v2Ready(ctx *fasthttp.RequestCtx) bool {
 }
 
 func v2NoRoute(ctx *fasthttp.RequestCtx) {
-	writeError(ctx, newError(404, CodeNotFound, fmt.Sprintf("no route %s %s; the V2 routes are GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}[/versions/{v}][/ready] and POST /v2/models/{name}[/versions/{v}]/infer, GET /v2/models/{name}[/versions/{v}]/config and /stats, GET /v2/models/stats, POST /v2/repository/index, /v2/repository/models/{name}/load and /unload", ctx.Method(), ctx.Path()), nil))
+	writeError(ctx, newError(404, CodeNotFound, fmt.Sprintf("no route %s %s; the V2 routes are GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}[/versions/{v}][/ready] and POST /v2/models/{name}[/versions/{v}]/infer, GET /v2/models/{name}[/versions/{v}]/config and /stats, GET /v2/models/stats, POST /v2/repository/index, /v2/repository/models/{name}/load and /unload, /v2/systemsharedmemory/... and /v2/cudasharedmemory/... (status, register, unregister), GET and POST /v2/logging", ctx.Method(), ctx.Path()), nil))
 }
 
 // v2Model returns the loaded instance of name (and version, if given);

@@ -116,3 +116,28 @@ func sharedMemoryError(err error) *APIError {
 	}
 	return newError(400, CodeBadRequest, strings.TrimPrefix(err.Error(), sharedmem.ErrInvalid.Error()+": "), nil)
 }
+
+// v2Logging serves Triton's logging extension: GET /v2/logging reads the
+// settings, POST changes them (serving.LogSettings says which can change).
+func (s *Server) v2Logging(ctx *fasthttp.RequestCtx) {
+	if s.cfg.Logging == nil {
+		writeError(ctx, newError(404, CodeNotFound, "the logging extension is not served by this server", nil))
+		return
+	}
+	if string(ctx.Method()) == "POST" {
+		body, ok := s.repositoryBody(ctx)
+		if !ok {
+			return
+		}
+		var in map[string]any
+		if err := json.Unmarshal(body, &in); err != nil {
+			writeError(ctx, newError(400, CodeInvalidJSON, `the body must be a JSON object of settings such as {"log_verbose_level": 1}: `+err.Error(), nil))
+			return
+		}
+		if err := s.cfg.Logging.Set(in); err != nil {
+			writeError(ctx, newError(400, CodeBadRequest, err.Error(), nil))
+			return
+		}
+	}
+	writeJSON(ctx, 200, s.cfg.Logging.Get())
+}

@@ -137,7 +137,7 @@ Flags:
 		}
 		*model = modelPath
 	}
-	log, err := newLogger(stderr, *logFormat, *logLevel)
+	log, logLevelVar, err := newLevelLogger(stderr, *logFormat, *logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		return 2
@@ -207,14 +207,15 @@ Flags:
 		}
 		life, models = repo, repo
 	}
-	var shm *sharedmem.Registry // one registry for both front ends
+	logSettings := serving.NewLogSettings(logLevelVar, *logFormat) // Triton's logging extension, both front ends
+	var shm *sharedmem.Registry                                    // one registry for both front ends
 	if *shmMode == "system" {
 		shm = sharedmem.New("")
 		defer shm.Close()
 	}
 	srv := httpapi.New(base, httpapi.Config{
 		MaxBodyBytes: *maxBody, MaxRows: *maxRows, MaxImagePixels: *maxPixels, Timeout: *timeout,
-		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts, SharedMemory: shm,
+		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts, SharedMemory: shm, Logging: logSettings,
 	}, models, metrics, log, reg)
 	hs := &fasthttp.Server{
 		Handler:                      srv.Handler,
@@ -236,7 +237,7 @@ Flags:
 	if gln != nil {
 		gsrv = grpcapi.New(base, grpcapi.Config{
 			MaxMessageBytes: int(min(*maxBody, int64(1<<31-1))), MaxRows: *maxRows, Timeout: *timeout,
-			APIKeys: keys, Version: version, SharedMemory: shm,
+			APIKeys: keys, Version: version, SharedMemory: shm, Logging: logSettings,
 		}, models, reg, log)
 		gs = grpc.NewServer(gsrv.ServerOptions()...)
 		gsrv.Register(gs)
@@ -389,18 +390,25 @@ func loadAPIKeys(path string) ([]string, error) {
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	var lv slog.Level
+	log, _, err := newLevelLogger(w, format, level)
+	return log, err
+}
+
+// newLevelLogger is newLogger with its level changeable at run time
+// (Triton's logging extension).
+func newLevelLogger(w io.Writer, format, level string) (*slog.Logger, *slog.LevelVar, error) {
+	lv := new(slog.LevelVar)
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+		return nil, nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(slog.NewTextHandler(w, opts)), lv, nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(slog.NewJSONHandler(w, opts)), lv, nil
 	}
-	return nil, fmt.Errorf("--log-format %q: use text or json", format)
+	return nil, nil, fmt.Errorf("--log-format %q: use text or json", format)
 }
 
 // slogPrintf adapts slog to fasthttp's Logger.

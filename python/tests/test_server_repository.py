@@ -199,3 +199,29 @@ def test_none_mode_refuses_control(repo: Path) -> None:
         assert c.is_model_ready("simple") and c.is_model_ready("nobatch")
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_logging_extension(server: FwServer, proto: str) -> None:
+    c = (
+        httpclient.InferenceServerClient(server.url)
+        if proto == "http"
+        else grpcclient.InferenceServerClient(server.grpc_url)
+    )
+
+    def settings() -> dict:
+        s = c.get_log_settings() if proto == "http" else c.get_log_settings(as_json=True)["settings"]
+        if proto == "grpc":  # {"log_info": {"boolParam": true}, ...}
+            s = {k: next(iter(v.values())) for k, v in s.items()}
+        return s
+
+    assert settings()["log_info"] is True
+    c.update_log_settings({"log_verbose_level": 1})
+    assert int(settings()["log_verbose_level"]) == 1
+    c.update_log_settings({"log_verbose_level": 0, "log_info": False})
+    s = settings()
+    assert s["log_info"] is False and s["log_warning"] is True
+    with pytest.raises(InferenceServerException, match="log_file"):
+        c.update_log_settings({"log_file": "/tmp/elsewhere.log"})
+    c.update_log_settings({"log_info": True})
+    assert settings()["log_info"] is True

@@ -1,0 +1,102 @@
+package serving
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+)
+
+// LogSettings are the server's log settings as Triton's logging extension
+// reads and changes them (GET/POST /v2/logging, the LogSettings call): the
+// level switches drive the logger's level at run time; the log file and
+// format are fixed by the command line and a request to change them is
+// refused with the reason.
+type LogSettings struct {
+	mu    sync.Mutex
+	level *slog.LevelVar
+	// format is the --log-format in force ("text" or "json").
+	format string
+}
+
+// NewLogSettings wraps the logger's level; format is --log-format.
+func NewLogSettings(level *slog.LevelVar, format string) *LogSettings {
+	return &LogSettings{level: level, format: format}
+}
+
+// Get returns the settings in Triton's names.
+func (l *LogSettings) Get() map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lv := l.level.Level()
+	verbose := 0
+	if lv <= slog.LevelDebug {
+		verbose = 1
+	}
+	return map[string]any{
+		"log_file":          "",
+		"log_info":          lv <= slog.LevelInfo,
+		"log_warning":       lv <= slog.LevelWarn,
+		"log_error":         lv <= slog.LevelError,
+		"log_verbose_level": verbose,
+		"log_format":        "default",
+	}
+}
+
+// Set applies Triton's settings (bool for log_info, log_warning and
+// log_error, an integer for log_verbose_level; log_file "" and log_format
+// "default" are accepted as they are). The logger logs everything from the
+// lowest level switched on: errors are always logged, as fw never silences
+// them.
+func (l *LogSettings) Set(in map[string]any) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cur := l.level.Level()
+	info, warning := cur <= slog.LevelInfo, cur <= slog.LevelWarn
+	verbose := cur <= slog.LevelDebug
+	for k, v := range in {
+		switch k {
+		case "log_info", "log_warning", "log_error":
+			b, ok := v.(bool)
+			if !ok {
+				return fmt.Errorf("setting %q must be true or false", k)
+			}
+			switch k {
+			case "log_info":
+				info = b
+			case "log_warning":
+				warning = b
+			case "log_error":
+				if !b {
+					return fmt.Errorf("setting \"log_error\": fw always logs errors; it cannot be switched off")
+				}
+			}
+		case "log_verbose_level":
+			n, ok := v.(float64)
+			if !ok || n < 0 || n != float64(int64(n)) {
+				return fmt.Errorf("setting \"log_verbose_level\" must be a non-negative integer")
+			}
+			verbose = n > 0
+		case "log_file":
+			if s, ok := v.(string); !ok || s != "" {
+				return fmt.Errorf("setting \"log_file\": fw serve logs to standard error; redirect it, the file cannot be changed at run time")
+			}
+		case "log_format":
+			if s, ok := v.(string); !ok || s != "default" {
+				return fmt.Errorf("setting \"log_format\": the format is --log-format (%s) and cannot be changed at run time", l.format)
+			}
+		default:
+			return fmt.Errorf("unknown setting %q; the settings are log_file, log_info, log_warning, log_error, log_verbose_level and log_format", k)
+		}
+	}
+	switch {
+	case verbose:
+		l.level.Set(slog.LevelDebug)
+	case info:
+		l.level.Set(slog.LevelInfo)
+	case warning:
+		l.level.Set(slog.LevelWarn)
+	default:
+		l.level.Set(slog.LevelError)
+	}
+	return nil
+}
