@@ -148,26 +148,31 @@ func versionsToLoad(dir string, cfg *pb.ModelConfig) ([]int64, error) {
 }
 
 // platformFormats are the model file formats each Triton platform or
-// backend name serves in fw.
-var platformFormats = map[string][]engine.Format{
-	"onnxruntime_onnx": {engine.FormatONNX, engine.FormatONNXInt8},
-	"onnxruntime":      {engine.FormatONNX, engine.FormatONNXInt8},
-	"pytorch_libtorch": {engine.FormatTorchScript, engine.FormatQuantized, engine.FormatAOTI},
-	"pytorch":          {engine.FormatTorchScript, engine.FormatQuantized, engine.FormatAOTI},
-	"fw":               nil, // any format fw serves
+// backend name serves in fw (from engine's formats table); "fw" serves any.
+func platformFormats(name string) ([]engine.Format, bool) {
+	if name == "fw" {
+		return nil, true
+	}
+	var out []engine.Format
+	for _, fi := range engine.Formats() {
+		if fi.Platform == name || fi.Backend == name {
+			out = append(out, fi.Format)
+		}
+	}
+	return out, len(out) > 0
 }
 
 // defaultFilenames are the files Triton looks for in a version directory
-// when the configuration names none, by platform or backend.
-var defaultFilenames = map[string][]string{
-	"onnxruntime_onnx": {"model.onnx"},
-	"onnxruntime":      {"model.onnx"},
-	"pytorch_libtorch": {"model.pt", "model.pt2"},
-	"pytorch":          {"model.pt", "model.pt2"},
+// when the configuration names none, for a platform or backend name.
+func defaultFilenames(name string) []string {
+	var out []string
+	for _, fi := range engine.Formats() {
+		if (fi.Platform == name || fi.Backend == name) && !slices.Contains(out, fi.RepositoryFile) {
+			out = append(out, fi.RepositoryFile)
+		}
+	}
+	return out
 }
-
-// modelFileExts are the model files fw recognises in a version directory.
-var modelFileExts = []string{".onnx", ".pt", ".pth", ".pt2", ".ts", ".torchscript"}
 
 // checkPlatform refuses platforms and backends fw does not serve.
 func checkPlatform(cfg *pb.ModelConfig) error {
@@ -175,7 +180,7 @@ func checkPlatform(cfg *pb.ModelConfig) error {
 		if name == "" {
 			continue
 		}
-		if _, ok := platformFormats[name]; !ok {
+		if _, ok := platformFormats(name); !ok {
 			return fmt.Errorf("platform or backend %q is not served by fw; fw serves onnxruntime_onnx (backend onnxruntime), pytorch_libtorch (backend pytorch) and fw's own files (backend fw)", name)
 		}
 	}
@@ -193,7 +198,7 @@ func modelFile(versionDir string, cfg *pb.ModelConfig) (string, error) {
 		return filepath.Join(versionDir, name), nil
 	}
 	for _, key := range []string{cfg.GetPlatform(), cfg.GetBackend()} {
-		for _, name := range defaultFilenames[key] {
+		for _, name := range defaultFilenames(key) {
 			p := filepath.Join(versionDir, name)
 			if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
 				return p, nil
@@ -206,7 +211,7 @@ func modelFile(versionDir string, cfg *pb.ModelConfig) (string, error) {
 	}
 	var found []string
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") || !slices.Contains(modelFileExts, strings.ToLower(filepath.Ext(e.Name()))) || !e.Type().IsRegular() {
+		if strings.HasPrefix(e.Name(), ".") || !slices.Contains(engine.ModelFileExts(), strings.ToLower(filepath.Ext(e.Name()))) || !e.Type().IsRegular() {
 			continue
 		}
 		found = append(found, e.Name())
@@ -232,10 +237,10 @@ func describe(inst *serving.Instance, cfg *pb.ModelConfig, auto bool, labels map
 	if auto {
 		return base, nil, nil
 	}
-	if formats, ok := platformFormats[cfg.GetPlatform()]; ok && formats != nil && !slices.Contains(formats, m.Format) {
+	if formats, ok := platformFormats(cfg.GetPlatform()); ok && formats != nil && !slices.Contains(formats, m.Format) {
 		return base, nil, fmt.Errorf("platform %q does not serve a %s file (%s)", cfg.GetPlatform(), m.Format, filepath.Base(m.Path))
 	}
-	if formats, ok := platformFormats[cfg.GetBackend()]; ok && formats != nil && !slices.Contains(formats, m.Format) {
+	if formats, ok := platformFormats(cfg.GetBackend()); ok && formats != nil && !slices.Contains(formats, m.Format) {
 		return base, nil, fmt.Errorf("backend %q does not serve a %s file (%s)", cfg.GetBackend(), m.Format, filepath.Base(m.Path))
 	}
 	out := base

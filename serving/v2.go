@@ -74,20 +74,18 @@ func Describe(specs []engine.TensorSpec) string {
 	return sb.String()
 }
 
-// Platform is Triton's platform name of a model format.
+// Platform is Triton's platform name of a model format (engine's formats
+// table); "" for a format fw does not know.
 func Platform(f engine.Format) string {
-	if f.ONNX() {
-		return "onnxruntime_onnx"
-	}
-	return "pytorch_libtorch"
+	info, _ := f.Info()
+	return info.Platform
 }
 
-// Backend is Triton's backend name of a model format.
+// Backend is Triton's backend name of a model format; "" for a format fw
+// does not know.
 func Backend(f engine.Format) string {
-	if f.ONNX() {
-		return "onnxruntime"
-	}
-	return "pytorch"
+	info, _ := f.Info()
+	return info.Backend
 }
 
 // Extensions are the protocol extensions fw serves, as GET /v2 and the

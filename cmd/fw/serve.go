@@ -330,7 +330,7 @@ func modelFile(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("--model %s: %w", path, err)
 	}
-	modelExts := []string{".onnx", ".pt", ".pth", ".pt2", ".ts", ".torchscript"}
+	modelExts := engine.ModelFileExts()
 	var found []string
 	for _, e := range entries {
 		name := e.Name()

@@ -349,16 +349,10 @@ func badFile(err error) error {
 	return fault.New(fault.Unprocessable, fault.Code(engine.CodeEngine), err.Error())
 }
 
+// ext is the registry file extension of a format (engine's formats table).
 func ext(format string) string {
-	switch format {
-	case string(engine.FormatONNX):
-		return "onnx"
-	case string(engine.FormatQuantized):
-		return "quant.pt"
-	case string(engine.FormatONNXInt8):
-		return "int8.onnx"
-	case string(engine.FormatAOTI):
-		return "pt2"
+	if info, ok := engine.Format(format).Info(); ok {
+		return info.RegistryExt
 	}
 	return "pt"
 }
