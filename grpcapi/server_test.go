@@ -43,6 +43,7 @@ type fixture struct {
 	health healthpb.HealthClient
 	reg    *prometheus.Registry
 	stats  *serving.Stats
+	addr   string // the server's host:port
 }
 
 type options struct {
@@ -93,7 +94,7 @@ func start(t testing.TB, o options) *fixture {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return &fixture{host: h, srv: srv, client: pb.NewGRPCInferenceServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg, stats: stats}
+	return &fixture{host: h, srv: srv, client: pb.NewGRPCInferenceServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg, stats: stats, addr: ln.Addr().String()}
 }
 
 func callCtx(t testing.TB) context.Context {
