@@ -3,7 +3,9 @@
 // Triton's ModelConfig and ModelStatistics calls, and gRPC health checking
 // (grpc.health.v1) for orchestrators' probes. Requests take the same path as
 // HTTP ones (serving.Infer: the batcher, then the engine), under the same
-// limits and API keys, and are recorded in the same statistics.
+// limits and API keys, and are recorded in the same statistics. Messages may
+// be compressed with gzip or deflate, and are answered in the encoding of the
+// request (compress.go).
 package grpcapi
 
 import (
@@ -34,7 +36,8 @@ import (
 // Config holds the gRPC front end's limits and options.
 type Config struct {
 	// MaxMessageBytes bounds a request message (ResourceExhausted beyond it),
-	// as --max-body-bytes bounds an HTTP body.
+	// as --max-body-bytes bounds an HTTP body: as sent, and decompressed
+	// when it is compressed (compress.go).
 	MaxMessageBytes int
 	// MaxRows bounds the first axis of every input (ResourceExhausted).
 	MaxRows int

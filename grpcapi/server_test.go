@@ -44,6 +44,7 @@ type fixture struct {
 	reg     *prometheus.Registry
 	stats   *serving.Stats
 	metrics *httpapi.Metrics // the host's, which an HTTP front end on it shares
+	addr    string           // the server's host:port
 }
 
 type options struct {
@@ -98,7 +99,7 @@ func start(t testing.TB, o options) *fixture {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	return &fixture{host: h, srv: srv, client: pb.NewGRPCInferenceServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg, stats: h.Current().Stats, metrics: metrics}
+	return &fixture{host: h, srv: srv, client: pb.NewGRPCInferenceServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg, stats: h.Current().Stats, metrics: metrics, addr: ln.Addr().String()}
 }
 
 func callCtx(t testing.TB) context.Context {

@@ -162,12 +162,21 @@ func appendItemError(b []byte, id []byte, e *APIError) []byte {
 // streamNDJSON reads one request per line and writes one response per line,
 // in order, keeping at most BatchConcurrency lines in flight, so any number
 // of lines goes through in bounded memory.
+//
+// A compressed body (Content-Encoding gzip or deflate) is decoded as it is
+// read, and bounded in total by MaxBodyBytes decoded: a few megabytes
+// could otherwise inflate to an endless stream of lines. An error decoding
+// it (or that bound) ends the stream with an error line in place of the
+// line it interrupted.
 func (s *Server) streamNDJSON(ctx *fasthttp.RequestCtx, inst *serving.Instance) {
-	var body io.Reader
+	body, _, aerr := s.requestBody(ctx)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	var raw io.Reader // drained after a compressed body breaks off
 	if ctx.Request.IsBodyStream() {
-		body = ctx.RequestBodyStream()
-	} else {
-		body = bytes.NewReader(ctx.Request.Body())
+		raw = ctx.RequestBodyStream()
 	}
 	maxLine := int(min(s.cfg.MaxBodyBytes, math.MaxInt32))
 	window := s.cfg.BatchConcurrency
@@ -188,6 +197,21 @@ func (s *Server) streamNDJSON(ctx *fasthttp.RequestCtx, inst *serving.Instance) 
 			for n := 0; ; n++ {
 				var err error
 				line, err = readLine(r, line[:0], maxLine)
+				var berr *APIError
+				if errors.As(err, &berr) { // the compressed body broke off: the line is cut short
+					ch := make(chan []byte, 1)
+					ch <- appendItemError(nil, strconv.AppendInt(nil, int64(n), 10), berr)
+					select {
+					case pending <- ch:
+					case <-rctx.Done():
+					}
+					if raw != nil {
+						// As Handler drains after an error: a client still
+						// sending reads the answer instead of a reset.
+						io.CopyN(io.Discard, raw, maxDrainBytes)
+					}
+					return
+				}
 				if len(bytes.TrimSpace(line)) > 0 || errors.Is(err, errLineTooLong) {
 					ch := make(chan []byte, 1)
 					select {

@@ -2,7 +2,10 @@ package httpapi
 
 import (
 	"bytes"
+	"compress/gzip"
+	"compress/zlib"
 	"encoding/binary"
+	"io"
 	"math"
 	"mime/multipart"
 	"strconv"
@@ -152,5 +155,80 @@ func FuzzRouterV2Infer(f *testing.F) {
 		// V2's own error shape on the paths V2 owns; an odd version can
 		// make the path one of fw's.
 		es.checkAnswer(t, resp, bytes.HasPrefix(es.lastPath, []byte("/v2")))
+	})
+}
+
+// FuzzRouterCompressed: compressed bodies (or bytes that only claim to be)
+// on every JSON route, with any Content-Encoding and Accept-Encoding: every
+// answer is a 200 or a documented error, and a compressed answer
+// decompresses.
+func FuzzRouterCompressed(f *testing.F) {
+	es := newEdgeServer(f, "digits_mlp.onnx", Config{MaxBodyBytes: 1 << 20}, batcher.Config{MaxDelay: 0}, nil)
+	name := es.m.Inputs()[0].Name
+	// The seeds stay small: minimizing an input takes the fuzzer time
+	// quadratic in its length. (Their answers are under minCompressBytes,
+	// so TestCompressedResponses and FuzzAcceptEncoding cover compressing
+	// them.)
+	row := strings.TrimSuffix(strings.Repeat("0,", 64), ",")
+	for _, s := range []string{
+		`{"data":[[` + row + `]]}`,
+		`{"inputs":[{"name":"` + name + `","shape":[1,64],"datatype":"FP32","data":[` + row + `]}]}`,
+		`{"requests":[{"data":[[` + row + `]]}]}`,
+		`{"data":[[` + row + `]]}` + "\n" + `{"data":[[1]]}` + "\n",
+	} {
+		for route := range uint8(4) {
+			f.Add([]byte(s), "gzip", true, "gzip", false, route)
+			f.Add([]byte(s), "deflate", true, "deflate;q=0.5, gzip;q=0.1", true, route)
+			f.Add([]byte(s), "deflate", false, "*", false, route)
+		}
+	}
+	f.Add([]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff}, "x-gzip", false, "", true, uint8(1))
+	f.Add([]byte{0x78, 0x9c}, "deflate, identity", false, "gzip", false, uint8(0))
+	f.Add([]byte("{}"), "br", false, "br", false, uint8(3))
+	routes := []struct{ path, ctype string }{
+		{"/predict", "application/json"},
+		{"/v2/models/digits_mlp/infer", "application/json"},
+		{"/predict/batch", "application/json"},
+		{"/predict/batch", "application/x-ndjson"},
+	}
+	// One writer of each, reset per input (a new one allocates a megabyte),
+	// at the fastest level: compressing is most of a run's time.
+	var b bytes.Buffer
+	gz, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed)
+	zl, _ := zlib.NewWriterLevel(&b, zlib.BestSpeed)
+	f.Fuzz(func(t *testing.T, body []byte, enc string, compress bool, accept string, stream bool, route uint8) {
+		if !fuzzable(body, enc, accept) {
+			return
+		}
+		if compress {
+			b.Reset()
+			var w interface {
+				io.WriteCloser
+				Reset(io.Writer)
+			}
+			switch strings.ToLower(strings.TrimSpace(enc)) {
+			case "gzip":
+				w = gz
+			case "deflate":
+				w = zl
+			}
+			if w != nil {
+				w.Reset(&b)
+				w.Write(body)
+				w.Close()
+				body = b.Bytes()
+			}
+		}
+		rt := routes[int(route)%len(routes)]
+		resp := es.serveBody("POST", rt.path, rt.ctype, body, stream, "Content-Encoding", enc, "Accept-Encoding", accept)
+		if resp.StatusCode() == 200 {
+			if ce := string(resp.Header.ContentEncoding()); ce != "" {
+				if _, err := resp.BodyUncompressed(); err != nil || (ce != "gzip" && ce != "deflate") {
+					t.Fatalf("Content-Encoding %q for Accept-Encoding %q: %v", ce, accept, err)
+				}
+			}
+			return // per-line errors of NDJSON travel inside the 200 stream
+		}
+		es.checkAnswer(t, resp, strings.HasPrefix(rt.path, "/v2"))
 	})
 }

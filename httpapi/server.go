@@ -2,6 +2,8 @@
 // prediction endpoints (JSON rows, images, bulk batches), the Open Inference
 // Protocol (KServe V2), health, model metadata, OpenAPI docs and Prometheus
 // metrics. Requests go through the dynamic micro-batcher into the engine.
+// Request bodies may be compressed (Content-Encoding gzip or deflate), and
+// inference responses are compressed when Accept-Encoding asks (compress.go).
 package httpapi
 
 import (
@@ -26,8 +28,9 @@ import (
 // Config holds the server's limits and options. Zero values take the defaults
 // of DefaultConfig.
 type Config struct {
-	// MaxBodyBytes bounds a request body (413 beyond it). NDJSON bulk
-	// requests stream and are bounded per line instead.
+	// MaxBodyBytes bounds a request body (413 beyond it), its decoded size
+	// when it is compressed. NDJSON bulk requests stream and are bounded
+	// per line instead, and a compressed one in total too.
 	MaxBodyBytes int64
 	// MaxRows bounds the rows of one /predict request or one batch item.
 	MaxRows int
@@ -138,6 +141,10 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	s.metrics.inflight.Inc()
 	ep := s.routeSafely(ctx)
+	switch ep {
+	case "predict", "predict_image", "predict_batch", "v2_infer":
+		s.compressResponse(ctx)
+	}
 	s.metrics.inflight.Dec()
 	code := ctx.Response.StatusCode()
 	if code >= 400 && ctx.Request.IsBodyStream() && !drainBody(ctx) {
@@ -328,24 +335,32 @@ func modelError(err error) *APIError {
 	return e
 }
 
-// readBody returns the whole request body, or writes 413 and returns nil.
+// readBody returns the whole request body, decoded when it is compressed
+// (requestBody); or it writes the error (413 beyond MaxBodyBytes, which
+// bounds the decoded size; 415 for an encoding fw does not read; 400 for a
+// body that does not decode) and returns false.
 func (s *Server) readBody(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 	max := s.cfg.MaxBodyBytes
 	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > max {
 		writeError(ctx, tooLarge(int64(cl), max))
 		return nil, false
 	}
-	if !ctx.Request.IsBodyStream() {
-		b := ctx.Request.Body()
+	r, compressed, aerr := s.requestBody(ctx)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return nil, false
+	}
+	if !compressed && !ctx.Request.IsBodyStream() {
+		b := ctx.Request.Body() // read already: no copy
 		if int64(len(b)) > max {
 			writeError(ctx, tooLarge(int64(len(b)), max))
 			return nil, false
 		}
 		return b, true
 	}
-	b, err := io.ReadAll(io.LimitReader(ctx.RequestBodyStream(), max+1))
+	b, err := io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
-		writeError(ctx, newError(400, CodeBadRequest, "could not read the request body: "+err.Error(), nil))
+		writeError(ctx, asAPIError(err))
 		return nil, false
 	}
 	if int64(len(b)) > max {

@@ -587,10 +587,6 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 	if inst == nil || !s.serving(ctx) {
 		return
 	}
-	if ce := strings.ToLower(strings.TrimSpace(string(ctx.Request.Header.Peek("Content-Encoding")))); ce != "" && ce != "identity" {
-		writeError(ctx, newError(415, CodeUnsupportedMedia, fmt.Sprintf("Content-Encoding %q is not accepted; send the request uncompressed", ce), nil))
-		return
-	}
 	body, ok := s.readBody(ctx)
 	if !ok {
 		return

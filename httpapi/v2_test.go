@@ -508,7 +508,8 @@ func TestV2InferErrors(t *testing.T) {
 		{"binary long", append(req(binIn(len(x.Data))), append(x.Data, 1, 2, 3)...), []string{v2HeaderLength, strconv.Itoa(len(req(binIn(len(x.Data)))))}, 400, CodeBadRequest, "3 bytes of binary data follow the JSON header that no input claims"},
 		{"binary size vs shape", append(req(binIn(100)), x.Data[:100]...), []string{v2HeaderLength, strconv.Itoa(len(req(binIn(100))))}, 422, CodeInvalidInput, "needs 1024 bytes of binary data, binary_data_size is 100"},
 		{"binary and data", req(func() map[string]any { m := good(); m["parameters"] = map[string]any{"binary_data_size": 4}; return m }()), nil, 400, CodeBadRequest, `both "data" and parameter "binary_data_size"`},
-		{"gzip", req(good()), []string{"Content-Encoding", "gzip"}, 415, CodeUnsupportedMedia, "uncompressed"},
+		{"brotli", req(good()), []string{"Content-Encoding", "br"}, 415, CodeUnsupportedMedia, "gzip or deflate"},
+		{"not gzip", req(good()), []string{"Content-Encoding", "gzip"}, 400, CodeBadRequest, "not valid gzip"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"encoding/binary"
 	"fmt"
 	"image"
@@ -15,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fw-serve/fw/internal/testbomb"
 )
 
 // A request costs memory in proportion to what it is allowed to be: with the
@@ -102,7 +105,7 @@ func TestPeakMemoryPerRequest(t *testing.T) {
 		body              []byte
 		hdr               []string
 		status            int
-		image             bool // compressed: bounded by the pixel limit, not by the body
+		compressed        bool // an image or a compressed body: bounded by a limit, not by the body
 	}{
 		{"/predict 4096 rows, 60 MB (accepted)", "/predict", "application/json", rowsJSON(4096, wide), nil, 200, false},
 		{"/predict 200,000 rows, 64 MB (refused: --max-rows)", "/predict", "application/json", rowsJSON(200_000, 4), nil, 413, false},
@@ -113,6 +116,10 @@ func TestPeakMemoryPerRequest(t *testing.T) {
 		{"/predict/batch NDJSON 60 MB (accepted, streamed)", "/predict/batch", "application/x-ndjson", ndjson(4000, 60<<20/(4000*64)), nil, 200, false},
 		{"/predict/image 6000x6000 RGBA PNG (accepted, 36 Mpx)", "/predict/image", "image/png", bigPNG(t, 6000, 6000), nil, 200, true},
 		{"/predict/image 7000x7000 PNG (refused: --max-image-pixels)", "/predict/image", "image/png", bigPNG(t, 7000, 7000), nil, 413, true},
+		{"/predict 60 MB gzipped (accepted)", "/predict", "application/json", gzipped(t, rowsJSON(4096, wide)), []string{"Content-Encoding", "gzip"}, 200, true},
+		{"/predict 10 GiB of zeros gzipped (refused: decompressed)", "/predict", "application/json", testbomb.Gzip(10), []string{"Content-Encoding", "gzip"}, 413, true},
+		{"V2 10 GiB of zeros as zlib (refused: decompressed)", "/v2/models/digits_mlp/infer", "application/json", testbomb.Zlib(10), []string{"Content-Encoding", "deflate"}, 413, true},
+		{"NDJSON 10 GiB of zeros gzipped (ended: decompressed)", "/predict/batch", "application/x-ndjson", testbomb.Gzip(10), []string{"Content-Encoding", "gzip"}, 200, true},
 	}
 	for _, c := range cases {
 		if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
@@ -129,10 +136,23 @@ func TestPeakMemoryPerRequest(t *testing.T) {
 		// 4x the body, plus 8 MiB for what any request may touch first
 		// (heap and stack growth, the engine's buffers): a 1 MB body once
 		// measured +5 MB here, all of it such noise.
-		if grew > limit || (!c.image && grew > 4*int64(len(c.body))+8<<20) {
+		if grew > limit || (!c.compressed && grew > 4*int64(len(c.body))+8<<20) {
 			t.Errorf("%s: peak RSS grew by %d bytes for a %d-byte body; want at most 4x the body + 8 MiB, and 256 MiB", c.name, grew, len(c.body))
 		}
 	}
+}
+
+// gzipped is p compressed with gzip.
+func gzipped(t *testing.T, p []byte) []byte {
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	if _, err := w.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }
 
 // bigPNG is a w x h RGBA picture that compresses to little: what a

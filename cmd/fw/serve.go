@@ -52,7 +52,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	threads := ef.Int("threads", 0, "intra-op threads per engine call (0: available CPUs / instances, honouring cgroup quotas)")
 	maxQueue := ef.Int("max-queue", bdef.MaxQueue, "requests allowed to wait; beyond it the server answers 503 with Retry-After")
 	timeout := ef.Duration("timeout", def.Timeout, "longest a request waits for its result (504 beyond it; its work is dropped)")
-	maxBody := ef.Int64("max-body-bytes", def.MaxBodyBytes, "largest request body (413 beyond it); NDJSON streams are bounded per line")
+	maxBody := ef.Int64("max-body-bytes", def.MaxBodyBytes, "largest request body or gRPC message, counted decompressed when compressed (413 or RESOURCE_EXHAUSTED beyond it); NDJSON streams are bounded per line, and in total when compressed")
 	maxRows := ef.Int("max-rows", def.MaxRows, "most rows in one /predict request or batch item (413 beyond it)")
 	maxPixels := ef.Int64("max-image-pixels", def.MaxImagePixels, "largest image (width*height, read from its header before decoding; 413 beyond it)")
 	keysFile := ef.String("api-keys-file", "", "file with one API key per line; when set (or FW_API_KEYS holds comma-separated keys) the prediction and V2 endpoints need `Authorization: Bearer KEY`")

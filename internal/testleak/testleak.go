@@ -1,8 +1,9 @@
 // Package testleak is the goroutine-leak check every package's TestMain
 // runs: go.uber.org/goleak, minus the goroutines fasthttp keeps by design:
 // its process-wide Date header updater, a stopped server's worker-pool
-// cleaner, and a client's connection and address cleaners, which exit after
-// their idle sleep. A server left running still leaks its accept loop, and
+// cleaner, a client's connection and address cleaners, which exit after
+// their idle sleep, and the workers its gzip and deflate compression start
+// once per level and keep (stackless.NewFunc). A server left running still leaks its accept loop, and
 // a client call left hanging its goroutine, which are reported.
 package testleak
 
@@ -20,6 +21,7 @@ func Options() []goleak.Option {
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp/stackless.funcWorker"),
 	}
 }
 

@@ -13,6 +13,7 @@ Shared by test_server_openapi.py (``fw serve``, httpapi/openapi.json) and test_d
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import os
@@ -23,6 +24,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,8 +65,18 @@ class Response:
     def content_type(self) -> str:
         return self.headers.get("content-type", "").split(";")[0].strip().lower()
 
+    @property
+    def data(self) -> bytes:
+        """The body decompressed, when its Content-Encoding is gzip or deflate (zlib)."""
+        enc = self.headers.get("content-encoding", "").strip().lower()
+        if enc == "gzip":
+            return gzip.decompress(self.body)
+        if enc == "deflate":
+            return zlib.decompress(self.body)
+        return self.body
+
     def json(self):
-        return json.loads(self.body)
+        return json.loads(self.data)
 
 
 # ----------------------------------------------------------------------------- the document
@@ -212,19 +224,26 @@ class OpenAPIDoc:
                 assert name.lower() in r.headers, f"{r.method} {r.path} {r.status}: no {name} header"
         if r.status == 405:
             assert "allow" in r.headers, f"{r.method} {r.path}: 405 without an Allow header"
+        if "content-encoding" in r.headers and (
+            ct in NDJSON or ct in ("application/json", "application/octet-stream")
+        ):
+            assert any(n.lower() == "content-encoding" for n in resp.get("headers", {})), (
+                f"{r.method} {r.path} {r.status}: compressed ({r.headers['content-encoding']}), "
+                "but the document declares no Content-Encoding header for it"
+            )
         v = self.validator_for(f"{ptr}/content/{escape(ct)}/schema")
         if ct == "application/json":
             v.validate(r.json())
         elif ct in NDJSON:
-            for line in r.body.decode().splitlines():
+            for line in r.data.decode().splitlines():
                 if line.strip():
                     v.validate(json.loads(line))
         elif ct == "application/octet-stream" and "inference-header-content-length" in r.headers:
             n = int(r.headers["inference-header-content-length"])
             # Binary extension: the JSON part is the application/json response.
-            self.validator_for(f"{ptr}/content/application~1json/schema").validate(json.loads(r.body[:n]))
+            self.validator_for(f"{ptr}/content/application~1json/schema").validate(json.loads(r.data[:n]))
         elif ct.startswith("text/") and self.validate_text:
-            v.validate(r.body.decode())
+            v.validate(r.data.decode())
 
 
 # ----------------------------------------------------------------------------- the process

@@ -300,6 +300,42 @@ def test_stream(serve) -> None:
     assert "64" in str(errors[0]) or "needs" in str(errors[0])
 
 
+@pytest.mark.parametrize("alg", ["gzip", "deflate"])
+def test_compression(serve, alg: str) -> None:
+    """tritonclient.grpc's compression_algorithm (grpcio's gzip and deflate, which is zlib): unary, streaming
+    and asyncio calls are answered as uncompressed ones are; fw answers in the request's encoding, which
+    grpcio decodes."""
+    srv = serve("digits_mlp.onnx")
+    ins, outs, atol, rtol, _ = _vector(MODELS / "digits_mlp.onnx")
+    x = {"input": np.resize(ins["input"], (64, 64)).astype(np.float32)}
+    with grpcclient.InferenceServerClient(srv.grpc_url) as c:
+        want = c.infer("digits_mlp", _inputs(x, grpcclient)).as_numpy("logits")
+        got = c.infer("digits_mlp", _inputs(x, grpcclient), compression_algorithm=alg).as_numpy("logits")
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_allclose(
+            c.infer("digits_mlp", _inputs(ins, grpcclient), compression_algorithm=alg).as_numpy("logits"),
+            outs["logits"],
+            atol=atol,
+            rtol=rtol,
+        )
+        answers: queue.Queue = queue.Queue()
+        c.start_stream(callback=lambda result, error: answers.put((result, error)), compression_algorithm=alg)
+        for k in range(3):
+            c.async_stream_infer("digits_mlp", _inputs(x, grpcclient), request_id=f"z{k}")
+        got = [answers.get(timeout=30) for _ in range(3)]
+        c.stop_stream()
+    for result, error in got:
+        assert error is None, error
+        np.testing.assert_array_equal(result.as_numpy("logits"), want)
+
+    async def main() -> np.ndarray:
+        async with aioclient.InferenceServerClient(srv.grpc_url) as a:
+            r = await a.infer("digits_mlp", _inputs(x, aioclient), compression_algorithm=alg)
+            return r.as_numpy("logits")
+
+    np.testing.assert_array_equal(asyncio.run(main()), want)
+
+
 def test_aio_client(serve) -> None:
     srv = serve("digits_mlp.onnx")
     ins, outs, atol, rtol, _ = _vector(MODELS / "digits_mlp.onnx")

@@ -14,6 +14,7 @@ import gzip
 import json
 import struct
 import threading
+import zlib
 
 import pytest
 from openapi_check import (
@@ -518,9 +519,15 @@ def test_v2_infer(server: Server) -> None:
         (json.dumps({"inputs": [dict(V2_INPUT, name="x")]}).encode(), {}, 422, "invalid_input"),
         (
             json.dumps({"inputs": [V2_INPUT]}).encode(),
-            {"Content-Encoding": "gzip"},
+            {"Content-Encoding": "br"},
             415,
             "unsupported_media_type",
+        ),
+        (
+            json.dumps({"inputs": [V2_INPUT]}).encode(),
+            {"Content-Encoding": "gzip"},
+            400,
+            "bad_request",
         ),
         (
             json.dumps({"inputs": [V2_INPUT]}).encode(),
@@ -539,6 +546,140 @@ def test_v2_infer_errors(server: Server, body, headers, status, code) -> None:
         expect=status,
     )
     assert code_of(r) == code
+
+
+# ----------------------------------------------------------------------------- compression
+
+COMPRESS = {
+    "gzip": ("gzip", gzip.compress),
+    "deflate": ("deflate", zlib.compress),  # what tritonclient sends as deflate: zlib
+    "deflate-raw": ("deflate", lambda b: zlib.compress(b, wbits=-15)),  # bare deflate data
+}
+
+
+@pytest.mark.parametrize("how", sorted(COMPRESS))
+def test_compressed_requests(server: Server, how: str) -> None:
+    """A compressed body answers as the same body uncompressed, on every POST endpoint."""
+    enc, compress = COMPRESS[how]
+    bodies = [
+        ("/predict", "application/json", json.dumps({"data": [DIGIT, DIGIT]}).encode(), {}),
+        ("/predict/image", "image/png", png(), {}),
+        (
+            "/predict/batch",
+            "application/json",
+            json.dumps({"requests": [{"id": "a", "data": [DIGIT]}]}).encode(),
+            {},
+        ),
+        ("/predict/batch", "application/x-ndjson", (json.dumps({"data": [FLAT]}) + "\n").encode() * 3, {}),
+        ("/v2/models/digits_cnn/infer", "application/json", json.dumps({"inputs": [V2_INPUT]}).encode(), {}),
+    ]
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "shape": [1, 1, 8, 8],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": 256},
+                }
+            ],
+            "outputs": [{"name": "logits", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    binary = {"Inference-Header-Content-Length": str(len(header))}  # the JSON part of the uncompressed body
+    bodies.append(
+        (
+            "/v2/models/digits_cnn/infer",
+            "application/octet-stream",
+            header + struct.pack("<64f", *FLAT),
+            binary,
+        )
+    )
+    for path, ctype, body, extra in bodies:
+        want = server.call("POST", path, body=body, headers={"Content-Type": ctype, **extra}, expect=200)
+        got = server.call(
+            "POST",
+            path,
+            body=compress(body),
+            headers={"Content-Type": ctype, "Content-Encoding": enc, **extra},
+            expect=200,
+        )
+        assert got.body == want.body, (path, ctype)
+        assert got.headers.get("inference-header-content-length") == want.headers.get(
+            "inference-header-content-length"
+        )
+
+
+@pytest.mark.parametrize("enc", ["gzip", "deflate"])
+def test_compressed_responses(server: Server, enc: str) -> None:
+    """Accept-Encoding gets a compressed inference answer (1 KiB or more), documented and read back whole."""
+    rows = {"data": [DIGIT] * 16}
+    plain = server.call("POST", "/predict", json_body=rows, expect=200)
+    r = server.call("POST", "/predict", json_body=rows, headers={"Accept-Encoding": enc}, expect=200)
+    assert r.headers["content-encoding"] == enc and len(r.body) < len(plain.body) and r.data == plain.body
+    assert "accept-encoding" in r.headers["vary"].lower()
+    small = server.call(
+        "POST", "/predict", json_body={"data": [DIGIT]}, headers={"Accept-Encoding": enc}, expect=200
+    )
+    assert "content-encoding" not in small.headers
+    v2 = {
+        "inputs": [dict(V2_INPUT, shape=[32, 1, 8, 8], data=FLAT * 32)],
+        "parameters": {"binary_data_output": True},
+    }
+    plain = server.call("POST", "/v2/models/digits_cnn/infer", json_body=v2, expect=200)
+    r = server.call(
+        "POST", "/v2/models/digits_cnn/infer", json_body=v2, headers={"Accept-Encoding": enc}, expect=200
+    )
+    assert r.headers["content-encoding"] == enc and r.data == plain.body
+    assert r.headers["inference-header-content-length"] == plain.headers["inference-header-content-length"]
+    lines = (json.dumps({"data": [FLAT]}) + "\n").encode() * 20
+    r = server.call(
+        "POST",
+        "/predict/batch",
+        body=lines,
+        headers={"Content-Type": "application/x-ndjson", "Accept-Encoding": enc},
+        expect=200,
+    )
+    assert "content-encoding" not in r.headers and len(r.body.splitlines()) == 20
+
+
+def test_compressed_errors(server: Server, small_server: Server) -> None:
+    """A bomb is a 413 once --max-body-bytes is decompressed; a broken stream a 400; another encoding a 415."""
+    bomb = gzip.compress(b" " * 500_000)  # 500 KB of spaces in under 1000 bytes, the limit
+    assert len(bomb) < 1000
+    r = small_server.call(
+        "POST",
+        "/predict",
+        body=bomb,
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        expect=413,
+    )
+    assert code_of(r) == "payload_too_large" and "decompresses" in r.json()["error"]["message"]
+    r = small_server.call(
+        "POST",
+        "/v2/models/digits_cnn/infer",
+        body=zlib.compress(b" " * 500_000),
+        headers={"Content-Type": "application/json", "Content-Encoding": "deflate"},
+        expect=413,
+    )
+    assert code_of(r) == "payload_too_large"
+    body = gzip.compress(json.dumps({"data": [DIGIT]}).encode())
+    r = server.call(
+        "POST",
+        "/predict",
+        body=body[:-10],
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        expect=400,
+    )
+    assert code_of(r) == "bad_request" and "send it uncompressed" in r.json()["error"]["message"]
+    r = server.call(
+        "POST",
+        "/predict",
+        body=body,
+        headers={"Content-Type": "application/json", "Content-Encoding": "br"},
+        expect=415,
+    )
+    assert r.json()["error"]["details"]["accepted_encodings"] == ["gzip", "deflate", "identity"]
 
 
 # ----------------------------------------------------------------------------- coverage
