@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +64,10 @@ type Config struct {
 	// Logging is Triton's logging extension (the LogSettings call); nil
 	// answers UNIMPLEMENTED.
 	Logging *serving.LogSettings
+	// Restricted are the API categories that need a header
+	// (--grpc-restricted-protocol, tritonserver's flag; the header is the
+	// key with the prefix "triton-grpc-protocol-", as Triton reads it).
+	Restricted serving.Restrictions
 }
 
 // Server implements the inference and health services over the models served.
@@ -143,8 +148,52 @@ var open = map[string]bool{
 	"/grpc.health.v1.Health/List":                 true,
 }
 
-// authorize checks the Bearer key in constant time when keys are configured.
+// methodCategory is the API category of a call, as Triton's
+// --grpc-restricted-protocol names them.
+func methodCategory(method string) string {
+	name := method[strings.LastIndexByte(method, '/')+1:]
+	switch {
+	case strings.HasPrefix(method, "/grpc.health.v1."), name == "ServerLive", name == "ServerReady", name == "ModelReady":
+		return "health"
+	case name == "ServerMetadata", name == "ModelMetadata":
+		return "metadata"
+	case name == "ModelInfer", name == "ModelStreamInfer":
+		return "inference"
+	case name == "ModelConfig":
+		return "model-config"
+	case name == "ModelStatistics":
+		return "statistics"
+	case strings.HasPrefix(name, "Repository"):
+		return "model-repository"
+	case strings.HasSuffix(name, "SharedMemoryStatus"), strings.HasSuffix(name, "SharedMemoryRegister"), strings.HasSuffix(name, "SharedMemoryUnregister"):
+		return "shared-memory"
+	case name == "TraceSetting":
+		return "trace"
+	case name == "LogSettings":
+		return "logging"
+	}
+	return ""
+}
+
+// restrictedPrefix is what Triton puts before a restricted protocol's
+// header key in the call's metadata.
+const restrictedPrefix = "triton-grpc-protocol-"
+
+// authorize checks the restricted protocols' headers, then the Bearer key
+// in constant time when keys are configured.
 func (s *Server) authorize(ctx context.Context, method string) error {
+	if s.cfg.Restricted.Any() {
+		md, _ := metadata.FromIncomingContext(ctx)
+		get := func(k string) string {
+			if v := md.Get(k); len(v) > 0 {
+				return v[0]
+			}
+			return ""
+		}
+		if missing := s.cfg.Restricted.Check(methodCategory(method), restrictedPrefix, get); missing != "" {
+			return status.Errorf(codes.PermissionDenied, "This protocol is restricted, expecting header '%s' (fw serve --grpc-restricted-protocol restricts the %s protocol)", missing, methodCategory(method))
+		}
+	}
 	if !s.keys.Required() || open[method] {
 		return nil
 	}

@@ -12,6 +12,7 @@ const (
 	CodeBadRequest       = "bad_request"            // 400
 	CodeBadImage         = "bad_image"              // 400
 	CodeUnauthorized     = "unauthorized"           // 401
+	CodeForbidden        = "forbidden"              // 403
 	CodeNotFound         = "not_found"              // 404
 	CodeLoadFailed       = "load_failed"            // 400
 	CodeControlDisabled  = "control_disabled"       // 400

@@ -7,9 +7,6 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// CodeForbidden is the error code of a request refused for its Host (403).
-const CodeForbidden = "forbidden"
-
 // hostAllowed refuses (403, the error shape) a request whose Host header
 // Config.Hosts does not accept: a page on another name reaching a
 // loopback-bound server through DNS rebinding. The health paths stay open

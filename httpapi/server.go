@@ -56,6 +56,9 @@ type Config struct {
 	// Logging is Triton's logging extension (GET/POST /v2/logging); nil
 	// answers 404.
 	Logging *serving.LogSettings
+	// Restricted are the API categories that need a header
+	// (--http-restricted-api, tritonserver's flag).
+	Restricted serving.Restrictions
 }
 
 // DefaultConfig returns the defaults the fw serve flags document.
@@ -173,6 +176,9 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) string {
 		return "other"
 	}
 	path := ctx.Path()
+	if s.cfg.Restricted.Any() && !s.allowedCategory(ctx, routeCategory(path)) {
+		return "other"
+	}
 	switch string(path) {
 	case "/predict":
 		if s.allow(ctx, "POST") && s.authorized(ctx) {
@@ -236,6 +242,63 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) string {
 	}
 	writeError(ctx, newError(404, CodeNotFound, fmt.Sprintf("no route %s %s; see GET /docs for the API", ctx.Method(), path), nil))
 	return "other"
+}
+
+// routeCategory is the API category of a path, as Triton's restricted-API
+// flag names them ("" for what no flag restricts: docs, metrics).
+func routeCategory(path []byte) string {
+	p := string(path)
+	switch {
+	case strings.HasPrefix(p, "/predict"):
+		return "inference"
+	case p == "/model":
+		return "metadata"
+	case strings.HasPrefix(p, "/health"):
+		return "health"
+	case p == "/v2" || p == "/v2/":
+		return "metadata"
+	case strings.HasPrefix(p, "/v2/health"):
+		return "health"
+	case strings.HasPrefix(p, "/v2/repository"):
+		return "model-repository"
+	case strings.HasPrefix(p, "/v2/systemsharedmemory"), strings.HasPrefix(p, "/v2/cudasharedmemory"):
+		return "shared-memory"
+	case strings.HasPrefix(p, "/v2/logging"):
+		return "logging"
+	case strings.HasPrefix(p, "/v2/trace"):
+		return "trace"
+	case strings.HasPrefix(p, "/v2/models/"):
+		tail := strings.TrimSuffix(p, "/")
+		switch tail[strings.LastIndexByte(tail, '/')+1:] {
+		case "stats":
+			return "statistics"
+		case "ready":
+			return "health"
+		case "infer", "generate", "generate_stream":
+			return "inference"
+		case "config":
+			return "model-config"
+		}
+		return "metadata"
+	}
+	return ""
+}
+
+// allowedCategory answers 403 when the category is restricted and the
+// request lacks its header (Triton's sentence first).
+func (s *Server) allowedCategory(ctx *fasthttp.RequestCtx, category string) bool {
+	if category == "" {
+		return true
+	}
+	missing := s.cfg.Restricted.Check(category, "", func(k string) string { return string(ctx.Request.Header.Peek(k)) })
+	if missing == "" {
+		return true
+	}
+	writeError(ctx, newError(403, CodeForbidden, fmt.Sprintf("This API is restricted, expecting header '%s' (fw serve --http-restricted-api restricts the %s API)", missing, category), map[string]any{"category": category}))
+	if strings.HasPrefix(string(ctx.Path()), "/v2") {
+		v2ErrorBody(ctx)
+	}
+	return false
 }
 
 // allow answers 405 unless the method is one of methods.

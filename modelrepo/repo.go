@@ -437,12 +437,9 @@ func (r *Repository) Unload(ctx context.Context, name string) error {
 }
 
 func (r *Repository) controlDisabled(name string) error {
-	why := "the model control mode is NONE"
-	if r.cfg.Mode == ModePoll {
-		why = "polling is enabled"
-	}
+	// Triton's sentence, whichever of none and poll the mode is.
 	return &serving.ModelError{Kind: serving.ModelControlDisabled, Model: name,
-		Message: fmt.Sprintf("explicit model load / unload is not allowed if %s; start fw serve with --model-control-mode explicit to load and unload models over the API", why)}
+		Message: fmt.Sprintf("explicit model load / unload is not allowed if polling is enabled (the model control mode is %s); start fw serve with --model-control-mode explicit to load and unload models over the API", r.cfg.Mode)}
 }
 
 // failed builds the error of a load that did not happen, with Triton's

@@ -172,7 +172,7 @@ func (o one) Index() []ModelStatus {
 
 func (o one) control(name string) error {
 	return &ModelError{Kind: ModelControlDisabled, Model: name,
-		Message: "explicit model load / unload is not allowed: this server was started with --model FILE; start it with --model-repository DIR --model-control-mode explicit to load and unload models"}
+		Message: "explicit model load / unload is not allowed if polling is enabled (this server was started with --model FILE); start it with --model-repository DIR --model-control-mode explicit to load and unload models"}
 }
 
 func (o one) Load(_ context.Context, name string, _ LoadOptions) error { return o.control(name) }

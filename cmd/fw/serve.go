@@ -41,6 +41,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	shmMode := ef.String("shared-memory", "system", "Triton's system shared memory extension: system (clients on this machine register POSIX shared memory regions and pass tensors through them) or none")
 	maxResident := ef.Int("max-resident-models", 0, "with --model-repository: at most this many models loaded at once; every model of the repository then loads on its first request (which waits at most --timeout, then 503 with Retry-After) and the least recently used are unloaded to make room (0: no bound, models load as the control mode says)")
 	maxResidentBytes := ef.Int64("max-resident-bytes", 0, "with --model-repository: at most this many bytes of model files (times their instances) loaded at once, served on demand as with --max-resident-models (0: no bound)")
+	httpRestricted := ef.List("http-restricted-api", "restrict an API category to requests with a header, as tritonserver's flag: CATEGORY[,CATEGORY...]:KEY=VALUE (categories health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging); others answer 403")
+	grpcRestricted := ef.List("grpc-restricted-protocol", "the same for gRPC calls, whose metadata must carry triton-grpc-protocol-KEY: VALUE (tritonserver's flag); others answer PERMISSION_DENIED")
 	noAuto := ef.Bool("disable-auto-complete-config", false, "refuse a repository model without config.pbtxt instead of completing its configuration from the model file")
 	host := ef.String("host", "127.0.0.1", "address to listen on; 0.0.0.0 for all interfaces (the container image sets it)")
 	port := ef.Int("port", 8000, "port to listen on")
@@ -123,6 +125,16 @@ Flags:
 	}
 	if *maxResident < 0 || *maxResidentBytes < 0 {
 		fmt.Fprintln(stderr, "fw serve: --max-resident-models and --max-resident-bytes must be 0 (no bound) or positive")
+		return 2
+	}
+	restrictedHTTP, err := serving.ParseRestrictions(*httpRestricted, "api")
+	if err != nil {
+		fmt.Fprintf(stderr, "fw serve: --http-restricted-api: %v\n", err)
+		return 2
+	}
+	restrictedGRPC, err := serving.ParseRestrictions(*grpcRestricted, "protocol")
+	if err != nil {
+		fmt.Fprintf(stderr, "fw serve: --grpc-restricted-protocol: %v\n", err)
 		return 2
 	}
 	if *pollSecs < 1 {
@@ -216,6 +228,7 @@ Flags:
 	srv := httpapi.New(base, httpapi.Config{
 		MaxBodyBytes: *maxBody, MaxRows: *maxRows, MaxImagePixels: *maxPixels, Timeout: *timeout,
 		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts, SharedMemory: shm, Logging: logSettings,
+		Restricted: restrictedHTTP,
 	}, models, metrics, log, reg)
 	hs := &fasthttp.Server{
 		Handler:                      srv.Handler,
@@ -237,7 +250,7 @@ Flags:
 	if gln != nil {
 		gsrv = grpcapi.New(base, grpcapi.Config{
 			MaxMessageBytes: int(min(*maxBody, int64(1<<31-1))), MaxRows: *maxRows, Timeout: *timeout,
-			APIKeys: keys, Version: version, SharedMemory: shm, Logging: logSettings,
+			APIKeys: keys, Version: version, SharedMemory: shm, Logging: logSettings, Restricted: restrictedGRPC,
 		}, models, reg, log)
 		gs = grpc.NewServer(gsrv.ServerOptions()...)
 		gsrv.Register(gs)

@@ -225,3 +225,68 @@ def test_logging_extension(server: FwServer, proto: str) -> None:
         c.update_log_settings({"log_file": "/tmp/elsewhere.log"})
     c.update_log_settings({"log_info": True})
     assert settings()["log_info"] is True
+
+
+def test_restricted_apis(repo: Path) -> None:
+    """tritonserver's --http-restricted-api and --grpc-restricted-protocol, read unchanged."""
+    srv = FwServer(
+        FW_BIN, None, "--model-repository", str(repo), "--model-control-mode", "explicit", "--load-model", "simple",
+        "--http-restricted-api", "model-repository:admin-key=admin-value",
+        "--http-restricted-api", "inference,metadata:infer-key=infer-value",
+        "--grpc-restricted-protocol", "model-repository:admin-key=admin-value",
+        "--grpc-restricted-protocol", "inference,health:infer-key=infer-value",
+        grpc=True,
+    )  # fmt: skip
+    try:
+        srv.wait_ready()
+        h = httpclient.InferenceServerClient(srv.url)
+        h.get_inference_statistics("simple")  # not restricted
+        with pytest.raises(
+            InferenceServerException, match="This API is restricted, expecting header 'infer-key'"
+        ):
+            h.get_server_metadata()
+        assert h.get_server_metadata({"infer-key": "infer-value"})["name"] == "fw"
+        with pytest.raises(InferenceServerException, match="This API is restricted"):
+            h.unload_model("simple", headers={"infer-key": "infer-value"})
+        h.load_model("simple", headers={"admin-key": "admin-value"})
+        ins, a, b = _simple_inputs(httpclient)
+        with pytest.raises(InferenceServerException, match="This API is restricted"):
+            h.infer("simple", ins)
+        np.testing.assert_array_equal(
+            h.infer("simple", ins, headers={"infer-key": "infer-value"}).as_numpy("OUTPUT0"), a + b
+        )
+
+        g = grpcclient.InferenceServerClient(srv.grpc_url)
+        p = "triton-grpc-protocol-"
+        g.get_inference_statistics("simple")
+        with pytest.raises(InferenceServerException, match="This protocol is restricted"):
+            g.is_server_live()
+        assert g.is_server_live({p + "infer-key": "infer-value"})
+        with pytest.raises(InferenceServerException, match="This protocol is restricted"):
+            g.unload_model("simple", headers={p + "infer-key": "infer-value"})
+        gins, _, _ = _simple_inputs(grpcclient)
+        with pytest.raises(InferenceServerException, match="This protocol is restricted"):
+            g.infer("simple", gins, headers={"test": "1"})
+        g.infer("simple", gins, headers={p + "infer-key": "infer-value"})
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["model-reposit,health:k1=v1"], "unknown restricted api 'model-reposit'"),
+        (
+            ["model-repository,health:k1=v1", "metadata,health:k2=v2"],
+            "api 'health' can not be specified in multiple config groups",
+        ),
+    ],
+)
+def test_restricted_api_flags_refused(repo: Path, flags: list[str], message: str) -> None:
+    import subprocess
+
+    args = [str(FW_BIN), "serve", "--model-repository", str(repo), "--port", "0"]
+    for f in flags:
+        args += ["--http-restricted-api", f]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
