@@ -591,7 +591,13 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 	if !ok {
 		return
 	}
-	req, aerr := parseV2Request(body, ctx.Request.Header.Peek(v2HeaderLength), inst.Inputs(), inst.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows), s.cfg.SharedMemory)
+	var req *v2Request
+	var aerr *APIError
+	if hdr := ctx.Request.Header.Peek(v2HeaderLength); isRawBinary(hdr) {
+		req, aerr = parseRawBinary(body, inst)
+	} else {
+		req, aerr = parseV2Request(body, hdr, inst.Inputs(), inst.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows), s.cfg.SharedMemory)
+	}
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
