@@ -38,6 +38,7 @@ var supported = map[string]bool{
 	"output.reshape": true, "output.reshape.shape": true, "output.label_filename": true,
 	"dynamic_batching": true, "dynamic_batching.preferred_batch_size": true,
 	"dynamic_batching.max_queue_delay_microseconds": true, "dynamic_batching.preserve_ordering": true,
+	"dynamic_batching.default_queue_policy": true, "dynamic_batching.default_queue_policy.max_queue_size": true,
 	"instance_group": true, "instance_group.name": true, "instance_group.count": true,
 	"instance_group.kind": true, "instance_group.gpus": true,
 	"version_policy": true, "version_policy.latest": true, "version_policy.latest.num_versions": true,

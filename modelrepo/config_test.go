@@ -55,3 +55,13 @@ func FuzzParseConfig(f *testing.F) {
 		_, _ = modelFile(t.TempDir(), cfg)
 	})
 }
+
+func TestQueuePolicyMaxQueueSize(t *testing.T) {
+	cfg, err := parseConfig([]byte(`max_batch_size: 8 dynamic_batching { default_queue_policy { max_queue_size: 1 } }`), false)
+	if err != nil || cfg.GetDynamicBatching().GetDefaultQueuePolicy().GetMaxQueueSize() != 1 {
+		t.Fatalf("%v %v", cfg, err)
+	}
+	if _, err := parseConfig([]byte(`dynamic_batching { default_queue_policy { timeout_action: DELAY } }`), false); err == nil || !strings.Contains(err.Error(), "default_queue_policy.timeout_action") {
+		t.Fatalf("timeout_action: %v", err)
+	}
+}

@@ -656,6 +656,9 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 		}
 		if db := cfg.GetDynamicBatching(); db != nil {
 			bc.MaxDelay = time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond
+			if n := db.GetDefaultQueuePolicy().GetMaxQueueSize(); n > 0 {
+				bc.MaxQueue = int(min(n, 1<<20)) // beyond it: 503 with Retry-After, as Triton's UNAVAILABLE
+			}
 		} else {
 			bc.MaxDelay = 0 // Triton's default scheduler: no waiting for more work
 		}

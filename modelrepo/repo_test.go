@@ -531,3 +531,17 @@ func TestOnDemandEvictionUnderLoad(t *testing.T) {
 	_, err := f.repo.Get("nosuch", "")
 	wantModelError(t, err, serving.ModelUnknown, "Request for unknown model")
 }
+
+// dynamic_batching.default_queue_policy.max_queue_size bounds the model's
+// queue (beyond it: 503, Triton's UNAVAILABLE).
+func TestQueuePolicyBoundsTheQueue(t *testing.T) {
+	f := open(t, Config{Roots: []string{samples(t)}, Mode: ModeExplicit})
+	err := f.repo.Load(context.Background(), "simple", serving.LoadOptions{Config: []byte(`{"max_batch_size": 8, "dynamic_batching": {"default_queue_policy": {"max_queue_size": 1}}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := f.repo.Get("simple", "")
+	if err != nil || inst.Batcher.Config().MaxQueue != 1 {
+		t.Fatalf("%v, max queue %d", err, inst.Batcher.Config().MaxQueue)
+	}
+}
