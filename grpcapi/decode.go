@@ -86,6 +86,13 @@ func specIndex(specs []engine.TensorSpec, name string) int {
 // copied.
 func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows int, shm *sharedmem.Registry) (*request, error) {
 	raw := req.GetRawInputContents()
+	if len(raw) > 0 {
+		for _, in := range req.GetInputs() {
+			if c := in.GetContents(); c != nil && typedLen(c) > 0 {
+				return nil, invalid("contents field must not be specified when using raw_input_contents for '%s' for model '%s'; send every input in raw_input_contents or every one in contents", in.GetName(), req.GetModelName())
+			}
+		}
+	}
 	inBody := 0 // the inputs whose data is in the message (not in shared memory)
 	for _, in := range req.GetInputs() {
 		if _, ok := in.GetParameters()["shared_memory_region"]; !ok {
@@ -107,7 +114,7 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 			return nil, invalid("unknown input %q; this model takes %s", in.GetName(), serving.Describe(ins))
 		}
 		if seen[idx] {
-			return nil, invalid("input %q is given twice", in.GetName())
+			return nil, invalid("input '%s' already exists in request; give each input once", in.GetName())
 		}
 		seen[idx] = true
 		ref, inShm, err := shmRef(in.GetParameters(), fmt.Sprintf("input %q", in.GetName()))
@@ -152,7 +159,7 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 			return nil, invalid("unknown output %q; this model's outputs are %s", o.GetName(), serving.Describe(outs))
 		}
 		if used[idx] {
-			return nil, invalid("output %q is requested twice", o.GetName())
+			return nil, invalid("output '%s' already exists in request; request each output once", o.GetName())
 		}
 		used[idx] = true
 		if p, ok := o.GetParameters()["classification"]; ok && (p.GetInt64Param() != 0 || p.GetUint64Param() != 0) {

@@ -497,3 +497,22 @@ func TestBeginShutdownEndsStreams(t *testing.T) {
 	wantCode(t, err, codes.Unavailable, "shutting down")
 	f.srv.BeginShutdown() // idempotent
 }
+
+// Triton's sentences where its clients and examples match them: mixed raw
+// and typed contents, a version string that is not a number, a repeated
+// output.
+func TestTritonSentences(t *testing.T) {
+	f := start(t, options{})
+	ctx := callCtx(t)
+	in := &pb.ModelInferRequest_InferInputTensor{Name: "input", Datatype: "FP32", Shape: []int64{1, 64},
+		Contents: &pb.InferTensorContents{Fp32Contents: make([]float32, 64)}}
+	_, err := f.client.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "digits_mlp", Inputs: []*pb.ModelInferRequest_InferInputTensor{in}, RawInputContents: [][]byte{make([]byte, 256)}})
+	wantCode(t, err, codes.InvalidArgument, "contents field must not be specified when using raw_input_contents for 'input' for model 'digits_mlp'")
+	raw := &pb.ModelInferRequest_InferInputTensor{Name: "input", Datatype: "FP32", Shape: []int64{1, 64}}
+	_, err = f.client.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "digits_mlp", ModelVersion: "wrong_specification", Inputs: []*pb.ModelInferRequest_InferInputTensor{raw}, RawInputContents: [][]byte{make([]byte, 256)}})
+	wantCode(t, err, codes.NotFound, "failed to get model version from specified version string 'wrong_specification'")
+	out := &pb.ModelInferRequest_InferRequestedOutputTensor{Name: "logits"}
+	_, err = f.client.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "digits_mlp", Inputs: []*pb.ModelInferRequest_InferInputTensor{raw}, RawInputContents: [][]byte{make([]byte, 256)},
+		Outputs: []*pb.ModelInferRequest_InferRequestedOutputTensor{out, out}})
+	wantCode(t, err, codes.InvalidArgument, "output 'logits' already exists in request")
+}

@@ -213,7 +213,7 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 			return invalidV2(map[string]any{"input": name, "expected_inputs": v2Names(ins)}, "unknown input %q; this model takes %s", name, serving.Describe(ins))
 		}
 		if seen[idx] {
-			return badV2("input %q is given twice", name)
+			return badV2("input '%s' already exists in request; give each input once", name)
 		}
 		seen[idx] = true
 		spec := ins[idx]
@@ -408,7 +408,7 @@ func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault 
 			return false
 		}
 		if used[idx] {
-			aerr = badV2("output %q is requested twice", nameB)
+			aerr = badV2("output '%s' already exists in request; request each output once", nameB)
 			return false
 		}
 		used[idx] = true

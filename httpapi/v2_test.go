@@ -479,7 +479,7 @@ func TestV2InferErrors(t *testing.T) {
 		{"inputs not array", []byte(`{"inputs": {}}`), nil, 400, CodeBadRequest, `"inputs" must be an array`},
 		{"missing input", []byte(`{"inputs":[]}`), nil, 422, CodeInvalidInput, `input "input" is missing`},
 		{"unknown input", req(good(), with("name", "pixels")), nil, 422, CodeInvalidInput, `unknown input "pixels"; this model takes "input" (FP32 [-1,64])`},
-		{"duplicate input", req(good(), good()), nil, 400, CodeBadRequest, "given twice"},
+		{"duplicate input", req(good(), good()), nil, 400, CodeBadRequest, "already exists in request"},
 		{"no name", req(map[string]any{"shape": []int{1}}), nil, 400, CodeBadRequest, `needs a "name"`},
 		{"wrong datatype", req(with("datatype", "INT64")), nil, 422, CodeInvalidInput, "has datatype INT64 but this model takes FP32"},
 		{"unsupported datatype", req(with("datatype", "BYTES")), nil, 422, CodeInvalidInput, `datatype "BYTES" is not supported`},

@@ -836,6 +836,9 @@ func cmpVersion(a, b string) int {
 
 // Get implements serving.Models.
 func (r *Repository) Get(name, version string) (*serving.Instance, error) {
+	if e := serving.BadVersion(name, version); e != nil {
+		return nil, e
+	}
 	snap := *r.served.Load()
 	sm := snap[name]
 	if sm == nil {

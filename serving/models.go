@@ -110,6 +110,21 @@ func ErrUnknownModel(name, version string, served []string) *ModelError {
 	return &ModelError{Kind: ModelUnknown, Model: name, Version: version, Message: msg}
 }
 
+// BadVersion is the error for a version string that is not a version
+// number, in Triton's words; nil for "" (the newest) and a number.
+func BadVersion(name, version string) *ModelError {
+	if version == "" {
+		return nil
+	}
+	for _, c := range version {
+		if c < '0' || c > '9' {
+			return &ModelError{Kind: ModelUnknown, Model: name, Version: version,
+				Message: fmt.Sprintf("failed to get model version from specified version string '%s' (details: a version is a non-negative integer); ask for a version number of model '%s', or none for its newest", version, name)}
+		}
+	}
+	return nil
+}
+
 // AsModelError returns err's *ModelError, if it is one.
 func AsModelError(err error) (*ModelError, bool) {
 	var me *ModelError
@@ -135,6 +150,9 @@ func (o one) Default() (*Instance, error) {
 }
 
 func (o one) Get(name, version string) (*Instance, error) {
+	if e := BadVersion(name, version); e != nil {
+		return nil, e
+	}
 	inst, err := o.Default()
 	if err != nil {
 		return nil, err
