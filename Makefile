@@ -28,7 +28,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -226,6 +226,9 @@ bench-ui: build ## the experiments table with 10,000 seeded runs in chromium, in
 
 bench-overload: build models ## 4x the sustainable load on resnet18: 503/504 per second, connections closed, goodput (docs/benchmarks.md)
 	@$(GO) run ./bench/overload
+
+bench-repository: build models ## a model repository: load/unload time, 1,000 models on demand, ten models in one server vs ten processes, shm vs binary vs JSON (docs/benchmarks.md)
+	@$(GO) run ./bench/repository
 
 bench-instances: build models ## --instances 1 vs 2 on resnet18 and the digits MLP (docs/benchmarks.md)
 	@$(GO) run ./bench/instances
