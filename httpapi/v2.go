@@ -182,13 +182,12 @@ func v2TensorMetas(specs []engine.TensorSpec) []v2TensorMeta {
 }
 
 func (s *Server) v2ModelMetadata(ctx *fasthttp.RequestCtx, inst *serving.Instance) {
-	m := inst.Model
 	writeJSON(ctx, 200, map[string]any{
 		"name":     inst.Name(),
 		"versions": []string{inst.Version()},
 		"platform": inst.Config.Platform,
-		"inputs":   v2TensorMetas(m.Inputs()),
-		"outputs":  v2TensorMetas(m.Outputs()),
+		"inputs":   v2TensorMetas(inst.Inputs()),
+		"outputs":  v2TensorMetas(inst.Outputs()),
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/imageprep"
+	"github.com/fw-serve/fw/sequence"
 )
 
 // Instance is one loaded model with the batcher in front of it. A reload
@@ -39,6 +40,29 @@ type Instance struct {
 	// Config is the model configuration reported by Triton's configuration
 	// extension: config.pbtxt as applied, or completed from the file.
 	Config ModelConfig
+	// Sequences, when set, is the model's sequence batcher (a stateful
+	// model: config.pbtxt's sequence_batching). Its requests name their
+	// sequence (EnterSequence, InferSequence); it is closed when the
+	// instance is drained.
+	Sequences *sequence.Batcher
+}
+
+// Inputs are the inputs a client sends: the model's, less those a
+// sequence batcher fills (control inputs and implicit state).
+func (i *Instance) Inputs() []engine.TensorSpec {
+	if i.Sequences != nil {
+		return i.Sequences.Inputs()
+	}
+	return i.Model.Inputs()
+}
+
+// Outputs are the outputs a client may request: the model's, less the
+// implicit state a sequence batcher keeps.
+func (i *Instance) Outputs() []engine.TensorSpec {
+	if i.Sequences != nil {
+		return i.Sequences.Outputs()
+	}
+	return i.Model.Outputs()
 }
 
 // Name is the name the model is served under.
