@@ -408,17 +408,20 @@ func (s *Server) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) (*pb
 	return s.infer(ctx, req)
 }
 
-// admission is a request's model instance and, for a stateful model, its
-// place in its sequence, or why it has neither.
+// admission is a request's model instance, its decoded inputs and, for a
+// stateful model, its place in its sequence, or why it has none.
 type admission struct {
 	inst   *serving.Instance
+	dec    *request
 	ticket *serving.SequenceTicket
 	err    error
 }
 
-// admit finds a request's model and admits it to its sequence. A stream
-// admits its requests in the order they arrive, before running them
-// concurrently, so that the requests of one sequence run in stream order.
+// admit finds a request's model, decodes it and admits it to its sequence.
+// A stream admits the requests that name a sequence in the order they
+// arrive, before running them concurrently, so that the requests of one
+// sequence run in stream order; a request refused here (a wrong input) has
+// not entered its sequence, as in Triton.
 func (s *Server) admit(ctx context.Context, req *pb.ModelInferRequest) admission {
 	inst, err := s.model(req.GetModelName(), req.GetModelVersion())
 	if err != nil {
@@ -427,17 +430,21 @@ func (s *Server) admit(ctx context.Context, req *pb.ModelInferRequest) admission
 	if st, reason := s.models.State(); !st.Serving() {
 		return admission{err: status.Errorf(codes.Unavailable, "the server is not ready (%s: %s); retry", st, reason)}
 	}
+	dec, err := decode(req, inst.Inputs(), inst.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows), s.cfg.SharedMemory)
+	if err != nil {
+		return admission{err: err}
+	}
 	var p serving.SequenceParams
 	for name, v := range req.GetParameters() {
 		if _, err := p.Set(name, paramValue(v)); err != nil {
 			return admission{err: status.Error(codes.InvalidArgument, err.Error())}
 		}
 	}
-	ticket, err := serving.EnterSequence(inst, p)
+	ticket, err := serving.EnterSequence(inst, p, dec.inputs)
 	if err != nil {
 		return admission{err: s.inferError(ctx, err)}
 	}
-	return admission{inst: inst, ticket: ticket}
+	return admission{inst: inst, dec: dec, ticket: ticket}
 }
 
 // admitRecovered is admit for a stream's reading loop: a panic (a bug)
@@ -484,11 +491,7 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 	if a.err != nil {
 		return nil, a.err
 	}
-	inst := a.inst
-	dec, err := decode(req, inst.Inputs(), inst.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows), s.cfg.SharedMemory)
-	if err != nil {
-		return nil, err
-	}
+	inst, dec := a.inst, a.dec
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	stop := context.AfterFunc(s.base, cancel)
@@ -609,17 +612,24 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		}
-		// Admitted here, in stream order: the requests of one sequence
-		// run in the order they were sent.
+		// A request naming a sequence is admitted here, in stream order:
+		// the requests of one sequence run in the order they were sent.
+		// Others are decoded concurrently.
 		began := time.Now()
-		a := s.admitRecovered(ctx, req)
+		var a *admission
+		if _, ok := req.GetParameters()["sequence_id"]; ok {
+			adm := s.admitRecovered(ctx, req)
+			a = &adm
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			var resp *pb.ModelStreamInferResponse
 			func() {
 				defer func() {
-					a.ticket.Release()
+					if a != nil {
+						a.ticket.Release()
+					}
 					if r := recover(); r != nil {
 						var perr error
 						s.recovered("/inference.GRPCInferenceService/ModelStreamInfer", r, &perr)
@@ -627,7 +637,11 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 							InferResponse: &pb.ModelInferResponse{ModelName: req.GetModelName(), Id: req.GetId()}}
 					}
 				}()
-				out, err := s.inferAdmitted(ctx, req, a, began)
+				if a == nil {
+					adm := s.admit(ctx, req)
+					a = &adm
+				}
+				out, err := s.inferAdmitted(ctx, req, *a, began)
 				if err != nil {
 					resp = &pb.ModelStreamInferResponse{ErrorMessage: status.Convert(err).Message(),
 						InferResponse: &pb.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId()}}

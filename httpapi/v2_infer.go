@@ -626,7 +626,7 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 		writeError(ctx, aerr)
 		return
 	}
-	ticket, err := serving.EnterSequence(inst, req.seq)
+	ticket, err := serving.EnterSequence(inst, req.seq, req.inputs)
 	if err != nil {
 		writeError(ctx, s.submitError(err))
 		return

@@ -69,12 +69,13 @@ func seqInfer(ctx context.Context, r *Repository, model string, id any, start, e
 			return 0, err
 		}
 	}
-	tk, err := serving.EnterSequence(inst, p)
+	in := []engine.Tensor{i32(x)}
+	tk, err := serving.EnterSequence(inst, p, in)
 	if err != nil {
 		return 0, err
 	}
 	defer tk.Release()
-	out, _, err := serving.InferSequence(ctx, r, inst, []engine.Tensor{i32(x)}, tk)
+	out, _, err := serving.InferSequence(ctx, r, inst, in, tk)
 	if err != nil {
 		return 0, err
 	}
@@ -248,13 +249,10 @@ func TestSequenceRestartAndRefusals(t *testing.T) {
 	inst, _ := r.Get(m, "")
 	_, _, err = serving.Infer(ctx, r, inst, []engine.Tensor{i32(1)}) // /predict cannot name a sequence
 	refused(err, "must specify a non-zero or non-empty correlation ID; model \"simple_sequence_state\" is stateful")
-	tk, err := serving.EnterSequence(inst, serving.SequenceParams{Given: []string{"sequence_id"}, ID: sequence.ID{N: 11}, Start: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	two := engine.Tensor{DType: engine.Int32, Shape: []int64{2, 1}, Data: make([]byte, 8)}
-	_, _, err = serving.InferSequence(ctx, r, inst, []engine.Tensor{two}, tk)
+	_, err = serving.EnterSequence(inst, serving.SequenceParams{Given: []string{"sequence_id"}, ID: sequence.ID{N: 9}}, []engine.Tensor{two})
 	refused(err, "inference request to model 'simple_sequence_state' must specify batch-size 1 due to requirements of sequence batcher")
+	step(uint64(9), false, false, 4, 10) // the refused request did not enter sequence 9
 	_, err = seqInfer(ctx, r, "simple", uint64(3), true, false, 1)
 	if !errors.Is(err, serving.ErrNoSequenceBatching) {
 		t.Fatalf("sequence parameters to a stateless model: %v", err)

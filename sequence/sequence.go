@@ -357,6 +357,21 @@ func (b *Batcher) corrIDNumeric() bool {
 	return false
 }
 
+// CheckRows refuses a request of more than one row to a batched model:
+// Triton's sequence batcher takes one row per request. Transports check it
+// before Enter, so that such a request does not enter its sequence.
+func (b *Batcher) CheckRows(inputs []engine.Tensor) error {
+	if !b.batched {
+		return nil
+	}
+	for _, in := range inputs {
+		if len(in.Shape) == 0 || in.Shape[0] != 1 {
+			return refuse("inference request to model '%s' must specify batch-size 1 due to requirements of sequence batcher", b.cfg.Model)
+		}
+	}
+	return nil
+}
+
 // Enter admits a request of sequence id: it takes the request's place
 // after the sequence's requests admitted before it. A request with start
 // begins the sequence (or, when the sequence is still going, ends it early
@@ -486,12 +501,8 @@ func (b *Batcher) run(ctx context.Context, t *Ticket, inputs []engine.Tensor, su
 	if len(inputs) != len(b.clientIn) {
 		return nil, none, fmt.Errorf("sequence: %d inputs for the model's %d client inputs", len(inputs), len(b.clientIn))
 	}
-	if b.batched {
-		for _, in := range inputs {
-			if len(in.Shape) == 0 || in.Shape[0] != 1 {
-				return nil, none, refuse("inference request to model '%s' must specify batch-size 1 due to requirements of sequence batcher", b.cfg.Model)
-			}
-		}
+	if err := b.CheckRows(inputs); err != nil {
+		return nil, none, err
 	}
 	b.mu.Lock()
 	has := t.s.slot
@@ -633,7 +644,7 @@ func (b *Batcher) reap(now time.Time) int {
 		if s.pending == 0 && now.Sub(s.last) >= b.cfg.MaxIdle {
 			b.freeLocked(s)
 			n++
-			b.log.Info("sequence freed: idle for longer than max_sequence_idle_microseconds", "model", b.cfg.Model,
+			b.log.Debug("sequence freed: idle for longer than max_sequence_idle_microseconds", "model", b.cfg.Model,
 				"sequence_id", s.id.String(), "max_idle", b.cfg.MaxIdle)
 		}
 	}

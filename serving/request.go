@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/sequence"
 )
 
@@ -132,9 +133,9 @@ type SequenceTicket = sequence.Ticket
 // admits the request to its sequence, after the requests of that sequence
 // admitted before it (Triton's order: a transport admits requests in the
 // order they arrived), or refuses it with Triton's sentence (no
-// correlation ID, a sequence not started...). The ticket must reach
-// InferSequence or be released.
-func EnterSequence(inst *Instance, p SequenceParams) (*SequenceTicket, error) {
+// correlation ID, a sequence not started, inputs of more than one row).
+// The ticket must reach InferSequence or be released.
+func EnterSequence(inst *Instance, p SequenceParams, inputs []engine.Tensor) (*SequenceTicket, error) {
 	if inst.Sequences == nil {
 		if len(p.Given) == 0 {
 			return nil, nil
@@ -142,6 +143,9 @@ func EnterSequence(inst *Instance, p SequenceParams) (*SequenceTicket, error) {
 		given := slices.Clone(p.Given)
 		slices.Sort(given)
 		return nil, &SequenceError{Model: inst.Model.Name(), Params: slices.Compact(given)}
+	}
+	if err := inst.Sequences.CheckRows(inputs); err != nil {
+		return nil, err
 	}
 	return inst.Sequences.Enter(p.ID, p.Start, p.End)
 }

@@ -133,7 +133,7 @@ func TestEnterSequenceStateless(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		tk, err := EnterSequence(inst, p)
+		tk, err := EnterSequence(inst, p, nil)
 		if tk != nil {
 			t.Fatal("a ticket from a model without sequence batching")
 		}
