@@ -455,3 +455,52 @@ func TestConfigChecked(t *testing.T) {
 	f(func(c *Config) { c.States[0].Output = "NOPE" }, `state output_name "NOPE" is not an output`)
 	f(func(c *Config) { c.States[0].InitialDims = []int64{2} }, "the model's shape is [N, 1], the sequence batcher sends [1, 2]")
 }
+
+// A model without a batch axis (max_batch_size 0): each control is a [1]
+// tensor and the state has its own dims, no batch axis; any row count
+// passes (there are no rows).
+func TestUnbatchedModel(t *testing.T) {
+	in := []engine.TensorSpec{
+		{Name: "INPUT", DType: engine.Int32, Shape: []int64{3}},
+		{Name: "START", DType: engine.Int32, Shape: []int64{1}},
+		{Name: "ACC_IN", DType: engine.Int32, Shape: []int64{3}},
+	}
+	out := []engine.TensorSpec{{Name: "ACC_OUT", DType: engine.Int32, Shape: []int64{3}}}
+	cfg := Config{Model: "nb", Slots: 1, MaxIdle: time.Hour,
+		Controls: []Control{{Input: "START", Kind: Start, DType: engine.Int32, True: 1}},
+		States:   []State{{Input: "ACC_IN", Output: "ACC_OUT", DType: engine.Int32, Dims: []int64{3}, InitialDims: []int64{3}}}}
+	b, err := New(cfg, in, out, false, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if got := b.Outputs(); len(got) != 0 {
+		t.Fatalf("client outputs %v: the state is the server's", got)
+	}
+	var shapes []string
+	submit := func(_ context.Context, in []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+		shapes = append(shapes, fmt.Sprint(in[1].Shape, in[2].Shape))
+		acc := make([]byte, 12)
+		for i := range 3 {
+			v := int32(binary.LittleEndian.Uint32(in[0].Data[4*i:])) + int32(binary.LittleEndian.Uint32(in[2].Data[4*i:]))
+			binary.LittleEndian.PutUint32(acc[4*i:], uint32(v))
+		}
+		return []engine.Tensor{{DType: engine.Int32, Shape: []int64{3}, Data: acc}}, batcher.Timing{}, nil
+	}
+	x := engine.Tensor{DType: engine.Int32, Shape: []int64{3}, Data: []byte{1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0}}
+	if err := b.CheckRows([]engine.Tensor{x}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		tk, err := b.Enter(ID{N: 1}, i == 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := tk.Run(context.Background(), []engine.Tensor{x}, submit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fmt.Sprint(shapes) != "[[1] [3] [1] [3]]" {
+		t.Fatalf("control and state shapes %v", shapes)
+	}
+}
