@@ -10,14 +10,13 @@ package grpcapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +31,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // Config holds the gRPC front end's limits and options.
@@ -386,11 +386,27 @@ func configPB(c serving.ModelConfig) *pb.ModelConfig {
 		Input: ins, Output: outs, InstanceGroup: []*pb.ModelInstanceGroup{group}, VersionPolicy: policy,
 		DefaultModelFilename: c.DefaultModelFilename, Parameters: params,
 	}
-	if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
+	if c.SequenceBatching != nil {
+		cfg.SchedulingChoice = &pb.ModelConfig_SequenceBatching{SequenceBatching: sequenceBatchingPB(c.SequenceBatching)}
+	} else if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
 		cfg.SchedulingChoice = &pb.ModelConfig_DynamicBatching{DynamicBatching: &pb.ModelDynamicBatching{
 			MaxQueueDelayMicroseconds: uint64(max(c.MaxQueueDelay, 0)), PreferredBatchSize: int32s(c.PreferredBatchSizes)}}
 	}
 	return cfg
+}
+
+// sequenceBatchingPB is sequence_batching from its JSON form (the one the
+// HTTP configuration shows, so both say the same).
+func sequenceBatchingPB(m map[string]any) *pb.ModelSequenceBatching {
+	sb := &pb.ModelSequenceBatching{}
+	b, err := json.Marshal(m)
+	if err == nil {
+		err = protojson.Unmarshal(b, sb)
+	}
+	if err != nil {
+		panic("grpcapi: sequence_batching does not render: " + err.Error()) // built by modelrepo from a parsed configuration
+	}
+	return sb
 }
 
 func int32s(v []int64) []int32 {
@@ -447,29 +463,96 @@ func (s *Server) ModelInfer(ctx context.Context, req *pb.ModelInferRequest) (*pb
 	return s.infer(ctx, req)
 }
 
-// infer serves one request, from ModelInfer or a stream.
-func (s *Server) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
-	began := time.Now()
+// admission is a request's model instance, its decoded inputs and, for a
+// stateful model, its place in its sequence, or why it has none.
+type admission struct {
+	inst   *serving.Instance
+	dec    *request
+	ticket *serving.SequenceTicket
+	err    error
+}
+
+// admit finds a request's model, decodes it and admits it to its sequence.
+// A stream admits the requests that name a sequence in the order they
+// arrive, before running them concurrently, so that the requests of one
+// sequence run in stream order; a request refused here (a wrong input) has
+// not entered its sequence, as in Triton.
+func (s *Server) admit(ctx context.Context, req *pb.ModelInferRequest) admission {
 	inst, err := s.model(req.GetModelName(), req.GetModelVersion())
 	if err != nil {
-		return nil, err
+		return admission{err: err}
 	}
 	if st, reason := s.models.State(); !st.Serving() {
-		return nil, status.Errorf(codes.Unavailable, "the server is not ready (%s: %s); retry", st, reason)
+		return admission{err: status.Errorf(codes.Unavailable, "the server is not ready (%s: %s); retry", st, reason)}
 	}
 	dec, err := decode(req, inst.Inputs(), inst.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows), s.cfg.SharedMemory)
 	if err != nil {
-		return nil, err
+		return admission{err: err}
 	}
-	if err := serving.CheckSequence(inst, slices.Collect(maps.Keys(req.GetParameters()))); err != nil {
-		return nil, s.inferError(ctx, err)
+	var p serving.SequenceParams
+	for name, v := range req.GetParameters() {
+		if _, err := p.Set(name, paramValue(v)); err != nil {
+			return admission{err: status.Error(codes.InvalidArgument, err.Error())}
+		}
 	}
+	ticket, err := serving.EnterSequence(inst, p, dec.inputs)
+	if err != nil {
+		return admission{err: s.inferError(ctx, err)}
+	}
+	return admission{inst: inst, dec: dec, ticket: ticket}
+}
+
+// admitRecovered is admit for a stream's reading loop: a panic (a bug)
+// fails the request, not the stream.
+func (s *Server) admitRecovered(ctx context.Context, req *pb.ModelInferRequest) (a admission) {
+	defer func() {
+		if r := recover(); r != nil {
+			var perr error
+			s.recovered("/inference.GRPCInferenceService/ModelStreamInfer", r, &perr)
+			a = admission{err: perr}
+		}
+	}()
+	return s.admit(ctx, req)
+}
+
+// paramValue is a request parameter's value as serving.SequenceParams.Set
+// reads it.
+func paramValue(v *pb.InferParameter) any {
+	switch c := v.GetParameterChoice().(type) {
+	case *pb.InferParameter_BoolParam:
+		return c.BoolParam
+	case *pb.InferParameter_Int64Param:
+		return c.Int64Param
+	case *pb.InferParameter_Uint64Param:
+		return c.Uint64Param
+	case *pb.InferParameter_StringParam:
+		return c.StringParam
+	case *pb.InferParameter_DoubleParam:
+		return serving.OtherValue("a double_param")
+	}
+	return serving.OtherValue("an empty parameter")
+}
+
+// infer serves one request from ModelInfer.
+func (s *Server) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.ModelInferResponse, error) {
+	began := time.Now()
+	return s.inferAdmitted(ctx, req, s.admit(ctx, req), began)
+}
+
+// inferAdmitted serves one admitted request (a ModelInfer call, or one
+// request of a stream).
+func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a admission, began time.Time) (*pb.ModelInferResponse, error) {
+	defer a.ticket.Release()
+	if a.err != nil {
+		return nil, a.err
+	}
+	inst, dec := a.inst, a.dec
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	stop := context.AfterFunc(s.base, cancel)
 	defer stop()
 	rec := serving.Request{Began: began, Submitted: time.Now()}
-	out, timing, err := serving.Infer(rctx, s.models, inst, dec.inputs)
+	out, timing, err := serving.InferSequence(rctx, s.models, inst, dec.inputs, a.ticket)
 	rec.Timing = timing
 	if err != nil {
 		rec.Encoded = time.Now()
@@ -584,12 +667,24 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		}
+		// A request naming a sequence is admitted here, in stream order:
+		// the requests of one sequence run in the order they were sent.
+		// Others are decoded concurrently.
+		began := time.Now()
+		var a *admission
+		if _, ok := req.GetParameters()["sequence_id"]; ok {
+			adm := s.admitRecovered(ctx, req)
+			a = &adm
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			var resp *pb.ModelStreamInferResponse
 			func() {
 				defer func() {
+					if a != nil {
+						a.ticket.Release()
+					}
 					if r := recover(); r != nil {
 						var perr error
 						s.recovered("/inference.GRPCInferenceService/ModelStreamInfer", r, &perr)
@@ -597,7 +692,11 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 							InferResponse: &pb.ModelInferResponse{ModelName: req.GetModelName(), Id: req.GetId()}}
 					}
 				}()
-				out, err := s.infer(ctx, req)
+				if a == nil {
+					adm := s.admit(ctx, req)
+					a = &adm
+				}
+				out, err := s.inferAdmitted(ctx, req, *a, began)
 				if err != nil {
 					resp = &pb.ModelStreamInferResponse{ErrorMessage: status.Convert(err).Message(),
 						InferResponse: &pb.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId()}}

@@ -37,7 +37,7 @@ func (s *Server) handleBatch(ctx *fasthttp.RequestCtx) {
 			map[string]any{"accepted": []string{"application/json", "application/x-ndjson", "application/jsonl"}}))
 		return
 	}
-	inst := s.ready(ctx)
+	inst := s.readyToPredict(ctx)
 	if inst == nil {
 		return
 	}

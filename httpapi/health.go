@@ -92,8 +92,8 @@ func (s *Server) handleModel(ctx *fasthttp.RequestCtx) {
 		"size_bytes":   m.Size,
 		"load_time_ms": float64(m.LoadTime.Microseconds()) / 1000,
 		"threads":      m.Threads(),
-		"inputs":       specViews(m.Inputs()),
-		"outputs":      specViews(m.Outputs()),
+		"inputs":       specViews(inst.Inputs()),
+		"outputs":      specViews(inst.Outputs()),
 		"labels":       m.Labels(),
 		"batching": map[string]any{
 			"max_batch_size": cfg.MaxBatchRows, "max_delay_ms": float64(cfg.MaxDelay.Microseconds()) / 1000,

@@ -31,7 +31,7 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 			map[string]any{"accepted": append([]string{"multipart/form-data"}, types...)}))
 		return
 	}
-	inst := s.ready(ctx)
+	inst := s.readyToPredict(ctx)
 	if inst == nil {
 		return
 	}

@@ -21,7 +21,7 @@ func (s *Server) handlePredict(ctx *fasthttp.RequestCtx) {
 			map[string]any{"accepted": []string{"application/json"}}))
 		return
 	}
-	inst := s.ready(ctx)
+	inst := s.readyToPredict(ctx)
 	if inst == nil {
 		return
 	}
@@ -61,8 +61,14 @@ func (s *Server) handlePredict(ctx *fasthttp.RequestCtx) {
 // success the caller records the returned request once its answer is
 // encoded (s.done).
 func (s *Server) infer(ctx context.Context, inst *serving.Instance, inputs []engine.Tensor, began time.Time) ([]engine.Tensor, serving.Request, error) {
+	return s.inferSequence(ctx, inst, inputs, began, nil)
+}
+
+// inferSequence is infer for a request admitted to its sequence (ticket;
+// nil for a stateless request).
+func (s *Server) inferSequence(ctx context.Context, inst *serving.Instance, inputs []engine.Tensor, began time.Time, ticket *serving.SequenceTicket) ([]engine.Tensor, serving.Request, error) {
 	rec := serving.Request{Began: began, Submitted: time.Now()}
-	out, t, err := serving.Infer(ctx, s.models, inst, inputs)
+	out, t, err := serving.InferSequence(ctx, s.models, inst, inputs, ticket)
 	rec.Timing = t
 	if err != nil {
 		rec.Encoded = time.Now()

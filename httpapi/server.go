@@ -354,6 +354,21 @@ func (s *Server) ready(ctx *fasthttp.RequestCtx) *serving.Instance {
 	return inst
 }
 
+// readyToPredict is ready for the unprefixed prediction routes, which
+// cannot name a sequence: a stateful model (sequence batching) is refused
+// with a 400 saying where its requests go.
+func (s *Server) readyToPredict(ctx *fasthttp.RequestCtx) *serving.Instance {
+	inst := s.ready(ctx)
+	if inst == nil {
+		return nil
+	}
+	if err := serving.Stateless(inst); err != nil {
+		writeError(ctx, s.submitError(err))
+		return nil
+	}
+	return inst
+}
+
 // serving reports whether the server answers predictions now; when not,
 // it writes 503 with the reason.
 func (s *Server) serving(ctx *fasthttp.RequestCtx) bool {

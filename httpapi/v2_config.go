@@ -63,7 +63,9 @@ func v2ConfigJSON(c serving.ModelConfig) map[string]any {
 		"default_model_filename": c.DefaultModelFilename,
 		"parameters":             params,
 	}
-	if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
+	if c.SequenceBatching != nil {
+		out["sequence_batching"] = c.SequenceBatching
+	} else if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
 		out["dynamic_batching"] = map[string]any{
 			"preferred_batch_size": preferred, "max_queue_delay_microseconds": c.MaxQueueDelay, "preserve_ordering": false,
 		}

@@ -26,7 +26,7 @@ type v2Request struct {
 	id      []byte // the request's "id", JSON-encoded, or nil
 	inputs  []engine.Tensor
 	outputs []v2Output
-	params  []string // the names of the request's "parameters"
+	seq     serving.SequenceParams // the request's sequence parameters
 }
 
 type v2Output struct {
@@ -78,6 +78,30 @@ func v2Bool(v jv) (bool, bool) {
 		return false, true
 	}
 	return false, false
+}
+
+// v2ParamValue is a request parameter's value as serving.SequenceParams.Set
+// reads it: a bool, an integer (uint64, or int64 when negative), a string,
+// or what else it is.
+func v2ParamValue(v jv) any {
+	switch v.Type() {
+	case fastjson.TypeTrue:
+		return true
+	case fastjson.TypeFalse:
+		return false
+	case fastjson.TypeString:
+		s, _ := v.str()
+		return s
+	case fastjson.TypeNumber:
+		if n, err := strconv.ParseUint(unsafeString(v), 10, 64); err == nil {
+			return n
+		}
+		if n, err := strconv.ParseInt(unsafeString(v), 10, 64); err == nil {
+			return n
+		}
+		return serving.OtherValue("a number that is not an integer")
+	}
+	return serving.OtherValue("JSON " + v.Type().String())
 }
 
 // v2Int reads a JSON integer strictly (no fraction, no exponent), as the
@@ -145,7 +169,9 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, maxRows 
 		}
 		for _, mb := range params.members() {
 			if k, ok := mb.key.str(); ok {
-				req.params = append(req.params, k)
+				if _, err := req.seq.Set(k, v2ParamValue(mb.val)); err != nil {
+					return nil, badV2("%s", err.Error())
+				}
 			}
 		}
 		if b := v2Get(params.members(), "binary_data_output"); b != nil {
@@ -602,13 +628,15 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 		writeError(ctx, aerr)
 		return
 	}
-	if err := serving.CheckSequence(inst, req.params); err != nil {
+	ticket, err := serving.EnterSequence(inst, req.seq, req.inputs)
+	if err != nil {
 		writeError(ctx, s.submitError(err))
 		return
 	}
+	defer ticket.Release()
 	rctx, cancel := s.requestContext()
 	defer cancel()
-	out, rec, err := s.infer(rctx, inst, req.inputs, ctx.Time())
+	out, rec, err := s.inferSequence(rctx, inst, req.inputs, ctx.Time(), ticket)
 	if err != nil {
 		writeError(ctx, s.submitError(err))
 		return

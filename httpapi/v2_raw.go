@@ -14,7 +14,9 @@ import (
 )
 
 // isRawBinary reports whether the header says the body holds no JSON.
-func isRawBinary(hdrLen []byte) bool { return len(bytes.TrimSpace(hdrLen)) == 1 && bytes.TrimSpace(hdrLen)[0] == '0' }
+func isRawBinary(hdrLen []byte) bool {
+	return len(bytes.TrimSpace(hdrLen)) == 1 && bytes.TrimSpace(hdrLen)[0] == '0'
+}
 
 // parseRawBinary builds the request of a raw binary body for inst.
 func parseRawBinary(body []byte, inst *serving.Instance) (*v2Request, *APIError) {

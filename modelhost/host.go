@@ -390,14 +390,17 @@ func (h *Host) Shutdown(ctx context.Context, timeout time.Duration) error {
 	return errors.Join(errs...)
 }
 
-// Drain closes an instance's batcher, letting it finish what it accepted, and
-// then its model. It waits for the batcher's workers until ctx ends or timeout
+// Drain closes an instance's sequence batcher (if any) and batcher, letting
+// them finish what they accepted, and then its model. It waits for the batcher's workers until ctx ends or timeout
 // passes, and then returns an error: the workers' engine calls are cancelled,
 // and the model, closed anyway, is freed only when the last call still inside
 // it returns (engine.Model counts them), never under one.
 func Drain(ctx context.Context, inst *serving.Instance, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if inst.Sequences != nil {
+		inst.Sequences.Close() // no new sequence requests; the admitted ones finish below
+	}
 	var errs []error
 	if err := inst.Batcher.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("drain: %w", err))

@@ -44,6 +44,19 @@ var supported = map[string]bool{
 	"version_policy": true, "version_policy.latest": true, "version_policy.latest.num_versions": true,
 	"version_policy.all": true, "version_policy.specific": true, "version_policy.specific.versions": true,
 	"default_model_filename": true, "parameters": true,
+	"sequence_batching": true, "sequence_batching.max_sequence_idle_microseconds": true,
+	"sequence_batching.control_input": true, "sequence_batching.control_input.name": true,
+	"sequence_batching.control_input.control": true, "sequence_batching.control_input.control.kind": true,
+	"sequence_batching.control_input.control.int32_false_true": true, "sequence_batching.control_input.control.fp32_false_true": true,
+	"sequence_batching.control_input.control.bool_false_true": true, "sequence_batching.control_input.control.data_type": true,
+	"sequence_batching.state": true, "sequence_batching.state.input_name": true, "sequence_batching.state.output_name": true,
+	"sequence_batching.state.data_type": true, "sequence_batching.state.dims": true,
+	"sequence_batching.state.initial_state": true, "sequence_batching.state.initial_state.data_type": true,
+	"sequence_batching.state.initial_state.dims": true, "sequence_batching.state.initial_state.zero_data": true,
+	"sequence_batching.state.initial_state.data_file": true, "sequence_batching.state.initial_state.name": true,
+	"sequence_batching.direct": true, "sequence_batching.direct.max_queue_delay_microseconds": true,
+	"sequence_batching.oldest": true, "sequence_batching.oldest.max_candidate_sequences": true,
+	"sequence_batching.oldest.preferred_batch_size": true, "sequence_batching.oldest.max_queue_delay_microseconds": true,
 }
 
 // unsupportedFields lists the set fields of msg that supported lacks.
@@ -259,18 +272,35 @@ func describe(inst *serving.Instance, cfg *pb.ModelConfig, auto bool, labels map
 			mbs, filepath.Base(m.Path), serving.Describe(m.Inputs()), serving.Describe(m.Outputs()))
 	}
 	var err error
+	// The client's tensors: a sequence batcher's controls and state are
+	// not listed (Triton's rule), except a state output listed to debug.
+	if inst.Sequences != nil {
+		for _, in := range cfg.GetInput() {
+			if !slices.ContainsFunc(inst.Inputs(), func(sp engine.TensorSpec) bool { return sp.Name == in.GetName() }) &&
+				slices.ContainsFunc(m.Inputs(), func(sp engine.TensorSpec) bool { return sp.Name == in.GetName() }) {
+				return base, nil, fmt.Errorf("input %q is filled by the server (sequence_batching's control inputs and state); list only the inputs clients send", in.GetName())
+			}
+		}
+	}
 	var rin, rout []serving.ReshapeTensor
-	if out.Inputs, rin, err = tensors("input", m.Inputs(), ioOf(cfg.GetInput()), batched, nil); err != nil {
+	if out.Inputs, rin, err = tensors("input", inst.Inputs(), ioOf(cfg.GetInput()), batched, nil); err != nil {
 		return base, nil, err
 	}
-	if out.Outputs, rout, err = tensors("output", m.Outputs(), ioOfOut(cfg.GetOutput()), batched, labels); err != nil {
+	if out.Outputs, rout, err = tensors("output", inst.Outputs(), ioOfOut(cfg.GetOutput()), batched, labels); err != nil {
 		return base, nil, err
 	}
 	var reshape *serving.Reshape
 	if len(rin)+len(rout) > 0 {
+		if inst.Sequences != nil {
+			return base, nil, fmt.Errorf("reshape is not supported with sequence_batching; export the model with the shapes clients send")
+		}
 		if reshape, err = serving.NewReshape(m, batched, rin, rout); err != nil {
 			return base, nil, err
 		}
+	}
+	if inst.Sequences != nil {
+		sc := inst.Sequences.Config()
+		out.SequenceBatching = sequenceJSON(cfg, &sc)
 	}
 	if db := cfg.GetDynamicBatching(); db != nil {
 		out.PreferredBatchSizes = nil

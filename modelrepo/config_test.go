@@ -16,16 +16,19 @@ parameters { key: "k" value: { string_value: "v" } }`), false)
 		t.Fatalf("%v %v", cfg, err)
 	}
 	for text, want := range map[string]string{
-		`sequence_batching { }`:                            "sequence_batching",
-		`ensemble_scheduling { }`:                          "ensemble_scheduling",
-		`input [ { name: "x" is_shape_tensor: true } ]`:    "input.is_shape_tensor",
-		`dynamic_batching { priority_levels: 2 }`:          "dynamic_batching.priority_levels",
-		`instance_group [ { count: 1 rate_limiter { } } ]`: "instance_group.rate_limiter",
-		`response_cache { enable: true }`:                  "response_cache",
-		`max_batch_size: "x"`:                              "does not parse",
-		`nonsense_field: 1`:                                "nonsense_field",
-		`{"max_batch_size": 4}`:                            "does not parse",
-		strings.Repeat("#", maxConfigBytes+1):              "limit",
+		`sequence_batching { iterative_sequence: true }`:                 "sequence_batching.iterative_sequence",
+		`sequence_batching { direct { minimum_slot_utilization: 0.5 } }`: "sequence_batching.direct.minimum_slot_utilization",
+		`sequence_batching { oldest { preserve_ordering: true } }`:       "sequence_batching.oldest.preserve_ordering",
+		`sequence_batching { state [ { use_growable_memory: true } ] }`:  "sequence_batching.state.use_growable_memory",
+		`ensemble_scheduling { }`:                                        "ensemble_scheduling",
+		`input [ { name: "x" is_shape_tensor: true } ]`:                  "input.is_shape_tensor",
+		`dynamic_batching { priority_levels: 2 }`:                        "dynamic_batching.priority_levels",
+		`instance_group [ { count: 1 rate_limiter { } } ]`:               "instance_group.rate_limiter",
+		`response_cache { enable: true }`:                                "response_cache",
+		`max_batch_size: "x"`:                                            "does not parse",
+		`nonsense_field: 1`:                                              "nonsense_field",
+		`{"max_batch_size": 4}`:                                          "does not parse",
+		strings.Repeat("#", maxConfigBytes+1):                            "limit",
 	} {
 		if _, err := parseConfig([]byte(text), false); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%.60q: %v, want %q", text, err, want)
@@ -45,6 +48,9 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`name: "simple" max_batch_size: 8 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] } ]`), false)
 	f.Add([]byte(`{"max_batch_size": 16, "version_policy": {"specific": {"versions": [1, 2]}}}`), true)
 	f.Add([]byte(`dynamic_batching { preferred_batch_size: [ -1 ] } instance_group [ { count: -5 kind: KIND_MODEL } ]`), false)
+	f.Add([]byte(`max_batch_size: 2 sequence_batching { oldest { max_candidate_sequences: 3 preferred_batch_size: [ 2 ] }
+control_input [ { name: "S" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
+state [ { input_name: "a" output_name: "b" data_type: TYPE_FP32 dims: [ -1 ] initial_state { data_type: TYPE_FP32 dims: [ 2 ] data_file: "../x" } } ] }`), false)
 	f.Fuzz(func(t *testing.T, data []byte, json bool) {
 		cfg, err := parseConfig(data, json)
 		if err != nil {
@@ -53,6 +59,7 @@ func FuzzParseConfig(f *testing.F) {
 		_ = checkPlatform(cfg)
 		_, _ = versionsToLoad(t.TempDir(), cfg)
 		_, _ = modelFile(t.TempDir(), cfg)
+		_, _ = sequenceConfig("m", t.TempDir(), cfg)
 	})
 }
 

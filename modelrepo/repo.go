@@ -29,6 +29,7 @@ import (
 	"github.com/fw-serve/fw/engine"
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
 	"github.com/fw-serve/fw/modelhost"
+	"github.com/fw-serve/fw/sequence"
 	"github.com/fw-serve/fw/serving"
 )
 
@@ -604,7 +605,7 @@ func (r *Repository) readConfig(dir, name string, opts serving.LoadOptions) (*pb
 			}
 		}
 	}
-	auto := len(opts.Config) == 0 && cfg.GetPlatform() == "" && cfg.GetBackend() == "" && len(cfg.GetInput()) == 0 && len(cfg.GetOutput()) == 0 && cfg.GetMaxBatchSize() == 0 && cfg.GetDynamicBatching() == nil
+	auto := len(opts.Config) == 0 && cfg.GetPlatform() == "" && cfg.GetBackend() == "" && len(cfg.GetInput()) == 0 && len(cfg.GetOutput()) == 0 && cfg.GetMaxBatchSize() == 0 && cfg.GetDynamicBatching() == nil && cfg.GetSequenceBatching() == nil
 	return cfg, auto, nil
 }
 
@@ -654,14 +655,22 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 		} else {
 			bc.Unbatched = true // max_batch_size 0: each request is the model's whole input
 		}
-		if db := cfg.GetDynamicBatching(); db != nil {
+		switch {
+		case cfg.GetDynamicBatching() != nil:
+			db := cfg.GetDynamicBatching()
 			bc.MaxDelay = time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond
 			if n := db.GetDefaultQueuePolicy().GetMaxQueueSize(); n > 0 {
 				bc.MaxQueue = int(min(n, 1<<20)) // beyond it: 503 with Retry-After, as Triton's UNAVAILABLE
 			}
-		} else {
+		case cfg.GetSequenceBatching() != nil: // requests of different sequences batched as its strategy says
+			bc.MaxDelay = time.Duration(queueDelay(cfg.GetSequenceBatching())) * time.Microsecond
+		default:
 			bc.MaxDelay = 0 // Triton's default scheduler: no waiting for more work
 		}
+	}
+	seq, err := sequenceConfig(name, filepath.Dir(vdir), cfg)
+	if err != nil {
+		return nil, err
 	}
 	eo := r.cfg.Engine
 	count := 0
@@ -685,8 +694,21 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 	h := modelhost.New(modelhost.Config{
 		Path: path, Engine: eo, Batcher: bc, SkipWarmup: r.cfg.SkipWarmup, Name: name, Version: vs,
 		Prepare: func(inst *serving.Instance) error {
+			if seq != nil {
+				sc := *seq
+				sc.Slots *= max(1, inst.Batcher.Config().Instances) // per engine instance, as Triton's
+				b, err := sequence.New(sc, inst.Model.Inputs(), inst.Model.Outputs(), cfg.GetMaxBatchSize() > 0, r.log)
+				if err != nil {
+					return err
+				}
+				inst.Sequences = b
+			}
 			c, reshape, err := describe(inst, cfg, auto, labels)
 			if err != nil {
+				if inst.Sequences != nil {
+					inst.Sequences.Close()
+					inst.Sequences = nil
+				}
 				return err
 			}
 			inst.Config, inst.Reshape = c, reshape

@@ -508,7 +508,7 @@ func TestOnDemandEvictionUnderLoad(t *testing.T) {
 					return
 				}
 				done.Add(1)
-				if n := len(f.repo.Loaded()); n > resident+1 { // +1: a model loads before the LRU one is taken out
+				if n := len(f.repo.Loaded()); n > resident+4 { // a model loads before the LRU one is taken out: at most one over per client loading
 					t.Errorf("%d models resident, bound %d", n, resident)
 				}
 			}

@@ -9,15 +9,20 @@ import (
 
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/sequence"
 )
 
 // Infer checks inputs against inst's model and runs them through its
 // batcher. When a hot reload closed inst between the transport's lookup and
 // the submit, it retries on the instance now serving the same model version,
-// so a reload fails no request.
+// so a reload fails no request. A stateful model (sequence batching) is
+// refused: its requests name their sequence (InferSequence).
 func Infer(ctx context.Context, models Models, inst *Instance, inputs []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
 	given := inputs
 	for {
+		if err := Stateless(inst); err != nil {
+			return nil, batcher.Timing{}, err
+		}
 		inputs := given
 		if inst.Reshape != nil {
 			var err error
@@ -42,6 +47,25 @@ func Infer(ctx context.Context, models Models, inst *Instance, inputs []engine.T
 	}
 }
 
+// InferSequence runs a request that EnterSequence admitted: with no ticket
+// (a stateless model), as Infer; else, once the sequence's earlier requests
+// have run, with the client's inputs (inst.Inputs) completed by the
+// sequence batcher's controls and state, and it returns the client's
+// outputs (inst.Outputs). A stateful request is never retried on another
+// instance: a reload loses the sequences of the replaced one, as Triton's
+// does.
+func InferSequence(ctx context.Context, models Models, inst *Instance, inputs []engine.Tensor, t *SequenceTicket) ([]engine.Tensor, batcher.Timing, error) {
+	if t == nil {
+		return Infer(ctx, models, inst, inputs)
+	}
+	return t.Run(ctx, inputs, func(ctx context.Context, full []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+		if _, err := inst.Model.CheckInputs(full); err != nil {
+			return nil, batcher.Timing{}, err
+		}
+		return inst.Batcher.SubmitTimed(ctx, full)
+	})
+}
+
 // Kind is what went wrong with an inference call, for a transport to map
 // onto its status codes (HTTP 422/503/504/500, gRPC InvalidArgument,
 // Unavailable, DeadlineExceeded, Internal...).
@@ -61,7 +85,8 @@ const (
 	KindEngine
 	// KindBadRequest: the request asks for what the model does not do
 	// (a *SequenceError: sequence parameters to a model without sequence
-	// batching).
+	// batching), or breaks its sequence's rules (a *sequence.Error: no
+	// correlation ID, a sequence not started, more than one row).
 	KindBadRequest
 )
 
@@ -77,10 +102,11 @@ type Failure struct {
 // server's request timeout, named in the message of a KindTimeout.
 func Classify(err error, timeout time.Duration) Failure {
 	var ie *engine.InputError
+	var se *sequence.Error
 	switch {
 	case errors.As(err, &ie):
 		return Failure{Kind: KindInvalidInput, Message: ie.Error(), Input: ie}
-	case errors.Is(err, ErrNoSequenceBatching):
+	case errors.Is(err, ErrNoSequenceBatching), errors.As(err, &se):
 		return Failure{Kind: KindBadRequest, Message: err.Error()}
 	case errors.Is(err, batcher.ErrQueueFull):
 		why := strings.TrimPrefix(err.Error(), batcher.ErrQueueFull.Error()+": ")

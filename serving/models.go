@@ -194,4 +194,4 @@ func (o one) control(name string) error {
 }
 
 func (o one) Load(_ context.Context, name string, _ LoadOptions) error { return o.control(name) }
-func (o one) Unload(_ context.Context, name string) error             { return o.control(name) }
+func (o one) Unload(_ context.Context, name string) error              { return o.control(name) }

@@ -4,7 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/sequence"
 )
 
 // Rules of an Open Inference Protocol request that do not depend on its
@@ -43,25 +47,117 @@ func (e *SequenceError) Error() string {
 
 func (e *SequenceError) Unwrap() error { return ErrNoSequenceBatching }
 
-// CheckSequence decides whether a request whose request-level parameters
-// are named params may run on inst: a request naming any of sequence_id,
-// sequence_start and sequence_end is part of a stateful sequence, which only
-// a model configured for sequence batching can serve. No model served by fw
-// has it yet, so such a request is refused with a *SequenceError naming
-// every sequence parameter given, in sorted order, whatever order params
-// come in (a map's, for gRPC). This is where a sequence batcher hooks in:
-// an instance whose model configuration enables it will accept them here.
-func CheckSequence(inst *Instance, params []string) error {
-	var given []string
-	for _, p := range sequenceParameters {
-		if slices.Contains(params, p) {
-			given = append(given, p)
-		}
+// maxStringID is the longest string correlation ID Triton accepts.
+const maxStringID = 128
+
+// SequenceParams are a request's sequence parameters, as its transport
+// read them with Set: sequence_id (an unsigned integer or a string; 0 and
+// "" mean none), sequence_start and sequence_end.
+type SequenceParams struct {
+	// Given are the sequence parameters the request named.
+	Given      []string
+	ID         sequence.ID
+	Start, End bool
+}
+
+// OtherValue is a parameter value of a type Set does not take, named for
+// the message ("an object", "a number with a fraction").
+type OtherValue string
+
+// Set reads one request-level parameter, name with its value: a bool, an
+// int64, a uint64, a string, or an OtherValue naming what it is. It reports
+// whether name is a sequence parameter, and refuses a value of the wrong
+// type, so that both transports answer alike.
+func (p *SequenceParams) Set(name string, v any) (bool, error) {
+	if !slices.Contains(sequenceParameters, name) {
+		return false, nil
 	}
-	if len(given) == 0 {
+	p.Given = append(p.Given, name)
+	if name == "sequence_id" {
+		switch x := v.(type) {
+		case uint64:
+			p.ID = sequence.ID{N: x}
+			return true, nil
+		case int64:
+			if x >= 0 {
+				p.ID = sequence.ID{N: uint64(x)}
+				return true, nil
+			}
+		case string:
+			if len(x) > maxStringID {
+				return true, fmt.Errorf("request parameter %q: a string correlation ID cannot be longer than %d characters", name, maxStringID)
+			}
+			p.ID = sequence.ID{S: x}
+			return true, nil
+		}
+		return true, fmt.Errorf("request parameter %q must be an unsigned integer or a string, got %s", name, describeValue(v))
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return true, fmt.Errorf("request parameter %q must be true or false, got %s", name, describeValue(v))
+	}
+	if name == "sequence_start" {
+		p.Start = b
+	} else {
+		p.End = b
+	}
+	return true, nil
+}
+
+func describeValue(v any) string {
+	switch x := v.(type) {
+	case OtherValue:
+		return string(x)
+	case bool:
+		return "a boolean"
+	case string:
+		return "a string"
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case uint64:
+		return strconv.FormatUint(x, 10)
+	case float64:
+		return "a number with a fraction"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// SequenceTicket is a request's place in its sequence (EnterSequence).
+type SequenceTicket = sequence.Ticket
+
+// EnterSequence decides whether a request with sequence parameters p may
+// run on inst, and admits it to its sequence. A model without sequence
+// batching refuses any sequence parameter with a *SequenceError naming
+// every one given, sorted; a request without them gets no ticket (nil).
+// A model with sequence batching (config.pbtxt's sequence_batching)
+// admits the request to its sequence, after the requests of that sequence
+// admitted before it (Triton's order: a transport admits requests in the
+// order they arrived), or refuses it with Triton's sentence (no
+// correlation ID, a sequence not started, inputs of more than one row).
+// The ticket must reach InferSequence or be released.
+func EnterSequence(inst *Instance, p SequenceParams, inputs []engine.Tensor) (*SequenceTicket, error) {
+	if inst.Sequences == nil {
+		if len(p.Given) == 0 {
+			return nil, nil
+		}
+		given := slices.Clone(p.Given)
+		slices.Sort(given)
+		return nil, &SequenceError{Model: inst.Model.Name(), Params: slices.Compact(given)}
+	}
+	if err := inst.Sequences.CheckRows(inputs); err != nil {
+		return nil, err
+	}
+	return inst.Sequences.Enter(p.ID, p.Start, p.End)
+}
+
+// Stateless refuses a request to a stateful model (one with sequence
+// batching) that cannot name a sequence: the unprefixed prediction routes.
+func Stateless(inst *Instance) error {
+	if inst.Sequences == nil {
 		return nil
 	}
-	return &SequenceError{Model: inst.Model.Name(), Params: given}
+	_, err := inst.Sequences.Enter(sequence.ID{}, false, false) // the refusal of a request without a correlation ID
+	return fmt.Errorf("%w; model %q is stateful (sequence_batching): send its requests to /v2/models/%s/infer with the parameters sequence_id, sequence_start and sequence_end", err, inst.Name(), inst.Name())
 }
 
 // RowLimit is the --max-rows limit (maxRows, 0: none) on the first axis of

@@ -120,20 +120,3 @@ func boolInt(b bool) int {
 	}
 	return 0
 }
-
-// Inputs are the model's inputs as clients see them: the configuration's
-// dims where it reshapes them.
-func (i *Instance) Inputs() []engine.TensorSpec {
-	if i.Reshape != nil {
-		return i.Reshape.inputs
-	}
-	return i.Model.Inputs()
-}
-
-// Outputs are the model's outputs as clients see them.
-func (i *Instance) Outputs() []engine.TensorSpec {
-	if i.Reshape != nil {
-		return i.Reshape.outputs
-	}
-	return i.Model.Outputs()
-}

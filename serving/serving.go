@@ -12,6 +12,7 @@ import (
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/imageprep"
+	"github.com/fw-serve/fw/sequence"
 )
 
 // Instance is one loaded model with the batcher in front of it. A reload
@@ -42,6 +43,36 @@ type Instance struct {
 	// Reshape, when set, maps the shapes clients use (the configuration's
 	// dims) to the model's own (its reshape) and back.
 	Reshape *Reshape
+	// Sequences, when set, is the model's sequence batcher (a stateful
+	// model: config.pbtxt's sequence_batching). Its requests name their
+	// sequence (EnterSequence, InferSequence); it is closed when the
+	// instance is drained.
+	Sequences *sequence.Batcher
+}
+
+// Inputs are the inputs a client sends: the model's, less those a
+// sequence batcher fills (control inputs and implicit state), with the
+// configuration's dims where it reshapes them.
+func (i *Instance) Inputs() []engine.TensorSpec {
+	if i.Sequences != nil {
+		return i.Sequences.Inputs()
+	}
+	if i.Reshape != nil {
+		return i.Reshape.inputs
+	}
+	return i.Model.Inputs()
+}
+
+// Outputs are the outputs a client may request: the model's, less the
+// implicit state a sequence batcher keeps.
+func (i *Instance) Outputs() []engine.TensorSpec {
+	if i.Sequences != nil {
+		return i.Sequences.Outputs()
+	}
+	if i.Reshape != nil {
+		return i.Reshape.outputs
+	}
+	return i.Model.Outputs()
 }
 
 // Name is the name the model is served under.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/sequence"
 )
 
 func TestStatsRecordAndBatches(t *testing.T) {
@@ -58,6 +59,7 @@ func TestClassify(t *testing.T) {
 		{context.Canceled, KindNotReady, "shutting down"},
 		{errors.New("boom"), KindEngine, "engine failed on this request: wrapped: boom"},
 		{&SequenceError{Model: "m", Params: []string{"sequence_id"}}, KindBadRequest, `"sequence_id" is for stateful sequences, and model "m" has no sequence batching`},
+		{&sequence.Error{Msg: "inference request for sequence 3 to model 'm' must specify the START flag"}, KindBadRequest, "sequence 3 to model 'm' must specify the START flag"},
 	} {
 		f := Classify(fmt.Errorf("wrapped: %w", c.err), 3*time.Second)
 		if f.Kind != c.kind || !strings.Contains(f.Message, c.hint) {
@@ -114,21 +116,35 @@ func TestPlatformAndBackend(t *testing.T) {
 	f(engine.FormatQuantized, "pytorch_libtorch", "pytorch")
 }
 
-// Sequence parameters are refused with one message naming all of those
-// given, sorted, whatever order they come in; other parameters pass.
-func TestCheckSequence(t *testing.T) {
+// Sequence parameters to a model without sequence batching are refused
+// with one message naming all of those given, sorted, whatever order they
+// come in; other parameters pass.
+func TestEnterSequenceStateless(t *testing.T) {
 	inst := &Instance{Model: &engine.Model{Path: "/models/nobatch.onnx"}}
 	f := func(params []string, want string) {
 		t.Helper()
-		err := CheckSequence(inst, params)
+		var p SequenceParams
+		for _, name := range params {
+			v := any(true)
+			if name == "sequence_id" {
+				v = int64(7)
+			}
+			if _, err := p.Set(name, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tk, err := EnterSequence(inst, p, nil)
+		if tk != nil {
+			t.Fatal("a ticket from a model without sequence batching")
+		}
 		if want == "" {
 			if err != nil {
-				t.Errorf("CheckSequence(%q) = %v, want nil", params, err)
+				t.Errorf("EnterSequence(%q) = %v, want nil", params, err)
 			}
 			return
 		}
 		if !errors.Is(err, ErrNoSequenceBatching) || err.Error() != want {
-			t.Errorf("CheckSequence(%q) = %v,\nwant %s", params, err, want)
+			t.Errorf("EnterSequence(%q) = %v,\nwant %s", params, err, want)
 		}
 	}
 	f(nil, "")
@@ -138,6 +154,43 @@ func TestCheckSequence(t *testing.T) {
 	f([]string{"sequence_end", "priority", "sequence_start", "sequence_id"}, all)
 	f([]string{"sequence_id"}, `request parameter "sequence_id" is for stateful sequences, and model "nobatch" has no sequence batching (fw answers each request on its own); send the request without it`)
 	f([]string{"sequence_start", "sequence_end"}, `request parameters "sequence_end", "sequence_start" are for stateful sequences, and model "nobatch" has no sequence batching (fw answers each request on its own); send the request without them`)
+}
+
+// Both transports read sequence parameters through Set: the same values
+// are taken and the same ones refused, with the same words.
+func TestSequenceParamsSet(t *testing.T) {
+	f := func(name string, v any, want SequenceParams, wantErr string) {
+		t.Helper()
+		var p SequenceParams
+		ok, err := p.Set(name, v)
+		if !ok && name != "priority" {
+			t.Errorf("Set(%q) says it is not a sequence parameter", name)
+		}
+		if wantErr != "" {
+			if err == nil || err.Error() != wantErr {
+				t.Errorf("Set(%q, %v) = %v, want %s", name, v, err, wantErr)
+			}
+			return
+		}
+		p.Given = nil
+		if err != nil || fmt.Sprint(p) != fmt.Sprint(want) {
+			t.Errorf("Set(%q, %v) = %+v %v, want %+v", name, v, p, err, want)
+		}
+	}
+	f("sequence_id", int64(5), SequenceParams{ID: sequence.ID{N: 5}}, "")
+	f("sequence_id", uint64(1<<63+1), SequenceParams{ID: sequence.ID{N: 1<<63 + 1}}, "")
+	f("sequence_id", "abc", SequenceParams{ID: sequence.ID{S: "abc"}}, "")
+	f("sequence_start", true, SequenceParams{Start: true}, "")
+	f("sequence_end", true, SequenceParams{End: true}, "")
+	f("sequence_id", int64(-1), SequenceParams{}, `request parameter "sequence_id" must be an unsigned integer or a string, got -1`)
+	f("sequence_id", true, SequenceParams{}, `request parameter "sequence_id" must be an unsigned integer or a string, got a boolean`)
+	f("sequence_id", strings.Repeat("x", 129), SequenceParams{}, `request parameter "sequence_id": a string correlation ID cannot be longer than 128 characters`)
+	f("sequence_start", int64(1), SequenceParams{}, `request parameter "sequence_start" must be true or false, got 1`)
+	f("sequence_end", OtherValue("an object"), SequenceParams{}, `request parameter "sequence_end" must be true or false, got an object`)
+	var p SequenceParams
+	if ok, err := p.Set("priority", int64(1)); ok || err != nil || len(p.Given) != 0 {
+		t.Errorf("priority: %v %v %+v", ok, err, p)
+	}
 }
 
 func TestTooManyRows(t *testing.T) {

@@ -138,6 +138,10 @@ type ModelConfig struct {
 	InstanceKind string
 	// Parameters are the configuration's parameters (key -> string_value).
 	Parameters map[string]string
+	// SequenceBatching, when set, is the model's sequence_batching as
+	// Triton's JSON renders it (a stateful model; it then has no
+	// dynamic_batching).
+	SequenceBatching map[string]any
 }
 
 // Config describes inst in a model configuration's terms.

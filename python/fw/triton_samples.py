@@ -3,10 +3,14 @@
     python -m fw.triton_samples --out build/models/triton
 
 Triton's client examples and tests expect the sample models of Triton's server repository
-(``simple``, ``simple_int8``, ``simple_string``, ``densenet_onnx``, ...). Those are TensorFlow,
-custom-backend or downloaded files; this module writes ONNX graphs with the same tensor names,
-datatypes and shapes, and the same ``config.pbtxt``, so the examples run unchanged against
-``fw serve --model-repository``. It also writes the shapes that once broke fw: a model without
+(``simple``, ``simple_int8``, ``simple_string``, ``densenet_onnx``, ``simple_sequence``, ...).
+Those are TensorFlow, custom-backend or downloaded files; this module writes ONNX graphs with the
+same tensor names, datatypes and shapes, and the same ``config.pbtxt``, so the examples run
+unchanged against ``fw serve --model-repository``. The stateful ones (Triton's sequence batcher)
+are ``simple_sequence`` and ``simple_dyna_sequence``, as Triton's ONNX samples compute them (the
+output is the input plus the START flag, plus the correlation ID on the END request for the dyna
+one), and ``simple_sequence_state``, an accumulator whose running sum is implicit state the server
+keeps between the requests of a sequence. It also writes the shapes that once broke fw: a model without
 a batch axis whose output is shorter than its input (``nobatch``) and a model exported with a
 fixed batch of one (``fixed_batch1``). Every graph is built with the ``onnx`` package from fixed
 numbers: the output is the same on every machine.
@@ -132,6 +136,66 @@ def densenet() -> onnx.ModelProto:
     )
 
 
+def simple_sequence() -> onnx.ModelProto:
+    """Triton's ``simple_sequence``: OUTPUT = READY * (INPUT + START), all INT32 [-1,1].
+
+    The server fills START and READY (its sequence batcher's control inputs): the first request of
+    a sequence answers its input plus one, the later ones their input, as Triton's examples expect.
+    """
+    vi = helper.make_tensor_value_info
+    ins = [vi(n, TensorProto.INT32, ["batch", 1]) for n in ("INPUT", "START", "READY")]
+    nodes = [
+        helper.make_node("Add", ["INPUT", "START"], ["sum"]),
+        helper.make_node("Mul", ["READY", "sum"], ["OUTPUT"]),
+    ]
+    return _graph("simple_sequence", nodes, ins, [vi("OUTPUT", TensorProto.INT32, ["batch", 1])])
+
+
+def simple_dyna_sequence() -> onnx.ModelProto:
+    """Triton's ``simple_dyna_sequence``: OUTPUT = READY * (INPUT + START + END * CORRID).
+
+    As Triton's, but CORRID is INT64 where Triton's is UINT64 (fw's engines have no unsigned
+    64-bit tensors); the correlation ID, cast to INT32, is added on the last request.
+    """
+    vi = helper.make_tensor_value_info
+    ins = [vi(n, TensorProto.INT32, ["batch", 1]) for n in ("INPUT", "START", "END", "READY")]
+    ins.append(vi("CORRID", TensorProto.INT64, ["batch", 1]))
+    nodes = [
+        helper.make_node("Cast", ["CORRID"], ["corrid"], to=TensorProto.INT32),
+        helper.make_node("Add", ["INPUT", "START"], ["a"]),
+        helper.make_node("Mul", ["END", "corrid"], ["b"]),
+        helper.make_node("Add", ["a", "b"], ["sum"]),
+        helper.make_node("Mul", ["READY", "sum"], ["OUTPUT"]),
+    ]
+    return _graph("simple_dyna_sequence", nodes, ins, [vi("OUTPUT", TensorProto.INT32, ["batch", 1])])
+
+
+def simple_sequence_state() -> onnx.ModelProto:
+    """An accumulator with implicit state: OUTPUT = ACC_OUT = START ? INPUT : ACC_IN + INPUT.
+
+    ACC_IN and ACC_OUT are the sequence's state, which the server feeds back from one request to
+    the next and never returns. START is BOOL and READY FP32 (a row that is not ready keeps its
+    state), so the three kinds of control values are all exercised.
+    """
+    vi = helper.make_tensor_value_info
+    ins = [
+        vi("INPUT", TensorProto.INT32, ["batch", 1]),
+        vi("START", TensorProto.BOOL, ["batch", 1]),
+        vi("READY", TensorProto.FLOAT, ["batch", 1]),
+        vi("ACC_IN", TensorProto.INT32, ["batch", 1]),
+    ]
+    outs = [vi("OUTPUT", TensorProto.INT32, ["batch", 1]), vi("ACC_OUT", TensorProto.INT32, ["batch", 1])]
+    half = numpy_helper.from_array(np.array(0.5, dtype=np.float32), "half")
+    nodes = [
+        helper.make_node("Add", ["ACC_IN", "INPUT"], ["sum"]),
+        helper.make_node("Where", ["START", "INPUT", "sum"], ["acc"]),
+        helper.make_node("Greater", ["READY", "half"], ["ready"]),
+        helper.make_node("Where", ["ready", "acc", "ACC_IN"], ["ACC_OUT"]),
+        helper.make_node("Identity", ["ACC_OUT"], ["OUTPUT"]),
+    ]
+    return _graph("simple_sequence_state", nodes, ins, outs, [half])
+
+
 def _simple_config(name: str, typ: str) -> str:
     tensors = lambda kind, names: ",\n".join(  # noqa: E731
         f'  {{\n    name: "{n}"\n    data_type: {typ}\n    dims: [ 16 ]\n  }}' for n in names
@@ -171,6 +235,96 @@ max_batch_size: 0
 input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "y" data_type: TYPE_FP32 dims: [ 2 ] } ]
 """,
+    # Triton's own (docs/examples/model_repository/simple_sequence): the direct strategy.
+    "simple_sequence": """name: "simple_sequence"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+sequence_batching {
+  control_input [
+    {
+      name: "START"
+      control [
+        {
+          kind: CONTROL_SEQUENCE_START
+          int32_false_true: [ 0, 1 ]
+        }
+      ]
+    },
+    {
+      name: "READY"
+      control [
+        {
+          kind: CONTROL_SEQUENCE_READY
+          int32_false_true: [ 0, 1 ]
+        }
+      ]
+    }
+  ]
+}
+input [
+  {
+    name: "INPUT"
+    data_type: TYPE_INT32
+    dims: [ 1 ]
+  }
+]
+output [
+  {
+    name: "OUTPUT"
+    data_type: TYPE_INT32
+    dims: [ 1 ]
+  }
+]
+instance_group [
+  {
+    kind: KIND_CPU
+  }
+]
+""",
+    # Triton's, the oldest strategy, with an INT64 CORRID (Triton's is UINT64).
+    "simple_dyna_sequence": """name: "simple_dyna_sequence"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+sequence_batching {
+  max_sequence_idle_microseconds: 10000000
+  oldest {
+    max_candidate_sequences: 1024
+    max_queue_delay_microseconds: 10000
+  }
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_INT64 } ] }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+""",
+    "simple_sequence_state": """name: "simple_sequence_state"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  direct { }
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START bool_false_true: [ false, true ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY fp32_false_true: [ 0, 1 ] } ] }
+  ]
+  state [
+    {
+      input_name: "ACC_IN"
+      output_name: "ACC_OUT"
+      data_type: TYPE_INT32
+      dims: [ 1 ]
+      initial_state { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" }
+    }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+""",
     # fixed_batch1 has no config.pbtxt: its configuration is completed from the file.
     "densenet_onnx": """name: "densenet_onnx"
 platform: "onnxruntime_onnx"
@@ -207,6 +361,9 @@ def build(out: Path) -> list[str]:
         "nobatch": nobatch(),
         "fixed_batch1": fixed_batch1(),
         "densenet_onnx": densenet(),
+        "simple_sequence": simple_sequence(),
+        "simple_dyna_sequence": simple_dyna_sequence(),
+        "simple_sequence_state": simple_sequence_state(),
     }
     if out.exists():
         shutil.rmtree(out)

@@ -1,0 +1,672 @@
+// Package sequence is Triton's sequence batcher for stateful models. A
+// sequence is the requests that carry one correlation ID (sequence_id),
+// from one with the START flag to one with the END flag. The batcher keeps,
+// for each sequence:
+//
+//   - its order: its requests run one at a time, in the order they were
+//     admitted (Enter), each after the previous one has finished;
+//   - its implicit state: the state outputs of one request (sequence_batching
+//     state) become the state inputs of the next, and are not returned to
+//     the client unless the configuration lists them as outputs;
+//   - its slot: at most Config.Slots sequences are served at once; a new
+//     sequence beyond them waits for one to end or to be idle past
+//     Config.MaxIdle (Triton's backlog).
+//
+// The control inputs (START, END, READY, CORRID) are filled by the batcher,
+// never sent by the client. The engine calls themselves go through the
+// model's dynamic batcher (the SubmitFunc given to Run), so requests of
+// different sequences share them. fw's engines keep no state between calls:
+// a sequence's state is only what the batcher holds, so the slot a sequence
+// holds bounds concurrency and is not a row position in the engine call.
+package sequence
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/engine"
+)
+
+// Strategy is how the sequence batcher of a model is configured: Triton's
+// direct (a sequence holds one of max_batch_size slots per instance) or
+// oldest (max_candidate_sequences per instance, dynamically batched).
+type Strategy string
+
+// The strategies.
+const (
+	Direct Strategy = "direct"
+	Oldest Strategy = "oldest"
+)
+
+// Kind is what a control input tells the model.
+type Kind int
+
+// The control kinds, numbered as Triton's ModelSequenceBatching.Control.Kind.
+const (
+	// Start is true on the first request of a sequence.
+	Start Kind = iota
+	// Ready is true on a row that holds a request: always, in fw, which
+	// never sends empty rows.
+	Ready
+	// End is true on the last request of a sequence.
+	End
+	// CorrID is the sequence's correlation ID.
+	CorrID
+)
+
+func (k Kind) String() string {
+	return [...]string{"CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_READY", "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_CORRID"}[k]
+}
+
+// Control is one control input: a model input the batcher fills.
+type Control struct {
+	Input string
+	Kind  Kind
+	// DType is the input's: Int32, Float32 or Bool for a flag (Triton's
+	// int32_false_true, fp32_false_true, bool_false_true), Int64 or Int32
+	// for CorrID.
+	DType engine.DType
+	// False and True are a flag's values.
+	False, True float64
+}
+
+// State is one implicit state: the model input Input receives what the
+// model output Output gave on the sequence's previous request.
+type State struct {
+	Input, Output string
+	DType         engine.DType
+	// Dims are the state's dimensions without the batch axis; -1 is any
+	// size.
+	Dims []int64
+	// InitialDims and Initial are the state the first request of a
+	// sequence receives: InitialDims fixed, Initial its bytes (row-major,
+	// little-endian), or nil for zeros.
+	InitialDims []int64
+	Initial     []byte
+}
+
+// Config is a model's sequence batching.
+type Config struct {
+	// Model names the model in messages.
+	Model    string
+	Strategy Strategy
+	// Slots is how many sequences are served at once; a new sequence
+	// beyond them waits for a free slot.
+	Slots int
+	// MaxIdle frees a sequence that has had no request for this long: its
+	// later requests are refused as if it had never started.
+	MaxIdle  time.Duration
+	Controls []Control
+	States   []State
+	// VisibleStates are the state outputs a client may request (listed as
+	// outputs in the configuration, Triton's rule for debugging).
+	VisibleStates []string
+}
+
+// ID is a correlation ID: an unsigned integer (N) or a string (S, when
+// not empty). Zero and "" mean "not in a sequence".
+type ID struct {
+	N uint64
+	S string
+}
+
+func (id ID) String() string {
+	if id.S != "" {
+		return id.S
+	}
+	return strconv.FormatUint(id.N, 10)
+}
+
+// Zero reports whether id names no sequence.
+func (id ID) Zero() bool { return id.N == 0 && id.S == "" }
+
+// Error is a request the sequence batcher refuses (a transport's 400); the
+// message is Triton's sentence where Triton has one.
+type Error struct{ Msg string }
+
+func (e *Error) Error() string { return e.Msg }
+
+func refuse(format string, args ...any) *Error { return &Error{Msg: fmt.Sprintf(format, args...)} }
+
+// SubmitFunc runs one request (every model input, in the model's order)
+// through the model's batcher.
+type SubmitFunc func(ctx context.Context, inputs []engine.Tensor) ([]engine.Tensor, batcher.Timing, error)
+
+// Batcher is one model version's sequence batcher. Create it with New,
+// admit a request with Enter, run it with Ticket.Run, stop it with Close.
+type Batcher struct {
+	cfg     Config
+	batched bool
+	inputs  []engine.TensorSpec
+	outputs []engine.TensorSpec
+	// The model's positions of the client's inputs and outputs, the
+	// controls' inputs and the states' inputs and outputs.
+	clientIn, clientOut []int
+	controlIn           []int
+	stateIn, stateOut   []int
+	// initial are the states' first values, shaped for one request.
+	initial []engine.Tensor
+	// slots holds a token per sequence being served.
+	slots chan struct{}
+	log   *slog.Logger
+	now   func() time.Time
+	stop  chan struct{}
+	done  chan struct{}
+
+	mu      sync.Mutex
+	seqs    map[ID]*seq
+	closed  bool
+	reaping bool
+}
+
+// seq is one sequence's place, slot and state; guarded by Batcher.mu.
+type seq struct {
+	id ID
+	// tail is closed when the last request admitted has finished.
+	tail    chan struct{}
+	pending int // requests admitted and not finished
+	last    time.Time
+	slot    bool
+	// ended: an END request was admitted; the next one needs START.
+	ended bool
+	state []engine.Tensor
+}
+
+// closedChan is the tail of a sequence with nothing admitted.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// New makes the sequence batcher of a model whose inputs and outputs are
+// given, batched when it has a batch axis (max_batch_size > 0). It checks
+// the configuration against them: every control and state names a model
+// tensor of the configured datatype and a shape the batcher can send.
+func New(cfg Config, inputs, outputs []engine.TensorSpec, batched bool, log *slog.Logger) (*Batcher, error) {
+	if cfg.Slots <= 0 {
+		cfg.Slots = 1
+	}
+	if cfg.MaxIdle <= 0 {
+		cfg.MaxIdle = time.Second
+	}
+	b := &Batcher{cfg: cfg, batched: batched, inputs: inputs, outputs: outputs, log: log, now: time.Now,
+		slots: make(chan struct{}, cfg.Slots), stop: make(chan struct{}), done: make(chan struct{}), seqs: map[ID]*seq{}}
+	index := func(specs []engine.TensorSpec, name string) int {
+		for i, sp := range specs {
+			if sp.Name == name {
+				return i
+			}
+		}
+		return -1
+	}
+	used := map[string]string{}
+	claim := func(name, what string) error {
+		if prev, ok := used[name]; ok {
+			return fmt.Errorf("sequence_batching: input %q is both %s and %s", name, prev, what)
+		}
+		used[name] = what
+		return nil
+	}
+	perRow := []int64{1} // a control's shape for one request
+	if batched {
+		perRow = []int64{1, 1}
+	}
+	for _, c := range cfg.Controls {
+		what := "the " + c.Kind.String() + " control"
+		if err := claim(c.Input, what); err != nil {
+			return nil, err
+		}
+		i := index(inputs, c.Input)
+		if i < 0 {
+			return nil, fmt.Errorf("sequence_batching: %s names input %q, which the model does not have; its inputs are %s", what, c.Input, describe(inputs))
+		}
+		if err := fits(inputs[i], c.DType, perRow); err != nil {
+			return nil, fmt.Errorf("sequence_batching: %s %q: %v", what, c.Input, err)
+		}
+		b.controlIn = append(b.controlIn, i)
+	}
+	for _, s := range cfg.States {
+		if err := claim(s.Input, "a state input"); err != nil {
+			return nil, err
+		}
+		i, o := index(inputs, s.Input), index(outputs, s.Output)
+		if i < 0 {
+			return nil, fmt.Errorf("sequence_batching: state input_name %q is not an input of the model, whose inputs are %s", s.Input, describe(inputs))
+		}
+		if o < 0 {
+			return nil, fmt.Errorf("sequence_batching: state output_name %q is not an output of the model, whose outputs are %s", s.Output, describe(outputs))
+		}
+		shape := append([]int64{}, s.InitialDims...)
+		if batched {
+			shape = append([]int64{1}, shape...)
+		}
+		if err := fits(inputs[i], s.DType, shape); err != nil {
+			return nil, fmt.Errorf("sequence_batching: state input %q: %v", s.Input, err)
+		}
+		if sp := outputs[o]; sp.DType != engine.Invalid && sp.DType != s.DType {
+			return nil, fmt.Errorf("sequence_batching: state output %q: the model gives %s, the state is %s", s.Output, sp.DType, s.DType)
+		}
+		n := int(engine.NumElements(s.InitialDims)) * s.DType.Size()
+		data := s.Initial
+		if data == nil {
+			data = make([]byte, n)
+		} else if len(data) != n {
+			return nil, fmt.Errorf("sequence_batching: state %q: the initial state holds %d bytes, its dims %v of %s need %d", s.Input, len(data), s.InitialDims, s.DType, n)
+		}
+		b.stateIn, b.stateOut = append(b.stateIn, i), append(b.stateOut, o)
+		b.initial = append(b.initial, engine.Tensor{DType: s.DType, Shape: shape, Data: data})
+	}
+	for i, sp := range inputs {
+		if _, ok := used[sp.Name]; !ok {
+			b.clientIn = append(b.clientIn, i)
+		}
+	}
+	for o, sp := range outputs {
+		hidden := false
+		for _, s := range cfg.States {
+			hidden = hidden || (s.Output == sp.Name && !contains(cfg.VisibleStates, sp.Name))
+		}
+		if !hidden {
+			b.clientOut = append(b.clientOut, o)
+		}
+	}
+	return b, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// fits checks that a model input takes tensors of dtype and shape.
+func fits(spec engine.TensorSpec, dtype engine.DType, shape []int64) error {
+	if spec.DType != engine.Invalid && spec.DType != dtype {
+		return fmt.Errorf("the model takes %s, the configuration sends %s", spec.DType, dtype)
+	}
+	if len(spec.Shape) == 0 && spec.DType == engine.Invalid {
+		return nil // a shape the engine does not know: the model checks it
+	}
+	ok := len(spec.Shape) == len(shape)
+	for i := 0; ok && i < len(shape); i++ {
+		ok = spec.Shape[i] < 0 || spec.Shape[i] == shape[i]
+	}
+	if !ok {
+		return fmt.Errorf("the model's shape is %s, the sequence batcher sends %s per request", engine.FormatShape(spec.Shape), engine.FormatShape(shape))
+	}
+	return nil
+}
+
+func describe(specs []engine.TensorSpec) string {
+	var sb strings.Builder
+	for i, sp := range specs {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		fmt.Fprintf(&sb, "%q", sp.Name)
+	}
+	return sb.String()
+}
+
+// Config is the configuration the batcher serves.
+func (b *Batcher) Config() Config { return b.cfg }
+
+// Inputs are the inputs a client sends: the model's, less the controls and
+// the states.
+func (b *Batcher) Inputs() []engine.TensorSpec { return pick(b.inputs, b.clientIn) }
+
+// Outputs are the outputs a client receives: the model's, less the states
+// not listed as outputs in the configuration.
+func (b *Batcher) Outputs() []engine.TensorSpec { return pick(b.outputs, b.clientOut) }
+
+func pick(specs []engine.TensorSpec, idx []int) []engine.TensorSpec {
+	out := make([]engine.TensorSpec, len(idx))
+	for i, j := range idx {
+		out[i] = specs[j]
+	}
+	return out
+}
+
+// Active is the number of sequences the batcher holds (served, waiting for
+// a slot, or idle and not yet freed).
+func (b *Batcher) Active() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.seqs)
+}
+
+// corrIDNumeric reports whether the model's CORRID control takes numbers
+// (every CORRID fw serves does: it has no string tensors).
+func (b *Batcher) corrIDNumeric() bool {
+	for _, c := range b.cfg.Controls {
+		if c.Kind == CorrID {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckRows refuses a request of more than one row to a batched model:
+// Triton's sequence batcher takes one row per request. Transports check it
+// before Enter, so that such a request does not enter its sequence.
+func (b *Batcher) CheckRows(inputs []engine.Tensor) error {
+	if !b.batched {
+		return nil
+	}
+	for _, in := range inputs {
+		if len(in.Shape) == 0 || in.Shape[0] != 1 {
+			return refuse("inference request to model '%s' must specify batch-size 1 due to requirements of sequence batcher", b.cfg.Model)
+		}
+	}
+	return nil
+}
+
+// Enter admits a request of sequence id: it takes the request's place
+// after the sequence's requests admitted before it. A request with start
+// begins the sequence (or, when the sequence is still going, ends it early
+// and begins it again, as Triton does); any other request must belong to a
+// sequence that started, has not ended and was not freed as idle. The
+// ticket must then be Run or Released, or the sequence stops.
+func (b *Batcher) Enter(id ID, start, end bool) (*Ticket, error) {
+	if id.Zero() {
+		return nil, refuse("inference request to model '%s' must specify a non-zero or non-empty correlation ID", b.cfg.Model)
+	}
+	if id.S != "" && b.corrIDNumeric() {
+		return nil, refuse("inference request to model '%s': correlation ID in request is not an unsigned int (sequence_id %q); the model's CORRID control input takes a number, send an integer sequence_id", b.cfg.Model, id.S)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, batcher.ErrClosed
+	}
+	if !b.reaping {
+		b.reaping = true
+		go b.reapLoop()
+	}
+	s := b.seqs[id]
+	switch {
+	case s == nil || s.ended:
+		if !start {
+			return nil, refuse("inference request for sequence %s to model '%s' must specify the START flag on the first request of the sequence", id, b.cfg.Model)
+		}
+		if s == nil {
+			s = &seq{id: id, tail: closedChan}
+			b.seqs[id] = s
+		}
+		s.ended = false
+	case start:
+		b.log.Warn("sequence "+id.String()+" for model '"+b.cfg.Model+"' has a conflict. The previous sequence did not end before this sequence start. Previous sequence will be terminated early.",
+			"model", b.cfg.Model, "sequence_id", id.String())
+	}
+	t := &Ticket{b: b, s: s, prev: s.tail, done: make(chan struct{}), start: start, end: end}
+	s.tail = t.done
+	s.pending++
+	s.last = b.now()
+	if end {
+		s.ended = true
+	}
+	return t, nil
+}
+
+// Ticket is a request's place in its sequence.
+type Ticket struct {
+	b          *Batcher
+	s          *seq
+	prev, done chan struct{}
+	start, end bool
+	used       atomic.Bool
+}
+
+// ID is the ticket's sequence.
+func (t *Ticket) ID() ID { return t.s.id }
+
+// Run waits for the sequence's earlier requests and for a slot, then runs
+// the request: inputs are the client's (Batcher.Inputs' order), completed
+// with the controls and the sequence's state, submitted with submit. It
+// returns the client's outputs (Batcher.Outputs' order) and keeps the state
+// outputs for the sequence's next request; a request that fails leaves the
+// state as it was. The request after it waits until Run returns.
+func (t *Ticket) Run(ctx context.Context, inputs []engine.Tensor, submit SubmitFunc) ([]engine.Tensor, batcher.Timing, error) {
+	if !t.used.CompareAndSwap(false, true) {
+		return nil, batcher.Timing{}, errors.New("sequence: a ticket runs once")
+	}
+	select {
+	case <-t.prev:
+	case <-ctx.Done():
+		t.b.finish(t)
+		return nil, batcher.Timing{}, ctx.Err()
+	}
+	defer t.b.finish(t)
+	return t.b.run(ctx, t, inputs, submit)
+}
+
+// Release gives the ticket's place up without running it (the request
+// failed before reaching Run); the next request of the sequence goes on.
+// It does nothing after Run, and on nil.
+func (t *Ticket) Release() {
+	if t != nil && t.used.CompareAndSwap(false, true) {
+		t.b.finish(t)
+	}
+}
+
+// finish ends a ticket once the request before it has finished (at once
+// from Run, else in the background): the next request may run, and a
+// sequence that has ended and has nothing left frees its slot.
+func (b *Batcher) finish(t *Ticket) {
+	done := func() {
+		b.mu.Lock()
+		s := t.s
+		s.pending--
+		s.last = b.now()
+		if s.pending == 0 && s.ended {
+			b.freeLocked(s)
+		}
+		b.mu.Unlock()
+		close(t.done)
+	}
+	select {
+	case <-t.prev:
+		done()
+	default:
+		go func() { <-t.prev; done() }()
+	}
+}
+
+// freeLocked forgets a sequence and gives its slot back.
+func (b *Batcher) freeLocked(s *seq) {
+	if b.seqs[s.id] == s {
+		delete(b.seqs, s.id)
+	}
+	if s.slot {
+		<-b.slots
+		s.slot = false
+	}
+	s.state = nil
+}
+
+// run runs a request whose turn has come.
+func (b *Batcher) run(ctx context.Context, t *Ticket, inputs []engine.Tensor, submit SubmitFunc) ([]engine.Tensor, batcher.Timing, error) {
+	var none batcher.Timing
+	if len(inputs) != len(b.clientIn) {
+		return nil, none, fmt.Errorf("sequence: %d inputs for the model's %d client inputs", len(inputs), len(b.clientIn))
+	}
+	if err := b.CheckRows(inputs); err != nil {
+		return nil, none, err
+	}
+	b.mu.Lock()
+	has := t.s.slot
+	b.mu.Unlock()
+	if !has {
+		select {
+		case b.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, none, ctx.Err()
+		case <-b.stop:
+			return nil, none, batcher.ErrClosed
+		}
+		b.mu.Lock()
+		t.s.slot = true
+		b.mu.Unlock()
+	}
+	b.mu.Lock()
+	state := t.s.state
+	b.mu.Unlock()
+	full := make([]engine.Tensor, len(b.inputs))
+	for i, j := range b.clientIn {
+		full[j] = inputs[i]
+	}
+	for i, c := range b.cfg.Controls {
+		full[b.controlIn[i]] = b.control(c, t)
+	}
+	for i := range b.cfg.States {
+		if t.start || state == nil {
+			full[b.stateIn[i]] = b.initial[i]
+		} else {
+			full[b.stateIn[i]] = state[i]
+		}
+	}
+	out, timing, err := submit(ctx, full)
+	if err != nil {
+		return nil, timing, err
+	}
+	next := make([]engine.Tensor, len(b.cfg.States))
+	for i, s := range b.cfg.States {
+		j := b.stateOut[i]
+		if j >= len(out) {
+			return nil, timing, fmt.Errorf("the model returned %d outputs, without its state output %q", len(out), s.Output)
+		}
+		if err := b.checkState(s, out[j]); err != nil {
+			return nil, timing, err
+		}
+		// A copy: the output may be rows of a larger engine output, which
+		// the state would otherwise keep alive.
+		next[i] = engine.Tensor{DType: out[j].DType, Shape: append([]int64{}, out[j].Shape...), Data: bytes.Clone(out[j].Data)}
+	}
+	b.mu.Lock()
+	t.s.state = next
+	b.mu.Unlock()
+	res := make([]engine.Tensor, len(b.clientOut))
+	for i, j := range b.clientOut {
+		if j >= len(out) {
+			return nil, timing, fmt.Errorf("the model returned %d outputs, without %q", len(out), b.outputs[j].Name)
+		}
+		res[i] = out[j]
+	}
+	return res, timing, nil
+}
+
+// checkState checks a state output against the state's dims.
+func (b *Batcher) checkState(s State, t engine.Tensor) error {
+	shape := t.Shape
+	if b.batched {
+		if len(shape) == 0 || shape[0] != 1 {
+			return fmt.Errorf("state output %q has shape %s: one row expected", s.Output, engine.FormatShape(shape))
+		}
+		shape = shape[1:]
+	}
+	ok := t.DType == s.DType && len(shape) == len(s.Dims)
+	for i := 0; ok && i < len(shape); i++ {
+		ok = s.Dims[i] < 0 || s.Dims[i] == shape[i]
+	}
+	if !ok {
+		return fmt.Errorf("state output %q is %s %s, but the state is %s %s", s.Output, t.DType, engine.FormatShape(shape), s.DType, engine.FormatShape(s.Dims))
+	}
+	return nil
+}
+
+// control is the value of a control input for a request.
+func (b *Batcher) control(c Control, t *Ticket) engine.Tensor {
+	shape := []int64{1}
+	if b.batched {
+		shape = []int64{1, 1}
+	}
+	out := engine.Tensor{DType: c.DType, Shape: shape, Data: make([]byte, c.DType.Size())}
+	if c.Kind == CorrID {
+		switch c.DType {
+		case engine.Int64:
+			binary.LittleEndian.PutUint64(out.Data, t.s.id.N)
+		case engine.Int32:
+			binary.LittleEndian.PutUint32(out.Data, uint32(t.s.id.N))
+		}
+		return out
+	}
+	on := c.Kind == Ready || (c.Kind == Start && t.start) || (c.Kind == End && t.end)
+	v := c.False
+	if on {
+		v = c.True
+	}
+	switch c.DType {
+	case engine.Int32:
+		binary.LittleEndian.PutUint32(out.Data, uint32(int32(v)))
+	case engine.Float32:
+		binary.LittleEndian.PutUint32(out.Data, math.Float32bits(float32(v)))
+	case engine.Bool:
+		if v != 0 {
+			out.Data[0] = 1
+		}
+	}
+	return out
+}
+
+// reapLoop frees idle sequences until Close.
+func (b *Batcher) reapLoop() {
+	defer close(b.done)
+	t := time.NewTicker(min(max(b.cfg.MaxIdle/10, time.Millisecond), 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+			b.reap(b.now())
+		}
+	}
+}
+
+// reap frees the sequences with no request admitted for MaxIdle, and
+// returns how many.
+func (b *Batcher) reap(now time.Time) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, s := range b.seqs {
+		if s.pending == 0 && now.Sub(s.last) >= b.cfg.MaxIdle {
+			b.freeLocked(s)
+			n++
+			b.log.Debug("sequence freed: idle for longer than max_sequence_idle_microseconds", "model", b.cfg.Model,
+				"sequence_id", s.id.String(), "max_idle", b.cfg.MaxIdle)
+		}
+	}
+	return n
+}
+
+// Close stops admitting requests (Enter then fails with batcher.ErrClosed)
+// and stops freeing idle sequences; a request admitted and still waiting
+// for a slot fails with batcher.ErrClosed, one already running finishes
+// (the model's batcher, closing too, decides whether it reaches the
+// engine).
+func (b *Batcher) Close() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	reaping := b.reaping
+	close(b.stop)
+	b.mu.Unlock()
+	if reaping {
+		<-b.done
+	}
+}

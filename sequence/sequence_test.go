@@ -1,0 +1,506 @@
+package sequence
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/internal/testleak"
+)
+
+func TestMain(m *testing.M) { testleak.Main(m) }
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// The model of these tests: INPUT, the controls and the state ACC_IN, all
+// [-1,1]; OUTPUT and ACC_OUT. The fake engine (accumulate) sums INPUT into
+// the state, restarting at START.
+var (
+	ins = []engine.TensorSpec{
+		{Name: "INPUT", DType: engine.Int32, Shape: []int64{-1, 1}},
+		{Name: "START", DType: engine.Int32, Shape: []int64{-1, 1}},
+		{Name: "END", DType: engine.Float32, Shape: []int64{-1, 1}},
+		{Name: "READY", DType: engine.Bool, Shape: []int64{-1, 1}},
+		{Name: "CORRID", DType: engine.Int64, Shape: []int64{-1, 1}},
+		{Name: "ACC_IN", DType: engine.Int32, Shape: []int64{-1, 1}},
+	}
+	outs = []engine.TensorSpec{
+		{Name: "OUTPUT", DType: engine.Int32, Shape: []int64{-1, 1}},
+		{Name: "ACC_OUT", DType: engine.Int32, Shape: []int64{-1, 1}},
+	}
+)
+
+func config(slots int) Config {
+	return Config{
+		Model: "acc", Strategy: Direct, Slots: slots, MaxIdle: time.Hour,
+		Controls: []Control{
+			{Input: "START", Kind: Start, DType: engine.Int32, False: 0, True: 1},
+			{Input: "END", Kind: End, DType: engine.Float32, False: 0, True: 2.5},
+			{Input: "READY", Kind: Ready, DType: engine.Bool, False: 0, True: 1},
+			{Input: "CORRID", Kind: CorrID, DType: engine.Int64},
+		},
+		States: []State{{Input: "ACC_IN", Output: "ACC_OUT", DType: engine.Int32, Dims: []int64{1}, InitialDims: []int64{1}}},
+	}
+}
+
+func newBatcher(t *testing.T, cfg Config) *Batcher {
+	t.Helper()
+	b, err := New(cfg, ins, outs, true, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+func i32(v int32) engine.Tensor {
+	d := make([]byte, 4)
+	binary.LittleEndian.PutUint32(d, uint32(v))
+	return engine.Tensor{DType: engine.Int32, Shape: []int64{1, 1}, Data: d}
+}
+
+func val(t engine.Tensor) int32 { return int32(binary.LittleEndian.Uint32(t.Data)) }
+
+// seen is what the fake engine was sent on one call.
+type seen struct {
+	input, start, accIn int32
+	end                 float32
+	ready               bool
+	corrid              uint64
+}
+
+// engineLog is a fake engine: it records every call and accumulates.
+type engineLog struct {
+	mu    sync.Mutex
+	calls []seen
+}
+
+func (e *engineLog) submit(_ context.Context, in []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+	s := seen{
+		input: val(in[0]), start: val(in[1]), end: math.Float32frombits(binary.LittleEndian.Uint32(in[2].Data)),
+		ready: in[3].Data[0] == 1, corrid: binary.LittleEndian.Uint64(in[4].Data), accIn: val(in[5]),
+	}
+	e.mu.Lock()
+	e.calls = append(e.calls, s)
+	e.mu.Unlock()
+	acc := s.accIn + s.input
+	if s.start == 1 {
+		acc = s.input
+	}
+	return []engine.Tensor{i32(acc), i32(acc)}, batcher.Timing{}, nil
+}
+
+// send admits and runs one request.
+func send(b *Batcher, e *engineLog, id ID, start, end bool, x int32) (int32, error) {
+	t, err := b.Enter(id, start, end)
+	if err != nil {
+		return 0, err
+	}
+	out, _, err := t.Run(context.Background(), []engine.Tensor{i32(x)}, e.submit)
+	if err != nil {
+		return 0, err
+	}
+	if len(out) != 1 {
+		return 0, fmt.Errorf("%d outputs returned; the state must not be", len(out))
+	}
+	return val(out[0]), nil
+}
+
+func TestSplitsClientTensors(t *testing.T) {
+	b := newBatcher(t, config(1))
+	if in, out := b.Inputs(), b.Outputs(); len(in) != 1 || in[0].Name != "INPUT" || len(out) != 1 || out[0].Name != "OUTPUT" {
+		t.Fatalf("client tensors: %v -> %v", in, out)
+	}
+	cfg := config(1)
+	cfg.VisibleStates = []string{"ACC_OUT"}
+	b2 := newBatcher(t, cfg)
+	if out := b2.Outputs(); len(out) != 2 {
+		t.Fatalf("a state listed as an output is the client's too: %v", out)
+	}
+}
+
+// Many sequences at once, more than the slots: each gets its own running
+// sum, in its own order, whatever the others do.
+func TestInterleavedSequences(t *testing.T) {
+	b := newBatcher(t, config(3))
+	e := &engineLog{}
+	const seqs, steps = 12, 25
+	var wg sync.WaitGroup
+	errs := make(chan error, seqs)
+	for s := range seqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := ID{N: uint64(1000 + s)}
+			want := int32(0)
+			for i := range steps {
+				x := int32(s*100 + i)
+				want += x
+				got, err := send(b, e, id, i == 0, i == steps-1, x)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if got != want {
+					errs <- fmt.Errorf("sequence %d step %d: %d, want %d", s, i, got, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if n := b.Active(); n != 0 {
+		t.Errorf("%d sequences still held after every END", n)
+	}
+	if len(b.slots) != 0 {
+		t.Errorf("%d slots still taken", len(b.slots))
+	}
+}
+
+// Requests run in the order they were admitted, whatever order their
+// callers reach Run in.
+func TestAdmissionOrder(t *testing.T) {
+	b := newBatcher(t, config(1))
+	e := &engineLog{}
+	id := ID{N: 7}
+	var tickets []*Ticket
+	for i := range 6 {
+		tk, err := b.Enter(id, i == 0, i == 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tickets = append(tickets, tk)
+	}
+	var wg sync.WaitGroup
+	for i := len(tickets) - 1; i >= 0; i-- {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, _, err := tickets[i].Run(context.Background(), []engine.Tensor{i32(int32(i))}, e.submit); err != nil {
+				t.Error(err)
+			}
+		}()
+		time.Sleep(time.Millisecond) // the later ones reach Run first (the order is not timing's: any interleaving must pass)
+	}
+	wg.Wait()
+	for i, c := range e.calls {
+		if c.input != int32(i) {
+			t.Fatalf("engine calls in order %v", e.calls)
+		}
+	}
+}
+
+func TestUnknownEndRestart(t *testing.T) {
+	b := newBatcher(t, config(2))
+	e := &engineLog{}
+	_, err := send(b, e, ID{N: 42}, false, false, 1)
+	var se *Error
+	if !errors.As(err, &se) || err.Error() != "inference request for sequence 42 to model 'acc' must specify the START flag on the first request of the sequence" {
+		t.Fatalf("unknown sequence: %v", err)
+	}
+	if _, err := send(b, e, ID{}, true, false, 1); err == nil || err.Error() != "inference request to model 'acc' must specify a non-zero or non-empty correlation ID" {
+		t.Fatalf("no correlation ID: %v", err)
+	}
+	for i, x := range []int32{5, 6, 7} {
+		if _, err := send(b, e, ID{N: 42}, i == 0, i == 2, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := send(b, e, ID{N: 42}, false, false, 1); err == nil || !strings.Contains(err.Error(), "must specify the START flag") {
+		t.Fatalf("after END: %v", err)
+	}
+	// Started again: the state begins anew.
+	if got, _ := send(b, e, ID{N: 42}, true, false, 100); got != 100 {
+		t.Fatalf("restarted sequence: %d", got)
+	}
+	if got, _ := send(b, e, ID{N: 42}, false, false, 1); got != 101 {
+		t.Fatalf("restarted sequence, next: %d", got)
+	}
+	// START on a sequence still going ends it early and begins again.
+	if got, _ := send(b, e, ID{N: 42}, true, false, 9); got != 9 {
+		t.Fatalf("conflicting START: %d", got)
+	}
+}
+
+// String IDs are sequences of their own; a model with a CORRID control
+// needs numbers.
+func TestStringIDs(t *testing.T) {
+	e := &engineLog{}
+	if _, err := send(newBatcher(t, config(2)), e, ID{S: "abc"}, true, false, 1); err == nil || !strings.Contains(err.Error(), "correlation ID in request is not an unsigned int") {
+		t.Fatalf("string ID to a CORRID model: %v", err)
+	}
+	cfg := config(2)
+	cfg.Controls = cfg.Controls[:3] // no CORRID
+	noCorr := append(append([]engine.TensorSpec{}, ins[:4]...), ins[5])
+	b, err := New(cfg, noCorr, outs, true, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sub := func(ctx context.Context, in []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+		return e.submit(ctx, []engine.Tensor{in[0], in[1], in[2], in[3], {DType: engine.Int64, Shape: []int64{1, 1}, Data: make([]byte, 8)}, in[4]})
+	}
+	run := func(id ID, start bool, x int32) int32 {
+		tk, err := b.Enter(id, start, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := tk.Run(context.Background(), []engine.Tensor{i32(x)}, sub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return val(out[0])
+	}
+	run(ID{S: "a"}, true, 1)
+	run(ID{N: 1}, true, 50)
+	if got := run(ID{S: "a"}, false, 2); got != 3 {
+		t.Fatalf("string sequence: %d", got)
+	}
+}
+
+func TestControls(t *testing.T) {
+	b := newBatcher(t, config(1))
+	e := &engineLog{}
+	id := ID{N: 1<<40 + 3}
+	for i := range 3 {
+		if _, err := send(b, e, id, i == 0, i == 2, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []seen{
+		{input: 1, start: 1, end: 0, ready: true, corrid: 1<<40 + 3, accIn: 0},
+		{input: 1, start: 0, end: 0, ready: true, corrid: 1<<40 + 3, accIn: 1},
+		{input: 1, start: 0, end: 2.5, ready: true, corrid: 1<<40 + 3, accIn: 2},
+	}
+	for i := range want {
+		if e.calls[i] != want[i] {
+			t.Errorf("call %d: %+v, want %+v", i, e.calls[i], want[i])
+		}
+	}
+}
+
+func TestInitialState(t *testing.T) {
+	cfg := config(1)
+	cfg.Controls[0].True = 0 // START never set: the state alone restarts the sum
+	d := make([]byte, 4)
+	binary.LittleEndian.PutUint32(d, 100)
+	cfg.States[0].Initial = d
+	b := newBatcher(t, cfg)
+	e := &engineLog{}
+	for i, want := range []int32{101, 103} {
+		if got, err := send(b, e, ID{N: 5}, i == 0, false, int32(i+1)); err != nil || got != want {
+			t.Fatalf("step %d: %d %v, want %d", i, got, err, want)
+		}
+	}
+	cfg.States[0].Initial = d[:2]
+	if _, err := New(cfg, ins, outs, true, quiet()); err == nil || !strings.Contains(err.Error(), "holds 2 bytes") {
+		t.Fatalf("short initial state: %v", err)
+	}
+}
+
+func TestBatchSizeOne(t *testing.T) {
+	b := newBatcher(t, config(1))
+	tk, err := b.Enter(ID{N: 1}, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := engine.Tensor{DType: engine.Int32, Shape: []int64{2, 1}, Data: make([]byte, 8)}
+	_, _, err = tk.Run(context.Background(), []engine.Tensor{two}, (&engineLog{}).submit)
+	if err == nil || err.Error() != "inference request to model 'acc' must specify batch-size 1 due to requirements of sequence batcher" {
+		t.Fatalf("two rows: %v", err)
+	}
+}
+
+// An idle sequence is freed: its slot goes to a waiting sequence and its
+// later requests are refused.
+func TestIdleSequenceFreed(t *testing.T) {
+	cfg := config(1)
+	cfg.MaxIdle = time.Minute
+	b := newBatcher(t, cfg)
+	clock := time.Unix(1000, 0)
+	var mu sync.Mutex
+	b.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	e := &engineLog{}
+	if _, err := send(b, e, ID{N: 1}, true, false, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Sequence 2 waits for the only slot.
+	got := make(chan error, 1)
+	go func() { _, err := send(b, e, ID{N: 2}, true, false, 1); got <- err }()
+	select {
+	case err := <-got:
+		t.Fatalf("sequence 2 ran while 1 held the slot: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	if n := b.reap(clock.Add(59 * time.Second)); n != 0 {
+		t.Fatalf("freed %d sequences before their time", n)
+	}
+	mu.Lock()
+	clock = clock.Add(time.Minute)
+	mu.Unlock()
+	// Sequence 2 is pending (waiting for its slot), so only 1 is freed.
+	if n := b.reap(clock); n != 1 {
+		t.Fatalf("freed %d sequences, want 1", n)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := send(b, e, ID{N: 1}, false, false, 1); err == nil || !strings.Contains(err.Error(), "sequence 1 to model 'acc' must specify the START flag") {
+		t.Fatalf("request of a freed sequence: %v", err)
+	}
+}
+
+// A request cancelled while it waits for its turn gives the turn on
+// without running, and only after the request before it has finished.
+func TestCancelWhileWaiting(t *testing.T) {
+	b := newBatcher(t, config(1))
+	release := make(chan struct{})
+	var order []int32
+	var mu sync.Mutex
+	submit := func(_ context.Context, in []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+		if val(in[0]) == 1 {
+			<-release
+		}
+		mu.Lock()
+		order = append(order, val(in[0]))
+		mu.Unlock()
+		return []engine.Tensor{in[0], in[0]}, batcher.Timing{}, nil
+	}
+	id := ID{N: 3}
+	t1, _ := b.Enter(id, true, false)
+	t2, _ := b.Enter(id, false, false)
+	t3, _ := b.Enter(id, false, false)
+	done1 := make(chan error, 1)
+	go func() { _, _, err := t1.Run(context.Background(), []engine.Tensor{i32(1)}, submit); done1 <- err }()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := t2.Run(ctx, []engine.Tensor{i32(2)}, submit); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled request: %v", err)
+	}
+	done3 := make(chan error, 1)
+	go func() { _, _, err := t3.Run(context.Background(), []engine.Tensor{i32(3)}, submit); done3 <- err }()
+	select {
+	case <-done3:
+		t.Fatal("request 3 ran before request 1 finished")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	if err := <-done1; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done3; err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(order) != "[1 3]" {
+		t.Fatalf("order %v", order)
+	}
+	// A ticket released unused passes its turn on too.
+	t4, _ := b.Enter(id, false, false)
+	t4.Release()
+	t4.Release()
+	if _, err := send(b, &engineLog{}, id, false, true, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClose(t *testing.T) {
+	b, err := New(config(1), ins, outs, true, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &engineLog{}
+	if _, err := send(b, e, ID{N: 1}, true, false, 1); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() { _, err := send(b, e, ID{N: 2}, true, false, 1); waiting <- err }()
+	time.Sleep(10 * time.Millisecond) // usually waiting for the slot by now; either way it must fail
+	b.Close()
+	b.Close()
+	if err := <-waiting; !errors.Is(err, batcher.ErrClosed) {
+		t.Fatalf("waiting for a slot at Close: %v", err)
+	}
+	if _, err := b.Enter(ID{N: 3}, true, false); !errors.Is(err, batcher.ErrClosed) {
+		t.Fatalf("Enter after Close: %v", err)
+	}
+}
+
+func TestConfigChecked(t *testing.T) {
+	f := func(mut func(*Config), want string) {
+		t.Helper()
+		cfg := config(1)
+		mut(&cfg)
+		_, err := New(cfg, ins, outs, true, quiet())
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want %q", err, want)
+		}
+	}
+	f(func(c *Config) { c.Controls[0].Input = "NOPE" }, `names input "NOPE", which the model does not have`)
+	f(func(c *Config) { c.Controls[0].DType = engine.Float32 }, "the model takes int32, the configuration sends float32")
+	f(func(c *Config) { c.Controls[1].Input = "START" }, `input "START" is both`)
+	f(func(c *Config) { c.States[0].Output = "NOPE" }, `state output_name "NOPE" is not an output`)
+	f(func(c *Config) { c.States[0].InitialDims = []int64{2} }, "the model's shape is [N, 1], the sequence batcher sends [1, 2]")
+}
+
+// A model without a batch axis (max_batch_size 0): each control is a [1]
+// tensor and the state has its own dims, no batch axis; any row count
+// passes (there are no rows).
+func TestUnbatchedModel(t *testing.T) {
+	in := []engine.TensorSpec{
+		{Name: "INPUT", DType: engine.Int32, Shape: []int64{3}},
+		{Name: "START", DType: engine.Int32, Shape: []int64{1}},
+		{Name: "ACC_IN", DType: engine.Int32, Shape: []int64{3}},
+	}
+	out := []engine.TensorSpec{{Name: "ACC_OUT", DType: engine.Int32, Shape: []int64{3}}}
+	cfg := Config{Model: "nb", Slots: 1, MaxIdle: time.Hour,
+		Controls: []Control{{Input: "START", Kind: Start, DType: engine.Int32, True: 1}},
+		States:   []State{{Input: "ACC_IN", Output: "ACC_OUT", DType: engine.Int32, Dims: []int64{3}, InitialDims: []int64{3}}}}
+	b, err := New(cfg, in, out, false, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if got := b.Outputs(); len(got) != 0 {
+		t.Fatalf("client outputs %v: the state is the server's", got)
+	}
+	var shapes []string
+	submit := func(_ context.Context, in []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+		shapes = append(shapes, fmt.Sprint(in[1].Shape, in[2].Shape))
+		acc := make([]byte, 12)
+		for i := range 3 {
+			v := int32(binary.LittleEndian.Uint32(in[0].Data[4*i:])) + int32(binary.LittleEndian.Uint32(in[2].Data[4*i:]))
+			binary.LittleEndian.PutUint32(acc[4*i:], uint32(v))
+		}
+		return []engine.Tensor{{DType: engine.Int32, Shape: []int64{3}, Data: acc}}, batcher.Timing{}, nil
+	}
+	x := engine.Tensor{DType: engine.Int32, Shape: []int64{3}, Data: []byte{1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0}}
+	if err := b.CheckRows([]engine.Tensor{x}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		tk, err := b.Enter(ID{N: 1}, i == 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := tk.Run(context.Background(), []engine.Tensor{x}, submit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fmt.Sprint(shapes) != "[[1] [3] [1] [3]]" {
+		t.Fatalf("control and state shapes %v", shapes)
+	}
+}
