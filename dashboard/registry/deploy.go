@@ -391,29 +391,57 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 // (PID, URL, gRPC address, Started, State, Log). The returned channel is
 // closed when the child exits.
 func (s *Service) launch(ctx context.Context, dep *Deployment, modelPath string) (chan struct{}, error) {
-	grpcPort, err := pickPort(dep.GRPCPort)
-	if err != nil {
-		return nil, conflict("grpc_port %d on 127.0.0.1 is in use by another process; choose another, or leave it out to pick a free one", dep.GRPCPort)
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(dep.Port))
-	logDir := filepath.Join(s.cfg.ExperimentDir, "deployments")
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return nil, err
-	}
-	logPath := filepath.Join(logDir, dep.ID+".log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	args := []string{"serve", "--model", modelPath, "--host", "127.0.0.1", "--port", strconv.Itoa(dep.Port),
-		"--grpc-port", strconv.Itoa(grpcPort), "--device", dep.Device}
+	args := []string{"--model", modelPath}
 	if dep.MaxBatchSize > 0 {
 		args = append(args, "--max-batch-size", strconv.Itoa(dep.MaxBatchSize))
 	}
 	if dep.MaxDelayMS != nil {
 		args = append(args, "--max-delay", strconv.Itoa(*dep.MaxDelayMS)+"ms")
 	}
+	c, err := s.spawn(ctx, dep.ID, dep.Port, dep.GRPCPort, dep.Device, args, "/health/ready")
+	if err != nil {
+		return nil, err
+	}
+	dep.PID, dep.URL, dep.GRPCPort, dep.GRPCAddress = c.pid, c.url, c.grpcPort, c.grpcAddress
+	dep.Started, dep.State, dep.Log = c.started, DeployRunning, c.log
+	return c.done, nil
+}
+
+// child is a started `fw serve` process.
+type child struct {
+	pid         int
+	url         string
+	grpcPort    int
+	grpcAddress string
+	started     time.Time
+	log         string        // its output
+	done        chan struct{} // closed when it exits
+}
+
+// spawn starts `fw serve` with args (what it serves and how) on
+// 127.0.0.1:port, gRPC on grpcPort (a free port when 0), in its own session
+// (it outlives the dashboard), its output in deployments/<id>.log, and waits
+// until readyPath answers 200. A child that exits or is not ready in time
+// is an error with its last log lines.
+func (s *Service) spawn(ctx context.Context, id string, port, grpcPort int, device string, args []string, readyPath string) (*child, error) {
+	wanted := grpcPort
+	grpcPort, err := pickPort(wanted)
+	if err != nil {
+		return nil, conflict("grpc_port %d on 127.0.0.1 is in use by another process; choose another, or leave it out to pick a free one", wanted)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	logDir := filepath.Join(s.cfg.ExperimentDir, "deployments")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(logDir, id+".log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	args = append(append([]string{"serve"}, args...), "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--grpc-port", strconv.Itoa(grpcPort), "--device", device)
 	cmd := exec.Command(s.cfg.Executable, args...)
 	cmd.Env = append(os.Environ(), s.cfg.ExtraEnv...)
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = logf, logf, nil
@@ -423,31 +451,31 @@ func (s *Service) launch(ctx context.Context, dep *Deployment, modelPath string)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	dep.PID, dep.URL, dep.GRPCPort, dep.GRPCAddress = cmd.Process.Pid, "http://"+addr, grpcPort, net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort))
-	dep.Started, dep.State, dep.Log = time.Now().UTC(), DeployRunning, logPath
+	c := &child{pid: cmd.Process.Pid, url: "http://" + addr, grpcPort: grpcPort, grpcAddress: net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort)),
+		started: time.Now().UTC(), log: logPath, done: done}
 
 	deadline := time.Now().Add(s.cfg.ReadyTimeout)
-	for !probe(dep.URL + "/health/ready") {
+	for !probe(c.url + readyPath) {
 		select {
 		case <-done:
 			msg := lastLines(readTail(logPath), 5)
 			if strings.Contains(msg, "address already in use") || strings.Contains(msg, "in use") {
-				return nil, conflict("port %d is in use: %s", dep.Port, msg)
+				return nil, conflict("port %d is in use: %s", port, msg)
 			}
 			return nil, fault.New(fault.Unprocessable, "deploy_failed", "fw serve exited before it was ready: "+msg)
 		case <-ctx.Done():
-			_ = signalGroup(dep.PID, sigKill)
+			_ = signalGroup(c.pid, sigKill)
 			<-done
 			return nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			_ = signalGroup(dep.PID, sigKill)
+			_ = signalGroup(c.pid, sigKill)
 			<-done
 			return nil, fault.New(fault.Unprocessable, "deploy_failed", fmt.Sprintf("fw serve was not ready within %s: %s", s.cfg.ReadyTimeout, lastLines(readTail(logPath), 5)))
 		}
 	}
-	return done, nil
+	return c, nil
 }
 
 func readTail(path string) string {
