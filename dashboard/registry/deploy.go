@@ -31,7 +31,11 @@ type DeployRequest struct {
 	// Version is a version number or an alias ("production"); "" is the
 	// latest version.
 	Version json.RawMessage `json:"version,omitempty"`
-	Port    int             `json:"port"`
+	// Target is "process" (the default: a `fw serve --model FILE` of its
+	// own on Port) or "shared" (the dashboard's shared server, shared.go:
+	// Port, GRPCPort and Device apply when it has to be started).
+	Target string `json:"target,omitempty"`
+	Port   int    `json:"port"`
 	// GRPCPort is the deployment's gRPC port (fw serve --grpc-port); 0
 	// picks a free one.
 	GRPCPort     int    `json:"grpc_port,omitempty"`
@@ -40,9 +44,11 @@ type DeployRequest struct {
 	MaxDelayMS   *int   `json:"max_delay_ms,omitempty"`
 }
 
-// Deployment is a managed `fw serve` child.
+// Deployment is a managed `fw serve` child, or a version on the shared
+// server (Target "shared": the process fields are the server's).
 type Deployment struct {
 	ID      string `json:"id"`
+	Target  string `json:"target,omitempty"` // "process" ("" in older records) or "shared"
 	Model   string `json:"model"`
 	Version int    `json:"version"`
 	Port    int    `json:"port"`
@@ -73,7 +79,15 @@ type Deployment struct {
 	// Filled by List.
 	Healthy     bool     `json:"healthy"`
 	RequestRate *float64 `json:"request_rate,omitempty"` // requests per second since the previous sample
+	// ModelState and Reason are a shared deployment's state in the shared
+	// server's repository index (READY, LOADING, UNAVAILABLE); filled by
+	// List.
+	ModelState string `json:"model_state,omitempty"`
+	Reason     string `json:"reason,omitempty"`
 }
+
+// Shared reports whether d is a version on the shared server.
+func (d *Deployment) Shared() bool { return d.Target == TargetShared }
 
 type sample struct {
 	at    time.Time
@@ -317,6 +331,16 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	if v.Format == FormatCheckpoint {
 		return nil, invalid("model %q version %d is a checkpoint; export it first (POST /api/models/export with {\"model\": %q, \"version\": %d})", name, v.Version, name, v.Version)
 	}
+	if req.MaxBatchSize < 0 || (req.MaxDelayMS != nil && *req.MaxDelayMS < 0) {
+		return nil, invalid("max_batch_size and max_delay_ms must not be negative")
+	}
+	switch req.Target {
+	case TargetShared:
+		return s.deployShared(ctx, name, v, req)
+	case "", TargetProcess:
+	default:
+		return nil, invalid("target %q is not process (a fw serve of its own, the default) or shared (the dashboard's shared server)", req.Target)
+	}
 	if req.Port < 1 || req.Port > 65535 {
 		return nil, invalid("port %d must be within 1..65535", req.Port)
 	}
@@ -329,21 +353,13 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	if req.Device != "cpu" && req.Device != "cuda" && !strings.HasPrefix(req.Device, "cuda:") {
 		return nil, invalid("device %q is not cpu, cuda or cuda:N", req.Device)
 	}
-	if req.MaxBatchSize < 0 || (req.MaxDelayMS != nil && *req.MaxDelayMS < 0) {
-		return nil, invalid("max_batch_size and max_delay_ms must not be negative")
-	}
-	current, err := s.listDeployments(ctx, kindDeployment)
+	users, err := s.portUsers(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for _, x := range current {
-		if x.State != DeployRunning {
-			continue
-		}
-		for _, p := range []int{req.Port, req.GRPCPort} {
-			if p != 0 && (x.Port == p || x.GRPCPort == p) {
-				return nil, conflict("port %d is already used by deployment %s (%s version %d); choose another port or DELETE /api/deployments/%s", p, x.ID, x.Model, x.Version, x.ID)
-			}
+	for _, p := range []int{req.Port, req.GRPCPort} {
+		if who, ok := users[p]; ok {
+			return nil, conflict("port %d is already used by %s", p, who)
 		}
 	}
 	if _, err := pickPort(req.Port); err != nil {
@@ -354,7 +370,7 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 			return nil, conflict("grpc_port %d on 127.0.0.1 is in use by another process; choose another, or leave it out to pick a free one", req.GRPCPort)
 		}
 	}
-	dep := &Deployment{ID: "dep-" + store.NewID(), Model: name, Version: v.Version, Port: req.Port, GRPCPort: req.GRPCPort,
+	dep := &Deployment{ID: "dep-" + store.NewID(), Target: TargetProcess, Model: name, Version: v.Version, Port: req.Port, GRPCPort: req.GRPCPort,
 		Device: req.Device, MaxBatchSize: req.MaxBatchSize, MaxDelayMS: req.MaxDelayMS}
 	if err := s.claimDeployment(ctx, dep); err != nil {
 		return nil, err
@@ -493,12 +509,24 @@ func readTail(path string) string {
 // or sampling their request rate (Deployments does both): for callers that
 // only need who is deployed where. Oldest first.
 func (s *Service) Records(ctx context.Context) ([]*Deployment, error) {
+	list, _, err := s.records(ctx)
+	return list, err
+}
+
+// records is Records, with the shared server's record when a shared
+// deployment is listed.
+func (s *Service) records(ctx context.Context) ([]*Deployment, *SharedServer, error) {
 	list, err := s.listDeployments(ctx, kindDeployment)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	shared, srv, err := s.sharedDeploymentRecords(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	list = append(list, shared...)
 	sort.SliceStable(list, func(i, j int) bool { return list[i].Started.Before(list[j].Started) })
-	return list, nil
+	return list, srv, nil
 }
 
 // Record returns one deployment as recorded (see Records); false when there
@@ -509,7 +537,15 @@ func (s *Service) Record(ctx context.Context, id string) (Deployment, bool, erro
 	}
 	rec, err := s.st.GetRecord(ctx, kindDeployment, id)
 	if store.ErrorCode(err) == store.CodeNotFound {
-		return Deployment{}, false, nil
+		doc, ok, err := s.sharedDoc(ctx, id)
+		if err != nil || !ok {
+			return Deployment{}, false, err
+		}
+		srv, _, err := s.sharedRecord(ctx)
+		if err != nil {
+			return Deployment{}, false, err
+		}
+		return withServer(doc.Deployment, srv), true, nil
 	}
 	if err != nil {
 		return Deployment{}, false, err
@@ -525,11 +561,16 @@ func (s *Service) Record(ctx context.Context, id string) (Deployment, bool, erro
 // Deployments lists the deployments with their health and request rate.
 func (s *Service) Deployments(ctx context.Context) ([]*Deployment, error) {
 	d := &s.dep
-	list, err := s.Records(ctx)
+	list, srv, err := s.records(ctx)
 	if err != nil {
 		return nil, err
 	}
+	var shared []*Deployment
 	for _, x := range list {
+		if x.Shared() {
+			shared = append(shared, x)
+			continue
+		}
 		if x.State != DeployRunning {
 			continue
 		}
@@ -558,6 +599,7 @@ func (s *Service) Deployments(ctx context.Context) ([]*Deployment, error) {
 			}
 		}
 	}
+	s.sharedDeployments(ctx, shared, srv)
 	return list, nil
 }
 
@@ -571,6 +613,9 @@ func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, e
 	if !ok {
 		return nil, notFound("no deployment %s; GET /api/deployments lists them", id)
 	}
+	if c.Shared() {
+		return s.undeployShared(ctx, id)
+	}
 	if err := s.ownDeployment(ctx, id); err != nil {
 		return nil, err
 	}
@@ -579,28 +624,7 @@ func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, e
 	done := d.done[id]
 	d.mu.Unlock()
 	if c.State == DeployRunning && s.local(&c) && alive(c.PID) {
-		_ = signalGroup(c.PID, sigTerm)
-		exited := func() bool {
-			if done != nil {
-				select {
-				case <-done:
-					return true
-				default:
-					return false
-				}
-			}
-			return !alive(c.PID)
-		}
-		deadline := time.Now().Add(s.cfg.StopGrace)
-		for !exited() && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if !exited() {
-			_ = signalGroup(c.PID, sigKill)
-			if done != nil {
-				<-done
-			}
-		}
+		s.terminate(ctx, c.PID, done)
 	}
 	c.State = "stopped"
 	now := time.Now().UTC()
@@ -628,7 +652,7 @@ func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, e
 func (s *Service) DeploymentCounts() map[string]int {
 	ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
 	defer cancel()
-	list, err := s.listDeployments(ctx, kindDeployment)
+	list, err := s.Records(ctx)
 	if err != nil {
 		if s.log != nil {
 			s.log.Warn("counting deployments", "err", err)
