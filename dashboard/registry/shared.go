@@ -394,11 +394,14 @@ func repositoryCall(ctx context.Context, base, path string, body any, out any) e
 }
 
 // loadModel loads (or reloads) model name on srv with the versions of docs,
-// or unloads it when docs is empty.
-func loadModel(ctx context.Context, srv *SharedServer, name string, docs []*sharedDoc) error {
+// or unloads it when docs is empty; a load (the versions' warm-up) is
+// bounded by the deployments' ready timeout.
+func (s *Service) loadModel(ctx context.Context, srv *SharedServer, name string, docs []*sharedDoc) error {
 	if err := ValidName("model name", name); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadyTimeout)
+	defer cancel()
 	path := "/models/" + url.PathEscape(name)
 	if len(docs) == 0 {
 		return repositoryCall(ctx, srv.URL, path+"/unload", map[string]any{}, nil)
@@ -418,7 +421,13 @@ type indexEntry struct {
 	Reason  string `json:"reason"`
 }
 
+// indexTimeout bounds a read of the shared server's repository index (on
+// the path of GET /api/deployments).
+const indexTimeout = 5 * time.Second
+
 func repositoryIndex(ctx context.Context, srv *SharedServer) ([]indexEntry, error) {
+	ctx, cancel := context.WithTimeout(ctx, indexTimeout)
+	defer cancel()
 	var out []indexEntry
 	err := repositoryCall(ctx, srv.URL, "/index", map[string]any{}, &out)
 	return out, err
@@ -659,7 +668,7 @@ func byModel(docs []*sharedDoc) map[string][]*sharedDoc {
 // logged (its versions show the reason in the index).
 func (s *Service) loadAll(ctx context.Context, srv *SharedServer, docs []*sharedDoc) {
 	for name, list := range byModel(docs) {
-		if err := loadModel(ctx, srv, name, list); err != nil && s.log != nil {
+		if err := s.loadModel(ctx, srv, name, list); err != nil && s.log != nil {
 			s.log.Error("shared server: loading a model", "model", name, "err", err)
 		}
 	}
@@ -696,14 +705,14 @@ func (s *Service) reconcile(ctx context.Context, srv *SharedServer) {
 		got := ready[name]
 		sort.Ints(got)
 		if !slices.Equal(vs, got) {
-			if err := loadModel(ctx, srv, name, list); err != nil && s.log != nil {
+			if err := s.loadModel(ctx, srv, name, list); err != nil && s.log != nil {
 				s.log.Error("shared server: loading a model", "model", name, "err", err)
 			}
 		}
 	}
 	for name := range ready {
 		if _, ok := want[name]; !ok {
-			_ = loadModel(ctx, srv, name, nil)
+			_ = s.loadModel(ctx, srv, name, nil)
 		}
 	}
 }
@@ -748,12 +757,12 @@ func (s *Service) deployShared(ctx context.Context, name string, v *Version, req
 	doc := &sharedDoc{Deployment: Deployment{ID: "dep-" + store.NewID(), Target: TargetShared, Model: name, Version: v.Version,
 		MaxBatchSize: mbs, MaxDelayMS: delay, Started: time.Now().UTC()}, Batched: batched(v)}
 	s.publish("deploy", doc.ID, map[string]any{"id": doc.ID, "state": "starting", "model": name, "version": v.Version, "url": srv.URL, "target": TargetShared})
-	if err := loadModel(ctx, srv, name, append(slices.Clone(same), doc)); err != nil {
+	if err := s.loadModel(ctx, srv, name, append(slices.Clone(same), doc)); err != nil {
 		removeVersion(srv.Repository, name, v.Version)
 		return nil, err
 	}
 	if err := s.putSharedDoc(ctx, doc); err != nil {
-		_ = loadModel(context.WithoutCancel(ctx), srv, name, same) // as it was
+		_ = s.loadModel(context.WithoutCancel(ctx), srv, name, same) // as it was
 		removeVersion(srv.Repository, name, v.Version)
 		return nil, err
 	}
@@ -820,7 +829,7 @@ func (s *Service) undeployShared(ctx context.Context, id string) (*Deployment, e
 		}
 	}
 	if s.sharedAnswers(srv) {
-		if err := loadModel(ctx, srv, doc.Model, rest); err != nil {
+		if err := s.loadModel(ctx, srv, doc.Model, rest); err != nil {
 			return nil, err
 		}
 	}
