@@ -137,10 +137,12 @@ if [ "$only" != "serve" ]; then
 	#   POST /api/training/start       -> a training process per case
 	#   POST /api/models/export        -> a python export process per case
 	#   POST /api/models/{name}/deploy -> an fw serve process per case
+	#   POST /api/shared-server        -> the shared fw serve, on a generated port
 	check dashboard "$dash_url" \
 		--exclude-operation-id startTrainingJob \
 		--exclude-operation-id startExport \
-		--exclude-operation-id deployModel
+		--exclude-operation-id deployModel \
+		--exclude-operation-id startSharedServer
 fi
 
 echo "==> schemathesis summary"

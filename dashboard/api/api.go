@@ -310,7 +310,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		if s.allow(ctx, method, "GET") {
 			s.logs(ctx, parts[1])
 		}
-	case parts[0] == "models" || parts[0] == "deployments":
+	case parts[0] == "models" || parts[0] == "deployments" || parts[0] == "shared-server":
 		s.modelRoutes(ctx, method, parts)
 	case parts[0] == "training":
 		s.training(ctx, method, parts)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,6 +74,17 @@ func (s *Server) deploymentProxy(ctx *fasthttp.RequestCtx, r *registry.Service, 
 	}
 	target.Path = strings.TrimSuffix(target.Path, "/") + "/" + route
 	target.RawQuery = string(ctx.QueryArgs().QueryString())
+	if dep.Shared() {
+		// The shared server serves many models: name this deployment's
+		// version (whatever the request said).
+		q, _ := url.ParseQuery(target.RawQuery)
+		q.Set("model", dep.Model)
+		q.Set("version", strconv.Itoa(dep.Version))
+		target.RawQuery = q.Encode()
+		if route == "health/ready" {
+			target.Path, target.RawQuery = "/v2/models/"+url.PathEscape(dep.Model)+"/versions/"+strconv.Itoa(dep.Version)+"/ready", ""
+		}
+	}
 
 	var body []byte
 	if method == "POST" {

@@ -48,6 +48,7 @@ var dashboardRoutes = map[string][]string{
 	"/api/models/{name}/versions/{version}": {"get", "delete"},
 	"/api/deployments":                      {"get"},
 	"/api/deployments/{id}":                 {"delete"},
+	"/api/shared-server":                    {"get", "post", "delete"},
 	"/api/runs":                             {"get"},
 	"/api/runs/{id}/checkpoints":            {"get"},
 	"/api/runs/{id}/artifacts":              {"get"},

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/fw-serve/fw/dashboard/registry"
+	"github.com/fw-serve/fw/dashboard/replica"
 	"github.com/fw-serve/fw/internal/apierror"
 	"github.com/valyala/fasthttp"
 )
@@ -29,6 +30,14 @@ func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []st
 	r := s.registry.Load()
 	if r == nil {
 		writeError(ctx, apiErr(503, CodeUnavailable, "the model registry is not available; see the dashboard's log"))
+		return
+	}
+	if parts[0] == "shared-server" {
+		if len(parts) != 1 {
+			s.noModelRoute(ctx, method)
+			return
+		}
+		s.sharedServer(ctx, r, method)
 		return
 	}
 	if parts[0] == "deployments" {
@@ -120,10 +129,15 @@ func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []st
 	case len(parts) == 3 && parts[2] == "deploy":
 		if s.allow(ctx, method, "POST") {
 			var req registry.DeployRequest
-			if !s.decode(ctx, &req, `{"version", "port", "device", "max_batch_size", "max_delay_ms"}`) {
+			body, ok := s.decodeBody(ctx, &req, `{"version", "target", "port", "grpc_port", "device", "max_batch_size", "max_delay_ms"}`)
+			if !ok {
 				return
 			}
 			d, err := r.Deploy(s.base, parts[1], req)
+			if e, ok := notOwner(err); ok {
+				s.forward(ctx, e, body) // another replica runs the shared server
+				return
+			}
 			if err != nil {
 				writeError(ctx, fromError(s.log, err))
 				return
@@ -205,11 +219,23 @@ func (s *Server) model(ctx *fasthttp.RequestCtx, r *registry.Service, method, na
 
 // decode reads a JSON object body into v (unknown fields refused).
 func (s *Server) decode(ctx *fasthttp.RequestCtx, v any, shape string) bool {
+	_, ok := s.decodeBody(ctx, v, shape)
+	return ok
+}
+
+// decodeBody is decode that also returns the body read (to forward it).
+func (s *Server) decodeBody(ctx *fasthttp.RequestCtx, v any, shape string) ([]byte, bool) {
 	body, e := s.readBody(ctx)
 	if e != nil {
 		writeError(ctx, e)
-		return false
+		return nil, false
 	}
+	return body, decodeBytes(ctx, body, v, shape)
+}
+
+// decodeBytes decodes a JSON object body into v (unknown fields refused),
+// answering 400 when it is not one.
+func decodeBytes(ctx *fasthttp.RequestCtx, body []byte, v any, shape string) bool {
 	if !isJSONObject(body) {
 		writeError(ctx, apiErr(400, CodeBadRequest, "the body must be a JSON object "+shape))
 		return false
@@ -221,6 +247,62 @@ func (s *Server) decode(ctx *fasthttp.RequestCtx, v any, shape string) bool {
 		return false
 	}
 	return true
+}
+
+// sharedServer answers /api/shared-server: GET its state and the versions
+// its repository index lists, POST starts it (or answers the running one),
+// DELETE stops it and ends every deployment on it. With replicas, the
+// replica that owns it answers (forwarded).
+func (s *Server) sharedServer(ctx *fasthttp.RequestCtx, r *registry.Service, method string) {
+	var body []byte
+	var err error
+	var out *registry.SharedServer
+	status := 200
+	switch method {
+	case "GET", "HEAD":
+		var e *replica.NotOwnerError
+		if e, err = r.RemoteShared(s.base); e != nil {
+			s.forward(ctx, e, nil) // its process runs on the owner's host
+			return
+		}
+		if err == nil {
+			out, err = r.SharedStatus(s.base)
+		}
+	case "POST":
+		var req registry.SharedRequest
+		var e *Error
+		if body, e = s.readBody(ctx); e != nil {
+			writeError(ctx, e)
+			return
+		}
+		if len(bytes.TrimSpace(body)) == 0 {
+			body = []byte("{}") // no body: the defaults
+		}
+		if !decodeBytes(ctx, body, &req, `{"port", "grpc_port", "device"} (each optional)`) {
+			return
+		}
+		var started bool
+		if _, started, err = r.StartShared(s.base, req); err == nil {
+			if started {
+				status = 201
+			}
+			out, err = r.SharedStatus(s.base)
+		}
+	case "DELETE":
+		out, err = r.StopShared(s.base)
+	default:
+		s.allow(ctx, method, "GET, POST, DELETE")
+		return
+	}
+	if e, ok := notOwner(err); ok {
+		s.forward(ctx, e, body)
+		return
+	}
+	if err != nil {
+		writeError(ctx, fromError(s.log, err))
+		return
+	}
+	writeJSON(ctx, status, out)
 }
 
 // registerModel answers POST /api/models: a JSON {name, run_id, checkpoint}

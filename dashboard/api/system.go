@@ -107,7 +107,7 @@ func (s *Server) countRequest(ctx *fasthttp.RequestCtx, path string) {
 // up the label space.
 var (
 	routeResources = map[string]bool{"ingest": true, "experiments": true, "runs": true, "compare": true, "system": true,
-		"training": true, "models": true, "deployments": true}
+		"training": true, "models": true, "deployments": true, "shared-server": true}
 	routeFixed = map[string]bool{"training/recipes": true, "training/start": true, "training/stream": true, "system/status": true, "system/history": true}
 	routeSubs  = map[string]bool{"metrics": true, "logs": true, "runs": true, "stop": true, "versions": true, "checkpoints": true, "artifacts": true}
 )

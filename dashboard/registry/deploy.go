@@ -31,7 +31,11 @@ type DeployRequest struct {
 	// Version is a version number or an alias ("production"); "" is the
 	// latest version.
 	Version json.RawMessage `json:"version,omitempty"`
-	Port    int             `json:"port"`
+	// Target is "process" (the default: a `fw serve --model FILE` of its
+	// own on Port) or "shared" (the dashboard's shared server, shared.go:
+	// Port, GRPCPort and Device apply when it has to be started).
+	Target string `json:"target,omitempty"`
+	Port   int    `json:"port"`
 	// GRPCPort is the deployment's gRPC port (fw serve --grpc-port); 0
 	// picks a free one.
 	GRPCPort     int    `json:"grpc_port,omitempty"`
@@ -40,9 +44,11 @@ type DeployRequest struct {
 	MaxDelayMS   *int   `json:"max_delay_ms,omitempty"`
 }
 
-// Deployment is a managed `fw serve` child.
+// Deployment is a managed `fw serve` child, or a version on the shared
+// server (Target "shared": the process fields are the server's).
 type Deployment struct {
 	ID      string `json:"id"`
+	Target  string `json:"target,omitempty"` // "process" ("" in older records) or "shared"
 	Model   string `json:"model"`
 	Version int    `json:"version"`
 	Port    int    `json:"port"`
@@ -73,7 +79,15 @@ type Deployment struct {
 	// Filled by List.
 	Healthy     bool     `json:"healthy"`
 	RequestRate *float64 `json:"request_rate,omitempty"` // requests per second since the previous sample
+	// ModelState and Reason are a shared deployment's state in the shared
+	// server's repository index (READY, LOADING, UNAVAILABLE); filled by
+	// List.
+	ModelState string `json:"model_state,omitempty"`
+	Reason     string `json:"reason,omitempty"`
 }
+
+// Shared reports whether d is a version on the shared server.
+func (d *Deployment) Shared() bool { return d.Target == TargetShared }
 
 type sample struct {
 	at    time.Time
@@ -317,6 +331,16 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	if v.Format == FormatCheckpoint {
 		return nil, invalid("model %q version %d is a checkpoint; export it first (POST /api/models/export with {\"model\": %q, \"version\": %d})", name, v.Version, name, v.Version)
 	}
+	if req.MaxBatchSize < 0 || (req.MaxDelayMS != nil && *req.MaxDelayMS < 0) {
+		return nil, invalid("max_batch_size and max_delay_ms must not be negative")
+	}
+	switch req.Target {
+	case TargetShared:
+		return s.deployShared(ctx, name, v, req)
+	case "", TargetProcess:
+	default:
+		return nil, invalid("target %q is not process (a fw serve of its own, the default) or shared (the dashboard's shared server)", req.Target)
+	}
 	if req.Port < 1 || req.Port > 65535 {
 		return nil, invalid("port %d must be within 1..65535", req.Port)
 	}
@@ -329,21 +353,13 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	if req.Device != "cpu" && req.Device != "cuda" && !strings.HasPrefix(req.Device, "cuda:") {
 		return nil, invalid("device %q is not cpu, cuda or cuda:N", req.Device)
 	}
-	if req.MaxBatchSize < 0 || (req.MaxDelayMS != nil && *req.MaxDelayMS < 0) {
-		return nil, invalid("max_batch_size and max_delay_ms must not be negative")
-	}
-	current, err := s.listDeployments(ctx, kindDeployment)
+	users, err := s.portUsers(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for _, x := range current {
-		if x.State != DeployRunning {
-			continue
-		}
-		for _, p := range []int{req.Port, req.GRPCPort} {
-			if p != 0 && (x.Port == p || x.GRPCPort == p) {
-				return nil, conflict("port %d is already used by deployment %s (%s version %d); choose another port or DELETE /api/deployments/%s", p, x.ID, x.Model, x.Version, x.ID)
-			}
+	for _, p := range []int{req.Port, req.GRPCPort} {
+		if who, ok := users[p]; ok {
+			return nil, conflict("port %d is already used by %s", p, who)
 		}
 	}
 	if _, err := pickPort(req.Port); err != nil {
@@ -354,7 +370,7 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 			return nil, conflict("grpc_port %d on 127.0.0.1 is in use by another process; choose another, or leave it out to pick a free one", req.GRPCPort)
 		}
 	}
-	dep := &Deployment{ID: "dep-" + store.NewID(), Model: name, Version: v.Version, Port: req.Port, GRPCPort: req.GRPCPort,
+	dep := &Deployment{ID: "dep-" + store.NewID(), Target: TargetProcess, Model: name, Version: v.Version, Port: req.Port, GRPCPort: req.GRPCPort,
 		Device: req.Device, MaxBatchSize: req.MaxBatchSize, MaxDelayMS: req.MaxDelayMS}
 	if err := s.claimDeployment(ctx, dep); err != nil {
 		return nil, err
@@ -391,29 +407,57 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 // (PID, URL, gRPC address, Started, State, Log). The returned channel is
 // closed when the child exits.
 func (s *Service) launch(ctx context.Context, dep *Deployment, modelPath string) (chan struct{}, error) {
-	grpcPort, err := pickPort(dep.GRPCPort)
-	if err != nil {
-		return nil, conflict("grpc_port %d on 127.0.0.1 is in use by another process; choose another, or leave it out to pick a free one", dep.GRPCPort)
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(dep.Port))
-	logDir := filepath.Join(s.cfg.ExperimentDir, "deployments")
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return nil, err
-	}
-	logPath := filepath.Join(logDir, dep.ID+".log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
-	args := []string{"serve", "--model", modelPath, "--host", "127.0.0.1", "--port", strconv.Itoa(dep.Port),
-		"--grpc-port", strconv.Itoa(grpcPort), "--device", dep.Device}
+	args := []string{"--model", modelPath}
 	if dep.MaxBatchSize > 0 {
 		args = append(args, "--max-batch-size", strconv.Itoa(dep.MaxBatchSize))
 	}
 	if dep.MaxDelayMS != nil {
 		args = append(args, "--max-delay", strconv.Itoa(*dep.MaxDelayMS)+"ms")
 	}
+	c, err := s.spawn(ctx, dep.ID, dep.Port, dep.GRPCPort, dep.Device, args, "/health/ready")
+	if err != nil {
+		return nil, err
+	}
+	dep.PID, dep.URL, dep.GRPCPort, dep.GRPCAddress = c.pid, c.url, c.grpcPort, c.grpcAddress
+	dep.Started, dep.State, dep.Log = c.started, DeployRunning, c.log
+	return c.done, nil
+}
+
+// child is a started `fw serve` process.
+type child struct {
+	pid         int
+	url         string
+	grpcPort    int
+	grpcAddress string
+	started     time.Time
+	log         string        // its output
+	done        chan struct{} // closed when it exits
+}
+
+// spawn starts `fw serve` with args (what it serves and how) on
+// 127.0.0.1:port, gRPC on grpcPort (a free port when 0), in its own session
+// (it outlives the dashboard), its output in deployments/<id>.log, and waits
+// until readyPath answers 200. A child that exits or is not ready in time
+// is an error with its last log lines.
+func (s *Service) spawn(ctx context.Context, id string, port, grpcPort int, device string, args []string, readyPath string) (*child, error) {
+	wanted := grpcPort
+	grpcPort, err := pickPort(wanted)
+	if err != nil {
+		return nil, conflict("grpc_port %d on 127.0.0.1 is in use by another process; choose another, or leave it out to pick a free one", wanted)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	logDir := filepath.Join(s.cfg.ExperimentDir, "deployments")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(logDir, id+".log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	args = append(append([]string{"serve"}, args...), "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--grpc-port", strconv.Itoa(grpcPort), "--device", device)
 	cmd := exec.Command(s.cfg.Executable, args...)
 	cmd.Env = append(os.Environ(), s.cfg.ExtraEnv...)
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = logf, logf, nil
@@ -423,31 +467,31 @@ func (s *Service) launch(ctx context.Context, dep *Deployment, modelPath string)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	dep.PID, dep.URL, dep.GRPCPort, dep.GRPCAddress = cmd.Process.Pid, "http://"+addr, grpcPort, net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort))
-	dep.Started, dep.State, dep.Log = time.Now().UTC(), DeployRunning, logPath
+	c := &child{pid: cmd.Process.Pid, url: "http://" + addr, grpcPort: grpcPort, grpcAddress: net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort)),
+		started: time.Now().UTC(), log: logPath, done: done}
 
 	deadline := time.Now().Add(s.cfg.ReadyTimeout)
-	for !probe(dep.URL + "/health/ready") {
+	for !probe(c.url + readyPath) {
 		select {
 		case <-done:
 			msg := lastLines(readTail(logPath), 5)
 			if strings.Contains(msg, "address already in use") || strings.Contains(msg, "in use") {
-				return nil, conflict("port %d is in use: %s", dep.Port, msg)
+				return nil, conflict("port %d is in use: %s", port, msg)
 			}
 			return nil, fault.New(fault.Unprocessable, "deploy_failed", "fw serve exited before it was ready: "+msg)
 		case <-ctx.Done():
-			_ = signalGroup(dep.PID, sigKill)
+			_ = signalGroup(c.pid, sigKill)
 			<-done
 			return nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			_ = signalGroup(dep.PID, sigKill)
+			_ = signalGroup(c.pid, sigKill)
 			<-done
 			return nil, fault.New(fault.Unprocessable, "deploy_failed", fmt.Sprintf("fw serve was not ready within %s: %s", s.cfg.ReadyTimeout, lastLines(readTail(logPath), 5)))
 		}
 	}
-	return done, nil
+	return c, nil
 }
 
 func readTail(path string) string {
@@ -465,12 +509,24 @@ func readTail(path string) string {
 // or sampling their request rate (Deployments does both): for callers that
 // only need who is deployed where. Oldest first.
 func (s *Service) Records(ctx context.Context) ([]*Deployment, error) {
+	list, _, err := s.records(ctx)
+	return list, err
+}
+
+// records is Records, with the shared server's record when a shared
+// deployment is listed.
+func (s *Service) records(ctx context.Context) ([]*Deployment, *SharedServer, error) {
 	list, err := s.listDeployments(ctx, kindDeployment)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	shared, srv, err := s.sharedDeploymentRecords(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	list = append(list, shared...)
 	sort.SliceStable(list, func(i, j int) bool { return list[i].Started.Before(list[j].Started) })
-	return list, nil
+	return list, srv, nil
 }
 
 // Record returns one deployment as recorded (see Records); false when there
@@ -481,7 +537,15 @@ func (s *Service) Record(ctx context.Context, id string) (Deployment, bool, erro
 	}
 	rec, err := s.st.GetRecord(ctx, kindDeployment, id)
 	if store.ErrorCode(err) == store.CodeNotFound {
-		return Deployment{}, false, nil
+		doc, ok, err := s.sharedDoc(ctx, id)
+		if err != nil || !ok {
+			return Deployment{}, false, err
+		}
+		srv, _, err := s.sharedRecord(ctx)
+		if err != nil {
+			return Deployment{}, false, err
+		}
+		return withServer(doc.Deployment, srv), true, nil
 	}
 	if err != nil {
 		return Deployment{}, false, err
@@ -497,11 +561,16 @@ func (s *Service) Record(ctx context.Context, id string) (Deployment, bool, erro
 // Deployments lists the deployments with their health and request rate.
 func (s *Service) Deployments(ctx context.Context) ([]*Deployment, error) {
 	d := &s.dep
-	list, err := s.Records(ctx)
+	list, srv, err := s.records(ctx)
 	if err != nil {
 		return nil, err
 	}
+	var shared []*Deployment
 	for _, x := range list {
+		if x.Shared() {
+			shared = append(shared, x)
+			continue
+		}
 		if x.State != DeployRunning {
 			continue
 		}
@@ -530,6 +599,7 @@ func (s *Service) Deployments(ctx context.Context) ([]*Deployment, error) {
 			}
 		}
 	}
+	s.sharedDeployments(ctx, shared, srv)
 	return list, nil
 }
 
@@ -543,6 +613,9 @@ func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, e
 	if !ok {
 		return nil, notFound("no deployment %s; GET /api/deployments lists them", id)
 	}
+	if c.Shared() {
+		return s.undeployShared(ctx, id)
+	}
 	if err := s.ownDeployment(ctx, id); err != nil {
 		return nil, err
 	}
@@ -551,28 +624,7 @@ func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, e
 	done := d.done[id]
 	d.mu.Unlock()
 	if c.State == DeployRunning && s.local(&c) && alive(c.PID) {
-		_ = signalGroup(c.PID, sigTerm)
-		exited := func() bool {
-			if done != nil {
-				select {
-				case <-done:
-					return true
-				default:
-					return false
-				}
-			}
-			return !alive(c.PID)
-		}
-		deadline := time.Now().Add(s.cfg.StopGrace)
-		for !exited() && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if !exited() {
-			_ = signalGroup(c.PID, sigKill)
-			if done != nil {
-				<-done
-			}
-		}
+		s.terminate(ctx, c.PID, done)
 	}
 	c.State = "stopped"
 	now := time.Now().UTC()
@@ -600,7 +652,7 @@ func (s *Service) StopDeployment(ctx context.Context, id string) (*Deployment, e
 func (s *Service) DeploymentCounts() map[string]int {
 	ctx, cancel := context.WithTimeout(s.base, 5*time.Second)
 	defer cancel()
-	list, err := s.listDeployments(ctx, kindDeployment)
+	list, err := s.Records(ctx)
 	if err != nil {
 		if s.log != nil {
 			s.log.Warn("counting deployments", "err", err)

@@ -47,7 +47,12 @@ func (s *Service) host() string {
 // local reports whether d's process runs on this machine (so its pid means
 // something here).
 func (s *Service) local(d *Deployment) bool {
-	return d.Host == "" || d.Host == s.host()
+	return s.localHost(d.Host)
+}
+
+// localHost reports whether a process recorded on host runs on this machine.
+func (s *Service) localHost(host string) bool {
+	return host == "" || host == s.host()
 }
 
 // registerLeases hands the takeover of deployments and exports to s.
@@ -55,6 +60,7 @@ func (s *Service) registerLeases() {
 	m := s.cfg.Member
 	m.Handle(DeploymentLeasePrefix, replica.Handler{Takeover: s.takeoverDeployment, Lost: s.lostDeployment})
 	m.Handle(ExportLeasePrefix, replica.Handler{Takeover: s.takeoverExport})
+	m.Handle(SharedLeasePrefix, replica.Handler{Takeover: s.takeoverShared, Lost: s.lostShared})
 }
 
 // claimDeployment takes the lease of a new deployment for this replica
@@ -83,17 +89,41 @@ func (s *Service) releaseDeployment(id string) {
 // its lease, or takes it from a replica that stopped. A deployment of
 // another live replica is a *replica.NotOwnerError (the API forwards).
 func (s *Service) ownDeployment(ctx context.Context, id string) error {
+	return s.ownLease(ctx, DeploymentLeasePrefix+id)
+}
+
+// ownLease makes sure this replica holds lease name: held already, free,
+// or taken from a replica that stopped; a live replica's is a
+// *replica.NotOwnerError.
+func (s *Service) ownLease(ctx context.Context, name string) error {
 	if s.cfg.Member == nil {
 		return nil
 	}
-	owner, ok, err := s.cfg.Member.Claim(ctx, DeploymentLeasePrefix+id)
+	owner, ok, err := s.cfg.Member.Claim(ctx, name)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return &replica.NotOwnerError{Name: DeploymentLeasePrefix + id, Owner: owner}
+		return &replica.NotOwnerError{Name: name, Owner: owner}
 	}
 	return nil
+}
+
+// takeoverShared brings the shared server of a stopped replica under this
+// one: adopted when its process runs here and answers, else started again
+// here with every version deployed on it.
+func (s *Service) takeoverShared(ctx context.Context, _ store.Lease, prev replica.Info) error {
+	s.sh.mu.Lock()
+	defer s.sh.mu.Unlock()
+	srv, ok, err := s.sharedRecord(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok || srv.State != DeployRunning {
+		s.releaseShared() // stopped or gone: nothing to own
+		return nil
+	}
+	return s.adoptOrRestartShared(ctx, srv, "its replica "+prev.ID+" stopped")
 }
 
 // takeoverDeployment brings the deployment of a stopped replica under this
@@ -276,9 +306,32 @@ func (s *Service) Remote(ctx context.Context, d Deployment) (*replica.NotOwnerEr
 	if s.cfg.Member == nil || s.local(&d) {
 		return nil, nil
 	}
-	owner, alive, ok, err := s.cfg.Member.Owner(ctx, DeploymentLeasePrefix+d.ID)
+	lease := DeploymentLeasePrefix + d.ID
+	if d.Shared() {
+		lease = sharedLease
+	}
+	return s.remoteOwner(ctx, lease)
+}
+
+// remoteOwner is the live replica other than this one that holds lease.
+func (s *Service) remoteOwner(ctx context.Context, lease string) (*replica.NotOwnerError, error) {
+	owner, alive, ok, err := s.cfg.Member.Owner(ctx, lease)
 	if err != nil || !ok || !alive || owner.ID == s.self() {
 		return nil, err
 	}
-	return &replica.NotOwnerError{Name: DeploymentLeasePrefix + d.ID, Owner: owner}, nil
+	return &replica.NotOwnerError{Name: lease, Owner: owner}, nil
+}
+
+// RemoteShared reports the replica that owns the shared server when its
+// process runs on another host (its URL is that host's loopback): GET
+// /api/shared-server is answered there.
+func (s *Service) RemoteShared(ctx context.Context) (*replica.NotOwnerError, error) {
+	if s.cfg.Member == nil {
+		return nil, nil
+	}
+	srv, ok, err := s.sharedRecord(ctx)
+	if err != nil || !ok || s.localHost(srv.Host) {
+		return nil, err
+	}
+	return s.remoteOwner(ctx, sharedLease)
 }

@@ -61,6 +61,7 @@ type Service struct {
 	base context.Context
 	exp  exporter
 	dep  deployer
+	sh   sharedProc
 }
 
 // New opens the registry, the export jobs and the deployments kept in st
@@ -97,6 +98,9 @@ func New(base context.Context, st Store, cfg Config, log *slog.Logger) (*Service
 		return nil, err
 	}
 	if err := s.loadDeployments(base); err != nil {
+		return nil, err
+	}
+	if err := s.loadShared(base); err != nil {
 		return nil, err
 	}
 	return s, nil

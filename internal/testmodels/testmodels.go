@@ -51,3 +51,24 @@ func Triton(t testing.TB, name string) string {
 	}
 	return p
 }
+
+// FWBinary returns the fw binary that tests start as a real child process
+// (a dashboard's `fw serve` deployments): FW_BIN, or bin/fw at the module
+// root (`make build`; `make test` builds it before the Go tests). It is
+// skipped or fails as Dir does when the binary is absent.
+func FWBinary(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv("FW_BIN")
+	if bin == "" {
+		_, file, _, _ := runtime.Caller(0)
+		bin = filepath.Join(filepath.Dir(file), "..", "..", "bin", "fw")
+	}
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(abs); err != nil || st.IsDir() {
+		Require(t, "the fw binary is missing at "+abs+": run `make build` (or set FW_BIN)")
+	}
+	return abs
+}

@@ -98,6 +98,9 @@ def _stop(d: Dashboard) -> None:
         r = d.request("GET", "/api/deployments", headers={"Authorization": f"Bearer {d.token}"})
         if r.status == 200:
             d.pids += [x["pid"] for x in r.json()["deployments"] if x.get("pid")]
+        r = d.request("GET", "/api/shared-server", headers={"Authorization": f"Bearer {d.token}"})
+        if r.status == 200 and r.json().get("pid"):
+            d.pids.append(r.json()["pid"])  # the shared server, with or without versions
     except OSError:
         pass
     for pid in set(d.pids):
@@ -677,6 +680,45 @@ def test_models(dash: Dashboard, cnn: dict) -> None:
     dash.call("DELETE", "/api/models/cnn/versions/2", expect=404)
     dash.call("DELETE", "/api/models/cnn-form", expect=200)
     dash.call("DELETE", "/api/models/cnn-form", expect=404)
+
+
+def test_shared_server(dash: Dashboard, cnn: dict) -> None:
+    """Two deployments of one version each on the shared server: every answer as documented."""
+    assert dash.get("/api/shared-server")["state"] == "stopped"
+    dash.call("DELETE", "/api/shared-server", expect=404)
+    srv = dash.call("POST", "/api/shared-server", json_body={"device": "cpu"}, expect=201).json()
+    dash.pids.append(srv["pid"])
+    assert srv["state"] == "running" and srv["versions"] == []
+    again = dash.call("POST", "/api/shared-server", body=b"", expect=200).json()
+    assert again["pid"] == srv["pid"]
+    r = dash.call("POST", "/api/shared-server", json_body={"port": srv["port"] + 1}, expect=409)
+    assert code_of(r) == "conflict"
+    dash.call("POST", "/api/shared-server", json_body={"device": "tpu"}, expect=422)
+    dash.call("POST", "/api/shared-server", json_body={"nope": 1}, expect=400)
+    dash.call("PUT", "/api/shared-server", body=b"", expect=405)
+    dep = dash.call(
+        "POST", "/api/models/cnn/deploy", json_body={"version": 1, "target": "shared"}, expect=201
+    ).json()
+    assert dep["target"] == "shared" and dep["pid"] == srv["pid"] and dep["model_state"] == "READY"
+    r = dash.call("POST", "/api/models/cnn/deploy", json_body={"version": 1, "target": "shared"}, expect=409)
+    assert dep["id"] in r.json()["error"]["message"]
+    dash.call("POST", "/api/models/cnn/deploy", json_body={"target": "nowhere", "port": 1}, expect=422)
+    listed = dash.get("/api/shared-server")
+    assert [(v["model"], v["version"], v["state"], v.get("deployment")) for v in listed["versions"]] == [
+        ("cnn", 1, "READY", dep["id"])
+    ]
+    deps = {d["id"]: d for d in dash.get("/api/deployments")["deployments"]}
+    assert deps[dep["id"]]["healthy"] is True and deps[dep["id"]]["model_state"] == "READY"
+    base = f"/api/deployments/{dep['id']}"
+    pred = dash.call("POST", base + "/predict", json_body={"data": [[0.0] * 64]}, expect=200).json()
+    assert isinstance(pred, dict)
+    assert dash.get(base + "/model")["inputs"][0]["shape"] == [-1, 1, 8, 8]
+    assert isinstance(dash.get(base + "/health/ready"), dict)
+    stopped = dash.call("DELETE", base, expect=200).json()
+    assert stopped["state"] == "stopped" and stopped["target"] == "shared"
+    listed = dash.get("/api/shared-server")
+    assert [(v["model"], v["state"]) for v in listed["versions"]] == [("cnn", "UNAVAILABLE")]
+    assert dash.call("DELETE", "/api/shared-server", expect=200).json()["state"] == "stopped"
 
 
 def test_deployments(dash: Dashboard, cnn: dict) -> None:

@@ -1,12 +1,13 @@
-// The deploy dialog: pick a model version (or alias), a port, the device and
-// the batching options, POST /api/models/{name}/deploy and wait until the
-// server is ready (the API answers once /health/ready does), showing the
-// deploy error (with the server's last log lines) on failure.
+// The deploy dialog: pick a model version (or alias), the server (a fw serve
+// of its own, or the shared server that holds many versions), a port, the
+// device and the batching options, POST /api/models/{name}/deploy and wait
+// until the version is ready (the API answers once it is), showing the deploy
+// error (with the server's last log lines) on failure.
 import { useEffect, useState } from "react";
 import { post, seg } from "../api/client";
 import { useAction } from "../lib/hooks";
 import { ConfirmDialog, ErrorNote, Options } from "./ui";
-import type { Deployment, DeployRequest } from "../api/types";
+import type { Deployment, DeployRequest, DeployTarget, SharedServer } from "../api/types";
 
 /** A deployment's state for a status badge: a running one is "ready" or "unhealthy" by its health check. */
 export function deploymentStatus(d: Deployment): string {
@@ -42,9 +43,23 @@ export function suggestPort(used: number[]): number {
   return p;
 }
 
-/** Builds the deploy body from the form (a number is a version, text an alias). */
-export function deployBody(v: { target: string; port: string; device: string; maxBatch: string; maxDelay: string }): DeployRequest {
-  const body: DeployRequest = { port: Number(v.port), device: v.device };
+/**
+ * Builds the deploy body from the form (a number is a version, text an alias).
+ * On the shared server a blank port or device keeps the server's own (a free
+ * port, cpu, when it has to be started).
+ */
+export function deployBody(v: {
+  target: string;
+  server?: DeployTarget;
+  port: string;
+  device: string;
+  maxBatch: string;
+  maxDelay: string;
+}): DeployRequest {
+  const shared = v.server === "shared";
+  const body: DeployRequest = shared ? { port: 0, target: "shared" } : { port: Number(v.port), device: v.device };
+  if (shared && v.port.trim() !== "") body.port = Number(v.port);
+  if (shared && v.device !== "") body.device = v.device;
   if (v.target !== "") body.version = /^\d+$/.test(v.target) ? Number(v.target) : v.target;
   if (v.maxBatch.trim() !== "") body.max_batch_size = Number(v.maxBatch);
   if (v.maxDelay.trim() !== "") body.max_delay_ms = Number(v.maxDelay);
@@ -60,6 +75,7 @@ export function DeployDialog({
   aliases,
   defaultVersion,
   usedPorts,
+  shared,
   onDeployed,
 }: {
   open: boolean;
@@ -70,20 +86,27 @@ export function DeployDialog({
   aliases: Record<string, number>;
   defaultVersion?: number;
   usedPorts: number[];
+  /** The shared server (GET /api/shared-server), when known: its port and device are the ones a shared deploy gets. */
+  shared?: SharedServer;
   onDeployed?: (d: Deployment) => void;
 }) {
   const [target, setTarget] = useState("");
+  const [server, setServer] = useState<DeployTarget>("process");
   const [port, setPort] = useState("8000");
   const [device, setDevice] = useState("cpu");
   const [maxBatch, setMaxBatch] = useState("32");
   const [maxDelay, setMaxDelay] = useState("5");
   const deploying = useAction();
   const { busy, error, reset } = deploying;
+  const sharedRuns = shared?.state === "running";
+  const modelOnShared = !!shared?.versions.some((v) => v.model === model && v.deployment);
+  const inherits = server === "shared" && modelOnShared;
 
   useEffect(() => {
     if (!open) return;
     setTarget(defaultVersion != null ? String(defaultVersion) : versions.length > 0 ? String(versions[0]) : "");
     setPort(String(suggestPort(usedPorts)));
+    setServer("process");
     reset();
     // Reset on each opening only.
     // eslint-disable-next-line react-hooks/exhaustive-deps
@@ -91,7 +114,7 @@ export function DeployDialog({
 
   const submit = () =>
     deploying.run(async () => {
-      const d = await post<Deployment>(`/api/models/${seg(model)}/deploy`, deployBody({ target, port, device, maxBatch, maxDelay }));
+      const d = await post<Deployment>(`/api/models/${seg(model)}/deploy`, deployBody({ target, server, port, device, maxBatch, maxDelay }));
       onDeployed?.(d);
       onClose();
     });
@@ -105,7 +128,7 @@ export function DeployDialog({
       tone="primary"
       form="deploy-form"
       busy={busy}
-      disabled={!port}
+      disabled={!port && server === "process"}
       cancelDisabled={busy}
       onClose={() => !busy && onClose()}
     >
@@ -129,27 +152,85 @@ export function DeployDialog({
           </select>
         </label>
         <label>
+          Server
+          <select
+            value={server}
+            onChange={(e) => {
+              const next = e.target.value as DeployTarget;
+              setServer(next);
+              // The running shared server's own port and device, else a blank port (a free one) and cpu.
+              if (next === "shared") {
+                setPort(sharedRuns ? String(shared?.port ?? "") : "");
+                if (sharedRuns && shared?.device) setDevice(shared.device);
+                // One configuration serves all of a model's versions there: a second one inherits it.
+                if (modelOnShared) {
+                  setMaxBatch("");
+                  setMaxDelay("");
+                }
+              } else {
+                setPort(String(suggestPort(usedPorts)));
+                if (maxBatch === "") setMaxBatch("32");
+                if (maxDelay === "") setMaxDelay("5");
+              }
+            }}
+            disabled={busy}
+          >
+            <option value="process">its own fw serve</option>
+            <option value="shared">shared (one fw serve, many versions)</option>
+          </select>
+        </label>
+        <label>
           Port
-          <input type="number" min={1024} max={65535} value={port} onChange={(e) => setPort(e.target.value)} disabled={busy} />
+          <input
+            type="number"
+            min={1024}
+            max={65535}
+            value={port}
+            placeholder={server === "shared" ? "any free" : undefined}
+            onChange={(e) => setPort(e.target.value)}
+            disabled={busy || (server === "shared" && sharedRuns)}
+          />
         </label>
         <label>
           Device
-          <select value={device} onChange={(e) => setDevice(e.target.value)} disabled={busy}>
+          <select value={device} onChange={(e) => setDevice(e.target.value)} disabled={busy || (server === "shared" && sharedRuns)}>
             <Options values={["cpu", "cuda"]} />
           </select>
         </label>
         <label>
           Max batch size
-          <input type="number" min={1} value={maxBatch} onChange={(e) => setMaxBatch(e.target.value)} disabled={busy} />
+          <input
+            type="number"
+            min={1}
+            value={maxBatch}
+            placeholder={inherits ? "as deployed" : undefined}
+            onChange={(e) => setMaxBatch(e.target.value)}
+            disabled={busy || inherits}
+          />
         </label>
         <label>
           Max delay (ms)
-          <input type="number" min={0} value={maxDelay} onChange={(e) => setMaxDelay(e.target.value)} disabled={busy} />
+          <input
+            type="number"
+            min={0}
+            value={maxDelay}
+            placeholder={inherits ? "as deployed" : undefined}
+            onChange={(e) => setMaxDelay(e.target.value)}
+            disabled={busy || inherits}
+          />
         </label>
         <div className="span-all">
+          {server === "shared" && (
+            <p className="muted small">
+              {sharedRuns
+                ? `The version is added to the shared server at ${shared?.url}, beside the versions it holds; max batch size and delay apply to all of this model’s versions there.`
+                : "The shared server is started (on this port, or a free one) and keeps serving every version deployed to it."}
+            </p>
+          )}
           {busy && (
             <p className="row" aria-live="polite">
-              <span className="spinner" aria-hidden="true" /> Starting fw serve on 127.0.0.1:{port} and waiting until it is ready…
+              <span className="spinner" aria-hidden="true" />{" "}
+              {server === "shared" ? "Loading the version on the shared server…" : `Starting fw serve on 127.0.0.1:${port} and waiting until it is ready…`}
             </p>
           )}
           <ErrorNote error={error} />

@@ -1,16 +1,19 @@
 // One model of the registry: its versions (metrics at export, parity report),
 // aliases editor, deploy / undeploy with the deployments' health, URL and
-// request rate, and a "try it" panel for a ready deployment.
+// request rate (each fw serve of its own, and the versions the shared server
+// holds with their state in its repository index), and a "try it" panel for a
+// ready deployment.
 import { Fragment, useEffect, useState, type ReactNode } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
 import { del, get, patch, seg } from "../api/client";
 import { DataTable, numCol } from "../components/DataTable";
 import { DeployDialog, DeploymentLink, VersionOptions, deploymentStatus } from "../components/DeployDialog";
 import { ExportDialog, ParityView } from "../components/ExportDialog";
+import { SharedServerVersions } from "../components/SharedServer";
 import { TryIt } from "../components/TryIt";
 import { Card, ConfirmDialog, Empty, ErrorNote, KeyValues, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtBytes, fmtNum, fmtTime } from "../lib/format";
-import type { Body, Deployment, DeploymentList, Model, ModelVersion } from "../api/types";
+import type { Body, Deployment, DeploymentList, Model, ModelVersion, SharedServer } from "../api/types";
 import { useAction, useApi, useQueryParam } from "../lib/hooks";
 import { AliasBadges, LabelsSummary, SpecList } from "./Models";
 
@@ -72,7 +75,7 @@ function AliasEditor({ model, onSaved }: { model: Model; onSaved: () => void }) 
   );
 }
 
-/** The model's deployments with health, URL, rate and Undeploy. */
+/** The model's deployments of their own fw serve, with health, URL, rate and Undeploy. */
 function Deployments({ deps, onUndeploy }: { deps: Deployment[]; onUndeploy: (d: Deployment) => void }) {
   if (deps.length === 0) return <Empty>Not deployed. Deploy a version to serve it with fw serve and try it here.</Empty>;
   return (
@@ -215,6 +218,7 @@ export function ModelPage() {
   const nav = useNavigate();
   const model = useApi((s) => get<Model>(`/api/models/${seg(name)}`, undefined, s), [name], 15000);
   const deps = useApi((s) => get<DeploymentList>("/api/deployments", undefined, s), [], 2000);
+  const shared = useApi((s) => get<SharedServer>("/api/shared-server", undefined, s), [], 2000);
   const [deployOpen, setDeployOpen] = useState(false);
   const [deployVersion, setDeployVersion] = useState<number>();
   const [exportOpen, setExportOpen] = useState(false);
@@ -226,6 +230,8 @@ export function ModelPage() {
 
   const m = model.data;
   const mine = (deps.data?.deployments ?? []).filter((d) => d.model === name);
+  const own = mine.filter((d) => d.target !== "shared");
+  const onShared = mine.length > own.length || (shared.data?.versions ?? []).some((v) => v.model === name);
   const ready = mine.filter((d) => d.state === "running" && d.healthy);
   const tryTarget = ready.find((d) => d.id === tryDep) ?? ready[0];
   const tryVersion = m?.versions.find((v) => v.version === tryTarget?.version);
@@ -303,7 +309,13 @@ export function ModelPage() {
       </Card>
       <div className="model-lower">
         <Card title="Deployments" actions={<span className="muted small">refreshed every 2 s</span>}>
-          <Deployments deps={mine} onUndeploy={setUndeploy} />
+          {own.length > 0 || !onShared ? <Deployments deps={own} onUndeploy={setUndeploy} /> : null}
+          {(onShared || shared.data?.state === "running") && (
+            <>
+              <h3>Shared server</h3>
+              <SharedServerVersions server={shared.data} model={m.name} deployments={mine} onUndeploy={setUndeploy} />
+            </>
+          )}
         </Card>
         <Card title="Aliases">
           <AliasEditor model={m} onSaved={model.reload} />
@@ -318,7 +330,7 @@ export function ModelPage() {
               <select value={tryTarget?.id ?? ""} onChange={(e) => setTryDep(e.target.value)}>
                 {ready.map((d) => (
                   <option key={d.id} value={d.id}>
-                    {d.id} (v{d.version}, :{d.port})
+                    {d.id} (v{d.version}, {d.target === "shared" ? "shared " : ""}:{d.port})
                   </option>
                 ))}
               </select>
@@ -345,8 +357,10 @@ export function ModelPage() {
         aliases={m.aliases ?? {}}
         defaultVersion={deployVersion}
         usedPorts={(deps.data?.deployments ?? []).map((d) => d.port)}
+        shared={shared.data}
         onDeployed={(d) => {
           deps.reload();
+          shared.reload();
           setTryDep(d.id);
         }}
       />
@@ -358,13 +372,26 @@ export function ModelPage() {
         onClose={() => setUndeploy(undefined)}
         onConfirm={() => {
           const d = undeploy;
-          if (d) void run(() => del(`/api/deployments/${seg(d.id)}`), deps.reload);
+          if (d)
+            void run(
+              () => del(`/api/deployments/${seg(d.id)}`),
+              () => {
+                deps.reload();
+                shared.reload();
+              },
+            );
           setUndeploy(undefined);
         }}
       >
-        <p>
-          Stop the server of {undeploy?.model} v{undeploy?.version} at {undeploy?.url}? Requests to it will fail.
-        </p>
+        {undeploy?.target === "shared" ? (
+          <p>
+            Take {undeploy.model} v{undeploy.version} off the shared server at {undeploy.url}? Its other versions and models keep serving.
+          </p>
+        ) : (
+          <p>
+            Stop the server of {undeploy?.model} v{undeploy?.version} at {undeploy?.url}? Requests to it will fail.
+          </p>
+        )}
       </ConfirmDialog>
       <ConfirmDialog
         open={!!deleting}
