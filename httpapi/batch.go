@@ -136,7 +136,7 @@ func (s *Server) runItem(ctx context.Context, inst *serving.Instance, id []byte,
 	if err != nil {
 		return appendItemError(nil, id, s.submitError(err))
 	}
-	b := appendPrediction(nil, inst.Model, out, id)
+	b := appendPrediction(nil, inst, out, id)
 	s.done(inst, rec)
 	return b
 }

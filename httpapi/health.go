@@ -31,8 +31,9 @@ func (s *Server) handleReady(ctx *fasthttp.RequestCtx) {
 	}
 	inst, err := s.models.Default()
 	if err != nil {
-		if me, ok := serving.AsModelError(err); ok && me.Kind == serving.ModelAmbiguous {
-			// Several models: the server is ready when the ones it must serve are.
+		if me, ok := serving.AsModelError(err); ok && (me.Kind == serving.ModelAmbiguous || me.Kind == serving.ModelUnknown) {
+			// Several models, or none loaded yet in a repository: the server
+			// is ready when the ones it must serve are.
 			writeJSON(ctx, 200, map[string]any{"status": "ok", "models": len(s.models.Loaded()), "uptime_s": time.Since(s.started).Seconds()})
 			return
 		}

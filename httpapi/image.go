@@ -14,6 +14,7 @@ import (
 
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/imageprep"
+	"github.com/fw-serve/fw/serving"
 	"github.com/valyala/fasthttp"
 )
 
@@ -124,9 +125,9 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 	if raw {
 		// The model's outputs as /predict answers them (embeddings, detection
 		// heads, or to see exactly what the preprocessing fed the model).
-		b = appendPrediction((*buf)[:0], m, out, nil)
+		b = appendPrediction((*buf)[:0], inst, out, nil)
 	} else {
-		b = appendImagePredictions((*buf)[:0], m, out[0], topK, withScores)
+		b = appendImagePredictions((*buf)[:0], inst, out[0], topK, withScores)
 	}
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetBody(b)
@@ -255,7 +256,8 @@ func imageError(err error) *APIError {
 // appendImagePredictions writes {"predictions": [{"top_k": [...], "scores"?: [...]}], "model": ...}.
 // Scores are the output row itself when it already is a probability
 // distribution, else its softmax.
-func appendImagePredictions(b []byte, m *engine.Model, out engine.Tensor, topK int, withScores bool) []byte {
+func appendImagePredictions(b []byte, inst *serving.Instance, out engine.Tensor, topK int, withScores bool) []byte {
+	m := inst.Model
 	rows := 1 // a scalar output: one image, one score
 	if len(out.Shape) > 0 {
 		rows = int(out.Shape[0])
@@ -313,9 +315,9 @@ func appendImagePredictions(b []byte, m *engine.Model, out engine.Tensor, topK i
 		b = append(b, '}')
 	}
 	b = append(b, `],"model":{"name":`...)
-	b = appendJSONString(b, m.Name())
+	b = appendJSONString(b, inst.Name())
 	b = append(b, `,"version":`...)
-	b = appendJSONString(b, m.Version())
+	b = appendJSONString(b, inst.Version())
 	return append(b, "}}"...)
 }
 

@@ -47,7 +47,7 @@ func (s *Server) handlePredict(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	buf := s.getBuf()
-	b := appendPrediction((*buf)[:0], inst.Model, out, nil)
+	b := appendPrediction((*buf)[:0], inst, out, nil)
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetBody(b)
 	*buf = b
@@ -208,7 +208,8 @@ func hasInput(specs []engine.TensorSpec, name string) bool {
 // outputs (every output by name, when there are several) and the model. A
 // non-nil id (raw JSON) is written first, for /predict/batch items, which
 // leave out the model.
-func appendPrediction(b []byte, m *engine.Model, out []engine.Tensor, id []byte) []byte {
+func appendPrediction(b []byte, inst *serving.Instance, out []engine.Tensor, id []byte) []byte {
+	m := inst.Model
 	withModel := id == nil
 	if id != nil {
 		b = append(b, `{"id":`...)
@@ -256,9 +257,9 @@ func appendPrediction(b []byte, m *engine.Model, out []engine.Tensor, id []byte)
 	}
 	if withModel {
 		b = append(b, `,"model":{"name":`...)
-		b = appendJSONString(b, m.Name())
+		b = appendJSONString(b, inst.Name())
 		b = append(b, `,"version":`...)
-		b = appendJSONString(b, m.Version())
+		b = appendJSONString(b, inst.Version())
 		b = append(b, '}')
 	}
 	return append(b, '}')

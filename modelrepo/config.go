@@ -265,6 +265,9 @@ func describe(inst *serving.Instance, cfg *pb.ModelConfig, auto bool, labels map
 		out.Backend = cfg.GetBackend()
 	}
 	mbs := int(cfg.GetMaxBatchSize())
+	if batchingFromFile(cfg) {
+		mbs = base.MaxBatchSize // completed from the file: --max-batch-size when it has a batch axis
+	}
 	out.MaxBatchSize = mbs
 	batched := mbs > 0
 	if batched && !m.Batched() {
@@ -328,6 +331,13 @@ func describe(inst *serving.Instance, cfg *pb.ModelConfig, auto bool, labels map
 		out.DefaultModelFilename = cfg.GetDefaultModelFilename()
 	}
 	return out, reshape, nil
+}
+
+// batchingFromFile reports whether a configuration leaves the batching to
+// auto-complete: no max_batch_size and no inputs or outputs listed (so the
+// file's first axes decide, as Triton's auto-complete does).
+func batchingFromFile(cfg *pb.ModelConfig) bool {
+	return cfg.GetMaxBatchSize() == 0 && len(cfg.GetInput()) == 0 && len(cfg.GetOutput()) == 0
 }
 
 // tensorCfg is an input or output of a configuration, the parts fw reads.

@@ -649,7 +649,9 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 		return nil, err
 	}
 	bc := r.cfg.Batcher
-	if !auto {
+	// A configuration that lists no tensors and no max_batch_size has its
+	// batching completed from the file, as Triton's auto-complete does.
+	if !auto && !batchingFromFile(cfg) {
 		if mbs := int(cfg.GetMaxBatchSize()); mbs > 0 {
 			bc.MaxBatchRows = mbs
 		} else {

@@ -545,3 +545,20 @@ func TestQueuePolicyBoundsTheQueue(t *testing.T) {
 		t.Fatalf("%v, max queue %d", err, inst.Batcher.Config().MaxQueue)
 	}
 }
+
+// A configuration that lists neither tensors nor max_batch_size (a load
+// override with only a version policy) has its batching completed from the
+// file, as Triton's auto-complete does.
+func TestPartialConfigCompletesBatching(t *testing.T) {
+	f := open(t, Config{Roots: []string{samples(t)}, Mode: ModeExplicit})
+	if err := f.repo.Load(context.Background(), "simple", serving.LoadOptions{Config: []byte(`{"version_policy": {"latest": {"num_versions": 1}}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := f.repo.Get("simple", "")
+	if err != nil || inst.Config.MaxBatchSize == 0 || inst.Batcher.Config().Unbatched {
+		t.Fatalf("%v: max_batch_size %d, unbatched %v", err, inst.Config.MaxBatchSize, inst.Batcher.Config().Unbatched)
+	}
+	if err := inferSimple(context.Background(), f.repo, "simple"); err != nil {
+		t.Fatal(err)
+	}
+}
