@@ -232,7 +232,8 @@ def test_errors_have_matching_codes(serve) -> None:
         assert _code(e.value) == "StatusCode.INVALID_ARGUMENT" and "64" in e.value.message()
         with pytest.raises(InferenceServerException) as e:
             c.infer("resnet18", [i])
-        assert _code(e.value) == "StatusCode.NOT_FOUND" and '"digits_mlp"' in e.value.message()
+        assert _code(e.value) == "StatusCode.NOT_FOUND" and "Request for unknown model: 'resnet18'" in e.value.message()
+        assert "digits_mlp" in e.value.message()
         big = grpcclient.InferInput("input", [4097, 64], "FP32")
         big.set_data_from_numpy(np.zeros((4097, 64), np.float32))
         with pytest.raises(InferenceServerException) as e:
@@ -421,4 +422,4 @@ def test_proto_matches_tritonclient_descriptors() -> None:
     assert checked > 100
     rpcs = set(re.findall(r"rpc\s+(\w+)\s*\(", (PROTO_DIR / "grpc_service.proto").read_text()))
     assert rpcs <= {m.name for m in service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods}
-    assert len(rpcs) == 9
+    assert len(rpcs) == 20  # every RPC of Triton's service: trace settings answer UNIMPLEMENTED
