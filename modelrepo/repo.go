@@ -525,6 +525,13 @@ func (r *Repository) load(ctx context.Context, name string, opts serving.LoadOpt
 	}
 	// Swap: the new versions serve, the old ones drain.
 	r.mu.Lock()
+	if r.stopping { // Shutdown has collected the hosts to drain: these are not among them
+		r.mu.Unlock()
+		for _, h := range fresh {
+			r.drain(h)
+		}
+		return &serving.ModelError{Kind: serving.ModelNotReady, Model: name, Message: "the server is shutting down", RetryAfter: 1}
+	}
 	old := m.versions
 	m.versions = map[string]*version{}
 	for vs, h := range fresh {
@@ -1152,17 +1159,20 @@ func (r *Repository) evict(keep string) {
 		}
 		r.log.Info("unloading the least recently used model to stay within the residency bounds", "model", victim,
 			"resident", len(snap), "max_resident_models", r.cfg.MaxResidentModels, "resident_bytes", total, "max_resident_bytes", r.cfg.MaxResidentBytes)
-		r.evictOne(victim)
+		if !r.evictOne(victim) {
+			return // shutting down: Shutdown drains every model anyway
+		}
 	}
 }
 
-// evictOne takes a model out of serving and drains it in the background.
-func (r *Repository) evictOne(name string) {
+// evictOne takes a model out of serving and drains it in the background;
+// false when it did not (the server is shutting down).
+func (r *Repository) evictOne(name string) bool {
 	r.mu.Lock()
 	m := r.models[name]
 	if m == nil || r.stopping {
 		r.mu.Unlock()
-		return
+		return false
 	}
 	r.mu.Unlock()
 	m.op.Lock()
@@ -1182,4 +1192,5 @@ func (r *Repository) evictOne(name string) {
 	for _, h := range hosts {
 		r.drain(h)
 	}
+	return true
 }
