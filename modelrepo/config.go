@@ -110,14 +110,6 @@ func parseConfig(data []byte, json bool) (*pb.ModelConfig, error) {
 	return cfg, nil
 }
 
-// spec is what a model's configuration makes of a model directory: the
-// settings fw applies when it loads a version.
-type spec struct {
-	cfg *pb.ModelConfig
-	// auto: no configuration was given; it is completed from the file.
-	auto bool
-}
-
 // versionsToLoad returns the versions (numeric subdirectories of dir that
 // hold something) the version policy selects, newest first.
 func versionsToLoad(dir string, cfg *pb.ModelConfig) ([]int64, error) {

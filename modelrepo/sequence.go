@@ -194,7 +194,7 @@ func state(dir string, st *pb.ModelSequenceBatching_State) (sequence.State, erro
 	}
 	inits := st.GetInitialState()
 	if len(inits) > 1 {
-		return s, fmt.Errorf("initial_state field for state input '%s' must contain exactly one or zero element. Found '%d' elements.", in, len(inits))
+		return s, fmt.Errorf("initial_state field for state input '%s' must contain exactly one or zero element. Found '%d' elements. (give one initial_state per state)", in, len(inits))
 	}
 	if len(inits) == 0 {
 		// Triton sends uninitialised data, 1 for each variable dim; fw zeros.
