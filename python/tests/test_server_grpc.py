@@ -232,7 +232,10 @@ def test_errors_have_matching_codes(serve) -> None:
         assert _code(e.value) == "StatusCode.INVALID_ARGUMENT" and "64" in e.value.message()
         with pytest.raises(InferenceServerException) as e:
             c.infer("resnet18", [i])
-        assert _code(e.value) == "StatusCode.NOT_FOUND" and "Request for unknown model: 'resnet18'" in e.value.message()
+        assert (
+            _code(e.value) == "StatusCode.NOT_FOUND"
+            and "Request for unknown model: 'resnet18'" in e.value.message()
+        )
         assert "digits_mlp" in e.value.message()
         big = grpcclient.InferInput("input", [4097, 64], "FP32")
         big.set_data_from_numpy(np.zeros((4097, 64), np.float32))
