@@ -95,7 +95,7 @@ Flags:
 		*model = fs.Arg(0)
 	}
 	if *model == "" && len(*repos) == 0 {
-		fmt.Fprintln(stderr, "fw serve: --model (or FW_MODEL: the exported .onnx or .pt file to serve) or --model-repository (a Triton-layout directory of models) is required")
+		fmt.Fprintln(stderr, "fw serve: --model is required (or FW_MODEL: the exported .onnx or .pt file to serve), or --model-repository (a Triton-layout directory of models)")
 		return 2
 	}
 	if *model != "" && len(*repos) > 0 {
