@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/fw-serve/fw/engine"
@@ -171,7 +170,7 @@ func control(model, input string, c *pb.ModelSequenceBatching_Control) (sequence
 
 // dtypeOf maps a configuration's datatype to fw's.
 func dtypeOf(dt pb.DataType) engine.DType {
-	return serving.ParseDatatype(strings.TrimPrefix(dt.String(), "TYPE_"))
+	return serving.ParseConfigDataType(dt.String())
 }
 
 // state reads one implicit state and its initial value.
