@@ -382,6 +382,16 @@ func Float32ToHalf(f float32) uint16 {
 	return half
 }
 
+// Float32ToBFloat16 converts a float32 to bfloat16 (its top 16 bits),
+// rounding to nearest even; NaN stays NaN.
+func Float32ToBFloat16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 0x40 // quiet NaN
+	}
+	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
+}
+
 // FormatShape renders a shape the way error messages show it: [-1, 64] as [N, 64].
 func FormatShape(shape []int64) string {
 	var sb strings.Builder
