@@ -254,3 +254,32 @@ func TestTorchRefusesDTypesItLacks(t *testing.T) {
 		}
 	}
 }
+
+// FuzzStrings: on any bytes and shape, Check and CheckStrings never panic
+// nor read past the data, and a tensor they accept splits into rows (of
+// any partition) whose data concatenate back to the whole, each part
+// well formed: what the batcher relies on to join and split BYTES.
+func FuzzStrings(f *testing.F) {
+	f.Add(ser("a", "", "bc", "d"), int64(2), int64(2), uint8(1))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff}, int64(1), int64(1), uint8(0))
+	f.Add(ser("x"), int64(1<<40), int64(1<<40), uint8(3))
+	f.Fuzz(func(t *testing.T, data []byte, d0, d1 int64, cut uint8) {
+		x := Tensor{DType: String, Shape: []int64{d0, d1}, Data: data}
+		if err := x.Check(); err != nil {
+			return
+		}
+		elems, err := x.Strings()
+		if err != nil || int64(len(elems)) != d0*d1 {
+			t.Fatalf("Strings of a checked tensor: %d, %v", len(elems), err)
+		}
+		first := int(min(int64(cut), d0))
+		parts, err := SplitRows(x, []int{first, int(d0) - first})
+		if err != nil {
+			t.Fatal(err)
+		}
+		joined := append(append([]byte(nil), parts[0].Data...), parts[1].Data...)
+		if !bytes.Equal(joined, data) || parts[0].Check() != nil || parts[1].Check() != nil {
+			t.Fatalf("split at row %d of %v does not rejoin", first, x.Shape)
+		}
+	})
+}
