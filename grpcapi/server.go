@@ -567,7 +567,7 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 		}
 		t := out[idx]
 		if n := dec.classes[idx]; n > 0 {
-			if t, err = inst.Classes(t, idx, n, specs[idx].Name); err != nil {
+			if t, err = inst.Classes(t, specs[idx].Name, n); err != nil {
 				rec.Encoded = time.Now()
 				inst.Stats.Record(rec)
 				return nil, status.Error(codes.InvalidArgument, err.Error())

@@ -699,7 +699,7 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instanc
 		}
 		answer[k] = out[o.index]
 		if o.classes > 0 {
-			c, err := inst.Classes(out[o.index], o.index, o.classes, v2OutputName(specs, o.index))
+			c, err := inst.Classes(out[o.index], v2OutputName(specs, o.index), o.classes)
 			if err != nil {
 				writeError(ctx, badV2("%s", err))
 				return false

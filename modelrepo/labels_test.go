@@ -48,8 +48,8 @@ func TestStringModelsAndLabels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := inst.Labels(0); !slices.Equal(got, []string{"zero", "one", "", "three"}) || inst.Labels(1) != nil {
-		t.Fatalf("labels %q and %q", got, inst.Labels(1))
+	if got := inst.Labels("OUTPUT0"); !slices.Equal(got, []string{"zero", "one", "", "three"}) || inst.Labels("OUTPUT1") != nil {
+		t.Fatalf("labels %q and %q", got, inst.Labels("OUTPUT1"))
 	}
 	if c := inst.Config.Outputs[0]; c.LabelFilename != "labels.txt" {
 		t.Fatalf("output config %+v", c)

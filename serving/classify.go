@@ -56,31 +56,35 @@ func (i *Instance) Batched() bool {
 	return i.Model.Batched() && (i.Batcher == nil || !i.Batcher.Config().Unbatched)
 }
 
-// Labels are the class labels of output k: its label_filename's lines in a
-// repository, else, for the first output, the model file's own labels
-// (fw.json); nil when it has none.
-func (i *Instance) Labels(k int) []string {
-	if k < len(i.Config.Outputs) && i.Config.Outputs[k].Labels != nil {
-		return i.Config.Outputs[k].Labels
+// Labels are the class labels of the output named name: its
+// label_filename's lines in a repository, else, for the model's first
+// output, the model file's own labels (fw.json); nil when it has none.
+// Outputs are found by name: a stateful model's client outputs are the
+// model's less its implicit state, so indexes differ.
+func (i *Instance) Labels(name string) []string {
+	for _, c := range i.Config.Outputs {
+		if c.Name == name && c.Labels != nil {
+			return c.Labels
+		}
 	}
-	if k == 0 {
+	if outs := i.Model.Outputs(); len(outs) > 0 && outs[0].Name == name {
 		return i.Model.Labels()
 	}
 	return nil
 }
 
-// Classes answers output k, t, requested with classification n > 0:
-// batched, a BYTES tensor [rows, min(n, classes)] (classes being the
+// Classes answers the output named name, t, requested with classification
+// n > 0: batched, a BYTES tensor [rows, min(n, classes)] (classes being the
 // elements of a row); unbatched, [min(n, elements)]. Each row holds its
 // largest values, largest first (equal values in index order), formatted
 // as Triton does: the value as C++'s std::to_string writes it (integers in
 // decimal, floating point with six decimals), then ":" and its index in
-// the row, then ":" and the label when output k has one for that index.
-func (i *Instance) Classes(t engine.Tensor, k int, n int64, name string) (engine.Tensor, error) {
+// the row, then ":" and the label when the output has one for that index.
+func (i *Instance) Classes(t engine.Tensor, name string, n int64) (engine.Tensor, error) {
 	if err := classifiable(name, t.DType); err != nil {
 		return engine.Tensor{}, err
 	}
-	return TopClasses(t, n, i.Batched(), i.Labels(k))
+	return TopClasses(t, n, i.Batched(), i.Labels(name))
 }
 
 // TopClasses is Classes for a tensor t of a classifiable type, already
