@@ -5,7 +5,7 @@ examples: the sample repository's ``simple_string`` (integers as strings, their 
 difference back as strings) and ``simple_identity`` (BYTES in, the same bytes out) over HTTP
 (JSON and binary data), gRPC and system shared memory; ``class_count`` on a requested output
 answers Triton's ``value:index[:label]`` strings, with a repository's ``label_filename`` or a
-model file's own labels.
+model file's own labels, and on ``densenet_onnx`` as image_client.py asks for it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
     _need(SAMPLES / "simple_string" / "config.pbtxt")
     repo = tmp_path_factory.mktemp("bytes") / "models"
     repo.mkdir()
-    for name in ("simple_string", "simple_identity"):
+    for name in ("simple_string", "simple_identity", "densenet_onnx"):
         shutil.copytree(SAMPLES / name, repo / name)
     # Triton's simple with a label file on OUTPUT0, as densenet_onnx has on its output.
     shutil.copytree(SAMPLES / "simple", repo / "simple_labels")
@@ -247,3 +247,19 @@ def test_classification_refused_for_bytes(server: FwServer, proto: str) -> None:
     _set(mod, inp, np.array([[b"a"]], dtype=np.object_), True)
     with pytest.raises(InferenceServerException, match="class result not available"):
         c.infer("simple_identity", [inp], outputs=[mod.InferRequestedOutput("OUTPUT0", class_count=1)])
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_image_client_classification(server: FwServer, proto: str) -> None:
+    """Triton's image_client.py on densenet_onnx: no batch axis, a reshaped output, its label file."""
+    mod, c = _client(server, proto)
+    x = np.random.default_rng(1).random((3, 224, 224), dtype=np.float32)
+    inp = mod.InferInput("data_0", [3, 224, 224], "FP32")
+    inp.set_data_from_numpy(x)
+    raw = c.infer("densenet_onnx", [inp]).as_numpy("fc6_1")
+    r = c.infer("densenet_onnx", [inp], outputs=[mod.InferRequestedOutput("fc6_1", class_count=3)])
+    got = r.as_numpy("fc6_1")
+    assert got.shape == (3,)
+    for k, idx in enumerate(np.argsort(-raw.ravel(), kind="stable")[:3]):
+        value, index, label = _bytes(got)[k].decode().split(":")
+        assert (int(index), label, value) == (idx, f"CLASS_{idx:04d}", f"{raw.ravel()[idx]:.6f}")
