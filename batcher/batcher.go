@@ -704,7 +704,9 @@ func (b *Batcher) call(w *worker, in []engine.Tensor) (outs []engine.Tensor, err
 }
 
 // concat copies the inputs of reqs, input by input, into w's reusable
-// buffers. The result is valid until the next concat on w.
+// buffers. The result is valid until the next concat on w. Rows are
+// contiguous in Data for every dtype (String's serialized elements
+// included: see engine.Tensor), so joining is concatenating.
 func (w *worker) concat(reqs []*request, rows int) []engine.Tensor {
 	n := len(reqs[0].inputs)
 	for len(w.inputs) < n {
@@ -737,32 +739,36 @@ func (w *worker) concat(reqs []*request, rows int) []engine.Tensor {
 }
 
 // deliver hands request i rows [off_i, off_i+rows_i) of every output. The
-// slices share the engine's freshly allocated outputs, which nothing else
-// touches, so they stay valid and belong to the callers.
+// parts share the engine's freshly allocated outputs, which nothing else
+// touches, so they stay valid and belong to the callers. checkOutputs has
+// checked that every output splits into the rows sent.
 func deliver(reqs []*request, outs []engine.Tensor) {
 	if len(reqs) == 1 {
 		finish(reqs[0], outs, nil)
 		return
 	}
-	ranks := 0
-	for _, t := range outs {
-		ranks += len(t.Shape)
+	rows := make([]int, len(reqs))
+	for i, r := range reqs {
+		rows[i] = r.rows
 	}
-	off := 0
-	for _, r := range reqs {
-		res := make([]engine.Tensor, len(outs))
-		dims := make([]int64, ranks)
-		for k, t := range outs {
-			rowBytes := len(t.Data) / int(t.Shape[0])
-			lo, hi := off*rowBytes, (off+r.rows)*rowBytes
-			shape := dims[:len(t.Shape):len(t.Shape)]
-			dims = dims[len(t.Shape):]
-			copy(shape, t.Shape)
-			shape[0] = int64(r.rows)
-			res[k] = engine.Tensor{DType: t.DType, Shape: shape, Data: t.Data[lo:hi:hi]}
+	res := make([][]engine.Tensor, len(reqs))
+	for i := range res {
+		res[i] = make([]engine.Tensor, len(outs))
+	}
+	for k, t := range outs {
+		parts, err := engine.SplitRows(t, rows)
+		if err != nil { // checkOutputs makes this unreachable
+			for _, r := range reqs {
+				finish(r, nil, fmt.Errorf("%w: output %d: %v", ErrBadOutput, k, err))
+			}
+			return
 		}
-		off += r.rows
-		finish(r, res, nil)
+		for i, p := range parts {
+			res[i][k] = p
+		}
+	}
+	for i, r := range reqs {
+		finish(r, res[i], nil)
 	}
 }
 
@@ -794,17 +800,8 @@ func checkInputs(inputs []engine.Tensor, unbatched bool) (int, error) {
 			return 0, &engine.InputError{Msg: fmt.Sprintf("input %d: batch size differs from the first input's", i),
 				Expected: fmt.Sprint(rows), Received: fmt.Sprint(t.Shape[0])}
 		}
-		size := t.DType.Size()
-		if size == 0 {
-			return 0, &engine.InputError{Msg: fmt.Sprintf("input %d: unsupported dtype %s", i, t.DType)}
-		}
-		for _, d := range t.Shape {
-			if d < 0 {
-				return 0, &engine.InputError{Msg: fmt.Sprintf("input %d: negative axis", i), Received: engine.FormatShape(t.Shape)}
-			}
-		}
-		if want := engine.NumElements(t.Shape) * int64(size); int64(len(t.Data)) != want {
-			return 0, &engine.InputError{Msg: fmt.Sprintf("input %d: data holds %d bytes, shape %s needs %d", i, len(t.Data), engine.FormatShape(t.Shape), want)}
+		if err := t.Check(); err != nil {
+			return 0, &engine.InputError{Msg: fmt.Sprintf("input %d: %v", i, err)}
 		}
 	}
 	if rows == 0 {
@@ -813,8 +810,9 @@ func checkInputs(inputs []engine.Tensor, unbatched bool) (int, error) {
 	return int(rows), nil
 }
 
-// checkOutputs verifies that every output holds the bytes its shape needs
-// and, unless unbatched (whole tensors, never split), can be split into rows.
+// checkOutputs verifies that every output is well formed (engine.Tensor.Check:
+// the bytes, or for String the elements, its shape needs) and, unless
+// unbatched (whole tensors, never split), can be split into rows.
 func checkOutputs(outs []engine.Tensor, rows int, unbatched bool) error {
 	if len(outs) == 0 {
 		return fmt.Errorf("%w: the engine returned no outputs", ErrBadOutput)
@@ -824,13 +822,8 @@ func checkOutputs(outs []engine.Tensor, rows int, unbatched bool) error {
 			return fmt.Errorf("%w: output %d has shape %s; its axis 0 must be the %d rows sent",
 				ErrBadOutput, i, engine.FormatShape(t.Shape), rows)
 		}
-		size := t.DType.Size()
-		if size == 0 {
-			return fmt.Errorf("%w: output %d has unsupported dtype %s", ErrBadOutput, i, t.DType)
-		}
-		if want := engine.NumElements(t.Shape) * int64(size); int64(len(t.Data)) != want {
-			return fmt.Errorf("%w: output %d holds %d bytes, shape %s needs %d",
-				ErrBadOutput, i, len(t.Data), engine.FormatShape(t.Shape), want)
+		if err := t.Check(); err != nil {
+			return fmt.Errorf("%w: output %d: %v", ErrBadOutput, i, err)
 		}
 	}
 	return nil

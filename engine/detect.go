@@ -61,6 +61,9 @@ const (
 	// CodeTorchVersion: an AOTInductor package compiled by another torch
 	// release than the libtorch fw runs it with.
 	CodeTorchVersion = "torch_version_mismatch"
+	// CodeUnsupportedDType: an input or output whose element type the
+	// model's engine cannot take.
+	CodeUnsupportedDType = "unsupported_dtype"
 )
 
 func (e *LoadError) Error() string {

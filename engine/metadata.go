@@ -92,6 +92,9 @@ func (e EncodedTensor) Decode() (Tensor, error) {
 	if err != nil {
 		return Tensor{}, err
 	}
+	if dt == String {
+		return Tensor{}, fmt.Errorf("a test vector holds numbers; %s tensors cannot be one", dt)
+	}
 	raw, err := base64.StdEncoding.DecodeString(e.B64)
 	if err != nil {
 		return Tensor{}, fmt.Errorf("decode base64: %w", err)

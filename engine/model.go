@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -241,6 +243,16 @@ func (m *Model) reconcileSpecs() error {
 		return &LoadError{Path: m.Path, Code: CodeShapeMismatch,
 			Msg: fmt.Sprintf("fw.json lists %d outputs but the model returns %d", len(mOut), len(eOut))}
 	}
+	if !m.Format.ONNX() {
+		for _, specs := range [][]TensorSpec{mIn, mOut} {
+			for _, sp := range specs {
+				if err := m.takes(sp.DType); err != nil && sp.DType != Invalid {
+					return &LoadError{Path: m.Path, Code: CodeUnsupportedDType, Msg: fmt.Sprintf("fw.json declares %q as %s", sp.Name, sp.DType), Err: err,
+						Hint: "export the model with one of the dtypes libtorch models take, or as ONNX"}
+				}
+			}
+		}
+	}
 	m.inputs, m.outputs = mIn, mOut
 	m.batched = m.batched && batchedSpecs(mIn, mOut)
 	return nil
@@ -406,6 +418,9 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 		if spec.DType != Invalid && t.DType != spec.DType {
 			return 0, &InputError{Input: spec.Name, Msg: "wrong dtype", Expected: spec.DType.String(), Received: t.DType.String()}
 		}
+		if err := m.takes(t.DType); err != nil {
+			return 0, &InputError{Input: spec.Name, Msg: err.Error()}
+		}
 		known := len(spec.Shape) > 0 || (!m.batched && spec.DType != Invalid) // a known rank-0 spec only exists unbatched
 		if known && len(t.Shape) != len(spec.Shape) {
 			return 0, &InputError{Input: spec.Name, Msg: "wrong rank", Expected: FormatShape(spec.Shape), Received: FormatShape(t.Shape)}
@@ -434,8 +449,13 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 		case t.Shape[0] != batch:
 			return 0, &InputError{Input: spec.Name, Msg: "batch size differs from the first input's", Expected: fmt.Sprint(batch), Received: fmt.Sprint(t.Shape[0])}
 		}
-		if want := NumElements(t.Shape) * int64(t.DType.Size()); int64(len(t.Data)) != want {
-			return 0, &InputError{Input: spec.Name, Msg: fmt.Sprintf("data holds %d bytes, shape %s needs %d", len(t.Data), FormatShape(t.Shape), want)}
+		if err := t.Check(); err != nil {
+			return 0, &InputError{Input: spec.Name, Msg: err.Error()}
+		}
+		if t.DType == String && m.Format.ONNX() {
+			if k := firstNUL(t); k >= 0 {
+				return 0, &InputError{Input: spec.Name, Msg: fmt.Sprintf("element %d holds a NUL byte, which ONNX Runtime's string tensors cannot carry (it would cut the string there)", k)}
+			}
 		}
 		if !m.opts.AllowNonFinite && t.DType.IsFloat() {
 			if idx := firstNonFinite(t); idx >= 0 {
@@ -450,6 +470,42 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 		return 0, &InputError{Msg: "empty batch: send at least one row"}
 	}
 	return batch, nil
+}
+
+// takes reports why the model's engine cannot take elements of dt, nil
+// when it can: ONNX Runtime takes every known dtype, the libtorch shim
+// TorchTypes.
+func (m *Model) takes(dt DType) error {
+	if !dt.Known() {
+		return fmt.Errorf("unsupported dtype %s", dt)
+	}
+	if !m.Format.ONNX() && !slices.Contains(TorchTypes, dt) {
+		return fmt.Errorf("%s tensors are not supported by libtorch models (%s); it takes %s", dt, m.Format, torchTypeNames())
+	}
+	return nil
+}
+
+func torchTypeNames() string {
+	names := make([]string, len(TorchTypes))
+	for i, d := range TorchTypes {
+		names[i] = d.String()
+	}
+	return strings.Join(names, ", ")
+}
+
+// firstNUL is the index of the first element of a checked String tensor
+// holding a 0 byte, -1 when none does.
+func firstNUL(t Tensor) int {
+	elems, err := t.Strings()
+	if err != nil {
+		return -1
+	}
+	for k, s := range elems {
+		if bytes.IndexByte(s, 0) >= 0 {
+			return k
+		}
+	}
+	return -1
 }
 
 func firstNonFinite(t Tensor) int {

@@ -87,11 +87,11 @@ func newORTBackend(path string, opts Options) (Backend, *Metadata, error) {
 	}
 	inputs, err := specsFromORT(inInfo)
 	if err != nil {
-		return fail(CodeEngine, "unsupported model input", err, "")
+		return fail(CodeUnsupportedDType, "unsupported model input", err, "")
 	}
 	outputs, err := specsFromORT(outInfo)
 	if err != nil {
-		return fail(CodeEngine, "unsupported model output", err, "")
+		return fail(CodeUnsupportedDType, "unsupported model output", err, "")
 	}
 	so, err := ort.NewSessionOptions()
 	if err != nil {
@@ -170,7 +170,7 @@ func specsFromORT(infos []ort.InputOutputInfo) ([]TensorSpec, error) {
 			return nil, fmt.Errorf("%q is a %s; fw serves tensor inputs and outputs only", info.Name, info.OrtValueType)
 		}
 		dt := DType(info.DataType)
-		if dt.Size() == 0 {
+		if !dt.Known() {
 			return nil, fmt.Errorf("%q has element type %s, which fw does not serve", info.Name, info.DataType)
 		}
 		shape := make([]int64, len(info.Dimensions))
@@ -206,7 +206,7 @@ func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error)
 		if len(t.Data) == 0 {
 			return nil, fmt.Errorf("input %q is empty", b.inputs[i].Name)
 		}
-		v, err := ort.NewCustomDataTensor(ort.NewShape(t.Shape...), t.Data, ort.TensorElementDataType(t.DType))
+		v, err := ortInput(t)
 		if err != nil {
 			return nil, fmt.Errorf("input %q: %w", b.inputs[i].Name, err)
 		}
@@ -230,7 +230,7 @@ func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error)
 	// are allocated by it.
 	for i, spec := range b.outputs {
 		shape, ok := concreteShape(spec.Shape, batch)
-		if !ok {
+		if !ok || spec.DType == String { // ONNX Runtime owns a string tensor's elements
 			continue
 		}
 		t, err := NewTensor(spec.DType, shape)
@@ -289,9 +289,41 @@ func concreteShape(spec []int64, batch int64) ([]int64, bool) {
 	return out, true
 }
 
+// ortInput makes the ONNX Runtime value of an input: its Data itself for
+// the fixed-size types, a copy of its elements for String (ONNX Runtime
+// keeps its own std::strings).
+func ortInput(t Tensor) (ort.Value, error) {
+	if t.DType != String {
+		return ort.NewCustomDataTensor(ort.NewShape(t.Shape...), t.Data, ort.TensorElementDataType(t.DType))
+	}
+	elems, err := t.Strings()
+	if err != nil {
+		return nil, err
+	}
+	strs := make([]string, len(elems))
+	for i, e := range elems {
+		strs[i] = string(e)
+	}
+	v, err := ort.NewStringTensor(ort.NewShape(t.Shape...))
+	if err != nil {
+		return nil, err
+	}
+	if err := v.SetContents(strs); err != nil {
+		v.Destroy()
+		return nil, err
+	}
+	return v, nil
+}
+
 func tensorFromORT(v ort.Value) (Tensor, error) {
 	shape := []int64(v.GetShape())
 	switch t := v.(type) {
+	case *ort.StringTensor:
+		elems, err := t.GetContents()
+		if err != nil {
+			return Tensor{}, err
+		}
+		return FromStrings(shape, elems)
 	case *ort.Tensor[float32]:
 		return FromFloat32(shape, t.GetData()), nil
 	case *ort.Tensor[int64]:
@@ -306,8 +338,19 @@ func tensorFromORT(v ort.Value) (Tensor, error) {
 		return bytesTensor(Uint8, shape, t.GetData()), nil
 	case *ort.Tensor[bool]:
 		return bytesTensor(Bool, shape, t.GetData()), nil
+	case *ort.Tensor[int16]:
+		return bytesTensor(Int16, shape, t.GetData()), nil
+	case *ort.Tensor[uint16]:
+		return bytesTensor(Uint16, shape, t.GetData()), nil
+	case *ort.Tensor[uint32]:
+		return bytesTensor(Uint32, shape, t.GetData()), nil
+	case *ort.Tensor[uint64]:
+		return bytesTensor(Uint64, shape, t.GetData()), nil
 	}
-	return Tensor{}, fmt.Errorf("unsupported output type %T (float16 outputs need a static shape apart from the batch axis)", v)
+	// onnxruntime_go copies the outputs it allocates of other types (float16,
+	// bfloat16) one byte per element, losing half of them: fw allocates
+	// those itself, which it can when their shape is known.
+	return Tensor{}, fmt.Errorf("unsupported output type %T (float16 and bfloat16 outputs need a static shape apart from the batch axis)", v)
 }
 
 func (b *ortBackend) Close() error {

@@ -16,22 +16,42 @@ import (
 // TensorProto.DataType codes, shared with ONNX Runtime and the libtorch shim.
 type DType int32
 
-// The element types fw moves across its engines.
+// The element types fw moves across its engines. ONNX Runtime takes every
+// one of them; the libtorch shim takes the TorchTypes only (a model file
+// declaring another is refused at load, naming the tensor and its type).
 const (
-	Invalid DType = 0
-	Float32 DType = 1
-	Uint8   DType = 2
-	Int8    DType = 3
-	Int32   DType = 6
-	Int64   DType = 7
-	Bool    DType = 9
-	Float16 DType = 10
-	Float64 DType = 11
+	Invalid  DType = 0
+	Float32  DType = 1
+	Uint8    DType = 2
+	Int8     DType = 3
+	Uint16   DType = 4
+	Int16    DType = 5
+	Int32    DType = 6
+	Int64    DType = 7
+	String   DType = 8 // variable-length byte strings, V2's BYTES: see Tensor
+	Bool     DType = 9
+	Float16  DType = 10
+	Float64  DType = 11
+	Uint32   DType = 12
+	Uint64   DType = 13
+	BFloat16 DType = 16
 )
 
 var dtypeNames = map[DType]string{
-	Float32: "float32", Float64: "float64", Float16: "float16",
-	Int64: "int64", Int32: "int32", Int8: "int8", Uint8: "uint8", Bool: "bool",
+	Float32: "float32", Float64: "float64", Float16: "float16", BFloat16: "bfloat16",
+	Int64: "int64", Int32: "int32", Int16: "int16", Int8: "int8",
+	Uint64: "uint64", Uint32: "uint32", Uint16: "uint16", Uint8: "uint8",
+	Bool: "bool", String: "string",
+}
+
+// TorchTypes are the element types the libtorch shim (TorchScript and
+// AOTInductor files) moves: cmake/fwtorch.cpp's to_scalar and from_scalar.
+var TorchTypes = []DType{Float32, Float64, Float16, Int64, Int32, Int8, Uint8, Bool}
+
+// Known reports whether d is one of fw's element types.
+func (d DType) Known() bool {
+	_, ok := dtypeNames[d]
+	return ok
 }
 
 // String returns the name used in fw.json and in API responses ("float32").
@@ -42,14 +62,15 @@ func (d DType) String() string {
 	return fmt.Sprintf("dtype(%d)", int32(d))
 }
 
-// Size is the width of one element in bytes (0 for Invalid).
+// Size is the width of one element in bytes: 0 for Invalid, and for
+// String, whose elements have no fixed width (see Tensor).
 func (d DType) Size() int {
 	switch d {
-	case Float64, Int64:
+	case Float64, Int64, Uint64:
 		return 8
-	case Float32, Int32:
+	case Float32, Int32, Uint32:
 		return 4
-	case Float16:
+	case Float16, BFloat16, Int16, Uint16:
 		return 2
 	case Uint8, Int8, Bool:
 		return 1
@@ -58,7 +79,9 @@ func (d DType) Size() int {
 }
 
 // IsFloat reports whether d holds floating-point values (and so NaN or Inf).
-func (d DType) IsFloat() bool { return d == Float32 || d == Float64 || d == Float16 }
+func (d DType) IsFloat() bool {
+	return d == Float32 || d == Float64 || d == Float16 || d == BFloat16
+}
 
 // ParseDType maps a dtype name ("float32", "float", "int64", "FP32", ...) to a DType.
 func ParseDType(s string) (DType, error) {
@@ -69,18 +92,30 @@ func ParseDType(s string) (DType, error) {
 		return Float64, nil
 	case "float16", "half", "fp16":
 		return Float16, nil
+	case "bfloat16", "bf16":
+		return BFloat16, nil
 	case "int64", "long":
 		return Int64, nil
 	case "int32", "int":
 		return Int32, nil
+	case "int16", "short":
+		return Int16, nil
 	case "int8":
 		return Int8, nil
+	case "uint64":
+		return Uint64, nil
+	case "uint32":
+		return Uint32, nil
+	case "uint16":
+		return Uint16, nil
 	case "uint8":
 		return Uint8, nil
 	case "bool":
 		return Bool, nil
+	case "string", "bytes":
+		return String, nil
 	}
-	return Invalid, fmt.Errorf("unknown dtype %q (known: float32, float64, float16, int64, int32, int8, uint8, bool)", s)
+	return Invalid, fmt.Errorf("unknown dtype %q (known: float32, float64, float16, bfloat16, int64, int32, int16, int8, uint64, uint32, uint16, uint8, bool, string)", s)
 }
 
 // TensorSpec describes one model input or output. Shape includes the batch
@@ -94,6 +129,19 @@ type TensorSpec struct {
 
 // Tensor is a dense tensor whose elements are stored little-endian in Data,
 // row-major. Data may alias memory owned by the caller.
+//
+// A String tensor (V2's BYTES) stores its elements in Data the way Triton
+// serializes them on the wire: for each element in row-major order, its
+// length as 4 bytes little-endian, then that many bytes (any bytes: UTF-8
+// is not required). It is the form of the binary tensor data extension, of
+// gRPC's raw contents and of shared memory, so those decode without a copy;
+// a batch of requests is the concatenation of their Data, as for the
+// fixed-size types; and a row is a contiguous range of Data (SplitRows).
+// The form is bounded by construction: every element takes at least 4
+// bytes, so a shape cannot claim more than len(Data)/4 elements, and no
+// length is trusted before CheckStrings has walked it inside Data. Every
+// tensor taken from a request passes Check (exactly NumElements(Shape)
+// elements, nothing after them) before it reaches the batcher or an engine.
 type Tensor struct {
 	DType DType
 	Shape []int64
@@ -171,9 +219,17 @@ func ShapeBytes(dt DType, shape []int64) (int64, error) {
 	return n * int64(dt.Size()), nil
 }
 
-// NewTensor allocates a zeroed tensor of the given type and shape. A negative
-// axis or a size beyond MaxTensorBytes is a *ShapeError, never a panic.
+// NewTensor allocates a zeroed tensor of the given type and shape (for
+// String, empty strings). A negative axis or a size beyond MaxTensorBytes
+// is a *ShapeError, never a panic.
 func NewTensor(dt DType, shape []int64) (Tensor, error) {
+	if dt == String {
+		n, ok := CheckedElements(shape, MaxTensorBytes/StringHeader)
+		if !ok {
+			return Tensor{}, &ShapeError{Shape: shape, DType: dt, Reason: fmt.Sprintf("more than %d bytes", int64(MaxTensorBytes))}
+		}
+		return Tensor{DType: dt, Shape: append([]int64(nil), shape...), Data: make([]byte, n*StringHeader)}, nil
+	}
 	n, err := ShapeBytes(dt, shape)
 	if err != nil {
 		return Tensor{}, err
@@ -225,7 +281,9 @@ func (t Tensor) Int64s() []int64 {
 	return unsafe.Slice((*int64)(unsafe.Pointer(&t.Data[0])), len(t.Data)/8)
 }
 
-// At returns element i converted to float64, whatever the dtype.
+// At returns element i converted to float64, whatever the fixed-size dtype
+// (NaN for String: see Strings). Int64 and Uint64 values beyond 2^53 are
+// rounded.
 func (t Tensor) At(i int) float64 {
 	b := t.Data
 	switch t.DType {
@@ -235,20 +293,34 @@ func (t Tensor) At(i int) float64 {
 		return math.Float64frombits(binary.LittleEndian.Uint64(b[i*8:]))
 	case Float16:
 		return float64(HalfToFloat32(binary.LittleEndian.Uint16(b[i*2:])))
+	case BFloat16:
+		return float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[i*2:])) << 16))
 	case Int64:
 		return float64(int64(binary.LittleEndian.Uint64(b[i*8:])))
 	case Int32:
 		return float64(int32(binary.LittleEndian.Uint32(b[i*4:])))
+	case Int16:
+		return float64(int16(binary.LittleEndian.Uint16(b[i*2:])))
 	case Int8:
 		return float64(int8(b[i]))
+	case Uint64:
+		return float64(binary.LittleEndian.Uint64(b[i*8:]))
+	case Uint32:
+		return float64(binary.LittleEndian.Uint32(b[i*4:]))
+	case Uint16:
+		return float64(binary.LittleEndian.Uint16(b[i*2:]))
 	case Uint8, Bool:
 		return float64(b[i])
 	}
 	return math.NaN()
 }
 
-// Len is the number of elements the data holds.
+// Len is the number of elements the data holds (for String, the elements
+// its shape gives; Check says whether Data holds them).
 func (t Tensor) Len() int {
+	if t.DType == String {
+		return int(NumElements(t.Shape))
+	}
 	if s := t.DType.Size(); s > 0 {
 		return len(t.Data) / s
 	}
@@ -308,6 +380,16 @@ func Float32ToHalf(f float32) uint16 {
 		half++
 	}
 	return half
+}
+
+// Float32ToBFloat16 converts a float32 to bfloat16 (its top 16 bits),
+// rounding to nearest even; NaN stays NaN.
+func Float32ToBFloat16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 0x40 // quiet NaN
+	}
+	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
 }
 
 // FormatShape renders a shape the way error messages show it: [-1, 64] as [N, 64].

@@ -26,6 +26,9 @@ type request struct {
 	// shm holds, for the outputs that go into shared memory (by index into
 	// the model's outputs), the window each goes into.
 	shm map[int]sharedmem.Ref
+	// classes holds, for the outputs requested with the classification
+	// parameter (by index into the model's outputs), how many classes.
+	classes map[int]int64
 }
 
 // shmRef reads the shared memory parameters of an input or output (what
@@ -162,8 +165,25 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 			return nil, invalid("output '%s' already exists in request; request each output once", o.GetName())
 		}
 		used[idx] = true
-		if p, ok := o.GetParameters()["classification"]; ok && (p.GetInt64Param() != 0 || p.GetUint64Param() != 0) {
-			return nil, invalid("output %q: the classification extension is not supported; request the raw output", o.GetName())
+		if p, ok := o.GetParameters()["classification"]; ok {
+			var n int64
+			switch c := p.GetParameterChoice().(type) {
+			case *pb.InferParameter_Int64Param:
+				n = c.Int64Param
+			case *pb.InferParameter_Uint64Param:
+				n = int64(min(c.Uint64Param, math.MaxInt64))
+			default:
+				return nil, invalid("output %q: invalid value type for 'classification' parameter, expected int64_param", o.GetName())
+			}
+			if err := serving.CheckClassification(outs[idx], n); err != nil {
+				return nil, invalid("%s", err)
+			}
+			if n > 0 {
+				if r.classes == nil {
+					r.classes = map[int]int64{}
+				}
+				r.classes[idx] = n
+			}
 		}
 		ref, inShm, err := shmRef(o.GetParameters(), fmt.Sprintf("output %q", o.GetName()))
 		if err != nil {
@@ -189,8 +209,8 @@ func decodeInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSp
 	name := in.GetName()
 	dt := serving.ParseDatatype(in.GetDatatype())
 	if dt == engine.Invalid {
-		return engine.Tensor{}, invalid("input %q: datatype %q is not supported; fw takes FP32, FP64, FP16, INT64, INT32, INT8, UINT8 and BOOL, and this input is %s",
-			name, in.GetDatatype(), serving.DatatypeName(spec.DType))
+		return engine.Tensor{}, invalid("input %q: datatype %q is not one of the protocol's (%s); this input is %s",
+			name, in.GetDatatype(), serving.Datatypes(), serving.DatatypeName(spec.DType))
 	}
 	if spec.DType != engine.Invalid && dt != spec.DType {
 		return engine.Tensor{}, invalid("input %q has datatype %s but this model takes %s; convert the data (for example numpy .astype(np.%s))",
@@ -221,7 +241,11 @@ func decodeInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSp
 		if contents != nil && typedLen(contents) > 0 {
 			return engine.Tensor{}, invalid("input %q has both typed contents and raw_input_contents; send one form for every input", name)
 		}
-		if count*size != int64(len(rawData)) {
+		if dt == engine.String {
+			if err := engine.CheckStrings(rawData, count); err != nil {
+				return engine.Tensor{}, invalid("input %q: its raw_input_contents entry does not hold the %d BYTES elements of shape %s, each a 4-byte little-endian length then its bytes: %v", name, count, serving.ShapeString(shape), err)
+			}
+		} else if count*size != int64(len(rawData)) {
 			return engine.Tensor{}, invalid("input %q: shape %s of %s needs %d bytes, its raw_input_contents entry has %d", name, serving.ShapeString(shape), in.GetDatatype(), count*size, len(rawData))
 		}
 	} else {
@@ -229,8 +253,8 @@ func decodeInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSp
 		if contents != nil {
 			n = int64(typedCount(contents, dt))
 		}
-		if dt == engine.Float16 {
-			return engine.Tensor{}, invalid("input %q: FP16 has no typed contents field; send it in raw_input_contents", name)
+		if dt == engine.Float16 || dt == engine.BFloat16 {
+			return engine.Tensor{}, invalid("input %q: %s has no typed contents field; send it in raw_input_contents", name, in.GetDatatype())
 		}
 		if n != count {
 			return engine.Tensor{}, invalid("input %q: shape %s needs %d elements, its contents hold %d in the field for %s (%s)", name, serving.ShapeString(shape), count, n, in.GetDatatype(), contentsField(dt))
@@ -242,11 +266,18 @@ func decodeInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSp
 	if msg := serving.TooManyRows(name, shape, maxRows); msg != "" {
 		return engine.Tensor{}, status.Error(codes.ResourceExhausted, msg)
 	}
-	if useRaw && len(rawData) > 0 && uintptr(unsafe.Pointer(&rawData[0]))%uintptr(dt.Size()) == 0 {
+	if useRaw && len(rawData) > 0 && (dt == engine.String || uintptr(unsafe.Pointer(&rawData[0]))%uintptr(dt.Size()) == 0) {
 		// The bytes are already the tensor: protobuf decoding gave the
 		// message its own copy of them (grpc frees its receive buffer), and
 		// the batcher and the engine only read inputs.
 		return engine.Tensor{DType: dt, Shape: shape, Data: rawData}, nil
+	}
+	if dt == engine.String && !useRaw {
+		t, err := engine.FromStrings(shape, contents.GetBytesContents()) // their count is the shape's
+		if err != nil {
+			return engine.Tensor{}, invalid("input %q: %v", name, err)
+		}
+		return t, nil
 	}
 	t, err := engine.NewTensor(dt, shape)
 	if err != nil {
@@ -267,16 +298,20 @@ func contentsField(dt engine.DType) string {
 	switch dt {
 	case engine.Bool:
 		return "bool_contents"
-	case engine.Int8, engine.Int32:
+	case engine.Int8, engine.Int16, engine.Int32:
 		return "int_contents"
 	case engine.Int64:
 		return "int64_contents"
-	case engine.Uint8:
+	case engine.Uint8, engine.Uint16, engine.Uint32:
 		return "uint_contents"
+	case engine.Uint64:
+		return "uint64_contents"
 	case engine.Float32:
 		return "fp32_contents"
 	case engine.Float64:
 		return "fp64_contents"
+	case engine.String:
+		return "bytes_contents"
 	}
 	return "raw_input_contents"
 }
@@ -286,16 +321,20 @@ func typedCount(c *pb.InferTensorContents, dt engine.DType) int {
 	switch dt {
 	case engine.Bool:
 		return len(c.GetBoolContents())
-	case engine.Int8, engine.Int32:
+	case engine.Int8, engine.Int16, engine.Int32:
 		return len(c.GetIntContents())
 	case engine.Int64:
 		return len(c.GetInt64Contents())
-	case engine.Uint8:
+	case engine.Uint8, engine.Uint16, engine.Uint32:
 		return len(c.GetUintContents())
+	case engine.Uint64:
+		return len(c.GetUint64Contents())
 	case engine.Float32:
 		return len(c.GetFp32Contents())
 	case engine.Float64:
 		return len(c.GetFp64Contents())
+	case engine.String:
+		return len(c.GetBytesContents())
 	}
 	return 0
 }
@@ -337,12 +376,34 @@ func fillTyped(t engine.Tensor, c *pb.InferTensorContents, name string) error {
 			}
 			d[i] = byte(int8(v))
 		}
+	case engine.Int16:
+		for i, v := range c.GetIntContents() {
+			if v < math.MinInt16 || v > math.MaxInt16 {
+				return invalid("input %q: element %d is %d, out of the range of INT16", name, i, v)
+			}
+			binary.LittleEndian.PutUint16(d[i*2:], uint16(v))
+		}
 	case engine.Uint8:
 		for i, v := range c.GetUintContents() {
 			if v > math.MaxUint8 {
 				return invalid("input %q: element %d is %d, out of the range of UINT8", name, i, v)
 			}
 			d[i] = byte(v)
+		}
+	case engine.Uint16:
+		for i, v := range c.GetUintContents() {
+			if v > math.MaxUint16 {
+				return invalid("input %q: element %d is %d, out of the range of UINT16", name, i, v)
+			}
+			binary.LittleEndian.PutUint16(d[i*2:], uint16(v))
+		}
+	case engine.Uint32:
+		for i, v := range c.GetUintContents() {
+			binary.LittleEndian.PutUint32(d[i*4:], v)
+		}
+	case engine.Uint64:
+		for i, v := range c.GetUint64Contents() {
+			binary.LittleEndian.PutUint64(d[i*8:], v)
 		}
 	case engine.Bool:
 		for i, v := range c.GetBoolContents() {
@@ -383,18 +444,29 @@ func decodeShmInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.Tenso
 		}
 		count *= uint64(d)
 	}
-	if need := count * uint64(dt.Size()); need != ref.Size {
+	if dt == engine.String {
+		if need := count * engine.StringHeader; need > ref.Size || count > sharedmem.MaxRegionBytes/engine.StringHeader {
+			return engine.Tensor{}, invalid("input %q: shape %s of BYTES needs at least %d bytes (a 4-byte length per element), shared_memory_byte_size is %d", name, serving.ShapeString(shape), need, ref.Size)
+		}
+	} else if need := count * uint64(dt.Size()); need != ref.Size {
 		return engine.Tensor{}, invalid("input %q: shape %s of %s needs %d bytes, shared_memory_byte_size is %d", name, serving.ShapeString(shape), in.GetDatatype(), need, ref.Size)
 	}
 	if msg := serving.TooManyRows(name, shape, maxRows); msg != "" {
 		return engine.Tensor{}, status.Error(codes.ResourceExhausted, msg)
 	}
-	t, err := engine.NewTensor(dt, shape)
+	// The window is checked against its registered region before its copy
+	// is allocated: a claimed size allocates nothing.
+	data, err := shm.ReadAll(ref, func(n int) []byte {
+		t, _ := engine.NewTensor(engine.Uint8, []int64{int64(n)}) // aligned for any element type
+		return t.Data
+	})
 	if err != nil {
-		return engine.Tensor{}, invalid("input %q: %v", name, err)
-	}
-	if err := shm.Read(ref, t.Data); err != nil {
 		return engine.Tensor{}, sharedMemoryStatus(err)
 	}
-	return t, nil
+	if dt == engine.String {
+		if err := engine.CheckStrings(data, int64(count)); err != nil {
+			return engine.Tensor{}, invalid("input %q: shared memory does not hold the %d BYTES elements of shape %s, each a 4-byte little-endian length then its bytes: %v", name, count, serving.ShapeString(shape), err)
+		}
+	}
+	return engine.Tensor{DType: dt, Shape: shape, Data: data}, nil
 }

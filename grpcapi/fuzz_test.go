@@ -1,10 +1,12 @@
 package grpcapi
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
 
+	"github.com/fw-serve/fw/engine"
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -45,6 +47,45 @@ func FuzzModelInfer(f *testing.F) {
 		_, err := fx.srv.ModelInfer(ctx, &req)
 		if c := status.Code(err); !allowed[c] {
 			t.Fatalf("ModelInfer answered %v: %v", c, err)
+		}
+	})
+}
+
+// FuzzBytesDecode feeds arbitrary BYTES inputs, raw (the serialized form)
+// or typed (bytes_contents), with arbitrary shapes, to decode: it must
+// never panic, and what it accepts must hold exactly its shape's strings.
+func FuzzBytesDecode(f *testing.F) {
+	f.Add([]byte{1, 0, 0, 0, 'a', 0, 0, 0, 0}, int64(1), int64(2), false)
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 'a'}, int64(1), int64(1), false)
+	f.Add([]byte{0, 0, 0, 0x80}, int64(1<<40), int64(1<<40), false)
+	f.Add([]byte("a\x00bc"), int64(2), int64(2), true)
+	f.Add([]byte{}, int64(0), int64(5), false)
+	ins := []engine.TensorSpec{{Name: "s", DType: engine.String, Shape: []int64{-1, -1}}}
+	outs := []engine.TensorSpec{{Name: "y", DType: engine.String, Shape: []int64{-1, -1}}}
+	f.Fuzz(func(t *testing.T, raw []byte, d0, d1 int64, typed bool) {
+		if len(raw) > 1<<16 {
+			return
+		}
+		in := &pb.ModelInferRequest_InferInputTensor{Name: "s", Datatype: "BYTES", Shape: []int64{d0, d1}}
+		req := &pb.ModelInferRequest{Inputs: []*pb.ModelInferRequest_InferInputTensor{in}}
+		if typed { // split raw at its NUL bytes into elements
+			in.Contents = &pb.InferTensorContents{BytesContents: bytes.Split(raw, []byte{0})}
+		} else {
+			req.RawInputContents = [][]byte{raw}
+		}
+		r, err := decode(req, ins, outs, 0, nil)
+		if err != nil {
+			if c := status.Code(err); c != codes.InvalidArgument && c != codes.ResourceExhausted {
+				t.Fatalf("decode answered %v: %v", c, err)
+			}
+			return
+		}
+		x := r.inputs[0]
+		if err := x.Check(); err != nil || x.DType != engine.String {
+			t.Fatalf("accepted a malformed tensor %v: %v", x.Shape, err)
+		}
+		if len(x.Data) > 5*len(raw)+4 {
+			t.Fatalf("%d bytes from %d", len(x.Data), len(raw))
 		}
 	})
 }

@@ -566,6 +566,13 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 			continue // the engine returned fewer outputs than the model declares
 		}
 		t := out[idx]
+		if n := dec.classes[idx]; n > 0 {
+			if t, err = inst.Classes(t, specs[idx].Name, n); err != nil {
+				rec.Encoded = time.Now()
+				inst.Stats.Record(rec)
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+		}
 		o := &pb.ModelInferResponse_InferOutputTensor{Name: specs[idx].Name, Datatype: serving.DatatypeName(t.DType), Shape: t.Shape}
 		if ref, ok := dec.shm[idx]; ok {
 			if err := s.cfg.SharedMemory.Write(ref, t.Data); err != nil {

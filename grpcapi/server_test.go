@@ -20,6 +20,7 @@ import (
 	"github.com/fw-serve/fw/internal/testmodels"
 	"github.com/fw-serve/fw/modelhost"
 	"github.com/fw-serve/fw/serving"
+	"github.com/fw-serve/fw/sharedmem"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
@@ -53,6 +54,9 @@ type options struct {
 	maxRows int
 	maxMsg  int
 	slot    func(serving.Slot) serving.Slot // wraps the host's slot
+	name    string                          // the served name (a repository's), else the file's
+	shm     *sharedmem.Registry
+	prepare func(*serving.Instance) error // edits the instance before it serves (a repository's labels)
 }
 
 func start(t testing.TB, o options) *fixture {
@@ -67,7 +71,7 @@ func start(t testing.TB, o options) *fixture {
 		path = filepath.Join(testmodels.Dir(t), o.model)
 	}
 	h := modelhost.New(modelhost.Config{Path: path, Engine: engine.Options{Threads: 1},
-		Batcher: batcher.DefaultConfig(), SkipWarmup: true}, metrics, quietLog())
+		Batcher: batcher.DefaultConfig(), SkipWarmup: true, Name: o.name, Prepare: o.prepare}, metrics, quietLog())
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatalf("start the model host: %v", err)
 	}
@@ -76,7 +80,7 @@ func start(t testing.TB, o options) *fixture {
 		slot = o.slot(h)
 	}
 	base, cancel := context.WithCancel(context.Background())
-	srv := New(base, Config{MaxRows: o.maxRows, MaxMessageBytes: o.maxMsg, APIKeys: o.keys, Version: "test"}, serving.One(slot), reg, quietLog())
+	srv := New(base, Config{MaxRows: o.maxRows, MaxMessageBytes: o.maxMsg, APIKeys: o.keys, Version: "test", SharedMemory: o.shm}, serving.One(slot), reg, quietLog())
 	gs := grpc.NewServer(srv.ServerOptions()...)
 	srv.Register(gs)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -297,7 +301,8 @@ func TestInferErrors(t *testing.T) {
 		{"no inputs", &pb.ModelInferRequest{ModelName: "digits_mlp"}, codes.InvalidArgument, `input "input" is missing`},
 		{"unknown input", &pb.ModelInferRequest{ModelName: "digits_mlp", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "x", Datatype: "FP32", Shape: []int64{1, 64}}}}, codes.InvalidArgument, `unknown input "x"`},
 		{"wrong datatype", &pb.ModelInferRequest{ModelName: "digits_mlp", Inputs: in("INT64", 1, 64), RawInputContents: [][]byte{make([]byte, 512)}}, codes.InvalidArgument, "this model takes FP32"},
-		{"unsupported datatype", &pb.ModelInferRequest{ModelName: "digits_mlp", Inputs: in("BYTES", 1, 64)}, codes.InvalidArgument, "not supported"},
+		{"unknown datatype", &pb.ModelInferRequest{ModelName: "digits_mlp", Inputs: in("FP8", 1, 64)}, codes.InvalidArgument, "not one of the protocol's (BOOL, UINT8"},
+		{"another datatype", &pb.ModelInferRequest{ModelName: "digits_mlp", Inputs: in("BYTES", 1, 64)}, codes.InvalidArgument, "has datatype BYTES but this model takes FP32"},
 		{"raw size", &pb.ModelInferRequest{ModelName: "digits_mlp", Inputs: in("FP32", 1, 64), RawInputContents: [][]byte{make([]byte, 100)}}, codes.InvalidArgument, "needs 256 bytes"},
 		{"raw count", &pb.ModelInferRequest{ModelName: "digits_mlp", Inputs: in("FP32", 1, 64), RawInputContents: [][]byte{{}, {}}}, codes.InvalidArgument, "2 entries for 1 inputs"},
 		{"typed count", &pb.ModelInferRequest{ModelName: "digits_mlp", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "input", Datatype: "FP32", Shape: []int64{1, 64}, Contents: &pb.InferTensorContents{Fp32Contents: []float32{1}}}}}, codes.InvalidArgument, "needs 64 elements"},

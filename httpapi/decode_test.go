@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"testing/synctest"
 
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/sharedmem"
 )
 
 // rowsBody builds {"data": [[...], ...]}: rows rows of width numbers.
@@ -333,4 +336,81 @@ func TestByteBudget(t *testing.T) {
 		b.acquire(1000) // alone, any size passes
 		b.release(1000)
 	})
+}
+
+// BYTES sizes are checked before they are used, as the fixed-size ones:
+// a shape claiming more strings than the data can hold, a binary size
+// below the 4-byte lengths, a length prefix of 4 GiB, are refused without
+// allocating what they claim.
+func TestV2BytesSizesChecked(t *testing.T) {
+	ins := []engine.TensorSpec{{Name: "s", DType: engine.String, Shape: []int64{-1, -1}}}
+	outs := []engine.TensorSpec{{Name: "y", DType: engine.String, Shape: []int64{-1, -1}}}
+	bin := func(shape []int64, raw []byte, size int) ([]byte, []byte) {
+		j := v2Doc(t, map[string]any{"name": "s", "datatype": "BYTES", "shape": shape, "parameters": map[string]any{"binary_data_size": size}})
+		return append(j, raw...), []byte(strconv.Itoa(len(j)))
+	}
+	huge := []byte{0xff, 0xff, 0xff, 0xff, 'a', 'b'}
+	for _, c := range []struct {
+		name     string
+		shape    []int64
+		raw      []byte
+		size     int
+		status   int
+		contains string
+	}{
+		{"4 GiB length", []int64{1, 1}, huge, 6, 422, "its length 4294967295 runs past"},
+		{"2^40 strings claimed", []int64{1 << 20, 1 << 20}, huge, 6, 422, "needs at least 4398046511104 bytes"},
+		{"overflowing shape", []int64{1 << 62, 4}, huge, 6, 422, "too large"},
+		{"size below the lengths", []int64{1, 2}, huge[:4], 4, 422, "needs at least 8 bytes"},
+	} {
+		body, h := bin(c.shape, c.raw, c.size)
+		var aerr *APIError
+		n := allocated(func() { _, aerr = parseV2Request(body, h, ins, outs, 0, nil) })
+		if aerr == nil || aerr.Status != c.status || !strings.Contains(aerr.Message, c.contains) {
+			t.Fatalf("%s: got %+v, want %d %q", c.name, aerr, c.status, c.contains)
+		}
+		if n > 64<<10 {
+			t.Fatalf("%s: refusing it allocated %d bytes", c.name, n)
+		}
+	}
+	body := v2Doc(t, map[string]any{"name": "s", "datatype": "BYTES", "shape": []int64{1 << 40, 2}, "data": []string{"a", "b"}})
+	var aerr *APIError
+	if n := allocated(func() { _, aerr = parseV2Request(body, nil, ins, outs, 0, nil) }); aerr == nil || n > 64<<10 {
+		t.Fatalf("JSON shape of 2^41 strings: %+v after %d bytes", aerr, n)
+	}
+}
+
+// A shared memory input is read only once its window is known to lie in
+// its registered region: a request claiming a gigabyte of a small region
+// is refused without allocating it (fw once allocated the claimed size
+// first, so a hostile request could exhaust memory).
+func TestV2SharedMemoryRefusedBeforeAllocating(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "small"), make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := sharedmem.New(dir)
+	defer reg.Close()
+	if err := reg.Register("small", "/small", 0, 4096); err != nil {
+		t.Fatal(err)
+	}
+	ins := []engine.TensorSpec{{Name: "x", DType: engine.Float32, Shape: []int64{-1, -1}}, {Name: "s", DType: engine.String, Shape: []int64{-1}}}
+	outs := []engine.TensorSpec{{Name: "y", DType: engine.Float32, Shape: []int64{-1}}}
+	shm := func(name, dt string, shape []int64, size int64) map[string]any {
+		return map[string]any{"name": name, "datatype": dt, "shape": shape, "parameters": map[string]any{
+			"shared_memory_region": "small", "shared_memory_byte_size": size}}
+	}
+	for _, body := range [][]byte{
+		v2Marshal(t, map[string]any{"inputs": []any{shm("x", "FP32", []int64{1, 1 << 28}, 1<<30), shm("s", "BYTES", []int64{1}, 8)}}),
+		v2Marshal(t, map[string]any{"inputs": []any{shm("x", "FP32", []int64{1, 1}, 4), shm("s", "BYTES", []int64{1}, 1<<30)}}),
+	} {
+		var aerr *APIError
+		n := allocated(func() { _, aerr = parseV2Request(body, nil, ins, outs, 0, reg) })
+		if aerr == nil || aerr.Status != 400 || !strings.Contains(aerr.Message, "beyond its 4096 registered bytes") {
+			t.Fatalf("got %+v", aerr)
+		}
+		if n > 64<<10 {
+			t.Fatalf("refusing it allocated %d bytes", n)
+		}
+	}
 }

@@ -20,7 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/internal/oasdoc"
+	"github.com/fw-serve/fw/serving"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
@@ -555,6 +557,37 @@ func TestDocsTraversal(t *testing.T) {
 		resp := ts.get(t, target)
 		if bytes.Contains(resp.Body(), []byte("package httpapi")) || resp.StatusCode() >= 500 {
 			t.Errorf("GET %s: %d %.100s", target, resp.StatusCode(), resp.Body())
+		}
+	}
+}
+
+// The document's datatype enums are the server's: V2Datatype every
+// protocol datatype fw takes (BYTES and BF16 included), DType every name
+// GET /model can write, and the V2 tensor data schemas accept the strings
+// BYTES tensors hold.
+func TestOpenAPIDatatypes(t *testing.T) {
+	doc := oasdoc.Parse(t, openAPIJSON)
+	var v2 []string
+	for _, d := range oasdoc.Pointer(t, doc, "#/components/schemas/V2Datatype/enum").([]any) {
+		v2 = append(v2, d.(string))
+	}
+	want := strings.Split(strings.Replace(serving.Datatypes(), " and ", ", ", 1), ", ")
+	if !slices.Equal(v2, want) {
+		t.Errorf("V2Datatype enum %v, the server takes %v", v2, want)
+	}
+	var names []string
+	for _, d := range oasdoc.Pointer(t, doc, "#/components/schemas/DType/enum").([]any) {
+		names = append(names, d.(string))
+	}
+	for d := engine.DType(0); d < 32; d++ {
+		if d.Known() && !slices.Contains(names, d.String()) {
+			t.Errorf("DType enum %v lacks %q", names, d)
+		}
+	}
+	for _, ptr := range []string{"#/components/schemas/V2TensorData/items/anyOf", "#/components/schemas/NestedNumbers/anyOf", "#/components/schemas/NestedValues/anyOf"} {
+		scalar := oasdoc.Pointer(t, doc, ptr).([]any)[0].(map[string]any)
+		if types, _ := scalar["type"].([]any); !slices.Contains(types, any("string")) {
+			t.Errorf("%s[0] is %v: BYTES elements are strings", ptr, scalar)
 		}
 	}
 }

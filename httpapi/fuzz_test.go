@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"strconv"
 	"testing"
 
 	"github.com/fw-serve/fw/engine"
@@ -20,6 +21,8 @@ func FuzzDecodeRows(f *testing.F) {
 	f.Add([]byte(`[["a"], [null], [true]]`), uint8(0))
 	f.Add([]byte(`[[1,2],[3]]`), uint8(3))
 	f.Add([]byte(`[[[[[[[[[[[1]]]]]]]]]]]`), uint8(3))
+	f.Add([]byte(`[["a", "\u00e9"], ["", "\ud800"]]`), uint8(6))
+	f.Add([]byte(`[[18446744073709551615, 0]]`), uint8(7))
 	specs := []engine.TensorSpec{
 		{Name: "x", DType: engine.Float32, Shape: []int64{-1, 4}},
 		{Name: "img", DType: engine.Float32, Shape: []int64{-1, 1, 2, 2}},
@@ -27,6 +30,8 @@ func FuzzDecodeRows(f *testing.F) {
 		{Name: "any", DType: engine.Invalid},
 		{Name: "small", DType: engine.Uint8, Shape: []int64{-1, -1}},
 		{Name: "half", DType: engine.Float16, Shape: []int64{-1, 2}},
+		{Name: "text", DType: engine.String, Shape: []int64{-1, 2}},
+		{Name: "u64", DType: engine.Uint64, Shape: []int64{-1, 2}},
 	}
 	f.Fuzz(func(t *testing.T, doc []byte, which uint8) {
 		if len(doc) > 1<<16 {
@@ -44,8 +49,8 @@ func FuzzDecodeRows(f *testing.F) {
 			}
 			return
 		}
-		if want := engine.NumElements(x.Shape) * int64(x.DType.Size()); int64(len(x.Data)) != want {
-			t.Fatalf("tensor %v %s holds %d bytes, want %d", x.Shape, x.DType, len(x.Data), want)
+		if err := x.Check(); err != nil {
+			t.Fatalf("tensor %v %s: %v", x.Shape, x.DType, err)
 		}
 		if spec.DType != engine.Invalid && x.DType != spec.DType {
 			t.Fatalf("dtype %s, want %s", x.DType, spec.DType)
@@ -79,5 +84,81 @@ func FuzzReadLine(f *testing.F) {
 			}
 		}
 		t.Fatalf("reader did not reach EOF")
+	})
+}
+
+// FuzzV2BytesRequest feeds arbitrary bodies with BYTES inputs, JSON or in
+// the binary extension's serialized form, to the V2 request parser: it
+// must never panic, allocate only what the body can carry, and accept
+// only tensors whose serialized data holds exactly their shape's strings.
+func FuzzV2BytesRequest(f *testing.F) {
+	ins := []engine.TensorSpec{
+		{Name: "s", DType: engine.String, Shape: []int64{-1, -1}},
+		{Name: "n", DType: engine.Int32, Shape: []int64{-1, 1}},
+	}
+	outs := []engine.TensorSpec{{Name: "y", DType: engine.Float32, Shape: []int64{-1, 3}}}
+	n := `{"name":"n","shape":[1,1],"datatype":"INT32","data":[1]}`
+	f.Add([]byte(`{"inputs":[{"name":"s","shape":[1,2],"datatype":"BYTES","data":["a","\u00e9\ud83d\ude00"]},`+n+`]}`), "")
+	f.Add([]byte(`{"inputs":[{"name":"s","shape":[2,1],"datatype":"BYTES","data":[["x\ny"],["\ud800"]]},`+n+`],"outputs":[{"name":"y","parameters":{"classification":2}}]}`), "")
+	hdr := `{"inputs":[{"name":"s","shape":[1,2],"datatype":"BYTES","parameters":{"binary_data_size":10}},` + n + `]}`
+	raw := []byte{1, 0, 0, 0, 'a', 1, 0, 0, 0, 'b'}
+	f.Add(append([]byte(hdr), raw...), strconv.Itoa(len(hdr)))
+	f.Add(append([]byte(hdr), 0xff, 0xff, 0xff, 0xff, 'a', 0, 0, 0, 0, 0), strconv.Itoa(len(hdr)))
+	f.Add(append([]byte(hdr), 0, 0, 0, 0x80, 'a', 0, 0, 0, 0, 0), strconv.Itoa(len(hdr)))
+	f.Add([]byte(`{"inputs":[{"name":"s","shape":[4611686018427387903,2],"datatype":"BYTES","data":["a"]},`+n+`]}`), "")
+	f.Add([]byte(`{"inputs":[{"name":"s","shape":[1,1],"datatype":"BYTES","data":["\x"]},`+n+`]}`), "")
+	f.Fuzz(func(t *testing.T, body []byte, hl string) {
+		if len(body) > 1<<20 || len(hl) > 64 {
+			return
+		}
+		var h []byte
+		if hl != "" {
+			h = []byte(hl)
+		}
+		req, aerr := parseV2Request(body, h, ins, outs, 0, nil)
+		if aerr != nil {
+			if req != nil || aerr.Message == "" || (aerr.Status != 400 && aerr.Status != 422) {
+				t.Fatalf("bad error: %+v", aerr)
+			}
+			return
+		}
+		for i, x := range req.inputs {
+			if x.DType != ins[i].DType {
+				t.Fatalf("input %d: dtype %s", i, x.DType)
+			}
+			if err := x.Check(); err != nil {
+				t.Fatalf("input %d accepted malformed: %v", i, err)
+			}
+			if len(x.Data) > 4*len(body)+4 {
+				t.Fatalf("input %d: %d bytes from a %d-byte body", i, len(x.Data), len(body))
+			}
+		}
+	})
+}
+
+// FuzzStringElement: the JSON string decoder never panics, never writes
+// more than the string's own length plus its 4-byte prefix, and what it
+// accepts is one well-formed element.
+func FuzzStringElement(f *testing.F) {
+	for _, s := range []string{`""`, `"a"`, `"\u00e9\ud83d\ude00"`, `"\ud800\ud800"`, `"\"\\\/\b\f\n\r\t"`, `"\u12"`, `"\q"`, `"a\"`, "\"\xff\x00\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, s []byte) {
+		if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' || len(s) > 1<<16 {
+			return
+		}
+		out, err := appendStringElement(nil, jv(s))
+		if err != nil {
+			if len(out) != 0 {
+				t.Fatalf("a refused string left %d bytes", len(out))
+			}
+			return
+		}
+		if len(out) > len(s)+2 {
+			t.Fatalf("%d bytes from a %d-byte string", len(out), len(s))
+		}
+		if err := engine.CheckStrings(out, 1); err != nil {
+			t.Fatalf("malformed element: %v", err)
+		}
 	})
 }

@@ -228,7 +228,7 @@ func appendPrediction(b []byte, inst *serving.Instance, out []engine.Tensor, id 
 	} else {
 		b = append(b, "[]"...)
 	}
-	if labels := m.Labels(); len(labels) > 0 && len(out) > 0 && len(out[0].Shape) == 2 && int(out[0].Shape[1]) == len(labels) {
+	if labels := m.Labels(); len(labels) > 0 && len(out) > 0 && out[0].DType != engine.String && len(out[0].Shape) == 2 && int(out[0].Shape[1]) == len(labels) {
 		b = append(b, `,"labels":[`...)
 		for r := 0; r < rows; r++ {
 			if r > 0 {
@@ -269,7 +269,7 @@ func appendPrediction(b []byte, inst *serving.Instance, out []engine.Tensor, id 
 // model), or a number when t is a scalar.
 func appendTensor(b []byte, t engine.Tensor) []byte {
 	if len(t.Shape) == 0 {
-		return appendValue(b, t, 0)
+		return elementWriter(t)(b, 0)
 	}
 	return appendRows(b, t, 0, int(t.Shape[0]))
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"strconv"
@@ -69,6 +70,9 @@ func decodeRows(v jv, spec engine.TensorSpec, maxRows int) (engine.Tensor, *APIE
 	if total <= int64(len(v)+1)/2 { // else some row is not shaped like row 0: walk to find it
 		t = allocTensor(dt, append([]int64{int64(rows)}, sample...), int(total))
 		w.data, w.cap = t.Data, int(total)
+		if dt == engine.String {
+			w.str = make([]byte, 0, len(v))
+		}
 	}
 	i := skipWS(v, 1)
 	for r := 0; r < rows; r++ {
@@ -85,8 +89,11 @@ func decodeRows(v jv, spec engine.TensorSpec, maxRows int) (engine.Tensor, *APIE
 			i = skipWS(v, i+1)
 		}
 	}
-	if w.data == nil || int64(w.n) != total {
+	if w.cap == 0 && total > 0 || int64(w.n) != total {
 		return engine.Tensor{}, invalidInput(fmt.Sprintf("input %q: rows are ragged", name), spec, nil)
+	}
+	if dt == engine.String {
+		t.Data = w.str
 	}
 	return t, nil
 }
@@ -94,12 +101,19 @@ func decodeRows(v jv, spec engine.TensorSpec, maxRows int) (engine.Tensor, *APIE
 // allocTensor makes a zeroed tensor of n elements (n already checked against
 // the request), aligned for 8-byte element access.
 func allocTensor(dt engine.DType, shape []int64, n int) engine.Tensor {
-	size := n * dt.Size()
-	if size == 0 {
+	if dt == engine.String { // its elements are appended as they are read
 		return engine.Tensor{DType: dt, Shape: shape, Data: []byte{}}
 	}
-	words := make([]uint64, (size+7)/8)
-	return engine.Tensor{DType: dt, Shape: shape, Data: unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), size)}
+	return engine.Tensor{DType: dt, Shape: shape, Data: alignedBytes(n * dt.Size())}
+}
+
+// alignedBytes returns n zero bytes aligned for 8-byte element access.
+func alignedBytes(n int) []byte {
+	if n == 0 {
+		return []byte{}
+	}
+	words := make([]uint64, (n+7)/8)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), n)
 }
 
 // satMul is a*b for non-negative a and b, saturating at MaxInt64.
@@ -181,11 +195,13 @@ func nestedShape(v jv, name string) ([]int64, *APIError) {
 }
 
 // rowWriter reads rows from b into data, a buffer of cap elements of dt;
-// with data nil it only counts (and checks) the numbers.
+// with cap 0 it only counts (and checks) the numbers. BYTES rows hold JSON
+// strings, appended to str in engine's serialized form (see strings.go).
 type rowWriter struct {
 	b    jv
 	dt   engine.DType
 	data []byte
+	str  []byte // BYTES: the elements' serialized form, appended as read
 	cap  int
 	n    int
 	name string
@@ -234,6 +250,25 @@ func (w *rowWriter) walk(i int, shape []int64, depth int, row int) (int, *APIErr
 // put reads the scalar at b[i] into element w.n and returns its end.
 func (w *rowWriter) put(i int, row int) (int, *APIError) {
 	b := w.b
+	if w.dt == engine.String {
+		e, err := scanValue(b, i, 0)
+		if err != nil {
+			e = len(b)
+		}
+		v := jv(b[i:e])
+		if v.Type() != fastjson.TypeString {
+			return e, &APIError{Status: 422, Code: CodeInvalidInput,
+				Message: fmt.Sprintf("input %q: row %d holds a %s where a string belongs (the input is BYTES); send strings only", w.name, row, v.Type()),
+				Details: map[string]any{"row": row, "received": v.Type().String()}}
+		}
+		if k := w.n; k < w.cap {
+			if w.str, err = appendStringElement(w.str, v); err != nil {
+				return e, newError(400, CodeInvalidJSON, fmt.Sprintf("the body is not valid JSON: input %q row %d: %v", w.name, row, err), nil)
+			}
+		}
+		w.n++
+		return e, nil
+	}
 	end := numberEnd(b, i)
 	if end == i {
 		var e int
@@ -266,54 +301,25 @@ func (w *rowWriter) put(i int, row int) (int, *APIError) {
 		}
 		return end, nil // counted; the caller reports the size mismatch
 	}
-	d := w.data
-	switch w.dt {
-	case engine.Float32, engine.Float64, engine.Float16:
+	if w.dt.IsFloat() {
 		f, ok := v.float()
 		if !ok {
 			return end, notANumber(v)
 		}
-		switch w.dt {
-		case engine.Float32:
-			putU32(d[k*4:], math.Float32bits(float32(f)))
-		case engine.Float64:
-			putU64(d[k*8:], math.Float64bits(f))
-		default:
-			h := engine.Float32ToHalf(float32(f))
-			d[k*2], d[k*2+1] = byte(h), byte(h>>8)
-		}
+		putFloat(w.data, k, w.dt, f)
 		return end, nil
 	}
-	n, ok := v.int()
+	bits, ok, inRange := parseInt(v, w.dt)
 	if !ok {
 		return end, &APIError{Status: 422, Code: CodeInvalidInput,
 			Message: fmt.Sprintf("input %q takes %s values; row %d holds %s", w.name, w.dt, row, v),
 			Details: map[string]any{"row": row}}
 	}
-	switch w.dt {
-	case engine.Int64:
-		putU64(d[k*8:], uint64(n))
-	case engine.Int32:
-		if n < math.MinInt32 || n > math.MaxInt32 {
-			return end, rangeErr(w.name, w.dt, row, n)
-		}
-		putU32(d[k*4:], uint32(int32(n)))
-	case engine.Int8:
-		if n < math.MinInt8 || n > math.MaxInt8 {
-			return end, rangeErr(w.name, w.dt, row, n)
-		}
-		d[k] = byte(int8(n))
-	case engine.Uint8:
-		if n < 0 || n > math.MaxUint8 {
-			return end, rangeErr(w.name, w.dt, row, n)
-		}
-		d[k] = byte(n)
-	case engine.Bool:
-		if n != 0 && n != 1 {
-			return end, rangeErr(w.name, w.dt, row, n)
-		}
-		d[k] = byte(n)
+	if !inRange {
+		n, _ := v.int()
+		return end, rangeErr(w.name, w.dt, row, n)
 	}
+	putInt(w.data, k, w.dt, bits)
 	return end, nil
 }
 
@@ -353,25 +359,39 @@ func invalidInput(msg string, spec engine.TensorSpec, got []int64) *APIError {
 }
 
 // appendRows writes a tensor as a JSON array with one entry per row, each
-// nested to the per-sample shape. NaN and Inf become null (JSON has neither).
+// nested to the per-sample shape. NaN and Inf become null (JSON has
+// neither); BYTES elements are strings.
 func appendRows(b []byte, t engine.Tensor, from, to int) []byte {
 	per := 1
 	for _, d := range t.Shape[1:] {
 		per *= int(d)
 	}
+	elem := elementWriter(t)
 	b = append(b, '[')
 	for r := from; r < to; r++ {
 		if r > from {
 			b = append(b, ',')
 		}
-		b = appendNested(b, t, t.Shape[1:], r*per)
+		b = appendNested(b, elem, t.Shape[1:], r*per)
 	}
 	return append(b, ']')
 }
 
-func appendNested(b []byte, t engine.Tensor, shape []int64, off int) []byte {
+// elementWriter returns the function that writes element i of t as JSON.
+func elementWriter(t engine.Tensor) func(b []byte, i int) []byte {
+	if t.DType != engine.String {
+		return func(b []byte, i int) []byte { return appendValue(b, t, i) }
+	}
+	elems, err := t.Strings()
+	if err != nil { // the batcher checked every output: unreachable
+		elems = make([][]byte, t.Len())
+	}
+	return func(b []byte, i int) []byte { return appendJSONBytes(b, elems[i]) }
+}
+
+func appendNested(b []byte, elem func([]byte, int) []byte, shape []int64, off int) []byte {
 	if len(shape) == 0 {
-		return appendValue(b, t, off)
+		return elem(b, off)
 	}
 	stride := 1
 	for _, d := range shape[1:] {
@@ -382,7 +402,7 @@ func appendNested(b []byte, t engine.Tensor, shape []int64, off int) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendNested(b, t, shape[1:], off+i*stride)
+		b = appendNested(b, elem, shape[1:], off+i*stride)
 	}
 	return append(b, ']')
 }
@@ -397,6 +417,8 @@ func appendValue(b []byte, t engine.Tensor, i int) []byte {
 		return strconv.AppendFloat(b, f, 'g', -1, 32)
 	case engine.Int64:
 		return strconv.AppendInt(b, t.Int64s()[i], 10)
+	case engine.Uint64:
+		return strconv.AppendUint(b, binary.LittleEndian.Uint64(t.Data[i*8:]), 10)
 	case engine.Bool:
 		if t.Data[i] != 0 {
 			return append(b, "true"...)
@@ -409,7 +431,7 @@ func appendValue(b []byte, t engine.Tensor, i int) []byte {
 	}
 	if t.DType.IsFloat() {
 		bits := 64
-		if t.DType == engine.Float16 {
+		if t.DType == engine.Float16 || t.DType == engine.BFloat16 {
 			bits = 32
 		}
 		return strconv.AppendFloat(b, f, 'g', -1, bits)
@@ -417,20 +439,67 @@ func appendValue(b []byte, t engine.Tensor, i int) []byte {
 	return strconv.AppendInt(b, int64(f), 10)
 }
 
-// appendJSONString appends s as a JSON string literal.
-func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b = append(b, '\\', c)
-		case c < 0x20:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		default:
-			b = append(b, c)
-		}
+// putFloat writes f as element k of d, a buffer of dt (FP32, FP64, FP16 or
+// BF16).
+func putFloat(d []byte, k int, dt engine.DType, f float64) {
+	switch dt {
+	case engine.Float32:
+		putU32(d[k*4:], math.Float32bits(float32(f)))
+	case engine.Float64:
+		putU64(d[k*8:], math.Float64bits(f))
+	case engine.BFloat16:
+		h := engine.Float32ToBFloat16(float32(f))
+		d[k*2], d[k*2+1] = byte(h), byte(h>>8)
+	default:
+		h := engine.Float32ToHalf(float32(f))
+		d[k*2], d[k*2+1] = byte(h), byte(h>>8)
 	}
-	return append(b, '"')
+}
+
+// parseInt reads v as an integer of dt, returning its two's complement
+// bits; inRange is false when it is an integer outside dt's range, ok
+// false when it is not an integer.
+func parseInt(v jv, dt engine.DType) (bits uint64, ok, inRange bool) {
+	n, ok := v.int()
+	if !ok {
+		if dt == engine.Uint64 { // beyond int64
+			u, err := strconv.ParseUint(unsafeString(v), 10, 64)
+			return u, err == nil, err == nil
+		}
+		return 0, false, false
+	}
+	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
+	switch dt {
+	case engine.Int32:
+		lo, hi = math.MinInt32, math.MaxInt32
+	case engine.Int16:
+		lo, hi = math.MinInt16, math.MaxInt16
+	case engine.Int8:
+		lo, hi = math.MinInt8, math.MaxInt8
+	case engine.Uint64:
+		lo = 0
+	case engine.Uint32:
+		lo, hi = 0, math.MaxUint32
+	case engine.Uint16:
+		lo, hi = 0, math.MaxUint16
+	case engine.Uint8:
+		lo, hi = 0, math.MaxUint8
+	case engine.Bool:
+		lo, hi = 0, 1
+	}
+	return uint64(n), true, n >= lo && n <= hi
+}
+
+// putInt writes the bits of an integer as element k of d, a buffer of dt.
+func putInt(d []byte, k int, dt engine.DType, bits uint64) {
+	switch dt.Size() {
+	case 8:
+		putU64(d[k*8:], bits)
+	case 4:
+		putU32(d[k*4:], uint32(bits))
+	case 2:
+		d[k*2], d[k*2+1] = byte(bits), byte(bits>>8)
+	case 1:
+		d[k] = byte(bits)
+	}
 }

@@ -30,9 +30,10 @@ type v2Request struct {
 }
 
 type v2Output struct {
-	index  int // into the model's outputs
-	binary bool
-	shm    *sharedmem.Ref // the output goes into this shared memory window
+	index   int // into the model's outputs
+	binary  bool
+	shm     *sharedmem.Ref // the output goes into this shared memory window
+	classes int64          // > 0: answer the top classes instead (classification)
 }
 
 // v2SharedMemoryRef reads the shared memory parameters of an input or
@@ -251,7 +252,7 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 		dt := serving.ParseDatatype(dtB)
 		if dt == engine.Invalid {
 			return invalidV2(map[string]any{"input": name, "expected_datatype": serving.DatatypeName(spec.DType), "received_datatype": dtB},
-				"input %q: datatype %q is not supported; fw takes FP32, FP64, FP16, INT64, INT32, INT8, UINT8 and BOOL, and this input is %s", name, dtB, serving.DatatypeName(spec.DType))
+				"input %q: datatype %q is not one of the protocol's (%s); this input is %s", name, dtB, serving.Datatypes(), serving.DatatypeName(spec.DType))
 		}
 		if spec.DType != engine.Invalid && dt != spec.DType {
 			return invalidV2(map[string]any{"input": name, "expected_datatype": serving.DatatypeName(spec.DType), "received_datatype": dtB},
@@ -320,6 +321,31 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 		}
 		data := v2Get(itm, "data")
 		nbytes := count * int64(dt.Size()) // cannot overflow: count <= MaxInt64/8
+		// sizeError refuses a byte size (of binary data or a shared memory
+		// window) that cannot carry the shape: for BYTES, whose size is the
+		// serialized elements', less than their 4-byte lengths.
+		sizeError := func(size int64, of, param string) *APIError {
+			switch {
+			case dt == engine.String && size < count*engine.StringHeader:
+				return invalidV2(map[string]any{"input": name, "min_bytes": count * engine.StringHeader, "received_bytes": size},
+					"input %q: shape %s of BYTES needs at least %d bytes%s (a 4-byte length per element), %s is %d", name, serving.ShapeString(shape), count*engine.StringHeader, of, param, size)
+			case dt != engine.String && size != nbytes:
+				return invalidV2(map[string]any{"input": name, "expected_bytes": nbytes, "received_bytes": size},
+					"input %q: shape %s of %s needs %d bytes%s, %s is %d", name, serving.ShapeString(shape), dtB, nbytes, of, param, size)
+			}
+			return nil
+		}
+		// tensorOf makes the input from its serialized bytes, checking
+		// that they hold exactly the shape's BYTES elements.
+		tensorOf := func(b []byte) (engine.Tensor, *APIError) {
+			if dt == engine.String {
+				if err := engine.CheckStrings(b, count); err != nil {
+					return engine.Tensor{}, invalidV2(map[string]any{"input": name},
+						"input %q: the BYTES data does not hold the %d elements of shape %s, each a 4-byte little-endian length then its bytes: %v", name, count, serving.ShapeString(shape), err)
+				}
+			}
+			return engine.Tensor{DType: dt, Shape: shape, Data: b}, nil
+		}
 		if region := v2Get(pm, "shared_memory_region"); region != nil {
 			if params != nil || data != nil {
 				return badV2(`input %q names a shared memory region and also carries "data" or "binary_data_size"; send one`, name)
@@ -328,9 +354,11 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 			if aerr != nil {
 				return aerr
 			}
-			if ref.Size != uint64(nbytes) {
-				return invalidV2(map[string]any{"input": name, "expected_bytes": nbytes, "received_bytes": ref.Size},
-					"input %q: shape %s of %s needs %d bytes, shared_memory_byte_size is %d", name, serving.ShapeString(shape), dtB, nbytes, ref.Size)
+			if ref.Size > math.MaxInt64 {
+				ref.Size = math.MaxInt64 // larger than any region: refused below
+			}
+			if aerr := sizeError(int64(ref.Size), "", "shared_memory_byte_size"); aerr != nil {
+				return aerr
 			}
 			if aerr := tooManyRows(); aerr != nil {
 				return aerr
@@ -338,9 +366,13 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 			if shm == nil {
 				return badV2("input %q: system shared memory is turned off on this server (fw serve --shared-memory none); send the data in the body", name)
 			}
-			t := allocTensor(dt, shape, int(count))
-			if err := shm.Read(ref, t.Data); err != nil {
+			b, err := shm.ReadAll(ref, alignedBytes)
+			if err != nil {
 				return sharedMemoryError(err)
+			}
+			t, aerr := tensorOf(b)
+			if aerr != nil {
+				return aerr
 			}
 			req.inputs[idx] = t
 			return nil
@@ -359,15 +391,16 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 			if size > int64(len(*bin)) {
 				return badV2("input %q declares binary_data_size %d but only %d bytes of binary data remain after the JSON header and the inputs before it", name, size, len(*bin))
 			}
-			if size != nbytes {
-				return invalidV2(map[string]any{"input": name, "expected_bytes": nbytes, "received_bytes": size},
-					"input %q: shape %s of %s needs %d bytes of binary data, binary_data_size is %d", name, serving.ShapeString(shape), dtB, nbytes, size)
+			if aerr := sizeError(size, " of binary data", "binary_data_size"); aerr != nil {
+				return aerr
 			}
 			if aerr := tooManyRows(); aerr != nil {
 				return aerr
 			}
-			t := allocTensor(dt, shape, int(count))
-			copy(t.Data, (*bin)[:size])
+			t, aerr := tensorOf(append(alignedBytes(int(size))[:0], (*bin)[:size]...))
+			if aerr != nil {
+				return aerr
+			}
 			*bin = (*bin)[size:]
 			req.inputs[idx] = t
 		case data != nil:
@@ -384,6 +417,9 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 				}
 				t = allocTensor(dt, shape, int(count))
 				w.data, w.cap = t.Data, int(count)
+				if dt == engine.String {
+					w.str = make([]byte, 0, len(data))
+				}
 			}
 			if _, aerr := w.walk(0, 0); aerr != nil {
 				return aerr
@@ -391,6 +427,9 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 			if int64(w.n) != count {
 				return invalidV2(map[string]any{"input": name, "expected_elements": count, "received_elements": w.n},
 					"input %q: shape %s needs %d elements, \"data\" holds %d", name, serving.ShapeString(shape), count, w.n)
+			}
+			if dt == engine.String {
+				t.Data = w.str
 			}
 			req.inputs[idx] = t
 		default:
@@ -453,10 +492,16 @@ func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault 
 				}
 			}
 			if c := v2Get(pm, "classification"); c != nil {
-				if n, ok := v2Int(c); ok && n != 0 {
-					aerr = badV2("output %q: the classification extension is not supported; request the raw output", nameB)
+				n, ok := v2Int(c)
+				if !ok {
+					aerr = badV2(`output %q: parameter "classification" must be an integer, the number of classes to return, got %s`, nameB, c)
 					return false
 				}
+				if err := serving.CheckClassification(outs[idx], n); err != nil {
+					aerr = badV2("%s", err)
+					return false
+				}
+				o.classes = n
 			}
 			if region := v2Get(pm, "shared_memory_region"); region != nil {
 				ref, e := v2SharedMemoryRef(pm, region, "output "+strconv.Quote(nameB))
@@ -486,11 +531,14 @@ func v2SpecDType(spec engine.TensorSpec) engine.DType {
 
 // v2Writer fills a tensor from "data", b, a flat or nested JSON array read
 // in row-major order; the shape is the request's, not the nesting. With
-// data nil (a shape larger than b can hold) it only counts the elements.
+// cap 0 (a shape larger than b can hold) it only counts the elements.
+// BYTES elements are JSON strings, appended to str in engine's serialized
+// form (see strings.go).
 type v2Writer struct {
 	b    jv
 	dt   engine.DType
 	data []byte
+	str  []byte // BYTES: the elements' serialized form, appended as read
 	cap  int
 	name string
 	n    int
@@ -532,6 +580,23 @@ func (w *v2Writer) put(i int) (int, *APIError) {
 	b := w.b
 	k := w.n
 	w.n++
+	if w.dt == engine.String {
+		e, err := scanValue(b, i, 0)
+		if err != nil {
+			e = len(b)
+		}
+		v := jv(b[i:e])
+		if v.Type() != fastjson.TypeString {
+			return e, invalidV2(map[string]any{"input": w.name, "element": k},
+				"input %q: element %d is %s where a BYTES string belongs", w.name, k, v.Type())
+		}
+		if k < w.cap {
+			if w.str, err = appendStringElement(w.str, v); err != nil {
+				return e, newError(400, CodeInvalidJSON, fmt.Sprintf("the inference request is not valid JSON: input %q element %d: %v", w.name, k, err), nil)
+			}
+		}
+		return e, nil
+	}
 	end := numberEnd(b, i)
 	if end == i {
 		e, err := scanValue(b, i, 0)
@@ -557,52 +622,22 @@ func (w *v2Writer) put(i int) (int, *APIError) {
 		if !ok {
 			return end, notANumber(v)
 		}
-		if k >= w.cap {
-			return end, nil // counted; the caller reports the mismatch
+		if k < w.cap {
+			putFloat(w.data, k, w.dt, f)
 		}
-		d := w.data
-		switch w.dt {
-		case engine.Float32:
-			putU32(d[k*4:], math.Float32bits(float32(f)))
-		case engine.Float64:
-			putU64(d[k*8:], math.Float64bits(f))
-		default:
-			h := engine.Float32ToHalf(float32(f))
-			d[k*2], d[k*2+1] = byte(h), byte(h>>8)
-		}
-		return end, nil
+		return end, nil // beyond cap: counted; the caller reports the mismatch
 	}
-	n, ok := v.int()
+	bits, ok, inRange := parseInt(v, w.dt)
 	if !ok {
 		return end, invalidV2(map[string]any{"input": w.name, "element": k},
 			"input %q: element %d is %s; %s takes integers", w.name, k, v, serving.DatatypeName(w.dt))
 	}
-	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
-	switch w.dt {
-	case engine.Int32:
-		lo, hi = math.MinInt32, math.MaxInt32
-	case engine.Int8:
-		lo, hi = math.MinInt8, math.MaxInt8
-	case engine.Uint8:
-		lo, hi = 0, math.MaxUint8
-	case engine.Bool:
-		lo, hi = 0, 1
-	}
-	if n < lo || n > hi {
+	if !inRange {
 		return end, invalidV2(map[string]any{"input": w.name, "element": k},
-			"input %q: element %d is %d, out of the range of %s", w.name, k, n, serving.DatatypeName(w.dt))
+			"input %q: element %d is %s, out of the range of %s", w.name, k, v, serving.DatatypeName(w.dt))
 	}
-	if k >= w.cap {
-		return end, nil
-	}
-	d := w.data
-	switch w.dt.Size() {
-	case 8:
-		putU64(d[k*8:], uint64(n))
-	case 4:
-		putU32(d[k*4:], uint32(int32(n)))
-	case 1:
-		d[k] = byte(n)
+	if k < w.cap {
+		putInt(w.data, k, w.dt, bits)
 	}
 	return end, nil
 }
@@ -655,9 +690,26 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 // not fit its window the answer is that error instead, and false.
 func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instance, req *v2Request, out []engine.Tensor) bool {
 	specs := inst.Outputs()
-	for _, o := range req.outputs {
+	// answer[k] is what request output k answers: the output itself, or
+	// its classes (Triton's classification extension).
+	answer := make([]engine.Tensor, len(req.outputs))
+	for k, o := range req.outputs {
+		if o.index >= len(out) {
+			continue // the engine returned fewer outputs than the model declares
+		}
+		answer[k] = out[o.index]
+		if o.classes > 0 {
+			c, err := inst.Classes(out[o.index], v2OutputName(specs, o.index), o.classes)
+			if err != nil {
+				writeError(ctx, badV2("%s", err))
+				return false
+			}
+			answer[k] = c
+		}
+	}
+	for k, o := range req.outputs {
 		if o.shm != nil && o.index < len(out) {
-			if aerr := s.writeSharedMemory(o.shm, out[o.index], specs[o.index].Name); aerr != nil {
+			if aerr := s.writeSharedMemory(o.shm, answer[k], v2OutputName(specs, o.index)); aerr != nil {
 				writeError(ctx, aerr)
 				return false
 			}
@@ -675,21 +727,17 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instanc
 	b = append(b, `,"outputs":[`...)
 	anyBinary := false
 	first := true
-	for _, o := range req.outputs {
+	for k, o := range req.outputs {
 		if o.index >= len(out) {
-			continue // the engine returned fewer outputs than the model declares
+			continue
 		}
-		t := out[o.index]
+		t := answer[k]
 		if !first {
 			b = append(b, ',')
 		}
 		first = false
-		name := fmt.Sprintf("output_%d", o.index)
-		if o.index < len(specs) {
-			name = specs[o.index].Name
-		}
 		b = append(b, `{"name":`...)
-		b = appendJSONString(b, name)
+		b = appendJSONString(b, v2OutputName(specs, o.index))
 		b = append(b, `,"datatype":"`...)
 		b = append(b, serving.DatatypeName(t.DType)...)
 		b = append(b, `","shape":`...)
@@ -723,12 +771,20 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instanc
 	}
 	ctx.Response.Header.Set(v2HeaderLength, strconv.Itoa(len(b)))
 	ctx.Response.Header.SetContentType("application/octet-stream")
-	for _, o := range req.outputs {
+	for k, o := range req.outputs {
 		if o.binary && o.index < len(out) {
-			ctx.Response.AppendBody(out[o.index].Data)
+			ctx.Response.AppendBody(answer[k].Data)
 		}
 	}
 	return true
+}
+
+// v2OutputName is the name of output i.
+func v2OutputName(specs []engine.TensorSpec, i int) string {
+	if i < len(specs) {
+		return specs[i].Name
+	}
+	return fmt.Sprintf("output_%d", i)
 }
 
 // v2AppendFlat writes a tensor's elements as a flat JSON list.
@@ -755,11 +811,12 @@ func v2AppendFlat(b []byte, t engine.Tensor) []byte {
 		}
 		return b
 	}
+	elem := elementWriter(t)
 	for i, n := 0, t.Len(); i < n; i++ {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendValue(b, t, i)
+		b = elem(b, i)
 	}
 	return b
 }

@@ -293,7 +293,7 @@ func TestV2Metadata(t *testing.T) {
 		t.Fatalf("GET /v2: %d %s", r.status, r.body)
 	}
 	v := r.json(t)
-	if v["name"] != "fw" || v["version"] == "" || fmt.Sprint(v["extensions"]) != "[binary_tensor_data model_configuration statistics model_repository system_shared_memory cuda_shared_memory logging]" {
+	if v["name"] != "fw" || v["version"] == "" || fmt.Sprint(v["extensions"]) != "[classification binary_tensor_data model_configuration statistics model_repository system_shared_memory cuda_shared_memory logging]" {
 		t.Fatalf("GET /v2: %s", r.body)
 	}
 	for _, p := range []string{"/v2/health/live", "/v2/health/ready", "/v2/models/digits_mlp/ready", "/v2/models/digits_mlp/versions/1/ready"} {
@@ -482,7 +482,8 @@ func TestV2InferErrors(t *testing.T) {
 		{"duplicate input", req(good(), good()), nil, 400, CodeBadRequest, "already exists in request"},
 		{"no name", req(map[string]any{"shape": []int{1}}), nil, 400, CodeBadRequest, `needs a "name"`},
 		{"wrong datatype", req(with("datatype", "INT64")), nil, 422, CodeInvalidInput, "has datatype INT64 but this model takes FP32"},
-		{"unsupported datatype", req(with("datatype", "BYTES")), nil, 422, CodeInvalidInput, `datatype "BYTES" is not supported`},
+		{"unknown datatype", req(with("datatype", "FP8")), nil, 422, CodeInvalidInput, `datatype "FP8" is not one of the protocol's (BOOL, UINT8,`},
+		{"datatype another input's", req(with("datatype", "BYTES")), nil, 422, CodeInvalidInput, `has datatype BYTES but this model takes FP32`},
 		{"no datatype", req(with("datatype", nil)), nil, 400, CodeBadRequest, `needs a "datatype"`},
 		{"no shape", req(with("shape", nil)), nil, 400, CodeBadRequest, `needs a "shape" array such as [-1,64]`},
 		{"negative shape", req(with("shape", []int{-1, 64})), nil, 400, CodeBadRequest, "non-negative integers"},
@@ -498,7 +499,8 @@ func TestV2InferErrors(t *testing.T) {
 		{"no data", req(func() map[string]any { m := good(); delete(m, "data"); return m }()), nil, 400, CodeBadRequest, `neither "data" nor parameter "binary_data_size"`},
 		{"inf", req(with("data", func() []any { v := v2Values(x); v[0] = json.Number("1e999"); return v }())), nil, 422, CodeInvalidInput, "NaN and Inf are refused"},
 		{"unknown output", v2Marshal(t, map[string]any{"inputs": []any{good()}, "outputs": []any{map[string]any{"name": "probs"}}}), nil, 422, CodeInvalidInput, `unknown output "probs"; this model's outputs are "logits" (FP32 [-1,10])`},
-		{"classification", v2Marshal(t, map[string]any{"inputs": []any{good()}, "outputs": []any{map[string]any{"name": "logits", "parameters": map[string]any{"classification": 3}}}}), nil, 400, CodeBadRequest, "classification extension is not supported"},
+		{"classification < 0", v2Marshal(t, map[string]any{"inputs": []any{good()}, "outputs": []any{map[string]any{"name": "logits", "parameters": map[string]any{"classification": -3}}}}), nil, 400, CodeBadRequest, `parameter "classification" is -3`},
+		{"classification not an int", v2Marshal(t, map[string]any{"inputs": []any{good()}, "outputs": []any{map[string]any{"name": "logits", "parameters": map[string]any{"classification": "3"}}}}), nil, 400, CodeBadRequest, `parameter "classification" must be an integer`},
 		{"id not string", v2Marshal(t, map[string]any{"id": 3, "inputs": []any{good()}}), nil, 400, CodeBadRequest, `"id" must be a string`},
 		{"binary without header", append(req(binIn(len(x.Data))), x.Data...), nil, 400, CodeInvalidJSON, v2HeaderLength},
 		{"binary size without header", req(binIn(len(x.Data))), nil, 400, CodeBadRequest, "has no Inference-Header-Content-Length header"},

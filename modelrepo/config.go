@@ -231,8 +231,9 @@ func modelFile(versionDir string, cfg *pb.ModelConfig) (string, error) {
 	return "", fmt.Errorf("%s holds %d model files (%s); set default_model_filename to the one to serve", versionDir, len(found), strings.Join(found, ", "))
 }
 
-// typeName is the configuration's name of a dtype: TYPE_FP32...
-func typeName(d engine.DType) string { return "TYPE_" + serving.DatatypeName(d) }
+// typeName is the configuration's name of a dtype: TYPE_FP32...,
+// TYPE_STRING for BYTES.
+func typeName(d engine.DType) string { return serving.ConfigDataType(d) }
 
 // describe checks cfg against the loaded model and returns the
 // configuration fw serves it under: cfg as given, completed from the model
@@ -432,7 +433,7 @@ func tensors(kind string, specs []engine.TensorSpec, cfgs []tensorCfg, batched b
 			if _, ok := labels[c.label]; !ok {
 				return nil, nil, fmt.Errorf("output %q: label_filename %q is not a file in the model's directory", c.name, c.label)
 			}
-			tc.LabelFilename = c.label
+			tc.LabelFilename, tc.Labels = c.label, splitLabels(labels[c.label])
 		}
 		given[c.name] = tc
 	}
@@ -476,4 +477,19 @@ func elements(dims []int64) int64 {
 		n *= d
 	}
 	return n
+}
+
+// splitLabels reads a label file as Triton does: one label per line, the
+// line's index its class (a final newline ends the last label; a "\r"
+// before a newline is not part of it).
+func splitLabels(doc string) []string {
+	if doc == "" {
+		return []string{}
+	}
+	doc = strings.TrimSuffix(doc, "\n")
+	out := strings.Split(doc, "\n")
+	for i, l := range out {
+		out[i] = strings.TrimSuffix(l, "\r")
+	}
+	return out
 }

@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/fw-serve/fw/engine"
@@ -171,7 +170,7 @@ func control(model, input string, c *pb.ModelSequenceBatching_Control) (sequence
 
 // dtypeOf maps a configuration's datatype to fw's.
 func dtypeOf(dt pb.DataType) engine.DType {
-	return serving.ParseDatatype(strings.TrimPrefix(dt.String(), "TYPE_"))
+	return serving.ParseConfigDataType(dt.String())
 }
 
 // state reads one implicit state and its initial value.
@@ -181,8 +180,8 @@ func state(dir string, st *pb.ModelSequenceBatching_State) (sequence.State, erro
 	if in == "" || outName == "" {
 		return s, fmt.Errorf("sequence_batching state needs input_name and output_name")
 	}
-	if s.DType = dtypeOf(st.GetDataType()); s.DType == engine.Invalid {
-		return s, fmt.Errorf("sequence_batching state %q: data_type %s is not one fw serves (FP32, FP64, FP16, INT64, INT32, INT8, UINT8, BOOL)", in, st.GetDataType())
+	if s.DType = dtypeOf(st.GetDataType()); s.DType == engine.Invalid || s.DType == engine.String {
+		return s, fmt.Errorf("sequence_batching state %q: data_type %s is not one fw keeps as implicit state (every fixed-size type: not TYPE_STRING)", in, st.GetDataType())
 	}
 	if len(s.Dims) == 0 || len(s.Dims) > maxDims {
 		return s, fmt.Errorf("sequence_batching state %q: dims must list 1 to %d dimensions", in, maxDims)

@@ -86,7 +86,8 @@ const (
 	// KindBadRequest: the request asks for what the model does not do
 	// (a *SequenceError: sequence parameters to a model without sequence
 	// batching), or breaks its sequence's rules (a *sequence.Error: no
-	// correlation ID, a sequence not started, more than one row).
+	// correlation ID, a sequence not started, more than one row), or asks
+	// for classes of an output without an order (a *ClassificationError).
 	KindBadRequest
 )
 
@@ -106,7 +107,7 @@ func Classify(err error, timeout time.Duration) Failure {
 	switch {
 	case errors.As(err, &ie):
 		return Failure{Kind: KindInvalidInput, Message: ie.Error(), Input: ie}
-	case errors.Is(err, ErrNoSequenceBatching), errors.As(err, &se):
+	case errors.Is(err, ErrNoSequenceBatching), errors.As(err, &se), errors.As(err, new(*ClassificationError)):
 		return Failure{Kind: KindBadRequest, Message: err.Error()}
 	case errors.Is(err, batcher.ErrQueueFull):
 		why := strings.TrimPrefix(err.Error(), batcher.ErrQueueFull.Error()+": ")

@@ -68,17 +68,6 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-func TestDatatypes(t *testing.T) {
-	for _, d := range []engine.DType{engine.Float32, engine.Float64, engine.Float16, engine.Int64, engine.Int32, engine.Int8, engine.Uint8, engine.Bool} {
-		if got := ParseDatatype(DatatypeName(d)); got != d {
-			t.Errorf("%v -> %q -> %v", d, DatatypeName(d), got)
-		}
-	}
-	if ParseDatatype("BYTES") != engine.Invalid || DatatypeName(engine.Invalid) != "UNKNOWN" {
-		t.Error("unsupported datatypes")
-	}
-}
-
 func TestKeys(t *testing.T) {
 	var none Keys
 	if none.Required() {

@@ -13,12 +13,20 @@ import (
 
 // v2Names are the protocol's datatype names of fw's dtypes.
 var v2Names = map[engine.DType]string{
-	engine.Float32: "FP32", engine.Float64: "FP64", engine.Float16: "FP16",
-	engine.Int64: "INT64", engine.Int32: "INT32", engine.Int8: "INT8", engine.Uint8: "UINT8", engine.Bool: "BOOL",
+	engine.Bool: "BOOL", engine.Uint8: "UINT8", engine.Uint16: "UINT16", engine.Uint32: "UINT32", engine.Uint64: "UINT64",
+	engine.Int8: "INT8", engine.Int16: "INT16", engine.Int32: "INT32", engine.Int64: "INT64",
+	engine.Float16: "FP16", engine.Float32: "FP32", engine.Float64: "FP64", engine.BFloat16: "BF16",
+	engine.String: "BYTES",
 }
 
-// DatatypeName is the protocol's name of d ("FP32", "INT64"...), "UNKNOWN"
-// for a dtype it has none for.
+// datatypeOrder is the protocol's order of its datatypes, for messages.
+var datatypeOrder = []engine.DType{
+	engine.Bool, engine.Uint8, engine.Uint16, engine.Uint32, engine.Uint64, engine.Int8, engine.Int16, engine.Int32, engine.Int64,
+	engine.Float16, engine.Float32, engine.Float64, engine.BFloat16, engine.String,
+}
+
+// DatatypeName is the protocol's name of d ("FP32", "INT64", "BYTES"...),
+// "UNKNOWN" for a dtype it has none for.
 func DatatypeName(d engine.DType) string {
 	if s, ok := v2Names[d]; ok {
 		return s
@@ -26,28 +34,46 @@ func DatatypeName(d engine.DType) string {
 	return "UNKNOWN"
 }
 
-// ParseDatatype maps a protocol datatype name to fw's dtype (engine.Invalid
-// when fw has none: UINT16, UINT32, UINT64, INT16, BF16, BYTES).
+// ParseDatatype maps a protocol datatype name to fw's dtype, engine.Invalid
+// for a name the protocol does not have.
 func ParseDatatype(s string) engine.DType {
-	switch s {
-	case "FP32":
-		return engine.Float32
-	case "FP64":
-		return engine.Float64
-	case "FP16":
-		return engine.Float16
-	case "INT64":
-		return engine.Int64
-	case "INT32":
-		return engine.Int32
-	case "INT8":
-		return engine.Int8
-	case "UINT8":
-		return engine.Uint8
-	case "BOOL":
-		return engine.Bool
+	for d, name := range v2Names {
+		if name == s {
+			return d
+		}
 	}
 	return engine.Invalid
+}
+
+// Datatypes lists the protocol's datatypes fw takes, for messages:
+// "BOOL, UINT8, ..., BF16 and BYTES".
+func Datatypes() string {
+	names := make([]string, len(datatypeOrder))
+	for i, d := range datatypeOrder {
+		names[i] = v2Names[d]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// ConfigDataType is a model configuration's name of d: TYPE_FP32...,
+// TYPE_STRING for BYTES (the configuration's own name for it).
+func ConfigDataType(d engine.DType) string {
+	if d == engine.String {
+		return "TYPE_STRING"
+	}
+	return "TYPE_" + DatatypeName(d)
+}
+
+// ParseConfigDataType maps a model configuration's datatype name
+// (TYPE_FP32..., TYPE_STRING) to fw's dtype, engine.Invalid for another.
+func ParseConfigDataType(s string) engine.DType {
+	if s == "TYPE_STRING" {
+		return engine.String
+	}
+	if !strings.HasPrefix(s, "TYPE_") {
+		return engine.Invalid
+	}
+	return ParseDatatype(strings.TrimPrefix(s, "TYPE_"))
 }
 
 // ShapeString writes a shape as the protocol does: [-1,64].
@@ -91,7 +117,7 @@ func Backend(f engine.Format) string {
 // Extensions are the protocol extensions fw serves, as GET /v2 and the
 // ServerMetadata call list them.
 func Extensions() []string {
-	return []string{"binary_tensor_data", "model_configuration", "statistics", "model_repository", "system_shared_memory", "cuda_shared_memory", "logging"}
+	return []string{"classification", "binary_tensor_data", "model_configuration", "statistics", "model_repository", "system_shared_memory", "cuda_shared_memory", "logging"}
 }
 
 // TensorConfig is one input or output in a model configuration.
@@ -110,6 +136,9 @@ type TensorConfig struct {
 	Format string
 	// LabelFilename is an output's labels file (classification).
 	LabelFilename string
+	// Labels are LabelFilename's lines, one class per line (index 0 the
+	// first), for the classification extension.
+	Labels []string
 }
 
 // ModelConfig is what a Triton model configuration says about the model fw
@@ -164,7 +193,7 @@ func Config(inst *Instance, filename string) ModelConfig {
 			if batched && len(dims) > 0 { // empty: a shape the engine does not know
 				dims = dims[1:]
 			}
-			out[i] = TensorConfig{Name: sp.Name, DataType: "TYPE_" + DatatypeName(sp.DType), Dims: append([]int64{}, dims...), Format: "FORMAT_NONE"}
+			out[i] = TensorConfig{Name: sp.Name, DataType: ConfigDataType(sp.DType), Dims: append([]int64{}, dims...), Format: "FORMAT_NONE"}
 		}
 		return out
 	}

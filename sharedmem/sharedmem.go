@@ -252,6 +252,26 @@ func (r *Registry) Read(ref Ref, dst []byte) error {
 	return nil
 }
 
+// ReadAll returns a copy of the window ref names in a buffer of ref.Size
+// bytes made by alloc (nil: make), which runs only once the window is
+// known to lie inside its registered region: no request allocates more
+// than the region it names holds, whatever size it claims.
+func (r *Registry) ReadAll(ref Ref, alloc func(n int) []byte) ([]byte, error) {
+	sp, err := r.Acquire(ref.Region, ref.Offset, ref.Size)
+	if err != nil {
+		return nil, err
+	}
+	defer sp.Release()
+	var dst []byte
+	if alloc != nil {
+		dst = alloc(len(sp.Bytes))
+	} else {
+		dst = make([]byte, len(sp.Bytes))
+	}
+	copy(dst, sp.Bytes)
+	return dst, nil
+}
+
 // Write copies src into the window ref names, refusing one smaller than src.
 func (r *Registry) Write(ref Ref, src []byte) error {
 	if uint64(len(src)) > ref.Size {

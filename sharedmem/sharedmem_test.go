@@ -182,3 +182,25 @@ func FuzzAcquire(f *testing.F) {
 		sp.Release()
 	})
 }
+
+// ReadAll allocates only once the window is inside its region.
+func TestReadAllChecksBeforeAllocating(t *testing.T) {
+	dir := t.TempDir()
+	r := New(dir)
+	defer r.Close()
+	key := object(t, dir, "in", 100)
+	if err := r.Register("in", key, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.ReadAll(Ref{Region: "in", Offset: 10, Size: 5}, nil)
+	if err != nil || string(b) != "\x0a\x0b\x0c\x0d\x0e" {
+		t.Fatalf("ReadAll = %v, %v", b, err)
+	}
+	called := false
+	alloc := func(n int) []byte { called = true; return make([]byte, n) }
+	for _, ref := range []Ref{{"in", 0, 101}, {"in", 1 << 40, 1}, {"in", 0, math.MaxUint64}, {"nope", 0, 1}} {
+		if _, err := r.ReadAll(ref, alloc); err == nil || called {
+			t.Errorf("ReadAll(%+v): %v, allocated %v", ref, err, called)
+		}
+	}
+}
