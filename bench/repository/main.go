@@ -86,12 +86,97 @@ func run(b *strings.Builder, bin, models string, dur time.Duration, many, reside
 	if err := tenModels(b, bin, mlp, filepath.Join(tmp, "ten"), dur); err != nil {
 		return err
 	}
-	// 4. A large input three ways.
+	// 4. BYTES tensors.
+	str := filepath.Join(tmp, "strings")
+	if err := copyDir(filepath.Join(models, "triton", "simple_string"), filepath.Join(str, "simple_string")); err != nil {
+		return err
+	}
+	if err := bytesThroughput(b, bin, str, dur); err != nil {
+		return err
+	}
+	// 5. A large input three ways.
 	dn := filepath.Join(tmp, "densenet")
 	if err := copyDir(filepath.Join(models, "triton", "densenet_onnx"), filepath.Join(dn, "densenet_onnx")); err != nil {
 		return err
 	}
 	return largeInput(b, bin, dn, dur)
+}
+
+// bytesThroughput measures Triton's simple_string (two BYTES inputs of 16
+// numbers as strings, their sum and difference as strings) as JSON and as
+// binary tensor data.
+func bytesThroughput(b *strings.Builder, bin, repo string, dur time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	srv, err := benchserve.Start(ctx, bin, "--model-repository", repo)
+	if err != nil {
+		return err
+	}
+	defer stop(srv)
+	var a, c []string
+	var raw []byte
+	for i := range 16 {
+		a = append(a, strconv.Itoa(i))
+		c = append(c, "1")
+	}
+	quote := func(v []string) string {
+		q := make([]string, len(v))
+		for i, x := range v {
+			q[i] = strconv.Quote(x)
+		}
+		return strings.Join(q, ",")
+	}
+	jsonBody := []byte(`{"inputs":[{"name":"INPUT0","datatype":"BYTES","shape":[1,16],"data":[` + quote(a) + `]},{"name":"INPUT1","datatype":"BYTES","shape":[1,16],"data":[` + quote(c) + `]}]}`)
+	ser := func(v []string) []byte {
+		var out []byte
+		for _, x := range v {
+			out = binary.LittleEndian.AppendUint32(out, uint32(len(x)))
+			out = append(out, x...)
+		}
+		return out
+	}
+	r0, r1 := ser(a), ser(c)
+	raw = append(append(raw, r0...), r1...)
+	hdr := []byte(`{"inputs":[{"name":"INPUT0","datatype":"BYTES","shape":[1,16],"parameters":{"binary_data_size":` + strconv.Itoa(len(r0)) + `}},{"name":"INPUT1","datatype":"BYTES","shape":[1,16],"parameters":{"binary_data_size":` + strconv.Itoa(len(r1)) + `}}],"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}},{"name":"OUTPUT1","parameters":{"binary_data":true}}]}`)
+	binBody := append(append([]byte{}, hdr...), raw...)
+	b.WriteString("**BYTES tensors**: Triton's simple_string (two BYTES inputs of 16 numbers written as strings; their sum and difference come back as strings), 8 keep-alive clients:\n\n")
+	b.WriteString("| request | bytes | req/s | p50 ms | p99 ms | failed |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, r := range []struct {
+		name string
+		body []byte
+		hdr  []string
+	}{{"JSON strings", jsonBody, nil}, {"binary tensor data (length-prefixed)", binBody, []string{"Inference-Header-Content-Length", strconv.Itoa(len(hdr))}}} {
+		run := func(d time.Duration) ([]time.Duration, int64) {
+			var mu sync.Mutex
+			var lat []time.Duration
+			var failed atomic.Int64
+			deadline := time.Now().Add(d)
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for time.Now().Before(deadline) {
+						code, _, dd, err := post(srv.URL+"/v2/models/simple_string/infer", "application/json", r.body, r.hdr...)
+						if err != nil || code != 200 {
+							failed.Add(1)
+							continue
+						}
+						mu.Lock()
+						lat = append(lat, dd)
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			return lat, failed.Load()
+		}
+		run(time.Second)
+		lat, failed := run(dur)
+		fmt.Fprintf(b, "| %s | %d | %.0f | %.2f | %.2f | %d |\n", r.name, len(r.body), float64(len(lat))/dur.Seconds(), pct(lat, .5), pct(lat, .99), failed)
+	}
+	b.WriteString("\n")
+	return nil
 }
 
 // copies lays out n models named prefix0000... each with version 1 a copy
