@@ -147,29 +147,9 @@ func bytesThroughput(b *strings.Builder, bin, repo string, dur time.Duration) er
 		hdr  []string
 	}{{"JSON strings", jsonBody, nil}, {"binary tensor data (length-prefixed)", binBody, []string{"Inference-Header-Content-Length", strconv.Itoa(len(hdr))}}} {
 		run := func(d time.Duration) ([]time.Duration, int64) {
-			var mu sync.Mutex
-			var lat []time.Duration
-			var failed atomic.Int64
-			deadline := time.Now().Add(d)
-			var wg sync.WaitGroup
-			for range 8 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for time.Now().Before(deadline) {
-						code, _, dd, err := post(srv.URL+"/v2/models/simple_string/infer", "application/json", r.body, r.hdr...)
-						if err != nil || code != 200 {
-							failed.Add(1)
-							continue
-						}
-						mu.Lock()
-						lat = append(lat, dd)
-						mu.Unlock()
-					}
-				}()
-			}
-			wg.Wait()
-			return lat, failed.Load()
+			return closedLoop(8, d, func(int, int) (time.Duration, error) {
+				return postOK(srv.URL+"/v2/models/simple_string/infer", r.body, r.hdr...)
+			})
 		}
 		run(time.Second)
 		lat, failed := run(dur)
@@ -258,6 +238,45 @@ func infer(base, model string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s: %d %s", model, code, out)
 	}
 	return d, nil
+}
+
+// closedLoop runs call from clients goroutines back to back for d and
+// returns the latencies of the calls that succeeded and the count that failed.
+func closedLoop(clients int, d time.Duration, call func(client, i int) (time.Duration, error)) ([]time.Duration, int64) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	var failed atomic.Int64
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for i := 0; time.Now().Before(deadline); i++ {
+				dd, err := call(c, i)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				mine = append(mine, dd)
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return lat, failed.Load()
+}
+
+// postOK is post for a closed loop: an answer other than 200 is a failure.
+func postOK(url string, body []byte, hdr ...string) (time.Duration, error) {
+	code, out, d, err := post(url, "application/json", body, hdr...)
+	if err == nil && code != 200 {
+		err = fmt.Errorf("%d %s", code, out)
+	}
+	return d, err
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -363,30 +382,10 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident int, dur time
 				}
 			}()
 		}
-		var mu sync.Mutex
-		var lat []time.Duration
-		deadline := time.Now().Add(dur)
-		var cw sync.WaitGroup
-		for range 4 {
-			cw.Add(1)
-			go func() {
-				defer cw.Done()
-				for time.Now().Before(deadline) {
-					d, err := infer(srv.URL, "m0000")
-					if err != nil {
-						failed.Add(1)
-						continue
-					}
-					mu.Lock()
-					lat = append(lat, d)
-					mu.Unlock()
-				}
-			}()
-		}
-		cw.Wait()
+		lat, hotFailed := closedLoop(4, dur, func(int, int) (time.Duration, error) { return infer(srv.URL, "m0000") })
 		close(stop)
 		wg.Wait()
-		return lat, failed.Load(), churned.Load(), nil
+		return lat, failed.Load() + hotFailed, churned.Load(), nil
 	}
 	if _, err := infer(srv.URL, "m0000"); err != nil {
 		return err
@@ -410,31 +409,10 @@ func tenModels(b *strings.Builder, bin, mlp, root string, dur time.Duration) err
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	load := func(urls []string, names []string) (float64, []time.Duration, int64) {
-		var mu sync.Mutex
-		var lat []time.Duration
-		var failed atomic.Int64
-		deadline := time.Now().Add(dur)
-		var wg sync.WaitGroup
-		for c := range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var mine []time.Duration
-				for i := c; time.Now().Before(deadline); i++ {
-					d, err := infer(urls[i%len(urls)], names[i%len(names)])
-					if err != nil {
-						failed.Add(1)
-						continue
-					}
-					mine = append(mine, d)
-				}
-				mu.Lock()
-				lat = append(lat, mine...)
-				mu.Unlock()
-			}()
-		}
-		wg.Wait()
-		return float64(len(lat)) / dur.Seconds(), lat, failed.Load()
+		lat, failed := closedLoop(16, dur, func(c, i int) (time.Duration, error) {
+			return infer(urls[(c+i)%len(urls)], names[(c+i)%len(names)])
+		})
+		return float64(len(lat)) / dur.Seconds(), lat, failed
 	}
 	names := make([]string, 10)
 	for i := range names {
@@ -535,29 +513,9 @@ func largeInput(b *strings.Builder, bin, repo string, dur time.Duration) error {
 	b.WriteString("| input sent as | request bytes | req/s | p50 ms | p99 ms | failed |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		run := func(d time.Duration) ([]time.Duration, int64) {
-			var mu sync.Mutex
-			var lat []time.Duration
-			var failed atomic.Int64
-			deadline := time.Now().Add(d)
-			var wg sync.WaitGroup
-			for range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for time.Now().Before(deadline) {
-						code, _, dd, err := post(srv.URL+"/v2/models/densenet_onnx/infer", "application/json", r.body, r.hdr...)
-						if err != nil || code != 200 {
-							failed.Add(1)
-							continue
-						}
-						mu.Lock()
-						lat = append(lat, dd)
-						mu.Unlock()
-					}
-				}()
-			}
-			wg.Wait()
-			return lat, failed.Load()
+			return closedLoop(4, d, func(int, int) (time.Duration, error) {
+				return postOK(srv.URL+"/v2/models/densenet_onnx/infer", r.body, r.hdr...)
+			})
 		}
 		run(time.Second) // warm-up
 		lat, failed := run(dur)
