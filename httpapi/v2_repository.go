@@ -7,6 +7,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -119,9 +120,20 @@ func (s *Server) repositoryIndex(ctx *fasthttp.RequestCtx) {
 		Ready bool `json:"ready"`
 	}
 	if len(strings.TrimSpace(string(body))) > 0 {
-		if err := json.Unmarshal(body, &req); err != nil {
+		var raw map[string]json.RawMessage
+		err := json.Unmarshal(body, &raw)
+		if err == nil && raw == nil {
+			err = errors.New("got null")
+		}
+		if err != nil {
 			writeError(ctx, newError(400, CodeInvalidJSON, "the body is not a JSON object like {\"ready\": true}: "+err.Error(), nil))
 			return
+		}
+		if r, ok := raw["ready"]; ok {
+			if err := json.Unmarshal(r, &req.Ready); err != nil || string(r) == "null" {
+				writeError(ctx, newError(400, CodeBadRequest, "Invalid value for 'ready': expected a boolean (true lists only the ready versions)", nil))
+				return
+			}
 		}
 	}
 	out := []serving.ModelStatus{}

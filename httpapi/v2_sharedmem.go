@@ -45,6 +45,10 @@ func (s *Server) routeSharedMemory(ctx *fasthttp.RequestCtx, cuda bool, rest str
 	if !s.allow(ctx, method) || !s.authorized(ctx) {
 		return "v2"
 	}
+	if len(name) > 255 {
+		writeError(ctx, newError(400, CodeBadRequest, "a shared memory region's name is at most 255 bytes", nil))
+		return "v2"
+	}
 	if cuda {
 		s.cudaSharedMemory(ctx, name, action)
 		return "v2"
@@ -130,7 +134,10 @@ func (s *Server) v2Logging(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		var in map[string]any
-		if err := json.Unmarshal(body, &in); err != nil {
+		if err := json.Unmarshal(body, &in); err != nil || in == nil {
+			if err == nil {
+				err = errors.New("got null")
+			}
 			writeError(ctx, newError(400, CodeInvalidJSON, `the body must be a JSON object of settings such as {"log_verbose_level": 1}: `+err.Error(), nil))
 			return
 		}
