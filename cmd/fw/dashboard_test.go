@@ -356,3 +356,15 @@ func TestDashboardKillDuringIngest(t *testing.T) {
 	}
 	t.Logf("acked up to step %d; %d points stored", last, len(got))
 }
+
+// A long query string (the runs table's filters travel there) reaches the
+// handler, which names the bad parameter, instead of a bare 431 from the
+// HTTP layer (schemathesis sent a 4.7 KB one).
+func TestDashboardLongQueryReachesTheHandler(t *testing.T) {
+	p := startDashboard(t, t.TempDir())
+	code, out := call(t, "GET", p.url+"/api/runs?limit="+strings.Repeat("x", 4700), "", "", "")
+	if code != 400 || errorCode(t, out) == "" {
+		t.Fatalf("a 4.7 KB query: %d %v, want 400 naming the parameter", code, out)
+	}
+	p.stop(t)
+}
