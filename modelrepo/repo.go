@@ -808,18 +808,7 @@ func (r *Repository) unload(ctx context.Context, name string) error {
 	r.mu.Unlock()
 	m.op.Lock()
 	defer m.op.Unlock()
-	r.mu.Lock()
-	var hosts []*modelhost.Host
-	for vs, v := range m.versions {
-		if v.host != nil {
-			hosts = append(hosts, v.host)
-			r.metrics.Forget(name, vs)
-		}
-		m.versions[vs] = &version{name: name, version: vs, state: serving.ModelUnavailable, reason: "unloaded"}
-	}
-	m.stamp = ""
-	r.publishLocked()
-	r.mu.Unlock()
+	hosts := r.takeOut(m, "unloaded")
 	var errs []error
 	for _, h := range hosts {
 		if err := h.Shutdown(ctx, 30*time.Second); err != nil {
@@ -1177,20 +1166,27 @@ func (r *Repository) evictOne(name string) bool {
 	r.mu.Unlock()
 	m.op.Lock()
 	defer m.op.Unlock()
+	for _, h := range r.takeOut(m, "unloaded to make room (least recently used); loads again on its next request") {
+		r.drain(h)
+	}
+	return true
+}
+
+// takeOut takes every version of m out of serving (the caller holds m.op):
+// each becomes UNAVAILABLE with reason, its metrics go, lookups stop
+// finding it; it returns the hosts, for the caller to drain.
+func (r *Repository) takeOut(m *model, reason string) []*modelhost.Host {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	var hosts []*modelhost.Host
 	for vs, v := range m.versions {
 		if v.host != nil {
 			hosts = append(hosts, v.host)
-			r.metrics.Forget(name, vs)
+			r.metrics.Forget(m.name, vs)
 		}
-		m.versions[vs] = &version{name: name, version: vs, state: serving.ModelUnavailable, reason: "unloaded to make room (least recently used); loads again on its next request"}
+		m.versions[vs] = &version{name: m.name, version: vs, state: serving.ModelUnavailable, reason: reason}
 	}
 	m.stamp = ""
 	r.publishLocked()
-	r.mu.Unlock()
-	for _, h := range hosts {
-		r.drain(h)
-	}
-	return true
+	return hosts
 }
