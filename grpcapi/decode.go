@@ -81,7 +81,7 @@ func specIndex(specs []engine.TensorSpec, name string) int {
 
 // decode checks req against the model's inputs and outputs and the limits
 // and builds the input tensors (the request's parameters are the caller's:
-// serving.CheckSequence). Every size is checked before anything is
+// serving.SequenceParams, read by admit). Every size is checked before anything is
 // allocated: the shape's element count against the bytes or values that
 // carry it (which the message size limit bounds) and the rows against
 // maxRows (0: none). Raw inputs are used in place (they alias req's

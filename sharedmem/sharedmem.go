@@ -237,21 +237,6 @@ type Ref struct {
 	Offset, Size uint64
 }
 
-// Read copies the window ref names into dst, which must be exactly
-// ref.Size bytes long (the tensor the input's shape needs).
-func (r *Registry) Read(ref Ref, dst []byte) error {
-	if uint64(len(dst)) != ref.Size {
-		return invalid("shared memory region '%s': shared_memory_byte_size %d, the input's shape needs %d bytes", ref.Region, ref.Size, len(dst))
-	}
-	sp, err := r.Acquire(ref.Region, ref.Offset, ref.Size)
-	if err != nil {
-		return err
-	}
-	copy(dst, sp.Bytes)
-	sp.Release()
-	return nil
-}
-
 // ReadAll returns a copy of the window ref names in a buffer of ref.Size
 // bytes made by alloc (nil: make), which runs only once the window is
 // known to lie inside its registered region: no request allocates more
