@@ -418,7 +418,13 @@ func modelError(err error) *APIError {
 // bounds the decoded size; 415 for an encoding fw does not read; 400 for a
 // body that does not decode) and returns false.
 func (s *Server) readBody(ctx *fasthttp.RequestCtx) ([]byte, bool) {
-	max := s.cfg.MaxBodyBytes
+	return s.readBodyLimit(ctx, s.cfg.MaxBodyBytes)
+}
+
+// readBodyLimit is readBody with a smaller bound than MaxBodyBytes (max),
+// for the routes whose bodies are small: a larger one is refused once max
+// bytes are read, never read whole.
+func (s *Server) readBodyLimit(ctx *fasthttp.RequestCtx, max int64) ([]byte, bool) {
 	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > max {
 		writeError(ctx, tooLarge(int64(cl), max))
 		return nil, false

@@ -95,18 +95,7 @@ func loadOptions(name string, params map[string]json.RawMessage) (serving.LoadOp
 
 // repositoryBody reads a repository request's body, bounded.
 func (s *Server) repositoryBody(ctx *fasthttp.RequestCtx) ([]byte, bool) {
-	saved := s.cfg.MaxBodyBytes
-	limit := min(saved, maxRepositoryBody)
-	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > limit {
-		writeError(ctx, tooLarge(int64(cl), limit))
-		return nil, false
-	}
-	body, ok := s.readBody(ctx)
-	if ok && int64(len(body)) > limit {
-		writeError(ctx, tooLarge(int64(len(body)), limit))
-		return nil, false
-	}
-	return body, ok
+	return s.readBodyLimit(ctx, min(s.cfg.MaxBodyBytes, maxRepositoryBody))
 }
 
 // repositoryIndex serves POST /v2/repository/index: every model of the
