@@ -461,3 +461,14 @@ func TestExportCommand(t *testing.T) {
 		t.Fatal("fw export --format tflite should fail")
 	}
 }
+
+// A long query string reaches fw serve's handler, which names the bad
+// parameter with 400, instead of a bare 431 from the HTTP layer
+// (schemathesis sent one to /predict/image).
+func TestServeLongQueryReachesTheHandler(t *testing.T) {
+	p := startServe(t, "--model", filepath.Join(modelsDir(t), "digits_mlp.onnx"))
+	code, out := call(t, "POST", p.url+"/predict/image?top_k="+strings.Repeat("x", 4700), "", "image/png", "x")
+	if code != 400 || errorCode(t, out) == "" {
+		t.Fatalf("a 4.7 KB query: %d %v, want 400 naming the parameter", code, out)
+	}
+}

@@ -231,9 +231,14 @@ Flags:
 		Restricted: restrictedHTTP,
 	}, models, metrics, log, reg)
 	hs := &fasthttp.Server{
-		Handler:                      srv.Handler,
-		Name:                         "fw",
-		MaxRequestBodySize:           int(min(*maxBody, int64(1<<31-1))),
+		Handler:            srv.Handler,
+		Name:               "fw",
+		MaxRequestBodySize: int(min(*maxBody, int64(1<<31-1))),
+		// Request heads up to 16 KiB (fasthttp's default is 4 KiB), as the
+		// dashboard's: a long query string reaches the handler, which names
+		// the bad parameter with 400, instead of a bare 431 (schemathesis
+		// sent one to /predict/image).
+		ReadBufferSize:               16 << 10,
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
 		ReadTimeout:                  60 * time.Second,
