@@ -28,7 +28,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -138,7 +138,17 @@ test: sysdeps ## the whole test suite (what CI runs)
 	bash scripts/check-leftovers.sh || rc=1; \
 	if [ $$rc -eq 0 ]; then echo "==> all tests passed"; fi; exit $$rc
 
-test-steps: setup build models lint test-go test-postgres test-replicas test-s3 test-python test-mlflow test-ray test-schemathesis test-soak test-web test-e2e fuzz image
+# make test's steps in order; scripts/timed-steps.sh runs them and prints each
+# one's time at the end. The fuzz step is a smoke (FUZZ_SMOKE_TIME per target);
+# `make fuzz` runs each target for FUZZTIME.
+TEST_STEPS := setup build models lint test-go test-postgres test-replicas test-s3 test-python test-mlflow test-ray test-schemathesis test-soak test-web test-e2e fuzz-smoke image
+FUZZ_SMOKE_TIME ?= 3s
+test-steps:
+	@bash scripts/timed-steps.sh $(MAKE) $(TEST_STEPS)
+
+fuzz-smoke: ## every fuzz target for FUZZ_SMOKE_TIME (3s): make test's share of `make fuzz`
+	@echo "==> go fuzz targets, $(FUZZ_SMOKE_TIME) each (make fuzz: $(FUZZTIME) each)"
+	@FUZZTIME=$(FUZZ_SMOKE_TIME) GO=$(GO) bash scripts/fuzz.sh
 
 test-go:
 	@echo "==> go test -race ./..."
