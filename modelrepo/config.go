@@ -279,10 +279,10 @@ func describe(inst *serving.Instance, cfg *pb.ModelConfig, auto bool, labels map
 		}
 	}
 	var rin, rout []serving.ReshapeTensor
-	if out.Inputs, rin, err = tensors("input", inst.Inputs(), ioOf(cfg.GetInput()), batched, nil); err != nil {
+	if out.Inputs, rin, err = tensors("input", inst.Inputs(), ioOf(cfg.GetInput()), batched, nil, inst.Model.Meta); err != nil {
 		return base, nil, err
 	}
-	if out.Outputs, rout, err = tensors("output", inst.Outputs(), ioOfOut(cfg.GetOutput()), batched, labels); err != nil {
+	if out.Outputs, rout, err = tensors("output", inst.Outputs(), ioOfOut(cfg.GetOutput()), batched, labels, nil); err != nil {
 		return base, nil, err
 	}
 	var reshape *serving.Reshape
@@ -362,8 +362,10 @@ func ioOfOut(outs []*pb.ModelOutput) []tensorCfg {
 // tensors checks a configuration's inputs (or outputs) against the model's
 // specs and returns them in the model's order. A configuration that lists
 // none takes the model's; one that lists some must name only tensors the
-// model has, with its datatype and compatible dims.
-func tensors(kind string, specs []engine.TensorSpec, cfgs []tensorCfg, batched bool, labels map[string]string) ([]serving.TensorConfig, []serving.ReshapeTensor, error) {
+// model has, with its datatype and compatible dims. An input the
+// configuration leaves out gets the format fw's preprocessing metadata
+// (meta, nil when none) implies.
+func tensors(kind string, specs []engine.TensorSpec, cfgs []tensorCfg, batched bool, labels map[string]string, meta *engine.Metadata) ([]serving.TensorConfig, []serving.ReshapeTensor, error) {
 	byName := map[string]engine.TensorSpec{}
 	index := map[string]int{}
 	for i, sp := range specs {
@@ -378,7 +380,7 @@ func tensors(kind string, specs []engine.TensorSpec, cfgs []tensorCfg, batched b
 		}
 		tc := serving.TensorConfig{Name: sp.Name, DataType: typeName(sp.DType), Dims: append([]int64{}, dims...)}
 		if kind == "input" {
-			tc.Format = "FORMAT_NONE"
+			tc.Format = serving.InputFormat(meta, index[sp.Name], dims)
 		}
 		return tc
 	}

@@ -578,3 +578,33 @@ func TestPartialConfigCompletesBatching(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A model directory without config.pbtxt holding an fw export with image
+// preprocessing: the auto-completed configuration says the image input is
+// FORMAT_NCHW (what /predict/image writes); a flattened one stays
+// FORMAT_NONE, as does an explicit configuration's choice.
+func TestAutoCompleteFormatFromPreprocessing(t *testing.T) {
+	root := t.TempDir()
+	for _, name := range []string{"digits_cnn", "digits_mlp"} {
+		data, err := os.ReadFile(filepath.Join(testmodels.Dir(t), name+".onnx"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(root, name, "1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, name, "1", "model.onnx"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := open(t, Config{Roots: []string{root}, Mode: ModeNone})
+	for name, want := range map[string]string{"digits_cnn": "FORMAT_NCHW", "digits_mlp": "FORMAT_NONE"} {
+		inst, err := f.repo.Get(name, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := inst.Config.Inputs[0].Format; got != want {
+			t.Errorf("%s: input format %s, want %s (dims %v)", name, got, want, inst.Config.Inputs[0].Dims)
+		}
+	}
+}

@@ -195,3 +195,29 @@ func TestTooManyRows(t *testing.T) {
 		}
 	}
 }
+
+func TestInputFormat(t *testing.T) {
+	img := func(im engine.ImagePreprocessing) *engine.Metadata {
+		return &engine.Metadata{Preprocessing: &engine.Preprocessing{Image: &im}}
+	}
+	cases := []struct {
+		meta *engine.Metadata
+		i    int
+		dims []int64
+		want string
+	}{
+		{img(engine.ImagePreprocessing{Channels: 3, Layout: "NCHW"}), 0, []int64{3, 224, 224}, "FORMAT_NCHW"},
+		{img(engine.ImagePreprocessing{Channels: 1}), 0, []int64{1, -1, -1}, "FORMAT_NCHW"},
+		{img(engine.ImagePreprocessing{Channels: 1}), 0, []int64{-1, 8, 8}, "FORMAT_NCHW"},
+		{img(engine.ImagePreprocessing{Channels: 3}), 1, []int64{3, 224, 224}, "FORMAT_NONE"},    // not the image input
+		{img(engine.ImagePreprocessing{Channels: 1, Flatten: true}), 0, []int64{64}, "FORMAT_NONE"}, // flattened
+		{img(engine.ImagePreprocessing{Channels: 3}), 0, []int64{1, 224, 224}, "FORMAT_NONE"},      // channels disagree
+		{&engine.Metadata{}, 0, []int64{3, 224, 224}, "FORMAT_NONE"},
+		{nil, 0, []int64{3, 224, 224}, "FORMAT_NONE"},
+	}
+	for _, c := range cases {
+		if got := InputFormat(c.meta, c.i, c.dims); got != c.want {
+			t.Errorf("InputFormat(%+v, %d, %v) = %s, want %s", c.meta, c.i, c.dims, got, c.want)
+		}
+	}
+}

@@ -141,6 +141,25 @@ type TensorConfig struct {
 	Labels []string
 }
 
+// InputFormat is the model configuration's format of input i, whose dims
+// (without the batch axis when batched) are dims: FORMAT_NCHW for the input
+// fw's image preprocessing fills (the first input of a model whose metadata
+// has preprocessing.image, unflattened, channels first: the only layout
+// /predict/image writes), FORMAT_NONE for every other input.
+func InputFormat(meta *engine.Metadata, i int, dims []int64) string {
+	if i != 0 || meta == nil || meta.Preprocessing == nil || meta.Preprocessing.Image == nil {
+		return "FORMAT_NONE"
+	}
+	im := meta.Preprocessing.Image
+	if im.Flatten || len(dims) != 3 || (im.Layout != "" && !strings.EqualFold(im.Layout, "NCHW")) {
+		return "FORMAT_NONE"
+	}
+	if dims[0] > 0 && dims[0] != int64(im.Channels) {
+		return "FORMAT_NONE"
+	}
+	return "FORMAT_NCHW"
+}
+
 // ModelConfig is what a Triton model configuration says about the model fw
 // serves: the form ModelConfig (gRPC) and GET /v2/models/{m}/config (HTTP)
 // render.
@@ -186,18 +205,21 @@ func Config(inst *Instance, filename string) ModelConfig {
 	if batched {
 		c.MaxBatchSize = bc.MaxBatchRows
 	}
-	conv := func(specs []engine.TensorSpec) []TensorConfig {
+	conv := func(specs []engine.TensorSpec, inputs bool) []TensorConfig {
 		out := make([]TensorConfig, len(specs))
 		for i, sp := range specs {
 			dims := sp.Shape
 			if batched && len(dims) > 0 { // empty: a shape the engine does not know
 				dims = dims[1:]
 			}
-			out[i] = TensorConfig{Name: sp.Name, DataType: ConfigDataType(sp.DType), Dims: append([]int64{}, dims...), Format: "FORMAT_NONE"}
+			out[i] = TensorConfig{Name: sp.Name, DataType: ConfigDataType(sp.DType), Dims: append([]int64{}, dims...)}
+			if inputs {
+				out[i].Format = InputFormat(m.Meta, i, dims)
+			}
 		}
 		return out
 	}
-	c.Inputs, c.Outputs = conv(m.Inputs()), conv(m.Outputs())
+	c.Inputs, c.Outputs = conv(m.Inputs(), true), conv(m.Outputs(), false)
 	if n, ok := m.Device.CUDAIndex(); ok {
 		c.GPUs, c.InstanceKind = []int{n}, "KIND_GPU"
 	}
