@@ -209,9 +209,9 @@ func TestInputFormat(t *testing.T) {
 		{img(engine.ImagePreprocessing{Channels: 3, Layout: "NCHW"}), 0, []int64{3, 224, 224}, "FORMAT_NCHW"},
 		{img(engine.ImagePreprocessing{Channels: 1}), 0, []int64{1, -1, -1}, "FORMAT_NCHW"},
 		{img(engine.ImagePreprocessing{Channels: 1}), 0, []int64{-1, 8, 8}, "FORMAT_NCHW"},
-		{img(engine.ImagePreprocessing{Channels: 3}), 1, []int64{3, 224, 224}, "FORMAT_NONE"},    // not the image input
+		{img(engine.ImagePreprocessing{Channels: 3}), 1, []int64{3, 224, 224}, "FORMAT_NONE"},       // not the image input
 		{img(engine.ImagePreprocessing{Channels: 1, Flatten: true}), 0, []int64{64}, "FORMAT_NONE"}, // flattened
-		{img(engine.ImagePreprocessing{Channels: 3}), 0, []int64{1, 224, 224}, "FORMAT_NONE"},      // channels disagree
+		{img(engine.ImagePreprocessing{Channels: 3}), 0, []int64{1, 224, 224}, "FORMAT_NONE"},       // channels disagree
 		{&engine.Metadata{}, 0, []int64{3, 224, 224}, "FORMAT_NONE"},
 		{nil, 0, []int64{3, 224, 224}, "FORMAT_NONE"},
 	}
