@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -452,11 +451,6 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 		if err := t.Check(); err != nil {
 			return 0, &InputError{Input: spec.Name, Msg: err.Error()}
 		}
-		if t.DType == String && m.Format.ONNX() {
-			if k := firstNUL(t); k >= 0 {
-				return 0, &InputError{Input: spec.Name, Msg: fmt.Sprintf("element %d holds a NUL byte, which ONNX Runtime's string tensors cannot carry (it would cut the string there)", k)}
-			}
-		}
 		if !m.opts.AllowNonFinite && t.DType.IsFloat() {
 			if idx := firstNonFinite(t); idx >= 0 {
 				return 0, &InputError{Input: spec.Name, Msg: fmt.Sprintf("element %d is %v; NaN and Inf are refused (the model's output would be meaningless)", idx, t.At(idx))}
@@ -492,21 +486,6 @@ func torchTypeNames() string {
 		names[i] = d.String()
 	}
 	return strings.Join(names, ", ")
-}
-
-// firstNUL is the index of the first element of a checked String tensor
-// holding a 0 byte, -1 when none does.
-func firstNUL(t Tensor) int {
-	elems, err := t.Strings()
-	if err != nil {
-		return -1
-	}
-	for k, s := range elems {
-		if bytes.IndexByte(s, 0) >= 0 {
-			return k
-		}
-	}
-	return -1
 }
 
 func firstNonFinite(t Tensor) int {
