@@ -17,7 +17,7 @@ MODELS := build/models
 ORT_LIB := third_party/onnxruntime/lib/libonnxruntime.so.1
 SHIM := build/lib/libfwtorch.so
 HELM := build/tools/helm
-GO_SOURCES := $(shell find . -name '*.go' -not -path './third_party/*' -not -path './.venv/*' -not -path './web/node_modules/*' 2>/dev/null) go.mod go.sum
+GO_SOURCES := $(shell find . -name '*.go' -not -path './third_party/*' -not -path './.venv/*' -not -path './web/node_modules/*' 2>/dev/null) $(wildcard engine/*.c engine/*.h) go.mod go.sum
 PY_SOURCES := $(filter-out python/fw/triton_samples.py,$(shell find python/fw -name '*.py' 2>/dev/null))
 # Triton's sample models rebuilt as ONNX, in a Triton-layout model repository (fw serve --model-repository).
 TRITON_REPO := $(MODELS)/triton

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -246,7 +245,7 @@ func (m *Model) reconcileSpecs() error {
 	if !m.Format.ONNX() {
 		for _, specs := range [][]TensorSpec{mIn, mOut} {
 			for _, sp := range specs {
-				if err := m.takes(sp.DType); err != nil && sp.DType != Invalid {
+				if err := m.Takes(sp.DType); err != nil && sp.DType != Invalid {
 					return &LoadError{Path: m.Path, Code: CodeUnsupportedDType, Msg: fmt.Sprintf("fw.json declares %q as %s", sp.Name, sp.DType), Err: err,
 						Hint: "export the model with one of the dtypes libtorch models take, or as ONNX"}
 				}
@@ -418,7 +417,7 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 		if spec.DType != Invalid && t.DType != spec.DType {
 			return 0, &InputError{Input: spec.Name, Msg: "wrong dtype", Expected: spec.DType.String(), Received: t.DType.String()}
 		}
-		if err := m.takes(t.DType); err != nil {
+		if err := m.Takes(t.DType); err != nil {
 			return 0, &InputError{Input: spec.Name, Msg: err.Error()}
 		}
 		known := len(spec.Shape) > 0 || (!m.batched && spec.DType != Invalid) // a known rank-0 spec only exists unbatched
@@ -452,11 +451,6 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 		if err := t.Check(); err != nil {
 			return 0, &InputError{Input: spec.Name, Msg: err.Error()}
 		}
-		if t.DType == String && m.Format.ONNX() {
-			if k := firstNUL(t); k >= 0 {
-				return 0, &InputError{Input: spec.Name, Msg: fmt.Sprintf("element %d holds a NUL byte, which ONNX Runtime's string tensors cannot carry (it would cut the string there)", k)}
-			}
-		}
 		if !m.opts.AllowNonFinite && t.DType.IsFloat() {
 			if idx := firstNonFinite(t); idx >= 0 {
 				return 0, &InputError{Input: spec.Name, Msg: fmt.Sprintf("element %d is %v; NaN and Inf are refused (the model's output would be meaningless)", idx, t.At(idx))}
@@ -472,10 +466,11 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 	return batch, nil
 }
 
-// takes reports why the model's engine cannot take elements of dt, nil
+// Takes reports why the model's engine cannot take elements of dt, nil
 // when it can: ONNX Runtime takes every known dtype, the libtorch shim
-// TorchTypes.
-func (m *Model) takes(dt DType) error {
+// TorchTypes. Callers that fill inputs themselves (the sequence batcher's
+// controls and state) check their datatypes with it at load.
+func (m *Model) Takes(dt DType) error {
 	if !dt.Known() {
 		return fmt.Errorf("unsupported dtype %s", dt)
 	}
@@ -491,21 +486,6 @@ func torchTypeNames() string {
 		names[i] = d.String()
 	}
 	return strings.Join(names, ", ")
-}
-
-// firstNUL is the index of the first element of a checked String tensor
-// holding a 0 byte, -1 when none does.
-func firstNUL(t Tensor) int {
-	elems, err := t.Strings()
-	if err != nil {
-		return -1
-	}
-	for k, s := range elems {
-		if bytes.IndexByte(s, 0) >= 0 {
-			return k
-		}
-	}
-	return -1
 }
 
 func firstNonFinite(t Tensor) int {

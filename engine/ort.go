@@ -17,6 +17,9 @@ var ortRuntime struct {
 	once sync.Once
 	path string
 	err  error
+	// api is the library's C API, for what onnxruntime_go lacks (filling
+	// string tensors byte-exactly: ort_strings.go).
+	api ortAPI
 }
 
 // ORTLibraryPath is where fw looks for libonnxruntime.so.1: override
@@ -40,7 +43,9 @@ func initORT(override string) (string, error) {
 		ort.SetSharedLibraryPath(p)
 		if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
 			ortRuntime.err = fmt.Errorf("initialise ONNX Runtime from %s: %w", p, err)
+			return
 		}
+		ortRuntime.api, ortRuntime.err = ortStringAPI(p)
 	})
 	return ortRuntime.path, ortRuntime.err
 }
@@ -291,28 +296,12 @@ func concreteShape(spec []int64, batch int64) ([]int64, bool) {
 
 // ortInput makes the ONNX Runtime value of an input: its Data itself for
 // the fixed-size types, a copy of its elements for String (ONNX Runtime
-// keeps its own std::strings).
+// keeps its own std::strings; ortStringInput).
 func ortInput(t Tensor) (ort.Value, error) {
 	if t.DType != String {
 		return ort.NewCustomDataTensor(ort.NewShape(t.Shape...), t.Data, ort.TensorElementDataType(t.DType))
 	}
-	elems, err := t.Strings()
-	if err != nil {
-		return nil, err
-	}
-	strs := make([]string, len(elems))
-	for i, e := range elems {
-		strs[i] = string(e)
-	}
-	v, err := ort.NewStringTensor(ort.NewShape(t.Shape...))
-	if err != nil {
-		return nil, err
-	}
-	if err := v.SetContents(strs); err != nil {
-		v.Destroy()
-		return nil, err
-	}
-	return v, nil
+	return ortStringInput(t)
 }
 
 func tensorFromORT(v ort.Value) (Tensor, error) {

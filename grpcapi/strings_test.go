@@ -90,13 +90,14 @@ func TestStringModelRawAndTyped(t *testing.T) {
 }
 
 // Hostile BYTES requests get INVALID_ARGUMENT (or RESOURCE_EXHAUSTED for
-// rows) with a message; what goes in well formed comes back byte for byte.
+// rows) with a message; what goes in well formed comes back byte for byte,
+// NUL bytes included (Triton's simple_grpc_string_infer_client sends them).
 func TestStringIdentityAndRefusals(t *testing.T) {
 	fx := start(t, options{model: testmodels.Triton(t, "simple_identity"), name: "simple_identity", maxRows: 8})
-	elems := []string{"", "\xff\xfe not UTF-8", strings.Repeat("z", 100000), "é"}
+	elems := []string{"", "\xff\xfe not UTF-8", strings.Repeat("z", 100000), "é", "he\x00llo", "\x00\x01\x02\x03"}
 	raw := serialize(elems...)
 	resp, err := fx.client.ModelInfer(callCtx(t), &pb.ModelInferRequest{ModelName: "simple_identity",
-		Inputs: []*pb.ModelInferRequest_InferInputTensor{bytesInput("INPUT0", 2, 2)}, RawInputContents: [][]byte{raw}})
+		Inputs: []*pb.ModelInferRequest_InferInputTensor{bytesInput("INPUT0", 2, 3)}, RawInputContents: [][]byte{raw}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +126,6 @@ func TestStringIdentityAndRefusals(t *testing.T) {
 		{"more elements", rawReq(two, 1, 1), codes.InvalidArgument, "bytes follow the 1 elements"},
 		{"huge shape", rawReq(two, 1<<40, 1<<20), codes.InvalidArgument, "need at least"},
 		{"rows", rawReq(serialize("1", "2", "3", "4", "5", "6", "7", "8", "9"), 9, 1), codes.ResourceExhausted, "--max-rows"},
-		{"NUL", rawReq(serialize("a\x00"), 1, 1), codes.InvalidArgument, "NUL byte"},
 		{"typed count", typedReq([][]byte{[]byte("a")}, 1, 2), codes.InvalidArgument, "needs 2 elements, its contents hold 1 in the field for BYTES (bytes_contents)"},
 		{"typed in another field", &pb.ModelInferRequest{ModelName: "simple_identity", Inputs: []*pb.ModelInferRequest_InferInputTensor{{Name: "INPUT0", Datatype: "BYTES", Shape: []int64{1, 1},
 			Contents: &pb.InferTensorContents{IntContents: []int32{1}}}}}, codes.InvalidArgument, "in the field for BYTES"},
@@ -139,6 +139,11 @@ func TestStringIdentityAndRefusals(t *testing.T) {
 	resp, err = fx.client.ModelInfer(callCtx(t), typedReq([][]byte{{}, {}, nil}, 1, 3))
 	if err != nil || !slices.Equal(deserialize(t, resp.RawOutputContents[0]), []string{"", "", ""}) {
 		t.Fatalf("empty strings: %v %v", resp, err)
+	}
+	// NUL bytes, typed (bytes_contents, as tritonclient.grpc sends BYTES).
+	resp, err = fx.client.ModelInfer(callCtx(t), typedReq([][]byte{[]byte("he\x00llo"), {0, 1, 2, 3}, {0}}, 1, 3))
+	if err != nil || !slices.Equal(deserialize(t, resp.RawOutputContents[0]), []string{"he\x00llo", "\x00\x01\x02\x03", "\x00"}) {
+		t.Fatalf("NUL bytes: %v %v", resp, err)
 	}
 }
 

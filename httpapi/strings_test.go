@@ -185,15 +185,16 @@ func TestV2StringModelJSONAndBinary(t *testing.T) {
 }
 
 // simple_identity: what goes in comes out byte for byte over the binary
-// extension (empty strings, bytes that are not UTF-8, escapes decoded
+// extension (empty strings, bytes that are not UTF-8, NUL bytes as
+// Triton's simple_http_string_infer_client sends them, escapes decoded
 // from JSON); a JSON answer is always valid JSON (U+FFFD for bytes that
-// are not UTF-8).
+// are not UTF-8, \u0000 for NUL).
 func TestV2StringIdentityBytes(t *testing.T) {
 	ts := startModel(t, testmodels.Triton(t, "simple_identity"), Config{}, nil)
 	url := ts.url + "/v2/models/simple_identity/infer"
-	elems := []string{"", "\xff\xfe\x80", "plain", "é\t\"quoted\"\\", strings.Repeat("x", 70000), "😀"}
+	elems := []string{"", "\xff\xfe\x80", "plain", "é\t\"quoted\"\\", strings.Repeat("x", 70000), "😀", "he\x00llo", "\x00\x01\x02\x03"}
 	raw := serialize(elems...)
-	in := map[string]any{"name": "INPUT0", "datatype": "BYTES", "shape": []int{2, 3}, "parameters": map[string]any{"binary_data_size": len(raw)}}
+	in := map[string]any{"name": "INPUT0", "datatype": "BYTES", "shape": []int{2, 4}, "parameters": map[string]any{"binary_data_size": len(raw)}}
 	body, hl := v2BinaryBody(t, map[string]any{"inputs": []any{in}, "parameters": map[string]any{"binary_data_output": true}}, raw)
 	_, out := stringOutputs(t, v2Do(t, "POST", url, body, v2HeaderLength, hl))
 	if !slices.Equal(out["OUTPUT0"], elems) {
@@ -201,15 +202,16 @@ func TestV2StringIdentityBytes(t *testing.T) {
 	}
 	body, hl = v2BinaryBody(t, map[string]any{"inputs": []any{in}}, raw)
 	_, out = stringOutputs(t, v2Do(t, "POST", url, body, v2HeaderLength, hl))
-	if out["OUTPUT0"][1] != "\ufffd\ufffd\ufffd" || out["OUTPUT0"][3] != elems[3] || out["OUTPUT0"][5] != "😀" {
-		t.Fatalf("JSON answer: %q", out["OUTPUT0"][:6])
+	if out["OUTPUT0"][1] != "\ufffd\ufffd\ufffd" || out["OUTPUT0"][3] != elems[3] || out["OUTPUT0"][5] != "😀" ||
+		out["OUTPUT0"][6] != "he\x00llo" || out["OUTPUT0"][7] != "\x00\x01\x02\x03" {
+		t.Fatalf("JSON answer: %q", append(out["OUTPUT0"][:4:4], out["OUTPUT0"][5:]...))
 	}
 	// JSON escapes in, exact bytes out; a raw byte that is not UTF-8 in a
 	// JSON string is taken as sent.
-	js := []byte(`{"inputs":[{"name":"INPUT0","datatype":"BYTES","shape":[1,4],"data":["\u00e9\ud83d\ude00\n\/","\ud800x","raw` + "\xff" + `",""]}],` +
+	js := []byte(`{"inputs":[{"name":"INPUT0","datatype":"BYTES","shape":[1,5],"data":["\u00e9\ud83d\ude00\n\/","\ud800x","raw` + "\xff" + `","","he\u0000llo"]}],` +
 		`"outputs":[{"name":"OUTPUT0","parameters":{"binary_data":true}}]}`)
 	_, out = stringOutputs(t, v2Do(t, "POST", url, js))
-	if want := []string{"é😀\n/", "\ufffdx", "raw\xff", ""}; !slices.Equal(out["OUTPUT0"], want) {
+	if want := []string{"é😀\n/", "\ufffdx", "raw\xff", "", "he\x00llo"}; !slices.Equal(out["OUTPUT0"], want) {
 		t.Fatalf("escapes: %q, want %q", out["OUTPUT0"], want)
 	}
 }
@@ -218,7 +220,7 @@ func TestV2StringIdentityBytes(t *testing.T) {
 // claimed sizes would need is allocated: length prefixes beyond the data,
 // 4 GiB and "negative" lengths, element counts that do not match the
 // shape, shapes far beyond the body, numbers where strings belong, bad
-// escapes, NUL bytes (which ONNX Runtime cannot carry).
+// escapes.
 func TestV2StringRefusals(t *testing.T) {
 	ts := startModel(t, testmodels.Triton(t, "simple_identity"), Config{MaxRows: 8}, nil)
 	url := ts.url + "/v2/models/simple_identity/infer"
@@ -240,7 +242,6 @@ func TestV2StringRefusals(t *testing.T) {
 	f("size below the lengths", bin([]int{2, 2}, two, len(two)), 422, CodeInvalidInput, "needs at least 16 bytes of binary data")
 	f("shape far beyond the body", bin([]int{8, 1 << 40}, two, len(two)), 422, CodeInvalidInput, "needs at least")
 	f("rows above --max-rows", bin([]int{9, 1}, serialize("a", "b", "c", "d", "e", "f", "g", "h", "i"), 9*5), 413, CodeTooLarge, "--max-rows")
-	f("NUL byte", bin([]int{1, 1}, serialize("a\x00b"), 7), 422, CodeInvalidInput, "NUL byte")
 	js := func(data string) v2Reply {
 		return v2Do(t, "POST", url, []byte(`{"inputs":[{"name":"INPUT0","datatype":"BYTES","shape":[1,2],"data":`+data+`}]}`))
 	}

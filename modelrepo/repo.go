@@ -706,6 +706,9 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 			if seq != nil {
 				sc := *seq
 				sc.Slots *= max(1, inst.Batcher.Config().Instances) // per engine instance, as Triton's
+				if err := checkEngineTakes(&sc, inst.Model); err != nil {
+					return err
+				}
 				b, err := sequence.New(sc, inst.Model.Inputs(), inst.Model.Outputs(), cfg.GetMaxBatchSize() > 0, r.log)
 				if err != nil {
 					return err

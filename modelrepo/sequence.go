@@ -100,6 +100,30 @@ func sequenceConfig(name, dir string, cfg *pb.ModelConfig) (*sequence.Config, er
 	return out, nil
 }
 
+// checkEngineTakes refuses, at load, a control or a state of a datatype
+// the model's engine cannot take (a libtorch model has no unsigned 16-,
+// 32- or 64-bit, no 16-bit integer and no string tensors): every request
+// would fail otherwise. It names the control or state and its type.
+func checkEngineTakes(sc *sequence.Config, m *engine.Model) error {
+	for _, c := range sc.Controls {
+		if err := m.Takes(c.DType); err != nil {
+			fix := "use int32_false_true, fp32_false_true or bool_false_true"
+			if c.Kind == sequence.CorrID {
+				fix = "declare it TYPE_INT64 or TYPE_INT32, in the configuration and the model's input alike"
+			}
+			return fmt.Errorf("sequence_batching control %s (input %q) has data_type %s: %w; %s, or serve the model's ONNX export",
+				c.Kind, c.Input, serving.ConfigDataType(c.DType), err, fix)
+		}
+	}
+	for _, s := range sc.States {
+		if err := m.Takes(s.DType); err != nil {
+			return fmt.Errorf("sequence_batching state %q has data_type %s: %w; give the state one of those types, in the configuration and the model alike, or serve the model's ONNX export",
+				s.Input, serving.ConfigDataType(s.DType), err)
+		}
+	}
+	return nil
+}
+
 // queueDelay is the strategy's max_queue_delay_microseconds.
 func queueDelay(sb *pb.ModelSequenceBatching) uint64 {
 	if o := sb.GetOldest(); o != nil {
@@ -124,12 +148,8 @@ func control(model, input string, c *pb.ModelSequenceBatching_Control) (sequence
 			return out, fmt.Errorf("sequence batching must not specify either 'int32_false_true', 'fp32_false_true' or 'bool_false_true' for %s for %s", k, model)
 		}
 		switch dt := c.GetDataType(); dt {
-		case pb.DataType_TYPE_INT64:
-			out.DType = engine.Int64
-		case pb.DataType_TYPE_INT32:
-			out.DType = engine.Int32
-		case pb.DataType_TYPE_UINT64, pb.DataType_TYPE_UINT32, pb.DataType_TYPE_STRING:
-			return out, fmt.Errorf("control %s of %s has data_type %s, which fw cannot send: its engines have no unsigned and no string tensors; use TYPE_INT64 (or TYPE_INT32) in the model and the configuration", k, model, dt)
+		case pb.DataType_TYPE_UINT64, pb.DataType_TYPE_INT64, pb.DataType_TYPE_UINT32, pb.DataType_TYPE_INT32, pb.DataType_TYPE_STRING:
+			out.DType = dtypeOf(dt)
 		default:
 			return out, fmt.Errorf("unexpected data type for control %s for %s. Allowed data types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING", k, model)
 		}

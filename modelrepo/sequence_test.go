@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/httpapi"
+	"github.com/fw-serve/fw/internal/testmodels"
 	"github.com/fw-serve/fw/sequence"
 	"github.com/fw-serve/fw/serving"
 	"github.com/prometheus/client_golang/prometheus"
@@ -99,10 +101,12 @@ func runSequence(ctx context.Context, r *Repository, model string, id any, xs []
 }
 
 // The outputs Triton's sequence examples expect (simple_grpc_sequence_
-// stream_infer_client.py, simple_http_sequence_sync_infer_client.py):
-// START adds one; the dyna model adds the correlation ID on the END request.
+// stream_infer_client.py, simple_http_sequence_sync_infer_client.py, with
+// -d the dyna models): START adds one; the dyna models add the correlation
+// ID on the END request; simple_string_dyna_sequence (a string ID, its
+// CORRID TYPE_STRING) answers the running sum, START not added.
 func TestSequenceExamplesExpectations(t *testing.T) {
-	f := open(t, Config{Roots: []string{samples(t)}, Mode: ModeExplicit, LoadModels: []string{"simple_sequence", "simple_dyna_sequence"}})
+	f := open(t, Config{Roots: []string{samples(t)}, Mode: ModeExplicit, LoadModels: []string{"simple_sequence", "simple_dyna_sequence", "simple_string_dyna_sequence"}})
 	ctx := context.Background()
 	values := []int32{11, 7, 5, 3, 2, 0, 1}
 	neg := func(v []int32) []int32 {
@@ -124,13 +128,21 @@ func TestSequenceExamplesExpectations(t *testing.T) {
 		{"simple_sequence", "3f2504e0-4f89-11d3-9a0c-0305e82c3301", 20, neg(values), false},
 		{"simple_dyna_sequence", uint64(1000), 0, values, true},
 		{"simple_dyna_sequence", uint64(1001), 100, neg(values), true},
+		{"simple_string_dyna_sequence", "1002", 20, neg(values), true},
 	} {
 		got, err := runSequence(ctx, f.repo, c.model, c.id, append([]int32{c.first}, c.xs...))
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := append([]int32{c.first + 1}, c.xs...)
-		if c.dyna {
+		if id, ok := c.id.(string); ok && c.dyna {
+			want[0] = c.first
+			for i := 1; i < len(want); i++ {
+				want[i] += want[i-1]
+			}
+			n, _ := strconv.Atoi(id)
+			want[len(want)-1] += int32(n)
+		} else if c.dyna {
 			want[len(want)-1] += int32(c.id.(uint64))
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -245,7 +257,7 @@ func TestSequenceRestartAndRefusals(t *testing.T) {
 	_, err = seqInfer(ctx, r, m, "", true, false, 1)
 	refused(err, "inference request to model 'simple_sequence_state' must specify a non-zero or non-empty correlation ID")
 	_, err = seqInfer(ctx, r, "simple_dyna_sequence", "abc", true, false, 1)
-	refused(err, "correlation ID in request is not an unsigned int")
+	refused(err, "sequence batching control 'CORRID' data-type is 'BYTES', but model 'simple_dyna_sequence' expects 'UINT64'")
 	inst, _ := r.Get(m, "")
 	_, _, err = serving.Infer(ctx, r, inst, []engine.Tensor{i32(1)}) // /predict cannot name a sequence
 	refused(err, "must specify a non-zero or non-empty correlation ID; model \"simple_sequence_state\" is stateful")
@@ -356,4 +368,153 @@ func TestSequenceConfigRefusals(t *testing.T) {
 	f([]string{"direct { }", "direct { minimum_slot_utilization: 0.5 }"}, "sequence_batching.direct.minimum_slot_utilization, which fw does not support")
 	f([]string{`input [ { name: "INPUT"`, `input [ { name: "START" data_type: TYPE_BOOL dims: [ 1 ] }, { name: "INPUT"`},
 		`input "START" is filled by the server (sequence_batching's control inputs and state); list only the inputs clients send`)
+}
+
+// dynaModel writes root/name, Triton's simple_dyna_sequence with its CORRID
+// control of data_type corrType (TYPE_UINT64 ... TYPE_STRING): OUTPUT =
+// READY * (INPUT + START + END * int32(CORRID)), the oldest strategy, so
+// that requests of several sequences share engine calls. A string ID is
+// cast to a number by the graph: it must be digits.
+func dynaModel(t *testing.T, root, name, corrType string) {
+	t.Helper()
+	onnxType := map[string]int{"TYPE_UINT64": testmodels.ONNXUint64, "TYPE_INT64": testmodels.ONNXInt64, "TYPE_UINT32": testmodels.ONNXUint32,
+		"TYPE_INT32": testmodels.ONNXInt32, "TYPE_STRING": testmodels.ONNXString}[corrType]
+	dims := []any{"batch", 1}
+	var ins []testmodels.ValueInfo
+	for _, n := range []string{"INPUT", "START", "END", "READY"} {
+		ins = append(ins, testmodels.ValueInfo{Name: n, Type: testmodels.ONNXInt32, Dims: dims})
+	}
+	ins = append(ins, testmodels.ValueInfo{Name: "CORRID", Type: onnxType, Dims: dims})
+	testmodels.WriteONNX(t, root, filepath.Join(name, "1", "model.onnx"), []testmodels.Node{
+		{Op: "Cast", Inputs: []string{"CORRID"}, Outputs: []string{"corrid"}, IntAttrs: map[string]int64{"to": testmodels.ONNXInt32}},
+		{Op: "Add", Inputs: []string{"INPUT", "START"}, Outputs: []string{"a"}},
+		{Op: "Mul", Inputs: []string{"END", "corrid"}, Outputs: []string{"b"}},
+		{Op: "Add", Inputs: []string{"a", "b"}, Outputs: []string{"sum"}},
+		{Op: "Mul", Inputs: []string{"READY", "sum"}, Outputs: []string{"OUTPUT"}},
+	}, ins, []testmodels.ValueInfo{{Name: "OUTPUT", Type: testmodels.ONNXInt32, Dims: dims}})
+	cfg := fmt.Sprintf(`name: %q
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+sequence_batching {
+  oldest { max_candidate_sequences: 4 max_queue_delay_microseconds: 2000 }
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: %s } ] }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+`, name, corrType)
+	if err := os.WriteFile(filepath.Join(root, name, "config.pbtxt"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// CORRID of each type Triton allows loads and reaches the model: the
+// integer ones with the numeric ID, TYPE_STRING with the string ID (as
+// Triton's simple_string_dyna_sequence), several sequences at once sharing
+// engine calls. An ID of the other kind is refused with Triton's sentence.
+// Before fw had unsigned and string tensors, TYPE_UINT64, TYPE_UINT32 and
+// TYPE_STRING failed the load.
+func TestSequenceCorrIDTypes(t *testing.T) {
+	root := t.TempDir()
+	types := []string{"TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_STRING"}
+	for _, ct := range types {
+		dynaModel(t, root, strings.ToLower(ct), ct)
+	}
+	f := open(t, Config{Roots: []string{root}})
+	ctx := context.Background()
+	values := []int32{0, 11, 7, 1}
+	for _, ct := range types {
+		model := strings.ToLower(ct)
+		t.Run(ct, func(t *testing.T) {
+			var wg sync.WaitGroup
+			errs := make(chan error, 6)
+			for k := range 6 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					n := int32(1000 + k)
+					var id any = uint64(n)
+					if ct == "TYPE_STRING" {
+						id = fmt.Sprint(n)
+					}
+					got, err := runSequence(ctx, f.repo, model, id, values)
+					want := []int32{1, 11, 7, 1 + n}
+					if err == nil && fmt.Sprint(got) != fmt.Sprint(want) {
+						err = fmt.Errorf("sequence %v: %v, want %v", id, got, want)
+					}
+					if err != nil {
+						errs <- err
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			other, want := any("1001"), fmt.Sprintf("sequence batching control 'CORRID' data-type is 'BYTES', but model '%s' expects '%s'; send sequence_id as an unsigned integer", model, strings.TrimPrefix(ct, "TYPE_"))
+			if ct == "TYPE_STRING" {
+				other, want = uint64(1001), "sequence batching control 'CORRID' data-type is 'UINT64', but model 'type_string' expects 'BYTES'; send sequence_id as a string"
+			}
+			_, err := seqInfer(ctx, f.repo, model, other, true, false, 1)
+			if err == nil || !strings.Contains(err.Error(), want) || serving.Classify(err, time.Second).Kind != serving.KindBadRequest {
+				t.Fatalf("an ID of the other kind: %v, want a bad request saying %q", err, want)
+			}
+		})
+	}
+	inst, err := f.repo.Get("type_string", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := inst.Config.SequenceBatching["control_input"].([]any); fmt.Sprint(cs[3]) != "map[control:[map[bool_false_true:[] data_type:TYPE_STRING fp32_false_true:[] int32_false_true:[] kind:CONTROL_SEQUENCE_CORRID]] name:CORRID]" {
+		t.Fatalf("CORRID reported as %v", cs[3])
+	}
+}
+
+// A libtorch model cannot take unsigned or string tensors: a CORRID or a
+// state of such a type fails the load, naming the control or state and
+// its type, rather than every request.
+func TestSequenceLibtorchRefusesTypes(t *testing.T) {
+	if _, err := engine.TorchVersion(""); err != nil {
+		testmodels.Require(t, "libtorch shim unavailable: "+err.Error())
+	}
+	ts := filepath.Join(testmodels.Dir(t), "digits_mlp.ts.pt")
+	for _, c := range []struct{ seq, want string }{
+		{`control_input [ { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] } ]`,
+			`sequence_batching control CONTROL_SEQUENCE_CORRID (input "CORRID") has data_type TYPE_UINT64: uint64 tensors are not supported by libtorch models`},
+		{`control_input [ { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] } ]`,
+			`sequence_batching control CONTROL_SEQUENCE_CORRID (input "CORRID") has data_type TYPE_STRING: string tensors are not supported by libtorch models`},
+		{`state [ { input_name: "S_IN" output_name: "S_OUT" data_type: TYPE_UINT32 dims: [ 1 ] } ]`,
+			`sequence_batching state "S_IN" has data_type TYPE_UINT32: uint32 tensors are not supported by libtorch models`},
+	} {
+		root := t.TempDir()
+		dir := filepath.Join(root, "ts", "1")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "model.pt"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg := "name: \"ts\"\nplatform: \"pytorch_libtorch\"\nmax_batch_size: 8\nsequence_batching { " + c.seq + " }\n"
+		if err := os.WriteFile(filepath.Join(root, "ts", "config.pbtxt"), []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r, err := New(Config{Roots: []string{root}, Engine: engine.Options{Threads: 1}, SkipWarmup: true}, httpapi.NewMetrics(prometheus.NewRegistry()), quiet())
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = r.Start(context.Background())
+		_ = r.Shutdown(context.Background(), time.Minute)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "or serve the model's ONNX export") {
+			t.Errorf("%s: %v, want %q", c.seq, err, c.want)
+		}
+	}
 }

@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,12 +75,17 @@ type Control struct {
 	Input string
 	Kind  Kind
 	// DType is the input's: Int32, Float32 or Bool for a flag (Triton's
-	// int32_false_true, fp32_false_true, bool_false_true), Int64 or Int32
-	// for CorrID.
+	// int32_false_true, fp32_false_true, bool_false_true); for CorrID one
+	// of CorrIDTypes: an integer type takes numeric IDs, String takes
+	// string IDs.
 	DType engine.DType
 	// False and True are a flag's values.
 	False, True float64
 }
+
+// CorrIDTypes are the datatypes a CorrID control may have, Triton's:
+// TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING.
+var CorrIDTypes = []engine.DType{engine.Uint64, engine.Int64, engine.Uint32, engine.Int32, engine.String}
 
 // State is one implicit state: the model input Input receives what the
 // model output Output gave on the sequence's previous request.
@@ -157,6 +163,10 @@ type Batcher struct {
 	stateIn, stateOut   []int
 	// initial are the states' first values, shaped for one request.
 	initial []engine.Tensor
+	// corrID is the CorrID control's input name and datatype (Invalid
+	// when the model has none).
+	corrIDInput string
+	corrID      engine.DType
 	// slots holds a token per sequence being served.
 	slots chan struct{}
 	log   *slog.Logger
@@ -227,6 +237,12 @@ func New(cfg Config, inputs, outputs []engine.TensorSpec, batched bool, log *slo
 		i := index(inputs, c.Input)
 		if i < 0 {
 			return nil, fmt.Errorf("sequence_batching: %s names input %q, which the model does not have; its inputs are %s", what, c.Input, describe(inputs))
+		}
+		if c.Kind == CorrID {
+			if !slices.Contains(CorrIDTypes, c.DType) {
+				return nil, fmt.Errorf("sequence_batching: %s %q has datatype %s; it takes uint64, int64, uint32, int32 or string", what, c.Input, c.DType)
+			}
+			b.corrIDInput, b.corrID = c.Input, c.DType
 		}
 		if err := fits(inputs[i], c.DType, perRow); err != nil {
 			return nil, fmt.Errorf("sequence_batching: %s %q: %v", what, c.Input, err)
@@ -346,15 +362,33 @@ func (b *Batcher) Active() int {
 	return len(b.seqs)
 }
 
-// corrIDNumeric reports whether the model's CORRID control takes numbers
-// (every CORRID fw serves does: it has no string tensors).
-func (b *Batcher) corrIDNumeric() bool {
-	for _, c := range b.cfg.Controls {
-		if c.Kind == CorrID {
-			return true
-		}
+// checkIDType refuses a correlation ID of the other kind than the model's
+// CORRID control takes (a string ID to an integer CORRID, a numeric one to
+// a string CORRID), with Triton's sentence; any ID suits a model without a
+// CORRID control.
+func (b *Batcher) checkIDType(id ID) error {
+	if b.corrID == engine.Invalid {
+		return nil
 	}
-	return false
+	str := b.corrID == engine.String
+	if (id.S != "") == str {
+		return nil
+	}
+	sent, fix := "UINT64", fmt.Sprintf("send sequence_id as a string (sequence_id %d was sent as an integer)", id.N)
+	if !str {
+		sent, fix = "BYTES", fmt.Sprintf("send sequence_id as an unsigned integer (sequence_id %q was sent as a string)", id.S)
+	}
+	return refuse("sequence batching control '%s' data-type is '%s', but model '%s' expects '%s'; %s",
+		b.corrIDInput, sent, b.cfg.Model, protocolName(b.corrID), fix)
+}
+
+// protocolName is a datatype's name in the inference protocol (Triton's
+// DataTypeToProtocolString): "UINT64", "BYTES".
+func protocolName(d engine.DType) string {
+	if d == engine.String {
+		return "BYTES"
+	}
+	return strings.ToUpper(d.String())
 }
 
 // CheckRows refuses a request of more than one row to a batched model:
@@ -382,8 +416,8 @@ func (b *Batcher) Enter(id ID, start, end bool) (*Ticket, error) {
 	if id.Zero() {
 		return nil, refuse("inference request to model '%s' must specify a non-zero or non-empty correlation ID", b.cfg.Model)
 	}
-	if id.S != "" && b.corrIDNumeric() {
-		return nil, refuse("inference request to model '%s': correlation ID in request is not an unsigned int (sequence_id %q); the model's CORRID control input takes a number, send an integer sequence_id", b.cfg.Model, id.S)
+	if err := b.checkIDType(id); err != nil {
+		return nil, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -593,11 +627,16 @@ func (b *Batcher) control(c Control, t *Ticket) engine.Tensor {
 	}
 	out := engine.Tensor{DType: c.DType, Shape: shape, Data: make([]byte, c.DType.Size())}
 	if c.Kind == CorrID {
+		// As Triton: the ID's bytes, little-endian, cut to the width of a
+		// 32-bit CORRID; a string ID as one BYTES element (Enter checked
+		// that the ID is of the CORRID's kind).
 		switch c.DType {
-		case engine.Int64:
+		case engine.Int64, engine.Uint64:
 			binary.LittleEndian.PutUint64(out.Data, t.s.id.N)
-		case engine.Int32:
+		case engine.Int32, engine.Uint32:
 			binary.LittleEndian.PutUint32(out.Data, uint32(t.s.id.N))
+		case engine.String:
+			out.Data = engine.AppendString(nil, t.s.id.S)
 		}
 		return out
 	}

@@ -236,12 +236,13 @@ func TestUnknownEndRestart(t *testing.T) {
 	}
 }
 
-// String IDs are sequences of their own; a model with a CORRID control
-// needs numbers.
+// String IDs are sequences of their own; a model whose CORRID control is
+// an integer refuses them, with Triton's sentence.
 func TestStringIDs(t *testing.T) {
 	e := &engineLog{}
-	if _, err := send(newBatcher(t, config(2)), e, ID{S: "abc"}, true, false, 1); err == nil || !strings.Contains(err.Error(), "correlation ID in request is not an unsigned int") {
-		t.Fatalf("string ID to a CORRID model: %v", err)
+	if _, err := send(newBatcher(t, config(2)), e, ID{S: "abc"}, true, false, 1); err == nil ||
+		!strings.Contains(err.Error(), "sequence batching control 'CORRID' data-type is 'BYTES', but model 'acc' expects 'INT64'; send sequence_id as an unsigned integer") {
+		t.Fatalf("string ID to an INT64 CORRID model: %v", err)
 	}
 	cfg := config(2)
 	cfg.Controls = cfg.Controls[:3] // no CORRID
@@ -269,6 +270,77 @@ func TestStringIDs(t *testing.T) {
 	run(ID{N: 1}, true, 50)
 	if got := run(ID{S: "a"}, false, 2); got != 3 {
 		t.Fatalf("string sequence: %d", got)
+	}
+}
+
+// CORRID of each of Triton's types: the ID's little-endian bytes (cut to
+// four for the 32-bit ones), or a string ID as one BYTES element; an ID of
+// the other kind is refused before it enters a sequence, with Triton's
+// sentence, and a model without CORRID takes both kinds.
+func TestCorrIDTypes(t *testing.T) {
+	for _, c := range []struct {
+		dt       engine.DType
+		id       ID
+		want     []byte
+		other    ID
+		mismatch string
+	}{
+		{engine.Uint64, ID{N: 1<<63 + 5}, []byte{5, 0, 0, 0, 0, 0, 0, 0x80}, ID{S: "7"}, "data-type is 'BYTES', but model 'm' expects 'UINT64'"},
+		{engine.Int64, ID{N: 1<<40 + 3}, []byte{3, 0, 0, 0, 0, 1, 0, 0}, ID{S: "x"}, "data-type is 'BYTES', but model 'm' expects 'INT64'"},
+		{engine.Uint32, ID{N: 1<<32 + 9}, []byte{9, 0, 0, 0}, ID{S: "x"}, "data-type is 'BYTES', but model 'm' expects 'UINT32'"},
+		{engine.Int32, ID{N: 0xfffffffe}, []byte{0xfe, 0xff, 0xff, 0xff}, ID{S: "x"}, "data-type is 'BYTES', but model 'm' expects 'INT32'"},
+		{engine.String, ID{S: "seq-é"}, append([]byte{6, 0, 0, 0}, "seq-é"...), ID{N: 42},
+			"sequence batching control 'CORRID' data-type is 'UINT64', but model 'm' expects 'BYTES'; send sequence_id as a string (sequence_id 42 was sent as an integer)"},
+	} {
+		t.Run(c.dt.String(), func(t *testing.T) {
+			specs := []engine.TensorSpec{{Name: "INPUT", DType: engine.Int32, Shape: []int64{-1, 1}}, {Name: "CORRID", DType: c.dt, Shape: []int64{-1, 1}}}
+			cfg := Config{Model: "m", Slots: 2, MaxIdle: time.Hour, Controls: []Control{{Input: "CORRID", Kind: CorrID, DType: c.dt}}}
+			b, err := New(cfg, specs, outs[:1], true, quiet())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			var got []engine.Tensor
+			submit := func(_ context.Context, in []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+				got = append(got, in[1])
+				return []engine.Tensor{in[0]}, batcher.Timing{}, nil
+			}
+			for i := range 2 {
+				tk, err := b.Enter(c.id, i == 0, i == 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, _, err := tk.Run(context.Background(), []engine.Tensor{i32(1)}, submit); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, g := range got {
+				if g.DType != c.dt || fmt.Sprint(g.Shape) != "[1 1]" || string(g.Data) != string(c.want) || g.Check() != nil {
+					t.Fatalf("CORRID sent %s %v % x, want %s [1 1] % x", g.DType, g.Shape, g.Data, c.dt, c.want)
+				}
+			}
+			_, err = b.Enter(c.other, true, false)
+			var re *Error
+			if !errors.As(err, &re) || !strings.Contains(err.Error(), c.mismatch) {
+				t.Fatalf("an ID of the other kind: %v, want %q", err, c.mismatch)
+			}
+			if _, err := b.Enter(ID{}, true, false); err == nil || !strings.Contains(err.Error(), "must specify a non-zero or non-empty correlation ID") {
+				t.Fatalf("no ID: %v", err)
+			}
+			if n := b.Active(); n != 0 {
+				t.Fatalf("%d sequences held: the refused ID entered one", n)
+			}
+		})
+	}
+	specs := []engine.TensorSpec{{Name: "INPUT", DType: engine.Int32, Shape: []int64{-1, 1}}, {Name: "CORRID", DType: engine.Float32, Shape: []int64{-1, 1}}}
+	_, err := New(Config{Model: "m", Controls: []Control{{Input: "CORRID", Kind: CorrID, DType: engine.Float32}}}, specs, outs[:1], true, quiet())
+	if err == nil || !strings.Contains(err.Error(), "it takes uint64, int64, uint32, int32 or string") {
+		t.Fatalf("a float32 CORRID: %v", err)
+	}
+	specs[1].DType = engine.Int64
+	_, err = New(Config{Model: "m", Controls: []Control{{Input: "CORRID", Kind: CorrID, DType: engine.String}}}, specs, outs[:1], true, quiet())
+	if err == nil || !strings.Contains(err.Error(), "the model takes int64, the configuration sends string") {
+		t.Fatalf("a string CORRID for an int64 input: %v", err)
 	}
 }
 

@@ -9,8 +9,10 @@ same tensor names, datatypes and shapes, and the same ``config.pbtxt``, so the e
 unchanged against ``fw serve --model-repository``. The stateful ones (Triton's sequence batcher)
 are ``simple_sequence`` and ``simple_dyna_sequence``, as Triton's ONNX samples compute them (the
 output is the input plus the START flag, plus the correlation ID on the END request for the dyna
-one), and ``simple_sequence_state``, an accumulator whose running sum is implicit state the server
-keeps between the requests of a sequence. It also writes the shapes that once broke fw: a model without
+one, whose CORRID is UINT64), ``simple_string_dyna_sequence``, whose CORRID is a string (Triton's
+``-d`` sequence examples send it a string sequence ID), and ``simple_sequence_state``, an
+accumulator whose running sum is implicit state the server keeps between the requests of a
+sequence. It also writes the shapes that once broke fw: a model without
 a batch axis whose output is shorter than its input (``nobatch``) and a model exported with a
 fixed batch of one (``fixed_batch1``). Every graph is built with the ``onnx`` package from fixed
 numbers: the output is the same on every machine.
@@ -154,12 +156,11 @@ def simple_sequence() -> onnx.ModelProto:
 def simple_dyna_sequence() -> onnx.ModelProto:
     """Triton's ``simple_dyna_sequence``: OUTPUT = READY * (INPUT + START + END * CORRID).
 
-    As Triton's, but CORRID is INT64 where Triton's is UINT64 (fw's engines have no unsigned
-    64-bit tensors); the correlation ID, cast to INT32, is added on the last request.
+    CORRID is UINT64, as Triton's; the correlation ID, cast to INT32, is added on the last request.
     """
     vi = helper.make_tensor_value_info
     ins = [vi(n, TensorProto.INT32, ["batch", 1]) for n in ("INPUT", "START", "END", "READY")]
-    ins.append(vi("CORRID", TensorProto.INT64, ["batch", 1]))
+    ins.append(vi("CORRID", TensorProto.UINT64, ["batch", 1]))
     nodes = [
         helper.make_node("Cast", ["CORRID"], ["corrid"], to=TensorProto.INT32),
         helper.make_node("Add", ["INPUT", "START"], ["a"]),
@@ -168,6 +169,32 @@ def simple_dyna_sequence() -> onnx.ModelProto:
         helper.make_node("Mul", ["READY", "sum"], ["OUTPUT"]),
     ]
     return _graph("simple_dyna_sequence", nodes, ins, [vi("OUTPUT", TensorProto.INT32, ["batch", 1])])
+
+
+def simple_string_dyna_sequence() -> onnx.ModelProto:
+    """Triton's ``simple_string_dyna_sequence``: a STRING CORRID, and a running sum.
+
+    Triton serves it with its C++ ``dyna_sequence`` test backend, which accumulates INPUT over the
+    sequence (START resets the sum) and adds the correlation ID, a string of digits, on the END
+    request. Here the sum is implicit state (ACC_IN, ACC_OUT): OUTPUT = READY * (ACC_OUT + END *
+    int32(CORRID)), ACC_OUT = START ? INPUT : ACC_IN + INPUT (kept when READY is 0).
+    """
+    vi = helper.make_tensor_value_info
+    ins = [vi(n, TensorProto.INT32, ["batch", 1]) for n in ("INPUT", "START", "END", "READY")]
+    ins += [vi("CORRID", TensorProto.STRING, ["batch", 1]), vi("ACC_IN", TensorProto.INT32, ["batch", 1])]
+    outs = [vi("OUTPUT", TensorProto.INT32, ["batch", 1]), vi("ACC_OUT", TensorProto.INT32, ["batch", 1])]
+    nodes = [
+        helper.make_node("Cast", ["CORRID"], ["corrid"], to=TensorProto.INT32),
+        helper.make_node("Cast", ["START"], ["start"], to=TensorProto.BOOL),
+        helper.make_node("Cast", ["READY"], ["ready"], to=TensorProto.BOOL),
+        helper.make_node("Add", ["ACC_IN", "INPUT"], ["sum"]),
+        helper.make_node("Where", ["start", "INPUT", "sum"], ["acc"]),
+        helper.make_node("Where", ["ready", "acc", "ACC_IN"], ["ACC_OUT"]),
+        helper.make_node("Mul", ["END", "corrid"], ["b"]),
+        helper.make_node("Add", ["ACC_OUT", "b"], ["out"]),
+        helper.make_node("Mul", ["READY", "out"], ["OUTPUT"]),
+    ]
+    return _graph("simple_string_dyna_sequence", nodes, ins, outs)
 
 
 def simple_sequence_state() -> onnx.ModelProto:
@@ -281,7 +308,7 @@ instance_group [
   }
 ]
 """,
-    # Triton's, the oldest strategy, with an INT64 CORRID (Triton's is UINT64).
+    # Triton's, the oldest strategy.
     "simple_dyna_sequence": """name: "simple_dyna_sequence"
 platform: "onnxruntime_onnx"
 max_batch_size: 8
@@ -295,7 +322,38 @@ sequence_batching {
     { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
     { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
     { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] },
-    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_INT64 } ] }
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]
+}
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+""",
+    # As Triton's L0_http/L0_grpc make it from simple_dyna_sequence's (CORRID TYPE_STRING), with
+    # the running sum its dyna_sequence backend keeps as implicit state.
+    "simple_string_dyna_sequence": """name: "simple_string_dyna_sequence"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+sequence_batching {
+  max_sequence_idle_microseconds: 10000000
+  oldest {
+    max_candidate_sequences: 1024
+    max_queue_delay_microseconds: 10000
+  }
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] }
+  ]
+  state [
+    {
+      input_name: "ACC_IN"
+      output_name: "ACC_OUT"
+      data_type: TYPE_INT32
+      dims: [ 1 ]
+      initial_state { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" }
+    }
   ]
 }
 input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
@@ -363,6 +421,7 @@ def build(out: Path) -> list[str]:
         "densenet_onnx": densenet(),
         "simple_sequence": simple_sequence(),
         "simple_dyna_sequence": simple_dyna_sequence(),
+        "simple_string_dyna_sequence": simple_string_dyna_sequence(),
         "simple_sequence_state": simple_sequence_state(),
     }
     if out.exists():

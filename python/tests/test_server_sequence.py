@@ -2,8 +2,9 @@
 
 Starts the real ``fw`` binary (FW_BIN) on the stateful models of the Triton sample repository that
 ``make models`` writes (FW_MODELS_DIR/triton, python/fw/triton_samples.py): ``simple_sequence`` and
-``simple_dyna_sequence`` as Triton's ONNX samples compute them, and ``simple_sequence_state``, an
-accumulator whose running sum is implicit state kept by the server. Requests go the ways Triton's
+``simple_dyna_sequence`` (a UINT64 CORRID) as Triton's ONNX samples compute them,
+``simple_string_dyna_sequence`` (a STRING CORRID, string sequence IDs, a running sum), and
+``simple_sequence_state``, an accumulator whose running sum is implicit state kept by the server. Requests go the ways Triton's
 sequence examples send them: HTTP sync, gRPC sync and the gRPC stream (``start_stream`` +
 ``async_stream_infer`` with ``sequence_id``), and the examples' expected outputs must come out.
 """
@@ -32,7 +33,7 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
 SAMPLES = Path(os.environ.get("FW_MODELS_DIR") or REPO / "build" / "models") / "triton"
-MODELS = ["simple_sequence", "simple_dyna_sequence", "simple_sequence_state"]
+MODELS = ["simple_sequence", "simple_dyna_sequence", "simple_string_dyna_sequence", "simple_sequence_state"]
 
 # Triton's examples: two integer sequences and one with a string ID, values [first] + VALUES.
 VALUES = [11, 7, 5, 3, 2, 0, 1]
@@ -42,8 +43,9 @@ VALUES = [11, 7, 5, 3, 2, 0, 1]
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
     if not FW_BIN.is_file():
         pytest.skip(f"fw binary missing at {FW_BIN}: run `make build` or set FW_BIN")
-    if not (SAMPLES / "simple_sequence_state" / "config.pbtxt").is_file():
-        pytest.skip(f"the stateful sample models are missing in {SAMPLES}: run `make models`")
+    for name in MODELS:
+        if not (SAMPLES / name / "config.pbtxt").is_file():
+            pytest.skip(f"the stateful sample model {name} is missing in {SAMPLES}: run `make models`")
     root = tmp_path_factory.mktemp("repo") / "models"
     for name in MODELS:
         shutil.copytree(SAMPLES / name, root / name)
@@ -116,17 +118,24 @@ def _stream(
 
 
 def _example_sequences(model: str) -> list[tuple[str, object, list[int]]]:
-    string_id = str(uuid.uuid4())
+    """The sequences of Triton's examples: without -d, simple_sequence with two integer IDs and a
+    UUID; with -d, simple_dyna_sequence with the integer IDs and simple_string_dyna_sequence with
+    the string ID "1002" (its CORRID is a string that the model reads as a number)."""
     seqs = [(model, 1000, [0, *VALUES]), (model, 1001, [100, *(-v for v in VALUES)])]
-    if model == "simple_sequence":  # the examples send their string ID to simple_sequence
-        seqs.append((model, string_id, [20, *(-v for v in VALUES)]))
+    if model == "simple_sequence":
+        seqs.append((model, str(uuid.uuid4()), [20, *(-v for v in VALUES)]))
+    else:
+        seqs.append(("simple_string_dyna_sequence", "1002", [20, *(-v for v in VALUES)]))
     return seqs
 
 
 def _expected(model: str, seq_id, values: list[int]) -> list[int]:
-    """What Triton's examples check: START adds one; the dyna model adds the ID on the END request."""
+    """What Triton's examples check: START adds one; the dyna models add the ID on the END request;
+    simple_string_dyna_sequence answers the running sum (START not added)."""
     want = [values[0] + 1, *values[1:]]
-    if model == "simple_dyna_sequence":
+    if model == "simple_string_dyna_sequence":
+        want = [int(x) for x in np.cumsum(values)]
+    if model != "simple_sequence":
         want[-1] += int(seq_id)
     return want
 
@@ -143,6 +152,83 @@ def test_triton_examples_expected_outputs(server: FwServer, model: str, how: str
             got = {seq_id: _sync(c, mod, m, seq_id, values) for m, seq_id, values in seqs}
     for m, seq_id, values in seqs:
         assert got[seq_id] == _expected(m, seq_id, values), (how, seq_id)
+
+
+@pytest.mark.parametrize("how", ["http", "grpc", "stream"])
+def test_string_corrid_many_sequences(server: FwServer, how: str) -> None:
+    """simple_string_dyna_sequence: many string-ID sequences at once, batched together (the oldest
+    strategy), each its own running sum and its own ID added at the end; and the same on
+    simple_dyna_sequence (UINT64 CORRID) with IDs above 2**32, which Triton's UINT64 carries."""
+    rng = np.random.default_rng(3)
+    str_seqs = [
+        ("simple_string_dyna_sequence", str(500 + k), [int(x) for x in rng.integers(-50, 50, 6)])
+        for k in range(8)
+    ]
+    big = 1 << 40
+    int_seqs = [
+        ("simple_dyna_sequence", big + 600 + k, [int(x) for x in rng.integers(-50, 50, 6)]) for k in range(4)
+    ]
+    if how == "stream":
+        got = _stream(server.grpc_url, str_seqs + int_seqs, interleave=True)
+    else:
+        mod = httpclient if how == "http" else grpcclient
+        url = server.url if how == "http" else server.grpc_url
+
+        def one(seq):
+            with mod.InferenceServerClient(url) as c:
+                return seq[1], _sync(c, mod, seq[0], seq[1], seq[2])
+
+        with ThreadPoolExecutor(6) as pool:
+            got = dict(pool.map(one, str_seqs + int_seqs))
+    for _, seq_id, values in str_seqs:
+        assert got[seq_id] == [*np.cumsum(values)[:-1], int(np.sum(values)) + int(seq_id)], seq_id
+    for _, seq_id, values in int_seqs:
+        # The model casts CORRID to INT32: the ID's low 32 bits are added.
+        assert got[seq_id] == [values[0] + 1, *values[1:-1], values[-1] + (seq_id & 0xFFFFFFFF)], seq_id
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc", "stream"])
+def test_corrid_kind_mismatch_refused(server: FwServer, proto: str) -> None:
+    """An integer sequence ID to a STRING-CORRID model and a string one to a UINT64-CORRID model:
+    Triton's sentence, 400 / INVALID_ARGUMENT, and the sequence was not started."""
+    cases = [
+        (
+            "simple_string_dyna_sequence",
+            77,
+            "sequence batching control 'CORRID' data-type is 'UINT64', but model "
+            "'simple_string_dyna_sequence' expects 'BYTES'; send sequence_id as a string",
+        ),
+        (
+            "simple_dyna_sequence",
+            "77",
+            "sequence batching control 'CORRID' data-type is 'BYTES', but model "
+            "'simple_dyna_sequence' expects 'UINT64'; send sequence_id as an unsigned integer",
+        ),
+    ]
+    if proto == "stream":
+        done: queue.Queue = queue.Queue()
+        with grpcclient.InferenceServerClient(server.grpc_url) as c:
+            c.start_stream(callback=partial(lambda q, result, error: q.put((result, error)), done))
+            for model, seq_id, _ in cases:
+                ins, _ = _request(grpcclient, 1)
+                c.async_stream_infer(model, ins, sequence_id=seq_id, sequence_start=True)
+            msgs = sorted(done.get(timeout=30)[1].message() for _ in cases)
+            c.stop_stream()
+        for (_, _, want), msg in zip(sorted(cases, key=lambda x: x[2]), msgs, strict=True):
+            assert msg.startswith(want), msg
+        return
+    mod = httpclient if proto == "http" else grpcclient
+    with mod.InferenceServerClient(server.url if proto == "http" else server.grpc_url) as c:
+        for model, seq_id, want in cases:
+            ins, _ = _request(mod, 1)
+            with pytest.raises(InferenceServerException) as e:
+                c.infer(model, ins, sequence_id=seq_id, sequence_start=True)
+            assert e.value.message().startswith(want), e.value.message()
+            assert e.value.status() == ("400" if proto == "http" else "StatusCode.INVALID_ARGUMENT")
+            # Not started: the next request of that ID is refused as an unknown sequence.
+            ok_id = str(seq_id) if isinstance(seq_id, int) else int(seq_id)
+            with pytest.raises(InferenceServerException, match="must specify the START flag"):
+                c.infer(model, ins, sequence_id=ok_id)
 
 
 def test_implicit_state_many_sequences(server: FwServer) -> None:
@@ -289,7 +375,11 @@ def test_configuration_reported(server: FwServer) -> None:
     """Triton's configuration extension: sequence_batching with Triton's defaults, the same over HTTP and gRPC."""
     h = httpclient.InferenceServerClient(server.url)
     g = grpcclient.InferenceServerClient(server.grpc_url)
-    for model, strategy in [("simple_sequence", "direct"), ("simple_dyna_sequence", "oldest")]:
+    for model, strategy in [
+        ("simple_sequence", "direct"),
+        ("simple_dyna_sequence", "oldest"),
+        ("simple_string_dyna_sequence", "oldest"),
+    ]:
         hc = h.get_model_config(model)
         gc = g.get_model_config(model, as_json=True)["config"]
         sb = hc["sequence_batching"]
@@ -310,5 +400,15 @@ def test_configuration_reported(server: FwServer) -> None:
         h.get_model_config("simple_dyna_sequence")["sequence_batching"]["oldest"]["max_candidate_sequences"]
         == 1024
     )
+    for model, corrid in [
+        ("simple_dyna_sequence", "TYPE_UINT64"),
+        ("simple_string_dyna_sequence", "TYPE_STRING"),
+    ]:
+        for sb in (
+            h.get_model_config(model)["sequence_batching"],
+            g.get_model_config(model, as_json=True)["config"]["sequence_batching"],
+        ):
+            ctl = next(ci for ci in sb["control_input"] if ci["name"] == "CORRID")["control"][0]
+            assert (ctl["kind"], ctl["data_type"]) == ("CONTROL_SEQUENCE_CORRID", corrid), model
     h.close()
     g.close()
