@@ -293,7 +293,8 @@ func modelStatus(err error) error {
 
 // ModelReady implements GRPCInferenceService.
 func (s *Server) ModelReady(_ context.Context, req *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
-	if _, err := s.model(req.GetName(), req.GetVersion()); err != nil {
+	if err := s.models.Ready(req.GetName(), req.GetVersion()); err != nil {
+		err = modelStatus(err)
 		if c := status.Code(err); c == codes.Unavailable || c == codes.NotFound {
 			// As Triton: a model that is not loaded is not ready, not an error.
 			return &pb.ModelReadyResponse{Ready: false}, nil

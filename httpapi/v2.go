@@ -110,8 +110,10 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 		return "v2"
 	case "ready":
 		if s.allow(ctx, "GET", "HEAD") && s.authorized(ctx) {
-			if inst := s.v2Model(ctx, name, version); inst != nil && s.v2Ready(ctx) {
-				writeJSON(ctx, 200, map[string]any{"name": inst.Name(), "ready": true})
+			if err := s.models.Ready(name, version); err != nil {
+				writeError(ctx, modelError(err))
+			} else if s.v2Ready(ctx) {
+				writeJSON(ctx, 200, map[string]any{"name": name, "ready": true})
 			}
 		}
 		return "v2"

@@ -896,6 +896,30 @@ func (r *Repository) Get(name, version string) (*serving.Instance, error) {
 		Message: fmt.Sprintf("Request for unknown model: '%s' has no available versions", name)}
 }
 
+// Ready implements serving.Models: Get's answer without its on-demand
+// load. An unloaded model of an on-demand repository is ready (its next
+// request loads it) unless its last on-demand load failed within
+// failureMemory.
+func (r *Repository) Ready(name, version string) error {
+	if !r.cfg.onDemand() || (*r.served.Load())[name] != nil {
+		_, err := r.Get(name, version)
+		return err
+	}
+	if e := serving.BadVersion(name, version); e != nil {
+		return e
+	}
+	if _, err := r.dir(name); err != nil {
+		return r.unknown(name, version)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m := r.models[name]; m != nil && m.failure != nil && time.Since(m.failedAt) < failureMemory {
+		return &serving.ModelError{Kind: serving.ModelNotReady, Model: name, RetryAfter: int(failureMemory / time.Second),
+			Message: fmt.Sprintf("failed to load '%s' on demand: %v", name, m.failure)}
+	}
+	return nil
+}
+
 func (r *Repository) unknown(name, version string) error {
 	snap := *r.served.Load()
 	e := serving.ErrUnknownModel(name, version, slices.Sorted(maps.Keys(snap)))

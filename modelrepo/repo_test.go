@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -546,6 +547,22 @@ func TestOnDemandEvictionUnderLoad(t *testing.T) {
 	// A model the repository lacks is still unknown, not loaded on demand.
 	_, err := f.repo.Get("nosuch", "")
 	wantModelError(t, err, serving.ModelUnknown, "Request for unknown model")
+	wantModelError(t, f.repo.Ready("nosuch", ""), serving.ModelUnknown, "Request for unknown model")
+	// A readiness probe of a model not loaded answers ready without loading it.
+	for i := range models {
+		name := fmt.Sprintf("m%02d", i)
+		if slices.ContainsFunc(f.repo.Loaded(), func(inst *serving.Instance) bool { return inst.Name() == name }) {
+			continue
+		}
+		before := len(f.repo.Loaded())
+		if err := f.repo.Ready(name, ""); err != nil {
+			t.Fatalf("Ready(%s) of an unloaded on-demand model: %v", name, err)
+		}
+		if slices.ContainsFunc(f.repo.Loaded(), func(inst *serving.Instance) bool { return inst.Name() == name }) || len(f.repo.Loaded()) != before {
+			t.Fatalf("Ready(%s) loaded a model", name)
+		}
+		break
+	}
 }
 
 // dynamic_batching.default_queue_policy.max_queue_size bounds the model's

@@ -16,6 +16,12 @@ type Models interface {
 	// Get is the instance serving version of the model name ("" for its
 	// newest ready version). Its error is a *ModelError.
 	Get(name, version string) (*Instance, error)
+	// Ready is nil when a request for the model would be answered, without
+	// loading it: a model loaded on demand (--max-resident-models) is ready
+	// while unloaded, unless its last load failed. Readiness probes use it,
+	// so a probe never loads a model or evicts another. Its error is a
+	// *ModelError, as Get's.
+	Ready(name, version string) error
 	// Default is the model the unprefixed routes serve: the only one
 	// loaded. With none or several, its *ModelError says which to name.
 	Default() (*Instance, error)
@@ -166,6 +172,11 @@ func (o one) Get(name, version string) (*Instance, error) {
 			Message: fmt.Sprintf("Request for unknown model: '%s' version %s is not found; this server serves version %s of %s", name, version, inst.Version(), name)}
 	}
 	return inst, nil
+}
+
+func (o one) Ready(name, version string) error {
+	_, err := o.Get(name, version)
+	return err
 }
 
 func (o one) Loaded() []*Instance {

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import shutil
+import threading
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -290,3 +291,63 @@ def test_restricted_api_flags_refused(repo: Path, flags: list[str], message: str
         args += ["--http-restricted-api", f]
     out = subprocess.run(args, capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_thousand_models_on_demand_with_lru_eviction(tmp_path: Path) -> None:
+    """1,000 models, at most 100 resident: HTTP and gRPC clients asking for 300 of them (and one hot
+    model throughout) never see a failure; the index lists all 1,000; the least recently used are
+    unloaded, and the hot one stays resident."""
+    if not FW_BIN.is_file():
+        pytest.skip(f"fw binary missing at {FW_BIN}: run `make build` or set FW_BIN")
+    if not (SAMPLES / "simple" / "config.pbtxt").is_file():
+        pytest.skip(f"Triton sample repository missing in {SAMPLES}: run `make models`")
+    root = tmp_path / "models"
+    onnx = (SAMPLES / "simple" / "1" / "model.onnx").read_bytes()
+    config = (SAMPLES / "simple" / "config.pbtxt").read_text()
+    for i in range(1000):
+        name = f"m{i:04d}"
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "1" / "model.onnx").write_bytes(onnx)
+        (root / name / "config.pbtxt").write_text(config.replace('name: "simple"', f'name: "{name}"'))
+    srv = FwServer(FW_BIN, None, "--model-repository", str(root), "--max-resident-models", "100", grpc=True)
+    try:
+        srv.wait_ready()
+        http = httpclient.InferenceServerClient(srv.url, concurrency=1)
+        index = http.get_model_repository_index()
+        assert len(index) == 1000, len(index)
+
+        cold_done = threading.Event()
+
+        def ask(names: list[str], proto: str, hot: bool = False) -> int:
+            mod = httpclient if proto == "http" else grpcclient
+            client = mod.InferenceServerClient(srv.url if proto == "http" else srv.grpc_url)
+            n = 0
+            while names or (hot and not cold_done.is_set()):
+                name = names.pop() if names else "m0000"
+                ins, a, b = _simple_inputs(mod)
+                res = client.infer(name, ins)
+                np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a + b)
+                np.testing.assert_array_equal(res.as_numpy("OUTPUT1"), a - b)
+                n += 1
+            return n
+
+        cold = [f"m{i:04d}" for i in range(1, 301)]
+        with ThreadPoolExecutor(4) as pool:
+            hot = [pool.submit(ask, [], proto, True) for proto in ("http", "grpc")]
+            done = sum(pool.map(lambda j: ask(*j), [(cold[0::2], "http"), (cold[1::2], "grpc")]))
+            cold_done.set()
+            hot_done = sum(f.result() for f in hot)
+        assert done == 300 and hot_done > 0
+        index = {m["name"]: m for m in http.get_model_repository_index()}
+        ready = [n for n, m in index.items() if m.get("state") == "READY"]
+        assert len(ready) <= 100, f"{len(ready)} resident, bound 100"
+        assert index["m0000"]["state"] == "READY", index["m0000"]
+        evicted = [n for n, m in index.items() if "least recently used" in m.get("reason", "")]
+        assert len(evicted) >= 200, f"{len(evicted)} evicted after 301 distinct models with room for 100"
+        # A readiness probe answers for a model it would load, without loading it (nor evicting another).
+        assert http.is_model_ready("m0999") is True
+        assert grpcclient.InferenceServerClient(srv.grpc_url).is_model_ready("m0999") is True
+        assert {m["name"]: m for m in http.get_model_repository_index()}["m0999"].get("state") != "READY"
+        assert http.is_model_ready("nosuch") is False
+    finally:
+        assert srv.stop() == 0, srv.log()
