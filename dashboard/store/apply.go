@@ -41,6 +41,11 @@ type applier struct {
 	// feed holds the feed entry of each event (Config.Feed), queued when
 	// the event is stored; nil without a feed.
 	feed []*FeedEntry
+	// counts are the changes of experiment_run_counts (flushCounts).
+	counts map[countKey]int64
+	// sysKeys are the system metric keys of the batch's points, left out of
+	// the experiment summary.
+	sysKeys map[int64]bool
 }
 
 // Apply implements Store.
@@ -96,6 +101,9 @@ func (a *applier) apply(ctx context.Context, events []Event) error {
 		}
 	}
 	if err := a.flushPoints(ctx); err != nil {
+		return err
+	}
+	if err := a.flushCounts(ctx); err != nil {
 		return err
 	}
 	ids := make([]string, 0, len(a.runs))
