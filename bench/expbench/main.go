@@ -19,6 +19,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/store"
@@ -28,7 +29,7 @@ func main() {
 	runs := flag.Int("runs", 200_000, "runs to add to the experiment (0: only read)")
 	first := flag.Int("first", 0, "index of the first run added (to grow a kept database)")
 	dir := flag.String("dir", "", "SQLite directory (kept); empty: a temporary one, removed")
-	reps := flag.Int("reps", 30, "repetitions of each read")
+	reps := flag.Int("reps", 30, "repetitions of each read (0: ingest only)")
 	perBatch := flag.Int("batch", 100, "runs per Apply call (7 events, 100 points each)")
 	exp := flag.String("experiment", "sweep", "experiment name")
 	flag.Parse()
@@ -52,8 +53,14 @@ func main() {
 	fmt.Printf("%s: opened (migrations included) in %.1f s\n", backend, time.Since(t0).Seconds())
 
 	if *runs > 0 {
+		cpu0 := cpuTime()
 		points, dur := ingest(ctx, s, *exp, *first, *runs, *perBatch)
-		fmt.Printf("ingest: %d runs, %d points in %.1f s: %.0f points/s (%d runs per Apply)\n", *runs, points, dur.Seconds(), float64(points)/dur.Seconds(), *perBatch)
+		cpu := cpuTime() - cpu0
+		fmt.Printf("ingest: %d runs, %d points in %.1f s: %.0f points/s (%d runs per Apply); CPU %.1f s: %.0f points per CPU-second\n",
+			*runs, points, dur.Seconds(), float64(points)/dur.Seconds(), *perBatch, cpu.Seconds(), float64(points)/cpu.Seconds())
+	}
+	if *reps == 0 {
+		return
 	}
 	d, err := s.GetExperiment(ctx, *exp)
 	check(err, "reading the experiment")
@@ -123,6 +130,17 @@ func ingest(ctx context.Context, s store.Store, exp string, first, n, perBatch i
 		}
 	}
 	return points, time.Since(start)
+}
+
+// cpuTime is the user and system CPU time of this process so far: on a
+// shared machine, a steadier measure of the write path's cost than the
+// wall clock.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func pct(ds []time.Duration, p float64) float64 {

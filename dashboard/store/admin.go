@@ -377,6 +377,9 @@ func (s *sqlStore) Reconcile(ctx context.Context, alive func(Run) bool, reason s
 				string(StatusFailed), now, now, reason, rid); err != nil {
 				return fmt.Errorf("failing run %s: %w", id, err)
 			}
+			if err := lockExperiment(ctx, s, tx, exp); err != nil {
+				return err
+			}
 			if err := addRunCount(ctx, s, tx, exp, Status(st), -1); err != nil {
 				return err
 			}

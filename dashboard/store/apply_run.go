@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/fw-serve/fw/dashboard/query"
 )
 
 // experimentID returns the ID of the named experiment, creating it.
@@ -120,9 +122,7 @@ func (a *applier) createRun(ctx context.Context, ev *Event, t int64) (*runState,
 	if err != nil {
 		return nil, fmt.Errorf("creating run %s: %w", ev.RunID, err)
 	}
-	if _, err := a.s.exec(ctx, a.tx, `UPDATE experiments SET updated = ? WHERE id = ?`, t, expID); err != nil {
-		return nil, fmt.Errorf("touching experiment %s: %w", expID, err)
-	}
+	a.touchExperiment(expID, t)
 	a.runs[ev.RunID] = rs
 	a.count(expID, status, 1)
 	return rs, nil
@@ -203,11 +203,15 @@ func (a *applier) setStatus(ctx context.Context, rs *runState, ev *Event, t int6
 	return nil
 }
 
-// lockStatus reads the run's status before a change of it (locking the row
-// on PostgreSQL, where another dashboard may have changed it since the
-// batch loaded it), so the transition is checked and counted from the
-// status the run has.
+// lockStatus returns the run's status before a change of it, so the
+// transition is checked and counted from the status the run has: on
+// PostgreSQL read again and the row locked (another dashboard may have
+// changed it since the batch loaded it).
 func (a *applier) lockStatus(ctx context.Context, rs *runState) (Status, error) {
+	if a.s.d != query.Postgres {
+		// One writer: the status the batch loaded is the run's.
+		return rs.status, nil
+	}
 	st, err := a.s.lockRunStatus(ctx, a.tx, rs.rid)
 	if err != nil {
 		return "", fmt.Errorf("reading the status of run %s: %w", rs.id, err)

@@ -25,6 +25,63 @@ import (
 	"github.com/fw-serve/fw/dashboard/query"
 )
 
+// touchExperiment queues the update time of an experiment that got a run,
+// written by lockExperiments.
+func (a *applier) touchExperiment(exp string, t int64) {
+	if a.expTouched == nil {
+		a.expTouched = map[string]int64{}
+	}
+	a.expTouched[exp] = max(a.expTouched[exp], t)
+}
+
+// lockExperiments writes the queued experiment update times and, on
+// PostgreSQL, locks the row of every experiment of the batch's runs, in ID
+// order, before their summary rows are written: writers of one experiment
+// on two dashboards then take its summary rows one after the other.
+func (a *applier) lockExperiments(ctx context.Context) error {
+	set := map[string]bool{}
+	for e := range a.expTouched {
+		set[e] = true
+	}
+	if a.s.d == query.Postgres {
+		for _, rs := range a.runs {
+			if rs != nil {
+				set[rs.experimentID] = true
+			}
+		}
+	}
+	ids := make([]string, 0, len(set))
+	for e := range set {
+		ids = append(ids, e)
+	}
+	slices.Sort(ids)
+	for _, e := range ids {
+		if t, ok := a.expTouched[e]; ok {
+			if _, err := a.s.exec(ctx, a.tx, `UPDATE experiments SET updated = ? WHERE id = ?`, t, e); err != nil {
+				return fmt.Errorf("touching experiment %s: %w", e, err)
+			}
+			continue
+		}
+		if err := lockExperiment(ctx, a.s, a.tx, e); err != nil {
+			return err
+		}
+	}
+	a.expTouched = nil
+	return nil
+}
+
+// lockExperiment locks an experiment's row on PostgreSQL (see
+// lockExperiments); SQLite has one writer.
+func lockExperiment(ctx context.Context, s *sqlStore, tx *sql.Tx, exp string) error {
+	if s.d != query.Postgres {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`SELECT id FROM experiments WHERE id = ? FOR UPDATE`), exp); err != nil {
+		return fmt.Errorf("locking experiment %s: %w", exp, err)
+	}
+	return nil
+}
+
 // countKey is one row of experiment_run_counts.
 type countKey struct {
 	exp    string
@@ -171,11 +228,22 @@ func (s *sqlStore) lockRunStatus(ctx context.Context, tx *sql.Tx, rid int64) (St
 // returns the keys whose lowest or highest value the run holds, for
 // recomputeExtremes once its rows are gone.
 func (s *sqlStore) unsummariseRun(ctx context.Context, tx *sql.Tx, rid int64, id, exp string, st Status) ([]int64, error) {
-	if err := addRunCount(ctx, s, tx, exp, st, -1); err != nil {
+	// Rows are locked in the order Apply locks them (the experiment, its
+	// metrics by key, then counts), so a delete and a write on two
+	// dashboards do not deadlock.
+	if err := lockExperiment(ctx, s, tx, exp); err != nil {
 		return nil, err
+	}
+	if s.d == query.Postgres {
+		if _, err := tx.ExecContext(ctx, s.q(`SELECT key_id FROM experiment_metrics WHERE experiment_id = ? AND key_id IN (SELECT key_id FROM metric_summary WHERE run_rid = ?) ORDER BY key_id FOR UPDATE`), exp, rid); err != nil {
+			return nil, fmt.Errorf("locking the summary of experiment %s: %w", exp, err)
+		}
 	}
 	if _, err := s.exec(ctx, tx, `UPDATE experiment_metrics SET runs = runs - 1 WHERE experiment_id = ? AND key_id IN (SELECT key_id FROM metric_summary WHERE run_rid = ?)`, exp, rid); err != nil {
 		return nil, fmt.Errorf("uncounting run %s in the summary of experiment %s: %w", id, exp, err)
+	}
+	if err := addRunCount(ctx, s, tx, exp, st, -1); err != nil {
+		return nil, err
 	}
 	rows, err := s.queryTx(ctx, tx, `SELECT key_id FROM experiment_metrics WHERE experiment_id = ? AND (min_run = ? OR max_run = ?) ORDER BY key_id`, exp, id, id)
 	if err != nil {
