@@ -141,8 +141,26 @@ type runFiles struct {
 }
 
 // deleteRunRows removes every row of a run inside tx and returns its files.
-func (s *sqlStore) deleteRunRows(ctx context.Context, tx *sql.Tx, rid int64, id string) (runFiles, error) {
+// With summarised, the run also leaves its experiment's summary (a whole
+// experiment's deletion drops the summary instead).
+func (s *sqlStore) deleteRunRows(ctx context.Context, tx *sql.Tx, rid int64, id string, summarised bool) (runFiles, error) {
 	f := runFiles{id: id}
+	var exp string
+	var held []int64
+	if summarised {
+		lock := ""
+		if s.d == query.Postgres {
+			lock = " FOR UPDATE"
+		}
+		var st string
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT experiment_id, status FROM runs WHERE rid = ?`+lock), rid).Scan(&exp, &st); err != nil {
+			return f, fmt.Errorf("reading run %s: %w", id, err)
+		}
+		var err error
+		if held, err = s.unsummariseRun(ctx, tx, rid, id, exp, Status(st)); err != nil {
+			return f, err
+		}
+	}
 	for _, q := range []struct {
 		text string
 		dst  *[]string
@@ -168,6 +186,11 @@ func (s *sqlStore) deleteRunRows(ctx context.Context, tx *sql.Tx, rid int64, id 
 	}
 	if _, err := s.exec(ctx, tx, `DELETE FROM runs WHERE rid = ?`, rid); err != nil {
 		return f, fmt.Errorf("deleting run %s: %w", id, err)
+	}
+	if summarised {
+		if err := s.recomputeExtremes(ctx, tx, exp, held); err != nil {
+			return f, err
+		}
 	}
 	return f, nil
 }
@@ -247,7 +270,7 @@ func (s *sqlStore) DeleteRun(ctx context.Context, id string) error {
 		if err != nil {
 			return fmt.Errorf("looking up run %s: %w", id, err)
 		}
-		f, err := s.deleteRunRows(ctx, tx, rid, id)
+		f, err := s.deleteRunRows(ctx, tx, rid, id, true)
 		files = append(files, f)
 		return err
 	}, func(ctx context.Context) error {
@@ -286,14 +309,16 @@ func (s *sqlStore) DeleteExperiment(ctx context.Context, id string) error {
 		}
 		rows.Close()
 		for _, r := range runs {
-			f, err := s.deleteRunRows(ctx, tx, r.rid, r.id)
+			f, err := s.deleteRunRows(ctx, tx, r.rid, r.id, false)
 			if err != nil {
 				return err
 			}
 			files = append(files, f)
 		}
-		if _, err := s.exec(ctx, tx, `DELETE FROM experiment_tags WHERE experiment_id = ?`, id); err != nil {
-			return fmt.Errorf("deleting tags of experiment %s: %w", id, err)
+		for _, t := range []string{"experiment_tags", "experiment_metrics", "experiment_run_counts"} {
+			if _, err := s.exec(ctx, tx, `DELETE FROM `+t+` WHERE experiment_id = ?`, id); err != nil {
+				return fmt.Errorf("deleting %s of experiment %s: %w", t, id, err)
+			}
 		}
 		if _, err := s.exec(ctx, tx, `DELETE FROM experiments WHERE id = ?`, id); err != nil {
 			return fmt.Errorf("deleting experiment %s: %w", id, err)
@@ -333,16 +358,35 @@ func (s *sqlStore) Reconcile(ctx context.Context, alive func(Run) bool, reason s
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		failed = failed[:0]
 		now := time.Now().UnixNano()
+		lock := ""
+		if s.d == query.Postgres {
+			lock = " FOR UPDATE"
+		}
 		for _, id := range dead {
 			// Only a run still live is changed (it may have ended meanwhile).
-			res, err := s.exec(ctx, tx, `UPDATE runs SET status = ?, ended = ?, updated = ?, error = ? WHERE id = ? AND status IN ('running', 'queued')`,
-				string(StatusFailed), now, now, reason, id)
+			var rid int64
+			var exp, st string
+			err := tx.QueryRowContext(ctx, s.q(`SELECT rid, experiment_id, status FROM runs WHERE id = ?`+lock), id).Scan(&rid, &exp, &st)
+			if isNoRows(err) || (err == nil && st != string(StatusRunning) && st != string(StatusQueued)) {
+				continue
+			}
 			if err != nil {
+				return fmt.Errorf("reading run %s: %w", id, err)
+			}
+			if _, err := s.exec(ctx, tx, `UPDATE runs SET status = ?, ended = ?, updated = ?, error = ? WHERE rid = ?`,
+				string(StatusFailed), now, now, reason, rid); err != nil {
 				return fmt.Errorf("failing run %s: %w", id, err)
 			}
-			if n, _ := res.RowsAffected(); n > 0 {
-				failed = append(failed, id)
+			if err := lockExperiment(ctx, s, tx, exp); err != nil {
+				return err
 			}
+			if err := addRunCount(ctx, s, tx, exp, Status(st), -1); err != nil {
+				return err
+			}
+			if err := addRunCount(ctx, s, tx, exp, StatusFailed, 1); err != nil {
+				return err
+			}
+			failed = append(failed, id)
 		}
 		return nil
 	}, nil)

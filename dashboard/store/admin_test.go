@@ -34,10 +34,24 @@ func TestMigrations(t *testing.T) {
 		if _, err := ost.rdb.Exec(`SELECT COUNT(*) FROM metric_rollup`); err == nil {
 			t.Fatal("a version 1 database has no metric_rollup table")
 		}
-		// Write through the writer but without rollups (v1 has none): insert
-		// directly, as v1 code would have.
-		e := &ev{run: "old1"}
-		if _, err := old.Apply(context.Background(), []Event{e.start("legacy", map[string]any{"lr": 0.3}, map[string]string{"k": "v"})}); err != nil {
+		// Write through the writer but without rollups or the experiment
+		// summary (v1 has none): insert directly, as v1 code would have.
+		if err := ost.write(context.Background(), func(ctx context.Context, tx *sql.Tx) error {
+			for _, q := range []struct {
+				text string
+				args []any
+			}{
+				{`INSERT INTO experiments (id, name, description, created, updated, archived) VALUES (?, 'legacy', '', 1, 1, 0)`, []any{"legacyexp"}},
+				{`INSERT INTO runs (id, experiment_id, name, status, created, updated, started) VALUES ('old1', 'legacyexp', 'old1', 'running', 1, 1, 1)`, nil},
+				{`INSERT INTO params (run_rid, key, value_json, value_num) SELECT rid, 'lr', '0.3', 0.3 FROM runs WHERE id = 'old1'`, nil},
+				{`INSERT INTO run_tags (run_rid, key, value) SELECT rid, 'k', 'v' FROM runs WHERE id = 'old1'`, nil},
+			} {
+				if _, err := ost.exec(ctx, tx, q.text, q.args...); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, nil); err != nil {
 			t.Fatal(err)
 		}
 		var rid int64
@@ -89,6 +103,10 @@ func TestMigrations(t *testing.T) {
 		}
 		if maxV != 1e9 || count != 5000 || ser[0].Buckets[len(ser[0].Buckets)-1].Last != 4999 {
 			t.Fatalf("rollups backfilled wrong: max %v count %d", maxV, count)
+		}
+		d, err := s.GetExperiment(context.Background(), "legacy")
+		if m := d.Metrics["loss"]; err != nil || d.Runs != 1 || d.RunCounts[StatusRunning] != 1 || m.Runs != 1 || m.Min != 0 || m.MinRun != "old1" || m.Max != 1e9 || m.MaxRun != "old1" {
+			t.Fatalf("experiment summary backfilled wrong: %+v %v", d, err)
 		}
 	})
 }

@@ -41,6 +41,13 @@ type applier struct {
 	// feed holds the feed entry of each event (Config.Feed), queued when
 	// the event is stored; nil without a feed.
 	feed []*FeedEntry
+	// counts are the changes of experiment_run_counts (flushCounts).
+	counts map[countKey]int64
+	// sysKeys are the system metric keys of the batch's points, left out of
+	// the experiment summary.
+	sysKeys map[int64]bool
+	// expTouched holds the new updated time of experiments that got a run.
+	expTouched map[string]int64
 }
 
 // Apply implements Store.
@@ -95,9 +102,6 @@ func (a *applier) apply(ctx context.Context, events []Event) error {
 			return err
 		}
 	}
-	if err := a.flushPoints(ctx); err != nil {
-		return err
-	}
 	ids := make([]string, 0, len(a.runs))
 	for id := range a.runs {
 		ids = append(ids, id)
@@ -127,6 +131,18 @@ func (a *applier) apply(ctx context.Context, events []Event) error {
 				return fmt.Errorf("touching run %s: %w", id, err)
 			}
 		}
+	}
+	// Then the experiment summary: the experiments' rows first, in ID
+	// order, then their metric rows and counts (the order DeleteRun and
+	// Reconcile lock them in).
+	if err := a.lockExperiments(ctx); err != nil {
+		return err
+	}
+	if err := a.flushPoints(ctx); err != nil {
+		return err
+	}
+	if err := a.flushCounts(ctx); err != nil {
+		return err
 	}
 	return nil
 }

@@ -67,6 +67,12 @@ func (a *applier) addValues(ctx context.Context, rs *runState, kind int, step in
 		if err != nil {
 			return err
 		}
+		if kind == kindSystem {
+			if a.sysKeys == nil {
+				a.sysKeys = map[int64]bool{}
+			}
+			a.sysKeys[id] = true
+		}
 		a.points = append(a.points, point{rid: rs.rid, key: id, step: step, value: float64(values[k]), wall: t, order: len(a.points)})
 	}
 	return nil
@@ -190,6 +196,21 @@ func (a *applier) flushPoints(ctx context.Context) error {
 			return fmt.Errorf("writing %d metric points: %w", len(chunk), err)
 		}
 	}
+	// The experiment summary's changes: a run's (run, key) summary row that
+	// the upsert creates (its n is the batch's) is a run newly reporting
+	// the key.
+	byRID := make(map[int64]*runState, len(a.runs))
+	for _, rs := range a.runs {
+		if rs != nil {
+			byRID[rs.rid] = rs
+		}
+	}
+	type ek struct {
+		exp string
+		key int64
+	}
+	exps := map[ek]*expMetric{}
+	var expList []*expMetric
 	for off := 0; off < len(sumOrder); off += per {
 		chunk := sumOrder[off:min(off+per, len(sumOrder))]
 		args := make([]any, 0, 10*len(chunk))
@@ -206,10 +227,39 @@ ON CONFLICT (run_rid, key_id) DO UPDATE SET
 	min_value = CASE WHEN metric_summary.min_value IS NULL OR excluded.min_value < metric_summary.min_value THEN excluded.min_value ELSE metric_summary.min_value END,
 	max_step = CASE WHEN metric_summary.max_value IS NULL OR excluded.max_value > metric_summary.max_value THEN excluded.max_step ELSE metric_summary.max_step END,
 	max_value = CASE WHEN metric_summary.max_value IS NULL OR excluded.max_value > metric_summary.max_value THEN excluded.max_value ELSE metric_summary.max_value END,
-	n = metric_summary.n + excluded.n`
-		if _, err := a.s.exec(ctx, a.tx, text, args...); err != nil {
+	n = metric_summary.n + excluded.n
+RETURNING run_rid, key_id, n`
+		rows, err := a.s.queryTx(ctx, a.tx, text, args...)
+		if err != nil {
 			return fmt.Errorf("writing metric summaries: %w", err)
 		}
+		for rows.Next() {
+			var rid, key, n int64
+			if err := rows.Scan(&rid, &key, &n); err != nil {
+				rows.Close()
+				return fmt.Errorf("writing metric summaries: %w", err)
+			}
+			rs := byRID[rid]
+			if rs == nil || a.sysKeys[key] {
+				continue
+			}
+			g := sums[sk{rid, key}]
+			m := exps[ek{rs.experimentID, key}]
+			if m == nil {
+				m = &expMetric{exp: rs.experimentID, key: key}
+				exps[ek{rs.experimentID, key}] = m
+				expList = append(expList, m)
+			}
+			m.add(rs.id, g, n == g.n)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return fmt.Errorf("writing metric summaries: %w", err)
+		}
+	}
+	if err := a.flushExperimentMetrics(ctx, expList); err != nil {
+		return err
 	}
 	for off := 0; off < len(rollOrder); off += per {
 		chunk := rollOrder[off:min(off+per, len(rollOrder))]

@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/fw-serve/fw/dashboard/query"
 )
 
 // experimentID returns the ID of the named experiment, creating it.
@@ -120,10 +122,9 @@ func (a *applier) createRun(ctx context.Context, ev *Event, t int64) (*runState,
 	if err != nil {
 		return nil, fmt.Errorf("creating run %s: %w", ev.RunID, err)
 	}
-	if _, err := a.s.exec(ctx, a.tx, `UPDATE experiments SET updated = ? WHERE id = ?`, t, expID); err != nil {
-		return nil, fmt.Errorf("touching experiment %s: %w", expID, err)
-	}
+	a.touchExperiment(expID, t)
 	a.runs[ev.RunID] = rs
+	a.count(expID, status, 1)
 	return rs, nil
 }
 
@@ -166,6 +167,10 @@ func ptrArg[T any](p *T) any {
 }
 
 func (a *applier) setStatus(ctx context.Context, rs *runState, ev *Event, t int64) error {
+	old, err := a.lockStatus(ctx, rs)
+	if err != nil {
+		return err
+	}
 	if !CanTransition(rs.status, ev.Status) {
 		return evErr(CodeInvalidTransition, "run %s cannot go from %s to %s", rs.id, rs.status, ev.Status)
 	}
@@ -186,14 +191,33 @@ func (a *applier) setStatus(ctx context.Context, rs *runState, ev *Event, t int6
 	if ev.Status.Terminal() {
 		ended = t
 	}
-	_, err := a.s.exec(ctx, a.tx, `UPDATE runs SET status = ?, started = COALESCE(started, ?), ended = COALESCE(?, ended),
+	_, err = a.s.exec(ctx, a.tx, `UPDATE runs SET status = ?, started = COALESCE(started, ?), ended = COALESCE(?, ended),
 		error = COALESCE(?, error), traceback = COALESCE(?, traceback), exit_code = COALESCE(?, exit_code) WHERE rid = ?`,
 		string(ev.Status), started, ended, nullStr(ev.Error), nullStr(strings.ToValidUTF8(ev.Traceback, "\uFFFD")), ptrArg(ev.ExitCode), rs.rid)
 	if err != nil {
 		return fmt.Errorf("setting status of run %s: %w", rs.id, err)
 	}
+	a.count(rs.experimentID, old, -1)
+	a.count(rs.experimentID, ev.Status, 1)
 	rs.status = ev.Status
 	return nil
+}
+
+// lockStatus returns the run's status before a change of it, so the
+// transition is checked and counted from the status the run has: on
+// PostgreSQL read again and the row locked (another dashboard may have
+// changed it since the batch loaded it).
+func (a *applier) lockStatus(ctx context.Context, rs *runState) (Status, error) {
+	if a.s.d != query.Postgres {
+		// One writer: the status the batch loaded is the run's.
+		return rs.status, nil
+	}
+	st, err := a.s.lockRunStatus(ctx, a.tx, rs.rid)
+	if err != nil {
+		return "", fmt.Errorf("reading the status of run %s: %w", rs.id, err)
+	}
+	rs.status = st
+	return st, nil
 }
 
 // resume reopens a terminal run (run_resume): status queued or running
@@ -203,6 +227,10 @@ func (a *applier) setStatus(ctx context.Context, rs *runState, ev *Event, t int6
 // process fields (command, args, host, pid) are replaced, so Reconcile
 // watches the new process.
 func (a *applier) resume(ctx context.Context, rs *runState, ev *Event, t int64) error {
+	old, err := a.lockStatus(ctx, rs)
+	if err != nil {
+		return err
+	}
 	to := ev.Status
 	if to == "" {
 		to = StatusRunning
@@ -259,7 +287,7 @@ func (a *applier) resume(ctx context.Context, rs *runState, ev *Event, t int64) 
 	if src != nil {
 		command, host, pid = nullStr(src.Command), nullStr(src.Host), nullInt(src.PID)
 	}
-	_, err := a.s.exec(ctx, a.tx, `UPDATE runs SET status = ?, started = COALESCE(started, ?), ended = NULL, error = NULL, traceback = NULL, exit_code = NULL,
+	_, err = a.s.exec(ctx, a.tx, `UPDATE runs SET status = ?, started = COALESCE(started, ?), ended = NULL, error = NULL, traceback = NULL, exit_code = NULL,
 		step = COALESCE(?, step), epoch = COALESCE(?, epoch), progress_time = COALESCE(?, progress_time),
 		source_command = COALESCE(?, source_command), source_args = COALESCE(?, source_args), host = COALESCE(?, host), pid = COALESCE(?, pid)
 		WHERE rid = ?`,
@@ -267,6 +295,8 @@ func (a *applier) resume(ctx context.Context, rs *runState, ev *Event, t int64) 
 	if err != nil {
 		return fmt.Errorf("resuming run %s: %w", rs.id, err)
 	}
+	a.count(rs.experimentID, old, -1)
+	a.count(rs.experimentID, to, 1)
 	rs.status = to
 	return a.writeTags(ctx, rs.rid, ev.Tags, nil)
 }

@@ -8,9 +8,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/query"
@@ -24,6 +26,10 @@ type sqlStore struct {
 	cfg Config
 	wdb *sql.DB // the writer's database handle (one connection for SQLite)
 	rdb *sql.DB // readers
+
+	// groupRetries counts write groups run again after a deadlock with
+	// another writer on the same PostgreSQL (runGroup).
+	groupRetries atomic.Int64
 
 	reqs     chan *writeReq
 	quit     chan struct{}
@@ -266,10 +272,23 @@ func (s *sqlStore) writer() {
 	}
 }
 
+// maxGroupAttempts bounds how often a group is run again after PostgreSQL
+// aborted one of its statements to break a deadlock with another writer
+// (another dashboard on the same database).
+const maxGroupAttempts = 5
+
+// isRetryable reports PostgreSQL's deadlock_detected (40P01) and
+// serialization_failure (40001): the statement was aborted to let another
+// transaction through, and the same writes succeed when run again.
+func isRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	m := err.Error()
+	return strings.Contains(m, "SQLSTATE 40P01") || strings.Contains(m, "SQLSTATE 40001")
+}
+
 func (s *sqlStore) runGroup(group []*writeReq) {
-	ctx := context.Background()
-	// Statements are prepared on the transaction and die with it.
-	defer clear(s.stmts)
 	live := group[:0:0]
 	for _, r := range group {
 		if err := r.ctx.Err(); err != nil {
@@ -281,6 +300,27 @@ func (s *sqlStore) runGroup(group []*writeReq) {
 	if len(live) == 0 {
 		return
 	}
+	for attempt := 1; ; attempt++ {
+		if !s.runGroupOnce(live, attempt < maxGroupAttempts) {
+			return
+		}
+		// Rolled back for a deadlock: a short, growing pause lets the other
+		// writer commit, then the whole group runs again.
+		s.groupRetries.Add(1)
+		time.Sleep(time.Duration(attempt*attempt) * time.Millisecond)
+	}
+}
+
+// runGroupOnce runs live (requests not cancelled before their group
+// started) in one transaction and answers every request,
+// except when canRetry and a request failed with a retryable error: then it
+// rolls everything back, answers nothing and returns true (run it again).
+// The locks a group's earlier requests took are held until the commit, so a
+// deadlocked request cannot be retried alone inside the transaction.
+func (s *sqlStore) runGroupOnce(live []*writeReq, canRetry bool) (again bool) {
+	ctx := context.Background()
+	// Statements are prepared on the transaction and die with it.
+	defer clear(s.stmts)
 	errs := make([]error, len(live))
 	// Feed entries queued by the requests, written just before the commit.
 	defer func() { s.feed.pending = s.feed.pending[:0] }()
@@ -293,7 +333,7 @@ func (s *sqlStore) runGroup(group []*writeReq) {
 	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
 		fail(fmt.Errorf("beginning a write transaction: %w", err))
-		return
+		return false
 	}
 	rolledBack := false
 	for i, r := range live {
@@ -305,7 +345,7 @@ func (s *sqlStore) runGroup(group []*writeReq) {
 		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
 			tx.Rollback()
 			fail(fmt.Errorf("creating a savepoint: %w", err))
-			return
+			return false
 		}
 		errs[i] = r.fn(r.ctx, tx)
 		if errs[i] != nil {
@@ -314,30 +354,35 @@ func (s *sqlStore) runGroup(group []*writeReq) {
 			if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT w"); err != nil {
 				tx.Rollback()
 				fail(fmt.Errorf("rolling back a savepoint: %w", err))
-				return
+				return false
 			}
 		}
 		if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT w"); err != nil {
 			tx.Rollback()
 			fail(fmt.Errorf("releasing a savepoint: %w", err))
-			return
+			return false
 		}
+	}
+	if canRetry && slices.ContainsFunc(errs, isRetryable) {
+		tx.Rollback()
+		s.keys = map[keyRef]int64{}
+		return true
 	}
 	if len(live) == 1 && errs[0] != nil {
 		tx.Rollback()
 		s.keys = map[keyRef]int64{}
 		live[0].done <- errs[0]
-		return
+		return false
 	}
 	fed := len(s.feed.pending) > 0
 	if err := s.flushFeed(ctx, tx); err != nil {
 		tx.Rollback()
 		fail(err)
-		return
+		return false
 	}
 	if err := tx.Commit(); err != nil {
 		fail(fmt.Errorf("committing writes: %w", err))
-		return
+		return false
 	}
 	if fed {
 		s.feedCommitted()
@@ -352,6 +397,7 @@ func (s *sqlStore) runGroup(group []*writeReq) {
 		}
 		r.done <- errs[i]
 	}
+	return false
 }
 
 // stmt returns a statement prepared on the writer's transaction, cached

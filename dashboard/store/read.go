@@ -456,7 +456,8 @@ func (s *sqlStore) ListExperiments(ctx context.Context, q ListQuery) (Experiment
 	return page, nil
 }
 
-// countRuns fills the run counts of a page of experiments in one query.
+// countRuns fills the run counts of a page of experiments in one query,
+// from the counts kept at write time (expsummary.go).
 func (s *sqlStore) countRuns(ctx context.Context, exps []ExperimentDetail) error {
 	if len(exps) == 0 {
 		return nil
@@ -468,7 +469,7 @@ func (s *sqlStore) countRuns(ctx context.Context, exps []ExperimentDetail) error
 		byID[exps[i].ID] = &exps[i]
 		parts[i] = a.Add(exps[i].ID)
 	}
-	rows, err := s.rdb.QueryContext(ctx, "SELECT experiment_id, status, COUNT(*) FROM runs WHERE experiment_id IN ("+strings.Join(parts, ", ")+") GROUP BY experiment_id, status", a.Values()...)
+	rows, err := s.rdb.QueryContext(ctx, "SELECT experiment_id, status, n FROM experiment_run_counts WHERE experiment_id IN ("+strings.Join(parts, ", ")+") AND n > 0", a.Values()...)
 	if err != nil {
 		return fmt.Errorf("counting runs: %w", err)
 	}
@@ -516,7 +517,7 @@ func (s *sqlStore) GetExperiment(ctx context.Context, idOrName string) (Experime
 		return ExperimentDetail{}, err
 	}
 	d := ExperimentDetail{Experiment: e, RunCounts: map[Status]int{}}
-	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT status, COUNT(*) FROM runs WHERE experiment_id = ? GROUP BY status`), e.ID)
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT status, n FROM experiment_run_counts WHERE experiment_id = ? AND n > 0`), e.ID)
 	if err != nil {
 		return ExperimentDetail{}, fmt.Errorf("counting runs of experiment %s: %w", e.ID, err)
 	}
@@ -544,7 +545,7 @@ func (s *sqlStore) GetExperiment(ctx context.Context, idOrName string) (Experime
 }
 
 // experimentOverview fills the last activity and the metric overview of an
-// experiment from its runs' summaries.
+// experiment: a few rows whatever its number of runs.
 func (s *sqlStore) experimentOverview(ctx context.Context, d *ExperimentDetail) error {
 	var last sql.NullInt64
 	if err := s.rdb.QueryRowContext(ctx, s.q(`SELECT MAX(updated) FROM runs WHERE experiment_id = ?`), d.ID).Scan(&last); err != nil {
@@ -555,16 +556,10 @@ func (s *sqlStore) experimentOverview(ctx context.Context, d *ExperimentDetail) 
 		d.LastActivity = &t
 	}
 	// Per training metric: how many runs report it, and the run holding its
-	// lowest and its highest value (ties to the smaller run ID), in one query.
-	rows, err := s.rdb.QueryContext(ctx, s.q(`
-WITH v AS (SELECT k.name AS name, r.id AS run, s.min_value AS mn, s.max_value AS mx
-  FROM metric_summary s JOIN runs r ON r.rid = s.run_rid JOIN metric_keys k ON k.id = s.key_id
-  WHERE r.experiment_id = ? AND k.kind = ?),
-lo AS (SELECT name, run, mn, ROW_NUMBER() OVER (PARTITION BY name ORDER BY mn, run) AS i FROM v WHERE mn IS NOT NULL),
-hi AS (SELECT name, run, mx, ROW_NUMBER() OVER (PARTITION BY name ORDER BY mx DESC, run) AS i FROM v WHERE mx IS NOT NULL),
-c AS (SELECT name, COUNT(*) AS n FROM v GROUP BY name)
-SELECT c.name, c.n, lo.mn, lo.run, hi.mx, hi.run
-  FROM c LEFT JOIN lo ON lo.name = c.name AND lo.i = 1 LEFT JOIN hi ON hi.name = c.name AND hi.i = 1`), d.ID, int64(kindMetric))
+	// lowest and its highest value (ties to the smaller run ID), kept at
+	// write time (expsummary.go).
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT k.name, m.runs, m.min_value, m.min_run, m.max_value, m.max_run
+  FROM experiment_metrics m JOIN metric_keys k ON k.id = m.key_id WHERE m.experiment_id = ? AND m.runs > 0`), d.ID)
 	if err != nil {
 		return fmt.Errorf("summarising the metrics of experiment %s: %w", d.ID, err)
 	}

@@ -1,0 +1,159 @@
+// Command expbench generates one big experiment through the store's write
+// path (store.Apply, as POST /api/ingest does) and times the reads of the
+// experiment page: the experiment summary (GetExperiment, what
+// GET /api/experiments/{id} answers), the experiments list, the first page
+// of runs and a page sorted by a metric. It is the generator of issue #22's
+// sizes: every run finished, with params, tags and 20 metrics x 5 steps.
+//
+//	go run ./bench/expbench -runs 200000 -dir /tmp/exp200k   # SQLite, kept in -dir
+//	go run ./bench/expbench -runs 0 -dir /tmp/exp200k        # reads only, on that database
+//	FW_BENCH_DATABASE_URL=postgres://... go run ./bench/expbench -runs 20000
+//
+// Nothing here is asserted: it reports.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/fw-serve/fw/dashboard/store"
+)
+
+func main() {
+	runs := flag.Int("runs", 200_000, "runs to add to the experiment (0: only read)")
+	first := flag.Int("first", 0, "index of the first run added (to grow a kept database)")
+	dir := flag.String("dir", "", "SQLite directory (kept); empty: a temporary one, removed")
+	reps := flag.Int("reps", 30, "repetitions of each read (0: ingest only)")
+	perBatch := flag.Int("batch", 100, "runs per Apply call (7 events, 100 points each)")
+	exp := flag.String("experiment", "sweep", "experiment name")
+	flag.Parse()
+	ctx := context.Background()
+	cfg := store.Config{DatabaseURL: os.Getenv("FW_BENCH_DATABASE_URL")}
+	backend := "PostgreSQL"
+	if cfg.DatabaseURL == "" {
+		backend = "SQLite"
+		cfg.Dir = *dir
+		if cfg.Dir == "" {
+			d, err := os.MkdirTemp("", "expbench")
+			check(err, "temp dir")
+			defer os.RemoveAll(d)
+			cfg.Dir = d
+		}
+	}
+	t0 := time.Now()
+	s, err := store.Open(ctx, cfg)
+	check(err, "opening the store")
+	defer s.Close()
+	fmt.Printf("%s: opened (migrations included) in %.1f s\n", backend, time.Since(t0).Seconds())
+
+	if *runs > 0 {
+		cpu0 := cpuTime()
+		points, dur := ingest(ctx, s, *exp, *first, *runs, *perBatch)
+		cpu := cpuTime() - cpu0
+		fmt.Printf("ingest: %d runs, %d points in %.1f s: %.0f points/s (%d runs per Apply); CPU %.1f s: %.0f points per CPU-second\n",
+			*runs, points, dur.Seconds(), float64(points)/dur.Seconds(), *perBatch, cpu.Seconds(), float64(points)/cpu.Seconds())
+	}
+	if *reps == 0 {
+		return
+	}
+	d, err := s.GetExperiment(ctx, *exp)
+	check(err, "reading the experiment")
+	fmt.Printf("experiment %s: %d runs, %d metrics\n", d.ID, d.Runs, len(d.Metrics))
+	reads := []struct {
+		name string
+		f    func() error
+	}{
+		{"GetExperiment (GET /api/experiments/{id})", func() error { _, err := s.GetExperiment(ctx, d.ID); return err }},
+		{"ListExperiments (GET /api/experiments)", func() error { _, err := s.ListExperiments(ctx, store.ListQuery{Limit: 100}); return err }},
+		{"ListRuns: first page of 100, newest first", func() error {
+			_, err := s.ListRuns(ctx, store.ListQuery{Experiment: d.ID, Sort: "created", Desc: true, Limit: 100})
+			return err
+		}},
+		{"ListRuns: page of 100 sorted by metrics.m07.last desc", func() error {
+			_, err := s.ListRuns(ctx, store.ListQuery{Experiment: d.ID, Sort: "metrics.m07.last", Desc: true, Limit: 100})
+			return err
+		}},
+	}
+	for _, r := range reads {
+		ds := make([]time.Duration, 0, *reps)
+		for i := 0; i < *reps; i++ {
+			t := time.Now()
+			check(r.f(), r.name)
+			ds = append(ds, time.Since(t))
+		}
+		fmt.Printf("%-55s reps %3d  p50 %9.2f ms  p99 %9.2f ms\n", r.name, *reps, pct(ds, .5), pct(ds, .99))
+	}
+}
+
+// ingest writes n finished runs, each: run_start with 4 params and 2 tags,
+// 5 metrics events of 20 keys, run_end; perBatch runs per Apply.
+func ingest(ctx context.Context, s store.Store, exp string, first, n, perBatch int) (int, time.Duration) {
+	teams := []string{"vision", "nlp", "speech", "rl"}
+	start := time.Now()
+	points := 0
+	for r := first; r < first+n; r += perBatch {
+		var evs []store.Event
+		for i := r; i < min(r+perBatch, first+n); i++ {
+			id := fmt.Sprintf("run%07d", i)
+			lr := math.Pow(10, -1-float64(i%40)/10)
+			evs = append(evs, store.Event{Type: store.EventRunStart, RunID: id, Seq: 1, Experiment: exp,
+				Params: map[string]any{"lr": lr, "batch_size": 32 << (i % 4), "seed": i, "optimizer": []string{"adam", "sgd", "adamw"}[i%3]},
+				Tags:   map[string]string{"team": teams[i%4], "sweep": "s1"}})
+			for step := int64(0); step < 5; step++ {
+				st := step
+				vals := make(map[string]store.Float, 20)
+				for k := 0; k < 20; k++ {
+					// A deterministic spread: each key's extremes fall on
+					// different runs.
+					h := uint64(i)*2654435761 + uint64(k)*40503 + uint64(step)*97
+					vals[fmt.Sprintf("m%02d", k)] = store.Float(float64(h%1_000_003) / 1_000_003)
+				}
+				evs = append(evs, store.Event{Type: store.EventMetrics, RunID: id, Seq: 2 + step, Step: &st, Values: vals})
+				points += 20
+			}
+			evs = append(evs, store.Event{Type: store.EventRunEnd, RunID: id, Seq: 7, Status: store.StatusFinished})
+		}
+		res, err := s.Apply(ctx, evs)
+		check(err, "ingest")
+		if len(res.Errors) > 0 {
+			check(fmt.Errorf("%+v", res.Errors[0]), "ingest")
+		}
+		if (r-first)%(perBatch*200) == 0 && r > first {
+			el := time.Since(start).Seconds()
+			fmt.Fprintf(os.Stderr, "expbench: %d runs, %.0f points/s\n", r-first, float64(points)/el)
+		}
+	}
+	return points, time.Since(start)
+}
+
+// cpuTime is the user and system CPU time of this process so far: on a
+// shared machine, a steadier measure of the write path's cost than the
+// wall clock.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func pct(ds []time.Duration, p float64) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(p*float64(len(s)))) - 1
+	i = max(0, min(i, len(s)-1))
+	return float64(s[i]) / 1e6
+}
+
+func check(err error, what string) {
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "expbench: %s: %v\n", what, err)
+		os.Exit(1)
+	}
+}
