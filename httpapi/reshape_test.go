@@ -7,13 +7,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fw-serve/fw/internal/oasdoc"
 	"github.com/fw-serve/fw/internal/testmodels"
 	"github.com/fw-serve/fw/serving"
 )
 
 // A model whose configuration reshapes its input (Triton's `reshape`:
 // digits_mlp's [64] sent as dims [8, 8]) takes /predict and /predict/batch
-// rows in the configured dims, as V2 and GET /model give them.
+// rows in the configured dims, as V2 and GET /model give them, and the
+// served document describes those.
 func TestPredictReshapedInput(t *testing.T) {
 	ts := startModel(t, filepath.Join(testmodels.Dir(t), "digits_mlp.onnx"), Config{}, func(inst *serving.Instance) {
 		r, err := serving.NewReshape(inst.Model, true, []serving.ReshapeTensor{{Index: 0, Dims: []int64{8, 8}, Model: []int64{64}}}, nil)
@@ -62,4 +64,19 @@ func TestPredictReshapedInput(t *testing.T) {
 		t.Errorf("/predict with a row of 8 values: %d %s", code, b)
 	}
 
+	resp, err := http.Get(ts.url + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var raw json.RawMessage
+	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
+		t.Fatal(err)
+	}
+	doc := oasdoc.Parse(t, raw)
+	data := oasdoc.Pointer(t, doc, "#/components/schemas/PredictRequest/properties/data").(map[string]any)
+	nested := data["anyOf"].([]any)[0].(map[string]any)["items"].(map[string]any) // [nested, flat]
+	if nested["minItems"] != 8.0 || nested["items"].(map[string]any)["maxItems"] != 8.0 {
+		t.Errorf("the document's row is not [8, 8]: %s", asJSON(nested))
+	}
 }

@@ -105,6 +105,7 @@ type Server struct {
 	keys     serving.Keys
 	bufs     sync.Pool
 	base     context.Context
+	docs     servedDocs // GET /openapi.json, built for the models served (openapi_served.go)
 
 	// routeHook, when set (by tests only), runs first on every request.
 	routeHook func(*fasthttp.RequestCtx)
