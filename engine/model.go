@@ -346,6 +346,10 @@ func (m *Model) Batched() bool { return m.batched }
 // Threads is the intra-op thread count the model was loaded with.
 func (m *Model) Threads() int { return m.opts.threads() }
 
+// AllowsNonFinite reports whether NaN and Inf inputs reach the model
+// (Options.AllowNonFinite) instead of being refused by CheckInputs.
+func (m *Model) AllowsNonFinite() bool { return m.opts.AllowNonFinite }
+
 // Close stops the model: engine calls made afterwards fail with ErrClosed.
 // The backend is freed at once when no call is running, and otherwise by the
 // last running call as it returns, so Close never frees memory an engine call

@@ -76,7 +76,7 @@ func (s *Server) handleBatch(ctx *fasthttp.RequestCtx) {
 	for i, item := range items {
 		ms := item.members()
 		id := itemID(ms, i)
-		inputs, aerr := s.decodeItem(item, ms, inst.Model)
+		inputs, aerr := s.decodeItem(item, ms, inst)
 		if aerr != nil {
 			results[i] = appendItemError(nil, id, aerr)
 			continue
@@ -115,16 +115,16 @@ func itemID(ms []member, i int) []byte {
 	return strconv.AppendInt(nil, int64(i), 10)
 }
 
-// decodeItem reads one batch item, whose members are ms.
-func (s *Server) decodeItem(item jv, ms []member, m *engine.Model) ([]engine.Tensor, *APIError) {
+// decodeItem reads one batch item of inst, whose members are ms.
+func (s *Server) decodeItem(item jv, ms []member, inst *serving.Instance) ([]engine.Tensor, *APIError) {
 	if item.Type() != fastjson.TypeObject {
 		return nil, newError(422, CodeInvalidInput, `each item must be an object such as {"id": "a", "data": [[...]]}`, nil)
 	}
-	inputs, aerr := s.decodeMembers(ms, m)
+	inputs, aerr := s.decodeMembers(ms, inst)
 	if aerr != nil {
 		return nil, aerr
 	}
-	if _, err := m.CheckInputs(inputs); err != nil {
+	if err := serving.CheckInputs(inst, inputs); err != nil {
 		return nil, s.submitError(err)
 	}
 	return inputs, nil
@@ -324,7 +324,7 @@ func (s *Server) ndjsonLine(ctx context.Context, inst *serving.Instance, line []
 	}
 	ms := v.members()
 	id = itemID(ms, n)
-	inputs, aerr := s.decodeItem(v, ms, inst.Model)
+	inputs, aerr := s.decodeItem(v, ms, inst)
 	if aerr != nil {
 		return appendItemError(nil, id, aerr)
 	}

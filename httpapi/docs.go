@@ -9,7 +9,9 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// The API description: a static OpenAPI 3.1 document, valid on its own.
+// The API description: a static OpenAPI 3.1 document, valid on its own and
+// generic (it describes any model fw serves). GET /openapi.json answers it
+// completed with the models served (openapi_served.go).
 //
 //go:embed openapi.json
 var openAPIJSON []byte
@@ -29,5 +31,6 @@ func (s *Server) handleDocsAsset(ctx *fasthttp.RequestCtx) {
 	defaultDocs().ServeAsset(ctx, strings.TrimPrefix(string(ctx.Path()), "/docs/"))
 }
 
-// handleOpenAPI serves GET /openapi.json.
-func (s *Server) handleOpenAPI(ctx *fasthttp.RequestCtx) { defaultDocs().ServeSpec(ctx) }
+// handleOpenAPI serves GET /openapi.json: openapi.json completed with the
+// models served now (openapi_served.go).
+func (s *Server) handleOpenAPI(ctx *fasthttp.RequestCtx) { s.openAPISpec().Serve(ctx) }

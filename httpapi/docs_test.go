@@ -75,8 +75,17 @@ var routedPaths = []string{
 	"/v2/logging",
 }
 
+// TestOpenAPIDocument checks the static document and the documents the
+// server answers for several sets of served models (servedTestDocuments):
+// each is a valid OpenAPI 3.1 document by the checks below.
 func TestOpenAPIDocument(t *testing.T) {
-	doc := oasdoc.Parse(t, openAPIJSON)
+	for name, b := range openAPIDocuments(t) {
+		t.Run(name, func(t *testing.T) { checkOpenAPIDocument(t, b) })
+	}
+}
+
+func checkOpenAPIDocument(t *testing.T, b []byte) {
+	doc := oasdoc.Parse(t, b)
 	if v, _ := doc["openapi"].(string); !regexp.MustCompile(`^3\.1\.\d+$`).MatchString(v) {
 		t.Fatalf("openapi = %q, want 3.1.x", v)
 	}
@@ -135,7 +144,13 @@ func TestOpenAPIDocument(t *testing.T) {
 }
 
 func TestOpenAPIPathsMatchRouter(t *testing.T) {
-	doc := oasdoc.Parse(t, openAPIJSON)
+	for name, b := range openAPIDocuments(t) {
+		t.Run(name, func(t *testing.T) { checkPathsMatchRouter(t, b) })
+	}
+}
+
+func checkPathsMatchRouter(t *testing.T, b []byte) {
+	doc := oasdoc.Parse(t, b)
 	var documented []string
 	for p := range doc["paths"].(map[string]any) {
 		documented = append(documented, p)
@@ -157,7 +172,13 @@ func TestOpenAPIPathsMatchRouter(t *testing.T) {
 // Security: the prediction and V2 endpoints (but V2's health) take the
 // optional bearer key; the rest stays open, as the router does.
 func TestOpenAPISecurityMatchesRouter(t *testing.T) {
-	doc := oasdoc.Parse(t, openAPIJSON)
+	for name, b := range openAPIDocuments(t) {
+		t.Run(name, func(t *testing.T) { checkSecurityMatchesRouter(t, b) })
+	}
+}
+
+func checkSecurityMatchesRouter(t *testing.T, b []byte) {
+	doc := oasdoc.Parse(t, b)
 	if _, ok := oasdoc.Pointer(t, doc, "#/components/securitySchemes/bearerAuth").(map[string]any); !ok {
 		t.Fatal("no bearerAuth security scheme")
 	}
@@ -227,8 +248,14 @@ func errorCodes(t *testing.T) map[string]int {
 // codes it names have that status in errors.go; the ErrorCode enum is
 // exactly the codes of errors.go.
 func TestOpenAPIErrorResponses(t *testing.T) {
-	doc := oasdoc.Parse(t, openAPIJSON)
 	codes := errorCodes(t)
+	for name, b := range openAPIDocuments(t) {
+		t.Run(name, func(t *testing.T) { checkErrorResponses(t, b, codes) })
+	}
+}
+
+func checkErrorResponses(t *testing.T, b []byte, codes map[string]int) {
+	doc := oasdoc.Parse(t, b)
 	enum := oasdoc.Pointer(t, doc, "#/components/schemas/ErrorCode/enum").([]any)
 	var got []string
 	for _, c := range enum {

@@ -34,7 +34,7 @@ func (s *Server) handlePredict(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, newError(400, CodeInvalidJSON, "the body is not valid JSON: "+err.Error(), nil))
 		return
 	}
-	inputs, aerr := s.decodeInputs(v, inst.Model)
+	inputs, aerr := s.decodeInputs(v, inst)
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
@@ -83,19 +83,21 @@ func (s *Server) done(inst *serving.Instance, rec serving.Request) {
 	inst.Stats.Record(rec)
 }
 
-// decodeInputs reads {"data": rows} or {"inputs": {...}} into the model's
-// positional inputs. v is a value scanDoc validated; the rows are read from
-// its bytes (decodeRows), no tree of it is built.
-func (s *Server) decodeInputs(v jv, m *engine.Model) ([]engine.Tensor, *APIError) {
+// decodeInputs reads {"data": rows} or {"inputs": {...}} into inst's
+// positional inputs, in the shapes its clients send (Instance.Inputs: a
+// model configuration's dims where it reshapes, which Infer maps to the
+// model's). v is a value scanDoc validated; the rows are read from its
+// bytes (decodeRows), no tree of it is built.
+func (s *Server) decodeInputs(v jv, inst *serving.Instance) ([]engine.Tensor, *APIError) {
 	if v.Type() != fastjson.TypeObject {
 		return nil, newError(400, CodeBadRequest, `the body must be a JSON object such as {"data": [[...], ...]}`, nil)
 	}
-	return s.decodeMembers(v.members(), m)
+	return s.decodeMembers(v.members(), inst)
 }
 
 // decodeMembers is decodeInputs on an object's members.
-func (s *Server) decodeMembers(ms []member, m *engine.Model) ([]engine.Tensor, *APIError) {
-	specs := m.Inputs()
+func (s *Server) decodeMembers(ms []member, inst *serving.Instance) ([]engine.Tensor, *APIError) {
+	specs, m := inst.Inputs(), inst.Model
 	if get(ms, "inputs") != nil && get(ms, "data") != nil {
 		return nil, newError(400, CodeBadRequest, `send either "data" (rows of a single-input model) or "inputs" (rows by input name), not both`, nil)
 	}

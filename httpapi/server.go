@@ -105,6 +105,7 @@ type Server struct {
 	keys     serving.Keys
 	bufs     sync.Pool
 	base     context.Context
+	docs     servedDocs // GET /openapi.json, built for the models served (openapi_served.go)
 
 	// routeHook, when set (by tests only), runs first on every request.
 	routeHook func(*fasthttp.RequestCtx)
@@ -331,9 +332,10 @@ func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
 }
 
 // ready returns the instance a prediction route serves: the model named by
-// the query parameters `model` (and `version`), else the one model served.
-// Otherwise it writes the error (503 while not ready, 404 for an unknown
-// model, 400 when several are served and none is named) and returns nil.
+// the query parameters `model` (and `version`), else the one model served
+// (in the version `version` names, when given). Otherwise it writes the
+// error (503 while not ready, 404 for an unknown model or version, 400 when
+// several are served and none is named) and returns nil.
 // While draining, predictions are still served (only /health turns 503, so
 // load balancers stop sending before the listener closes).
 func (s *Server) ready(ctx *fasthttp.RequestCtx) *serving.Instance {
@@ -342,9 +344,15 @@ func (s *Server) ready(ctx *fasthttp.RequestCtx) *serving.Instance {
 	}
 	var inst *serving.Instance
 	var err error
-	if args := ctx.QueryArgs(); args.Len() > 0 && args.Has("model") {
+	args := ctx.QueryArgs()
+	switch {
+	case args.Len() > 0 && args.Has("model"):
 		inst, err = s.models.Get(string(args.Peek("model")), string(args.Peek("version")))
-	} else {
+	case args.Len() > 0 && args.Has("version"):
+		if inst, err = s.models.Default(); err == nil {
+			inst, err = s.models.Get(inst.Name(), string(args.Peek("version")))
+		}
+	default:
 		inst, err = s.models.Default()
 	}
 	if err != nil {

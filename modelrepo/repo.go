@@ -211,6 +211,10 @@ func (r *Repository) State() (serving.State, string) {
 	return rd.state, rd.reason
 }
 
+// LoadsOnDemand implements serving.OnDemand: true when a request for a
+// model not loaded loads it (a resident limit is set).
+func (r *Repository) LoadsOnDemand() bool { return r.cfg.onDemand() }
+
 // Names lists the model directories of the repository, sorted.
 func (r *Repository) Names() ([]string, error) {
 	seen := map[string]bool{}

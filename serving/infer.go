@@ -47,6 +47,21 @@ func Infer(ctx context.Context, models Models, inst *Instance, inputs []engine.T
 	}
 }
 
+// CheckInputs checks inputs, in the shapes inst's clients send (its
+// configuration's dims where it reshapes), against inst's model, as Infer
+// does before it submits them: for a transport that answers a bad input
+// before anything runs (a /predict/batch item).
+func CheckInputs(inst *Instance, inputs []engine.Tensor) error {
+	if inst.Reshape != nil {
+		var err error
+		if inputs, err = inst.Reshape.toModel(inputs); err != nil {
+			return err
+		}
+	}
+	_, err := inst.Model.CheckInputs(inputs)
+	return err
+}
+
 // InferSequence runs a request that EnterSequence admitted: with no ticket
 // (a stateless model), as Infer; else, once the sequence's earlier requests
 // have run, with the client's inputs (inst.Inputs) completed by the

@@ -42,6 +42,15 @@ type Models interface {
 	Loaded() []*Instance
 }
 
+// OnDemand is implemented by Models that may load a model on the request
+// that names it (a repository with a resident limit: --max-resident-models
+// or --max-resident-bytes). When LoadsOnDemand is true, any model of the
+// repository may be named, not only the Loaded ones (the OpenAPI document
+// says so instead of listing only those).
+type OnDemand interface {
+	LoadsOnDemand() bool
+}
+
 // LoadOptions are what a repository load request may change.
 type LoadOptions struct {
 	// Config, when set, is a model configuration in JSON (Triton's

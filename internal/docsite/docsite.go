@@ -130,7 +130,7 @@ type Site struct {
 	assets  fs.FS
 	bundled bool
 	page    *file
-	spec    *file
+	spec    *Spec
 
 	mu    sync.Mutex
 	files map[string]*file // assets prepared so far (only names that exist)
@@ -159,9 +159,27 @@ func New(title string, spec []byte, assets fs.FS) *Site {
 		page = bytes.ReplaceAll(page, []byte(pageTitle), []byte(html.EscapeString(title)))
 	}
 	s.page = newFile(page, "text/html; charset=utf-8", pageCacheControl)
-	s.spec = newFile(spec, "application/json", pageCacheControl)
+	s.spec = NewSpec(spec)
 	return s
 }
+
+// Spec is an API description prepared to serve at GET /openapi.json: its
+// ETag and gzip variant computed once. A server whose document changes at
+// run time (fw serve's, which describes the models it serves) prepares one
+// per version of it and serves it with Serve. A Spec is immutable.
+type Spec struct{ f *file }
+
+// NewSpec prepares doc (an OpenAPI document in JSON) to be served.
+func NewSpec(doc []byte) *Spec {
+	return &Spec{newFile(doc, "application/json", pageCacheControl)}
+}
+
+// Body is the document.
+func (p *Spec) Body() []byte { return p.f.body }
+
+// Serve answers GET /openapi.json with the document (304 when
+// If-None-Match holds its ETag; gzip when the client takes it).
+func (p *Spec) Serve(ctx *fasthttp.RequestCtx) { p.f.write(ctx) }
 
 func isFile(fsys fs.FS, name string) bool {
 	st, err := fs.Stat(fsys, name)
@@ -175,8 +193,12 @@ func (s *Site) Bundled() bool { return s.bundled }
 // ServePage answers GET /docs.
 func (s *Site) ServePage(ctx *fasthttp.RequestCtx) { s.page.write(ctx) }
 
-// ServeSpec answers GET /openapi.json.
-func (s *Site) ServeSpec(ctx *fasthttp.RequestCtx) { s.spec.write(ctx) }
+// ServeSpec answers GET /openapi.json with the document the Site was made
+// with.
+func (s *Site) ServeSpec(ctx *fasthttp.RequestCtx) { s.spec.Serve(ctx) }
+
+// Spec is the document the Site was made with.
+func (s *Site) Spec() *Spec { return s.spec }
 
 // ServeAsset answers GET /docs/<name>: name must be a plain file name (no
 // slashes, no "..", no dot files) that exists in the asset folder; anything

@@ -137,7 +137,11 @@ def test_health_model_metrics(server: Server) -> None:
 
 def test_docs_and_openapi(server: Server) -> None:
     r = server.call("GET", "/openapi.json", expect=200)
-    assert r.json() == SPEC
+    served = r.json()
+    # httpapi/openapi.json completed with the served model: the same routes and responses.
+    assert served["paths"].keys() == SPEC["paths"].keys()
+    assert served["components"]["responses"] == SPEC["components"]["responses"]
+    assert served["components"]["parameters"]["ModelName"]["schema"]["enum"] == ["digits_cnn"]
     r = server.call("GET", "/docs", expect=200)
     assert b"/openapi.json" in r.body
     bundled = b"swagger-ui-bundle.js" in r.body
@@ -153,6 +157,85 @@ def test_docs_and_openapi(server: Server) -> None:
     r = server.call("GET", "/", expect=302)
     assert r.headers["location"].endswith("/docs")
     server.call("POST", "/openapi.json", body=b"{}", expect=405)
+
+
+@pytest.fixture(scope="module")
+def served_doc(server: Server, tmp_path_factory) -> OpenAPIDoc:
+    """The document the server answers, for the served model."""
+    r = server.call("GET", "/openapi.json", expect=200)
+    p = tmp_path_factory.mktemp("served") / "openapi.json"
+    p.write_bytes(r.data)
+    return OpenAPIDoc(p, "urn:fw:served-openapi")
+
+
+def test_served_document_is_openapi_31(served_doc: OpenAPIDoc) -> None:
+    served_doc.check_document()
+    assert "`digits_cnn` version 1" in served_doc.spec["info"]["description"]
+    for _label, ptr, value, ct in served_doc.examples():
+        served_doc.validate_example(ptr, value, ct)
+
+
+# Bodies the served document accepts (True) or refuses (False), with what the server answers:
+# what the schema accepts is what the server accepts.
+ROW = [0.5] * 64
+PREDICT_BODIES = [
+    (True, {"data": [DIGIT]}, 200),
+    (True, {"data": [FLAT, FLAT]}, 200),
+    (True, {"inputs": {"input": [DIGIT, DIGIT]}}, 200),
+    (True, {"data": [[3.4e38] * 64]}, 200),
+    (False, {"data": [DIGIT, FLAT]}, 422),  # every row in the first row's form
+    (False, {"data": [FLAT[:63]]}, 422),  # a row of the wrong length
+    (False, {"data": [[[ROW[:8]] * 8] * 2]}, 422),  # a row of the wrong shape
+    (False, {"data": [[1e39] * 64]}, 422),  # beyond float32: Inf, refused
+    (False, {"inputs": {"input": [FLAT], "other": [FLAT]}}, 422),  # an input the model does not have
+    (False, {"inputs": {}}, 422),
+    (False, {"data": [FLAT], "inputs": {"input": [FLAT]}}, 400),  # both
+    (False, {"data": []}, 422),
+]
+
+
+@pytest.mark.parametrize(
+    "valid,body,status", PREDICT_BODIES, ids=[str(i) for i in range(len(PREDICT_BODIES))]
+)
+def test_served_predict_schema_is_the_models(
+    server: Server, served_doc: OpenAPIDoc, valid, body, status
+) -> None:
+    v = served_doc.validator_for("/components/schemas/PredictRequest")
+    assert v.is_valid(body) == valid
+    r = server.request("POST", "/predict", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    assert r.status == status, r.body[:300]
+
+
+def v2_input(**kw) -> dict:
+    return {"name": "input", "datatype": "FP32", "shape": [1, 1, 8, 8], "data": FLAT} | kw
+
+
+V2_BODIES = [
+    (True, {"inputs": [v2_input()]}, 200),
+    (
+        True,
+        {"inputs": [v2_input(shape=[2, 1, 8, 8], data=FLAT + FLAT)], "outputs": [{"name": "logits"}]},
+        200,
+    ),
+    (True, {"inputs": [v2_input()], "parameters": {"binary_data_output": None}, "id": None}, 200),
+    (False, {"inputs": [v2_input(name="")]}, 422),
+    (False, {"inputs": [v2_input(datatype="FP64")]}, 422),
+    (False, {"inputs": [v2_input(shape=[1, 64])]}, 422),
+    (False, {"inputs": [v2_input(), v2_input()]}, 400),
+    (False, {"inputs": [v2_input()], "outputs": [{"name": "nope"}]}, 422),
+    (False, {"inputs": [v2_input()], "parameters": {"sequence_id": 1}}, 400),
+    (False, {"inputs": [v2_input(data=[True] * 64)]}, 422),
+]
+
+
+@pytest.mark.parametrize("valid,body,status", V2_BODIES, ids=[str(i) for i in range(len(V2_BODIES))])
+def test_served_v2_schema_is_the_models(server: Server, served_doc: OpenAPIDoc, valid, body, status) -> None:
+    v = served_doc.validator_for("/components/schemas/V2InferenceRequest")
+    assert v.is_valid(body) == valid
+    r = server.request(
+        "POST", "/v2/models/digits_cnn/infer", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    assert r.status == status, r.body[:300]
 
 
 def test_unknown_path_is_404(server: Server) -> None:
