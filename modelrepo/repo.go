@@ -671,6 +671,11 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 			if n := db.GetDefaultQueuePolicy().GetMaxQueueSize(); n > 0 {
 				bc.MaxQueue = int(min(n, 1<<20)) // beyond it: 503 with Retry-After, as Triton's UNAVAILABLE
 			}
+			// Preferred sizes ask for Triton's holding: a batch short of the
+			// largest waits up to max_queue_delay_microseconds, idle or not.
+			for _, p := range db.GetPreferredBatchSize() {
+				bc.PreferredRows = max(bc.PreferredRows, int(p))
+			}
 		case cfg.GetSequenceBatching() != nil: // requests of different sequences batched as its strategy says
 			bc.MaxDelay = time.Duration(queueDelay(cfg.GetSequenceBatching())) * time.Microsecond
 		default:

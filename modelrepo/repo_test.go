@@ -546,6 +546,34 @@ func TestQueuePolicyBoundsTheQueue(t *testing.T) {
 	}
 }
 
+// dynamic_batching.preferred_batch_size holds a batch short of the largest
+// preferred size for max_queue_delay_microseconds, idle engine or not, as
+// Triton's dynamic batcher does; with max_queue_size 1 a second request
+// meanwhile is refused (Triton's test_descriptive_status_code: 503).
+func TestPreferredBatchSizeHolds(t *testing.T) {
+	f := open(t, Config{Roots: []string{samples(t)}, Mode: ModeExplicit})
+	err := f.repo.Load(context.Background(), "simple", serving.LoadOptions{Config: []byte(`{"max_batch_size": 8, "dynamic_batching": {"preferred_batch_size": [2, 8], "max_queue_delay_microseconds": 300000, "default_queue_policy": {"max_queue_size": 1}}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := f.repo.Get("simple", "")
+	if err != nil || inst.Batcher.Config().PreferredRows != 8 {
+		t.Fatalf("%v, preferred rows %d", err, inst.Batcher.Config().PreferredRows)
+	}
+	start := time.Now()
+	held := make(chan error, 1)
+	go func() { _, err := inst.Batcher.Submit(context.Background(), simpleInputs(1)); held <- err }()
+	for inst.Batcher.QueueDepth() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := inst.Batcher.Submit(context.Background(), simpleInputs(1)); !errors.Is(err, batcher.ErrQueueFull) {
+		t.Fatalf("a second request while one is held: %v", err)
+	}
+	if err := <-held; err != nil || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("the held request: %v after %v", err, time.Since(start))
+	}
+}
+
 // A configuration that lists neither tensors nor max_batch_size (a load
 // override with only a version policy) has its batching completed from the
 // file, as Triton's auto-complete does.
