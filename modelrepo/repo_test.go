@@ -1,6 +1,7 @@
 package modelrepo
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -73,13 +74,19 @@ type fixture struct {
 // (every version drained) when the test ends.
 func open(t testing.TB, cfg Config) *fixture {
 	t.Helper()
+	return openLogged(t, cfg, quiet())
+}
+
+// openLogged is open with the repository's log going to log.
+func openLogged(t testing.TB, cfg Config, log *slog.Logger) *fixture {
+	t.Helper()
 	cfg.Engine = engine.Options{Threads: 1}
 	if cfg.Batcher == (batcher.Config{}) {
 		cfg.Batcher = batcher.DefaultConfig()
 	}
 	cfg.SkipWarmup = true
 	reg := prometheus.NewRegistry()
-	r, err := New(cfg, httpapi.NewMetrics(reg), quiet())
+	r, err := New(cfg, httpapi.NewMetrics(reg), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,6 +201,56 @@ func TestExplicitLoadUnloadIndex(t *testing.T) {
 	wantModelError(t, err, serving.ModelUnknown, "Request for unknown model: 'nosuch' is not found")
 	err = r.Load(ctx, "nosuch", serving.LoadOptions{})
 	wantModelError(t, err, serving.ModelUnknown, "failed to load 'nosuch'")
+}
+
+// A load whose config override is refused logs Triton's "Invalid config
+// override" (at warn, with the reason), which Triton's CI looks for in the
+// server's log; a load that fails otherwise does not.
+func TestInvalidConfigOverrideLogged(t *testing.T) {
+	var buf syncBuffer
+	f := openLogged(t, Config{Roots: []string{samples(t)}, Mode: ModeExplicit, LoadModels: []string{"simple"}}, slog.New(slog.NewTextHandler(&buf, nil)))
+	ctx := context.Background()
+	for _, override := range []string{`"parameters": {"config": {{"max_batch_size": "16"}}}`, `{"max_batch_size": "lots"}`, `{"name": "other"}`} {
+		buf.reset()
+		err := f.repo.Load(ctx, "simple", serving.LoadOptions{Config: []byte(override)})
+		wantModelError(t, err, serving.ModelLoadFailed, "failed to load 'simple'")
+		if log := buf.String(); !strings.Contains(log, "level=WARN") || !strings.Contains(log, "Invalid config override") || !strings.Contains(log, "model=simple") {
+			t.Fatalf("override %s: log %q", override, log)
+		}
+	}
+	buf.reset()
+	err := f.repo.Load(ctx, "nosuch", serving.LoadOptions{})
+	wantModelError(t, err, serving.ModelUnknown, "failed to load 'nosuch'")
+	if strings.Contains(buf.String(), "Invalid config override") {
+		t.Fatalf("a load without an override: %q", buf.String())
+	}
+	if err := inferSimple(ctx, f.repo, "simple"); err != nil {
+		t.Fatalf("after the refused overrides: %v", err)
+	}
+}
+
+// syncBuffer is a log destination safe for the repository's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
 }
 
 // Configurations fw cannot honour are refused at load, naming what is wrong.
