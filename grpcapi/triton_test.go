@@ -4,9 +4,13 @@ package grpcapi
 // examples match them (issue #21).
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"github.com/fw-serve/fw/sharedmem"
+	"google.golang.org/grpc/codes"
 )
 
 // A model whose configuration says max_batch_size 0 has no rows to count,
@@ -34,4 +38,29 @@ func TestUnbatchedConfigHasNoRowLimit(t *testing.T) {
 	if err != nil || code != 200 {
 		t.Fatalf("HTTP, 10 rows: %d %v %v", code, v, err)
 	}
+}
+
+// Shared memory as Triton answers it: a key that opens no object is
+// INTERNAL "Unable to open shared memory region: '<key>'", checked before
+// the window (byte_size 0 included); a window past the object is
+// INVALID_ARGUMENT "failed to register shared memory region '<name>':
+// invalid args"; CUDA shared memory is INVALID_ARGUMENT with Triton's
+// sentence, then why.
+func TestSharedMemoryTritonStatuses(t *testing.T) {
+	dir := t.TempDir()
+	reg := sharedmem.New(dir)
+	defer reg.Close()
+	f := start(t, options{shm: reg})
+	ctx := callCtx(t)
+	for _, size := range []uint64{0, 64} {
+		_, err := f.client.SystemSharedMemoryRegister(ctx, &pb.SystemSharedMemoryRegisterRequest{Name: "test_shm", Key: "/test_shm", ByteSize: size})
+		wantCode(t, err, codes.Internal, "Unable to open shared memory region: '/test_shm'")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "small"), make([]byte, 64), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.client.SystemSharedMemoryRegister(ctx, &pb.SystemSharedMemoryRegisterRequest{Name: "r", Key: "/small", ByteSize: 65})
+	wantCode(t, err, codes.InvalidArgument, "failed to register shared memory region 'r': invalid args")
+	_, err = f.client.CudaSharedMemoryRegister(ctx, &pb.CudaSharedMemoryRegisterRequest{})
+	wantCode(t, err, codes.InvalidArgument, "failed to register shared memory region '': invalid args")
 }
