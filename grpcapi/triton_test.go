@@ -6,6 +6,7 @@ package grpcapi
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
@@ -63,4 +64,21 @@ func TestSharedMemoryTritonStatuses(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "failed to register shared memory region 'r': invalid args")
 	_, err = f.client.CudaSharedMemoryRegister(ctx, &pb.CudaSharedMemoryRegisterRequest{})
 	wantCode(t, err, codes.InvalidArgument, "failed to register shared memory region '': invalid args")
+}
+
+// A load's file override fw does not take: one whose path no file system
+// can hold is INTERNAL "failed to poll from model repository" (Triton's
+// status and sentence), any other INVALID_ARGUMENT "failed to load".
+func TestLoadFileOverrideStatus(t *testing.T) {
+	f := start(t, options{})
+	ctx := callCtx(t)
+	_, err := f.client.RepositoryModelLoad(ctx, &pb.RepositoryModelLoadRequest{ModelName: "digits_mlp", Parameters: map[string]*pb.ModelRepositoryParameter{
+		"config":                           {ParameterChoice: &pb.ModelRepositoryParameter_StringParam{StringParam: "{}"}},
+		"file:" + strings.Repeat("A", 256): {ParameterChoice: &pb.ModelRepositoryParameter_BytesParam{BytesParam: []byte("a")}},
+	}})
+	wantCode(t, err, codes.Internal, "failed to poll from model repository")
+	_, err = f.client.RepositoryModelLoad(ctx, &pb.RepositoryModelLoadRequest{ModelName: "digits_mlp", Parameters: map[string]*pb.ModelRepositoryParameter{
+		"file:1/model.onnx": {ParameterChoice: &pb.ModelRepositoryParameter_BytesParam{BytesParam: []byte("a")}},
+	}})
+	wantCode(t, err, codes.InvalidArgument, "failed to load 'digits_mlp'")
 }

@@ -407,6 +407,8 @@ func modelError(err error) *APIError {
 		e = newError(400, CodeControlDisabled, me.Message, d)
 	case serving.ModelLoadFailed:
 		e = newError(400, CodeLoadFailed, me.Message, d)
+	case serving.ModelRepositoryFailed:
+		e = newError(500, CodeLoadFailed, me.Message, d) // Triton's status: INTERNAL
 	default:
 		e = newError(400, CodeBadRequest, me.Message, d)
 	}
