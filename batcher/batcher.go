@@ -53,9 +53,10 @@ type Config struct {
 	MaxBatchRows int
 	// MaxDelay is how long the first request of a batch may wait for more
 	// work before its batch runs anyway, while another engine call is
-	// running. When no engine call is running a batch starts at once:
-	// waiting then only adds latency, and under load batches fill by
-	// themselves with the requests that arrive during the running call.
+	// running. When no engine call is running a batch starts at once
+	// (unless PreferredRows holds it): waiting then only adds latency, and
+	// under load batches fill by themselves with the requests that arrive
+	// during the running call.
 	// 0 (or negative) never waits: a free worker runs whatever is queued at
 	// that moment. DefaultConfig uses 1ms.
 	MaxDelay time.Duration
@@ -72,6 +73,12 @@ type Config struct {
 	// if any, is not checked against the rows. Requests still queue, in
 	// arrival order, within MaxQueue; MaxDelay does not apply.
 	Unbatched bool
+	// PreferredRows, when positive, holds a batch for up to MaxDelay until
+	// it has this many rows, even while no engine call runs, and sends it
+	// as soon as it has them: Triton's dynamic batcher with
+	// preferred_batch_size (its largest preferred size). 0 keeps fw's
+	// behaviour: an idle engine never waits.
+	PreferredRows int
 }
 
 // Defaults used by New for zero Config fields, and by DefaultConfig.
@@ -358,7 +365,7 @@ func (b *Batcher) SubmitTimed(ctx context.Context, inputs []engine.Tensor) ([]en
 	// A sleeping gatherer only needs waking when there was nothing to wait
 	// for or this group just filled up; otherwise its timer already fires
 	// at the earliest deadline.
-	wake := b.waiting && (wasEmpty || g.rows >= b.cfg.MaxBatchRows)
+	wake := b.waiting && (wasEmpty || g.rows >= b.cfg.MaxBatchRows || b.preferredLocked(g))
 	if wake {
 		b.waiting = false
 	}
@@ -547,7 +554,7 @@ func (b *Batcher) pickLocked() (*group, time.Duration) {
 	if len(b.active) == 0 {
 		return nil, 0
 	}
-	immediate := b.closed || b.cfg.MaxDelay <= 0 || b.cfg.Unbatched || b.running.Load() == 0
+	immediate := b.closed || b.cfg.MaxDelay <= 0 || b.cfg.Unbatched || (b.running.Load() == 0 && b.cfg.PreferredRows <= 0)
 	var now time.Time
 	if !immediate {
 		now = time.Now()
@@ -556,7 +563,7 @@ func (b *Batcher) pickLocked() (*group, time.Duration) {
 	var wait time.Duration
 	for _, g := range b.active {
 		head := g.reqs[0]
-		ready := immediate || g.rows >= b.cfg.MaxBatchRows
+		ready := immediate || g.rows >= b.cfg.MaxBatchRows || b.preferredLocked(g)
 		if !ready {
 			left := b.cfg.MaxDelay - now.Sub(head.enqueued)
 			if left <= 0 {
@@ -573,6 +580,11 @@ func (b *Batcher) pickLocked() (*group, time.Duration) {
 		return best, 0
 	}
 	return nil, wait
+}
+
+// preferredLocked reports whether g holds a preferred batch (PreferredRows).
+func (b *Batcher) preferredLocked(g *group) bool {
+	return b.cfg.PreferredRows > 0 && g.rows >= b.cfg.PreferredRows
 }
 
 // takeLocked moves the longest prefix of g's queue that fits in MaxBatchRows

@@ -933,3 +933,53 @@ func TestRefusesWhatCannotBeServedInTime(t *testing.T) {
 		}
 	}
 }
+
+// With PreferredRows (Triton's preferred_batch_size) an idle engine holds
+// a batch short of it for MaxDelay, and sends it at once when it has them;
+// a request held so counts as waiting, so MaxQueue refuses the next one
+// (Triton's queue policy answers UNAVAILABLE so).
+func TestPreferredRowsHoldAnIdleBatch(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	stats := &recorder{}
+	b := New(affine, Config{MaxBatchRows: 8, MaxDelay: delay, PreferredRows: 4}, stats)
+	defer closeOK(t, b)
+	start := time.Now()
+	out, err := b.Submit(context.Background(), []engine.Tensor{rowsTensor(0, 1, 4)})
+	if err != nil || checkAffine(0, 1, 4, out) != nil {
+		t.Fatalf("held request: %v", err)
+	}
+	if d := time.Since(start); d < delay {
+		t.Fatalf("a lone request ran after %v, not held for %v", d, delay)
+	}
+	// Four rows at once: sent as soon as they are queued.
+	start = time.Now()
+	var chans []<-chan result
+	for i := 1; i <= 4; i++ {
+		chans = append(chans, submitAsync(context.Background(), b, rowsTensor(i, 1, 4)))
+	}
+	for i, ch := range chans {
+		r := <-ch
+		if r.err != nil || checkAffine(i+1, 1, 4, r.out) != nil {
+			t.Fatalf("request %d: %v", i+1, r.err)
+		}
+	}
+	if d := time.Since(start); d >= delay {
+		t.Fatalf("a preferred batch waited %v", d)
+	}
+	if got := stats.all(); len(got) != 2 || got[1].rows != 4 {
+		t.Fatalf("batches %+v, want 1 then 4 rows", got)
+	}
+
+	q := New(affine, Config{MaxBatchRows: 8, MaxDelay: delay, PreferredRows: 8, MaxQueue: 1}, nil)
+	defer closeOK(t, q)
+	held := submitAsync(context.Background(), q, rowsTensor(0, 1, 4))
+	for q.QueueDepth() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := q.Submit(context.Background(), []engine.Tensor{rowsTensor(1, 1, 4)}); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("a second request while one is held: %v, want ErrQueueFull", err)
+	}
+	if r := <-held; r.err != nil {
+		t.Fatal(r.err)
+	}
+}

@@ -6,7 +6,6 @@ package grpcapi
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
@@ -35,8 +34,7 @@ func (s *Server) RepositoryModelLoad(ctx context.Context, req *pb.RepositoryMode
 		case k == "config":
 			opts.Config = []byte(p.GetStringParam())
 		case strings.HasPrefix(k, "file:"):
-			return nil, modelStatus(&serving.ModelError{Kind: serving.ModelLoadFailed, Model: req.GetModelName(),
-				Message: fmt.Sprintf("failed to load '%s': the load parameter %q overrides a model file, which fw does not accept over the API; put the file in the model repository and load it by name", req.GetModelName(), k)})
+			return nil, modelStatus(serving.FileOverride(req.GetModelName(), k))
 		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)

@@ -287,6 +287,8 @@ func modelStatus(err error) error {
 		return status.Error(codes.Unavailable, me.Message)
 	case serving.ModelControlDisabled:
 		return status.Error(codes.FailedPrecondition, me.Message)
+	case serving.ModelRepositoryFailed:
+		return status.Error(codes.Internal, me.Message)
 	}
 	return status.Error(codes.InvalidArgument, me.Message)
 }

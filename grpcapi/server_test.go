@@ -57,6 +57,9 @@ type options struct {
 	name    string                          // the served name (a repository's), else the file's
 	shm     *sharedmem.Registry
 	prepare func(*serving.Instance) error // edits the instance before it serves (a repository's labels)
+	// unbatched serves the model as a configuration with max_batch_size 0
+	// does, whatever axes its file has.
+	unbatched bool
 }
 
 func start(t testing.TB, o options) *fixture {
@@ -70,8 +73,10 @@ func start(t testing.TB, o options) *fixture {
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(testmodels.Dir(t), o.model)
 	}
+	bc := batcher.DefaultConfig()
+	bc.Unbatched = o.unbatched
 	h := modelhost.New(modelhost.Config{Path: path, Engine: engine.Options{Threads: 1},
-		Batcher: batcher.DefaultConfig(), SkipWarmup: true, Name: o.name, Prepare: o.prepare}, metrics, quietLog())
+		Batcher: bc, SkipWarmup: true, Name: o.name, Prepare: o.prepare}, metrics, quietLog())
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatalf("start the model host: %v", err)
 	}

@@ -8,7 +8,6 @@ package grpcapi
 import (
 	"context"
 	"errors"
-	"strings"
 
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
 	"github.com/fw-serve/fw/sharedmem"
@@ -16,12 +15,17 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// sharedMemoryStatus maps a sharedmem error to a status.
+// sharedMemoryStatus maps a sharedmem error to a status, as Triton's:
+// NOT_FOUND for a region not registered, INTERNAL for a key that opens no
+// object, INVALID_ARGUMENT otherwise.
 func sharedMemoryStatus(err error) error {
-	if errors.Is(err, sharedmem.ErrNotFound) {
-		return status.Error(codes.NotFound, strings.TrimPrefix(err.Error(), sharedmem.ErrNotFound.Error()+": "))
+	switch {
+	case errors.Is(err, sharedmem.ErrNotFound):
+		return status.Error(codes.NotFound, sharedmem.Message(err))
+	case errors.Is(err, sharedmem.ErrOpen):
+		return status.Error(codes.Internal, sharedmem.Message(err))
 	}
-	return status.Error(codes.InvalidArgument, strings.TrimPrefix(err.Error(), sharedmem.ErrInvalid.Error()+": "))
+	return status.Error(codes.InvalidArgument, sharedmem.Message(err))
 }
 
 func (s *Server) sharedMemory() (*sharedmem.Registry, error) {
@@ -80,10 +84,11 @@ func (s *Server) CudaSharedMemoryStatus(_ context.Context, req *pb.CudaSharedMem
 	return &pb.CudaSharedMemoryStatusResponse{}, nil
 }
 
-// CudaSharedMemoryRegister implements GRPCInferenceService: refused, with
+// CudaSharedMemoryRegister implements GRPCInferenceService: refused with
+// Triton's status and sentence for a CUDA IPC handle it cannot open, then
 // the reason.
 func (s *Server) CudaSharedMemoryRegister(_ context.Context, req *pb.CudaSharedMemoryRegisterRequest) (*pb.CudaSharedMemoryRegisterResponse, error) {
-	return nil, status.Errorf(codes.FailedPrecondition, "failed to register CUDA shared memory region '%s': CUDA shared memory is not available on this server (it runs on the CPU, without CUDA IPC); use system shared memory or send the data in the request", req.GetName())
+	return nil, status.Errorf(codes.InvalidArgument, "failed to register shared memory region '%s': invalid args: CUDA shared memory is not available on this server (it runs on the CPU, without CUDA IPC); use system shared memory or send the data in the request", req.GetName())
 }
 
 // CudaSharedMemoryUnregister implements GRPCInferenceService: nothing to

@@ -99,7 +99,8 @@ func (s *sourceReader) Read(p []byte) (int, error) {
 }
 
 // requestBody is the one place where a handler's request body comes from:
-// a reader of the body as sent (a stream, or the bytes fasthttp read), or,
+// a reader of the body as sent (a stream, or the bytes fasthttp read; on
+// /v2, a chunked one is refused past maxBodyChunks chunks), or,
 // when Content-Encoding is gzip or deflate, a decodedBody bounded by
 // MaxBodyBytes decoded (compressed is then true). Another encoding is a
 // 415; a body that does not start as its encoding says, a 400.
@@ -111,6 +112,9 @@ func (s *Server) requestBody(ctx *fasthttp.RequestCtx) (r io.Reader, compressed 
 	var raw io.Reader
 	if ctx.Request.IsBodyStream() {
 		raw = ctx.RequestBodyStream()
+		if ctx.Request.Header.ContentLength() == -1 && isV2Path(ctx.Path()) {
+			raw = countChunks(ctx, raw) // chunked: at most maxBodyChunks, as Triton
+		}
 	} else {
 		raw = bytes.NewReader(ctx.Request.Body())
 	}
@@ -163,16 +167,24 @@ func (b *decodedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *decodedBody) tooLarge() *APIError {
+func (b *decodedBody) tooLarge() *APIError { return decodedTooLarge(b.max, b.enc) }
+
+// decodedTooLarge is fw's 413 for a body compressed with enc that
+// decompresses past max bytes.
+func decodedTooLarge(max int64, enc string) *APIError {
 	return &APIError{Status: 413, Code: CodeTooLarge,
-		Message: fmt.Sprintf("the request body decompresses to more than the limit of %d bytes (--max-body-bytes); send fewer rows per request, or split the work into several requests", b.max),
-		Details: map[string]any{"max_body_bytes": b.max, "content_encoding": b.enc}}
+		Message: fmt.Sprintf("the request body decompresses to more than the limit of %d bytes (--max-body-bytes); send fewer rows per request, or split the work into several requests", max),
+		Details: map[string]any{"max_body_bytes": max, "content_encoding": enc}}
 }
 
 // fail classifies an error decoding the body: the connection's, or the
 // stream's own.
 func (b *decodedBody) fail(err error) *APIError {
 	if b.src.err != nil {
+		var ae *APIError
+		if errors.As(b.src.err, &ae) { // the body's own limit (chunkCounter)
+			return ae
+		}
 		return newError(400, CodeBadRequest, "could not read the request body: "+b.src.err.Error(), nil)
 	}
 	if err == io.EOF {

@@ -265,7 +265,7 @@ func TestCompressedResponses(t *testing.T) {
 		if r.header.Get("Content-Encoding") != "" || len(r.body) < minCompressBytes {
 			t.Fatalf("a large error: %d bytes, Content-Encoding %q", len(r.body), r.header.Get("Content-Encoding"))
 		}
-		r.expectError(t, 422, CodeInvalidInput, "unknown input")
+		r.expectError(t, 400, CodeInvalidInput, "unknown input")
 	})
 	t.Run("ndjson", func(t *testing.T) {
 		lines := ndjsonRows(t, x)
@@ -283,7 +283,8 @@ func TestCompressedResponses(t *testing.T) {
 }
 
 // A decompression bomb (10 GiB of zeros in about 10 MB of gzip or zlib) is
-// refused with 413 once --max-body-bytes of it is decompressed, on every
+// refused with 413 (on /v2, Triton's 400) once --max-body-bytes of it is
+// decompressed, on every
 // route: it is never inflated whole (the process, client and server both,
 // allocates a small multiple of the limit, not gigabytes), and the server
 // goes on serving.
@@ -309,7 +310,8 @@ func TestDecompressionBombs(t *testing.T) {
 					t.Errorf("%s %s (chunked %v): %d MiB allocated for a %d MiB limit", enc, rt.name, stream, n>>20, max>>20)
 				}
 				if rt.name == "v2" {
-					r.expectError(t, 413, CodeTooLarge, "decompresses to more than the limit of 16777216 bytes")
+					// Triton's status and sentence on /v2.
+					r.expectError(t, 400, CodeTooLarge, "Decompressed data size exceeds the maximum allowed value of 16777216 bytes. Use --http-max-input-size to increase the limit.")
 					continue
 				}
 				var e struct {

@@ -252,7 +252,9 @@ func TestV2SizesChecked(t *testing.T) {
 	b, h = bin([]int64{2, 64}, 256)
 	add("size short of the body", b, h, 422, "needs 512 bytes of binary data, binary_data_size is 256")
 	b, h = bin([]int64{1 << 62, 64}, 512)
-	add("shape overflows", b, h, 422, "too large")
+	add("shape overflows", b, h, 400, "causes total element count to exceed maximum size of")
+	b, h = bin([]int64{1 << 60, 4}, 512)
+	add("shape bytes overflow", b, h, 400, "byte size overflow for input 'input': element count (4611686018427387904) * data type size (4)")
 	b, h = bin([]int64{1 << 20, 1 << 20}, 512)
 	add("shape beyond the size", b, h, 422, "binary_data_size is 512")
 	b, _ = bin([]int64{2, 64}, 512)
@@ -266,7 +268,7 @@ func TestV2SizesChecked(t *testing.T) {
 	add("json rows above max", v2Doc(t, map[string]any{"name": "input", "datatype": "FP32", "shape": []int64{5000, 64}, "data": make([]int, 5000*64)}), "", 413, "--max-rows")
 	add("json shape beyond data", v2Doc(t, map[string]any{"name": "input", "datatype": "FP32", "shape": []int64{1 << 40, 64}, "data": make([]int, 64)}), "", 422, `"data" holds 64`)
 	add("json shape vs data", v2Doc(t, map[string]any{"name": "input", "datatype": "FP32", "shape": []int64{2, 64}, "data": make([]int, 129)}), "", 422, `needs 128 elements, "data" holds 129`)
-	add("shape not integers", v2Doc(t, map[string]any{"name": "input", "datatype": "FP32", "shape": []any{2.5, 64}, "data": []int{1}}), "", 400, "non-negative integers")
+	add("shape not integers", v2Doc(t, map[string]any{"name": "input", "datatype": "FP32", "shape": []any{2.5, 64}, "data": []int{1}}), "", 500, "Unable to parse 'shape'")
 	add("too many axes", v2Doc(t, map[string]any{"name": "input", "datatype": "FP32", "shape": make([]int, 40), "data": []int{}}), "", 400, "at most 32")
 	for _, c := range cases {
 		var h []byte
@@ -275,7 +277,7 @@ func TestV2SizesChecked(t *testing.T) {
 		}
 		var req *v2Request
 		var aerr *APIError
-		n := allocated(func() { req, aerr = parseV2Request(c.body, h, ins, outs, 4096, nil) })
+		n := allocated(func() { req, aerr = parseV2Request(c.body, h, ins, outs, v2Limits{maxRows: 4096}, nil) })
 		if c.status == 0 {
 			if aerr != nil || len(req.inputs[0].Data) != 512 {
 				t.Fatalf("%s: %+v", c.name, aerr)
@@ -298,7 +300,7 @@ func TestV2JSONValues(t *testing.T) {
 	outs := []engine.TensorSpec{{Name: "y", DType: engine.Float32, Shape: []int64{-1}}}
 	body := []byte(`{"id":"r\u0031","inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[1,2],[3.5,-4]]},` +
 		`{"name":"m","shape":[1,2],"datatype":"BOOL","data":[true,0]},{"name":"t","shape":[1,2],"datatype":"INT32","data":[7,-2.0]}],"outputs":[{"name":"y","parameters":{"binary_data":true}}]}`)
-	req, aerr := parseV2Request(body, nil, ins, outs, 10, nil)
+	req, aerr := parseV2Request(body, nil, ins, outs, v2Limits{maxRows: 10}, nil)
 	if aerr != nil {
 		t.Fatal(aerr)
 	}
@@ -360,12 +362,13 @@ func TestV2BytesSizesChecked(t *testing.T) {
 	}{
 		{"4 GiB length", []int64{1, 1}, huge, 6, 422, "its length 4294967295 runs past"},
 		{"2^40 strings claimed", []int64{1 << 20, 1 << 20}, huge, 6, 422, "needs at least 4398046511104 bytes"},
-		{"overflowing shape", []int64{1 << 62, 4}, huge, 6, 422, "too large"},
+		{"overflowing shape", []int64{1 << 62, 4}, huge, 6, 400, "causes total element count to exceed maximum size of 9223372036854775807"},
+		{"overflowing bytes", []int64{1 << 61, 2}, huge, 6, 400, "byte size overflow for input 's'"},
 		{"size below the lengths", []int64{1, 2}, huge[:4], 4, 422, "needs at least 8 bytes"},
 	} {
 		body, h := bin(c.shape, c.raw, c.size)
 		var aerr *APIError
-		n := allocated(func() { _, aerr = parseV2Request(body, h, ins, outs, 0, nil) })
+		n := allocated(func() { _, aerr = parseV2Request(body, h, ins, outs, v2Limits{}, nil) })
 		if aerr == nil || aerr.Status != c.status || !strings.Contains(aerr.Message, c.contains) {
 			t.Fatalf("%s: got %+v, want %d %q", c.name, aerr, c.status, c.contains)
 		}
@@ -375,7 +378,7 @@ func TestV2BytesSizesChecked(t *testing.T) {
 	}
 	body := v2Doc(t, map[string]any{"name": "s", "datatype": "BYTES", "shape": []int64{1 << 40, 2}, "data": []string{"a", "b"}})
 	var aerr *APIError
-	if n := allocated(func() { _, aerr = parseV2Request(body, nil, ins, outs, 0, nil) }); aerr == nil || n > 64<<10 {
+	if n := allocated(func() { _, aerr = parseV2Request(body, nil, ins, outs, v2Limits{}, nil) }); aerr == nil || n > 64<<10 {
 		t.Fatalf("JSON shape of 2^41 strings: %+v after %d bytes", aerr, n)
 	}
 }
@@ -405,7 +408,7 @@ func TestV2SharedMemoryRefusedBeforeAllocating(t *testing.T) {
 		v2Marshal(t, map[string]any{"inputs": []any{shm("x", "FP32", []int64{1, 1}, 4), shm("s", "BYTES", []int64{1}, 1<<30)}}),
 	} {
 		var aerr *APIError
-		n := allocated(func() { _, aerr = parseV2Request(body, nil, ins, outs, 0, reg) })
+		n := allocated(func() { _, aerr = parseV2Request(body, nil, ins, outs, v2Limits{}, reg) })
 		if aerr == nil || aerr.Status != 400 || !strings.Contains(aerr.Message, "beyond its 4096 registered bytes") {
 			t.Fatalf("got %+v", aerr)
 		}

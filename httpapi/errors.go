@@ -6,7 +6,11 @@ import (
 )
 
 // Error codes of the one error shape every non-2xx response uses:
-// {"error": {"code": "...", "message": "...", "details": ...}}.
+// {"error": {"code": "...", "message": "...", "details": ...}}, with the
+// status each has on fw's routes. The /v2 routes answer Triton's statuses
+// (v2Status), and where Triton answers 500 for a request it refuses, so do
+// they, with the code saying the request is at fault (bad_request,
+// load_failed).
 const (
 	CodeInvalidJSON      = "invalid_json"           // 400
 	CodeBadRequest       = "bad_request"            // 400
@@ -26,6 +30,16 @@ const (
 	CodeNotReady         = "not_ready"              // 503
 	CodeTimeout          = "timeout"                // 504
 )
+
+// v2Status is an error's status on the /v2 routes, which answer as Triton
+// does: fw's 413 (too large) and 422 (invalid input) are Triton's
+// INVALID_ARG, 400.
+func v2Status(status int) int {
+	if status == fasthttp.StatusRequestEntityTooLarge || status == fasthttp.StatusUnprocessableEntity {
+		return fasthttp.StatusBadRequest
+	}
+	return status
+}
 
 // APIError is an error that knows its HTTP status and public code.
 type APIError = apierror.Error

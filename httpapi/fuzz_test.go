@@ -115,7 +115,7 @@ func FuzzV2BytesRequest(f *testing.F) {
 		if hl != "" {
 			h = []byte(hl)
 		}
-		req, aerr := parseV2Request(body, h, ins, outs, 0, nil)
+		req, aerr := parseV2Request(body, h, ins, outs, v2Limits{}, nil)
 		if aerr != nil {
 			if req != nil || aerr.Message == "" || (aerr.Status != 400 && aerr.Status != 422) {
 				t.Fatalf("bad error: %+v", aerr)

@@ -27,8 +27,9 @@ const scanMaxDepth = 300
 
 // syntaxError is a JSON syntax error at a byte offset of the scanned value.
 type syntaxError struct {
-	off int
-	msg string
+	off   int
+	msg   string
+	depth bool // the value nests deeper than scanMaxDepth
 }
 
 func (e *syntaxError) Error() string { return fmt.Sprintf("%s at byte %d", e.msg, e.off) }
@@ -51,7 +52,7 @@ func scanDoc(b []byte) (jv, error) {
 		return nil, err
 	}
 	if j := skipWS(b, end); j != len(b) {
-		return nil, &syntaxError{j, "unexpected data after the JSON value"}
+		return nil, &syntaxError{off: j, msg: "unexpected data after the JSON value"}
 	}
 	return jv(b[i:end]), nil
 }
@@ -59,12 +60,12 @@ func scanDoc(b []byte) (jv, error) {
 // scanValue validates the value starting at b[i] and returns its end.
 func scanValue(b []byte, i, depth int) (int, error) {
 	if i >= len(b) {
-		return i, &syntaxError{i, "unexpected end of JSON"}
+		return i, &syntaxError{off: i, msg: "unexpected end of JSON"}
 	}
 	switch b[i] {
 	case '{':
 		if depth >= scanMaxDepth {
-			return i, &syntaxError{i, fmt.Sprintf("nested deeper than %d levels", scanMaxDepth)}
+			return i, &syntaxError{off: i, msg: fmt.Sprintf("nested deeper than %d levels", scanMaxDepth), depth: true}
 		}
 		i = skipWS(b, i+1)
 		if i < len(b) && b[i] == '}' {
@@ -72,7 +73,7 @@ func scanValue(b []byte, i, depth int) (int, error) {
 		}
 		for {
 			if i >= len(b) || b[i] != '"' {
-				return i, &syntaxError{i, "expected a string key"}
+				return i, &syntaxError{off: i, msg: "expected a string key"}
 			}
 			end, err := scanString(b, i)
 			if err != nil {
@@ -80,7 +81,7 @@ func scanValue(b []byte, i, depth int) (int, error) {
 			}
 			i = skipWS(b, end)
 			if i >= len(b) || b[i] != ':' {
-				return i, &syntaxError{i, "expected ':' after an object key"}
+				return i, &syntaxError{off: i, msg: "expected ':' after an object key"}
 			}
 			if i, err = scanValue(b, skipWS(b, i+1), depth+1); err != nil {
 				return i, err
@@ -93,11 +94,11 @@ func scanValue(b []byte, i, depth int) (int, error) {
 			if i < len(b) && b[i] == '}' {
 				return i + 1, nil
 			}
-			return i, &syntaxError{i, "expected ',' or '}' in an object"}
+			return i, &syntaxError{off: i, msg: "expected ',' or '}' in an object"}
 		}
 	case '[':
 		if depth >= scanMaxDepth {
-			return i, &syntaxError{i, fmt.Sprintf("nested deeper than %d levels", scanMaxDepth)}
+			return i, &syntaxError{off: i, msg: fmt.Sprintf("nested deeper than %d levels", scanMaxDepth), depth: true}
 		}
 		i = skipWS(b, i+1)
 		if i < len(b) && b[i] == ']' {
@@ -116,7 +117,7 @@ func scanValue(b []byte, i, depth int) (int, error) {
 			if i < len(b) && b[i] == ']' {
 				return i + 1, nil
 			}
-			return i, &syntaxError{i, "expected ',' or ']' in an array"}
+			return i, &syntaxError{off: i, msg: "expected ',' or ']' in an array"}
 		}
 	case '"':
 		return scanString(b, i)
@@ -131,7 +132,7 @@ func scanValue(b []byte, i, depth int) (int, error) {
 	}
 	end := numberEnd(b, i)
 	if end == i {
-		return i, &syntaxError{i, fmt.Sprintf("unexpected character %q", b[i])}
+		return i, &syntaxError{off: i, msg: fmt.Sprintf("unexpected character %q", b[i])}
 	}
 	return end, nil
 }
@@ -140,7 +141,7 @@ func scanLiteral(b []byte, i int, lit string) (int, error) {
 	if len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit {
 		return i + len(lit), nil
 	}
-	return i, &syntaxError{i, fmt.Sprintf("expected %s", lit)}
+	return i, &syntaxError{off: i, msg: fmt.Sprintf("expected %s", lit)}
 }
 
 // scanString returns the end of the string starting at b[i] (a '"').
@@ -153,7 +154,7 @@ func scanString(b []byte, i int) (int, error) {
 			j++
 		}
 	}
-	return len(b), &syntaxError{i, "unterminated string"}
+	return len(b), &syntaxError{off: i, msg: "unterminated string"}
 }
 
 // numberEnd returns the end of the number token at b[i], i itself if there

@@ -103,7 +103,8 @@ type Server struct {
 	metricsH fasthttp.RequestHandler
 	started  time.Time
 	keys     serving.Keys
-	bufs     sync.Pool
+	bufs     sync.Pool // response buffers (getBuf)
+	bodyBufs sync.Pool // request body buffers (v2Infer), apart so that a grown one is found again
 	base     context.Context
 	docs     servedDocs // GET /openapi.json, built for the models served (openapi_served.go)
 
@@ -122,6 +123,7 @@ func New(base context.Context, cfg Config, models serving.Models, metrics *Metri
 	s.metricsH = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	s.keys = serving.NewKeys(s.cfg.APIKeys)
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	s.bodyBufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	return s
 }
 
@@ -415,6 +417,8 @@ func modelError(err error) *APIError {
 		e = newError(400, CodeControlDisabled, me.Message, d)
 	case serving.ModelLoadFailed:
 		e = newError(400, CodeLoadFailed, me.Message, d)
+	case serving.ModelRepositoryFailed:
+		e = newError(500, CodeLoadFailed, me.Message, d) // Triton's status: INTERNAL
 	default:
 		e = newError(400, CodeBadRequest, me.Message, d)
 	}
@@ -422,9 +426,10 @@ func modelError(err error) *APIError {
 }
 
 // readBody returns the whole request body, decoded when it is compressed
-// (requestBody); or it writes the error (413 beyond MaxBodyBytes, which
-// bounds the decoded size; 415 for an encoding fw does not read; 400 for a
-// body that does not decode) and returns false.
+// (requestBody); or it writes the error (beyond MaxBodyBytes, which bounds
+// the decoded size: 413, or on /v2 Triton's 400 (bodyTooLarge); 415 for an
+// encoding fw does not read; 400 for a body that does not decode) and
+// returns false.
 func (s *Server) readBody(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 	return s.readBodyLimit(ctx, s.cfg.MaxBodyBytes)
 }
@@ -433,33 +438,71 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx) ([]byte, bool) {
 // for the routes whose bodies are small: a larger one is refused once max
 // bytes are read, never read whole.
 func (s *Server) readBodyLimit(ctx *fasthttp.RequestCtx, max int64) ([]byte, bool) {
+	body, _, ok := s.readBodyTo(ctx, max, nil)
+	return body, ok
+}
+
+// readBodyTo is readBodyLimit reading a streamed body into dst's capacity,
+// grown as needed, for a caller that reuses its buffer (v2Infer pools it:
+// a refused request then leaves little garbage behind). buf is the buffer
+// the body was read into (nil when the body is fasthttp's own).
+func (s *Server) readBodyTo(ctx *fasthttp.RequestCtx, max int64, dst []byte) (body, buf []byte, ok bool) {
 	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > max {
-		writeError(ctx, tooLarge(int64(cl), max))
-		return nil, false
+		writeError(ctx, s.bodyTooLarge(ctx, int64(cl), max, false))
+		return nil, nil, false
 	}
 	r, compressed, aerr := s.requestBody(ctx)
 	if aerr != nil {
 		writeError(ctx, aerr)
-		return nil, false
+		return nil, nil, false
 	}
 	if !compressed && !ctx.Request.IsBodyStream() {
 		b := ctx.Request.Body() // read already: no copy
 		if int64(len(b)) > max {
-			writeError(ctx, tooLarge(int64(len(b)), max))
-			return nil, false
+			writeError(ctx, s.bodyTooLarge(ctx, int64(len(b)), max, false))
+			return nil, nil, false
 		}
-		return b, true
+		return b, nil, true
 	}
-	b, err := io.ReadAll(io.LimitReader(r, max+1))
+	b, err := readAllLimit(r, max+1, dst[:0])
 	if err != nil {
-		writeError(ctx, asAPIError(err))
-		return nil, false
+		aerr := asAPIError(err)
+		if aerr.Code == CodeTooLarge { // the decoded body passed max
+			aerr = s.bodyTooLarge(ctx, -1, max, true)
+		}
+		writeError(ctx, aerr)
+		return nil, b, false
 	}
 	if int64(len(b)) > max {
-		writeError(ctx, tooLarge(-1, max))
-		return nil, false
+		writeError(ctx, s.bodyTooLarge(ctx, -1, max, compressed))
+		return nil, b, false
 	}
-	return b, true
+	return b, b, true
+}
+
+// readAllLimit is io.ReadAll of at most limit bytes of r, appended to b.
+func readAllLimit(r io.Reader, limit int64, b []byte) ([]byte, error) {
+	if cap(b) == 0 {
+		b = make([]byte, 0, 512)
+	}
+	for limit > 0 {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // grow as append does
+		}
+		p := b[len(b):cap(b)]
+		if int64(len(p)) > limit {
+			p = p[:limit]
+		}
+		n, err := r.Read(p)
+		b, limit = b[:len(b)+n], limit-int64(n)
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+	return b, nil
 }
 
 func tooLarge(size, max int64) *APIError {
@@ -520,6 +563,17 @@ func (s *Server) submitError(err error) *APIError {
 }
 
 func (s *Server) getBuf() *[]byte { return s.bufs.Get().(*[]byte) }
+
+// getBodyBuf and putBodyBuf pool request body buffers as getBuf and putBuf
+// pool response buffers.
+func (s *Server) getBodyBuf() *[]byte { return s.bodyBufs.Get().(*[]byte) }
+
+func (s *Server) putBodyBuf(b *[]byte) {
+	if cap(*b) <= 1<<20 {
+		*b = (*b)[:0]
+		s.bodyBufs.Put(b)
+	}
+}
 
 func (s *Server) putBuf(b *[]byte) {
 	if cap(*b) <= 1<<20 {

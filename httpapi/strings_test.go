@@ -234,26 +234,26 @@ func TestV2StringRefusals(t *testing.T) {
 		t.Helper()
 		t.Run(name, func(t *testing.T) { r.expectError(t, status, code, msg) })
 	}
-	f("length beyond the data", bin([]int{1, 2}, two[:len(two)-1], len(two)-1), 422, CodeInvalidInput, "element 1: its length 1 runs past the end")
-	f("4 GiB length", bin([]int{1, 1}, []byte{0xff, 0xff, 0xff, 0xff, 'a'}, 5), 422, CodeInvalidInput, "its length 4294967295 runs past")
-	f("negative int32 length", bin([]int{1, 1}, []byte{0, 0, 0, 0x80, 'a', 'b'}, 6), 422, CodeInvalidInput, "its length 2147483648 runs past")
-	f("fewer elements than the shape", bin([]int{1, 3}, append(two, 0, 0, 0, 0), 13), 422, CodeInvalidInput, "element 2: the data ends inside its 4-byte length")
-	f("more elements than the shape", bin([]int{1, 1}, two, len(two)), 422, CodeInvalidInput, "bytes follow the 1 elements")
-	f("size below the lengths", bin([]int{2, 2}, two, len(two)), 422, CodeInvalidInput, "needs at least 16 bytes of binary data")
-	f("shape far beyond the body", bin([]int{8, 1 << 40}, two, len(two)), 422, CodeInvalidInput, "needs at least")
-	f("rows above --max-rows", bin([]int{9, 1}, serialize("a", "b", "c", "d", "e", "f", "g", "h", "i"), 9*5), 413, CodeTooLarge, "--max-rows")
+	f("length beyond the data", bin([]int{1, 2}, two[:len(two)-1], len(two)-1), 400, CodeInvalidInput, "element 1: its length 1 runs past the end")
+	f("4 GiB length", bin([]int{1, 1}, []byte{0xff, 0xff, 0xff, 0xff, 'a'}, 5), 400, CodeInvalidInput, "its length 4294967295 runs past")
+	f("negative int32 length", bin([]int{1, 1}, []byte{0, 0, 0, 0x80, 'a', 'b'}, 6), 400, CodeInvalidInput, "its length 2147483648 runs past")
+	f("fewer elements than the shape", bin([]int{1, 3}, append(two, 0, 0, 0, 0), 13), 400, CodeInvalidInput, "element 2: the data ends inside its 4-byte length")
+	f("more elements than the shape", bin([]int{1, 1}, two, len(two)), 400, CodeInvalidInput, "bytes follow the 1 elements")
+	f("size below the lengths", bin([]int{2, 2}, two, len(two)), 400, CodeInvalidInput, "needs at least 16 bytes of binary data")
+	f("shape far beyond the body", bin([]int{8, 1 << 40}, two, len(two)), 400, CodeInvalidInput, "needs at least")
+	f("rows above --max-rows", bin([]int{9, 1}, serialize("a", "b", "c", "d", "e", "f", "g", "h", "i"), 9*5), 400, CodeTooLarge, "--max-rows")
 	js := func(data string) v2Reply {
 		return v2Do(t, "POST", url, []byte(`{"inputs":[{"name":"INPUT0","datatype":"BYTES","shape":[1,2],"data":`+data+`}]}`))
 	}
-	f("number for BYTES", js(`["a", 7]`), 422, CodeInvalidInput, "element 1 is number where a BYTES string belongs")
+	f("number for BYTES", js(`["a", 7]`), 400, CodeInvalidInput, "element 1 is number where a BYTES string belongs")
 	f("bad escape", js(`["a", "\x"]`), 400, CodeInvalidJSON, `invalid escape \x`)
 	f("bad unicode escape", js(`["a", "\u12"]`), 400, CodeInvalidJSON, `invalid \u escape`)
 	f("raw control character", js("[\"a\", \"b\nc\"]"), 400, CodeInvalidJSON, "control character")
-	f("count", js(`["a"]`), 422, CodeInvalidInput, `needs 2 elements, "data" holds 1`)
+	f("count", js(`["a"]`), 400, CodeInvalidInput, `needs 2 elements, "data" holds 1`)
 	f("huge JSON shape", v2Do(t, "POST", url, []byte(`{"inputs":[{"name":"INPUT0","datatype":"BYTES","shape":[1,4611686018427387903],"data":["a"]}]}`)),
-		422, CodeInvalidInput, "is too large")
+		400, CodeBadRequest, "byte size overflow for input 'INPUT0': element count (4611686018427387903) * the 4-byte length of each BYTES element")
 	f("FP32 for BYTES", v2Do(t, "POST", url, []byte(`{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,1],"data":[1]}]}`)),
-		422, CodeInvalidInput, "has datatype FP32 but this model takes BYTES")
+		400, CodeInvalidInput, "has datatype FP32 but this model takes BYTES")
 	// Empty strings are elements like any other.
 	_, out := stringOutputs(t, bin([]int{1, 3}, serialize("", "", ""), 12))
 	if !slices.Equal(out["OUTPUT0"], []string{"", "", ""}) {
@@ -302,10 +302,10 @@ func TestV2StringSharedMemory(t *testing.T) {
 	if !bytes.Equal(got[2048+8:2048+8+len(in)], in) {
 		t.Fatalf("the output region holds %q", got[2056:2056+len(in)])
 	}
-	v2Do(t, "POST", url, req(len(in), len(in)-1)).expectError(t, 422, CodeInvalidInput, "more than shared_memory_byte_size")
-	v2Do(t, "POST", url, req(len(in)-1, 1024)).expectError(t, 422, CodeInvalidInput, "runs past the end")
-	v2Do(t, "POST", url, req(len(in)+4, 1024)).expectError(t, 422, CodeInvalidInput, "bytes follow the 4 elements")
-	v2Do(t, "POST", url, req(15, 1024)).expectError(t, 422, CodeInvalidInput, "needs at least 16 bytes")
+	v2Do(t, "POST", url, req(len(in), len(in)-1)).expectError(t, 400, CodeInvalidInput, "more than shared_memory_byte_size")
+	v2Do(t, "POST", url, req(len(in)-1, 1024)).expectError(t, 400, CodeInvalidInput, "runs past the end")
+	v2Do(t, "POST", url, req(len(in)+4, 1024)).expectError(t, 400, CodeInvalidInput, "bytes follow the 4 elements")
+	v2Do(t, "POST", url, req(15, 1024)).expectError(t, 400, CodeInvalidInput, "needs at least 16 bytes")
 	// A size beyond the registered window is refused before any allocation.
 	v2Do(t, "POST", url, req(1<<40, 1024)).expectError(t, 400, CodeBadRequest, "beyond its 2048 registered bytes")
 }

@@ -21,10 +21,25 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// routeV2 serves every path under /v2 and returns the metrics label.
+// routeV2 serves every path under /v2 and returns the metrics label. A
+// POST whose body is declared larger than MaxBodyBytes is refused before
+// the route is looked at (as Triton refuses one, on its routes fw does not
+// serve too). Errors are answered with Triton's status codes: fw's 413 (too
+// large) and 422 (invalid input) are 400 here, Triton's INVALID_ARG, with
+// fw's code (payload_too_large, invalid_input) kept in the body.
 func (s *Server) routeV2(ctx *fasthttp.RequestCtx) string {
-	ep := s.serveV2(ctx)
-	if ctx.Response.StatusCode() >= 400 {
+	var ep string
+	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > s.cfg.MaxBodyBytes && ctx.IsPost() {
+		writeError(ctx, s.bodyTooLarge(ctx, int64(cl), s.cfg.MaxBodyBytes, false))
+		ep = "v2"
+		if bytes.HasSuffix(ctx.Path(), []byte("/infer")) {
+			ep = "v2_infer"
+		}
+	} else {
+		ep = s.serveV2(ctx)
+	}
+	if code := ctx.Response.StatusCode(); code >= 400 {
+		ctx.Response.SetStatusCode(v2Status(code))
 		v2ErrorBody(ctx)
 	}
 	return ep

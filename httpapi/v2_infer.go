@@ -17,8 +17,19 @@ import (
 // v2HeaderLength is the binary extension's header: the JSON part's length.
 const v2HeaderLength = "Inference-Header-Content-Length"
 
-// v2MaxDepth bounds the nesting of an input's "data" array.
-const v2MaxDepth = 32
+// v2MaxAxes bounds the axes of an input's shape.
+const v2MaxAxes = 32
+
+// v2MaxDataDepth bounds the nesting of an input's "data" array: a value
+// (array or element) this many levels inside it (the array itself is level
+// 0) is refused, as Triton refuses it (HTTP_MAX_JSON_NESTING_DEPTH).
+const v2MaxDataDepth = 100
+
+// v2Limits are the bounds parseV2Request enforces before it allocates.
+type v2Limits struct {
+	maxRows  int   // the first axis of every input (0: none; --max-rows, batched models only)
+	maxBytes int64 // the tensor of an input given as JSON "data" (0: none; --max-body-bytes)
+}
 
 // v2Request is a parsed inference request: the inputs in the model's order
 // and the outputs to return, in the order the response lists them.
@@ -128,12 +139,12 @@ func v2Names(specs []engine.TensorSpec) []string { return inputNames(specs) }
 // parseV2Request reads an inference request: body is the whole request
 // body; hdrLen is the Inference-Header-Content-Length header's value (nil
 // when absent), the length of the JSON part, the binary tensor data
-// following it. ins and outs are the model's input and output specs;
-// maxRows (0: none) bounds the first axis of every input's shape. The JSON
+// following it. ins and outs are the model's input and output specs; lim
+// bounds the inputs (v2Limits). The JSON
 // is validated in one pass and read in place (see jsonscan.go); a tensor is
 // allocated only once its shape's size is checked against the bytes that
 // carry it. The returned request does not alias body.
-func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, maxRows int, shm *sharedmem.Registry) (*v2Request, *APIError) {
+func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, lim v2Limits, shm *sharedmem.Registry) (*v2Request, *APIError) {
 	jsonPart, bin := body, []byte(nil)
 	if hdrLen != nil {
 		n, err := strconv.ParseInt(strings.TrimSpace(string(hdrLen)), 10, 64) // a negative, overflowing or non-numeric value is refused here
@@ -145,6 +156,9 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, maxRows 
 	v, err := scanDoc(jsonPart)
 	if err != nil {
 		msg := "the inference request is not valid JSON: " + err.Error()
+		if se, ok := err.(*syntaxError); ok && se.depth {
+			msg = fmt.Sprintf("JSON nesting depth exceeds maximum allowed limit (%d): the request nests deeper than %d levels at byte %d (an input's \"data\" may nest less than %d levels)", v2MaxDataDepth, scanMaxDepth, se.off, v2MaxDataDepth)
+		}
 		if hdrLen == nil && len(body) > 0 {
 			msg += fmt.Sprintf("; when the body carries binary tensor data, send the %s header with the JSON part's length", v2HeaderLength)
 		}
@@ -195,7 +209,7 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, maxRows 
 	seen := make([]bool, len(ins))
 	var aerr *APIError
 	inArr.forEach(func(k int, it jv) bool {
-		aerr = v2Input(it, k, ins, seen, req, &bin, hdrLen != nil, maxRows, shm)
+		aerr = v2Input(it, k, ins, seen, req, &bin, hdrLen != nil, lim, shm)
 		return aerr == nil
 	})
 	if aerr != nil {
@@ -215,7 +229,7 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, maxRows 
 // v2Input reads inputs[k], it, into req.inputs, taking its binary data (if
 // any) from the front of *bin. seen marks the model inputs already given;
 // hasHdr says whether the request has the binary extension's header.
-func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request, bin *[]byte, hasHdr bool, maxRows int, shm *sharedmem.Registry) *APIError {
+func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request, bin *[]byte, hasHdr bool, lim v2Limits, shm *sharedmem.Registry) *APIError {
 	{
 		if it.Type() != fastjson.TypeObject {
 			return badV2(`inputs[%d] must be an object with "name", "shape", "datatype" and "data", got %s`, k, it.Type())
@@ -265,9 +279,11 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 		if shapeV.Type() != fastjson.TypeArray {
 			return badV2(`input %q: "shape" must be an array of non-negative integers, got %s`, name, shapeV.Type())
 		}
-		if n := shapeV.count(v2MaxDepth); n > v2MaxDepth {
-			return badV2("input %q: shape has more than %d axes; at most %d are accepted", name, v2MaxDepth, v2MaxDepth)
+		if n := shapeV.count(v2MaxAxes); n > v2MaxAxes {
+			return badV2("input %q: shape has more than %d axes; at most %d are accepted", name, v2MaxAxes, v2MaxAxes)
 		}
+		// The element count, checked for overflow as Triton checks it (and
+		// with its sentences); the byte size below cannot overflow then.
 		var shape []int64
 		count, overflow, empty := int64(1), false, false
 		bad := false
@@ -281,7 +297,7 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 			switch {
 			case n == 0:
 				empty = true
-			case !overflow && count > math.MaxInt64/8/n: // leaves room for 8-byte elements
+			case !overflow && count > math.MaxInt64/n:
 				overflow = true
 			default:
 				count *= n
@@ -289,26 +305,38 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 			return true
 		})
 		if bad {
-			return badV2(`input %q: "shape" must be an array of non-negative integers, got %s`, name, shapeV)
+			// Triton's status (500) and sentence: its JSON reader fails.
+			return newError(500, CodeBadRequest, fmt.Sprintf(`Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer (input %q: "shape" must be an array of non-negative integers, got %s)`, name, shapeV), map[string]any{"input": name})
 		}
 		if shape == nil {
 			shape = []int64{}
 		}
-		if empty {
+		elemBytes := int64(dt.Size())
+		if dt == engine.String {
+			elemBytes = engine.StringHeader // each element's 4-byte length, at least
+		}
+		switch {
+		case empty:
 			count = 0
-		} else if overflow {
-			return invalidV2(map[string]any{"input": name}, "input %q: shape %s is too large; its element count must fit in the body", name, serving.ShapeString(shape))
+		case overflow:
+			return badV2("invalid shape for input '%s': shape %s causes total element count to exceed maximum size of %d", name, serving.ShapeString(shape), int64(math.MaxInt64))
+		case elemBytes > 1 && count > math.MaxInt64/elemBytes:
+			of := fmt.Sprintf("data type size (%d)", elemBytes)
+			if dt == engine.String {
+				of = fmt.Sprintf("the %d-byte length of each BYTES element", elemBytes)
+			}
+			return badV2("byte size overflow for input '%s': element count (%d) * %s exceeds maximum allowed size (%d)", name, count, of, int64(math.MaxInt64))
 		}
 		// The row limit is checked once the shape is known to match the bytes
 		// that carry it (a mismatch is the more useful answer), before the
 		// tensor is allocated.
 		tooManyRows := func() *APIError {
-			msg := serving.TooManyRows(name, shape, maxRows)
+			msg := serving.TooManyRows(name, shape, lim.maxRows)
 			if msg == "" {
 				return nil
 			}
 			return &APIError{Status: 413, Code: CodeTooLarge, Message: msg,
-				Details: map[string]any{"input": name, "rows": shape[0], "max_rows": maxRows}}
+				Details: map[string]any{"input": name, "rows": shape[0], "max_rows": lim.maxRows}}
 		}
 		var params jv
 		var pm []member
@@ -320,7 +348,7 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 			params = v2Get(pm, "binary_data_size")
 		}
 		data := v2Get(itm, "data")
-		nbytes := count * int64(dt.Size()) // cannot overflow: count <= MaxInt64/8
+		nbytes := count * int64(dt.Size()) // cannot overflow: checked above
 		// sizeError refuses a byte size (of binary data or a shared memory
 		// window) that cannot carry the shape: for BYTES, whose size is the
 		// serialized elements', less than their 4-byte lengths.
@@ -406,6 +434,9 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 		case data != nil:
 			if data.Type() != fastjson.TypeArray {
 				return badV2(`input %q: "data" must be an array (flat or nested, in row-major order), got %s`, name, data.Type())
+			}
+			if dt != engine.String && lim.maxBytes > 0 && nbytes > lim.maxBytes {
+				return v2InputTooLarge(name, nbytes, lim.maxBytes)
 			}
 			// Each element takes at least two bytes of JSON ("1,"): a shape
 			// that needs more cannot match, and is not allocated.
@@ -544,17 +575,18 @@ type v2Writer struct {
 	n    int
 }
 
-// walk reads the value at b[i] and returns its end.
+// walk reads the value at b[i], depth levels into "data", and returns its
+// end. Nested arrays are read as one flat list.
 func (w *v2Writer) walk(i, depth int) (int, *APIError) {
 	b := w.b
+	if depth >= v2MaxDataDepth {
+		return i, badV2(`JSON nesting depth exceeds maximum allowed limit (%d) (input %q: "data" nests %d levels deep or more; send it flat, in row-major order)`, v2MaxDataDepth, w.name, v2MaxDataDepth)
+	}
 	if i >= len(b) || b[i] != '[' {
 		if depth == 0 {
 			return i, badV2(`input %q: "data" must be an array (flat or nested, in row-major order), got %s`, w.name, jv(b).Type())
 		}
 		return w.put(i)
-	}
-	if depth >= v2MaxDepth {
-		return i, badV2(`input %q: "data" is nested deeper than %d levels`, w.name, v2MaxDepth)
 	}
 	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == ']' {
@@ -648,7 +680,15 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 	if inst == nil || !s.serving(ctx) {
 		return
 	}
-	body, ok := s.readBody(ctx)
+	// The body is read into a pooled buffer, given back once the request is
+	// parsed (the request does not alias it), so refused requests and
+	// chunked bodies leave little garbage.
+	pooled := s.getBodyBuf()
+	body, buf, ok := s.readBodyTo(ctx, s.cfg.MaxBodyBytes, *pooled)
+	if buf != nil {
+		*pooled = buf
+	}
+	defer s.putBodyBuf(pooled)
 	if !ok {
 		return
 	}
@@ -657,7 +697,7 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 	if hdr := ctx.Request.Header.Peek(v2HeaderLength); isRawBinary(hdr) {
 		req, aerr = parseRawBinary(body, inst)
 	} else {
-		req, aerr = parseV2Request(body, hdr, inst.Inputs(), inst.Outputs(), serving.RowLimit(inst, s.cfg.MaxRows), s.cfg.SharedMemory)
+		req, aerr = parseV2Request(body, hdr, inst.Inputs(), inst.Outputs(), v2Limits{maxRows: serving.RowLimit(inst, s.cfg.MaxRows), maxBytes: s.cfg.MaxBodyBytes}, s.cfg.SharedMemory)
 	}
 	if aerr != nil {
 		writeError(ctx, aerr)

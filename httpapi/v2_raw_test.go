@@ -43,6 +43,6 @@ func TestV2RawBinaryRequest(t *testing.T) {
 		}
 	}
 	// A body that is not one whole input is refused, not padded.
-	v2Do(t, "POST", ts.url+"/v2/models/digits_mlp/infer", x[:63*4], "Inference-Header-Content-Length", "0").expectError(t, 422, CodeInvalidInput, "does not fill input")
+	v2Do(t, "POST", ts.url+"/v2/models/digits_mlp/infer", x[:63*4], "Inference-Header-Content-Length", "0").expectError(t, 400, CodeInvalidInput, "does not fill input")
 	v2Do(t, "POST", ts.url+"/v2/models/digits_mlp/infer", x[:7], "Inference-Header-Content-Length", "0").expectError(t, 400, CodeBadRequest, "not a whole number")
 }

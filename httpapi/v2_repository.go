@@ -7,8 +7,6 @@ package httpapi
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/fw-serve/fw/serving"
@@ -86,8 +84,7 @@ func loadOptions(name string, params map[string]json.RawMessage) (serving.LoadOp
 				opts.Config = v
 			}
 		case strings.HasPrefix(k, "file:"):
-			return opts, &serving.ModelError{Kind: serving.ModelLoadFailed, Model: name,
-				Message: fmt.Sprintf("failed to load '%s': the load parameter %q overrides a model file, which fw does not accept over the API; put the file in the model repository and load it by name", name, k)}
+			return opts, serving.FileOverride(name, k)
 		}
 	}
 	return opts, nil
@@ -105,31 +102,87 @@ func (s *Server) repositoryIndex(ctx *fasthttp.RequestCtx) {
 	if !ok {
 		return
 	}
-	var req struct {
-		Ready bool `json:"ready"`
-	}
-	if len(strings.TrimSpace(string(body))) > 0 {
-		var raw map[string]json.RawMessage
-		err := json.Unmarshal(body, &raw)
-		if err == nil && raw == nil {
-			err = errors.New("got null")
-		}
-		if err != nil {
-			writeError(ctx, newError(400, CodeInvalidJSON, "the body is not a JSON object like {\"ready\": true}: "+err.Error(), nil))
-			return
-		}
-		if r, ok := raw["ready"]; ok {
-			if err := json.Unmarshal(r, &req.Ready); err != nil || string(r) == "null" {
-				writeError(ctx, newError(400, CodeBadRequest, "Invalid value for 'ready': expected a boolean (true lists only the ready versions)", nil))
-				return
-			}
-		}
+	ready, aerr := indexReady(body)
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return
 	}
 	out := []serving.ModelStatus{}
 	for _, m := range s.models.Index() {
-		if !req.Ready || m.State == serving.ModelReady {
+		if !ready || m.State == serving.ModelReady {
 			out = append(out, m)
 		}
 	}
 	writeJSON(ctx, 200, out)
+}
+
+// indexReady reads an index request's body: {} or {"ready": BOOL}, its
+// members read one by one with the scanner's depth bound. A "ready" that is
+// not a boolean is refused as soon as its first byte shows it (Triton's
+// sentence), without reading the value: an array nested a million deep is
+// refused as quickly as [true].
+func indexReady(body []byte) (bool, *APIError) {
+	notObject := func(err error) *APIError {
+		msg := `the body is not a JSON object like {"ready": true}`
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		return newError(400, CodeInvalidJSON, msg, nil)
+	}
+	i := skipWS(body, 0)
+	if i == len(body) {
+		return false, nil // no body: every model
+	}
+	if body[i] != '{' {
+		_, err := scanDoc(body)
+		return false, notObject(err)
+	}
+	ready, seen := false, false
+	i = skipWS(body, i+1)
+	if i < len(body) && body[i] == '}' {
+		i++
+	} else {
+		for {
+			if i >= len(body) || body[i] != '"' {
+				return false, notObject(&syntaxError{off: i, msg: "expected a string key"})
+			}
+			kend, err := scanString(body, i)
+			if err != nil {
+				return false, notObject(err)
+			}
+			key := jv(body[i:kend])
+			i = skipWS(body, kend)
+			if i >= len(body) || body[i] != ':' {
+				return false, notObject(&syntaxError{off: i, msg: "expected ':' after an object key"})
+			}
+			i = skipWS(body, i+1)
+			if keyIs(key, "ready") && !seen { // the first, as Triton reads it
+				seen = true
+				switch {
+				case i < len(body) && body[i] == 't':
+					ready = true
+				case i < len(body) && body[i] == 'f':
+				default:
+					return false, newError(400, CodeBadRequest, "Invalid value for 'ready': expected a boolean (true lists only the ready versions, false or none every model)", nil)
+				}
+			}
+			if i, err = scanValue(body, i, 1); err != nil {
+				return false, notObject(err)
+			}
+			i = skipWS(body, i)
+			if i < len(body) && body[i] == ',' {
+				i = skipWS(body, i+1)
+				continue
+			}
+			if i < len(body) && body[i] == '}' {
+				i++
+				break
+			}
+			return false, notObject(&syntaxError{off: i, msg: "expected ',' or '}' in an object"})
+		}
+	}
+	if j := skipWS(body, i); j != len(body) {
+		return false, notObject(&syntaxError{off: j, msg: "unexpected data after the JSON value"})
+	}
+	return ready, nil
 }

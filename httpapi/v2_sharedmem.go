@@ -107,18 +107,23 @@ func (s *Server) cudaSharedMemory(ctx *fasthttp.RequestCtx, name, action string)
 		}
 		writeJSON(ctx, 200, []any{})
 	case "register":
-		writeError(ctx, newError(400, CodeBadRequest, "failed to register CUDA shared memory region '"+name+"': CUDA shared memory is not available on this server (it runs on the CPU, without CUDA IPC); use system shared memory (/v2/systemsharedmemory) or send the data in the request", map[string]any{"region": name}))
+		writeError(ctx, newError(400, CodeBadRequest, cudaRegisterRefusal(name)+"; use system shared memory (/v2/systemsharedmemory) or send the data in the request", map[string]any{"region": name}))
 	case "unregister":
 		writeJSON(ctx, 200, map[string]any{})
 	}
 }
 
-// sharedMemoryError maps a sharedmem error to the API error shape.
+// sharedMemoryError maps a sharedmem error to the API error shape, with
+// Triton's statuses: 404 for a region not registered, 500 for a key that
+// opens no object (Triton's INTERNAL), 400 otherwise.
 func sharedMemoryError(err error) *APIError {
-	if errors.Is(err, sharedmem.ErrNotFound) {
-		return newError(404, CodeNotFound, strings.TrimPrefix(err.Error(), sharedmem.ErrNotFound.Error()+": "), nil)
+	switch {
+	case errors.Is(err, sharedmem.ErrNotFound):
+		return newError(404, CodeNotFound, sharedmem.Message(err), nil)
+	case errors.Is(err, sharedmem.ErrOpen):
+		return newError(500, CodeBadRequest, sharedmem.Message(err), nil)
 	}
-	return newError(400, CodeBadRequest, strings.TrimPrefix(err.Error(), sharedmem.ErrInvalid.Error()+": "), nil)
+	return newError(400, CodeBadRequest, sharedmem.Message(err), nil)
 }
 
 // v2Logging serves Triton's logging extension: GET /v2/logging reads the
@@ -147,4 +152,10 @@ func (s *Server) v2Logging(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	writeJSON(ctx, 200, s.cfg.Logging.Get())
+}
+
+// cudaRegisterRefusal is the refusal to register a CUDA shared memory
+// region: Triton's sentence for a CUDA IPC handle it cannot open, then why.
+func cudaRegisterRefusal(name string) string {
+	return "failed to register shared memory region '" + name + "': invalid args: CUDA shared memory is not available on this server (it runs on the CPU, without CUDA IPC)"
 }

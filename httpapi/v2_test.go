@@ -445,13 +445,13 @@ func TestV2InferInt64(t *testing.T) {
 	// An FP32 tensor for an INT64 input is refused, naming both.
 	f := map[string]any{"name": "tokens", "shape": x.Shape, "datatype": "FP32", "data": v2Values(x)}
 	v2Do(t, "POST", ts.url+"/v2/models/textcls/infer", v2Marshal(t, map[string]any{"inputs": []any{f}})).
-		expectError(t, 422, CodeInvalidInput, "has datatype FP32 but this model takes INT64")
+		expectError(t, 400, CodeInvalidInput, "has datatype FP32 but this model takes INT64")
 	// Integral floats are taken as integers; fractions are not.
 	vals2 := v2Values(x)
 	vals2[3] = 1.5
 	g := map[string]any{"name": "tokens", "shape": x.Shape, "datatype": "INT64", "data": vals2}
 	v2Do(t, "POST", ts.url+"/v2/models/textcls/infer", v2Marshal(t, map[string]any{"inputs": []any{g}})).
-		expectError(t, 422, CodeInvalidInput, "element 3 is 1.5")
+		expectError(t, 400, CodeInvalidInput, "element 3 is 1.5")
 }
 
 func TestV2InferErrors(t *testing.T) {
@@ -475,30 +475,33 @@ func TestV2InferErrors(t *testing.T) {
 	}{
 		{"invalid json", []byte(`{"inputs": [`), nil, 400, CodeInvalidJSON, "not valid JSON"},
 		{"not an object", []byte(`[1,2]`), nil, 400, CodeBadRequest, "JSON object"},
-		{"no inputs", []byte(`{}`), nil, 422, CodeInvalidInput, `no "inputs"; this model takes "input" (FP32 [-1,64])`},
+		{"no inputs", []byte(`{}`), nil, 400, CodeInvalidInput, `no "inputs"; this model takes "input" (FP32 [-1,64])`},
 		{"inputs not array", []byte(`{"inputs": {}}`), nil, 400, CodeBadRequest, `"inputs" must be an array`},
-		{"missing input", []byte(`{"inputs":[]}`), nil, 422, CodeInvalidInput, `input "input" is missing`},
-		{"unknown input", req(good(), with("name", "pixels")), nil, 422, CodeInvalidInput, `unknown input "pixels"; this model takes "input" (FP32 [-1,64])`},
+		{"missing input", []byte(`{"inputs":[]}`), nil, 400, CodeInvalidInput, `input "input" is missing`},
+		{"unknown input", req(good(), with("name", "pixels")), nil, 400, CodeInvalidInput, `unknown input "pixels"; this model takes "input" (FP32 [-1,64])`},
 		{"duplicate input", req(good(), good()), nil, 400, CodeBadRequest, "already exists in request"},
 		{"no name", req(map[string]any{"shape": []int{1}}), nil, 400, CodeBadRequest, `needs a "name"`},
-		{"wrong datatype", req(with("datatype", "INT64")), nil, 422, CodeInvalidInput, "has datatype INT64 but this model takes FP32"},
-		{"unknown datatype", req(with("datatype", "FP8")), nil, 422, CodeInvalidInput, `datatype "FP8" is not one of the protocol's (BOOL, UINT8,`},
-		{"datatype another input's", req(with("datatype", "BYTES")), nil, 422, CodeInvalidInput, `has datatype BYTES but this model takes FP32`},
+		{"wrong datatype", req(with("datatype", "INT64")), nil, 400, CodeInvalidInput, "has datatype INT64 but this model takes FP32"},
+		{"unknown datatype", req(with("datatype", "FP8")), nil, 400, CodeInvalidInput, `datatype "FP8" is not one of the protocol's (BOOL, UINT8,`},
+		{"datatype another input's", req(with("datatype", "BYTES")), nil, 400, CodeInvalidInput, `has datatype BYTES but this model takes FP32`},
 		{"no datatype", req(with("datatype", nil)), nil, 400, CodeBadRequest, `needs a "datatype"`},
 		{"no shape", req(with("shape", nil)), nil, 400, CodeBadRequest, `needs a "shape" array such as [-1,64]`},
-		{"negative shape", req(with("shape", []int{-1, 64})), nil, 400, CodeBadRequest, "non-negative integers"},
-		{"huge shape", req(with("shape", []int64{1 << 40, 1 << 40})), nil, 422, CodeInvalidInput, "too large"},
-		{"shape vs data", req(with("shape", []int{5, 64})), nil, 422, CodeInvalidInput, "shape [5,64] needs 320 elements, \"data\" holds 256"},
-		{"shape vs data, few", req(with("shape", []int{2, 64})), nil, 422, CodeInvalidInput, "needs 128 elements, \"data\" holds 256"},
-		{"shape beyond the body", req(with("shape", []int{1 << 30, 64})), nil, 422, CodeInvalidInput, "\"data\" holds 256"},
-		{"wrong rank", req(with("shape", []int{256})), nil, 422, CodeInvalidInput, "wrong rank"},
-		{"wrong width", req(with("shape", []int{8, 32})), nil, 422, CodeInvalidInput, "wrong size on axis 1"},
-		{"string element", req(with("data", func() []any { v := v2Values(x); v[7] = "a"; return v }())), nil, 422, CodeInvalidInput, "element 7 is string where a FP32 number belongs"},
+		{"negative shape", req(with("shape", []int{-1, 64})), nil, 500, CodeBadRequest, "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer"},
+		{"fractional shape", req(with("shape", []any{1.5, 64})), nil, 500, CodeBadRequest, "Unable to parse 'shape'"},
+		{"huge shape", req(with("shape", []int64{1 << 40, 1 << 40})), nil, 400, CodeBadRequest, "invalid shape for input 'input': shape [1099511627776,1099511627776] causes total element count to exceed maximum size of 9223372036854775807"},
+		{"shape bytes overflow", req(with("shape", []int64{4, 1<<60 + 2})), nil, 400, CodeBadRequest, "byte size overflow for input 'input': element count (4611686018427387912) * data type size (4) exceeds maximum allowed size"},
+		{"shape vs data", req(with("shape", []int{5, 64})), nil, 400, CodeInvalidInput, "shape [5,64] needs 320 elements, \"data\" holds 256"},
+		{"shape vs data, few", req(with("shape", []int{2, 64})), nil, 400, CodeInvalidInput, "needs 128 elements, \"data\" holds 256"},
+		{"shape beyond the body", req(with("shape", []int{1 << 17, 64})), nil, 400, CodeInvalidInput, "\"data\" holds 256"},
+		{"shape beyond the limit", req(with("shape", []int{1 << 30, 64})), nil, 400, CodeTooLarge, "JSON input 'input' has a byte_size (274877906944 bytes) that exceeds the maximum allowed value of 67108864 bytes. Use --http-max-input-size to increase the limit."},
+		{"wrong rank", req(with("shape", []int{256})), nil, 400, CodeInvalidInput, "wrong rank"},
+		{"wrong width", req(with("shape", []int{8, 32})), nil, 400, CodeInvalidInput, "wrong size on axis 1"},
+		{"string element", req(with("data", func() []any { v := v2Values(x); v[7] = "a"; return v }())), nil, 400, CodeInvalidInput, "element 7 is string where a FP32 number belongs"},
 		{"null data", req(with("data", nil)), nil, 400, CodeBadRequest, `neither "data" nor parameter "binary_data_size"`},
 		{"data not array", req(with("data", 3)), nil, 400, CodeBadRequest, `"data" must be an array`},
 		{"no data", req(func() map[string]any { m := good(); delete(m, "data"); return m }()), nil, 400, CodeBadRequest, `neither "data" nor parameter "binary_data_size"`},
-		{"inf", req(with("data", func() []any { v := v2Values(x); v[0] = json.Number("1e999"); return v }())), nil, 422, CodeInvalidInput, "NaN and Inf are refused"},
-		{"unknown output", v2Marshal(t, map[string]any{"inputs": []any{good()}, "outputs": []any{map[string]any{"name": "probs"}}}), nil, 422, CodeInvalidInput, `unknown output "probs"; this model's outputs are "logits" (FP32 [-1,10])`},
+		{"inf", req(with("data", func() []any { v := v2Values(x); v[0] = json.Number("1e999"); return v }())), nil, 400, CodeInvalidInput, "NaN and Inf are refused"},
+		{"unknown output", v2Marshal(t, map[string]any{"inputs": []any{good()}, "outputs": []any{map[string]any{"name": "probs"}}}), nil, 400, CodeInvalidInput, `unknown output "probs"; this model's outputs are "logits" (FP32 [-1,10])`},
 		{"classification < 0", v2Marshal(t, map[string]any{"inputs": []any{good()}, "outputs": []any{map[string]any{"name": "logits", "parameters": map[string]any{"classification": -3}}}}), nil, 400, CodeBadRequest, `parameter "classification" is -3`},
 		{"classification not an int", v2Marshal(t, map[string]any{"inputs": []any{good()}, "outputs": []any{map[string]any{"name": "logits", "parameters": map[string]any{"classification": "3"}}}}), nil, 400, CodeBadRequest, `parameter "classification" must be an integer`},
 		{"id not string", v2Marshal(t, map[string]any{"id": 3, "inputs": []any{good()}}), nil, 400, CodeBadRequest, `"id" must be a string`},
@@ -508,7 +511,7 @@ func TestV2InferErrors(t *testing.T) {
 		{"header not a number", req(good()), []string{v2HeaderLength, "x"}, 400, CodeBadRequest, "the length in bytes of the JSON part"},
 		{"binary short", append(req(binIn(len(x.Data))), x.Data[:100]...), []string{v2HeaderLength, strconv.Itoa(len(req(binIn(len(x.Data)))))}, 400, CodeBadRequest, "only 100 bytes of binary data remain"},
 		{"binary long", append(req(binIn(len(x.Data))), append(x.Data, 1, 2, 3)...), []string{v2HeaderLength, strconv.Itoa(len(req(binIn(len(x.Data)))))}, 400, CodeBadRequest, "3 bytes of binary data follow the JSON header that no input claims"},
-		{"binary size vs shape", append(req(binIn(100)), x.Data[:100]...), []string{v2HeaderLength, strconv.Itoa(len(req(binIn(100))))}, 422, CodeInvalidInput, "needs 1024 bytes of binary data, binary_data_size is 100"},
+		{"binary size vs shape", append(req(binIn(100)), x.Data[:100]...), []string{v2HeaderLength, strconv.Itoa(len(req(binIn(100))))}, 400, CodeInvalidInput, "needs 1024 bytes of binary data, binary_data_size is 100"},
 		{"binary and data", req(func() map[string]any { m := good(); m["parameters"] = map[string]any{"binary_data_size": 4}; return m }()), nil, 400, CodeBadRequest, `both "data" and parameter "binary_data_size"`},
 		{"brotli", req(good()), []string{"Content-Encoding", "br"}, 415, CodeUnsupportedMedia, "gzip or deflate"},
 		{"not gzip", req(good()), []string{"Content-Encoding", "gzip"}, 400, CodeBadRequest, "not valid gzip"},
@@ -588,7 +591,7 @@ func FuzzV2Request(f *testing.F) {
 		if hl != "" {
 			h = []byte(hl)
 		}
-		req, aerr := parseV2Request(body, h, ins, outs, 0, nil)
+		req, aerr := parseV2Request(body, h, ins, outs, v2Limits{}, nil)
 		if aerr != nil {
 			if req != nil || aerr.Message == "" || (aerr.Status != 400 && aerr.Status != 422) {
 				t.Fatalf("bad error: %+v", aerr)
@@ -646,7 +649,7 @@ func TestV2ConfigAndStats(t *testing.T) {
 			t.Fatalf("infer: %d %s", r.status, r.body)
 		}
 	}
-	if r := v2Do(t, "POST", ts.url+"/v2/models/digits_mlp/infer", []byte(`{"inputs":[{"name":"input","datatype":"FP32","shape":[1,64],"data":[1]}]}`)); r.status != 422 {
+	if r := v2Do(t, "POST", ts.url+"/v2/models/digits_mlp/infer", []byte(`{"inputs":[{"name":"input","datatype":"FP32","shape":[1,64],"data":[1]}]}`)); r.status != 400 {
 		t.Fatalf("bad infer: %d", r.status)
 	}
 	for _, path := range []string{"/v2/models/digits_mlp/stats", "/v2/models/digits_mlp/versions/1/stats", "/v2/models/stats"} {
@@ -665,7 +668,7 @@ func TestV2ConfigAndStats(t *testing.T) {
 				t.Fatalf("%s: inference_stats.%s.ns is not a number: %s", path, k, r.body)
 			}
 		}
-		// The 422 above failed before the engine (a shape the decoder
+		// The 400 above failed before the engine (a shape the decoder
 		// refused), so it is not a model failure: only the two successes
 		// and their 8 rows count.
 		success := is["success"].(map[string]any)

@@ -488,6 +488,10 @@ func (r *Repository) load(ctx context.Context, name string, opts serving.LoadOpt
 	stamp := stampDir(dir)
 	cfg, auto, err := r.readConfig(dir, name, opts)
 	if err != nil {
+		if len(opts.Config) > 0 {
+			// Triton logs this sentence, and its CI looks for it.
+			r.log.Warn("Invalid config override: the load request's config is refused; the model keeps what it served", "model", name, "err", err)
+		}
 		r.markFailed(m, "", err)
 		return failed(name, err)
 	}
@@ -674,6 +678,11 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 			bc.MaxDelay = time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond
 			if n := db.GetDefaultQueuePolicy().GetMaxQueueSize(); n > 0 {
 				bc.MaxQueue = int(min(n, 1<<20)) // beyond it: 503 with Retry-After, as Triton's UNAVAILABLE
+			}
+			// Preferred sizes ask for Triton's holding: a batch short of the
+			// largest waits up to max_queue_delay_microseconds, idle or not.
+			for _, p := range db.GetPreferredBatchSize() {
+				bc.PreferredRows = max(bc.PreferredRows, int(p))
 			}
 		case cfg.GetSequenceBatching() != nil: // requests of different sequences batched as its strategy says
 			bc.MaxDelay = time.Duration(queueDelay(cfg.GetSequenceBatching())) * time.Microsecond

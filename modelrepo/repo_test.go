@@ -1,6 +1,7 @@
 package modelrepo
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -75,13 +76,19 @@ type fixture struct {
 // (every version drained) when the test ends.
 func open(t testing.TB, cfg Config) *fixture {
 	t.Helper()
+	return openLogged(t, cfg, quiet())
+}
+
+// openLogged is open with the repository's log going to log.
+func openLogged(t testing.TB, cfg Config, log *slog.Logger) *fixture {
+	t.Helper()
 	cfg.Engine = engine.Options{Threads: 1}
 	if cfg.Batcher == (batcher.Config{}) {
 		cfg.Batcher = batcher.DefaultConfig()
 	}
 	cfg.SkipWarmup = true
 	reg := prometheus.NewRegistry()
-	r, err := New(cfg, httpapi.NewMetrics(reg), quiet())
+	r, err := New(cfg, httpapi.NewMetrics(reg), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,6 +203,56 @@ func TestExplicitLoadUnloadIndex(t *testing.T) {
 	wantModelError(t, err, serving.ModelUnknown, "Request for unknown model: 'nosuch' is not found")
 	err = r.Load(ctx, "nosuch", serving.LoadOptions{})
 	wantModelError(t, err, serving.ModelUnknown, "failed to load 'nosuch'")
+}
+
+// A load whose config override is refused logs Triton's "Invalid config
+// override" (at warn, with the reason), which Triton's CI looks for in the
+// server's log; a load that fails otherwise does not.
+func TestInvalidConfigOverrideLogged(t *testing.T) {
+	var buf syncBuffer
+	f := openLogged(t, Config{Roots: []string{samples(t)}, Mode: ModeExplicit, LoadModels: []string{"simple"}}, slog.New(slog.NewTextHandler(&buf, nil)))
+	ctx := context.Background()
+	for _, override := range []string{`"parameters": {"config": {{"max_batch_size": "16"}}}`, `{"max_batch_size": "lots"}`, `{"name": "other"}`} {
+		buf.reset()
+		err := f.repo.Load(ctx, "simple", serving.LoadOptions{Config: []byte(override)})
+		wantModelError(t, err, serving.ModelLoadFailed, "failed to load 'simple'")
+		if log := buf.String(); !strings.Contains(log, "level=WARN") || !strings.Contains(log, "Invalid config override") || !strings.Contains(log, "model=simple") {
+			t.Fatalf("override %s: log %q", override, log)
+		}
+	}
+	buf.reset()
+	err := f.repo.Load(ctx, "nosuch", serving.LoadOptions{})
+	wantModelError(t, err, serving.ModelUnknown, "failed to load 'nosuch'")
+	if strings.Contains(buf.String(), "Invalid config override") {
+		t.Fatalf("a load without an override: %q", buf.String())
+	}
+	if err := inferSimple(ctx, f.repo, "simple"); err != nil {
+		t.Fatalf("after the refused overrides: %v", err)
+	}
+}
+
+// syncBuffer is a log destination safe for the repository's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b.Reset()
 }
 
 // Configurations fw cannot honour are refused at load, naming what is wrong.
@@ -576,6 +633,34 @@ func TestQueuePolicyBoundsTheQueue(t *testing.T) {
 	inst, err := f.repo.Get("simple", "")
 	if err != nil || inst.Batcher.Config().MaxQueue != 1 {
 		t.Fatalf("%v, max queue %d", err, inst.Batcher.Config().MaxQueue)
+	}
+}
+
+// dynamic_batching.preferred_batch_size holds a batch short of the largest
+// preferred size for max_queue_delay_microseconds, idle engine or not, as
+// Triton's dynamic batcher does; with max_queue_size 1 a second request
+// meanwhile is refused (Triton's test_descriptive_status_code: 503).
+func TestPreferredBatchSizeHolds(t *testing.T) {
+	f := open(t, Config{Roots: []string{samples(t)}, Mode: ModeExplicit})
+	err := f.repo.Load(context.Background(), "simple", serving.LoadOptions{Config: []byte(`{"max_batch_size": 8, "dynamic_batching": {"preferred_batch_size": [2, 8], "max_queue_delay_microseconds": 300000, "default_queue_policy": {"max_queue_size": 1}}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := f.repo.Get("simple", "")
+	if err != nil || inst.Batcher.Config().PreferredRows != 8 {
+		t.Fatalf("%v, preferred rows %d", err, inst.Batcher.Config().PreferredRows)
+	}
+	start := time.Now()
+	held := make(chan error, 1)
+	go func() { _, err := inst.Batcher.Submit(context.Background(), simpleInputs(1)); held <- err }()
+	for inst.Batcher.QueueDepth() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := inst.Batcher.Submit(context.Background(), simpleInputs(1)); !errors.Is(err, batcher.ErrQueueFull) {
+		t.Fatalf("a second request while one is held: %v", err)
+	}
+	if err := <-held; err != nil || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("the held request: %v after %v", err, time.Since(start))
 	}
 }
 

@@ -91,7 +91,35 @@ const (
 	ModelLoadFailed
 	// ModelAmbiguous: several models are served and the request named none.
 	ModelAmbiguous
+	// ModelRepositoryFailed: a load failed before the model was looked at,
+	// as Triton's "failed to poll from model repository" (its status is
+	// INTERNAL: HTTP 500, gRPC INTERNAL).
+	ModelRepositoryFailed
 )
+
+// maxNameBytes is the longest file name component (Linux's NAME_MAX).
+const maxNameBytes = 255
+
+// FileOverride refuses a load request's parameter key "file:<path>", a
+// model file sent with the load (Triton's file override): fw loads model
+// files from the repository only. A path with a component longer than a
+// file name can be is refused as Triton refuses it, which fails writing it
+// (ModelRepositoryFailed); any other, as a failed load.
+func FileOverride(model, key string) *ModelError {
+	const advice = "fw does not accept model files over the API; put the file in the model repository and load it by name"
+	shown := key
+	if len(shown) > 80 {
+		shown = shown[:80] + "..."
+	}
+	for _, c := range strings.Split(strings.TrimPrefix(key, "file:"), "/") {
+		if len(c) > maxNameBytes {
+			return &ModelError{Kind: ModelRepositoryFailed, Model: model,
+				Message: fmt.Sprintf("failed to poll from model repository: the load parameter %q names a path with a component of %d bytes, longer than a file name can be (%d); besides, %s", shown, len(c), maxNameBytes, advice)}
+		}
+	}
+	return &ModelError{Kind: ModelLoadFailed, Model: model,
+		Message: fmt.Sprintf("failed to load '%s': the load parameter %q overrides a model file, which fw does not accept over the API; put the file in the model repository and load it by name", model, shown)}
+}
 
 // ModelError is a failure to find, load or unload a model. Message begins
 // with Triton's sentence where Triton's clients match on it ("Request for

@@ -162,10 +162,11 @@ func Stateless(inst *Instance) error {
 
 // RowLimit is the --max-rows limit (maxRows, 0: none) on the first axis of
 // an input of inst's model: maxRows for a batched model, whose first axis
-// counts rows, and 0 for an unbatched one, whose inputs are whole tensors
-// that its specs size (the body limit bounds them).
+// counts rows, and 0 for an unbatched one (no batch axis in its file, or
+// max_batch_size 0 in its configuration), whose inputs are whole tensors
+// that its specs size (the body or message limit bounds them).
 func RowLimit(inst *Instance, maxRows int) int {
-	if !inst.Model.Batched() {
+	if !inst.Batched() {
 		return 0
 	}
 	return maxRows

@@ -34,7 +34,21 @@ var (
 	ErrNotFound = errors.New("shared memory region not found")
 	// ErrInvalid: the request is wrong (bad key, bounds, duplicate name).
 	ErrInvalid = errors.New("invalid shared memory request")
+	// ErrOpen: the key names no shared memory object this server can open
+	// (Triton reports it as INTERNAL: HTTP 500, gRPC INTERNAL).
+	ErrOpen = errors.New("shared memory object not opened")
 )
+
+// Message is err's message without the kind it is wrapped in.
+func Message(err error) string {
+	msg := err.Error()
+	for _, kind := range []error{ErrNotFound, ErrInvalid, ErrOpen} {
+		if errors.Is(err, kind) {
+			return strings.TrimPrefix(msg, kind.Error()+": ")
+		}
+	}
+	return msg
+}
 
 // Status is a registered region as the status calls report it.
 type Status struct {
@@ -91,7 +105,8 @@ func (r *Registry) keyPath(key string) (string, error) {
 
 // Register maps [offset, offset+byteSize) of the shared memory object key
 // under name. A name already registered is refused (unregister it first),
-// as Triton does.
+// as Triton does. As in Triton, the object is opened before the window is
+// checked: a key that names no object says so, whatever the window.
 func (r *Registry) Register(name, key string, offset, byteSize uint64) error {
 	if name == "" || len(name) > 255 {
 		return invalid("a region needs a name of 1 to 255 bytes")
@@ -99,12 +114,6 @@ func (r *Registry) Register(name, key string, offset, byteSize uint64) error {
 	path, err := r.keyPath(key)
 	if err != nil {
 		return err
-	}
-	if byteSize == 0 || byteSize > MaxRegionBytes {
-		return invalid("byte_size %d is out of range 1..%d", byteSize, uint64(MaxRegionBytes))
-	}
-	if offset > MaxRegionBytes {
-		return invalid("offset %d is beyond %d", offset, uint64(MaxRegionBytes))
 	}
 	r.mu.Lock()
 	_, dup := r.regions[name]
@@ -118,16 +127,22 @@ func (r *Registry) Register(name, key string, offset, byteSize uint64) error {
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0) // never blocks on a FIFO, never follows a link
 	if err != nil {
-		return invalid("unable to open shared memory region '%s' (key %q): %v; create it first (tritonclient.utils.shared_memory.create_shared_memory_region) on this machine", name, key, err)
+		return fmt.Errorf("%w: Unable to open shared memory region: '%s' (region '%s': %v); create it first (tritonclient.utils.shared_memory.create_shared_memory_region) on this machine", ErrOpen, key, name, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
 		return invalid("shared memory key %q is not a shared memory object", key)
 	}
+	if byteSize == 0 || byteSize > MaxRegionBytes {
+		return invalid("byte_size %d is out of range 1..%d", byteSize, uint64(MaxRegionBytes))
+	}
+	if offset > MaxRegionBytes {
+		return invalid("offset %d is beyond %d", offset, uint64(MaxRegionBytes))
+	}
 	end := offset + byteSize // both bounded above: no overflow
 	if uint64(st.Size()) < end {
-		return invalid("shared memory region '%s': offset %d + byte_size %d = %d is beyond the object's %d bytes", name, offset, byteSize, end, st.Size())
+		return invalid("failed to register shared memory region '%s': invalid args: offset %d + byte_size %d = %d is beyond the object's %d bytes", name, offset, byteSize, end, st.Size())
 	}
 	page := uint64(os.Getpagesize())
 	start := offset / page * page

@@ -112,13 +112,13 @@ func TestPeakMemoryPerRequest(t *testing.T) {
 		{"/predict 70 MB (refused: --max-body-bytes)", "/predict", "application/json", rowsJSON(4096, 70<<20/(4096*64)), nil, 413, false},
 		{"V2 JSON 4096 rows, 60 MB (accepted)", "/v2/models/digits_mlp/infer", "application/json", v2JSON(4096, wide), nil, 200, false},
 		{"V2 binary 4096 rows (accepted)", "/v2/models/digits_mlp/infer", "application/octet-stream", bin, []string{"Inference-Header-Content-Length", strconv.Itoa(hl)}, 200, false},
-		{"V2 binary 200,000 rows, 51 MB (refused: --max-rows)", "/v2/models/digits_mlp/infer", "application/octet-stream", binRefused, []string{"Inference-Header-Content-Length", strconv.Itoa(hlRefused)}, 413, false},
+		{"V2 binary 200,000 rows, 51 MB (refused: --max-rows)", "/v2/models/digits_mlp/infer", "application/octet-stream", binRefused, []string{"Inference-Header-Content-Length", strconv.Itoa(hlRefused)}, 400, false}, // Triton's status on /v2
 		{"/predict/batch NDJSON 60 MB (accepted, streamed)", "/predict/batch", "application/x-ndjson", ndjson(4000, 60<<20/(4000*64)), nil, 200, false},
 		{"/predict/image 6000x6000 RGBA PNG (accepted, 36 Mpx)", "/predict/image", "image/png", bigPNG(t, 6000, 6000), nil, 200, true},
 		{"/predict/image 7000x7000 PNG (refused: --max-image-pixels)", "/predict/image", "image/png", bigPNG(t, 7000, 7000), nil, 413, true},
 		{"/predict 60 MB gzipped (accepted)", "/predict", "application/json", gzipped(t, rowsJSON(4096, wide)), []string{"Content-Encoding", "gzip"}, 200, true},
 		{"/predict 10 GiB of zeros gzipped (refused: decompressed)", "/predict", "application/json", testbomb.Gzip(10), []string{"Content-Encoding", "gzip"}, 413, true},
-		{"V2 10 GiB of zeros as zlib (refused: decompressed)", "/v2/models/digits_mlp/infer", "application/json", testbomb.Zlib(10), []string{"Content-Encoding", "deflate"}, 413, true},
+		{"V2 10 GiB of zeros as zlib (refused: decompressed)", "/v2/models/digits_mlp/infer", "application/json", testbomb.Zlib(10), []string{"Content-Encoding", "deflate"}, 400, true}, // Triton's status on /v2
 		{"NDJSON 10 GiB of zeros gzipped (ended: decompressed)", "/predict/batch", "application/x-ndjson", testbomb.Gzip(10), []string{"Content-Encoding", "gzip"}, 200, true},
 	}
 	for _, c := range cases {
