@@ -45,6 +45,12 @@ func initORT(override string) (string, error) {
 			ortRuntime.err = fmt.Errorf("initialise ONNX Runtime from %s: %w", p, err)
 			return
 		}
+		// ONNX Runtime's usage telemetry goes off: a server sends nothing
+		// anywhere it was not told to (it looked up
+		// mobile.events.data.microsoft.com after start and grew RSS by about
+		// 0.5 MB ten seconds later). A library built without telemetry
+		// refuses nothing here; an error would only mean it stays as built.
+		_ = ort.DisableTelemetry()
 		ortRuntime.api, ortRuntime.err = ortStringAPI(p)
 	})
 	return ortRuntime.path, ortRuntime.err
