@@ -84,8 +84,9 @@ func seqRequest(id string, seq int64, start, end bool, x int32) *pb.ModelInferRe
 
 // Several sequences sent request by request in turn on one stream, without
 // waiting for answers: the stream's requests run concurrently, yet each
-// sequence's run in the order sent, each with its own state; a request
-// refused for its inputs mid-sequence does not enter it.
+// sequence's run in the order sent, each with its own state, and its
+// answers come back in that order; a request refused for its inputs
+// mid-sequence does not enter it.
 func TestStreamSequencesInOrder(t *testing.T) {
 	client := startRepo(t)
 	ctx := callCtx(t)
@@ -116,6 +117,7 @@ func TestStreamSequencesInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := map[string]int32{}
+	next := make([]int, seqs) // the step each sequence's next answer must be: answers leave in the order sent
 	for range sent {
 		r, err := stream.Recv()
 		if err != nil {
@@ -131,6 +133,14 @@ func TestStreamSequencesInOrder(t *testing.T) {
 		if r.GetErrorMessage() != "" {
 			t.Fatalf("%s: %s", id, r.GetErrorMessage())
 		}
+		var s, i int
+		if _, err := fmt.Sscanf(id, "%d_%d", &s, &i); err != nil {
+			t.Fatalf("answer id %q: %v", id, err)
+		}
+		if i != next[s] {
+			t.Fatalf("sequence %d: the answer to step %d came before step %d's (Triton answers a sequence in order)", s, i, next[s])
+		}
+		next[s]++
 		out := r.GetInferResponse()
 		if len(out.GetOutputs()) != 1 || out.GetOutputs()[0].GetName() != "OUTPUT" {
 			t.Fatalf("%s: outputs %v; the state must stay in the server", id, out.GetOutputs())

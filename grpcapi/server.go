@@ -286,7 +286,9 @@ func modelStatus(err error) error {
 	case serving.ModelNotReady:
 		return status.Error(codes.Unavailable, me.Message)
 	case serving.ModelControlDisabled:
-		return status.Error(codes.FailedPrecondition, me.Message)
+		// Triton's status for a load or unload outside explicit mode
+		// (python_grpc_aio_test matches it); HTTP answers 400.
+		return status.Error(codes.Unavailable, me.Message)
 	case serving.ModelRepositoryFailed:
 		return status.Error(codes.Internal, me.Message)
 	}
@@ -633,6 +635,12 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		wg      sync.WaitGroup
 	)
 	sem := make(chan struct{}, s.cfg.StreamConcurrency)
+	// order.last is, per model and sequence ID, the channel closed once the
+	// sequence's latest request's answer is sent.
+	order := struct {
+		sync.Mutex
+		last map[string]chan struct{}
+	}{last: map[string]chan struct{}{}}
 	defer wg.Wait()
 	// Recv runs apart so that a shutdown can end the stream while it waits.
 	type received struct {
@@ -682,13 +690,32 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		// Others are decoded concurrently.
 		began := time.Now()
 		var a *admission
-		if _, ok := req.GetParameters()["sequence_id"]; ok {
+		// A sequence's answers leave in the order its requests came: each
+		// waits for the one before it (prev) to be sent.
+		var prev, mine chan struct{}
+		var seqKey string
+		if id, ok := req.GetParameters()["sequence_id"]; ok {
 			adm := s.admitRecovered(ctx, req)
 			a = &adm
+			seqKey = req.GetModelName() + "\x00" + id.String()
+			mine = make(chan struct{})
+			order.Lock()
+			prev, order.last[seqKey] = order.last[seqKey], mine
+			order.Unlock()
 		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
+			if mine != nil {
+				defer func() {
+					close(mine)
+					order.Lock()
+					if order.last[seqKey] == mine {
+						delete(order.last, seqKey)
+					}
+					order.Unlock()
+				}()
+			}
 			var resp *pb.ModelStreamInferResponse
 			func() {
 				defer func() {
@@ -714,6 +741,12 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 				}
 				resp = &pb.ModelStreamInferResponse{InferResponse: out}
 			}()
+			if prev != nil {
+				select {
+				case <-prev:
+				case <-ctx.Done():
+				}
+			}
 			sendMu.Lock()
 			if sendErr == nil {
 				sendErr = stream.Send(resp)
