@@ -7,6 +7,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 
 	"github.com/fw-serve/fw/serving"
@@ -129,9 +130,12 @@ func indexReady(body []byte) (bool, *APIError) {
 		}
 		return newError(400, CodeInvalidJSON, msg, nil)
 	}
+	if len(body) == 0 {
+		return false, nil // no body: every model
+	}
 	i := skipWS(body, 0)
 	if i == len(body) {
-		return false, nil // no body: every model
+		return false, notObject(errors.New("the body holds only whitespace; send no body, or a JSON object"))
 	}
 	if body[i] != '{' {
 		_, err := scanDoc(body)

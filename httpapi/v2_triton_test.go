@@ -210,7 +210,9 @@ func TestV2RepositoryIndexReady(t *testing.T) {
 	for _, body := range []string{deep, `{"ready":[true]}`, `{"ready":"true"}`, `{"ready":null}`, `{"a":1,"ready":1}`} {
 		v2Do(t, "POST", url, []byte(body)).expectTriton(t, 400, CodeBadRequest, "Invalid value for 'ready': expected a boolean")
 	}
-	for _, body := range []string{`{"ready":true`, `[1]`, `{"ready":true,}`, `{"x":` + strings.Repeat("[", 1000) + strings.Repeat("]", 1000) + `}`} {
+	// Whitespace alone is not "no body" (schemathesis sent "\n"): Triton's
+	// JSON parser refuses it too.
+	for _, body := range []string{`{"ready":true`, `[1]`, `{"ready":true,}`, `{"x":` + strings.Repeat("[", 1000) + strings.Repeat("]", 1000) + `}`, "\n", "  "} {
 		v2Do(t, "POST", url, []byte(body)).expectError(t, 400, CodeInvalidJSON, `not a JSON object like {"ready": true}`)
 	}
 	for _, body := range []string{``, `{}`, `{"ready":false}`, `{"ready":true}`, ` {"x":[1,{"y":2}], "ready" : true} `} {
