@@ -210,6 +210,8 @@ def v2_input(**kw) -> dict:
     return {"name": "input", "datatype": "FP32", "shape": [1, 1, 8, 8], "data": FLAT} | kw
 
 
+# Under /v2 every refusal here is Triton's 400 (fw's own routes answer 422 for an input that does
+# not fit the model).
 V2_BODIES = [
     (True, {"inputs": [v2_input()]}, 200),
     (
@@ -218,13 +220,13 @@ V2_BODIES = [
         200,
     ),
     (True, {"inputs": [v2_input()], "parameters": {"binary_data_output": None}, "id": None}, 200),
-    (False, {"inputs": [v2_input(name="")]}, 422),
-    (False, {"inputs": [v2_input(datatype="FP64")]}, 422),
-    (False, {"inputs": [v2_input(shape=[1, 64])]}, 422),
+    (False, {"inputs": [v2_input(name="")]}, 400),
+    (False, {"inputs": [v2_input(datatype="FP64")]}, 400),
+    (False, {"inputs": [v2_input(shape=[1, 64])]}, 400),
     (False, {"inputs": [v2_input(), v2_input()]}, 400),
-    (False, {"inputs": [v2_input()], "outputs": [{"name": "nope"}]}, 422),
+    (False, {"inputs": [v2_input()], "outputs": [{"name": "nope"}]}, 400),
     (False, {"inputs": [v2_input()], "parameters": {"sequence_id": 1}}, 400),
-    (False, {"inputs": [v2_input(data=[True] * 64)]}, 422),
+    (False, {"inputs": [v2_input(data=[True] * 64)]}, 400),
 ]
 
 
