@@ -32,6 +32,7 @@ func main() {
 	reps := flag.Int("reps", 30, "repetitions of each read (0: ingest only)")
 	perBatch := flag.Int("batch", 100, "runs per Apply call (7 events, 100 points each)")
 	exp := flag.String("experiment", "sweep", "experiment name")
+	deep := flag.Int("deep", 100_000, "position of the deep page of each sort (0: none; -1: no page 2 either)")
 	flag.Parse()
 	ctx := context.Background()
 	cfg := store.Config{DatabaseURL: os.Getenv("FW_BENCH_DATABASE_URL")}
@@ -65,20 +66,54 @@ func main() {
 	d, err := s.GetExperiment(ctx, *exp)
 	check(err, "reading the experiment")
 	fmt.Printf("experiment %s: %d runs, %d metrics\n", d.ID, d.Runs, len(d.Metrics))
-	reads := []struct {
+	type read struct {
 		name string
 		f    func() error
-	}{
+	}
+	reads := []read{
 		{"GetExperiment (GET /api/experiments/{id})", func() error { _, err := s.GetExperiment(ctx, d.ID); return err }},
 		{"ListExperiments (GET /api/experiments)", func() error { _, err := s.ListExperiments(ctx, store.ListQuery{Limit: 100}); return err }},
-		{"ListRuns: first page of 100, newest first", func() error {
-			_, err := s.ListRuns(ctx, store.ListQuery{Experiment: d.ID, Sort: "created", Desc: true, Limit: 100})
-			return err
-		}},
-		{"ListRuns: page of 100 sorted by metrics.m07.last desc", func() error {
-			_, err := s.ListRuns(ctx, store.ListQuery{Experiment: d.ID, Sort: "metrics.m07.last", Desc: true, Limit: 100})
-			return err
-		}},
+	}
+	// The runs table's reads (GET /api/experiments/{id}/runs, as the web
+	// UI's RunsTable and MLflow's search_runs call it): a first page per
+	// sort, the page after it, and a page deep in the listing (its cursor
+	// found by walking pages of 10,000 once, untimed).
+	pageReads := []struct {
+		name, sort, filter string
+		desc               bool
+	}{
+		{"newest first", "created", "", true},
+		{"sorted by metrics.m07.last desc", "metrics.m07.last", "", true},
+		{"sorted by metrics.m07.min", "metrics.m07.min", "", false},
+		{"sorted by metrics.m07.max desc", "metrics.m07.max", "", true},
+		{"sorted by params.lr", "params.lr", "", false},
+		{"sorted by params.optimizer", "params.optimizer", "", false},
+		{"sorted by name", "name", "", false},
+		{"filtered lr>0.05,team=vision, by metrics.m07.last desc", "metrics.m07.last", "params.lr > 0.05 and tags.team = 'vision'", true},
+	}
+	for _, pr := range pageReads {
+		q := store.ListQuery{Experiment: d.ID, Sort: pr.sort, Filter: pr.filter, Desc: pr.desc, Limit: 100}
+		reads = append(reads, read{"ListRuns: 100 " + pr.name, func() error { _, err := s.ListRuns(ctx, q); return err }})
+		if *deep < 0 || pr.filter != "" {
+			continue
+		}
+		p1, err := s.ListRuns(ctx, q)
+		check(err, "first page")
+		q2 := q
+		q2.Cursor = p1.Next
+		reads = append(reads, read{"  page 2", func() error { _, err := s.ListRuns(ctx, q2); return err }})
+		if *deep == 0 {
+			continue
+		}
+		qd := q
+		for n := 0; n < *deep; n += 10000 {
+			w := qd
+			w.Limit = min(10000, *deep-n)
+			p, err := s.ListRuns(ctx, w)
+			check(err, "walking to the deep page")
+			qd.Cursor = p.Next
+		}
+		reads = append(reads, read{fmt.Sprintf("  page after run %d", *deep), func() error { _, err := s.ListRuns(ctx, qd); return err }})
 	}
 	for _, r := range reads {
 		ds := make([]time.Duration, 0, *reps)
