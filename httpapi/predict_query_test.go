@@ -18,6 +18,7 @@ func TestPredictVersionQuery(t *testing.T) {
 	for target, want := range map[string]int{
 		"/predict?version=1": 200, "/predict?version=2": 404, "/predict?version=x": 404,
 		"/predict?model=digits_mlp&version=2": 404, "/model?version=7": 404, "/model?version=1": 200,
+		"/model?version=": 400, "/predict?model=": 400, "/predict?model=digits_mlp&version=": 400, // empty: schemathesis sent ?version=
 	} {
 		method, b := "POST", body
 		if strings.HasPrefix(target, "/model") {

@@ -347,6 +347,12 @@ func (s *Server) ready(ctx *fasthttp.RequestCtx) *serving.Instance {
 	var inst *serving.Instance
 	var err error
 	args := ctx.QueryArgs()
+	for _, k := range []string{"model", "version"} {
+		if args.Len() > 0 && args.Has(k) && len(args.Peek(k)) == 0 {
+			writeError(ctx, newError(400, CodeBadRequest, fmt.Sprintf("?%s= is empty: name a %s, or leave the parameter out", k, k), map[string]any{"parameter": k}))
+			return nil
+		}
+	}
 	switch {
 	case args.Len() > 0 && args.Has("model"):
 		inst, err = s.models.Get(string(args.Peek("model")), string(args.Peek("version")))

@@ -118,12 +118,22 @@ func v2ParamValue(v jv) any {
 
 // v2Int reads a JSON integer strictly (no fraction, no exponent), as the
 // sizes of the protocol are written.
+// v2Int reads an integer member: a JSON number with no fractional part,
+// written as an integer or not (3595.0 and 3.5e3 are integers to JSON
+// Schema, which the served document's "integer" means), within int64.
 func v2Int(v jv) (int64, bool) {
 	if v.Type() != fastjson.TypeNumber {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(unsafeString(v), 10, 64)
-	return n, err == nil
+	if err == nil {
+		return n, true
+	}
+	f, ferr := strconv.ParseFloat(unsafeString(v), 64)
+	if ferr != nil || f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+		return 0, false
+	}
+	return int64(f), true
 }
 
 func badV2(msg string, args ...any) *APIError {

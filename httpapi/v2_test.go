@@ -452,6 +452,19 @@ func TestV2InferInt64(t *testing.T) {
 	g := map[string]any{"name": "tokens", "shape": x.Shape, "datatype": "INT64", "data": vals2}
 	v2Do(t, "POST", ts.url+"/v2/models/textcls/infer", v2Marshal(t, map[string]any{"inputs": []any{g}})).
 		expectError(t, 400, CodeInvalidInput, "element 3 is 1.5")
+	// So are a shape's: 2.0 is an integer to JSON Schema, which the served
+	// document's "integer" means (schemathesis sent [3595.0, 1, 8, 8]).
+	fs := make([]any, len(x.Shape))
+	for i, d := range x.Shape {
+		fs[i] = float64(d)
+	}
+	fbody := []byte(strings.Replace(string(v2Marshal(t, map[string]any{"inputs": []any{map[string]any{"name": "tokens", "shape": fs, "datatype": "INT64", "data": v2Values(x)}}})),
+		fmt.Sprintf(`"shape":[%d,`, x.Shape[0]), fmt.Sprintf(`"shape":[%d.0,`, x.Shape[0]), 1))
+	if !strings.Contains(string(fbody), ".0,") {
+		t.Fatalf("the shape is not written with a fraction: %s", fbody[:80])
+	}
+	_, vals = v2Decode(t, v2Do(t, "POST", ts.url+"/v2/models/textcls/infer", fbody))
+	v2Close(t, "logits", vals["logits"], want["logits"], atol, rtol)
 }
 
 func TestV2InferErrors(t *testing.T) {
