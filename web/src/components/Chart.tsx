@@ -5,7 +5,7 @@
 import { useEffect, useMemo, useRef } from "react";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
-import { colorFor, smooth } from "../lib/series";
+import { colorFor, smooth, yAutoRange } from "../lib/series";
 import { fmtNum } from "../lib/format";
 
 /** One line. */
@@ -91,7 +91,13 @@ export function Chart({ title, x, series, xMode = "step", logY = false, smoothin
             return [min, max];
           },
         },
-        y: logY ? { distr: 3 } : yRange ? { auto: false, range: [yRange[0], yRange[1]] } : {},
+        // Auto-scaled y: padded by hand (yAutoRange), so one point has an
+        // axis and an accuracy in [0, 1] is not drawn up to 1.5.
+        y: logY
+          ? { distr: 3 }
+          : yRange
+            ? { auto: false, range: [yRange[0], yRange[1]] }
+            : { range: (_u, min, max): uPlot.Range.MinMax => yAutoRange(min, max) },
       },
       axes: [axis, { ...axis, size: 60, values: (_u, ticks) => ticks.map((t) => fmtNum(t)) }],
       series: uSeries,

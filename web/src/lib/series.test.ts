@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { alignSeries, smooth, upsertPoint, type XY } from "./series";
+import { alignSeries, smooth, upsertPoint, yAutoRange, type XY } from "./series";
 
 describe("smooth", () => {
   it("is the identity at weight 0", () => {
@@ -44,5 +44,24 @@ describe("alignSeries", () => {
       [10, 20, null],
       [null, 200, 300],
     ]);
+  });
+});
+
+describe("yAutoRange", () => {
+  it("keeps values of the unit interval in it", () => {
+    expect(yAutoRange(0.2, 1)).toEqual([expect.closeTo(0.16), 1]);
+    const [lo, hi] = yAutoRange(0.95, 0.95);
+    expect(lo).toBeCloseTo(0.855);
+    expect(hi).toBe(1);
+  });
+  it("pads a span by 5 % and a lone value by a tenth of itself", () => {
+    expect(yAutoRange(-10, 10)).toEqual([-11, 11]);
+    expect(yAutoRange(2.3, 2.3)).toEqual([expect.closeTo(2.07), expect.closeTo(2.53)]);
+    expect(yAutoRange(-5, -5)).toEqual([-5.5, -4.5]);
+  });
+  it("does not go below 0 for non-negative values, and has a range for 0 alone and no data", () => {
+    expect(yAutoRange(0.5, 30)[0]).toBe(0);
+    expect(yAutoRange(0, 0)).toEqual([0, 1]);
+    expect(yAutoRange(null, null)).toEqual([0, 1]);
   });
 });

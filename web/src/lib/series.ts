@@ -76,3 +76,23 @@ const PALETTE = ["#2563eb", "#dc2626", "#16a34a", "#d97706", "#9333ea", "#0891b2
 export function colorFor(i: number): string {
   return PALETTE[((i % PALETTE.length) + PALETTE.length) % PALETTE.length];
 }
+
+/**
+ * The y range a chart auto-scales to for data between min and max (null
+ * when it has none): 5 % of the span above and below, a lone value (a run's
+ * first point) padded by a tenth of itself instead of uPlot's nice-number
+ * widening, and never past 0 or 1 when every value lies in [0, 1] (an
+ * accuracy of 0.95 is not drawn up to 1.5) nor below 0 when none is
+ * negative.
+ */
+export function yAutoRange(min: number | null, max: number | null): [number, number] {
+  if (min === null || max === null || !Number.isFinite(min) || !Number.isFinite(max)) return [0, 1];
+  const span = max - min;
+  const pad = span > 0 ? span * 0.05 : Math.abs(min) * 0.1 || 1;
+  let lo = min - pad;
+  let hi = max + pad;
+  if (min >= 0 && lo < 0) lo = 0;
+  if (min >= 0 && max <= 1 && hi > 1) hi = 1;
+  if (hi <= lo) hi = lo + 1;
+  return [lo, hi];
+}
