@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/valyala/fasthttp"
 )
 
 // The fuzz targets below go through the dashboard's real router
@@ -256,10 +258,21 @@ func FuzzDashboardUploadRunFile(f *testing.F) {
 			return
 		}
 		sub := runFileKind(kind)
-		if run != "r1" || sub == "" || store.ValidateRelPath(rel) != nil {
-			t.Fatalf("stored run %q kind %q path %q: %s", run, kind, rel, out)
+		// The run the server saw: fasthttp decodes the path and normalises
+		// it (an escaped "/r1" gives /api/runs//r1/files, then
+		// /api/runs/r1/files), as it does for every route.
+		var u fasthttp.URI
+		if err := u.Parse(nil, []byte(uri)); err != nil {
+			t.Fatalf("%s: %v", uri, err)
 		}
-		got, err := os.ReadFile(filepath.Join(d.dir, sub, run, filepath.FromSlash(rel)))
+		seen, ok := strings.CutPrefix(string(u.Path()), "/api/runs/")
+		if ok {
+			seen, ok = strings.CutSuffix(seen, "/files")
+		}
+		if !ok || seen != "r1" || sub == "" || store.ValidateRelPath(rel) != nil {
+			t.Fatalf("stored run %q (path %s) kind %q path %q: %s", run, u.Path(), kind, rel, out)
+		}
+		got, err := os.ReadFile(filepath.Join(d.dir, sub, seen, filepath.FromSlash(rel)))
 		if err != nil || !bytes.Equal(got, body) {
 			t.Fatalf("the stored file of %s %q: %v (%d bytes, sent %d)", kind, rel, err, len(got), len(body))
 		}
