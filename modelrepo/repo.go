@@ -926,11 +926,21 @@ func (r *Repository) Ready(name, version string) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if m := r.models[name]; m != nil && m.failure != nil && time.Since(m.failedAt) < failureMemory {
-		return &serving.ModelError{Kind: serving.ModelNotReady, Model: name, RetryAfter: int(failureMemory / time.Second),
-			Message: fmt.Sprintf("failed to load '%s' on demand: %v", name, m.failure)}
+	if err := r.recentFailure(name); err != nil {
+		return err
 	}
 	return nil
+}
+
+// recentFailure is the answer for a model whose last on-demand load failed
+// within failureMemory, nil otherwise. r.mu is held.
+func (r *Repository) recentFailure(name string) *serving.ModelError {
+	m := r.models[name]
+	if m == nil || m.failure == nil || time.Since(m.failedAt) >= failureMemory {
+		return nil
+	}
+	return &serving.ModelError{Kind: serving.ModelNotReady, Model: name, RetryAfter: int(failureMemory / time.Second),
+		Message: fmt.Sprintf("failed to load '%s' on demand: %v", name, m.failure)}
 }
 
 func (r *Repository) unknown(name, version string) error {
@@ -1088,11 +1098,9 @@ func (r *Repository) loadOnDemandOnce(name, version string, deadline time.Time) 
 		r.mu.Unlock()
 		return nil, false, &serving.ModelError{Kind: serving.ModelNotReady, Model: name, Message: "the server is shutting down", RetryAfter: 1}
 	}
-	if m := r.models[name]; m != nil && m.failure != nil && time.Since(m.failedAt) < failureMemory {
-		err := m.failure
+	if err := r.recentFailure(name); err != nil {
 		r.mu.Unlock()
-		return nil, false, &serving.ModelError{Kind: serving.ModelNotReady, Model: name, RetryAfter: int(failureMemory / time.Second),
-			Message: fmt.Sprintf("failed to load '%s' on demand: %v", name, err)}
+		return nil, false, err
 	}
 	p := r.pending[name]
 	if p == nil {
