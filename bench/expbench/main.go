@@ -18,11 +18,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
 	"syscall"
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/internal/benchdoc"
 )
 
 func main() {
@@ -122,7 +122,7 @@ func main() {
 			check(r.f(), r.name)
 			ds = append(ds, time.Since(t))
 		}
-		fmt.Printf("%-55s reps %3d  p50 %9.2f ms  p99 %9.2f ms\n", r.name, *reps, pct(ds, .5), pct(ds, .99))
+		fmt.Printf("%-55s reps %3d  p50 %9.2f ms  p99 %9.2f ms\n", r.name, *reps, benchdoc.PercentileMs(ds, .5), benchdoc.PercentileMs(ds, .99))
 	}
 }
 
@@ -176,14 +176,6 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func pct(ds []time.Duration, p float64) float64 {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(math.Ceil(p*float64(len(s)))) - 1
-	i = max(0, min(i, len(s)-1))
-	return float64(s[i]) / 1e6
 }
 
 func check(err error, what string) {

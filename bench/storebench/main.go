@@ -172,14 +172,6 @@ func benchPG(ctx context.Context, base string, o options) ([]result, error) {
 	return bench(ctx, "PostgreSQL", store.Config{DatabaseURL: u.String()}, o)
 }
 
-func pct(ds []time.Duration, p float64) float64 {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(math.Ceil(p*float64(len(s)))) - 1
-	i = max(0, min(i, len(s)-1))
-	return float64(s[i]) / 1e6
-}
-
 func timeIt(reps int, f func() error) ([]time.Duration, error) {
 	ds := make([]time.Duration, 0, reps)
 	for i := 0; i < reps; i++ {
@@ -232,7 +224,7 @@ func bench(ctx context.Context, backend string, cfg store.Config, o options) ([]
 	}
 	total := time.Since(start)
 	out = append(out, result{Backend: backend, Name: "ingest: Apply, batches of 1,000 metric events (1 key each)", Reps: len(lat),
-		P50ms: pct(lat, .5), P99ms: pct(lat, .99), Rate: float64(o.points) / total.Seconds()})
+		P50ms: benchdoc.PercentileMs(lat, .5), P99ms: benchdoc.PercentileMs(lat, .99), Rate: float64(o.points) / total.Seconds()})
 
 	// Multi-key events: 100 events x 10 keys = 1,000 points per batch.
 	lat = lat[:0]
@@ -262,7 +254,7 @@ func bench(ctx context.Context, backend string, cfg store.Config, o options) ([]
 	}
 	total = time.Since(start)
 	out = append(out, result{Backend: backend, Name: "ingest: Apply, batches of 100 `metrics` events x 10 keys", Reps: len(lat),
-		P50ms: pct(lat, .5), P99ms: pct(lat, .99), Rate: float64(n) / total.Seconds()})
+		P50ms: benchdoc.PercentileMs(lat, .5), P99ms: benchdoc.PercentileMs(lat, .99), Rate: float64(n) / total.Seconds()})
 
 	// 2. Downsampled read of the million-point run.
 	for _, mp := range []int{1000, 100} {
@@ -278,7 +270,7 @@ func bench(ctx context.Context, backend string, cfg store.Config, o options) ([]
 			return nil, err
 		}
 		out = append(out, result{Backend: backend, Name: fmt.Sprintf("Metrics: 1 key of %d points to <= %d buckets", o.points, mp), Reps: o.reps,
-			P50ms: pct(ds, .5), P99ms: pct(ds, .99), Note: fmt.Sprintf("%d buckets", buckets)})
+			P50ms: benchdoc.PercentileMs(ds, .5), P99ms: benchdoc.PercentileMs(ds, .99), Note: fmt.Sprintf("%d buckets", buckets)})
 	}
 	lo, hi := int64(o.points/3), int64(o.points/3+50_000)
 	ds, err := timeIt(o.reps, func() error {
@@ -288,7 +280,7 @@ func bench(ctx context.Context, backend string, cfg store.Config, o options) ([]
 	if err != nil {
 		return nil, err
 	}
-	out = append(out, result{Backend: backend, Name: "Metrics: zoom, steps 1/3 .. 1/3+50,000 to <= 1,000 buckets", Reps: o.reps, P50ms: pct(ds, .5), P99ms: pct(ds, .99)})
+	out = append(out, result{Backend: backend, Name: "Metrics: zoom, steps 1/3 .. 1/3+50,000 to <= 1,000 buckets", Reps: o.reps, P50ms: benchdoc.PercentileMs(ds, .5), P99ms: benchdoc.PercentileMs(ds, .99)})
 
 	// 3. 10,000 runs with params, tags and metric summaries.
 	fmt.Fprintf(os.Stderr, "storebench: %s: creating %d runs\n", backend, o.runs)
@@ -338,7 +330,7 @@ func bench(ctx context.Context, backend string, cfg store.Config, o options) ([]
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", qq.name, err)
 		}
-		out = append(out, result{Backend: backend, Name: qq.name, Reps: o.reps, P50ms: pct(ds, .5), P99ms: pct(ds, .99), Note: fmt.Sprintf("%d runs returned", got)})
+		out = append(out, result{Backend: backend, Name: qq.name, Reps: o.reps, P50ms: benchdoc.PercentileMs(ds, .5), P99ms: benchdoc.PercentileMs(ds, .99), Note: fmt.Sprintf("%d runs returned", got)})
 	}
 	return out, nil
 }

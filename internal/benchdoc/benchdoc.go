@@ -6,9 +6,12 @@ package benchdoc
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
+	"time"
 )
 
 // ReplaceSection writes body as the NAME section of the markdown file at
@@ -62,4 +65,17 @@ func Commit() string {
 		s += ", dirty"
 	}
 	return s
+}
+
+// PercentileMs is the p-th percentile (0 < p <= 1, nearest rank) of ds in
+// milliseconds, 0 for none: the p50 and p99 columns of the benchmarks.
+func PercentileMs(ds []time.Duration, p float64) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(p*float64(len(s)))) - 1
+	i = max(0, min(i, len(s)-1))
+	return float64(s[i]) / 1e6
 }
