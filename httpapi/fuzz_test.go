@@ -107,6 +107,8 @@ func FuzzV2BytesRequest(f *testing.F) {
 	f.Add(append([]byte(hdr), 0, 0, 0, 0x80, 'a', 0, 0, 0, 0, 0), strconv.Itoa(len(hdr)))
 	f.Add([]byte(`{"inputs":[{"name":"s","shape":[4611686018427387903,2],"datatype":"BYTES","data":["a"]},`+n+`]}`), "")
 	f.Add([]byte(`{"inputs":[{"name":"s","shape":[1,1],"datatype":"BYTES","data":["\x"]},`+n+`]}`), "")
+	f.Add([]byte(`{"inputs":[{"name":"s","shape":[.],"datatype":"BYTES","data":["a"]},`+n+`]}`), "")
+	f.Add([]byte(`{"inputs":[{"name":"s","shape":[-1,1],"datatype":"BYTES","data":["a"]},`+n+`]}`), "")
 	f.Fuzz(func(t *testing.T, body []byte, hl string) {
 		if len(body) > 1<<20 || len(hl) > 64 {
 			return
@@ -117,7 +119,10 @@ func FuzzV2BytesRequest(f *testing.F) {
 		}
 		req, aerr := parseV2Request(body, h, ins, outs, v2Limits{}, nil)
 		if aerr != nil {
-			if req != nil || aerr.Message == "" || (aerr.Status != 400 && aerr.Status != 422) {
+			// 500 is Triton's status for a shape its JSON reader cannot
+			// take as unsigned integers; fw answers it (code bad_request).
+			badShape := aerr.Status == 500 && aerr.Code == CodeBadRequest
+			if req != nil || aerr.Message == "" || (aerr.Status != 400 && aerr.Status != 422 && !badShape) {
 				t.Fatalf("bad error: %+v", aerr)
 			}
 			return
