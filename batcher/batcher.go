@@ -22,6 +22,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -316,6 +317,24 @@ func (b *Batcher) SubmitTimed(ctx context.Context, inputs []engine.Tensor) ([]en
 	if err != nil {
 		return nil, Timing{}, err
 	}
+	return b.submit(ctx, inputs, rows)
+}
+
+// SubmitChecked is SubmitTimed for inputs the caller has checked against
+// the model with engine.Model.CheckInputs, which returned rows (the common
+// axis 0, or 1 for an unbatched model): the batcher relies on that check
+// instead of walking the inputs again.
+func (b *Batcher) SubmitChecked(ctx context.Context, inputs []engine.Tensor, rows int64) ([]engine.Tensor, Timing, error) {
+	if b.cfg.Unbatched { // whole tensors, one request: the batcher's own count
+		rows = 1
+	}
+	if rows < 1 || len(inputs) == 0 || rows > math.MaxInt32 {
+		return nil, Timing{}, &engine.InputError{Msg: fmt.Sprintf("%d rows: check the inputs with engine.Model.CheckInputs first", rows)}
+	}
+	return b.submit(ctx, inputs, int(rows))
+}
+
+func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) ([]engine.Tensor, Timing, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, Timing{}, err
 	}

@@ -983,3 +983,26 @@ func TestPreferredRowsHoldAnIdleBatch(t *testing.T) {
 		t.Fatal(r.err)
 	}
 }
+
+// SubmitChecked takes the rows the caller's check counted and runs the
+// request as Submit would; a count no check could give is refused.
+func TestSubmitChecked(t *testing.T) {
+	b := New(affine, Config{MaxBatchRows: 64, MaxDelay: time.Millisecond}, &recorder{})
+	defer closeOK(t, b)
+	out, _, err := b.SubmitChecked(context.Background(), []engine.Tensor{rowsTensor(7, 3, 4)}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkAffine(7, 3, 4, out); err != nil {
+		t.Fatal(err)
+	}
+	for _, rows := range []int64{0, -1, math.MaxInt64} {
+		var ie *engine.InputError
+		if _, _, err := b.SubmitChecked(context.Background(), []engine.Tensor{rowsTensor(1, 3, 4)}, rows); !errors.As(err, &ie) {
+			t.Fatalf("rows %d: %v, want an InputError", rows, err)
+		}
+	}
+	if _, _, err := b.SubmitChecked(context.Background(), nil, 1); err == nil {
+		t.Fatal("no inputs accepted")
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"slices"
 	"unsafe"
 
 	"github.com/fw-serve/fw/engine"
@@ -14,9 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// maxAxes bounds an input's rank.
-const maxAxes = 32
 
 // request is a decoded ModelInfer request: the inputs in the model's order
 // and the indexes of the outputs to return, in the order the client asked.
@@ -74,9 +70,9 @@ func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
-// specIndex is the index of the spec named name, -1 when none is.
-func specIndex(specs []engine.TensorSpec, name string) int {
-	return slices.IndexFunc(specs, func(sp engine.TensorSpec) bool { return sp.Name == name })
+// refused is the status of a request serving's rules refused.
+func refused(e *serving.RequestError) error {
+	return status.Error(codes.InvalidArgument, e.Message)
 }
 
 // decode checks req against the model's inputs and outputs and the limits
@@ -110,16 +106,12 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 		return nil, invalid("request parameter %q is not supported by fw: send the data in the request", "shared_memory_region")
 	}
 	r := &request{inputs: make([]engine.Tensor, len(ins))}
-	seen := make([]bool, len(ins))
+	seen := serving.NewInputSet(ins)
 	for _, in := range req.GetInputs() {
-		idx := specIndex(ins, in.GetName())
-		if idx < 0 {
-			return nil, invalid("unknown input %q; this model takes %s", in.GetName(), serving.Describe(ins))
+		idx, e := seen.Take(in.GetName())
+		if e != nil {
+			return nil, refused(e)
 		}
-		if seen[idx] {
-			return nil, invalid("input '%s' already exists in request; give each input once", in.GetName())
-		}
-		seen[idx] = true
 		ref, inShm, err := shmRef(in.GetParameters(), fmt.Sprintf("input %q", in.GetName()))
 		if err != nil {
 			return nil, err
@@ -143,10 +135,8 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 		}
 		r.inputs[idx] = t
 	}
-	for i, ok := range seen {
-		if !ok {
-			return nil, invalid("input %q is missing; this model takes %s", ins[i].Name, serving.Describe(ins))
-		}
+	if e := seen.Missing(); e != nil {
+		return nil, refused(e)
 	}
 	if len(req.GetOutputs()) == 0 {
 		r.outputs = make([]int, len(outs))
@@ -155,16 +145,12 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 		}
 		return r, nil
 	}
-	used := make([]bool, len(outs))
+	used := serving.NewOutputSet(outs)
 	for _, o := range req.GetOutputs() {
-		idx := specIndex(outs, o.GetName())
-		if idx < 0 {
-			return nil, invalid("unknown output %q; this model's outputs are %s", o.GetName(), serving.Describe(outs))
+		idx, e := used.Take(o.GetName())
+		if e != nil {
+			return nil, refused(e)
 		}
-		if used[idx] {
-			return nil, invalid("output '%s' already exists in request; request each output once", o.GetName())
-		}
-		used[idx] = true
 		if p, ok := o.GetParameters()["classification"]; ok {
 			var n int64
 			switch c := p.GetParameterChoice().(type) {
@@ -191,7 +177,7 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 		}
 		if inShm {
 			if shm == nil {
-				return nil, invalid("output %q: system shared memory is turned off on this server (fw serve --shared-memory none)", o.GetName())
+				return nil, refused(serving.SharedMemoryOff(fmt.Sprintf("output %q", o.GetName())))
 			}
 			if r.shm == nil {
 				r.shm = map[int]sharedmem.Ref{}
@@ -207,18 +193,13 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 // typed contents.
 func decodeInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSpec, rawData []byte, useRaw bool, maxRows int) (engine.Tensor, error) {
 	name := in.GetName()
-	dt := serving.ParseDatatype(in.GetDatatype())
-	if dt == engine.Invalid {
-		return engine.Tensor{}, invalid("input %q: datatype %q is not one of the protocol's (%s); this input is %s",
-			name, in.GetDatatype(), serving.Datatypes(), serving.DatatypeName(spec.DType))
-	}
-	if spec.DType != engine.Invalid && dt != spec.DType {
-		return engine.Tensor{}, invalid("input %q has datatype %s but this model takes %s; convert the data (for example numpy .astype(np.%s))",
-			name, in.GetDatatype(), serving.DatatypeName(spec.DType), spec.DType)
+	dt, e := serving.InputDatatype(name, in.GetDatatype(), spec)
+	if e != nil {
+		return engine.Tensor{}, refused(e)
 	}
 	shape := in.GetShape()
-	if len(shape) > maxAxes {
-		return engine.Tensor{}, invalid("input %q: shape has %d axes; at most %d are accepted", name, len(shape), maxAxes)
+	if e := serving.TooManyAxes(name, len(shape)); e != nil {
+		return engine.Tensor{}, refused(e)
 	}
 	// The element count, saturating: a count beyond what the message can
 	// carry is refused below without being allocated.
@@ -421,18 +402,18 @@ func fillTyped(t engine.Tensor, c *pb.InferTensorContents, name string) error {
 func decodeShmInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSpec, ref sharedmem.Ref, maxRows int, shm *sharedmem.Registry) (engine.Tensor, error) {
 	name := in.GetName()
 	if shm == nil {
-		return engine.Tensor{}, invalid("input %q: system shared memory is turned off on this server (fw serve --shared-memory none); send the data in the request", name)
+		return engine.Tensor{}, refused(serving.SharedMemoryOff(fmt.Sprintf("input %q", name)))
 	}
 	if in.GetContents() != nil && typedLen(in.GetContents()) > 0 {
 		return engine.Tensor{}, invalid("input %q names a shared memory region and also carries contents; send one", name)
 	}
-	dt := serving.ParseDatatype(in.GetDatatype())
-	if dt == engine.Invalid || (spec.DType != engine.Invalid && dt != spec.DType) {
-		return engine.Tensor{}, invalid("input %q: datatype %q, this model takes %s", name, in.GetDatatype(), serving.DatatypeName(spec.DType))
+	dt, e := serving.InputDatatype(name, in.GetDatatype(), spec)
+	if e != nil {
+		return engine.Tensor{}, refused(e)
 	}
 	shape := in.GetShape()
-	if len(shape) > maxAxes {
-		return engine.Tensor{}, invalid("input %q: shape has %d axes; at most %d are accepted", name, len(shape), maxAxes)
+	if e := serving.TooManyAxes(name, len(shape)); e != nil {
+		return engine.Tensor{}, refused(e)
 	}
 	count := uint64(1)
 	for _, d := range shape {

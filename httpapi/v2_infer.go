@@ -17,9 +17,6 @@ import (
 // v2HeaderLength is the binary extension's header: the JSON part's length.
 const v2HeaderLength = "Inference-Header-Content-Length"
 
-// v2MaxAxes bounds the axes of an input's shape.
-const v2MaxAxes = 32
-
 // v2MaxDataDepth bounds the nesting of an input's "data" array: a value
 // (array or element) this many levels inside it (the array itself is level
 // 0) is refused, as Triton refuses it (HTTP_MAX_JSON_NESTING_DEPTH).
@@ -146,6 +143,16 @@ func invalidV2(details map[string]any, msg string, args ...any) *APIError {
 
 func v2Names(specs []engine.TensorSpec) []string { return inputNames(specs) }
 
+// requestError is the answer to a request serving's rules refused: 422
+// invalid_input when it does not fit the model, else 400 bad_request (both
+// 400 under /v2).
+func requestError(e *serving.RequestError) *APIError {
+	if e.Invalid {
+		return newError(422, CodeInvalidInput, e.Message, e.Details)
+	}
+	return newError(400, CodeBadRequest, e.Message, e.Details)
+}
+
 // parseV2Request reads an inference request: body is the whole request
 // body; hdrLen is the Inference-Header-Content-Length header's value (nil
 // when absent), the length of the JSON part, the binary tensor data
@@ -216,30 +223,28 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, lim v2Li
 		return nil, badV2(`"inputs" must be an array of tensors, got %s`, inArr.Type())
 	}
 	req.inputs = make([]engine.Tensor, len(ins))
-	seen := make([]bool, len(ins))
+	seen := serving.NewInputSet(ins)
 	var aerr *APIError
 	inArr.forEach(func(k int, it jv) bool {
-		aerr = v2Input(it, k, ins, seen, req, &bin, hdrLen != nil, lim, shm)
+		aerr = v2Input(it, k, ins, &seen, req, &bin, hdrLen != nil, lim, shm)
 		return aerr == nil
 	})
 	if aerr != nil {
 		return nil, aerr
 	}
-	for i, ok := range seen {
-		if !ok {
-			return nil, invalidV2(map[string]any{"input": ins[i].Name, "expected_inputs": v2Names(ins)}, "input %q is missing; this model takes %s", ins[i].Name, serving.Describe(ins))
-		}
+	if e := seen.Missing(); e != nil {
+		return nil, requestError(e)
 	}
 	if len(bin) > 0 {
 		return nil, badV2("%d bytes of binary data follow the JSON header that no input claims; each binary input needs parameter \"binary_data_size\" and the sizes must add up to the body after the %s bytes of JSON", len(bin), v2HeaderLength)
 	}
-	return v2Outputs(req, v2Get(top, "outputs"), outs, binaryDefault)
+	return v2Outputs(req, v2Get(top, "outputs"), outs, binaryDefault, shm != nil)
 }
 
 // v2Input reads inputs[k], it, into req.inputs, taking its binary data (if
-// any) from the front of *bin. seen marks the model inputs already given;
-// hasHdr says whether the request has the binary extension's header.
-func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request, bin *[]byte, hasHdr bool, lim v2Limits, shm *sharedmem.Registry) *APIError {
+// any) from the front of *bin. seen follows the model inputs already
+// given; hasHdr says whether the request has the binary extension's header.
+func v2Input(it jv, k int, ins []engine.TensorSpec, seen *serving.InputSet, req *v2Request, bin *[]byte, hasHdr bool, lim v2Limits, shm *sharedmem.Registry) *APIError {
 	{
 		if it.Type() != fastjson.TypeObject {
 			return badV2(`inputs[%d] must be an object with "name", "shape", "datatype" and "data", got %s`, k, it.Type())
@@ -253,34 +258,19 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 		if !ok {
 			return badV2(`inputs[%d]: "name" is not a valid JSON string`, k)
 		}
-		idx := -1
-		for i := range ins {
-			if ins[i].Name == name {
-				idx = i
-				break
-			}
+		idx, e := seen.Take(name)
+		if e != nil {
+			return requestError(e)
 		}
-		if idx < 0 {
-			return invalidV2(map[string]any{"input": name, "expected_inputs": v2Names(ins)}, "unknown input %q; this model takes %s", name, serving.Describe(ins))
-		}
-		if seen[idx] {
-			return badV2("input '%s' already exists in request; give each input once", name)
-		}
-		seen[idx] = true
 		spec := ins[idx]
 		dtV := v2Get(itm, "datatype")
 		if dtV == nil || dtV.Type() != fastjson.TypeString {
 			return badV2(`input %q needs a "datatype" string such as %q`, name, serving.DatatypeName(v2SpecDType(spec)))
 		}
 		dtB, _ := dtV.str()
-		dt := serving.ParseDatatype(dtB)
-		if dt == engine.Invalid {
-			return invalidV2(map[string]any{"input": name, "expected_datatype": serving.DatatypeName(spec.DType), "received_datatype": dtB},
-				"input %q: datatype %q is not one of the protocol's (%s); this input is %s", name, dtB, serving.Datatypes(), serving.DatatypeName(spec.DType))
-		}
-		if spec.DType != engine.Invalid && dt != spec.DType {
-			return invalidV2(map[string]any{"input": name, "expected_datatype": serving.DatatypeName(spec.DType), "received_datatype": dtB},
-				"input %q has datatype %s but this model takes %s; convert the data (for example numpy .astype(np.%s))", name, dtB, serving.DatatypeName(spec.DType), spec.DType)
+		dt, e := serving.InputDatatype(name, dtB, spec)
+		if e != nil {
+			return requestError(e)
 		}
 		shapeV := v2Get(itm, "shape")
 		if shapeV == nil {
@@ -289,8 +279,8 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 		if shapeV.Type() != fastjson.TypeArray {
 			return badV2(`input %q: "shape" must be an array of non-negative integers, got %s`, name, shapeV.Type())
 		}
-		if n := shapeV.count(v2MaxAxes); n > v2MaxAxes {
-			return badV2("input %q: shape has more than %d axes; at most %d are accepted", name, v2MaxAxes, v2MaxAxes)
+		if n := shapeV.count(serving.MaxAxes); n > serving.MaxAxes {
+			return requestError(serving.TooManyAxes(name, shapeV.count(-1)))
 		}
 		// The element count, checked for overflow as Triton checks it (and
 		// with its sentences); the byte size below cannot overflow then.
@@ -402,7 +392,7 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 				return aerr
 			}
 			if shm == nil {
-				return badV2("input %q: system shared memory is turned off on this server (fw serve --shared-memory none); send the data in the body", name)
+				return requestError(serving.SharedMemoryOff(fmt.Sprintf("input %q", name)))
 			}
 			b, err := shm.ReadAll(ref, alignedBytes)
 			if err != nil {
@@ -481,7 +471,7 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen []bool, req *v2Request,
 }
 
 // v2Outputs reads the request's "outputs" (outV, nil when absent) into req.
-func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault bool) (*v2Request, *APIError) {
+func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault, shmOn bool) (*v2Request, *APIError) {
 	if outV == nil {
 		req.outputs = make([]v2Output, len(outs))
 		for i := range outs {
@@ -492,7 +482,7 @@ func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault 
 	if outV.Type() != fastjson.TypeArray {
 		return nil, badV2(`"outputs" must be an array of {"name": ...}, got %s`, outV.Type())
 	}
-	used := make([]bool, len(outs))
+	used := serving.NewOutputSet(outs)
 	var aerr *APIError
 	outV.forEach(func(k int, it jv) bool {
 		itm := it.members()
@@ -502,22 +492,11 @@ func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault 
 			return false
 		}
 		nameB, _ := nameV.str()
-		idx := -1
-		for i := range outs {
-			if outs[i].Name == nameB {
-				idx = i
-				break
-			}
-		}
-		if idx < 0 {
-			aerr = invalidV2(map[string]any{"output": nameB, "expected_outputs": v2Names(outs)}, "unknown output %q; this model's outputs are %s", nameB, serving.Describe(outs))
+		idx, e := used.Take(nameB)
+		if e != nil {
+			aerr = requestError(e)
 			return false
 		}
-		if used[idx] {
-			aerr = badV2("output '%s' already exists in request; request each output once", nameB)
-			return false
-		}
-		used[idx] = true
 		o := v2Output{index: idx, binary: binaryDefault}
 		if pv := v2Get(itm, "parameters"); pv != nil {
 			if pv.Type() != fastjson.TypeObject {
@@ -548,6 +527,10 @@ func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault 
 				ref, e := v2SharedMemoryRef(pm, region, "output "+strconv.Quote(nameB))
 				if e != nil {
 					aerr = e
+					return false
+				}
+				if !shmOn { // refused before the model runs
+					aerr = requestError(serving.SharedMemoryOff("output " + strconv.Quote(nameB)))
 					return false
 				}
 				o.shm, o.binary = &ref, false
@@ -875,7 +858,7 @@ func v2AppendFlat(b []byte, t engine.Tensor) []byte {
 // request named for it, refusing one too small.
 func (s *Server) writeSharedMemory(ref *sharedmem.Ref, t engine.Tensor, name string) *APIError {
 	if s.cfg.SharedMemory == nil {
-		return badV2("output %q: system shared memory is turned off on this server (fw serve --shared-memory none)", name)
+		return requestError(serving.SharedMemoryOff(fmt.Sprintf("output %q", name)))
 	}
 	if uint64(len(t.Data)) > ref.Size {
 		return invalidV2(map[string]any{"output": name, "output_bytes": len(t.Data), "shared_memory_byte_size": ref.Size},

@@ -30,10 +30,11 @@ func Infer(ctx context.Context, models Models, inst *Instance, inputs []engine.T
 				return nil, batcher.Timing{}, err
 			}
 		}
-		if _, err := inst.Model.CheckInputs(inputs); err != nil {
+		rows, err := inst.Model.CheckInputs(inputs)
+		if err != nil {
 			return nil, batcher.Timing{}, err
 		}
-		out, t, err := inst.Batcher.SubmitTimed(ctx, inputs)
+		out, t, err := inst.Batcher.SubmitChecked(ctx, inputs, rows)
 		if errors.Is(err, batcher.ErrClosed) {
 			if cur, _ := models.Get(inst.Name(), inst.Version()); cur != nil && cur != inst {
 				inst = cur
@@ -74,10 +75,11 @@ func InferSequence(ctx context.Context, models Models, inst *Instance, inputs []
 		return Infer(ctx, models, inst, inputs)
 	}
 	return t.Run(ctx, inputs, func(ctx context.Context, full []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
-		if _, err := inst.Model.CheckInputs(full); err != nil {
+		rows, err := inst.Model.CheckInputs(full)
+		if err != nil {
 			return nil, batcher.Timing{}, err
 		}
-		return inst.Batcher.SubmitTimed(ctx, full)
+		return inst.Batcher.SubmitChecked(ctx, full, rows)
 	})
 }
 

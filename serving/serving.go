@@ -1,9 +1,11 @@
 // Package serving is what the model server's transports share: the slot
 // holding the model being served and its readiness (filled by modelhost,
-// read by httpapi and grpcapi), one inference call through the batcher with
-// its timings, the Triton-style statistics both transports report, and the
-// classification of a failed call that each transport maps to its own
-// status codes.
+// read by httpapi and grpcapi), the rules a request's tensors follow
+// whatever carries them (admit.go: which inputs and outputs it names, their
+// datatypes; each transport decodes its encoding and asks these), one
+// inference call through the batcher with its timings, checked once, the
+// Triton-style statistics both transports report, and the classification of
+// a failed call that each transport maps to its own status codes.
 package serving
 
 import (

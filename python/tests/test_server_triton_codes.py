@@ -230,3 +230,42 @@ def test_invalid_config_override_is_logged(server: FwServer) -> None:
         c.load_model("simple", config='"parameters": {"config": {{"max_batch_size": "16"}}}')
     assert "Invalid config override" in server.log()
     assert c.is_model_ready("simple")
+
+
+def _refusals(mod) -> dict[str, tuple[list, list | None]]:
+    """Requests to model simple (INPUT0, INPUT1: INT32 [-1, 16]) that break a rule of the protocol
+    that does not depend on the transport, built with ``mod`` (tritonclient.http or .grpc)."""
+
+    def inp(name: str, dtype: str = "INT32", shape: tuple[int, ...] = (1, 16)):
+        i = mod.InferInput(name, list(shape), dtype)
+        i.set_data_from_numpy(np.ones(shape, dtype=np.int32 if dtype == "INT32" else np.float32))
+        return i
+
+    ok = [inp("INPUT0"), inp("INPUT1")]
+    return {
+        "unknown input": ([*ok, inp("INPUT9")], None),
+        "input twice": ([inp("INPUT0"), inp("INPUT0"), inp("INPUT1")], None),
+        "input missing": ([inp("INPUT0")], None),
+        "wrong datatype": ([inp("INPUT0", "FP32"), inp("INPUT1")], None),
+        "too many axes": ([inp("INPUT0", shape=(1,) * 33), inp("INPUT1")], None),
+        "unknown output": (ok, [mod.InferRequestedOutput("OUTPUT9")]),
+        "output twice": (ok, [mod.InferRequestedOutput("OUTPUT0"), mod.InferRequestedOutput("OUTPUT0")]),
+    }
+
+
+def test_same_refusal_over_both_protocols(server: FwServer) -> None:
+    """One request, one answer: the rules both transports share (serving/admit.go) give HTTP and
+    gRPC the same message, each a client error."""
+    answers: dict[str, dict[str, str]] = {}
+    for proto, mod, url in (("http", httpclient, server.url), ("grpc", grpcclient, server.grpc_url)):
+        c = mod.InferenceServerClient(url)
+        for case, (inputs, outputs) in _refusals(mod).items():
+            with pytest.raises(InferenceServerException) as e:
+                c.infer("simple", inputs, outputs=outputs)
+            assert e.value.status() in ("400", "StatusCode.INVALID_ARGUMENT"), (proto, case, e.value)
+            answers.setdefault(case, {})[proto] = e.value.message()
+    for case, by in answers.items():
+        assert by["http"] == by["grpc"], (case, by)
+    assert "unknown input \"INPUT9\"" in answers["unknown input"]["http"]
+    assert answers["input twice"]["grpc"].startswith("input 'INPUT0' already exists in request")
+    assert "shape has 33 axes; at most 32" in answers["too many axes"]["grpc"]
