@@ -213,12 +213,16 @@ func (a *applier) flushPoints(ctx context.Context) error {
 	var expList []*expMetric
 	for off := 0; off < len(sumOrder); off += per {
 		chunk := sumOrder[off:min(off+per, len(sumOrder))]
-		args := make([]any, 0, 10*len(chunk))
+		args := make([]any, 0, 11*len(chunk))
 		for _, k := range chunk {
 			g := sums[k]
-			args = append(args, g.rid, g.key, nullFloat(g.lastV), g.last, g.lastT, g.minArg(), g.minStep, g.maxArg(), g.maxStp, g.n)
+			rs := byRID[g.rid]
+			if rs == nil {
+				return fmt.Errorf("writing metric summaries: run rid %d is not one of the batch's runs", g.rid)
+			}
+			args = append(args, g.rid, g.key, nullFloat(g.lastV), g.last, g.lastT, g.minArg(), g.minStep, g.maxArg(), g.maxStp, g.n, rs.experimentID)
 		}
-		text := valuesSQL(`INSERT INTO metric_summary (run_rid, key_id, last_value, last_step, last_time, min_value, min_step, max_value, max_step, n) VALUES `, 10, len(chunk)) + `
+		text := valuesSQL(`INSERT INTO metric_summary (run_rid, key_id, last_value, last_step, last_time, min_value, min_step, max_value, max_step, n, experiment_id) VALUES `, 11, len(chunk)) + `
 ON CONFLICT (run_rid, key_id) DO UPDATE SET
 	last_value = CASE WHEN excluded.last_step >= metric_summary.last_step THEN excluded.last_value ELSE metric_summary.last_value END,
 	last_time = CASE WHEN excluded.last_step >= metric_summary.last_step THEN excluded.last_time ELSE metric_summary.last_time END,

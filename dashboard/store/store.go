@@ -99,6 +99,9 @@ type Config struct {
 
 	// migrateTo stops migrations at a version (tests build old schemas).
 	migrateTo int
+	// sortedPages answers every run page with the generic query that sorts
+	// the filtered rows (tests compare it with the index-served pages).
+	sortedPages bool
 }
 
 // Open opens (creating and migrating as needed) the store cfg selects.

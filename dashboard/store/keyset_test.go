@@ -1,0 +1,231 @@
+package store
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand"
+	"strings"
+	"testing"
+	"time"
+)
+
+// keysetData writes two experiments of random runs with ties everywhere a
+// sort can tie (created, name, metric values), runs lacking a key, keys
+// logged only as NaN, queued runs (no started), system metrics; in "full"
+// every run reports acc (the kept counts then skip the scan for runs
+// lacking it).
+func keysetData(t *testing.T, st Store, seed int64) {
+	t.Helper()
+	rng := rand.New(rand.NewSource(seed))
+	base := time.Unix(1_700_000_000, 0)
+	var evs []Event
+	for i := 0; i < 180; i++ {
+		exp := "mixed"
+		if i%4 == 3 {
+			exp = "full"
+		}
+		e := &ev{run: fmt.Sprintf("k%03d", rng.Intn(1000)*1000+i)}
+		start := e.start(exp, map[string]any{"lr": float64(rng.Intn(5)) / 10}, map[string]string{"team": []string{"vision", "nlp"}[rng.Intn(2)]})
+		start.Time = Timestamp{base.Add(time.Duration(rng.Intn(30)) * time.Second)}
+		start.Name = fmt.Sprintf("n%d", rng.Intn(6))
+		if rng.Intn(8) == 0 {
+			start.Status = StatusQueued
+		}
+		evs = append(evs, start)
+		steps := 1 + rng.Intn(3)
+		for s := 0; s < steps; s++ {
+			vals := map[string]float64{}
+			if exp == "full" || rng.Intn(5) > 0 {
+				vals["acc"] = float64(rng.Intn(8)) / 8
+			}
+			if rng.Intn(3) > 0 {
+				v := float64(rng.Intn(4))
+				if rng.Intn(6) == 0 {
+					v = math.NaN()
+				}
+				vals["loss"] = v
+			}
+			if len(vals) > 0 {
+				m := e.metrics(int64(s), vals)
+				m.Time = Timestamp{base.Add(time.Duration(100+rng.Intn(30)) * time.Second)}
+				evs = append(evs, m)
+			}
+			if rng.Intn(4) == 0 {
+				evs = append(evs, e.next(Event{Type: EventSystem, Values: map[string]Float{"cpu": Float(rng.Intn(3))}}))
+			}
+		}
+	}
+	for len(evs) > 0 {
+		n := min(len(evs), 200)
+		mustApply(t, st, evs[:n]...)
+		evs = evs[n:]
+	}
+}
+
+// walk lists every page of q, returning the pages' IDs and next cursors.
+func walk(t *testing.T, st Store, q ListQuery) []string {
+	t.Helper()
+	var out []string
+	for i := 0; ; i++ {
+		p, err := st.ListRuns(context.Background(), q)
+		if err != nil {
+			t.Fatalf("%+v: %v", q, err)
+		}
+		out = append(out, runIDs(p)+" next="+p.Next)
+		if p.Next == "" {
+			return out
+		}
+		if i > 1000 {
+			t.Fatalf("%+v: no end", q)
+		}
+		q.Cursor = p.Next
+	}
+}
+
+// TestListRunsIndexedSortsMatchSorted checks that every sort an index serves
+// pages exactly as the query that sorts all filtered rows: the same runs in
+// the same order (ties by ID), runs lacking the value last, the same
+// cursors, through every page, on random data.
+func TestListRunsIndexedSortsMatchSorted(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		st := open(Config{})
+		keysetData(t, st, 7)
+		ss := st.(*sqlStore)
+		sorts := []string{"created", "updated", "started", "id", "name", "metrics.acc", "metrics.acc.min", "metrics.acc.max",
+			"metrics.loss.last", "metrics.loss.min", "metrics.loss.max", "metrics.nokey", "system.cpu", "system.cpu.max", "params.lr", "status"}
+		filters := []string{"", "params.lr > 0.15", "tags.team = 'vision'", "metrics.acc > 0.3 and status != 'queued'"}
+		checked := 0
+		for _, exp := range []string{"mixed", "full"} {
+			for _, sort := range sorts {
+				for _, filter := range filters {
+					for _, desc := range []bool{false, true} {
+						for _, limit := range []int{7, 40} {
+							q := ListQuery{Experiment: exp, Sort: sort, Filter: filter, Desc: desc, Limit: limit}
+							ss.cfg.sortedPages = false
+							got := walk(t, st, q)
+							ss.cfg.sortedPages = true
+							want := walk(t, st, q)
+							ss.cfg.sortedPages = false
+							if strings.Join(got, "\n") != strings.Join(want, "\n") {
+								t.Fatalf("%+v:\nindexed:\n%s\nsorted:\n%s", q, strings.Join(got, "\n"), strings.Join(want, "\n"))
+							}
+							checked++
+						}
+					}
+				}
+			}
+		}
+		// Pages of one: every position's cursor, crossing from the runs
+		// having the value to those lacking it.
+		for _, sort := range []string{"metrics.loss.min", "started", "metrics.acc"} {
+			q := ListQuery{Experiment: "mixed", Sort: sort, Desc: true, Limit: 1}
+			got := walk(t, st, q)
+			ss.cfg.sortedPages = true
+			want := walk(t, st, q)
+			ss.cfg.sortedPages = false
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Fatalf("%+v: pages of one differ", q)
+			}
+		}
+		if checked == 0 {
+			t.Fatal("nothing checked")
+		}
+	})
+}
+
+// TestListRunsCursorTampered checks that a cursor this store did not make
+// for the query is refused as an invalid argument, not read as another
+// position (nor a database error).
+func TestListRunsCursorTampered(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		st := open(Config{})
+		keysetData(t, st, 3)
+		ctx := context.Background()
+		p, err := st.ListRuns(ctx, ListQuery{Experiment: "mixed", Sort: "metrics.acc", Limit: 5})
+		if err != nil || p.Next == "" {
+			t.Fatalf("first page: %v %q", err, p.Next)
+		}
+		enc := func(m map[string]any) string {
+			b, _ := json.Marshal(m)
+			return base64.RawURLEncoding.EncodeToString(b)
+		}
+		for _, c := range []struct{ sort, cursor string }{
+			{"metrics.acc", "not base64!"},
+			{"metrics.acc", base64.RawURLEncoding.EncodeToString([]byte("[1,2]"))},
+			{"metrics.acc", p.Next[:len(p.Next)-3]},
+			{"created", p.Next}, // made for another sort
+			{"metrics.acc", enc(map[string]any{"o": "metrics.acc", "id": "x", "m": 2})},
+			{"metrics.acc", enc(map[string]any{"o": "metrics.acc", "id": "x", "k": 1})},                 // a metric's value is a number
+			{"metrics.acc", enc(map[string]any{"o": "metrics.acc", "id": "x", "s": "text"})},            // not text
+			{"metrics.acc", enc(map[string]any{"o": "metrics.acc", "id": "x", "m": 1, "k": 1, "n": 3})}, // missing, with a value
+			{"created", enc(map[string]any{"o": "created", "id": "x", "n": 1.5})},                       // a time is an integer
+			{"created", enc(map[string]any{"o": "created", "id": "", "k": 1, "i": 5})},                  // no run ID
+		} {
+			_, err := st.ListRuns(ctx, ListQuery{Experiment: "mixed", Sort: c.sort, Limit: 5, Cursor: c.cursor})
+			if ErrorCode(err) != CodeInvalidArgument {
+				t.Errorf("sort %s cursor %q: %v, want invalid_argument", c.sort, c.cursor, err)
+			}
+		}
+		// The cursor as made still works, for the indexed and sorted queries.
+		for _, sorted := range []bool{false, true} {
+			st.(*sqlStore).cfg.sortedPages = sorted
+			if _, err := st.ListRuns(ctx, ListQuery{Experiment: "mixed", Sort: "metrics.acc", Limit: 5, Cursor: p.Next}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestMigration7FillsSummaryExperiments checks that migration 7 gives the
+// metric summaries of a version 6 database (written by Apply, then the
+// column and indexes taken away) their experiment, so the indexed pages of
+// an upgraded database are those of the sorted query.
+func TestMigration7FillsSummaryExperiments(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		cfg := Config{Dir: t.TempDir()}
+		st := open(cfg)
+		keysetData(t, st, 11)
+		ss := st.(*sqlStore)
+		ctx := context.Background()
+		for _, stmt := range []string{
+			`DROP INDEX metric_summary_last`, `DROP INDEX metric_summary_min`, `DROP INDEX metric_summary_max`,
+			`DROP INDEX runs_experiment_id`, `DROP INDEX runs_experiment_name`, `DROP INDEX runs_experiment_started`,
+			`ALTER TABLE metric_summary DROP COLUMN experiment_id`, `DELETE FROM schema_migrations WHERE version = 7`,
+		} {
+			if _, err := ss.wdb.ExecContext(ctx, stmt); err != nil {
+				t.Fatalf("%s: %v", stmt, err)
+			}
+		}
+		if ss.d != 0 {
+			cfg.DatabaseURL = ss.cfg.DatabaseURL
+		}
+		st.Close()
+		up, err := Open(ctx, cfg)
+		if err != nil {
+			t.Fatalf("upgrading: %v", err)
+		}
+		defer up.Close()
+		us := up.(*sqlStore)
+		var unset, total int
+		if err := us.rdb.QueryRow(`SELECT COUNT(*) - COUNT(experiment_id), COUNT(*) FROM metric_summary`).Scan(&unset, &total); err != nil || unset != 0 || total == 0 {
+			t.Fatalf("after migration 7: %d of %d summaries without experiment (%v)", unset, total, err)
+		}
+		var wrong int
+		if err := us.rdb.QueryRow(`SELECT COUNT(*) FROM metric_summary s JOIN runs r ON r.rid = s.run_rid WHERE s.experiment_id <> r.experiment_id`).Scan(&wrong); err != nil || wrong != 0 {
+			t.Fatalf("after migration 7: %d summaries name another experiment (%v)", wrong, err)
+		}
+		for _, sort := range []string{"metrics.acc", "metrics.loss.min", "system.cpu.max", "started", "name"} {
+			q := ListQuery{Experiment: "mixed", Sort: sort, Desc: true, Limit: 9}
+			got := walk(t, up, q)
+			us.cfg.sortedPages = true
+			want := walk(t, up, q)
+			us.cfg.sortedPages = false
+			if strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Fatalf("%+v after the upgrade: indexed and sorted pages differ", q)
+			}
+		}
+	})
+}
