@@ -67,7 +67,9 @@ func (s *sqlStore) keysetRuns(ctx context.Context, expID string, p listParams) (
 			val += col
 		}
 		from = "runs r JOIN experiments e ON e.id = r.experiment_id"
-		has = func(a *query.Args) string { return "r.experiment_id = " + a.Add(expID) + " AND " + sqlCol + " IS NOT NULL" }
+		has = func(a *query.Args) string {
+			return "r.experiment_id = " + a.Add(expID) + " AND " + sqlCol + " IS NOT NULL"
+		}
 		lacks = func(*query.Args) string { return sqlCol + " IS NULL" }
 		noneLack = func() (bool, error) { return notNull, nil }
 	case (f.Kind == query.Metric || f.Kind == query.System) && f.Agg != "count":
