@@ -50,6 +50,8 @@ type sqlStore struct {
 	stmts map[string]*sql.Stmt
 
 	feed feedState // the change feed (feed.go)
+
+	sortIdx *sortIndexes // metric sort indexes built on demand (sortindex.go)
 }
 
 type keyRef struct {
@@ -150,6 +152,7 @@ func newSQLStore(d query.Dialect, cfg Config, wdb, rdb *sql.DB) *sqlStore {
 		finished: make(chan struct{}),
 		keys:     map[keyRef]int64{},
 		stmts:    map[string]*sql.Stmt{},
+		sortIdx:  newSortIndexes(),
 	}
 }
 
@@ -176,6 +179,7 @@ func (s *sqlStore) Close() error {
 		close(s.quit)
 	}
 	s.closeMu.Unlock()
+	s.sortIdx.stop() // a build through the writer is answered before it finishes
 	<-s.finished
 	if first {
 		s.closeFeed()

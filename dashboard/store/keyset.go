@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/fw-serve/fw/dashboard/query"
@@ -86,12 +87,24 @@ func (s *sqlStore) keysetRuns(ctx context.Context, expID string, p listParams) (
 		case err != nil:
 			return nil, "", false, fmt.Errorf("looking up metric key %s: %w", f.Key, err)
 		}
+		aggCol := metricAggColumn(f.Agg)
+		ready, err := s.sortIndex(ctx, keyID, aggCol)
+		if err != nil {
+			return nil, "", false, err
+		}
+		if !ready && keyID >= 0 {
+			return nil, "", false, nil // sorted in full while the index is built
+		}
+		// The key as a literal: the sort index is partial (WHERE key_id =
+		// K), which a planner uses only for a query naming that constant.
+		// keyID is the store's own integer, never a client's text.
+		key := strconv.FormatInt(keyID, 10)
 		fills, val = 'n', agg
 		// CROSS JOIN keeps SQLite reading the summary's index first, in
 		// order (the runs' experiment index would mean sorting them all).
 		from = "metric_summary ms CROSS JOIN runs r JOIN experiments e ON e.id = r.experiment_id"
 		has = func(a *query.Args) string {
-			return "ms.experiment_id = " + a.Add(expID) + " AND ms.key_id = " + a.Add(keyID) + " AND " + agg + " IS NOT NULL AND r.rid = ms.run_rid"
+			return "ms.experiment_id = " + a.Add(expID) + " AND ms.key_id = " + key + " AND " + agg + " IS NOT NULL AND r.rid = ms.run_rid"
 		}
 		lacks = func(a *query.Args) string {
 			return "NOT EXISTS (SELECT 1 FROM metric_summary ms WHERE ms.run_rid = r.rid AND ms.key_id = " + a.Add(keyID) + " AND " + agg + " IS NOT NULL)"
@@ -100,7 +113,7 @@ func (s *sqlStore) keysetRuns(ctx context.Context, expID string, p listParams) (
 			if kind != kindMetric || keyID < 0 {
 				return false, nil
 			}
-			return s.noRunLacks(ctx, expID, keyID, agg)
+			return s.noRunLacks(ctx, expID, keyID, "ms."+aggCol)
 		}
 	default:
 		return nil, "", false, nil
@@ -221,7 +234,8 @@ func (s *sqlStore) noRunLacks(ctx context.Context, expID string, keyID int64, ag
 		return false, nil
 	}
 	var one int
-	err = s.rdb.QueryRowContext(ctx, s.q(`SELECT 1 FROM metric_summary ms WHERE ms.experiment_id = ? AND ms.key_id = ? AND `+agg+` IS NULL LIMIT 1`), expID, keyID).Scan(&one)
+	// The key as a literal, so that the key's partial sort index serves it.
+	err = s.rdb.QueryRowContext(ctx, s.q(`SELECT 1 FROM metric_summary ms WHERE ms.experiment_id = ? AND ms.key_id = `+strconv.FormatInt(keyID, 10)+` AND `+agg+` IS NULL LIMIT 1`), expID).Scan(&one)
 	if isNoRows(err) {
 		return true, nil
 	}

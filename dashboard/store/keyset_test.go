@@ -65,6 +65,29 @@ func keysetData(t *testing.T, st Store, seed int64) {
 	}
 }
 
+// buildSortIndexes asks for a page of experiment exp sorted by each of
+// sorts, letting the store build the metric sort index each needs, and
+// waits for every build.
+func buildSortIndexes(t *testing.T, st Store, exp string, sorts ...string) {
+	t.Helper()
+	ss := st.(*sqlStore)
+	for _, sort := range sorts {
+		for try := 0; ; try++ {
+			before := ss.sortIdx.served.Load()
+			if _, err := st.ListRuns(context.Background(), ListQuery{Experiment: exp, Sort: sort, Limit: 1}); err != nil {
+				t.Fatalf("%s: %v", sort, err)
+			}
+			ss.sortIdx.wg.Wait()
+			if ss.sortIdx.served.Load() > before {
+				break
+			}
+			if try == 3 {
+				t.Fatalf("sorting by %s: no sort index after %d pages", sort, try+1)
+			}
+		}
+	}
+}
+
 // walk lists every page of q, returning the pages' IDs and next cursors.
 func walk(t *testing.T, st Store, q ListQuery) []string {
 	t.Helper()
@@ -94,6 +117,8 @@ func TestListRunsIndexedSortsMatchSorted(t *testing.T) {
 		st := open(Config{})
 		keysetData(t, st, 7)
 		ss := st.(*sqlStore)
+		buildSortIndexes(t, st, "mixed", "metrics.acc", "metrics.acc.min", "metrics.acc.max", "metrics.loss.last", "metrics.loss.min", "metrics.loss.max", "system.cpu", "system.cpu.max")
+		served := ss.sortIdx.served.Load()
 		sorts := []string{"created", "updated", "started", "id", "name", "metrics.acc", "metrics.acc.min", "metrics.acc.max",
 			"metrics.loss.last", "metrics.loss.min", "metrics.loss.max", "metrics.nokey", "system.cpu", "system.cpu.max", "params.lr", "status"}
 		filters := []string{"", "params.lr > 0.15", "tags.team = 'vision'", "metrics.acc > 0.3 and status != 'queued'"}
@@ -130,8 +155,8 @@ func TestListRunsIndexedSortsMatchSorted(t *testing.T) {
 				t.Fatalf("%+v: pages of one differ", q)
 			}
 		}
-		if checked == 0 {
-			t.Fatal("nothing checked")
+		if checked == 0 || ss.sortIdx.served.Load() == served {
+			t.Fatalf("nothing checked (%d sorts; pages through a sort index: %d)", checked, ss.sortIdx.served.Load()-served)
 		}
 	})
 }
@@ -191,7 +216,6 @@ func TestMigration7FillsSummaryExperiments(t *testing.T) {
 		ss := st.(*sqlStore)
 		ctx := context.Background()
 		for _, stmt := range []string{
-			`DROP INDEX metric_summary_last`, `DROP INDEX metric_summary_min`, `DROP INDEX metric_summary_max`,
 			`DROP INDEX runs_experiment_id`, `DROP INDEX runs_experiment_name`, `DROP INDEX runs_experiment_started`,
 			`ALTER TABLE metric_summary DROP COLUMN experiment_id`, `DELETE FROM schema_migrations WHERE version = 7`,
 		} {
@@ -209,6 +233,7 @@ func TestMigration7FillsSummaryExperiments(t *testing.T) {
 		}
 		defer up.Close()
 		us := up.(*sqlStore)
+		buildSortIndexes(t, up, "mixed", "metrics.acc", "metrics.loss.min", "system.cpu.max")
 		var unset, total int
 		if err := us.rdb.QueryRow(`SELECT COUNT(*) - COUNT(experiment_id), COUNT(*) FROM metric_summary`).Scan(&unset, &total); err != nil || unset != 0 || total == 0 {
 			t.Fatalf("after migration 7: %d of %d summaries without experiment (%v)", unset, total, err)
@@ -226,6 +251,82 @@ func TestMigration7FillsSummaryExperiments(t *testing.T) {
 			if strings.Join(got, "\n") != strings.Join(want, "\n") {
 				t.Fatalf("%+v after the upgrade: indexed and sorted pages differ", q)
 			}
+		}
+	})
+}
+
+// TestSortIndexOnDemand checks the metric sort indexes' life: none is kept
+// for a key nobody sorts by (writing a point maintains no index for it);
+// the first page sorted by a key is sorted in full, right, while its index
+// is built; later pages read the index; past the cap a sort stays a full
+// sort, right; a reopened store finds the indexes built before.
+func TestSortIndexOnDemand(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		cfg := Config{Dir: t.TempDir()}
+		st := open(cfg)
+		keysetData(t, st, 5)
+		ss := st.(*sqlStore)
+		ctx := context.Background()
+		count := func(s *sqlStore) int {
+			_, n, err := s.sortIndexExists(ctx, "none")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if n := count(ss); n != 0 {
+			t.Fatalf("%d sort indexes before any sort", n)
+		}
+		q := ListQuery{Experiment: "mixed", Sort: "metrics.loss.max", Desc: true, Limit: 6}
+		ss.cfg.sortedPages = true
+		want := walk(t, st, q)
+		ss.cfg.sortedPages = false
+		first := walk(t, st, q) // sorted in full: the index is being built
+		if strings.Join(first, "\n") != strings.Join(want, "\n") {
+			t.Fatal("the first pages, sorted in full while the index is built, differ")
+		}
+		ss.sortIdx.wg.Wait()
+		served := ss.sortIdx.served.Load()
+		if got := walk(t, st, q); strings.Join(got, "\n") != strings.Join(want, "\n") || ss.sortIdx.served.Load() == served {
+			t.Fatalf("through the index: same pages %v, pages served by it %d", strings.Join(got, "\n") == strings.Join(want, "\n"), ss.sortIdx.served.Load()-served)
+		}
+		if n := count(ss); n != 1 {
+			t.Fatalf("%d sort indexes after sorting by one key", n)
+		}
+		// The cap: no second index; the sort stays right.
+		ss.sortIdx.max = 1
+		q2 := ListQuery{Experiment: "mixed", Sort: "metrics.acc.min", Limit: 8}
+		ss.cfg.sortedPages = true
+		want2 := walk(t, st, q2)
+		ss.cfg.sortedPages = false
+		for i := 0; i < 2; i++ {
+			if got := walk(t, st, q2); strings.Join(got, "\n") != strings.Join(want2, "\n") {
+				t.Fatal("a sort past the cap differs")
+			}
+			ss.sortIdx.wg.Wait()
+		}
+		if n := count(ss); n != 1 {
+			t.Fatalf("%d sort indexes with a cap of 1", n)
+		}
+		// More points for the sorted key go through its index.
+		e := &ev{run: "late"}
+		mustApply(t, st, e.start("mixed", nil, nil), e.metrics(0, map[string]float64{"loss": 1e9}))
+		p, err := st.ListRuns(ctx, ListQuery{Experiment: "mixed", Sort: "metrics.loss.max", Desc: true, Limit: 1})
+		if err != nil || runIDs(p) != "late" {
+			t.Fatalf("the newest maximum first: %q, %v", runIDs(p), err)
+		}
+		if ss.d != 0 {
+			cfg.DatabaseURL = ss.cfg.DatabaseURL
+		}
+		st.Close()
+		re, err := Open(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer re.Close()
+		rs := re.(*sqlStore)
+		if _, err := re.ListRuns(ctx, q); err != nil || rs.sortIdx.served.Load() != 1 {
+			t.Fatalf("reopened: the index built before is not read (%v, served %d)", err, rs.sortIdx.served.Load())
 		}
 	})
 }

@@ -227,9 +227,6 @@ CREATE INDEX runs_experiment_updated ON runs (experiment_id, updated)`},
 		{7, "indexes that serve the run table's sorts within an experiment", `
 ALTER TABLE metric_summary ADD COLUMN experiment_id TEXT;
 UPDATE metric_summary SET experiment_id = (SELECT r.experiment_id FROM runs r WHERE r.rid = metric_summary.run_rid);
-CREATE INDEX metric_summary_last ON metric_summary (experiment_id, key_id, last_value, run_rid);
-CREATE INDEX metric_summary_min ON metric_summary (experiment_id, key_id, min_value, run_rid);
-CREATE INDEX metric_summary_max ON metric_summary (experiment_id, key_id, max_value, run_rid);
 CREATE INDEX runs_experiment_id ON runs (experiment_id, id{{collate}});
 CREATE INDEX runs_experiment_name ON runs (experiment_id, name{{collate}});
 CREATE INDEX runs_experiment_started ON runs (experiment_id, started)`},
