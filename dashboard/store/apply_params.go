@@ -98,7 +98,7 @@ func (a *applier) writeParams(ctx context.Context, rs *runState, in map[string]a
 		}
 	}
 	for _, p := range fresh {
-		if _, err := a.s.exec(ctx, a.tx, `INSERT INTO params (run_rid, key, value_json, value_num, value_str) VALUES (?, ?, ?, ?, ?)`, rs.rid, p.key, p.json, p.num, p.str); err != nil {
+		if _, err := a.s.exec(ctx, a.tx, `INSERT INTO params (run_rid, key, value_json, value_num, value_str, experiment_id, run_id) VALUES (?, ?, ?, ?, ?, ?, ?)`, rs.rid, p.key, p.json, p.num, p.str, rs.experimentID, rs.id); err != nil {
 			return fmt.Errorf("writing param %q of run %s: %w", p.key, rs.id, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -37,185 +38,253 @@ func metricAggColumn(agg string) string {
 	return "last_value"
 }
 
+// segment is one stretch of a keyset page's order, read in order from an
+// index: the runs whose sort value is of one kind (a number, an integer,
+// text) in (value, id) order, or the runs lacking it, in id order. A page
+// reads its sort's segments in turn, from the cursor's on.
+type segment struct {
+	missing, noNum int                        // the cursor flags of its rows (makeCursor)
+	from           string                     // FROM, with aliases r and e
+	where          func(a *query.Args) string // its rows of the experiment
+	val            string                     // the sorted value; "" for the runs lacking it
+	fills          byte                       // the cursor slot val fills: 'n', 'i' or 's'
+	empty          func() (bool, error)       // nil, or whether it is known to hold no run
+	// idCol is the run's ID where the segment's index holds it (the tie
+	// order, read from the index); "" for r.id.
+	idCol string
+}
+
 // keysetRuns reads one page of an experiment's run IDs for the sorts an
-// index serves, in the order pageQuery gives: the rows that have a value,
-// read in (value, id) order from an index from the cursor on, then the rows
-// lacking it in id order. No row outside the page is sorted; a filter is
-// checked on the rows the index yields, in order, until the page is full.
-// ok is false for a sort no index serves (a param, a tag, a metric's
-// count, other columns): pageQuery answers those.
-func (s *sqlStore) keysetRuns(ctx context.Context, expID string, p listParams) (rids []int64, next string, ok bool, err error) {
-	dir, cmp, cmpEq := " ASC", " > ", " >= "
+// index serves, in the order pageQuery gives: the runs having a value, in
+// (value, id) order (for a param the numbers, then the text), then the
+// runs lacking it, in id order, each read from an index from the cursor on.
+// No row outside the page is sorted; a filter is checked on the rows the
+// index yields, in order, until the page is full. ok is false for a sort no
+// index serves (a tag, a metric's count, other columns, a metric whose sort
+// index is still being built): pageQuery answers those.
+func (s *sqlStore) keysetRuns(ctx context.Context, expID string, p listParams) ([]int64, string, bool, error) {
+	segs, ok, err := s.segments(ctx, expID, p.field)
+	if err != nil || !ok {
+		return nil, "", false, err
+	}
+	dir, after := " ASC", " > "
 	if p.desc {
-		dir, cmp, cmpEq = " DESC", " < ", " <= "
+		dir, after = " DESC", " < "
 	}
 	col := s.collate()
-	var fills byte
-	var from string // FROM and the rows having a value (aliases r and e)
-	var has func(a *query.Args) string
-	var val string
-	var lacks func(a *query.Args) string // the condition on r of a run lacking the value
-	var noneLack func() (bool, error)    // whether no run of the experiment can lack it
-	f := p.field
+	c := p.cur
+	var pg keysetPage
+	for _, sg := range segs {
+		at := 1 // the segment against the cursor: -1 before it, 0 its own, 1 after
+		if c != nil {
+			at = compareFlags(sg.missing, sg.noNum, c.Missing, c.NoNum)
+		}
+		if at < 0 {
+			continue
+		}
+		if sg.empty != nil {
+			if none, err := sg.empty(); err != nil {
+				return nil, "", false, err
+			} else if none {
+				continue
+			}
+		}
+		id := "r.id" + col
+		if sg.idCol != "" {
+			id = sg.idCol + col
+		}
+		a := query.NewArgs(s.d)
+		var b strings.Builder
+		b.WriteString("SELECT r.rid, r.id")
+		if sg.val != "" {
+			b.WriteString(", " + sg.val)
+		}
+		b.WriteString(" FROM " + sg.from + " WHERE " + sg.where(a) + " AND " + query.Compile(p.expr, a))
+		if at == 0 {
+			if sg.val != "" {
+				var v any
+				switch sg.fills {
+				case 'n':
+					v = c.Num
+				case 'i':
+					v = c.Int
+				default:
+					v = c.Str
+				}
+				// A row value: both SQLite and PostgreSQL seek the index to
+				// the position, even in a long run of ties (an OR of the
+				// two has them scan the ties before it).
+				b.WriteString(" AND (" + sg.val + ", " + id + ")" + after + "(" + a.Add(v) + ", " + a.Add(c.ID) + ")")
+			} else {
+				b.WriteString(" AND " + id + after + a.Add(c.ID))
+			}
+		}
+		b.WriteString(" ORDER BY ")
+		if sg.val != "" {
+			b.WriteString(sg.val + dir + ", ")
+		}
+		b.WriteString(id + dir + " LIMIT " + a.Add(int64(p.limit+1-len(pg.rids))))
+		full, err := s.readSegment(ctx, b.String(), a.Values(), sg, p, &pg)
+		if err != nil || full {
+			return pg.rids, pg.next, true, err
+		}
+	}
+	return pg.rids, "", true, nil
+}
+
+// keysetPage is a keyset page as its segments fill it.
+type keysetPage struct {
+	rids []int64
+	next string // the cursor after the page, once it is full
+	// The sort tuple of the page's last run, whichever segment gave it.
+	n  sql.NullFloat64
+	i  sql.NullInt64
+	s  sql.NullString
+	id string
+}
+
+// readSegment appends the rids one segment query yields to pg until the
+// page is full; then it sets pg.next to the cursor of the page's last run
+// and reports full.
+func (s *sqlStore) readSegment(ctx context.Context, text string, args []any, sg segment, p listParams, pg *keysetPage) (full bool, err error) {
+	rows, err := s.rdb.QueryContext(ctx, text, args...)
+	if err != nil {
+		return false, fmt.Errorf("listing runs: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var rid int64
+		var id string
+		var n sql.NullFloat64
+		var i sql.NullInt64
+		var st sql.NullString
+		dst := []any{&rid, &id}
+		switch {
+		case sg.val == "":
+		case sg.fills == 'i':
+			dst = append(dst, &i)
+		case sg.fills == 's':
+			dst = append(dst, &st)
+		default:
+			dst = append(dst, &n)
+		}
+		if err := rows.Scan(dst...); err != nil {
+			return false, fmt.Errorf("reading runs: %w", err)
+		}
+		if len(pg.rids) == p.limit {
+			pg.next = makeCursor(pg.n, pg.i, pg.s, pg.id, p.sortKey)
+			return true, nil
+		}
+		pg.rids = append(pg.rids, rid)
+		pg.n, pg.i, pg.s, pg.id = n, i, st, id
+	}
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("reading runs: %w", err)
+	}
+	return false, nil
+}
+
+// compareFlags orders a segment's cursor flags (missing, noNum) against a
+// cursor's: rows are sorted by missing, then noNum, both ascending.
+func compareFlags(m1, n1, m2, n2 int) int {
+	if m1 != m2 {
+		return cmp.Compare(m1, m2)
+	}
+	return cmp.Compare(n1, n2)
+}
+
+// segments are the stretches a page of experiment expID sorted by f reads,
+// in order; ok is false when no index serves the sort.
+func (s *sqlStore) segments(ctx context.Context, expID string, f query.Field) ([]segment, bool, error) {
+	const runsFrom = "runs r JOIN experiments e ON e.id = r.experiment_id"
+	inExp := func(a *query.Args) string { return "r.experiment_id = " + a.Add(expID) }
 	switch {
 	case f.Kind == query.Column:
-		sqlCol, colFills, notNull, found := indexedColumn(f.Name)
+		sqlCol, fills, notNull, found := indexedColumn(f.Name)
 		if !found {
-			return nil, "", false, nil
+			return nil, false, nil
 		}
-		fills, val = colFills, sqlCol
+		val := sqlCol
 		if fills == 's' {
-			val += col
+			val += s.collate()
 		}
-		from = "runs r JOIN experiments e ON e.id = r.experiment_id"
-		has = func(a *query.Args) string {
-			return "r.experiment_id = " + a.Add(expID) + " AND " + sqlCol + " IS NOT NULL"
+		noNum := 1 // an integer or text column fills no number
+		return []segment{
+			{missing: 0, noNum: noNum, from: runsFrom, val: val, fills: fills,
+				where: func(a *query.Args) string { return inExp(a) + " AND " + sqlCol + " IS NOT NULL" }},
+			{missing: 1, noNum: 1, from: runsFrom,
+				where: func(a *query.Args) string { return inExp(a) + " AND " + sqlCol + " IS NULL" },
+				empty: func() (bool, error) { return notNull, nil }},
+		}, true, nil
+	case f.Kind == query.ParamKey:
+		// params_sort_num and params_sort_str (migration 7): (experiment_id,
+		// key, value, run_id, run_rid), the numbers (value_num) and the text
+		// (value_str, value_num NULL) apart; numbers sort first. Ties are
+		// common (an optimizer's name, a batch size): their order, by run
+		// ID, is read from the index too (p.run_id).
+		from := "params p CROSS JOIN runs r JOIN experiments e ON e.id = r.experiment_id"
+		has := func(a *query.Args) string {
+			return "p.experiment_id = " + a.Add(expID) + " AND p.key = " + a.Add(f.Key) + " AND r.rid = p.run_rid"
 		}
-		lacks = func(*query.Args) string { return sqlCol + " IS NULL" }
-		noneLack = func() (bool, error) { return notNull, nil }
+		return []segment{
+			{missing: 0, noNum: 0, from: from, val: "p.value_num", fills: 'n', idCol: "p.run_id",
+				where: func(a *query.Args) string { return has(a) + " AND p.value_num IS NOT NULL" }},
+			{missing: 0, noNum: 1, from: from, val: "p.value_str" + s.collate(), fills: 's', idCol: "p.run_id",
+				where: func(a *query.Args) string {
+					return has(a) + " AND p.value_num IS NULL AND p.value_str IS NOT NULL"
+				}},
+			{missing: 1, noNum: 1, from: runsFrom,
+				where: func(a *query.Args) string {
+					return inExp(a) + " AND NOT EXISTS (SELECT 1 FROM params p WHERE p.run_rid = r.rid AND p.key = " + a.Add(f.Key) +
+						" AND (p.value_num IS NOT NULL OR p.value_str IS NOT NULL))"
+				}},
+		}, true, nil
 	case (f.Kind == query.Metric || f.Kind == query.System) && f.Agg != "count":
 		kind := int64(kindMetric)
 		if f.Kind == query.System {
 			kind = kindSystem
 		}
-		agg := "ms." + metricAggColumn(f.Agg)
 		var keyID int64
 		err := s.rdb.QueryRowContext(ctx, s.q(`SELECT id FROM metric_keys WHERE kind = ? AND name = ?`), kind, f.Key).Scan(&keyID)
 		switch {
 		case isNoRows(err):
 			keyID = -1 // no run has it: every run lacks it
 		case err != nil:
-			return nil, "", false, fmt.Errorf("looking up metric key %s: %w", f.Key, err)
+			return nil, false, fmt.Errorf("looking up metric key %s: %w", f.Key, err)
 		}
 		aggCol := metricAggColumn(f.Agg)
 		ready, err := s.sortIndex(ctx, keyID, aggCol)
 		if err != nil {
-			return nil, "", false, err
+			return nil, false, err
 		}
 		if !ready && keyID >= 0 {
-			return nil, "", false, nil // sorted in full while the index is built
+			return nil, false, nil // sorted in full while the index is built
 		}
 		// The key as a literal: the sort index is partial (WHERE key_id =
 		// K), which a planner uses only for a query naming that constant.
 		// keyID is the store's own integer, never a client's text.
 		key := strconv.FormatInt(keyID, 10)
-		fills, val = 'n', agg
-		// CROSS JOIN keeps SQLite reading the summary's index first, in
-		// order (the runs' experiment index would mean sorting them all).
-		from = "metric_summary ms CROSS JOIN runs r JOIN experiments e ON e.id = r.experiment_id"
-		has = func(a *query.Args) string {
-			return "ms.experiment_id = " + a.Add(expID) + " AND ms.key_id = " + key + " AND " + agg + " IS NOT NULL AND r.rid = ms.run_rid"
-		}
-		lacks = func(a *query.Args) string {
-			return "NOT EXISTS (SELECT 1 FROM metric_summary ms WHERE ms.run_rid = r.rid AND ms.key_id = " + a.Add(keyID) + " AND " + agg + " IS NOT NULL)"
-		}
-		noneLack = func() (bool, error) {
-			if kind != kindMetric || keyID < 0 {
-				return false, nil
-			}
-			return s.noRunLacks(ctx, expID, keyID, "ms."+aggCol)
-		}
-	default:
-		return nil, "", false, nil
+		agg := "ms." + aggCol
+		return []segment{
+			// CROSS JOIN keeps SQLite reading the summary's index first, in
+			// order (the runs' experiment index would mean sorting them all).
+			{missing: 0, noNum: 0, from: "metric_summary ms CROSS JOIN runs r JOIN experiments e ON e.id = r.experiment_id", val: agg, fills: 'n',
+				where: func(a *query.Args) string {
+					return "ms.experiment_id = " + a.Add(expID) + " AND ms.key_id = " + key + " AND " + agg + " IS NOT NULL AND r.rid = ms.run_rid"
+				}},
+			{missing: 1, noNum: 1, from: runsFrom,
+				where: func(a *query.Args) string {
+					return inExp(a) + " AND NOT EXISTS (SELECT 1 FROM metric_summary ms WHERE ms.run_rid = r.rid AND ms.key_id = " + key + " AND " + agg + " IS NOT NULL)"
+				},
+				empty: func() (bool, error) {
+					if kind != kindMetric || keyID < 0 {
+						return false, nil
+					}
+					return s.noRunLacks(ctx, expID, keyID, agg)
+				}},
+		}, true, nil
 	}
-	want := p.limit + 1
-	var last struct {
-		n   sql.NullFloat64
-		i   sql.NullInt64
-		s   sql.NullString
-		id  string
-		set bool
-	}
-	add := func(rid int64, id string) bool {
-		if len(rids) == p.limit {
-			next = makeCursor(last.n, last.i, last.s, last.id, p.sortKey)
-			return false
-		}
-		rids = append(rids, rid)
-		return true
-	}
-	c := p.cur
-	if c == nil || c.Missing == 0 {
-		a := query.NewArgs(s.d)
-		var b strings.Builder
-		b.WriteString("SELECT r.rid, r.id, " + val + " FROM " + from + " WHERE " + has(a) + " AND " + query.Compile(p.expr, a))
-		if c != nil {
-			var v any
-			switch fills {
-			case 'n':
-				v = c.Num
-			case 'i':
-				v = c.Int
-			default:
-				v = c.Str
-			}
-			b.WriteString(" AND " + val + cmpEq + a.Add(v) + " AND (" + val + cmp + a.Add(v) + " OR r.id" + col + cmp + a.Add(c.ID) + ")")
-		}
-		b.WriteString(" ORDER BY " + val + dir + ", r.id" + col + dir + " LIMIT " + a.Add(int64(want)))
-		rows, err := s.rdb.QueryContext(ctx, b.String(), a.Values()...)
-		if err != nil {
-			return nil, "", false, fmt.Errorf("listing runs: %w", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var rid int64
-			var id string
-			var n sql.NullFloat64
-			var i sql.NullInt64
-			var st sql.NullString
-			dst := []any{&rid, &id, &n}
-			if fills == 'i' {
-				dst[2] = &i
-			} else if fills == 's' {
-				dst[2] = &st
-			}
-			if err := rows.Scan(dst...); err != nil {
-				return nil, "", false, fmt.Errorf("reading runs: %w", err)
-			}
-			if !add(rid, id) {
-				break
-			}
-			last.n, last.i, last.s, last.id = n, i, st, id
-		}
-		if err := rows.Err(); err != nil {
-			return nil, "", false, fmt.Errorf("reading runs: %w", err)
-		}
-		rows.Close()
-		if next != "" {
-			return rids, next, true, nil
-		}
-	}
-	if none, err := noneLack(); err != nil || none {
-		return rids, "", true, err
-	}
-	// The runs lacking the value, in id order.
-	a := query.NewArgs(s.d)
-	var b strings.Builder
-	b.WriteString("SELECT r.rid, r.id FROM runs r JOIN experiments e ON e.id = r.experiment_id WHERE r.experiment_id = " + a.Add(expID) + " AND " + lacks(a) + " AND " + query.Compile(p.expr, a))
-	if c != nil && c.Missing == 1 {
-		b.WriteString(" AND r.id" + col + cmp + a.Add(c.ID))
-	}
-	b.WriteString(" ORDER BY r.id" + col + dir + " LIMIT " + a.Add(int64(want-len(rids))))
-	rows, err := s.rdb.QueryContext(ctx, b.String(), a.Values()...)
-	if err != nil {
-		return nil, "", false, fmt.Errorf("listing runs: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var rid int64
-		var id string
-		if err := rows.Scan(&rid, &id); err != nil {
-			return nil, "", false, fmt.Errorf("reading runs: %w", err)
-		}
-		if !add(rid, id) {
-			break
-		}
-		last.n, last.i, last.s, last.id = sql.NullFloat64{}, sql.NullInt64{}, sql.NullString{}, id
-	}
-	if err := rows.Err(); err != nil {
-		return nil, "", false, fmt.Errorf("reading runs: %w", err)
-	}
-	return rids, next, true, nil
+	return nil, false, nil
 }
 
 // noRunLacks reports whether every run of the experiment has a value of

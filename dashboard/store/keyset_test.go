@@ -28,7 +28,12 @@ func keysetData(t *testing.T, st Store, seed int64) {
 			exp = "full"
 		}
 		e := &ev{run: fmt.Sprintf("k%03d", rng.Intn(1000)*1000+i)}
-		start := e.start(exp, map[string]any{"lr": float64(rng.Intn(5)) / 10}, map[string]string{"team": []string{"vision", "nlp"}[rng.Intn(2)]})
+		params := map[string]any{"lr": float64(rng.Intn(5)) / 10}
+		// opt: text, a number, a bool or absent, with ties.
+		if o := []any{"adam", "sgd", "Adam", 3.0, -1.0, true, nil}[rng.Intn(7)]; o != nil {
+			params["opt"] = o
+		}
+		start := e.start(exp, params, map[string]string{"team": []string{"vision", "nlp"}[rng.Intn(2)]})
 		start.Time = Timestamp{base.Add(time.Duration(rng.Intn(30)) * time.Second)}
 		start.Name = fmt.Sprintf("n%d", rng.Intn(6))
 		if rng.Intn(8) == 0 {
@@ -120,7 +125,7 @@ func TestListRunsIndexedSortsMatchSorted(t *testing.T) {
 		buildSortIndexes(t, st, "mixed", "metrics.acc", "metrics.acc.min", "metrics.acc.max", "metrics.loss.last", "metrics.loss.min", "metrics.loss.max", "system.cpu", "system.cpu.max")
 		served := ss.sortIdx.served.Load()
 		sorts := []string{"created", "updated", "started", "id", "name", "metrics.acc", "metrics.acc.min", "metrics.acc.max",
-			"metrics.loss.last", "metrics.loss.min", "metrics.loss.max", "metrics.nokey", "system.cpu", "system.cpu.max", "params.lr", "status"}
+			"metrics.loss.last", "metrics.loss.min", "metrics.loss.max", "metrics.nokey", "system.cpu", "system.cpu.max", "params.lr", "params.opt", "params.nokey", "status"}
 		filters := []string{"", "params.lr > 0.15", "tags.team = 'vision'", "metrics.acc > 0.3 and status != 'queued'"}
 		checked := 0
 		for _, exp := range []string{"mixed", "full"} {
@@ -145,7 +150,7 @@ func TestListRunsIndexedSortsMatchSorted(t *testing.T) {
 		}
 		// Pages of one: every position's cursor, crossing from the runs
 		// having the value to those lacking it.
-		for _, sort := range []string{"metrics.loss.min", "started", "metrics.acc"} {
+		for _, sort := range []string{"metrics.loss.min", "started", "metrics.acc", "params.opt"} {
 			q := ListQuery{Experiment: "mixed", Sort: sort, Desc: true, Limit: 1}
 			got := walk(t, st, q)
 			ss.cfg.sortedPages = true
@@ -217,6 +222,7 @@ func TestMigration7FillsSummaryExperiments(t *testing.T) {
 		ctx := context.Background()
 		for _, stmt := range []string{
 			`DROP INDEX runs_experiment_id`, `DROP INDEX runs_experiment_name`, `DROP INDEX runs_experiment_started`,
+			`DROP INDEX params_sort_num`, `DROP INDEX params_sort_str`, `ALTER TABLE params DROP COLUMN experiment_id`, `ALTER TABLE params DROP COLUMN run_id`,
 			`ALTER TABLE metric_summary DROP COLUMN experiment_id`, `DELETE FROM schema_migrations WHERE version = 7`,
 		} {
 			if _, err := ss.wdb.ExecContext(ctx, stmt); err != nil {
@@ -242,7 +248,10 @@ func TestMigration7FillsSummaryExperiments(t *testing.T) {
 		if err := us.rdb.QueryRow(`SELECT COUNT(*) FROM metric_summary s JOIN runs r ON r.rid = s.run_rid WHERE s.experiment_id <> r.experiment_id`).Scan(&wrong); err != nil || wrong != 0 {
 			t.Fatalf("after migration 7: %d summaries name another experiment (%v)", wrong, err)
 		}
-		for _, sort := range []string{"metrics.acc", "metrics.loss.min", "system.cpu.max", "started", "name"} {
+		if err := us.rdb.QueryRow(`SELECT COUNT(*) - COUNT(p.experiment_id), COUNT(*) FROM params p JOIN runs r ON r.rid = p.run_rid AND r.id = p.run_id AND r.experiment_id = p.experiment_id`).Scan(&unset, &total); err != nil || unset != 0 || total == 0 {
+			t.Fatalf("after migration 7: %d of %d params without experiment (%v)", unset, total, err)
+		}
+		for _, sort := range []string{"metrics.acc", "metrics.loss.min", "system.cpu.max", "started", "name", "params.opt", "params.lr"} {
 			q := ListQuery{Experiment: "mixed", Sort: sort, Desc: true, Limit: 9}
 			got := walk(t, up, q)
 			us.cfg.sortedPages = true

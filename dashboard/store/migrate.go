@@ -227,6 +227,11 @@ CREATE INDEX runs_experiment_updated ON runs (experiment_id, updated)`},
 		{7, "indexes that serve the run table's sorts within an experiment", `
 ALTER TABLE metric_summary ADD COLUMN experiment_id TEXT;
 UPDATE metric_summary SET experiment_id = (SELECT r.experiment_id FROM runs r WHERE r.rid = metric_summary.run_rid);
+ALTER TABLE params ADD COLUMN experiment_id TEXT;
+ALTER TABLE params ADD COLUMN run_id TEXT;
+UPDATE params SET experiment_id = (SELECT r.experiment_id FROM runs r WHERE r.rid = params.run_rid), run_id = (SELECT r.id FROM runs r WHERE r.rid = params.run_rid);
+CREATE INDEX params_sort_num ON params (experiment_id, key, value_num, run_id{{collate}}, run_rid) WHERE value_num IS NOT NULL;
+CREATE INDEX params_sort_str ON params (experiment_id, key, value_str{{collate}}, run_id{{collate}}, run_rid) WHERE value_num IS NULL;
 CREATE INDEX runs_experiment_id ON runs (experiment_id, id{{collate}});
 CREATE INDEX runs_experiment_name ON runs (experiment_id, name{{collate}});
 CREATE INDEX runs_experiment_started ON runs (experiment_id, started)`},

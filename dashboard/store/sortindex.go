@@ -38,9 +38,9 @@ type sortIndexes struct {
 	full     bool // max reached (logged once)
 	// served counts the pages read through a sort index (tests).
 	served atomic.Int64
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 func newSortIndexes() *sortIndexes {
