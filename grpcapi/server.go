@@ -23,6 +23,7 @@ import (
 
 	"github.com/fw-serve/fw/engine"
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"github.com/fw-serve/fw/reqtrace"
 	"github.com/fw-serve/fw/serving"
 	"github.com/fw-serve/fw/sharedmem"
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,6 +62,9 @@ type Config struct {
 	// SharedMemory is the system shared memory registry (shared with the
 	// HTTP front end); nil turns the extension off.
 	SharedMemory *sharedmem.Registry
+	// Tracer is Triton's trace extension (the TraceSetting call) and the
+	// sampler answered requests are recorded to; nil: not served.
+	Tracer *reqtrace.Tracer
 	// Logging is Triton's logging extension (the LogSettings call); nil
 	// answers UNIMPLEMENTED.
 	Logging *serving.LogSettings
@@ -598,8 +602,11 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 		resp.Outputs = append(resp.Outputs, o)
 		resp.RawOutputContents = append(resp.RawOutputContents, t.Data)
 	}
-	rec.OK, rec.Encoded = true, time.Now()
+	rec.OK, rec.Encoded, rec.ID = true, time.Now(), req.GetId()
 	inst.Stats.Record(rec)
+	if err := s.cfg.Tracer.Record(serving.TraceOf(inst, rec)); err != nil {
+		s.log.Error("tracing", "err", err)
+	}
 	return resp, nil
 }
 

@@ -77,10 +77,14 @@ func (s *Server) inferSequence(ctx context.Context, inst *serving.Instance, inpu
 	return out, rec, err
 }
 
-// done records a successful request to inst whose answer is encoded.
+// done records a successful request to inst whose answer is encoded: to
+// its statistics, and to the tracer, which samples it.
 func (s *Server) done(inst *serving.Instance, rec serving.Request) {
 	rec.OK, rec.Encoded = true, time.Now()
 	inst.Stats.Record(rec)
+	if err := s.cfg.Tracer.Record(serving.TraceOf(inst, rec)); err != nil {
+		s.log.Error("tracing", "err", err)
+	}
 }
 
 // decodeInputs reads {"data": rows} or {"inputs": {...}} into inst's

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/internal/hostguard"
+	"github.com/fw-serve/fw/reqtrace"
 	"github.com/fw-serve/fw/serving"
 	"github.com/fw-serve/fw/sharedmem"
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,6 +54,10 @@ type Config struct {
 	// SharedMemory is the system shared memory registry (shared with the
 	// gRPC front end); nil turns the extension off.
 	SharedMemory *sharedmem.Registry
+	// Tracer is Triton's trace extension (GET/POST /v2[/models/{m}]/trace/
+	// setting) and the sampler every answered inference request is recorded
+	// to; nil: the routes answer that tracing is not served.
+	Tracer *reqtrace.Tracer
 	// Logging is Triton's logging extension (GET/POST /v2/logging); nil
 	// answers 404.
 	Logging *serving.LogSettings

@@ -79,6 +79,12 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 	if repo, ok := strings.CutPrefix(rest, "/repository"); ok {
 		return s.routeRepository(ctx, repo)
 	}
+	if rest == "/trace/setting" {
+		if s.allow(ctx, "GET", "POST") && s.authorized(ctx) {
+			s.v2Trace(ctx, "")
+		}
+		return "v2"
+	}
 	if rest == "/logging" {
 		if s.allow(ctx, "GET", "POST") && s.authorized(ctx) {
 			s.v2Logging(ctx)
@@ -100,6 +106,12 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 	parts := strings.Split(tail, "/")
 	name, version, action := parts[0], "", ""
 	parts = parts[1:]
+	if len(parts) == 2 && parts[0] == "trace" && parts[1] == "setting" && name != "" {
+		if s.allow(ctx, "GET", "POST") && s.authorized(ctx) {
+			s.v2Trace(ctx, name)
+		}
+		return "v2"
+	}
 	if len(parts) >= 2 && parts[0] == "versions" {
 		version, parts = parts[1], parts[2:]
 	}
@@ -171,7 +183,7 @@ func (s *Server) v2Ready(ctx *fasthttp.RequestCtx) bool {
 }
 
 func v2NoRoute(ctx *fasthttp.RequestCtx) {
-	writeError(ctx, newError(404, CodeNotFound, fmt.Sprintf("no route %s %s; the V2 routes are GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}[/versions/{v}][/ready] and POST /v2/models/{name}[/versions/{v}]/infer, GET /v2/models/{name}[/versions/{v}]/config and /stats, GET /v2/models/stats, POST /v2/repository/index, /v2/repository/models/{name}/load and /unload, /v2/systemsharedmemory/... and /v2/cudasharedmemory/... (status, register, unregister), GET and POST /v2/logging", ctx.Method(), ctx.Path()), nil))
+	writeError(ctx, newError(404, CodeNotFound, fmt.Sprintf("no route %s %s; the V2 routes are GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}[/versions/{v}][/ready] and POST /v2/models/{name}[/versions/{v}]/infer, GET /v2/models/{name}[/versions/{v}]/config and /stats, GET /v2/models/stats, POST /v2/repository/index, /v2/repository/models/{name}/load and /unload, /v2/systemsharedmemory/... and /v2/cudasharedmemory/... (status, register, unregister), GET and POST /v2/logging and /v2[/models/{name}]/trace/setting", ctx.Method(), ctx.Path()), nil))
 }
 
 // v2Model returns the loaded instance of name (and version, if given);

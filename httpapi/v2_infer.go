@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"strconv"
@@ -708,6 +709,9 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 	if err != nil {
 		writeError(ctx, s.submitError(err))
 		return
+	}
+	if req.id != nil {
+		_ = json.Unmarshal(req.id, &rec.ID) // a JSON string; another value leaves no ID
 	}
 	if s.v2WriteResponse(ctx, inst, req, out) {
 		s.done(inst, rec)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/reqtrace"
 )
 
 // Stats are a model's cumulative inference statistics as Triton's
@@ -55,6 +56,14 @@ type Request struct {
 	Began, Submitted, Encoded time.Time
 	Timing                    batcher.Timing
 	OK                        bool
+	// ID is the request's "id", when it gave one (for its trace).
+	ID string
+}
+
+// TraceOf is the trace record (reqtrace) of request r to inst.
+func TraceOf(inst *Instance, r Request) reqtrace.Request {
+	return reqtrace.Request{Model: inst.Name(), Version: inst.Version(), ID: r.ID, Began: r.Began, Submitted: r.Submitted,
+		Encoded: r.Encoded, Queue: r.Timing.Queue, Compute: r.Timing.Infer}
 }
 
 // Record adds one request. A failed request counts only in fail.

@@ -43,6 +43,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	maxResidentBytes := ef.Int64("max-resident-bytes", 0, "with --model-repository: at most this many bytes of model files (times their instances) loaded at once, served on demand as with --max-resident-models (0: no bound)")
 	httpRestricted := ef.List("http-restricted-api", "restrict an API category to requests with a header, as tritonserver's flag: CATEGORY[,CATEGORY...]:KEY=VALUE (categories health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging); others answer 403")
 	grpcRestricted := ef.List("grpc-restricted-protocol", "the same for gRPC calls, whose metadata must carry triton-grpc-protocol-KEY: VALUE (tritonserver's flag); others answer PERMISSION_DENIED")
+	traceConfigs := ef.List("trace-config", "request tracing, tritonserver's flag: [triton,]SETTING=VALUE with file=PATH (where traces are written, Triton's JSON), log-frequency=N (a file FILE.N every N traces; 0: FILE at shutdown), rate=N (trace one request in N), level=TIMESTAMPS|OFF, count=N (-1: no limit); GET/POST /v2/trace/setting changes them while serving")
+	traceFile := fs.String("trace-file", "", "tritonserver's older name for --trace-config triton,file=PATH")
+	traceLevel := fs.String("trace-level", "", "tritonserver's older name for --trace-config level=LEVEL")
+	traceRate := fs.String("trace-rate", "", "tritonserver's older name for --trace-config rate=N")
+	traceCount := fs.String("trace-count", "", "tritonserver's older name for --trace-config count=N")
+	traceFreq := fs.String("trace-log-frequency", "", "tritonserver's older name for --trace-config triton,log-frequency=N")
 	noAuto := ef.Bool("disable-auto-complete-config", false, "refuse a repository model without config.pbtxt instead of completing its configuration from the model file")
 	host := ef.String("host", "127.0.0.1", "address to listen on; 0.0.0.0 for all interfaces (the container image sets it)")
 	port := ef.Int("port", 8000, "port to listen on")
@@ -221,6 +227,16 @@ Flags:
 		life, models = repo, repo
 	}
 	logSettings := serving.NewLogSettings(logLevelVar, *logFormat) // Triton's logging extension, both front ends
+	tracer, err := traceConfig(*traceConfigs, *traceFile, *traceLevel, *traceRate, *traceCount, *traceFreq)
+	if err != nil {
+		fmt.Fprintf(stderr, "fw serve: %v\n", err)
+		return 2
+	}
+	defer func() {
+		if err := tracer.Close(); err != nil {
+			log.Error("writing the traces", "err", err)
+		}
+	}()
 	var shm *sharedmem.Registry                                    // one registry for both front ends
 	if *shmMode == "system" {
 		shm = sharedmem.New("")
@@ -229,7 +245,7 @@ Flags:
 	srv := httpapi.New(base, httpapi.Config{
 		MaxBodyBytes: *maxBody, MaxRows: *maxRows, MaxImagePixels: *maxPixels, Timeout: *timeout,
 		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts, SharedMemory: shm, Logging: logSettings,
-		Restricted: restrictedHTTP,
+		Restricted: restrictedHTTP, Tracer: tracer,
 	}, models, metrics, log, reg)
 	hs := &fasthttp.Server{
 		Handler:            srv.Handler,
@@ -256,7 +272,7 @@ Flags:
 	if gln != nil {
 		gsrv = grpcapi.New(base, grpcapi.Config{
 			MaxMessageBytes: int(min(*maxBody, int64(1<<31-1))), MaxRows: *maxRows, Timeout: *timeout,
-			APIKeys: keys, Version: version, SharedMemory: shm, Logging: logSettings, Restricted: restrictedGRPC,
+			APIKeys: keys, Version: version, SharedMemory: shm, Logging: logSettings, Restricted: restrictedGRPC, Tracer: tracer,
 		}, models, reg, log)
 		gs = grpc.NewServer(gsrv.ServerOptions()...)
 		gsrv.Register(gs)
