@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/fw-serve/fw/dashboard/blob"
+	"github.com/fw-serve/fw/dashboard/query"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/valyala/fasthttp"
 )
 
-// listQuery reads ?filter=&sort=&desc=&limit=&cursor= of a listing.
+// listQuery reads ?filter=&sort=&desc=&limit=&cursor=[&columns=] of a
+// listing.
 func listQuery(ctx *fasthttp.RequestCtx) (store.ListQuery, *Error) {
 	args := ctx.QueryArgs()
 	q := store.ListQuery{Filter: string(args.Peek("filter")), Sort: string(args.Peek("sort")), Cursor: string(args.Peek("cursor"))}
@@ -18,8 +21,64 @@ func listQuery(ctx *fasthttp.RequestCtx) (store.ListQuery, *Error) {
 	if q.Desc, e = queryBool(ctx, "desc"); e != nil {
 		return q, e
 	}
-	q.Limit, e = queryInt(ctx, "limit", 100, 1, 10000)
-	return q, e
+	if q.Limit, e = queryInt(ctx, "limit", 100, 1, 10000); e != nil {
+		return q, e
+	}
+	if args.Has("columns") {
+		if q.Columns, e = parseColumns(string(args.Peek("columns"))); e != nil {
+			return q, e
+		}
+	}
+	return q, nil
+}
+
+// maxColumns bounds ?columns=.
+const maxColumns = 2000
+
+// parseColumns reads ?columns=: comma-separated params.KEY, metrics.KEY
+// and system.KEY fields (a key with odd characters quoted, as the query
+// language writes it; a metric's .last/.min/.max names its key), the only
+// ones each run of the page carries. Empty: none.
+func parseColumns(v string) (*store.Columns, *Error) {
+	cols := &store.Columns{}
+	var fields []string
+	start, quoted := 0, false
+	for i := 0; i < len(v); i++ {
+		switch {
+		case v[i] == '\\' && quoted:
+			i++
+		case v[i] == '"':
+			quoted = !quoted
+		case v[i] == ',' && !quoted:
+			fields = append(fields, v[start:i])
+			start = i + 1
+		}
+	}
+	fields = append(fields, v[start:])
+	if len(fields) > maxColumns {
+		return nil, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?columns= names %d fields; at most %d", len(fields), maxColumns))
+	}
+	for _, f := range fields {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		fd, err := query.ParseField(f, query.Runs)
+		if err != nil {
+			return nil, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?columns= field %q: %v; give params.KEY, metrics.KEY or system.KEY, comma-separated", f, err))
+		}
+		switch fd.Kind {
+		case query.ParamKey:
+			cols.Params = append(cols.Params, fd.Key)
+		case query.Metric:
+			cols.Metrics = append(cols.Metrics, fd.Key)
+		case query.System:
+			cols.System = append(cols.System, fd.Key)
+		default:
+			return nil, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?columns= field %q is not a param or metric; give params.KEY, metrics.KEY or system.KEY (tags and the run's own fields are always there)", f))
+		}
+	}
+	return cols, nil
 }
 
 // queryBool reads an optional ?name=true|false (absent: false); any other

@@ -269,3 +269,32 @@ func TestIngestMetrics(t *testing.T) {
 	f(`fw_dashboard_ingest_lag_seconds_bucket{le="120"}`, 4)   // and the 90 s ones
 	f(`fw_dashboard_ingest_lag_seconds_bucket{le="0.005"}`, 0) // none was observed before it happened
 }
+
+// ?columns= narrows each run to the params and metrics named (a key with a
+// comma quoted); the experiment lists its param keys; a field that is not
+// a param or metric is refused with the reason.
+func TestRunColumns(t *testing.T) {
+	url := startCRUDServer(t, nil)
+	ingest(t, url, "["+runStart("r1", "e", `{"lr":0.1,"a,b":"x","opt":"adam"}`)+`,
+		{"type":"metrics","run_id":"r1","seq":2,"step":0,"values":{"loss":1,"acc":0.5}}]`)
+	code, out := doJSON(t, "GET", url+`/api/experiments/e/runs?columns=params.lr,params."a,b",metrics.loss.min`, "")
+	if code != 200 {
+		t.Fatalf("%d %v", code, out)
+	}
+	r := out["runs"].([]any)[0].(map[string]any)
+	params, metrics := r["params"].(map[string]any), r["metrics"].(map[string]any)
+	if len(params) != 2 || params["a,b"] != "x" || params["lr"] != 0.1 || len(metrics) != 1 || metrics["loss"] == nil {
+		t.Fatalf("projected run: params %v metrics %v", params, metrics)
+	}
+	if code, out = doJSON(t, "GET", url+`/api/experiments/e/runs`, ""); code != 200 || len(out["runs"].([]any)[0].(map[string]any)["metrics"].(map[string]any)) != 2 {
+		t.Fatalf("without columns: %d %v", code, out)
+	}
+	if code, out = doJSON(t, "GET", url+`/api/experiments/e`, ""); code != 200 || fmt.Sprint(out["param_keys"]) != "[a,b lr opt]" {
+		t.Fatalf("param keys: %d %v", code, out["param_keys"])
+	}
+	for _, bad := range []string{"tags.team", "params.", "status"} {
+		if code, out = doJSON(t, "GET", url+"/api/runs?columns="+bad, ""); code != 400 || errCode(t, out) != "invalid_argument" {
+			t.Errorf("columns=%s: %d %v", bad, code, out)
+		}
+	}
+}

@@ -339,3 +339,70 @@ func TestSortIndexOnDemand(t *testing.T) {
 		}
 	})
 }
+
+// TestColumnsAndParamKeys checks the column projection (a page carries only
+// the params and metrics asked for, the same runs in the same order) and
+// the experiment's param keys (numbers and text, sorted, each once).
+func TestColumnsAndParamKeys(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		st := open(Config{})
+		keysetData(t, st, 3)
+		ctx := context.Background()
+		d, err := st.GetExperiment(ctx, "mixed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(d.ParamKeys, ",") != "lr,opt" {
+			t.Fatalf("param keys %v", d.ParamKeys)
+		}
+		q := ListQuery{Experiment: "mixed", Sort: "metrics.acc", Limit: 30}
+		all, err := st.ListRuns(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q.Columns = &Columns{Params: []string{"opt"}, Metrics: []string{"loss", "nokey"}, System: []string{"cpu"}}
+		some, err := st.ListRuns(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if runIDs(all) != runIDs(some) || all.Next != some.Next {
+			t.Fatal("a projection changed the page")
+		}
+		sawLoss, sawCPU := false, false
+		for i, r := range some.Runs {
+			for k := range r.Params {
+				if k != "opt" {
+					t.Fatalf("run %s carries param %s", r.ID, k)
+				}
+			}
+			if _, ok := r.Metrics["acc"]; ok {
+				t.Fatalf("run %s carries metric acc", r.ID)
+			}
+			if s, ok := r.Metrics["loss"]; ok {
+				sawLoss = true
+				if w := all.Runs[i].Metrics["loss"]; s.Count != w.Count || s.LastStep != w.LastStep {
+					t.Fatalf("run %s: loss %+v, want %+v", r.ID, s, w)
+				}
+			}
+			if _, ok := r.System["cpu"]; ok {
+				sawCPU = true
+			}
+			if len(r.Tags) != len(all.Runs[i].Tags) {
+				t.Fatalf("run %s: tags dropped", r.ID)
+			}
+		}
+		if !sawLoss || !sawCPU {
+			t.Fatalf("projected columns missing: loss %v, cpu %v", sawLoss, sawCPU)
+		}
+		q.Columns = &Columns{}
+		none, err := st.ListRuns(ctx, q)
+		if err != nil || runIDs(none) != runIDs(all) {
+			t.Fatalf("no columns: %v", err)
+		}
+		for _, r := range none.Runs {
+			if len(r.Params)+len(r.Metrics)+len(r.System) != 0 {
+				t.Fatalf("run %s carries columns with none asked for", r.ID)
+			}
+		}
+	})
+}

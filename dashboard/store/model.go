@@ -100,7 +100,13 @@ type ExperimentDetail struct {
 	// Metrics summarises each training metric over the experiment's runs
 	// (GetExperiment only).
 	Metrics map[string]MetricOverview `json:"metrics,omitempty"`
+	// ParamKeys are the param keys its runs have, sorted (GetExperiment
+	// only; at most MaxParamKeys): what a runs table can show as columns.
+	ParamKeys []string `json:"param_keys,omitempty"`
 }
+
+// MaxParamKeys bounds ExperimentDetail.ParamKeys.
+const MaxParamKeys = 10_000
 
 // MetricOverview is one metric across the runs of an experiment: how many
 // runs report it and the runs with its lowest and highest value ever.

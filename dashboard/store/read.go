@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/fw-serve/fw/dashboard/query"
@@ -344,7 +345,7 @@ func (s *sqlStore) ListRuns(ctx context.Context, q ListQuery) (RunPage, error) {
 			return RunPage{}, fmt.Errorf("reading runs: %w", err)
 		}
 	}
-	if err := s.fillRuns(ctx, page.Runs, rids, byRID); err != nil {
+	if err := s.fillRuns(ctx, page.Runs, rids, byRID, q.Columns); err != nil {
 		return RunPage{}, err
 	}
 	if page.Runs == nil {
@@ -397,11 +398,34 @@ func inList(a *query.Args, ids []int64) string {
 }
 
 // fillRuns loads params, tags and summaries of the listed runs.
-func (s *sqlStore) fillRuns(ctx context.Context, runs []Run, rids []int64, byRID map[int64]int) error {
+func (s *sqlStore) fillRuns(ctx context.Context, runs []Run, rids []int64, byRID map[int64]int, cols *Columns) error {
+	// With a projection: only its params, and its metrics' key IDs.
+	var paramsIn func(a *query.Args) string
+	var keyIDs []int64
+	if cols != nil {
+		paramsIn = func(a *query.Args) string {
+			if len(cols.Params) == 0 {
+				return " AND 1 = 0"
+			}
+			ph := make([]string, len(cols.Params))
+			for i, k := range cols.Params {
+				ph[i] = a.Add(k)
+			}
+			return " AND key IN (" + strings.Join(ph, ", ") + ")"
+		}
+		var err error
+		if keyIDs, err = s.metricKeyIDs(ctx, cols); err != nil {
+			return err
+		}
+	}
 	for off := 0; off < len(rids); off += 500 {
 		chunk := rids[off:min(off+500, len(rids))]
 		a := query.NewArgs(s.d)
-		rows, err := s.rdb.QueryContext(ctx, "SELECT run_rid, key, value_json FROM params WHERE run_rid IN "+inList(a, chunk), a.Values()...)
+		text := "SELECT run_rid, key, value_json FROM params WHERE run_rid IN " + inList(a, chunk)
+		if paramsIn != nil {
+			text += paramsIn(a)
+		}
+		rows, err := s.rdb.QueryContext(ctx, text, a.Values()...)
 		if err != nil {
 			return fmt.Errorf("reading params: %w", err)
 		}
@@ -432,9 +456,16 @@ func (s *sqlStore) fillRuns(ctx context.Context, runs []Run, rids []int64, byRID
 			runs[byRID[rid]].Tags[k] = v
 		}
 		rows.Close()
+		if cols != nil && len(keyIDs) == 0 {
+			continue // no metric column
+		}
 		a = query.NewArgs(s.d)
-		rows, err = s.rdb.QueryContext(ctx, `SELECT s.run_rid, k.kind, k.name, s.last_value, s.last_step, s.last_time, s.min_value, s.min_step, s.max_value, s.max_step, s.n
-			FROM metric_summary s JOIN metric_keys k ON k.id = s.key_id WHERE s.run_rid IN `+inList(a, chunk), a.Values()...)
+		text = `SELECT s.run_rid, k.kind, k.name, s.last_value, s.last_step, s.last_time, s.min_value, s.min_step, s.max_value, s.max_step, s.n
+			FROM metric_summary s JOIN metric_keys k ON k.id = s.key_id WHERE s.run_rid IN ` + inList(a, chunk)
+		if cols != nil {
+			text += " AND s.key_id IN " + inList(a, keyIDs)
+		}
+		rows, err = s.rdb.QueryContext(ctx, text, a.Values()...)
 		if err != nil {
 			return fmt.Errorf("reading metric summaries: %w", err)
 		}
@@ -487,7 +518,7 @@ func (s *sqlStore) GetRun(ctx context.Context, id string) (Run, error) {
 		return Run{}, fmt.Errorf("reading run %s: %w", id, err)
 	}
 	runs := []Run{rr.finish()}
-	if err := s.fillRuns(ctx, runs, []int64{rr.rid}, map[int64]int{rr.rid: 0}); err != nil {
+	if err := s.fillRuns(ctx, runs, []int64{rr.rid}, map[int64]int{rr.rid: 0}, nil); err != nil {
 		return Run{}, err
 	}
 	return runs[0], nil
@@ -637,7 +668,50 @@ func (s *sqlStore) GetExperiment(ctx context.Context, idOrName string) (Experime
 	if err := s.experimentOverview(ctx, &d); err != nil {
 		return ExperimentDetail{}, err
 	}
+	if d.ParamKeys, err = s.paramKeys(ctx, d.ID); err != nil {
+		return ExperimentDetail{}, err
+	}
 	return d, nil
+}
+
+// paramKeys lists the param keys of an experiment's runs, sorted, at most
+// MaxParamKeys: a loose scan of the params' sort indexes (one seek per key
+// per index), not a read of every param.
+func (s *sqlStore) paramKeys(ctx context.Context, expID string) ([]string, error) {
+	seen := map[string]bool{}
+	// Each index is partial (numbers, text): the condition names it.
+	for _, cond := range []string{"value_num IS NOT NULL", "value_num IS NULL"} {
+		rows, err := s.rdb.QueryContext(ctx, s.q(`WITH RECURSIVE k(key) AS (
+  SELECT MIN(key) FROM params WHERE experiment_id = ? AND `+cond+`
+  UNION ALL
+  SELECT (SELECT MIN(p.key) FROM params p WHERE p.experiment_id = ? AND p.`+cond+` AND p.key > k.key) FROM k WHERE k.key IS NOT NULL)
+SELECT key FROM k WHERE key IS NOT NULL LIMIT ?`), expID, expID, MaxParamKeys)
+		if err != nil {
+			return nil, fmt.Errorf("listing the param keys of experiment %s: %w", expID, err)
+		}
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("listing the param keys of experiment %s: %w", expID, err)
+			}
+			seen[k] = true
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("listing the param keys of experiment %s: %w", expID, err)
+		}
+	}
+	keys := make([]string, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if len(keys) > MaxParamKeys {
+		keys = keys[:MaxParamKeys]
+	}
+	return keys, nil
 }
 
 // experimentOverview fills the last activity and the metric overview of an
@@ -803,4 +877,42 @@ func (s *sqlStore) Artifacts(ctx context.Context, runID string) ([]Artifact, err
 		out = append(out, ar)
 	}
 	return out, rows.Err()
+}
+
+// metricKeyIDs are the IDs of the training and system metric keys cols
+// names (those no run has are left out).
+func (s *sqlStore) metricKeyIDs(ctx context.Context, cols *Columns) ([]int64, error) {
+	var ids []int64
+	for _, g := range []struct {
+		kind  int
+		names []string
+	}{{kindMetric, cols.Metrics}, {kindSystem, cols.System}} {
+		if len(g.names) == 0 {
+			continue
+		}
+		a := query.NewArgs(s.d)
+		kind := a.Add(int64(g.kind)) // bound in the order the text names them
+		ph := make([]string, len(g.names))
+		for i, n := range g.names {
+			ph[i] = a.Add(n)
+		}
+		rows, err := s.rdb.QueryContext(ctx, "SELECT id FROM metric_keys WHERE kind = "+kind+" AND name IN ("+strings.Join(ph, ", ")+")", a.Values()...)
+		if err != nil {
+			return nil, fmt.Errorf("looking up metric keys: %w", err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("looking up metric keys: %w", err)
+			}
+			ids = append(ids, id)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("looking up metric keys: %w", err)
+		}
+	}
+	return ids, nil
 }

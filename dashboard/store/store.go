@@ -169,6 +169,17 @@ type ListQuery struct {
 	Cursor string
 	// Experiment (ListRuns only) is an experiment ID or name.
 	Experiment string
+	// Columns (ListRuns only), when set, are the only params and metrics
+	// the page's runs carry (column projection: a table showing 10 of
+	// 1,500 metric keys reads 10); nil carries all of them. Tags and the
+	// run's own fields are always there.
+	Columns *Columns
+}
+
+// Columns name the params, training metrics and system metrics a page of
+// runs carries (ListQuery.Columns).
+type Columns struct {
+	Params, Metrics, System []string
 }
 
 // ExperimentPage is one page of experiments.

@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { json, testRun, withFakeLayout } from "../test-utils";
 import { cleanup, fireEvent, render, screen, waitFor } from "@testing-library/react";
 import { MemoryRouter } from "react-router-dom";
-import { RunsTable, fieldFor } from "./RunsTable";
+import { CHOOSER_MAX, ColumnChooser, RunsTable, fieldFor } from "./RunsTable";
 import { combinedFilter } from "./FilterBar";
 
 const run = (i: number) => testRun(i);
@@ -94,5 +94,37 @@ describe("query helpers", () => {
     expect(fieldFor("params", "opt.lr")).toBe('params."opt.lr"');
     expect(combinedFilter('status = "finished"', 'a"b')).toBe('(status = "finished") AND name ~ "a\\"b"');
     expect(combinedFilter("", "")).toBe("");
+  });
+
+  it("with the experiment's keys, fetches only the shown columns and offers every key", async () => {
+    mockFetch();
+    const keys = { metrics: ["acc", "loss"], params: ["lr", "opt"] };
+    render(
+      <MemoryRouter initialEntries={["/experiments/e1?cols=metrics.loss,params.lr"]}>
+        <RunsTable experiment="e1" keys={keys} />
+      </MemoryRouter>,
+    );
+    expect(await screen.findByRole("link", { name: "run-2" })).toBeTruthy();
+    const u = new URL(urls[0], "http://x");
+    expect(u.searchParams.get("columns")).toBe("metrics.loss,params.lr");
+    expect(screen.getByRole("checkbox", { name: "acc" })).toBeTruthy(); // a key no loaded run carries
+    fireEvent.click(screen.getByRole("checkbox", { name: "opt" }));
+    await waitFor(() => expect(new URL(urls[urls.length - 1], "http://x").searchParams.get("columns")).toBe("metrics.loss,params.lr,params.opt"));
+  });
+});
+
+describe("ColumnChooser", () => {
+  it("lists at most CHOOSER_MAX of 1,500 keys, the shown ones first, and the search narrows", () => {
+    const metrics = Array.from({ length: 1500 }, (_, i) => `layer${String(i).padStart(4, "0")}/loss`);
+    const onToggle = vi.fn();
+    render(<ColumnChooser known={{ metrics, params: ["lr"] }} columns={[fieldFor("metrics", metrics[1499])]} onToggle={onToggle} onReset={() => {}} />);
+    const boxes = screen.getAllByRole("checkbox");
+    expect(boxes.length).toBe(CHOOSER_MAX + 1); // + the param
+    expect((boxes[0] as HTMLInputElement).checked).toBe(true); // the shown column, though last by name
+    expect(screen.getByTestId("chooser-more-metrics").textContent).toContain(`${(1500 - CHOOSER_MAX).toLocaleString()} more`);
+    fireEvent.change(screen.getByRole("searchbox", { name: "Find a column" }), { target: { value: "layer0042" } });
+    expect(screen.getAllByRole("checkbox").length).toBe(1);
+    fireEvent.click(screen.getByRole("checkbox", { name: "layer0042/loss" }));
+    expect(onToggle).toHaveBeenCalledWith(fieldFor("metrics", "layer0042/loss"));
   });
 });

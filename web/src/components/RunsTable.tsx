@@ -74,9 +74,11 @@ interface Pages {
   done: boolean;
 }
 
-/** Loads pages of runs by cursor; `more()` fetches the next one. */
-function useRunPages(base: string, filter: string, sort: string, desc: boolean) {
-  const key = `${base}|${filter}|${sort}|${desc}`;
+/** Loads pages of runs by cursor; `more()` fetches the next one. `columns`,
+ * when set, is the API's column projection (each run carries only those
+ * params and metrics). */
+function useRunPages(base: string, filter: string, sort: string, desc: boolean, columns?: string) {
+  const key = `${base}|${filter}|${sort}|${desc}|${columns ?? "*"}`;
   const [state, setState] = useState<Pages>({ key, runs: [], next: undefined, pages: 0, loading: true, error: undefined, done: false });
   const inflight = useRef<AbortController | null>(null);
   const cur = useRef(state);
@@ -89,7 +91,7 @@ function useRunPages(base: string, filter: string, sort: string, desc: boolean) 
       const ac = new AbortController();
       inflight.current = ac;
       setState((s) => (fresh ? { key, runs: [], next: undefined, pages: 0, loading: true, error: undefined, done: false } : { ...s, loading: true }));
-      get<RunPage>(base, { filter, sort, desc: desc ? "true" : undefined, limit: cursor ? PAGE : FIRST_PAGE, cursor }, ac.signal)
+      get<RunPage>(base, { filter, sort, desc: desc ? "true" : undefined, limit: cursor ? PAGE : FIRST_PAGE, cursor, columns }, ac.signal)
         .then((p) => {
           if (ac.signal.aborted) return;
           setState((s) => ({
@@ -108,7 +110,7 @@ function useRunPages(base: string, filter: string, sort: string, desc: boolean) 
           setState((s) => ({ ...s, loading: false, error: err }));
         });
     },
-    [base, filter, sort, desc, key],
+    [base, filter, sort, desc, columns, key],
   );
 
   useEffect(() => {
@@ -139,13 +141,18 @@ export interface RunsTableProps {
   experiment?: string;
   /** The scrolling area's maximum height (default: down to the window's bottom). */
   maxHeight?: number | string;
+  /** The experiment's param and metric keys (its summary): the column
+   * chooser lists them, and the runs are fetched with only the shown
+   * columns. Absent: the keys are those of the loaded runs, which carry
+   * every column. */
+  keys?: { params: string[]; metrics: string[] };
 }
 
 /** Splits a comma list from the URL. */
 const list = (s: string) => (s ? s.split(",").filter(Boolean) : []);
 
 /** The runs table (see the file comment). */
-export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
+export function RunsTable({ experiment, maxHeight: height, keys }: RunsTableProps) {
   const [filter, setFilter] = useQueryParam("filter");
   const [search, setSearch] = useQueryParam("q");
   const [sort] = useQueryParam("sort", "created");
@@ -155,7 +162,14 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
   const desc = descParam === "1";
   const base = experiment ? `/api/experiments/${seg(experiment)}/runs` : "/api/runs";
   const query = combinedFilter(filter, search);
-  const pages = useRunPages(base, query, sort, desc);
+  // Shown columns: the URL's, else the first few metrics and params.
+  const urlColumns = useMemo(() => (colsParam === "-" ? [] : colsParam ? list(colsParam) : null), [colsParam]);
+  const keyDefaults = useMemo(
+    () => (keys ? [...keys.metrics.slice(0, 4).map((k) => fieldFor("metrics", k)), ...keys.params.slice(0, 5).map((k) => fieldFor("params", k))] : null),
+    [keys],
+  );
+  const projected = keys ? (urlColumns ?? keyDefaults ?? []) : null;
+  const pages = useRunPages(base, query, sort, desc, projected ? projected.join(",") : undefined);
   const selected = useMemo(() => new Set(list(selParam)), [selParam]);
   // The selection as it is now, for bulk actions that end after a render.
   const selRef = useRef(selected);
@@ -166,6 +180,7 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
   // stay, so the default columns do not vanish and come back.
   const lastKnown = useRef<{ params: string[]; metrics: string[] } | null>(null);
   const known = useMemo(() => {
+    if (keys) return keys;
     if (pages.runs.length === 0 && pages.loading && lastKnown.current) return lastKnown.current;
     const params = new Set<string>();
     const metrics = new Set<string>();
@@ -176,15 +191,15 @@ export function RunsTable({ experiment, maxHeight: height }: RunsTableProps) {
       for (const k of Object.keys(r.metrics ?? {})) metrics.add(k);
     }
     return { params: [...params].sort(), metrics: [...metrics].sort() };
-  }, [pages.runs, pages.loading]);
+  }, [pages.runs, pages.loading, keys]);
   lastKnown.current = known;
 
-  // Shown columns: the URL's, else the first few params and metrics.
   const columns = useMemo(() => {
-    if (colsParam === "-") return [];
-    if (colsParam) return list(colsParam);
+    if (projected) return projected;
+    if (urlColumns) return urlColumns;
     return [...known.metrics.slice(0, 4).map((k) => fieldFor("metrics", k)), ...known.params.slice(0, 5).map((k) => fieldFor("params", k))];
-  }, [colsParam, known]);
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [projected?.join(","), urlColumns, known]);
 
   const toggleColumn = (col: string) => {
     const next = columns.includes(col) ? columns.filter((c) => c !== col) : [...columns, col];
@@ -394,25 +409,45 @@ function RunRow({ run: r, index, columns, selected, onToggle, showExperiment }: 
   );
 }
 
-/** The column chooser: a disclosure with one checkbox per param and metric. */
-function ColumnChooser({ known, columns, onToggle, onReset }: { known: { params: string[]; metrics: string[] }; columns: string[]; onToggle: (c: string) => void; onReset: () => void }) {
+/** Most keys of a group the chooser lists at once; the search narrows the rest. */
+export const CHOOSER_MAX = 200;
+
+/** The column chooser: a disclosure with a search and one checkbox per
+ * param and metric, at most CHOOSER_MAX per group (an experiment may have
+ * 1,500 metric keys: the shown columns first, then the matches). */
+export function ColumnChooser({ known, columns, onToggle, onReset }: { known: { params: string[]; metrics: string[] }; columns: string[]; onToggle: (c: string) => void; onReset: () => void }) {
   const [text, setText] = useState("");
   const match = (k: string) => !text || k.toLowerCase().includes(text.toLowerCase());
-  const group = (title: string, prefix: string, keys: string[]) => (
-    <fieldset>
-      <legend>{title}</legend>
-      {keys.filter(match).length === 0 && <span className="muted">none</span>}
-      {keys.filter(match).map((k) => {
-        const col = fieldFor(prefix, k);
-        return (
-          <label key={col}>
-            <input type="checkbox" checked={columns.includes(col)} onChange={() => onToggle(col)} />
-            {k}
-          </label>
-        );
-      })}
-    </fieldset>
-  );
+  const group = (title: string, prefix: string, keys: string[]) => {
+    const shown = new Set(columns);
+    const hits = keys.filter(match);
+    // The shown columns first, so unticking one never needs a search.
+    const ordered = [...hits.filter((k) => shown.has(fieldFor(prefix, k))), ...hits.filter((k) => !shown.has(fieldFor(prefix, k)))];
+    const listed = ordered.slice(0, CHOOSER_MAX);
+    return (
+      <fieldset>
+        <legend>
+          {title} ({hits.length.toLocaleString()}
+          {text ? ` of ${keys.length.toLocaleString()}` : ""})
+        </legend>
+        {hits.length === 0 && <span className="muted">none</span>}
+        {listed.map((k) => {
+          const col = fieldFor(prefix, k);
+          return (
+            <label key={col}>
+              <input type="checkbox" checked={shown.has(col)} onChange={() => onToggle(col)} />
+              {k}
+            </label>
+          );
+        })}
+        {hits.length > listed.length && (
+          <span className="muted" data-testid={`chooser-more-${prefix}`}>
+            {(hits.length - listed.length).toLocaleString()} more: type to narrow
+          </span>
+        )}
+      </fieldset>
+    );
+  };
   return (
     <details className="column-chooser">
       <summary className="button">Columns ({columns.length})</summary>

@@ -1,6 +1,6 @@
 // /experiments/:id: the experiment's header (name, description, tags, run
 // counts by status), rename and delete, and its runs table.
-import { useState } from "react";
+import { useMemo, useState } from "react";
 import { Link, useNavigate, useParams } from "react-router-dom";
 import { del, get, patch, seg } from "../api/client";
 import { ConfirmDialog, ErrorNote, StatusCounts, Tags } from "../components/ui";
@@ -16,6 +16,14 @@ export function ExperimentPage() {
   const [editing, setEditing] = useState(false);
   const [deleting, setDeleting] = useState(false);
   const e = exp.data;
+  // The runs table's columns: the summary's keys (the same arrays while the
+  // poll answers the same keys, so the table does not fetch again).
+  const metricKeys = e ? Object.keys(e.metrics ?? {}).sort().join("\u0000") : "";
+  const paramKeys = (e?.param_keys ?? []).join("\u0000");
+  const keys = useMemo(
+    () => ({ metrics: metricKeys ? metricKeys.split("\u0000") : [], params: paramKeys ? paramKeys.split("\u0000") : [] }),
+    [metricKeys, paramKeys],
+  );
   return (
     <div className="stack">
       <nav className="crumbs" aria-label="Breadcrumb">
@@ -52,7 +60,7 @@ export function ExperimentPage() {
       )}
       {e && (
         <section className="card" aria-label="Runs">
-          <RunsTable experiment={e.id} />
+          <RunsTable experiment={e.id} keys={keys} />
         </section>
       )}
       {e && <EditDialog open={editing} exp={e} onClose={() => setEditing(false)} onSaved={exp.reload} />}
