@@ -28,7 +28,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -141,7 +141,7 @@ test: sysdeps ## the whole test suite (what CI runs)
 # make test's steps in order; scripts/timed-steps.sh runs them and prints each
 # one's time at the end. The fuzz step is a smoke (FUZZ_SMOKE_TIME per target);
 # `make fuzz` runs each target for FUZZTIME.
-TEST_STEPS := setup build models lint test-go test-postgres test-replicas test-s3 test-python test-mlflow test-ray test-schemathesis test-soak test-web test-e2e fuzz-smoke image
+TEST_STEPS := setup build models lint test-go test-postgres test-replicas test-s3 test-python test-mlflow test-ray test-schemathesis test-soak test-web test-e2e bench-scale-smoke fuzz-smoke image
 FUZZ_SMOKE_TIME ?= 3s
 test-steps:
 	@bash scripts/timed-steps.sh $(MAKE) $(TEST_STEPS)
@@ -230,6 +230,14 @@ bench-store: ## tracking store: ingest, downsampling, listing on SQLite and Post
 
 bench-replicas: ## ingest points/s through one dashboard vs two on one PostgreSQL, and the stream's latency across them (docs/benchmarks.md)
 	@FW_PG_DURABLE=1 bash scripts/pg-test.sh $(GO) run ./bench/replicabench
+
+SCALE_RUNS ?= 1000000
+bench-scale: ## issue #22's sizes: SCALE_RUNS (1,000,000) generated runs in one SQLite experiment (FW_BENCH_DATABASE_URL: PostgreSQL), every read of the experiment page timed, into docs/benchmarks.md (bench:scale); minutes and ~8 GB of disk at the default
+	@$(GO) run ./bench/expbench -runs $(SCALE_RUNS) -reps 30 -doc docs/benchmarks.md
+
+bench-scale-smoke: ## make test's share of bench-scale: 2,000 runs, every read once or twice (nothing timed or asserted: the generator and reads run)
+	@echo "==> bench-scale smoke (go run ./bench/expbench -runs 2000)"
+	@$(GO) run ./bench/expbench -runs 2000 -reps 2 -deep 1000 > /dev/null
 
 bench-ui: build ## the experiments table with 10,000 seeded runs in chromium, into docs/benchmarks.md
 	@FW_BIN=$(ROOT)/bin/fw node web/e2e/bench-runs.mjs

@@ -8,6 +8,10 @@
 //	go run ./bench/expbench -runs 200000 -dir /tmp/exp200k   # SQLite, kept in -dir
 //	go run ./bench/expbench -runs 0 -dir /tmp/exp200k        # reads only, on that database
 //	FW_BENCH_DATABASE_URL=postgres://... go run ./bench/expbench -runs 20000
+//	go run ./bench/expbench -runs 1000000 -doc docs/benchmarks.md  # make bench-scale
+//
+// With -doc, the results are also written as the bench:scale section of
+// that markdown file, with the command, the commit and the machine.
 //
 // Nothing here is asserted: it reports.
 package main
@@ -18,6 +22,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,7 +39,9 @@ func main() {
 	perBatch := flag.Int("batch", 100, "runs per Apply call (7 events, 100 points each)")
 	exp := flag.String("experiment", "sweep", "experiment name")
 	deep := flag.Int("deep", 100_000, "position of the deep page of each sort (0: none; -1: no page 2 either)")
+	doc := flag.String("doc", "", "markdown file whose bench:scale section gets the results (docs/benchmarks.md)")
 	flag.Parse()
+	var report strings.Builder // the -doc section's table rows
 	ctx := context.Background()
 	cfg := store.Config{DatabaseURL: os.Getenv("FW_BENCH_DATABASE_URL")}
 	backend := "PostgreSQL"
@@ -57,8 +65,10 @@ func main() {
 		cpu0 := cpuTime()
 		points, dur := ingest(ctx, s, *exp, *first, *runs, *perBatch)
 		cpu := cpuTime() - cpu0
-		fmt.Printf("ingest: %d runs, %d points in %.1f s: %.0f points/s (%d runs per Apply); CPU %.1f s: %.0f points per CPU-second\n",
+		line := fmt.Sprintf("ingest: %d runs, %d points in %.1f s: %.0f points/s (%d runs per Apply); CPU %.1f s: %.0f points per CPU-second",
 			*runs, points, dur.Seconds(), float64(points)/dur.Seconds(), *perBatch, cpu.Seconds(), float64(points)/cpu.Seconds())
+		fmt.Println(line)
+		fmt.Fprintf(&report, "Ingest through `store.Apply`: %s.\n\n", strings.TrimPrefix(line, "ingest: "))
 	}
 	if *reps == 0 {
 		return
@@ -66,6 +76,7 @@ func main() {
 	d, err := s.GetExperiment(ctx, *exp)
 	check(err, "reading the experiment")
 	fmt.Printf("experiment %s: %d runs, %d metrics\n", d.ID, d.Runs, len(d.Metrics))
+	fmt.Fprintf(&report, "The experiment: %d runs, %d metric keys. Reads, %d repetitions each (ms):\n\n| read | p50 | p99 |\n|---|---:|---:|\n", d.Runs, len(d.Metrics), *reps)
 	type read struct {
 		name string
 		f    func() error
@@ -91,6 +102,7 @@ func main() {
 		{"sorted by name", "name", "", false},
 		{"filtered lr>0.05,team=vision, by metrics.m07.last desc", "metrics.m07.last", "params.lr > 0.05 and tags.team = 'vision'", true},
 	}
+	var firsts []string // each sort's first request (an index may be built meanwhile)
 	for _, pr := range pageReads {
 		q := store.ListQuery{Experiment: d.ID, Sort: pr.sort, Filter: pr.filter, Desc: pr.desc, Limit: 100}
 		// The first page of a sort by a metric the store has no sort index
@@ -102,6 +114,7 @@ func main() {
 		first := time.Since(t0)
 		store.WaitBackground(s)
 		fmt.Printf("%-55s first request %9.2f ms, then background work %9.2f ms\n", "ListRuns: 100 "+pr.name, float64(first.Microseconds())/1000, float64((time.Since(t0)-first).Microseconds())/1000)
+		firsts = append(firsts, fmt.Sprintf("%s %.1f ms", pr.name, float64(first.Microseconds())/1000))
 		reads = append(reads, read{"ListRuns: 100 " + pr.name, func() error { _, err := s.ListRuns(ctx, q); return err }})
 		if *deep < 0 || pr.filter != "" {
 			continue
@@ -124,6 +137,7 @@ func main() {
 		}
 		reads = append(reads, read{fmt.Sprintf("  page after run %d", *deep), func() error { _, err := s.ListRuns(ctx, qd); return err }})
 	}
+	parent := ""
 	for _, r := range reads {
 		ds := make([]time.Duration, 0, *reps)
 		for i := 0; i < *reps; i++ {
@@ -131,8 +145,26 @@ func main() {
 			check(r.f(), r.name)
 			ds = append(ds, time.Since(t))
 		}
-		fmt.Printf("%-55s reps %3d  p50 %9.2f ms  p99 %9.2f ms\n", r.name, *reps, benchdoc.PercentileMs(ds, .5), benchdoc.PercentileMs(ds, .99))
+		p50, p99 := benchdoc.PercentileMs(ds, .5), benchdoc.PercentileMs(ds, .99)
+		fmt.Printf("%-55s reps %3d  p50 %9.2f ms  p99 %9.2f ms\n", r.name, *reps, p50, p99)
+		name := r.name
+		if strings.HasPrefix(name, "  ") { // a later page of the read above
+			name = parent + ": " + strings.TrimSpace(name)
+		} else {
+			parent = name
+		}
+		fmt.Fprintf(&report, "| %s | %.2f | %.2f |\n", name, p50, p99)
 	}
+	if *doc == "" {
+		return
+	}
+	fmt.Fprintf(&report, "\nEach sort's first request, before the timed ones (a metric's sort index is built meanwhile): %s.\n", strings.Join(firsts, "; "))
+	host, _ := os.Hostname()
+	head := fmt.Sprintf("## Tracking at scale: `make bench-scale`\n\nCommand: `go run ./bench/expbench %s` on %s (%s, %s, %d CPUs, host %s); %s.\n\n",
+		strings.Join(os.Args[1:], " "), backend, benchdoc.Commit(), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), host,
+		"each run: 4 params, 2 tags, 20 metrics x 5 steps, finished; nothing asserted")
+	check(benchdoc.ReplaceSection(*doc, "scale", head+report.String()), "writing "+*doc)
+	fmt.Printf("wrote the bench:scale section of %s\n", *doc)
 }
 
 // ingest writes n finished runs, each: run_start with 4 params and 2 tags,
