@@ -219,7 +219,7 @@ func (a *applier) run(ctx context.Context, id string) (*runState, error) {
 	}
 	rs := &runState{id: id, writers: map[string]*writerState{}}
 	var started sql.NullInt64
-	err := a.tx.QueryRowContext(ctx, a.s.q(`SELECT rid, status, experiment_id, started FROM runs WHERE id = ?`), id).Scan(&rs.rid, &rs.status, &rs.experimentID, &started)
+	err := a.s.queryRow(ctx, a.tx, `SELECT rid, status, experiment_id, started FROM runs WHERE id = ?`, id).Scan(&rs.rid, &rs.status, &rs.experimentID, &started)
 	if isNoRows(err) {
 		return nil, nil
 	}
@@ -245,7 +245,7 @@ func (a *applier) writer(ctx context.Context, rs *runState, w string) (*writerSt
 		lock = " FOR UPDATE"
 	}
 	ws := &writerState{}
-	if err := a.tx.QueryRowContext(ctx, a.s.q(`SELECT seq FROM run_writers WHERE run_rid = ? AND writer = ?`+lock), rs.rid, w).Scan(&ws.seq); err != nil {
+	if err := a.s.queryRow(ctx, a.tx, `SELECT seq FROM run_writers WHERE run_rid = ? AND writer = ?`+lock, rs.rid, w).Scan(&ws.seq); err != nil {
 		return nil, fmt.Errorf("loading writer %s of run %s: %w", w, rs.id, err)
 	}
 	rs.writers[w] = ws
@@ -257,7 +257,7 @@ func (a *applier) handle(ctx context.Context, rs *runState, ev *Event, t int64) 
 	switch ev.Type {
 	case EventRunStart:
 		var expName string
-		if err := a.tx.QueryRowContext(ctx, a.s.q(`SELECT name FROM experiments WHERE id = ?`), rs.experimentID).Scan(&expName); err != nil {
+		if err := a.s.queryRow(ctx, a.tx, `SELECT name FROM experiments WHERE id = ?`, rs.experimentID).Scan(&expName); err != nil {
 			return fmt.Errorf("reading the experiment of run %s: %w", rs.id, err)
 		}
 		if ev.ExperimentID != "" && rs.experimentID != ev.ExperimentID {

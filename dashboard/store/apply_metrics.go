@@ -39,7 +39,7 @@ func (a *applier) keyID(ctx context.Context, kind int, name string) (int64, erro
 		return 0, fmt.Errorf("creating metric key %q: %w", name, err)
 	}
 	var id int64
-	if err := a.tx.QueryRowContext(ctx, a.s.q(`SELECT id FROM metric_keys WHERE kind = ? AND name = ?`), kind, name).Scan(&id); err != nil {
+	if err := a.s.queryRow(ctx, a.tx, `SELECT id FROM metric_keys WHERE kind = ? AND name = ?`, kind, name).Scan(&id); err != nil {
 		return 0, fmt.Errorf("reading metric key %q: %w", name, err)
 	}
 	a.s.keys[ref] = id

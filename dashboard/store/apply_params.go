@@ -87,7 +87,7 @@ func (a *applier) writeParams(ctx context.Context, rs *runState, in map[string]a
 	var fresh []paramValue
 	for _, p := range params {
 		var old string
-		err := a.tx.QueryRowContext(ctx, a.s.q(`SELECT value_json FROM params WHERE run_rid = ? AND key = ?`), rs.rid, p.key).Scan(&old)
+		err := a.s.queryRow(ctx, a.tx, `SELECT value_json FROM params WHERE run_rid = ? AND key = ?`, rs.rid, p.key).Scan(&old)
 		switch {
 		case isNoRows(err):
 			fresh = append(fresh, p)

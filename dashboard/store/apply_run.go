@@ -16,7 +16,7 @@ import (
 // experimentID returns the ID of the named experiment, creating it.
 func (a *applier) experimentID(ctx context.Context, name, description string, t int64) (string, error) {
 	var id string
-	err := a.tx.QueryRowContext(ctx, a.s.q(`SELECT id FROM experiments WHERE name = ?`), name).Scan(&id)
+	err := a.s.queryRow(ctx, a.tx, `SELECT id FROM experiments WHERE name = ?`, name).Scan(&id)
 	if err == nil {
 		return id, nil
 	}
@@ -32,7 +32,7 @@ func (a *applier) experimentID(ctx context.Context, name, description string, t 
 		return "", fmt.Errorf("creating experiment %q: %w", name, err)
 	}
 	if n, err := res.RowsAffected(); err == nil && n == 0 {
-		if err := a.tx.QueryRowContext(ctx, a.s.q(`SELECT id FROM experiments WHERE name = ?`), name).Scan(&id); err != nil {
+		if err := a.s.queryRow(ctx, a.tx, `SELECT id FROM experiments WHERE name = ?`, name).Scan(&id); err != nil {
 			return "", fmt.Errorf("looking up experiment %q created meanwhile: %w", name, err)
 		}
 	}
@@ -91,7 +91,7 @@ func (a *applier) createRun(ctx context.Context, ev *Event, t int64) (*runState,
 	var err error
 	if expID != "" {
 		var n int
-		if err := a.tx.QueryRowContext(ctx, a.s.q(`SELECT COUNT(*) FROM experiments WHERE id = ?`), expID).Scan(&n); err != nil {
+		if err := a.s.queryRow(ctx, a.tx, `SELECT COUNT(*) FROM experiments WHERE id = ?`, expID).Scan(&n); err != nil {
 			return nil, fmt.Errorf("looking up experiment %s: %w", expID, err)
 		}
 		if n == 0 {
@@ -110,8 +110,8 @@ func (a *applier) createRun(ctx context.Context, ev *Event, t int64) (*runState,
 		started = t
 	}
 	rs := &runState{id: ev.RunID, status: status, experimentID: expID, started: started != nil, writers: map[string]*writerState{}}
-	err = a.tx.QueryRowContext(ctx, a.s.q(`INSERT INTO runs (id, experiment_id, name, status, created, updated, started, source_recipe, source_command, source_args, git_commit, host, pid, parent_run_id, parent_checkpoint)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING rid`),
+	err = a.s.queryRow(ctx, a.tx, `INSERT INTO runs (id, experiment_id, name, status, created, updated, started, source_recipe, source_command, source_args, git_commit, host, pid, parent_run_id, parent_checkpoint)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING rid`,
 		ev.RunID, expID, name, string(status), t, t, started, nullStr(src.Recipe), nullStr(src.Command), args, nullStr(src.GitCommit), nullStr(src.Host), nullInt(src.PID), nullStr(ev.ParentRunID), nullStr(ev.ParentCheckpoint)).Scan(&rs.rid)
 	if isNoRows(err) {
 		// Created meanwhile by another dashboard on the same database (the
@@ -261,7 +261,7 @@ func (a *applier) resume(ctx context.Context, rs *runState, ev *Event, t int64) 
 		}
 		var st int64
 		var ep sql.NullFloat64
-		err := a.tx.QueryRowContext(ctx, a.s.q(`SELECT step, epoch FROM checkpoints WHERE run_rid = ? AND path = ?`), rs.rid, ev.Path).Scan(&st, &ep)
+		err := a.s.queryRow(ctx, a.tx, `SELECT step, epoch FROM checkpoints WHERE run_rid = ? AND path = ?`, rs.rid, ev.Path).Scan(&st, &ep)
 		if isNoRows(err) {
 			return evErr(CodeNotFound, "run %s has no checkpoint %q", rs.id, ev.Path)
 		}
