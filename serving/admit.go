@@ -113,18 +113,18 @@ func (s *OutputSet) Take(name string) (int, *RequestError) {
 // InputDatatype reads the datatype a request gives input name, checked
 // against spec (the model's input).
 func InputDatatype(name, datatype string, spec engine.TensorSpec) (engine.DType, *RequestError) {
+	dt := ParseDatatype(datatype)
+	if dt != engine.Invalid && (spec.DType == engine.Invalid || dt == spec.DType) {
+		return dt, nil // the common case allocates nothing
+	}
 	want := DatatypeName(spec.DType)
 	details := map[string]any{"input": name, "expected_datatype": want, "received_datatype": datatype}
-	dt := ParseDatatype(datatype)
 	if dt == engine.Invalid {
 		return dt, &RequestError{Invalid: true, Details: details,
 			Message: fmt.Sprintf("input %q: datatype %q is not one of the protocol's (%s); this input is %s", name, datatype, Datatypes(), want)}
 	}
-	if spec.DType != engine.Invalid && dt != spec.DType {
-		return dt, &RequestError{Invalid: true, Details: details,
-			Message: fmt.Sprintf("input %q has datatype %s but this model takes %s; convert the data (for example numpy .astype(np.%s))", name, datatype, want, spec.DType)}
-	}
-	return dt, nil
+	return dt, &RequestError{Invalid: true, Details: details,
+		Message: fmt.Sprintf("input %q has datatype %s but this model takes %s; convert the data (for example numpy .astype(np.%s))", name, datatype, want, spec.DType)}
 }
 
 // MaxAxes is the most axes an input's shape may have (ONNX Runtime's and
