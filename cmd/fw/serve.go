@@ -237,7 +237,7 @@ Flags:
 			log.Error("writing the traces", "err", err)
 		}
 	}()
-	var shm *sharedmem.Registry                                    // one registry for both front ends
+	var shm *sharedmem.Registry // one registry for both front ends
 	if *shmMode == "system" {
 		shm = sharedmem.New("")
 		defer shm.Close()
