@@ -133,6 +133,9 @@ func (s *sqlStore) buildPage(spec pageSpec, q ListQuery) (string, []any, int, st
 	sortKey := field.String()
 	if q.Desc {
 		sortKey += " desc"
+		if q.IDAsc {
+			sortKey += ", id asc"
+		}
 	}
 	a := query.NewArgs(s.d)
 	se := query.Sort(field, a)
@@ -154,7 +157,7 @@ func (s *sqlStore) buildPage(spec pageSpec, q ListQuery) (string, []any, int, st
 		"COALESCE(t.sk_s, '')" + col,
 		"t.id" + col,
 	}
-	dirs := []bool{false, false, q.Desc, q.Desc, q.Desc, q.Desc}
+	dirs := []bool{false, false, q.Desc, q.Desc, q.Desc, q.Desc && !q.IDAsc}
 	if q.Cursor != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(q.Cursor)
 		var c cursor
