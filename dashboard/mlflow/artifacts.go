@@ -80,12 +80,64 @@ func splitArtifactPath(p string) (runID, rel string, e *apiError) {
 		return "", "", errf(404, codeNotFound, "Run with id=%s not found", parts[1])
 	}
 	if len(parts) == 4 {
-		rel = parts[3]
+		rel = cleanDir(parts[3])
+	}
+	if rel != "" {
 		if err := store.ValidateRelPath(rel); err != nil {
 			return "", "", errf(400, codeInvalidParameter, "artifact path: %v", err)
 		}
 	}
 	return parts[1], rel, nil
+}
+
+// cleanDir drops the "." and empty elements of a client's artifact path, as
+// MLflow's client and server read them: "." and "" are the run's root
+// (list_artifacts(run, "."), download_artifacts(run_id, ".")), "./a/" is
+// "a". ".." is kept, for ValidateRelPath to refuse.
+func cleanDir(p string) string {
+	var keep []string
+	for _, el := range strings.Split(p, "/") {
+		if el != "" && el != "." {
+			keep = append(keep, el)
+		}
+	}
+	return strings.Join(keep, "/")
+}
+
+// getArtifact answers MLflow's GET /get-artifact?run_id=&path= (what its
+// web UI and some scripts download a run's file with).
+func (s *Server) getArtifact(ctx *fasthttp.RequestCtx) {
+	if s.cfg.Artifacts == nil {
+		writeErr(ctx, errf(503, codeUnavailable, "the dashboard has no artifact storage; start it with FW_ARTIFACT_DIR, FW_EXPERIMENT_DIR or FW_ARTIFACT_URI"))
+		return
+	}
+	if !ctx.IsGet() && !ctx.IsHead() {
+		ctx.Response.Header.Set("Allow", "GET")
+		writeErr(ctx, errf(405, codeBadRequest, "/get-artifact takes GET"))
+		return
+	}
+	runID := string(ctx.QueryArgs().Peek("run_id"))
+	if runID == "" {
+		runID = string(ctx.QueryArgs().Peek("run_uuid"))
+	}
+	if runID == "" {
+		writeErr(ctx, errf(400, codeInvalidParameter, "Missing value for required parameter 'run_id'"))
+		return
+	}
+	if err := store.ValidateID(runID); err != nil {
+		writeErr(ctx, errf(404, codeNotFound, "Run with id=%s not found", runID))
+		return
+	}
+	rel := cleanDir(string(ctx.QueryArgs().Peek("path")))
+	if rel == "" {
+		writeErr(ctx, errf(400, codeInvalidParameter, "Missing value for required parameter 'path': name a file of the run"))
+		return
+	}
+	if err := store.ValidateRelPath(rel); err != nil {
+		writeErr(ctx, errf(400, codeInvalidParameter, "Invalid path: %v", err))
+		return
+	}
+	s.downloadFile(ctx, runID, rel)
 }
 
 // upload streams the request's body into a temporary file of UploadDir
@@ -172,8 +224,9 @@ func (s *Server) downloadFile(ctx *fasthttp.RequestCtx, runID, rel string) {
 		writeErr(ctx, errf(500, codeInternal, "reading the artifact from storage failed; see the dashboard's log"))
 		return
 	}
-	ctx.SetContentType("application/octet-stream")
-	ctx.Response.Header.Set("Content-Disposition", `attachment; filename="`+strings.ReplaceAll(path.Base(rel), `"`, "")+`"`)
+	ctx.SetContentType(mimeType(rel))
+	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
+	ctx.Response.Header.Set("Content-Disposition", contentDisposition(path.Base(rel)))
 	if r == nil {
 		ctx.Response.Header.SetContentLength(int(info.Size))
 		return
@@ -237,7 +290,7 @@ func (s *Server) listRunArtifacts(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	dir = strings.Trim(dir, "/")
+	dir = cleanDir(dir)
 	if dir != "" {
 		if err := store.ValidateRelPath(dir); err != nil {
 			return nil, errf(400, codeInvalidParameter, "path: %v", err)

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -292,12 +293,25 @@ func (r *request) runID() (string, *apiError) {
 		}
 	}
 	if id == "" {
-		return "", errf(400, codeInvalidParameter, "missing value for required parameter 'run_id'")
+		return "", missingValue("run_id")
 	}
 	if err := store.ValidateID(id); err != nil {
 		return "", errf(404, codeNotFound, "Run with id=%s not found", id)
 	}
 	return id, nil
+}
+
+// mustBeActive refuses a write to a run MLflow's delete_run soft-deleted,
+// as MLflow does (restore_run makes it writable again).
+func (s *Server) mustBeActive(r *request, id string) *apiError {
+	page, err := s.st.ListRuns(r.ctx, store.ListQuery{Filter: "id = " + quote(id) + " AND tags." + quote(lifecycleTag) + ` = "deleted"`, Limit: 1})
+	if err != nil {
+		return s.fromStore(err, "reading run "+id)
+	}
+	if len(page.Runs) > 0 {
+		return errf(400, codeInvalidParameter, "The run %s must be in the 'active' state. Current state is deleted. Restore it first (restore_run)", id)
+	}
+	return nil
 }
 
 func (s *Server) getRun(r *request) (any, *apiError) {
@@ -311,6 +325,9 @@ func (s *Server) getRun(r *request) (any, *apiError) {
 func (s *Server) updateRun(r *request) (any, *apiError) {
 	id, e := r.runID()
 	if e != nil {
+		return nil, e
+	}
+	if e := s.mustBeActive(r, id); e != nil {
 		return nil, e
 	}
 	status, e := r.str("status")
@@ -387,17 +404,24 @@ func transition(from, to store.Status, at store.Timestamp) []store.Event {
 // fw.lifecycle=deleted (hidden from MLflow's default searches); fw's own
 // DELETE /api/runs/{id} removes a run for good.
 func (s *Server) deleteRun(r *request) (any, *apiError) {
-	return s.tagRun(r, store.Event{Type: store.EventTag, Tags: map[string]string{lifecycleTag: "deleted"}})
+	return s.tagRun(r, store.Event{Type: store.EventTag, Tags: map[string]string{lifecycleTag: "deleted"}}, false)
 }
 
 func (s *Server) restoreRun(r *request) (any, *apiError) {
-	return s.tagRun(r, store.Event{Type: store.EventTag, DeleteTags: []string{lifecycleTag}})
+	return s.tagRun(r, store.Event{Type: store.EventTag, DeleteTags: []string{lifecycleTag}}, false)
 }
 
-func (s *Server) tagRun(r *request, ev store.Event) (any, *apiError) {
+// tagRun applies one tag event to the run of the request; active: only to
+// a run that is not soft-deleted (MLflow's set_tag and delete_tag).
+func (s *Server) tagRun(r *request, ev store.Event, active bool) (any, *apiError) {
 	id, e := r.runID()
 	if e != nil {
 		return nil, e
+	}
+	if active {
+		if e := s.mustBeActive(r, id); e != nil {
+			return nil, e
+		}
 	}
 	if e := s.apply(r.ctx, id, []store.Event{ev}); e != nil {
 		return nil, e
@@ -421,13 +445,16 @@ func metricEvents(ms []wireMetric) ([]store.Event, *apiError) {
 	var out []store.Event
 	for i, m := range ms {
 		if m.Key == "" {
-			return nil, errf(400, codeInvalidParameter, "metrics[%d]: missing value for required parameter 'key'", i)
+			return nil, missingValue(fmt.Sprintf("metrics[%d].key", i))
 		}
 		if err := store.ValidateKey(m.Key); err != nil {
 			return nil, errf(400, codeInvalidParameter, "metrics[%d]: %v", i, err)
 		}
 		if m.Value == nil {
-			return nil, errf(400, codeInvalidParameter, "metrics[%d] (%s): missing value for required parameter 'value'", i, m.Key)
+			return nil, missingValue(fmt.Sprintf("metrics[%d].value", i))
+		}
+		if !m.Timestamp.set {
+			return nil, missingValue(fmt.Sprintf("metrics[%d].timestamp", i))
 		}
 		if m.Step.v < 0 {
 			return nil, errf(400, codeInvalidParameter, "metrics[%d] (%s): fw keeps steps >= 0, got %d", i, m.Key, m.Step.v)
@@ -449,6 +476,9 @@ func (s *Server) logMetric(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
+	if e := s.mustBeActive(r, id); e != nil {
+		return nil, e
+	}
 	var m wireMetric
 	var e2 *apiError
 	if m.Key, e2 = r.need("key"); e2 != nil {
@@ -456,11 +486,11 @@ func (s *Server) logMetric(r *request) (any, *apiError) {
 	}
 	raw, ok := r.raw("value")
 	if !ok {
-		return nil, errf(400, codeInvalidParameter, "missing value for required parameter 'value'")
+		return nil, missingValue("value")
 	}
 	var v f64
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return nil, errf(400, codeInvalidParameter, "value: %v", err)
+		return nil, invalidValue("value", raw, "a number")
 	}
 	m.Value = &v
 	if m.Timestamp.v, m.Timestamp.set, e = r.int64Field("timestamp"); e != nil {
@@ -468,6 +498,9 @@ func (s *Server) logMetric(r *request) (any, *apiError) {
 	}
 	if m.Step.v, m.Step.set, e = r.int64Field("step"); e != nil {
 		return nil, e
+	}
+	if !m.Timestamp.set {
+		return nil, missingValue("timestamp")
 	}
 	events, e := metricEvents([]wireMetric{m})
 	if e != nil {
@@ -482,6 +515,9 @@ func (s *Server) logMetric(r *request) (any, *apiError) {
 func (s *Server) logBatch(r *request) (any, *apiError) {
 	id, e := r.runID()
 	if e != nil {
+		return nil, e
+	}
+	if e := s.mustBeActive(r, id); e != nil {
 		return nil, e
 	}
 	var ms []wireMetric
@@ -559,6 +595,9 @@ func (s *Server) logParam(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
+	if e := s.mustBeActive(r, id); e != nil {
+		return nil, e
+	}
 	key, e := r.need("key")
 	if e != nil {
 		return nil, e
@@ -596,12 +635,15 @@ func (s *Server) setTag(r *request) (any, *apiError) {
 			if e != nil {
 				return nil, e
 			}
+			if e := s.mustBeActive(r, id); e != nil {
+				return nil, e
+			}
 			if _, err := s.st.UpdateRun(r.ctx, id, store.RunPatch{Name: &n}); err != nil {
 				return nil, s.runErr(err, id)
 			}
 		}
 	}
-	return s.tagRun(r, ev)
+	return s.tagRun(r, ev, true)
 }
 
 func (s *Server) deleteTag(r *request) (any, *apiError) {
@@ -620,7 +662,7 @@ func (s *Server) deleteTag(r *request) (any, *apiError) {
 	if _, ok := got.Tags[key]; !ok || key == lifecycleTag || key == inputsTag {
 		return nil, errf(404, codeNotFound, "No tag with name: %s in run with id %s", key, id)
 	}
-	return s.tagRun(r, store.Event{Type: store.EventTag, DeleteTags: []string{key}})
+	return s.tagRun(r, store.Event{Type: store.EventTag, DeleteTags: []string{key}}, true)
 }
 
 // logInputs records MLflow's dataset inputs on the run (the reserved tag
@@ -628,6 +670,9 @@ func (s *Server) deleteTag(r *request) (any, *apiError) {
 func (s *Server) logInputs(r *request) (any, *apiError) {
 	id, e := r.runID()
 	if e != nil {
+		return nil, e
+	}
+	if e := s.mustBeActive(r, id); e != nil {
 		return nil, e
 	}
 	var datasets []json.RawMessage
@@ -645,6 +690,9 @@ func (s *Server) logInputs(r *request) (any, *apiError) {
 func (s *Server) logModel(r *request) (any, *apiError) {
 	id, e := r.runID()
 	if e != nil {
+		return nil, e
+	}
+	if e := s.mustBeActive(r, id); e != nil {
 		return nil, e
 	}
 	mj, e := r.need("model_json")
