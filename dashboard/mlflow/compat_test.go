@@ -1,8 +1,11 @@
 package mlflow
 
 import (
+	"context"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -124,6 +127,12 @@ func testCompatEverydayMLflow(t *testing.T, e *env) {
 			t.Fatalf("%s on a deleted run: %s", w.path, msg)
 		}
 	}
+	e.ok("POST", api+"runs/set-tag", map[string]any{"run_id": same[3], "key": "gone", "value": "1"})
+	e.ok("POST", api+"runs/delete-tag", map[string]any{"run_id": same[3], "key": "gone"})
+	e.ok("POST", api+"runs/delete", map[string]any{"run_id": same[3]})
+	if msg := e.fails(400, codeInvalidParameter, "POST", api+"runs/delete-tag", map[string]any{"run_id": same[3], "key": "gone"}); !strings.Contains(msg, "must be in the 'active' state") {
+		t.Fatalf("delete-tag on a deleted run: %s", msg) // before "no such tag", as in MLflow
+	}
 	e.ok("POST", api+"runs/restore", map[string]any{"run_id": same[2]})
 	e.ok("POST", api+"runs/log-metric", map[string]any{"run_id": same[2], "key": "m", "value": 1, "timestamp": 1})
 
@@ -140,6 +149,7 @@ func testCompatEverydayMLflow(t *testing.T, e *env) {
 		{"runs/log-batch", map[string]any{"run_id": id, "metrics": "foo"}, `Invalid value "foo" for parameter 'metrics' supplied`},
 		{"runs/log-batch", map[string]any{"run_id": id, "metrics": []map[string]any{{"key": "k", "value": 1}}}, "Missing value for required parameter 'metrics[0].timestamp'"},
 		{"runs/set-tag", map[string]any{"run_id": id, "key": "k", "value": 41}, "Invalid value 41 for parameter 'value' supplied"},
+		{"runs/set-tag", map[string]any{"run_id": 31, "key": "k", "value": 41}, "Invalid value 31 for parameter 'run_id' supplied"},
 	} {
 		if msg := e.fails(400, codeInvalidParameter, "POST", api+c.path, c.body); !strings.HasPrefix(msg, c.want) {
 			t.Errorf("%s %v: %q, want it to start with %q", c.path, c.body, msg, c.want)
@@ -209,12 +219,15 @@ func TestCompatArtifactPaths(t *testing.T) {
 }
 
 func TestMimeAndDisposition(t *testing.T) {
-	for name, want := range map[string]string{"a.txt": "text/plain", "b.pkl": "application/octet-stream", "c.png": "image/png", "d.pdf": "application/pdf", "MLmodel": "text/plain", "x/y.JPG": "image/jpeg", "noext": "application/octet-stream"} {
+	for name, want := range map[string]string{"a.txt": "text/plain", "b.pkl": "application/octet-stream", "c.png": "image/png", "d.pdf": "application/pdf", "MLmodel": "text/plain", "mlproject": "text/plain", "x/y.JPG": "image/jpeg", "noext": "application/octet-stream"} {
 		if got := mimeType(name); got != want {
 			t.Errorf("mimeType(%q) = %q, want %q", name, got, want)
 		}
 	}
-	if got := contentDisposition(`a"b.txt`); got != `attachment; filename="ab.txt"` {
+	if got := contentDisposition("dog+step+20.webp"); got != `attachment; filename=dog+step+20.webp` {
+		t.Errorf("token: %s", got)
+	}
+	if got := contentDisposition(`a"b c.txt`); got != `attachment; filename="ab c.txt"` {
 		t.Errorf("quote: %s", got)
 	}
 	if got := contentDisposition("é.txt"); got != `attachment; filename="_.txt"; filename*=UTF-8''%C3%A9.txt` {
@@ -232,4 +245,43 @@ func serveRaw(e *env, method, uri string) rawAnswer {
 	ctx := testreq.Serve(func(ctx *fasthttpCtx) { e.srv.Handler(ctx, string(ctx.Path())) }, method, uri, "", nil, false)
 	return rawAnswer{ctx.Response.StatusCode(), string(ctx.Response.Header.ContentType()), string(ctx.Response.Header.Peek("X-Content-Type-Options")),
 		string(ctx.Response.Header.Peek("Content-Disposition")), string(ctx.Response.Body())}
+}
+
+// TestCompatFreeArtifacts: MLflow's artifact proxy takes any path, not only
+// a run's <exp>/<run>/artifacts/...: files are stored apart from every run
+// (under _mlflow-artifacts/ of the artifact store, which no run ID can
+// name), listed by directory and downloaded with MLflow's headers.
+func TestCompatFreeArtifacts(t *testing.T) {
+	e := newEnv(t, Config{MaxArtifactBytes: 1024})
+	const root = "/api/2.0/mlflow-artifacts/artifacts"
+	e.ok("PUT", root+"/a.txt", "0")
+	e.ok("PUT", root+"/dir/b.pdf", "1")
+	e.ok("PUT", root+"/0/models/m-1/artifacts/MLmodel", "flavors: {}")
+	list := e.ok("GET", root, nil)["files"].([]any)
+	if fmt.Sprint(list) != "[map[is_dir:true path:0] map[file_size:1 is_dir:false path:a.txt] map[is_dir:true path:dir]]" {
+		t.Fatalf("root: %v", list)
+	}
+	for _, p := range []string{"dir", "./dir/", "dir/."} {
+		list = e.ok("GET", root+"?path="+url.QueryEscape(p), nil)["files"].([]any)
+		if fmt.Sprint(list) != "[map[file_size:1 is_dir:false path:b.pdf]]" {
+			t.Fatalf("dir %q: %v", p, list)
+		}
+	}
+	a := serveRaw(e, "GET", root+"/dir/b.pdf")
+	if a.status != 200 || a.body != "1" || a.ctype != "application/pdf" || a.nosniff != "nosniff" || a.disposition != "attachment; filename=b.pdf" {
+		t.Fatalf("download: %+v", a)
+	}
+	if _, err := os.Stat(filepath.Join(e.art, "_mlflow-artifacts", "dir", "b.pdf")); err != nil {
+		t.Fatalf("stored apart from the runs: %v", err)
+	}
+	e.fails(404, codeNotFound, "GET", root+"/dir/none.txt", nil)
+	e.fails(400, codeInvalidParameter, "GET", root+"?path=../x", nil)
+	e.fails(413, codeLimitExceeded, "PUT", root+"/big.bin", strings.Repeat("x", 1025))
+	// A run's files are not reachable as free files, nor the other way.
+	id := e.newRun("0")
+	e.ok("PUT", root+"/0/"+id+"/artifacts/r.txt", "run")
+	e.fails(404, codeNotFound, "GET", root+"/_mlflow-artifacts/a.txt", nil)
+	if arts, _ := e.st.Artifacts(context.Background(), id); len(arts) != 1 {
+		t.Fatalf("the run lists %v", arts)
+	}
 }

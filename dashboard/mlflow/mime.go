@@ -12,7 +12,7 @@ var textNames = map[string]bool{
 	"txt": true, "log": true, "err": true, "cfg": true, "conf": true, "cnf": true, "cf": true, "ini": true,
 	"properties": true, "prop": true, "hocon": true, "toml": true, "yaml": true, "yml": true, "xml": true,
 	"json": true, "js": true, "py": true, "py3": true, "csv": true, "tsv": true, "md": true, "rst": true,
-	"ipynb": true, "MLmodel": true, "MLproject": true,
+	"ipynb": true, "MLmodel": true, "MLproject": true, "mlproject": true, // MLflow matches "mlproject"
 }
 
 // mimeTypes is a fixed table (not the host's mime.types, which differs
@@ -43,25 +43,39 @@ func mimeType(name string) string {
 	return "application/octet-stream"
 }
 
-// contentDisposition is an attachment header for a file name: an ASCII
-// filename= (quotes and control characters dropped, other bytes as '_')
-// and, for other names, RFC 5987's filename*=.
+// contentDisposition is an attachment header for a file name, as MLflow's
+// server (werkzeug) writes it: the name bare when it is an HTTP token
+// ("attachment; filename=dog+step+20.png"), else quoted with quotes,
+// backslashes and control characters dropped and other non-ASCII bytes as
+// '_', plus RFC 5987's filename*= for a non-ASCII name.
 func contentDisposition(name string) string {
 	var b strings.Builder
-	ascii := true
+	ascii, token := true, name != ""
 	for _, r := range name {
 		switch {
 		case r == '"' || r == '\\' || r < 0x20 || r == 0x7f:
+			token = false
 		case r > 0x7e:
-			ascii = false
+			ascii, token = false, false
 			b.WriteByte('_')
 		default:
+			if !tokenRune(r) {
+				token = false
+			}
 			b.WriteRune(r)
 		}
+	}
+	if token {
+		return "attachment; filename=" + name
 	}
 	out := `attachment; filename="` + b.String() + `"`
 	if !ascii {
 		out += "; filename*=UTF-8''" + url.PathEscape(name)
 	}
 	return out
+}
+
+// tokenRune reports whether r may appear in an HTTP token (RFC 9110).
+func tokenRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)
 }

@@ -309,9 +309,14 @@ func (s *Server) mustBeActive(r *request, id string) *apiError {
 		return s.fromStore(err, "reading run "+id)
 	}
 	if len(page.Runs) > 0 {
-		return errf(400, codeInvalidParameter, "The run %s must be in the 'active' state. Current state is deleted. Restore it first (restore_run)", id)
+		return deletedRun(id)
 	}
 	return nil
+}
+
+// deletedRun is MLflow's refusal of a write to a soft-deleted run.
+func deletedRun(id string) *apiError {
+	return errf(400, codeInvalidParameter, "The run %s must be in the 'active' state. Current state is deleted. Restore it first (restore_run)", id)
 }
 
 func (s *Server) getRun(r *request) (any, *apiError) {
@@ -617,6 +622,12 @@ func (s *Server) logParam(r *request) (any, *apiError) {
 }
 
 func (s *Server) setTag(r *request) (any, *apiError) {
+	// Fields in MLflow's order, so a request with several wrong ones gets
+	// MLflow's first complaint.
+	id, e := r.runID()
+	if e != nil {
+		return nil, e
+	}
 	key, e := r.need("key")
 	if e != nil {
 		return nil, e
@@ -628,22 +639,17 @@ func (s *Server) setTag(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	ev := store.Event{Type: store.EventTag, Tags: map[string]string{key: value}}
+	if e := s.mustBeActive(r, id); e != nil {
+		return nil, e
+	}
 	if key == tagRunName {
 		if n := fwName(value); n != "" {
-			id, e := r.runID()
-			if e != nil {
-				return nil, e
-			}
-			if e := s.mustBeActive(r, id); e != nil {
-				return nil, e
-			}
 			if _, err := s.st.UpdateRun(r.ctx, id, store.RunPatch{Name: &n}); err != nil {
 				return nil, s.runErr(err, id)
 			}
 		}
 	}
-	return s.tagRun(r, ev, true)
+	return s.tagRun(r, store.Event{Type: store.EventTag, Tags: map[string]string{key: value}}, false)
 }
 
 func (s *Server) deleteTag(r *request) (any, *apiError) {
@@ -659,10 +665,13 @@ func (s *Server) deleteTag(r *request) (any, *apiError) {
 	if err != nil {
 		return nil, s.runErr(err, id)
 	}
+	if got.Tags[lifecycleTag] == "deleted" {
+		return nil, deletedRun(id)
+	}
 	if _, ok := got.Tags[key]; !ok || key == lifecycleTag || key == inputsTag {
 		return nil, errf(404, codeNotFound, "No tag with name: %s in run with id %s", key, id)
 	}
-	return s.tagRun(r, store.Event{Type: store.EventTag, DeleteTags: []string{key}}, true)
+	return s.tagRun(r, store.Event{Type: store.EventTag, DeleteTags: []string{key}}, false)
 }
 
 // logInputs records MLflow's dataset inputs on the run (the reserved tag

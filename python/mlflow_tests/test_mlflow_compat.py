@@ -9,6 +9,7 @@ run, case-sensitive LIKE, artifact_location, GET /version and MLflow's 404 shape
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -128,3 +129,28 @@ def test_version_and_mlflow_404_shape(dashboard, client):
         r = dashboard.request("POST", path, {})
         assert r.status == 404, (path, r)
         assert r.json()["error_code"] == "ENDPOINT_NOT_FOUND" and r.json()["message"], (path, r)
+
+
+def test_artifact_proxy_takes_any_path_with_mlflows_headers(dashboard, client, tmp_path):
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    src = tmp_path / "report.pdf"
+    src.write_bytes(b"%PDF-1.4")
+    repo = get_artifact_repository("mlflow-artifacts:/shared/reports")  # no run: a free path
+    repo.log_artifact(str(src))
+    repo.log_artifact(str(src), "2024")
+    assert sorted((f.path, f.is_dir) for f in repo.list_artifacts()) == [("2024", True), ("report.pdf", False)]
+    got = mlflow.artifacts.download_artifacts(
+        artifact_uri="mlflow-artifacts:/shared/reports/2024/report.pdf", dst_path=str(tmp_path / "d")
+    )
+    assert open(got, "rb").read() == b"%PDF-1.4"
+    r = dashboard.request("GET", "/api/2.0/mlflow-artifacts/artifacts/shared/reports/report.pdf")
+    assert r.status == 200 and r.headers["Content-Type"] == "application/pdf", r
+    assert r.headers["X-Content-Type-Options"] == "nosniff"
+    assert r.headers["Content-Disposition"] == "attachment; filename=report.pdf"
+    assert (Path(dashboard.dirs["FW_ARTIFACT_DIR"]) / "_mlflow-artifacts/shared/reports/report.pdf").exists()
+
+    with mlflow.start_run() as run:  # a run's files keep their own place and headers
+        mlflow.log_text("hello", "notes.md")
+    r = dashboard.request("GET", f"/get-artifact?run_id={run.info.run_id}&path=notes.md")
+    assert r.status == 200 and r.body == b"hello" and r.headers["Content-Type"].startswith("text/plain"), r
