@@ -163,6 +163,9 @@ func (s *Server) RoutePattern(path string) string {
 		if _, known := s.routes[r]; known {
 			return "/api/2.0/mlflow/" + r
 		}
+		if strings.HasPrefix(r, "logged-models/") {
+			return "/api/2.0/mlflow/logged-models/{id}"
+		}
 	}
 	return "other"
 }
@@ -191,6 +194,11 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx, path string) {
 	}
 	route, isML := strings.CutPrefix(rest, "mlflow/")
 	h, known := s.routes[route]
+	if ok && isML && !known {
+		if m, isModel := strings.CutPrefix(route, "logged-models/"); isModel && s.loggedModelRoute(ctx, m) {
+			return
+		}
+	}
 	if !ok || !isML || !known {
 		writeErr(ctx, errf(404, codeEndpointNotFound, "No API endpoint %s %s in fw's MLflow API; docs/mlflow.md lists what fw serves", ctx.Method(), path))
 		return
@@ -247,9 +255,11 @@ func (s *Server) routeTable() map[string]route {
 		"metrics/get-history":               {method: "GET", fn: s.getHistory},
 		"metrics/get-history-bulk-interval": {method: "GET", fn: s.getHistoryBulk},
 		"artifacts/list":                    {method: "GET", fn: s.listRunArtifacts},
-		// MLflow 3's logged models are not kept by fw: a search finds none
-		// (the client searches them when it resolves runs:/ URIs).
-		"logged-models/search": {method: "POST", fn: func(*request) (any, *apiError) { return map[string]any{"models": []any{}}, nil }},
+		"runs/outputs":                      {method: "POST", fn: s.logOutputs},
+		// MLflow 3's logged models (loggedmodels.go); logged-models/{id}/...
+		// are matched in Handler.
+		"logged-models":        {method: "POST", fn: s.createLoggedModel},
+		"logged-models/search": {method: "POST", fn: s.searchLoggedModels},
 	}
 }
 

@@ -24,7 +24,22 @@ const (
 	tagModelHist  = "mlflow.log-model.history"
 	// inputsTag records log-inputs (MLflow's dataset inputs) as JSON.
 	inputsTag = "fw.mlflow.inputs"
+	// modelInputsTag records log-inputs' models (MLflow 3) as JSON.
+	modelInputsTag = "fw.mlflow.model_inputs"
+	// outputsTag records log-outputs (MLflow 3's models a run produced) as
+	// JSON.
+	outputsTag = "fw.mlflow.outputs"
 )
+
+// reservedTag reports whether a run tag is fw's bookkeeping of MLflow's
+// state: hidden from MLflow's tag lists, refused from clients.
+func reservedTag(k string) bool {
+	switch k {
+	case lifecycleTag, inputsTag, modelInputsTag, outputsTag:
+		return true
+	}
+	return false
+}
 
 type runInfo struct {
 	RunID          string `json:"run_id"`
@@ -55,12 +70,18 @@ type runData struct {
 
 type runInputs struct {
 	DatasetInputs []json.RawMessage `json:"dataset_inputs"`
+	ModelInputs   []json.RawMessage `json:"model_inputs,omitempty"`
+}
+
+type runOutputs struct {
+	ModelOutputs []json.RawMessage `json:"model_outputs,omitempty"`
 }
 
 type run struct {
-	Info   runInfo   `json:"info"`
-	Data   runData   `json:"data"`
-	Inputs runInputs `json:"inputs"`
+	Info    runInfo    `json:"info"`
+	Data    runData    `json:"data"`
+	Inputs  runInputs  `json:"inputs"`
+	Outputs runOutputs `json:"outputs"`
 }
 
 // MLflow's run statuses and fw's.
@@ -140,14 +161,19 @@ func (s *Server) toRun(r store.Run) run {
 		out.Data.Params = append(out.Data.Params, kv{k, paramString(r.Params[k])})
 	}
 	for _, k := range sortedKeys(r.Tags) {
-		switch k {
-		case lifecycleTag, inputsTag:
+		if reservedTag(k) {
 			continue
 		}
 		out.Data.Tags = append(out.Data.Tags, kv{k, r.Tags[k]})
 	}
 	if in := r.Tags[inputsTag]; in != "" {
 		_ = json.Unmarshal([]byte(in), &out.Inputs.DatasetInputs)
+	}
+	if in := r.Tags[modelInputsTag]; in != "" {
+		_ = json.Unmarshal([]byte(in), &out.Inputs.ModelInputs)
+	}
+	if o := r.Tags[outputsTag]; o != "" {
+		_ = json.Unmarshal([]byte(o), &out.Outputs.ModelOutputs)
 	}
 	return out
 }
@@ -216,7 +242,7 @@ func (s *Server) createRun(r *request) (any, *apiError) {
 	}
 	tagMap := map[string]string{}
 	for _, t := range tags {
-		if t.Key == lifecycleTag || t.Key == inputsTag {
+		if reservedTag(t.Key) {
 			return nil, errf(400, codeInvalidParameter, "tag %q is reserved by fw", t.Key)
 		}
 		tagMap[t.Key] = t.Value
@@ -440,6 +466,11 @@ type wireMetric struct {
 	Value     *f64   `json:"value"`
 	Timestamp i64    `json:"timestamp"`
 	Step      i64    `json:"step"`
+	// MLflow 3: the logged model (and dataset) the value is about; the
+	// value is also kept on that model (loggedmodels.go).
+	ModelID       string `json:"model_id,omitempty"`
+	DatasetName   string `json:"dataset_name,omitempty"`
+	DatasetDigest string `json:"dataset_digest,omitempty"`
 }
 
 // metricEvents groups metrics into fw events, one per (step, timestamp),
@@ -507,11 +538,22 @@ func (s *Server) logMetric(r *request) (any, *apiError) {
 	if !m.Timestamp.set {
 		return nil, missingValue("timestamp")
 	}
+	for _, f := range []struct {
+		name string
+		to   *string
+	}{{"model_id", &m.ModelID}, {"dataset_name", &m.DatasetName}, {"dataset_digest", &m.DatasetDigest}} {
+		if *f.to, e = r.str(f.name); e != nil {
+			return nil, e
+		}
+	}
 	events, e := metricEvents([]wireMetric{m})
 	if e != nil {
 		return nil, e
 	}
 	if e := s.apply(r.ctx, id, events); e != nil {
+		return nil, e
+	}
+	if e := s.linkModelMetrics(r, id, []wireMetric{m}); e != nil {
 		return nil, e
 	}
 	return struct{}{}, nil
@@ -557,7 +599,7 @@ func (s *Server) logBatch(r *request) (any, *apiError) {
 	if len(tags) > 0 {
 		tm := map[string]string{}
 		for _, t := range tags {
-			if t.Key == lifecycleTag || t.Key == inputsTag {
+			if reservedTag(t.Key) {
 				return nil, errf(400, codeInvalidParameter, "tag %q is reserved by fw", t.Key)
 			}
 			tm[t.Key] = t.Value
@@ -573,6 +615,9 @@ func (s *Server) logBatch(r *request) (any, *apiError) {
 		return struct{}{}, nil
 	}
 	if e := s.apply(r.ctx, id, events); e != nil {
+		return nil, e
+	}
+	if e := s.linkModelMetrics(r, id, ms); e != nil {
 		return nil, e
 	}
 	return struct{}{}, nil
@@ -632,7 +677,7 @@ func (s *Server) setTag(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	if key == lifecycleTag || key == inputsTag {
+	if reservedTag(key) {
 		return nil, errf(400, codeInvalidParameter, "tag %q is reserved by fw", key)
 	}
 	value, e := r.str("value")
@@ -668,7 +713,7 @@ func (s *Server) deleteTag(r *request) (any, *apiError) {
 	if got.Tags[lifecycleTag] == "deleted" {
 		return nil, deletedRun(id)
 	}
-	if _, ok := got.Tags[key]; !ok || key == lifecycleTag || key == inputsTag {
+	if _, ok := got.Tags[key]; !ok || reservedTag(key) {
 		return nil, errf(404, codeNotFound, "No tag with name: %s in run with id %s", key, id)
 	}
 	return s.tagRun(r, store.Event{Type: store.EventTag, DeleteTags: []string{key}}, false)
@@ -684,14 +729,44 @@ func (s *Server) logInputs(r *request) (any, *apiError) {
 	if e := s.mustBeActive(r, id); e != nil {
 		return nil, e
 	}
-	var datasets []json.RawMessage
+	var datasets, models []json.RawMessage
 	if e := r.decode("datasets", &datasets); e != nil {
 		return nil, e
 	}
-	if len(datasets) == 0 {
+	if e := r.decode("models", &models); e != nil {
+		return nil, e
+	}
+	if len(datasets) > 0 {
+		if _, e := s.appendJSONTag(r, id, inputsTag, datasets); e != nil {
+			return nil, e
+		}
+	}
+	if len(models) > 0 {
+		if _, e := s.appendJSONTag(r, id, modelInputsTag, models); e != nil {
+			return nil, e
+		}
+	}
+	return struct{}{}, nil
+}
+
+// logOutputs records MLflow 3's log_outputs (the models a run produced, at
+// which step) on the run, shown back as its outputs.
+func (s *Server) logOutputs(r *request) (any, *apiError) {
+	id, e := r.runID()
+	if e != nil {
+		return nil, e
+	}
+	if e := s.mustBeActive(r, id); e != nil {
+		return nil, e
+	}
+	var models []json.RawMessage
+	if e := r.decode("models", &models); e != nil {
+		return nil, e
+	}
+	if len(models) == 0 {
 		return struct{}{}, nil
 	}
-	return s.appendJSONTag(r, id, inputsTag, datasets)
+	return s.appendJSONTag(r, id, outputsTag, models)
 }
 
 // logModel records MLflow 2's log-model call in the mlflow.log-model.history
