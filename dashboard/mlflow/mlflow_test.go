@@ -349,7 +349,11 @@ func testErrorsAndLimits(t *testing.T, e *env) {
 	}
 	e.fails(400, codeInvalidParameter, "POST", api+"runs/log-batch", map[string]any{"run_id": id, "metrics": many})
 	e.fails(400, codeInvalidParameter, "POST", api+"runs/log-batch", map[string]any{"run_id": id, "metrics": []map[string]any{{"key": "k", "value": 1, "timestamp": "x"}}})
-	e.fails(400, codeInvalidParameter, "POST", api+"runs/log-batch", map[string]any{"run_id": id, "metrics": []map[string]any{{"key": "k", "value": 1, "step": -1}}})
+	// Negative steps are kept, as in MLflow.
+	e.ok("POST", api+"runs/log-batch", map[string]any{"run_id": id, "metrics": []map[string]any{{"key": "k", "value": 1, "timestamp": 1, "step": -1}}})
+	if h := e.ok("GET", api+"metrics/get-history?run_id="+id+"&metric_key=k", nil)["metrics"].([]any); len(h) != 1 || h[0].(map[string]any)["step"] != float64(-1) {
+		t.Fatalf("negative step: %v", h)
+	}
 	e.fails(400, codeInvalidParameter, "POST", api+"runs/log-parameter", map[string]any{"run_id": id, "key": "p", "value": strings.Repeat("x", 6001)})
 	e.fails(400, codeInvalidParameter, "POST", api+"runs/search", map[string]any{"max_results": 50001})
 	e.fails(400, codeInvalidParameter, "POST", api+"runs/search", map[string]any{"page_token": "%%%"})

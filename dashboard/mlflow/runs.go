@@ -492,9 +492,6 @@ func metricEvents(ms []wireMetric) ([]store.Event, *apiError) {
 		if !m.Timestamp.set {
 			return nil, missingValue(fmt.Sprintf("metrics[%d].timestamp", i))
 		}
-		if m.Step.v < 0 {
-			return nil, errf(400, codeInvalidParameter, "metrics[%d] (%s): fw keeps steps >= 0, got %d", i, m.Key, m.Step.v)
-		}
 		g := group{m.Step.v, m.Timestamp.v}
 		j, ok := idx[g]
 		if !ok {

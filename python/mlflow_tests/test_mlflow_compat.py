@@ -154,3 +154,12 @@ def test_artifact_proxy_takes_any_path_with_mlflows_headers(dashboard, client, t
         mlflow.log_text("hello", "notes.md")
     r = dashboard.request("GET", f"/get-artifact?run_id={run.info.run_id}&path=notes.md")
     assert r.status == 200 and r.body == b"hello" and r.headers["Content-Type"].startswith("text/plain"), r
+
+
+def test_negative_steps_are_kept(dashboard, client):
+    with mlflow.start_run() as run:
+        mlflow.log_metric("loss", 2.0, step=-1)  # "before training"
+        mlflow.log_metric("loss", 1.0, step=0)
+    hist = client.get_metric_history(run.info.run_id, "loss")
+    assert [(m.step, m.value) for m in hist] == [(-1, 2.0), (0, 1.0)]
+    assert dashboard.points(run.info.run_id, "loss") == [(-1, 2.0), (0, 1.0)]
