@@ -155,6 +155,18 @@ func testCompatEverydayMLflow(t *testing.T, e *env) {
 			t.Errorf("%s %v: %q, want it to start with %q", c.path, c.body, msg, c.want)
 		}
 	}
+	bulk := api + "metrics/get-history-bulk-interval?metric_key=k"
+	for q, want := range map[string]string{
+		"":                                  "Missing value for required parameter 'run_ids'.",
+		"&run_ids=" + id + "&max_results=0": "max_results must be between 1 and 2500",
+		"&run_ids=" + id + "&start_step=1":  "If either start step or end step are specified, both must be specified.",
+		"&run_ids=" + id + "&start_step=2&end_step=1":   "end_step must be greater than start_step.",
+		"&run_ids=" + strings.Repeat("&run_ids=x", 101): "GetMetricHistoryBulkInterval request must specify at most 100 run_ids.",
+	} {
+		if msg := e.fails(400, codeInvalidParameter, "GET", bulk+q, nil); !strings.HasPrefix(msg, want) {
+			t.Errorf("bulk %s: %q, want it to start with %q", q, msg, want)
+		}
+	}
 }
 
 // TestCompatRoutes: GET /version answers MLflow's version as text; unknown
@@ -176,7 +188,7 @@ func TestCompatRoutes(t *testing.T) {
 	if code != 200 || out["raw"] != Version {
 		t.Fatalf("/version: %d %v", code, out)
 	}
-	for _, p := range []string{"/api/3.0/mlflow/traces/search", "/ajax-api/2.0/mlflow/gateway/secrets/create", "/ajax-api/3.0/mlflow/datasets/create", "/graphql", "/api/2.0/mlflow-artifactsx/y"} {
+	for _, p := range []string{"/api/3.0/mlflow/traces/search", "/ajax-api/2.0/mlflow/gateway/secrets/create", "/ajax-api/3.0/mlflow/datasets/create", "/graphql", "/v1/traces", "/api/2.0/mlflow-artifactsx/y"} {
 		e.fails(404, codeEndpointNotFound, "POST", p, "{}")
 	}
 	// A route MLflow serves under 3.0 as under 2.0.

@@ -129,7 +129,8 @@ const Version = "3.17.2"
 // Owns reports whether path belongs to this API: MLflow's REST API (2.0 and
 // 3.0) and artifact proxy, with their /ajax-api twins (the paths MLflow's
 // own web UI uses), GET /version, GET /get-artifact, and MLflow's GraphQL
-// endpoint (not served: ENDPOINT_NOT_FOUND, rather than fw's web UI).
+// endpoint and OTLP trace intake /v1/traces (not served: ENDPOINT_NOT_FOUND
+// in MLflow's shape, rather than fw's web UI).
 func Owns(path string) bool {
 	for _, p := range []string{"/api/2.0/mlflow", "/api/3.0/mlflow", "/ajax-api"} {
 		if rest, ok := strings.CutPrefix(path, p); ok && (rest == "" || rest[0] == '/' || strings.HasPrefix(rest, "-artifacts")) {
@@ -137,7 +138,7 @@ func Owns(path string) bool {
 		}
 	}
 	switch path {
-	case "/version", "/get-artifact", "/graphql":
+	case "/version", "/get-artifact", "/graphql", "/v1/traces":
 		return true
 	}
 	return false

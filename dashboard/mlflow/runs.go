@@ -863,8 +863,11 @@ func (s *Server) getHistoryBulk(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	if len(ids) == 0 || len(ids) > 100 {
-		return nil, errf(400, codeInvalidParameter, "run_ids must name 1 to 100 runs (got %d)", len(ids))
+	if len(ids) == 0 {
+		return nil, missingValue("run_ids")
+	}
+	if len(ids) > 100 {
+		return nil, errf(400, codeInvalidParameter, "GetMetricHistoryBulkInterval request must specify at most 100 run_ids. Received %d run_ids.", len(ids))
 	}
 	key, e := r.need("metric_key")
 	if e != nil {
@@ -878,7 +881,7 @@ func (s *Server) getHistoryBulk(r *request) (any, *apiError) {
 		maxResults = 320
 	}
 	if maxResults < 1 || maxResults > 2500 {
-		return nil, errf(400, codeInvalidParameter, "max_results must be within 1..2500 (got %d)", maxResults)
+		return nil, errf(400, codeInvalidParameter, "max_results must be between 1 and 2500 (got %d).", maxResults)
 	}
 	var lo, hi *int64
 	if v, ok, e := r.int64Field("start_step"); e != nil {
@@ -890,6 +893,12 @@ func (s *Server) getHistoryBulk(r *request) (any, *apiError) {
 		return nil, e
 	} else if ok {
 		hi = &v
+	}
+	switch {
+	case (lo == nil) != (hi == nil):
+		return nil, errf(400, codeInvalidParameter, "If either start step or end step are specified, both must be specified.")
+	case lo != nil && *lo > *hi:
+		return nil, errf(400, codeInvalidParameter, "end_step must be greater than start_step. Found start_step=%d and end_step=%d.", *lo, *hi)
 	}
 	out := struct {
 		Metrics []metric `json:"metrics"`

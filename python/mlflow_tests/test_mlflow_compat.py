@@ -163,3 +163,16 @@ def test_negative_steps_are_kept(dashboard, client):
     hist = client.get_metric_history(run.info.run_id, "loss")
     assert [(m.step, m.value) for m in hist] == [(-1, 2.0), (0, 1.0)]
     assert dashboard.points(run.info.run_id, "loss") == [(-1, 2.0), (0, 1.0)]
+
+
+def test_tracing_code_runs_though_fw_keeps_no_traces(dashboard, client):
+    # /version now names MLflow's version, so the client sends spans to /v1/traces: fw answers
+    # MLflow's ENDPOINT_NOT_FOUND and the traced code still runs and returns (docs/mlflow.md).
+    @mlflow.trace
+    def add(a, b):
+        return a + b
+
+    with mlflow.start_run():
+        assert add(1, 2) == 3
+    r = dashboard.request("POST", "/v1/traces", {})
+    assert r.status == 404 and r.json()["error_code"] == "ENDPOINT_NOT_FOUND", r
