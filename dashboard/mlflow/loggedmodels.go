@@ -620,6 +620,9 @@ func parseModelFilter(filter string) ([]modelCond, *apiError) {
 				return nil, errf(400, codeInvalidParameter, "Invalid filter %q: comparisons are joined with AND (column %d)", filter, toks[i].pos)
 			}
 			i++
+			if i == len(toks) {
+				return nil, errf(400, codeInvalidParameter, "Invalid filter %q: expected a comparison after AND", filter)
+			}
 		}
 		entity, key, n, ok := splitEntity(toks[i:])
 		if !ok {

@@ -136,3 +136,39 @@ func testLoggedModels(t *testing.T, e *env) {
 	e.fails(405, codeBadRequest, "POST", lm+"/"+bid, nil)
 	e.fails(404, codeEndpointNotFound, "GET", lm+"/"+bid+"/nope", nil)
 }
+
+// TestModelFilter: MLflow's logged-model filter grammar, and malformed
+// filters refused (never a panic).
+func TestModelFilter(t *testing.T) {
+	m := &loggedModel{ID: "m-1", Name: "Res(1)", Status: "LOGGED_MODEL_READY", Created: 5, Tags: map[string]string{"t": "v"},
+		Params: map[string]string{"p": "0.1"}, Metrics: []modelMetric{{Key: "acc", Value: 0.9, Timestamp: 1}}}
+	for f, want := range map[string]bool{
+		"":                                    true,
+		"name = 'Res(1)'":                     true,
+		"name LIKE 'res%'":                    false,
+		"name ILIKE 'res%'":                   true,
+		"name LIKE 'R_s%'":                    true,
+		"metrics.acc >= 0.9 AND tags.t = 'v'": true,
+		"metrics.acc > 0.9":                   false,
+		"params.p = '0.1'":                    true,
+		"creation_timestamp < 6":              true,
+		"attributes.status != 'LOGGED_MODEL_READY'": false,
+		"tags.missing = 'x'":                        false,
+	} {
+		conds, e := parseModelFilter(f)
+		if e != nil {
+			t.Fatalf("%q: %v", f, e.msg)
+		}
+		if got := m.matches(conds); got != want {
+			t.Errorf("%q matches %v, want %v", f, got, want)
+		}
+	}
+	for _, f := range []string{"name = 'a' AND", "name =", "name", "AND", "bogus.k = 1", "name = 'a' OR name = 'b'", "size = 1", "name ~ 'a'", "(name = 'a')", "name = 'a' name"} {
+		if _, e := parseModelFilter(f); e == nil || e.code != codeInvalidParameter {
+			t.Errorf("%q: want INVALID_PARAMETER_VALUE, got %v", f, e)
+		}
+	}
+	if !likeMatch("abc", "a%") || !likeMatch("", "%") || likeMatch("abc", "a_") || !likeMatch("aXbXc", "%b%c") || likeMatch("ab", "%c%") {
+		t.Fatal("likeMatch")
+	}
+}
