@@ -1,6 +1,7 @@
-// Package mlflow serves MLflow's tracking REST API 2.0 (under
-// /api/2.0/mlflow/ and /ajax-api/2.0/mlflow/) and its proxied artifact API
-// (/api/2.0/mlflow-artifacts/artifacts/) over the dashboard's own store, so
+// Package mlflow serves MLflow's tracking REST API (under /api/2.0/mlflow/,
+// /api/3.0/mlflow/ and /ajax-api/2.0/mlflow/), MLflow 3's logged models
+// and its proxied artifact API (/api/2.0/mlflow-artifacts/artifacts/) over
+// the dashboard's own store, so
 // existing MLflow logging code and autologgers write into fw unchanged: one
 // store, the same runs, live on the same stream. Writes become store events
 // (writer "mlflow"), reads come from the store's queries. Errors use MLflow's
