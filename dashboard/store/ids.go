@@ -105,8 +105,9 @@ func ValidateName(name string) error {
 // ValidateExperimentName checks an experiment name: 1 to 500 characters of
 // valid UTF-8 without control characters. It is wider than ValidateName
 // (run names) because MLflow's clients name experiments freely
-// ("resnet (baseline)", "run #1"); an experiment name is only ever data (a
-// column, a JSON string), never a path or a command-line word.
+// ("resnet (baseline)", "run #1"); an experiment name is data (a column, a
+// JSON string), never a path. Training jobs, which pass it on a command
+// line, still check it with ValidateName.
 func ValidateExperimentName(name string) error {
 	n := utf8.RuneCountInString(name)
 	if n == 0 || n > MaxExperimentNameLen || !utf8.ValidString(name) {
