@@ -180,6 +180,11 @@ func FuzzMLflowAPI(f *testing.F) {
 		{"PUT", "../mlflow-artifacts/artifacts/0/r1/artifacts/a/b.txt", `hello`},
 		{"GET", "../mlflow-artifacts/artifacts?path=0/r1/artifacts/a", ``},
 		{"POST", "runs/log-batch", `{"run_id":"r1","metrics":[` + string(bytes.Repeat([]byte(`{"key":"k","value":1,"step":1},`), 50)) + `{}]}`},
+		{"POST", "logged-models", `{"experiment_id":"0","name":"m (1)","params":[{"key":"p","value":"v"}]}`},
+		{"PATCH", "logged-models/m-0/tags", `{"tags":[{"key":"a","value":"b"}]}`},
+		{"POST", "logged-models/search", `{"experiment_ids":["0"],"filter":"metrics.a > 1 AND name LIKE 'm%'","order_by":[{"field_name":"name"}],"page_token":"MQ"}`},
+		{"POST", "runs/outputs", `{"run_id":"r1","models":[{"model_id":"m-0","step":1}]}`},
+		{"PUT", "../mlflow-artifacts/artifacts/free/dir/f.txt", `x`},
 		{"POST", "nope", `{`},
 	} {
 		f.Add(s[0], s[1], []byte(s[2]))

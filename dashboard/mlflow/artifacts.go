@@ -2,6 +2,9 @@ package mlflow
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -23,13 +26,16 @@ type fileInfo struct {
 
 // artifactsProxy answers MLflow's proxied artifact API under
 // /api/2.0/mlflow-artifacts/artifacts: PUT uploads a file, GET downloads it,
-// GET on the root with ?path= lists a directory. Paths are
+// GET on the root with ?path= lists a directory. A path
 // <experiment id>/<run id>/artifacts/<path>, as runs' artifact_uri gives
-// them; files go to the artifact store (Config.Artifacts: fw's artifact
-// directory, or the bucket of FW_ARTIFACT_URI) under <run id>/<path>, with
-// the same path checks as fw's own files (store.ValidateRelPath, and for a
-// directory SafeJoin: no symbolic link out of it), and each upload is
-// recorded as the run's artifact event.
+// it, is a run's file: stored in the artifact store (Config.Artifacts: fw's
+// artifact directory, or the bucket of FW_ARTIFACT_URI) under
+// <run id>/<path>, with the same path checks as fw's own files
+// (store.ValidateRelPath, and for a directory SafeJoin: no symbolic link out
+// of it), and recorded as the run's artifact event. Any other path is a
+// free file, as MLflow's proxy takes them (MLflow 3's logged models, scripts
+// using the proxy as a file store): stored under _mlflow-artifacts/<path>
+// (no run ID starts with '_') and listed from the store's records.
 func (s *Server) artifactsProxy(ctx *fasthttp.RequestCtx, sub string) {
 	if s.cfg.Artifacts == nil {
 		writeErr(ctx, errf(503, codeUnavailable, "the dashboard has no artifact storage; start it with FW_ARTIFACT_DIR, FW_EXPERIMENT_DIR or FW_ARTIFACT_URI"))
@@ -40,72 +46,145 @@ func (s *Server) artifactsProxy(ctx *fasthttp.RequestCtx, sub string) {
 	if sub == "" {
 		if method != "GET" && method != "HEAD" {
 			ctx.Response.Header.Set("Allow", "GET")
-			writeErr(ctx, errf(405, codeBadRequest, "list artifacts with GET ?path=<experiment id>/<run id>/artifacts[/dir]"))
+			writeErr(ctx, errf(405, codeBadRequest, "list artifacts with GET ?path=<directory>"))
 			return
 		}
 		s.proxyList(ctx, string(ctx.QueryArgs().Peek("path")))
 		return
 	}
-	runID, rel, e := splitArtifactPath(sub)
+	runID, rel, isRun, e := splitArtifactPath(sub)
 	if e != nil {
 		writeErr(ctx, e)
 		return
 	}
 	if rel == "" {
-		writeErr(ctx, errf(400, codeInvalidParameter, "name a file under %s/artifacts/", runID))
+		writeErr(ctx, errf(400, codeInvalidParameter, "name a file (the path %q is a directory)", sub))
 		return
 	}
 	switch method {
 	case "PUT":
-		if e := s.upload(ctx, runID, rel); e != nil {
+		var e *apiError
+		if isRun {
+			e = s.upload(ctx, runID, rel)
+		} else {
+			e = s.uploadFree(ctx, rel)
+		}
+		if e != nil {
 			writeErr(ctx, e)
 			return
 		}
 		writeJSON(ctx, 200, struct{}{})
 	case "GET", "HEAD":
-		s.downloadFile(ctx, runID, rel)
+		if isRun {
+			s.downloadFile(ctx, runID, rel)
+		} else {
+			s.downloadFree(ctx, rel)
+		}
 	default:
 		ctx.Response.Header.Set("Allow", "GET, PUT")
 		writeErr(ctx, errf(405, codeBadRequest, "artifacts take GET (download) and PUT (upload); fw does not delete single artifacts (fw's DELETE /api/runs/{id} removes a run with its files)"))
 	}
 }
 
-// splitArtifactPath splits <exp>/<run>/artifacts[/rel].
-func splitArtifactPath(p string) (runID, rel string, e *apiError) {
-	parts := strings.SplitN(strings.Trim(p, "/"), "/", 4)
-	if len(parts) < 3 || parts[2] != "artifacts" {
-		return "", "", errf(400, codeInvalidParameter, "artifact path %q must be <experiment id>/<run id>/artifacts/<path>, as the run's artifact_uri gives it", p)
+// splitArtifactPath splits a proxy path: <exp>/<run>/artifacts[/rel] (a
+// run ID fw accepts in the second place) is a run's (isRun, rel relative to
+// the run's root); anything else is a free path (rel is all of it). "." and
+// empty elements are dropped, as MLflow's client sends them.
+func splitArtifactPath(p string) (runID, rel string, isRun bool, e *apiError) {
+	clean := cleanDir(p)
+	if clean != "" {
+		if err := store.ValidateRelPath(clean); err != nil {
+			return "", "", false, errf(400, codeInvalidParameter, "Invalid path: %v", err)
+		}
 	}
-	if err := store.ValidateID(parts[1]); err != nil {
-		return "", "", errf(404, codeNotFound, "Run with id=%s not found", parts[1])
+	parts := strings.SplitN(clean, "/", 4)
+	if len(parts) < 3 || parts[2] != "artifacts" || store.ValidateID(parts[1]) != nil {
+		return "", clean, false, nil
 	}
 	if len(parts) == 4 {
 		rel = parts[3]
-		if err := store.ValidateRelPath(rel); err != nil {
-			return "", "", errf(400, codeInvalidParameter, "artifact path: %v", err)
-		}
 	}
-	return parts[1], rel, nil
+	return parts[1], rel, true, nil
 }
 
-// upload streams the request's body into a temporary file of UploadDir
-// (at most MaxArtifactBytes), stores it in the artifact store under
+// cleanDir drops the "." and empty elements of a client's artifact path, as
+// MLflow's client and server read them: "." and "" are the run's root
+// (list_artifacts(run, "."), download_artifacts(run_id, ".")), "./a/" is
+// "a". ".." is kept, for ValidateRelPath to refuse.
+func cleanDir(p string) string {
+	var keep []string
+	for _, el := range strings.Split(p, "/") {
+		if el != "" && el != "." {
+			keep = append(keep, el)
+		}
+	}
+	return strings.Join(keep, "/")
+}
+
+// getArtifact answers MLflow's GET /get-artifact?run_id=&path= (what its
+// web UI and some scripts download a run's file with).
+func (s *Server) getArtifact(ctx *fasthttp.RequestCtx) {
+	if s.cfg.Artifacts == nil {
+		writeErr(ctx, errf(503, codeUnavailable, "the dashboard has no artifact storage; start it with FW_ARTIFACT_DIR, FW_EXPERIMENT_DIR or FW_ARTIFACT_URI"))
+		return
+	}
+	if !ctx.IsGet() && !ctx.IsHead() {
+		ctx.Response.Header.Set("Allow", "GET")
+		writeErr(ctx, errf(405, codeBadRequest, "/get-artifact takes GET"))
+		return
+	}
+	runID := string(ctx.QueryArgs().Peek("run_id"))
+	if runID == "" {
+		runID = string(ctx.QueryArgs().Peek("run_uuid"))
+	}
+	if runID == "" {
+		writeErr(ctx, errf(400, codeInvalidParameter, "Missing value for required parameter 'run_id'"))
+		return
+	}
+	if err := store.ValidateID(runID); err != nil {
+		writeErr(ctx, errf(404, codeNotFound, "Run with id=%s not found", runID))
+		return
+	}
+	rel := cleanDir(string(ctx.QueryArgs().Peek("path")))
+	if rel == "" {
+		writeErr(ctx, errf(400, codeInvalidParameter, "Missing value for required parameter 'path': name a file of the run"))
+		return
+	}
+	if err := store.ValidateRelPath(rel); err != nil {
+		writeErr(ctx, errf(400, codeInvalidParameter, "Invalid path: %v", err))
+		return
+	}
+	s.downloadFile(ctx, runID, rel)
+}
+
+// upload streams the request's body into the artifact store under
 // <run id>/<rel> and records the run's artifact event.
 func (s *Server) upload(ctx *fasthttp.RequestCtx, runID, rel string) *apiError {
 	if _, err := s.st.GetRun(s.base, runID); err != nil {
 		return s.runErr(err, runID)
 	}
+	n, e := s.store(ctx, runID+"/"+rel, rel)
+	if e != nil {
+		return e
+	}
+	return s.apply(s.base, runID, []store.Event{{Type: store.EventArtifact, Path: rel, Size: store.Ptr(n)}})
+}
+
+// store streams the request's body into a temporary file of UploadDir (at
+// most MaxArtifactBytes), then stores it in the artifact store under key;
+// it returns the size. rel names the file in messages.
+func (s *Server) store(ctx *fasthttp.RequestCtx, key, rel string) (int64, *apiError) {
 	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > s.cfg.MaxArtifactBytes {
-		return errf(413, codeLimitExceeded, "the artifact is larger than %d bytes (--max-artifact-bytes)", s.cfg.MaxArtifactBytes)
+		return 0, errf(413, codeLimitExceeded, "the artifact is larger than %d bytes (--max-artifact-mib)", s.cfg.MaxArtifactBytes)
 	}
 	if err := os.MkdirAll(s.cfg.UploadDir, 0o755); err != nil {
 		s.log.Error("mlflow api: creating the upload directory", "dir", s.cfg.UploadDir, "err", err)
-		return errf(500, codeInternal, "writing the artifact failed; see the dashboard's log")
+		return 0, errf(500, codeInternal, "writing the artifact failed; see the dashboard's log")
 	}
 	f, err := os.CreateTemp(s.cfg.UploadDir, ".artifact-upload-*")
 	if err != nil {
-		s.log.Error("mlflow api: creating an artifact", "run", runID, "err", err)
-		return errf(500, codeInternal, "writing the artifact failed; see the dashboard's log")
+		s.log.Error("mlflow api: creating an artifact", "key", key, "err", err)
+		return 0, errf(500, codeInternal, "writing the artifact failed; see the dashboard's log")
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // after a directory store moved it, a no-op
@@ -118,19 +197,79 @@ func (s *Server) upload(ctx *fasthttp.RequestCtx, runID, rel string) *apiError {
 		err = cerr
 	}
 	if err != nil {
-		return errf(400, codeBadRequest, "reading the artifact's body: %v", err)
+		return 0, errf(400, codeBadRequest, "reading the artifact's body: %v", err)
 	}
 	if n > s.cfg.MaxArtifactBytes {
-		return errf(413, codeLimitExceeded, "the artifact is larger than %d bytes (--max-artifact-bytes)", s.cfg.MaxArtifactBytes)
+		return 0, errf(413, codeLimitExceeded, "the artifact is larger than %d bytes (--max-artifact-mib)", s.cfg.MaxArtifactBytes)
 	}
-	if err := s.cfg.Artifacts.PutFile(s.base, runID+"/"+rel, tmp); err != nil {
+	if err := s.cfg.Artifacts.PutFile(s.base, key, tmp); err != nil {
 		if errors.Is(err, blob.ErrInvalidKey) {
-			return errf(400, codeInvalidParameter, "artifact path %q: %v", rel, err)
+			return 0, errf(400, codeInvalidParameter, "artifact path %q: %v", rel, err)
 		}
-		s.log.Error("mlflow api: storing an artifact", "run", runID, "store", s.cfg.Artifacts.String(), "err", err)
-		return errf(500, codeInternal, "storing the artifact failed; see the dashboard's log")
+		s.log.Error("mlflow api: storing an artifact", "key", key, "store", s.cfg.Artifacts.String(), "err", err)
+		return 0, errf(500, codeInternal, "storing the artifact failed; see the dashboard's log")
 	}
-	return s.apply(s.base, runID, []store.Event{{Type: store.EventArtifact, Path: rel, Size: store.Ptr(n)}})
+	return n, nil
+}
+
+// freePrefix is where the proxy's free files live in the artifact store: no
+// run ID starts with '_', so none can be reached through a run's path.
+const freePrefix = "_mlflow-artifacts/"
+
+// freeKind is the store record kind listing the free files (key: a hash
+// of the path, which may be longer than a record key).
+const freeKind = "mlflow.artifact"
+
+type freeFile struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+func freeKey(rel string) string {
+	h := sha256.Sum256([]byte(rel))
+	return hex.EncodeToString(h[:16])
+}
+
+// uploadFree stores a free file and records it.
+func (s *Server) uploadFree(ctx *fasthttp.RequestCtx, rel string) *apiError {
+	n, e := s.store(ctx, freePrefix+rel, rel)
+	if e != nil {
+		return e
+	}
+	body, _ := json.Marshal(freeFile{Path: rel, Size: n})
+	if _, err := s.st.UpdateRecord(s.base, freeKind, freeKey(rel), func(*store.Record) (json.RawMessage, error) { return body, nil }); err != nil {
+		return s.fromStore(err, "recording artifact "+rel)
+	}
+	return nil
+}
+
+// freeFiles lists the recorded free files.
+func (s *Server) freeFiles() ([]store.Artifact, *apiError) {
+	recs, err := s.st.ListRecords(s.base, freeKind)
+	if err != nil {
+		return nil, s.fromStore(err, "listing artifacts")
+	}
+	out := make([]store.Artifact, 0, len(recs))
+	for _, r := range recs {
+		var f freeFile
+		if json.Unmarshal(r.Body, &f) == nil {
+			out = append(out, store.Artifact{Path: f.Path, Size: f.Size})
+		}
+	}
+	return out, nil
+}
+
+// downloadFree answers GET (and HEAD) of a recorded free file.
+func (s *Server) downloadFree(ctx *fasthttp.RequestCtx, rel string) {
+	if _, err := s.st.GetRecord(s.base, freeKind, freeKey(rel)); err != nil {
+		if store.ErrorCode(err) == store.CodeNotFound {
+			writeErr(ctx, errf(404, codeNotFound, "no artifact %q", rel))
+			return
+		}
+		writeErr(ctx, s.fromStore(err, "reading artifact "+rel))
+		return
+	}
+	s.serveBlob(ctx, freePrefix+rel, rel, "artifact "+rel)
 }
 
 // downloadFile answers GET (and HEAD) of one artifact the store lists for
@@ -152,9 +291,15 @@ func (s *Server) downloadFile(ctx *fasthttp.RequestCtx, runID, rel string) {
 		writeErr(ctx, errf(404, codeNotFound, "run %s has no artifact %q", runID, rel))
 		return
 	}
-	key := runID + "/" + rel
+	s.serveBlob(ctx, runID+"/"+rel, rel, "artifact "+rel+" of run "+runID)
+}
+
+// serveBlob answers GET (and HEAD) of the artifact store's object key with
+// MLflow's download headers; rel names the file, what names it in messages.
+func (s *Server) serveBlob(ctx *fasthttp.RequestCtx, key, rel, what string) {
 	var r io.ReadCloser
 	var info blob.Info
+	var err error
 	if ctx.IsHead() {
 		info, err = s.cfg.Artifacts.Stat(s.base, key)
 	} else {
@@ -162,18 +307,19 @@ func (s *Server) downloadFile(ctx *fasthttp.RequestCtx, runID, rel string) {
 	}
 	switch {
 	case errors.Is(err, blob.ErrInvalidKey):
-		writeErr(ctx, errf(404, codeNotFound, "run %s has no artifact %q", runID, rel))
+		writeErr(ctx, errf(404, codeNotFound, "no %s", what))
 		return
 	case errors.Is(err, blob.ErrNotFound):
-		writeErr(ctx, errf(404, codeNotFound, "the file of artifact %q of run %s is gone from the artifact storage", rel, runID))
+		writeErr(ctx, errf(404, codeNotFound, "the file of %s is gone from the artifact storage", what))
 		return
 	case err != nil:
-		s.log.Error("mlflow api: reading an artifact", "run", runID, "store", s.cfg.Artifacts.String(), "err", err)
+		s.log.Error("mlflow api: reading an artifact", "key", key, "store", s.cfg.Artifacts.String(), "err", err)
 		writeErr(ctx, errf(500, codeInternal, "reading the artifact from storage failed; see the dashboard's log"))
 		return
 	}
-	ctx.SetContentType("application/octet-stream")
-	ctx.Response.Header.Set("Content-Disposition", `attachment; filename="`+strings.ReplaceAll(path.Base(rel), `"`, "")+`"`)
+	ctx.SetContentType(mimeType(rel))
+	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
+	ctx.Response.Header.Set("Content-Disposition", contentDisposition(path.Base(rel)))
 	if r == nil {
 		ctx.Response.Header.SetContentLength(int(info.Size))
 		return
@@ -210,17 +356,24 @@ func children(arts []store.Artifact, dir string) []fileInfo {
 	return out
 }
 
-// proxyList answers GET .../mlflow-artifacts/artifacts?path=<exp>/<run>/artifacts[/dir]:
-// the entries of that directory, named relative to it.
+// proxyList answers GET .../mlflow-artifacts/artifacts?path=<dir>: the
+// entries of that directory, named relative to it: a run's
+// (<exp>/<run>/artifacts[/dir]) or the free files'.
 func (s *Server) proxyList(ctx *fasthttp.RequestCtx, p string) {
-	runID, dir, e := splitArtifactPath(p)
+	runID, dir, isRun, e := splitArtifactPath(p)
 	if e != nil {
 		writeErr(ctx, e)
 		return
 	}
-	arts, err := s.st.Artifacts(s.base, runID)
-	if err != nil {
-		writeErr(ctx, s.runErr(err, runID))
+	var arts []store.Artifact
+	if isRun {
+		var err error
+		if arts, err = s.st.Artifacts(s.base, runID); err != nil {
+			writeErr(ctx, s.runErr(err, runID))
+			return
+		}
+	} else if arts, e = s.freeFiles(); e != nil {
+		writeErr(ctx, e)
 		return
 	}
 	writeJSON(ctx, 200, map[string]any{"files": children(arts, dir)})
@@ -237,10 +390,10 @@ func (s *Server) listRunArtifacts(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	dir = strings.Trim(dir, "/")
+	dir = cleanDir(dir)
 	if dir != "" {
 		if err := store.ValidateRelPath(dir); err != nil {
-			return nil, errf(400, codeInvalidParameter, "path: %v", err)
+			return nil, errf(400, codeInvalidParameter, "Invalid path: %v", err)
 		}
 	}
 	got, err := s.st.GetRun(r.ctx, id)

@@ -62,7 +62,7 @@ func (r *request) str(name string) (string, *apiError) {
 	}
 	var s string
 	if err := json.Unmarshal(v, &s); err != nil {
-		return "", errf(400, codeInvalidParameter, "%s must be a string", name)
+		return "", invalidValue(name, v, "a string")
 	}
 	return s, nil
 }
@@ -74,7 +74,7 @@ func (r *request) need(name string) (string, *apiError) {
 		return "", e
 	}
 	if s == "" {
-		return "", errf(400, codeInvalidParameter, "missing value for required parameter '%s'; see MLflow's REST API docs for the call", name)
+		return "", missingValue(name)
 	}
 	return s, nil
 }
@@ -91,7 +91,7 @@ func (r *request) strs(name string) ([]string, *apiError) {
 	}
 	var out []string
 	if err := json.Unmarshal(v, &out); err != nil {
-		return nil, errf(400, codeInvalidParameter, "%s must be a list of strings", name)
+		return nil, invalidValue(name, v, "a list of strings")
 	}
 	return out, nil
 }
@@ -105,7 +105,7 @@ func (r *request) int64Field(name string) (int64, bool, *apiError) {
 	}
 	n, err := parseInt64(v)
 	if err != nil {
-		return 0, false, errf(400, codeInvalidParameter, "%s must be an integer: %v", name, err)
+		return 0, false, invalidValue(name, v, "an integer")
 	}
 	return n, true, nil
 }
@@ -186,7 +186,23 @@ func (r *request) decode(name string, v any) *apiError {
 		return nil
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		return errf(400, codeInvalidParameter, "%s is malformed: %v", name, err)
+		return invalidValue(name, raw, fmt.Sprintf("well-formed (%v)", err))
 	}
 	return nil
+}
+
+// invalidValue is MLflow's answer to a field of the wrong type, its
+// wording first ("Invalid value 123 for parameter 'name' supplied"), then
+// what fw expected. The value is shown as JSON, cut at 100 bytes.
+func invalidValue(name string, raw json.RawMessage, want string) *apiError {
+	v := strings.TrimSpace(string(raw))
+	if len(v) > 100 {
+		v = v[:100] + "..."
+	}
+	return errf(400, codeInvalidParameter, "Invalid value %s for parameter '%s' supplied: it must be %s", v, name, want)
+}
+
+// missingValue is MLflow's answer to a required field left out.
+func missingValue(name string) *apiError {
+	return errf(400, codeInvalidParameter, "Missing value for required parameter '%s'. See MLflow's REST API docs for the call's fields", name)
 }

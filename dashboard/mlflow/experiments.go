@@ -118,8 +118,17 @@ func (s *Server) createExperiment(r *request) (any, *apiError) {
 	if e := r.decode("tags", &tags); e != nil {
 		return nil, e
 	}
-	if err := store.ValidateName(name); err != nil {
-		return nil, errf(400, codeInvalidParameter, "experiment name: %v", err)
+	if err := store.ValidateExperimentName(name); err != nil {
+		return nil, errf(400, codeInvalidParameter, "Invalid experiment name: %v", err)
+	}
+	loc, e := r.str("artifact_location")
+	if e != nil {
+		return nil, e
+	}
+	if loc != "" {
+		// Never ignored: a client that asked for s3://... must not find its
+		// files elsewhere.
+		return nil, errf(400, codeInvalidParameter, "artifact_location %q is not supported by fw: every run's artifacts go to the dashboard's own artifact storage (FW_ARTIFACT_DIR, or a bucket with FW_ARTIFACT_URI=s3://bucket/prefix) through its artifact proxy (runs get mlflow-artifacts:/ URIs); create the experiment without artifact_location", loc)
 	}
 	in := store.ExperimentInput{Name: name, Tags: map[string]string{}}
 	for _, t := range tags {
@@ -212,7 +221,7 @@ func (s *Server) searchExperiments(r *request) (any, *apiError) {
 	if v := viewFilter(view, "archived = true", "archived = false"); v != "" {
 		fwFilter = and(fwFilter, v)
 	}
-	q := store.ListQuery{Filter: fwFilter, Limit: int(min(maxResults, 10000)), Sort: "created", Desc: true}
+	q := store.ListQuery{Filter: fwFilter, Limit: int(min(maxResults, 10000)), Sort: "created", Desc: true, IDAsc: true}
 	if len(orderBy) > 0 {
 		sort, desc, e := translateOrder(orderBy[0], true)
 		if e != nil {
@@ -221,6 +230,11 @@ func (s *Server) searchExperiments(r *request) (any, *apiError) {
 		q.Sort, q.Desc = sort, desc
 	}
 	if q.Cursor, e = decodeToken(token); e != nil {
+		return nil, e
+	}
+	// MLflow's experiment "0" exists from the start: listed before any run
+	// is logged into it.
+	if _, e := s.defaultExperimentID(r.ctx, false); e != nil {
 		return nil, e
 	}
 	page, err := s.st.ListExperiments(r.ctx, q)
@@ -261,8 +275,8 @@ func (s *Server) updateExperiment(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	if err := store.ValidateName(name); err != nil {
-		return nil, errf(400, codeInvalidParameter, "experiment name: %v", err)
+	if err := store.ValidateExperimentName(name); err != nil {
+		return nil, errf(400, codeInvalidParameter, "Invalid experiment name: %v", err)
 	}
 	if _, err := s.st.UpdateExperiment(r.ctx, x.ID, store.ExperimentPatch{Name: &name}); err != nil {
 		if store.ErrorCode(err) == store.CodeConflict {

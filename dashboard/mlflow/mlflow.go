@@ -1,6 +1,7 @@
-// Package mlflow serves MLflow's tracking REST API 2.0 (under
-// /api/2.0/mlflow/ and /ajax-api/2.0/mlflow/) and its proxied artifact API
-// (/api/2.0/mlflow-artifacts/artifacts/) over the dashboard's own store, so
+// Package mlflow serves MLflow's tracking REST API (under /api/2.0/mlflow/,
+// /api/3.0/mlflow/ and /ajax-api/2.0/mlflow/), MLflow 3's logged models
+// and its proxied artifact API (/api/2.0/mlflow-artifacts/artifacts/) over
+// the dashboard's own store, so
 // existing MLflow logging code and autologgers write into fw unchanged: one
 // store, the same runs, live on the same stream. Writes become store events
 // (writer "mlflow"), reads come from the store's queries. Errors use MLflow's
@@ -120,20 +121,42 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 	return s
 }
 
-// Owns reports whether path belongs to this API.
+// Version is the MLflow release whose client and tests fw's API is checked
+// against (python/mlflow_tests), answered at GET /version as MLflow's
+// server answers its own version: the client reads it to decide what the
+// server supports.
+const Version = "3.17.2"
+
+// Owns reports whether path belongs to this API: MLflow's REST API (2.0 and
+// 3.0) and artifact proxy, with their /ajax-api twins (the paths MLflow's
+// own web UI uses), GET /version, GET /get-artifact, and MLflow's GraphQL
+// endpoint and OTLP trace intake /v1/traces (not served: ENDPOINT_NOT_FOUND
+// in MLflow's shape, rather than fw's web UI).
 func Owns(path string) bool {
-	return strings.HasPrefix(path, "/api/2.0/mlflow/") || strings.HasPrefix(path, "/ajax-api/2.0/mlflow/") ||
-		strings.HasPrefix(path, "/api/2.0/mlflow-artifacts/") || strings.HasPrefix(path, "/ajax-api/2.0/mlflow-artifacts/") ||
-		path == "/api/2.0/mlflow" || path == "/ajax-api/2.0/mlflow"
+	for _, p := range []string{"/api/2.0/mlflow", "/api/3.0/mlflow", "/ajax-api"} {
+		if rest, ok := strings.CutPrefix(path, p); ok && (rest == "" || rest[0] == '/' || strings.HasPrefix(rest, "-artifacts")) {
+			return true
+		}
+	}
+	switch path {
+	case "/version", "/get-artifact", "/graphql", "/v1/traces":
+		return true
+	}
+	return false
 }
 
 // RoutePattern is the metrics label of a path of this API: the endpoint
 // (/api/2.0/mlflow/runs/log-batch, the /ajax-api form counted with it), the
 // artifact API as one route, "other" for unknown ones.
 func (s *Server) RoutePattern(path string) string {
-	rest, ok := strings.CutPrefix(path, "/ajax-api/2.0/")
-	if !ok {
-		rest, _ = strings.CutPrefix(path, "/api/2.0/")
+	rest, ok := "", false
+	for _, p := range []string{"/api/2.0/", "/ajax-api/2.0/", "/api/3.0/", "/ajax-api/3.0/"} {
+		if rest, ok = strings.CutPrefix(path, p); ok {
+			break
+		}
+	}
+	if path == "/version" || path == "/get-artifact" {
+		return path
 	}
 	if strings.HasPrefix(rest, "mlflow-artifacts/") {
 		return "/api/2.0/mlflow-artifacts/artifacts"
@@ -142,6 +165,9 @@ func (s *Server) RoutePattern(path string) string {
 		if _, known := s.routes[r]; known {
 			return "/api/2.0/mlflow/" + r
 		}
+		if strings.HasPrefix(r, "logged-models/") {
+			return "/api/2.0/mlflow/logged-models/{id}"
+		}
 	}
 	return "other"
 }
@@ -149,21 +175,34 @@ func (s *Server) RoutePattern(path string) string {
 // Handler answers one request of this API (Owns(path) is true; the caller
 // has checked the token).
 func (s *Server) Handler(ctx *fasthttp.RequestCtx, path string) {
-	rest := path
-	for _, p := range []string{"/api/2.0/", "/ajax-api/2.0/"} {
-		if strings.HasPrefix(rest, p) {
-			rest = rest[len(p):]
+	switch path {
+	case "/version":
+		ctx.SetContentType("text/plain; charset=utf-8")
+		ctx.SetBodyString(Version)
+		return
+	case "/get-artifact":
+		s.getArtifact(ctx)
+		return
+	}
+	rest, ok := "", false
+	for _, p := range []string{"/api/2.0/", "/ajax-api/2.0/", "/api/3.0/", "/ajax-api/3.0/"} {
+		if rest, ok = strings.CutPrefix(path, p); ok {
 			break
 		}
 	}
-	if a, ok := strings.CutPrefix(rest, "mlflow-artifacts/artifacts"); ok {
+	if a, isArt := strings.CutPrefix(rest, "mlflow-artifacts/artifacts"); ok && isArt && (a == "" || a[0] == '/') {
 		s.artifactsProxy(ctx, a)
 		return
 	}
-	route := strings.TrimPrefix(rest, "mlflow/")
-	h, ok := s.routes[route]
-	if !ok {
-		writeErr(ctx, errf(404, codeEndpointNotFound, "no MLflow endpoint %s in fw; see docs/mlflow.md for what fw serves", path))
+	route, isML := strings.CutPrefix(rest, "mlflow/")
+	h, known := s.routes[route]
+	if ok && isML && !known {
+		if m, isModel := strings.CutPrefix(route, "logged-models/"); isModel && s.loggedModelRoute(ctx, m) {
+			return
+		}
+	}
+	if !ok || !isML || !known {
+		writeErr(ctx, errf(404, codeEndpointNotFound, "No API endpoint %s %s in fw's MLflow API; docs/mlflow.md lists what fw serves", ctx.Method(), path))
 		return
 	}
 	method := string(ctx.Method())
@@ -218,9 +257,11 @@ func (s *Server) routeTable() map[string]route {
 		"metrics/get-history":               {method: "GET", fn: s.getHistory},
 		"metrics/get-history-bulk-interval": {method: "GET", fn: s.getHistoryBulk},
 		"artifacts/list":                    {method: "GET", fn: s.listRunArtifacts},
-		// MLflow 3's logged models are not kept by fw: a search finds none
-		// (the client searches them when it resolves runs:/ URIs).
-		"logged-models/search": {method: "POST", fn: func(*request) (any, *apiError) { return map[string]any{"models": []any{}}, nil }},
+		"runs/outputs":                      {method: "POST", fn: s.logOutputs},
+		// MLflow 3's logged models (loggedmodels.go); logged-models/{id}/...
+		// are matched in Handler.
+		"logged-models":        {method: "POST", fn: s.createLoggedModel},
+		"logged-models/search": {method: "POST", fn: s.searchLoggedModels},
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -23,7 +24,22 @@ const (
 	tagModelHist  = "mlflow.log-model.history"
 	// inputsTag records log-inputs (MLflow's dataset inputs) as JSON.
 	inputsTag = "fw.mlflow.inputs"
+	// modelInputsTag records log-inputs' models (MLflow 3) as JSON.
+	modelInputsTag = "fw.mlflow.model_inputs"
+	// outputsTag records log-outputs (MLflow 3's models a run produced) as
+	// JSON.
+	outputsTag = "fw.mlflow.outputs"
 )
+
+// reservedTag reports whether a run tag is fw's bookkeeping of MLflow's
+// state: hidden from MLflow's tag lists, refused from clients.
+func reservedTag(k string) bool {
+	switch k {
+	case lifecycleTag, inputsTag, modelInputsTag, outputsTag:
+		return true
+	}
+	return false
+}
 
 type runInfo struct {
 	RunID          string `json:"run_id"`
@@ -54,12 +70,18 @@ type runData struct {
 
 type runInputs struct {
 	DatasetInputs []json.RawMessage `json:"dataset_inputs"`
+	ModelInputs   []json.RawMessage `json:"model_inputs,omitempty"`
+}
+
+type runOutputs struct {
+	ModelOutputs []json.RawMessage `json:"model_outputs,omitempty"`
 }
 
 type run struct {
-	Info   runInfo   `json:"info"`
-	Data   runData   `json:"data"`
-	Inputs runInputs `json:"inputs"`
+	Info    runInfo    `json:"info"`
+	Data    runData    `json:"data"`
+	Inputs  runInputs  `json:"inputs"`
+	Outputs runOutputs `json:"outputs"`
 }
 
 // MLflow's run statuses and fw's.
@@ -139,14 +161,19 @@ func (s *Server) toRun(r store.Run) run {
 		out.Data.Params = append(out.Data.Params, kv{k, paramString(r.Params[k])})
 	}
 	for _, k := range sortedKeys(r.Tags) {
-		switch k {
-		case lifecycleTag, inputsTag:
+		if reservedTag(k) {
 			continue
 		}
 		out.Data.Tags = append(out.Data.Tags, kv{k, r.Tags[k]})
 	}
 	if in := r.Tags[inputsTag]; in != "" {
 		_ = json.Unmarshal([]byte(in), &out.Inputs.DatasetInputs)
+	}
+	if in := r.Tags[modelInputsTag]; in != "" {
+		_ = json.Unmarshal([]byte(in), &out.Inputs.ModelInputs)
+	}
+	if o := r.Tags[outputsTag]; o != "" {
+		_ = json.Unmarshal([]byte(o), &out.Outputs.ModelOutputs)
 	}
 	return out
 }
@@ -215,7 +242,7 @@ func (s *Server) createRun(r *request) (any, *apiError) {
 	}
 	tagMap := map[string]string{}
 	for _, t := range tags {
-		if t.Key == lifecycleTag || t.Key == inputsTag {
+		if reservedTag(t.Key) {
 			return nil, errf(400, codeInvalidParameter, "tag %q is reserved by fw", t.Key)
 		}
 		tagMap[t.Key] = t.Value
@@ -292,12 +319,30 @@ func (r *request) runID() (string, *apiError) {
 		}
 	}
 	if id == "" {
-		return "", errf(400, codeInvalidParameter, "missing value for required parameter 'run_id'")
+		return "", missingValue("run_id")
 	}
 	if err := store.ValidateID(id); err != nil {
 		return "", errf(404, codeNotFound, "Run with id=%s not found", id)
 	}
 	return id, nil
+}
+
+// mustBeActive refuses a write to a run MLflow's delete_run soft-deleted,
+// as MLflow does (restore_run makes it writable again).
+func (s *Server) mustBeActive(r *request, id string) *apiError {
+	page, err := s.st.ListRuns(r.ctx, store.ListQuery{Filter: "id = " + quote(id) + " AND tags." + quote(lifecycleTag) + ` = "deleted"`, Limit: 1})
+	if err != nil {
+		return s.fromStore(err, "reading run "+id)
+	}
+	if len(page.Runs) > 0 {
+		return deletedRun(id)
+	}
+	return nil
+}
+
+// deletedRun is MLflow's refusal of a write to a soft-deleted run.
+func deletedRun(id string) *apiError {
+	return errf(400, codeInvalidParameter, "The run %s must be in the 'active' state. Current state is deleted. Restore it first (restore_run)", id)
 }
 
 func (s *Server) getRun(r *request) (any, *apiError) {
@@ -311,6 +356,9 @@ func (s *Server) getRun(r *request) (any, *apiError) {
 func (s *Server) updateRun(r *request) (any, *apiError) {
 	id, e := r.runID()
 	if e != nil {
+		return nil, e
+	}
+	if e := s.mustBeActive(r, id); e != nil {
 		return nil, e
 	}
 	status, e := r.str("status")
@@ -387,17 +435,24 @@ func transition(from, to store.Status, at store.Timestamp) []store.Event {
 // fw.lifecycle=deleted (hidden from MLflow's default searches); fw's own
 // DELETE /api/runs/{id} removes a run for good.
 func (s *Server) deleteRun(r *request) (any, *apiError) {
-	return s.tagRun(r, store.Event{Type: store.EventTag, Tags: map[string]string{lifecycleTag: "deleted"}})
+	return s.tagRun(r, store.Event{Type: store.EventTag, Tags: map[string]string{lifecycleTag: "deleted"}}, false)
 }
 
 func (s *Server) restoreRun(r *request) (any, *apiError) {
-	return s.tagRun(r, store.Event{Type: store.EventTag, DeleteTags: []string{lifecycleTag}})
+	return s.tagRun(r, store.Event{Type: store.EventTag, DeleteTags: []string{lifecycleTag}}, false)
 }
 
-func (s *Server) tagRun(r *request, ev store.Event) (any, *apiError) {
+// tagRun applies one tag event to the run of the request; active: only to
+// a run that is not soft-deleted (MLflow's set_tag and delete_tag).
+func (s *Server) tagRun(r *request, ev store.Event, active bool) (any, *apiError) {
 	id, e := r.runID()
 	if e != nil {
 		return nil, e
+	}
+	if active {
+		if e := s.mustBeActive(r, id); e != nil {
+			return nil, e
+		}
 	}
 	if e := s.apply(r.ctx, id, []store.Event{ev}); e != nil {
 		return nil, e
@@ -411,6 +466,11 @@ type wireMetric struct {
 	Value     *f64   `json:"value"`
 	Timestamp i64    `json:"timestamp"`
 	Step      i64    `json:"step"`
+	// MLflow 3: the logged model (and dataset) the value is about; the
+	// value is also kept on that model (loggedmodels.go).
+	ModelID       string `json:"model_id,omitempty"`
+	DatasetName   string `json:"dataset_name,omitempty"`
+	DatasetDigest string `json:"dataset_digest,omitempty"`
 }
 
 // metricEvents groups metrics into fw events, one per (step, timestamp),
@@ -421,16 +481,16 @@ func metricEvents(ms []wireMetric) ([]store.Event, *apiError) {
 	var out []store.Event
 	for i, m := range ms {
 		if m.Key == "" {
-			return nil, errf(400, codeInvalidParameter, "metrics[%d]: missing value for required parameter 'key'", i)
+			return nil, missingValue(fmt.Sprintf("metrics[%d].key", i))
 		}
 		if err := store.ValidateKey(m.Key); err != nil {
 			return nil, errf(400, codeInvalidParameter, "metrics[%d]: %v", i, err)
 		}
 		if m.Value == nil {
-			return nil, errf(400, codeInvalidParameter, "metrics[%d] (%s): missing value for required parameter 'value'", i, m.Key)
+			return nil, missingValue(fmt.Sprintf("metrics[%d].value", i))
 		}
-		if m.Step.v < 0 {
-			return nil, errf(400, codeInvalidParameter, "metrics[%d] (%s): fw keeps steps >= 0, got %d", i, m.Key, m.Step.v)
+		if !m.Timestamp.set {
+			return nil, missingValue(fmt.Sprintf("metrics[%d].timestamp", i))
 		}
 		g := group{m.Step.v, m.Timestamp.v}
 		j, ok := idx[g]
@@ -449,6 +509,9 @@ func (s *Server) logMetric(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
+	if e := s.mustBeActive(r, id); e != nil {
+		return nil, e
+	}
 	var m wireMetric
 	var e2 *apiError
 	if m.Key, e2 = r.need("key"); e2 != nil {
@@ -456,11 +519,11 @@ func (s *Server) logMetric(r *request) (any, *apiError) {
 	}
 	raw, ok := r.raw("value")
 	if !ok {
-		return nil, errf(400, codeInvalidParameter, "missing value for required parameter 'value'")
+		return nil, missingValue("value")
 	}
 	var v f64
 	if err := json.Unmarshal(raw, &v); err != nil {
-		return nil, errf(400, codeInvalidParameter, "value: %v", err)
+		return nil, invalidValue("value", raw, "a number")
 	}
 	m.Value = &v
 	if m.Timestamp.v, m.Timestamp.set, e = r.int64Field("timestamp"); e != nil {
@@ -469,11 +532,25 @@ func (s *Server) logMetric(r *request) (any, *apiError) {
 	if m.Step.v, m.Step.set, e = r.int64Field("step"); e != nil {
 		return nil, e
 	}
+	if !m.Timestamp.set {
+		return nil, missingValue("timestamp")
+	}
+	for _, f := range []struct {
+		name string
+		to   *string
+	}{{"model_id", &m.ModelID}, {"dataset_name", &m.DatasetName}, {"dataset_digest", &m.DatasetDigest}} {
+		if *f.to, e = r.str(f.name); e != nil {
+			return nil, e
+		}
+	}
 	events, e := metricEvents([]wireMetric{m})
 	if e != nil {
 		return nil, e
 	}
 	if e := s.apply(r.ctx, id, events); e != nil {
+		return nil, e
+	}
+	if e := s.linkModelMetrics(r, id, []wireMetric{m}); e != nil {
 		return nil, e
 	}
 	return struct{}{}, nil
@@ -482,6 +559,9 @@ func (s *Server) logMetric(r *request) (any, *apiError) {
 func (s *Server) logBatch(r *request) (any, *apiError) {
 	id, e := r.runID()
 	if e != nil {
+		return nil, e
+	}
+	if e := s.mustBeActive(r, id); e != nil {
 		return nil, e
 	}
 	var ms []wireMetric
@@ -516,7 +596,7 @@ func (s *Server) logBatch(r *request) (any, *apiError) {
 	if len(tags) > 0 {
 		tm := map[string]string{}
 		for _, t := range tags {
-			if t.Key == lifecycleTag || t.Key == inputsTag {
+			if reservedTag(t.Key) {
 				return nil, errf(400, codeInvalidParameter, "tag %q is reserved by fw", t.Key)
 			}
 			tm[t.Key] = t.Value
@@ -532,6 +612,9 @@ func (s *Server) logBatch(r *request) (any, *apiError) {
 		return struct{}{}, nil
 	}
 	if e := s.apply(r.ctx, id, events); e != nil {
+		return nil, e
+	}
+	if e := s.linkModelMetrics(r, id, ms); e != nil {
 		return nil, e
 	}
 	return struct{}{}, nil
@@ -559,6 +642,9 @@ func (s *Server) logParam(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
+	if e := s.mustBeActive(r, id); e != nil {
+		return nil, e
+	}
 	key, e := r.need("key")
 	if e != nil {
 		return nil, e
@@ -578,30 +664,34 @@ func (s *Server) logParam(r *request) (any, *apiError) {
 }
 
 func (s *Server) setTag(r *request) (any, *apiError) {
+	// Fields in MLflow's order, so a request with several wrong ones gets
+	// MLflow's first complaint.
+	id, e := r.runID()
+	if e != nil {
+		return nil, e
+	}
 	key, e := r.need("key")
 	if e != nil {
 		return nil, e
 	}
-	if key == lifecycleTag || key == inputsTag {
+	if reservedTag(key) {
 		return nil, errf(400, codeInvalidParameter, "tag %q is reserved by fw", key)
 	}
 	value, e := r.str("value")
 	if e != nil {
 		return nil, e
 	}
-	ev := store.Event{Type: store.EventTag, Tags: map[string]string{key: value}}
+	if e := s.mustBeActive(r, id); e != nil {
+		return nil, e
+	}
 	if key == tagRunName {
 		if n := fwName(value); n != "" {
-			id, e := r.runID()
-			if e != nil {
-				return nil, e
-			}
 			if _, err := s.st.UpdateRun(r.ctx, id, store.RunPatch{Name: &n}); err != nil {
 				return nil, s.runErr(err, id)
 			}
 		}
 	}
-	return s.tagRun(r, ev)
+	return s.tagRun(r, store.Event{Type: store.EventTag, Tags: map[string]string{key: value}}, false)
 }
 
 func (s *Server) deleteTag(r *request) (any, *apiError) {
@@ -617,10 +707,13 @@ func (s *Server) deleteTag(r *request) (any, *apiError) {
 	if err != nil {
 		return nil, s.runErr(err, id)
 	}
-	if _, ok := got.Tags[key]; !ok || key == lifecycleTag || key == inputsTag {
+	if got.Tags[lifecycleTag] == "deleted" {
+		return nil, deletedRun(id)
+	}
+	if _, ok := got.Tags[key]; !ok || reservedTag(key) {
 		return nil, errf(404, codeNotFound, "No tag with name: %s in run with id %s", key, id)
 	}
-	return s.tagRun(r, store.Event{Type: store.EventTag, DeleteTags: []string{key}})
+	return s.tagRun(r, store.Event{Type: store.EventTag, DeleteTags: []string{key}}, false)
 }
 
 // logInputs records MLflow's dataset inputs on the run (the reserved tag
@@ -630,14 +723,47 @@ func (s *Server) logInputs(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	var datasets []json.RawMessage
+	if e := s.mustBeActive(r, id); e != nil {
+		return nil, e
+	}
+	var datasets, models []json.RawMessage
 	if e := r.decode("datasets", &datasets); e != nil {
 		return nil, e
 	}
-	if len(datasets) == 0 {
+	if e := r.decode("models", &models); e != nil {
+		return nil, e
+	}
+	if len(datasets) > 0 {
+		if _, e := s.appendJSONTag(r, id, inputsTag, datasets); e != nil {
+			return nil, e
+		}
+	}
+	if len(models) > 0 {
+		if _, e := s.appendJSONTag(r, id, modelInputsTag, models); e != nil {
+			return nil, e
+		}
+	}
+	return struct{}{}, nil
+}
+
+// logOutputs records MLflow 3's log_outputs (the models a run produced, at
+// which step) on the run, shown back as its outputs.
+func (s *Server) logOutputs(r *request) (any, *apiError) {
+	id, e := r.runID()
+	if e != nil {
+		return nil, e
+	}
+	if e := s.mustBeActive(r, id); e != nil {
+		return nil, e
+	}
+	var models []json.RawMessage
+	if e := r.decode("models", &models); e != nil {
+		return nil, e
+	}
+	if len(models) == 0 {
 		return struct{}{}, nil
 	}
-	return s.appendJSONTag(r, id, inputsTag, datasets)
+	return s.appendJSONTag(r, id, outputsTag, models)
 }
 
 // logModel records MLflow 2's log-model call in the mlflow.log-model.history
@@ -645,6 +771,9 @@ func (s *Server) logInputs(r *request) (any, *apiError) {
 func (s *Server) logModel(r *request) (any, *apiError) {
 	id, e := r.runID()
 	if e != nil {
+		return nil, e
+	}
+	if e := s.mustBeActive(r, id); e != nil {
 		return nil, e
 	}
 	mj, e := r.need("model_json")
@@ -734,8 +863,11 @@ func (s *Server) getHistoryBulk(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	if len(ids) == 0 || len(ids) > 100 {
-		return nil, errf(400, codeInvalidParameter, "run_ids must name 1 to 100 runs (got %d)", len(ids))
+	if len(ids) == 0 {
+		return nil, missingValue("run_ids")
+	}
+	if len(ids) > 100 {
+		return nil, errf(400, codeInvalidParameter, "GetMetricHistoryBulkInterval request must specify at most 100 run_ids. Received %d run_ids.", len(ids))
 	}
 	key, e := r.need("metric_key")
 	if e != nil {
@@ -749,7 +881,7 @@ func (s *Server) getHistoryBulk(r *request) (any, *apiError) {
 		maxResults = 320
 	}
 	if maxResults < 1 || maxResults > 2500 {
-		return nil, errf(400, codeInvalidParameter, "max_results must be within 1..2500 (got %d)", maxResults)
+		return nil, errf(400, codeInvalidParameter, "max_results must be between 1 and 2500 (got %d).", maxResults)
 	}
 	var lo, hi *int64
 	if v, ok, e := r.int64Field("start_step"); e != nil {
@@ -761,6 +893,12 @@ func (s *Server) getHistoryBulk(r *request) (any, *apiError) {
 		return nil, e
 	} else if ok {
 		hi = &v
+	}
+	switch {
+	case (lo == nil) != (hi == nil):
+		return nil, errf(400, codeInvalidParameter, "If either start step or end step are specified, both must be specified.")
+	case lo != nil && *lo > *hi:
+		return nil, errf(400, codeInvalidParameter, "end_step must be greater than start_step. Found start_step=%d and end_step=%d.", *lo, *hi)
 	}
 	out := struct {
 		Metrics []metric `json:"metrics"`

@@ -68,7 +68,7 @@ func (s *Server) searchRuns(r *request) (any, *apiError) {
 	if v := viewFilter(view, "tags."+quote(lifecycleTag)+` = "deleted"`, "NOT tags."+quote(lifecycleTag)+` = "deleted"`); v != "" {
 		fwFilter = and(fwFilter, v)
 	}
-	q := store.ListQuery{Filter: fwFilter, Limit: int(min(maxResults, 10000)), Sort: "started", Desc: true}
+	q := store.ListQuery{Filter: fwFilter, Limit: int(min(maxResults, 10000)), Sort: "started", Desc: true, IDAsc: true}
 	if len(expIDs) == 1 { // the common case, through the store's experiment index
 		id := expIDs[0]
 		if id == "0" {
@@ -338,8 +338,10 @@ func translateClause(src string, toks []mtok, experiments bool) (string, int, *a
 		if opText == "==" {
 			opText = "="
 		}
-	case op.kind == 'i' && (strings.EqualFold(op.text, "like") || strings.EqualFold(op.text, "ilike")):
-		opText = "LIKE"
+	case op.kind == 'i' && strings.EqualFold(op.text, "like"):
+		opText = "GLOB" // MLflow's LIKE keeps case: fw's GLOB
+	case op.kind == 'i' && strings.EqualFold(op.text, "ilike"):
+		opText = "LIKE" // fw's LIKE ignores case
 	case op.kind == 'i' && strings.EqualFold(op.text, "in"):
 		opText = "IN"
 	case op.kind == 'i' && strings.EqualFold(op.text, "not") && len(rest) > 1 && rest[1].kind == 'i' && strings.EqualFold(rest[1].text, "in"):
@@ -383,7 +385,7 @@ func translateClause(src string, toks []mtok, experiments bool) (string, int, *a
 				}
 				return t.text, nil
 			}
-			if opText == "LIKE" {
+			if opText == "LIKE" || opText == "GLOB" {
 				return quote(likeToGlob(t.text)), nil
 			}
 			return quote(t.text), nil
@@ -425,7 +427,7 @@ func translateClause(src string, toks []mtok, experiments bool) (string, int, *a
 	if len(rest) == 0 {
 		return "", 0, bad(len(src), "expected a value after %s", opText)
 	}
-	if opText == "LIKE" && rest[0].kind == 's' && !strings.ContainsAny(rest[0].text, "%_") {
+	if (opText == "GLOB" || opText == "LIKE") && rest[0].kind == 's' && !strings.ContainsAny(rest[0].text, "%_") {
 		opText = "=" // no wildcard: MLflow's LIKE is an exact match (fw's would be "contains")
 	}
 	v, e := lit(rest[0])
@@ -458,7 +460,8 @@ func emit(field, cmp string) string {
 }
 
 // likeToGlob turns SQL LIKE wildcards (% and _) into fw's glob (* and ?).
-// fw's LIKE is case-insensitive (MLflow's ILIKE).
+// fw's LIKE is case-insensitive (MLflow's ILIKE), its GLOB keeps case
+// (MLflow's LIKE).
 func likeToGlob(p string) string {
 	var b strings.Builder
 	for _, r := range p {

@@ -146,6 +146,10 @@ func cond(b *strings.Builder, f Field, col, numCol, strCol string, op Op, v Lite
 	switch {
 	case op == Like:
 		b.WriteString("LOWER(" + strCol + ") LIKE " + a.Add(GlobToLike(v.Str)) + ` ESCAPE '\'`)
+	case op == Glob && a.d == Postgres: // PostgreSQL's LIKE keeps case
+		b.WriteString(strCol + " LIKE " + a.Add(globToLike(v.Str, false)) + ` ESCAPE '\'`)
+	case op == Glob: // SQLite's LIKE ignores ASCII case, its GLOB does not
+		b.WriteString(strCol + " GLOB " + a.Add(sqliteGlob(v.Str)))
 	case f.Type == Time:
 		b.WriteString(col + " " + sqlOp(op) + " " + a.Add(ns))
 	case f.Type == Bool:
@@ -170,7 +174,19 @@ func sqlOp(op Op) string {
 
 // GlobToLike turns a glob (* and ?) into a lower-case LIKE pattern with
 // backslash escapes; a pattern without wildcards becomes "contains".
-func GlobToLike(glob string) string {
+func GlobToLike(glob string) string { return globToLike(glob, true) }
+
+// sqliteGlob is fw's glob as SQLite's GLOB pattern: '[' (a character class
+// there) is matched literally; a pattern without wildcards is "contains".
+func sqliteGlob(glob string) string {
+	out := strings.ReplaceAll(glob, "[", "[[]")
+	if !strings.ContainsAny(glob, "*?") {
+		out = "*" + out + "*"
+	}
+	return out
+}
+
+func globToLike(glob string, lower bool) string {
 	var b strings.Builder
 	wild := strings.ContainsAny(glob, "*?")
 	if !wild {
@@ -186,7 +202,7 @@ func GlobToLike(glob string) string {
 			b.WriteByte('\\')
 			b.WriteRune(r)
 		default:
-			if r >= 'A' && r <= 'Z' {
+			if lower && r >= 'A' && r <= 'Z' {
 				r += 'a' - 'A'
 			}
 			b.WriteRune(r)

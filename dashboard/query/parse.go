@@ -178,6 +178,9 @@ const (
 	Gt   Op = ">"
 	Ge   Op = ">="
 	Like Op = "~"
+	// Glob is LIKE with case: `*` and `?` as in LIKE, letters compared
+	// exactly (MLflow's LIKE; its ILIKE is fw's LIKE).
+	Glob Op = "GLOB"
 )
 
 // Literal is a string, number or boolean constant.
@@ -397,7 +400,7 @@ func (p *parser) unary() (Expr, error) {
 
 func isKeyword(s string) bool {
 	switch strings.ToUpper(s) {
-	case "AND", "OR", "NOT", "IN", "LIKE":
+	case "AND", "OR", "NOT", "IN", "LIKE", "GLOB":
 		return true
 	}
 	return false
@@ -465,11 +468,14 @@ func (p *parser) comparison() (Expr, error) {
 			}
 		}
 		return in, nil
-	case opTok.kind == tOp || p.keyword("LIKE"):
+	case opTok.kind == tOp || p.keyword("LIKE") || p.keyword("GLOB"):
 		p.next()
 		op := Op(opTok.text)
 		if opTok.kind == tIdent {
 			op = Like
+			if strings.EqualFold(opTok.text, "GLOB") {
+				op = Glob
+			}
 		}
 		lit, err := p.literal()
 		if err != nil {
@@ -481,7 +487,7 @@ func (p *parser) comparison() (Expr, error) {
 		}
 		return &Compare{Field: f, Op: op, Value: lit, timeNanos: ns}, nil
 	}
-	return nil, &Error{Column: opTok.pos, Msg: "expected an operator (=, !=, <, <=, >, >=, ~, LIKE, IN) after " + f.String() + ", found " + opTok.describe()}
+	return nil, &Error{Column: opTok.pos, Msg: "expected an operator (=, !=, <, <=, >, >=, ~, LIKE, GLOB, IN) after " + f.String() + ", found " + opTok.describe()}
 }
 
 func (p *parser) literal() (Literal, error) {
@@ -573,8 +579,8 @@ func ParseField(src string, t Target) (Field, error) {
 // returns the literal as Unix nanoseconds.
 func check(f Field, op Op, lit Literal) (int64, error) {
 	bad := func(msg string) (int64, error) { return 0, &Error{Column: lit.Pos, Msg: msg} }
-	if op == Like && (lit.IsNum || lit.IsBool) {
-		return bad("~ and LIKE need a string pattern")
+	if (op == Like || op == Glob) && (lit.IsNum || lit.IsBool) {
+		return bad("~, LIKE and GLOB need a string pattern")
 	}
 	switch f.Type {
 	case String:
@@ -584,7 +590,7 @@ func check(f Field, op Op, lit Literal) (int64, error) {
 		if lit.IsNum && f.Kind != Tag {
 			return bad(f.String() + " is a string field: expected a string, found number " + lit.Str)
 		}
-		if f.Kind == Column && f.Name == "status" && op != Like && !isStatus(lit.Str) {
+		if f.Kind == Column && f.Name == "status" && op != Like && op != Glob && !isStatus(lit.Str) {
 			return bad(fmt.Sprintf("unknown status %q (queued, running, finished, failed, stopped)", lit.Str))
 		}
 	case Number:
@@ -596,7 +602,7 @@ func check(f Field, op Op, lit Literal) (int64, error) {
 			return bad(f.String() + " is true or false: use = true or = false")
 		}
 	case Time:
-		if op == Like {
+		if op == Like || op == Glob {
 			return bad(f.String() + " is a time: ~ does not apply")
 		}
 		if lit.IsBool {

@@ -28,6 +28,7 @@ func TestPrecedence(t *testing.T) {
 	f(`metrics.val/acc.count = 3`, `metrics."val/acc".count = 3`)
 	f(`tags.team NOT IN ("a", 'b')`, `tags."team" NOT IN ("a", "b")`)
 	f(`name LIKE "x*"`, `name ~ "x*"`)
+	f(`name glob "X*"`, `name GLOB "X*"`)
 	f(`name ~ "say \"hi\""`, `name ~ "say \"hi\""`)
 }
 
@@ -48,7 +49,7 @@ func TestErrors(t *testing.T) {
 	f(`bogus = 1`, `unknown field "bogus" (known: command, created, ended, epoch, error, exit_code, experiment, experiment_id, git_commit, id, name, parent, recipe, started, status, step, total_epochs, total_steps, updated, tags.KEY, params.KEY, metrics.KEY[.last|min|max|count], system.KEY[.AGG]) at column 1`)
 	f(`name = "x`, `unterminated string at column 8`)
 	f(`step = 1 AND`, `expected a field name, found end of input at column 13`)
-	f(`step 1`, `expected an operator (=, !=, <, <=, >, >=, ~, LIKE, IN) after step, found number 1 at column 6`)
+	f(`step 1`, `expected an operator (=, !=, <, <=, >, >=, ~, LIKE, GLOB, IN) after step, found number 1 at column 6`)
 	f(`step ! 1`, `expected '=' after '!' at column 6`)
 	f(`step IN (1, 2`, `expected ',' or ')', found end of input at column 14`)
 	f(`created > "yesterday"`, `"yesterday" is not an RFC 3339 time or a date (2006-01-02) at column 11`)
@@ -59,6 +60,29 @@ func TestErrors(t *testing.T) {
 	}
 	if _, err := Parse(strings.Repeat("(", 200)+"step = 1"+strings.Repeat(")", 200), Runs); err == nil {
 		t.Error("deep nesting must be refused")
+	}
+}
+
+// TestGlobKeepsCase: GLOB is LIKE with case kept (MLflow's LIKE): on
+// PostgreSQL a LIKE without LOWER, on SQLite a GLOB with '[' literal.
+func TestGlobKeepsCase(t *testing.T) {
+	e, err := Parse(`name GLOB "Res[1]*" AND tags.t GLOB "Ab"`, Runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewArgs(Postgres)
+	if sql := Compile(e, a); strings.Contains(sql, "LOWER") || !strings.Contains(sql, " LIKE ") {
+		t.Fatalf("postgres: %s", sql)
+	}
+	if got := a.Values(); got[0] != "Res[1]%" || got[len(got)-1] != "%Ab%" {
+		t.Fatalf("postgres args: %v", got)
+	}
+	a = NewArgs(SQLite)
+	if sql := Compile(e, a); strings.Contains(sql, "LOWER") || !strings.Contains(sql, " GLOB ") {
+		t.Fatalf("sqlite: %s", sql)
+	}
+	if got := a.Values(); got[0] != "Res[[]1]*" || got[len(got)-1] != "*Ab*" {
+		t.Fatalf("sqlite args: %v", got)
 	}
 }
 
@@ -112,7 +136,7 @@ func TestGlobToLike(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		`status = "finished" AND (params.lr < 0.01 OR tags.team IN ("a", "b")) AND NOT metrics.val_acc.max < 0.9 AND name ~ "resnet*"`,
-		`created > "2024-01-01"`, `step >= -1.5e3`, `metrics."a.b".min != 2`, `tags.x NOT IN ('a')`, `(((step = 1)))`, `name LIKE "x"`,
+		`created > "2024-01-01"`, `step >= -1.5e3`, `metrics."a.b".min != 2`, `tags.x NOT IN ('a')`, `(((step = 1)))`, `name LIKE "x"`, `name GLOB "[X]*"`,
 		`system.gpu.max > 1`, `ended > 1700000000`, `archived = true`,
 	} {
 		f.Add(s)

@@ -14,13 +14,13 @@ import (
 
 // CreateExperiment implements Store.
 func (s *sqlStore) CreateExperiment(ctx context.Context, in ExperimentInput) (Experiment, error) {
-	if err := ValidateName(in.Name); err != nil {
+	if err := ValidateExperimentName(in.Name); err != nil {
 		return Experiment{}, storeErr(CodeInvalidName, "experiment name", err)
 	}
 	if err := validateText(in.Description, 65536, true); err != nil {
 		return Experiment{}, storeErr(CodeInvalidArgument, "description", err)
 	}
-	if err := validateTags(in.Tags, nil); err != nil {
+	if err := validateTags(in.Tags, nil, MaxExperimentTagValueLen); err != nil {
 		return Experiment{}, storeErr(err.Code, err.Msg, nil)
 	}
 	id := NewID()
@@ -63,7 +63,7 @@ func writeExperimentTags(ctx context.Context, s *sqlStore, tx *sql.Tx, id string
 // UpdateExperiment implements Store.
 func (s *sqlStore) UpdateExperiment(ctx context.Context, id string, p ExperimentPatch) (Experiment, error) {
 	if p.Name != nil {
-		if err := ValidateName(*p.Name); err != nil {
+		if err := ValidateExperimentName(*p.Name); err != nil {
 			return Experiment{}, storeErr(CodeInvalidName, "experiment name", err)
 		}
 	}
@@ -72,7 +72,7 @@ func (s *sqlStore) UpdateExperiment(ctx context.Context, id string, p Experiment
 			return Experiment{}, storeErr(CodeInvalidArgument, "description", err)
 		}
 	}
-	if err := validateTags(p.Tags, p.DeleteTags); err != nil {
+	if err := validateTags(p.Tags, p.DeleteTags, MaxExperimentTagValueLen); err != nil {
 		return Experiment{}, storeErr(err.Code, err.Msg, nil)
 	}
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -110,7 +110,7 @@ func (s *sqlStore) UpdateRun(ctx context.Context, id string, p RunPatch) (Run, e
 			return Run{}, storeErr(CodeInvalidName, "run name", err)
 		}
 	}
-	if err := validateTags(p.Tags, p.DeleteTags); err != nil {
+	if err := validateTags(p.Tags, p.DeleteTags, MaxTagValueLen); err != nil {
 		return Run{}, storeErr(err.Code, err.Msg, nil)
 	}
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {

@@ -186,8 +186,12 @@ func TestUpdates(t *testing.T) {
 		if _, err := s.CreateExperiment(ctx, ExperimentInput{Name: "first"}); ErrorCode(err) != CodeConflict {
 			t.Fatalf("duplicate name: %v", err)
 		}
-		if _, err := s.CreateExperiment(ctx, ExperimentInput{Name: "../etc"}); ErrorCode(err) != CodeInvalidName {
+		if _, err := s.CreateExperiment(ctx, ExperimentInput{Name: "bad\nname"}); ErrorCode(err) != CodeInvalidName {
 			t.Fatalf("bad name: %v", err)
+		}
+		// MLflow's users name experiments freely: names are data, never paths.
+		if _, err := s.CreateExperiment(ctx, ExperimentInput{Name: "resnet (baseline), run #1 ../x"}); err != nil {
+			t.Fatalf("an MLflow-style name: %v", err)
 		}
 		got, err := s.UpdateExperiment(ctx, x.ID, ExperimentPatch{Name: Ptr("renamed"), Description: Ptr("d"), Archived: Ptr(true), Tags: map[string]string{"b": "2"}, DeleteTags: []string{"a"}})
 		if err != nil || got.Name != "renamed" || !got.Archived || got.Description != "d" || len(got.Tags) != 1 || got.Tags["b"] != "2" {

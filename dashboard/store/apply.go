@@ -266,7 +266,7 @@ func (a *applier) handle(ctx context.Context, rs *runState, ev *Event, t int64) 
 		if ev.ExperimentID == "" && expName != ev.Experiment {
 			return evErr(CodeRunConflict, "run %s belongs to experiment %q, not %q", rs.id, expName, ev.Experiment)
 		}
-		if err := validateTags(ev.Tags, nil); err != nil {
+		if err := validateTags(ev.Tags, nil, MaxTagValueLen); err != nil {
 			return err
 		}
 		if err := a.writeParams(ctx, rs, ev.Params); err != nil {

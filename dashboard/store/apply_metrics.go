@@ -51,9 +51,6 @@ func (a *applier) addValues(ctx context.Context, rs *runState, kind int, step in
 	if len(values) == 0 {
 		return evErr(CodeInvalidEvent, "no values")
 	}
-	if step < 0 {
-		return evErr(CodeInvalidEvent, "step must be >= 0 (got %d)", step)
-	}
 	keys := make([]string, 0, len(values))
 	for k := range values {
 		if err := ValidateKey(k); err != nil {

@@ -16,12 +16,14 @@ import (
 // maxParamJSON is the largest param value, as JSON, in bytes.
 const maxParamJSON = 65536
 
-func validateTags(set map[string]string, del []string) *EventError {
+// validateTags checks tags to set (values up to max characters, see
+// ValidateTagValue) and keys to delete.
+func validateTags(set map[string]string, del []string, max int) *EventError {
 	for k, v := range set {
 		if err := ValidateKey(k); err != nil {
 			return evErr(CodeInvalidKey, "tag: %v", err)
 		}
-		if err := validateText(v, MaxTagValueLen, false); err != nil {
+		if err := ValidateTagValue(v, max); err != nil {
 			return evErr(CodeInvalidKey, "tag %q: %v", k, err)
 		}
 	}
@@ -106,7 +108,7 @@ func (a *applier) writeParams(ctx context.Context, rs *runState, in map[string]a
 }
 
 func (a *applier) writeTags(ctx context.Context, rid int64, set map[string]string, del []string) error {
-	if err := validateTags(set, del); err != nil {
+	if err := validateTags(set, del, MaxTagValueLen); err != nil {
 		return err
 	}
 	return writeRunTags(ctx, a.s, a.tx, rid, set, del)

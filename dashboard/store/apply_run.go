@@ -41,7 +41,7 @@ func (a *applier) experimentID(ctx context.Context, name, description string, t 
 
 func (a *applier) createRun(ctx context.Context, ev *Event, t int64) (*runState, error) {
 	if ev.ExperimentID == "" {
-		if err := ValidateName(ev.Experiment); err != nil {
+		if err := ValidateExperimentName(ev.Experiment); err != nil {
 			return nil, evErr(CodeInvalidName, "experiment: %v", err)
 		}
 	}
@@ -77,7 +77,7 @@ func (a *applier) createRun(ctx context.Context, ev *Event, t int64) (*runState,
 	if _, perr := prepareParams(ev.Params); perr != nil {
 		return nil, perr
 	}
-	if err := validateTags(ev.Tags, nil); err != nil {
+	if err := validateTags(ev.Tags, nil, MaxTagValueLen); err != nil {
 		return nil, err
 	}
 	src := Source{}
@@ -244,7 +244,7 @@ func (a *applier) resume(ctx context.Context, rs *runState, ev *Event, t int64) 
 		}
 		return evErr(CodeInvalidTransition, "run_resume moves run %s to queued or running, not %q", rs.id, to)
 	}
-	if err := validateTags(ev.Tags, nil); err != nil {
+	if err := validateTags(ev.Tags, nil, MaxTagValueLen); err != nil {
 		return err
 	}
 	var src *Source

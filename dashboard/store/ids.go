@@ -19,12 +19,19 @@ const idAlphabet = "0123456789abcdefghjkmnpqrstvwxyz"
 
 // Limits of names and keys.
 const (
-	// MaxNameLen is the longest experiment or run name, in characters.
+	// MaxNameLen is the longest run name, in characters.
 	MaxNameLen = 128
+	// MaxExperimentNameLen is the longest experiment name, in characters
+	// (MLflow's limit).
+	MaxExperimentNameLen = 500
 	// MaxKeyLen is the longest metric, param or tag key, in bytes.
 	MaxKeyLen = 250
-	// MaxTagValueLen is the longest tag value, in bytes.
-	MaxTagValueLen = 4096
+	// MaxTagValueLen is the longest run tag value, in characters (MLflow's
+	// limit).
+	MaxTagValueLen = 8000
+	// MaxExperimentTagValueLen is the longest experiment tag value, in
+	// characters (MLflow's limit).
+	MaxExperimentTagValueLen = 20000
 	// MaxIDLen is the longest client-chosen run ID.
 	MaxIDLen = 64
 )
@@ -91,6 +98,45 @@ func ValidateName(name string) error {
 			continue
 		}
 		return fmt.Errorf("name %q: character %q is not allowed (letters, digits, space and . _ - / : + = @)", name, r)
+	}
+	return nil
+}
+
+// ValidateExperimentName checks an experiment name: 1 to 500 characters of
+// valid UTF-8 without control characters. It is wider than ValidateName
+// (run names) because MLflow's clients name experiments freely
+// ("resnet (baseline)", "run #1"); an experiment name is data (a column, a
+// JSON string), never a path. Training jobs, which pass it on a command
+// line, still check it with ValidateName.
+func ValidateExperimentName(name string) error {
+	n := utf8.RuneCountInString(name)
+	if n == 0 || n > MaxExperimentNameLen || !utf8.ValidString(name) {
+		return fmt.Errorf("name must be 1 to %d characters of valid UTF-8", MaxExperimentNameLen)
+	}
+	if strings.TrimSpace(name) == "" {
+		return fmt.Errorf("name %q is blank", name)
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("name %q contains control character %q", name, r)
+		}
+	}
+	return nil
+}
+
+// ValidateTagValue checks a tag value: valid UTF-8 of at most max
+// characters (MLflow counts characters) without NUL, which PostgreSQL's
+// text cannot hold. Newlines and other characters are kept as sent:
+// MLflow's Markdown notes (mlflow.note.content) are multi-line.
+func ValidateTagValue(v string, max int) error {
+	if !utf8.ValidString(v) {
+		return errors.New("value is not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(v); n > max {
+		return fmt.Errorf("value is %d characters long; the limit is %d", n, max)
+	}
+	if strings.IndexByte(v, 0) >= 0 {
+		return errors.New("value contains a NUL character")
 	}
 	return nil
 }

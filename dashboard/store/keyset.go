@@ -63,6 +63,11 @@ type segment struct {
 // index serves (a tag, a metric's count, other columns, a metric whose sort
 // index is still being built): pageQuery answers those.
 func (s *sqlStore) keysetRuns(ctx context.Context, expID string, p listParams) ([]int64, string, bool, error) {
+	if p.idAsc {
+		// Values descending, ties ascending (MLflow's searches): an index
+		// read one way does not give that order; sorted in full.
+		return nil, "", false, nil
+	}
 	segs, ok, err := s.segments(ctx, expID, p.field)
 	if err != nil || !ok {
 		return nil, "", false, err

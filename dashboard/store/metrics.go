@@ -90,7 +90,17 @@ type item struct {
 	n             int64
 }
 
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+// floorDiv and ceilDiv round a/b (b > 0) down and up, for negative a too
+// (steps may be negative, as MLflow allows; Go's / truncates toward zero).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+func ceilDiv(a, b int64) int64 { return -floorDiv(-a, b) }
 
 func (s *sqlStore) series(ctx context.Context, rid, key int64, n int, minStep, maxStep *int64) (Series, error) {
 	const coarse = 12
@@ -143,7 +153,7 @@ func (s *sqlStore) series(ctx context.Context, rid, key int64, n int, minStep, m
 		}
 	}
 	B := int64(1) << shift
-	origin := (lo / B) * B
+	origin := floorDiv(lo, B) * B
 	w := ceilDiv(ceilDiv(hi-origin+1, N), B) * B
 	var items []item
 	if shift == 0 {
@@ -152,7 +162,7 @@ func (s *sqlStore) series(ctx context.Context, rid, key int64, n int, minStep, m
 			return Series{}, err
 		}
 	} else {
-		firstFull, lastFull := ceilDiv(lo, B), (hi+1)/B-1
+		firstFull, lastFull := ceilDiv(lo, B), floorDiv(hi+1, B)-1
 		if firstFull > lastFull {
 			var err error
 			if items, err = s.rawItems(ctx, rid, key, lo, hi); err != nil {

@@ -110,7 +110,9 @@ type listParams struct {
 	sortKey string
 	limit   int
 	desc    bool
-	cur     *cursor // nil: the first page
+	// idAsc breaks ties by ID ascending though desc (ListQuery.IDAsc).
+	idAsc bool
+	cur   *cursor // nil: the first page
 }
 
 // parseList reads q's limit, filter, sort and cursor for target t. A cursor
@@ -139,6 +141,10 @@ func parseList(q ListQuery, t query.Target) (listParams, error) {
 	p.sortKey = p.field.String()
 	if q.Desc {
 		p.sortKey += " desc"
+		if q.IDAsc {
+			p.sortKey += ", id asc"
+			p.idAsc = true
+		}
 	}
 	if q.Cursor != "" {
 		const made = "cursor is not one this store made: pass the previous page's next unchanged"
@@ -241,7 +247,7 @@ func (s *sqlStore) buildPage(spec pageSpec, p listParams) (string, []any) {
 		"COALESCE(t.sk_s, '')" + col,
 		"t.id" + col,
 	}
-	dirs := []bool{false, false, q.Desc, q.Desc, q.Desc, q.Desc}
+	dirs := []bool{false, false, q.Desc, q.Desc, q.Desc, q.Desc && !p.idAsc}
 	if p.cur != nil {
 		c := *p.cur
 		vals := []any{int64(c.Missing), int64(c.NoNum), c.Num, c.Int, c.Str, c.ID}

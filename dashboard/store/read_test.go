@@ -322,3 +322,81 @@ func TestJSONNaN(t *testing.T) {
 		t.Fatalf("metric overview: %s %v", b, err)
 	}
 }
+
+// TestNegativeSteps: steps may be negative (MLflow allows them, e.g. -1 for
+// "before training"): kept, read back raw, downsampled and range-read with
+// the same guarantees as positive ones (every point counted once, buckets in
+// order, ranges exact), across the rollups' block boundaries.
+func TestNegativeSteps(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		s := open(Config{})
+		ctx := context.Background()
+		e := &ev{run: "neg"}
+		mustApply(t, s, e.start("exp", nil, nil))
+		const lo0, hi0 = -20000, 5000
+		batch := make([]Event, 0, 5000)
+		for i := int64(lo0); i <= hi0; i++ {
+			batch = append(batch, e.metrics(i, map[string]float64{"v": float64(i)}))
+			if len(batch) == cap(batch) {
+				mustApply(t, s, batch...)
+				batch = batch[:0]
+			}
+		}
+		mustApply(t, s, batch...)
+		check := func(name string, lo, hi *int64, n int) {
+			t.Helper()
+			ser, err := s.Metrics(ctx, "neg", MetricsQuery{Keys: []string{"v"}, MaxPoints: n, MinStep: lo, MaxStep: hi})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantLo, wantHi := int64(lo0), int64(hi0)
+			if lo != nil {
+				wantLo = *lo
+			}
+			if hi != nil {
+				wantHi = *hi
+			}
+			bs := ser[0].Buckets
+			var count int64
+			for i, b := range bs {
+				count += b.Count
+				if b.Min != float64(b.StepMin) || b.Max != float64(b.StepMax) || b.Last != float64(b.StepMax) {
+					t.Fatalf("%s: bucket %+v", name, b)
+				}
+				if i > 0 && b.StepMin <= bs[i-1].StepMax {
+					t.Fatalf("%s: buckets overlap: %+v %+v", name, bs[i-1], b)
+				}
+			}
+			if len(bs) > n || count != wantHi-wantLo+1 || bs[0].StepMin != wantLo || bs[len(bs)-1].StepMax != wantHi {
+				t.Fatalf("%s: %d buckets, count %d, %d..%d; want <= %d, %d, %d..%d", name, len(bs), count, bs[0].StepMin, bs[len(bs)-1].StepMax, n, wantHi-wantLo+1, wantLo, wantHi)
+			}
+		}
+		check("all", nil, nil, 100)
+		check("all, 7", nil, nil, 7)
+		for _, r := range [][2]int64{{-19999, -17}, {-4097, 4095}, {-300, -1}, {-1, 1}, {-8191, -4096}} {
+			lo, hi := r[0], r[1]
+			check(fmt.Sprintf("%d..%d", lo, hi), &lo, &hi, 50)
+		}
+		pts, err := s.History(ctx, "neg", HistoryQuery{Key: "v", Limit: 3})
+		if err != nil || len(pts) != 3 || pts[0].Step != lo0 || pts[2].Step != lo0+2 {
+			t.Fatalf("history: %+v %v", pts, err)
+		}
+		after := int64(-2)
+		pts, _ = s.History(ctx, "neg", HistoryQuery{Key: "v", Limit: 2, AfterStep: &after})
+		if len(pts) != 2 || pts[0].Step != -1 || pts[1].Step != 0 {
+			t.Fatalf("history after -2: %+v", pts)
+		}
+		r, _ := s.GetRun(ctx, "neg")
+		if m := r.Metrics["v"]; m.LastStep != hi0 || m.Last != hi0 {
+			t.Fatalf("summary: %+v", m)
+		}
+	})
+}
+
+func TestFloorCeilDiv(t *testing.T) {
+	for _, c := range [][4]int64{{7, 2, 3, 4}, {-7, 2, -4, -3}, {-8, 2, -4, -4}, {0, 16, 0, 0}, {-1, 16, -1, 0}, {-16, 16, -1, -1}, {-17, 16, -2, -1}} {
+		if f, cl := floorDiv(c[0], c[1]), ceilDiv(c[0], c[1]); f != c[2] || cl != c[3] {
+			t.Errorf("%d/%d: floor %d ceil %d, want %d %d", c[0], c[1], f, cl, c[2], c[3])
+		}
+	}
+}

@@ -163,6 +163,10 @@ type ListQuery struct {
 	Sort string
 	// Desc sorts descending.
 	Desc bool
+	// IDAsc breaks ties by ID ascending even when Desc is set (MLflow's
+	// searches: start_time DESC, then run ID ASC); by default ties follow
+	// Desc.
+	IDAsc bool
 	// Limit is the page size (default 100, at most 10000).
 	Limit int
 	// Cursor is the Next of the previous page.

@@ -1,0 +1,178 @@
+"""What MLflow's own server accepts in everyday client code, through MLflow's client against fw.
+
+Each behaviour here was answered differently by fw before (issue #23, found by running MLflow's own
+REST tracking-server tests against `fw dashboard`): multi-line notes, free experiment names, the
+Default experiment from the start, "." as an artifact path, MLflow's tie order, writes to a deleted
+run, case-sensitive LIKE, artifact_location, GET /version and MLflow's 404 shape.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+mlflow = pytest.importorskip(
+    "mlflow", reason="mlflow is not installed: use scripts/setup-mlflow-venv.sh's venv"
+)
+
+from mlflow import MlflowClient  # noqa: E402
+from mlflow.exceptions import MlflowException  # noqa: E402
+
+NOTE = "# Baseline\n\nResNet-18, **no** augmentation.\n\n- lr 0.1\n- batch 32\n"
+
+
+def test_markdown_notes_and_mlflow_tag_limits(dashboard, client):
+    exp_id = mlflow.set_experiment("notes").experiment_id
+    client.set_experiment_tag(exp_id, "mlflow.note.content", NOTE)
+    with mlflow.start_run(description=NOTE) as run:  # description is the run's mlflow.note.content
+        mlflow.set_tag("long", "é" * 8000)  # MLflow's limit: 8,000 characters
+        with pytest.raises(MlflowException) as e:
+            mlflow.set_tag("too_long", "x" * 8001)
+        assert e.value.error_code == "INVALID_PARAMETER_VALUE"
+    got = client.get_run(run.info.run_id)
+    assert got.data.tags["mlflow.note.content"] == NOTE
+    assert got.data.tags["long"] == "é" * 8000
+    assert client.get_experiment(exp_id).tags["mlflow.note.content"] == NOTE
+    assert dashboard.experiment("notes")["description"] == NOTE  # fw's UI shows it as the description
+
+
+def test_experiment_names_as_mlflow_users_write_them(dashboard, client):
+    for name in ("resnet (baseline)", "a, b", "run #1", "lr=0.1 & wd=1e-4?"):
+        exp = mlflow.set_experiment(name)
+        with mlflow.start_run():
+            mlflow.log_metric("m", 1.0)
+        assert client.get_experiment_by_name(name).experiment_id == exp.experiment_id
+        assert dashboard.experiment(exp.experiment_id)["name"] == name
+    client.rename_experiment(client.get_experiment_by_name("a, b").experiment_id, "a, b (old)")
+    assert client.get_experiment_by_name("a, b (old)") is not None
+
+
+def test_default_experiment_is_listed_from_the_start(dashboard, client):
+    assert [(e.experiment_id, e.name) for e in client.search_experiments()] == [("0", "Default")]
+
+
+def test_artifact_path_dot_lists_and_downloads_the_root(dashboard, client, tmp_path):
+    with mlflow.start_run() as run:
+        mlflow.log_text("a", "a.txt")
+        mlflow.log_text("b", "dir/b.txt")
+    rid = run.info.run_id
+    # The client joins the asked path and the names ("./a.txt"), as against MLflow's server.
+    assert sorted(os.path.normpath(f.path) for f in client.list_artifacts(rid, ".")) == ["a.txt", "dir"]
+    dest = mlflow.artifacts.download_artifacts(run_id=rid, artifact_path=".", dst_path=str(tmp_path / "d"))
+    assert sorted(os.listdir(dest)) == ["a.txt", "dir"]
+    assert open(os.path.join(dest, "dir", "b.txt")).read() == "b"
+
+
+def test_search_runs_breaks_ties_by_run_id_ascending(dashboard, client):
+    exp_id = client.create_experiment("ties")
+    ids = [client.create_run(exp_id, start_time=1_700_000_000_000).info.run_id for _ in range(6)]
+    got = [r.info.run_id for r in client.search_runs([exp_id])]
+    assert got == sorted(ids)
+    paged, token = [], None
+    while True:
+        page = client.search_runs([exp_id], max_results=4, page_token=token)
+        paged += [r.info.run_id for r in page]
+        token = page.token
+        if not token:
+            break
+    assert paged == sorted(ids)
+
+
+def test_like_keeps_case_and_ilike_ignores_it(dashboard, client):
+    exp_id = client.create_experiment("like")
+    for team in ("Vision", "vision", "nlp"):
+        client.create_run(exp_id, tags={"team": team})
+
+    def teams(f):
+        return sorted(r.data.tags["team"] for r in client.search_runs([exp_id], filter_string=f))
+
+    assert teams("tags.team LIKE 'V%'") == ["Vision"]
+    assert teams("tags.team ILIKE 'V%'") == ["Vision", "vision"]
+    assert teams("tags.team LIKE '%isio%'") == ["Vision", "vision"]
+
+
+def test_a_deleted_run_takes_no_writes_until_restored(dashboard, client):
+    rid = client.create_run("0").info.run_id
+    client.delete_run(rid)
+    for write in (
+        lambda: client.log_metric(rid, "m", 1.0),
+        lambda: client.log_param(rid, "p", "1"),
+        lambda: client.set_tag(rid, "t", "1"),
+        lambda: client.log_batch(rid, params=[mlflow.entities.Param("q", "1")]),
+    ):
+        with pytest.raises(MlflowException, match="must be in the 'active' state") as e:
+            write()
+        assert e.value.error_code == "INVALID_PARAMETER_VALUE"
+    client.restore_run(rid)
+    client.log_metric(rid, "m", 1.0)
+    assert client.get_run(rid).data.metrics == {"m": 1.0}
+
+
+def test_artifact_location_is_refused_with_the_reason(dashboard, client):
+    with pytest.raises(MlflowException, match='artifact_location "s3://bucket/p".*FW_ARTIFACT_URI') as e:
+        client.create_experiment("elsewhere", artifact_location="s3://bucket/p")
+    assert e.value.error_code == "INVALID_PARAMETER_VALUE"
+    assert client.get_experiment_by_name("elsewhere") is None  # nothing created
+
+
+def test_version_and_mlflow_404_shape(dashboard, client):
+    r = dashboard.request("GET", "/version")
+    assert r.status == 200 and r.body.decode() == mlflow.__version__, r
+    for path in (
+        "/api/3.0/mlflow/traces/search",
+        "/ajax-api/2.0/mlflow/gateway/secrets/create",
+        "/ajax-api/3.0/mlflow/datasets/create",
+        "/graphql",
+    ):
+        r = dashboard.request("POST", path, {})
+        assert r.status == 404, (path, r)
+        assert r.json()["error_code"] == "ENDPOINT_NOT_FOUND" and r.json()["message"], (path, r)
+
+
+def test_artifact_proxy_takes_any_path_with_mlflows_headers(dashboard, client, tmp_path):
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    src = tmp_path / "report.pdf"
+    src.write_bytes(b"%PDF-1.4")
+    repo = get_artifact_repository("mlflow-artifacts:/shared/reports")  # no run: a free path
+    repo.log_artifact(str(src))
+    repo.log_artifact(str(src), "2024")
+    assert sorted((f.path, f.is_dir) for f in repo.list_artifacts()) == [("2024", True), ("report.pdf", False)]
+    got = mlflow.artifacts.download_artifacts(
+        artifact_uri="mlflow-artifacts:/shared/reports/2024/report.pdf", dst_path=str(tmp_path / "d")
+    )
+    assert open(got, "rb").read() == b"%PDF-1.4"
+    r = dashboard.request("GET", "/api/2.0/mlflow-artifacts/artifacts/shared/reports/report.pdf")
+    assert r.status == 200 and r.headers["Content-Type"] == "application/pdf", r
+    assert r.headers["X-Content-Type-Options"] == "nosniff"
+    assert r.headers["Content-Disposition"] == "attachment; filename=report.pdf"
+    assert (Path(dashboard.dirs["FW_ARTIFACT_DIR"]) / "_mlflow-artifacts/shared/reports/report.pdf").exists()
+
+    with mlflow.start_run() as run:  # a run's files keep their own place and headers
+        mlflow.log_text("hello", "notes.md")
+    r = dashboard.request("GET", f"/get-artifact?run_id={run.info.run_id}&path=notes.md")
+    assert r.status == 200 and r.body == b"hello" and r.headers["Content-Type"].startswith("text/plain"), r
+
+
+def test_negative_steps_are_kept(dashboard, client):
+    with mlflow.start_run() as run:
+        mlflow.log_metric("loss", 2.0, step=-1)  # "before training"
+        mlflow.log_metric("loss", 1.0, step=0)
+    hist = client.get_metric_history(run.info.run_id, "loss")
+    assert [(m.step, m.value) for m in hist] == [(-1, 2.0), (0, 1.0)]
+    assert dashboard.points(run.info.run_id, "loss") == [(-1, 2.0), (0, 1.0)]
+
+
+def test_tracing_code_runs_though_fw_keeps_no_traces(dashboard, client):
+    # /version now names MLflow's version, so the client sends spans to /v1/traces: fw answers
+    # MLflow's ENDPOINT_NOT_FOUND and the traced code still runs and returns (docs/mlflow.md).
+    @mlflow.trace
+    def add(a, b):
+        return a + b
+
+    with mlflow.start_run():
+        assert add(1, 2) == 3
+    r = dashboard.request("POST", "/v1/traces", {})
+    assert r.status == 404 and r.json()["error_code"] == "ENDPOINT_NOT_FOUND", r
