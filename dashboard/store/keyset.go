@@ -63,11 +63,6 @@ type segment struct {
 // index serves (a tag, a metric's count, other columns, a metric whose sort
 // index is still being built): pageQuery answers those.
 func (s *sqlStore) keysetRuns(ctx context.Context, expID string, p listParams) ([]int64, string, bool, error) {
-	if p.idAsc {
-		// Values descending, ties ascending (MLflow's searches): an index
-		// read one way does not give that order; sorted in full.
-		return nil, "", false, nil
-	}
 	segs, ok, err := s.segments(ctx, expID, p.field)
 	if err != nil || !ok {
 		return nil, "", false, err
@@ -75,6 +70,13 @@ func (s *sqlStore) keysetRuns(ctx context.Context, expID string, p listParams) (
 	dir, after := " ASC", " > "
 	if p.desc {
 		dir, after = " DESC", " < "
+	}
+	// Ties by ID ascending though the values descend (MLflow's searches):
+	// each run of equal values is sorted apart (SQLite: a sort of the
+	// ORDER BY's right part), and the cursor is not one row value.
+	idDir, idAfter := dir, after
+	if p.idAsc {
+		idDir, idAfter = " ASC", " > "
 	}
 	col := s.collate()
 	c := p.cur
@@ -119,16 +121,20 @@ func (s *sqlStore) keysetRuns(ctx context.Context, expID string, p listParams) (
 				// A row value: both SQLite and PostgreSQL seek the index to
 				// the position, even in a long run of ties (an OR of the
 				// two has them scan the ties before it).
-				b.WriteString(" AND (" + sg.val + ", " + id + ")" + after + "(" + a.Add(v) + ", " + a.Add(c.ID) + ")")
+				if p.idAsc {
+					b.WriteString(" AND " + sg.val + strings.TrimSpace(after) + "= " + a.Add(v) + " AND (" + sg.val + after + a.Add(v) + " OR " + id + idAfter + a.Add(c.ID) + ")")
+				} else {
+					b.WriteString(" AND (" + sg.val + ", " + id + ")" + after + "(" + a.Add(v) + ", " + a.Add(c.ID) + ")")
+				}
 			} else {
-				b.WriteString(" AND " + id + after + a.Add(c.ID))
+				b.WriteString(" AND " + id + idAfter + a.Add(c.ID))
 			}
 		}
 		b.WriteString(" ORDER BY ")
 		if sg.val != "" {
 			b.WriteString(sg.val + dir + ", ")
 		}
-		b.WriteString(id + dir + " LIMIT " + a.Add(int64(p.limit+1-len(pg.rids))))
+		b.WriteString(id + idDir + " LIMIT " + a.Add(int64(p.limit+1-len(pg.rids))))
 		full, err := s.readSegment(ctx, b.String(), a.Values(), sg, p, &pg)
 		if err != nil || full {
 			return pg.rids, pg.next, true, err

@@ -131,9 +131,9 @@ func TestListRunsIndexedSortsMatchSorted(t *testing.T) {
 		for _, exp := range []string{"mixed", "full"} {
 			for _, sort := range sorts {
 				for _, filter := range filters {
-					for _, desc := range []bool{false, true} {
+					for _, order := range []struct{ desc, idAsc bool }{{false, false}, {true, false}, {true, true}} {
 						for _, limit := range []int{7, 40} {
-							q := ListQuery{Experiment: exp, Sort: sort, Filter: filter, Desc: desc, Limit: limit}
+							q := ListQuery{Experiment: exp, Sort: sort, Filter: filter, Desc: order.desc, IDAsc: order.idAsc, Limit: limit}
 							ss.cfg.sortedPages = false
 							got := walk(t, st, q)
 							ss.cfg.sortedPages = true
@@ -151,13 +151,15 @@ func TestListRunsIndexedSortsMatchSorted(t *testing.T) {
 		// Pages of one: every position's cursor, crossing from the runs
 		// having the value to those lacking it.
 		for _, sort := range []string{"metrics.loss.min", "started", "metrics.acc", "params.opt"} {
-			q := ListQuery{Experiment: "mixed", Sort: sort, Desc: true, Limit: 1}
-			got := walk(t, st, q)
-			ss.cfg.sortedPages = true
-			want := walk(t, st, q)
-			ss.cfg.sortedPages = false
-			if strings.Join(got, "\n") != strings.Join(want, "\n") {
-				t.Fatalf("%+v: pages of one differ", q)
+			for _, idAsc := range []bool{false, true} {
+				q := ListQuery{Experiment: "mixed", Sort: sort, Desc: true, IDAsc: idAsc, Limit: 1}
+				got := walk(t, st, q)
+				ss.cfg.sortedPages = true
+				want := walk(t, st, q)
+				ss.cfg.sortedPages = false
+				if strings.Join(got, "\n") != strings.Join(want, "\n") {
+					t.Fatalf("%+v: pages of one differ", q)
+				}
 			}
 		}
 		if checked == 0 || ss.sortIdx.served.Load() == served {
