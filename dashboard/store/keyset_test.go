@@ -408,3 +408,28 @@ func TestColumnsAndParamKeys(t *testing.T) {
 		}
 	})
 }
+
+// TestGlobKeepsCaseOnBothBackends: GLOB (MLflow's LIKE) keeps case where
+// LIKE does not, in SQLite and PostgreSQL alike.
+func TestGlobKeepsCaseOnBothBackends(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		st := open(Config{})
+		for i, name := range []string{"Bold-1", "bold-2", "bolder", "x_bold-3"} {
+			e := &ev{run: fmt.Sprintf("g%d", i)}
+			s := e.start("globs", nil, map[string]string{"k": name})
+			s.Name = name
+			mustApply(t, st, s)
+		}
+		for _, c := range []struct{ filter, want string }{
+			{`name GLOB "bold-*"`, "g1"},
+			{`name LIKE "bold-*"`, "g0,g1"},
+			{`tags.k GLOB "*old-?"`, "g0,g1,g3"},
+			{`name GLOB "B*"`, "g0"},
+		} {
+			p, err := st.ListRuns(context.Background(), ListQuery{Experiment: "globs", Filter: c.filter, Sort: "id"})
+			if err != nil || runIDs(p) != c.want {
+				t.Errorf("%s: %q (%v), want %q", c.filter, runIDs(p), err, c.want)
+			}
+		}
+	})
+}
