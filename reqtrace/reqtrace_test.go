@@ -3,6 +3,7 @@ package reqtrace
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -212,4 +213,50 @@ func BenchmarkRecordOff(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		_ = tr.Record(r)
 	}
+}
+
+// FuzzSet: any update, as a client sends it, is applied or refused whole
+// with a SettingError, and the settings stay ones that Record can use.
+func FuzzSet(f *testing.F) {
+	f.Add("trace_rate", "7", "", "simple")
+	f.Add("trace_level", "TIMESTAMPS", "OFF", "")
+	f.Add("trace_count", "-1", "", "m")
+	f.Add("log_frequency", "4294967296", "", "")
+	f.Add("trace_file", "/x", "", "")
+	f.Fuzz(func(t *testing.T, name, v1, v2, model string) {
+		tr, err := New(filepath.Join(t.TempDir(), "t.json"), Settings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var vals []string
+		if v1 != "" {
+			vals = append(vals, v1)
+		}
+		if v2 != "" {
+			vals = append(vals, v2)
+		}
+		before := tr.Get(model)
+		out, err := tr.Set(model, Update{name: vals})
+		if err != nil {
+			var se *SettingError
+			if !errors.As(err, &se) || se.Message == "" {
+				t.Fatalf("%s=%q: %v is not a SettingError", name, vals, err)
+			}
+			if got := tr.Get(model); fmt.Sprint(got) != fmt.Sprint(before) {
+				t.Fatalf("refused %s=%q changed the settings: %v -> %v", name, vals, before, got)
+			}
+			return
+		}
+		if out["trace_rate"][0] == "0" {
+			t.Fatalf("rate 0 accepted")
+		}
+		for i := 0; i < 3; i++ {
+			if err := tr.Record(req(model, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tr.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -298,3 +298,24 @@ func TestRunColumns(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseColumns: any ?columns= value parses into at most maxColumns
+// keys of the three kinds, or is refused with invalid_argument; never a
+// panic.
+func FuzzParseColumns(f *testing.F) {
+	for _, s := range []string{"params.lr,metrics.loss", `params."a,b",system.cpu`, `metrics."x\"y".min`, "tags.x", ",,,", `params."unterminated`, strings.Repeat("params.a,", 3000)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		cols, e := parseColumns(v)
+		if e != nil {
+			if cols != nil || e.Status != 400 || e.Code != string(store.CodeInvalidArgument) || e.Message == "" {
+				t.Fatalf("%q: bad refusal %+v", v, e)
+			}
+			return
+		}
+		if n := len(cols.Params) + len(cols.Metrics) + len(cols.System); n > maxColumns {
+			t.Fatalf("%q: %d columns", v, n)
+		}
+	})
+}
