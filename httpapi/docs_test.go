@@ -73,6 +73,8 @@ var routedPaths = []string{
 	"/v2/cudasharedmemory/unregister",
 	"/v2/cudasharedmemory/region/{region_name}/unregister",
 	"/v2/logging",
+	"/v2/trace/setting",
+	"/v2/models/{model_name}/trace/setting",
 }
 
 // TestOpenAPIDocument checks the static document and the documents the

@@ -121,7 +121,9 @@ check() {
 }
 
 if [ "$only" != "dashboard" ]; then
-	start serve serve --model "$model" --host 127.0.0.1 --port 0
+	# A trace file, so that every trace setting the document allows can be
+	# set (TIMESTAMPS needs one).
+	start serve serve --model "$model" --host 127.0.0.1 --port 0 --trace-config "triton,file=$tmp/trace.json"
 	serve_url=$url
 	check serve "$serve_url"
 fi
