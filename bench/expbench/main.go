@@ -42,6 +42,7 @@ func main() {
 	doc := flag.String("doc", "", "markdown file whose bench:scale section gets the results (docs/benchmarks.md)")
 	flag.Parse()
 	var report strings.Builder // the -doc section's table rows
+	commit := benchdoc.Commit() // the code measured: HEAD now, not when it ends
 	ctx := context.Background()
 	cfg := store.Config{DatabaseURL: os.Getenv("FW_BENCH_DATABASE_URL")}
 	backend := "PostgreSQL"
@@ -161,7 +162,7 @@ func main() {
 	fmt.Fprintf(&report, "\nEach sort's first request, before the timed ones (a metric's sort index is built meanwhile): %s.\n", strings.Join(firsts, "; "))
 	host, _ := os.Hostname()
 	head := fmt.Sprintf("## Tracking at scale: `make bench-scale`\n\nCommand: `go run ./bench/expbench %s` on %s (%s, %s, %d CPUs, host %s); %s.\n\n",
-		strings.Join(os.Args[1:], " "), backend, benchdoc.Commit(), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), host,
+		strings.Join(os.Args[1:], " "), backend, commit, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), host,
 		"each run: 4 params, 2 tags, 20 metrics x 5 steps, finished; nothing asserted")
 	check(benchdoc.ReplaceSection(*doc, "scale", head+report.String()), "writing "+*doc)
 	fmt.Printf("wrote the bench:scale section of %s\n", *doc)
