@@ -35,7 +35,11 @@ func (s *Server) v2Trace(ctx *fasthttp.RequestCtx, model string) {
 	u := reqtrace.Update{}
 	if len(body) > 0 {
 		var in map[string]json.RawMessage
-		if err := json.Unmarshal(body, &in); err != nil {
+		err := json.Unmarshal(body, &in)
+		if err == nil && in == nil {
+			err = errors.New("got null")
+		}
+		if err != nil {
 			writeError(ctx, newError(400, CodeInvalidJSON, `the body must be a JSON object of trace settings such as {"trace_level": ["TIMESTAMPS"], "trace_rate": "100"}: `+err.Error(), nil))
 			return
 		}
@@ -68,6 +72,9 @@ func traceValues(raw json.RawMessage) ([]string, error) {
 	}
 	var many []string
 	if json.Unmarshal(raw, &many) == nil {
+		if len(many) == 0 { // not null: an empty list clears nothing
+			return nil, errors.New("an empty array: give at least one value, or null to clear the setting")
+		}
 		return many, nil
 	}
 	return nil, errors.New("attempt to access JSON non-string as string: give a string, an array of strings or null")

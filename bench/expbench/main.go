@@ -41,7 +41,7 @@ func main() {
 	deep := flag.Int("deep", 100_000, "position of the deep page of each sort (0: none; -1: no page 2 either)")
 	doc := flag.String("doc", "", "markdown file whose bench:scale section gets the results (docs/benchmarks.md)")
 	flag.Parse()
-	var report strings.Builder // the -doc section's table rows
+	var report strings.Builder  // the -doc section's table rows
 	commit := benchdoc.Commit() // the code measured: HEAD now, not when it ends
 	ctx := context.Background()
 	cfg := store.Config{DatabaseURL: os.Getenv("FW_BENCH_DATABASE_URL")}

@@ -17,7 +17,6 @@ mlflow = pytest.importorskip(
     "mlflow", reason="mlflow is not installed: use scripts/setup-mlflow-venv.sh's venv"
 )
 
-from mlflow import MlflowClient  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 
 NOTE = "# Baseline\n\nResNet-18, **no** augmentation.\n\n- lr 0.1\n- batch 32\n"

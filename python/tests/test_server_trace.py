@@ -67,7 +67,9 @@ def test_trace_settings_and_files(traced: tuple[FwServer, Path]) -> None:
     # Off: nothing traced.
     _infer(h, httpclient, 3)
     # A model's own rate, over gRPC; the server's level turned on over HTTP.
-    m = g.update_trace_settings(model_name="simple", settings={"trace_rate": "2", "log_frequency": "3"}, as_json=True)
+    m = g.update_trace_settings(
+        model_name="simple", settings={"trace_rate": "2", "log_frequency": "3"}, as_json=True
+    )
     assert m["settings"]["trace_rate"]["value"] == ["2"]
     h.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]})
     assert h.get_trace_settings(model_name="simple")["trace_level"] == ["TIMESTAMPS"]
@@ -86,7 +88,11 @@ def test_trace_settings_and_files(traced: tuple[FwServer, Path]) -> None:
     assert len([o for o in second if "model_name" in o]) == 2
     # Refusals, with Triton's sentences.
     for mod_client, bad, match in (
-        (h, {"trace_file": "/tmp/elsewhere"}, "trace file location can not be updated through network protocol"),
+        (
+            h,
+            {"trace_file": "/tmp/elsewhere"},
+            "trace file location can not be updated through network protocol",
+        ),
         (h, {"trace_level": ["OFF", "TIMESTAMPS"]}, "Expect only one trace level 'OFF' is specified"),
         (g, {"trace_rate": "fast"}, "Unable to parse 'trace_rate', got: fast"),
         (g, {"trace_count": "-5"}, "Expecting value >= -1"),
@@ -106,3 +112,18 @@ def test_traces_written_at_shutdown(traced: tuple[FwServer, Path]) -> None:
     assert srv.stop() == 0
     traces = json.loads(trace.read_text())
     assert [o["request_id"] for o in traces if "model_name" in o] == ["req1", "req3"]
+
+
+def test_empty_level_list_and_null_body_are_refused(traced: tuple[FwServer, Path]) -> None:
+    srv, _ = traced
+    import urllib.error
+    import urllib.request
+
+    for body, said in ((b'{"trace_level": []}', "empty array"), (b"null", "JSON object")):
+        req = urllib.request.Request(
+            f"http://{srv.url}/v2/trace/setting", data=body, method="POST",
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=30)
+        assert e.value.code == 400 and said in json.loads(e.value.read())["error"]

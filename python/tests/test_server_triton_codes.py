@@ -266,6 +266,6 @@ def test_same_refusal_over_both_protocols(server: FwServer) -> None:
             answers.setdefault(case, {})[proto] = e.value.message()
     for case, by in answers.items():
         assert by["http"] == by["grpc"], (case, by)
-    assert "unknown input \"INPUT9\"" in answers["unknown input"]["http"]
+    assert 'unknown input "INPUT9"' in answers["unknown input"]["http"]
     assert answers["input twice"]["grpc"].startswith("input 'INPUT0' already exists in request")
     assert "shape has 33 axes; at most 32" in answers["too many axes"]["grpc"]
