@@ -138,7 +138,10 @@ def test_artifact_proxy_takes_any_path_with_mlflows_headers(dashboard, client, t
     repo = get_artifact_repository("mlflow-artifacts:/shared/reports")  # no run: a free path
     repo.log_artifact(str(src))
     repo.log_artifact(str(src), "2024")
-    assert sorted((f.path, f.is_dir) for f in repo.list_artifacts()) == [("2024", True), ("report.pdf", False)]
+    assert sorted((f.path, f.is_dir) for f in repo.list_artifacts()) == [
+        ("2024", True),
+        ("report.pdf", False),
+    ]
     got = mlflow.artifacts.download_artifacts(
         artifact_uri="mlflow-artifacts:/shared/reports/2024/report.pdf", dst_path=str(tmp_path / "d")
     )

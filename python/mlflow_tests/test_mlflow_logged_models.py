@@ -75,8 +75,13 @@ def test_pytorch_autolog_with_default_settings_logs_a_loadable_model(dashboard, 
     try:
         model = Tiny()
         with mlflow.start_run() as run:
-            L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                      enable_model_summary=False).fit(model, data)
+            L.Trainer(
+                max_epochs=2,
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+            ).fit(model, data)
     finally:
         mlflow.pytorch.autolog(disable=True)
     exp_id = run.info.experiment_id
