@@ -124,7 +124,11 @@ func (s *sqlStore) keysetRuns(ctx context.Context, expID string, p listParams) (
 				if p.idAsc {
 					b.WriteString(" AND " + sg.val + strings.TrimSpace(after) + "= " + a.Add(v) + " AND (" + sg.val + after + a.Add(v) + " OR " + id + idAfter + a.Add(c.ID) + ")")
 				} else {
-					b.WriteString(" AND (" + sg.val + ", " + id + ")" + after + "(" + a.Add(v) + ", " + a.Add(c.ID) + ")")
+					// The bound on the value alone as well: PostgreSQL does
+					// not start an index scan from a row value whose columns
+					// come from two tables (a deep page sorted by a metric
+					// took 75-82 ms at 100,000 runs without it).
+					b.WriteString(" AND " + sg.val + strings.TrimSpace(after) + "= " + a.Add(v) + " AND (" + sg.val + ", " + id + ")" + after + "(" + a.Add(v) + ", " + a.Add(c.ID) + ")")
 				}
 			} else {
 				b.WriteString(" AND " + id + idAfter + a.Add(c.ID))
