@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/url"
 	"os"
 	"path"
 	"sort"
@@ -42,6 +43,14 @@ func (s *Server) artifactsProxy(ctx *fasthttp.RequestCtx, sub string) {
 		return
 	}
 	sub = strings.TrimPrefix(sub, "/")
+	if climbs(ctx.Request.URI().PathOriginal()) {
+		// fasthttp has already folded the ".." into the path it hands over
+		// (a/../../x under a run's artifacts became a free file beside the
+		// run); the client meant a path out of where it wrote: refused, as
+		// MLflow refuses it.
+		writeErr(ctx, errf(400, codeInvalidParameter, "Invalid path: the artifact path has a '..' element; give a path inside the run's artifacts"))
+		return
+	}
 	method := string(ctx.Method())
 	if sub == "" {
 		if method != "GET" && method != "HEAD" {
@@ -415,4 +424,19 @@ func (s *Server) listRunArtifacts(r *request) (any, *apiError) {
 		}
 	}
 	return map[string]any{"root_uri": s.toRun(got).Info.ArtifactURI, "files": files}, nil
+}
+
+// climbs reports whether a request's path, as the client sent it (percent
+// escapes decoded), has a ".." element.
+func climbs(raw []byte) bool {
+	p := string(raw)
+	if u, err := url.PathUnescape(p); err == nil {
+		p = u
+	}
+	for _, el := range strings.Split(strings.ReplaceAll(p, "\\", "/"), "/") {
+		if el == ".." {
+			return true
+		}
+	}
+	return false
 }

@@ -228,6 +228,15 @@ func TestCompatArtifactPaths(t *testing.T) {
 	}
 	e.fails(404, codeNotFound, "GET", "/get-artifact?run_id="+id+"&path=nope.txt", nil)
 	e.fails(400, codeInvalidParameter, "GET", "/get-artifact?run_id="+id+"&path=../../etc/passwd", nil)
+	// A '..' in the URL path itself: fasthttp folds it before the handler
+	// (a/../../x under the run would become the free file 0/<run>/x); it
+	// is refused as MLflow refuses it, escaped or not.
+	for _, p := range []string{"a/../../x", "a/%2e%2e/%2E%2E/x", "..%2F..%2Fx"} {
+		e.fails(400, codeInvalidParameter, "PUT", base+p, "x")
+	}
+	if _, err := os.Stat(filepath.Join(e.art, "_mlflow-artifacts", "0", id, "x")); !os.IsNotExist(err) {
+		t.Fatalf("a climbing path was stored: %v", err)
+	}
 }
 
 func TestMimeAndDisposition(t *testing.T) {

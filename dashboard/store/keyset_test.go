@@ -128,11 +128,22 @@ func TestListRunsIndexedSortsMatchSorted(t *testing.T) {
 			"metrics.loss.last", "metrics.loss.min", "metrics.loss.max", "metrics.nokey", "system.cpu", "system.cpu.max", "params.lr", "params.opt", "params.nokey", "status"}
 		filters := []string{"", "params.lr > 0.15", "tags.team = 'vision'", "metrics.acc > 0.3 and status != 'queued'"}
 		checked := 0
+		// Every sort, filter and order on "mixed", the sorts alone on
+		// "full"; the page size alternates between a small and a large
+		// one (the whole product took minutes under -race: modernc's
+		// SQLite is Go, and the race detector instruments it all).
 		for _, exp := range []string{"mixed", "full"} {
 			for _, sort := range sorts {
-				for _, filter := range filters {
-					for _, order := range []struct{ desc, idAsc bool }{{false, false}, {true, false}, {true, true}} {
-						for _, limit := range []int{7, 40} {
+				for fi, filter := range filters {
+					if exp == "full" && filter != "" || raceDetector && (fi > 0 || exp == "full") {
+						continue
+					}
+					for oi, order := range []struct{ desc, idAsc bool }{{false, false}, {true, false}, {true, true}} {
+						limits := [][]int{{7}, {40}}[(fi+oi+len(sort))%2]
+						if raceDetector {
+							limits = []int{40}
+						}
+						for _, limit := range limits {
 							q := ListQuery{Experiment: exp, Sort: sort, Filter: filter, Desc: order.desc, IDAsc: order.idAsc, Limit: limit}
 							ss.cfg.sortedPages = false
 							got := walk(t, st, q)
@@ -150,7 +161,10 @@ func TestListRunsIndexedSortsMatchSorted(t *testing.T) {
 		}
 		// Pages of one: every position's cursor, crossing from the runs
 		// having the value to those lacking it.
-		for _, sort := range []string{"metrics.loss.min", "started", "metrics.acc", "params.opt"} {
+		for _, sort := range []string{"metrics.loss.min", "params.opt"} {
+			if raceDetector && sort != "params.opt" {
+				continue
+			}
 			for _, idAsc := range []bool{false, true} {
 				q := ListQuery{Experiment: "mixed", Sort: sort, Desc: true, IDAsc: idAsc, Limit: 1}
 				got := walk(t, st, q)
