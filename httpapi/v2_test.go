@@ -606,7 +606,10 @@ func FuzzV2Request(f *testing.F) {
 		}
 		req, aerr := parseV2Request(body, h, ins, outs, v2Limits{}, nil)
 		if aerr != nil {
-			if req != nil || aerr.Message == "" || (aerr.Status != 400 && aerr.Status != 422) {
+			// 500 bad_request: Triton's status for a shape its JSON reader
+			// cannot take as unsigned integers (beyond uint64 included).
+			badShape := aerr.Status == 500 && aerr.Code == CodeBadRequest
+			if req != nil || aerr.Message == "" || (aerr.Status != 400 && aerr.Status != 422 && !badShape) {
 				t.Fatalf("bad error: %+v", aerr)
 			}
 			return
