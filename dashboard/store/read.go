@@ -394,11 +394,11 @@ func (s *sqlStore) pageIDs(ctx context.Context, text string, args []any, p listP
 	return "", nil
 }
 
-// inList returns "(?, ?, ...)" binding ids.
-func inList(a *query.Args, ids []int64) string {
-	parts := make([]string, len(ids))
-	for i, id := range ids {
-		parts[i] = a.Add(id)
+// inList returns "(?, ?, ...)" binding vals (run IDs, keys, names).
+func inList[T any](a *query.Args, vals []T) string {
+	parts := make([]string, len(vals))
+	for i, v := range vals {
+		parts[i] = a.Add(v)
 	}
 	return "(" + strings.Join(parts, ", ") + ")"
 }
@@ -413,11 +413,7 @@ func (s *sqlStore) fillRuns(ctx context.Context, runs []Run, rids []int64, byRID
 			if len(cols.Params) == 0 {
 				return " AND 1 = 0"
 			}
-			ph := make([]string, len(cols.Params))
-			for i, k := range cols.Params {
-				ph[i] = a.Add(k)
-			}
-			return " AND key IN (" + strings.Join(ph, ", ") + ")"
+			return " AND key IN " + inList(a, cols.Params)
 		}
 		var err error
 		if keyIDs, err = s.metricKeyIDs(ctx, cols); err != nil {
@@ -898,11 +894,7 @@ func (s *sqlStore) metricKeyIDs(ctx context.Context, cols *Columns) ([]int64, er
 		}
 		a := query.NewArgs(s.d)
 		kind := a.Add(int64(g.kind)) // bound in the order the text names them
-		ph := make([]string, len(g.names))
-		for i, n := range g.names {
-			ph[i] = a.Add(n)
-		}
-		rows, err := s.rdb.QueryContext(ctx, "SELECT id FROM metric_keys WHERE kind = "+kind+" AND name IN ("+strings.Join(ph, ", ")+")", a.Values()...)
+		rows, err := s.rdb.QueryContext(ctx, "SELECT id FROM metric_keys WHERE kind = "+kind+" AND name IN "+inList(a, g.names), a.Values()...)
 		if err != nil {
 			return nil, fmt.Errorf("looking up metric keys: %w", err)
 		}
