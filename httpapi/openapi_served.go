@@ -191,6 +191,7 @@ func servedDocument(models []docModel, onDemand bool, maxRows int) ([]byte, erro
 
 	// V2 inference: each model's request.
 	b.v2Schemas(models, onDemand)
+	b.generateSchemas(models, onDemand)
 	for _, p := range []string{"/v2/models/{model_name}/infer", "/v2/models/{model_name}/versions/{model_version}/infer"} {
 		if media := paths.path(p, "post", "requestBody", "content", "application/json"); media != nil {
 			media.del("examples")
@@ -582,6 +583,45 @@ func (b *docBuilder) v2Schemas(models []docModel, onDemand bool) {
 	}
 	b.schemas.set("V2InferenceRequest", oneOrAnyOf("V2InferenceRequest", alts,
 		"The JSON inference request for the model the path names: one alternative per served model, each giving that model's inputs and outputs."))
+}
+
+// generateSchemas replaces V2GenerateRequest with the served models'
+// generate requests: each model's inputs by name, every one required,
+// beside id, parameters and request parameters.
+func (b *docBuilder) generateSchemas(models []docModel, onDemand bool) {
+	if b.schemas.obj("V2GenerateRequest") == nil || onDemand {
+		return // a model loaded on demand may take any inputs: the generic schema stays
+	}
+	var alts []any
+	for _, m := range models {
+		props := map[string]any{
+			"id":         map[string]any{"type": "string", "description": "Answered in the response when not empty."},
+			"parameters": map[string]any{"type": "object", "description": "Request parameters (strings, numbers, booleans); a key naming an input is that input.", "additionalProperties": map[string]any{"type": []string{"string", "number", "boolean"}}},
+		}
+		var names []string
+		for _, in := range m.Inputs {
+			if in.Name == "id" || in.Name == "parameters" {
+				continue
+			}
+			names = append(names, in.Name)
+			if in.DType == engine.Invalid {
+				props[in.Name] = map[string]any{}
+				continue
+			}
+			props[in.Name] = map[string]any{
+				"description": fmt.Sprintf("Input `%s`: %s %s, one element or a list (flat or nested) of elements filling the shape.", in.Name, serving.DatatypeName(in.DType), engine.FormatShape(in.Shape)),
+				"anyOf":       []any{elementSchema(in.DType, m.Finite, m.NoNUL), b.v2Data(in.DType, m.Finite, m.NoNUL)},
+			}
+		}
+		alts = append(alts, map[string]any{
+			"title": fmt.Sprintf("%s (version %s)", m.Name, m.Version), "type": "object", "required": names,
+			"description":          fmt.Sprintf("A generate request for model `%s` version %s: %s by name.", m.Name, m.Version, describeSpecs(m.Inputs)),
+			"properties":           props,
+			"additionalProperties": map[string]any{"type": []string{"string", "number", "boolean"}, "description": "A request parameter."},
+		})
+	}
+	b.schemas.set("V2GenerateRequest", oneOrAnyOf("V2GenerateRequest", alts,
+		"The generate request for the model the path names: one alternative per served model, each giving that model's inputs by name."))
 }
 
 // v2Request is model m's JSON inference request: each of its inputs once

@@ -149,6 +149,11 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 			s.v2Infer(ctx, name, version)
 		}
 		return "v2_infer"
+	case "generate", "generate_stream":
+		if s.allow(ctx, "POST") && s.authorized(ctx) {
+			s.v2Generate(ctx, name, version, action == "generate_stream")
+		}
+		return "v2_generate"
 	case "config":
 		if s.allow(ctx, "GET") && s.authorized(ctx) {
 			if inst := s.v2Model(ctx, name, version); inst != nil {
@@ -183,7 +188,7 @@ func (s *Server) v2Ready(ctx *fasthttp.RequestCtx) bool {
 }
 
 func v2NoRoute(ctx *fasthttp.RequestCtx) {
-	writeError(ctx, newError(404, CodeNotFound, fmt.Sprintf("no route %s %s; the V2 routes are GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}[/versions/{v}][/ready] and POST /v2/models/{name}[/versions/{v}]/infer, GET /v2/models/{name}[/versions/{v}]/config and /stats, GET /v2/models/stats, POST /v2/repository/index, /v2/repository/models/{name}/load and /unload, /v2/systemsharedmemory/... and /v2/cudasharedmemory/... (status, register, unregister), GET and POST /v2/logging and /v2[/models/{name}]/trace/setting", ctx.Method(), ctx.Path()), nil))
+	writeError(ctx, newError(404, CodeNotFound, fmt.Sprintf("no route %s %s; the V2 routes are GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}[/versions/{v}][/ready] and POST /v2/models/{name}[/versions/{v}]/infer, /generate and /generate_stream, GET /v2/models/{name}[/versions/{v}]/config and /stats, GET /v2/models/stats, POST /v2/repository/index, /v2/repository/models/{name}/load and /unload, /v2/systemsharedmemory/... and /v2/cudasharedmemory/... (status, register, unregister), GET and POST /v2/logging and /v2[/models/{name}]/trace/setting", ctx.Method(), ctx.Path()), nil))
 }
 
 // v2Model returns the loaded instance of name (and version, if given);

@@ -293,7 +293,7 @@ func TestV2Metadata(t *testing.T) {
 		t.Fatalf("GET /v2: %d %s", r.status, r.body)
 	}
 	v := r.json(t)
-	if v["name"] != "fw" || v["version"] == "" || fmt.Sprint(v["extensions"]) != "[classification binary_tensor_data model_configuration statistics model_repository system_shared_memory cuda_shared_memory logging trace]" {
+	if v["name"] != "fw" || v["version"] == "" || fmt.Sprint(v["extensions"]) != "[classification binary_tensor_data model_configuration statistics model_repository system_shared_memory cuda_shared_memory logging trace generate]" {
 		t.Fatalf("GET /v2: %s", r.body)
 	}
 	for _, p := range []string{"/v2/health/live", "/v2/health/ready", "/v2/models/digits_mlp/ready", "/v2/models/digits_mlp/versions/1/ready"} {

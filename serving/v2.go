@@ -117,7 +117,7 @@ func Backend(f engine.Format) string {
 // Extensions are the protocol extensions fw serves, as GET /v2 and the
 // ServerMetadata call list them.
 func Extensions() []string {
-	return []string{"classification", "binary_tensor_data", "model_configuration", "statistics", "model_repository", "system_shared_memory", "cuda_shared_memory", "logging", "trace"}
+	return []string{"classification", "binary_tensor_data", "model_configuration", "statistics", "model_repository", "system_shared_memory", "cuda_shared_memory", "logging", "trace", "generate"}
 }
 
 // TensorConfig is one input or output in a model configuration.
