@@ -28,7 +28,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-export-models test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -172,6 +172,10 @@ test-s3: ## the dashboard's file stores (dashboard/blob) on a directory and on a
 test-python: $(HELM) | venv
 	@echo "==> pytest python/tests"
 	@cd python && FW_REQUIRE=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_BIN=$(ROOT)/bin/fw $(PY) -m pytest
+
+test-export-models: build | venv ## torchvision's resnet18, mobilenet_v3_large and efficientnet_b0 (random weights) through fw.export.onnx's default exporter, served by fw (~1 min; make test keeps a smoke)
+	@echo "==> pytest python/slow_tests (torchvision models through the dynamo ONNX exporter, served by fw)"
+	@cd python && FW_BIN=$(ROOT)/bin/fw $(PY) -m pytest -q -s -p no:cacheprovider slow_tests
 
 test-mlflow: build | venv ## MLflow's own client and Lightning's MLFlowLogger against a real fw dashboard (own venv: scripts/setup-mlflow-venv.sh)
 	@echo "==> pytest python/mlflow_tests (MLflow 3.17.2's client in its own venv)"

@@ -12,7 +12,8 @@ Python API (each returns an :class:`ExportReport`)::
 Command line (prints a one-line JSON report on stdout; errors on stderr, exit 1; usage errors exit 2)::
 
     python -m fw.export CHECKPOINT --format onnx|torchscript|quantized|onnx_int8|aoti --out PATH
-                        [--opset 14] [--method trace|script] [--name N] [--version V]
+                        [--opset N] [--exporter auto|dynamo|legacy] [--method trace|script]
+                        [--name N] [--version V]
                         [--quantization dynamic|static] [--calibration FILE.npz] [--per-channel]
 
 Every file embeds ``fw.json`` (docs/model-format.md). ``preprocessing=`` is the image recipe: a dict (the
@@ -53,6 +54,15 @@ AOTI_DEVICES = ("cpu", "cuda")
 # Keys of AOTInductor's package metadata (inductor_configs["aot_inductor.metadata"]) that fw writes:
 # fw.json itself, and the CPU features of the exporting machine that a -march=native package needs.
 AOTI_CPU_FLAGS_KEY = "fw.cpu_flags"
+# ONNX: the exporters fw.export.onnx can use. "auto" (the default) is torch's current exporter
+# ("dynamo", built on torch.export), falling back to the legacy TorchScript-based one ("legacy",
+# torch.onnx.export(dynamo=False)) with the reason printed when the current one cannot export the
+# model; method="script" is legacy only (torch.export does not take ScriptModules).
+ONNX_EXPORTER_CHOICES = ("auto", "dynamo", "legacy")
+# The opset each exporter writes by default: the dynamo exporter's own (torch's choice: 20 with
+# torch 2.13; fw.json records the one written); the legacy exporter's is the seed format's 14. An
+# explicit opset_version applies to both (the dynamo exporter converts its graph with the onnx
+# version converter).
 DEFAULT_OPSET = 14
 CHECK_BATCHES = (1, 7)
 # AOTInductor packages also run a batch beyond the 15 rows at which Inductor's CPU convolution
@@ -60,6 +70,7 @@ CHECK_BATCHES = (1, 7)
 AOTI_CHECK_BATCHES = (1, 7, 33)
 TEST_VECTOR_ROWS = 4
 ONNX_EXPORTER = "torch.onnx (legacy TorchScript-based)"
+DYNAMO_EXPORTER = "torch.onnx (dynamo, torch.export-based)"
 
 # (atol, rtol) for the comparison file-vs-eager done here ("parity") and for the test vector the
 # engine replays at load ("test_vector": same file, another runtime build / thread count).
@@ -114,6 +125,9 @@ class ExportReport:
     eager_accuracy: float | None = None
     accuracy_delta: float | None = None
     quantization: str | None = None
+    # ONNX: the exporter used ("dynamo" or "legacy"), and why the current one was not (auto mode).
+    exporter: str | None = None
+    fallback: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -779,11 +793,75 @@ def _write_onnx(job: _Job, proto: Any, text: str, what: str) -> None:
     _atomic_write(job.path, write)
 
 
+def _legacy_onnx(job: _Job, target: Any, opset_version: int) -> bytes:
+    """The model through torch's TorchScript-based exporter, as ONNX bytes."""
+    import torch
+
+    names = job.input_names + job.output_names
+    buf = io.BytesIO()
+    with quiet_warnings(), contextlib.redirect_stdout(sys.stderr):
+        torch.onnx.export(
+            target,
+            job.args,
+            buf,
+            dynamo=False,
+            opset_version=opset_version,
+            input_names=job.input_names,
+            output_names=job.output_names,
+            dynamic_axes={n: {0: "batch"} for n in names},
+            do_constant_folding=True,
+        )
+    return buf.getvalue()
+
+
+def _dynamo_onnx(job: _Job, opset_version: int | None) -> bytes:
+    """The model through torch's current exporter (torch.export, then onnxscript's optimizer), as one
+    ONNX file's bytes: axis 0 of every input is dynamic (the batch), weights are inside the file."""
+    import torch
+
+    dim = torch.export.Dim.DYNAMIC
+    shapes = tuple({0: dim} for _ in job.args)
+    kwargs: dict[str, Any] = {}
+    if opset_version is not None:
+        kwargs["opset_version"] = opset_version
+    with quiet_warnings(), contextlib.redirect_stdout(sys.stderr), contextlib.redirect_stderr(io.StringIO()):
+        prog = torch.onnx.export(
+            job.model,
+            job.args,
+            dynamo=True,
+            input_names=job.input_names,
+            output_names=job.output_names,
+            dynamic_shapes=shapes,
+            external_data=False,
+            optimize=True,
+            verbose=False,
+            **kwargs,
+        )
+        if prog is None:
+            raise ExportError("torch.onnx.export returned no program")
+        proto = prog.model_proto
+    # torch.export names the batch axis after its symbol (s77); name it "batch" as the legacy
+    # exporter does, wherever the graph's inputs, outputs and value infos use that symbol.
+    rename: dict[str, str] = {}
+    for vi in proto.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if dims and dims[0].dim_param and dims[0].dim_param not in rename:
+            rename[dims[0].dim_param] = "batch" if not rename else f"batch_{len(rename)}"
+    for vi in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param in rename:
+                d.dim_param = rename[d.dim_param]
+    # The onnx package writes the newest IR version it knows; fw's engine (and older ONNX Runtime
+    # builds) read IR 10, which opset 18+ graphs need and which holds everything the exporter emits.
+    proto.ir_version = min(proto.ir_version, 10)
+    return proto.SerializeToString()
+
+
 def onnx(
     model: Any,
     example_input: Any,
     path: str | os.PathLike[str],
-    opset_version: int = DEFAULT_OPSET,
+    opset_version: int | None = None,
     name: str | None = None,
     version: str = "1",
     labels: Sequence[str] | None = None,
@@ -797,40 +875,67 @@ def onnx(
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
     eval_data: tuple[Any, Any] | None = None,
+    exporter: str = "auto",
 ) -> ExportReport:
-    """Write ``model`` as a single-file ONNX model (legacy exporter, dynamic batch axis) with fw.json.
+    """Write ``model`` as a single-file ONNX model (dynamic batch axis) with fw.json.
 
-    The test vector's outputs are the eager model's; the file is checked with onnxruntime.
-    ``method="script"`` scripts the model before export (keeps control flow as ONNX Loop/If).
+    ``exporter="auto"`` (default) uses torch's current exporter (``torch.onnx.export(dynamo=True)``,
+    built on ``torch.export``; torch's default opset, 20 with torch 2.13, unless ``opset_version``
+    says otherwise) and falls back to
+    the legacy TorchScript-based one (opset 14 by default) when it cannot export the model, printing
+    the reason on stderr and recording it in fw.json (``export.fallback``); ``"dynamo"`` or
+    ``"legacy"`` picks one. ``method="script"`` scripts the model first (keeps control flow as ONNX
+    Loop/If), which only the legacy exporter takes. The test vector's outputs are the eager model's;
+    the file is checked with onnxruntime.
     """
     import numpy as np
     import onnx as onnx_lib
-    import torch
 
+    if exporter not in ONNX_EXPORTER_CHOICES:
+        raise ExportError(
+            f"exporter must be one of {', '.join(ONNX_EXPORTER_CHOICES)}, got {exporter!r}. Hint: leave the "
+            "default, 'auto' (torch's current exporter, the legacy one if it fails)"
+        )
+    if method == "script" and exporter == "dynamo":
+        raise ExportError(
+            "method='script' needs the legacy exporter (torch.export does not take ScriptModules). Hint: use "
+            "method='trace' with exporter='dynamo', or exporter='legacy' (or 'auto') with method='script'"
+        )
     job = _Job("onnx", model, example_input, path, method, name, input_names, output_names)
-    target = _script_module(job.model, job.args, "script") if method == "script" else job.model
-    names = job.input_names + job.output_names
-    buf = io.BytesIO()
-    with quiet_warnings(), contextlib.redirect_stdout(sys.stderr):
+    used, fallback, data = "legacy", None, b""
+    if exporter != "legacy" and method != "script":
         try:
-            torch.onnx.export(
-                target,
-                job.args,
-                buf,
-                dynamo=False,
-                opset_version=opset_version,
-                input_names=job.input_names,
-                output_names=job.output_names,
-                dynamic_axes={n: {0: "batch"} for n in names},
-                do_constant_folding=True,
+            data = _dynamo_onnx(job, opset_version)
+            used = "dynamo"
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if exporter == "dynamo":
+                raise ExportError(
+                    f"torch.onnx.export (dynamo) failed on {type(model).__name__}: {first}. Hint: "
+                    "exporter='legacy' uses the TorchScript-based exporter; or export TorchScript with "
+                    "fw.export.torchscript"
+                ) from e
+            fallback = f"torch.onnx.export (dynamo) failed: {first[:500]}"
+            print(
+                f"fw.export: the current ONNX exporter (dynamo) failed on {type(model).__name__} ({first[:500]}); "
+                "using the legacy TorchScript-based exporter",
+                file=sys.stderr,
             )
+    if used == "legacy":
+        target = _script_module(job.model, job.args, "script") if method == "script" else job.model
+        opset = opset_version or DEFAULT_OPSET
+        try:
+            data = _legacy_onnx(job, target, opset)
         except Exception as e:
             raise ExportError(
-                f"torch.onnx.export (opset {opset_version}) failed on {type(model).__name__}: "
+                f"torch.onnx.export (opset {opset}) failed on {type(model).__name__}: "
                 f"{str(e).strip().splitlines()[0]}. Hint: try a newer opset_version, or export TorchScript "
                 "with fw.export.torchscript"
             ) from e
-    proto = onnx_lib.load_model_from_string(buf.getvalue())
+    proto = onnx_lib.load_model_from_string(data)
+    opset_written = next(
+        (o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), opset_version
+    )
     initializers = {i.name for i in proto.graph.initializer}
     graph_inputs = [i.name for i in proto.graph.input if i.name not in initializers]
     graph_outputs = [o.name for o in proto.graph.output]
@@ -841,12 +946,14 @@ def onnx(
             "from forward()"
         )
     tv_out = job.eager(job.tv_args)
-    export = {
+    export: dict[str, Any] = {
         "method": method,
-        "opset_version": opset_version,
+        "opset_version": opset_written,
         "quantization": None,
-        "exporter": ONNX_EXPORTER,
+        "exporter": DYNAMO_EXPORTER if used == "dynamo" else ONNX_EXPORTER,
     }
+    if fallback:
+        export["fallback"] = fallback
     text = job.metadata(tv_out, export, _fields(version, labels, preprocessing, task, metrics, description))
     _write_onnx(job, proto, text, "exported")
 
@@ -860,7 +967,9 @@ def onnx(
         feed = {n: np.ascontiguousarray(a.numpy()) for n, a in zip(job.input_names, args, strict=True)}
         return [np.asarray(v) for v in sess.run(job.output_names, feed)]
 
-    return job.check(run, tolerance, eval_data)
+    report = job.check(run, tolerance, eval_data)
+    report.exporter, report.fallback = used, fallback
+    return report
 
 
 # ---------------------------------------------------------------------------- int8 ONNX
@@ -928,6 +1037,7 @@ def _quantize(
     calibration_method: str,
 ) -> None:
     """Run onnxruntime.quantization on the float ONNX file ``src`` (pre-processed first) into ``dst``."""
+    import onnx as onnx_lib
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -938,6 +1048,14 @@ def _quantize(
     )
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    # The dynamo exporter records value infos (shapes of intermediates) that ONNX Runtime's
+    # pre-processing optimisations invalidate (a Gemm's weight folded to another layout); shape
+    # inference then refuses the graph. They are hints only: drop them and let it infer afresh.
+    proto = onnx_lib.load_model(src)
+    if proto.graph.value_info:
+        del proto.graph.value_info[:]
+        src = dst + ".src.onnx"
+        onnx_lib.save_model(proto, src)
     pre = dst + ".pre.onnx"
     with _quiet_quantizer():
         # ONNX shape inference and ONNX Runtime's basic graph optimisations, as ONNX Runtime advises
@@ -1000,7 +1118,7 @@ def onnx_int8(
     path: str | os.PathLike[str],
     quantization: str = "dynamic",
     calibration: Any = None,
-    opset_version: int = DEFAULT_OPSET,
+    opset_version: int | None = None,
     name: str | None = None,
     version: str = "1",
     labels: Sequence[str] | None = None,
@@ -1017,11 +1135,12 @@ def onnx_int8(
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
     eval_data: tuple[Any, Any] | None = None,
+    exporter: str = "auto",
 ) -> ExportReport:
     """Write ``model`` as an int8 ONNX model quantized by ``onnxruntime.quantization``, with fw.json.
 
-    The model is first exported to float ONNX exactly as :func:`onnx` does (and checked), then
-    quantized:
+    The model is first exported to float ONNX exactly as :func:`onnx` does (and checked; ``exporter``
+    as there), then quantized:
 
     * ``quantization="dynamic"`` (``quantize_dynamic``): int8 weights; activations are quantized at
       run time with a scale taken from each call's input, so a row's output depends slightly on the
@@ -1082,7 +1201,16 @@ def onnx_int8(
     with tempfile.TemporaryDirectory(prefix="fw-int8-") as tmp:
         fp32 = os.path.join(tmp, f"{job.name}.onnx")
         try:
-            onnx(job.model, example_input, fp32, opset_version, name=job.name, method=method, **names)
+            float_report = onnx(
+                job.model,
+                example_input,
+                fp32,
+                opset_version,
+                name=job.name,
+                method=method,
+                exporter=exporter,
+                **names,
+            )
         except ExportError as e:
             raise type(e)(f"the float ONNX export that int8 quantization starts from failed: {e}") from e
         qpath = os.path.join(tmp, "int8.onnx")
@@ -1145,11 +1273,14 @@ def onnx_int8(
                 "like the serving data, per_channel=True, or pass a larger max_accuracy_drop (None accepts any)"
             )
         recorded.update({"test_accuracy": int8_acc, "float_test_accuracy": eager_acc})
+    float_exporter = DYNAMO_EXPORTER if float_report.exporter == "dynamo" else ONNX_EXPORTER
     export = {
         "method": method,
-        "opset_version": opset_version,
+        "opset_version": next(
+            (o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), opset_version
+        ),
         "quantization": quantization,
-        "exporter": f"{ONNX_EXPORTER} + onnxruntime.quantization.quantize_{quantization}",
+        "exporter": f"{float_exporter} + onnxruntime.quantization.quantize_{quantization}",
         "quantizer_version": ort.__version__,
         "quant_format": "QDQ" if quantization == "static" else "QOperator",
         "weight_dtype": "int8",
@@ -1457,7 +1588,7 @@ def export_checkpoint(
     checkpoint: str | os.PathLike[str],
     format: str,
     out: str | os.PathLike[str],
-    opset_version: int = DEFAULT_OPSET,
+    opset_version: int | None = None,
     method: str = "trace",
     name: str | None = None,
     version: str | None = None,
@@ -1465,10 +1596,12 @@ def export_checkpoint(
     calibration: str | os.PathLike[str] | None = None,
     per_channel: bool = False,
     device: str = "cpu",
+    exporter: str = "auto",
 ) -> ExportReport:
     """Export a checkpoint written by :func:`fw.checkpoint.save` (what ``python -m fw.export`` runs).
 
-    ``method`` applies to onnx, torchscript and quantized; ``device`` to aoti only.
+    ``method`` applies to onnx, torchscript and quantized; ``device`` to aoti only; ``exporter`` to
+    onnx and onnx_int8 (see :func:`onnx`).
 
     Labels, preprocessing, task, metrics and description come from the checkpoint's ``meta``; ``name``
     and ``version`` default to the meta's, then to the output file name and ``"1"``. Format
@@ -1488,7 +1621,15 @@ def export_checkpoint(
     kwargs["name"] = name or ck.meta.get("name")
     kwargs["version"] = version or str(ck.meta.get("version", "1"))
     if format == "onnx":
-        return onnx(ck.model, ck.example_input, out, opset_version=opset_version, method=method, **kwargs)
+        return onnx(
+            ck.model,
+            ck.example_input,
+            out,
+            opset_version=opset_version,
+            method=method,
+            exporter=exporter,
+            **kwargs,
+        )
     if format == "torchscript":
         return torchscript(ck.model, ck.example_input, out, method=method, **kwargs)
     if format == "quantized":
@@ -1518,6 +1659,7 @@ def export_checkpoint(
             opset_version=opset_version,
             method=method,
             per_channel=per_channel,
+            exporter=exporter,
             **kwargs,
         )
     if format == "aoti":
@@ -1573,7 +1715,18 @@ def _parser() -> argparse.ArgumentParser:
         help="output file, e.g. model.onnx, model.ts.pt, model.quant.pt, model.int8.onnx, model.pt2",
     )
     p.add_argument(
-        "--opset", type=int, default=None, help=f"ONNX opset (onnx and onnx_int8; default {DEFAULT_OPSET})"
+        "--opset",
+        type=int,
+        default=None,
+        help=f"ONNX opset (onnx and onnx_int8; default: the exporter's own, torch's choice for dynamo (20 with "
+        f"torch 2.13), {DEFAULT_OPSET} for legacy)",
+    )
+    p.add_argument(
+        "--exporter",
+        choices=ONNX_EXPORTER_CHOICES,
+        default=None,
+        help="ONNX exporter (onnx and onnx_int8): auto (default: torch's current dynamo exporter, the legacy "
+        "TorchScript-based one when it fails, with the reason), dynamo or legacy",
     )
     p.add_argument(
         "--quantization",
@@ -1610,6 +1763,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)  # exits 2 on usage errors
     if args.opset is not None and args.format not in ("onnx", "onnx_int8"):
         parser.error("--opset only applies to --format onnx and onnx_int8")
+    if args.exporter is not None and args.format not in ("onnx", "onnx_int8"):
+        parser.error("--exporter only applies to --format onnx and onnx_int8")
     if args.format != "onnx_int8" and (args.quantization or args.calibration or args.per_channel):
         parser.error("--quantization, --calibration and --per-channel only apply to --format onnx_int8")
     if args.calibration and args.quantization != "static":
@@ -1628,7 +1783,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.checkpoint,
                 args.format,
                 args.out,
-                opset_version=args.opset or DEFAULT_OPSET,
+                opset_version=args.opset,
                 method=args.method or "trace",
                 name=args.name,
                 version=args.version,
@@ -1636,6 +1791,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 calibration=args.calibration,
                 per_channel=args.per_channel,
                 device=args.device or "cpu",
+                exporter=args.exporter or "auto",
             )
     except (ExportError, CheckpointError, _md.MetadataError) as e:
         if args.debug:

@@ -113,9 +113,11 @@ describe("ExportDialog", () => {
     expect(screen.queryByLabelText("Quantization")).toBeNull();
     fireEvent.click(screen.getByLabelText("int8 ONNX (runs on ONNX Runtime)"));
     fireEvent.change(screen.getByLabelText("Quantization"), { target: { value: "static" } });
+    // The opset field starts empty: the exporter's own opset (fw.export's default).
+    expect((screen.getByLabelText("ONNX opset version") as HTMLInputElement).value).toBe("");
     fireEvent.click(screen.getByRole("button", { name: "Export" }));
     const report_ = await screen.findByTestId("parity-report", undefined, { timeout: 5000 });
-    expect(sent.find((s) => s.method === "POST")?.body).toEqual({ run_id: "r1", checkpoint: "epoch-2.pt", format: "onnx_int8", opset_version: 14, quantization: "static", name: "digits_cnn" });
+    expect(sent.find((s) => s.method === "POST")?.body).toEqual({ run_id: "r1", checkpoint: "epoch-2.pt", format: "onnx_int8", quantization: "static", name: "digits_cnn" });
     expect(within(report_).getByText("int8 static")).toBeTruthy();
     expect(within(report_).getByText("format onnx_int8")).toBeTruthy();
   });

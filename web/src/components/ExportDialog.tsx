@@ -43,8 +43,6 @@ export interface ParityReport {
   quantization?: string | null;
 }
 
-/** fw.export's default ONNX opset (python/fw/export.py DEFAULT_OPSET). */
-export const DEFAULT_OPSET = 14;
 
 const FORMATS: { value: ExportFormat; label: string }[] = [
   { value: "onnx", label: "ONNX" },
@@ -189,7 +187,8 @@ export function ExportDialog({
   const [run, setRun] = useState(runId ?? "");
   const [ckpt, setCkpt] = useState(checkpoint ?? "");
   const [format, setFormat] = useState<ExportFormat>("onnx");
-  const [opset, setOpset] = useState(String(DEFAULT_OPSET));
+  // Empty: the exporter's own opset (torch's current exporter picks it; the legacy fallback uses 14).
+  const [opset, setOpset] = useState("");
   const [method, setMethod] = useState("trace");
   const [quantization, setQuantization] = useState<Quantization>("dynamic");
   const [name, setName] = useState("");
@@ -357,7 +356,7 @@ export function ExportDialog({
           {isOnnx(format) ? (
             <label>
               ONNX opset version
-              <input type="number" min={7} max={30} value={opset} onChange={(e) => setOpset(e.target.value)} />
+              <input type="number" min={7} max={30} value={opset} placeholder="the exporter's default" onChange={(e) => setOpset(e.target.value)} />
             </label>
           ) : format === "aoti" ? (
             <p className="muted" data-testid="aoti-note">
