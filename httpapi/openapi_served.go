@@ -201,7 +201,34 @@ func servedDocument(models []docModel, onDemand bool, maxRows int) ([]byte, erro
 			}
 		}
 	}
+	for _, p := range []string{"/v2/models/{model_name}/generate", "/v2/models/{model_name}/versions/{model_version}/generate",
+		"/v2/models/{model_name}/generate_stream", "/v2/models/{model_name}/versions/{model_version}/generate_stream"} {
+		if media := paths.path(p, "post", "requestBody", "content", "application/json"); media != nil {
+			media.del("example")
+			if ex := generateExample(models[0]); ex != nil {
+				media.set("example", ex)
+			}
+		}
+	}
 	return appendJSON(nil, doc), nil
+}
+
+// generateExample is a generate request for m: each input by name, its
+// elements zeros filling one row (nil when a tensor is unknown or large).
+func generateExample(m docModel) map[string]any {
+	v2 := v2Example(m)
+	if v2 == nil {
+		return nil
+	}
+	ex := map[string]any{}
+	for _, in := range v2["inputs"].([]any) {
+		in := in.(map[string]any)
+		ex[in["name"].(string)] = in["data"]
+	}
+	if m.Stateful {
+		ex["sequence_id"], ex["sequence_start"], ex["sequence_end"] = 1, true, true
+	}
+	return ex
 }
 
 // appendNew appends s to list unless it is there already.

@@ -713,6 +713,17 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 			eo.Threads = max(1, engine.AvailableCPUs()/count)
 		}
 	}
+	// Triton's onnxruntime backend parameter (fw applies it to every engine):
+	// the intra-op threads of each instance; 0 keeps fw's choice.
+	if p, ok := cfg.GetParameters()["intra_op_thread_count"]; ok {
+		n, err := strconv.Atoi(strings.TrimSpace(p.GetStringValue()))
+		if err != nil || n < 0 || n > 1024 {
+			return nil, fmt.Errorf("parameters intra_op_thread_count is %q: it must be a whole number of threads from 0 (fw's choice) to 1024", p.GetStringValue())
+		}
+		if n > 0 {
+			eo.Threads = n
+		}
+	}
 	h := modelhost.New(modelhost.Config{
 		Path: path, Engine: eo, Batcher: bc, SkipWarmup: r.cfg.SkipWarmup, Name: name, Version: vs,
 		Prepare: func(inst *serving.Instance) error {

@@ -256,6 +256,31 @@ func (s *syncBuffer) reset() {
 }
 
 // Configurations fw cannot honour are refused at load, naming what is wrong.
+// Triton's onnxruntime backend parameter intra_op_thread_count sets each
+// instance's intra-op threads (what fw tune writes); 0 keeps fw's choice.
+func TestIntraOpThreadCountParameter(t *testing.T) {
+	root := t.TempDir()
+	src := samples(t)
+	for name, n := range map[string]string{"three": "3", "auto": "0"} {
+		copyModel(t, filepath.Join(src, "simple"), root, name)
+		cfg := "max_batch_size: 8\ninstance_group [ { count: 2 kind: KIND_CPU } ]\nparameters { key: \"intra_op_thread_count\" value: { string_value: \"" + n + "\" } }\n"
+		os.WriteFile(filepath.Join(root, name, "config.pbtxt"), []byte(cfg), 0o644)
+	}
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit})
+	for name, want := range map[string]int{"three": 3, "auto": 1} { // the fixture's engine default: 1 thread
+		if err := f.repo.Load(context.Background(), name, serving.LoadOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		inst, err := f.repo.Get(name, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := inst.Model.Threads(); got != want || inst.Batcher.Config().Instances != 2 {
+			t.Fatalf("%s: %d threads, %d instances; want %d threads, 2 instances", name, got, inst.Batcher.Config().Instances, want)
+		}
+	}
+}
+
 func TestConfigRefusals(t *testing.T) {
 	root := t.TempDir()
 	src := samples(t)
@@ -269,6 +294,7 @@ func TestConfigRefusals(t *testing.T) {
 		"noinput":      "max_batch_size: 8\ninput [ { name: \"X\" data_type: TYPE_INT32 dims: [ 16 ] } ]\n",
 		"hugebatch":    "max_batch_size: 100000000\n",
 		"fixedbatch":   "max_batch_size: 4\n",
+		"threads":      "max_batch_size: 8\nparameters { key: \"intra_op_thread_count\" value: { string_value: \"many\" } }\n",
 	}
 	want := map[string]string{
 		"unsupported":  "model_warmup, optimization",
@@ -280,6 +306,7 @@ func TestConfigRefusals(t *testing.T) {
 		"noinput":      `input "X" of the configuration is not in the model`,
 		"hugebatch":    "out of range",
 		"fixedbatch":   "needs a model whose inputs and outputs all have a variable first axis",
+		"threads":      `parameters intra_op_thread_count is "many"`,
 	}
 	for name, cfg := range cases {
 		model := "simple"

@@ -26,6 +26,7 @@ func commands() []command {
 		{"serve", "serve one exported model over HTTP with dynamic batching (fw serve --help)", runServe},
 		{"dashboard", "track experiments: the ingest and read API over the experiment store (fw dashboard --help)", runDashboard},
 		{"verify", "load a model file in the Go engine, run its embedded test vector and time it", runVerify},
+		{"tune", "search fw serve's batching and threading settings for a model against a p99 target (fw tune --help)", runTune},
 		{"export", "export a training checkpoint to ONNX, int8 ONNX, TorchScript, quantized TorchScript or an AOTInductor package (runs python -m fw.export)", runExport},
 		{"health", "probe a running server's readiness (exit 0 when ready; for container health checks)", runHealth},
 		{"version", "print the fw version and the engine libraries it finds", runVersion},
