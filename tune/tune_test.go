@@ -46,11 +46,11 @@ func TestRank(t *testing.T) {
 		return Point{Concurrency: 1, Answered: 10, Throughput: rps, P99: p99}
 	}
 	rs := []Result{
-		{Setting: Setting{MaxBatch: 1}, Points: []Point{pt(900, 20 * time.Millisecond)}},
+		{Setting: Setting{MaxBatch: 1}, Points: []Point{pt(900, 20*time.Millisecond)}},
 		{Setting: Setting{MaxBatch: 2}, Err: errors.New("broken")},
-		{Setting: Setting{MaxBatch: 3}, Points: []Point{pt(500, 5 * time.Millisecond), pt(800, 4 * time.Millisecond)}},
-		{Setting: Setting{MaxBatch: 4}, Points: []Point{pt(600, 9 * time.Millisecond)}},
-		{Setting: Setting{MaxBatch: 5}, Points: []Point{pt(1000, 12 * time.Millisecond)}},
+		{Setting: Setting{MaxBatch: 3}, Points: []Point{pt(500, 5*time.Millisecond), pt(800, 4*time.Millisecond)}},
+		{Setting: Setting{MaxBatch: 4}, Points: []Point{pt(600, 9*time.Millisecond)}},
+		{Setting: Setting{MaxBatch: 5}, Points: []Point{pt(1000, 12*time.Millisecond)}},
 		{Setting: Setting{MaxBatch: 6}, Points: []Point{{Concurrency: 1, Answered: 10, Failed: 1, Throughput: 2000, P99: time.Millisecond}}},
 	}
 	Rank(rs, 10*time.Millisecond)
