@@ -287,7 +287,9 @@ func (s *Server) v2Generate(ctx *fasthttp.RequestCtx, name, version string, stre
 	defer cancel()
 	out, rec, err := s.inferSequence(rctx, inst, req.inputs, ctx.Time(), ticket)
 	if err != nil {
-		if !stream {
+		if !stream || serving.Classify(err, s.cfg.Timeout).Kind != serving.KindEngine {
+			// Refused before the model ran (inputs, queue, readiness,
+			// deadline): JSON, on both routes.
 			writeError(ctx, s.submitError(err))
 			return
 		}

@@ -83,6 +83,13 @@ func TestV2GenerateNumeric(t *testing.T) {
 	body, _ = json.Marshal(map[string]any{"INPUT0": in0[:15], "INPUT1": in1})
 	v2Do(t, "POST", url, body).expectError(t, 400, CodeInvalidInput, "The schema can not convert input 'INPUT0' to tensor with proper shape")
 	v2Do(t, "POST", url, []byte(`{"INPUT0": [true], "INPUT1": 1}`)).expectError(t, 400, CodeInvalidInput, "attempt to access JSON non-signed-integer as signed-integer")
+	// No rows ([0,16]) is refused by the batcher before the model runs:
+	// JSON on the stream route too, not an event.
+	r = v2Do(t, "POST", ts.url+"/v2/models/simple/generate_stream", []byte(`{"INPUT0": [], "INPUT1": []}`))
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("Content-Type %q: %s", ct, r.body)
+	}
+	r.expectError(t, 400, CodeInvalidInput, "row")
 }
 
 // Refused requests answer Triton's sentences as JSON, on both routes,
