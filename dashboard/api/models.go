@@ -22,8 +22,14 @@ import (
 // MaxModelUploadBytes bounds an uploaded model file.
 const MaxModelUploadBytes = 4 << 30
 
-// SetRegistry enables /api/models and /api/deployments (503 until it is called).
-func (s *Server) SetRegistry(r *registry.Service) { s.registry.Store(r) }
+// SetRegistry enables /api/models and /api/deployments, and MLflow's model
+// registry API over the same registry (503 until it is called).
+func (s *Server) SetRegistry(r *registry.Service) {
+	s.registry.Store(r)
+	if r != nil {
+		s.mlflow.SetRegistry(r.Reg)
+	}
+}
 
 // modelRoutes answers /api/models/... and /api/deployments/...
 func (s *Server) modelRoutes(ctx *fasthttp.RequestCtx, method string, parts []string) {

@@ -174,7 +174,7 @@ func testCompatEverydayMLflow(t *testing.T, e *env) {
 // ENDPOINT_NOT_FOUND shape (not fw's web UI or fw's error shape).
 func TestCompatRoutes(t *testing.T) {
 	e := newEnv(t, Config{})
-	for _, p := range []string{"/version", "/api/3.0/mlflow/traces/search", "/ajax-api/2.0/mlflow/gateway/x", "/ajax-api/3.0/mlflow/datasets/create", "/graphql", "/api/2.0/mlflow/registered-models/create"} {
+	for _, p := range []string{"/version", "/api/3.0/mlflow/traces/search", "/ajax-api/2.0/mlflow/gateway/x", "/ajax-api/3.0/mlflow/datasets/create", "/graphql", "/api/2.0/mlflow/webhooks/create"} {
 		if !Owns(p) {
 			t.Errorf("Owns(%q) = false", p)
 		}

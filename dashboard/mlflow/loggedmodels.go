@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -532,7 +533,7 @@ func (s *Server) searchLoggedModels(r *request) (any, *apiError) {
 			return nil, errf(400, codeInvalidParameter, "page_token is not one this server gave out; pass next_page_token from the previous answer unchanged")
 		}
 	}
-	conds, e := parseModelFilter(filter)
+	conds, e := parseModelFilter(filter, loggedModelAttrs)
 	if e != nil {
 		return nil, e
 	}
@@ -608,7 +609,12 @@ type modelCond struct {
 	isNum bool
 }
 
-func parseModelFilter(filter string) ([]modelCond, *apiError) {
+// loggedModelAttrs are the attributes a logged-model filter may name.
+var loggedModelAttrs = []string{"name", "model_id", "model_type", "status", "source_run_id", "creation_timestamp", "creation_time", "last_updated_timestamp", "last_updated_time"}
+
+// parseModelFilter reads a filter of comparisons joined by AND over attrs
+// (bare or attributes.X), tags.X, params.X and metrics.X.
+func parseModelFilter(filter string, attrs []string) ([]modelCond, *apiError) {
 	toks, e := lexMLflow(filter)
 	if e != nil {
 		return nil, e
@@ -640,12 +646,10 @@ func parseModelFilter(filter string) ([]modelCond, *apiError) {
 		case "metric", "metrics":
 			c.field = "metrics." + key
 		case "attribute", "attributes", "attr":
-			switch key {
-			case "name", "model_id", "model_type", "status", "source_run_id", "creation_timestamp", "creation_time", "last_updated_timestamp", "last_updated_time":
-				c.field = key
-			default:
-				return nil, errf(400, codeInvalidParameter, "Invalid filter %q: unknown attribute %q", filter, key)
+			if !slices.Contains(attrs, key) {
+				return nil, errf(400, codeInvalidParameter, "Invalid filter %q: unknown attribute %q; the attributes are %s", filter, key, strings.Join(attrs, ", "))
 			}
+			c.field = key
 		default:
 			return nil, errf(400, codeInvalidParameter, "Invalid filter %q: unknown entity %q", filter, entity)
 		}
@@ -754,10 +758,21 @@ func compareValues(a, b any) int {
 	return strings.Compare(a.(string), b.(string))
 }
 
-func (m *loggedModel) matches(conds []modelCond) bool {
+func (m *loggedModel) matches(conds []modelCond) bool { return matchAll(conds, m.sortValue, false) }
+
+// matchAll reports whether every condition holds of the values value gives
+// (a float64, a string, or nil for none). A field without a value fails
+// every comparison, except != when absentUnequal (the model registry's
+// search: MLflow's client excludes prompts with
+// tags.`mlflow.prompt.is_prompt` != 'true', which a model without the tag
+// passes).
+func matchAll(conds []modelCond, value func(field string) any, absentUnequal bool) bool {
 	for _, c := range conds {
-		v := m.sortValue(c.field)
+		v := value(c.field)
 		if v == nil {
+			if absentUnequal && c.op == "!=" {
+				continue
+			}
 			return false
 		}
 		if f, ok := v.(float64); ok {

@@ -155,7 +155,7 @@ func TestModelFilter(t *testing.T) {
 		"attributes.status != 'LOGGED_MODEL_READY'": false,
 		"tags.missing = 'x'":                        false,
 	} {
-		conds, e := parseModelFilter(f)
+		conds, e := parseModelFilter(f, loggedModelAttrs)
 		if e != nil {
 			t.Fatalf("%q: %v", f, e.msg)
 		}
@@ -164,7 +164,7 @@ func TestModelFilter(t *testing.T) {
 		}
 	}
 	for _, f := range []string{"name = 'a' AND", "name =", "name", "AND", "bogus.k = 1", "name = 'a' OR name = 'b'", "size = 1", "name ~ 'a'", "(name = 'a')", "name = 'a' name"} {
-		if _, e := parseModelFilter(f); e == nil || e.code != codeInvalidParameter {
+		if _, e := parseModelFilter(f, loggedModelAttrs); e == nil || e.code != codeInvalidParameter {
 			t.Errorf("%q: want INVALID_PARAMETER_VALUE, got %v", f, e)
 		}
 	}

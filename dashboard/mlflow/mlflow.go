@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,7 @@ import (
 	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/fault"
 	"github.com/fw-serve/fw/dashboard/query"
+	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/valyala/fasthttp"
 )
@@ -94,6 +96,8 @@ type Server struct {
 	defaultID string // fw ID of DefaultExperiment, once known
 
 	routes map[string]route // by path after /api/2.0/mlflow/ (built once in New)
+
+	reg atomic.Pointer[registry.Registry] // fw's model registry (SetRegistry), behind MLflow's registry API
 }
 
 // New creates a server over st (the publishing store, so MLflow-logged
@@ -206,9 +210,17 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx, path string) {
 		return
 	}
 	method := string(ctx.Method())
-	if method != h.method && !(h.method == "GET" && method == "HEAD") && !(h.alsoGet && method == "GET") {
-		ctx.Response.Header.Set("Allow", h.method)
-		writeErr(ctx, errf(405, codeBadRequest, "%s takes %s, not %s", path, h.method, method))
+	fn := h.fn
+	if other, ok := h.other[method]; ok {
+		fn = other
+	} else if method != h.method && !(h.method == "GET" && method == "HEAD") && !(h.alsoGet && method == "GET") {
+		allow := []string{h.method}
+		for m := range h.other {
+			allow = append(allow, m)
+		}
+		sort.Strings(allow[1:])
+		ctx.Response.Header.Set("Allow", strings.Join(allow, ", "))
+		writeErr(ctx, errf(405, codeBadRequest, "%s takes %s, not %s", path, strings.Join(allow, " or "), method))
 		return
 	}
 	req, e := s.request(ctx)
@@ -216,7 +228,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx, path string) {
 		writeErr(ctx, e)
 		return
 	}
-	out, e := h.fn(req)
+	out, e := fn(req)
 	if e != nil {
 		writeErr(ctx, e)
 		return
@@ -228,6 +240,9 @@ type route struct {
 	method  string
 	alsoGet bool // search endpoints: MLflow's UI reads them with GET too
 	fn      func(*request) (any, *apiError)
+	// other answers more methods on the same path (registered-models/alias:
+	// POST sets, DELETE removes, GET reads).
+	other map[string]func(*request) (any, *apiError)
 }
 
 func (s *Server) routeTable() map[string]route {
@@ -262,6 +277,27 @@ func (s *Server) routeTable() map[string]route {
 		// are matched in Handler.
 		"logged-models":        {method: "POST", fn: s.createLoggedModel},
 		"logged-models/search": {method: "POST", fn: s.searchLoggedModels},
+		// The model registry (registry.go), over fw's registry.
+		"registered-models/create":              {method: "POST", fn: s.createRegisteredModel},
+		"registered-models/get":                 {method: "GET", fn: s.getRegisteredModel},
+		"registered-models/rename":              {method: "POST", fn: s.renameRegisteredModel},
+		"registered-models/update":              {method: "PATCH", fn: s.updateRegisteredModel},
+		"registered-models/delete":              {method: "DELETE", fn: s.deleteRegisteredModel},
+		"registered-models/search":              {method: "GET", fn: s.searchRegisteredModels},
+		"registered-models/get-latest-versions": {method: "POST", alsoGet: true, fn: s.getLatestVersions},
+		"registered-models/set-tag":             {method: "POST", fn: s.setRegisteredModelTag},
+		"registered-models/delete-tag":          {method: "DELETE", fn: s.deleteRegisteredModelTag},
+		"registered-models/alias": {method: "POST", fn: s.setAlias, other: map[string]func(*request) (any, *apiError){
+			"DELETE": s.deleteAlias, "GET": s.getByAlias}},
+		"model-versions/create":           {method: "POST", fn: s.createModelVersion},
+		"model-versions/get":              {method: "GET", fn: s.getModelVersion},
+		"model-versions/update":           {method: "PATCH", fn: s.updateModelVersion},
+		"model-versions/delete":           {method: "DELETE", fn: s.deleteModelVersion},
+		"model-versions/search":           {method: "GET", fn: s.searchModelVersions},
+		"model-versions/get-download-uri": {method: "GET", fn: s.getDownloadURI},
+		"model-versions/transition-stage": {method: "POST", fn: s.transitionStage},
+		"model-versions/set-tag":          {method: "POST", fn: s.setModelVersionTag},
+		"model-versions/delete-tag":       {method: "DELETE", fn: s.deleteModelVersionTag},
 	}
 }
 

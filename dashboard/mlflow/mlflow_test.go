@@ -338,7 +338,8 @@ func testErrorsAndLimits(t *testing.T, e *env) {
 	e.fails(400, codeInvalidParameter, "GET", api+"runs/get", nil)
 	e.fails(404, codeNotFound, "POST", api+"runs/log-metric", map[string]any{"run_id": "nope", "key": "k", "value": 1, "timestamp": 1})
 	e.fails(404, codeNotFound, "GET", api+"experiments/get?experiment_id=12345", nil)
-	e.fails(404, codeEndpointNotFound, "POST", api+"registered-models/create", map[string]any{"name": "m"})
+	e.fails(404, codeEndpointNotFound, "POST", api+"webhooks/create", map[string]any{"name": "m"})
+	e.fails(503, codeUnavailable, "POST", api+"registered-models/create", map[string]any{"name": "m"}) // no registry given
 	e.fails(405, codeBadRequest, "GET", api+"runs/create", nil)
 	e.fails(400, codeMalformedRequest, "POST", api+"runs/create", "{not json")
 	e.fails(400, codeInvalidParameter, "POST", api+"runs/create", map[string]any{"experiment_id": 7})

@@ -292,7 +292,7 @@ func (s *Service) resolveDeployVersion(ctx context.Context, name string, raw jso
 			return nil, err
 		}
 		for i := len(m.Versions) - 1; i >= 0; i-- {
-			if m.Versions[i].Format != FormatCheckpoint {
+			if m.Versions[i].Servable() {
 				return m.Versions[i], nil
 			}
 		}
@@ -330,6 +330,9 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	}
 	if v.Format == FormatCheckpoint {
 		return nil, invalid("model %q version %d is a checkpoint; export it first (POST /api/models/export with {\"model\": %q, \"version\": %d})", name, v.Version, name, v.Version)
+	}
+	if !v.Servable() {
+		return nil, invalid("model %q version %d is a reference to the MLflow model %s, registered through MLflow's API; register its exported file (ONNX, TorchScript or .pt2) as a version to deploy it", name, v.Version, v.Source.URI)
 	}
 	if req.MaxBatchSize < 0 || (req.MaxDelayMS != nil && *req.MaxDelayMS < 0) {
 		return nil, invalid("max_batch_size and max_delay_ms must not be negative")

@@ -51,6 +51,14 @@ func conflict(format string, a ...any) error {
 // cannot be served until exported (POST /api/models/export).
 const FormatCheckpoint = "checkpoint"
 
+// FormatMLflow marks a version registered through MLflow's model registry
+// API: a reference to an MLflow model (Source.URI), not a file fw serves.
+const FormatMLflow = "mlflow"
+
+// Servable reports whether a version is a model file fw serve can load
+// (not a reference to a checkpoint or an MLflow model).
+func (v *Version) Servable() bool { return v.Format != FormatCheckpoint && v.Format != FormatMLflow }
+
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // ValidName checks a model or alias name: letters, digits, '.', '_', '-',
@@ -78,6 +86,12 @@ type Source struct {
 	Version  int    `json:"version,omitempty"`
 	Upload   string `json:"upload,omitempty"` // the uploaded file's name
 	ExportID string `json:"export_id,omitempty"`
+	// URI is an MLflow model version's source (runs:/..., models:/...,
+	// mlflow-artifacts:/..., s3://...), and LoggedModel the MLflow 3
+	// logged model it names, when registered through MLflow's API.
+	URI         string `json:"uri,omitempty"`
+	LoggedModel string `json:"logged_model,omitempty"`
+	RunLink     string `json:"run_link,omitempty"`
 }
 
 // Version is one registered version of a model.
@@ -94,6 +108,12 @@ type Version struct {
 	Created  time.Time          `json:"created"`
 	File     string             `json:"file,omitempty"` // relative to the experiment dir (checkpoint: absolute path)
 	Embedded string             `json:"embedded_name,omitempty"`
+	// What MLflow's registry API keeps about a version: its description,
+	// tags, stage (None, Staging, Production, Archived) and last change.
+	Description string            `json:"description,omitempty"`
+	Tags        map[string]string `json:"tags,omitempty"`
+	Stage       string            `json:"stage,omitempty"`
+	Updated     time.Time         `json:"updated,omitzero"`
 }
 
 // Model is a registered model.
@@ -102,6 +122,11 @@ type Model struct {
 	Created  time.Time      `json:"created"`
 	Aliases  map[string]int `json:"aliases"`
 	Versions []*Version     `json:"versions"`
+	// Description, Tags and Updated are what MLflow's registry API keeps
+	// about a registered model (fw's own API reports them).
+	Description string            `json:"description,omitempty"`
+	Tags        map[string]string `json:"tags,omitempty"`
+	Updated     time.Time         `json:"updated,omitzero"`
 }
 
 func (m *Model) version(v int) *Version {
@@ -453,6 +478,113 @@ func (r *Registry) AddCheckpoint(ctx context.Context, name, runID, ckpt, abs str
 		return nil, err
 	}
 	return v, nil
+}
+
+// CreateModel registers an empty model: an error (conflict) when name is
+// taken.
+func (r *Registry) CreateModel(ctx context.Context, name, description string, tags map[string]string) (*Model, error) {
+	if err := ValidName("model name", name); err != nil {
+		return nil, err
+	}
+	d, err := r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
+		if d != nil {
+			return nil, conflict("a model named %q is registered already", name)
+		}
+		d = newModel(name)
+		d.Description, d.Tags, d.Updated = description, tags, d.Created
+		return d, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d.Model, nil
+}
+
+// Edit changes model name in one store transaction: fn edits it (its
+// description, tags, aliases, versions' metadata; not its name, number
+// or files) or returns an error, which is returned as it is.
+func (r *Registry) Edit(ctx context.Context, name string, fn func(m *Model) error) (*Model, error) {
+	d, err := r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
+		if d == nil {
+			return nil, modelNotFound(name)
+		}
+		if err := fn(d.Model); err != nil {
+			return nil, err
+		}
+		d.Name = name
+		d.Updated = time.Now().UTC()
+		return d, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d.Model, nil
+}
+
+// AddReference registers v (a reference: FormatMLflow or FormatCheckpoint,
+// no file in the registry's store) as the next version of name, which must
+// exist.
+func (r *Registry) AddReference(ctx context.Context, name string, v Version) (*Version, error) {
+	if v.Servable() {
+		return nil, invalid("a reference version must have format %q or %q", FormatMLflow, FormatCheckpoint)
+	}
+	var out *Version
+	_, err := r.update(ctx, name, func(d *modelDoc) (*modelDoc, error) {
+		if d == nil {
+			return nil, modelNotFound(name)
+		}
+		d.LastVersion++
+		nv := v
+		nv.Version = d.LastVersion
+		nv.Created = time.Now().UTC()
+		nv.Updated = nv.Created
+		d.Versions = append(d.Versions, &nv)
+		d.Updated = nv.Created
+		out = &nv
+		return d, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Rename gives model name the name newName (free). A model whose versions
+// are only references (MLflow models, checkpoints) can be renamed; one with
+// files in the registry's store cannot (they live under its name).
+func (r *Registry) Rename(ctx context.Context, name, newName string) (*Model, error) {
+	if err := ValidName("model name", newName); err != nil {
+		return nil, err
+	}
+	old, err := r.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range old.Versions {
+		if v.File != "" && !filepath.IsAbs(v.File) {
+			// Its files are stored under models/<name>/: a model later
+			// registered under the old name would write over them.
+			return nil, invalid("model %q has versions whose files the registry stores (version %d); renaming it is not supported: register the versions under the new name", name, v.Version)
+		}
+	}
+	d, err := r.update(ctx, newName, func(d *modelDoc) (*modelDoc, error) {
+		if d != nil {
+			return nil, conflict("a model named %q is registered already", newName)
+		}
+		nd := &modelDoc{Model: old}
+		for _, v := range old.Versions {
+			nd.LastVersion = max(nd.LastVersion, v.Version)
+		}
+		nd.Name, nd.Updated = newName, time.Now().UTC()
+		return nd, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.update(ctx, name, func(*modelDoc) (*modelDoc, error) { return nil, nil }); err != nil {
+		return nil, fmt.Errorf("renaming %q to %q: the new name is registered, removing the old one failed: %w", name, newName, err)
+	}
+	return d.Model, nil
 }
 
 // SetAliases points each alias at a version (0 removes the alias).

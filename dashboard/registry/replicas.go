@@ -156,8 +156,8 @@ func (s *Service) adoptOrRestart(ctx context.Context, d *Deployment, why string)
 		return nil
 	}
 	v, err := s.Reg.Resolve(ctx, d.Model, fmt.Sprint(d.Version))
-	if err == nil && v.Format == FormatCheckpoint {
-		err = invalid("version %d is a checkpoint", d.Version)
+	if err == nil && !v.Servable() {
+		err = invalid("version %d is a %s reference, not a model file", d.Version, v.Format)
 	}
 	var done chan struct{}
 	if err == nil {

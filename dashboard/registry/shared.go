@@ -258,8 +258,8 @@ func (s *Service) placeVersion(ctx context.Context, dir, name string, v *Version
 	if err != nil {
 		return err
 	}
-	if v.Format == FormatCheckpoint {
-		return invalid("model %q version %d is a checkpoint; export it first", name, v.Version)
+	if !v.Servable() {
+		return invalid("model %q version %d is a %s reference, not a model file; export or register a file first", name, v.Version, v.Format)
 	}
 	src, err := s.Reg.ModelFile(ctx, v)
 	if err != nil {

@@ -132,3 +132,30 @@ describe("otherModels", () => {
     expect(otherModels(shared.versions, "cnn")).toBe("mlp v1");
   });
 });
+
+describe("ModelPage MLflow versions", () => {
+  it("lists a version registered through MLflow's API with its source and stage, without a Deploy button", async () => {
+    const withMlflow = {
+      ...model,
+      versions: [
+        model.versions[0],
+        { version: 4, format: "mlflow", size: 0, source: { run_id: "r1", uri: "models:/m-abc" }, stage: "Production", created: "2026-11-26T11:00:00Z" },
+      ],
+    };
+    vi.stubGlobal(
+      "fetch",
+      vi.fn(async (url: string) => {
+        const u = String(url);
+        if (u === "/api/models/mlp") return json(withMlflow);
+        if (u === "/api/deployments") return json({ deployments: [] });
+        if (u === "/api/shared-server") return json({ ...shared, versions: [] });
+        return json({ error: { code: "not_found", message: `no ${u}` } }, 404);
+      }),
+    );
+    renderPage();
+    expect(await screen.findByText("models:/m-abc")).toBeTruthy();
+    expect(screen.getByText("Production")).toBeTruthy();
+    expect(screen.getByRole("button", { name: "Deploy v1" })).toBeTruthy();
+    expect(screen.queryByRole("button", { name: "Deploy v4" })).toBeNull();
+  });
+});

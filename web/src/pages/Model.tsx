@@ -163,10 +163,16 @@ function Versions({ model, onDeploy, onDelete }: { model: Model; onDeploy: (v: n
                   <span className="muted">{v.source?.upload ?? "–"}</span>
                 )}
                 {v.source?.checkpoint && <div className="muted small">{v.source.checkpoint}</div>}
+                {v.source?.uri && (
+                  <div className="muted small" title="registered through MLflow's model registry API">
+                    {v.source.uri}
+                  </div>
+                )}
+                {v.stage && v.stage !== "None" && <span className="badge">{v.stage}</span>}
               </td>
               <td title={fmtTime(v.created)}>{fmtAgo(v.created)}</td>
               <td className="actions">
-                {v.format !== "checkpoint" && (
+                {servable(v.format) && (
                   <button type="button" onClick={() => onDeploy(v.version)} aria-label={`Deploy v${v.version}`}>
                     Deploy
                   </button>
@@ -213,6 +219,9 @@ function Versions({ model, onDeploy, onDelete }: { model: Model; onDeploy: (v: n
 }
 
 /** The /models/:name page. */
+/** A version fw serve can load: not a reference to a checkpoint or to an MLflow model. */
+const servable = (format: string) => format !== "checkpoint" && format !== "mlflow";
+
 export function ModelPage() {
   const { name = "" } = useParams();
   const nav = useNavigate();
@@ -235,7 +244,7 @@ export function ModelPage() {
   const ready = mine.filter((d) => d.state === "running" && d.healthy);
   const tryTarget = ready.find((d) => d.id === tryDep) ?? ready[0];
   const tryVersion = m?.versions.find((v) => v.version === tryTarget?.version);
-  const deployable = (m?.versions ?? []).filter((v) => v.format !== "checkpoint").map((v) => v.version).sort((a, b) => b - a);
+  const deployable = (m?.versions ?? []).filter((v) => servable(v.format)).map((v) => v.version).sort((a, b) => b - a);
 
   const { setError: setActionError } = action;
   useEffect(() => setActionError(undefined), [name, setActionError]);

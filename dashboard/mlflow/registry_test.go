@@ -1,0 +1,130 @@
+package mlflow
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"testing"
+
+	"github.com/fw-serve/fw/dashboard/registry"
+)
+
+// withRegistry gives e's server a real registry over e's store.
+func (e *env) withRegistry() *registry.Registry {
+	e.t.Helper()
+	reg, err := registry.Open(filepath.Join(e.t.TempDir(), "exp"), e.st, nil, "")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.srv.SetRegistry(reg)
+	return reg
+}
+
+func TestModelRegistry(t *testing.T) { forEach(t, Config{}, testModelRegistry) }
+
+// MLflow's registry calls as its client sends them, over fw's registry:
+// models, versions (from a run), tags, aliases, stages, search, paging,
+// rename and delete; and what fw's registry then holds.
+func testModelRegistry(t *testing.T, e *env) {
+	reg := e.withRegistry()
+	run := e.newRun("0")
+	rm := e.ok("POST", api+"registered-models/create", map[string]any{"name": "digits", "description": "d", "tags": []any{map[string]any{"key": "team", "value": "vision"}}})["registered_model"].(map[string]any)
+	if rm["name"] != "digits" || rm["description"] != "d" || len(rm["tags"].([]any)) != 1 || len(rm["latest_versions"].([]any)) != 0 {
+		t.Fatalf("created %v", rm)
+	}
+	msg := e.fails(400, codeAlreadyExists, "POST", api+"registered-models/create", map[string]any{"name": "digits"})
+	if want := "Registered Model (name=digits) already exists."; len(msg) < len(want) || msg[:len(want)] != want {
+		t.Fatalf("message %q", msg)
+	}
+	e.fails(400, codeInvalidParameter, "POST", api+"registered-models/create", map[string]any{"name": ""})
+	e.fails(400, codeInvalidParameter, "POST", api+"registered-models/create", map[string]any{"name": "../x"})
+
+	// Versions from a run's model, numbered 1, 2, 3.
+	for i := 1; i <= 3; i++ {
+		mv := e.ok("POST", api+"model-versions/create", map[string]any{"name": "digits", "source": "runs:/" + run + "/model", "run_id": run, "tags": []any{map[string]any{"key": "i", "value": fmt.Sprint(i)}}})["model_version"].(map[string]any)
+		if mv["version"] != fmt.Sprint(i) || mv["status"] != "READY" || mv["current_stage"] != "None" || mv["run_id"] != run || mv["source"] != "runs:/"+run+"/model" {
+			t.Fatalf("version %d: %v", i, mv)
+		}
+	}
+	e.fails(404, codeNotFound, "POST", api+"model-versions/create", map[string]any{"name": "nope", "source": "runs:/" + run + "/model"})
+	e.fails(404, codeNotFound, "POST", api+"model-versions/create", map[string]any{"name": "digits", "source": "runs:/x/model", "run_id": "nope"})
+	for _, src := range []string{"/etc/passwd", "file:///etc", "../x", "relative/path"} {
+		if m := e.fails(400, codeInvalidParameter, "POST", api+"model-versions/create", map[string]any{"name": "digits", "source": src, "run_id": run}); m[:36] != "To use a local path as a model versi" {
+			t.Fatalf("%s: %q", src, m)
+		}
+	}
+	e.fails(404, codeNotFound, "GET", api+"model-versions/get?name=digits&version=9", nil)
+
+	// Metadata, tags, aliases, stages.
+	e.ok("PATCH", api+"model-versions/update", map[string]any{"name": "digits", "version": "2", "description": "second"})
+	e.ok("POST", api+"model-versions/set-tag", map[string]any{"name": "digits", "version": "2", "key": "k", "value": "v"})
+	e.ok("DELETE", api+"model-versions/delete-tag", map[string]any{"name": "digits", "version": "2", "key": "i"})
+	e.fails(404, codeNotFound, "DELETE", api+"model-versions/delete-tag", map[string]any{"name": "digits", "version": "2", "key": "i"})
+	e.ok("POST", api+"registered-models/alias", map[string]any{"name": "digits", "alias": "champion", "version": "2"})
+	e.fails(404, codeNotFound, "POST", api+"registered-models/alias", map[string]any{"name": "digits", "alias": "x", "version": "7"})
+	mv := e.ok("GET", api+"registered-models/alias?name=digits&alias=champion", nil)["model_version"].(map[string]any)
+	if mv["version"] != "2" || mv["description"] != "second" || fmt.Sprint(mv["aliases"]) != "[champion]" || fmt.Sprint(mv["tags"]) != "[map[key:k value:v]]" {
+		t.Fatalf("by alias: %v", mv)
+	}
+	e.ok("POST", api+"model-versions/transition-stage", map[string]any{"name": "digits", "version": "1", "stage": "Production"})
+	e.ok("POST", api+"model-versions/transition-stage", map[string]any{"name": "digits", "version": "3", "stage": "production", "archive_existing_versions": true})
+	e.fails(400, codeInvalidParameter, "POST", api+"model-versions/transition-stage", map[string]any{"name": "digits", "version": "3", "stage": "Live"})
+	latest := e.ok("POST", api+"registered-models/get-latest-versions", map[string]any{"name": "digits"})["model_versions"].([]any)
+	stages := map[string]string{}
+	for _, x := range latest {
+		v := x.(map[string]any)
+		stages[v["current_stage"].(string)] = v["version"].(string)
+	}
+	if fmt.Sprint(stages) != "map[Archived:1 None:2 Production:3]" {
+		t.Fatalf("latest versions by stage: %v", stages)
+	}
+	uri := e.ok("GET", api+"model-versions/get-download-uri?name=digits&version=3", nil)["artifact_uri"]
+	if uri != "runs:/"+run+"/model" {
+		t.Fatalf("download uri %v", uri)
+	}
+
+	// Search with MLflow's filters and paging.
+	e.ok("POST", api+"registered-models/create", map[string]any{"name": "other"})
+	page := e.ok("GET", api+"registered-models/search?max_results=1", nil)
+	if got := page["registered_models"].([]any); len(got) != 1 || got[0].(map[string]any)["name"] != "digits" || page["next_page_token"] == nil {
+		t.Fatalf("page 1: %v", page)
+	}
+	page = e.ok("GET", api+"registered-models/search?max_results=1&page_token="+page["next_page_token"].(string), nil)
+	if got := page["registered_models"].([]any); len(got) != 1 || got[0].(map[string]any)["name"] != "other" || page["next_page_token"] != nil {
+		t.Fatalf("page 2: %v", page)
+	}
+	// MLflow's client adds this clause to leave out prompts: a model without the tag passes.
+	if got := e.ok("GET", api+"registered-models/search?filter="+q("name LIKE 'dig%' AND tag.`mlflow.prompt.is_prompt` != 'true'"), nil)["registered_models"].([]any); len(got) != 1 {
+		t.Fatalf("LIKE: %v", got)
+	}
+	vs := e.ok("GET", api+"model-versions/search?filter="+q("name = 'digits' AND run_id = '"+run+"'")+"&order_by="+q("version DESC"), nil)["model_versions"].([]any)
+	if len(vs) != 3 || vs[0].(map[string]any)["version"] != "3" {
+		t.Fatalf("version search: %v", vs)
+	}
+	e.fails(400, codeInvalidParameter, "GET", api+"model-versions/search?filter="+q("colour = 'red'"), nil)
+
+	// fw's registry holds the same model: MLflow versions are references, not servable.
+	m, err := reg.Get(context.Background(), "digits")
+	if err != nil || len(m.Versions) != 3 || m.Versions[0].Format != registry.FormatMLflow || m.Versions[0].Servable() || m.Aliases["champion"] != 2 || m.Tags["team"] != "vision" {
+		t.Fatalf("fw's registry: %+v %v", m, err)
+	}
+
+	// Rename, delete a version, delete the model.
+	e.ok("POST", api+"registered-models/rename", map[string]any{"name": "digits", "new_name": "digits2"})
+	e.fails(404, codeNotFound, "GET", api+"registered-models/get?name=digits", nil)
+	e.fails(400, codeAlreadyExists, "POST", api+"registered-models/rename", map[string]any{"name": "digits2", "new_name": "other"})
+	e.ok("DELETE", api+"model-versions/delete", map[string]any{"name": "digits2", "version": "2"})
+	got := e.ok("GET", api+"registered-models/get?name=digits2", nil)["registered_model"].(map[string]any)
+	if len(got["aliases"].([]any)) != 0 {
+		t.Fatalf("the deleted version's alias stayed: %v", got)
+	}
+	e.ok("DELETE", api+"registered-models/delete-tag", map[string]any{"name": "digits2", "key": "team"})
+	e.ok("PATCH", api+"registered-models/update", map[string]any{"name": "digits2", "description": "renamed"})
+	e.ok("DELETE", api+"registered-models/delete", map[string]any{"name": "digits2"})
+	e.fails(404, codeNotFound, "GET", api+"registered-models/get?name=digits2", nil)
+	e.fails(405, codeBadRequest, "PUT", api+"registered-models/alias", nil)
+}
+
+// q escapes a query-string value.
+func q(s string) string { return url.QueryEscape(s) }
