@@ -65,7 +65,9 @@ def test_registry_calls_as_mlflow_client_makes_them(dashboard, client):
     names = [m.name for m in client.search_registered_models(filter_string="name LIKE 'm%'")]
     assert names == ["m1", "m2"]
     assert [m.name for m in client.search_registered_models(max_results=1)] == ["m1"]
-    versions = client.search_model_versions(f"name='m1' AND run_id='{run.info.run_id}'", order_by=["version ASC"])
+    versions = client.search_model_versions(
+        f"name='m1' AND run_id='{run.info.run_id}'", order_by=["version ASC"]
+    )
     assert [v.version for v in versions] == ["1", "2", "3"]
 
     client.update_registered_model("m1", description="renamed soon")
