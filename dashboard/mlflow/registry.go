@@ -10,7 +10,9 @@ package mlflow
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -524,12 +526,36 @@ func (s *Server) createModelVersion(r *request) (any, *apiError) {
 	if err != nil {
 		return nil, s.fromRegistry(err, name, 0)
 	}
+	if modelID != "" {
+		// MLflow's server lists a logged model's versions in its tag
+		// mlflow.modelVersions (Python's json.dumps of [{name, version}]).
+		if _, e := s.updateModel(r, modelID, func(lm *loggedModel) *apiError {
+			var list []map[string]any
+			_ = json.Unmarshal([]byte(lm.Tags[modelVersionsTag]), &list)
+			list = append(list, map[string]any{"name": name, "version": v.Version})
+			parts := make([]string, len(list))
+			for i, x := range list {
+				n, _ := json.Marshal(x["name"])
+				parts[i] = fmt.Sprintf(`{"name": %s, "version": %v}`, n, x["version"])
+			}
+			if lm.Tags == nil {
+				lm.Tags = map[string]string{}
+			}
+			lm.Tags[modelVersionsTag] = "[" + strings.Join(parts, ", ") + "]"
+			return nil
+		}); e != nil {
+			s.log.Warn("mlflow api: recording a model version on its logged model", "model_id", modelID, "err", e.msg)
+		}
+	}
 	m, err := reg.Get(r.ctx, name)
 	if err != nil {
 		return nil, s.fromRegistry(err, name, 0)
 	}
 	return map[string]any{"model_version": wireVersion(m, v)}, nil
 }
+
+// modelVersionsTag is the logged model tag listing its registered versions.
+const modelVersionsTag = "mlflow.modelVersions"
 
 func (s *Server) getModelVersion(r *request) (any, *apiError) {
 	_, m, e := s.getModelByName(r)

@@ -128,3 +128,31 @@ func testModelRegistry(t *testing.T, e *env) {
 
 // q escapes a query-string value.
 func q(s string) string { return url.QueryEscape(s) }
+
+// A version of a logged model: its run comes from the model, and the model's
+// tag mlflow.modelVersions lists its versions as MLflow's server writes it.
+func TestModelVersionOfALoggedModel(t *testing.T) {
+	e := newEnv(t, Config{})
+	e.withRegistry()
+	run := e.newRun("0")
+	lm := e.ok("POST", api+"logged-models", map[string]any{"experiment_id": "0", "name": "net", "source_run_id": run})["model"].(map[string]any)["info"].(map[string]any)
+	id := lm["model_id"].(string)
+	e.ok("POST", api+"registered-models/create", map[string]any{"name": "model"})
+	for i := 1; i <= 2; i++ {
+		mv := e.ok("POST", api+"model-versions/create", map[string]any{"name": "model", "source": lm["artifact_uri"], "model_id": id})["model_version"].(map[string]any)
+		if mv["run_id"] != run || mv["model_id"] != id {
+			t.Fatalf("version %d: %v", i, mv)
+		}
+	}
+	got := e.ok("GET", api+"logged-models/"+id, nil)["model"].(map[string]any)["info"].(map[string]any)
+	var tag string
+	for _, x := range got["tags"].([]any) {
+		if kv := x.(map[string]any); kv["key"] == "mlflow.modelVersions" {
+			tag = kv["value"].(string)
+		}
+	}
+	if tag != `[{"name": "model", "version": 1}, {"name": "model", "version": 2}]` {
+		t.Fatalf("mlflow.modelVersions = %q", tag)
+	}
+	e.fails(404, codeNotFound, "POST", api+"model-versions/create", map[string]any{"name": "model", "source": "models:/m-nope", "model_id": "m-00000000000000000000000000000000"})
+}
