@@ -48,12 +48,14 @@ func fileExists(p string) bool {
 
 func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintf(stderr, `Usage: fw export CHECKPOINT --format onnx|torchscript|quantized|onnx_int8|aoti --out PATH [--opset 14] [--method trace|script] [--name N] [--version V]
-       [--quantization dynamic|static] [--calibration FILE.npz] [--per-channel] [--device cpu|cuda]
+		fmt.Fprintf(stderr, `Usage: fw export CHECKPOINT --format onnx|torchscript|quantized|onnx_int8|aoti --out PATH [--opset N] [--exporter auto|dynamo|legacy] [--method trace|script]
+       [--name N] [--version V] [--quantization dynamic|static] [--calibration FILE.npz] [--per-channel] [--device cpu|cuda]
 
 Exports a checkpoint written by fw.checkpoint.save (or run.checkpoint) to one
 self-describing model file, checks it against the checkpoint's model, and prints
-a one-line JSON report. --format onnx_int8 quantizes with onnxruntime's tools:
+a one-line JSON report. ONNX goes through torch's current exporter (dynamo, its own
+opset unless --opset says otherwise); --exporter auto (default) falls back to the
+legacy TorchScript-based one (opset 14) when it fails, printing why. --format onnx_int8 quantizes with onnxruntime's tools:
 --quantization dynamic (default) or static, calibrated on FILE.npz or on the rows
 the checkpoint carries (fw.checkpoint.save(..., calibration_input=...)).
 --format aoti compiles an AOTInductor package (.pt2) with the system C++ compiler
