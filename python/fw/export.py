@@ -814,6 +814,23 @@ def _legacy_onnx(job: _Job, target: Any, opset_version: int) -> bytes:
     return buf.getvalue()
 
 
+@contextlib.contextmanager
+def _quiet_loggers(*names: str) -> Iterator[None]:
+    """Raise these loggers to ERROR for the block: the exporters log their fallbacks (with
+    tracebacks) at WARNING, which fw reports in one line of its own."""
+    import logging
+
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, lv in zip(loggers, levels, strict=True):
+            lg.setLevel(lv)
+
+
 def _dynamo_onnx(job: _Job, opset_version: int | None) -> bytes:
     """The model through torch's current exporter (torch.export, then onnxscript's optimizer), as one
     ONNX file's bytes: axis 0 of every input is dynamic (the batch), weights are inside the file."""
@@ -824,7 +841,12 @@ def _dynamo_onnx(job: _Job, opset_version: int | None) -> bytes:
     kwargs: dict[str, Any] = {}
     if opset_version is not None:
         kwargs["opset_version"] = opset_version
-    with quiet_warnings(), contextlib.redirect_stdout(sys.stderr), contextlib.redirect_stderr(io.StringIO()):
+    with (
+        quiet_warnings(),
+        _quiet_loggers("torch.onnx", "onnxscript", "torch.export", "torch._dynamo"),
+        contextlib.redirect_stdout(sys.stderr),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
         prog = torch.onnx.export(
             job.model,
             job.args,
@@ -840,6 +862,13 @@ def _dynamo_onnx(job: _Job, opset_version: int | None) -> bytes:
         if prog is None:
             raise ExportError("torch.onnx.export returned no program")
         proto = prog.model_proto
+    written = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset_version is not None and written != opset_version:
+        # torch exports at 18 at least and converts down with onnx's version converter, which lacks
+        # adapters for some ops; then it keeps 18. An explicit opset is a promise: not kept here.
+        raise ExportError(
+            f"it could not write opset {opset_version} (onnx's version converter failed; it wrote {written})"
+        )
     # torch.export names the batch axis after its symbol (s77); name it "batch" as the legacy
     # exporter does, wherever the graph's inputs, outputs and value infos use that symbol.
     rename: dict[str, str] = {}
@@ -927,9 +956,16 @@ def onnx(
         try:
             data = _legacy_onnx(job, target, opset)
         except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if fallback:
+                raise ExportError(
+                    f"{fallback}; then the legacy exporter (opset {opset}) failed on {type(model).__name__}: "
+                    f"{first}. Hint: leave opset_version to the exporter (torch's current one writes its own, "
+                    "20 with torch 2.13), or export TorchScript with fw.export.torchscript"
+                ) from e
             raise ExportError(
                 f"torch.onnx.export (opset {opset}) failed on {type(model).__name__}: "
-                f"{str(e).strip().splitlines()[0]}. Hint: try a newer opset_version, or export TorchScript "
+                f"{first}. Hint: try a newer opset_version, or export TorchScript "
                 "with fw.export.torchscript"
             ) from e
     proto = onnx_lib.load_model_from_string(data)

@@ -157,3 +157,17 @@ def test_served_by_fw(tmp_path: Path) -> None:
         assert got.shape == want.shape and np.allclose(got, want, atol=1e-4, rtol=1e-3)
     finally:
         assert srv.stop() == 0, srv.log()
+
+
+def test_an_opset_the_current_exporter_cannot_write_falls_back(tmp_path: Path) -> None:
+    """opset_version=14 is a promise: torch's exporter converts down from 18 and, when onnx's converter
+    lacks an adapter (Shape, in a CNN's flatten), keeps 18; fw then uses the legacy exporter, which writes 14."""
+    from fw.models import DigitsCNN
+
+    torch.manual_seed(0)
+    model, x = DigitsCNN().eval(), torch.rand(3, 1, 8, 8)
+    rep = export.onnx(model, x, tmp_path / "cnn.onnx", opset_version=14)
+    assert rep.exporter == "legacy" and "could not write opset 14" in (rep.fallback or "")
+    assert onnx.load(str(tmp_path / "cnn.onnx")).opset_import[0].version == 14
+    with pytest.raises(export.ExportError, match="could not write opset 14"):
+        export.onnx(model, x, tmp_path / "cnn2.onnx", opset_version=14, exporter="dynamo")
