@@ -153,6 +153,9 @@ func imageOptions(q *fasthttp.Args) (imageprep.Options, *APIError) {
 	}
 	if q.Has("resize") {
 		o.Resize = string(q.Peek("resize"))
+		if o.Resize == "" { // not "the model's own": a client that sends resize= meant a method
+			return o, newError(400, CodeBadRequest, "resize is empty: give bilinear or nearest, or leave the parameter out to use the model's own preprocessing", map[string]any{"parameter": "resize"})
+		}
 	}
 	if q.Has("invert") {
 		b, aerr := boolQuery(q, "invert")

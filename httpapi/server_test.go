@@ -491,6 +491,8 @@ func TestPredictImageErrors(t *testing.T) {
 	f("garbage", do(t, "POST", ts.url+"/predict/image", "image/jpeg", []byte("hello")), 400, "bad_image")
 	f("content type", do(t, "POST", ts.url+"/predict/image", "application/pdf", png), 415, "unsupported_media_type")
 	f("top_k", do(t, "POST", ts.url+"/predict/image?top_k=0", "image/png", png), 400, "bad_request")
+	// An empty resize is a mistake, not "the model's own" (schemathesis sent resize=).
+	f("empty resize", do(t, "POST", ts.url+"/predict/image?resize=", "image/png", png), 400, "bad_request")
 	f("empty form", func() reply { b, ct := multipartBody(t, nil); return do(t, "POST", ts.url+"/predict/image", ct, b) }(), 400, "bad_request")
 	jpg, _ := os.ReadFile(filepath.Join(dir, "samples", "rgb_224.jpg"))
 	f("pixels", do(t, "POST", ts.url+"/predict/image", "image/jpeg", jpg), 413, "payload_too_large")
