@@ -7,7 +7,6 @@ package mlflow
 
 import (
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -495,15 +494,9 @@ func (s *Server) searchLoggedModels(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	maxResults, set, e := r.int64Field("max_results")
+	maxResults, offset, e := r.page(100, 1000)
 	if e != nil {
 		return nil, e
-	}
-	if !set {
-		maxResults = 100
-	}
-	if maxResults < 1 || maxResults > 1000 {
-		return nil, errf(400, codeInvalidParameter, "Invalid value %d for parameter 'max_results' supplied: it must be within 1..1000", maxResults)
 	}
 	var datasets []struct {
 		Name   string `json:"dataset_name"`
@@ -518,20 +511,6 @@ func (s *Server) searchLoggedModels(r *request) (any, *apiError) {
 	}
 	if e := r.decode("order_by", &orderBy); e != nil {
 		return nil, e
-	}
-	token, e := r.str("page_token")
-	if e != nil {
-		return nil, e
-	}
-	offset := 0
-	if token != "" {
-		b, err := base64.RawURLEncoding.DecodeString(token)
-		if err == nil {
-			offset, err = strconv.Atoi(string(b))
-		}
-		if err != nil || offset < 0 {
-			return nil, errf(400, codeInvalidParameter, "page_token is not one this server gave out; pass next_page_token from the previous answer unchanged")
-		}
 	}
 	conds, e := parseModelFilter(filter, loggedModelAttrs)
 	if e != nil {
@@ -578,7 +557,7 @@ func (s *Server) searchLoggedModels(r *request) (any, *apiError) {
 	}
 	out["models"] = page
 	if next := offset + len(page); next < len(models) {
-		out["next_page_token"] = base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(next)))
+		out["next_page_token"] = pageToken(next)
 	}
 	return out, nil
 }

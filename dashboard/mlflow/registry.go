@@ -45,6 +45,14 @@ func (s *Server) registry() (*registry.Registry, *apiError) {
 	return r, nil
 }
 
+// updatedOr is a last change, or created when there was none since.
+func updatedOr(updated, created time.Time) time.Time {
+	if updated.IsZero() {
+		return created
+	}
+	return updated
+}
+
 func ms(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
@@ -101,10 +109,7 @@ func wireVersion(m *registry.Model, v *registry.Version) map[string]any {
 		}
 	}
 	sort.Strings(aliases)
-	updated := v.Updated
-	if updated.IsZero() {
-		updated = v.Created
-	}
+	updated := updatedOr(v.Updated, v.Created)
 	out := map[string]any{
 		"name": m.Name, "version": strconv.Itoa(v.Version),
 		"creation_timestamp": ms(v.Created), "last_updated_timestamp": ms(updated),
@@ -151,10 +156,7 @@ func wireModel(m *registry.Model) map[string]any {
 	for _, a := range names {
 		aliases = append(aliases, map[string]string{"alias": a, "version": strconv.Itoa(m.Aliases[a])})
 	}
-	updated := m.Updated
-	if updated.IsZero() {
-		updated = m.Created
-	}
+	updated := updatedOr(m.Updated, m.Created)
 	return map[string]any{
 		"name": m.Name, "creation_timestamp": ms(m.Created), "last_updated_timestamp": ms(updated),
 		"description": m.Description, "latest_versions": latestVersions(m, nil),
@@ -774,24 +776,57 @@ func orderItems[T any](items []T, clauses []string, def string, value func(T, st
 	return nil
 }
 
+// search holds what a registry search asks: its conditions, page and order.
+type search struct {
+	conds   []modelCond
+	max     int64
+	offset  int
+	orderBy []string
+}
+
+// searchArgs reads a registry search's filter (over attrs), max_results
+// (default def, at most max), page_token and order_by.
+func (r *request) searchArgs(attrs []string, def, max int64) (search, *apiError) {
+	var q search
+	filter, e := r.str("filter")
+	if e != nil {
+		return q, e
+	}
+	if q.conds, e = parseModelFilter(filter, attrs); e != nil {
+		return q, e
+	}
+	if q.max, q.offset, e = r.page(def, max); e != nil {
+		return q, e
+	}
+	q.orderBy, e = r.strs("order_by")
+	return q, e
+}
+
+// pageOf answers the page of hits that q asks for under key, with
+// next_page_token when more are left.
+func pageOf[T any](key string, hits []T, q search, wire func(T) any) map[string]any {
+	page := []any{}
+	for i := q.offset; i < len(hits) && len(page) < int(q.max); i++ {
+		page = append(page, wire(hits[i]))
+	}
+	out := map[string]any{key: page}
+	if next := q.offset + len(page); next < len(hits) {
+		out["next_page_token"] = pageToken(next)
+	}
+	return out
+}
+
+// pageToken is the token of the page starting at offset (r.page reads it).
+func pageToken(offset int) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(offset)))
+}
+
 func (s *Server) searchRegisteredModels(r *request) (any, *apiError) {
 	reg, e := s.registry()
 	if e != nil {
 		return nil, e
 	}
-	filter, e := r.str("filter")
-	if e != nil {
-		return nil, e
-	}
-	conds, e := parseModelFilter(filter, registeredModelAttrs)
-	if e != nil {
-		return nil, e
-	}
-	maxResults, offset, e := r.page(100, 1000)
-	if e != nil {
-		return nil, e
-	}
-	orderBy, e := r.strs("order_by")
+	q, e := r.searchArgs(registeredModelAttrs, 100, 1000)
 	if e != nil {
 		return nil, e
 	}
@@ -806,11 +841,7 @@ func (s *Server) searchRegisteredModels(r *request) (any, *apiError) {
 		case "creation_timestamp":
 			return float64(ms(m.Created))
 		case "last_updated_timestamp":
-			u := m.Updated
-			if u.IsZero() {
-				u = m.Created
-			}
-			return float64(ms(u))
+			return float64(ms(updatedOr(m.Updated, m.Created)))
 		}
 		if k, ok := strings.CutPrefix(f, "tags."); ok {
 			if v, ok := m.Tags[k]; ok {
@@ -821,22 +852,14 @@ func (s *Server) searchRegisteredModels(r *request) (any, *apiError) {
 	}
 	var hits []*registry.Model
 	for _, m := range all {
-		if matchAll(conds, func(f string) any { return value(m, f) }, true) {
+		if matchAll(q.conds, func(f string) any { return value(m, f) }, true) {
 			hits = append(hits, m)
 		}
 	}
-	if e := orderItems(hits, orderBy, "name ASC", value); e != nil {
+	if e := orderItems(hits, q.orderBy, "name ASC", value); e != nil {
 		return nil, e
 	}
-	page := []any{}
-	for i := offset; i < len(hits) && len(page) < int(maxResults); i++ {
-		page = append(page, wireModel(hits[i]))
-	}
-	out := map[string]any{"registered_models": page}
-	if next := offset + len(page); next < len(hits) {
-		out["next_page_token"] = base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(next)))
-	}
-	return out, nil
+	return pageOf("registered_models", hits, q, func(m *registry.Model) any { return wireModel(m) }), nil
 }
 
 func (s *Server) searchModelVersions(r *request) (any, *apiError) {
@@ -844,19 +867,7 @@ func (s *Server) searchModelVersions(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	filter, e := r.str("filter")
-	if e != nil {
-		return nil, e
-	}
-	conds, e := parseModelFilter(filter, modelVersionAttrs)
-	if e != nil {
-		return nil, e
-	}
-	maxResults, offset, e := r.page(10000, 200000)
-	if e != nil {
-		return nil, e
-	}
-	orderBy, e := r.strs("order_by")
+	q, e := r.searchArgs(modelVersionAttrs, 10000, 200000)
 	if e != nil {
 		return nil, e
 	}
@@ -864,19 +875,19 @@ func (s *Server) searchModelVersions(r *request) (any, *apiError) {
 	if err != nil {
 		return nil, s.fromStore(err, "listing model versions")
 	}
+	// Each version's answer is made once; filter and order read it.
 	type mv struct {
-		m *registry.Model
-		v *registry.Version
+		v    *registry.Version
+		wire map[string]any
 	}
 	value := func(x mv, f string) any {
-		w := wireVersion(x.m, x.v)
 		switch f {
 		case "version":
 			return float64(x.v.Version)
 		case "creation_timestamp", "last_updated_timestamp":
-			return float64(w[f].(int64))
+			return float64(x.wire[f].(int64))
 		case "source_path":
-			return w["source"]
+			return x.wire["source"]
 		}
 		if k, ok := strings.CutPrefix(f, "tags."); ok {
 			if v, ok := x.v.Tags[k]; ok {
@@ -884,7 +895,7 @@ func (s *Server) searchModelVersions(r *request) (any, *apiError) {
 			}
 			return nil
 		}
-		if v, ok := w[f].(string); ok {
+		if v, ok := x.wire[f].(string); ok {
 			return v
 		}
 		return nil
@@ -892,22 +903,14 @@ func (s *Server) searchModelVersions(r *request) (any, *apiError) {
 	var hits []mv
 	for _, m := range all {
 		for _, v := range m.Versions {
-			x := mv{m, v}
-			if matchAll(conds, func(f string) any { return value(x, f) }, true) {
+			x := mv{v, wireVersion(m, v)}
+			if matchAll(q.conds, func(f string) any { return value(x, f) }, true) {
 				hits = append(hits, x)
 			}
 		}
 	}
-	if e := orderItems(hits, orderBy, "last_updated_timestamp DESC", value); e != nil {
+	if e := orderItems(hits, q.orderBy, "last_updated_timestamp DESC", value); e != nil {
 		return nil, e
 	}
-	page := []any{}
-	for i := offset; i < len(hits) && len(page) < int(maxResults); i++ {
-		page = append(page, wireVersion(hits[i].m, hits[i].v))
-	}
-	out := map[string]any{"model_versions": page}
-	if next := offset + len(page); next < len(hits) {
-		out["next_page_token"] = base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(next)))
-	}
-	return out, nil
+	return pageOf("model_versions", hits, q, func(x mv) any { return x.wire }), nil
 }
