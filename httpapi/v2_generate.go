@@ -272,24 +272,16 @@ func (s *Server) v2Generate(ctx *fasthttp.RequestCtx, name, version string, stre
 		writeError(ctx, aerr)
 		return
 	}
-	req, aerr := genInputs(g, inst.Inputs(), inst.Outputs(), v2Limits{maxRows: serving.RowLimit(inst, s.cfg.MaxRows), maxBytes: s.cfg.MaxBodyBytes})
+	req, aerr := genInputs(g, inst.Inputs(), inst.Outputs(), s.v2Limits(inst))
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
 	}
-	ticket, err := serving.EnterSequence(inst, req.seq, req.inputs)
-	if err != nil {
-		writeError(ctx, s.submitError(err))
-		return
-	}
-	defer ticket.Release()
-	rctx, cancel := s.requestContext()
-	defer cancel()
-	out, rec, err := s.inferSequence(rctx, inst, req.inputs, ctx.Time(), ticket)
+	out, rec, err := s.v2Run(ctx, inst, req)
 	if err != nil {
 		if !stream || serving.Classify(err, s.cfg.Timeout).Kind != serving.KindEngine {
-			// Refused before the model ran (inputs, queue, readiness,
-			// deadline): JSON, on both routes.
+			// Refused before the model ran (sequence rules, inputs, queue,
+			// readiness, deadline): JSON, on both routes.
 			writeError(ctx, s.submitError(err))
 			return
 		}

@@ -691,21 +691,13 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 	if hdr := ctx.Request.Header.Peek(v2HeaderLength); isRawBinary(hdr) {
 		req, aerr = parseRawBinary(body, inst)
 	} else {
-		req, aerr = parseV2Request(body, hdr, inst.Inputs(), inst.Outputs(), v2Limits{maxRows: serving.RowLimit(inst, s.cfg.MaxRows), maxBytes: s.cfg.MaxBodyBytes}, s.cfg.SharedMemory)
+		req, aerr = parseV2Request(body, hdr, inst.Inputs(), inst.Outputs(), s.v2Limits(inst), s.cfg.SharedMemory)
 	}
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return
 	}
-	ticket, err := serving.EnterSequence(inst, req.seq, req.inputs)
-	if err != nil {
-		writeError(ctx, s.submitError(err))
-		return
-	}
-	defer ticket.Release()
-	rctx, cancel := s.requestContext()
-	defer cancel()
-	out, rec, err := s.inferSequence(rctx, inst, req.inputs, ctx.Time(), ticket)
+	out, rec, err := s.v2Run(ctx, inst, req)
 	if err != nil {
 		writeError(ctx, s.submitError(err))
 		return
@@ -719,6 +711,26 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 		rec.Encoded = time.Now()
 		inst.Stats.Record(rec)
 	}
+}
+
+// v2Limits are the bounds of inst's V2 requests (--max-rows for a batched
+// model, --max-body-bytes for a tensor given as JSON).
+func (s *Server) v2Limits(inst *serving.Instance) v2Limits {
+	return v2Limits{maxRows: serving.RowLimit(inst, s.cfg.MaxRows), maxBytes: s.cfg.MaxBodyBytes}
+}
+
+// v2Run admits req to its sequence (a stateful model) and runs it within
+// the request timeout: what /infer and /generate share once a request is
+// read. A refused admission is returned as the error, with no statistics.
+func (s *Server) v2Run(ctx *fasthttp.RequestCtx, inst *serving.Instance, req *v2Request) ([]engine.Tensor, serving.Request, error) {
+	ticket, err := serving.EnterSequence(inst, req.seq, req.inputs)
+	if err != nil {
+		return nil, serving.Request{}, err
+	}
+	defer ticket.Release()
+	rctx, cancel := s.requestContext()
+	defer cancel()
+	return s.inferSequence(rctx, inst, req.inputs, ctx.Time(), ticket)
 }
 
 // v2WriteResponse writes the inference response: JSON, then the binary
