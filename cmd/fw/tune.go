@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -42,15 +41,9 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			"2 on usage errors.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	path, rest := splitPositional(args)
-	if err := fs.Parse(rest); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if path == "" && fs.NArg() > 0 {
-		path = fs.Arg(0)
+	path, code, ok := parseWithFile(fs, args)
+	if !ok {
+		return code
 	}
 	usageErr := func(msg string) int {
 		fmt.Fprintf(stderr, "fw tune: %s\n\n", msg)

@@ -61,15 +61,9 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "Usage: fw verify MODEL_FILE [flags]\n\nLoads MODEL_FILE (ONNX or int8 ONNX, TorchScript, quantized TorchScript or an AOTInductor .pt2\npackage, detected by content), runs the test vector embedded by fw.export (and its sample picture\nthrough the image path), prints the largest absolute error and the time per call.\nExit status: 0 within tolerance, 1 beyond it or on a load error, 2 on usage errors.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	path, rest := splitPositional(args)
-	if err := fs.Parse(rest); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if path == "" && fs.NArg() > 0 {
-		path = fs.Arg(0)
+	path, code, ok := parseWithFile(fs, args)
+	if !ok {
+		return code
 	}
 	if path == "" {
 		fs.Usage()
@@ -138,12 +132,24 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return 0
 }
 
-// splitPositional lets the model path come before or after the flags.
-func splitPositional(args []string) (string, []string) {
+// parseWithFile parses a command's flags with its one file argument
+// before or after them. When it returns ok false the command exits with
+// code: 0 after --help, 2 on a flag error (fs has said why).
+func parseWithFile(fs *flag.FlagSet, args []string) (path string, code int, ok bool) {
+	rest := args
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		return args[0], args[1:]
+		path, rest = args[0], args[1:]
 	}
-	return "", args
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return "", 0, false
+		}
+		return "", 2, false
+	}
+	if path == "" && fs.NArg() > 0 {
+		path = fs.Arg(0)
+	}
+	return path, 0, true
 }
 
 func timeTestVector(ctx context.Context, m *engine.Model, budget time.Duration) (int, time.Duration, error) {
