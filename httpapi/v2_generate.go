@@ -217,43 +217,32 @@ func genLeaves(v jv) int64 {
 }
 
 // genInputs converts the request's values into the model's input tensors
-// through the V2 request reader (its range checks, limits and string
-// encoding), each as {"name", "datatype", "shape", "data"}.
-func genInputs(g *genRequest, ins, outs []engine.TensorSpec, lim v2Limits) (*v2Request, *APIError) {
-	b := []byte(`{"inputs":[`)
+// with the V2 reader's data path (v2DataTensor: its limits, range checks
+// and string encoding), each value read in place in the body.
+func genInputs(g *genRequest, ins []engine.TensorSpec, lim v2Limits) (*v2Request, *APIError) {
+	req := &v2Request{inputs: make([]engine.Tensor, len(ins)), id: g.id, seq: g.seq}
 	for i, sp := range ins {
 		v := g.values[i]
-		shape, ok := genShape(sp, genLeaves(v))
+		n := genLeaves(v)
+		shape, ok := genShape(sp, n)
 		if !ok {
 			return nil, invalidV2(map[string]any{"input": sp.Name, "shape": sp.Shape},
 				"The schema can not convert input '%s' to tensor with proper shape: its %d elements do not fill a shape %s (send a list of the elements, or nested lists, filling the shape)",
-				sp.Name, genLeaves(v), serving.ShapeString(sp.Shape))
+				sp.Name, n, serving.ShapeString(sp.Shape))
 		}
-		if i > 0 {
-			b = append(b, ',')
+		if sp.DType == engine.Invalid {
+			return nil, badV2("input %q: the model does not state its datatype; send it to /infer with a \"datatype\"", sp.Name)
 		}
-		b = append(b, `{"name":`...)
-		b = appendJSONString(b, sp.Name)
-		b = append(b, `,"datatype":"`...)
-		b = append(b, serving.DatatypeName(sp.DType)...)
-		b = append(b, `","shape":`...)
-		b = append(b, serving.ShapeString(shape)...)
-		b = append(b, `,"data":`...)
-		if v.Type() == fastjson.TypeArray {
-			b = append(b, v...)
-		} else {
-			b = append(b, '[')
-			b = append(b, v...)
-			b = append(b, ']')
+		data := v
+		if v.Type() != fastjson.TypeArray {
+			data = jv("[" + string(v) + "]") // one element
 		}
-		b = append(b, '}')
+		t, aerr := v2DataTensor(sp.Name, sp.DType, shape, n, data, lim, func() *APIError { return v2TooManyRows(sp.Name, shape, lim.maxRows) })
+		if aerr != nil {
+			return nil, aerr
+		}
+		req.inputs[i] = t
 	}
-	b = append(b, "]}"...)
-	req, aerr := parseV2Request(b, nil, ins, outs, lim, nil)
-	if aerr != nil {
-		return nil, aerr
-	}
-	req.id, req.seq = g.id, g.seq
 	return req, nil
 }
 
@@ -272,7 +261,7 @@ func (s *Server) v2Generate(ctx *fasthttp.RequestCtx, name, version string, stre
 		writeError(ctx, aerr)
 		return
 	}
-	req, aerr := genInputs(g, inst.Inputs(), inst.Outputs(), s.v2Limits(inst))
+	req, aerr := genInputs(g, inst.Inputs(), s.v2Limits(inst))
 	if aerr != nil {
 		writeError(ctx, aerr)
 		return

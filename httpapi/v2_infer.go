@@ -331,14 +331,7 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen *serving.InputSet, req 
 		// The row limit is checked once the shape is known to match the bytes
 		// that carry it (a mismatch is the more useful answer), before the
 		// tensor is allocated.
-		tooManyRows := func() *APIError {
-			msg := serving.TooManyRows(name, shape, lim.maxRows)
-			if msg == "" {
-				return nil
-			}
-			return &APIError{Status: 413, Code: CodeTooLarge, Message: msg,
-				Details: map[string]any{"input": name, "rows": shape[0], "max_rows": lim.maxRows}}
-		}
+		tooManyRows := func() *APIError { return v2TooManyRows(name, shape, lim.maxRows) }
 		var params jv
 		var pm []member
 		if pv := v2Get(itm, "parameters"); pv != nil {
@@ -436,32 +429,9 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen *serving.InputSet, req 
 			if data.Type() != fastjson.TypeArray {
 				return badV2(`input %q: "data" must be an array (flat or nested, in row-major order), got %s`, name, data.Type())
 			}
-			if dt != engine.String && lim.maxBytes > 0 && nbytes > lim.maxBytes {
-				return v2InputTooLarge(name, nbytes, lim.maxBytes)
-			}
-			// Each element takes at least two bytes of JSON ("1,"): a shape
-			// that needs more cannot match, and is not allocated.
-			w := v2Writer{b: data, name: name, dt: dt}
-			var t engine.Tensor
-			if count <= int64(len(data)+1)/2 {
-				if aerr := tooManyRows(); aerr != nil {
-					return aerr
-				}
-				t = allocTensor(dt, shape, int(count))
-				w.data, w.cap = t.Data, int(count)
-				if dt == engine.String {
-					w.str = make([]byte, 0, len(data))
-				}
-			}
-			if _, aerr := w.walk(0, 0); aerr != nil {
+			t, aerr := v2DataTensor(name, dt, shape, count, data, lim, tooManyRows)
+			if aerr != nil {
 				return aerr
-			}
-			if int64(w.n) != count {
-				return invalidV2(map[string]any{"input": name, "expected_elements": count, "received_elements": w.n},
-					"input %q: shape %s needs %d elements, \"data\" holds %d", name, serving.ShapeString(shape), count, w.n)
-			}
-			if dt == engine.String {
-				t.Data = w.str
 			}
 			req.inputs[idx] = t
 		default:
@@ -469,6 +439,52 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen *serving.InputSet, req 
 		}
 	}
 	return nil
+}
+
+// v2TooManyRows refuses an input of more rows than maxRows (nil when it
+// has no more).
+func v2TooManyRows(name string, shape []int64, maxRows int) *APIError {
+	msg := serving.TooManyRows(name, shape, maxRows)
+	if msg == "" {
+		return nil
+	}
+	return &APIError{Status: 413, Code: CodeTooLarge, Message: msg,
+		Details: map[string]any{"input": name, "rows": shape[0], "max_rows": maxRows}}
+}
+
+// v2DataTensor reads an input's JSON "data" (an array, flat or nested)
+// into a tensor of dt and shape (count elements): refused when its bytes
+// pass lim.maxBytes, when the elements do not fill the shape, or (checked
+// before allocating) by tooManyRows.
+func v2DataTensor(name string, dt engine.DType, shape []int64, count int64, data jv, lim v2Limits, tooManyRows func() *APIError) (engine.Tensor, *APIError) {
+	if nbytes := count * int64(dt.Size()); dt != engine.String && lim.maxBytes > 0 && nbytes > lim.maxBytes {
+		return engine.Tensor{}, v2InputTooLarge(name, nbytes, lim.maxBytes)
+	}
+	// Each element takes at least two bytes of JSON ("1,"): a shape that
+	// needs more cannot match, and is not allocated.
+	w := v2Writer{b: data, name: name, dt: dt}
+	var t engine.Tensor
+	if count <= int64(len(data)+1)/2 {
+		if aerr := tooManyRows(); aerr != nil {
+			return t, aerr
+		}
+		t = allocTensor(dt, shape, int(count))
+		w.data, w.cap = t.Data, int(count)
+		if dt == engine.String {
+			w.str = make([]byte, 0, len(data))
+		}
+	}
+	if _, aerr := w.walk(0, 0); aerr != nil {
+		return engine.Tensor{}, aerr
+	}
+	if int64(w.n) != count {
+		return engine.Tensor{}, invalidV2(map[string]any{"input": name, "expected_elements": count, "received_elements": w.n},
+			"input %q: shape %s needs %d elements, \"data\" holds %d", name, serving.ShapeString(shape), count, w.n)
+	}
+	if dt == engine.String {
+		t.Data = w.str
+	}
+	return t, nil
 }
 
 // v2Outputs reads the request's "outputs" (outV, nil when absent) into req.
