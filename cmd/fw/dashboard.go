@@ -24,6 +24,7 @@ import (
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/dashboard/sysinfo"
+	"github.com/fw-serve/fw/dashboard/tracking"
 	"github.com/fw-serve/fw/dashboard/webui"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/internal/hostguard"
@@ -180,7 +181,7 @@ Flags:
 	cfg.Dir, cfg.CheckpointDir = *expDir, *ckptDir
 	// Every event the store stores (ingest, spool import, MLflow's API,
 	// training jobs) goes into its change feed too, the live stream's source.
-	cfg.Feed, cfg.Log = api.FeedOf, log
+	cfg.Feed, cfg.Log = tracking.FeedOf, log
 	st, err := store.Open(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw dashboard: opening the store: %v\n", err)
@@ -222,20 +223,20 @@ Flags:
 	// The live stream: the hub follows the store's change feed (shared by
 	// every dashboard on the database) from its current end.
 	hub := stream.NewHub(stream.Config{RingEvents: *streamBuffer, Heartbeat: *streamHeartbeat})
-	tailer := api.NewFeedTailer(st, hub, int64(*streamBuffer), log)
+	tailer := tracking.NewFeedTailer(st, hub, int64(*streamBuffer), log)
 	if err := tailer.Start(ctx); err != nil {
 		fmt.Fprintf(stderr, "fw dashboard: reading the store's change feed: %v\n", err)
 		return 1
 	}
 	// Spools first (they may hold a run's end), then fail runs whose process is gone.
-	im := &api.SpoolImporter{Dir: spoolDir, Store: st, Log: log}
+	im := &tracking.SpoolImporter{Dir: spoolDir, Store: st, Log: log}
 	if s, err := im.ImportAll(ctx); err != nil {
 		log.Warn("spool import: will retry", "err", err)
 	} else if s.Files > 0 {
 		log.Info("spool import", "files", s.Files, "applied", s.Applied, "duplicates", s.Duplicates, "refused", s.Refused, "removed", s.Removed)
 	}
 	hostname, _ := os.Hostname()
-	if _, err := api.ReconcileRuns(ctx, st, hostname, *staleAfter, log); err != nil {
+	if _, err := tracking.ReconcileRuns(ctx, st, hostname, *staleAfter, log); err != nil {
 		log.Warn("reconcile failed", "err", err)
 	}
 	// This process as a replica of the dashboards sharing the database:

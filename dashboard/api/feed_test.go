@@ -16,6 +16,7 @@ import (
 	"github.com/fasthttp/websocket"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
+	"github.com/fw-serve/fw/dashboard/tracking"
 	"github.com/fw-serve/fw/internal/teststore"
 	"github.com/valyala/fasthttp"
 )
@@ -30,12 +31,12 @@ type testReplica struct {
 
 func startReplica(t *testing.T, cfg store.Config, ring int) *testReplica {
 	t.Helper()
-	cfg.Feed = FeedOf
+	cfg.Feed = tracking.FeedOf
 	st := teststore.Open(t, cfg)
 	hub := stream.NewHub(stream.Config{RingEvents: ring})
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
-	tail := NewFeedTailer(st, hub, 0, log)
+	tail := tracking.NewFeedTailer(st, hub, 0, log)
 	if err := tail.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -2,23 +2,14 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"mime"
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/dashboard/tracking"
 	"github.com/valyala/fasthttp"
 )
-
-// IngestResult is the 200 answer of POST /api/ingest: the store's
-// ApplyResult with errors always present (empty when none).
-type IngestResult struct {
-	Applied    int                `json:"applied"`
-	Duplicates int                `json:"duplicates"`
-	Acked      []store.Ack        `json:"acked"`
-	Errors     []store.EventError `json:"errors"`
-}
 
 func isNDJSON(contentType []byte) bool {
 	mt, _, err := mime.ParseMediaType(string(contentType))
@@ -50,9 +41,9 @@ func (s *Server) ingest(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	events, err := store.DecodeEvents(trimmed)
-	var res IngestResult
+	var res tracking.IngestResult
 	if err == nil {
-		res, err = apply(s.base, s.st, events)
+		res, err = tracking.Apply(s.base, s.st, events)
 	}
 	if err != nil {
 		if store.ErrorCode(err) == store.CodeInvalidJSON {
@@ -74,7 +65,7 @@ func (s *Server) ingest(ctx *fasthttp.RequestCtx) {
 // observeIngest counts a batch's events by result and observes the ingest
 // lag of each one not refused that carries its own time (negative lags, from
 // a client clock ahead of ours, count as 0).
-func (s *Server) observeIngest(events []store.Event, res IngestResult, now time.Time) {
+func (s *Server) observeIngest(events []store.Event, res tracking.IngestResult, now time.Time) {
 	if s.prom == nil {
 		return
 	}
@@ -91,29 +82,4 @@ func (s *Server) observeIngest(events []store.Event, res IngestResult, now time.
 		}
 		s.prom.ingestLag.Observe(max(0, now.Sub(ev.Time.Time).Seconds()))
 	}
-}
-
-// Ingest decodes a body (JSON array or JSON lines) and applies it.
-func Ingest(ctx context.Context, st store.Store, body []byte) (IngestResult, error) {
-	events, err := store.DecodeEvents(body)
-	if err != nil {
-		return IngestResult{}, err
-	}
-	return apply(ctx, st, events)
-}
-
-// apply stores decoded events, answering IngestResult's shape.
-func apply(ctx context.Context, st store.Store, events []store.Event) (IngestResult, error) {
-	res, err := st.Apply(ctx, events)
-	if err != nil {
-		return IngestResult{}, err
-	}
-	out := IngestResult{Applied: res.Applied, Duplicates: res.Duplicates, Acked: res.Acked, Errors: res.Errors}
-	if out.Acked == nil {
-		out.Acked = []store.Ack{}
-	}
-	if out.Errors == nil {
-		out.Errors = []store.EventError{}
-	}
-	return out, nil
 }

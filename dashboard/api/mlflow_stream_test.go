@@ -12,6 +12,7 @@ import (
 
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
+	"github.com/fw-serve/fw/dashboard/tracking"
 	"github.com/fw-serve/fw/internal/testreq"
 )
 
@@ -22,7 +23,7 @@ func TestMLflowLoggingReachesTheStream(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir := t.TempDir()
-	st, err := store.Open(ctx, store.Config{Dir: dir, Feed: FeedOf})
+	st, err := store.Open(ctx, store.Config{Dir: dir, Feed: tracking.FeedOf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +31,7 @@ func TestMLflowLoggingReachesTheStream(t *testing.T) {
 	hub := stream.NewHub(stream.Config{})
 	defer hub.Close()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	tail := NewFeedTailer(st, hub, 0, log)
+	tail := tracking.NewFeedTailer(st, hub, 0, log)
 	if err := tail.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

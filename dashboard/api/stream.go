@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
-	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
+	"github.com/fw-serve/fw/dashboard/tracking"
 	"github.com/valyala/fasthttp"
 )
 
@@ -30,66 +30,6 @@ const (
 
 // maxClientMessage bounds a client's subscription message.
 const maxClientMessage = 1 << 20
-
-// StreamEvent maps a stored event to its stream event; ok is false for
-// types the stream does not carry (param, tag, checkpoint, artifact).
-func StreamEvent(ev *store.Event) (stream.Event, bool) {
-	out := stream.Event{RunID: ev.RunID, Seq: ev.Seq, Time: ev.Time.Time}
-	var data any
-	switch ev.Type {
-	case store.EventMetrics:
-		out.Type = stream.TypeMetric
-		data = map[string]any{"step": ev.Step, "values": ev.Values}
-	case store.EventMetric:
-		out.Type = stream.TypeMetric
-		vals := map[string]store.Float{}
-		if ev.Value != nil {
-			vals[ev.Key] = *ev.Value
-		}
-		data = map[string]any{"step": ev.Step, "values": vals}
-	case store.EventSystem:
-		out.Type = stream.TypeSystem
-		data = map[string]any{"step": ev.Step, "values": ev.Values}
-	case store.EventLog:
-		out.Type = stream.TypeLog
-		stream := ev.Stream
-		if stream == "" {
-			stream = "stdout"
-		}
-		data = map[string]any{"stream": stream, "lines": ev.Lines}
-	case store.EventProgress:
-		out.Type = stream.TypeProgress
-		data = map[string]any{"step": ev.Step, "total_steps": ev.TotalSteps, "epoch": ev.Epoch, "total_epochs": ev.TotalEpochs}
-	case store.EventRunStart, store.EventRunResume, store.EventStatus, store.EventRunEnd:
-		out.Type = stream.TypeStatus
-		st := ev.Status
-		switch {
-		case st == "" && ev.Type == store.EventRunEnd:
-			st = store.StatusFinished
-		case st == "":
-			st = store.StatusRunning
-		}
-		d := map[string]any{"event": ev.Type, "status": st}
-		if ev.Type == store.EventRunStart {
-			d["experiment"], d["name"] = ev.Experiment, ev.Name
-		}
-		if ev.Error != "" {
-			d["error"] = ev.Error
-		}
-		if ev.ExitCode != nil {
-			d["exit_code"] = *ev.ExitCode
-		}
-		data = d
-	default:
-		return stream.Event{}, false
-	}
-	b, err := json.Marshal(data)
-	if err != nil {
-		return stream.Event{}, false
-	}
-	out.Data = b
-	return out, true
-}
 
 // streamAuthorized accepts the token as a Bearer header or ?token= (a
 // browser's WebSocket cannot set headers).
@@ -288,7 +228,7 @@ func (s *Server) serveStream(hub *stream.Hub, c *websocket.Conn) {
 				// source of truth (across restarts and replicas).
 				gap := replay[0]
 				replay = replay[1:]
-				ok, err := replayFeed(s.base, s.st, gap.GapFrom, gap.Cursor, sub.Match, send)
+				ok, err := tracking.ReplayFeed(s.base, s.st, gap.GapFrom, gap.Cursor, sub.Match, send)
 				if !ok {
 					return
 				}

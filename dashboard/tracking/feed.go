@@ -1,4 +1,4 @@
-package api
+package tracking
 
 import (
 	"context"
@@ -124,12 +124,12 @@ func toStream(entries []store.FeedEntry) []stream.Event {
 	return out
 }
 
-// replayFeed sends, through send, the feed's entries after cursor from and
+// ReplayFeed sends, through send, the feed's entries after cursor from and
 // before cursor before that match, read from the store page by page: the
 // part of a replay older than the hub's ring. When the feed no longer has
 // all of them it first sends a gap (from, oldest kept). It returns false
 // when send fails.
-func replayFeed(ctx context.Context, st store.Feed, from, before uint64, match func(string) bool, send func(stream.Message) bool) (bool, error) {
+func ReplayFeed(ctx context.Context, st store.Feed, from, before uint64, match func(string) bool, send func(stream.Message) bool) (bool, error) {
 	oldest, _, err := st.FeedBounds(ctx)
 	if err != nil {
 		return true, err
