@@ -258,8 +258,13 @@ Flags:
 	if *uiDir != "" {
 		ui = webui.NewDir(*uiDir)
 	}
+	// MLflow's tracking API is mounted beside fw's own, over the same store
+	// and artifacts, behind the same guard and token.
+	ml := mlflow.New(base, st, mlflow.Config{Artifacts: rf.artifacts, ArtifactDir: artDir, UploadDir: artDir,
+		MaxBodyBytes: api.DefaultMaxBodyBytes, MaxArtifactBytes: int64(*maxArtifactMiB) << 20}, log)
 	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir, Artifacts: rf.artifacts, Checkpoints: rf.checkpoints, CheckpointUploads: rf.checkpointBucket,
-		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins), ReplicaID: self.ID}, log)
+		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins), ReplicaID: self.ID,
+		Mounts: []api.Mount{ml}}, log)
 	srv.SetReplicas(member)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, *sysInterval, *sysHistory, log)
 	defer sampler.Close()
@@ -282,7 +287,7 @@ Flags:
 		CloseOnShutdown:              true,
 		Logger:                       slogPrintf{log},
 	}
-	reg := startRegistry(base, st, srv, registry.Config{ExperimentDir: *expDir, CheckpointDir: *ckptDir, Engine: withLibraries(engine.Options{}),
+	reg := startRegistry(base, st, srv, ml, registry.Config{ExperimentDir: *expDir, CheckpointDir: *ckptDir, Engine: withLibraries(engine.Options{}),
 		Python: pythonPath(), StopGrace: *stopGrace, Member: member, Files: files, Checkpoints: rf.checkpointBucket}, log)
 	if reg != nil {
 		srv.SetDeployments(reg) // *registry.Service is an api.DeploymentCounter
@@ -425,8 +430,9 @@ func absPath(p string) string {
 }
 
 // startRegistry opens the model registry and its deployments and enables
-// /api/models and /api/deployments; nil (they answer 503) when it cannot.
-func startRegistry(base context.Context, st store.Store, srv *api.Server, cfg registry.Config, log *slog.Logger) *registry.Service {
+// /api/models, /api/deployments and MLflow's registry API; nil (they
+// answer 503) when it cannot.
+func startRegistry(base context.Context, st store.Store, srv *api.Server, ml *mlflow.Server, cfg registry.Config, log *slog.Logger) *registry.Service {
 	exe, err := os.Executable()
 	if err != nil {
 		log.Warn("model registry disabled: cannot find the fw binary for deployments", "err", err)
@@ -439,5 +445,6 @@ func startRegistry(base context.Context, st store.Store, srv *api.Server, cfg re
 		return nil
 	}
 	srv.SetRegistry(svc)
+	ml.SetRegistry(svc.Reg)
 	return svc
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/store"
-	"github.com/valyala/fasthttp"
 )
 
 // Activity kinds reported by GET /api/activity.
@@ -45,23 +44,21 @@ type ActivityEvent struct {
 // derived from their current state (the store's run times, the registry's
 // export and deployment records, all in the store), so it needs no log of
 // its own and is the same after a restart and on every replica.
-func (s *Server) activity(ctx *fasthttp.RequestCtx) {
+func (s *Server) activity(c *call) (any, error) {
+	ctx := c.rc
 	limit, e := queryInt(ctx, "limit", 50, 1, 500)
 	if e != nil {
-		writeError(ctx, e)
-		return
+		return nil, e
 	}
-	page, err := s.st.ListRuns(s.base, store.ListQuery{Sort: "updated", Desc: true, Limit: limit})
+	page, err := s.st.ListRuns(c.ctx, store.ListQuery{Sort: "updated", Desc: true, Limit: limit})
 	if err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
+		return nil, err
 	}
 	events := runActivity(page.Runs)
 	if r := s.registry.Load(); r != nil {
-		exports, err := r.Exports(s.base)
+		exports, err := r.Exports(c.ctx)
 		if err != nil {
-			writeError(ctx, fromError(s.log, err))
-			return
+			return nil, err
 		}
 		for _, j := range exports {
 			name := j.Model
@@ -84,18 +81,16 @@ func (s *Server) activity(ctx *fasthttp.RequestCtx) {
 			return ActivityEvent{Time: d.Started, Kind: ActivityDeployed, Model: d.Model, Version: d.Version, DeploymentID: d.ID, Status: d.State,
 				Message: fmt.Sprintf("Deployed %s version %d at %s", d.Model, d.Version, d.URL)}
 		}
-		deps, err := r.Records(s.base) // not Deployments(): no health probes, no request-rate sample taken
+		deps, err := r.Records(c.ctx) // not Deployments(): no health probes, no request-rate sample taken
 		if err != nil {
-			writeError(ctx, fromError(s.log, err))
-			return
+			return nil, err
 		}
 		for _, d := range deps {
 			events = append(events, deployed(*d))
 		}
-		ended, err := r.EndedDeployments(s.base)
+		ended, err := r.EndedDeployments(c.ctx)
 		if err != nil {
-			writeError(ctx, fromError(s.log, err))
-			return
+			return nil, err
 		}
 		for _, d := range ended {
 			events = append(events, deployed(d))
@@ -109,7 +104,7 @@ func (s *Server) activity(ctx *fasthttp.RequestCtx) {
 	if len(events) > limit {
 		events = events[:limit]
 	}
-	writeJSON(ctx, 200, map[string]any{"events": events})
+	return map[string]any{"events": events}, nil
 }
 
 // runActivity turns runs into their start and end events.

@@ -1,6 +1,11 @@
 // Package api is the dashboard's HTTP API on fasthttp: event ingest from the
-// training SDK, reads of runs, metrics, logs and experiments, and health.
-// The store is passed in; every non-2xx answer uses the error shape of Error.
+// training SDK, reads and edits of runs, metrics, logs and experiments, run
+// files, the model registry and deployments, training jobs, system status,
+// health and the live stream. Its operations are one route table
+// (routes.go), the same list as its OpenAPI document; handlers return a
+// value or an error and one writer answers; every non-2xx answer uses the
+// error shape of Error. The store is passed in; other APIs (MLflow's) are
+// mounted beside it through Config.Mounts.
 package api
 
 import (
@@ -9,12 +14,6 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"fmt"
-	"github.com/fw-serve/fw/dashboard/blob"
-	"github.com/fw-serve/fw/dashboard/jobs"
-	"github.com/fw-serve/fw/dashboard/mlflow"
-	"github.com/fw-serve/fw/dashboard/registry"
-	"github.com/fw-serve/fw/dashboard/stream"
-	"github.com/fw-serve/fw/internal/hostguard"
 	"io"
 	"log/slog"
 	"os"
@@ -23,16 +22,27 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/blob"
+	"github.com/fw-serve/fw/dashboard/jobs"
+	"github.com/fw-serve/fw/dashboard/registry"
+	"github.com/fw-serve/fw/dashboard/stream"
+	"github.com/fw-serve/fw/internal/hostguard"
+
+	"github.com/valyala/fasthttp"
+
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/sysinfo"
 	"github.com/fw-serve/fw/dashboard/webui"
 	"github.com/fw-serve/fw/internal/docsite"
-	"github.com/valyala/fasthttp"
 )
 
 // DefaultMaxBodyBytes bounds an ingest body: a full batch (10,000 events or
 // 200,000 values) fits with room to spare.
 const DefaultMaxBodyBytes = 64 << 20
+
+// DefaultMaxFileBytes bounds one run file uploaded (PUT /api/runs/{id}/files)
+// when Config.MaxArtifactBytes is not set: MLflow's artifact API's default.
+const DefaultMaxFileBytes = 4 << 30
 
 // Config configures a Server.
 type Config struct {
@@ -72,7 +82,7 @@ type Config struct {
 	// holds no data; its API calls need the token).
 	UI *webui.Site
 	// MaxArtifactBytes bounds one artifact uploaded through MLflow's
-	// artifact API (default mlflow.DefaultMaxArtifactBytes).
+	// artifact API and one run file uploaded (default DefaultMaxFileBytes).
 	MaxArtifactBytes int64
 	// Hosts is the accepted Host headers (--allowed-hosts); nil accepts any.
 	// CORSOrigins may call the API from a browser (--cors-origins). See guard.
@@ -81,6 +91,23 @@ type Config struct {
 	// ReplicaID names this dashboard among the replicas sharing its
 	// database (sent with the requests it forwards to another replica).
 	ReplicaID string
+	// Mounts are the other APIs this listener serves beside this one
+	// (MLflow's tracking API, package mlflow), behind the same guard, token
+	// and request metrics.
+	Mounts []Mount
+}
+
+// Mount is an API served beside this one: it answers the paths it owns,
+// with its own error shape.
+type Mount interface {
+	// Owns reports whether path is the mount's.
+	Owns(path string) bool
+	// Handler answers a request for one of its paths (the token checked).
+	Handler(ctx *fasthttp.RequestCtx, path string)
+	// Unauthorized answers a request without the token, in its shape.
+	Unauthorized(ctx *fasthttp.RequestCtx)
+	// RoutePattern labels the request metrics (a bounded set of values).
+	RoutePattern(path string) string
 }
 
 // Server answers the dashboard API from a store.
@@ -93,7 +120,7 @@ type Server struct {
 	base     context.Context
 	jobs     atomic.Pointer[jobs.Fleet] // nil until SetJobs: /api/training answers 503
 	docsSite *docsite.Site              // /docs and /openapi.json
-	mlflow   *mlflow.Server             // MLflow's tracking API over the same store (/api/2.0/mlflow/...)
+	routes   []route                    // the API's operations (routes.go)
 	// registry is nil until SetRegistry: /api/models answers 503.
 	registry atomic.Pointer[registry.Service]
 
@@ -145,9 +172,9 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 	}
 	s.maxFileBytes = cfg.MaxArtifactBytes
 	if s.maxFileBytes <= 0 {
-		s.maxFileBytes = mlflow.DefaultMaxArtifactBytes
+		s.maxFileBytes = DefaultMaxFileBytes
 	}
-	s.mlflow = mlflow.New(base, st, mlflow.Config{Artifacts: s.artifactFiles, UploadDir: cfg.UploadDir, MaxBodyBytes: cfg.MaxBodyBytes, MaxArtifactBytes: cfg.MaxArtifactBytes}, log)
+	s.routes = s.routeTable()
 	if cfg.Token != "" {
 		s.token = sha256.Sum256([]byte(cfg.Token))
 	}
@@ -173,7 +200,10 @@ func (s *Server) SetDraining() { s.draining.Store(true) }
 
 // Handler is the fasthttp handler (serve it with StreamRequestBody on). A
 // panic in a route is answered 500 "internal" and the server keeps serving
-// (recover.go).
+// (recover.go). Every request passes the guard (Host, cross-site and CORS
+// checks); then an open route (/health, /metrics, the docs, the stream)
+// answers, or a mounted API that owns the path (MLflow's), or a route of
+// routeTable (with the token under /api); other GETs are the web UI's.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
 	defer s.countRequest(ctx, path)
@@ -185,149 +215,44 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	if !s.guardRequest(ctx, path) {
 		return
 	}
-	if path == "/health" {
-		s.health(ctx)
+	method := string(ctx.Method())
+	rt, params, allow := s.match(method, path)
+	if rt != nil && rt.open {
+		s.serveRoute(ctx, rt, params)
 		return
 	}
-	if path == "/metrics" { // open without the token, like /health
-		s.serveMetrics(ctx)
-		return
-	}
-	if path == "/openapi.json" || path == "/docs" || strings.HasPrefix(path, "/docs/") { // open, like /health (docs.go)
-		s.docs(ctx, path)
-		return
-	}
-	if mlflow.Owns(path) { // MLflow's tracking API: the same token, MLflow's error shape (docs/mlflow.md)
-		if !s.authorized(ctx) {
-			mlflow.Unauthorized(ctx)
+	for _, m := range s.cfg.Mounts {
+		if m.Owns(path) { // the same token; the mount's own error shape
+			if !s.authorized(ctx) {
+				m.Unauthorized(ctx)
+				return
+			}
+			m.Handler(ctx, path)
 			return
 		}
-		s.mlflow.Handler(ctx, path)
-		return
 	}
 	if path != "/api" && !strings.HasPrefix(path, "/api/") {
-		if s.cfg.UI != nil && s.cfg.UI.Serve(ctx, path) {
-			return
+		switch {
+		case allow != "": // an open route's path
+			methodNotAllowed(ctx, method, allow)
+		case s.cfg.UI != nil && s.cfg.UI.Serve(ctx, path):
+		default:
+			writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no route %s; the API lives under /api (and GET /health)", path)))
 		}
-		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no route %s; the API lives under /api (and GET /health)", path)))
-		return
-	}
-	if path == "/api/training/stream" { // before auth and any /api/training/ prefix: it also takes ?token= (stream.go)
-		s.stream(ctx)
 		return
 	}
 	if !s.authorized(ctx) {
 		writeError(ctx, apiErr(401, CodeUnauthorized, "missing or wrong token: send `Authorization: Bearer <token>` with the dashboard's --token (FW_DASHBOARD_TOKEN)"))
 		return
 	}
-	parts := strings.Split(strings.Trim(strings.TrimPrefix(path, "/api"), "/"), "/")
-	method := string(ctx.Method())
 	switch {
-	case len(parts) == 1 && parts[0] == "ingest":
-		if s.allow(ctx, method, "POST") {
-			s.ingest(ctx)
-		}
-	case len(parts) == 1 && parts[0] == "experiments":
-		switch method {
-		case "GET":
-			s.listExperiments(ctx)
-		case "POST":
-			s.createExperiment(ctx)
-		default:
-			s.allow(ctx, method, "GET, POST")
-		}
-	case len(parts) == 2 && parts[0] == "experiments":
-		switch method {
-		case "PATCH":
-			s.patchExperiment(ctx, parts[1])
-		case "DELETE":
-			s.deleteExperiment(ctx, parts[1])
-		default:
-			if s.allow(ctx, method, "GET, PATCH, DELETE") {
-				s.getExperiment(ctx, parts[1])
-			}
-		}
-	case len(parts) == 3 && parts[0] == "experiments" && parts[2] == "runs":
-		if s.allow(ctx, method, "GET") {
-			s.experimentRuns(ctx, parts[1])
-		}
-	case len(parts) == 1 && parts[0] == "runs":
-		if s.allow(ctx, method, "GET") {
-			s.listRuns(ctx)
-		}
-	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "checkpoints":
-		if s.allow(ctx, method, "GET") {
-			s.checkpoints(ctx, parts[1])
-		}
-	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "artifacts":
-		if s.allow(ctx, method, "GET") {
-			s.artifacts(ctx, parts[1])
-		}
-	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "download":
-		if s.allow(ctx, method, "GET") {
-			s.download(ctx, parts[1])
-		}
-	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "files":
-		if s.allow(ctx, method, "PUT") {
-			s.uploadFile(ctx, parts[1])
-		}
-	case len(parts) == 1 && parts[0] == "activity":
-		if s.allow(ctx, method, "GET") {
-			s.activity(ctx)
-		}
-	case len(parts) == 2 && parts[0] == "runs":
-		switch method {
-		case "PATCH":
-			s.patchRun(ctx, parts[1])
-		case "DELETE":
-			s.deleteRun(ctx, parts[1])
-		default:
-			if s.allow(ctx, method, "GET, PATCH, DELETE") {
-				s.getRun(ctx, parts[1])
-			}
-		}
-	case len(parts) == 1 && parts[0] == "compare":
-		if s.allow(ctx, method, "GET") {
-			s.compare(ctx)
-		}
-	case len(parts) == 2 && parts[0] == "system" && parts[1] == "status":
-		if s.allow(ctx, method, "GET") {
-			s.systemStatus(ctx)
-		}
-	case len(parts) == 2 && parts[0] == "system" && parts[1] == "replicas":
-		if s.allow(ctx, method, "GET") {
-			s.replicaList(ctx)
-		}
-	case len(parts) == 2 && parts[0] == "system" && parts[1] == "history":
-		if s.allow(ctx, method, "GET") {
-			s.systemHistory(ctx)
-		}
-	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "metrics":
-		if s.allow(ctx, method, "GET") {
-			s.metrics(ctx, parts[1])
-		}
-	case len(parts) == 3 && parts[0] == "runs" && parts[2] == "logs":
-		if s.allow(ctx, method, "GET") {
-			s.logs(ctx, parts[1])
-		}
-	case parts[0] == "models" || parts[0] == "deployments" || parts[0] == "shared-server":
-		s.modelRoutes(ctx, method, parts)
-	case parts[0] == "training":
-		s.training(ctx, method, parts)
+	case rt != nil:
+		s.serveRoute(ctx, rt, params)
+	case allow != "":
+		methodNotAllowed(ctx, method, allow)
 	default:
-		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no route %s %s; see docs/tracking.md (Ingest API) for the routes", method, path)))
+		writeError(ctx, notFound(method, path))
 	}
-}
-
-func (s *Server) allow(ctx *fasthttp.RequestCtx, method, allowed string) bool {
-	for _, m := range strings.Split(allowed, ", ") {
-		if method == m || (method == "HEAD" && m == "GET") {
-			return true
-		}
-	}
-	ctx.Response.Header.Set("Allow", allowed)
-	writeError(ctx, apiErr(405, CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed here; use %s", method, allowed)))
-	return false
 }
 
 func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
@@ -343,15 +268,12 @@ func (s *Server) authorized(ctx *fasthttp.RequestCtx) bool {
 	return subtle.ConstantTimeCompare(got[:], s.token[:]) == 1
 }
 
-func (s *Server) health(ctx *fasthttp.RequestCtx) {
-	if !s.allow(ctx, string(ctx.Method()), "GET") {
-		return
-	}
+// health answers GET /health: 503 while the process shuts down.
+func (s *Server) health(c *call) (any, error) {
 	if s.draining.Load() {
-		writeError(ctx, apiErr(503, CodeUnavailable, "the dashboard is shutting down"))
-		return
+		return nil, apiErr(503, CodeUnavailable, "the dashboard is shutting down")
 	}
-	writeJSON(ctx, 200, map[string]string{"status": "ok", "version": s.cfg.Version})
+	return map[string]string{"status": "ok", "version": s.cfg.Version}, nil
 }
 
 // readBody reads the request body up to the limit (413 in the error shape beyond it).
@@ -383,97 +305,87 @@ func queryInt(ctx *fasthttp.RequestCtx, name string, def, lo, hi int) (int, *Err
 	return n, nil
 }
 
-func (s *Server) getRun(ctx *fasthttp.RequestCtx, id string) {
-	r, err := s.st.GetRun(s.base, id)
-	if err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
-	}
-	writeJSON(ctx, 200, r)
+// getRun answers GET /api/runs/{id}.
+func (s *Server) getRun(c *call) (any, error) {
+	return s.st.GetRun(c.ctx, c.param("id"))
 }
 
-func (s *Server) metrics(ctx *fasthttp.RequestCtx, id string) {
+// metrics answers GET /api/runs/{id}/metrics: the run's series.
+func (s *Server) metrics(c *call) (any, error) {
 	var q store.MetricsQuery
 	var e *Error
-	if q.System, e = queryBool(ctx, "system"); e != nil {
-		writeError(ctx, e)
-		return
+	if q.System, e = queryBool(c.rc, "system"); e != nil {
+		return nil, e
 	}
-	if keys := string(ctx.QueryArgs().Peek("keys")); keys != "" {
+	if keys := string(c.rc.QueryArgs().Peek("keys")); keys != "" {
 		q.Keys = strings.Split(keys, ",")
 	}
-	if q.MaxPoints, e = queryInt(ctx, "max_points", 1000, 1, 100000); e != nil {
-		writeError(ctx, e)
-		return
+	if q.MaxPoints, e = queryInt(c.rc, "max_points", 1000, 1, 100000); e != nil {
+		return nil, e
 	}
-	series, err := s.st.Metrics(s.base, id, q)
+	id := c.param("id")
+	series, err := s.st.Metrics(c.ctx, id, q)
 	if err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
+		return nil, err
 	}
 	if series == nil {
 		series = []store.Series{}
 	}
-	writeJSON(ctx, 200, map[string]any{"run_id": id, "series": series})
+	return map[string]any{"run_id": id, "series": series}, nil
 }
 
-func (s *Server) logs(ctx *fasthttp.RequestCtx, id string) {
+// logs answers GET /api/runs/{id}/logs: the run's log lines.
+func (s *Server) logs(c *call) (any, error) {
 	var q store.LogQuery
 	var e *Error
-	if q.Tail, e = queryInt(ctx, "tail", 0, 0, 100000); e == nil {
-		if q.Limit, e = queryInt(ctx, "limit", 1000, 1, 100000); e == nil {
+	if q.Tail, e = queryInt(c.rc, "tail", 0, 0, 100000); e == nil {
+		if q.Limit, e = queryInt(c.rc, "limit", 1000, 1, 100000); e == nil {
 			var after int
-			after, e = queryInt(ctx, "after", 0, 0, 1<<62)
+			after, e = queryInt(c.rc, "after", 0, 0, 1<<62)
 			q.After = int64(after)
 		}
 	}
 	if e != nil {
-		writeError(ctx, e)
-		return
+		return nil, e
 	}
-	q.Stream = string(ctx.QueryArgs().Peek("stream"))
-	lines, err := s.st.Logs(s.base, id, q)
+	q.Stream = string(c.rc.QueryArgs().Peek("stream"))
+	id := c.param("id")
+	lines, err := s.st.Logs(c.ctx, id, q)
 	if err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
+		return nil, err
 	}
 	if lines == nil {
 		lines = []store.LogLine{}
 	}
-	writeJSON(ctx, 200, map[string]any{"run_id": id, "lines": lines})
+	return map[string]any{"run_id": id, "lines": lines}, nil
 }
 
-func (s *Server) listExperiments(ctx *fasthttp.RequestCtx) {
-	q, e := listQuery(ctx)
+// listExperiments answers GET /api/experiments.
+func (s *Server) listExperiments(c *call) (any, error) {
+	q, e := listQuery(c.rc)
 	if e != nil {
-		writeError(ctx, e)
-		return
+		return nil, e
 	}
-	page, err := s.st.ListExperiments(s.base, q)
+	page, err := s.st.ListExperiments(c.ctx, q)
 	if err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
+		return nil, err
 	}
 	if page.Experiments == nil {
 		page.Experiments = []store.ExperimentDetail{}
 	}
-	writeJSON(ctx, 200, page)
+	return page, nil
 }
 
-func (s *Server) getExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
-	d, err := s.st.GetExperiment(s.base, idOrName)
-	if err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
-	}
-	writeJSON(ctx, 200, d)
+// getExperiment answers GET /api/experiments/{id} (an ID or a name).
+func (s *Server) getExperiment(c *call) (any, error) {
+	return s.st.GetExperiment(c.ctx, c.param("id"))
 }
 
-func (s *Server) createExperiment(ctx *fasthttp.RequestCtx) {
-	body, e := s.readBody(ctx)
+// createExperiment answers POST /api/experiments (201).
+func (s *Server) createExperiment(c *call) (any, error) {
+	body, e := s.readBody(c.rc)
 	if e != nil {
-		writeError(ctx, e)
-		return
+		return nil, e
 	}
 	var in struct {
 		Name        string             `json:"name"`
@@ -485,18 +397,16 @@ func (s *Server) createExperiment(ctx *fasthttp.RequestCtx) {
 		if err != nil {
 			msg += ": " + err.Error()
 		}
-		writeError(ctx, apiErr(400, string(store.CodeInvalidJSON), msg))
-		return
+		return nil, apiErr(400, string(store.CodeInvalidJSON), msg)
 	}
 	tags, nulls := splitTags(in.Tags)
 	if len(nulls) > 0 {
-		writeError(ctx, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("tag %q is null: give it a string value or leave it out", nulls[0])))
-		return
+		return nil, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("tag %q is null: give it a string value or leave it out", nulls[0]))
 	}
-	exp, err := s.st.CreateExperiment(s.base, store.ExperimentInput{Name: in.Name, Description: in.Description, Tags: tags})
+	exp, err := s.st.CreateExperiment(c.ctx, store.ExperimentInput{Name: in.Name, Description: in.Description, Tags: tags})
 	if err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
+		return nil, err
 	}
-	writeJSON(ctx, 201, exp)
+	c.status = 201
+	return exp, nil
 }

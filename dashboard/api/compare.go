@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/fw-serve/fw/dashboard/store"
-	"github.com/valyala/fasthttp"
 )
 
 // Compare limits: GET /api/compare takes 2..maxCompareRuns runs.
@@ -144,7 +143,8 @@ func toPoints(s store.Series, run store.Run, byTime bool) []point {
 }
 
 // compare answers GET /api/compare?runs=a,b[&keys=k1,k2][&align=step|time][&max_points=N].
-func (s *Server) compare(ctx *fasthttp.RequestCtx) {
+func (s *Server) compare(c *call) (any, error) {
+	ctx := c.rc
 	args := ctx.QueryArgs()
 	var ids []string
 	for _, id := range strings.Split(string(args.Peek("runs")), ",") {
@@ -153,21 +153,18 @@ func (s *Server) compare(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	if len(ids) < minCompareRuns || len(ids) > maxCompareRuns {
-		writeError(ctx, apiErr(422, string(store.CodeInvalidArgument), fmt.Sprintf("?runs= names %d distinct runs; compare %d to %d (?runs=ID1,ID2,...)", len(ids), minCompareRuns, maxCompareRuns)))
-		return
+		return nil, apiErr(422, string(store.CodeInvalidArgument), fmt.Sprintf("?runs= names %d distinct runs; compare %d to %d (?runs=ID1,ID2,...)", len(ids), minCompareRuns, maxCompareRuns))
 	}
 	align := string(args.Peek("align"))
 	if align == "" {
 		align = "step"
 	}
 	if align != "step" && align != "time" {
-		writeError(ctx, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?align=%q must be step or time", align)))
-		return
+		return nil, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?align=%q must be step or time", align))
 	}
 	maxPoints, e := queryInt(ctx, "max_points", 500, 1, 100000)
 	if e != nil {
-		writeError(ctx, e)
-		return
+		return nil, e
 	}
 	var keys []string
 	if k := string(args.Peek("keys")); k != "" {
@@ -180,15 +177,13 @@ func (s *Server) compare(ctx *fasthttp.RequestCtx) {
 
 	runs := make(map[string]store.Run, len(ids))
 	for _, id := range ids {
-		r, err := s.st.GetRun(s.base, id)
+		r, err := s.st.GetRun(c.ctx, id)
 		if err != nil {
 			var se *store.Error
 			if errors.As(err, &se) && se.Code == store.CodeNotFound {
-				writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("no run %q; GET /api/experiments/{id}/runs lists the runs", id)))
-				return
+				return nil, apiErr(404, CodeNotFound, fmt.Sprintf("no run %q; GET /api/experiments/{id}/runs lists the runs", id))
 			}
-			writeError(ctx, fromError(s.log, err))
-			return
+			return nil, err
 		}
 		runs[id] = r
 	}
@@ -217,10 +212,9 @@ func (s *Server) compare(ctx *fasthttp.RequestCtx) {
 		if len(have) == 0 {
 			continue
 		}
-		series, err := s.st.Metrics(s.base, id, store.MetricsQuery{Keys: have, MaxPoints: maxPoints})
+		series, err := s.st.Metrics(c.ctx, id, store.MetricsQuery{Keys: have, MaxPoints: maxPoints})
 		if err != nil {
-			writeError(ctx, fromError(s.log, err))
-			return
+			return nil, err
 		}
 		for _, se := range series {
 			if m, ok := pts[se.Key]; ok {
@@ -249,12 +243,12 @@ func (s *Server) compare(ctx *fasthttp.RequestCtx) {
 		infos = append(infos, map[string]any{"id": r.ID, "name": r.Name, "experiment": r.Experiment, "status": r.Status,
 			"started": r.Started, "ended": r.Ended})
 	}
-	writeJSON(ctx, 200, map[string]any{
+	return map[string]any{
 		"runs":      infos,
 		"align":     align,
 		"keys":      keys,
 		"metrics":   metrics,
 		"params":    diffParams(ids, params),
 		"summaries": summaries,
-	})
+	}, nil
 }

@@ -2,14 +2,16 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/query"
 	"github.com/fw-serve/fw/dashboard/store"
-	"github.com/valyala/fasthttp"
 )
 
 // listQuery reads ?filter=&sort=&desc=&limit=&cursor=[&columns=] of a
@@ -140,130 +142,109 @@ func splitTags(in map[string]*string) (map[string]string, []string) {
 	return set, del
 }
 
-// experimentByIDOrName resolves an experiment ID or name to its ID.
-func (s *Server) experimentID(idOrName string) (string, *Error) {
-	d, err := s.st.GetExperiment(s.base, idOrName)
+// experimentID resolves an experiment ID or name to its ID.
+func (s *Server) experimentID(ctx context.Context, idOrName string) (string, error) {
+	d, err := s.st.GetExperiment(ctx, idOrName)
 	if err != nil {
-		return "", fromError(s.log, err)
+		return "", err
 	}
 	return d.ID, nil
 }
 
 // patchExperiment answers PATCH /api/experiments/{id}: name, description,
 // tags (a null value removes the tag) and archived.
-func (s *Server) patchExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
+func (s *Server) patchExperiment(c *call) (any, error) {
 	var in struct {
 		Name        *string            `json:"name"`
 		Description *string            `json:"description"`
 		Archived    *bool              `json:"archived"`
 		Tags        map[string]*string `json:"tags"`
 	}
-	if e := s.decodeStrict(ctx, &in, `{"name": "...", "description": "...", "archived": true, "tags": {"key": "value" or null to remove}}`); e != nil {
-		writeError(ctx, e)
-		return
+	if e := s.decodeStrict(c.rc, &in, `{"name": "...", "description": "...", "archived": true, "tags": {"key": "value" or null to remove}}`); e != nil {
+		return nil, e
 	}
-	id, e := s.experimentID(idOrName)
-	if e != nil {
-		writeError(ctx, e)
-		return
+	id, err := s.experimentID(c.ctx, c.param("id"))
+	if err != nil {
+		return nil, err
 	}
 	p := store.ExperimentPatch{Name: in.Name, Description: in.Description, Archived: in.Archived}
 	p.Tags, p.DeleteTags = splitTags(in.Tags)
-	exp, err := s.st.UpdateExperiment(s.base, id, p)
-	if err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
-	}
-	writeJSON(ctx, 200, exp)
+	return s.st.UpdateExperiment(c.ctx, id, p)
 }
 
 // deleteExperiment answers DELETE /api/experiments/{id}: a hard delete of
 // the experiment and all its runs.
-func (s *Server) deleteExperiment(ctx *fasthttp.RequestCtx, idOrName string) {
-	id, e := s.experimentID(idOrName)
-	if e != nil {
-		writeError(ctx, e)
-		return
+func (s *Server) deleteExperiment(c *call) (any, error) {
+	id, err := s.experimentID(c.ctx, c.param("id"))
+	if err != nil {
+		return nil, err
 	}
 	var runs []string
 	if s.cfg.Artifacts != nil || s.cfg.Checkpoints != nil { // the store removes files in directories only
-		var err error
-		if runs, err = s.runIDs(id); err != nil {
-			writeError(ctx, fromError(s.log, err))
-			return
+		if runs, err = s.runIDs(c.ctx, id); err != nil {
+			return nil, err
 		}
 	}
-	if err := s.st.DeleteExperiment(s.base, id); err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
+	if err := s.st.DeleteExperiment(c.ctx, id); err != nil {
+		return nil, err
 	}
 	s.deleteRunObjects(runs...)
-	writeJSON(ctx, 200, map[string]any{"id": id, "deleted": true})
+	return map[string]any{"id": id, "deleted": true}, nil
 }
 
-// experimentRuns answers GET /api/experiments/{id}/runs.
-func (s *Server) experimentRuns(ctx *fasthttp.RequestCtx, idOrName string) {
-	// An unknown experiment is a 404 (ListRuns' not_found), not an empty page.
-	s.runPage(ctx, idOrName)
-}
+// experimentRuns answers GET /api/experiments/{id}/runs. An unknown
+// experiment is a 404 (ListRuns' not_found), not an empty page.
+func (s *Server) experimentRuns(c *call) (any, error) { return s.runPage(c, c.param("id")) }
 
 // runPage answers one page of runs from the request's filter, sort and
 // cursor, narrowed to an experiment unless experiment is "".
-func (s *Server) runPage(ctx *fasthttp.RequestCtx, experiment string) {
-	q, e := listQuery(ctx)
+func (s *Server) runPage(c *call, experiment string) (any, error) {
+	q, e := listQuery(c.rc)
 	if e != nil {
-		writeError(ctx, e)
-		return
+		return nil, e
 	}
 	q.Experiment = experiment
-	page, err := s.st.ListRuns(s.base, q)
+	page, err := s.st.ListRuns(c.ctx, q)
 	if err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
+		return nil, err
 	}
 	if page.Runs == nil {
 		page.Runs = []store.Run{}
 	}
-	writeJSON(ctx, 200, page)
+	return page, nil
 }
 
 // patchRun answers PATCH /api/runs/{id}: name and tags.
-func (s *Server) patchRun(ctx *fasthttp.RequestCtx, id string) {
+func (s *Server) patchRun(c *call) (any, error) {
 	var in struct {
 		Name *string            `json:"name"`
 		Tags map[string]*string `json:"tags"`
 	}
-	if e := s.decodeStrict(ctx, &in, `{"name": "...", "tags": {"key": "value" or null to remove}}`); e != nil {
-		writeError(ctx, e)
-		return
+	if e := s.decodeStrict(c.rc, &in, `{"name": "...", "tags": {"key": "value" or null to remove}}`); e != nil {
+		return nil, e
 	}
 	p := store.RunPatch{Name: in.Name}
 	p.Tags, p.DeleteTags = splitTags(in.Tags)
-	r, err := s.st.UpdateRun(s.base, id, p)
-	if err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
-	}
-	writeJSON(ctx, 200, r)
+	return s.st.UpdateRun(c.ctx, c.param("id"), p)
 }
 
 // deleteRun answers DELETE /api/runs/{id}: a hard delete of the run, its
 // logs, checkpoints and artifacts.
-func (s *Server) deleteRun(ctx *fasthttp.RequestCtx, id string) {
-	if err := s.st.DeleteRun(s.base, id); err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
+func (s *Server) deleteRun(c *call) (any, error) {
+	id := c.param("id")
+	if err := s.st.DeleteRun(c.ctx, id); err != nil {
+		return nil, err
 	}
 	s.deleteRunObjects(id)
-	writeJSON(ctx, 200, map[string]any{"id": id, "deleted": true})
+	return map[string]any{"id": id, "deleted": true}, nil
 }
 
 // runIDs lists the IDs of an experiment's runs.
-func (s *Server) runIDs(exp string) ([]string, error) {
+func (s *Server) runIDs(ctx context.Context, exp string) ([]string, error) {
 	var ids []string
 	cur := ""
 	for {
-		page, err := s.st.ListRuns(s.base, store.ListQuery{Experiment: exp, Sort: "id", Limit: 1000, Cursor: cur})
+		page, err := s.st.ListRuns(ctx, store.ListQuery{Experiment: exp, Sort: "id", Limit: 1000, Cursor: cur})
 		if err != nil {
 			return nil, err
 		}
@@ -280,7 +261,9 @@ func (s *Server) runIDs(exp string) ([]string, error) {
 // deleteRunObjects deletes the files of deleted runs from the stores
 // given in Config.Artifacts and Config.Checkpoints (object storage, which
 // the store's own delete does not reach). The runs are gone either way: a
-// failure is logged, leaving objects nothing lists any more.
+// failure is logged, leaving objects nothing lists any more. It runs under
+// the server's context, not the request's: a client that goes away once
+// the runs are deleted does not leave their files behind.
 func (s *Server) deleteRunObjects(runs ...string) {
 	for _, files := range []blob.Store{s.cfg.Artifacts, s.cfg.Checkpoints} {
 		if files == nil {

@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+
+	"github.com/fw-serve/fw/dashboard/store"
 )
 
 // startCRUDServer serves the real router over a temp SQLite store on
@@ -179,10 +180,11 @@ func TestRunCRUD(t *testing.T) {
 }
 
 func TestRoutePattern(t *testing.T) {
+	s := New(context.Background(), nil, Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	f := func(path, want string) {
 		t.Helper()
-		if got := routePattern(path); got != want {
-			t.Errorf("routePattern(%q) = %q, want %q", path, got, want)
+		if got := s.patternOf(path); got != want {
+			t.Errorf("patternOf(%q) = %q, want %q", path, got, want)
 		}
 	}
 	f("/health", "/health")
@@ -196,6 +198,10 @@ func TestRoutePattern(t *testing.T) {
 	f("/api/training/r1/stop", "/api/training/{id}/stop")
 	f("/api/nope/1", "other")
 	f("/favicon.ico", "other")
+	f("/api/models/export", "/api/models/export")
+	f("/api/models/m1/versions/3", "/api/models/{name}/versions/{version}")
+	f("/api/deployments/d1/predict/image", "/api/deployments/{id}/predict/image")
+	f("/api/runs//metrics", "other")
 }
 
 func TestMetricsEndpoint(t *testing.T) {

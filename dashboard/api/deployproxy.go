@@ -12,21 +12,20 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/registry"
-	"github.com/valyala/fasthttp"
 )
 
 // deployProxyTimeout bounds one forwarded request to a deployment.
 const deployProxyTimeout = 60 * time.Second
 
-// deployProxyPaths are the model-server routes the dashboard forwards
-// (POST /api/deployments/{id}/<route>); nothing else of a deployment is
-// reachable through it.
-var deployProxyPaths = map[string]string{
-	"predict":       "POST",
-	"predict/image": "POST",
-	"predict/batch": "POST",
-	"model":         "GET",
-	"health/ready":  "GET",
+// deployProxyRoutes are the model-server routes the dashboard forwards
+// (/api/deployments/{id}/<path>, each a route of routeTable); nothing else
+// of a deployment is reachable through it.
+var deployProxyRoutes = []struct{ method, path string }{
+	{"POST", "predict"},
+	{"POST", "predict/image"},
+	{"POST", "predict/batch"},
+	{"GET", "model"},
+	{"GET", "health/ready"},
 }
 
 // deploymentProxy answers /api/deployments/{id}/{predict,predict/image,
@@ -36,18 +35,18 @@ var deployProxyPaths = map[string]string{
 // it never talks to a deployment's port itself (no CORS; the dashboard's
 // token applies). The target URL comes from the deployment record, never
 // from the request.
-func (s *Server) deploymentProxy(ctx *fasthttp.RequestCtx, r *registry.Service, method, id, route string) {
-	want, ok := deployProxyPaths[route]
-	if !ok {
-		s.noModelRoute(ctx, method)
+func (s *Server) deploymentProxy(c *call) {
+	ctx := c.rc
+	r, err := s.reg()
+	if err != nil {
+		s.answer(c, nil, err)
 		return
 	}
-	if !s.allow(ctx, method, want) {
-		return
-	}
+	method, id := string(ctx.Method()), c.param("id")
+	route := strings.TrimPrefix(c.rt.pattern, "/api/deployments/{id}/")
 	// The record only: probing every deployment's health on each prediction
 	// would put HTTP calls on the request path.
-	dep, ok, err := r.Record(s.base, id)
+	dep, ok, err := r.Record(c.ctx, id)
 	if err != nil {
 		writeError(ctx, fromError(s.log, err))
 		return
@@ -60,11 +59,11 @@ func (s *Server) deploymentProxy(ctx *fasthttp.RequestCtx, r *registry.Service, 
 		writeError(ctx, apiErr(409, CodeConflict, fmt.Sprintf("deployment %s is %s, not running; deploy the model again", id, dep.State)))
 		return
 	}
-	if e, err := r.Remote(s.base, dep); err != nil {
+	if e, err := r.Remote(c.ctx, dep); err != nil {
 		writeError(ctx, fromError(s.log, err))
 		return
 	} else if e != nil {
-		s.forward(ctx, e, nil) // its process runs on the owner replica's host
+		s.forward(c, e, nil) // its process runs on the owner replica's host
 		return
 	}
 	target, err := url.Parse(dep.URL)
@@ -94,7 +93,7 @@ func (s *Server) deploymentProxy(ctx *fasthttp.RequestCtx, r *registry.Service, 
 			return
 		}
 	}
-	rctx, cancel := context.WithTimeout(s.base, deployProxyTimeout)
+	rctx, cancel := context.WithTimeout(c.ctx, deployProxyTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, method, target.String(), bytes.NewReader(body))
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/fw-serve/fw/internal/docsite"
-	"github.com/valyala/fasthttp"
 )
 
 // The dashboard API's description: a static OpenAPI 3.1 document, served at
@@ -24,12 +23,9 @@ func newDocsSite(assets fs.FS) *docsite.Site {
 
 // docs answers GET /openapi.json, /docs, /docs/ and /docs/<asset>, open
 // without the token like /health.
-func (s *Server) docs(ctx *fasthttp.RequestCtx, path string) {
-	if !s.allow(ctx, string(ctx.Method()), "GET") {
-		return
-	}
-	d := s.docsSite
-	switch path {
+func (s *Server) docs(c *call) {
+	ctx, d := c.rc, s.docsSite
+	switch path := string(ctx.Path()); path {
 	case "/openapi.json":
 		d.ServeSpec(ctx)
 	case "/docs", "/docs/":

@@ -1,8 +1,11 @@
 package api
 
 import (
+	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"slices"
@@ -328,5 +331,49 @@ func TestDashboardDocsBundle(t *testing.T) {
 				t.Errorf("/docs/swagger-ui-bundle.js without bundle: %d %v", code, out)
 			}
 		}
+	}
+}
+
+// TestOpenAPIListsTheRouteTable: the document and the router are one list
+// of operations: every route is documented with its method, path and
+// parameter names, and every documented operation is routed.
+func TestOpenAPIListsTheRouteTable(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(openAPIJSON, &doc); err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for path, ops := range doc.Paths {
+		for m := range ops {
+			switch m {
+			case "get", "post", "put", "patch", "delete":
+				documented[strings.ToUpper(m)+" "+path] = true
+			}
+		}
+	}
+	s := New(context.Background(), nil, Config{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	routed := map[string]bool{}
+	for _, r := range s.routes {
+		if strings.HasSuffix(r.pattern, "/") { // /docs/: /docs with a slash
+			continue
+		}
+		op := r.method + " " + r.pattern
+		if routed[op] {
+			t.Errorf("%s is in the route table twice", op)
+		}
+		routed[op] = true
+		if !documented[op] {
+			t.Errorf("%s is routed but not in openapi.json", op)
+		}
+	}
+	for op := range documented {
+		if !routed[op] {
+			t.Errorf("%s is in openapi.json but not in the route table", op)
+		}
+	}
+	if len(routed) < 50 {
+		t.Fatalf("only %d operations routed", len(routed))
 	}
 }

@@ -4,11 +4,12 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/fw-serve/fw/dashboard/fault"
 	"github.com/fw-serve/fw/dashboard/query"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/internal/apierror"
-	"github.com/valyala/fasthttp"
 )
 
 // HTTP-level error codes; store codes (store.Code) pass through unchanged.

@@ -14,11 +14,12 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
+
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/dashboard/tracking"
 	"github.com/fw-serve/fw/internal/teststore"
-	"github.com/valyala/fasthttp"
 )
 
 // replica is one dashboard API in this process: its own store handle, hub

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/replica"
-	"github.com/valyala/fasthttp"
 )
 
 // ForwardedHeader marks a request one replica forwarded to another (its
@@ -39,7 +38,8 @@ func notOwner(err error) (*replica.NotOwnerError, bool) {
 // API (the URL it advertises in its lease, never one from the request) and
 // passing the answer back as it is. body is the request body already read
 // (nil to read it here).
-func (s *Server) forward(ctx *fasthttp.RequestCtx, e *replica.NotOwnerError, body []byte) {
+func (s *Server) forward(c *call, e *replica.NotOwnerError, body []byte) {
+	ctx := c.rc
 	if by := ctx.Request.Header.Peek(ForwardedHeader); len(by) > 0 {
 		writeError(ctx, apiErr(409, CodeConflict, fmt.Sprintf("%s belongs to dashboard replica %s, which does not own it either (forwarded by %s); retry: ownership is moving", e.Name, e.Owner.ID, by)))
 		return
@@ -58,7 +58,7 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, e *replica.NotOwnerError, bod
 			return
 		}
 	}
-	rctx, cancel := context.WithTimeout(s.base, forwardTimeout)
+	rctx, cancel := context.WithTimeout(c.ctx, forwardTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, string(ctx.Method()), target.String(), bytes.NewReader(body))
 	if err != nil {

@@ -12,10 +12,11 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
+
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/internal/hostguard"
-	"github.com/valyala/fasthttp"
 )
 
 // startGuarded serves the real router bound to 127.0.0.1 with the Host

@@ -8,7 +8,6 @@ import (
 
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/tracking"
-	"github.com/valyala/fasthttp"
 )
 
 func isNDJSON(contentType []byte) bool {
@@ -25,41 +24,36 @@ func isNDJSON(contentType []byte) bool {
 
 // ingest applies a batch of events: a JSON array, or JSON lines with an
 // NDJSON content type (the SDK's spool format).
-func (s *Server) ingest(ctx *fasthttp.RequestCtx) {
+func (s *Server) ingest(c *call) (any, error) {
+	ctx := c.rc
 	body, e := s.readBody(ctx)
 	if e != nil {
-		writeError(ctx, e)
-		return
+		return nil, e
 	}
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 {
-		writeError(ctx, apiErr(400, string(store.CodeInvalidJSON), "the body is empty; send a JSON array of events (or JSON lines with Content-Type: application/x-ndjson)"))
-		return
+		return nil, apiErr(400, string(store.CodeInvalidJSON), "the body is empty; send a JSON array of events (or JSON lines with Content-Type: application/x-ndjson)")
 	}
 	if !isNDJSON(ctx.Request.Header.ContentType()) && trimmed[0] != '[' {
-		writeError(ctx, apiErr(400, string(store.CodeInvalidJSON), "the body must be a JSON array of events; for one event per line send Content-Type: application/x-ndjson"))
-		return
+		return nil, apiErr(400, string(store.CodeInvalidJSON), "the body must be a JSON array of events; for one event per line send Content-Type: application/x-ndjson")
 	}
 	events, err := store.DecodeEvents(trimmed)
 	var res tracking.IngestResult
 	if err == nil {
-		res, err = tracking.Apply(s.base, s.st, events)
+		res, err = tracking.Apply(c.ctx, s.st, events)
 	}
 	if err != nil {
 		if store.ErrorCode(err) == store.CodeInvalidJSON {
-			writeError(ctx, apiErr(400, string(store.CodeInvalidJSON), "malformed JSON: "+err.Error()))
-			return
+			return nil, apiErr(400, string(store.CodeInvalidJSON), "malformed JSON: "+err.Error())
 		}
 		if store.ErrorCode(err) == store.CodeBatchTooLarge {
-			writeError(ctx, apiErr(413, string(store.CodeBatchTooLarge), fmt.Sprintf("%v; split it into batches of at most %d events and %d values (metric values + log lines + params)",
-				err, store.MaxBatchEvents, store.MaxBatchValues)))
-			return
+			return nil, apiErr(413, string(store.CodeBatchTooLarge), fmt.Sprintf("%v; split it into batches of at most %d events and %d values (metric values + log lines + params)",
+				err, store.MaxBatchEvents, store.MaxBatchValues))
 		}
-		writeError(ctx, fromError(s.log, err))
-		return
+		return nil, err
 	}
 	s.observeIngest(events, res, time.Now())
-	writeJSON(ctx, 200, res)
+	return res, nil
 }
 
 // observeIngest counts a batch's events by result and observes the ingest

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/mlflow"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/dashboard/tracking"
@@ -38,7 +39,8 @@ func TestMLflowLoggingReachesTheStream(t *testing.T) {
 	tailed := make(chan struct{})
 	go func() { defer close(tailed); tail.Run(ctx) }()
 	defer func() { cancel(); <-tailed }()
-	srv := New(ctx, st, Config{Hub: hub, ArtifactDir: filepath.Join(dir, "artifacts")}, log)
+	ml := mlflow.New(ctx, st, mlflow.Config{ArtifactDir: filepath.Join(dir, "artifacts")}, log)
+	srv := New(ctx, st, Config{Hub: hub, ArtifactDir: filepath.Join(dir, "artifacts"), Mounts: []Mount{ml}}, log)
 	sub := hub.Subscribe(stream.Filter{All: true}, nil)
 	call := func(path, body string) map[string]any {
 		t.Helper()

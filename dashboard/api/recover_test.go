@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"github.com/fw-serve/fw/internal/testlog"
 	"io"
 	"log/slog"
 	"net"
@@ -12,9 +11,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/internal/testlog"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+
+	"github.com/fw-serve/fw/dashboard/store"
 )
 
 // A route that panics is answered 500 internal in the error shape with a

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/fw-serve/fw/dashboard/replica"
-	"github.com/valyala/fasthttp"
 )
 
 // ReplicaLister lists the dashboard replicas sharing the database
@@ -21,18 +20,16 @@ func (s *Server) SetReplicas(r ReplicaLister) { s.replicas = r }
 // replicaList answers GET /api/system/replicas: every dashboard replica
 // with a lease in the database, whether it is alive, and which one
 // answered.
-func (s *Server) replicaList(ctx *fasthttp.RequestCtx) {
+func (s *Server) replicaList(c *call) (any, error) {
 	if s.replicas == nil {
-		writeError(ctx, apiErr(503, CodeUnavailable, "replica information is not available on this server"))
-		return
+		return nil, apiErr(503, CodeUnavailable, "replica information is not available on this server")
 	}
-	list, err := s.replicas.Replicas(s.base)
+	list, err := s.replicas.Replicas(c.ctx)
 	if err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
+		return nil, err
 	}
 	if list == nil {
 		list = []replica.Replica{}
 	}
-	writeJSON(ctx, 200, map[string]any{"self": s.replicas.Self().ID, "replicas": list})
+	return map[string]any{"self": s.replicas.Self().ID, "replicas": list}, nil
 }

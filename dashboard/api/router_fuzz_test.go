@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/fw-serve/fw/internal/testreq"
 	"io"
 	"log/slog"
 	"net/url"
@@ -14,11 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fw-serve/fw/dashboard/mlflow"
-	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/internal/testreq"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/valyala/fasthttp"
+
+	"github.com/fw-serve/fw/dashboard/mlflow"
+	"github.com/fw-serve/fw/dashboard/store"
 )
 
 // The fuzz targets below go through the dashboard's real router
@@ -42,7 +44,9 @@ func newFuzzDash(f *testing.F) *fuzzDash {
 		f.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	srv := New(ctx, st, Config{ArtifactDir: filepath.Join(dir, "artifacts"), CheckpointDir: filepath.Join(dir, "checkpoints")}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ml := mlflow.New(ctx, st, mlflow.Config{ArtifactDir: filepath.Join(dir, "artifacts"), UploadDir: filepath.Join(dir, "artifacts")}, log)
+	srv := New(ctx, st, Config{ArtifactDir: filepath.Join(dir, "artifacts"), CheckpointDir: filepath.Join(dir, "checkpoints"), Mounts: []Mount{ml}}, log)
 	srv.SetMetrics(prometheus.NewRegistry())
 	f.Cleanup(func() {
 		cancel()

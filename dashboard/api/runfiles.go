@@ -14,71 +14,67 @@ import (
 
 	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/store"
-	"github.com/valyala/fasthttp"
 )
 
 // listRuns answers GET /api/runs: runs of every experiment, filtered, sorted
 // and paged like GET /api/experiments/{id}/runs.
-func (s *Server) listRuns(ctx *fasthttp.RequestCtx) { s.runPage(ctx, "") }
+func (s *Server) listRuns(c *call) (any, error) { return s.runPage(c, "") }
 
 // checkpoints answers GET /api/runs/{id}/checkpoints: the run's checkpoints
 // by step (404 for an unknown run).
-func (s *Server) checkpoints(ctx *fasthttp.RequestCtx, id string) {
-	writeRunList(s, ctx, id, "checkpoints", s.st.Checkpoints)
+func (s *Server) checkpoints(c *call) (any, error) {
+	return runList(c, s, "checkpoints", s.st.Checkpoints)
 }
 
 // artifacts answers GET /api/runs/{id}/artifacts: the files the run logged.
-func (s *Server) artifacts(ctx *fasthttp.RequestCtx, id string) {
-	writeRunList(s, ctx, id, "artifacts", s.st.Artifacts)
+func (s *Server) artifacts(c *call) (any, error) {
+	return runList(c, s, "artifacts", s.st.Artifacts)
 }
 
-// writeRunList answers {"run_id", name: list} for a known run, [] when empty.
-func writeRunList[T any](s *Server, ctx *fasthttp.RequestCtx, id, name string, list func(context.Context, string) ([]T, error)) {
-	if _, err := s.st.GetRun(s.base, id); err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
+// runList answers {"run_id", name: list} for a known run, [] when empty.
+func runList[T any](c *call, s *Server, name string, list func(context.Context, string) ([]T, error)) (any, error) {
+	id := c.param("id")
+	if _, err := s.st.GetRun(c.ctx, id); err != nil {
+		return nil, err
 	}
-	items, err := list(s.base, id)
+	items, err := list(c.ctx, id)
 	if err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
+		return nil, err
 	}
 	if items == nil {
 		items = []T{}
 	}
-	writeJSON(ctx, 200, map[string]any{"run_id": id, name: items})
+	return map[string]any{"run_id": id, name: items}, nil
 }
 
 // download answers GET /api/runs/{id}/download?kind=checkpoint|artifact&path=P:
 // the file itself, as an attachment.
-func (s *Server) download(ctx *fasthttp.RequestCtx, id string) {
-	args := ctx.QueryArgs()
+func (s *Server) download(c *call) {
+	args := c.rc.QueryArgs()
 	rel := string(args.Peek("path"))
 	kind := runFileKind(string(args.Peek("kind")))
-	if kind == "" {
-		writeError(ctx, apiErr(400, CodeBadRequest, "kind must be checkpoint or artifact, with path as GET /api/runs/{id}/checkpoints or /artifacts lists it"))
-		return
+	var err error
+	switch {
+	case kind == "":
+		err = apiErr(400, CodeBadRequest, "kind must be checkpoint or artifact, with path as GET /api/runs/{id}/checkpoints or /artifacts lists it")
+	case rel == "":
+		err = apiErr(400, CodeBadRequest, "path is missing: the file's path as GET /api/runs/{id}/"+kind+" lists it")
+	default:
+		err = s.runFile(c, c.param("id"), kind, rel)
 	}
-	if rel == "" {
-		writeError(ctx, apiErr(400, CodeBadRequest, "path is missing: the file's path as GET /api/runs/{id}/"+kind+" lists it"))
-		return
+	if err != nil {
+		s.answer(c, nil, err)
 	}
-	s.runFile(ctx, id, kind, rel)
 }
 
-// runFilesReady answers the request with an error and returns false when
-// there is no store for the run's files of kind (kind is "checkpoints" or
-// "artifacts") or no run id.
-func (s *Server) runFilesReady(ctx *fasthttp.RequestCtx, files blob.Store, id, kind string) bool {
+// runFilesReady is nil when there is a store for the run's files of kind
+// (kind is "checkpoints" or "artifacts") and the run exists.
+func (s *Server) runFilesReady(ctx context.Context, files blob.Store, id, kind string) error {
 	if files == nil {
-		writeError(ctx, apiErr(503, CodeUnavailable, "this dashboard was started without a "+kind+" directory"))
-		return false
+		return apiErr(503, CodeUnavailable, "this dashboard was started without a "+kind+" directory")
 	}
-	if _, err := s.st.GetRun(s.base, id); err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return false
-	}
-	return true
+	_, err := s.st.GetRun(ctx, id)
+	return err
 }
 
 // runFile serves one of a run's checkpoints or artifacts. Only a path the
@@ -87,59 +83,57 @@ func (s *Server) runFilesReady(ctx *fasthttp.RequestCtx, files blob.Store, id, k
 // store (the artifact directory, or object storage then this host's
 // artifact directory). A directory store resolves the key with SafeJoin
 // (symlinks out of it are refused), so a request can never name another
-// file.
-func (s *Server) runFile(ctx *fasthttp.RequestCtx, id, kind, rel string) {
+// file. The file is read under the server's context: fasthttp sends the
+// body after the handler returns, when the request's context has ended.
+func (s *Server) runFile(c *call, id, kind, rel string) error {
+	ctx := c.rc
 	files := s.checkpointFiles
 	if kind == "artifacts" {
 		files = s.artifactFiles
 	}
-	if !s.runFilesReady(ctx, files, id, kind) {
-		return
+	if err := s.runFilesReady(c.ctx, files, id, kind); err != nil {
+		return err
 	}
 	var listed bool
 	var err error
 	if kind == "checkpoints" {
-		listed, err = isListed(s.base, id, rel, s.st.Checkpoints, func(c store.Checkpoint) string { return c.Path })
+		listed, err = isListed(c.ctx, id, rel, s.st.Checkpoints, func(c store.Checkpoint) string { return c.Path })
 	} else {
-		listed, err = isListed(s.base, id, rel, s.st.Artifacts, func(a store.Artifact) string { return a.Path })
+		listed, err = isListed(c.ctx, id, rel, s.st.Artifacts, func(a store.Artifact) string { return a.Path })
 	}
 	if err != nil {
-		writeError(ctx, fromError(s.log, err))
-		return
+		return err
 	}
 	one := strings.TrimSuffix(kind, "s")
 	if !listed {
-		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("run %s has no %s %q; GET /api/runs/%s/%s lists them", id, one, rel, id, kind)))
-		return
+		return apiErr(404, CodeNotFound, fmt.Sprintf("run %s has no %s %q; GET /api/runs/%s/%s lists them", id, one, rel, id, kind))
 	}
 	key := id + "/" + rel
 	var r io.ReadCloser
 	var info blob.Info
 	if ctx.IsHead() {
-		info, err = files.Stat(s.base, key)
+		info, err = files.Stat(c.ctx, key)
 	} else {
 		r, info, err = files.Get(s.base, key)
 	}
 	switch {
 	case errors.Is(err, blob.ErrInvalidKey):
-		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("%s %q of run %s is not a servable path", one, rel, id)))
-		return
+		return apiErr(404, CodeNotFound, fmt.Sprintf("%s %q of run %s is not a servable path", one, rel, id))
 	case errors.Is(err, blob.ErrNotFound):
-		writeError(ctx, apiErr(404, CodeNotFound, fmt.Sprintf("%s %q of run %s is recorded but its file is gone (or not a regular file)", one, rel, id)))
-		return
+		return apiErr(404, CodeNotFound, fmt.Sprintf("%s %q of run %s is recorded but its file is gone (or not a regular file)", one, rel, id))
 	case err != nil:
 		s.log.Error("reading a run's file", "run", id, "kind", kind, "path", rel, "store", files.String(), "err", err)
-		writeError(ctx, apiErr(503, CodeUnavailable, fmt.Sprintf("reading %s %q of run %s from its storage failed; retry, and see the dashboard's log if it persists", one, rel, id)))
-		return
+		return apiErr(503, CodeUnavailable, fmt.Sprintf("reading %s %q of run %s from its storage failed; retry, and see the dashboard's log if it persists", one, rel, id))
 	}
 	ctx.SetContentType("application/octet-stream")
 	ctx.Response.Header.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": path.Base(rel)}))
 	ctx.Response.Header.Set("X-Content-Type-Options", "nosniff")
 	if r == nil {
 		ctx.Response.Header.SetContentLength(int(info.Size))
-		return
+		return nil
 	}
 	ctx.SetBodyStream(r, int(info.Size)) // fasthttp closes r when sent
+	return nil
 }
 
 // isListed reports whether the store lists rel among a run's files.
@@ -184,45 +178,40 @@ const maxUploadPathChars = 200
 // is checked against --max-artifact-mib before the body is read, the
 // body streamed into a temporary file of the upload directory (at most
 // that many bytes), then stored.
-func (s *Server) uploadFile(ctx *fasthttp.RequestCtx, id string) {
+func (s *Server) uploadFile(c *call) (any, error) {
+	ctx, id := c.rc, c.param("id")
 	args := ctx.QueryArgs()
 	kind := runFileKind(string(args.Peek("kind")))
 	if kind == "" {
-		writeError(ctx, apiErr(400, CodeBadRequest, "kind must be checkpoint or artifact (?kind=checkpoint&path=<path as the run's checkpoint event names it>)"))
-		return
+		return nil, apiErr(400, CodeBadRequest, "kind must be checkpoint or artifact (?kind=checkpoint&path=<path as the run's checkpoint event names it>)")
 	}
 	one := strings.TrimSuffix(kind, "s")
 	rel := string(args.Peek("path"))
 	if n := utf8.RuneCountInString(rel); n > maxUploadPathChars {
-		writeError(ctx, apiErr(400, CodeBadRequest, fmt.Sprintf("path has %d characters, more than the %d an upload takes (its URL must fit the request head); write the %s under a shorter name", n, maxUploadPathChars, one)))
-		return
+		return nil, apiErr(400, CodeBadRequest, fmt.Sprintf("path has %d characters, more than the %d an upload takes (its URL must fit the request head); write the %s under a shorter name", n, maxUploadPathChars, one))
 	}
 	if err := store.ValidateRelPath(rel); err != nil {
-		writeError(ctx, apiErr(400, CodeBadRequest, fmt.Sprintf("path: %v; send the %s's path relative to the run's %s directory, as its event names it (e.g. step_100.pt)", err, one, one)))
-		return
+		return nil, apiErr(400, CodeBadRequest, fmt.Sprintf("path: %v; send the %s's path relative to the run's %s directory, as its event names it (e.g. step_100.pt)", err, one, one))
 	}
 	files := s.checkpointUploads
 	if kind == "artifacts" {
 		files = s.artifactFiles
 	}
-	if !s.runFilesReady(ctx, files, id, kind) {
-		return
+	if err := s.runFilesReady(c.ctx, files, id, kind); err != nil {
+		return nil, err
 	}
 	tooLarge := apiErr(413, CodeTooLarge, fmt.Sprintf("the %s is larger than the %d bytes this dashboard accepts (fw dashboard --max-artifact-mib); keep it on the training machine or raise the limit", one, s.maxFileBytes))
 	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > s.maxFileBytes {
-		writeError(ctx, tooLarge)
-		return
+		return nil, tooLarge
 	}
 	if err := os.MkdirAll(s.cfg.UploadDir, 0o755); err != nil {
 		s.log.Error("run files: creating the upload directory", "dir", s.cfg.UploadDir, "err", err)
-		writeError(ctx, apiErr(500, CodeInternal, "writing the file failed; see the dashboard's log"))
-		return
+		return nil, apiErr(500, CodeInternal, "writing the file failed; see the dashboard's log")
 	}
 	f, err := os.CreateTemp(s.cfg.UploadDir, ".run-file-upload-*")
 	if err != nil {
 		s.log.Error("run files: creating a temporary file", "dir", s.cfg.UploadDir, "err", err)
-		writeError(ctx, apiErr(500, CodeInternal, "writing the file failed; see the dashboard's log"))
-		return
+		return nil, apiErr(500, CodeInternal, "writing the file failed; see the dashboard's log")
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // after a directory store moved it, a no-op
@@ -235,21 +224,17 @@ func (s *Server) uploadFile(ctx *fasthttp.RequestCtx, id string) {
 		err = cerr
 	}
 	if err != nil {
-		writeError(ctx, apiErr(400, CodeBadRequest, fmt.Sprintf("reading the request's body: %v; send the file as the body, with its Content-Length", err)))
-		return
+		return nil, apiErr(400, CodeBadRequest, fmt.Sprintf("reading the request's body: %v; send the file as the body, with its Content-Length", err))
 	}
 	if n > s.maxFileBytes {
-		writeError(ctx, tooLarge)
-		return
+		return nil, tooLarge
 	}
-	switch err := files.PutFile(s.base, id+"/"+rel, tmp); {
+	switch err := files.PutFile(c.ctx, id+"/"+rel, tmp); {
 	case errors.Is(err, blob.ErrInvalidKey):
-		writeError(ctx, apiErr(400, CodeBadRequest, fmt.Sprintf("%s path %q of run %s cannot be stored: %v; choose another path", one, rel, id, err)))
-		return
+		return nil, apiErr(400, CodeBadRequest, fmt.Sprintf("%s path %q of run %s cannot be stored: %v; choose another path", one, rel, id, err))
 	case err != nil:
 		s.log.Error("run files: storing an uploaded file", "run", id, "kind", kind, "path", rel, "store", files.String(), "err", err)
-		writeError(ctx, apiErr(503, CodeUnavailable, fmt.Sprintf("storing %s %q of run %s failed; retry, and see the dashboard's log if it persists", one, rel, id)))
-		return
+		return nil, apiErr(503, CodeUnavailable, fmt.Sprintf("storing %s %q of run %s failed; retry, and see the dashboard's log if it persists", one, rel, id))
 	}
-	writeJSON(ctx, 200, map[string]any{"run_id": id, "kind": strings.TrimSuffix(kind, "s"), "path": rel, "size": n})
+	return map[string]any{"run_id": id, "kind": strings.TrimSuffix(kind, "s"), "path": rel, "size": n}, nil
 }

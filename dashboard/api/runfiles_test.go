@@ -12,15 +12,20 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fw-serve/fw/dashboard/blob"
-	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/valyala/fasthttp"
+
+	"github.com/fw-serve/fw/dashboard/blob"
+	"github.com/fw-serve/fw/dashboard/mlflow"
+	"github.com/fw-serve/fw/dashboard/store"
 )
 
-// startFilesServer serves the real router over st on 127.0.0.1 with cfg.
+// startFilesServer serves the real router over st on 127.0.0.1 with cfg,
+// MLflow's API mounted beside it over the same artifacts (as cmd/fw does).
 func startFilesServer(t *testing.T, st store.Store, cfg Config) string {
 	t.Helper()
-	srv := New(context.Background(), st, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Mounts = append(cfg.Mounts, mlflow.New(context.Background(), st, mlflow.Config{Artifacts: cfg.Artifacts, ArtifactDir: cfg.ArtifactDir, UploadDir: cfg.UploadDir, MaxArtifactBytes: cfg.MaxArtifactBytes}, log))
+	srv := New(context.Background(), st, cfg, log)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

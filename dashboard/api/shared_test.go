@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/internal/testmodels"
-	"github.com/valyala/fasthttp"
 )
 
 // startRegistryServer serves the real router with a model registry on st
@@ -48,7 +49,7 @@ func startRegistryServer(t *testing.T, st store.Store, dir, bin string) string {
 
 // call sends a JSON request and decodes the JSON answered (an object or a
 // list).
-func call(t *testing.T, method, url, body string) (int, any) {
+func httpCall(t *testing.T, method, url, body string) (int, any) {
 	t.Helper()
 	req, _ := http.NewRequest(method, url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -96,7 +97,7 @@ func infer(t *testing.T, dash, base, model string, version int) (int, map[string
 // inferFilled is infer with every input value fill.
 func inferFilled(t *testing.T, dash, base, model string, version int, fill float32) (int, map[string]any) {
 	t.Helper()
-	_, v := call(t, "GET", fmt.Sprintf("%s/api/models/%s/versions/%d", dash, model, version), "")
+	_, v := httpCall(t, "GET", fmt.Sprintf("%s/api/models/%s/versions/%d", dash, model, version), "")
 	in := obj(v)["inputs"].([]any)[0].(map[string]any)
 	shape, n := []int{}, 1
 	for _, d := range in["shape"].([]any) {
@@ -109,7 +110,7 @@ func inferFilled(t *testing.T, dash, base, model string, version int, fill float
 		data[i] = fill
 	}
 	body, _ := json.Marshal(map[string]any{"inputs": []any{map[string]any{"name": in["name"], "datatype": "FP32", "shape": shape, "data": data}}})
-	code, out := call(t, "POST", fmt.Sprintf("%s/v2/models/%s/versions/%d/infer", base, model, version), string(body))
+	code, out := httpCall(t, "POST", fmt.Sprintf("%s/v2/models/%s/versions/%d/infer", base, model, version), string(body))
 	return code, obj(out)
 }
 
@@ -117,7 +118,7 @@ func inferFilled(t *testing.T, dash, base, model string, version int, fill float
 // to state.
 func indexStates(t *testing.T, base string) map[string]string {
 	t.Helper()
-	code, out := call(t, "POST", base+"/v2/repository/index", "{}")
+	code, out := httpCall(t, "POST", base+"/v2/repository/index", "{}")
 	if code != 200 {
 		t.Fatalf("repository index: %d %v", code, out)
 	}
@@ -164,12 +165,12 @@ func TestSharedServer(t *testing.T) {
 	uploadModel(t, url, "cnn", filepath.Join(models, "digits_cnn.onnx"))              // v1
 
 	// Nothing is deployed: no shared server.
-	if code, out := call(t, "GET", url+"/api/shared-server", ""); code != 200 || obj(out)["state"] != "stopped" {
+	if code, out := httpCall(t, "GET", url+"/api/shared-server", ""); code != 200 || obj(out)["state"] != "stopped" {
 		t.Fatalf("shared server before any deploy: %d %v", code, out)
 	}
 	deploy := func(model, body string) (int, map[string]any) {
 		t.Helper()
-		code, out := call(t, "POST", url+"/api/models/"+model+"/deploy", body)
+		code, out := httpCall(t, "POST", url+"/api/models/"+model+"/deploy", body)
 		return code, obj(out)
 	}
 	code, d1 := deploy("mlp", `{"version": 1, "target": "shared"}`)
@@ -199,7 +200,7 @@ func TestSharedServer(t *testing.T) {
 		t.Fatalf("index: %v", got)
 	}
 	// The dashboard's view: the server with its versions, and the deployments.
-	code, out := call(t, "GET", url+"/api/shared-server", "")
+	code, out := httpCall(t, "GET", url+"/api/shared-server", "")
 	srv := obj(out)
 	if code != 200 || srv["state"] != "running" || srv["healthy"] != true || len(srv["versions"].([]any)) != 3 {
 		t.Fatalf("GET /api/shared-server: %d %v", code, out)
@@ -211,14 +212,14 @@ func TestSharedServer(t *testing.T) {
 	}
 	// Through the dashboard's proxy, the shared deployment answers as its
 	// own version: v2's scores (int8), not v1's.
-	code, out = call(t, "POST", url+"/api/deployments/"+d2["id"].(string)+"/predict", `{"data": [[`+strings.TrimSuffix(strings.Repeat("0.5,", 64), ",")+`]]}`)
+	code, out = httpCall(t, "POST", url+"/api/deployments/"+d2["id"].(string)+"/predict", `{"data": [[`+strings.TrimSuffix(strings.Repeat("0.5,", 64), ",")+`]]}`)
 	_, v1 := inferFilled(t, url, base, "mlp", 1, 0.5)
 	_, v2 := inferFilled(t, url, base, "mlp", 2, 0.5)
 	scores := fmt.Sprint(obj(out)["predictions"].([]any)[0])
 	if code != 200 || scores != fmt.Sprint(obj(v2["outputs"].([]any)[0])["data"]) || scores == fmt.Sprint(obj(v1["outputs"].([]any)[0])["data"]) {
 		t.Fatalf("predict through the proxy: %d %v; v1 answers %v, v2 %v", code, out, v1, v2)
 	}
-	if code, out := call(t, "GET", url+"/api/deployments/"+d3["id"].(string)+"/health/ready", ""); code != 200 {
+	if code, out := httpCall(t, "GET", url+"/api/deployments/"+d3["id"].(string)+"/health/ready", ""); code != 200 {
 		t.Fatalf("health through the proxy: %d %v", code, out)
 	}
 
@@ -226,7 +227,7 @@ func TestSharedServer(t *testing.T) {
 	repo := filepath.Join(dir, "serving", "shared")
 	f := func(path, body string, wantCode int, wantMsg string) {
 		t.Helper()
-		code, out := call(t, "POST", url+path, body)
+		code, out := httpCall(t, "POST", url+path, body)
 		if code != wantCode || !strings.Contains(errMessage(obj(out)), wantMsg) {
 			t.Errorf("POST %s %s: %d %v, want %d with %q", path, body, code, out, wantCode, wantMsg)
 		}
@@ -243,7 +244,7 @@ func TestSharedServer(t *testing.T) {
 	f("/api/models/mlp/deploy", fmt.Sprintf(`{"version": 3, "port": %d}`, int(d1["port"].(float64))), 409, "used by the shared server")
 	f("/api/models/mlp/deploy", `{"version": 3, "target": "shared", "port": -1}`, 422, "port -1")
 	f("/api/models/mlp/deploy", `{"version": 3, "target": "shared", "bogus": 1}`, 400, "unknown field")
-	if code, out := call(t, "DELETE", url+"/api/deployments/dep-nope", ""); code != 404 {
+	if code, out := httpCall(t, "DELETE", url+"/api/deployments/dep-nope", ""); code != 404 {
 		t.Errorf("DELETE an unknown deployment: %d %v", code, out)
 	}
 	entries, _ := os.ReadDir(repo)
@@ -259,7 +260,7 @@ func TestSharedServer(t *testing.T) {
 	}
 
 	// Undeploy mlp v1: mlp is reloaded with v2 alone.
-	code, out = call(t, "DELETE", url+"/api/deployments/"+d1["id"].(string), "")
+	code, out = httpCall(t, "DELETE", url+"/api/deployments/"+d1["id"].(string), "")
 	if code != 200 || obj(out)["state"] != "stopped" || obj(out)["target"] != "shared" {
 		t.Fatalf("undeploy mlp v1: %d %v", code, out)
 	}
@@ -277,7 +278,7 @@ func TestSharedServer(t *testing.T) {
 	}
 	listDeps := func(u string) []map[string]any {
 		t.Helper()
-		code, out := call(t, "GET", u+"/api/deployments", "")
+		code, out := httpCall(t, "GET", u+"/api/deployments", "")
 		if code != 200 {
 			t.Fatalf("GET /api/deployments: %d %v", code, out)
 		}
@@ -306,7 +307,7 @@ func TestSharedServer(t *testing.T) {
 	}
 	waitGone := time.Now().Add(10 * time.Second)
 	for {
-		_, out = call(t, "GET", url+"/api/shared-server", "")
+		_, out = httpCall(t, "GET", url+"/api/shared-server", "")
 		if obj(out)["state"] == "gone" {
 			break
 		}
@@ -318,7 +319,7 @@ func TestSharedServer(t *testing.T) {
 	if deps := listDeps(url); deps[0]["state"] != "gone" || deps[0]["healthy"] != false {
 		t.Fatalf("a deployment of a dead shared server: %v", deps[0])
 	}
-	code, out = call(t, "POST", url+"/api/shared-server", "")
+	code, out = httpCall(t, "POST", url+"/api/shared-server", "")
 	srv = obj(out)
 	if code != 201 || srv["state"] != "running" || srv["restarts"] != float64(1) || srv["port"] != d1["port"] {
 		t.Fatalf("starting the shared server again: %d %v", code, out)
@@ -331,12 +332,12 @@ func TestSharedServer(t *testing.T) {
 	if code, out := infer(t, url, base, "cnn", 1); code != 200 {
 		t.Fatalf("cnn on the server started again: %d %v", code, out)
 	}
-	if code, out := call(t, "POST", url+"/api/shared-server", `{"device": "cuda"}`); code != 409 || !strings.Contains(errMessage(obj(out)), "runs on cpu") {
+	if code, out := httpCall(t, "POST", url+"/api/shared-server", `{"device": "cuda"}`); code != 409 || !strings.Contains(errMessage(obj(out)), "runs on cpu") {
 		t.Fatalf("POST /api/shared-server with another device: %d %v", code, out)
 	}
 
 	// DELETE stops it and ends its deployments.
-	code, out = call(t, "DELETE", url+"/api/shared-server", "")
+	code, out = httpCall(t, "DELETE", url+"/api/shared-server", "")
 	if code != 200 || obj(out)["state"] != "stopped" {
 		t.Fatalf("DELETE /api/shared-server: %d %v", code, out)
 	}
@@ -346,7 +347,7 @@ func TestSharedServer(t *testing.T) {
 	if deps := listDeps(url); len(deps) != 0 {
 		t.Fatalf("deployments after stopping the shared server: %v", deps)
 	}
-	if code, out := call(t, "DELETE", url+"/api/shared-server", ""); code != 404 {
+	if code, out := httpCall(t, "DELETE", url+"/api/shared-server", ""); code != 404 {
 		t.Fatalf("DELETE /api/shared-server twice: %d %v", code, out)
 	}
 	if _, err := os.Stat(repo); err == nil {

@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
+	"github.com/valyala/fasthttp"
+
 	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/dashboard/tracking"
-	"github.com/valyala/fasthttp"
 )
 
 // WebSocket close codes of /api/training/stream (docs/stream.md).
@@ -94,7 +95,8 @@ func parseClientMsg(b []byte) subscribeReq {
 }
 
 // stream serves GET /api/training/stream (WebSocket; protocol in docs/stream.md).
-func (s *Server) stream(ctx *fasthttp.RequestCtx) {
+func (s *Server) stream(c *call) {
+	ctx := c.rc
 	if !s.streamAuthorized(ctx) {
 		writeError(ctx, apiErr(401, CodeUnauthorized, "missing or wrong token: send `Authorization: Bearer <token>` or ?token=<token> with the dashboard's --token (FW_DASHBOARD_TOKEN)"))
 		return
@@ -102,9 +104,6 @@ func (s *Server) stream(ctx *fasthttp.RequestCtx) {
 	hub := s.cfg.Hub
 	if hub == nil {
 		writeError(ctx, apiErr(503, CodeUnavailable, "the live stream is not enabled on this server"))
-		return
-	}
-	if !s.allow(ctx, string(ctx.Method()), "GET") {
 		return
 	}
 	if !websocket.FastHTTPIsWebSocketUpgrade(ctx) {

@@ -13,8 +13,9 @@ import (
 	"time"
 
 	"github.com/fasthttp/websocket"
-	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/valyala/fasthttp"
+
+	"github.com/fw-serve/fw/dashboard/stream"
 )
 
 // startStreamServer serves the API (no store: only the stream is used) on a free port.

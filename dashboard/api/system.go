@@ -1,20 +1,20 @@
 package api
 
 import (
-	"github.com/fw-serve/fw/dashboard/mlflow"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/fw-serve/fw/dashboard/jobs"
-	"github.com/fw-serve/fw/dashboard/sysinfo"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
+
+	"github.com/fw-serve/fw/dashboard/jobs"
+	"github.com/fw-serve/fw/dashboard/sysinfo"
 )
 
 // DeploymentCounter reports deployments by state (e.g. {"running": 2});
@@ -72,14 +72,12 @@ func (s *Server) SetMetrics(reg *prometheus.Registry) {
 	s.prom = p
 }
 
-func (s *Server) serveMetrics(ctx *fasthttp.RequestCtx) {
+func (s *Server) serveMetrics(c *call) {
 	if s.prom == nil {
-		writeError(ctx, apiErr(404, CodeNotFound, "metrics are not enabled on this server"))
+		writeError(c.rc, apiErr(404, CodeNotFound, "metrics are not enabled on this server"))
 		return
 	}
-	if s.allow(ctx, string(ctx.Method()), "GET") {
-		s.prom.handler(ctx)
-	}
+	s.prom.handler(c.rc)
 }
 
 // countRequest counts a finished request under its route pattern.
@@ -93,54 +91,27 @@ func (s *Server) countRequest(ctx *fasthttp.RequestCtx, path string) {
 	default:
 		method = "OTHER"
 	}
-	var label string
-	if mlflow.Owns(path) {
-		label = s.mlflow.RoutePattern(path)
-	} else {
-		label = routePattern(path)
+	label := s.patternOf(path)
+	for _, m := range s.cfg.Mounts {
+		if m.Owns(path) {
+			label = m.RoutePattern(path)
+			break
+		}
 	}
 	s.prom.requests.WithLabelValues(label, method, strconv.Itoa(ctx.Response.StatusCode())).Inc()
 }
 
-// routeResources are the first segments under /api; routeSubs the segments
-// kept after an ID. Anything else counts as "other", so scanners cannot blow
-// up the label space.
-var (
-	routeResources = map[string]bool{"ingest": true, "experiments": true, "runs": true, "compare": true, "system": true,
-		"training": true, "models": true, "deployments": true, "shared-server": true}
-	routeFixed = map[string]bool{"training/recipes": true, "training/start": true, "training/stream": true, "system/status": true, "system/history": true}
-	routeSubs  = map[string]bool{"metrics": true, "logs": true, "runs": true, "stop": true, "versions": true, "checkpoints": true, "artifacts": true}
-)
-
-// routePattern maps a path to its route pattern: /api/runs/abc/metrics is
-// /api/runs/{id}/metrics.
-func routePattern(path string) string {
-	if path == "/health" || path == "/metrics" {
-		return path
-	}
-	if !strings.HasPrefix(path, "/api/") {
-		return "other"
-	}
-	parts := strings.Split(strings.Trim(strings.TrimPrefix(path, "/api"), "/"), "/")
-	if !routeResources[parts[0]] || len(parts) > 4 {
-		return "other"
-	}
-	if len(parts) >= 2 && routeFixed[parts[0]+"/"+parts[1]] {
-		if len(parts) > 2 {
-			return "other"
-		}
-		return path
-	}
-	for i := 1; i < len(parts); i++ {
-		switch {
-		case i%2 == 1:
-			parts[i] = "{id}"
-		case routeSubs[parts[i]]:
-		default:
-			return "other"
+// patternOf is the pattern of the route table that path matches (any
+// method), "other" for none: the request metrics' route label, a bounded
+// set, so scanners cannot blow up the label space.
+func (s *Server) patternOf(path string) string {
+	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	for i := range s.routes {
+		if segsMatch(s.routes[i].segs, segs) {
+			return s.routes[i].pattern
 		}
 	}
-	return "/api/" + strings.Join(parts, "/")
+	return "other"
 }
 
 // jobCounts counts the training jobs by state (nil without a job manager).
@@ -165,13 +136,12 @@ func (s *Server) deploymentCounts() map[string]int {
 
 // systemStatus answers GET /api/system/status from the sampler's latest
 // snapshot (it never samples on the request).
-func (s *Server) systemStatus(ctx *fasthttp.RequestCtx) {
+func (s *Server) systemStatus(c *call) (any, error) {
 	if s.sampler == nil {
-		writeError(ctx, apiErr(503, CodeUnavailable, "system status is not enabled on this server"))
-		return
+		return nil, apiErr(503, CodeUnavailable, "system status is not enabled on this server")
 	}
 	snap := s.sampler.Latest()
-	writeJSON(ctx, 200, map[string]any{
+	return map[string]any{
 		"time":   snap.Time,
 		"cpu":    snap.CPU,
 		"load":   snap.Load,
@@ -189,20 +159,19 @@ func (s *Server) systemStatus(ctx *fasthttp.RequestCtx) {
 		},
 		"jobs":        s.jobCounts(),
 		"deployments": s.deploymentCounts(),
-	})
+	}, nil
 }
 
 // systemHistory answers GET /api/system/history: the kept samples, oldest
 // first, optionally only those of the last ?seconds.
-func (s *Server) systemHistory(ctx *fasthttp.RequestCtx) {
+func (s *Server) systemHistory(c *call) (any, error) {
+	ctx := c.rc
 	if s.sampler == nil {
-		writeError(ctx, apiErr(503, CodeUnavailable, "system status is not enabled on this server"))
-		return
+		return nil, apiErr(503, CodeUnavailable, "system status is not enabled on this server")
 	}
 	secs, e := queryInt(ctx, "seconds", 0, 1, 86400)
 	if e != nil {
-		writeError(ctx, e)
-		return
+		return nil, e
 	}
 	var since time.Time
 	if secs > 0 {
@@ -213,7 +182,7 @@ func (s *Server) systemHistory(ctx *fasthttp.RequestCtx) {
 	for i, snap := range hist {
 		samples[i] = map[string]any{"time": snap.Time, "cpu": snap.CPU, "load": snap.Load, "memory": snap.Memory, "disks": snap.Disks, "gpus": snap.GPUs}
 	}
-	writeJSON(ctx, 200, map[string]any{"interval_seconds": s.sampler.Interval().Seconds(), "samples": samples})
+	return map[string]any{"interval_seconds": s.sampler.Interval().Seconds(), "samples": samples}, nil
 }
 
 // resourceCollector exposes the sampler's latest snapshot and the job and

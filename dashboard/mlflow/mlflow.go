@@ -361,8 +361,14 @@ func errf(status int, code, format string, args ...any) *apiError {
 	return &apiError{status: status, code: code, msg: fmt.Sprintf(format, args...)}
 }
 
-// Unauthorized writes the 401 of a missing or wrong token in MLflow's shape.
-func Unauthorized(ctx *fasthttp.RequestCtx) {
+// Owns reports whether path is this API's (the package's Owns): with
+// Handler, Unauthorized and RoutePattern, what mounts the API beside fw's
+// own in the dashboard (api.Mount).
+func (s *Server) Owns(path string) bool { return Owns(path) }
+
+// Unauthorized answers a request without the dashboard's token, in
+// MLflow's error shape.
+func (s *Server) Unauthorized(ctx *fasthttp.RequestCtx) {
 	writeErr(ctx, errf(401, codeUnauthenticated, "missing or wrong token: set MLFLOW_TRACKING_TOKEN to the dashboard's --token (FW_DASHBOARD_TOKEN); MLflow's client sends it as `Authorization: Bearer <token>`"))
 }
 

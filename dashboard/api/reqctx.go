@@ -1,0 +1,69 @@
+package api
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Watching for a client that went away: fasthttp reads nothing from a
+// connection while its handler runs, so its RequestCtx is never cancelled
+// when the client disconnects (its Done closes at server shutdown only).
+// A request still running after clientWatchAfter has its connection
+// peeked at every clientWatchEvery (watchClient); fast requests pay for a
+// timer only.
+const (
+	clientWatchAfter = 100 * time.Millisecond
+	clientWatchEvery = 100 * time.Millisecond
+)
+
+// requestContext is the context of one request: derived from the server's
+// base context (cancelled when the dashboard stops), cancelled when the
+// client is seen to have closed its connection, and by end, which the
+// caller runs once the handler is done and before the answer is written.
+func (s *Server) requestContext(rc *fasthttp.RequestCtx) (ctx context.Context, end func()) {
+	ctx, cancel := context.WithCancel(s.base)
+	stop := watchClient(rc.Conn(), cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// watchClient calls gone once conn is seen closed by its peer, checking
+// from clientWatchAfter on; the returned stop ends the watch and waits for
+// a check under way, so the connection is untouched once stop returns.
+// Connections that cannot be peeked at (not a socket) are not watched.
+func watchClient(conn net.Conn, gone func()) (stop func()) {
+	if conn == nil || !peekable(conn) {
+		return func() {}
+	}
+	var mu sync.Mutex
+	stopped := false
+	var timer *time.Timer
+	var check func()
+	check = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		if peerClosed(conn) {
+			gone()
+			return
+		}
+		timer.Reset(clientWatchEvery)
+	}
+	mu.Lock()
+	timer = time.AfterFunc(clientWatchAfter, check)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		timer.Stop()
+	}
+}

@@ -1,0 +1,9 @@
+//go:build !unix
+
+package api
+
+import "net"
+
+func peekable(net.Conn) bool { return false }
+
+func peerClosed(net.Conn) bool { return false }
