@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/fw-serve/fw/internal/reqctx"
 )
 
 // route is one operation of the dashboard API: a method on a path pattern
@@ -32,9 +34,9 @@ type route struct {
 
 // call is one request being answered by a route.
 type call struct {
-	// ctx is the request's context: cancelled when the handler returns,
-	// when the client goes away while it runs (watchClient) and when the
-	// server stops. Every store call of a handler takes it.
+	// ctx is the request's context (internal/reqctx): cancelled when the
+	// handler returns, when the client goes away while it runs and when
+	// the server stops. Every store call of a handler takes it.
 	ctx context.Context
 	rc  *fasthttp.RequestCtx
 	rt  *route
@@ -184,7 +186,7 @@ func pathParams(pattern, segs []string) []string {
 // serveRoute answers a request with rt: the request's context is made
 // (and ended when the answer is written), then rt's handler runs.
 func (s *Server) serveRoute(ctx *fasthttp.RequestCtx, rt *route, params []string) {
-	rctx, end := s.requestContext(ctx)
+	rctx, end := reqctx.New(s.base, ctx)
 	defer end()
 	c := &call{ctx: rctx, rc: ctx, rt: rt, params: params, status: 200}
 	if rt.raw != nil {

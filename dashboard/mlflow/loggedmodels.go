@@ -6,6 +6,7 @@ package mlflow
 // the free path <experiment id>/models/<model id>/artifacts/.
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -18,8 +19,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/valyala/fasthttp"
+
+	"github.com/fw-serve/fw/dashboard/store"
 )
 
 // loggedModelKind is the store record kind of MLflow's logged models.
@@ -242,7 +244,7 @@ func (s *Server) createLoggedModel(r *request) (any, *apiError) {
 // loggedModelRoute answers logged-models/{id}[/tags[/{key}]|/params|
 // /artifacts/directories|/artifacts/files] (rest is what follows
 // "logged-models/"); false when the path is none of them.
-func (s *Server) loggedModelRoute(ctx *fasthttp.RequestCtx, rest string) bool {
+func (s *Server) loggedModelRoute(rctx context.Context, ctx *fasthttp.RequestCtx, rest string) bool {
 	parts := strings.Split(rest, "/")
 	id := parts[0]
 	method := string(ctx.Method())
@@ -282,7 +284,7 @@ func (s *Server) loggedModelRoute(ctx *fasthttp.RequestCtx, rest string) bool {
 	for _, o := range ops {
 		allowed = append(allowed, o.method)
 		if o.method == method || (o.method == "GET" && method == "HEAD") {
-			req, e := s.request(ctx)
+			req, e := s.request(rctx, ctx)
 			if e == nil {
 				var out any
 				if out, e = o.fn(req); e == nil {

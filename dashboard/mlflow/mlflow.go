@@ -24,12 +24,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
+
 	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/fault"
 	"github.com/fw-serve/fw/dashboard/query"
 	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/store"
-	"github.com/valyala/fasthttp"
+	"github.com/fw-serve/fw/internal/reqctx"
 )
 
 // Writer is the event writer name of everything this API logs.
@@ -98,6 +101,8 @@ type Server struct {
 	routes map[string]route // by path after /api/2.0/mlflow/ (built once in New)
 
 	reg atomic.Pointer[registry.Registry] // fw's model registry (SetRegistry), behind MLflow's registry API
+
+	parsers fastjson.ParserPool // log-batch's metrics (decodeMetricsFast)
 }
 
 // New creates a server over st (the publishing store, so MLflow-logged
@@ -179,6 +184,8 @@ func (s *Server) RoutePattern(path string) string {
 // Handler answers one request of this API (Owns(path) is true; the caller
 // has checked the token).
 func (s *Server) Handler(ctx *fasthttp.RequestCtx, path string) {
+	rctx, end := reqctx.New(s.base, ctx) // cancelled when the client goes away
+	defer end()
 	switch path {
 	case "/version":
 		ctx.SetContentType("text/plain; charset=utf-8")
@@ -201,7 +208,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx, path string) {
 	route, isML := strings.CutPrefix(rest, "mlflow/")
 	h, known := s.routes[route]
 	if ok && isML && !known {
-		if m, isModel := strings.CutPrefix(route, "logged-models/"); isModel && s.loggedModelRoute(ctx, m) {
+		if m, isModel := strings.CutPrefix(route, "logged-models/"); isModel && s.loggedModelRoute(rctx, ctx, m) {
 			return
 		}
 	}
@@ -223,7 +230,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx, path string) {
 		writeErr(ctx, errf(405, codeBadRequest, "%s takes %s, not %s", path, strings.Join(allow, " or "), method))
 		return
 	}
-	req, e := s.request(ctx)
+	req, e := s.request(rctx, ctx)
 	if e != nil {
 		writeErr(ctx, e)
 		return
@@ -311,8 +318,8 @@ type request struct {
 	get   bool
 }
 
-func (s *Server) request(ctx *fasthttp.RequestCtx) (*request, *apiError) {
-	r := &request{ctx: s.base}
+func (s *Server) request(rctx context.Context, ctx *fasthttp.RequestCtx) (*request, *apiError) {
+	r := &request{ctx: rctx}
 	if ctx.IsGet() || ctx.IsHead() {
 		r.get = true
 		r.query = url.Values{}

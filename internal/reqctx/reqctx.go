@@ -1,4 +1,11 @@
-package api
+// Package reqctx gives a fasthttp request the context net/http gives
+// its requests: cancelled when the client goes away. fasthttp reads nothing
+// from a connection while its handler runs, so its RequestCtx is never
+// cancelled when the client disconnects (its Done closes at server shutdown
+// only); here a request still running after clientWatchAfter has its
+// connection peeked at every clientWatchEvery, and fast requests pay for a
+// timer only. The dashboard's APIs run their store calls under it.
+package reqctx
 
 import (
 	"context"
@@ -9,23 +16,17 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Watching for a client that went away: fasthttp reads nothing from a
-// connection while its handler runs, so its RequestCtx is never cancelled
-// when the client disconnects (its Done closes at server shutdown only).
-// A request still running after clientWatchAfter has its connection
-// peeked at every clientWatchEvery (watchClient); fast requests pay for a
-// timer only.
 const (
 	clientWatchAfter = 100 * time.Millisecond
 	clientWatchEvery = 100 * time.Millisecond
 )
 
-// requestContext is the context of one request: derived from the server's
-// base context (cancelled when the dashboard stops), cancelled when the
-// client is seen to have closed its connection, and by end, which the
-// caller runs once the handler is done and before the answer is written.
-func (s *Server) requestContext(rc *fasthttp.RequestCtx) (ctx context.Context, end func()) {
-	ctx, cancel := context.WithCancel(s.base)
+// New is the context of one request: derived from base (the server's,
+// cancelled when it stops), cancelled when the client is seen to have
+// closed its connection, and by end, which the caller runs once the
+// handler is done, before fasthttp writes the answer.
+func New(base context.Context, rc *fasthttp.RequestCtx) (ctx context.Context, end func()) {
+	ctx, cancel := context.WithCancel(base)
 	stop := watchClient(rc.Conn(), cancel)
 	return ctx, func() {
 		stop()
@@ -44,8 +45,7 @@ func watchClient(conn net.Conn, gone func()) (stop func()) {
 	var mu sync.Mutex
 	stopped := false
 	var timer *time.Timer
-	var check func()
-	check = func() {
+	check := func() {
 		mu.Lock()
 		defer mu.Unlock()
 		if stopped {

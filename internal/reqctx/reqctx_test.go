@@ -1,6 +1,6 @@
 //go:build unix
 
-package api
+package reqctx
 
 import (
 	"net"
