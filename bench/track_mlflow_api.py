@@ -215,6 +215,41 @@ def bench(
     if len(hist) != batch_calls or len(c.get_metric_history(run, "m")) != metric_calls:
         sys.exit(f"bench: {url} stored {len(hist)} of {batch_calls} batch points")
 
+    # Bulk logging: log_batch at MLflow's cap of 1000 metrics per call
+    # (100 steps of 10 keys), new steps each call, into a fresh run.
+    # points/s is 1000 x calls/s; the client's own share of a call (its
+    # Metric objects, protobuf and JSON, no HTTP) is timed apart.
+    bulk_run = c.create_run(exp).info.run_id
+    bulk_calls = max(20, batch_calls // 5)
+
+    def bulk(i):
+        c.log_batch(
+            bulk_run,
+            metrics=[
+                Metric(k, s * 0.001, ts, s)
+                for s in range(i * 100, i * 100 + 100)
+                for k in keys
+            ],
+            synchronous=True,
+        )
+
+    out["log_batch_1000"] = _stats(timed(bulk, bulk_calls))
+    out["log_batch_1000"]["points_per_s"] = out["log_batch_1000"]["calls_per_s"] * 1000
+    if len(c.get_metric_history(bulk_run, "k9")) != bulk_calls * 100:
+        sys.exit(f"bench: {url} did not store every bulk point")
+    from mlflow.protos.service_pb2 import LogBatch
+    from mlflow.utils.proto_json_utils import message_to_json
+
+    def client_only(i):
+        ms = [
+            Metric(k, s * 0.001, ts, s)
+            for s in range(i * 100, i * 100 + 100)
+            for k in keys
+        ]
+        message_to_json(LogBatch(run_id=bulk_run, metrics=[m.to_proto() for m in ms]))
+
+    out["log_batch_1000_client"] = _stats(timed(client_only, 20))
+
     sx = c.get_experiment_by_name(EXPERIMENT)
     if sx is None:
         sys.exit(f"bench: {url} has no experiment {EXPERIMENT}; populate it first")

@@ -566,8 +566,14 @@ func (s *Server) logBatch(r *request) (any, *apiError) {
 	}
 	var ms []wireMetric
 	var params, tags []kv
-	if e := r.decode("metrics", &ms); e != nil {
-		return nil, e
+	if raw, ok := r.raw("metrics"); ok {
+		var fast bool
+		if ms, fast = decodeMetricsFast(&s.parsers, raw); !fast {
+			ms = nil
+			if e := r.decode("metrics", &ms); e != nil {
+				return nil, e
+			}
+		}
 	}
 	if e := r.decode("params", &params); e != nil {
 		return nil, e

@@ -48,6 +48,15 @@ type sqlStore struct {
 	// Owned by the writer goroutine only.
 	keys  map[keyRef]int64
 	stmts map[string]*sql.Stmt
+	// prepared holds statements prepared on the writer's one SQLite
+	// connection, kept across transactions (at most maxPrepared); a
+	// transaction uses them through Tx.StmtContext without parsing them
+	// again. toPrepare lists the texts a transaction first prepared on
+	// itself, prepared here once it has ended (the connection is then free).
+	// Parsing the multi-row inserts of a batch in every transaction was a
+	// sixth of an MLflow log-batch's CPU.
+	prepared  map[string]*sql.Stmt
+	toPrepare []string
 
 	feed feedState // the change feed (feed.go)
 
@@ -152,6 +161,7 @@ func newSQLStore(d query.Dialect, cfg Config, wdb, rdb *sql.DB) *sqlStore {
 		finished: make(chan struct{}),
 		keys:     map[keyRef]int64{},
 		stmts:    map[string]*sql.Stmt{},
+		prepared: map[string]*sql.Stmt{},
 		sortIdx:  newSortIndexes(),
 	}
 }
@@ -247,6 +257,11 @@ const maxGroup = 64
 
 func (s *sqlStore) writer() {
 	defer close(s.finished)
+	defer func() {
+		for _, st := range s.prepared {
+			st.Close()
+		}
+	}()
 	for {
 		var first *writeReq
 		select {
@@ -304,6 +319,7 @@ func (s *sqlStore) runGroup(group []*writeReq) {
 	if len(live) == 0 {
 		return
 	}
+	defer s.prepareWanted()
 	for attempt := 1; ; attempt++ {
 		if !s.runGroupOnce(live, attempt < maxGroupAttempts) {
 			return
@@ -404,10 +420,21 @@ func (s *sqlStore) runGroupOnce(live []*writeReq, canRetry bool) (again bool) {
 	return false
 }
 
-// stmt returns a statement prepared on the writer's transaction, cached
-// until the transaction ends.
+// maxPrepared bounds the statements kept prepared across transactions
+// (each multi-row insert size is a statement of its own).
+const maxPrepared = 256
+
+// stmt returns a statement for the writer's transaction, cached until the
+// transaction ends: one kept prepared on the connection (prepared), or one
+// prepared on the transaction now and kept for the next ones once it ends
+// (prepareWanted).
 func (s *sqlStore) stmt(ctx context.Context, tx *sql.Tx, text string) (*sql.Stmt, error) {
 	if st, ok := s.stmts[text]; ok {
+		return st, nil
+	}
+	if p, ok := s.prepared[text]; ok {
+		st := tx.StmtContext(ctx, p)
+		s.stmts[text] = st
 		return st, nil
 	}
 	st, err := tx.PrepareContext(ctx, text)
@@ -415,7 +442,25 @@ func (s *sqlStore) stmt(ctx context.Context, tx *sql.Tx, text string) (*sql.Stmt
 		return nil, fmt.Errorf("preparing %.60q: %w", text, err)
 	}
 	s.stmts[text] = st
+	if len(s.prepared)+len(s.toPrepare) < maxPrepared {
+		s.toPrepare = append(s.toPrepare, text)
+	}
 	return st, nil
+}
+
+// prepareWanted prepares, on the writer's connection (free between
+// transactions), the statements the last transaction prepared for itself.
+// A failure only means the next transaction prepares it again.
+func (s *sqlStore) prepareWanted() {
+	for _, text := range s.toPrepare {
+		if _, ok := s.prepared[text]; ok {
+			continue
+		}
+		if st, err := s.wdb.PrepareContext(context.Background(), text); err == nil {
+			s.prepared[text] = st
+		}
+	}
+	s.toPrepare = s.toPrepare[:0]
 }
 
 // exec runs a statement in the writer's transaction.
