@@ -306,7 +306,7 @@ print(r.info.experiment_id, r.info.run_id)
       noProblems();
     });
 
-    await step("an experiment of runs with 1,500 metric keys: the table fetches only its columns, the chooser finds any key", async () => {
+    await step("an experiment of runs with 1,500 metric keys: the table fetches only its columns, the chooser finds any key, a run's charts page in", async () => {
       const keys = Array.from({ length: 1500 }, (_, i) => `layer${String(i).padStart(4, "0")}/loss`);
       const events = [];
       for (let r = 0; r < 20; r++) {
@@ -339,6 +339,22 @@ print(r.info.experiment_id, r.info.run_id)
       if (!columns[columns.length - 1].includes("layer1499/loss")) throw new Error(`after ticking: columns ${columns[columns.length - 1]}`);
       page.off("request", seen);
       await screenshot(page, "17-wide-experiment");
+      // The run page of one of them: its charts page in, a page at a time,
+      // each page's keys fetched once.
+      const fetched = [];
+      const seenMetrics = (req) => {
+        const u = new URL(req.url());
+        if (u.pathname === "/api/runs/wide-19/metrics") fetched.push((u.searchParams.get("keys") ?? "").split(",").length);
+      };
+      page.on("request", seenMetrics);
+      await page.goto(dash.url + "/runs/wide-19");
+      await page.getByText("24 of 1,500 charts").waitFor();
+      if ((await page.locator(".chart-card").count()) !== 24) throw new Error(`the run page drew ${await page.locator(".chart-card").count()} charts, not a page of 24`);
+      await page.getByRole("button", { name: "Show 24 more" }).click();
+      await page.getByText("48 of 1,500 charts").waitFor();
+      await page.locator(".chart-card").nth(47).waitFor();
+      page.off("request", seenMetrics);
+      if (fetched.join(",") !== "24,24") throw new Error(`the run page fetched metric histories of ${JSON.stringify(fetched)} keys, want 24 then 24`);
       noProblems();
     });
 

@@ -121,32 +121,61 @@ export interface RunChartsProps {
 /** Shown series per key; `zoom` holds the sharper re-fetch of a zoomed range. */
 type SeriesMap = Record<string, XY>;
 
-/** One chart per metric key of the run, live while it runs. */
+/** Charts shown at first, and added by each "Show more": a run with 1,500
+ * metric keys draws (and fetches the history of) a page at a time. */
+export const CHART_PAGE = 24;
+
+/** One chart per metric key of the run, live while it runs. Keys are
+ * filtered by name, then shown CHART_PAGE at a time: only the shown keys'
+ * histories are fetched (each once), and live points are kept for them. */
 export function RunCharts({ run, system = false, settings, subscribe, maxPoints = 800 }: RunChartsProps) {
   const summaries = (system ? run.system : run.metrics) ?? {};
-  const keys = useMemo(() => Object.keys(summaries).sort(), [summaries]);
-  const keyList = keys.join(",");
+  // Keys first seen on the live stream (the run's summaries are read when
+  // the page loads): charted too, their history fetched when shown.
+  const [liveKeys, setLiveKeys] = useState<string[]>([]);
+  const keys = useMemo(() => [...new Set([...Object.keys(summaries), ...liveKeys])].sort(), [summaries, liveKeys]);
   const [series, setSeries] = useState<SeriesMap>({});
+  // Live points of shown keys whose history is being fetched, merged once it arrives.
+  const pending = useRef<Record<string, [number, number | null][]>>({});
   const [error, setError] = useState<unknown>();
   const [loading, setLoading] = useState(true);
   const [tick, setTick] = useState(0);
   const data = useRef<SeriesMap>({});
   const [filter, setFilter] = useState("");
+  const [limit, setLimit] = useState(CHART_PAGE);
 
-  // Full history of every key.
+  const matching = useMemo(() => keys.filter((k) => !filter || k.toLowerCase().includes(filter.toLowerCase())), [keys, filter]);
+  const shown = matching.slice(0, limit);
+  const shownList = shown.join(",");
+  const shownRef = useRef(new Set<string>());
+  shownRef.current = new Set(shown);
+
+  // A new run, or a resync: everything is fetched again.
   useEffect(() => {
-    if (!keyList) {
+    data.current = {};
+    pending.current = {};
+    setSeries({});
+  }, [run.id, system, maxPoints, tick]);
+  useEffect(() => setLiveKeys([]), [run.id, system]);
+
+  // The history of the shown keys not fetched yet.
+  useEffect(() => {
+    const missing = shownList ? shownList.split(",").filter((k) => !(k in data.current)) : [];
+    if (missing.length === 0) {
       setLoading(false);
       return;
     }
     const ac = new AbortController();
     setLoading(true);
-    get<RunMetrics>(`/api/runs/${seg(run.id)}/metrics`, { keys: keyList, max_points: maxPoints, system: system ? "true" : undefined }, ac.signal)
+    get<RunMetrics>(`/api/runs/${seg(run.id)}/metrics`, { keys: missing.join(","), max_points: maxPoints, system: system ? "true" : undefined }, ac.signal)
       .then((a) => {
-        const m: SeriesMap = {};
-        for (const s of a.series) m[s.key] = bucketsToXY(s.buckets);
-        data.current = m;
-        setSeries({ ...m });
+        for (const k of missing) data.current[k] = { x: [], y: [] };
+        for (const s of a.series) data.current[s.key] = bucketsToXY(s.buckets);
+        for (const k of missing) {
+          for (const [x, y] of pending.current[k] ?? []) upsertPoint(data.current[k], x, y);
+          delete pending.current[k];
+        }
+        setSeries({ ...data.current });
         setError(undefined);
       })
       .catch((e: unknown) => {
@@ -156,9 +185,11 @@ export function RunCharts({ run, system = false, settings, subscribe, maxPoints 
         if (!ac.signal.aborted) setLoading(false);
       });
     return () => ac.abort();
-  }, [run.id, keyList, system, maxPoints, tick]);
+  }, [run.id, shownList, system, maxPoints, tick]);
 
-  // Live points: merged into the series, re-rendered at most 4 times a second.
+  // Live points of the fetched keys: merged into their series, re-rendered at
+  // most 4 times a second. A key not fetched yet gets its whole history when
+  // it is shown.
   useEffect(() => {
     if (!subscribe) return;
     let timer: ReturnType<typeof setTimeout> | null = null;
@@ -176,12 +207,24 @@ export function RunCharts({ run, system = false, settings, subscribe, maxPoints 
       if (e.type !== (system ? "system" : "metric") || e.run_id !== run.id) return;
       const values = (e.data.values ?? {}) as Record<string, unknown>;
       const step = e.data.step == null ? Date.parse(e.time) : Number(e.data.step);
+      let changed = false;
+      const seen: string[] = [];
       for (const [k, raw] of Object.entries(values)) {
         const y = num(raw);
-        const s = (data.current[k] ??= { x: [], y: [] });
-        upsertPoint(s, step, Number.isFinite(y) ? y : null);
+        const v = Number.isFinite(y) ? y : null;
+        const s = data.current[k];
+        if (s) {
+          upsertPoint(s, step, v);
+          changed = true;
+          continue;
+        }
+        seen.push(k); // a key not charted yet: listed (the union with the summaries' keys)
+        if (!shownRef.current.has(k)) continue; // fetched whole when shown
+        const p = (pending.current[k] ??= []);
+        if (p.length < 10000) p.push([step, v]);
       }
-      if (!timer) timer = setTimeout(flush, 250);
+      if (seen.length) setLiveKeys((l) => (seen.every((k) => l.includes(k)) ? l : [...new Set([...l, ...seen])]));
+      if (changed && !timer) timer = setTimeout(flush, 250);
     });
     return () => {
       unsub();
@@ -189,24 +232,43 @@ export function RunCharts({ run, system = false, settings, subscribe, maxPoints 
     };
   }, [subscribe, system, run.id]);
 
-  const shown = Object.keys(series)
-    .sort()
-    .filter((k) => !filter || k.toLowerCase().includes(filter.toLowerCase()));
+  const ready = shown.filter((k) => series[k]);
   return (
     <div className="run-charts">
       <ErrorNote error={error} />
       {keys.length > 6 && (
-        <input type="search" className="chart-filter" placeholder="Filter charts by key" aria-label="Filter charts by key" value={filter} onChange={(e) => setFilter(e.target.value)} />
+        <input
+          type="search"
+          className="chart-filter"
+          placeholder="Filter charts by key"
+          aria-label="Filter charts by key"
+          value={filter}
+          onChange={(e) => {
+            setFilter(e.target.value);
+            setLimit(CHART_PAGE);
+          }}
+        />
       )}
-      {!loading && shown.length === 0 && !error && (
+      {keys.length === 0 && !error && (
         <Empty>{system ? "No system metrics: the SDK samples them every 10 s while a run trains (fw.track system_interval)." : "No metrics logged yet."}</Empty>
       )}
-      {loading && shown.length === 0 && <p className="muted">Loading charts…</p>}
+      {keys.length > 0 && matching.length === 0 && <p className="muted">No chart matches “{filter}”.</p>}
+      {loading && ready.length === 0 && shown.length > 0 && <p className="muted">Loading charts…</p>}
       <div className="chart-grid">
-        {shown.map((k) => (
+        {ready.map((k) => (
           <MetricChart key={k} run={run} metricKey={k} xy={series[k]} summary={summaries[k]} system={system} settings={settings} />
         ))}
       </div>
+      {matching.length > CHART_PAGE && (
+        <div className="chart-more muted small">
+          {shown.length.toLocaleString()} of {matching.length.toLocaleString()} charts
+          {shown.length < matching.length && (
+            <button type="button" className="small" onClick={() => setLimit((l) => l + CHART_PAGE)} disabled={loading}>
+              Show {Math.min(CHART_PAGE, matching.length - shown.length)} more
+            </button>
+          )}
+        </div>
+      )}
     </div>
   );
 }
