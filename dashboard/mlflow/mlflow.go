@@ -278,6 +278,7 @@ func (s *Server) routeTable() map[string]route {
 		"runs/log-model":                    {method: "POST", fn: s.logModel},
 		"metrics/get-history":               {method: "GET", fn: s.getHistory},
 		"metrics/get-history-bulk-interval": {method: "GET", fn: s.getHistoryBulk},
+		"metrics/get-history-bulk":          {method: "GET", fn: s.getHistoryAll},
 		"artifacts/list":                    {method: "GET", fn: s.listRunArtifacts},
 		"runs/outputs":                      {method: "POST", fn: s.logOutputs},
 		// MLflow 3's logged models (loggedmodels.go); logged-models/{id}/...

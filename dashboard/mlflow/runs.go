@@ -1,13 +1,14 @@
 package mlflow
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -884,7 +885,7 @@ func (s *Server) getHistoryBulk(r *request) (any, *apiError) {
 		return nil, e
 	}
 	if !set {
-		maxResults = 320
+		maxResults = 2500 // MLflow's server's default (MAX_RESULTS_PER_RUN)
 	}
 	if maxResults < 1 || maxResults > 2500 {
 		return nil, errf(400, codeInvalidParameter, "max_results must be between 1 and 2500 (got %d).", maxResults)
@@ -906,36 +907,150 @@ func (s *Server) getHistoryBulk(r *request) (any, *apiError) {
 	case lo != nil && *lo > *hi:
 		return nil, errf(400, codeInvalidParameter, "end_step must be greater than start_step. Found start_step=%d and end_step=%d.", *lo, *hi)
 	}
-	out := struct {
-		Metrics []metric `json:"metrics"`
-	}{Metrics: []metric{}}
-	for _, id := range ids {
+	hist := make([][]store.Point, len(ids))
+	for i, id := range ids {
 		if err := store.ValidateID(id); err != nil {
 			return nil, errf(404, codeNotFound, "Run with id=%s not found", id)
 		}
-		pts, err := s.st.History(r.ctx, id, store.HistoryQuery{Key: key, MinStep: lo, MaxStep: hi, Limit: 100000})
+		pts, err := s.st.History(r.ctx, id, store.HistoryQuery{Key: key, Limit: 100000})
 		if err != nil {
 			return nil, s.runErr(err, id)
 		}
-		for _, p := range sample(pts, int(maxResults)) {
-			out.Metrics = append(out.Metrics, metric{Key: key, Value: store.Float(p.Value), Timestamp: p.Time.UnixMilli(), Step: p.Step, RunID: id})
+		hist[i] = pts
+	}
+	steps := sampledSteps(hist, lo, hi, int(maxResults))
+	out := struct {
+		Metrics []metric `json:"metrics"`
+	}{Metrics: []metric{}}
+	for i, id := range ids {
+		for _, p := range hist[i] {
+			if steps[p.Step] {
+				out.Metrics = append(out.Metrics, metric{Key: key, Value: store.Float(p.Value), Timestamp: p.Time.UnixMilli(), Step: p.Step, RunID: id})
+			}
 		}
 	}
 	return out, nil
 }
 
-// sample keeps at most n points, evenly spaced, first and last included.
-func sample(pts []store.Point, n int) []store.Point {
-	if len(pts) <= n {
-		return pts
+// sampledSteps is the steps get-history-bulk-interval answers, chosen as
+// MLflow's server chooses them, so its UI's charts get the same points:
+// the distinct steps of every run in [lo, hi] (without bounds: from 0 to
+// the last step), every step when at most n, else n evenly spaced by index
+// plus the last; and always each run's first and last step in the range.
+func sampledSteps(runs [][]store.Point, lo, hi *int64, n int) map[int64]bool {
+	set := map[int64]bool{}
+	var bounds []int64
+	for _, pts := range runs {
+		if len(pts) == 0 {
+			continue
+		}
+		first, last := pts[0].Step, pts[0].Step
+		for _, p := range pts {
+			set[p.Step] = true
+			first, last = min(first, p.Step), max(last, p.Step)
+		}
+		bounds = append(bounds, first, last)
 	}
-	if n == 1 {
-		return pts[len(pts)-1:]
+	all := make([]int64, 0, len(set))
+	for st := range set {
+		all = append(all, st)
 	}
-	out := make([]store.Point, 0, n)
+	slices.Sort(all)
+	out := map[int64]bool{}
+	if len(all) == 0 {
+		return out
+	}
+	start, end := int64(0), all[len(all)-1]
+	if lo != nil && hi != nil {
+		start, end = *lo, *hi
+	}
+	for _, b := range bounds {
+		if start <= b && b <= end {
+			out[b] = true
+		}
+	}
+	from, _ := slices.BinarySearch(all, start)
+	to := sort.Search(len(all), func(i int) bool { return all[i] > end })
+	if to-from <= n {
+		for _, st := range all[from:to] {
+			out[st] = true
+		}
+		return out
+	}
+	interval := float64(to-from) / float64(n)
 	for i := 0; i < n; i++ {
-		j := int(math.Round(float64(i) * float64(len(pts)-1) / float64(n-1)))
-		out = append(out, pts[j])
+		if idx := from + int(float64(i)*interval); idx < to {
+			out[all[idx]] = true
+		}
 	}
+	out[all[to-1]] = true
 	return out
+}
+
+// getHistoryAll answers metrics/get-history-bulk (GET, MLflow's UI's
+// older call): every point of metric_key of up to 100 runs (run_id
+// repeated), by run ID, then time, step and value, at most max_results
+// (default and cap 25,000). Unknown runs give no points, as MLflow's.
+func (s *Server) getHistoryAll(r *request) (any, *apiError) {
+	const maxRuns, maxPoints = 100, 25000
+	ids, e := r.strs("run_id")
+	if e != nil {
+		return nil, e
+	}
+	if len(ids) == 0 {
+		return nil, errf(400, codeInvalidParameter, "GetMetricHistoryBulk request must specify at least one run_id.")
+	}
+	if len(ids) > maxRuns {
+		return nil, errf(400, codeInvalidParameter, "GetMetricHistoryBulk request cannot specify more than %d run_ids. Received %d run_ids.", maxRuns, len(ids))
+	}
+	key, e := r.str("metric_key")
+	if e != nil {
+		return nil, e
+	}
+	if _, set := r.raw("metric_key"); !set {
+		return nil, errf(400, codeInvalidParameter, "GetMetricHistoryBulk request must specify a metric_key.")
+	}
+	limit, set, e := r.int64Field("max_results")
+	if e != nil {
+		return nil, e
+	}
+	if !set || limit > maxPoints {
+		limit = maxPoints
+	}
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	out := struct {
+		Metrics []metric `json:"metrics"`
+	}{Metrics: []metric{}}
+	for _, id := range slices.Compact(ids) {
+		if int64(len(out.Metrics)) >= limit {
+			break
+		}
+		if store.ValidateID(id) != nil {
+			continue
+		}
+		pts, err := s.st.History(r.ctx, id, store.HistoryQuery{Key: key, Limit: int(min(limit, maxPoints))})
+		if store.ErrorCode(err) == store.CodeNotFound {
+			continue
+		}
+		if err != nil {
+			return nil, s.runErr(err, id)
+		}
+		slices.SortStableFunc(pts, func(a, b store.Point) int {
+			if c := a.Time.Compare(b.Time); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(a.Step, b.Step); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Value, b.Value)
+		})
+		for _, p := range pts {
+			out.Metrics = append(out.Metrics, metric{Key: key, Value: store.Float(p.Value), Timestamp: p.Time.UnixMilli(), Step: p.Step, RunID: id})
+		}
+	}
+	if int64(len(out.Metrics)) > limit {
+		out.Metrics = out.Metrics[:max(limit, 0)]
+	}
+	return out, nil
 }

@@ -1,0 +1,90 @@
+package mlflow
+
+import (
+	"fmt"
+	"net/url"
+	"testing"
+)
+
+// TestHistoryBulkInterval: the points get-history-bulk-interval answers are
+// those MLflow's server answers (the cases of MLflow's own test): evenly
+// spaced steps plus the last, and each run's first and last step.
+func TestHistoryBulkInterval(t *testing.T) { forEach(t, Config{}, testHistoryBulkInterval) }
+
+func testHistoryBulkInterval(t *testing.T, e *env) {
+	exp := e.ok("POST", api+"experiments/create", map[string]any{"name": "bulk"})["experiment_id"].(string)
+	r1, r2 := e.newRun(exp), e.newRun(exp)
+	for i := 0; i < 20; i++ {
+		if i < 10 {
+			e.ok("POST", api+"runs/log-metric", map[string]any{"run_id": r1, "key": "metricA", "value": 10, "timestamp": 1, "step": i})
+		}
+		e.ok("POST", api+"runs/log-metric", map[string]any{"run_id": r2, "key": "metricA", "value": 10, "timestamp": 1, "step": i})
+	}
+	steps := func(q url.Values) map[string][]float64 {
+		t.Helper()
+		q.Set("metric_key", "metricA")
+		out := e.ok("GET", api+"metrics/get-history-bulk-interval?"+q.Encode(), nil)
+		got := map[string][]float64{}
+		for _, m := range out["metrics"].([]any) {
+			m := m.(map[string]any)
+			got[m["run_id"].(string)] = append(got[m["run_id"].(string)], m["step"].(float64))
+		}
+		return got
+	}
+	eq := func(what string, got, want []float64) {
+		t.Helper()
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: steps %v, want %v", what, got, want)
+		}
+	}
+	got := steps(url.Values{"run_ids": {r1}, "max_results": {"5"}})
+	eq("one run", got[r1], []float64{0, 2, 4, 6, 8, 9})
+	got = steps(url.Values{"run_ids": {r1}, "max_results": {"5"}, "start_step": {"0"}, "end_step": {"4"}})
+	eq("a range", got[r1], []float64{0, 1, 2, 3, 4})
+	got = steps(url.Values{"run_ids": {r1, r2}, "max_results": {"5"}})
+	eq("two runs, the first", got[r1], []float64{0, 4, 8, 9})
+	eq("two runs, the second", got[r2], []float64{0, 4, 8, 9, 12, 16, 19})
+	got = steps(url.Values{"run_ids": {r2}})
+	if len(got[r2]) != 20 {
+		t.Errorf("without max_results (MLflow's default 2,500): %d points, want 20", len(got[r2]))
+	}
+}
+
+// TestHistoryBulk: metrics/get-history-bulk, MLflow's UI's older call, with
+// MLflow's order, limit and refusals.
+func TestHistoryBulk(t *testing.T) { forEach(t, Config{}, testHistoryBulk) }
+
+func testHistoryBulk(t *testing.T, e *env) {
+	exp := e.ok("POST", api+"experiments/create", map[string]any{"name": "bulk"})["experiment_id"].(string)
+	r1, r2 := e.newRun(exp), e.newRun(exp)
+	for _, id := range []string{r1, r2} {
+		for i, ts := range []int{5, 3, 4} { // steps 0, 1, 2 logged at times 5, 3, 4
+			e.ok("POST", api+"runs/log-metric", map[string]any{"run_id": id, "key": "m", "value": i, "timestamp": ts, "step": i})
+		}
+	}
+	q := url.Values{"run_id": {r2, r1, "nope"}, "metric_key": {"m"}}
+	out := e.ok("GET", api+"metrics/get-history-bulk?"+q.Encode(), nil)["metrics"].([]any)
+	lo, hi := min(r1, r2), max(r1, r2)
+	var got []string
+	for _, m := range out {
+		m := m.(map[string]any)
+		got = append(got, fmt.Sprintf("%s:%v@%v", m["run_id"], m["step"], m["timestamp"]))
+	}
+	want := []string{lo + ":1@3", lo + ":2@4", lo + ":0@5", hi + ":1@3", hi + ":2@4", hi + ":0@5"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("points %v, want %v (by run, then time)", got, want)
+	}
+	q.Set("max_results", "2")
+	if n := len(e.ok("GET", api+"metrics/get-history-bulk?"+q.Encode(), nil)["metrics"].([]any)); n != 2 {
+		t.Errorf("max_results 2: %d points", n)
+	}
+	e.fails(400, codeInvalidParameter, "GET", api+"metrics/get-history-bulk?metric_key=m", nil)
+	e.fails(400, codeInvalidParameter, "GET", api+"metrics/get-history-bulk?run_id="+r1, nil)
+	many := url.Values{"metric_key": {"m"}}
+	for i := 0; i < 101; i++ {
+		many.Add("run_id", fmt.Sprintf("id_%d", i))
+	}
+	if msg := e.fails(400, codeInvalidParameter, "GET", api+"metrics/get-history-bulk?"+many.Encode(), nil); msg == "" {
+		t.Error("101 runs: no message")
+	}
+}
