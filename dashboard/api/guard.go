@@ -172,7 +172,8 @@ func checkContentType(path string, ct []byte) *Error {
 		return nil // proxied to the deployment, which checks its own types
 	case strings.HasPrefix(path, "/api/runs/") && strings.HasSuffix(strings.TrimSuffix(path, "/"), "/files"):
 		return nil // a run's file upload is the file itself, of any type
-	case strings.HasPrefix(path, "/api/2.0/mlflow-artifacts/artifacts/") || strings.HasPrefix(path, "/ajax-api/2.0/mlflow-artifacts/artifacts/"):
+	case strings.HasPrefix(path, "/api/2.0/mlflow-artifacts/artifacts/") || strings.HasPrefix(path, "/ajax-api/2.0/mlflow-artifacts/artifacts/"),
+		path == "/ajax-api/2.0/mlflow/upload-artifact":
 		return nil // an artifact upload is the file itself, of any type (MLflow's client sends its guessed type)
 	}
 	mt, _, err := mime.ParseMediaType(string(ct))

@@ -166,6 +166,58 @@ func (s *Server) getArtifact(ctx *fasthttp.RequestCtx) {
 	s.downloadFile(ctx, runID, rel)
 }
 
+// uploadArtifact answers MLflow's POST
+// /ajax-api/2.0/mlflow/upload-artifact?run_uuid=&path= (its web UI's upload
+// of a file to a run): the body is the file, stored and listed as the
+// run's artifact at path. Refusals carry MLflow's sentences.
+func (s *Server) uploadArtifact(ctx *fasthttp.RequestCtx) {
+	if !ctx.IsPost() {
+		ctx.Response.Header.Set("Allow", "POST")
+		writeErr(ctx, errf(405, codeBadRequest, "upload-artifact takes POST"))
+		return
+	}
+	if s.cfg.Artifacts == nil {
+		writeErr(ctx, errf(503, codeUnavailable, "the dashboard has no artifact storage; start it with FW_ARTIFACT_DIR, FW_EXPERIMENT_DIR or FW_ARTIFACT_URI"))
+		return
+	}
+	args := ctx.QueryArgs()
+	runID := string(args.Peek("run_uuid"))
+	if runID == "" {
+		runID = string(args.Peek("run_id"))
+	}
+	if runID == "" {
+		writeErr(ctx, errf(400, codeInvalidParameter, "Request must specify run_uuid."))
+		return
+	}
+	raw := string(args.Peek("path"))
+	if raw == "" {
+		writeErr(ctx, errf(400, codeInvalidParameter, "Request must specify path."))
+		return
+	}
+	rel := cleanDir(raw)
+	if err := store.ValidateRelPath(rel); err != nil || rel == "" {
+		writeErr(ctx, errf(400, codeInvalidParameter, "Invalid path: %q is not a file path inside the run's artifacts (no '..', not absolute)", raw))
+		return
+	}
+	empty := ctx.Request.Header.ContentLength() == 0 // a streamed body is not read here
+	if !ctx.Request.IsBodyStream() {
+		empty = len(ctx.PostBody()) == 0
+	}
+	if empty {
+		writeErr(ctx, errf(400, codeInvalidParameter, "Request must specify data."))
+		return
+	}
+	if err := store.ValidateID(runID); err != nil {
+		writeErr(ctx, errf(404, codeNotFound, "Run with id=%s not found", runID))
+		return
+	}
+	if e := s.upload(ctx, runID, rel); e != nil {
+		writeErr(ctx, e)
+		return
+	}
+	writeJSON(ctx, 200, struct{}{})
+}
+
 // upload streams the request's body into the artifact store under
 // <run id>/<rel> and records the run's artifact event.
 func (s *Server) upload(ctx *fasthttp.RequestCtx, runID, rel string) *apiError {

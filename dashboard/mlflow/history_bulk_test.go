@@ -3,6 +3,7 @@ package mlflow
 import (
 	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -86,5 +87,33 @@ func testHistoryBulk(t *testing.T, e *env) {
 	}
 	if msg := e.fails(400, codeInvalidParameter, "GET", api+"metrics/get-history-bulk?"+many.Encode(), nil); msg == "" {
 		t.Error("101 runs: no message")
+	}
+}
+
+// TestUploadArtifact: MLflow's web UI's upload-artifact, then
+// /get-artifact reads the file back; MLflow's refusals.
+func TestUploadArtifact(t *testing.T) {
+	e := newEnv(t, Config{})
+	exp := e.ok("POST", api+"experiments/create", map[string]any{"name": "up"})["experiment_id"].(string)
+	run := e.newRun(exp)
+	const up = "/ajax-api/2.0/mlflow/upload-artifact"
+	for _, c := range []struct{ query, body, want string }{
+		{"", "x", "Request must specify run_uuid."},
+		{"?run_uuid=" + run, "x", "Request must specify path."},
+		{"?run_uuid=" + run + "&path=", "x", "Request must specify path."},
+		{"?run_uuid=" + run + "&path=../test.txt", "x", "Invalid path"},
+		{"?run_uuid=" + run + "&path=test.txt", "", "Request must specify data."},
+	} {
+		if msg := e.fails(400, codeInvalidParameter, "POST", up+c.query, c.body); !strings.HasPrefix(msg, c.want) {
+			t.Errorf("%s: %q, want it to begin %q", c.query, msg, c.want)
+		}
+	}
+	e.ok("POST", up+"?run_uuid="+run+"&path=dir/test.txt", "hello world")
+	if got := e.ok("GET", "/get-artifact?run_uuid="+run+"&path=dir/test.txt", nil)["raw"]; got != "hello world" {
+		t.Fatalf("get-artifact: %q", got)
+	}
+	files := e.ok("GET", api+"artifacts/list?run_id="+run+"&path=dir", nil)["files"].([]any)
+	if len(files) != 1 || files[0].(map[string]any)["path"] != "dir/test.txt" {
+		t.Fatalf("artifacts/list: %v", files)
 	}
 }

@@ -194,6 +194,9 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx, path string) {
 	case "/get-artifact":
 		s.getArtifact(ctx)
 		return
+	case "/ajax-api/2.0/mlflow/upload-artifact":
+		s.uploadArtifact(ctx)
+		return
 	}
 	rest, ok := "", false
 	for _, p := range []string{"/api/2.0/", "/ajax-api/2.0/", "/api/3.0/", "/ajax-api/3.0/"} {
