@@ -48,7 +48,7 @@ func (s *Server) artifactsProxy(ctx *fasthttp.RequestCtx, sub string) {
 		// (a/../../x under a run's artifacts became a free file beside the
 		// run); the client meant a path out of where it wrote: refused, as
 		// MLflow refuses it.
-		writeErr(ctx, errf(400, codeInvalidParameter, "Invalid path: the artifact path has a '..' element; give a path inside the run's artifacts"))
+		writeErr(ctx, invalidPath("the artifact path has a '..' element; give a path inside the run's artifacts"))
 		return
 	}
 	method := string(ctx.Method())
@@ -103,7 +103,7 @@ func splitArtifactPath(p string) (runID, rel string, isRun bool, e *apiError) {
 	clean := cleanDir(p)
 	if clean != "" {
 		if err := store.ValidateRelPath(clean); err != nil {
-			return "", "", false, errf(400, codeInvalidParameter, "Invalid path: %v", err)
+			return "", "", false, invalidPath("%v; give a path inside the artifacts", err)
 		}
 	}
 	parts := strings.SplitN(clean, "/", 4)
@@ -160,7 +160,7 @@ func (s *Server) getArtifact(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if err := store.ValidateRelPath(rel); err != nil {
-		writeErr(ctx, errf(400, codeInvalidParameter, "Invalid path: %v", err))
+		writeErr(ctx, invalidPath("%v; give a path inside the artifacts", err))
 		return
 	}
 	s.downloadFile(ctx, runID, rel)
@@ -196,7 +196,7 @@ func (s *Server) uploadArtifact(ctx *fasthttp.RequestCtx) {
 	}
 	rel := cleanDir(raw)
 	if err := store.ValidateRelPath(rel); err != nil || rel == "" {
-		writeErr(ctx, errf(400, codeInvalidParameter, "Invalid path: %q is not a file path inside the run's artifacts (no '..', not absolute)", raw))
+		writeErr(ctx, invalidPath("%q is not a file path inside the run's artifacts (no '..', not absolute)", raw))
 		return
 	}
 	empty := ctx.Request.Header.ContentLength() == 0 // a streamed body is not read here
@@ -454,7 +454,7 @@ func (s *Server) listRunArtifacts(r *request) (any, *apiError) {
 	dir = cleanDir(dir)
 	if dir != "" {
 		if err := store.ValidateRelPath(dir); err != nil {
-			return nil, errf(400, codeInvalidParameter, "Invalid path: %v", err)
+			return nil, invalidPath("%v; give a path inside the artifacts", err)
 		}
 	}
 	got, err := s.st.GetRun(r.ctx, id)

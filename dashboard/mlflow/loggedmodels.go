@@ -860,7 +860,7 @@ func (s *Server) listLoggedModelArtifacts(r *request, id string) (any, *apiError
 	dir = cleanDir(dir)
 	if dir != "" {
 		if err := store.ValidateRelPath(dir); err != nil {
-			return nil, errf(400, codeInvalidParameter, "Invalid path: %v", err)
+			return nil, invalidPath("%v; give a path inside the artifacts", err)
 		}
 	}
 	arts, e := s.freeFiles()
@@ -895,7 +895,7 @@ func (s *Server) loggedModelFile(ctx *fasthttp.RequestCtx, id string) {
 		return
 	}
 	if err := store.ValidateRelPath(rel); err != nil {
-		writeErr(ctx, errf(400, codeInvalidParameter, "Invalid path: %v", err))
+		writeErr(ctx, invalidPath("%v; give a path inside the artifacts", err))
 		return
 	}
 	s.downloadFree(ctx, fmt.Sprintf("%s/models/%s/artifacts/%s", m.ExperimentID, m.ID, rel))

@@ -351,6 +351,9 @@ type apiError struct {
 	status int
 	code   string
 	msg    string
+	// details, when set, is fw's explanation beside a message that must be
+	// MLflow's exact words.
+	details string
 }
 
 // MLflow's error codes (mlflow/protos/databricks.proto).
@@ -386,7 +389,20 @@ func (s *Server) Unauthorized(ctx *fasthttp.RequestCtx) {
 // Forbidden and other answers from the dashboard's guard keep fw's shape; the
 // routes here answer in MLflow's.
 func writeErr(ctx *fasthttp.RequestCtx, e *apiError) {
-	writeJSON(ctx, e.status, map[string]string{"error_code": e.code, "message": e.msg})
+	out := map[string]string{"error_code": e.code, "message": e.msg}
+	if e.details != "" {
+		out["details"] = e.details
+	}
+	writeJSON(ctx, e.status, out)
+}
+
+// invalidPath is MLflow's refusal of an artifact path that leaves its
+// root: MLflow's exact message, which its clients and tests compare whole,
+// and what is wrong with the path in "details".
+func invalidPath(format string, args ...any) *apiError {
+	e := errf(400, codeInvalidParameter, "Invalid path")
+	e.details = fmt.Sprintf(format, args...)
+	return e
 }
 
 func writeJSON(ctx *fasthttp.RequestCtx, status int, v any) {
