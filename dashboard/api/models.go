@@ -25,6 +25,18 @@ const MaxModelUploadBytes = 4 << 30
 // owner (cmd/fw).
 func (s *Server) SetRegistry(r *registry.Service) { s.registry.Store(r) }
 
+// withRegistry adapts a handler of the model registry's routes: 503 on a
+// dashboard without one.
+func (s *Server) withRegistry(fn func(*call, *registry.Service) (any, error)) func(*call) (any, error) {
+	return func(c *call) (any, error) {
+		r, err := s.reg()
+		if err != nil {
+			return nil, err
+		}
+		return fn(c, r)
+	}
+}
+
 // reg is the model registry, or the 503 of a dashboard without one.
 func (s *Server) reg() (*registry.Service, error) {
 	r := s.registry.Load()
@@ -35,11 +47,7 @@ func (s *Server) reg() (*registry.Service, error) {
 }
 
 // listDeployments answers GET /api/deployments.
-func (s *Server) listDeployments(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) listDeployments(c *call, r *registry.Service) (any, error) {
 	list, err := r.Deployments(c.ctx)
 	if err != nil {
 		return nil, err
@@ -49,20 +57,12 @@ func (s *Server) listDeployments(c *call) (any, error) {
 
 // stopDeployment answers DELETE /api/deployments/{id} (forwarded to the
 // replica that runs it).
-func (s *Server) stopDeployment(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) stopDeployment(c *call, r *registry.Service) (any, error) {
 	return r.StopDeployment(c.ctx, c.param("id"))
 }
 
 // listModels answers GET /api/models.
-func (s *Server) listModels(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) listModels(c *call, r *registry.Service) (any, error) {
 	list, err := r.Reg.List(c.ctx)
 	if err != nil {
 		return nil, err
@@ -71,11 +71,7 @@ func (s *Server) listModels(c *call) (any, error) {
 }
 
 // startExport answers POST /api/models/export (202: the export job).
-func (s *Server) startExport(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) startExport(c *call, r *registry.Service) (any, error) {
 	var req registry.ExportRequest
 	if e := s.decode(c, &req, `{"run_id", "checkpoint"} or {"model", "version"}, with "format", "opset_version", "method", "name"`); e != nil {
 		return nil, e
@@ -89,11 +85,7 @@ func (s *Server) startExport(c *call) (any, error) {
 }
 
 // listExports answers GET /api/models/exports.
-func (s *Server) listExports(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) listExports(c *call, r *registry.Service) (any, error) {
 	list, err := r.Exports(c.ctx)
 	if err != nil {
 		return nil, err
@@ -105,11 +97,7 @@ func (s *Server) listExports(c *call) (any, error) {
 }
 
 // getExport answers GET /api/models/exports/{id}.
-func (s *Server) getExport(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) getExport(c *call, r *registry.Service) (any, error) {
 	id := c.param("id")
 	j, ok, err := r.Export(c.ctx, id)
 	if err != nil {
@@ -123,11 +111,7 @@ func (s *Server) getExport(c *call) (any, error) {
 
 // deploy answers POST /api/models/{name}/deploy (201; forwarded to the
 // replica that runs the shared server when it is another).
-func (s *Server) deploy(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) deploy(c *call, r *registry.Service) (any, error) {
 	var req registry.DeployRequest
 	if e := s.decode(c, &req, `{"version", "target", "port", "grpc_port", "device", "max_batch_size", "max_delay_ms"}`); e != nil {
 		return nil, e
@@ -151,11 +135,7 @@ func version(c *call) (int, error) {
 }
 
 // getVersion answers GET /api/models/{name}/versions/{version}.
-func (s *Server) getVersion(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) getVersion(c *call, r *registry.Service) (any, error) {
 	if _, err := version(c); err != nil {
 		return nil, err
 	}
@@ -163,11 +143,7 @@ func (s *Server) getVersion(c *call) (any, error) {
 }
 
 // deleteVersion answers DELETE /api/models/{name}/versions/{version}.
-func (s *Server) deleteVersion(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) deleteVersion(c *call, r *registry.Service) (any, error) {
 	v, err := version(c)
 	if err != nil {
 		return nil, err
@@ -180,20 +156,12 @@ func (s *Server) deleteVersion(c *call) (any, error) {
 }
 
 // getModel answers GET /api/models/{name}.
-func (s *Server) getModel(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) getModel(c *call, r *registry.Service) (any, error) {
 	return r.Reg.Get(c.ctx, c.param("name"))
 }
 
 // patchModel answers PATCH /api/models/{name}: the aliases.
-func (s *Server) patchModel(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) patchModel(c *call, r *registry.Service) (any, error) {
 	var in struct {
 		Aliases map[string]float64 `json:"aliases"` // JSON numbers: 3 and 3.0 are the same integer
 	}
@@ -211,11 +179,7 @@ func (s *Server) patchModel(c *call) (any, error) {
 }
 
 // deleteModel answers DELETE /api/models/{name}: every version.
-func (s *Server) deleteModel(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) deleteModel(c *call, r *registry.Service) (any, error) {
 	name := c.param("name")
 	if err := r.Reg.Delete(c.ctx, name, 0); err != nil {
 		return nil, err
@@ -251,11 +215,7 @@ func decodeBytes(body []byte, v any, shape string) *Error {
 // sharedStatus answers GET /api/shared-server: its state and the versions
 // its repository index lists, from the replica that owns it (forwarded:
 // its process runs on the owner's host).
-func (s *Server) sharedStatus(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) sharedStatus(c *call, r *registry.Service) (any, error) {
 	if e, err := r.RemoteShared(c.ctx); e != nil {
 		return nil, e
 	} else if err != nil {
@@ -266,11 +226,7 @@ func (s *Server) sharedStatus(c *call) (any, error) {
 
 // startShared answers POST /api/shared-server: starts it (201), or
 // answers the running one (200).
-func (s *Server) startShared(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) startShared(c *call, r *registry.Service) (any, error) {
 	body, e := s.readBody(c.rc)
 	if e != nil {
 		return nil, e
@@ -295,22 +251,14 @@ func (s *Server) startShared(c *call) (any, error) {
 
 // stopShared answers DELETE /api/shared-server: stops it and ends every
 // deployment on it.
-func (s *Server) stopShared(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) stopShared(c *call, r *registry.Service) (any, error) {
 	return r.StopShared(c.ctx)
 }
 
 // registerModel answers POST /api/models: a JSON {name, run_id, checkpoint}
 // registers a checkpoint; a multipart form (field "file", optional field
 // "name") or a raw body with ?name= uploads an exported file.
-func (s *Server) registerModel(c *call) (any, error) {
-	r, err := s.reg()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) registerModel(c *call, r *registry.Service) (any, error) {
 	ctx := c.rc
 	ct, params, _ := mime.ParseMediaType(string(ctx.Request.Header.ContentType()))
 	name := string(ctx.QueryArgs().Peek("name"))

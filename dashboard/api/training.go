@@ -15,21 +15,20 @@ func (s *Server) SetJobs(f *jobs.Fleet) { s.jobs.Store(f) }
 
 func (s *Server) jobManager() *jobs.Fleet { return s.jobs.Load() }
 
-// fleet is the job manager, or the 503 of a dashboard without one.
-func (s *Server) fleet() (*jobs.Fleet, error) {
-	m := s.jobManager()
-	if m == nil {
-		return nil, apiErr(503, CodeUnavailable, "training jobs are not available: the recipe registry did not load (see the dashboard's log; FW_PYTHON must name a Python with the fw package)")
+// withJobs adapts a handler of the training routes: 503 on a dashboard
+// without a job manager.
+func (s *Server) withJobs(fn func(*call, *jobs.Fleet) (any, error)) func(*call) (any, error) {
+	return func(c *call) (any, error) {
+		m := s.jobManager()
+		if m == nil {
+			return nil, apiErr(503, CodeUnavailable, "training jobs are not available: the recipe registry did not load (see the dashboard's log; FW_PYTHON must name a Python with the fw package)")
+		}
+		return fn(c, m)
 	}
-	return m, nil
 }
 
 // listJobs answers GET /api/training: the jobs of every replica.
-func (s *Server) listJobs(c *call) (any, error) {
-	m, err := s.fleet()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) listJobs(c *call, m *jobs.Fleet) (any, error) {
 	list, err := m.List(c.ctx)
 	if err != nil {
 		return nil, err
@@ -38,20 +37,12 @@ func (s *Server) listJobs(c *call) (any, error) {
 }
 
 // recipes answers GET /api/training/recipes.
-func (s *Server) recipes(c *call) (any, error) {
-	m, err := s.fleet()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) recipes(c *call, m *jobs.Fleet) (any, error) {
 	return map[string]any{"recipes": m.Recipes()}, nil
 }
 
 // getJob answers GET /api/training/{id}.
-func (s *Server) getJob(c *call) (any, error) {
-	m, err := s.fleet()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) getJob(c *call, m *jobs.Fleet) (any, error) {
 	id := c.param("id")
 	info, ok, err := m.Get(c.ctx, id)
 	if err != nil {
@@ -65,11 +56,7 @@ func (s *Server) getJob(c *call) (any, error) {
 
 // stopJob answers POST /api/training/{id}/stop (202; forwarded to the
 // replica that runs the job).
-func (s *Server) stopJob(c *call) (any, error) {
-	m, err := s.fleet()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) stopJob(c *call, m *jobs.Fleet) (any, error) {
 	info, err := m.Stop(c.ctx, c.param("id"))
 	if err != nil {
 		return nil, err
@@ -79,11 +66,7 @@ func (s *Server) stopJob(c *call) (any, error) {
 }
 
 // startJob answers POST /api/training/start (202).
-func (s *Server) startJob(c *call) (any, error) {
-	m, err := s.fleet()
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) startJob(c *call, m *jobs.Fleet) (any, error) {
 	body, e := s.readBody(c.rc)
 	if e != nil {
 		return nil, e
