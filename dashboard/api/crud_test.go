@@ -202,6 +202,7 @@ func TestRoutePattern(t *testing.T) {
 	f("/api/models/m1/versions/3", "/api/models/{name}/versions/{version}")
 	f("/api/deployments/d1/predict/image", "/api/deployments/{id}/predict/image")
 	f("/api/runs//metrics", "other")
+	f("/api/runs/", "/api/runs")
 }
 
 func TestMetricsEndpoint(t *testing.T) {

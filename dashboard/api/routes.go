@@ -74,7 +74,6 @@ func (s *Server) routeTable() []route {
 		{method: "GET", pattern: "/metrics", raw: s.serveMetrics, open: true},
 		{method: "GET", pattern: "/openapi.json", raw: s.docs, open: true},
 		{method: "GET", pattern: "/docs", raw: s.docs, open: true},
-		{method: "GET", pattern: "/docs/", raw: s.docs, open: true}, // /docs with a slash
 		{method: "GET", pattern: "/docs/{asset}", raw: s.docs, open: true},
 		{method: "GET", pattern: "/api/training/stream", raw: s.stream, open: true},
 
@@ -137,7 +136,7 @@ func (s *Server) routeTable() []route {
 // with allow listing the methods that do (empty: no route has the path).
 // params are the values of rt's {name} segments.
 func (s *Server) match(method, path string) (rt *route, params []string, allow string) {
-	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	segs := pathSegs(path)
 	var pattern string // the first pattern that matches the path
 	var methods []string
 	for i := range s.routes {
@@ -153,6 +152,15 @@ func (s *Server) match(method, path string) (rt *route, params []string, allow s
 	}
 	sort.Strings(methods)
 	return nil, nil, strings.Join(methods, ", ")
+}
+
+// pathSegs splits a request path into segments; a trailing slash is not
+// one (/api/runs/ is /api/runs, /docs/ is /docs).
+func pathSegs(path string) []string {
+	if len(path) > 1 {
+		path = strings.TrimSuffix(path, "/")
+	}
+	return strings.Split(strings.TrimPrefix(path, "/"), "/")
 }
 
 func segsMatch(pattern, segs []string) bool {

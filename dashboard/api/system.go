@@ -4,7 +4,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -105,7 +104,7 @@ func (s *Server) countRequest(ctx *fasthttp.RequestCtx, path string) {
 // method), "other" for none: the request metrics' route label, a bounded
 // set, so scanners cannot blow up the label space.
 func (s *Server) patternOf(path string) string {
-	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	segs := pathSegs(path)
 	for i := range s.routes {
 		if segsMatch(s.routes[i].segs, segs) {
 			return s.routes[i].pattern
