@@ -117,3 +117,24 @@ func TestUploadArtifact(t *testing.T) {
 		t.Fatalf("artifacts/list: %v", files)
 	}
 }
+
+// TestModelVersionArtifact: MLflow's /model-versions/get-artifact serves a
+// file of a registered version whose source is a run's artifacts, and
+// refuses a path leaving it with MLflow's exact message.
+func TestModelVersionArtifact(t *testing.T) {
+	e := newEnv(t, Config{})
+	e.withRegistry()
+	exp := e.ok("POST", api+"experiments/create", map[string]any{"name": "mv"})["experiment_id"].(string)
+	run := e.newRun(exp)
+	e.ok("POST", "/ajax-api/2.0/mlflow/upload-artifact?run_uuid="+run+"&path=model/MLmodel", "flavors: {}")
+	e.ok("POST", api+"registered-models/create", map[string]any{"name": "m"})
+	e.ok("POST", api+"model-versions/create", map[string]any{"name": "m", "source": "runs:/" + run + "/model", "run_id": run})
+	if got := e.ok("GET", "/model-versions/get-artifact?name=m&version=1&path=MLmodel", nil)["raw"]; got != "flavors: {}" {
+		t.Fatalf("get-artifact: %q", got)
+	}
+	if msg := e.fails(400, codeInvalidParameter, "GET", "/model-versions/get-artifact?name=m&version=1&path=../path", nil); msg != "Invalid path" {
+		t.Errorf("a path leaving the version: %q, want MLflow's exact message", msg)
+	}
+	e.fails(404, codeNotFound, "GET", "/model-versions/get-artifact?name=m&version=1&path=absent.txt", nil)
+	e.fails(404, codeNotFound, "GET", "/model-versions/get-artifact?name=m&version=9&path=MLmodel", nil)
+}

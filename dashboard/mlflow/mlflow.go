@@ -148,7 +148,7 @@ func Owns(path string) bool {
 		}
 	}
 	switch path {
-	case "/version", "/get-artifact", "/graphql", "/v1/traces":
+	case "/version", "/get-artifact", "/model-versions/get-artifact", "/graphql", "/v1/traces":
 		return true
 	}
 	return false
@@ -164,7 +164,8 @@ func (s *Server) RoutePattern(path string) string {
 			break
 		}
 	}
-	if path == "/version" || path == "/get-artifact" {
+	switch path {
+	case "/version", "/get-artifact", "/model-versions/get-artifact", "/ajax-api/2.0/mlflow/upload-artifact":
 		return path
 	}
 	if strings.HasPrefix(rest, "mlflow-artifacts/") {
@@ -196,6 +197,9 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx, path string) {
 		return
 	case "/ajax-api/2.0/mlflow/upload-artifact":
 		s.uploadArtifact(ctx)
+		return
+	case "/model-versions/get-artifact":
+		s.modelVersionArtifact(rctx, ctx)
 		return
 	}
 	rest, ok := "", false

@@ -9,6 +9,7 @@ package mlflow
 // where its client or users match them.
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -20,8 +21,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/fw-serve/fw/dashboard/fault"
 	"github.com/fw-serve/fw/dashboard/registry"
+	"github.com/fw-serve/fw/dashboard/store"
 )
 
 // MLflow's stages (deprecated in MLflow, still in its API).
@@ -913,4 +917,80 @@ func (s *Server) searchModelVersions(r *request) (any, *apiError) {
 		return nil, e
 	}
 	return pageOf("model_versions", hits, q, func(x mv) any { return x.wire }), nil
+}
+
+// modelVersionArtifact answers MLflow's GET
+// /model-versions/get-artifact?name=&version=&path= (its web UI's download
+// of a registered version's file): path inside the version's source, when
+// that source is in this dashboard's artifact storage (runs:/RUN/PATH,
+// mlflow-artifacts:/..., or an MLflow 3 logged model, models:/m-...).
+func (s *Server) modelVersionArtifact(rctx context.Context, ctx *fasthttp.RequestCtx) {
+	if !ctx.IsGet() && !ctx.IsHead() {
+		ctx.Response.Header.Set("Allow", "GET")
+		writeErr(ctx, errf(405, codeBadRequest, "/model-versions/get-artifact takes GET"))
+		return
+	}
+	raw := string(ctx.QueryArgs().Peek("path"))
+	rel := cleanDir(raw)
+	if err := store.ValidateRelPath(rel); rel != "" && err != nil {
+		writeErr(ctx, invalidPath("%v; give a path inside the model version's files", err))
+		return
+	}
+	if rel == "" {
+		writeErr(ctx, missingValue("path"))
+		return
+	}
+	if s.cfg.Artifacts == nil {
+		writeErr(ctx, errf(503, codeUnavailable, "the dashboard has no artifact storage; start it with FW_ARTIFACT_DIR, FW_EXPERIMENT_DIR or FW_ARTIFACT_URI"))
+		return
+	}
+	req, e := s.request(rctx, ctx)
+	if e != nil {
+		writeErr(ctx, e)
+		return
+	}
+	out, e := s.getModelVersion(req)
+	if e != nil {
+		writeErr(ctx, e)
+		return
+	}
+	source, _ := out.(map[string]any)["model_version"].(map[string]any)["source"].(string)
+	join := func(dir string) string { return strings.Trim(cleanDir(dir)+"/"+rel, "/") }
+	switch {
+	case strings.HasPrefix(source, "runs:/"):
+		run, dir, _ := strings.Cut(strings.TrimPrefix(source, "runs:/"), "/")
+		if store.ValidateID(run) == nil {
+			s.downloadFile(ctx, run, join(dir))
+			return
+		}
+	case strings.HasPrefix(source, "mlflow-artifacts:"):
+		p := strings.TrimPrefix(source, "mlflow-artifacts:")
+		if strings.HasPrefix(p, "//") { // mlflow-artifacts://host:port/path
+			if _, after, ok := strings.Cut(p[2:], "/"); ok {
+				p = after
+			} else {
+				p = ""
+			}
+		}
+		runID, inner, isRun, e := splitArtifactPath(join(p))
+		if e != nil {
+			writeErr(ctx, e)
+			return
+		}
+		if isRun {
+			s.downloadFile(ctx, runID, inner)
+		} else {
+			s.downloadFree(ctx, inner)
+		}
+		return
+	case strings.HasPrefix(source, "models:/m-"):
+		m, e := s.getModel(req, strings.TrimPrefix(source, "models:/"))
+		if e != nil {
+			writeErr(ctx, e)
+			return
+		}
+		s.downloadFree(ctx, fmt.Sprintf("%s/models/%s/artifacts/%s", m.ExperimentID, m.ID, rel))
+		return
+	}
+	writeErr(ctx, errf(404, codeNotFound, "model version source %q is not in this dashboard's artifact storage; download it from where it lives", source))
 }
