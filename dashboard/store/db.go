@@ -357,9 +357,16 @@ func (s *sqlStore) runGroupOnce(live []*writeReq, canRetry bool) (again bool) {
 	}
 	rolledBack := false
 	for i, r := range live {
+		// A request's statements run under its context without its
+		// cancellation (a request cancelled before its group began is not
+		// in live): on SQLite an interrupted write inside a transaction
+		// rolls back the whole transaction, every other request of the
+		// group with it, so a client that goes away mid-write would fail the
+		// others. Its result is not acknowledged to it either way.
+		rctx := context.WithoutCancel(r.ctx)
 		mark := len(s.feed.pending)
 		if len(live) == 1 {
-			errs[i] = r.fn(r.ctx, tx)
+			errs[i] = r.fn(rctx, tx)
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
@@ -367,7 +374,7 @@ func (s *sqlStore) runGroupOnce(live []*writeReq, canRetry bool) (again bool) {
 			fail(fmt.Errorf("creating a savepoint: %w", err))
 			return false
 		}
-		errs[i] = r.fn(r.ctx, tx)
+		errs[i] = r.fn(rctx, tx)
 		if errs[i] != nil {
 			s.feed.pending = s.feed.pending[:mark]
 			rolledBack = true
