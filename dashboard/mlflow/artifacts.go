@@ -2,6 +2,7 @@ package mlflow
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -221,14 +222,14 @@ func (s *Server) uploadArtifact(ctx *fasthttp.RequestCtx) {
 // upload streams the request's body into the artifact store under
 // <run id>/<rel> and records the run's artifact event.
 func (s *Server) upload(ctx *fasthttp.RequestCtx, runID, rel string) *apiError {
-	if _, err := s.st.GetRun(s.base, runID); err != nil {
+	if _, err := s.st.GetRun(s.reqCtx(ctx), runID); err != nil {
 		return s.runErr(err, runID)
 	}
 	n, e := s.store(ctx, runID+"/"+rel, rel)
 	if e != nil {
 		return e
 	}
-	return s.apply(s.base, runID, []store.Event{{Type: store.EventArtifact, Path: rel, Size: store.Ptr(n)}})
+	return s.apply(s.reqCtx(ctx), runID, []store.Event{{Type: store.EventArtifact, Path: rel, Size: store.Ptr(n)}})
 }
 
 // store streams the request's body into a temporary file of UploadDir (at
@@ -263,7 +264,7 @@ func (s *Server) store(ctx *fasthttp.RequestCtx, key, rel string) (int64, *apiEr
 	if n > s.cfg.MaxArtifactBytes {
 		return 0, errf(413, codeLimitExceeded, "the artifact is larger than %d bytes (--max-artifact-mib)", s.cfg.MaxArtifactBytes)
 	}
-	if err := s.cfg.Artifacts.PutFile(s.base, key, tmp); err != nil {
+	if err := s.cfg.Artifacts.PutFile(s.reqCtx(ctx), key, tmp); err != nil {
 		if errors.Is(err, blob.ErrInvalidKey) {
 			return 0, errf(400, codeInvalidParameter, "artifact path %q: %v", rel, err)
 		}
@@ -298,15 +299,15 @@ func (s *Server) uploadFree(ctx *fasthttp.RequestCtx, rel string) *apiError {
 		return e
 	}
 	body, _ := json.Marshal(freeFile{Path: rel, Size: n})
-	if _, err := s.st.UpdateRecord(s.base, freeKind, freeKey(rel), func(*store.Record) (json.RawMessage, error) { return body, nil }); err != nil {
+	if _, err := s.st.UpdateRecord(s.reqCtx(ctx), freeKind, freeKey(rel), func(*store.Record) (json.RawMessage, error) { return body, nil }); err != nil {
 		return s.fromStore(err, "recording artifact "+rel)
 	}
 	return nil
 }
 
 // freeFiles lists the recorded free files.
-func (s *Server) freeFiles() ([]store.Artifact, *apiError) {
-	recs, err := s.st.ListRecords(s.base, freeKind)
+func (s *Server) freeFiles(ctx context.Context) ([]store.Artifact, *apiError) {
+	recs, err := s.st.ListRecords(ctx, freeKind)
 	if err != nil {
 		return nil, s.fromStore(err, "listing artifacts")
 	}
@@ -322,7 +323,7 @@ func (s *Server) freeFiles() ([]store.Artifact, *apiError) {
 
 // downloadFree answers GET (and HEAD) of a recorded free file.
 func (s *Server) downloadFree(ctx *fasthttp.RequestCtx, rel string) {
-	if _, err := s.st.GetRecord(s.base, freeKind, freeKey(rel)); err != nil {
+	if _, err := s.st.GetRecord(s.reqCtx(ctx), freeKind, freeKey(rel)); err != nil {
 		if store.ErrorCode(err) == store.CodeNotFound {
 			writeErr(ctx, errf(404, codeNotFound, "no artifact %q", rel))
 			return
@@ -336,7 +337,7 @@ func (s *Server) downloadFree(ctx *fasthttp.RequestCtx, rel string) {
 // downloadFile answers GET (and HEAD) of one artifact the store lists for
 // the run, read from the artifact store.
 func (s *Server) downloadFile(ctx *fasthttp.RequestCtx, runID, rel string) {
-	arts, err := s.st.Artifacts(s.base, runID)
+	arts, err := s.st.Artifacts(s.reqCtx(ctx), runID)
 	if err != nil {
 		writeErr(ctx, s.runErr(err, runID))
 		return
@@ -362,9 +363,9 @@ func (s *Server) serveBlob(ctx *fasthttp.RequestCtx, key, rel, what string) {
 	var info blob.Info
 	var err error
 	if ctx.IsHead() {
-		info, err = s.cfg.Artifacts.Stat(s.base, key)
+		info, err = s.cfg.Artifacts.Stat(s.reqCtx(ctx), key)
 	} else {
-		r, info, err = s.cfg.Artifacts.Get(s.base, key)
+		r, info, err = s.cfg.Artifacts.Get(s.base, key) // the server's: fasthttp sends the body after the handler returns
 	}
 	switch {
 	case errors.Is(err, blob.ErrInvalidKey):
@@ -429,11 +430,11 @@ func (s *Server) proxyList(ctx *fasthttp.RequestCtx, p string) {
 	var arts []store.Artifact
 	if isRun {
 		var err error
-		if arts, err = s.st.Artifacts(s.base, runID); err != nil {
+		if arts, err = s.st.Artifacts(s.reqCtx(ctx), runID); err != nil {
 			writeErr(ctx, s.runErr(err, runID))
 			return
 		}
-	} else if arts, e = s.freeFiles(); e != nil {
+	} else if arts, e = s.freeFiles(s.reqCtx(ctx)); e != nil {
 		writeErr(ctx, e)
 		return
 	}

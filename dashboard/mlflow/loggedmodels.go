@@ -863,7 +863,7 @@ func (s *Server) listLoggedModelArtifacts(r *request, id string) (any, *apiError
 			return nil, invalidPath("%v; give a path inside the artifacts", err)
 		}
 	}
-	arts, e := s.freeFiles()
+	arts, e := s.freeFiles(r.ctx)
 	if e != nil {
 		return nil, e
 	}
@@ -884,7 +884,7 @@ func (s *Server) listLoggedModelArtifacts(r *request, id string) (any, *apiError
 // loggedModelFile answers logged-models/{id}/artifacts/files
 // ?artifact_file_path=: one of the model's files.
 func (s *Server) loggedModelFile(ctx *fasthttp.RequestCtx, id string) {
-	m, e := s.getModel(&request{ctx: s.base}, id)
+	m, e := s.getModel(&request{ctx: s.reqCtx(ctx)}, id)
 	if e != nil {
 		writeErr(ctx, e)
 		return

@@ -182,11 +182,24 @@ func (s *Server) RoutePattern(path string) string {
 	return "other"
 }
 
+// reqCtxKey is the RequestCtx user value holding the request's context.
+type reqCtxKey struct{}
+
+// reqCtx is the context of the request ctx answers (set by Handler), or
+// the server's outside one.
+func (s *Server) reqCtx(ctx *fasthttp.RequestCtx) context.Context {
+	if c, ok := ctx.UserValue(reqCtxKey{}).(context.Context); ok {
+		return c
+	}
+	return s.base
+}
+
 // Handler answers one request of this API (Owns(path) is true; the caller
 // has checked the token).
 func (s *Server) Handler(ctx *fasthttp.RequestCtx, path string) {
 	rctx, end := reqctx.New(s.base, ctx) // cancelled when the client goes away
 	defer end()
+	ctx.SetUserValue(reqCtxKey{}, rctx) // for the artifact routes (reqCtx)
 	switch path {
 	case "/version":
 		ctx.SetContentType("text/plain; charset=utf-8")
