@@ -40,7 +40,7 @@ type fileInfo struct {
 // (no run ID starts with '_') and listed from the store's records.
 func (s *Server) artifactsProxy(ctx *fasthttp.RequestCtx, sub string) {
 	if s.cfg.Artifacts == nil {
-		writeErr(ctx, errf(503, codeUnavailable, "the dashboard has no artifact storage; start it with FW_ARTIFACT_DIR, FW_EXPERIMENT_DIR or FW_ARTIFACT_URI"))
+		writeErr(ctx, noArtifactStore())
 		return
 	}
 	sub = strings.TrimPrefix(sub, "/")
@@ -131,11 +131,25 @@ func cleanDir(p string) string {
 	return strings.Join(keep, "/")
 }
 
+// noArtifactStore is the 503 of the artifact routes on a dashboard without
+// artifact storage.
+func noArtifactStore() *apiError {
+	return errf(503, codeUnavailable, "the dashboard has no artifact storage; start it with FW_ARTIFACT_DIR, FW_EXPERIMENT_DIR or FW_ARTIFACT_URI")
+}
+
+// queryRunID reads ?run_id= or MLflow's older ?run_uuid=.
+func queryRunID(args *fasthttp.Args) string {
+	if id := string(args.Peek("run_id")); id != "" {
+		return id
+	}
+	return string(args.Peek("run_uuid"))
+}
+
 // getArtifact answers MLflow's GET /get-artifact?run_id=&path= (what its
 // web UI and some scripts download a run's file with).
 func (s *Server) getArtifact(ctx *fasthttp.RequestCtx) {
 	if s.cfg.Artifacts == nil {
-		writeErr(ctx, errf(503, codeUnavailable, "the dashboard has no artifact storage; start it with FW_ARTIFACT_DIR, FW_EXPERIMENT_DIR or FW_ARTIFACT_URI"))
+		writeErr(ctx, noArtifactStore())
 		return
 	}
 	if !ctx.IsGet() && !ctx.IsHead() {
@@ -143,10 +157,7 @@ func (s *Server) getArtifact(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, errf(405, codeBadRequest, "/get-artifact takes GET"))
 		return
 	}
-	runID := string(ctx.QueryArgs().Peek("run_id"))
-	if runID == "" {
-		runID = string(ctx.QueryArgs().Peek("run_uuid"))
-	}
+	runID := queryRunID(ctx.QueryArgs())
 	if runID == "" {
 		writeErr(ctx, errf(400, codeInvalidParameter, "Missing value for required parameter 'run_id'"))
 		return
@@ -178,14 +189,11 @@ func (s *Server) uploadArtifact(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if s.cfg.Artifacts == nil {
-		writeErr(ctx, errf(503, codeUnavailable, "the dashboard has no artifact storage; start it with FW_ARTIFACT_DIR, FW_EXPERIMENT_DIR or FW_ARTIFACT_URI"))
+		writeErr(ctx, noArtifactStore())
 		return
 	}
 	args := ctx.QueryArgs()
-	runID := string(args.Peek("run_uuid"))
-	if runID == "" {
-		runID = string(args.Peek("run_id"))
-	}
+	runID := queryRunID(args)
 	if runID == "" {
 		writeErr(ctx, errf(400, codeInvalidParameter, "Request must specify run_uuid."))
 		return

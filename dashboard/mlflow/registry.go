@@ -941,7 +941,7 @@ func (s *Server) modelVersionArtifact(rctx context.Context, ctx *fasthttp.Reques
 		return
 	}
 	if s.cfg.Artifacts == nil {
-		writeErr(ctx, errf(503, codeUnavailable, "the dashboard has no artifact storage; start it with FW_ARTIFACT_DIR, FW_EXPERIMENT_DIR or FW_ARTIFACT_URI"))
+		writeErr(ctx, noArtifactStore())
 		return
 	}
 	req, e := s.request(rctx, ctx)

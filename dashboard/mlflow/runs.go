@@ -1029,7 +1029,7 @@ func (s *Server) getHistoryAll(r *request) (any, *apiError) {
 		if store.ValidateID(id) != nil {
 			continue
 		}
-		pts, err := s.st.History(r.ctx, id, store.HistoryQuery{Key: key, Limit: int(min(limit, maxPoints))})
+		pts, err := s.st.History(r.ctx, id, store.HistoryQuery{Key: key, Limit: int(limit)})
 		if store.ErrorCode(err) == store.CodeNotFound {
 			continue
 		}
