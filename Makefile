@@ -28,7 +28,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-export-models test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-export-models test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui gpu-check test-gpu-check-cpu clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -222,6 +222,12 @@ lint: $(WEB_SCHEMA) | venv ## go vet, gofmt, staticcheck, ruff, the web UI's typ
 fmt: ## format Go and Python sources
 	@gofmt -w $$(git ls-files '*.go')
 	@$(PY) -m ruff format python bench scripts
+
+gpu-check: setup ## pack what a lent GPU machine needs into build/gpu/bundle.tgz; there, `bash scripts/gpu-check.sh run` does the whole check in one call (docs/gpu-check.md)
+	@bash scripts/gpu-check.sh pack
+
+test-gpu-check-cpu: gpu-check models | venv ## the GPU check's CPU half: scripts/gpu-check.sh run on the CPU with the venv's torch (~1 min)
+	@GPU_CHECK_DEVICE=cpu GPU_CHECK_PYTHON=$(PY) GPU_CHECK_SECONDS=1 GPU_CHECK_BATCHES=1,8 GPU_CHECK_EAGER_SECONDS=0.3 bash scripts/gpu-check.sh run
 
 bench-engine: setup build models $(MODELS)/resnet18.pt2 ## engine latency/throughput table into docs/benchmarks.md
 	@bash bench/engine.sh

@@ -378,23 +378,58 @@ func TestConcurrentRuns(t *testing.T) {
 }
 
 // Without a GPU, asking for CUDA fails at load with an error that says why
-// and what to do. With one (FW_TEST_CUDA=1 on a GPU machine) the test vectors
-// must pass on the device.
+// and what to do. With one (FW_TEST_CUDA=1 on a GPU machine, as
+// scripts/gpu-check.sh runs it over the models scripts/gpu-export.py wrote
+// there) the test vectors must pass on the device, TorchScript and a CUDA
+// AOTInductor package alike, and a package is refused on the device it was
+// not compiled for, both ways.
 func TestCUDA(t *testing.T) {
 	dir := modelsDir(t)
 	if os.Getenv("FW_TEST_CUDA") == "1" {
 		torchAvailable(t)
-		for _, name := range []string{"digits_cnn.ts.pt", "resnet18.ts.pt"} {
+		if !TorchCUDAAvailable("") {
+			t.Fatal("FW_TEST_CUDA=1 but libtorch sees no CUDA device")
+		}
+		for _, name := range []string{"digits_cnn.ts.pt", "resnet18.ts.pt", "resnet18.cuda.pt2"} {
 			m := mustLoad(t, filepath.Join(dir, name), Options{Device: "cuda"})
 			res, err := m.Verify(context.Background())
 			if err != nil || !res.Passed {
 				t.Fatalf("%s on cuda: %v %+v", name, err, res)
 			}
+			// Batches of several sizes, from several goroutines at once (the
+			// batcher's instances share the device).
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for g := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 3 {
+						if res, err := m.Verify(context.Background()); err != nil || !res.Passed {
+							errs <- fmt.Errorf("%s on cuda, goroutine %d: %v %+v", name, g, err, res)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			m.Close()
 		}
-		// The reference packages are compiled for the CPU: refused on the GPU,
-		// with the reason (a CUDA package needs fw.export.aoti(..., device="cuda")).
-		_, err := Load(context.Background(), filepath.Join(dir, "digits_cnn.pt2"), Options{Device: "cuda", Threads: 1})
-		if err == nil || !strings.Contains(err.Error(), "compiled for cpu but is being loaded on cuda") {
+		cuda := filepath.Join(dir, "resnet18.cuda.pt2")
+		if _, err := Load(context.Background(), cuda, Options{Device: "cpu", Threads: 1}); err == nil ||
+			!strings.Contains(err.Error(), "compiled for cuda but is being loaded on cpu") {
+			t.Fatalf("CUDA package on cpu: %v", err)
+		}
+		// A package compiled for the CPU is refused on the GPU with the
+		// reason (the same package, its device key rewritten: compiling one
+		// for the CPU there would cost the check a minute).
+		cpu := rewritePackage(t, cuda, "cpu.pt2", editMeta(t, func(m map[string]string) { m["AOTI_DEVICE_KEY"] = "cpu" }))
+		if _, err := Load(context.Background(), cpu, Options{Device: "cuda", Threads: 1}); err == nil ||
+			!strings.Contains(err.Error(), "compiled for cpu but is being loaded on cuda") {
 			t.Fatalf("CPU package on cuda: %v", err)
 		}
 		return

@@ -1,0 +1,289 @@
+// Command gpucheck is the serving half of `make gpu-check`
+// (scripts/gpu-check.sh): it serves the models scripts/gpu-export.py wrote
+// with `fw serve --device D`, drives each closed loop from keep-alive clients
+// on loopback, and writes a markdown table that sets fw's throughput beside
+// raw PyTorch's on the same device and the same model file (the rows
+// bench/gpu_eager.py wrote, -eager).
+//
+//	gpucheck -bin bin/fw -models DIR -device cuda -eager eager.json -out serve.md
+//
+// Each row: requests/s and rows/s, p50 and p99, the server's CPU per
+// answered request (utime+stime from /proc over the run), the mean rows per
+// engine call (fw_batch_size_rows from /metrics), errors, and rows/s as a
+// fraction of raw PyTorch's best rows/s on that file over the batches it
+// timed (host tensors in, host tensors out: what a server's call does).
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fw-serve/fw/internal/benchserve"
+)
+
+func main() {
+	bin := flag.String("bin", "bin/fw", "the fw binary")
+	models := flag.String("models", "", "the directory scripts/gpu-export.py wrote (required)")
+	device := flag.String("device", "cuda", "fw serve --device")
+	conc := flag.String("c", "1,16,64", "closed-loop clients, comma-separated: one row each")
+	dur := flag.Duration("d", 5*time.Second, "measured time per row")
+	eager := flag.String("eager", "", "bench/gpu_eager.py's JSON for the same files (empty: no ratio column)")
+	out := flag.String("out", "", "write the markdown here too (empty: stdout only)")
+	flag.Parse()
+	if *models == "" {
+		fmt.Fprintln(os.Stderr, "gpucheck: -models is required")
+		os.Exit(2)
+	}
+	var cs []int
+	for _, f := range strings.Split(*conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 1024 {
+			fmt.Fprintf(os.Stderr, "gpucheck: -c %q: want client counts from 1 to 1024\n", *conc)
+			os.Exit(2)
+		}
+		cs = append(cs, n)
+	}
+	md, err := run(*bin, *models, *device, *eager, cs, *dur)
+	fmt.Print(md)
+	if *out != "" {
+		if werr := os.WriteFile(*out, []byte(md), 0o644); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpucheck:", err)
+		os.Exit(1)
+	}
+}
+
+// workload is one model file served and the request every client repeats.
+type workload struct {
+	file, path, ctype string
+	rows              int // rows per request
+	body              []byte
+}
+
+// eagerRow is one row of bench/gpu_eager.py's JSON.
+type eagerRow struct {
+	Model     string  `json:"model"`
+	Batch     int     `json:"batch"`
+	Mode      string  `json:"mode"`
+	RowsPerS  float64 `json:"rows_per_s"`
+	P50Micros float64 `json:"p50_us"`
+}
+
+func run(bin, dir, device, eagerPath string, conc []int, dur time.Duration) (string, error) {
+	jpeg, err := os.ReadFile(filepath.Join(dir, "samples", "rgb_224.jpg"))
+	if err != nil {
+		return "", fmt.Errorf("reading the sample picture: %w", err)
+	}
+	row := `[` + strings.TrimSuffix(strings.Repeat("0.5,", 64), ",") + `]`
+	var loads []workload
+	for _, f := range []string{"resnet18.ts.pt", "resnet18." + strings.SplitN(device, ":", 2)[0] + ".pt2"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			loads = append(loads, workload{file: f, path: "/predict/image", ctype: "image/jpeg", rows: 1, body: jpeg})
+		}
+	}
+	loads = append(loads,
+		workload{file: "digits_mlp.ts.pt", path: "/predict", ctype: "application/json", rows: 1, body: []byte(`{"data":[` + row + `]}`)},
+		workload{file: "digits_mlp.ts.pt", path: "/predict", ctype: "application/json", rows: 64,
+			body: []byte(`{"data":[` + strings.TrimSuffix(strings.Repeat(row+",", 64), ",") + `]}`)})
+
+	best := map[string]eagerRow{}
+	if eagerPath != "" {
+		b, err := os.ReadFile(eagerPath)
+		if err != nil {
+			return "", fmt.Errorf("reading the PyTorch baseline: %w", err)
+		}
+		var rows []eagerRow
+		if err := json.Unmarshal(b, &rows); err != nil {
+			return "", fmt.Errorf("reading the PyTorch baseline %s: %w", eagerPath, err)
+		}
+		for _, r := range rows {
+			if r.Mode == "host" && r.RowsPerS > best[r.Model].RowsPerS {
+				best[r.Model] = r
+			}
+		}
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "`fw serve --model FILE --device %s` with its defaults otherwise; clients back to back for %s per row, on loopback. "+
+		"PyTorch: the best rows/s of bench/gpu_eager.py on the same file and device (host tensor in, host tensor out), at the batch named.\n\n", device, dur)
+	b.WriteString("| file | request | clients | req/s | rows/s | p50 ms | p99 ms | server CPU µs/req | rows per engine call | errors | PyTorch rows/s (batch) | fw / PyTorch |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	var firstErr error
+	for _, w := range loads {
+		if err := measure(&b, bin, dir, device, w, conc, dur, best[w.file]); err != nil {
+			fmt.Fprintf(&b, "| %s | %s | | | | | | | | failed: %s | | |\n", w.file, w.path, strings.ReplaceAll(err.Error(), "|", "/"))
+			if firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	return b.String(), firstErr
+}
+
+func measure(b *strings.Builder, bin, dir, device string, w workload, conc []int, dur time.Duration, ceiling eagerRow) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(conc))*(dur+time.Minute)+2*time.Minute)
+	defer cancel()
+	srv, err := benchserve.Start(ctx, bin, "--model", filepath.Join(dir, w.file), "--device", device)
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	tr := &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: time.Minute}
+	post := func() (time.Duration, error) {
+		start := time.Now()
+		resp, err := c.Post(srv.URL+w.path, w.ctype, bytes.NewReader(w.body))
+		if err != nil {
+			return 0, err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return 0, fmt.Errorf("%s answered %d: %.300s", w.path, resp.StatusCode, body)
+		}
+		return time.Since(start), nil
+	}
+	// One request must pass before anything is timed: a broken device path
+	// is a failed row with the server's own words, not a table of errors.
+	if _, err := post(); err != nil {
+		return err
+	}
+	for _, n := range conc {
+		// Warm-up at this concurrency (CUDA kernels for new batch shapes,
+		// cuDNN's algorithm choice), then the measured run.
+		load(post, n, time.Second)
+		rows0, calls0, _ := batchStats(c, srv.URL)
+		cpu0, _ := processCPU(srv.PID)
+		lat, errs := load(post, n, dur)
+		cpu1, _ := processCPU(srv.PID)
+		rows1, calls1, _ := batchStats(c, srv.URL)
+		slices.Sort(lat)
+		pct := func(p float64) float64 {
+			if len(lat) == 0 {
+				return 0
+			}
+			return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+		}
+		rps := float64(len(lat)) / dur.Seconds()
+		cpuPer, perCall := "", ""
+		if len(lat) > 0 {
+			cpuPer = fmt.Sprintf("%.0f", float64((cpu1-cpu0).Microseconds())/float64(len(lat)))
+		}
+		if calls1 > calls0 {
+			perCall = fmt.Sprintf("%.1f", (rows1-rows0)/(calls1-calls0))
+		}
+		pt, ratio := "", ""
+		if ceiling.RowsPerS > 0 {
+			pt = fmt.Sprintf("%.0f (%d)", ceiling.RowsPerS, ceiling.Batch)
+			ratio = fmt.Sprintf("%.2f", rps*float64(w.rows)/ceiling.RowsPerS)
+		}
+		fmt.Fprintf(b, "| %s | %s, %d row(s) | %d | %.0f | %.0f | %.2f | %.2f | %s | %s | %d | %s | %s |\n",
+			w.file, w.path, w.rows, n, rps, rps*float64(w.rows), pct(0.5), pct(0.99), cpuPer, perCall, errs, pt, ratio)
+	}
+	return nil
+}
+
+// load runs n clients back to back for d and returns the latencies of the
+// answered requests and the count of failed ones.
+func load(post func() (time.Duration, error), n int, d time.Duration) ([]time.Duration, int) {
+	var mu sync.Mutex
+	var lat []time.Duration
+	errs := 0
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			bad := 0
+			for time.Now().Before(deadline) {
+				t, err := post()
+				if err != nil {
+					bad++
+					continue
+				}
+				mine = append(mine, t)
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			errs += bad
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return lat, errs
+}
+
+// batchStats reads fw_batch_size_rows' sum and count (all models) from the
+// server's /metrics.
+func batchStats(c *http.Client, url string) (rows, calls float64, err error) {
+	resp, err := c.Get(url + "/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, _, _ := strings.Cut(line, "{")
+		name, _, _ = strings.Cut(name, " ")
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, perr := strconv.ParseFloat(f[len(f)-1], 64)
+		if perr != nil {
+			continue
+		}
+		switch name {
+		case "fw_batch_size_rows_sum":
+			rows += v
+		case "fw_batch_size_rows_count":
+			calls += v
+		}
+	}
+	return rows, calls, sc.Err()
+}
+
+// processCPU is the user+system CPU time process pid has used (/proc, in
+// clock ticks of 1/100 s).
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("unexpected /proc stat format")
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
