@@ -82,19 +82,29 @@ def main(argv: list[str] | None = None) -> int:
             dev = host.to(args.device)
             with torch.inference_mode():
                 for mode, fn in (
-                    ("host", lambda: model(host.to(args.device)).cpu()),
-                    ("resident", lambda: model(dev)),
+                    ("host", lambda m=model, x=host: m(x.to(args.device)).cpu()),
+                    ("resident", lambda m=model, x=dev: m(x)),
                 ):
                     lat, calls = _time(fn, args.seconds, sync)
                     p50 = lat[len(lat) // 2] / 1e3
                     p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] / 1e3
                     rps = batch * calls / (sum(lat) / 1e9)
                     rows.append(
-                        {"model": path.name, "batch": batch, "mode": mode, "p50_us": round(p50, 1),
-                         "p99_us": round(p99, 1), "rows_per_s": round(rps, 1), "calls": calls}
+                        {
+                            "model": path.name,
+                            "batch": batch,
+                            "mode": mode,
+                            "p50_us": round(p50, 1),
+                            "p99_us": round(p99, 1),
+                            "rows_per_s": round(rps, 1),
+                            "calls": calls,
+                        }
                     )
-                    print(f"gpu_eager: {path.name} batch {batch} {mode}: {rps:,.0f} rows/s, p50 {p50:.0f} us",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"gpu_eager: {path.name} batch {batch} {mode}: {rps:,.0f} rows/s, p50 {p50:.0f} us",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     args.out.write_text(json.dumps(rows, indent=1) + "\n")
     return 0
 

@@ -6,6 +6,9 @@
 #include <ATen/Parallel.h>
 #include <ATen/cpu/Utils.h>
 #include <caffe2/serialize/inline_container.h>
+#include <dlfcn.h>
+#include <glob.h>
+#include <link.h>
 #include <sys/utsname.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/cuda.h>
@@ -31,6 +34,101 @@ struct fwt_module {
 };
 
 namespace {
+
+// ---------------------------------------------------------------- CUDA's libraries
+//
+// PyPI's torch keeps CUDA's libraries in other wheels (site-packages/nvidia/...),
+// found through libtorch's RUNPATH. Some are opened later by name, from code that
+// does not carry that RUNPATH: cuDNN opens NVRTC (runtime-compiled kernels) and its
+// own sub-libraries, cuSPARSE opens nvJitLink. dlopen by name finds them only when
+// a library of that soname is already loaded; otherwise the load fails inside cuDNN
+// and the first convolution on the GPU crashes (seen: a call through a null
+// pointer on an H200, torch 2.11+cu130). Python's `import torch` avoids this by
+// loading libtorch_global_deps.so with RTLD_GLOBAL and preloading those libraries
+// (torch/__init__.py, _load_global_deps); fw loads libtorch without Python, so the
+// shim does the same, once, before CUDA is first used.
+
+struct FoundLib {
+  std::string want;  // a soname prefix, e.g. "libcudart.so."
+  std::string path;
+};
+
+int find_loaded(struct dl_phdr_info *info, size_t, void *data) {
+  auto *f = static_cast<FoundLib *>(data);
+  if (info->dlpi_name == nullptr) return 0;
+  std::string name = info->dlpi_name;
+  std::string base = name.substr(name.find_last_of('/') + 1);
+  if (base.rfind(f->want, 0) == 0) {
+    f->path = name;
+    return 1;
+  }
+  return 0;
+}
+
+std::string dir_of(const std::string &path) {
+  auto i = path.find_last_of('/');
+  return i == std::string::npos ? "." : path.substr(0, i);
+}
+
+// The first file matching pattern (glob(3), sorted), or "".
+std::string first_match(const std::string &pattern) {
+  glob_t g{};
+  std::string out;
+  if (glob(pattern.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0) out = g.gl_pathv[0];
+  globfree(&g);
+  return out;
+}
+
+void preload_cuda_libraries() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void *>(&at::get_num_threads), &info) == 0 || info.dli_fname == nullptr) return;
+    char resolved[4096];
+    std::string torch_lib = dir_of(realpath(info.dli_fname, resolved) ? resolved : info.dli_fname);
+    // libtorch_global_deps.so links cudart, cuBLAS, cuDNN...: loaded globally, as Python does.
+    // Absent (a CPU-only libtorch) or failing (no CUDA libraries): nothing to do.
+    if (dlopen((torch_lib + "/libtorch_global_deps.so").c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) return;
+    FoundLib cudart{"libcudart.so.", ""};
+    dl_iterate_phdr(find_loaded, &cudart);
+    std::string site = dir_of(dir_of(torch_lib));  // site-packages/torch/lib -> site-packages
+    // Where the wheels put them: next to cudart (CUDA 13's nvidia/cu13/lib), or
+    // nvidia/<folder>/lib (CUDA 12's wheels). Order as torch's _preload_cuda_deps:
+    // cublasLt before cublas.
+    const std::pair<const char *, const char *> libs[] = {
+        {"cublas", "libcublasLt.so.*[0-9]"},   {"cublas", "libcublas.so.*[0-9]"},
+        {"cudnn", "libcudnn.so.*[0-9]"},       {"cuda_nvrtc", "libnvrtc.so.*[0-9]"},
+        {"cuda_nvrtc", "libnvrtc-builtins.so.*[0-9]"}, {"cuda_runtime", "libcudart.so.*[0-9]"},
+        {"cufft", "libcufft.so.*[0-9]"},       {"curand", "libcurand.so.*[0-9]"},
+        {"nvjitlink", "libnvJitLink.so.*[0-9]"}, {"cusparse", "libcusparse.so.*[0-9]"},
+        {"cusolver", "libcusolver.so.*[0-9]"},
+    };
+    std::vector<std::string> dirs;
+    if (!cudart.path.empty()) dirs.push_back(dir_of(cudart.path));
+    for (const auto &[folder, pattern] : libs) {
+      std::vector<std::string> tries = dirs;
+      tries.push_back(site + "/nvidia/" + folder + "/lib");
+      for (const auto &d : tries) {
+        std::string p = first_match(d + "/" + pattern);
+        if (!p.empty()) {
+          dlopen(p.c_str(), RTLD_NOW | RTLD_GLOBAL);
+          break;
+        }
+      }
+    }
+    // cuDNN 9 opens its engine sub-libraries by name from libcudnn_graph: load the
+    // set that sits next to the dispatcher, so a system cuDNN never mixes in.
+    FoundLib cudnn{"libcudnn.so.", ""};
+    dl_iterate_phdr(find_loaded, &cudnn);
+    if (!cudnn.path.empty()) {
+      glob_t g{};
+      if (glob((dir_of(cudnn.path) + "/libcudnn_*.so.*[0-9]").c_str(), 0, nullptr, &g) == 0) {
+        for (size_t i = 0; i < g.gl_pathc; i++) dlopen(g.gl_pathv[i], RTLD_NOW | RTLD_GLOBAL);
+      }
+      globfree(&g);
+    }
+  });
+}
 
 void set_err(char *err, size_t errlen, const std::string &msg) {
   if (err == nullptr || errlen == 0) return;
@@ -239,6 +337,7 @@ const char *fwt_torch_version(void) { return TORCH_VERSION; }
 
 int fwt_cuda_available(void) {
   try {
+    preload_cuda_libraries();
     return torch::cuda::is_available() ? 1 : 0;
   } catch (...) {
     return 0;
@@ -249,6 +348,7 @@ fwt_module *fwt_load(const char *path, const char *device, char *err, size_t err
   fwt_module *out = nullptr;
   guard(err, errlen, [&] {
     c10::Device dev(device == nullptr || *device == '\0' ? "cpu" : device);
+    if (dev.is_cuda()) preload_cuda_libraries();
     if (dev.is_cuda() && !torch::cuda::is_available()) {
       throw std::runtime_error(
           "device cuda requested but libtorch sees no CUDA device (driver missing, or no GPU); use --device cpu");
@@ -265,6 +365,7 @@ fwt_module *fwt_load_package(const char *path, const char *device, char *err, si
   guard(err, errlen, [&] {
     c10::Device dev(device == nullptr || *device == '\0' ? "cpu" : device);
     if (!dev.is_cpu() && !dev.is_cuda()) throw std::runtime_error("device " + dev.str() + ": fw runs AOTInductor packages on cpu or cuda");
+    if (dev.is_cuda()) preload_cuda_libraries();
     if (dev.is_cuda() && !torch::cuda::is_available()) {
       throw std::runtime_error(
           "device cuda requested but libtorch sees no CUDA device (driver missing, or no GPU); use --device cpu with a package compiled for cpu");

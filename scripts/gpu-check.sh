@@ -105,7 +105,14 @@ run() {
     local f rc=0
     for f in "$models"/resnet18.ts.pt "$models"/resnet18."$dev".pt2 "$models"/digits_mlp.ts.pt; do
       [ -f "$f" ] || continue
-      bin/fw verify "$f" --device "$dev" --time 2 || rc=1
+      if ! bin/fw verify "$f" --device "$dev" --time 2; then
+        rc=1
+        # Diagnosis: the same with every CUDA library folder of the wheels on the search path.
+        local libs
+        libs=$("$py" -c 'import glob, os, torch; print(":".join(sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), "nvidia", "*", "lib")))))')
+        echo "--- again with LD_LIBRARY_PATH=$libs"
+        LD_LIBRARY_PATH=$libs bin/fw verify "$f" --device "$dev" --time 0 && echo "--- passes with LD_LIBRARY_PATH: a library the shim does not preload"
+      fi
     done
     return $rc
   }

@@ -32,12 +32,18 @@ SEED = 0
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--device", default="cuda", choices=("cpu", "cuda"), help="what the .pt2 is compiled for")
-    ap.add_argument("--no-aoti", action="store_true", help="skip the AOTInductor package")
+    ap.add_argument(
+        "--device",
+        default="cuda",
+        choices=("cpu", "cuda"),
+        help="what the .pt2 is compiled for",
+    )
+    ap.add_argument(
+        "--no-aoti", action="store_true", help="skip the AOTInductor package"
+    )
     args = ap.parse_args(argv)
 
     import torch
-
     from fw import export
     from fw.models import DigitsCNN, DigitsMLP, ResNet18
     from fw.reference import imagenet_eval_preprocessing, synthetic_rgb
@@ -47,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     manifest: dict[str, object] = {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "device_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "device_name": torch.cuda.get_device_name(0)
+        if torch.cuda.is_available()
+        else None,
         "files": {},
     }
 
@@ -55,18 +63,36 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         rep = fn()
         secs = time.perf_counter() - t0
-        manifest["files"][name] = {"seconds": round(secs, 2), "bytes": (out / name).stat().st_size}  # type: ignore[index]
+        manifest["files"][name] = {
+            "seconds": round(secs, 2),
+            "bytes": (out / name).stat().st_size,
+        }  # type: ignore[index]
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         err = getattr(rep, "max_abs_error", None)
-        print(f"gpu-export: {name} in {secs:.1f}s (max abs error {err})", file=sys.stderr, flush=True)
+        print(
+            f"gpu-export: {name} in {secs:.1f}s (max abs error {err})",
+            file=sys.stderr,
+            flush=True,
+        )
 
     synthetic_rgb(224, 224).save(out / "samples" / "rgb_224.jpg", quality=90)
 
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
     mlp = DigitsMLP().eval()
-    step("digits_mlp.ts.pt", lambda: export.torchscript(mlp, torch.rand(4, 64, generator=gen), out / "digits_mlp.ts.pt"))
+    step(
+        "digits_mlp.ts.pt",
+        lambda: export.torchscript(
+            mlp, torch.rand(4, 64, generator=gen), out / "digits_mlp.ts.pt"
+        ),
+    )
     cnn = DigitsCNN().eval()
-    step("digits_cnn.ts.pt", lambda: export.torchscript(cnn, torch.rand(4, 1, 8, 8, generator=gen), out / "digits_cnn.ts.pt"))
+    step(
+        "digits_cnn.ts.pt",
+        lambda: export.torchscript(
+            cnn, torch.rand(4, 1, 8, 8, generator=gen), out / "digits_cnn.ts.pt"
+        ),
+    )
 
     torch.manual_seed(SEED)
     resnet = ResNet18(num_classes=1000).eval()
@@ -77,11 +103,18 @@ def main(argv: list[str] | None = None) -> int:
         "task": "classification",
         "description": "ResNet-18 with random (seeded) weights, for the GPU check; its predictions mean nothing",
     }
-    step("resnet18.ts.pt", lambda: export.torchscript(resnet, example, out / "resnet18.ts.pt", **meta))
+    step(
+        "resnet18.ts.pt",
+        lambda: export.torchscript(resnet, example, out / "resnet18.ts.pt", **meta),
+    )
     if not args.no_aoti:
         name = f"resnet18.{args.device}.pt2"
-        step(name, lambda: export.aoti(resnet, example, out / name, device=args.device, max_batch=64, **meta))
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        step(
+            name,
+            lambda: export.aoti(
+                resnet, example, out / name, device=args.device, max_batch=64, **meta
+            ),
+        )
     return 0
 
 

@@ -1357,7 +1357,8 @@ def _aoti_march(configs: Mapping[str, Any]) -> str:
     """The -march the package's C++ is compiled with: ``"native"`` unless configured."""
     from torch._inductor import config
 
-    march = configs.get("cpp.march", config.cpp.march)
+    # torch before 2.12 has no cpp.march setting (it compiles with -march=native).
+    march = configs.get("cpp.march", getattr(config.cpp, "march", None))
     return "native" if march is None else str(march)
 
 
