@@ -495,3 +495,28 @@ func TestExampleInputs(t *testing.T) {
 		t.Fatalf("plain file: %v", err)
 	}
 }
+
+// On a GPU the test vector is held to at least GPUTolerance (cuDNN's TF32
+// convolutions put ResNet-18's logits ~2e-3 from the CPU's on an H200), a
+// looser tolerance of the file's own still applies, and the CPU keeps the
+// file's exactly.
+func TestToleranceOnGPU(t *testing.T) {
+	for _, c := range []struct {
+		device       Device
+		atol, rtol   float64
+		wantA, wantR float64
+	}{
+		{"cpu", 1e-4, 1e-4, 1e-4, 1e-4},
+		{"", 1e-4, 0, 1e-4, 0},
+		{"cuda", 1e-4, 1e-4, GPUTolerance, GPUTolerance},
+		{"cuda:1", 0.05, 1e-4, 0.05, GPUTolerance},
+	} {
+		m := &Model{Meta: &Metadata{TestVector: &TestVector{Atol: c.atol, Rtol: c.rtol}}, opts: Options{Device: c.device}}
+		if a, r := m.Tolerance(); a != c.wantA || r != c.wantR {
+			t.Errorf("%q with atol %g rtol %g: got %g %g, want %g %g", c.device, c.atol, c.rtol, a, r, c.wantA, c.wantR)
+		}
+	}
+	if a, r := (&Model{}).Tolerance(); a != 0 || r != 0 {
+		t.Errorf("no test vector: %g %g", a, r)
+	}
+}

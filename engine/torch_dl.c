@@ -32,6 +32,16 @@ static struct {
   } while (0)
 
 int fwdl_open(const char *path, char *err, size_t errlen) {
+  /* The C++ runtime first, into the global scope, as a C++ program or Python
+   * (through torch's libtorch_global_deps.so) has it. Without it, libstdc++'s
+   * own references to std::call_once's thread-local state (__once_call) can
+   * bind to a copy in the first library of the shim's group, while cuDNN's
+   * sub-libraries, which libcudnn opens later in a group of their own, bind to
+   * libstdc++'s: cuDNN's first handle then calls a null pointer (seen on an
+   * H200 with torch 2.11+cu130 and the image's g++ 13: every convolution on
+   * the GPU crashed, and LD_PRELOAD=libstdc++.so.6 cured it). Best effort: a
+   * machine without it cannot load libtorch either, and says so below. */
+  dlopen("libstdc++.so.6", RTLD_NOW | RTLD_GLOBAL);
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (h == NULL) {
     const char *e = dlerror();

@@ -46,6 +46,7 @@ func VerifyImage(ctx context.Context, m *engine.Model, pl *Pipeline) (*ImageChec
 	}
 	tv := m.Meta.TestVector
 	c := tv.Image
+	atol, rtol := m.Tolerance()
 	if pl == nil {
 		if m.Meta.Preprocessing == nil || m.Meta.Preprocessing.Image == nil {
 			return nil, errors.New("test_vector.image needs preprocessing.image")
@@ -79,7 +80,7 @@ func VerifyImage(ctx context.Context, m *engine.Model, pl *Pipeline) (*ImageChec
 		return nil, fmt.Errorf("image test case: preprocess the sample picture: %w", err)
 	}
 	b := img.Bounds()
-	res := &ImageCheck{Format: format, Width: b.Dx(), Height: b.Dy(), InputAtol: c.InputAtol, Atol: tv.Atol, Rtol: tv.Rtol, Passed: true}
+	res := &ImageCheck{Format: format, Width: b.Dx(), Height: b.Dy(), InputAtol: c.InputAtol, Atol: atol, Rtol: rtol, Passed: true}
 	got := x.Float32s()
 	for i := range got {
 		d := math.Abs(float64(got[i]) - want.At(i))
@@ -125,7 +126,7 @@ func VerifyImage(ctx context.Context, m *engine.Model, pl *Pipeline) (*ImageChec
 				d = math.Inf(1)
 			}
 			res.OutputMaxAbsError = max(res.OutputMaxAbsError, d)
-			excess := d - (tv.Atol + tv.Rtol*math.Abs(wv))
+			excess := d - (atol + rtol*math.Abs(wv))
 			if excess > 0 {
 				res.Passed = false
 				// A preprocessing mismatch explains the outputs; name it, not them.

@@ -127,7 +127,7 @@ run() {
   eager() {
     local files=("$models"/resnet18.ts.pt)
     [ -f "$models/resnet18.$dev.pt2" ] && files+=("$models/resnet18.$dev.pt2")
-    "$py" bench/gpu_eager.py --device "$dev" --batches "${GPU_CHECK_BATCHES:-1,8,32,64}" --seconds "${GPU_CHECK_EAGER_SECONDS:-1}" --out "$out/eager.json" "${files[@]}" "$models"/digits_mlp.ts.pt
+    LD_PRELOAD="libstdc++.so.6${LD_PRELOAD:+ $LD_PRELOAD}" "$py" bench/gpu_eager.py --device "$dev" --batches "${GPU_CHECK_BATCHES:-1,8,32,64}" --seconds "${GPU_CHECK_EAGER_SECONDS:-1}" --out "$out/eager.json" "${files[@]}" "$models"/digits_mlp.ts.pt
   }
   serving() {
     local smi="" rc
@@ -147,7 +147,11 @@ run() {
   step "libtorch shim built against the machine's torch" shim
   local aoti=()
   [ "$dev" = cpu ] && [ -z "${GPU_CHECK_AOTI_CPU:-}" ] && aoti=(--no-aoti)
-  step "models exported there (scripts/gpu-export.py)" timeout 300 "$py" scripts/gpu-export.py --out "$models" --device "$dev" "${aoti[@]}"
+  # Python's own AOTInductor loader (torch._inductor.aoti_load_package) crashed on the H200 image
+  # the way fw's shim did before it loaded libstdc++ globally (engine/torch_dl.c): std::call_once's
+  # state bound to two copies. The Python steps get the same cure from outside (docs/gpu-check.md).
+  local pre="libstdc++.so.6${LD_PRELOAD:+ $LD_PRELOAD}"
+  step "models exported there (scripts/gpu-export.py)" env LD_PRELOAD="$pre" timeout 300 "$py" scripts/gpu-export.py --out "$models" --device "$dev" "${aoti[@]}"
   step "fw verify --device $dev" verify
   step "engine CUDA tests (TestCUDA)" cudatests
   step "raw PyTorch on the same files (bench/gpu_eager.py)" eager

@@ -1427,6 +1427,25 @@ _BATCH_MIN_RE = re.compile(r"dim value is too small at 0, expected it to be >= (
 _BATCH_MAX_RE = re.compile(r"dim value is too large at 0, expected to be <= (\d+)")
 
 
+@contextlib.contextmanager
+def _stderr_captured() -> Iterator[Any]:
+    """Redirects file descriptor 2 (C++ code writes there) to a temporary file for the block; yields
+    a function that returns what was written (decoded, at most 64 KiB), valid after the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    text: list[str] = []
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield lambda: "".join(text)
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text.append(tmp.read(64 << 10).decode("utf-8", "replace"))
+
+
 def _aoti_batch_range(loaded: Any, args: tuple[Any, ...], device: str) -> tuple[int, int | None]:
     """The batch sizes a compiled package accepts, as ``(min, max or None)``.
 
@@ -1440,12 +1459,19 @@ def _aoti_batch_range(loaded: Any, args: tuple[Any, ...], device: str) -> tuple[
     import torch
 
     def refusal(inputs: tuple[Any, ...]) -> str | None:
-        try:
-            with torch.no_grad():
-                loaded(*inputs)
-        except RuntimeError as e:
-            return str(e)
-        return None
+        # The check's own words reach the exception in some torch releases and only the C++
+        # stderr in others (2.11: the exception names the failing call): read both.
+        with _stderr_captured() as captured:
+            try:
+                with torch.no_grad():
+                    loaded(*inputs)
+            except RuntimeError as e:
+                err: str | None = str(e)
+            else:
+                err = None
+        if err is None:
+            return None
+        return err + "\n" + captured()
 
     one = tuple(a[:1].to(device) for a in args)
     low = 1

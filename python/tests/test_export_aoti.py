@@ -124,3 +124,36 @@ def test_detect_format_tells_pt2_archives_apart(tmp_path):
     assert metadata.detect_format(ep) == "unknown", "a torch.export program without AOTInductor code"
     with pytest.raises(metadata.MetadataError, match="neither"):
         metadata.read(ep)
+
+
+def test_batch_range_read_from_the_checks_stderr():
+    """torch 2.11 writes AOTInductor's input check to C++'s stderr and raises only the failing call
+    (seen on a GPU machine); the bounds are read from there too, as from the exception in 2.13."""
+    import os
+
+    import torch
+
+    from fw.export import _aoti_batch_range
+
+    def loaded(x):
+        if x.shape[0] > 64:
+            os.write(
+                2,
+                b"Error: input_handles[0]: dim value is too large at 0, expected to be <= 64, but got: "
+                + str(x.shape[0]).encode()
+                + b"\n",
+            )
+            raise RuntimeError("run_func_( container_handle_, input_handles.data(), ... )")
+        if x.shape[0] < 2:
+            raise RuntimeError(
+                "input_handles[0]: dim value is too small at 0, expected it to be >= 2, but got: 1"
+            )
+        return x
+
+    assert _aoti_batch_range(loaded, (torch.zeros(4, 3),), "cpu") == (2, 64)
+
+    def silent(x):
+        raise RuntimeError("run_func_( container_handle_ )")
+
+    with pytest.raises(Exception, match="cannot tell which batch sizes"):
+        _aoti_batch_range(lambda x: x if x.shape[0] == 1 else silent(x), (torch.zeros(4, 3),), "cpu")
