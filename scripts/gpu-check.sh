@@ -19,7 +19,7 @@
 #
 # GPU_CHECK_DEVICE (default cuda): cpu runs the same steps on the CPU (the CPU half, testable on
 # any machine with the venv: GPU_CHECK_PYTHON=.venv/bin/python); GPU_CHECK_SECONDS: measured
-# seconds per load row (default 3); GPU_CHECK_BATCHES, GPU_CHECK_EAGER_SECONDS: raw PyTorch's batches
+# seconds per load row (default 3), GPU_CHECK_WARMUP: warm-up seconds before each (default 1); GPU_CHECK_BATCHES, GPU_CHECK_EAGER_SECONDS: raw PyTorch's batches
 # (default 1,8,32,64) and seconds per batch (default 1).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -136,7 +136,7 @@ run() {
       nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -lms 500 >"$out/gpu-util.csv" 2>&1 &
       smi=$!
     fi
-    "$work/bin/gpucheck" -bin bin/fw -models "$models" -device "$dev" -c 1,16,64 -d "${secs}s" -eager "$out/eager.json" -out "$out/serve.md"
+    "$work/bin/gpucheck" -bin bin/fw -models "$models" -device "$dev" -c 1,16,64 -d "${secs}s" -warmup "${GPU_CHECK_WARMUP:-1}s" -eager "$out/eager.json" -out "$out/serve.md"
     rc=$?
     [ -n "$smi" ] && kill "$smi" 2>/dev/null && wait "$smi" 2>/dev/null
     return $rc

@@ -41,6 +41,7 @@ func main() {
 	device := flag.String("device", "cuda", "fw serve --device")
 	conc := flag.String("c", "1,16,64", "closed-loop clients, comma-separated: one row each")
 	dur := flag.Duration("d", 5*time.Second, "measured time per row")
+	warm := flag.Duration("warmup", time.Second, "load before each row, not counted (new batch shapes, cuDNN's algorithm choice)")
 	eager := flag.String("eager", "", "bench/gpu_eager.py's JSON for the same files (empty: no ratio column)")
 	out := flag.String("out", "", "write the markdown here too (empty: stdout only)")
 	flag.Parse()
@@ -57,7 +58,7 @@ func main() {
 		}
 		cs = append(cs, n)
 	}
-	md, err := run(*bin, *models, *device, *eager, cs, *dur)
+	md, err := run(*bin, *models, *device, *eager, cs, *warm, *dur)
 	fmt.Print(md)
 	if *out != "" {
 		if werr := os.WriteFile(*out, []byte(md), 0o644); werr != nil && err == nil {
@@ -86,7 +87,7 @@ type eagerRow struct {
 	P50Micros float64 `json:"p50_us"`
 }
 
-func run(bin, dir, device, eagerPath string, conc []int, dur time.Duration) (string, error) {
+func run(bin, dir, device, eagerPath string, conc []int, warm, dur time.Duration) (string, error) {
 	jpeg, err := os.ReadFile(filepath.Join(dir, "samples", "rgb_224.jpg"))
 	if err != nil {
 		return "", fmt.Errorf("reading the sample picture: %w", err)
@@ -121,13 +122,13 @@ func run(bin, dir, device, eagerPath string, conc []int, dur time.Duration) (str
 	}
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "`fw serve --model FILE --device %s` with its defaults otherwise; clients back to back for %s per row, on loopback. "+
-		"PyTorch: the best rows/s of bench/gpu_eager.py on the same file and device (host tensor in, host tensor out), at the batch named.\n\n", device, dur)
+	fmt.Fprintf(&b, "`fw serve --model FILE --device %s` with its defaults otherwise; clients back to back for %s per row after %s of warm-up, on loopback. "+
+		"PyTorch: the best rows/s of bench/gpu_eager.py on the same file and device (host tensor in, host tensor out), at the batch named.\n\n", device, dur, warm)
 	b.WriteString("| file | request | clients | req/s | rows/s | p50 ms | p99 ms | server CPU µs/req | rows per engine call | errors | PyTorch rows/s (batch) | fw / PyTorch |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	var firstErr error
 	for _, w := range loads {
-		if err := measure(&b, bin, dir, device, w, conc, dur, best[w.file]); err != nil {
+		if err := measure(&b, bin, dir, device, w, conc, warm, dur, best[w.file]); err != nil {
 			fmt.Fprintf(&b, "| %s | %s | | | | | | | | failed: %s | | |\n", w.file, w.path, strings.ReplaceAll(err.Error(), "|", "/"))
 			if firstErr == nil {
 				firstErr = err
@@ -137,7 +138,7 @@ func run(bin, dir, device, eagerPath string, conc []int, dur time.Duration) (str
 	return b.String(), firstErr
 }
 
-func measure(b *strings.Builder, bin, dir, device string, w workload, conc []int, dur time.Duration, ceiling eagerRow) error {
+func measure(b *strings.Builder, bin, dir, device string, w workload, conc []int, warm, dur time.Duration, ceiling eagerRow) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(conc))*(dur+time.Minute)+2*time.Minute)
 	defer cancel()
 	srv, err := benchserve.Start(ctx, bin, "--model", filepath.Join(dir, w.file), "--device", device)
@@ -169,7 +170,7 @@ func measure(b *strings.Builder, bin, dir, device string, w workload, conc []int
 	for _, n := range conc {
 		// Warm-up at this concurrency (CUDA kernels for new batch shapes,
 		// cuDNN's algorithm choice), then the measured run.
-		load(post, n, time.Second)
+		load(post, n, warm)
 		rows0, calls0, _ := batchStats(c, srv.URL)
 		cpu0, _ := processCPU(srv.PID)
 		lat, errs := load(post, n, dur)
