@@ -110,6 +110,12 @@ type Server struct {
 	keys     serving.Keys
 	bufs     sync.Pool // response buffers (getBuf)
 	bodyBufs sync.Pool // request body buffers (v2Infer), apart so that a grown one is found again
+	// bodyKept holds a few grown body buffers across garbage collections,
+	// which empty bodyBufs: without it a refused chunked body (read up to
+	// Triton's 65,536 chunks) regrew its buffer from 4 KiB after each GC, and
+	// 100 such requests grew the server's RSS by 1-2 MiB (Triton's L0 test
+	// allows 1 MiB). At most cap(bodyKept) buffers of at most maxKeptBody.
+	bodyKept chan *[]byte
 	base     context.Context
 	docs     servedDocs // GET /openapi.json, built for the models served (openapi_served.go)
 
@@ -129,6 +135,7 @@ func New(base context.Context, cfg Config, models serving.Models, metrics *Metri
 	s.keys = serving.NewKeys(s.cfg.APIKeys)
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	s.bodyBufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	s.bodyKept = make(chan *[]byte, keptBodies)
 	return s
 }
 
@@ -576,14 +583,37 @@ func (s *Server) submitError(err error) *APIError {
 func (s *Server) getBuf() *[]byte { return s.bufs.Get().(*[]byte) }
 
 // getBodyBuf and putBodyBuf pool request body buffers as getBuf and putBuf
-// pool response buffers.
-func (s *Server) getBodyBuf() *[]byte { return s.bodyBufs.Get().(*[]byte) }
+// pool response buffers; the largest few also wait in bodyKept, which
+// garbage collection does not empty.
+func (s *Server) getBodyBuf() *[]byte {
+	select {
+	case b := <-s.bodyKept:
+		return b
+	default:
+		return s.bodyBufs.Get().(*[]byte)
+	}
+}
+
+// keptBodies and maxKeptBody bound what bodyKept holds: 4 buffers of at
+// most 1 MiB.
+const (
+	keptBodies  = 4
+	maxKeptBody = 1 << 20
+)
 
 func (s *Server) putBodyBuf(b *[]byte) {
-	if cap(*b) <= 1<<20 {
-		*b = (*b)[:0]
-		s.bodyBufs.Put(b)
+	if cap(*b) > maxKeptBody {
+		return
 	}
+	*b = (*b)[:0]
+	if cap(*b) > 4096 {
+		select {
+		case s.bodyKept <- b:
+			return
+		default:
+		}
+	}
+	s.bodyBufs.Put(b)
 }
 
 func (s *Server) putBuf(b *[]byte) {
