@@ -349,7 +349,11 @@ print(r.info.experiment_id, r.info.run_id)
       page.on("request", seenMetrics);
       await page.goto(dash.url + "/runs/wide-19");
       await page.getByText("24 of 1,500 charts").waitFor();
-      if ((await page.locator(".chart-card").count()) !== 24) throw new Error(`the run page drew ${await page.locator(".chart-card").count()} charts, not a page of 24`);
+      // The counter shows before the cards are drawn: wait for the 24th, then
+      // count (a loaded CI run counted too early and read fewer).
+      await page.locator(".chart-card").nth(23).waitFor();
+      const drawn = await page.locator(".chart-card").count();
+      if (drawn !== 24) throw new Error(`the run page drew ${drawn} charts, not a page of 24`);
       await page.getByRole("button", { name: "Show 24 more" }).click();
       await page.getByText("48 of 1,500 charts").waitFor();
       await page.locator(".chart-card").nth(47).waitFor();
