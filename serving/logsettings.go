@@ -3,6 +3,7 @@ package serving
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 )
 
@@ -72,8 +73,8 @@ func (l *LogSettings) Set(in map[string]any) error {
 			}
 		case "log_verbose_level":
 			n, ok := v.(float64)
-			if !ok || n < 0 || n != float64(int64(n)) {
-				return fmt.Errorf("setting \"log_verbose_level\" must be a non-negative integer")
+			if !ok || n < 0 || n > math.MaxInt32 || n != math.Trunc(n) {
+				return fmt.Errorf("setting \"log_verbose_level\" must be an integer from 0 to %d", math.MaxInt32)
 			}
 			verbose = n > 0
 		case "log_file":
