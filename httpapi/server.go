@@ -518,7 +518,7 @@ func readAllLimit(r io.Reader, limit int64, b []byte, expect int64) ([]byte, err
 				grown = expect + 1 // one more, to see the end
 			}
 			grown = min(grown, int64(len(b))+limit)
-			nb := make([]byte, len(b), max(grown, int64(len(b))+1))
+			nb := make([]byte, len(b), grown) // > len(b): each bound above is, and limit > 0
 			copy(nb, b)
 			b = nb
 		}

@@ -12,16 +12,15 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"github.com/fw-serve/fw/internal/procstat"
 )
 
 // driver sends one request and waits for its answer; it is safe for
@@ -266,9 +265,9 @@ func drive(ctx context.Context, d driver, pid, c int, warm, dur time.Duration) (
 	}
 	// CPU time over the measured window.
 	time.Sleep(time.Until(begin))
-	cpu0, cpuErr := processCPU(pid)
+	cpu0, cpuErr := procstat.CPU(pid)
 	time.Sleep(time.Until(end))
-	cpu1, cpuErr1 := processCPU(pid)
+	cpu1, cpuErr1 := procstat.CPU(pid)
 	stopped.Wait()
 	if ctx.Err() != nil {
 		return p, ctx.Err()
@@ -289,31 +288,6 @@ func drive(ctx context.Context, d driver, pid, c int, warm, dur time.Duration) (
 		return p, fmt.Errorf("no request was answered: %w", firstErr)
 	}
 	return p, nil
-}
-
-// processCPU is the user+system CPU time process pid has used (Linux's
-// /proc; clock ticks of 1/100 s, which Linux reports to user space on every
-// architecture fw runs on).
-func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) is in parentheses and may hold spaces: fields count after it.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("unexpected /proc stat format")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, errors.New("unexpected /proc stat format")
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64) // utime, field 14
-	st, err2 := strconv.ParseInt(f[12], 10, 64) // stime, field 15
-	if err1 != nil || err2 != nil {
-		return 0, errors.New("unexpected /proc stat format")
-	}
-	return time.Duration(ut+st) * 10 * time.Millisecond, nil
 }
 
 // freePort is a free loopback TCP port (for the gRPC listener).

@@ -19,20 +19,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fw-serve/fw/internal/benchserve"
+	"github.com/fw-serve/fw/internal/procstat"
 )
 
 func main() {
@@ -149,7 +147,7 @@ func measure(b *strings.Builder, bin, dir, device string, w workload, conc []int
 	tr := &http.Transport{MaxIdleConnsPerHost: 1024, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: time.Minute}
-	post := func() (time.Duration, error) {
+	post := func(int, int) (time.Duration, error) {
 		start := time.Now()
 		resp, err := c.Post(srv.URL+w.path, w.ctype, bytes.NewReader(w.body))
 		if err != nil {
@@ -164,25 +162,18 @@ func measure(b *strings.Builder, bin, dir, device string, w workload, conc []int
 	}
 	// One request must pass before anything is timed: a broken device path
 	// is a failed row with the server's own words, not a table of errors.
-	if _, err := post(); err != nil {
+	if _, err := post(0, 0); err != nil {
 		return err
 	}
 	for _, n := range conc {
 		// Warm-up at this concurrency (CUDA kernels for new batch shapes,
 		// cuDNN's algorithm choice), then the measured run.
-		load(post, n, warm)
+		benchserve.ClosedLoop(n, warm, post)
 		rows0, calls0, _ := batchStats(c, srv.URL)
-		cpu0, _ := processCPU(srv.PID)
-		lat, errs := load(post, n, dur)
-		cpu1, _ := processCPU(srv.PID)
+		cpu0, _ := procstat.CPU(srv.PID)
+		lat, errs := benchserve.ClosedLoop(n, dur, post)
+		cpu1, _ := procstat.CPU(srv.PID)
 		rows1, calls1, _ := batchStats(c, srv.URL)
-		slices.Sort(lat)
-		pct := func(p float64) float64 {
-			if len(lat) == 0 {
-				return 0
-			}
-			return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-		}
 		rps := float64(len(lat)) / dur.Seconds()
 		cpuPer, perCall := "", ""
 		if len(lat) > 0 {
@@ -197,41 +188,9 @@ func measure(b *strings.Builder, bin, dir, device string, w workload, conc []int
 			ratio = fmt.Sprintf("%.2f", rps*float64(w.rows)/ceiling.RowsPerS)
 		}
 		fmt.Fprintf(b, "| %s | %s, %d row(s) | %d | %.0f | %.0f | %.2f | %.2f | %s | %s | %d | %s | %s |\n",
-			w.file, w.path, w.rows, n, rps, rps*float64(w.rows), pct(0.5), pct(0.99), cpuPer, perCall, errs, pt, ratio)
+			w.file, w.path, w.rows, n, rps, rps*float64(w.rows), benchserve.PercentileMs(lat, 0.5), benchserve.PercentileMs(lat, 0.99), cpuPer, perCall, errs, pt, ratio)
 	}
 	return nil
-}
-
-// load runs n clients back to back for d and returns the latencies of the
-// answered requests and the count of failed ones.
-func load(post func() (time.Duration, error), n int, d time.Duration) ([]time.Duration, int) {
-	var mu sync.Mutex
-	var lat []time.Duration
-	errs := 0
-	deadline := time.Now().Add(d)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			bad := 0
-			for time.Now().Before(deadline) {
-				t, err := post()
-				if err != nil {
-					bad++
-					continue
-				}
-				mine = append(mine, t)
-			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			errs += bad
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return lat, errs
 }
 
 // batchStats reads fw_batch_size_rows' sum and count (all models) from the
@@ -264,27 +223,4 @@ func batchStats(c *http.Client, url string) (rows, calls float64, err error) {
 		}
 	}
 	return rows, calls, sc.Err()
-}
-
-// processCPU is the user+system CPU time process pid has used (/proc, in
-// clock ticks of 1/100 s).
-func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("unexpected /proc stat format")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, errors.New("unexpected /proc stat format")
-	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, errors.New("unexpected /proc stat format")
-	}
-	return time.Duration(ut+st) * 10 * time.Millisecond, nil
 }

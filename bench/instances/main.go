@@ -16,9 +16,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fw-serve/fw/internal/benchdoc"
@@ -85,52 +83,23 @@ func measure(bin string, w workload, n string, dur time.Duration, clients int) (
 	tr := &http.Transport{MaxIdleConnsPerHost: clients, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: time.Minute}
-	post := func() (time.Duration, bool) {
+	post := func(int, int) (time.Duration, error) {
 		start := time.Now()
 		resp, err := c.Post(srv.URL+w.path, w.ctype, bytes.NewReader(w.body))
 		if err != nil {
-			return 0, false
+			return 0, err
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		return time.Since(start), resp.StatusCode == 200
+		if resp.StatusCode != 200 {
+			return 0, fmt.Errorf("%s answered %d", w.path, resp.StatusCode)
+		}
+		return time.Since(start), nil
 	}
 	// Warm-up, then the measured run.
 	for range 2 * clients {
-		post()
+		post(0, 0)
 	}
-	var mu sync.Mutex
-	var lat []time.Duration
-	errs := 0
-	deadline := time.Now().Add(dur)
-	var wg sync.WaitGroup
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			bad := 0
-			for time.Now().Before(deadline) {
-				d, ok := post()
-				if !ok {
-					bad++
-					continue
-				}
-				mine = append(mine, d)
-			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			errs += bad
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		if len(lat) == 0 {
-			return 0
-		}
-		return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
-	}
-	return fmt.Sprintf("| %s | %s | %.0f | %.2f | %.2f | %d |\n", w.name, n, float64(len(lat))/dur.Seconds(), pct(0.5), pct(0.99), errs), nil
+	lat, errs := benchserve.ClosedLoop(clients, dur, post)
+	return fmt.Sprintf("| %s | %s | %.0f | %.2f | %.2f | %d |\n", w.name, n, float64(len(lat))/dur.Seconds(), benchserve.PercentileMs(lat, 0.5), benchserve.PercentileMs(lat, 0.99), errs), nil
 }

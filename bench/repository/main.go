@@ -23,7 +23,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -147,13 +146,13 @@ func bytesThroughput(b *strings.Builder, bin, repo string, dur time.Duration) er
 		hdr  []string
 	}{{"JSON strings", jsonBody, nil}, {"binary tensor data (length-prefixed)", binBody, []string{"Inference-Header-Content-Length", strconv.Itoa(len(hdr))}}} {
 		run := func(d time.Duration) ([]time.Duration, int64) {
-			return closedLoop(8, d, func(int, int) (time.Duration, error) {
+			return benchserve.ClosedLoop(8, d, func(int, int) (time.Duration, error) {
 				return postOK(srv.URL+"/v2/models/simple_string/infer", r.body, r.hdr...)
 			})
 		}
 		run(time.Second)
 		lat, failed := run(dur)
-		fmt.Fprintf(b, "| %s | %d | %.0f | %.2f | %.2f | %d |\n", r.name, len(r.body), float64(len(lat))/dur.Seconds(), pct(lat, .5), pct(lat, .99), failed)
+		fmt.Fprintf(b, "| %s | %d | %.0f | %.2f | %.2f | %d |\n", r.name, len(r.body), float64(len(lat))/dur.Seconds(), benchserve.PercentileMs(lat, .5), benchserve.PercentileMs(lat, .99), failed)
 	}
 	b.WriteString("\n")
 	return nil
@@ -240,36 +239,6 @@ func infer(base, model string) (time.Duration, error) {
 	return d, nil
 }
 
-// closedLoop runs call from clients goroutines back to back for d and
-// returns the latencies of the calls that succeeded and the count that failed.
-func closedLoop(clients int, d time.Duration, call func(client, i int) (time.Duration, error)) ([]time.Duration, int64) {
-	var mu sync.Mutex
-	var lat []time.Duration
-	var failed atomic.Int64
-	deadline := time.Now().Add(d)
-	var wg sync.WaitGroup
-	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []time.Duration
-			for i := 0; time.Now().Before(deadline); i++ {
-				dd, err := call(c, i)
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				mine = append(mine, dd)
-			}
-			mu.Lock()
-			lat = append(lat, mine...)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return lat, failed.Load()
-}
-
 // postOK is post for a closed loop: an answer other than 200 is a failure.
 func postOK(url string, body []byte, hdr ...string) (time.Duration, error) {
 	code, out, d, err := post(url, "application/json", body, hdr...)
@@ -280,15 +249,6 @@ func postOK(url string, body []byte, hdr ...string) (time.Duration, error) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func pct(lat []time.Duration, p float64) float64 {
-	if len(lat) == 0 {
-		return 0
-	}
-	s := slices.Clone(lat)
-	slices.Sort(s)
-	return ms(s[min(len(s)-1, int(p*float64(len(s))))])
-}
 
 func loadUnload(b *strings.Builder, bin, repo string, n int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -320,8 +280,8 @@ func loadUnload(b *strings.Builder, bin, repo string, n int) error {
 	}
 	b.WriteString("**Load and unload** (`--model-control-mode explicit`, `POST /v2/repository/models/M/load` then `/unload`, one model at a time; a load includes reading the file, the ONNX Runtime session, the embedded test vector and the warm-up batches of 1, 8 and 64 rows; an unload waits for the model's accepted requests and frees it):\n\n")
 	b.WriteString("| call | models | p50 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|\n")
-	fmt.Fprintf(b, "| load digits_mlp | %d | %.1f | %.1f | %.1f |\n", n, pct(loads, .5), pct(loads, .99), pct(loads, 1))
-	fmt.Fprintf(b, "| unload digits_mlp | %d | %.1f | %.1f | %.1f |\n\n", n, pct(unloads, .5), pct(unloads, .99), pct(unloads, 1))
+	fmt.Fprintf(b, "| load digits_mlp | %d | %.1f | %.1f | %.1f |\n", n, benchserve.PercentileMs(loads, .5), benchserve.PercentileMs(loads, .99), benchserve.PercentileMs(loads, 1))
+	fmt.Fprintf(b, "| unload digits_mlp | %d | %.1f | %.1f | %.1f |\n\n", n, benchserve.PercentileMs(unloads, .5), benchserve.PercentileMs(unloads, .99), benchserve.PercentileMs(unloads, 1))
 	return nil
 }
 
@@ -382,7 +342,7 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident int, dur time
 				}
 			}()
 		}
-		lat, hotFailed := closedLoop(4, dur, func(int, int) (time.Duration, error) { return infer(srv.URL, "m0000") })
+		lat, hotFailed := benchserve.ClosedLoop(4, dur, func(int, int) (time.Duration, error) { return infer(srv.URL, "m0000") })
 		close(stop)
 		wg.Wait()
 		return lat, failed.Load() + hotFailed, churned.Load(), nil
@@ -395,10 +355,10 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident int, dur time
 	fmt.Fprintf(b, "**%d models, `--max-resident-models %d`** (every model loads on its first request; the least recently used are unloaded to make room): RSS %.0f MiB at start with none loaded, %.0f MiB after %d models were asked for once (%d resident; peak %.0f MiB); `POST /v2/repository/index` of %d models in %.1f ms.\n\n",
 		many, resident, float64(rss0)/(1<<20), float64(rss1)/(1<<20), cold, resident, float64(hwm)/(1<<20), len(idx), ms(idxTime))
 	b.WriteString("| request | count | p50 ms | p99 ms | failed |\n|---|---:|---:|---:|---:|\n")
-	fmt.Fprintf(b, "| first request to a model not loaded (load + warm-up + answer) | %d | %.1f | %.1f | 0 |\n", len(first), pct(first, .5), pct(first, .99))
-	fmt.Fprintf(b, "| a loaded model, one client | %d | %.2f | %.2f | 0 |\n", len(warm), pct(warm, .5), pct(warm, .99))
-	fmt.Fprintf(b, "| a resident model, 4 clients, alone | %d | %.2f | %.2f | %d |\n", len(alone), pct(alone, .5), pct(alone, .99), f1)
-	fmt.Fprintf(b, "| the same while a fifth client asks for other models (%d loads and unloads) | %d | %.2f | %.2f | %d |\n\n", churned, len(busy), pct(busy, .5), pct(busy, .99), f2)
+	fmt.Fprintf(b, "| first request to a model not loaded (load + warm-up + answer) | %d | %.1f | %.1f | 0 |\n", len(first), benchserve.PercentileMs(first, .5), benchserve.PercentileMs(first, .99))
+	fmt.Fprintf(b, "| a loaded model, one client | %d | %.2f | %.2f | 0 |\n", len(warm), benchserve.PercentileMs(warm, .5), benchserve.PercentileMs(warm, .99))
+	fmt.Fprintf(b, "| a resident model, 4 clients, alone | %d | %.2f | %.2f | %d |\n", len(alone), benchserve.PercentileMs(alone, .5), benchserve.PercentileMs(alone, .99), f1)
+	fmt.Fprintf(b, "| the same while a fifth client asks for other models (%d loads and unloads) | %d | %.2f | %.2f | %d |\n\n", churned, len(busy), benchserve.PercentileMs(busy, .5), benchserve.PercentileMs(busy, .99), f2)
 	return nil
 }
 
@@ -409,7 +369,7 @@ func tenModels(b *strings.Builder, bin, mlp, root string, dur time.Duration) err
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	load := func(urls []string, names []string) (float64, []time.Duration, int64) {
-		lat, failed := closedLoop(16, dur, func(c, i int) (time.Duration, error) {
+		lat, failed := benchserve.ClosedLoop(16, dur, func(c, i int) (time.Duration, error) {
 			return infer(urls[(c+i)%len(urls)], names[(c+i)%len(names)])
 		})
 		return float64(len(lat)) / dur.Seconds(), lat, failed
@@ -454,8 +414,8 @@ func tenModels(b *strings.Builder, bin, mlp, root string, dur time.Duration) err
 	}
 	b.WriteString("**Ten models**: ten copies of digits_mlp in one `fw serve --model-repository` against ten `fw serve --model` processes, 16 keep-alive clients sending V2 JSON requests round-robin over the ten models:\n\n")
 	b.WriteString("| setup | req/s | p50 ms | p99 ms | RSS MiB (sum) | failed |\n|---|---:|---:|---:|---:|---:|\n")
-	fmt.Fprintf(b, "| one server, ten models | %.0f | %.2f | %.2f | %.0f | %d |\n", rps1, pct(lat1, .5), pct(lat1, .99), float64(rss1)/(1<<20), f1)
-	fmt.Fprintf(b, "| ten processes | %.0f | %.2f | %.2f | %.0f | %d |\n\n", rps10, pct(lat10, .5), pct(lat10, .99), float64(rss10)/(1<<20), f10)
+	fmt.Fprintf(b, "| one server, ten models | %.0f | %.2f | %.2f | %.0f | %d |\n", rps1, benchserve.PercentileMs(lat1, .5), benchserve.PercentileMs(lat1, .99), float64(rss1)/(1<<20), f1)
+	fmt.Fprintf(b, "| ten processes | %.0f | %.2f | %.2f | %.0f | %d |\n\n", rps10, benchserve.PercentileMs(lat10, .5), benchserve.PercentileMs(lat10, .99), float64(rss10)/(1<<20), f10)
 	return nil
 }
 
@@ -513,13 +473,13 @@ func largeInput(b *strings.Builder, bin, repo string, dur time.Duration) error {
 	b.WriteString("| input sent as | request bytes | req/s | p50 ms | p99 ms | failed |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
 		run := func(d time.Duration) ([]time.Duration, int64) {
-			return closedLoop(4, d, func(int, int) (time.Duration, error) {
+			return benchserve.ClosedLoop(4, d, func(int, int) (time.Duration, error) {
 				return postOK(srv.URL+"/v2/models/densenet_onnx/infer", r.body, r.hdr...)
 			})
 		}
 		run(time.Second) // warm-up
 		lat, failed := run(dur)
-		fmt.Fprintf(b, "| %s | %d | %.0f | %.2f | %.2f | %d |\n", r.name, len(r.body), float64(len(lat))/dur.Seconds(), pct(lat, .5), pct(lat, .99), failed)
+		fmt.Fprintf(b, "| %s | %d | %.0f | %.2f | %.2f | %d |\n", r.name, len(r.body), float64(len(lat))/dur.Seconds(), benchserve.PercentileMs(lat, .5), benchserve.PercentileMs(lat, .99), failed)
 	}
 	b.WriteString("\n")
 	return nil

@@ -1,6 +1,7 @@
 // Package benchserve starts a real `fw serve` for the load tools under
-// bench/ (soak, overload) and reads its memory from /proc: the process side
-// of a measurement, so each tool only describes its traffic.
+// bench/ (soak, overload, repository, instances, gpucheck), reads its memory
+// from /proc, and drives closed loops against it (ClosedLoop, PercentileMs):
+// the shared side of a measurement, so each tool only describes its traffic.
 package benchserve
 
 import (
