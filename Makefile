@@ -17,6 +17,7 @@ MODELS := build/models
 ORT_LIB := third_party/onnxruntime/lib/libonnxruntime.so.1
 SHIM := build/lib/libfwtorch.so
 HELM := build/tools/helm
+OTELCOL := build/tools/otelcol
 GO_SOURCES := $(shell find . -name '*.go' -not -path './third_party/*' -not -path './.venv/*' -not -path './web/node_modules/*' 2>/dev/null) $(wildcard engine/*.c engine/*.h) go.mod go.sum
 PY_SOURCES := $(filter-out python/fw/triton_samples.py,$(shell find python/fw -name '*.py' 2>/dev/null))
 # Triton's sample models rebuilt as ONNX, in a Triton-layout model repository (fw serve --model-repository).
@@ -28,7 +29,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-export-models test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui gpu-check test-gpu-check-cpu clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-export-models test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances bench-tracing otelcol test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui gpu-check test-gpu-check-cpu clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -121,6 +122,10 @@ $(HELM): scripts/fetch-helm.sh
 	@echo "==> helm v3.22.0 from the Go module proxy into build/tools"
 	@bash scripts/fetch-helm.sh
 
+otelcol: $(OTELCOL) ## build the OpenTelemetry Collector (its builder, from the Go module proxy) into build/tools, for the tracing tests and make bench-tracing
+$(OTELCOL): scripts/fetch-otelcol.sh scripts/otelcol-builder.yaml
+	@bash scripts/fetch-otelcol.sh
+
 test-deploy: build models $(HELM) | venv ## deploy/: the Helm chart linted, rendered and validated against Kubernetes' and the CRDs' schemas; the Prometheus rules (promtool) and Grafana dashboard against a real Prometheus scraping fw
 	@echo "==> pytest python/tests/test_deploy.py test_observability.py"
 	@cd python && FW_REQUIRE=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_BIN=$(ROOT)/bin/fw $(PY) -m pytest -q tests/test_deploy.py tests/test_observability.py
@@ -169,7 +174,7 @@ test-s3: ## the dashboard's file stores (dashboard/blob) on a directory and on a
 	@echo "==> go test ./dashboard/blob on a directory and on S3 (moto_server)"
 	@moto=$$(bash scripts/setup-moto-venv.sh) && FW_MOTO_SERVER=$$moto FW_REQUIRE_S3=1 $(GO) test -race -count=1 ./dashboard/blob
 
-test-python: $(HELM) | venv
+test-python: $(HELM) $(OTELCOL) | venv
 	@echo "==> pytest python/tests"
 	@cd python && FW_REQUIRE=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_BIN=$(ROOT)/bin/fw $(PY) -m pytest
 
@@ -257,6 +262,9 @@ bench-overload: build models ## 4x the sustainable load on resnet18: 503/504 per
 
 bench-repository: build models ## a model repository: load/unload time, 1,000 models on demand, ten models in one server vs ten processes, shm vs binary vs JSON (docs/benchmarks.md)
 	@$(GO) run ./bench/repository
+
+bench-tracing: build models $(OTELCOL) ## OpenTelemetry tracing's cost: server CPU per request with tracing off, 1 % and 100 % sampling, exported to a real collector (docs/benchmarks.md)
+	@$(GO) run ./bench/tracing
 
 bench-instances: build models ## --instances 1 vs 2 on resnet18 and the digits MLP (docs/benchmarks.md)
 	@$(GO) run ./bench/instances

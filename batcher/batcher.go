@@ -80,6 +80,9 @@ type Config struct {
 	// preferred_batch_size (its largest preferred size). 0 keeps fw's
 	// behaviour: an idle engine never waits.
 	PreferredRows int
+	// Calls, when set, is told of every engine call with its requests'
+	// contexts (request tracing). Nil costs nothing.
+	Calls CallObserver
 }
 
 // Defaults used by New for zero Config fields, and by DefaultConfig.
@@ -128,6 +131,15 @@ type Stats interface {
 	BatchRun(rows, requests int, queueWait, inference time.Duration, err error)
 	// QueueDepth reports the number of requests waiting whenever it changes.
 	QueueDepth(n int)
+}
+
+// CallObserver is told of every engine call with the contexts of the
+// requests it ran (telemetry.Observer: the spans of traced requests). Its
+// method is called on the worker's goroutine after the call, before the
+// requests are answered: it must be quick and must not keep ctxs, which
+// the worker reuses.
+type CallObserver interface {
+	EngineCall(ctxs []context.Context, rows int, start time.Time, took time.Duration, err error)
 }
 
 type noStats struct{}
@@ -235,6 +247,7 @@ type worker struct {
 	inputs []engine.Tensor
 	bufs   [][]byte
 	shapes [][]int64
+	ctxs   []context.Context // Config.Calls' argument, reused
 }
 
 // New starts a Batcher with cfg.Instances workers all calling run. stats
@@ -718,6 +731,14 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 		err = checkOutputs(outs, rows, b.cfg.Unbatched)
 	}
 	b.stats.BatchRun(rows, len(reqs), queueWait, inference, err)
+	if b.cfg.Calls != nil {
+		for _, r := range reqs {
+			w.ctxs = append(w.ctxs, r.ctx)
+		}
+		b.cfg.Calls.EngineCall(w.ctxs, rows, start, inference, err)
+		clear(w.ctxs)
+		w.ctxs = w.ctxs[:0]
+	}
 	if err != nil {
 		return nil, fmt.Errorf("batcher: engine call of %d rows from %d requests: %w", rows, len(reqs), err)
 	}

@@ -21,11 +21,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fw-serve/fw/engine"
-	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
-	"github.com/fw-serve/fw/reqtrace"
-	"github.com/fw-serve/fw/serving"
-	"github.com/fw-serve/fw/sharedmem"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -33,6 +28,13 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/fw-serve/fw/engine"
+	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"github.com/fw-serve/fw/reqtrace"
+	"github.com/fw-serve/fw/serving"
+	"github.com/fw-serve/fw/sharedmem"
+	"github.com/fw-serve/fw/telemetry"
 )
 
 // Config holds the gRPC front end's limits and options.
@@ -65,6 +67,10 @@ type Config struct {
 	// Tracer is Triton's trace extension (the TraceSetting call) and the
 	// sampler answered requests are recorded to; nil: not served.
 	Tracer *reqtrace.Tracer
+	// Telemetry, when set, traces calls (OpenTelemetry: a W3C traceparent
+	// in the call's metadata is the parent); a stream's requests are traced
+	// one by one. Nil traces none.
+	Telemetry *telemetry.Tracer
 	// Logging is Triton's logging extension (the LogSettings call); nil
 	// answers UNIMPLEMENTED.
 	Logging *serving.LogSettings
@@ -223,12 +229,15 @@ func (s *Server) recovered(method string, r any, err *error) {
 
 func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 	start := time.Now()
+	span := s.startSpan(ctx, start)
+	ctx = telemetry.With(ctx, span)
 	defer func() {
 		if r := recover(); r != nil {
 			resp = nil
 			s.recovered(info.FullMethod, r, &err)
 		}
 		s.metrics.observe(info.FullMethod, status.Code(err), time.Since(start))
+		endSpan(span, info.FullMethod, err)
 	}()
 	if err := s.authorize(ctx, info.FullMethod); err != nil {
 		return nil, err
@@ -736,11 +745,16 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 							InferResponse: &pb.ModelInferResponse{ModelName: req.GetModelName(), Id: req.GetId()}}
 					}
 				}()
+				span := s.startSpan(ctx, began)
+				mctx := telemetry.With(ctx, span)
+				var err error
+				defer func() { endSpan(span, "/inference.GRPCInferenceService/ModelStreamInfer", err) }()
 				if a == nil {
-					adm := s.admit(ctx, req)
+					adm := s.admit(mctx, req)
 					a = &adm
 				}
-				out, err := s.inferAdmitted(ctx, req, *a, began)
+				var out *pb.ModelInferResponse
+				out, err = s.inferAdmitted(mctx, req, *a, began)
 				if err != nil {
 					resp = &pb.ModelStreamInferResponse{ErrorMessage: status.Convert(err).Message(),
 						InferResponse: &pb.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId()}}

@@ -68,7 +68,7 @@ func (s *Server) handleBatch(ctx *fasthttp.RequestCtx) {
 	}
 	var items []jv
 	reqs.forEach(func(_ int, e jv) bool { items = append(items, e); return true })
-	rctx, cancel := s.requestContext()
+	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
 	results := make([][]byte, len(items))
 	sem := make(chan struct{}, s.cfg.BatchConcurrency)

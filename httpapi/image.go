@@ -113,7 +113,7 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 			x.Shape = []int64{x.Shape[0], n}
 		}
 	}
-	rctx, cancel := s.requestContext()
+	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
 	out, rec, err := s.infer(rctx, inst, []engine.Tensor{x}, ctx.Time())
 	if err != nil {

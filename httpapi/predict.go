@@ -39,7 +39,7 @@ func (s *Server) handlePredict(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, aerr)
 		return
 	}
-	rctx, cancel := s.requestContext()
+	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
 	out, rec, err := s.infer(rctx, inst, inputs, ctx.Time())
 	if err != nil {

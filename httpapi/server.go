@@ -16,14 +16,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fw-serve/fw/internal/hostguard"
-	"github.com/fw-serve/fw/reqtrace"
-	"github.com/fw-serve/fw/serving"
-	"github.com/fw-serve/fw/sharedmem"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
+
+	"github.com/fw-serve/fw/internal/hostguard"
+	"github.com/fw-serve/fw/reqtrace"
+	"github.com/fw-serve/fw/serving"
+	"github.com/fw-serve/fw/sharedmem"
+	"github.com/fw-serve/fw/telemetry"
 )
 
 // Config holds the server's limits and options. Zero values take the defaults
@@ -64,6 +66,9 @@ type Config struct {
 	// Restricted are the API categories that need a header
 	// (--http-restricted-api, tritonserver's flag).
 	Restricted serving.Restrictions
+	// Telemetry, when set, traces requests (OpenTelemetry: a W3C
+	// traceparent header is the parent). Nil traces none.
+	Telemetry *telemetry.Tracer
 }
 
 // DefaultConfig returns the defaults the fw serve flags document.
@@ -158,6 +163,13 @@ func (s *Server) State() (serving.State, string) { return s.models.State() }
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	s.metrics.inflight.Inc()
+	var span *telemetry.Span
+	if s.cfg.Telemetry != nil {
+		span = s.cfg.Telemetry.Start(ctx.Request.Header.Peek("traceparent"), ctx.Request.Header.Peek("tracestate"), ctx.Time())
+		if span != nil {
+			ctx.SetUserValue(spanKey{}, span)
+		}
+	}
 	ep := s.routeSafely(ctx)
 	switch ep {
 	case "predict", "predict_image", "predict_batch", "v2_infer":
@@ -173,6 +185,9 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	}
 	d := time.Since(start)
 	s.metrics.observeRequest(ep, code, d)
+	if span != nil {
+		s.endSpan(ctx, span, ep, code)
+	}
 	if s.cfg.AccessLog {
 		out := -1 // a streamed response (NDJSON) is not measured: reading it would buffer it
 		if !ctx.Response.IsBodyStream() {
@@ -556,9 +571,14 @@ func mediaType(ctx *fasthttp.RequestCtx) string {
 	return strings.ToLower(strings.TrimSpace(ct))
 }
 
-// requestContext bounds a request by the server's base context and Timeout.
-func (s *Server) requestContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(s.base, s.cfg.Timeout)
+// requestContext bounds a request by the server's base context and
+// Timeout; it carries the request's trace when it is traced.
+func (s *Server) requestContext(ctx *fasthttp.RequestCtx) (context.Context, context.CancelFunc) {
+	base := s.base
+	if sp, _ := ctx.UserValue(spanKey{}).(*telemetry.Span); sp != nil {
+		base = telemetry.With(base, sp)
+	}
+	return context.WithTimeout(base, s.cfg.Timeout)
 }
 
 // submitError maps an inference error (serving.Classify) to the API error

@@ -744,7 +744,7 @@ func (s *Server) v2Run(ctx *fasthttp.RequestCtx, inst *serving.Instance, req *v2
 		return nil, serving.Request{}, err
 	}
 	defer ticket.Release()
-	rctx, cancel := s.requestContext()
+	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
 	return s.inferSequence(rctx, inst, req.inputs, ctx.Time(), ticket)
 }

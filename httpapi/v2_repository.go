@@ -49,7 +49,7 @@ func (s *Server) routeRepository(ctx *fasthttp.RequestCtx, rest string) string {
 			return "v2"
 		}
 	}
-	rctx, cancel := s.requestContext()
+	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
 	var err error
 	if action == "load" {

@@ -25,6 +25,7 @@ import (
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/imageprep"
 	"github.com/fw-serve/fw/serving"
+	"github.com/fw-serve/fw/telemetry"
 )
 
 // Config says what to load and how to batch it.
@@ -49,6 +50,9 @@ type Config struct {
 	// it may set its Config (a repository's config.pbtxt) and fail the load
 	// with the reason.
 	Prepare func(*serving.Instance) error
+	// Tracer, when set, is told of every engine call (the spans of traced
+	// requests: telemetry.Observer).
+	Tracer *telemetry.Tracer
 }
 
 // Metrics is where a Host reports: the server's readiness and reloads, and
@@ -184,6 +188,9 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 	mm.SetQueueCapacity(h.cfg.Batcher.QueueCapacity())
 	bc := h.cfg.Batcher
 	bc.Unbatched = bc.Unbatched || !m.Batched() // no batch axis to join requests on: one engine call each
+	if o := h.cfg.Tracer.Observer(inst.Name(), inst.Version()); o != nil {
+		bc.Calls = o
+	}
 	inst.Batcher = batcher.NewPool(runs, bc, serving.Tee{mm, h.stats})
 	inst.Config = serving.Config(inst, filepath.Base(h.cfg.Path))
 	if h.cfg.Prepare != nil {

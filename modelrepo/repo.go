@@ -31,6 +31,7 @@ import (
 	"github.com/fw-serve/fw/modelhost"
 	"github.com/fw-serve/fw/sequence"
 	"github.com/fw-serve/fw/serving"
+	"github.com/fw-serve/fw/telemetry"
 )
 
 // Mode is the model control mode (tritonserver's --model-control-mode).
@@ -76,6 +77,8 @@ type Config struct {
 	// dynamic_batching) and the instance count (instance_group).
 	Engine  engine.Options
 	Batcher batcher.Config
+	// Tracer, when set, traces every model's engine calls (telemetry).
+	Tracer *telemetry.Tracer
 	// SkipWarmup skips the warm-up batches (the test vector still runs).
 	SkipWarmup bool
 	// MaxResidentModels and MaxResidentBytes, when positive, bound the
@@ -725,7 +728,7 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 		}
 	}
 	h := modelhost.New(modelhost.Config{
-		Path: path, Engine: eo, Batcher: bc, SkipWarmup: r.cfg.SkipWarmup, Name: name, Version: vs,
+		Path: path, Engine: eo, Batcher: bc, SkipWarmup: r.cfg.SkipWarmup, Name: name, Version: vs, Tracer: r.cfg.Tracer,
 		Prepare: func(inst *serving.Instance) error {
 			if seq != nil {
 				sc := *seq

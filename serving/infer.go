@@ -10,6 +10,7 @@ import (
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/sequence"
+	"github.com/fw-serve/fw/telemetry"
 )
 
 // Infer checks inputs against inst's model and runs them through its
@@ -18,6 +19,13 @@ import (
 // so a reload fails no request. A stateful model (sequence batching) is
 // refused: its requests name their sequence (InferSequence).
 func Infer(ctx context.Context, models Models, inst *Instance, inputs []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+	ctx, call := telemetry.StartCall(ctx)
+	out, t, err := infer(ctx, models, inst, inputs)
+	call.Done(inst.Name(), inst.Version(), t.Queue, err)
+	return out, t, err
+}
+
+func infer(ctx context.Context, models Models, inst *Instance, inputs []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
 	given := inputs
 	for {
 		if err := Stateless(inst); err != nil {
@@ -74,13 +82,16 @@ func InferSequence(ctx context.Context, models Models, inst *Instance, inputs []
 	if t == nil {
 		return Infer(ctx, models, inst, inputs)
 	}
-	return t.Run(ctx, inputs, func(ctx context.Context, full []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+	ctx, call := telemetry.StartCall(ctx)
+	out, timing, err := t.Run(ctx, inputs, func(ctx context.Context, full []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
 		rows, err := inst.Model.CheckInputs(full)
 		if err != nil {
 			return nil, batcher.Timing{}, err
 		}
 		return inst.Batcher.SubmitChecked(ctx, full, rows)
 	})
+	call.Done(inst.Name(), inst.Version(), timing.Queue, err)
+	return out, timing, err
 }
 
 // Kind is what went wrong with an inference call, for a transport to map

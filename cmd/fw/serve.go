@@ -13,6 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+	"google.golang.org/grpc"
+
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/grpcapi"
@@ -22,9 +26,6 @@ import (
 	"github.com/fw-serve/fw/modelrepo"
 	"github.com/fw-serve/fw/serving"
 	"github.com/fw-serve/fw/sharedmem"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
-	"google.golang.org/grpc"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -44,6 +45,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	httpRestricted := ef.List("http-restricted-api", "restrict an API category to requests with a header, as tritonserver's flag: CATEGORY[,CATEGORY...]:KEY=VALUE (categories health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging); others answer 403")
 	grpcRestricted := ef.List("grpc-restricted-protocol", "the same for gRPC calls, whose metadata must carry triton-grpc-protocol-KEY: VALUE (tritonserver's flag); others answer PERMISSION_DENIED")
 	traceConfigs := ef.List("trace-config", "request tracing, tritonserver's flag: [triton,]SETTING=VALUE with file=PATH (where traces are written, Triton's JSON), log-frequency=N (a file FILE.N every N traces; 0: FILE at shutdown), rate=N (trace one request in N), level=TIMESTAMPS|OFF, count=N (-1: no limit); GET/POST /v2/trace/setting changes them while serving")
+	otelEndpoint := ef.String("otel-endpoint", "", "send OpenTelemetry traces to this OTLP receiver URL (http://HOST:4317 with --otel-protocol grpc, http://HOST:4318 for http/protobuf); default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT; neither: no tracing")
+	otelProtocol := ef.String("otel-protocol", "", "OTLP protocol, grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
+	otelRate := ef.String("otel-sample-rate", "", "fraction of requests traced, 0 to 1; a request whose traceparent is sampled is always traced (default: OTEL_TRACES_SAMPLER, else every request)")
 	traceFile := fs.String("trace-file", "", "tritonserver's older name for --trace-config triton,file=PATH")
 	traceLevel := fs.String("trace-level", "", "tritonserver's older name for --trace-config level=LEVEL")
 	traceRate := fs.String("trace-rate", "", "tritonserver's older name for --trace-config rate=N")
@@ -199,13 +203,33 @@ Flags:
 	engineOpts := withLibraries(engine.Options{Device: engine.Device(*device), Threads: perCall, GraphOptimization: *graphOpt,
 		AllowNonFinite: *allowNonFinite, Spin: *spin})
 	batchCfg := batcher.Config{MaxBatchRows: *maxBatch, MaxDelay: *maxDelay, Instances: *instances, MaxQueue: *maxQueue}
+	otel, err := otelTracer(os.Getenv, *otelEndpoint, *otelProtocol, *otelRate, "fw-serve", version, log)
+	if err != nil {
+		ln.Close()
+		if gln != nil {
+			gln.Close()
+		}
+		fmt.Fprintf(stderr, "fw serve: %v\n", err)
+		return 2
+	}
+	if otel != nil {
+		c := otel.Config()
+		log.Info("tracing (OpenTelemetry)", "receiver", c.Export.Description, "sampler", c.Sampler.String())
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := otel.Shutdown(sctx); err != nil {
+				log.Error("sending the last traces", "err", err)
+			}
+		}()
+	}
 	// The models' lifecycle owns what the transports read: what serves now
 	// and whether it is ready. One file is a modelhost.Host; a repository
 	// is a modelrepo.Repository of hosts.
 	var life lifecycle
 	var models serving.Models
 	if *model != "" {
-		mh := modelhost.New(modelhost.Config{Path: *model, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup}, metrics, log)
+		mh := modelhost.New(modelhost.Config{Path: *model, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel}, metrics, log)
 		life, models = mh, serving.One(mh)
 	} else {
 		if *threads == 0 {
@@ -213,7 +237,7 @@ Flags:
 		}
 		repo, err := modelrepo.New(modelrepo.Config{
 			Roots: *repos, Mode: mode, LoadModels: *loadModels, PollInterval: time.Duration(*pollSecs) * time.Second,
-			DisableAutoComplete: *noAuto, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup,
+			DisableAutoComplete: *noAuto, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
 			MaxResidentModels: *maxResident, MaxResidentBytes: *maxResidentBytes, LoadWait: *timeout,
 		}, metrics, log)
 		if err != nil {
@@ -245,7 +269,7 @@ Flags:
 	srv := httpapi.New(base, httpapi.Config{
 		MaxBodyBytes: *maxBody, MaxRows: *maxRows, MaxImagePixels: *maxPixels, Timeout: *timeout,
 		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts, SharedMemory: shm, Logging: logSettings,
-		Restricted: restrictedHTTP, Tracer: tracer,
+		Restricted: restrictedHTTP, Tracer: tracer, Telemetry: otel,
 	}, models, metrics, log, reg)
 	hs := &fasthttp.Server{
 		Handler:            srv.Handler,
@@ -272,7 +296,7 @@ Flags:
 	if gln != nil {
 		gsrv = grpcapi.New(base, grpcapi.Config{
 			MaxMessageBytes: int(min(*maxBody, int64(1<<31-1))), MaxRows: *maxRows, Timeout: *timeout,
-			APIKeys: keys, Version: version, SharedMemory: shm, Logging: logSettings, Restricted: restrictedGRPC, Tracer: tracer,
+			APIKeys: keys, Version: version, SharedMemory: shm, Logging: logSettings, Restricted: restrictedGRPC, Tracer: tracer, Telemetry: otel,
 		}, models, reg, log)
 		gs = grpc.NewServer(gsrv.ServerOptions()...)
 		gsrv.Register(gs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -24,8 +25,18 @@ def free_port() -> int:
 class FwServer:
     """One ``fw serve`` subprocess on a free port."""
 
-    def __init__(self, fw_bin: Path, model: Path | None, *extra: str, grpc: bool = False) -> None:
-        """Serve ``model`` (a file), or with ``model=None`` what ``extra`` says (``--model-repository DIR``)."""
+    def __init__(
+        self,
+        fw_bin: Path,
+        model: Path | None,
+        *extra: str,
+        grpc: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """Serve ``model`` (a file), or with ``model=None`` what ``extra`` says (``--model-repository DIR``).
+
+        ``env`` is added to this process's environment for the server.
+        """
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"
         self.grpc_url = f"127.0.0.1:{free_port()}" if grpc else ""
@@ -46,6 +57,7 @@ class FwServer:
             args,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **env} if env else None,
         )
 
     def log(self) -> str:
