@@ -42,11 +42,18 @@ var methods = map[string]bool{
 	"ModelInfer": true, "ModelStreamInfer": true, "ModelConfig": true, "ModelStatistics": true, "Check": true, "Watch": true,
 }
 
-func (m *metrics) observe(fullMethod string, code codes.Code, d time.Duration) {
+// observe records one call; trace, when it was traced, is its trace ID,
+// kept as the latency's exemplar.
+func (m *metrics) observe(fullMethod string, code codes.Code, d time.Duration, trace string) {
 	name := fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
 	if !methods[name] {
 		name = "other"
 	}
 	m.requests.WithLabelValues(name, code.String()).Inc()
-	m.latency.WithLabelValues(name).Observe(d.Seconds())
+	o := m.latency.WithLabelValues(name)
+	if e, ok := o.(prometheus.ExemplarObserver); ok && trace != "" {
+		e.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": trace})
+		return
+	}
+	o.Observe(d.Seconds())
 }

@@ -236,7 +236,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 			resp = nil
 			s.recovered(info.FullMethod, r, &err)
 		}
-		s.metrics.observe(info.FullMethod, status.Code(err), time.Since(start))
+		s.metrics.observe(info.FullMethod, status.Code(err), time.Since(start), traceID(span))
 		endSpan(span, info.FullMethod, err)
 	}()
 	if err := s.authorize(ctx, info.FullMethod); err != nil {
@@ -251,7 +251,7 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 		if r := recover(); r != nil {
 			s.recovered(info.FullMethod, r, &err)
 		}
-		s.metrics.observe(info.FullMethod, status.Code(err), time.Since(start))
+		s.metrics.observe(info.FullMethod, status.Code(err), time.Since(start), "")
 	}()
 	if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
 		return err

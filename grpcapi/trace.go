@@ -96,3 +96,11 @@ func endSpan(span *telemetry.Span, fullMethod string, err error) {
 	}
 	span.End(name, trace.SpanKindServer, attrs, time.Now(), failed, st.Message())
 }
+
+// traceID is span's trace ID, "" when the call is not traced.
+func traceID(span *telemetry.Span) string {
+	if span == nil {
+		return ""
+	}
+	return span.SpanContext().TraceID().String()
+}

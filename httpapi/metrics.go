@@ -108,10 +108,12 @@ func (m *Metrics) SetReady(ready bool) {
 	}
 }
 
-// observeRequest records one finished request. Label children are resolved
+// observeRequest records one finished request; trace, when the request was
+// traced (OpenTelemetry), is its trace ID, kept as the latency's exemplar
+// (served in the OpenMetrics format). Label children are resolved
 // once per endpoint and code, so the steady state allocates nothing.
-func (m *Metrics) observeRequest(endpoint string, code int, d time.Duration) {
-	m.endpointObs[endpoint].Observe(d.Seconds())
+func (m *Metrics) observeRequest(endpoint string, code int, d time.Duration, trace string) {
+	observe(m.endpointObs[endpoint], d, trace)
 	if code < 0 || code >= len(codeCounters{}) {
 		m.requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
 		return
@@ -188,3 +190,15 @@ func (mm *modelMetrics) Loaded(format, device string, took time.Duration) {
 
 // Reload counts a hot-reload attempt by result ("ok" or "failed").
 func (m *Metrics) Reload(result string) { m.reloads.WithLabelValues(result).Inc() }
+
+// observe records d on o, with the trace ID trace as its exemplar when
+// there is one.
+func observe(o prometheus.Observer, d time.Duration, trace string) {
+	if trace != "" {
+		if e, ok := o.(prometheus.ExemplarObserver); ok {
+			e.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": trace})
+			return
+		}
+	}
+	o.Observe(d.Seconds())
+}

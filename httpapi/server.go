@@ -136,7 +136,7 @@ type Server struct {
 // context.
 func New(base context.Context, cfg Config, models serving.Models, metrics *Metrics, log *slog.Logger, gatherer prometheus.Gatherer) *Server {
 	s := &Server{cfg: cfg.withDefaults(), log: log, models: models, metrics: metrics, started: time.Now(), base: base}
-	s.metricsH = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	s.metricsH = fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	s.keys = serving.NewKeys(s.cfg.APIKeys)
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	s.bodyBufs.New = func() any { b := make([]byte, 0, 4096); return &b }
@@ -184,9 +184,11 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 	}
 	d := time.Since(start)
-	s.metrics.observeRequest(ep, code, d)
 	if span != nil {
+		s.metrics.observeRequest(ep, code, d, span.SpanContext().TraceID().String())
 		s.endSpan(ctx, span, ep, code)
+	} else {
+		s.metrics.observeRequest(ep, code, d, "")
 	}
 	if s.cfg.AccessLog {
 		out := -1 // a streamed response (NDJSON) is not measured: reading it would buffer it

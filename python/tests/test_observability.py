@@ -25,6 +25,7 @@ import time
 import urllib.parse
 import urllib.request
 from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -116,14 +117,19 @@ class Stack:
         self.procs: list[tuple[str, subprocess.Popen]] = []
         self.stop_traffic = threading.Event()
         self.errors: list[str] = []
+        self.traced: set[str] = set()  # trace IDs sent as the callers of traced predictions
+        self.spans_received = 0
+        self.sink: ThreadingHTTPServer | None = None
 
     def get(self, url: str) -> dict:
         with urllib.request.urlopen(url, timeout=30) as r:
             return json.loads(r.read())
 
-    def post(self, url: str, body: object) -> int:
+    def post(self, url: str, body: object, headers: dict | None = None) -> int:
         req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
         req.add_header("Content-Type", "application/json")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
                 return r.status
@@ -142,7 +148,12 @@ class Stack:
         while not self.stop_traffic.is_set():
             step += 1
             try:
-                if self.post(f"{self.serve}/predict", {"data": [row] * (1 + step % 4)}) != 200:
+                headers = {}
+                if step % 5 == 0:  # a caller that traces this request: fw's span joins its trace
+                    trace_id = f"{0xF00D0000 + step:032x}"
+                    self.traced.add(trace_id)
+                    headers["traceparent"] = f"00-{trace_id}-00f067aa0ba902b7-01"
+                if self.post(f"{self.serve}/predict", {"data": [row] * (1 + step % 4)}, headers) != 200:
                     self.errors.append("a prediction failed")
                 if step % 10 == 0:
                     self.post(f"{self.serve}/predict", {"data": [[1.0]]})  # 422: a client error, not a 5xx
@@ -185,6 +196,23 @@ def stack(tmp_path_factory):
         pytest.skip(f"{model} is missing: make models")
     tmp = tmp_path_factory.mktemp("observability")
     s = Stack(tmp)
+    stack_ref = s
+
+    class Sink(BaseHTTPRequestHandler):
+        """fw serve's OTLP/HTTP receiver here: it takes the spans (test_otel.py checks them)."""
+
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            stack_ref.spans_received += 1
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    s.sink = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=s.sink.serve_forever, daemon=True).start()
     try:
         s.serve, proc, _ = launch(
             [
@@ -199,7 +227,13 @@ def stack(tmp_path_factory):
                 "1",
                 "--max-queue",
                 "64",
-            ]
+                # Traced: the requests whose caller traced them (parent-based, ratio 0 otherwise).
+                "--otel-endpoint",
+                f"http://127.0.0.1:{s.sink.server_address[1]}",
+                "--otel-sample-rate",
+                "0",
+            ],
+            {"OTEL_BSP_SCHEDULE_DELAY": "500"},
         )
         s.procs.append(("fw serve", proc))
         env = {
@@ -238,6 +272,7 @@ def stack(tmp_path_factory):
                 f"--storage.tsdb.path={tmp / 'tsdb'}",
                 f"--web.listen-address=127.0.0.1:{port}",
                 "--storage.tsdb.retention.time=1h",
+                "--enable-feature=exemplar-storage",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -268,7 +303,36 @@ def stack(tmp_path_factory):
         yield s
     finally:
         s.stop()
+        s.sink.shutdown()
         assert not s.errors, s.errors
+
+
+def test_latency_exemplars_lead_to_traces(stack):
+    """Traced requests' trace IDs are exemplars of fw's latency histogram, scraped and kept by a real
+    Prometheus (OpenMetrics): a slow bucket in Grafana leads to the caller's trace."""
+    deadline = time.monotonic() + 60
+    while True:
+        end = time.time()
+        q = urllib.parse.urlencode(
+            {
+                "query": 'fw_http_request_duration_seconds_bucket{job="fw-serve",endpoint="predict"}',
+                "start": end - 600,
+                "end": end,
+            }
+        )
+        doc = stack.get(f"{stack.prom}/api/v1/query_exemplars?{q}")
+        assert doc["status"] == "success", doc
+        ids = {e["labels"].get("trace_id") for series in doc["data"] for e in series["exemplars"]}
+        if ids and stack.spans_received:
+            break
+        if time.monotonic() > deadline:
+            pytest.fail(f"no exemplars after 60 s (spans posted: {stack.spans_received}): {doc}")
+        time.sleep(1)
+    # Every exemplar is one of the traces a caller started: untraced requests leave none.
+    assert ids <= stack.traced, ids - stack.traced
+    # Prometheus' exemplars carry the bucket they fell in and the observed latency.
+    e = doc["data"][0]["exemplars"][0]
+    assert 0 < float(e["value"]) < 30
 
 
 def _value(sample: dict) -> float:

@@ -283,6 +283,18 @@ def test_grpc_calls_traced_over_otlp_grpc_by_the_environment(collector) -> None:
         infer({"traceparent": f"00-{PARENT_TRACE}-{PARENT_SPAN}-00"})  # the caller did not sample it
         name = "inference.GRPCInferenceService/ModelInfer"
         spans = sink.wait(lambda s: sum(x["name"] == name for x in s) >= 3)
+        # The traced calls' latency carries their trace as an OpenMetrics exemplar.
+        req = urllib.request.Request(
+            f"http://{srv.url}/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            text = r.read().decode()
+        exemplars = [
+            ln
+            for ln in text.splitlines()
+            if ln.startswith('fw_grpc_request_duration_seconds_bucket{method="ModelInfer"') and "# {" in ln
+        ]
+        assert exemplars and all(f'trace_id="{PARENT_TRACE}"' in ln for ln in exemplars), exemplars
         time.sleep(1)  # anything more would have arrived by now
         with sink.lock:
             spans = list(sink.spans)
