@@ -167,7 +167,7 @@ type exporter struct {
 	waiting atomic.Int64 // spans queued
 	// free holds records for reuse: a channel rather than a sync.Pool,
 	// which every GC empties (and a traced server collects often).
-	free chan *record
+	free    chan *record
 	flushes chan chan struct{}
 	stop    chan struct{}
 	stopped sync.Once
