@@ -14,6 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+
 	"github.com/fw-serve/fw/dashboard/api"
 	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/jobs"
@@ -28,8 +31,6 @@ import (
 	"github.com/fw-serve/fw/dashboard/webui"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/internal/hostguard"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 )
 
 // isLoopback reports whether host only accepts local connections.
@@ -72,6 +73,9 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	replicaURL := de.StringEnv("replica-url", "FW_DASHBOARD_REPLICA_URL", "", "with several dashboards on one PostgreSQL (docs/replicas.md): the URL at which the other replicas reach this one's API (requests about a job or deployment it owns are forwarded there); default http://<the listen address>")
 	artifactURI := de.StringEnv("artifact-uri", "FW_ARTIFACT_URI", "", "where the model registry's version files are kept: empty for <experiment-dir>/models (a shared directory for replicas), or s3://bucket/prefix for S3-compatible object storage (FW_S3_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, FW_S3_PATH_STYLE=1; docs/replicas.md), which also keeps the run artifacts uploaded through MLflow's artifact API and copies of the checkpoints and artifacts training processes write on a replica's host; a deployment, export or resume fetches what it needs from the bucket into <experiment-dir>/cache")
 	leaseTTL := de.DurationEnv("lease-ttl", "FW_DASHBOARD_LEASE_TTL", replica.DefaultTTL, "how long the training jobs and deployments of a dashboard replica that stopped wait before another replica takes them over (renewed every third of it; a replica on the same host whose process is gone is taken over at once)")
+	otelEndpoint := de.StringEnv("otel-endpoint", "FW_DASHBOARD_OTEL_ENDPOINT", "", "send OpenTelemetry traces of the API's requests to this OTLP receiver URL (as fw serve's flag; default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT; neither: no tracing)")
+	otelProtocol := de.StringEnv("otel-protocol", "FW_DASHBOARD_OTEL_PROTOCOL", "", "OTLP protocol, grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
+	otelRate := de.StringEnv("otel-sample-rate", "FW_DASHBOARD_OTEL_SAMPLE_RATE", "", "fraction of requests traced, 0 to 1; a request whose traceparent is sampled is always traced (default: OTEL_TRACES_SAMPLER, else every request)")
 	logFormat := de.StringEnv("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := de.StringEnv("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
@@ -252,6 +256,22 @@ Flags:
 		return 1
 	}
 
+	otel, err := otelTracer(os.Getenv, *otelEndpoint, *otelProtocol, *otelRate, "fw-dashboard", version, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "fw dashboard: %v\n", err)
+		return 2
+	}
+	if otel != nil {
+		c := otel.Config()
+		log.Info("tracing (OpenTelemetry)", "receiver", c.Export.Description, "sampler", c.Sampler.String())
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := otel.Shutdown(sctx); err != nil {
+				log.Error("sending the last traces", "err", err)
+			}
+		}()
+	}
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	ui := webui.New()
@@ -264,7 +284,7 @@ Flags:
 		MaxBodyBytes: api.DefaultMaxBodyBytes, MaxArtifactBytes: int64(*maxArtifactMiB) << 20}, log)
 	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir, Artifacts: rf.artifacts, Checkpoints: rf.checkpoints, CheckpointUploads: rf.checkpointBucket,
 		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins), ReplicaID: self.ID,
-		Mounts: []api.Mount{ml}}, log)
+		Mounts: []api.Mount{ml}, Telemetry: otel}, log)
 	srv.SetReplicas(member)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, *sysInterval, *sysHistory, log)
 	defer sampler.Close()

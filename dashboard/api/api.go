@@ -27,6 +27,7 @@ import (
 	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/stream"
 	"github.com/fw-serve/fw/internal/hostguard"
+	"github.com/fw-serve/fw/telemetry"
 
 	"github.com/valyala/fasthttp"
 
@@ -95,6 +96,10 @@ type Config struct {
 	// (MLflow's tracking API, package mlflow), behind the same guard, token
 	// and request metrics.
 	Mounts []Mount
+	// Telemetry, when set, traces requests (OpenTelemetry: a W3C
+	// traceparent header is the parent, and the deployment proxy passes the
+	// trace on to the deployment). Nil traces none.
+	Telemetry *telemetry.Tracer
 }
 
 // Mount is an API served beside this one: it answers the paths it owns,
@@ -206,6 +211,11 @@ func (s *Server) SetDraining() { s.draining.Store(true) }
 // routeTable (with the token under /api); other GETs are the web UI's.
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	path := string(ctx.Path())
+	if s.cfg.Telemetry != nil {
+		if span := s.cfg.Telemetry.Start(ctx.Request.Header.Peek("traceparent"), ctx.Request.Header.Peek("tracestate"), ctx.Time()); span != nil {
+			ctx.SetUserValue(spanKey{}, span)
+		}
+	}
 	defer s.countRequest(ctx, path)
 	defer closeUnreadBody(ctx) // the rest of a body a route did not read is never parsed as a request
 	defer s.recoverPanic(ctx)

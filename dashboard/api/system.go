@@ -14,6 +14,7 @@ import (
 
 	"github.com/fw-serve/fw/dashboard/jobs"
 	"github.com/fw-serve/fw/dashboard/sysinfo"
+	"github.com/fw-serve/fw/telemetry"
 )
 
 // DeploymentCounter reports deployments by state (e.g. {"running": 2});
@@ -79,9 +80,11 @@ func (s *Server) serveMetrics(c *call) {
 	s.prom.handler(c.rc)
 }
 
-// countRequest counts a finished request under its route pattern.
+// countRequest counts a finished request under its route pattern, and
+// ends its span when it was traced.
 func (s *Server) countRequest(ctx *fasthttp.RequestCtx, path string) {
-	if s.prom == nil {
+	span, _ := ctx.UserValue(spanKey{}).(*telemetry.Span)
+	if s.prom == nil && span == nil {
 		return
 	}
 	method := string(ctx.Method())
@@ -97,7 +100,13 @@ func (s *Server) countRequest(ctx *fasthttp.RequestCtx, path string) {
 			break
 		}
 	}
-	s.prom.requests.WithLabelValues(label, method, strconv.Itoa(ctx.Response.StatusCode())).Inc()
+	code := ctx.Response.StatusCode()
+	if s.prom != nil {
+		s.prom.requests.WithLabelValues(label, method, strconv.Itoa(code)).Inc()
+	}
+	if span != nil {
+		endSpan(ctx, span, method, path, label, code)
+	}
 }
 
 // patternOf is the pattern of the route table that path matches (any

@@ -311,3 +311,63 @@ def test_grpc_calls_traced_over_otlp_grpc_by_the_environment(collector) -> None:
         assert s["_resource"]["deployment.environment"] == {"stringValue": "test"}
         kids = {c["name"] for c in spans if c.get("parentSpanId") == s["spanId"]}
         assert kids == {"decode", "queue", "infer", "encode"}
+
+
+def test_dashboard_requests_traced(collector, tmp_path) -> None:
+    """fw dashboard traces its API (fw's own routes and MLflow's) under the caller's traceparent,
+    named by route pattern, over OTLP/gRPC set by its flags."""
+    if not FW_BIN.is_file():
+        pytest.skip(f"fw binary missing at {FW_BIN}: make build")
+    sink, grpc_port, _ = collector
+    sink.clear()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FW_")}
+    env["OTEL_BSP_SCHEDULE_DELAY"] = "100"
+    proc = subprocess.Popen(
+        [
+            str(FW_BIN), "dashboard", "--host", "127.0.0.1", "--port", str(port),
+            "--experiment-dir", str(tmp_path / "exp"), "--checkpoint-dir", str(tmp_path / "ckpt"),
+            "--otel-endpoint", f"http://127.0.0.1:{grpc_port}", "--otel-protocol", "grpc",
+        ],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("fw dashboard did not come up")
+                time.sleep(0.2)
+        tp = {"traceparent": f"00-{PARENT_TRACE}-{PARENT_SPAN}-01"}
+
+        def call(method: str, path: str, body: dict | None = None) -> int:
+            data = json.dumps(body).encode() if body is not None else None
+            req = urllib.request.Request(
+                base + path, data, {**tp, "Content-Type": "application/json"}, method=method
+            )  # fmt: skip
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    return r.status
+            except urllib.error.HTTPError as e:
+                return e.code
+
+        assert call("GET", "/api/experiments") == 200
+        assert call("POST", "/api/2.0/mlflow/experiments/create", {"name": "traced"}) == 200
+        assert call("GET", "/api/runs/nope") == 404
+        spans = sink.wait(lambda s: len([x for x in s if x["traceId"] == PARENT_TRACE]) >= 3)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    mine = {s["name"]: s for s in spans if s["traceId"] == PARENT_TRACE}
+    assert {"GET /api/experiments", "POST /api/2.0/mlflow/experiments/create", "GET /api/runs/{id}"} <= set(
+        mine
+    ), mine.keys()
+    for s in mine.values():
+        assert s["parentSpanId"] == PARENT_SPAN and s["kind"] == 2
+        assert s["_resource"]["service.name"] == {"stringValue": "fw-dashboard"}
+    assert int(_attrs(mine["GET /api/runs/{id}"])["http.response.status_code"]) == 404
+    assert _attrs(mine["GET /api/runs/{id}"])["url.path"] == "/api/runs/nope"

@@ -1,0 +1,82 @@
+package api
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fw-serve/fw/telemetry"
+)
+
+// spanKey is the RequestCtx user value holding a traced request's span.
+type spanKey struct{}
+
+// endSpan sends a traced request's server span, named by its method and
+// route pattern (label: "other" for a path no route has), an error when it
+// was answered 5xx, with the error's message.
+func endSpan(ctx *fasthttp.RequestCtx, span *telemetry.Span, method, path, label string, code int) {
+	name := method
+	attrs := make([]attribute.KeyValue, 0, 8)
+	attrs = append(attrs,
+		attribute.String("http.request.method", method),
+		attribute.String("url.path", path),
+		attribute.Int("http.response.status_code", code),
+	)
+	if label != "other" {
+		name += " " + label
+		attrs = append(attrs, attribute.String("http.route", label))
+	}
+	if ip, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
+		if a, ok := netip.AddrFromSlice(ip.IP); ok {
+			attrs = append(attrs, attribute.String("client.address", a.Unmap().String()))
+		}
+	}
+	if ua := ctx.Request.Header.UserAgent(); len(ua) > 0 {
+		attrs = append(attrs, attribute.String("user_agent.original", string(ua)))
+	}
+	failed, message := code >= 500, ""
+	if failed {
+		attrs = append(attrs, attribute.String("error.type", strconv.Itoa(code)))
+		if !ctx.Response.IsBodyStream() {
+			var body struct {
+				Error struct {
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			if json.Unmarshal(ctx.Response.Body(), &body) == nil {
+				message = body.Error.Message
+			}
+		}
+	}
+	span.End(name, trace.SpanKindServer, attrs, time.Now(), failed, message)
+}
+
+// passTrace sets the W3C trace context of a request the dashboard makes on
+// behalf of ctx's (the deployment proxy's): its own span when it is traced,
+// else the caller's traceparent and tracestate as they came, so that the
+// deployment's spans join the caller's trace either way.
+func passTrace(ctx *fasthttp.RequestCtx, h http.Header) {
+	if span, _ := ctx.UserValue(spanKey{}).(*telemetry.Span); span != nil {
+		sc := span.SpanContext()
+		h.Set("traceparent", telemetry.Traceparent(sc))
+		if ts := sc.TraceState().String(); ts != "" {
+			h.Set("tracestate", ts)
+		}
+		return
+	}
+	if tp := ctx.Request.Header.Peek("traceparent"); len(tp) > 0 {
+		if _, ok := telemetry.ParseTraceparent(tp); ok {
+			h.Set("traceparent", string(tp))
+			if ts := ctx.Request.Header.Peek("tracestate"); len(ts) > 0 {
+				h.Set("tracestate", string(ts))
+			}
+		}
+	}
+}
