@@ -96,6 +96,12 @@ type Config struct {
 	// (MLflow's tracking API, package mlflow), behind the same guard, token
 	// and request metrics.
 	Mounts []Mount
+	// TraceRetention and TraceMaxSpans bound the trace store that POST
+	// /v1/traces fills (spans received longer ago, then the oldest beyond
+	// the count, are removed); zero: DefaultTraceRetention and
+	// DefaultTraceMaxSpans.
+	TraceRetention time.Duration
+	TraceMaxSpans  int
 	// Telemetry, when set, traces requests (OpenTelemetry: a W3C
 	// traceparent header is the parent, and the deployment proxy passes the
 	// trace on to the deployment). Nil traces none.
@@ -143,6 +149,9 @@ type Server struct {
 	// 503); maxFileBytes bounds one uploaded file (--max-artifact-mib).
 	checkpointUploads blob.Store
 	maxFileBytes      int64
+
+	// traces is the OTLP receiver's state (traces.go).
+	traces traceStore
 
 	// routeHook, when set (by tests only), runs first on every request.
 	routeHook func(*fasthttp.RequestCtx)
@@ -240,6 +249,20 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 			m.Handler(ctx, path)
 			return
 		}
+	}
+	if path == otlpTracesPath { // OTLP/HTTP: the token as for /api, OTLP's error shape
+		if !s.authorized(ctx) {
+			otlpError(ctx, 401, "missing or wrong token: send `Authorization: Bearer <token>` (OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20<token>)")
+			return
+		}
+		switch {
+		case rt != nil:
+			s.serveRoute(ctx, rt, params)
+		default:
+			ctx.Response.Header.Set("Allow", allow)
+			otlpError(ctx, 405, fmt.Sprintf("%s %s: OTLP/HTTP takes POST", method, path))
+		}
+		return
 	}
 	if path != "/api" && !strings.HasPrefix(path, "/api/") {
 		switch {

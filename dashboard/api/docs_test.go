@@ -21,6 +21,9 @@ import (
 // training.go, stream.go, docs.go) serves, in the OpenAPI document's templated
 // form, with its methods. Keep it in step with the router.
 var dashboardRoutes = map[string][]string{
+	"/v1/traces":                            {"post"},
+	"/api/traces":                           {"get"},
+	"/api/traces/{trace_id}":                {"get"},
 	"/health":                               {"get"},
 	"/metrics":                              {"get"},
 	"/openapi.json":                         {"get"},
@@ -138,7 +141,7 @@ func TestDashboardOpenAPIDocument(t *testing.T) {
 					bearer = true
 				}
 			}
-			protected := strings.HasPrefix(p, "/api/")
+			protected := strings.HasPrefix(p, "/api/") || p == otlpTracesPath
 			if bearer != protected {
 				t.Errorf("%s %s: bearer auth %v, want %v", m, p, bearer, protected)
 			}
@@ -157,6 +160,12 @@ func TestDashboardOpenAPIDocument(t *testing.T) {
 				}
 				resp := oasdoc.Resolve(t, doc, r).(map[string]any)
 				content, _ := resp["content"].(map[string]any)
+				if p == otlpTracesPath { // OTLP's own error shape: google.rpc.Status in protobuf
+					if _, ok := content["application/x-protobuf"]; !ok || len(content) != 1 {
+						t.Errorf("%s %s %s: want OTLP's application/x-protobuf Status: %v", m, p, status, content)
+					}
+					continue
+				}
 				if len(content) != 1 {
 					t.Errorf("%s %s %s: want only application/json content: %v", m, p, status, content)
 				}

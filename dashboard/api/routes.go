@@ -120,6 +120,10 @@ func (s *Server) routeTable() []route {
 		{method: "GET", pattern: "/api/deployments", fn: s.withRegistry(s.listDeployments)},
 		{method: "DELETE", pattern: "/api/deployments/{id}", fn: s.withRegistry(s.stopDeployment)},
 		{method: "GET", pattern: "/api/shared-server", fn: s.withRegistry(s.sharedStatus)},
+
+		{method: "POST", pattern: otlpTracesPath, raw: s.receiveTraces},
+		{method: "GET", pattern: "/api/traces", fn: s.listTraces},
+		{method: "GET", pattern: "/api/traces/{trace_id}", fn: s.getTrace},
 		{method: "POST", pattern: "/api/shared-server", fn: s.withRegistry(s.startShared)},
 		{method: "DELETE", pattern: "/api/shared-server", fn: s.withRegistry(s.stopShared)},
 	}

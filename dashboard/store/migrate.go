@@ -235,6 +235,28 @@ CREATE INDEX params_sort_str ON params (experiment_id, key, value_str{{collate}}
 CREATE INDEX runs_experiment_id ON runs (experiment_id, id{{collate}});
 CREATE INDEX runs_experiment_name ON runs (experiment_id, name{{collate}});
 CREATE INDEX runs_experiment_started ON runs (experiment_id, started)`},
+		{8, "request traces received over OTLP (the deployments' spans)", `
+CREATE TABLE spans (
+	trace_id TEXT NOT NULL,
+	span_id TEXT NOT NULL,
+	parent_id TEXT NOT NULL,
+	service TEXT NOT NULL,
+	deployment TEXT NOT NULL,
+	name TEXT NOT NULL,
+	kind INTEGER NOT NULL,
+	start_ns BIGINT NOT NULL,
+	end_ns BIGINT NOT NULL,
+	duration_ns BIGINT NOT NULL,
+	status INTEGER NOT NULL,
+	status_message TEXT NOT NULL,
+	attributes TEXT NOT NULL,
+	links TEXT NOT NULL,
+	received BIGINT NOT NULL,
+	PRIMARY KEY (trace_id, span_id)
+);
+CREATE INDEX spans_requests_start ON spans (deployment, service, kind, start_ns);
+CREATE INDEX spans_requests_duration ON spans (deployment, service, kind, duration_ns);
+CREATE INDEX spans_received ON spans (received)`},
 	}
 }
 

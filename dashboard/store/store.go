@@ -68,6 +68,17 @@ type Store interface {
 
 	// Close stops the writer (waiting for queued writes) and closes the database.
 	Close() error
+
+	// PutSpans stores request spans received over OTLP; a span already
+	// stored is kept as it was.
+	PutSpans(ctx context.Context, spans []Span) error
+	// PruneSpans removes spans received before cutoff, then the oldest
+	// beyond keep.
+	PruneSpans(ctx context.Context, cutoff time.Time, keep int) (int64, error)
+	// ListRequests reads the requests (server spans) q selects.
+	ListRequests(ctx context.Context, q RequestQuery) ([]Span, error)
+	// GetTrace reads a trace's spans by start.
+	GetTrace(ctx context.Context, traceID string) ([]Span, error)
 }
 
 // Config selects and tunes the backend.

@@ -1,0 +1,367 @@
+package api
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	collpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fw-serve/fw/dashboard/store"
+)
+
+// The dashboard's trace store: an OTLP/HTTP receiver (POST /v1/traces) for
+// the request spans of fw serve (the deployments it manages send theirs
+// here), and the API the deployment page reads them with.
+
+// otlpTracesPath is OTLP/HTTP's traces path, where the receiver listens.
+const otlpTracesPath = "/v1/traces"
+
+// Limits on what one received span keeps: anything beyond is dropped (the
+// span keeps the rest), never an error.
+const (
+	maxSpanAttrs      = 64
+	maxSpanLinks      = 64
+	maxAttrValueBytes = 2048
+	maxSpanNameBytes  = 512
+	// DefaultTraceRetention and DefaultTraceMaxSpans bound the trace store
+	// unless configured (Config.TraceRetention, TraceMaxSpans).
+	DefaultTraceRetention = 24 * time.Hour
+	DefaultTraceMaxSpans  = 1_000_000
+	// pruneEvery is how often the receiver prunes the store.
+	pruneEvery = time.Minute
+)
+
+// traceStore is the receiver's state.
+type traceStore struct {
+	lastPrune atomic.Int64 // Unix nanoseconds
+}
+
+// receiveTraces is POST /v1/traces: OTLP/HTTP in protobuf (gzip or not).
+// It answers OTLP's ExportTraceServiceResponse, with the spans it could
+// not keep counted as rejected (a malformed ID), and errors in OTLP's
+// Status message.
+func (s *Server) receiveTraces(c *call) {
+	ctx := c.rc
+	ct := strings.ToLower(strings.TrimSpace(strings.Split(string(ctx.Request.Header.ContentType()), ";")[0]))
+	if ct != "application/x-protobuf" {
+		otlpError(ctx, 415, fmt.Sprintf("Content-Type %q: send OTLP/HTTP in protobuf, application/x-protobuf (OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf); JSON is not read", ct))
+		return
+	}
+	body, e := s.readBody(ctx)
+	if e != nil {
+		otlpError(ctx, e.Status, e.Message)
+		return
+	}
+	switch enc := strings.ToLower(string(ctx.Request.Header.ContentEncoding())); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			otlpError(ctx, 400, "the gzip body is corrupt: "+err.Error())
+			return
+		}
+		// The limit applies to what the body expands to: a small bomb is
+		// refused after MaxBodyBytes, not held.
+		b, err := io.ReadAll(io.LimitReader(zr, s.cfg.MaxBodyBytes+1))
+		if err != nil {
+			otlpError(ctx, 400, "the gzip body is corrupt: "+err.Error())
+			return
+		}
+		if int64(len(b)) > s.cfg.MaxBodyBytes {
+			otlpError(ctx, 413, fmt.Sprintf("the body expands to more than %d bytes; send smaller batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE)", s.cfg.MaxBodyBytes))
+			return
+		}
+		body = b
+	default:
+		otlpError(ctx, 415, fmt.Sprintf("Content-Encoding %q: send gzip or none", enc))
+		return
+	}
+	var req collpb.ExportTraceServiceRequest
+	if err := proto.Unmarshal(body, &req); err != nil {
+		otlpError(ctx, 400, "the body is not an OTLP ExportTraceServiceRequest: "+err.Error())
+		return
+	}
+	spans, rejected := spansOf(&req)
+	if len(spans) > store.MaxSpansPerBatch {
+		otlpError(ctx, 413, fmt.Sprintf("%d spans in one request; send at most %d (OTEL_BSP_MAX_EXPORT_BATCH_SIZE)", len(spans), store.MaxSpansPerBatch))
+		return
+	}
+	if len(spans) > 0 {
+		if err := s.st.PutSpans(c.ctx, spans); err != nil {
+			otlpError(ctx, 503, "storing the spans failed: "+err.Error())
+			return
+		}
+		s.pruneTraces(c)
+	}
+	resp := &collpb.ExportTraceServiceResponse{}
+	if rejected > 0 {
+		resp.PartialSuccess = &collpb.ExportTracePartialSuccess{RejectedSpans: int64(rejected),
+			ErrorMessage: fmt.Sprintf("%d spans had a trace ID that is not 16 bytes or a span ID that is not 8 (or all zeros)", rejected)}
+	}
+	out, _ := proto.Marshal(resp)
+	ctx.SetStatusCode(200)
+	ctx.SetContentType("application/x-protobuf")
+	ctx.SetBody(out)
+}
+
+// pruneTraces removes old spans, at most once every pruneEvery.
+func (s *Server) pruneTraces(c *call) {
+	now := time.Now()
+	last := s.traces.lastPrune.Load()
+	if now.UnixNano()-last < int64(pruneEvery) || !s.traces.lastPrune.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	retention, keep := s.cfg.TraceRetention, s.cfg.TraceMaxSpans
+	if retention <= 0 {
+		retention = DefaultTraceRetention
+	}
+	if keep <= 0 {
+		keep = DefaultTraceMaxSpans
+	}
+	if n, err := s.st.PruneSpans(c.ctx, now.Add(-retention), keep); err != nil {
+		s.log.Warn("pruning the trace store", "err", err)
+	} else if n > 0 {
+		s.log.Debug("pruned the trace store", "spans", n)
+	}
+}
+
+// otlpError answers an OTLP/HTTP request that failed: the status and
+// OTLP's Status message (google.rpc.Status: code, message) in protobuf.
+func otlpError(ctx interface {
+	SetStatusCode(int)
+	SetContentType(string)
+	SetBody([]byte)
+}, status int, msg string) {
+	// google.rpc.Status: field 1 code (int32), field 2 message (string).
+	b := []byte{0x08}
+	b = appendUvarint(b, uint64(grpcCodeOf(status)))
+	b = append(b, 0x12)
+	b = appendUvarint(b, uint64(len(msg)))
+	b = append(b, msg...)
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/x-protobuf")
+	ctx.SetBody(b)
+}
+
+func appendUvarint(b []byte, v uint64) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}
+
+// grpcCodeOf is the gRPC status code OTLP pairs with an HTTP status.
+func grpcCodeOf(status int) int {
+	switch status {
+	case 400:
+		return 3 // INVALID_ARGUMENT
+	case 401:
+		return 16 // UNAUTHENTICATED
+	case 405, 415:
+		return 3
+	case 413:
+		return 8 // RESOURCE_EXHAUSTED
+	case 503:
+		return 14 // UNAVAILABLE
+	}
+	return 13 // INTERNAL
+}
+
+// spansOf converts a request's spans to the store's, and counts those it
+// cannot keep (malformed IDs).
+func spansOf(req *collpb.ExportTraceServiceRequest) ([]store.Span, int) {
+	var out []store.Span
+	rejected := 0
+	for _, rs := range req.GetResourceSpans() {
+		service, deployment := "", ""
+		for _, kv := range rs.GetResource().GetAttributes() {
+			switch kv.GetKey() {
+			case "service.name":
+				service = clip(kv.GetValue().GetStringValue(), 256)
+			case "fw.deployment":
+				deployment = clip(kv.GetValue().GetStringValue(), 256)
+			}
+		}
+		for _, ss := range rs.GetScopeSpans() {
+			for _, sp := range ss.GetSpans() {
+				tid, sid, pid := sp.GetTraceId(), sp.GetSpanId(), sp.GetParentSpanId()
+				if len(tid) != 16 || len(sid) != 8 || allZero(tid) || allZero(sid) || (len(pid) != 0 && len(pid) != 8) {
+					rejected++
+					continue
+				}
+				parent := ""
+				if len(pid) == 8 && !allZero(pid) {
+					parent = hex.EncodeToString(pid)
+				}
+				start, end := clampNanos(sp.GetStartTimeUnixNano()), clampNanos(sp.GetEndTimeUnixNano())
+				if end < start {
+					end = start
+				}
+				attrs := map[string]any{}
+				for i, kv := range sp.GetAttributes() {
+					if i == maxSpanAttrs {
+						break
+					}
+					attrs[clip(kv.GetKey(), 256)] = valueOf(kv.GetValue(), 0)
+				}
+				ab, _ := json.Marshal(attrs)
+				links := []map[string]string{}
+				for i, l := range sp.GetLinks() {
+					if i == maxSpanLinks {
+						break
+					}
+					if len(l.GetTraceId()) == 16 && len(l.GetSpanId()) == 8 {
+						links = append(links, map[string]string{"trace_id": hex.EncodeToString(l.GetTraceId()), "span_id": hex.EncodeToString(l.GetSpanId())})
+					}
+				}
+				lb, _ := json.Marshal(links)
+				out = append(out, store.Span{
+					TraceID: hex.EncodeToString(tid), SpanID: hex.EncodeToString(sid), ParentID: parent,
+					Service: service, Deployment: deployment, Name: clip(sp.GetName(), maxSpanNameBytes), Kind: int(sp.GetKind()),
+					Start: start, End: end, Status: int(sp.GetStatus().GetCode()), StatusMessage: clip(sp.GetStatus().GetMessage(), maxAttrValueBytes),
+					Attributes: ab, Links: lb,
+				})
+			}
+		}
+	}
+	return out, rejected
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// clampNanos keeps a time within what int64 nanoseconds hold.
+func clampNanos(v uint64) int64 {
+	if v > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(v)
+}
+
+// clip cuts s to at most n bytes at a character boundary, and replaces
+// what is not UTF-8.
+func clip(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// valueOf is an attribute value as JSON takes it: strings clipped, bytes
+// in base64, arrays and maps to a depth of 3.
+func valueOf(v *commonpb.AnyValue, depth int) any {
+	switch x := v.GetValue().(type) {
+	case *commonpb.AnyValue_StringValue:
+		return clip(x.StringValue, maxAttrValueBytes)
+	case *commonpb.AnyValue_BoolValue:
+		return x.BoolValue
+	case *commonpb.AnyValue_IntValue:
+		return x.IntValue
+	case *commonpb.AnyValue_DoubleValue:
+		if math.IsNaN(x.DoubleValue) || math.IsInf(x.DoubleValue, 0) {
+			return fmt.Sprint(x.DoubleValue)
+		}
+		return x.DoubleValue
+	case *commonpb.AnyValue_BytesValue:
+		return clip(base64.StdEncoding.EncodeToString(x.BytesValue), maxAttrValueBytes)
+	case *commonpb.AnyValue_ArrayValue:
+		if depth >= 3 {
+			return nil
+		}
+		out := []any{}
+		for i, e := range x.ArrayValue.GetValues() {
+			if i == maxSpanAttrs {
+				break
+			}
+			out = append(out, valueOf(e, depth+1))
+		}
+		return out
+	case *commonpb.AnyValue_KvlistValue:
+		if depth >= 3 {
+			return nil
+		}
+		out := map[string]any{}
+		for i, kv := range x.KvlistValue.GetValues() {
+			if i == maxSpanAttrs {
+				break
+			}
+			out[clip(kv.GetKey(), 256)] = valueOf(kv.GetValue(), depth+1)
+		}
+		return out
+	}
+	return nil
+}
+
+// listTraces is GET /api/traces: the requests (server spans) received,
+// newest or slowest first, of one deployment or service.
+func (s *Server) listTraces(c *call) (any, error) {
+	ctx := c.rc
+	q := store.RequestQuery{
+		Deployment: string(ctx.QueryArgs().Peek("deployment")),
+		Service:    string(ctx.QueryArgs().Peek("service")),
+	}
+	switch sort := string(ctx.QueryArgs().Peek("sort")); sort {
+	case "", "recent":
+	case "slowest":
+		q.Slowest = true
+	default:
+		return nil, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?sort=%q: use recent (newest first) or slowest (longest first)", sort))
+	}
+	limit, e := queryInt(ctx, "limit", 50, 1, store.MaxRequestsListed)
+	if e != nil {
+		return nil, e
+	}
+	q.Limit = limit
+	if v := ctx.QueryArgs().Peek("since"); len(v) > 0 {
+		t, err := time.Parse(time.RFC3339Nano, string(v))
+		if err != nil {
+			return nil, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?since=%q: give an RFC 3339 time such as 2026-11-27T09:00:00Z", v))
+		}
+		q.Since = t
+	}
+	reqs, err := s.st.ListRequests(c.ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"requests": reqs}, nil
+}
+
+// getTrace is GET /api/traces/{trace_id}: every span of one trace, by
+// start.
+func (s *Server) getTrace(c *call) (any, error) {
+	id := strings.ToLower(c.param("trace_id"))
+	if b, err := hex.DecodeString(id); err != nil || len(b) != 16 {
+		return nil, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("trace ID %q: give the 32 hex digits of a W3C trace ID", c.param("trace_id")))
+	}
+	spans, err := s.st.GetTrace(c.ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(spans) == 0 {
+		return nil, apiErr(404, CodeNotFound, fmt.Sprintf("no spans of trace %s are kept (older than the retention, or never received)", id))
+	}
+	return map[string]any{"trace_id": id, "spans": spans}, nil
+}
