@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -76,6 +77,9 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	otelEndpoint := de.StringEnv("otel-endpoint", "FW_DASHBOARD_OTEL_ENDPOINT", "", "send OpenTelemetry traces of the API's requests to this OTLP receiver URL (as fw serve's flag; default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT; neither: no tracing)")
 	otelProtocol := de.StringEnv("otel-protocol", "FW_DASHBOARD_OTEL_PROTOCOL", "", "OTLP protocol, grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
 	otelRate := de.StringEnv("otel-sample-rate", "FW_DASHBOARD_OTEL_SAMPLE_RATE", "", "fraction of requests traced, 0 to 1; a request whose traceparent is sampled is always traced (default: OTEL_TRACES_SAMPLER, else every request)")
+	deployTraceRate := de.StringEnv("deployment-trace-rate", "FW_DASHBOARD_DEPLOYMENT_TRACE_RATE", "0.01", "fraction of requests the managed deployments trace into the dashboard's trace store (their OpenTelemetry traces, sent to its POST /v1/traces; a request whose caller traced it, and every request through the dashboard's proxy such as the UI's Try it, are traced whatever the rate); off: deployments keep the OTEL_* environment they inherit")
+	traceRetention := de.DurationEnv("trace-retention", "FW_DASHBOARD_TRACE_RETENTION", api.DefaultTraceRetention, "how long the trace store keeps the spans it receives")
+	traceMaxSpans := de.IntEnv("trace-max-spans", "FW_DASHBOARD_TRACE_MAX_SPANS", api.DefaultTraceMaxSpans, "most spans the trace store keeps (the oldest received go first)")
 	logFormat := de.StringEnv("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
 	logLevel := de.StringEnv("log-level", "FW_LOG_LEVEL", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
@@ -256,6 +260,16 @@ Flags:
 		return 1
 	}
 
+	var deployTraces *registry.DeploymentTraces
+	if v := strings.TrimSpace(*deployTraceRate); v != "off" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(r >= 0 && r <= 1) {
+			fmt.Fprintf(stderr, "fw dashboard: --deployment-trace-rate %q: give a fraction from 0 to 1, or off\n", v)
+			return 2
+		}
+		deployTraces = &registry.DeploymentTraces{Endpoint: "http://" + ln.Addr().String() + "/v1/traces", Token: *token, SampleRate: r,
+			ResourceAttributes: os.Getenv("OTEL_RESOURCE_ATTRIBUTES")}
+	}
 	otel, err := otelTracer(os.Getenv, *otelEndpoint, *otelProtocol, *otelRate, "fw-dashboard", version, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw dashboard: %v\n", err)
@@ -284,7 +298,7 @@ Flags:
 		MaxBodyBytes: api.DefaultMaxBodyBytes, MaxArtifactBytes: int64(*maxArtifactMiB) << 20}, log)
 	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir, Artifacts: rf.artifacts, Checkpoints: rf.checkpoints, CheckpointUploads: rf.checkpointBucket,
 		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins), ReplicaID: self.ID,
-		Mounts: []api.Mount{ml}, Telemetry: otel}, log)
+		Mounts: []api.Mount{ml}, Telemetry: otel, TraceRetention: *traceRetention, TraceMaxSpans: *traceMaxSpans, TraceProxied: deployTraces != nil}, log)
 	srv.SetReplicas(member)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, *sysInterval, *sysHistory, log)
 	defer sampler.Close()
@@ -308,7 +322,7 @@ Flags:
 		Logger:                       slogPrintf{log},
 	}
 	reg := startRegistry(base, st, srv, ml, registry.Config{ExperimentDir: *expDir, CheckpointDir: *ckptDir, Engine: withLibraries(engine.Options{}),
-		Python: pythonPath(), StopGrace: *stopGrace, Member: member, Files: files, Checkpoints: rf.checkpointBucket}, log)
+		Python: pythonPath(), StopGrace: *stopGrace, Member: member, Files: files, Checkpoints: rf.checkpointBucket, Traces: deployTraces}, log)
 	if reg != nil {
 		srv.SetDeployments(reg) // *registry.Service is an api.DeploymentCounter
 	}

@@ -102,6 +102,11 @@ type Config struct {
 	// DefaultTraceMaxSpans.
 	TraceRetention time.Duration
 	TraceMaxSpans  int
+	// TraceProxied traces every request through the deployment proxy (a
+	// sampled traceparent is sent when the caller sent none and the
+	// dashboard did not trace it): the web UI's "Try it" requests show in
+	// the deployment's traces.
+	TraceProxied bool
 	// Telemetry, when set, traces requests (OpenTelemetry: a W3C
 	// traceparent header is the parent, and the deployment proxy passes the
 	// trace on to the deployment). Nil traces none.
@@ -240,17 +245,7 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		s.serveRoute(ctx, rt, params)
 		return
 	}
-	for _, m := range s.cfg.Mounts {
-		if m.Owns(path) { // the same token; the mount's own error shape
-			if !s.authorized(ctx) {
-				m.Unauthorized(ctx)
-				return
-			}
-			m.Handler(ctx, path)
-			return
-		}
-	}
-	if path == otlpTracesPath { // OTLP/HTTP: the token as for /api, OTLP's error shape
+	if path == otlpTracesPath { // OTLP/HTTP (before MLflow's mount, whose paths include it): the token as for /api, OTLP's error shape
 		if !s.authorized(ctx) {
 			otlpError(ctx, 401, "missing or wrong token: send `Authorization: Bearer <token>` (OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20<token>)")
 			return
@@ -263,6 +258,16 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 			otlpError(ctx, 405, fmt.Sprintf("%s %s: OTLP/HTTP takes POST", method, path))
 		}
 		return
+	}
+	for _, m := range s.cfg.Mounts {
+		if m.Owns(path) { // the same token; the mount's own error shape
+			if !s.authorized(ctx) {
+				m.Unauthorized(ctx)
+				return
+			}
+			m.Handler(ctx, path)
+			return
+		}
 	}
 	if path != "/api" && !strings.HasPrefix(path, "/api/") {
 		switch {

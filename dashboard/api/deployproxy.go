@@ -105,7 +105,7 @@ func (s *Server) deploymentProxy(c *call) {
 			req.Header.Set(h, string(v))
 		}
 	}
-	passTrace(ctx, req.Header)
+	passTrace(ctx, req.Header, s.cfg.TraceProxied)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		writeError(ctx, apiErr(502, CodeBadGateway, fmt.Sprintf("deployment %s at %s did not answer: %v; check its log (%s)", id, dep.URL, err, dep.Log)))

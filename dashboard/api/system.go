@@ -95,7 +95,7 @@ func (s *Server) countRequest(ctx *fasthttp.RequestCtx, path string) {
 	}
 	label := s.patternOf(path)
 	for _, m := range s.cfg.Mounts {
-		if m.Owns(path) {
+		if path != otlpTracesPath && m.Owns(path) {
 			label = m.RoutePattern(path)
 			break
 		}

@@ -1,7 +1,10 @@
 package api
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -61,8 +64,9 @@ func endSpan(ctx *fasthttp.RequestCtx, span *telemetry.Span, method, path, label
 // passTrace sets the W3C trace context of a request the dashboard makes on
 // behalf of ctx's (the deployment proxy's): its own span when it is traced,
 // else the caller's traceparent and tracestate as they came, so that the
-// deployment's spans join the caller's trace either way.
-func passTrace(ctx *fasthttp.RequestCtx, h http.Header) {
+// deployment's spans join the caller's trace either way. With neither,
+// force starts a sampled trace (the deployment traces the request).
+func passTrace(ctx *fasthttp.RequestCtx, h http.Header, force bool) {
 	if span, _ := ctx.UserValue(spanKey{}).(*telemetry.Span); span != nil {
 		sc := span.SpanContext()
 		h.Set("traceparent", telemetry.Traceparent(sc))
@@ -77,6 +81,14 @@ func passTrace(ctx *fasthttp.RequestCtx, h http.Header) {
 			if ts := ctx.Request.Header.Peek("tracestate"); len(ts) > 0 {
 				h.Set("tracestate", string(ts))
 			}
+			return
 		}
+	}
+	if force {
+		var id [24]byte
+		binary.BigEndian.PutUint64(id[0:], rand.Uint64())
+		binary.BigEndian.PutUint64(id[8:], rand.Uint64()|1)
+		binary.BigEndian.PutUint64(id[16:], rand.Uint64()|1)
+		h.Set("traceparent", "00-"+hex.EncodeToString(id[:16])+"-"+hex.EncodeToString(id[16:])+"-01")
 	}
 }

@@ -34,7 +34,7 @@ func TestPassTrace(t *testing.T) {
 	ctx.Request.Header.Set("traceparent", caller)
 	ctx.Request.Header.Set("tracestate", "vendor=x")
 	h := http.Header{}
-	passTrace(&ctx, h)
+	passTrace(&ctx, h, true)
 	if h.Get("traceparent") != caller || h.Get("tracestate") != "vendor=x" {
 		t.Fatalf("untraced: %v", h)
 	}
@@ -51,7 +51,7 @@ func TestPassTrace(t *testing.T) {
 	span := tr.Start([]byte(caller), []byte("vendor=x"), time.Now())
 	ctx.SetUserValue(spanKey{}, span)
 	h = http.Header{}
-	passTrace(&ctx, h)
+	passTrace(&ctx, h, false)
 	want := telemetry.Traceparent(span.SpanContext())
 	if h.Get("traceparent") != want || want[3:35] != caller[3:35] || want[36:52] == caller[36:52] || h.Get("tracestate") != "vendor=x" {
 		t.Fatalf("traced: %v, want the dashboard's span %s in the caller's trace", h, want)
@@ -60,9 +60,14 @@ func TestPassTrace(t *testing.T) {
 	var bad fasthttp.RequestCtx
 	bad.Request.Header.Set("traceparent", "00-XYZ")
 	h = http.Header{}
-	passTrace(&bad, h)
+	passTrace(&bad, h, false)
 	if len(h) != 0 {
 		t.Fatalf("a malformed traceparent was passed on: %v", h)
+	}
+	// Forced: a new sampled trace, for the deployment to trace.
+	passTrace(&bad, h, true)
+	if sc, ok := telemetry.ParseTraceparent([]byte(h.Get("traceparent"))); !ok || !sc.IsSampled() || h.Get("traceparent") == caller {
+		t.Fatalf("forced: %v", h)
 	}
 }
 
@@ -223,8 +228,18 @@ func TestTraceReceiverRefuses(t *testing.T) {
 	}
 }
 
+// ownsAll is a mounted API that claims every path, as MLflow's claims
+// /v1/traces (MLflow's own OTLP route).
+type ownsAll struct{}
+
+func (ownsAll) Owns(string) bool                           { return true }
+func (ownsAll) Handler(ctx *fasthttp.RequestCtx, _ string) { ctx.SetStatusCode(404) }
+func (ownsAll) Unauthorized(ctx *fasthttp.RequestCtx)      { ctx.SetStatusCode(401) }
+func (ownsAll) RoutePattern(string) string                 { return "mounted" }
+
 // TestTraceReceiverNeedsTheToken: with a token, OTLP exporters send it as
-// a header; without it, 401 in OTLP's shape.
+// a header; without it, 401 in OTLP's shape. The receiver answers before a
+// mounted API that also claims the path (MLflow's).
 func TestTraceReceiverNeedsTheToken(t *testing.T) {
 	dir := t.TempDir()
 	st, err := store.Open(context.Background(), store.Config{Dir: dir})
@@ -232,7 +247,7 @@ func TestTraceReceiverNeedsTheToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv := New(context.Background(), st, Config{Token: "s3cret"}, slog.New(slog.DiscardHandler))
+	srv := New(context.Background(), st, Config{Token: "s3cret", Mounts: []Mount{ownsAll{}}}, slog.New(slog.DiscardHandler))
 	var ctx fasthttp.RequestCtx
 	ctx.Request.Header.SetMethod("POST")
 	ctx.Request.SetRequestURI("/v1/traces")

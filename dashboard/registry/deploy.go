@@ -463,6 +463,9 @@ func (s *Service) spawn(ctx context.Context, id string, port, grpcPort int, devi
 		"--grpc-port", strconv.Itoa(grpcPort), "--device", device)
 	cmd := exec.Command(s.cfg.Executable, args...)
 	cmd.Env = append(os.Environ(), s.cfg.ExtraEnv...)
+	if s.cfg.Traces != nil {
+		cmd.Env = append(cmd.Env, s.cfg.Traces.env(id)...)
+	}
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = logf, logf, nil
 	setGroup(cmd, true)
 	if err := cmd.Start(); err != nil {

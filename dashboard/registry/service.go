@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/blob"
@@ -32,7 +34,10 @@ type Config struct {
 	Python        string // interpreter with the fw package (fw.export)
 	Executable    string // the fw binary started as `fw serve` for deployments
 	// ExtraEnv is added to the environment of deployments.
-	ExtraEnv     []string
+	ExtraEnv []string
+	// Traces, when set, makes every deployment send its request traces to
+	// the dashboard's trace store (POST /v1/traces).
+	Traces       *DeploymentTraces
 	ReadyTimeout time.Duration // a deployment's /health/ready must answer within it
 	StopGrace    time.Duration // SIGTERM -> SIGKILL
 	// Engine is where model files are loaded to be inspected (library paths).
@@ -50,6 +55,45 @@ type Config struct {
 	// bucket's checkpoints/ with FW_ARTIFACT_URI=s3://...), into
 	// ExperimentDir/cache/checkpoints.
 	Checkpoints blob.Store
+}
+
+// DeploymentTraces is where deployments send their traces and how many.
+type DeploymentTraces struct {
+	// Endpoint is the OTLP/HTTP traces URL (the dashboard's /v1/traces).
+	Endpoint string
+	// Token, when set, is sent as a bearer token.
+	Token string
+	// SampleRate is the fraction of requests traced (parent-based: a
+	// request whose caller traced it is traced).
+	SampleRate float64
+	// ResourceAttributes are the dashboard's own OTEL_RESOURCE_ATTRIBUTES,
+	// which deployments keep.
+	ResourceAttributes string
+}
+
+// env is the OpenTelemetry environment of deployment id: it overrides the
+// traces settings a deployment would inherit, and names the deployment in
+// the resource (fw.deployment), keeping the inherited attributes.
+func (t *DeploymentTraces) env(id string) []string {
+	attrs := "fw.deployment=" + url.PathEscape(id)
+	if t.ResourceAttributes != "" {
+		attrs = t.ResourceAttributes + "," + attrs // later entries win: an inherited fw.deployment cannot hide this one
+	}
+	out := []string{
+		"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=" + t.Endpoint,
+		"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf",
+		"OTEL_SERVICE_NAME=fw-serve",
+		"OTEL_RESOURCE_ATTRIBUTES=" + attrs,
+		"OTEL_TRACES_SAMPLER=parentbased_traceidratio",
+		"OTEL_TRACES_SAMPLER_ARG=" + strconv.FormatFloat(t.SampleRate, 'g', -1, 64),
+		"OTEL_TRACES_EXPORTER=otlp",
+		"OTEL_BSP_SCHEDULE_DELAY=1000", // a request shows on the deployment's page within a second or so
+		"OTEL_SDK_DISABLED=false",
+	}
+	if t.Token != "" {
+		out = append(out, "OTEL_EXPORTER_OTLP_TRACES_HEADERS=authorization=Bearer%20"+url.PathEscape(t.Token))
+	}
+	return out
 }
 
 // Service is the registry with its export jobs and deployments.

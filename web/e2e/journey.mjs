@@ -256,6 +256,21 @@ await journey("web UI journey", async (step) => {
       noProblems();
     });
 
+    await step("the try-it request's trace: listed under Requests, its waterfall and its engine call", async () => {
+      // The deployment sends its traces to the dashboard (POST /v1/traces, batched every 5 s by
+      // default); a request through the dashboard's proxy is always traced.
+      const requests = page.locator(".card").filter({ has: page.getByRole("heading", { name: "Requests" }) });
+      const row = requests.getByRole("button", { name: "POST /predict/image" }).first();
+      await row.waitFor({ timeout: LONG });
+      await row.click();
+      const wf = requests.getByTestId("waterfall");
+      for (const phase of ["decode", "queue", "infer", "encode"]) await wf.getByText(phase, { exact: true }).first().waitFor();
+      await wf.getByRole("button", { name: "linked ↗" }).first().click();
+      await requests.getByTestId("waterfall").getByText(/^engine call /).waitFor({ timeout: LONG });
+      await screenshot(page, "14b-request-trace");
+      noProblems();
+    });
+
     await step("undeploy", async () => {
       await page.getByRole("button", { name: /^Undeploy / }).first().click();
       await page.getByRole("dialog", { name: "Undeploy" }).getByRole("button", { name: "Undeploy", exact: true }).click();

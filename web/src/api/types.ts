@@ -64,6 +64,8 @@ export type RecipeParam = S["RecipeParam"];
 export type Prediction = S["Prediction"];
 export type ServedModel = S["ServedModel"];
 export type ApiErrorBody = S["Error"];
+/** A span of a request trace the dashboard received over OTLP (a deployment's request, its phases, its engine call). */
+export type Span = S["Span"];
 
 // --- Path bodies without a named schema -----------------------------------
 
@@ -93,3 +95,7 @@ export type ExportStarted = Answer<"/api/models/export", "post">;
 export type DeployRequest = Body<"/api/models/{name}/deploy", "post">;
 /** GET /api/deployments. */
 export type DeploymentList = Answer<"/api/deployments", "get">;
+/** GET /api/traces: a deployment's requests (server spans). */
+export type TraceList = Answer<"/api/traces", "get">;
+/** GET /api/traces/{trace_id}: one trace's spans. */
+export type TraceSpans = Answer<"/api/traces/{trace_id}", "get">;

@@ -10,6 +10,7 @@ import { DataTable, numCol } from "../components/DataTable";
 import { DeployDialog, DeploymentLink, VersionOptions, deploymentStatus } from "../components/DeployDialog";
 import { ExportDialog, ParityView } from "../components/ExportDialog";
 import { SharedServerVersions } from "../components/SharedServer";
+import { Requests } from "../components/Requests";
 import { TryIt } from "../components/TryIt";
 import { Card, ConfirmDialog, Empty, ErrorNote, KeyValues, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtBytes, fmtNum, fmtTime } from "../lib/format";
@@ -356,6 +357,10 @@ export function ModelPage() {
         ) : (
           <Empty>Deploy a version, and once it is ready send it JSON rows or an image here.</Empty>
         )}
+      </Card>
+
+      <Card title="Requests">
+        <Requests deployments={ready} />
       </Card>
 
       <DeployDialog
