@@ -203,7 +203,25 @@ Flags:
 	engineOpts := withLibraries(engine.Options{Device: engine.Device(*device), Threads: perCall, GraphOptimization: *graphOpt,
 		AllowNonFinite: *allowNonFinite, Spin: *spin})
 	batchCfg := batcher.Config{MaxBatchRows: *maxBatch, MaxDelay: *maxDelay, Instances: *instances, MaxQueue: *maxQueue}
-	otel, err := otelTracer(os.Getenv, *otelEndpoint, *otelProtocol, *otelRate, "fw-serve", version, log)
+	tracer, tritonOTel, err := traceConfig(*traceConfigs, *traceFile, *traceLevel, *traceRate, *traceCount, *traceFreq)
+	if err != nil {
+		ln.Close()
+		if gln != nil {
+			gln.Close()
+		}
+		fmt.Fprintf(stderr, "fw serve: %v\n", err)
+		return 2
+	}
+	defer func() {
+		if err := tracer.Close(); err != nil {
+			log.Error("writing the traces", "err", err)
+		}
+	}()
+	getenv := os.Getenv
+	if tritonOTel != nil { // tritonserver's --trace-config mode=opentelemetry; --otel-* flags still win
+		getenv = tritonOTel.otelEnv(os.Getenv)
+	}
+	otel, err := otelTracer(getenv, *otelEndpoint, *otelProtocol, *otelRate, "fw-serve", version, log)
 	if err != nil {
 		ln.Close()
 		if gln != nil {
@@ -251,16 +269,6 @@ Flags:
 		life, models = repo, repo
 	}
 	logSettings := serving.NewLogSettings(logLevelVar, *logFormat) // Triton's logging extension, both front ends
-	tracer, err := traceConfig(*traceConfigs, *traceFile, *traceLevel, *traceRate, *traceCount, *traceFreq)
-	if err != nil {
-		fmt.Fprintf(stderr, "fw serve: %v\n", err)
-		return 2
-	}
-	defer func() {
-		if err := tracer.Close(); err != nil {
-			log.Error("writing the traces", "err", err)
-		}
-	}()
 	var shm *sharedmem.Registry // one registry for both front ends
 	if *shmMode == "system" {
 		shm = sharedmem.New("")

@@ -371,3 +371,36 @@ def test_dashboard_requests_traced(collector, tmp_path) -> None:
         assert s["_resource"]["service.name"] == {"stringValue": "fw-dashboard"}
     assert int(_attrs(mine["GET /api/runs/{id}"])["http.response.status_code"]) == 404
     assert _attrs(mine["GET /api/runs/{id}"])["url.path"] == "/api/runs/nope"
+
+
+def test_tritons_opentelemetry_trace_flags(collector) -> None:
+    """A tritonserver command line's OpenTelemetry tracing moves over unchanged: --trace-config
+    mode=opentelemetry with its url, resource, rate and level send OTLP/HTTP to the collector."""
+    sink, _, http_port = collector
+    sink.clear()
+    model = MODELS / "digits_mlp.onnx"
+    _need(model)
+    srv = FwServer(
+        FW_BIN, model,
+        "--trace-config", "mode=opentelemetry",
+        "--trace-config", f"opentelemetry,url=http://127.0.0.1:{http_port}/v1/traces",
+        "--trace-config", "opentelemetry,resource=test.suite=triton-flags",
+        "--trace-config", "opentelemetry,bsp_schedule_delay=100",
+        "--trace-config", "rate=1",
+        "--trace-config", "level=TIMESTAMPS",
+    )  # fmt: skip
+    try:
+        srv.wait_ready()
+        for _ in range(3):
+            req = urllib.request.Request(
+                f"http://{srv.url}/predict",
+                json.dumps({"data": [[0.0] * 64]}).encode(),
+                {"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(req, timeout=10) as r:
+                assert r.status == 200
+        spans = sink.wait(lambda s: sum(x["name"] == "POST /predict" for x in s) >= 3)
+    finally:
+        assert srv.stop() == 0
+    servers = [s for s in spans if s["name"] == "POST /predict"]
+    assert all(s["_resource"]["test.suite"] == {"stringValue": "triton-flags"} for s in servers)
