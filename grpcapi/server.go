@@ -31,6 +31,7 @@ import (
 
 	"github.com/fw-serve/fw/engine"
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"github.com/fw-serve/fw/payloadlog"
 	"github.com/fw-serve/fw/reqtrace"
 	"github.com/fw-serve/fw/serving"
 	"github.com/fw-serve/fw/sharedmem"
@@ -71,6 +72,8 @@ type Config struct {
 	// in the call's metadata is the parent); a stream's requests are traced
 	// one by one. Nil traces none.
 	Telemetry *telemetry.Tracer
+	// Payloads, when set, logs a sample of the inferences (payloadlog).
+	Payloads *payloadlog.Logger
 	// Logging is Triton's logging extension (the LogSettings call); nil
 	// answers UNIMPLEMENTED.
 	Logging *serving.LogSettings
@@ -565,6 +568,9 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 		return nil, a.err
 	}
 	inst, dec := a.inst, a.dec
+	if s.cfg.Payloads.Sample() {
+		ctx = payloadlog.With(ctx, s.cfg.Payloads)
+	}
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	stop := context.AfterFunc(s.base, cancel)

@@ -22,6 +22,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/fw-serve/fw/internal/hostguard"
+	"github.com/fw-serve/fw/payloadlog"
 	"github.com/fw-serve/fw/reqtrace"
 	"github.com/fw-serve/fw/serving"
 	"github.com/fw-serve/fw/sharedmem"
@@ -69,6 +70,8 @@ type Config struct {
 	// Telemetry, when set, traces requests (OpenTelemetry: a W3C
 	// traceparent header is the parent). Nil traces none.
 	Telemetry *telemetry.Tracer
+	// Payloads, when set, logs a sample of the inferences (payloadlog).
+	Payloads *payloadlog.Logger
 }
 
 // DefaultConfig returns the defaults the fw serve flags document.
@@ -579,6 +582,9 @@ func (s *Server) requestContext(ctx *fasthttp.RequestCtx) (context.Context, cont
 	base := s.base
 	if sp, _ := ctx.UserValue(spanKey{}).(*telemetry.Span); sp != nil {
 		base = telemetry.With(base, sp)
+	}
+	if s.cfg.Payloads.Sample() {
+		base = payloadlog.With(base, s.cfg.Payloads)
 	}
 	return context.WithTimeout(base, s.cfg.Timeout)
 }

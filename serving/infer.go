@@ -9,6 +9,7 @@ import (
 
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/payloadlog"
 	"github.com/fw-serve/fw/sequence"
 	"github.com/fw-serve/fw/telemetry"
 )
@@ -19,9 +20,13 @@ import (
 // so a reload fails no request. A stateful model (sequence batching) is
 // refused: its requests name their sequence (InferSequence).
 func Infer(ctx context.Context, models Models, inst *Instance, inputs []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+	start := time.Now()
 	ctx, call := telemetry.StartCall(ctx)
 	out, t, err := infer(ctx, models, inst, inputs)
 	call.Done(inst.Name(), inst.Version(), t.Queue, err)
+	if pl := payloadlog.From(ctx); pl != nil {
+		pl.Log(inst.Name(), inst.Version(), inst.Inputs(), inputs, inst.Outputs(), out, time.Since(start), err)
+	}
 	return out, t, err
 }
 
@@ -82,6 +87,7 @@ func InferSequence(ctx context.Context, models Models, inst *Instance, inputs []
 	if t == nil {
 		return Infer(ctx, models, inst, inputs)
 	}
+	start := time.Now()
 	ctx, call := telemetry.StartCall(ctx)
 	out, timing, err := t.Run(ctx, inputs, func(ctx context.Context, full []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
 		rows, err := inst.Model.CheckInputs(full)
@@ -91,6 +97,9 @@ func InferSequence(ctx context.Context, models Models, inst *Instance, inputs []
 		return inst.Batcher.SubmitChecked(ctx, full, rows)
 	})
 	call.Done(inst.Name(), inst.Version(), timing.Queue, err)
+	if pl := payloadlog.From(ctx); pl != nil {
+		pl.Log(inst.Name(), inst.Version(), inst.Inputs(), inputs, inst.Outputs(), out, time.Since(start), err)
+	}
 	return out, timing, err
 }
 

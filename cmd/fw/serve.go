@@ -48,6 +48,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	otelEndpoint := ef.String("otel-endpoint", "", "send OpenTelemetry traces to this OTLP receiver URL (http://HOST:4317 with --otel-protocol grpc, http://HOST:4318 for http/protobuf); default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT; neither: no tracing")
 	otelProtocol := ef.String("otel-protocol", "", "OTLP protocol, grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
 	otelRate := ef.String("otel-sample-rate", "", "fraction of requests traced, 0 to 1; a request whose traceparent is sampled is always traced (default: OTEL_TRACES_SAMPLER, else every request)")
+	logPayloads := ef.String("log-payloads", "0", "fraction of requests whose inputs and outputs are logged (0 to 1; 0: off), for drift and audit: sent to --log-payloads-to without ever holding up a request")
+	logPayloadsTo := ef.String("log-payloads-to", "", "where logged payloads go: the dashboard's URL (http://HOST:8080; records are POSTed to its /api/payloads, its token from FW_PAYLOADS_TOKEN) or a directory (JSONL files, one an hour)")
+	logPayloadsRedact := ef.String("log-payloads-redact", "", "comma-separated input and output names whose values are never logged (their name, type and shape are)")
+	logPayloadsSpool := ef.String("log-payloads-spool", "", "directory where payloads wait while the dashboard does not take them (at most 64 MiB; sent again, oldest first, once it does); empty: they are dropped, counted")
+	logPayloadsDeployment := ef.String("log-payloads-deployment", "", "the name this server's payloads are filed under (the dashboard sets its deployment's ID)")
 	traceFile := fs.String("trace-file", "", "tritonserver's older name for --trace-config triton,file=PATH")
 	traceLevel := fs.String("trace-level", "", "tritonserver's older name for --trace-config level=LEVEL")
 	traceRate := fs.String("trace-rate", "", "tritonserver's older name for --trace-config rate=N")
@@ -269,6 +274,20 @@ Flags:
 		life, models = repo, repo
 	}
 	logSettings := serving.NewLogSettings(logLevelVar, *logFormat) // Triton's logging extension, both front ends
+	payloads, err := payloadLogger(*logPayloads, *logPayloadsTo, *logPayloadsRedact, *logPayloadsSpool, *logPayloadsDeployment, os.Getenv("FW_PAYLOADS_TOKEN"), reg, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "fw serve: %v\n", err)
+		return 2
+	}
+	if payloads != nil {
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := payloads.Close(cctx); err != nil {
+				log.Error("sending the last payload records", "err", err)
+			}
+		}()
+	}
 	var shm *sharedmem.Registry // one registry for both front ends
 	if *shmMode == "system" {
 		shm = sharedmem.New("")
@@ -277,7 +296,7 @@ Flags:
 	srv := httpapi.New(base, httpapi.Config{
 		MaxBodyBytes: *maxBody, MaxRows: *maxRows, MaxImagePixels: *maxPixels, Timeout: *timeout,
 		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts, SharedMemory: shm, Logging: logSettings,
-		Restricted: restrictedHTTP, Tracer: tracer, Telemetry: otel,
+		Restricted: restrictedHTTP, Tracer: tracer, Telemetry: otel, Payloads: payloads,
 	}, models, metrics, log, reg)
 	hs := &fasthttp.Server{
 		Handler:            srv.Handler,
@@ -304,7 +323,7 @@ Flags:
 	if gln != nil {
 		gsrv = grpcapi.New(base, grpcapi.Config{
 			MaxMessageBytes: int(min(*maxBody, int64(1<<31-1))), MaxRows: *maxRows, Timeout: *timeout,
-			APIKeys: keys, Version: version, SharedMemory: shm, Logging: logSettings, Restricted: restrictedGRPC, Tracer: tracer, Telemetry: otel,
+			APIKeys: keys, Version: version, SharedMemory: shm, Logging: logSettings, Restricted: restrictedGRPC, Tracer: tracer, Telemetry: otel, Payloads: payloads,
 		}, models, reg, log)
 		gs = grpc.NewServer(gsrv.ServerOptions()...)
 		gsrv.Register(gs)

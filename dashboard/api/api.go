@@ -102,6 +102,11 @@ type Config struct {
 	// DefaultTraceMaxSpans.
 	TraceRetention time.Duration
 	TraceMaxSpans  int
+	// PayloadRetention and PayloadMaxRecords bound the payload store that
+	// POST /api/payloads fills; zero: DefaultPayloadRetention and
+	// DefaultPayloadMaxRecords.
+	PayloadRetention  time.Duration
+	PayloadMaxRecords int
 	// TraceProxied traces every request through the deployment proxy (a
 	// sampled traceparent is sent when the caller sent none and the
 	// dashboard did not trace it): the web UI's "Try it" requests show in
@@ -155,8 +160,10 @@ type Server struct {
 	checkpointUploads blob.Store
 	maxFileBytes      int64
 
-	// traces is the OTLP receiver's state (traces.go).
-	traces traceStore
+	// traces is the OTLP receiver's state (traces.go); payloads the
+	// payload receiver's (payloads.go).
+	traces   traceStore
+	payloads payloadStore
 
 	// routeHook, when set (by tests only), runs first on every request.
 	routeHook func(*fasthttp.RequestCtx)

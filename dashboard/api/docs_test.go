@@ -24,6 +24,8 @@ var dashboardRoutes = map[string][]string{
 	"/v1/traces":                            {"post"},
 	"/api/traces":                           {"get"},
 	"/api/traces/{trace_id}":                {"get"},
+	"/api/payloads":                         {"get", "post"},
+	"/api/payloads/drift":                   {"get"},
 	"/health":                               {"get"},
 	"/metrics":                              {"get"},
 	"/openapi.json":                         {"get"},

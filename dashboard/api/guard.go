@@ -164,7 +164,7 @@ func checkContentType(path string, ct []byte) *Error {
 	}
 	want := []string{"application/json"}
 	switch {
-	case path == "/api/ingest":
+	case path == "/api/ingest", isPayloadsPath(path):
 		want = append(want, "application/x-ndjson")
 	case path == "/api/models" || path == "/api/models/":
 		want = append(want, "multipart/form-data", "application/octet-stream")

@@ -124,6 +124,9 @@ func (s *Server) routeTable() []route {
 		{method: "POST", pattern: otlpTracesPath, raw: s.receiveTraces},
 		{method: "GET", pattern: "/api/traces", fn: s.listTraces},
 		{method: "GET", pattern: "/api/traces/{trace_id}", fn: s.getTrace},
+		{method: "POST", pattern: "/api/payloads", fn: s.receivePayloads},
+		{method: "GET", pattern: "/api/payloads", fn: s.listPayloads},
+		{method: "GET", pattern: "/api/payloads/drift", fn: s.payloadDrift},
 		{method: "POST", pattern: "/api/shared-server", fn: s.withRegistry(s.startShared)},
 		{method: "DELETE", pattern: "/api/shared-server", fn: s.withRegistry(s.stopShared)},
 	}

@@ -257,6 +257,21 @@ CREATE TABLE spans (
 CREATE INDEX spans_requests_start ON spans (deployment, service, kind, start_ns);
 CREATE INDEX spans_requests_duration ON spans (deployment, service, kind, duration_ns);
 CREATE INDEX spans_received ON spans (received)`},
+		{9, "request/response records logged by deployments (payload logging)", `
+CREATE TABLE payloads (
+	id TEXT NOT NULL,
+	deployment TEXT NOT NULL,
+	model TEXT NOT NULL,
+	version TEXT NOT NULL,
+	time_ns BIGINT NOT NULL,
+	received BIGINT NOT NULL,
+	failed INTEGER NOT NULL,
+	record TEXT NOT NULL,
+	PRIMARY KEY (deployment, id)
+);
+CREATE INDEX payloads_deployment_time ON payloads (deployment, time_ns);
+CREATE INDEX payloads_model_time ON payloads (model, version, time_ns);
+CREATE INDEX payloads_received ON payloads (received)`},
 	}
 }
 

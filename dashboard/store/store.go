@@ -79,6 +79,15 @@ type Store interface {
 	ListRequests(ctx context.Context, q RequestQuery) ([]Span, error)
 	// GetTrace reads a trace's spans by start.
 	GetTrace(ctx context.Context, traceID string) ([]Span, error)
+
+	// PutPayloads stores request/response records deployments logged; a
+	// record already stored is kept. It returns how many were new.
+	PutPayloads(ctx context.Context, ps []Payload) (int, error)
+	// ListPayloads reads the records q selects.
+	ListPayloads(ctx context.Context, q PayloadQuery) ([]Payload, error)
+	// PrunePayloads removes records received before cutoff, then the
+	// oldest beyond keep.
+	PrunePayloads(ctx context.Context, cutoff time.Time, keep int) (int64, error)
 }
 
 // Config selects and tunes the backend.

@@ -1,0 +1,249 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fw-serve/fw/dashboard/drift"
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/payloadlog"
+)
+
+// The payload store: request/response records deployments log (fw serve
+// --log-payloads, package payloadlog), and the drift of a deployment's
+// traffic against a reference window of it.
+
+// Limits and defaults of the payload store.
+const (
+	maxPayloadRecordBytes = 1 << 20
+	// DefaultPayloadRetention and DefaultPayloadMaxRecords bound the store
+	// unless configured (Config.PayloadRetention, PayloadMaxRecords).
+	DefaultPayloadRetention  = 7 * 24 * time.Hour
+	DefaultPayloadMaxRecords = 1_000_000
+	defaultDriftReference    = 200
+	defaultDriftCurrent      = 500
+)
+
+// payloadStore is the receiver's state.
+type payloadStore struct {
+	lastPrune atomic.Int64
+}
+
+var payloadIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// refusedRecord is one record of a batch the dashboard did not keep.
+type refusedRecord struct {
+	Line    int    `json:"line"`
+	Message string `json:"message"`
+}
+
+// receivePayloads is POST /api/payloads: records as NDJSON (one
+// payloadlog.Record a line) or a JSON array. A record already stored (the
+// same deployment and ID, resent from a spool) is kept once. Records that
+// do not validate are refused one by one, the rest kept.
+func (s *Server) receivePayloads(c *call) (any, error) {
+	body, e := s.readBody(c.rc)
+	if e != nil {
+		return nil, e
+	}
+	var raws []json.RawMessage
+	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '[' {
+		if err := json.Unmarshal(t, &raws); err != nil {
+			return nil, apiErr(400, string(store.CodeInvalidJSON), "the body is not a JSON array of records: "+err.Error())
+		}
+	} else {
+		sc := bufio.NewScanner(bytes.NewReader(body))
+		sc.Buffer(make([]byte, 64<<10), maxPayloadRecordBytes+1)
+		for sc.Scan() {
+			if line := bytes.TrimSpace(sc.Bytes()); len(line) > 0 {
+				raws = append(raws, append(json.RawMessage(nil), line...))
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return nil, apiErr(413, CodeTooLarge, fmt.Sprintf("a record is larger than %d bytes: %v", maxPayloadRecordBytes, err))
+		}
+	}
+	if len(raws) > store.MaxPayloadsPerBatch {
+		return nil, apiErr(413, CodeTooLarge, fmt.Sprintf("%d records in one request; send at most %d", len(raws), store.MaxPayloadsPerBatch))
+	}
+	deployment := string(c.rc.QueryArgs().Peek("deployment"))
+	var keep []store.Payload
+	refused := []refusedRecord{}
+	for i, raw := range raws {
+		p, err := payloadOf(raw, deployment)
+		if err != "" {
+			refused = append(refused, refusedRecord{Line: i + 1, Message: err})
+			continue
+		}
+		keep = append(keep, p)
+	}
+	stored := 0
+	if len(keep) > 0 {
+		n, err := s.st.PutPayloads(c.ctx, keep)
+		if err != nil {
+			return nil, err
+		}
+		stored = n
+		s.prunePayloads(c)
+	}
+	return map[string]any{"accepted": len(keep), "stored": stored, "refused": refused}, nil
+}
+
+// payloadOf validates one record; its message says what is wrong.
+func payloadOf(raw json.RawMessage, deployment string) (store.Payload, string) {
+	if len(raw) > maxPayloadRecordBytes {
+		return store.Payload{}, fmt.Sprintf("the record is larger than %d bytes", maxPayloadRecordBytes)
+	}
+	var r payloadlog.Record
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&r); err != nil {
+		return store.Payload{}, "not a payload record: " + err.Error()
+	}
+	if r.Deployment == "" {
+		r.Deployment = deployment
+	}
+	switch {
+	case !payloadIDRe.MatchString(r.ID):
+		return store.Payload{}, `"id" must be 1 to 64 letters, digits, - or _`
+	case r.Model == "" || len(r.Model) > 256 || len(r.Version) > 64 || len(r.Deployment) > 256:
+		return store.Payload{}, `"model" (1 to 256 bytes), "version" (up to 64) and "deployment" (up to 256) name the sender`
+	case r.Time.IsZero():
+		return store.Payload{}, `"time" (RFC 3339) is required`
+	}
+	out, err := json.Marshal(&r) // the record as fw reads it: unknown fields dropped
+	if err != nil {
+		return store.Payload{}, "the record cannot be stored: " + err.Error()
+	}
+	return store.Payload{ID: r.ID, Deployment: r.Deployment, Model: r.Model, Version: r.Version, Time: r.Time.UTC(), Failed: r.Error != "", Record: out}, ""
+}
+
+// prunePayloads removes old records, at most once every pruneEvery.
+func (s *Server) prunePayloads(c *call) {
+	now := time.Now()
+	last := s.payloads.lastPrune.Load()
+	if now.UnixNano()-last < int64(pruneEvery) || !s.payloads.lastPrune.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	retention, keep := s.cfg.PayloadRetention, s.cfg.PayloadMaxRecords
+	if retention <= 0 {
+		retention = DefaultPayloadRetention
+	}
+	if keep <= 0 {
+		keep = DefaultPayloadMaxRecords
+	}
+	if _, err := s.st.PrunePayloads(c.ctx, now.Add(-retention), keep); err != nil {
+		s.log.Warn("pruning the payload store", "err", err)
+	}
+}
+
+// payloadQuery reads ?deployment=&model=&version= (one of them needed).
+func payloadQuery(c *call) (store.PayloadQuery, *Error) {
+	args := c.rc.QueryArgs()
+	q := store.PayloadQuery{Deployment: string(args.Peek("deployment")), Model: string(args.Peek("model")), Version: string(args.Peek("version"))}
+	if q.Deployment == "" && q.Model == "" {
+		return q, apiErr(400, string(store.CodeInvalidArgument), "name the traffic: ?deployment=ID, or ?model=NAME (with &version=N)")
+	}
+	return q, nil
+}
+
+// queryTime reads an RFC 3339 time parameter (zero when absent).
+func queryTime(c *call, name string) (time.Time, *Error) {
+	v := c.rc.QueryArgs().Peek(name)
+	if len(v) == 0 {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, string(v))
+	if err != nil {
+		return time.Time{}, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?%s=%q: give an RFC 3339 time such as 2026-11-27T09:00:00Z", name, v))
+	}
+	return t, nil
+}
+
+// listPayloads is GET /api/payloads: a deployment's (or model version's)
+// records, newest first.
+func (s *Server) listPayloads(c *call) (any, error) {
+	q, e := payloadQuery(c)
+	if e != nil {
+		return nil, e
+	}
+	limit, e := queryInt(c.rc, "limit", 20, 1, 500)
+	if e != nil {
+		return nil, e
+	}
+	q.Limit = limit
+	if q.Until, e = queryTime(c, "before"); e != nil {
+		return nil, e
+	}
+	ps, err := s.st.ListPayloads(c.ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"records": ps}, nil
+}
+
+// payloadDrift is GET /api/payloads/drift: the drift of a deployment's (or
+// model version's) traffic. The reference is the records logged within
+// [reference_from, reference_to), else the first reference_records (200)
+// it logged; the current window the records within [from, to), else the
+// latest records (500) logged after the reference.
+func (s *Server) payloadDrift(c *call) (any, error) {
+	q, e := payloadQuery(c)
+	if e != nil {
+		return nil, e
+	}
+	refN, e := queryInt(c.rc, "reference_records", defaultDriftReference, 10, store.MaxPayloadsListed)
+	if e != nil {
+		return nil, e
+	}
+	curN, e := queryInt(c.rc, "records", defaultDriftCurrent, 10, store.MaxPayloadsListed)
+	if e != nil {
+		return nil, e
+	}
+	buckets, e := queryInt(c.rc, "buckets", 12, 1, 100)
+	if e != nil {
+		return nil, e
+	}
+	var times [4]time.Time
+	for i, name := range []string{"reference_from", "reference_to", "from", "to"} {
+		if times[i], e = queryTime(c, name); e != nil {
+			return nil, e
+		}
+	}
+	rq := q
+	rq.Oldest, rq.Limit, rq.Since, rq.Until = true, refN, times[0], times[1]
+	ref, err := s.st.ListPayloads(c.ctx, rq)
+	if err != nil {
+		return nil, err
+	}
+	cq := q
+	cq.Limit, cq.Since, cq.Until = curN, times[2], times[3]
+	if cq.Since.IsZero() && len(ref) > 0 {
+		cq.Since = ref[len(ref)-1].Time.Add(time.Nanosecond) // after the reference
+	}
+	cur, err := s.st.ListPayloads(c.ctx, cq)
+	if err != nil {
+		return nil, err
+	}
+	decode := func(ps []store.Payload) []*payloadlog.Record {
+		out := make([]*payloadlog.Record, 0, len(ps))
+		for _, p := range ps {
+			var r payloadlog.Record
+			if json.Unmarshal(p.Record, &r) == nil {
+				out = append(out, &r)
+			}
+		}
+		return out
+	}
+	rep := drift.Compare(decode(ref), decode(cur), buckets)
+	return map[string]any{"deployment": q.Deployment, "model": q.Model, "version": q.Version, "statistic": rep.Statistic,
+		"reference": rep.Reference, "current": rep.Current, "features": rep.Features}, nil
+}
+
+// isPayloadsPath: the ingest route, which also reads NDJSON.
+func isPayloadsPath(path string) bool { return strings.TrimSuffix(path, "/") == "/api/payloads" }

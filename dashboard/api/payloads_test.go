@@ -1,0 +1,203 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/payloadlog"
+)
+
+// TestPayloadsWhileTheDashboardIsAway: fw serve's payload logger sends to
+// the dashboard; while it is stopped, records wait in the spool; once it is
+// back they are sent, and every record logged is stored exactly once
+// (logged = stored, none dropped). Then the drift of the traffic.
+func TestPayloadsWhileTheDashboardIsAway(t *testing.T) {
+	st, err := store.Open(context.Background(), store.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv := New(context.Background(), st, Config{Token: "tok"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	serve := func(ln net.Listener) *fasthttp.Server {
+		hs := &fasthttp.Server{Handler: srv.Handler, StreamRequestBody: true}
+		go hs.Serve(ln)
+		return hs
+	}
+	hs := serve(ln)
+	l, err := payloadlog.New(payloadlog.Config{Rate: 1, Dest: "http://" + addr, Token: "tok", Deployment: "dep-1", SpoolDir: t.TempDir(),
+		FlushEvery: 20 * time.Millisecond, Redact: []string{"secret"}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	specs := []engine.TensorSpec{{Name: "x"}, {Name: "secret"}}
+	outSpecs := []engine.TensorSpec{{Name: "logits"}}
+	logN := func(n int, mean float32, class int) {
+		for i := range n {
+			x := make([]float32, 8)
+			for j := range x {
+				x[j] = mean + float32((i*7+j)%5)/5
+			}
+			logits := make([]float32, 10)
+			logits[(class+i%2)%10] = 3
+			l.Log("digits", "1", specs, []engine.Tensor{engine.FromFloat32([]int64{1, 8}, x), engine.FromFloat32([]int64{1, 2}, []float32{42, 43})},
+				outSpecs, []engine.Tensor{engine.FromFloat32([]int64{1, 10}, logits)}, time.Millisecond, nil)
+		}
+	}
+	logN(60, 0, 0)
+	if err := l.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The dashboard goes away; records pile up in the spool.
+	hs.Shutdown()
+	logN(60, 0, 0)
+	if err := l.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c := l.Counts(); c.Spooled == 0 || c.Dropped != 0 {
+		t.Fatalf("while away: %+v", c)
+	}
+	// It comes back on the same address: the spool drains.
+	var ln2 net.Listener
+	for range 50 {
+		if ln2, err = net.Listen("tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs2 := serve(ln2)
+	defer hs2.Shutdown()
+	logN(120, 3, 6) // drifted traffic
+	if err := l.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c := l.Counts()
+	if c.Logged != 240 || c.Dropped != 0 || c.Sent != 240 {
+		t.Fatalf("counts: %+v", c)
+	}
+	all, err := st.ListPayloads(context.Background(), store.PayloadQuery{Deployment: "dep-1", Limit: 1000})
+	if err != nil || len(all) != 240 {
+		t.Fatalf("stored %d: %v", len(all), err)
+	}
+	if !strings.Contains(string(all[0].Record), `"name":"secret","datatype":"float32","shape":[1,2],"redacted":true`) || strings.Contains(string(all[0].Record), "42") {
+		t.Fatalf("the redacted input: %s", all[0].Record)
+	}
+	url := "http://" + addr
+	get := func(path string) (int, map[string]any) {
+		t.Helper()
+		return doJSONAuth(t, "GET", url+path, "", "tok")
+	}
+	code, out := get("/api/payloads?deployment=dep-1&limit=5")
+	if recs, _ := out["records"].([]any); code != 200 || len(recs) != 5 {
+		t.Fatalf("list: %d %v", code, out)
+	}
+	code, out = get("/api/payloads/drift?deployment=dep-1&reference_records=100&records=120&buckets=3")
+	if code != 200 {
+		t.Fatalf("drift: %d %v", code, out)
+	}
+	levels := map[string]string{}
+	for _, f := range out["features"].([]any) {
+		f := f.(map[string]any)
+		levels[f["name"].(string)] = f["level"].(string)
+	}
+	if levels["x mean"] != "drift" || levels["logits class"] != "drift" {
+		t.Fatalf("drifted traffic: %v", levels)
+	}
+	if _, ok := levels["secret mean"]; ok {
+		t.Fatal("a redacted input became a feature")
+	}
+	code, out = get("/api/payloads/drift?deployment=dep-1&reference_records=60&records=60&from=" + all[len(all)-1].Time.Format(time.RFC3339Nano) + "&to=" + all[len(all)-60].Time.Add(time.Nanosecond).Format(time.RFC3339Nano))
+	if code != 200 {
+		t.Fatalf("a chosen window: %d %v", code, out)
+	}
+	for _, f := range out["features"].([]any) {
+		if f := f.(map[string]any); f["level"] != "stable" {
+			t.Fatalf("the reference against itself: %v", f)
+		}
+	}
+	for _, bad := range []string{"/api/payloads", "/api/payloads/drift", "/api/payloads?deployment=x&limit=0", "/api/payloads/drift?deployment=x&from=yesterday"} {
+		if code, out := get(bad); code != 400 || errCode(t, out) == "" {
+			t.Errorf("GET %s: %d %v", bad, code, out)
+		}
+	}
+}
+
+// TestPayloadIngestRefuses: records that do not validate are refused by
+// line, the rest kept; what is not NDJSON or JSON is refused whole.
+func TestPayloadIngestRefuses(t *testing.T) {
+	url := startCRUDServer(t, nil)
+	good := `{"id":"a1","time":"2026-11-27T09:00:00Z","model":"m","version":"1","latency_ms":1,"inputs":[],"outputs":[]}`
+	body := strings.Join([]string{good, `{"id":"bad id!","time":"2026-11-27T09:00:00Z","model":"m"}`, `{"id":"a2","model":"m"}`, `not json`,
+		`{"id":"a3","time":"2026-11-27T09:00:00Z","model":""}`, good}, "\n")
+	code, out := doJSONType(t, "POST", url+"/api/payloads?deployment=d", body, "application/x-ndjson")
+	if code != 200 || out["accepted"] != float64(2) || out["stored"] != float64(1) || len(out["refused"].([]any)) != 4 {
+		t.Fatalf("mixed batch: %d %v", code, out)
+	}
+	if code, out := doJSONType(t, "POST", url+"/api/payloads", `[`+good+`]`, "application/json"); code != 200 || out["stored"] != float64(1) {
+		t.Fatalf("a JSON array without a deployment: %d %v", code, out)
+	}
+	if code, out := doJSONType(t, "POST", url+"/api/payloads", `[{]`, "application/json"); code != 400 || errCode(t, out) != "invalid_json" {
+		t.Fatalf("broken array: %d %v", code, out)
+	}
+	if code, _ := doJSONType(t, "POST", url+"/api/payloads", good, "text/plain"); code != 415 {
+		t.Fatalf("text/plain: %d", code)
+	}
+	huge := `{"id":"h","time":"2026-11-27T09:00:00Z","model":"m","error":"` + strings.Repeat("x", maxPayloadRecordBytes) + `"}`
+	if code, _ := doJSONType(t, "POST", url+"/api/payloads", huge, "application/x-ndjson"); code != 413 {
+		t.Fatalf("a record over the limit: %d", code)
+	}
+	many := strings.Repeat(good+"\n", store.MaxPayloadsPerBatch+1)
+	if code, _ := doJSONType(t, "POST", url+"/api/payloads", many, "application/x-ndjson"); code != 413 {
+		t.Fatalf("too many records: %d", code)
+	}
+}
+
+// doJSONAuth is doJSON with a bearer token.
+func doJSONAuth(t *testing.T, method, url, body, token string) (int, map[string]any) {
+	t.Helper()
+	return doRequest(t, method, url, body, map[string]string{"Authorization": "Bearer " + token})
+}
+
+// doJSONType is doJSON with a Content-Type.
+func doJSONType(t *testing.T, method, url, body, ct string) (int, map[string]any) {
+	t.Helper()
+	return doRequest(t, method, url, body, map[string]string{"Content-Type": ct})
+}
+
+func doRequest(t *testing.T, method, url, body string, headers map[string]string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("%s %s: %d, not a JSON object: %q", method, url, resp.StatusCode, b)
+	}
+	return resp.StatusCode, out
+}
