@@ -1,8 +1,9 @@
-// Command tracing measures what OpenTelemetry tracing costs fw serve: the
-// same /predict load (digits_mlp, one row) against fw with tracing off,
-// sampling 1 % and sampling 100 %, exporting over OTLP/HTTP to a real
-// OpenTelemetry Collector (build/tools/otelcol, debug exporter) on
-// loopback. The cost is the server's CPU time per request (its process's
+// Command tracing measures what OpenTelemetry tracing and payload logging
+// cost fw serve: the
+// same /predict load (digits_mlp, one row) against fw with both off,
+// tracing 1 % and 100 % (exported over OTLP/HTTP to a real OpenTelemetry
+// Collector, build/tools/otelcol, debug exporter, on loopback), and
+// payloads logged at 1 % and 100 % (to JSONL files). The cost is the server's CPU time per request (its process's
 // user+system time over the requests answered), rounds interleaved so that
 // the machine's drift falls on every mode alike. Two loads: a fixed rate
 // that every mode sustains (the cost at equal work: on a machine this small
@@ -71,10 +72,17 @@ func run(bin, col, model string, dur time.Duration, rounds, clients int, rate fl
 	}
 	defer stop()
 	endpoint := fmt.Sprintf("http://127.0.0.1:%d", port)
+	pdir, err := os.MkdirTemp("", "fw-bench-payloads")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(pdir)
 	modes := []mode{
 		{"off", nil},
-		{"1 %", []string{"--otel-endpoint", endpoint, "--otel-sample-rate", "0.01"}},
-		{"100 %", []string{"--otel-endpoint", endpoint, "--otel-sample-rate", "1"}},
+		{"tracing 1 %", []string{"--otel-endpoint", endpoint, "--otel-sample-rate", "0.01"}},
+		{"tracing 100 %", []string{"--otel-endpoint", endpoint, "--otel-sample-rate", "1"}},
+		{"payloads 1 %", []string{"--log-payloads", "0.01", "--log-payloads-to", pdir}},
+		{"payloads 100 %", []string{"--log-payloads", "1", "--log-payloads-to", pdir}},
 	}
 	loads := []float64{rate, 0}
 	got := make([][][]sample, len(loads))
@@ -86,15 +94,15 @@ func run(bin, col, model string, dur time.Duration, rounds, clients int, rate fl
 				if err != nil {
 					return fmt.Errorf("round %d, tracing %s: %w", r+1, m.name, err)
 				}
-				fmt.Fprintf(os.Stderr, "load %s, round %d, tracing %s: %.0f req/s, %.1f µs CPU/req\n", loadName(load), r+1, m.name, s.rps, s.cpuUs)
+				fmt.Fprintf(os.Stderr, "load %s, round %d, %s: %.0f req/s, %.1f µs CPU/req\n", loadName(load), r+1, m.name, s.rps, s.cpuUs)
 				got[li][i] = append(got[li][i], s)
 			}
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "`go run ./bench/tracing -d %s -rounds %d -c %d -rate %.0f` on %s (%s), %d CPUs: `fw serve --model %s` with its defaults, %d keep-alive clients posting one row to /predict, at a fixed %.0f requests/s in all and then back to back; tracing exported over OTLP/HTTP to the OpenTelemetry Collector 0.165 (debug exporter) on the same machine (`--otel-endpoint`, `--otel-sample-rate`). Medians of %d interleaved rounds of %s; CPU is fw's own process time per request answered. Latency at the fixed rate is from each request's due time.\n\n",
+	fmt.Fprintf(&b, "`go run ./bench/tracing -d %s -rounds %d -c %d -rate %.0f` on %s (%s), %d CPUs: `fw serve --model %s` with its defaults, %d keep-alive clients posting one row to /predict, at a fixed %.0f requests/s in all and then back to back; tracing exported over OTLP/HTTP to the OpenTelemetry Collector 0.165 (debug exporter) on the same machine (`--otel-endpoint`, `--otel-sample-rate`); payloads logged to JSONL files (`--log-payloads`, `--log-payloads-to DIR`). Medians of %d interleaved rounds of %s; CPU is fw's own process time per request answered. Latency at the fixed rate is from each request's due time.\n\n",
 		dur, rounds, clients, rate, benchdoc.Commit(), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), filepath.Base(model), clients, rate, rounds, dur)
-	b.WriteString("| load | tracing | req/s | server CPU per request, µs | CPU vs off | p50 ms | p99 ms | errors |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| load | observability | req/s | server CPU per request, µs | CPU vs off | p50 ms | p99 ms | errors |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for li, load := range loads {
 		off := median(got[li][0], func(s sample) float64 { return s.cpuUs })
 		for i, m := range modes {

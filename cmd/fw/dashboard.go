@@ -78,6 +78,9 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	otelProtocol := de.StringEnv("otel-protocol", "FW_DASHBOARD_OTEL_PROTOCOL", "", "OTLP protocol, grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
 	otelRate := de.StringEnv("otel-sample-rate", "FW_DASHBOARD_OTEL_SAMPLE_RATE", "", "fraction of requests traced, 0 to 1; a request whose traceparent is sampled is always traced (default: OTEL_TRACES_SAMPLER, else every request)")
 	deployTraceRate := de.StringEnv("deployment-trace-rate", "FW_DASHBOARD_DEPLOYMENT_TRACE_RATE", "0.01", "fraction of requests the managed deployments trace into the dashboard's trace store (their OpenTelemetry traces, sent to its POST /v1/traces; a request whose caller traced it, and every request through the dashboard's proxy such as the UI's Try it, are traced whatever the rate); off: deployments keep the OTEL_* environment they inherit")
+	deployPayloadRate := de.StringEnv("deployment-payload-rate", "FW_DASHBOARD_DEPLOYMENT_PAYLOAD_RATE", "0", "fraction of requests whose inputs and outputs the managed deployments log to the dashboard (fw serve --log-payloads; the model page's Traffic card compares them with a reference for drift); 0: off")
+	payloadRetention := de.DurationEnv("payload-retention", "FW_DASHBOARD_PAYLOAD_RETENTION", api.DefaultPayloadRetention, "how long the dashboard keeps the request/response records deployments log")
+	payloadMax := de.IntEnv("payload-max-records", "FW_DASHBOARD_PAYLOAD_MAX_RECORDS", api.DefaultPayloadMaxRecords, "most request/response records the dashboard keeps (the oldest received go first)")
 	traceRetention := de.DurationEnv("trace-retention", "FW_DASHBOARD_TRACE_RETENTION", api.DefaultTraceRetention, "how long the trace store keeps the spans it receives")
 	traceMaxSpans := de.IntEnv("trace-max-spans", "FW_DASHBOARD_TRACE_MAX_SPANS", api.DefaultTraceMaxSpans, "most spans the trace store keeps (the oldest received go first)")
 	logFormat := de.StringEnv("log-format", "FW_LOG_FORMAT", "text", "log format: text or json")
@@ -270,6 +273,13 @@ Flags:
 		deployTraces = &registry.DeploymentTraces{Endpoint: "http://" + ln.Addr().String() + "/v1/traces", Token: *token, SampleRate: r,
 			ResourceAttributes: os.Getenv("OTEL_RESOURCE_ATTRIBUTES")}
 	}
+	var deployPayloads *registry.DeploymentPayloads
+	if r, err := strconv.ParseFloat(strings.TrimSpace(*deployPayloadRate), 64); err != nil || !(r >= 0 && r <= 1) {
+		fmt.Fprintf(stderr, "fw dashboard: --deployment-payload-rate %q: give a fraction from 0 (off) to 1\n", *deployPayloadRate)
+		return 2
+	} else if r > 0 {
+		deployPayloads = &registry.DeploymentPayloads{Rate: r, URL: "http://" + ln.Addr().String(), Token: *token, SpoolDir: filepath.Join(*expDir, "payload-spool")}
+	}
 	otel, err := otelTracer(os.Getenv, *otelEndpoint, *otelProtocol, *otelRate, "fw-dashboard", version, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw dashboard: %v\n", err)
@@ -298,7 +308,8 @@ Flags:
 		MaxBodyBytes: api.DefaultMaxBodyBytes, MaxArtifactBytes: int64(*maxArtifactMiB) << 20}, log)
 	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir, Artifacts: rf.artifacts, Checkpoints: rf.checkpoints, CheckpointUploads: rf.checkpointBucket,
 		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins), ReplicaID: self.ID,
-		Mounts: []api.Mount{ml}, Telemetry: otel, TraceRetention: *traceRetention, TraceMaxSpans: *traceMaxSpans, TraceProxied: deployTraces != nil}, log)
+		Mounts: []api.Mount{ml}, Telemetry: otel, TraceRetention: *traceRetention, TraceMaxSpans: *traceMaxSpans, TraceProxied: deployTraces != nil,
+		PayloadRetention: *payloadRetention, PayloadMaxRecords: *payloadMax}, log)
 	srv.SetReplicas(member)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, *sysInterval, *sysHistory, log)
 	defer sampler.Close()
@@ -322,7 +333,7 @@ Flags:
 		Logger:                       slogPrintf{log},
 	}
 	reg := startRegistry(base, st, srv, ml, registry.Config{ExperimentDir: *expDir, CheckpointDir: *ckptDir, Engine: withLibraries(engine.Options{}),
-		Python: pythonPath(), StopGrace: *stopGrace, Member: member, Files: files, Checkpoints: rf.checkpointBucket, Traces: deployTraces}, log)
+		Python: pythonPath(), StopGrace: *stopGrace, Member: member, Files: files, Checkpoints: rf.checkpointBucket, Traces: deployTraces, Payloads: deployPayloads}, log)
 	if reg != nil {
 		srv.SetDeployments(reg) // *registry.Service is an api.DeploymentCounter
 	}

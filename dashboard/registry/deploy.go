@@ -466,6 +466,9 @@ func (s *Service) spawn(ctx context.Context, id string, port, grpcPort int, devi
 	if s.cfg.Traces != nil {
 		cmd.Env = append(cmd.Env, s.cfg.Traces.env(id)...)
 	}
+	if s.cfg.Payloads != nil {
+		cmd.Env = append(cmd.Env, s.cfg.Payloads.env(id)...)
+	}
 	cmd.Stdout, cmd.Stderr, cmd.Stdin = logf, logf, nil
 	setGroup(cmd, true)
 	if err := cmd.Start(); err != nil {

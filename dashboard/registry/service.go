@@ -37,7 +37,10 @@ type Config struct {
 	ExtraEnv []string
 	// Traces, when set, makes every deployment send its request traces to
 	// the dashboard's trace store (POST /v1/traces).
-	Traces       *DeploymentTraces
+	Traces *DeploymentTraces
+	// Payloads, when set, makes every deployment log a sample of its
+	// requests and responses to the dashboard (POST /api/payloads).
+	Payloads     *DeploymentPayloads
 	ReadyTimeout time.Duration // a deployment's /health/ready must answer within it
 	StopGrace    time.Duration // SIGTERM -> SIGKILL
 	// Engine is where model files are loaded to be inspected (library paths).
@@ -92,6 +95,33 @@ func (t *DeploymentTraces) env(id string) []string {
 	}
 	if t.Token != "" {
 		out = append(out, "OTEL_EXPORTER_OTLP_TRACES_HEADERS=authorization=Bearer%20"+url.PathEscape(t.Token))
+	}
+	return out
+}
+
+// DeploymentPayloads is where deployments log their requests and
+// responses (fw serve --log-payloads) and how many.
+type DeploymentPayloads struct {
+	// Rate is the fraction of requests logged (above 0).
+	Rate float64
+	// URL is the dashboard's (records go to its /api/payloads); Token its
+	// bearer token.
+	URL, Token string
+	// SpoolDir holds one spool directory per deployment, where records
+	// wait while the dashboard is away.
+	SpoolDir string
+}
+
+// env is the fw serve environment of deployment id's payload logging.
+func (p *DeploymentPayloads) env(id string) []string {
+	out := []string{
+		"FW_LOG_PAYLOADS=" + strconv.FormatFloat(p.Rate, 'g', -1, 64),
+		"FW_LOG_PAYLOADS_TO=" + p.URL,
+		"FW_LOG_PAYLOADS_DEPLOYMENT=" + id,
+		"FW_LOG_PAYLOADS_SPOOL=" + filepath.Join(p.SpoolDir, id),
+	}
+	if p.Token != "" {
+		out = append(out, "FW_PAYLOADS_TOKEN="+p.Token)
 	}
 	return out
 }

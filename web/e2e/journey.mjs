@@ -64,7 +64,9 @@ async function startFromForm(page, url, { name, params }) {
 }
 
 await journey("web UI journey", async (step) => {
-  let dash = await step("start the dashboard", () => startDashboard({ env: { FW_PYTHON: PYTHON } }));
+  // Every request the deployments serve is logged (the Traffic card).
+  const DASH_ARGS = ["--deployment-payload-rate", "1"];
+  let dash = await step("start the dashboard", () => startDashboard({ env: { FW_PYTHON: PYTHON }, args: DASH_ARGS }));
   const browser = await step("launch chromium", () => launchBrowser());
   const problems = [];
   let page;
@@ -268,6 +270,25 @@ await journey("web UI journey", async (step) => {
       await wf.getByRole("button", { name: "linked ↗" }).first().click();
       await requests.getByTestId("waterfall").getByText(/^engine call /).waitFor({ timeout: LONG });
       await screenshot(page, "14b-request-trace");
+      noProblems();
+    });
+
+    await step("the logged image request, opened in try it from Traffic, predicts the same digit as JSON rows", async () => {
+      const traffic = page.locator(".card").filter({ has: page.getByRole("heading", { name: "Traffic" }) });
+      const open = traffic.getByRole("button", { name: "Open in Try it" }).first();
+      await open.waitFor({ timeout: LONG });
+      await until("the logged request can be opened", async () => await open.isEnabled(), LONG);
+      await open.click();
+      const tryIt = page.locator(".card").filter({ has: page.getByRole("heading", { name: "Try it" }) });
+      const editor = tryIt.getByLabel(/Request body/);
+      await until("the logged inputs are in the editor", async () => (await editor.inputValue()).startsWith('{"data":'), LONG);
+      await tryIt.getByRole("button", { name: "Predict", exact: true }).click();
+      const top = tryIt.getByRole("list", { name: "top classes" });
+      await until("the replayed request's answer", async () => {
+        const label = (await top.locator(".topk-label").first().textContent())?.trim();
+        return label === String(digit.label);
+      }, LONG);
+      await screenshot(page, "14c-traffic-replay");
       noProblems();
     });
 
@@ -512,7 +533,7 @@ print(r.info.experiment_id, r.info.run_id)
       await screenshot(page, "18-offline-banner");
       // The failed requests are the point of this step, not problems.
       problems.length = 0;
-      dash = await startDashboard({ env: { FW_PYTHON: PYTHON }, dir, port });
+      dash = await startDashboard({ env: { FW_PYTHON: PYTHON }, args: DASH_ARGS, dir, port });
       await banner.waitFor({ state: "hidden", timeout: LONG });
       await page.getByText(EXPERIMENT).first().waitFor();
       await screenshot(page, "19-reconnected");

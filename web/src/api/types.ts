@@ -66,6 +66,11 @@ export type ServedModel = S["ServedModel"];
 export type ApiErrorBody = S["Error"];
 /** A span of a request trace the dashboard received over OTLP (a deployment's request, its phases, its engine call). */
 export type Span = S["Span"];
+/** A request/response record a deployment logged (fw serve --log-payloads), and one of its tensors. */
+export type PayloadRecord = S["PayloadRecord"];
+export type PayloadTensor = S["PayloadTensor"];
+/** The drift of a deployment's traffic against a reference window. */
+export type DriftReport = S["DriftReport"];
 
 // --- Path bodies without a named schema -----------------------------------
 
@@ -99,3 +104,5 @@ export type DeploymentList = Answer<"/api/deployments", "get">;
 export type TraceList = Answer<"/api/traces", "get">;
 /** GET /api/traces/{trace_id}: one trace's spans. */
 export type TraceSpans = Answer<"/api/traces/{trace_id}", "get">;
+/** GET /api/payloads: a deployment's logged records, newest first. */
+export type PayloadList = Answer<"/api/payloads", "get">;

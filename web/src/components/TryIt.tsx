@@ -107,7 +107,18 @@ function looksLikeImage(inputs: TensorSpec[] | undefined): boolean {
 }
 
 /** Sends rows or an image to one deployment and shows the answer. */
-export function TryIt({ deploymentId, inputs, labels: givenLabels }: { deploymentId: string; inputs?: TensorSpec[]; labels?: string[] }) {
+export function TryIt({
+  deploymentId,
+  inputs,
+  labels: givenLabels,
+  body,
+}: {
+  deploymentId: string;
+  inputs?: TensorSpec[];
+  labels?: string[];
+  /** A request body to load into the rows editor (a logged request opened from Traffic); its change loads it. */
+  body?: string;
+}) {
   const [mode, setMode] = useState<"rows" | "image">(looksLikeImage(inputs) ? "image" : "rows");
   const served = useApi((sig) => get<ServedModel>(`/api/deployments/${seg(deploymentId)}/model`, undefined, sig), [deploymentId]);
   const hasRecipe = !!served.data?.metadata?.preprocessing?.image;
@@ -115,7 +126,13 @@ export function TryIt({ deploymentId, inputs, labels: givenLabels }: { deploymen
   const [img, setImg] = useState(() => imageParams(inputs));
   const [invert, setInvert] = useState(false);
   const example = useMemo(() => exampleText(inputs), [inputs]);
-  const [text, setText] = useState(example);
+  const [text, setText] = useState(body ?? example);
+  useEffect(() => {
+    if (body !== undefined) {
+      setText(body);
+      setMode("rows");
+    }
+  }, [body]);
   const [file, setFile] = useState<File | null>(null);
   const [preview, setPreview] = useState<string>();
   const [answer, setAnswer] = useState<unknown>();

@@ -11,6 +11,7 @@ import { DeployDialog, DeploymentLink, VersionOptions, deploymentStatus } from "
 import { ExportDialog, ParityView } from "../components/ExportDialog";
 import { SharedServerVersions } from "../components/SharedServer";
 import { Requests } from "../components/Requests";
+import { Traffic } from "../components/Traffic";
 import { TryIt } from "../components/TryIt";
 import { Card, ConfirmDialog, Empty, ErrorNote, KeyValues, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtBytes, fmtNum, fmtTime } from "../lib/format";
@@ -237,6 +238,7 @@ export function ModelPage() {
   const [deletingModel, setDeletingModel] = useState(false);
   const action = useAction();
   const [tryDep, setTryDep] = useQueryParam("try", "");
+  const [tryBody, setTryBody] = useState<string>();
 
   const m = model.data;
   const mine = (deps.data?.deployments ?? []).filter((d) => d.model === name);
@@ -333,6 +335,7 @@ export function ModelPage() {
       </div>
       <Card
         title="Try it"
+        className="try-it-card"
         actions={
           ready.length > 1 ? (
             <label className="inline">
@@ -353,7 +356,7 @@ export function ModelPage() {
         }
       >
         {tryTarget ? (
-          <TryIt key={tryTarget.id} deploymentId={tryTarget.id} inputs={tryVersion?.inputs} labels={tryVersion?.labels} />
+          <TryIt key={tryTarget.id} deploymentId={tryTarget.id} inputs={tryVersion?.inputs} labels={tryVersion?.labels} body={tryBody} />
         ) : (
           <Empty>Deploy a version, and once it is ready send it JSON rows or an image here.</Empty>
         )}
@@ -361,6 +364,16 @@ export function ModelPage() {
 
       <Card title="Requests">
         <Requests deployments={ready} />
+      </Card>
+      <Card title="Traffic">
+        <Traffic
+          deployments={ready}
+          onTry={(id, body) => {
+            setTryDep(id);
+            setTryBody(body);
+            document.querySelector(".try-it-card")?.scrollIntoView({ behavior: "smooth" });
+          }}
+        />
       </Card>
 
       <DeployDialog
