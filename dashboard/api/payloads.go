@@ -142,14 +142,10 @@ func (s *Server) prunePayloads(c *call) {
 	}
 }
 
-// payloadQuery reads ?deployment=&model=&version= (one of them needed).
+// payloadQuery reads ?deployment=&model=&version= (none: every sender's).
 func payloadQuery(c *call) (store.PayloadQuery, *Error) {
 	args := c.rc.QueryArgs()
-	q := store.PayloadQuery{Deployment: string(args.Peek("deployment")), Model: string(args.Peek("model")), Version: string(args.Peek("version"))}
-	if q.Deployment == "" && q.Model == "" {
-		return q, apiErr(400, string(store.CodeInvalidArgument), "name the traffic: ?deployment=ID, or ?model=NAME (with &version=N)")
-	}
-	return q, nil
+	return store.PayloadQuery{Deployment: string(args.Peek("deployment")), Model: string(args.Peek("model")), Version: string(args.Peek("version"))}, nil
 }
 
 // queryTime reads an RFC 3339 time parameter (zero when absent).
@@ -158,11 +154,28 @@ func queryTime(c *call, name string) (time.Time, *Error) {
 	if len(v) == 0 {
 		return time.Time{}, nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, string(v))
+	t, err := parseRFC3339(string(v))
 	if err != nil {
 		return time.Time{}, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?%s=%q: give an RFC 3339 time such as 2026-11-27T09:00:00Z", name, v))
 	}
 	return t, nil
+}
+
+// parseRFC3339 reads an RFC 3339 date-time as the standard allows it
+// (lowercase t and z, any number of fractional digits: past nanoseconds
+// they are dropped), which Go's own layout is stricter about.
+func parseRFC3339(v string) (time.Time, error) {
+	v = strings.ToUpper(v)
+	if i := strings.IndexByte(v, '.'); i >= 0 {
+		j := i + 1
+		for j < len(v) && v[j] >= '0' && v[j] <= '9' {
+			j++
+		}
+		if j-i-1 > 9 {
+			v = v[:i+10] + v[j:]
+		}
+	}
+	return time.Parse(time.RFC3339Nano, v)
 }
 
 // listPayloads is GET /api/payloads: a deployment's (or model version's)

@@ -134,7 +134,10 @@ func TestPayloadsWhileTheDashboardIsAway(t *testing.T) {
 			t.Fatalf("the reference against itself: %v", f)
 		}
 	}
-	for _, bad := range []string{"/api/payloads", "/api/payloads/drift", "/api/payloads?deployment=x&limit=0", "/api/payloads/drift?deployment=x&from=yesterday"} {
+	if code, out := get("/api/payloads?limit=3"); code != 200 || len(out["records"].([]any)) != 3 {
+		t.Fatalf("every sender's: %d %v", code, out)
+	}
+	for _, bad := range []string{"/api/payloads?deployment=x&limit=0", "/api/payloads/drift?deployment=x&from=yesterday", "/api/payloads/drift?records=5"} {
 		if code, out := get(bad); code != 400 || errCode(t, out) == "" {
 			t.Errorf("GET %s: %d %v", bad, code, out)
 		}
@@ -200,4 +203,18 @@ func doRequest(t *testing.T, method, url, body string, headers map[string]string
 		t.Fatalf("%s %s: %d, not a JSON object: %q", method, url, resp.StatusCode, b)
 	}
 	return resp.StatusCode, out
+}
+
+// TestParseRFC3339: what RFC 3339 allows and Go's layout does not.
+func TestParseRFC3339(t *testing.T) {
+	for _, v := range []string{"2026-11-27T09:00:00Z", "2026-11-27t09:00:00z", "2026-11-27T09:00:00.123456789012+02:00", "2026-11-27T09:00:00.5-01:30"} {
+		if _, err := parseRFC3339(v); err != nil {
+			t.Errorf("%s: %v", v, err)
+		}
+	}
+	for _, v := range []string{"yesterday", "2026-11-27", "2026-11-27T09:00:00"} {
+		if _, err := parseRFC3339(v); err == nil {
+			t.Errorf("%s accepted", v)
+		}
+	}
 }

@@ -336,7 +336,7 @@ func (s *Server) listTraces(c *call) (any, error) {
 	}
 	q.Limit = limit
 	if v := ctx.QueryArgs().Peek("since"); len(v) > 0 {
-		t, err := time.Parse(time.RFC3339Nano, string(v))
+		t, err := parseRFC3339(string(v))
 		if err != nil {
 			return nil, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?since=%q: give an RFC 3339 time such as 2026-11-27T09:00:00Z", v))
 		}
