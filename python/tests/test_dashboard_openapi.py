@@ -848,6 +848,87 @@ def test_nan_metric_reads(token_dash: Dashboard) -> None:
     s.call("GET", "/api/compare?runs=nan-a,nan-b", expect=200)
 
 
+def _pb_varint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out += bytes([(n & 0x7F) | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def _pb_field(num: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return _pb_varint(num << 3 | 2) + _pb_varint(len(payload)) + payload
+
+
+def _otlp_request(trace_id: bytes, span_id: bytes, name: str, deployment: str) -> bytes:
+    """An OTLP ExportTraceServiceRequest of one server span (opentelemetry/proto, written by hand)."""
+    kv = _pb_field(1, b"fw.deployment") + _pb_field(2, _pb_field(1, deployment.encode()))
+    resource = _pb_field(1, kv)
+    span = (
+        _pb_field(1, trace_id)
+        + _pb_field(2, span_id)
+        + _pb_field(5, name.encode())
+        + _pb_varint(6 << 3) + _pb_varint(2)  # kind SERVER
+        + _pb_varint(7 << 3 | 1) + (1_700_000_000_000_000_000).to_bytes(8, "little")
+        + _pb_varint(8 << 3 | 1) + (1_700_000_000_004_000_000).to_bytes(8, "little")
+    )  # fmt: skip
+    scope_spans = _pb_field(2, span)
+    return _pb_field(1, _pb_field(1, resource) + _pb_field(2, scope_spans))
+
+
+def test_traces_and_payloads(dash: Dashboard) -> None:
+    """The trace store (an OTLP receiver and its reads) and the payload store (ingest, reads, drift)."""
+    tid, sid = bytes(range(1, 17)), bytes(range(1, 9))
+    body = _otlp_request(tid, sid, "POST /predict", "oas-dep")
+    dash.call("POST", "/v1/traces", body=body, headers={"Content-Type": "application/x-protobuf"}, expect=200)
+    dash.call("POST", "/v1/traces", body=b"{}", headers={"Content-Type": "application/json"}, expect=415)
+    dash.call(
+        "POST",
+        "/v1/traces",
+        body=b"\xff\xff\xff",
+        headers={"Content-Type": "application/x-protobuf"},
+        expect=400,
+    )
+    dash.call("GET", "/v1/traces", expect=405)
+    reqs = dash.get("/api/traces?deployment=oas-dep&sort=slowest")["requests"]
+    assert [r["trace_id"] for r in reqs] == [tid.hex()] and reqs[0]["name"] == "POST /predict"
+    spans = dash.get(f"/api/traces/{tid.hex()}")["spans"]
+    assert spans[0]["span_id"] == sid.hex() and spans[0]["end_ns"] - spans[0]["start_ns"] == 4_000_000
+    dash.call("GET", "/api/traces/" + "0" * 32, expect=404)
+    dash.call("GET", "/api/traces/xyz", expect=400)
+    dash.call("GET", "/api/traces?sort=fast", expect=400)
+
+    def record(i: int, mean: float) -> dict:
+        return {
+            "id": f"oas-{i}", "time": f"2026-11-27T09:{i // 60:02d}:{i % 60:02d}Z", "model": "m", "version": "1", "latency_ms": 0.5,
+            "inputs": [{"name": "x", "datatype": "float32", "shape": [1, 4], "data": [mean + (i % 4) / 4] * 4}],
+            "outputs": [{"name": "y", "datatype": "float32", "shape": [1, 3], "data": [0, 1, 0] if mean < 1 else [0, 0, 1]}],
+        }  # fmt: skip
+
+    lines = "\n".join(json.dumps(record(i, 0.0 if i < 20 else 5.0)) for i in range(40)).encode()
+    r = dash.call(
+        "POST",
+        "/api/payloads?deployment=oas-dep",
+        body=lines,
+        headers={"Content-Type": "application/x-ndjson"},
+        expect=200,
+    )
+    assert r.json() == {"accepted": 40, "stored": 40, "refused": []}
+    bad = dash.call("POST", "/api/payloads", json_body=[{"id": "bad id", "model": "m"}], expect=200).json()
+    assert bad["accepted"] == 0 and bad["refused"][0]["line"] == 1
+    dash.call("POST", "/api/payloads", body=b"[{", headers={"Content-Type": "application/json"}, expect=400)
+    dash.call("POST", "/api/payloads", body=b"x", headers={"Content-Type": "text/plain"}, expect=415)
+    recs = dash.get("/api/payloads?deployment=oas-dep&limit=5")["records"]
+    assert len(recs) == 5 and recs[0]["id"] == "oas-39" and recs[0]["record"]["inputs"][0]["name"] == "x"
+    drift = dash.get("/api/payloads/drift?deployment=oas-dep&reference_records=20&records=20&buckets=2")
+    levels = {f["name"]: f["level"] for f in drift["features"]}
+    assert levels["x mean"] == "drift" and levels["y class"] == "drift", levels
+    assert drift["reference"]["records"] == 20 and drift["current"]["records"] == 20
+    dash.call("GET", "/api/payloads/drift?records=5", expect=400)
+    dash.call("DELETE", "/api/payloads", expect=405)
+
+
 def test_every_operation_succeeded() -> None:
     """Every documented operation was answered with a validated success by the tests above."""
     missing = [
