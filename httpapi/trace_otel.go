@@ -1,16 +1,10 @@
 package httpapi
 
 import (
-	"net"
-	"net/netip"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fw-serve/fw/telemetry"
 )
@@ -22,42 +16,21 @@ type spanKey struct{}
 // method and route template (OpenTelemetry's HTTP conventions), an error
 // when it was answered 5xx with the error's message.
 func (s *Server) endSpan(ctx *fasthttp.RequestCtx, span *telemetry.Span, ep string, code int) {
-	method := methodName(ctx.Method())
-	path := ctx.Path()
+	path := string(ctx.Path())
 	route := fixedRoutes[ep]
 	if route == "" && ep != "other" {
-		route = routeTemplate(string(path))
+		route = routeTemplate(path)
 	}
-	name := method
-	if route != "" {
-		name = method + " " + route
-	}
-	attrs := make([]attribute.KeyValue, 0, 8+telemetry.ModelAttrs) // room for End's
-	attrs = append(attrs,
-		attribute.String("http.request.method", method),
-		attribute.String("url.path", string(path)),
-		attribute.Int("http.response.status_code", code),
-		attribute.Int("http.request.body.size", ctx.Request.Header.ContentLength()),
-	)
-	if route != "" {
-		attrs = append(attrs, attribute.String("http.route", route))
-	}
-	if ip, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
-		if a, ok := netip.AddrFromSlice(ip.IP); ok {
-			attrs = append(attrs, attribute.String("client.address", a.Unmap().String()))
-		}
-	}
-	if ua := ctx.Request.Header.UserAgent(); len(ua) > 0 {
-		attrs = append(attrs, attribute.String("user_agent.original", string(ua)))
-	}
-	failed, message := code >= 500, ""
-	if failed {
-		attrs = append(attrs, attribute.String("error.type", strconv.Itoa(code)))
-		if !ctx.Response.IsBodyStream() {
-			message = errorMessage(ctx.Response.Body())
-		}
-	}
-	span.End(name, trace.SpanKindServer, attrs, time.Now(), failed, message)
+	span.EndHTTP(telemetry.HTTPRequest{
+		Method: telemetry.MethodName(ctx.Method()), Path: path, Route: route, Status: code, Remote: ctx.RemoteAddr(),
+		UserAgent: ctx.Request.Header.UserAgent(), BodySize: ctx.Request.Header.ContentLength(),
+		ErrorMessage: func() string {
+			if ctx.Response.IsBodyStream() {
+				return ""
+			}
+			return errorMessage(ctx.Response.Body())
+		},
+	})
 }
 
 // fixedRoutes are the route templates of the route labels (Handler's ep)
@@ -65,24 +38,6 @@ func (s *Server) endSpan(ctx *fasthttp.RequestCtx, span *telemetry.Span, ep stri
 var fixedRoutes = map[string]string{
 	"predict": "/predict", "predict_image": "/predict/image", "predict_batch": "/predict/batch",
 	"model": "/model", "metrics": "/metrics",
-}
-
-// methodName is m as a constant string for the common methods (no
-// allocation), else a copy.
-func methodName(m []byte) string {
-	switch string(m) {
-	case "GET":
-		return "GET"
-	case "POST":
-		return "POST"
-	case "HEAD":
-		return "HEAD"
-	case "PUT":
-		return "PUT"
-	case "DELETE":
-		return "DELETE"
-	}
-	return "_OTHER" // OpenTelemetry's name for a method outside the known set
 }
 
 // errorMessage is an error answer's message (fw's {"error": {"message"}} or

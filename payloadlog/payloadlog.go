@@ -17,7 +17,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -31,6 +30,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/internal/worker"
 )
 
 // Record is one logged inference, as the dashboard stores it.
@@ -234,7 +234,7 @@ func (l *Logger) Log(model, version string, inSpecs []engine.TensorSpec, in []en
 	r := &Record{ID: newID(), Time: time.Now().UTC(), Deployment: l.cfg.Deployment, Model: model, Version: version,
 		LatencyMs: float64(took.Microseconds()) / 1000}
 	if err != nil {
-		r.Error = clip(err.Error(), 1024)
+		r.Error = Clip(err.Error(), 1024)
 	}
 	r.Inputs = l.tensors(inSpecs, in)
 	r.Outputs = l.tensors(outSpecs, out)
@@ -274,7 +274,7 @@ func (l *Logger) tensor(name string, t engine.Tensor) Tensor {
 			if i == l.cfg.MaxValues {
 				break
 			}
-			o.Strings = append(o.Strings, clip(string(s), l.cfg.MaxStringBytes))
+			o.Strings = append(o.Strings, Clip(string(s), l.cfg.MaxStringBytes))
 		}
 		return o
 	}
@@ -321,9 +321,9 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// clip cuts s to at most n bytes at a character boundary, and replaces
-// what is not UTF-8.
-func clip(s string, n int) string {
+// Clip cuts s to at most n bytes at a character boundary, and replaces
+// what is not UTF-8 (for text taken from requests into records and spans).
+func Clip(s string, n int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
@@ -404,20 +404,10 @@ func (l *Logger) Flush(ctx context.Context) error {
 	if l == nil {
 		return nil
 	}
-	ch := make(chan struct{})
-	select {
-	case l.flush <- ch:
-	case <-l.done:
-		return errors.New("the payload logger is closed")
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := worker.Ask(ctx, l.flush, l.done); err != nil {
+		return fmt.Errorf("flushing payload records: %w", err)
 	}
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }
 
 // Close sends what is queued (to the spool when the dashboard does not

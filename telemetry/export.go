@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,6 +23,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	_ "google.golang.org/grpc/encoding/gzip" // registers the "gzip" compressor for OTEL_EXPORTER_OTLP_COMPRESSION
 	"google.golang.org/grpc/metadata"
+
+	"github.com/fw-serve/fw/internal/worker"
 )
 
 // Export is how spans leave: the OTLP receiver and the batching, as the
@@ -402,20 +403,10 @@ func (x *exporter) run() {
 
 // flush sends what is queued, waiting until it is sent or ctx ends.
 func (x *exporter) flush(ctx context.Context) error {
-	ch := make(chan struct{})
-	select {
-	case x.flushes <- ch:
-	case <-x.done:
-		return errors.New("the trace exporter is stopped")
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := worker.Ask(ctx, x.flushes, x.done); err != nil {
+		return fmt.Errorf("flushing traces: %w", err)
 	}
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }
 
 // shutdown sends what is queued and stops; ctx bounds the wait.

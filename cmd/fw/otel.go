@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/fw-serve/fw/telemetry"
 )
@@ -27,5 +29,20 @@ func otelTracer(getenv func(string) string, endpoint, protocol, sampleRate, serv
 		return nil, nil
 	}
 	cfg.Service, cfg.Version = service, version
-	return telemetry.New(cfg, log)
+	t, err := telemetry.New(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	c := t.Config()
+	log.Info("tracing (OpenTelemetry)", "receiver", c.Export.Description, "sampler", c.Sampler.String())
+	return t, nil
+}
+
+// stopTracer sends t's last spans (at most 5 seconds); for a defer.
+func stopTracer(t *telemetry.Tracer, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Error("sending the last traces", "err", err)
+	}
 }

@@ -235,17 +235,7 @@ Flags:
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		return 2
 	}
-	if otel != nil {
-		c := otel.Config()
-		log.Info("tracing (OpenTelemetry)", "receiver", c.Export.Description, "sampler", c.Sampler.String())
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := otel.Shutdown(sctx); err != nil {
-				log.Error("sending the last traces", "err", err)
-			}
-		}()
-	}
+	defer stopTracer(otel, log) // a nil tracer has nothing to send
 	// The models' lifecycle owns what the transports read: what serves now
 	// and whether it is ready. One file is a modelhost.Host; a repository
 	// is a modelrepo.Repository of hosts.

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,18 +47,7 @@ func startCRUDServer(t *testing.T, setup func(*Server)) string {
 // doJSON sends a request and decodes the JSON object answered.
 func doJSON(t *testing.T, method, url, body string) (int, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(method, url, strings.NewReader(body))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var out map[string]any
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatalf("%s %s: %d, not a JSON object: %q", method, url, resp.StatusCode, b)
-	}
-	return resp.StatusCode, out
+	return doRequest(t, method, url, body, nil)
 }
 
 // errCode checks the one error shape and returns its code.

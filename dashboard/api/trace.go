@@ -5,15 +5,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/netip"
-	"strconv"
-	"time"
 
 	"github.com/valyala/fasthttp"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fw-serve/fw/telemetry"
 )
@@ -25,40 +19,24 @@ type spanKey struct{}
 // route pattern (label: "other" for a path no route has), an error when it
 // was answered 5xx, with the error's message.
 func endSpan(ctx *fasthttp.RequestCtx, span *telemetry.Span, method, path, label string, code int) {
-	name := method
-	attrs := make([]attribute.KeyValue, 0, 8)
-	attrs = append(attrs,
-		attribute.String("http.request.method", method),
-		attribute.String("url.path", path),
-		attribute.Int("http.response.status_code", code),
-	)
-	if label != "other" {
-		name += " " + label
-		attrs = append(attrs, attribute.String("http.route", label))
+	route := label
+	if label == "other" {
+		route = ""
 	}
-	if ip, ok := ctx.RemoteAddr().(*net.TCPAddr); ok {
-		if a, ok := netip.AddrFromSlice(ip.IP); ok {
-			attrs = append(attrs, attribute.String("client.address", a.Unmap().String()))
-		}
-	}
-	if ua := ctx.Request.Header.UserAgent(); len(ua) > 0 {
-		attrs = append(attrs, attribute.String("user_agent.original", string(ua)))
-	}
-	failed, message := code >= 500, ""
-	if failed {
-		attrs = append(attrs, attribute.String("error.type", strconv.Itoa(code)))
-		if !ctx.Response.IsBodyStream() {
+	span.EndHTTP(telemetry.HTTPRequest{
+		Method: method, Path: path, Route: route, Status: code, Remote: ctx.RemoteAddr(), UserAgent: ctx.Request.Header.UserAgent(), BodySize: -1,
+		ErrorMessage: func() string {
 			var body struct {
 				Error struct {
 					Message string `json:"message"`
 				} `json:"error"`
 			}
-			if json.Unmarshal(ctx.Response.Body(), &body) == nil {
-				message = body.Error.Message
+			if ctx.Response.IsBodyStream() || json.Unmarshal(ctx.Response.Body(), &body) != nil {
+				return ""
 			}
-		}
-	}
-	span.End(name, trace.SpanKindServer, attrs, time.Now(), failed, message)
+			return body.Error.Message
+		},
+	})
 }
 
 // passTrace sets the W3C trace context of a request the dashboard makes on

@@ -12,13 +12,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	collpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/payloadlog"
 )
 
 // The dashboard's trace store: an OTLP/HTTP receiver (POST /v1/traces) for
@@ -190,9 +190,9 @@ func spansOf(req *collpb.ExportTraceServiceRequest) ([]store.Span, int) {
 		for _, kv := range rs.GetResource().GetAttributes() {
 			switch kv.GetKey() {
 			case "service.name":
-				service = clip(kv.GetValue().GetStringValue(), 256)
+				service = payloadlog.Clip(kv.GetValue().GetStringValue(), 256)
 			case "fw.deployment":
-				deployment = clip(kv.GetValue().GetStringValue(), 256)
+				deployment = payloadlog.Clip(kv.GetValue().GetStringValue(), 256)
 			}
 		}
 		for _, ss := range rs.GetScopeSpans() {
@@ -215,7 +215,7 @@ func spansOf(req *collpb.ExportTraceServiceRequest) ([]store.Span, int) {
 					if i == maxSpanAttrs {
 						break
 					}
-					attrs[clip(kv.GetKey(), 256)] = valueOf(kv.GetValue(), 0)
+					attrs[payloadlog.Clip(kv.GetKey(), 256)] = valueOf(kv.GetValue(), 0)
 				}
 				ab, _ := json.Marshal(attrs)
 				links := []map[string]string{}
@@ -230,8 +230,8 @@ func spansOf(req *collpb.ExportTraceServiceRequest) ([]store.Span, int) {
 				lb, _ := json.Marshal(links)
 				out = append(out, store.Span{
 					TraceID: hex.EncodeToString(tid), SpanID: hex.EncodeToString(sid), ParentID: parent,
-					Service: service, Deployment: deployment, Name: clip(sp.GetName(), maxSpanNameBytes), Kind: int(sp.GetKind()),
-					Start: start, End: end, Status: int(sp.GetStatus().GetCode()), StatusMessage: clip(sp.GetStatus().GetMessage(), maxAttrValueBytes),
+					Service: service, Deployment: deployment, Name: payloadlog.Clip(sp.GetName(), maxSpanNameBytes), Kind: int(sp.GetKind()),
+					Start: start, End: end, Status: int(sp.GetStatus().GetCode()), StatusMessage: payloadlog.Clip(sp.GetStatus().GetMessage(), maxAttrValueBytes),
 					Attributes: ab, Links: lb,
 				})
 			}
@@ -257,25 +257,12 @@ func clampNanos(v uint64) int64 {
 	return int64(v)
 }
 
-// clip cuts s to at most n bytes at a character boundary, and replaces
-// what is not UTF-8.
-func clip(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
 // valueOf is an attribute value as JSON takes it: strings clipped, bytes
 // in base64, arrays and maps to a depth of 3.
 func valueOf(v *commonpb.AnyValue, depth int) any {
 	switch x := v.GetValue().(type) {
 	case *commonpb.AnyValue_StringValue:
-		return clip(x.StringValue, maxAttrValueBytes)
+		return payloadlog.Clip(x.StringValue, maxAttrValueBytes)
 	case *commonpb.AnyValue_BoolValue:
 		return x.BoolValue
 	case *commonpb.AnyValue_IntValue:
@@ -286,7 +273,7 @@ func valueOf(v *commonpb.AnyValue, depth int) any {
 		}
 		return x.DoubleValue
 	case *commonpb.AnyValue_BytesValue:
-		return clip(base64.StdEncoding.EncodeToString(x.BytesValue), maxAttrValueBytes)
+		return payloadlog.Clip(base64.StdEncoding.EncodeToString(x.BytesValue), maxAttrValueBytes)
 	case *commonpb.AnyValue_ArrayValue:
 		if depth >= 3 {
 			return nil
@@ -308,7 +295,7 @@ func valueOf(v *commonpb.AnyValue, depth int) any {
 			if i == maxSpanAttrs {
 				break
 			}
-			out[clip(kv.GetKey(), 256)] = valueOf(kv.GetValue(), depth+1)
+			out[payloadlog.Clip(kv.GetKey(), 256)] = valueOf(kv.GetValue(), depth+1)
 		}
 		return out
 	}

@@ -119,6 +119,23 @@ function Waterfall({ traceId, onOpen }: { traceId: string; onOpen: (traceId: str
   );
 }
 
+/** Picks one of a model's deployments (nothing to pick with one). */
+export function DeploymentSelect({ deployments, value, onChange }: { deployments: Deployment[]; value: string; onChange: (id: string) => void }) {
+  if (deployments.length < 2) return null;
+  return (
+    <label className="inline">
+      Deployment
+      <select value={value} onChange={(e) => onChange(e.target.value)}>
+        {deployments.map((d) => (
+          <option key={d.id} value={d.id}>
+            {d.id} (v{d.version})
+          </option>
+        ))}
+      </select>
+    </label>
+  );
+}
+
 /** The requests of a model's ready deployments, and the waterfall of the one picked. */
 export function Requests({ deployments }: { deployments: Deployment[] }) {
   const [depId, setDepId] = useState("");
@@ -136,18 +153,7 @@ export function Requests({ deployments }: { deployments: Deployment[] }) {
   return (
     <div className="stack requests">
       <div className="row">
-        {deployments.length > 1 && (
-          <label className="inline">
-            Deployment
-            <select value={dep.id} onChange={(e) => setDepId(e.target.value)}>
-              {deployments.map((d) => (
-                <option key={d.id} value={d.id}>
-                  {d.id} (v{d.version})
-                </option>
-              ))}
-            </select>
-          </label>
-        )}
+        <DeploymentSelect deployments={deployments} value={dep.id} onChange={setDepId} />
         <label className="inline">
           Show
           <select value={sort} onChange={(e) => setSort(e.target.value as "recent" | "slowest")}>

@@ -7,6 +7,7 @@ import { get } from "../api/client";
 import type { Deployment, DriftReport, PayloadList, PayloadRecord, PayloadTensor } from "../api/types";
 import { useApi } from "../lib/hooks";
 import { fmtAgo, fmtTime } from "../lib/format";
+import { DeploymentSelect } from "./Requests";
 import { Empty, ErrorNote, StatusBadge } from "./ui";
 
 /** The query naming a deployment's traffic: its own, or on the shared server its model version's. */
@@ -78,18 +79,7 @@ export function Traffic({ deployments, onTry }: { deployments: Deployment[]; onT
   const recs = recent.data?.records ?? [];
   return (
     <div className="stack traffic">
-      {deployments.length > 1 && (
-        <label className="inline">
-          Deployment
-          <select value={dep.id} onChange={(e) => setDepId(e.target.value)}>
-            {deployments.map((d) => (
-              <option key={d.id} value={d.id}>
-                {d.id} (v{d.version})
-              </option>
-            ))}
-          </select>
-        </label>
-      )}
+      <DeploymentSelect deployments={deployments} value={dep.id} onChange={setDepId} />
       <ErrorNote error={report.error ?? recent.error} />
       {recs.length === 0 ? (
         <Empty>
