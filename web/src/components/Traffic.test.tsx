@@ -35,9 +35,11 @@ describe("requestBody", () => {
 
 describe("Traffic", () => {
   it("shows the drift per feature and opens a logged request in Try it", async () => {
+    const urls: string[] = [];
     vi.stubGlobal(
       "fetch",
       vi.fn(async (url: string) => {
+        urls.push(String(url));
         if (String(url).startsWith("/api/payloads/drift?"))
           return new Response(
             JSON.stringify({
@@ -63,5 +65,9 @@ describe("Traffic", () => {
     expect(screen.getByRole("img", { name: "PSI over time: 0.01, 2.10" })).toBeTruthy();
     fireEvent.click(screen.getByRole("button", { name: "Open in Try it" }));
     expect(onTry).toHaveBeenCalledWith("dep-1", JSON.stringify({ data: [[[1, 2], [3, 4]]] }));
+    // A chosen reference window goes to the API.
+    fireEvent.change(screen.getByLabelText("Reference from"), { target: { value: "2026-11-27T08:00" } });
+    fireEvent.change(screen.getByLabelText("to"), { target: { value: "2026-11-27T08:30" } });
+    await vi.waitFor(() => expect(urls.some((u) => u.includes("reference_from=") && u.includes("reference_to="))).toBe(true));
   });
 });

@@ -69,17 +69,40 @@ const levelStatus: Record<string, string> = { stable: "ready", moderate: "starti
 /** A model's ready deployments' logged traffic; onTry opens a logged request in Try it. */
 export function Traffic({ deployments, onTry }: { deployments: Deployment[]; onTry: (deploymentId: string, body: string) => void }) {
   const [depId, setDepId] = useState("");
+  const [refFrom, setRefFrom] = useState("");
+  const [refTo, setRefTo] = useState("");
   const dep = deployments.find((d) => d.id === depId) ?? deployments[0];
   const q = dep ? trafficQuery(dep) : undefined;
   const key = q ? JSON.stringify(q) : "";
-  const report = useApi((s) => (q ? get<DriftReport>("/api/payloads/drift", q, s) : Promise.resolve(undefined)), [key], 10000);
+  // A chosen reference window (local times from the inputs), else the first records logged.
+  const window = refFrom && refTo ? { reference_from: new Date(refFrom).toISOString(), reference_to: new Date(refTo).toISOString() } : {};
+  const report = useApi(
+    (s) => (q ? get<DriftReport>("/api/payloads/drift", { ...q, ...window }, s) : Promise.resolve(undefined)),
+    [key, refFrom, refTo],
+    10000,
+  );
   const recent = useApi((s) => (q ? get<PayloadList>("/api/payloads", { ...q, limit: 8 }, s) : Promise.resolve(undefined)), [key], 10000);
   if (!dep) return <Empty>Deploy a version: with payload logging on, its traffic is compared with a reference here.</Empty>;
   const r = report.data;
   const recs = recent.data?.records ?? [];
   return (
     <div className="stack traffic">
-      <DeploymentSelect deployments={deployments} value={dep.id} onChange={setDepId} />
+      <div className="row">
+        <DeploymentSelect deployments={deployments} value={dep.id} onChange={setDepId} />
+        <label className="inline">
+          Reference from
+          <input type="datetime-local" value={refFrom} onChange={(e) => setRefFrom(e.target.value)} />
+        </label>
+        <label className="inline">
+          to
+          <input type="datetime-local" value={refTo} onChange={(e) => setRefTo(e.target.value)} />
+        </label>
+        {(refFrom || refTo) && (
+          <button type="button" className="ghost" onClick={() => (setRefFrom(""), setRefTo(""))}>
+            First logged
+          </button>
+        )}
+      </div>
       <ErrorNote error={report.error ?? recent.error} />
       {recs.length === 0 ? (
         <Empty>
@@ -91,7 +114,7 @@ export function Traffic({ deployments, onTry }: { deployments: Deployment[]; onT
           {r && r.features.length > 0 ? (
             <>
               <p className="muted small">
-                Reference: the first {r.reference.records} logged ({fmtTime(r.reference.from)} to {fmtTime(r.reference.to)}); current: the latest{" "}
+                Reference: {refFrom && refTo ? "the" : "the first"} {r.reference.records} logged ({fmtTime(r.reference.from)} to {fmtTime(r.reference.to)}); current: the latest{" "}
                 {r.current.records}. <span title={r.statistic}>PSI</span> below 0.1 is stable, 0.25 and above drift.
               </p>
               <table className="table drift-table" aria-label="Drift">
