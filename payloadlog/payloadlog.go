@@ -76,8 +76,12 @@ type Config struct {
 	// Rate is the fraction of requests logged, from 0 to 1.
 	Rate float64
 	// Dest is the dashboard's URL (http(s)://HOST:PORT: records are POSTed
-	// to its /api/payloads) or a directory (JSONL files, one an hour).
+	// to its /api/payloads), a bucket (s3://bucket/prefix, with Objects
+	// opened on it: an NDJSON object a batch, under
+	// payloads/YYYY/MM/DD/HH/), or a directory (JSONL files, one an hour).
 	Dest string
+	// Objects is the bucket Dest names (s3://...); nil otherwise.
+	Objects Objects
 	// Token is the dashboard's bearer token ("" for none).
 	Token string
 	// Deployment names this server in the records (the dashboard's
@@ -171,14 +175,20 @@ func New(cfg Config, log *slog.Logger) (*Logger, error) {
 	case cfg.Rate > 0:
 		l.bound = uint64(cfg.Rate * float64(math.MaxUint64))
 	}
-	if u, err := url.Parse(cfg.Dest); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+	if cfg.Objects != nil {
+		s, err := newObjectSink(cfg, l)
+		if err != nil {
+			return nil, err
+		}
+		l.out = s
+	} else if u, err := url.Parse(cfg.Dest); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
 		s, err := newDashboardSink(cfg, u, l)
 		if err != nil {
 			return nil, err
 		}
 		l.out = s
 	} else if strings.Contains(cfg.Dest, "://") {
-		return nil, fmt.Errorf("payload destination %q: give the dashboard's http(s)://HOST:PORT, or a directory", cfg.Dest)
+		return nil, fmt.Errorf("payload destination %q: give the dashboard's http(s)://HOST:PORT, a bucket s3://BUCKET/PREFIX, or a directory", cfg.Dest)
 	} else {
 		s, err := newFileSink(l, cfg.Dest, cfg.SpoolBytes)
 		if err != nil {

@@ -21,20 +21,18 @@ import (
 // maxPostBytes bounds one POST to the dashboard (its body limit is larger).
 const maxPostBytes = 4 << 20
 
-// dashboardSink POSTs batches as NDJSON to the dashboard's /api/payloads;
-// a batch it does not take goes to the spool, sent again by retry.
-type dashboardSink struct {
-	l      *Logger
-	url    string
-	token  string
-	client *http.Client
-	spool  *spool // nil: no spool, a batch not taken is dropped
+// remoteSink sends batches as NDJSON somewhere that can be away: the
+// dashboard's /api/payloads, or a bucket (an object a batch). A batch not
+// taken goes to the spool, sent again by retry.
+type remoteSink struct {
+	l     *Logger
+	send  func(ctx context.Context, ndjson []byte) error
+	stop  func()
+	spool *spool // nil: no spool, a batch not taken is dropped
 }
 
-func newDashboardSink(cfg Config, u *url.URL, l *Logger) (*dashboardSink, error) {
-	u = u.JoinPath("/api/payloads")
-	s := &dashboardSink{l: l, url: u.String(), token: cfg.Token,
-		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}}}
+func newRemoteSink(cfg Config, l *Logger, send func(context.Context, []byte) error, stop func()) (*remoteSink, error) {
+	s := &remoteSink{l: l, send: send, stop: stop}
 	if cfg.SpoolDir != "" {
 		sp, err := openSpool(cfg.SpoolDir, cfg.SpoolBytes)
 		if err != nil {
@@ -43,6 +41,48 @@ func newDashboardSink(cfg Config, u *url.URL, l *Logger) (*dashboardSink, error)
 		s.spool = sp
 	}
 	return s, nil
+}
+
+// dashboard POSTs NDJSON to the dashboard at u.
+type dashboard struct {
+	url    string
+	token  string
+	client *http.Client
+}
+
+func newDashboardSink(cfg Config, u *url.URL, l *Logger) (*remoteSink, error) {
+	d := &dashboard{url: u.JoinPath("/api/payloads").String(), token: cfg.Token,
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}}}
+	return newRemoteSink(cfg, l, d.post, d.client.CloseIdleConnections)
+}
+
+// Objects is a bucket records can be written to (dashboard/blob's Store
+// satisfies it): each batch becomes one NDJSON object.
+type Objects interface {
+	Put(ctx context.Context, key string, r io.Reader, size int64) error
+	String() string
+}
+
+func newObjectSink(cfg Config, l *Logger) (*remoteSink, error) {
+	name := cfg.Deployment
+	if name == "" {
+		name = "fw-serve"
+	}
+	name = strings.Map(func(r rune) rune {
+		if r == '/' || r == '\\' || r < ' ' {
+			return '_'
+		}
+		return r
+	}, name)
+	put := func(ctx context.Context, body []byte) error {
+		now := time.Now().UTC()
+		key := fmt.Sprintf("payloads/%s/%s-%020d.jsonl", now.Format("2006/01/02/15"), name, now.UnixNano())
+		if err := cfg.Objects.Put(ctx, key, bytes.NewReader(body), int64(len(body))); err != nil {
+			return fmt.Errorf("writing %s to %s: %w", key, cfg.Objects, err)
+		}
+		return nil
+	}
+	return newRemoteSink(cfg, l, put, func() {})
 }
 
 func encode(recs []*Record) []byte {
@@ -54,9 +94,9 @@ func encode(recs []*Record) []byte {
 	return b.Bytes()
 }
 
-func (s *dashboardSink) write(ctx context.Context, recs []*Record) error {
+func (s *remoteSink) write(ctx context.Context, recs []*Record) error {
 	body := encode(recs)
-	err := s.post(ctx, body)
+	err := s.send(ctx, body)
 	if err == nil {
 		s.l.sent.Add(uint64(len(recs)))
 		return nil
@@ -84,7 +124,7 @@ func errorsAs(err error, target **refusedError) bool { return errors.As(err, tar
 
 // post sends NDJSON lines to the dashboard, in pieces of at most
 // maxPostBytes (at line boundaries).
-func (s *dashboardSink) post(ctx context.Context, body []byte) error {
+func (s *dashboard) post(ctx context.Context, body []byte) error {
 	for len(body) > 0 {
 		n := len(body)
 		if n > maxPostBytes {
@@ -104,7 +144,7 @@ func (s *dashboardSink) post(ctx context.Context, body []byte) error {
 	return nil
 }
 
-func (s *dashboardSink) postOne(ctx context.Context, body []byte) error {
+func (s *dashboard) postOne(ctx context.Context, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
 		return err
@@ -129,7 +169,7 @@ func (s *dashboardSink) postOne(ctx context.Context, body []byte) error {
 }
 
 // retry sends the spool's files, oldest first, until one fails.
-func (s *dashboardSink) retry(ctx context.Context) {
+func (s *remoteSink) retry(ctx context.Context) {
 	if s.spool == nil {
 		return
 	}
@@ -144,7 +184,7 @@ func (s *dashboardSink) retry(ctx context.Context) {
 			s.l.dropped.Add(uint64(n))
 			continue
 		}
-		err = s.post(ctx, body)
+		err = s.send(ctx, body)
 		var refused *refusedError
 		switch {
 		case err == nil:
@@ -159,7 +199,7 @@ func (s *dashboardSink) retry(ctx context.Context) {
 	}
 }
 
-func (s *dashboardSink) close() { s.client.CloseIdleConnections() }
+func (s *remoteSink) close() { s.stop() }
 
 // spool is a directory of NDJSON files (spool-<unix nanos>-<records>.ndjson)
 // holding what the dashboard did not take, at most max bytes.

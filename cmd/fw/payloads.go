@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/payloadlog"
 )
 
@@ -30,7 +31,15 @@ func payloadLogger(rate, dest, redact, spool, deployment, token string, reg prom
 			names = append(names, n)
 		}
 	}
-	l, err := payloadlog.New(payloadlog.Config{Rate: r, Dest: dest, Token: token, Deployment: deployment, Redact: names, SpoolDir: spool}, log)
+	cfg := payloadlog.Config{Rate: r, Dest: dest, Token: token, Deployment: deployment, Redact: names, SpoolDir: spool}
+	if strings.HasPrefix(dest, "s3://") {
+		bucket, err := blob.Open(dest, "", s3ConfigFromEnv())
+		if err != nil {
+			return nil, fmt.Errorf("--log-payloads-to: %w", err)
+		}
+		cfg.Objects = bucket
+	}
+	l, err := payloadlog.New(cfg, log)
 	if err != nil {
 		return nil, err
 	}
