@@ -148,12 +148,13 @@ func payloadQuery(c *call) (store.PayloadQuery, *Error) {
 	return store.PayloadQuery{Deployment: string(args.Peek("deployment")), Model: string(args.Peek("model")), Version: string(args.Peek("version"))}, nil
 }
 
-// queryTime reads an RFC 3339 time parameter (zero when absent).
+// queryTime reads an RFC 3339 time parameter (zero when absent; present
+// but empty, "?since=", is refused).
 func queryTime(c *call, name string) (time.Time, *Error) {
-	v := c.rc.QueryArgs().Peek(name)
-	if len(v) == 0 {
+	if !c.rc.QueryArgs().Has(name) {
 		return time.Time{}, nil
 	}
+	v := c.rc.QueryArgs().Peek(name)
 	t, err := parseRFC3339(string(v))
 	if err != nil {
 		return time.Time{}, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?%s=%q: give an RFC 3339 time such as 2026-11-27T09:00:00Z", name, v))

@@ -322,13 +322,11 @@ func (s *Server) listTraces(c *call) (any, error) {
 		return nil, e
 	}
 	q.Limit = limit
-	if v := ctx.QueryArgs().Peek("since"); len(v) > 0 {
-		t, err := parseRFC3339(string(v))
-		if err != nil {
-			return nil, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?since=%q: give an RFC 3339 time such as 2026-11-27T09:00:00Z", v))
-		}
-		q.Since = t
+	since, e := queryTime(c, "since")
+	if e != nil {
+		return nil, e
 	}
+	q.Since = since
 	reqs, err := s.st.ListRequests(c.ctx, q)
 	if err != nil {
 		return nil, err
