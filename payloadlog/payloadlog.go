@@ -17,12 +17,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +62,32 @@ type Tensor struct {
 	// NonFinite counts NaN and infinite values, written as 0 in Data (JSON
 	// has no NaN) and left out of a Summary.
 	NonFinite int `json:"nonfinite,omitempty"`
+}
+
+// MarshalJSON writes t with the values of a float32, float16 or bfloat16
+// tensor in their own precision's shortest form (0.1, not
+// 0.10000000149011612): the same numbers, half the bytes.
+func (t Tensor) MarshalJSON() ([]byte, error) {
+	type plain Tensor // the same fields, without this method
+	if len(t.Data) == 0 || (t.Datatype != "float32" && t.Datatype != "float16" && t.Datatype != "bfloat16") {
+		return json.Marshal(plain(t))
+	}
+	data := t.Data
+	t.Data = nil
+	head, err := json.Marshal(plain(t))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(head)+len(data)*10+10)
+	out = append(out, head[:len(head)-1]...)
+	out = append(out, `,"data":[`...)
+	for i, v := range data {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = strconv.AppendFloat(out, v, 'g', -1, 32)
+	}
+	return append(out, "]}"...), nil
 }
 
 // Summary describes a tensor too large to log whole.

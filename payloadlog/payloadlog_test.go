@@ -208,3 +208,33 @@ func TestRefusedAndSpoolFull(t *testing.T) {
 		t.Fatalf("left in the spool: %v", files)
 	}
 }
+
+// TestFloat32Values: a float32 tensor's values are written in float32's
+// shortest form and read back as the same float32 numbers; other types
+// keep float64's.
+func TestFloat32Values(t *testing.T) {
+	f32 := Tensor{Name: "x", Datatype: "float32", Shape: []int64{1, 3}, Data: []float64{float64(float32(0.1)), float64(float32(1.0 / 3)), 0}, NonFinite: 1}
+	b, err := json.Marshal(f32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != `{"name":"x","datatype":"float32","shape":[1,3],"nonfinite":1,"data":[0.1,0.33333334,0]}` {
+		t.Fatalf("%s", b)
+	}
+	var back Tensor
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range back.Data {
+		if float32(v) != float32(f32.Data[i]) {
+			t.Fatalf("value %d: %v, want %v", i, float32(v), float32(f32.Data[i]))
+		}
+	}
+	f64 := Tensor{Name: "y", Datatype: "float64", Shape: []int64{1}, Data: []float64{1.0 / 3}}
+	if b, _ := json.Marshal(f64); !strings.Contains(string(b), "0.3333333333333333") {
+		t.Fatalf("float64: %s", b)
+	}
+	if b, _ := json.Marshal(Tensor{Name: "z", Datatype: "float32", Shape: []int64{2}, Redacted: true}); string(b) != `{"name":"z","datatype":"float32","shape":[2],"redacted":true}` {
+		t.Fatalf("redacted: %s", b)
+	}
+}
