@@ -17,7 +17,9 @@ import (
 // the buffer was regrown from 4 KiB, ~19 KB of garbage per request on
 // average. The grown buffer now waits where GC does not take it
 // (Server.bodyKept): measured 5.1-5.9 KB per request, the test client's own
-// socket included. Budget: 12 KiB. (Triton's test still fails about half
+// socket included; under -race (make test) 10.3-10.9 KB alone and up to
+// 13.3 KB with the other packages' tests running beside it. Budget: 16 KiB,
+// under the regrowing buffer's ~19 KB (~24 KB under -race). (Triton's test still fails about half
 // its runs here, at 1.6-1.7 MiB: the server's RSS also grows by code paged
 // in for the first time and by the heap's growth before its first GC.)
 func TestV2RefusedChunkedBodyGarbage(t *testing.T) {
@@ -59,7 +61,7 @@ func TestV2RefusedChunkedBodyGarbage(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	per := (after.TotalAlloc - before.TotalAlloc) / n
 	t.Logf("%d bytes allocated per refused chunked request", per)
-	if per > 12<<10 {
-		t.Errorf("%d bytes allocated per refused chunked request, budget %d", per, 12<<10)
+	if per > 16<<10 {
+		t.Errorf("%d bytes allocated per refused chunked request, budget %d", per, 16<<10)
 	}
 }
