@@ -102,7 +102,7 @@ func (s *remoteSink) write(ctx context.Context, recs []*Record) error {
 		return nil
 	}
 	var refused *refusedError
-	if s.spool == nil || errorsAs(err, &refused) {
+	if s.spool == nil || errors.As(err, &refused) {
 		s.l.dropped.Add(uint64(len(recs)))
 		return err
 	}
@@ -119,8 +119,6 @@ func (s *remoteSink) write(ctx context.Context, recs []*Record) error {
 type refusedError struct{ msg string }
 
 func (e *refusedError) Error() string { return e.msg }
-
-func errorsAs(err error, target **refusedError) bool { return errors.As(err, target) }
 
 // post sends NDJSON lines to the dashboard, in pieces of at most
 // maxPostBytes (at line boundaries).
@@ -189,7 +187,7 @@ func (s *remoteSink) retry(ctx context.Context) {
 		switch {
 		case err == nil:
 			s.l.sent.Add(uint64(n))
-		case errorsAs(err, &refused):
+		case errors.As(err, &refused):
 			s.l.dropped.Add(uint64(n))
 			s.l.log.Warn("payload logging: the dashboard refused spooled records; they are dropped", "file", path, "err", err)
 		default:

@@ -20,11 +20,11 @@ import (
 // so a reload fails no request. A stateful model (sequence batching) is
 // refused: its requests name their sequence (InferSequence).
 func Infer(ctx context.Context, models Models, inst *Instance, inputs []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
-	start := time.Now()
+	pl, start := payloadStart(ctx)
 	ctx, call := telemetry.StartCall(ctx)
 	out, t, err := infer(ctx, models, inst, inputs)
 	call.Done(inst.Name(), inst.Version(), t.Queue, err)
-	if pl := payloadlog.From(ctx); pl != nil {
+	if pl != nil {
 		pl.Log(inst.Name(), inst.Version(), inst.Inputs(), inputs, inst.Outputs(), out, time.Since(start), err)
 	}
 	return out, t, err
@@ -87,7 +87,7 @@ func InferSequence(ctx context.Context, models Models, inst *Instance, inputs []
 	if t == nil {
 		return Infer(ctx, models, inst, inputs)
 	}
-	start := time.Now()
+	pl, start := payloadStart(ctx)
 	ctx, call := telemetry.StartCall(ctx)
 	out, timing, err := t.Run(ctx, inputs, func(ctx context.Context, full []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
 		rows, err := inst.Model.CheckInputs(full)
@@ -97,7 +97,7 @@ func InferSequence(ctx context.Context, models Models, inst *Instance, inputs []
 		return inst.Batcher.SubmitChecked(ctx, full, rows)
 	})
 	call.Done(inst.Name(), inst.Version(), timing.Queue, err)
-	if pl := payloadlog.From(ctx); pl != nil {
+	if pl != nil {
 		pl.Log(inst.Name(), inst.Version(), inst.Inputs(), inputs, inst.Outputs(), out, time.Since(start), err)
 	}
 	return out, timing, err
@@ -157,4 +157,14 @@ func Classify(err error, timeout time.Duration) Failure {
 		return Failure{Kind: KindNotReady, Message: "the server is shutting down"}
 	}
 	return Failure{Kind: KindEngine, Message: "the engine failed on this request: " + err.Error()}
+}
+
+// payloadStart is the payload logger of a request sampled for it, and the
+// time its inference began; an unsampled request reads no clock for it.
+func payloadStart(ctx context.Context) (*payloadlog.Logger, time.Time) {
+	pl := payloadlog.From(ctx)
+	if pl == nil {
+		return nil, time.Time{}
+	}
+	return pl, time.Now()
 }
