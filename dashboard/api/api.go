@@ -252,7 +252,10 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		s.serveRoute(ctx, rt, params)
 		return
 	}
-	if path == otlpTracesPath { // OTLP/HTTP (before MLflow's mount, whose paths include it): the token as for /api, OTLP's error shape
+	// OTLP/HTTP (before MLflow's mount, whose paths include it): the token
+	// as for /api, OTLP's error shape. Spans sent to an MLflow experiment
+	// (MLflow's client names it in a header) are the mount's: MLflow traces.
+	if path == otlpTracesPath && len(ctx.Request.Header.Peek(mlflowExperimentHeader)) == 0 {
 		if !s.authorized(ctx) {
 			otlpError(ctx, 401, "missing or wrong token: send `Authorization: Bearer <token>` (OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20<token>)")
 			return

@@ -28,6 +28,11 @@ import (
 // otlpTracesPath is OTLP/HTTP's traces path, where the receiver listens.
 const otlpTracesPath = "/v1/traces"
 
+// mlflowExperimentHeader on a POST /v1/traces sends its spans to an MLflow
+// experiment's traces (package mlflow's ExperimentHeader), not to this
+// trace store.
+const mlflowExperimentHeader = "X-Mlflow-Experiment-Id"
+
 // Limits on what one received span keeps: anything beyond is dropped (the
 // span keeps the rest), never an error.
 const (

@@ -188,7 +188,7 @@ func TestCompatRoutes(t *testing.T) {
 	if code != 200 || out["raw"] != Version {
 		t.Fatalf("/version: %d %v", code, out)
 	}
-	for _, p := range []string{"/api/3.0/mlflow/traces/search", "/ajax-api/2.0/mlflow/gateway/secrets/create", "/ajax-api/3.0/mlflow/datasets/create", "/graphql", "/v1/traces", "/api/2.0/mlflow-artifactsx/y"} {
+	for _, p := range []string{"/api/3.0/mlflow/scorers/register", "/ajax-api/2.0/mlflow/gateway/secrets/create", "/ajax-api/3.0/mlflow/datasets/create", "/graphql", "/v1/traces", "/api/2.0/mlflow-artifactsx/y"} {
 		e.fails(404, codeEndpointNotFound, "POST", p, "{}")
 	}
 	// A route MLflow serves under 3.0 as under 2.0.

@@ -138,9 +138,11 @@ const Version = "3.17.2"
 
 // Owns reports whether path belongs to this API: MLflow's REST API (2.0 and
 // 3.0) and artifact proxy, with their /ajax-api twins (the paths MLflow's
-// own web UI uses), GET /version, GET /get-artifact, and MLflow's GraphQL
-// endpoint and OTLP trace intake /v1/traces (not served: ENDPOINT_NOT_FOUND
-// in MLflow's shape, rather than fw's web UI).
+// own web UI uses), GET /version, GET /get-artifact, MLflow's span intake
+// POST /v1/traces (with the x-mlflow-experiment-id header; without it the
+// dashboard's own trace store answers first), and MLflow's GraphQL
+// endpoint (not served: ENDPOINT_NOT_FOUND in MLflow's shape, rather than
+// fw's web UI).
 func Owns(path string) bool {
 	for _, p := range []string{"/api/2.0/mlflow", "/api/3.0/mlflow", "/ajax-api"} {
 		if rest, ok := strings.CutPrefix(path, p); ok && (rest == "" || rest[0] == '/' || strings.HasPrefix(rest, "-artifacts")) {
@@ -165,7 +167,7 @@ func (s *Server) RoutePattern(path string) string {
 		}
 	}
 	switch path {
-	case "/version", "/get-artifact", "/model-versions/get-artifact", "/ajax-api/2.0/mlflow/upload-artifact":
+	case "/version", "/get-artifact", "/model-versions/get-artifact", "/ajax-api/2.0/mlflow/upload-artifact", "/v1/traces":
 		return path
 	}
 	if strings.HasPrefix(rest, "mlflow-artifacts/") {
@@ -177,6 +179,12 @@ func (s *Server) RoutePattern(path string) string {
 		}
 		if strings.HasPrefix(r, "logged-models/") {
 			return "/api/2.0/mlflow/logged-models/{id}"
+		}
+		if strings.HasPrefix(r, "traces/") {
+			return "/api/2.0/mlflow/traces/{id}"
+		}
+		if r == "get-trace-artifact" {
+			return "/api/2.0/mlflow/get-trace-artifact"
 		}
 	}
 	return "other"
@@ -214,6 +222,14 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx, path string) {
 	case "/model-versions/get-artifact":
 		s.modelVersionArtifact(rctx, ctx)
 		return
+	case "/ajax-api/2.0/mlflow/get-trace-artifact", "/api/2.0/mlflow/get-trace-artifact":
+		s.traceArtifact(ctx)
+		return
+	case "/v1/traces":
+		if len(ctx.Request.Header.Peek(ExperimentHeader)) > 0 {
+			s.receiveSpans(ctx)
+			return
+		}
 	}
 	rest, ok := "", false
 	for _, p := range []string{"/api/2.0/", "/ajax-api/2.0/", "/api/3.0/", "/ajax-api/3.0/"} {
@@ -229,6 +245,9 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx, path string) {
 	h, known := s.routes[route]
 	if ok && isML && !known {
 		if m, isModel := strings.CutPrefix(route, "logged-models/"); isModel && s.loggedModelRoute(rctx, ctx, m) {
+			return
+		}
+		if t, isTrace := strings.CutPrefix(route, "traces/"); isTrace && s.serveTraceRoute(rctx, ctx, t) {
 			return
 		}
 	}
@@ -305,6 +324,18 @@ func (s *Server) routeTable() map[string]route {
 		// are matched in Handler.
 		"logged-models":        {method: "POST", fn: s.createLoggedModel},
 		"logged-models/search": {method: "POST", fn: s.searchLoggedModels},
+		// MLflow's tracing API (traces.go); traces/{id}/... are matched in
+		// Handler, the spans arrive at /v1/traces (otlp.go).
+		"traces": {method: "POST", fn: s.startTrace, other: map[string]func(*request) (any, *apiError){
+			"GET": s.searchTracesV2}},
+		"traces/search":                       {method: "POST", alsoGet: true, fn: s.searchTracesV3},
+		"traces/get":                          {method: "GET", fn: s.getTrace},
+		"traces/batchGet":                     {method: "GET", fn: s.batchGetTraces},
+		"traces/batchGetInfos":                {method: "POST", fn: s.batchGetTraceInfos},
+		"traces/link-to-run":                  {method: "POST", fn: s.linkTracesToRun},
+		"traces/delete-traces":                {method: "POST", fn: s.deleteTraces},
+		"traces/metrics":                      {method: "POST", fn: s.queryTraceMetrics},
+		"traces/calculate-filter-correlation": {method: "POST", fn: s.calculateTraceFilterCorrelation},
 		// The model registry (registry.go), over fw's registry.
 		"registered-models/create":              {method: "POST", fn: s.createRegisteredModel},
 		"registered-models/get":                 {method: "GET", fn: s.getRegisteredModel},

@@ -272,6 +272,22 @@ CREATE TABLE payloads (
 CREATE INDEX payloads_deployment_time ON payloads (deployment, time_ns);
 CREATE INDEX payloads_model_time ON payloads (model, version, time_ns);
 CREATE INDEX payloads_received ON payloads (received)`},
+		{10, "MLflow's traces (MLflow 3's tracing API) and their spans", `
+CREATE TABLE mlflow_traces (
+	trace_id TEXT NOT NULL PRIMARY KEY,
+	experiment_id TEXT NOT NULL,
+	request_time BIGINT NOT NULL,
+	body TEXT NOT NULL
+);
+CREATE INDEX mlflow_traces_experiment_time ON mlflow_traces (experiment_id, request_time, trace_id{{collate}});
+CREATE TABLE mlflow_trace_spans (
+	trace_id TEXT NOT NULL,
+	span_id TEXT NOT NULL,
+	start_ns BIGINT NOT NULL,
+	content TEXT NOT NULL,
+	text TEXT NOT NULL,
+	PRIMARY KEY (trace_id, span_id)
+)`},
 	}
 }
 

@@ -80,6 +80,9 @@ type Store interface {
 	// GetTrace reads a trace's spans by start.
 	GetTrace(ctx context.Context, traceID string) ([]Span, error)
 
+	// MLflowTraces keeps the traces of MLflow's tracing API.
+	MLflowTraces
+
 	// PutPayloads stores request/response records deployments logged; a
 	// record already stored is kept. It returns how many were new.
 	PutPayloads(ctx context.Context, ps []Payload) (int, error)

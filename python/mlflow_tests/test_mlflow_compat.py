@@ -120,7 +120,7 @@ def test_version_and_mlflow_404_shape(dashboard, client):
     r = dashboard.request("GET", "/version")
     assert r.status == 200 and r.body.decode() == mlflow.__version__, r
     for path in (
-        "/api/3.0/mlflow/traces/search",
+        "/api/3.0/mlflow/scorers/register",
         "/ajax-api/2.0/mlflow/gateway/secrets/create",
         "/ajax-api/3.0/mlflow/datasets/create",
         "/graphql",
@@ -167,18 +167,51 @@ def test_negative_steps_are_kept(dashboard, client):
     assert dashboard.points(run.info.run_id, "loss") == [(-1, 2.0), (0, 1.0)]
 
 
-def test_tracing_code_runs_though_fw_keeps_no_mlflow_traces(dashboard, client):
-    # /version names MLflow's version, so the client sends traced code's spans to MLflow's trace
-    # API, which fw does not serve (ENDPOINT_NOT_FOUND): the traced code still runs and returns
-    # (docs/mlflow.md). /v1/traces is fw's own OTLP receiver (protobuf; JSON is refused in OTLP's
-    # Status shape), not MLflow's trace store.
-    @mlflow.trace
-    def add(a, b):
-        return a + b
+def test_mlflow_tracing_round_trip(dashboard, client):
+    # Traced code's spans reach fw (OTLP at /v1/traces with MLflow's experiment header, then
+    # StartTraceV3); the client reads them back, searches, tags and deletes (docs/mlflow.md).
+    from mlflow.entities import TraceState
 
-    with mlflow.start_run():
-        assert add(1, 2) == 3
-    r = dashboard.request("POST", "/api/2.0/mlflow/traces", {})
-    assert r.status == 404 and r.json()["error_code"] == "ENDPOINT_NOT_FOUND", r
+    exp = mlflow.set_experiment("traced")
+
+    @mlflow.trace(span_type="CHAIN")
+    def pipeline(q):
+        with mlflow.start_span(name="retrieve") as span:
+            span.set_attributes({"docs": 3, "source": "wiki"})
+        return q.upper()
+
+    with mlflow.start_run() as run:
+        assert pipeline("hi") == "HI"
+    assert pipeline("plain") == "PLAIN"  # outside a run
+    mlflow.flush_trace_async_logging()
+
+    traces = client.search_traces(locations=[exp.experiment_id], order_by=["timestamp ASC"])
+    assert len(traces) == 2, traces
+    first = traces[0]
+    assert first.info.state == TraceState.OK and first.info.experiment_id == exp.experiment_id
+    assert sorted(s.name for s in first.data.spans) == ["pipeline", "retrieve"]
+    root = next(s for s in first.data.spans if s.name == "pipeline")
+    assert root.inputs == {"q": "hi"} and root.outputs == "HI", root
+    child = next(s for s in first.data.spans if s.name == "retrieve")
+    assert child.attributes["docs"] == 3 and child.parent_id == root.span_id
+
+    got = mlflow.get_trace(first.info.trace_id)
+    assert got.info.trace_id == first.info.trace_id and len(got.data.spans) == 2
+    by_run = client.search_traces(
+        locations=[exp.experiment_id], filter_string=f"attribute.run_id = '{run.info.run_id}'"
+    )
+    assert [t.info.trace_id for t in by_run] == [first.info.trace_id]
+    by_text = client.search_traces(locations=[exp.experiment_id], filter_string="trace.text LIKE '%plain%'")
+    assert [t.info.trace_id for t in by_text] == [traces[1].info.trace_id]
+
+    client.set_trace_tag(first.info.trace_id, "reviewed", "yes")
+    assert client.get_trace(first.info.trace_id).info.tags["reviewed"] == "yes"
+    client.delete_trace_tag(first.info.trace_id, "reviewed")
+    assert "reviewed" not in client.get_trace(first.info.trace_id).info.tags
+    assert client.delete_traces(exp.experiment_id, trace_ids=[first.info.trace_id]) == 1
+    assert [t.info.trace_id for t in client.search_traces(locations=[exp.experiment_id])] == [
+        traces[1].info.trace_id
+    ]
+    # Without MLflow's header, /v1/traces is fw's own OTLP receiver (protobuf only, OTLP's Status).
     r = dashboard.request("POST", "/v1/traces", {})
     assert r.status == 415, r

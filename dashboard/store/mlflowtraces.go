@@ -1,0 +1,278 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/fw-serve/fw/dashboard/query"
+)
+
+// MLflowTrace is one trace of MLflow's tracing API (MLflow 3's TraceInfoV3)
+// as the store keeps it: the columns it is found by, and the rest as the
+// MLflow API's own JSON (Body), which the store does not read.
+type MLflowTrace struct {
+	ID           string // MLflow's trace ID, "tr-<32 hex digits>"
+	ExperimentID string // MLflow's experiment ID ("0" for Default)
+	RequestTime  int64  // Unix milliseconds
+	Body         json.RawMessage
+}
+
+// MLflowSpan is one span of an MLflow trace: Content is the span as
+// OTLP's JSON (the protobuf message with its field names), Text what
+// trace.text searches (its name, attribute keys and values, events).
+type MLflowSpan struct {
+	TraceID string
+	SpanID  string // 16 hex digits
+	StartNs int64
+	Content json.RawMessage
+	Text    string
+}
+
+// Limits of the MLflow trace store.
+const (
+	// MaxMLflowSpansPerTrace bounds what GetMLflowSpans reads.
+	MaxMLflowSpansPerTrace = 10_000
+	// MaxMLflowTracesPerRead bounds GetMLflowTraces and DeleteMLflowTraces.
+	MaxMLflowTracesPerRead = 1_000
+)
+
+// MLflowTraces is the part of Store that keeps MLflow's traces.
+type MLflowTraces interface {
+	// UpdateMLflowTrace calls fn with the trace's current version (nil when
+	// there is none) inside a write transaction and stores what it returns:
+	// a trace writes it, nil deletes it (with its spans), ErrKeep leaves it.
+	// fn runs in the store's writer: it must not block or call the store.
+	UpdateMLflowTrace(ctx context.Context, id string, fn func(cur *MLflowTrace) (*MLflowTrace, error)) (MLflowTrace, error)
+	// GetMLflowTraces reads the traces of ids that exist, in no order.
+	GetMLflowTraces(ctx context.Context, ids []string) ([]MLflowTrace, error)
+	// ScanMLflowTraces calls fn with the traces of the experiments by
+	// request time (oldest first when asc, else newest; ties by ID) until
+	// fn returns false.
+	ScanMLflowTraces(ctx context.Context, experimentIDs []string, asc bool, fn func(MLflowTrace) bool) error
+	// DeleteMLflowTraces deletes traces with their spans; it returns how
+	// many existed.
+	DeleteMLflowTraces(ctx context.Context, ids []string) (int, error)
+	// PutMLflowSpans stores spans; a span stored again replaces the first.
+	PutMLflowSpans(ctx context.Context, spans []MLflowSpan) error
+	// GetMLflowSpans reads a trace's spans by start.
+	GetMLflowSpans(ctx context.Context, traceID string) ([]MLflowSpan, error)
+}
+
+func (s *sqlStore) UpdateMLflowTrace(ctx context.Context, id string, fn func(cur *MLflowTrace) (*MLflowTrace, error)) (MLflowTrace, error) {
+	var out MLflowTrace
+	var err error
+	// Two dashboards creating the same trace at once (spans and the trace's
+	// info arrive concurrently): the second insert fails on the key; run
+	// again and let fn see the first's.
+	for attempt := 0; attempt < 3; attempt++ {
+		err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			var e error
+			out, e = s.updateMLflowTraceTx(ctx, tx, id, fn)
+			return e
+		}, nil)
+		if !isUniqueViolation(err) {
+			break
+		}
+	}
+	return out, err
+}
+
+func (s *sqlStore) updateMLflowTraceTx(ctx context.Context, tx *sql.Tx, id string, fn func(cur *MLflowTrace) (*MLflowTrace, error)) (MLflowTrace, error) {
+	lock := ""
+	if s.d == query.Postgres {
+		lock = " FOR UPDATE"
+	}
+	var cur *MLflowTrace
+	var t MLflowTrace
+	var body string
+	err := tx.QueryRowContext(ctx, s.q(`SELECT trace_id, experiment_id, request_time, body FROM mlflow_traces WHERE trace_id = ?`+lock), id).
+		Scan(&t.ID, &t.ExperimentID, &t.RequestTime, &body)
+	switch {
+	case err == nil:
+		t.Body = json.RawMessage(body)
+		cur = &t
+	case !isNoRows(err):
+		return MLflowTrace{}, fmt.Errorf("reading trace %s: %w", id, err)
+	}
+	next, err := fn(cur)
+	if errors.Is(err, ErrKeep) {
+		if cur == nil {
+			return MLflowTrace{}, nil
+		}
+		return *cur, nil
+	}
+	if err != nil {
+		return MLflowTrace{}, err
+	}
+	if next == nil {
+		if cur != nil {
+			if err := s.deleteMLflowTracesTx(ctx, tx, []string{id}, nil); err != nil {
+				return MLflowTrace{}, err
+			}
+		}
+		return MLflowTrace{}, nil
+	}
+	next.ID = id
+	if len(next.Body) > MaxRecordBytes {
+		return MLflowTrace{}, errf(CodeInvalidArgument, "trace %s is %d bytes; at most %d", id, len(next.Body), MaxRecordBytes)
+	}
+	if cur == nil {
+		_, err = s.exec(ctx, tx, `INSERT INTO mlflow_traces (trace_id, experiment_id, request_time, body) VALUES (?, ?, ?, ?)`,
+			id, next.ExperimentID, next.RequestTime, string(next.Body))
+	} else {
+		_, err = s.exec(ctx, tx, `UPDATE mlflow_traces SET experiment_id = ?, request_time = ?, body = ? WHERE trace_id = ?`,
+			next.ExperimentID, next.RequestTime, string(next.Body), id)
+	}
+	if err != nil {
+		return MLflowTrace{}, fmt.Errorf("writing trace %s: %w", id, err)
+	}
+	return *next, nil
+}
+
+func (s *sqlStore) GetMLflowTraces(ctx context.Context, ids []string) ([]MLflowTrace, error) {
+	if len(ids) > MaxMLflowTracesPerRead {
+		return nil, errf(CodeBatchTooLarge, "%d traces in one read; at most %d", len(ids), MaxMLflowTracesPerRead)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT trace_id, experiment_id, request_time, body FROM mlflow_traces WHERE trace_id IN (`+placeholders(len(ids))+`)`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("reading traces: %w", err)
+	}
+	var out []MLflowTrace
+	err = scanMLflowTraces(rows, func(t MLflowTrace) bool { out = append(out, t); return true })
+	if err != nil {
+		return nil, fmt.Errorf("reading traces: %w", err)
+	}
+	return out, nil
+}
+
+func scanMLflowTraces(rows *sql.Rows, fn func(MLflowTrace) bool) error {
+	defer rows.Close()
+	for rows.Next() {
+		var t MLflowTrace
+		var body string
+		if err := rows.Scan(&t.ID, &t.ExperimentID, &t.RequestTime, &body); err != nil {
+			return err
+		}
+		t.Body = json.RawMessage(body)
+		if !fn(t) {
+			return nil
+		}
+	}
+	return rows.Err()
+}
+
+func (s *sqlStore) ScanMLflowTraces(ctx context.Context, experimentIDs []string, asc bool, fn func(MLflowTrace) bool) error {
+	if len(experimentIDs) == 0 {
+		return nil
+	}
+	if len(experimentIDs) > MaxMLflowTracesPerRead {
+		return errf(CodeBatchTooLarge, "%d experiments in one search; at most %d", len(experimentIDs), MaxMLflowTracesPerRead)
+	}
+	args := make([]any, len(experimentIDs))
+	for i, id := range experimentIDs {
+		args[i] = id
+	}
+	order := `request_time DESC, trace_id` + s.collate()
+	if asc {
+		order = `request_time, trace_id` + s.collate()
+	}
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT trace_id, experiment_id, request_time, body FROM mlflow_traces WHERE experiment_id IN (`+placeholders(len(experimentIDs))+`) ORDER BY `+order), args...)
+	if err != nil {
+		return fmt.Errorf("searching traces: %w", err)
+	}
+	if err := scanMLflowTraces(rows, fn); err != nil {
+		return fmt.Errorf("searching traces: %w", err)
+	}
+	return nil
+}
+
+func (s *sqlStore) DeleteMLflowTraces(ctx context.Context, ids []string) (int, error) {
+	if len(ids) > MaxMLflowTracesPerRead {
+		return 0, errf(CodeBatchTooLarge, "%d traces in one delete; at most %d", len(ids), MaxMLflowTracesPerRead)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var n int
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return s.deleteMLflowTracesTx(ctx, tx, ids, &n)
+	}, nil)
+	return n, err
+}
+
+func (s *sqlStore) deleteMLflowTracesTx(ctx context.Context, tx *sql.Tx, ids []string, n *int) error {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	in := placeholders(len(ids))
+	res, err := s.exec(ctx, tx, `DELETE FROM mlflow_traces WHERE trace_id IN (`+in+`)`, args...)
+	if err != nil {
+		return fmt.Errorf("deleting traces: %w", err)
+	}
+	if n != nil {
+		c, _ := res.RowsAffected()
+		*n = int(c)
+	}
+	if _, err := s.exec(ctx, tx, `DELETE FROM mlflow_trace_spans WHERE trace_id IN (`+in+`)`, args...); err != nil {
+		return fmt.Errorf("deleting the traces' spans: %w", err)
+	}
+	return nil
+}
+
+func (s *sqlStore) PutMLflowSpans(ctx context.Context, spans []MLflowSpan) error {
+	if len(spans) > MaxSpansPerBatch {
+		return errf(CodeBatchTooLarge, "%d spans in one batch; at most %d", len(spans), MaxSpansPerBatch)
+	}
+	if len(spans) == 0 {
+		return nil
+	}
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for _, sp := range spans {
+			if _, err := s.exec(ctx, tx, `INSERT INTO mlflow_trace_spans (trace_id, span_id, start_ns, content, text) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (trace_id, span_id) DO UPDATE SET start_ns = excluded.start_ns, content = excluded.content, text = excluded.text`,
+				sp.TraceID, sp.SpanID, sp.StartNs, string(sp.Content), sp.Text); err != nil {
+				return fmt.Errorf("storing span %s/%s: %w", sp.TraceID, sp.SpanID, err)
+			}
+		}
+		return nil
+	}, nil)
+}
+
+func (s *sqlStore) GetMLflowSpans(ctx context.Context, traceID string) ([]MLflowSpan, error) {
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT trace_id, span_id, start_ns, content, text FROM mlflow_trace_spans WHERE trace_id = ? ORDER BY start_ns, span_id LIMIT ?`), traceID, MaxMLflowSpansPerTrace)
+	if err != nil {
+		return nil, fmt.Errorf("reading trace %s's spans: %w", traceID, err)
+	}
+	defer rows.Close()
+	out := []MLflowSpan{}
+	for rows.Next() {
+		var sp MLflowSpan
+		var content string
+		if err := rows.Scan(&sp.TraceID, &sp.SpanID, &sp.StartNs, &content, &sp.Text); err != nil {
+			return nil, fmt.Errorf("reading trace %s's spans: %w", traceID, err)
+		}
+		sp.Content = json.RawMessage(content)
+		out = append(out, sp)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading trace %s's spans: %w", traceID, err)
+	}
+	return out, nil
+}
+
+// placeholders is "?, ?, ..." for n values.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
