@@ -96,6 +96,9 @@ type Config struct {
 	// (MLflow's tracking API, package mlflow), behind the same guard, token
 	// and request metrics.
 	Mounts []Mount
+	// RunTraces lists the MLflow traces made in or linked to a run (package
+	// mlflow's Server.RunTraces), for GET /api/runs/{id}/traces; nil: none.
+	RunTraces func(ctx context.Context, runID string, limit int) ([]store.TraceSummary, error)
 	// TraceRetention and TraceMaxSpans bound the trace store that POST
 	// /v1/traces fills (spans received longer ago, then the oldest beyond
 	// the count, are removed); zero: DefaultTraceRetention and

@@ -92,6 +92,7 @@ func (s *Server) routeTable() []route {
 		{method: "GET", pattern: "/api/runs/{id}/logs", fn: s.logs},
 		{method: "GET", pattern: "/api/runs/{id}/checkpoints", fn: s.checkpoints},
 		{method: "GET", pattern: "/api/runs/{id}/artifacts", fn: s.artifacts},
+		{method: "GET", pattern: "/api/runs/{id}/traces", fn: s.runTraces},
 		{method: "GET", pattern: "/api/runs/{id}/download", raw: s.download},
 		{method: "PUT", pattern: "/api/runs/{id}/files", fn: s.uploadFile},
 		{method: "GET", pattern: "/api/compare", fn: s.compare},

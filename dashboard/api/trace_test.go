@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -179,8 +180,19 @@ func TestTraceReceiverRefuses(t *testing.T) {
 		}
 		return &st
 	}
-	if code, b := post("application/json", "", []byte(`{}`)); code != 415 || !strings.Contains(status(b).GetMessage(), "protobuf") {
-		t.Fatalf("JSON: %d %q", code, b)
+	if code, b := post("text/plain", "", []byte(`{}`)); code != 415 || !strings.Contains(status(b).GetMessage(), "protobuf") {
+		t.Fatalf("text: %d %q", code, b)
+	}
+	// OTLP/JSON: hex IDs; its errors in JSON.
+	jsonSpan := `{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a","spanId":"0b0b0b0b0b0b0b0b","name":"json span","kind":2,"startTimeUnixNano":"5","endTimeUnixNano":"9"}]}]}]}`
+	if code, b := post("application/json", "", []byte(jsonSpan)); code != 200 || !json.Valid(b) {
+		t.Fatalf("OTLP/JSON: %d %q", code, b)
+	}
+	if code, out := doJSON(t, "GET", url+"/api/traces/"+strings.Repeat("0a", 16), ""); code != 200 || out["spans"].([]any)[0].(map[string]any)["name"] != "json span" {
+		t.Fatalf("the OTLP/JSON span read back: %d %v", code, out)
+	}
+	if code, b := post("application/json", "", []byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}`)); code != 400 || !strings.Contains(string(b), `"message"`) {
+		t.Fatalf("OTLP/JSON with a bad ID: %d %q", code, b)
 	}
 	if code, b := post("application/x-protobuf", "", []byte{0xff, 0xff, 0xff}); code != 400 || status(b).GetCode() != 3 {
 		t.Fatalf("garbage: %d %q", code, b)

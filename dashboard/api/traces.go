@@ -15,9 +15,12 @@ import (
 
 	collpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/internal/otlpjson"
 	"github.com/fw-serve/fw/payloadlog"
 )
 
@@ -53,20 +56,32 @@ type traceStore struct {
 	lastPrune atomic.Int64 // Unix nanoseconds
 }
 
-// receiveTraces is POST /v1/traces: OTLP/HTTP in protobuf (gzip or not).
+// receiveTraces is POST /v1/traces: OTLP/HTTP in protobuf or JSON (gzip
+// or not).
 // It answers OTLP's ExportTraceServiceResponse, with the spans it could
 // not keep counted as rejected (a malformed ID), and errors in OTLP's
 // Status message.
 func (s *Server) receiveTraces(c *call) {
 	ctx := c.rc
 	ct := strings.ToLower(strings.TrimSpace(strings.Split(string(ctx.Request.Header.ContentType()), ";")[0]))
-	if ct != "application/x-protobuf" {
-		otlpError(ctx, 415, fmt.Sprintf("Content-Type %q: send OTLP/HTTP in protobuf, application/x-protobuf (OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf); JSON is not read", ct))
+	isJSON := ct == "application/json"
+	fail := func(status int, msg string) {
+		if isJSON {
+			out, _ := json.Marshal(map[string]any{"code": grpcCodeOf(status), "message": msg})
+			ctx.SetStatusCode(status)
+			ctx.SetContentType("application/json")
+			ctx.SetBody(out)
+			return
+		}
+		otlpError(ctx, status, msg)
+	}
+	if ct != "application/x-protobuf" && !isJSON {
+		otlpError(ctx, 415, fmt.Sprintf("Content-Type %q: send OTLP/HTTP in protobuf, application/x-protobuf (OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf), or JSON, application/json", ct))
 		return
 	}
 	body, e := s.readBody(ctx)
 	if e != nil {
-		otlpError(ctx, e.Status, e.Message)
+		fail(e.Status, e.Message)
 		return
 	}
 	switch enc := strings.ToLower(string(ctx.Request.Header.ContentEncoding())); enc {
@@ -74,38 +89,44 @@ func (s *Server) receiveTraces(c *call) {
 	case "gzip":
 		zr, err := gzip.NewReader(bytes.NewReader(body))
 		if err != nil {
-			otlpError(ctx, 400, "the gzip body is corrupt: "+err.Error())
+			fail(400, "the gzip body is corrupt: "+err.Error())
 			return
 		}
 		// The limit applies to what the body expands to: a small bomb is
 		// refused after MaxBodyBytes, not held.
 		b, err := io.ReadAll(io.LimitReader(zr, s.cfg.MaxBodyBytes+1))
 		if err != nil {
-			otlpError(ctx, 400, "the gzip body is corrupt: "+err.Error())
+			fail(400, "the gzip body is corrupt: "+err.Error())
 			return
 		}
 		if int64(len(b)) > s.cfg.MaxBodyBytes {
-			otlpError(ctx, 413, fmt.Sprintf("the body expands to more than %d bytes; send smaller batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE)", s.cfg.MaxBodyBytes))
+			fail(413, fmt.Sprintf("the body expands to more than %d bytes; send smaller batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE)", s.cfg.MaxBodyBytes))
 			return
 		}
 		body = b
 	default:
-		otlpError(ctx, 415, fmt.Sprintf("Content-Encoding %q: send gzip or none", enc))
+		fail(415, fmt.Sprintf("Content-Encoding %q: send gzip or none", enc))
 		return
 	}
-	var req collpb.ExportTraceServiceRequest
-	if err := proto.Unmarshal(body, &req); err != nil {
-		otlpError(ctx, 400, "the body is not an OTLP ExportTraceServiceRequest: "+err.Error())
+	req := &collpb.ExportTraceServiceRequest{}
+	if isJSON {
+		var err error
+		if req, err = otlpjson.Decode(body); err != nil {
+			fail(400, err.Error())
+			return
+		}
+	} else if err := proto.Unmarshal(body, req); err != nil {
+		fail(400, "the body is not an OTLP ExportTraceServiceRequest: "+err.Error())
 		return
 	}
-	spans, rejected := spansOf(&req)
+	spans, rejected := spansOf(req)
 	if len(spans) > store.MaxSpansPerBatch {
-		otlpError(ctx, 413, fmt.Sprintf("%d spans in one request; send at most %d (OTEL_BSP_MAX_EXPORT_BATCH_SIZE)", len(spans), store.MaxSpansPerBatch))
+		fail(413, fmt.Sprintf("%d spans in one request; send at most %d (OTEL_BSP_MAX_EXPORT_BATCH_SIZE)", len(spans), store.MaxSpansPerBatch))
 		return
 	}
 	if len(spans) > 0 {
 		if err := s.st.PutSpans(c.ctx, spans); err != nil {
-			otlpError(ctx, 503, "storing the spans failed: "+err.Error())
+			fail(503, "storing the spans failed: "+err.Error())
 			return
 		}
 		s.pruneTraces(c)
@@ -115,8 +136,14 @@ func (s *Server) receiveTraces(c *call) {
 		resp.PartialSuccess = &collpb.ExportTracePartialSuccess{RejectedSpans: int64(rejected),
 			ErrorMessage: fmt.Sprintf("%d spans had a trace ID that is not 16 bytes or a span ID that is not 8 (or all zeros)", rejected)}
 	}
-	out, _ := proto.Marshal(resp)
 	ctx.SetStatusCode(200)
+	if isJSON {
+		out, _ := protojson.Marshal(resp)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(out)
+		return
+	}
+	out, _ := proto.Marshal(resp)
 	ctx.SetContentType("application/x-protobuf")
 	ctx.SetBody(out)
 }
@@ -202,47 +229,57 @@ func spansOf(req *collpb.ExportTraceServiceRequest) ([]store.Span, int) {
 		}
 		for _, ss := range rs.GetScopeSpans() {
 			for _, sp := range ss.GetSpans() {
-				tid, sid, pid := sp.GetTraceId(), sp.GetSpanId(), sp.GetParentSpanId()
-				if len(tid) != 16 || len(sid) != 8 || allZero(tid) || allZero(sid) || (len(pid) != 0 && len(pid) != 8) {
+				st, ok := spanOfOTLP(sp, service, deployment)
+				if !ok {
 					rejected++
 					continue
 				}
-				parent := ""
-				if len(pid) == 8 && !allZero(pid) {
-					parent = hex.EncodeToString(pid)
-				}
-				start, end := clampNanos(sp.GetStartTimeUnixNano()), clampNanos(sp.GetEndTimeUnixNano())
-				if end < start {
-					end = start
-				}
-				attrs := map[string]any{}
-				for i, kv := range sp.GetAttributes() {
-					if i == maxSpanAttrs {
-						break
-					}
-					attrs[payloadlog.Clip(kv.GetKey(), 256)] = valueOf(kv.GetValue(), 0)
-				}
-				ab, _ := json.Marshal(attrs)
-				links := []map[string]string{}
-				for i, l := range sp.GetLinks() {
-					if i == maxSpanLinks {
-						break
-					}
-					if len(l.GetTraceId()) == 16 && len(l.GetSpanId()) == 8 {
-						links = append(links, map[string]string{"trace_id": hex.EncodeToString(l.GetTraceId()), "span_id": hex.EncodeToString(l.GetSpanId())})
-					}
-				}
-				lb, _ := json.Marshal(links)
-				out = append(out, store.Span{
-					TraceID: hex.EncodeToString(tid), SpanID: hex.EncodeToString(sid), ParentID: parent,
-					Service: service, Deployment: deployment, Name: payloadlog.Clip(sp.GetName(), maxSpanNameBytes), Kind: int(sp.GetKind()),
-					Start: start, End: end, Status: int(sp.GetStatus().GetCode()), StatusMessage: payloadlog.Clip(sp.GetStatus().GetMessage(), maxAttrValueBytes),
-					Attributes: ab, Links: lb,
-				})
+				out = append(out, st)
 			}
 		}
 	}
 	return out, rejected
+}
+
+// spanOfOTLP is an OTLP span as the store keeps it (its attributes and
+// links bounded); false when its IDs are malformed.
+func spanOfOTLP(sp *tracepb.Span, service, deployment string) (store.Span, bool) {
+	tid, sid, pid := sp.GetTraceId(), sp.GetSpanId(), sp.GetParentSpanId()
+	if len(tid) != 16 || len(sid) != 8 || allZero(tid) || allZero(sid) || (len(pid) != 0 && len(pid) != 8) {
+		return store.Span{}, false
+	}
+	parent := ""
+	if len(pid) == 8 && !allZero(pid) {
+		parent = hex.EncodeToString(pid)
+	}
+	start, end := clampNanos(sp.GetStartTimeUnixNano()), clampNanos(sp.GetEndTimeUnixNano())
+	if end < start {
+		end = start
+	}
+	attrs := map[string]any{}
+	for i, kv := range sp.GetAttributes() {
+		if i == maxSpanAttrs {
+			break
+		}
+		attrs[payloadlog.Clip(kv.GetKey(), 256)] = valueOf(kv.GetValue(), 0)
+	}
+	ab, _ := json.Marshal(attrs)
+	links := []map[string]string{}
+	for i, l := range sp.GetLinks() {
+		if i == maxSpanLinks {
+			break
+		}
+		if len(l.GetTraceId()) == 16 && len(l.GetSpanId()) == 8 {
+			links = append(links, map[string]string{"trace_id": hex.EncodeToString(l.GetTraceId()), "span_id": hex.EncodeToString(l.GetSpanId())})
+		}
+	}
+	lb, _ := json.Marshal(links)
+	return store.Span{
+		TraceID: hex.EncodeToString(tid), SpanID: hex.EncodeToString(sid), ParentID: parent,
+		Service: service, Deployment: deployment, Name: payloadlog.Clip(sp.GetName(), maxSpanNameBytes), Kind: int(sp.GetKind()),
+		Start: start, End: end, Status: int(sp.GetStatus().GetCode()), StatusMessage: payloadlog.Clip(sp.GetStatus().GetMessage(), maxAttrValueBytes),
+		Attributes: ab, Links: lb,
+	}, true
 }
 
 func allZero(b []byte) bool {
@@ -340,8 +377,12 @@ func (s *Server) listTraces(c *call) (any, error) {
 }
 
 // getTrace is GET /api/traces/{trace_id}: every span of one trace, by
-// start.
+// start: a request trace of this store (32 hex digits), or an MLflow
+// trace (tr-..., MLflow's trace API) in the same shape.
 func (s *Server) getTrace(c *call) (any, error) {
+	if strings.HasPrefix(c.param("trace_id"), "tr-") {
+		return s.getMLflowTrace(c)
+	}
 	id := strings.ToLower(c.param("trace_id"))
 	if b, err := hex.DecodeString(id); err != nil || len(b) != 16 {
 		return nil, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("trace ID %q: give the 32 hex digits of a W3C trace ID", c.param("trace_id")))
@@ -354,4 +395,53 @@ func (s *Server) getTrace(c *call) (any, error) {
 		return nil, apiErr(404, CodeNotFound, fmt.Sprintf("no spans of trace %s are kept (older than the retention, or never received)", id))
 	}
 	return map[string]any{"trace_id": id, "spans": spans}, nil
+}
+
+// getMLflowTrace answers GET /api/traces/tr-...: an MLflow trace's spans
+// (kept as OTLP's JSON) as this store's spans, for the run page's
+// waterfall.
+func (s *Server) getMLflowTrace(c *call) (any, error) {
+	id := c.param("trace_id")
+	if len(id) > 131 {
+		return nil, apiErr(400, string(store.CodeInvalidArgument), "an MLflow trace ID is tr- and at most 128 characters")
+	}
+	kept, err := s.st.GetMLflowSpans(c.ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	spans := make([]store.Span, 0, len(kept))
+	for _, k := range kept {
+		var sp tracepb.Span
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(k.Content, &sp); err != nil {
+			return nil, fmt.Errorf("reading span %s of trace %s: %w", k.SpanID, id, err)
+		}
+		if st, ok := spanOfOTLP(&sp, "mlflow", ""); ok {
+			spans = append(spans, st)
+		}
+	}
+	if len(spans) == 0 {
+		return nil, apiErr(404, CodeNotFound, fmt.Sprintf("no spans of MLflow trace %s are kept (none were sent to the dashboard, or the trace was deleted)", id))
+	}
+	return map[string]any{"trace_id": id, "spans": spans}, nil
+}
+
+// runTraces is GET /api/runs/{id}/traces: the MLflow traces made in or
+// linked to the run, newest first (?limit=, default 50, at most 500).
+func (s *Server) runTraces(c *call) (any, error) {
+	limit, e := queryInt(c.rc, "limit", 50, 1, 500)
+	if e != nil {
+		return nil, e
+	}
+	id := c.param("id")
+	if s.cfg.RunTraces == nil {
+		if _, err := s.st.GetRun(c.ctx, id); err != nil {
+			return nil, err
+		}
+		return map[string]any{"traces": []store.TraceSummary{}}, nil
+	}
+	ts, err := s.cfg.RunTraces(c.ctx, id, limit)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"traces": ts}, nil
 }

@@ -1,7 +1,7 @@
 package mlflow
 
 // MLflow's span intake: POST /v1/traces with the x-mlflow-experiment-id
-// header, OTLP/HTTP in protobuf, as MLflow's client (RestStore.log_spans)
+// header, OTLP/HTTP in protobuf or JSON, as MLflow's client (RestStore.log_spans)
 // and any OpenTelemetry exporter pointed at MLflow send spans. Each span
 // joins the MLflow trace tr-<its trace ID in hex>, which is created (from
 // its root span) when its info has not arrived yet. Requests without the
@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/internal/otlpjson"
 )
 
 // ExperimentHeader names the experiment MLflow's span intake files spans
@@ -46,8 +47,8 @@ func (s *Server) receiveSpans(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ct := strings.ToLower(strings.TrimSpace(strings.Split(string(ctx.Request.Header.ContentType()), ";")[0]))
-	if ct != "application/x-protobuf" {
-		writeErr(ctx, errf(415, codeInvalidParameter, "Content-Type %q: send OTLP/HTTP in protobuf (application/x-protobuf); JSON is not read", ct))
+	if ct != "application/x-protobuf" && ct != "application/json" {
+		writeErr(ctx, errf(415, codeInvalidParameter, "Content-Type %q: send OTLP/HTTP in protobuf (application/x-protobuf) or JSON (application/json)", ct))
 		return
 	}
 	body, e := readBody(ctx, s.cfg.MaxBodyBytes)
@@ -77,8 +78,14 @@ func (s *Server) receiveSpans(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, errf(415, codeInvalidParameter, "Content-Encoding %q: send gzip or none", enc))
 		return
 	}
-	var req collpb.ExportTraceServiceRequest
-	if err := proto.Unmarshal(body, &req); err != nil {
+	req := &collpb.ExportTraceServiceRequest{}
+	if ct == "application/json" {
+		var err error
+		if req, err = otlpjson.Decode(body); err != nil {
+			writeErr(ctx, errf(400, codeInvalidParameter, "%v", err))
+			return
+		}
+	} else if err := proto.Unmarshal(body, req); err != nil {
 		writeErr(ctx, errf(400, codeInvalidParameter, "the body is not an OTLP ExportTraceServiceRequest: %v", err))
 		return
 	}
@@ -172,8 +179,14 @@ func (s *Server) receiveSpans(ctx *fasthttp.RequestCtx) {
 		resp.PartialSuccess = &collpb.ExportTracePartialSuccess{RejectedSpans: int64(rejected),
 			ErrorMessage: fmt.Sprintf("%d spans had a trace ID that is not 16 bytes or a span ID that is not 8 (or all zeros)", rejected)}
 	}
-	out, _ := proto.Marshal(resp)
 	ctx.SetStatusCode(200)
+	if ct == "application/json" {
+		out, _ := protojson.Marshal(resp)
+		ctx.SetContentType("application/json")
+		ctx.SetBody(out)
+		return
+	}
+	out, _ := proto.Marshal(resp)
 	ctx.SetContentType("application/x-protobuf")
 	ctx.SetBody(out)
 }

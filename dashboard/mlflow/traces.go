@@ -1735,3 +1735,38 @@ func b64ID(hexID string) string {
 }
 
 var errBadSpan = errors.New("not an OTLP span")
+
+// maxRunTraceScan bounds the traces RunTraces reads to find a run's.
+const maxRunTraceScan = 200_000
+
+// RunTraces lists the traces made in (mlflow.sourceRun) or linked to a
+// run, newest first, at most limit: what fw's run page shows (GET
+// /api/runs/{id}/traces). It reads the run's experiment's traces, newest
+// first, up to maxRunTraceScan.
+func (s *Server) RunTraces(ctx context.Context, runID string, limit int) ([]store.TraceSummary, error) {
+	run, err := s.st.GetRun(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	exp := mlExperimentID(run.ExperimentID, run.Experiment)
+	out := []store.TraceSummary{}
+	scanned := 0
+	var bad error
+	err = s.st.ScanMLflowTraces(ctx, []string{exp}, false, func(row store.MLflowTrace) bool {
+		scanned++
+		t, e := decodeTrace(row)
+		if e != nil {
+			bad = errors.New(e.msg)
+			return false
+		}
+		if !t.Pending && (t.Metadata[metaSourceRun] == runID || slices.Contains(t.Runs, runID)) {
+			out = append(out, store.TraceSummary{TraceID: t.ID, Name: t.Tags[tagTraceName], State: t.State, RequestTime: t.RequestTime,
+				DurationMs: t.ExecutionMs, RequestPreview: t.RequestPreview, ResponsePreview: t.ResponsePreview})
+		}
+		return len(out) < limit && scanned < maxRunTraceScan
+	})
+	if bad != nil {
+		return nil, bad
+	}
+	return out, err
+}

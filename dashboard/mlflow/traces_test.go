@@ -258,13 +258,18 @@ func TestMLflowTracesRefused(t *testing.T) {
 		body       []byte
 		status     int
 	}{
-		{x, "application/json", []byte(`{}`), 415},
+		{x, "text/plain", []byte(`{}`), 415},
+		{x, "application/json", []byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}`), 400},
+		{x, "application/json", []byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a","spanId":"0b0b0b0b0b0b0b0b","name":"json"}]}]}]}`), 200},
 		{x, "application/x-protobuf", []byte{0xff, 0xff, 0xff}, 400},
 		{"nope", "application/x-protobuf", otlpBody(t, good), 404},
 	} {
 		if code, body := e.sendSpans(c.exp, c.ctype, c.body); code != c.status || !json.Valid(body) {
 			t.Fatalf("spans to %q as %s: %d %s, want %d", c.exp, c.ctype, code, body, c.status)
 		}
+	}
+	if got := e.ok("GET", api3+"traces/get?trace_id=tr-"+strings.Repeat("0a", 16), nil)["trace"].(map[string]any)["spans"].([]any); len(got) != 1 {
+		t.Fatalf("the OTLP/JSON span: %v", got)
 	}
 	bad := &tracepb.Span{TraceId: []byte{1, 2, 3}, SpanId: spanIDBytes(1)}
 	code, body := e.sendSpans(x, "application/x-protobuf", otlpBody(t, good, bad))

@@ -32,6 +32,18 @@ type MLflowSpan struct {
 	Text    string
 }
 
+// TraceSummary is an MLflow trace as fw's own API lists it (a run's
+// traces, GET /api/runs/{id}/traces).
+type TraceSummary struct {
+	TraceID         string `json:"trace_id"`
+	Name            string `json:"name"`
+	State           string `json:"state"`
+	RequestTime     int64  `json:"request_time_ms"`
+	DurationMs      *int64 `json:"duration_ms,omitempty"`
+	RequestPreview  string `json:"request_preview,omitempty"`
+	ResponsePreview string `json:"response_preview,omitempty"`
+}
+
 // Limits of the MLflow trace store.
 const (
 	// MaxMLflowSpansPerTrace bounds what GetMLflowSpans reads.

@@ -301,15 +301,24 @@ await journey("web UI journey", async (step) => {
       noProblems();
     });
 
-    await step("a run logged by MLflow's own client appears on the experiment page with its charts", async () => {
+    await step("a run logged by MLflow's own client appears on the experiment page with its charts and its traced call", async () => {
       const script = `
 import sys, mlflow
 mlflow.set_tracking_uri(sys.argv[1])
 mlflow.set_experiment(sys.argv[2])
+
+@mlflow.trace
+def answer(q):
+    with mlflow.start_span(name="retrieve") as span:
+        span.set_attribute("docs", 3)
+    return q.upper()
+
 with mlflow.start_run(run_name="mlflow-run") as r:
     mlflow.log_params({"optimizer": "adam", "lr": "0.01"})
     for step in range(30):
         mlflow.log_metrics({"train/loss": 1.0 / (step + 1), "val/accuracy": step / 30}, step=step)
+    answer("hi")
+mlflow.flush_trace_async_logging()
 print(r.info.experiment_id, r.info.run_id)
 `;
       const out = execFileSync(MLFLOW_PYTHON, ["-c", script, dash.url, EXPERIMENT], {
@@ -335,6 +344,12 @@ print(r.info.experiment_id, r.info.run_id)
       if (run.status !== "finished" || run.params.optimizer !== "adam" || run.tags["mlflow.runName"] !== "mlflow-run") {
         throw new Error(`fw's view of the MLflow run: ${JSON.stringify({ status: run.status, params: run.params, tags: run.tags })}`);
       }
+      // The traced call, on the Traces tab: its row, then its spans as a waterfall.
+      await page.getByRole("tab", { name: "Traces" }).click();
+      await page.getByRole("tabpanel").getByRole("button", { name: "answer" }).click();
+      const wf = page.getByTestId("waterfall");
+      await wf.getByText("retrieve").waitFor();
+      await screenshot(page, "16b-mlflow-trace");
       // The "View run at" link MLflow's client prints (MLflow UI's hash route) opens fw's run page.
       await page.goto(`${dash.url}/#/experiments/${expId}/runs/${id}`);
       await page.getByRole("heading", { name: /mlflow-run/ }).waitFor();

@@ -104,5 +104,7 @@ export type DeploymentList = Answer<"/api/deployments", "get">;
 export type TraceList = Answer<"/api/traces", "get">;
 /** GET /api/traces/{trace_id}: one trace's spans. */
 export type TraceSpans = Answer<"/api/traces/{trace_id}", "get">;
+export type TraceSummary = S["TraceSummary"];
+export type RunTraceList = Answer<"/api/runs/{id}/traces", "get">;
 /** GET /api/payloads: a deployment's logged records, newest first. */
 export type PayloadList = Answer<"/api/payloads", "get">;

@@ -71,7 +71,7 @@ export function waterfall(spans: Span[]): WaterfallRow[] {
   return out;
 }
 
-function Waterfall({ traceId, onOpen }: { traceId: string; onOpen: (traceId: string) => void }) {
+export function Waterfall({ traceId, onOpen }: { traceId: string; onOpen: (traceId: string) => void }) {
   const trace = useApi((s) => get<TraceSpans>(`/api/traces/${seg(traceId)}`, undefined, s), [traceId]);
   const rows = useMemo(() => waterfall(trace.data?.spans ?? []), [trace.data]);
   if (trace.error) return <ErrorNote error={trace.error} />;

@@ -14,6 +14,7 @@ import { RunEditActions, RunNotes, RunTagsEditor } from "../components/RunEditin
 import { ChartControls, RunCharts, useChartSettings, type LiveEvent } from "../components/RunCharts";
 import { CheckpointActions } from "../components/CheckpointActions";
 import { LogTail } from "../components/LogTail";
+import { RunTraces } from "../components/RunTraces";
 import { StopButton, etaSeconds, progressFraction, type RunProgress } from "../components/LiveRun";
 import { runDuration } from "../components/RunsTable";
 import type { Run, RunArtifacts } from "../api/types";
@@ -27,6 +28,7 @@ const TABS = [
   ["checkpoints", "Checkpoints"],
   ["system", "System"],
   ["artifacts", "Artifacts"],
+  ["traces", "Traces"],
 ] as const;
 
 const LIVE = new Set(["running", "queued"]);
@@ -115,6 +117,11 @@ export function RunPage() {
           </Card>
         )}
         {tab === "artifacts" && <Artifacts run={r} />}
+        {tab === "traces" && (
+          <Card title="Traces (MLflow's tracing API)">
+            <RunTraces runId={r.id} />
+          </Card>
+        )}
       </div>
     </div>
   );
