@@ -14,7 +14,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -468,6 +471,40 @@ func localSource(src string) bool {
 	return !ok || strings.ContainsAny(scheme, "/\\") || len(scheme) == 1 // C:\... or no scheme
 }
 
+// absoluteSource is MLflow's check of a non-local source: once
+// percent-decoded (repeatedly), no ".." segment, no NUL, and a path (after
+// the scheme and host) that is absolute and already clean, so that a
+// source can never climb out of where it points.
+func absoluteSource(src string) bool {
+	for i := 0; i < 16; i++ {
+		u, err := url.QueryUnescape(src)
+		if err != nil || u == src {
+			break
+		}
+		src = u
+	}
+	for _, seg := range strings.Split(src, "/") {
+		if seg == ".." {
+			return false
+		}
+	}
+	p := src
+	if u, err := url.Parse(src); err == nil {
+		p = u.Path
+		if u.Opaque != "" {
+			p = u.Opaque
+		}
+	}
+	p = strings.TrimRight(multiSlash.ReplaceAllString(p, "/"), "/")
+	if strings.ContainsRune(p, 0) {
+		return false
+	}
+	return p != "" && path.IsAbs(p) && path.Clean(p) == p
+}
+
+// multiSlash is a run of slashes, which a source's path is read without.
+var multiSlash = regexp.MustCompile(`/+`)
+
 func (s *Server) createModelVersion(r *request) (any, *apiError) {
 	reg, e := s.registry()
 	if e != nil {
@@ -492,6 +529,9 @@ func (s *Server) createModelVersion(r *request) (any, *apiError) {
 		// MLflow's rule: fw never reads the path, and a path outside the
 		// run's artifacts would name the server's files.
 		return nil, errf(400, codeInvalidParameter, "To use a local path as a model version source, the run_id request parameter has to be specified and the local path has to be contained within the artifact directory of the run specified by the run_id. fw's registry refers to MLflow models by URI: use runs:/<run_id>/<path>, models:/..., mlflow-artifacts:/... or a bucket URI")
+	}
+	if !absoluteSource(source) {
+		return nil, errf(400, codeInvalidParameter, "Invalid model version source: '%s'. If supplying a source as an http, https, local file path, ftp, objectstore, or mlflow-artifacts uri, an absolute path must be provided without relative path references present. Please provide an absolute path.", source)
 	}
 	if runID != "" {
 		if _, err := s.st.GetRun(r.ctx, runID); err != nil {

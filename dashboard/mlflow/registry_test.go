@@ -156,3 +156,29 @@ func TestModelVersionOfALoggedModel(t *testing.T) {
 	}
 	e.fails(404, codeNotFound, "POST", api+"model-versions/create", map[string]any{"name": "model", "source": "models:/m-nope", "model_id": "m-00000000000000000000000000000000"})
 }
+
+// TestAbsoluteSource: MLflow's refusal of sources that climb (relative
+// segments, encoded or not, NUL, a path that is not clean and absolute).
+func TestAbsoluteSource(t *testing.T) {
+	for src, want := range map[string]bool{
+		"mlflow-artifacts:/models":                                true,
+		"mlflow-artifacts:/models///":                             true,
+		"mlflow-artifacts:/models/foo///bar":                      true,
+		"mlflow-artifacts://host:9000/models/artifact/..../":      true,
+		"runs:/abc/model":                                         true,
+		"models:/m-123":                                           true,
+		"s3://bucket/key/model":                                   true,
+		"mlflow-artifacts://host:9000/models/../../../":           false,
+		"http://host:9000/models/../../../":                       false,
+		"mlflow-artifacts://host:9000/models/..%2f..%2fartifacts": false,
+		"mlflow-artifacts://host:9000/models/..%252f..%252fx":     false,
+		"mlflow-artifacts://host:9000/models/artifact%00":         false,
+		"dbfs:/run/artifacts/a%3f/../../..":                       false,
+		"s3://bucket":                                             false,
+		"s3://bucket/a/./b":                                       false,
+	} {
+		if got := absoluteSource(src); got != want {
+			t.Errorf("absoluteSource(%q) = %v, want %v", src, got, want)
+		}
+	}
+}
