@@ -102,18 +102,23 @@ func run(bin, col, model string, dur time.Duration, rounds, clients int, rate fl
 	var b strings.Builder
 	fmt.Fprintf(&b, "`go run ./bench/tracing -d %s -rounds %d -c %d -rate %.0f` on %s (%s), %d CPUs: `fw serve --model %s` with its defaults, %d keep-alive clients posting one row to /predict, at a fixed %.0f requests/s in all and then back to back; tracing exported over OTLP/HTTP to the OpenTelemetry Collector 0.165 (debug exporter) on the same machine (`--otel-endpoint`, `--otel-sample-rate`); payloads logged to JSONL files (`--log-payloads`, `--log-payloads-to DIR`). Medians of %d interleaved rounds of %s; CPU is fw's own process time per request answered. Latency at the fixed rate is from each request's due time.\n\n",
 		dur, rounds, clients, rate, benchdoc.Commit(), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), filepath.Base(model), clients, rate, rounds, dur)
-	b.WriteString("| load | observability | req/s | server CPU per request, µs | CPU vs off | p50 ms | p99 ms | errors |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("\"CPU vs off\" is the median over the rounds of each round's own ratio to that round's \"off\" (the modes of a round run back to back, so the machine's slow drift cancels), with the rounds' lowest and highest ratio.\n\n")
+	b.WriteString("| load | observability | req/s | server CPU per request, µs | CPU vs off (rounds' range) | p50 ms | p99 ms | errors |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
 	for li, load := range loads {
-		off := median(got[li][0], func(s sample) float64 { return s.cpuUs })
 		for i, m := range modes {
 			ss := got[li][i]
 			cpu := median(ss, func(s sample) float64 { return s.cpuUs })
+			ratios := make([]float64, len(ss))
+			for r := range ss {
+				ratios[r] = 100 * (ss[r].cpuUs/got[li][0][r].cpuUs - 1)
+			}
+			slices.Sort(ratios)
 			var errs int64
 			for _, s := range ss {
 				errs += s.errs
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.0f | %.1f | %+.1f %% | %.2f | %.2f | %d |\n", loadName(load), m.name,
-				median(ss, func(s sample) float64 { return s.rps }), cpu, 100*(cpu/off-1),
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %.1f | %+.1f %% (%+.1f to %+.1f) | %.2f | %.2f | %d |\n", loadName(load), m.name,
+				median(ss, func(s sample) float64 { return s.rps }), cpu, ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1],
 				median(ss, func(s sample) float64 { return s.p50 }), median(ss, func(s sample) float64 { return s.p99 }), errs)
 		}
 	}
