@@ -320,6 +320,21 @@ func (s *sqlStore) DeleteExperiment(ctx context.Context, id string) error {
 				return fmt.Errorf("deleting %s of experiment %s: %w", t, id, err)
 			}
 		}
+		// Its MLflow traces (kept under MLflow's ID: "0" for Default).
+		var name string
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT name FROM experiments WHERE id = ?`), id).Scan(&name); err != nil {
+			return fmt.Errorf("looking up experiment %s: %w", id, err)
+		}
+		mlID := id
+		if name == "Default" {
+			mlID = "0"
+		}
+		if _, err := s.exec(ctx, tx, `DELETE FROM mlflow_trace_spans WHERE trace_id IN (SELECT trace_id FROM mlflow_traces WHERE experiment_id = ?)`, mlID); err != nil {
+			return fmt.Errorf("deleting the MLflow traces' spans of experiment %s: %w", id, err)
+		}
+		if _, err := s.exec(ctx, tx, `DELETE FROM mlflow_traces WHERE experiment_id = ?`, mlID); err != nil {
+			return fmt.Errorf("deleting the MLflow traces of experiment %s: %w", id, err)
+		}
 		if _, err := s.exec(ctx, tx, `DELETE FROM experiments WHERE id = ?`, id); err != nil {
 			return fmt.Errorf("deleting experiment %s: %w", id, err)
 		}
