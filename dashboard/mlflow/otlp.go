@@ -34,8 +34,12 @@ import (
 // under.
 const ExperimentHeader = "X-Mlflow-Experiment-Id"
 
-// Limits of what one span keeps in its search text.
-const maxSpanText = 64 << 10
+// Limits of one span: what it keeps as search text, and its size as JSON
+// (a larger span is rejected, counted in the answer).
+const (
+	maxSpanText    = 64 << 10
+	maxSpanContent = 4 << 20
+)
 
 var spanJSON = protojson.MarshalOptions{UseProtoNames: true}
 
@@ -177,7 +181,7 @@ func (s *Server) receiveSpans(ctx *fasthttp.RequestCtx) {
 	resp := &collpb.ExportTraceServiceResponse{}
 	if rejected > 0 {
 		resp.PartialSuccess = &collpb.ExportTracePartialSuccess{RejectedSpans: int64(rejected),
-			ErrorMessage: fmt.Sprintf("%d spans had a trace ID that is not 16 bytes or a span ID that is not 8 (or all zeros)", rejected)}
+			ErrorMessage: fmt.Sprintf("%d spans had a trace ID that is not 16 bytes or a span ID that is not 8 (or all zeros), or were over %d bytes", rejected, maxSpanContent)}
 	}
 	ctx.SetStatusCode(200)
 	if ct == "application/json" {
@@ -205,6 +209,9 @@ func spanOf(sp *tracepb.Span, id string) (store.MLflowSpan, error) {
 	content, err := spanJSON.Marshal(sp)
 	if err != nil {
 		return store.MLflowSpan{}, err
+	}
+	if len(content) > maxSpanContent {
+		return store.MLflowSpan{}, fmt.Errorf("span %x is %d bytes as JSON; at most %d", sp.SpanId, len(content), maxSpanContent)
 	}
 	if sp.StartTimeUnixNano > math.MaxInt64 {
 		return store.MLflowSpan{}, fmt.Errorf("start time %d is out of range", sp.StartTimeUnixNano)

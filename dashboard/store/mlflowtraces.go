@@ -50,6 +50,9 @@ const (
 	MaxMLflowSpansPerTrace = 10_000
 	// MaxMLflowTracesPerRead bounds GetMLflowTraces and DeleteMLflowTraces.
 	MaxMLflowTracesPerRead = 1_000
+	// MaxMLflowSpanBytesRead bounds the spans' JSON GetMLflowSpans reads:
+	// it stops at the span that passes it.
+	MaxMLflowSpanBytesRead = 64 << 20
 )
 
 // MLflowTraces is the part of Store that keeps MLflow's traces.
@@ -70,7 +73,8 @@ type MLflowTraces interface {
 	DeleteMLflowTraces(ctx context.Context, ids []string) (int, error)
 	// PutMLflowSpans stores spans; a span stored again replaces the first.
 	PutMLflowSpans(ctx context.Context, spans []MLflowSpan) error
-	// GetMLflowSpans reads a trace's spans by start.
+	// GetMLflowSpans reads a trace's spans by start (at most
+	// MaxMLflowSpansPerTrace, and MaxMLflowSpanBytesRead of them).
 	GetMLflowSpans(ctx context.Context, traceID string) ([]MLflowSpan, error)
 }
 
@@ -269,13 +273,15 @@ func (s *sqlStore) GetMLflowSpans(ctx context.Context, traceID string) ([]MLflow
 	}
 	defer rows.Close()
 	out := []MLflowSpan{}
-	for rows.Next() {
+	read := 0
+	for rows.Next() && read < MaxMLflowSpanBytesRead {
 		var sp MLflowSpan
 		var content string
 		if err := rows.Scan(&sp.TraceID, &sp.SpanID, &sp.StartNs, &content, &sp.Text); err != nil {
 			return nil, fmt.Errorf("reading trace %s's spans: %w", traceID, err)
 		}
 		sp.Content = json.RawMessage(content)
+		read += len(content) + len(sp.Text)
 		out = append(out, sp)
 	}
 	if err := rows.Err(); err != nil {
