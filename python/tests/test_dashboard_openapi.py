@@ -882,7 +882,9 @@ def test_traces_and_payloads(dash: Dashboard) -> None:
     tid, sid = bytes(range(1, 17)), bytes(range(1, 9))
     body = _otlp_request(tid, sid, "POST /predict", "oas-dep")
     dash.call("POST", "/v1/traces", body=body, headers={"Content-Type": "application/x-protobuf"}, expect=200)
-    dash.call("POST", "/v1/traces", body=b"{}", headers={"Content-Type": "application/json"}, expect=200)  # OTLP/JSON
+    dash.call(
+        "POST", "/v1/traces", body=b"{}", headers={"Content-Type": "application/json"}, expect=200
+    )  # OTLP/JSON
     dash.call("POST", "/v1/traces", body=b"{}", headers={"Content-Type": "text/plain"}, expect=415)
     dash.call(
         "POST",
@@ -902,7 +904,12 @@ def test_traces_and_payloads(dash: Dashboard) -> None:
 
     # An MLflow trace (spans sent with MLflow's experiment header), linked to a run: listed on the
     # run, its spans in the same shape. MLflow's routes are not this document's: sent unvalidated.
-    r = dash.request("POST", "/api/2.0/mlflow/runs/create", json.dumps({"experiment_id": "0"}).encode(), {"Content-Type": "application/json"})
+    r = dash.request(
+        "POST",
+        "/api/2.0/mlflow/runs/create",
+        json.dumps({"experiment_id": "0"}).encode(),
+        {"Content-Type": "application/json"},
+    )
     assert r.status == 200, r.body
     run = r.json()["run"]["info"]["run_id"]
     mtid = bytes(range(101, 117))
