@@ -48,7 +48,6 @@ const (
 	maxTraceTagKey      = 250
 	maxTraceTagValue    = 8000
 	maxTracesSearch     = 1000  // max_results of one search page (MLflow's SEARCH_TRACES_DEFAULT_MAX_RESULTS is 100)
-	maxTracesSorted     = 50000 // traces one search sorts by a field other than time
 	maxTracesLinked     = 100   // trace IDs of one link-to-run (MLflow's limit)
 	maxTracesPerBatch   = 100   // trace IDs of one batch read
 	defaultTracesSearch = 100
@@ -1122,9 +1121,44 @@ func (t *mlTrace) traceValue(field string) any {
 	return nil
 }
 
-// matches reports whether the trace meets every condition; spans reads
-// the trace's span texts once, for trace.text.
-func (s *Server) traceMatches(r *request, t *mlTrace, conds []modelCond) (bool, *apiError) {
+// textCandidates is, for the trace.text conditions of a search, the
+// traces the database finds with a span whose text matches each (ASCII
+// case folded, intersected): only these are read for the exact match. nil
+// when there is no such condition or the database cannot narrow it (a
+// case-blind pattern with non-ASCII letters, or too many matches).
+func (s *Server) textCandidates(r *request, exps []string, conds []modelCond) (map[string]bool, *apiError) {
+	var set map[string]bool
+	for _, c := range conds {
+		if c.field != "text" {
+			continue
+		}
+		if c.op == "ILIKE" && strings.ContainsFunc(c.str, func(r rune) bool { return r > 0x7f }) {
+			continue
+		}
+		got, err := s.st.MLflowTraceIDsWithText(r.ctx, exps, c.str)
+		if err != nil {
+			return nil, s.fromStore(err, "searching the traces' text")
+		}
+		if got == nil {
+			continue
+		}
+		if set == nil {
+			set = got
+			continue
+		}
+		for id := range set {
+			if !got[id] {
+				delete(set, id)
+			}
+		}
+	}
+	return set, nil
+}
+
+// traceMatches reports whether the trace meets every condition: trace.text
+// by its spans' texts (read once, and only for a trace in candidates when
+// that is not nil).
+func (s *Server) traceMatches(r *request, t *mlTrace, conds []modelCond, candidates map[string]bool) (bool, *apiError) {
 	var plain []modelCond
 	var text []modelCond
 	for _, c := range conds {
@@ -1155,6 +1189,9 @@ func (s *Server) traceMatches(r *request, t *mlTrace, conds []modelCond) (bool, 
 	if len(text) == 0 {
 		return true, nil
 	}
+	if candidates != nil && !candidates[t.ID] {
+		return false, nil
+	}
 	spans, err := s.st.GetMLflowSpans(r.ctx, t.ID)
 	if err != nil {
 		return false, s.fromStore(err, "reading trace "+t.ID+"'s spans")
@@ -1167,7 +1204,7 @@ func (s *Server) traceMatches(r *request, t *mlTrace, conds []modelCond) (bool, 
 				break
 			}
 		}
-		if !found && !cmpStr(t.RequestPreview+"\n"+t.ResponsePreview, c.op, c.str) {
+		if !found {
 			return false, nil
 		}
 	}
@@ -1180,9 +1217,15 @@ func (s *Server) runTraceSearch(r *request, q traceSearch) ([]*mlTrace, string, 
 	byTime := len(q.order) == 0 || (len(q.order) == 1 && q.order[0].field == "timestamp_ms")
 	asc := len(q.order) == 1 && byTime && q.order[0].asc
 	want := q.offset + q.max + 1
+	candidates, fail := s.textCandidates(r, q.experiments, q.conds)
+	if fail != nil {
+		return nil, "", fail
+	}
 	var hits []*mlTrace
-	var fail *apiError
 	err := s.st.ScanMLflowTraces(r.ctx, q.experiments, asc, func(row store.MLflowTrace) bool {
+		if candidates != nil && !candidates[row.ID] {
+			return true // its spans do not hold the text
+		}
 		t, e := decodeTrace(row)
 		if e != nil {
 			fail = e
@@ -1191,7 +1234,7 @@ func (s *Server) runTraceSearch(r *request, q traceSearch) ([]*mlTrace, string, 
 		if t.Pending {
 			return true
 		}
-		ok, e := s.traceMatches(r, t, q.conds)
+		ok, e := s.traceMatches(r, t, q.conds, candidates)
 		if e != nil {
 			fail = e
 			return false
@@ -1202,9 +1245,11 @@ func (s *Server) runTraceSearch(r *request, q traceSearch) ([]*mlTrace, string, 
 		if byTime {
 			return len(hits) < want
 		}
-		if len(hits) > maxTracesSorted {
-			fail = errf(400, codeInvalidParameter, "more than %d traces match; order by timestamp_ms (which pages without sorting) or narrow the filter", maxTracesSorted)
-			return false
+		if len(hits) >= 2*want+1024 {
+			// Keep the best want so far: the scan's memory stays bounded
+			// whatever the experiment holds.
+			sortTraces(hits, q.order)
+			hits = hits[:want]
 		}
 		return true
 	})
@@ -1215,15 +1260,10 @@ func (s *Server) runTraceSearch(r *request, q traceSearch) ([]*mlTrace, string, 
 		return nil, "", s.fromStore(err, "searching traces")
 	}
 	if !byTime {
-		sort.SliceStable(hits, func(i, j int) bool {
-			for _, o := range q.order {
-				c := compareValues(hits[i].traceValue(o.field), hits[j].traceValue(o.field))
-				if c != 0 {
-					return (c < 0) == o.asc
-				}
-			}
-			return false
-		})
+		sortTraces(hits, q.order)
+		if len(hits) > want {
+			hits = hits[:want]
+		}
 	}
 	if q.offset >= len(hits) {
 		return nil, "", nil
@@ -1235,6 +1275,20 @@ func (s *Server) runTraceSearch(r *request, q traceSearch) ([]*mlTrace, string, 
 		next = encodeToken("traces:" + strconv.Itoa(q.offset+q.max))
 	}
 	return hits, next, nil
+}
+
+// sortTraces orders traces by the search's order; ties keep the scan's
+// order (newest first, then by ID), so pages are stable.
+func sortTraces(ts []*mlTrace, order []traceOrder) {
+	sort.SliceStable(ts, func(i, j int) bool {
+		for _, o := range order {
+			c := compareValues(ts[i].traceValue(o.field), ts[j].traceValue(o.field))
+			if c != 0 {
+				return (c < 0) == o.asc
+			}
+		}
+		return false
+	})
 }
 
 // readTraceSearch reads a search's filter, order, page size and token.
@@ -1386,7 +1440,7 @@ func (s *Server) countTraces(r *request, exps []string, sets ...[]modelCond) ([]
 			return true
 		}
 		for i, conds := range sets {
-			ok, e := s.traceMatches(r, t, conds)
+			ok, e := s.traceMatches(r, t, conds, nil)
 			if e != nil {
 				fail = e
 				return false
@@ -1576,7 +1630,7 @@ func (s *Server) queryTraceMetrics(r *request) (any, *apiError) {
 		if t.Pending {
 			return true
 		}
-		ok, ae := s.traceMatches(r, t, conds)
+		ok, ae := s.traceMatches(r, t, conds, nil)
 		if ae != nil {
 			fail = ae
 			return false

@@ -53,6 +53,8 @@ const (
 	// MaxMLflowSpanBytesRead bounds the spans' JSON GetMLflowSpans reads:
 	// it stops at the span that passes it.
 	MaxMLflowSpanBytesRead = 64 << 20
+	// MaxMLflowTextMatches bounds the set MLflowTraceIDsWithText returns.
+	MaxMLflowTextMatches = 100_000
 )
 
 // MLflowTraces is the part of Store that keeps MLflow's traces.
@@ -71,6 +73,12 @@ type MLflowTraces interface {
 	// DeleteMLflowTraces deletes traces with their spans; it returns how
 	// many existed.
 	DeleteMLflowTraces(ctx context.Context, ids []string) (int, error)
+	// MLflowTraceIDsWithText returns the IDs of the experiments' traces
+	// with a span whose search text matches pattern (SQL LIKE, % and _),
+	// ASCII case folded: a superset of the traces a case-kept match finds,
+	// for the caller to refine. nil when more than MaxMLflowTextMatches
+	// match (the caller then checks every trace).
+	MLflowTraceIDsWithText(ctx context.Context, experimentIDs []string, pattern string) (map[string]bool, error)
 	// PutMLflowSpans stores spans; a span stored again replaces the first.
 	PutMLflowSpans(ctx context.Context, spans []MLflowSpan) error
 	// GetMLflowSpans reads a trace's spans by start (at most
@@ -245,6 +253,45 @@ func (s *sqlStore) deleteMLflowTracesTx(ctx context.Context, tx *sql.Tx, ids []s
 		return fmt.Errorf("deleting the traces' spans: %w", err)
 	}
 	return nil
+}
+
+func (s *sqlStore) MLflowTraceIDsWithText(ctx context.Context, experimentIDs []string, pattern string) (map[string]bool, error) {
+	if len(experimentIDs) == 0 {
+		return map[string]bool{}, nil
+	}
+	if len(experimentIDs) > MaxMLflowTracesPerRead {
+		return nil, errf(CodeBatchTooLarge, "%d experiments in one search; at most %d", len(experimentIDs), MaxMLflowTracesPerRead)
+	}
+	args := make([]any, 0, len(experimentIDs)+2)
+	for _, id := range experimentIDs {
+		args = append(args, id)
+	}
+	like := "LIKE" // SQLite's LIKE folds ASCII case
+	if s.d == query.Postgres {
+		like = "ILIKE"
+	}
+	args = append(args, pattern, MaxMLflowTextMatches+1)
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT DISTINCT s.trace_id FROM mlflow_trace_spans s JOIN mlflow_traces t ON t.trace_id = s.trace_id
+WHERE t.experiment_id IN (`+placeholders(len(experimentIDs))+`) AND s.text `+like+` ? LIMIT ?`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("searching the traces' text: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("searching the traces' text: %w", err)
+		}
+		out[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("searching the traces' text: %w", err)
+	}
+	if len(out) > MaxMLflowTextMatches {
+		return nil, nil
+	}
+	return out, nil
 }
 
 func (s *sqlStore) PutMLflowSpans(ctx context.Context, spans []MLflowSpan) error {
