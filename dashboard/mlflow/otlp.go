@@ -169,7 +169,7 @@ func (s *Server) receiveSpans(ctx *fasthttp.RequestCtx) {
 					ms := int64((root.EndTimeUnixNano - root.StartTimeUnixNano) / 1e6)
 					t.ExecutionMs = &ms
 				}
-				t.Tags[tagTraceName] = root.Name
+				t.Tags[tagTraceName] = clipUTF8(root.Name, maxTraceTagValue)
 			}
 			t.Tags[tagSpansLocation] = spansInTrackingStor
 			return t, nil
@@ -249,7 +249,7 @@ func spanText(sp *tracepb.Span) string {
 		b.WriteByte('\n')
 		b.WriteString(ev.Name)
 	}
-	out := b.String()
+	out := strings.ReplaceAll(b.String(), "\x00", "") // PostgreSQL's TEXT holds no NUL
 	if len(out) > maxSpanText {
 		out = out[:maxSpanText]
 		for !utf8.ValidString(out) {
@@ -444,4 +444,16 @@ func pyFloat(f float64) string {
 		out += ".0"
 	}
 	return out
+}
+
+// clipUTF8 cuts s to at most n bytes, on a character boundary.
+func clipUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
 }

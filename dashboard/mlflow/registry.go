@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -477,8 +476,8 @@ func localSource(src string) bool {
 // source can never climb out of where it points.
 func absoluteSource(src string) bool {
 	for i := 0; i < 16; i++ {
-		u, err := url.QueryUnescape(src)
-		if err != nil || u == src {
+		u := unquotePlus(src)
+		if u == src {
 			break
 		}
 		src = u
@@ -488,18 +487,57 @@ func absoluteSource(src string) bool {
 			return false
 		}
 	}
-	p := src
-	if u, err := url.Parse(src); err == nil {
-		p = u.Path
-		if u.Opaque != "" {
-			p = u.Opaque
-		}
-	}
-	p = strings.TrimRight(multiSlash.ReplaceAllString(p, "/"), "/")
+	p := strings.TrimRight(multiSlash.ReplaceAllString(sourcePath(src), "/"), "/")
 	if strings.ContainsRune(p, 0) {
 		return false
 	}
 	return p != "" && path.IsAbs(p) && path.Clean(p) == p
+}
+
+// unquotePlus is Python's urllib.parse.unquote_plus, as MLflow decodes a
+// source: "+" is a space, each valid %XX its byte, an invalid escape kept
+// as it is.
+func unquotePlus(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '+':
+			b.WriteByte(' ')
+		case c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]):
+			v, _ := strconv.ParseUint(s[i+1:i+3], 16, 8)
+			b.WriteByte(byte(v))
+			i += 2
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// sourcePath is the path of a source as Python's urlparse reads it: after
+// the scheme and the //host, before the query and the fragment.
+func sourcePath(src string) string {
+	rest := src
+	if i := strings.IndexByte(src, ':'); i > 0 && !strings.ContainsFunc(src[:i], func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '+' || r == '-' || r == '.')
+	}) {
+		rest = src[i+1:]
+	}
+	if h, ok := strings.CutPrefix(rest, "//"); ok {
+		j := strings.IndexAny(h, "/?#")
+		if j < 0 {
+			return ""
+		}
+		rest = h[j:]
+	}
+	if j := strings.IndexAny(rest, "?#"); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest
+}
+
+func isHex(c byte) bool {
+	return ('0' <= c && c <= '9') || ('a' <= c && c <= 'f') || ('A' <= c && c <= 'F')
 }
 
 // multiSlash is a run of slashes, which a source's path is read without.

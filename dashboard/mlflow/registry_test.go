@@ -176,6 +176,8 @@ func TestAbsoluteSource(t *testing.T) {
 		"dbfs:/run/artifacts/a%3f/../../..":                       false,
 		"s3://bucket":                                             false,
 		"s3://bucket/a/./b":                                       false,
+		"s3://b/a/%252e%252e/x?%zz":                               false, // an invalid escape does not stop the decoding
+		"s3://b/f%zz":                                             true,
 	} {
 		if got := absoluteSource(src); got != want {
 			t.Errorf("absoluteSource(%q) = %v, want %v", src, got, want)

@@ -47,9 +47,12 @@ const (
 	maxTraceTags        = 1000
 	maxTraceTagKey      = 250
 	maxTraceTagValue    = 8000
-	maxTracesSearch     = 1000  // max_results of one search page (MLflow's SEARCH_TRACES_DEFAULT_MAX_RESULTS is 100)
-	maxTracesLinked     = 100   // trace IDs of one link-to-run (MLflow's limit)
-	maxTracesPerBatch   = 100   // trace IDs of one batch read
+	maxTracesSearch     = 1000            // max_results of one search page (MLflow's SEARCH_TRACES_DEFAULT_MAX_RESULTS is 100)
+	maxTracesLinked     = 100             // trace IDs of one link-to-run (MLflow's limit)
+	maxTracesPerBatch   = 100             // trace IDs of one batch read
+	maxTraceOffset      = 100_000         // how deep search pages go (a page token's offset)
+	maxBatchSpanBytes   = 64 << 20        // spans' JSON one batchGet answers
+	maxTraceTimeMs      = 253402300799999 // 9999-12-31T23:59:59.999Z, protobuf's last Timestamp
 	defaultTracesSearch = 100
 )
 
@@ -374,6 +377,9 @@ func (s *Server) startTraceV3(r *request) (any, *apiError) {
 	reqTime := time.Now().UnixMilli()
 	if in.RequestTime != "" {
 		ms, err := parseProtoTimestamp(in.RequestTime)
+		if err == nil && (ms < 0 || ms > maxTraceTimeMs) {
+			err = errors.New("out of range")
+		}
 		if err != nil {
 			return nil, invalidValue("trace_info.request_time", json.RawMessage(strconv.Quote(in.RequestTime)), "an RFC 3339 time")
 		}
@@ -467,12 +473,9 @@ func (s *Server) startTraceV2(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	ts, ok, e := r.int64Field("timestamp_ms")
+	ts, e := r.traceTime("timestamp_ms")
 	if e != nil {
 		return nil, e
-	}
-	if !ok {
-		ts = time.Now().UnixMilli()
 	}
 	var meta, tags []kv
 	if e := r.decode("request_metadata", &meta); e != nil {
@@ -499,6 +502,22 @@ func (s *Server) startTraceV2(r *request) (any, *apiError) {
 	return map[string]any{"trace_info": t.v2()}, nil
 }
 
+// traceTime reads a time in Unix milliseconds (now when absent), within
+// what protobuf's Timestamp holds (years 1970 to 9999 here).
+func (r *request) traceTime(name string) (int64, *apiError) {
+	ts, ok, e := r.int64Field(name)
+	if e != nil {
+		return 0, e
+	}
+	if !ok {
+		return time.Now().UnixMilli(), nil
+	}
+	if ts < 0 || ts > maxTraceTimeMs {
+		return 0, errf(400, codeInvalidParameter, "%s %d: Unix milliseconds from 0 to %d (year 9999)", name, ts, int64(maxTraceTimeMs))
+	}
+	return ts, nil
+}
+
 func kvToMap(kvs []kv) map[string]string {
 	m := make(map[string]string, len(kvs))
 	for _, p := range kvs {
@@ -509,12 +528,9 @@ func kvToMap(kvs []kv) map[string]string {
 
 // endTraceV2 is PATCH /api/2.0/mlflow/traces/{request_id} (EndTrace).
 func (s *Server) endTraceV2(r *request, id string) (any, *apiError) {
-	ts, ok, e := r.int64Field("timestamp_ms")
+	ts, e := r.traceTime("timestamp_ms")
 	if e != nil {
 		return nil, e
-	}
-	if !ok {
-		ts = time.Now().UnixMilli()
 	}
 	statusRaw, e := r.str("status")
 	if e != nil {
@@ -538,7 +554,7 @@ func (s *Server) endTraceV2(r *request, id string) (any, *apiError) {
 		if cur == nil || cur.Pending {
 			return nil, traceNotFound(id)
 		}
-		exec := ts - cur.RequestTime
+		exec := ts - cur.RequestTime // both within 0..year 9999: no overflow
 		cur.ExecutionMs, cur.State = &exec, state
 		if cur.Metadata == nil {
 			cur.Metadata = map[string]string{}
@@ -776,10 +792,17 @@ func (s *Server) batchGetTraces(r *request) (any, *apiError) {
 		return nil, e
 	}
 	out := []map[string]any{}
+	size := 0
 	for _, t := range ts {
 		full, e := s.fullTrace(r, t)
 		if e != nil {
 			return nil, e
+		}
+		for _, sp := range full["spans"].([]json.RawMessage) {
+			size += len(sp)
+		}
+		if size > maxBatchSpanBytes && len(out) > 0 {
+			break // the client asks again for the ones it did not get
 		}
 		out = append(out, full)
 	}
@@ -1329,8 +1352,8 @@ func (r *request) readTraceSearch(q *traceSearch) *apiError {
 	if cursor != "" {
 		off, found := strings.CutPrefix(cursor, "traces:")
 		v, err := strconv.Atoi(off)
-		if !found || err != nil || v < 0 {
-			return errf(400, codeInvalidParameter, "page_token is not one this server gave out; pass next_page_token from the previous answer unchanged")
+		if !found || err != nil || v < 0 || v > maxTraceOffset {
+			return errf(400, codeInvalidParameter, "page_token is not one this server gave out; pass next_page_token from the previous answer unchanged (pages end %d traces deep: narrow the filter to reach further)", maxTraceOffset)
 		}
 		q.offset = v
 	}
@@ -1550,7 +1573,7 @@ func jsonFloat(f float64) any {
 
 // queryTraceMetrics is POST /api/3.0/mlflow/traces/metrics: the number of
 // traces (trace_count, COUNT) and their latency (latency: AVG, MIN, MAX,
-// SUM, PERCENTILE) by status, name or time bucket.
+// SUM, PERCENTILE) by status and name, over the whole time range.
 func (s *Server) queryTraceMetrics(r *request) (any, *apiError) {
 	exps, e := r.strs("experiment_ids")
 	if e != nil {
@@ -1603,6 +1626,18 @@ func (s *Server) queryTraceMetrics(r *request) (any, *apiError) {
 			return nil, e
 		}
 		conds = append(conds, c...)
+	}
+	if n, ok, e := r.int64Field("time_interval_seconds"); e != nil || (ok && n != 0) {
+		if e != nil {
+			return nil, e
+		}
+		return nil, errf(400, codeInvalidParameter, "time_interval_seconds: fw answers trace metrics per group over the whole range, not per time bucket; leave it out")
+	}
+	if tok, e := r.str("page_token"); e != nil || tok != "" {
+		if e != nil {
+			return nil, e
+		}
+		return nil, errf(400, codeInvalidParameter, "page_token: fw answers every group in one page, so there is no next page")
 	}
 	startMs, hasStart, e := r.int64Field("start_time_ms")
 	if e != nil {

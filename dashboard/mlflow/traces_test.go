@@ -286,6 +286,19 @@ func TestMLflowTracesRefused(t *testing.T) {
 		"trace_location": map[string]any{"mlflow_experiment": map[string]any{"experiment_id": x}}, "execution_duration": "soon"}}})
 	e.fails(400, codeInvalidParameter, "POST", api3+"traces", map[string]any{"trace": map[string]any{"trace_info": map[string]any{"trace_id": "../x",
 		"trace_location": map[string]any{"mlflow_experiment": map[string]any{"experiment_id": x}}}}})
+	deep := encodeToken("traces:" + fmt.Sprint(maxTraceOffset+1))
+	e.fails(400, codeInvalidParameter, "POST", api3+"traces/search", map[string]any{"locations": []any{map[string]any{"mlflow_experiment": map[string]any{"experiment_id": x}}}, "page_token": deep, "order_by": []string{"name"}})
+	e.fails(400, codeInvalidParameter, "POST", api+"traces", map[string]any{"experiment_id": x, "timestamp_ms": 9e18})
+	e.fails(400, codeInvalidParameter, "POST", api3+"traces/metrics", map[string]any{"experiment_ids": []string{x}, "metric_name": "trace_count",
+		"aggregations": []any{map[string]any{"aggregation_type": "COUNT"}}, "time_interval_seconds": 60})
+	// A NUL in a span's name or attributes is kept in its JSON and left out of its search text.
+	nul := &tracepb.Span{TraceId: traceIDBytes(9), SpanId: spanIDBytes(9), Name: "a\x00b", StartTimeUnixNano: 5, Attributes: []*commonpb.KeyValue{strAttr("k", "v\x00w")}}
+	if code, body := e.sendSpans(x, "application/x-protobuf", otlpBody(t, nul)); code != 200 {
+		t.Fatalf("a span with NULs: %d %s", code, body)
+	}
+	if got := e.ok("GET", api3+"traces/get?trace_id=tr-"+hex.EncodeToString(traceIDBytes(9)), nil)["trace"].(map[string]any)["spans"].([]any); got[0].(map[string]any)["name"] != "a\x00b" {
+		t.Fatalf("the span with NULs: %v", got)
+	}
 	ids := make([]string, maxTracesPerBatch+1)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("tr-%d", i)

@@ -68,7 +68,8 @@ type MLflowTraces interface {
 	GetMLflowTraces(ctx context.Context, ids []string) ([]MLflowTrace, error)
 	// ScanMLflowTraces calls fn with the traces of the experiments by
 	// request time (oldest first when asc, else newest; ties by ID) until
-	// fn returns false.
+	// fn returns false. It reads them in pages and holds no database
+	// connection while fn runs: fn may call the store.
 	ScanMLflowTraces(ctx context.Context, experimentIDs []string, asc bool, fn func(MLflowTrace) bool) error
 	// DeleteMLflowTraces deletes traces with their spans; it returns how
 	// many existed.
@@ -196,6 +197,11 @@ func scanMLflowTraces(rows *sql.Rows, fn func(MLflowTrace) bool) error {
 	return rows.Err()
 }
 
+// scanPage is how many traces ScanMLflowTraces reads per query: it holds
+// no connection while its callback runs, so the callback may read the
+// store.
+const scanPage = 256
+
 func (s *sqlStore) ScanMLflowTraces(ctx context.Context, experimentIDs []string, asc bool, fn func(MLflowTrace) bool) error {
 	if len(experimentIDs) == 0 {
 		return nil
@@ -203,22 +209,42 @@ func (s *sqlStore) ScanMLflowTraces(ctx context.Context, experimentIDs []string,
 	if len(experimentIDs) > MaxMLflowTracesPerRead {
 		return errf(CodeBatchTooLarge, "%d experiments in one search; at most %d", len(experimentIDs), MaxMLflowTracesPerRead)
 	}
-	args := make([]any, len(experimentIDs))
+	base := make([]any, len(experimentIDs))
 	for i, id := range experimentIDs {
-		args[i] = id
+		base[i] = id
 	}
-	order := `request_time DESC, trace_id` + s.collate()
+	c := s.collate()
+	order, after := `request_time DESC, trace_id`+c, `(request_time < ? OR (request_time = ? AND trace_id`+c+` > ?))`
 	if asc {
-		order = `request_time, trace_id` + s.collate()
+		order, after = `request_time, trace_id`+c, `(request_time > ? OR (request_time = ? AND trace_id`+c+` > ?))`
 	}
-	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT trace_id, experiment_id, request_time, body FROM mlflow_traces WHERE experiment_id IN (`+placeholders(len(experimentIDs))+`) ORDER BY `+order), args...)
-	if err != nil {
-		return fmt.Errorf("searching traces: %w", err)
+	in := `SELECT trace_id, experiment_id, request_time, body FROM mlflow_traces WHERE experiment_id IN (` + placeholders(len(experimentIDs)) + `)`
+	var last *MLflowTrace
+	for {
+		q, args := in, append([]any(nil), base...)
+		if last != nil {
+			q += ` AND ` + after
+			args = append(args, last.RequestTime, last.RequestTime, last.ID)
+		}
+		args = append(args, scanPage)
+		rows, err := s.rdb.QueryContext(ctx, s.q(q+` ORDER BY `+order+` LIMIT ?`), args...)
+		if err != nil {
+			return fmt.Errorf("searching traces: %w", err)
+		}
+		var page []MLflowTrace
+		if err := scanMLflowTraces(rows, func(t MLflowTrace) bool { page = append(page, t); return true }); err != nil {
+			return fmt.Errorf("searching traces: %w", err)
+		}
+		for _, t := range page {
+			if !fn(t) {
+				return nil
+			}
+		}
+		if len(page) < scanPage {
+			return nil
+		}
+		last = &page[len(page)-1]
 	}
-	if err := scanMLflowTraces(rows, fn); err != nil {
-		return fmt.Errorf("searching traces: %w", err)
-	}
-	return nil
 }
 
 func (s *sqlStore) DeleteMLflowTraces(ctx context.Context, ids []string) (int, error) {
@@ -266,13 +292,15 @@ func (s *sqlStore) MLflowTraceIDsWithText(ctx context.Context, experimentIDs []s
 	for _, id := range experimentIDs {
 		args = append(args, id)
 	}
-	like := "LIKE" // SQLite's LIKE folds ASCII case
+	like := "LIKE" // SQLite's LIKE folds ASCII case and has no escape character
 	if s.d == query.Postgres {
-		like = "ILIKE"
+		like = "ILIKE ? ESCAPE ''" // no escape character either: a backslash is itself, as fw's LIKE reads it
+	} else {
+		like += " ?"
 	}
 	args = append(args, pattern, MaxMLflowTextMatches+1)
 	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT DISTINCT s.trace_id FROM mlflow_trace_spans s JOIN mlflow_traces t ON t.trace_id = s.trace_id
-WHERE t.experiment_id IN (`+placeholders(len(experimentIDs))+`) AND s.text `+like+` ? LIMIT ?`), args...)
+WHERE t.experiment_id IN (`+placeholders(len(experimentIDs))+`) AND s.text `+like+` LIMIT ?`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("searching the traces' text: %w", err)
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 )
 
@@ -73,6 +74,56 @@ func TestMLflowTraces(t *testing.T) {
 		}
 		if spans, _ := st.GetMLflowSpans(ctx, "tr-a"); len(spans) != 0 {
 			t.Fatalf("spans outlived their experiment: %v", spans)
+		}
+	})
+}
+
+// TestMLflowTraceScanPages: a scan over more than a page, with many ties
+// in time, gives every trace once in order, both ways; its callback may
+// read the store (one reader: a scan that held its connection would wait
+// for itself).
+func TestMLflowTraceScanPages(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		st := open(Config{Readers: 1})
+		ctx := context.Background()
+		const n = 600
+		for i := 0; i < n; i++ {
+			id := fmt.Sprintf("tr-%04d", i)
+			if _, err := st.UpdateMLflowTrace(ctx, id, func(*MLflowTrace) (*MLflowTrace, error) {
+				return &MLflowTrace{ExperimentID: "e", RequestTime: int64(i % 3), Body: json.RawMessage(`{}`)}, nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, asc := range []bool{true, false} {
+			var got []MLflowTrace
+			err := st.ScanMLflowTraces(ctx, []string{"e"}, asc, func(tr MLflowTrace) bool {
+				if _, err := st.GetMLflowSpans(ctx, tr.ID); err != nil { // a read inside the scan
+					t.Fatal(err)
+				}
+				got = append(got, tr)
+				return true
+			})
+			if err != nil || len(got) != n {
+				t.Fatalf("asc %v: %d traces, %v", asc, len(got), err)
+			}
+			seen := map[string]bool{}
+			for i, tr := range got {
+				if seen[tr.ID] {
+					t.Fatalf("asc %v: %s twice", asc, tr.ID)
+				}
+				seen[tr.ID] = true
+				if i > 0 {
+					p := got[i-1]
+					inOrder := p.RequestTime < tr.RequestTime || (p.RequestTime == tr.RequestTime && p.ID < tr.ID)
+					if !asc {
+						inOrder = p.RequestTime > tr.RequestTime || (p.RequestTime == tr.RequestTime && p.ID < tr.ID)
+					}
+					if !inOrder {
+						t.Fatalf("asc %v: %v before %v", asc, p, tr)
+					}
+				}
+			}
 		}
 	})
 }

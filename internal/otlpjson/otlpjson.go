@@ -6,6 +6,7 @@
 package otlpjson
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -23,8 +24,13 @@ const maxDepth = 64
 // the specification asks of receivers.
 func Decode(body []byte) (*collpb.ExportTraceServiceRequest, error) {
 	var doc any
-	if err := json.Unmarshal(body, &doc); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // int64 times and values as written, not through float64
+	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("the body is not JSON: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("the body is not JSON: more than one value")
 	}
 	if err := fixIDs(doc, "", 0); err != nil {
 		return nil, err

@@ -2,7 +2,7 @@
 // one's spans (/api/traces/tr-...) as a waterfall; none, a hint.
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { cleanup, fireEvent, render, screen } from "@testing-library/react";
-import { RunTraces, preview, traceStatus } from "./RunTraces";
+import { RunTraces, fmtMs, preview, traceStatus } from "./RunTraces";
 import type { Span, TraceSummary } from "../api/types";
 
 afterEach(() => {
@@ -56,5 +56,6 @@ describe("RunTraces", () => {
     expect(traceStatus({ ...summary, state: "STATE_UNSPECIFIED" })).toBe("unknown");
     expect(preview("x".repeat(100), 10)).toBe("xxxxxxxxx…");
     expect(preview(undefined)).toBe("");
+    expect(fmtMs(9e18)).toBe("–");
   });
 });

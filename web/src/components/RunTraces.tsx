@@ -25,6 +25,12 @@ export function traceStatus(t: TraceSummary): string {
   return "unknown";
 }
 
+/** A time of Unix milliseconds, "–" when it is not one a date holds. */
+export function fmtMs(ms: number): string {
+  const d = new Date(ms);
+  return Number.isNaN(d.getTime()) ? "–" : fmtTime(d.toISOString());
+}
+
 /** Cuts a preview to n characters. */
 export function preview(s: string | undefined, n = 80): string {
   if (!s) return "";
@@ -55,7 +61,7 @@ export function RunTraces({ runId }: { runId: string }) {
                   {t.state}
                 </span>
               </td>
-              <td className="muted">{fmtTime(new Date(t.request_time_ms).toISOString())}</td>
+              <td className="muted">{fmtMs(t.request_time_ms)}</td>
               <td className="num">{t.duration_ms !== undefined ? `${t.duration_ms} ms` : "—"}</td>
               <td className="mono small" title={t.request_preview}>
                 {preview(t.request_preview)}
