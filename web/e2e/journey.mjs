@@ -348,7 +348,8 @@ print(r.info.experiment_id, r.info.run_id)
       await page.getByRole("tab", { name: "Traces" }).click();
       await page.getByRole("tabpanel").getByRole("button", { name: "answer" }).click();
       const wf = page.getByTestId("waterfall");
-      await wf.getByText("retrieve").waitFor();
+      await wf.getByRole("button", { name: "retrieve" }).click();
+      await wf.getByTestId("span-attributes").getByText("docs", { exact: true }).waitFor();
       await screenshot(page, "16b-mlflow-trace");
       // The "View run at" link MLflow's client prints (MLflow UI's hash route) opens fw's run page.
       await page.goto(`${dash.url}/#/experiments/${expId}/runs/${id}`);

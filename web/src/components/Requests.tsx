@@ -71,9 +71,15 @@ export function waterfall(spans: Span[]): WaterfallRow[] {
   return out;
 }
 
+/** A span attribute's value as text: strings as they are, the rest as JSON. */
+export function attrText(v: unknown): string {
+  return typeof v === "string" ? v : JSON.stringify(v);
+}
+
 export function Waterfall({ traceId, onOpen }: { traceId: string; onOpen: (traceId: string) => void }) {
   const trace = useApi((s) => get<TraceSpans>(`/api/traces/${seg(traceId)}`, undefined, s), [traceId]);
   const rows = useMemo(() => waterfall(trace.data?.spans ?? []), [trace.data]);
+  const [picked, setPicked] = useState<string>();
   if (trace.error) return <ErrorNote error={trace.error} />;
   if (!trace.data) return <p className="muted">Loading…</p>;
   const t0 = Math.min(...rows.map((r) => r.span.start_ns));
@@ -91,7 +97,9 @@ export function Waterfall({ traceId, onOpen }: { traceId: string; onOpen: (trace
         return (
           <div key={s.span_id} className={`wf-row${s.status === 2 ? " wf-error" : ""}`} title={s.status_message || undefined}>
             <div className="wf-name" style={{ paddingLeft: `${depth * 1.1}em` }}>
-              <span>{s.name}</span>
+              <button type="button" className="link" aria-expanded={picked === s.span_id} onClick={() => setPicked(picked === s.span_id ? undefined : s.span_id)} title="show its attributes">
+                {s.name}
+              </button>
               {links.length > 0 && (
                 <>
                   {" "}
@@ -112,6 +120,25 @@ export function Waterfall({ traceId, onOpen }: { traceId: string; onOpen: (trace
             <div className="wf-ms">
               {spanMs(s).toFixed(2)} ms<span className="muted small">{batch}</span>
             </div>
+            {picked === s.span_id && (
+              <dl className="wf-attrs" data-testid="span-attributes">
+                {s.status_message && (
+                  <>
+                    <dt>status</dt>
+                    <dd className="mono">{s.status_message}</dd>
+                  </>
+                )}
+                {Object.keys(a)
+                  .sort()
+                  .map((k) => (
+                    <div key={k} className="wf-attr">
+                      <dt className="mono">{k}</dt>
+                      <dd className="mono">{attrText(a[k])}</dd>
+                    </div>
+                  ))}
+                {Object.keys(a).length === 0 && !s.status_message && <dd className="muted">no attributes</dd>}
+              </dl>
+            )}
           </div>
         );
       })}

@@ -1,7 +1,7 @@
 // A run's MLflow traces: listed from /api/runs/{id}/traces, the picked
 // one's spans (/api/traces/tr-...) as a waterfall; none, a hint.
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { cleanup, fireEvent, render, screen } from "@testing-library/react";
+import { cleanup, fireEvent, render, screen, within } from "@testing-library/react";
 import { RunTraces, fmtMs, preview, traceStatus } from "./RunTraces";
 import type { Span, TraceSummary } from "../api/types";
 
@@ -29,7 +29,7 @@ describe("RunTraces", () => {
         urls.push(String(url));
         if (String(url).startsWith("/api/runs/r1/traces")) return new Response(JSON.stringify({ traces: [summary] }), { status: 200 });
         if (String(url) === `/api/traces/${ID}`)
-          return new Response(JSON.stringify({ trace_id: ID, spans: [span({}), span({ span_id: "0000000000000002", parent_id: "0000000000000001", name: "retrieve", status: 0 })] }), { status: 200 });
+          return new Response(JSON.stringify({ trace_id: ID, spans: [span({}), span({ span_id: "0000000000000002", parent_id: "0000000000000001", name: "retrieve", status: 0, attributes: { "mlflow.spanInputs": '{"q": "hi"}', docs: 3 } })] }), { status: 200 });
         return new Response("{}", { status: 404 });
       }),
     );
@@ -43,6 +43,11 @@ describe("RunTraces", () => {
     expect(wf.textContent).toContain("retrieve");
     expect(wf.textContent).toContain("2 spans");
     expect(urls).toContain(`/api/traces/${ID}`);
+    // A span's attributes, as MLflow's client sent them.
+    fireEvent.click(within(wf).getByRole("button", { name: "retrieve" }));
+    const attrs = screen.getByTestId("span-attributes");
+    expect(attrs.textContent).toContain("mlflow.spanInputs");
+    expect(attrs.textContent).toContain('{"q": "hi"}');
   });
 
   it("explains how traces get here when the run has none", async () => {
