@@ -144,7 +144,7 @@ func TestTraceStore(t *testing.T) {
 	for _, c := range []struct {
 		path string
 		code int
-	}{{"/api/traces/" + strings.Repeat("0", 32), 404}, {"/api/traces/xyz", 400}, {"/api/traces?sort=fast", 400}, {"/api/traces?limit=0", 400}, {"/api/traces?since=yesterday", 400}} {
+	}{{"/api/traces/" + strings.Repeat("0", 32), 404}, {"/api/traces/xyz", 400}, {"/api/traces?sort=fast", 400}, {"/api/traces?sort=", 400}, {"/api/traces?limit=0", 400}, {"/api/traces?since=yesterday", 400}} {
 		if code, out := doJSON(t, "GET", url+c.path, ""); code != c.code || errCode(t, out) == "" {
 			t.Errorf("GET %s: %d %v, want %d", c.path, code, out, c.code)
 		}

@@ -352,8 +352,12 @@ func (s *Server) listTraces(c *call) (any, error) {
 		Deployment: string(ctx.QueryArgs().Peek("deployment")),
 		Service:    string(ctx.QueryArgs().Peek("service")),
 	}
-	switch sort := string(ctx.QueryArgs().Peek("sort")); sort {
-	case "", "recent":
+	sort := string(ctx.QueryArgs().Peek("sort"))
+	if !ctx.QueryArgs().Has("sort") {
+		sort = "recent" // absent; present but empty ("?sort=") is refused below
+	}
+	switch sort {
+	case "recent":
 	case "slowest":
 		q.Slowest = true
 	default:
