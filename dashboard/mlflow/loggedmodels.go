@@ -596,6 +596,29 @@ var loggedModelAttrs = []string{"name", "model_id", "model_type", "status", "sou
 // parseModelFilter reads a filter of comparisons joined by AND over attrs
 // (bare or attributes.X), tags.X, params.X and metrics.X.
 func parseModelFilter(filter string, attrs []string) ([]modelCond, *apiError) {
+	return parseConds(filter, func(entity, key string) (string, *apiError) {
+		switch strings.ToLower(entity) {
+		case "tag", "tags":
+			return "tags." + key, nil
+		case "param", "params":
+			return "params." + key, nil
+		case "metric", "metrics":
+			return "metrics." + key, nil
+		case "", "attribute", "attributes", "attr":
+			if !slices.Contains(attrs, key) {
+				return "", errf(400, codeInvalidParameter, "Invalid filter %q: unknown attribute %q; the attributes are %s", filter, key, strings.Join(attrs, ", "))
+			}
+			return key, nil
+		}
+		return "", errf(400, codeInvalidParameter, "Invalid filter %q: unknown entity %q", filter, entity)
+	})
+}
+
+// parseConds reads MLflow's filter language of comparisons joined by AND
+// (field, =, !=, <, <=, >, >=, LIKE or ILIKE, a string or a number);
+// field names what each compares: its entity ("" for a bare name) and
+// key, as the field the caller's value function reads.
+func parseConds(filter string, field func(entity, key string) (string, *apiError)) ([]modelCond, *apiError) {
 	toks, e := lexMLflow(filter)
 	if e != nil {
 		return nil, e
@@ -616,23 +639,11 @@ func parseModelFilter(filter string, attrs []string) ([]modelCond, *apiError) {
 			if toks[i].kind != 'i' && toks[i].kind != 'q' {
 				return nil, errf(400, codeInvalidParameter, "Invalid filter %q: expected a field at column %d", filter, toks[i].pos)
 			}
-			entity, key, n = "attributes", toks[i].text, 1
+			entity, key, n = "", toks[i].text, 1
 		}
 		var c modelCond
-		switch strings.ToLower(entity) {
-		case "tag", "tags":
-			c.field = "tags." + key
-		case "param", "params":
-			c.field = "params." + key
-		case "metric", "metrics":
-			c.field = "metrics." + key
-		case "attribute", "attributes", "attr":
-			if !slices.Contains(attrs, key) {
-				return nil, errf(400, codeInvalidParameter, "Invalid filter %q: unknown attribute %q; the attributes are %s", filter, key, strings.Join(attrs, ", "))
-			}
-			c.field = key
-		default:
-			return nil, errf(400, codeInvalidParameter, "Invalid filter %q: unknown entity %q", filter, entity)
+		if c.field, e = field(entity, key); e != nil {
+			return nil, e
 		}
 		i += n
 		if i+1 >= len(toks) {

@@ -17,7 +17,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 	collpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/internal/otlpjson"
+	"github.com/fw-serve/fw/payloadlog"
 )
 
 // ExperimentHeader names the experiment MLflow's span intake files spans
@@ -169,7 +169,7 @@ func (s *Server) receiveSpans(ctx *fasthttp.RequestCtx) {
 					ms := int64((root.EndTimeUnixNano - root.StartTimeUnixNano) / 1e6)
 					t.ExecutionMs = &ms
 				}
-				t.Tags[tagTraceName] = clipUTF8(root.Name, maxTraceTagValue)
+				t.Tags[tagTraceName] = payloadlog.Clip(root.Name, maxTraceTagValue)
 			}
 			t.Tags[tagSpansLocation] = spansInTrackingStor
 			return t, nil
@@ -249,14 +249,7 @@ func spanText(sp *tracepb.Span) string {
 		b.WriteByte('\n')
 		b.WriteString(ev.Name)
 	}
-	out := strings.ReplaceAll(b.String(), "\x00", "") // PostgreSQL's TEXT holds no NUL
-	if len(out) > maxSpanText {
-		out = out[:maxSpanText]
-		for !utf8.ValidString(out) {
-			out = out[:len(out)-1]
-		}
-	}
-	return out
+	return payloadlog.Clip(strings.ReplaceAll(b.String(), "\x00", ""), maxSpanText) // PostgreSQL's TEXT holds no NUL
 }
 
 // anyText is a value as text: a string as itself, the rest as JSON.
@@ -444,16 +437,4 @@ func pyFloat(f float64) string {
 		out += ".0"
 	}
 	return out
-}
-
-// clipUTF8 cuts s to at most n bytes, on a character boundary.
-func clipUTF8(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
 }

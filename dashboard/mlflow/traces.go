@@ -988,76 +988,30 @@ func traceAttr(name string) (string, bool) {
 // timestamp_ms, execution_time_ms, status/state, name, run_id,
 // client_request_id, text), tags.X, and metadata.X (request_metadata.X).
 func parseTraceFilter(filter string) ([]modelCond, *apiError) {
-	toks, e := lexMLflow(filter)
+	conds, e := parseConds(filter, func(entity, key string) (string, *apiError) {
+		switch strings.ToLower(entity) {
+		case "tag", "tags":
+			return "tags." + key, nil
+		case "metadata", "request_metadata":
+			return "metadata." + key, nil
+		case "", "attribute", "attributes", "attr", "trace":
+			f, ok := traceAttr(key)
+			if !ok {
+				return "", errf(400, codeInvalidParameter, "Invalid filter %q: unknown attribute %q; the attributes are trace_id, timestamp_ms, execution_time_ms, status, name, run_id, client_request_id, text", filter, key)
+			}
+			return f, nil
+		}
+		return "", errf(400, codeInvalidParameter, "Invalid filter %q: unknown entity %q; fw searches traces by attributes, tags.X and metadata.X (span, feedback and expectation filters are not served)", filter, entity)
+	})
 	if e != nil {
 		return nil, e
 	}
-	var out []modelCond
-	for i := 0; i < len(toks); {
-		if len(out) > 0 {
-			if toks[i].kind != 'i' || !strings.EqualFold(toks[i].text, "AND") {
-				return nil, errf(400, codeInvalidParameter, "Invalid filter %q: comparisons are joined with AND (column %d)", filter, toks[i].pos)
-			}
-			i++
-			if i == len(toks) {
-				return nil, errf(400, codeInvalidParameter, "Invalid filter %q: expected a comparison after AND", filter)
-			}
-		}
-		entity, key, n, ok := splitEntity(toks[i:])
-		if !ok {
-			if toks[i].kind != 'i' && toks[i].kind != 'q' {
-				return nil, errf(400, codeInvalidParameter, "Invalid filter %q: expected a field at column %d", filter, toks[i].pos)
-			}
-			entity, key, n = "attribute", toks[i].text, 1
-		}
-		var c modelCond
-		switch strings.ToLower(entity) {
-		case "tag", "tags":
-			c.field = "tags." + key
-		case "metadata", "request_metadata":
-			c.field = "metadata." + key
-		case "attribute", "attributes", "attr", "trace":
-			f, ok := traceAttr(key)
-			if !ok {
-				return nil, errf(400, codeInvalidParameter, "Invalid filter %q: unknown attribute %q; the attributes are trace_id, timestamp_ms, execution_time_ms, status, name, run_id, client_request_id, text", filter, key)
-			}
-			c.field = f
-		default:
-			return nil, errf(400, codeInvalidParameter, "Invalid filter %q: unknown entity %q; fw searches traces by attributes, tags.X and metadata.X (span, feedback and expectation filters are not served)", filter, entity)
-		}
-		i += n
-		if i+1 >= len(toks) {
-			return nil, errf(400, codeInvalidParameter, "Invalid filter %q: expected an operator and a value after %s", filter, c.field)
-		}
-		op := toks[i]
-		switch {
-		case op.kind == 'o':
-			c.op = strings.ReplaceAll(op.text, "==", "=")
-		case op.kind == 'i' && (strings.EqualFold(op.text, "LIKE") || strings.EqualFold(op.text, "ILIKE")):
-			c.op = strings.ToUpper(op.text)
-		default:
-			return nil, errf(400, codeInvalidParameter, "Invalid filter %q: unsupported operator %q at column %d", filter, op.text, op.pos)
-		}
-		v := toks[i+1]
-		switch v.kind {
-		case 's':
-			c.str = v.text
-		case 'n':
-			f, err := strconv.ParseFloat(v.text, 64)
-			if err != nil {
-				return nil, errf(400, codeInvalidParameter, "Invalid filter %q: bad number %q", filter, v.text)
-			}
-			c.num, c.isNum, c.str = f, true, v.text
-		default:
-			return nil, errf(400, codeInvalidParameter, "Invalid filter %q: expected a value at column %d", filter, v.pos)
-		}
+	for _, c := range conds {
 		if c.field == "text" && c.op != "LIKE" && c.op != "ILIKE" {
 			return nil, errf(400, codeInvalidParameter, "Invalid filter %q: trace.text takes LIKE or ILIKE", filter)
 		}
-		out = append(out, c)
-		i += 2
 	}
-	return out, nil
+	return conds, nil
 }
 
 // parseTraceOrder reads order_by: "<field> [ASC|DESC]" each; the default
@@ -1558,15 +1512,11 @@ func npmiSmoothed(joint, n1, n2, total float64) float64 {
 	return math.Log(pxy/(px*py)) / -math.Log(pxy)
 }
 
-// jsonFloat writes NaN and infinities as protobuf's JSON does ("NaN").
+// jsonFloat writes NaN and infinities as protobuf's JSON does ("NaN",
+// "Infinity": the words Python writes too).
 func jsonFloat(f float64) any {
-	switch {
-	case math.IsNaN(f):
-		return "NaN"
-	case math.IsInf(f, 1):
-		return "Infinity"
-	case math.IsInf(f, -1):
-		return "-Infinity"
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return pyFloat(f)
 	}
 	return f
 }
