@@ -248,27 +248,23 @@ func (s *Server) loggedModelRoute(rctx context.Context, ctx *fasthttp.RequestCtx
 	parts := strings.Split(rest, "/")
 	id := parts[0]
 	method := string(ctx.Method())
-	type op struct {
-		method string
-		fn     func(*request) (any, *apiError)
-	}
-	var ops []op
+	var ops []pathOp
 	switch {
 	case len(parts) == 1:
-		ops = []op{
+		ops = []pathOp{
 			{"GET", func(r *request) (any, *apiError) { return s.getLoggedModel(r, id) }},
 			{"PATCH", func(r *request) (any, *apiError) { return s.finalizeLoggedModel(r, id) }},
 			{"DELETE", func(r *request) (any, *apiError) { return s.deleteLoggedModel(r, id) }},
 		}
 	case len(parts) == 2 && parts[1] == "tags":
-		ops = []op{{"PATCH", func(r *request) (any, *apiError) { return s.setLoggedModelTags(r, id) }}}
+		ops = []pathOp{{"PATCH", func(r *request) (any, *apiError) { return s.setLoggedModelTags(r, id) }}}
 	case len(parts) >= 3 && parts[1] == "tags":
 		key := strings.Join(parts[2:], "/")
-		ops = []op{{"DELETE", func(r *request) (any, *apiError) { return s.deleteLoggedModelTag(r, id, key) }}}
+		ops = []pathOp{{"DELETE", func(r *request) (any, *apiError) { return s.deleteLoggedModelTag(r, id, key) }}}
 	case len(parts) == 2 && parts[1] == "params":
-		ops = []op{{"POST", func(r *request) (any, *apiError) { return s.logLoggedModelParams(r, id) }}}
+		ops = []pathOp{{"POST", func(r *request) (any, *apiError) { return s.logLoggedModelParams(r, id) }}}
 	case len(parts) == 3 && parts[1] == "artifacts" && parts[2] == "directories":
-		ops = []op{{"GET", func(r *request) (any, *apiError) { return s.listLoggedModelArtifacts(r, id) }}}
+		ops = []pathOp{{"GET", func(r *request) (any, *apiError) { return s.listLoggedModelArtifacts(r, id) }}}
 	case len(parts) == 3 && parts[1] == "artifacts" && parts[2] == "files":
 		if method != "GET" && method != "HEAD" {
 			ctx.Response.Header.Set("Allow", "GET")
@@ -280,6 +276,20 @@ func (s *Server) loggedModelRoute(rctx context.Context, ctx *fasthttp.RequestCtx
 	default:
 		return false
 	}
+	s.serveOps(rctx, ctx, ops)
+	return true
+}
+
+// pathOp is one method of a route with an ID in its path.
+type pathOp struct {
+	method string
+	fn     func(*request) (any, *apiError)
+}
+
+// serveOps answers the request with the op of its method (GET also
+// answering HEAD), or 405 naming the methods there are.
+func (s *Server) serveOps(rctx context.Context, ctx *fasthttp.RequestCtx, ops []pathOp) {
+	method := string(ctx.Method())
 	allowed := make([]string, 0, len(ops))
 	for _, o := range ops {
 		allowed = append(allowed, o.method)
@@ -289,16 +299,15 @@ func (s *Server) loggedModelRoute(rctx context.Context, ctx *fasthttp.RequestCtx
 				var out any
 				if out, e = o.fn(req); e == nil {
 					writeJSON(ctx, 200, out)
-					return true
+					return
 				}
 			}
 			writeErr(ctx, e)
-			return true
+			return
 		}
 	}
 	ctx.Response.Header.Set("Allow", strings.Join(allowed, ", "))
 	writeErr(ctx, errf(405, codeBadRequest, "%s takes %s, not %s", ctx.Path(), strings.Join(allowed, " or "), method))
-	return true
 }
 
 func (s *Server) getLoggedModel(r *request, id string) (any, *apiError) {

@@ -594,14 +594,10 @@ func (s *Server) startTrace(r *request) (any, *apiError) {
 // (PATCH sets, DELETE removes); false when rest is none of them.
 func (s *Server) serveTraceRoute(rctx context.Context, ctx *fasthttp.RequestCtx, rest string) bool {
 	id, sub, _ := strings.Cut(rest, "/")
-	type op struct {
-		method string
-		fn     func(*request) (any, *apiError)
-	}
-	var ops []op
+	var ops []pathOp
 	switch sub {
 	case "":
-		ops = []op{
+		ops = []pathOp{
 			{"GET", func(r *request) (any, *apiError) {
 				t, e := s.loadTrace(r, id)
 				if e != nil {
@@ -612,7 +608,7 @@ func (s *Server) serveTraceRoute(rctx context.Context, ctx *fasthttp.RequestCtx,
 			{"PATCH", func(r *request) (any, *apiError) { return s.endTraceV2(r, id) }},
 		}
 	case "info":
-		ops = []op{{"GET", func(r *request) (any, *apiError) {
+		ops = []pathOp{{"GET", func(r *request) (any, *apiError) {
 			t, e := s.loadTrace(r, id)
 			if e != nil {
 				return nil, e
@@ -620,32 +616,14 @@ func (s *Server) serveTraceRoute(rctx context.Context, ctx *fasthttp.RequestCtx,
 			return map[string]any{"trace_info": t.v2()}, nil
 		}}}
 	case "tags":
-		ops = []op{
+		ops = []pathOp{
 			{"PATCH", func(r *request) (any, *apiError) { return s.setTraceTag(r, id) }},
 			{"DELETE", func(r *request) (any, *apiError) { return s.deleteTraceTag(r, id) }},
 		}
 	default:
 		return false
 	}
-	method := string(ctx.Method())
-	allowed := make([]string, 0, len(ops))
-	for _, o := range ops {
-		allowed = append(allowed, o.method)
-		if o.method == method || (o.method == "GET" && method == "HEAD") {
-			req, e := s.request(rctx, ctx)
-			if e == nil {
-				var out any
-				if out, e = o.fn(req); e == nil {
-					writeJSON(ctx, 200, out)
-					return true
-				}
-			}
-			writeErr(ctx, e)
-			return true
-		}
-	}
-	ctx.Response.Header.Set("Allow", strings.Join(allowed, ", "))
-	writeErr(ctx, errf(405, codeBadRequest, "%s takes %s, not %s", ctx.Path(), strings.Join(allowed, " or "), method))
+	s.serveOps(rctx, ctx, ops)
 	return true
 }
 
@@ -1352,6 +1330,12 @@ func (s *Server) searchTracesV3(r *request) (any, *apiError) {
 		}
 		exps = append(exps, l.MlflowExperiment.ExperimentID)
 	}
+	return s.searchTraces(r, exps, (*mlTrace).v3)
+}
+
+// searchTraces answers a search of the experiments (MLflow IDs) with
+// each trace in wire's form (TraceInfoV3's or V2's).
+func (s *Server) searchTraces(r *request, exps []string, wire func(*mlTrace) map[string]any) (any, *apiError) {
 	var q traceSearch
 	var e *apiError
 	if q.experiments, e = s.resolveTraceExperiments(r, exps); e != nil {
@@ -1364,9 +1348,9 @@ func (s *Server) searchTracesV3(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	out := []map[string]any{}
+	out := make([]map[string]any, 0, len(ts))
 	for _, t := range ts {
-		out = append(out, t.v3())
+		out = append(out, wire(t))
 	}
 	resp := map[string]any{"traces": out}
 	if next != "" {
@@ -1381,26 +1365,7 @@ func (s *Server) searchTracesV2(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	var q traceSearch
-	if q.experiments, e = s.resolveTraceExperiments(r, exps); e != nil {
-		return nil, e
-	}
-	if e := r.readTraceSearch(&q); e != nil {
-		return nil, e
-	}
-	ts, next, e := s.runTraceSearch(r, q)
-	if e != nil {
-		return nil, e
-	}
-	out := []map[string]any{}
-	for _, t := range ts {
-		out = append(out, t.v2())
-	}
-	resp := map[string]any{"traces": out}
-	if next != "" {
-		resp["next_page_token"] = next
-	}
-	return resp, nil
+	return s.searchTraces(r, exps, (*mlTrace).v2)
 }
 
 // countTraces counts the traces of the experiments that meet conds.
