@@ -1,13 +1,10 @@
 package api
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"strings"
 	"sync/atomic"
@@ -17,10 +14,9 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/fw-serve/fw/dashboard/store"
-	"github.com/fw-serve/fw/internal/otlpjson"
+	"github.com/fw-serve/fw/internal/otlpbody"
 	"github.com/fw-serve/fw/payloadlog"
 )
 
@@ -63,8 +59,7 @@ type traceStore struct {
 // Status message.
 func (s *Server) receiveTraces(c *call) {
 	ctx := c.rc
-	ct := strings.ToLower(strings.TrimSpace(strings.Split(string(ctx.Request.Header.ContentType()), ";")[0]))
-	isJSON := ct == "application/json"
+	isJSON, known, ct := otlpbody.Format(string(ctx.Request.Header.ContentType()))
 	fail := func(status int, msg string) {
 		if isJSON {
 			out, _ := json.Marshal(map[string]any{"code": grpcCodeOf(status), "message": msg})
@@ -75,7 +70,7 @@ func (s *Server) receiveTraces(c *call) {
 		}
 		otlpError(ctx, status, msg)
 	}
-	if ct != "application/x-protobuf" && !isJSON {
+	if !known {
 		otlpError(ctx, 415, fmt.Sprintf("Content-Type %q: send OTLP/HTTP in protobuf, application/x-protobuf (OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf), or JSON, application/json", ct))
 		return
 	}
@@ -84,39 +79,9 @@ func (s *Server) receiveTraces(c *call) {
 		fail(e.Status, e.Message)
 		return
 	}
-	switch enc := strings.ToLower(string(ctx.Request.Header.ContentEncoding())); enc {
-	case "", "identity":
-	case "gzip":
-		zr, err := gzip.NewReader(bytes.NewReader(body))
-		if err != nil {
-			fail(400, "the gzip body is corrupt: "+err.Error())
-			return
-		}
-		// The limit applies to what the body expands to: a small bomb is
-		// refused after MaxBodyBytes, not held.
-		b, err := io.ReadAll(io.LimitReader(zr, s.cfg.MaxBodyBytes+1))
-		if err != nil {
-			fail(400, "the gzip body is corrupt: "+err.Error())
-			return
-		}
-		if int64(len(b)) > s.cfg.MaxBodyBytes {
-			fail(413, fmt.Sprintf("the body expands to more than %d bytes; send smaller batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE)", s.cfg.MaxBodyBytes))
-			return
-		}
-		body = b
-	default:
-		fail(415, fmt.Sprintf("Content-Encoding %q: send gzip or none", enc))
-		return
-	}
-	req := &collpb.ExportTraceServiceRequest{}
-	if isJSON {
-		var err error
-		if req, err = otlpjson.Decode(body); err != nil {
-			fail(400, err.Error())
-			return
-		}
-	} else if err := proto.Unmarshal(body, req); err != nil {
-		fail(400, "the body is not an OTLP ExportTraceServiceRequest: "+err.Error())
+	req, bad := otlpbody.Read(body, isJSON, string(ctx.Request.Header.ContentEncoding()), s.cfg.MaxBodyBytes)
+	if bad != nil {
+		fail(bad.Status, bad.Msg)
 		return
 	}
 	spans, rejected := spansOf(req)
@@ -136,15 +101,9 @@ func (s *Server) receiveTraces(c *call) {
 		resp.PartialSuccess = &collpb.ExportTracePartialSuccess{RejectedSpans: int64(rejected),
 			ErrorMessage: fmt.Sprintf("%d spans had a trace ID that is not 16 bytes or a span ID that is not 8 (or all zeros)", rejected)}
 	}
+	out, ctype := otlpbody.Answer(resp, isJSON)
 	ctx.SetStatusCode(200)
-	if isJSON {
-		out, _ := protojson.Marshal(resp)
-		ctx.SetContentType("application/json")
-		ctx.SetBody(out)
-		return
-	}
-	out, _ := proto.Marshal(resp)
-	ctx.SetContentType("application/x-protobuf")
+	ctx.SetContentType(ctype)
 	ctx.SetBody(out)
 }
 

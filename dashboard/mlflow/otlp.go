@@ -8,12 +8,9 @@ package mlflow
 // header are fw's own trace store's (dashboard/api).
 
 import (
-	"bytes"
-	"compress/gzip"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"strconv"
 	"strings"
@@ -23,10 +20,9 @@ import (
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/fw-serve/fw/dashboard/store"
-	"github.com/fw-serve/fw/internal/otlpjson"
+	"github.com/fw-serve/fw/internal/otlpbody"
 	"github.com/fw-serve/fw/payloadlog"
 )
 
@@ -50,8 +46,8 @@ func (s *Server) receiveSpans(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, errf(405, codeBadRequest, "/v1/traces takes POST (OTLP/HTTP)"))
 		return
 	}
-	ct := strings.ToLower(strings.TrimSpace(strings.Split(string(ctx.Request.Header.ContentType()), ";")[0]))
-	if ct != "application/x-protobuf" && ct != "application/json" {
+	isJSON, known, ct := otlpbody.Format(string(ctx.Request.Header.ContentType()))
+	if !known {
 		writeErr(ctx, errf(415, codeInvalidParameter, "Content-Type %q: send OTLP/HTTP in protobuf (application/x-protobuf) or JSON (application/json)", ct))
 		return
 	}
@@ -60,37 +56,13 @@ func (s *Server) receiveSpans(ctx *fasthttp.RequestCtx) {
 		writeErr(ctx, e)
 		return
 	}
-	switch enc := strings.ToLower(string(ctx.Request.Header.ContentEncoding())); enc {
-	case "", "identity":
-	case "gzip":
-		zr, err := gzip.NewReader(bytes.NewReader(body))
-		if err != nil {
-			writeErr(ctx, errf(400, codeInvalidParameter, "the gzip body is corrupt: %v", err))
-			return
+	req, bad := otlpbody.Read(body, isJSON, string(ctx.Request.Header.ContentEncoding()), s.cfg.MaxBodyBytes)
+	if bad != nil {
+		code := codeInvalidParameter
+		if bad.Status == 413 {
+			code = codeLimitExceeded
 		}
-		b, err := io.ReadAll(io.LimitReader(zr, s.cfg.MaxBodyBytes+1))
-		if err != nil {
-			writeErr(ctx, errf(400, codeInvalidParameter, "the gzip body is corrupt: %v", err))
-			return
-		}
-		if int64(len(b)) > s.cfg.MaxBodyBytes {
-			writeErr(ctx, errf(413, codeLimitExceeded, "the body expands to more than %d bytes; send fewer spans per request", s.cfg.MaxBodyBytes))
-			return
-		}
-		body = b
-	default:
-		writeErr(ctx, errf(415, codeInvalidParameter, "Content-Encoding %q: send gzip or none", enc))
-		return
-	}
-	req := &collpb.ExportTraceServiceRequest{}
-	if ct == "application/json" {
-		var err error
-		if req, err = otlpjson.Decode(body); err != nil {
-			writeErr(ctx, errf(400, codeInvalidParameter, "%v", err))
-			return
-		}
-	} else if err := proto.Unmarshal(body, req); err != nil {
-		writeErr(ctx, errf(400, codeInvalidParameter, "the body is not an OTLP ExportTraceServiceRequest: %v", err))
+		writeErr(ctx, errf(bad.Status, code, "%s", bad.Msg))
 		return
 	}
 	r := &request{ctx: s.reqCtx(ctx)}
@@ -183,15 +155,9 @@ func (s *Server) receiveSpans(ctx *fasthttp.RequestCtx) {
 		resp.PartialSuccess = &collpb.ExportTracePartialSuccess{RejectedSpans: int64(rejected),
 			ErrorMessage: fmt.Sprintf("%d spans had a trace ID that is not 16 bytes or a span ID that is not 8 (or all zeros), or were over %d bytes", rejected, maxSpanContent)}
 	}
+	out, ctype := otlpbody.Answer(resp, isJSON)
 	ctx.SetStatusCode(200)
-	if ct == "application/json" {
-		out, _ := protojson.Marshal(resp)
-		ctx.SetContentType("application/json")
-		ctx.SetBody(out)
-		return
-	}
-	out, _ := proto.Marshal(resp)
-	ctx.SetContentType("application/x-protobuf")
+	ctx.SetContentType(ctype)
 	ctx.SetBody(out)
 }
 

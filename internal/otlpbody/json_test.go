@@ -1,4 +1,4 @@
-package otlpjson
+package otlpbody
 
 import (
 	"encoding/hex"
@@ -6,16 +6,16 @@ import (
 	"testing"
 )
 
-// TestDecode: the specification's example shape, hex IDs, camelCase and
+// TestDecodeJSON: the specification's example shape, hex IDs, camelCase and
 // snake_case names, integer enums, attributes of every kind.
-func TestDecode(t *testing.T) {
+func TestDecodeJSON(t *testing.T) {
 	body := `{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"svc"}}]},
 	"scopeSpans":[{"scope":{"name":"s"},"spans":[{"traceId":"5b8efff798038103d269b633813fc60c","spanId":"eee19b7ec3c1b174",
 	"parentSpanId":"","name":"op","kind":2,"startTimeUnixNano":"1544712660000000000","endTimeUnixNano":1700000000123456789,
 	"attributes":[{"key":"n","value":{"intValue":12345678901234567}},{"key":"l","value":{"arrayValue":{"values":[{"boolValue":true}]}}}],
 	"status":{"code":2,"message":"bad"},"links":[{"trace_id":"5b8efff798038103d269b633813fc60d","span_id":"eee19b7ec3c1b175"}],
 	"unknownField":1}]}]}]}`
-	req, err := Decode([]byte(body))
+	req, err := DecodeJSON([]byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,17 +28,17 @@ func TestDecode(t *testing.T) {
 	}
 	for _, bad := range []string{`[`, `{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"xyz"}]}]}]}`,
 		`{"resourceSpans":"no"}`, strings.Repeat("[", 200) + strings.Repeat("]", 200)} {
-		if _, err := Decode([]byte(bad)); err == nil {
+		if _, err := DecodeJSON([]byte(bad)); err == nil {
 			t.Errorf("%.40s: decoded", bad)
 		}
 	}
 }
 
-// FuzzDecode: any body is read or refused, never a panic.
-func FuzzDecode(f *testing.F) {
+// FuzzDecodeJSON: any body is read or refused, never a panic.
+func FuzzDecodeJSON(f *testing.F) {
 	f.Add([]byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"00","spanId":"01","name":"x"}]}]}]}`))
 	f.Add([]byte(`{"resource_spans":[{"scope_spans":[{"spans":[{"links":[{"trace_id":"ab"}]}]}]}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		_, _ = Decode(body)
+		_, _ = DecodeJSON(body)
 	})
 }

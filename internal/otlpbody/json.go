@@ -1,9 +1,4 @@
-// Package otlpjson reads OTLP/HTTP's JSON encoding of a trace export
-// (ExportTraceServiceRequest): protobuf's JSON mapping, except that trace
-// and span IDs are hex strings, not base64 (the OTLP specification's
-// "JSON Protobuf Encoding"), and enums may be integers. Both of the
-// dashboard's /v1/traces receivers take it beside protobuf.
-package otlpjson
+package otlpbody
 
 import (
 	"bytes"
@@ -20,9 +15,12 @@ import (
 // arrays and maps): deeper bodies are refused, not recursed into.
 const maxDepth = 64
 
-// Decode reads an OTLP/JSON trace export. Unknown fields are ignored, as
-// the specification asks of receivers.
-func Decode(body []byte) (*collpb.ExportTraceServiceRequest, error) {
+// DecodeJSON reads OTLP/HTTP's JSON encoding of a trace export:
+// protobuf's JSON mapping, except that trace and span IDs are hex strings,
+// not base64 (the OTLP specification's "JSON Protobuf Encoding"), and
+// enums may be integers. Unknown fields are ignored, as the specification
+// asks of receivers.
+func DecodeJSON(body []byte) (*collpb.ExportTraceServiceRequest, error) {
 	var doc any
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber() // int64 times and values as written, not through float64
