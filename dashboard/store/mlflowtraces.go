@@ -89,20 +89,12 @@ type MLflowTraces interface {
 
 func (s *sqlStore) UpdateMLflowTrace(ctx context.Context, id string, fn func(cur *MLflowTrace) (*MLflowTrace, error)) (MLflowTrace, error) {
 	var out MLflowTrace
-	var err error
-	// Two dashboards creating the same trace at once (spans and the trace's
-	// info arrive concurrently): the second insert fails on the key; run
-	// again and let fn see the first's.
-	for attempt := 0; attempt < 3; attempt++ {
-		err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			var e error
-			out, e = s.updateMLflowTraceTx(ctx, tx, id, fn)
-			return e
-		}, nil)
-		if !isUniqueViolation(err) {
-			break
-		}
-	}
+	// Spans and the trace's info may create the row at once.
+	err := s.writeRetryingConflict(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var e error
+		out, e = s.updateMLflowTraceTx(ctx, tx, id, fn)
+		return e
+	})
 	return out, err
 }
 
@@ -165,10 +157,7 @@ func (s *sqlStore) GetMLflowTraces(ctx context.Context, ids []string) ([]MLflowT
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
+	args := anys(ids)
 	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT trace_id, experiment_id, request_time, body FROM mlflow_traces WHERE trace_id IN (`+placeholders(len(ids))+`)`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("reading traces: %w", err)
@@ -209,10 +198,7 @@ func (s *sqlStore) ScanMLflowTraces(ctx context.Context, experimentIDs []string,
 	if len(experimentIDs) > MaxMLflowTracesPerRead {
 		return errf(CodeBatchTooLarge, "%d experiments in one search; at most %d", len(experimentIDs), MaxMLflowTracesPerRead)
 	}
-	base := make([]any, len(experimentIDs))
-	for i, id := range experimentIDs {
-		base[i] = id
-	}
+	base := anys(experimentIDs)
 	c := s.collate()
 	order, after := `request_time DESC, trace_id`+c, `(request_time < ? OR (request_time = ? AND trace_id`+c+` > ?))`
 	if asc {
@@ -262,10 +248,7 @@ func (s *sqlStore) DeleteMLflowTraces(ctx context.Context, ids []string) (int, e
 }
 
 func (s *sqlStore) deleteMLflowTracesTx(ctx context.Context, tx *sql.Tx, ids []string, n *int) error {
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
+	args := anys(ids)
 	in := placeholders(len(ids))
 	res, err := s.exec(ctx, tx, `DELETE FROM mlflow_traces WHERE trace_id IN (`+in+`)`, args...)
 	if err != nil {
@@ -288,10 +271,7 @@ func (s *sqlStore) MLflowTraceIDsWithText(ctx context.Context, experimentIDs []s
 	if len(experimentIDs) > MaxMLflowTracesPerRead {
 		return nil, errf(CodeBatchTooLarge, "%d experiments in one search; at most %d", len(experimentIDs), MaxMLflowTracesPerRead)
 	}
-	args := make([]any, 0, len(experimentIDs)+2)
-	for _, id := range experimentIDs {
-		args = append(args, id)
-	}
+	args := anys(experimentIDs)
 	like := "LIKE" // SQLite's LIKE folds ASCII case and has no escape character
 	if s.d == query.Postgres {
 		like = "ILIKE ? ESCAPE ''" // no escape character either: a backslash is itself, as fw's LIKE reads it
@@ -363,6 +343,15 @@ func (s *sqlStore) GetMLflowSpans(ctx context.Context, traceID string) ([]MLflow
 		return nil, fmt.Errorf("reading trace %s's spans: %w", traceID, err)
 	}
 	return out, nil
+}
+
+// anys is ss as query arguments.
+func anys(ss []string) []any {
+	out := make([]any, len(ss), len(ss)+2)
+	for i, v := range ss {
+		out[i] = v
+	}
+	return out
 }
 
 // placeholders is "?, ?, ..." for n values.

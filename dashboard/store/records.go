@@ -127,20 +127,25 @@ func (s *sqlStore) UpdateRecord(ctx context.Context, kind, key string, fn func(c
 		return Record{}, err
 	}
 	var out Record
+	err := s.writeRetryingConflict(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var e error
+		out, e = s.updateRecordTx(ctx, tx, kind, key, fn)
+		return e
+	})
+	return out, err
+}
+
+// writeRetryingConflict is write for a read-modify-write that may insert:
+// two dashboards creating the same row at once, the second insert fails on
+// the primary key, and fn runs again (up to 3 times) to see the first's.
+func (s *sqlStore) writeRetryingConflict(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
 	var err error
-	// Two dashboards creating the same record at once: the second insert
-	// fails on the primary key; read again and let fn see the first's.
 	for attempt := 0; attempt < 3; attempt++ {
-		err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-			var e error
-			out, e = s.updateRecordTx(ctx, tx, kind, key, fn)
-			return e
-		}, nil)
-		if !isUniqueViolation(err) {
+		if err = s.write(ctx, fn, nil); !isUniqueViolation(err) {
 			break
 		}
 	}
-	return out, err
+	return err
 }
 
 func (s *sqlStore) updateRecordTx(ctx context.Context, tx *sql.Tx, kind, key string, fn func(cur *Record) (json.RawMessage, error)) (Record, error) {
