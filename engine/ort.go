@@ -92,7 +92,7 @@ func newORTBackend(path string, opts Options) (Backend, *Metadata, error) {
 	if !ok {
 		return fail(CodeBackend, fmt.Sprintf("unknown graph optimisation level %q", opts.GraphOptimization), nil, "use disable, basic, extended or all")
 	}
-	inInfo, outInfo, err := ort.GetInputOutputInfo(path)
+	inInfo, outInfo, err := inputOutputInfo(path)
 	if err != nil {
 		return fail(CodeEngine, "ONNX Runtime cannot read the model", err, "check the file with `fw verify`; re-export it if it is damaged")
 	}
@@ -159,6 +159,30 @@ func newORTBackend(path string, opts Options) (Backend, *Metadata, error) {
 		return fail(CodeBadMetadata, "the embedded metadata is invalid", err, "re-export with fw.export, which writes valid metadata")
 	}
 	return b, md, nil
+}
+
+// inputOutputInfo reads the model's input and output names, types and
+// shapes. The Go binding reads them through a temporary session; with its
+// default options that session would optimise the whole graph and start a
+// thread pool of its own, a second full load before the real one. Options
+// that skip both make it a parse: a model repository's on-demand loads pay
+// for one session, not two.
+func inputOutputInfo(path string) ([]ort.InputOutputInfo, []ort.InputOutputInfo, error) {
+	so, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, nil, fmt.Errorf("create session options: %w", err)
+	}
+	defer so.Destroy()
+	for _, set := range []func() error{
+		func() error { return so.SetIntraOpNumThreads(1) },
+		func() error { return so.SetInterOpNumThreads(1) },
+		func() error { return so.SetGraphOptimizationLevel(ort.GraphOptimizationLevelDisableAll) },
+	} {
+		if err := set(); err != nil {
+			return nil, nil, fmt.Errorf("set session options: %w", err)
+		}
+	}
+	return ort.GetInputOutputInfoWithOptions(path, so)
 }
 
 func (b *ortBackend) metadata() (*Metadata, error) {

@@ -40,7 +40,10 @@ type ImageCheck struct {
 // recorded at export. A recipe that does not reproduce the user's transform
 // fails here, before any request. Files without an image case give
 // ErrNoImageTestCase.
-func VerifyImage(ctx context.Context, m *engine.Model, pl *Pipeline) (*ImageCheck, error) {
+//
+// cache, when not nil, keeps the decoded and preprocessed sample across
+// loads (SampleCache); nil decodes it every time.
+func VerifyImage(ctx context.Context, m *engine.Model, pl *Pipeline, cache *SampleCache) (*ImageCheck, error) {
 	if m.Meta == nil || m.Meta.TestVector == nil || m.Meta.TestVector.Image == nil {
 		return nil, ErrNoImageTestCase
 	}
@@ -56,14 +59,6 @@ func VerifyImage(ctx context.Context, m *engine.Model, pl *Pipeline) (*ImageChec
 			return nil, fmt.Errorf("image test case: %w", err)
 		}
 	}
-	data, err := base64.StdEncoding.DecodeString(c.ImageB64)
-	if err != nil {
-		return nil, fmt.Errorf("image test case: the sample picture is not valid base64: %w", err)
-	}
-	img, format, err := Decode(data, Limits{})
-	if err != nil {
-		return nil, fmt.Errorf("image test case: %w", err)
-	}
 	want, err := c.Input.Decode()
 	if err != nil {
 		return nil, fmt.Errorf("image test case input: %w", err)
@@ -76,11 +71,11 @@ func VerifyImage(ctx context.Context, m *engine.Model, pl *Pipeline) (*ImageChec
 	if err != nil {
 		return nil, fmt.Errorf("image test case: %w", err)
 	}
-	if err := pl.Preprocess(img, Options{}, x.Float32s()); err != nil {
-		return nil, fmt.Errorf("image test case: preprocess the sample picture: %w", err)
+	s, err := preprocessSample(pl, c.ImageB64, x.Float32s(), cache)
+	if err != nil {
+		return nil, err
 	}
-	b := img.Bounds()
-	res := &ImageCheck{Format: format, Width: b.Dx(), Height: b.Dy(), InputAtol: c.InputAtol, Atol: atol, Rtol: rtol, Passed: true}
+	res := &ImageCheck{Format: s.format, Width: s.width, Height: s.height, InputAtol: c.InputAtol, Atol: atol, Rtol: rtol, Passed: true}
 	got := x.Float32s()
 	for i := range got {
 		d := math.Abs(float64(got[i]) - want.At(i))
@@ -138,4 +133,33 @@ func VerifyImage(ctx context.Context, m *engine.Model, pl *Pipeline) (*ImageChec
 		}
 	}
 	return res, nil
+}
+
+// preprocessSample fills x with what pl makes of the base64 picture, from
+// cache when it holds it (x must have the sample's size).
+func preprocessSample(pl *Pipeline, imageB64 string, x []float32, cache *SampleCache) (*sample, error) {
+	key, keyed := sampleKey(pl.recipe, imageB64)
+	if keyed {
+		if s := cache.get(key); s != nil && len(s.x) == len(x) {
+			copy(x, s.x)
+			return s, nil
+		}
+	}
+	data, err := base64.StdEncoding.DecodeString(imageB64)
+	if err != nil {
+		return nil, fmt.Errorf("image test case: the sample picture is not valid base64: %w", err)
+	}
+	img, format, err := Decode(data, Limits{})
+	if err != nil {
+		return nil, fmt.Errorf("image test case: %w", err)
+	}
+	if err := pl.Preprocess(img, Options{}, x); err != nil {
+		return nil, fmt.Errorf("image test case: preprocess the sample picture: %w", err)
+	}
+	b := img.Bounds()
+	s := &sample{key: key, format: format, width: b.Dx(), height: b.Dy(), x: append([]float32(nil), x...)}
+	if keyed {
+		cache.put(s)
+	}
+	return s, nil
 }

@@ -53,6 +53,10 @@ type Config struct {
 	// Tracer, when set, is told of every engine call (the spans of traced
 	// requests: telemetry.Observer).
 	Tracer *telemetry.Tracer
+	// ImageSamples, when set, keeps image test cases' preprocessed sample
+	// pictures across loads (shared by a repository's models); nil decodes
+	// the picture at every load.
+	ImageSamples *imageprep.SampleCache
 }
 
 // Metrics is where a Host reports: the server's readiness and reloads, and
@@ -174,7 +178,7 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 		if image == nil {
 			image = h.compileImage(m)
 		}
-		if err := warmup(ctx, m, image, h.cfg.Batcher.MaxBatchRows, h.cfg.SkipWarmup); err != nil {
+		if err := warmup(ctx, m, image, h.cfg.ImageSamples, h.cfg.Batcher.MaxBatchRows, h.cfg.SkipWarmup); err != nil {
 			return fail(fmt.Errorf("warm up %s: %w", h.cfg.Path, err))
 		}
 	}
@@ -225,7 +229,7 @@ func (h *Host) compileImage(m *engine.Model) *imageprep.Pipeline {
 // image path (pl; it must match too) and, unless skipped, batches of a few
 // common sizes so the first requests do not pay for lazy initialisation. An
 // unbatched model has no batch sizes: its test vector was its warm-up.
-func warmup(ctx context.Context, m *engine.Model, pl *imageprep.Pipeline, maxBatch int, skip bool) error {
+func warmup(ctx context.Context, m *engine.Model, pl *imageprep.Pipeline, samples *imageprep.SampleCache, maxBatch int, skip bool) error {
 	res, err := m.Verify(ctx)
 	switch {
 	case errors.Is(err, engine.ErrNoTestVector):
@@ -235,7 +239,7 @@ func warmup(ctx context.Context, m *engine.Model, pl *imageprep.Pipeline, maxBat
 	case !res.Passed:
 		return fmt.Errorf("%w: the embedded test vector does not match (max abs error %g; %s)", errTestVector, res.MaxAbsError, res.Worst)
 	}
-	ic, err := imageprep.VerifyImage(ctx, m, pl)
+	ic, err := imageprep.VerifyImage(ctx, m, pl, samples)
 	switch {
 	case errors.Is(err, imageprep.ErrNoImageTestCase):
 	case err != nil:

@@ -28,6 +28,7 @@ import (
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"github.com/fw-serve/fw/imageprep"
 	"github.com/fw-serve/fw/modelhost"
 	"github.com/fw-serve/fw/sequence"
 	"github.com/fw-serve/fw/serving"
@@ -110,6 +111,9 @@ type Repository struct {
 	cfg     Config
 	metrics Metrics
 	log     *slog.Logger
+	// images keeps the image test cases' preprocessed pictures across the
+	// models' loads: an evicted model reloads, and copies of one model share.
+	images *imageprep.SampleCache
 
 	// served is the immutable snapshot lookups read: model name -> its
 	// ready versions. Replaced under mu on every change.
@@ -174,6 +178,10 @@ type version struct {
 }
 
 // New creates a repository; nothing loads before Start.
+// sampleCacheBytes bounds the preprocessed sample pictures a repository
+// keeps: 32 MiB is about 55 ImageNet-sized samples (3x224x224 float32).
+const sampleCacheBytes = 32 << 20
+
 func New(cfg Config, metrics Metrics, log *slog.Logger) (*Repository, error) {
 	if len(cfg.Roots) == 0 {
 		return nil, errors.New("no --model-repository given")
@@ -197,7 +205,8 @@ func New(cfg Config, metrics Metrics, log *slog.Logger) (*Repository, error) {
 	if cfg.LoadWait <= 0 {
 		cfg.LoadWait = 30 * time.Second
 	}
-	r := &Repository{cfg: cfg, metrics: metrics, log: log, models: map[string]*model{}, pending: map[string]*pendingLoad{}, started: time.Now()}
+	r := &Repository{cfg: cfg, metrics: metrics, log: log, models: map[string]*model{}, pending: map[string]*pendingLoad{}, started: time.Now(),
+		images: imageprep.NewSampleCache(sampleCacheBytes)}
 	r.served.Store(&map[string]*servedModel{})
 	r.setState(serving.StateStarting, "loading the models")
 	return r, nil
@@ -729,6 +738,7 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 	}
 	h := modelhost.New(modelhost.Config{
 		Path: path, Engine: eo, Batcher: bc, SkipWarmup: r.cfg.SkipWarmup, Name: name, Version: vs, Tracer: r.cfg.Tracer,
+		ImageSamples: r.images,
 		Prepare: func(inst *serving.Instance) error {
 			if seq != nil {
 				sc := *seq

@@ -737,3 +737,31 @@ func TestAutoCompleteFormatFromPreprocessing(t *testing.T) {
 		}
 	}
 }
+
+// Copies of one model share its image test case's preprocessed picture:
+// the repository decodes it once, whichever copy loads first, and a copy
+// evicted and loaded again finds it too.
+func TestImageSamplesShared(t *testing.T) {
+	root := t.TempDir()
+	data, err := os.ReadFile(filepath.Join(testmodels.Dir(t), "digits_mlp.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		if err := os.MkdirAll(filepath.Join(root, name, "1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, name, "1", "model.onnx"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := open(t, Config{Roots: []string{root}, Mode: ModeNone, MaxResidentModels: 2})
+	for _, name := range []string{"a", "b", "c", "a"} { // c evicts a, which then loads again
+		if _, err := f.repo.Get(name, ""); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	if n := f.repo.images.Len(); n != 1 {
+		t.Fatalf("the repository holds %d preprocessed pictures, want 1 for three copies of one model", n)
+	}
+}

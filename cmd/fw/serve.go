@@ -21,6 +21,7 @@ import (
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/grpcapi"
 	"github.com/fw-serve/fw/httpapi"
+	"github.com/fw-serve/fw/imageprep"
 	"github.com/fw-serve/fw/internal/hostguard"
 	"github.com/fw-serve/fw/modelhost"
 	"github.com/fw-serve/fw/modelrepo"
@@ -242,7 +243,10 @@ Flags:
 	var life lifecycle
 	var models serving.Models
 	if *model != "" {
-		mh := modelhost.New(modelhost.Config{Path: *model, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel}, metrics, log)
+		// One sample picture at most: a reload of the watched file
+		// finds its image test case's tensor when the picture is unchanged.
+		mh := modelhost.New(modelhost.Config{Path: *model, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
+			ImageSamples: imageprep.NewSampleCache(8 << 20)}, metrics, log)
 		life, models = mh, serving.One(mh)
 	} else {
 		if *threads == 0 {

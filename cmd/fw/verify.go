@@ -93,7 +93,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	rep.Rows, rep.MaxAbsError, rep.Atol, rep.Rtol, rep.Passed, rep.Worst = res.Rows, res.MaxAbsError, res.Atol, res.Rtol, res.Passed, res.Worst
 	rep.tensorPassed = res.Passed
-	ic, err := imageprep.VerifyImage(ctx, m, nil)
+	ic, err := imageprep.VerifyImage(ctx, m, nil, nil)
 	switch {
 	case errors.Is(err, imageprep.ErrNoImageTestCase):
 	case err != nil:
