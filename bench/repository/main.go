@@ -352,15 +352,46 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident int, dur time
 	}
 	alone, f1, _, _ := hot(false)
 	busy, f2, churned, _ := hot(true)
+	// The same at fixed rates (equal work with and without the churn): what
+	// a resident model's clients see while a steady stream of other models
+	// loads and unloads, with CPU to spare.
+	paced := func(churn bool) ([]time.Duration, int64, int64) {
+		var failed, churned atomic.Int64
+		done := make(chan struct{})
+		if churn {
+			go func() {
+				defer close(done)
+				_, f := benchserve.Paced(1, churnRate, dur, func(_, i int) (time.Duration, error) {
+					churned.Add(1)
+					return infer(srv.URL, fmt.Sprintf("m%04d", cold+(i%(many-cold))))
+				})
+				failed.Add(f)
+			}()
+		} else {
+			close(done)
+		}
+		lat, f := benchserve.Paced(4, hotRate, dur, func(int, int) (time.Duration, error) { return infer(srv.URL, "m0000") })
+		<-done
+		return lat, failed.Load() + f, churned.Load()
+	}
+	pAlone, f3, _ := paced(false)
+	pBusy, f4, pChurned := paced(true)
 	fmt.Fprintf(b, "**%d models, `--max-resident-models %d`** (every model loads on its first request; the least recently used are unloaded to make room): RSS %.0f MiB at start with none loaded, %.0f MiB after %d models were asked for once (%d resident; peak %.0f MiB); `POST /v2/repository/index` of %d models in %.1f ms.\n\n",
 		many, resident, float64(rss0)/(1<<20), float64(rss1)/(1<<20), cold, resident, float64(hwm)/(1<<20), len(idx), ms(idxTime))
 	b.WriteString("| request | count | p50 ms | p99 ms | failed |\n|---|---:|---:|---:|---:|\n")
 	fmt.Fprintf(b, "| first request to a model not loaded (load + warm-up + answer) | %d | %.1f | %.1f | 0 |\n", len(first), benchserve.PercentileMs(first, .5), benchserve.PercentileMs(first, .99))
 	fmt.Fprintf(b, "| a loaded model, one client | %d | %.2f | %.2f | 0 |\n", len(warm), benchserve.PercentileMs(warm, .5), benchserve.PercentileMs(warm, .99))
 	fmt.Fprintf(b, "| a resident model, 4 clients, alone | %d | %.2f | %.2f | %d |\n", len(alone), benchserve.PercentileMs(alone, .5), benchserve.PercentileMs(alone, .99), f1)
-	fmt.Fprintf(b, "| the same while a fifth client asks for other models (%d loads and unloads) | %d | %.2f | %.2f | %d |\n\n", churned, len(busy), benchserve.PercentileMs(busy, .5), benchserve.PercentileMs(busy, .99), f2)
+	fmt.Fprintf(b, "| the same while a fifth client asks for other models (%d loads and unloads) | %d | %.2f | %.2f | %d |\n", churned, len(busy), benchserve.PercentileMs(busy, .5), benchserve.PercentileMs(busy, .99), f2)
+	fmt.Fprintf(b, "| a resident model at a fixed %d requests/s (4 clients), alone | %d | %.2f | %.2f | %d |\n", hotRate, len(pAlone), benchserve.PercentileMs(pAlone, .5), benchserve.PercentileMs(pAlone, .99), f3)
+	fmt.Fprintf(b, "| the same while other models load and unload at a fixed %d/s (%d loads and unloads) | %d | %.2f | %.2f | %d |\n\n", churnRate, pChurned, len(pBusy), benchserve.PercentileMs(pBusy, .5), benchserve.PercentileMs(pBusy, .99), f4)
 	return nil
 }
+
+// hotRate and churnRate are the fixed-rate rows' loads: the resident
+// model's requests per second, and the other models' first requests (each
+// a load and an eviction) per second.
+const hotRate, churnRate = 2000, 20
 
 func tenModels(b *strings.Builder, bin, mlp, root string, dur time.Duration) error {
 	if err := copies(root, mlp, "m", 10); err != nil {

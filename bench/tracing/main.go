@@ -227,7 +227,7 @@ func measure(bin, model string, m mode, dur time.Duration, clients int, rate flo
 	var lat []time.Duration
 	var errs int64
 	if rate > 0 {
-		lat, errs = paced(clients, rate, dur, post)
+		lat, errs = benchserve.Paced(clients, rate, dur, post)
 	} else {
 		lat, errs = benchserve.ClosedLoop(clients, dur, post)
 	}
@@ -242,47 +242,4 @@ func measure(bin, model string, m mode, dur time.Duration, clients int, rate flo
 		rps: float64(len(lat)) / dur.Seconds(), cpuUs: float64((after - before).Microseconds()) / float64(len(lat)),
 		p50: benchserve.PercentileMs(lat, 0.5), p99: benchserve.PercentileMs(lat, 0.99), errs: errs,
 	}, nil
-}
-
-// paced is an open loop: each of clients sends at rate/clients requests per
-// second for d, a request at each due time (at once when the previous one
-// ran late); a latency is from the request's due time, so a server that
-// falls behind shows it.
-func paced(clients int, rate float64, d time.Duration, call func(client, i int) (time.Duration, error)) ([]time.Duration, int64) {
-	interval := time.Duration(float64(clients) / rate * float64(time.Second))
-	start := time.Now()
-	end := start.Add(d)
-	lats := make([][]time.Duration, clients)
-	errs := make([]int64, clients)
-	done := make(chan struct{})
-	for c := range clients {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			first := start.Add(interval * time.Duration(c) / time.Duration(clients))
-			for k := 0; ; k++ {
-				due := first.Add(interval * time.Duration(k))
-				if due.After(end) {
-					return
-				}
-				if w := time.Until(due); w > 0 {
-					time.Sleep(w)
-				}
-				if _, err := call(c, k); err != nil {
-					errs[c]++
-					continue
-				}
-				lats[c] = append(lats[c], time.Since(due))
-			}
-		}()
-	}
-	var all []time.Duration
-	var n int64
-	for range clients {
-		<-done
-	}
-	for c := range clients {
-		all = append(all, lats[c]...)
-		n += errs[c]
-	}
-	return all, n
 }

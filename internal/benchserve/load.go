@@ -38,6 +38,49 @@ func ClosedLoop(clients int, d time.Duration, call func(client, i int) (time.Dur
 	return lat, failed.Load()
 }
 
+// Paced is an open loop: each of clients sends at rate/clients requests per
+// second for d, a request at each due time (at once when the previous one
+// ran late); a latency is from the request's due time, so a server that
+// falls behind shows it.
+func Paced(clients int, rate float64, d time.Duration, call func(client, i int) (time.Duration, error)) ([]time.Duration, int64) {
+	interval := time.Duration(float64(clients) / rate * float64(time.Second))
+	start := time.Now()
+	end := start.Add(d)
+	lats := make([][]time.Duration, clients)
+	errs := make([]int64, clients)
+	done := make(chan struct{})
+	for c := range clients {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			first := start.Add(interval * time.Duration(c) / time.Duration(clients))
+			for k := 0; ; k++ {
+				due := first.Add(interval * time.Duration(k))
+				if due.After(end) {
+					return
+				}
+				if w := time.Until(due); w > 0 {
+					time.Sleep(w)
+				}
+				if _, err := call(c, k); err != nil {
+					errs[c]++
+					continue
+				}
+				lats[c] = append(lats[c], time.Since(due))
+			}
+		}()
+	}
+	var all []time.Duration
+	var n int64
+	for range clients {
+		<-done
+	}
+	for c := range clients {
+		all = append(all, lats[c]...)
+		n += errs[c]
+	}
+	return all, n
+}
+
 // PercentileMs is the p-quantile (0..1) of lat in milliseconds, 0 for no
 // latencies; lat is left as it is.
 func PercentileMs(lat []time.Duration, p float64) float64 {
