@@ -111,8 +111,8 @@ func TestSampleCacheBudget(t *testing.T) {
 	put := func(b byte, n int) {
 		c.put(&sample{key: [32]byte{b}, x: make([]float32, n)})
 	}
-	put(1, 4) // 16 bytes
-	put(2, 4) // 32
+	put(1, 4)                      // 16 bytes
+	put(2, 4)                      // 32
 	if c.get([32]byte{1}) == nil { // 1 is now the most recent
 		t.Fatal("1 missing")
 	}
