@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,10 +40,11 @@ func main() {
 	dur := flag.Duration("d", 5*time.Second, "measured time per load row")
 	many := flag.Int("n", 1000, "models in the large repository")
 	resident := flag.Int("resident", 100, "--max-resident-models for the large repository")
+	rounds := flag.Int("rounds", 5, "interleaved rounds of the fixed-rate rows (alone, then with the churn)")
 	md := flag.String("md", "docs/benchmarks.md", "markdown file whose repository section gets the tables (empty: print only)")
 	flag.Parse()
 	b := &strings.Builder{}
-	if err := run(b, *bin, *models, *dur, *many, *resident); err != nil {
+	if err := run(b, *bin, *models, *dur, *many, *resident, max(1, *rounds)); err != nil {
 		fmt.Fprintln(os.Stderr, "repository:", err)
 		os.Exit(1)
 	}
@@ -55,15 +57,15 @@ func main() {
 	}
 }
 
-func run(b *strings.Builder, bin, models string, dur time.Duration, many, resident int) error {
+func run(b *strings.Builder, bin, models string, dur time.Duration, many, resident, rounds int) error {
 	tmp, err := os.MkdirTemp("", "fw-repobench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
 	mlp := filepath.Join(models, "digits_mlp.onnx")
-	fmt.Fprintf(b, "`go run ./bench/repository -d %s -n %d -resident %d` on %s (%s), %d CPUs, loopback, `fw serve` defaults otherwise. The models are copies of digits_mlp.onnx (64 -> 10, 38 KB) and Triton's densenet_onnx stand-in (python/fw/triton_samples.py).\n\n",
-		dur, many, resident, benchdoc.Commit(), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU())
+	fmt.Fprintf(b, "`go run ./bench/repository -d %s -n %d -resident %d -rounds %d` on %s (%s), %d CPUs, loopback, `fw serve` defaults otherwise. The models are copies of digits_mlp.onnx (64 -> 10, 38 KB) and Triton's densenet_onnx stand-in (python/fw/triton_samples.py).\n\n",
+		dur, many, resident, rounds, benchdoc.Commit(), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU())
 
 	// 1. Load and unload over the repository API.
 	repo := filepath.Join(tmp, "twenty")
@@ -78,7 +80,7 @@ func run(b *strings.Builder, bin, models string, dur time.Duration, many, reside
 	if err := copies(big, mlp, "m", many); err != nil {
 		return err
 	}
-	if err := onDemand(b, bin, big, many, resident, dur); err != nil {
+	if err := onDemand(b, bin, big, many, resident, rounds, dur); err != nil {
 		return err
 	}
 	// 3. Ten models: one server against ten processes.
@@ -285,7 +287,7 @@ func loadUnload(b *strings.Builder, bin, repo string, n int) error {
 	return nil
 }
 
-func onDemand(b *strings.Builder, bin, repo string, many, resident int, dur time.Duration) error {
+func onDemand(b *strings.Builder, bin, repo string, many, resident, rounds int, dur time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	srv, err := benchserve.Start(ctx, bin, "--model-repository", repo, "--max-resident-models", strconv.Itoa(resident))
@@ -374,8 +376,19 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident int, dur time
 		<-done
 		return lat, failed.Load() + f, churned.Load()
 	}
-	pAlone, f3, _ := paced(false)
-	pBusy, f4, pChurned := paced(true)
+	// Interleaved rounds: a single p99 over ~100 slow requests moves with
+	// the machine's noise as much as with the churn; each round's pair is
+	// compared with itself.
+	var p99Alone, p99Busy, p50Alone, p50Busy, ratios []float64
+	var nAlone, nBusy, f3, f4, pChurned int64
+	for range rounds {
+		a, fa, _ := paced(false)
+		c, fc, ch := paced(true)
+		p99Alone, p99Busy = append(p99Alone, benchserve.PercentileMs(a, .99)), append(p99Busy, benchserve.PercentileMs(c, .99))
+		p50Alone, p50Busy = append(p50Alone, benchserve.PercentileMs(a, .5)), append(p50Busy, benchserve.PercentileMs(c, .5))
+		ratios = append(ratios, benchserve.PercentileMs(c, .99)/benchserve.PercentileMs(a, .99))
+		nAlone, nBusy, f3, f4, pChurned = nAlone+int64(len(a)), nBusy+int64(len(c)), f3+fa, f4+fc, pChurned+ch
+	}
 	fmt.Fprintf(b, "**%d models, `--max-resident-models %d`** (every model loads on its first request; the least recently used are unloaded to make room): RSS %.0f MiB at start with none loaded, %.0f MiB after %d models were asked for once (%d resident; peak %.0f MiB); `POST /v2/repository/index` of %d models in %.1f ms.\n\n",
 		many, resident, float64(rss0)/(1<<20), float64(rss1)/(1<<20), cold, resident, float64(hwm)/(1<<20), len(idx), ms(idxTime))
 	b.WriteString("| request | count | p50 ms | p99 ms | failed |\n|---|---:|---:|---:|---:|\n")
@@ -383,8 +396,12 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident int, dur time
 	fmt.Fprintf(b, "| a loaded model, one client | %d | %.2f | %.2f | 0 |\n", len(warm), benchserve.PercentileMs(warm, .5), benchserve.PercentileMs(warm, .99))
 	fmt.Fprintf(b, "| a resident model, 4 clients, alone | %d | %.2f | %.2f | %d |\n", len(alone), benchserve.PercentileMs(alone, .5), benchserve.PercentileMs(alone, .99), f1)
 	fmt.Fprintf(b, "| the same while a fifth client asks for other models (%d loads and unloads) | %d | %.2f | %.2f | %d |\n", churned, len(busy), benchserve.PercentileMs(busy, .5), benchserve.PercentileMs(busy, .99), f2)
-	fmt.Fprintf(b, "| a resident model at a fixed %d requests/s (4 clients), alone | %d | %.2f | %.2f | %d |\n", hotRate, len(pAlone), benchserve.PercentileMs(pAlone, .5), benchserve.PercentileMs(pAlone, .99), f3)
-	fmt.Fprintf(b, "| the same while other models load and unload at a fixed %d/s (%d loads and unloads) | %d | %.2f | %.2f | %d |\n\n", churnRate, pChurned, len(pBusy), benchserve.PercentileMs(pBusy, .5), benchserve.PercentileMs(pBusy, .99), f4)
+	b.WriteString("\n")
+	fmt.Fprintf(b, "At fixed rates (equal work, CPU to spare; latency from each request's due time), %d interleaved rounds of %s each, medians of the rounds' p50 and p99; the last column is each round's p99 with the churn over its p99 alone, median (lowest to highest):\n\n", rounds, dur)
+	b.WriteString("| request | count | p50 ms | p99 ms | failed | p99 ratio |\n|---|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(b, "| a resident model at %d requests/s (4 clients), alone | %d | %.2f | %.2f | %d | |\n", hotRate, nAlone, median(p50Alone), median(p99Alone), f3)
+	fmt.Fprintf(b, "| the same while other models load and unload at %d/s (%d loads and unloads) | %d | %.2f | %.2f | %d | %.2f (%.2f to %.2f) |\n\n",
+		churnRate, pChurned, nBusy, median(p50Busy), median(p99Busy), f4, median(ratios), slices.Min(ratios), slices.Max(ratios))
 	return nil
 }
 
@@ -392,6 +409,17 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident int, dur time
 // model's requests per second, and the other models' first requests (each
 // a load and an eviction) per second.
 const hotRate, churnRate = 2000, 20
+
+// median is the middle of xs (the mean of the two middle ones for an even
+// count); xs is left as it is.
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
 
 func tenModels(b *strings.Builder, bin, mlp, root string, dur time.Duration) error {
 	if err := copies(root, mlp, "m", 10); err != nil {
