@@ -3,8 +3,10 @@ package api
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -28,6 +30,14 @@ const (
 	DefaultPayloadMaxRecords = 1_000_000
 	defaultDriftReference    = 200
 	defaultDriftCurrent      = 500
+	// ReferenceArtifact is the run artifact a training run's data summary
+	// is logged as (fw.track's Run.log_reference): JSON Lines, one payload
+	// record per row of the data, read as a drift reference with
+	// ?reference_run=.
+	ReferenceArtifact = "fw-reference.jsonl"
+	// maxReferenceBytes and maxReferenceRecords bound what is read of it.
+	maxReferenceBytes   = 64 << 20
+	maxReferenceRecords = 100_000
 )
 
 // payloadStore is the receiver's state.
@@ -202,14 +212,26 @@ func (s *Server) listPayloads(c *call) (any, error) {
 }
 
 // payloadDrift is GET /api/payloads/drift: the drift of a deployment's (or
-// model version's) traffic. The reference is the records logged within
-// [reference_from, reference_to), else the first reference_records (200)
-// it logged; the current window the records within [from, to), else the
-// latest records (500) logged after the reference.
+// model version's) traffic. The reference is the data summary a training
+// run logged (reference_run: its ReferenceArtifact), else the records
+// logged within [reference_from, reference_to), else the first
+// reference_records (200) it logged; the current window the records within
+// [from, to), else the latest records (500) logged after the reference.
 func (s *Server) payloadDrift(c *call) (any, error) {
 	q, e := payloadQuery(c)
 	if e != nil {
 		return nil, e
+	}
+	refRun := string(c.rc.QueryArgs().Peek("reference_run"))
+	if c.rc.QueryArgs().Has("reference_run") {
+		for _, p := range []string{"reference_from", "reference_to", "reference_records"} {
+			if c.rc.QueryArgs().Has(p) {
+				return nil, apiErr(400, CodeBadRequest, "give either reference_run (a training run's data summary) or "+p+" (a window of the logged traffic), not both")
+			}
+		}
+		if err := store.ValidateID(refRun); err != nil {
+			return nil, apiErr(400, CodeBadRequest, fmt.Sprintf("reference_run: %v; give the ID of the run that logged the data summary (fw.track's run.log_reference)", err))
+		}
 	}
 	refN, e := queryInt(c.rc, "reference_records", defaultDriftReference, 10, store.MaxPayloadsListed)
 	if e != nil {
@@ -229,21 +251,6 @@ func (s *Server) payloadDrift(c *call) (any, error) {
 			return nil, e
 		}
 	}
-	rq := q
-	rq.Oldest, rq.Limit, rq.Since, rq.Until = true, refN, times[0], times[1]
-	ref, err := s.st.ListPayloads(c.ctx, rq)
-	if err != nil {
-		return nil, err
-	}
-	cq := q
-	cq.Limit, cq.Since, cq.Until = curN, times[2], times[3]
-	if cq.Since.IsZero() && len(ref) > 0 {
-		cq.Since = ref[len(ref)-1].Time.Add(time.Nanosecond) // after the reference
-	}
-	cur, err := s.st.ListPayloads(c.ctx, cq)
-	if err != nil {
-		return nil, err
-	}
 	decode := func(ps []store.Payload) []*payloadlog.Record {
 		out := make([]*payloadlog.Record, 0, len(ps))
 		for _, p := range ps {
@@ -254,9 +261,87 @@ func (s *Server) payloadDrift(c *call) (any, error) {
 		}
 		return out
 	}
-	rep := drift.Compare(decode(ref), decode(cur), buckets)
-	return map[string]any{"deployment": q.Deployment, "model": q.Model, "version": q.Version, "statistic": rep.Statistic,
-		"reference": rep.Reference, "current": rep.Current, "features": rep.Features}, nil
+	var ref []*payloadlog.Record
+	var refEnd time.Time
+	if refRun != "" {
+		var err error
+		if ref, err = s.runReference(c.ctx, refRun); err != nil {
+			return nil, err
+		}
+	} else {
+		rq := q
+		rq.Oldest, rq.Limit, rq.Since, rq.Until = true, refN, times[0], times[1]
+		ps, err := s.st.ListPayloads(c.ctx, rq)
+		if err != nil {
+			return nil, err
+		}
+		ref = decode(ps)
+		if len(ps) > 0 {
+			refEnd = ps[len(ps)-1].Time
+		}
+	}
+	cq := q
+	cq.Limit, cq.Since, cq.Until = curN, times[2], times[3]
+	if cq.Since.IsZero() && !refEnd.IsZero() {
+		cq.Since = refEnd.Add(time.Nanosecond) // after the reference
+	}
+	cur, err := s.st.ListPayloads(c.ctx, cq)
+	if err != nil {
+		return nil, err
+	}
+	rep := drift.Compare(ref, decode(cur), buckets)
+	out := map[string]any{"deployment": q.Deployment, "model": q.Model, "version": q.Version, "statistic": rep.Statistic,
+		"reference": rep.Reference, "current": rep.Current, "features": rep.Features}
+	if refRun != "" {
+		out["reference_run"] = refRun
+	}
+	return out, nil
+}
+
+// runReference reads the data summary run id logged (ReferenceArtifact) as
+// payload records, bounded in bytes and records; a line that is not a
+// record is refused with its number.
+func (s *Server) runReference(ctx context.Context, id string) ([]*payloadlog.Record, error) {
+	if err := s.runFilesReady(ctx, s.artifactFiles, id, "artifacts"); err != nil {
+		return nil, err
+	}
+	listed, err := isListed(ctx, id, ReferenceArtifact, s.st.Artifacts, func(a store.Artifact) string { return a.Path })
+	if err != nil {
+		return nil, err
+	}
+	if !listed {
+		return nil, apiErr(404, CodeNotFound, fmt.Sprintf("run %s has logged no data summary (artifact %s); log one with run.log_reference(data) in its training script, or compare with a window of the logged traffic (reference_from, reference_to)", id, ReferenceArtifact))
+	}
+	r, info, err := s.artifactFiles.Get(ctx, id+"/"+ReferenceArtifact)
+	if err != nil {
+		s.log.Error("reading a run's data summary", "run", id, "store", s.artifactFiles.String(), "err", err)
+		return nil, apiErr(503, CodeUnavailable, fmt.Sprintf("reading the data summary of run %s from its storage failed; retry, and see the dashboard's log if it persists", id))
+	}
+	defer r.Close()
+	if info.Size > maxReferenceBytes {
+		return nil, apiErr(409, CodeConflict, fmt.Sprintf("the data summary of run %s is %d bytes, over the %d read as a reference; log fewer rows (run.log_reference's max_rows)", id, info.Size, maxReferenceBytes))
+	}
+	sc := bufio.NewScanner(io.LimitReader(r, maxReferenceBytes))
+	sc.Buffer(make([]byte, 0, 64<<10), maxPayloadRecordBytes)
+	var out []*payloadlog.Record
+	for line := 1; sc.Scan(); line++ {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		if len(out) == maxReferenceRecords {
+			return nil, apiErr(409, CodeConflict, fmt.Sprintf("the data summary of run %s has more than %d rows; log fewer (run.log_reference's max_rows)", id, maxReferenceRecords))
+		}
+		var rec payloadlog.Record
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return nil, apiErr(409, CodeConflict, fmt.Sprintf("line %d of run %s's data summary (%s) is not a payload record: %v; log it again with run.log_reference", line, id, ReferenceArtifact, err))
+		}
+		out = append(out, &rec)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, apiErr(409, CodeConflict, fmt.Sprintf("run %s's data summary (%s) cannot be read: %v (a line over %d bytes?)", id, ReferenceArtifact, err, maxPayloadRecordBytes))
+	}
+	return out, nil
 }
 
 // isPayloadsPath: the ingest route, which also reads NDJSON.

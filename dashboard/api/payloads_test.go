@@ -3,16 +3,19 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/payloadlog"
@@ -219,6 +222,96 @@ func TestParseRFC3339(t *testing.T) {
 	for _, v := range []string{"yesterday", "2026-11-27", "2026-11-27T09:00:00"} {
 		if _, err := parseRFC3339(v); err == nil {
 			t.Errorf("%s accepted", v)
+		}
+	}
+}
+
+// TestPayloadDriftAgainstARun: a training run's logged data summary (the
+// artifact fw-reference.jsonl, one record per row) is the reference of
+// ?reference_run=: traffic like the training data is stable against it,
+// shifted traffic drifts; a run without a summary, a broken summary and a
+// reference given twice are refused with the reason.
+func TestPayloadDriftAgainstARun(t *testing.T) {
+	st, err := store.Open(context.Background(), store.Config{Dir: filepath.Join(t.TempDir(), "db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	art := t.TempDir()
+	files, err := blob.NewDir(art)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := startFilesServer(t, st, Config{ArtifactDir: art, Artifacts: files})
+	ingest(t, url, `[`+runStart("train-1", "digits", `{}`)+`,`+runStart("train-2", "digits", `{}`)+`,`+runStart("bare", "digits", `{}`)+`]`)
+	record := func(i int, mean float64, at time.Time) string {
+		x := make([]float64, 8)
+		for j := range x {
+			x[j] = mean + float64((i*7+j)%5)/5
+		}
+		b, _ := json.Marshal(payloadlog.Record{ID: fmt.Sprintf("%032x", i+1), Time: at, Model: "digits", Version: "1",
+			Inputs: []payloadlog.Tensor{{Name: "x", Datatype: "FP32", Shape: []int64{1, 8}, Data: x}}, Outputs: []payloadlog.Tensor{}})
+		return string(b)
+	}
+	var ref strings.Builder
+	for i := range 300 {
+		ref.WriteString(record(i, 0, time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)) + "\n")
+	}
+	put := url + "/api/2.0/mlflow-artifacts/artifacts/0/"
+	if code, body, _ := fetch(t, "PUT", put+"train-1/artifacts/"+ReferenceArtifact, ref.String()); code != 200 {
+		t.Fatalf("upload the summary: %d %s", code, body)
+	}
+	if code, body, _ := fetch(t, "PUT", put+"train-2/artifacts/"+ReferenceArtifact, record(0, 0, time.Now())+"\nnot json\n"); code != 200 {
+		t.Fatalf("upload the broken summary: %d %s", code, body)
+	}
+	// Served traffic: 100 records like the training data, then 100 shifted.
+	post := func(from int, mean float64) {
+		t.Helper()
+		var body strings.Builder
+		for i := range 100 {
+			body.WriteString(record(1000+from+i, mean, time.Now().Add(time.Duration(from+i)*time.Millisecond)) + "\n")
+		}
+		if code, out := doJSONType(t, "POST", url+"/api/payloads?deployment=dep", body.String(), "application/x-ndjson"); code != 200 {
+			t.Fatalf("post payloads: %d %v", code, out)
+		}
+	}
+	level := func(q string) (string, map[string]any) {
+		t.Helper()
+		code, out := doJSON(t, "GET", url+"/api/payloads/drift?model=digits&version=1&"+q, "")
+		if code != 200 {
+			t.Fatalf("drift %s: %d %v", q, code, out)
+		}
+		for _, f := range out["features"].([]any) {
+			if f := f.(map[string]any); f["name"] == "x mean" {
+				return f["level"].(string), out
+			}
+		}
+		t.Fatalf("drift %s: no x mean feature: %v", q, out)
+		return "", nil
+	}
+	post(0, 0)
+	if lv, out := level("reference_run=train-1&records=100"); lv != "stable" || out["reference_run"] != "train-1" ||
+		out["reference"].(map[string]any)["records"].(float64) != 300 || out["current"].(map[string]any)["records"].(float64) != 100 {
+		t.Fatalf("traffic like the training data: %s %v", lv, out)
+	}
+	post(100, 3)
+	if lv, _ := level("reference_run=train-1&records=100"); lv != "drift" {
+		t.Fatalf("shifted traffic against the training data: %s", lv)
+	}
+	for q, want := range map[string]struct {
+		code int
+		text string
+	}{
+		"reference_run=bare":                                        {404, "has logged no data summary"},
+		"reference_run=nobody":                                      {404, ""},
+		"reference_run=train-2":                                     {409, "line 2"},
+		"reference_run=Bad%20ID":                                    {400, "reference_run"},
+		"reference_run=train-1&reference_records=50":                {400, "not both"},
+		"reference_run=train-1&reference_from=2026-11-01T00:00:00Z": {400, "not both"},
+	} {
+		code, out := doJSON(t, "GET", url+"/api/payloads/drift?model=digits&version=1&"+q, "")
+		if code != want.code || errCode(t, out) == "" || !strings.Contains(fmt.Sprint(out), want.text) {
+			t.Errorf("%s: %d %v, want %d with %q", q, code, out, want.code, want.text)
 		}
 	}
 }

@@ -953,6 +953,11 @@ def test_traces_and_payloads(dash: Dashboard) -> None:
     assert levels["x mean"] == "drift" and levels["y class"] == "drift", levels
     assert drift["reference"]["records"] == 20 and drift["current"]["records"] == 20
     dash.call("GET", "/api/payloads/drift?records=5", expect=400)
+    # a training run's data summary as the reference: refused with the reason when there is none
+    dash.call("GET", "/api/payloads/drift?deployment=oas-dep&reference_run=no-such-run", expect=404)
+    dash.call(
+        "GET", "/api/payloads/drift?deployment=oas-dep&reference_run=r&reference_records=20", expect=400
+    )
     dash.call("DELETE", "/api/payloads", expect=405)
 
 
