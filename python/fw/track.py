@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import queue
+import random
 import re
 import secrets
 import shlex
@@ -69,6 +70,34 @@ def _git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _flatten(x: Any, out: list[float]) -> list[int]:
+    """Appends the numbers of nested lists ``x`` to ``out`` and returns its shape."""
+    if isinstance(x, list):
+        shape: list[int] = []
+        for el in x:
+            shape = _flatten(el, out)
+        return [len(x), *shape]
+    out.append(float(x))
+    return []
+
+
+def _reference_tensor(name: str, row: Any) -> dict[str, Any]:
+    """One row of an input as a payload record's tensor: its values, or beyond 4,096 their summary."""
+    values: list[float] = []
+    shape = [1, *_flatten(row, values)]
+    finite = [v for v in values if math.isfinite(v)]
+    t: dict[str, Any] = {"name": name, "datatype": "FP32", "shape": shape}
+    if len(values) - len(finite):
+        t["nonfinite"] = len(values) - len(finite)
+    if len(values) <= 4096:
+        t["data"] = [v if math.isfinite(v) else 0.0 for v in values]
+    elif finite:
+        mean = sum(finite) / len(finite)
+        std = math.sqrt(sum((v - mean) ** 2 for v in finite) / len(finite))
+        t["summary"] = {"n": len(finite), "mean": mean, "std": std, "min": min(finite), "max": max(finite)}
+    return t
 
 
 def _num(v: Any) -> Any:
@@ -505,6 +534,54 @@ class Run:
         if self.uploads is not None:
             self.uploads.offer("artifact", rel, dst, after=delivered)
         return dst
+
+    def log_reference(self, data: Any, *, name: str = "input", max_rows: int = 1000, seed: int = 0) -> Path:
+        """Log a sample of the data the model learns from as the drift reference of its deployments.
+
+        ``data`` is the model's input, rows along the first axis: a numpy array, a torch tensor or
+        nested lists for a model of one input (named ``name``, fw.export's default ``"input"``), or a
+        dict of input name -> rows for several. Up to ``max_rows`` rows (a uniform sample, seeded by
+        ``seed``) are written as the artifact ``fw-reference.jsonl``, one payload record per row, as
+        fw serve's ``--log-payloads`` writes a request (a row of more than 4,096 values as its
+        summary). The model page's Traffic view, or ``GET /api/payloads/drift?reference_run=<run
+        id>``, then compares a deployment's logged requests with it (PSI per feature).
+        """
+        inputs = dict(data) if isinstance(data, Mapping) else {name: data}
+        if not inputs or max_rows < 1:
+            raise ValueError("log_reference needs at least one input and max_rows >= 1")
+        rows: dict[str, list[Any]] = {}
+        for key, value in inputs.items():
+            if hasattr(value, "detach"):  # a torch tensor
+                value = value.detach().cpu()
+            listed = value.tolist() if hasattr(value, "tolist") else list(value)
+            if not isinstance(listed, list) or not listed:
+                raise ValueError(
+                    f"input {key!r}: give its rows along the first axis (got {type(value).__name__})"
+                )
+            rows[key] = listed
+        n = len(next(iter(rows.values())))
+        if any(len(r) != n for r in rows.values()):
+            raise ValueError(
+                f"every input needs the same number of rows: { ({k: len(r) for k, r in rows.items()}) }"
+            )
+        picked = sorted(random.Random(seed).sample(range(n), min(n, max_rows)))
+        self.artifact_dir.mkdir(parents=True, exist_ok=True)
+        path = self.artifact_dir / "fw-reference.jsonl"
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        with open(path, "w", encoding="utf-8") as f:
+            for i in picked:
+                tensors = [_reference_tensor(key, r[i]) for key, r in rows.items()]
+                rec = {
+                    "id": secrets.token_hex(16),
+                    "time": stamp,
+                    "model": "",
+                    "version": "",
+                    "latency_ms": 0,
+                    "inputs": tensors,
+                    "outputs": [],
+                }
+                f.write(json.dumps(rec, allow_nan=False) + "\n")
+        return self.artifact(path)
 
     def on_stop(self, fn: Callable[[], Any]) -> Callable[[], Any]:
         """Register ``fn`` to run on SIGTERM before the run is marked stopped (e.g. save a final checkpoint)."""

@@ -458,3 +458,69 @@ def test_files_upload_refusal_is_not_retried(dashboard, dirs, tmp_path, monkeypa
     assert up.close(20)
     assert time.monotonic() - t0 < 10
     assert len(up.failed) == 1 and "HTTP 404" in up.failed[0][2] and "nosuchrun" in up.failed[0][2]
+
+
+def test_log_reference_is_the_drift_reference(dashboard):
+    """run.log_reference logs a seeded sample of the training rows as fw-reference.jsonl; the
+    dashboard's drift compares a deployment's logged requests with it: requests like the training
+    rows are stable, shifted ones drift; a dict of inputs and bad data are handled."""
+    import numpy as np
+
+    dashboard.start()
+    rng = np.random.default_rng(0)
+    train = rng.normal(0.0, 1.0, size=(5000, 64)).astype(np.float32)
+    with fw.track.run(experiment="digits") as run:
+        path = run.log_reference(train, max_rows=500)
+        again = run.log_reference({"input": train}, max_rows=500)  # the same sample: seeded
+    assert path == again and path.name == "fw-reference.jsonl"
+    lines = path.read_text().splitlines()
+    assert len(lines) == 500
+    rec = json.loads(lines[0])
+    assert (
+        rec["inputs"][0]["name"] == "input"
+        and rec["inputs"][0]["shape"] == [1, 64]
+        and len(rec["inputs"][0]["data"]) == 64
+    )
+    assert [a["path"] for a in dashboard.get(f"/api/runs/{run.id}/artifacts")["artifacts"]] == [
+        "fw-reference.jsonl"
+    ]
+
+    def served(mean: float, n: int) -> None:
+        now = time.time()
+        recs = []
+        for i in range(n):
+            row = rng.normal(mean, 1.0, size=64)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{i:06d}Z"
+            recs.append(
+                {
+                    "id": os.urandom(16).hex(),
+                    "time": stamp,
+                    "model": "digits",
+                    "version": "1",
+                    "latency_ms": 1.0,
+                    "inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 64], "data": row.tolist()}],
+                    "outputs": [],
+                }
+            )
+        req = urllib.request.Request(
+            f"{dashboard.url}/api/payloads?deployment=dep",
+            data=json.dumps(recs).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 200
+
+    def level() -> str:
+        rep = dashboard.get(f"/api/payloads/drift?deployment=dep&reference_run={run.id}&records=200")
+        assert rep["reference_run"] == run.id and rep["reference"]["records"] == 500
+        return next(f["level"] for f in rep["features"] if f["name"] == "input mean")
+
+    served(0.0, 200)
+    assert level() == "stable"
+    served(1.0, 200)
+    assert level() == "drift"
+    with fw.track.run(experiment="digits") as bad:
+        with pytest.raises(ValueError, match="same number of rows"):
+            bad.log_reference({"a": train[:3], "b": train[:4]})
+        with pytest.raises(ValueError, match="max_rows"):
+            bad.log_reference(train, max_rows=0)
