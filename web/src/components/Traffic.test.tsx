@@ -2,6 +2,7 @@
 // the latest records, and a record opened in Try it as a /predict body.
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { cleanup, fireEvent, render, screen } from "@testing-library/react";
+import { MemoryRouter } from "react-router-dom";
 import { Traffic, nest, requestBody, trafficQuery } from "./Traffic";
 import type { Deployment, PayloadRecord } from "../api/types";
 
@@ -69,5 +70,45 @@ describe("Traffic", () => {
     fireEvent.change(screen.getByLabelText("Reference from"), { target: { value: "2026-11-27T08:00" } });
     fireEvent.change(screen.getByLabelText("to"), { target: { value: "2026-11-27T08:30" } });
     await vi.waitFor(() => expect(urls.some((u) => u.includes("reference_from=") && u.includes("reference_to="))).toBe(true));
+  });
+  it("compares with the training run's data summary when the version has a run", async () => {
+    const urls: string[] = [];
+    vi.stubGlobal(
+      "fetch",
+      vi.fn(async (url: string) => {
+        urls.push(String(url));
+        if (String(url).startsWith("/api/payloads/drift?")) {
+          const training = String(url).includes("reference_run=train-1");
+          return new Response(
+            JSON.stringify({
+              deployment: "dep-1", model: "", version: "", statistic: "PSI", ...(training ? { reference_run: "train-1" } : {}),
+              reference: { from: "2026-11-01T00:00:00Z", to: "2026-11-01T00:00:00Z", records: training ? 1000 : 200 },
+              current: { from: "2026-11-27T09:00:00Z", to: "2026-11-27T09:10:00Z", records: 500 },
+              features: [{ name: "input mean", kind: "numeric", psi: training ? 0.4 : 0.01, level: training ? "drift" : "stable", reference: { mean: 0, std: 1 }, current: { mean: 1, std: 1 }, series: [] }],
+            }),
+            { status: 200 },
+          ); // prettier-ignore
+        }
+        return new Response(JSON.stringify({ records: [{ id: "r1", deployment: "dep-1", model: "digits", version: "1", time: "2026-11-27T09:00:00Z", failed: false, record: rec() }] }), { status: 200 });
+      }),
+    );
+    const dep = { id: "dep-1", model: "digits", version: 1, target: "process" } as unknown as Deployment;
+    render(
+      <MemoryRouter>
+        <Traffic deployments={[dep]} onTry={vi.fn()} trainingRun={(d) => (d.version === 1 ? "train-1" : undefined)} />
+      </MemoryRouter>,
+    );
+    expect((await screen.findByText("input mean")).closest("tr")?.getAttribute("data-level")).toBe("stable");
+    fireEvent.click(screen.getByLabelText("Against the training data"));
+    await vi.waitFor(() => expect(screen.getByText("input mean").closest("tr")?.getAttribute("data-level")).toBe("drift"));
+    expect(urls.some((u) => u.includes("reference_run=train-1") && !u.includes("reference_from"))).toBe(true);
+    expect(screen.getByRole("link", { name: "train-1" }).getAttribute("href")).toBe("/runs/train-1");
+    expect(screen.queryByLabelText("Reference from")).toBeNull(); // the window is not the reference now
+  });
+  it("offers no training reference for a version without a run", async () => {
+    vi.stubGlobal("fetch", vi.fn(async () => new Response(JSON.stringify({ records: [] }), { status: 200 })));
+    render(<Traffic deployments={[{ id: "dep-1", model: "digits", version: 1, target: "process" } as unknown as Deployment]} onTry={vi.fn()} trainingRun={() => undefined} />);
+    await screen.findByText(/No logged requests/);
+    expect(screen.queryByLabelText("Against the training data")).toBeNull();
   });
 });

@@ -1,9 +1,11 @@
 // A deployment's logged traffic on a model's page: the drift of its inputs
-// and outputs against a reference window (GET /api/payloads/drift: PSI per
-// feature, overall and over time), and its latest logged requests (GET
-// /api/payloads), each of which opens in Try it.
+// and outputs against a reference (GET /api/payloads/drift: PSI per feature,
+// overall and over time) — a window of the logged traffic, or the data
+// summary the version's training run logged (run.log_reference) — and its
+// latest logged requests (GET /api/payloads), each of which opens in Try it.
 import { useState } from "react";
-import { get } from "../api/client";
+import { Link } from "react-router-dom";
+import { get, seg } from "../api/client";
 import type { Deployment, DriftReport, PayloadList, PayloadRecord, PayloadTensor } from "../api/types";
 import { useApi } from "../lib/hooks";
 import { fmtAgo, fmtTime } from "../lib/format";
@@ -66,19 +68,38 @@ function describe(s: { mean?: number; shares?: Record<string, number> }): string
 
 const levelStatus: Record<string, string> = { stable: "ready", moderate: "starting", drift: "failed" };
 
-/** A model's ready deployments' logged traffic; onTry opens a logged request in Try it. */
-export function Traffic({ deployments, onTry }: { deployments: Deployment[]; onTry: (deploymentId: string, body: string) => void }) {
+/**
+ * A model's ready deployments' logged traffic; onTry opens a logged request
+ * in Try it; trainingRun names the run a deployment's version was trained in
+ * (whose logged data summary can be the reference).
+ */
+export function Traffic({
+  deployments,
+  onTry,
+  trainingRun,
+}: {
+  deployments: Deployment[];
+  onTry: (deploymentId: string, body: string) => void;
+  trainingRun?: (d: Deployment) => string | undefined;
+}) {
   const [depId, setDepId] = useState("");
   const [refFrom, setRefFrom] = useState("");
   const [refTo, setRefTo] = useState("");
+  const [useTraining, setUseTraining] = useState(false);
   const dep = deployments.find((d) => d.id === depId) ?? deployments[0];
   const q = dep ? trafficQuery(dep) : undefined;
   const key = q ? JSON.stringify(q) : "";
-  // A chosen reference window (local times from the inputs), else the first records logged.
-  const window = refFrom && refTo ? { reference_from: new Date(refFrom).toISOString(), reference_to: new Date(refTo).toISOString() } : {};
+  const runId = dep && trainingRun ? trainingRun(dep) : undefined;
+  const training = useTraining && runId !== undefined;
+  // The training run's data summary; else a chosen window (local times from the inputs); else the first records logged.
+  const reference: Record<string, string> = training
+    ? { reference_run: runId }
+    : refFrom && refTo
+      ? { reference_from: new Date(refFrom).toISOString(), reference_to: new Date(refTo).toISOString() }
+      : {};
   const report = useApi(
-    (s) => (q ? get<DriftReport>("/api/payloads/drift", { ...q, ...window }, s) : Promise.resolve(undefined)),
-    [key, refFrom, refTo],
+    (s) => (q ? get<DriftReport>("/api/payloads/drift", { ...q, ...reference }, s) : Promise.resolve(undefined)),
+    [key, refFrom, refTo, training, runId],
     10000,
   );
   const recent = useApi((s) => (q ? get<PayloadList>("/api/payloads", { ...q, limit: 8 }, s) : Promise.resolve(undefined)), [key], 10000);
@@ -89,18 +110,28 @@ export function Traffic({ deployments, onTry }: { deployments: Deployment[]; onT
     <div className="stack traffic">
       <div className="row">
         <DeploymentSelect deployments={deployments} value={dep.id} onChange={setDepId} />
-        <label className="inline">
-          Reference from
-          <input type="datetime-local" value={refFrom} onChange={(e) => setRefFrom(e.target.value)} />
-        </label>
-        <label className="inline">
-          to
-          <input type="datetime-local" value={refTo} onChange={(e) => setRefTo(e.target.value)} />
-        </label>
-        {(refFrom || refTo) && (
-          <button type="button" className="ghost" onClick={() => (setRefFrom(""), setRefTo(""))}>
-            First logged
-          </button>
+        {runId !== undefined && (
+          <label className="inline" title={`the data summary run ${runId} logged (run.log_reference in its training script)`}>
+            <input type="checkbox" checked={training} onChange={(e) => setUseTraining(e.target.checked)} />
+            Against the training data
+          </label>
+        )}
+        {!training && (
+          <>
+            <label className="inline">
+              Reference from
+              <input type="datetime-local" value={refFrom} onChange={(e) => setRefFrom(e.target.value)} />
+            </label>
+            <label className="inline">
+              to
+              <input type="datetime-local" value={refTo} onChange={(e) => setRefTo(e.target.value)} />
+            </label>
+            {(refFrom || refTo) && (
+              <button type="button" className="ghost" onClick={() => (setRefFrom(""), setRefTo(""))}>
+                First logged
+              </button>
+            )}
+          </>
         )}
       </div>
       <ErrorNote error={report.error ?? recent.error} />
@@ -114,8 +145,16 @@ export function Traffic({ deployments, onTry }: { deployments: Deployment[]; onT
           {r && r.features.length > 0 ? (
             <>
               <p className="muted small">
-                Reference: {refFrom && refTo ? "the" : "the first"} {r.reference.records} logged ({fmtTime(r.reference.from)} to {fmtTime(r.reference.to)}); current: the latest{" "}
-                {r.current.records}. <span title={r.statistic}>PSI</span> below 0.1 is stable, 0.25 and above drift.
+                {r.reference_run ? (
+                  <>
+                    Reference: the training data of run <Link to={`/runs/${seg(r.reference_run)}`}>{r.reference_run}</Link> ({r.reference.records} rows)
+                  </>
+                ) : (
+                  <>
+                    Reference: {refFrom && refTo ? "the" : "the first"} {r.reference.records} logged ({fmtTime(r.reference.from)} to {fmtTime(r.reference.to)})
+                  </>
+                )}
+                ; current: the latest {r.current.records}. <span title={r.statistic}>PSI</span> below 0.1 is stable, 0.25 and above drift.
               </p>
               <table className="table drift-table" aria-label="Drift">
                 <thead>

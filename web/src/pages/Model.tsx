@@ -368,6 +368,7 @@ export function ModelPage() {
       <Card title="Traffic">
         <Traffic
           deployments={ready}
+          trainingRun={(d) => m.versions.find((v) => v.version === d.version)?.source?.run_id || undefined}
           onTry={(id, body) => {
             setTryDep(id);
             setTryBody(body);
