@@ -538,8 +538,8 @@ class Run:
     def log_reference(self, data: Any, *, name: str = "input", max_rows: int = 1000, seed: int = 0) -> Path:
         """Log a sample of the data the model learns from as the drift reference of its deployments.
 
-        ``data`` is the model's input, rows along the first axis: a numpy array, a torch tensor or
-        nested lists for a model of one input (named ``name``, fw.export's default ``"input"``), or a
+        ``data`` is the model's input, rows along the first axis: a numpy array, a torch tensor, a
+        pandas DataFrame or nested lists for a model of one input (named ``name``, fw.export's default ``"input"``), or a
         dict of input name -> rows for several. Up to ``max_rows`` rows (a uniform sample, seeded by
         ``seed``) are written as the artifact ``fw-reference.jsonl``, one payload record per row, as
         fw serve's ``--log-payloads`` writes a request (a row of more than 4,096 values as its
@@ -553,6 +553,8 @@ class Run:
         for key, value in inputs.items():
             if hasattr(value, "detach"):  # a torch tensor
                 value = value.detach().cpu()
+            elif hasattr(value, "to_numpy"):  # a pandas DataFrame or Series: its rows, not its column names
+                value = value.to_numpy()
             listed = value.tolist() if hasattr(value, "tolist") else list(value)
             if not isinstance(listed, list) or not listed:
                 raise ValueError(

@@ -524,3 +524,16 @@ def test_log_reference_is_the_drift_reference(dashboard):
             bad.log_reference({"a": train[:3], "b": train[:4]})
         with pytest.raises(ValueError, match="max_rows"):
             bad.log_reference(train, max_rows=0)
+
+        class Frame:  # as pandas gives them: rows through to_numpy(), column names when iterated
+            def to_numpy(self):
+                return train[:10]
+
+            def __iter__(self):
+                return iter(["c0", "c1"])
+
+        rows = [
+            json.loads(x)["inputs"][0]["data"]
+            for x in bad.log_reference(Frame(), max_rows=10).read_text().splitlines()
+        ]
+        assert rows == [[float(v) for v in r] for r in train[:10]]
