@@ -107,6 +107,10 @@ def test_recipe_runs_offline_and_checkpoints(name, tmp_path, monkeypatch) -> Non
     types = {e["type"] for e in spooled}
     assert {"run_start", "metrics", "progress", "checkpoint", "run_end"} <= types
     assert spooled[-1]["status"] == "finished"
+    # a sample of the training rows, the drift reference of the run's deployments
+    assert any(e["type"] == "artifact" and e["path"] == "fw-reference.jsonl" for e in spooled)
+    ref = (tmp_path / "exp" / "artifacts" / "r1" / "fw-reference.jsonl").read_text().splitlines()
+    assert 0 < len(ref) <= 1000 and json.loads(ref[0])["inputs"][0]["name"] == "input"
     # resume: continues from the checkpoint's step
     step = c.meta["step"]
     params = json.dumps({"epochs": 2, "batch_size": 128})

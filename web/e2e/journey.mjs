@@ -292,6 +292,17 @@ await journey("web UI journey", async (step) => {
       noProblems();
     });
 
+    await step("the deployment's traffic against the training data of the run its version came from", async () => {
+      // The recipe logged a sample of its training rows (run.log_reference); the version exported
+      // from the run's checkpoint names the run, so its deployments can be compared with them.
+      const traffic = page.locator(".card").filter({ has: page.getByRole("heading", { name: "Traffic" }) });
+      await traffic.getByLabel("Against the training data").check();
+      await traffic.getByText(/Reference: the training data of run/).waitFor({ timeout: LONG });
+      await traffic.getByRole("table", { name: "Drift" }).getByText("input mean", { exact: true }).waitFor({ timeout: LONG });
+      await screenshot(page, "14d-traffic-training-data");
+      noProblems();
+    });
+
     await step("undeploy", async () => {
       await page.getByRole("button", { name: /^Undeploy / }).first().click();
       await page.getByRole("dialog", { name: "Undeploy" }).getByRole("button", { name: "Undeploy", exact: true }).click();

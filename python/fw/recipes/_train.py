@@ -104,6 +104,9 @@ def train(
         print(
             f"{name}: run {run.id}, {len(xtr)} train / {len(xva)} val examples, {total} steps, from step {start_step}"
         )
+        # A sample of the training rows: the drift reference of this run's deployments (the model
+        # page's Traffic, "Against the training data"), named as the exported model names its input.
+        run.log_reference(xtr, name=(getattr(model, "fw_input_names", None) or ("input",))[0])
 
         @run.on_stop
         def _final() -> None:
