@@ -323,6 +323,10 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident, rounds int, 
 	}
 	rss1, hwm, _ := srv.Mem()
 	// A resident model's latency, alone and while others load and unload.
+	// The others are asked for in turn, round after round, so that each was
+	// last used about many-cold requests before: evicted, loaded again.
+	var turn atomic.Int64
+	other := func() string { return fmt.Sprintf("m%04d", cold+int(turn.Add(1)-1)%(many-cold)) }
 	hot := func(churn bool) ([]time.Duration, int64, int64, error) {
 		var failed, churned atomic.Int64
 		stop := make(chan struct{})
@@ -331,13 +335,13 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident, rounds int, 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for i := cold; ; i++ {
+				for {
 					select {
 					case <-stop:
 						return
 					default:
 					}
-					if _, err := infer(srv.URL, fmt.Sprintf("m%04d", cold+(i%(many-cold)))); err != nil {
+					if _, err := infer(srv.URL, other()); err != nil {
 						failed.Add(1)
 					}
 					churned.Add(1)
@@ -365,7 +369,7 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident, rounds int, 
 				defer close(done)
 				_, f := benchserve.Paced(1, churnRate, dur, func(_, i int) (time.Duration, error) {
 					churned.Add(1)
-					return infer(srv.URL, fmt.Sprintf("m%04d", cold+(i%(many-cold))))
+					return infer(srv.URL, other())
 				})
 				failed.Add(f)
 			}()

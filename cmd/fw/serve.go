@@ -243,8 +243,8 @@ Flags:
 	var life lifecycle
 	var models serving.Models
 	if *model != "" {
-		// One sample picture at most: a reload of the watched file
-		// finds its image test case's tensor when the picture is unchanged.
+		// A few sample pictures: a reload of the watched file finds its
+		// image test case's tensor when the picture is unchanged.
 		mh := modelhost.New(modelhost.Config{Path: *model, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
 			ImageSamples: imageprep.NewSampleCache(8 << 20)}, metrics, log)
 		life, models = mh, serving.One(mh)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/drift"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/payloadlog"
@@ -261,7 +263,7 @@ func (s *Server) payloadDrift(c *call) (any, error) {
 		}
 		return out
 	}
-	var ref []*payloadlog.Record
+	var ref []drift.Sample
 	var refEnd time.Time
 	if refRun != "" {
 		var err error
@@ -275,7 +277,9 @@ func (s *Server) payloadDrift(c *call) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		ref = decode(ps)
+		for _, r := range decode(ps) {
+			ref = append(ref, drift.Summarize(r))
+		}
 		if len(ps) > 0 {
 			refEnd = ps[len(ps)-1].Time
 		}
@@ -289,7 +293,7 @@ func (s *Server) payloadDrift(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := drift.Compare(ref, decode(cur), buckets)
+	rep := drift.CompareSummarized(ref, decode(cur), buckets)
 	out := map[string]any{"deployment": q.Deployment, "model": q.Model, "version": q.Version, "statistic": rep.Statistic,
 		"reference": rep.Reference, "current": rep.Current, "features": rep.Features}
 	if refRun != "" {
@@ -299,9 +303,10 @@ func (s *Server) payloadDrift(c *call) (any, error) {
 }
 
 // runReference reads the data summary run id logged (ReferenceArtifact) as
-// payload records, bounded in bytes and records; a line that is not a
-// record is refused with its number.
-func (s *Server) runReference(ctx context.Context, id string) ([]*payloadlog.Record, error) {
+// payload records, bounded in bytes and records, each reduced to its
+// features as it is read (a few numbers, whatever its values); a line that
+// is not a record is refused with its number.
+func (s *Server) runReference(ctx context.Context, id string) ([]drift.Sample, error) {
 	if err := s.runFilesReady(ctx, s.artifactFiles, id, "artifacts"); err != nil {
 		return nil, err
 	}
@@ -313,7 +318,10 @@ func (s *Server) runReference(ctx context.Context, id string) ([]*payloadlog.Rec
 		return nil, apiErr(404, CodeNotFound, fmt.Sprintf("run %s has logged no data summary (artifact %s); log one with run.log_reference(data) in its training script, or compare with a window of the logged traffic (reference_from, reference_to)", id, ReferenceArtifact))
 	}
 	r, info, err := s.artifactFiles.Get(ctx, id+"/"+ReferenceArtifact)
-	if err != nil {
+	switch {
+	case errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrInvalidKey):
+		return nil, apiErr(404, CodeNotFound, fmt.Sprintf("run %s's data summary (%s) is recorded but its file is gone (or not a regular file); log it again with run.log_reference", id, ReferenceArtifact))
+	case err != nil:
 		s.log.Error("reading a run's data summary", "run", id, "store", s.artifactFiles.String(), "err", err)
 		return nil, apiErr(503, CodeUnavailable, fmt.Sprintf("reading the data summary of run %s from its storage failed; retry, and see the dashboard's log if it persists", id))
 	}
@@ -323,7 +331,7 @@ func (s *Server) runReference(ctx context.Context, id string) ([]*payloadlog.Rec
 	}
 	sc := bufio.NewScanner(io.LimitReader(r, maxReferenceBytes))
 	sc.Buffer(make([]byte, 0, 64<<10), maxPayloadRecordBytes)
-	var out []*payloadlog.Record
+	var out []drift.Sample
 	for line := 1; sc.Scan(); line++ {
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
@@ -336,10 +344,14 @@ func (s *Server) runReference(ctx context.Context, id string) ([]*payloadlog.Rec
 		if err := json.Unmarshal(b, &rec); err != nil {
 			return nil, apiErr(409, CodeConflict, fmt.Sprintf("line %d of run %s's data summary (%s) is not a payload record: %v; log it again with run.log_reference", line, id, ReferenceArtifact, err))
 		}
-		out = append(out, &rec)
+		out = append(out, drift.Summarize(&rec))
 	}
-	if err := sc.Err(); err != nil {
-		return nil, apiErr(409, CodeConflict, fmt.Sprintf("run %s's data summary (%s) cannot be read: %v (a line over %d bytes?)", id, ReferenceArtifact, err, maxPayloadRecordBytes))
+	switch err := sc.Err(); {
+	case errors.Is(err, bufio.ErrTooLong):
+		return nil, apiErr(409, CodeConflict, fmt.Sprintf("run %s's data summary (%s) has a line over %d bytes; log it again with run.log_reference (a row of more than 4,096 values is written as its summary)", id, ReferenceArtifact, maxPayloadRecordBytes))
+	case err != nil:
+		s.log.Error("reading a run's data summary", "run", id, "store", s.artifactFiles.String(), "err", err)
+		return nil, apiErr(503, CodeUnavailable, fmt.Sprintf("reading the data summary of run %s from its storage failed part way; retry, and see the dashboard's log if it persists", id))
 	}
 	return out, nil
 }

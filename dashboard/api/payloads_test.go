@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -243,7 +244,8 @@ func TestPayloadDriftAgainstARun(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := startFilesServer(t, st, Config{ArtifactDir: art, Artifacts: files})
-	ingest(t, url, `[`+runStart("train-1", "digits", `{}`)+`,`+runStart("train-2", "digits", `{}`)+`,`+runStart("bare", "digits", `{}`)+`]`)
+	ingest(t, url, `[`+runStart("train-1", "digits", `{}`)+`,`+runStart("train-2", "digits", `{}`)+`,`+runStart("bare", "digits", `{}`)+`,`+
+		runStart("long", "digits", `{}`)+`,`+runStart("gone", "digits", `{}`)+`]`)
 	record := func(i int, mean float64, at time.Time) string {
 		x := make([]float64, 8)
 		for j := range x {
@@ -263,6 +265,16 @@ func TestPayloadDriftAgainstARun(t *testing.T) {
 	}
 	if code, body, _ := fetch(t, "PUT", put+"train-2/artifacts/"+ReferenceArtifact, record(0, 0, time.Now())+"\nnot json\n"); code != 200 {
 		t.Fatalf("upload the broken summary: %d %s", code, body)
+	}
+	long := `{"id":"` + strings.Repeat("a", maxPayloadRecordBytes) + `"}` + "\n"
+	if code, body, _ := fetch(t, "PUT", put+"long/artifacts/"+ReferenceArtifact, long); code != 200 {
+		t.Fatalf("upload the summary with a long line: %d %s", code, body)
+	}
+	if code, body, _ := fetch(t, "PUT", put+"gone/artifacts/"+ReferenceArtifact, ref.String()); code != 200 {
+		t.Fatalf("upload the summary then removed: %d %s", code, body)
+	}
+	if err := os.Remove(filepath.Join(art, "gone", ReferenceArtifact)); err != nil {
+		t.Fatal(err)
 	}
 	// Served traffic: 100 records like the training data, then 100 shifted.
 	post := func(from int, mean float64) {

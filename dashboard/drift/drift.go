@@ -85,15 +85,20 @@ type Report struct {
 	Features  []Feature `json:"features"`
 }
 
-// sample is one record's features.
-type sample struct {
+// Sample is one record's features: what Compare reads of it, a few numbers
+// however large the record's tensors (Summarize).
+type Sample struct {
 	t    time.Time
 	num  map[string]float64
 	cats map[string]string
 }
 
-func features(r *payloadlog.Record) sample {
-	s := sample{t: r.Time, num: map[string]float64{}, cats: map[string]string{}}
+// Summarize reduces a record to its features, so that many records can be
+// held (a training run's data summary) without their values.
+func Summarize(r *payloadlog.Record) Sample { return features(r) }
+
+func features(r *payloadlog.Record) Sample {
+	s := Sample{t: r.Time, num: map[string]float64{}, cats: map[string]string{}}
 	add := func(prefix string, ts []payloadlog.Tensor, classes bool) {
 		for _, t := range ts {
 			name := prefix + t.Name
@@ -139,7 +144,7 @@ func isScores(t payloadlog.Tensor) bool {
 	return false
 }
 
-func window(ss []sample) Window {
+func window(ss []Sample) Window {
 	if len(ss) == 0 {
 		return Window{}
 	}
@@ -158,10 +163,16 @@ func window(ss []sample) Window {
 // Compare builds the report of current against reference, with the
 // current window split into at most buckets time buckets.
 func Compare(reference, current []*payloadlog.Record, buckets int) Report {
-	ref, cur := make([]sample, len(reference)), make([]sample, len(current))
+	ref := make([]Sample, len(reference))
 	for i, r := range reference {
 		ref[i] = features(r)
 	}
+	return CompareSummarized(ref, current, buckets)
+}
+
+// CompareSummarized is Compare with the reference already summarized.
+func CompareSummarized(ref []Sample, current []*payloadlog.Record, buckets int) Report {
+	cur := make([]Sample, len(current))
 	for i, r := range current {
 		cur[i] = features(r)
 	}
@@ -181,7 +192,7 @@ func Compare(reference, current []*payloadlog.Record, buckets int) Report {
 		}
 	}
 	for _, name := range slices.Sorted(mapsKeys(catNames)) {
-		get := func(ss []sample) []string {
+		get := func(ss []Sample) []string {
 			var out []string
 			for _, s := range ss {
 				if v, ok := s.cats[name]; ok {
@@ -208,7 +219,7 @@ func Compare(reference, current []*payloadlog.Record, buckets int) Report {
 		rep.Features = append(rep.Features, f)
 	}
 	for _, name := range slices.Sorted(mapsKeys(numNames)) {
-		get := func(ss []sample) []float64 {
+		get := func(ss []Sample) []float64 {
 			var out []float64
 			for _, s := range ss {
 				if v, ok := s.num[name]; ok && !math.IsNaN(v) && !math.IsInf(v, 0) {
@@ -253,22 +264,22 @@ func mapsKeys(m map[string]bool) func(func(string) bool) {
 
 // split cuts time-ordered samples into at most n buckets of equal time
 // span (empty ones left out).
-func split(ss []sample, n int) [][]sample {
+func split(ss []Sample, n int) [][]Sample {
 	if n < 1 {
 		n = 1
 	}
 	from, to := ss[0].t, ss[len(ss)-1].t
 	span := to.Sub(from)
 	if span <= 0 {
-		return [][]sample{ss}
+		return [][]Sample{ss}
 	}
-	out := make([][]sample, n)
+	out := make([][]Sample, n)
 	for _, s := range ss {
 		i := int(float64(s.t.Sub(from)) / float64(span) * float64(n))
 		i = min(i, n-1)
 		out[i] = append(out[i], s)
 	}
-	return slices.DeleteFunc(out, func(g []sample) bool { return len(g) == 0 })
+	return slices.DeleteFunc(out, func(g []Sample) bool { return len(g) == 0 })
 }
 
 // deciles are the reference's inner decile edges, without repeats.

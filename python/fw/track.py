@@ -72,9 +72,17 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+# What the dashboard reads of a reference is 64 MiB; the SDK stops writing rows a little before.
+_REFERENCE_BYTES = 60 << 20
+
+
 def _flatten(x: Any, out: list[float]) -> list[int]:
-    """Appends the numbers of nested lists ``x`` to ``out`` and returns its shape."""
-    if isinstance(x, list):
+    """Appends the numbers of ``x`` (nested lists or tuples, arrays, tensors) to ``out`` and returns its shape."""
+    if hasattr(x, "detach"):  # a torch tensor
+        x = x.detach().cpu()
+    if hasattr(x, "tolist"):  # numpy arrays and scalars, torch tensors
+        x = x.tolist()
+    if isinstance(x, (list, tuple)):
         shape: list[int] = []
         for el in x:
             shape = _flatten(el, out)
@@ -549,30 +557,32 @@ class Run:
         inputs = dict(data) if isinstance(data, Mapping) else {name: data}
         if not inputs or max_rows < 1:
             raise ValueError("log_reference needs at least one input and max_rows >= 1")
-        rows: dict[str, list[Any]] = {}
+        columns: dict[str, Any] = {}
         for key, value in inputs.items():
-            if hasattr(value, "detach"):  # a torch tensor
-                value = value.detach().cpu()
+            if hasattr(value, "detach"):  # a torch tensor (its sampled rows are copied to the CPU one by one)
+                value = value.detach()
             elif hasattr(value, "to_numpy"):  # a pandas DataFrame or Series: its rows, not its column names
                 value = value.to_numpy()
-            listed = value.tolist() if hasattr(value, "tolist") else list(value)
-            if not isinstance(listed, list) or not listed:
+            elif not hasattr(value, "__getitem__"):  # an iterable of rows
+                value = list(value)
+            if not hasattr(value, "__len__") or not len(value):
                 raise ValueError(
                     f"input {key!r}: give its rows along the first axis (got {type(value).__name__})"
                 )
-            rows[key] = listed
-        n = len(next(iter(rows.values())))
-        if any(len(r) != n for r in rows.values()):
-            raise ValueError(
-                f"every input needs the same number of rows: { ({k: len(r) for k, r in rows.items()}) }"
-            )
+            columns[key] = value
+        sizes = {k: len(v) for k, v in columns.items()}
+        n = next(iter(sizes.values()))
+        if any(m != n for m in sizes.values()):
+            raise ValueError(f"every input needs the same number of rows: {sizes}")
+        # Only the sampled rows become Python numbers: a large training set is not copied whole.
         picked = sorted(random.Random(seed).sample(range(n), min(n, max_rows)))
         self.artifact_dir.mkdir(parents=True, exist_ok=True)
         path = self.artifact_dir / "fw-reference.jsonl"
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        written = 0
         with open(path, "w", encoding="utf-8") as f:
-            for i in picked:
-                tensors = [_reference_tensor(key, r[i]) for key, r in rows.items()]
+            for k, i in enumerate(picked):
+                tensors = [_reference_tensor(key, col[i]) for key, col in columns.items()]
                 rec = {
                     "id": secrets.token_hex(16),
                     "time": stamp,
@@ -582,7 +592,17 @@ class Run:
                     "inputs": tensors,
                     "outputs": [],
                 }
-                f.write(json.dumps(rec, allow_nan=False) + "\n")
+                line = json.dumps(rec, allow_nan=False, separators=(",", ":")) + "\n"
+                if written + len(line) > _REFERENCE_BYTES:
+                    log.warning(
+                        "log_reference: stopped at %d of %d rows, the %d MiB the dashboard reads of a reference",
+                        k,
+                        len(picked),
+                        _REFERENCE_BYTES >> 20,
+                    )
+                    break
+                f.write(line)
+                written += len(line)
         return self.artifact(path)
 
     def on_stop(self, fn: Callable[[], Any]) -> Callable[[], Any]:

@@ -532,6 +532,15 @@ def test_log_reference_is_the_drift_reference(dashboard):
             def __iter__(self):
                 return iter(["c0", "c1"])
 
+        # rows as a list of arrays, and as a torch tensor: the same numbers
+        import torch
+
+        def data_of(p: Path) -> list:
+            return [json.loads(x)["inputs"][0]["data"] for x in p.read_text().splitlines()]
+
+        as_list = data_of(bad.log_reference([train[0], train[1]], max_rows=2))
+        assert as_list == data_of(bad.log_reference(torch.from_numpy(train[:2]), max_rows=2))
+        assert as_list == [[float(v) for v in r] for r in train[:2]]
         rows = [
             json.loads(x)["inputs"][0]["data"]
             for x in bad.log_reference(Frame(), max_rows=10).read_text().splitlines()

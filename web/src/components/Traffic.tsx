@@ -104,7 +104,8 @@ export function Traffic({
   );
   const recent = useApi((s) => (q ? get<PayloadList>("/api/payloads", { ...q, limit: 8 }, s) : Promise.resolve(undefined)), [key], 10000);
   if (!dep) return <Empty>Deploy a version: with payload logging on, its traffic is compared with a reference here.</Empty>;
-  const r = report.data;
+  // A failed read (say, a run that logged no data summary) shows its error, not the last report.
+  const r = report.error ? undefined : report.data;
   const recs = recent.data?.records ?? [];
   return (
     <div className="stack traffic">
