@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -226,11 +227,6 @@ func (s *Server) payloadDrift(c *call) (any, error) {
 	}
 	refRun := string(c.rc.QueryArgs().Peek("reference_run"))
 	if c.rc.QueryArgs().Has("reference_run") {
-		for _, p := range []string{"reference_from", "reference_to", "reference_records"} {
-			if c.rc.QueryArgs().Has(p) {
-				return nil, apiErr(400, CodeBadRequest, "give either reference_run (a training run's data summary) or "+p+" (a window of the logged traffic), not both")
-			}
-		}
 		if err := store.ValidateID(refRun); err != nil {
 			return nil, apiErr(400, CodeBadRequest, fmt.Sprintf("reference_run: %v; give the ID of the run that logged the data summary (fw.track's run.log_reference)", err))
 		}
@@ -269,6 +265,15 @@ func (s *Server) payloadDrift(c *call) (any, error) {
 		var err error
 		if ref, err = s.runReference(c.ctx, refRun); err != nil {
 			return nil, err
+		}
+		// The window parameters pick the summary's rows as they pick logged
+		// records: by their time, then the first reference_records (all by
+		// default).
+		ref = slices.DeleteFunc(ref, func(x drift.Sample) bool {
+			return !times[0].IsZero() && x.Time().Before(times[0]) || !times[1].IsZero() && !x.Time().Before(times[1])
+		})
+		if c.rc.QueryArgs().Has("reference_records") && len(ref) > refN {
+			ref = ref[:refN]
 		}
 	} else {
 		rq := q

@@ -93,6 +93,9 @@ type Sample struct {
 	cats map[string]string
 }
 
+// Time is when the record was logged.
+func (s Sample) Time() time.Time { return s.t }
+
 // Summarize reduces a record to its features, so that many records can be
 // held (a training run's data summary) without their values.
 func Summarize(r *payloadlog.Record) Sample { return features(r) }
