@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +47,67 @@ const (
 // payloadStore is the receiver's state.
 type payloadStore struct {
 	lastPrune atomic.Int64
+	// refs keeps runs' data summaries, summarized: the Traffic view asks
+	// for the drift every 10 s, and a summary changes only when it is
+	// logged again.
+	refs referenceCache
+}
+
+// referenceCache holds the summarized data summaries of the runs asked for
+// last, each with its file's Tag (blob.Info), bounded by the samples held
+// in all. The zero value is ready; safe for concurrent use. Its slices are
+// shared: callers do not modify them.
+type referenceCache struct {
+	mu      sync.Mutex
+	entries map[string]cachedReference // by run ID
+	order   []string                   // run IDs, least recently used first
+	held    int
+}
+
+type cachedReference struct {
+	tag     string
+	samples []drift.Sample
+}
+
+// maxCachedSamples bounds the samples the cache holds (a few hundred bytes
+// each): about twice the largest summary the dashboard reads.
+const maxCachedSamples = 2 * maxReferenceRecords
+
+func (c *referenceCache) get(id, tag string) ([]drift.Sample, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[id]
+	if !ok || e.tag != tag {
+		return nil, false
+	}
+	c.touch(id)
+	return e.samples, true
+}
+
+func (c *referenceCache) put(id, tag string, samples []drift.Sample) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[string]cachedReference{}
+	}
+	if old, ok := c.entries[id]; ok {
+		c.held -= len(old.samples)
+	}
+	c.entries[id] = cachedReference{tag: tag, samples: samples}
+	c.held += len(samples)
+	c.touch(id)
+	for c.held > maxCachedSamples && len(c.order) > 1 {
+		victim := c.order[0]
+		c.order = c.order[1:]
+		c.held -= len(c.entries[victim].samples)
+		delete(c.entries, victim)
+	}
+}
+
+// touch makes id the most recently used (the caller holds mu).
+func (c *referenceCache) touch(id string) {
+	c.order = slices.DeleteFunc(c.order, func(x string) bool { return x == id })
+	c.order = append(c.order, id)
 }
 
 var payloadIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -268,8 +330,8 @@ func (s *Server) payloadDrift(c *call) (any, error) {
 		}
 		// The window parameters pick the summary's rows as they pick logged
 		// records: by their time, then the first reference_records (all by
-		// default).
-		ref = slices.DeleteFunc(ref, func(x drift.Sample) bool {
+		// default). A copy: the cache's slice is shared.
+		ref = slices.DeleteFunc(slices.Clone(ref), func(x drift.Sample) bool {
 			return !times[0].IsZero() && x.Time().Before(times[0]) || !times[1].IsZero() && !x.Time().Before(times[1])
 		})
 		if c.rc.QueryArgs().Has("reference_records") && len(ref) > refN {
@@ -322,7 +384,13 @@ func (s *Server) runReference(ctx context.Context, id string) ([]drift.Sample, e
 	if !listed {
 		return nil, apiErr(404, CodeNotFound, fmt.Sprintf("run %s has logged no data summary (artifact %s); log one with run.log_reference(data) in its training script, or compare with a window of the logged traffic (reference_from, reference_to)", id, ReferenceArtifact))
 	}
-	r, info, err := s.artifactFiles.Get(ctx, id+"/"+ReferenceArtifact)
+	key := id + "/" + ReferenceArtifact
+	if info, err := s.artifactFiles.Stat(ctx, key); err == nil && info.Tag != "" {
+		if samples, ok := s.payloads.refs.get(id, info.Tag); ok {
+			return samples, nil
+		}
+	}
+	r, info, err := s.artifactFiles.Get(ctx, key)
 	switch {
 	case errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrInvalidKey):
 		return nil, apiErr(404, CodeNotFound, fmt.Sprintf("run %s's data summary (%s) is recorded but its file is gone (or not a regular file); log it again with run.log_reference", id, ReferenceArtifact))
@@ -357,6 +425,9 @@ func (s *Server) runReference(ctx context.Context, id string) ([]drift.Sample, e
 	case err != nil:
 		s.log.Error("reading a run's data summary", "run", id, "store", s.artifactFiles.String(), "err", err)
 		return nil, apiErr(503, CodeUnavailable, fmt.Sprintf("reading the data summary of run %s from its storage failed part way; retry, and see the dashboard's log if it persists", id))
+	}
+	if info.Tag != "" {
+		s.payloads.refs.put(id, info.Tag, out)
 	}
 	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fw-serve/fw/dashboard/blob"
+	"github.com/fw-serve/fw/dashboard/drift"
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/payloadlog"
@@ -318,6 +319,18 @@ func TestPayloadDriftAgainstARun(t *testing.T) {
 	if lv, _ := level("reference_run=train-1&records=100"); lv != "drift" {
 		t.Fatalf("shifted traffic against the training data: %s", lv)
 	}
+	// The summary logged again (rows like the shifted traffic): read anew,
+	// not the summarized copy the dashboard keeps between polls.
+	var shifted strings.Builder
+	for i := range 300 {
+		shifted.WriteString(record(i, 3, time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)) + "\n")
+	}
+	if code, body, _ := fetch(t, "PUT", put+"train-1/artifacts/"+ReferenceArtifact, shifted.String()); code != 200 {
+		t.Fatalf("upload the summary again: %d %s", code, body)
+	}
+	if lv, _ := level("reference_run=train-1&records=100"); lv != "stable" {
+		t.Fatalf("the shifted traffic against a summary logged again like it: %s", lv)
+	}
 	for q, want := range map[string]struct {
 		code int
 		text string
@@ -331,5 +344,32 @@ func TestPayloadDriftAgainstARun(t *testing.T) {
 		if code != want.code || errCode(t, out) == "" || !strings.Contains(fmt.Sprint(out), want.text) {
 			t.Errorf("%s: %d %v, want %d with %q", q, code, out, want.code, want.text)
 		}
+	}
+}
+
+// The cache of summarized references is bounded by the samples it holds,
+// dropping the least recently used run; a changed tag is a miss.
+func TestReferenceCache(t *testing.T) {
+	var c referenceCache
+	n := maxCachedSamples / 2
+	c.put("a", "1", make([]drift.Sample, n))
+	c.put("b", "1", make([]drift.Sample, n))
+	if _, ok := c.get("a", "1"); !ok { // a is now the most recent
+		t.Fatal("a missing")
+	}
+	if _, ok := c.get("a", "2"); ok {
+		t.Fatal("another tag hit")
+	}
+	c.put("c", "1", make([]drift.Sample, 1)) // over the bound: b goes
+	if _, ok := c.get("b", "1"); ok {
+		t.Fatal("the least recently used run was kept over the bound")
+	}
+	for _, id := range []string{"a", "c"} {
+		if _, ok := c.get(id, "1"); !ok {
+			t.Fatalf("%s was dropped", id)
+		}
+	}
+	if c.held != n+1 || len(c.order) != 2 {
+		t.Fatalf("held %d in %d runs", c.held, len(c.order))
 	}
 }
