@@ -403,9 +403,9 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident, rounds int, 
 	b.WriteString("\n")
 	fmt.Fprintf(b, "At fixed rates (equal work, CPU to spare; latency from each request's due time), %d interleaved rounds of %s each, medians of the rounds' p50 and p99; the last column is each round's p99 with the churn over its p99 alone, median (lowest to highest):\n\n", rounds, dur)
 	b.WriteString("| request | count | p50 ms | p99 ms | failed | p99 ratio |\n|---|---:|---:|---:|---:|---:|\n")
-	fmt.Fprintf(b, "| a resident model at %d requests/s (4 clients), alone | %d | %.2f | %.2f | %d | |\n", hotRate, nAlone, median(p50Alone), median(p99Alone), f3)
+	fmt.Fprintf(b, "| a resident model at %d requests/s (4 clients), alone | %d | %.2f | %.2f | %d | |\n", hotRate, nAlone, benchserve.Median(p50Alone), benchserve.Median(p99Alone), f3)
 	fmt.Fprintf(b, "| the same while other models load and unload at %d/s (%d loads and unloads) | %d | %.2f | %.2f | %d | %.2f (%.2f to %.2f) |\n\n",
-		churnRate, pChurned, nBusy, median(p50Busy), median(p99Busy), f4, median(ratios), slices.Min(ratios), slices.Max(ratios))
+		churnRate, pChurned, nBusy, benchserve.Median(p50Busy), benchserve.Median(p99Busy), f4, benchserve.Median(ratios), slices.Min(ratios), slices.Max(ratios))
 	return nil
 }
 
@@ -413,17 +413,6 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident, rounds int, 
 // model's requests per second, and the other models' first requests (each
 // a load and an eviction) per second.
 const hotRate, churnRate = 2000, 20
-
-// median is the middle of xs (the mean of the two middle ones for an even
-// count); xs is left as it is.
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
 
 func tenModels(b *strings.Builder, bin, mlp, root string, dur time.Duration) error {
 	if err := copies(root, mlp, "m", 10); err != nil {

@@ -141,8 +141,7 @@ func median(ss []sample, f func(sample) float64) float64 {
 	for i, s := range ss {
 		v[i] = f(s)
 	}
-	slices.Sort(v)
-	return v[len(v)/2]
+	return benchserve.Median(v)
 }
 
 // startCollector runs the collector with an OTLP/HTTP receiver on a free

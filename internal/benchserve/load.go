@@ -81,6 +81,17 @@ func Paced(clients int, rate float64, d time.Duration, call func(client, i int) 
 	return all, n
 }
 
+// Median is the middle of xs (the upper one of the two for an even count);
+// xs is left as it is. Zero for none.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
 // PercentileMs is the p-quantile (0..1) of lat in milliseconds, 0 for no
 // latencies; lat is left as it is.
 func PercentileMs(lat []time.Duration, p float64) float64 {
