@@ -330,10 +330,13 @@ func (s *Server) payloadDrift(c *call) (any, error) {
 		}
 		// The window parameters pick the summary's rows as they pick logged
 		// records: by their time, then the first reference_records (all by
-		// default). A copy: the cache's slice is shared.
-		ref = slices.DeleteFunc(slices.Clone(ref), func(x drift.Sample) bool {
-			return !times[0].IsZero() && x.Time().Before(times[0]) || !times[1].IsZero() && !x.Time().Before(times[1])
-		})
+		// default). The cache's slice is shared: filtered into a copy, and
+		// only when a time is given (the page's poll gives none).
+		if !times[0].IsZero() || !times[1].IsZero() {
+			ref = slices.DeleteFunc(slices.Clone(ref), func(x drift.Sample) bool {
+				return !times[0].IsZero() && x.Time().Before(times[0]) || !times[1].IsZero() && !x.Time().Before(times[1])
+			})
+		}
 		if c.rc.QueryArgs().Has("reference_records") && len(ref) > refN {
 			ref = ref[:refN]
 		}
