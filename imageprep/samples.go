@@ -1,10 +1,10 @@
 package imageprep
 
 import (
-	"container/list"
 	"crypto/sha256"
 	"encoding/json"
-	"sync"
+
+	"github.com/fw-serve/fw/internal/lru"
 )
 
 // SampleCache remembers what a recipe made of an image test case's sample
@@ -18,11 +18,7 @@ import (
 // recently used tensors are dropped to stay under a byte budget. Safe for
 // concurrent use; the zero value is not usable (NewSampleCache).
 type SampleCache struct {
-	mu      sync.Mutex
-	budget  int64
-	used    int64
-	order   *list.List // of *sample, most recently used first
-	entries map[[sha256.Size]byte]*list.Element
+	c *lru.Cache[[sha256.Size]byte, *sample]
 }
 
 // sample is one cached picture's decoding and preprocessing.
@@ -36,7 +32,7 @@ type sample struct {
 // NewSampleCache returns a cache that holds at most budget bytes of
 // preprocessed tensors (a sample larger than the budget is not kept).
 func NewSampleCache(budget int64) *SampleCache {
-	return &SampleCache{budget: budget, order: list.New(), entries: map[[sha256.Size]byte]*list.Element{}}
+	return &SampleCache{c: lru.New[[sha256.Size]byte, *sample](budget)}
 }
 
 // sampleKey names a picture (as its base64 text in the metadata) under a
@@ -60,14 +56,8 @@ func (c *SampleCache) get(key [sha256.Size]byte) *sample {
 	if c == nil {
 		return nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[key]
-	if !ok {
-		return nil
-	}
-	c.order.MoveToFront(e)
-	return e.Value.(*sample)
+	s, _ := c.c.Get(key)
+	return s
 }
 
 // put keeps s, dropping the least recently used samples over the budget.
@@ -75,29 +65,8 @@ func (c *SampleCache) put(s *sample) {
 	if c == nil {
 		return
 	}
-	size := int64(len(s.x)) * 4
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if size > c.budget {
-		return
-	}
-	if _, ok := c.entries[s.key]; ok {
-		return
-	}
-	c.entries[s.key] = c.order.PushFront(s)
-	c.used += size
-	for c.used > c.budget {
-		last := c.order.Back()
-		old := last.Value.(*sample)
-		c.order.Remove(last)
-		delete(c.entries, old.key)
-		c.used -= int64(len(old.x)) * 4
-	}
+	c.c.Put(s.key, s, int64(len(s.x))*4)
 }
 
 // Len is how many samples the cache holds.
-func (c *SampleCache) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.entries)
-}
+func (c *SampleCache) Len() int { return c.c.Len() }

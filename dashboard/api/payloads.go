@@ -18,6 +18,7 @@ import (
 	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/drift"
 	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/internal/lru"
 	"github.com/fw-serve/fw/payloadlog"
 )
 
@@ -55,13 +56,11 @@ type payloadStore struct {
 
 // referenceCache holds the summarized data summaries of the runs asked for
 // last, each with its file's Tag (blob.Info), bounded by the samples held
-// in all. The zero value is ready; safe for concurrent use. Its slices are
-// shared: callers do not modify them.
+// in all. Safe for concurrent use. Its slices are shared: callers do not
+// modify them.
 type referenceCache struct {
-	mu      sync.Mutex
-	entries map[string]cachedReference // by run ID
-	order   []string                   // run IDs, least recently used first
-	held    int
+	once sync.Once
+	c    *lru.Cache[string, cachedReference] // by run ID, weighed in samples
 }
 
 type cachedReference struct {
@@ -73,41 +72,21 @@ type cachedReference struct {
 // each): about twice the largest summary the dashboard reads.
 const maxCachedSamples = 2 * maxReferenceRecords
 
+func (c *referenceCache) cache() *lru.Cache[string, cachedReference] {
+	c.once.Do(func() { c.c = lru.New[string, cachedReference](maxCachedSamples) })
+	return c.c
+}
+
 func (c *referenceCache) get(id, tag string) ([]drift.Sample, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries[id]
+	e, ok := c.cache().Get(id)
 	if !ok || e.tag != tag {
 		return nil, false
 	}
-	c.touch(id)
 	return e.samples, true
 }
 
 func (c *referenceCache) put(id, tag string, samples []drift.Sample) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.entries == nil {
-		c.entries = map[string]cachedReference{}
-	}
-	if old, ok := c.entries[id]; ok {
-		c.held -= len(old.samples)
-	}
-	c.entries[id] = cachedReference{tag: tag, samples: samples}
-	c.held += len(samples)
-	c.touch(id)
-	for c.held > maxCachedSamples && len(c.order) > 1 {
-		victim := c.order[0]
-		c.order = c.order[1:]
-		c.held -= len(c.entries[victim].samples)
-		delete(c.entries, victim)
-	}
-}
-
-// touch makes id the most recently used (the caller holds mu).
-func (c *referenceCache) touch(id string) {
-	c.order = slices.DeleteFunc(c.order, func(x string) bool { return x == id })
-	c.order = append(c.order, id)
+	c.cache().Put(id, cachedReference{tag: tag, samples: samples}, int64(len(samples)))
 }
 
 var payloadIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

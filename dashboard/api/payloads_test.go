@@ -369,7 +369,7 @@ func TestReferenceCache(t *testing.T) {
 			t.Fatalf("%s was dropped", id)
 		}
 	}
-	if c.held != n+1 || len(c.order) != 2 {
-		t.Fatalf("held %d in %d runs", c.held, len(c.order))
+	if c.cache().Used() != int64(n+1) || c.cache().Len() != 2 {
+		t.Fatalf("held %d in %d runs", c.cache().Used(), c.cache().Len())
 	}
 }
