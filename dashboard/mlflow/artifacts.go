@@ -230,10 +230,19 @@ func (s *Server) uploadArtifact(ctx *fasthttp.RequestCtx) {
 // upload streams the request's body into the artifact store under
 // <run id>/<rel> and records the run's artifact event.
 func (s *Server) upload(ctx *fasthttp.RequestCtx, runID, rel string) *apiError {
-	if _, err := s.st.GetRun(s.reqCtx(ctx), runID); err != nil {
+	got, err := s.st.GetRun(s.reqCtx(ctx), runID)
+	if err != nil {
 		return s.runErr(err, runID)
 	}
-	n, e := s.store(ctx, runID+"/"+rel, rel)
+	if prefix, local, e := s.localRun(s.reqCtx(ctx), got); e != nil {
+		return e
+	} else if local {
+		// A run with a local location: the file goes where the client's
+		// own writes go (inside the root), as MLflow's server writes it.
+		_, e := s.store(ctx, s.localRoot, prefix+"/"+rel, rel)
+		return e
+	}
+	n, e := s.store(ctx, s.cfg.Artifacts, runID+"/"+rel, rel)
 	if e != nil {
 		return e
 	}
@@ -241,9 +250,9 @@ func (s *Server) upload(ctx *fasthttp.RequestCtx, runID, rel string) *apiError {
 }
 
 // store streams the request's body into a temporary file of UploadDir (at
-// most MaxArtifactBytes), then stores it in the artifact store under key;
+// most MaxArtifactBytes), then stores it in the store into under key;
 // it returns the size. rel names the file in messages.
-func (s *Server) store(ctx *fasthttp.RequestCtx, key, rel string) (int64, *apiError) {
+func (s *Server) store(ctx *fasthttp.RequestCtx, into blob.Store, key, rel string) (int64, *apiError) {
 	if cl := ctx.Request.Header.ContentLength(); cl > 0 && int64(cl) > s.cfg.MaxArtifactBytes {
 		return 0, errf(413, codeLimitExceeded, "the artifact is larger than %d bytes (--max-artifact-mib)", s.cfg.MaxArtifactBytes)
 	}
@@ -272,11 +281,11 @@ func (s *Server) store(ctx *fasthttp.RequestCtx, key, rel string) (int64, *apiEr
 	if n > s.cfg.MaxArtifactBytes {
 		return 0, errf(413, codeLimitExceeded, "the artifact is larger than %d bytes (--max-artifact-mib)", s.cfg.MaxArtifactBytes)
 	}
-	if err := s.cfg.Artifacts.PutFile(s.reqCtx(ctx), key, tmp); err != nil {
+	if err := into.PutFile(s.reqCtx(ctx), key, tmp); err != nil {
 		if errors.Is(err, blob.ErrInvalidKey) {
 			return 0, errf(400, codeInvalidParameter, "artifact path %q: %v", rel, err)
 		}
-		s.log.Error("mlflow api: storing an artifact", "key", key, "store", s.cfg.Artifacts.String(), "err", err)
+		s.log.Error("mlflow api: storing an artifact", "key", key, "store", into.String(), "err", err)
 		return 0, errf(500, codeInternal, "storing the artifact failed; see the dashboard's log")
 	}
 	return n, nil
@@ -302,7 +311,7 @@ func freeKey(rel string) string {
 
 // uploadFree stores a free file and records it.
 func (s *Server) uploadFree(ctx *fasthttp.RequestCtx, rel string) *apiError {
-	n, e := s.store(ctx, freePrefix+rel, rel)
+	n, e := s.store(ctx, s.cfg.Artifacts, freePrefix+rel, rel)
 	if e != nil {
 		return e
 	}
@@ -345,6 +354,20 @@ func (s *Server) downloadFree(ctx *fasthttp.RequestCtx, rel string) {
 // downloadFile answers GET (and HEAD) of one artifact the store lists for
 // the run, read from the artifact store.
 func (s *Server) downloadFile(ctx *fasthttp.RequestCtx, runID, rel string) {
+	got, err := s.st.GetRun(s.reqCtx(ctx), runID)
+	if err != nil {
+		writeErr(ctx, s.runErr(err, runID))
+		return
+	}
+	if prefix, local, e := s.localRun(s.reqCtx(ctx), got); e != nil {
+		writeErr(ctx, e)
+		return
+	} else if local {
+		// A local location: the file as the client wrote it, read inside
+		// the root (no symbolic link out of it).
+		s.serveFrom(ctx, s.localRoot, prefix+"/"+rel, rel, "artifact "+rel+" of run "+runID)
+		return
+	}
 	arts, err := s.st.Artifacts(s.reqCtx(ctx), runID)
 	if err != nil {
 		writeErr(ctx, s.runErr(err, runID))
@@ -367,13 +390,18 @@ func (s *Server) downloadFile(ctx *fasthttp.RequestCtx, runID, rel string) {
 // serveBlob answers GET (and HEAD) of the artifact store's object key with
 // MLflow's download headers; rel names the file, what names it in messages.
 func (s *Server) serveBlob(ctx *fasthttp.RequestCtx, key, rel, what string) {
+	s.serveFrom(ctx, s.cfg.Artifacts, key, rel, what)
+}
+
+// serveFrom is serveBlob from the store from.
+func (s *Server) serveFrom(ctx *fasthttp.RequestCtx, from blob.Store, key, rel, what string) {
 	var r io.ReadCloser
 	var info blob.Info
 	var err error
 	if ctx.IsHead() {
-		info, err = s.cfg.Artifacts.Stat(s.reqCtx(ctx), key)
+		info, err = from.Stat(s.reqCtx(ctx), key)
 	} else {
-		r, info, err = s.cfg.Artifacts.Get(s.base, key) // the server's: fasthttp sends the body after the handler returns
+		r, info, err = from.Get(s.base, key) // the server's: fasthttp sends the body after the handler returns
 	}
 	switch {
 	case errors.Is(err, blob.ErrInvalidKey):
@@ -383,7 +411,7 @@ func (s *Server) serveBlob(ctx *fasthttp.RequestCtx, key, rel, what string) {
 		writeErr(ctx, errf(404, codeNotFound, "the file of %s is gone from the artifact storage", what))
 		return
 	case err != nil:
-		s.log.Error("mlflow api: reading an artifact", "key", key, "store", s.cfg.Artifacts.String(), "err", err)
+		s.log.Error("mlflow api: reading an artifact", "key", key, "store", from.String(), "err", err)
 		writeErr(ctx, errf(500, codeInternal, "reading the artifact from storage failed; see the dashboard's log"))
 		return
 	}
@@ -470,8 +498,14 @@ func (s *Server) listRunArtifacts(r *request) (any, *apiError) {
 	if err != nil {
 		return nil, s.runErr(err, id)
 	}
-	arts, err := s.st.Artifacts(r.ctx, id)
-	if err != nil {
+	var arts []store.Artifact
+	if prefix, local, e := s.localRun(r.ctx, got); e != nil {
+		return nil, e
+	} else if local {
+		if arts, e = s.localArtifacts(prefix); e != nil {
+			return nil, e
+		}
+	} else if arts, err = s.st.Artifacts(r.ctx, id); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			arts = nil
 		} else {
@@ -484,7 +518,7 @@ func (s *Server) listRunArtifacts(r *request) (any, *apiError) {
 			files[i].Path = dir + "/" + files[i].Path
 		}
 	}
-	return map[string]any{"root_uri": s.toRun(got).Info.ArtifactURI, "files": files}, nil
+	return map[string]any{"root_uri": s.runArtifactURI(r.ctx, got), "files": files}, nil
 }
 
 // climbs reports whether a request's path, as the client sent it (percent

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/fw-serve/fw/dashboard/store"
@@ -38,7 +39,7 @@ func (s *Server) toExperiment(e store.Experiment) experiment {
 	out := experiment{
 		ExperimentID:     mlExperimentID(e.ID, e.Name),
 		Name:             e.Name,
-		ArtifactLocation: "mlflow-artifacts:/" + mlExperimentID(e.ID, e.Name),
+		ArtifactLocation: experimentLocation(e),
 		LifecycleStage:   "active",
 		LastUpdateTime:   e.Updated.UnixMilli(),
 		CreationTime:     e.Created.UnixMilli(),
@@ -69,7 +70,11 @@ func (s *Server) defaultExperimentID(ctx context.Context, fresh bool) (string, *
 		s.defaultID = page.Experiments[0].ID
 		return s.defaultID, nil
 	}
-	e, err := s.st.CreateExperiment(ctx, store.ExperimentInput{Name: DefaultExperiment, Description: "MLflow's default experiment (ID 0)"})
+	in := store.ExperimentInput{Name: DefaultExperiment, Description: "MLflow's default experiment (ID 0)"}
+	if root := s.cfg.DefaultArtifactRoot; root != "" {
+		in.ArtifactLocation = strings.TrimRight(root, "/") + "/0" // MLflow's ID of it
+	}
+	e, err := s.st.CreateExperiment(ctx, in)
 	if err != nil {
 		if store.ErrorCode(err) != store.CodeConflict {
 			return "", s.fromStore(err, "creating the Default experiment")
@@ -125,12 +130,19 @@ func (s *Server) createExperiment(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	if loc != "" {
+	if loc != "" && !strings.Contains(loc, ":") && !strings.HasPrefix(loc, "/") {
+		// A relative directory, as MLflow's server reads it: against the
+		// server's working directory.
+		if abs, err := filepath.Abs(loc); err == nil {
+			loc = abs
+		}
+	}
+	if _, ok := localDir(loc); loc != "" && !ok {
 		// Never ignored: a client that asked for s3://... must not find its
 		// files elsewhere.
-		return nil, errf(400, codeInvalidParameter, "artifact_location %q is not supported by fw: every run's artifacts go to the dashboard's own artifact storage (FW_ARTIFACT_DIR, or a bucket with FW_ARTIFACT_URI=s3://bucket/prefix) through its artifact proxy (runs get mlflow-artifacts:/ URIs); create the experiment without artifact_location", loc)
+		return nil, errf(400, codeInvalidParameter, "artifact_location %q is not supported by fw: give an absolute local directory (a path or a file:// URI; MLflow's client writes the run files there itself), or leave it out for the dashboard's own artifact storage (its artifact proxy; a bucket with FW_ARTIFACT_URI=s3://bucket/prefix)", loc)
 	}
-	in := store.ExperimentInput{Name: name, Tags: map[string]string{}}
+	in := store.ExperimentInput{Name: name, Tags: map[string]string{}, ArtifactLocation: loc, ArtifactRoot: s.cfg.DefaultArtifactRoot}
 	for _, t := range tags {
 		if t.Key == "mlflow.note.content" {
 			in.Description = t.Value

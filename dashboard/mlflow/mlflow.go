@@ -32,6 +32,7 @@ import (
 	"github.com/fw-serve/fw/dashboard/query"
 	"github.com/fw-serve/fw/dashboard/registry"
 	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/internal/lru"
 	"github.com/fw-serve/fw/internal/reqctx"
 )
 
@@ -74,6 +75,13 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxArtifactBytes bounds one uploaded artifact file.
 	MaxArtifactBytes int64
+	// DefaultArtifactRoot is MLflow's --default-artifact-root for a local
+	// directory (an absolute, clean path or a file:// URI of one): experiments created through
+	// MLflow's API get the artifact location <root>/<experiment id> and
+	// their runs' files are written there by the client itself, which the
+	// dashboard reads back (locations.go). Empty: runs' artifacts go
+	// through the artifact proxy (mlflow-artifacts:/ URIs).
+	DefaultArtifactRoot string
 }
 
 // Defaults of Config.
@@ -103,6 +111,9 @@ type Server struct {
 	reg atomic.Pointer[registry.Registry] // fw's model registry (SetRegistry), behind MLflow's registry API
 
 	parsers fastjson.ParserPool // log-batch's metrics (decodeMetricsFast)
+
+	localRoot *blob.Dir                  // DefaultArtifactRoot as a store; nil without one
+	locations *lru.Cache[string, string] // experiment ID -> its artifact location (locations.go)
 }
 
 // New creates a server over st (the publishing store, so MLflow-logged
@@ -125,7 +136,12 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 	if cfg.UploadDir == "" {
 		cfg.UploadDir = os.TempDir()
 	}
-	s := &Server{st: st, cfg: cfg, log: log, base: base}
+	s := &Server{st: st, cfg: cfg, log: log, base: base, locations: lru.New[string, string](100_000)}
+	if root, err := openLocalRoot(s.rootDir()); err != nil {
+		log.Error("mlflow api: the default artifact root", "root", cfg.DefaultArtifactRoot, "err", err) // its runs' files are then not read back
+	} else {
+		s.localRoot = root
+	}
 	s.routes = s.routeTable()
 	return s
 }

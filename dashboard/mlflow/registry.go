@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -540,6 +541,40 @@ func isHex(c byte) bool {
 	return ('0' <= c && c <= '9') || ('a' <= c && c <= 'f') || ('A' <= c && c <= 'F')
 }
 
+// checkLocalSource is MLflow's rule for a local model version source: it
+// must lie inside the artifact directory of the run named with it (a run of
+// an experiment with a local artifact location, locations.go), so that a
+// version can never name other files of the server.
+func (s *Server) checkLocalSource(ctx context.Context, source, runID string) *apiError {
+	refuse := errf(400, codeInvalidParameter, "To use a local path as a model version source, the run_id request parameter has to be specified and the local path has to be contained within the artifact directory of the run specified by the run_id. Runs of an experiment without a local artifact location keep their files in the dashboard's artifact storage: use runs:/<run_id>/<path>, models:/..., mlflow-artifacts:/... or a bucket URI")
+	p := source
+	if strings.HasPrefix(source, "file:") {
+		u, err := url.Parse(source)
+		if err != nil {
+			return refuse
+		}
+		if u.Host != "" && u.Host != "localhost" {
+			return errf(500, codeInternal, "'%s' is not a valid remote uri. For remote access on windows, please consider using a different scheme such as SMB (e.g. smb://<hostname>/<path>).", source)
+		}
+		p = u.Path
+	}
+	if runID == "" || !strings.HasPrefix(p, "/") || strings.ContainsAny(p, "\\\x00") {
+		return refuse
+	}
+	run, err := s.st.GetRun(ctx, runID)
+	if err != nil {
+		return s.fromStore(err, "reading run "+runID)
+	}
+	dir, ok := localDir(s.runArtifactURI(ctx, run))
+	if !ok {
+		return refuse
+	}
+	if clean := path.Clean(p); clean != dir && !strings.HasPrefix(clean, dir+"/") {
+		return refuse
+	}
+	return nil
+}
+
 // multiSlash is a run of slashes, which a source's path is read without.
 var multiSlash = regexp.MustCompile(`/+`)
 
@@ -564,11 +599,10 @@ func (s *Server) createModelVersion(r *request) (any, *apiError) {
 		return nil, e
 	}
 	if localSource(source) {
-		// MLflow's rule: fw never reads the path, and a path outside the
-		// run's artifacts would name the server's files.
-		return nil, errf(400, codeInvalidParameter, "To use a local path as a model version source, the run_id request parameter has to be specified and the local path has to be contained within the artifact directory of the run specified by the run_id. fw's registry refers to MLflow models by URI: use runs:/<run_id>/<path>, models:/..., mlflow-artifacts:/... or a bucket URI")
-	}
-	if !absoluteSource(source) {
+		if e := s.checkLocalSource(r.ctx, source, runID); e != nil {
+			return nil, e
+		}
+	} else if !absoluteSource(source) {
 		return nil, errf(400, codeInvalidParameter, "Invalid model version source: '%s'. If supplying a source as an http, https, local file path, ftp, objectstore, or mlflow-artifacts uri, an absolute path must be provided without relative path references present. Please provide an absolute path.", source)
 	}
 	if runID != "" {
@@ -1069,6 +1103,20 @@ func (s *Server) modelVersionArtifact(rctx context.Context, ctx *fasthttp.Reques
 		}
 		s.downloadFree(ctx, fmt.Sprintf("%s/models/%s/artifacts/%s", m.ExperimentID, m.ID, rel))
 		return
+	case localSource(source):
+		// A local source (checked at registration to lie in its run's
+		// local artifact directory): read only inside the dashboard's
+		// default artifact root.
+		p := source
+		if u, err := url.Parse(source); err == nil && u.Scheme == "file" {
+			p = u.Path
+		}
+		if dir, ok := localDir(path.Clean(p)); ok {
+			if under, inside := s.underRoot(dir); inside {
+				s.serveFrom(ctx, s.localRoot, strings.TrimPrefix(under+"/"+rel, "/"), rel, "file "+rel+" of the model version")
+				return
+			}
+		}
 	}
 	writeErr(ctx, errf(404, codeNotFound, "model version source %q is not in this dashboard's artifact storage; download it from where it lives", source))
 }

@@ -2,6 +2,7 @@ package mlflow
 
 import (
 	"cmp"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -129,7 +130,7 @@ func artifactURI(expID, runID string) string {
 	return "mlflow-artifacts:/" + expID + "/" + runID + "/artifacts"
 }
 
-func (s *Server) toRun(r store.Run) run {
+func (s *Server) toRun(ctx context.Context, r store.Run) run {
 	expID := mlExperimentID(r.ExperimentID, r.Experiment)
 	name := r.Name
 	if n := r.Tags[tagRunName]; n != "" {
@@ -143,7 +144,7 @@ func (s *Server) toRun(r store.Run) run {
 		Info: runInfo{
 			RunID: r.ID, RunUUID: r.ID, RunName: name, ExperimentID: expID,
 			UserID: r.Tags[tagUser], Status: mlStatus(r.Status), StartTime: start.UnixMilli(),
-			ArtifactURI: artifactURI(expID, r.ID), LifecycleStage: "active",
+			ArtifactURI: s.runArtifactURI(ctx, r), LifecycleStage: "active",
 		},
 		Data:   runData{Metrics: []metric{}, Params: []kv{}, Tags: []kv{}},
 		Inputs: runInputs{DatasetInputs: []json.RawMessage{}},
@@ -298,7 +299,7 @@ func (s *Server) runAnswer(r *request, id string) (any, *apiError) {
 	if err != nil {
 		return nil, s.runErr(err, id)
 	}
-	return map[string]any{"run": s.toRun(got)}, nil
+	return map[string]any{"run": s.toRun(r.ctx, got)}, nil
 }
 
 func (s *Server) runErr(err error, id string) *apiError {
@@ -405,7 +406,7 @@ func (s *Server) updateRun(r *request) (any, *apiError) {
 	if err != nil {
 		return nil, s.runErr(err, id)
 	}
-	return map[string]any{"run_info": s.toRun(got).Info}, nil
+	return map[string]any{"run_info": s.toRun(r.ctx, got).Info}, nil
 }
 
 // transition is the events that move a run from one status to another the

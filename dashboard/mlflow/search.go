@@ -96,8 +96,9 @@ func (s *Server) searchRuns(r *request) (any, *apiError) {
 		Runs          []run  `json:"runs"`
 		NextPageToken string `json:"next_page_token,omitempty"`
 	}{Runs: make([]run, 0, len(page.Runs)), NextPageToken: encodeToken(page.Next)}
+	ctx := r.ctx
 	for _, r := range page.Runs {
-		out.Runs = append(out.Runs, s.toRun(r))
+		out.Runs = append(out.Runs, s.toRun(ctx, r))
 	}
 	return out, nil
 }

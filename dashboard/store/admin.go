@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/query"
@@ -24,9 +25,16 @@ func (s *sqlStore) CreateExperiment(ctx context.Context, in ExperimentInput) (Ex
 		return Experiment{}, storeErr(err.Code, err.Msg, nil)
 	}
 	id := NewID()
+	loc := in.ArtifactLocation
+	if loc == "" && in.ArtifactRoot != "" {
+		loc = strings.TrimRight(in.ArtifactRoot, "/") + "/" + id
+	}
+	if err := validateText(loc, MaxArtifactLocationLen, false); err != nil {
+		return Experiment{}, storeErr(CodeInvalidArgument, "artifact location", err)
+	}
 	now := time.Now().UnixNano()
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := s.exec(ctx, tx, `INSERT INTO experiments (id, name, description, created, updated, archived) VALUES (?, ?, ?, ?, ?, 0)`, id, in.Name, in.Description, now, now); err != nil {
+		if _, err := s.exec(ctx, tx, `INSERT INTO experiments (id, name, description, created, updated, archived, artifact_location) VALUES (?, ?, ?, ?, ?, 0, ?)`, id, in.Name, in.Description, now, now, loc); err != nil {
 			if isUniqueViolation(err) {
 				return errf(CodeConflict, "an experiment named %q exists", in.Name)
 			}

@@ -193,6 +193,25 @@ func TestUpdates(t *testing.T) {
 		if _, err := s.CreateExperiment(ctx, ExperimentInput{Name: "resnet (baseline), run #1 ../x"}); err != nil {
 			t.Fatalf("an MLflow-style name: %v", err)
 		}
+		// An artifact location is kept as given, or made <root>/<id>; the
+		// patch below leaves it alone.
+		loc, err := s.CreateExperiment(ctx, ExperimentInput{Name: "local", ArtifactLocation: "/data/mlruns/x"})
+		if err != nil || loc.ArtifactLocation != "/data/mlruns/x" {
+			t.Fatalf("artifact location: %+v %v", loc, err)
+		}
+		rooted, err := s.CreateExperiment(ctx, ExperimentInput{Name: "rooted", ArtifactRoot: "file:///data/mlruns/"})
+		if err != nil || rooted.ArtifactLocation != "file:///data/mlruns/"+rooted.ID {
+			t.Fatalf("artifact root: %+v %v", rooted, err)
+		}
+		if _, err := s.CreateExperiment(ctx, ExperimentInput{Name: "ctl", ArtifactLocation: "/a\x00b"}); ErrorCode(err) != CodeInvalidArgument {
+			t.Fatalf("a location with a control character: %v", err)
+		}
+		if page, _ := s.ListExperiments(ctx, ListQuery{Filter: "name = 'local'"}); len(page.Experiments) != 1 || page.Experiments[0].ArtifactLocation != "/data/mlruns/x" {
+			t.Fatalf("listed location: %+v", page)
+		}
+		if x.ArtifactLocation != "" {
+			t.Fatalf("no location: %q", x.ArtifactLocation)
+		}
 		got, err := s.UpdateExperiment(ctx, x.ID, ExperimentPatch{Name: Ptr("renamed"), Description: Ptr("d"), Archived: Ptr(true), Tags: map[string]string{"b": "2"}, DeleteTags: []string{"a"}})
 		if err != nil || got.Name != "renamed" || !got.Archived || got.Description != "d" || len(got.Tags) != 1 || got.Tags["b"] != "2" {
 			t.Fatalf("patch: %+v %v", got, err)

@@ -32,6 +32,8 @@ const (
 	// MaxExperimentTagValueLen is the longest experiment tag value, in
 	// characters (MLflow's limit).
 	MaxExperimentTagValueLen = 20000
+	// MaxArtifactLocationLen is the longest experiment artifact location.
+	MaxArtifactLocationLen = 4096
 	// MaxIDLen is the longest client-chosen run ID.
 	MaxIDLen = 64
 )

@@ -288,6 +288,8 @@ CREATE TABLE mlflow_trace_spans (
 	text TEXT NOT NULL,
 	PRIMARY KEY (trace_id, span_id)
 )`},
+		{11, "experiments' artifact locations (MLflow's artifact_location)", `
+ALTER TABLE experiments ADD COLUMN artifact_location TEXT NOT NULL DEFAULT ''`},
 	}
 }
 

@@ -85,6 +85,11 @@ type Experiment struct {
 	Created     time.Time         `json:"created"`
 	Updated     time.Time         `json:"updated"`
 	Archived    bool              `json:"archived"`
+	// ArtifactLocation is where the MLflow client writes the experiment's
+	// run artifacts itself (a local directory, set with MLflow's
+	// artifact_location or the dashboard's --default-artifact-root); empty:
+	// the dashboard's own artifact storage, through its artifact proxy.
+	ArtifactLocation string `json:"artifact_location,omitempty"`
 }
 
 // ExperimentDetail is an experiment with counts of its runs by status.

@@ -526,12 +526,12 @@ func (s *sqlStore) GetRun(ctx context.Context, id string) (Run, error) {
 	return runs[0], nil
 }
 
-const expCols = `x.id, x.name, x.description, x.created, x.updated, x.archived`
+const expCols = `x.id, x.name, x.description, x.created, x.updated, x.archived, x.artifact_location`
 
 func scanExperiment(sc func(...any) error, extra ...any) (Experiment, error) {
 	var e Experiment
 	var created, updated, archived int64
-	if err := sc(append([]any{&e.ID, &e.Name, &e.Description, &created, &updated, &archived}, extra...)...); err != nil {
+	if err := sc(append([]any{&e.ID, &e.Name, &e.Description, &created, &updated, &archived, &e.ArtifactLocation}, extra...)...); err != nil {
 		return Experiment{}, err
 	}
 	e.Created, e.Updated, e.Archived = fromNanos(created), fromNanos(updated), archived != 0

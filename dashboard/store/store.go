@@ -157,6 +157,10 @@ type ExperimentInput struct {
 	Name        string
 	Description string
 	Tags        map[string]string
+	// ArtifactLocation is Experiment.ArtifactLocation; with ArtifactRoot
+	// set and ArtifactLocation empty it is <ArtifactRoot>/<the new ID>.
+	ArtifactLocation string
+	ArtifactRoot     string
 }
 
 // ExperimentPatch changes an experiment; nil fields are left alone.

@@ -272,7 +272,9 @@ def _reset_mlflow() -> None:
     mlflow.set_tracking_uri(None)  # the global one (MLFlowLogger sets it); env is restored by monkeypatch
 
 
-def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str | None) -> Iterator[Dashboard]:
+def _serve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str | None, local_root: str | None = None
+) -> Iterator[Dashboard]:
     pytest.importorskip(
         "mlflow", reason="mlflow is not installed: use the venv of scripts/setup-mlflow-venv.sh"
     )
@@ -284,6 +286,8 @@ def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str | None) -
     for k in ("NO_PROXY", "no_proxy"):  # loopback never through a proxy (urllib's or requests')
         monkeypatch.setenv(k, ",".join(filter(None, [os.environ.get(k), "127.0.0.1", "localhost"])))
     d = Dashboard(tmp_path, token)
+    if local_root is not None:
+        d.dirs["FW_DASHBOARD_DEFAULT_ARTIFACT_ROOT"] = local_root
     try:
         d.start()
         monkeypatch.setenv("MLFLOW_TRACKING_URI", d.url)
@@ -313,6 +317,13 @@ def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str | None) -
 def dashboard(tmp_path, monkeypatch) -> Iterator[Dashboard]:
     """A dashboard without a token; MLflow's client points at it."""
     yield from _serve(tmp_path, monkeypatch, None)
+
+
+@pytest.fixture
+def local_root_dashboard(tmp_path, monkeypatch) -> Iterator[Dashboard]:
+    """A dashboard with a local default artifact root (--default-artifact-root file://<tmp>/mlruns),
+    as `mlflow server --default-artifact-root` without artifact serving: the client writes run files."""
+    yield from _serve(tmp_path, monkeypatch, None, (tmp_path / "mlruns").as_uri())
 
 
 @pytest.fixture

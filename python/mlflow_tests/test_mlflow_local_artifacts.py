@@ -1,0 +1,142 @@
+"""Local artifact locations: MLflow's `--default-artifact-root <dir>` and `artifact_location=<dir>`.
+
+Found by MLflow's own REST tracking-server tests (issue #23): their server keeps runs' files in a
+local directory the client writes itself (file:// artifact URIs); fw refused artifact_location and
+had no local root. Here, through MLflow's client against a real `fw dashboard`: experiments get
+<root>/<id>, runs <location>/<run>/artifacts, the client writes and reads there, and the dashboard
+lists and serves those files (inside its root only), including a registered version's.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+mlflow = pytest.importorskip(
+    "mlflow", reason="mlflow is not installed: use scripts/setup-mlflow-venv.sh's venv"
+)
+
+from mlflow.exceptions import MlflowException  # noqa: E402
+
+
+def test_default_artifact_root_runs_write_files_locally(local_root_dashboard, tmp_path):
+    from mlflow import MlflowClient
+
+    d = local_root_dashboard
+    client = MlflowClient(d.url)
+    root = (tmp_path / "mlruns").as_uri()
+    exp_id = client.create_experiment("local files")
+    exp = client.get_experiment(exp_id)
+    assert exp.artifact_location == f"{root}/{exp_id}"
+    # The Default experiment, created on first use, is <root>/0 as MLflow's.
+    assert client.get_experiment("0").artifact_location == f"{root}/0"
+
+    run = client.create_run(exp_id)
+    rid = run.info.run_id
+    assert run.info.artifact_uri == f"{root}/{exp_id}/{rid}/artifacts"
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("hello")
+    (src / "sub" / "b.json").write_text('{"b": 1}')
+    client.log_artifacts(rid, str(src))
+    # The client wrote the files itself, under the run's directory.
+    on_disk = tmp_path / "mlruns" / exp_id / rid / "artifacts"
+    assert (on_disk / "a.txt").read_text() == "hello"
+    assert {a.path for a in client.list_artifacts(rid)} == {"a.txt", "sub"}
+    assert {a.path for a in client.list_artifacts(rid, "sub")} == {"sub/b.json"}
+    got = mlflow.artifacts.download_artifacts(run_id=rid, artifact_path=".", tracking_uri=d.url)
+    assert Path(got, "sub", "b.json").read_text() == '{"b": 1}'
+
+    # The dashboard reads them back: MLflow's REST listing and its download route.
+    r = d.request("GET", f"/api/2.0/mlflow/artifacts/list?run_id={rid}&path=sub")
+    assert r.status == 200, r
+    assert r.json()["root_uri"] == run.info.artifact_uri
+    assert r.json()["files"] == [{"path": "sub/b.json", "is_dir": False, "file_size": 8}]
+    r = d.request("GET", f"/get-artifact?run_id={rid}&path=sub/b.json")
+    assert r.status == 200 and r.body == b'{"b": 1}', r
+    r = d.request("GET", f"/get-artifact?run_id={rid}&path=missing.txt")
+    assert r.status == 404, r
+
+    # MLflow's web UI upload writes into the run's local directory too.
+    import requests
+
+    up = requests.post(
+        f"{d.url}/ajax-api/2.0/mlflow/upload-artifact",
+        params={"run_uuid": rid, "path": "up/u.txt"},
+        data=b"up",
+    )
+    assert up.status_code == 200, up.text
+    assert (on_disk / "up" / "u.txt").read_bytes() == b"up"
+
+    # A symbolic link in the run's directory that points out of the root is not followed.
+    os.symlink("/etc/hostname", on_disk / "escape")
+    r = d.request("GET", f"/get-artifact?run_id={rid}&path=escape")
+    assert r.status == 404, r
+    assert "escape" not in {
+        f["path"] for f in d.request("GET", f"/api/2.0/mlflow/artifacts/list?run_id={rid}").json()["files"]
+    }
+
+
+def test_client_artifact_location_and_registry_sources(local_root_dashboard, tmp_path):
+    from mlflow import MlflowClient
+
+    d = local_root_dashboard
+    client = MlflowClient(d.url)
+    # An absolute directory outside the root is honoured for the client, which writes there itself ...
+    elsewhere = tmp_path / "elsewhere"
+    exp_id = client.create_experiment("mine", artifact_location=str(elsewhere))
+    assert client.get_experiment(exp_id).artifact_location == str(elsewhere)
+    rid = client.create_run(exp_id).info.run_id
+    f = tmp_path / "m.txt"
+    f.write_text("x")
+    client.log_artifact(rid, str(f))
+    assert (elsewhere / rid / "artifacts" / "m.txt").read_text() == "x"
+    assert [a.path for a in client.list_artifacts(rid)] == ["m.txt"]  # the client reads it itself
+    # ... but the dashboard opens no file outside its root, and says why.
+    r = d.request("GET", f"/get-artifact?run_id={rid}&path=m.txt")
+    assert r.status == 400 and "outside the dashboard's --default-artifact-root" in r.json()["message"], r
+
+    # Locations fw cannot honour are refused with the reason, never ignored.
+    for bad in ("s3://bucket/p", "file://otherhost/x", "/a/../b", "hdfs:/x"):
+        with pytest.raises(MlflowException, match="is not supported by fw") as e:
+            client.create_experiment("bad " + bad.replace("/", "_"), artifact_location=bad)
+        assert e.value.error_code == "INVALID_PARAMETER_VALUE"
+
+    # Model versions from a run's local files (MLflow's rule: inside that run's directory).
+    exp2 = client.create_experiment("registry")
+    run = client.create_run(exp2)
+    uri = run.info.artifact_uri
+    client.log_artifact(run.info.run_id, str(f), "model")
+    client.create_registered_model("local")
+    for src in (uri, f"{uri}/model", f"{uri}/.", f"{uri}/model/..", uri[len("file://") :]):
+        r = d.request(
+            "POST",
+            "/api/2.0/mlflow/model-versions/create",
+            {"name": "local", "source": src, "run_id": run.info.run_id},
+        )
+        assert r.status == 200, (src, r)
+    for body in (
+        {"name": "local", "source": uri},  # no run_id
+        {"name": "local", "source": "file:///tmp", "run_id": run.info.run_id},  # outside the run
+        {"name": "local", "source": f"{uri}/../..", "run_id": run.info.run_id},
+        {"name": "local", "source": str(elsewhere), "run_id": rid},  # a run outside ... still its dir only
+    ):
+        r = d.request("POST", "/api/2.0/mlflow/model-versions/create", body)
+        assert r.status == 400 and "To use a local path as a model version" in r.json()["message"], (body, r)
+    r = d.request(
+        "POST",
+        "/api/2.0/mlflow/model-versions/create",
+        {"name": "local", "source": "file://10.0.0.1/x", "run_id": run.info.run_id},
+    )
+    assert r.status == 500 and "is not a valid remote uri" in r.json()["message"], r
+    # A version's file is served from the root (MLflow's web UI's download of a version's file).
+    r = d.request("GET", "/model-versions/get-artifact?name=local&version=2&path=m.txt")
+    assert r.status == 200 and r.body == b"x", r
+
+
+def test_without_a_root_runs_stay_behind_the_proxy(dashboard, client):
+    exp_id = client.create_experiment("proxied")
+    assert client.get_experiment(exp_id).artifact_location == f"mlflow-artifacts:/{exp_id}"
+    assert client.create_run(exp_id).info.artifact_uri.startswith(f"mlflow-artifacts:/{exp_id}/")
