@@ -620,8 +620,18 @@ func (s *Server) serveTraceRoute(rctx context.Context, ctx *fasthttp.RequestCtx,
 			{"PATCH", func(r *request) (any, *apiError) { return s.setTraceTag(r, id) }},
 			{"DELETE", func(r *request) (any, *apiError) { return s.deleteTraceTag(r, id) }},
 		}
+	case "assessments":
+		ops = []pathOp{{"POST", func(r *request) (any, *apiError) { return s.createAssessment(r, id) }}}
 	default:
-		return false
+		aid, ok := strings.CutPrefix(sub, "assessments/")
+		if !ok || aid == "" || strings.Contains(aid, "/") {
+			return false
+		}
+		ops = []pathOp{
+			{"GET", func(r *request) (any, *apiError) { return s.getAssessment(r, id, aid) }},
+			{"PATCH", func(r *request) (any, *apiError) { return s.updateAssessment(r, id, aid) }},
+			{"DELETE", func(r *request) (any, *apiError) { return s.deleteAssessment(r, id, aid) }},
+		}
 	}
 	s.serveOps(rctx, ctx, ops)
 	return true

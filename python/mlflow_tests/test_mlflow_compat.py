@@ -167,6 +167,58 @@ def test_negative_steps_are_kept(dashboard, client):
     assert dashboard.points(run.info.run_id, "loss") == [(-1, 2.0), (0, 1.0)]
 
 
+def test_trace_assessments(dashboard, client):
+    # MLflow 3's feedback and expectations on a trace (found missing by MLflow's own
+    # test_assessments_end_to_end): log, read back with the trace, update, override, delete.
+    from mlflow.entities import AssessmentSource, AssessmentSourceType
+
+    exp = mlflow.set_experiment("judged")
+
+    @mlflow.trace
+    def answer(q):
+        return q[::-1]
+
+    answer("abc")
+    mlflow.flush_trace_async_logging()
+    (trace,) = client.search_traces(locations=[exp.experiment_id])
+    tid = trace.info.trace_id
+    human = AssessmentSource(source_type=AssessmentSourceType.HUMAN, source_id="reviewer@x")
+    fb = mlflow.log_feedback(trace_id=tid, name="quality", value={"rating": 4}, source=human, rationale="ok")
+    assert fb.assessment_id.startswith("a-") and fb.valid
+    ex = mlflow.log_expectation(trace_id=tid, name="expected", value={"answer": "cba", "n": [1, 2]})
+    assert mlflow.get_assessment(tid, ex.assessment_id).value == {"answer": "cba", "n": [1, 2]}
+    got = mlflow.get_trace(tid).info.assessments
+    assert {a.name for a in got} == {"quality", "expected"}, got
+
+    from mlflow.entities import Feedback
+
+    up = mlflow.update_assessment(tid, fb.assessment_id, Feedback(name="quality2", value={"rating": 5}))
+    assert up.name == "quality2" and up.value == {"rating": 5} and up.rationale == "ok"
+    over = mlflow.override_feedback(
+        trace_id=tid, assessment_id=fb.assessment_id, value={"rating": 2}, source=human
+    )
+    assert mlflow.get_assessment(tid, fb.assessment_id).valid is False
+    assert mlflow.get_assessment(tid, over.assessment_id).overrides == fb.assessment_id
+    mlflow.delete_assessment(tid, over.assessment_id)
+    assert mlflow.get_assessment(tid, fb.assessment_id).valid is True  # the overridden one is back
+    with pytest.raises(MlflowException) as e:
+        mlflow.get_assessment(tid, over.assessment_id)
+    assert e.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+
+    # Refusals: neither or both values, an unknown trace, an unknown field in the mask.
+    base = f"/api/3.0/mlflow/traces/{tid}/assessments"
+    r = dashboard.request("POST", base, {"assessment": {"assessment_name": "x"}})
+    assert r.status == 400 and "exactly one of" in r.json()["message"], r
+    r = dashboard.request(
+        "POST",
+        "/api/3.0/mlflow/traces/tr-00000000000000000000000000000000/assessments",
+        {"assessment": {"assessment_name": "x", "feedback": {"value": 1}}},
+    )
+    assert r.status == 404, r
+    r = dashboard.request("PATCH", f"{base}/{fb.assessment_id}", {"assessment": {}, "update_mask": "valid"})
+    assert r.status == 400 and "update_mask" in r.json()["message"], r
+
+
 def test_mlflow_tracing_round_trip(dashboard, client):
     # Traced code's spans reach fw (OTLP at /v1/traces with MLflow's experiment header, then
     # StartTraceV3); the client reads them back, searches, tags and deletes (docs/mlflow.md).
