@@ -175,6 +175,13 @@ func TestServeRefusesForeignHost(t *testing.T) {
 	if code, _, out := hdrCall(t, "GET", p.url+"/model", "evil.example", nil, ""); code != 403 {
 		t.Errorf("GET /model with a foreign Host: %d %v", code, out)
 	}
+	// Under /v2 the refusal is in the V2 shape, {"error": message}, which
+	// Triton's clients read (Triton's simple_example sends its own Host;
+	// before, tritonclient raised "<exception str() failed>").
+	code, _, out = hdrCall(t, "POST", p.url+"/v2/models/digits_mlp/infer", "my_host_", map[string]string{"Content-Type": "application/json"}, `{"inputs":[]}`)
+	if msg, _ := out["error"].(string); code != 403 || !strings.Contains(msg, "--allowed-hosts") {
+		t.Errorf("POST /v2/.../infer with a foreign Host: %d %v", code, out)
+	}
 	for _, path := range []string{"/health", "/health/live", "/health/ready"} {
 		if code, _, out := hdrCall(t, "GET", p.url+path, "10.1.2.3:8000", nil, ""); code != 200 {
 			t.Errorf("GET %s with the pod IP as Host: %d %v", path, code, out)
