@@ -12,9 +12,10 @@ import (
 // BYTES elements in JSON. A request's JSON string becomes the element's
 // bytes: escapes decoded, every other byte taken as sent (bytes that are
 // not UTF-8 included, as Triton takes them). A response writes an element
-// as a JSON string; bytes that are not UTF-8 become U+FFFD there (Triton
-// writes them raw, which is not valid JSON and which JSON parsers refuse):
-// ask for the output with binary_data to receive its exact bytes.
+// as a JSON string. Under /v2 an output whose bytes are not UTF-8 is
+// refused as JSON (firstNonUTF8; as Triton fails it), so that the client
+// asks for it with binary_data and receives its exact bytes; fw's own
+// routes, which have no binary form, write such bytes as U+FFFD.
 
 // appendStringElement appends the JSON string v (quotes included, as
 // scanDoc validated its extent) to dst as one element of engine's
@@ -133,3 +134,18 @@ func appendJSONString(b []byte, s string) []byte {
 
 // appendJSONBytes is appendJSONString for a BYTES element.
 func appendJSONBytes(b, s []byte) []byte { return appendJSONString(b, unsafeString(s)) }
+
+// firstNonUTF8 returns the index of the first element of a BYTES tensor
+// that is not valid UTF-8, or -1.
+func firstNonUTF8(t engine.Tensor) int {
+	elems, err := t.Strings()
+	if err != nil {
+		return -1 // the batcher checked every output: unreachable
+	}
+	for i, e := range elems {
+		if !utf8.Valid(e) {
+			return i
+		}
+	}
+	return -1
+}

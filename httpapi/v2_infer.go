@@ -773,6 +773,17 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instanc
 		}
 	}
 	for k, o := range req.outputs {
+		if o.index < len(out) && o.shm == nil && !o.binary && answer[k].DType == engine.String {
+			// JSON strings are UTF-8; bytes that are not cannot be written
+			// as they are, and changing them would answer other data than
+			// the model's. Triton refuses the same.
+			if i := firstNonUTF8(answer[k]); i >= 0 {
+				writeError(ctx, badV2("output %q element %d holds BYTES that are not valid UTF-8, which a JSON answer cannot carry: request the output as binary data (\"parameters\": {\"binary_data\": true}; tritonclient's InferRequestedOutput(name, binary_data=True))", v2OutputName(specs, o.index), i))
+				return false
+			}
+		}
+	}
+	for k, o := range req.outputs {
 		if o.shm != nil && o.index < len(out) {
 			if aerr := s.writeSharedMemory(o.shm, answer[k], v2OutputName(specs, o.index)); aerr != nil {
 				writeError(ctx, aerr)
