@@ -74,7 +74,7 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	uiDir := de.StringEnv("ui-dir", "FW_DASHBOARD_UI_DIR", "", "serve the web UI from this directory (a `vite build --outDir DIR`) instead of the one built into the binary; for working on the UI")
 	replicaURL := de.StringEnv("replica-url", "FW_DASHBOARD_REPLICA_URL", "", "with several dashboards on one PostgreSQL (docs/replicas.md): the URL at which the other replicas reach this one's API (requests about a job or deployment it owns are forwarded there); default http://<the listen address>")
 	artifactURI := de.StringEnv("artifact-uri", "FW_ARTIFACT_URI", "", "where the model registry's version files are kept: empty for <experiment-dir>/models (a shared directory for replicas), or s3://bucket/prefix for S3-compatible object storage (FW_S3_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, FW_S3_PATH_STYLE=1; docs/replicas.md), which also keeps the run artifacts uploaded through MLflow's artifact API and copies of the checkpoints and artifacts training processes write on a replica's host; a deployment, export or resume fetches what it needs from the bucket into <experiment-dir>/cache")
-	defaultArtifactRoot := de.StringEnv("default-artifact-root", "FW_DASHBOARD_DEFAULT_ARTIFACT_ROOT", "", "MLflow's --default-artifact-root, for a local directory (a path or file:// URI): experiments created through MLflow's API get <root>/<experiment id> as their artifact location, MLflow's client writes the runs' files there itself (client and dashboard share the file system) and the dashboard reads them back from there; default: MLflow runs' files go through the dashboard's artifact proxy into its artifact storage (docs/mlflow.md)")
+	defaultArtifactRoot := de.StringEnv("default-artifact-root", "FW_DASHBOARD_DEFAULT_ARTIFACT_ROOT", "", "MLflow's --default-artifact-root without artifact serving: a local directory (a path or file:// URI) or s3://bucket/prefix (reached with FW_S3_ENDPOINT, AWS_* as --artifact-uri): experiments created through MLflow's API get <root>/<experiment id> as their artifact location, MLflow's client writes the runs' files there itself (a shared file system, or the bucket with its own credentials) and the dashboard reads them back from there; default: MLflow runs' files go through the dashboard's artifact proxy into its artifact storage (docs/mlflow.md)")
 	leaseTTL := de.DurationEnv("lease-ttl", "FW_DASHBOARD_LEASE_TTL", replica.DefaultTTL, "how long the training jobs and deployments of a dashboard replica that stopped wait before another replica takes them over (renewed every third of it; a replica on the same host whose process is gone is taken over at once)")
 	otelEndpoint := de.StringEnv("otel-endpoint", "FW_DASHBOARD_OTEL_ENDPOINT", "", "send OpenTelemetry traces of the API's requests to this OTLP receiver URL (as fw serve's flag; default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT; neither: no tracing)")
 	otelProtocol := de.StringEnv("otel-protocol", "FW_DASHBOARD_OTEL_PROTOCOL", "", "OTLP protocol, grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)")
@@ -218,6 +218,21 @@ Flags:
 		fmt.Fprintf(stderr, "fw dashboard: --artifact-uri: %v\n", err)
 		return 1
 	}
+	var rootStore blob.Store
+	if localRoot != "" {
+		rootStore, err = blob.Open(localRoot, "", s3ConfigFromEnv())
+		if err == nil {
+			if s3, ok := rootStore.(*blob.S3); ok {
+				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				err = s3.Check(cctx)
+				cancel()
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "fw dashboard: --default-artifact-root: %v\n", err)
+			return 1
+		}
+	}
 	artDir := cfg.ArtifactDir // as the store resolves it (FW_ARTIFACT_DIR, else <experiment dir>/artifacts)
 	if artDir == "" {
 		artDir = filepath.Join(*expDir, "artifacts")
@@ -302,7 +317,7 @@ Flags:
 	// MLflow's tracking API is mounted beside fw's own, over the same store
 	// and artifacts, behind the same guard and token.
 	ml := mlflow.New(base, st, mlflow.Config{Artifacts: rf.artifacts, ArtifactDir: artDir, UploadDir: artDir,
-		MaxBodyBytes: api.DefaultMaxBodyBytes, MaxArtifactBytes: int64(*maxArtifactMiB) << 20, DefaultArtifactRoot: localRoot}, log)
+		MaxBodyBytes: api.DefaultMaxBodyBytes, MaxArtifactBytes: int64(*maxArtifactMiB) << 20, DefaultArtifactRoot: localRoot, ArtifactRoot: rootStore}, log)
 	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir, Artifacts: rf.artifacts, Checkpoints: rf.checkpoints, CheckpointUploads: rf.checkpointBucket,
 		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins), ReplicaID: self.ID,
 		Mounts: []api.Mount{ml}, RunTraces: ml.RunTraces, Telemetry: otel, TraceRetention: *traceRetention, TraceMaxSpans: *traceMaxSpans, TraceProxied: deployTraces != nil,
@@ -493,7 +508,8 @@ func startRegistry(base context.Context, st store.Store, srv *api.Server, ml *ml
 
 // localArtifactRoot reads --default-artifact-root: "" (none), a local path
 // or a file:// URI of one, returned in the form given (a URI or a path),
-// absolute and clean, as experiments' locations then begin with it.
+// absolute and clean, as experiments' locations then begin with it; or
+// s3://bucket/prefix, returned without a trailing slash.
 func localArtifactRoot(v string) (string, error) {
 	if v == "" {
 		return "", nil
@@ -505,8 +521,14 @@ func localArtifactRoot(v string) (string, error) {
 			return "", fmt.Errorf("%q is not a file:// URI of a local directory (file:///path)", v)
 		}
 		p = u.Path
+	} else if strings.HasPrefix(v, "s3://") {
+		u, err := url.Parse(v)
+		if err != nil || u.Host == "" || u.RawQuery != "" || u.User != nil {
+			return "", fmt.Errorf("%q: name the bucket: s3://bucket/prefix", v)
+		}
+		return strings.TrimRight(v, "/"), nil // the prefix is checked when the bucket is opened
 	} else if strings.Contains(v, "://") {
-		return "", fmt.Errorf("%q: only a local directory is served this way; for a bucket use --artifact-uri s3://bucket/prefix, which keeps MLflow runs' files behind the artifact proxy", v)
+		return "", fmt.Errorf("%q: use a local directory (a path or file:///path) or s3://bucket/prefix", v)
 	}
 	abs, err := filepath.Abs(p)
 	if err != nil {

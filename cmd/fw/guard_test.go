@@ -151,6 +151,10 @@ func TestGuardFlagErrors(t *testing.T) {
 		{[]string{"dashboard", "--port", "0", "--cors-origins", "ui.example"}, "give an origin as the browser sends it"},
 		{[]string{"dashboard", "--port", "0", "--allowed-hosts", "http://dash.example"}, "not a URL"},
 		{[]string{"serve", "--model", "x.onnx", "--allowed-hosts", "a:b:c"}, "not a host name"},
+		// MLflow's --default-artifact-root: a local directory or s3://bucket/prefix.
+		{[]string{"dashboard", "--port", "0", "--default-artifact-root", "hdfs://nn/x"}, "use a local directory"},
+		{[]string{"dashboard", "--port", "0", "--default-artifact-root", "file://otherhost/x"}, "not a file:// URI of a local directory"},
+		{[]string{"dashboard", "--port", "0", "--default-artifact-root", "s3:///nobucket"}, "name the bucket"},
 	} {
 		var out bytes.Buffer
 		cmd := fwCmd(c.args...)

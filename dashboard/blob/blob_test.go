@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -289,6 +291,50 @@ func TestSubAndLayered(t *testing.T) {
 			for _, k := range []string{"r1/plots/loss.png", "r1/sdk.txt", "r1/new.txt"} {
 				if _, err := l.Stat(ctx, k); !errors.Is(err, ErrNotFound) {
 					t.Fatalf("%s after DeletePrefix: %v", k, err)
+				}
+			}
+		})
+	}
+}
+
+// TestList: the objects under a prefix, keys relative to it, bounded; on a
+// directory, symbolic links are not followed (nothing outside the root).
+func TestList(t *testing.T) {
+	for name, s := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			for _, k := range []string{"1/r/artifacts/a.txt", "1/r/artifacts/sub/b.json", "1/rx/artifacts/c", "2/r/artifacts/d"} {
+				if err := s.Put(ctx, k, strings.NewReader(k), int64(len(k))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l := s.(Lister)
+			got, err := l.List(ctx, "1/r/artifacts", 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sort.Slice(got, func(i, j int) bool { return got[i].Key < got[j].Key })
+			want := []Entry{{"a.txt", int64(len("1/r/artifacts/a.txt"))}, {"sub/b.json", int64(len("1/r/artifacts/sub/b.json"))}}
+			if !slices.Equal(got, want) {
+				t.Fatalf("list: %+v, want %+v", got, want)
+			}
+			if got, err := l.List(ctx, "9/none", 10); err != nil || len(got) != 0 {
+				t.Fatalf("a missing prefix: %+v %v", got, err)
+			}
+			if _, err := l.List(ctx, "1", 2); !errors.Is(err, ErrTooMany) {
+				t.Fatalf("past the bound: %v", err)
+			}
+			if _, err := l.List(ctx, "../x", 10); err == nil {
+				t.Fatal("a prefix climbing out was listed")
+			}
+			if d, ok := s.(*Dir); ok {
+				outside := t.TempDir()
+				os.WriteFile(filepath.Join(outside, "secret"), []byte("x"), 0o600)
+				os.Symlink(outside, filepath.Join(d.root, "1", "r", "artifacts", "link"))
+				os.Symlink(filepath.Join(outside, "secret"), filepath.Join(d.root, "1", "r", "artifacts", "file-link"))
+				got, _ := l.List(ctx, "1/r/artifacts", 10)
+				if len(got) != 2 {
+					t.Fatalf("links followed: %+v", got)
 				}
 			}
 		})

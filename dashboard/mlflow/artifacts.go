@@ -239,7 +239,7 @@ func (s *Server) upload(ctx *fasthttp.RequestCtx, runID, rel string) *apiError {
 	} else if local {
 		// A run with a local location: the file goes where the client's
 		// own writes go (inside the root), as MLflow's server writes it.
-		_, e := s.store(ctx, s.localRoot, prefix+"/"+rel, rel)
+		_, e := s.store(ctx, s.root, prefix+"/"+rel, rel)
 		return e
 	}
 	n, e := s.store(ctx, s.cfg.Artifacts, runID+"/"+rel, rel)
@@ -365,7 +365,7 @@ func (s *Server) downloadFile(ctx *fasthttp.RequestCtx, runID, rel string) {
 	} else if local {
 		// A local location: the file as the client wrote it, read inside
 		// the root (no symbolic link out of it).
-		s.serveFrom(ctx, s.localRoot, prefix+"/"+rel, rel, "artifact "+rel+" of run "+runID)
+		s.serveFrom(ctx, s.root, prefix+"/"+rel, rel, "artifact "+rel+" of run "+runID)
 		return
 	}
 	arts, err := s.st.Artifacts(s.reqCtx(ctx), runID)
@@ -502,7 +502,7 @@ func (s *Server) listRunArtifacts(r *request) (any, *apiError) {
 	if prefix, local, e := s.localRun(r.ctx, got); e != nil {
 		return nil, e
 	} else if local {
-		if arts, e = s.localArtifacts(prefix); e != nil {
+		if arts, e = s.localArtifacts(r.ctx, prefix); e != nil {
 			return nil, e
 		}
 	} else if arts, err = s.st.Artifacts(r.ctx, id); err != nil {

@@ -137,10 +137,10 @@ func (s *Server) createExperiment(r *request) (any, *apiError) {
 			loc = abs
 		}
 	}
-	if _, ok := localDir(loc); loc != "" && !ok {
+	if loc != "" && !s.honoured(loc) {
 		// Never ignored: a client that asked for s3://... must not find its
 		// files elsewhere.
-		return nil, errf(400, codeInvalidParameter, "artifact_location %q is not supported by fw: give an absolute local directory (a path or a file:// URI; MLflow's client writes the run files there itself), or leave it out for the dashboard's own artifact storage (its artifact proxy; a bucket with FW_ARTIFACT_URI=s3://bucket/prefix)", loc)
+		return nil, errf(400, codeInvalidParameter, "artifact_location %q is not supported by fw: give an absolute local directory (a path or a file:// URI; MLflow's client writes the run files there itself), an s3:// location inside the dashboard's --default-artifact-root s3://bucket/prefix, or leave it out for the dashboard's own artifact storage (its artifact proxy; a bucket with FW_ARTIFACT_URI=s3://bucket/prefix)", loc)
 	}
 	in := store.ExperimentInput{Name: name, Tags: map[string]string{}, ArtifactLocation: loc, ArtifactRoot: s.cfg.DefaultArtifactRoot}
 	for _, t := range tags {

@@ -3,30 +3,31 @@ package mlflow
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"net/url"
-	"os"
 	"path"
-	"path/filepath"
 	"strings"
 
 	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/store"
 )
 
-// Local artifact locations. By default every run's artifacts go through the
-// dashboard's artifact proxy (runs get mlflow-artifacts:/ URIs). An
-// experiment may instead have a local artifact location, as MLflow's
-// server without --serve-artifacts gives: an absolute directory (a path or
-// a file:// URI) set by the client's artifact_location or, for experiments
-// created through MLflow's API, by the dashboard's --default-artifact-root
-// (Config.DefaultArtifactRoot; the location is <root>/<experiment id>).
-// Runs of such an experiment get <location>/<run id>/artifacts, and
-// MLflow's client reads and writes those files itself (client and dashboard
-// share the file system: one machine or a shared mount). The dashboard
-// itself reads them (artifacts/list, get-artifact, a registered version's
-// files) only inside DefaultArtifactRoot: a location a client chose
-// elsewhere is never a path the server opens.
+// Artifact locations the client writes itself. By default every run's
+// artifacts go through the dashboard's artifact proxy (runs get
+// mlflow-artifacts:/ URIs). An experiment may instead have its own artifact
+// location, as MLflow's server without --serve-artifacts gives: a local
+// directory (an absolute path or a file:// URI) set by the client's
+// artifact_location, or, for experiments created through MLflow's API, the
+// dashboard's --default-artifact-root (Config.DefaultArtifactRoot: a local
+// directory or s3://bucket/prefix; the location is <root>/<experiment id>).
+// Runs of such an experiment get <location>/<run id>/artifacts, and MLflow's
+// client reads and writes those files itself (a shared file system, or the
+// bucket with its own credentials). The dashboard itself reads and writes
+// them (artifacts/list, get-artifact, upload-artifact, a registered
+// version's files) only inside the root, through its store
+// (Config.ArtifactRoot): a location a client chose elsewhere is never a path
+// or object the server opens. An s3:// location is taken only inside an
+// s3:// root (a bucket the dashboard can read); a local one anywhere, as
+// MLflow's client writes it on its own machine.
 
 // maxLocalListing bounds the files one listing of a local run directory
 // walks.
@@ -89,19 +90,18 @@ func (s *Server) runArtifactURI(ctx context.Context, r store.Run) string {
 	return artifactURI(mlExperimentID(r.ExperimentID, r.Experiment), r.ID)
 }
 
-// localRun is where the server reads a local-location run's files: the
-// key prefix of the run's directory in the local root store. ok is false
-// for a run whose artifacts go through the proxy; a location outside the
-// root is an error that says so.
+// localRun is where the server reads a client-written run's files: the key
+// prefix of the run's directory in the root store. ok is false for a run
+// whose artifacts go through the proxy; a location outside the root is an
+// error that says so.
 func (s *Server) localRun(ctx context.Context, r store.Run) (prefix string, ok bool, e *apiError) {
 	loc := s.runLocation(ctx, r.ExperimentID)
 	if loc == "" {
 		return "", false, nil
 	}
-	dir, _ := localDir(loc)
-	rel, inside := s.underRoot(dir)
+	rel, inside := s.rootKey(loc)
 	if !inside {
-		return "", true, errf(400, codeInvalidParameter, "the artifacts of run %s are at %s, a local location outside the dashboard's --default-artifact-root: MLflow's client reads them there itself; the dashboard opens only files inside its root", r.ID, loc)
+		return "", true, errf(400, codeInvalidParameter, "the artifacts of run %s are at %s, a location outside the dashboard's --default-artifact-root: MLflow's client reads them there itself; the dashboard opens only files inside its root", r.ID, loc)
 	}
 	if rel != "" {
 		rel += "/"
@@ -109,81 +109,80 @@ func (s *Server) localRun(ctx context.Context, r store.Run) (prefix string, ok b
 	return rel + r.ID + "/artifacts", true, nil
 }
 
-// rootDir is the directory of DefaultArtifactRoot ("" without one).
-func (s *Server) rootDir() string {
-	dir, _ := localDir(s.cfg.DefaultArtifactRoot)
-	return dir
-}
-
-// underRoot returns dir relative to DefaultArtifactRoot when it is inside.
-func (s *Server) underRoot(dir string) (string, bool) {
-	root := s.rootDir()
-	if root == "" || s.localRoot == nil || dir == "" {
+// canonical is a location in one comparable form: a local directory's
+// clean path, or s3://bucket/clean/path; ok is false for any other.
+func canonical(loc string) (string, bool) {
+	if dir, ok := localDir(loc); ok {
+		return dir, true
+	}
+	u, err := url.Parse(loc)
+	if err != nil || u.Scheme != "s3" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return "", false
 	}
-	if dir == root {
+	p := strings.Trim(u.Path, "/")
+	if p == "" {
+		return "s3://" + u.Host, true
+	}
+	if store.ValidateRelPath(p) != nil {
+		return "", false
+	}
+	return "s3://" + u.Host + "/" + p, true
+}
+
+// rootKey returns a location's key in the root store when it lies inside
+// DefaultArtifactRoot ("" for the root itself).
+func (s *Server) rootKey(loc string) (string, bool) {
+	if s.root == nil {
+		return "", false
+	}
+	root, ok := canonical(s.cfg.DefaultArtifactRoot)
+	if !ok {
+		return "", false
+	}
+	c, ok := canonical(loc)
+	if !ok {
+		return "", false
+	}
+	if c == root {
 		return "", true
 	}
-	rel, ok := strings.CutPrefix(dir, strings.TrimRight(root, "/")+"/")
+	rel, ok := strings.CutPrefix(c, strings.TrimRight(root, "/")+"/")
 	if !ok || store.ValidateRelPath(rel) != nil {
 		return "", false
 	}
 	return rel, true
 }
 
-// localArtifacts lists the regular files under the run directory prefix of
-// the local root (symbolic links are not followed), as the store lists a
-// proxied run's files.
-func (s *Server) localArtifacts(prefix string) ([]store.Artifact, *apiError) {
-	dir, ok := s.localRoot.Local(prefix)
-	if !ok {
-		return nil, errf(400, codeInvalidParameter, "the run's artifact directory is not a path inside the dashboard's artifact root")
+// honoured reports whether an experiment may have artifact_location loc:
+// a local directory, or an s3:// location inside an s3:// root.
+func (s *Server) honoured(loc string) bool {
+	if _, ok := localDir(loc); ok {
+		return true
 	}
-	var out []store.Artifact
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if p == dir && errors.Is(err, fs.ErrNotExist) {
-				return fs.SkipAll // nothing logged yet
-			}
-			return err
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		if len(out) >= maxLocalListing {
-			return errTooMany
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil // removed meanwhile
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		out = append(out, store.Artifact{Path: filepath.ToSlash(rel), Size: info.Size(), Time: info.ModTime().UTC()})
-		return nil
-	})
-	switch {
-	case errors.Is(err, errTooMany):
-		return nil, errf(400, codeInvalidParameter, "the run's artifact directory holds over %d files; list a subdirectory", maxLocalListing)
-	case err != nil:
-		s.log.Error("mlflow api: listing a local artifact directory", "dir", dir, "err", err)
-		return nil, errf(500, codeInternal, "listing the run's artifact directory failed; see the dashboard's log")
-	}
-	return out, nil
+	_, inside := s.rootKey(loc)
+	return inside && strings.HasPrefix(loc, "s3://")
 }
 
-var errTooMany = errors.New("too many files")
-
-// openLocalRoot opens DefaultArtifactRoot as a directory store (created
-// when missing, as MLflow's server creates its root).
-func openLocalRoot(root string) (*blob.Dir, error) {
-	if root == "" {
-		return nil, nil
+// localArtifacts lists a client-written run's files (prefix in the root
+// store), as the store lists a proxied run's.
+func (s *Server) localArtifacts(ctx context.Context, prefix string) ([]store.Artifact, *apiError) {
+	l, ok := s.root.(blob.Lister)
+	if !ok {
+		return nil, errf(500, codeInternal, "the artifact root %s cannot be listed", s.root.String())
 	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, err
+	entries, err := l.List(ctx, prefix, maxLocalListing)
+	switch {
+	case errors.Is(err, blob.ErrTooMany):
+		return nil, errf(400, codeInvalidParameter, "the run's artifact directory holds over %d files; list a subdirectory", maxLocalListing)
+	case errors.Is(err, blob.ErrInvalidKey):
+		return nil, errf(400, codeInvalidParameter, "the run's artifact directory is not a path inside the dashboard's artifact root")
+	case err != nil:
+		s.log.Error("mlflow api: listing a run's artifact directory", "prefix", prefix, "root", s.root.String(), "err", err)
+		return nil, errf(500, codeInternal, "listing the run's artifact directory failed; see the dashboard's log")
 	}
-	return blob.NewDir(root)
+	out := make([]store.Artifact, len(entries))
+	for i, e := range entries {
+		out[i] = store.Artifact{Path: e.Key, Size: e.Size}
+	}
+	return out, nil
 }

@@ -1,6 +1,13 @@
 package mlflow
 
-import "testing"
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/fw-serve/fw/dashboard/blob"
+	"github.com/fw-serve/fw/internal/testmoto"
+)
 
 // TestLocalDir: the artifact locations honoured are absolute, clean local
 // directories (a path or a file:// URI without a host); everything else is
@@ -39,25 +46,136 @@ func TestLocalDir(t *testing.T) {
 	}
 }
 
-// TestUnderRoot: the server reads only inside its default artifact root.
-func TestUnderRoot(t *testing.T) {
+// TestRootKey: the server reads only inside its default artifact root, a
+// local directory or a bucket's prefix; a location is compared in one
+// canonical form (a path or a file:// URI of it; s3://bucket/clean/path).
+func TestRootKey(t *testing.T) {
 	root := t.TempDir()
-	s := New(t.Context(), nil, Config{DefaultArtifactRoot: "file://" + root}, nil)
-	for dir, want := range map[string]string{
-		root:             "",
-		root + "/1":      "1",
-		root + "/1/r/a":  "1/r/a",
-		root + "x/1":     "-",
-		"/etc":           "-",
-		root + "/../etc": "-",
-		"":               "-",
+	local := New(t.Context(), nil, Config{DefaultArtifactRoot: "file://" + root}, nil)
+	bucket := New(t.Context(), nil, Config{DefaultArtifactRoot: "s3://b/team/ml", ArtifactRoot: &blob.Dir{}}, nil)
+	for _, c := range []struct {
+		s    *Server
+		loc  string
+		want string // "-": outside
+	}{
+		{local, root, ""},
+		{local, "file://" + root + "/1", "1"},
+		{local, root + "/1/r/a", "1/r/a"},
+		{local, root + "x/1", "-"},
+		{local, "/etc", "-"},
+		{local, root + "/../etc", "-"},
+		{local, "", "-"},
+		{local, "s3://b/team/ml/1", "-"},
+		{bucket, "s3://b/team/ml", ""},
+		{bucket, "s3://b/team/ml/", ""},
+		{bucket, "s3://b/team/ml/7/r/artifacts", "7/r/artifacts"},
+		{bucket, "s3://b/team/mlx/7", "-"},
+		{bucket, "s3://other/team/ml/7", "-"},
+		{bucket, "s3://b/team/ml/../x", "-"},
+		{bucket, "s3://b/team/ml/a//b", "-"},
+		{bucket, "s3://b/team/ml/7?x=1", "-"},
+		{bucket, "/team/ml/7", "-"},
 	} {
-		got, ok := s.underRoot(dir)
-		if want == "-" && ok {
-			t.Errorf("underRoot(%q) = %q, want outside", dir, got)
+		got, ok := c.s.rootKey(c.loc)
+		if c.want == "-" && ok {
+			t.Errorf("rootKey(%q) = %q, want outside", c.loc, got)
 		}
-		if want != "-" && (!ok || got != want) {
-			t.Errorf("underRoot(%q) = %q %v, want %q", dir, got, ok, want)
+		if c.want != "-" && (!ok || got != c.want) {
+			t.Errorf("rootKey(%q) = %q %v, want %q", c.loc, got, ok, c.want)
 		}
+	}
+	// What an experiment may name: any local directory; s3:// only inside an s3:// root.
+	for loc, want := range map[string]bool{"/data/x": true, "s3://b/team/ml/x": false, "hdfs:/x": false} {
+		if local.honoured(loc) != want {
+			t.Errorf("local root: honoured(%q) = %v", loc, !want)
+		}
+	}
+	for loc, want := range map[string]bool{"s3://b/team/ml/x": true, "s3://b/other": false, "s3://c/team/ml/x": false} {
+		if bucket.honoured(loc) != want {
+			t.Errorf("bucket root: honoured(%q) = %v", loc, !want)
+		}
+	}
+}
+
+// TestClientWrittenArtifacts: with --default-artifact-root, MLflow's
+// client writes a run's files itself, into a directory or a bucket; the
+// dashboard lists, serves and uploads them there (MLflow's artifacts/list,
+// get-artifact, upload-artifact, a registered version's files), and takes
+// an s3:// artifact_location only inside its bucket's root. The bucket is
+// moto's S3 server (make test-s3), the directory a temporary one.
+func TestClientWrittenArtifacts(t *testing.T) {
+	roots := map[string]func(t *testing.T) (string, blob.Store){
+		"dir": func(t *testing.T) (string, blob.Store) {
+			d := t.TempDir()
+			s, err := blob.NewDir(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return "file://" + d, s
+		},
+		"s3": func(t *testing.T) (string, blob.Store) {
+			m := testmoto.Start(t)
+			uri := "s3://" + m.Bucket + "/team/ml"
+			s, err := blob.Open(uri, "", blob.S3Config{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, PathStyle: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return uri, s
+		},
+	}
+	for name, open := range roots {
+		t.Run(name, func(t *testing.T) {
+			uri, root := open(t)
+			e := newEnv(t, Config{DefaultArtifactRoot: uri, ArtifactRoot: root})
+			ctx := context.Background()
+			exp := e.ok("POST", api+"experiments/create", map[string]any{"name": "client-written"})["experiment_id"].(string)
+			got := e.ok("GET", api+"experiments/get?experiment_id="+exp, nil)["experiment"].(map[string]any)
+			if got["artifact_location"] != uri+"/"+exp {
+				t.Fatalf("location %v, want %s/%s", got["artifact_location"], uri, exp)
+			}
+			run := e.newRun(exp)
+			info := e.ok("GET", api+"runs/get?run_id="+run, nil)["run"].(map[string]any)["info"].(map[string]any)
+			if want := uri + "/" + exp + "/" + run + "/artifacts"; info["artifact_uri"] != want {
+				t.Fatalf("artifact_uri %v, want %s", info["artifact_uri"], want)
+			}
+			// What MLflow's client writes itself (its local or S3 artifact repository).
+			for k, v := range map[string]string{"model/MLmodel": "flavors: {}", "model/model.onnx": "onnx", "notes.txt": "hi"} {
+				key := exp + "/" + run + "/artifacts/" + k
+				if err := root.Put(ctx, key, strings.NewReader(v), int64(len(v))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			files := e.ok("GET", api+"artifacts/list?run_id="+run, nil)["files"].([]any)
+			if len(files) != 2 || files[0].(map[string]any)["path"] != "model" || files[1].(map[string]any)["path"] != "notes.txt" {
+				t.Fatalf("listing %v", files)
+			}
+			sub := e.ok("GET", api+"artifacts/list?run_id="+run+"&path=model", nil)["files"].([]any)
+			if len(sub) != 2 || sub[1].(map[string]any)["path"] != "model/model.onnx" {
+				t.Fatalf("listing model/: %v", sub)
+			}
+			if _, out := e.call("GET", "/get-artifact?run_id="+run+"&path=model/model.onnx", nil); out["raw"] != "onnx" {
+				t.Fatalf("get-artifact: %v", out)
+			}
+			if code, _ := e.call("GET", "/get-artifact?run_id="+run+"&path=none", nil); code != 404 {
+				t.Fatalf("a missing file: %d", code)
+			}
+			e.ok("POST", "/ajax-api/2.0/mlflow/upload-artifact?run_uuid="+run+"&path=up.txt", "uploaded")
+			if r, _, err := root.Get(ctx, exp+"/"+run+"/artifacts/up.txt"); err != nil {
+				t.Fatalf("the upload is not in the root: %v", err)
+			} else {
+				r.Close()
+			}
+			// A registered version whose source is the run's model directory.
+			e.withRegistry()
+			e.ok("POST", api+"registered-models/create", map[string]any{"name": "m"})
+			e.ok("POST", api+"model-versions/create", map[string]any{"name": "m", "source": info["artifact_uri"].(string) + "/model", "run_id": run})
+			if _, out := e.call("GET", "/model-versions/get-artifact?name=m&version=1&path=MLmodel", nil); out["raw"] != "flavors: {}" {
+				t.Fatalf("a version's file: %v", out)
+			}
+			// An artifact_location inside the root is taken; an s3:// one
+			// elsewhere is refused with the reason.
+			e.ok("POST", api+"experiments/create", map[string]any{"name": "inside", "artifact_location": uri + "/custom"})
+			e.fails(400, codeInvalidParameter, "POST", api+"experiments/create", map[string]any{"name": "outside", "artifact_location": "s3://another-bucket/x"})
+		})
 	}
 }

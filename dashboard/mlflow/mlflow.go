@@ -75,13 +75,19 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxArtifactBytes bounds one uploaded artifact file.
 	MaxArtifactBytes int64
-	// DefaultArtifactRoot is MLflow's --default-artifact-root for a local
-	// directory (an absolute, clean path or a file:// URI of one): experiments created through
+	// DefaultArtifactRoot is MLflow's --default-artifact-root without
+	// artifact serving: a local directory (an absolute, clean path or a
+	// file:// URI of one) or s3://bucket/prefix: experiments created through
 	// MLflow's API get the artifact location <root>/<experiment id> and
 	// their runs' files are written there by the client itself, which the
 	// dashboard reads back (locations.go). Empty: runs' artifacts go
 	// through the artifact proxy (mlflow-artifacts:/ URIs).
 	DefaultArtifactRoot string
+	// ArtifactRoot is DefaultArtifactRoot's store (the directory, or the
+	// bucket under the prefix), through which the dashboard reads and
+	// writes the files clients write there. nil with a local root: opened
+	// here.
+	ArtifactRoot blob.Store
 }
 
 // Defaults of Config.
@@ -112,7 +118,7 @@ type Server struct {
 
 	parsers fastjson.ParserPool // log-batch's metrics (decodeMetricsFast)
 
-	localRoot *blob.Dir                  // DefaultArtifactRoot as a store; nil without one
+	root      blob.Store                 // Config.ArtifactRoot; nil without a root
 	locations *lru.Cache[string, string] // experiment ID -> its artifact location (locations.go)
 }
 
@@ -137,10 +143,13 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 		cfg.UploadDir = os.TempDir()
 	}
 	s := &Server{st: st, cfg: cfg, log: log, base: base, locations: lru.New[string, string](100_000)}
-	if root, err := openLocalRoot(s.rootDir()); err != nil {
-		log.Error("mlflow api: the default artifact root", "root", cfg.DefaultArtifactRoot, "err", err) // its runs' files are then not read back
-	} else {
-		s.localRoot = root
+	s.root = cfg.ArtifactRoot
+	if dir, ok := localDir(cfg.DefaultArtifactRoot); ok && s.root == nil {
+		if d, err := blob.NewDir(dir); err != nil {
+			log.Error("mlflow api: the default artifact root", "root", cfg.DefaultArtifactRoot, "err", err) // its runs' files are then not read back
+		} else {
+			s.root = d
+		}
 	}
 	s.routes = s.routeTable()
 	return s

@@ -1103,19 +1103,20 @@ func (s *Server) modelVersionArtifact(rctx context.Context, ctx *fasthttp.Reques
 		}
 		s.downloadFree(ctx, fmt.Sprintf("%s/models/%s/artifacts/%s", m.ExperimentID, m.ID, rel))
 		return
-	case localSource(source):
-		// A local source (checked at registration to lie in its run's
-		// local artifact directory): read only inside the dashboard's
-		// default artifact root.
+	case localSource(source) || strings.HasPrefix(source, "s3://"):
+		// A source a client wrote itself (a local one was checked at
+		// registration to lie in its run's directory): read only inside
+		// the dashboard's default artifact root.
 		p := source
 		if u, err := url.Parse(source); err == nil && u.Scheme == "file" {
 			p = u.Path
 		}
-		if dir, ok := localDir(path.Clean(p)); ok {
-			if under, inside := s.underRoot(dir); inside {
-				s.serveFrom(ctx, s.localRoot, strings.TrimPrefix(under+"/"+rel, "/"), rel, "file "+rel+" of the model version")
-				return
-			}
+		if !strings.HasPrefix(p, "s3://") {
+			p = path.Clean(p)
+		}
+		if under, inside := s.rootKey(p); inside {
+			s.serveFrom(ctx, s.root, strings.TrimPrefix(under+"/"+rel, "/"), rel, "file "+rel+" of the model version")
+			return
 		}
 	}
 	writeErr(ctx, errf(404, codeNotFound, "model version source %q is not in this dashboard's artifact storage; download it from where it lives", source))
