@@ -42,9 +42,19 @@ func main() {
 	resident := flag.Int("resident", 100, "--max-resident-models for the large repository")
 	rounds := flag.Int("rounds", 5, "interleaved rounds of the fixed-rate rows (alone, then with the churn)")
 	md := flag.String("md", "docs/benchmarks.md", "markdown file whose repository section gets the tables (empty: print only)")
+	only := flag.String("only", "", "run only these parts, comma-separated (load, ondemand, ten, bytes, large) and print them (the markdown file is left alone)")
 	flag.Parse()
+	parts := map[string]bool{}
+	for _, p := range strings.Split(*only, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			parts[p] = true
+		}
+	}
+	if len(parts) > 0 {
+		*md = ""
+	}
 	b := &strings.Builder{}
-	if err := run(b, *bin, *models, *dur, *many, *resident, max(1, *rounds)); err != nil {
+	if err := run(b, *bin, *models, *dur, *many, *resident, max(1, *rounds), parts); err != nil {
 		fmt.Fprintln(os.Stderr, "repository:", err)
 		os.Exit(1)
 	}
@@ -57,7 +67,8 @@ func main() {
 	}
 }
 
-func run(b *strings.Builder, bin, models string, dur time.Duration, many, resident, rounds int) error {
+func run(b *strings.Builder, bin, models string, dur time.Duration, many, resident, rounds int, parts map[string]bool) error {
+	want := func(p string) bool { return len(parts) == 0 || parts[p] }
 	tmp, err := os.MkdirTemp("", "fw-repobench-")
 	if err != nil {
 		return err
@@ -68,39 +79,52 @@ func run(b *strings.Builder, bin, models string, dur time.Duration, many, reside
 		dur, many, resident, rounds, benchdoc.Commit(), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU())
 
 	// 1. Load and unload over the repository API.
-	repo := filepath.Join(tmp, "twenty")
-	if err := copies(repo, mlp, "m", 20); err != nil {
-		return err
-	}
-	if err := loadUnload(b, bin, repo, 20); err != nil {
-		return err
+	if want("load") {
+		repo := filepath.Join(tmp, "twenty")
+		if err := copies(repo, mlp, "m", 20); err != nil {
+			return err
+		}
+		if err := loadUnload(b, bin, repo, 20); err != nil {
+			return err
+		}
 	}
 	// 2. A large repository served on demand.
-	big := filepath.Join(tmp, "many")
-	if err := copies(big, mlp, "m", many); err != nil {
-		return err
-	}
-	if err := onDemand(b, bin, big, many, resident, rounds, dur); err != nil {
-		return err
+	if want("ondemand") {
+		big := filepath.Join(tmp, "many")
+		if err := copies(big, mlp, "m", many); err != nil {
+			return err
+		}
+		if err := onDemand(b, bin, big, many, resident, rounds, dur); err != nil {
+			return err
+		}
 	}
 	// 3. Ten models: one server against ten processes.
-	if err := tenModels(b, bin, mlp, filepath.Join(tmp, "ten"), dur); err != nil {
-		return err
+	if want("ten") {
+		if err := tenModels(b, bin, mlp, filepath.Join(tmp, "ten"), dur); err != nil {
+			return err
+		}
 	}
 	// 4. BYTES tensors.
-	str := filepath.Join(tmp, "strings")
-	if err := copyDir(filepath.Join(models, "triton", "simple_string"), filepath.Join(str, "simple_string")); err != nil {
-		return err
-	}
-	if err := bytesThroughput(b, bin, str, dur); err != nil {
-		return err
+	if want("bytes") {
+		str := filepath.Join(tmp, "strings")
+		if err := copyDir(filepath.Join(models, "triton", "simple_string"), filepath.Join(str, "simple_string")); err != nil {
+			return err
+		}
+		if err := bytesThroughput(b, bin, str, dur); err != nil {
+			return err
+		}
 	}
 	// 5. A large input three ways.
-	dn := filepath.Join(tmp, "densenet")
-	if err := copyDir(filepath.Join(models, "triton", "densenet_onnx"), filepath.Join(dn, "densenet_onnx")); err != nil {
-		return err
+	if want("large") {
+		dn := filepath.Join(tmp, "densenet")
+		if err := copyDir(filepath.Join(models, "triton", "densenet_onnx"), filepath.Join(dn, "densenet_onnx")); err != nil {
+			return err
+		}
+		if err := largeInput(b, bin, dn, dur); err != nil {
+			return err
+		}
 	}
-	return largeInput(b, bin, dn, dur)
+	return nil
 }
 
 // bytesThroughput measures Triton's simple_string (two BYTES inputs of 16
