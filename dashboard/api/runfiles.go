@@ -9,6 +9,7 @@ import (
 	"mime"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -26,9 +27,35 @@ func (s *Server) checkpoints(c *call) (any, error) {
 	return runList(c, s, "checkpoints", s.st.Checkpoints)
 }
 
-// artifacts answers GET /api/runs/{id}/artifacts: the files the run logged.
+// artifacts answers GET /api/runs/{id}/artifacts: the files the run logged,
+// and those MLflow's client wrote itself into the run's artifact location.
 func (s *Server) artifacts(c *call) (any, error) {
-	return runList(c, s, "artifacts", s.st.Artifacts)
+	return runList(c, s, "artifacts", s.runArtifacts)
+}
+
+// runArtifacts is the store's list of a run's artifacts, with the files
+// MLflow's client wrote itself (Config.ClientFiles) in place of any of the
+// same path.
+func (s *Server) runArtifacts(ctx context.Context, id string) ([]store.Artifact, error) {
+	arts, err := s.st.Artifacts(ctx, id)
+	if err != nil || s.cfg.ClientFiles == nil {
+		return arts, err
+	}
+	files, _, _, ok, err := s.cfg.ClientFiles(ctx, id)
+	if err != nil || !ok {
+		return arts, err
+	}
+	seen := make(map[string]bool, len(files))
+	for _, f := range files {
+		seen[f.Path] = true
+	}
+	for _, a := range arts {
+		if !seen[a.Path] {
+			files = append(files, a)
+		}
+	}
+	slices.SortFunc(files, func(a, b store.Artifact) int { return strings.Compare(a.Path, b.Path) })
+	return files, nil
 }
 
 // runList answers {"run_id", name: list} for a known run, [] when empty.
@@ -94,11 +121,24 @@ func (s *Server) runFile(c *call, id, kind, rel string) error {
 	if err := s.runFilesReady(c.ctx, files, id, kind); err != nil {
 		return err
 	}
+	key := id + "/" + rel
 	var listed bool
+	if kind == "artifacts" && s.cfg.ClientFiles != nil {
+		// A file MLflow's client wrote itself: read from where it is.
+		client, from, prefix, ok, err := s.cfg.ClientFiles(c.ctx, id)
+		if err != nil {
+			return err
+		}
+		if ok && slices.ContainsFunc(client, func(a store.Artifact) bool { return a.Path == rel }) {
+			files, key, listed = from, prefix+"/"+rel, true
+		}
+	}
 	var err error
-	if kind == "checkpoints" {
+	switch {
+	case listed:
+	case kind == "checkpoints":
 		listed, err = isListed(c.ctx, id, rel, s.st.Checkpoints, func(c store.Checkpoint) string { return c.Path })
-	} else {
+	default:
 		listed, err = isListed(c.ctx, id, rel, s.st.Artifacts, func(a store.Artifact) string { return a.Path })
 	}
 	if err != nil {
@@ -108,7 +148,6 @@ func (s *Server) runFile(c *call, id, kind, rel string) error {
 	if !listed {
 		return apiErr(404, CodeNotFound, fmt.Sprintf("run %s has no %s %q; GET /api/runs/%s/%s lists them", id, one, rel, id, kind))
 	}
-	key := id + "/" + rel
 	var r io.ReadCloser
 	var info blob.Info
 	if ctx.IsHead() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fw-serve/fw/dashboard/blob"
 	"github.com/fw-serve/fw/dashboard/store"
+	"github.com/fw-serve/fw/internal/apierror"
 )
 
 // Artifact locations the client writes itself. By default every run's
@@ -185,4 +186,38 @@ func (s *Server) localArtifacts(ctx context.Context, prefix string) ([]store.Art
 		out[i] = store.Artifact{Path: e.Key, Size: e.Size}
 	}
 	return out, nil
+}
+
+// ClientFiles lists the files MLflow's client wrote itself for a run whose
+// experiment has an artifact location inside the default artifact root,
+// with the store and key prefix they are read from, for fw's own run page
+// (api.Config.ClientFiles). ok is false for a run whose files go through
+// the proxy (fw's store lists them); a location outside the root is an
+// error naming it.
+func (s *Server) ClientFiles(ctx context.Context, runID string) (files []store.Artifact, from blob.Store, prefix string, ok bool, err error) {
+	r, err := s.st.GetRun(ctx, runID)
+	if err != nil {
+		return nil, nil, "", false, err
+	}
+	prefix, ok, e := s.localRun(ctx, r)
+	if e != nil {
+		return nil, nil, "", true, e.asFW()
+	}
+	if !ok {
+		return nil, nil, "", false, nil
+	}
+	files, e = s.localArtifacts(ctx, prefix)
+	if e != nil {
+		return nil, nil, "", true, e.asFW()
+	}
+	return files, s.root, prefix, true, nil
+}
+
+// asFW is the error in fw's own API shape (for fw's routes).
+func (e *apiError) asFW() error {
+	code := "bad_request"
+	if e.status >= 500 {
+		code = "internal"
+	}
+	return apierror.New(e.status, code, e.msg, nil)
 }

@@ -70,6 +70,13 @@ def test_default_artifact_root_runs_write_files_locally(local_root_dashboard, tm
     assert up.status_code == 200, up.text
     assert (on_disk / "up" / "u.txt").read_bytes() == b"up"
 
+    # fw's own run page lists and downloads them too.
+    r = d.request("GET", f"/api/runs/{rid}/artifacts")
+    assert r.status == 200, r
+    assert {a["path"] for a in r.json()["artifacts"]} == {"a.txt", "sub/b.json", "up/u.txt"}, r
+    r = d.request("GET", f"/api/runs/{rid}/download?kind=artifact&path=sub/b.json")
+    assert r.status == 200 and r.body == b'{"b": 1}', r
+
     # A symbolic link in the run's directory that points out of the root is not followed.
     os.symlink("/etc/hostname", on_disk / "escape")
     r = d.request("GET", f"/get-artifact?run_id={rid}&path=escape")
@@ -97,6 +104,8 @@ def test_client_artifact_location_and_registry_sources(local_root_dashboard, tmp
     # ... but the dashboard opens no file outside its root, and says why.
     r = d.request("GET", f"/get-artifact?run_id={rid}&path=m.txt")
     assert r.status == 400 and "outside the dashboard's --default-artifact-root" in r.json()["message"], r
+    r = d.request("GET", f"/api/runs/{rid}/artifacts")
+    assert r.status == 400 and "outside the dashboard's --default-artifact-root" in r.json()["error"]["message"], r
 
     # Locations fw cannot honour are refused with the reason, never ignored.
     for bad in ("s3://bucket/p", "file://otherhost/x", "/a/../b", "hdfs:/x"):
