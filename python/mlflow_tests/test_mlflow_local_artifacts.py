@@ -105,7 +105,9 @@ def test_client_artifact_location_and_registry_sources(local_root_dashboard, tmp
     r = d.request("GET", f"/get-artifact?run_id={rid}&path=m.txt")
     assert r.status == 400 and "outside the dashboard's --default-artifact-root" in r.json()["message"], r
     r = d.request("GET", f"/api/runs/{rid}/artifacts")
-    assert r.status == 400 and "outside the dashboard's --default-artifact-root" in r.json()["error"]["message"], r
+    assert (
+        r.status == 400 and "outside the dashboard's --default-artifact-root" in r.json()["error"]["message"]
+    ), r
 
     # Locations fw cannot honour are refused with the reason, never ignored.
     for bad in ("s3://bucket/p", "file://otherhost/x", "/a/../b", "hdfs:/x"):
