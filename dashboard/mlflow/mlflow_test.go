@@ -243,6 +243,17 @@ func testRunLifecycleAndSearch(t *testing.T, e *env) {
 	if ms := h2["metrics"].([]any); len(ms) != 1 || ms[0].(map[string]any)["value"] != 0.125 || ms[0].(map[string]any)["timestamp"] != float64(1700000003000) {
 		t.Fatalf("history page 2: %v", h2)
 	}
+	// A second value at step 0 (MLflow keeps every value): the history
+	// answers both, and a page is whole steps (2 steps, 3 points).
+	e.ok("POST", api+"runs/log-metric", map[string]any{"run_id": id, "key": "loss", "value": 0.75, "timestamp": 1700000004000, "step": 0})
+	h = e.ok("GET", api+"metrics/get-history?run_id="+id+"&metric_key=loss&max_results=2", nil)
+	ms := h["metrics"].([]any)
+	if len(ms) != 3 || ms[0].(map[string]any)["value"] != 0.5 || ms[1].(map[string]any)["value"] != 0.75 || ms[2].(map[string]any)["step"] != float64(1) || h["next_page_token"] != "1" {
+		t.Fatalf("history with a replaced value: %v", h)
+	}
+	if r, _ := e.st.GetRun(context.Background(), id); r.Metrics["loss"].Last != 0.125 {
+		t.Fatalf("fw's latest loss changed: %+v", r.Metrics["loss"])
+	}
 
 	// Status: FINISHED ends the run, RUNNING resumes it, KILLED stops it,
 	// FAILED after KILLED is a resume and an end (MLflow allows any move).

@@ -838,7 +838,10 @@ func (s *Server) getHistory(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	q := store.HistoryQuery{Key: key, Limit: int(maxResults)}
+	// Every value logged, as MLflow keeps them: a second value at a step
+	// (which fw's series replaces) is answered too. A page holds
+	// max_results steps, each with all its values.
+	q := store.HistoryQuery{Key: key, Limit: int(maxResults), Replaced: true}
 	if token != "" {
 		after, err := strconv.ParseInt(token, 10, 64)
 		if err != nil {
@@ -857,7 +860,13 @@ func (s *Server) getHistory(r *request) (any, *apiError) {
 	for _, p := range pts {
 		out.Metrics = append(out.Metrics, metric{Key: key, Value: store.Float(p.Value), Timestamp: p.Time.UnixMilli(), Step: p.Step})
 	}
-	if int64(len(pts)) == maxResults {
+	steps := int64(0)
+	for i, p := range pts {
+		if i == 0 || p.Step != pts[i-1].Step {
+			steps++
+		}
+	}
+	if steps == maxResults {
 		out.NextPageToken = strconv.FormatInt(pts[len(pts)-1].Step, 10)
 	}
 	return out, nil
@@ -913,7 +922,7 @@ func (s *Server) getHistoryBulk(r *request) (any, *apiError) {
 		if err := store.ValidateID(id); err != nil {
 			return nil, errf(404, codeNotFound, "Run with id=%s not found", id)
 		}
-		pts, err := s.st.History(r.ctx, id, store.HistoryQuery{Key: key, Limit: 100000})
+		pts, err := s.st.History(r.ctx, id, store.HistoryQuery{Key: key, Limit: 100000, Replaced: true}) // a sampled step answers all its values
 		if err != nil {
 			return nil, s.runErr(err, id)
 		}
@@ -1030,7 +1039,7 @@ func (s *Server) getHistoryAll(r *request) (any, *apiError) {
 		if store.ValidateID(id) != nil {
 			continue
 		}
-		pts, err := s.st.History(r.ctx, id, store.HistoryQuery{Key: key, Limit: int(limit)})
+		pts, err := s.st.History(r.ctx, id, store.HistoryQuery{Key: key, Limit: int(limit), Replaced: true})
 		if store.ErrorCode(err) == store.CodeNotFound {
 			continue
 		}

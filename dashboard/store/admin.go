@@ -187,7 +187,7 @@ func (s *sqlStore) deleteRunRows(ctx context.Context, tx *sql.Tx, rid int64, id 
 		}
 		rows.Close()
 	}
-	for _, t := range []string{"metrics", "metric_rollup", "metric_summary", "logs", "params", "run_tags", "run_writers", "checkpoints", "artifacts"} {
+	for _, t := range []string{"metrics", "metric_replaced", "metric_rollup", "metric_summary", "logs", "params", "run_tags", "run_writers", "checkpoints", "artifacts"} {
 		if _, err := s.exec(ctx, tx, `DELETE FROM `+t+` WHERE run_rid = ?`, rid); err != nil {
 			return f, fmt.Errorf("deleting %s of run %s: %w", t, id, err)
 		}

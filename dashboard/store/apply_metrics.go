@@ -173,12 +173,25 @@ func (a *applier) flushPoints(ctx context.Context) error {
 		}
 		return x.order - y.order
 	})
+	// One value per step in metrics: the batch's last; an earlier one of
+	// the same step that differs is kept in metric_replaced, as the trigger
+	// keeps a stored value a write replaces (migration 12).
 	uniq := pts[:0]
+	var replaced []any
 	for i, p := range pts {
 		if i+1 < len(pts) && pts[i+1].rid == p.rid && pts[i+1].key == p.key && pts[i+1].step == p.step {
+			if next := pts[i+1]; next.wall != p.wall || !sameValue(next.value, p.value) {
+				replaced = append(replaced, p.rid, p.key, p.step, nullFloat(p.value), p.wall)
+			}
 			continue
 		}
 		uniq = append(uniq, p)
+	}
+	for off := 0; off < len(replaced); off += 5 * 500 {
+		chunk := replaced[off:min(off+5*500, len(replaced))]
+		if _, err := a.s.exec(ctx, a.tx, valuesSQL(`INSERT INTO metric_replaced (run_rid, key_id, step, value, wall) VALUES `, 5, len(chunk)/5), chunk...); err != nil {
+			return fmt.Errorf("keeping %d replaced metric values: %w", len(chunk)/5, err)
+		}
 	}
 	const per = 500
 	for off := 0; off < len(uniq); off += per {
@@ -307,4 +320,10 @@ func valuesSQL(prefix string, cols, rows int) string {
 		b.WriteString(row)
 	}
 	return b.String()
+}
+
+// sameValue compares two metric values, NaN equal to NaN (both are stored
+// as NULL).
+func sameValue(a, b float64) bool {
+	return a == b || (math.IsNaN(a) && math.IsNaN(b))
 }

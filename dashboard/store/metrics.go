@@ -1,10 +1,12 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/query"
@@ -275,8 +277,12 @@ type HistoryQuery struct {
 	// AfterStep, when set, returns the points after that step (the previous
 	// page's last step); MinStep and MaxStep bound the steps (inclusive).
 	AfterStep, MinStep, MaxStep *int64
-	// Limit is the most points returned (default 1000, at most 100000).
+	// Limit is the most steps returned (default 1000, at most 100000).
 	Limit int
+	// Replaced adds the values later writes replaced at the same steps
+	// (MLflow keeps every value logged; fw's series keeps the last per
+	// step): such a step has several points, ordered by time, then value.
+	Replaced bool
 }
 
 // History reads the raw points of one training-metric key of a run, oldest
@@ -324,5 +330,55 @@ func (s *sqlStore) History(ctx context.Context, runID string, q HistoryQuery) ([
 		p.Time = time.Unix(0, wall).UTC()
 		out = append(out, p)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the history of %q of run %s: %w", q.Key, runID, err)
+	}
+	rows.Close()
+	if !q.Replaced || len(out) == 0 {
+		return out, nil
+	}
+	return s.withReplaced(ctx, rid, q, out)
+}
+
+// withReplaced adds to a page of points the values replaced at its steps
+// (table metric_replaced), each step's points ordered by time, then value,
+// identical ones once.
+func (s *sqlStore) withReplaced(ctx context.Context, rid int64, q HistoryQuery, page []Point) ([]Point, error) {
+	lo, hi := page[0].Step, page[len(page)-1].Step
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT r.step, r.value, r.wall FROM metric_replaced r JOIN metric_keys k ON k.id = r.key_id WHERE r.run_rid = ? AND k.kind = ? AND k.name = ? AND r.step >= ? AND r.step <= ?`),
+		rid, int64(kindMetric), q.Key, lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("reading the replaced values of %q: %w", q.Key, err)
+	}
+	defer rows.Close()
+	out := page
+	for rows.Next() {
+		var p Point
+		var v sql.NullFloat64
+		var wall int64
+		if err := rows.Scan(&p.Step, &v, &wall); err != nil {
+			return nil, fmt.Errorf("reading the replaced values of %q: %w", q.Key, err)
+		}
+		p.Value = nanIfNull(v)
+		p.Time = time.Unix(0, wall).UTC()
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the replaced values of %q: %w", q.Key, err)
+	}
+	if len(out) == len(page) {
+		return out, nil
+	}
+	slices.SortFunc(out, func(a, b Point) int {
+		if c := cmp.Compare(a.Step, b.Step); c != 0 {
+			return c
+		}
+		if c := a.Time.Compare(b.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Value, b.Value)
+	})
+	return slices.CompactFunc(out, func(a, b Point) bool {
+		return a.Step == b.Step && a.Time.Equal(b.Time) && (a.Value == b.Value || (math.IsNaN(a.Value) && math.IsNaN(b.Value)))
+	}), nil
 }

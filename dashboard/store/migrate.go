@@ -19,6 +19,26 @@ type migration struct {
 	sql     string
 }
 
+// postgresSQL replaces a migration's SQL on PostgreSQL where the dialects
+// write it differently (a trigger's body), by version.
+func postgresSQL(version int) string {
+	switch version {
+	case 12:
+		return `
+CREATE TABLE metric_replaced (
+	run_rid BIGINT NOT NULL,
+	key_id BIGINT NOT NULL,
+	step BIGINT NOT NULL,
+	value {{real}},
+	wall BIGINT NOT NULL
+);
+CREATE INDEX metric_replaced_point ON metric_replaced (run_rid, key_id, step);
+CREATE FUNCTION fw_metrics_keep_replaced() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF OLD.wall <> NEW.wall OR OLD.value IS DISTINCT FROM NEW.value THEN INSERT INTO metric_replaced (run_rid, key_id, step, value, wall) VALUES (OLD.run_rid, OLD.key_id, OLD.step, OLD.value, OLD.wall); END IF; RETURN NEW; END $$;
+CREATE TRIGGER metrics_keep_replaced BEFORE UPDATE ON metrics FOR EACH ROW EXECUTE FUNCTION fw_metrics_keep_replaced()`
+	}
+	return ""
+}
+
 // Rollup levels: blocks of 2^shift steps kept per (run, key) by migration 2.
 // They let Metrics downsample a million points by reading a few thousand
 // rows; see rollupShifts in read.go.
@@ -290,6 +310,21 @@ CREATE TABLE mlflow_trace_spans (
 )`},
 		{11, "experiments' artifact locations (MLflow's artifact_location)", `
 ALTER TABLE experiments ADD COLUMN artifact_location TEXT NOT NULL DEFAULT ''`},
+		// A metric point has one value per step in metrics (fw's series);
+		// MLflow keeps every value logged, a second one at the same step
+		// included. The value a later write replaces is kept here, by a
+		// trigger, so only a replacing write pays for it; MLflow's history
+		// reads both tables (History's Replaced).
+		{12, "metric values replaced at the same step (MLflow keeps every value)", `
+CREATE TABLE metric_replaced (
+	run_rid BIGINT NOT NULL,
+	key_id BIGINT NOT NULL,
+	step BIGINT NOT NULL,
+	value {{real}},
+	wall BIGINT NOT NULL
+);
+CREATE INDEX metric_replaced_point ON metric_replaced (run_rid, key_id, step);
+CREATE TRIGGER metrics_keep_replaced BEFORE UPDATE ON metrics FOR EACH ROW WHEN OLD.wall <> NEW.wall OR OLD.value IS NOT NEW.value BEGIN INSERT INTO metric_replaced (run_rid, key_id, step, value, wall) VALUES (OLD.run_rid, OLD.key_id, OLD.step, OLD.value, OLD.wall); END`},
 	}
 }
 
@@ -350,7 +385,11 @@ func (s *sqlStore) applyMigration(ctx context.Context, m migration) error {
 	if n > 0 {
 		return nil
 	}
-	for _, stmt := range strings.Split(s.render(m.sql), ";\n") {
+	text := m.sql
+	if pg := postgresSQL(m.version); s.d == query.Postgres && pg != "" {
+		text = pg
+	}
+	for _, stmt := range strings.Split(s.render(text), ";\n") {
 		if strings.TrimSpace(stmt) == "" {
 			continue
 		}

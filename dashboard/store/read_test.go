@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDownsampleKeepsSpike(t *testing.T) {
@@ -399,4 +400,77 @@ func TestFloorCeilDiv(t *testing.T) {
 			t.Errorf("%d/%d: floor %d ceil %d, want %d %d", c[0], c[1], f, cl, c[2], c[3])
 		}
 	}
+}
+
+// TestReplacedValues: fw's series keeps one value per step (the last
+// written), and the values a later write replaced are kept for MLflow's
+// history (History's Replaced): across writes, within one batch, with NaN,
+// an identical replay adding nothing, and gone with the run.
+func TestReplacedValues(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		s := open(Config{})
+		ctx := context.Background()
+		e := &ev{run: "rep"}
+		at := func(step int64, ms int64, v float64) Event {
+			x := e.metrics(step, map[string]float64{"m": v})
+			x.Time = Timestamp{time.UnixMilli(ms).UTC()}
+			return x
+		}
+		mustApply(t, s, e.start("replaced", nil, nil), at(2, 1, 10))
+		mustApply(t, s, at(3, 1, 11))
+		mustApply(t, s, at(3, 1, 12))                                   // same time, another value
+		mustApply(t, s, at(3, 2, 12))                                   // later time, same value
+		mustApply(t, s, at(3, 2, 12))                                   // an identical write: nothing more
+		mustApply(t, s, at(4, 5, 1), at(4, 6, math.NaN()), at(4, 7, 2)) // one batch, NaN between
+		last, err := s.History(ctx, "rep", HistoryQuery{Key: "m"})
+		if err != nil || len(last) != 3 || last[1].Value != 12 || last[2].Value != 2 {
+			t.Fatalf("one value per step: %+v %v", last, err)
+		}
+		all, err := s.History(ctx, "rep", HistoryQuery{Key: "m", Replaced: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type pv struct {
+			step, ms int64
+			v        float64
+		}
+		var got []pv
+		for _, p := range all {
+			got = append(got, pv{p.Step, p.Time.UnixMilli(), p.Value})
+		}
+		want := []pv{{2, 1, 10}, {3, 1, 11}, {3, 1, 12}, {3, 2, 12}, {4, 5, 1}, {4, 6, math.NaN()}, {4, 7, 2}}
+		if len(got) != len(want) {
+			t.Fatalf("every value: %+v", got)
+		}
+		for i := range want {
+			if got[i].step != want[i].step || got[i].ms != want[i].ms || !(got[i].v == want[i].v || math.IsNaN(got[i].v) && math.IsNaN(want[i].v)) {
+				t.Fatalf("every value: %+v, want %+v", got, want)
+			}
+		}
+		// A page is whole steps: 2 steps, each with all its values.
+		page, _ := s.History(ctx, "rep", HistoryQuery{Key: "m", Limit: 2, Replaced: true})
+		if len(page) != 4 || page[3].Step != 3 {
+			t.Fatalf("a page of 2 steps: %+v", page)
+		}
+		if err := s.DeleteRun(ctx, "rep"); err != nil {
+			t.Fatal(err)
+		}
+		if n := countRows(t, s, "metric_replaced"); n != 0 {
+			t.Fatalf("%d replaced values outlive their run", n)
+		}
+	})
+}
+
+// countRows counts a table's rows (the test's store is a *sqlStore).
+func countRows(t *testing.T, s Store, table string) int {
+	t.Helper()
+	ss, ok := s.(*sqlStore)
+	if !ok {
+		t.Fatalf("store is a %T", s)
+	}
+	var n int
+	if err := ss.rdb.QueryRowContext(context.Background(), "SELECT COUNT(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

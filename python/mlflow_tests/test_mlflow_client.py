@@ -494,11 +494,17 @@ def test_metric_history_over_several_pages(dashboard, client, monkeypatch):
     assert len(client.get_metric_history(rid, "loss")) == n and len(calls) == 1
     assert client.get_run(rid).data.metrics == {"loss": 1.0 / n, "acc": 0.9}
 
-    # fw keeps one value per (run, key, step): a second value at a step replaces the first.
+    # A second value at a step: MLflow's history keeps both (ordered by time, then value), as
+    # MLflow's server does, within a batch too; fw's own series shows the last per step.
     client.log_metric(rid, "dup", 1.0, timestamp=T0, step=5)
     client.log_metric(rid, "dup", 2.0, timestamp=T0 + 1, step=5)
+    client.log_metric(rid, "dup", 2.0, timestamp=T0 + 1, step=5)  # the same again: kept once
+    client.log_batch(rid, metrics=[Metric("dup", 4.0, T0 + 3, 6), Metric("dup", 3.0, T0 + 2, 6)])
     assert [(m.step, m.value, m.timestamp) for m in client.get_metric_history(rid, "dup")] == [
-        (5, 2.0, T0 + 1)
+        (5, 1.0, T0),
+        (5, 2.0, T0 + 1),
+        (6, 3.0, T0 + 2),
+        (6, 4.0, T0 + 3),
     ]
     client.set_terminated(rid)
 
@@ -507,7 +513,7 @@ def test_metric_history_over_several_pages(dashboard, client, monkeypatch):
     assert r["status"] == "finished"
     assert (r["metrics"]["loss"]["count"], r["metrics"]["loss"]["last_step"]) == (n, n - 1)
     assert _ms(r["metrics"]["loss"]["last_time"]) == T0 + 7 * (n - 1)
-    assert dashboard.points(rid, "dup") == [(5, 2.0)]
+    assert dashboard.points(rid, "dup") == [(5, 2.0), (6, 3.0)]
 
 
 def test_log_batch_params_tags_and_metrics(dashboard, client):
