@@ -273,7 +273,7 @@ def _reset_mlflow() -> None:
 
 
 def _serve(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str | None, local_root: str | None = None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str | None, env: dict[str, str] | None = None
 ) -> Iterator[Dashboard]:
     pytest.importorskip(
         "mlflow", reason="mlflow is not installed: use the venv of scripts/setup-mlflow-venv.sh"
@@ -286,8 +286,7 @@ def _serve(
     for k in ("NO_PROXY", "no_proxy"):  # loopback never through a proxy (urllib's or requests')
         monkeypatch.setenv(k, ",".join(filter(None, [os.environ.get(k), "127.0.0.1", "localhost"])))
     d = Dashboard(tmp_path, token)
-    if local_root is not None:
-        d.dirs["FW_DASHBOARD_DEFAULT_ARTIFACT_ROOT"] = local_root
+    d.dirs.update(env or {})
     try:
         d.start()
         monkeypatch.setenv("MLFLOW_TRACKING_URI", d.url)
@@ -323,7 +322,76 @@ def dashboard(tmp_path, monkeypatch) -> Iterator[Dashboard]:
 def local_root_dashboard(tmp_path, monkeypatch) -> Iterator[Dashboard]:
     """A dashboard with a local default artifact root (--default-artifact-root file://<tmp>/mlruns),
     as `mlflow server --default-artifact-root` without artifact serving: the client writes run files."""
-    yield from _serve(tmp_path, monkeypatch, None, (tmp_path / "mlruns").as_uri())
+    yield from _serve(
+        tmp_path, monkeypatch, None, {"FW_DASHBOARD_DEFAULT_ARTIFACT_ROOT": (tmp_path / "mlruns").as_uri()}
+    )
+
+
+@pytest.fixture
+def moto_s3(tmp_path) -> Iterator[str]:
+    """moto's S3 server (FW_MOTO_SERVER: scripts/setup-moto-venv.sh's, as `make test-mlflow` sets it)
+    on a free loopback port; its URL. Stopped (its process group) after the test."""
+    server = os.environ.get("FW_MOTO_SERVER")
+    if not server:
+        msg = "moto's S3 server is needed: FW_MOTO_SERVER=$(bash scripts/setup-moto-venv.sh)"
+        pytest.fail(msg) if REQUIRE else pytest.skip(msg)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    with open(tmp_path / "moto.log", "ab") as log:
+        proc = subprocess.Popen(
+            [server, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/", timeout=1):
+                    break
+            except urllib.error.HTTPError:
+                break  # it answers
+            except OSError as err:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"moto_server did not start: {(tmp_path / 'moto.log').read_text()[-2000:]}"
+                    ) from err
+                time.sleep(0.1)
+        yield url
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture
+def s3_root_dashboard(tmp_path, monkeypatch, moto_s3) -> Iterator[Dashboard]:
+    """A dashboard whose default artifact root is a bucket (--default-artifact-root s3://fw-mlruns/team),
+    MLflow's client writing runs' files into it itself (its S3 artifact repository, boto3)."""
+    import boto3
+
+    creds = {
+        "AWS_ACCESS_KEY_ID": "fw",
+        "AWS_SECRET_ACCESS_KEY": "fw-secret",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    for k, v in {**creds, "MLFLOW_S3_ENDPOINT_URL": moto_s3}.items():
+        monkeypatch.setenv(k, v)
+    boto3.client("s3", endpoint_url=moto_s3).create_bucket(Bucket="fw-mlruns")
+    yield from _serve(
+        tmp_path,
+        monkeypatch,
+        None,
+        {
+            "FW_DASHBOARD_DEFAULT_ARTIFACT_ROOT": "s3://fw-mlruns/team",
+            "FW_S3_ENDPOINT": moto_s3,
+            "FW_S3_PATH_STYLE": "1",
+        },
+    )
 
 
 @pytest.fixture

@@ -151,3 +151,49 @@ def test_without_a_root_runs_stay_behind_the_proxy(dashboard, client):
     exp_id = client.create_experiment("proxied")
     assert client.get_experiment(exp_id).artifact_location == f"mlflow-artifacts:/{exp_id}"
     assert client.create_run(exp_id).info.artifact_uri.startswith(f"mlflow-artifacts:/{exp_id}/")
+
+
+def test_s3_root_mlflow_client_writes_the_bucket(s3_root_dashboard, tmp_path):
+    # MLflow's own S3 artifact repository (boto3) writes the run's files into the bucket of
+    # --default-artifact-root s3://...; the dashboard reads them back from there.
+    import boto3
+    from mlflow import MlflowClient
+
+    d = s3_root_dashboard
+    client = MlflowClient(d.url)
+    exp_id = client.create_experiment("in the bucket")
+    assert client.get_experiment(exp_id).artifact_location == f"s3://fw-mlruns/team/{exp_id}"
+    run = client.create_run(exp_id)
+    rid = run.info.run_id
+    assert run.info.artifact_uri == f"s3://fw-mlruns/team/{exp_id}/{rid}/artifacts"
+    src = tmp_path / "src"
+    (src / "model").mkdir(parents=True)
+    (src / "model" / "MLmodel").write_text("flavors: {}")
+    (src / "notes.txt").write_text("hello")
+    client.log_artifacts(rid, str(src))
+    s3 = boto3.client("s3", endpoint_url=os.environ["MLFLOW_S3_ENDPOINT_URL"])
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="fw-mlruns")["Contents"]}
+    assert keys == {
+        f"team/{exp_id}/{rid}/artifacts/notes.txt",
+        f"team/{exp_id}/{rid}/artifacts/model/MLmodel",
+    }
+    assert {a.path for a in client.list_artifacts(rid)} == {"model", "notes.txt"}
+
+    r = d.request("GET", f"/api/2.0/mlflow/artifacts/list?run_id={rid}&path=model")
+    assert r.status == 200 and r.json()["files"] == [
+        {"path": "model/MLmodel", "is_dir": False, "file_size": 11}
+    ], r
+    r = d.request("GET", f"/get-artifact?run_id={rid}&path=notes.txt")
+    assert r.status == 200 and r.body == b"hello", r
+    r = d.request("GET", f"/api/runs/{rid}/artifacts")
+    assert {a["path"] for a in r.json()["artifacts"]} == {"model/MLmodel", "notes.txt"}, r
+    client.create_registered_model("bucketed")
+    client.create_model_version("bucketed", f"{run.info.artifact_uri}/model", run_id=rid)
+    r = d.request("GET", "/model-versions/get-artifact?name=bucketed&version=1&path=MLmodel")
+    assert r.status == 200 and r.body == b"flavors: {}", r
+
+    # An s3:// location inside the root is the client's to write; elsewhere it is refused.
+    inside = client.create_experiment("mine", artifact_location="s3://fw-mlruns/team/custom")
+    assert client.get_experiment(inside).artifact_location == "s3://fw-mlruns/team/custom"
+    with pytest.raises(MlflowException, match="is not supported by fw"):
+        client.create_experiment("elsewhere", artifact_location="s3://another-bucket/x")
