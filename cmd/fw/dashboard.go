@@ -206,29 +206,14 @@ Flags:
 		return 1
 	}
 	defer st.Close()
-	files, err := blob.Open(*artifactURI, *expDir, s3ConfigFromEnv())
-	if err == nil {
-		if s3, ok := files.(*blob.S3); ok {
-			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err = s3.Check(cctx)
-			cancel()
-		}
-	}
+	files, err := openChecked(ctx, *artifactURI, *expDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw dashboard: --artifact-uri: %v\n", err)
 		return 1
 	}
 	var rootStore blob.Store
 	if localRoot != "" {
-		rootStore, err = blob.Open(localRoot, "", s3ConfigFromEnv())
-		if err == nil {
-			if s3, ok := rootStore.(*blob.S3); ok {
-				cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				err = s3.Check(cctx)
-				cancel()
-			}
-		}
-		if err != nil {
+		if rootStore, err = openChecked(ctx, localRoot, ""); err != nil {
 			fmt.Fprintf(stderr, "fw dashboard: --default-artifact-root: %v\n", err)
 			return 1
 		}
@@ -504,6 +489,24 @@ func startRegistry(base context.Context, st store.Store, srv *api.Server, ml *ml
 	srv.SetRegistry(svc)
 	ml.SetRegistry(svc.Reg)
 	return svc
+}
+
+// openChecked opens the file store uri names (dir for "") and, for a
+// bucket, checks that it can be reached, so a wrong endpoint, bucket or key
+// fails the start with the reason.
+func openChecked(ctx context.Context, uri, dir string) (blob.Store, error) {
+	st, err := blob.Open(uri, dir, s3ConfigFromEnv())
+	if err != nil {
+		return nil, err
+	}
+	if s3, ok := st.(*blob.S3); ok {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := s3.Check(cctx); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
 }
 
 // localArtifactRoot reads --default-artifact-root: "" (none), a local path
