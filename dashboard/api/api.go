@@ -99,12 +99,12 @@ type Config struct {
 	// RunTraces lists the MLflow traces made in or linked to a run (package
 	// mlflow's Server.RunTraces), for GET /api/runs/{id}/traces; nil: none.
 	RunTraces func(ctx context.Context, runID string, limit int) ([]store.TraceSummary, error)
-	// ClientFiles lists the files MLflow's client wrote itself for a run
-	// whose experiment has an artifact location in the default artifact
-	// root (package mlflow's Server.ClientFiles), with the store and key
-	// prefix to read them from; ok false: the run's artifacts are fw's
-	// store's. nil: none.
-	ClientFiles func(ctx context.Context, runID string) (files []store.Artifact, from blob.Store, prefix string, ok bool, err error)
+	// ClientFiles returns the store and key prefix of the files MLflow's
+	// client wrote itself for a run whose experiment has an artifact
+	// location in the default artifact root, and with list those files
+	// (package mlflow's Server.ClientFiles); ok false: the run's artifacts
+	// are fw's store's. nil: none.
+	ClientFiles func(ctx context.Context, runID string, list bool) (files []store.Artifact, from blob.Store, prefix string, ok bool, err error)
 	// TraceRetention and TraceMaxSpans bound the trace store that POST
 	// /v1/traces fills (spans received longer ago, then the oldest beyond
 	// the count, are removed); zero: DefaultTraceRetention and

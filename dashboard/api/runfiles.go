@@ -41,7 +41,7 @@ func (s *Server) runArtifacts(ctx context.Context, id string) ([]store.Artifact,
 	if err != nil || s.cfg.ClientFiles == nil {
 		return arts, err
 	}
-	files, _, _, ok, err := s.cfg.ClientFiles(ctx, id)
+	files, _, _, ok, err := s.cfg.ClientFiles(ctx, id, true)
 	if err != nil || !ok {
 		return arts, err
 	}
@@ -124,13 +124,17 @@ func (s *Server) runFile(c *call, id, kind, rel string) error {
 	key := id + "/" + rel
 	var listed bool
 	if kind == "artifacts" && s.cfg.ClientFiles != nil {
-		// A file MLflow's client wrote itself: read from where it is.
-		client, from, prefix, ok, err := s.cfg.ClientFiles(c.ctx, id)
+		// A file MLflow's client wrote itself: read from where it is (one
+		// lookup of that file, not a listing of the run's directory; the
+		// store resolves the key inside its root).
+		_, from, prefix, ok, err := s.cfg.ClientFiles(c.ctx, id, false)
 		if err != nil {
 			return err
 		}
-		if ok && slices.ContainsFunc(client, func(a store.Artifact) bool { return a.Path == rel }) {
-			files, key, listed = from, prefix+"/"+rel, true
+		if ok {
+			if _, err := from.Stat(c.ctx, prefix+"/"+rel); err == nil {
+				files, key, listed = from, prefix+"/"+rel, true
+			}
 		}
 	}
 	var err error

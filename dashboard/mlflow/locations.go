@@ -188,13 +188,13 @@ func (s *Server) localArtifacts(ctx context.Context, prefix string) ([]store.Art
 	return out, nil
 }
 
-// ClientFiles lists the files MLflow's client wrote itself for a run whose
-// experiment has an artifact location inside the default artifact root,
-// with the store and key prefix they are read from, for fw's own run page
-// (api.Config.ClientFiles). ok is false for a run whose files go through
-// the proxy (fw's store lists them); a location outside the root is an
-// error naming it.
-func (s *Server) ClientFiles(ctx context.Context, runID string) (files []store.Artifact, from blob.Store, prefix string, ok bool, err error) {
+// ClientFiles returns where MLflow's client writes a run's files itself (a
+// run whose experiment has an artifact location inside the default
+// artifact root): the store and key prefix they are read from, and with
+// list the files there, for fw's own run page (api.Config.ClientFiles). ok
+// is false for a run whose files go through the proxy (fw's store lists
+// them); a location outside the root is an error naming it.
+func (s *Server) ClientFiles(ctx context.Context, runID string, list bool) (files []store.Artifact, from blob.Store, prefix string, ok bool, err error) {
 	r, err := s.st.GetRun(ctx, runID)
 	if err != nil {
 		return nil, nil, "", false, err
@@ -203,8 +203,8 @@ func (s *Server) ClientFiles(ctx context.Context, runID string) (files []store.A
 	if e != nil {
 		return nil, nil, "", true, e.asFW()
 	}
-	if !ok {
-		return nil, nil, "", false, nil
+	if !ok || !list {
+		return nil, s.root, prefix, ok, nil
 	}
 	files, e = s.localArtifacts(ctx, prefix)
 	if e != nil {
