@@ -133,11 +133,8 @@ func canonical(loc string) (string, bool) {
 // rootKey returns a location's key in the root store when it lies inside
 // DefaultArtifactRoot ("" for the root itself).
 func (s *Server) rootKey(loc string) (string, bool) {
-	if s.root == nil {
-		return "", false
-	}
-	root, ok := canonical(s.cfg.DefaultArtifactRoot)
-	if !ok {
+	root := s.rootCanon
+	if s.root == nil || root == "" {
 		return "", false
 	}
 	c, ok := canonical(loc)

@@ -119,6 +119,7 @@ type Server struct {
 	parsers fastjson.ParserPool // log-batch's metrics (decodeMetricsFast)
 
 	root      blob.Store                 // Config.ArtifactRoot; nil without a root
+	rootCanon string                     // DefaultArtifactRoot in canonical form (locations.go); "" without one
 	locations *lru.Cache[string, string] // experiment ID -> its artifact location (locations.go)
 }
 
@@ -144,6 +145,7 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 	}
 	s := &Server{st: st, cfg: cfg, log: log, base: base, locations: lru.New[string, string](100_000)}
 	s.root = cfg.ArtifactRoot
+	s.rootCanon, _ = canonical(cfg.DefaultArtifactRoot)
 	if dir, ok := localDir(cfg.DefaultArtifactRoot); ok && s.root == nil {
 		if d, err := blob.NewDir(dir); err != nil {
 			log.Error("mlflow api: the default artifact root", "root", cfg.DefaultArtifactRoot, "err", err) // its runs' files are then not read back
