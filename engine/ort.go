@@ -5,6 +5,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 
@@ -255,9 +256,7 @@ func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error)
 	results := make([]Tensor, len(b.outputs))
 	defer func() {
 		for _, v := range outs {
-			if v != nil {
-				v.Destroy()
-			}
+			destroy(v)
 		}
 	}()
 	// Outputs whose shape is known (apart from the batch axis of a batched
@@ -287,7 +286,7 @@ func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error)
 		preset[i] = v != nil
 	}
 	if err := b.session.Run(ins, outs); err != nil {
-		return nil, err
+		return nil, b.runError(preset, err)
 	}
 	for i, v := range outs {
 		if preset[i] {
@@ -300,6 +299,34 @@ func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error)
 		results[i] = t
 	}
 	return results, nil
+}
+
+// destroy frees an ONNX Runtime value, if there is one: the binding may
+// leave a typed nil in an output it failed to make.
+func destroy(v ort.Value) {
+	if v == nil {
+		return
+	}
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
+		return
+	}
+	v.Destroy()
+}
+
+// runError explains a failed Run. The binding (onnxruntime_go 1.27)
+// cannot return an FP16 or BF16 output that ONNX Runtime allocated (one
+// whose shape the model does not fix): it copies one byte per element.
+func (b *ortBackend) runError(preset []bool, err error) error {
+	if !strings.Contains(err.Error(), "creating tensor") {
+		return err
+	}
+	for i, spec := range b.outputs {
+		if !preset[i] && (spec.DType == Float16 || spec.DType == BFloat16) {
+			return fmt.Errorf("output %q is %s with a shape the model does not fix (%s), which the ONNX Runtime binding fw uses cannot return; export the model with that output's shape fixed apart from the batch axis, or with FP32 outputs (%w)",
+				spec.Name, spec.DType, FormatShape(spec.Shape), err)
+		}
+	}
+	return err
 }
 
 // concreteShape is the shape of an output whose spec is spec: axis 0 is
