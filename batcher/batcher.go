@@ -80,6 +80,12 @@ type Config struct {
 	// preferred_batch_size (its largest preferred size). 0 keeps fw's
 	// behaviour: an idle engine never waits.
 	PreferredRows int
+	// RequestContext runs an engine call of one request with that
+	// request's context (its deadline, trace and values) instead of the
+	// batcher's own: for a run that is itself made of requests to other
+	// models (an ensemble's pipeline). Calls joining several requests
+	// keep the batcher's.
+	RequestContext bool
 	// Calls, when set, is told of every engine call with its requests'
 	// contexts (request tracing). Nil costs nothing.
 	Calls CallObserver
@@ -721,7 +727,11 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 	} else {
 		in = w.concat(reqs, rows)
 	}
-	outs, err := b.call(w, in)
+	ctx := b.base
+	if b.cfg.RequestContext && len(reqs) == 1 {
+		ctx = reqs[0].ctx
+	}
+	outs, err := b.call(ctx, w, in)
 	inference := time.Since(start)
 	b.observeCall(rows, inference)
 	for _, r := range reqs {
@@ -746,13 +756,13 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 }
 
 // call runs w's engine, turning a panic into an error.
-func (b *Batcher) call(w *worker, in []engine.Tensor) (outs []engine.Tensor, err error) {
+func (b *Batcher) call(ctx context.Context, w *worker, in []engine.Tensor) (outs []engine.Tensor, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			outs, err = nil, fmt.Errorf("%w: %v", ErrPanic, p)
 		}
 	}()
-	return w.run(b.base, in)
+	return w.run(ctx, in)
 }
 
 // concat copies the inputs of reqs, input by input, into w's reusable

@@ -472,13 +472,13 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 
 // Takes reports why the model's engine cannot take elements of dt, nil
 // when it can: ONNX Runtime takes every known dtype, the libtorch shim
-// TorchTypes. Callers that fill inputs themselves (the sequence batcher's
+// TorchTypes, an ensemble every known one. Callers that fill inputs themselves (the sequence batcher's
 // controls and state) check their datatypes with it at load.
 func (m *Model) Takes(dt DType) error {
 	if !dt.Known() {
 		return fmt.Errorf("unsupported dtype %s", dt)
 	}
-	if !m.Format.ONNX() && !slices.Contains(TorchTypes, dt) {
+	if m.Format != FormatEnsemble && !m.Format.ONNX() && !slices.Contains(TorchTypes, dt) {
 		return fmt.Errorf("%s tensors are not supported by libtorch models (%s); it takes %s", dt, m.Format, torchTypeNames())
 	}
 	return nil
@@ -531,6 +531,9 @@ func (m *Model) Forward(ctx context.Context, inputs []Tensor) ([]Tensor, error) 
 	}
 	defer m.release()
 	out, err := m.backend.Run(ctx, inputs)
+	if err != nil && m.Format == FormatEnsemble {
+		return nil, err // a step's failure, whose kind (bad input, overload...) the transport tells apart
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrEngine, err)
 	}

@@ -50,7 +50,8 @@ func (s *Server) RepositoryModelLoad(ctx context.Context, req *pb.RepositoryMode
 func (s *Server) RepositoryModelUnload(ctx context.Context, req *pb.RepositoryModelUnloadRequest) (*pb.RepositoryModelUnloadResponse, error) {
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	if err := s.models.Unload(rctx, req.GetModelName()); err != nil {
+	opts := serving.UnloadOptions{Dependents: req.GetParameters()["unload_dependents"].GetBoolParam()}
+	if err := s.models.Unload(rctx, req.GetModelName(), opts); err != nil {
 		return nil, modelStatus(err)
 	}
 	return &pb.RepositoryModelUnloadResponse{}, nil

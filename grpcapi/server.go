@@ -407,7 +407,14 @@ func configPB(c serving.ModelConfig) *pb.ModelConfig {
 		Input: ins, Output: outs, InstanceGroup: []*pb.ModelInstanceGroup{group}, VersionPolicy: policy,
 		DefaultModelFilename: c.DefaultModelFilename, Parameters: params,
 	}
-	if c.SequenceBatching != nil {
+	if c.Ensemble != nil {
+		es := &pb.ModelEnsembling{}
+		for _, st := range c.Ensemble {
+			es.Step = append(es.Step, &pb.ModelEnsembling_Step{ModelName: st.Model, ModelVersion: st.Version, InputMap: st.InputMap, OutputMap: st.OutputMap})
+		}
+		cfg.SchedulingChoice = &pb.ModelConfig_EnsembleScheduling{EnsembleScheduling: es}
+		cfg.InstanceGroup = nil // no engine instances of its own
+	} else if c.SequenceBatching != nil {
 		cfg.SchedulingChoice = &pb.ModelConfig_SequenceBatching{SequenceBatching: sequenceBatchingPB(c.SequenceBatching)}
 	} else if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
 		cfg.SchedulingChoice = &pb.ModelConfig_DynamicBatching{DynamicBatching: &pb.ModelDynamicBatching{
@@ -448,6 +455,13 @@ func (s *Server) ModelStatistics(_ context.Context, req *pb.ModelStatisticsReque
 	if req.GetName() == "" {
 		resp := &pb.ModelStatisticsResponse{}
 		for _, inst := range s.models.Loaded() {
+			resp.ModelStats = append(resp.ModelStats, statsPB(inst))
+		}
+		return resp, nil
+	}
+	if all := serving.Versions(s.models, req.GetName()); req.GetVersion() == "" && len(all) > 0 {
+		resp := &pb.ModelStatisticsResponse{}
+		for _, inst := range all { // every loaded version, as Triton's
 			resp.ModelStats = append(resp.ModelStats, statsPB(inst))
 		}
 		return resp, nil
@@ -575,6 +589,9 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 	defer cancel()
 	stop := context.AfterFunc(s.base, cancel)
 	defer stop()
+	if len(dec.outputs) < len(inst.Outputs()) && inst.SkipsOutputs() {
+		rctx = serving.WithOutputs(rctx, dec.outputs)
+	}
 	rec := serving.Request{Began: began, Submitted: time.Now()}
 	out, timing, err := serving.InferSequence(rctx, s.models, inst, dec.inputs, a.ticket)
 	rec.Timing = timing

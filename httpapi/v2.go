@@ -163,7 +163,9 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 		return "v2"
 	case "stats":
 		if s.allow(ctx, "GET") && s.authorized(ctx) {
-			if inst := s.v2Model(ctx, name, version); inst != nil {
+			if all := serving.Versions(s.models, name); version == "" && len(all) > 0 {
+				s.v2Stats(ctx, all...) // every loaded version, as Triton's
+			} else if inst := s.v2Model(ctx, name, version); inst != nil {
 				s.v2Stats(ctx, inst)
 			}
 		}

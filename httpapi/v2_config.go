@@ -63,7 +63,14 @@ func v2ConfigJSON(c serving.ModelConfig) map[string]any {
 		"default_model_filename": c.DefaultModelFilename,
 		"parameters":             params,
 	}
-	if c.SequenceBatching != nil {
+	if c.Ensemble != nil {
+		steps := make([]map[string]any, len(c.Ensemble))
+		for i, st := range c.Ensemble {
+			steps[i] = map[string]any{"model_name": st.Model, "model_version": st.Version, "input_map": st.InputMap, "output_map": st.OutputMap, "model_namespace": ""}
+		}
+		out["ensemble_scheduling"] = map[string]any{"step": steps}
+		out["instance_group"] = []map[string]any{} // no engine instances of its own
+	} else if c.SequenceBatching != nil {
 		out["sequence_batching"] = c.SequenceBatching
 	} else if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
 		out["dynamic_batching"] = map[string]any{

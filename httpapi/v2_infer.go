@@ -746,6 +746,13 @@ func (s *Server) v2Run(ctx *fasthttp.RequestCtx, inst *serving.Instance, req *v2
 	defer ticket.Release()
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
+	if len(req.outputs) < len(inst.Outputs()) && inst.SkipsOutputs() {
+		idx := make([]int, len(req.outputs))
+		for i, o := range req.outputs {
+			idx[i] = o.index
+		}
+		rctx = serving.WithOutputs(rctx, idx)
+	}
 	return s.inferSequence(rctx, inst, req.inputs, ctx.Time(), ticket)
 }
 

@@ -58,7 +58,12 @@ func (s *Server) routeRepository(ctx *fasthttp.RequestCtx, rest string) string {
 			err = s.models.Load(rctx, name, opts)
 		}
 	} else {
-		err = s.models.Unload(rctx, name)
+		opts, aerr := unloadOptions(req.Parameters)
+		if aerr != nil {
+			writeError(ctx, aerr)
+			return "v2"
+		}
+		err = s.models.Unload(rctx, name, opts)
 	}
 	if err != nil {
 		writeError(ctx, modelError(err))
@@ -86,6 +91,18 @@ func loadOptions(name string, params map[string]json.RawMessage) (serving.LoadOp
 			}
 		case strings.HasPrefix(k, "file:"):
 			return opts, serving.FileOverride(name, k)
+		}
+	}
+	return opts, nil
+}
+
+// unloadOptions reads an unload request's parameters: "unload_dependents"
+// (a boolean; tritonclient sends it on every unload).
+func unloadOptions(params map[string]json.RawMessage) (serving.UnloadOptions, *APIError) {
+	var opts serving.UnloadOptions
+	if v, ok := params["unload_dependents"]; ok {
+		if err := json.Unmarshal(v, &opts.Dependents); err != nil {
+			return opts, newError(400, CodeInvalidJSON, "the parameter unload_dependents must be true or false", nil)
 		}
 	}
 	return opts, nil

@@ -57,6 +57,9 @@ type Config struct {
 	// pictures across loads (shared by a repository's models); nil decodes
 	// the picture at every load.
 	ImageSamples *imageprep.SampleCache
+	// Open, when set, makes each engine instance instead of loading Path
+	// (a model that is no file: an ensemble's pipeline, engine.Compose).
+	Open func(ctx context.Context) (*engine.Model, error)
 }
 
 // Metrics is where a Host reports: the server's readiness and reloads, and
@@ -169,8 +172,12 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 		return nil, err
 	}
 	var image *imageprep.Pipeline
+	open := h.cfg.Open
+	if open == nil {
+		open = func(ctx context.Context) (*engine.Model, error) { return engine.Load(ctx, h.cfg.Path, h.cfg.Engine) }
+	}
 	for range n {
-		m, err := engine.Load(ctx, h.cfg.Path, h.cfg.Engine)
+		m, err := open(ctx)
 		if err != nil {
 			return fail(err)
 		}

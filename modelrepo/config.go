@@ -57,6 +57,8 @@ var supported = map[string]bool{
 	"sequence_batching.direct": true, "sequence_batching.direct.max_queue_delay_microseconds": true,
 	"sequence_batching.oldest": true, "sequence_batching.oldest.max_candidate_sequences": true,
 	"sequence_batching.oldest.preferred_batch_size": true, "sequence_batching.oldest.max_queue_delay_microseconds": true,
+	"ensemble_scheduling": true, "ensemble_scheduling.step": true, "ensemble_scheduling.step.model_name": true,
+	"ensemble_scheduling.step.model_version": true, "ensemble_scheduling.step.input_map": true, "ensemble_scheduling.step.output_map": true,
 }
 
 // unsupportedFields lists the set fields of msg that supported lacks.
@@ -183,14 +185,14 @@ func defaultFilenames(name string) []string {
 // checkPlatform refuses platforms and backends fw does not serve.
 func checkPlatform(cfg *pb.ModelConfig) error {
 	for _, name := range []string{cfg.GetPlatform(), cfg.GetBackend()} {
-		if name == "" {
+		if name == "" || name == platformEnsemble && name == cfg.GetPlatform() {
 			continue
 		}
 		if _, ok := platformFormats(name); !ok {
-			return fmt.Errorf("platform or backend %q is not served by fw; fw serves onnxruntime_onnx (backend onnxruntime), pytorch_libtorch (backend pytorch) and fw's own files (backend fw)", name)
+			return fmt.Errorf("platform or backend %q is not served by fw; fw serves onnxruntime_onnx (backend onnxruntime), pytorch_libtorch (backend pytorch), fw's own files (backend fw) and ensembles of them (platform ensemble)", name)
 		}
 	}
-	return nil
+	return checkEnsemble(cfg)
 }
 
 // modelFile finds the file of one version directory: the configuration's
@@ -304,26 +306,41 @@ func describe(inst *serving.Instance, cfg *pb.ModelConfig, auto bool, labels map
 			out.PreferredBatchSizes = append(out.PreferredBatchSizes, int64(p))
 		}
 	}
-	if vp := cfg.GetVersionPolicy(); vp != nil {
-		switch {
-		case vp.GetAll() != nil:
-			out.VersionPolicy = map[string]any{"all": map[string]any{}}
-		case vp.GetSpecific() != nil:
-			out.VersionPolicy = map[string]any{"specific": map[string]any{"versions": vp.GetSpecific().GetVersions()}}
-		case vp.GetLatest() != nil:
-			out.VersionPolicy = map[string]any{"latest": map[string]any{"num_versions": int(max(1, vp.GetLatest().GetNumVersions()))}}
-		}
+	if vp := versionPolicyJSON(cfg); vp != nil {
+		out.VersionPolicy = vp
 	}
-	if len(cfg.GetParameters()) > 0 {
-		out.Parameters = map[string]string{}
-		for k, v := range cfg.GetParameters() {
-			out.Parameters[k] = v.GetStringValue()
-		}
-	}
+	out.Parameters = parametersJSON(cfg)
 	if cfg.GetDefaultModelFilename() != "" {
 		out.DefaultModelFilename = cfg.GetDefaultModelFilename()
 	}
 	return out, reshape, nil
+}
+
+// versionPolicyJSON is cfg's version_policy as Triton's JSON renders it;
+// nil when it sets none.
+func versionPolicyJSON(cfg *pb.ModelConfig) map[string]any {
+	vp := cfg.GetVersionPolicy()
+	switch {
+	case vp.GetAll() != nil:
+		return map[string]any{"all": map[string]any{}}
+	case vp.GetSpecific() != nil:
+		return map[string]any{"specific": map[string]any{"versions": vp.GetSpecific().GetVersions()}}
+	case vp.GetLatest() != nil:
+		return map[string]any{"latest": map[string]any{"num_versions": int(max(1, vp.GetLatest().GetNumVersions()))}}
+	}
+	return nil
+}
+
+// parametersJSON is cfg's parameters (key -> string_value); nil when none.
+func parametersJSON(cfg *pb.ModelConfig) map[string]string {
+	if len(cfg.GetParameters()) == 0 {
+		return nil
+	}
+	out := map[string]string{}
+	for k, v := range cfg.GetParameters() {
+		out[k] = v.GetStringValue()
+	}
+	return out
 }
 
 // batchingFromFile reports whether a configuration leaves the batching to

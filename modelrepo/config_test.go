@@ -20,7 +20,7 @@ parameters { key: "k" value: { string_value: "v" } }`), false)
 		`sequence_batching { direct { minimum_slot_utilization: 0.5 } }`: "sequence_batching.direct.minimum_slot_utilization",
 		`sequence_batching { oldest { preserve_ordering: true } }`:       "sequence_batching.oldest.preserve_ordering",
 		`sequence_batching { state [ { use_growable_memory: true } ] }`:  "sequence_batching.state.use_growable_memory",
-		`ensemble_scheduling { }`:                                        "ensemble_scheduling",
+		`ensemble_scheduling { step [ { model_namespace: "x" } ] }`:      "ensemble_scheduling.step.model_namespace",
 		`input [ { name: "x" is_shape_tensor: true } ]`:                  "input.is_shape_tensor",
 		`dynamic_batching { priority_levels: 2 }`:                        "dynamic_batching.priority_levels",
 		`instance_group [ { count: 1 rate_limiter { } } ]`:               "instance_group.rate_limiter",

@@ -265,30 +265,38 @@ func validName(name string) error {
 }
 
 // dir finds the directory of model name in the roots, refusing one whose
-// real path (symlinks followed) leaves its root.
+// real path (symlinks followed) leaves its root, and a name that more
+// than one root holds.
 func (r *Repository) dir(name string) (string, error) {
 	if err := validName(name); err != nil {
 		return "", err
 	}
+	var in []string
 	for _, root := range r.cfg.Roots {
-		p := filepath.Join(root, name)
-		if !r.isModelDir(p) {
-			continue
+		if r.isModelDir(filepath.Join(root, name)) {
+			in = append(in, root)
 		}
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil {
-			return "", err
-		}
-		realRoot, err := filepath.EvalSymlinks(root)
-		if err != nil {
-			return "", err
-		}
-		if rel, err := filepath.Rel(realRoot, real); err != nil || !filepath.IsLocal(rel) {
-			return "", fmt.Errorf("%s leads outside the model repository %s (to %s); fw serves only what lies inside it", p, root, real)
-		}
-		return real, nil
 	}
-	return "", errNoModel
+	switch {
+	case len(in) == 0:
+		return "", errNoModel
+	case len(in) > 1: // Triton refuses to guess which one is meant
+		return "", fmt.Errorf("model '%s' appears in %d model repositories (%s); keep it in one", name, len(in), strings.Join(in, ", "))
+	}
+	root := in[0]
+	p := filepath.Join(root, name)
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", err
+	}
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", err
+	}
+	if rel, err := filepath.Rel(realRoot, real); err != nil || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("%s leads outside the model repository %s (to %s); fw serves only what lies inside it", p, root, real)
+	}
+	return real, nil
 }
 
 var errNoModel = errors.New("no such model in the repository")
@@ -446,11 +454,26 @@ func (r *Repository) State0() serving.State { s, _ := r.State(); return s }
 
 // Unload implements serving.Models: Triton's repository unload, refused
 // unless the mode is explicit.
-func (r *Repository) Unload(ctx context.Context, name string) error {
+func (r *Repository) Unload(ctx context.Context, name string, opts serving.UnloadOptions) error {
 	if r.cfg.Mode != ModeExplicit {
 		return r.controlDisabled(name)
 	}
-	return r.unload(ctx, name)
+	var steps []string
+	if opts.Dependents {
+		steps = r.stepModels(name)
+	}
+	if err := r.unload(ctx, name); err != nil {
+		return err
+	}
+	for _, m := range steps {
+		if r.usedByEnsemble(m) {
+			continue
+		}
+		if err := r.Unload(ctx, m, opts); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (r *Repository) controlDisabled(name string) error {
@@ -492,7 +515,7 @@ func (r *Repository) load(ctx context.Context, name string, opts serving.LoadOpt
 	dir, err := r.dir(name)
 	if errors.Is(err, errNoModel) {
 		return &serving.ModelError{Kind: serving.ModelUnknown, Model: name,
-			Message: fmt.Sprintf("failed to load '%s': no model directory '%s' in the model repository %s", name, name, strings.Join(r.cfg.Roots, ", "))}
+			Message: fmt.Sprintf("failed to load '%s', failed to poll from model repository: no model directory '%s' in the model repository %s", name, name, strings.Join(r.cfg.Roots, ", "))}
 	}
 	if err != nil {
 		return failed(name, err)
@@ -521,6 +544,12 @@ func (r *Repository) load(ctx context.Context, name string, opts serving.LoadOpt
 	if err != nil {
 		r.markFailed(m, "", err)
 		return failed(name, err)
+	}
+	if isEnsemble(cfg) {
+		if err := r.loadSteps(ctx, name, cfg); err != nil {
+			r.markFailed(m, "", err)
+			return failed(name, err)
+		}
 	}
 	// Load every selected version beside what serves now.
 	fresh := map[string]*modelhost.Host{}
@@ -671,6 +700,9 @@ func readLabels(dir string, cfg *pb.ModelConfig) (map[string]string, error) {
 
 // loadVersion loads one version into a host of its own and starts it.
 func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg *pb.ModelConfig, auto bool, labels map[string]string) (*modelhost.Host, error) {
+	if isEnsemble(cfg) {
+		return r.loadEnsemble(ctx, name, vs, vdir, cfg, labels)
+	}
 	path, err := modelFile(vdir, cfg)
 	if err != nil {
 		return nil, err

@@ -172,7 +172,7 @@ func TestExplicitLoadUnloadIndex(t *testing.T) {
 	if inst, err := r.Get("simple_int8", "1"); err != nil || inst.Config.MaxBatchSize != 8 {
 		t.Fatalf("simple_int8: %v %+v", err, inst)
 	}
-	if err := r.Unload(ctx, "simple_int8"); err != nil {
+	if err := r.Unload(ctx, "simple_int8", serving.UnloadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = r.Get("simple_int8", "")
@@ -367,7 +367,7 @@ func TestControlModeNone(t *testing.T) {
 	}
 	err := f.repo.Load(context.Background(), "simple", serving.LoadOptions{})
 	wantModelError(t, err, serving.ModelControlDisabled, "explicit model load / unload is not allowed")
-	err = f.repo.Unload(context.Background(), "simple")
+	err = f.repo.Unload(context.Background(), "simple", serving.UnloadOptions{})
 	wantModelError(t, err, serving.ModelControlDisabled, "explicit model load / unload is not allowed")
 }
 
@@ -502,7 +502,7 @@ func TestLoadUnloadRacesInference(t *testing.T) {
 					err = f.repo.Load(ctx, "simple_int8", serving.LoadOptions{})
 					loads.Add(1)
 				} else {
-					err = f.repo.Unload(ctx, "simple_int8")
+					err = f.repo.Unload(ctx, "simple_int8", serving.UnloadOptions{})
 					unloads.Add(1)
 				}
 				if err != nil {

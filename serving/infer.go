@@ -146,6 +146,9 @@ func Classify(err error, timeout time.Duration) Failure {
 		return Failure{Kind: KindInvalidInput, Message: ie.Error(), Input: ie}
 	case errors.Is(err, ErrNoSequenceBatching), errors.As(err, &se), errors.As(err, new(*ClassificationError)):
 		return Failure{Kind: KindBadRequest, Message: err.Error()}
+	case errors.As(err, new(*ModelError)): // a model an ensemble's step needs is not served now
+		me, _ := AsModelError(err)
+		return Failure{Kind: KindNotReady, Message: "a model this request needs is not available: " + me.Message}
 	case errors.Is(err, batcher.ErrQueueFull):
 		why := strings.TrimPrefix(err.Error(), batcher.ErrQueueFull.Error()+": ")
 		return Failure{Kind: KindOverloaded, Message: "the server is overloaded (" + why + "); retry after a short wait, or add replicas or --instances"}

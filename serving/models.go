@@ -36,10 +36,22 @@ type Models interface {
 	Load(ctx context.Context, name string, opts LoadOptions) error
 	// Unload unloads every version of a model; requests already accepted
 	// finish first. Its error is a *ModelError.
-	Unload(ctx context.Context, name string) error
+	Unload(ctx context.Context, name string, opts UnloadOptions) error
 	// Loaded lists the ready instances, sorted by name and version (for the
 	// statistics of every model and the OpenAPI document).
 	Loaded() []*Instance
+}
+
+// Versions are the loaded versions of the model name, in Loaded's order
+// (the statistics of a model asked for without a version: all of them).
+func Versions(models Models, name string) []*Instance {
+	var out []*Instance
+	for _, inst := range models.Loaded() {
+		if inst.Name() == name {
+			out = append(out, inst)
+		}
+	}
+	return out
 }
 
 // OnDemand is implemented by Models that may load a model on the request
@@ -56,6 +68,13 @@ type LoadOptions struct {
 	// Config, when set, is a model configuration in JSON (Triton's
 	// ModelConfig) used instead of the model's config.pbtxt.
 	Config []byte
+}
+
+// UnloadOptions are what a repository unload request may ask for.
+type UnloadOptions struct {
+	// Dependents unloads, with an ensemble, the models its steps run that
+	// no other loaded ensemble runs (Triton's unload_dependents).
+	Dependents bool
 }
 
 // Model states as Triton's repository index reports them.
@@ -242,4 +261,6 @@ func (o one) control(name string) error {
 }
 
 func (o one) Load(_ context.Context, name string, _ LoadOptions) error { return o.control(name) }
-func (o one) Unload(_ context.Context, name string) error              { return o.control(name) }
+func (o one) Unload(_ context.Context, name string, _ UnloadOptions) error {
+	return o.control(name)
+}

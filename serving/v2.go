@@ -103,6 +103,9 @@ func Describe(specs []engine.TensorSpec) string {
 // Platform is Triton's platform name of a model format (engine's formats
 // table); "" for a format fw does not know.
 func Platform(f engine.Format) string {
+	if f == engine.FormatEnsemble {
+		return "ensemble"
+	}
 	info, _ := f.Info()
 	return info.Platform
 }
@@ -190,6 +193,18 @@ type ModelConfig struct {
 	// Triton's JSON renders it (a stateful model; it then has no
 	// dynamic_batching).
 	SequenceBatching map[string]any
+	// Ensemble, when set, are the steps of an ensemble (platform
+	// "ensemble": ensemble_scheduling), which has no scheduler and no
+	// engine instances of its own.
+	Ensemble []EnsembleStep
+}
+
+// EnsembleStep is one step of an ensemble's configuration.
+type EnsembleStep struct {
+	Model string
+	// Version is the step model's version, -1 (or 0) for its newest.
+	Version             int64
+	InputMap, OutputMap map[string]string
 }
 
 // Config describes inst in a model configuration's terms.

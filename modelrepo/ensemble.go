@@ -1,0 +1,298 @@
+package modelrepo
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/ensemble"
+	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"github.com/fw-serve/fw/modelhost"
+	"github.com/fw-serve/fw/serving"
+)
+
+// platformEnsemble is Triton's platform name of an ensemble.
+const platformEnsemble = "ensemble"
+
+// ensembleWorkers is how many requests of one ensemble run at once; more
+// wait in its queue. Its steps are batched by their own models.
+const ensembleWorkers = 64
+
+// isEnsemble reports whether cfg configures an ensemble.
+func isEnsemble(cfg *pb.ModelConfig) bool { return cfg.GetPlatform() == platformEnsemble }
+
+// checkEnsemble checks what an ensemble's configuration may set: its
+// inputs and outputs with their datatypes and dims, max_batch_size, its
+// steps, version_policy, parameters, labels. Fields that configure an
+// engine or a scheduler of its own are refused, naming them.
+func checkEnsemble(cfg *pb.ModelConfig) error {
+	es := cfg.GetEnsembleScheduling()
+	if !isEnsemble(cfg) {
+		if es != nil {
+			return fmt.Errorf("ensemble_scheduling needs platform: \"ensemble\"")
+		}
+		return nil
+	}
+	if es == nil || len(es.GetStep()) == 0 {
+		return fmt.Errorf("platform \"ensemble\" needs ensemble_scheduling with at least one step")
+	}
+	if len(es.GetStep()) > ensemble.MaxSteps {
+		return fmt.Errorf("ensemble_scheduling has %d steps; at most %d", len(es.GetStep()), ensemble.MaxSteps)
+	}
+	switch {
+	case cfg.GetBackend() != "":
+		return fmt.Errorf("an ensemble has no backend (backend %q); remove it", cfg.GetBackend())
+	case len(cfg.GetInstanceGroup()) > 0:
+		return fmt.Errorf("an ensemble runs no engine instances (remove instance_group); its steps' models have their own")
+	case cfg.GetDefaultModelFilename() != "":
+		return fmt.Errorf("an ensemble has no model file (remove default_model_filename)")
+	case len(cfg.GetInput()) == 0 || len(cfg.GetOutput()) == 0:
+		return fmt.Errorf("an ensemble lists its inputs and outputs (name, data_type, dims); auto-complete cannot read them from a file")
+	}
+	check := func(kind, name string, dt pb.DataType, dims []int64, reshape bool) error {
+		if name == "" {
+			return fmt.Errorf("an ensemble %s has no name", kind)
+		}
+		if d := dtypeOf(dt); d == engine.Invalid {
+			return fmt.Errorf("ensemble %s %q: data_type %s is not one fw serves", kind, name, dt)
+		}
+		if reshape {
+			return fmt.Errorf("ensemble %s %q: reshape is not supported on an ensemble; reshape in the step's model's configuration", kind, name)
+		}
+		if len(dims) > maxDims {
+			return fmt.Errorf("ensemble %s %q: at most %d dims", kind, name, maxDims)
+		}
+		for _, d := range dims {
+			if d == 0 || d < -1 {
+				return fmt.Errorf("ensemble %s %q: dim %d; use a positive size or -1", kind, name, d)
+			}
+		}
+		return nil
+	}
+	for _, in := range cfg.GetInput() {
+		if err := check("input", in.GetName(), in.GetDataType(), in.GetDims(), in.GetReshape() != nil); err != nil {
+			return err
+		}
+	}
+	for _, out := range cfg.GetOutput() {
+		if err := check("output", out.GetName(), out.GetDataType(), out.GetDims(), out.GetReshape() != nil); err != nil {
+			return err
+		}
+	}
+	for i, st := range es.GetStep() {
+		if err := validName(st.GetModelName()); err != nil {
+			return fmt.Errorf("ensemble_scheduling step %d: model_name %q: %v", i+1, st.GetModelName(), err)
+		}
+		if v := st.GetModelVersion(); v < -1 {
+			return fmt.Errorf("ensemble_scheduling step %d: model_version %d; use -1 for the newest version or a version number", i+1, v)
+		}
+	}
+	return nil
+}
+
+// ensembleConfig is the ensemble package's view of cfg.
+func ensembleConfig(name string, cfg *pb.ModelConfig) ensemble.Config {
+	batched := cfg.GetMaxBatchSize() > 0
+	spec := func(n string, dt pb.DataType, dims []int64) engine.TensorSpec {
+		shape := slices.Clone(dims)
+		if batched {
+			shape = append([]int64{-1}, shape...)
+		}
+		return engine.TensorSpec{Name: n, DType: dtypeOf(dt), Shape: shape}
+	}
+	ec := ensemble.Config{Name: name, Batched: batched}
+	for _, in := range cfg.GetInput() {
+		ec.Inputs = append(ec.Inputs, spec(in.GetName(), in.GetDataType(), in.GetDims()))
+	}
+	for _, out := range cfg.GetOutput() {
+		ec.Outputs = append(ec.Outputs, spec(out.GetName(), out.GetDataType(), out.GetDims()))
+	}
+	for _, st := range cfg.GetEnsembleScheduling().GetStep() {
+		s := ensemble.Step{Model: st.GetModelName(), InputMap: maps.Clone(st.GetInputMap()), OutputMap: maps.Clone(st.GetOutputMap())}
+		if v := st.GetModelVersion(); v > 0 {
+			s.Version = strconv.FormatInt(v, 10)
+		}
+		ec.Steps = append(ec.Steps, s)
+	}
+	return ec
+}
+
+// maxNesting bounds how deep ensembles may contain ensembles.
+const maxNesting = 16
+
+// checkNesting reads the configurations of the ensemble's step models,
+// and of theirs, refusing ensembles that contain each other before any
+// of them loads (a load holds its model's lock while it loads the step
+// models, so a cycle would wait on itself).
+func (r *Repository) checkNesting(name string, cfg *pb.ModelConfig, path []string) error {
+	path = append(path, name)
+	if len(path) > maxNesting {
+		return fmt.Errorf("ensembles nest more than %d deep (%s)", maxNesting, strings.Join(path, " -> "))
+	}
+	for _, st := range cfg.GetEnsembleScheduling().GetStep() {
+		m := st.GetModelName()
+		if slices.Contains(path, m) {
+			return fmt.Errorf("ensembles contain each other (%s -> %s); an ensemble cannot run itself", strings.Join(path, " -> "), m)
+		}
+		dir, err := r.dir(m)
+		if err != nil {
+			continue // a missing model is reported when the step loads
+		}
+		data, err := readBounded(filepath.Join(dir, "config.pbtxt"))
+		if err != nil {
+			continue
+		}
+		sub, err := parseConfig(data, false)
+		if err != nil || !isEnsemble(sub) {
+			continue
+		}
+		if err := r.checkNesting(m, sub, path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadSteps makes sure every model the ensemble's steps name is loaded
+// (as Triton loads an ensemble's models with it): a model not ready is
+// loaded now, in any control mode.
+func (r *Repository) loadSteps(ctx context.Context, name string, cfg *pb.ModelConfig) error {
+	if err := r.checkNesting(name, cfg, nil); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, st := range cfg.GetEnsembleScheduling().GetStep() {
+		m := st.GetModelName()
+		if seen[m] {
+			continue
+		}
+		seen[m] = true
+		version := ""
+		if v := st.GetModelVersion(); v > 0 {
+			version = strconv.FormatInt(v, 10)
+		}
+		if r.Ready(m, version) == nil {
+			continue
+		}
+		if err := r.load(ctx, m, serving.LoadOptions{}); err != nil {
+			return fmt.Errorf("its step model %q: %w", m, err)
+		}
+	}
+	return nil
+}
+
+// loadEnsemble loads one version of an ensemble into a host of its own:
+// its pipeline, checked against the step models served now, behind a
+// batcher whose workers each run one request's steps with that request's
+// context (its deadline and trace reach the steps).
+func (r *Repository) loadEnsemble(ctx context.Context, name, vs, vdir string, cfg *pb.ModelConfig, labels map[string]string) (*modelhost.Host, error) {
+	ec := ensembleConfig(name, cfg)
+	p, err := ensemble.New(ec, r)
+	if err != nil {
+		return nil, err
+	}
+	described, err := describeEnsemble(name, cfg, labels)
+	if err != nil {
+		return nil, err
+	}
+	h := modelhost.New(modelhost.Config{
+		Path: vdir, Batcher: r.ensembleBatcher(cfg), SkipWarmup: true, Name: name, Version: vs, Tracer: r.cfg.Tracer,
+		Open: func(context.Context) (*engine.Model, error) {
+			return engine.Compose(vdir, name, vs, ec.Inputs, ec.Outputs, ec.Batched, p), nil
+		},
+		Prepare: func(inst *serving.Instance) error {
+			inst.Config = described
+			inst.Config.Outputs = slices.Clone(described.Outputs)
+			for i, out := range inst.Config.Outputs {
+				if out.Labels == nil { // no label_filename of its own: its producer's
+					inst.Config.Outputs[i].Labels = p.Labels(out.Name)
+				}
+			}
+			return nil
+		},
+	}, hostMetrics{r.metrics}, r.log)
+	if err := h.Start(ctx); err != nil {
+		_ = h.Shutdown(context.Background(), 30*time.Second)
+		return nil, err
+	}
+	return h, nil
+}
+
+// ensembleBatcher is the batching of an ensemble: no waiting, each request
+// its own run unless all ensembleWorkers are busy.
+func (r *Repository) ensembleBatcher(cfg *pb.ModelConfig) batcher.Config {
+	bc := r.cfg.Batcher
+	bc.Instances = ensembleWorkers
+	bc.MaxDelay = 0 // the steps' models wait for batches; the ensemble never does
+	bc.PreferredRows = 0
+	bc.RequestContext = true
+	if mbs := int(cfg.GetMaxBatchSize()); mbs > 0 {
+		bc.MaxBatchRows = mbs
+	} else {
+		bc.Unbatched = true
+	}
+	return bc
+}
+
+// describeEnsemble is the configuration an ensemble is served under.
+func describeEnsemble(name string, cfg *pb.ModelConfig, labels map[string]string) (serving.ModelConfig, error) {
+	c := serving.ModelConfig{Name: name, Platform: platformEnsemble, MaxBatchSize: int(cfg.GetMaxBatchSize()),
+		VersionPolicy: versionPolicyJSON(cfg)}
+	for _, in := range cfg.GetInput() {
+		c.Inputs = append(c.Inputs, serving.TensorConfig{Name: in.GetName(), DataType: in.GetDataType().String(),
+			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String()})
+	}
+	for _, out := range cfg.GetOutput() {
+		tc := serving.TensorConfig{Name: out.GetName(), DataType: out.GetDataType().String(), Dims: slices.Clone(out.GetDims())}
+		if l := out.GetLabelFilename(); l != "" {
+			doc, ok := labels[l]
+			if !ok {
+				return c, fmt.Errorf("output %q: label_filename %q is not a file in the model's directory", out.GetName(), l)
+			}
+			tc.LabelFilename, tc.Labels = l, splitLabels(doc)
+		}
+		c.Outputs = append(c.Outputs, tc)
+	}
+	for _, st := range cfg.GetEnsembleScheduling().GetStep() {
+		c.Ensemble = append(c.Ensemble, serving.EnsembleStep{Model: st.GetModelName(), Version: st.GetModelVersion(),
+			InputMap: maps.Clone(st.GetInputMap()), OutputMap: maps.Clone(st.GetOutputMap())})
+	}
+	c.Parameters = parametersJSON(cfg)
+	return c, nil
+}
+
+// stepModels are the models the loaded ensemble name runs (none when it
+// is not a loaded ensemble).
+func (r *Repository) stepModels(name string) []string {
+	var out []string
+	for _, inst := range r.Loaded() {
+		if inst.Name() != name {
+			continue
+		}
+		for _, st := range inst.Config.Ensemble {
+			if !slices.Contains(out, st.Model) {
+				out = append(out, st.Model)
+			}
+		}
+	}
+	return out
+}
+
+// usedByEnsemble reports whether a loaded ensemble runs the model name.
+func (r *Repository) usedByEnsemble(name string) bool {
+	for _, inst := range r.Loaded() {
+		for _, st := range inst.Config.Ensemble {
+			if st.Model == name {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,325 @@
+package modelrepo
+
+import (
+	"context"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/serving"
+)
+
+// writeEnsemble writes an ensemble's directory (config.pbtxt and the empty
+// version directory Triton's layout asks for).
+func writeEnsemble(t testing.TB, root, name, config string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(root, name, "1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, name, "config.pbtxt"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// addSubTwice runs Triton's simple (sum and difference) on the inputs,
+// then twice more on its results, the two later steps side by side:
+// OUT_A = (a+b)+(a-b) = 2a, OUT_B = (a+b)-(a-b) = 2b, OUT_C = (a-b)+(a+b) = 2a.
+const addSubTwice = `name: "add_sub_twice"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUT_A" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUT_B" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUT_C" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "simple" model_version: -1 input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+      output_map { key: "OUTPUT0" value: "sum" } output_map { key: "OUTPUT1" value: "diff" } },
+    { model_name: "simple" model_version: -1 input_map { key: "INPUT0" value: "sum" } input_map { key: "INPUT1" value: "diff" }
+      output_map { key: "OUTPUT0" value: "OUT_A" } output_map { key: "OUTPUT1" value: "OUT_B" } },
+    { model_name: "simple" model_version: 1 input_map { key: "INPUT0" value: "diff" } input_map { key: "INPUT1" value: "sum" }
+      output_map { key: "OUTPUT0" value: "OUT_C" } }
+  ]
+}
+`
+
+func int32s(t engine.Tensor) []int32 {
+	out := make([]int32, len(t.Data)/4)
+	for i := range out {
+		out[i] = int32(binary.LittleEndian.Uint32(t.Data[i*4:]))
+	}
+	return out
+}
+
+func checkAddSubTwice(t testing.TB, out []engine.Tensor, rows int) {
+	t.Helper()
+	if len(out) != 3 {
+		t.Fatalf("%d outputs, want 3", len(out))
+	}
+	a, b, c := int32s(out[0]), int32s(out[1]), int32s(out[2])
+	if len(a) != rows*16 || out[0].Shape[0] != int64(rows) {
+		t.Fatalf("OUT_A shape %v", out[0].Shape)
+	}
+	for i := range a {
+		x := int32(i % 16) // simpleInputs: A = 0..15, B = 1
+		if a[i] != 2*x || b[i] != 2 || c[i] != 2*x {
+			t.Fatalf("element %d: OUT_A %d OUT_B %d OUT_C %d, want %d 2 %d", i, a[i], b[i], c[i], 2*x, 2*x)
+		}
+	}
+}
+
+// An ensemble loads its step models with it, runs its steps in order
+// (independent ones side by side) through their batchers, concurrently,
+// reports its configuration, and fails cleanly when a step model goes.
+func TestEnsemble(t *testing.T) {
+	src := samples(t)
+	root := t.TempDir()
+	copyModel(t, filepath.Join(src, "simple"), root, "simple")
+	writeEnsemble(t, root, "add_sub_twice", addSubTwice)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"add_sub_twice"}})
+	r := f.repo
+	idx := r.Index()
+	if len(idx) != 2 || idx[0].State != serving.ModelReady || idx[1].State != serving.ModelReady {
+		t.Fatalf("index %+v: the ensemble's step model loads with it", idx)
+	}
+	inst, err := r.Get("add_sub_twice", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := inst.Config
+	if c.Platform != "ensemble" || c.MaxBatchSize != 8 || len(c.Ensemble) != 3 || c.Ensemble[1].InputMap["INPUT0"] != "sum" || c.Ensemble[2].Version != 1 {
+		t.Fatalf("config %+v", c)
+	}
+	if len(c.Inputs) != 2 || c.Inputs[0].Name != "A" || c.Inputs[0].DataType != "TYPE_INT32" || len(c.Outputs) != 3 {
+		t.Fatalf("config tensors %+v %+v", c.Inputs, c.Outputs)
+	}
+	if !inst.Batched() || len(inst.Inputs()) != 2 || inst.Inputs()[0].Shape[0] != -1 {
+		t.Fatalf("the ensemble has a batch axis: %v %v", inst.Batched(), inst.Inputs())
+	}
+	out, _, err := serving.Infer(context.Background(), r, inst, simpleInputs(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAddSubTwice(t, out, 3)
+
+	// Concurrent requests: all answered, right, batched in simple.
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 32; g++ {
+		wg.Go(func() {
+			for range 10 {
+				out, _, err := serving.Infer(context.Background(), r, inst, simpleInputs(1+g%4))
+				if err != nil {
+					errs <- err
+					return
+				}
+				checkAddSubTwice(t, out, 1+g%4)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	simple, _ := r.Get("simple", "")
+	if st := simple.Stats.Snapshot(); st.InferenceCount < 3*320 {
+		t.Fatalf("simple ran %d rows for 320 ensemble requests of 3 steps", st.InferenceCount)
+	}
+	if st := inst.Stats.Snapshot(); st.InferenceCount < 320 {
+		t.Fatalf("the ensemble's own statistics: %+v", st)
+	}
+
+	// A wrong input is the client's error, named.
+	bad := simpleInputs(1)
+	bad[1].Shape, bad[1].Data = []int64{1, 8}, bad[1].Data[:32]
+	_, _, err = serving.Infer(context.Background(), r, inst, bad)
+	if f := serving.Classify(err, 0); f.Kind != serving.KindInvalidInput {
+		t.Fatalf("a short input: %v (%v)", err, f.Kind)
+	}
+
+	// Its step model unloaded: requests fail as not ready, naming it.
+	if err := r.Unload(context.Background(), "simple", serving.UnloadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = serving.Infer(context.Background(), r, inst, simpleInputs(1))
+	if f := serving.Classify(err, 0); f.Kind != serving.KindNotReady || !strings.Contains(f.Message, `'simple'`) {
+		t.Fatalf("step model unloaded: %v (%+v)", err, f)
+	}
+	// Loaded again, the ensemble runs on it without a reload of its own.
+	if err := r.Load(context.Background(), "simple", serving.LoadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err = serving.Infer(context.Background(), r, inst, simpleInputs(2)); err != nil {
+		t.Fatal(err)
+	}
+	checkAddSubTwice(t, out, 2)
+}
+
+// An unbatched ensemble (max_batch_size 0) of an unbatched use of simple,
+// and an ensemble of an ensemble.
+func TestEnsembleNestedUnbatched(t *testing.T) {
+	src := samples(t)
+	root := t.TempDir()
+	copyModel(t, filepath.Join(src, "simple"), root, "simple")
+	writeEnsemble(t, root, "add_sub_twice", addSubTwice)
+	writeEnsemble(t, root, "outer", `platform: "ensemble"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1, 16 ] }, { name: "Y" data_type: TYPE_INT32 dims: [ 1, 16 ] } ]
+output [ { name: "Z" data_type: TYPE_INT32 dims: [ 1, 16 ] } ]
+ensemble_scheduling { step [ { model_name: "add_sub_twice" model_version: -1
+  input_map { key: "A" value: "X" } input_map { key: "B" value: "Y" } output_map { key: "OUT_B" value: "Z" } } ] }
+`)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"outer"}})
+	inst, err := f.repo.Get("outer", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.Batched() || inst.Config.MaxBatchSize != 0 {
+		t.Fatal("max_batch_size 0: no batch axis")
+	}
+	out, _, err := serving.Infer(context.Background(), f.repo, inst, simpleInputs(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if z := int32s(out[0]); len(z) != 16 || z[5] != 2 || out[0].Shape[0] != 1 {
+		t.Fatalf("Z %v %v", out[0].Shape, z)
+	}
+	if len(f.repo.Index()) != 3 {
+		t.Fatalf("index %+v: both levels' models load", f.repo.Index())
+	}
+}
+
+// A pipeline that does not hold together is refused at load, saying why.
+func TestEnsembleRefusals(t *testing.T) {
+	src := samples(t)
+	step := func(model, in0, in1, out0, out1 string) string {
+		s := `{ model_name: "` + model + `" model_version: -1 input_map { key: "INPUT0" value: "` + in0 + `" } input_map { key: "INPUT1" value: "` + in1 + `" }`
+		if out0 != "" {
+			s += ` output_map { key: "OUTPUT0" value: "` + out0 + `" }`
+		}
+		if out1 != "" {
+			s += ` output_map { key: "OUTPUT1" value: "` + out1 + `" }`
+		}
+		return s + ` }`
+	}
+	ens := func(extra, outType string, steps ...string) string {
+		return `platform: "ensemble"
+max_batch_size: 8
+` + extra + `input [ { name: "A" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUT" data_type: ` + outType + ` dims: [ 16 ] } ]
+ensemble_scheduling { step [ ` + strings.Join(steps, ", ") + ` ] }
+`
+	}
+	for name, c := range map[string]struct{ config, want string }{
+		"cycle": {ens("", "TYPE_INT32", step("simple", "A", "y", "x", ""), step("simple", "x", "B", "y", "OUT")),
+			"cycle"},
+		"unknown_model":  {ens("", "TYPE_INT32", step("nosuch", "A", "B", "OUT", "")), "nosuch"},
+		"no_producer":    {ens("", "TYPE_INT32", step("simple", "A", "nowhere", "OUT", "")), `"nowhere", which is neither an input`},
+		"twice_produced": {ens("", "TYPE_INT32", step("simple", "A", "B", "OUT", ""), step("simple", "A", "B", "OUT", "")), "each ensemble tensor has one producer"},
+		"overwrites_input": {ens("", "TYPE_INT32", step("simple", "A", "B", "OUT", "A")),
+			"an input of the ensemble"},
+		"output_unwritten": {ens("", "TYPE_INT32", step("simple", "A", "B", "x", "")), `output "OUT" is not written`},
+		"output_dtype":     {ens("", "TYPE_FP32", step("simple", "A", "B", "OUT", "")), `output "OUT" is FP32`},
+		"input_dtype": {strings.Replace(ens("", "TYPE_INT32", step("simple", "A", "B", "OUT", "")), `name: "B" data_type: TYPE_INT32`, `name: "B" data_type: TYPE_FP32`, 1),
+			`takes INT32 but "B" is FP32`},
+		"unmapped_input": {ens("", "TYPE_INT32", `{ model_name: "simple" input_map { key: "INPUT0" value: "A" } output_map { key: "OUTPUT0" value: "OUT" } }`),
+			`input "INPUT1" is not in input_map`},
+		"unknown_tensor": {ens("", "TYPE_INT32", `{ model_name: "simple" input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" } input_map { key: "INPUT9" value: "B" } output_map { key: "OUTPUT0" value: "OUT" } }`),
+			`"INPUT9", which the model does not take`},
+		"stateful":       {ens("", "TYPE_INT32", `{ model_name: "simple_sequence" input_map { key: "INPUT" value: "A" } output_map { key: "OUTPUT" value: "OUT" } }`), "stateful"},
+		"instance_group": {ens("instance_group [ { count: 2 } ]\n", "TYPE_INT32", step("simple", "A", "B", "OUT", "")), "no engine instances"},
+		"no_steps":       {"platform: \"ensemble\"\ninput [ { name: \"A\" data_type: TYPE_INT32 dims: [ 1 ] } ]\noutput [ { name: \"O\" data_type: TYPE_INT32 dims: [ 1 ] } ]\n", "at least one step"},
+		"no_platform":    {strings.Replace(ens("", "TYPE_INT32", step("simple", "A", "B", "OUT", "")), `platform: "ensemble"`, `platform: "onnxruntime_onnx"`, 1), `needs platform: "ensemble"`},
+		"no_tensors":     {"platform: \"ensemble\"\nensemble_scheduling { step [ " + step("simple", "A", "B", "OUT", "") + " ] }\n", "lists its inputs and outputs"},
+		"self":           {ens("", "TYPE_INT32", step("bad", "A", "B", "OUT", "")), "cannot run itself"},
+		"bad_step_name":  {ens("", "TYPE_INT32", step("../simple", "A", "B", "OUT", "")), "model_name"},
+		"reshape":        {strings.Replace(ens("", "TYPE_INT32", step("simple", "A", "B", "OUT", "")), `dims: [ 16 ] }, { name: "B"`, `dims: [ 16 ] reshape { shape: [ 4, 4 ] } }, { name: "B"`, 1), "reshape is not supported"},
+		"namespace":      {ens("", "TYPE_INT32", `{ model_name: "simple" model_namespace: "x" }`), "model_namespace"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			copyModel(t, filepath.Join(src, "simple"), root, "simple")
+			copyModel(t, filepath.Join(src, "simple_sequence"), root, "simple_sequence")
+			writeEnsemble(t, root, "bad", c.config)
+			f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit})
+			err := f.repo.Load(context.Background(), "bad", serving.LoadOptions{})
+			wantModelError(t, err, serving.ModelLoadFailed, c.want)
+			if !strings.HasPrefix(err.Error(), "failed to load 'bad'") {
+				t.Fatalf("Triton's sentence first: %v", err)
+			}
+		})
+	}
+}
+
+// Ensembles that contain each other are refused, not waited on forever.
+func TestEnsemblesContainingEachOther(t *testing.T) {
+	root := t.TempDir()
+	loop := func(self, other string) string {
+		return `platform: "ensemble"
+max_batch_size: 0
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "O" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling { step [ { model_name: "` + other + `" input_map { key: "A" value: "A" } output_map { key: "O" value: "O" } } ] }
+`
+	}
+	writeEnsemble(t, root, "e1", loop("e1", "e2"))
+	writeEnsemble(t, root, "e2", loop("e2", "e1"))
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit})
+	err := f.repo.Load(context.Background(), "e1", serving.LoadOptions{})
+	wantModelError(t, err, serving.ModelLoadFailed, "contain each other")
+}
+
+// Only the steps a request's outputs need run (Triton skips the others),
+// and an ensemble's output without labels of its own has its producer's.
+func TestEnsembleSkipsStepsAndInheritsLabels(t *testing.T) {
+	src := samples(t)
+	root := t.TempDir()
+	copyModel(t, filepath.Join(src, "simple"), root, "simple")
+	cfg := strings.Replace(readFile(t, filepath.Join(root, "simple", "config.pbtxt")),
+		"name: \"OUTPUT0\"\n    data_type: TYPE_INT32", "name: \"OUTPUT0\"\n    data_type: TYPE_INT32\n    label_filename: \"labels.txt\"", 1)
+	os.WriteFile(filepath.Join(root, "simple", "config.pbtxt"), []byte(cfg), 0o644)
+	os.WriteFile(filepath.Join(root, "simple", "labels.txt"), []byte("l0\nl1\n"), 0o644)
+	writeEnsemble(t, root, "add_sub_twice", addSubTwice)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"add_sub_twice"}})
+	inst, _ := f.repo.Get("add_sub_twice", "")
+	simple, _ := f.repo.Get("simple", "")
+	if got := inst.Labels("OUT_A"); !slices.Equal(got, []string{"l0", "l1"}) || inst.Labels("OUT_B") != nil {
+		t.Fatalf("inherited labels %q %q", got, inst.Labels("OUT_B"))
+	}
+	rows := func() uint64 { return simple.Stats.Snapshot().InferenceCount }
+	before := rows()
+	ctx := serving.WithOutputs(context.Background(), []int{2}) // OUT_C: steps 1 and 3
+	out, _, err := serving.Infer(ctx, f.repo, inst, simpleInputs(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rows() - before; got != 4 {
+		t.Fatalf("simple ran %d rows for OUT_C of 2 rows; steps 1 and 3 only: 4", got)
+	}
+	if c := int32s(out[2]); len(c) != 32 || c[3] != 6 || out[0].Shape[0] != 2 || len(out[0].Data) != 0 {
+		t.Fatalf("OUT_C %v; OUT_A (not asked for) %v", c, out[0].Shape)
+	}
+	before = rows()
+	if _, _, err = serving.Infer(serving.WithOutputs(context.Background(), []int{1}), f.repo, inst, simpleInputs(1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := rows() - before; got != 2 {
+		t.Fatalf("OUT_B needs steps 1 and 2: %d rows ran", got)
+	}
+}
+
+// A model that two repositories hold is refused: which one is meant?
+func TestModelInTwoRepositories(t *testing.T) {
+	src := samples(t)
+	a, b := t.TempDir(), t.TempDir()
+	copyModel(t, filepath.Join(src, "simple"), a, "simple")
+	copyModel(t, filepath.Join(src, "simple"), b, "simple")
+	copyModel(t, filepath.Join(src, "simple_int8"), b, "simple_int8")
+	f := open(t, Config{Roots: []string{a, b}, Mode: ModeExplicit, LoadModels: []string{"simple_int8"}})
+	err := f.repo.Load(context.Background(), "simple", serving.LoadOptions{})
+	wantModelError(t, err, serving.ModelLoadFailed, "appears in 2 model repositories")
+}
