@@ -412,6 +412,18 @@ var ErrEngine = errors.New("engine failure")
 // its full spec (a rank-0 spec takes a scalar) and hold at least one
 // element, and the "batch" returned is 1, the one request.
 func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
+	return m.checkInputs(inputs, m.batched)
+}
+
+// CheckInputsWhole is CheckInputs for a model served without a batch axis
+// although its file has one (a repository's max_batch_size 0): each input
+// is checked whole, as an unbatched model's, so their first axes need not
+// agree; it returns 1.
+func (m *Model) CheckInputsWhole(inputs []Tensor) (int64, error) {
+	return m.checkInputs(inputs, false)
+}
+
+func (m *Model) checkInputs(inputs []Tensor, batched bool) (int64, error) {
 	if len(inputs) != len(m.inputs) {
 		return 0, &InputError{Msg: "wrong number of inputs", Expected: fmt.Sprint(len(m.inputs)), Received: fmt.Sprint(len(inputs))}
 	}
@@ -424,7 +436,7 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 		if err := m.Takes(t.DType); err != nil {
 			return 0, &InputError{Input: spec.Name, Msg: err.Error()}
 		}
-		known := len(spec.Shape) > 0 || (!m.batched && spec.DType != Invalid) // a known rank-0 spec only exists unbatched
+		known := len(spec.Shape) > 0 || (!batched && spec.DType != Invalid) // a known rank-0 spec only exists unbatched
 		if known && len(t.Shape) != len(spec.Shape) {
 			return 0, &InputError{Input: spec.Name, Msg: "wrong rank", Expected: FormatShape(spec.Shape), Received: FormatShape(t.Shape)}
 		}
@@ -434,17 +446,17 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 			}
 			if j < len(spec.Shape) && spec.Shape[j] > 0 && spec.Shape[j] != d {
 				msg := fmt.Sprintf("wrong size on axis %d", j)
-				if j == 0 && !m.batched {
+				if j == 0 && !batched {
 					msg += " (the model has no batch axis: it takes one tensor of this shape per request)"
 				}
 				return 0, &InputError{Input: spec.Name, Msg: msg, Expected: FormatShape(spec.Shape), Received: FormatShape(t.Shape)}
 			}
 		}
+		if NumElements(t.Shape) == 0 && len(t.Shape) > 0 && !(batched && t.Shape[0] == 0) && !m.Format.ONNX() && m.Format != FormatEnsemble {
+			return 0, &InputError{Input: spec.Name, Msg: "empty tensor: a libtorch model takes no zero-sized axis; send at least one element", Expected: FormatShape(spec.Shape), Received: FormatShape(t.Shape)}
+		}
 		switch {
-		case !m.batched:
-			if NumElements(t.Shape) == 0 {
-				return 0, &InputError{Input: spec.Name, Msg: "empty tensor: send at least one element", Expected: FormatShape(spec.Shape), Received: FormatShape(t.Shape)}
-			}
+		case !batched:
 		case len(t.Shape) == 0:
 			return 0, &InputError{Input: spec.Name, Msg: "needs a batch axis", Expected: FormatShape(spec.Shape), Received: "a scalar"}
 		case batch < 0:
@@ -461,7 +473,7 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 			}
 		}
 	}
-	if !m.batched {
+	if !batched {
 		return 1, nil
 	}
 	if batch == 0 {

@@ -239,7 +239,7 @@ func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error)
 		}
 	}()
 	for i, t := range inputs {
-		if len(t.Data) == 0 {
+		if len(t.Data) == 0 && NumElements(t.Shape) != 0 {
 			return nil, fmt.Errorf("input %q is empty", b.inputs[i].Name)
 		}
 		v, err := ortInput(t)
@@ -251,6 +251,12 @@ func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error)
 	batch := int64(-1) // an unbatched model's outputs are sized by their specs alone
 	if b.batched && len(inputs) > 0 && len(inputs[0].Shape) > 0 {
 		batch = inputs[0].Shape[0]
+		for _, t := range inputs[1:] {
+			if len(t.Shape) == 0 || t.Shape[0] != batch {
+				batch = -1 // served whole (max_batch_size 0) with first axes that differ: ONNX Runtime sizes the outputs
+				break
+			}
+		}
 	}
 	outs := make([]ort.Value, len(b.outputs))
 	results := make([]Tensor, len(b.outputs))
@@ -286,7 +292,7 @@ func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error)
 		preset[i] = v != nil
 	}
 	if err := b.session.Run(ins, outs); err != nil {
-		return nil, b.runError(preset, err)
+		return nil, err
 	}
 	for i, v := range outs {
 		if preset[i] {
@@ -311,22 +317,6 @@ func destroy(v ort.Value) {
 		return
 	}
 	v.Destroy()
-}
-
-// runError explains a failed Run. The binding (onnxruntime_go 1.27)
-// cannot return an FP16 or BF16 output that ONNX Runtime allocated (one
-// whose shape the model does not fix): it copies one byte per element.
-func (b *ortBackend) runError(preset []bool, err error) error {
-	if !strings.Contains(err.Error(), "creating tensor") {
-		return err
-	}
-	for i, spec := range b.outputs {
-		if !preset[i] && (spec.DType == Float16 || spec.DType == BFloat16) {
-			return fmt.Errorf("output %q is %s with a shape the model does not fix (%s), which the ONNX Runtime binding fw uses cannot return; export the model with that output's shape fixed apart from the batch axis, or with FP32 outputs (%w)",
-				spec.Name, spec.DType, FormatShape(spec.Shape), err)
-		}
-	}
-	return err
 }
 
 // concreteShape is the shape of an output whose spec is spec: axis 0 is
@@ -355,8 +345,13 @@ func concreteShape(spec []int64, batch int64) ([]int64, bool) {
 // the fixed-size types, a copy of its elements for String (ONNX Runtime
 // keeps its own std::strings; ortStringInput).
 func ortInput(t Tensor) (ort.Value, error) {
-	if t.DType != String {
-		return ort.NewCustomDataTensor(ort.NewShape(t.Shape...), t.Data, ort.TensorElementDataType(t.DType))
+	if t.DType != String || NumElements(t.Shape) == 0 {
+		data := t.Data
+		if len(data) == 0 { // a zero-sized axis: no elements, but the binding wants a byte to point at
+			data = make([]byte, 1)
+		}
+		dt := ort.TensorElementDataType(t.DType)
+		return ort.NewCustomDataTensor(ort.NewShape(t.Shape...), data, dt)
 	}
 	return ortStringInput(t)
 }
@@ -392,11 +387,13 @@ func tensorFromORT(v ort.Value) (Tensor, error) {
 		return bytesTensor(Uint32, shape, t.GetData()), nil
 	case *ort.Tensor[uint64]:
 		return bytesTensor(Uint64, shape, t.GetData()), nil
+	case *ort.CustomDataTensor: // float16, bfloat16: raw bytes (engine/onnxruntime_go/README.fw.md)
+		if dt := DType(t.DataType()); dt == Float16 || dt == BFloat16 {
+			data := t.GetData()
+			return bytesTensor(dt, shape, data[:min(len(data), int(2*NumElements(shape)))]), nil
+		}
 	}
-	// onnxruntime_go copies the outputs it allocates of other types (float16,
-	// bfloat16) one byte per element, losing half of them: fw allocates
-	// those itself, which it can when their shape is known.
-	return Tensor{}, fmt.Errorf("unsupported output type %T (float16 and bfloat16 outputs need a static shape apart from the batch axis)", v)
+	return Tensor{}, fmt.Errorf("unsupported output type %T", v)
 }
 
 func (b *ortBackend) Close() error {
