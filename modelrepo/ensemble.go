@@ -286,13 +286,17 @@ func (r *Repository) stepModels(name string) []string {
 }
 
 // usedByEnsemble reports whether a loaded ensemble runs the model name.
-func (r *Repository) usedByEnsemble(name string) bool {
+func (r *Repository) usedByEnsemble(name string) bool { return len(r.ensemblesUsing(name)) > 0 }
+
+// ensemblesUsing are the loaded ensembles that run the model name.
+func (r *Repository) ensemblesUsing(name string) []string {
+	var out []string
 	for _, inst := range r.Loaded() {
 		for _, st := range inst.Config.Ensemble {
-			if st.Model == name {
-				return true
+			if st.Model == name && !slices.Contains(out, inst.Name()) {
+				out = append(out, inst.Name())
 			}
 		}
 	}
-	return false
+	return out
 }

@@ -141,16 +141,39 @@ func TestEnsemble(t *testing.T) {
 		t.Fatalf("a short input: %v (%v)", err, f.Kind)
 	}
 
-	// Its step model unloaded: requests fail as not ready, naming it.
+	// Its step model unloaded: the ensemble is unloaded with it, as
+	// Triton's; a request that already holds it fails as not ready,
+	// naming the model.
 	if err := r.Unload(context.Background(), "simple", serving.UnloadOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = serving.Infer(context.Background(), r, inst, simpleInputs(1))
-	if f := serving.Classify(err, 0); f.Kind != serving.KindNotReady || !strings.Contains(f.Message, `'simple'`) {
-		t.Fatalf("step model unloaded: %v (%+v)", err, f)
+	if err := r.Ready("add_sub_twice", ""); err == nil {
+		t.Fatal("the ensemble stays ready without its model")
 	}
-	// Loaded again, the ensemble runs on it without a reload of its own.
-	if err := r.Load(context.Background(), "simple", serving.LoadOptions{}); err != nil {
+	_, _, err = serving.Infer(context.Background(), r, inst, simpleInputs(1))
+	if f := serving.Classify(err, 0); f.Kind != serving.KindNotReady {
+		t.Fatalf("a request on the unloaded ensemble: %v (%+v)", err, f)
+	}
+	// Loaded again, it loads simple again and runs.
+	if err := r.Load(context.Background(), "add_sub_twice", serving.LoadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Its model gone without the ensemble (a poll that no longer finds
+	// it): requests fail as not ready, naming the model.
+	if err := r.unload(context.Background(), "simple"); err != nil {
+		t.Fatal(err)
+	}
+	if inst, err = r.Get("add_sub_twice", ""); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = serving.Infer(context.Background(), r, inst, simpleInputs(1))
+	if f := serving.Classify(err, 0); f.Kind != serving.KindNotReady || !strings.Contains(f.Message, "'simple'") {
+		t.Fatalf("step model gone: %v (%+v)", err, f)
+	}
+	if err := r.Load(context.Background(), "add_sub_twice", serving.LoadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if inst, err = r.Get("add_sub_twice", ""); err != nil {
 		t.Fatal(err)
 	}
 	if out, _, err = serving.Infer(context.Background(), r, inst, simpleInputs(2)); err != nil {
@@ -322,4 +345,8 @@ func TestModelInTwoRepositories(t *testing.T) {
 	f := open(t, Config{Roots: []string{a, b}, Mode: ModeExplicit, LoadModels: []string{"simple_int8"}})
 	err := f.repo.Load(context.Background(), "simple", serving.LoadOptions{})
 	wantModelError(t, err, serving.ModelLoadFailed, "appears in 2 model repositories")
+	// Unloading what is not there does nothing, as Triton's unload.
+	if err := f.repo.Unload(context.Background(), "nosuch", serving.UnloadOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -465,6 +465,13 @@ func (r *Repository) Unload(ctx context.Context, name string, opts serving.Unloa
 	if err := r.unload(ctx, name); err != nil {
 		return err
 	}
+	// The ensembles that run it cannot serve without it: they are
+	// unloaded too, as Triton's are.
+	for _, e := range r.ensemblesUsing(name) {
+		if err := r.Unload(ctx, e, serving.UnloadOptions{}); err != nil {
+			return err
+		}
+	}
 	for _, m := range steps {
 		if r.usedByEnsemble(m) {
 			continue
@@ -870,10 +877,7 @@ func (r *Repository) unload(ctx context.Context, name string) error {
 	m := r.models[name]
 	if m == nil {
 		r.mu.Unlock()
-		if _, err := r.dir(name); err != nil {
-			return serving.ErrUnknownModel(name, "", nil)
-		}
-		return nil // in the repository but never loaded: nothing to do
+		return nil // never loaded, or no such model: nothing to do, as Triton's unload answers
 	}
 	r.busy.Add(1)
 	defer r.busy.Done()

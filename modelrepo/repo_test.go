@@ -765,3 +765,27 @@ func TestImageSamplesShared(t *testing.T) {
 		t.Fatalf("the repository holds %d preprocessed pictures, want 1 for three copies of one model", n)
 	}
 }
+
+// A batchable model served without a batch axis (max_batch_size 0) takes
+// inputs whose first axes differ, as the model itself does (simple's Add
+// broadcasts [1,16] against [2,16]); before, they were refused as rows of
+// different batches.
+func TestUnbatchedServingOfABatchableModel(t *testing.T) {
+	src := samples(t)
+	root := t.TempDir()
+	copyModel(t, filepath.Join(src, "simple"), root, "simple")
+	cfg := strings.Replace(readFile(t, filepath.Join(root, "simple", "config.pbtxt")), "max_batch_size: 8", "max_batch_size: 0", 1)
+	cfg = strings.ReplaceAll(cfg, "dims: [ 16 ]", "dims: [ -1, 16 ]")
+	os.WriteFile(filepath.Join(root, "simple", "config.pbtxt"), []byte(cfg), 0o644)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"simple"}})
+	inst, _ := f.repo.Get("simple", "")
+	in := simpleInputs(2)
+	in[0].Shape, in[0].Data = []int64{1, 16}, in[0].Data[:64]
+	out, _, err := serving.Infer(context.Background(), f.repo, inst, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Shape[0] != 2 || int32s(out[0])[16+5] != 6 {
+		t.Fatalf("broadcast sum %v %v", out[0].Shape, int32s(out[0]))
+	}
+}

@@ -43,7 +43,7 @@ func infer(ctx context.Context, models Models, inst *Instance, inputs []engine.T
 				return nil, batcher.Timing{}, err
 			}
 		}
-		rows, err := inst.Model.CheckInputs(inputs)
+		rows, err := inst.checkInputs(inputs)
 		if err != nil {
 			return nil, batcher.Timing{}, err
 		}
@@ -72,8 +72,18 @@ func CheckInputs(inst *Instance, inputs []engine.Tensor) error {
 			return err
 		}
 	}
-	_, err := inst.Model.CheckInputs(inputs)
+	_, err := inst.checkInputs(inputs)
 	return err
+}
+
+// checkInputs checks inputs in the model's shapes against inst's model, as
+// inst serves it: whole when it serves a batchable model without a batch
+// axis (max_batch_size 0), so the inputs' first axes need not agree.
+func (i *Instance) checkInputs(inputs []engine.Tensor) (int64, error) {
+	if !i.Batched() && i.Model.Batched() {
+		return i.Model.CheckInputsWhole(inputs)
+	}
+	return i.Model.CheckInputs(inputs)
 }
 
 // InferSequence runs a request that EnterSequence admitted: with no ticket
@@ -90,7 +100,7 @@ func InferSequence(ctx context.Context, models Models, inst *Instance, inputs []
 	pl, start := payloadStart(ctx)
 	ctx, call := telemetry.StartCall(ctx)
 	out, timing, err := t.Run(ctx, inputs, func(ctx context.Context, full []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
-		rows, err := inst.Model.CheckInputs(full)
+		rows, err := inst.checkInputs(full)
 		if err != nil {
 			return nil, batcher.Timing{}, err
 		}
