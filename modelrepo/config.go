@@ -431,12 +431,8 @@ func tensors(kind string, specs []engine.TensorSpec, cfgs []tensorCfg, batched b
 			if err := compatible(c.reshape, modelShape); err != nil {
 				return nil, nil, fmt.Errorf("%s %q: reshape %s does not fit the model's shape %s: %v", kind, c.name, serving.ShapeString(c.reshape), serving.ShapeString(modelShape), err)
 			}
-			a, b := elements(c.dims), elements(c.reshape)
-			if a <= 0 || b <= 0 {
-				return nil, nil, fmt.Errorf("%s %q: dims %s and reshape %s must both be fixed sizes (no -1) for fw to reshape", kind, c.name, serving.ShapeString(c.dims), serving.ShapeString(c.reshape))
-			}
-			if a != b {
-				return nil, nil, fmt.Errorf("%s %q: dims %s hold %d elements, reshape %s holds %d", kind, c.name, serving.ShapeString(c.dims), a, serving.ShapeString(c.reshape), b)
+			if err := serving.ReshapeFits(c.dims, c.reshape); err != nil {
+				return nil, nil, fmt.Errorf("%s %q: %w", kind, c.name, err)
 			}
 			reshapes = append(reshapes, serving.ReshapeTensor{Index: index[c.name], Dims: c.dims, Model: c.reshape})
 		} else if err := compatible(c.dims, modelShape); err != nil {
@@ -484,18 +480,6 @@ func compatible(dims, shape []int64) error {
 		}
 	}
 	return nil
-}
-
-// elements is the element count of fixed dims, -1 when one is variable.
-func elements(dims []int64) int64 {
-	n := int64(1)
-	for _, d := range dims {
-		if d < 0 {
-			return -1
-		}
-		n *= d
-	}
-	return n
 }
 
 // splitLabels reads a label file as Triton does: one label per line, the

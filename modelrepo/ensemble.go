@@ -56,15 +56,20 @@ func checkEnsemble(cfg *pb.ModelConfig) error {
 	case len(cfg.GetInput()) == 0 || len(cfg.GetOutput()) == 0:
 		return fmt.Errorf("an ensemble lists its inputs and outputs (name, data_type, dims); auto-complete cannot read them from a file")
 	}
-	check := func(kind, name string, dt pb.DataType, dims []int64, reshape bool) error {
+	check := func(kind, name string, dt pb.DataType, dims []int64, reshape *pb.ModelTensorReshape) error {
 		if name == "" {
 			return fmt.Errorf("an ensemble %s has no name", kind)
 		}
 		if d := dtypeOf(dt); d == engine.Invalid {
 			return fmt.Errorf("ensemble %s %q: data_type %s is not one fw serves", kind, name, dt)
 		}
-		if reshape {
-			return fmt.Errorf("ensemble %s %q: reshape is not supported on an ensemble; reshape in the step's model's configuration", kind, name)
+		if reshape != nil {
+			if len(reshape.GetShape()) > maxDims {
+				return fmt.Errorf("ensemble %s %q: at most %d dims", kind, name, maxDims)
+			}
+			if err := serving.ReshapeFits(dims, reshape.GetShape()); err != nil {
+				return fmt.Errorf("ensemble %s %q: %w", kind, name, err)
+			}
 		}
 		if len(dims) > maxDims {
 			return fmt.Errorf("ensemble %s %q: at most %d dims", kind, name, maxDims)
@@ -77,12 +82,12 @@ func checkEnsemble(cfg *pb.ModelConfig) error {
 		return nil
 	}
 	for _, in := range cfg.GetInput() {
-		if err := check("input", in.GetName(), in.GetDataType(), in.GetDims(), in.GetReshape() != nil); err != nil {
+		if err := check("input", in.GetName(), in.GetDataType(), in.GetDims(), in.GetReshape()); err != nil {
 			return err
 		}
 	}
 	for _, out := range cfg.GetOutput() {
-		if err := check("output", out.GetName(), out.GetDataType(), out.GetDims(), out.GetReshape() != nil); err != nil {
+		if err := check("output", out.GetName(), out.GetDataType(), out.GetDims(), out.GetReshape()); err != nil {
 			return err
 		}
 	}
@@ -100,8 +105,12 @@ func checkEnsemble(cfg *pb.ModelConfig) error {
 // ensembleConfig is the ensemble package's view of cfg.
 func ensembleConfig(name string, cfg *pb.ModelConfig) ensemble.Config {
 	batched := cfg.GetMaxBatchSize() > 0
-	spec := func(n string, dt pb.DataType, dims []int64) engine.TensorSpec {
+	// Inside the pipeline a tensor has its reshape, when it has one.
+	spec := func(n string, dt pb.DataType, dims []int64, reshape *pb.ModelTensorReshape) engine.TensorSpec {
 		shape := slices.Clone(dims)
+		if reshape != nil {
+			shape = slices.Clone(reshape.GetShape())
+		}
 		if batched {
 			shape = append([]int64{-1}, shape...)
 		}
@@ -109,10 +118,10 @@ func ensembleConfig(name string, cfg *pb.ModelConfig) ensemble.Config {
 	}
 	ec := ensemble.Config{Name: name, Batched: batched}
 	for _, in := range cfg.GetInput() {
-		ec.Inputs = append(ec.Inputs, spec(in.GetName(), in.GetDataType(), in.GetDims()))
+		ec.Inputs = append(ec.Inputs, spec(in.GetName(), in.GetDataType(), in.GetDims(), in.GetReshape()))
 	}
 	for _, out := range cfg.GetOutput() {
-		ec.Outputs = append(ec.Outputs, spec(out.GetName(), out.GetDataType(), out.GetDims()))
+		ec.Outputs = append(ec.Outputs, spec(out.GetName(), out.GetDataType(), out.GetDims(), out.GetReshape()))
 	}
 	for _, st := range cfg.GetEnsembleScheduling().GetStep() {
 		s := ensemble.Step{Model: st.GetModelName(), InputMap: maps.Clone(st.GetInputMap()), OutputMap: maps.Clone(st.GetOutputMap())}
@@ -208,6 +217,24 @@ func (r *Repository) loadEnsemble(ctx context.Context, name, vs, vdir string, cf
 			return engine.Compose(vdir, name, vs, ec.Inputs, ec.Outputs, ec.Batched, p), nil
 		},
 		Prepare: func(inst *serving.Instance) error {
+			var rin, rout []serving.ReshapeTensor
+			for i, in := range cfg.GetInput() {
+				if in.GetReshape() != nil {
+					rin = append(rin, serving.ReshapeTensor{Index: i, Dims: in.GetDims(), Model: in.GetReshape().GetShape()})
+				}
+			}
+			for i, out := range cfg.GetOutput() {
+				if out.GetReshape() != nil {
+					rout = append(rout, serving.ReshapeTensor{Index: i, Dims: out.GetDims(), Model: out.GetReshape().GetShape()})
+				}
+			}
+			if len(rin)+len(rout) > 0 {
+				r, err := serving.NewReshape(inst.Model, ec.Batched, rin, rout)
+				if err != nil {
+					return err
+				}
+				inst.Reshape = r
+			}
 			inst.Config = described
 			inst.Config.Outputs = slices.Clone(described.Outputs)
 			for i, out := range inst.Config.Outputs {
@@ -247,10 +274,11 @@ func describeEnsemble(name string, cfg *pb.ModelConfig, labels map[string]string
 		VersionPolicy: versionPolicyJSON(cfg)}
 	for _, in := range cfg.GetInput() {
 		c.Inputs = append(c.Inputs, serving.TensorConfig{Name: in.GetName(), DataType: in.GetDataType().String(),
-			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String()})
+			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String(), Reshape: slices.Clone(in.GetReshape().GetShape())})
 	}
 	for _, out := range cfg.GetOutput() {
-		tc := serving.TensorConfig{Name: out.GetName(), DataType: out.GetDataType().String(), Dims: slices.Clone(out.GetDims())}
+		tc := serving.TensorConfig{Name: out.GetName(), DataType: out.GetDataType().String(), Dims: slices.Clone(out.GetDims()),
+			Reshape: slices.Clone(out.GetReshape().GetShape())}
 		if l := out.GetLabelFilename(); l != "" {
 			doc, ok := labels[l]
 			if !ok {

@@ -3,6 +3,7 @@ package modelrepo
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -260,7 +261,7 @@ ensemble_scheduling { step [ ` + strings.Join(steps, ", ") + ` ] }
 		"no_tensors":     {"platform: \"ensemble\"\nensemble_scheduling { step [ " + step("simple", "A", "B", "OUT", "") + " ] }\n", "lists its inputs and outputs"},
 		"self":           {ens("", "TYPE_INT32", step("bad", "A", "B", "OUT", "")), "cannot run itself"},
 		"bad_step_name":  {ens("", "TYPE_INT32", step("../simple", "A", "B", "OUT", "")), "model_name"},
-		"reshape":        {strings.Replace(ens("", "TYPE_INT32", step("simple", "A", "B", "OUT", "")), `dims: [ 16 ] }, { name: "B"`, `dims: [ 16 ] reshape { shape: [ 4, 4 ] } }, { name: "B"`, 1), "reshape is not supported"},
+		"reshape":        {strings.Replace(ens("", "TYPE_INT32", step("simple", "A", "B", "OUT", "")), `dims: [ 16 ] }, { name: "B"`, `dims: [ 16 ] reshape { shape: [ 4, 5 ] } }, { name: "B"`, 1), "different element counts"},
 		"namespace":      {ens("", "TYPE_INT32", `{ model_name: "simple" model_namespace: "x" }`), "model_namespace"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -348,5 +349,67 @@ func TestModelInTwoRepositories(t *testing.T) {
 	// Unloading what is not there does nothing, as Triton's unload.
 	if err := f.repo.Unload(context.Background(), "nosuch", serving.UnloadOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Reshape with variable sizes (-1, matched in order, as Triton's) on a
+// model and on an ensemble's tensors, as Triton's L0_infer_reshape uses
+// them: simple served whole with dims [-1,4,4] reshaped to its [-1,16],
+// and an ensemble over it whose inputs are [4,8] outside and [2,4,4]
+// inside, its output [2,4,4] inside and [4,8] outside.
+func TestVariableReshapeAndEnsembleReshape(t *testing.T) {
+	src := samples(t)
+	root := t.TempDir()
+	copyModel(t, filepath.Join(src, "simple"), root, "simple")
+	cfg := readFile(t, filepath.Join(root, "simple", "config.pbtxt"))
+	cfg = strings.Replace(cfg, "max_batch_size: 8", "max_batch_size: 0", 1)
+	cfg = strings.ReplaceAll(cfg, "dims: [ 16 ]", "dims: [ -1, 4, 4 ]\n    reshape: { shape: [ -1, 16 ] }")
+	os.WriteFile(filepath.Join(root, "simple", "config.pbtxt"), []byte(cfg), 0o644)
+	writeEnsemble(t, root, "square", `platform: "ensemble"
+max_batch_size: 0
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 4, 8 ] reshape: { shape: [ 2, 4, 4 ] } },
+        { name: "B" data_type: TYPE_INT32 dims: [ 4, 8 ] reshape: { shape: [ 2, 4, 4 ] } } ]
+output [ { name: "S" data_type: TYPE_INT32 dims: [ 4, 8 ] reshape: { shape: [ 2, 4, 4 ] } } ]
+ensemble_scheduling { step [ { model_name: "simple" input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+  output_map { key: "OUTPUT0" value: "S" } } ] }
+`)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"simple", "square"}})
+	simple, err := f.repo.Get("simple", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// [2, 4, 4] from the client is [2, 16] for the model, and back.
+	in := simpleInputs(2)
+	for i := range in {
+		in[i].Shape = []int64{2, 4, 4}
+	}
+	out, _, err := serving.Infer(context.Background(), f.repo, simple, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if engine.FormatShape(out[0].Shape) != "[2, 4, 4]" || int32s(out[0])[16+9] != 10 {
+		t.Fatalf("variable reshape: %v %v", out[0].Shape, int32s(out[0]))
+	}
+	bad := simpleInputs(2)
+	bad[0].Shape, bad[1].Shape = []int64{2, 16}, []int64{2, 16}
+	if _, _, err := serving.Infer(context.Background(), f.repo, simple, bad); err == nil || !strings.Contains(err.Error(), "[-1,4,4]") {
+		t.Fatalf("a shape outside dims [-1,4,4]: %v", err)
+	}
+	square, err := f.repo.Get("square", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := engine.FormatShape(square.Inputs()[0].Shape); got != "[4, 8]" || fmt.Sprint(square.Config.Inputs[0].Reshape) != "[2 4 4]" {
+		t.Fatalf("ensemble input as clients see it: %s, config %+v", got, square.Config.Inputs[0])
+	}
+	for i := range in {
+		in[i].Shape = []int64{4, 8}
+	}
+	out, _, err = serving.Infer(context.Background(), f.repo, square, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if engine.FormatShape(out[0].Shape) != "[4, 8]" || int32s(out[0])[16+9] != 10 {
+		t.Fatalf("ensemble reshape: %v %v", out[0].Shape, int32s(out[0]))
 	}
 }
