@@ -51,12 +51,19 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`max_batch_size: 2 sequence_batching { oldest { max_candidate_sequences: 3 preferred_batch_size: [ 2 ] }
 control_input [ { name: "S" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
 state [ { input_name: "a" output_name: "b" data_type: TYPE_FP32 dims: [ -1 ] initial_state { data_type: TYPE_FP32 dims: [ 2 ] data_file: "../x" } } ] }`), false)
+	f.Add([]byte(`platform: "ensemble" max_batch_size: 4
+input [ { name: "A" data_type: TYPE_FP32 dims: [ 4, -1 ] reshape { shape: [ -1, 4 ] } } ]
+output [ { name: "B" data_type: TYPE_FP32 dims: [ 16 ] label_filename: "l.txt" } ]
+ensemble_scheduling { step [ { model_name: "m1" model_version: -1 input_map { key: "x" value: "A" } output_map { key: "y" value: "B" } } ] }`), false)
 	f.Fuzz(func(t *testing.T, data []byte, json bool) {
 		cfg, err := parseConfig(data, json)
 		if err != nil {
 			return
 		}
-		_ = checkPlatform(cfg)
+		if checkPlatform(cfg) == nil && isEnsemble(cfg) {
+			_ = ensembleConfig("m", cfg)
+			_, _ = describeEnsemble("m", cfg, map[string]string{"l.txt": "a\nb\n"})
+		}
 		_, _ = versionsToLoad(t.TempDir(), cfg)
 		_, _ = modelFile(t.TempDir(), cfg)
 		_, _ = sequenceConfig("m", t.TempDir(), cfg)
