@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fw-serve/fw/engine"
@@ -412,4 +413,95 @@ ensemble_scheduling { step [ { model_name: "simple" input_map { key: "INPUT0" va
 	if engine.FormatShape(out[0].Shape) != "[4, 8]" || int32s(out[0])[16+9] != 10 {
 		t.Fatalf("ensemble reshape: %v %v", out[0].Shape, int32s(out[0]))
 	}
+}
+
+// Loads and unloads of ensembles and of the model they run, racing
+// requests through them (run under -race by make test-go): no deadlock
+// (the ensemble's load holds its lock while it loads its model; an
+// unload cascades to the ensembles without holding one), no wrong
+// answer, and every failure a request sees is the model not being there.
+func TestEnsembleLoadUnloadRacesInference(t *testing.T) {
+	src := samples(t)
+	root := t.TempDir()
+	copyModel(t, filepath.Join(src, "simple"), root, "simple")
+	writeEnsemble(t, root, "add_sub_twice", addSubTwice)
+	writeEnsemble(t, root, "outer", `platform: "ensemble"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "Y" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "Z" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling { step [ { model_name: "add_sub_twice" input_map { key: "A" value: "X" } input_map { key: "B" value: "Y" }
+  output_map { key: "OUT_A" value: "Z" } } ] }
+`)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"outer"}})
+	ctx := context.Background()
+	n := 100
+	if testing.Short() {
+		n = 10
+	}
+	var wrong, answered atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			name := []string{"add_sub_twice", "outer"}[g%2]
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				inst, err := f.repo.Get(name, "")
+				if err != nil {
+					continue
+				}
+				out, _, err := serving.Infer(ctx, f.repo, inst, simpleInputs(1))
+				if err != nil {
+					if k := serving.Classify(err, 0).Kind; k != serving.KindNotReady {
+						wrong.Add(1)
+						t.Errorf("%s: %v (kind %d)", name, err, k)
+					}
+					continue
+				}
+				if a := int32s(out[0]); a[5] != 10 {
+					wrong.Add(1)
+					t.Errorf("%s: element 5 is %d, want 10", name, a[5])
+				}
+				answered.Add(1)
+			}
+		})
+	}
+	var ops sync.WaitGroup
+	var loaded atomic.Int64
+	for w := range 3 {
+		ops.Go(func() {
+			for i := range n {
+				var err error
+				switch (i + w) % 4 {
+				case 0:
+					err = f.repo.Load(ctx, "outer", serving.LoadOptions{})
+				case 1:
+					err = f.repo.Unload(ctx, "simple", serving.UnloadOptions{})
+				case 2:
+					err = f.repo.Load(ctx, "add_sub_twice", serving.LoadOptions{})
+				case 3:
+					err = f.repo.Unload(ctx, "outer", serving.UnloadOptions{Dependents: i%8 == 3})
+				}
+				if err == nil && (i+w)%2 == 0 {
+					loaded.Add(1)
+				}
+				// A load may find its model unloaded under it by another
+				// worker between loading it and checking the pipeline.
+				if me, ok := serving.AsModelError(err); err != nil && (!ok || me.Kind != serving.ModelLoadFailed) {
+					t.Errorf("op %d: %v", i, err)
+				}
+			}
+		})
+	}
+	ops.Wait()
+	close(stop)
+	wg.Wait()
+	if wrong.Load() > 0 || loaded.Load() == 0 {
+		t.Fatalf("%d wrong answers, %d loads that succeeded", wrong.Load(), loaded.Load())
+	}
+	t.Logf("%d loads and unloads racing requests through two ensembles: %d answered, %d loads succeeded, 0 wrong", 3*n, answered.Load(), loaded.Load())
 }
