@@ -92,7 +92,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
        fw serve --model-repository DIR [--model-control-mode none|explicit|poll] [flags]
 
 Serves one exported model, or every model of a Triton-layout model repository
-(each with its own batcher, instances and statistics), over HTTP: POST /predict
+(each with its own batcher, instances and statistics; ensembles, platform
+"ensemble", run pipelines of them), over HTTP: POST /predict
 (JSON rows; ?model=NAME picks a model when several are served), /predict/image,
 /predict/batch (JSON or streaming NDJSON), the Open Inference Protocol under /v2
 (with Triton's model configuration, statistics and model repository extensions), GET /health (/health/live,
