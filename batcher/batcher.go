@@ -729,7 +729,12 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 	}
 	ctx := b.base
 	if b.cfg.RequestContext && len(reqs) == 1 {
-		ctx = reqs[0].ctx
+		// The request's context, cancelled too when the batcher's is (a
+		// drain that runs out of time).
+		rctx, cancel := context.WithCancel(reqs[0].ctx)
+		stop := context.AfterFunc(b.base, cancel)
+		defer func() { stop(); cancel() }()
+		ctx = rctx
 	}
 	outs, err := b.call(ctx, w, in)
 	inference := time.Since(start)

@@ -1006,3 +1006,55 @@ func TestSubmitChecked(t *testing.T) {
 		t.Fatal("no inputs accepted")
 	}
 }
+
+type ctxKey struct{}
+
+// RequestContext: an engine call of one request runs with that request's
+// context (its values reach the run), cancelled as well when the batcher
+// closes under it; without it, the batcher's own context.
+func TestRequestContext(t *testing.T) {
+	for _, withReq := range []bool{true, false} {
+		seen := make(chan any, 1)
+		release := make(chan struct{})
+		run := func(ctx context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
+			seen <- ctx.Value(ctxKey{})
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return in, nil
+		}
+		b := New(run, Config{Instances: 1, MaxBatchRows: 8, MaxQueue: 4, RequestContext: withReq}, nil)
+		ctx := context.WithValue(context.Background(), ctxKey{}, "request")
+		done := make(chan error, 1)
+		go func() {
+			_, err := b.Submit(ctx, []engine.Tensor{rowsTensor(1, 1, 2)})
+			done <- err
+		}()
+		got := <-seen
+		if withReq && got != "request" || !withReq && got != nil {
+			t.Fatalf("RequestContext %v: the run saw %v", withReq, got)
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		// Closed with a run in flight that waits on its context: the
+		// close's deadline cancels it, request context or not.
+		release = make(chan struct{})
+		go func() {
+			_, err := b.Submit(ctx, []engine.Tensor{rowsTensor(2, 1, 2)})
+			done <- err
+		}()
+		<-seen
+		cctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		_ = b.Close(cctx)
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("RequestContext %v: a run on the request's context outlived the batcher's close", withReq)
+		}
+	}
+}

@@ -25,6 +25,13 @@ import (
 // MaxSteps bounds the steps of one ensemble (Triton's examples use a few).
 const MaxSteps = 256
 
+// maxNesting bounds how deep a request runs ensembles within ensembles.
+const maxNesting = 16
+
+// runningKey is the context key of the ensembles a request is running
+// through, outermost first.
+type runningKey struct{}
+
 // Config is an ensemble as its configuration describes it.
 type Config struct {
 	// Name is the ensemble's model name, for messages.
@@ -33,7 +40,9 @@ type Config struct {
 	// axis (-1) first when Batched.
 	Inputs, Outputs []engine.TensorSpec
 	Batched         bool
-	Steps           []Step
+	// MaxBatchSize is the ensemble's max_batch_size (0: no batch axis).
+	MaxBatchSize int
+	Steps        []Step
 }
 
 // Step is one model run by the pipeline.
@@ -118,6 +127,11 @@ func New(cfg Config, models serving.Models) (*Pipeline, error) {
 			return nil, bad("%s is stateful (sequence_batching), which fw does not run inside an ensemble; send its requests to it directly", where)
 		}
 		insts[i] = inst
+		// Triton's rule: a step model that batches takes at least the
+		// ensemble's batches (one without a batch axis takes them whole).
+		if mbs := inst.Config.MaxBatchSize; cfg.MaxBatchSize > 0 && inst.Batched() && mbs > 0 && mbs < cfg.MaxBatchSize {
+			return nil, bad("%s allows batches of at most %d rows (max_batch_size), less than the ensemble's %d; lower the ensemble's max_batch_size or raise the model's", where, mbs, cfg.MaxBatchSize)
+		}
 		if len(st.OutputMap) == 0 {
 			return nil, bad("%s has no output_map; map the outputs the pipeline uses to ensemble tensors", where)
 		}
@@ -254,6 +268,17 @@ func (p *Pipeline) Run(ctx context.Context, inputs []engine.Tensor) ([]engine.Te
 	if len(inputs) != len(p.cfg.Inputs) {
 		return nil, &engine.InputError{Msg: "wrong number of inputs", Expected: fmt.Sprint(len(p.cfg.Inputs)), Received: fmt.Sprint(len(inputs))}
 	}
+	// Ensembles that came to contain each other (configurations loaded
+	// side by side, each checked before the other was served) fail the
+	// request instead of running forever.
+	chain, _ := ctx.Value(runningKey{}).([]string)
+	if slices.Contains(chain, p.cfg.Name) {
+		return nil, fmt.Errorf("ensembles contain each other (%s -> %s); reload them with configurations that do not", strings.Join(chain, " -> "), p.cfg.Name)
+	}
+	if len(chain) >= maxNesting {
+		return nil, fmt.Errorf("ensembles nest more than %d deep (%s)", maxNesting, strings.Join(chain, " -> "))
+	}
+	ctx = context.WithValue(ctx, runningKey{}, append(slices.Clone(chain), p.cfg.Name))
 	vals := make(map[string]engine.Tensor, len(inputs)+4*len(p.cfg.Steps))
 	for i, sp := range p.cfg.Inputs {
 		vals[sp.Name] = inputs[i]
@@ -367,6 +392,19 @@ func (p *Pipeline) step(ctx context.Context, i int, vals map[string]engine.Tenso
 		for j := range ins {
 			ins[j].Shape = append([]int64{1}, ins[j].Shape...)
 		}
+	}
+	// The request's output marking is the ensemble's own: a step model
+	// that skips work gets the outputs its step keeps, any other none.
+	if _, marked := serving.RequestedOutputs(ctx); marked || inst.SkipsOutputs() {
+		var keep []int
+		if inst.SkipsOutputs() && len(st.OutputMap) < len(inst.Outputs()) {
+			for j, sp := range inst.Outputs() {
+				if _, ok := st.OutputMap[sp.Name]; ok {
+					keep = append(keep, j)
+				}
+			}
+		}
+		ctx = serving.WithOutputs(ctx, keep)
 	}
 	began := time.Now()
 	outs, timing, err := serving.Infer(ctx, p.models, inst, ins)

@@ -116,7 +116,7 @@ func ensembleConfig(name string, cfg *pb.ModelConfig) ensemble.Config {
 		}
 		return engine.TensorSpec{Name: n, DType: dtypeOf(dt), Shape: shape}
 	}
-	ec := ensemble.Config{Name: name, Batched: batched}
+	ec := ensemble.Config{Name: name, Batched: batched, MaxBatchSize: int(cfg.GetMaxBatchSize())}
 	for _, in := range cfg.GetInput() {
 		ec.Inputs = append(ec.Inputs, spec(in.GetName(), in.GetDataType(), in.GetDims(), in.GetReshape()))
 	}
@@ -136,46 +136,87 @@ func ensembleConfig(name string, cfg *pb.ModelConfig) ensemble.Config {
 // maxNesting bounds how deep ensembles may contain ensembles.
 const maxNesting = 16
 
-// checkNesting reads the configurations of the ensemble's step models,
-// and of theirs, refusing ensembles that contain each other before any
-// of them loads (a load holds its model's lock while it loads the step
-// models, so a cycle would wait on itself).
-func (r *Repository) checkNesting(name string, cfg *pb.ModelConfig, path []string) error {
-	path = append(path, name)
-	if len(path) > maxNesting {
-		return fmt.Errorf("ensembles nest more than %d deep (%s)", maxNesting, strings.Join(path, " -> "))
+// loadingKey is the context key of the ensembles whose loads are in
+// progress on this call chain: an ensemble's load loads its models, which
+// may be ensembles, and a name met again is refused instead of loaded
+// again and again.
+type loadingKey struct{}
+
+// stepsOf are the step models of the model name as it would run now: its
+// loaded configuration's when it is loaded, else its config.pbtxt's; nil
+// for a model that is no ensemble (or cannot be read: its load says why).
+func (r *Repository) stepsOf(name string) []string {
+	for _, inst := range r.Loaded() {
+		if inst.Name() == name {
+			var out []string
+			for _, st := range inst.Config.Ensemble {
+				out = append(out, st.Model)
+			}
+			return out
+		}
 	}
+	dir, err := r.dir(name)
+	if err != nil {
+		return nil
+	}
+	data, err := readBounded(filepath.Join(dir, "config.pbtxt"))
+	if err != nil {
+		return nil
+	}
+	cfg, err := parseConfig(data, false)
+	if err != nil || !isEnsemble(cfg) {
+		return nil
+	}
+	var out []string
 	for _, st := range cfg.GetEnsembleScheduling().GetStep() {
-		m := st.GetModelName()
-		if slices.Contains(path, m) {
-			return fmt.Errorf("ensembles contain each other (%s -> %s); an ensemble cannot run itself", strings.Join(path, " -> "), m)
-		}
-		dir, err := r.dir(m)
-		if err != nil {
-			continue // a missing model is reported when the step loads
-		}
-		data, err := readBounded(filepath.Join(dir, "config.pbtxt"))
-		if err != nil {
-			continue
-		}
-		sub, err := parseConfig(data, false)
-		if err != nil || !isEnsemble(sub) {
-			continue
-		}
-		if err := r.checkNesting(m, sub, path); err != nil {
-			return err
-		}
+		out = append(out, st.GetModelName())
 	}
-	return nil
+	return out
+}
+
+// checkNesting follows the ensemble's steps, and theirs (as loaded, else
+// as configured), refusing ensembles that contain each other and nesting
+// deeper than maxNesting; each model is looked at once.
+func (r *Repository) checkNesting(name string, cfg *pb.ModelConfig) error {
+	var steps []string
+	for _, st := range cfg.GetEnsembleScheduling().GetStep() {
+		steps = append(steps, st.GetModelName())
+	}
+	done := map[string]bool{}
+	var walk func(path []string, steps []string) error
+	walk = func(path []string, steps []string) error {
+		if len(path) > maxNesting {
+			return fmt.Errorf("ensembles nest more than %d deep (%s)", maxNesting, strings.Join(path, " -> "))
+		}
+		for _, m := range steps {
+			if slices.Contains(path, m) {
+				return fmt.Errorf("ensembles contain each other (%s -> %s); an ensemble cannot run itself", strings.Join(path, " -> "), m)
+			}
+			if done[m] {
+				continue
+			}
+			if err := walk(append(path, m), r.stepsOf(m)); err != nil {
+				return err
+			}
+			done[m] = true
+		}
+		return nil
+	}
+	return walk([]string{name}, steps)
 }
 
 // loadSteps makes sure every model the ensemble's steps name is loaded
-// (as Triton loads an ensemble's models with it): a model not ready is
-// loaded now, in any control mode.
+// (as Triton loads an ensemble's models with it): a model not loaded is
+// loaded now, in any control mode (with a resident limit too).
 func (r *Repository) loadSteps(ctx context.Context, name string, cfg *pb.ModelConfig) error {
-	if err := r.checkNesting(name, cfg, nil); err != nil {
+	chain, _ := ctx.Value(loadingKey{}).([]string)
+	if slices.Contains(chain, name) {
+		return fmt.Errorf("ensembles contain each other (%s -> %s); an ensemble cannot run itself", strings.Join(chain, " -> "), name)
+	}
+	if err := r.checkNesting(name, cfg); err != nil {
 		return err
 	}
+	ctx = context.WithValue(ctx, loadingKey{}, append(slices.Clone(chain), name))
 	seen := map[string]bool{}
 	for _, st := range cfg.GetEnsembleScheduling().GetStep() {
 		m := st.GetModelName()
@@ -187,7 +228,7 @@ func (r *Repository) loadSteps(ctx context.Context, name string, cfg *pb.ModelCo
 		if v := st.GetModelVersion(); v > 0 {
 			version = strconv.FormatInt(v, 10)
 		}
-		if r.Ready(m, version) == nil {
+		if r.loaded(m, version) {
 			continue
 		}
 		if err := r.load(ctx, m, serving.LoadOptions{}); err != nil {
@@ -195,6 +236,20 @@ func (r *Repository) loadSteps(ctx context.Context, name string, cfg *pb.ModelCo
 		}
 	}
 	return nil
+}
+
+// loaded reports whether version ("" any) of the model name is loaded now.
+func (r *Repository) loaded(name, version string) bool {
+	sm := (*r.served.Load())[name]
+	if sm == nil {
+		return false
+	}
+	for _, v := range sm.versions {
+		if version == "" || v.version == version {
+			return true
+		}
+	}
+	return false
 }
 
 // loadEnsemble loads one version of an ensemble into a host of its own:

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/serving"
@@ -264,6 +265,7 @@ ensemble_scheduling { step [ ` + strings.Join(steps, ", ") + ` ] }
 		"bad_step_name":  {ens("", "TYPE_INT32", step("../simple", "A", "B", "OUT", "")), "model_name"},
 		"reshape":        {strings.Replace(ens("", "TYPE_INT32", step("simple", "A", "B", "OUT", "")), `dims: [ 16 ] }, { name: "B"`, `dims: [ 16 ] reshape { shape: [ 4, 5 ] } }, { name: "B"`, 1), "different element counts"},
 		"namespace":      {ens("", "TYPE_INT32", `{ model_name: "simple" model_namespace: "x" }`), "model_namespace"},
+		"batch_too_big":  {strings.Replace(ens("", "TYPE_INT32", step("simple", "A", "B", "OUT", "")), "max_batch_size: 8", "max_batch_size: 16", 1), "at most 8 rows"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			root := t.TempDir()
@@ -504,4 +506,106 @@ ensemble_scheduling { step [ { model_name: "add_sub_twice" input_map { key: "A" 
 		t.Fatalf("%d wrong answers, %d loads that succeeded", wrong.Load(), loaded.Load())
 	}
 	t.Logf("%d loads and unloads racing requests through two ensembles: %d answered, %d loads succeeded, 0 wrong", 3*n, answered.Load(), loaded.Load())
+}
+
+// An ensemble inside an ensemble, asked for some outputs only: each level
+// reads its own marking (the outer one's indexes are not the inner one's).
+func TestNestedEnsembleSomeOutputs(t *testing.T) {
+	src := samples(t)
+	root := t.TempDir()
+	copyModel(t, filepath.Join(src, "simple"), root, "simple")
+	writeEnsemble(t, root, "add_sub_twice", addSubTwice)
+	writeEnsemble(t, root, "outer", `platform: "ensemble"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "Y" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "Z" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "W" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling { step [ { model_name: "add_sub_twice" input_map { key: "A" value: "X" } input_map { key: "B" value: "Y" }
+  output_map { key: "OUT_B" value: "Z" } output_map { key: "OUT_C" value: "W" } } ] }
+`)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"outer"}})
+	inst, _ := f.repo.Get("outer", "")
+	simple, _ := f.repo.Get("simple", "")
+	before := simple.Stats.Snapshot().InferenceCount
+	out, _, err := serving.Infer(serving.WithOutputs(context.Background(), []int{1}), f.repo, inst, simpleInputs(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := int32s(out[1]); len(w) != 32 || w[16+5] != 10 {
+		t.Fatalf("W (OUT_C = 2a) %v %v", out[1].Shape, w)
+	}
+	// add_sub_twice ran for OUT_B and OUT_C, the outputs outer maps: all
+	// three of its steps (2 rows each).
+	if got := simple.Stats.Snapshot().InferenceCount - before; got != 6 {
+		t.Fatalf("simple ran %d rows, want 6", got)
+	}
+}
+
+// Ensembles made to contain each other by configurations given with their
+// loads (each checked against the other as it is served) are refused.
+func TestEnsembleCycleThroughOverrides(t *testing.T) {
+	src := samples(t)
+	root := t.TempDir()
+	copyModel(t, filepath.Join(src, "simple"), root, "e1")
+	copyModel(t, filepath.Join(src, "simple"), root, "e2")
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit})
+	over := func(step string) []byte {
+		return []byte(`{"platform": "ensemble", "max_batch_size": 8,
+"input": [{"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [16]}, {"name": "INPUT1", "data_type": "TYPE_INT32", "dims": [16]}],
+"output": [{"name": "OUTPUT0", "data_type": "TYPE_INT32", "dims": [16]}, {"name": "OUTPUT1", "data_type": "TYPE_INT32", "dims": [16]}],
+"ensemble_scheduling": {"step": [{"model_name": "` + step + `", "model_version": -1,
+  "input_map": {"INPUT0": "INPUT0", "INPUT1": "INPUT1"}, "output_map": {"OUTPUT0": "OUTPUT0", "OUTPUT1": "OUTPUT1"}}]}}`)
+	}
+	ctx := context.Background()
+	if err := f.repo.Load(ctx, "e1", serving.LoadOptions{Config: over("e2")}); err != nil {
+		t.Fatal(err) // e1 runs e2, a plain model
+	}
+	err := f.repo.Load(ctx, "e2", serving.LoadOptions{Config: over("e1")})
+	wantModelError(t, err, serving.ModelLoadFailed, "contain each other")
+	if err := inferSimple(ctx, f.repo, "e1"); err != nil {
+		t.Fatalf("e1 still runs on e2 as it was: %v", err)
+	}
+}
+
+// On demand (--max-resident-models): an ensemble asked for loads with its
+// model, and the models a resident ensemble runs are not evicted while it
+// is resident; the ensemble itself is, when least recently used.
+func TestEnsembleOnDemand(t *testing.T) {
+	src := samples(t)
+	root := t.TempDir()
+	copyModel(t, filepath.Join(src, "simple"), root, "simple")
+	copyModel(t, filepath.Join(src, "simple"), root, "other")
+	writeEnsemble(t, root, "add_sub_twice", addSubTwice)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeNone, MaxResidentModels: 2, LoadWait: time.Minute})
+	ctx := context.Background()
+	loaded := func() string {
+		var names []string
+		for _, inst := range f.repo.Loaded() {
+			names = append(names, inst.Name())
+		}
+		return strings.Join(names, ",")
+	}
+	inst, err := f.repo.Get("add_sub_twice", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := serving.Infer(ctx, f.repo, inst, simpleInputs(1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := loaded(); got != "add_sub_twice,simple" {
+		t.Fatalf("resident %q", got)
+	}
+	if err := inferSimple(ctx, f.repo, "other"); err != nil {
+		t.Fatal(err)
+	}
+	if got := loaded(); got != "other,simple" {
+		t.Fatalf("after other: resident %q; simple, which the ensemble ran, is kept while it is resident, the ensemble goes", got)
+	}
+	if inst, err = f.repo.Get("add_sub_twice", ""); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := serving.Infer(ctx, f.repo, inst, simpleInputs(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAddSubTwice(t, out, 1)
 }

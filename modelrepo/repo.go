@@ -315,6 +315,9 @@ func (r *Repository) Start(ctx context.Context) error {
 	}
 	var errs []error
 	for _, name := range names {
+		if r.loaded(name, "") {
+			continue // an ensemble's model, loaded with it
+		}
 		if err := r.Load(ctx, name, serving.LoadOptions{}); err != nil {
 			if me, ok := serving.AsModelError(err); ok && me.Kind == serving.ModelControlDisabled {
 				err = nil
@@ -462,15 +465,16 @@ func (r *Repository) Unload(ctx context.Context, name string, opts serving.Unloa
 	if opts.Dependents {
 		steps = r.stepModels(name)
 	}
-	if err := r.unload(ctx, name); err != nil {
-		return err
-	}
 	// The ensembles that run it cannot serve without it: they are
-	// unloaded too, as Triton's are.
+	// unloaded too, as Triton's are, first, so the requests they accepted
+	// finish on it.
 	for _, e := range r.ensemblesUsing(name) {
 		if err := r.Unload(ctx, e, serving.UnloadOptions{}); err != nil {
 			return err
 		}
+	}
+	if err := r.unload(ctx, name); err != nil {
+		return err
 	}
 	for _, m := range steps {
 		if r.usedByEnsemble(m) {
@@ -517,6 +521,16 @@ func (r *Repository) load(ctx context.Context, name string, opts serving.LoadOpt
 	}
 	r.mu.Unlock()
 
+	// An ensemble's models load first, without its lock held: a load never
+	// waits for another model's lock while holding its own.
+	if dir, err := r.dir(name); err == nil {
+		if cfg, _, err := r.readConfig(dir, name, opts); err == nil && isEnsemble(cfg) {
+			if err := r.loadSteps(ctx, name, cfg); err != nil {
+				r.markFailed(m, "", err)
+				return failed(name, err)
+			}
+		}
+	}
 	m.op.Lock()
 	defer m.op.Unlock()
 	dir, err := r.dir(name)
@@ -551,12 +565,6 @@ func (r *Repository) load(ctx context.Context, name string, opts serving.LoadOpt
 	if err != nil {
 		r.markFailed(m, "", err)
 		return failed(name, err)
-	}
-	if isEnsemble(cfg) {
-		if err := r.loadSteps(ctx, name, cfg); err != nil {
-			r.markFailed(m, "", err)
-			return failed(name, err)
-		}
 	}
 	// Load every selected version beside what serves now.
 	fresh := map[string]*modelhost.Host{}
@@ -1109,16 +1117,26 @@ func (r *Repository) Shutdown(ctx context.Context, timeout time.Duration) error 
 		}
 	}
 	r.mu.Unlock()
-	var wg sync.WaitGroup
-	errs := make([]error, len(hosts))
-	for i, h := range hosts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = h.Shutdown(ctx, timeout)
-		}()
+	// Ensembles drain first: their accepted requests still need the
+	// models their steps run.
+	var ensembles, models []*modelhost.Host
+	for _, h := range hosts {
+		if inst := h.Current(); inst != nil && inst.Config.Ensemble != nil {
+			ensembles = append(ensembles, h)
+		} else {
+			models = append(models, h)
+		}
 	}
-	wg.Wait()
+	var errs []error
+	for _, group := range [][]*modelhost.Host{ensembles, models} {
+		var wg sync.WaitGroup
+		gerrs := make([]error, len(group))
+		for i, h := range group {
+			wg.Go(func() { gerrs[i] = h.Shutdown(ctx, timeout) })
+		}
+		wg.Wait()
+		errs = append(errs, gerrs...)
+	}
 	idle := make(chan struct{})
 	go func() { r.busy.Wait(); close(idle) }()
 	select {
@@ -1245,9 +1263,20 @@ func (r *Repository) evict(keep string) {
 		if !over {
 			return
 		}
+		// The models a resident ensemble runs stay while it does.
+		pinned := map[string]bool{}
+		for _, sm := range snap {
+			for _, v := range sm.versions {
+				if inst := v.host.Current(); inst != nil {
+					for _, st := range inst.Config.Ensemble {
+						pinned[st.Model] = true
+					}
+				}
+			}
+		}
 		victim, oldest := "", int64(math.MaxInt64)
 		for name, sm := range snap {
-			if u := sm.m.used.Load(); name != keep && u < oldest {
+			if u := sm.m.used.Load(); name != keep && !pinned[name] && u < oldest {
 				victim, oldest = name, u
 			}
 		}

@@ -14,10 +14,11 @@ func WithOutputs(ctx context.Context, idx []int) context.Context {
 }
 
 // RequestedOutputs are the outputs WithOutputs marked ctx with; ok is
-// false when it did not (every output is wanted).
+// false when it did not, or marked it with nil (every output is wanted:
+// how a model that passes ctx on to another clears its own marking).
 func RequestedOutputs(ctx context.Context) (idx []int, ok bool) {
 	idx, ok = ctx.Value(outputsKey{}).([]int)
-	return idx, ok
+	return idx, ok && idx != nil
 }
 
 // SkipsOutputs reports whether inst's model can skip the work of outputs a
