@@ -609,3 +609,39 @@ func TestEnsembleOnDemand(t *testing.T) {
 	}
 	checkAddSubTwice(t, out, 1)
 }
+
+// Poll mode: an ensemble that failed to load because its model did not is
+// tried again once that model loads (its own files unchanged).
+func TestPollRetriesAnEnsembleWhenItsModelLoads(t *testing.T) {
+	src := samples(t)
+	root := t.TempDir()
+	f := open(t, Config{Roots: []string{root}, Mode: ModePoll, PollInterval: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() { f.repo.Watch(ctx); close(watched) }()
+	defer func() { cancel(); <-watched }()
+	copyModel(t, filepath.Join(src, "simple"), root, "simple")
+	good := readFile(t, filepath.Join(root, "simple", "config.pbtxt"))
+	os.WriteFile(filepath.Join(root, "simple", "config.pbtxt"), []byte(good+"\nnonsense_field: 1\n"), 0o644)
+	writeEnsemble(t, root, "add_sub_twice", addSubTwice)
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not after 20 s of polls every 20 ms (index %+v)", what, f.repo.Index())
+			}
+		}
+	}
+	waitFor("both tried and failed", func() bool {
+		idx := f.repo.Index()
+		return len(idx) == 2 && idx[0].State == serving.ModelUnavailable && idx[1].State == serving.ModelUnavailable
+	})
+	os.WriteFile(filepath.Join(root, "simple", "config.pbtxt"), []byte(good), 0o644)
+	waitFor("the ensemble loads once its model does", func() bool { return f.repo.Ready("add_sub_twice", "") == nil })
+	inst, _ := f.repo.Get("add_sub_twice", "")
+	out, _, err := serving.Infer(context.Background(), f.repo, inst, simpleInputs(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAddSubTwice(t, out, 1)
+}

@@ -360,6 +360,9 @@ func (r *Repository) startModels(all []string) []string {
 // being copied are not read half-way.
 func (r *Repository) Watch(ctx context.Context) {
 	pending := map[string]string{}
+	// waiting are the ensembles whose load failed, with the models they
+	// run: one of those loading gets them tried again.
+	waiting := map[string][]string{}
 	t := time.NewTicker(r.cfg.PollInterval)
 	defer t.Stop()
 	for {
@@ -401,6 +404,21 @@ func (r *Repository) Watch(ctx context.Context) {
 					m.stamp = st // do not retry the same files every poll
 				}
 				r.mu.Unlock()
+				if steps := r.stepsOf(name); len(steps) > 0 {
+					waiting[name] = steps
+				}
+				continue
+			}
+			delete(waiting, name)
+			for e, steps := range waiting {
+				if slices.Contains(steps, name) { // it may load now: tried at the next polls
+					r.mu.Lock()
+					if em := r.models[e]; em != nil {
+						em.stamp = ""
+					}
+					r.mu.Unlock()
+					delete(waiting, e)
+				}
 			}
 		}
 		r.mu.Lock()
