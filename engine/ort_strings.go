@@ -3,7 +3,7 @@
 package engine
 
 /*
-#cgo CFLAGS: -O2
+#cgo CFLAGS: -I${SRCDIR}/onnxruntime_go -O2
 #cgo LDFLAGS: -ldl
 #include <stdlib.h>
 #include "ort_strings.h"
