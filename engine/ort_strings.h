@@ -1,9 +1,10 @@
 // ort_strings.h: fills ONNX Runtime string tensors byte-exactly through the
 // C API (GetResizedStringTensorElementBuffer), which onnxruntime_go does not
 // expose: its StringTensor.SetContents passes C strings, which end at the
-// first NUL byte. onnxruntime_c_api.h and onnxruntime_ep_c_api.h beside it
-// are ONNX Runtime's C API headers (MIT), as onnxruntime_go v1.27.0 ships
-// them; fw calls only functions of C API version FWORT_API_VERSION.
+// first NUL byte. onnxruntime_c_api.h is ONNX Runtime's C API header (MIT),
+// the copy engine/onnxruntime_go carries (onnxruntime_go v1.27.0's; found
+// through the package's -I); fw calls only functions of C API version
+// FWORT_API_VERSION.
 #ifndef FW_ORT_STRINGS_H
 #define FW_ORT_STRINGS_H
 #include <stddef.h>
