@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/serving"
 )
@@ -67,6 +68,8 @@ type Pipeline struct {
 	levels [][]int
 	// labels are the outputs' inherited class labels (Labels).
 	labels map[string][]string
+	// stateful: a step's model has sequence batching (Stateful).
+	stateful bool
 }
 
 // Error is a pipeline that does not hold together, found when it loads.
@@ -122,9 +125,6 @@ func New(cfg Config, models serving.Models) (*Pipeline, error) {
 		inst, err := models.Get(st.Model, st.Version)
 		if err != nil {
 			return nil, bad("%s: %v", where, err)
-		}
-		if inst.Sequences != nil {
-			return nil, bad("%s is stateful (sequence_batching), which fw does not run inside an ensemble; send its requests to it directly", where)
 		}
 		insts[i] = inst
 		// Triton's rule: a step model that batches takes at least the
@@ -200,8 +200,14 @@ func New(cfg Config, models serving.Models) (*Pipeline, error) {
 			}
 		}
 	}
-	return &Pipeline{cfg: cfg, models: models, levels: levels, labels: labels}, nil
+	stateful := slices.ContainsFunc(insts, func(inst *serving.Instance) bool { return inst.Sequences != nil })
+	return &Pipeline{cfg: cfg, models: models, levels: levels, labels: labels, stateful: stateful}, nil
 }
+
+// Stateful reports whether a step's model was stateful (sequence
+// batching) when the ensemble loaded: each request then runs the pipeline
+// on its own, with its sequence (serving.WithSequence).
+func (p *Pipeline) Stateful() bool { return p.stateful }
 
 // Labels are the class labels of the ensemble's output named name: those
 // of the step model's output that produces it, as that model served them
@@ -407,7 +413,7 @@ func (p *Pipeline) step(ctx context.Context, i int, vals map[string]engine.Tenso
 		ctx = serving.WithOutputs(ctx, keep)
 	}
 	began := time.Now()
-	outs, timing, err := serving.Infer(ctx, p.models, inst, ins)
+	outs, timing, err := p.infer(ctx, inst, ins)
 	// The step is a request to its model, in that model's statistics as
 	// a client's request is (Triton counts them so).
 	inst.Stats.Record(serving.Request{Began: began, Submitted: began, Encoded: time.Now(), Timing: timing, OK: err == nil})
@@ -428,6 +434,27 @@ func (p *Pipeline) step(ctx context.Context, i int, vals map[string]engine.Tenso
 		return nil, &StepError{Step: i + 1, Model: st.Model, Err: errors.New("the model no longer has every output the step's output_map names (it was reloaded; reload the ensemble)")}
 	}
 	return res, nil
+}
+
+// infer runs a step's request on its model: a stateful model's in the
+// sequence of the ensemble's request (the ensemble's order has made the
+// requests of one sequence reach here one after another, in the order
+// the client sent them), as Triton's ensembles pass a request's
+// correlation ID and flags to each step.
+func (p *Pipeline) infer(ctx context.Context, inst *serving.Instance, ins []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+	if inst.Sequences == nil {
+		return serving.Infer(ctx, p.models, inst, ins)
+	}
+	sp, ok := serving.SequenceFrom(ctx)
+	if !ok {
+		return nil, batcher.Timing{}, fmt.Errorf("%w; send the ensemble's requests with the parameters sequence_id, sequence_start and sequence_end", serving.Stateless(inst))
+	}
+	t, err := serving.EnterSequence(inst, sp, ins)
+	if err != nil {
+		return nil, batcher.Timing{}, err
+	}
+	defer t.Release()
+	return serving.InferSequence(ctx, p.models, inst, ins, t)
 }
 
 // StepError is a failure of one step of a request.

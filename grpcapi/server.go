@@ -504,6 +504,7 @@ type admission struct {
 	inst   *serving.Instance
 	dec    *request
 	ticket *serving.SequenceTicket
+	seq    serving.SequenceParams
 	err    error
 }
 
@@ -534,7 +535,7 @@ func (s *Server) admit(ctx context.Context, req *pb.ModelInferRequest) admission
 	if err != nil {
 		return admission{err: s.inferError(ctx, err)}
 	}
-	return admission{inst: inst, dec: dec, ticket: ticket}
+	return admission{inst: inst, dec: dec, ticket: ticket, seq: p}
 }
 
 // admitRecovered is admit for a stream's reading loop: a panic (a bug)
@@ -601,6 +602,17 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 		return nil, s.inferError(ctx, err)
 	}
 	resp := &pb.ModelInferResponse{ModelName: inst.Name(), ModelVersion: inst.Version(), Id: req.GetId()}
+	if sp, ok := serving.SequenceEcho(inst, a.seq); ok {
+		id := &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: int64(sp.ID.N)}}
+		if sp.ID.S != "" {
+			id = &pb.InferParameter{ParameterChoice: &pb.InferParameter_StringParam{StringParam: sp.ID.S}}
+		}
+		resp.Parameters = map[string]*pb.InferParameter{
+			"sequence_id":    id,
+			"sequence_start": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: sp.Start}},
+			"sequence_end":   {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: sp.End}},
+		}
+	}
 	specs := inst.Outputs()
 	for _, idx := range dec.outputs {
 		if idx >= len(out) {

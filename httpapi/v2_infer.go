@@ -807,6 +807,19 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instanc
 		b = append(b, `,"id":`...)
 		b = append(b, req.id...)
 	}
+	if sp, ok := serving.SequenceEcho(inst, req.seq); ok {
+		b = append(b, `,"parameters":{"sequence_id":`...)
+		if sp.ID.S != "" {
+			b = appendJSONString(b, sp.ID.S)
+		} else {
+			b = strconv.AppendUint(b, sp.ID.N, 10)
+		}
+		b = append(b, `,"sequence_start":`...)
+		b = strconv.AppendBool(b, sp.Start)
+		b = append(b, `,"sequence_end":`...)
+		b = strconv.AppendBool(b, sp.End)
+		b = append(b, '}')
+	}
 	b = append(b, `,"outputs":[`...)
 	anyBinary := false
 	first := true

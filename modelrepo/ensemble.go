@@ -15,6 +15,7 @@ import (
 	"github.com/fw-serve/fw/ensemble"
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
 	"github.com/fw-serve/fw/modelhost"
+	"github.com/fw-serve/fw/sequence"
 	"github.com/fw-serve/fw/serving"
 )
 
@@ -267,7 +268,7 @@ func (r *Repository) loadEnsemble(ctx context.Context, name, vs, vdir string, cf
 		return nil, err
 	}
 	h := modelhost.New(modelhost.Config{
-		Path: vdir, Batcher: r.ensembleBatcher(cfg), SkipWarmup: true, Name: name, Version: vs, Tracer: r.cfg.Tracer,
+		Path: vdir, Batcher: r.ensembleBatcher(cfg, p.Stateful()), SkipWarmup: true, Name: name, Version: vs, Tracer: r.cfg.Tracer,
 		Open: func(context.Context) (*engine.Model, error) {
 			return engine.Compose(vdir, name, vs, ec.Inputs, ec.Outputs, ec.Batched, p), nil
 		},
@@ -290,6 +291,7 @@ func (r *Repository) loadEnsemble(ctx context.Context, name, vs, vdir string, cf
 				}
 				inst.Reshape = r
 			}
+			inst.Order = sequence.NewOrder()
 			inst.Config = described
 			inst.Config.Outputs = slices.Clone(described.Outputs)
 			for i, out := range inst.Config.Outputs {
@@ -308,8 +310,9 @@ func (r *Repository) loadEnsemble(ctx context.Context, name, vs, vdir string, cf
 }
 
 // ensembleBatcher is the batching of an ensemble: no waiting, each request
-// its own run unless all ensembleWorkers are busy.
-func (r *Repository) ensembleBatcher(cfg *pb.ModelConfig) batcher.Config {
+// its own run unless all ensembleWorkers are busy, and always when a step
+// is stateful (each request carries its own sequence to it).
+func (r *Repository) ensembleBatcher(cfg *pb.ModelConfig, stateful bool) batcher.Config {
 	bc := r.cfg.Batcher
 	bc.Instances = ensembleWorkers
 	bc.MaxDelay = 0 // the steps' models wait for batches; the ensemble never does
@@ -317,6 +320,9 @@ func (r *Repository) ensembleBatcher(cfg *pb.ModelConfig) batcher.Config {
 	bc.RequestContext = true
 	if mbs := int(cfg.GetMaxBatchSize()); mbs > 0 {
 		bc.MaxBatchRows = mbs
+		if stateful {
+			bc.MaxBatchRows = 1 // a request is never joined with another, however many rows it has
+		}
 	} else {
 		bc.Unbatched = true
 	}

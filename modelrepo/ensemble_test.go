@@ -256,7 +256,6 @@ ensemble_scheduling { step [ ` + strings.Join(steps, ", ") + ` ] }
 			`input "INPUT1" is not in input_map`},
 		"unknown_tensor": {ens("", "TYPE_INT32", `{ model_name: "simple" input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" } input_map { key: "INPUT9" value: "B" } output_map { key: "OUTPUT0" value: "OUT" } }`),
 			`"INPUT9", which the model does not take`},
-		"stateful":       {ens("", "TYPE_INT32", `{ model_name: "simple_sequence" input_map { key: "INPUT" value: "A" } output_map { key: "OUTPUT" value: "OUT" } }`), "stateful"},
 		"instance_group": {ens("instance_group [ { count: 2 } ]\n", "TYPE_INT32", step("simple", "A", "B", "OUT", "")), "no engine instances"},
 		"no_steps":       {"platform: \"ensemble\"\ninput [ { name: \"A\" data_type: TYPE_INT32 dims: [ 1 ] } ]\noutput [ { name: \"O\" data_type: TYPE_INT32 dims: [ 1 ] } ]\n", "at least one step"},
 		"no_platform":    {strings.Replace(ens("", "TYPE_INT32", step("simple", "A", "B", "OUT", "")), `platform: "ensemble"`, `platform: "onnxruntime_onnx"`, 1), `needs platform: "ensemble"`},
@@ -644,4 +643,162 @@ func TestPollRetriesAnEnsembleWhenItsModelLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkAddSubTwice(t, out, 1)
+}
+
+// accumulate runs Triton's two stateful samples one after the other: the
+// implicit-state accumulator keeps the running sum of A, then
+// simple_sequence adds START to it (OUT = sum + START).
+const accumulate = `name: "accumulate"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "A" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "simple_sequence_state" input_map { key: "INPUT" value: "A" } output_map { key: "OUTPUT" value: "sum" } },
+    { model_name: "simple_sequence" input_map { key: "INPUT" value: "sum" } output_map { key: "OUTPUT" value: "OUT" } }
+  ]
+}
+`
+
+// seqParams are the sequence parameters of a request, as a transport
+// reads them.
+func seqParams(t testing.TB, id any, start, end bool) serving.SequenceParams {
+	t.Helper()
+	var p serving.SequenceParams
+	for name, v := range map[string]any{"sequence_id": id, "sequence_start": start, "sequence_end": end} {
+		if _, err := p.Set(name, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// An ensemble takes sequence parameters as Triton's does: its stateful
+// steps get the request's sequence (their state carried from request to
+// request), the requests of one sequence run in the order they were
+// admitted even when sent without waiting, the answer echoes the
+// sequence, and a stateless ensemble takes the parameters too.
+func TestEnsembleSequences(t *testing.T) {
+	src := samples(t)
+	root := t.TempDir()
+	for _, m := range []string{"simple", "simple_sequence", "simple_sequence_state"} {
+		copyModel(t, filepath.Join(src, m), root, m)
+	}
+	writeEnsemble(t, root, "accumulate", accumulate)
+	writeEnsemble(t, root, "add_sub_twice", addSubTwice)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"accumulate", "add_sub_twice"}})
+	ctx := context.Background()
+	acc, err := f.repo.Get("accumulate", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// 16 sequences at once (more than the accumulator's 8 slots), each of
+	// 6 requests admitted back to back, then all run concurrently.
+	const seqs, n = 16, 6
+	type pending struct {
+		x   int32
+		tk  *serving.SequenceTicket
+		out chan int32
+	}
+	var all [][]pending
+	for s := range seqs {
+		var reqs []pending
+		for i := range n {
+			x := int32(s*10 + i + 1)
+			tk, err := serving.EnterSequence(acc, seqParams(t, uint64(1000+s), i == 0, i == n-1), []engine.Tensor{i32(x)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sp, ok := serving.SequenceEcho(acc, seqParams(t, uint64(1000+s), i == 0, i == n-1)); !ok || sp.ID.N != uint64(1000+s) || sp.Start != (i == 0) || sp.End != (i == n-1) {
+				t.Fatalf("echo %+v %v", sp, ok)
+			}
+			reqs = append(reqs, pending{x: x, tk: tk, out: make(chan int32, 1)})
+		}
+		all = append(all, reqs)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, seqs*n)
+	for s := range all {
+		for i := n - 1; i >= 0; i-- { // started last first: the order holds them back
+			r := all[s][i]
+			wg.Go(func() {
+				defer r.tk.Release()
+				out, _, err := serving.InferSequence(ctx, f.repo, acc, []engine.Tensor{i32(r.x)}, r.tk)
+				if err != nil {
+					errs <- err
+					return
+				}
+				r.out <- int32s(out[0])[0]
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for s := range all {
+		var sum int32
+		for i, r := range all[s] {
+			sum += r.x
+			want := sum
+			if i == 0 {
+				want++ // simple_sequence adds START
+			}
+			if got := <-r.out; got != want {
+				t.Fatalf("sequence %d request %d: %d, want %d", s, i, got, want)
+			}
+		}
+	}
+	if a := acc.Order.Active(); a != 0 {
+		t.Fatalf("%d sequences still ordered after every request finished", a)
+	}
+
+	// Refusals: the stateful steps' rules, with Triton's sentences.
+	if _, _, err := serving.Infer(ctx, f.repo, acc, []engine.Tensor{i32(1)}); err == nil || !strings.Contains(err.Error(), "sequence_id") {
+		t.Fatalf("no sequence to a stateful ensemble: %v", err)
+	}
+	tk, err := serving.EnterSequence(acc, seqParams(t, uint64(77), false, false), []engine.Tensor{i32(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = serving.InferSequence(ctx, f.repo, acc, []engine.Tensor{i32(1)}, tk)
+	tk.Release()
+	if err == nil || !strings.Contains(err.Error(), "must specify the START flag") {
+		t.Fatalf("a sequence not started: %v", err)
+	}
+	if serving.Classify(err, time.Second).Kind != serving.KindBadRequest {
+		t.Fatalf("kind %v for %v", serving.Classify(err, time.Second).Kind, err)
+	}
+
+	// A stateless ensemble takes the parameters and echoes them; its
+	// models answer as they always do.
+	ens, err := f.repo.Get("add_sub_twice", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []serving.SequenceParams{seqParams(t, "a string id", true, false), seqParams(t, uint64(5), false, true), seqParams(t, uint64(0), true, false)} {
+		tk, err := serving.EnterSequence(ens, p, simpleInputs(2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := serving.InferSequence(ctx, f.repo, ens, simpleInputs(2), tk)
+		tk.Release()
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		checkAddSubTwice(t, out, 2)
+		if sp, ok := serving.SequenceEcho(ens, p); !ok || sp.ID != p.ID || sp.Start != p.Start || sp.End != p.End {
+			t.Fatalf("echo %+v %v, want %+v", sp, ok, p)
+		}
+	}
+	// No sequence parameters: no ticket, no echo.
+	if tk, err := serving.EnterSequence(ens, serving.SequenceParams{}, simpleInputs(1)); tk != nil || err != nil {
+		t.Fatalf("%v %v", tk, err)
+	}
+	if _, ok := serving.SequenceEcho(ens, serving.SequenceParams{}); ok {
+		t.Fatal("echo without sequence parameters")
+	}
 }

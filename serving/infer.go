@@ -97,9 +97,19 @@ func InferSequence(ctx context.Context, models Models, inst *Instance, inputs []
 	if t == nil {
 		return Infer(ctx, models, inst, inputs)
 	}
+	if t.turn != nil { // an ensemble: its turn in the sequence, then as Infer with the sequence for its steps
+		var out []engine.Tensor
+		var timing batcher.Timing
+		err := t.turn.Run(ctx, func(ctx context.Context) error {
+			var err error
+			out, timing, err = Infer(WithSequence(ctx, t.params), models, inst, inputs)
+			return err
+		})
+		return out, timing, err
+	}
 	pl, start := payloadStart(ctx)
 	ctx, call := telemetry.StartCall(ctx)
-	out, timing, err := t.Run(ctx, inputs, func(ctx context.Context, full []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+	out, timing, err := t.seq.Run(ctx, inputs, func(ctx context.Context, full []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
 		rows, err := inst.checkInputs(full)
 		if err != nil {
 			return nil, batcher.Timing{}, err

@@ -1,6 +1,7 @@
 package serving
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -122,8 +123,35 @@ func describeValue(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// SequenceTicket is a request's place in its sequence (EnterSequence).
-type SequenceTicket = sequence.Ticket
+// SequenceTicket is a request's place in its sequence (EnterSequence):
+// in a stateful model's sequence batcher, or in an ensemble's order.
+type SequenceTicket struct {
+	params SequenceParams
+	seq    *sequence.Ticket // a stateful model's
+	turn   *sequence.Turn   // an ensemble's
+}
+
+// Release gives the ticket's place up when its request is not run; it
+// does nothing after InferSequence, and on nil.
+func (t *SequenceTicket) Release() {
+	if t == nil {
+		return
+	}
+	t.seq.Release()
+	t.turn.Release()
+}
+
+// SequenceEcho is what inst's answer to a request with sequence
+// parameters p says of its sequence, and whether it says anything: an
+// ensemble's answer carries the request's sequence_id, sequence_start and
+// sequence_end back as response parameters, as Triton's ensembles do; any
+// other model's answer does not.
+func SequenceEcho(inst *Instance, p SequenceParams) (SequenceParams, bool) {
+	if inst.Order == nil || len(p.Given) == 0 {
+		return SequenceParams{}, false
+	}
+	return p, true
+}
 
 // EnterSequence decides whether a request with sequence parameters p may
 // run on inst, and admits it to its sequence. A model without sequence
@@ -134,8 +162,17 @@ type SequenceTicket = sequence.Ticket
 // admitted before it (Triton's order: a transport admits requests in the
 // order they arrived), or refuses it with Triton's sentence (no
 // correlation ID, a sequence not started, inputs of more than one row).
-// The ticket must reach InferSequence or be released.
+// An ensemble (inst.Order) takes any sequence parameters, as Triton's
+// does: its requests of one sequence run one after another, and its
+// stateful steps get the sequence. The ticket must reach InferSequence or
+// be released.
 func EnterSequence(inst *Instance, p SequenceParams, inputs []engine.Tensor) (*SequenceTicket, error) {
+	if inst.Order != nil {
+		if len(p.Given) == 0 {
+			return nil, nil
+		}
+		return &SequenceTicket{params: p, turn: inst.Order.Enter(p.ID)}, nil
+	}
 	if inst.Sequences == nil {
 		if len(p.Given) == 0 {
 			return nil, nil
@@ -147,7 +184,28 @@ func EnterSequence(inst *Instance, p SequenceParams, inputs []engine.Tensor) (*S
 	if err := inst.Sequences.CheckRows(inputs); err != nil {
 		return nil, err
 	}
-	return inst.Sequences.Enter(p.ID, p.Start, p.End)
+	t, err := inst.Sequences.Enter(p.ID, p.Start, p.End)
+	if err != nil {
+		return nil, err
+	}
+	return &SequenceTicket{params: p, seq: t}, nil
+}
+
+// sequenceKey is the context key of the sequence an ensemble's request
+// belongs to (WithSequence).
+type sequenceKey struct{}
+
+// WithSequence marks ctx as a request of sequence p, for the stateful
+// steps of the ensemble it runs through.
+func WithSequence(ctx context.Context, p SequenceParams) context.Context {
+	return context.WithValue(ctx, sequenceKey{}, p)
+}
+
+// SequenceFrom is the sequence WithSequence put in ctx, and whether there
+// is one.
+func SequenceFrom(ctx context.Context) (SequenceParams, bool) {
+	p, ok := ctx.Value(sequenceKey{}).(SequenceParams)
+	return p, ok
 }
 
 // Stateless refuses a request to a stateful model (one with sequence

@@ -50,6 +50,10 @@ type Instance struct {
 	// sequence (EnterSequence, InferSequence); it is closed when the
 	// instance is drained.
 	Sequences *sequence.Batcher
+	// Order, when set, orders the requests of each sequence sent to a
+	// model that passes sequences on to others (an ensemble): it takes
+	// sequence parameters without a sequence batcher of its own.
+	Order *sequence.Order
 }
 
 // Inputs are the inputs a client sends: the model's, less those a

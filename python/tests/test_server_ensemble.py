@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -93,16 +94,31 @@ LABELLED = (
     + " ] }\n"
 )
 
+# Two stateful steps: the implicit-state accumulator keeps the running sum of A, then simple_sequence adds START.
+ACCUMULATE = (
+    'platform: "ensemble"\nmax_batch_size: 8\n'
+    + _tensors("input", [("A", "TYPE_INT32", "1")])
+    + _tensors("output", [("OUT", "TYPE_INT32", "1")])
+    + "ensemble_scheduling { step [ "
+    + _step("simple_sequence_state", {"INPUT": "A"}, {"OUTPUT": "sum"})
+    + ", "
+    + _step("simple_sequence", {"INPUT": "sum"}, {"OUTPUT": "OUT"})
+    + " ] }\n"
+)
+
 ENSEMBLES = {
     "add_sub_twice": ADD_SUB_TWICE,
     "nobatch_sum": NOBATCH,
     "echo_twice": STRINGS,
     "labelled_sum": LABELLED,
+    "accumulate": ACCUMULATE,
 }
+
+STEP_MODELS = ("simple", "simple_identity", "simple_sequence", "simple_sequence_state")
 
 
 def _write_repo(root: Path) -> None:
-    for name in ("simple", "simple_identity"):
+    for name in STEP_MODELS:
         shutil.copytree(SAMPLES / name, root / name)
     for name, config in ENSEMBLES.items():
         (root / name / "1").mkdir(parents=True)
@@ -114,7 +130,7 @@ def _write_repo(root: Path) -> None:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
     if not FW_BIN.is_file():
         pytest.skip(f"fw binary missing at {FW_BIN}: run `make build` or set FW_BIN")
-    for name in ("simple", "simple_identity"):
+    for name in STEP_MODELS:
         if not (SAMPLES / name / "config.pbtxt").is_file():
             pytest.skip(f"the sample model {name} is missing in {SAMPLES}: run `make models`")
     root = tmp_path_factory.mktemp("repo") / "models"
@@ -243,6 +259,101 @@ def test_classification_with_the_ensembles_labels(server: FwServer, proto: str) 
     row0 = [x.decode() if isinstance(x, bytes) else x for x in top[0]]
     # Row 0 sums to 3..18 (A = 0..15, B = 3): the largest are at 15 and 14.
     assert row0 == ["18:15:class15", "17:14:class14"], row0
+
+
+def test_sequence_flags_through_ensembles(server: FwServer) -> None:
+    """Triton's L0_simple_ensemble sequence test, and sequences through stateful steps.
+
+    A stateless ensemble takes sequence_id/sequence_start/sequence_end and answers them back as response parameters,
+    in the order the stream sent the requests; an ensemble whose steps are stateful carries each sequence's state from
+    request to request, two sequences interleaved on one stream without waiting for answers.
+    """
+    c = httpclient.InferenceServerClient(server.url)
+    for name in ("add_sub_twice", "accumulate"):
+        c.load_model(name)
+    g = grpcclient.InferenceServerClient(server.grpc_url)
+    got: list = []
+    done = threading.Event()
+
+    def callback(result, error) -> None:
+        got.append(error if error is not None else result)
+        if len(got) == expected:
+            done.set()
+
+    _, _, ins = _add_sub_inputs(grpcclient, 1)
+    expected = 3
+    g.start_stream(callback=callback)
+    try:
+        for i, (start, end) in enumerate([(True, False), (False, False), (False, True)]):
+            g.async_stream_infer(
+                "add_sub_twice",
+                ins,
+                request_id=f"r{i}",
+                sequence_id=4242,
+                sequence_start=start,
+                sequence_end=end,
+            )
+        assert done.wait(30), got
+    finally:
+        g.stop_stream()
+    flags = []
+    for r in got:
+        assert not isinstance(r, Exception), r
+        p = r.get_response().parameters
+        flags.append([p["sequence_start"].bool_param, p["sequence_end"].bool_param])
+        assert p["sequence_id"].int64_param == 4242
+    assert flags == [[True, False], [False, False], [False, True]]
+
+    # Two sequences of the stateful ensemble, interleaved, sent without waiting.
+    xs = {7001: [5, 3, 2, 10], "seq-b": [1, 1, 1, 1]}
+    got.clear()
+    done.clear()
+    expected = 8
+    g.start_stream(callback=callback)
+    try:
+        for i in range(4):
+            for sid, vals in xs.items():
+                t = grpcclient.InferInput("A", [1, 1], "INT32")
+                t.set_data_from_numpy(np.array([[vals[i]]], dtype=np.int32))
+                g.async_stream_infer(
+                    "accumulate",
+                    [t],
+                    request_id=f"{sid}-{i}",
+                    sequence_id=sid,
+                    sequence_start=i == 0,
+                    sequence_end=i == 3,
+                )
+        assert done.wait(30), got
+    finally:
+        g.stop_stream()
+    answers: dict[str, list[int]] = {}
+    for r in got:
+        assert not isinstance(r, Exception), r
+        sid, i = r.get_response().id.rsplit("-", 1)
+        answers.setdefault(sid, []).append((int(i), int(r.as_numpy("OUT")[0, 0])))
+    for sid, vals in xs.items():
+        running = np.cumsum(vals).tolist()
+        running[0] += 1  # simple_sequence adds START
+        assert [v for _, v in sorted(answers[str(sid)])] == running, answers
+
+    # HTTP: the parameters back in the JSON answer; the stateful rules' refusals.
+    t = httpclient.InferInput("A", [1, 1], "INT32")
+    t.set_data_from_numpy(np.array([[4]], dtype=np.int32))
+    r = c.infer("accumulate", [t], sequence_id=99, sequence_start=True)
+    assert r.get_response()["parameters"] == {
+        "sequence_id": 99,
+        "sequence_start": True,
+        "sequence_end": False,
+    }
+    assert r.as_numpy("OUT").tolist() == [[5]]
+    r = c.infer("accumulate", [t], sequence_id=99, sequence_end=True)
+    assert r.as_numpy("OUT").tolist() == [[8]]
+    with pytest.raises(InferenceServerException, match="must specify the START flag"):
+        c.infer("accumulate", [t], sequence_id=99)
+    with pytest.raises(InferenceServerException, match="sequence_id"):
+        c.infer("accumulate", [t])
+    _, _, ins = _add_sub_inputs(httpclient, 1)
+    assert "parameters" not in c.infer("add_sub_twice", ins).get_response()
 
 
 def test_unload_with_and_without_dependents(server: FwServer) -> None:
