@@ -171,10 +171,10 @@ test-replicas: models | venv ## two real fw dashboard processes on one throwaway
 	@moto=$$(bash scripts/setup-moto-venv.sh) && FW_MOTO_SERVER=$$moto FW_REQUIRE_S3=1 FW_REQUIRE_POSTGRES=1 FW_REQUIRE_MODELS=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) FW_PYTHON=$(PY) \
 		bash scripts/pg-test.sh $(GO) test -race -count=1 -run '^TestReplicas(S3)?$$' ./cmd/fw
 
-test-s3: ## the dashboard's file stores (dashboard/blob), payload logging to a bucket (payloadlog) and MLflow runs' files in an s3:// default artifact root (dashboard/mlflow) on a directory and on a real S3-protocol server (moto 5.2.5's server mode, its own venv: scripts/setup-moto-venv.sh)
+test-s3: ## the dashboard's file stores (dashboard/blob), payload logging to a bucket (payloadlog) and MLflow runs' files in an s3:// default artifact root and artifacts destination (dashboard/mlflow) on a directory and on a real S3-protocol server (moto 5.2.5's server mode, its own venv: scripts/setup-moto-venv.sh)
 	@echo "==> go test ./dashboard/blob ./payloadlog ./dashboard/mlflow (client-written artifacts) on a directory and on S3 (moto_server)"
 	@moto=$$(bash scripts/setup-moto-venv.sh) && FW_MOTO_SERVER=$$moto FW_REQUIRE_S3=1 $(GO) test -race -count=1 ./dashboard/blob ./payloadlog && \
-		FW_MOTO_SERVER=$$moto FW_REQUIRE_S3=1 $(GO) test -race -count=1 -run 'TestClientWrittenArtifacts' ./dashboard/mlflow
+		FW_MOTO_SERVER=$$moto FW_REQUIRE_S3=1 $(GO) test -race -count=1 -run 'TestClientWrittenArtifacts|TestArtifactsDestination' ./dashboard/mlflow
 
 test-python: $(HELM) $(OTELCOL) | venv
 	@echo "==> pytest python/tests"

@@ -74,6 +74,7 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	uiDir := de.StringEnv("ui-dir", "FW_DASHBOARD_UI_DIR", "", "serve the web UI from this directory (a `vite build --outDir DIR`) instead of the one built into the binary; for working on the UI")
 	replicaURL := de.StringEnv("replica-url", "FW_DASHBOARD_REPLICA_URL", "", "with several dashboards on one PostgreSQL (docs/replicas.md): the URL at which the other replicas reach this one's API (requests about a job or deployment it owns are forwarded there); default http://<the listen address>")
 	artifactURI := de.StringEnv("artifact-uri", "FW_ARTIFACT_URI", "", "where the model registry's version files are kept: empty for <experiment-dir>/models (a shared directory for replicas), or s3://bucket/prefix for S3-compatible object storage (FW_S3_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, FW_S3_PATH_STYLE=1; docs/replicas.md), which also keeps the run artifacts uploaded through MLflow's artifact API and copies of the checkpoints and artifacts training processes write on a replica's host; a deployment, export or resume fetches what it needs from the bucket into <experiment-dir>/cache")
+	artifactsDestination := de.StringEnv("artifacts-destination", "FW_DASHBOARD_ARTIFACTS_DESTINATION", "", "MLflow's --artifacts-destination: where the artifact proxy (/api/2.0/mlflow-artifacts/artifacts) keeps what MLflow's clients upload, in MLflow's own layout (a run's files under <experiment id>/<run id>/artifacts/, logged models' and other paths as given), so a directory or bucket an MLflow server wrote reads as it is: a local directory (a path or file:// URI) or s3://bucket/prefix (FW_S3_ENDPOINT, AWS_* as --artifact-uri); runs keep mlflow-artifacts:/ URIs; not with --default-artifact-root; default: MLflow runs' files go into the dashboard's artifact storage (<run id>/<path>) (docs/mlflow.md)")
 	defaultArtifactRoot := de.StringEnv("default-artifact-root", "FW_DASHBOARD_DEFAULT_ARTIFACT_ROOT", "", "MLflow's --default-artifact-root without artifact serving: a local directory (a path or file:// URI) or s3://bucket/prefix (reached with FW_S3_ENDPOINT, AWS_* as --artifact-uri): experiments created through MLflow's API get <root>/<experiment id> as their artifact location, MLflow's client writes the runs' files there itself (a shared file system, or the bucket with its own credentials) and the dashboard reads them back from there; default: MLflow runs' files go through the dashboard's artifact proxy into its artifact storage (docs/mlflow.md)")
 	leaseTTL := de.DurationEnv("lease-ttl", "FW_DASHBOARD_LEASE_TTL", replica.DefaultTTL, "how long the training jobs and deployments of a dashboard replica that stopped wait before another replica takes them over (renewed every third of it; a replica on the same host whose process is gone is taken over at once)")
 	otelEndpoint := de.StringEnv("otel-endpoint", "FW_DASHBOARD_OTEL_ENDPOINT", "", "send OpenTelemetry traces of the API's requests to this OTLP receiver URL (as fw serve's flag; default: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT; neither: no tracing)")
@@ -123,9 +124,18 @@ Flags:
 		fmt.Fprintln(stderr, "fw dashboard: --port must be within 0..65535")
 		return 2
 	}
+	if *artifactsDestination != "" && *defaultArtifactRoot != "" {
+		fmt.Fprintln(stderr, "fw dashboard: --artifacts-destination is where the artifact proxy stores MLflow's uploads, --default-artifact-root turns the proxy off for MLflow's experiments (clients write there themselves): give one of them")
+		return 2
+	}
 	localRoot, err := localArtifactRoot(*defaultArtifactRoot)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw dashboard: --default-artifact-root: %v\n", err)
+		return 2
+	}
+	destination, err := localArtifactRoot(*artifactsDestination)
+	if err != nil {
+		fmt.Fprintf(stderr, "fw dashboard: --artifacts-destination: %v\n", err)
 		return 2
 	}
 	if *sysInterval < 100*time.Millisecond || *sysHistory < *sysInterval || *sysHistory > 24*time.Hour {
@@ -211,10 +221,16 @@ Flags:
 		fmt.Fprintf(stderr, "fw dashboard: --artifact-uri: %v\n", err)
 		return 1
 	}
-	var rootStore blob.Store
+	var rootStore, destStore blob.Store
 	if localRoot != "" {
-		if rootStore, err = openChecked(ctx, localRoot, ""); err != nil {
+		if rootStore, err = openLocation(ctx, localRoot); err != nil {
 			fmt.Fprintf(stderr, "fw dashboard: --default-artifact-root: %v\n", err)
+			return 1
+		}
+	}
+	if destination != "" {
+		if destStore, err = openLocation(ctx, destination); err != nil {
+			fmt.Fprintf(stderr, "fw dashboard: --artifacts-destination: %v\n", err)
 			return 1
 		}
 	}
@@ -302,7 +318,7 @@ Flags:
 	// MLflow's tracking API is mounted beside fw's own, over the same store
 	// and artifacts, behind the same guard and token.
 	ml := mlflow.New(base, st, mlflow.Config{Artifacts: rf.artifacts, ArtifactDir: artDir, UploadDir: artDir,
-		MaxBodyBytes: api.DefaultMaxBodyBytes, MaxArtifactBytes: int64(*maxArtifactMiB) << 20, DefaultArtifactRoot: localRoot, ArtifactRoot: rootStore}, log)
+		MaxBodyBytes: api.DefaultMaxBodyBytes, MaxArtifactBytes: int64(*maxArtifactMiB) << 20, DefaultArtifactRoot: localRoot, ArtifactRoot: rootStore, ArtifactsDestination: destStore}, log)
 	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir, Artifacts: rf.artifacts, Checkpoints: rf.checkpoints, CheckpointUploads: rf.checkpointBucket,
 		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins), ReplicaID: self.ID,
 		Mounts: []api.Mount{ml}, RunTraces: ml.RunTraces, ClientFiles: ml.ClientFiles, Telemetry: otel, TraceRetention: *traceRetention, TraceMaxSpans: *traceMaxSpans, TraceProxied: deployTraces != nil,
@@ -509,10 +525,20 @@ func openChecked(ctx context.Context, uri, dir string) (blob.Store, error) {
 	return st, nil
 }
 
-// localArtifactRoot reads --default-artifact-root: "" (none), a local path
-// or a file:// URI of one, returned in the form given (a URI or a path),
-// absolute and clean, as experiments' locations then begin with it; or
-// s3://bucket/prefix, returned without a trailing slash.
+// openLocation opens the directory or bucket localArtifactRoot read: an
+// absolute path, a file:// URI or s3://bucket/prefix (checked).
+func openLocation(ctx context.Context, loc string) (blob.Store, error) {
+	if strings.HasPrefix(loc, "/") {
+		return blob.NewDir(loc)
+	}
+	return openChecked(ctx, loc, "")
+}
+
+// localArtifactRoot reads --default-artifact-root (and
+// --artifacts-destination): "" (none), a local path or a file:// URI of
+// one, returned in the form given (a URI or a path), absolute and clean, as
+// experiments' locations then begin with it; or s3://bucket/prefix,
+// returned without a trailing slash.
 func localArtifactRoot(v string) (string, error) {
 	if v == "" {
 		return "", nil

@@ -155,6 +155,9 @@ func TestGuardFlagErrors(t *testing.T) {
 		{[]string{"dashboard", "--port", "0", "--default-artifact-root", "hdfs://nn/x"}, "use a local directory"},
 		{[]string{"dashboard", "--port", "0", "--default-artifact-root", "file://otherhost/x"}, "not a file:// URI of a local directory"},
 		{[]string{"dashboard", "--port", "0", "--default-artifact-root", "s3:///nobucket"}, "name the bucket"},
+		// MLflow's --artifacts-destination: the same forms, and not with --default-artifact-root.
+		{[]string{"dashboard", "--port", "0", "--artifacts-destination", "hdfs://nn/x"}, "use a local directory"},
+		{[]string{"dashboard", "--port", "0", "--artifacts-destination", "/tmp/fw-guard-dest", "--default-artifact-root", "/tmp/fw-guard-root"}, "give one of them"},
 	} {
 		var out bytes.Buffer
 		cmd := fwCmd(c.args...)

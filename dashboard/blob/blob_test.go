@@ -314,7 +314,7 @@ func TestList(t *testing.T) {
 				t.Fatal(err)
 			}
 			sort.Slice(got, func(i, j int) bool { return got[i].Key < got[j].Key })
-			want := []Entry{{"a.txt", int64(len("1/r/artifacts/a.txt"))}, {"sub/b.json", int64(len("1/r/artifacts/sub/b.json"))}}
+			want := []Entry{{Key: "a.txt", Size: int64(len("1/r/artifacts/a.txt"))}, {Key: "sub/b.json", Size: int64(len("1/r/artifacts/sub/b.json"))}}
 			if !slices.Equal(got, want) {
 				t.Fatalf("list: %+v, want %+v", got, want)
 			}
@@ -336,6 +336,29 @@ func TestList(t *testing.T) {
 				if len(got) != 2 {
 					t.Fatalf("links followed: %+v", got)
 				}
+				if got, _ := l.ListDir(ctx, "1/r/artifacts", 10); len(got) != 2 {
+					t.Fatalf("links listed: %+v", got)
+				}
+			}
+			// One level: files with their size, each directory once, sorted.
+			got, err = l.ListDir(ctx, "1/r/artifacts", 10)
+			if want := []Entry{{Key: "a.txt", Size: int64(len("1/r/artifacts/a.txt"))}, {Key: "sub", Dir: true}}; err != nil || !slices.Equal(got, want) {
+				t.Fatalf("listdir: %+v %v, want %+v", got, err, want)
+			}
+			if got, err := l.ListDir(ctx, "", 10); err != nil || !slices.Equal(got, []Entry{{Key: "1", Dir: true}, {Key: "2", Dir: true}}) {
+				t.Fatalf("listdir of the top: %+v %v", got, err)
+			}
+			if got, err := l.ListDir(ctx, "1/r/artifacts/a.txt", 10); err != nil || len(got) != 0 {
+				t.Fatalf("listdir of a file: %+v %v", got, err)
+			}
+			if got, err := l.ListDir(ctx, "9/none", 10); err != nil || len(got) != 0 {
+				t.Fatalf("listdir of a missing prefix: %+v %v", got, err)
+			}
+			if _, err := l.ListDir(ctx, "1/r/artifacts", 1); !errors.Is(err, ErrTooMany) {
+				t.Fatalf("listdir past the bound: %v", err)
+			}
+			if _, err := l.ListDir(ctx, "../x", 10); err == nil {
+				t.Fatal("listdir of a prefix climbing out")
 			}
 		})
 	}

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/minio/minio-go/v7"
 )
@@ -16,6 +19,8 @@ type Entry struct {
 	// Key is relative to the prefix listed.
 	Key  string
 	Size int64
+	// Dir marks a directory (ListDir): a key with objects under it.
+	Dir bool
 }
 
 // Lister is a Store that lists the objects under a prefix: files the store
@@ -25,6 +30,10 @@ type Lister interface {
 	// List returns the objects whose key starts with prefix + "/", keys
 	// relative to it; ErrTooMany when there are more than max.
 	List(ctx context.Context, prefix string, max int) ([]Entry, error)
+	// ListDir returns what lies directly under prefix ("" for the
+	// store's root): each object with its size, and each directory once
+	// (Dir), sorted by key; ErrTooMany when there are more than max.
+	ListDir(ctx context.Context, prefix string, max int) ([]Entry, error)
 }
 
 // ErrTooMany is List's answer past its bound.
@@ -94,5 +103,86 @@ func (s *S3) List(ctx context.Context, prefix string, max int) ([]Entry, error) 
 		}
 		out = append(out, Entry{Key: rel, Size: o.Size})
 	}
+	return out, nil
+}
+
+// ListDir implements Lister: the regular files and directories in the
+// prefix's directory (symbolic links and other entries are left out, so
+// nothing outside the root is listed); a missing directory lists nothing.
+func (d *Dir) ListDir(ctx context.Context, prefix string, max int) ([]Entry, error) {
+	dir := d.root
+	if prefix != "" {
+		var err error
+		if dir, err = d.path(prefix); err != nil {
+			return nil, err
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return nil, nil // nothing there, or a file: no entries under it
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	for _, e := range ents {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var en Entry
+		switch {
+		case e.IsDir():
+			en = Entry{Key: e.Name(), Dir: true}
+		case e.Type().IsRegular():
+			st, err := e.Info()
+			if err != nil {
+				continue // removed meanwhile
+			}
+			en = Entry{Key: e.Name(), Size: st.Size()}
+		default:
+			continue
+		}
+		if len(out) >= max {
+			return nil, ErrTooMany
+		}
+		out = append(out, en)
+	}
+	return out, nil // os.ReadDir sorts by name
+}
+
+// ListDir implements Lister: a listing by delimiter (the objects directly
+// under the prefix, and its "subdirectories" once each).
+func (s *S3) ListDir(ctx context.Context, prefix string, max int) ([]Entry, error) {
+	obj := s.prefix
+	if prefix != "" {
+		var err error
+		if obj, err = s.object(prefix); err != nil {
+			return nil, err
+		}
+	}
+	if obj != "" {
+		obj += "/"
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var out []Entry
+	for o := range s.c.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: obj}) {
+		if o.Err != nil {
+			return nil, fmt.Errorf("listing %s in %s: %w", prefix, s.name, o.Err)
+		}
+		rel := strings.TrimPrefix(o.Key, obj)
+		if rel == "" {
+			continue // the prefix's own marker
+		}
+		en := Entry{Key: rel, Size: o.Size}
+		if name, ok := strings.CutSuffix(rel, "/"); ok {
+			en = Entry{Key: name, Dir: true}
+		}
+		if len(out) >= max {
+			return nil, ErrTooMany
+		}
+		out = append(out, en)
+	}
+	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }

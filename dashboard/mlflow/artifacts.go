@@ -234,12 +234,13 @@ func (s *Server) upload(ctx *fasthttp.RequestCtx, runID, rel string) *apiError {
 	if err != nil {
 		return s.runErr(err, runID)
 	}
-	if prefix, local, e := s.localRun(s.reqCtx(ctx), got); e != nil {
+	if from, prefix, local, e := s.localRun(s.reqCtx(ctx), got); e != nil {
 		return e
 	} else if local {
 		// A run with a local location: the file goes where the client's
-		// own writes go (inside the root), as MLflow's server writes it.
-		_, e := s.store(ctx, s.root, prefix+"/"+rel, rel)
+		// own writes go (inside the root), as MLflow's server writes it;
+		// with an artifacts destination, into the run's directory there.
+		_, e := s.store(ctx, from, prefix+"/"+rel, rel)
 		return e
 	}
 	n, e := s.store(ctx, s.cfg.Artifacts, runID+"/"+rel, rel)
@@ -309,8 +310,13 @@ func freeKey(rel string) string {
 	return hex.EncodeToString(h[:16])
 }
 
-// uploadFree stores a free file and records it.
+// uploadFree stores a free file and records it; with an artifacts
+// destination, it is stored there under its path, which lists it.
 func (s *Server) uploadFree(ctx *fasthttp.RequestCtx, rel string) *apiError {
+	if s.dest != nil {
+		_, e := s.store(ctx, s.dest, rel, rel)
+		return e
+	}
 	n, e := s.store(ctx, s.cfg.Artifacts, freePrefix+rel, rel)
 	if e != nil {
 		return e
@@ -320,6 +326,42 @@ func (s *Server) uploadFree(ctx *fasthttp.RequestCtx, rel string) *apiError {
 		return s.fromStore(err, "recording artifact "+rel)
 	}
 	return nil
+}
+
+// freeChildren lists the free files and directories directly under dir
+// ("" the top): from the artifacts destination's directory, or from the
+// recorded free files.
+func (s *Server) freeChildren(ctx context.Context, dir string) ([]fileInfo, *apiError) {
+	if s.dest == nil {
+		arts, e := s.freeFiles(ctx)
+		if e != nil {
+			return nil, e
+		}
+		return children(arts, dir), nil
+	}
+	l, ok := s.dest.(blob.Lister)
+	if !ok {
+		return nil, errf(500, codeInternal, "the artifacts destination %s cannot be listed", s.dest.String())
+	}
+	entries, err := l.ListDir(ctx, dir, maxLocalListing)
+	switch {
+	case errors.Is(err, blob.ErrTooMany):
+		return nil, errf(400, codeInvalidParameter, "the directory %q holds over %d entries", dir, maxLocalListing)
+	case errors.Is(err, blob.ErrInvalidKey):
+		return nil, invalidPath("%q is not a path inside the artifacts", dir)
+	case err != nil:
+		s.log.Error("mlflow api: listing the artifacts destination", "dir", dir, "dest", s.dest.String(), "err", err)
+		return nil, errf(500, codeInternal, "listing the artifacts failed; see the dashboard's log")
+	}
+	out := make([]fileInfo, 0, len(entries))
+	for _, en := range entries {
+		fi := fileInfo{Path: en.Key, IsDir: en.Dir}
+		if !en.Dir {
+			fi.FileSize = store.Ptr(en.Size)
+		}
+		out = append(out, fi)
+	}
+	return out, nil
 }
 
 // freeFiles lists the recorded free files.
@@ -338,8 +380,13 @@ func (s *Server) freeFiles(ctx context.Context) ([]store.Artifact, *apiError) {
 	return out, nil
 }
 
-// downloadFree answers GET (and HEAD) of a recorded free file.
+// downloadFree answers GET (and HEAD) of a recorded free file (one in the
+// artifacts destination).
 func (s *Server) downloadFree(ctx *fasthttp.RequestCtx, rel string) {
+	if s.dest != nil {
+		s.serveFrom(ctx, s.dest, rel, rel, "artifact "+rel)
+		return
+	}
 	if _, err := s.st.GetRecord(s.reqCtx(ctx), freeKind, freeKey(rel)); err != nil {
 		if store.ErrorCode(err) == store.CodeNotFound {
 			writeErr(ctx, errf(404, codeNotFound, "no artifact %q", rel))
@@ -359,14 +406,18 @@ func (s *Server) downloadFile(ctx *fasthttp.RequestCtx, runID, rel string) {
 		writeErr(ctx, s.runErr(err, runID))
 		return
 	}
-	if prefix, local, e := s.localRun(s.reqCtx(ctx), got); e != nil {
+	if from, prefix, local, e := s.localRun(s.reqCtx(ctx), got); e != nil {
 		writeErr(ctx, e)
 		return
 	} else if local {
-		// A local location: the file as the client wrote it, read inside
-		// the root (no symbolic link out of it).
-		s.serveFrom(ctx, s.root, prefix+"/"+rel, rel, "artifact "+rel+" of run "+runID)
-		return
+		// A local location (or the artifacts destination): the file as
+		// the client wrote it, read inside the root (no symbolic link out
+		// of it); one fw's own API stored for the run is read from fw's
+		// storage below.
+		if _, err := from.Stat(s.reqCtx(ctx), prefix+"/"+rel); err == nil || !errors.Is(err, blob.ErrNotFound) {
+			s.serveFrom(ctx, from, prefix+"/"+rel, rel, "artifact "+rel+" of run "+runID)
+			return
+		}
 	}
 	arts, err := s.st.Artifacts(s.reqCtx(ctx), runID)
 	if err != nil {
@@ -463,14 +514,22 @@ func (s *Server) proxyList(ctx *fasthttp.RequestCtx, p string) {
 		writeErr(ctx, e)
 		return
 	}
-	var arts []store.Artifact
-	if isRun {
-		var err error
-		if arts, err = s.st.Artifacts(s.reqCtx(ctx), runID); err != nil {
-			writeErr(ctx, s.runErr(err, runID))
+	if !isRun {
+		files, e := s.freeChildren(s.reqCtx(ctx), dir)
+		if e != nil {
+			writeErr(ctx, e)
 			return
 		}
-	} else if arts, e = s.freeFiles(s.reqCtx(ctx)); e != nil {
+		writeJSON(ctx, 200, map[string]any{"files": files})
+		return
+	}
+	got, err := s.st.GetRun(s.reqCtx(ctx), runID)
+	if err != nil {
+		writeErr(ctx, s.runErr(err, runID))
+		return
+	}
+	arts, e := s.runFiles(s.reqCtx(ctx), got)
+	if e != nil {
 		writeErr(ctx, e)
 		return
 	}
@@ -498,19 +557,9 @@ func (s *Server) listRunArtifacts(r *request) (any, *apiError) {
 	if err != nil {
 		return nil, s.runErr(err, id)
 	}
-	var arts []store.Artifact
-	if prefix, local, e := s.localRun(r.ctx, got); e != nil {
+	arts, e := s.runFiles(r.ctx, got)
+	if e != nil {
 		return nil, e
-	} else if local {
-		if arts, e = s.localArtifacts(r.ctx, prefix); e != nil {
-			return nil, e
-		}
-	} else if arts, err = s.st.Artifacts(r.ctx, id); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			arts = nil
-		} else {
-			return nil, s.runErr(err, id)
-		}
 	}
 	files := children(arts, dir)
 	if dir != "" {

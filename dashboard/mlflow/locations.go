@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"os"
 	"path"
 	"strings"
 
@@ -91,23 +92,28 @@ func (s *Server) runArtifactURI(ctx context.Context, r store.Run) string {
 	return artifactURI(mlExperimentID(r.ExperimentID, r.Experiment), r.ID)
 }
 
-// localRun is where the server reads a client-written run's files: the key
-// prefix of the run's directory in the root store. ok is false for a run
-// whose artifacts go through the proxy; a location outside the root is an
+// localRun is where the server reads a client-written run's files: the
+// store and the key prefix of the run's directory in it (the root store;
+// with an artifacts destination, a proxied run's <experiment id>/<run
+// id>/artifacts there). ok is false for a run whose artifacts the proxy
+// keeps in fw's own artifact storage; a location outside the root is an
 // error that says so.
-func (s *Server) localRun(ctx context.Context, r store.Run) (prefix string, ok bool, e *apiError) {
+func (s *Server) localRun(ctx context.Context, r store.Run) (from blob.Store, prefix string, ok bool, e *apiError) {
 	loc := s.runLocation(ctx, r.ExperimentID)
 	if loc == "" {
-		return "", false, nil
+		if s.dest == nil {
+			return nil, "", false, nil
+		}
+		return s.dest, mlExperimentID(r.ExperimentID, r.Experiment) + "/" + r.ID + "/artifacts", true, nil
 	}
 	rel, inside := s.rootKey(loc)
 	if !inside {
-		return "", true, errf(400, codeInvalidParameter, "the artifacts of run %s are at %s, a location outside the dashboard's --default-artifact-root: MLflow's client reads them there itself; the dashboard opens only files inside its root", r.ID, loc)
+		return nil, "", true, errf(400, codeInvalidParameter, "the artifacts of run %s are at %s, a location outside the dashboard's --default-artifact-root: MLflow's client reads them there itself; the dashboard opens only files inside its root", r.ID, loc)
 	}
 	if rel != "" {
 		rel += "/"
 	}
-	return rel + r.ID + "/artifacts", true, nil
+	return s.root, rel + r.ID + "/artifacts", true, nil
 }
 
 // canonical is a location in one comparable form: a local directory's
@@ -161,12 +167,12 @@ func (s *Server) honoured(loc string) bool {
 	return inside && strings.HasPrefix(loc, "s3://")
 }
 
-// localArtifacts lists a client-written run's files (prefix in the root
-// store), as the store lists a proxied run's.
-func (s *Server) localArtifacts(ctx context.Context, prefix string) ([]store.Artifact, *apiError) {
-	l, ok := s.root.(blob.Lister)
+// localArtifacts lists a client-written run's files (prefix in the store
+// from), as the store lists a proxied run's.
+func (s *Server) localArtifacts(ctx context.Context, from blob.Store, prefix string) ([]store.Artifact, *apiError) {
+	l, ok := from.(blob.Lister)
 	if !ok {
-		return nil, errf(500, codeInternal, "the artifact root %s cannot be listed", s.root.String())
+		return nil, errf(500, codeInternal, "the artifact root %s cannot be listed", from.String())
 	}
 	entries, err := l.List(ctx, prefix, maxLocalListing)
 	switch {
@@ -175,7 +181,7 @@ func (s *Server) localArtifacts(ctx context.Context, prefix string) ([]store.Art
 	case errors.Is(err, blob.ErrInvalidKey):
 		return nil, errf(400, codeInvalidParameter, "the run's artifact directory is not a path inside the dashboard's artifact root")
 	case err != nil:
-		s.log.Error("mlflow api: listing a run's artifact directory", "prefix", prefix, "root", s.root.String(), "err", err)
+		s.log.Error("mlflow api: listing a run's artifact directory", "prefix", prefix, "root", from.String(), "err", err)
 		return nil, errf(500, codeInternal, "listing the run's artifact directory failed; see the dashboard's log")
 	}
 	out := make([]store.Artifact, len(entries))
@@ -183,6 +189,39 @@ func (s *Server) localArtifacts(ctx context.Context, prefix string) ([]store.Art
 		out[i] = store.Artifact{Path: e.Key, Size: e.Size}
 	}
 	return out, nil
+}
+
+// runFiles lists a run's artifacts for MLflow's API: the files in its
+// client-written or destination directory (localRun), with those fw's
+// store lists for the run (uploaded through fw's own API or its SDK) that
+// are not there under the same path; the store's alone for a run the
+// proxy keeps in fw's storage.
+func (s *Server) runFiles(ctx context.Context, r store.Run) ([]store.Artifact, *apiError) {
+	arts, err := s.st.Artifacts(ctx, r.ID)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, s.runErr(err, r.ID)
+	}
+	from, prefix, local, e := s.localRun(ctx, r)
+	if e != nil {
+		return nil, e
+	}
+	if !local {
+		return arts, nil
+	}
+	files, e := s.localArtifacts(ctx, from, prefix)
+	if e != nil {
+		return nil, e
+	}
+	seen := make(map[string]bool, len(files))
+	for _, f := range files {
+		seen[f.Path] = true
+	}
+	for _, a := range arts {
+		if !seen[a.Path] {
+			files = append(files, a)
+		}
+	}
+	return files, nil
 }
 
 // ClientFiles returns where MLflow's client writes a run's files itself (a
@@ -196,18 +235,18 @@ func (s *Server) ClientFiles(ctx context.Context, runID string, list bool) (file
 	if err != nil {
 		return nil, nil, "", false, err
 	}
-	prefix, ok, e := s.localRun(ctx, r)
+	from, prefix, ok, e := s.localRun(ctx, r)
 	if e != nil {
 		return nil, nil, "", true, e.asFW()
 	}
 	if !ok || !list {
-		return nil, s.root, prefix, ok, nil
+		return nil, from, prefix, ok, nil
 	}
-	files, e = s.localArtifacts(ctx, prefix)
+	files, e = s.localArtifacts(ctx, from, prefix)
 	if e != nil {
 		return nil, nil, "", true, e.asFW()
 	}
-	return files, s.root, prefix, true, nil
+	return files, from, prefix, true, nil
 }
 
 // asFW is the error in fw's own API shape (for fw's routes).

@@ -2,10 +2,14 @@ package mlflow
 
 import (
 	"context"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/fw-serve/fw/dashboard/blob"
+	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/internal/testmoto"
 )
 
@@ -176,6 +180,128 @@ func TestClientWrittenArtifacts(t *testing.T) {
 			// elsewhere is refused with the reason.
 			e.ok("POST", api+"experiments/create", map[string]any{"name": "inside", "artifact_location": uri + "/custom"})
 			e.fails(400, codeInvalidParameter, "POST", api+"experiments/create", map[string]any{"name": "outside", "artifact_location": "s3://another-bucket/x"})
+		})
+	}
+}
+
+// With an artifacts destination (MLflow's --artifacts-destination), the
+// proxy keeps what MLflow's clients upload in MLflow's own layout, in a
+// directory or a bucket: a run's files under <experiment>/<run>/artifacts,
+// other paths as given. Runs keep mlflow-artifacts:/ URIs; a file fw's own
+// API stored for the run is listed and served beside them.
+func TestArtifactsDestination(t *testing.T) {
+	dests := map[string]func(t *testing.T) blob.Store{
+		"dir": func(t *testing.T) blob.Store {
+			s, err := blob.NewDir(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		"s3": func(t *testing.T) blob.Store {
+			m := testmoto.Start(t)
+			s, err := blob.Open("s3://"+m.Bucket+"/mlartifacts", "", blob.S3Config{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, PathStyle: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	}
+	for name, open := range dests {
+		t.Run(name, func(t *testing.T) {
+			dest := open(t)
+			e := newEnv(t, Config{ArtifactsDestination: dest})
+			ctx := context.Background()
+			read := func(key string) string {
+				t.Helper()
+				r, _, err := dest.Get(ctx, key)
+				if err != nil {
+					t.Fatalf("%s is not in the destination: %v", key, err)
+				}
+				defer r.Close()
+				b, _ := io.ReadAll(r)
+				return string(b)
+			}
+			exp := e.ok("POST", api+"experiments/create", map[string]any{"name": "proxied"})["experiment_id"].(string)
+			run := e.newRun(exp)
+			info := e.ok("GET", api+"runs/get?run_id="+run, nil)["run"].(map[string]any)["info"].(map[string]any)
+			if want := "mlflow-artifacts:/" + exp + "/" + run + "/artifacts"; info["artifact_uri"] != want {
+				t.Fatalf("artifact_uri %v, want %s", info["artifact_uri"], want)
+			}
+			const proxy = "/api/2.0/mlflow-artifacts/artifacts/"
+			runDir := exp + "/" + run + "/artifacts"
+			e.ok("PUT", proxy+runDir+"/model/MLmodel", "flavors: {}")
+			e.ok("PUT", proxy+runDir+"/./notes.txt", "hi")
+			e.ok("POST", "/ajax-api/2.0/mlflow/upload-artifact?run_uuid="+run+"&path=up.txt", "uploaded")
+			for key, want := range map[string]string{runDir + "/model/MLmodel": "flavors: {}", runDir + "/notes.txt": "hi", runDir + "/up.txt": "uploaded"} {
+				if got := read(key); got != want {
+					t.Fatalf("%s holds %q, want %q", key, got, want)
+				}
+			}
+			// A file fw's own API stored for the run (its artifact storage and event).
+			if err := os.MkdirAll(filepath.Join(e.art, run), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(e.art, run, "fw.txt"), []byte("fw"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.st.Apply(ctx, []store.Event{{Type: store.EventArtifact, RunID: run, Writer: "sdk", Seq: 1, Path: "fw.txt", Size: store.Ptr(int64(2))}}); err != nil {
+				t.Fatal(err)
+			}
+			names := func(files []any) string {
+				var out []string
+				for _, f := range files {
+					out = append(out, f.(map[string]any)["path"].(string))
+				}
+				return strings.Join(out, ",")
+			}
+			if got := names(e.ok("GET", api+"artifacts/list?run_id="+run, nil)["files"].([]any)); got != "fw.txt,model,notes.txt,up.txt" {
+				t.Fatalf("artifacts/list: %s", got)
+			}
+			if got := names(e.ok("GET", proxy[:len(proxy)-1]+"?path="+runDir, nil)["files"].([]any)); got != "fw.txt,model,notes.txt,up.txt" {
+				t.Fatalf("the proxy's listing: %s", got)
+			}
+			if got := names(e.ok("GET", api+"artifacts/list?run_id="+run+"&path=model", nil)["files"].([]any)); got != "model/MLmodel" {
+				t.Fatalf("artifacts/list model: %s", got)
+			}
+			for p, want := range map[string]string{"model/MLmodel": "flavors: {}", "fw.txt": "fw"} {
+				if _, out := e.call("GET", "/get-artifact?run_id="+run+"&path="+p, nil); out["raw"] != want {
+					t.Fatalf("get-artifact %s: %v", p, out)
+				}
+				if _, out := e.call("GET", proxy+runDir+"/"+p, nil); out["raw"] != want {
+					t.Fatalf("the proxy's download of %s: %v", p, out)
+				}
+			}
+			if code, _ := e.call("GET", "/get-artifact?run_id="+run+"&path=none", nil); code != 404 {
+				t.Fatalf("a missing file: %d", code)
+			}
+			// fw's run page sees the destination's files.
+			files, from, prefix, ok, err := e.srv.ClientFiles(ctx, run, true)
+			if err != nil || !ok || from != dest || prefix != runDir || len(files) != 3 {
+				t.Fatalf("ClientFiles: %v %v %v %q %v", files, ok, err, prefix, from)
+			}
+			// Any other path is stored as given, listed level by level.
+			e.ok("PUT", proxy+"free/a.txt", "0")
+			e.ok("PUT", proxy+"free/dir/b.txt", "1")
+			if got := read("free/dir/b.txt"); got != "1" {
+				t.Fatalf("free/dir/b.txt holds %q", got)
+			}
+			if _, out := e.call("GET", proxy+"free/a.txt", nil); out["raw"] != "0" {
+				t.Fatalf("a free file: %v", out)
+			}
+			listing := e.ok("GET", proxy[:len(proxy)-1]+"?path=free", nil)["files"].([]any)
+			if got := names(listing); got != "a.txt,dir" || listing[0].(map[string]any)["file_size"] != float64(1) || listing[1].(map[string]any)["is_dir"] != true {
+				t.Fatalf("listing free/: %v", listing)
+			}
+			if got := names(e.ok("GET", proxy[:len(proxy)-1], nil)["files"].([]any)); got != exp+",free" {
+				t.Fatalf("listing the top: %s", got)
+			}
+			if code, _ := e.call("GET", proxy+"free/none.txt", nil); code != 404 {
+				t.Fatalf("a missing free file: %d", code)
+			}
+			if code, _ := e.call("GET", proxy+"free/../../etc/passwd", nil); code != 400 && code != 404 {
+				t.Fatalf("a path climbing out: %d", code)
+			}
 		})
 	}
 }

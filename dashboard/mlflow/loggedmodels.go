@@ -883,16 +883,15 @@ func (s *Server) listLoggedModelArtifacts(r *request, id string) (any, *apiError
 			return nil, invalidPath("%v; give a path inside the artifacts", err)
 		}
 	}
-	arts, e := s.freeFiles(r.ctx)
-	if e != nil {
-		return nil, e
-	}
 	root := m.ExperimentID + "/models/" + m.ID + "/artifacts"
 	full := root
 	if dir != "" {
 		full += "/" + dir
 	}
-	files := children(arts, full)
+	files, e := s.freeChildren(r.ctx, full)
+	if e != nil {
+		return nil, e
+	}
 	if dir != "" {
 		for i := range files {
 			files[i].Path = dir + "/" + files[i].Path

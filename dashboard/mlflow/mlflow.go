@@ -88,6 +88,17 @@ type Config struct {
 	// writes the files clients write there. nil with a local root: opened
 	// here.
 	ArtifactRoot blob.Store
+	// ArtifactsDestination, when set, is MLflow's --artifacts-destination:
+	// where the artifact proxy keeps what MLflow's clients upload, in
+	// MLflow's own layout: a run's files under <experiment id>/<run
+	// id>/artifacts/<path>, any other path as it is given (logged models'
+	// <experiment id>/models/<model id>/artifacts/..., traces', scripts'),
+	// so a directory or bucket an MLflow server wrote is read as it is,
+	// and the other way round. Runs still get mlflow-artifacts:/ URIs. nil:
+	// the proxy keeps runs' files in Artifacts (<run id>/<path>) and other
+	// paths under Artifacts' _mlflow-artifacts/. Not with
+	// DefaultArtifactRoot (without artifact serving there is no proxy).
+	ArtifactsDestination blob.Store
 }
 
 // Defaults of Config.
@@ -119,6 +130,7 @@ type Server struct {
 	parsers fastjson.ParserPool // log-batch's metrics (decodeMetricsFast)
 
 	root      blob.Store                 // Config.ArtifactRoot; nil without a root
+	dest      blob.Store                 // Config.ArtifactsDestination; nil without one
 	rootCanon string                     // DefaultArtifactRoot in canonical form (locations.go); "" without one
 	locations *lru.Cache[string, string] // experiment ID -> its artifact location (locations.go)
 }
@@ -145,6 +157,7 @@ func New(base context.Context, st store.Store, cfg Config, log *slog.Logger) *Se
 	}
 	s := &Server{st: st, cfg: cfg, log: log, base: base, locations: lru.New[string, string](100_000)}
 	s.root = cfg.ArtifactRoot
+	s.dest = cfg.ArtifactsDestination
 	s.rootCanon, _ = canonical(cfg.DefaultArtifactRoot)
 	if dir, ok := localDir(cfg.DefaultArtifactRoot); ok && s.root == nil {
 		if d, err := blob.NewDir(dir); err != nil {

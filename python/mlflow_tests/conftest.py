@@ -328,6 +328,15 @@ def local_root_dashboard(tmp_path, monkeypatch) -> Iterator[Dashboard]:
 
 
 @pytest.fixture
+def destination_dashboard(tmp_path, monkeypatch) -> Iterator[Dashboard]:
+    """A dashboard whose artifact proxy stores into <tmp>/mlartifacts in MLflow's layout
+    (--artifacts-destination, given as a plain path), as `mlflow server --artifacts-destination`."""
+    yield from _serve(
+        tmp_path, monkeypatch, None, {"FW_DASHBOARD_ARTIFACTS_DESTINATION": str(tmp_path / "mlartifacts")}
+    )
+
+
+@pytest.fixture
 def moto_s3(tmp_path) -> Iterator[str]:
     """moto's S3 server (FW_MOTO_SERVER: scripts/setup-moto-venv.sh's, as `make test-mlflow` sets it)
     on a free loopback port; its URL. Stopped (its process group) after the test."""

@@ -197,3 +197,60 @@ def test_s3_root_mlflow_client_writes_the_bucket(s3_root_dashboard, tmp_path):
     assert client.get_experiment(inside).artifact_location == "s3://fw-mlruns/team/custom"
     with pytest.raises(MlflowException, match="is not supported by fw"):
         client.create_experiment("elsewhere", artifact_location="s3://another-bucket/x")
+
+
+def test_artifacts_destination_keeps_mlflows_layout(destination_dashboard, tmp_path):
+    """--artifacts-destination: what MLflow's client uploads through the proxy lands where MLflow's
+    server puts it (MLflow's own test_log_artifact checks <destination>/<exp>/<run>/artifacts/...),
+    and reads back through MLflow's client, its REST routes and fw's own run page."""
+    from mlflow import MlflowClient
+
+    d = destination_dashboard
+    dest = tmp_path / "mlartifacts"
+    mlflow.set_tracking_uri(d.url)
+    src = tmp_path / "a.txt"
+    src.write_text("0")
+    with mlflow.start_run() as run:
+        mlflow.log_artifact(str(src))
+        mlflow.log_artifact(str(src), artifact_path="artifact_path")
+        mlflow.log_text("notes", "sub/notes.md")
+    rid = run.info.run_id
+    assert run.info.artifact_uri == f"mlflow-artifacts:/0/{rid}/artifacts"
+    on_disk = dest / "0" / rid / "artifacts"
+    assert (on_disk / "a.txt").read_text() == "0"
+    assert (on_disk / "artifact_path" / "a.txt").read_text() == "0"
+    assert (on_disk / "sub" / "notes.md").read_text() == "notes"
+
+    client = MlflowClient(d.url)
+    assert {a.path for a in client.list_artifacts(rid)} == {"a.txt", "artifact_path", "sub"}
+    assert [a.path for a in client.list_artifacts(rid, "artifact_path")] == ["artifact_path/a.txt"]
+    got = mlflow.artifacts.download_artifacts(run_id=rid, artifact_path=".", tracking_uri=d.url)
+    assert Path(got, "sub", "notes.md").read_text() == "notes"
+    r = d.request("GET", f"/api/runs/{rid}/artifacts")
+    assert r.status == 200, r
+    assert {a["path"] for a in r.json()["artifacts"]} == {"a.txt", "artifact_path/a.txt", "sub/notes.md"}, r
+    r = d.request("GET", f"/api/runs/{rid}/download?kind=artifact&path=sub/notes.md")
+    assert r.status == 200 and r.body == b"notes", r
+
+    # An MLflow 3 logged model's files: <exp>/models/<id>/artifacts/..., as MLflow's server keeps them.
+    exp_id = client.create_experiment("destination models")
+    model = client.create_logged_model(exp_id, name="m")
+    mdir = tmp_path / "model"
+    (mdir / "data").mkdir(parents=True)
+    (mdir / "MLmodel").write_text("flavors: {}")
+    (mdir / "data" / "w.bin").write_bytes(b"\0\1")
+    client.log_model_artifacts(model.model_id, str(mdir))
+    on_disk = dest / exp_id / "models" / model.model_id / "artifacts"
+    assert (on_disk / "MLmodel").read_text() == "flavors: {}"
+    assert (on_disk / "data" / "w.bin").read_bytes() == b"\0\1"
+    assert {a.path for a in client.list_logged_model_artifacts(model.model_id)} == {"MLmodel", "data"}
+    assert [a.path for a in client.list_logged_model_artifacts(model.model_id, "data")] == ["data/w.bin"]
+    r = d.request(
+        "GET", f"/api/2.0/mlflow-artifacts/artifacts/{exp_id}/models/{model.model_id}/artifacts/data/w.bin"
+    )
+    assert r.status == 200 and r.body == b"\0\1", r
+
+    # The proxy's own listing goes level by level through the destination.
+    r = d.request("GET", "/api/2.0/mlflow-artifacts/artifacts")
+    assert r.status == 200, r
+    assert {f["path"] for f in r.json()["files"]} == {"0", exp_id}, r
