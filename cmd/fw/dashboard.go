@@ -321,7 +321,7 @@ Flags:
 		MaxBodyBytes: api.DefaultMaxBodyBytes, MaxArtifactBytes: int64(*maxArtifactMiB) << 20, DefaultArtifactRoot: localRoot, ArtifactRoot: rootStore, ArtifactsDestination: destStore}, log)
 	srv := api.New(base, st, api.Config{Token: *token, Version: version, Hub: hub, UI: ui, CheckpointDir: *ckptDir, ArtifactDir: artDir, Artifacts: rf.artifacts, Checkpoints: rf.checkpoints, CheckpointUploads: rf.checkpointBucket,
 		MaxArtifactBytes: int64(*maxArtifactMiB) << 20, Hosts: hosts, CORSOrigins: hostguard.ParseList(*corsOrigins), ReplicaID: self.ID,
-		Mounts: []api.Mount{ml}, RunTraces: ml.RunTraces, ClientFiles: ml.ClientFiles, Telemetry: otel, TraceRetention: *traceRetention, TraceMaxSpans: *traceMaxSpans, TraceProxied: deployTraces != nil,
+		Mounts: []api.Mount{ml}, RunTraces: ml.RunTraces, LoggedModels: ml.LoggedModels, ClientFiles: ml.ClientFiles, Telemetry: otel, TraceRetention: *traceRetention, TraceMaxSpans: *traceMaxSpans, TraceProxied: deployTraces != nil,
 		PayloadRetention: *payloadRetention, PayloadMaxRecords: *payloadMax}, log)
 	srv.SetReplicas(member)
 	sampler := sysinfo.NewSampler([]sysinfo.Dir{{Name: "experiments", Path: *expDir}, {Name: "checkpoints", Path: *ckptDir}}, *sysInterval, *sysHistory, log)

@@ -99,6 +99,10 @@ type Config struct {
 	// RunTraces lists the MLflow traces made in or linked to a run (package
 	// mlflow's Server.RunTraces), for GET /api/runs/{id}/traces; nil: none.
 	RunTraces func(ctx context.Context, runID string, limit int) ([]store.TraceSummary, error)
+	// LoggedModels lists MLflow 3's logged models, newest first, at most
+	// limit, with how many there are (package mlflow's
+	// Server.LoggedModels), for GET /api/logged-models; nil: none.
+	LoggedModels func(ctx context.Context, limit int) ([]store.LoggedModelSummary, int, error)
 	// ClientFiles returns the store and key prefix of the files MLflow's
 	// client wrote itself for a run whose experiment has an artifact
 	// location in the default artifact root, and with list those files

@@ -61,6 +61,7 @@ var dashboardRoutes = map[string][]string{
 	"/api/runs/{id}/checkpoints":            {"get"},
 	"/api/runs/{id}/artifacts":              {"get"},
 	"/api/runs/{id}/traces":                 {"get"},
+	"/api/logged-models":                    {"get"},
 	"/api/runs/{id}/download":               {"get"},
 	"/api/runs/{id}/files":                  {"put"},
 	"/api/activity":                         {"get"},

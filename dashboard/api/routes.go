@@ -93,6 +93,7 @@ func (s *Server) routeTable() []route {
 		{method: "GET", pattern: "/api/runs/{id}/checkpoints", fn: s.checkpoints},
 		{method: "GET", pattern: "/api/runs/{id}/artifacts", fn: s.artifacts},
 		{method: "GET", pattern: "/api/runs/{id}/traces", fn: s.runTraces},
+		{method: "GET", pattern: "/api/logged-models", fn: s.loggedModels},
 		{method: "GET", pattern: "/api/runs/{id}/download", raw: s.download},
 		{method: "PUT", pattern: "/api/runs/{id}/files", fn: s.uploadFile},
 		{method: "GET", pattern: "/api/compare", fn: s.compare},

@@ -34,6 +34,56 @@ const (
 	maxModelMetrics = 1000 // latest value per (key, dataset, digest, run)
 )
 
+// LoggedModels lists MLflow 3's logged models for fw's own Models page
+// (api.Config.LoggedModels): the newest first (creation time, then ID), at
+// most limit, with how many there are; each with its experiment's fw ID
+// and name where it still exists.
+func (s *Server) LoggedModels(ctx context.Context, limit int) ([]store.LoggedModelSummary, int, error) {
+	recs, err := s.st.ListRecords(ctx, loggedModelKind)
+	if err != nil {
+		return nil, 0, err
+	}
+	models := make([]loggedModel, 0, len(recs))
+	for _, r := range recs {
+		var m loggedModel
+		if json.Unmarshal(r.Body, &m) == nil && m.ID != "" {
+			models = append(models, m)
+		}
+	}
+	slices.SortFunc(models, func(a, b loggedModel) int {
+		if a.Created != b.Created {
+			return cmpInt64(b.Created, a.Created)
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	total := len(models)
+	models = models[:min(limit, len(models))]
+	exps := map[string]store.Experiment{}
+	out := make([]store.LoggedModelSummary, 0, len(models))
+	for _, m := range models {
+		e, seen := exps[m.ExperimentID]
+		if !seen {
+			e, _ = s.fwExperiment(ctx, m.ExperimentID) // gone: listed without it
+			exps[m.ExperimentID] = e
+		}
+		out = append(out, store.LoggedModelSummary{ModelID: m.ID, Name: m.Name, ExperimentID: e.ID, Experiment: e.Name,
+			MLflowExperimentID: m.ExperimentID, ModelType: m.ModelType, SourceRunID: m.SourceRunID, Status: m.Status,
+			Created: m.Created, Updated: m.Updated, Tags: m.Tags,
+			ArtifactURI: "mlflow-artifacts:/" + m.ExperimentID + "/models/" + m.ID + "/artifacts"})
+	}
+	return out, total, nil
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
 // MLflow's LoggedModelStatus names.
 var modelStatuses = []string{"LOGGED_MODEL_STATUS_UNSPECIFIED", "LOGGED_MODEL_PENDING", "LOGGED_MODEL_READY", "LOGGED_MODEL_UPLOAD_FAILED"}
 

@@ -1,9 +1,11 @@
 package mlflow
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestLoggedModels: MLflow 3's logged models through their REST routes:
@@ -170,5 +172,33 @@ func TestModelFilter(t *testing.T) {
 	}
 	if !likeMatch("abc", "a%") || !likeMatch("", "%") || likeMatch("abc", "a_") || !likeMatch("aXbXc", "%b%c") || likeMatch("ab", "%c%") {
 		t.Fatal("likeMatch")
+	}
+}
+
+// LoggedModels (fw's Models page, GET /api/logged-models): the newest
+// first, bounded, with the total, each with its fw experiment.
+func TestLoggedModelsForTheModelsPage(t *testing.T) {
+	e := newEnv(t, Config{})
+	ctx := context.Background()
+	x := e.ok("POST", api+"experiments/create", map[string]any{"name": "autolog"})["experiment_id"].(string)
+	var ids []string
+	for i, exp := range []string{x, "0", x} {
+		m := e.ok("POST", api+"logged-models", map[string]any{"experiment_id": exp, "name": fmt.Sprintf("m%d", i), "model_type": "pytorch", "source_run_id": "r1"})["model"].(map[string]any)
+		ids = append(ids, m["info"].(map[string]any)["model_id"].(string))
+		time.Sleep(2 * time.Millisecond) // distinct creation times
+	}
+	got, total, err := e.srv.LoggedModels(ctx, 2)
+	if err != nil || total != 3 || len(got) != 2 {
+		t.Fatalf("%v %d %v", got, total, err)
+	}
+	if got[0].ModelID != ids[2] || got[1].ModelID != ids[1] {
+		t.Fatalf("order %s %s, want the newest first (%v)", got[0].ModelID, got[1].ModelID, ids)
+	}
+	if got[0].Experiment != "autolog" || got[0].ExperimentID != x || got[0].MLflowExperimentID != x || got[0].Status != "LOGGED_MODEL_PENDING" ||
+		got[0].SourceRunID != "r1" || got[0].ArtifactURI != "mlflow-artifacts:/"+x+"/models/"+ids[2]+"/artifacts" {
+		t.Fatalf("summary %+v", got[0])
+	}
+	if got[1].MLflowExperimentID != "0" || got[1].Experiment != DefaultExperiment || got[1].ExperimentID == "" {
+		t.Fatalf("the Default experiment's model: %+v", got[1])
 	}
 }

@@ -90,3 +90,11 @@ def test_pytorch_autolog_with_default_settings_logs_a_loadable_model(dashboard, 
     assert client.get_run(run.info.run_id).data.metrics["train_loss"] >= 0
     loaded = mlflow.pytorch.load_model(f"models:/{models[0].model_id}")
     assert torch.allclose(loaded(xs), model(xs))
+    # fw's Models page lists it, with the run and experiment it came from.
+    r = dashboard.request("GET", "/api/logged-models?limit=10")
+    assert r.status == 200, r
+    listed = {m["model_id"]: m for m in r.json()["logged_models"]}
+    assert models[0].model_id in listed, r.json()
+    got = listed[models[0].model_id]
+    assert got["source_run_id"] == run.info.run_id and got["experiment"] == "autolog", got
+    assert got["status"] == "LOGGED_MODEL_READY", got

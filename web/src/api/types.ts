@@ -106,5 +106,8 @@ export type TraceList = Answer<"/api/traces", "get">;
 export type TraceSpans = Answer<"/api/traces/{trace_id}", "get">;
 export type TraceSummary = S["TraceSummary"];
 export type RunTraceList = Answer<"/api/runs/{id}/traces", "get">;
+/** GET /api/logged-models: MLflow 3's logged models, newest first. */
+export type LoggedModelList = Answer<"/api/logged-models", "get">;
+export type LoggedModelSummary = S["LoggedModelSummary"];
 /** GET /api/payloads: a deployment's logged records, newest first. */
 export type PayloadList = Answer<"/api/payloads", "get">;

@@ -1,6 +1,8 @@
 // The model registry: every model with its latest version (format, size,
 // signature, labels, source run), aliases and deployments; buttons to export
-// a checkpoint and to register an exported file or a checkpoint.
+// a checkpoint and to register an exported file or a checkpoint; and MLflow
+// 3's logged models (MLflow's client logs them; fw's registry holds them once
+// registered).
 import { useState } from "react";
 import { Link, useNavigate } from "react-router-dom";
 import { get, request, seg } from "../api/client";
@@ -9,7 +11,7 @@ import { ExportDialog } from "../components/ExportDialog";
 import { DataTable, numCol } from "../components/DataTable";
 import { Card, ConfirmDialog, Empty, ErrorNote, StatusBadge } from "../components/ui";
 import { fmtAgo, fmtBytes } from "../lib/format";
-import type { Body, Deployment, DeploymentList, Model, ModelList, ModelVersion, TensorSpec } from "../api/types";
+import type { Body, Deployment, DeploymentList, LoggedModelList, LoggedModelSummary, Model, ModelList, ModelVersion, TensorSpec } from "../api/types";
 import { useAction, useApi } from "../lib/hooks";
 
 /** "name dtype [shape]" for a tensor, batch dim shown as N. */
@@ -161,6 +163,64 @@ function DeploymentCell({ deps }: { deps: Deployment[] }) {
   );
 }
 
+/** A logged model's status, short ("READY" of LOGGED_MODEL_READY). */
+export function loggedStatus(m: LoggedModelSummary): string {
+  return m.status.replace(/^LOGGED_MODEL_(STATUS_)?/, "");
+}
+
+/** MLflow 3's logged models, newest first: the models MLflow's client logged
+ * (log_model, autologging), with the run and experiment they came from. */
+export function LoggedModels() {
+  const logged = useApi((s) => get<LoggedModelList>("/api/logged-models", { limit: 100 }, s), [], 30000);
+  const list = logged.data?.logged_models ?? [];
+  const total = logged.data?.total ?? 0;
+  return (
+    <Card title="Logged models (MLflow)" className="logged-models">
+      <ErrorNote error={logged.error} />
+      {logged.data && list.length === 0 ? (
+        <Empty>No logged models. MLflow's client logs them: mlflow.pytorch.log_model, or mlflow.pytorch.autolog() while training.</Empty>
+      ) : (
+        <>
+          <p className="muted small">
+            {total > list.length ? `The newest ${list.length} of ${total}. ` : ""}
+            Load one with <code>mlflow.pytorch.load_model("models:/&lt;model id&gt;")</code>; register it with <code>mlflow.register_model</code> to
+            add it to the registry above.
+          </p>
+          <DataTable className="logged-models-table" scroll="table-wrap" columns={["Name", "Model ID", "Type", "Status", "Experiment", "Source run", "Created"]}>
+            {list.map((m) => (
+              <tr key={m.model_id}>
+                <td className="strong">{m.name}</td>
+                <td>
+                  <code title={m.artifact_uri}>{m.model_id}</code>
+                </td>
+                <td>{m.model_type || <span className="muted">–</span>}</td>
+                <td>
+                  <StatusBadge status={loggedStatus(m).toLowerCase()} />
+                </td>
+                <td>
+                  {m.experiment_id ? (
+                    <Link to={`/experiments/${seg(m.experiment_id)}`}>{m.experiment}</Link>
+                  ) : (
+                    <span className="muted">MLflow experiment {m.mlflow_experiment_id}</span>
+                  )}
+                </td>
+                <td>
+                  {m.source_run_id ? (
+                    <Link to={`/runs/${seg(m.source_run_id)}`}>{m.source_run_id.slice(0, 12)}</Link>
+                  ) : (
+                    <span className="muted">–</span>
+                  )}
+                </td>
+                <td>{fmtAgo(new Date(m.created_ms).toISOString())}</td>
+              </tr>
+            ))}
+          </DataTable>
+        </>
+      )}
+    </Card>
+  );
+}
+
 /** The /models page. */
 export function ModelsPage() {
   const nav = useNavigate();
@@ -242,6 +302,7 @@ export function ModelsPage() {
           </DataTable>
         )}
       </Card>
+      <LoggedModels />
       <ExportDialog open={exporting} onClose={() => setExporting(false)} onDone={() => models.reload()} />
       <RegisterDialog
         open={registering}
