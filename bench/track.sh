@@ -8,7 +8,7 @@
 #      metrics per call (MLflow's cap) into a local SQLite store (sqlite:///.../mlflow.db).
 #   c. MLflow: bench/track_mlflow.py --mode log_metrics, mlflow.log_metrics(dict, step=)
 #      per step (the fluent API), on METRICS_STEPS steps: it is too slow for STEPS.
-#   d. MLflow's client code (bench/track_mlflow_api.py: create_run, log_metric, log_batch of 10,
+#   d. MLflow's client code (bench/track_mlflow_api.py: create_run, log_metric, log_batch of 10 and 1000, the registry, logged models,
 #      search_runs over API_RUNS runs with a metric filter and order), the same calls against
 #      `fw dashboard` and against MLflow's own `mlflow server` (SQLite, its defaults).
 # MLflow lives in its own cached venv (scripts/setup-mlflow-venv.sh: ${FW_CACHE_DIR:-~/.cache/fw}/
@@ -250,6 +250,14 @@ ops = [
     ("log_batch_1000", "`log_batch(run, metrics=[1000 metrics])`, MLflow's cap per call (100 steps of 10 keys)"),
     ("search_runs_100", f"`search_runs([exp], \"metrics.acc > 0.5\", order_by=[\"metrics.acc DESC\"], max_results=100)` over {int(api_runs):,} runs"),
     ("search_runs_1000", "the same with `max_results=1000` (the client's default)"),
+    ("create_registered_model", "`create_registered_model(name)`"),
+    ("create_model_version", "`create_model_version(name, \"runs:/<run>/model\", run_id=)` (the client waits for READY)"),
+    ("set_registered_model_alias", "`set_registered_model_alias(name, \"champion\", \"1\")`"),
+    ("get_model_version_by_alias", "`get_model_version_by_alias(name, \"champion\")`"),
+    ("search_registered_models", "`search_registered_models(\"name LIKE '<prefix>-%'\", max_results=100)` (100 models match)"),
+    ("search_model_versions", "`search_model_versions(\"name = '<model>'\")`"),
+    ("create_logged_model", "`create_logged_model(experiment_id, name=)` (MLflow 3)"),
+    ("search_logged_models", "`search_logged_models(experiment_ids=[exp], max_results=100)` (100 models)"),
 ]
 t = ["| call | fw calls/s | fw p50 ms | fw p99 ms | MLflow calls/s | MLflow p50 ms | MLflow p99 ms | fw / MLflow |",
      "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -265,6 +273,8 @@ def ok(x):
 
 goal_ops = ["create_run", "log_metric", "log_batch_10", "search_runs_100"]
 worst = min(goal_ops, key=lambda k: ratios[k])
+reg_ops = [k for k, _ in ops[6:]]
+reg_worst = min(reg_ops, key=lambda k: ratios[k])
 text = f"""{START}
 ## MLflow's client: fw dashboard vs mlflow server
 
@@ -278,8 +288,10 @@ its own) against (a) `fw dashboard` (SQLite, its defaults) and (b) MLflow's own 
 on the same machine. Both hold the same {int(api_runs):,} runs for the search (a param, a tag,
 metrics `acc` and `loss`, finished): fw's loaded through its ingest API, MLflow's written by its own
 `SqlAlchemyStore` (one run, its rows copied in SQL for the others); loading is not timed. The
-bench checks what it measures: every logged point is read back with `get_metric_history`, and
-every search answer has `max_results` runs, all with `acc > 0.5`, ordered by `acc`.
+bench checks what it measures: every logged point is read back with `get_metric_history`,
+every search answer has `max_results` runs, all with `acc > 0.5`, ordered by `acc`, every model
+gets version 1 and its alias names it, and each registry or logged-model search answers the
+models it should.
 "fw / MLflow" is MLflow's p50 over fw's.
 
 {chr(10).join(t)}
@@ -293,6 +305,11 @@ Targets from the issue:
   server: {ml['log_batch_1000']['points_per_s']:,.0f}). Of fw's {fw['log_batch_1000']['p50_ms']:.1f} ms per call (p50),
   {fw['log_batch_1000_client']['p50_ms']:.1f} ms is the client building the request (its Metric objects,
   protobuf and JSON, timed without HTTP).
+- The model registry and MLflow 3's logged models (the last {len(reg_ops)} rows): fw's p50 is
+  {min(ratios[k] for k in reg_ops):.1f}x-{max(ratios[k] for k in reg_ops):.1f}x below MLflow's server's (lowest: {reg_worst}). A search
+  answering 100 models is mostly MLflow's client parsing them: the registered-model search as raw
+  HTTP, the answer read but not parsed, {fw['search_registered_models_http']['p50_ms']:.1f} ms p50 on fw,
+  {ml['search_registered_models_http']['p50_ms']:.1f} ms on MLflow's server.
 - `search_runs` over {int(api_runs):,} runs under 100 ms p50 (with `max_results=100`):
   {ok(fw['search_runs_100']['p50_ms'] < 100)} ({fw['search_runs_100']['p50_ms']:.1f} ms, measured at the
   client: MLflow's client parses the 100 runs too; the same search as raw HTTP, the answer read but

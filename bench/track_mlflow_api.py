@@ -15,7 +15,9 @@ Three commands:
   ``log_metric`` one metric per call, ``log_batch`` 10 metrics per call, and
   ``search_runs`` over the populated experiment with a metric filter and a
   metric order (``max_results`` 100, MLflow UI's page, and 1000, the client's
-  default). Every call is synchronous and timed on its own; one JSON line
+  default); then the model registry (create a registered model, a version from
+  a run, an alias; read by alias; search models and versions) and MLflow 3's
+  logged models (create; ``search_logged_models`` of an experiment). Every call is synchronous and timed on its own; one JSON line
   with calls/s, p50 and p99 per operation.
 
 Runs with the MLflow venv (scripts/setup-mlflow-venv.sh), not the project's.
@@ -29,6 +31,7 @@ import random
 import statistics
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 EXPERIMENT = "search10k"
@@ -169,7 +172,12 @@ def _stats(lat: list[float]) -> dict:
 
 
 def bench(
-    url: str, creates: int, metric_calls: int, batch_calls: int, searches: int
+    url: str,
+    creates: int,
+    metric_calls: int,
+    batch_calls: int,
+    searches: int,
+    registry_calls: int,
 ) -> dict:
     import mlflow
     from mlflow import MlflowClient
@@ -291,6 +299,93 @@ def bench(
     out["search_runs_100_http"] = _stats(timed(raw, searches))
     total = c.search_runs([sx.experiment_id], "", max_results=1, order_by=order)
     out["search_experiment_runs"] = "populated" if total else "empty"
+    out.update(bench_registry(c, exp, run, registry_calls, searches))
+    return out
+
+
+def bench_registry(c, exp: str, run: str, n: int, searches: int) -> dict:
+    """The model registry and MLflow 3's logged models: each call timed on its own,
+    each answer checked."""
+    out: dict = {}
+    tag = f"bench{time.time_ns()}"
+
+    def timed(fn, k):
+        lat = []
+        for i in range(k):
+            t0 = time.perf_counter()
+            fn(i)
+            lat.append(time.perf_counter() - t0)
+        return lat
+
+    names = [f"{tag}-m{i:04d}" for i in range(n)]
+    out["create_registered_model"] = _stats(
+        timed(lambda i: c.create_registered_model(names[i]), n)
+    )
+
+    def version(i):
+        v = c.create_model_version(names[i], f"runs:/{run}/model", run_id=run)
+        if v.version != "1":
+            sys.exit(f"bench: {names[i]} got version {v.version}, want 1")
+
+    out["create_model_version"] = _stats(timed(version, n))
+    out["set_registered_model_alias"] = _stats(
+        timed(lambda i: c.set_registered_model_alias(names[i], "champion", "1"), n)
+    )
+
+    def by_alias(i):
+        if c.get_model_version_by_alias(names[i], "champion").version != "1":
+            sys.exit("bench: the alias does not name version 1")
+
+    out["get_model_version_by_alias"] = _stats(timed(by_alias, n))
+    want = min(n, 100)
+
+    def search_models(i):
+        got = c.search_registered_models(
+            filter_string=f"name LIKE '{tag}-%'", max_results=100
+        )
+        if len(got) != want:
+            sys.exit(f"bench: search_registered_models gave {len(got)}, want {want}")
+
+    search_models(0)
+    out["search_registered_models"] = _stats(timed(search_models, searches))
+    # The same search as raw HTTP (the JSON answer read, not parsed into
+    # MLflow's objects): the server's share of the client's figure.
+    query = urllib.parse.urlencode(
+        {"filter": f"name LIKE '{tag}-%'", "max_results": 100}
+    )
+    base = c.tracking_uri
+
+    def raw_models(i):
+        with urllib.request.urlopen(
+            f"{base}/api/2.0/mlflow/registered-models/search?{query}", timeout=60
+        ) as r:
+            if len(json.loads(r.read())["registered_models"]) != want:
+                sys.exit(
+                    "bench: the raw registered-model search did not answer every model"
+                )
+
+    raw_models(0)
+    out["search_registered_models_http"] = _stats(timed(raw_models, searches))
+
+    def search_versions(i):
+        got = c.search_model_versions(f"name = '{names[i % n]}'")
+        if len(got) != 1:
+            sys.exit(f"bench: search_model_versions gave {len(got)}, want 1")
+
+    out["search_model_versions"] = _stats(timed(search_versions, searches))
+
+    lm_exp = c.create_experiment(f"{tag}-logged-models")
+    out["create_logged_model"] = _stats(
+        timed(lambda i: c.create_logged_model(lm_exp, name=f"lm{i}"), n)
+    )
+
+    def search_logged(i):
+        got = c.search_logged_models(experiment_ids=[lm_exp], max_results=100)
+        if len(got) != want:
+            sys.exit(f"bench: search_logged_models gave {len(got)}, want {want}")
+
+    search_logged(0)
+    out["search_logged_models"] = _stats(timed(search_logged, searches))
     return out
 
 
@@ -310,6 +405,7 @@ def main() -> None:
     p.add_argument("--metric-calls", type=int, default=1000)
     p.add_argument("--batch-calls", type=int, default=500)
     p.add_argument("--searches", type=int, default=30)
+    p.add_argument("--registry-calls", type=int, default=100)
     a = ap.parse_args()
     t0 = time.perf_counter()
     if a.cmd == "populate-fw":
@@ -319,7 +415,14 @@ def main() -> None:
     else:
         print(
             json.dumps(
-                bench(a.url, a.creates, a.metric_calls, a.batch_calls, a.searches)
+                bench(
+                    a.url,
+                    a.creates,
+                    a.metric_calls,
+                    a.batch_calls,
+                    a.searches,
+                    a.registry_calls,
+                )
             ),
             flush=True,
         )
