@@ -58,14 +58,23 @@ def main() -> None:
         import fw.track
 
         keys = [f"metric_{i}" for i in range(a.keys)]
+
+        def dash_cpu() -> float:
+            """The dashboard's CPU seconds so far (user + system, from /proc)."""
+            with open(f"/proc/{dash.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
         for rep in range(a.repeat):
             with fw.track.run(experiment="bench", capture_output=False) as run:
+                c0, p0 = dash_cpu(), time.process_time()
                 t0 = time.perf_counter()
                 for step in range(a.steps):
                     run.log({k: step * 0.001 for k in keys}, step=step)
                 t1 = time.perf_counter()
                 run.flush(120)
                 t2 = time.perf_counter()
+                c1, p1 = dash_cpu(), time.process_time()
             with urllib.request.urlopen(f"{url}/api/runs/{run.id}", timeout=10) as r:
                 stored = sum(
                     m["count"] for m in json.loads(r.read())["metrics"].values()
@@ -75,6 +84,7 @@ def main() -> None:
                 rec = {"client": "fw", "mode": "run.log", "points": points}
                 rec |= {"stored": stored, "spooled": run.spooled, "seconds": t2 - t0}
                 rec |= {"log_seconds": t1 - t0, "points_per_s": points / (t2 - t0)}
+                rec |= {"dashboard_cpu_s": c1 - c0, "client_cpu_s": p1 - p0}
                 print(json.dumps(rec), flush=True)
                 continue
             print(

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fw-serve/fw/dashboard/registry"
@@ -38,7 +39,9 @@ func testModelRegistry(t *testing.T, e *env) {
 		t.Fatalf("message %q", msg)
 	}
 	e.fails(400, codeInvalidParameter, "POST", api+"registered-models/create", map[string]any{"name": ""})
-	e.fails(400, codeInvalidParameter, "POST", api+"registered-models/create", map[string]any{"name": "../x"})
+	for _, bad := range []string{"../x", "a\x00b", "new\nline", "tab\tx", "\u202eevil", strings.Repeat("m", 65)} {
+		e.fails(400, codeInvalidParameter, "POST", api+"registered-models/create", map[string]any{"name": bad})
+	}
 
 	// Versions from a run's model, numbered 1, 2, 3.
 	for i := 1; i <= 3; i++ {
