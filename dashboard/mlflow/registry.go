@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -128,6 +129,34 @@ func wireVersion(m *registry.Model, v *registry.Version) map[string]any {
 		out["model_id"] = v.Source.LoggedModel
 	}
 	return out
+}
+
+// addVersion registers a version through MLflow's API: an MLflow model
+// with the ONNX flavor in the dashboard's storage as that model's file (fw
+// serves it as it is; onnxflavor.go), anything else as a reference
+// (meta). An ONNX model that cannot be made into one file is registered
+// as a reference too, the reason logged.
+func (s *Server) addVersion(ctx context.Context, reg *registry.Registry, name, source string, meta registry.Version) (*registry.Version, *apiError) {
+	if _, err := reg.Get(ctx, name); err != nil {
+		return nil, s.fromRegistry(err, name, 0)
+	}
+	if tmp, err := s.servableONNX(ctx, source); err != nil {
+		s.log.Warn("mlflow api: an ONNX model version is registered as a reference (fw cannot serve it as it is)", "model", name, "source", source, "err", err)
+	} else if tmp != "" {
+		defer os.Remove(tmp) // after a directory store moved it, a no-op
+		fileMeta := meta
+		fileMeta.Format = ""
+		v, err := reg.AddFile(ctx, name, tmp, fileMeta)
+		if err == nil {
+			return v, nil
+		}
+		s.log.Warn("mlflow api: an ONNX model version is registered as a reference (its file is not one fw serves)", "model", name, "source", source, "err", err)
+	}
+	v, err := reg.AddReference(ctx, name, meta)
+	if err != nil {
+		return nil, s.fromRegistry(err, name, 0)
+	}
+	return v, nil
 }
 
 // latestVersions are the newest version of each stage (MLflow's
@@ -637,12 +666,13 @@ func (s *Server) createModelVersion(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
-	v, err := reg.AddReference(r.ctx, name, registry.Version{
+	meta := registry.Version{
 		Format: registry.FormatMLflow, Description: desc, Tags: tags, Stage: "None",
 		Source: registry.Source{RunID: runID, URI: source, RunLink: runLink, LoggedModel: modelID},
-	})
-	if err != nil {
-		return nil, s.fromRegistry(err, name, 0)
+	}
+	v, e := s.addVersion(r.ctx, reg, name, source, meta)
+	if e != nil {
+		return nil, e
 	}
 	if modelID != "" {
 		// MLflow's server lists a logged model's versions in its tag

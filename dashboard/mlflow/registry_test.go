@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/fw-serve/fw/dashboard/registry"
+	"github.com/fw-serve/fw/internal/testmodels"
 )
 
 // withRegistry gives e's server a real registry over e's store.
@@ -186,4 +188,62 @@ func TestAbsoluteSource(t *testing.T) {
 			t.Errorf("absoluteSource(%q) = %v, want %v", src, got, want)
 		}
 	}
+}
+
+// A version whose source is an MLflow model with the ONNX flavor (its
+// MLmodel's flavors.onnx.data) is registered as that ONNX file, which fw
+// serves as it is; MLflow's client still sees the source it gave. Any
+// other flavor, or an ONNX file that is not one, stays a reference.
+func TestONNXFlavorVersion(t *testing.T) {
+	e := newEnv(t, Config{})
+	reg := e.withRegistry()
+	ctx := context.Background()
+	exp := e.ok("POST", api+"experiments/create", map[string]any{"name": "onnx-models"})["experiment_id"].(string)
+	model := testmodels.Identity(t, t.TempDir(), "model.onnx", testmodels.ONNXFloat, "batch", 4)
+	onnxBytes, err := os.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged := func(mlmodel string, files map[string][]byte) string {
+		id := e.ok("POST", api+"logged-models", map[string]any{"experiment_id": exp, "name": "m"})["model"].(map[string]any)["info"].(map[string]any)["model_id"].(string)
+		base := "/api/2.0/mlflow-artifacts/artifacts/" + exp + "/models/" + id + "/artifacts/"
+		e.ok("PUT", base+"MLmodel", mlmodel)
+		for name, b := range files {
+			e.ok("PUT", base+name, b)
+		}
+		return id
+	}
+	const onnxFlavor = "flavors:\n  onnx:\n    data: model.onnx\n    onnx_version: 1.17.0\n  python_function:\n    data: model.onnx\n    loader_module: mlflow.onnx\n"
+	e.ok("POST", api+"registered-models/create", map[string]any{"name": "onnx-flavor"})
+	for i, c := range []struct {
+		mlmodel string
+		files   map[string][]byte
+		format  string
+	}{
+		{onnxFlavor, map[string][]byte{"model.onnx": onnxBytes}, "onnx"},
+		{"flavors:\n  pytorch:\n    model_data: data\n", map[string][]byte{"data/model.pth": []byte("pickle")}, registry.FormatMLflow},
+		{onnxFlavor, map[string][]byte{"model.onnx": []byte("not onnx")}, registry.FormatMLflow},
+		{"flavors:\n  onnx:\n    data: ../../outside.onnx\n", nil, registry.FormatMLflow},
+		{"not: [yaml", nil, registry.FormatMLflow},
+	} {
+		id := logged(c.mlmodel, c.files)
+		mv := e.ok("POST", api+"model-versions/create", map[string]any{"name": "onnx-flavor", "source": "models:/" + id, "model_id": id, "description": "d"})["model_version"].(map[string]any)
+		if mv["source"] != "models:/"+id || mv["version"] != fmt.Sprint(i+1) || mv["description"] != "d" || mv["model_id"] != id {
+			t.Fatalf("case %d: MLflow's answer %v", i, mv)
+		}
+		m, err := reg.Get(ctx, "onnx-flavor")
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := m.Versions[i]
+		if v.Format != c.format {
+			t.Fatalf("case %d: format %q, want %q", i, v.Format, c.format)
+		}
+		if c.format == "onnx" && (!v.Servable() || len(v.Inputs) != 1 || v.Inputs[0].Name != "INPUT0" || v.Source.URI != "models:/"+id || v.Description != "d") {
+			t.Fatalf("case %d: the version %+v", i, v)
+		}
+	}
+	// A version of a model that does not exist is MLflow's 404, ONNX or not.
+	id := logged(onnxFlavor, map[string][]byte{"model.onnx": onnxBytes})
+	e.fails(404, codeNotFound, "POST", api+"model-versions/create", map[string]any{"name": "nope", "source": "models:/" + id})
 }

@@ -384,7 +384,9 @@ func ext(format string) string {
 
 // AddFile validates the model file at src and registers it as the next
 // version of name (created when missing); src is moved (or copied) into
-// models/<name>/<version>/. meta carries the source, parity and metrics.
+// models/<name>/<version>/. meta carries the source, parity and metrics
+// (and, for a version registered through MLflow's API, its description,
+// tags and stage).
 // The version number is taken from the store first, so two dashboards
 // adding versions at once never write the same file.
 func (r *Registry) AddFile(ctx context.Context, name, src string, meta Version) (*Version, error) {
@@ -398,6 +400,11 @@ func (r *Registry) AddFile(ctx context.Context, name, src string, meta Version) 
 	v.Source, v.Parity, v.Created = meta.Source, meta.Parity, time.Now().UTC()
 	if meta.Metrics != nil {
 		v.Metrics = meta.Metrics
+	}
+	// What MLflow's registry API keeps about a version registered through it.
+	v.Description, v.Tags, v.Stage = meta.Description, meta.Tags, meta.Stage
+	if v.Description != "" || v.Tags != nil || v.Stage != "" {
+		v.Updated = v.Created
 	}
 	if v.Version, err = r.reserve(ctx, name); err != nil {
 		return nil, err
