@@ -200,13 +200,14 @@ func New(cfg Config, models serving.Models) (*Pipeline, error) {
 			}
 		}
 	}
-	stateful := slices.ContainsFunc(insts, func(inst *serving.Instance) bool { return inst.Sequences != nil })
+	stateful := slices.ContainsFunc(insts, func(inst *serving.Instance) bool { return inst.Sequences != nil || inst.StatefulSteps })
 	return &Pipeline{cfg: cfg, models: models, levels: levels, labels: labels, stateful: stateful}, nil
 }
 
 // Stateful reports whether a step's model was stateful (sequence
-// batching) when the ensemble loaded: each request then runs the pipeline
-// on its own, with its sequence (serving.WithSequence).
+// batching), itself or in an ensemble it runs, when the ensemble loaded:
+// each request then runs the pipeline on its own, with its sequence
+// (serving.WithSequence).
 func (p *Pipeline) Stateful() bool { return p.stateful }
 
 // Labels are the class labels of the ensemble's output named name: those
@@ -448,6 +449,9 @@ func (p *Pipeline) infer(ctx context.Context, inst *serving.Instance, ins []engi
 	sp, ok := serving.SequenceFrom(ctx)
 	if !ok {
 		return nil, batcher.Timing{}, fmt.Errorf("%w; send the ensemble's requests with the parameters sequence_id, sequence_start and sequence_end", serving.Stateless(inst))
+	}
+	if err := ctx.Err(); err != nil { // the request ended while its earlier steps ran: its sequence must not move
+		return nil, batcher.Timing{}, err
 	}
 	t, err := serving.EnterSequence(inst, sp, ins)
 	if err != nil {

@@ -292,6 +292,7 @@ func (r *Repository) loadEnsemble(ctx context.Context, name, vs, vdir string, cf
 				inst.Reshape = r
 			}
 			inst.Order = sequence.NewOrder()
+			inst.StatefulSteps = p.Stateful()
 			inst.Config = described
 			inst.Config.Outputs = slices.Clone(described.Outputs)
 			for i, out := range inst.Config.Outputs {
@@ -318,6 +319,15 @@ func (r *Repository) ensembleBatcher(cfg *pb.ModelConfig, stateful bool) batcher
 	bc.MaxDelay = 0 // the steps' models wait for batches; the ensemble never does
 	bc.PreferredRows = 0
 	bc.RequestContext = true
+	if stateful {
+		// A request of a stateful step may wait in the pipeline for its
+		// sequence's turn or a free sequence slot: with a bounded pool of
+		// workers, waiting requests of new sequences could hold every
+		// worker while the requests that would end the sequences holding
+		// the slots wait in the queue behind them. Every request the queue
+		// admits gets a worker; past the queue, the batcher refuses.
+		bc.Instances = max(ensembleWorkers, bc.MaxQueue, batcher.DefaultMaxQueue)
+	}
 	if mbs := int(cfg.GetMaxBatchSize()); mbs > 0 {
 		bc.MaxBatchRows = mbs
 		if stateful {

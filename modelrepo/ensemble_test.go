@@ -596,6 +596,11 @@ func TestEnsembleOnDemand(t *testing.T) {
 	if err := inferSimple(ctx, f.repo, "other"); err != nil {
 		t.Fatal(err)
 	}
+	// The eviction follows the load (the request that asked for the model
+	// is answered as soon as it loads).
+	for deadline := time.Now().Add(5 * time.Second); loaded() != "other,simple" && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if got := loaded(); got != "other,simple" {
 		t.Fatalf("after other: resident %q; simple, which the ensemble ran, is kept while it is resident, the ensemble goes", got)
 	}
@@ -800,5 +805,73 @@ func TestEnsembleSequences(t *testing.T) {
 	}
 	if _, ok := serving.SequenceEcho(ens, serving.SequenceParams{}); ok {
 		t.Fatal("echo without sequence parameters")
+	}
+}
+
+// More sequences at once than the ensemble has workers and the stateful
+// step has slots (8): requests waiting for a slot never hold up the
+// requests that would end the sequences holding them. An ensemble that
+// runs the stateful ensemble is stateful too: its requests carry their
+// sequence whatever their concurrency.
+func TestEnsembleSequencesMoreThanWorkers(t *testing.T) {
+	src := samples(t)
+	root := t.TempDir()
+	for _, m := range []string{"simple_sequence", "simple_sequence_state"} {
+		copyModel(t, filepath.Join(src, m), root, m)
+	}
+	writeEnsemble(t, root, "accumulate", accumulate)
+	writeEnsemble(t, root, "outer", `name: "outer"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling { step [ { model_name: "accumulate" input_map { key: "A" value: "X" } output_map { key: "OUT" value: "Y" } } ] }
+`)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"outer"}})
+	outer, err := f.repo.Get("outer", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !outer.StatefulSteps {
+		t.Fatal("an ensemble running a stateful ensemble is not marked stateful")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const seqs = ensembleWorkers + 16
+	var wg sync.WaitGroup
+	errs := make(chan error, seqs)
+	for s := range seqs {
+		wg.Go(func() {
+			var sum int32
+			for i := range 3 {
+				x := int32(s + i + 1)
+				sum += x
+				in := []engine.Tensor{i32(x)}
+				tk, err := serving.EnterSequence(outer, seqParams(t, uint64(5000+s), i == 0, i == 2), in)
+				if err != nil {
+					errs <- err
+					return
+				}
+				out, _, err := serving.InferSequence(ctx, f.repo, outer, in, tk)
+				tk.Release()
+				if err != nil {
+					errs <- fmt.Errorf("sequence %d request %d: %w", s, i, err)
+					return
+				}
+				want := sum
+				if i == 0 {
+					want++
+				}
+				if got := int32s(out[0])[0]; got != want {
+					errs <- fmt.Errorf("sequence %d request %d: %d, want %d", s, i, got, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }

@@ -73,6 +73,9 @@ func (t *Turn) Run(ctx context.Context, fn func(context.Context) error) error {
 		return errors.New("sequence: a turn runs once")
 	}
 	defer t.finish()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	select {
 	case <-t.prev:
 	case <-ctx.Done():

@@ -54,6 +54,10 @@ type Instance struct {
 	// model that passes sequences on to others (an ensemble): it takes
 	// sequence parameters without a sequence batcher of its own.
 	Order *sequence.Order
+	// StatefulSteps marks an ensemble that runs a stateful model (sequence
+	// batching) in a step, itself or in an ensemble it runs: each of its
+	// requests runs on its own, with its sequence.
+	StatefulSteps bool
 }
 
 // Inputs are the inputs a client sends: the model's, less those a

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -228,15 +230,21 @@ Flags:
 			return 1
 		}
 	}
+	artDir := cfg.ArtifactDir // as the store resolves it (FW_ARTIFACT_DIR, else <experiment dir>/artifacts)
+	if artDir == "" {
+		artDir = filepath.Join(*expDir, "artifacts")
+	}
 	if destination != "" {
+		// The proxy writes any path a client names under the destination:
+		// never over (or inside) fw's own files and database.
+		if what := destinationOverlaps(destination, *artifactURI, map[string]string{"the experiment directory": *expDir, "the artifact directory": artDir, "the checkpoint directory": *ckptDir}); what != "" {
+			fmt.Fprintf(stderr, "fw dashboard: --artifacts-destination %s overlaps %s: MLflow's clients could write over fw's own files there; give a directory or bucket prefix of its own\n", destination, what)
+			return 2
+		}
 		if destStore, err = openLocation(ctx, destination); err != nil {
 			fmt.Fprintf(stderr, "fw dashboard: --artifacts-destination: %v\n", err)
 			return 1
 		}
-	}
-	artDir := cfg.ArtifactDir // as the store resolves it (FW_ARTIFACT_DIR, else <experiment dir>/artifacts)
-	if artDir == "" {
-		artDir = filepath.Join(*expDir, "artifacts")
 	}
 	// With object storage, the runs' files go to the bucket too: artifacts
 	// uploaded through the API are stored there (<prefix>/artifacts/<run
@@ -523,6 +531,37 @@ func openChecked(ctx context.Context, uri, dir string) (blob.Store, error) {
 		}
 	}
 	return st, nil
+}
+
+// destinationOverlaps names what of fw's own storage the artifacts
+// destination dest (as localArtifactRoot read it) is, lies inside or
+// contains: one of dirs (local directories by what they are), or the
+// bucket prefix of --artifact-uri; "" when none.
+func destinationOverlaps(dest, artifactURI string, dirs map[string]string) string {
+	within := func(a, b string) bool { return a == b || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/") }
+	if strings.HasPrefix(dest, "s3://") {
+		u, err := url.Parse(dest)
+		a, aerr := url.Parse(artifactURI)
+		if err == nil && aerr == nil && a.Scheme == "s3" && a.Host == u.Host {
+			dp, ap := strings.Trim(u.Path, "/"), strings.Trim(a.Path, "/")
+			if dp == "" || ap == "" || within(dp, ap) {
+				return "the bucket prefix of --artifact-uri"
+			}
+		}
+		return ""
+	}
+	p := dest
+	if u, err := url.Parse(dest); err == nil && u.Scheme == "file" {
+		p = u.Path
+	}
+	p = filepath.Clean(p)
+	for _, what := range slices.Sorted(maps.Keys(dirs)) {
+		d, err := filepath.Abs(dirs[what])
+		if err == nil && within(p, filepath.Clean(d)) {
+			return what
+		}
+	}
+	return ""
 }
 
 // openLocation opens the directory or bucket localArtifactRoot read: an

@@ -144,6 +144,7 @@ func TestDashboardGuardWithToken(t *testing.T) {
 }
 
 func TestGuardFlagErrors(t *testing.T) {
+	guardDir := t.TempDir()
 	for _, c := range []struct {
 		args []string
 		want string
@@ -158,6 +159,9 @@ func TestGuardFlagErrors(t *testing.T) {
 		// MLflow's --artifacts-destination: the same forms, and not with --default-artifact-root.
 		{[]string{"dashboard", "--port", "0", "--artifacts-destination", "hdfs://nn/x"}, "use a local directory"},
 		{[]string{"dashboard", "--port", "0", "--artifacts-destination", "/tmp/fw-guard-dest", "--default-artifact-root", "/tmp/fw-guard-root"}, "give one of them"},
+		// ... and never over fw's own files.
+		{[]string{"dashboard", "--port", "0", "--experiment-dir", guardDir + "/exp", "--artifacts-destination", guardDir + "/exp/artifacts/mlflow"}, "overlaps the artifact directory"},
+		{[]string{"dashboard", "--port", "0", "--experiment-dir", guardDir + "/exp", "--checkpoint-dir", guardDir + "/ck", "--artifacts-destination", "file://" + guardDir + "/ck/mlflow"}, "overlaps the checkpoint directory"},
 	} {
 		var out bytes.Buffer
 		cmd := fwCmd(c.args...)

@@ -244,6 +244,12 @@ func (s *Server) ClientFiles(ctx context.Context, runID string, list bool) (file
 	}
 	files, e = s.localArtifacts(ctx, from, prefix)
 	if e != nil {
+		if from == s.dest && s.dest != nil {
+			// Every run has a directory there: one that cannot be listed
+			// leaves the run's page with the files fw's own storage holds.
+			s.log.Warn("mlflow api: listing a run's files in the artifacts destination", "run", runID, "err", e.msg)
+			return nil, nil, "", false, nil
+		}
 		return nil, nil, "", true, e.asFW()
 	}
 	return files, from, prefix, true, nil

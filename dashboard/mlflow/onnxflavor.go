@@ -145,6 +145,8 @@ func (s *Server) servableONNX(ctx context.Context, source string) (string, error
 			os.Remove(t)
 		}
 	}()
+	limit := min(s.cfg.MaxArtifactBytes, onnxdata.MaxModelBytes)
+	downloaded := int64(0) // what external data files downloaded from a bucket take on disk
 	// open makes an external data file (beside the model file) readable at
 	// any offset: the file itself in a directory store, else a download.
 	open := func(location string) (*os.File, error) {
@@ -174,9 +176,14 @@ func (s *Server) servableONNX(ctx context.Context, source string) (string, error
 				return nil, err
 			}
 			temps = append(temps, f.Name())
-			if _, err := io.Copy(f, io.LimitReader(r, onnxdata.MaxModelBytes)); err != nil {
+			n, err := io.Copy(f, io.LimitReader(r, limit-downloaded+1))
+			if err != nil {
 				f.Close()
 				return nil, err
+			}
+			if downloaded += n; downloaded > limit {
+				f.Close()
+				return nil, onnxdata.ErrTooLarge
 			}
 		}
 		files[location] = f
@@ -187,24 +194,30 @@ func (s *Server) servableONNX(ctx context.Context, source string) (string, error
 		if err != nil {
 			return nil, err
 		}
-		if length < 0 {
-			st, err := f.Stat()
-			if err != nil {
-				return nil, err
-			}
-			length = max(0, st.Size()-offset)
+		st, err := f.Stat()
+		if err != nil {
+			return nil, err
 		}
-		if length > onnxdata.MaxModelBytes {
+		if offset > st.Size() {
+			return nil, fmt.Errorf("%s holds %d bytes, less than the offset %d", location, st.Size(), offset)
+		}
+		if length < 0 {
+			length = st.Size() - offset
+		}
+		if length > st.Size()-offset {
+			return nil, fmt.Errorf("%s holds %d bytes after offset %d, not the %d the model names", location, st.Size()-offset, offset, length)
+		}
+		if length > limit {
 			return nil, onnxdata.ErrTooLarge
 		}
-		b := make([]byte, length)
+		b := make([]byte, length) // within the file's size and the limit
 		n, err := f.ReadAt(b, offset)
 		if err != nil && !errors.Is(err, io.EOF) {
 			return nil, err
 		}
 		return b[:n], nil
 	}
-	out, _, err := onnxdata.Inline(modelBytes, read, min(s.cfg.MaxArtifactBytes, onnxdata.MaxModelBytes))
+	out, _, err := onnxdata.Inline(modelBytes, read, limit)
 	if err != nil {
 		return "", err
 	}

@@ -53,7 +53,7 @@ var children = map[kind]map[protowire.Number]kind{
 	node:         {5: attribute},
 	attribute:    {5: tensor, 6: graph, 10: tensor, 11: graph, 22: sparseTensor, 23: sparseTensor},
 	sparseTensor: {1: tensor, 2: tensor},
-	function:     {7: node},
+	function:     {7: node, 11: attribute},
 	trainingInfo: {1: graph, 2: graph},
 }
 

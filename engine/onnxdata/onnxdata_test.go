@@ -118,19 +118,29 @@ func TestInline(t *testing.T) {
 		bytesField(5, externalTensor("w", "weights.data", "offset", "2", "length", "5")),
 		bytesField(5, msg(bytesField(8, []byte("inline")), bytesField(rawData, []byte("kept")))),
 		bytesField(15, sparse))
-	fn := msg(bytesField(1, []byte("f")), bytesField(7, constant))
-	m := msg(varintField(1, 8), bytesField(2, []byte("producer")), bytesField(7, g), bytesField(25, fn))
+	// A node whose attributes hold tensors (10), graphs (11) and a sparse tensor (22).
+	many := msg(bytesField(4, []byte("Custom")), bytesField(5, msg(bytesField(1, []byte("a")),
+		bytesField(10, externalTensor("ts", "other.bin", "length", "1")),
+		bytesField(11, msg(bytesField(5, externalTensor("gi", "weights.data", "offset", "0", "length", "2")))),
+		bytesField(22, msg(bytesField(1, externalTensor("st", "weights.data", "offset", "18")))))))
+	g = msg(g, bytesField(1, many))
+	// A function's node and its attribute default (attribute_proto, 11).
+	fn := msg(bytesField(1, []byte("f")), bytesField(7, constant), bytesField(11, msg(bytesField(5, externalTensor("fa", "other.bin", "offset", "2")))))
+	// Training: its initialization graph.
+	training := msg(bytesField(1, msg(bytesField(5, externalTensor("ti", "weights.data", "offset", "5", "length", "1")))))
+	m := msg(varintField(1, 8), bytesField(2, []byte("producer")), bytesField(7, g), bytesField(20, training), bytesField(25, fn))
 
 	out, n, err := Inline(m, read, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 4 {
-		t.Fatalf("%d tensors inlined, want 4 (reads %v)", n, reads)
+	if n != 9 { // the Constant's value twice (the If's branch, the function)
+		t.Fatalf("%d tensors inlined, want 9 (reads %v)", n, reads)
 	}
 	got := map[string]string{}
 	rawTensors(t, out, model, got)
-	want := map[string]string{"w": "23456", "inline": "kept", "c": "abcd", "sv": "XYZ", "si": "ii"}
+	want := map[string]string{"w": "23456", "inline": "kept", "c": "abcd", "sv": "XYZ", "si": "ii",
+		"ts": "X", "gi": "01", "st": "ij", "fa": "Z", "ti": "5"}
 	for k, v := range want {
 		if got[k] != v {
 			t.Fatalf("tensor %s: %q, want %q (all: %v)", k, got[k], v, got)
