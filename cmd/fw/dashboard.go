@@ -237,7 +237,7 @@ Flags:
 	if destination != "" {
 		// The proxy writes any path a client names under the destination:
 		// never over (or inside) fw's own files and database.
-		if what := destinationOverlaps(destination, *artifactURI, map[string]string{"the experiment directory": *expDir, "the artifact directory": artDir, "the checkpoint directory": *ckptDir}); what != "" {
+		if what := destinationOverlaps(destination, *artifactURI, *expDir, map[string]string{"the artifact directory": artDir, "the checkpoint directory": *ckptDir}); what != "" {
 			fmt.Fprintf(stderr, "fw dashboard: --artifacts-destination %s overlaps %s: MLflow's clients could write over fw's own files there; give a directory or bucket prefix of its own\n", destination, what)
 			return 2
 		}
@@ -534,17 +534,21 @@ func openChecked(ctx context.Context, uri, dir string) (blob.Store, error) {
 }
 
 // destinationOverlaps names what of fw's own storage the artifacts
-// destination dest (as localArtifactRoot read it) is, lies inside or
-// contains: one of dirs (local directories by what they are), or the
-// bucket prefix of --artifact-uri; "" when none.
-func destinationOverlaps(dest, artifactURI string, dirs map[string]string) string {
-	within := func(a, b string) bool { return a == b || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/") }
+// destination dest (as localArtifactRoot read it) would let clients write
+// over: the experiment directory expDir or one of dirs (the directories
+// fw writes runs' files into) lying in dest; dest lying in one of dirs, or
+// in a directory of expDir fw uses (its database, registry, caches); or
+// the bucket prefix of --artifact-uri. "" when none: dest may be a
+// directory of its own inside expDir, as MLflow's mlartifacts often sits
+// beside its database.
+func destinationOverlaps(dest, artifactURI, expDir string, dirs map[string]string) string {
+	within := func(a, b string) bool { return a == b || strings.HasPrefix(a, b+"/") }
 	if strings.HasPrefix(dest, "s3://") {
 		u, err := url.Parse(dest)
 		a, aerr := url.Parse(artifactURI)
 		if err == nil && aerr == nil && a.Scheme == "s3" && a.Host == u.Host {
 			dp, ap := strings.Trim(u.Path, "/"), strings.Trim(a.Path, "/")
-			if dp == "" || ap == "" || within(dp, ap) {
+			if dp == "" || ap == "" || within(dp, ap) || within(ap, dp) {
 				return "the bucket prefix of --artifact-uri"
 			}
 		}
@@ -555,13 +559,35 @@ func destinationOverlaps(dest, artifactURI string, dirs map[string]string) strin
 		p = u.Path
 	}
 	p = filepath.Clean(p)
+	abs := func(d string) string {
+		a, err := filepath.Abs(d)
+		if err != nil {
+			return filepath.Clean(d)
+		}
+		return filepath.Clean(a)
+	}
 	for _, what := range slices.Sorted(maps.Keys(dirs)) {
-		d, err := filepath.Abs(dirs[what])
-		if err == nil && within(p, filepath.Clean(d)) {
+		if d := abs(dirs[what]); within(p, d) || within(d, p) {
 			return what
 		}
 	}
+	exp := abs(expDir)
+	if within(exp, p) {
+		return "the experiment directory"
+	}
+	if rest, ok := strings.CutPrefix(p, exp+"/"); ok {
+		first, _, _ := strings.Cut(rest, "/")
+		if slices.Contains(experimentDirNames(), first) || strings.HasPrefix(first, "experiments.db") {
+			return "the experiment directory's " + first
+		}
+	}
 	return ""
+}
+
+// experimentDirNames are what the dashboard keeps in its experiment
+// directory besides its database (experiments.db*).
+func experimentDirNames() []string {
+	return []string{"artifacts", "cache", "checkpoints", "deployments", "payload-spool", "registry", "serving", "spool"}
 }
 
 // openLocation opens the directory or bucket localArtifactRoot read: an

@@ -161,6 +161,8 @@ func TestGuardFlagErrors(t *testing.T) {
 		{[]string{"dashboard", "--port", "0", "--artifacts-destination", "/tmp/fw-guard-dest", "--default-artifact-root", "/tmp/fw-guard-root"}, "give one of them"},
 		// ... and never over fw's own files.
 		{[]string{"dashboard", "--port", "0", "--experiment-dir", guardDir + "/exp", "--artifacts-destination", guardDir + "/exp/artifacts/mlflow"}, "overlaps the artifact directory"},
+		{[]string{"dashboard", "--port", "0", "--experiment-dir", guardDir + "/exp", "--artifacts-destination", guardDir}, "overlaps the"},
+		{[]string{"dashboard", "--port", "0", "--experiment-dir", guardDir + "/exp", "--artifacts-destination", guardDir + "/exp/registry/x"}, "overlaps the experiment directory's registry"},
 		{[]string{"dashboard", "--port", "0", "--experiment-dir", guardDir + "/exp", "--checkpoint-dir", guardDir + "/ck", "--artifacts-destination", "file://" + guardDir + "/ck/mlflow"}, "overlaps the checkpoint directory"},
 	} {
 		var out bytes.Buffer
