@@ -354,13 +354,27 @@ func (s *Server) freeChildren(ctx context.Context, dir string) ([]fileInfo, *api
 		return nil, errf(500, codeInternal, "listing the artifacts failed; see the dashboard's log")
 	}
 	out := make([]fileInfo, 0, len(entries))
+	seen := make(map[string]bool, len(entries))
 	for _, en := range entries {
 		fi := fileInfo{Path: en.Key, IsDir: en.Dir}
 		if !en.Dir {
 			fi.FileSize = store.Ptr(en.Size)
 		}
 		out = append(out, fi)
+		seen[en.Key] = true
 	}
+	// What the proxy stored in fw's storage before the destination was
+	// set is listed beside it (the destination's entry wins a name).
+	arts, e := s.freeFiles(ctx)
+	if e != nil {
+		return nil, e
+	}
+	for _, fi := range children(arts, dir) {
+		if !seen[fi.Path] {
+			out = append(out, fi)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
 }
 
@@ -384,8 +398,12 @@ func (s *Server) freeFiles(ctx context.Context) ([]store.Artifact, *apiError) {
 // artifacts destination).
 func (s *Server) downloadFree(ctx *fasthttp.RequestCtx, rel string) {
 	if s.dest != nil {
-		s.serveFrom(ctx, s.dest, rel, rel, "artifact "+rel)
-		return
+		// The destination's file, else one the proxy stored in fw's
+		// storage before the destination was set (below).
+		if _, err := s.dest.Stat(s.reqCtx(ctx), rel); err == nil || !errors.Is(err, blob.ErrNotFound) {
+			s.serveFrom(ctx, s.dest, rel, rel, "artifact "+rel)
+			return
+		}
 	}
 	if _, err := s.st.GetRecord(s.reqCtx(ctx), freeKind, freeKey(rel)); err != nil {
 		if store.ErrorCode(err) == store.CodeNotFound {

@@ -299,6 +299,17 @@ func TestArtifactsDestination(t *testing.T) {
 			if code, _ := e.call("GET", proxy+"free/none.txt", nil); code != 404 {
 				t.Fatalf("a missing free file: %d", code)
 			}
+			// A free file the proxy stored in fw's storage before the
+			// destination was set is listed and served beside it.
+			before := New(context.Background(), e.st, Config{ArtifactDir: e.art}, e.srv.log)
+			old := &env{t: t, st: e.st, srv: before, art: e.art}
+			old.ok("PUT", proxy+"free/old.txt", "before")
+			if got := names(e.ok("GET", proxy[:len(proxy)-1]+"?path=free", nil)["files"].([]any)); got != "a.txt,dir,old.txt" {
+				t.Fatalf("listing free/ with an earlier file: %s", got)
+			}
+			if _, out := e.call("GET", proxy+"free/old.txt", nil); out["raw"] != "before" {
+				t.Fatalf("an earlier free file: %v", out)
+			}
 			if code, _ := e.call("GET", proxy+"free/../../etc/passwd", nil); code != 400 && code != 404 {
 				t.Fatalf("a path climbing out: %d", code)
 			}

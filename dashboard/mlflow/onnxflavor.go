@@ -52,7 +52,10 @@ func (s *Server) sourceDir(ctx context.Context, source string) (blob.Store, stri
 	}
 	freeDir := func(p string) (blob.Store, string, bool) {
 		if s.dest != nil {
-			return s.dest, p, true
+			if _, err := s.dest.Stat(ctx, p+"/MLmodel"); err == nil {
+				return s.dest, p, true
+			}
+			// Else stored in fw's storage before the destination was set.
 		}
 		return s.cfg.Artifacts, freePrefix + p, s.cfg.Artifacts != nil
 	}
