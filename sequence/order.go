@@ -110,10 +110,5 @@ func (t *Turn) finish() {
 		t.o.mu.Unlock()
 		close(t.done)
 	}
-	select {
-	case <-t.prev:
-		done()
-	default:
-		go func() { <-t.prev; done() }()
-	}
+	afterPrev(t.prev, done)
 }

@@ -509,11 +509,18 @@ func (b *Batcher) finish(t *Ticket) {
 		b.mu.Unlock()
 		close(t.done)
 	}
+	afterPrev(t.prev, done)
+}
+
+// afterPrev runs done once prev is closed: at once when it is, else in the
+// background, so that a request given up early never lets a later one of
+// its sequence overtake an earlier one still running.
+func afterPrev(prev <-chan struct{}, done func()) {
 	select {
-	case <-t.prev:
+	case <-prev:
 		done()
 	default:
-		go func() { <-t.prev; done() }()
+		go func() { <-prev; done() }()
 	}
 }
 

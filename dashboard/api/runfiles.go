@@ -45,15 +45,7 @@ func (s *Server) runArtifacts(ctx context.Context, id string) ([]store.Artifact,
 	if err != nil || !ok {
 		return arts, err
 	}
-	seen := make(map[string]bool, len(files))
-	for _, f := range files {
-		seen[f.Path] = true
-	}
-	for _, a := range arts {
-		if !seen[a.Path] {
-			files = append(files, a)
-		}
-	}
+	files = store.OverlayArtifacts(files, arts)
 	slices.SortFunc(files, func(a, b store.Artifact) int { return strings.Compare(a.Path, b.Path) })
 	return files, nil
 }

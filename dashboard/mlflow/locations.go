@@ -212,16 +212,7 @@ func (s *Server) runFiles(ctx context.Context, r store.Run) ([]store.Artifact, *
 	if e != nil {
 		return nil, e
 	}
-	seen := make(map[string]bool, len(files))
-	for _, f := range files {
-		seen[f.Path] = true
-	}
-	for _, a := range arts {
-		if !seen[a.Path] {
-			files = append(files, a)
-		}
-	}
-	return files, nil
+	return store.OverlayArtifacts(files, arts), nil
 }
 
 // ClientFiles returns where MLflow's client writes a run's files itself (a

@@ -6,6 +6,7 @@ package mlflow
 // the free path <experiment id>/models/<model id>/artifacts/.
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -52,7 +53,7 @@ func (s *Server) LoggedModels(ctx context.Context, limit int) ([]store.LoggedMod
 	}
 	slices.SortFunc(models, func(a, b loggedModel) int {
 		if a.Created != b.Created {
-			return cmpInt64(b.Created, a.Created)
+			return cmp.Compare(b.Created, a.Created)
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
@@ -72,16 +73,6 @@ func (s *Server) LoggedModels(ctx context.Context, limit int) ([]store.LoggedMod
 			ArtifactURI: "mlflow-artifacts:/" + m.ExperimentID + "/models/" + m.ID + "/artifacts"})
 	}
 	return out, total, nil
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // MLflow's LoggedModelStatus names.

@@ -259,6 +259,23 @@ type Artifact struct {
 	Time time.Time `json:"time"`
 }
 
+// OverlayArtifacts is files with the artifacts of under that no file of
+// the same path replaces: a run's files written outside fw's store (by
+// MLflow's client, or through its artifact proxy into a destination) over
+// what the store lists for the run.
+func OverlayArtifacts(files, under []Artifact) []Artifact {
+	seen := make(map[string]bool, len(files))
+	for _, f := range files {
+		seen[f.Path] = true
+	}
+	for _, a := range under {
+		if !seen[a.Path] {
+			files = append(files, a)
+		}
+	}
+	return files
+}
+
 // fromNanos converts the stored form back.
 func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 

@@ -107,34 +107,27 @@ func (w *walker) message(b []byte, k kind, depth int) ([]byte, bool, error) {
 	sub := children[k]
 	var out []byte
 	changed := false
-	for rest := b; len(rest) > 0; {
-		num, typ, n := protowire.ConsumeTag(rest)
-		if n < 0 {
-			return nil, false, fmt.Errorf("onnxdata: malformed model: %w", protowire.ParseError(n))
+	err := fields(b, "model", func(f field) error {
+		ck, isChild := sub[f.num]
+		if !isChild || f.typ != protowire.BytesType {
+			out = append(out, f.raw...)
+			return nil
 		}
-		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
-		if m < 0 {
-			return nil, false, fmt.Errorf("onnxdata: malformed model: %w", protowire.ParseError(m))
-		}
-		field := rest[:n+m]
-		rest = rest[n+m:]
-		ck, isChild := sub[num]
-		if !isChild || typ != protowire.BytesType {
-			out = append(out, field...)
-			continue
-		}
-		v, _ := protowire.ConsumeBytes(field[n:])
-		nv, ch, err := w.message(v, ck, depth+1)
+		nv, ch, err := w.message(f.bytes(), ck, depth+1)
 		if err != nil {
-			return nil, false, err
+			return err
 		}
 		if !ch {
-			out = append(out, field...)
-			continue
+			out = append(out, f.raw...)
+			return nil
 		}
 		changed = true
-		out = protowire.AppendTag(out, num, protowire.BytesType)
+		out = protowire.AppendTag(out, f.num, protowire.BytesType)
 		out = protowire.AppendBytes(out, nv)
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
 	if !changed {
 		return b, false, nil
@@ -148,30 +141,18 @@ func (w *walker) tensor(b []byte) ([]byte, bool, error) {
 	offset, length := int64(0), int64(-1)
 	external := false
 	var keep []byte
-	for rest := b; len(rest) > 0; {
-		num, typ, n := protowire.ConsumeTag(rest)
-		if n < 0 {
-			return nil, false, fmt.Errorf("onnxdata: malformed tensor: %w", protowire.ParseError(n))
-		}
-		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
-		if m < 0 {
-			return nil, false, fmt.Errorf("onnxdata: malformed tensor: %w", protowire.ParseError(m))
-		}
-		field := rest[:n+m]
-		rest = rest[n+m:]
+	err := fields(b, "tensor", func(f field) error {
 		switch {
-		case num == 8 && typ == protowire.BytesType:
-			v, _ := protowire.ConsumeBytes(field[n:])
-			name = string(v)
-			keep = append(keep, field...)
-		case num == dataLocation && typ == protowire.VarintType:
-			v, _ := protowire.ConsumeVarint(field[n:])
+		case f.num == 8 && f.typ == protowire.BytesType:
+			name = string(f.bytes())
+			keep = append(keep, f.raw...)
+		case f.num == dataLocation && f.typ == protowire.VarintType:
+			v, _ := protowire.ConsumeVarint(f.val)
 			external = v == 1
-		case num == externalData && typ == protowire.BytesType:
-			entry, _ := protowire.ConsumeBytes(field[n:])
-			key, value, err := stringEntry(entry)
+		case f.num == externalData && f.typ == protowire.BytesType:
+			key, value, err := stringEntry(f.bytes())
 			if err != nil {
-				return nil, false, err
+				return err
 			}
 			switch key {
 			case "location":
@@ -179,7 +160,7 @@ func (w *walker) tensor(b []byte) ([]byte, bool, error) {
 			case "offset", "length":
 				x, err := strconv.ParseInt(value, 10, 64)
 				if err != nil || x < 0 {
-					return nil, false, fmt.Errorf("onnxdata: tensor %q: external data %s %q is not a byte count", name, key, value)
+					return fmt.Errorf("onnxdata: tensor %q: external data %s %q is not a byte count", name, key, value)
 				}
 				if key == "offset" {
 					offset = x
@@ -188,8 +169,12 @@ func (w *walker) tensor(b []byte) ([]byte, bool, error) {
 				}
 			}
 		default:
-			keep = append(keep, field...)
+			keep = append(keep, f.raw...)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
 	if !external {
 		return b, false, nil
@@ -219,25 +204,50 @@ func (w *walker) tensor(b []byte) ([]byte, bool, error) {
 
 // stringEntry reads a StringStringEntryProto (key 1, value 2).
 func stringEntry(b []byte) (key, value string, err error) {
+	err = fields(b, "external data entry", func(f field) error {
+		if f.typ == protowire.BytesType {
+			switch f.num {
+			case 1:
+				key = string(f.bytes())
+			case 2:
+				value = string(f.bytes())
+			}
+		}
+		return nil
+	})
+	return key, value, err
+}
+
+// field is one field of a message as it is on the wire: raw is its tag
+// and value, val the value alone.
+type field struct {
+	num      protowire.Number
+	typ      protowire.Type
+	raw, val []byte
+}
+
+// bytes is a length-delimited field's content.
+func (f field) bytes() []byte {
+	v, _ := protowire.ConsumeBytes(f.val)
+	return v
+}
+
+// fields calls fn with each field of the message b, in order; malformed
+// bytes are an error naming what b is.
+func fields(b []byte, what string, fn func(field) error) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return "", "", fmt.Errorf("onnxdata: malformed external data entry: %w", protowire.ParseError(n))
+			return fmt.Errorf("onnxdata: malformed %s: %w", what, protowire.ParseError(n))
 		}
 		m := protowire.ConsumeFieldValue(num, typ, b[n:])
 		if m < 0 {
-			return "", "", fmt.Errorf("onnxdata: malformed external data entry: %w", protowire.ParseError(m))
+			return fmt.Errorf("onnxdata: malformed %s: %w", what, protowire.ParseError(m))
 		}
-		if typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(b[n : n+m])
-			switch num {
-			case 1:
-				key = string(v)
-			case 2:
-				value = string(v)
-			}
+		if err := fn(field{num: num, typ: typ, raw: b[:n+m], val: b[n : n+m]}); err != nil {
+			return err
 		}
 		b = b[n+m:]
 	}
-	return key, value, nil
+	return nil
 }
