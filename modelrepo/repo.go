@@ -1234,6 +1234,16 @@ func (r *Repository) loadOnDemandOnce(name, version string, deadline time.Time) 
 func (r *Repository) runOnDemand(name string, p *pendingLoad) {
 	defer r.busy.Done()
 	err := r.load(context.Background(), name, serving.LoadOptions{})
+	if err == nil {
+		// The bounds hold before the requests waiting for this load are
+		// answered: the least recently used models go first.
+		r.mu.Lock()
+		if m := r.models[name]; m != nil {
+			m.used.Store(int64(time.Since(r.started)))
+		}
+		r.mu.Unlock()
+		r.evict(name)
+	}
 	r.mu.Lock()
 	if m := r.models[name]; m != nil {
 		if err != nil {
@@ -1247,9 +1257,6 @@ func (r *Repository) runOnDemand(name string, p *pendingLoad) {
 	delete(r.pending, name)
 	close(p.done)
 	r.mu.Unlock()
-	if err == nil {
-		r.evict(name)
-	}
 }
 
 // residentBytes is what a loaded model counts against MaxResidentBytes:
