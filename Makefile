@@ -186,7 +186,7 @@ test-export-models: build | venv ## torchvision's resnet18, mobilenet_v3_large a
 
 test-mlflow: build | venv ## MLflow's own client and Lightning's MLFlowLogger against a real fw dashboard (own venv: scripts/setup-mlflow-venv.sh; moto's S3 server for an s3:// artifact root)
 	@echo "==> pytest python/mlflow_tests (MLflow 3.17.2's client in its own venv)"
-	@py=$$(bash scripts/setup-mlflow-venv.sh) && moto=$$(bash scripts/setup-moto-venv.sh) && cd python/mlflow_tests && FW_REQUIRE=1 FW_MOTO_SERVER=$$moto FW_BIN=$(ROOT)/bin/fw $$py -m pytest -q
+	@py=$$(bash scripts/setup-mlflow-venv.sh) && moto=$$(bash scripts/setup-moto-venv.sh) && cd python/mlflow_tests && FW_REQUIRE=1 FW_MOTO_SERVER=$$moto FW_PYTHON=$(PY) FW_BIN=$(ROOT)/bin/fw $$py -m pytest -q
 
 test-ray: | venv ## training jobs on a real Ray head: ray 2.60.0 in its own venv (scripts/setup-ray-venv.sh), started and killed by the tests
 	@echo "==> go test -run Ray ./dashboard/jobs/ray ./cmd/fw against a real Ray head (PyPI's ray in its own venv)"

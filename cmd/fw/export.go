@@ -51,7 +51,10 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, `Usage: fw export CHECKPOINT --format onnx|torchscript|quantized|onnx_int8|aoti --out PATH [--opset N] [--exporter auto|dynamo|legacy] [--method trace|script]
        [--name N] [--version V] [--quantization dynamic|static] [--calibration FILE.npz] [--per-channel] [--device cpu|cuda]
 
-Exports a checkpoint written by fw.checkpoint.save (or run.checkpoint) to one
+Exports a checkpoint written by fw.checkpoint.save (or run.checkpoint), or a
+torch.export program (.pt2 of torch.export.save, e.g. an MLflow PyTorch model's
+data/model.pt2, read without running anything from the file; its batch axis must
+be dynamic), to one
 self-describing model file, checks it against the checkpoint's model, and prints
 a one-line JSON report. ONNX goes through torch's current exporter (dynamo, its own
 opset unless --opset says otherwise); --exporter auto (default) falls back to the

@@ -23,7 +23,11 @@ import (
 // names the model file, its tensors by default in an external data file
 // beside it) in the dashboard's artifact storage is stored in fw's
 // registry as that model, its external data inlined into one file, so it
-// deploys like any exported ONNX file. Any other source stays a reference.
+// deploys like any exported ONNX file. One with the PyTorch flavor saved as
+// a torch.export program (data/model.pt2, mlflow.pytorch.log_model's
+// default) is stored as that program (format torch_export), which the
+// Models page exports into a file fw serves. Any other source (a pickled
+// PyTorch model among them: fw never unpickles) stays a reference.
 
 // maxMLmodelBytes bounds the MLmodel file read.
 const maxMLmodelBytes = 1 << 20
@@ -255,4 +259,61 @@ func readAll(ctx context.Context, from blob.Store, key string, limit int64) ([]b
 		return nil, fmt.Errorf("larger than %d bytes", limit)
 	}
 	return b, nil
+}
+
+// programFile copies, for a version's source that is an MLflow model with
+// the PyTorch flavor saved as a torch.export program (MLmodel's
+// flavors.pytorch.model_data names a directory holding model.pt2) in the
+// dashboard's storage, that program into a temporary file of UploadDir and
+// returns its path ("" for any other source: another flavor, a pickled
+// PyTorch model, a model the dashboard does not hold).
+func (s *Server) programFile(ctx context.Context, source string) (string, error) {
+	from, dir, ok := s.sourceDir(ctx, source)
+	if !ok || store.ValidateRelPath(dir) != nil {
+		return "", nil
+	}
+	doc, err := readAll(ctx, from, dir+"/MLmodel", maxMLmodelBytes)
+	if err != nil {
+		return "", nil
+	}
+	var mm mlmodel
+	if err := yaml.Unmarshal(doc, &mm); err != nil {
+		return "", nil
+	}
+	flavor, isTorch := mm.Flavors["pytorch"]
+	if !isTorch {
+		return "", nil
+	}
+	data, _ := flavor["model_data"].(string)
+	if data == "" {
+		data = "data"
+	}
+	key := dir + "/" + strings.Trim(data, "/") + "/model.pt2"
+	if store.ValidateRelPath(strings.Trim(data, "/")) != nil || store.ValidateRelPath(key) != nil {
+		return "", fmt.Errorf("its MLmodel names the model data %q, not a directory inside the model", data)
+	}
+	r, _, err := from.Get(ctx, key)
+	if errors.Is(err, blob.ErrNotFound) {
+		return "", nil // a pickled model (data/model.pth)
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading its program %s: %w", key, err)
+	}
+	defer r.Close()
+	f, err := os.CreateTemp(s.cfg.UploadDir, ".mlflow-program-*.pt2")
+	if err != nil {
+		return "", err
+	}
+	n, err := io.Copy(f, io.LimitReader(r, s.cfg.MaxArtifactBytes+1))
+	if err == nil && n > s.cfg.MaxArtifactBytes {
+		err = fmt.Errorf("its program is larger than %d bytes", s.cfg.MaxArtifactBytes)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("copying its program %s: %w", key, err)
+	}
+	return f.Name(), nil
 }

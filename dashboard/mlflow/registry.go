@@ -133,9 +133,10 @@ func wireVersion(m *registry.Model, v *registry.Version) map[string]any {
 
 // addVersion registers a version through MLflow's API: an MLflow model
 // with the ONNX flavor in the dashboard's storage as that model's file (fw
-// serves it as it is; onnxflavor.go), anything else as a reference
-// (meta). An ONNX model that cannot be made into one file is registered
-// as a reference too, the reason logged.
+// serves it as it is; onnxflavor.go), one with the PyTorch flavor saved as
+// a torch.export program as that program (exported from the Models page),
+// anything else as a reference (meta). A model that cannot be stored so is
+// registered as a reference too, the reason logged.
 func (s *Server) addVersion(ctx context.Context, reg *registry.Registry, name, source string, meta registry.Version) (*registry.Version, *apiError) {
 	if _, err := reg.Get(ctx, name); err != nil {
 		return nil, s.fromRegistry(err, name, 0)
@@ -151,6 +152,18 @@ func (s *Server) addVersion(ctx context.Context, reg *registry.Registry, name, s
 			return v, nil
 		}
 		s.log.Warn("mlflow api: an ONNX model version is registered as a reference (its file is not one fw serves)", "model", name, "source", source, "err", err)
+	}
+	if tmp, err := s.programFile(ctx, source); err != nil {
+		s.log.Warn("mlflow api: a PyTorch model version is registered as a reference (its program could not be copied)", "model", name, "source", source, "err", err)
+	} else if tmp != "" {
+		defer os.Remove(tmp)
+		progMeta := meta
+		progMeta.Format = ""
+		v, err := reg.AddProgram(ctx, name, tmp, progMeta)
+		if err == nil {
+			return v, nil
+		}
+		s.log.Warn("mlflow api: a PyTorch model version is registered as a reference (its data/model.pt2 is not a torch.export program)", "model", name, "source", source, "err", err)
 	}
 	v, err := reg.AddReference(ctx, name, meta)
 	if err != nil {

@@ -1,8 +1,11 @@
 package mlflow
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -190,6 +193,34 @@ func TestAbsoluteSource(t *testing.T) {
 	}
 }
 
+// zipOf is a zip archive of files (name: content).
+func zipOf(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	z := zip.NewWriter(&b)
+	for name, content := range files {
+		w, err := z.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(w, content); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// What torch.export.save writes (the markers fw reads), and an
+// AOTInductor package, which has the same markers and compiled code.
+var (
+	program     = map[string]string{"model/archive_format": "pt2", "model/models/model.json": "{}", "model/data/weights/weight_0": "w"}
+	aoti        = map[string]string{"model/archive_format": "pt2", "model/models/model.json": "{}", "model/data/aotinductor/model/m.so": ""}
+	torchFlavor = "flavors:\n  pytorch:\n    model_data: data\n    pytorch_version: 2.13.0\n"
+)
+
 // A version whose source is an MLflow model with the ONNX flavor (its
 // MLmodel's flavors.onnx.data) is registered as that ONNX file, which fw
 // serves as it is; MLflow's client still sees the source it gave. Any
@@ -225,6 +256,14 @@ func TestONNXFlavorVersion(t *testing.T) {
 		{onnxFlavor, map[string][]byte{"model.onnx": []byte("not onnx")}, registry.FormatMLflow},
 		{"flavors:\n  onnx:\n    data: ../../outside.onnx\n", nil, registry.FormatMLflow},
 		{"not: [yaml", nil, registry.FormatMLflow},
+		// PyTorch's flavor saved as a torch.export program: stored as that
+		// program (exported from the Models page); an AOTInductor package,
+		// a file that is no archive and a model_data outside the model stay
+		// references.
+		{torchFlavor, map[string][]byte{"data/model.pt2": zipOf(t, program)}, registry.FormatProgram},
+		{torchFlavor, map[string][]byte{"data/model.pt2": zipOf(t, aoti)}, registry.FormatMLflow},
+		{torchFlavor, map[string][]byte{"data/model.pt2": []byte("not a zip")}, registry.FormatMLflow},
+		{"flavors:\n  pytorch:\n    model_data: ../data\n", map[string][]byte{"data/model.pt2": zipOf(t, program)}, registry.FormatMLflow},
 	} {
 		id := logged(c.mlmodel, c.files)
 		mv := e.ok("POST", api+"model-versions/create", map[string]any{"name": "onnx-flavor", "source": "models:/" + id, "model_id": id, "description": "d"})["model_version"].(map[string]any)
@@ -241,6 +280,15 @@ func TestONNXFlavorVersion(t *testing.T) {
 		}
 		if c.format == "onnx" && (!v.Servable() || len(v.Inputs) != 1 || v.Inputs[0].Name != "INPUT0" || v.Source.URI != "models:/"+id || v.Description != "d") {
 			t.Fatalf("case %d: the version %+v", i, v)
+		}
+		if c.format == registry.FormatProgram {
+			if v.Servable() || !v.Exportable() || v.Source.URI != "models:/"+id || v.Description != "d" || v.Size != int64(len(c.files["data/model.pt2"])) {
+				t.Fatalf("case %d: the version %+v", i, v)
+			}
+			f, err := reg.ModelFile(ctx, v)
+			if err != nil || !registry.IsProgram(f) {
+				t.Fatalf("case %d: the stored program %s: %v", i, f, err)
+			}
 		}
 	}
 	// A version of a model that does not exist is MLflow's 404, ONNX or not.

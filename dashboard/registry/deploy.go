@@ -328,8 +328,12 @@ func (s *Service) Deploy(ctx context.Context, name string, req DeployRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	if v.Format == FormatCheckpoint {
-		return nil, invalid("model %q version %d is a checkpoint; export it first (POST /api/models/export with {\"model\": %q, \"version\": %d})", name, v.Version, name, v.Version)
+	if v.Exportable() {
+		what := "a checkpoint"
+		if v.Format == FormatProgram {
+			what = "a torch.export program (an MLflow PyTorch model)"
+		}
+		return nil, invalid("model %q version %d is %s; export it first (POST /api/models/export with {\"model\": %q, \"version\": %d, \"format\": \"onnx\"}) and deploy the version that makes", name, v.Version, what, name, v.Version)
 	}
 	if !v.Servable() {
 		return nil, invalid("model %q version %d is a reference to the MLflow model %s, registered through MLflow's API; register its exported file (ONNX, TorchScript or .pt2) as a version to deploy it", name, v.Version, v.Source.URI)

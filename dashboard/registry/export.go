@@ -255,11 +255,22 @@ func (s *Service) StartExport(ctx context.Context, req ExportRequest) (ExportJob
 		if err != nil {
 			return ExportJob{}, err
 		}
-		if v.Format != FormatCheckpoint {
-			return ExportJob{}, invalid("model %q version %d is an exported %s file; export needs a checkpoint-backed version or {run_id, checkpoint}", req.Model, v.Version, v.Format)
+		switch v.Format {
+		case FormatCheckpoint, FormatProgram:
+		case FormatMLflow:
+			return ExportJob{}, invalid("model %q version %d is a reference to the MLflow model %s, which fw cannot export: fw exports MLflow PyTorch models saved as torch.export programs (data/model.pt2: mlflow.pytorch.log_model's default with an input_example of 2 or more rows) in the dashboard's artifact storage; a pickled model (serialization_format=\"pickle\", model.pth) is never unpickled. Log the model again and register that version", req.Model, v.Version, v.Source.URI)
+		default:
+			return ExportJob{}, invalid("model %q version %d is an exported %s file; export needs a checkpoint-backed version, a torch.export program version or {run_id, checkpoint}", req.Model, v.Version, v.Format)
 		}
 		ckpt, metrics = v.File, v.Metrics
-		if v.Source.RunID != "" && v.Source.Checkpoint != "" {
+		if v.Format == FormatProgram {
+			if req.Format == "onnx_int8" && req.Quantization == "static" {
+				return ExportJob{}, invalid("static quantization calibrates on the rows a checkpoint carries; model %q version %d is a torch.export program, which carries none: use quantization dynamic", req.Model, v.Version)
+			}
+			if ckpt, err = s.Reg.ModelFile(ctx, v); err != nil {
+				return ExportJob{}, fmt.Errorf("fetching the program of model %q version %d: %w", req.Model, v.Version, err)
+			}
+		} else if v.Source.RunID != "" && v.Source.Checkpoint != "" {
 			if ckpt, err = s.localCheckpoint(ctx, v.Source.RunID, v.Source.Checkpoint, v.File); err != nil {
 				return ExportJob{}, err
 			}
@@ -279,7 +290,7 @@ func (s *Service) StartExport(ctx context.Context, req ExportRequest) (ExportJob
 		metrics = c
 		src = Source{RunID: req.RunID, Checkpoint: req.Checkpoint}
 	default:
-		return ExportJob{}, invalid(`name the checkpoint with {"run_id", "checkpoint"} or a checkpoint-backed version with {"model", "version"}`)
+		return ExportJob{}, invalid(`name the checkpoint with {"run_id", "checkpoint"}, or a checkpoint-backed or torch.export program version with {"model", "version"}`)
 	}
 	if req.Name == "" {
 		req.Name = req.RunID

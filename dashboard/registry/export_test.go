@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"archive/zip"
 	"context"
 	"encoding/json"
 	"os"
@@ -223,5 +224,84 @@ func TestExportQuantization(t *testing.T) {
 		if c.q != "" && !strings.Contains(j.Error, "--quantization "+c.q) {
 			t.Errorf("quantization %q not passed on: %q", c.q, j.Error)
 		}
+	}
+}
+
+// TestExportProgramVersion: a torch.export program version (an MLflow
+// PyTorch model registered through MLflow's API) is exported from its
+// stored program; it is not deployed before, and an MLflow reference is
+// refused with the reason.
+func TestExportProgramVersion(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := exportService(t, ctx, dir, openTestStore(t, store.Config{Dir: dir}), `echo "args: $*" >&2; exit 3`)
+	defer s.Wait()
+	prog := filepath.Join(dir, "model.pt2")
+	writeZip(t, prog, map[string]string{"m/archive_format": "pt2", "m/models/model.json": "{}"})
+	notProg := filepath.Join(dir, "aoti.pt2")
+	writeZip(t, notProg, map[string]string{"m/archive_format": "pt2", "m/models/model.json": "{}", "m/data/aotinductor/m/x.so": ""})
+	if _, err := s.Reg.CreateModel(ctx, "torchy", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reg.AddProgram(ctx, "torchy", notProg, Version{}); err == nil || !strings.Contains(err.Error(), "not a torch.export program") {
+		t.Fatalf("an AOTInductor package taken as a program: %v", err)
+	}
+	v, err := s.Reg.AddProgram(ctx, "torchy", prog, Version{Source: Source{URI: "models:/m-1"}, Description: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Format != FormatProgram || v.Version != 1 || v.Servable() || v.File != "models/torchy/1/model.pt2" || v.Source.URI != "models:/m-1" {
+		t.Fatalf("program version %+v", v)
+	}
+	ref, err := s.Reg.AddReference(ctx, "torchy", Version{Format: FormatMLflow, Source: Source{URI: "runs:/r/model"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Deploy(ctx, "torchy", DeployRequest{Version: json.RawMessage("1")}); err == nil || !strings.Contains(err.Error(), "is a torch.export program") || !strings.Contains(err.Error(), "export it first") {
+		t.Fatalf("deploying a program: %v", err)
+	}
+	for _, bad := range []struct {
+		req ExportRequest
+		msg string
+	}{
+		{ExportRequest{Model: "torchy", Version: 1, Format: "onnx_int8", Quantization: "static"}, "carries none: use quantization dynamic"},
+		{ExportRequest{Model: "torchy", Version: ref.Version, Format: "onnx"}, "never unpickled"},
+	} {
+		if _, err := s.StartExport(ctx, bad.req); err == nil || !strings.Contains(err.Error(), bad.msg) {
+			t.Errorf("%+v: %v, want an error with %q", bad.req, err, bad.msg)
+		}
+	}
+	j, err := s.StartExport(ctx, ExportRequest{Model: "torchy", Version: 1, Format: "onnx"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j = waitExportState(t, s, j.ID, func(j ExportJob) bool { return j.State == StateFailed })
+	want := "-m fw.export " + filepath.Join(dir, "models", "torchy", "1", "model.pt2") + " --format onnx --out "
+	if !strings.Contains(j.Error, want) || !strings.Contains(j.Error, "--name torchy") || j.Model != "torchy" {
+		t.Fatalf("the exporter ran with %q, want %q", j.Error, want)
+	}
+}
+
+func writeZip(t *testing.T, path string, files map[string]string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := zip.NewWriter(f)
+	for name, content := range files {
+		w, err := z.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write([]byte(content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -12,15 +12,18 @@
 package registry
 
 import (
+	"archive/zip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/blob"
@@ -55,9 +58,22 @@ const FormatCheckpoint = "checkpoint"
 // API: a reference to an MLflow model (Source.URI), not a file fw serves.
 const FormatMLflow = "mlflow"
 
+// FormatProgram marks a version whose file is a torch.export program (a
+// .pt2 archive of torch.export.save: what an MLflow PyTorch model holds as
+// data/model.pt2, registered through MLflow's API). fw serve does not load
+// it; exporting it (POST /api/models/export) makes a version it serves.
+const FormatProgram = "torch_export"
+
 // Servable reports whether a version is a model file fw serve can load
-// (not a reference to a checkpoint or an MLflow model).
-func (v *Version) Servable() bool { return v.Format != FormatCheckpoint && v.Format != FormatMLflow }
+// (not a reference to a checkpoint or an MLflow model, nor a program that
+// must be exported first).
+func (v *Version) Servable() bool {
+	return v.Format != FormatCheckpoint && v.Format != FormatMLflow && v.Format != FormatProgram
+}
+
+// Exportable reports whether POST /api/models/export takes a version: a
+// checkpoint or a torch.export program.
+func (v *Version) Exportable() bool { return v.Format == FormatCheckpoint || v.Format == FormatProgram }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
@@ -528,11 +544,89 @@ func (r *Registry) Edit(ctx context.Context, name string, fn func(m *Model) erro
 	return d.Model, nil
 }
 
+// maxProgramEntries bounds the archive entries read to tell a program.
+const maxProgramEntries = 100_000
+
+// IsProgram reports whether the file at path is a torch.export program: a
+// zip archive whose <root>/archive_format says pt2 and that holds a
+// <root>/models/*.json graph but no AOTInductor code (an AOTInductor
+// package, which fw serve loads, has the same markers).
+func IsProgram(path string) bool {
+	z, err := zip.OpenReader(path)
+	if err != nil {
+		return false
+	}
+	defer z.Close()
+	if len(z.File) > maxProgramEntries {
+		return false
+	}
+	root, models, aoti := "", false, false
+	for _, f := range z.File {
+		dir, rest, ok := strings.Cut(f.Name, "/")
+		if !ok {
+			continue
+		}
+		switch {
+		case rest == "archive_format" && f.UncompressedSize64 <= 16:
+			r, err := f.Open()
+			if err != nil {
+				return false
+			}
+			b, err := io.ReadAll(io.LimitReader(r, 16))
+			r.Close()
+			if err != nil || strings.TrimSpace(string(b)) != "pt2" {
+				return false
+			}
+			root = dir
+		case strings.HasPrefix(rest, "models/") && strings.HasSuffix(rest, ".json"):
+			models = true
+		case strings.HasPrefix(rest, "data/aotinductor/"):
+			aoti = true
+		}
+	}
+	return root != "" && models && !aoti
+}
+
+// AddProgram registers the torch.export program at src (IsProgram) as the
+// next version of name, which must exist, with format FormatProgram; src is
+// moved (or copied) into models/<name>/<version>/model.pt2. meta carries
+// what MLflow's API keeps about the version (source, description, tags,
+// stage).
+func (r *Registry) AddProgram(ctx context.Context, name, src string, meta Version) (*Version, error) {
+	if !IsProgram(src) {
+		return nil, invalid("the file is not a torch.export program (a .pt2 archive written by torch.export.save)")
+	}
+	st, err := os.Stat(src)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.Get(ctx, name); err != nil {
+		return nil, err
+	}
+	v := meta
+	v.Format, v.Size, v.Created = FormatProgram, st.Size(), time.Now().UTC()
+	v.Updated = v.Created
+	if v.Version, err = r.reserve(ctx, name); err != nil {
+		return nil, err
+	}
+	dir := versionKey(name, v.Version)
+	rel := dir + "/model.pt2"
+	if err := r.files.PutFile(ctx, rel, src); err != nil {
+		return nil, fmt.Errorf("storing version %d of %s: %w", v.Version, name, err)
+	}
+	v.File = rel
+	if err := r.addVersion(ctx, name, &v); err != nil {
+		_ = r.files.DeletePrefix(context.WithoutCancel(ctx), dir)
+		return nil, err
+	}
+	return &v, nil
+}
+
 // AddReference registers v (a reference: FormatMLflow or FormatCheckpoint,
 // no file in the registry's store) as the next version of name, which must
 // exist.
 func (r *Registry) AddReference(ctx context.Context, name string, v Version) (*Version, error) {
-	if v.Servable() {
+	if v.Format != FormatMLflow && v.Format != FormatCheckpoint {
 		return nil, invalid("a reference version must have format %q or %q", FormatMLflow, FormatCheckpoint)
 	}
 	var out *Version

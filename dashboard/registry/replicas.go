@@ -157,7 +157,7 @@ func (s *Service) adoptOrRestart(ctx context.Context, d *Deployment, why string)
 	}
 	v, err := s.Reg.Resolve(ctx, d.Model, fmt.Sprint(d.Version))
 	if err == nil && !v.Servable() {
-		err = invalid("version %d is a %s reference, not a model file", d.Version, v.Format)
+		err = invalid("version %d (format %s) is not a file fw serve loads", d.Version, v.Format)
 	}
 	var done chan struct{}
 	if err == nil {

@@ -259,7 +259,7 @@ func (s *Service) placeVersion(ctx context.Context, dir, name string, v *Version
 		return err
 	}
 	if !v.Servable() {
-		return invalid("model %q version %d is a %s reference, not a model file; export or register a file first", name, v.Version, v.Format)
+		return invalid("model %q version %d (format %s) is not a file fw serve loads; export it or register a file first", name, v.Version, v.Format)
 	}
 	src, err := s.Reg.ModelFile(ctx, v)
 	if err != nil {

@@ -1647,6 +1647,259 @@ def aoti(
 _META_KEYS = ("labels", "preprocessing", "task", "metrics", "description", "input_names", "output_names")
 
 
+def is_program(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a ``torch.export.save`` archive (a ``.pt2`` program, e.g. what
+    ``mlflow.pytorch.log_model`` writes as ``data/model.pt2``), not an AOTInductor package."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+            fmt = [n for n in names if n.count("/") == 1 and n.endswith("/archive_format")]
+            if len(fmt) != 1:
+                return False
+            with z.open(fmt[0]) as f:
+                if f.read(16).strip() != b"pt2":
+                    return False
+    except Exception:  # not a zip, or one zipfile cannot read: not a program
+        return False
+    root = fmt[0].split("/")[0]
+    has_model = any(n.startswith(f"{root}/models/") and n.endswith(".json") for n in names)
+    return has_model and not any(n.startswith(f"{root}/data/aotinductor/") for n in names)
+
+
+_PICKLED_OBJECT = (
+    "it holds a pickled Python object, and fw never unpickles files it did not write. Hint: save a "
+    "program whose constants are tensors (torch.export.save of a plain nn.Module)"
+)
+
+# The operator-module functions a graph may call (torch.export writes them for symbolic sizes):
+# arithmetic and comparisons only. attrgetter, methodcaller, call and the like would let a graph reach
+# any object.
+_OPERATOR_TARGETS = frozenset(
+    "add sub mul truediv floordiv mod pow neg pos abs eq ne lt le gt ge and_ or_ xor not_ invert "
+    "getitem lshift rshift index truth".split()
+)
+# Names a size expression may use besides the deserializer's own functions and size symbols (s0, u1).
+_SYMPY_NAMES = frozenset(
+    "Symbol Integer Rational Float True False oo zoo nan positive negative integer real nonnegative "
+    "nonpositive finite infinite Max Min Abs Eq Ne Lt Le Gt Ge And Or Not floor ceiling sqrt Pow Mul Add".split()
+)
+
+
+def _size_expr_ok(expr: str, known: Any) -> bool:
+    """Whether a size expression from a program is plain arithmetic over size symbols: sympy parses
+    strings with eval, so anything else (attributes, dunders, calls of other names) is refused."""
+    if len(expr) > 4096 or "__" in expr:
+        return False
+    rest = re.sub(r"'[A-Za-z_][A-Za-z0-9_]{0,63}'", "0", expr)  # Symbol('s77', ...): quoted names
+    if not re.fullmatch(r"[A-Za-z0-9_+\-*/%()., <>=!]*", rest) or re.search(
+        r"(?<![0-9])\.|\.(?![0-9])", rest
+    ):
+        return False
+    for name in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", rest):
+        if (
+            name not in _SYMPY_NAMES
+            and name not in known
+            and not re.fullmatch(r"[a-z]+[0-9]+|[0-9]*e[0-9]+", name)
+        ):
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def _weights_only() -> Iterator[list[str]]:
+    """Read a torch.export archive without running anything from it. torch's reader reads some parts
+    with ``torch.load(weights_only=False)`` or plain ``pickle`` (and falls back to them when the safe
+    reader fails), parses size expressions with sympy (which evals strings), resolves a graph's call
+    targets by name from ``torch``, ``operator`` and ``math``, and imports the modules a pytree
+    context names. Here: ``torch.load`` is weights-only, pickles are refused, size expressions must
+    be plain arithmetic over size symbols, call targets must be torch operators, size functions or
+    arithmetic, and pytree contexts may name built-in containers only. Yields the list of refusals
+    (torch turns the exception into its own, so the reason is kept here)."""
+    import collections
+    import types
+
+    import sympy
+    import torch
+    from torch._export.serde import serialize
+    from torch.export.pt2_archive import _package
+    from torch.utils import _pytree
+
+    refused: list[str] = []
+
+    def refuse(why: str) -> Any:
+        refused.append(why)
+        raise ExportError(why)
+
+    real_load, real_obj, real_pickle = torch.load, torch._C._pickle_load_obj, _package.pickle
+    real_sympify, real_importlib = sympy.sympify, _pytree.importlib
+    deserializer = serialize.GraphModuleDeserializer
+    real_operator = deserializer.deserialize_operator
+
+    def load(f: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs["weights_only"] = True
+        return real_load(f, *args, **kwargs)
+
+    def no_pickle(*_: Any, **__: Any) -> Any:
+        return refuse(_PICKLED_OBJECT)
+
+    class NoPickle:  # stands in for the pickle module in torch's archive reader
+        loads = staticmethod(no_pickle)
+
+    def sympify(a: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(a, str) and not _size_expr_ok(a, kwargs.get("locals") or {}):
+            refuse(f"its size expression {a[:120]!r} is not plain arithmetic over size symbols")
+        return real_sympify(a, *args, **kwargs)
+
+    syms = {getattr(torch, n) for n in dir(torch) if n.startswith(("sym_", "_sym_"))}
+
+    def operator_target(self: Any, name: str) -> Any:
+        target = real_operator(self, name)
+        if isinstance(target, str):
+            return target  # unresolved: kept as a name, never called
+        ops = (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)
+        if (
+            isinstance(target, ops)
+            or target in syms
+            or (name.startswith("_operator.") and name.split(".", 1)[1] in _OPERATOR_TARGETS)
+            or (name.startswith("math.") and callable(target) and getattr(target, "__module__", "") == "math")
+        ):
+            return target
+        return refuse(f"its graph calls {name[:120]}, which is not a torch operator")
+
+    containers = {
+        "builtins": types.SimpleNamespace(
+            list=list, dict=dict, tuple=tuple, set=set, int=int, float=float, str=str
+        ),
+        "collections": types.SimpleNamespace(
+            OrderedDict=collections.OrderedDict, defaultdict=collections.defaultdict, deque=collections.deque
+        ),
+    }
+
+    class Importer:  # stands in for importlib in torch's pytree reader
+        @staticmethod
+        def import_module(name: str) -> Any:
+            if name in containers:
+                return containers[name]
+            return refuse(
+                f"its input or output structure names the module {name[:120]}; fw reads built-in containers only"
+            )
+
+    torch.load = load
+    torch._C._pickle_load_obj = no_pickle
+    _package.pickle = NoPickle  # type: ignore[assignment]
+    sympy.sympify = sympify
+    _pytree.importlib = Importer  # type: ignore[assignment]
+    deserializer.deserialize_operator = operator_target  # type: ignore[method-assign]
+    try:
+        yield refused
+    finally:
+        torch.load, torch._C._pickle_load_obj, _package.pickle = real_load, real_obj, real_pickle
+        sympy.sympify, _pytree.importlib = real_sympify, real_importlib
+        deserializer.deserialize_operator = real_operator  # type: ignore[method-assign]
+
+
+def load_program(path: str | os.PathLike[str]) -> tuple[Any, Any]:
+    """A ``torch.export.save`` archive as (module, example input) for :func:`onnx` and the others.
+
+    The archive is read without running anything from it (see :func:`_weights_only`; its guards,
+    Python source, are dropped); the example input
+    is the one the program was captured with (``ExportedProgram.example_inputs``). Its batch axis
+    (axis 0) must have been captured as dynamic: MLflow does so when the model was logged with an
+    ``input_example`` of two or more rows.
+    """
+    import pickle
+
+    import torch
+
+    class Program(torch.nn.Module):
+        def __init__(self, gm: Any, names: list[str]) -> None:
+            super().__init__()
+            self.program = gm
+            self.fw_input_names = names
+
+        def forward(self, *args: Any) -> Any:
+            return self.program(*args)
+
+        def train(self, mode: bool = True) -> Any:
+            self.training = mode
+            return self
+
+    refused: list[str] = []
+    try:
+        with _weights_only() as refused, quiet_warnings(), _quiet_loggers("torch.export", "torch._export"):
+            ep = torch.export.load(path)
+    except (
+        pickle.UnpicklingError,
+        RuntimeError,
+        ValueError,
+        KeyError,
+        TypeError,
+        AssertionError,
+        OSError,
+    ) as e:
+        if refused:
+            raise ExportError(f"{path} cannot be exported: {refused[0]}") from e
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+        raise ExportError(
+            f"{path} cannot be read as a torch.export program ({first}). Hint: write it with "
+            "torch.export.save(torch.export.export(model, example_args), path) with this torch version"
+        ) from e
+    example = ep.example_inputs
+    if example is None:
+        raise ExportError(
+            f"{path} carries no example input, which export needs to check the model. Hint: save a program "
+            "captured by torch.export.export(model, example_args) with torch 2.6 or later"
+        )
+    args, kwargs = example
+    if kwargs:
+        raise ExportError(
+            f"{path} was captured with keyword inputs {sorted(kwargs)}; fw's model files take positional inputs. "
+            "Hint: capture it with positional example inputs"
+        )
+    if not args or not all(isinstance(a, torch.Tensor) for a in args):
+        raise ExportError(f"{path} takes inputs that are not tensors. Hint: every input must be a tensor")
+    users = [
+        s
+        for s in ep.graph_signature.input_specs
+        if s.kind == torch.export.graph_signature.InputKind.USER_INPUT
+    ]
+    names = [s.arg.name for s in users if hasattr(s.arg, "name")]
+    static = []
+    for node in ep.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" and node.name in names else None
+        if isinstance(val, torch.Tensor) and (val.dim() == 0 or not isinstance(val.shape[0], torch.SymInt)):
+            static.append(node.name)
+    if static:
+        raise ExportError(
+            f"{path} was captured with a fixed size on axis 0 (the batch) of {static}, so it takes no other batch "
+            "size. Hint: capture it with a dynamic batch axis: with MLflow, log the model with an input_example "
+            "of 2 or more rows (torch.export fixes size-1 axes); with torch, pass dynamic_shapes"
+        )
+    # ep.module() turns the program's guards (Python source in the file) into code and its input
+    # structure into argument paths: fw runs no code from the file (the export's parity checks stand
+    # in for the guards), and takes positional tensor inputs only.
+    if ep.call_spec.in_spec != torch.utils._pytree.tree_structure((tuple(args), {})):
+        raise ExportError(
+            f"{path} takes its inputs in a structure other than positional tensors. Hint: capture it with "
+            "positional tensor inputs"
+        )
+    ep._guards_code = []
+    for node in ep.graph.nodes:
+        if node.op == "placeholder" and isinstance(node.meta.get("val"), str):
+            raise ExportError(f"{path} has a text input ({node.name}); fw's model files take tensors")
+    if len(names) != len(args) or any(not n.isidentifier() for n in names):
+        names = [f"input_{i}" for i in range(len(args))]
+    # forward() names the program's inputs, so that torch.export (aoti) and the input names see them
+    # one by one rather than as one *args tuple.
+    P = inspect.Parameter
+    Program.forward.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [P("self", P.POSITIONAL_OR_KEYWORD), *(P(n, P.POSITIONAL_OR_KEYWORD) for n in names)]
+    )
+    return Program(ep.module(), names), (args[0] if len(args) == 1 else tuple(args))
+
+
 def export_checkpoint(
     checkpoint: str | os.PathLike[str],
     format: str,
@@ -1661,20 +1914,33 @@ def export_checkpoint(
     device: str = "cpu",
     exporter: str = "auto",
 ) -> ExportReport:
-    """Export a checkpoint written by :func:`fw.checkpoint.save` (what ``python -m fw.export`` runs).
+    """Export a checkpoint written by :func:`fw.checkpoint.save`, or a ``torch.export.save`` program
+    (:func:`load_program`, e.g. an MLflow PyTorch model's ``data/model.pt2``): what ``python -m fw.export``
+    runs.
 
-    ``method`` applies to onnx, torchscript and quantized; ``device`` to aoti only; ``exporter`` to
-    onnx and onnx_int8 (see :func:`onnx`).
+        ``method`` applies to onnx, torchscript and quantized; ``device`` to aoti only; ``exporter`` to
+        onnx and onnx_int8 (see :func:`onnx`).
 
-    Labels, preprocessing, task, metrics and description come from the checkpoint's ``meta``; ``name``
-    and ``version`` default to the meta's, then to the output file name and ``"1"``. Format
-    ``onnx_int8`` takes ``quantization`` (default ``"dynamic"``) and ``per_channel``; static
-    quantization calibrates on ``calibration`` (an ``.npz`` file, see :func:`load_calibration`),
-    else on the rows the checkpoint carries (``fw.checkpoint.save(..., calibration_input=...)``).
+        Labels, preprocessing, task, metrics and description come from the checkpoint's ``meta``; ``name``
+        and ``version`` default to the meta's, then to the output file name and ``"1"``. Format
+        ``onnx_int8`` takes ``quantization`` (default ``"dynamic"``) and ``per_channel``; static
+        quantization calibrates on ``calibration`` (an ``.npz`` file, see :func:`load_calibration`),
+        else on the rows the checkpoint carries (``fw.checkpoint.save(..., calibration_input=...)``).
     """
     from fw import checkpoint as _ckpt
 
-    ck = _ckpt.load(checkpoint)
+    if is_program(checkpoint):
+        model, example = load_program(checkpoint)
+        ck = _ckpt.Checkpoint(
+            model=model,
+            model_class="torch.export program",
+            model_kwargs={},
+            example_input=example,
+            meta={},
+            path=str(checkpoint),
+        )
+    else:
+        ck = _ckpt.load(checkpoint)
     if ck.example_input is None:
         raise ExportError(
             f"checkpoint {checkpoint} carries no example input, which export needs to trace and check the "
@@ -1765,10 +2031,14 @@ def load_calibration(path: str | os.PathLike[str]) -> Any:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m fw.export",
-        description="Export an fw checkpoint (fw.checkpoint.save) into one fw model file. Prints a one-line "
-        "JSON report on stdout.",
+        description="Export an fw checkpoint (fw.checkpoint.save) or a torch.export program into one fw model "
+        "file. Prints a one-line JSON report on stdout.",
     )
-    p.add_argument("checkpoint", help="checkpoint written by fw.checkpoint.save (with an example input)")
+    p.add_argument(
+        "checkpoint",
+        help="checkpoint written by fw.checkpoint.save (with an example input), or a torch.export.save program "
+        "(.pt2, e.g. an MLflow PyTorch model's data/model.pt2) captured with a dynamic batch axis",
+    )
     p.add_argument(
         "--format", required=True, choices=("onnx", "torchscript", "quantized", "onnx_int8", "aoti")
     )

@@ -95,6 +95,11 @@ class Dashboard:
             # None of the caller's FW_* settings (a database URL, another port, a UI dir, recipes):
             # SQLite in tmp_path, loopback, the token only when this dashboard has one.
             env = {k: v for k, v in os.environ.items() if not k.startswith("FW_")}
+            if os.environ.get("FW_PYTHON"):  # the Python with torch that export jobs run, on fw's source
+                env["FW_PYTHON"] = os.environ["FW_PYTHON"]
+                env["PYTHONPATH"] = os.pathsep.join(
+                    filter(None, [str(REPO / "python"), env.get("PYTHONPATH")])
+                )
             env.update(self.dirs)
             if self.token:
                 env["FW_DASHBOARD_TOKEN"] = self.token

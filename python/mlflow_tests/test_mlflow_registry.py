@@ -37,9 +37,10 @@ def test_register_model_and_load_it_back(dashboard, client):
         loaded = mlflow.pytorch.load_model(uri)
         assert torch.allclose(loaded(x), net(x)), uri
 
-    # fw's own API lists the model with both versions as MLflow references (not deployable files).
+    # fw's own API lists the model with both versions as torch.export programs (MLflow's default
+    # serialization): not deployable files, but exportable into one (test_mlflow_onnx_versions.py).
     model = dashboard.get("/api/models/digits-net")
-    assert [v["format"] for v in model["versions"]] == ["mlflow", "mlflow"]
+    assert [v["format"] for v in model["versions"]] == ["torch_export", "torch_export"]
     assert model["aliases"] == {"champion": 2} and model["versions"][0]["source"]["run_id"] == run.info.run_id
 
 

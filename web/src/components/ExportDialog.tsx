@@ -1,4 +1,5 @@
-// The export dialog: pick a run's checkpoint, a format (TorchScript, ONNX,
+// The export dialog: pick a run's checkpoint (or export a model version: a
+// checkpoint or a torch.export program, e.g. an MLflow PyTorch model), a format (TorchScript, ONNX,
 // quantized TorchScript, int8 ONNX, AOTInductor) and its options, start POST /api/models/export, follow the job
 // until it ends, then show the parity report and the registered version.
 import { useEffect, useState } from "react";
@@ -63,9 +64,20 @@ const QUANTIZATIONS: { value: Quantization; label: string }[] = [
 const isOnnx = (f: ExportFormat) => f === "onnx" || f === "onnx_int8";
 const HAS_METHOD: ExportFormat[] = ["torchscript", "quantized"];
 
-/** Builds the export request from the form's values (empty options left out). */
-export function exportBody(v: { runId: string; checkpoint: string; format: ExportFormat; opset: string; method: string; name: string; quantization?: Quantization }): ExportRequest {
-  const body: ExportRequest = { run_id: v.runId, checkpoint: v.checkpoint, format: v.format };
+/** Builds the export request from the form's values (empty options left out): a model version's when
+ * model is given, else a run's checkpoint's. */
+export function exportBody(v: {
+  runId: string;
+  checkpoint: string;
+  model?: string;
+  version?: number;
+  format: ExportFormat;
+  opset: string;
+  method: string;
+  name: string;
+  quantization?: Quantization;
+}): ExportRequest {
+  const body: ExportRequest = v.model ? { model: v.model, version: v.version, format: v.format } : { run_id: v.runId, checkpoint: v.checkpoint, format: v.format };
   if (isOnnx(v.format) && v.opset.trim() !== "") body.opset_version = Number(v.opset);
   if (HAS_METHOD.includes(v.format) && (v.method === "trace" || v.method === "script")) body.method = v.method;
   if (v.format === "onnx_int8" && v.quantization) body.quantization = v.quantization;
@@ -176,12 +188,20 @@ export function ExportDialog({
   onClose,
   runId,
   checkpoint,
+  model,
+  version,
+  program,
   onDone,
 }: {
   open: boolean;
   onClose: () => void;
   runId?: string;
   checkpoint?: string;
+  /** Export this registered version (a checkpoint or a torch.export program) instead of a run's checkpoint. */
+  model?: string;
+  version?: number;
+  /** The version is a torch.export program: no calibration rows for static quantization. */
+  program?: boolean;
   onDone?: (job: ExportJob) => void;
 }) {
   const [run, setRun] = useState(runId ?? "");
@@ -197,7 +217,8 @@ export function ExportDialog({
   const starting = useAction();
   const { busy, error, setError } = starting;
 
-  // A new opening starts from the given run and checkpoint.
+  // A new opening starts from the given run and checkpoint (or version); a program carries no
+  // calibration rows, so static quantization is not offered for it.
   useEffect(() => {
     if (!open) return;
     setRun(runId ?? "");
@@ -205,20 +226,26 @@ export function ExportDialog({
     setJob(undefined);
     setError(undefined);
     setNameTouched(false);
-  }, [open, runId, checkpoint]);
+    if (program) setQuantization("dynamic");
+  }, [open, runId, checkpoint, program]);
 
-  const runInfo = useApi((s) => (open && run ? get<Run>(`/api/runs/${seg(run)}`, undefined, s) : Promise.resolve(undefined)), [open, run]);
+  const ofVersion = model !== undefined;
+  const runInfo = useApi((s) => (open && run && !ofVersion ? get<Run>(`/api/runs/${seg(run)}`, undefined, s) : Promise.resolve(undefined)), [open, run]);
   const ckpts = useApi(
-    (s) => (open && run ? get<RunCheckpoints>(`/api/runs/${seg(run)}/checkpoints`, undefined, s) : Promise.resolve({ checkpoints: [] as Checkpoint[] })),
+    (s) => (open && run && !ofVersion ? get<RunCheckpoints>(`/api/runs/${seg(run)}/checkpoints`, undefined, s) : Promise.resolve({ checkpoints: [] as Checkpoint[] })),
     [open, run],
   );
 
-  // Default model name: the run's recipe, else its experiment.
+  // Default model name: the version's model, else the run's recipe, else its experiment.
   useEffect(() => {
     if (nameTouched) return;
+    if (ofVersion) {
+      setName(model);
+      return;
+    }
     const r = runInfo.data;
     setName(modelNameFrom(r?.source?.recipe || r?.experiment || ""));
-  }, [runInfo.data, nameTouched]);
+  }, [runInfo.data, nameTouched, ofVersion, model]);
 
   // Default checkpoint: the given one, else the newest (largest step).
   useEffect(() => {
@@ -265,14 +292,14 @@ export function ExportDialog({
 
   const submit = () =>
     starting.run(async () => {
-      const res = await post<ExportStarted>("/api/models/export", exportBody({ runId: run, checkpoint: ckpt, format, opset, method, name, quantization }));
+      const res = await post<ExportStarted>("/api/models/export", exportBody({ runId: run, checkpoint: ckpt, model, version, format, opset, method, name, quantization }));
       const j = res.job ?? { id: res.id, state: res.state, progress: "exporting", model: name };
       setJob(j);
       if (j.state === "finished" || j.state === "failed") onDone?.(j);
     });
 
   const list = ckpts.data?.checkpoints ?? [];
-  const canSubmit = !!run && !!ckpt && !busy && !running;
+  const canSubmit = (ofVersion || (!!run && !!ckpt)) && !busy && !running;
   const footer = job ? (
     <>
       {job.state === "failed" && (
@@ -296,7 +323,7 @@ export function ExportDialog({
   );
 
   return (
-    <Dialog open={open} title="Export a checkpoint" onClose={onClose} footer={footer}>
+    <Dialog open={open} title={ofVersion ? `Export ${model} v${version}` : "Export a checkpoint"} onClose={onClose} footer={footer}>
       {!job ? (
         <form
           id="export-form"
@@ -306,7 +333,13 @@ export function ExportDialog({
             if (canSubmit) void submit();
           }}
         >
-          {runId ? (
+          {ofVersion ? (
+            <p className="muted span-all">
+              {program
+                ? "A torch.export program (an MLflow PyTorch model): exported into a file fw serves, checked against the program on its example input and other batch sizes, and registered as the next version."
+                : "A run's checkpoint: exported, checked against the model and registered as the next version."}
+            </p>
+          ) : runId ? (
             <p className="muted span-all">
               Run <Link to={`/runs/${seg(runId)}`}>{runInfo.data?.name || runId}</Link>
               {runInfo.data?.experiment ? ` in ${runInfo.data.experiment}` : ""}
@@ -314,7 +347,7 @@ export function ExportDialog({
           ) : (
             <RunPicker runId={run} onRun={setRun} />
           )}
-          <label className="span-all">
+          <label className="span-all" hidden={ofVersion}>
             Checkpoint
             <select value={ckpt} onChange={(e) => setCkpt(e.target.value)} disabled={list.length === 0}>
               {list.length === 0 && <option value="">{ckpts.loading ? "loading…" : "this run has no checkpoints"}</option>}
@@ -345,7 +378,7 @@ export function ExportDialog({
             <label>
               Quantization
               <select value={quantization} onChange={(e) => setQuantization(e.target.value as Quantization)}>
-                {QUANTIZATIONS.map((q) => (
+                {QUANTIZATIONS.filter((q) => !(program && q.value === "static")).map((q) => (
                   <option key={q.value} value={q.value}>
                     {q.label}
                   </option>

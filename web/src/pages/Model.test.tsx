@@ -159,3 +159,45 @@ describe("ModelPage MLflow versions", () => {
     expect(screen.queryByRole("button", { name: "Deploy v4" })).toBeNull();
   });
 });
+
+describe("ModelPage export of a version", () => {
+  it("offers Export, not Deploy, for a torch.export program and posts that version", async () => {
+    const torchy = {
+      name: "torchy",
+      created: "2026-11-26T10:00:00Z",
+      aliases: {},
+      versions: [{ version: 1, format: "torch_export", size: 12000, source: { uri: "models:/m-1" }, created: "2026-11-26T10:00:00Z" }],
+    };
+    const posted: unknown[] = [];
+    vi.stubGlobal(
+      "fetch",
+      vi.fn(async (url: string, init?: RequestInit) => {
+        const u = String(url);
+        if (init?.method === "POST" && u === "/api/models/export") {
+          posted.push(JSON.parse(String(init.body)));
+          return json({ id: "exp-1", state: "running" }, 202);
+        }
+        if (u === "/api/models/torchy") return json(torchy);
+        if (u === "/api/models/exports/exp-1") return json({ id: "exp-1", state: "finished", progress: "done", model: "torchy", version: 2, started: "2026-11-26T10:00:00Z", request: {} });
+        if (u === "/api/deployments") return json({ deployments: [] });
+        if (u === "/api/shared-server") return json({ state: "stopped", healthy: false, versions: [] });
+        return json({ error: { code: "not_found", message: `no ${u}` } }, 404);
+      }),
+    );
+    render(
+      <MemoryRouter initialEntries={["/models/torchy"]}>
+        <Routes>
+          <Route path="/models/:name" element={<ModelPage />} />
+        </Routes>
+      </MemoryRouter>,
+    );
+    const exportButton = await screen.findByRole("button", { name: "Export v1" });
+    expect(screen.queryByRole("button", { name: "Deploy v1" })).toBeNull();
+    fireEvent.click(exportButton);
+    const dialog = await screen.findByRole("dialog", { name: "Export torchy v1" });
+    expect(within(dialog).getByText(/torch\.export program/)).toBeTruthy();
+    fireEvent.click(within(dialog).getByRole("button", { name: "Export" }));
+    await waitFor(() => expect(posted).toEqual([{ model: "torchy", version: 1, format: "onnx", name: "torchy" }]));
+    expect(await within(dialog).findByText(/Export finished and registered/)).toBeTruthy();
+  });
+});

@@ -115,7 +115,17 @@ function Deployments({ deps, onUndeploy }: { deps: Deployment[]; onUndeploy: (d:
 }
 
 /** The version list with metrics, parity, aliases and per-version actions. */
-function Versions({ model, onDeploy, onDelete }: { model: Model; onDeploy: (v: number) => void; onDelete: (v: ModelVersion) => void }) {
+function Versions({
+  model,
+  onDeploy,
+  onExport,
+  onDelete,
+}: {
+  model: Model;
+  onDeploy: (v: number) => void;
+  onExport: (v: ModelVersion) => void;
+  onDelete: (v: ModelVersion) => void;
+}) {
   const [open, setOpen] = useQueryParam("version", "");
   const versions = [...model.versions].sort((a, b) => b.version - a.version);
   return (
@@ -179,6 +189,16 @@ function Versions({ model, onDeploy, onDelete }: { model: Model; onDeploy: (v: n
                     Deploy
                   </button>
                 )}
+                {exportable(v.format) && (
+                  <button
+                    type="button"
+                    onClick={() => onExport(v)}
+                    aria-label={`Export v${v.version}`}
+                    title={v.format === "torch_export" ? "export this torch.export program (an MLflow PyTorch model) into a file fw serves" : "export this checkpoint"}
+                  >
+                    Export…
+                  </button>
+                )}
                 <button type="button" className="ghost danger-text" onClick={() => onDelete(v)} aria-label={`Delete v${v.version}`}>
                   Delete
                 </button>
@@ -221,8 +241,11 @@ function Versions({ model, onDeploy, onDelete }: { model: Model; onDeploy: (v: n
 }
 
 /** The /models/:name page. */
-/** A version fw serve can load: not a reference to a checkpoint or to an MLflow model. */
-const servable = (format: string) => format !== "checkpoint" && format !== "mlflow";
+/** A version fw serve can load: not a reference to a checkpoint or to an MLflow model, nor a program to export. */
+const servable = (format: string) => format !== "checkpoint" && format !== "mlflow" && format !== "torch_export";
+
+/** A version POST /api/models/export takes: a checkpoint or a torch.export program (an MLflow PyTorch model). */
+const exportable = (format: string) => format === "checkpoint" || format === "torch_export";
 
 export function ModelPage() {
   const { name = "" } = useParams();
@@ -233,6 +256,7 @@ export function ModelPage() {
   const [deployOpen, setDeployOpen] = useState(false);
   const [deployVersion, setDeployVersion] = useState<number>();
   const [exportOpen, setExportOpen] = useState(false);
+  const [exportVersion, setExportVersion] = useState<ModelVersion>();
   const [undeploy, setUndeploy] = useState<Deployment>();
   const [deleting, setDeleting] = useState<ModelVersion>();
   const [deletingModel, setDeletingModel] = useState(false);
@@ -316,6 +340,7 @@ export function ModelPage() {
             setDeployVersion(v);
             setDeployOpen(true);
           }}
+          onExport={setExportVersion}
           onDelete={setDeleting}
         />
       </Card>
@@ -393,6 +418,14 @@ export function ModelPage() {
         }}
       />
       <ExportDialog open={exportOpen} onClose={() => setExportOpen(false)} onDone={() => model.reload()} />
+      <ExportDialog
+        open={exportVersion !== undefined}
+        onClose={() => setExportVersion(undefined)}
+        model={m?.name ?? name}
+        version={exportVersion?.version}
+        program={exportVersion?.format === "torch_export"}
+        onDone={() => model.reload()}
+      />
       <ConfirmDialog
         open={!!undeploy}
         title="Undeploy"
