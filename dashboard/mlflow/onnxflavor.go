@@ -109,22 +109,34 @@ type mlmodel struct {
 	Flavors map[string]map[string]any `yaml:"flavors"`
 }
 
+// mlflowModel reads the MLmodel file of a version's source in the
+// dashboard's storage: the store and directory key of the model and what
+// its MLmodel says; ok is false for a source that is not an MLflow model
+// directory the dashboard holds.
+func (s *Server) mlflowModel(ctx context.Context, source string) (blob.Store, string, mlmodel, bool) {
+	from, dir, ok := s.sourceDir(ctx, source)
+	if !ok || store.ValidateRelPath(dir) != nil {
+		return nil, "", mlmodel{}, false
+	}
+	doc, err := readAll(ctx, from, dir+"/MLmodel", maxMLmodelBytes)
+	if err != nil {
+		return nil, "", mlmodel{}, false
+	}
+	var mm mlmodel
+	if err := yaml.Unmarshal(doc, &mm); err != nil {
+		return nil, "", mlmodel{}, false
+	}
+	return from, dir, mm, true
+}
+
 // servableONNX writes, for a version's source that is an MLflow model
 // with the ONNX flavor in the dashboard's storage, that model as one file
 // into a temporary file of UploadDir and returns its path ("" for any
 // other source). err says why an ONNX-flavored model could not be
 // written (the version is then registered as a reference).
 func (s *Server) servableONNX(ctx context.Context, source string) (string, error) {
-	from, dir, ok := s.sourceDir(ctx, source)
-	if !ok || store.ValidateRelPath(dir) != nil {
-		return "", nil
-	}
-	doc, err := readAll(ctx, from, dir+"/MLmodel", maxMLmodelBytes)
-	if err != nil {
-		return "", nil // not an MLflow model directory the dashboard holds
-	}
-	var mm mlmodel
-	if err := yaml.Unmarshal(doc, &mm); err != nil {
+	from, dir, mm, ok := s.mlflowModel(ctx, source)
+	if !ok {
 		return "", nil
 	}
 	flavor, isONNX := mm.Flavors["onnx"]
@@ -268,16 +280,8 @@ func readAll(ctx context.Context, from blob.Store, key string, limit int64) ([]b
 // returns its path ("" for any other source: another flavor, a pickled
 // PyTorch model, a model the dashboard does not hold).
 func (s *Server) programFile(ctx context.Context, source string) (string, error) {
-	from, dir, ok := s.sourceDir(ctx, source)
-	if !ok || store.ValidateRelPath(dir) != nil {
-		return "", nil
-	}
-	doc, err := readAll(ctx, from, dir+"/MLmodel", maxMLmodelBytes)
-	if err != nil {
-		return "", nil
-	}
-	var mm mlmodel
-	if err := yaml.Unmarshal(doc, &mm); err != nil {
+	from, dir, mm, ok := s.mlflowModel(ctx, source)
+	if !ok {
 		return "", nil
 	}
 	flavor, isTorch := mm.Flavors["pytorch"]

@@ -141,29 +141,32 @@ func (s *Server) addVersion(ctx context.Context, reg *registry.Registry, name, s
 	if _, err := reg.Get(ctx, name); err != nil {
 		return nil, s.fromRegistry(err, name, 0)
 	}
-	if tmp, err := s.servableONNX(ctx, source); err != nil {
-		s.log.Warn("mlflow api: an ONNX model version is registered as a reference (fw cannot serve it as it is)", "model", name, "source", source, "err", err)
-	} else if tmp != "" {
-		defer os.Remove(tmp) // after a directory store moved it, a no-op
+	// Each kind of model fw stores as a file: how the file is made from the
+	// source ("" when the source is not of that kind) and how it is added.
+	for _, kind := range []struct {
+		what string
+		file func(context.Context, string) (string, error)
+		add  func(context.Context, string, string, registry.Version) (*registry.Version, error)
+	}{
+		{"an ONNX model", s.servableONNX, reg.AddFile},
+		{"a PyTorch model (torch.export program)", s.programFile, reg.AddProgram},
+	} {
+		tmp, err := kind.file(ctx, source)
+		if err != nil {
+			s.log.Warn("mlflow api: a version of "+kind.what+" is registered as a reference (its file could not be made)", "model", name, "source", source, "err", err)
+			continue
+		}
+		if tmp == "" {
+			continue
+		}
 		fileMeta := meta
 		fileMeta.Format = ""
-		v, err := reg.AddFile(ctx, name, tmp, fileMeta)
+		v, err := kind.add(ctx, name, tmp, fileMeta)
+		os.Remove(tmp) // after a directory store moved it, a no-op
 		if err == nil {
 			return v, nil
 		}
-		s.log.Warn("mlflow api: an ONNX model version is registered as a reference (its file is not one fw serves)", "model", name, "source", source, "err", err)
-	}
-	if tmp, err := s.programFile(ctx, source); err != nil {
-		s.log.Warn("mlflow api: a PyTorch model version is registered as a reference (its program could not be copied)", "model", name, "source", source, "err", err)
-	} else if tmp != "" {
-		defer os.Remove(tmp)
-		progMeta := meta
-		progMeta.Format = ""
-		v, err := reg.AddProgram(ctx, name, tmp, progMeta)
-		if err == nil {
-			return v, nil
-		}
-		s.log.Warn("mlflow api: a PyTorch model version is registered as a reference (its data/model.pt2 is not a torch.export program)", "model", name, "source", source, "err", err)
+		s.log.Warn("mlflow api: a version of "+kind.what+" is registered as a reference (its file is not one fw takes)", "model", name, "source", source, "err", err)
 	}
 	v, err := reg.AddReference(ctx, name, meta)
 	if err != nil {
