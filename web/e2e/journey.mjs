@@ -369,6 +369,59 @@ print(r.info.experiment_id, r.info.run_id)
       noProblems();
     });
 
+    await step("a PyTorch model MLflow's client logs and registers is exported from its Model page and deployed", async () => {
+      // mlflow.pytorch.log_model's default saves a torch.export program (data/model.pt2); fw keeps the
+      // version as that program (format torch_export), which the page exports into a file it serves.
+      const script = `
+import json, sys
+import mlflow, numpy as np, torch
+mlflow.set_tracking_uri(sys.argv[1])
+mlflow.set_experiment(sys.argv[2])
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)).eval()
+x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+with mlflow.start_run(run_name="mlflow-pytorch"):
+    mlflow.pytorch.log_model(model, name="model", registered_model_name="mlflow-mlp", input_example=np.random.rand(4, 8).astype(np.float32))
+print(json.dumps({"x": x.tolist(), "y": model(torch.from_numpy(x)).tolist()}))
+`;
+      const out = execFileSync(MLFLOW_PYTHON, ["-c", script, dash.url, EXPERIMENT], {
+        encoding: "utf8",
+        env: { ...process.env, MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT: "1", MLFLOW_HTTP_REQUEST_MAX_RETRIES: "0" },
+      });
+      const want = JSON.parse(out.trim().split("\n").pop());
+      await page.goto(dash.url + "/models/mlflow-mlp");
+      await page.getByRole("heading", { name: "mlflow-mlp", level: 1 }).waitFor();
+      await page.getByRole("button", { name: "Export v1" }).waitFor();
+      if ((await page.getByRole("button", { name: "Deploy v1" }).count()) !== 0) throw new Error("a torch.export program version offers Deploy");
+      await page.getByRole("button", { name: "Export v1" }).click();
+      const dialog = page.getByRole("dialog", { name: "Export mlflow-mlp v1" });
+      await dialog.getByText(/torch\.export program/).waitFor();
+      await screenshot(page, "16c-mlflow-pytorch-export");
+      await dialog.getByRole("button", { name: "Export", exact: true }).click();
+      await dialog.getByText("Export finished and registered.").waitFor({ timeout: 240_000 });
+      await dialog.getByText(/max abs error/i).first().waitFor();
+      await dialog.getByText("Close", { exact: true }).click();
+      await page.getByRole("button", { name: "Deploy v2" }).waitFor({ timeout: LONG });
+      const port = await freePort();
+      await page.getByRole("button", { name: "Deploy v2" }).click();
+      const deploy = page.getByRole("dialog", { name: "Deploy mlflow-mlp" });
+      await deploy.getByLabel("Port").fill(String(port));
+      await deploy.getByRole("button", { name: "Deploy", exact: true }).click();
+      await deploy.waitFor({ state: "hidden", timeout: LONG });
+      const deps = page.locator(".card").filter({ has: page.getByRole("heading", { name: "Deployments" }) });
+      await deps.first().locator('[data-status="ready"]').waitFor({ timeout: LONG });
+      const [dep] = (await dash.api("GET", "/api/deployments")).deployments.filter((d) => d.model === "mlflow-mlp");
+      if (dep?.version !== 2) throw new Error(`deployment of the exported version: ${JSON.stringify(dep)}`);
+      const got = (await dash.api("POST", `/api/deployments/${dep.id}/predict`, { data: want.x })).predictions;
+      const worst = Math.max(...got.flatMap((row, i) => row.map((v, j) => Math.abs(v - want.y[i][j]))));
+      if (!(worst < 1e-4)) throw new Error(`the deployed export answers ${JSON.stringify(got)}, the PyTorch model ${JSON.stringify(want.y)}`);
+      await screenshot(page, "16d-mlflow-pytorch-deployed");
+      await page.getByRole("button", { name: /^Undeploy / }).first().click();
+      await page.getByRole("dialog", { name: "Undeploy" }).getByRole("button", { name: "Undeploy", exact: true }).click();
+      await until("no deployment left", async () => (await dash.api("GET", "/api/deployments")).deployments.length === 0, LONG);
+      noProblems();
+    });
+
     await step("an experiment of runs with 1,500 metric keys: the table fetches only its columns, the chooser finds any key, a run's charts page in", async () => {
       const keys = Array.from({ length: 1500 }, (_, i) => `layer${String(i).padStart(4, "0")}/loss`);
       const events = [];

@@ -347,24 +347,26 @@ export function ExportDialog({
           ) : (
             <RunPicker runId={run} onRun={setRun} />
           )}
-          <label className="span-all" hidden={ofVersion}>
-            Checkpoint
-            <select value={ckpt} onChange={(e) => setCkpt(e.target.value)} disabled={list.length === 0}>
-              {list.length === 0 && <option value="">{ckpts.loading ? "loading…" : "this run has no checkpoints"}</option>}
-              {list.map((c) => (
-                <option key={c.path} value={c.path}>
-                  {c.path} · step {c.step}
-                  {c.metrics && Object.keys(c.metrics).length > 0
-                    ? " · " +
-                      Object.entries(c.metrics)
-                        .slice(0, 2)
-                        .map(([k, v]) => `${k} ${fmtNum(num(v))}`)
-                        .join(", ")
-                    : ""}
-                </option>
-              ))}
-            </select>
-          </label>
+          {!ofVersion && (
+            <label className="span-all">
+              Checkpoint
+              <select value={ckpt} onChange={(e) => setCkpt(e.target.value)} disabled={list.length === 0}>
+                {list.length === 0 && <option value="">{ckpts.loading ? "loading…" : "this run has no checkpoints"}</option>}
+                {list.map((c) => (
+                  <option key={c.path} value={c.path}>
+                    {c.path} · step {c.step}
+                    {c.metrics && Object.keys(c.metrics).length > 0
+                      ? " · " +
+                        Object.entries(c.metrics)
+                          .slice(0, 2)
+                          .map(([k, v]) => `${k} ${fmtNum(num(v))}`)
+                          .join(", ")
+                      : ""}
+                  </option>
+                ))}
+              </select>
+            </label>
+          )}
           <fieldset className="span-all format-choice">
             <legend>Format</legend>
             {FORMATS.map((f) => (

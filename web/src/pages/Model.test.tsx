@@ -196,6 +196,7 @@ describe("ModelPage export of a version", () => {
     fireEvent.click(exportButton);
     const dialog = await screen.findByRole("dialog", { name: "Export torchy v1" });
     expect(within(dialog).getByText(/torch\.export program/)).toBeTruthy();
+    expect(within(dialog).queryByLabelText("Checkpoint")).toBeNull(); // no run's checkpoint to pick
     fireEvent.click(within(dialog).getByRole("button", { name: "Export" }));
     await waitFor(() => expect(posted).toEqual([{ model: "torchy", version: 1, format: "onnx", name: "torchy" }]));
     expect(await within(dialog).findByText(/Export finished and registered/)).toBeTruthy();
