@@ -34,6 +34,7 @@ import dataclasses
 import inspect
 import io
 import json
+import keyword
 import math
 import os
 import re
@@ -1690,7 +1691,12 @@ _SYMPY_NAMES = frozenset(
 def _size_expr_ok(expr: str, known: Any) -> bool:
     """Whether a size expression from a program is plain arithmetic over size symbols: sympy parses
     strings with eval, so anything else (attributes, dunders, calls of other names) is refused."""
-    if len(expr) > 4096 or "__" in expr:
+    if len(expr) > 4096 or "__" in expr or expr.count("**") > 1:
+        return False
+    # Numbers stay small: sympy evaluates what it parses (9**9**9 would never end).
+    if any(len(n) > 18 for n in re.findall(r"[0-9]+", expr)):
+        return False
+    if any(int(n) > 64 for n in re.findall(r"\*\*\s*\(?\s*([0-9]+)", expr)):
         return False
     rest = re.sub(r"'[A-Za-z_][A-Za-z0-9_]{0,63}'", "0", expr)  # Symbol('s77', ...): quoted names
     if not re.fullmatch(r"[A-Za-z0-9_+\-*/%()., <>=!]*", rest) or re.search(
@@ -1754,6 +1760,37 @@ def _weights_only() -> Iterator[list[str]]:
 
     syms = {getattr(torch, n) for n in dir(torch) if n.startswith(("sym_", "_sym_"))}
 
+    def ident(x: Any, dotted: bool = False) -> bool:
+        parts = x.split(".") if dotted and isinstance(x, str) else [x]
+        return all(
+            isinstance(p, str)
+            and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", p) is not None
+            and not keyword.iskeyword(p)
+            for p in parts
+        )
+
+    real_python_code = torch.fx.Graph.python_code
+
+    def python_code(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # FX writes node names, placeholder and attribute targets and keyword names into Python
+        # source it execs: names from the file must be plain identifiers.
+        for node in self.nodes:
+            target = node.target.lstrip("*") if node.op == "placeholder" else node.target
+            bad = (
+                not ident(node.name)
+                or (node.op in ("placeholder", "call_method") and not ident(target))
+                or (node.op in ("get_attr", "call_module") and not ident(target, dotted=True))
+                or not all(ident(k) for k in node.kwargs)
+            )
+            if bad:
+                refuse(
+                    f"its graph names a value {str(node.name)[:80]!r} ({node.op} {str(node.target)[:80]!r}) that is not a plain identifier"
+                )
+        info = getattr(self._codegen, "pytree_info", None)
+        if info is not None and not all(ident(a) for a in info.orig_args):
+            refuse("its forward() argument names are not plain identifiers")
+        return real_python_code(self, *args, **kwargs)
+
     def operator_target(self: Any, name: str) -> Any:
         target = real_operator(self, name)
         if isinstance(target, str):
@@ -1792,12 +1829,14 @@ def _weights_only() -> Iterator[list[str]]:
     sympy.sympify = sympify
     _pytree.importlib = Importer  # type: ignore[assignment]
     deserializer.deserialize_operator = operator_target  # type: ignore[method-assign]
+    torch.fx.Graph.python_code = python_code  # type: ignore[method-assign]
     try:
         yield refused
     finally:
         torch.load, torch._C._pickle_load_obj, _package.pickle = real_load, real_obj, real_pickle
         sympy.sympify, _pytree.importlib = real_sympify, real_importlib
         deserializer.deserialize_operator = real_operator  # type: ignore[method-assign]
+        torch.fx.Graph.python_code = real_python_code  # type: ignore[method-assign]
 
 
 def load_program(path: str | os.PathLike[str]) -> tuple[Any, Any]:
@@ -1846,6 +1885,8 @@ def load_program(path: str | os.PathLike[str]) -> tuple[Any, Any]:
             f"{path} cannot be read as a torch.export program ({first}). Hint: write it with "
             "torch.export.save(torch.export.export(model, example_args), path) with this torch version"
         ) from e
+    if refused:  # torch caught the refusal and read the file another way
+        raise ExportError(f"{path} cannot be exported: {refused[0]}")
     example = ep.example_inputs
     if example is None:
         raise ExportError(
@@ -1897,7 +1938,15 @@ def load_program(path: str | os.PathLike[str]) -> tuple[Any, Any]:
     Program.forward.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [P("self", P.POSITIONAL_OR_KEYWORD), *(P(n, P.POSITIONAL_OR_KEYWORD) for n in names)]
     )
-    return Program(ep.module(), names), (args[0] if len(args) == 1 else tuple(args))
+    # ep.module() generates code from the graph again: under the same guard.
+    try:
+        with _weights_only() as refused, quiet_warnings():
+            gm = ep.module()
+    except Exception as e:
+        if refused:
+            raise ExportError(f"{path} cannot be exported: {refused[0]}") from e
+        raise
+    return Program(gm, names), (args[0] if len(args) == 1 else tuple(args))
 
 
 def export_checkpoint(

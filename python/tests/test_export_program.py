@@ -194,7 +194,19 @@ def test_code_in_the_graph_is_never_run(tmp_path: Path) -> None:
         tmp_path / "torchos.pt2",
         lambda t: t.replace('"torch.ops.aten.mul.Tensor"', '"torch.os.system"'),
     )
+    # A value name that is Python: FX writes names into the source it execs (def forward(self, <name>)).
+    evil = f"x=__import__('os').system('touch {marker}')"
+    _edit_graph(
+        tmp_path / "p.pt2", tmp_path / "name.pt2", lambda t: t.replace('"features"', json.dumps(evil))
+    )
+    _edit_graph(  # a size that sympy would take forever to evaluate
+        tmp_path / "p.pt2",
+        tmp_path / "tower.pt2",
+        lambda t: re.sub(r'"Symbol\(\'s\d+\', positive=True, integer=True\)"', '"9**9**9**9"', t, count=1),
+    )
     for bad, why in (
+        ("name.pt2", "not a plain identifier"),
+        ("tower.pt2", "not plain arithmetic"),
         ("expr.pt2", "not plain arithmetic"),
         ("target.pt2", "calls _operator.attrgetter"),
         ("torchos.pt2", "calls torch.os.system"),
