@@ -1761,12 +1761,14 @@ def _weights_only() -> Iterator[list[str]]:
     syms = {getattr(torch, n) for n in dir(torch) if n.startswith(("sym_", "_sym_"))}
 
     def ident(x: Any, dotted: bool = False) -> bool:
-        parts = x.split(".") if dotted and isinstance(x, str) else [x]
-        return all(
-            isinstance(p, str)
-            and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", p) is not None
-            and not keyword.iskeyword(p)
-            for p in parts
+        # An attribute path's parts may also be numbers (nn.Sequential's "0.weight"): FX writes a part
+        # that is not an identifier as getattr(obj, "part"), safe when it is plain digits.
+        if dotted:
+            return isinstance(x, str) and all(re.fullmatch(r"[A-Za-z0-9_]+", p) for p in x.split("."))
+        return (
+            isinstance(x, str)
+            and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", x) is not None
+            and not keyword.iskeyword(x)
         )
 
     real_python_code = torch.fx.Graph.python_code

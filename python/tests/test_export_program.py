@@ -31,11 +31,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class Scaled(torch.nn.Module):
-    """Linear, a buffer and softmax: parameters and a constant in the program."""
+    """A Sequential (its parameters are named "0.weight", as most models' are), a buffer and softmax:
+    parameters and a constant in the program."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.l = torch.nn.Linear(6, 3)
+        self.l = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
         self.register_buffer("scale", torch.tensor(2.0))
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
