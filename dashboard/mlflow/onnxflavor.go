@@ -109,24 +109,25 @@ type mlmodel struct {
 	Flavors map[string]map[string]any `yaml:"flavors"`
 }
 
-// mlflowModel reads the MLmodel file of a version's source in the
-// dashboard's storage: the store and directory key of the model and what
-// its MLmodel says; ok is false for a source that is not an MLflow model
-// directory the dashboard holds.
-func (s *Server) mlflowModel(ctx context.Context, source string) (blob.Store, string, mlmodel, bool) {
+// flavor reads the MLmodel file of a version's source in the dashboard's
+// storage: the store and directory key of the model and its flavor name's
+// settings; ok is false for a source that is not an MLflow model directory
+// the dashboard holds, or one without that flavor.
+func (s *Server) flavor(ctx context.Context, source, name string) (blob.Store, string, map[string]any, bool) {
 	from, dir, ok := s.sourceDir(ctx, source)
 	if !ok || store.ValidateRelPath(dir) != nil {
-		return nil, "", mlmodel{}, false
+		return nil, "", nil, false
 	}
 	doc, err := readAll(ctx, from, dir+"/MLmodel", maxMLmodelBytes)
 	if err != nil {
-		return nil, "", mlmodel{}, false
+		return nil, "", nil, false
 	}
 	var mm mlmodel
 	if err := yaml.Unmarshal(doc, &mm); err != nil {
-		return nil, "", mlmodel{}, false
+		return nil, "", nil, false
 	}
-	return from, dir, mm, true
+	settings, ok := mm.Flavors[name]
+	return from, dir, settings, ok
 }
 
 // servableONNX writes, for a version's source that is an MLflow model
@@ -135,12 +136,8 @@ func (s *Server) mlflowModel(ctx context.Context, source string) (blob.Store, st
 // other source). err says why an ONNX-flavored model could not be
 // written (the version is then registered as a reference).
 func (s *Server) servableONNX(ctx context.Context, source string) (string, error) {
-	from, dir, mm, ok := s.mlflowModel(ctx, source)
+	from, dir, flavor, ok := s.flavor(ctx, source, "onnx")
 	if !ok {
-		return "", nil
-	}
-	flavor, isONNX := mm.Flavors["onnx"]
-	if !isONNX {
 		return "", nil
 	}
 	data, _ := flavor["data"].(string)
@@ -280,12 +277,8 @@ func readAll(ctx context.Context, from blob.Store, key string, limit int64) ([]b
 // returns its path ("" for any other source: another flavor, a pickled
 // PyTorch model, a model the dashboard does not hold).
 func (s *Server) programFile(ctx context.Context, source string) (string, error) {
-	from, dir, mm, ok := s.mlflowModel(ctx, source)
+	from, dir, flavor, ok := s.flavor(ctx, source, "pytorch")
 	if !ok {
-		return "", nil
-	}
-	flavor, isTorch := mm.Flavors["pytorch"]
-	if !isTorch {
 		return "", nil
 	}
 	data, _ := flavor["model_data"].(string)

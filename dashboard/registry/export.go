@@ -255,9 +255,9 @@ func (s *Service) StartExport(ctx context.Context, req ExportRequest) (ExportJob
 		if err != nil {
 			return ExportJob{}, err
 		}
-		switch v.Format {
-		case FormatCheckpoint, FormatProgram:
-		case FormatMLflow:
+		switch {
+		case v.Exportable():
+		case v.Format == FormatMLflow:
 			return ExportJob{}, invalid("model %q version %d is a reference to the MLflow model %s, which fw cannot export: fw exports MLflow PyTorch models saved as torch.export programs (data/model.pt2: mlflow.pytorch.log_model's default with an input_example of 2 or more rows) in the dashboard's artifact storage; a pickled model (serialization_format=\"pickle\", model.pth) is never unpickled. Log the model again and register that version", req.Model, v.Version, v.Source.URI)
 		default:
 			return ExportJob{}, invalid("model %q version %d is an exported %s file; export needs a checkpoint-backed version, a torch.export program version or {run_id, checkpoint}", req.Model, v.Version, v.Format)
