@@ -53,16 +53,19 @@ export function SystemCharts({ pollMs = 2000 }: { pollMs?: number }) {
   const status = useApi((sig) => get<SystemStatus>("/api/system/status", undefined, sig), [], pollMs);
   // The kept samples, once: the charts start full instead of from one point.
   const history = useApi((sig) => get<SystemHistory>("/api/system/history", { seconds: String(WINDOW_S) }, sig), []);
-  const [samples, setSamples] = useState<Sample[]>([]);
+  // The polls so far; what is drawn (the kept samples, the polls and the
+  // latest answer) is derived in the same render, so no frame shows the
+  // latest answer before the kept samples are merged in.
+  const [polled, setPolled] = useState<Sample[]>([]);
   useEffect(() => {
-    const kept = history.data?.samples;
-    if (kept?.length) setSamples((l) => [...kept, ...l.map((p) => p.s)].sort((a, b) => Date.parse(a.time) - Date.parse(b.time)).reduce<Sample[]>((acc, x) => appendSample(acc, x), []));
-  }, [history.data]);
-  useEffect(() => {
-    if (status.data) setSamples((l) => appendSample(l, status.data as SystemStatus));
+    if (status.data) setPolled((l) => appendSample(l, status.data as SystemStatus));
   }, [status.data]);
-
   const last = status.data;
+  const samples = useMemo(() => {
+    const all: SystemSample[] = [...(history.data?.samples ?? []), ...polled.map((p) => p.s), ...(last ? [last] : [])];
+    return all.sort((a, b) => Date.parse(a.time) - Date.parse(b.time)).reduce<Sample[]>((acc, x) => appendSample(acc, x), []);
+  }, [history.data, polled, last]);
+
   const x = useMemo(() => samples.map((p) => p.t), [samples]);
   const cpu = useMemo(() => [{ label: "CPU %", values: samples.map((p) => p.s.cpu.percent) }], [samples]);
   const mem = useMemo(() => [{ label: "used GiB", values: samples.map((p) => p.s.memory.used_bytes / GIB) }], [samples]);
