@@ -18,7 +18,7 @@ ORT_LIB := third_party/onnxruntime/lib/libonnxruntime.so.1
 SHIM := build/lib/libfwtorch.so
 HELM := build/tools/helm
 OTELCOL := build/tools/otelcol
-GO_SOURCES := $(shell find . -name '*.go' -not -path './third_party/*' -not -path './.venv/*' -not -path './web/node_modules/*' 2>/dev/null) $(wildcard engine/*.c engine/*.h) go.mod go.sum
+GO_SOURCES := $(shell find . -name '*.go' -not -path './third_party/*' -not -path './.venv/*' -not -path './web/node_modules/*' 2>/dev/null) $(wildcard engine/*.c engine/*.h pybackend/*.py) go.mod go.sum
 PY_SOURCES := $(filter-out python/fw/triton_samples.py,$(shell find python/fw -name '*.py' 2>/dev/null))
 # Triton's sample models rebuilt as ONNX, in a Triton-layout model repository (fw serve --model-repository).
 TRITON_REPO := $(MODELS)/triton
@@ -221,14 +221,14 @@ lint: $(WEB_SCHEMA) | venv ## go vet, gofmt, staticcheck, ruff, the web UI's typ
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@bash scripts/staticcheck.sh
 	@echo "==> ruff"
-	@$(PY) -m ruff check python bench scripts
-	@$(PY) -m ruff format --check python bench scripts
+	@$(PY) -m ruff check python bench scripts pybackend
+	@$(PY) -m ruff format --check python bench scripts pybackend
 	@echo "==> tsc (web UI type check) and the API types rule (web/scripts/check-api-types.mjs)"
 	@cd web && npx --no-install tsc -b --noEmit && node scripts/check-api-types.mjs
 
 fmt: ## format Go and Python sources
 	@gofmt -w $$(git ls-files '*.go')
-	@$(PY) -m ruff format python bench scripts
+	@$(PY) -m ruff format python bench scripts pybackend
 
 gpu-check: setup ## pack what a lent GPU machine needs into build/gpu/bundle.tgz; there, `bash scripts/gpu-check.sh run` does the whole check in one call (docs/gpu-check.md)
 	@bash scripts/gpu-check.sh pack

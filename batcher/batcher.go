@@ -44,6 +44,13 @@ import (
 // nothing else reads or writes afterwards.
 type RunFunc func(ctx context.Context, inputs []engine.Tensor) ([]engine.Tensor, error)
 
+// EachFunc runs a batch as the requests it is made of, each with its own
+// inputs, and answers each: outs[i] or errs[i] for reqs[i] (Triton's
+// Python backend, whose execute takes a list of requests and returns a
+// response per request). err fails the whole call. Outputs are whole
+// tensors: their axis 0 is not checked against the request's rows.
+type EachFunc func(ctx context.Context, reqs [][]engine.Tensor) (outs [][]engine.Tensor, errs []error, err error)
+
 // Config tunes a Batcher. Zero fields take the defaults listed, except
 // MaxDelay, whose zero value means "never wait"; DefaultConfig returns the
 // defaults including the 1ms delay.
@@ -247,7 +254,8 @@ type Timing struct {
 
 // worker holds one engine worker's engine and reusable buffers.
 type worker struct {
-	run    RunFunc // this worker's engine (NewPool: one model instance each)
+	run    RunFunc  // this worker's engine (NewPool: one model instance each)
+	each   EachFunc // or its engine that takes requests (NewEachPool)
 	batch  []*request
 	one    [1]*request
 	inputs []engine.Tensor
@@ -277,7 +285,31 @@ func NewPool(runs []RunFunc, cfg Config, stats Stats) *Batcher {
 	if len(runs) == 0 || slices.ContainsFunc(runs, func(r RunFunc) bool { return r == nil }) {
 		panic("batcher.NewPool: no RunFunc, or a nil one")
 	}
-	cfg.Instances = len(runs)
+	workers := make([]*worker, len(runs))
+	for i, run := range runs {
+		workers[i] = &worker{run: run}
+	}
+	return start(workers, cfg, stats)
+}
+
+// NewEachPool starts a Batcher whose workers each call their own EachFunc:
+// a batch's requests are grouped as NewPool groups them (same shapes, up
+// to MaxBatchRows rows, MaxDelay) but not joined, and each request gets
+// its own answer.
+func NewEachPool(runs []EachFunc, cfg Config, stats Stats) *Batcher {
+	if len(runs) == 0 || slices.ContainsFunc(runs, func(r EachFunc) bool { return r == nil }) {
+		panic("batcher.NewEachPool: no EachFunc, or a nil one")
+	}
+	workers := make([]*worker, len(runs))
+	for i, run := range runs {
+		workers[i] = &worker{each: run}
+	}
+	return start(workers, cfg, stats)
+}
+
+// start runs a Batcher with the given workers.
+func start(workers []*worker, cfg Config, stats Stats) *Batcher {
+	cfg.Instances = len(workers)
 	cfg = cfg.withDefaults()
 	if stats == nil {
 		stats = noStats{}
@@ -296,8 +328,8 @@ func NewPool(runs []RunFunc, cfg Config, stats Stats) *Batcher {
 	b.timer.Stop()
 	b.reqs.New = func() any { return &request{done: make(chan struct{}, 1)} }
 	b.live.Store(int32(cfg.Instances))
-	for _, run := range runs {
-		go b.work(run)
+	for _, w := range workers {
+		go b.work(w)
 	}
 	return b
 }
@@ -533,14 +565,13 @@ func (b *Batcher) Close(ctx context.Context) error {
 // drained. While a batch runs, the running count is raised; when the last
 // running call ends, a gatherer waiting out MaxDelay is woken, because an
 // idle engine should not wait.
-func (b *Batcher) work(run RunFunc) {
+func (b *Batcher) work(w *worker) {
 	defer func() {
 		if b.live.Add(-1) == 0 {
 			b.cancel()
 			close(b.done)
 		}
 	}()
-	w := &worker{run: run}
 	for b.gather(w) {
 		b.running.Add(1)
 		b.runBatch(w)
@@ -683,6 +714,10 @@ func (b *Batcher) runBatch(w *worker) {
 		}
 		return
 	}
+	if w.each != nil {
+		b.runEach(w, live)
+		return
+	}
 	outs, err := b.runGroup(w, live)
 	switch {
 	case err == nil:
@@ -768,6 +803,68 @@ func (b *Batcher) call(ctx context.Context, w *worker, in []engine.Tensor) (outs
 		}
 	}()
 	return w.run(ctx, in)
+}
+
+// runEach makes one engine call of reqs as separate requests (an
+// EachFunc) and answers each with its own outputs or error.
+func (b *Batcher) runEach(w *worker, reqs []*request) {
+	rows := 0
+	ins := make([][]engine.Tensor, len(reqs))
+	for i, r := range reqs {
+		rows += r.rows
+		ins[i] = r.inputs
+	}
+	start := time.Now()
+	queueWait := start.Sub(reqs[0].enqueued)
+	ctx := b.base
+	if b.cfg.RequestContext && len(reqs) == 1 {
+		rctx, cancel := context.WithCancel(reqs[0].ctx)
+		stop := context.AfterFunc(b.base, cancel)
+		defer func() { stop(); cancel() }()
+		ctx = rctx
+	}
+	outs, errs, err := b.callEach(ctx, w, ins)
+	inference := time.Since(start)
+	b.observeCall(rows, inference)
+	for _, r := range reqs {
+		r.timing = Timing{Queue: start.Sub(r.enqueued), Infer: inference, BatchRows: rows}
+	}
+	if err == nil && (len(outs) != len(reqs) || len(errs) != len(reqs)) {
+		err = fmt.Errorf("%w: %d answers to %d requests", ErrBadOutput, min(len(outs), len(errs)), len(reqs))
+	}
+	b.stats.BatchRun(rows, len(reqs), queueWait, inference, err)
+	if b.cfg.Calls != nil {
+		for _, r := range reqs {
+			w.ctxs = append(w.ctxs, r.ctx)
+		}
+		b.cfg.Calls.EngineCall(w.ctxs, rows, start, inference, err)
+		clear(w.ctxs)
+		w.ctxs = w.ctxs[:0]
+	}
+	for i, r := range reqs {
+		switch {
+		case err != nil:
+			finish(r, nil, fmt.Errorf("batcher: engine call of %d rows from %d requests: %w", rows, len(reqs), err))
+		case errs[i] != nil:
+			finish(r, nil, errs[i])
+		default:
+			if e := checkOutputs(outs[i], r.rows, true); e != nil {
+				finish(r, nil, e)
+				continue
+			}
+			finish(r, outs[i], nil)
+		}
+	}
+}
+
+// callEach runs w's EachFunc, turning a panic into an error.
+func (b *Batcher) callEach(ctx context.Context, w *worker, ins [][]engine.Tensor) (outs [][]engine.Tensor, errs []error, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			outs, errs, err = nil, nil, fmt.Errorf("%w: %v", ErrPanic, p)
+		}
+	}()
+	return w.each(ctx, ins)
 }
 
 // concat copies the inputs of reqs, input by input, into w's reusable

@@ -13,10 +13,26 @@ const FormatEnsemble Format = "ensemble"
 // through to the steps, whose own models check them. path names where it
 // was configured (for logs); name and version are what it is served as.
 func Compose(path, name, version string, inputs, outputs []TensorSpec, batched bool, b Backend) *Model {
+	return Wrap(FormatEnsemble, path, name, version, inputs, outputs, batched, b)
+}
+
+// FormatPython is a model written for Triton's Python backend (a model.py
+// that pybackend runs in Python processes of its own). Like an ensemble it
+// is not in the formats table: no engine here loads it.
+const FormatPython Format = "python"
+
+// Wrap makes a Model of a backend that runs outside fw's engines (an
+// ensemble's pipeline, a Python model's processes), served as format, with
+// the given specs, as Compose describes.
+func Wrap(format Format, path, name, version string, inputs, outputs []TensorSpec, batched bool, b Backend) *Model {
 	return &Model{
-		Path: path, Format: FormatEnsemble, Device: "cpu", backend: b,
+		Path: path, Format: format, Device: "cpu", backend: b,
 		Meta:   &Metadata{Name: name, Version: version},
 		inputs: inputs, outputs: outputs, batched: batched,
 		opts: Options{AllowNonFinite: true},
 	}
 }
+
+// external reports whether the format runs outside fw's engines (an
+// ensemble, a Python model): its backend takes what its specs say.
+func (f Format) external() bool { return f == FormatEnsemble || f == FormatPython }

@@ -452,7 +452,7 @@ func (m *Model) checkInputs(inputs []Tensor, batched bool) (int64, error) {
 				return 0, &InputError{Input: spec.Name, Msg: msg, Expected: FormatShape(spec.Shape), Received: FormatShape(t.Shape)}
 			}
 		}
-		if NumElements(t.Shape) == 0 && len(t.Shape) > 0 && !(batched && t.Shape[0] == 0) && !m.Format.ONNX() && m.Format != FormatEnsemble {
+		if NumElements(t.Shape) == 0 && len(t.Shape) > 0 && !(batched && t.Shape[0] == 0) && !m.Format.ONNX() && !m.Format.external() {
 			return 0, &InputError{Input: spec.Name, Msg: "empty tensor: a libtorch model takes no zero-sized axis; send at least one element", Expected: FormatShape(spec.Shape), Received: FormatShape(t.Shape)}
 		}
 		switch {
@@ -490,7 +490,7 @@ func (m *Model) Takes(dt DType) error {
 	if !dt.Known() {
 		return fmt.Errorf("unsupported dtype %s", dt)
 	}
-	if m.Format != FormatEnsemble && !m.Format.ONNX() && !slices.Contains(TorchTypes, dt) {
+	if !m.Format.external() && !m.Format.ONNX() && !slices.Contains(TorchTypes, dt) {
 		return fmt.Errorf("%s tensors are not supported by libtorch models (%s); it takes %s", dt, m.Format, torchTypeNames())
 	}
 	return nil
@@ -543,13 +543,50 @@ func (m *Model) Forward(ctx context.Context, inputs []Tensor) ([]Tensor, error) 
 	}
 	defer m.release()
 	out, err := m.backend.Run(ctx, inputs)
-	if err != nil && m.Format == FormatEnsemble {
-		return nil, err // a step's failure, whose kind (bad input, overload...) the transport tells apart
+	if err != nil && (m.Format == FormatEnsemble || errors.As(err, new(*InputError))) {
+		return nil, err // a step's failure, whose kind (bad input, overload...) the transport tells apart; a request a Python model called invalid
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrEngine, err)
 	}
 	return out, nil
+}
+
+// EachBackend is a Backend that takes a batch as the requests it is made
+// of and answers each (a Python model, whose execute takes a list of
+// requests): the batcher groups requests for it without joining them.
+type EachBackend interface {
+	Backend
+	RunEach(ctx context.Context, reqs [][]Tensor) (outs [][]Tensor, errs []error, err error)
+}
+
+// TakesRequests reports whether the model's backend is an EachBackend.
+func (m *Model) TakesRequests() bool {
+	_, ok := m.backend.(EachBackend)
+	return ok
+}
+
+// ForwardEach computes a batch of requests whose inputs were checked, on
+// an EachBackend: an answer or an error per request, or an error for the
+// whole call (which wraps ErrEngine unless the model called the request
+// invalid).
+func (m *Model) ForwardEach(ctx context.Context, reqs [][]Tensor) ([][]Tensor, []error, error) {
+	eb, ok := m.backend.(EachBackend)
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: the %s backend does not take requests one by one", ErrEngine, m.Format)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	if err := m.acquire(); err != nil {
+		return nil, nil, err
+	}
+	defer m.release()
+	outs, errs, err := eb.RunEach(ctx, reqs)
+	if err != nil && !errors.As(err, new(*InputError)) && ctx.Err() == nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrEngine, err)
+	}
+	return outs, errs, err
 }
 
 // ExampleInputs returns inputs of n rows made by repeating the rows of the

@@ -157,7 +157,7 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 	case "config":
 		if s.allow(ctx, "GET") && s.authorized(ctx) {
 			if inst := s.v2Model(ctx, name, version); inst != nil {
-				writeJSON(ctx, 200, v2ConfigJSON(inst.Config))
+				writeJSON(ctx, 200, serving.ConfigJSON(inst.Config))
 			}
 		}
 		return "v2"

@@ -189,10 +189,6 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 			return fail(fmt.Errorf("warm up %s: %w", h.cfg.Path, err))
 		}
 	}
-	runs := make([]batcher.RunFunc, n)
-	for i, m := range models {
-		runs[i] = m.Forward
-	}
 	m := models[0]
 	inst := &serving.Instance{Model: m, Models: models, Image: image, Stats: h.stats, ServedName: h.cfg.Name, ServedVersion: h.cfg.Version}
 	mm := h.metrics.Model(inst.Name(), inst.Version())
@@ -202,7 +198,19 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 	if o := h.cfg.Tracer.Observer(inst.Name(), inst.Version()); o != nil {
 		bc.Calls = o
 	}
-	inst.Batcher = batcher.NewPool(runs, bc, serving.Tee{mm, h.stats})
+	if m.TakesRequests() { // a Python model: each request answered on its own
+		runs := make([]batcher.EachFunc, n)
+		for i, m := range models {
+			runs[i] = m.ForwardEach
+		}
+		inst.Batcher = batcher.NewEachPool(runs, bc, serving.Tee{mm, h.stats})
+	} else {
+		runs := make([]batcher.RunFunc, n)
+		for i, m := range models {
+			runs[i] = m.Forward
+		}
+		inst.Batcher = batcher.NewPool(runs, bc, serving.Tee{mm, h.stats})
+	}
 	inst.Config = serving.Config(inst, filepath.Base(h.cfg.Path))
 	if h.cfg.Prepare != nil {
 		if err := h.cfg.Prepare(inst); err != nil {

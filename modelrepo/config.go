@@ -185,12 +185,15 @@ func defaultFilenames(name string) []string {
 // checkPlatform refuses platforms and backends fw does not serve.
 func checkPlatform(cfg *pb.ModelConfig) error {
 	for _, name := range []string{cfg.GetPlatform(), cfg.GetBackend()} {
-		if name == "" || name == platformEnsemble && name == cfg.GetPlatform() {
+		if name == "" || name == platformEnsemble && name == cfg.GetPlatform() || name == backendPython && name == cfg.GetBackend() {
 			continue
 		}
 		if _, ok := platformFormats(name); !ok {
-			return fmt.Errorf("platform or backend %q is not served by fw; fw serves onnxruntime_onnx (backend onnxruntime), pytorch_libtorch (backend pytorch), fw's own files (backend fw) and ensembles of them (platform ensemble)", name)
+			return fmt.Errorf("platform or backend %q is not served by fw; fw serves onnxruntime_onnx (backend onnxruntime), pytorch_libtorch (backend pytorch), fw's own files (backend fw), Python models (backend python) and ensembles of them (platform ensemble)", name)
 		}
+	}
+	if err := checkPython(cfg); err != nil {
+		return err
 	}
 	return checkEnsemble(cfg)
 }

@@ -93,6 +93,15 @@ type Config struct {
 	// LoadWait bounds how long a request waits for its model to load on
 	// demand (default 30 s).
 	LoadWait time.Duration
+	// Python is the interpreter (with numpy) that runs Python-backend
+	// models (--python); MaxPythonBytes bounds the tensor bytes of one
+	// answer from one (default 1 GiB).
+	Python         string
+	MaxPythonBytes int64
+	// KeepGoing starts the server even when models fail to load at start
+	// (tritonserver --exit-on-error=false): they stay UNAVAILABLE in the
+	// index with their reasons, the others serve.
+	KeepGoing bool
 }
 
 // onDemand reports whether models load on their first request.
@@ -303,7 +312,8 @@ var errNoModel = errors.New("no such model in the repository")
 
 // Start loads what the mode loads at start: every model (none, poll) or
 // the --load-model ones (explicit). A model that fails to load fails Start
-// with its reason, as tritonserver exits on a model that does not load.
+// with its reason, as tritonserver exits on a model that does not load
+// (unless KeepGoing, its --exit-on-error=false).
 // In poll mode it then watches the repository until ctx ends.
 func (r *Repository) Start(ctx context.Context) error {
 	names, err := r.Names()
@@ -327,9 +337,12 @@ func (r *Repository) Start(ctx context.Context) error {
 			}
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(errs...); err != nil && !r.cfg.KeepGoing {
 		r.setState(serving.StateBroken, err.Error())
 		return err
+	}
+	for _, err := range errs {
+		r.log.Error("a model did not load; serving the others (--exit-on-error=false)", "error", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -579,6 +592,13 @@ func (r *Repository) load(ctx context.Context, name string, opts serving.LoadOpt
 		r.markFailed(m, "", err)
 		return failed(name, err)
 	}
+	if cfg, err = r.completePython(ctx, name, filepath.Join(dir, strconv.FormatInt(vers[0], 10)), cfg); err != nil {
+		r.markFailed(m, "", err)
+		return failed(name, err)
+	}
+	if isPython(cfg) {
+		auto = false
+	}
 	labels, err := readLabels(dir, cfg)
 	if err != nil {
 		r.markFailed(m, "", err)
@@ -736,37 +756,14 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 	if isEnsemble(cfg) {
 		return r.loadEnsemble(ctx, name, vs, vdir, cfg, labels)
 	}
+	if isPython(cfg) {
+		return r.loadPython(ctx, name, vs, vdir, cfg, labels)
+	}
 	path, err := modelFile(vdir, cfg)
 	if err != nil {
 		return nil, err
 	}
-	bc := r.cfg.Batcher
-	// A configuration that lists no tensors and no max_batch_size has its
-	// batching completed from the file, as Triton's auto-complete does.
-	if !auto && !batchingFromFile(cfg) {
-		if mbs := int(cfg.GetMaxBatchSize()); mbs > 0 {
-			bc.MaxBatchRows = mbs
-		} else {
-			bc.Unbatched = true // max_batch_size 0: each request is the model's whole input
-		}
-		switch {
-		case cfg.GetDynamicBatching() != nil:
-			db := cfg.GetDynamicBatching()
-			bc.MaxDelay = time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond
-			if n := db.GetDefaultQueuePolicy().GetMaxQueueSize(); n > 0 {
-				bc.MaxQueue = int(min(n, 1<<20)) // beyond it: 503 with Retry-After, as Triton's UNAVAILABLE
-			}
-			// Preferred sizes ask for Triton's holding: a batch short of the
-			// largest waits up to max_queue_delay_microseconds, idle or not.
-			for _, p := range db.GetPreferredBatchSize() {
-				bc.PreferredRows = max(bc.PreferredRows, int(p))
-			}
-		case cfg.GetSequenceBatching() != nil: // requests of different sequences batched as its strategy says
-			bc.MaxDelay = time.Duration(queueDelay(cfg.GetSequenceBatching())) * time.Microsecond
-		default:
-			bc.MaxDelay = 0 // Triton's default scheduler: no waiting for more work
-		}
-	}
+	bc := r.batching(cfg, auto)
 	seq, err := sequenceConfig(name, filepath.Dir(vdir), cfg)
 	if err != nil {
 		return nil, err
@@ -834,6 +831,41 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 		return nil, err
 	}
 	return h, nil
+}
+
+// batching is the batcher configuration of a model: the server's
+// defaults, overridden by the configuration's max_batch_size and its
+// dynamic or sequence batching (Triton's default scheduler, which never
+// waits for more work, when it has neither).
+func (r *Repository) batching(cfg *pb.ModelConfig, auto bool) batcher.Config {
+	bc := r.cfg.Batcher
+	// A configuration that lists no tensors and no max_batch_size has its
+	// batching completed from the file, as Triton's auto-complete does.
+	if !auto && !batchingFromFile(cfg) {
+		if mbs := int(cfg.GetMaxBatchSize()); mbs > 0 {
+			bc.MaxBatchRows = mbs
+		} else {
+			bc.Unbatched = true // max_batch_size 0: each request is the model's whole input
+		}
+		switch {
+		case cfg.GetDynamicBatching() != nil:
+			db := cfg.GetDynamicBatching()
+			bc.MaxDelay = time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond
+			if n := db.GetDefaultQueuePolicy().GetMaxQueueSize(); n > 0 {
+				bc.MaxQueue = int(min(n, 1<<20)) // beyond it: 503 with Retry-After, as Triton's UNAVAILABLE
+			}
+			// Preferred sizes ask for Triton's holding: a batch short of the
+			// largest waits up to max_queue_delay_microseconds, idle or not.
+			for _, p := range db.GetPreferredBatchSize() {
+				bc.PreferredRows = max(bc.PreferredRows, int(p))
+			}
+		case cfg.GetSequenceBatching() != nil: // requests of different sequences batched as its strategy says
+			bc.MaxDelay = time.Duration(queueDelay(cfg.GetSequenceBatching())) * time.Microsecond
+		default:
+			bc.MaxDelay = 0 // Triton's default scheduler: no waiting for more work
+		}
+	}
+	return bc
 }
 
 // hostMetrics is what a version's host reports to: its series, and reloads;

@@ -113,6 +113,9 @@ func Platform(f engine.Format) string {
 // Backend is Triton's backend name of a model format; "" for a format fw
 // does not know.
 func Backend(f engine.Format) string {
+	if f == engine.FormatPython {
+		return "python"
+	}
 	info, _ := f.Info()
 	return info.Backend
 }
@@ -239,4 +242,76 @@ func Config(inst *Instance, filename string) ModelConfig {
 		c.GPUs, c.InstanceKind = []int{n}, "KIND_GPU"
 	}
 	return c
+}
+
+// ConfigJSON renders a model configuration as Triton's JSON (its config
+// extension's answer, the model_config a Python model's initialize reads):
+// Triton's field names, int64 dims as numbers.
+func ConfigJSON(c ModelConfig) map[string]any {
+	tensors := func(ts []TensorConfig, input bool) []map[string]any {
+		out := make([]map[string]any, len(ts))
+		for i, t := range ts {
+			m := map[string]any{"name": t.Name, "data_type": t.DataType, "dims": t.Dims, "is_shape_tensor": false}
+			if t.Reshape != nil {
+				m["reshape"] = map[string]any{"shape": t.Reshape}
+			}
+			if input {
+				format := t.Format
+				if format == "" {
+					format = "FORMAT_NONE"
+				}
+				m["format"], m["allow_ragged_batch"], m["optional"] = format, false, false
+			} else {
+				m["label_filename"] = t.LabelFilename
+			}
+			out[i] = m
+		}
+		return out
+	}
+	kind, gpus := c.InstanceKind, c.GPUs
+	if kind == "" {
+		kind = "KIND_CPU"
+	}
+	if gpus == nil {
+		gpus = []int{}
+	}
+	preferred := c.PreferredBatchSizes
+	if preferred == nil {
+		preferred = []int64{}
+	}
+	policy := c.VersionPolicy
+	if policy == nil {
+		policy = map[string]any{"latest": map[string]any{"num_versions": 1}}
+	}
+	params := map[string]any{}
+	for k, v := range c.Parameters {
+		params[k] = map[string]any{"string_value": v}
+	}
+	out := map[string]any{
+		"name":                   c.Name,
+		"platform":               c.Platform,
+		"backend":                c.Backend,
+		"version_policy":         policy,
+		"max_batch_size":         c.MaxBatchSize,
+		"input":                  tensors(c.Inputs, true),
+		"output":                 tensors(c.Outputs, false),
+		"instance_group":         []map[string]any{{"name": c.Name, "kind": kind, "count": c.Instances, "gpus": gpus}},
+		"default_model_filename": c.DefaultModelFilename,
+		"parameters":             params,
+	}
+	if c.Ensemble != nil {
+		steps := make([]map[string]any, len(c.Ensemble))
+		for i, st := range c.Ensemble {
+			steps[i] = map[string]any{"model_name": st.Model, "model_version": st.Version, "input_map": st.InputMap, "output_map": st.OutputMap, "model_namespace": ""}
+		}
+		out["ensemble_scheduling"] = map[string]any{"step": steps}
+		out["instance_group"] = []map[string]any{} // no engine instances of its own
+	} else if c.SequenceBatching != nil {
+		out["sequence_batching"] = c.SequenceBatching
+	} else if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
+		out["dynamic_batching"] = map[string]any{
+			"preferred_batch_size": preferred, "max_queue_delay_microseconds": c.MaxQueueDelay, "preserve_ordering": false,
+		}
+	}
+	return out
 }

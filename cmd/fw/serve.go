@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -59,6 +60,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	traceRate := fs.String("trace-rate", "", "tritonserver's older name for --trace-config rate=N")
 	traceCount := fs.String("trace-count", "", "tritonserver's older name for --trace-config count=N")
 	traceFreq := fs.String("trace-log-frequency", "", "tritonserver's older name for --trace-config triton,log-frequency=N")
+	pythonBin := ef.String("python", "", "with --model-repository: the interpreter (with numpy) that runs Python-backend models (backend \"python\", a model.py), one process per instance (default: FW_PYTHON, FW_VENV's, .venv's, then python3)")
+	exitOnError := ef.Bool("exit-on-error", true, "with --model-repository: exit when a model fails to load at start (false: serve the others; the failed ones are UNAVAILABLE in the repository index with their reasons)")
 	noAuto := ef.Bool("disable-auto-complete-config", false, "refuse a repository model without config.pbtxt instead of completing its configuration from the model file")
 	host := ef.String("host", "127.0.0.1", "address to listen on; 0.0.0.0 for all interfaces (the container image sets it)")
 	port := ef.Int("port", 8000, "port to listen on")
@@ -257,6 +260,7 @@ Flags:
 			Roots: *repos, Mode: mode, LoadModels: *loadModels, PollInterval: time.Duration(*pollSecs) * time.Second,
 			DisableAutoComplete: *noAuto, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
 			MaxResidentModels: *maxResident, MaxResidentBytes: *maxResidentBytes, LoadWait: *timeout,
+			Python: cmp.Or(*pythonBin, pythonPath()), KeepGoing: !*exitOnError,
 		}, metrics, log)
 		if err != nil {
 			ln.Close()

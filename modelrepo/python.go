@@ -1,0 +1,301 @@
+package modelrepo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fw-serve/fw/batcher"
+	"github.com/fw-serve/fw/engine"
+	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"github.com/fw-serve/fw/modelhost"
+	"github.com/fw-serve/fw/pybackend"
+	"github.com/fw-serve/fw/serving"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+)
+
+// backendPython is Triton's backend name of a model written in Python.
+const backendPython = "python"
+
+// isPython reports whether cfg configures a Python-backend model.
+func isPython(cfg *pb.ModelConfig) bool { return cfg.GetBackend() == backendPython }
+
+// checkPython checks what a Python model's configuration may set: its
+// tensors (listed: fw does not run auto_complete_config), batching and
+// instances. What fw does not serve for Python models yet is refused,
+// naming it.
+func checkPython(cfg *pb.ModelConfig) error {
+	if !isPython(cfg) {
+		return nil
+	}
+	switch {
+	case cfg.GetPlatform() != "":
+		return fmt.Errorf("a Python model has backend \"python\" and no platform (platform %q); remove the platform", cfg.GetPlatform())
+	case cfg.GetSequenceBatching() != nil:
+		return fmt.Errorf("sequence_batching is not served for Python models yet (fw serves it for ONNX and TorchScript models)")
+	}
+	if _, ok := cfg.GetParameters()["EXECUTION_ENV_PATH"]; ok {
+		return fmt.Errorf("parameters EXECUTION_ENV_PATH: fw does not unpack conda-pack archives; unpack it and start fw serve with --python naming its bin/python")
+	}
+	check := func(kind, name string, dt pb.DataType, dims []int64, reshape *pb.ModelTensorReshape) error {
+		if name == "" {
+			return fmt.Errorf("a Python model's %s has no name", kind)
+		}
+		d := dtypeOf(dt)
+		if d == engine.Invalid || !pybackend.Takes(d) {
+			return fmt.Errorf("%s %q: data_type %s is not one fw moves to a Python model", kind, name, dt)
+		}
+		if reshape != nil {
+			return fmt.Errorf("%s %q: reshape is not served for Python models; reshape in model.py", kind, name)
+		}
+		if len(dims) > maxDims {
+			return fmt.Errorf("%s %q: at most %d dims", kind, name, maxDims)
+		}
+		for _, n := range dims {
+			if n == 0 || n < -1 {
+				return fmt.Errorf("%s %q: dim %d; use a positive size or -1", kind, name, n)
+			}
+		}
+		return nil
+	}
+	for _, in := range cfg.GetInput() {
+		if err := check("input", in.GetName(), in.GetDataType(), in.GetDims(), in.GetReshape()); err != nil {
+			return err
+		}
+	}
+	for _, out := range cfg.GetOutput() {
+		if err := check("output", out.GetName(), out.GetDataType(), out.GetDims(), out.GetReshape()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// completePython makes a configuration that names no backend a Python
+// model's when the version directory holds a model.py and no model file
+// (as Triton tells one), and completes a Python model's configuration
+// with its TritonPythonModel.auto_complete_config, run in a process of its
+// own (unless auto-complete is disabled; a model.py that never mentions it
+// and a configuration that lists its tensors skip the process).
+func (r *Repository) completePython(ctx context.Context, name, vdir string, cfg *pb.ModelConfig) (*pb.ModelConfig, error) {
+	if !isPython(cfg) {
+		if cfg.GetBackend() != "" || cfg.GetPlatform() != "" {
+			return cfg, nil
+		}
+		if _, err := pythonFile(vdir, cfg); err != nil {
+			return cfg, nil
+		}
+		if _, err := modelFile(vdir, cfg); err == nil {
+			return cfg, nil // a model file beside it: not a Python model
+		}
+		cfg = proto.Clone(cfg).(*pb.ModelConfig)
+		cfg.Backend = backendPython
+	}
+	file, err := pythonFile(vdir, cfg)
+	if err != nil {
+		return nil, err
+	}
+	listed := len(cfg.GetInput()) > 0 && len(cfg.GetOutput()) > 0
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	if !r.cfg.DisableAutoComplete && (!listed || bytes.Contains(src, []byte("auto_complete_config"))) {
+		cfg = proto.Clone(cfg).(*pb.ModelConfig)
+		cfg.Name = name
+		js, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(cfg)
+		if err != nil {
+			return nil, err
+		}
+		out, err := pybackend.AutoComplete(ctx, pybackend.Config{Python: r.cfg.Python, File: file, Dir: vdir, Name: name, Log: r.log}, js)
+		if err != nil {
+			return nil, err
+		}
+		if cfg, err = parseConfig(out, true); err != nil {
+			return nil, fmt.Errorf("the configuration auto_complete_config returned: %w", err)
+		}
+		if cfg.GetName() != name {
+			return nil, fmt.Errorf("auto_complete_config renamed the model %q; it must keep its name", cfg.GetName())
+		}
+		if cfg.GetBackend() == "" {
+			cfg.Backend = backendPython
+		}
+		if err := checkPlatform(cfg); err != nil {
+			return nil, err
+		}
+	}
+	if len(cfg.GetInput()) == 0 || len(cfg.GetOutput()) == 0 {
+		return nil, fmt.Errorf("a Python model lists its inputs and outputs (name, data_type, dims) in config.pbtxt, or adds them in TritonPythonModel.auto_complete_config")
+	}
+	return cfg, nil
+}
+
+// pythonFile is the model.py of a version directory (or the file
+// default_model_filename names).
+func pythonFile(vdir string, cfg *pb.ModelConfig) (string, error) {
+	name := "model.py"
+	if n := cfg.GetDefaultModelFilename(); n != "" {
+		if !filepath.IsLocal(n) || strings.ContainsRune(n, filepath.Separator) {
+			return "", fmt.Errorf("default_model_filename %q must be a file name inside the version directory", n)
+		}
+		name = n
+	}
+	p := filepath.Join(vdir, name)
+	st, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("a Python model's version directory holds its %s: %w", name, err)
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a file", p)
+	}
+	return p, nil
+}
+
+// loadPython loads one version of a Python model into a host of its own:
+// each engine instance is a Python process (pybackend) running model.py,
+// behind the batcher its configuration asks for.
+func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg *pb.ModelConfig, labels map[string]string) (*modelhost.Host, error) {
+	path, err := pythonFile(vdir, cfg)
+	if err != nil {
+		return nil, err
+	}
+	batched := cfg.GetMaxBatchSize() > 0
+	spec := func(n string, dt pb.DataType, dims []int64) engine.TensorSpec {
+		shape := slices.Clone(dims)
+		if batched {
+			shape = append([]int64{-1}, shape...)
+		}
+		return engine.TensorSpec{Name: n, DType: dtypeOf(dt), Shape: shape}
+	}
+	var ins, outs []engine.TensorSpec
+	for _, in := range cfg.GetInput() {
+		ins = append(ins, spec(in.GetName(), in.GetDataType(), in.GetDims()))
+	}
+	for _, out := range cfg.GetOutput() {
+		outs = append(outs, spec(out.GetName(), out.GetDataType(), out.GetDims()))
+	}
+	bc := r.batching(cfg, false)
+	kind, count := "CPU", 0
+	for _, g := range cfg.GetInstanceGroup() {
+		count += int(max(1, g.GetCount()))
+		if g.GetKind() == pb.ModelInstanceGroup_KIND_GPU {
+			if _, ok := r.cfg.Engine.Device.CUDAIndex(); !ok {
+				return nil, fmt.Errorf("instance_group asks for KIND_GPU but fw serve runs on %q; start it with --device cuda or use KIND_CPU", r.cfg.Engine.Device)
+			}
+			kind = "GPU"
+		}
+	}
+	bc.Instances = max(1, count)
+	described, err := describePython(name, cfg, labels, filepath.Base(path), bc)
+	if err != nil {
+		return nil, err
+	}
+	modelConfig, err := json.Marshal(serving.ConfigJSON(described))
+	if err != nil {
+		return nil, err
+	}
+	args := map[string]string{
+		"model_config": string(modelConfig), "model_instance_kind": kind, "model_instance_device_id": "0",
+		"model_repository": filepath.Dir(vdir), "model_version": vs, "model_name": name,
+	}
+	var next atomic.Int32
+	h := modelhost.New(modelhost.Config{
+		Path: path, Batcher: bc, SkipWarmup: true, Name: name, Version: vs, Tracer: r.cfg.Tracer,
+		Open: func(ctx context.Context) (*engine.Model, error) {
+			b, err := pybackend.Start(ctx, pybackend.Config{
+				Python: r.cfg.Python, File: path, Dir: vdir, Name: name, Version: vs, Args: args,
+				Instance: int(next.Add(1) - 1), Inputs: ins, Outputs: outs, MaxBytes: r.cfg.MaxPythonBytes,
+				Call: r.callModel, Log: r.log,
+			})
+			if err != nil {
+				return nil, err
+			}
+			return engine.Wrap(engine.FormatPython, path, name, vs, ins, outs, batched, b), nil
+		},
+		Prepare: func(inst *serving.Instance) error {
+			inst.Config = described
+			return nil
+		},
+	}, hostMetrics{r.metrics}, r.log)
+	if err := h.Start(ctx); err != nil {
+		_ = h.Shutdown(context.Background(), 30*time.Second)
+		return nil, err
+	}
+	return h, nil
+}
+
+// describePython is the configuration a Python model is served under:
+// config.pbtxt's, with the batching and instances fw runs it with.
+func describePython(name string, cfg *pb.ModelConfig, labels map[string]string, file string, bc batcher.Config) (serving.ModelConfig, error) {
+	c := serving.ModelConfig{Name: name, Backend: backendPython, MaxBatchSize: int(cfg.GetMaxBatchSize()),
+		VersionPolicy: versionPolicyJSON(cfg), DefaultModelFilename: file, Instances: bc.Instances,
+		MaxQueueDelay: bc.MaxDelay.Microseconds(), Parameters: parametersJSON(cfg)}
+	for _, p := range cfg.GetDynamicBatching().GetPreferredBatchSize() {
+		c.PreferredBatchSizes = append(c.PreferredBatchSizes, int64(p))
+	}
+	for _, in := range cfg.GetInput() {
+		c.Inputs = append(c.Inputs, serving.TensorConfig{Name: in.GetName(), DataType: in.GetDataType().String(),
+			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String()})
+	}
+	for _, out := range cfg.GetOutput() {
+		tc := serving.TensorConfig{Name: out.GetName(), DataType: out.GetDataType().String(), Dims: slices.Clone(out.GetDims())}
+		if l := out.GetLabelFilename(); l != "" {
+			doc, ok := labels[l]
+			if !ok {
+				return c, fmt.Errorf("output %q: label_filename %q is not a file in the model's directory", out.GetName(), l)
+			}
+			tc.LabelFilename, tc.Labels = l, splitLabels(doc)
+		}
+		c.Outputs = append(c.Outputs, tc)
+	}
+	return c, nil
+}
+
+// callModel runs a model for a Python model's BLS request
+// (pb_utils.InferenceRequest(...).exec()): the model's newest ready
+// version unless one is named, its inputs by name, the outputs asked for
+// (all when none are).
+func (r *Repository) callModel(ctx context.Context, model, version string, inputs map[string]engine.Tensor, want []string) (map[string]engine.Tensor, error) {
+	inst, err := r.Get(model, version)
+	if err != nil {
+		return nil, err
+	}
+	specs := inst.Inputs()
+	ins := make([]engine.Tensor, len(specs))
+	for i, sp := range specs {
+		t, ok := inputs[sp.Name]
+		if !ok {
+			return nil, fmt.Errorf("model %q needs input %q, which the request does not have", model, sp.Name)
+		}
+		ins[i] = t
+	}
+	for n := range inputs {
+		if !slices.ContainsFunc(specs, func(sp engine.TensorSpec) bool { return sp.Name == n }) {
+			return nil, fmt.Errorf("model %q has no input %q", model, n)
+		}
+	}
+	outs, _, err := serving.Infer(ctx, r, inst, ins)
+	if err != nil {
+		return nil, err
+	}
+	res := make(map[string]engine.Tensor, len(outs))
+	for i, sp := range inst.Outputs() {
+		if i < len(outs) && (len(want) == 0 || slices.Contains(want, sp.Name)) {
+			res[sp.Name] = outs[i]
+		}
+	}
+	for _, w := range want {
+		if _, ok := res[w]; !ok {
+			return nil, fmt.Errorf("model %q has no output %q", model, w)
+		}
+	}
+	return res, nil
+}

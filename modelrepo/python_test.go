@@ -1,0 +1,276 @@
+package modelrepo
+
+import (
+	"context"
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/serving"
+)
+
+// pythonBin is an interpreter with numpy (FW_PYTHON, FW_VENV's, python3);
+// without one the test skips, unless FW_REQUIRE_MODELS is set (make test).
+func pythonBin(t *testing.T) string {
+	t.Helper()
+	py := os.Getenv("FW_PYTHON")
+	if py == "" && os.Getenv("FW_VENV") != "" {
+		py = filepath.Join(os.Getenv("FW_VENV"), "bin", "python")
+	}
+	if py == "" {
+		py = "python3"
+	}
+	if err := exec.Command(py, "-c", "import numpy").Run(); err != nil {
+		if os.Getenv("FW_REQUIRE_MODELS") != "" {
+			t.Fatalf("a Python with numpy is needed (FW_PYTHON): %s: %v", py, err)
+		}
+		t.Skipf("no Python with numpy (%s): %v", py, err)
+	}
+	return py
+}
+
+// writePython writes a Python model: config.pbtxt (none when config is
+// empty) and 1/model.py.
+func writePython(t *testing.T, root, name, config, src string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(root, name, "1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if config != "" {
+		if err := os.WriteFile(filepath.Join(root, name, "config.pbtxt"), []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, name, "1", "model.py"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// counting answers OUT = IN + the number of requests execute was given, and
+// an error for a request whose first element is negative; finalize writes
+// the file its parameter names.
+const countingConfig = `backend: "python"
+max_batch_size: 8
+input [{ name: "IN", data_type: TYPE_INT32, dims: [ 2 ] }]
+output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 2 ] }]
+dynamic_batching { preferred_batch_size: [ 8 ], max_queue_delay_microseconds: 3000000 }
+parameters { key: "finalized", value: { string_value: "%s" } }
+`
+
+const countingModel = `
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        cfg = json.loads(args["model_config"])
+        self.finalized = cfg["parameters"]["finalized"]["string_value"]
+        assert args["model_name"] == "counting" and args["model_version"] == "1", args
+        assert args["model_instance_name"] == "counting_0_0", args
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+            if x.flat[0] < 0:
+                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("negative input: send numbers >= 0")))
+                continue
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", (x + len(requests)).astype(np.int32))]))
+        return out
+
+    def finalize(self):
+        open(self.finalized, "w").write("done")
+`
+
+const blsConfig = `backend: "python"
+max_batch_size: 8
+input [{ name: "INPUT0", data_type: TYPE_INT32, dims: [ 16 ] }, { name: "INPUT1", data_type: TYPE_INT32, dims: [ 16 ] }]
+output [{ name: "SUM", data_type: TYPE_INT32, dims: [ 16 ] }]
+`
+
+// bls asks the ONNX model simple for the sum of its inputs (Triton's BLS).
+const blsModel = `
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            resp = pb_utils.InferenceRequest(model_name="simple", inputs=r.inputs(), requested_output_names=["OUTPUT0"]).exec()
+            if resp.has_error():
+                raise pb_utils.TritonModelException(resp.error().message())
+            s = pb_utils.get_output_tensor_by_name(resp, "OUTPUT0").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("SUM", s)]))
+        return out
+`
+
+// completing has no config.pbtxt: its auto_complete_config lists its tensors.
+const completingModel = `
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(cfg):
+        cfg.add_input({"name": "X", "data_type": "TYPE_STRING", "dims": [1]})
+        cfg.add_output({"name": "Y", "data_type": "TYPE_STRING", "dims": [1]})
+        cfg.set_max_batch_size(4)
+        cfg.set_dynamic_batching()
+        return cfg
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = r.inputs()[0].as_numpy()
+            y = np.array([[b.upper()] for b in x[:, 0]], dtype=object)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y)]))
+        return out
+`
+
+func int32Tensor(rows int, vals ...int32) engine.Tensor {
+	data := make([]byte, 0, 4*len(vals))
+	for _, v := range vals {
+		data = binary.LittleEndian.AppendUint32(data, uint32(v))
+	}
+	return engine.Tensor{DType: engine.Int32, Shape: []int64{int64(rows), int64(len(vals) / rows)}, Data: data}
+}
+
+func TestPythonModels(t *testing.T) {
+	py := pythonBin(t)
+	root := t.TempDir()
+	copyModel(t, filepath.Join(samples(t), "simple"), root, "simple")
+	finalized := filepath.Join(t.TempDir(), "finalized")
+	writePython(t, root, "counting", strings.Replace(countingConfig, "%s", finalized, 1), countingModel)
+	writePython(t, root, "bls", blsConfig, blsModel)
+	writePython(t, root, "completing", "", completingModel)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"*"}, Python: py})
+	r := f.repo
+	ctx := context.Background()
+
+	// Four concurrent requests of two rows make one execute call of four
+	// requests (preferred batch 8): each answer says so, each its own.
+	inst, err := r.Get("counting", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := inst.Config; c.Backend != "python" || c.MaxBatchSize != 8 || c.DefaultModelFilename != "model.py" || c.Inputs[0].DataType != "TYPE_INT32" {
+		t.Fatalf("config %+v", c)
+	}
+	var wg sync.WaitGroup
+	outs := make([][]engine.Tensor, 4)
+	errs := make([]error, 4)
+	for i := range 4 {
+		wg.Go(func() {
+			outs[i], _, errs[i] = serving.Infer(ctx, r, inst, []engine.Tensor{int32Tensor(2, int32(10*i), 1, 2, 3)})
+		})
+	}
+	wg.Wait()
+	for i := range 4 {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		got := int32s(outs[i][0])
+		if len(got) != 4 || got[0] != int32(10*i)+4 || got[3] != 3+4 {
+			t.Fatalf("request %d: %v, want its own rows plus 4 (one execute of 4 requests)", i, got)
+		}
+	}
+	if s := inst.Stats.Snapshot(); s.ExecutionCount != 1 || s.InferenceCount != 8 {
+		t.Fatalf("statistics: %d executions of %d rows, want 1 of 8", s.ExecutionCount, s.InferenceCount)
+	}
+
+	// A request the model answers with an error fails alone; the one
+	// batched with it gets its answer.
+	var bad, good error
+	var goodOut []engine.Tensor
+	wg.Go(func() {
+		_, _, bad = serving.Infer(ctx, r, inst, []engine.Tensor{int32Tensor(4, -1, 0, 0, 0, 0, 0, 0, 0)})
+	})
+	wg.Go(func() {
+		goodOut, _, good = serving.Infer(ctx, r, inst, []engine.Tensor{int32Tensor(4, 5, 0, 0, 0, 0, 0, 0, 0)})
+	})
+	wg.Wait()
+	if bad == nil || !strings.Contains(bad.Error(), "negative input") || good != nil || int32s(goodOut[0])[0] != 7 {
+		t.Fatalf("bad %v, good %v %v", bad, good, goodOut)
+	}
+
+	// BLS: the Python model calls the ONNX model simple.
+	binst, err := r.Get("bls", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := serving.Infer(ctx, r, binst, simpleInputs(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := int32s(out[0]); len(sum) != 48 || sum[0] != 1 || sum[15] != 16 {
+		t.Fatalf("bls: %v", sum)
+	}
+
+	// auto_complete_config completed a model without config.pbtxt.
+	cinst, err := r.Get("completing", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cinst.Config; c.MaxBatchSize != 4 || len(c.Inputs) != 1 || c.Inputs[0].DataType != "TYPE_STRING" || c.Backend != "python" {
+		t.Fatalf("auto-completed config %+v", c)
+	}
+	x, err := engine.FromStrings([]int64{2, 1}, []string{"ab", "cd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = serving.Infer(ctx, r, cinst, []engine.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ys, _ := out[0].Strings(); len(ys) != 2 || string(ys[0]) != "AB" || string(ys[1]) != "CD" {
+		t.Fatalf("strings: %q", ys)
+	}
+
+	// Unloading runs finalize.
+	if err := r.Unload(ctx, "counting", serving.UnloadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if b, err := os.ReadFile(finalized); err == nil && string(b) == "done" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("finalize did not run at unload")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestPythonRefusals(t *testing.T) {
+	py := pythonBin(t)
+	const model = "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
+	const tensors = "input [{ name: \"X\", data_type: TYPE_FP32, dims: [ 1 ] }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n"
+	for name, tc := range map[string]struct{ config, src, want string }{
+		"platform":   {"backend: \"python\"\nplatform: \"onnxruntime_onnx\"\n" + tensors, model, "no platform"},
+		"decoupled":  {"backend: \"python\"\nmodel_transaction_policy { decoupled: true }\n" + tensors, model, "model_transaction_policy"},
+		"conda":      {"backend: \"python\"\nparameters { key: \"EXECUTION_ENV_PATH\", value: { string_value: \"env.tar.gz\" } }\n" + tensors, model, "EXECUTION_ENV_PATH"},
+		"no tensors": {"backend: \"python\"\n", model, "lists its inputs and outputs"},
+		"sequence":   {"backend: \"python\"\nmax_batch_size: 1\nsequence_batching {}\n" + tensors, model, "sequence_batching"},
+		"reshape":    {"backend: \"python\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 2 ], reshape: { shape: [ 1, 2 ] } }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "reshape"},
+		"init fails": {"backend: \"python\"\n" + tensors, "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('weights missing')\n", "RuntimeError: weights missing"},
+		"no class":   {"backend: \"python\"\n" + tensors, "x = 1\n", "defines no class TritonPythonModel"},
+		"syntax":     {"backend: \"python\"\n" + tensors, "def (:\n", "SyntaxError"},
+		"file name":  {"backend: \"python\"\ndefault_model_filename: \"../model.py\"\n" + tensors, model, "inside the version directory"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			writePython(t, root, "m", tc.config, tc.src)
+			f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, Python: py})
+			err := f.repo.Load(context.Background(), "m", serving.LoadOptions{})
+			wantModelError(t, err, serving.ModelLoadFailed, tc.want)
+		})
+	}
+}

@@ -1,0 +1,270 @@
+// Package pybackend serves models written for Triton's Python backend: a
+// model.py whose class TritonPythonModel has initialize, execute and
+// finalize. Each instance of such a model is a Python process running
+// stub.py (embedded in the binary), which provides the module
+// triton_python_backend_utils and loads the model; fw sends it a batch as
+// one InferenceRequest per call and reads back its InferenceResponse over
+// the process's standard input and output. A model's calls to other models
+// (pb_utils.InferenceRequest(...).exec(), Triton's BLS) come back over the
+// same channel and run through Config.Call.
+//
+// The process is the model's own code: it runs with fw's user and
+// environment, as Triton runs it. What it sends back is checked (declared
+// outputs only, datatypes and sizes as declared, bytes bounded) before it
+// reaches a client; a process that dies or breaks the protocol is killed,
+// the call fails with what it printed last, and the next call starts a
+// fresh one.
+package pybackend
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"slices"
+	"sync"
+
+	"github.com/fw-serve/fw/engine"
+)
+
+//go:embed stub.py
+var stubSource string
+
+// Call runs a model on behalf of a Python model's BLS request: the named
+// inputs, the outputs asked for (all when empty). It returns the outputs
+// by name.
+type Call func(ctx context.Context, model, version string, inputs map[string]engine.Tensor, outputs []string) (map[string]engine.Tensor, error)
+
+// Config is one version of a Python model.
+type Config struct {
+	// Python is the interpreter (with numpy) that runs the model.
+	Python string
+	// File is the model.py; Dir, the version directory, is put first on
+	// the model's sys.path so that files beside it import.
+	File, Dir string
+	// Name and Version are what the model is served as.
+	Name, Version string
+	// Args are initialize's args (Triton's keys), without
+	// model_instance_name, which each instance gets its own of.
+	Args map[string]string
+	// Instance is this instance's index among the model's (its
+	// model_instance_name is <name>_0_<Instance>); fw runs one Backend,
+	// one process, per instance_group instance.
+	Instance int
+	// Inputs and Outputs are the configuration's tensors, batch axis first
+	// when Batched.
+	Inputs, Outputs []engine.TensorSpec
+	// MaxBytes bounds the tensor bytes of one answer from the process.
+	MaxBytes int64
+	// Call runs BLS requests; nil refuses them.
+	Call Call
+	// Log receives what the model prints.
+	Log *slog.Logger
+}
+
+// Backend is a started Python model: engine.Backend over its processes.
+type Backend struct {
+	cfg  Config
+	idle chan slot // free instances; one whose p is nil restarts on its next call
+
+	mu     sync.Mutex
+	all    map[*proc]bool
+	closed bool
+}
+
+// Start starts the instance's process and runs initialize in it.
+func Start(ctx context.Context, cfg Config) (*Backend, error) {
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = 1 << 30
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if _, err := exec.LookPath(cfg.Python); err != nil {
+		return nil, fmt.Errorf("the Python backend needs an interpreter with numpy: %s: %w (set fw serve --python)", cfg.Python, err)
+	}
+	b := &Backend{cfg: cfg, idle: make(chan slot, 1), all: map[*proc]bool{}}
+	p, err := b.start(ctx, cfg.Instance)
+	if err != nil {
+		return nil, err
+	}
+	b.idle <- slot{cfg.Instance, p}
+	return b, nil
+}
+
+// start runs one instance's process and its initialize.
+func (b *Backend) start(ctx context.Context, i int) (*proc, error) {
+	args := make(map[string]string, len(b.cfg.Args)+1)
+	for k, v := range b.cfg.Args {
+		args[k] = v
+	}
+	args["model_instance_name"] = fmt.Sprintf("%s_0_%d", b.cfg.Name, i)
+	p, err := spawn(b.cfg, i)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		p.kill()
+		return nil, errors.New("the model is unloading")
+	}
+	b.all[p] = true
+	b.mu.Unlock()
+	if err := p.initialize(ctx, b.cfg, args); err != nil {
+		b.drop(p)
+		return nil, err
+	}
+	return p, nil
+}
+
+// AutoComplete runs the model's TritonPythonModel.auto_complete_config
+// (when it has one) on config, Triton's JSON of the model configuration,
+// and returns the configuration it completed, as JSON. Only the class is
+// loaded: no instance is made, initialize does not run.
+func AutoComplete(ctx context.Context, cfg Config, config []byte) ([]byte, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if _, err := exec.LookPath(cfg.Python); err != nil {
+		return nil, fmt.Errorf("the Python backend needs an interpreter with numpy: %s: %w (set fw serve --python)", cfg.Python, err)
+	}
+	p, err := spawn(cfg, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer p.finalize()
+	defer p.watch(ctx)()
+	if err := p.send(map[string]any{"op": "auto", "file": cfg.File, "dir": cfg.Dir, "config": json.RawMessage(config)}, nil); err != nil {
+		return nil, p.died("did not start", err)
+	}
+	m, _, err := p.recv(0)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return nil, fmt.Errorf("auto_complete_config did not finish: %w", ctx.Err())
+	case err != nil:
+		return nil, p.died("exited in auto_complete_config", err)
+	case m.Op == "error":
+		return nil, fmt.Errorf("auto_complete_config: %s", m.Message)
+	case m.Op != "config":
+		return nil, p.died("broke the protocol", fmt.Errorf("answered %q to auto", m.Op))
+	}
+	return m.Config, nil
+}
+
+// drop kills p and forgets it.
+func (b *Backend) drop(p *proc) {
+	p.kill()
+	b.mu.Lock()
+	delete(b.all, p)
+	b.mu.Unlock()
+}
+
+// Inputs are the configuration's inputs.
+func (b *Backend) Inputs() []engine.TensorSpec { return b.cfg.Inputs }
+
+// Outputs are the configuration's outputs.
+func (b *Backend) Outputs() []engine.TensorSpec { return b.cfg.Outputs }
+
+// Run hands the batch to a free process as one request and returns its
+// response's outputs in the configuration's order.
+func (b *Backend) Run(ctx context.Context, inputs []engine.Tensor) ([]engine.Tensor, error) {
+	outs, errs, err := b.RunEach(ctx, [][]engine.Tensor{inputs})
+	if err != nil {
+		return nil, err
+	}
+	return outs[0], errs[0]
+}
+
+// RunEach hands the requests to a free process in one execute call and
+// returns each response's outputs, in the configuration's order, or the
+// error the model answered for that request. A process that died or broke
+// the protocol fails the call and is replaced on the next.
+func (b *Backend) RunEach(ctx context.Context, reqs [][]engine.Tensor) ([][]engine.Tensor, []error, error) {
+	var s slot
+	select {
+	case s = <-b.idle:
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	if s.p == nil || s.p.exited() {
+		if s.p != nil {
+			b.drop(s.p)
+		}
+		p, err := b.start(ctx, s.i)
+		if err != nil {
+			b.idle <- slot{i: s.i} // it restarts on a later call
+			return nil, nil, fmt.Errorf("restart the model's Python process: %w", err)
+		}
+		s.p = p
+	}
+	outs, errs, err := s.p.execute(ctx, b.cfg, reqs)
+	if err != nil && !errors.As(err, new(*ModelError)) && !errors.As(err, new(*engine.InputError)) {
+		b.drop(s.p) // a broken channel or a dead process: the next call starts a fresh one
+		b.idle <- slot{i: s.i}
+		return nil, nil, err
+	}
+	b.idle <- s
+	return outs, errs, err
+}
+
+// Close runs each process's finalize and stops it.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	procs := make([]*proc, 0, len(b.all))
+	for p := range b.all {
+		procs = append(procs, p)
+	}
+	b.all = map[*proc]bool{}
+	b.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.finalize() }()
+	}
+	wg.Wait()
+	return nil
+}
+
+// slot is one instance: its index and its process.
+type slot struct {
+	i int
+	p *proc
+}
+
+// ModelError is an error the model returned for a request (an
+// InferenceResponse with an error, or an exception from execute).
+type ModelError struct {
+	Model string
+	Msg   string
+}
+
+func (e *ModelError) Error() string { return fmt.Sprintf("Python model %q: %s", e.Model, e.Msg) }
+
+// datatypes are the V2 names of the element types a Python model moves
+// (BF16 as DLPack through torch: numpy has no bfloat16).
+var datatypes = map[engine.DType]string{
+	engine.BFloat16: "BF16", engine.Bool: "BOOL", engine.Uint8: "UINT8", engine.Uint16: "UINT16", engine.Uint32: "UINT32", engine.Uint64: "UINT64",
+	engine.Int8: "INT8", engine.Int16: "INT16", engine.Int32: "INT32", engine.Int64: "INT64",
+	engine.Float16: "FP16", engine.Float32: "FP32", engine.Float64: "FP64", engine.String: "BYTES",
+}
+
+// Takes reports whether a Python model can take tensors of dt.
+func Takes(dt engine.DType) bool { _, ok := datatypes[dt]; return ok }
+
+func dtypeOf(name string) (engine.DType, bool) {
+	for d, n := range datatypes {
+		if n == name {
+			return d, true
+		}
+	}
+	return engine.Invalid, false
+}
+
+func specIndex(specs []engine.TensorSpec, name string) int {
+	return slices.IndexFunc(specs, func(s engine.TensorSpec) bool { return s.Name == name })
+}

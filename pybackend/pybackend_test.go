@@ -1,0 +1,236 @@
+package pybackend
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fw-serve/fw/engine"
+)
+
+// python is an interpreter with numpy: FW_PYTHON, FW_VENV's, or python3.
+// Without one the tests skip, unless FW_REQUIRE_MODELS is set (make test).
+func python(t *testing.T) string {
+	t.Helper()
+	py := os.Getenv("FW_PYTHON")
+	if py == "" && os.Getenv("FW_VENV") != "" {
+		py = filepath.Join(os.Getenv("FW_VENV"), "bin", "python")
+	}
+	if py == "" {
+		py = "python3"
+	}
+	if err := exec.Command(py, "-c", "import numpy").Run(); err != nil {
+		if os.Getenv("FW_REQUIRE_MODELS") != "" {
+			t.Fatalf("a Python with numpy is needed (FW_PYTHON): %s: %v", py, err)
+		}
+		t.Skipf("no Python with numpy (%s): %v", py, err)
+	}
+	return py
+}
+
+const addSub = `
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.args = args
+        cfg = json.loads(args["model_config"])
+        self.out_dtype = pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(cfg, "OUTPUT0")["data_type"])
+        print("initialized", args["model_instance_name"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            if a.sum() < 0:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("negative input")))
+                continue
+            if a.sum() == 1000:
+                import os
+                os._exit(3)
+            if a.sum() == 999:
+                raise pb_utils.TritonError("bad request", pb_utils.TritonError.INVALID_ARG)
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", (a + b).astype(self.out_dtype)),
+                pb_utils.Tensor("OUTPUT1", np.array([[str(x).encode() for x in row] for row in (a - b)], dtype=object)),
+            ]))
+        return responses
+
+    def finalize(self):
+        print("finalized")
+`
+
+func start(t *testing.T, src string, call Call) (*Backend, *strings.Builder) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "model.py"), []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	cfg := Config{
+		Python: python(t), File: filepath.Join(dir, "model.py"), Dir: dir, Name: "add_sub", Version: "1",
+		Args:    map[string]string{"model_name": "add_sub", "model_version": "1", "model_config": `{"name":"add_sub","output":[{"name":"OUTPUT0","data_type":"TYPE_FP32"},{"name":"OUTPUT1","data_type":"TYPE_STRING"}]}`},
+		Inputs:  []engine.TensorSpec{{Name: "INPUT0", DType: engine.Float32, Shape: []int64{-1, 4}}, {Name: "INPUT1", DType: engine.Float32, Shape: []int64{-1, 4}}},
+		Outputs: []engine.TensorSpec{{Name: "OUTPUT0", DType: engine.Float32, Shape: []int64{-1, 4}}, {Name: "OUTPUT1", DType: engine.String, Shape: []int64{-1, 4}}},
+		Call:    call,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b, &logs
+}
+
+func TestAddSub(t *testing.T) {
+	b, _ := start(t, addSub, nil)
+	ctx := context.Background()
+	a := engine.FromFloat32([]int64{2, 4}, []float32{1, 2, 3, 4, 5, 6, 7, 8})
+	c := engine.FromFloat32([]int64{2, 4}, []float32{1, 1, 1, 1, 2, 2, 2, 2})
+	out, err := b.Run(ctx, []engine.Tensor{a, c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out[0].Float32s(); got[0] != 2 || got[7] != 10 {
+		t.Fatalf("OUTPUT0 %v", got)
+	}
+	strs, err := out[1].Strings()
+	if err != nil || len(strs) != 8 || string(strs[0]) != "0.0" || string(strs[7]) != "6.0" {
+		t.Fatalf("OUTPUT1 %q %v", strs, err)
+	}
+
+	// An error response fails the call with the model's message; the
+	// process keeps serving.
+	neg := engine.FromFloat32([]int64{1, 4}, []float32{-1, -1, -1, -1})
+	one := engine.FromFloat32([]int64{1, 4}, []float32{1, 1, 1, 1})
+	_, err = b.Run(ctx, []engine.Tensor{neg, one})
+	var me *ModelError
+	if !errors.As(err, &me) || !strings.Contains(err.Error(), "negative input") {
+		t.Fatalf("error response: %v", err)
+	}
+	// INVALID_ARG is the request's fault.
+	bad := engine.FromFloat32([]int64{1, 4}, []float32{999, 0, 0, 0})
+	_, err = b.Run(ctx, []engine.Tensor{bad, one})
+	var ie *engine.InputError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "bad request") {
+		t.Fatalf("INVALID_ARG: %v", err)
+	}
+	// A process that dies fails its call with why, and the next call
+	// starts a fresh one.
+	crash := engine.FromFloat32([]int64{1, 4}, []float32{1000, 0, 0, 0})
+	_, err = b.Run(ctx, []engine.Tensor{crash, one})
+	if err == nil || !strings.Contains(err.Error(), "exit status 3") {
+		t.Fatalf("crash: %v", err)
+	}
+	for range 3 {
+		if _, err := b.Run(ctx, []engine.Tensor{a, c}); err != nil {
+			t.Fatalf("after a crash: %v", err)
+		}
+	}
+}
+
+func TestWrongOutputs(t *testing.T) {
+	for name, body := range map[string]string{
+		"missing": `return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a)]) for r in requests]`,
+		"dtype":   `return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a.astype(np.float64)), pb_utils.Tensor("OUTPUT1", s)]) for r in requests]`,
+		"unknown": `return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a), pb_utils.Tensor("OUTPUT1", s), pb_utils.Tensor("X", a)]) for r in requests]`,
+		"count":   `return []`,
+		"type":    `return ["no"]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			src := "import numpy as np\nimport triton_python_backend_utils as pb_utils\nclass TritonPythonModel:\n    def execute(self, requests):\n" +
+				"        a = requests[0].inputs()[0].as_numpy()\n        s = np.array([[b'x'] * 4] * len(a), dtype=object)\n        " + body + "\n"
+			b, _ := start(t, src, nil)
+			a := engine.FromFloat32([]int64{1, 4}, []float32{1, 2, 3, 4})
+			_, err := b.Run(context.Background(), []engine.Tensor{a, a})
+			var me *ModelError
+			if !errors.As(err, &me) {
+				t.Fatalf("got %v, want a ModelError", err)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func TestInitializeFails(t *testing.T) {
+	dir := t.TempDir()
+	src := "class TritonPythonModel:\n    def initialize(self, args):\n        raise ValueError('no weights here')\n"
+	if err := os.WriteFile(filepath.Join(dir, "model.py"), []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Start(context.Background(), Config{Python: python(t), File: filepath.Join(dir, "model.py"), Dir: dir, Name: "m"})
+	if err == nil || !strings.Contains(err.Error(), "no weights here") {
+		t.Fatalf("got %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "model.py"), []byte("import sys\nsys.exit(7)\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Start(context.Background(), Config{Python: python(t), File: filepath.Join(dir, "model.py"), Dir: dir, Name: "m"})
+	if err == nil {
+		t.Fatal("a model.py that exits loaded")
+	}
+	t.Log(err)
+}
+
+func TestBLS(t *testing.T) {
+	src := `
+import numpy as np
+import triton_python_backend_utils as pb_utils
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = r.inputs()[0].as_numpy()
+            resp = pb_utils.InferenceRequest(model_name="double", inputs=[pb_utils.Tensor("X", x)], requested_output_names=["Y"]).exec()
+            if resp.has_error():
+                raise pb_utils.TritonModelException(resp.error().message())
+            y = pb_utils.get_output_tensor_by_name(resp, "Y").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", y), pb_utils.Tensor("OUTPUT1", np.array([[b"ok"] * 4] * len(y), dtype=object))]))
+        return out
+`
+	var called string
+	b, _ := start(t, src, func(ctx context.Context, model, version string, ins map[string]engine.Tensor, outs []string) (map[string]engine.Tensor, error) {
+		called = model
+		x := ins["X"].Float32s()
+		y := make([]float32, len(x))
+		for i, v := range x {
+			y[i] = 2 * v
+		}
+		return map[string]engine.Tensor{"Y": engine.FromFloat32(ins["X"].Shape, y)}, nil
+	})
+	a := engine.FromFloat32([]int64{1, 4}, []float32{1, 2, 3, 4})
+	out, err := b.Run(context.Background(), []engine.Tensor{a, a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if called != "double" || out[0].Float32s()[3] != 8 {
+		t.Fatalf("called %q, got %v", called, out[0].Float32s())
+	}
+}
+
+func TestCloseRunsFinalizeAndCancelKills(t *testing.T) {
+	src := "import time\nclass TritonPythonModel:\n    def execute(self, requests):\n        time.sleep(60)\n"
+	b, _ := start(t, src, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	a := engine.FromFloat32([]int64{1, 4}, []float32{1, 2, 3, 4})
+	began := time.Now()
+	_, err := b.Run(ctx, []engine.Tensor{a, a})
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(began) > 10*time.Second {
+		t.Fatalf("got %v after %s", err, time.Since(began))
+	}
+	began = time.Now()
+	if err := b.Close(); err != nil || time.Since(began) > 15*time.Second {
+		t.Fatalf("close: %v after %s", err, time.Since(began))
+	}
+}

@@ -1,0 +1,626 @@
+# The process fw serve starts for each instance of a Python-backend model
+# (Triton's backend "python"): it provides the module
+# triton_python_backend_utils, loads the model's model.py, and runs its
+# TritonPythonModel's initialize, execute and finalize on the messages fw
+# sends over this process's standard input and output.
+#
+# A message is a 4-byte little-endian header length, a JSON header, and
+# the bytes of the tensors the header lists ("size" each), one after the
+# other. Tensor bytes are little-endian and row-major; a BYTES tensor's
+# are Triton's serialized form (each element's 4-byte length, then its
+# bytes). The model's own prints go to standard error, which fw logs.
+import asyncio
+import importlib.util
+import inspect
+import json
+import os
+import struct
+import sys
+import traceback
+import types
+
+import numpy as np
+
+MAX_HEADER = 1 << 20
+
+_NUMPY = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "BYTES": np.object_,
+}
+
+
+class Channel:
+    """The framed messages to and from fw."""
+
+    def __init__(self, rd, wr):
+        self.rd, self.wr = rd, wr
+
+    def _read(self, n):
+        buf = self.rd.read(n)
+        if buf is None or len(buf) != n:
+            raise EOFError("fw closed the channel")
+        return buf
+
+    def recv(self):
+        (n,) = struct.unpack("<I", self._read(4))
+        if n > MAX_HEADER:
+            raise ValueError(f"header of {n} bytes")
+        head = json.loads(self._read(n))
+        datas = []
+        for t in head.get("tensors", []):
+            datas.append(self._read(int(t["size"])))
+        return head, datas
+
+    def send(self, head, datas=()):
+        h = json.dumps(head).encode()
+        self.wr.write(struct.pack("<I", len(h)))
+        self.wr.write(h)
+        for d in datas:
+            self.wr.write(d)
+        self.wr.flush()
+
+
+def _deserialize_bytes(data, count):
+    out, off = [], 0
+    for _ in range(count):
+        (n,) = struct.unpack_from("<I", data, off)
+        off += 4
+        out.append(bytes(data[off : off + n]))
+        off += n
+    arr = np.empty(count, dtype=np.object_)
+    arr[:] = out
+    return arr
+
+
+def _serialize_bytes(arr):
+    parts = []
+    for v in arr.reshape(-1, order="C"):
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            b = bytes(v)
+        elif isinstance(v, str):
+            b = v.encode("utf-8")
+        elif isinstance(v, np.bytes_):
+            b = bytes(v)
+        else:
+            b = str(v).encode("utf-8")
+        parts.append(struct.pack("<I", len(b)))
+        parts.append(b)
+    return b"".join(parts)
+
+
+def _datatype(arr):
+    if arr.dtype == np.object_ or arr.dtype.type in (np.bytes_, np.str_):
+        return "BYTES"
+    for name, t in _NUMPY.items():
+        if t is not np.object_ and arr.dtype == np.dtype(t):
+            return name
+    raise TypeError(f"numpy dtype {arr.dtype} has no Triton datatype")
+
+
+def _to_numpy(desc, data):
+    """The tensor's elements; BF16's as their uint16 bit patterns."""
+    shape = [int(d) for d in desc["shape"]]
+    count = 1
+    for d in shape:
+        count *= d
+    if desc["datatype"] == "BYTES":
+        return _deserialize_bytes(data, count).reshape(shape)
+    if desc["datatype"] == "BF16":
+        return np.frombuffer(data, dtype="<u2").reshape(shape)
+    dt = np.dtype(_NUMPY[desc["datatype"]]).newbyteorder("<")
+    return np.frombuffer(data, dtype=dt).reshape(shape)
+
+
+def _encode(tensors):
+    descs, datas = [], []
+    for t in tensors:
+        arr = t._array
+        dt = "BF16" if t._bf16 else _datatype(arr)
+        if dt == "BYTES":
+            data = _serialize_bytes(arr)
+        else:
+            data = np.ascontiguousarray(
+                arr, dtype=arr.dtype.newbyteorder("<")
+            ).tobytes()
+        descs.append(
+            {
+                "name": t.name(),
+                "datatype": dt,
+                "shape": list(arr.shape),
+                "size": len(data),
+            }
+        )
+        datas.append(data)
+    return descs, datas
+
+
+def make_pb_utils(channel):
+    """Triton's triton_python_backend_utils, as models use it."""
+    pb = types.ModuleType("triton_python_backend_utils")
+    pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+    pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+    pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+    pb.TRITONSERVER_REQUEST_RELEASE_ALL = 1
+    pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+
+    class TritonError(Exception):
+        UNKNOWN, INTERNAL, NOT_FOUND, INVALID_ARG, UNAVAILABLE = 0, 1, 2, 3, 4
+        UNSUPPORTED, ALREADY_EXISTS, CANCELLED = 5, 6, 7
+
+        def __init__(self, message, code=1):
+            super().__init__(message)
+            self._message, self._code = message, code
+
+        def message(self):
+            return self._message
+
+        def code(self):
+            return self._code
+
+    class TritonModelException(Exception):
+        pass
+
+    def _torch():
+        try:
+            import torch
+            import torch.utils.dlpack
+        except ImportError as e:
+            raise TritonModelException(
+                "DLPack capsules and BF16 tensors need torch in the interpreter fw runs the model with (fw serve --python)"
+            ) from e
+        return torch
+
+    class Tensor:
+        def __init__(self, name, array, _bf16=False):
+            if not isinstance(array, np.ndarray):
+                raise TritonModelException(
+                    f"Tensor {name!r}: the data must be a numpy array, not {type(array).__name__}"
+                )
+            self._name, self._array, self._bf16 = name, array, _bf16
+
+        def name(self):
+            return self._name
+
+        def as_numpy(self):
+            if self._bf16:
+                raise TritonModelException(
+                    "tensor dtype is bf16 and cannot be converted to numpy; use to_dlpack"
+                )
+            return self._array
+
+        def is_cpu(self):
+            return True
+
+        def shape(self):
+            return list(self._array.shape)
+
+        def triton_dtype(self):
+            return "BF16" if self._bf16 else _datatype(self._array)
+
+        def to_dlpack(self):
+            torch = _torch()
+            if self._bf16:
+                t = torch.from_numpy(
+                    np.ascontiguousarray(self._array).view(np.int16)
+                ).view(torch.bfloat16)
+            else:
+                t = torch.from_numpy(np.ascontiguousarray(self._array))
+            return torch.utils.dlpack.to_dlpack(t)
+
+        @staticmethod
+        def from_dlpack(name, capsule):
+            torch = _torch()
+            t = (
+                capsule
+                if isinstance(capsule, torch.Tensor)
+                else torch.utils.dlpack.from_dlpack(capsule)
+            )
+            t = t.detach().cpu().contiguous()
+            if t.dtype == torch.bfloat16:
+                return Tensor(
+                    name, t.view(torch.int16).numpy().view(np.uint16), _bf16=True
+                )
+            return Tensor(name, t.numpy())
+
+    class InferenceResponse:
+        def __init__(self, output_tensors=None, error=None, parameters=None):
+            self._outputs = list(output_tensors or [])
+            self._error = error
+            self._parameters = parameters
+
+        def output_tensors(self):
+            return self._outputs
+
+        def has_error(self):
+            return self._error is not None
+
+        def error(self):
+            return self._error
+
+    class InferenceRequest:
+        def __init__(
+            self,
+            model_name=None,
+            inputs=None,
+            requested_output_names=None,
+            request_id="",
+            correlation_id=0,
+            flags=0,
+            timeout=0,
+            model_version=-1,
+            parameters=None,
+            **_ignored,
+        ):
+            if isinstance(model_name, (bytes, np.bytes_)):
+                model_name = bytes(model_name).decode("utf-8")
+            self._model_name = model_name
+            self._inputs = list(inputs or [])
+            self._outputs = list(requested_output_names or [])
+            self._id = request_id
+            self._corr = correlation_id
+            self._flags = flags
+            self._timeout = timeout
+            self._version = model_version
+            if isinstance(parameters, dict):
+                parameters = json.dumps(parameters)
+            self._parameters = parameters or "{}"
+
+        def inputs(self):
+            return self._inputs
+
+        def requested_output_names(self):
+            return self._outputs
+
+        def request_id(self):
+            return self._id
+
+        def correlation_id(self):
+            return self._corr
+
+        def flags(self):
+            return self._flags
+
+        def timeout(self):
+            return self._timeout
+
+        def parameters(self):
+            return self._parameters
+
+        def model_name(self):
+            return self._model_name
+
+        def is_cancelled(self):
+            return False
+
+        def get_response_sender(self):
+            raise TritonModelException(
+                "fw serves Python models that answer each request once (not decoupled): return the responses from execute"
+            )
+
+        def set_release_flags(self, flags):
+            if flags != pb.TRITONSERVER_REQUEST_RELEASE_ALL:
+                raise TritonModelException(
+                    "fw does not reschedule requests (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)"
+                )
+
+        def exec(self, decoupled=False):
+            if decoupled:
+                raise TritonModelException("fw has no decoupled models to call")
+            if not self._model_name:
+                raise TritonModelException(
+                    "InferenceRequest needs model_name to be executed"
+                )
+            descs, datas = _encode(self._inputs)
+            channel.send(
+                {
+                    "op": "bls",
+                    "model": self._model_name,
+                    "version": ""
+                    if self._version in (-1, None)
+                    else str(self._version),
+                    "tensors": descs,
+                    "outputs": self._outputs,
+                    "id": self._id,
+                },
+                datas,
+            )
+            head, got = channel.recv()
+            if head.get("error"):
+                return InferenceResponse(error=TritonError(head["error"]))
+            return InferenceResponse(
+                [
+                    Tensor(d["name"], _to_numpy(d, b), _bf16=d["datatype"] == "BF16")
+                    for d, b in zip(head.get("tensors", []), got)
+                ]
+            )
+
+        async def async_exec(self, decoupled=False):
+            return self.exec(decoupled)
+
+    def get_input_tensor_by_name(request, name):
+        for t in request.inputs():
+            if t.name() == name:
+                return t
+        return None
+
+    def get_output_tensor_by_name(response, name):
+        for t in response.output_tensors():
+            if t.name() == name:
+                return t
+        return None
+
+    def _config_by_name(model_config, kind, name):
+        for io in model_config.get(kind, []):
+            if io.get("name") == name:
+                return io
+        return None
+
+    def triton_string_to_numpy(s):
+        return _NUMPY[s.replace("TYPE_", "").replace("STRING", "BYTES")]
+
+    def numpy_to_triton_type(t):
+        return _datatype(np.empty(0, dtype=t))
+
+    def triton_to_numpy_type(s):
+        return triton_string_to_numpy(s) if isinstance(s, str) else None
+
+    class Logger:
+        INFO, WARNING, ERROR, VERBOSE = 0, 1, 2, 3
+
+        @staticmethod
+        def log(message, level=0):
+            name = {0: "INFO", 1: "WARNING", 2: "ERROR", 3: "VERBOSE"}.get(
+                level, "INFO"
+            )
+            print(f"{name} {message}", file=sys.stderr, flush=True)
+
+        @staticmethod
+        def log_info(message):
+            Logger.log(message, 0)
+
+        @staticmethod
+        def log_warn(message):
+            Logger.log(message, 1)
+
+        @staticmethod
+        def log_error(message):
+            Logger.log(message, 2)
+
+        @staticmethod
+        def log_verbose(message):
+            Logger.log(message, 3)
+
+    for name, obj in dict(locals()).items():
+        if not name.startswith("_") and name not in ("pb", "channel", "name"):
+            setattr(pb, name, obj)
+    pb.get_input_config_by_name = lambda cfg, name: _config_by_name(cfg, "input", name)
+    pb.get_output_config_by_name = lambda cfg, name: _config_by_name(
+        cfg, "output", name
+    )
+    pb.serialize_byte_tensor = lambda arr: np.frombuffer(
+        _serialize_bytes(np.asarray(arr)), dtype=np.uint8
+    )
+    pb.deserialize_bytes_tensor = lambda data: _deserialize_bytes_all(bytes(data))
+    pb.LogLevel = types.SimpleNamespace(INFO=0, WARNING=1, ERROR=2, VERBOSE=3)
+    pb.ModelConfig = ModelConfig
+    return pb
+
+
+class ModelConfig:
+    """pb_utils.ModelConfig: the configuration auto_complete_config completes."""
+
+    def __init__(self, cfg):
+        self._cfg = cfg
+        cfg.setdefault("input", [])
+        cfg.setdefault("output", [])
+        cfg.setdefault("max_batch_size", 0)
+        for io in cfg["input"] + cfg["output"]:
+            if "dims" in io:
+                io["dims"] = [int(d) for d in io["dims"]]
+
+    def as_dict(self):
+        return self._cfg
+
+    def set_max_batch_size(self, n):
+        self._cfg["max_batch_size"] = int(n)
+
+    def _add(self, kind, io):
+        if not isinstance(io, dict) or not io.get("name"):
+            raise ValueError(f"{kind} must be a dict with a name")
+        if any(x.get("name") == io["name"] for x in self._cfg[kind]):
+            raise ValueError(
+                "{} '{}' already exists in the configuration".format(kind, io["name"])
+            )
+        io = dict(io)
+        if "dims" in io:
+            io["dims"] = [int(d) for d in io["dims"]]
+        self._cfg[kind].append(io)
+
+    def add_input(self, io):
+        self._add("input", io)
+
+    def add_output(self, io):
+        self._add("output", io)
+
+    def set_dynamic_batching(self):
+        self._cfg.setdefault("dynamic_batching", {})
+
+    def set_model_transaction_policy(self, policy):
+        self._cfg["model_transaction_policy"] = dict(policy)
+
+
+def _load_module(pb, head):
+    sys.path.insert(0, head["dir"])
+    spec = importlib.util.spec_from_file_location("model", head["file"])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model"] = module
+    spec.loader.exec_module(module)
+    if not hasattr(module, "TritonPythonModel"):
+        raise pb.TritonModelException(
+            "{} defines no class TritonPythonModel".format(
+                os.path.basename(head["file"])
+            )
+        )
+    return module.TritonPythonModel
+
+
+def _deserialize_bytes_all(data):
+    out, off = [], 0
+    while off < len(data):
+        (n,) = struct.unpack_from("<I", data, off)
+        out.append(bytes(data[off + 4 : off + 4 + n]))
+        off += 4 + n
+    arr = np.empty(len(out), dtype=np.object_)
+    arr[:] = out
+    return arr
+
+
+def _error_head(exc):
+    """An exception or TritonError as fw reads it: message and code."""
+    code = getattr(exc, "code", None)
+    code = code() if callable(code) else 1
+    if hasattr(exc, "message") and callable(exc.message):
+        msg = exc.message()
+    elif isinstance(exc, SystemExit):
+        msg = f"the model called sys.exit({exc.code!r})"
+    elif type(exc).__name__ in ("TritonModelException",):
+        msg = str(exc)
+    else:
+        msg = f"{type(exc).__name__}: {exc}"
+    return {
+        "message": msg or type(exc).__name__,
+        "code": code if isinstance(code, int) else 1,
+    }
+
+
+def _call(fn, *args):
+    res = fn(*args)
+    if inspect.iscoroutine(res):
+        res = asyncio.run(res)
+    return res
+
+
+def main():
+    # Keep the channel on private descriptors; what the model prints goes
+    # to standard error.
+    rd = os.fdopen(os.dup(0), "rb")
+    wr = os.fdopen(os.dup(1), "wb")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(2, 1)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    channel = Channel(rd, wr)
+    pb = make_pb_utils(channel)
+    sys.modules["triton_python_backend_utils"] = pb
+
+    head, _ = channel.recv()
+    if head["op"] == "auto":
+        try:
+            cls = _load_module(pb, head)
+            cfg = ModelConfig(head["config"])
+            if hasattr(cls, "auto_complete_config"):
+                cfg = cls.auto_complete_config(cfg)
+                if not isinstance(cfg, ModelConfig):
+                    raise pb.TritonModelException(
+                        "auto_complete_config must return the ModelConfig it was given"
+                    )
+            channel.send({"op": "config", "config": cfg.as_dict()})
+        except BaseException as e:  # noqa: BLE001 - every failure is the answer
+            traceback.print_exc()
+            channel.send({"op": "error", **_error_head(e)})
+            return 1
+        return 0
+    try:
+        model = _load_module(pb, head)()
+        if hasattr(model, "initialize"):
+            _call(model.initialize, head["args"])
+    except BaseException as e:  # noqa: BLE001 - every failure is the load's answer
+        traceback.print_exc()
+        channel.send({"op": "error", **_error_head(e)})
+        return 1
+    channel.send({"op": "ready"})
+
+    while True:
+        try:
+            head, datas = channel.recv()
+        except EOFError:
+            return 0
+        if head["op"] == "finalize":
+            try:
+                if hasattr(model, "finalize"):
+                    _call(model.finalize)
+            except BaseException:  # noqa: BLE001
+                traceback.print_exc()
+            channel.send({"op": "done"})
+            return 0
+        requests, i = [], 0
+        for r in head["requests"]:
+            ins = []
+            for d in r["inputs"]:
+                ins.append(
+                    pb.Tensor(
+                        d["name"], _to_numpy(d, datas[i]), _bf16=d["datatype"] == "BF16"
+                    )
+                )
+                i += 1
+            requests.append(
+                pb.InferenceRequest(
+                    inputs=ins,
+                    requested_output_names=r.get("outputs", []),
+                    request_id=r.get("id", ""),
+                    correlation_id=r.get("correlation_id", 0),
+                    flags=r.get("flags", 0),
+                    parameters=r.get("parameters") or "{}",
+                )
+            )
+        try:
+            responses = _call(model.execute, requests)
+            if (
+                responses is None
+                or not isinstance(responses, (list, tuple))
+                or len(responses) != len(requests)
+            ):
+                if responses is None:
+                    got = "None"
+                elif isinstance(responses, (list, tuple)):
+                    got = f"{len(responses)} responses"
+                else:
+                    got = type(responses).__name__
+                raise pb.TritonModelException(
+                    "execute must return a list of one InferenceResponse per request "
+                    f"({len(requests)} requests), it returned {got}"
+                )
+            out, outdatas = [], []
+            for resp in responses:
+                if not isinstance(resp, pb.InferenceResponse):
+                    raise pb.TritonModelException(
+                        f"execute returned a {type(resp).__name__} where an InferenceResponse belongs"
+                    )
+                if resp.has_error():
+                    out.append({"error": _error_head(resp.error())})
+                    continue
+                descs, ds = _encode(resp.output_tensors())
+                out.append({"outputs": len(descs)})
+                outdatas.extend(zip(descs, ds))
+            channel.send(
+                {"op": "result", "responses": out, "tensors": [d for d, _ in outdatas]},
+                [b for _, b in outdatas],
+            )
+        except BaseException as e:  # noqa: BLE001 - the model's failure is this call's answer
+            traceback.print_exc()
+            channel.send({"op": "result", "error": _error_head(e)})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

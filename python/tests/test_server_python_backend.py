@@ -1,0 +1,330 @@
+"""Triton's Python backend (``backend: "python"``, a ``model.py``) served by ``fw serve --model-repository``.
+
+Starts the real ``fw`` binary (FW_BIN) on a repository of Python models written the way Triton's python_backend
+examples write them (``import triton_python_backend_utils as pb_utils``, ``TritonPythonModel`` with ``initialize``,
+``execute`` and ``finalize``) beside Triton's ONNX ``simple`` sample (``make models``), and drives it with tritonclient
+over HTTP and gRPC: FP32 and BYTES tensors, a list of requests per ``execute`` under dynamic batching, an error
+response, a model calling another (BLS), ``auto_complete_config`` for a model without config.pbtxt, a crashed model
+process replaced, unloading running ``finalize``, a load with a config override, and no process left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fwserve import FwServer
+
+httpclient = pytest.importorskip("tritonclient.http", reason="tritonclient[http] is not installed")
+grpcclient = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
+SAMPLES = Path(os.environ.get("FW_MODELS_DIR") or REPO / "build" / "models") / "triton"
+
+ADD_SUB = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.model_config = json.loads(args["model_config"])
+        out = pb_utils.get_output_config_by_name(self.model_config, "OUTPUT0")
+        self.dtype = pb_utils.triton_string_to_numpy(out["data_type"])
+        self.finalized = self.model_config["parameters"]["finalized"]["string_value"]
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            if a[0] == 13:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("13 is unlucky: send another first number")))
+                continue
+            if a[0] == 666:
+                import os
+                os._exit(9)
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", (a + b).astype(self.dtype)),
+                pb_utils.Tensor("OUTPUT1", (a - b).astype(self.dtype)),
+            ]))
+        return responses
+
+    def finalize(self):
+        with open(self.finalized, "w") as f:
+            f.write("finalized")
+"""
+
+ADD_SUB_CONFIG = """backend: "python"
+input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] }, { name: "INPUT1", data_type: TYPE_FP32, dims: [ 4 ] }]
+output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] }, { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 4 ] }]
+instance_group [{ kind: KIND_CPU }]
+parameters { key: "finalized", value: { string_value: "%s" } }
+"""
+
+# Dynamic batching: execute gets every request of a batch; each answer says how many there were.
+BATCHED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            text = pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy()
+            upper = np.array([[t.decode().upper().encode() for t in row] for row in text], dtype=object)
+            n = np.full((text.shape[0], 1), len(requests), dtype=np.int64)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("UPPER", upper), pb_utils.Tensor("N", n)]))
+        return out
+"""
+
+BATCHED_CONFIG = """backend: "python"
+max_batch_size: 16
+input [{ name: "TEXT", data_type: TYPE_STRING, dims: [ 1 ] }]
+output [{ name: "UPPER", data_type: TYPE_STRING, dims: [ 1 ] }, { name: "N", data_type: TYPE_INT64, dims: [ 1 ] }]
+dynamic_batching { preferred_batch_size: [ 4 ], max_queue_delay_microseconds: 5000000 }
+"""
+
+# BLS: the sum of its inputs from the ONNX model simple, doubled.
+BLS = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            resp = pb_utils.InferenceRequest(
+                model_name="simple", inputs=r.inputs(), requested_output_names=["OUTPUT0"]
+            ).exec()
+            if resp.has_error():
+                raise pb_utils.TritonModelException(resp.error().message())
+            s = pb_utils.get_output_tensor_by_name(resp, "OUTPUT0").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("TWICE", s * 2)]))
+        return out
+"""
+
+BLS_CONFIG = """backend: "python"
+max_batch_size: 8
+input [{ name: "INPUT0", data_type: TYPE_INT32, dims: [ 16 ] }, { name: "INPUT1", data_type: TYPE_INT32, dims: [ 16 ] }]
+output [{ name: "TWICE", data_type: TYPE_INT32, dims: [ 16 ] }]
+"""
+
+# No config.pbtxt: auto_complete_config says what it takes.
+COMPLETING = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        auto_complete_model_config.add_input({"name": "X", "data_type": "TYPE_FP64", "dims": [2]})
+        auto_complete_model_config.add_output({"name": "Y", "data_type": "TYPE_FP64", "dims": [2]})
+        auto_complete_model_config.set_max_batch_size(4)
+        auto_complete_model_config.set_dynamic_batching()
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("Y", r.inputs()[0].as_numpy() ** 2)]) for r in requests]
+"""
+
+
+def _write(root: Path, name: str, config: str | None, src: str) -> None:
+    (root / name / "1").mkdir(parents=True)
+    if config is not None:
+        (root / name / "config.pbtxt").write_text(config)
+    (root / name / "1" / "model.py").write_text(src)
+
+
+@pytest.fixture(scope="module")
+def finalized(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("finalize") / "add_sub"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterator[FwServer]:
+    if not (SAMPLES / "simple" / "1" / "model.onnx").is_file():
+        if os.environ.get("FW_REQUIRE"):
+            pytest.fail(f"Triton samples missing in {SAMPLES}: run `make models`")
+        pytest.skip(f"Triton samples missing in {SAMPLES}: run `make models`")
+    root = tmp_path_factory.mktemp("pyrepo")
+    shutil.copytree(SAMPLES / "simple", root / "simple")
+    _write(root, "add_sub", ADD_SUB_CONFIG % finalized, ADD_SUB)
+    _write(root, "batched", BATCHED_CONFIG, BATCHED)
+    _write(root, "bls", BLS_CONFIG, BLS)
+    _write(root, "completing", None, COMPLETING)
+    srv = FwServer(
+        FW_BIN,
+        None,
+        "--model-repository",
+        str(root),
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "*",
+        "--python",
+        sys.executable,
+        grpc=True,
+    )
+    srv.wait_ready()
+    yield srv
+    children = _children(srv.proc.pid)
+    assert children, "the Python models run in processes of their own"
+    assert srv.stop() == 0, srv.log()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    assert not left, f"model processes {left} outlived fw serve"
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _client(server: FwServer, proto: str):
+    if proto == "http":
+        return httpclient, httpclient.InferenceServerClient(server.url)
+    return grpcclient, grpcclient.InferenceServerClient(server.grpc_url)
+
+
+def _add_sub(mod, client, a: np.ndarray, b: np.ndarray):
+    ins = [mod.InferInput("INPUT0", [4], "FP32"), mod.InferInput("INPUT1", [4], "FP32")]
+    ins[0].set_data_from_numpy(a)
+    ins[1].set_data_from_numpy(b)
+    return client.infer("add_sub", ins)
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_add_sub(server: FwServer, proto: str) -> None:
+    mod, client = _client(server, proto)
+    a = np.array([1, 2, 3, 4], dtype=np.float32)
+    b = np.array([0.5, 0.5, 0.5, 0.5], dtype=np.float32)
+    res = _add_sub(mod, client, a, b)
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT1"), a - b)
+    cfg = client.get_model_config("add_sub")
+    cfg = (
+        cfg
+        if proto == "http"
+        else __import__("google.protobuf.json_format").protobuf.json_format.MessageToDict(cfg)
+    )
+    cfg = cfg.get("config", cfg)
+    assert cfg["backend"] == "python"
+    assert cfg.get("default_model_filename", cfg.get("defaultModelFilename")) == "model.py"
+    meta = client.get_model_metadata("add_sub")
+    platform = meta["platform"] if proto == "http" else meta.platform
+    assert platform in ("", "python")
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_error_response_and_crash(server: FwServer, proto: str) -> None:
+    mod, client = _client(server, proto)
+    b = np.zeros(4, dtype=np.float32)
+    with pytest.raises(InferenceServerException, match="13 is unlucky"):
+        _add_sub(mod, client, np.array([13, 0, 0, 0], dtype=np.float32), b)
+    # A model process that dies fails its request, saying so, and the next request gets a fresh one.
+    with pytest.raises(InferenceServerException, match="exit status 9"):
+        _add_sub(mod, client, np.array([666, 0, 0, 0], dtype=np.float32), b)
+    res = _add_sub(mod, client, np.array([1, 1, 1, 1], dtype=np.float32), b)
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), np.ones(4, dtype=np.float32))
+
+
+def test_one_execute_per_batch_of_requests(server: FwServer) -> None:
+    """Four concurrent requests reach one ``execute`` (preferred batch 4), each answered on its own."""
+    client = httpclient.InferenceServerClient(server.url, concurrency=4)
+    words = [b"alpha", b"beta", b"gamma", b"delta"]
+    pending = []
+    for w in words:
+        x = httpclient.InferInput("TEXT", [1, 1], "BYTES")
+        x.set_data_from_numpy(np.array([[w]], dtype=object), binary_data=True)
+        pending.append(client.async_infer("batched", [x]))
+    for w, p in zip(words, pending, strict=True):
+        res = p.get_result()
+        assert res.as_numpy("UPPER")[0, 0] == w.upper()
+        assert res.as_numpy("N")[0, 0] == 4
+    stats = client.get_inference_statistics("batched")["model_stats"][0]
+    assert stats["execution_count"] == 1 and stats["inference_count"] == 4, stats
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_bls_calls_the_onnx_model(server: FwServer, proto: str) -> None:
+    mod, client = _client(server, proto)
+    a = np.arange(32, dtype=np.int32).reshape(2, 16)
+    b = np.ones((2, 16), dtype=np.int32)
+    ins = [mod.InferInput("INPUT0", [2, 16], "INT32"), mod.InferInput("INPUT1", [2, 16], "INT32")]
+    ins[0].set_data_from_numpy(a)
+    ins[1].set_data_from_numpy(b)
+    res = client.infer("bls", ins)
+    np.testing.assert_array_equal(res.as_numpy("TWICE"), 2 * (a + b))
+
+
+def test_auto_complete_config(server: FwServer) -> None:
+    client = httpclient.InferenceServerClient(server.url)
+    cfg = client.get_model_config("completing")
+    assert cfg["max_batch_size"] == 4 and cfg["backend"] == "python"
+    assert [i["name"] for i in cfg["input"]] == ["X"] and cfg["input"][0]["data_type"] == "TYPE_FP64"
+    x = httpclient.InferInput("X", [3, 2], "FP64")
+    data = np.arange(6, dtype=np.float64).reshape(3, 2)
+    x.set_data_from_numpy(data)
+    np.testing.assert_array_equal(client.infer("completing", [x]).as_numpy("Y"), data**2)
+
+
+def test_concurrent_requests(server: FwServer) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+
+    def one(i: int) -> None:
+        a = np.full(4, 1000 + i, dtype=np.float32)
+        res = _add_sub(grpcclient, client, a, np.ones(4, dtype=np.float32))
+        np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), a + 1)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(200)))
+
+
+def test_unload_runs_finalize_and_load_with_override(server: FwServer, finalized: Path) -> None:
+    client = httpclient.InferenceServerClient(server.url)
+    client.unload_model("add_sub")
+    deadline = time.monotonic() + 20
+    while not finalized.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert finalized.read_text() == "finalized"
+    assert not client.is_model_ready("add_sub")
+    # A load with a configuration override: two instances, each a process of its own.
+    override = (
+        '{"backend": "python", "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [4]},'
+        ' {"name": "INPUT1", "data_type": "TYPE_FP32", "dims": [4]}],'
+        ' "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [4]},'
+        ' {"name": "OUTPUT1", "data_type": "TYPE_FP32", "dims": [4]}],'
+        ' "instance_group": [{"kind": "KIND_CPU", "count": 2}],'
+        f' "parameters": {{"finalized": {{"string_value": "{finalized}"}}}}}}'
+    )
+    before = len(_children(server.proc.pid))
+    client.load_model("add_sub", config=override)
+    assert client.is_model_ready("add_sub")
+    assert client.get_model_config("add_sub")["instance_group"][0]["count"] == 2
+    assert len(_children(server.proc.pid)) == before + 2
+    res = _add_sub(httpclient, client, np.ones(4, dtype=np.float32), np.ones(4, dtype=np.float32))
+    np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), np.full(4, 2, dtype=np.float32))
+    with pytest.raises(InferenceServerException, match="failed to load"):
+        client.load_model("add_sub", config='{"backend": "python", "platform": "onnxruntime_onnx"}')
+    assert client.is_model_ready("add_sub"), "a refused override leaves the model serving"
