@@ -589,6 +589,45 @@ func (m *Model) ForwardEach(ctx context.Context, reqs [][]Tensor) ([][]Tensor, [
 	return outs, errs, err
 }
 
+// StreamBackend is the Backend of a decoupled model (Triton's
+// model_transaction_policy decoupled): a request gets any number of
+// responses, each handed to send as it comes, the last marked final.
+type StreamBackend interface {
+	Backend
+	Decoupled() bool
+	Stream(ctx context.Context, inputs []Tensor, send func(outs []Tensor, err error, final bool) error) error
+}
+
+// Decoupled reports whether the model answers through Stream.
+func (m *Model) Decoupled() bool {
+	sb, ok := m.backend.(StreamBackend)
+	return ok && sb.Decoupled()
+}
+
+// Stream runs one request of a decoupled model whose inputs were checked,
+// handing each response to send. The error is the request's end other
+// than the model's own responses (which send gets): send's, ctx's, or a
+// failure of the engine (wrapping ErrEngine).
+func (m *Model) Stream(ctx context.Context, inputs []Tensor, send func(outs []Tensor, err error, final bool) error) error {
+	sb, ok := m.backend.(StreamBackend)
+	if !ok || !sb.Decoupled() {
+		return fmt.Errorf("%w: the model is not decoupled: it answers each request once", ErrEngine)
+	}
+	if err := m.acquire(); err != nil {
+		return err
+	}
+	defer m.release()
+	sent := false
+	err := sb.Stream(ctx, inputs, func(outs []Tensor, err error, final bool) error {
+		sent = true
+		return send(outs, err, final)
+	})
+	if err != nil && !sent && ctx.Err() == nil && !errors.As(err, new(*InputError)) {
+		return fmt.Errorf("%w: %v", ErrEngine, err)
+	}
+	return err
+}
+
 // ExampleInputs returns inputs of n rows made by repeating the rows of the
 // embedded test vector: real data for warm-up batches and benchmarks. It
 // fails with ErrNoTestVector for files without one. An unbatched model has

@@ -406,6 +406,7 @@ func configPB(c serving.ModelConfig) *pb.ModelConfig {
 		Name: c.Name, Platform: c.Platform, Backend: c.Backend, MaxBatchSize: int32(c.MaxBatchSize),
 		Input: ins, Output: outs, InstanceGroup: []*pb.ModelInstanceGroup{group}, VersionPolicy: policy,
 		DefaultModelFilename: c.DefaultModelFilename, Parameters: params,
+		ModelTransactionPolicy: &pb.ModelTransactionPolicy{Decoupled: c.Decoupled},
 	}
 	if c.Ensemble != nil {
 		es := &pb.ModelEnsembling{}
@@ -613,6 +614,23 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 			"sequence_end":   {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: sp.End}},
 		}
 	}
+	if err := s.encodeOutputs(inst, dec, out, resp); err != nil {
+		rec.Encoded = time.Now()
+		inst.Stats.Record(rec)
+		return nil, err
+	}
+	rec.OK, rec.Encoded, rec.ID = true, time.Now(), req.GetId()
+	inst.Stats.Record(rec)
+	if err := s.cfg.Tracer.Record(serving.TraceOf(inst, rec)); err != nil {
+		s.log.Error("tracing", "err", err)
+	}
+	return resp, nil
+}
+
+// encodeOutputs adds the outputs the request asked for to resp: raw
+// contents, classes (Triton's classification extension), or written into
+// the request's shared memory regions.
+func (s *Server) encodeOutputs(inst *serving.Instance, dec *request, out []engine.Tensor, resp *pb.ModelInferResponse) error {
 	specs := inst.Outputs()
 	for _, idx := range dec.outputs {
 		if idx >= len(out) {
@@ -620,18 +638,15 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 		}
 		t := out[idx]
 		if n := dec.classes[idx]; n > 0 {
+			var err error
 			if t, err = inst.Classes(t, specs[idx].Name, n); err != nil {
-				rec.Encoded = time.Now()
-				inst.Stats.Record(rec)
-				return nil, status.Error(codes.InvalidArgument, err.Error())
+				return status.Error(codes.InvalidArgument, err.Error())
 			}
 		}
 		o := &pb.ModelInferResponse_InferOutputTensor{Name: specs[idx].Name, Datatype: serving.DatatypeName(t.DType), Shape: t.Shape}
 		if ref, ok := dec.shm[idx]; ok {
 			if err := s.cfg.SharedMemory.Write(ref, t.Data); err != nil {
-				rec.Encoded = time.Now()
-				inst.Stats.Record(rec)
-				return nil, sharedMemoryStatus(err)
+				return sharedMemoryStatus(err)
 			}
 			o.Parameters = map[string]*pb.InferParameter{
 				"shared_memory_region":    {ParameterChoice: &pb.InferParameter_StringParam{StringParam: ref.Region}},
@@ -646,12 +661,53 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 		resp.Outputs = append(resp.Outputs, o)
 		resp.RawOutputContents = append(resp.RawOutputContents, t.Data)
 	}
-	rec.OK, rec.Encoded, rec.ID = true, time.Now(), req.GetId()
-	inst.Stats.Record(rec)
-	if err := s.cfg.Tracer.Record(serving.TraceOf(inst, rec)); err != nil {
-		s.log.Error("tracing", "err", err)
+	return nil
+}
+
+// streamDecoupled serves one stream request of a decoupled model: each of
+// the model's responses is sent as it comes, with the parameter
+// triton_final_response; the final one without outputs (Triton's empty
+// final response) only when the request asked for it with
+// triton_enable_empty_final_response. A failure is an error response that
+// ends the request; the stream goes on.
+func (s *Server) streamDecoupled(ctx context.Context, req *pb.ModelInferRequest, a admission, began time.Time, emit func(*pb.ModelStreamInferResponse) error) {
+	defer a.ticket.Release()
+	header := func(final bool) *pb.ModelInferResponse {
+		return &pb.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId(),
+			Parameters: map[string]*pb.InferParameter{"triton_final_response": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: final}}}}
 	}
-	return resp, nil
+	if a.err != nil {
+		_ = emit(&pb.ModelStreamInferResponse{ErrorMessage: status.Convert(a.err).Message(), InferResponse: header(true)})
+		return
+	}
+	inst, dec := a.inst, a.dec
+	emptyFinal := req.GetParameters()["triton_enable_empty_final_response"].GetBoolParam()
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.base, cancel)()
+	rec := serving.Request{Began: began, Submitted: time.Now(), ID: req.GetId()}
+	err := serving.InferStream(rctx, inst, dec.inputs, func(out []engine.Tensor, merr error, final bool) error {
+		switch {
+		case merr != nil:
+			return emit(&pb.ModelStreamInferResponse{ErrorMessage: status.Convert(s.inferError(rctx, merr)).Message(), InferResponse: header(final)})
+		case out == nil:
+			if !emptyFinal {
+				return nil
+			}
+			return emit(&pb.ModelStreamInferResponse{InferResponse: header(true)})
+		}
+		resp := header(final)
+		resp.ModelName, resp.ModelVersion = inst.Name(), inst.Version()
+		if err := s.encodeOutputs(inst, dec, out, resp); err != nil {
+			return emit(&pb.ModelStreamInferResponse{ErrorMessage: status.Convert(err).Message(), InferResponse: header(final)})
+		}
+		return emit(&pb.ModelStreamInferResponse{InferResponse: resp})
+	})
+	rec.OK, rec.Encoded = err == nil, time.Now()
+	inst.Stats.Record(rec)
+	if err != nil && ctx.Err() == nil {
+		_ = emit(&pb.ModelStreamInferResponse{ErrorMessage: status.Convert(s.inferError(rctx, err)).Message(), InferResponse: header(true)})
+	}
 }
 
 // inferError maps an inference failure to a status whose code matches the
@@ -768,6 +824,7 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 				}()
 			}
 			var resp *pb.ModelStreamInferResponse
+			streamed := false // a decoupled model's responses, sent as they came
 			func() {
 				defer func() {
 					if a != nil {
@@ -788,6 +845,20 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 					adm := s.admit(mctx, req)
 					a = &adm
 				}
+				if a.err == nil && a.inst.Decoupled() {
+					streamed = true
+					adm := *a
+					a = nil // streamDecoupled releases its ticket
+					s.streamDecoupled(mctx, req, adm, began, func(r *pb.ModelStreamInferResponse) error {
+						sendMu.Lock()
+						defer sendMu.Unlock()
+						if sendErr == nil {
+							sendErr = stream.Send(r)
+						}
+						return sendErr
+					})
+					return
+				}
 				var out *pb.ModelInferResponse
 				out, err = s.inferAdmitted(mctx, req, *a, began)
 				if err != nil {
@@ -797,6 +868,9 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 				}
 				resp = &pb.ModelStreamInferResponse{InferResponse: out}
 			}()
+			if streamed && resp == nil {
+				return
+			}
 			if prev != nil {
 				select {
 				case <-prev:

@@ -17,10 +17,13 @@ package httpapi
 // Triton's.
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/serving"
@@ -266,6 +269,10 @@ func (s *Server) v2Generate(ctx *fasthttp.RequestCtx, name, version string, stre
 		writeError(ctx, aerr)
 		return
 	}
+	if stream && inst.Decoupled() {
+		s.generateDecoupled(ctx, inst, req, g)
+		return
+	}
 	out, rec, err := s.v2Run(ctx, inst, req)
 	if err != nil {
 		if !stream || serving.Classify(err, s.cfg.Timeout).Kind != serving.KindEngine {
@@ -295,6 +302,52 @@ func (s *Server) v2Generate(ctx *fasthttp.RequestCtx, name, version string, stre
 		ctx.SetBody(b)
 	}
 	s.done(inst, rec)
+}
+
+// generateDecoupled answers generate_stream for a decoupled model: an event
+// for each of the model's responses as it comes (outputs as generate writes
+// them, or {"error": ...}); the stream ends after the final one.
+func (s *Server) generateDecoupled(ctx *fasthttp.RequestCtx, inst *serving.Instance, req *v2Request, g *genRequest) {
+	ticket, err := serving.EnterSequence(inst, req.seq, req.inputs) // a decoupled model takes no sequence: refused here
+	if err != nil {
+		writeError(ctx, s.submitError(err))
+		return
+	}
+	ticket.Release()
+	if err := serving.CheckInputs(inst, req.inputs); err != nil {
+		writeError(ctx, s.submitError(err))
+		return
+	}
+	began := ctx.Time()
+	ctx.Response.Header.SetContentType("text/event-stream; charset=utf-8")
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		rctx, cancel := context.WithCancel(s.base)
+		defer cancel()
+		event := func(b []byte) error {
+			_, _ = w.WriteString("data: ")
+			_, _ = w.Write(b)
+			_, _ = w.WriteString("\n\n")
+			return w.Flush() // a client gone away ends the request
+		}
+		errEvent := func(err error) error {
+			return event(append(append([]byte(`{"error":`), appendJSONString(nil, s.submitError(err).Message)...), '}'))
+		}
+		rec := serving.Request{Began: began, Submitted: time.Now()}
+		err := serving.InferStream(rctx, inst, req.inputs, func(out []engine.Tensor, merr error, final bool) error {
+			switch {
+			case merr != nil:
+				return errEvent(merr)
+			case out == nil:
+				return nil // the empty final response: the stream's end says it
+			}
+			return event(genResponse(nil, inst, inst.Outputs(), out, g.id))
+		})
+		rec.OK, rec.Encoded = err == nil, time.Now()
+		inst.Stats.Record(rec)
+		if err != nil && rctx.Err() == nil {
+			_ = errEvent(err)
+		}
+	})
 }
 
 // genResponse writes the answer object, keys in byte order as Triton

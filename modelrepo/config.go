@@ -58,6 +58,7 @@ var supported = map[string]bool{
 	"sequence_batching.oldest": true, "sequence_batching.oldest.max_candidate_sequences": true,
 	"sequence_batching.oldest.preferred_batch_size": true, "sequence_batching.oldest.max_queue_delay_microseconds": true,
 	"ensemble_scheduling": true, "ensemble_scheduling.step": true, "ensemble_scheduling.step.model_name": true,
+	"model_transaction_policy": true, "model_transaction_policy.decoupled": true,
 	"ensemble_scheduling.step.model_version": true, "ensemble_scheduling.step.input_map": true, "ensemble_scheduling.step.output_map": true,
 }
 

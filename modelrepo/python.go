@@ -34,6 +34,9 @@ func isPython(cfg *pb.ModelConfig) bool { return cfg.GetBackend() == backendPyth
 // naming it.
 func checkPython(cfg *pb.ModelConfig) error {
 	if !isPython(cfg) {
+		if cfg.GetModelTransactionPolicy().GetDecoupled() {
+			return fmt.Errorf("model_transaction_policy decoupled is served for Python models (backend \"python\") only")
+		}
 		return nil
 	}
 	switch {
@@ -213,7 +216,7 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 			b, err := pybackend.Start(ctx, pybackend.Config{
 				Python: r.cfg.Python, File: path, Dir: vdir, Name: name, Version: vs, Args: args,
 				Instance: int(next.Add(1) - 1), Inputs: ins, Outputs: outs, MaxBytes: r.cfg.MaxPythonBytes,
-				Call: r.callModel, Log: r.log,
+				Call: r.callModel, StreamCall: r.streamModel, Log: r.log, Decoupled: cfg.GetModelTransactionPolicy().GetDecoupled(),
 			})
 			if err != nil {
 				return nil, err
@@ -237,7 +240,7 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 func describePython(name string, cfg *pb.ModelConfig, labels map[string]string, file string, bc batcher.Config) (serving.ModelConfig, error) {
 	c := serving.ModelConfig{Name: name, Backend: backendPython, MaxBatchSize: int(cfg.GetMaxBatchSize()),
 		VersionPolicy: versionPolicyJSON(cfg), DefaultModelFilename: file, Instances: bc.Instances,
-		MaxQueueDelay: bc.MaxDelay.Microseconds(), Parameters: parametersJSON(cfg)}
+		MaxQueueDelay: bc.MaxDelay.Microseconds(), Parameters: parametersJSON(cfg), Decoupled: cfg.GetModelTransactionPolicy().GetDecoupled()}
 	for _, p := range cfg.GetDynamicBatching().GetPreferredBatchSize() {
 		c.PreferredBatchSizes = append(c.PreferredBatchSizes, int64(p))
 	}
@@ -259,39 +262,73 @@ func describePython(name string, cfg *pb.ModelConfig, labels map[string]string, 
 	return c, nil
 }
 
-// callModel runs a model for a Python model's BLS request
-// (pb_utils.InferenceRequest(...).exec()): the model's newest ready
-// version unless one is named, its inputs by name, the outputs asked for
-// (all when none are).
-func (r *Repository) callModel(ctx context.Context, model, version string, inputs map[string]engine.Tensor, want []string) (map[string]engine.Tensor, error) {
+// streamModel runs a decoupled model for a Python model's BLS request
+// (exec(decoupled=True)), each response's outputs by name to send.
+func (r *Repository) streamModel(ctx context.Context, model, version string, inputs map[string]engine.Tensor, want []string,
+	send func(map[string]engine.Tensor, error, bool) error) error {
+	inst, ins, err := r.blsInputs(model, version, inputs)
+	if err != nil {
+		return err
+	}
+	if !inst.Decoupled() {
+		return fmt.Errorf("model %q is not decoupled: call exec() without decoupled=True", model)
+	}
+	return serving.InferStream(ctx, inst, ins, func(outs []engine.Tensor, merr error, final bool) error {
+		if merr != nil || outs == nil {
+			return send(map[string]engine.Tensor{}, merr, final)
+		}
+		return send(pickOutputs(inst, outs, want), nil, final)
+	})
+}
+
+// blsInputs finds the model a BLS request names and orders its inputs.
+func (r *Repository) blsInputs(model, version string, inputs map[string]engine.Tensor) (*serving.Instance, []engine.Tensor, error) {
 	inst, err := r.Get(model, version)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	specs := inst.Inputs()
 	ins := make([]engine.Tensor, len(specs))
 	for i, sp := range specs {
 		t, ok := inputs[sp.Name]
 		if !ok {
-			return nil, fmt.Errorf("model %q needs input %q, which the request does not have", model, sp.Name)
+			return nil, nil, fmt.Errorf("model %q needs input %q, which the request does not have", model, sp.Name)
 		}
 		ins[i] = t
 	}
 	for n := range inputs {
 		if !slices.ContainsFunc(specs, func(sp engine.TensorSpec) bool { return sp.Name == n }) {
-			return nil, fmt.Errorf("model %q has no input %q", model, n)
+			return nil, nil, fmt.Errorf("model %q has no input %q", model, n)
 		}
 	}
-	outs, _, err := serving.Infer(ctx, r, inst, ins)
-	if err != nil {
-		return nil, err
-	}
+	return inst, ins, nil
+}
+
+// pickOutputs names outs, keeping those wanted (all when none are).
+func pickOutputs(inst *serving.Instance, outs []engine.Tensor, want []string) map[string]engine.Tensor {
 	res := make(map[string]engine.Tensor, len(outs))
 	for i, sp := range inst.Outputs() {
 		if i < len(outs) && (len(want) == 0 || slices.Contains(want, sp.Name)) {
 			res[sp.Name] = outs[i]
 		}
 	}
+	return res
+}
+
+// callModel runs a model for a Python model's BLS request
+// (pb_utils.InferenceRequest(...).exec()): the model's newest ready
+// version unless one is named, its inputs by name, the outputs asked for
+// (all when none are).
+func (r *Repository) callModel(ctx context.Context, model, version string, inputs map[string]engine.Tensor, want []string) (map[string]engine.Tensor, error) {
+	inst, ins, err := r.blsInputs(model, version, inputs)
+	if err != nil {
+		return nil, err
+	}
+	outs, _, err := serving.Infer(ctx, r, inst, ins)
+	if err != nil {
+		return nil, err
+	}
+	res := pickOutputs(inst, outs, want)
 	for _, w := range want {
 		if _, ok := res[w]; !ok {
 			return nil, fmt.Errorf("model %q has no output %q", model, w)

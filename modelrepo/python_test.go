@@ -255,7 +255,7 @@ func TestPythonRefusals(t *testing.T) {
 	const tensors = "input [{ name: \"X\", data_type: TYPE_FP32, dims: [ 1 ] }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n"
 	for name, tc := range map[string]struct{ config, src, want string }{
 		"platform":   {"backend: \"python\"\nplatform: \"onnxruntime_onnx\"\n" + tensors, model, "no platform"},
-		"decoupled":  {"backend: \"python\"\nmodel_transaction_policy { decoupled: true }\n" + tensors, model, "model_transaction_policy"},
+		"decoupled":  {"backend: \"onnxruntime\"\nmodel_transaction_policy { decoupled: true }\n" + tensors, model, "decoupled is served for Python models"},
 		"conda":      {"backend: \"python\"\nparameters { key: \"EXECUTION_ENV_PATH\", value: { string_value: \"env.tar.gz\" } }\n" + tensors, model, "EXECUTION_ENV_PATH"},
 		"no tensors": {"backend: \"python\"\n", model, "lists its inputs and outputs"},
 		"sequence":   {"backend: \"python\"\nmax_batch_size: 1\nsequence_batching {}\n" + tensors, model, "sequence_batching"},

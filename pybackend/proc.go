@@ -25,19 +25,40 @@ const finalizeWait = 10 * time.Second
 // tailLines is how many of the process's last lines an error quotes.
 const tailLines = 8
 
-// proc is one running instance: the Python process and its channel.
+// proc is one running instance: the Python process and its channel. A
+// reader goroutine takes every message the process sends and hands it to
+// whoever waits for it: the answer to a control message (init, auto,
+// finalize), an execute call's result (by call id), a decoupled request's
+// responses (by request id), or a BLS call to run.
 type proc struct {
-	cmd  *exec.Cmd
-	w    io.WriteCloser
-	r    *bufio.Reader
-	done chan struct{} // closed once the process has exited
-	werr error         // its exit status, set before done closes
+	cmd    *exec.Cmd
+	cfg    Config
+	w      io.WriteCloser
+	r      *bufio.Reader
+	done   chan struct{} // closed once the process has exited
+	werr   error         // its exit status, set before done closes
+	life   context.Context
+	cancel context.CancelFunc // ends life: BLS calls the process made
 
-	mu   sync.Mutex
-	tail []string // its last lines on standard error
+	wmu sync.Mutex // one message written at a time
+
+	mu      sync.Mutex
+	tail    []string // its last lines on standard error
+	nextID  uint64
+	calls   map[uint64]chan reply // execute calls waiting for their result
+	streams map[uint64]*stream    // decoupled requests not yet final
+	ctrl    chan reply            // answers to init, auto and finalize
+	ended   error                 // why the reader stopped (nil while it reads)
 }
 
-// spawn starts the stub for instance i of cfg.
+// reply is one message with its tensors' bytes; m is nil when the
+// process ended before answering.
+type reply struct {
+	m     *message
+	datas [][]byte
+}
+
+// spawn starts the stub for instance i of cfg and its reader.
 func spawn(cfg Config, i int) (*proc, error) {
 	cmd := exec.Command(cfg.Python, "-u", "-c", stubSource)
 	cmd.Dir = cfg.Dir
@@ -57,14 +78,22 @@ func spawn(cfg Config, i int) (*proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s for the Python model: %w", cfg.Python, err)
 	}
-	p := &proc{cmd: cmd, w: w, r: bufio.NewReaderSize(r, 64<<10), done: make(chan struct{})}
+	life, cancel := context.WithCancel(context.Background())
+	p := &proc{cmd: cmd, cfg: cfg, w: w, r: bufio.NewReaderSize(r, 64<<10), done: make(chan struct{}),
+		life: life, cancel: cancel, calls: map[uint64]chan reply{}, streams: map[uint64]*stream{}, ctrl: make(chan reply, 1)}
 	logged := make(chan struct{})
+	read := make(chan struct{})
 	go func() {
 		defer close(logged)
-		p.logLines(e, cfg, i)
+		p.logLines(e, i)
+	}()
+	go func() {
+		defer close(read)
+		p.readLoop()
 	}()
 	go func() {
 		<-logged // Wait closes the pipes: read them to the end first
+		<-read
 		p.werr = cmd.Wait()
 		close(p.done)
 	}()
@@ -73,13 +102,13 @@ func spawn(cfg Config, i int) (*proc, error) {
 
 // logLines logs what the process writes to standard error, a line at a
 // time (long lines cut), keeping the last few for errors.
-func (p *proc) logLines(rd io.Reader, cfg Config, i int) {
+func (p *proc) logLines(rd io.Reader, i int) {
 	br := bufio.NewReaderSize(rd, 16<<10)
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
 			s := strings.TrimRight(string(line), "\r\n")
-			cfg.Log.Info("python model", "model", cfg.Name, "version", cfg.Version, "instance", i, "line", s)
+			p.cfg.Log.Info("python model", "model", p.cfg.Name, "version", p.cfg.Version, "instance", i, "line", s)
 			p.mu.Lock()
 			p.tail = append(p.tail, s)
 			if len(p.tail) > tailLines {
@@ -91,6 +120,75 @@ func (p *proc) logLines(rd io.Reader, cfg Config, i int) {
 			return
 		}
 	}
+}
+
+// readLoop hands each message to whoever waits for it until the channel
+// fails; then every waiter is told, the process is killed (a process that
+// broke the protocol is not trusted with more) and BLS calls it made end.
+func (p *proc) readLoop() {
+	var err error
+	for err == nil {
+		var m *message
+		var datas [][]byte
+		if m, datas, err = p.recv(p.cfg.MaxBytes); err != nil {
+			break
+		}
+		err = p.dispatch(m, datas)
+	}
+	p.mu.Lock()
+	p.ended = err
+	calls, streams := p.calls, p.streams
+	p.calls, p.streams = map[uint64]chan reply{}, map[uint64]*stream{}
+	p.mu.Unlock()
+	for _, ch := range calls {
+		ch <- reply{}
+	}
+	for _, s := range streams {
+		s.fail(p.died("ended before its last response", err))
+	}
+	select {
+	case p.ctrl <- reply{}:
+	default:
+	}
+	p.kill()
+}
+
+// dispatch hands one message on; an error breaks the channel.
+func (p *proc) dispatch(m *message, datas [][]byte) error {
+	switch m.Op {
+	case "ready", "error", "config", "done":
+		select {
+		case p.ctrl <- reply{m, datas}:
+			return nil
+		default:
+			return fmt.Errorf("an unasked %q message", m.Op)
+		}
+	case "result":
+		p.mu.Lock()
+		ch, ok := p.calls[m.Call]
+		delete(p.calls, m.Call)
+		p.mu.Unlock()
+		if !ok {
+			return fmt.Errorf("a result for call %d, which is not waiting", m.Call)
+		}
+		ch <- reply{m, datas}
+		return nil
+	case "send":
+		p.mu.Lock()
+		s := p.streams[m.Req]
+		if m.Final {
+			delete(p.streams, m.Req)
+		}
+		p.mu.Unlock()
+		if s != nil { // nil: a request given up (its client went away)
+			s.deliver(p.cfg, m, datas)
+		}
+		return nil
+	case "bls":
+		go p.bls(m, datas)
+		return nil
+	}
+	return fmt.Errorf("an unknown message %q", m.Op)
 }
 
 // exited reports whether the process has ended.
@@ -107,6 +205,7 @@ func (p *proc) exited() bool {
 func (p *proc) kill() {
 	killGroup(p.cmd)
 	_ = p.w.Close()
+	p.cancel()
 }
 
 // died describes the process's end for an error: its exit and last lines.
@@ -118,6 +217,9 @@ func (p *proc) died(what string, err error) error {
 	p.mu.Lock()
 	tail := strings.Join(p.tail, "\n")
 	p.mu.Unlock()
+	if err == nil || errors.Is(err, io.EOF) {
+		err = errors.New("its output ended")
+	}
 	msg := fmt.Sprintf("the model's Python process %s: %v", what, err)
 	if p.exited() && p.werr != nil {
 		msg += " (" + p.werr.Error() + ")"
@@ -136,7 +238,7 @@ type wireTensor struct {
 	Size     int64   `json:"size"`
 }
 
-// message is a header with its tensors' bytes.
+// message is a header from the process (its tensors' bytes follow it).
 type message struct {
 	Op        string          `json:"op"`
 	Tensors   []wireTensor    `json:"tensors,omitempty"`
@@ -147,7 +249,13 @@ type message struct {
 	Outputs   []string        `json:"outputs,omitempty"`
 	Error     *wireError      `json:"error,omitempty"`
 	Responses []wireResponse  `json:"responses,omitempty"`
-	Config    json.RawMessage `json:"config,omitempty"` // auto_complete_config's answer
+	Config    json.RawMessage `json:"config,omitempty"`    // auto_complete_config's answer
+	ID        uint64          `json:"id,omitempty"`        // a BLS call's, echoed in its answer
+	Call      uint64          `json:"call,omitempty"`      // the execute call a result answers
+	Req       uint64          `json:"req,omitempty"`       // the decoupled request a response is for
+	Final     bool            `json:"final,omitempty"`     // the request's last response
+	Response  bool            `json:"response,omitempty"`  // a send that carries outputs
+	Decoupled bool            `json:"decoupled,omitempty"` // a BLS call to a decoupled model
 }
 
 type wireError struct {
@@ -168,8 +276,9 @@ func (p *proc) send(head any, datas [][]byte) error {
 	}
 	var n [4]byte
 	binary.LittleEndian.PutUint32(n[:], uint32(len(h)))
-	bufs := append([][]byte{n[:], h}, datas...)
-	for _, b := range bufs {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	for _, b := range append([][]byte{n[:], h}, datas...) {
 		if _, err := p.w.Write(b); err != nil {
 			return err
 		}
@@ -198,7 +307,7 @@ func (p *proc) recv(maxBytes int64) (*message, [][]byte, error) {
 	var total int64
 	for _, t := range m.Tensors {
 		if t.Size < 0 || t.Size > maxBytes-total {
-			return nil, nil, fmt.Errorf("tensors of more than %d bytes in one answer", maxBytes)
+			return nil, nil, fmt.Errorf("tensors of more than %d bytes in one message", maxBytes)
 		}
 		total += t.Size
 	}
@@ -212,44 +321,58 @@ func (p *proc) recv(maxBytes int64) (*message, [][]byte, error) {
 	return &m, datas, nil
 }
 
-// watch kills the process when ctx ends before stop is called: a call the
-// caller stopped waiting for leaves no process running it.
-func (p *proc) watch(ctx context.Context) (stop func() bool) {
-	return context.AfterFunc(ctx, p.kill)
+// control sends a control message and waits for its answer; ctx ending
+// first kills the process.
+func (p *proc) control(ctx context.Context, head any, what string) (*message, error) {
+	defer context.AfterFunc(ctx, p.kill)()
+	if err := p.send(head, nil); err != nil {
+		return nil, p.died("did not start", err)
+	}
+	var r reply
+	select {
+	case r = <-p.ctrl:
+	case <-p.done:
+	}
+	switch {
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("%s did not finish: %w", what, ctx.Err())
+	case r.m == nil:
+		p.mu.Lock()
+		err := p.ended
+		p.mu.Unlock()
+		return nil, p.died("exited in "+what, err)
+	}
+	return r.m, nil
 }
 
 // initialize sends the model's file and args and waits for initialize.
-func (p *proc) initialize(ctx context.Context, cfg Config, args map[string]string) error {
-	defer p.watch(ctx)()
-	err := p.send(map[string]any{"op": "init", "file": cfg.File, "dir": cfg.Dir, "args": args}, nil)
-	if err != nil {
-		return p.died("did not start", err)
-	}
-	m, _, err := p.recv(0)
+func (p *proc) initialize(ctx context.Context, args map[string]string) error {
+	m, err := p.control(ctx, map[string]any{"op": "init", "file": p.cfg.File, "dir": p.cfg.Dir, "args": args, "decoupled": p.cfg.Decoupled}, "initialize")
 	switch {
-	case err != nil && ctx.Err() != nil:
-		return fmt.Errorf("initialize did not finish: %w", ctx.Err())
 	case err != nil:
-		return p.died("exited while loading the model", err)
+		return err
 	case m.Op == "error":
-		return fmt.Errorf("%s", m.Message)
+		return errors.New(m.Message)
 	case m.Op != "ready":
 		return p.died("broke the protocol", fmt.Errorf("answered %q to init", m.Op))
 	}
 	return nil
 }
 
-// execute runs the requests in one execute call and returns each
-// response's outputs in cfg.Outputs' order, checked against them, or the
-// error the model answered for it. err is a failure of the whole call.
-func (p *proc) execute(ctx context.Context, cfg Config, reqs [][]engine.Tensor) ([][]engine.Tensor, []error, error) {
-	defer p.watch(ctx)()
-	type wireRequest struct {
-		Inputs  []wireTensor `json:"inputs"`
-		Outputs []string     `json:"outputs"`
-	}
-	names := make([]string, len(cfg.Outputs))
-	for i, o := range cfg.Outputs {
+// wireRequest is one request of an execute call.
+type wireRequest struct {
+	Inputs  []wireTensor `json:"inputs"`
+	Outputs []string     `json:"outputs"`
+	Req     uint64       `json:"req,omitempty"` // a decoupled request's id, its responses' "req"
+}
+
+// call runs one execute of reqs (decoupled: each registered as a stream
+// under its id) and returns the result message. ctx ending first kills the
+// process: Python cannot be interrupted mid-execute.
+func (p *proc) call(ctx context.Context, reqs [][]engine.Tensor, streams []*stream) (reply, error) {
+	defer context.AfterFunc(ctx, p.kill)()
+	names := make([]string, len(p.cfg.Outputs))
+	for i, o := range p.cfg.Outputs {
 		names[i] = o.Name
 	}
 	var all []wireTensor
@@ -258,52 +381,75 @@ func (p *proc) execute(ctx context.Context, cfg Config, reqs [][]engine.Tensor) 
 	for i, inputs := range reqs {
 		descs := make([]wireTensor, len(inputs))
 		for j, t := range inputs {
-			descs[j] = wireTensor{Name: cfg.Inputs[j].Name, Datatype: datatypes[t.DType], Shape: t.Shape, Size: int64(len(t.Data))}
+			descs[j] = wireTensor{Name: p.cfg.Inputs[j].Name, Datatype: datatypes[t.DType], Shape: t.Shape, Size: int64(len(t.Data))}
 			datas = append(datas, t.Data)
 		}
 		all = append(all, descs...)
 		wire[i] = wireRequest{Inputs: descs, Outputs: names}
 	}
-	if err := p.send(map[string]any{"op": "execute", "tensors": all, "requests": wire}, datas); err != nil {
-		return nil, nil, p.broken(ctx, "stopped reading", err)
+	ch := make(chan reply, 1)
+	p.mu.Lock()
+	if p.ended != nil || p.exited() {
+		err := p.ended
+		p.mu.Unlock()
+		return reply{}, p.died("had ended", err)
 	}
-	for {
-		m, got, err := p.recv(cfg.MaxBytes)
-		if err != nil {
-			return nil, nil, p.broken(ctx, "ended during execute", err)
-		}
-		switch m.Op {
-		case "bls":
-			if err := p.bls(ctx, cfg, m, got); err != nil {
-				return nil, nil, p.broken(ctx, "stopped reading", err)
-			}
+	p.nextID++
+	id := p.nextID
+	p.calls[id] = ch
+	for i, s := range streams {
+		p.nextID++
+		s.id = p.nextID
+		wire[i].Req = s.id
+		p.streams[s.id] = s
+	}
+	p.mu.Unlock()
+	if err := p.send(map[string]any{"op": "execute", "call": id, "tensors": all, "requests": wire}, datas); err != nil {
+		p.kill()
+		return reply{}, p.broken(ctx, "stopped reading", err)
+	}
+	r := <-ch // the reader answers every call, if only with its end
+	if r.m == nil {
+		p.mu.Lock()
+		err := p.ended
+		p.mu.Unlock()
+		return reply{}, p.broken(ctx, "ended during execute", err)
+	}
+	return r, nil
+}
+
+// execute runs the requests in one execute call and returns each
+// response's outputs in cfg.Outputs' order, checked against them, or the
+// error the model answered for it. err is a failure of the whole call.
+func (p *proc) execute(ctx context.Context, reqs [][]engine.Tensor) ([][]engine.Tensor, []error, error) {
+	r, err := p.call(ctx, reqs, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := r.m
+	if m.Error != nil {
+		return nil, nil, modelError(p.cfg.Name, m.Error)
+	}
+	if len(m.Responses) != len(reqs) {
+		p.kill()
+		return nil, nil, p.died("broke the protocol", fmt.Errorf("%d responses to %d requests", len(m.Responses), len(reqs)))
+	}
+	outs := make([][]engine.Tensor, len(reqs))
+	errs := make([]error, len(reqs))
+	next := 0
+	for i, resp := range m.Responses {
+		if resp.Error != nil {
+			errs[i] = modelError(p.cfg.Name, resp.Error)
 			continue
-		case "result":
-		default:
-			return nil, nil, p.broken(ctx, "broke the protocol", fmt.Errorf("answered %q to execute", m.Op))
 		}
-		if m.Error != nil {
-			return nil, nil, modelError(cfg.Name, m.Error)
+		if resp.Outputs < 0 || resp.Outputs > len(m.Tensors)-next {
+			p.kill()
+			return nil, nil, p.died("broke the protocol", fmt.Errorf("response %d claims %d outputs", i, resp.Outputs))
 		}
-		if len(m.Responses) != len(reqs) {
-			return nil, nil, p.broken(ctx, "broke the protocol", fmt.Errorf("%d responses to %d requests", len(m.Responses), len(reqs)))
-		}
-		outs := make([][]engine.Tensor, len(reqs))
-		errs := make([]error, len(reqs))
-		next := 0
-		for i, r := range m.Responses {
-			if r.Error != nil {
-				errs[i] = modelError(cfg.Name, r.Error)
-				continue
-			}
-			if r.Outputs < 0 || r.Outputs > len(m.Tensors)-next {
-				return nil, nil, p.broken(ctx, "broke the protocol", fmt.Errorf("response %d claims %d outputs", i, r.Outputs))
-			}
-			outs[i], errs[i] = outputs(cfg, m.Tensors[next:next+r.Outputs], got[next:next+r.Outputs])
-			next += r.Outputs
-		}
-		return outs, errs, nil
+		outs[i], errs[i] = outputs(p.cfg, m.Tensors[next:next+resp.Outputs], r.datas[next:next+resp.Outputs])
+		next += resp.Outputs
 	}
+	return outs, errs, nil
 }
 
 // broken is the error of a call whose channel failed: ctx's when the call
@@ -326,8 +472,10 @@ func modelError(name string, e *wireError) error {
 }
 
 // outputs checks a response's tensors against the configuration: each a
-// declared output, once, of its datatype and well formed; every declared
-// output present. They come back in the configuration's order.
+// declared output, once, well formed; every declared output present. They
+// come back in the configuration's order. An output's datatype is its
+// array's, as Triton's Python backend sends it, even where config.pbtxt
+// declares another.
 func outputs(cfg Config, descs []wireTensor, datas [][]byte) ([]engine.Tensor, error) {
 	out := make([]engine.Tensor, len(cfg.Outputs))
 	seen := make([]bool, len(cfg.Outputs))
@@ -341,8 +489,8 @@ func outputs(cfg Config, descs []wireTensor, datas [][]byte) ([]engine.Tensor, e
 		}
 		seen[j] = true
 		dt, ok := dtypeOf(d.Datatype)
-		if !ok || dt != cfg.Outputs[j].DType {
-			return nil, &ModelError{Model: cfg.Name, Msg: fmt.Sprintf("output %q is %s, config.pbtxt says %s; convert it (array.astype) before making the Tensor", d.Name, d.Datatype, datatypes[cfg.Outputs[j].DType])}
+		if !ok {
+			return nil, &ModelError{Model: cfg.Name, Msg: fmt.Sprintf("output %q has datatype %q", d.Name, d.Datatype)}
 		}
 		if len(d.Shape) > 16 {
 			return nil, &ModelError{Model: cfg.Name, Msg: fmt.Sprintf("output %q has %d dims", d.Name, len(d.Shape))}
@@ -361,52 +509,106 @@ func outputs(cfg Config, descs []wireTensor, datas [][]byte) ([]engine.Tensor, e
 	return out, nil
 }
 
-// bls runs a model the Python model asked for and sends the answer back.
-func (p *proc) bls(ctx context.Context, cfg Config, m *message, datas [][]byte) error {
-	answer := func(err error) error { return p.send(map[string]any{"op": "bls_result", "error": err.Error()}, nil) }
-	if cfg.Call == nil {
-		return answer(errors.New("this server runs no other models for a Python model"))
+// forget stops routing the responses of st (its request ended or its
+// client went away); later ones are dropped.
+func (p *proc) forget(st *stream) {
+	p.mu.Lock()
+	delete(p.streams, st.id)
+	p.mu.Unlock()
+}
+
+// bls runs a model the Python model asked for and sends the answer back
+// (each response of a decoupled one, "final" on the last), under the
+// process's life (its calls end when it does).
+func (p *proc) bls(m *message, datas [][]byte) {
+	answer := func(head map[string]any, datas [][]byte) error {
+		head["op"], head["id"] = "bls_result", m.ID
+		if err := p.send(head, datas); err != nil {
+			p.kill() // it no longer reads: the next call gets a fresh one
+			return err
+		}
+		return nil
+	}
+	fail := func(err error) { _ = answer(map[string]any{"error": err.Error(), "final": true}, nil) }
+	if p.cfg.Call == nil || (m.Decoupled && p.cfg.StreamCall == nil) {
+		fail(errors.New("this server runs no other models for a Python model"))
+		return
 	}
 	ins := make(map[string]engine.Tensor, len(m.Tensors))
 	for i, d := range m.Tensors {
 		dt, ok := dtypeOf(d.Datatype)
 		if !ok {
-			return answer(fmt.Errorf("input %q: datatype %q", d.Name, d.Datatype))
+			fail(fmt.Errorf("input %q: datatype %q", d.Name, d.Datatype))
+			return
+		}
+		if len(d.Shape) > 16 {
+			fail(fmt.Errorf("input %q has %d dims", d.Name, len(d.Shape)))
+			return
 		}
 		t := engine.Tensor{DType: dt, Shape: d.Shape, Data: datas[i]}
-		if len(d.Shape) > 16 {
-			return answer(fmt.Errorf("input %q has %d dims", d.Name, len(d.Shape)))
-		}
 		if err := t.Check(); err != nil {
-			return answer(fmt.Errorf("input %q: %w", d.Name, err))
+			fail(fmt.Errorf("input %q: %w", d.Name, err))
+			return
 		}
 		ins[d.Name] = t
 	}
-	outs, err := cfg.Call(ctx, m.Model, m.Version, ins, m.Outputs)
-	if err != nil {
-		return answer(err)
-	}
-	descs := make([]wireTensor, 0, len(outs))
-	odatas := make([][]byte, 0, len(outs))
-	for name, t := range outs {
-		dt, ok := datatypes[t.DType]
-		if !ok {
-			return answer(fmt.Errorf("output %q of model %q is %s, which a Python model cannot take", name, m.Model, t.DType))
+	encode := func(outs map[string]engine.Tensor, final bool) (map[string]any, [][]byte, error) {
+		descs := make([]wireTensor, 0, len(outs))
+		odatas := make([][]byte, 0, len(outs))
+		for name, t := range outs {
+			dt, ok := datatypes[t.DType]
+			if !ok {
+				return nil, nil, fmt.Errorf("output %q of model %q is %s, which a Python model cannot take", name, m.Model, t.DType)
+			}
+			descs = append(descs, wireTensor{Name: name, Datatype: dt, Shape: t.Shape, Size: int64(len(t.Data))})
+			odatas = append(odatas, t.Data)
 		}
-		descs = append(descs, wireTensor{Name: name, Datatype: dt, Shape: t.Shape, Size: int64(len(t.Data))})
-		odatas = append(odatas, t.Data)
+		return map[string]any{"tensors": descs, "final": final}, odatas, nil
 	}
-	return p.send(map[string]any{"op": "bls_result", "tensors": descs}, odatas)
+	if m.Decoupled {
+		finished := false
+		err := p.cfg.StreamCall(p.life, m.Model, m.Version, ins, m.Outputs, func(outs map[string]engine.Tensor, err error, final bool) error {
+			finished = final
+			if err != nil {
+				return answer(map[string]any{"error": err.Error(), "final": final}, nil)
+			}
+			head, odatas, err := encode(outs, final)
+			if err != nil {
+				return answer(map[string]any{"error": err.Error(), "final": final}, nil)
+			}
+			return answer(head, odatas)
+		})
+		if err != nil && !finished {
+			fail(err)
+		}
+		return
+	}
+	outs, err := p.cfg.Call(p.life, m.Model, m.Version, ins, m.Outputs)
+	if err != nil {
+		fail(err)
+		return
+	}
+	head, odatas, err := encode(outs, true)
+	if err != nil {
+		fail(err)
+		return
+	}
+	_ = answer(head, odatas)
 }
 
 // finalize asks the process to run finalize and exit, and kills it when
 // it does not in time.
 func (p *proc) finalize() {
 	if !p.exited() && p.send(map[string]string{"op": "finalize"}, nil) == nil {
-		_ = p.w.Close()
 		select {
 		case <-p.done:
 			return
+		case <-p.ctrl: // "done": it exits now
+			select {
+			case <-p.done:
+				return
+			case <-time.After(finalizeWait):
+			}
 		case <-time.After(finalizeWait):
 		}
 	}

@@ -38,6 +38,12 @@ var stubSource string
 // by name.
 type Call func(ctx context.Context, model, version string, inputs map[string]engine.Tensor, outputs []string) (map[string]engine.Tensor, error)
 
+// StreamCall runs a decoupled model on behalf of a Python model's BLS
+// request (exec(decoupled=True)): each response's outputs by name, or its
+// error, to send as it comes, final on the last.
+type StreamCall func(ctx context.Context, model, version string, inputs map[string]engine.Tensor, outputs []string,
+	send func(outs map[string]engine.Tensor, err error, final bool) error) error
+
 // Config is one version of a Python model.
 type Config struct {
 	// Python is the interpreter (with numpy) that runs the model.
@@ -59,8 +65,14 @@ type Config struct {
 	Inputs, Outputs []engine.TensorSpec
 	// MaxBytes bounds the tensor bytes of one answer from the process.
 	MaxBytes int64
-	// Call runs BLS requests; nil refuses them.
-	Call Call
+	// Call runs BLS requests and StreamCall those to decoupled models;
+	// nil refuses them.
+	Call       Call
+	StreamCall StreamCall
+	// Decoupled is Triton's model_transaction_policy decoupled: the model
+	// answers a request through its response sender, any number of times;
+	// it is served through Stream, not Run.
+	Decoupled bool
 	// Log receives what the model prints.
 	Log *slog.Logger
 }
@@ -114,7 +126,7 @@ func (b *Backend) start(ctx context.Context, i int) (*proc, error) {
 	}
 	b.all[p] = true
 	b.mu.Unlock()
-	if err := p.initialize(ctx, b.cfg, args); err != nil {
+	if err := p.initialize(ctx, args); err != nil {
 		b.drop(p)
 		return nil, err
 	}
@@ -137,16 +149,10 @@ func AutoComplete(ctx context.Context, cfg Config, config []byte) ([]byte, error
 		return nil, err
 	}
 	defer p.finalize()
-	defer p.watch(ctx)()
-	if err := p.send(map[string]any{"op": "auto", "file": cfg.File, "dir": cfg.Dir, "config": json.RawMessage(config)}, nil); err != nil {
-		return nil, p.died("did not start", err)
-	}
-	m, _, err := p.recv(0)
+	m, err := p.control(ctx, map[string]any{"op": "auto", "file": cfg.File, "dir": cfg.Dir, "config": json.RawMessage(config)}, "auto_complete_config")
 	switch {
-	case err != nil && ctx.Err() != nil:
-		return nil, fmt.Errorf("auto_complete_config did not finish: %w", ctx.Err())
 	case err != nil:
-		return nil, p.died("exited in auto_complete_config", err)
+		return nil, err
 	case m.Op == "error":
 		return nil, fmt.Errorf("auto_complete_config: %s", m.Message)
 	case m.Op != "config":
@@ -184,6 +190,9 @@ func (b *Backend) Run(ctx context.Context, inputs []engine.Tensor) ([]engine.Ten
 // error the model answered for that request. A process that died or broke
 // the protocol fails the call and is replaced on the next.
 func (b *Backend) RunEach(ctx context.Context, reqs [][]engine.Tensor) ([][]engine.Tensor, []error, error) {
+	if b.cfg.Decoupled {
+		return nil, nil, fmt.Errorf("model %q is decoupled: its requests go through Stream", b.cfg.Name)
+	}
 	var s slot
 	select {
 	case s = <-b.idle:
@@ -201,7 +210,7 @@ func (b *Backend) RunEach(ctx context.Context, reqs [][]engine.Tensor) ([][]engi
 		}
 		s.p = p
 	}
-	outs, errs, err := s.p.execute(ctx, b.cfg, reqs)
+	outs, errs, err := s.p.execute(ctx, reqs)
 	if err != nil && !errors.As(err, new(*ModelError)) && !errors.As(err, new(*engine.InputError)) {
 		b.drop(s.p) // a broken channel or a dead process: the next call starts a fresh one
 		b.idle <- slot{i: s.i}
@@ -209,6 +218,114 @@ func (b *Backend) RunEach(ctx context.Context, reqs [][]engine.Tensor) ([][]engi
 	}
 	b.idle <- s
 	return outs, errs, err
+}
+
+// Stream runs one request of a decoupled model and hands each of its
+// responses to send as it arrives: outputs in the configuration's order
+// or the error the model answered, final on the last (which may carry
+// neither: Triton's empty final response). It returns once the final
+// response is sent, or with the first error of send, ctx or the process.
+// The instance is free for the next request as soon as execute returns;
+// the responses may come later, from the model's own threads.
+func (b *Backend) Stream(ctx context.Context, inputs []engine.Tensor, send func(outs []engine.Tensor, err error, final bool) error) error {
+	if !b.cfg.Decoupled {
+		return fmt.Errorf("model %q is not decoupled: it answers through Run", b.cfg.Name)
+	}
+	st := &stream{out: make(chan streamMsg, 64), gone: make(chan struct{})}
+	defer close(st.gone)
+	var s slot
+	select {
+	case s = <-b.idle:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if s.p == nil || s.p.exited() {
+		if s.p != nil {
+			b.drop(s.p)
+		}
+		p, err := b.start(ctx, s.i)
+		if err != nil {
+			b.idle <- slot{i: s.i}
+			return fmt.Errorf("restart the model's Python process: %w", err)
+		}
+		s.p = p
+	}
+	p := s.p
+	r, err := p.call(ctx, [][]engine.Tensor{inputs}, []*stream{st})
+	if err != nil {
+		b.drop(p)
+		b.idle <- slot{i: s.i}
+		return err
+	}
+	b.idle <- s
+	defer p.forget(st)
+	if r.m.Error != nil { // execute raised: after what it sent, the error ends the request
+		st.fail(modelError(b.cfg.Name, r.m.Error))
+	}
+	for {
+		select {
+		case msg := <-st.out:
+			if err := send(msg.outs, msg.err, msg.final); err != nil {
+				return err
+			}
+			if msg.final {
+				return nil
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Decoupled reports whether the model answers through Stream.
+func (b *Backend) Decoupled() bool { return b.cfg.Decoupled }
+
+// streamMsg is one response of a decoupled request.
+type streamMsg struct {
+	outs  []engine.Tensor
+	err   error
+	final bool
+}
+
+// stream is one decoupled request in flight: its responses, in order,
+// until the final one. The reader delivers; gone closes when nobody reads.
+type stream struct {
+	id   uint64
+	out  chan streamMsg
+	gone chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// deliver hands on one "send" of the model, checked against cfg.
+func (s *stream) deliver(cfg Config, m *message, datas [][]byte) {
+	msg := streamMsg{final: m.Final}
+	switch {
+	case m.Error != nil:
+		msg.err = modelError(cfg.Name, m.Error)
+	case m.Response:
+		msg.outs, msg.err = outputs(cfg, m.Tensors, datas)
+	}
+	s.put(msg)
+}
+
+// fail ends the request with err.
+func (s *stream) fail(err error) { s.put(streamMsg{err: err, final: true}) }
+
+// put queues msg unless the request has ended or its reader is gone.
+func (s *stream) put(msg streamMsg) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = msg.final
+	s.mu.Unlock()
+	select {
+	case s.out <- msg:
+	case <-s.gone:
+	}
 }
 
 // Close runs each process's finalize and stops it.

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,7 +143,6 @@ func TestAddSub(t *testing.T) {
 func TestWrongOutputs(t *testing.T) {
 	for name, body := range map[string]string{
 		"missing": `return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a)]) for r in requests]`,
-		"dtype":   `return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a.astype(np.float64)), pb_utils.Tensor("OUTPUT1", s)]) for r in requests]`,
 		"unknown": `return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a), pb_utils.Tensor("OUTPUT1", s), pb_utils.Tensor("X", a)]) for r in requests]`,
 		"count":   `return []`,
 		"type":    `return ["no"]`,
@@ -180,6 +180,24 @@ func TestInitializeFails(t *testing.T) {
 		t.Fatal("a model.py that exits loaded")
 	}
 	t.Log(err)
+}
+
+// TestOutputDatatypeAsSent: an output's datatype is its array's, as
+// Triton's Python backend sends it, even where the configuration declares
+// another.
+func TestOutputDatatypeAsSent(t *testing.T) {
+	src := "import numpy as np\nimport triton_python_backend_utils as pb_utils\nclass TritonPythonModel:\n    def execute(self, requests):\n" +
+		"        a = requests[0].inputs()[0].as_numpy()\n        s = np.array([[b'x'] * 4] * len(a), dtype=object)\n" +
+		"        return [pb_utils.InferenceResponse([pb_utils.Tensor('OUTPUT0', a.astype(np.int64)), pb_utils.Tensor('OUTPUT1', s)]) for r in requests]\n"
+	b, _ := start(t, src, nil)
+	a := engine.FromFloat32([]int64{1, 4}, []float32{1, 2, 3, 4})
+	out, err := b.Run(context.Background(), []engine.Tensor{a, a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].DType != engine.Int64 || out[0].Int64s()[3] != 4 {
+		t.Fatalf("%v %v", out[0].DType, out[0].Int64s())
+	}
 }
 
 func TestBLS(t *testing.T) {
@@ -232,5 +250,99 @@ func TestCloseRunsFinalizeAndCancelKills(t *testing.T) {
 	began = time.Now()
 	if err := b.Close(); err != nil || time.Since(began) > 15*time.Second {
 		t.Fatalf("close: %v after %s", err, time.Since(began))
+	}
+}
+
+// repeat answers IN's elements one response each (OUT, IDX), from a thread
+// of its own after execute returned, then the final flag alone; an input
+// starting with -1 gets an error response.
+const repeat = `
+import threading, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            x = r.inputs()[0].as_numpy().reshape(-1)
+            sender = r.get_response_sender()
+            def run(x=x, sender=sender):
+                if x[0] == -1:
+                    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("no negative counts")), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    return
+                for i, v in enumerate(x):
+                    time.sleep(0.01)
+                    sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([v], dtype=np.float32)), pb_utils.Tensor("IDX", np.array([i], dtype=np.float32))]))
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                try:
+                    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                except pb_utils.TritonModelException as e:
+                    print("closed:", e)
+            threading.Thread(target=run).start()
+        return None
+`
+
+func TestDecoupledStream(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "model.py"), []byte(repeat), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := Start(context.Background(), Config{
+		Python: python(t), File: filepath.Join(dir, "model.py"), Dir: dir, Name: "repeat", Decoupled: true,
+		Inputs:  []engine.TensorSpec{{Name: "IN", DType: engine.Float32, Shape: []int64{-1}}},
+		Outputs: []engine.TensorSpec{{Name: "OUT", DType: engine.Float32, Shape: []int64{1}}, {Name: "IDX", DType: engine.Float32, Shape: []int64{1}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// Two requests at once on one instance: the second's execute runs
+	// while the first still streams.
+	var wg sync.WaitGroup
+	for k := range 2 {
+		wg.Go(func() {
+			var got []float32
+			finals := 0
+			err := b.Stream(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{4}, []float32{10 * float32(k), 1, 2, 3})}, func(outs []engine.Tensor, err error, final bool) error {
+				if err != nil {
+					return err
+				}
+				if final {
+					finals++
+					if outs != nil {
+						t.Errorf("the final flag came with outputs")
+					}
+					return nil
+				}
+				got = append(got, outs[0].Float32s()[0])
+				return nil
+			})
+			if err != nil || finals != 1 || len(got) != 4 || got[0] != 10*float32(k) || got[3] != 3 {
+				t.Errorf("request %d: %v, %d finals, %v", k, got, finals, err)
+			}
+		})
+	}
+	wg.Wait()
+	var modelErr error
+	err = b.Stream(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-1})}, func(outs []engine.Tensor, err error, final bool) error {
+		if err != nil && final {
+			modelErr = err
+		}
+		return nil
+	})
+	if err != nil || modelErr == nil || !strings.Contains(modelErr.Error(), "no negative counts") {
+		t.Fatalf("error response: %v, %v", err, modelErr)
+	}
+	// A client that stops reading ends its request; the model keeps serving.
+	ctx, cancel := context.WithCancel(context.Background())
+	err = b.Stream(ctx, []engine.Tensor{engine.FromFloat32([]int64{3}, []float32{1, 2, 3})}, func([]engine.Tensor, error, bool) error {
+		cancel()
+		return errors.New("client gone")
+	})
+	if err == nil {
+		t.Fatal("a send that failed did not end the request")
+	}
+	if _, err := b.Run(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{1})}); err == nil {
+		t.Fatal("Run on a decoupled model answered")
 	}
 }

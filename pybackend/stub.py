@@ -9,13 +9,22 @@
 # other. Tensor bytes are little-endian and row-major; a BYTES tensor's
 # are Triton's serialized form (each element's 4-byte length, then its
 # bytes). The model's own prints go to standard error, which fw logs.
+#
+# Messages are multiplexed: a reader thread hands fw's "execute" and
+# "finalize" to the main thread, which runs the model, and "bls_result"
+# to the thread waiting for it (by "id"); any thread may send. A decoupled
+# model's responses ("send", by request "req") may leave from any thread,
+# during execute or after it returned.
 import asyncio
 import importlib.util
 import inspect
+import itertools
 import json
 import os
+import queue
 import struct
 import sys
+import threading
 import traceback
 import types
 
@@ -45,6 +54,10 @@ class Channel:
 
     def __init__(self, rd, wr):
         self.rd, self.wr = rd, wr
+        self.wlock = threading.Lock()
+        self.main = queue.Queue()
+        self.waiters = {}
+        self.ids = itertools.count(1)
 
     def _read(self, n):
         buf = self.rd.read(n)
@@ -62,13 +75,52 @@ class Channel:
             datas.append(self._read(int(t["size"])))
         return head, datas
 
+    def read_loop(self):
+        """The reader thread: each message to the thread it is for."""
+        try:
+            while True:
+                head, datas = self.recv()
+                if head.get("op") == "bls_result":
+                    if head.get("final", True):
+                        q = self.waiters.pop(head.get("id"), None)
+                    else:
+                        q = self.waiters.get(head.get("id"))
+                    if q is not None:
+                        q.put((head, datas))
+                else:
+                    self.main.put((head, datas))
+        except (EOFError, OSError, ValueError):
+            pass
+        self.main.put(None)
+        for q in list(self.waiters.values()):
+            q.put(None)
+
     def send(self, head, datas=()):
         h = json.dumps(head).encode()
-        self.wr.write(struct.pack("<I", len(h)))
-        self.wr.write(h)
-        for d in datas:
-            self.wr.write(d)
-        self.wr.flush()
+        with self.wlock:
+            self.wr.write(struct.pack("<I", len(h)))
+            self.wr.write(h)
+            for d in datas:
+                self.wr.write(d)
+            self.wr.flush()
+
+    def call(self, head, datas=()):
+        """Send head and wait for the answer with its id."""
+        return next(self.call_stream(head, datas))
+
+    def call_stream(self, head, datas=()):
+        """Send head and yield the answers with its id up to the final one."""
+        q = queue.Queue()
+        head["id"] = i = next(self.ids)
+        self.waiters[i] = q
+        self.send(head, datas)
+        while True:
+            got = q.get()
+            if got is None:
+                raise EOFError("fw closed the channel")
+            yield got
+            if got[0].get("final", True):
+                return
 
 
 def _deserialize_bytes(data, count):
@@ -275,6 +327,7 @@ def make_pb_utils(channel):
             if isinstance(parameters, dict):
                 parameters = json.dumps(parameters)
             self._parameters = parameters or "{}"
+            self._sender = None
 
         def inputs(self):
             return self._inputs
@@ -304,9 +357,12 @@ def make_pb_utils(channel):
             return False
 
         def get_response_sender(self):
-            raise TritonModelException(
-                "fw serves Python models that answer each request once (not decoupled): return the responses from execute"
-            )
+            if self._sender is None:
+                raise TritonModelException(
+                    "this model is not decoupled: return its responses from execute "
+                    "(model_transaction_policy { decoupled: true } in config.pbtxt gives it a response sender)"
+                )
+            return self._sender
 
         def set_release_flags(self, flags):
             if flags != pb.TRITONSERVER_REQUEST_RELEASE_ALL:
@@ -314,28 +370,24 @@ def make_pb_utils(channel):
                     "fw does not reschedule requests (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)"
                 )
 
-        def exec(self, decoupled=False):
-            if decoupled:
-                raise TritonModelException("fw has no decoupled models to call")
+        def _bls_head(self, decoupled):
             if not self._model_name:
                 raise TritonModelException(
                     "InferenceRequest needs model_name to be executed"
                 )
             descs, datas = _encode(self._inputs)
-            channel.send(
-                {
-                    "op": "bls",
-                    "model": self._model_name,
-                    "version": ""
-                    if self._version in (-1, None)
-                    else str(self._version),
-                    "tensors": descs,
-                    "outputs": self._outputs,
-                    "id": self._id,
-                },
-                datas,
-            )
-            head, got = channel.recv()
+            head = {
+                "op": "bls",
+                "model": self._model_name,
+                "version": "" if self._version in (-1, None) else str(self._version),
+                "tensors": descs,
+                "outputs": self._outputs,
+                "decoupled": decoupled,
+            }
+            return head, datas
+
+        @staticmethod
+        def _bls_response(head, got):
             if head.get("error"):
                 return InferenceResponse(error=TritonError(head["error"]))
             return InferenceResponse(
@@ -345,8 +397,52 @@ def make_pb_utils(channel):
                 ]
             )
 
+        def exec(self, decoupled=False):
+            head, datas = self._bls_head(decoupled)
+            if decoupled:
+                return (
+                    self._bls_response(h, got)
+                    for h, got in channel.call_stream(head, datas)
+                )
+            return self._bls_response(*channel.call(head, datas))
+
         async def async_exec(self, decoupled=False):
             return self.exec(decoupled)
+
+    class InferenceResponseSender:
+        """A decoupled model's way to answer a request: any number of
+        responses, from any thread, the last with
+        TRITONSERVER_RESPONSE_COMPLETE_FINAL."""
+
+        def __init__(self, req):
+            self._req = req
+            self._closed = False
+            self._lock = threading.Lock()
+
+        def send(self, response=None, flags=0):
+            final = bool(flags & pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            with self._lock:
+                if self._closed:
+                    raise TritonModelException(
+                        "Unable to send response. Response sender has been closed."
+                    )
+                if response is None and not final:
+                    raise TritonModelException(
+                        "send needs a response unless flags is TRITONSERVER_RESPONSE_COMPLETE_FINAL"
+                    )
+                head = {"op": "send", "req": self._req, "final": final}
+                datas = []
+                if response is not None:
+                    if response.has_error():
+                        head["error"] = _error_head(response.error())
+                    else:
+                        head["tensors"], datas = _encode(response.output_tensors())
+                        head["response"] = True
+                channel.send(head, datas)
+                self._closed = final
+
+        def is_cancelled(self):
+            return False
 
     def get_input_tensor_by_name(request, name):
         for t in request.inputs():
@@ -414,6 +510,9 @@ def make_pb_utils(channel):
     pb.deserialize_bytes_tensor = lambda data: _deserialize_bytes_all(bytes(data))
     pb.LogLevel = types.SimpleNamespace(INFO=0, WARNING=1, ERROR=2, VERBOSE=3)
     pb.ModelConfig = ModelConfig
+    pb.using_decoupled_model_transaction_policy = lambda cfg: bool(
+        cfg.get("model_transaction_policy", {}).get("decoupled", False)
+    )
     return pb
 
 
@@ -524,7 +623,11 @@ def main():
     pb = make_pb_utils(channel)
     sys.modules["triton_python_backend_utils"] = pb
 
-    head, _ = channel.recv()
+    threading.Thread(target=channel.read_loop, daemon=True).start()
+    first = channel.main.get()
+    if first is None:
+        return 0
+    head, _ = first
     if head["op"] == "auto":
         try:
             cls = _load_module(pb, head)
@@ -541,6 +644,7 @@ def main():
             channel.send({"op": "error", **_error_head(e)})
             return 1
         return 0
+    decoupled = bool(head.get("decoupled"))
     try:
         model = _load_module(pb, head)()
         if hasattr(model, "initialize"):
@@ -552,10 +656,10 @@ def main():
     channel.send({"op": "ready"})
 
     while True:
-        try:
-            head, datas = channel.recv()
-        except EOFError:
+        got = channel.main.get()
+        if got is None:
             return 0
+        head, datas = got
         if head["op"] == "finalize":
             try:
                 if hasattr(model, "finalize"):
@@ -564,62 +668,70 @@ def main():
                 traceback.print_exc()
             channel.send({"op": "done"})
             return 0
-        requests, i = [], 0
-        for r in head["requests"]:
-            ins = []
-            for d in r["inputs"]:
-                ins.append(
-                    pb.Tensor(
-                        d["name"], _to_numpy(d, datas[i]), _bf16=d["datatype"] == "BF16"
-                    )
-                )
-                i += 1
-            requests.append(
-                pb.InferenceRequest(
-                    inputs=ins,
-                    requested_output_names=r.get("outputs", []),
-                    request_id=r.get("id", ""),
-                    correlation_id=r.get("correlation_id", 0),
-                    flags=r.get("flags", 0),
-                    parameters=r.get("parameters") or "{}",
-                )
-            )
-        try:
-            responses = _call(model.execute, requests)
-            if (
-                responses is None
-                or not isinstance(responses, (list, tuple))
-                or len(responses) != len(requests)
-            ):
-                if responses is None:
-                    got = "None"
-                elif isinstance(responses, (list, tuple)):
-                    got = f"{len(responses)} responses"
-                else:
-                    got = type(responses).__name__
+        answer, outdatas = _execute(pb, model, head, datas, decoupled)
+        answer["call"] = head.get("call")
+        channel.send(answer, outdatas)
+
+
+def _execute(pb, model, head, datas, decoupled):
+    """Run one execute call; its "result" message and tensor bytes."""
+    requests, i = [], 0
+    for r in head["requests"]:
+        ins = []
+        for d in r["inputs"]:
+            bf16 = d["datatype"] == "BF16"
+            ins.append(pb.Tensor(d["name"], _to_numpy(d, datas[i]), _bf16=bf16))
+            i += 1
+        req = pb.InferenceRequest(
+            inputs=ins,
+            requested_output_names=r.get("outputs", []),
+            request_id=r.get("request_id", ""),
+            parameters=r.get("parameters") or "{}",
+        )
+        if decoupled:
+            req._sender = pb.InferenceResponseSender(r["req"])
+        requests.append(req)
+    try:
+        responses = _call(model.execute, requests)
+        if decoupled:
+            if responses is not None:
                 raise pb.TritonModelException(
-                    "execute must return a list of one InferenceResponse per request "
-                    f"({len(requests)} requests), it returned {got}"
+                    "a decoupled model's execute returns None: its responses go through "
+                    "request.get_response_sender()"
                 )
-            out, outdatas = [], []
-            for resp in responses:
-                if not isinstance(resp, pb.InferenceResponse):
-                    raise pb.TritonModelException(
-                        f"execute returned a {type(resp).__name__} where an InferenceResponse belongs"
-                    )
-                if resp.has_error():
-                    out.append({"error": _error_head(resp.error())})
-                    continue
-                descs, ds = _encode(resp.output_tensors())
-                out.append({"outputs": len(descs)})
-                outdatas.extend(zip(descs, ds))
-            channel.send(
-                {"op": "result", "responses": out, "tensors": [d for d, _ in outdatas]},
-                [b for _, b in outdatas],
+            return {"op": "result"}, []
+        if (
+            responses is None
+            or not isinstance(responses, (list, tuple))
+            or len(responses) != len(requests)
+        ):
+            if responses is None:
+                got = "None"
+            elif isinstance(responses, (list, tuple)):
+                got = f"{len(responses)} responses"
+            else:
+                got = type(responses).__name__
+            raise pb.TritonModelException(
+                "execute must return a list of one InferenceResponse per request "
+                f"({len(requests)} requests), it returned {got}"
             )
-        except BaseException as e:  # noqa: BLE001 - the model's failure is this call's answer
-            traceback.print_exc()
-            channel.send({"op": "result", "error": _error_head(e)})
+        out, outdatas = [], []
+        for resp in responses:
+            if not isinstance(resp, pb.InferenceResponse):
+                raise pb.TritonModelException(
+                    f"execute returned a {type(resp).__name__} where an InferenceResponse belongs"
+                )
+            if resp.has_error():
+                out.append({"error": _error_head(resp.error())})
+                continue
+            descs, ds = _encode(resp.output_tensors())
+            out.append({"outputs": len(descs)})
+            outdatas.extend(zip(descs, ds))
+        head = {"op": "result", "responses": out, "tensors": [d for d, _ in outdatas]}
+        return head, [b for _, b in outdatas]
+    except BaseException as e:  # noqa: BLE001 - the model's failure is this call's answer
+        traceback.print_exc()
+        return {"op": "result", "error": _error_head(e)}, []
 
 
 if __name__ == "__main__":

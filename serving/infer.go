@@ -36,6 +36,9 @@ func infer(ctx context.Context, models Models, inst *Instance, inputs []engine.T
 		if err := Stateless(inst); err != nil {
 			return nil, batcher.Timing{}, err
 		}
+		if inst.Decoupled() {
+			return nil, batcher.Timing{}, &DecoupledError{Model: inst.Name()}
+		}
 		inputs := given
 		if inst.Reshape != nil {
 			var err error
@@ -164,7 +167,7 @@ func Classify(err error, timeout time.Duration) Failure {
 	switch {
 	case errors.As(err, &ie):
 		return Failure{Kind: KindInvalidInput, Message: ie.Error(), Input: ie}
-	case errors.Is(err, ErrNoSequenceBatching), errors.As(err, &se), errors.As(err, new(*ClassificationError)):
+	case errors.Is(err, ErrNoSequenceBatching), errors.As(err, &se), errors.As(err, new(*ClassificationError)), errors.As(err, new(*DecoupledError)):
 		return Failure{Kind: KindBadRequest, Message: err.Error()}
 	case errors.As(err, new(*ModelError)): // a model an ensemble's step needs is not served now
 		me, _ := AsModelError(err)

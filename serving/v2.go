@@ -200,6 +200,9 @@ type ModelConfig struct {
 	// "ensemble": ensemble_scheduling), which has no scheduler and no
 	// engine instances of its own.
 	Ensemble []EnsembleStep
+	// Decoupled is model_transaction_policy decoupled: the model answers
+	// a request any number of times (a Python model's response sender).
+	Decoupled bool
 }
 
 // EnsembleStep is one step of an ensemble's configuration.
@@ -288,16 +291,17 @@ func ConfigJSON(c ModelConfig) map[string]any {
 		params[k] = map[string]any{"string_value": v}
 	}
 	out := map[string]any{
-		"name":                   c.Name,
-		"platform":               c.Platform,
-		"backend":                c.Backend,
-		"version_policy":         policy,
-		"max_batch_size":         c.MaxBatchSize,
-		"input":                  tensors(c.Inputs, true),
-		"output":                 tensors(c.Outputs, false),
-		"instance_group":         []map[string]any{{"name": c.Name, "kind": kind, "count": c.Instances, "gpus": gpus}},
-		"default_model_filename": c.DefaultModelFilename,
-		"parameters":             params,
+		"name":                     c.Name,
+		"platform":                 c.Platform,
+		"backend":                  c.Backend,
+		"version_policy":           policy,
+		"max_batch_size":           c.MaxBatchSize,
+		"input":                    tensors(c.Inputs, true),
+		"output":                   tensors(c.Outputs, false),
+		"instance_group":           []map[string]any{{"name": c.Name, "kind": kind, "count": c.Instances, "gpus": gpus}},
+		"default_model_filename":   c.DefaultModelFilename,
+		"parameters":               params,
+		"model_transaction_policy": map[string]any{"decoupled": c.Decoupled},
 	}
 	if c.Ensemble != nil {
 		steps := make([]map[string]any, len(c.Ensemble))

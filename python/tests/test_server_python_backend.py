@@ -140,6 +140,52 @@ class TritonPythonModel:
 """
 
 
+# Decoupled: each element of IN comes back as a response of its own (OUT, IDX), sent from a thread after execute
+# returned; then the final flag alone. A first element of -1 is answered with an error.
+REPEAT = """
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        import json
+        assert pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
+
+    def execute(self, requests):
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            sender = request.get_response_sender()
+
+            def run(values=values, sender=sender):
+                if values[0] == -1:
+                    err = pb_utils.TritonError("-1 is not a count")
+                    sender.send(pb_utils.InferenceResponse(error=err), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    return
+                for i, v in enumerate(values):
+                    time.sleep(0.005)
+                    sender.send(pb_utils.InferenceResponse([
+                        pb_utils.Tensor("OUT", np.array([v], dtype=np.int32)),
+                        pb_utils.Tensor("IDX", np.array([i], dtype=np.int32)),
+                    ]))
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+            threading.Thread(target=run).start()
+        return None
+"""
+
+REPEAT_CONFIG = """backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [{ name: "IN", data_type: TYPE_INT32, dims: [ -1 ] }]
+output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] }, { name: "IDX", data_type: TYPE_INT32, dims: [ 1 ] }]
+instance_group [{ count: 2, kind: KIND_CPU }]
+"""
+
+
 def _write(root: Path, name: str, config: str | None, src: str) -> None:
     (root / name / "1").mkdir(parents=True)
     if config is not None:
@@ -164,6 +210,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     _write(root, "batched", BATCHED_CONFIG, BATCHED)
     _write(root, "bls", BLS_CONFIG, BLS)
     _write(root, "completing", None, COMPLETING)
+    _write(root, "repeat", REPEAT_CONFIG, REPEAT)
     srv = FwServer(
         FW_BIN,
         None,
@@ -328,3 +375,70 @@ def test_unload_runs_finalize_and_load_with_override(server: FwServer, finalized
     with pytest.raises(InferenceServerException, match="failed to load"):
         client.load_model("add_sub", config='{"backend": "python", "platform": "onnxruntime_onnx"}')
     assert client.is_model_ready("add_sub"), "a refused override leaves the model serving"
+
+
+def test_decoupled_over_the_grpc_stream(server: FwServer) -> None:
+    """Each response of a decoupled model comes over the stream as it is sent, in order, with Triton's
+    ``triton_final_response`` parameter; the empty final response only when asked for."""
+    import queue
+
+    got: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    try:
+        requests = {"a": [5, 6, 7], "b": [1, 2, 3, 4, 5, 6, 7, 8]}
+        for rid, values in requests.items():
+            x = grpcclient.InferInput("IN", [len(values)], "INT32")
+            x.set_data_from_numpy(np.array(values, dtype=np.int32))
+            client.async_stream_infer("repeat", [x], request_id=rid, enable_empty_final_response=True)
+        seen: dict[str, list[int]] = {"a": [], "b": []}
+        finals = set()
+        while len(finals) < 2:
+            result, error = got.get(timeout=30)
+            assert error is None, error
+            resp = result.get_response()
+            final = resp.parameters["triton_final_response"].bool_param
+            if final:
+                assert not resp.outputs, "the empty final response carries no outputs"
+                finals.add(resp.id)
+                continue
+            assert result.as_numpy("IDX")[0] == len(seen[resp.id])
+            seen[resp.id].append(int(result.as_numpy("OUT")[0]))
+        assert seen == requests
+        # An error response ends its request; the stream goes on.
+        x = grpcclient.InferInput("IN", [1], "INT32")
+        x.set_data_from_numpy(np.array([-1], dtype=np.int32))
+        client.async_stream_infer("repeat", [x], request_id="bad")
+        result, error = got.get(timeout=30)
+        assert result is None and "-1 is not a count" in str(error)
+        # Without enable_empty_final_response: the responses only.
+        x.set_data_from_numpy(np.array([9], dtype=np.int32))
+        client.async_stream_infer("repeat", [x], request_id="c")
+        result, error = got.get(timeout=30)
+        assert error is None and result.as_numpy("OUT")[0] == 9
+        with pytest.raises(queue.Empty):
+            got.get(timeout=0.5)
+    finally:
+        client.stop_stream()
+
+
+def test_decoupled_generate_stream_and_unary_refused(server: FwServer) -> None:
+    import json as jsonlib
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"http://{server.url}/v2/models/repeat/generate_stream",
+        data=jsonlib.dumps({"IN": [3, 1, 4]}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.headers["Content-Type"].startswith("text/event-stream")
+        events = [
+            jsonlib.loads(line[6:]) for line in r.read().decode().splitlines() if line.startswith("data: ")
+        ]
+    assert [e["OUT"] for e in events] == [3, 1, 4] and [e["IDX"] for e in events] == [0, 1, 2]
+    for mod, client in (_client(server, "http"), _client(server, "grpc")):
+        x = mod.InferInput("IN", [2], "INT32")
+        x.set_data_from_numpy(np.array([1, 2], dtype=np.int32))
+        with pytest.raises(InferenceServerException, match="decoupled"):
+            client.infer("repeat", [x])

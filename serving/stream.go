@@ -1,0 +1,41 @@
+package serving
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/fw-serve/fw/engine"
+)
+
+// DecoupledError refuses a request that expects one answer from a decoupled
+// model (Triton's model_transaction_policy decoupled: true), which answers
+// a request any number of times.
+type DecoupledError struct{ Model string }
+
+func (e *DecoupledError) Error() string {
+	return fmt.Sprintf("model '%s' is decoupled (model_transaction_policy decoupled: true): it answers a request any number of times, so its requests go over gRPC's ModelStreamInfer (tritonclient's start_stream and async_stream_infer) or POST /v2/models/%s/generate_stream; this endpoint doesn't support models with decoupled transaction policy", e.Model, e.Model)
+}
+
+// Decoupled reports whether inst's model answers over a stream only.
+func (i *Instance) Decoupled() bool { return i.Model != nil && i.Model.Decoupled() }
+
+// InferStream runs one request of a decoupled model: its inputs checked as
+// Infer checks them, then each of the model's responses handed to send as
+// it comes (outputs, or the error the model answered, final on the last,
+// which may carry neither). It returns when the final response has been
+// sent, or with the first error of the inputs, send, ctx or the engine.
+func InferStream(ctx context.Context, inst *Instance, inputs []engine.Tensor, send func(outs []engine.Tensor, err error, final bool) error) error {
+	if !inst.Decoupled() {
+		return errors.New("the model is not decoupled")
+	}
+	if _, err := inst.checkInputs(inputs); err != nil {
+		return err
+	}
+	m := inst.Model
+	if n := len(inst.Models); n > 1 {
+		m = inst.Models[rand.IntN(n)] // each instance's process takes the next request once its execute returns
+	}
+	return m.Stream(ctx, inputs, send)
+}
