@@ -216,7 +216,7 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 			b, err := pybackend.Start(ctx, pybackend.Config{
 				Python: r.cfg.Python, File: path, Dir: vdir, Name: name, Version: vs, Args: args,
 				Instance: int(next.Add(1) - 1), Inputs: ins, Outputs: outs, MaxBytes: r.cfg.MaxPythonBytes,
-				Call: r.callModel, StreamCall: r.streamModel, Log: r.log, Decoupled: cfg.GetModelTransactionPolicy().GetDecoupled(),
+				Call: r.callModel, StreamCall: r.streamModel, Log: r.log, Metrics: r.cfg.PythonMetrics, Decoupled: cfg.GetModelTransactionPolicy().GetDecoupled(),
 			})
 			if err != nil {
 				return nil, err

@@ -30,6 +30,7 @@ import (
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
 	"github.com/fw-serve/fw/imageprep"
 	"github.com/fw-serve/fw/modelhost"
+	"github.com/fw-serve/fw/pybackend"
 	"github.com/fw-serve/fw/sequence"
 	"github.com/fw-serve/fw/serving"
 	"github.com/fw-serve/fw/telemetry"
@@ -98,6 +99,8 @@ type Config struct {
 	// answer from one (default 1 GiB).
 	Python         string
 	MaxPythonBytes int64
+	// PythonMetrics receives Python models' custom metrics (nil drops them).
+	PythonMetrics *pybackend.Metrics
 	// KeepGoing starts the server even when models fail to load at start
 	// (tritonserver --exit-on-error=false): they stay UNAVAILABLE in the
 	// index with their reasons, the others serve.

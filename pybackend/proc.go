@@ -187,6 +187,9 @@ func (p *proc) dispatch(m *message, datas [][]byte) error {
 	case "bls":
 		go p.bls(m, datas)
 		return nil
+	case "metric_family", "metric":
+		p.metric(m)
+		return nil
 	}
 	return fmt.Errorf("an unknown message %q", m.Op)
 }
@@ -240,22 +243,26 @@ type wireTensor struct {
 
 // message is a header from the process (its tensors' bytes follow it).
 type message struct {
-	Op        string          `json:"op"`
-	Tensors   []wireTensor    `json:"tensors,omitempty"`
-	Message   string          `json:"message,omitempty"`
-	Code      int             `json:"code,omitempty"`
-	Model     string          `json:"model,omitempty"`
-	Version   string          `json:"version,omitempty"`
-	Outputs   []string        `json:"outputs,omitempty"`
-	Error     *wireError      `json:"error,omitempty"`
-	Responses []wireResponse  `json:"responses,omitempty"`
-	Config    json.RawMessage `json:"config,omitempty"`    // auto_complete_config's answer
-	ID        uint64          `json:"id,omitempty"`        // a BLS call's, echoed in its answer
-	Call      uint64          `json:"call,omitempty"`      // the execute call a result answers
-	Req       uint64          `json:"req,omitempty"`       // the decoupled request a response is for
-	Final     bool            `json:"final,omitempty"`     // the request's last response
-	Response  bool            `json:"response,omitempty"`  // a send that carries outputs
-	Decoupled bool            `json:"decoupled,omitempty"` // a BLS call to a decoupled model
+	Op        string            `json:"op"`
+	Tensors   []wireTensor      `json:"tensors,omitempty"`
+	Message   string            `json:"message,omitempty"`
+	Code      int               `json:"code,omitempty"`
+	Model     string            `json:"model,omitempty"`
+	Version   string            `json:"version,omitempty"`
+	Outputs   []string          `json:"outputs,omitempty"`
+	Error     *wireError        `json:"error,omitempty"`
+	Responses []wireResponse    `json:"responses,omitempty"`
+	Config    json.RawMessage   `json:"config,omitempty"`    // auto_complete_config's answer
+	ID        uint64            `json:"id,omitempty"`        // a BLS call's, echoed in its answer
+	Call      uint64            `json:"call,omitempty"`      // the execute call a result answers
+	Req       uint64            `json:"req,omitempty"`       // the decoupled request a response is for
+	Final     bool              `json:"final,omitempty"`     // the request's last response
+	Response  bool              `json:"response,omitempty"`  // a send that carries outputs
+	Decoupled bool              `json:"decoupled,omitempty"` // a BLS call to a decoupled model
+	Buckets   []float64         `json:"buckets,omitempty"`   // a metric family's histogram buckets
+	Labels    map[string]string `json:"labels,omitempty"`    // a metric's labels
+	Action    string            `json:"action,omitempty"`    // what a metric message does
+	Value     float64           `json:"value,omitempty"`     // its value
 }
 
 type wireError struct {
@@ -507,6 +514,24 @@ func outputs(cfg Config, descs []wireTensor, datas [][]byte) ([]engine.Tensor, e
 		}
 	}
 	return out, nil
+}
+
+// metric applies a custom metric message ("metric_family": Model is the
+// name, Message the description, Code the kind; "metric": Model is the
+// family). A mistake is logged: the model keeps serving.
+func (p *proc) metric(m *message) {
+	if p.cfg.Metrics == nil {
+		return
+	}
+	var err error
+	if m.Op == "metric_family" {
+		err = p.cfg.Metrics.Family(m.Model, m.Message, m.Code, m.Buckets)
+	} else {
+		err = p.cfg.Metrics.Update(m.Model, m.Labels, m.Action, m.Value)
+	}
+	if err != nil {
+		p.cfg.Log.Warn("a Python model's custom metric", "model", p.cfg.Name, "err", err)
+	}
 }
 
 // forget stops routing the responses of st (its request ended or its

@@ -75,6 +75,9 @@ type Config struct {
 	Decoupled bool
 	// Log receives what the model prints.
 	Log *slog.Logger
+	// Metrics receives the model's custom metrics (pb_utils.MetricFamily);
+	// nil drops them.
+	Metrics *Metrics
 }
 
 // Backend is a started Python model: engine.Backend over its processes.

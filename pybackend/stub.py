@@ -444,6 +444,85 @@ def make_pb_utils(channel):
         def is_cancelled(self):
             return False
 
+    class MetricFamily:
+        """A custom metric family fw exports on /metrics (Triton's custom metrics)."""
+
+        COUNTER, GAUGE, HISTOGRAM = 0, 1, 2
+
+        def __init__(self, name, description, kind, buckets=None):
+            import re
+
+            if not isinstance(name, str) or not re.match(
+                r"^[a-zA-Z_:][a-zA-Z0-9_:]*$", name
+            ):
+                raise TritonModelException(
+                    f"metric family name {name!r} is not a Prometheus metric name"
+                )
+            if kind not in (0, 1, 2):
+                raise TritonModelException(
+                    "kind must be MetricFamily.COUNTER, GAUGE or HISTOGRAM"
+                )
+            self._name, self._kind = name, kind
+            self._buckets = [float(b) for b in buckets] if buckets is not None else None
+            channel.send(
+                {
+                    "op": "metric_family",
+                    "model": name,
+                    "message": str(description),
+                    "code": kind,
+                    "buckets": self._buckets,
+                }
+            )
+
+        def Metric(self, labels=None, buckets=None):
+            return Metric(self, dict(labels or {}))
+
+    class Metric:
+        def __init__(self, family, labels):
+            self._family, self._labels, self._value = (
+                family,
+                {str(k): str(v) for k, v in labels.items()},
+                0.0,
+            )
+            self._send("create", 0.0)
+
+        def _send(self, action, value):
+            channel.send(
+                {
+                    "op": "metric",
+                    "model": self._family._name,
+                    "labels": self._labels,
+                    "action": action,
+                    "value": float(value),
+                }
+            )
+
+        def increment(self, value):
+            if self._family._kind == MetricFamily.HISTOGRAM:
+                raise TritonModelException(
+                    "increment does not apply to a histogram; use observe"
+                )
+            if self._family._kind == MetricFamily.COUNTER and value < 0:
+                raise TritonModelException("a counter only increases")
+            self._value += value
+            self._send("inc", value)
+
+        def set(self, value):
+            if self._family._kind != MetricFamily.GAUGE:
+                raise TritonModelException("set applies to a gauge only")
+            self._value = float(value)
+            self._send("set", value)
+
+        def observe(self, value):
+            if self._family._kind != MetricFamily.HISTOGRAM:
+                raise TritonModelException("observe applies to a histogram only")
+            self._send("observe", value)
+
+        def value(self):
+            if self._family._kind == MetricFamily.HISTOGRAM:
+                raise TritonModelException("value does not apply to a histogram")
+            return self._value
+
     def get_input_tensor_by_name(request, name):
         for t in request.inputs():
             if t.name() == name:

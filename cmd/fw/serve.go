@@ -26,6 +26,7 @@ import (
 	"github.com/fw-serve/fw/internal/hostguard"
 	"github.com/fw-serve/fw/modelhost"
 	"github.com/fw-serve/fw/modelrepo"
+	"github.com/fw-serve/fw/pybackend"
 	"github.com/fw-serve/fw/serving"
 	"github.com/fw-serve/fw/sharedmem"
 )
@@ -61,6 +62,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	traceCount := fs.String("trace-count", "", "tritonserver's older name for --trace-config count=N")
 	traceFreq := fs.String("trace-log-frequency", "", "tritonserver's older name for --trace-config triton,log-frequency=N")
 	pythonBin := ef.String("python", "", "with --model-repository: the interpreter (with numpy) that runs Python-backend models (backend \"python\", a model.py), one process per instance (default: FW_PYTHON, FW_VENV's, .venv's, then python3)")
+	metricsPort := ef.Int("metrics-port", 0, "also serve GET /metrics on this port (tritonserver's metrics port, 8002 in Triton's examples); 0: only on --port. Beside fw's own series, /metrics carries Triton's nv_inference_* per model and version")
 	exitOnError := ef.Bool("exit-on-error", true, "with --model-repository: exit when a model fails to load at start (false: serve the others; the failed ones are UNAVAILABLE in the repository index with their reasons)")
 	noAuto := ef.Bool("disable-auto-complete-config", false, "refuse a repository model without config.pbtxt instead of completing its configuration from the model file")
 	host := ef.String("host", "127.0.0.1", "address to listen on; 0.0.0.0 for all interfaces (the container image sets it)")
@@ -198,18 +200,30 @@ Flags:
 	if !ok {
 		return 1
 	}
-	var gln net.Listener
+	var gln, mln net.Listener
 	if *grpcPort > 0 {
 		if gln, ok = listenFlag("fw serve", "--grpc-port", *host, *grpcPort, stderr); !ok {
 			ln.Close()
 			return 1
 		}
 	}
+	if *metricsPort > 0 {
+		if mln, ok = listenFlag("fw serve", "--metrics-port", *host, *metricsPort, stderr); !ok {
+			ln.Close()
+			if gln != nil {
+				gln.Close()
+			}
+			return 1
+		}
+		defer mln.Close()
+	}
 
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
 	reg := prometheus.NewRegistry()
 	metrics := httpapi.NewMetrics(reg)
+	pyMetrics := pybackend.NewMetrics("fw_", "nv_", "go_", "process_", "promhttp_") // Python models' custom metrics, beside the server's own
+	reg.MustRegister(pyMetrics)
 	engineOpts := withLibraries(engine.Options{Device: engine.Device(*device), Threads: perCall, GraphOptimization: *graphOpt,
 		AllowNonFinite: *allowNonFinite, Spin: *spin})
 	batchCfg := batcher.Config{MaxBatchRows: *maxBatch, MaxDelay: *maxDelay, Instances: *instances, MaxQueue: *maxQueue}
@@ -260,7 +274,7 @@ Flags:
 			Roots: *repos, Mode: mode, LoadModels: *loadModels, PollInterval: time.Duration(*pollSecs) * time.Second,
 			DisableAutoComplete: *noAuto, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
 			MaxResidentModels: *maxResident, MaxResidentBytes: *maxResidentBytes, LoadWait: *timeout,
-			Python: cmp.Or(*pythonBin, pythonPath()), KeepGoing: !*exitOnError,
+			Python: cmp.Or(*pythonBin, pythonPath()), KeepGoing: !*exitOnError, PythonMetrics: pyMetrics,
 		}, metrics, log)
 		if err != nil {
 			ln.Close()
@@ -313,8 +327,19 @@ Flags:
 		CloseOnShutdown:              true,
 		Logger:                       slogPrintf{log},
 	}
-	serveErr := make(chan error, 2)
+	serveErr := make(chan error, 3)
 	go func() { serveErr <- hs.Serve(ln) }()
+	reg.MustRegister(httpapi.NewTritonCollector(models))
+	if mln != nil {
+		ms := &fasthttp.Server{Handler: httpapi.MetricsOnly(reg), Name: "fw", ReadTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second, Logger: slogPrintf{log}}
+		go func() {
+			if err := ms.Serve(mln); err != nil {
+				serveErr <- fmt.Errorf("metrics: %w", err)
+			}
+		}()
+		defer func() { _ = ms.Shutdown() }()
+		fmt.Fprintf(stdout, "fw serve: metrics on http://%s/metrics\n", mln.Addr())
+	}
 	url := "http://" + ln.Addr().String()
 	log.Info("listening", "url", url, "model", *model, "model_repository", strings.Join(*repos, ","))
 	var gs *grpc.Server

@@ -20,12 +20,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fwserve import FwServer
+from fwserve import FwServer, free_port
 
 httpclient = pytest.importorskip("tritonclient.http", reason="tritonclient[http] is not installed")
 grpcclient = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
+METRICS_PORT = free_port()
 REPO = Path(__file__).resolve().parents[2]
 FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
 SAMPLES = Path(os.environ.get("FW_MODELS_DIR") or REPO / "build" / "models") / "triton"
@@ -186,6 +187,47 @@ instance_group [{ count: 2, kind: KIND_CPU }]
 """
 
 
+# Custom metrics (pb_utils.MetricFamily): a counter of requests and a histogram of their sizes.
+METERED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        family = pb_utils.MetricFamily(
+            name="metered_requests_total", description="Requests metered saw", kind=pb_utils.MetricFamily.COUNTER
+        )
+        self.requests = family.Metric(labels={"model": "metered", "version": "1"})
+        sizes = pb_utils.MetricFamily(
+            name="metered_request_elements",
+            description="Elements per request",
+            kind=pb_utils.MetricFamily.HISTOGRAM,
+            buckets=[1, 4, 16],
+        )
+        self.sizes = sizes.Metric(labels={"model": "metered"})
+        try:
+            pb_utils.MetricFamily(name="fw_http_requests_total", description="x", kind=pb_utils.MetricFamily.GAUGE)
+        except pb_utils.TritonModelException:
+            pass
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = r.inputs()[0].as_numpy()
+            self.requests.increment(1)
+            self.sizes.observe(x.size)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]))
+        assert self.requests.value() >= 1
+        return out
+"""
+
+METERED_CONFIG = """backend: "python"
+input [{ name: "X", data_type: TYPE_FP32, dims: [ -1 ] }]
+output [{ name: "Y", data_type: TYPE_FP32, dims: [ -1 ] }]
+"""
+
+
 def _write(root: Path, name: str, config: str | None, src: str) -> None:
     (root / name / "1").mkdir(parents=True)
     if config is not None:
@@ -211,9 +253,12 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     _write(root, "bls", BLS_CONFIG, BLS)
     _write(root, "completing", None, COMPLETING)
     _write(root, "repeat", REPEAT_CONFIG, REPEAT)
+    _write(root, "metered", METERED_CONFIG, METERED)
     srv = FwServer(
         FW_BIN,
         None,
+        "--metrics-port",
+        str(METRICS_PORT),
         "--model-repository",
         str(root),
         "--model-control-mode",
@@ -442,3 +487,30 @@ def test_decoupled_generate_stream_and_unary_refused(server: FwServer) -> None:
         x.set_data_from_numpy(np.array([1, 2], dtype=np.int32))
         with pytest.raises(InferenceServerException, match="decoupled"):
             client.infer("repeat", [x])
+
+
+def test_metrics_custom_and_triton_names(server: FwServer) -> None:
+    """Python models' custom metrics and Triton's nv_inference_* series, on /metrics and on --metrics-port."""
+    import urllib.request
+
+    client = httpclient.InferenceServerClient(server.url)
+    for n in (1, 3, 10):
+        x = httpclient.InferInput("X", [n], "FP32")
+        x.set_data_from_numpy(np.ones(n, dtype=np.float32))
+        client.infer("metered", [x])
+    for url in (f"http://{server.url}/metrics", f"http://127.0.0.1:{METRICS_PORT}/metrics"):
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        assert "# HELP metered_requests_total Requests metered saw" in text
+        assert "# TYPE metered_requests_total counter" in text
+        assert 'metered_requests_total{model="metered",version="1"} 3' in text
+        assert 'metered_request_elements_bucket{model="metered",le="4"} 2' in text
+        assert 'metered_request_elements_count{model="metered"} 3' in text
+        assert 'nv_inference_request_success{model="metered",version="1"} 3' in text
+        assert 'nv_inference_count{model="metered",version="1"} 3' in text
+        assert 'nv_inference_exec_count{model="metered",version="1"} 3' in text
+        assert "nv_inference_request_duration_us" in text and "nv_inference_pending_request_count" in text
+        assert "fw_http_requests_total" in text
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/v2/models/metered", timeout=10)
+    assert e.value.code == 404
