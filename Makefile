@@ -29,7 +29,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-export-models test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances bench-tracing otelcol test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui gpu-check test-gpu-check-cpu clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-export-models test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances bench-tracing bench-pybackend otelcol test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui gpu-check test-gpu-check-cpu clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -264,6 +264,9 @@ bench-overload: build models ## 4x the sustainable load on resnet18: 503/504 per
 
 bench-repository: build models ## a model repository: load/unload time, 1,000 models on demand, ten models in one server vs ten processes, shm vs binary vs JSON (docs/benchmarks.md)
 	@$(GO) run ./bench/repository
+
+bench-pybackend: build | venv ## a Python model (Triton's Python backend) in fw serve vs tritonserver's own Python backend, same model.py and config.pbtxt (docs/benchmarks.md)
+	@bash bench/pybackend.sh
 
 bench-tracing: build models $(OTELCOL) ## OpenTelemetry tracing's cost: server CPU per request with tracing off, 1 % and 100 % sampling, exported to a real collector (docs/benchmarks.md)
 	@$(GO) run ./bench/tracing
