@@ -31,14 +31,15 @@ const tailLines = 8
 // finalize), an execute call's result (by call id), a decoupled request's
 // responses (by request id), or a BLS call to run.
 type proc struct {
-	cmd    *exec.Cmd
-	cfg    Config
-	w      io.WriteCloser
-	r      *bufio.Reader
-	done   chan struct{} // closed once the process has exited
-	werr   error         // its exit status, set before done closes
-	life   context.Context
-	cancel context.CancelFunc // ends life: BLS calls the process made
+	cmd      *exec.Cmd
+	cfg      Config
+	instance string // its model_instance_name
+	w        io.WriteCloser
+	r        *bufio.Reader
+	done     chan struct{} // closed once the process has exited
+	werr     error         // its exit status, set before done closes
+	life     context.Context
+	cancel   context.CancelFunc // ends life: BLS calls the process made
 
 	wmu sync.Mutex // one message written at a time
 
@@ -79,7 +80,7 @@ func spawn(cfg Config, i int) (*proc, error) {
 		return nil, fmt.Errorf("start %s for the Python model: %w", cfg.Python, err)
 	}
 	life, cancel := context.WithCancel(context.Background())
-	p := &proc{cmd: cmd, cfg: cfg, w: w, r: bufio.NewReaderSize(r, 64<<10), done: make(chan struct{}),
+	p := &proc{cmd: cmd, cfg: cfg, instance: fmt.Sprintf("%s_0_%d", cfg.Name, i), w: w, r: bufio.NewReaderSize(r, 64<<10), done: make(chan struct{}),
 		life: life, cancel: cancel, calls: map[uint64]chan reply{}, streams: map[uint64]*stream{}, ctrl: make(chan reply, 1)}
 	logged := make(chan struct{})
 	read := make(chan struct{})
@@ -411,7 +412,8 @@ func (p *proc) call(ctx context.Context, reqs [][]engine.Tensor, streams []*stre
 		p.streams[s.id] = s
 	}
 	p.mu.Unlock()
-	if err := p.send(map[string]any{"op": "execute", "call": id, "tensors": all, "requests": wire}, datas); err != nil {
+	head := map[string]any{"op": "execute", "call": id, "tensors": all, "requests": wire, "instance": p.instance}
+	if err := p.send(head, datas); err != nil {
 		p.kill()
 		return reply{}, p.broken(ctx, "stopped reading", err)
 	}

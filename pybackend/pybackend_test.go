@@ -267,6 +267,8 @@ class TritonPythonModel:
             x = r.inputs()[0].as_numpy().reshape(-1)
             sender = r.get_response_sender()
             def run(x=x, sender=sender):
+                if x[0] == -2:
+                    raise RuntimeError("the thread died")
                 if x[0] == -1:
                     sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("no negative counts")), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                     return
@@ -332,6 +334,18 @@ func TestDecoupledStream(t *testing.T) {
 	})
 	if err != nil || modelErr == nil || !strings.Contains(modelErr.Error(), "no negative counts") {
 		t.Fatalf("error response: %v, %v", err, modelErr)
+	}
+	// A sender dropped without the final flag (its thread died) ends the
+	// request with an error instead of leaving it waiting.
+	modelErr = nil
+	err = b.Stream(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-2})}, func(outs []engine.Tensor, err error, final bool) error {
+		if err != nil && final {
+			modelErr = err
+		}
+		return nil
+	})
+	if err != nil || modelErr == nil || !strings.Contains(modelErr.Error(), "dropped the request's response sender") {
+		t.Fatalf("dropped sender: %v, %v", err, modelErr)
 	}
 	// A client that stops reading ends its request; the model keeps serving.
 	ctx, cancel := context.WithCancel(context.Background())

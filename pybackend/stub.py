@@ -16,6 +16,7 @@
 # model's responses ("send", by request "req") may leave from any thread,
 # during execute or after it returned.
 import asyncio
+import gc
 import importlib.util
 import inspect
 import itertools
@@ -25,8 +26,10 @@ import queue
 import struct
 import sys
 import threading
+import time
 import traceback
 import types
+import weakref
 
 import numpy as np
 
@@ -195,6 +198,20 @@ def _encode(tensors):
         )
         datas.append(data)
     return descs, datas
+
+
+# The response senders not yet final. A model thread that dies holding one
+# leaves it in a reference cycle (its traceback's frames): the reaper
+# collects those cycles once a second while any sender is open, so that
+# __del__ ends the request instead of leaving it waiting.
+_open_senders = weakref.WeakSet()
+
+
+def _reap():
+    while True:
+        time.sleep(1)
+        if len(_open_senders):
+            gc.collect()
 
 
 def make_pb_utils(channel):
@@ -418,6 +435,7 @@ def make_pb_utils(channel):
             self._req = req
             self._closed = False
             self._lock = threading.Lock()
+            _open_senders.add(self)
 
         def send(self, response=None, flags=0):
             final = bool(flags & pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -440,9 +458,30 @@ def make_pb_utils(channel):
                         head["response"] = True
                 channel.send(head, datas)
                 self._closed = final
+                if final:
+                    _open_senders.discard(self)
 
         def is_cancelled(self):
             return False
+
+        def __del__(self):
+            # A sender dropped without its final flag (the model's thread
+            # died) must not leave the request waiting for ever.
+            if self._closed:
+                return
+            self._closed = True
+            msg = "the model dropped the request's response sender without sending TRITONSERVER_RESPONSE_COMPLETE_FINAL"
+            try:
+                channel.send(
+                    {
+                        "op": "send",
+                        "req": self._req,
+                        "final": True,
+                        "error": {"message": msg, "code": 1},
+                    }
+                )
+            except Exception:  # noqa: BLE001, S110 - at interpreter exit there is no one to tell
+                pass
 
     class MetricFamily:
         """A custom metric family fw exports on /metrics (Triton's custom metrics)."""
@@ -703,6 +742,7 @@ def main():
     sys.modules["triton_python_backend_utils"] = pb
 
     threading.Thread(target=channel.read_loop, daemon=True).start()
+    threading.Thread(target=_reap, daemon=True).start()
     first = channel.main.get()
     if first is None:
         return 0
@@ -774,9 +814,10 @@ def _execute(pb, model, head, datas, decoupled):
         responses = _call(model.execute, requests)
         if decoupled:
             if responses is not None:
+                name = head.get("instance", "")
                 raise pb.TritonModelException(
-                    "a decoupled model's execute returns None: its responses go through "
-                    "request.get_response_sender()"
+                    f"Python model '{name}' is using the decoupled mode and the execute function "
+                    "must return None. (Its responses go through request.get_response_sender().)"
                 )
             return {"op": "result"}, []
         if (
