@@ -266,6 +266,8 @@ class TritonPythonModel:
         for r in requests:
             x = r.inputs()[0].as_numpy().reshape(-1)
             sender = r.get_response_sender()
+            if x[0] == -3:
+                raise pb_utils.TritonModelException("execute failed")
             def run(x=x, sender=sender):
                 if x[0] == -2:
                     raise RuntimeError("the thread died")
@@ -346,6 +348,18 @@ func TestDecoupledStream(t *testing.T) {
 	})
 	if err != nil || modelErr == nil || !strings.Contains(modelErr.Error(), "dropped the request's response sender") {
 		t.Fatalf("dropped sender: %v, %v", err, modelErr)
+	}
+	// An exception from execute ends the request with it, not with the
+	// dropped sender's error.
+	modelErr = nil
+	err = b.Stream(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-3})}, func(outs []engine.Tensor, err error, final bool) error {
+		if err != nil && final {
+			modelErr = err
+		}
+		return nil
+	})
+	if err != nil || modelErr == nil || !strings.Contains(modelErr.Error(), "execute failed") {
+		t.Fatalf("execute raised: %v, %v", err, modelErr)
 	}
 	// A client that stops reading ends its request; the model keeps serving.
 	ctx, cancel := context.WithCancel(context.Background())

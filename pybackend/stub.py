@@ -851,6 +851,9 @@ def _execute(pb, model, head, datas, decoupled):
         return head, [b for _, b in outdatas]
     except BaseException as e:  # noqa: BLE001 - the model's failure is this call's answer
         traceback.print_exc()
+        for req in requests:  # the error ends them: their senders say nothing more
+            if req._sender is not None:
+                req._sender._closed = True
         return {"op": "result", "error": _error_head(e)}, []
 
 
