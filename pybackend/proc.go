@@ -141,17 +141,20 @@ func (p *proc) readLoop() {
 	calls, streams := p.calls, p.streams
 	p.calls, p.streams = map[uint64]chan reply{}, map[uint64]*stream{}
 	p.mu.Unlock()
+	p.kill()
 	for _, ch := range calls {
 		ch <- reply{}
 	}
-	for _, s := range streams {
-		s.fail(p.died("ended before its last response", err))
+	if len(streams) > 0 {
+		end := p.diedNow("ended before its last response", err)
+		for _, s := range streams {
+			s.fail(end)
+		}
 	}
 	select {
 	case p.ctrl <- reply{}:
 	default:
 	}
-	p.kill()
 }
 
 // dispatch hands one message on; an error breaks the channel.
@@ -205,19 +208,38 @@ func (p *proc) exited() bool {
 	}
 }
 
-// kill ends the process (and any it started) now.
+// dead reports whether the process has ended or its channel has.
+func (p *proc) dead() bool {
+	if p.exited() {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ended != nil
+}
+
+// kill ends the process (and any it started) now; once it has been
+// reaped its group id may belong to another, so it is left alone.
 func (p *proc) kill() {
-	killGroup(p.cmd)
+	if !p.exited() {
+		killGroup(p.cmd)
+	}
 	_ = p.w.Close()
 	p.cancel()
 }
 
-// died describes the process's end for an error: its exit and last lines.
+// died describes the process's end for an error: its exit and last lines
+// (waiting a moment for it to exit).
 func (p *proc) died(what string, err error) error {
 	select {
 	case <-p.done:
 	case <-time.After(2 * time.Second):
 	}
+	return p.diedNow(what, err)
+}
+
+// diedNow is died without waiting.
+func (p *proc) diedNow(what string, err error) error {
 	p.mu.Lock()
 	tail := strings.Join(p.tail, "\n")
 	p.mu.Unlock()
@@ -266,11 +288,14 @@ type message struct {
 	Value     float64           `json:"value,omitempty"`     // its value
 }
 
+// wireError is an error a model answered: its message and TritonError code.
 type wireError struct {
 	Message string `json:"message"`
 	Code    int    `json:"code"`
 }
 
+// wireResponse is one response of an execute result: how many of the
+// result's tensors are its outputs, or its error.
 type wireResponse struct {
 	Outputs int        `json:"outputs"`
 	Error   *wireError `json:"error,omitempty"`
@@ -360,7 +385,7 @@ func (p *proc) initialize(ctx context.Context, args map[string]string) error {
 	case err != nil:
 		return err
 	case m.Op == "error":
-		return errors.New(m.Message)
+		return fmt.Errorf("initialize: %s", m.Message)
 	case m.Op != "ready":
 		return p.died("broke the protocol", fmt.Errorf("answered %q to init", m.Op))
 	}

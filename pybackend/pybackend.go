@@ -10,8 +10,8 @@
 //
 // The process is the model's own code: it runs with fw's user and
 // environment, as Triton runs it. What it sends back is checked (declared
-// outputs only, datatypes and sizes as declared, bytes bounded) before it
-// reaches a client; a process that dies or breaks the protocol is killed,
+// outputs only, each well formed for its datatype, bytes bounded) before
+// it reaches a client; a process that dies or breaks the protocol is killed,
 // the call fails with what it printed last, and the next call starts a
 // fresh one.
 package pybackend
@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sync"
 
@@ -98,9 +99,11 @@ func Start(ctx context.Context, cfg Config) (*Backend, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if _, err := exec.LookPath(cfg.Python); err != nil {
-		return nil, fmt.Errorf("the Python backend needs an interpreter with numpy: %s: %w (set fw serve --python)", cfg.Python, err)
+	py, err := interpreter(cfg.Python)
+	if err != nil {
+		return nil, err
 	}
+	cfg.Python = py
 	b := &Backend{cfg: cfg, idle: make(chan slot, 1), all: map[*proc]bool{}}
 	p, err := b.start(ctx, cfg.Instance)
 	if err != nil {
@@ -144,9 +147,11 @@ func AutoComplete(ctx context.Context, cfg Config, config []byte) ([]byte, error
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	if _, err := exec.LookPath(cfg.Python); err != nil {
-		return nil, fmt.Errorf("the Python backend needs an interpreter with numpy: %s: %w (set fw serve --python)", cfg.Python, err)
+	py, err := interpreter(cfg.Python)
+	if err != nil {
+		return nil, err
 	}
+	cfg.Python = py
 	p, err := spawn(cfg, 0)
 	if err != nil {
 		return nil, err
@@ -162,6 +167,20 @@ func AutoComplete(ctx context.Context, cfg Config, config []byte) ([]byte, error
 		return nil, p.died("broke the protocol", fmt.Errorf("answered %q to auto", m.Op))
 	}
 	return m.Config, nil
+}
+
+// interpreter resolves the interpreter as fw's working directory and PATH
+// name it, to an absolute path: the processes run in the model's version
+// directory.
+func interpreter(python string) (string, error) {
+	p, err := exec.LookPath(python)
+	if err == nil {
+		p, err = filepath.Abs(p)
+	}
+	if err != nil {
+		return "", fmt.Errorf("the Python backend needs an interpreter with numpy: %s: %w (set fw serve --python)", python, err)
+	}
+	return p, nil
 }
 
 // drop kills p and forgets it.
@@ -202,7 +221,7 @@ func (b *Backend) RunEach(ctx context.Context, reqs [][]engine.Tensor) ([][]engi
 	case <-ctx.Done():
 		return nil, nil, ctx.Err()
 	}
-	if s.p == nil || s.p.exited() {
+	if s.p == nil || s.p.dead() {
 		if s.p != nil {
 			b.drop(s.p)
 		}
@@ -234,15 +253,14 @@ func (b *Backend) Stream(ctx context.Context, inputs []engine.Tensor, send func(
 	if !b.cfg.Decoupled {
 		return fmt.Errorf("model %q is not decoupled: it answers through Run", b.cfg.Name)
 	}
-	st := &stream{out: make(chan streamMsg, 64), gone: make(chan struct{})}
-	defer close(st.gone)
+	st := &stream{ready: make(chan struct{}, 1)}
 	var s slot
 	select {
 	case s = <-b.idle:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if s.p == nil || s.p.exited() {
+	if s.p == nil || s.p.dead() {
 		if s.p != nil {
 			b.drop(s.p)
 		}
@@ -254,7 +272,10 @@ func (b *Backend) Stream(ctx context.Context, inputs []engine.Tensor, send func(
 		s.p = p
 	}
 	p := s.p
-	r, err := p.call(ctx, [][]engine.Tensor{inputs}, []*stream{st})
+	// A client that goes away during execute ends only its own request
+	// (below): the call itself is not given up, which would kill the
+	// process and every other request streaming from it.
+	r, err := p.call(context.WithoutCancel(ctx), [][]engine.Tensor{inputs}, []*stream{st})
 	if err != nil {
 		b.drop(p)
 		b.idle <- slot{i: s.i}
@@ -267,15 +288,17 @@ func (b *Backend) Stream(ctx context.Context, inputs []engine.Tensor, send func(
 	}
 	for {
 		select {
-		case msg := <-st.out:
+		case <-st.ready:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for _, msg := range st.take() {
 			if err := send(msg.outs, msg.err, msg.final); err != nil {
 				return err
 			}
 			if msg.final {
 				return nil
 			}
-		case <-ctx.Done():
-			return ctx.Err()
 		}
 	}
 }
@@ -291,14 +314,25 @@ type streamMsg struct {
 }
 
 // stream is one decoupled request in flight: its responses, in order,
-// until the final one. The reader delivers; gone closes when nobody reads.
+// until the final one. The reader only appends (it never waits for a slow
+// client, which would hold up every request of the process); ready says
+// there is something to take.
 type stream struct {
-	id   uint64
-	out  chan streamMsg
-	gone chan struct{}
+	id    uint64
+	ready chan struct{}
 
 	mu     sync.Mutex
+	queue  []streamMsg
 	closed bool
+}
+
+// take returns the responses queued so far.
+func (s *stream) take() []streamMsg {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queue
+	s.queue = nil
+	return q
 }
 
 // deliver hands on one "send" of the model, checked against cfg.
@@ -316,7 +350,7 @@ func (s *stream) deliver(cfg Config, m *message, datas [][]byte) {
 // fail ends the request with err.
 func (s *stream) fail(err error) { s.put(streamMsg{err: err, final: true}) }
 
-// put queues msg unless the request has ended or its reader is gone.
+// put queues msg unless the request has ended.
 func (s *stream) put(msg streamMsg) {
 	s.mu.Lock()
 	if s.closed {
@@ -324,10 +358,11 @@ func (s *stream) put(msg streamMsg) {
 		return
 	}
 	s.closed = msg.final
+	s.queue = append(s.queue, msg)
 	s.mu.Unlock()
 	select {
-	case s.out <- msg:
-	case <-s.gone:
+	case s.ready <- struct{}{}:
+	default:
 	}
 }
 
@@ -363,6 +398,7 @@ type ModelError struct {
 	Msg   string
 }
 
+// Error names the model and says what it answered.
 func (e *ModelError) Error() string { return fmt.Sprintf("Python model %q: %s", e.Model, e.Msg) }
 
 // datatypes are the V2 names of the element types a Python model moves
@@ -376,6 +412,7 @@ var datatypes = map[engine.DType]string{
 // Takes reports whether a Python model can take tensors of dt.
 func Takes(dt engine.DType) bool { _, ok := datatypes[dt]; return ok }
 
+// dtypeOf is the element type of a V2 datatype name a Python model may send.
 func dtypeOf(name string) (engine.DType, bool) {
 	for d, n := range datatypes {
 		if n == name {
@@ -385,6 +422,7 @@ func dtypeOf(name string) (engine.DType, bool) {
 	return engine.Invalid, false
 }
 
+// specIndex is the position of the tensor name in specs, -1 when absent.
 func specIndex(specs []engine.TensorSpec, name string) int {
 	return slices.IndexFunc(specs, func(s engine.TensorSpec) bool { return s.Name == name })
 }

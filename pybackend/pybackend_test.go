@@ -162,6 +162,32 @@ func TestWrongOutputs(t *testing.T) {
 	}
 }
 
+// TestRelativeInterpreter: --python relative to fw's working directory
+// works though the processes run in the version directory.
+func TestRelativeInterpreter(t *testing.T) {
+	abs, err := exec.LookPath(python(t))
+	if err == nil {
+		abs, err = filepath.Abs(abs)
+	}
+	if err != nil {
+		t.Skip(err)
+	}
+	wd, _ := os.Getwd()
+	rel, err := filepath.Rel(wd, abs)
+	if err != nil || !strings.Contains(rel, "/") {
+		t.Skipf("no relative path to %s", abs)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "model.py"), []byte("class TritonPythonModel:\n    pass\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := Start(context.Background(), Config{Python: rel, File: filepath.Join(dir, "model.py"), Dir: dir, Name: "m"})
+	if err != nil {
+		t.Fatalf("Start with %s: %v", rel, err)
+	}
+	_ = b.Close()
+}
+
 func TestInitializeFails(t *testing.T) {
 	dir := t.TempDir()
 	src := "class TritonPythonModel:\n    def initialize(self, args):\n        raise ValueError('no weights here')\n"
@@ -268,6 +294,11 @@ class TritonPythonModel:
             sender = r.get_response_sender()
             if x[0] == -3:
                 raise pb_utils.TritonModelException("execute failed")
+            if x[0] == -4:  # many responses before execute returns
+                for i in range(200):
+                    sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([i], dtype=np.float32)), pb_utils.Tensor("IDX", np.array([i], dtype=np.float32))]))
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                continue
             def run(x=x, sender=sender):
                 if x[0] == -2:
                     raise RuntimeError("the thread died")
@@ -348,6 +379,19 @@ func TestDecoupledStream(t *testing.T) {
 	})
 	if err != nil || modelErr == nil || !strings.Contains(modelErr.Error(), "dropped the request's response sender") {
 		t.Fatalf("dropped sender: %v, %v", err, modelErr)
+	}
+	// Many responses sent inside execute, read by a slow client: the
+	// channel's reader never waits for it.
+	n := 0
+	err = b.Stream(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-4})}, func(outs []engine.Tensor, err error, final bool) error {
+		if outs != nil {
+			n++
+			time.Sleep(time.Millisecond)
+		}
+		return err
+	})
+	if err != nil || n != 200 {
+		t.Fatalf("200 responses from execute: got %d, %v", n, err)
 	}
 	// An exception from execute ends the request with it, not with the
 	// dropped sender's error.

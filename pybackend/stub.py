@@ -26,7 +26,6 @@ import queue
 import struct
 import sys
 import threading
-import time
 import traceback
 import types
 import weakref
@@ -34,6 +33,12 @@ import weakref
 import numpy as np
 
 MAX_HEADER = 1 << 20
+
+# TRITONSERVER_DataType's codes, by position.
+_CODES = [
+    "INVALID", "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
+    "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES", "BF16",
+]  # fmt: skip
 
 _NUMPY = {
     "BOOL": np.bool_,
@@ -207,11 +212,26 @@ def _encode(tensors):
 _open_senders = weakref.WeakSet()
 
 
-def _reap():
+_dropped = queue.SimpleQueue()
+
+
+def _reap(channel):
+    msg = "the model dropped the request's response sender without sending TRITONSERVER_RESPONSE_COMPLETE_FINAL"
     while True:
-        time.sleep(1)
-        if len(_open_senders):
-            gc.collect()
+        try:
+            req = _dropped.get(timeout=1)
+        except queue.Empty:
+            if len(_open_senders):
+                gc.collect()
+            continue
+        channel.send(
+            {
+                "op": "send",
+                "req": req,
+                "final": True,
+                "error": {"message": msg, "code": 1},
+            }
+        )
 
 
 def make_pb_utils(channel):
@@ -275,7 +295,7 @@ def make_pb_utils(channel):
             return list(self._array.shape)
 
         def triton_dtype(self):
-            return "BF16" if self._bf16 else _datatype(self._array)
+            return _CODES.index("BF16" if self._bf16 else _datatype(self._array))
 
         def to_dlpack(self):
             torch = _torch()
@@ -470,16 +490,10 @@ def make_pb_utils(channel):
             if self._closed:
                 return
             self._closed = True
-            msg = "the model dropped the request's response sender without sending TRITONSERVER_RESPONSE_COMPLETE_FINAL"
+            # Sent by the reaper: a finaliser may run inside a send (a
+            # collection), where sending again would deadlock on its lock.
             try:
-                channel.send(
-                    {
-                        "op": "send",
-                        "req": self._req,
-                        "final": True,
-                        "error": {"message": msg, "code": 1},
-                    }
-                )
+                _dropped.put(self._req)
             except Exception:  # noqa: BLE001, S110 - at interpreter exit there is no one to tell
                 pass
 
@@ -584,10 +598,17 @@ def make_pb_utils(channel):
         return _NUMPY[s.replace("TYPE_", "").replace("STRING", "BYTES")]
 
     def numpy_to_triton_type(t):
-        return _datatype(np.empty(0, dtype=t))
+        """TRITONSERVER_DataType's code of a numpy type (None: none)."""
+        try:
+            return _CODES.index(_datatype(np.empty(0, dtype=t)))
+        except (TypeError, ValueError):
+            return None
 
-    def triton_to_numpy_type(s):
-        return triton_string_to_numpy(s) if isinstance(s, str) else None
+    def triton_to_numpy_type(code):
+        """The numpy type of a TRITONSERVER_DataType code (None: none)."""
+        if isinstance(code, int) and 0 < code < len(_CODES) and _CODES[code] in _NUMPY:
+            return _NUMPY[_CODES[code]]
+        return None
 
     class Logger:
         INFO, WARNING, ERROR, VERBOSE = 0, 1, 2, 3
@@ -650,18 +671,33 @@ class ModelConfig:
         return self._cfg
 
     def set_max_batch_size(self, n):
+        have = self._cfg.get("max_batch_size", 0)
+        if have not in (0, int(n)):
+            raise ValueError(
+                f"max_batch_size {n} conflicts with the configuration's {have}"
+            )
         self._cfg["max_batch_size"] = int(n)
 
     def _add(self, kind, io):
+        """Triton's rule: a tensor listed already is completed, not added
+        again, and a value that differs from the configuration's is refused."""
         if not isinstance(io, dict) or not io.get("name"):
             raise ValueError(f"{kind} must be a dict with a name")
-        if any(x.get("name") == io["name"] for x in self._cfg[kind]):
-            raise ValueError(
-                "{} '{}' already exists in the configuration".format(kind, io["name"])
-            )
+        for key in ("data_type", "dims"):
+            if key not in io:
+                raise ValueError(f"{kind} '{io['name']}' needs '{key}'")
         io = dict(io)
-        if "dims" in io:
-            io["dims"] = [int(d) for d in io["dims"]]
+        io["dims"] = [int(d) for d in io["dims"]]
+        for have in self._cfg[kind]:
+            if have.get("name") != io["name"]:
+                continue
+            for key, value in io.items():
+                if key in have and have[key] not in (value, [], "", "TYPE_INVALID"):
+                    raise ValueError(
+                        f"{kind} '{io['name']}': {key} {value!r} conflicts with the configuration's {have[key]!r}"
+                    )
+                have[key] = value
+            return
         self._cfg[kind].append(io)
 
     def add_input(self, io):
@@ -742,7 +778,7 @@ def main():
     sys.modules["triton_python_backend_utils"] = pb
 
     threading.Thread(target=channel.read_loop, daemon=True).start()
-    threading.Thread(target=_reap, daemon=True).start()
+    threading.Thread(target=_reap, args=(channel,), daemon=True).start()
     first = channel.main.get()
     if first is None:
         return 0
