@@ -272,10 +272,11 @@ func (b *Backend) Stream(ctx context.Context, inputs []engine.Tensor, send func(
 		s.p = p
 	}
 	p := s.p
-	// A client that goes away during execute ends only its own request
-	// (below): the call itself is not given up, which would kill the
-	// process and every other request streaming from it.
-	r, err := p.call(context.WithoutCancel(ctx), [][]engine.Tensor{inputs}, []*stream{st})
+	// The request's context bounds its execute call: a shutdown (or the
+	// client going away) while execute runs kills the process, which is
+	// the only way to stop Python mid-call; after execute returned, a
+	// client that leaves ends only its own request (below).
+	r, err := p.call(ctx, [][]engine.Tensor{inputs}, []*stream{st})
 	if err != nil {
 		b.drop(p)
 		b.idle <- slot{i: s.i}
