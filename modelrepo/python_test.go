@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,28 +11,11 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/internal/testmodels"
 	"github.com/fw-serve/fw/serving"
 )
 
-// pythonBin is an interpreter with numpy (FW_PYTHON, FW_VENV's, python3);
-// without one the test skips, unless FW_REQUIRE_MODELS is set (make test).
-func pythonBin(t *testing.T) string {
-	t.Helper()
-	py := os.Getenv("FW_PYTHON")
-	if py == "" && os.Getenv("FW_VENV") != "" {
-		py = filepath.Join(os.Getenv("FW_VENV"), "bin", "python")
-	}
-	if py == "" {
-		py = "python3"
-	}
-	if err := exec.Command(py, "-c", "import numpy").Run(); err != nil {
-		if os.Getenv("FW_REQUIRE_MODELS") != "" {
-			t.Fatalf("a Python with numpy is needed (FW_PYTHON): %s: %v", py, err)
-		}
-		t.Skipf("no Python with numpy (%s): %v", py, err)
-	}
-	return py
-}
+func pythonBin(t *testing.T) string { return testmodels.NumpyPython(t) }
 
 // writePython writes a Python model: config.pbtxt (none when config is
 // empty) and 1/model.py.

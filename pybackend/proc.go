@@ -33,7 +33,8 @@ const tailLines = 8
 type proc struct {
 	cmd      *exec.Cmd
 	cfg      Config
-	instance string // its model_instance_name
+	instance string   // its model_instance_name
+	outNames []string // the configuration's outputs, every request's requested_output_names
 	w        io.WriteCloser
 	r        *bufio.Reader
 	done     chan struct{} // closed once the process has exited
@@ -82,6 +83,9 @@ func spawn(cfg Config, i int) (*proc, error) {
 	life, cancel := context.WithCancel(context.Background())
 	p := &proc{cmd: cmd, cfg: cfg, instance: fmt.Sprintf("%s_0_%d", cfg.Name, i), w: w, r: bufio.NewReaderSize(r, 64<<10), done: make(chan struct{}),
 		life: life, cancel: cancel, calls: map[uint64]chan reply{}, streams: map[uint64]*stream{}, ctrl: make(chan reply, 1)}
+	for _, o := range cfg.Outputs {
+		p.outNames = append(p.outNames, o.Name)
+	}
 	logged := make(chan struct{})
 	read := make(chan struct{})
 	go func() {
@@ -404,10 +408,6 @@ type wireRequest struct {
 // process: Python cannot be interrupted mid-execute.
 func (p *proc) call(ctx context.Context, reqs [][]engine.Tensor, streams []*stream) (reply, error) {
 	defer context.AfterFunc(ctx, p.kill)()
-	names := make([]string, len(p.cfg.Outputs))
-	for i, o := range p.cfg.Outputs {
-		names[i] = o.Name
-	}
 	var all []wireTensor
 	var datas [][]byte
 	wire := make([]wireRequest, len(reqs))
@@ -418,7 +418,7 @@ func (p *proc) call(ctx context.Context, reqs [][]engine.Tensor, streams []*stre
 			datas = append(datas, t.Data)
 		}
 		all = append(all, descs...)
-		wire[i] = wireRequest{Inputs: descs, Outputs: names}
+		wire[i] = wireRequest{Inputs: descs, Outputs: p.outNames}
 	}
 	ch := make(chan reply, 1)
 	p.mu.Lock()

@@ -12,27 +12,10 @@ import (
 	"time"
 
 	"github.com/fw-serve/fw/engine"
+	"github.com/fw-serve/fw/internal/testmodels"
 )
 
-// python is an interpreter with numpy: FW_PYTHON, FW_VENV's, or python3.
-// Without one the tests skip, unless FW_REQUIRE_MODELS is set (make test).
-func python(t *testing.T) string {
-	t.Helper()
-	py := os.Getenv("FW_PYTHON")
-	if py == "" && os.Getenv("FW_VENV") != "" {
-		py = filepath.Join(os.Getenv("FW_VENV"), "bin", "python")
-	}
-	if py == "" {
-		py = "python3"
-	}
-	if err := exec.Command(py, "-c", "import numpy").Run(); err != nil {
-		if os.Getenv("FW_REQUIRE_MODELS") != "" {
-			t.Fatalf("a Python with numpy is needed (FW_PYTHON): %s: %v", py, err)
-		}
-		t.Skipf("no Python with numpy (%s): %v", py, err)
-	}
-	return py
-}
+func python(t *testing.T) string { return testmodels.NumpyPython(t) }
 
 const addSub = `
 import json

@@ -4,6 +4,7 @@ package testmodels
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -37,6 +38,24 @@ func Require(t testing.TB, reason string) {
 		t.Fatal(reason)
 	}
 	t.Skip(reason)
+}
+
+// NumpyPython returns an interpreter with numpy (FW_PYTHON, FW_VENV's, or
+// python3), for tests of Python-backend models; without one the test is
+// skipped or fails as Require says.
+func NumpyPython(t testing.TB) string {
+	t.Helper()
+	py := os.Getenv("FW_PYTHON")
+	if py == "" && os.Getenv("FW_VENV") != "" {
+		py = filepath.Join(os.Getenv("FW_VENV"), "bin", "python")
+	}
+	if py == "" {
+		py = "python3"
+	}
+	if err := exec.Command(py, "-c", "import numpy").Run(); err != nil {
+		Require(t, "a Python with numpy is needed (FW_PYTHON): "+py+": "+err.Error())
+	}
+	return py
 }
 
 // Triton returns the ONNX file of one of Triton's sample models that `make
