@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # make fuzz: every Go fuzz target of the module for FUZZTIME (default 10s; a
 # count such as 2000x runs that many executions, as make fuzz-smoke does).
+# Each package's fuzz-instrumented test binary is built once (`go test -c
+# -fuzz .`) and run for each of its targets, in the package's directory so a
+# failing input lands in its testdata/fuzz/ as `go test -fuzz` puts it: a
+# `go test -fuzz` per target would link the binary again each time (about a
+# second per target, most of make fuzz-smoke's time).
 # A target fails on a real finding: a failing input written to
 # testdata/fuzz/, a panic or a test error. A bare "context deadline exceeded"
 # at the -fuzztime boundary with no failing input is a race in Go's fuzzing
@@ -10,27 +15,33 @@
 set -euo pipefail
 go=${GO:-go}
 fuzztime=${FUZZTIME:-10s}
-log=$(mktemp /tmp/fw-fuzz.XXXXXX)
-trap 'rm -f "$log"' EXIT
+work=$(mktemp -d /tmp/fw-fuzz.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+log=$work/log
+cache=$("$go" env GOCACHE)/fuzz
 
-run() { "$go" test -run '^$' -fuzz "^$2\$" -fuzztime "$fuzztime" "$1" >"$log" 2>&1; }
+run() { (cd "$1" && "$2" -test.run '^$' -test.fuzz "^$3\$" -test.fuzztime "$fuzztime" -test.fuzzcachedir "$cache/$4/$3") >"$log" 2>&1; }
 boundary_race() {
 	grep -q 'context deadline exceeded' "$log" && ! grep -qE 'Failing input written|panic:|_test\.go:[0-9]+:' "$log"
 }
 
 for pkg in $("$go" list ./...); do
 	dir=$("$go" list -f '{{.Dir}}' "$pkg")
-	for t in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/func //'); do
+	targets=$(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/func //' || true)
+	[ -n "$targets" ] || continue
+	bin=$work/$(echo "$pkg" | tr '/' '_').test
+	"$go" test -c -fuzz . -o "$bin" "$pkg"
+	for t in $targets; do
 		echo "    $pkg $t"
-		if run "$pkg" "$t"; then
+		if run "$dir" "$bin" "$t" "$pkg"; then
 			continue
 		fi
 		if boundary_race; then
 			echo "      Go's -fuzztime shutdown race (go.dev/issue/75804), no failing input: running it again"
-			run "$pkg" "$t" && continue
+			run "$dir" "$bin" "$t" "$pkg" && continue
 			if boundary_race; then
 				echo "      the same race again: a third run"
-				run "$pkg" "$t" && continue
+				run "$dir" "$bin" "$t" "$pkg" && continue
 			fi
 		fi
 		cat "$log"
