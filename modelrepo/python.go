@@ -197,6 +197,7 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 		}
 	}
 	bc.Instances = max(1, count)
+	bc.RequestContext = true // an execute of one request follows it: is_cancelled() when its client leaves
 	described, err := describePython(name, cfg, labels, filepath.Base(path), bc)
 	if err != nil {
 		return nil, err

@@ -22,6 +22,12 @@ const maxHeader = 1 << 20
 // finalizeWait is how long finalize may take before the process is killed.
 const finalizeWait = 10 * time.Second
 
+// cancelGrace is how long an execute call whose request ended (its client
+// went away, its deadline passed, the server stops) may go on after the
+// model was told (request.is_cancelled() turns true) before its process
+// is killed: Python cannot be interrupted mid-call.
+const cancelGrace = 5 * time.Second
+
 // tailLines is how many of the process's last lines an error quotes.
 const tailLines = 8
 
@@ -49,6 +55,7 @@ type proc struct {
 	nextID  uint64
 	calls   map[uint64]chan reply // execute calls waiting for their result
 	streams map[uint64]*stream    // decoupled requests not yet final
+	blsStop map[uint64]func()     // BLS calls to decoupled models in flight: their cancel()
 	ctrl    chan reply            // answers to init, auto and finalize
 	ended   error                 // why the reader stopped (nil while it reads)
 }
@@ -82,7 +89,7 @@ func spawn(cfg Config, i int) (*proc, error) {
 	}
 	life, cancel := context.WithCancel(context.Background())
 	p := &proc{cmd: cmd, cfg: cfg, instance: fmt.Sprintf("%s_0_%d", cfg.Name, i), w: w, r: bufio.NewReaderSize(r, 64<<10), done: make(chan struct{}),
-		life: life, cancel: cancel, calls: map[uint64]chan reply{}, streams: map[uint64]*stream{}, ctrl: make(chan reply, 1)}
+		life: life, cancel: cancel, calls: map[uint64]chan reply{}, streams: map[uint64]*stream{}, blsStop: map[uint64]func(){}, ctrl: make(chan reply, 1)}
 	for _, o := range cfg.Outputs {
 		p.outNames = append(p.outNames, o.Name)
 	}
@@ -195,11 +202,32 @@ func (p *proc) dispatch(m *message, datas [][]byte) error {
 	case "bls":
 		go p.bls(m, datas)
 		return nil
+	case "bls_cancel": // the model's response iterator's cancel(); ignored once the call ended
+		p.mu.Lock()
+		stop := p.blsStop[m.ID]
+		p.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+		return nil
 	case "metric_family", "metric":
 		p.metric(m)
 		return nil
 	}
 	return fmt.Errorf("an unknown message %q", m.Op)
+}
+
+// cancelRequests tells the process that the requests with these ids are
+// cancelled: their is_cancelled() turns true. A process that no longer
+// reads is left to the caller's kill.
+func (p *proc) cancelRequests(ids []uint64) {
+	_ = p.send(cancelMessage{Op: "cancel", Reqs: ids}, nil)
+}
+
+// cancelMessage tells the process which requests were cancelled.
+type cancelMessage struct {
+	Op   string   `json:"op"`
+	Reqs []uint64 `json:"reqs"`
 }
 
 // exited reports whether the process has ended.
@@ -400,14 +428,21 @@ func (p *proc) initialize(ctx context.Context, args map[string]string) error {
 type wireRequest struct {
 	Inputs  []wireTensor `json:"inputs"`
 	Outputs []string     `json:"outputs"`
-	Req     uint64       `json:"req,omitempty"` // a decoupled request's id, its responses' "req"
+	Req     uint64       `json:"req,omitempty"` // the request's id: a cancel names it, a decoupled one's responses carry it
 }
 
 // call runs one execute of reqs (decoupled: each registered as a stream
-// under its id) and returns the result message. ctx ending first kills the
-// process: Python cannot be interrupted mid-execute.
-func (p *proc) call(ctx context.Context, reqs [][]engine.Tensor, streams []*stream) (reply, error) {
-	defer context.AfterFunc(ctx, p.kill)()
+// under its id, after which registered, when not nil, is closed) and
+// returns the result message. ctx ending first tells the model its
+// requests are cancelled (request.is_cancelled()) and kills the process
+// when execute has not returned cancelGrace later: Python cannot be
+// interrupted mid-execute.
+func (p *proc) call(ctx context.Context, reqs [][]engine.Tensor, streams []*stream, registered chan<- struct{}) (reply, error) {
+	defer func() {
+		if registered != nil {
+			close(registered)
+		}
+	}()
 	var all []wireTensor
 	var datas [][]byte
 	wire := make([]wireRequest, len(reqs))
@@ -430,13 +465,31 @@ func (p *proc) call(ctx context.Context, reqs [][]engine.Tensor, streams []*stre
 	p.nextID++
 	id := p.nextID
 	p.calls[id] = ch
-	for i, s := range streams {
+	ids := make([]uint64, len(wire))
+	for i := range wire {
 		p.nextID++
-		s.id = p.nextID
-		wire[i].Req = s.id
-		p.streams[s.id] = s
+		wire[i].Req, ids[i] = p.nextID, p.nextID
+		if i < len(streams) {
+			streams[i].id = p.nextID
+			p.streams[p.nextID] = streams[i]
+		}
 	}
 	p.mu.Unlock()
+	if registered != nil {
+		close(registered)
+		registered = nil
+	}
+	done := make(chan struct{})
+	defer close(done)
+	defer context.AfterFunc(ctx, func() {
+		kill := time.AfterFunc(cancelGrace, p.kill) // also ends a send that no longer goes through
+		p.cancelRequests(ids)
+		select {
+		case <-done:
+			kill.Stop()
+		case <-p.done:
+		}
+	})()
 	head := map[string]any{"op": "execute", "call": id, "tensors": all, "requests": wire, "instance": p.instance}
 	if err := p.send(head, datas); err != nil {
 		p.kill()
@@ -456,7 +509,7 @@ func (p *proc) call(ctx context.Context, reqs [][]engine.Tensor, streams []*stre
 // response's outputs in cfg.Outputs' order, checked against them, or the
 // error the model answered for it. err is a failure of the whole call.
 func (p *proc) execute(ctx context.Context, reqs [][]engine.Tensor) ([][]engine.Tensor, []error, error) {
-	r, err := p.call(ctx, reqs, nil)
+	r, err := p.call(ctx, reqs, nil, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -498,11 +551,33 @@ func (p *proc) broken(ctx context.Context, what string, err error) error {
 // modelError is the error a model answered, an *engine.InputError when
 // it said the request was invalid (TritonError.INVALID_ARG).
 func modelError(name string, e *wireError) error {
-	const invalidArg = 3
-	if e.Code == invalidArg {
+	if e.Code == codeInvalidArg {
 		return &engine.InputError{Msg: e.Message}
 	}
-	return &ModelError{Model: name, Msg: e.Message}
+	return &ModelError{Model: name, Msg: e.Message, Code: e.Code}
+}
+
+// TritonError's codes that fw tells apart.
+const (
+	codeInternal   = 1
+	codeInvalidArg = 3
+	codeCancelled  = 7
+)
+
+// errorCode is the TritonError code a BLS caller sees for err: the
+// model's own code, INVALID_ARG for a request the model refused,
+// CANCELLED for a call given up, else INTERNAL.
+func errorCode(err error) int {
+	var me *ModelError
+	switch {
+	case errors.As(err, &me) && me.Code != 0:
+		return me.Code
+	case errors.As(err, new(*engine.InputError)):
+		return codeInvalidArg
+	case errors.Is(err, context.Canceled):
+		return codeCancelled
+	}
+	return codeInternal
 }
 
 // outputs checks a response's tensors against the configuration: each a
@@ -581,7 +656,9 @@ func (p *proc) bls(m *message, datas [][]byte) {
 		}
 		return nil
 	}
-	fail := func(err error) { _ = answer(map[string]any{"error": err.Error(), "final": true}, nil) }
+	fail := func(err error) {
+		_ = answer(map[string]any{"error": err.Error(), "code": errorCode(err), "final": true}, nil)
+	}
 	if p.cfg.Call == nil || (m.Decoupled && p.cfg.StreamCall == nil) {
 		fail(errors.New("this server runs no other models for a Python model"))
 		return
@@ -618,11 +695,20 @@ func (p *proc) bls(m *message, datas [][]byte) {
 		return map[string]any{"tensors": descs, "final": final}, odatas, nil
 	}
 	if m.Decoupled {
+		ctx, stop := withCancelRequest(p.life)
+		p.mu.Lock()
+		p.blsStop[m.ID] = stop
+		p.mu.Unlock()
+		defer func() {
+			p.mu.Lock()
+			delete(p.blsStop, m.ID)
+			p.mu.Unlock()
+		}()
 		finished := false
-		err := p.cfg.StreamCall(p.life, m.Model, m.Version, ins, m.Outputs, func(outs map[string]engine.Tensor, err error, final bool) error {
+		err := p.cfg.StreamCall(ctx, m.Model, m.Version, ins, m.Outputs, func(outs map[string]engine.Tensor, err error, final bool) error {
 			finished = final
 			if err != nil {
-				return answer(map[string]any{"error": err.Error(), "final": final}, nil)
+				return answer(map[string]any{"error": err.Error(), "code": errorCode(err), "final": final}, nil)
 			}
 			head, odatas, err := encode(outs, final)
 			if err != nil {

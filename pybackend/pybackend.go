@@ -232,23 +232,43 @@ func (b *Backend) RunEach(ctx context.Context, reqs [][]engine.Tensor) ([][]engi
 		}
 		s.p = p
 	}
-	outs, errs, err := s.p.execute(ctx, reqs)
-	if err != nil && !errors.As(err, new(*ModelError)) && !errors.As(err, new(*engine.InputError)) {
-		b.drop(s.p) // a broken channel or a dead process: the next call starts a fresh one
-		b.idle <- slot{i: s.i}
-		return nil, nil, err
+	// ctx ending answers the caller at once; the process is told and keeps
+	// its instance until execute returns (or is killed for it).
+	type result struct {
+		outs [][]engine.Tensor
+		errs []error
+		err  error
 	}
-	b.idle <- s
-	return outs, errs, err
+	done := make(chan result, 1)
+	go func() {
+		outs, errs, err := s.p.execute(ctx, reqs)
+		if err != nil && !errors.As(err, new(*ModelError)) && !errors.As(err, new(*engine.InputError)) {
+			b.drop(s.p) // a broken channel or a dead process: the next call starts a fresh one
+			b.idle <- slot{i: s.i}
+		} else {
+			b.idle <- s
+		}
+		done <- result{outs, errs, err}
+	}()
+	select {
+	case r := <-done:
+		return r.outs, r.errs, r.err
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
 }
 
 // Stream runs one request of a decoupled model and hands each of its
-// responses to send as it arrives: outputs in the configuration's order
-// or the error the model answered, final on the last (which may carry
-// neither: Triton's empty final response). It returns once the final
-// response is sent, or with the first error of send, ctx or the process.
-// The instance is free for the next request as soon as execute returns;
-// the responses may come later, from the model's own threads.
+// responses to send as it arrives, while execute runs and after it
+// returned: outputs in the configuration's order or the error the model
+// answered, final on the last (which may carry neither: Triton's empty
+// final response). It returns once the final response is sent, or with
+// the first error of send, ctx or the process. The instance is free for
+// the next request as soon as execute returns; the responses may come
+// later, from the model's own threads. ctx ending tells the model the
+// request is cancelled (its sender's is_cancelled()), as does a soft
+// cancellation (a BLS caller's cancel()), after which the responses
+// still come.
 func (b *Backend) Stream(ctx context.Context, inputs []engine.Tensor, send func(outs []engine.Tensor, err error, final bool) error) error {
 	if !b.cfg.Decoupled {
 		return fmt.Errorf("model %q is not decoupled: it answers through Run", b.cfg.Name)
@@ -272,29 +292,46 @@ func (b *Backend) Stream(ctx context.Context, inputs []engine.Tensor, send func(
 		s.p = p
 	}
 	p := s.p
-	// The request's context bounds its execute call: a shutdown (or the
-	// client going away) while execute runs kills the process, which is
-	// the only way to stop Python mid-call; after execute returned, a
-	// client that leaves ends only its own request (below).
-	r, err := p.call(ctx, [][]engine.Tensor{inputs}, []*stream{st})
-	if err != nil {
-		b.drop(p)
-		b.idle <- slot{i: s.i}
-		return err
-	}
-	b.idle <- s
+	// execute runs beside the delivery below: a model may send (and wait
+	// for its caller to cancel) inside execute. Its end frees the instance;
+	// an exception ends the request after what it sent.
+	registered := make(chan struct{})
+	go func() {
+		r, err := p.call(ctx, [][]engine.Tensor{inputs}, []*stream{st}, registered)
+		if err != nil {
+			b.drop(p)
+			b.idle <- slot{i: s.i}
+			st.fail(err)
+			return
+		}
+		b.idle <- s
+		if r.m.Error != nil {
+			st.fail(modelError(b.cfg.Name, r.m.Error))
+		}
+	}()
+	<-registered // st.id is set
 	defer p.forget(st)
-	if r.m.Error != nil { // execute raised: after what it sent, the error ends the request
-		st.fail(modelError(b.cfg.Name, r.m.Error))
-	}
+	soft := cancelRequested(ctx)
 	for {
 		select {
 		case <-st.ready:
+		case <-soft:
+			soft = nil
+			if st.id != 0 {
+				p.cancelRequests([]uint64{st.id})
+			}
+			continue
 		case <-ctx.Done():
+			if st.id != 0 {
+				p.cancelRequests([]uint64{st.id})
+			}
 			return ctx.Err()
 		}
 		for _, msg := range st.take() {
 			if err := send(msg.outs, msg.err, msg.final); err != nil {
+				if st.id != 0 {
+					p.cancelRequests([]uint64{st.id})
+				}
 				return err
 			}
 			if msg.final {
@@ -397,6 +434,9 @@ type slot struct {
 type ModelError struct {
 	Model string
 	Msg   string
+	// Code is the TritonError code the model gave (1, INTERNAL, unless it
+	// said otherwise; 7 is CANCELLED).
+	Code int
 }
 
 // Error names the model and says what it answered.

@@ -401,3 +401,174 @@ func TestDecoupledStream(t *testing.T) {
 		t.Fatal("Run on a decoupled model answered")
 	}
 }
+
+// untilCancelled waits in execute for a request whose INPUT0 starts with 0
+// until it is cancelled, and counts those it saw cancelled; other requests
+// answer the process's pid (OUTPUT0) and that count (OUTPUT1).
+const untilCancelled = `
+import os, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    seen = 0
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            if a.flat[0] == 0:
+                for _ in range(1500):
+                    if r.is_cancelled():
+                        break
+                    time.sleep(0.01)
+                TritonPythonModel.seen += int(r.is_cancelled())
+                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("cancelled", pb_utils.TritonError.CANCELLED)))
+                continue
+            out.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT0", np.full(a.shape, os.getpid(), np.float32)),
+                pb_utils.Tensor("OUTPUT1", np.full(a.shape, str(TritonPythonModel.seen).encode(), dtype=object)),
+            ]))
+        return out
+`
+
+// A request given up during execute is told so (is_cancelled()), its
+// caller is answered at once, and a model that returns keeps its process.
+func TestCancelledRequestIsTold(t *testing.T) {
+	b, _ := start(t, untilCancelled, nil)
+	one := engine.FromFloat32([]int64{1, 4}, []float32{1, 1, 1, 1})
+	zero := engine.FromFloat32([]int64{1, 4}, []float32{0, 0, 0, 0})
+	probe := func() (pid float32, seen string) {
+		t.Helper()
+		out, err := b.Run(context.Background(), []engine.Tensor{one, one})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := out[1].Strings()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out[0].Float32s()[0], string(s[0])
+	}
+	pid, seen := probe()
+	if seen != "0" {
+		t.Fatalf("seen %q before any cancellation", seen)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	if _, err := b.Run(ctx, []engine.Tensor{zero, zero}); !errors.Is(err, context.DeadlineExceeded) || time.Since(began) > 2*time.Second {
+		t.Fatalf("a request past its deadline: %v after %s", err, time.Since(began))
+	}
+	// The instance is free once execute returned, well before cancelGrace.
+	pid2, seen := probe()
+	if pid2 != pid || seen != "1" || time.Since(began) > cancelGrace {
+		t.Fatalf("after the cancellation: pid %v (was %v), seen %q, %s", pid2, pid, seen, time.Since(began))
+	}
+}
+
+// cancelStream sends a response every 10 ms until its request is
+// cancelled, then CANCELLED as the final response (x[0] == 1) or, after
+// execute returned, counts it (x[0] == 2); x[0] == 3 answers that count.
+const cancelStream = `
+import threading, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    seen = 0
+    def execute(self, requests):
+        for r in requests:
+            x = r.inputs()[0].as_numpy().reshape(-1)
+            sender = r.get_response_sender()
+            def out(v):
+                return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([v], dtype=np.float32)), pb_utils.Tensor("IDX", np.array([0], dtype=np.float32))])
+            if x[0] == 1:  # inside execute, as Triton's response_sender_until_cancelled
+                for i in range(1000):
+                    if sender.is_cancelled():
+                        sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("request has been cancelled", pb_utils.TritonError.CANCELLED)), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                        break
+                    sender.send(out(i))
+                    time.sleep(0.01)
+            elif x[0] == 2:
+                def run(r=r, sender=sender):
+                    for i in range(1000):
+                        if r.is_cancelled():
+                            TritonPythonModel.seen += 1
+                            return
+                        sender.send(out(i))
+                        time.sleep(0.01)
+                threading.Thread(target=run).start()
+            else:
+                sender.send(out(TritonPythonModel.seen), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+`
+
+// A decoupled request is told it was cancelled both ways: softly (a BLS
+// caller's cancel(): its responses, the final CANCELLED one too, still
+// come) and by its client leaving after execute returned.
+func TestDecoupledCancellation(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "model.py"), []byte(cancelStream), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := Start(context.Background(), Config{
+		Python: python(t), File: filepath.Join(dir, "model.py"), Dir: dir, Name: "cancel_stream", Decoupled: true,
+		Inputs:  []engine.TensorSpec{{Name: "IN", DType: engine.Float32, Shape: []int64{-1}}},
+		Outputs: []engine.TensorSpec{{Name: "OUT", DType: engine.Float32, Shape: []int64{1}}, {Name: "IDX", DType: engine.Float32, Shape: []int64{1}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, stop := withCancelRequest(context.Background())
+	n := 0
+	var last error
+	err = b.Stream(ctx, []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{1})}, func(outs []engine.Tensor, err error, final bool) error {
+		if outs != nil {
+			n++
+		}
+		if n == 3 {
+			stop()
+		}
+		if final {
+			last = err
+		}
+		return nil
+	})
+	var me *ModelError
+	if err != nil || !errors.As(last, &me) || me.Code != codeCancelled || errorCode(last) != codeCancelled || n < 3 || n > 50 {
+		t.Fatalf("soft cancellation: %d responses, final %v, %v", n, last, err)
+	}
+
+	hard, cancel := context.WithCancel(context.Background())
+	n = 0
+	err = b.Stream(hard, []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{2})}, func(outs []engine.Tensor, err error, final bool) error {
+		if n++; n == 3 {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a client that left: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var seen float32 = -1
+		err := b.Stream(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{3})}, func(outs []engine.Tensor, err error, final bool) error {
+			if outs != nil {
+				seen = outs[0].Float32s()[0]
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the model's thread never saw its request cancelled (seen %v)", seen)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

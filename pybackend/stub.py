@@ -66,6 +66,14 @@ class Channel:
         self.main = queue.Queue()
         self.waiters = {}
         self.ids = itertools.count(1)
+        # Requests in flight (by fw's id) and those fw said were cancelled:
+        # a request's is_cancelled() reads this set, filled by the reader.
+        self.live = set()
+        self.cancelled = set()
+
+    def end_request(self, req):
+        self.live.discard(req)
+        self.cancelled.discard(req)
 
     def _read(self, n):
         buf = self.rd.read(n)
@@ -88,7 +96,11 @@ class Channel:
         try:
             while True:
                 head, datas = self.recv()
-                if head.get("op") == "bls_result":
+                if head.get("op") == "cancel":
+                    for req in head.get("reqs") or ():
+                        if req in self.live:
+                            self.cancelled.add(req)
+                elif head.get("op") == "bls_result":
                     if head.get("final", True):
                         q = self.waiters.pop(head.get("id"), None)
                     else:
@@ -112,23 +124,21 @@ class Channel:
                 self.wr.write(d)
             self.wr.flush()
 
-    def call(self, head, datas=()):
-        """Send head and wait for the answer with its id."""
-        return next(self.call_stream(head, datas))
-
-    def call_stream(self, head, datas=()):
-        """Send head and yield the answers with its id up to the final one."""
+    def start(self, head, datas=()):
+        """Send head under a new id; the queue its answers arrive on."""
         q = queue.Queue()
         head["id"] = i = next(self.ids)
         self.waiters[i] = q
         self.send(head, datas)
-        while True:
-            got = q.get()
-            if got is None:
-                raise EOFError("fw closed the channel")
-            yield got
-            if got[0].get("final", True):
-                return
+        return i, q
+
+    def call(self, head, datas=()):
+        """Send head and wait for the answer with its id."""
+        _, q = self.start(head, datas)
+        got = q.get()
+        if got is None:
+            raise EOFError("fw closed the channel")
+        return got
 
 
 def _deserialize_bytes(data, count):
@@ -365,6 +375,7 @@ def make_pb_utils(channel):
                 parameters = json.dumps(parameters)
             self._parameters = parameters or "{}"
             self._sender = None
+            self._req_id = None  # fw's id of a request it sent
 
         def inputs(self):
             return self._inputs
@@ -391,7 +402,10 @@ def make_pb_utils(channel):
             return self._model_name
 
         def is_cancelled(self):
-            return False
+            """Whether fw cancelled the request: its client went away,
+            its deadline passed, the server is stopping, or the model that
+            sent it by BLS called its response iterator's cancel()."""
+            return self._req_id is not None and self._req_id in channel.cancelled
 
         def get_response_sender(self):
             if self._sender is None:
@@ -426,7 +440,11 @@ def make_pb_utils(channel):
         @staticmethod
         def _bls_response(head, got):
             if head.get("error"):
-                return InferenceResponse(error=TritonError(head["error"]))
+                return InferenceResponse(
+                    error=TritonError(
+                        head["error"], head.get("code", TritonError.INTERNAL)
+                    )
+                )
             return InferenceResponse(
                 [
                     Tensor(d["name"], _to_numpy(d, b), _bf16=d["datatype"] == "BF16")
@@ -437,14 +455,42 @@ def make_pb_utils(channel):
         def exec(self, decoupled=False):
             head, datas = self._bls_head(decoupled)
             if decoupled:
-                return (
-                    self._bls_response(h, got)
-                    for h, got in channel.call_stream(head, datas)
-                )
+                return ResponseIterator(*channel.start(head, datas))
             return self._bls_response(*channel.call(head, datas))
 
         async def async_exec(self, decoupled=False):
             return self.exec(decoupled)
+
+    class ResponseIterator:
+        """A BLS call to a decoupled model (exec(decoupled=True)): its
+        responses as they come, the last one with the final flag (empty
+        when the model sent the flag alone)."""
+
+        def __init__(self, call, q):
+            self._call, self._q = call, q
+            self._done = self._cancelled = False
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            if self._done:
+                raise StopIteration
+            got = self._q.get()
+            if got is None:
+                self._done = True
+                raise TritonModelException("fw closed the channel during a BLS call")
+            head, datas = got
+            self._done = head.get("final", True)
+            return InferenceRequest._bls_response(head, datas)
+
+        def cancel(self):
+            """Ask the called model to stop: its request's is_cancelled()
+            turns true; the responses it still sends come through. Nothing
+            once its last response has come."""
+            if not self._done and not self._cancelled:
+                self._cancelled = True
+                channel.send({"op": "bls_cancel", "id": self._call})
 
     class InferenceResponseSender:
         """A decoupled model's way to answer a request: any number of
@@ -480,9 +526,12 @@ def make_pb_utils(channel):
                 self._closed = final
                 if final:
                     _open_senders.discard(self)
+                    channel.end_request(self._req)
 
         def is_cancelled(self):
-            return False
+            """Whether fw cancelled the request (see
+            InferenceRequest.is_cancelled)."""
+            return self._req in channel.cancelled
 
         def __del__(self):
             # A sender dropped without its final flag (the model's thread
@@ -490,6 +539,7 @@ def make_pb_utils(channel):
             if self._closed:
                 return
             self._closed = True
+            channel.end_request(self._req)
             # Sent by the reaper: a finaliser may run inside a send (a
             # collection), where sending again would deadlock on its lock.
             try:
@@ -823,13 +873,22 @@ def main():
                 traceback.print_exc()
             channel.send({"op": "done"})
             return 0
-        answer, outdatas = _execute(pb, model, head, datas, decoupled)
+        answer, outdatas = _execute(pb, channel, model, head, datas, decoupled)
         answer["call"] = head.get("call")
         channel.send(answer, outdatas)
 
 
-def _execute(pb, model, head, datas, decoupled):
+def _execute(pb, channel, model, head, datas, decoupled):
     """Run one execute call; its "result" message and tensor bytes."""
+    try:
+        return _execute_requests(pb, channel, model, head, datas, decoupled)
+    finally:
+        if not decoupled:  # a decoupled request lives until its final response
+            for r in head["requests"]:
+                channel.end_request(r.get("req"))
+
+
+def _execute_requests(pb, channel, model, head, datas, decoupled):
     requests, i = [], 0
     for r in head["requests"]:
         ins = []
@@ -843,6 +902,8 @@ def _execute(pb, model, head, datas, decoupled):
             request_id=r.get("request_id", ""),
             parameters=r.get("parameters") or "{}",
         )
+        req._req_id = r.get("req")
+        channel.live.add(req._req_id)
         if decoupled:
             req._sender = pb.InferenceResponseSender(r["req"])
         requests.append(req)
@@ -890,6 +951,7 @@ def _execute(pb, model, head, datas, decoupled):
         for req in requests:  # the error ends them: their senders say nothing more
             if req._sender is not None:
                 req._sender._closed = True
+                channel.end_request(req._req_id)
         return {"op": "result", "error": _error_head(e)}, []
 
 

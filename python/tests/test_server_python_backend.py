@@ -187,6 +187,79 @@ instance_group [{ count: 2, kind: KIND_CPU }]
 """
 
 
+# Decoupled: repeats IN every DELAY ms inside execute until its request is cancelled, then answers CANCELLED and
+# prints that it saw the cancellation (COUNT responses at most).
+UNTIL_CANCELLED = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        r = requests[0]
+        value = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0]
+        count = pb_utils.get_input_tensor_by_name(r, "COUNT").as_numpy()[0]
+        sender = r.get_response_sender()
+        for i in range(count):
+            if r.is_cancelled():
+                print("until_cancelled: cancelled after", i, "responses", flush=True)
+                err = pb_utils.TritonError("request has been cancelled", pb_utils.TritonError.CANCELLED)
+                sender.send(pb_utils.InferenceResponse(error=err), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                return None
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([value], dtype=np.int32))]))
+            time.sleep(0.05)
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+UNTIL_CANCELLED_CONFIG = """backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }, { name: "COUNT", data_type: TYPE_INT32, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] }]
+"""
+
+# BLS into until_cancelled: sums its responses and cancels the stream once the sum reaches MAX_SUM; answers the sum
+# and whether the callee's last response said CANCELLED. %s is "" or "async " (async_exec).
+BLS_CANCEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    %sdef execute(self, requests):
+        r = requests[0]
+        max_sum = pb_utils.get_input_tensor_by_name(r, "MAX_SUM").as_numpy()[0]
+        call = pb_utils.InferenceRequest(
+            model_name="until_cancelled",
+            inputs=[pb_utils.get_input_tensor_by_name(r, "IN"), pb_utils.Tensor("COUNT", np.array([20], np.int32))],
+            requested_output_names=["OUT"],
+        )
+        stream = %s
+        total, cancelled = 0, False
+        for resp in stream:
+            if resp.has_error():
+                cancelled = resp.error().code() == pb_utils.TritonError.CANCELLED
+                break
+            if resp.output_tensors():
+                total += int(pb_utils.get_output_tensor_by_name(resp, "OUT").as_numpy()[0])
+                if total >= max_sum:
+                    stream.cancel()
+        stream.cancel()  # after the end: nothing
+        return [pb_utils.InferenceResponse([
+            pb_utils.Tensor("SUM", np.array([total], np.int32)),
+            pb_utils.Tensor("IS_CANCELLED", np.array([cancelled], np.bool_)),
+        ])]
+"""
+
+BLS_CANCEL_CONFIG = """backend: "python"
+max_batch_size: 0
+input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }, { name: "MAX_SUM", data_type: TYPE_INT32, dims: [ 1 ] }]
+output [{ name: "SUM", data_type: TYPE_INT32, dims: [ 1 ] }, { name: "IS_CANCELLED", data_type: TYPE_BOOL, dims: [ 1 ] }]
+"""
+
 # Custom metrics (pb_utils.MetricFamily): a counter of requests and a histogram of their sizes.
 METERED = """
 import numpy as np
@@ -254,6 +327,14 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     _write(root, "completing", None, COMPLETING)
     _write(root, "repeat", REPEAT_CONFIG, REPEAT)
     _write(root, "metered", METERED_CONFIG, METERED)
+    _write(root, "until_cancelled", UNTIL_CANCELLED_CONFIG, UNTIL_CANCELLED)
+    _write(root, "bls_cancel", BLS_CANCEL_CONFIG, BLS_CANCEL % ("", "call.exec(decoupled=True)"))
+    _write(
+        root,
+        "bls_async_cancel",
+        BLS_CANCEL_CONFIG,
+        BLS_CANCEL % ("async ", "await call.async_exec(decoupled=True)"),
+    )
     srv = FwServer(
         FW_BIN,
         None,
@@ -465,6 +546,38 @@ def test_decoupled_over_the_grpc_stream(server: FwServer) -> None:
             got.get(timeout=0.5)
     finally:
         client.stop_stream()
+
+
+@pytest.mark.parametrize("model", ["bls_cancel", "bls_async_cancel"])
+def test_bls_stream_cancel(server: FwServer, model: str) -> None:
+    """A model's cancel() of its BLS stream reaches the decoupled model it calls (``is_cancelled()``), whose
+    CANCELLED response still comes back; a sum it never reaches runs the stream to its end."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    for max_sum, want_sum, want_cancelled in [(10, 10, True), (100, 20, False)]:
+        x = grpcclient.InferInput("IN", [1], "INT32")
+        x.set_data_from_numpy(np.array([1], dtype=np.int32))
+        m = grpcclient.InferInput("MAX_SUM", [1], "INT32")
+        m.set_data_from_numpy(np.array([max_sum], dtype=np.int32))
+        res = client.infer(model, [x, m])
+        assert res.as_numpy("SUM")[0] == want_sum, (max_sum, res.as_numpy("SUM"))
+        assert bool(res.as_numpy("IS_CANCELLED")[0]) is want_cancelled
+
+
+def test_a_client_that_cancels_is_seen_by_the_model(server: FwServer) -> None:
+    """``stop_stream(cancel_requests=True)`` ends the request; the model's ``is_cancelled()`` turns true."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: None)
+    x = grpcclient.InferInput("IN", [1], "INT32")
+    x.set_data_from_numpy(np.array([7], dtype=np.int32))
+    n = grpcclient.InferInput("COUNT", [1], "INT32")
+    n.set_data_from_numpy(np.array([200], dtype=np.int32))
+    client.async_stream_infer("until_cancelled", [x, n])
+    time.sleep(0.5)
+    client.stop_stream(cancel_requests=True)
+    deadline = time.monotonic() + 10
+    while "until_cancelled: cancelled after" not in server.log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "until_cancelled: cancelled after" in server.log()
 
 
 def test_decoupled_generate_stream_and_unary_refused(server: FwServer) -> None:
