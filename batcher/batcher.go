@@ -49,7 +49,10 @@ type RunFunc func(ctx context.Context, inputs []engine.Tensor) ([]engine.Tensor,
 // Python backend, whose execute takes a list of requests and returns a
 // response per request). err fails the whole call. Outputs are whole
 // tensors: their axis 0 is not checked against the request's rows.
-type EachFunc func(ctx context.Context, reqs [][]engine.Tensor) (outs [][]engine.Tensor, errs []error, err error)
+//
+// ctxs are the requests' own contexts, ctx the call's (the batcher's, or
+// the one request's with RequestContext).
+type EachFunc func(ctx context.Context, ctxs []context.Context, reqs [][]engine.Tensor) (outs [][]engine.Tensor, errs []error, err error)
 
 // Config tunes a Batcher. Zero fields take the defaults listed, except
 // MaxDelay, whose zero value means "never wait"; DefaultConfig returns the
@@ -94,6 +97,11 @@ type Config struct {
 	// request was cancelled (a Python model). Calls joining several
 	// requests keep the batcher's.
 	RequestContext bool
+	// Streams says an EachFunc answers its requests through the
+	// engine.Responses their contexts carry (a decoupled model): the
+	// batcher's answer to each is only whether its call started it (no
+	// outputs, nothing to check).
+	Streams bool
 	// Calls, when set, is told of every engine call with its requests'
 	// contexts (request tracing). Nil costs nothing.
 	Calls CallObserver
@@ -811,9 +819,10 @@ func (b *Batcher) call(ctx context.Context, w *worker, in []engine.Tensor) (outs
 func (b *Batcher) runEach(w *worker, reqs []*request) {
 	rows := 0
 	ins := make([][]engine.Tensor, len(reqs))
+	ctxs := make([]context.Context, len(reqs))
 	for i, r := range reqs {
 		rows += r.rows
-		ins[i] = r.inputs
+		ins[i], ctxs[i] = r.inputs, r.ctx
 	}
 	start := time.Now()
 	queueWait := start.Sub(reqs[0].enqueued)
@@ -824,7 +833,7 @@ func (b *Batcher) runEach(w *worker, reqs []*request) {
 		defer func() { stop(); cancel() }()
 		ctx = rctx
 	}
-	outs, errs, err := b.callEach(ctx, w, ins)
+	outs, errs, err := b.callEach(ctx, w, ctxs, ins)
 	inference := time.Since(start)
 	b.observeCall(rows, inference)
 	for _, r := range reqs {
@@ -848,6 +857,8 @@ func (b *Batcher) runEach(w *worker, reqs []*request) {
 			finish(r, nil, fmt.Errorf("batcher: engine call of %d rows from %d requests: %w", rows, len(reqs), err))
 		case errs[i] != nil:
 			finish(r, nil, errs[i])
+		case b.cfg.Streams: // answered through its engine.Responses
+			finish(r, nil, nil)
 		default:
 			if e := checkOutputs(outs[i], r.rows, true); e != nil {
 				finish(r, nil, e)
@@ -859,13 +870,13 @@ func (b *Batcher) runEach(w *worker, reqs []*request) {
 }
 
 // callEach runs w's EachFunc, turning a panic into an error.
-func (b *Batcher) callEach(ctx context.Context, w *worker, ins [][]engine.Tensor) (outs [][]engine.Tensor, errs []error, err error) {
+func (b *Batcher) callEach(ctx context.Context, w *worker, ctxs []context.Context, ins [][]engine.Tensor) (outs [][]engine.Tensor, errs []error, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			outs, errs, err = nil, nil, fmt.Errorf("%w: %v", ErrPanic, p)
 		}
 	}()
-	return w.each(ctx, ins)
+	return w.each(ctx, ctxs, ins)
 }
 
 // concat copies the inputs of reqs, input by input, into w's reusable

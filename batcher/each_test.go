@@ -3,6 +3,7 @@ package batcher
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +18,7 @@ import (
 func TestEachPool(t *testing.T) {
 	var mu sync.Mutex
 	var calls []int
-	each := func(ctx context.Context, reqs [][]engine.Tensor) ([][]engine.Tensor, []error, error) {
+	each := func(ctx context.Context, _ []context.Context, reqs [][]engine.Tensor) ([][]engine.Tensor, []error, error) {
 		mu.Lock()
 		calls = append(calls, len(reqs))
 		mu.Unlock()
@@ -74,5 +75,42 @@ func TestEachPool(t *testing.T) {
 				t.Fatalf("id %d: a failed call answered", id)
 			}
 		}
+	}
+}
+
+// TestEachPoolStreams: an EachFunc gets each request's own context beside
+// the call's; with Streams (a decoupled model, which answers through the
+// engine.Responses in those contexts) a request is answered without
+// outputs once its call started it, and its own error still reaches it.
+func TestEachPoolStreams(t *testing.T) {
+	type key struct{}
+	var mu sync.Mutex
+	var seen []string
+	each := func(ctx context.Context, ctxs []context.Context, reqs [][]engine.Tensor) ([][]engine.Tensor, []error, error) {
+		errs := make([]error, len(reqs))
+		mu.Lock()
+		for i, c := range ctxs {
+			id, _ := c.Value(key{}).(string)
+			seen = append(seen, id)
+			if reqs[i][0].Float32s()[0] == 5000 {
+				errs[i] = errors.New("refused")
+			}
+		}
+		mu.Unlock()
+		return make([][]engine.Tensor, len(reqs)), errs, nil
+	}
+	b := NewEachPool([]EachFunc{each}, Config{MaxBatchRows: 64, MaxDelay: 5 * time.Second, PreferredRows: 4, MaxQueue: 64, Streams: true}, nil)
+	defer closeOK(t, b)
+	a := submitAsync(context.WithValue(context.Background(), key{}, "a"), b, rowsTensor(1, 2, 3))
+	c := submitAsync(context.WithValue(context.Background(), key{}, "c"), b, rowsTensor(5, 2, 3))
+	if r := <-a; r.err != nil || r.out != nil {
+		t.Fatalf("a: %v %v, want no outputs and no error", r.out, r.err)
+	}
+	if r := <-c; r.err == nil || !strings.Contains(r.err.Error(), "refused") {
+		t.Fatalf("c: %v", r.err)
+	}
+	slices.Sort(seen)
+	if !slices.Equal(seen, []string{"a", "c"}) {
+		t.Fatalf("contexts seen %v, want each request's own", seen)
 	}
 }

@@ -555,9 +555,14 @@ func (m *Model) Forward(ctx context.Context, inputs []Tensor) ([]Tensor, error) 
 // EachBackend is a Backend that takes a batch as the requests it is made
 // of and answers each (a Python model, whose execute takes a list of
 // requests): the batcher groups requests for it without joining them.
+//
+// ctxs are the requests' own contexts (ctx is the call's): a backend may
+// tell the model that one of them was cancelled, and a request whose
+// context carries Responses (WithResponses: a decoupled model's) is
+// answered through them; its outs entry stays nil.
 type EachBackend interface {
 	Backend
-	RunEach(ctx context.Context, reqs [][]Tensor) (outs [][]Tensor, errs []error, err error)
+	RunEach(ctx context.Context, ctxs []context.Context, reqs [][]Tensor) (outs [][]Tensor, errs []error, err error)
 }
 
 // TakesRequests reports whether the model's backend is an EachBackend.
@@ -569,8 +574,8 @@ func (m *Model) TakesRequests() bool {
 // ForwardEach computes a batch of requests whose inputs were checked, on
 // an EachBackend: an answer or an error per request, or an error for the
 // whole call (which wraps ErrEngine unless the model called the request
-// invalid).
-func (m *Model) ForwardEach(ctx context.Context, reqs [][]Tensor) ([][]Tensor, []error, error) {
+// invalid). ctxs are the requests' contexts (see EachBackend).
+func (m *Model) ForwardEach(ctx context.Context, ctxs []context.Context, reqs [][]Tensor) ([][]Tensor, []error, error) {
 	eb, ok := m.backend.(EachBackend)
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: the %s backend does not take requests one by one", ErrEngine, m.Format)
@@ -582,50 +587,26 @@ func (m *Model) ForwardEach(ctx context.Context, reqs [][]Tensor) ([][]Tensor, [
 		return nil, nil, err
 	}
 	defer m.release()
-	outs, errs, err := eb.RunEach(ctx, reqs)
+	outs, errs, err := eb.RunEach(ctx, ctxs, reqs)
 	if err != nil && !errors.As(err, new(*InputError)) && ctx.Err() == nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrEngine, err)
 	}
 	return outs, errs, err
 }
 
-// StreamBackend is the Backend of a decoupled model (Triton's
-// model_transaction_policy decoupled): a request gets any number of
-// responses, each handed to send as it comes, the last marked final.
-type StreamBackend interface {
+// DecoupledBackend is the Backend of a model that may be decoupled
+// (Triton's model_transaction_policy decoupled): a request gets any
+// number of responses, through the Responses its context carries (see
+// EachBackend).
+type DecoupledBackend interface {
 	Backend
 	Decoupled() bool
-	Stream(ctx context.Context, inputs []Tensor, send func(outs []Tensor, err error, final bool) error) error
 }
 
-// Decoupled reports whether the model answers through Stream.
+// Decoupled reports whether the model answers through Responses.
 func (m *Model) Decoupled() bool {
-	sb, ok := m.backend.(StreamBackend)
-	return ok && sb.Decoupled()
-}
-
-// Stream runs one request of a decoupled model whose inputs were checked,
-// handing each response to send. The error is the request's end other
-// than the model's own responses (which send gets): send's, ctx's, or a
-// failure of the engine (wrapping ErrEngine).
-func (m *Model) Stream(ctx context.Context, inputs []Tensor, send func(outs []Tensor, err error, final bool) error) error {
-	sb, ok := m.backend.(StreamBackend)
-	if !ok || !sb.Decoupled() {
-		return fmt.Errorf("%w: the model is not decoupled: it answers each request once", ErrEngine)
-	}
-	if err := m.acquire(); err != nil {
-		return err
-	}
-	defer m.release()
-	sent := false
-	err := sb.Stream(ctx, inputs, func(outs []Tensor, err error, final bool) error {
-		sent = true
-		return send(outs, err, final)
-	})
-	if err != nil && !sent && ctx.Err() == nil && !errors.As(err, new(*InputError)) {
-		return fmt.Errorf("%w: %v", ErrEngine, err)
-	}
-	return err
+	db, ok := m.backend.(DecoupledBackend)
+	return ok && db.Decoupled()
 }
 
 // ExampleInputs returns inputs of n rows made by repeating the rows of the

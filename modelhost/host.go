@@ -199,6 +199,7 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 		bc.Calls = o
 	}
 	if m.TakesRequests() { // a Python model: each request answered on its own
+		bc.Streams = m.Decoupled() // its responses through the requests' engine.Responses
 		runs := make([]batcher.EachFunc, n)
 		for i, m := range models {
 			runs[i] = m.ForwardEach

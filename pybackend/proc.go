@@ -431,18 +431,15 @@ type wireRequest struct {
 	Req     uint64       `json:"req,omitempty"` // the request's id: a cancel names it, a decoupled one's responses carry it
 }
 
-// call runs one execute of reqs (decoupled: each registered as a stream
-// under its id, after which registered, when not nil, is closed) and
-// returns the result message. ctx ending first tells the model its
-// requests are cancelled (request.is_cancelled()) and kills the process
-// when execute has not returned cancelGrace later: Python cannot be
-// interrupted mid-execute.
-func (p *proc) call(ctx context.Context, reqs [][]engine.Tensor, streams []*stream, registered chan<- struct{}) (reply, error) {
-	defer func() {
-		if registered != nil {
-			close(registered)
-		}
-	}()
+// call runs one execute of reqs and returns the result message. A request
+// whose context (ctxs[i]) carries engine.Responses is decoupled: it is
+// registered as a stream under its id, and its responses go there until
+// the final one. ctx ending first tells the model its requests are
+// cancelled (request.is_cancelled()) and kills the process when execute
+// has not returned cancelGrace later: Python cannot be interrupted
+// mid-execute. A request's own context ending, or a soft cancellation of
+// it (a BLS caller's cancel()), only tells the model about that request.
+func (p *proc) call(ctx context.Context, ctxs []context.Context, reqs [][]engine.Tensor) (reply, error) {
 	var all []wireTensor
 	var datas [][]byte
 	wire := make([]wireRequest, len(reqs))
@@ -466,18 +463,28 @@ func (p *proc) call(ctx context.Context, reqs [][]engine.Tensor, streams []*stre
 	id := p.nextID
 	p.calls[id] = ch
 	ids := make([]uint64, len(wire))
+	streams := make([]*stream, len(wire))
 	for i := range wire {
 		p.nextID++
 		wire[i].Req, ids[i] = p.nextID, p.nextID
-		if i < len(streams) {
-			streams[i].id = p.nextID
-			p.streams[p.nextID] = streams[i]
+		if i < len(ctxs) {
+			if q := engine.ResponsesOf(ctxs[i]); q != nil {
+				streams[i] = &stream{id: p.nextID, q: q}
+				p.streams[p.nextID] = streams[i]
+			}
 		}
 	}
 	p.mu.Unlock()
-	if registered != nil {
-		close(registered)
-		registered = nil
+	for i := range ctxs {
+		if ctxs[i] == ctx && streams[i] == nil {
+			continue // the call's own context, watched below
+		}
+		stop := p.watch(ctxs[i], ids[i], streams[i])
+		if streams[i] != nil {
+			streams[i].q.OnEnd(stop) // a decoupled request is told until its last response
+		} else {
+			defer stop()
+		}
 	}
 	done := make(chan struct{})
 	defer close(done)
@@ -502,18 +509,59 @@ func (p *proc) call(ctx context.Context, reqs [][]engine.Tensor, streams []*stre
 		p.mu.Unlock()
 		return reply{}, p.broken(ctx, "ended during execute", err)
 	}
+	if r.m.Error != nil { // execute raised: after what they were sent, it ends the decoupled requests
+		for _, st := range streams {
+			if st != nil {
+				st.fail(modelError(p.cfg.Name, r.m.Error))
+			}
+		}
+	}
 	return r, nil
+}
+
+// watch tells the process when the request with this id is cancelled:
+// its context ends (a decoupled request's stream is then forgotten) or a
+// soft cancellation is asked. stop ends the watch.
+func (p *proc) watch(rctx context.Context, id uint64, st *stream) (stop func()) {
+	stopHard := context.AfterFunc(rctx, func() {
+		p.cancelRequests([]uint64{id})
+		if st != nil {
+			p.forget(st)
+		}
+	})
+	soft := cancelRequested(rctx)
+	if soft == nil {
+		return func() { stopHard() }
+	}
+	end := make(chan struct{})
+	go func() {
+		select {
+		case <-soft:
+			p.cancelRequests([]uint64{id})
+		case <-end:
+		}
+	}()
+	var once sync.Once
+	return func() { stopHard(); once.Do(func() { close(end) }) }
 }
 
 // execute runs the requests in one execute call and returns each
 // response's outputs in cfg.Outputs' order, checked against them, or the
-// error the model answered for it. err is a failure of the whole call.
-func (p *proc) execute(ctx context.Context, reqs [][]engine.Tensor) ([][]engine.Tensor, []error, error) {
-	r, err := p.call(ctx, reqs, nil, nil)
+// error the model answered for it; a decoupled request (its context
+// carries engine.Responses) gets nil for both, its answers going there.
+// err is a failure of the whole call.
+func (p *proc) execute(ctx context.Context, ctxs []context.Context, reqs [][]engine.Tensor) ([][]engine.Tensor, []error, error) {
+	r, err := p.call(ctx, ctxs, reqs)
 	if err != nil {
 		return nil, nil, err
 	}
 	m := r.m
+	if p.cfg.Decoupled {
+		if m.Error != nil { // the requests were ended with it (call)
+			return nil, nil, modelError(p.cfg.Name, m.Error)
+		}
+		return make([][]engine.Tensor, len(reqs)), make([]error, len(reqs)), nil
+	}
 	if m.Error != nil {
 		return nil, nil, modelError(p.cfg.Name, m.Error)
 	}

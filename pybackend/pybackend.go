@@ -200,7 +200,7 @@ func (b *Backend) Outputs() []engine.TensorSpec { return b.cfg.Outputs }
 // Run hands the batch to a free process as one request and returns its
 // response's outputs in the configuration's order.
 func (b *Backend) Run(ctx context.Context, inputs []engine.Tensor) ([]engine.Tensor, error) {
-	outs, errs, err := b.RunEach(ctx, [][]engine.Tensor{inputs})
+	outs, errs, err := b.RunEach(ctx, []context.Context{ctx}, [][]engine.Tensor{inputs})
 	if err != nil {
 		return nil, err
 	}
@@ -210,10 +210,22 @@ func (b *Backend) Run(ctx context.Context, inputs []engine.Tensor) ([]engine.Ten
 // RunEach hands the requests to a free process in one execute call and
 // returns each response's outputs, in the configuration's order, or the
 // error the model answered for that request. A process that died or broke
-// the protocol fails the call and is replaced on the next.
-func (b *Backend) RunEach(ctx context.Context, reqs [][]engine.Tensor) ([][]engine.Tensor, []error, error) {
-	if b.cfg.Decoupled {
-		return nil, nil, fmt.Errorf("model %q is decoupled: its requests go through Stream", b.cfg.Name)
+// the protocol fails the call and is replaced on the next. ctxs are the
+// requests' contexts: the model is told when one is cancelled. A decoupled
+// model's requests each carry engine.Responses in theirs, which get the
+// responses, during execute and after it, until the final one; RunEach
+// returns when execute has, with nil answers.
+func (b *Backend) RunEach(ctx context.Context, ctxs []context.Context, reqs [][]engine.Tensor) ([][]engine.Tensor, []error, error) {
+	if len(ctxs) != len(reqs) {
+		return nil, nil, fmt.Errorf("%d contexts for %d requests", len(ctxs), len(reqs))
+	}
+	for _, c := range ctxs {
+		if (engine.ResponsesOf(c) != nil) != b.cfg.Decoupled {
+			if b.cfg.Decoupled {
+				return nil, nil, fmt.Errorf("model %q is decoupled: its requests need a response stream (engine.WithResponses)", b.cfg.Name)
+			}
+			return nil, nil, fmt.Errorf("model %q is not decoupled: it answers each request once", b.cfg.Name)
+		}
 	}
 	var s slot
 	select {
@@ -241,7 +253,7 @@ func (b *Backend) RunEach(ctx context.Context, reqs [][]engine.Tensor) ([][]engi
 	}
 	done := make(chan result, 1)
 	go func() {
-		outs, errs, err := s.p.execute(ctx, reqs)
+		outs, errs, err := s.p.execute(ctx, ctxs, reqs)
 		if err != nil && !errors.As(err, new(*ModelError)) && !errors.As(err, new(*engine.InputError)) {
 			b.drop(s.p) // a broken channel or a dead process: the next call starts a fresh one
 			b.idle <- slot{i: s.i}
@@ -258,151 +270,30 @@ func (b *Backend) RunEach(ctx context.Context, reqs [][]engine.Tensor) ([][]engi
 	}
 }
 
-// Stream runs one request of a decoupled model and hands each of its
-// responses to send as it arrives, while execute runs and after it
-// returned: outputs in the configuration's order or the error the model
-// answered, final on the last (which may carry neither: Triton's empty
-// final response). It returns once the final response is sent, or with
-// the first error of send, ctx or the process. The instance is free for
-// the next request as soon as execute returns; the responses may come
-// later, from the model's own threads. ctx ending tells the model the
-// request is cancelled (its sender's is_cancelled()), as does a soft
-// cancellation (a BLS caller's cancel()), after which the responses
-// still come.
-func (b *Backend) Stream(ctx context.Context, inputs []engine.Tensor, send func(outs []engine.Tensor, err error, final bool) error) error {
-	if !b.cfg.Decoupled {
-		return fmt.Errorf("model %q is not decoupled: it answers through Run", b.cfg.Name)
-	}
-	st := &stream{ready: make(chan struct{}, 1)}
-	var s slot
-	select {
-	case s = <-b.idle:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if s.p == nil || s.p.dead() {
-		if s.p != nil {
-			b.drop(s.p)
-		}
-		p, err := b.start(ctx, s.i)
-		if err != nil {
-			b.idle <- slot{i: s.i}
-			return fmt.Errorf("restart the model's Python process: %w", err)
-		}
-		s.p = p
-	}
-	p := s.p
-	// execute runs beside the delivery below: a model may send (and wait
-	// for its caller to cancel) inside execute. Its end frees the instance;
-	// an exception ends the request after what it sent.
-	registered := make(chan struct{})
-	go func() {
-		r, err := p.call(ctx, [][]engine.Tensor{inputs}, []*stream{st}, registered)
-		if err != nil {
-			b.drop(p)
-			b.idle <- slot{i: s.i}
-			st.fail(err)
-			return
-		}
-		b.idle <- s
-		if r.m.Error != nil {
-			st.fail(modelError(b.cfg.Name, r.m.Error))
-		}
-	}()
-	<-registered // st.id is set
-	defer p.forget(st)
-	soft := cancelRequested(ctx)
-	for {
-		select {
-		case <-st.ready:
-		case <-soft:
-			soft = nil
-			if st.id != 0 {
-				p.cancelRequests([]uint64{st.id})
-			}
-			continue
-		case <-ctx.Done():
-			if st.id != 0 {
-				p.cancelRequests([]uint64{st.id})
-			}
-			return ctx.Err()
-		}
-		for _, msg := range st.take() {
-			if err := send(msg.outs, msg.err, msg.final); err != nil {
-				if st.id != 0 {
-					p.cancelRequests([]uint64{st.id})
-				}
-				return err
-			}
-			if msg.final {
-				return nil
-			}
-		}
-	}
-}
-
-// Decoupled reports whether the model answers through Stream.
+// Decoupled reports whether the model answers through engine.Responses.
 func (b *Backend) Decoupled() bool { return b.cfg.Decoupled }
 
-// streamMsg is one response of a decoupled request.
-type streamMsg struct {
-	outs  []engine.Tensor
-	err   error
-	final bool
-}
-
-// stream is one decoupled request in flight: its responses, in order,
-// until the final one. The reader only appends (it never waits for a slow
-// client, which would hold up every request of the process); ready says
-// there is something to take.
+// stream is one decoupled request in flight: the process's responses to
+// it (by id) go to q until the final one.
 type stream struct {
-	id    uint64
-	ready chan struct{}
-
-	mu     sync.Mutex
-	queue  []streamMsg
-	closed bool
-}
-
-// take returns the responses queued so far.
-func (s *stream) take() []streamMsg {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q := s.queue
-	s.queue = nil
-	return q
+	id uint64
+	q  *engine.Responses
 }
 
 // deliver hands on one "send" of the model, checked against cfg.
 func (s *stream) deliver(cfg Config, m *message, datas [][]byte) {
-	msg := streamMsg{final: m.Final}
+	resp := engine.Response{Final: m.Final}
 	switch {
 	case m.Error != nil:
-		msg.err = modelError(cfg.Name, m.Error)
+		resp.Err = modelError(cfg.Name, m.Error)
 	case m.Response:
-		msg.outs, msg.err = outputs(cfg, m.Tensors, datas)
+		resp.Outs, resp.Err = outputs(cfg, m.Tensors, datas)
 	}
-	s.put(msg)
+	s.q.Put(resp)
 }
 
 // fail ends the request with err.
-func (s *stream) fail(err error) { s.put(streamMsg{err: err, final: true}) }
-
-// put queues msg unless the request has ended.
-func (s *stream) put(msg streamMsg) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
-	}
-	s.closed = msg.final
-	s.queue = append(s.queue, msg)
-	s.mu.Unlock()
-	select {
-	case s.ready <- struct{}{}:
-	default:
-	}
-}
+func (s *stream) fail(err error) { s.q.Fail(err) }
 
 // Close runs each process's finalize and stops it.
 func (b *Backend) Close() error {

@@ -321,7 +321,7 @@ func TestDecoupledStream(t *testing.T) {
 		wg.Go(func() {
 			var got []float32
 			finals := 0
-			err := b.Stream(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{4}, []float32{10 * float32(k), 1, 2, 3})}, func(outs []engine.Tensor, err error, final bool) error {
+			err := streamOne(b, context.Background(), []engine.Tensor{engine.FromFloat32([]int64{4}, []float32{10 * float32(k), 1, 2, 3})}, func(outs []engine.Tensor, err error, final bool) error {
 				if err != nil {
 					return err
 				}
@@ -342,7 +342,7 @@ func TestDecoupledStream(t *testing.T) {
 	}
 	wg.Wait()
 	var modelErr error
-	err = b.Stream(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-1})}, func(outs []engine.Tensor, err error, final bool) error {
+	err = streamOne(b, context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-1})}, func(outs []engine.Tensor, err error, final bool) error {
 		if err != nil && final {
 			modelErr = err
 		}
@@ -354,7 +354,7 @@ func TestDecoupledStream(t *testing.T) {
 	// A sender dropped without the final flag (its thread died) ends the
 	// request with an error instead of leaving it waiting.
 	modelErr = nil
-	err = b.Stream(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-2})}, func(outs []engine.Tensor, err error, final bool) error {
+	err = streamOne(b, context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-2})}, func(outs []engine.Tensor, err error, final bool) error {
 		if err != nil && final {
 			modelErr = err
 		}
@@ -366,7 +366,7 @@ func TestDecoupledStream(t *testing.T) {
 	// Many responses sent inside execute, read by a slow client: the
 	// channel's reader never waits for it.
 	n := 0
-	err = b.Stream(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-4})}, func(outs []engine.Tensor, err error, final bool) error {
+	err = streamOne(b, context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-4})}, func(outs []engine.Tensor, err error, final bool) error {
 		if outs != nil {
 			n++
 			time.Sleep(time.Millisecond)
@@ -379,7 +379,7 @@ func TestDecoupledStream(t *testing.T) {
 	// An exception from execute ends the request with it, not with the
 	// dropped sender's error.
 	modelErr = nil
-	err = b.Stream(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-3})}, func(outs []engine.Tensor, err error, final bool) error {
+	err = streamOne(b, context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-3})}, func(outs []engine.Tensor, err error, final bool) error {
 		if err != nil && final {
 			modelErr = err
 		}
@@ -390,7 +390,7 @@ func TestDecoupledStream(t *testing.T) {
 	}
 	// A client that stops reading ends its request; the model keeps serving.
 	ctx, cancel := context.WithCancel(context.Background())
-	err = b.Stream(ctx, []engine.Tensor{engine.FromFloat32([]int64{3}, []float32{1, 2, 3})}, func([]engine.Tensor, error, bool) error {
+	err = streamOne(b, ctx, []engine.Tensor{engine.FromFloat32([]int64{3}, []float32{1, 2, 3})}, func([]engine.Tensor, error, bool) error {
 		cancel()
 		return errors.New("client gone")
 	})
@@ -523,7 +523,7 @@ func TestDecoupledCancellation(t *testing.T) {
 	ctx, stop := withCancelRequest(context.Background())
 	n := 0
 	var last error
-	err = b.Stream(ctx, []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{1})}, func(outs []engine.Tensor, err error, final bool) error {
+	err = streamOne(b, ctx, []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{1})}, func(outs []engine.Tensor, err error, final bool) error {
 		if outs != nil {
 			n++
 		}
@@ -542,7 +542,7 @@ func TestDecoupledCancellation(t *testing.T) {
 
 	hard, cancel := context.WithCancel(context.Background())
 	n = 0
-	err = b.Stream(hard, []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{2})}, func(outs []engine.Tensor, err error, final bool) error {
+	err = streamOne(b, hard, []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{2})}, func(outs []engine.Tensor, err error, final bool) error {
 		if n++; n == 3 {
 			cancel()
 		}
@@ -554,7 +554,7 @@ func TestDecoupledCancellation(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		var seen float32 = -1
-		err := b.Stream(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{3})}, func(outs []engine.Tensor, err error, final bool) error {
+		err := streamOne(b, context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{3})}, func(outs []engine.Tensor, err error, final bool) error {
 			if outs != nil {
 				seen = outs[0].Float32s()[0]
 			}
@@ -570,5 +570,38 @@ func TestDecoupledCancellation(t *testing.T) {
 			t.Fatalf("the model's thread never saw its request cancelled (seen %v)", seen)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// streamOne runs one request of a decoupled model as serving.InferStream
+// does without a batcher: RunEach with the request's engine.Responses,
+// each response handed to send as it comes, until the final one.
+func streamOne(b *Backend, ctx context.Context, inputs []engine.Tensor, send func([]engine.Tensor, error, bool) error) error {
+	q := engine.NewResponses()
+	started := make(chan error, 1)
+	go func() {
+		_, _, err := b.RunEach(ctx, []context.Context{engine.WithResponses(ctx, q)}, [][]engine.Tensor{inputs})
+		started <- err
+	}()
+	for {
+		select {
+		case <-q.Ready():
+		case err := <-started:
+			started = nil
+			if err != nil && !q.Ended() {
+				return err
+			}
+			continue
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for _, r := range q.Take() {
+			if err := send(r.Outs, r.Err, r.Final); err != nil {
+				return err
+			}
+			if r.Final {
+				return nil
+			}
+		}
 	}
 }

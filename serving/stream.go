@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 
 	"github.com/fw-serve/fw/engine"
 )
@@ -22,20 +21,46 @@ func (e *DecoupledError) Error() string {
 func (i *Instance) Decoupled() bool { return i.Model != nil && i.Model.Decoupled() }
 
 // InferStream runs one request of a decoupled model: its inputs checked as
-// Infer checks them, then each of the model's responses handed to send as
-// it comes (outputs, or the error the model answered, final on the last,
-// which may carry neither). It returns when the final response has been
-// sent, or with the first error of the inputs, send, ctx or the engine.
+// Infer checks them and queued in its batcher like any request (a batch's
+// requests reach the model's execute together), then each of the model's
+// responses handed to send as it comes, while execute runs and after it
+// (outputs, or the error the model answered, final on the last, which may
+// carry neither). It returns when the final response has been sent, or
+// with the first error of the inputs, send, ctx or the engine; ctx ending
+// tells the model its request was cancelled.
 func InferStream(ctx context.Context, inst *Instance, inputs []engine.Tensor, send func(outs []engine.Tensor, err error, final bool) error) error {
 	if !inst.Decoupled() {
 		return errors.New("the model is not decoupled")
 	}
-	if _, err := inst.checkInputs(inputs); err != nil {
+	rows, err := inst.checkInputs(inputs)
+	if err != nil {
 		return err
 	}
-	m := inst.Model
-	if n := len(inst.Models); n > 1 {
-		m = inst.Models[rand.IntN(n)] // each instance's process takes the next request once its execute returns
+	q := engine.NewResponses()
+	started := make(chan error, 1)
+	go func() {
+		_, _, err := inst.Batcher.SubmitChecked(engine.WithResponses(ctx, q), inputs, rows)
+		started <- err
+	}()
+	for {
+		select {
+		case <-q.Ready():
+		case err := <-started:
+			started = nil // nil: its execute started the request, whose responses come through q
+			if err != nil && !q.Ended() {
+				return err
+			}
+			continue
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for _, r := range q.Take() {
+			if err := send(r.Outs, r.Err, r.Final); err != nil {
+				return err
+			}
+			if r.Final {
+				return nil
+			}
+		}
 	}
-	return m.Stream(ctx, inputs, send)
 }

@@ -260,6 +260,30 @@ input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }, { name: "MAX_SUM", da
 output [{ name: "SUM", data_type: TYPE_INT32, dims: [ 1 ] }, { name: "IS_CANCELLED", data_type: TYPE_BOOL, dims: [ 1 ] }]
 """
 
+# Decoupled with dynamic batching: each request is answered with how many requests its execute call got.
+GROUPED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            out = pb_utils.Tensor("N", np.array([[len(requests)]], dtype=np.int32))
+            r.get_response_sender().send(
+                pb_utils.InferenceResponse([out]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+            )
+        return None
+"""
+
+GROUPED_CONFIG = """backend: "python"
+max_batch_size: 8
+model_transaction_policy { decoupled: true }
+input [{ name: "IN", data_type: TYPE_FP32, dims: [ 2 ] }]
+output [{ name: "N", data_type: TYPE_INT32, dims: [ 1 ] }]
+dynamic_batching { preferred_batch_size: [ 2 ], max_queue_delay_microseconds: 10000000 }
+"""
+
 # Custom metrics (pb_utils.MetricFamily): a counter of requests and a histogram of their sizes.
 METERED = """
 import numpy as np
@@ -328,6 +352,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     _write(root, "repeat", REPEAT_CONFIG, REPEAT)
     _write(root, "metered", METERED_CONFIG, METERED)
     _write(root, "until_cancelled", UNTIL_CANCELLED_CONFIG, UNTIL_CANCELLED)
+    _write(root, "grouped", GROUPED_CONFIG, GROUPED)
     _write(root, "bls_cancel", BLS_CANCEL_CONFIG, BLS_CANCEL % ("", "call.exec(decoupled=True)"))
     _write(
         root,
@@ -544,6 +569,29 @@ def test_decoupled_over_the_grpc_stream(server: FwServer) -> None:
         assert error is None and result.as_numpy("OUT")[0] == 9
         with pytest.raises(queue.Empty):
             got.get(timeout=0.5)
+    finally:
+        client.stop_stream()
+
+
+def test_decoupled_requests_are_batched(server: FwServer) -> None:
+    """A decoupled model with dynamic batching gets its requests together in one ``execute``, as Triton's does;
+    each is still answered on its own (and one answer alone does not wait for the other)."""
+    import queue
+
+    got: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    try:
+        for rid in ("a", "b"):
+            x = grpcclient.InferInput("IN", [1, 2], "FP32")
+            x.set_data_from_numpy(np.ones((1, 2), dtype=np.float32))
+            client.async_stream_infer("grouped", [x], request_id=rid)
+        answers = {}
+        for _ in range(2):
+            result, error = got.get(timeout=30)
+            assert error is None, error
+            answers[result.get_response().id] = int(result.as_numpy("N")[0][0])
+        assert answers == {"a": 2, "b": 2}, answers
     finally:
         client.stop_stream()
 

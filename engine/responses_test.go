@@ -1,0 +1,37 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// Responses keeps order, ends at the final response (later ones dropped),
+// runs its end function once (at once when set after the end), and rides
+// in a context.
+func TestResponses(t *testing.T) {
+	q := NewResponses()
+	ends := 0
+	q.OnEnd(func() { ends++ })
+	q.Put(Response{Outs: []Tensor{FromFloat32([]int64{1}, []float32{1})}})
+	if !q.Put(Response{Final: true}) || q.Put(Response{Err: errors.New("late")}) {
+		t.Fatal("the final response was refused or a later one queued")
+	}
+	q.Fail(errors.New("after the end"))
+	select {
+	case <-q.Ready():
+	default:
+		t.Fatal("not ready with responses queued")
+	}
+	got := q.Take()
+	if len(got) != 2 || got[0].Outs == nil || !got[1].Final || !q.Ended() || ends != 1 {
+		t.Fatalf("took %+v, ended %v, end ran %d times", got, q.Ended(), ends)
+	}
+	q.OnEnd(func() { ends++ })
+	if ends != 2 {
+		t.Fatal("OnEnd after the end did not run at once")
+	}
+	if ResponsesOf(WithResponses(context.Background(), q)) != q || ResponsesOf(context.Background()) != nil {
+		t.Fatal("the context does not carry the queue")
+	}
+}
