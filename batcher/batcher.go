@@ -966,6 +966,9 @@ func checkInputs(inputs []engine.Tensor, unbatched bool) (int, error) {
 		rows = 1
 	}
 	for i, t := range inputs {
+		if t.Absent() { // an optional input left out (the model's check allowed it)
+			continue
+		}
 		switch {
 		case unbatched:
 		case len(t.Shape) == 0:
@@ -982,6 +985,9 @@ func checkInputs(inputs []engine.Tensor, unbatched bool) (int, error) {
 	}
 	if rows == 0 {
 		return 0, &engine.InputError{Msg: "empty batch: send at least one row"}
+	}
+	if rows < 0 {
+		return 0, &engine.InputError{Msg: "every input was left out: send at least one"}
 	}
 	return int(rows), nil
 }
@@ -1010,8 +1016,11 @@ func checkOutputs(outs []engine.Tensor, rows int, unbatched bool) error {
 func appendSignature(dst []byte, inputs []engine.Tensor) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(inputs)))
 	for _, t := range inputs {
-		dst = binary.AppendUvarint(dst, uint64(t.DType))
+		dst = binary.AppendUvarint(dst, uint64(t.DType)) // Invalid for an absent input: only like requests group
 		dst = binary.AppendUvarint(dst, uint64(len(t.Shape)))
+		if len(t.Shape) == 0 {
+			continue
+		}
 		for _, d := range t.Shape[1:] {
 			dst = binary.AppendUvarint(dst, uint64(d))
 		}

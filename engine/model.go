@@ -430,6 +430,12 @@ func (m *Model) checkInputs(inputs []Tensor, batched bool) (int64, error) {
 	batch := int64(-1)
 	for i, t := range inputs {
 		spec := m.inputs[i]
+		if t.Absent() {
+			if !spec.Optional {
+				return 0, &InputError{Input: spec.Name, Msg: "missing input", Expected: FormatShape(spec.Shape)}
+			}
+			continue
+		}
 		if spec.DType != Invalid && t.DType != spec.DType {
 			return 0, &InputError{Input: spec.Name, Msg: "wrong dtype", Expected: spec.DType.String(), Received: t.DType.String()}
 		}
@@ -478,6 +484,9 @@ func (m *Model) checkInputs(inputs []Tensor, batched bool) (int64, error) {
 	}
 	if batch == 0 {
 		return 0, &InputError{Msg: "empty batch: send at least one row"}
+	}
+	if batch < 0 { // every input was an optional one left out
+		return 0, &InputError{Msg: "every input was left out: the batch size is read from the inputs; send at least one"}
 	}
 	return batch, nil
 }

@@ -125,6 +125,10 @@ type TensorSpec struct {
 	Name  string  `json:"name"`
 	DType DType   `json:"-"`
 	Shape []int64 `json:"shape"`
+	// Optional marks an input a request may leave out (Triton's
+	// optional: true; Python models only): its tensor in the request is
+	// then the zero Tensor (Absent).
+	Optional bool `json:"optional,omitempty"`
 }
 
 // Tensor is a dense tensor whose elements are stored little-endian in Data,
@@ -147,6 +151,10 @@ type Tensor struct {
 	Shape []int64
 	Data  []byte
 }
+
+// Absent reports whether t is the zero Tensor: an optional input the
+// request left out (TensorSpec.Optional).
+func (t Tensor) Absent() bool { return t.DType == Invalid && t.Shape == nil && t.Data == nil }
 
 // NumElements is the product of the shape (1 for a scalar). It does not
 // check for negative axes or overflow: use it on shapes already checked

@@ -371,7 +371,7 @@ func configPB(c serving.ModelConfig) *pb.ModelConfig {
 	var ins []*pb.ModelInput
 	for _, t := range c.Inputs {
 		ins = append(ins, &pb.ModelInput{Name: t.Name, DataType: dtype(t), Dims: t.Dims, Reshape: reshape(t),
-			Format: pb.ModelInput_Format(pb.ModelInput_Format_value[t.Format])})
+			Format: pb.ModelInput_Format(pb.ModelInput_Format_value[t.Format]), Optional: t.Optional})
 	}
 	var outs []*pb.ModelOutput
 	for _, t := range c.Outputs {

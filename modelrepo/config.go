@@ -33,7 +33,7 @@ const (
 var supported = map[string]bool{
 	"name": true, "platform": true, "backend": true, "max_batch_size": true,
 	"input": true, "input.name": true, "input.data_type": true, "input.format": true, "input.dims": true,
-	"input.reshape": true, "input.reshape.shape": true,
+	"input.reshape": true, "input.reshape.shape": true, "input.optional": true,
 	"output": true, "output.name": true, "output.data_type": true, "output.dims": true,
 	"output.reshape": true, "output.reshape.shape": true, "output.label_filename": true,
 	"dynamic_batching": true, "dynamic_batching.preferred_batch_size": true,

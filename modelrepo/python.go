@@ -37,6 +37,11 @@ func checkPython(cfg *pb.ModelConfig) error {
 		if cfg.GetModelTransactionPolicy().GetDecoupled() {
 			return fmt.Errorf("model_transaction_policy decoupled is served for Python models (backend \"python\") only")
 		}
+		for _, in := range cfg.GetInput() {
+			if in.GetOptional() {
+				return fmt.Errorf("input %q: optional inputs are served for Python models (backend \"python\") only; an ONNX or TorchScript model takes every input", in.GetName())
+			}
+		}
 		return nil
 	}
 	switch {
@@ -180,7 +185,9 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 	}
 	var ins, outs []engine.TensorSpec
 	for _, in := range cfg.GetInput() {
-		ins = append(ins, spec(in.GetName(), in.GetDataType(), in.GetDims()))
+		s := spec(in.GetName(), in.GetDataType(), in.GetDims())
+		s.Optional = in.GetOptional()
+		ins = append(ins, s)
 	}
 	for _, out := range cfg.GetOutput() {
 		outs = append(outs, spec(out.GetName(), out.GetDataType(), out.GetDims()))
@@ -247,7 +254,7 @@ func describePython(name string, cfg *pb.ModelConfig, labels map[string]string, 
 	}
 	for _, in := range cfg.GetInput() {
 		c.Inputs = append(c.Inputs, serving.TensorConfig{Name: in.GetName(), DataType: in.GetDataType().String(),
-			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String()})
+			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String(), Optional: in.GetOptional()})
 	}
 	for _, out := range cfg.GetOutput() {
 		tc := serving.TensorConfig{Name: out.GetName(), DataType: out.GetDataType().String(), Dims: slices.Clone(out.GetDims())}
@@ -292,7 +299,7 @@ func (r *Repository) blsInputs(model, version string, inputs map[string]engine.T
 	ins := make([]engine.Tensor, len(specs))
 	for i, sp := range specs {
 		t, ok := inputs[sp.Name]
-		if !ok {
+		if !ok && !sp.Optional {
 			return nil, nil, fmt.Errorf("model %q needs input %q, which the request does not have", model, sp.Name)
 		}
 		ins[i] = t

@@ -245,7 +245,7 @@ func TestPythonRefusals(t *testing.T) {
 		"init fails": {"backend: \"python\"\n" + tensors, "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('weights missing')\n", "RuntimeError: weights missing"},
 		"no class":   {"backend: \"python\"\n" + tensors, "x = 1\n", "defines no class TritonPythonModel"},
 		"syntax":     {"backend: \"python\"\n" + tensors, "def (:\n", "SyntaxError"},
-		"optional":   {"backend: \"python\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 1 ], optional: true }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "input.optional"},
+		"optional":   {"backend: \"onnxruntime\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 1 ], optional: true }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "optional inputs are served for Python models"},
 		"file name":  {"backend: \"python\"\ndefault_model_filename: \"../model.py\"\n" + tensors, model, "inside the version directory"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -287,6 +287,9 @@ func (l *Logger) Log(model, version string, inSpecs []engine.TensorSpec, in []en
 func (l *Logger) tensors(specs []engine.TensorSpec, ts []engine.Tensor) []Tensor {
 	out := make([]Tensor, 0, len(ts))
 	for i, t := range ts {
+		if t.Absent() { // an optional input the request left out
+			continue
+		}
 		name := fmt.Sprintf("%d", i)
 		if i < len(specs) {
 			name = specs[i].Name

@@ -440,13 +440,16 @@ type wireRequest struct {
 // mid-execute. A request's own context ending, or a soft cancellation of
 // it (a BLS caller's cancel()), only tells the model about that request.
 func (p *proc) call(ctx context.Context, ctxs []context.Context, reqs [][]engine.Tensor) (reply, error) {
-	var all []wireTensor
+	all := []wireTensor{} // [] even when every input was left out
 	var datas [][]byte
 	wire := make([]wireRequest, len(reqs))
 	for i, inputs := range reqs {
-		descs := make([]wireTensor, len(inputs))
+		descs := make([]wireTensor, 0, len(inputs))
 		for j, t := range inputs {
-			descs[j] = wireTensor{Name: p.cfg.Inputs[j].Name, Datatype: datatypes[t.DType], Shape: t.Shape, Size: int64(len(t.Data))}
+			if t.Absent() { // an optional input left out: get_input_tensor_by_name answers None
+				continue
+			}
+			descs = append(descs, wireTensor{Name: p.cfg.Inputs[j].Name, Datatype: datatypes[t.DType], Shape: t.Shape, Size: int64(len(t.Data))})
 			datas = append(datas, t.Data)
 		}
 		all = append(all, descs...)

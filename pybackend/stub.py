@@ -87,7 +87,7 @@ class Channel:
             raise ValueError(f"header of {n} bytes")
         head = json.loads(self._read(n))
         datas = []
-        for t in head.get("tensors", []):
+        for t in head.get("tensors") or ():
             datas.append(self._read(int(t["size"])))
         return head, datas
 
@@ -111,6 +111,8 @@ class Channel:
                     self.main.put((head, datas))
         except (EOFError, OSError, ValueError):
             pass
+        except Exception:  # noqa: BLE001 - a message it cannot read ends the channel, never hangs it
+            traceback.print_exc()
         self.main.put(None)
         for q in list(self.waiters.values()):
             q.put(None)

@@ -70,11 +70,11 @@ func (s *InputSet) Take(name string) (int, *RequestError) {
 	return idx, nil
 }
 
-// Missing refuses a request that left out one of the model's inputs, once
-// every input it gave was taken.
+// Missing refuses a request that left out one of the model's inputs (an
+// optional one may be), once every input it gave was taken.
 func (s *InputSet) Missing() *RequestError {
 	for i, ok := range s.seen {
-		if !ok {
+		if !ok && !s.specs[i].Optional {
 			return &RequestError{Invalid: true, Details: map[string]any{"input": s.specs[i].Name, "expected_inputs": Names(s.specs)},
 				Message: fmt.Sprintf("input %q is missing; this model takes %s", s.specs[i].Name, Describe(s.specs))}
 		}

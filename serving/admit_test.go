@@ -58,3 +58,22 @@ func TestInputDatatypeAndAxes(t *testing.T) {
 		t.Fatalf("shm off: %+v", e)
 	}
 }
+
+// An optional input may be left out; a required one may not.
+func TestOptionalInputs(t *testing.T) {
+	specs := []engine.TensorSpec{{Name: "A", DType: engine.Int32}, {Name: "B", DType: engine.Int32, Optional: true}}
+	s := NewInputSet(specs)
+	if _, err := s.Take("A"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Missing(); err != nil {
+		t.Fatalf("optional B left out: %v", err)
+	}
+	s = NewInputSet(specs)
+	if _, err := s.Take("B"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Missing(); err == nil || !strings.Contains(err.Message, `"A" is missing`) {
+		t.Fatalf("required A left out: %v", err)
+	}
+}

@@ -142,6 +142,8 @@ type TensorConfig struct {
 	Format string
 	// LabelFilename is an output's labels file (classification).
 	LabelFilename string
+	// Optional marks an input a request may leave out.
+	Optional bool
 	// Labels are LabelFilename's lines, one class per line (index 0 the
 	// first), for the classification extension.
 	Labels []string
@@ -263,7 +265,7 @@ func ConfigJSON(c ModelConfig) map[string]any {
 				if format == "" {
 					format = "FORMAT_NONE"
 				}
-				m["format"], m["allow_ragged_batch"], m["optional"] = format, false, false
+				m["format"], m["allow_ragged_batch"], m["optional"] = format, false, t.Optional
 			} else {
 				m["label_filename"] = t.LabelFilename
 			}

@@ -284,6 +284,31 @@ output [{ name: "N", data_type: TYPE_INT32, dims: [ 1 ] }]
 dynamic_batching { preferred_batch_size: [ 2 ], max_queue_delay_microseconds: 10000000 }
 """
 
+# Optional inputs (optional: true): a request may leave either out; the model sees None and uses a default.
+OPTIONAL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            a = pb_utils.get_input_tensor_by_name(r, "INPUT0")
+            b = pb_utils.get_input_tensor_by_name(r, "INPUT1")
+            a = a.as_numpy() if a is not None else np.full((1,), 5, np.int32)
+            b = b.as_numpy() if b is not None else np.full((1,), 10, np.int32)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b)]))
+        return out
+"""
+
+OPTIONAL_CONFIG = """backend: "python"
+max_batch_size: %d
+input [{ name: "INPUT0", data_type: TYPE_INT32, dims: [ 1 ], optional: true },
+       { name: "INPUT1", data_type: TYPE_INT32, dims: [ 1 ], optional: true }]
+output [{ name: "OUTPUT0", data_type: TYPE_INT32, dims: [ 1 ] }]
+"""
+
 # Custom metrics (pb_utils.MetricFamily): a counter of requests and a histogram of their sizes.
 METERED = """
 import numpy as np
@@ -353,6 +378,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     _write(root, "metered", METERED_CONFIG, METERED)
     _write(root, "until_cancelled", UNTIL_CANCELLED_CONFIG, UNTIL_CANCELLED)
     _write(root, "grouped", GROUPED_CONFIG, GROUPED)
+    _write(root, "optional", OPTIONAL_CONFIG % 0, OPTIONAL)
+    _write(root, "optional_batched", OPTIONAL_CONFIG % 4, OPTIONAL)
     _write(root, "bls_cancel", BLS_CANCEL_CONFIG, BLS_CANCEL % ("", "call.exec(decoupled=True)"))
     _write(
         root,
@@ -571,6 +598,35 @@ def test_decoupled_over_the_grpc_stream(server: FwServer) -> None:
             got.get(timeout=0.5)
     finally:
         client.stop_stream()
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_optional_inputs(server: FwServer, proto: str) -> None:
+    """Inputs marked ``optional: true`` may be left out, in any combination; the model gets None for them, and
+    the configuration says they are optional."""
+    mod, client = _client(server, proto)
+    for model, shape in (("optional", [1]), ("optional_batched", [1, 1])):
+        for has0 in (True, False):
+            for has1 in (True, False):
+                inputs = []
+                for name, has, value in (("INPUT0", has0, 1), ("INPUT1", has1, 2)):
+                    if has:
+                        x = mod.InferInput(name, shape, "INT32")
+                        x.set_data_from_numpy(np.full(shape, value, dtype=np.int32))
+                        inputs.append(x)
+                if model == "optional_batched" and not inputs:
+                    # With a batch axis the batch size comes from the inputs: at least one is needed.
+                    with pytest.raises(InferenceServerException, match="every input was left out"):
+                        client.infer(model, inputs)
+                    continue
+                res = client.infer(model, inputs)
+                want = (1 if has0 else 5) + (2 if has1 else 10)
+                assert res.as_numpy("OUTPUT0").flat[0] == want, (model, has0, has1)
+    config = client.get_model_config("optional")
+    if proto == "grpc":
+        assert all(i.optional for i in config.config.input)
+    else:
+        assert all(i["optional"] for i in config["input"])
 
 
 def test_decoupled_requests_are_batched(server: FwServer) -> None:
