@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
@@ -17,16 +18,22 @@ type Response struct {
 // Responses is a decoupled request's responses in flight, in order, up to
 // the final one: the engine puts them (from any goroutine, never waiting
 // for the reader, which would hold up the model), the request's own
-// goroutine takes them when Ready says there are some. Its memory grows
-// with what a slow reader has not taken yet.
+// goroutine takes them when Ready says there are some. What a slow reader
+// has not taken yet is bounded: past MaxQueuedBytes of tensor data the
+// request ends with an error saying so.
 type Responses struct {
 	ready chan struct{}
 
 	mu     sync.Mutex
 	queue  []Response
+	bytes  int64 // tensor bytes in queue
 	closed bool
 	onEnd  func()
 }
+
+// MaxQueuedBytes bounds the tensor bytes of a decoupled request's
+// responses waiting for its client (64 MiB).
+const MaxQueuedBytes = 64 << 20
 
 // NewResponses returns an empty queue.
 func NewResponses() *Responses { return &Responses{ready: make(chan struct{}, 1)} }
@@ -39,7 +46,7 @@ func (r *Responses) Take() []Response {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	q := r.queue
-	r.queue = nil
+	r.queue, r.bytes = nil, 0
 	return q
 }
 
@@ -50,6 +57,13 @@ func (r *Responses) Put(resp Response) bool {
 	if r.closed {
 		r.mu.Unlock()
 		return false
+	}
+	for _, t := range resp.Outs {
+		r.bytes += int64(len(t.Data))
+	}
+	if r.bytes > MaxQueuedBytes {
+		resp = Response{Final: true, Err: fmt.Errorf("the client has not read %d bytes of this request's responses (the limit is %d): "+
+			"the model sends faster than the client reads; read the stream faster or send smaller responses", r.bytes, MaxQueuedBytes)}
 	}
 	r.closed = resp.Final
 	r.queue = append(r.queue, resp)

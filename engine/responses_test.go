@@ -35,3 +35,24 @@ func TestResponses(t *testing.T) {
 		t.Fatal("the context does not carry the queue")
 	}
 }
+
+// A reader that falls behind ends its request instead of growing the
+// queue without bound.
+func TestResponsesBounded(t *testing.T) {
+	q := NewResponses()
+	big := Tensor{DType: Uint8, Shape: []int64{1 << 20}, Data: make([]byte, 1<<20)}
+	for range MaxQueuedBytes >> 20 {
+		if !q.Put(Response{Outs: []Tensor{big}}) {
+			t.Fatal("refused under the limit")
+		}
+	}
+	q.Put(Response{Outs: []Tensor{big}})
+	if q.Put(Response{Outs: []Tensor{big}}) || !q.Ended() {
+		t.Fatal("the queue grew past its limit")
+	}
+	got := q.Take()
+	last := got[len(got)-1]
+	if !last.Final || last.Err == nil || last.Outs != nil {
+		t.Fatalf("last response %+v, want the final error", last)
+	}
+}

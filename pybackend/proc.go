@@ -28,6 +28,10 @@ const finalizeWait = 10 * time.Second
 // is killed: Python cannot be interrupted mid-call.
 const cancelGrace = 5 * time.Second
 
+// maxBLS bounds the BLS calls one process has in flight: past it a call is
+// answered with an error at once (each holds a goroutine and its tensors).
+const maxBLS = 256
+
 // tailLines is how many of the process's last lines an error quotes.
 const tailLines = 8
 
@@ -56,6 +60,7 @@ type proc struct {
 	calls   map[uint64]chan reply // execute calls waiting for their result
 	streams map[uint64]*stream    // decoupled requests not yet final
 	blsStop map[uint64]func()     // BLS calls to decoupled models in flight: their cancel()
+	blsBusy chan struct{}         // one token per BLS call in flight (maxBLS)
 	ctrl    chan reply            // answers to init, auto and finalize
 	ended   error                 // why the reader stopped (nil while it reads)
 }
@@ -89,7 +94,7 @@ func spawn(cfg Config, i int) (*proc, error) {
 	}
 	life, cancel := context.WithCancel(context.Background())
 	p := &proc{cmd: cmd, cfg: cfg, instance: fmt.Sprintf("%s_0_%d", cfg.Name, i), w: w, r: bufio.NewReaderSize(r, 64<<10), done: make(chan struct{}),
-		life: life, cancel: cancel, calls: map[uint64]chan reply{}, streams: map[uint64]*stream{}, blsStop: map[uint64]func(){}, ctrl: make(chan reply, 1)}
+		life: life, cancel: cancel, calls: map[uint64]chan reply{}, streams: map[uint64]*stream{}, blsStop: map[uint64]func(){}, blsBusy: make(chan struct{}, maxBLS), ctrl: make(chan reply, 1)}
 	for _, o := range cfg.Outputs {
 		p.outNames = append(p.outNames, o.Name)
 	}
@@ -200,7 +205,15 @@ func (p *proc) dispatch(m *message, datas [][]byte) error {
 		}
 		return nil
 	case "bls":
-		go p.bls(m, datas)
+		select {
+		case p.blsBusy <- struct{}{}:
+			go func() {
+				defer func() { <-p.blsBusy }()
+				p.bls(m, datas)
+			}()
+		default:
+			go p.refuseBLS(m.ID, fmt.Errorf("this instance has %d BLS calls in flight, the most fw runs at once; wait for some to answer", maxBLS))
+		}
 		return nil
 	case "bls_cancel": // the model's response iterator's cancel(); ignored once the call ended
 		p.mu.Lock()
@@ -610,9 +623,10 @@ func modelError(name string, e *wireError) error {
 
 // TritonError's codes that fw tells apart.
 const (
-	codeInternal   = 1
-	codeInvalidArg = 3
-	codeCancelled  = 7
+	codeInternal    = 1
+	codeInvalidArg  = 3
+	codeUnavailable = 4
+	codeCancelled   = 7
 )
 
 // errorCode is the TritonError code a BLS caller sees for err: the
@@ -693,6 +707,13 @@ func (p *proc) forget(st *stream) {
 	p.mu.Lock()
 	delete(p.streams, st.id)
 	p.mu.Unlock()
+}
+
+// refuseBLS answers BLS call id with err.
+func (p *proc) refuseBLS(id uint64, err error) {
+	if p.send(map[string]any{"op": "bls_result", "id": id, "error": err.Error(), "code": codeUnavailable, "final": true}, nil) != nil {
+		p.kill()
+	}
 }
 
 // bls runs a model the Python model asked for and sends the answer back

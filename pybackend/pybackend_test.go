@@ -605,3 +605,53 @@ func streamOne(b *Backend, ctx context.Context, inputs []engine.Tensor, send fun
 		}
 	}
 }
+
+// A process's BLS calls in flight are bounded: past maxBLS a call is
+// answered UNAVAILABLE at once instead of holding another goroutine.
+func TestBLSCallsBounded(t *testing.T) {
+	src := `
+import threading
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        codes = []
+        def call():
+            x = pb_utils.Tensor("X", np.ones((1, 4), np.float32))
+            r = pb_utils.InferenceRequest(model_name="slow", inputs=[x], requested_output_names=["Y"]).exec()
+            codes.append(r.error().code() if r.has_error() else 0)
+        threads = [threading.Thread(target=call) for _ in range(300)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        refused = sum(1 for c in codes if c == pb_utils.TritonError.UNAVAILABLE)
+        return [pb_utils.InferenceResponse([
+            pb_utils.Tensor("OUTPUT0", np.full((1, 4), refused, np.float32)),
+            pb_utils.Tensor("OUTPUT1", np.array([[b"ok"] * 4], dtype=object)),
+        ]) for _ in requests]
+`
+	var mu sync.Mutex
+	running, most := 0, 0
+	b, _ := start(t, src, func(ctx context.Context, model, version string, ins map[string]engine.Tensor, outs []string) (map[string]engine.Tensor, error) {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		time.Sleep(time.Second)
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return map[string]engine.Tensor{"Y": ins["X"]}, nil
+	})
+	a := engine.FromFloat32([]int64{1, 4}, []float32{1, 2, 3, 4})
+	out, err := b.Run(context.Background(), []engine.Tensor{a, a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := out[0].Float32s()[0]
+	if most > maxBLS || refused == 0 || int(refused)+most > 300 {
+		t.Fatalf("%d calls ran at once (limit %d), %v refused", most, maxBLS, refused)
+	}
+}
