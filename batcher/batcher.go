@@ -932,6 +932,9 @@ func deliver(reqs []*request, outs []engine.Tensor) {
 		res[i] = make([]engine.Tensor, len(outs))
 	}
 	for k, t := range outs {
+		if t.Absent() {
+			continue // each request's answer leaves it out too
+		}
 		parts, err := engine.SplitRows(t, rows)
 		if err != nil { // checkOutputs makes this unreachable
 			for _, r := range reqs {
@@ -1000,6 +1003,9 @@ func checkOutputs(outs []engine.Tensor, rows int, unbatched bool) error {
 		return fmt.Errorf("%w: the engine returned no outputs", ErrBadOutput)
 	}
 	for i, t := range outs {
+		if t.Absent() { // an output a Python model's response left out: left out of every request's answer
+			continue
+		}
 		if !unbatched && (len(t.Shape) == 0 || t.Shape[0] != int64(rows)) {
 			return fmt.Errorf("%w: output %d has shape %s; its axis 0 must be the %d rows sent",
 				ErrBadOutput, i, engine.FormatShape(t.Shape), rows)

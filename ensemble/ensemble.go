@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -44,6 +45,10 @@ type Config struct {
 	// MaxBatchSize is the ensemble's max_batch_size (0: no batch axis).
 	MaxBatchSize int
 	Steps        []Step
+	// Log is told, once per tensor, when a step's model left out an
+	// output the pipeline maps (a Python model's response may); nil
+	// discards.
+	Log *slog.Logger
 }
 
 // Step is one model run by the pipeline.
@@ -70,6 +75,17 @@ type Pipeline struct {
 	labels map[string][]string
 	// stateful: a step's model has sequence batching (Stateful).
 	stateful bool
+	// told are the tensors a step left out that Log was told of.
+	told sync.Map
+}
+
+// leftOut logs, once per tensor, that a step's model left it out.
+func (p *Pipeline) leftOut(tensor string) {
+	if _, seen := p.told.LoadOrStore(tensor, true); seen || p.cfg.Log == nil {
+		return
+	}
+	// Triton's sentence first: its tests and users look for it.
+	p.cfg.Log.Info(fmt.Sprintf("Composing models did not output tensor %s; ensemble %q answers without it, and a step that takes it fails", tensor, p.cfg.Name))
 }
 
 // Error is a pipeline that does not hold together, found when it loads.
@@ -425,6 +441,9 @@ func (p *Pipeline) step(ctx context.Context, i int, vals map[string]engine.Tenso
 	for j, sp := range inst.Outputs() {
 		if t, ok := st.OutputMap[sp.Name]; ok && j < len(outs) {
 			o := outs[j]
+			if o.Absent() { // left out by the step's model: so by the ensemble, or an error for a step that needs it
+				p.leftOut(t)
+			}
 			if row && len(o.Shape) > 0 && o.Shape[0] == 1 {
 				o.Shape = o.Shape[1:]
 			}

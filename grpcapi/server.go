@@ -637,6 +637,9 @@ func (s *Server) encodeOutputs(inst *serving.Instance, dec *request, out []engin
 			continue // the engine returned fewer outputs than the model declares
 		}
 		t := out[idx]
+		if t.Absent() {
+			continue // the model's response left it out (a Python model may): not in the response, as in Triton's
+		}
 		if n := dec.classes[idx]; n > 0 {
 			var err error
 			if t, err = inst.Classes(t, specs[idx].Name, n); err != nil {

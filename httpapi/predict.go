@@ -229,10 +229,13 @@ func appendPrediction(b []byte, inst *serving.Instance, out []engine.Tensor, id 
 		rows = int(out[0].Shape[0])
 	}
 	b = append(b, `"predictions":`...)
-	if len(out) > 0 {
-		b = appendTensor(b, out[0])
-	} else {
+	switch {
+	case len(out) == 0:
 		b = append(b, "[]"...)
+	case out[0].Absent(): // a Python model's response left it out
+		b = append(b, "null"...)
+	default:
+		b = appendTensor(b, out[0])
 	}
 	if labels := m.Labels(); len(labels) > 0 && len(out) > 0 && out[0].DType != engine.String && len(out[0].Shape) == 2 && int(out[0].Shape[1]) == len(labels) {
 		b = append(b, `,"labels":[`...)
@@ -247,10 +250,15 @@ func appendPrediction(b []byte, inst *serving.Instance, out []engine.Tensor, id 
 	if len(out) > 1 {
 		b = append(b, `,"outputs":{`...)
 		specs := m.Outputs()
+		first := true
 		for i, t := range out {
-			if i > 0 {
+			if t.Absent() {
+				continue
+			}
+			if !first {
 				b = append(b, ',')
 			}
+			first = false
 			name := fmt.Sprintf("output_%d", i)
 			if i < len(specs) {
 				name = specs[i].Name

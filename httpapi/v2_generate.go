@@ -364,6 +364,9 @@ func genResponse(b []byte, inst *serving.Instance, specs []engine.TensorSpec, ou
 	}
 	for i := range out {
 		name := v2OutputName(specs, i)
+		if out[i].Absent() { // left out by the model's response
+			continue
+		}
 		if name == "model_name" || name == "model_version" || (name == "id" && id != nil) {
 			continue
 		}

@@ -765,9 +765,13 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instanc
 	// answer[k] is what request output k answers: the output itself, or
 	// its classes (Triton's classification extension).
 	answer := make([]engine.Tensor, len(req.outputs))
+	// given says whether output o is in the answer: the engine returned it
+	// (not fewer outputs than the model declares, not one a Python model's
+	// response left out, which is left out here too, as Triton does).
+	given := func(o v2Output) bool { return o.index < len(out) && !out[o.index].Absent() }
 	for k, o := range req.outputs {
-		if o.index >= len(out) {
-			continue // the engine returned fewer outputs than the model declares
+		if !given(o) {
+			continue
 		}
 		answer[k] = out[o.index]
 		if o.classes > 0 {
@@ -780,7 +784,7 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instanc
 		}
 	}
 	for k, o := range req.outputs {
-		if o.index < len(out) && o.shm == nil && !o.binary && answer[k].DType == engine.String {
+		if given(o) && o.shm == nil && !o.binary && answer[k].DType == engine.String {
 			// JSON strings are UTF-8; bytes that are not cannot be written
 			// as they are, and changing them would answer other data than
 			// the model's. Triton refuses the same.
@@ -791,7 +795,7 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instanc
 		}
 	}
 	for k, o := range req.outputs {
-		if o.shm != nil && o.index < len(out) {
+		if o.shm != nil && given(o) {
 			if aerr := s.writeSharedMemory(o.shm, answer[k], v2OutputName(specs, o.index)); aerr != nil {
 				writeError(ctx, aerr)
 				return false
@@ -824,7 +828,7 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instanc
 	anyBinary := false
 	first := true
 	for k, o := range req.outputs {
-		if o.index >= len(out) {
+		if !given(o) {
 			continue
 		}
 		t := answer[k]
@@ -868,7 +872,7 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instanc
 	ctx.Response.Header.Set(v2HeaderLength, strconv.Itoa(len(b)))
 	ctx.Response.Header.SetContentType("application/octet-stream")
 	for k, o := range req.outputs {
-		if o.binary && o.index < len(out) {
+		if o.binary && given(o) {
 			ctx.Response.AppendBody(answer[k].Data)
 		}
 	}

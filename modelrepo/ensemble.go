@@ -259,6 +259,7 @@ func (r *Repository) loaded(name, version string) bool {
 // context (its deadline and trace reach the steps).
 func (r *Repository) loadEnsemble(ctx context.Context, name, vs, vdir string, cfg *pb.ModelConfig, labels map[string]string) (*modelhost.Host, error) {
 	ec := ensembleConfig(name, cfg)
+	ec.Log = r.log
 	p, err := ensemble.New(ec, r)
 	if err != nil {
 		return nil, err

@@ -646,7 +646,7 @@ func errorCode(err error) int {
 }
 
 // outputs checks a response's tensors against the configuration: each a
-// declared output, once, well formed; every declared output present. They
+// declared output, once, well formed; one left out is the zero Tensor. They
 // come back in the configuration's order. An output's datatype is its
 // array's, as Triton's Python backend sends it, even where config.pbtxt
 // declares another.
@@ -675,12 +675,7 @@ func outputs(cfg Config, descs []wireTensor, datas [][]byte) ([]engine.Tensor, e
 		}
 		out[j] = t
 	}
-	for j, ok := range seen {
-		if !ok {
-			return nil, &ModelError{Model: cfg.Name, Msg: fmt.Sprintf("its response has no output %q; fw answers every output config.pbtxt lists, so the response must carry each", cfg.Outputs[j].Name)}
-		}
-	}
-	return out, nil
+	return out, nil // an output the response left out stays the zero Tensor (Absent), as Triton leaves it out
 }
 
 // metric applies a custom metric message ("metric_family": Model is the

@@ -125,7 +125,7 @@ func TestAddSub(t *testing.T) {
 
 func TestWrongOutputs(t *testing.T) {
 	for name, body := range map[string]string{
-		"missing": `return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a)]) for r in requests]`,
+		"twice":   `return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a), pb_utils.Tensor("OUTPUT0", a)]) for r in requests]`,
 		"unknown": `return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a), pb_utils.Tensor("OUTPUT1", s), pb_utils.Tensor("X", a)]) for r in requests]`,
 		"count":   `return []`,
 		"type":    `return ["no"]`,
@@ -142,6 +142,22 @@ func TestWrongOutputs(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// A response may leave a declared output out (Triton's Python backend
+// allows it): it comes back as the zero Tensor, the others as sent.
+func TestPartialResponse(t *testing.T) {
+	src := "import triton_python_backend_utils as pb_utils\nclass TritonPythonModel:\n    def execute(self, requests):\n" +
+		"        return [pb_utils.InferenceResponse([pb_utils.Tensor(\"OUTPUT0\", r.inputs()[0].as_numpy())]) for r in requests]\n"
+	b, _ := start(t, src, nil)
+	a := engine.FromFloat32([]int64{1, 4}, []float32{1, 2, 3, 4})
+	out, err := b.Run(context.Background(), []engine.Tensor{a, a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 2 || out[0].Float32s()[3] != 4 || !out[1].Absent() {
+		t.Fatalf("got %v, want OUTPUT0 and OUTPUT1 left out", out)
 	}
 }
 

@@ -161,7 +161,7 @@ func (r *Reshape) toModel(inputs []engine.Tensor) ([]engine.Tensor, error) {
 // it).
 func (r *Reshape) fromModel(outputs []engine.Tensor) {
 	for i, rt := range r.out {
-		if i < len(outputs) {
+		if i < len(outputs) && !outputs[i].Absent() {
 			if t, err := r.reshaped(outputs[i], rt.Model, rt.Dims, r.outputs[i].Name); err == nil {
 				outputs[i] = t
 			}

@@ -309,6 +309,40 @@ input [{ name: "INPUT0", data_type: TYPE_INT32, dims: [ 1 ], optional: true },
 output [{ name: "OUTPUT0", data_type: TYPE_INT32, dims: [ 1 ] }]
 """
 
+# A response that leaves out one of its declared outputs (OUTPUT1), as Triton's Python backend allows; and an
+# ensemble over it whose OUTPUT1 is that output.
+PARTIAL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(r, "INPUT1").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b)]))
+        return out
+"""
+
+PARTIAL_CONFIG = """backend: "python"
+max_batch_size: 8
+input [{ name: "INPUT0", data_type: TYPE_INT32, dims: [ 16 ] }, { name: "INPUT1", data_type: TYPE_INT32, dims: [ 16 ] }]
+output [{ name: "OUTPUT0", data_type: TYPE_INT32, dims: [ 16 ] }, { name: "OUTPUT1", data_type: TYPE_INT32, dims: [ 16 ] }]
+"""
+
+PARTIAL_ENSEMBLE_CONFIG = """platform: "ensemble"
+max_batch_size: 8
+input [{ name: "INPUT0", data_type: TYPE_INT32, dims: [ 16 ] }, { name: "INPUT1", data_type: TYPE_INT32, dims: [ 16 ] }]
+output [{ name: "OUTPUT0", data_type: TYPE_INT32, dims: [ 16 ] }, { name: "OUTPUT1", data_type: TYPE_INT32, dims: [ 16 ] }]
+ensemble_scheduling { step [
+  { model_name: "simple", model_version: -1, input_map { key: "INPUT0", value: "INPUT1" },
+    input_map { key: "INPUT1", value: "INPUT1" }, output_map { key: "OUTPUT1", value: "zeros" } },
+  { model_name: "partial", model_version: -1, input_map { key: "INPUT0", value: "INPUT0" },
+    input_map { key: "INPUT1", value: "zeros" }, output_map { key: "OUTPUT0", value: "OUTPUT0" },
+    output_map { key: "OUTPUT1", value: "OUTPUT1" } } ] }
+"""
+
 # Custom metrics (pb_utils.MetricFamily): a counter of requests and a histogram of their sizes.
 METERED = """
 import numpy as np
@@ -379,6 +413,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     _write(root, "until_cancelled", UNTIL_CANCELLED_CONFIG, UNTIL_CANCELLED)
     _write(root, "grouped", GROUPED_CONFIG, GROUPED)
     _write(root, "optional", OPTIONAL_CONFIG % 0, OPTIONAL)
+    _write(root, "partial", PARTIAL_CONFIG, PARTIAL)
+    (root / "partial_ensemble" / "1").mkdir(parents=True)
+    (root / "partial_ensemble" / "config.pbtxt").write_text(PARTIAL_ENSEMBLE_CONFIG)
     _write(root, "optional_batched", OPTIONAL_CONFIG % 4, OPTIONAL)
     _write(root, "bls_cancel", BLS_CANCEL_CONFIG, BLS_CANCEL % ("", "call.exec(decoupled=True)"))
     _write(
@@ -627,6 +664,25 @@ def test_optional_inputs(server: FwServer, proto: str) -> None:
         assert all(i.optional for i in config.config.input)
     else:
         assert all(i["optional"] for i in config["input"])
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_partial_response(server: FwServer, proto: str) -> None:
+    """An output the model's response leaves out is left out of the answer (directly and through an ensemble,
+    whose log says so in Triton's words); the others answer as sent."""
+    mod, client = _client(server, proto)
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.ones((1, 16), dtype=np.int32)
+    for model in ("partial", "partial_ensemble"):
+        x, y = mod.InferInput("INPUT0", [1, 16], "INT32"), mod.InferInput("INPUT1", [1, 16], "INT32")
+        x.set_data_from_numpy(a)
+        y.set_data_from_numpy(b)
+        outs = [mod.InferRequestedOutput("OUTPUT0"), mod.InferRequestedOutput("OUTPUT1")]
+        res = client.infer(model, [x, y], outputs=outs)
+        want = a + b if model == "partial" else a  # the ensemble adds simple's INPUT1 - INPUT1
+        np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), want)
+        assert res.as_numpy("OUTPUT1") is None, model
+    assert "Composing models did not output tensor OUTPUT1" in server.log()
 
 
 def test_decoupled_requests_are_batched(server: FwServer) -> None:
