@@ -93,9 +93,8 @@ type Config struct {
 	// RequestContext runs an engine call of one request with that
 	// request's context (its deadline, trace and values) instead of the
 	// batcher's own: for a run that is itself made of requests to other
-	// models (an ensemble's pipeline), or one that can tell the model its
-	// request was cancelled (a Python model). Calls joining several
-	// requests keep the batcher's.
+	// models (an ensemble's pipeline). Calls joining several requests
+	// keep the batcher's.
 	RequestContext bool
 	// Streams says an EachFunc answers its requests through the
 	// engine.Responses their contexts carry (a decoupled model): the

@@ -58,13 +58,16 @@ func (r *Responses) Put(resp Response) bool {
 		r.mu.Unlock()
 		return false
 	}
+	var n int64
 	for _, t := range resp.Outs {
-		r.bytes += int64(len(t.Data))
+		n += int64(len(t.Data))
 	}
-	if r.bytes > MaxQueuedBytes {
-		resp = Response{Final: true, Err: fmt.Errorf("the client has not read %d bytes of this request's responses (the limit is %d): "+
+	if r.bytes > 0 && r.bytes+n > MaxQueuedBytes { // one response alone always goes
+		resp = Response{Final: true, Err: fmt.Errorf("the client has not read %d bytes of this request's responses, and the next would pass the limit of %d: "+
 			"the model sends faster than the client reads; read the stream faster or send smaller responses", r.bytes, MaxQueuedBytes)}
+		n = 0
 	}
+	r.bytes += n
 	r.closed = resp.Final
 	r.queue = append(r.queue, resp)
 	end := r.onEnd

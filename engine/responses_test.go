@@ -55,4 +55,10 @@ func TestResponsesBounded(t *testing.T) {
 	if !last.Final || last.Err == nil || last.Outs != nil {
 		t.Fatalf("last response %+v, want the final error", last)
 	}
+	// One response larger than the limit goes when nothing waits.
+	q = NewResponses()
+	huge := Tensor{DType: Uint8, Shape: []int64{MaxQueuedBytes + 1}, Data: make([]byte, MaxQueuedBytes+1)}
+	if !q.Put(Response{Outs: []Tensor{huge}}) || q.Ended() {
+		t.Fatal("a single large response to a reader that keeps up was refused")
+	}
 }

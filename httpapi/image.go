@@ -120,6 +120,10 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 		writeError(ctx, s.submitError(err))
 		return
 	}
+	if !raw && (len(out) == 0 || out[0].Absent()) {
+		writeError(ctx, newError(500, CodeEngine, "the model's response left out its first output, which /predict/image ranks; ask for the raw outputs (?raw=true) or fix the model", nil))
+		return
+	}
 	buf := s.getBuf()
 	var b []byte
 	if raw {

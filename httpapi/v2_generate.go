@@ -55,9 +55,10 @@ func parseGenerate(body []byte, model string, ins []engine.TensorSpec) (*genRequ
 	}
 	var got, missing []string
 	for i, sp := range ins {
-		if g.values[i] != nil {
+		switch {
+		case g.values[i] != nil:
 			got = append(got, "'"+sp.Name+"'")
-		} else {
+		case !sp.Optional: // an optional one left out stays the zero Tensor
 			missing = append(missing, "'"+sp.Name+"'")
 		}
 	}
@@ -226,6 +227,9 @@ func genInputs(g *genRequest, ins []engine.TensorSpec, lim v2Limits) (*v2Request
 	req := &v2Request{inputs: make([]engine.Tensor, len(ins)), id: g.id, seq: g.seq}
 	for i, sp := range ins {
 		v := g.values[i]
+		if v == nil { // an optional input left out (parseGenerate admitted it)
+			continue
+		}
 		n := genLeaves(v)
 		shape, ok := genShape(sp, n)
 		if !ok {

@@ -204,7 +204,6 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 		}
 	}
 	bc.Instances = max(1, count)
-	bc.RequestContext = true // an execute of one request follows it: is_cancelled() when its client leaves
 	described, err := describePython(name, cfg, labels, filepath.Base(path), bc)
 	if err != nil {
 		return nil, err
@@ -316,7 +315,7 @@ func (r *Repository) blsInputs(model, version string, inputs map[string]engine.T
 func pickOutputs(inst *serving.Instance, outs []engine.Tensor, want []string) map[string]engine.Tensor {
 	res := make(map[string]engine.Tensor, len(outs))
 	for i, sp := range inst.Outputs() {
-		if i < len(outs) && (len(want) == 0 || slices.Contains(want, sp.Name)) {
+		if i < len(outs) && !outs[i].Absent() && (len(want) == 0 || slices.Contains(want, sp.Name)) {
 			res[sp.Name] = outs[i]
 		}
 	}
@@ -338,9 +337,9 @@ func (r *Repository) callModel(ctx context.Context, model, version string, input
 	}
 	res := pickOutputs(inst, outs, want)
 	for _, w := range want {
-		if _, ok := res[w]; !ok {
+		if _, ok := res[w]; !ok && !slices.ContainsFunc(inst.Outputs(), func(sp engine.TensorSpec) bool { return sp.Name == w }) {
 			return nil, fmt.Errorf("model %q has no output %q", model, w)
 		}
 	}
-	return res, nil
+	return res, nil // an output the model's response left out is left out here too
 }

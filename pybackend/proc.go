@@ -207,9 +207,17 @@ func (p *proc) dispatch(m *message, datas [][]byte) error {
 	case "bls":
 		select {
 		case p.blsBusy <- struct{}{}:
+			ctx := p.life
+			if m.Decoupled { // its cancel() may be the very next message: registered before that is read
+				var stop func()
+				ctx, stop = withCancelRequest(p.life)
+				p.mu.Lock()
+				p.blsStop[m.ID] = stop
+				p.mu.Unlock()
+			}
 			go func() {
 				defer func() { <-p.blsBusy }()
-				p.bls(m, datas)
+				p.bls(ctx, m, datas)
 			}()
 		default:
 			go p.refuseBLS(m.ID, fmt.Errorf("this instance has %d BLS calls in flight, the most fw runs at once; wait for some to answer", maxBLS))
@@ -491,22 +499,20 @@ func (p *proc) call(ctx context.Context, ctxs []context.Context, reqs [][]engine
 		}
 	}
 	p.mu.Unlock()
-	for i := range ctxs {
-		if ctxs[i] == ctx && streams[i] == nil {
-			continue // the call's own context, watched below
-		}
-		stop := p.watch(ctxs[i], ids[i], streams[i])
-		if streams[i] != nil {
-			streams[i].q.OnEnd(stop) // a decoupled request is told until its last response
-		} else {
-			defer stop()
-		}
-	}
-	done := make(chan struct{})
+	// The call's context ending (the batcher's: the server stops) kills
+	// the process cancelGrace later unless execute has returned; the
+	// timer starts before the send, which it also ends when the process
+	// no longer reads. Cancellations are sent only after execute is, so
+	// the process knows the requests they name.
+	done, sent := make(chan struct{}), make(chan struct{})
 	defer close(done)
 	defer context.AfterFunc(ctx, func() {
-		kill := time.AfterFunc(cancelGrace, p.kill) // also ends a send that no longer goes through
-		p.cancelRequests(ids)
+		kill := time.AfterFunc(cancelGrace, p.kill)
+		select {
+		case <-sent:
+			p.cancelRequests(ids)
+		case <-done:
+		}
 		select {
 		case <-done:
 			kill.Stop()
@@ -514,9 +520,35 @@ func (p *proc) call(ctx context.Context, ctxs []context.Context, reqs [][]engine
 		}
 	})()
 	head := map[string]any{"op": "execute", "call": id, "tensors": all, "requests": wire, "instance": p.instance}
-	if err := p.send(head, datas); err != nil {
+	err := p.send(head, datas)
+	close(sent)
+	if err != nil {
 		p.kill()
 		return reply{}, p.broken(ctx, "stopped reading", err)
+	}
+	for i := range ctxs {
+		if ctxs[i] == ctx && streams[i] == nil {
+			continue // the call's own context, watched above
+		}
+		stop := p.watch(ctxs[i], ids[i], streams[i])
+		if st := streams[i]; st != nil {
+			// A decoupled request is watched until its last response. An
+			// end that did not come from the model (its client fell too far
+			// behind, execute raised) also tells the model and stops
+			// routing its responses.
+			st.q.OnEnd(func() {
+				stop()
+				p.mu.Lock()
+				_, open := p.streams[st.id]
+				p.mu.Unlock()
+				if open {
+					p.forget(st)
+					p.cancelRequests([]uint64{st.id})
+				}
+			})
+		} else {
+			defer stop()
+		}
 	}
 	r := <-ch // the reader answers every call, if only with its end
 	if r.m == nil {
@@ -555,6 +587,7 @@ func (p *proc) watch(rctx context.Context, id uint64, st *stream) (stop func()) 
 		case <-soft:
 			p.cancelRequests([]uint64{id})
 		case <-end:
+		case <-rctx.Done(): // told by stopHard; the request may never end otherwise
 		}
 	}()
 	var once sync.Once
@@ -714,7 +747,14 @@ func (p *proc) refuseBLS(id uint64, err error) {
 // bls runs a model the Python model asked for and sends the answer back
 // (each response of a decoupled one, "final" on the last), under the
 // process's life (its calls end when it does).
-func (p *proc) bls(m *message, datas [][]byte) {
+func (p *proc) bls(ctx context.Context, m *message, datas [][]byte) {
+	if m.Decoupled {
+		defer func() { // dispatch registered its cancel()
+			p.mu.Lock()
+			delete(p.blsStop, m.ID)
+			p.mu.Unlock()
+		}()
+	}
 	answer := func(head map[string]any, datas [][]byte) error {
 		head["op"], head["id"] = "bls_result", m.ID
 		if err := p.send(head, datas); err != nil {
@@ -762,15 +802,6 @@ func (p *proc) bls(m *message, datas [][]byte) {
 		return map[string]any{"tensors": descs, "final": final}, odatas, nil
 	}
 	if m.Decoupled {
-		ctx, stop := withCancelRequest(p.life)
-		p.mu.Lock()
-		p.blsStop[m.ID] = stop
-		p.mu.Unlock()
-		defer func() {
-			p.mu.Lock()
-			delete(p.blsStop, m.ID)
-			p.mu.Unlock()
-		}()
 		finished := false
 		err := p.cfg.StreamCall(ctx, m.Model, m.Version, ins, m.Outputs, func(outs map[string]engine.Tensor, err error, final bool) error {
 			finished = final

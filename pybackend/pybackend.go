@@ -244,30 +244,17 @@ func (b *Backend) RunEach(ctx context.Context, ctxs []context.Context, reqs [][]
 		}
 		s.p = p
 	}
-	// ctx ending answers the caller at once; the process is told and keeps
-	// its instance until execute returns (or is killed for it).
-	type result struct {
-		outs [][]engine.Tensor
-		errs []error
-		err  error
+	// ctx ending tells the model (is_cancelled()) and kills the process
+	// when execute has not returned cancelGrace later; a request's own
+	// context (ctxs) ending only tells the model.
+	outs, errs, err := s.p.execute(ctx, ctxs, reqs)
+	if err != nil && !errors.As(err, new(*ModelError)) && !errors.As(err, new(*engine.InputError)) {
+		b.drop(s.p) // a broken channel or a dead process: the next call starts a fresh one
+		b.idle <- slot{i: s.i}
+		return nil, nil, err
 	}
-	done := make(chan result, 1)
-	go func() {
-		outs, errs, err := s.p.execute(ctx, ctxs, reqs)
-		if err != nil && !errors.As(err, new(*ModelError)) && !errors.As(err, new(*engine.InputError)) {
-			b.drop(s.p) // a broken channel or a dead process: the next call starts a fresh one
-			b.idle <- slot{i: s.i}
-		} else {
-			b.idle <- s
-		}
-		done <- result{outs, errs, err}
-	}()
-	select {
-	case r := <-done:
-		return r.outs, r.errs, r.err
-	case <-ctx.Done():
-		return nil, nil, ctx.Err()
-	}
+	b.idle <- s
+	return outs, errs, err
 }
 
 // Decoupled reports whether the model answers through engine.Responses.

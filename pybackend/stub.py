@@ -100,6 +100,12 @@ class Channel:
                     for req in head.get("reqs") or ():
                         if req in self.live:
                             self.cancelled.add(req)
+                    continue
+                if head.get("op") == "execute":
+                    # Live from now: a cancellation right behind it counts.
+                    for r in head.get("requests") or ():
+                        self.live.add(r.get("req"))
+                    self.main.put((head, datas))
                 elif head.get("op") == "bls_result":
                     if head.get("final", True):
                         q = self.waiters.pop(head.get("id"), None)

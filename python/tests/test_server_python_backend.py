@@ -343,6 +343,41 @@ ensemble_scheduling { step [
     output_map { key: "OUTPUT1", value: "OUTPUT1" } } ] }
 """
 
+# BLS corner cases: cancel() at once, before any response came (MAX_SUM < 0), and a call to the model that leaves
+# OUTPUT1 out (MAX_SUM >= 0): SUM is then OUTPUT0's first element, IS_CANCELLED whether OUTPUT1 was left out.
+BLS_EDGES = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        r = requests[0]
+        x = pb_utils.get_input_tensor_by_name(r, "IN")
+        if pb_utils.get_input_tensor_by_name(r, "MAX_SUM").as_numpy()[0] < 0:
+            call = pb_utils.InferenceRequest(
+                model_name="until_cancelled", inputs=[x, pb_utils.Tensor("COUNT", np.array([200], np.int32))],
+                requested_output_names=["OUT"])
+            stream = call.exec(decoupled=True)
+            stream.cancel()
+            got = list(stream)
+            total = len([g for g in got if not g.has_error() and g.output_tensors()])
+            flag = got[-1].has_error() and got[-1].error().code() == pb_utils.TritonError.CANCELLED
+        else:
+            v = np.full((1, 16), x.as_numpy()[0], np.int32)
+            resp = pb_utils.InferenceRequest(
+                model_name="partial", inputs=[pb_utils.Tensor("INPUT0", v), pb_utils.Tensor("INPUT1", v)],
+                requested_output_names=["OUTPUT0", "OUTPUT1"]).exec()
+            if resp.has_error():
+                raise pb_utils.TritonModelException(resp.error().message())
+            total = int(pb_utils.get_output_tensor_by_name(resp, "OUTPUT0").as_numpy()[0][0])
+            flag = pb_utils.get_output_tensor_by_name(resp, "OUTPUT1") is None
+        return [pb_utils.InferenceResponse([
+            pb_utils.Tensor("SUM", np.array([total], np.int32)),
+            pb_utils.Tensor("IS_CANCELLED", np.array([flag], np.bool_)),
+        ])]
+"""
+
 # Custom metrics (pb_utils.MetricFamily): a counter of requests and a histogram of their sizes.
 METERED = """
 import numpy as np
@@ -414,6 +449,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     _write(root, "grouped", GROUPED_CONFIG, GROUPED)
     _write(root, "optional", OPTIONAL_CONFIG % 0, OPTIONAL)
     _write(root, "partial", PARTIAL_CONFIG, PARTIAL)
+    _write(root, "bls_edges", BLS_CANCEL_CONFIG, BLS_EDGES)
     (root / "partial_ensemble" / "1").mkdir(parents=True)
     (root / "partial_ensemble" / "config.pbtxt").write_text(PARTIAL_ENSEMBLE_CONFIG)
     _write(root, "optional_batched", OPTIONAL_CONFIG % 4, OPTIONAL)
@@ -721,6 +757,26 @@ def test_bls_stream_cancel(server: FwServer, model: str) -> None:
         res = client.infer(model, [x, m])
         assert res.as_numpy("SUM")[0] == want_sum, (max_sum, res.as_numpy("SUM"))
         assert bool(res.as_numpy("IS_CANCELLED")[0]) is want_cancelled
+
+
+def test_bls_edges(server: FwServer) -> None:
+    """A BLS stream cancelled before its first response still reaches the called model (which ends at once
+    with CANCELLED, not after its 200 responses); a BLS call to a model that leaves an output out answers the
+    others."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+
+    def call(max_sum: int):
+        x = grpcclient.InferInput("IN", [1], "INT32")
+        x.set_data_from_numpy(np.array([3], dtype=np.int32))
+        m = grpcclient.InferInput("MAX_SUM", [1], "INT32")
+        m.set_data_from_numpy(np.array([max_sum], dtype=np.int32))
+        res = client.infer("bls_edges", [x, m])
+        return int(res.as_numpy("SUM")[0]), bool(res.as_numpy("IS_CANCELLED")[0])
+
+    began = time.monotonic()
+    responses, cancelled = call(-1)
+    assert cancelled and responses <= 2 and time.monotonic() - began < 5, (responses, cancelled)
+    assert call(0) == (6, True)
 
 
 def test_a_client_that_cancels_is_seen_by_the_model(server: FwServer) -> None:
