@@ -17,6 +17,7 @@ import (
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
 	"github.com/fw-serve/fw/modelhost"
 	"github.com/fw-serve/fw/pybackend"
+	"github.com/fw-serve/fw/sequence"
 	"github.com/fw-serve/fw/serving"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -47,8 +48,6 @@ func checkPython(cfg *pb.ModelConfig) error {
 	switch {
 	case cfg.GetPlatform() != "":
 		return fmt.Errorf("a Python model has backend \"python\" and no platform (platform %q); remove the platform", cfg.GetPlatform())
-	case cfg.GetSequenceBatching() != nil:
-		return fmt.Errorf("sequence_batching is not served for Python models yet (fw serves it for ONNX and TorchScript models)")
 	}
 	if _, ok := cfg.GetParameters()["EXECUTION_ENV_PATH"]; ok {
 		return fmt.Errorf("parameters EXECUTION_ENV_PATH: fw does not unpack conda-pack archives; unpack it and start fw serve with --python naming its bin/python")
@@ -192,6 +191,24 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 	for _, out := range cfg.GetOutput() {
 		outs = append(outs, spec(out.GetName(), out.GetDataType(), out.GetDims()))
 	}
+	// Sequence batching: the controls and implicit state are inputs (and
+	// state outputs) of the model beside the configuration's, as Triton
+	// hands them to a Python model; clients see the configuration's.
+	seq, err := sequenceConfig(name, filepath.Dir(vdir), cfg)
+	if err != nil {
+		return nil, err
+	}
+	if seq != nil {
+		for _, c := range seq.Controls {
+			ins = append(ins, engine.TensorSpec{Name: c.Input, DType: c.DType, Shape: batchedShape(batched, []int64{1})})
+		}
+		for _, st := range seq.States {
+			ins = append(ins, engine.TensorSpec{Name: st.Input, DType: st.DType, Shape: batchedShape(batched, st.Dims)})
+			if specIndex(outs, st.Output) < 0 {
+				outs = append(outs, engine.TensorSpec{Name: st.Output, DType: st.DType, Shape: batchedShape(batched, st.Dims)})
+			}
+		}
+	}
 	bc := r.batching(cfg, false)
 	kind, count := "CPU", 0
 	for _, g := range cfg.GetInstanceGroup() {
@@ -207,6 +224,9 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 	described, err := describePython(name, cfg, labels, filepath.Base(path), bc)
 	if err != nil {
 		return nil, err
+	}
+	if seq != nil {
+		described.SequenceBatching = sequenceJSON(cfg, seq)
 	}
 	modelConfig, err := json.Marshal(serving.ConfigJSON(described))
 	if err != nil {
@@ -231,6 +251,18 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 			return engine.Wrap(engine.FormatPython, path, name, vs, ins, outs, batched, b), nil
 		},
 		Prepare: func(inst *serving.Instance) error {
+			if seq != nil {
+				sc := *seq
+				sc.Slots *= max(1, inst.Batcher.Config().Instances) // per instance, as Triton's
+				if err := checkEngineTakes(&sc, inst.Model); err != nil {
+					return err
+				}
+				b, err := sequence.New(sc, inst.Model.Inputs(), inst.Model.Outputs(), batched, r.log)
+				if err != nil {
+					return err
+				}
+				inst.Sequences = b
+			}
 			inst.Config = described
 			return nil
 		},
@@ -342,4 +374,17 @@ func (r *Repository) callModel(ctx context.Context, model, version string, input
 		}
 	}
 	return res, nil // an output the model's response left out is left out here too
+}
+
+// batchedShape is dims with the batch axis first when batched.
+func batchedShape(batched bool, dims []int64) []int64 {
+	if batched {
+		return append([]int64{-1}, dims...)
+	}
+	return slices.Clone(dims)
+}
+
+// specIndex is the index of the spec named name, -1 when none is.
+func specIndex(specs []engine.TensorSpec, name string) int {
+	return slices.IndexFunc(specs, func(sp engine.TensorSpec) bool { return sp.Name == name })
 }

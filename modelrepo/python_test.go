@@ -240,7 +240,7 @@ func TestPythonRefusals(t *testing.T) {
 		"decoupled":  {"backend: \"onnxruntime\"\nmodel_transaction_policy { decoupled: true }\n" + tensors, model, "decoupled is served for Python models"},
 		"conda":      {"backend: \"python\"\nparameters { key: \"EXECUTION_ENV_PATH\", value: { string_value: \"env.tar.gz\" } }\n" + tensors, model, "EXECUTION_ENV_PATH"},
 		"no tensors": {"backend: \"python\"\n", model, "lists its inputs and outputs"},
-		"sequence":   {"backend: \"python\"\nmax_batch_size: 1\nsequence_batching {}\n" + tensors, model, "sequence_batching"},
+		"sequence":   {"backend: \"python\"\nmax_batch_size: 1\nsequence_batching { control_input [{ name: \"X\", control [{ kind: CONTROL_SEQUENCE_START, int32_false_true: [ 0, 1 ] }] }] }\n" + tensors, model, "CONTROL_SEQUENCE_START control \"X\""},
 		"reshape":    {"backend: \"python\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 2 ], reshape: { shape: [ 1, 2 ] } }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "reshape"},
 		"init fails": {"backend: \"python\"\n" + tensors, "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('weights missing')\n", "RuntimeError: weights missing"},
 		"no class":   {"backend: \"python\"\n" + tensors, "x = 1\n", "defines no class TritonPythonModel"},

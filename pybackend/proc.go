@@ -449,7 +449,11 @@ func (p *proc) initialize(ctx context.Context, args map[string]string) error {
 type wireRequest struct {
 	Inputs  []wireTensor `json:"inputs"`
 	Outputs []string     `json:"outputs"`
-	Req     uint64       `json:"req,omitempty"` // the request's id: a cancel names it, a decoupled one's responses carry it
+	// Corr is its correlation ID in a sequence (a number, or a string),
+	// Flags Triton's sequence flags (1 START, 2 END).
+	Corr  any    `json:"corr,omitempty"`
+	Flags int    `json:"flags,omitempty"`
+	Req   uint64 `json:"req,omitempty"` // the request's id: a cancel names it, a decoupled one's responses carry it
 }
 
 // call runs one execute of reqs and returns the result message. A request
@@ -475,6 +479,20 @@ func (p *proc) call(ctx context.Context, ctxs []context.Context, reqs [][]engine
 		}
 		all = append(all, descs...)
 		wire[i] = wireRequest{Inputs: descs, Outputs: p.outNames}
+		if i < len(ctxs) {
+			if c, ok := engine.CorrelationOf(ctxs[i]); ok {
+				wire[i].Corr = c.ID
+				if c.IDString != "" {
+					wire[i].Corr = c.IDString
+				}
+				if c.Start {
+					wire[i].Flags |= 1
+				}
+				if c.End {
+					wire[i].Flags |= 2
+				}
+			}
+		}
 	}
 	ch := make(chan reply, 1)
 	p.mu.Lock()

@@ -908,6 +908,8 @@ def _execute_requests(pb, channel, model, head, datas, decoupled):
             inputs=ins,
             requested_output_names=r.get("outputs", []),
             request_id=r.get("request_id", ""),
+            correlation_id=r.get("corr") or 0,
+            flags=r.get("flags") or 0,
             parameters=r.get("parameters") or "{}",
         )
         req._req_id = r.get("req")

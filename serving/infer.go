@@ -117,6 +117,7 @@ func InferSequence(ctx context.Context, models Models, inst *Instance, inputs []
 		if err != nil {
 			return nil, batcher.Timing{}, err
 		}
+		ctx = engine.WithCorrelation(ctx, engine.Correlation{ID: t.params.ID.N, IDString: t.params.ID.S, Start: t.params.Start, End: t.params.End})
 		return inst.Batcher.SubmitChecked(ctx, full, rows)
 	})
 	call.Done(inst.Name(), inst.Version(), timing.Queue, err)

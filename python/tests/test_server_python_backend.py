@@ -378,6 +378,44 @@ class TritonPythonModel:
         ])]
 """
 
+# Sequence batching: a running sum in implicit state (ACC_IN / ACC_OUT, zero at START), with the START control and
+# the request's correlation_id() and flags() answered back.
+ACCUMULATE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT").as_numpy()
+            start = pb_utils.get_input_tensor_by_name(r, "START").as_numpy()
+            acc = pb_utils.get_input_tensor_by_name(r, "ACC_IN").as_numpy()
+            total = acc + x
+            flags = np.full(x.shape, r.flags() * 10 + int(start.flat[0]), np.int32)
+            out.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT", total.astype(np.int32)),
+                pb_utils.Tensor("CORR", np.full(x.shape, r.correlation_id(), np.int64)),
+                pb_utils.Tensor("FLAGS", flags),
+                pb_utils.Tensor("ACC_OUT", total.astype(np.int32)),
+            ]))
+        return out
+"""
+
+ACCUMULATE_CONFIG = """backend: "python"
+max_batch_size: 4
+input [{ name: "INPUT", data_type: TYPE_INT32, dims: [ 1 ] }]
+output [{ name: "OUTPUT", data_type: TYPE_INT32, dims: [ 1 ] }, { name: "CORR", data_type: TYPE_INT64, dims: [ 1 ] },
+        { name: "FLAGS", data_type: TYPE_INT32, dims: [ 1 ] }]
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  control_input [{ name: "START", control [{ kind: CONTROL_SEQUENCE_START, int32_false_true: [ 0, 1 ] }] }]
+  state [{ input_name: "ACC_IN", output_name: "ACC_OUT", data_type: TYPE_INT32, dims: [ 1 ],
+           initial_state { data_type: TYPE_INT32, dims: [ 1 ], zero_data: true, name: "zero" } }]
+}
+"""
+
 # Custom metrics (pb_utils.MetricFamily): a counter of requests and a histogram of their sizes.
 METERED = """
 import numpy as np
@@ -450,6 +488,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     _write(root, "optional", OPTIONAL_CONFIG % 0, OPTIONAL)
     _write(root, "partial", PARTIAL_CONFIG, PARTIAL)
     _write(root, "bls_edges", BLS_CANCEL_CONFIG, BLS_EDGES)
+    _write(root, "accumulate", ACCUMULATE_CONFIG, ACCUMULATE)
     (root / "partial_ensemble" / "1").mkdir(parents=True)
     (root / "partial_ensemble" / "config.pbtxt").write_text(PARTIAL_ENSEMBLE_CONFIG)
     _write(root, "optional_batched", OPTIONAL_CONFIG % 4, OPTIONAL)
@@ -719,6 +758,37 @@ def test_partial_response(server: FwServer, proto: str) -> None:
         np.testing.assert_array_equal(res.as_numpy("OUTPUT0"), want)
         assert res.as_numpy("OUTPUT1") is None, model
     assert "Composing models did not output tensor OUTPUT1" in server.log()
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_sequence_batching(server: FwServer, proto: str) -> None:
+    """A Python model with sequence_batching gets the START control and its implicit state as inputs, and its
+    requests' correlation_id() and flags(); two interleaved sequences keep their own running sums."""
+    mod, client = _client(server, proto)
+    base = 1000 if proto == "http" else 2000
+    seqs = {base + 1: [1, 2, 3], base + 2: [10, 20]}
+    sums = {k: 0 for k in seqs}
+    for step in range(3):
+        for sid, values in seqs.items():
+            if step >= len(values):
+                continue
+            x = mod.InferInput("INPUT", [1, 1], "INT32")
+            x.set_data_from_numpy(np.array([[values[step]]], dtype=np.int32))
+            res = client.infer(
+                "accumulate",
+                [x],
+                sequence_id=sid,
+                sequence_start=step == 0,
+                sequence_end=step == len(values) - 1,
+            )
+            sums[sid] += values[step]
+            assert res.as_numpy("OUTPUT")[0][0] == sums[sid], (sid, step)
+            assert res.as_numpy("CORR")[0][0] == sid
+            start, end = step == 0, step == len(values) - 1
+            assert res.as_numpy("FLAGS")[0][0] == (int(start) + 2 * int(end)) * 10 + int(start), (sid, step)
+            assert res.as_numpy("ACC_OUT") is None, "implicit state stays inside"
+    config = client.get_model_config("accumulate")
+    assert config.config.sequence_batching if proto == "grpc" else config["sequence_batching"], config
 
 
 def test_decoupled_requests_are_batched(server: FwServer) -> None:
