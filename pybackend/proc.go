@@ -162,10 +162,14 @@ func (p *proc) readLoop() {
 		ch <- reply{}
 	}
 	if len(streams) > 0 {
-		end := p.diedNow("ended before its last response", err)
-		for _, s := range streams {
-			s.fail(end)
-		}
+		// With the exit status, once reaped (which waits for this reader
+		// to end): a goroutine.
+		go func() {
+			end := p.died("ended before its last response", err)
+			for _, s := range streams {
+				s.fail(end)
+			}
+		}()
 	}
 	select {
 	case p.ctrl <- reply{}:
@@ -571,9 +575,15 @@ func (p *proc) call(ctx context.Context, ctxs []context.Context, reqs [][]engine
 	r := <-ch // the reader answers every call, if only with its end
 	if r.m == nil {
 		p.mu.Lock()
-		err := p.ended
+		ended := p.ended
 		p.mu.Unlock()
-		return reply{}, p.broken(ctx, "ended during execute", err)
+		err := p.broken(ctx, "ended during execute", ended)
+		for _, st := range streams { // ended with the call's error, before the caller hears it
+			if st != nil {
+				st.fail(err)
+			}
+		}
+		return reply{}, err
 	}
 	if r.m.Error != nil { // execute raised: after what they were sent, it ends the decoupled requests
 		for _, st := range streams {

@@ -517,6 +517,10 @@ class TritonPythonModel:
                         sender.send(out(i))
                         time.sleep(0.01)
                 threading.Thread(target=run).start()
+            elif x[0] == 5:  # dies mid-stream
+                import os
+                sender.send(out(0))
+                os._exit(7)
             else:
                 sender.send(out(TritonPythonModel.seen), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
@@ -539,6 +543,16 @@ func TestDecoupledCancellation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	// A process that dies mid-stream ends the request with its exit
+	// status, after the response it had sent.
+	var got []engine.Response
+	err = streamOne(b, context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{5})}, func(outs []engine.Tensor, err error, final bool) error {
+		got = append(got, engine.Response{Outs: outs, Err: err, Final: final})
+		return nil
+	})
+	if err != nil || len(got) != 2 || got[0].Outs == nil || got[1].Err == nil || !strings.Contains(got[1].Err.Error(), "exit status 7") {
+		t.Fatalf("a process that died mid-stream: %+v, %v", got, err)
+	}
 	ctx, stop := withCancelRequest(context.Background())
 	n := 0
 	var last error
