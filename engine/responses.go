@@ -19,8 +19,9 @@ type Response struct {
 // the final one: the engine puts them (from any goroutine, never waiting
 // for the reader, which would hold up the model), the request's own
 // goroutine takes them when Ready says there are some. What a slow reader
-// has not taken yet is bounded: past MaxQueuedBytes of tensor data the
-// request ends with an error saying so.
+// has not taken yet is bounded: a response with outputs that would take
+// the waiting tensor data past MaxQueuedBytes ends the request with an
+// error saying so instead (one alone always goes).
 type Responses struct {
 	ready chan struct{}
 
@@ -62,7 +63,7 @@ func (r *Responses) Put(resp Response) bool {
 	for _, t := range resp.Outs {
 		n += int64(len(t.Data))
 	}
-	if r.bytes > 0 && r.bytes+n > MaxQueuedBytes { // one response alone always goes
+	if n > 0 && r.bytes > 0 && r.bytes+n > MaxQueuedBytes { // one response alone always goes, and one without outputs
 		resp = Response{Final: true, Err: fmt.Errorf("the client has not read %d bytes of this request's responses, and the next would pass the limit of %d: "+
 			"the model sends faster than the client reads; read the stream faster or send smaller responses", r.bytes, MaxQueuedBytes)}
 		n = 0

@@ -61,4 +61,11 @@ func TestResponsesBounded(t *testing.T) {
 	if !q.Put(Response{Outs: []Tensor{huge}}) || q.Ended() {
 		t.Fatal("a single large response to a reader that keeps up was refused")
 	}
+	// The final flag alone after it still ends the request cleanly.
+	if !q.Put(Response{Final: true}) {
+		t.Fatal("the final response was refused")
+	}
+	if got := q.Take(); len(got) != 2 || got[1].Err != nil || !got[1].Final {
+		t.Fatalf("took %+v, want the large response and a clean end", got)
+	}
 }

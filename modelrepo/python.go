@@ -48,6 +48,8 @@ func checkPython(cfg *pb.ModelConfig) error {
 	switch {
 	case cfg.GetPlatform() != "":
 		return fmt.Errorf("a Python model has backend \"python\" and no platform (platform %q); remove the platform", cfg.GetPlatform())
+	case cfg.GetSequenceBatching() != nil && cfg.GetModelTransactionPolicy().GetDecoupled():
+		return fmt.Errorf("sequence_batching is not served for decoupled Python models yet; serve the model undecoupled, or keep its sequences in model.py")
 	}
 	if _, ok := cfg.GetParameters()["EXECUTION_ENV_PATH"]; ok {
 		return fmt.Errorf("parameters EXECUTION_ENV_PATH: fw does not unpack conda-pack archives; unpack it and start fw serve with --python naming its bin/python")
@@ -200,9 +202,15 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 	}
 	if seq != nil {
 		for _, c := range seq.Controls {
+			if specIndex(ins, c.Input) >= 0 {
+				return nil, fmt.Errorf("sequence_batching control %q is also an input the configuration lists; a control is not listed among the inputs (fw passes it to execute beside them)", c.Input)
+			}
 			ins = append(ins, engine.TensorSpec{Name: c.Input, DType: c.DType, Shape: batchedShape(batched, []int64{1})})
 		}
 		for _, st := range seq.States {
+			if specIndex(ins, st.Input) >= 0 {
+				return nil, fmt.Errorf("sequence_batching state input %q is also an input the configuration lists; a state is not listed among the inputs (fw passes it to execute beside them)", st.Input)
+			}
 			ins = append(ins, engine.TensorSpec{Name: st.Input, DType: st.DType, Shape: batchedShape(batched, st.Dims)})
 			if specIndex(outs, st.Output) < 0 {
 				outs = append(outs, engine.TensorSpec{Name: st.Output, DType: st.DType, Shape: batchedShape(batched, st.Dims)})

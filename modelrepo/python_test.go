@@ -236,17 +236,18 @@ func TestPythonRefusals(t *testing.T) {
 	const model = "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
 	const tensors = "input [{ name: \"X\", data_type: TYPE_FP32, dims: [ 1 ] }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n"
 	for name, tc := range map[string]struct{ config, src, want string }{
-		"platform":   {"backend: \"python\"\nplatform: \"onnxruntime_onnx\"\n" + tensors, model, "no platform"},
-		"decoupled":  {"backend: \"onnxruntime\"\nmodel_transaction_policy { decoupled: true }\n" + tensors, model, "decoupled is served for Python models"},
-		"conda":      {"backend: \"python\"\nparameters { key: \"EXECUTION_ENV_PATH\", value: { string_value: \"env.tar.gz\" } }\n" + tensors, model, "EXECUTION_ENV_PATH"},
-		"no tensors": {"backend: \"python\"\n", model, "lists its inputs and outputs"},
-		"sequence":   {"backend: \"python\"\nmax_batch_size: 1\nsequence_batching { control_input [{ name: \"X\", control [{ kind: CONTROL_SEQUENCE_START, int32_false_true: [ 0, 1 ] }] }] }\n" + tensors, model, "CONTROL_SEQUENCE_START control \"X\""},
-		"reshape":    {"backend: \"python\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 2 ], reshape: { shape: [ 1, 2 ] } }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "reshape"},
-		"init fails": {"backend: \"python\"\n" + tensors, "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('weights missing')\n", "RuntimeError: weights missing"},
-		"no class":   {"backend: \"python\"\n" + tensors, "x = 1\n", "defines no class TritonPythonModel"},
-		"syntax":     {"backend: \"python\"\n" + tensors, "def (:\n", "SyntaxError"},
-		"optional":   {"backend: \"onnxruntime\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 1 ], optional: true }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "optional inputs are served for Python models"},
-		"file name":  {"backend: \"python\"\ndefault_model_filename: \"../model.py\"\n" + tensors, model, "inside the version directory"},
+		"platform":           {"backend: \"python\"\nplatform: \"onnxruntime_onnx\"\n" + tensors, model, "no platform"},
+		"decoupled":          {"backend: \"onnxruntime\"\nmodel_transaction_policy { decoupled: true }\n" + tensors, model, "decoupled is served for Python models"},
+		"conda":              {"backend: \"python\"\nparameters { key: \"EXECUTION_ENV_PATH\", value: { string_value: \"env.tar.gz\" } }\n" + tensors, model, "EXECUTION_ENV_PATH"},
+		"no tensors":         {"backend: \"python\"\n", model, "lists its inputs and outputs"},
+		"sequence":           {"backend: \"python\"\nmax_batch_size: 1\nsequence_batching { control_input [{ name: \"X\", control [{ kind: CONTROL_SEQUENCE_START, int32_false_true: [ 0, 1 ] }] }] }\n" + tensors, model, "control \"X\" is also an input"},
+		"sequence decoupled": {"backend: \"python\"\nmax_batch_size: 1\nmodel_transaction_policy { decoupled: true }\nsequence_batching {}\n" + tensors, model, "not served for decoupled"},
+		"reshape":            {"backend: \"python\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 2 ], reshape: { shape: [ 1, 2 ] } }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "reshape"},
+		"init fails":         {"backend: \"python\"\n" + tensors, "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('weights missing')\n", "RuntimeError: weights missing"},
+		"no class":           {"backend: \"python\"\n" + tensors, "x = 1\n", "defines no class TritonPythonModel"},
+		"syntax":             {"backend: \"python\"\n" + tensors, "def (:\n", "SyntaxError"},
+		"optional":           {"backend: \"onnxruntime\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 1 ], optional: true }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "optional inputs are served for Python models"},
+		"file name":          {"backend: \"python\"\ndefault_model_filename: \"../model.py\"\n" + tensors, model, "inside the version directory"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			root := t.TempDir()

@@ -22,10 +22,11 @@ const maxHeader = 1 << 20
 // finalizeWait is how long finalize may take before the process is killed.
 const finalizeWait = 10 * time.Second
 
-// cancelGrace is how long an execute call whose request ended (its client
-// went away, its deadline passed, the server stops) may go on after the
-// model was told (request.is_cancelled() turns true) before its process
-// is killed: Python cannot be interrupted mid-call.
+// cancelGrace is how long an execute call whose own context ended (the
+// batcher's: the server stops) may go on after the model was told
+// (request.is_cancelled() turns true) before its process is killed:
+// Python cannot be interrupted mid-call. A request's own context ending
+// only tells the model.
 const cancelGrace = 5 * time.Second
 
 // maxBLS bounds the BLS calls one process has in flight: past it a call is
@@ -565,7 +566,7 @@ func (p *proc) call(ctx context.Context, ctxs []context.Context, reqs [][]engine
 				p.mu.Unlock()
 				if open {
 					p.forget(st)
-					p.cancelRequests([]uint64{st.id})
+					go p.cancelRequests([]uint64{st.id}) // this may run on the reader, which must not wait for a write
 				}
 			})
 		} else {
