@@ -843,12 +843,7 @@ func (b *Batcher) runEach(w *worker, reqs []*request) {
 	}
 	b.stats.BatchRun(rows, len(reqs), queueWait, inference, err)
 	if b.cfg.Calls != nil {
-		for _, r := range reqs {
-			w.ctxs = append(w.ctxs, r.ctx)
-		}
-		b.cfg.Calls.EngineCall(w.ctxs, rows, start, inference, err)
-		clear(w.ctxs)
-		w.ctxs = w.ctxs[:0]
+		b.cfg.Calls.EngineCall(ctxs, rows, start, inference, err) // the requests' contexts, collected above
 	}
 	for i, r := range reqs {
 		switch {

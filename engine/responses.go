@@ -109,6 +109,35 @@ func (r *Responses) OnEnd(f func()) {
 	r.mu.Unlock()
 }
 
+// Forward hands each response to send as it comes, until the final one:
+// the loop of a decoupled request's own goroutine. started receives the
+// error of the call that started the request (nil: the responses follow),
+// which ends it unless its final response was already put. It returns
+// with the first error of send, started or ctx.
+func (r *Responses) Forward(ctx context.Context, started <-chan error, send func(Response) error) error {
+	for {
+		select {
+		case <-r.Ready():
+		case err := <-started:
+			started = nil
+			if err != nil && !r.Ended() {
+				return err
+			}
+			continue
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for _, resp := range r.Take() {
+			if err := send(resp); err != nil {
+				return err
+			}
+			if resp.Final {
+				return nil
+			}
+		}
+	}
+}
+
 // responsesKey carries a request's Responses in its context.
 type responsesKey struct{}
 

@@ -152,6 +152,16 @@ type Tensor struct {
 	Data  []byte
 }
 
+// SpecIndex is the index of the spec named name in specs, -1 when none is.
+func SpecIndex(specs []TensorSpec, name string) int {
+	for i, sp := range specs {
+		if sp.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
 // Absent reports whether t is the zero Tensor: an optional input the
 // request left out (TensorSpec.Optional).
 func (t Tensor) Absent() bool { return t.DType == Invalid && t.Shape == nil && t.Data == nil }

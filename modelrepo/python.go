@@ -202,17 +202,17 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 	}
 	if seq != nil {
 		for _, c := range seq.Controls {
-			if specIndex(ins, c.Input) >= 0 {
+			if engine.SpecIndex(ins, c.Input) >= 0 {
 				return nil, fmt.Errorf("sequence_batching control %q is also an input the configuration lists; a control is not listed among the inputs (fw passes it to execute beside them)", c.Input)
 			}
 			ins = append(ins, engine.TensorSpec{Name: c.Input, DType: c.DType, Shape: batchedShape(batched, []int64{1})})
 		}
 		for _, st := range seq.States {
-			if specIndex(ins, st.Input) >= 0 {
+			if engine.SpecIndex(ins, st.Input) >= 0 {
 				return nil, fmt.Errorf("sequence_batching state input %q is also an input the configuration lists; a state is not listed among the inputs (fw passes it to execute beside them)", st.Input)
 			}
 			ins = append(ins, engine.TensorSpec{Name: st.Input, DType: st.DType, Shape: batchedShape(batched, st.Dims)})
-			if specIndex(outs, st.Output) < 0 {
+			if engine.SpecIndex(outs, st.Output) < 0 {
 				outs = append(outs, engine.TensorSpec{Name: st.Output, DType: st.DType, Shape: batchedShape(batched, st.Dims)})
 			}
 		}
@@ -344,7 +344,7 @@ func (r *Repository) blsInputs(model, version string, inputs map[string]engine.T
 		ins[i] = t
 	}
 	for n := range inputs {
-		if !slices.ContainsFunc(specs, func(sp engine.TensorSpec) bool { return sp.Name == n }) {
+		if engine.SpecIndex(specs, n) < 0 {
 			return nil, nil, fmt.Errorf("model %q has no input %q", model, n)
 		}
 	}
@@ -377,7 +377,7 @@ func (r *Repository) callModel(ctx context.Context, model, version string, input
 	}
 	res := pickOutputs(inst, outs, want)
 	for _, w := range want {
-		if _, ok := res[w]; !ok && !slices.ContainsFunc(inst.Outputs(), func(sp engine.TensorSpec) bool { return sp.Name == w }) {
+		if _, ok := res[w]; !ok && engine.SpecIndex(inst.Outputs(), w) < 0 {
 			return nil, fmt.Errorf("model %q has no output %q", model, w)
 		}
 	}
@@ -390,9 +390,4 @@ func batchedShape(batched bool, dims []int64) []int64 {
 		return append([]int64{-1}, dims...)
 	}
 	return slices.Clone(dims)
-}
-
-// specIndex is the index of the spec named name, -1 when none is.
-func specIndex(specs []engine.TensorSpec, name string) int {
-	return slices.IndexFunc(specs, func(sp engine.TensorSpec) bool { return sp.Name == name })
 }

@@ -716,7 +716,7 @@ func outputs(cfg Config, descs []wireTensor, datas [][]byte) ([]engine.Tensor, e
 	out := make([]engine.Tensor, len(cfg.Outputs))
 	seen := make([]bool, len(cfg.Outputs))
 	for i, d := range descs {
-		j := specIndex(cfg.Outputs, d.Name)
+		j := engine.SpecIndex(cfg.Outputs, d.Name)
 		if j < 0 {
 			return nil, &ModelError{Model: cfg.Name, Msg: fmt.Sprintf("its response has an output %q that config.pbtxt does not list", d.Name)}
 		}

@@ -25,7 +25,6 @@ import (
 	"log/slog"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sync"
 
 	"github.com/fw-serve/fw/engine"
@@ -339,9 +338,4 @@ func dtypeOf(name string) (engine.DType, bool) {
 		}
 	}
 	return engine.Invalid, false
-}
-
-// specIndex is the position of the tensor name in specs, -1 when absent.
-func specIndex(specs []engine.TensorSpec, name string) int {
-	return slices.IndexFunc(specs, func(s engine.TensorSpec) bool { return s.Name == name })
 }

@@ -616,27 +616,7 @@ func streamOne(b *Backend, ctx context.Context, inputs []engine.Tensor, send fun
 		_, _, err := b.RunEach(ctx, []context.Context{engine.WithResponses(ctx, q)}, [][]engine.Tensor{inputs})
 		started <- err
 	}()
-	for {
-		select {
-		case <-q.Ready():
-		case err := <-started:
-			started = nil
-			if err != nil && !q.Ended() {
-				return err
-			}
-			continue
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		for _, r := range q.Take() {
-			if err := send(r.Outs, r.Err, r.Final); err != nil {
-				return err
-			}
-			if r.Final {
-				return nil
-			}
-		}
-	}
+	return q.Forward(ctx, started, func(r engine.Response) error { return send(r.Outs, r.Err, r.Final) })
 }
 
 // A process's BLS calls in flight are bounded: past maxBLS a call is

@@ -912,8 +912,7 @@ def _execute_requests(pb, channel, model, head, datas, decoupled):
             flags=r.get("flags") or 0,
             parameters=r.get("parameters") or "{}",
         )
-        req._req_id = r.get("req")
-        channel.live.add(req._req_id)
+        req._req_id = r.get("req")  # live since the reader read the execute message
         if decoupled:
             req._sender = pb.InferenceResponseSender(r["req"])
         requests.append(req)

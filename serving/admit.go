@@ -2,7 +2,6 @@ package serving
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/fw-serve/fw/engine"
 )
@@ -57,7 +56,7 @@ func NewInputSet(specs []engine.TensorSpec) InputSet {
 // Take admits the input named name and returns its index in the model's
 // inputs.
 func (s *InputSet) Take(name string) (int, *RequestError) {
-	idx := slices.IndexFunc(s.specs, func(sp engine.TensorSpec) bool { return sp.Name == name })
+	idx := engine.SpecIndex(s.specs, name)
 	if idx < 0 {
 		return -1, &RequestError{Invalid: true, Details: map[string]any{"input": name, "expected_inputs": Names(s.specs)},
 			Message: fmt.Sprintf("unknown input %q; this model takes %s", name, Describe(s.specs))}
@@ -98,7 +97,7 @@ func NewOutputSet(specs []engine.TensorSpec) OutputSet {
 // Take admits the output named name and returns its index in the model's
 // outputs.
 func (s *OutputSet) Take(name string) (int, *RequestError) {
-	idx := slices.IndexFunc(s.specs, func(sp engine.TensorSpec) bool { return sp.Name == name })
+	idx := engine.SpecIndex(s.specs, name)
 	if idx < 0 {
 		return -1, &RequestError{Invalid: true, Details: map[string]any{"output": name, "expected_outputs": Names(s.specs)},
 			Message: fmt.Sprintf("unknown output %q; this model's outputs are %s", name, Describe(s.specs))}

@@ -42,25 +42,5 @@ func InferStream(ctx context.Context, inst *Instance, inputs []engine.Tensor, se
 		_, _, err := inst.Batcher.SubmitChecked(engine.WithResponses(ctx, q), inputs, rows)
 		started <- err
 	}()
-	for {
-		select {
-		case <-q.Ready():
-		case err := <-started:
-			started = nil // nil: its execute started the request, whose responses come through q
-			if err != nil && !q.Ended() {
-				return err
-			}
-			continue
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		for _, r := range q.Take() {
-			if err := send(r.Outs, r.Err, r.Final); err != nil {
-				return err
-			}
-			if r.Final {
-				return nil
-			}
-		}
-	}
+	return q.Forward(ctx, started, func(r engine.Response) error { return send(r.Outs, r.Err, r.Final) })
 }
