@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -44,6 +45,7 @@ type Head struct {
 	out    *testlog.Buffer
 	exited chan struct{}
 	once   sync.Once
+	killed atomic.Bool // Kill was called
 }
 
 // Options tune the head.
@@ -114,7 +116,12 @@ func Start(t testing.TB, o Options) *Head {
 		t.Fatalf("starting the Ray head: %v", err)
 	}
 	go func() { _ = h.cmd.Wait(); close(h.exited) }()
-	t.Cleanup(h.Kill)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("%s; its logs:\n%s", h, h.Diagnose())
+		}
+		h.Kill()
+	})
 	client := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
 	deadline := time.Now().Add(3 * time.Minute)
@@ -140,6 +147,51 @@ func Start(t testing.TB, o Options) *Head {
 	return h
 }
 
+// ExitedByItself reports whether the head's `ray start --block` ended
+// before Kill was called: with --block, Ray ends every process of the node
+// when one of them dies, and Diagnose says which.
+func (h *Head) ExitedByItself() bool {
+	select {
+	case <-h.exited:
+		return !h.killed.Load()
+	default:
+		return false
+	}
+}
+
+// Exited is closed when the head's `ray start` has ended.
+func (h *Head) Exited() <-chan struct{} { return h.exited }
+
+// Diagnose returns what `ray start` printed and the last lines of the
+// node's own logs (GCS, raylet, dashboard, monitor): why a head ended.
+func (h *Head) Diagnose() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "ray start printed:\n%s\n", tail(h.out.String(), 40))
+	logs, _ := filepath.Glob(filepath.Join(h.dir, "session_latest", "logs", "*"))
+	for _, f := range logs {
+		base := filepath.Base(f)
+		if !strings.HasPrefix(base, "gcs_server") && !strings.HasPrefix(base, "raylet") &&
+			!strings.HasPrefix(base, "dashboard") && !strings.HasPrefix(base, "monitor") {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil || len(bytes.TrimSpace(data)) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "--- %s (last lines):\n%s\n", base, tail(string(data), 15))
+	}
+	return b.String()
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
 // Log is what `ray start` printed.
 func (h *Head) Log() string { return h.out.String() }
 
@@ -147,6 +199,7 @@ func (h *Head) Log() string { return h.out.String() }
 // its marker, until none is left (at most 30 s), then its directory.
 func (h *Head) Kill() {
 	h.once.Do(func() {
+		h.killed.Store(true)
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			pids := h.processes()
