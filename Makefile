@@ -162,9 +162,12 @@ test-go:
 	@echo "==> go test -run TestPeakMemoryPerRequest ./cmd/fw (without -race, which multiplies memory)"
 	@FW_REQUIRE_MODELS=1 FW_MODELS_DIR=$(ROOT)/$(MODELS) $(GO) test -count=1 -run '^TestPeakMemoryPerRequest$$' ./cmd/fw
 
-test-postgres: ## the tracking store's tests against a throwaway PostgreSQL cluster
-	@echo "==> go test -race ./dashboard/... on PostgreSQL (scripts/pg-test.sh)"
-	@FW_REQUIRE_POSTGRES=1 bash scripts/pg-test.sh $(GO) test -race -count=1 ./dashboard/...
+# The packages whose tests open the tracking store; their SQLite halves ran
+# in test-go (FW_TEST_ONLY_POSTGRES=1 leaves them out here).
+PG_PACKAGES := ./dashboard/store ./dashboard/api ./dashboard/jobs ./dashboard/mlflow ./dashboard/registry ./dashboard/replica
+test-postgres: ## the tracking store's suites (store, API, jobs, MLflow, registry, replicas) against a throwaway PostgreSQL cluster
+	@echo "==> go test -race $(PG_PACKAGES) on PostgreSQL (scripts/pg-test.sh)"
+	@FW_REQUIRE_POSTGRES=1 FW_TEST_ONLY_POSTGRES=1 bash scripts/pg-test.sh $(GO) test -race -count=1 $(PG_PACKAGES)
 
 test-replicas: models | venv ## two real fw dashboard processes on one throwaway PostgreSQL (a shared directory, then an S3 bucket on moto's server): the stream across them, deploy from one, SIGKILL one (docs/replicas.md)
 	@echo "==> two dashboard replicas on one PostgreSQL (scripts/pg-test.sh), model files on a shared directory and on S3 (moto)"

@@ -95,7 +95,10 @@ func (p *replayProc) Output() []Output {
 // (make test-postgres), where replicas will re-attach to each other's jobs.
 func TestAdoptCapturesEachLineOnce(t *testing.T) {
 	dir := t.TempDir()
-	cfgs := map[string]store.Config{"sqlite": {Dir: filepath.Join(dir, "experiments")}}
+	cfgs := map[string]store.Config{}
+	if testpg.SQLite() {
+		cfgs["sqlite"] = store.Config{Dir: filepath.Join(dir, "experiments")}
+	}
 	if base := os.Getenv("FW_TEST_DATABASE_URL"); base != "" {
 		cfgs["postgres"] = store.Config{DatabaseURL: testpg.Schema(t, base), CheckpointDir: filepath.Join(dir, "ckpt"), ArtifactDir: filepath.Join(dir, "art")}
 	} else if os.Getenv("FW_REQUIRE_POSTGRES") == "1" {

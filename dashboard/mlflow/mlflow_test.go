@@ -36,6 +36,9 @@ type env struct {
 // when FW_TEST_DATABASE_URL is set (scripts/pg-test.sh, make test-postgres).
 func backends(t *testing.T) []string {
 	if os.Getenv("FW_TEST_DATABASE_URL") != "" {
+		if !testpg.SQLite() {
+			return []string{"postgres"}
+		}
 		return []string{"sqlite", "postgres"}
 	}
 	if os.Getenv("FW_REQUIRE_POSTGRES") == "1" {

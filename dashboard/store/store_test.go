@@ -26,17 +26,21 @@ type backend struct {
 }
 
 // backends returns SQLite always and PostgreSQL when FW_TEST_DATABASE_URL is
-// set (FW_REQUIRE_POSTGRES=1 makes its absence a failure). Each open gets
+// set (FW_REQUIRE_POSTGRES=1 makes its absence a failure; SQLite is left
+// out with FW_TEST_ONLY_POSTGRES=1, testpg.SQLite). Each open gets
 // its own directory or PostgreSQL schema, so tests can run in parallel.
 func backends(t *testing.T) []backend {
 	t.Helper()
-	out := []backend{{"sqlite", func(t *testing.T, cfg Config) Store {
-		t.Helper()
-		if cfg.Dir == "" {
-			cfg.Dir = t.TempDir()
-		}
-		return mustOpen(t, cfg)
-	}}}
+	var out []backend
+	if testpg.SQLite() {
+		out = append(out, backend{"sqlite", func(t *testing.T, cfg Config) Store {
+			t.Helper()
+			if cfg.Dir == "" {
+				cfg.Dir = t.TempDir()
+			}
+			return mustOpen(t, cfg)
+		}})
+	}
 	base := os.Getenv("FW_TEST_DATABASE_URL")
 	if base == "" {
 		if os.Getenv("FW_REQUIRE_POSTGRES") == "1" {

@@ -8,10 +8,16 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"net/url"
+	"os"
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 )
+
+// SQLite reports whether a suite that runs on both backends should run its
+// SQLite half too: not when FW_TEST_ONLY_POSTGRES=1, which make
+// test-postgres sets because make test-go ran that half already.
+func SQLite() bool { return os.Getenv("FW_TEST_ONLY_POSTGRES") != "1" }
 
 // Schema creates a schema for the test (dropped at its end) and returns a
 // URL, base with search_path set, whose connections use it.

@@ -22,10 +22,14 @@ type Backend struct {
 
 // Backends returns SQLite in a temporary directory, and PostgreSQL in a
 // schema of its own when FW_TEST_DATABASE_URL is set; FW_REQUIRE_POSTGRES=1
-// makes its absence a failure.
+// makes its absence a failure; FW_TEST_ONLY_POSTGRES=1 leaves SQLite out
+// (testpg.SQLite).
 func Backends(t *testing.T) []Backend {
 	t.Helper()
-	out := []Backend{{"sqlite", store.Config{Dir: t.TempDir()}}}
+	var out []Backend
+	if testpg.SQLite() {
+		out = append(out, Backend{"sqlite", store.Config{Dir: t.TempDir()}})
+	}
 	base := os.Getenv("FW_TEST_DATABASE_URL")
 	if base == "" {
 		if os.Getenv("FW_REQUIRE_POSTGRES") == "1" {
