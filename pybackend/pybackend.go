@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fw-serve/fw/engine"
 )
@@ -236,7 +237,12 @@ func (b *Backend) RunEach(ctx context.Context, ctxs []context.Context, reqs [][]
 		if s.p != nil {
 			b.drop(s.p)
 		}
-		p, err := b.start(ctx, s.i)
+		// The restart (initialize included) lasts while one of the
+		// requests still waits for it: one nobody waits for any more is
+		// stopped, and the next call tries again.
+		rctx, stop := whileWanted(ctx, ctxs)
+		p, err := b.start(rctx, s.i)
+		stop()
 		if err != nil {
 			b.idle <- slot{i: s.i} // it restarts on a later call
 			return nil, nil, fmt.Errorf("restart the model's Python process: %w", err)
@@ -254,6 +260,31 @@ func (b *Backend) RunEach(ctx context.Context, ctxs []context.Context, reqs [][]
 	}
 	b.idle <- s
 	return outs, errs, err
+}
+
+// whileWanted returns a context that ends with ctx, or when every one of
+// ctxs (the requests of a call) has ended.
+func whileWanted(ctx context.Context, ctxs []context.Context) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancel(ctx)
+	if len(ctxs) == 0 {
+		return wctx, cancel
+	}
+	var left atomic.Int64
+	left.Store(int64(len(ctxs)))
+	stops := make([]func() bool, len(ctxs))
+	for i, c := range ctxs {
+		stops[i] = context.AfterFunc(c, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return wctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel()
+	}
 }
 
 // Decoupled reports whether the model answers through engine.Responses.

@@ -207,6 +207,76 @@ func TestInitializeFails(t *testing.T) {
 	t.Log(err)
 }
 
+// TestRestartStopsWhenNobodyWaits: a process that dies is restarted on the
+// next call; when that restart's initialize hangs, it lasts only while a
+// request of the call still waits (the call's own context is the server's
+// lifetime), and a later call restarts again.
+func TestRestartStopsWhenNobodyWaits(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "started")
+	src := `
+import os, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        marker = os.path.join(os.path.dirname(__file__), "started")
+        if os.path.exists(marker) and os.path.exists(marker + ".hang"):
+            time.sleep(3600)
+        open(marker, "w").close()
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            a = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            if a.sum() == 1000:
+                os._exit(3)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a)]))
+        return out
+`
+	if err := os.WriteFile(filepath.Join(dir, "model.py"), []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spec := []engine.TensorSpec{{Name: "INPUT0", DType: engine.Float32, Shape: []int64{-1, 4}}}
+	out := []engine.TensorSpec{{Name: "OUTPUT0", DType: engine.Float32, Shape: []int64{-1, 4}}}
+	b, err := Start(context.Background(), Config{Python: python(t), File: filepath.Join(dir, "model.py"), Dir: dir, Name: "m", Inputs: spec, Outputs: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	one := engine.FromFloat32([]int64{1, 4}, []float32{1, 1, 1, 1})
+	if _, err := b.Run(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1, 4}, []float32{1000, 0, 0, 0})}); err == nil {
+		t.Fatal("the crash answered")
+	}
+	if err := os.WriteFile(marker+".hang", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The call's context is the server's (never ends); the request's ends.
+	rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := b.RunEach(context.Background(), []context.Context{rctx}, [][]engine.Tensor{{one}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "restart") {
+			t.Fatalf("a restart nobody waits for: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a hanging restart outlived its only request by 29 s")
+	}
+	if err := os.Remove(marker + ".hang"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Run(context.Background(), []engine.Tensor{one})
+	if err != nil || got[0].Float32s()[0] != 1 {
+		t.Fatalf("after the stopped restart: %v %v", got, err)
+	}
+}
+
 // TestOutputDatatypeAsSent: an output's datatype is its array's, as
 // Triton's Python backend sends it, even where the configuration declares
 // another.
