@@ -29,7 +29,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-export-models test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances bench-tracing bench-pybackend otelcol test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui gpu-check test-gpu-check-cpu clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-wide bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-export-models test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances bench-tracing bench-pybackend otelcol test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui gpu-check test-gpu-check-cpu clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -255,9 +255,15 @@ SCALE_RUNS ?= 1000000
 bench-scale: ## issue #22's sizes: SCALE_RUNS (1,000,000) generated runs in one SQLite experiment (FW_BENCH_DATABASE_URL: PostgreSQL), every read of the experiment page timed, into docs/benchmarks.md (bench:scale); minutes and ~8 GB of disk at the default
 	@$(GO) run ./bench/expbench -runs $(SCALE_RUNS) -reps 30 -doc docs/benchmarks.md
 
-bench-scale-smoke: ## make test's share of bench-scale: 2,000 runs, every read once or twice (nothing timed or asserted: the generator and reads run)
-	@echo "==> bench-scale smoke (go run ./bench/expbench -runs 2000)"
+WIDE_EXPERIMENTS ?= 2
+WIDE_STEPS ?= 2
+bench-wide: ## issue #22's FastTrackML shape, fewer experiments and steps: WIDE_EXPERIMENTS (2) experiments x 1,500 runs x 1,500 metric keys x WIDE_STEPS (2), 150 params, 50 tags; the reads of a wide experiment's pages (summary, runs table, run page, charts, compare) into docs/benchmarks.md (bench:wide)
+	@$(GO) run ./bench/expbench -experiments $(WIDE_EXPERIMENTS) -runs 1500 -keys 1500 -steps $(WIDE_STEPS) -params 150 -tags 50 -reps 30 -deep 1000 -doc docs/benchmarks.md
+
+bench-scale-smoke: ## make test's share of bench-scale and bench-wide: 2,000 runs, then 50 runs of 300 metric keys, every read once or twice (nothing timed or asserted: the generator and reads run)
+	@echo "==> bench-scale smoke (go run ./bench/expbench -runs 2000, then -runs 50 -keys 300)"
 	@$(GO) run ./bench/expbench -runs 2000 -reps 2 -deep 1000 > /dev/null
+	@$(GO) run ./bench/expbench -runs 50 -keys 300 -steps 2 -params 20 -tags 5 -reps 1 -deep 20 > /dev/null
 
 bench-ui: build ## the experiments table with 10,000 seeded runs in chromium, into docs/benchmarks.md
 	@FW_BIN=$(ROOT)/bin/fw node web/e2e/bench-runs.mjs

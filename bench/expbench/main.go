@@ -4,11 +4,17 @@
 // GET /api/experiments/{id} answers), the experiments list, the first page
 // of runs and a page sorted by a metric. It is the generator of issue #22's
 // sizes: every run finished, with params, tags and 20 metrics x 5 steps.
+// -keys, -steps, -params, -tags and -experiments change the shape: the
+// FastTrackML shape of issue #22 is -experiments 50 -runs 1500 -keys 1500
+// -steps 100 -params 150 -tags 50 (11 billion points; measured here with
+// fewer experiments and steps, which the reads of one experiment do not
+// depend on but its history reads do).
 //
 //	go run ./bench/expbench -runs 200000 -dir /tmp/exp200k   # SQLite, kept in -dir
 //	go run ./bench/expbench -runs 0 -dir /tmp/exp200k        # reads only, on that database
 //	FW_BENCH_DATABASE_URL=postgres://... go run ./bench/expbench -runs 20000
 //	go run ./bench/expbench -runs 1000000 -doc docs/benchmarks.md  # make bench-scale
+//	go run ./bench/expbench -experiments 2 -runs 1500 -keys 1500 -steps 2 -params 150 -tags 50 -doc docs/benchmarks.md  # make bench-wide
 //
 // With -doc, the results are also written as the bench:scale section of
 // that markdown file, with the command, the commit and the machine.
@@ -23,6 +29,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -36,11 +43,22 @@ func main() {
 	first := flag.Int("first", 0, "index of the first run added (to grow a kept database)")
 	dir := flag.String("dir", "", "SQLite directory (kept); empty: a temporary one, removed")
 	reps := flag.Int("reps", 30, "repetitions of each read (0: ingest only)")
-	perBatch := flag.Int("batch", 100, "runs per Apply call (7 events, 100 points each)")
+	perBatch := flag.Int("batch", 0, "runs per Apply call (0: about 10,000 points per call)")
+	var sh shape
+	flag.IntVar(&sh.keys, "keys", 20, "metric keys per run")
+	flag.IntVar(&sh.steps, "steps", 5, "steps logged per metric key")
+	flag.IntVar(&sh.params, "params", 4, "params per run (at least 4: lr, batch_size, seed, optimizer)")
+	flag.IntVar(&sh.tags, "tags", 2, "tags per run (at least 2: team, sweep)")
+	exps := flag.Int("experiments", 1, "experiments of -runs runs each (the reads are of the first)")
 	exp := flag.String("experiment", "sweep", "experiment name")
 	deep := flag.Int("deep", 100_000, "position of the deep page of each sort (0: none; -1: no page 2 either)")
 	doc := flag.String("doc", "", "markdown file whose bench:scale section gets the results (docs/benchmarks.md)")
 	flag.Parse()
+	sh.params, sh.tags, sh.keys, sh.steps = max(4, sh.params), max(2, sh.tags), max(8, sh.keys), max(1, sh.steps)
+	if *perBatch <= 0 {
+		*perBatch = max(1, 10_000/(sh.keys*sh.steps))
+	}
+	wide := sh.keys > 100       // the reads of a wide experiment (1,500 keys) are added
 	var report strings.Builder  // the -doc section's table rows
 	commit := benchdoc.Commit() // the code measured: HEAD now, not when it ends
 	ctx := context.Background()
@@ -64,10 +82,18 @@ func main() {
 
 	if *runs > 0 {
 		cpu0 := cpuTime()
-		points, dur := ingest(ctx, s, *exp, *first, *runs, *perBatch)
+		points, dur := 0, time.Duration(0)
+		for e := 0; e < max(1, *exps); e++ {
+			name := *exp
+			if e > 0 {
+				name = fmt.Sprintf("%s-%d", *exp, e+1)
+			}
+			p, d := ingest(ctx, s, name, *first+e*(*runs), *runs, *perBatch, sh)
+			points, dur = points+p, dur+d
+		}
 		cpu := cpuTime() - cpu0
-		line := fmt.Sprintf("ingest: %d runs, %d points in %.1f s: %.0f points/s (%d runs per Apply); CPU %.1f s: %.0f points per CPU-second",
-			*runs, points, dur.Seconds(), float64(points)/dur.Seconds(), *perBatch, cpu.Seconds(), float64(points)/cpu.Seconds())
+		line := fmt.Sprintf("ingest: %d experiments of %d runs, %d points in %.1f s: %.0f points/s (%d runs per Apply); CPU %.1f s: %.0f points per CPU-second",
+			max(1, *exps), *runs, points, dur.Seconds(), float64(points)/dur.Seconds(), *perBatch, cpu.Seconds(), float64(points)/cpu.Seconds())
 		fmt.Println(line)
 		fmt.Fprintf(&report, "Ingest through `store.Apply`: %s.\n\n", strings.TrimPrefix(line, "ingest: "))
 	}
@@ -76,12 +102,9 @@ func main() {
 	}
 	d, err := s.GetExperiment(ctx, *exp)
 	check(err, "reading the experiment")
-	fmt.Printf("experiment %s: %d runs, %d metrics\n", d.ID, d.Runs, len(d.Metrics))
-	fmt.Fprintf(&report, "The experiment: %d runs, %d metric keys. Reads, %d repetitions each (ms):\n\n| read | p50 | p99 |\n|---|---:|---:|\n", d.Runs, len(d.Metrics), *reps)
-	type read struct {
-		name string
-		f    func() error
-	}
+	fmt.Printf("experiment %s: %d runs, %d metrics, %d param keys\n", d.ID, d.Runs, len(d.Metrics), len(d.ParamKeys))
+	fmt.Fprintf(&report, "The experiment: %d runs, %d metric keys, %d param keys. Reads, %d repetitions each (ms):\n\n| read | p50 | p99 |\n|---|---:|---:|\n", d.Runs, len(d.Metrics), len(d.ParamKeys), *reps)
+	sortKey := sh.key(7)
 	reads := []read{
 		{"GetExperiment (GET /api/experiments/{id})", func() error { _, err := s.GetExperiment(ctx, d.ID); return err }},
 		{"ListExperiments (GET /api/experiments)", func() error { _, err := s.ListExperiments(ctx, store.ListQuery{Limit: 100}); return err }},
@@ -95,17 +118,23 @@ func main() {
 		desc               bool
 	}{
 		{"newest first", "created", "", true},
-		{"sorted by metrics.m07.last desc", "metrics.m07.last", "", true},
-		{"sorted by metrics.m07.min", "metrics.m07.min", "", false},
-		{"sorted by metrics.m07.max desc", "metrics.m07.max", "", true},
+		{"sorted by metrics." + sortKey + ".last desc", "metrics." + sortKey + ".last", "", true},
+		{"sorted by metrics." + sortKey + ".min", "metrics." + sortKey + ".min", "", false},
+		{"sorted by metrics." + sortKey + ".max desc", "metrics." + sortKey + ".max", "", true},
 		{"sorted by params.lr", "params.lr", "", false},
 		{"sorted by params.optimizer", "params.optimizer", "", false},
 		{"sorted by name", "name", "", false},
-		{"filtered lr>0.05,team=vision, by metrics.m07.last desc", "metrics.m07.last", "params.lr > 0.05 and tags.team = 'vision'", true},
+		{"filtered lr>0.05,team=vision, by metrics." + sortKey + ".last desc", "metrics." + sortKey + ".last", "params.lr > 0.05 and tags.team = 'vision'", true},
+	}
+	if wide {
+		reads = append(reads, wideReads(ctx, s, d.ID, sh)...)
 	}
 	var firsts []string // each sort's first request (an index may be built meanwhile)
 	for _, pr := range pageReads {
 		q := store.ListQuery{Experiment: d.ID, Sort: pr.sort, Filter: pr.filter, Desc: pr.desc, Limit: 100}
+		if wide { // the runs table shows 10 metrics and 5 params, as the UI asks
+			q.Columns = sh.columns()
+		}
 		// The first page of a sort by a metric the store has no sort index
 		// for is sorted in full while the index is built (then waited for,
 		// untimed by the reps below): both times are printed.
@@ -163,14 +192,41 @@ func main() {
 	host, _ := os.Hostname()
 	head := fmt.Sprintf("## Tracking at scale: `make bench-scale`\n\nCommand: `go run ./bench/expbench %s` on %s (%s, %s, %d CPUs, host %s); %s.\n\n",
 		strings.Join(os.Args[1:], " "), backend, commit, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), host,
-		"each run: 4 params, 2 tags, 20 metrics x 5 steps, finished; nothing asserted")
-	check(benchdoc.ReplaceSection(*doc, "scale", head+report.String()), "writing "+*doc)
-	fmt.Printf("wrote the bench:scale section of %s\n", *doc)
+		fmt.Sprintf("each run: %d params, %d tags, %d metrics x %d steps, finished; nothing asserted", sh.params, sh.tags, sh.keys, sh.steps))
+	section := "scale"
+	if wide {
+		section = "wide"
+		head = strings.Replace(head, "## Tracking at scale: `make bench-scale`", "## Tracking wide experiments (1,500 metric keys): `make bench-wide`", 1)
+	}
+	check(benchdoc.ReplaceSection(*doc, section, head+report.String()), "writing "+*doc)
+	fmt.Printf("wrote the bench:%s section of %s\n", section, *doc)
 }
 
-// ingest writes n finished runs, each: run_start with 4 params and 2 tags,
-// 5 metrics events of 20 keys, run_end; perBatch runs per Apply.
-func ingest(ctx context.Context, s store.Store, exp string, first, n, perBatch int) (int, time.Duration) {
+// shape is what each run logs.
+type shape struct{ keys, steps, params, tags int }
+
+// key is metric key k's name: m07 with up to 100 keys, m0007 beyond.
+func (sh shape) key(k int) string {
+	if sh.keys > 100 {
+		return fmt.Sprintf("m%04d", k)
+	}
+	return fmt.Sprintf("m%02d", k)
+}
+
+// columns is what the runs table of a wide experiment shows: 10 metric
+// keys spread over the experiment's, and 5 params.
+func (sh shape) columns() *store.Columns {
+	c := &store.Columns{Params: []string{"lr", "batch_size", "seed", "optimizer", "p004"}}
+	for i := 0; i < 10; i++ {
+		c.Metrics = append(c.Metrics, sh.key(i*sh.keys/10+7))
+	}
+	return c
+}
+
+// ingest writes n finished runs, each: run_start with sh.params params and
+// sh.tags tags, sh.steps metrics events of sh.keys keys, run_end; perBatch
+// runs per Apply.
+func ingest(ctx context.Context, s store.Store, exp string, first, n, perBatch int, sh shape) (int, time.Duration) {
 	teams := []string{"vision", "nlp", "speech", "rl"}
 	start := time.Now()
 	points := 0
@@ -179,29 +235,35 @@ func ingest(ctx context.Context, s store.Store, exp string, first, n, perBatch i
 		for i := r; i < min(r+perBatch, first+n); i++ {
 			id := fmt.Sprintf("run%07d", i)
 			lr := math.Pow(10, -1-float64(i%40)/10)
-			evs = append(evs, store.Event{Type: store.EventRunStart, RunID: id, Seq: 1, Experiment: exp,
-				Params: map[string]any{"lr": lr, "batch_size": 32 << (i % 4), "seed": i, "optimizer": []string{"adam", "sgd", "adamw"}[i%3]},
-				Tags:   map[string]string{"team": teams[i%4], "sweep": "s1"}})
-			for step := int64(0); step < 5; step++ {
+			params := map[string]any{"lr": lr, "batch_size": 32 << (i % 4), "seed": i, "optimizer": []string{"adam", "sgd", "adamw"}[i%3]}
+			for p := 4; p < sh.params; p++ {
+				params[fmt.Sprintf("p%03d", p)] = (i*31 + p) % 97
+			}
+			tags := map[string]string{"team": teams[i%4], "sweep": "s1"}
+			for t := 2; t < sh.tags; t++ {
+				tags[fmt.Sprintf("t%02d", t)] = fmt.Sprintf("v%d", (i+t)%7)
+			}
+			evs = append(evs, store.Event{Type: store.EventRunStart, RunID: id, Seq: 1, Experiment: exp, Params: params, Tags: tags})
+			for step := int64(0); step < int64(sh.steps); step++ {
 				st := step
-				vals := make(map[string]store.Float, 20)
-				for k := 0; k < 20; k++ {
+				vals := make(map[string]store.Float, sh.keys)
+				for k := 0; k < sh.keys; k++ {
 					// A deterministic spread: each key's extremes fall on
 					// different runs.
 					h := uint64(i)*2654435761 + uint64(k)*40503 + uint64(step)*97
-					vals[fmt.Sprintf("m%02d", k)] = store.Float(float64(h%1_000_003) / 1_000_003)
+					vals[sh.key(k)] = store.Float(float64(h%1_000_003) / 1_000_003)
 				}
 				evs = append(evs, store.Event{Type: store.EventMetrics, RunID: id, Seq: 2 + step, Step: &st, Values: vals})
-				points += 20
+				points += sh.keys
 			}
-			evs = append(evs, store.Event{Type: store.EventRunEnd, RunID: id, Seq: 7, Status: store.StatusFinished})
+			evs = append(evs, store.Event{Type: store.EventRunEnd, RunID: id, Seq: 2 + int64(sh.steps), Status: store.StatusFinished})
 		}
 		res, err := s.Apply(ctx, evs)
 		check(err, "ingest")
 		if len(res.Errors) > 0 {
 			check(fmt.Errorf("%+v", res.Errors[0]), "ingest")
 		}
-		if (r-first)%(perBatch*200) == 0 && r > first {
+		if (r-first)%(perBatch*max(1, 200*100/perBatch)) == 0 && r > first {
 			el := time.Since(start).Seconds()
 			fmt.Fprintf(os.Stderr, "expbench: %d runs, %.0f points/s\n", r-first, float64(points)/el)
 		}
@@ -225,4 +287,74 @@ func check(err error, what string) {
 		fmt.Fprintf(os.Stderr, "expbench: %s: %v\n", what, err)
 		os.Exit(1)
 	}
+}
+
+// read is one timed read of the experiment's pages.
+type read struct {
+	name string
+	f    func() error
+}
+
+// wideReads are the reads a wide experiment's pages add: a run's page
+// (its 1,500 metric summaries and 150 params), a page of charts (24 keys,
+// as RunCharts asks), one key's history, and what GET /api/compare reads
+// of 20 runs (each run, then every key's series at 500 points: the compare
+// page asks for all keys).
+func wideReads(ctx context.Context, s store.Store, exp string, sh shape) []read {
+	page, err := s.ListRuns(ctx, store.ListQuery{Experiment: exp, Sort: "created", Desc: true, Limit: 20, Columns: &store.Columns{}})
+	check(err, "listing 20 runs")
+	var ids []string
+	for _, r := range page.Runs {
+		ids = append(ids, r.ID)
+	}
+	one := ids[0]
+	var chartKeys []string
+	for k := 0; k < 24; k++ {
+		chartKeys = append(chartKeys, sh.key(k))
+	}
+	return []read{
+		{"GetRun: a run of " + fmt.Sprint(sh.keys) + " metric keys (its page)", func() error { _, err := s.GetRun(ctx, one); return err }},
+		{"Metrics: a page of 24 charts (1,000 points each)", func() error {
+			_, err := s.Metrics(ctx, one, store.MetricsQuery{Keys: chartKeys, MaxPoints: 1000})
+			return err
+		}},
+		{"History: one key of a run", func() error { _, err := s.History(ctx, one, store.HistoryQuery{Key: sh.key(7)}); return err }},
+		{"ListRuns: 100 newest, every column (no projection)", func() error {
+			_, err := s.ListRuns(ctx, store.ListQuery{Experiment: exp, Sort: "created", Desc: true, Limit: 100})
+			return err
+		}},
+		{"compare 20 runs, a page of 24 keys (the compare page: GetRun x 20, 24 series each)", func() error { return compare(ctx, s, ids, 24) }},
+		{fmt.Sprintf("compare 20 runs, every key (GetRun x 20, %d series each)", sh.keys), func() error { return compare(ctx, s, ids, 0) }},
+	}
+}
+
+// compare does the store reads of GET /api/compare for runs ids: each run,
+// then the series (500 points) of the first limit keys (sorted; 0: all).
+func compare(ctx context.Context, s store.Store, ids []string, limit int) error {
+	runs := make([]store.Run, len(ids))
+	seen := map[string]bool{}
+	var keys []string
+	for i, id := range ids {
+		r, err := s.GetRun(ctx, id)
+		if err != nil {
+			return err
+		}
+		runs[i] = r
+		for k := range r.Metrics {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	slices.Sort(keys)
+	if limit > 0 && len(keys) > limit {
+		keys = keys[:limit]
+	}
+	for _, id := range ids {
+		if _, err := s.Metrics(ctx, id, store.MetricsQuery{Keys: keys, MaxPoints: 500}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -142,7 +142,14 @@ func toPoints(s store.Series, run store.Run, byTime bool) []point {
 	return pts
 }
 
-// compare answers GET /api/compare?runs=a,b[&keys=k1,k2][&align=step|time][&max_points=N].
+// maxCompareKeyLimit bounds ?key_limit= of /api/compare.
+const maxCompareKeyLimit = 2000
+
+// compare answers GET /api/compare?runs=a,b[&keys=k1,k2][&key_limit=N][&align=step|time][&max_points=N].
+// metric_keys lists every training metric key of the runs; the series and
+// summaries are those of ?keys=, else of the first ?key_limit= of
+// metric_keys (all without it): a page of charts of runs logging 1,500
+// keys reads its page, not 1,500 x runs series.
 func (s *Server) compare(c *call) (any, error) {
 	ctx := c.rc
 	args := ctx.QueryArgs()
@@ -163,6 +170,10 @@ func (s *Server) compare(c *call) (any, error) {
 		return nil, apiErr(400, string(store.CodeInvalidArgument), fmt.Sprintf("?align=%q must be step or time", align))
 	}
 	maxPoints, e := queryInt(ctx, "max_points", 500, 1, 100000)
+	if e != nil {
+		return nil, e
+	}
+	keyLimit, e := queryInt(ctx, "key_limit", 0, 1, maxCompareKeyLimit)
 	if e != nil {
 		return nil, e
 	}
@@ -187,15 +198,22 @@ func (s *Server) compare(c *call) (any, error) {
 		}
 		runs[id] = r
 	}
-	if keys == nil { // every training metric key of any run
-		for _, id := range ids {
-			for k := range runs[id].Metrics {
-				if !slices.Contains(keys, k) {
-					keys = append(keys, k)
-				}
+	seen := map[string]bool{}
+	all := []string{} // every training metric key of any run
+	for _, id := range ids {
+		for k := range runs[id].Metrics {
+			if !seen[k] {
+				seen[k] = true
+				all = append(all, k)
 			}
 		}
-		slices.Sort(keys)
+	}
+	slices.Sort(all)
+	if keys == nil {
+		keys = all
+		if keyLimit > 0 && len(keys) > keyLimit {
+			keys = keys[:keyLimit]
+		}
 	}
 
 	pts := map[string]map[string][]point{} // key -> run -> points
@@ -244,11 +262,12 @@ func (s *Server) compare(c *call) (any, error) {
 			"started": r.Started, "ended": r.Ended})
 	}
 	return map[string]any{
-		"runs":      infos,
-		"align":     align,
-		"keys":      keys,
-		"metrics":   metrics,
-		"params":    diffParams(ids, params),
-		"summaries": summaries,
+		"runs":        infos,
+		"align":       align,
+		"keys":        keys,
+		"metric_keys": all,
+		"metrics":     metrics,
+		"params":      diffParams(ids, params),
+		"summaries":   summaries,
 	}, nil
 }

@@ -129,6 +129,24 @@ func TestCompareRoute(t *testing.T) {
 		t.Errorf("all keys by time: %d %v", code, out)
 	}
 
+	if fmt.Sprint(out["metric_keys"]) != "[acc loss]" || fmt.Sprint(out["keys"]) != "[acc loss]" {
+		t.Errorf("keys of all: %v %v", out["metric_keys"], out["keys"])
+	}
+	// A page of keys: the first key_limit of metric_keys, which lists all.
+	code, out = doJSON(t, "GET", url+"/api/compare?runs=a,b&key_limit=1", "")
+	if code != 200 || fmt.Sprint(out["keys"]) != "[acc]" || fmt.Sprint(out["metric_keys"]) != "[acc loss]" ||
+		len(out["metrics"].(map[string]any)) != 1 || out["metrics"].(map[string]any)["acc"] == nil {
+		t.Errorf("key_limit=1: %d %v", code, out)
+	}
+	if sums := out["summaries"].(map[string]any)["a"].(map[string]any); len(sums) != 1 || sums["acc"] == nil {
+		t.Errorf("key_limit=1 summaries: %v", sums)
+	}
+	// keys= wins over key_limit; metric_keys still lists every key.
+	code, out = doJSON(t, "GET", url+"/api/compare?runs=a,b&key_limit=1&keys=loss", "")
+	if code != 200 || fmt.Sprint(out["keys"]) != "[loss]" || fmt.Sprint(out["metric_keys"]) != "[acc loss]" {
+		t.Errorf("keys and key_limit: %d %v", code, out)
+	}
+
 	f := func(query string, wantCode int, wantErr string) {
 		t.Helper()
 		code, out := doJSON(t, "GET", url+"/api/compare?"+query, "")
@@ -146,4 +164,6 @@ func TestCompareRoute(t *testing.T) {
 	f("runs=a,ghost", 404, `no run "ghost"`)
 	f("runs=a,b&align=wall", 400, "step or time")
 	f("runs=a,b&max_points=0", 400, "max_points")
+	f("runs=a,b&key_limit=0", 400, "key_limit")
+	f("runs=a,b&key_limit=2001", 400, "key_limit")
 }

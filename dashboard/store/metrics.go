@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fw-serve/fw/dashboard/query"
@@ -40,19 +41,13 @@ func (s *sqlStore) Metrics(ctx context.Context, runID string, q MetricsQuery) ([
 		kind = kindSystem
 	}
 	a := query.NewArgs(s.d)
-	text := `SELECT k.id, k.name FROM metric_summary s JOIN metric_keys k ON k.id = s.key_id WHERE s.run_rid = ` + a.Add(rid) + ` AND k.kind = ` + a.Add(int64(kind))
+	var text strings.Builder
+	text.WriteString(`SELECT k.id, k.name FROM metric_summary s JOIN metric_keys k ON k.id = s.key_id WHERE s.run_rid = ` + a.Add(rid) + ` AND k.kind = ` + a.Add(int64(kind)))
 	if len(q.Keys) > 0 {
-		text += " AND k.name IN ("
-		for i, k := range q.Keys {
-			if i > 0 {
-				text += ", "
-			}
-			text += a.Add(k)
-		}
-		text += ")"
+		text.WriteString(" AND k.name IN " + inList(a, q.Keys))
 	}
-	text += " ORDER BY k.name"
-	rows, err := s.rdb.QueryContext(ctx, text, a.Values()...)
+	text.WriteString(" ORDER BY k.name")
+	rows, err := s.rdb.QueryContext(ctx, text.String(), a.Values()...)
 	if err != nil {
 		return nil, fmt.Errorf("listing metric keys of run %s: %w", runID, err)
 	}
@@ -73,8 +68,21 @@ func (s *sqlStore) Metrics(ctx context.Context, runID string, q MetricsQuery) ([
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("listing metric keys of run %s: %w", runID, err)
 	}
+	ids := make([]int64, len(keys))
+	for i, k := range keys {
+		ids[i] = k.id
+	}
+	small, err := s.smallSeries(ctx, rid, ids, n, q.MinStep, q.MaxStep)
+	if err != nil {
+		return nil, fmt.Errorf("reading the metrics of run %s: %w", runID, err)
+	}
 	out := make([]Series, 0, len(keys))
 	for _, k := range keys {
+		if ser, ok := small[k.id]; ok {
+			ser.Key = k.name
+			out = append(out, ser)
+			continue
+		}
 		ser, err := s.series(ctx, rid, k.id, n, q.MinStep, q.MaxStep)
 		if err != nil {
 			return nil, fmt.Errorf("reading metric %q of run %s: %w", k.name, runID, err)
@@ -104,8 +112,121 @@ func floorDiv(a, b int64) int64 {
 
 func ceilDiv(a, b int64) int64 { return -floorDiv(-a, b) }
 
+// coarse is the rollup level whose blocks give a key's step range and
+// point count cheaply.
+const coarse = 12
+
+// smallKeysPerQuery bounds the keys named in one query of smallSeries.
+const smallKeysPerQuery = 500
+
+// smallSeries answers, with two queries per smallKeysPerQuery keys, the
+// series of keys that have no points in range or few enough to return as
+// they are (the first branch of series): what a run of many keys logged at
+// few steps has, which one query pair per key made slow (1,500 keys: 3,000
+// queries). The keys it leaves out need downsampling; series reads them.
+func (s *sqlStore) smallSeries(ctx context.Context, rid int64, keys []int64, n int, minStep, maxStep *int64) (map[int64]Series, error) {
+	out := make(map[int64]Series, len(keys))
+	N := int64(n)
+	for start := 0; start < len(keys); start += smallKeysPerQuery {
+		chunk := keys[start:min(len(keys), start+smallKeysPerQuery)]
+		a := query.NewArgs(s.d)
+		text := `SELECT key_id, MIN(first_step), MAX(last_step), SUM(n) FROM metric_rollup WHERE run_rid = ` + a.Add(rid) + ` AND level = ` + a.Add(int64(coarse)) + ` AND key_id IN ` + inList(a, chunk)
+		if minStep != nil {
+			text += " AND block >= " + a.Add(*minStep>>coarse)
+		}
+		if maxStep != nil {
+			text += " AND block <= " + a.Add(*maxStep>>coarse)
+		}
+		text += " GROUP BY key_id"
+		rows, err := s.rdb.QueryContext(ctx, text, a.Values()...)
+		if err != nil {
+			return nil, fmt.Errorf("reading the step ranges: %w", err)
+		}
+		found := make(map[int64]bool, len(chunk))
+		var raw []int64
+		for rows.Next() {
+			var k int64
+			var dmin, dmax, count sql.NullInt64
+			if err := rows.Scan(&k, &dmin, &dmax, &count); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("reading the step ranges: %w", err)
+			}
+			found[k] = true
+			if !dmin.Valid {
+				out[k] = Series{Buckets: []Bucket{}}
+				continue
+			}
+			lo, hi := dmin.Int64, dmax.Int64
+			if minStep != nil && *minStep > lo {
+				lo = *minStep
+			}
+			if maxStep != nil && *maxStep < hi {
+				hi = *maxStep
+			}
+			if hi < lo {
+				out[k] = Series{Buckets: []Bucket{}}
+				continue
+			}
+			if count.Int64 <= N || ceilDiv(hi-lo+1, N) <= 1 {
+				raw = append(raw, k)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("reading the step ranges: %w", err)
+		}
+		for _, k := range chunk {
+			if !found[k] { // no blocks in range: no points
+				out[k] = Series{Buckets: []Bucket{}}
+			}
+		}
+		if len(raw) == 0 {
+			continue
+		}
+		// The points of the keys in raw, within the step bounds: each key's
+		// [lo, hi] above, as its points lie within its blocks' range.
+		a = query.NewArgs(s.d)
+		text = `SELECT key_id, step, value FROM metrics WHERE run_rid = ` + a.Add(rid) + ` AND key_id IN ` + inList(a, raw)
+		if minStep != nil {
+			text += " AND step >= " + a.Add(*minStep)
+		}
+		if maxStep != nil {
+			text += " AND step <= " + a.Add(*maxStep)
+		}
+		text += " ORDER BY key_id, step"
+		got := make(map[int64][]Bucket, len(raw))
+		for _, k := range raw {
+			got[k] = []Bucket{}
+		}
+		rows, err = s.rdb.QueryContext(ctx, text, a.Values()...)
+		if err != nil {
+			return nil, fmt.Errorf("reading points: %w", err)
+		}
+		for rows.Next() {
+			var k int64
+			var it item
+			var v sql.NullFloat64
+			if err := rows.Scan(&k, &it.first, &v); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("reading points: %w", err)
+			}
+			it.last, it.min, it.max, it.lst, it.n = it.first, v, v, v, 1
+			got[k] = append(got[k], bucketOf(it))
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("reading points: %w", err)
+		}
+		for k, bs := range got {
+			if int64(len(bs)) <= N { // more: series downsamples it
+				out[k] = Series{Buckets: bs}
+			}
+		}
+	}
+	return out, nil
+}
+
 func (s *sqlStore) series(ctx context.Context, rid, key int64, n int, minStep, maxStep *int64) (Series, error) {
-	const coarse = 12
 	a := query.NewArgs(s.d)
 	text := `SELECT MIN(first_step), MAX(last_step), SUM(n) FROM metric_rollup WHERE run_rid = ` + a.Add(rid) + ` AND key_id = ` + a.Add(key) + ` AND level = ` + a.Add(int64(coarse))
 	if minStep != nil {

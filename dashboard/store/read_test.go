@@ -474,3 +474,101 @@ func countRows(t *testing.T, s Store, table string) int {
 	}
 	return n
 }
+
+// TestMetricsManyKeysMatchPerKey: Metrics over many keys (smallSeries reads
+// the short ones in a few queries, more than one chunk of keys here) answers
+// exactly what reading each key alone (series) does, for every shape: a few
+// points, more points than buckets (downsampled), negative and far steps,
+// NaN, a step logged twice, step bounds that leave a key empty.
+func TestMetricsManyKeysMatchPerKey(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		s := open(Config{})
+		ctx := context.Background()
+		const keys = 2*smallKeysPerQuery + 203
+		e := &ev{run: "wide"}
+		mustApply(t, s, e.start("exp", nil, nil))
+		at := map[int64]map[string]float64{}
+		put := func(step int64, k string, v float64) {
+			if at[step] == nil {
+				at[step] = map[string]float64{}
+			}
+			at[step][k] = v
+		}
+		var names []string
+		for i := 0; i < keys; i++ {
+			k := fmt.Sprintf("k%04d", i)
+			names = append(names, k)
+			switch i % 4 {
+			case 0:
+				for st := int64(0); st < 3; st++ {
+					put(st, k, float64(i)+float64(st))
+				}
+			case 1:
+				for st := int64(0); st < 40; st++ {
+					put(st, k, math.Sin(float64(i+int(st))))
+				}
+			case 2:
+				for st := int64(-5); st < 0; st++ {
+					put(st, k, float64(st))
+				}
+				put(5000, k, 1)
+			case 3:
+				put(1, k, math.NaN())
+				put(2, k, 7)
+			}
+		}
+		steps := make([]int64, 0, len(at))
+		for st := range at {
+			steps = append(steps, st)
+		}
+		slices.Sort(steps)
+		for _, st := range steps {
+			mustApply(t, s, e.metrics(st, at[st]))
+		}
+		mustApply(t, s, e.metrics(2, map[string]float64{"k0003": 8})) // k0003's step 2 again
+		st := s.(*sqlStore)
+		rid, err := st.runRID(ctx, "wide")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := map[string]int64{}
+		rows, err := st.rdb.QueryContext(ctx, `SELECT id, name FROM metric_keys`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id int64
+			var name string
+			if err := rows.Scan(&id, &name); err != nil {
+				t.Fatal(err)
+			}
+			ids[name] = id
+		}
+		rows.Close()
+		p := func(v int64) *int64 { return &v }
+		for _, n := range []int{10, 1000} {
+			for _, b := range []struct{ lo, hi *int64 }{{nil, nil}, {p(1), p(30)}, {p(-3), nil}, {p(6000), nil}, {nil, p(-1)}} {
+				got, err := s.Metrics(ctx, "wide", MetricsQuery{MaxPoints: n, MinStep: b.lo, MaxStep: b.hi})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != keys {
+					t.Fatalf("n=%d: %d series for %d keys", n, len(got), keys)
+				}
+				for i, ser := range got {
+					if ser.Key != names[i] {
+						t.Fatalf("series %d is %q, want %q", i, ser.Key, names[i])
+					}
+					want, err := st.series(ctx, rid, ids[ser.Key], n, b.lo, b.hi)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want.Key = ser.Key
+					if g, w := fmt.Sprintf("%+v", ser), fmt.Sprintf("%+v", want); g != w {
+						t.Fatalf("n=%d bounds %v..%v key %s:\n got %s\nwant %s", n, b.lo, b.hi, ser.Key, g, w)
+					}
+				}
+			}
+		}
+	})
+}

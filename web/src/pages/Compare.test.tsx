@@ -66,6 +66,56 @@ describe("ComparePage", () => {
   });
 });
 
+describe("ComparePage with many metric keys", () => {
+  it("fetches and draws a page of keys at a time, more on request and by filter", async () => {
+    const all = Array.from({ length: 1500 }, (_, i) => `layer${String(i).padStart(4, "0")}/loss`);
+    const answer = (keys: string[]) => ({
+      ...comparison,
+      keys,
+      metric_keys: all,
+      metrics: Object.fromEntries(keys.map((k) => [k, { x: [1], values: { a: [1], b: [2] } }])),
+      summaries: { a: Object.fromEntries(keys.map((k) => [k, summary(1)])), b: Object.fromEntries(keys.map((k) => [k, summary(2)])) },
+    });
+    const urls: URL[] = [];
+    vi.stubGlobal(
+      "fetch",
+      vi.fn(async (url: string) => {
+        const u = new URL(String(url), "http://x");
+        urls.push(u);
+        const asked = u.searchParams.get("keys");
+        const keys = asked ? asked.split(",") : all.slice(0, Number(u.searchParams.get("key_limit")));
+        return new Response(JSON.stringify(answer(keys)), { status: 200 });
+      }),
+    );
+    render(
+      <MemoryRouter initialEntries={["/compare?runs=a,b"]}>
+        <ComparePage />
+      </MemoryRouter>,
+    );
+    expect(await screen.findByTestId("compare-chart-layer0000/loss")).toBeTruthy();
+    expect(urls[0].searchParams.get("key_limit")).toBe("24");
+    expect(screen.getAllByTestId(/^compare-chart-/).length).toBe(24);
+    expect(screen.getByTestId("compare-more").textContent).toContain("24 of 1,500 charts");
+    // The summaries table has a column per shown key, not 1,500.
+    const table = document.querySelector("table.compare-summaries")!;
+    expect(table.querySelectorAll("thead th").length).toBe(25);
+
+    fireEvent.click(screen.getByRole("button", { name: "Show 24 more" }));
+    expect(await screen.findByTestId("compare-chart-layer0047/loss")).toBeTruthy();
+    const second = urls.find((u) => u.searchParams.get("keys"))!;
+    expect(second.searchParams.get("keys")!.split(",")).toEqual(all.slice(24, 48));
+    expect(screen.getAllByTestId(/^compare-chart-/).length).toBe(48);
+
+    // A filter shows the matching keys, fetching only those not fetched yet.
+    fireEvent.change(screen.getByRole("searchbox", { name: "Filter charts by key" }), { target: { value: "layer149" } });
+    expect(await screen.findByTestId("compare-chart-layer1499/loss")).toBeTruthy();
+    expect(screen.getAllByTestId(/^compare-chart-/).length).toBe(10);
+    const third = urls.filter((u) => u.searchParams.get("keys"))[1];
+    expect(third.searchParams.get("keys")!.split(",")).toEqual(all.slice(1490, 1500));
+    expect(urls.length).toBe(3);
+  });
+});
+
 describe("ParamsPlot", () => {
   const runs = [
     { id: "a", label: "a" },

@@ -3,13 +3,15 @@
 // all in the URL), metric summaries per run, the params table with the
 // differing params highlighted (and an "only differences" toggle), and params
 // against a metric as parallel coordinates or a scatter. Runs can be added
-// (search by name) and removed.
-import { useEffect, useMemo, useState } from "react";
+// (search by name) and removed. Metric keys are filtered by name and shown
+// CHART_PAGE at a time: runs logging 1,500 keys fetch the series of the
+// shown ones only (GET /api/compare's key_limit, then keys=).
+import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { Link } from "react-router-dom";
 import { get } from "../api/client";
 import { num } from "../api/stream";
 import { Chart } from "../components/Chart";
-import { ChartControls, useChartSettings } from "../components/RunCharts";
+import { CHART_PAGE, ChartControls, useChartSettings } from "../components/RunCharts";
 import { DataTable, numCol } from "../components/DataTable";
 import { ParamsPlot } from "../components/ParamsPlot";
 import type { Comparison, RunPage } from "../api/types";
@@ -22,6 +24,18 @@ import { useApi, useQueryParam } from "../lib/hooks";
 const list = (s: string) => (s ? s.split(",").filter(Boolean) : []);
 const MAX_RUNS = 20;
 
+/** The series and summaries fetched after the first page of keys. */
+type More = { metrics: Comparison["metrics"]; summaries: Comparison["summaries"] };
+const noMore: More = { metrics: {}, summaries: {} };
+
+/** c with the keys fetched later added. */
+function withMore(c: Comparison, more: More): Comparison {
+  const summaries: Comparison["summaries"] = { ...c.summaries };
+  for (const [run, sums] of Object.entries(more.summaries ?? {})) summaries[run] = { ...summaries[run], ...sums };
+  const metrics = { ...c.metrics, ...more.metrics };
+  return { ...c, metrics, summaries, keys: Object.keys(metrics).sort() };
+}
+
 /** The compare page. */
 export function ComparePage() {
   const [runsParam, setRunsParam] = useQueryParam("runs");
@@ -29,11 +43,55 @@ export function ComparePage() {
   const settings = useChartSettings();
   const align = settings.xMode;
   const cmp = useApi(
-    (signal) => (ids.length >= 2 ? get<Comparison>("/api/compare", { runs: ids.join(","), align, max_points: 500 }, signal) : Promise.resolve(undefined)),
+    (signal) =>
+      ids.length >= 2 ? get<Comparison>("/api/compare", { runs: ids.join(","), align, max_points: 500, key_limit: CHART_PAGE }, signal) : Promise.resolve(undefined),
     [ids.join(","), align],
   );
   const setIds = (next: string[]) => setRunsParam(next.join(","));
-  const c = cmp.data && ids.length >= 2 ? cmp.data : undefined;
+  // Keys fetched after the first page, for these runs and this alignment.
+  const [more, setMore] = useState<More>(noMore);
+  const [moreError, setMoreError] = useState<unknown>();
+  const asked = useRef(new Set<string>());
+  const generation = useRef(0);
+  useEffect(() => {
+    generation.current++;
+    asked.current = new Set();
+    setMore(noMore);
+    setMoreError(undefined);
+  }, [ids.join(","), align]); // eslint-disable-line react-hooks/exhaustive-deps
+  const c = useMemo(() => (cmp.data && ids.length >= 2 ? withMore(cmp.data, more) : undefined), [cmp.data, more, ids.length]);
+  const allKeys = useMemo(() => (c ? (c.metric_keys ?? Object.keys(c.metrics).sort()) : []), [c]);
+  const [keyFilter, setKeyFilter] = useState("");
+  const [limit, setLimit] = useState(CHART_PAGE);
+  const matching = useMemo(() => allKeys.filter((k) => !keyFilter || k.toLowerCase().includes(keyFilter.toLowerCase())), [allKeys, keyFilter]);
+  const shown = matching.slice(0, limit);
+  // The series of keys to show that were not fetched yet, each asked once.
+  const need = useCallback(
+    (keys: string[]) => {
+      if (!c) return;
+      const missing = keys.filter((k) => k && !(k in c.metrics) && !asked.current.has(k));
+      if (missing.length === 0) return;
+      for (const k of missing) asked.current.add(k);
+      const gen = generation.current;
+      get<Comparison>("/api/compare", { runs: ids.join(","), align, max_points: 500, keys: missing.join(",") })
+        .then((a) => {
+          if (gen !== generation.current) return;
+          setMore((m) => {
+            const summaries: Comparison["summaries"] = { ...m.summaries };
+            for (const [run, sums] of Object.entries(a.summaries ?? {})) summaries[run] = { ...summaries[run], ...sums };
+            return { metrics: { ...m.metrics, ...a.metrics }, summaries };
+          });
+        })
+        .catch((err) => {
+          if (gen !== generation.current) return;
+          for (const k of missing) asked.current.delete(k);
+          setMoreError(err);
+        });
+    },
+    [c, ids.join(","), align], // eslint-disable-line react-hooks/exhaustive-deps
+  );
+  const shownList = shown.join(",");
+  useEffect(() => need(shown), [shownList, need]); // eslint-disable-line react-hooks/exhaustive-deps
 
   return (
     <div className="stack compare">
@@ -45,16 +103,40 @@ export function ComparePage() {
         <RunPicker exclude={ids} disabled={ids.length >= MAX_RUNS} onAdd={(id) => setIds([...ids, id])} />
         {ids.length < 2 && <p className="muted">Pick at least two runs (up to {MAX_RUNS}): search them by name above, or select them in an experiment's runs table.</p>}
       </Card>
-      <ErrorNote error={cmp.error} />
+      <ErrorNote error={cmp.error ?? moreError} />
       {c && (
         <>
           <Card title="Metrics">
             <ChartControls settings={settings} timeNote="x is seconds since each run started, estimated from its steps" />
-            <CompareCharts cmp={c} log={settings.log} smooth={settings.smooth} />
+            {allKeys.length > 6 && (
+              <input
+                type="search"
+                className="chart-filter"
+                placeholder="Filter charts by key"
+                aria-label="Filter charts by key"
+                value={keyFilter}
+                onChange={(e) => {
+                  setKeyFilter(e.target.value);
+                  setLimit(CHART_PAGE);
+                }}
+              />
+            )}
+            {allKeys.length > 0 && matching.length === 0 && <p className="muted">No chart matches “{keyFilter}”.</p>}
+            <CompareCharts cmp={c} keys={shown} log={settings.log} smooth={settings.smooth} />
+            {matching.length > CHART_PAGE && (
+              <div className="chart-more muted small" data-testid="compare-more">
+                {shown.length.toLocaleString()} of {matching.length.toLocaleString()} charts
+                {shown.length < matching.length && (
+                  <button type="button" className="small" onClick={() => setLimit((l) => l + CHART_PAGE)}>
+                    Show {Math.min(CHART_PAGE, matching.length - shown.length)} more
+                  </button>
+                )}
+              </div>
+            )}
           </Card>
-          <Summaries cmp={c} />
+          <Summaries cmp={c} keys={shown} />
           <ParamsCard cmp={c} />
-          <PlotCard cmp={c} />
+          <PlotCard cmp={c} keys={allKeys} need={need} />
         </>
       )}
       {cmp.loading && ids.length >= 2 && !c && <p className="muted">Loading…</p>}
@@ -131,10 +213,9 @@ function RunPicker({ exclude, onAdd, disabled }: { exclude: string[]; onAdd: (id
   );
 }
 
-/** One overlaid chart per metric key. */
-function CompareCharts({ cmp, log, smooth }: { cmp: Comparison; log: boolean; smooth: number }) {
-  const keys = cmp.keys ?? Object.keys(cmp.metrics);
-  if (keys.length === 0) return <Empty>The runs have no metrics in common yet.</Empty>;
+/** One overlaid chart per shown metric key (those fetched). */
+function CompareCharts({ cmp, keys, log, smooth }: { cmp: Comparison; keys: string[]; log: boolean; smooth: number }) {
+  if ((cmp.metric_keys ?? cmp.keys ?? []).length === 0) return <Empty>The runs have no metrics in common yet.</Empty>;
   return (
     <div className="chart-grid">
       {keys.map((k) => {
@@ -155,9 +236,9 @@ function CompareCharts({ cmp, log, smooth }: { cmp: Comparison; log: boolean; sm
   );
 }
 
-/** Each run's last, min and max of every metric. */
-function Summaries({ cmp }: { cmp: Comparison }) {
-  const keys = cmp.keys ?? [];
+/** Each run's last, min and max of the shown metrics (fetched ones). */
+function Summaries({ cmp, keys: shown }: { cmp: Comparison; keys: string[] }) {
+  const keys = shown.filter((k) => k in cmp.metrics);
   const s = cmp.summaries ?? {};
   if (keys.length === 0) return null;
   return (
@@ -237,10 +318,10 @@ export function ParamsCard({ cmp }: { cmp: Comparison }) {
 }
 
 /** Params against a metric: parallel coordinates or scatter, choices in the URL. */
-function PlotCard({ cmp }: { cmp: Comparison }) {
-  const keys = cmp.keys ?? [];
+function PlotCard({ cmp, keys, need }: { cmp: Comparison; keys: string[]; need: (keys: string[]) => void }) {
   const [mode, setMode] = useQueryParam("plot", "parallel");
   const [metricKey, setMetricKey] = useQueryParam("pm", keys[0] ?? "");
+  useEffect(() => need([metricKey]), [metricKey, need]); // its summaries, when not fetched yet
   const [agg, setAgg] = useQueryParam("agg", "last");
   const [xParam, setXParam] = useQueryParam("px");
   const [allParams, setAllParams] = useQueryParam("pall");
