@@ -422,7 +422,7 @@ print(json.dumps({"x": x.tolist(), "y": model(torch.from_numpy(x)).tolist()}))
       noProblems();
     });
 
-    await step("an experiment of runs with 1,500 metric keys: the table fetches only its columns, the chooser finds any key, a run's charts page in", async () => {
+    await step("an experiment of runs with 1,500 metric keys: the table fetches only its columns, the chooser finds any key, a run's charts and the compare page page in", async () => {
       const keys = Array.from({ length: 1500 }, (_, i) => `layer${String(i).padStart(4, "0")}/loss`);
       const events = [];
       for (let r = 0; r < 20; r++) {
@@ -475,6 +475,25 @@ print(json.dumps({"x": x.tolist(), "y": model(torch.from_numpy(x)).tolist()}))
       await page.locator(".chart-card").nth(47).waitFor();
       page.off("request", seenMetrics);
       if (fetched.join(",") !== "24,24") throw new Error(`the run page fetched metric histories of ${JSON.stringify(fetched)} keys, want 24 then 24`);
+      // The compare page of two of them: a page of 24 charts and a summary
+      // column per shown key, not 1,500; more on request, each key once.
+      const compared = [];
+      const seenCompare = (req) => {
+        const u = new URL(req.url());
+        if (u.pathname === "/api/compare") compared.push(u.searchParams.get("keys") ? u.searchParams.get("keys").split(",").length : `limit ${u.searchParams.get("key_limit")}`);
+      };
+      page.on("request", seenCompare);
+      await page.goto(dash.url + "/compare?runs=wide-18,wide-19");
+      await page.getByText("24 of 1,500 charts").waitFor();
+      await page.locator(".chart-card").nth(23).waitFor();
+      const cmpDrawn = await page.locator(".chart-card").count();
+      const cmpColumns = await page.locator("table.compare-summaries thead th").count();
+      if (cmpDrawn !== 24 || cmpColumns !== 25) throw new Error(`the compare page drew ${cmpDrawn} charts and ${cmpColumns} summary columns, want 24 and 25`);
+      await page.getByRole("button", { name: "Show 24 more" }).click();
+      await page.getByText("48 of 1,500 charts").waitFor();
+      await page.locator(".chart-card").nth(47).waitFor();
+      page.off("request", seenCompare);
+      if (compared.join(",") !== "limit 24,24") throw new Error(`the compare page asked for ${JSON.stringify(compared)}, want the first 24 keys then 24 more`);
       noProblems();
     });
 
