@@ -63,7 +63,12 @@ func checkPython(cfg *pb.ModelConfig) error {
 			return fmt.Errorf("%s %q: data_type %s is not one fw moves to a Python model", kind, name, dt)
 		}
 		if reshape != nil {
-			return fmt.Errorf("%s %q: reshape is not served for Python models; reshape in model.py", kind, name)
+			if len(reshape.GetShape()) > maxDims {
+				return fmt.Errorf("%s %q: reshape has at most %d dims", kind, name, maxDims)
+			}
+			if err := serving.ReshapeFits(dims, reshape.GetShape()); err != nil {
+				return fmt.Errorf("%s %q: %w", kind, name, err)
+			}
 		}
 		if len(dims) > maxDims {
 			return fmt.Errorf("%s %q: at most %d dims", kind, name, maxDims)
@@ -184,14 +189,28 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 		}
 		return engine.TensorSpec{Name: n, DType: dtypeOf(dt), Shape: shape}
 	}
+	// The model's tensors have their reshape's shape (Triton hands a
+	// Python model its inputs reshaped, and reshapes its outputs back to
+	// the dims clients see): serving.Reshape maps between the two.
 	var ins, outs []engine.TensorSpec
-	for _, in := range cfg.GetInput() {
-		s := spec(in.GetName(), in.GetDataType(), in.GetDims())
+	var rin, rout []serving.ReshapeTensor
+	for i, in := range cfg.GetInput() {
+		dims := in.GetDims()
+		if rs := in.GetReshape(); rs != nil {
+			rin = append(rin, serving.ReshapeTensor{Index: i, Dims: slices.Clone(dims), Model: slices.Clone(rs.GetShape())})
+			dims = rs.GetShape()
+		}
+		s := spec(in.GetName(), in.GetDataType(), dims)
 		s.Optional = in.GetOptional()
 		ins = append(ins, s)
 	}
-	for _, out := range cfg.GetOutput() {
-		outs = append(outs, spec(out.GetName(), out.GetDataType(), out.GetDims()))
+	for i, out := range cfg.GetOutput() {
+		dims := out.GetDims()
+		if rs := out.GetReshape(); rs != nil {
+			rout = append(rout, serving.ReshapeTensor{Index: i, Dims: slices.Clone(dims), Model: slices.Clone(rs.GetShape())})
+			dims = rs.GetShape()
+		}
+		outs = append(outs, spec(out.GetName(), out.GetDataType(), dims))
 	}
 	// Sequence batching: the controls and implicit state are inputs (and
 	// state outputs) of the model beside the configuration's, as Triton
@@ -271,6 +290,16 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 				}
 				inst.Sequences = b
 			}
+			if len(rin)+len(rout) > 0 {
+				if seq != nil {
+					return fmt.Errorf("reshape is not supported with sequence_batching; give the tensors the shapes clients send")
+				}
+				rs, err := serving.NewReshape(inst.Model, batched, rin, rout)
+				if err != nil {
+					return err
+				}
+				inst.Reshape = rs
+			}
 			inst.Config = described
 			return nil
 		},
@@ -293,10 +322,10 @@ func describePython(name string, cfg *pb.ModelConfig, labels map[string]string, 
 	}
 	for _, in := range cfg.GetInput() {
 		c.Inputs = append(c.Inputs, serving.TensorConfig{Name: in.GetName(), DataType: in.GetDataType().String(),
-			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String(), Optional: in.GetOptional()})
+			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String(), Optional: in.GetOptional(), Reshape: slices.Clone(in.GetReshape().GetShape())})
 	}
 	for _, out := range cfg.GetOutput() {
-		tc := serving.TensorConfig{Name: out.GetName(), DataType: out.GetDataType().String(), Dims: slices.Clone(out.GetDims())}
+		tc := serving.TensorConfig{Name: out.GetName(), DataType: out.GetDataType().String(), Dims: slices.Clone(out.GetDims()), Reshape: slices.Clone(out.GetReshape().GetShape())}
 		if l := out.GetLabelFilename(); l != "" {
 			doc, ok := labels[l]
 			if !ok {

@@ -3,6 +3,7 @@ package modelrepo
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -231,6 +232,100 @@ func TestPythonModels(t *testing.T) {
 	}
 }
 
+// TestPythonReshape: a Python model gets its inputs in their reshape's
+// shape and its outputs reach clients in the configuration's dims, as
+// Triton's Python backend does; over a BLS call and a decoupled stream too.
+func TestPythonReshape(t *testing.T) {
+	py := pythonBin(t)
+	root := t.TempDir()
+	const model = `
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        import json
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(json.loads(args["model_config"]))
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
+            shape = np.array(x.shape, dtype=np.int32).reshape(1, -1)
+            resp = pb_utils.InferenceResponse([pb_utils.Tensor("OUT", (x * 2).astype(np.int32)), pb_utils.Tensor("SHAPE", shape)])
+            if self.decoupled:
+                r.get_response_sender().send(resp, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                out.append(resp)
+        return None if self.decoupled else out
+`
+	const tensors = `max_batch_size: 4
+input [{ name: "IN", data_type: TYPE_INT32, dims: [ 4 ], reshape: { shape: [ 2, 2 ] } }]
+output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 4 ], reshape: { shape: [ 2, 2 ] } }, { name: "SHAPE", data_type: TYPE_INT32, dims: [ 3 ] }]
+`
+	writePython(t, root, "reshaped", "backend: \"python\"\n"+tensors, model)
+	writePython(t, root, "streamed", "backend: \"python\"\nmodel_transaction_policy { decoupled: true }\n"+tensors, model)
+	writePython(t, root, "caller", `backend: "python"
+max_batch_size: 4
+input [{ name: "IN", data_type: TYPE_INT32, dims: [ 4 ] }]
+output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 4 ] }]
+`, `
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            resp = pb_utils.InferenceRequest(model_name="reshaped", inputs=r.inputs(), requested_output_names=["OUT"]).exec()
+            if resp.has_error():
+                raise pb_utils.TritonModelException(resp.error().message())
+            out.append(pb_utils.InferenceResponse([pb_utils.get_output_tensor_by_name(resp, "OUT")]))
+        return out
+`)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"*"}, Python: py})
+	r := f.repo
+	ctx := context.Background()
+	inst, err := r.Get("reshaped", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := inst.Config.Inputs[0]; fmt.Sprint(c.Dims, c.Reshape) != "[4] [2 2]" || fmt.Sprint(inst.Inputs()[0].Shape) != "[-1 4]" {
+		t.Fatalf("config input %+v, served as %v", c, inst.Inputs()[0].Shape)
+	}
+	outs, _, err := serving.Infer(ctx, r, inst, []engine.Tensor{int32Tensor(2, 1, 2, 3, 4, 5, 6, 7, 8)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(outs[0].Shape, int32s(outs[0]), int32s(outs[1])) != "[2 4] [2 4 6 8 10 12 14 16] [2 2 2]" {
+		t.Fatalf("OUT %v %v, the model saw %v", outs[0].Shape, int32s(outs[0]), int32s(outs[1]))
+	}
+	if _, _, err := serving.Infer(ctx, r, inst, []engine.Tensor{int32Tensor(1, 1, 2, 3)}); err == nil || !strings.Contains(err.Error(), "wrong shape") {
+		t.Fatalf("3 values for dims [4]: %v", err)
+	}
+	caller, err := r.Get("caller", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	outs, _, err = serving.Infer(ctx, r, caller, []engine.Tensor{int32Tensor(1, 1, 2, 3, 4)})
+	if err != nil || fmt.Sprint(outs[0].Shape, int32s(outs[0])) != "[1 4] [2 4 6 8]" {
+		t.Fatalf("through BLS: %v %v", outs, err)
+	}
+	streamed, err := r.Get("streamed", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err = serving.InferStream(ctx, streamed, []engine.Tensor{int32Tensor(1, 1, 2, 3, 4)}, func(outs []engine.Tensor, err error, final bool) error {
+		if outs != nil {
+			got = append(got, fmt.Sprint(outs[0].Shape, int32s(outs[0]), int32s(outs[1])))
+		}
+		return err
+	})
+	if err != nil || strings.Join(got, ";") != "[1 4] [2 4 6 8] [1 2 2]" {
+		t.Fatalf("decoupled: %q %v", got, err)
+	}
+}
+
 func TestPythonRefusals(t *testing.T) {
 	py := pythonBin(t)
 	const model = "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
@@ -242,7 +337,8 @@ func TestPythonRefusals(t *testing.T) {
 		"no tensors":         {"backend: \"python\"\n", model, "lists its inputs and outputs"},
 		"sequence":           {"backend: \"python\"\nmax_batch_size: 1\nsequence_batching { control_input [{ name: \"X\", control [{ kind: CONTROL_SEQUENCE_START, int32_false_true: [ 0, 1 ] }] }] }\n" + tensors, model, "control \"X\" is also an input"},
 		"sequence decoupled": {"backend: \"python\"\nmax_batch_size: 1\nmodel_transaction_policy { decoupled: true }\nsequence_batching {}\n" + tensors, model, "not served for decoupled"},
-		"reshape":            {"backend: \"python\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 2 ], reshape: { shape: [ 1, 2 ] } }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "reshape"},
+		"reshape":            {"backend: \"python\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 2 ], reshape: { shape: [ 1, 3 ] } }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "different element counts"},
+		"reshape sequence":   {"backend: \"python\"\nmax_batch_size: 1\nsequence_batching {}\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 2 ], reshape: { shape: [ 1, 2 ] } }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "not supported with sequence_batching"},
 		"init fails":         {"backend: \"python\"\n" + tensors, "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('weights missing')\n", "RuntimeError: weights missing"},
 		"no class":           {"backend: \"python\"\n" + tensors, "x = 1\n", "defines no class TritonPythonModel"},
 		"syntax":             {"backend: \"python\"\n" + tensors, "def (:\n", "SyntaxError"},

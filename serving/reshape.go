@@ -144,7 +144,7 @@ func (r *Reshape) toModel(inputs []engine.Tensor) ([]engine.Tensor, error) {
 	out := make([]engine.Tensor, len(inputs))
 	copy(out, inputs)
 	for i, rt := range r.in {
-		if i >= len(out) {
+		if i >= len(out) || out[i].Absent() { // an optional input left out
 			continue
 		}
 		t, err := r.reshaped(out[i], rt.Dims, rt.Model, r.inputs[i].Name)

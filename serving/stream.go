@@ -32,6 +32,12 @@ func InferStream(ctx context.Context, inst *Instance, inputs []engine.Tensor, se
 	if !inst.Decoupled() {
 		return errors.New("the model is not decoupled")
 	}
+	if inst.Reshape != nil {
+		var err error
+		if inputs, err = inst.Reshape.toModel(inputs); err != nil {
+			return err
+		}
+	}
 	rows, err := inst.checkInputs(inputs)
 	if err != nil {
 		return err
@@ -42,5 +48,10 @@ func InferStream(ctx context.Context, inst *Instance, inputs []engine.Tensor, se
 		_, _, err := inst.Batcher.SubmitChecked(engine.WithResponses(ctx, q), inputs, rows)
 		started <- err
 	}()
-	return q.Forward(ctx, started, func(r engine.Response) error { return send(r.Outs, r.Err, r.Final) })
+	return q.Forward(ctx, started, func(r engine.Response) error {
+		if inst.Reshape != nil && r.Outs != nil {
+			inst.Reshape.fromModel(r.Outs)
+		}
+		return send(r.Outs, r.Err, r.Final)
+	})
 }
