@@ -346,11 +346,11 @@ func describeEnsemble(name string, cfg *pb.ModelConfig, labels map[string]string
 		VersionPolicy: versionPolicyJSON(cfg)}
 	for _, in := range cfg.GetInput() {
 		c.Inputs = append(c.Inputs, serving.TensorConfig{Name: in.GetName(), DataType: in.GetDataType().String(),
-			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String(), Reshape: slices.Clone(in.GetReshape().GetShape())})
+			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String(), Reshape: reshapeOf(in.GetReshape())})
 	}
 	for _, out := range cfg.GetOutput() {
 		tc := serving.TensorConfig{Name: out.GetName(), DataType: out.GetDataType().String(), Dims: slices.Clone(out.GetDims()),
-			Reshape: slices.Clone(out.GetReshape().GetShape())}
+			Reshape: reshapeOf(out.GetReshape())}
 		if l := out.GetLabelFilename(); l != "" {
 			doc, ok := labels[l]
 			if !ok {

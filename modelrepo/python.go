@@ -51,6 +51,18 @@ func checkPython(cfg *pb.ModelConfig) error {
 	case cfg.GetSequenceBatching() != nil && cfg.GetModelTransactionPolicy().GetDecoupled():
 		return fmt.Errorf("sequence_batching is not served for decoupled Python models yet; serve the model undecoupled, or keep its sequences in model.py")
 	}
+	if cfg.GetSequenceBatching() != nil {
+		for _, in := range cfg.GetInput() {
+			if in.GetReshape() != nil {
+				return fmt.Errorf("input %q: reshape is not supported with sequence_batching; give it the shape clients send", in.GetName())
+			}
+		}
+		for _, out := range cfg.GetOutput() {
+			if out.GetReshape() != nil {
+				return fmt.Errorf("output %q: reshape is not supported with sequence_batching; give it the shape clients see", out.GetName())
+			}
+		}
+	}
 	if _, ok := cfg.GetParameters()["EXECUTION_ENV_PATH"]; ok {
 		return fmt.Errorf("parameters EXECUTION_ENV_PATH: fw does not unpack conda-pack archives; unpack it and start fw serve with --python naming its bin/python")
 	}
@@ -290,10 +302,7 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 				}
 				inst.Sequences = b
 			}
-			if len(rin)+len(rout) > 0 {
-				if seq != nil {
-					return fmt.Errorf("reshape is not supported with sequence_batching; give the tensors the shapes clients send")
-				}
+			if len(rin)+len(rout) > 0 { // not with sequence_batching (checkPython)
 				rs, err := serving.NewReshape(inst.Model, batched, rin, rout)
 				if err != nil {
 					return err
@@ -322,10 +331,10 @@ func describePython(name string, cfg *pb.ModelConfig, labels map[string]string, 
 	}
 	for _, in := range cfg.GetInput() {
 		c.Inputs = append(c.Inputs, serving.TensorConfig{Name: in.GetName(), DataType: in.GetDataType().String(),
-			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String(), Optional: in.GetOptional(), Reshape: slices.Clone(in.GetReshape().GetShape())})
+			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String(), Optional: in.GetOptional(), Reshape: reshapeOf(in.GetReshape())})
 	}
 	for _, out := range cfg.GetOutput() {
-		tc := serving.TensorConfig{Name: out.GetName(), DataType: out.GetDataType().String(), Dims: slices.Clone(out.GetDims()), Reshape: slices.Clone(out.GetReshape().GetShape())}
+		tc := serving.TensorConfig{Name: out.GetName(), DataType: out.GetDataType().String(), Dims: slices.Clone(out.GetDims()), Reshape: reshapeOf(out.GetReshape())}
 		if l := out.GetLabelFilename(); l != "" {
 			doc, ok := labels[l]
 			if !ok {
@@ -411,6 +420,15 @@ func (r *Repository) callModel(ctx context.Context, model, version string, input
 		}
 	}
 	return res, nil // an output the model's response left out is left out here too
+}
+
+// reshapeOf is a tensor's reshape as its described configuration carries
+// it: nil without one, a non-nil (maybe empty: a scalar) shape with one.
+func reshapeOf(r *pb.ModelTensorReshape) []int64 {
+	if r == nil {
+		return nil
+	}
+	return append([]int64{}, r.GetShape()...)
 }
 
 // batchedShape is dims with the batch axis first when batched.

@@ -282,9 +282,32 @@ class TritonPythonModel:
             out.append(pb_utils.InferenceResponse([pb_utils.get_output_tensor_by_name(resp, "OUT")]))
         return out
 `)
+	// Triton's scalar pattern: dims [1], reshape to no dims at all.
+	writePython(t, root, "scalar", `backend: "python"
+max_batch_size: 4
+input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ], reshape: { shape: [ ] } }]
+output [{ name: "NDIM", data_type: TYPE_INT32, dims: [ 1 ] }]
+`, `
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("NDIM", np.array([[pb_utils.get_input_tensor_by_name(r, "IN").as_numpy().ndim]], dtype=np.int32))]) for r in requests]
+`)
 	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"*"}, Python: py})
 	r := f.repo
 	ctx := context.Background()
+	scalar, err := r.Get("scalar", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs := scalar.Config.Inputs[0].Reshape; rs == nil || len(rs) != 0 {
+		t.Fatalf("an empty reshape is described as %#v, want []", rs)
+	}
+	if outs, _, err := serving.Infer(ctx, r, scalar, []engine.Tensor{int32Tensor(1, 5)}); err != nil || fmt.Sprint(int32s(outs[0])) != "[1]" {
+		t.Fatalf("scalar reshape: the model saw %v dims (%v), want 1 (the batch axis only)", outs, err)
+	}
 	inst, err := r.Get("reshaped", "")
 	if err != nil {
 		t.Fatal(err)

@@ -365,6 +365,7 @@ func TestRayHeadGoesAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	selfEnded := false // Ray ended the head before the test killed it
 	waitFor(t, 3*time.Minute, "the job to train", func() bool {
 		r := e.run(t, info.RunID)
 		if r.Status.Terminal() {
@@ -377,6 +378,7 @@ func TestRayHeadGoesAway(t *testing.T) {
 			}
 			if head.ExitedByItself() {
 				t.Logf("the Ray head ended before the test killed it:\n%s", head.Diagnose())
+				selfEnded = true
 				return true
 			}
 		}
@@ -392,10 +394,15 @@ func TestRayHeadGoesAway(t *testing.T) {
 		t.Fatalf("the job was not given up after its head went away: %v", err)
 	}
 	r := e.run(t, info.RunID)
-	if r.Status != store.StatusFailed || !strings.Contains(r.Error, "lost contact with the Ray head at "+head.URL) {
+	switch {
+	case selfEnded && r.Status == store.StatusFailed:
+		// Ray may have reported the job failed before its head went.
+		t.Logf("the run of a head Ray ended failed: %s", r.Error)
+	case r.Status != store.StatusFailed || !strings.Contains(r.Error, "lost contact with the Ray head at "+head.URL):
 		t.Fatalf("run after the head went away: %s %q", r.Status, r.Error)
+	default:
+		t.Logf("given up %.1fs after the head was killed: %s", time.Since(killed).Seconds(), r.Error)
 	}
-	t.Logf("given up %.1fs after the head was killed: %s", time.Since(killed).Seconds(), r.Error)
 	if j, _ := m.Get(info.RunID); j.State != jobs.StateExited {
 		t.Fatalf("job state %s, want exited", j.State)
 	}

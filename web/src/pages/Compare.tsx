@@ -53,40 +53,46 @@ export function ComparePage() {
   const [moreError, setMoreError] = useState<unknown>();
   const asked = useRef(new Set<string>());
   const generation = useRef(0);
+  const [limit, setLimit] = useState(CHART_PAGE);
   useEffect(() => {
     generation.current++;
     asked.current = new Set();
     setMore(noMore);
     setMoreError(undefined);
+    setLimit(CHART_PAGE);
   }, [ids.join(","), align]); // eslint-disable-line react-hooks/exhaustive-deps
   const c = useMemo(() => (cmp.data && ids.length >= 2 ? withMore(cmp.data, more) : undefined), [cmp.data, more, ids.length]);
   const allKeys = useMemo(() => (c ? (c.metric_keys ?? Object.keys(c.metrics).sort()) : []), [c]);
   const [keyFilter, setKeyFilter] = useState("");
-  const [limit, setLimit] = useState(CHART_PAGE);
   const matching = useMemo(() => allKeys.filter((k) => !keyFilter || k.toLowerCase().includes(keyFilter.toLowerCase())), [allKeys, keyFilter]);
   const shown = matching.slice(0, limit);
   // The series of keys to show that were not fetched yet, each asked once.
   const need = useCallback(
     (keys: string[]) => {
-      if (!c) return;
+      // Not while the answer shown is still the previous runs' or alignment's.
+      if (!c || c.align !== align || c.runs.map((r) => r.id).join(",") !== ids.join(",")) return;
       const missing = keys.filter((k) => k && !(k in c.metrics) && !asked.current.has(k));
-      if (missing.length === 0) return;
       for (const k of missing) asked.current.add(k);
       const gen = generation.current;
-      get<Comparison>("/api/compare", { runs: ids.join(","), align, max_points: 500, keys: missing.join(",") })
-        .then((a) => {
-          if (gen !== generation.current) return;
-          setMore((m) => {
-            const summaries: Comparison["summaries"] = { ...m.summaries };
-            for (const [run, sums] of Object.entries(a.summaries ?? {})) summaries[run] = { ...summaries[run], ...sums };
-            return { metrics: { ...m.metrics, ...a.metrics }, summaries };
+      // A page at a time: a long keys= list would outgrow the request line.
+      for (let i = 0; i < missing.length; i += CHART_PAGE) {
+        const page = missing.slice(i, i + CHART_PAGE);
+        get<Comparison>("/api/compare", { runs: ids.join(","), align, max_points: 500, keys: page.join(",") })
+          .then((a) => {
+            if (gen !== generation.current) return;
+            setMoreError(undefined);
+            setMore((m) => {
+              const summaries: Comparison["summaries"] = { ...m.summaries };
+              for (const [run, sums] of Object.entries(a.summaries ?? {})) summaries[run] = { ...summaries[run], ...sums };
+              return { metrics: { ...m.metrics, ...a.metrics }, summaries };
+            });
+          })
+          .catch((err) => {
+            if (gen !== generation.current) return;
+            for (const k of page) asked.current.delete(k); // asked again when shown again
+            setMoreError(err);
           });
-        })
-        .catch((err) => {
-          if (gen !== generation.current) return;
-          for (const k of missing) asked.current.delete(k);
-          setMoreError(err);
-        });
+      }
     },
     [c, ids.join(","), align], // eslint-disable-line react-hooks/exhaustive-deps
   );
