@@ -131,13 +131,7 @@ func (s *sqlStore) smallSeries(ctx context.Context, rid int64, keys []int64, n i
 		chunk := keys[start:min(len(keys), start+smallKeysPerQuery)]
 		a := query.NewArgs(s.d)
 		text := `SELECT key_id, MIN(first_step), MAX(last_step), SUM(n) FROM metric_rollup WHERE run_rid = ` + a.Add(rid) + ` AND level = ` + a.Add(int64(coarse)) + ` AND key_id IN ` + inList(a, chunk)
-		if minStep != nil {
-			text += " AND block >= " + a.Add(*minStep>>coarse)
-		}
-		if maxStep != nil {
-			text += " AND block <= " + a.Add(*maxStep>>coarse)
-		}
-		text += " GROUP BY key_id"
+		text += blockBounds(a, minStep, maxStep) + " GROUP BY key_id"
 		rows, err := s.rdb.QueryContext(ctx, text, a.Values()...)
 		if err != nil {
 			return nil, fmt.Errorf("reading the step ranges: %w", err)
@@ -152,22 +146,12 @@ func (s *sqlStore) smallSeries(ctx context.Context, rid int64, keys []int64, n i
 				return nil, fmt.Errorf("reading the step ranges: %w", err)
 			}
 			found[k] = true
-			if !dmin.Valid {
+			lo, hi, ok := stepRange(dmin, dmax, minStep, maxStep)
+			if !ok {
 				out[k] = Series{Buckets: []Bucket{}}
 				continue
 			}
-			lo, hi := dmin.Int64, dmax.Int64
-			if minStep != nil && *minStep > lo {
-				lo = *minStep
-			}
-			if maxStep != nil && *maxStep < hi {
-				hi = *maxStep
-			}
-			if hi < lo {
-				out[k] = Series{Buckets: []Bucket{}}
-				continue
-			}
-			if count.Int64 <= N || ceilDiv(hi-lo+1, N) <= 1 {
+			if fewPoints(count.Int64, lo, hi, N) {
 				raw = append(raw, k)
 			}
 		}
@@ -203,15 +187,13 @@ func (s *sqlStore) smallSeries(ctx context.Context, rid int64, keys []int64, n i
 			return nil, fmt.Errorf("reading points: %w", err)
 		}
 		for rows.Next() {
-			var k int64
-			var it item
+			var k, step int64
 			var v sql.NullFloat64
-			if err := rows.Scan(&k, &it.first, &v); err != nil {
+			if err := rows.Scan(&k, &step, &v); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("reading points: %w", err)
 			}
-			it.last, it.min, it.max, it.lst, it.n = it.first, v, v, v, 1
-			got[k] = append(got[k], bucketOf(it))
+			got[k] = append(got[k], bucketOf(pointItem(step, v)))
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -226,36 +208,60 @@ func (s *sqlStore) smallSeries(ctx context.Context, rid int64, keys []int64, n i
 	return out, nil
 }
 
-func (s *sqlStore) series(ctx context.Context, rid, key int64, n int, minStep, maxStep *int64) (Series, error) {
-	a := query.NewArgs(s.d)
-	text := `SELECT MIN(first_step), MAX(last_step), SUM(n) FROM metric_rollup WHERE run_rid = ` + a.Add(rid) + ` AND key_id = ` + a.Add(key) + ` AND level = ` + a.Add(int64(coarse))
+// blockBounds is the SQL condition keeping the coarse rollup blocks that
+// hold steps within [minStep, maxStep] (either may be open).
+func blockBounds(a *query.Args, minStep, maxStep *int64) string {
+	var b strings.Builder
 	if minStep != nil {
-		text += " AND block >= " + a.Add(*minStep>>coarse)
+		b.WriteString(" AND block >= " + a.Add(*minStep>>coarse))
 	}
 	if maxStep != nil {
-		text += " AND block <= " + a.Add(*maxStep>>coarse)
+		b.WriteString(" AND block <= " + a.Add(*maxStep>>coarse))
 	}
-	var dmin, dmax, count sql.NullInt64
-	if err := s.rdb.QueryRowContext(ctx, text, a.Values()...).Scan(&dmin, &dmax, &count); err != nil {
-		return Series{}, fmt.Errorf("reading the step range: %w", err)
-	}
-	ser := Series{Buckets: []Bucket{}}
+	return b.String()
+}
+
+// stepRange is the steps [lo, hi] a series covers within the bounds, from
+// its coarse blocks' first and last steps; ok is false when it has none.
+func stepRange(dmin, dmax sql.NullInt64, minStep, maxStep *int64) (lo, hi int64, ok bool) {
 	if !dmin.Valid {
-		return ser, nil
+		return 0, 0, false
 	}
-	lo, hi := dmin.Int64, dmax.Int64
+	lo, hi = dmin.Int64, dmax.Int64
 	if minStep != nil && *minStep > lo {
 		lo = *minStep
 	}
 	if maxStep != nil && *maxStep < hi {
 		hi = *maxStep
 	}
-	if hi < lo {
+	return lo, hi, hi >= lo
+}
+
+// fewPoints reports whether a series of count points over steps [lo, hi]
+// is answered as its points, without downsampling to n buckets.
+func fewPoints(count, lo, hi, n int64) bool { return count <= n || ceilDiv(hi-lo+1, n) <= 1 }
+
+// pointItem is one stored point as an item.
+func pointItem(step int64, v sql.NullFloat64) item {
+	return item{first: step, last: step, min: v, max: v, lst: v, n: 1}
+}
+
+func (s *sqlStore) series(ctx context.Context, rid, key int64, n int, minStep, maxStep *int64) (Series, error) {
+	a := query.NewArgs(s.d)
+	text := `SELECT MIN(first_step), MAX(last_step), SUM(n) FROM metric_rollup WHERE run_rid = ` + a.Add(rid) + ` AND key_id = ` + a.Add(key) + ` AND level = ` + a.Add(int64(coarse))
+	text += blockBounds(a, minStep, maxStep)
+	var dmin, dmax, count sql.NullInt64
+	if err := s.rdb.QueryRowContext(ctx, text, a.Values()...).Scan(&dmin, &dmax, &count); err != nil {
+		return Series{}, fmt.Errorf("reading the step range: %w", err)
+	}
+	ser := Series{Buckets: []Bucket{}}
+	lo, hi, ok := stepRange(dmin, dmax, minStep, maxStep)
+	if !ok {
 		return ser, nil
 	}
 	N := int64(n)
 	width := ceilDiv(hi-lo+1, N)
-	if count.Int64 <= N || width <= 1 {
+	if fewPoints(count.Int64, lo, hi, N) {
 		// Few enough points: return them as they are.
 		items, err := s.rawItems(ctx, rid, key, lo, hi)
 		if err != nil {
@@ -355,13 +361,12 @@ func (s *sqlStore) rawItems(ctx context.Context, rid, key, lo, hi int64) ([]item
 	defer rows.Close()
 	var out []item
 	for rows.Next() {
-		var it item
+		var step int64
 		var v sql.NullFloat64
-		if err := rows.Scan(&it.first, &v); err != nil {
+		if err := rows.Scan(&step, &v); err != nil {
 			return nil, fmt.Errorf("reading points: %w", err)
 		}
-		it.last, it.min, it.max, it.lst, it.n = it.first, v, v, v, 1
-		out = append(out, it)
+		out = append(out, pointItem(step, v))
 	}
 	return out, rows.Err()
 }
