@@ -125,6 +125,63 @@ type SeriesMap = Record<string, XY>;
  * metric keys draws (and fetches the history of) a page at a time. */
 export const CHART_PAGE = 24;
 
+/** The chart keys a page shows: those matching the filter (by name),
+ * CHART_PAGE at a time, more on request; a new filter starts again. */
+export function useChartPage(keys: string[]) {
+  const [filter, setFilterState] = useState("");
+  const [limit, setLimit] = useState(CHART_PAGE);
+  const matching = useMemo(() => keys.filter((k) => !filter || k.toLowerCase().includes(filter.toLowerCase())), [keys, filter]);
+  return {
+    keys,
+    filter,
+    matching,
+    shown: matching.slice(0, limit),
+    setFilter: (f: string) => {
+      setFilterState(f);
+      setLimit(CHART_PAGE);
+    },
+    showMore: () => setLimit((l) => l + CHART_PAGE),
+    reset: () => setLimit(CHART_PAGE),
+  };
+}
+
+export type ChartPage = ReturnType<typeof useChartPage>;
+
+/** The filter box of a page of charts (with more than 6 keys), and a note when nothing matches. */
+export function ChartFilter({ page }: { page: ChartPage }) {
+  return (
+    <>
+      {page.keys.length > 6 && (
+        <input
+          type="search"
+          className="chart-filter"
+          placeholder="Filter charts by key"
+          aria-label="Filter charts by key"
+          value={page.filter}
+          onChange={(e) => page.setFilter(e.target.value)}
+        />
+      )}
+      {page.keys.length > 0 && page.matching.length === 0 && <p className="muted">No chart matches “{page.filter}”.</p>}
+    </>
+  );
+}
+
+/** "n of N charts" and "Show more", when the matching keys are more than a page. */
+export function ChartMore({ page, disabled, testId }: { page: ChartPage; disabled?: boolean; testId?: string }) {
+  const { shown, matching } = page;
+  if (matching.length <= CHART_PAGE) return null;
+  return (
+    <div className="chart-more muted small" data-testid={testId}>
+      {shown.length.toLocaleString()} of {matching.length.toLocaleString()} charts
+      {shown.length < matching.length && (
+        <button type="button" className="small" onClick={page.showMore} disabled={disabled}>
+          Show {Math.min(CHART_PAGE, matching.length - shown.length)} more
+        </button>
+      )}
+    </div>
+  );
+}
+
 /** One chart per metric key of the run, live while it runs. Keys are
  * filtered by name, then shown CHART_PAGE at a time: only the shown keys'
  * histories are fetched (each once), and live points are kept for them. */
@@ -141,11 +198,9 @@ export function RunCharts({ run, system = false, settings, subscribe, maxPoints 
   const [loading, setLoading] = useState(true);
   const [tick, setTick] = useState(0);
   const data = useRef<SeriesMap>({});
-  const [filter, setFilter] = useState("");
-  const [limit, setLimit] = useState(CHART_PAGE);
+  const page = useChartPage(keys);
+  const { shown } = page;
 
-  const matching = useMemo(() => keys.filter((k) => !filter || k.toLowerCase().includes(filter.toLowerCase())), [keys, filter]);
-  const shown = matching.slice(0, limit);
   const shownList = shown.join(",");
   const shownRef = useRef(new Set<string>());
   shownRef.current = new Set(shown);
@@ -236,39 +291,17 @@ export function RunCharts({ run, system = false, settings, subscribe, maxPoints 
   return (
     <div className="run-charts">
       <ErrorNote error={error} />
-      {keys.length > 6 && (
-        <input
-          type="search"
-          className="chart-filter"
-          placeholder="Filter charts by key"
-          aria-label="Filter charts by key"
-          value={filter}
-          onChange={(e) => {
-            setFilter(e.target.value);
-            setLimit(CHART_PAGE);
-          }}
-        />
-      )}
+      <ChartFilter page={page} />
       {keys.length === 0 && !error && (
         <Empty>{system ? "No system metrics: the SDK samples them every 10 s while a run trains (fw.track system_interval)." : "No metrics logged yet."}</Empty>
       )}
-      {keys.length > 0 && matching.length === 0 && <p className="muted">No chart matches “{filter}”.</p>}
       {loading && ready.length === 0 && shown.length > 0 && <p className="muted">Loading charts…</p>}
       <div className="chart-grid">
         {ready.map((k) => (
           <MetricChart key={k} run={run} metricKey={k} xy={series[k]} summary={summaries[k]} system={system} settings={settings} />
         ))}
       </div>
-      {matching.length > CHART_PAGE && (
-        <div className="chart-more muted small">
-          {shown.length.toLocaleString()} of {matching.length.toLocaleString()} charts
-          {shown.length < matching.length && (
-            <button type="button" className="small" onClick={() => setLimit((l) => l + CHART_PAGE)} disabled={loading}>
-              Show {Math.min(CHART_PAGE, matching.length - shown.length)} more
-            </button>
-          )}
-        </div>
-      )}
+      <ChartMore page={page} disabled={loading} />
     </div>
   );
 }

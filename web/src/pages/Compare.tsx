@@ -11,7 +11,7 @@ import { Link } from "react-router-dom";
 import { get } from "../api/client";
 import { num } from "../api/stream";
 import { Chart } from "../components/Chart";
-import { CHART_PAGE, ChartControls, useChartSettings } from "../components/RunCharts";
+import { CHART_PAGE, ChartControls, ChartFilter, ChartMore, useChartPage, useChartSettings } from "../components/RunCharts";
 import { DataTable, numCol } from "../components/DataTable";
 import { ParamsPlot } from "../components/ParamsPlot";
 import type { Comparison, RunPage } from "../api/types";
@@ -28,12 +28,17 @@ const MAX_RUNS = 20;
 type More = { metrics: Comparison["metrics"]; summaries: Comparison["summaries"] };
 const noMore: More = { metrics: {}, summaries: {} };
 
+/** a's series and summaries with b's added. */
+function merged(a: More, b: More): More {
+  const summaries: Comparison["summaries"] = { ...a.summaries };
+  for (const [run, sums] of Object.entries(b.summaries ?? {})) summaries[run] = { ...summaries[run], ...sums };
+  return { metrics: { ...a.metrics, ...b.metrics }, summaries };
+}
+
 /** c with the keys fetched later added. */
 function withMore(c: Comparison, more: More): Comparison {
-  const summaries: Comparison["summaries"] = { ...c.summaries };
-  for (const [run, sums] of Object.entries(more.summaries ?? {})) summaries[run] = { ...summaries[run], ...sums };
-  const metrics = { ...c.metrics, ...more.metrics };
-  return { ...c, metrics, summaries, keys: Object.keys(metrics).sort() };
+  const m = merged(c, more);
+  return { ...c, ...m, keys: Object.keys(m.metrics).sort() };
 }
 
 /** The compare page. */
@@ -53,19 +58,17 @@ export function ComparePage() {
   const [moreError, setMoreError] = useState<unknown>();
   const asked = useRef(new Set<string>());
   const generation = useRef(0);
-  const [limit, setLimit] = useState(CHART_PAGE);
+  const c = useMemo(() => (cmp.data && ids.length >= 2 ? withMore(cmp.data, more) : undefined), [cmp.data, more, ids.length]);
+  const allKeys = useMemo(() => (c ? (c.metric_keys ?? Object.keys(c.metrics).sort()) : []), [c]);
+  const page = useChartPage(allKeys);
+  const { shown } = page;
   useEffect(() => {
     generation.current++;
     asked.current = new Set();
     setMore(noMore);
     setMoreError(undefined);
-    setLimit(CHART_PAGE);
+    page.reset();
   }, [ids.join(","), align]); // eslint-disable-line react-hooks/exhaustive-deps
-  const c = useMemo(() => (cmp.data && ids.length >= 2 ? withMore(cmp.data, more) : undefined), [cmp.data, more, ids.length]);
-  const allKeys = useMemo(() => (c ? (c.metric_keys ?? Object.keys(c.metrics).sort()) : []), [c]);
-  const [keyFilter, setKeyFilter] = useState("");
-  const matching = useMemo(() => allKeys.filter((k) => !keyFilter || k.toLowerCase().includes(keyFilter.toLowerCase())), [allKeys, keyFilter]);
-  const shown = matching.slice(0, limit);
   // The series of keys to show that were not fetched yet, each asked once.
   const need = useCallback(
     (keys: string[]) => {
@@ -76,20 +79,16 @@ export function ComparePage() {
       const gen = generation.current;
       // A page at a time: a long keys= list would outgrow the request line.
       for (let i = 0; i < missing.length; i += CHART_PAGE) {
-        const page = missing.slice(i, i + CHART_PAGE);
-        get<Comparison>("/api/compare", { runs: ids.join(","), align, max_points: 500, keys: page.join(",") })
+        const chunk = missing.slice(i, i + CHART_PAGE);
+        get<Comparison>("/api/compare", { runs: ids.join(","), align, max_points: 500, keys: chunk.join(",") })
           .then((a) => {
             if (gen !== generation.current) return;
             setMoreError(undefined);
-            setMore((m) => {
-              const summaries: Comparison["summaries"] = { ...m.summaries };
-              for (const [run, sums] of Object.entries(a.summaries ?? {})) summaries[run] = { ...summaries[run], ...sums };
-              return { metrics: { ...m.metrics, ...a.metrics }, summaries };
-            });
+            setMore((m) => merged(m, a));
           })
           .catch((err) => {
             if (gen !== generation.current) return;
-            for (const k of page) asked.current.delete(k); // asked again when shown again
+            for (const k of chunk) asked.current.delete(k); // asked again when shown again
             setMoreError(err);
           });
       }
@@ -114,31 +113,9 @@ export function ComparePage() {
         <>
           <Card title="Metrics">
             <ChartControls settings={settings} timeNote="x is seconds since each run started, estimated from its steps" />
-            {allKeys.length > 6 && (
-              <input
-                type="search"
-                className="chart-filter"
-                placeholder="Filter charts by key"
-                aria-label="Filter charts by key"
-                value={keyFilter}
-                onChange={(e) => {
-                  setKeyFilter(e.target.value);
-                  setLimit(CHART_PAGE);
-                }}
-              />
-            )}
-            {allKeys.length > 0 && matching.length === 0 && <p className="muted">No chart matches “{keyFilter}”.</p>}
+            <ChartFilter page={page} />
             <CompareCharts cmp={c} keys={shown} log={settings.log} smooth={settings.smooth} />
-            {matching.length > CHART_PAGE && (
-              <div className="chart-more muted small" data-testid="compare-more">
-                {shown.length.toLocaleString()} of {matching.length.toLocaleString()} charts
-                {shown.length < matching.length && (
-                  <button type="button" className="small" onClick={() => setLimit((l) => l + CHART_PAGE)}>
-                    Show {Math.min(CHART_PAGE, matching.length - shown.length)} more
-                  </button>
-                )}
-              </div>
-            )}
+            <ChartMore page={page} testId="compare-more" />
           </Card>
           <Summaries cmp={c} keys={shown} />
           <ParamsCard cmp={c} />
