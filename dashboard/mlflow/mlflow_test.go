@@ -41,9 +41,7 @@ func backends(t *testing.T) []string {
 		}
 		return []string{"sqlite", "postgres"}
 	}
-	if os.Getenv("FW_REQUIRE_POSTGRES") == "1" || !testpg.SQLite() {
-		t.Fatal("FW_REQUIRE_POSTGRES=1 or FW_TEST_ONLY_POSTGRES=1 but FW_TEST_DATABASE_URL is unset: run through scripts/pg-test.sh")
-	}
+	testpg.NoCluster(t)
 	return []string{"sqlite"}
 }
 

@@ -43,9 +43,7 @@ func backends(t *testing.T) []backend {
 	}
 	base := os.Getenv("FW_TEST_DATABASE_URL")
 	if base == "" {
-		if os.Getenv("FW_REQUIRE_POSTGRES") == "1" || !testpg.SQLite() {
-			t.Fatal("FW_REQUIRE_POSTGRES=1 or FW_TEST_ONLY_POSTGRES=1 but FW_TEST_DATABASE_URL is unset: run through scripts/pg-test.sh")
-		}
+		testpg.NoCluster(t)
 		return out
 	}
 	out = append(out, backend{"postgres", func(t *testing.T, cfg Config) Store {

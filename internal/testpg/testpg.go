@@ -19,6 +19,17 @@ import (
 // test-postgres sets because make test-go ran that half already.
 func SQLite() bool { return os.Getenv("FW_TEST_ONLY_POSTGRES") != "1" }
 
+// NoCluster is for a suite that found FW_TEST_DATABASE_URL unset: it
+// fails the test when PostgreSQL was required (FW_REQUIRE_POSTGRES=1) or
+// is the only backend to run (FW_TEST_ONLY_POSTGRES=1), so that nothing
+// passes without running.
+func NoCluster(t testing.TB) {
+	t.Helper()
+	if os.Getenv("FW_REQUIRE_POSTGRES") == "1" || !SQLite() {
+		t.Fatal("FW_REQUIRE_POSTGRES=1 or FW_TEST_ONLY_POSTGRES=1 but FW_TEST_DATABASE_URL is unset: run through scripts/pg-test.sh")
+	}
+}
+
 // Schema creates a schema for the test (dropped at its end) and returns a
 // URL, base with search_path set, whose connections use it.
 func Schema(t testing.TB, base string) string {

@@ -32,9 +32,7 @@ func Backends(t *testing.T) []Backend {
 	}
 	base := os.Getenv("FW_TEST_DATABASE_URL")
 	if base == "" {
-		if os.Getenv("FW_REQUIRE_POSTGRES") == "1" || !testpg.SQLite() {
-			t.Fatal("FW_REQUIRE_POSTGRES=1 or FW_TEST_ONLY_POSTGRES=1 but FW_TEST_DATABASE_URL is unset: run through scripts/pg-test.sh")
-		}
+		testpg.NoCluster(t)
 		return out
 	}
 	return append(out, Backend{"postgres", store.Config{DatabaseURL: testpg.Schema(t, base), CheckpointDir: t.TempDir(), ArtifactDir: t.TempDir()}})
