@@ -3,10 +3,16 @@ package engine
 import (
 	"archive/zip"
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func zipBytes(t testing.TB, files map[string]string) []byte {
@@ -104,6 +110,117 @@ func TestParseMetadataRules(t *testing.T) {
 	f(`[]`, false)
 }
 
+// sameAsEncodingJSON checks ParseMetadata's answer (m, err) for doc against
+// decoding all of it with encoding/json, which it replaced for speed: for
+// a document in UTF-8 that encoding/json reads, both accept it or both
+// refuse it, and what they read is the same.
+func sameAsEncodingJSON(t *testing.T, doc []byte, m *Metadata, err error) {
+	t.Helper()
+	var ref Metadata
+	if !utf8.Valid(doc) || json.Unmarshal(doc, &ref) != nil {
+		return // encoding/json refuses it (or reads bytes as U+FFFD)
+	}
+	refErr := ref.validate()
+	if (err == nil) != (refErr == nil) {
+		t.Fatalf("ParseMetadata: %v; encoding/json and validate: %v; for %s", err, refErr, doc)
+	}
+	if err != nil {
+		return
+	}
+	got := *m
+	got.raw = nil
+	if !reflect.DeepEqual(got, ref) {
+		t.Fatalf("ParseMetadata read\n%+v\nencoding/json read\n%+v\nfrom %s", got, ref, doc)
+	}
+}
+
+// realisticMetadata is an image model's fw.json as fw.export writes it,
+// with a sample picture of pictureBytes.
+func realisticMetadata(t testing.TB, pictureBytes int) []byte {
+	t.Helper()
+	r := rand.New(rand.NewPCG(1, 2))
+	pic := make([]byte, pictureBytes)
+	for i := range pic {
+		pic[i] = byte(r.IntN(256))
+	}
+	tensor := func(shape []int64) EncodedTensor {
+		raw := make([]byte, NumElements(shape)*4)
+		for i := range raw {
+			raw[i] = byte(r.IntN(256))
+		}
+		return EncodedTensor{DType: "float32", Shape: shape, B64: base64.StdEncoding.EncodeToString(raw)}
+	}
+	doc := map[string]any{
+		"fw_format": 2, "name": "digits_mlp", "version": "1", "description": "a test", "task": "image-classification",
+		"inputs":        []SpecJSON{{Name: "input", DType: "float32", Shape: []int64{-1, 64}}},
+		"outputs":       []SpecJSON{{Name: "logits", DType: "float32", Shape: []int64{-1, 10}}},
+		"labels":        strings.Split("0 1 2 3 4 5 6 7 8 9", " "),
+		"preprocessing": map[string]any{"image": map[string]any{"height": 8, "width": 8, "channels": 1, "flatten": true, "scale": 16}},
+		"export":        map[string]any{"opset": 17, "dynamic_batch": true},
+		"future_field":  map[string]any{"kept": []any{1, "two"}},
+		"test_vector": TestVector{
+			Inputs:  map[string]EncodedTensor{"input": tensor([]int64{4, 64})},
+			Outputs: map[string]EncodedTensor{"logits": tensor([]int64{4, 10})},
+			Atol:    1e-4, Rtol: 1e-3,
+			Image: &ImageTestCase{ImageB64: base64.StdEncoding.EncodeToString(pic), Input: tensor([]int64{1, 64}), InputAtol: 1e-5,
+				Outputs: map[string]EncodedTensor{"logits": tensor([]int64{1, 10})}},
+		},
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestParseMetadataAsEncodingJSON: a realistic document and the corner
+// cases of encoding/json's rules (case-insensitive names, repeated members,
+// nulls, wrong types) read as encoding/json reads them.
+func TestParseMetadataAsEncodingJSON(t *testing.T) {
+	io := `"fw_format":1,"name":"m","inputs":[{"name":"x","dtype":"float32","shape":[-1,4]}],"outputs":[{"name":"y","dtype":"float32","shape":[-1]}]`
+	docs := []string{
+		string(realisticMetadata(t, 60<<10)),
+		`{` + io + `}`,
+		`{` + io + `,"test_vector":null}`,
+		`{` + io + `,"test_vector":{"inputs":{"x":{"dtype":"float32","shape":[1,4],"b64":"AAAAAAAAAAAAAAAAAAAAAA=="}},"atol":0.5}}`,
+		`{` + io + `,"test_vector":{"INPUTS":{"x":{"DType":"float32","Shape":[1,null],"B64":"AA=="}},"Atol":1e-3,"rtol":null,"image":null}}`,
+		`{` + io + `,"test_vector":{"inputs":{"x":{"dtype":"a"}},"inputs":{"y":{"b64":"AA=="}}},"Test_Vector":{"rtol":2,"outputs":{}}}`,
+		`{` + io + `,"test_vector":{"image":{"image_b64":"AA==","input":{"dtype":"float32"},"input":{"shape":[1]}}}}`,
+		`{` + io + `,"test_vector":{"inputs":{"x":{"shape":[1.5]}}}}`,
+		`{` + io + `,"test_vector":{"inputs":{"x":{"shape":"1"}}}}`,
+		`{` + io + `,"test_vector":{"atol":"1"}}`,
+		`{` + io + `,"test_vector":{"atol":1e999}}`,
+		`{` + io + `,"test_vector":[]}`,
+		`{` + io + `,"test_vector":{"inputs":{"x":{"b64":7}}}}`,
+		`{` + io + `,"test_vector":{"inputs":{"x\u00e9\n":{"b64":"A\/A="}}}}`,
+	}
+	for _, doc := range docs {
+		m, err := ParseMetadata([]byte(doc))
+		sameAsEncodingJSON(t, []byte(doc), m, err)
+	}
+	if _, err := ParseMetadata(realisticMetadata(t, 60<<10)); err != nil {
+		t.Fatalf("a realistic document: %v", err)
+	}
+	for _, bad := range []string{`{` + io + `,"test_vector":{"atol":NaN}}`, `{` + io + `,"x":"\q"}`, `{` + io + `} trailing`} {
+		if _, err := ParseMetadata([]byte(bad)); err == nil {
+			t.Errorf("accepted %s", bad)
+		}
+	}
+}
+
+// BenchmarkParseMetadata reads an image model's fw.json with a 60 KB sample
+// picture (digits_mlp's is 85 KB in all): part of every load.
+func BenchmarkParseMetadata(b *testing.B) {
+	doc := realisticMetadata(b, 60<<10)
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseMetadata(doc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func TestEncodedTensorDecode(t *testing.T) {
 	good := EncodedTensor{DType: "float32", Shape: []int64{2}, B64: "AACAPwAAAEA="} // 1.0, 2.0
 	x, err := good.Decode()
@@ -156,8 +273,10 @@ func FuzzParseMetadata(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"fw_format":2,"name":"m","inputs":[{"name":"x","dtype":"float32","shape":[-1,3,8,8]}],"outputs":[{"name":"y","dtype":"float32","shape":[-1,2]}],"preprocessing":{"image":{"height":8,"width":8,"channels":3,"steps":[{"op":"convert","mode":"RGB"},{"op":"resize","size":[9],"interpolation":"bicubic","antialias":true,"max_size":12},{"op":"center_crop","size":[8,8]},{"op":"to_tensor"},{"op":"normalize","mean":[0.5],"std":[0.25]}]}}}`))
 	f.Add([]byte(`{"fw_format":2,"name":"m","inputs":[{"name":"x","dtype":"float32","shape":[-1,1,4,4]}],"outputs":[{"name":"y","dtype":"float32","shape":[-1,2]}],"preprocessing":{"image":{"height":4,"width":4,"channels":1,"steps":[{"op":"convert","mode":"RGB"},{"op":"to_image"},{"op":"grayscale","channels":1},{"op":"resize","size":[4,4],"interpolation":"nearest-exact","antialias":false},{"op":"to_dtype","dtype":"float32","scale":true}]}}},"test_vector":{"inputs":{},"outputs":{},"atol":0,"rtol":0,"image":{"image_b64":"AA==","input":{"dtype":"float32","shape":[1,1,4,4],"b64":""},"input_atol":0,"outputs":{}}}}`))
+	f.Add([]byte(`{"fw_format":1,"name":"m","inputs":[{"name":"x","dtype":"float32","shape":[-1,4]}],"outputs":[{"name":"y","dtype":"float32","shape":[-1]}],"test_vector":{"inputs":{"x":{"dtype":"float32","shape":[1,null],"b64":"AA=="}},"Inputs":{"y":{"b64":null}},"ATOL":1e-3,"image":null},"Test_Vector":{"rtol":2}}`))
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		m, err := ParseMetadata(doc)
+		sameAsEncodingJSON(t, doc, m, err)
 		if err != nil {
 			return
 		}

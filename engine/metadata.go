@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
+
+	"github.com/valyala/fastjson"
 )
 
 // MetadataKey is the name of fw's metadata document inside a model file: the
@@ -117,31 +120,226 @@ func (e EncodedTensor) Decode() (Tensor, error) {
 }
 
 // ParseMetadata decodes and validates an fw.json document.
+//
+// The test vector's base64 tensors and sample picture are nearly all of a
+// document (82 of a small image model's 85 KB), and encoding/json walks a
+// value byte by byte several times (validation, decoding, again for the
+// pass-through copy): that was a third of a small model's load, the CPU an
+// on-demand load takes from the models serving beside it. So the document
+// is checked and split once with fastjson, the test vector read from that
+// parse (decodeTestVector), and only the small rest goes through
+// encoding/json, into the struct and into the pass-through copy.
 func ParseMetadata(doc []byte) (*Metadata, error) {
-	var m Metadata
-	if err := json.Unmarshal(doc, &m); err != nil {
+	if err := fastjson.ValidateBytes(doc); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", MetadataKey, err)
 	}
-	// The pass-through copy leaves out the test vector (Raw never returns
-	// it): decoding its base64 into a second generic copy was most of a
-	// small model's load.
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(doc, &fields); err != nil {
+	var p fastjson.Parser
+	v, err := p.ParseBytes(doc)
+	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", MetadataKey, err)
 	}
-	delete(fields, "test_vector")
-	m.raw = make(map[string]any, len(fields))
-	for k, v := range fields {
-		var x any
-		if err := json.Unmarshal(v, &x); err != nil {
-			return nil, fmt.Errorf("parse %s: %s: %w", MetadataKey, k, err)
+	obj, err := v.Object()
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: the document must be a JSON object, not %s", MetadataKey, v.Type())
+	}
+	// Every member but the test vector, as a document of its own (members
+	// in their order, so the last of a repeated name wins as before).
+	rest := make([]byte, 0, 4096)
+	rest = append(rest, '{')
+	var tvs []*fastjson.Value // test_vector (matched as encoding/json would, in any case)
+	obj.Visit(func(k []byte, fv *fastjson.Value) {
+		if strings.EqualFold(string(k), "test_vector") {
+			tvs = append(tvs, fv)
+			return
 		}
-		m.raw[k] = x
+		if len(rest) > 1 {
+			rest = append(rest, ',')
+		}
+		rest = appendJSONString(rest, k)
+		rest = append(rest, ':')
+		rest = fv.MarshalTo(rest)
+	})
+	rest = append(rest, '}')
+	var m Metadata
+	if err := json.Unmarshal(rest, &m); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", MetadataKey, err)
+	}
+	if err := json.Unmarshal(rest, &m.raw); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", MetadataKey, err)
+	}
+	for _, tv := range tvs { // a repeated member decodes into what the one before left
+		if m.TestVector, err = decodeTestVector(tv, m.TestVector); err != nil {
+			return nil, fmt.Errorf("parse %s: test_vector: %w", MetadataKey, err)
+		}
 	}
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("invalid %s: %w", MetadataKey, err)
 	}
 	return &m, nil
+}
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(dst, s []byte) []byte {
+	q, _ := json.Marshal(string(s)) // a string always marshals
+	return append(dst, q...)
+}
+
+// decodeTestVector reads a TestVector from its parsed value into tv (nil:
+// a new one) as encoding/json would: members matched to fields case-insensitively, the
+// last of a repeated one winning, unknown ones ignored, null leaving a
+// field empty, a value of the wrong type an error.
+func decodeTestVector(v *fastjson.Value, tv *TestVector) (*TestVector, error) {
+	if v.Type() == fastjson.TypeNull {
+		return nil, nil
+	}
+	if tv == nil {
+		tv = &TestVector{}
+	}
+	err := visitFields(v, func(k string, f *fastjson.Value) (err error) {
+		switch {
+		case strings.EqualFold(k, "inputs"):
+			tv.Inputs, err = decodeTensors(f, tv.Inputs)
+		case strings.EqualFold(k, "outputs"):
+			tv.Outputs, err = decodeTensors(f, tv.Outputs)
+		case strings.EqualFold(k, "atol"):
+			err = decodeFloat(f, &tv.Atol)
+		case strings.EqualFold(k, "rtol"):
+			err = decodeFloat(f, &tv.Rtol)
+		case strings.EqualFold(k, "image"):
+			tv.Image, err = decodeImageCase(f, tv.Image)
+		}
+		return err
+	})
+	return tv, err
+}
+
+func decodeImageCase(v *fastjson.Value, c *ImageTestCase) (*ImageTestCase, error) {
+	if v.Type() == fastjson.TypeNull {
+		return nil, nil
+	}
+	if c == nil {
+		c = &ImageTestCase{}
+	}
+	err := visitFields(v, func(k string, f *fastjson.Value) (err error) {
+		switch {
+		case strings.EqualFold(k, "image_b64"):
+			err = decodeString(f, &c.ImageB64)
+		case strings.EqualFold(k, "input"):
+			err = decodeTensor(f, &c.Input)
+		case strings.EqualFold(k, "input_atol"):
+			err = decodeFloat(f, &c.InputAtol)
+		case strings.EqualFold(k, "outputs"):
+			c.Outputs, err = decodeTensors(f, c.Outputs)
+		}
+		return err
+	})
+	return c, err
+}
+
+// decodeTensors reads a map of tensors by name; members are added to m as
+// encoding/json adds them to an existing map.
+func decodeTensors(v *fastjson.Value, m map[string]EncodedTensor) (map[string]EncodedTensor, error) {
+	if v.Type() == fastjson.TypeNull {
+		return nil, nil
+	}
+	o, err := v.Object()
+	if err != nil {
+		return nil, err
+	}
+	if m == nil {
+		m = make(map[string]EncodedTensor, o.Len())
+	}
+	o.Visit(func(k []byte, f *fastjson.Value) {
+		if err != nil {
+			return
+		}
+		var t EncodedTensor // a map's element starts from zero, as in encoding/json
+		if err = decodeTensor(f, &t); err != nil {
+			err = fmt.Errorf("%s: %w", k, err)
+			return
+		}
+		m[string(k)] = t
+	})
+	return m, err
+}
+
+func decodeTensor(v *fastjson.Value, t *EncodedTensor) error {
+	return visitFields(v, func(k string, f *fastjson.Value) error {
+		switch {
+		case strings.EqualFold(k, "dtype"):
+			return decodeString(f, &t.DType)
+		case strings.EqualFold(k, "b64"):
+			return decodeString(f, &t.B64)
+		case strings.EqualFold(k, "shape"):
+			if f.Type() == fastjson.TypeNull {
+				t.Shape = nil
+				return nil
+			}
+			a, err := f.Array()
+			if err != nil {
+				return fmt.Errorf("shape: %w", err)
+			}
+			t.Shape = make([]int64, len(a))
+			for i, d := range a {
+				if d.Type() == fastjson.TypeNull {
+					continue // null leaves the zero
+				}
+				if t.Shape[i], err = d.Int64(); err != nil {
+					return fmt.Errorf("shape: %w", err)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// visitFields calls f for each member of object v in order (nothing for
+// null), stopping at the first error, which it returns naming the member.
+func visitFields(v *fastjson.Value, f func(k string, v *fastjson.Value) error) error {
+	if v.Type() == fastjson.TypeNull {
+		return nil
+	}
+	o, err := v.Object()
+	if err != nil {
+		return err
+	}
+	o.Visit(func(k []byte, fv *fastjson.Value) {
+		if err == nil {
+			if err = f(string(k), fv); err != nil {
+				err = fmt.Errorf("%s: %w", k, err)
+			}
+		}
+	})
+	return err
+}
+
+func decodeString(v *fastjson.Value, s *string) error {
+	if v.Type() == fastjson.TypeNull {
+		return nil
+	}
+	b, err := v.StringBytes()
+	if err != nil {
+		return err
+	}
+	*s = string(b)
+	return nil
+}
+
+// decodeFloat reads a number as encoding/json does: one out of float64's
+// range is an error.
+func decodeFloat(v *fastjson.Value, x *float64) error {
+	if v.Type() == fastjson.TypeNull {
+		return nil
+	}
+	f, err := v.Float64()
+	if err != nil {
+		return err
+	}
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return fmt.Errorf("number %s is out of range", v)
+	}
+	*x = f
+	return nil
 }
 
 // Raw returns the whole fw.json document as parsed, unknown fields included,
