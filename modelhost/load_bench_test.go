@@ -3,7 +3,9 @@ package modelhost
 import (
 	"context"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
@@ -26,6 +28,7 @@ func BenchmarkStartShutdown(b *testing.B) {
 		samples *imageprep.SampleCache
 	}{{"nocache", nil}, {"samples", imageprep.NewSampleCache(8 << 20)}} {
 		b.Run(bc.name, func(b *testing.B) {
+			cpu0 := processCPU(b)
 			for i := 0; i < b.N; i++ {
 				h := New(Config{Path: path, Engine: engine.Options{Threads: 2}, Batcher: batcher.DefaultConfig(), ImageSamples: bc.samples}, metrics, quietLog())
 				if err := h.Start(context.Background()); err != nil {
@@ -35,6 +38,18 @@ func BenchmarkStartShutdown(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			// CPU, all threads (ONNX Runtime's included), is what a load
+			// takes from the models that keep serving beside it.
+			b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/op")
 		})
 	}
+}
+
+// processCPU is this process's user+system CPU time so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -83,6 +83,11 @@ type Config struct {
 	Tracer *telemetry.Tracer
 	// SkipWarmup skips the warm-up batches (the test vector still runs).
 	SkipWarmup bool
+	// CPUs is what the engines' threads are split from when Engine.Threads
+	// is 0 (engine.AvailableCPUs, read once by cmd/fw: reading the cgroup
+	// files at every load was a part of an on-demand load's cost); 0 reads
+	// it at each load.
+	CPUs int
 	// MaxResidentModels and MaxResidentBytes, when positive, bound the
 	// models loaded at once (their files' bytes times their instances):
 	// every model of the repository is then served on demand — loaded by
@@ -784,11 +789,15 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 			}
 		}
 	}
+	if eo.Threads == 0 {
+		cpus := r.cfg.CPUs
+		if cpus <= 0 {
+			cpus = engine.AvailableCPUs()
+		}
+		eo.Threads = max(1, cpus/max(1, count)) // the engine's own default without instance groups
+	}
 	if count > 0 {
 		bc.Instances = count
-		if eo.Threads == 0 {
-			eo.Threads = max(1, engine.AvailableCPUs()/count)
-		}
 	}
 	// Triton's onnxruntime backend parameter (fw applies it to every engine):
 	// the intra-op threads of each instance; 0 keeps fw's choice.

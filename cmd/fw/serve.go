@@ -191,9 +191,10 @@ Flags:
 		fmt.Fprintln(stderr, "fw serve: --instances, --max-batch-size and --max-queue must be at least 1, --port and --grpc-port within 0..65535")
 		return 2
 	}
+	cpus := engine.AvailableCPUs()
 	perCall := *threads
 	if perCall == 0 {
-		perCall = max(1, engine.AvailableCPUs() / *instances)
+		perCall = max(1, cpus / *instances)
 	}
 
 	ln, ok := listen("fw serve", *host, *port, stderr)
@@ -272,7 +273,7 @@ Flags:
 		}
 		repo, err := modelrepo.New(modelrepo.Config{
 			Roots: *repos, Mode: mode, LoadModels: *loadModels, PollInterval: time.Duration(*pollSecs) * time.Second,
-			DisableAutoComplete: *noAuto, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
+			DisableAutoComplete: *noAuto, Engine: engineOpts, CPUs: cpus, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
 			MaxResidentModels: *maxResident, MaxResidentBytes: *maxResidentBytes, LoadWait: *timeout,
 			Python: cmp.Or(*pythonBin, pythonPath()), KeepGoing: !*exitOnError, PythonMetrics: pyMetrics,
 		}, metrics, log)
