@@ -21,6 +21,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -28,10 +29,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fw-serve/fw/internal/benchdoc"
 	"github.com/fw-serve/fw/internal/benchserve"
+	"github.com/fw-serve/fw/internal/procstat"
 )
 
 func main() {
@@ -43,7 +46,11 @@ func main() {
 	rounds := flag.Int("rounds", 5, "interleaved rounds of the fixed-rate rows (alone, then with the churn)")
 	md := flag.String("md", "docs/benchmarks.md", "markdown file whose repository section gets the tables (empty: print only)")
 	only := flag.String("only", "", "run only these parts, comma-separated (load, ondemand, ten, bytes, large) and print them (the markdown file is left alone)")
+	burn := flag.Duration("burn", 0, "internal: be the control row's other process, busy for this long churnRate times a second until killed")
 	flag.Parse()
+	if *burn > 0 {
+		burnLoop(*burn)
+	}
 	parts := map[string]bool{}
 	for _, p := range strings.Split(*only, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -404,18 +411,50 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident, rounds int, 
 		<-done
 		return lat, failed.Load() + f, churned.Load()
 	}
+	// cpuOf is fw's CPU time over f.
+	cpuOf := func(f func()) time.Duration {
+		c0, err0 := procstat.CPU(srv.PID)
+		f()
+		c1, err1 := procstat.CPU(srv.PID)
+		if err0 != nil || err1 != nil {
+			return 0
+		}
+		return c1 - c0
+	}
 	// Interleaved rounds: a single p99 over ~100 slow requests moves with
 	// the machine's noise as much as with the churn; each round's pair is
 	// compared with itself.
-	var p99Alone, p99Busy, p50Alone, p50Busy, ratios []float64
+	var p99Alone, p99Busy, p50Alone, p50Busy, ratios, perLoad []float64
 	var nAlone, nBusy, f3, f4, pChurned int64
 	for range rounds {
-		a, fa, _ := paced(false)
-		c, fc, ch := paced(true)
+		var a, c []time.Duration
+		var fa, fc, ch int64
+		cpuAlone := cpuOf(func() { a, fa, _ = paced(false) })
+		cpuBusy := cpuOf(func() { c, fc, ch = paced(true) })
 		p99Alone, p99Busy = append(p99Alone, benchserve.PercentileMs(a, .99)), append(p99Busy, benchserve.PercentileMs(c, .99))
 		p50Alone, p50Busy = append(p50Alone, benchserve.PercentileMs(a, .5)), append(p50Busy, benchserve.PercentileMs(c, .5))
 		ratios = append(ratios, benchserve.PercentileMs(c, .99)/benchserve.PercentileMs(a, .99))
+		if ch > 0 {
+			perLoad = append(perLoad, ms(cpuBusy-cpuAlone)/float64(ch))
+		}
 		nAlone, nBusy, f3, f4, pChurned = nAlone+int64(len(a)), nBusy+int64(len(c)), f3+fa, f4+fc, pChurned+ch
+	}
+	// The control: the churn's extra CPU (fw's CPU with it minus without,
+	// per load) burned by another process at the same rate instead. What it
+	// does to the resident model's p99 is what any process sharing these
+	// CPUs would do; the rest is the loads' own.
+	loadCPU := time.Duration(benchserve.Median(perLoad) * float64(time.Millisecond))
+	var p99Ctl, p50Ctl, ctlRatios []float64
+	var nCtl, f5 int64
+	for range rounds {
+		a, _, _ := paced(false)
+		c, fc, err := burning(ctx, loadCPU, func() ([]time.Duration, int64, int64) { return paced(false) })
+		if err != nil {
+			return err
+		}
+		p99Ctl, p50Ctl = append(p99Ctl, benchserve.PercentileMs(c, .99)), append(p50Ctl, benchserve.PercentileMs(c, .5))
+		ctlRatios = append(ctlRatios, benchserve.PercentileMs(c, .99)/benchserve.PercentileMs(a, .99))
+		nCtl, f5 = nCtl+int64(len(c)), f5+fc
 	}
 	fmt.Fprintf(b, "**%d models, `--max-resident-models %d`** (every model loads on its first request; the least recently used are unloaded to make room): RSS %.0f MiB at start with none loaded, %.0f MiB after %d models were asked for once (%d resident; peak %.0f MiB); `POST /v2/repository/index` of %d models in %.1f ms.\n\n",
 		many, resident, float64(rss0)/(1<<20), float64(rss1)/(1<<20), cold, resident, float64(hwm)/(1<<20), len(idx), ms(idxTime))
@@ -430,7 +469,42 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident, rounds int, 
 	fmt.Fprintf(b, "| a resident model at %d requests/s (4 clients), alone | %d | %.2f | %.2f | %d | |\n", hotRate, nAlone, benchserve.Median(p50Alone), benchserve.Median(p99Alone), f3)
 	fmt.Fprintf(b, "| the same while other models load and unload at %d/s (%d loads and unloads) | %d | %.2f | %.2f | %d | %.2f (%.2f to %.2f) |\n\n",
 		churnRate, pChurned, nBusy, benchserve.Median(p50Busy), benchserve.Median(p99Busy), f4, benchserve.Median(ratios), slices.Min(ratios), slices.Max(ratios))
+	fmt.Fprintf(b, "| control: no churn, another process busy for %.1f ms %d times a second (each load's CPU in fw, measured in the rows above) | %d | %.2f | %.2f | %d | %.2f (%.2f to %.2f) |\n\n",
+		ms(loadCPU), churnRate, nCtl, benchserve.Median(p50Ctl), benchserve.Median(p99Ctl), f5, benchserve.Median(ctlRatios), slices.Min(ctlRatios), slices.Max(ctlRatios))
 	return nil
+}
+
+// burning runs f while another process (this program with -burn) is busy
+// for busy, churnRate times a second; the control row of onDemand.
+func burning(ctx context.Context, busy time.Duration, f func() ([]time.Duration, int64, int64)) ([]time.Duration, int64, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, 0, err
+	}
+	cmd := exec.CommandContext(ctx, self, "-burn", busy.String())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the bench
+	if err := cmd.Start(); err != nil {
+		return nil, 0, fmt.Errorf("start the control's busy process: %w", err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	lat, failed, _ := f()
+	return lat, failed, nil
+}
+
+// burnLoop is the -burn process: busy for busy, churnRate times a second,
+// until it is killed.
+func burnLoop(busy time.Duration) {
+	runtime.GOMAXPROCS(1)
+	every := time.Second / churnRate
+	next := time.Now()
+	x := 0
+	for {
+		for start := time.Now(); time.Since(start) < busy; {
+			x++
+		}
+		next = next.Add(every)
+		time.Sleep(time.Until(next))
+	}
 }
 
 // hotRate and churnRate are the fixed-rate rows' loads: the resident
