@@ -467,7 +467,7 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident, rounds int, 
 	fmt.Fprintf(b, "At fixed rates (equal work, CPU to spare; latency from each request's due time), %d interleaved rounds of %s each, medians of the rounds' p50 and p99; the last column is each round's p99 with the churn over its p99 alone, median (lowest to highest):\n\n", rounds, dur)
 	b.WriteString("| request | count | p50 ms | p99 ms | failed | p99 ratio |\n|---|---:|---:|---:|---:|---:|\n")
 	fmt.Fprintf(b, "| a resident model at %d requests/s (4 clients), alone | %d | %.2f | %.2f | %d | |\n", hotRate, nAlone, benchserve.Median(p50Alone), benchserve.Median(p99Alone), f3)
-	fmt.Fprintf(b, "| the same while other models load and unload at %d/s (%d loads and unloads) | %d | %.2f | %.2f | %d | %.2f (%.2f to %.2f) |\n\n",
+	fmt.Fprintf(b, "| the same while other models load and unload at %d/s (%d loads and unloads) | %d | %.2f | %.2f | %d | %.2f (%.2f to %.2f) |\n",
 		churnRate, pChurned, nBusy, benchserve.Median(p50Busy), benchserve.Median(p99Busy), f4, benchserve.Median(ratios), slices.Min(ratios), slices.Max(ratios))
 	fmt.Fprintf(b, "| control: no churn, another process busy for %.1f ms %d times a second (each load's CPU in fw, measured in the rows above) | %d | %.2f | %.2f | %d | %.2f (%.2f to %.2f) |\n\n",
 		ms(loadCPU), churnRate, nCtl, benchserve.Median(p50Ctl), benchserve.Median(p99Ctl), f5, benchserve.Median(ctlRatios), slices.Min(ctlRatios), slices.Max(ctlRatios))
