@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/valyala/fastjson"
@@ -122,16 +124,24 @@ func (e EncodedTensor) Decode() (Tensor, error) {
 // ParseMetadata decodes and validates an fw.json document.
 //
 // The test vector's base64 tensors and sample picture are nearly all of a
-// document (82 of a small image model's 85 KB), and encoding/json walks a
-// value byte by byte several times (validation, decoding, again for the
-// pass-through copy): that was a third of a small model's load, the CPU an
-// on-demand load takes from the models serving beside it. So the document
-// is checked and split once with fastjson, the test vector read from that
-// parse (decodeTestVector), and only the small rest goes through
-// encoding/json, into the struct and into the pass-through copy.
+// document (82 of a small image model's 85 KB), and reading it wholly with
+// encoding/json walked it byte by byte about six times (validation,
+// decoding, again for the pass-through copy): a third of a small model's
+// load, the CPU an on-demand load takes from the models serving beside it.
+// Now encoding/json only validates it (json.Valid: the same syntax rules
+// as before, iterative, so no nesting exhausts the stack), fastjson splits
+// it (at most 300 levels deep, and a bounded number of values: every value
+// is a node in memory), the test vector is read from that parse
+// (decodeTestVector) and only the small rest goes through encoding/json,
+// into the struct and into the pass-through copy.
 func ParseMetadata(doc []byte) (*Metadata, error) {
-	if err := fastjson.ValidateBytes(doc); err != nil {
+	if !json.Valid(doc) {
+		var x any
+		err := json.Unmarshal(doc, &x) // says where
 		return nil, fmt.Errorf("parse %s: %w", MetadataKey, err)
+	}
+	if n := bytes.Count(doc, []byte{','}) + bytes.Count(doc, []byte{':'}); n > maxMetadataValues {
+		return nil, fmt.Errorf("parse %s: more than %d values (fw.export writes a few hundred)", MetadataKey, maxMetadataValues)
 	}
 	var p fastjson.Parser
 	v, err := p.ParseBytes(doc)
@@ -177,6 +187,11 @@ func ParseMetadata(doc []byte) (*Metadata, error) {
 	}
 	return &m, nil
 }
+
+// maxMetadataValues bounds the members and elements of an fw.json document
+// (counted as its commas and colons, strings' included): fastjson keeps a
+// node for each. Labels are the largest list fw.export writes.
+const maxMetadataValues = 1 << 20
 
 // appendJSONString appends s as a JSON string.
 func appendJSONString(dst, s []byte) []byte {
@@ -279,7 +294,9 @@ func decodeTensor(v *fastjson.Value, t *EncodedTensor) error {
 			if err != nil {
 				return fmt.Errorf("shape: %w", err)
 			}
+			old := t.Shape // a repeated shape: null elements keep the earlier ones, as encoding/json's do
 			t.Shape = make([]int64, len(a))
+			copy(t.Shape, old[:min(len(a), len(old))])
 			for i, d := range a {
 				if d.Type() == fastjson.TypeNull {
 					continue // null leaves the zero
@@ -325,18 +342,18 @@ func decodeString(v *fastjson.Value, s *string) error {
 	return nil
 }
 
-// decodeFloat reads a number as encoding/json does: one out of float64's
-// range is an error.
+// decodeFloat reads a number as encoding/json does (strconv.ParseFloat:
+// correctly rounded, out of float64's range an error).
 func decodeFloat(v *fastjson.Value, x *float64) error {
 	if v.Type() == fastjson.TypeNull {
 		return nil
 	}
-	f, err := v.Float64()
+	if v.Type() != fastjson.TypeNumber {
+		return fmt.Errorf("value doesn't contain number; it contains %s", v.Type())
+	}
+	f, err := strconv.ParseFloat(v.String(), 64)
 	if err != nil {
 		return err
-	}
-	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return fmt.Errorf("number %s is out of range", v)
 	}
 	*x = f
 	return nil
