@@ -48,9 +48,15 @@ func main() {
 	only := flag.String("only", "", "run only these parts, comma-separated (load, ondemand, ten, bytes, large) and print them (the markdown file is left alone)")
 	burn := flag.Duration("burn", 0, "internal: be the control row's other process, busy for this long churnRate times a second until killed")
 	flag.Parse()
-	if *burn > 0 {
-		burnLoop(*burn)
-	}
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "burn" { // the control's child: never the bench itself
+			if *burn <= 0 {
+				fmt.Fprintln(os.Stderr, "repository: -burn needs a positive duration")
+				os.Exit(2)
+			}
+			burnLoop(*burn)
+		}
+	})
 	parts := map[string]bool{}
 	for _, p := range strings.Split(*only, ",") {
 		if p = strings.TrimSpace(p); p != "" {
@@ -444,6 +450,9 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident, rounds int, 
 	// does to the resident model's p99 is what any process sharing these
 	// CPUs would do; the rest is the loads' own.
 	loadCPU := time.Duration(benchserve.Median(perLoad) * float64(time.Millisecond))
+	if loadCPU <= 0 {
+		return fmt.Errorf("the churn's CPU per load could not be measured (%v ms per round): no control row", perLoad)
+	}
 	var p99Ctl, p50Ctl, ctlRatios []float64
 	var nCtl, f5 int64
 	for range rounds {
@@ -469,7 +478,7 @@ func onDemand(b *strings.Builder, bin, repo string, many, resident, rounds int, 
 	fmt.Fprintf(b, "| a resident model at %d requests/s (4 clients), alone | %d | %.2f | %.2f | %d | |\n", hotRate, nAlone, benchserve.Median(p50Alone), benchserve.Median(p99Alone), f3)
 	fmt.Fprintf(b, "| the same while other models load and unload at %d/s (%d loads and unloads) | %d | %.2f | %.2f | %d | %.2f (%.2f to %.2f) |\n",
 		churnRate, pChurned, nBusy, benchserve.Median(p50Busy), benchserve.Median(p99Busy), f4, benchserve.Median(ratios), slices.Min(ratios), slices.Max(ratios))
-	fmt.Fprintf(b, "| control: no churn, another process busy for %.1f ms %d times a second (each load's CPU in fw, measured in the rows above) | %d | %.2f | %.2f | %d | %.2f (%.2f to %.2f) |\n\n",
+	fmt.Fprintf(b, "| control: no churn, another process busy for %.1f ms %d times a second (fw's CPU per load and eviction, first request included, measured in the rows above; on one thread, where a load spreads over ONNX Runtime's) | %d | %.2f | %.2f | %d | %.2f (%.2f to %.2f) |\n\n",
 		ms(loadCPU), churnRate, nCtl, benchserve.Median(p50Ctl), benchserve.Median(p99Ctl), f5, benchserve.Median(ctlRatios), slices.Min(ctlRatios), slices.Max(ctlRatios))
 	return nil
 }
