@@ -257,23 +257,16 @@ func decodeTensors(v *fastjson.Value, m map[string]EncodedTensor) (map[string]En
 	if v.Type() == fastjson.TypeNull {
 		return nil, nil
 	}
-	o, err := v.Object()
-	if err != nil {
-		return nil, err
+	if m == nil && v.Type() == fastjson.TypeObject {
+		m = map[string]EncodedTensor{} // {} is an empty map, not none
 	}
-	if m == nil {
-		m = make(map[string]EncodedTensor, o.Len())
-	}
-	o.Visit(func(k []byte, f *fastjson.Value) {
-		if err != nil {
-			return
-		}
+	err := visitFields(v, func(k string, f *fastjson.Value) error {
 		var t EncodedTensor // a map's element starts from zero, as in encoding/json
-		if err = decodeTensor(f, &t); err != nil {
-			err = fmt.Errorf("%s: %w", k, err)
-			return
+		if err := decodeTensor(f, &t); err != nil {
+			return err
 		}
-		m[string(k)] = t
+		m[k] = t
+		return nil
 	})
 	return m, err
 }
