@@ -2,8 +2,8 @@ package modelhost
 
 import (
 	"context"
+	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -11,6 +11,7 @@ import (
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/httpapi"
 	"github.com/fw-serve/fw/imageprep"
+	"github.com/fw-serve/fw/internal/procstat"
 	"github.com/fw-serve/fw/internal/testmodels"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -45,11 +46,11 @@ func BenchmarkStartShutdown(b *testing.B) {
 	}
 }
 
-// processCPU is this process's user+system CPU time so far.
+// processCPU is this process's user+system CPU time so far, all threads.
 func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := procstat.CPU(os.Getpid())
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }
