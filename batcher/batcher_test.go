@@ -184,8 +184,10 @@ func TestSplitOneToOneUnderConcurrency(t *testing.T) {
 		{MaxBatchRows: 16, MaxDelay: time.Millisecond, Instances: 2},
 		{MaxBatchRows: 64, MaxDelay: 0, Instances: 1},
 		{MaxBatchRows: 8, MaxDelay: 200 * time.Microsecond, Instances: 3},
+		{MaxBatchRows: 16, MaxDelay: time.Millisecond, Instances: 1, CallerRuns: true},
+		{MaxBatchRows: 64, MaxDelay: 0, Instances: 1, CallerRuns: true},
 	} {
-		t.Run(fmt.Sprintf("rows=%d/delay=%v/instances=%d", cfg.MaxBatchRows, cfg.MaxDelay, cfg.Instances), func(t *testing.T) {
+		t.Run(fmt.Sprintf("rows=%d/delay=%v/instances=%d/callerruns=%v", cfg.MaxBatchRows, cfg.MaxDelay, cfg.Instances, cfg.CallerRuns), func(t *testing.T) {
 			stats := &recorder{}
 			b := New(affine, cfg, stats)
 			defer closeOK(t, b)

@@ -168,19 +168,38 @@ def cpu_us(r):
 
 
 def cpu_rows(rows):
-    """(label, transport, row) for the CPU-per-request table: fw and Triton over gRPC and HTTP V2."""
+    """(label, transport, row) for the CPU-per-request table: the bare servers, fw and Triton."""
     out = []
-    for server, label in (
-        ("fw", "fw serve (defaults)"),
-        ("triton", "Triton (PyTriton)"),
+    for server, label, scens in (
+        ("ceiling", "ceiling (bare fasthttp / bare grpc-go)", ("predict", "grpc")),
+        ("fw", "fw serve (defaults)", ("predict", "grpc", "v2")),
+        ("triton", "Triton (PyTriton)", ("grpc", "v2")),
     ):
-        for scen, transport in (("grpc", "gRPC (ghz)"), ("v2", "HTTP V2 JSON (wrk)")):
+        for scen in scens:
             for r in sorted(
                 (r for r in rows if r["scenario"] == scen and r["server"] == server),
                 key=lambda r: r["concurrency"],
             ):
                 if cpu_us(r):
-                    out.append((label, transport, r))
+                    out.append((label, TRANSPORTS[scen], r))
+    return out
+
+
+TRANSPORTS = {"predict": "HTTP `/predict` (wrk)", "grpc": "gRPC (ghz)", "v2": "HTTP V2 JSON (wrk)"}
+
+
+def cpu_ratios(rows):
+    """Lines of fw's CPU per request over the bare server's, per transport and concurrency
+    (issue #24's measure: <= 2.0x at c=16 and 64 and <= 2.5x at c=1 for /predict, <= 1.6x for gRPC)."""
+    out = []
+    for scen in ("predict", "grpc"):
+        parts = []
+        for c in sorted({r["concurrency"] for r in rows if r["scenario"] == scen}):
+            fw, bare = cpu_us(pick(rows, scen, "fw", c)), cpu_us(pick(rows, scen, "ceiling", c))
+            if fw and bare:
+                parts.append(f"c={c} {fw / bare:.1f}x ({fw:.0f} / {bare:.0f} µs)")
+        if parts:
+            out.append(f"- fw's CPU per request over the bare server's, {TRANSPORTS[scen]}: " + "; ".join(parts) + ".")
     return out
 
 
@@ -465,6 +484,9 @@ def main():
                 w(
                     f"| {label} | {transport} | {r['concurrency']} | {num(rps(r))} | {cpu_us(r):.0f} |"
                 )
+            w("")
+            for line in cpu_ratios(rows):
+                w(line)
             w("")
 
     # the same peers at onnxruntime's defaults, beside their rows at fw's settings

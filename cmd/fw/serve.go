@@ -227,7 +227,7 @@ Flags:
 	reg.MustRegister(pyMetrics)
 	engineOpts := withLibraries(engine.Options{Device: engine.Device(*device), Threads: perCall, GraphOptimization: *graphOpt,
 		AllowNonFinite: *allowNonFinite, Spin: *spin})
-	batchCfg := batcher.Config{MaxBatchRows: *maxBatch, MaxDelay: *maxDelay, Instances: *instances, MaxQueue: *maxQueue}
+	batchCfg := batcher.Config{MaxBatchRows: *maxBatch, MaxDelay: *maxDelay, Instances: *instances, MaxQueue: *maxQueue, CallerRuns: true}
 	tracer, tritonOTel, err := traceConfig(*traceConfigs, *traceFile, *traceLevel, *traceRate, *traceCount, *traceFreq)
 	if err != nil {
 		ln.Close()

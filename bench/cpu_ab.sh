@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# bench/cpu_ab.sh: server CPU per answered request of two or more fw binaries
+# (say, before and after a change) on /predict of digits_mlp.onnx, in
+# interleaved rounds, so that the machine's drift over minutes falls on every
+# binary alike. Each round starts each binary's `fw serve`, warms it for 1 s,
+# then loads it with wrk (one thread, CONCURRENCY connections, DURATION) and
+# reads the server's user + system time from /proc before and after. Prints
+# one line per run and, at the end, each binary's median per concurrency.
+#
+#   bash bench/cpu_ab.sh OLD_BIN NEW_BIN [...] [ceiling]
+#
+# `ceiling` stands for the bare fasthttp server of bench/ceiling (fixed
+# answer), built into build/bench/ceiling: the floor to compare against.
+# Environment: CONCURRENCY ("1 16 64"), ROUNDS (3), DURATION (5s), PORT
+# (18130), FW_FLAGS (extra `fw serve` flags), MODEL
+# (build/models/digits_mlp.onnx). Loopback only; every server is stopped on
+# exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ $# -ge 1 ]] || { echo "usage: bash bench/cpu_ab.sh BIN [BIN...]" >&2; exit 2; }
+command -v wrk >/dev/null || { echo "cpu_ab: needs wrk (apt-get install wrk)" >&2; exit 1; }
+model=${MODEL:-build/models/digits_mlp.onnx}
+port=${PORT:-18130}
+tick=$(getconf CLK_TCK)
+work=$(mktemp -d)
+pid=
+cleanup() {
+  [[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+python3 -c 'import json; print(json.dumps({"data": [[round(0.01 * i, 2) for i in range(64)]]}))' >"$work/row.json"
+cat >"$work/post.lua" <<EOF
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = io.open("$work/row.json"):read("*a")
+EOF
+if [[ " $* " == *" ceiling "* ]]; then
+  go build -o build/bench/ceiling ./bench/ceiling
+fi
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+for round in $(seq "${ROUNDS:-3}"); do
+  for c in ${CONCURRENCY:-1 16 64}; do
+    for bin in "$@"; do
+      if [[ $bin == ceiling ]]; then
+        build/bench/ceiling -addr "127.0.0.1:$port" >"$work/serve.log" 2>&1 &
+      else
+        # shellcheck disable=SC2086
+        "$bin" serve --model "$model" --host 127.0.0.1 --port "$port" ${FW_FLAGS:-} >"$work/serve.log" 2>&1 &
+      fi
+      pid=$!
+      for _ in $(seq 100); do
+        curl -fs -o /dev/null -H 'Content-Type: application/json' --data-binary @"$work/row.json" "http://127.0.0.1:$port/predict" && break
+        kill -0 "$pid" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }
+        sleep 0.1
+      done
+      timeout 30 wrk -t1 -c"$c" -d1s -s "$work/post.lua" "http://127.0.0.1:$port/predict" >/dev/null
+      t0=$(cpu_ticks "$pid")
+      out=$(timeout 60 wrk -t1 -c"$c" -d"${DURATION:-5s}" -s "$work/post.lua" "http://127.0.0.1:$port/predict")
+      t1=$(cpu_ticks "$pid")
+      kill "$pid"
+      wait "$pid" 2>/dev/null || true
+      pid=
+      n=$(awk '/requests in/{print $1}' <<<"$out")
+      bad=$(awk '/Non-2xx/{print $NF}' <<<"$out")
+      rps=$(awk '/Requests\/sec/{print $2}' <<<"$out")
+      us=$(python3 -c "print(f'{($t1 - $t0) * 1e6 / $tick / $n:.1f}')")
+      echo "round=$round c=$c bin=$bin requests=$n req/s=$rps non2xx=${bad:-0} cpu_us_per_request=$us" | tee -a "$work/runs.txt"
+    done
+  done
+done
+echo "medians (cpu_us_per_request, req/s) over ${ROUNDS:-3} rounds:"
+python3 - "$work/runs.txt" <<'EOF'
+import collections, statistics, sys
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    f = dict(kv.split("=", 1) for kv in line.split())
+    runs[(f["bin"], int(f["c"]))].append((float(f["cpu_us_per_request"]), float(f["req/s"])))
+for (b, c), v in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    print(f"c={c} {b}: {statistics.median(x for x, _ in v):.1f} us/request "
+          f"({min(x for x, _ in v):.1f}-{max(x for x, _ in v):.1f}), {statistics.median(y for _, y in v):,.0f} req/s")
+EOF
