@@ -185,7 +185,11 @@ def cpu_rows(rows):
     return out
 
 
-TRANSPORTS = {"predict": "HTTP `/predict` (wrk)", "grpc": "gRPC (ghz)", "v2": "HTTP V2 JSON (wrk)"}
+TRANSPORTS = {
+    "predict": "HTTP `/predict` (wrk)",
+    "grpc": "gRPC (ghz)",
+    "v2": "HTTP V2 JSON (wrk)",
+}
 
 
 def cpu_ratios(rows):
@@ -195,11 +199,18 @@ def cpu_ratios(rows):
     for scen in ("predict", "grpc"):
         parts = []
         for c in sorted({r["concurrency"] for r in rows if r["scenario"] == scen}):
-            fw, bare = cpu_us(pick(rows, scen, "fw", c)), cpu_us(pick(rows, scen, "ceiling", c))
+            fw, bare = (
+                cpu_us(pick(rows, scen, "fw", c)),
+                cpu_us(pick(rows, scen, "ceiling", c)),
+            )
             if fw and bare:
                 parts.append(f"c={c} {fw / bare:.1f}x ({fw:.0f} / {bare:.0f} µs)")
         if parts:
-            out.append(f"- fw's CPU per request over the bare server's, {TRANSPORTS[scen]}: " + "; ".join(parts) + ".")
+            out.append(
+                f"- fw's CPU per request over the bare server's, {TRANSPORTS[scen]}: "
+                + "; ".join(parts)
+                + "."
+            )
     return out
 
 
