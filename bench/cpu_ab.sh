@@ -11,6 +11,10 @@
 #
 # `ceiling` stands for the bare fasthttp server of bench/ceiling (fixed
 # answer), built into build/bench/ceiling: the floor to compare against.
+# MODE=ndjson measures /predict/batch instead: one streamed NDJSON body of
+# LINES (100000) one-row lines per run (curl), rows/s and CPU per row; the
+# concurrency is the server's own (its BatchConcurrency window).
+#
 # Environment: CONCURRENCY ("1 16 64"), ROUNDS (3), DURATION (5s), PORT
 # (18130), FW_FLAGS (extra `fw serve` flags), MODEL
 # (build/models/digits_mlp.onnx). Loopback only; every server is stopped on
@@ -30,6 +34,11 @@ cleanup() {
 }
 trap cleanup EXIT
 python3 -c 'import json; print(json.dumps({"data": [[round(0.01 * i, 2) for i in range(64)]]}))' >"$work/row.json"
+if [[ ${MODE:-wrk} == ndjson ]]; then
+  python3 -c 'import sys; open(sys.argv[1], "w").write((open(sys.argv[2]).read().strip() + "\n") * int(sys.argv[3]))' \
+    "$work/lines.ndjson" "$work/row.json" "${LINES:-100000}"
+  CONCURRENCY=ndjson
+fi
 cat >"$work/post.lua" <<EOF
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
@@ -55,16 +64,32 @@ for round in $(seq "${ROUNDS:-3}"); do
         kill -0 "$pid" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }
         sleep 0.1
       done
-      timeout 30 wrk -t1 -c"$c" -d1s -s "$work/post.lua" "http://127.0.0.1:$port/predict" >/dev/null
-      t0=$(cpu_ticks "$pid")
-      out=$(timeout 60 wrk -t1 -c"$c" -d"${DURATION:-5s}" -s "$work/post.lua" "http://127.0.0.1:$port/predict")
-      t1=$(cpu_ticks "$pid")
+      if [[ $c == ndjson ]]; then
+        ndjson() {
+          timeout 300 curl -fsS -o "$work/answers.ndjson" -H 'Content-Type: application/x-ndjson' \
+            --data-binary @"$work/lines.ndjson" "http://127.0.0.1:$port/predict/batch"
+        }
+        ndjson # warm-up
+        t0=$(cpu_ticks "$pid")
+        w0=$(date +%s.%N)
+        ndjson
+        w1=$(date +%s.%N)
+        t1=$(cpu_ticks "$pid")
+        n=$(wc -l <"$work/answers.ndjson")
+        bad=$(grep -c '"error"' "$work/answers.ndjson" || true)
+        rps=$(python3 -c "print(f'{$n / ($w1 - $w0):.0f}')")
+      else
+        timeout 30 wrk -t1 -c"$c" -d1s -s "$work/post.lua" "http://127.0.0.1:$port/predict" >/dev/null
+        t0=$(cpu_ticks "$pid")
+        out=$(timeout 60 wrk -t1 -c"$c" -d"${DURATION:-5s}" -s "$work/post.lua" "http://127.0.0.1:$port/predict")
+        t1=$(cpu_ticks "$pid")
+        n=$(awk '/requests in/{print $1}' <<<"$out")
+        bad=$(awk '/Non-2xx/{print $NF}' <<<"$out")
+        rps=$(awk '/Requests\/sec/{print $2}' <<<"$out")
+      fi
       kill "$pid"
       wait "$pid" 2>/dev/null || true
       pid=
-      n=$(awk '/requests in/{print $1}' <<<"$out")
-      bad=$(awk '/Non-2xx/{print $NF}' <<<"$out")
-      rps=$(awk '/Requests\/sec/{print $2}' <<<"$out")
       us=$(python3 -c "print(f'{($t1 - $t0) * 1e6 / $tick / $n:.1f}')")
       echo "round=$round c=$c bin=$bin requests=$n req/s=$rps non2xx=${bad:-0} cpu_us_per_request=$us" | tee -a "$work/runs.txt"
     done
@@ -76,8 +101,8 @@ import collections, statistics, sys
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     f = dict(kv.split("=", 1) for kv in line.split())
-    runs[(f["bin"], int(f["c"]))].append((float(f["cpu_us_per_request"]), float(f["req/s"])))
-for (b, c), v in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    runs[(f["bin"], f["c"])].append((float(f["cpu_us_per_request"]), float(f["req/s"])))
+for (b, c), v in sorted(runs.items(), key=lambda kv: (kv[0][1].zfill(8), kv[0][0])):
     print(f"c={c} {b}: {statistics.median(x for x, _ in v):.1f} us/request "
           f"({min(x for x, _ in v):.1f}-{max(x for x, _ in v):.1f}), {statistics.median(y for _, y in v):,.0f} req/s")
 EOF
