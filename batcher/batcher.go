@@ -112,11 +112,15 @@ type Config struct {
 	// Requests arriving meanwhile queue and batch as they would behind a
 	// running call. It applies to one instance of a RunFunc (New or
 	// NewPool with one run function) without PreferredRows; with more
-	// instances an idle one takes the next request as usual. Only a call
-	// expected to take at most a millisecond (at the pace of the recent
-	// calls; none before the first) runs so, because such a request
-	// returns when its call ends even if ctx is done first, where a queued
-	// or handed-off request returns at once.
+	// instances an idle one takes the next request as usual (a Python
+	// model's EachFunc, PreferredRows and several instances never lend).
+	// Only a call expected to take at most a millisecond (at the pace of
+	// the recent calls, whatever their shapes; none before the first) runs
+	// so, because such a request returns ctx.Err() when its call ends if
+	// ctx is done meanwhile, where a queued or handed-off request returns
+	// at once. A panic of Stats or Calls during such a call reaches the
+	// submitting goroutine (a server's recovery) instead of ending the
+	// process, and the worker is given back.
 	CallerRuns bool
 }
 
@@ -385,7 +389,9 @@ func (b *Batcher) QueueDepth() int { return int(b.depth.Load()) }
 // Submit fails at once with ErrClosed after Close and with ErrQueueFull when
 // MaxQueue requests are waiting. When ctx is done, Submit returns ctx.Err()
 // promptly, whether the request is queued (it is then removed and never run)
-// or already running (its result is discarded).
+// or already running (its result is discarded); one running on its own
+// goroutine (Config.CallerRuns, calls of at most about a millisecond)
+// returns ctx.Err() when that call ends.
 func (b *Batcher) Submit(ctx context.Context, inputs []engine.Tensor) ([]engine.Tensor, error) {
 	out, _, err := b.SubmitTimed(ctx, inputs)
 	return out, err
@@ -495,14 +501,15 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 const callerRunsMax = time.Millisecond
 
 // quick reports whether an engine call of rows is expected to take at most
-// callerRunsMax, from the recent calls (false before the first).
+// callerRunsMax, at the pace of the recent calls (as lateLocked reckons:
+// a call of up to the usual rows takes the usual time; false before the
+// first call).
 func (b *Batcher) quick(rows int) bool {
 	ns, per := b.callNs.Load(), b.callRows.Load()
-	if ns <= 0 || per <= 0 {
+	if ns <= 0 || per <= 0 || ns > int64(callerRunsMax) {
 		return false
 	}
-	perRow := ns / per
-	return perRow == 0 || int64(rows) <= int64(callerRunsMax)/perRow
+	return int64(rows) <= per || (int64(rows)+per-1)/per <= int64(callerRunsMax)/ns
 }
 
 // runHere runs r on the caller's goroutine with the parked worker w
@@ -516,6 +523,9 @@ func (b *Batcher) runHere(w *worker, r *request) ([]engine.Tensor, Timing, error
 	b.runLent(w, r)
 	<-r.done // runBatch has answered r
 	out, t, err := r.out, r.timing, r.err
+	if err == nil && r.ctx.Err() != nil {
+		out, t, err = nil, Timing{}, r.ctx.Err() // as a handed-off request's: the result is discarded
+	}
 	b.putRequest(r)
 	return out, t, err
 }

@@ -33,6 +33,13 @@ func (w *where) wrap(next RunFunc) RunFunc {
 	}
 }
 
+// setPace makes the recent calls 1 µs for 1 row, so that lending does not
+// depend on how long the test's calls happened to take.
+func setPace(b *Batcher) {
+	b.callNs.Store(1000)
+	b.callRows.Store(1)
+}
+
 // waitParked waits until b's worker sleeps with nothing to do and may be
 // lent to a Submit, after one request (run by the worker: no call has set
 // the pace yet) when none has run.
@@ -43,6 +50,7 @@ func waitParked(t *testing.T, b *Batcher) {
 			t.Fatal(err)
 		}
 	}
+	setPace(b)
 	waitFor(t, "the worker to park", func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -115,7 +123,7 @@ func TestCallerRunsBatchesWhatArrivesMeanwhile(t *testing.T) {
 		t.Fatalf("%d calls on a caller's goroutine and %d on the worker's, want 1 and 2", c, w)
 	}
 	// The worker is lent again once idle.
-	waitParked(t, b)
+	waitParked(t, b) // sets the pace again: the gated call was slow
 	if _, err := b.Submit(context.Background(), []engine.Tensor{rowsTensor(4, 1, 4)}); err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +153,9 @@ func TestCallerRunsOnlyWhereItStartsAtOnce(t *testing.T) {
 			b := New(at.wrap(run), cfg, nil)
 			defer closeOK(t, b)
 			for id := 0; id < 5; id++ {
+				if name != "slow calls" {
+					setPace(b)
+				}
 				time.Sleep(time.Millisecond) // let the workers sleep
 				out, err := b.Submit(context.Background(), []engine.Tensor{rowsTensor(id, 1, 4)})
 				if err != nil {
@@ -211,8 +222,9 @@ func (s *panicStats) QueueDepth(int) {}
 // A panic on the caller's goroutine reaches the caller (whose server
 // recovers it) and gives the worker back: later requests are served.
 func TestCallerRunsPanicGivesTheWorkerBack(t *testing.T) {
+	var at where
 	stats := &panicStats{}
-	b := New(affine, Config{CallerRuns: true}, stats)
+	b := New(at.wrap(affine), Config{CallerRuns: true}, stats)
 	defer closeOK(t, b)
 	waitParked(t, b)
 	stats.n.Store(1)
@@ -225,6 +237,9 @@ func TestCallerRunsPanicGivesTheWorkerBack(t *testing.T) {
 		b.Submit(context.Background(), []engine.Tensor{rowsTensor(0, 1, 4)})
 		t.Fatal("Submit returned instead of panicking")
 	}()
+	if c := at.caller.Load(); c != 1 {
+		t.Fatalf("%d calls on a caller's goroutine, want the panicking one", c)
+	}
 	for id := 1; id < 4; id++ {
 		out, err := b.Submit(context.Background(), []engine.Tensor{rowsTensor(id, 1, 4)})
 		if err != nil {
@@ -233,5 +248,28 @@ func TestCallerRunsPanicGivesTheWorkerBack(t *testing.T) {
 		if err := checkAffine(id, 1, 4, out); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A request whose ctx is done while its call runs on its own goroutine
+// gets ctx.Err(), as one run by the worker does, once the call ends.
+func TestCallerRunsCancelWhileRunning(t *testing.T) {
+	var at where
+	g := newGate()
+	b := New(at.wrap(g.wrap(affine)), Config{CallerRuns: true}, nil)
+	defer closeOK(t, b)
+	g.release <- struct{}{} // the pace-setting first request
+	waitParked(t, b)
+	<-g.started
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := submitAsync(ctx, b, rowsTensor(1, 1, 4))
+	<-g.started
+	cancel()
+	g.release <- struct{}{}
+	if r := <-ch; !errors.Is(r.err, context.Canceled) || r.out != nil {
+		t.Fatalf("got %v %v, want context.Canceled and no outputs", r.out, r.err)
+	}
+	if c := at.caller.Load(); c != 1 {
+		t.Fatalf("%d calls on a caller's goroutine, want 1", c)
 	}
 }

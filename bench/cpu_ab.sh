@@ -33,8 +33,13 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+if curl -s -o /dev/null "http://127.0.0.1:$port/" 2>/dev/null; then
+  echo "cpu_ab: port $port is in use; set PORT" >&2
+  exit 1
+fi
 python3 -c 'import json; print(json.dumps({"data": [[round(0.01 * i, 2) for i in range(64)]]}))' >"$work/row.json"
 if [[ ${MODE:-wrk} == ndjson ]]; then
+  [[ " $* " != *" ceiling "* ]] || { echo "cpu_ab: MODE=ndjson has no ceiling (it answers a fixed body)" >&2; exit 2; }
   python3 -c 'import sys; open(sys.argv[1], "w").write((open(sys.argv[2]).read().strip() + "\n") * int(sys.argv[3]))' \
     "$work/lines.ndjson" "$work/row.json" "${LINES:-100000}"
   CONCURRENCY=ndjson
@@ -59,11 +64,13 @@ for round in $(seq "${ROUNDS:-3}"); do
         "$bin" serve --model "$model" --host 127.0.0.1 --port "$port" ${FW_FLAGS:-} >"$work/serve.log" 2>&1 &
       fi
       pid=$!
+      ready=0
       for _ in $(seq 100); do
-        curl -fs -o /dev/null -H 'Content-Type: application/json' --data-binary @"$work/row.json" "http://127.0.0.1:$port/predict" && break
         kill -0 "$pid" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }
+        curl -fs -o /dev/null -H 'Content-Type: application/json' --data-binary @"$work/row.json" "http://127.0.0.1:$port/predict" && { ready=1; break; }
         sleep 0.1
       done
+      [[ $ready == 1 ]] && kill -0 "$pid" 2>/dev/null || { echo "cpu_ab: $bin not answering on port $port" >&2; cat "$work/serve.log" >&2; exit 1; }
       if [[ $c == ndjson ]]; then
         ndjson() {
           timeout 300 curl -fsS -o "$work/answers.ndjson" -H 'Content-Type: application/x-ndjson' \
