@@ -453,7 +453,7 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 		return nil, Timing{}, fmt.Errorf("%w: the %d rows waiting would take about %s, longer than the %s this request has left",
 			ErrQueueFull, b.qrows, wait.Round(time.Millisecond), left.Round(time.Millisecond))
 	}
-	if w := b.parked; w != nil && b.queued == 0 && b.running.Load() == 0 && b.quick(rows) {
+	if w := b.parked; w != nil && b.queued == 0 && b.quick(rows) { // parked: no call runs
 		return b.runHere(w, r)
 	}
 	g := b.groups[string(key)]

@@ -250,8 +250,20 @@ func TestCoalescing(t *testing.T) {
 	b := New(g.wrap(affine), Config{MaxDelay: 0, Instances: 1}, stats)
 	defer closeOK(t, b)
 
+	queueBehindOne(t, b, g)
+	got := stats.all()
+	if len(got) != 2 || got[1].requests != 3 || got[1].rows != 6 {
+		t.Fatalf("batches %+v, want [1 row/1 req, 6 rows/3 reqs]", got)
+	}
+}
+
+// queueBehindOne submits request 0 (1 row), waits for its call to start
+// behind g, queues requests 1, 2 and 3 (1, 2 and 3 rows), lets every call
+// through and checks each answer.
+func queueBehindOne(t *testing.T, b *Batcher, g *gate) {
+	t.Helper()
 	first := submitAsync(context.Background(), b, rowsTensor(0, 1, 4))
-	<-g.started // the worker is busy with request 0
+	<-g.started // request 0's call runs
 	chans := queueInOrder(t, b,
 		[]engine.Tensor{rowsTensor(1, 1, 4)},
 		[]engine.Tensor{rowsTensor(2, 2, 4)},
@@ -268,10 +280,6 @@ func TestCoalescing(t *testing.T) {
 		if err := checkAffine(i+1, i+1, 4, r.out); err != nil {
 			t.Error(err)
 		}
-	}
-	got := stats.all()
-	if len(got) != 2 || got[1].requests != 3 || got[1].rows != 6 {
-		t.Fatalf("batches %+v, want [1 row/1 req, 6 rows/3 reqs]", got)
 	}
 }
 

@@ -96,25 +96,7 @@ func TestCallerRunsBatchesWhatArrivesMeanwhile(t *testing.T) {
 	g.release <- struct{}{} // the pace-setting first request
 	waitParked(t, b)
 	<-g.started
-	first := submitAsync(context.Background(), b, rowsTensor(0, 1, 4))
-	<-g.started // request 0 runs on its caller's goroutine
-	chans := queueInOrder(t, b,
-		[]engine.Tensor{rowsTensor(1, 1, 4)},
-		[]engine.Tensor{rowsTensor(2, 2, 4)},
-		[]engine.Tensor{rowsTensor(3, 3, 4)})
-	g.open()
-	if r := <-first; r.err != nil {
-		t.Fatal(r.err)
-	}
-	for i, ch := range chans {
-		r := <-ch
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		if err := checkAffine(i+1, i+1, 4, r.out); err != nil {
-			t.Error(err)
-		}
-	}
+	queueBehindOne(t, b, g) // request 0 runs on its caller's goroutine
 	got := stats.all()[1:]
 	if len(got) != 2 || got[0].requests != 1 || got[1].requests != 3 || got[1].rows != 6 {
 		t.Fatalf("batches %+v, want [1 row/1 req, 6 rows/3 reqs]", got)
