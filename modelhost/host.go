@@ -60,6 +60,12 @@ type Config struct {
 	// Open, when set, makes each engine instance instead of loading Path
 	// (a model that is no file: an ensemble's pipeline, engine.Compose).
 	Open func(ctx context.Context) (*engine.Model, error)
+	// TryOneThread, when the thread count is fw's choice (not the user's),
+	// times the first instance against a one-thread session of the same
+	// file after its warm-up and keeps one thread for every instance when
+	// it is as fast (engine.PreferOneThread): a small model's call cannot
+	// use a second thread, whose wake-up only costs CPU.
+	TryOneThread bool
 }
 
 // Metrics is where a Host reports: the server's readiness and reloads, and
@@ -91,6 +97,8 @@ type Host struct {
 	// loaded, when set (tests), runs after a reload has loaded its instance
 	// and before it is swapped in.
 	loaded func(*serving.Instance)
+	// tryOneThread is engine.TryOneThread; tests decide its outcome.
+	tryOneThread func(ctx context.Context, m *engine.Model, maxRows int) (*engine.Model, engine.ThreadTrial, error)
 }
 
 // ErrShuttingDown is returned by Reload once BeginShutdown was called.
@@ -108,7 +116,7 @@ type readiness struct {
 // New creates a host, starting (not ready) until Start. metrics records
 // loads, reloads, readiness and the batcher's calls.
 func New(cfg Config, metrics Metrics, log *slog.Logger) *Host {
-	h := &Host{cfg: cfg, metrics: metrics, log: log, stats: cfg.Stats}
+	h := &Host{cfg: cfg, metrics: metrics, log: log, stats: cfg.Stats, tryOneThread: engine.TryOneThread}
 	if h.stats == nil {
 		h.stats = &serving.Stats{}
 	}
@@ -172,11 +180,12 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 		return nil, err
 	}
 	var image *imageprep.Pipeline
+	eo := h.cfg.Engine
 	open := h.cfg.Open
 	if open == nil {
-		open = func(ctx context.Context) (*engine.Model, error) { return engine.Load(ctx, h.cfg.Path, h.cfg.Engine) }
+		open = func(ctx context.Context) (*engine.Model, error) { return engine.Load(ctx, h.cfg.Path, eo) }
 	}
-	for range n {
+	for i := range n {
 		m, err := open(ctx)
 		if err != nil {
 			return fail(err)
@@ -187,6 +196,10 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 		}
 		if err := warmup(ctx, m, image, h.cfg.ImageSamples, h.cfg.Batcher.MaxBatchRows, h.cfg.SkipWarmup); err != nil {
 			return fail(fmt.Errorf("warm up %s: %w", h.cfg.Path, err))
+		}
+		if i == 0 && h.cfg.TryOneThread && h.cfg.Open == nil {
+			models[0] = h.preferOneThread(ctx, m, image)
+			eo.Threads = models[0].Threads() // the other instances load as the first one serves
 		}
 	}
 	m := models[0]
@@ -224,6 +237,33 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 	h.log.Info("model ready", "name", inst.Name(), "version", inst.Version(), "format", m.Format, "device", m.Device,
 		"instances", n, "threads", m.Threads(), "batched", m.Batched(), "load_ms", took.Milliseconds(), "path", h.cfg.Path)
 	return inst, nil
+}
+
+// preferOneThread returns m, or a one-thread session of its file when that
+// is as fast (engine.TryOneThread) and passes m's warm-up, closing m. A
+// trial that cannot run is logged and m kept: it only ever saves CPU.
+func (h *Host) preferOneThread(ctx context.Context, m *engine.Model, image *imageprep.Pipeline) *engine.Model {
+	one, trial, err := h.tryOneThread(ctx, m, h.cfg.Batcher.MaxBatchRows)
+	switch {
+	case err != nil:
+		h.log.Warn("could not time the model with one intra-op thread; keeping its threads", "threads", m.Threads(), "err", err)
+		return m
+	case trial.Skipped != "":
+		h.log.Debug("one intra-op thread not tried", "threads", m.Threads(), "reason", trial.Skipped)
+		return m
+	}
+	h.log.Info("timed the model's calls with its threads and with one", "rows", trial.Rows, "threads", m.Threads(),
+		"fastest_call", trial.Many, "one_thread", trial.One, "kept_threads", trial.Threads)
+	if one == nil {
+		return m
+	}
+	if err := warmup(ctx, one, image, h.cfg.ImageSamples, h.cfg.Batcher.MaxBatchRows, h.cfg.SkipWarmup); err != nil {
+		h.log.Warn("the one-thread session failed its warm-up; keeping the model's threads", "threads", m.Threads(), "err", err)
+		one.Close()
+		return m
+	}
+	m.Close()
+	return one
 }
 
 // compileImage prepares the model's image recipe once for every request. A

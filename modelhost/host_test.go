@@ -313,3 +313,99 @@ func TestUnbatchedModelGetsUnbatchedBatcher(t *testing.T) {
 		})
 	}
 }
+
+// With TryOneThread, the first instance is timed against a one-thread
+// session (engine.TryOneThread, real engine): every instance then has the
+// thread count kept, whichever the machine made it, and serves.
+func TestTryOneThreadKeepsOneCountForEveryInstance(t *testing.T) {
+	for _, try := range []bool{false, true} {
+		bc := batcher.DefaultConfig()
+		bc.Instances = 2
+		h := New(Config{Path: modelPath(t), Engine: engine.Options{Threads: 2}, Batcher: bc, TryOneThread: try},
+			httpapi.NewMetrics(prometheus.NewRegistry()), quietLog())
+		if err := h.Start(context.Background()); err != nil {
+			t.Fatalf("start: %v", err)
+		}
+		all := h.Current().All()
+		got := all[0].Threads()
+		if all[1].Threads() != got || (!try && got != 2) || (got != 1 && got != 2) {
+			t.Errorf("TryOneThread %v: instances have %d and %d threads", try, got, all[1].Threads())
+		}
+		in, err := all[0].ExampleInputs(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Current().Batcher.Submit(context.Background(), in); err != nil {
+			t.Fatalf("predict: %v", err)
+		}
+		if err := h.Shutdown(context.Background(), deadline); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// When the trial picks one thread, the timed session is closed and the
+// one-thread one serves; when that one fails its warm-up, or the trial
+// fails, the timed session keeps serving. The outcome is decided here (the
+// real engine decides by timing; see engine's tests).
+func TestTryOneThreadOutcomes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		trial    func(context.Context, *engine.Model, int) (*engine.Model, engine.ThreadTrial, error)
+		threads  int
+		oldFreed bool
+	}{
+		{"one thread kept", func(ctx context.Context, m *engine.Model, _ int) (*engine.Model, engine.ThreadTrial, error) {
+			one, err := engine.Load(ctx, m.Path, engine.Options{Threads: 1})
+			return one, engine.ThreadTrial{Threads: 1}, err
+		}, 1, true},
+		{"many kept", func(context.Context, *engine.Model, int) (*engine.Model, engine.ThreadTrial, error) {
+			return nil, engine.ThreadTrial{Threads: 2}, nil
+		}, 2, false},
+		{"trial failed", func(context.Context, *engine.Model, int) (*engine.Model, engine.ThreadTrial, error) {
+			return nil, engine.ThreadTrial{Threads: 2}, errors.New("engine gone")
+		}, 2, false},
+		{"one-thread session fails its warm-up", func(ctx context.Context, m *engine.Model, _ int) (*engine.Model, engine.ThreadTrial, error) {
+			one, err := engine.Load(ctx, m.Path, engine.Options{Threads: 1})
+			if err == nil {
+				one.Close() // its warm-up then fails with ErrClosed
+			}
+			return one, engine.ThreadTrial{Threads: 1}, err
+		}, 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bc := batcher.DefaultConfig()
+			bc.Instances = 2
+			h := New(Config{Path: modelPath(t), Engine: engine.Options{Threads: 2}, Batcher: bc, TryOneThread: true},
+				httpapi.NewMetrics(prometheus.NewRegistry()), quietLog())
+			var timed *engine.Model
+			h.tryOneThread = func(ctx context.Context, m *engine.Model, rows int) (*engine.Model, engine.ThreadTrial, error) {
+				timed = m
+				return tc.trial(ctx, m, rows)
+			}
+			if err := h.Start(context.Background()); err != nil {
+				t.Fatalf("start: %v", err)
+			}
+			defer h.Shutdown(context.Background(), deadline)
+			all := h.Current().All()
+			if all[0].Threads() != tc.threads || all[1].Threads() != tc.threads {
+				t.Fatalf("instances have %d and %d threads, want %d", all[0].Threads(), all[1].Threads(), tc.threads)
+			}
+			if freed := timed != all[0]; freed != tc.oldFreed {
+				t.Fatalf("the timed session serves: %v, want %v", !freed, !tc.oldFreed)
+			}
+			if tc.oldFreed {
+				wait(t, timed.Freed(), "the timed session to be freed")
+			}
+			in, err := all[0].ExampleInputs(2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 4 {
+				if _, err := h.Current().Batcher.Submit(context.Background(), in); err != nil {
+					t.Fatalf("predict: %v", err)
+				}
+			}
+		})
+	}
+}

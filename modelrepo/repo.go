@@ -789,6 +789,7 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 			}
 		}
 	}
+	oneThread := eo.Threads == 0 // fw's choice: a small model may do better with one (modelhost.Config.TryOneThread)
 	if eo.Threads == 0 {
 		cpus := r.cfg.CPUs
 		if cpus <= 0 {
@@ -807,11 +808,12 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 			return nil, fmt.Errorf("parameters intra_op_thread_count is %q: it must be a whole number of threads from 0 (fw's choice) to 1024", p.GetStringValue())
 		}
 		if n > 0 {
-			eo.Threads = n
+			eo.Threads, oneThread = n, false
 		}
 	}
 	h := modelhost.New(modelhost.Config{
 		Path: path, Engine: eo, Batcher: bc, SkipWarmup: r.cfg.SkipWarmup, Name: name, Version: vs, Tracer: r.cfg.Tracer,
+		TryOneThread: oneThread,
 		ImageSamples: r.images,
 		Prepare: func(inst *serving.Instance) error {
 			if seq != nil {

@@ -72,7 +72,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	maxBatch := ef.Int("max-batch-size", bdef.MaxBatchRows, "most rows coalesced into one engine call (counted in rows, not requests)")
 	maxDelay := ef.Duration("max-delay", bdef.MaxDelay, "longest a request waits for others to share its engine call; 0 disables waiting")
 	instances := ef.Int("instances", bdef.Instances, "engine instances: the model is loaded this many times (each its own session, so this many times the memory), one batcher worker each, so this many engine calls run at once; the CPU threads are split between them (as Triton's instance groups)")
-	threads := ef.Int("threads", 0, "intra-op threads per engine call (0: available CPUs / instances, honouring cgroup quotas)")
+	threads := ef.Int("threads", 0, "intra-op threads per engine call (0: fw's choice: available CPUs / instances, honouring cgroup quotas; or one when an ONNX model's calls, timed at load, are as fast with one: a small model)")
 	maxQueue := ef.Int("max-queue", bdef.MaxQueue, "requests allowed to wait; beyond it the server answers 503 with Retry-After")
 	timeout := ef.Duration("timeout", def.Timeout, "longest a request waits for its result (504 beyond it; its work is dropped)")
 	maxBody := ef.Int64("max-body-bytes", def.MaxBodyBytes, "largest request body or gRPC message, counted decompressed when compressed (beyond it 413; on /v2, Triton's 400; over gRPC, RESOURCE_EXHAUSTED); NDJSON streams are bounded per line, and in total when compressed")
@@ -265,6 +265,7 @@ Flags:
 		// A few sample pictures: a reload of the watched file finds its
 		// image test case's tensor when the picture is unchanged.
 		mh := modelhost.New(modelhost.Config{Path: *model, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
+			TryOneThread: *threads == 0,
 			ImageSamples: imageprep.NewSampleCache(8 << 20)}, metrics, log)
 		life, models = mh, serving.One(mh)
 	} else {

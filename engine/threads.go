@@ -1,0 +1,160 @@
+package engine
+
+// The intra-op thread count of a small model: measured at load, not guessed.
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// ThreadTrial is what TryOneThread measured: the fastest call of each
+// batch size with the model's threads and with one, and the count kept.
+type ThreadTrial struct {
+	Rows      []int           // the batch sizes timed
+	Many, One []time.Duration // the fastest call of each size: m.Threads() threads, one thread
+	Threads   int             // the thread count chosen: m.Threads(), or 1 when one was returned
+	Skipped   string          // why no one-thread session was tried, when none was
+}
+
+// oneThreadCallMax is the longest call (with the model's threads, at the
+// largest size) for which one thread is tried: a longer call has work to
+// spread over threads, and timing it would slow the load.
+const oneThreadCallMax = time.Millisecond
+
+// oneThreadSlack is how much slower than the model's threads one thread may
+// be and still be kept: within it, the second thread's wake-up on every call
+// costs more CPU than it saves time.
+const oneThreadSlack = 1.10
+
+// trialRounds is how many interleaved calls of each session time each size;
+// the fastest counts, which other load on the machine can only slow.
+const trialRounds = 15
+
+// TryOneThread loads m's file again with one intra-op thread when m, an
+// ONNX model on CPU with more than one thread, calls in under 1 ms at
+// maxRows rows, and times both sessions on the same inputs (batches of 1
+// and maxRows rows, interleaved). A small model's call has too little work
+// to share: each call wakes the other threads only to wait for them, which
+// costs CPU and often time. When one thread is at most 10% slower at every
+// size, TryOneThread returns the one-thread model, which the caller then
+// owns beside m; otherwise it closes it and returns nil. Inputs are the
+// test vector's rows, or zeros when the file has none and every input has
+// a fixed numeric shape; without either, nothing is tried (trial.Skipped
+// says why).
+func TryOneThread(ctx context.Context, m *Model, maxRows int) (*Model, ThreadTrial, error) {
+	trial := ThreadTrial{Threads: m.Threads()}
+	if cuda, _, _ := m.opts.deviceIndex(); cuda || !m.Format.ONNX() || m.Threads() <= 1 {
+		trial.Skipped = "not an ONNX model on CPU with more than one thread"
+		return nil, trial, nil
+	}
+	trial.Rows = []int{1}
+	if m.Batched() && maxRows > 1 {
+		trial.Rows = append(trial.Rows, maxRows)
+	}
+	inputs := make([][]Tensor, len(trial.Rows))
+	for i, n := range trial.Rows {
+		in, err := m.trialInputs(n)
+		if err != nil {
+			trial.Skipped = err.Error()
+			return nil, trial, nil
+		}
+		inputs[i] = in
+	}
+	most := trial.Rows[len(trial.Rows)-1]
+	d, err := fastest(ctx, m, inputs[len(inputs)-1], 3)
+	if err != nil {
+		return nil, trial, fmt.Errorf("timing %d rows with %d threads: %w", most, m.Threads(), err)
+	}
+	if d >= oneThreadCallMax {
+		trial.Skipped = fmt.Sprintf("a call of %d rows takes %v with %d threads", most, d.Round(time.Microsecond), m.Threads())
+		return nil, trial, nil
+	}
+	opts := m.opts
+	opts.Threads = 1
+	one, err := Load(ctx, m.Path, opts)
+	if err != nil {
+		return nil, trial, fmt.Errorf("loading %s with one thread: %w", m.Path, err)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			one.Close()
+		}
+	}()
+	faster := true
+	for _, in := range inputs {
+		var many, single time.Duration
+		for range trialRounds { // interleaved: drift on the machine falls on both
+			a, err := fastest(ctx, m, in, 1)
+			if err != nil {
+				return nil, trial, fmt.Errorf("timing with %d threads: %w", m.Threads(), err)
+			}
+			b, err := fastest(ctx, one, in, 1)
+			if err != nil {
+				return nil, trial, fmt.Errorf("timing with one thread: %w", err)
+			}
+			many, single = minDuration(many, a), minDuration(single, b)
+		}
+		trial.Many, trial.One = append(trial.Many, many), append(trial.One, single)
+		faster = faster && float64(single) <= oneThreadSlack*float64(many)
+	}
+	if !faster {
+		return nil, trial, nil
+	}
+	keep = true
+	trial.Threads = 1
+	return one, trial, nil
+}
+
+// fastest is the fastest of n calls of m on in.
+func fastest(ctx context.Context, m *Model, in []Tensor, n int) (time.Duration, error) {
+	var best time.Duration
+	for range n {
+		start := time.Now()
+		if _, err := m.Run(ctx, in); err != nil {
+			return 0, err
+		}
+		best = minDuration(best, time.Since(start))
+	}
+	return best, nil
+}
+
+// minDuration is the smaller of a and b, a zero a counting as unset.
+func minDuration(a, b time.Duration) time.Duration {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
+}
+
+// trialInputs are n rows to time the model with: the test vector's, or
+// zeros when the file has none and every input's shape (past the batch
+// axis) is fixed and numeric.
+func (m *Model) trialInputs(n int) ([]Tensor, error) {
+	in, err := m.ExampleInputs(n)
+	if err == nil {
+		return in, nil
+	}
+	in = make([]Tensor, 0, len(m.inputs))
+	for _, spec := range m.inputs {
+		if spec.DType == String || spec.DType == Invalid {
+			return nil, fmt.Errorf("input %q is %s: no inputs to time the model with", spec.Name, spec.DType)
+		}
+		shape := append([]int64(nil), spec.Shape...)
+		for i, d := range shape {
+			switch {
+			case i == 0 && m.batched:
+				shape[i] = int64(n)
+			case d < 0:
+				return nil, fmt.Errorf("input %q has a dynamic axis %d and the file no test vector: no inputs to time the model with", spec.Name, i)
+			}
+		}
+		t, err := NewTensor(spec.DType, shape)
+		if err != nil {
+			return nil, fmt.Errorf("zeros for input %q: %w", spec.Name, err)
+		}
+		in = append(in, t)
+	}
+	return in, nil
+}
