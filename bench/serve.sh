@@ -261,14 +261,19 @@ go build -o build/bench/ceiling ./bench/ceiling
 fw_commit=$(python3 bench/serve_report.py --commit)
 
 # ---- the peers' ONNX Runtime settings: fw's (the intra-op threads `fw serve` uses with
-# its defaults, as `fw verify` reports them; spinning off, fw's default) for the headline
-# rows; onnxruntime's own defaults (nothing set) for the rows marked so
-fw_threads=${PEER_THREADS:-$(bin/fw verify "$mlp" --json --time 0 | python3 -c 'import json, sys; print(json.load(sys.stdin)["threads"])')}
-[[ $fw_threads =~ ^[1-9][0-9]*$ ]] || die "cannot tell fw's intra-op threads (got '$fw_threads')"
+# its defaults for each model, as `fw verify` reports them: one for a small model whose
+# calls are as fast with one; spinning off, fw's default) for the headline rows;
+# onnxruntime's own defaults (nothing set) for the rows marked so
+verify_threads() { bin/fw verify "$1" --json --time 0 | python3 -c 'import json, sys; print(json.load(sys.stdin)["threads"])'; }
+fw_threads=${PEER_THREADS:-$(verify_threads "$mlp")}
+fw_img_threads=${PEER_IMG_THREADS:-$(verify_threads "$img_model")}
+[[ $fw_threads =~ ^[1-9][0-9]*$ && $fw_img_threads =~ ^[1-9][0-9]*$ ]] ||
+  die "cannot tell fw's intra-op threads (got '$fw_threads' and '$fw_img_threads')"
 fw_ort_env=(env FW_PEER_THREADS="$fw_threads" FW_BENCH_ORT_SPIN=0)
+fw_img_ort_env=(env FW_PEER_THREADS="$fw_img_threads" FW_BENCH_ORT_SPIN=0)
 ort_defaults_env=(env -u FW_PEER_THREADS -u FW_BENCH_ORT_SPIN)
 ort_env=("${fw_ort_env[@]}")
-log "peers' ONNX Runtime: intra_op_num_threads=$fw_threads, allow_spinning=0 (fw's settings); defaults rows at c=${DEFAULTS_CONCURRENCY:-none}"
+log "peers' ONNX Runtime: intra_op_num_threads=$fw_threads ($img_model: $fw_img_threads), allow_spinning=0 (fw's settings); defaults rows at c=${DEFAULTS_CONCURRENCY:-none}"
 
 # ---- wrk Lua scripts: POST bodies, and a done() that prints one JSON line
 python3 - "$out" "$jpeg" <<'EOF'
@@ -622,8 +627,8 @@ if [[ ${SKIP_PEERS:-0} != 1 && ${SKIP_JSON:-0} != 1 ]]; then
 fi
 
 if [[ ${SKIP_IMAGE:-0} != 1 ]]; then
-  # ---- e. /predict/image on resnet18 (peers at fw's ONNX Runtime settings)
-  ort_env=("${fw_ort_env[@]}")
+  # ---- e. /predict/image on resnet18 (peers at fw's ONNX Runtime settings for it)
+  ort_env=("${fw_img_ort_env[@]}")
   if only fw; then
     p=$((PORT_BASE + 5))
     log "e. fw serve $img_model /predict/image on $HOST:$p"
@@ -737,7 +742,7 @@ meta = {
   "torchserve": json.loads(r'''$ts_meta'''), "java": r'''$java_v''',
   "ts_batch": "$TS_BATCH", "ts_delay_ms": "$TS_DELAY_MS",
   "ts_img_batch": "$TS_IMG_BATCH", "ts_img_delay_ms": "$TS_IMG_DELAY_MS",
-  "commit": "$fw_commit", "load_start": "$load_start", "peer_threads": "$fw_threads", "peer_spin": "0",
+  "commit": "$fw_commit", "load_start": "$load_start", "peer_threads": "$fw_threads", "peer_img_threads": "$fw_img_threads", "peer_spin": "0",
   "defaults_concurrency": "$DEFAULTS_CONCURRENCY", "bench_only": "$BENCH_ONLY",
   "triton": json.loads(r'''$tr_meta'''),
   "triton_batch": "$TRITON_BATCH", "triton_delay_us": "$TRITON_DELAY_US",

@@ -366,8 +366,10 @@ def main():
     )
     w(
         f"- ONNX Runtime settings, like for like: fw runs its intra-op threads without spinning (`--engine-spin` "
-        f"off, its default) and {threads} intra-op threads here (the CPUs it may use). **Every peer row is "
-        f"measured with the same settings** ({threads} intra-op threads, `session.intra_op.allow_spinning` and "
+        f"off, its default) and {threads} intra-op threads here for digits_mlp ({meta.get('peer_img_threads', '?')} "
+        "for resnet18): the CPUs it may use, or one where an ONNX model's calls, timed at load, are as fast with "
+        f"one. **Every peer row is measured with the same settings** ({threads} intra-op threads for the row "
+        f"model, {meta.get('peer_img_threads', '?')} for resnet18, `session.intra_op.allow_spinning` and "
         "`session.inter_op.allow_spinning` = 0, set by `bench/peers/common.py` from FW_PEER_THREADS and "
         "FW_BENCH_ORT_SPIN) unless it says **[onnxruntime defaults]**: those rows leave both unset, "
         "onnxruntime's defaults (threads = physical cores, spinning on), and are measured at "
@@ -1004,7 +1006,7 @@ def reading(rows, meta, best_eng, defc):
 
     N.append(
         f"Fairness notes: every peer at fw's ONNX Runtime settings ({meta.get('peer_threads', '?')} intra-op "
-        "threads, no spinning) unless marked; fw answers /predict with `labels` and `model` fields too, peers "
+        f"threads for the row model, {meta.get('peer_img_threads', '?')} for resnet18, no spinning) unless marked; fw answers /predict with `labels` and `model` fields too, peers "
         "with `predictions` and `labels`; LitServe gets the image as multipart (it has no raw-body mode); "
         "TorchServe answers on its own URL (`/predictions/<model>`) and adds `x-request-id` and cache headers, "
         "and its per-request logging is its default, not turned off; Triton gets V2 requests only (JSON for "
