@@ -61,14 +61,15 @@ func TryOneThread(ctx context.Context, m *Model, maxRows int) (*Model, ThreadTri
 		}
 		inputs[i] = in
 	}
-	most := trial.Rows[len(trial.Rows)-1]
-	d, err := fastest(ctx, m, inputs[len(inputs)-1], 3)
-	if err != nil {
-		return nil, trial, fmt.Errorf("timing %d rows with %d threads: %w", most, m.Threads(), err)
-	}
-	if d >= oneThreadCallMax {
-		trial.Skipped = fmt.Sprintf("a call of %d rows takes %v with %d threads", most, d.Round(time.Microsecond), m.Threads())
-		return nil, trial, nil
+	for i, in := range inputs { // the fewest rows first: a big model costs one call of one row
+		d, err := fastest(ctx, m, in, 1)
+		if err != nil {
+			return nil, trial, fmt.Errorf("timing %d rows with %d threads: %w", trial.Rows[i], m.Threads(), err)
+		}
+		if d >= oneThreadCallMax {
+			trial.Skipped = fmt.Sprintf("a call of %d rows takes %v with %d threads", trial.Rows[i], d.Round(time.Microsecond), m.Threads())
+			return nil, trial, nil
+		}
 	}
 	opts := m.opts
 	opts.Threads = 1

@@ -84,7 +84,12 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cpus := engine.AvailableCPUs()
 	bdef := batcher.DefaultConfig()
-	def := tune.Setting{MaxBatch: bdef.MaxBatchRows, MaxDelay: bdef.MaxDelay, Instances: bdef.Instances, Threads: max(1, cpus/max(1, bdef.Instances)), Default: true}
+	threads, err := defaultThreads(ctx, path, max(1, cpus/max(1, bdef.Instances)))
+	if err != nil {
+		fmt.Fprintf(stderr, "fw tune: %v\n", err)
+		return 1
+	}
+	def := tune.Setting{MaxBatch: bdef.MaxBatchRows, MaxDelay: bdef.MaxDelay, Instances: bdef.Instances, Threads: threads, Default: true}
 	cfg := tune.Config{
 		Bin: bin, Model: path, Protocol: *protocol, Rows: *rows, Concurrency: conc, Target: *p99,
 		Warmup: *warmup, Duration: *duration, Budget: *budget, CPUs: cpus,
@@ -128,4 +133,19 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "Wrote %s (place it beside the model as <repository>/<name>/config.pbtxt).\n", *configOut)
 	}
 	return 0
+}
+
+// defaultThreads is the intra-op thread count fw serve runs path with by
+// default: perCall, or one for a model whose calls are as fast with one
+// (servedThreads).
+func defaultThreads(ctx context.Context, path string, perCall int) (int, error) {
+	m, err := engine.Load(ctx, path, withLibraries(engine.Options{Threads: perCall}))
+	if err != nil {
+		return 0, fmt.Errorf("loading %s: %w", path, err)
+	}
+	if m, err = servedThreads(ctx, m); err != nil {
+		return 0, fmt.Errorf("timing %s's threads: %w", path, err)
+	}
+	defer m.Close()
+	return m.Threads(), nil
 }

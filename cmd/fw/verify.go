@@ -86,14 +86,8 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	rep.LoadMS = float64(m.LoadTime.Microseconds()) / 1000
 	if *threads == 0 { // what fw serve runs with its defaults: a small model may keep one thread
-		one, _, err := engine.TryOneThread(ctx, m, batcher.DefaultConfig().MaxBatchRows)
-		if err != nil {
-			m.Close()
+		if m, err = servedThreads(ctx, m); err != nil {
 			return fail(err)
-		}
-		if one != nil {
-			m.Close()
-			m = one
 		}
 	}
 	defer m.Close()
@@ -183,6 +177,23 @@ func timeTestVector(ctx context.Context, m *engine.Model, budget time.Duration) 
 		calls++
 	}
 	return calls, time.Since(start) / time.Duration(calls), nil
+}
+
+// servedThreads returns m, or the one-thread session of its file that fw
+// serve would keep instead with its default --threads and --max-batch-size
+// (engine.TryOneThread), closing the other. On an error m is closed.
+func servedThreads(ctx context.Context, m *engine.Model) (*engine.Model, error) {
+	one, _, err := engine.TryOneThread(ctx, m, batcher.DefaultConfig().MaxBatchRows)
+	if err != nil || one != nil {
+		m.Close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if one != nil {
+		return one, nil
+	}
+	return m, nil
 }
 
 func printVerify(w io.Writer, m *engine.Model, r verifyReport) {
