@@ -379,7 +379,7 @@ def main():
     )
     w(
         f"- Servers: **fw** `bin/fw serve --model M` (defaults: --max-batch-size 64 rows, --max-delay 1ms, "
-        f"--instances 1, threads = CPUs); **fw tuned** adds `{meta['fw_tuned_flags']}`; "
+        f"--instances 1, threads = CPUs, or one for a model whose calls are as fast with one); **fw tuned** adds `{meta['fw_tuned_flags']}`; "
         f"**LitServe** `bench/peers/litserve_app.py`, `LitAPI(max_batch_size={meta['lit_batch']}, "
         f"batch_timeout={meta['lit_timeout']})` for rows (fw's batching defaults) and "
         f"`max_batch_size={meta['lit_img_batch']}, batch_timeout={meta['lit_img_timeout']}` for images, "
