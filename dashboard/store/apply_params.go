@@ -80,28 +80,62 @@ func prepareParams(in map[string]any) ([]paramValue, *EventError) {
 	return out, nil
 }
 
-// writeParams enforces write-once then inserts the new params.
+// paramsPerStatement bounds the params one statement reads or writes (7
+// values each: far below SQLite's and PostgreSQL's limits on a statement's
+// values).
+const paramsPerStatement = 400
+
+// writeParams enforces write-once then inserts the new params: one
+// statement reads the stored values of up to 400 keys, one writes up to 400
+// (a sweep's run logs its hundreds of params at once; a statement each was
+// most of a run's creation cost, on PostgreSQL a round trip each).
 func (a *applier) writeParams(ctx context.Context, rs *runState, in map[string]any) error {
 	params, perr := prepareParams(in)
 	if perr != nil {
 		return perr
 	}
-	var fresh []paramValue
-	for _, p := range params {
-		var old string
-		err := a.s.queryRow(ctx, a.tx, `SELECT value_json FROM params WHERE run_rid = ? AND key = ?`, rs.rid, p.key).Scan(&old)
+	stored := map[string]string{}
+	for chunk := range slices.Chunk(params, paramsPerStatement) {
+		args := make([]any, 0, 1+len(chunk))
+		args = append(args, rs.rid)
+		for _, p := range chunk {
+			args = append(args, p.key)
+		}
+		rows, err := a.s.queryTx(ctx, a.tx, `SELECT key, value_json FROM params WHERE run_rid = ? AND key IN (`+placeholders(len(chunk))+`)`, args...)
+		if err != nil {
+			return fmt.Errorf("reading the params of run %s: %w", rs.id, err)
+		}
+		for rows.Next() {
+			var k, v string
+			if err := rows.Scan(&k, &v); err != nil {
+				rows.Close()
+				return fmt.Errorf("reading the params of run %s: %w", rs.id, err)
+			}
+			stored[k] = v
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return fmt.Errorf("reading the params of run %s: %w", rs.id, err)
+		}
+	}
+	fresh := params[:0:0]
+	for _, p := range params { // in key order: the first conflicting key is named
+		old, ok := stored[p.key]
 		switch {
-		case isNoRows(err):
+		case !ok:
 			fresh = append(fresh, p)
-		case err != nil:
-			return fmt.Errorf("reading param %q of run %s: %w", p.key, rs.id, err)
 		case old != p.json:
 			return evErr(CodeParamConflict, "param %q is already %s; params are write-once (got %s)", p.key, old, p.json)
 		}
 	}
-	for _, p := range fresh {
-		if _, err := a.s.exec(ctx, a.tx, `INSERT INTO params (run_rid, key, value_json, value_num, value_str, experiment_id, run_id) VALUES (?, ?, ?, ?, ?, ?, ?)`, rs.rid, p.key, p.json, p.num, p.str, rs.experimentID, rs.id); err != nil {
-			return fmt.Errorf("writing param %q of run %s: %w", p.key, rs.id, err)
+	for chunk := range slices.Chunk(fresh, paramsPerStatement) {
+		args := make([]any, 0, 7*len(chunk))
+		for _, p := range chunk {
+			args = append(args, rs.rid, p.key, p.json, p.num, p.str, rs.experimentID, rs.id)
+		}
+		if _, err := a.s.exec(ctx, a.tx, valuesSQL(`INSERT INTO params (run_rid, key, value_json, value_num, value_str, experiment_id, run_id) VALUES `, 7, len(chunk)), args...); err != nil {
+			return fmt.Errorf("writing %d params of run %s: %w", len(chunk), rs.id, err)
 		}
 	}
 	return nil
@@ -114,20 +148,31 @@ func (a *applier) writeTags(ctx context.Context, rid int64, set map[string]strin
 	return writeRunTags(ctx, a.s, a.tx, rid, set, del)
 }
 
+// writeRunTags sets and deletes tags of a run, up to 400 in a statement.
 func writeRunTags(ctx context.Context, s *sqlStore, tx *sql.Tx, rid int64, set map[string]string, del []string) error {
 	keys := make([]string, 0, len(set))
 	for k := range set {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	for _, k := range keys {
-		if _, err := s.exec(ctx, tx, `INSERT INTO run_tags (run_rid, key, value) VALUES (?, ?, ?) ON CONFLICT (run_rid, key) DO UPDATE SET value = excluded.value`, rid, k, set[k]); err != nil {
-			return fmt.Errorf("setting tag %q: %w", k, err)
+	for chunk := range slices.Chunk(keys, paramsPerStatement) {
+		args := make([]any, 0, 3*len(chunk))
+		for _, k := range chunk {
+			args = append(args, rid, k, set[k])
+		}
+		if _, err := s.exec(ctx, tx, valuesSQL(`INSERT INTO run_tags (run_rid, key, value) VALUES `, 3, len(chunk))+
+			` ON CONFLICT (run_rid, key) DO UPDATE SET value = excluded.value`, args...); err != nil {
+			return fmt.Errorf("setting %d tags: %w", len(chunk), err)
 		}
 	}
-	for _, k := range del {
-		if _, err := s.exec(ctx, tx, `DELETE FROM run_tags WHERE run_rid = ? AND key = ?`, rid, k); err != nil {
-			return fmt.Errorf("deleting tag %q: %w", k, err)
+	for chunk := range slices.Chunk(del, paramsPerStatement) {
+		args := make([]any, 0, 1+len(chunk))
+		args = append(args, rid)
+		for _, k := range chunk {
+			args = append(args, k)
+		}
+		if _, err := s.exec(ctx, tx, `DELETE FROM run_tags WHERE run_rid = ? AND key IN (`+placeholders(len(chunk))+`)`, args...); err != nil {
+			return fmt.Errorf("deleting %d tags: %w", len(chunk), err)
 		}
 	}
 	return nil

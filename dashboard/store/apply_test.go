@@ -116,6 +116,57 @@ func TestParamsWriteOnce(t *testing.T) {
 	})
 }
 
+// A sweep's run logs hundreds of params and tags in one event; they are
+// read and written up to 400 per statement, so these cross the statements'
+// boundaries: every one is stored, a conflict in the last statement's keys
+// is named and writes none of its event's params, and tags are set and
+// deleted across the boundaries too.
+func TestManyParamsAndTagsInOneEvent(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		s := open(Config{})
+		ctx := context.Background()
+		e := &ev{run: "wide"}
+		params, tags := map[string]any{}, map[string]string{}
+		for i := range 1000 {
+			params[fmt.Sprintf("p%04d", i)] = float64(i)
+			tags[fmt.Sprintf("t%04d", i)] = fmt.Sprint(i)
+		}
+		mustApply(t, s, e.start("exp", params, tags))
+		again := map[string]any{"extra": "x"}
+		for k, v := range params {
+			again[k] = v
+		}
+		again["p0950"] = "changed"
+		res, err := s.Apply(ctx, []Event{e.next(Event{Type: EventParam, Params: again})})
+		if err != nil || len(res.Errors) != 1 || res.Errors[0].Code != CodeParamConflict || !strings.Contains(res.Errors[0].Msg, `"p0950"`) {
+			t.Fatalf("a conflict among 1001 params: %+v %v", res, err)
+		}
+		var del []string
+		for i := 0; i < 1000; i += 2 {
+			del = append(del, fmt.Sprintf("t%04d", i))
+		}
+		mustApply(t, s, e.next(Event{Type: EventTag, Tags: map[string]string{"t0001": "one", "new": "yes"}, DeleteTags: del}))
+		r, err := s.GetRun(ctx, "wide")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Params) != 1000 || r.Params["p0950"] != 950.0 || r.Params["p0999"] != 999.0 {
+			t.Fatalf("%d params stored (p0950 = %v), want the 1000 first written", len(r.Params), r.Params["p0950"])
+		}
+		if _, ok := r.Params["extra"]; ok {
+			t.Fatal("the refused event wrote a param")
+		}
+		if r.Tags["t0001"] != "one" || r.Tags["new"] != "yes" || r.Tags["t0999"] != "999" {
+			t.Fatalf("tags t0001=%q new=%q t0999=%q", r.Tags["t0001"], r.Tags["new"], r.Tags["t0999"])
+		}
+		for _, k := range del {
+			if _, ok := r.Tags[k]; ok {
+				t.Fatalf("tag %s was deleted but is still there", k)
+			}
+		}
+	})
+}
+
 func TestExactlyOnce(t *testing.T) {
 	forEach(t, func(t *testing.T, open func(Config) Store) {
 		s := open(Config{})

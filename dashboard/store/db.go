@@ -102,7 +102,12 @@ func openSQLite(ctx context.Context, cfg Config) (Store, error) {
 	// then WAL, then the rest; journal_size_limit keeps the WAL file from
 	// staying at its high-water mark after a checkpoint. (The driver also
 	// runs busy_timeout first whatever the order; this says it.)
-	wdsn := base + strings.Join(append([]string{busy, pr("journal_mode(WAL)"), pr("journal_size_limit(67108864)"), pr("auto_vacuum(2)")},
+	// The writer's page cache holds a large transaction's dirty pages
+	// (64 MiB; SQLite's default 2 MiB spilled them into the WAL in the
+	// middle of a sweep's batch of runs), and a statement's journal stays
+	// in memory (temp_store) instead of a temporary file.
+	wdsn := base + strings.Join(append([]string{busy, pr("journal_mode(WAL)"), pr("journal_size_limit(67108864)"), pr("auto_vacuum(2)"),
+		pr("cache_size(-65536)"), pr("temp_store(MEMORY)")},
 		append(common, "_txlock=immediate")...), "&")
 	wdb, err := sql.Open("sqlite", wdsn)
 	if err != nil {
