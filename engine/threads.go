@@ -17,8 +17,8 @@ type ThreadTrial struct {
 	Skipped   string          // why no one-thread session was tried, when none was
 }
 
-// oneThreadCallMax is the longest call (with the model's threads, at the
-// largest size) for which one thread is tried: a longer call has work to
+// oneThreadCallMax is the longest call (with the model's threads, at each
+// size timed) for which one thread is tried: a longer call has work to
 // spread over threads, and timing it would slow the load.
 const oneThreadCallMax = time.Millisecond
 
@@ -52,24 +52,22 @@ func TryOneThread(ctx context.Context, m *Model, maxRows int) (*Model, ThreadTri
 	if m.Batched() && maxRows > 1 {
 		trial.Rows = append(trial.Rows, maxRows)
 	}
-	inputs := make([][]Tensor, len(trial.Rows))
-	for i, n := range trial.Rows {
+	inputs := make([][]Tensor, 0, len(trial.Rows))
+	for _, n := range trial.Rows { // the fewest rows first: a big model costs one call of one row
 		in, err := m.trialInputs(n)
 		if err != nil {
 			trial.Skipped = err.Error()
 			return nil, trial, nil
 		}
-		inputs[i] = in
-	}
-	for i, in := range inputs { // the fewest rows first: a big model costs one call of one row
-		d, err := fastest(ctx, m, in, 1)
+		d, err := timeCall(ctx, m, in)
 		if err != nil {
-			return nil, trial, fmt.Errorf("timing %d rows with %d threads: %w", trial.Rows[i], m.Threads(), err)
+			return nil, trial, fmt.Errorf("timing %d rows with %d threads: %w", n, m.Threads(), err)
 		}
 		if d >= oneThreadCallMax {
-			trial.Skipped = fmt.Sprintf("a call of %d rows takes %v with %d threads", trial.Rows[i], d.Round(time.Microsecond), m.Threads())
+			trial.Skipped = fmt.Sprintf("a call of %d rows takes %v with %d threads", n, d.Round(time.Microsecond), m.Threads())
 			return nil, trial, nil
 		}
+		inputs = append(inputs, in)
 	}
 	opts := m.opts
 	opts.Threads = 1
@@ -87,11 +85,11 @@ func TryOneThread(ctx context.Context, m *Model, maxRows int) (*Model, ThreadTri
 	for _, in := range inputs {
 		var many, single time.Duration
 		for range trialRounds { // interleaved: drift on the machine falls on both
-			a, err := fastest(ctx, m, in, 1)
+			a, err := timeCall(ctx, m, in)
 			if err != nil {
 				return nil, trial, fmt.Errorf("timing with %d threads: %w", m.Threads(), err)
 			}
-			b, err := fastest(ctx, one, in, 1)
+			b, err := timeCall(ctx, one, in)
 			if err != nil {
 				return nil, trial, fmt.Errorf("timing with one thread: %w", err)
 			}
@@ -108,17 +106,13 @@ func TryOneThread(ctx context.Context, m *Model, maxRows int) (*Model, ThreadTri
 	return one, trial, nil
 }
 
-// fastest is the fastest of n calls of m on in.
-func fastest(ctx context.Context, m *Model, in []Tensor, n int) (time.Duration, error) {
-	var best time.Duration
-	for range n {
-		start := time.Now()
-		if _, err := m.Run(ctx, in); err != nil {
-			return 0, err
-		}
-		best = minDuration(best, time.Since(start))
+// timeCall is how long one call of m on in takes.
+func timeCall(ctx context.Context, m *Model, in []Tensor) (time.Duration, error) {
+	start := time.Now()
+	if _, err := m.Run(ctx, in); err != nil {
+		return 0, err
 	}
-	return best, nil
+	return time.Since(start), nil
 }
 
 // minDuration is the smaller of a and b, a zero a counting as unset.

@@ -184,13 +184,12 @@ func timeTestVector(ctx context.Context, m *engine.Model, budget time.Duration) 
 // (engine.TryOneThread), closing the other. On an error m is closed.
 func servedThreads(ctx context.Context, m *engine.Model) (*engine.Model, error) {
 	one, _, err := engine.TryOneThread(ctx, m, batcher.DefaultConfig().MaxBatchRows)
-	if err != nil || one != nil {
+	switch {
+	case err != nil:
 		m.Close()
-	}
-	if err != nil {
 		return nil, err
-	}
-	if one != nil {
+	case one != nil:
+		m.Close()
 		return one, nil
 	}
 	return m, nil
