@@ -86,6 +86,8 @@ func TestTryOneThreadSkips(t *testing.T) {
 		{"a dynamic axis without a test vector", testmodels.Identity(t, t.TempDir(), "dyn.onnx", testmodels.ONNXFloat, "batch", "n"), "dynamic axis", 2, 64},
 		// 4,096 rows of the CNN take milliseconds: work to share.
 		{"a call over 1 ms", filepath.Join(modelsDir(t), "digits_cnn.onnx"), "a call of 4096 rows takes", 2, 4096},
+		// 2,000,000 rows of 64 floats: 512 MB of inputs, never built.
+		{"inputs over 256 MB", mlp, "rows of input would take", 2, 2_000_000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := mustLoad(t, tc.path, Options{Threads: tc.threads})

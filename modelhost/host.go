@@ -63,7 +63,7 @@ type Config struct {
 	// TryOneThread, when the thread count is fw's choice (not the user's),
 	// times the first instance against a one-thread session of the same
 	// file after its warm-up and keeps one thread for every instance when
-	// it is as fast (engine.PreferOneThread): a small model's call cannot
+	// it is as fast (engine.TryOneThread): a small model's call cannot
 	// use a second thread, whose wake-up only costs CPU.
 	TryOneThread bool
 }
@@ -243,10 +243,19 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 // is as fast (engine.TryOneThread) and passes m's warm-up, closing m. A
 // trial that cannot run is logged and m kept: it only ever saves CPU.
 func (h *Host) preferOneThread(ctx context.Context, m *engine.Model, image *imageprep.Pipeline) *engine.Model {
-	one, trial, err := h.tryOneThread(ctx, m, h.cfg.Batcher.MaxBatchRows)
+	rows := h.cfg.Batcher.MaxBatchRows
+	if h.cfg.Batcher.Unbatched { // a configuration's max_batch_size 0: one request a call
+		rows = 1
+	}
+	one, trial, err := h.tryOneThread(ctx, m, rows)
 	switch {
+	case ctx.Err() != nil: // the load is being cancelled: its own error says so
+		if one != nil {
+			one.Close()
+		}
+		return m
 	case err != nil:
-		h.log.Warn("could not time the model with one intra-op thread; keeping its threads", "threads", m.Threads(), "err", err)
+		h.log.Info("could not time the model with one intra-op thread; keeping its threads", "threads", m.Threads(), "err", err)
 		return m
 	case trial.Skipped != "":
 		h.log.Debug("one intra-op thread not tried", "threads", m.Threads(), "reason", trial.Skipped)

@@ -84,7 +84,7 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cpus := engine.AvailableCPUs()
 	bdef := batcher.DefaultConfig()
-	threads, err := defaultThreads(ctx, path, max(1, cpus/max(1, bdef.Instances)))
+	threads, err := defaultThreads(ctx, path, max(1, cpus/max(1, bdef.Instances)), stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw tune: %v\n", err)
 		return 1
@@ -138,14 +138,12 @@ func runTune(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // defaultThreads is the intra-op thread count fw serve runs path with by
 // default: perCall, or one for a model whose calls are as fast with one
 // (servedThreads).
-func defaultThreads(ctx context.Context, path string, perCall int) (int, error) {
+func defaultThreads(ctx context.Context, path string, perCall int, w io.Writer) (int, error) {
 	m, err := engine.Load(ctx, path, withLibraries(engine.Options{Threads: perCall}))
 	if err != nil {
 		return 0, fmt.Errorf("loading %s: %w", path, err)
 	}
-	if m, err = servedThreads(ctx, m); err != nil {
-		return 0, fmt.Errorf("timing %s's threads: %w", path, err)
-	}
+	m = servedThreads(ctx, m, w)
 	defer m.Close()
 	return m.Threads(), nil
 }

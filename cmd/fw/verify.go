@@ -86,9 +86,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	rep.LoadMS = float64(m.LoadTime.Microseconds()) / 1000
 	if *threads == 0 { // what fw serve runs with its defaults: a small model may keep one thread
-		if m, err = servedThreads(ctx, m); err != nil {
-			return fail(err)
-		}
+		m = servedThreads(ctx, m, stderr)
 	}
 	defer m.Close()
 	rep.Name, rep.Version, rep.Format = m.Name(), m.Version(), string(m.Format)
@@ -180,19 +178,19 @@ func timeTestVector(ctx context.Context, m *engine.Model, budget time.Duration) 
 }
 
 // servedThreads returns m, or the one-thread session of its file that fw
-// serve would keep instead with its default --threads and --max-batch-size
-// (engine.TryOneThread), closing the other. On an error m is closed.
-func servedThreads(ctx context.Context, m *engine.Model) (*engine.Model, error) {
+// serve would keep instead with its default --threads, --instances and
+// --max-batch-size (engine.TryOneThread), closing the other. A trial that
+// fails is reported on w and m kept, as fw serve does.
+func servedThreads(ctx context.Context, m *engine.Model, w io.Writer) *engine.Model {
 	one, _, err := engine.TryOneThread(ctx, m, batcher.DefaultConfig().MaxBatchRows)
 	switch {
 	case err != nil:
-		m.Close()
-		return nil, err
+		fmt.Fprintf(w, "fw: could not time %s with one intra-op thread; keeping %d: %v\n", m.Path, m.Threads(), err)
 	case one != nil:
 		m.Close()
-		return one, nil
+		return one
 	}
-	return m, nil
+	return m
 }
 
 func printVerify(w io.Writer, m *engine.Model, r verifyReport) {
