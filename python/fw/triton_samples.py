@@ -256,6 +256,14 @@ output [
   }
 ]
 """,
+    # Triton's QA model of its C++ identity backend, which its client's
+    # memory_growth_test.py calls: [1, 16] INT32 in, the same out.
+    "custom_identity_int32": """name: "custom_identity_int32"
+platform: "onnxruntime_onnx"
+max_batch_size: 1024
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ -1 ] } ]
+""",
     "nobatch": """name: "nobatch"
 backend: "onnxruntime"
 max_batch_size: 0
@@ -416,6 +424,7 @@ def build(out: Path) -> list[str]:
         "simple_int8": simple(TensorProto.INT8),
         "simple_string": simple_string(),
         "simple_identity": identity(TensorProto.STRING, "simple_identity"),
+        "custom_identity_int32": identity(TensorProto.INT32, "custom_identity_int32"),
         "nobatch": nobatch(),
         "fixed_batch1": fixed_batch1(),
         "densenet_onnx": densenet(),

@@ -153,6 +153,20 @@ def test_models_side_by_side_with_their_own_statistics_and_metrics(server: FwSer
     assert 'fw_model_info{device="cpu",format="onnx",name="nobatch",version="1"} 1' in text
 
 
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_custom_identity_int32_as_memory_growth_test_calls_it(server: FwServer, proto: str) -> None:
+    # Triton's client example memory_growth_test.py: load nothing by hand,
+    # send [1, 16] INT32 to custom_identity_int32, get the same back.
+    mod = httpclient if proto == "http" else grpcclient
+    c = mod.InferenceServerClient(server.url if proto == "http" else server.grpc_url)
+    c.load_model("custom_identity_int32")
+    x = np.arange(16, dtype=np.int32).reshape(1, 16)
+    inp = mod.InferInput("INPUT0", [1, 16], "INT32")
+    inp.set_data_from_numpy(x)
+    out = c.infer("custom_identity_int32", [inp], outputs=[mod.InferRequestedOutput("OUTPUT0")])
+    np.testing.assert_array_equal(out.as_numpy("OUTPUT0"), x)
+
+
 def test_unprefixed_routes_take_a_model_by_name(server: FwServer) -> None:
     body = json.dumps({"data": [[1, 2, 3, 4]]}).encode()
     req = urllib.request.Request(f"http://{server.url}/predict", body, {"Content-Type": "application/json"})
