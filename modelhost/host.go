@@ -66,6 +66,42 @@ type Config struct {
 	// it is as fast (engine.TryOneThread): a small model's call cannot
 	// use a second thread, whose wake-up only costs CPU.
 	TryOneThread bool
+	// Threads, when set, remembers what the trial chose for a file (by its
+	// size, modification time and inode, and the count and rows it started
+	// from), so loading it again, a repository's on-demand load after an
+	// eviction or a reload of an unchanged file, keeps that count without
+	// a second trial. A repository shares one among its models.
+	Threads *ThreadMemo
+}
+
+// ThreadMemo is the thread counts TryOneThread chose, per file version.
+// Safe for concurrent use; the zero value is ready.
+type ThreadMemo struct {
+	mu sync.Mutex
+	m  map[threadKey]int
+}
+
+// threadKey is one file version tried from one starting point.
+type threadKey struct {
+	path          string
+	stamp         fileStamp
+	threads, rows int
+}
+
+func (t *ThreadMemo) get(k threadKey) (int, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n, ok := t.m[k]
+	return n, ok
+}
+
+func (t *ThreadMemo) put(k threadKey, n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[threadKey]int{}
+	}
+	t.m[k] = n
 }
 
 // Metrics is where a Host reports: the server's readiness and reloads, and
@@ -185,6 +221,16 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 	if open == nil {
 		open = func(ctx context.Context) (*engine.Model, error) { return engine.Load(ctx, h.cfg.Path, eo) }
 	}
+	try := h.cfg.TryOneThread && h.cfg.Open == nil
+	var memoKey threadKey
+	if try && h.cfg.Threads != nil {
+		if st, err := stamp(h.cfg.Path); err == nil {
+			memoKey = threadKey{h.cfg.Path, st, eo.Threads, h.trialRows()}
+			if n, ok := h.cfg.Threads.get(memoKey); ok {
+				eo.Threads, try = n, false // this file was tried from here before
+			}
+		}
+	}
 	for i := range n {
 		m, err := open(ctx)
 		if err != nil {
@@ -197,9 +243,13 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 		if err := warmup(ctx, m, image, h.cfg.ImageSamples, h.cfg.Batcher.MaxBatchRows, h.cfg.SkipWarmup); err != nil {
 			return fail(fmt.Errorf("warm up %s: %w", h.cfg.Path, err))
 		}
-		if i == 0 && h.cfg.TryOneThread && h.cfg.Open == nil {
-			models[0] = h.preferOneThread(ctx, m, image)
+		if i == 0 && try {
+			var decided bool
+			models[0], decided = h.preferOneThread(ctx, m, image)
 			eo.Threads = models[0].Threads() // the other instances load as the first one serves
+			if decided && memoKey.path != "" {
+				h.cfg.Threads.put(memoKey, eo.Threads)
+			}
 		}
 	}
 	m := models[0]
@@ -239,40 +289,47 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 	return inst, nil
 }
 
-// preferOneThread returns m, or a one-thread session of its file when that
-// is as fast (engine.TryOneThread) and passes m's warm-up, closing m. A
-// trial that cannot run is logged and m kept: it only ever saves CPU.
-func (h *Host) preferOneThread(ctx context.Context, m *engine.Model, image *imageprep.Pipeline) *engine.Model {
-	rows := h.cfg.Batcher.MaxBatchRows
-	if h.cfg.Batcher.Unbatched { // a configuration's max_batch_size 0: one request a call
-		rows = 1
+// trialRows is the largest call the trial times: --max-batch-size rows,
+// or 1 for a model served unbatched (a configuration's max_batch_size 0).
+func (h *Host) trialRows() int {
+	if h.cfg.Batcher.Unbatched {
+		return 1
 	}
-	one, trial, err := h.tryOneThread(ctx, m, rows)
+	return h.cfg.Batcher.MaxBatchRows
+}
+
+// preferOneThread returns m, or a one-thread session of its file when that
+// is as fast (engine.TryOneThread) and passes m's warm-up, closing m; and
+// whether the trial decided (it ran, or the model is not one to try), which
+// a later load of the same file may reuse. A trial that cannot run is
+// logged and m kept: it only ever saves CPU.
+func (h *Host) preferOneThread(ctx context.Context, m *engine.Model, image *imageprep.Pipeline) (*engine.Model, bool) {
+	one, trial, err := h.tryOneThread(ctx, m, h.trialRows())
 	switch {
 	case ctx.Err() != nil: // the load is being cancelled: its own error says so
 		if one != nil {
 			one.Close()
 		}
-		return m
+		return m, false
 	case err != nil:
 		h.log.Info("could not time the model with one intra-op thread; keeping its threads", "threads", m.Threads(), "err", err)
-		return m
+		return m, false
 	case trial.Skipped != "":
 		h.log.Debug("one intra-op thread not tried", "threads", m.Threads(), "reason", trial.Skipped)
-		return m
+		return m, true
 	}
 	h.log.Info("timed the model's calls with its threads and with one", "rows", trial.Rows, "threads", m.Threads(),
 		"fastest_call", trial.Many, "one_thread", trial.One, "kept_threads", trial.Threads)
 	if one == nil {
-		return m
+		return m, true
 	}
 	if err := warmup(ctx, one, image, h.cfg.ImageSamples, h.cfg.Batcher.MaxBatchRows, h.cfg.SkipWarmup); err != nil {
 		h.log.Warn("the one-thread session failed its warm-up; keeping the model's threads", "threads", m.Threads(), "err", err)
 		one.Close()
-		return m
+		return m, false
 	}
 	m.Close()
-	return one
+	return one, true
 }
 
 // compileImage prepares the model's image recipe once for every request. A

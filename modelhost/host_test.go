@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -407,5 +408,61 @@ func TestTryOneThreadOutcomes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A ThreadMemo keeps what the trial chose for a file version: a second load
+// of the same file (a repository's reload after an eviction) keeps the count
+// without a trial; a changed file and a trial that failed are tried again.
+func TestThreadMemoSkipsTheTrialForTheSameFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.onnx")
+	data, err := os.ReadFile(modelPath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var memo ThreadMemo
+	trials := 0
+	fail := false
+	load := func() []*engine.Model {
+		t.Helper()
+		bc := batcher.DefaultConfig()
+		bc.Instances = 2
+		h := New(Config{Path: path, Engine: engine.Options{Threads: 2}, Batcher: bc, TryOneThread: true, Threads: &memo},
+			httpapi.NewMetrics(prometheus.NewRegistry()), quietLog())
+		h.tryOneThread = func(ctx context.Context, m *engine.Model, _ int) (*engine.Model, engine.ThreadTrial, error) {
+			trials++
+			if fail {
+				return nil, engine.ThreadTrial{Threads: 2}, errors.New("engine gone")
+			}
+			one, err := engine.Load(ctx, m.Path, engine.Options{Threads: 1})
+			return one, engine.ThreadTrial{Threads: 1}, err
+		}
+		if err := h.Start(context.Background()); err != nil {
+			t.Fatalf("start: %v", err)
+		}
+		all := h.Current().All()
+		t.Cleanup(func() { h.Shutdown(context.Background(), deadline) })
+		return all
+	}
+	for i, want := range []int{1, 1} {
+		all := load()
+		if trials != 1 || all[0].Threads() != want || all[1].Threads() != want {
+			t.Fatalf("load %d: %d trials, instances with %d and %d threads; want 1 trial, %d threads", i+1, trials, all[0].Threads(), all[1].Threads(), want)
+		}
+	}
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(path, later, later); err != nil { // a new version of the file
+		t.Fatal(err)
+	}
+	fail = true
+	if all := load(); trials != 2 || all[0].Threads() != 2 {
+		t.Fatalf("changed file: %d trials, %d threads; want a second trial, which failed: 2 threads", trials, all[0].Threads())
+	}
+	if load(); trials != 3 {
+		t.Fatalf("a failed trial was remembered: %d trials, want 3", trials)
 	}
 }

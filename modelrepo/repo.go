@@ -131,6 +131,9 @@ type Repository struct {
 	// images keeps the image test cases' preprocessed pictures across the
 	// models' loads: an evicted model reloads, and copies of one model share.
 	images *imageprep.SampleCache
+	// threads remembers each model file's trial of one intra-op thread
+	// (modelhost.ThreadMemo): an on-demand load after an eviction skips it.
+	threads modelhost.ThreadMemo
 
 	// served is the immutable snapshot lookups read: model name -> its
 	// ready versions. Replaced under mu on every change.
@@ -813,7 +816,7 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 	}
 	h := modelhost.New(modelhost.Config{
 		Path: path, Engine: eo, Batcher: bc, SkipWarmup: r.cfg.SkipWarmup, Name: name, Version: vs, Tracer: r.cfg.Tracer,
-		TryOneThread: oneThread,
+		TryOneThread: oneThread, Threads: &r.threads,
 		ImageSamples: r.images,
 		Prepare: func(inst *serving.Instance) error {
 			if seq != nil {

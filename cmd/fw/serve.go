@@ -265,7 +265,7 @@ Flags:
 		// A few sample pictures: a reload of the watched file finds its
 		// image test case's tensor when the picture is unchanged.
 		mh := modelhost.New(modelhost.Config{Path: *model, Engine: engineOpts, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
-			TryOneThread: *threads == 0,
+			TryOneThread: *threads == 0, Threads: &modelhost.ThreadMemo{},
 			ImageSamples: imageprep.NewSampleCache(8 << 20)}, metrics, log)
 		life, models = mh, serving.One(mh)
 	} else {
