@@ -319,10 +319,11 @@ func destroy(v ort.Value) {
 	v.Destroy()
 }
 
-// concreteShape is the shape of an output whose spec is spec: axis 0 is
-// the batch size when batch >= 0 (a batched model), every other axis (every
-// axis when batch < 0) the spec's fixed size. ok is false when an axis is
-// dynamic, or for a rank-0 spec: ONNX Runtime allocates those outputs.
+// concreteShape is the shape of a tensor whose spec is spec (an output
+// fw allocates, or TryOneThread's zero input): axis 0 is the batch size
+// when batch >= 0 (a batched model), every other axis (every axis when
+// batch < 0) the spec's fixed size. ok is false when an axis is dynamic,
+// or for a rank-0 spec: ONNX Runtime allocates those outputs.
 func concreteShape(spec []int64, batch int64) ([]int64, bool) {
 	if len(spec) == 0 {
 		return nil, false

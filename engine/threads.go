@@ -162,14 +162,16 @@ func (m *Model) trialInputs(n int) ([]Tensor, error) {
 		if spec.DType == String || spec.DType == Invalid {
 			return nil, fmt.Errorf("input %q is %s: no inputs to time the model with", spec.Name, spec.DType)
 		}
-		shape := append([]int64(nil), spec.Shape...)
-		for i, d := range shape {
-			switch {
-			case i == 0 && m.batched:
-				shape[i] = int64(n)
-			case d < 0:
-				return nil, fmt.Errorf("input %q has a dynamic axis %d and the file no test vector: no inputs to time the model with", spec.Name, i)
-			}
+		batch := int64(-1) // no batch axis: the spec's axis 0 stands
+		if m.batched {
+			batch = int64(n)
+		}
+		shape, ok := []int64{}, true // a scalar input
+		if len(spec.Shape) > 0 {
+			shape, ok = concreteShape(spec.Shape, batch)
+		}
+		if !ok {
+			return nil, fmt.Errorf("input %q has a dynamic axis %s and the file no test vector: no inputs to time the model with", spec.Name, FormatShape(spec.Shape))
 		}
 		t, err := NewTensor(spec.DType, shape)
 		if err != nil {
