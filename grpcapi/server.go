@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -55,6 +56,12 @@ type Config struct {
 	APIKeys []string
 	// Version is the fw version ServerMetadata reports.
 	Version string
+	// Name is the server's name in ServerMetadata (tritonserver's --id);
+	// "" is "fw".
+	Name string
+	// ForwardHeaders picks the call metadata that reaches the model as
+	// request parameters (--grpc-header-forward-pattern); nil forwards none.
+	ForwardHeaders *regexp.Regexp
 	// StreamConcurrency bounds the requests of one ModelStreamInfer stream
 	// in flight at once.
 	StreamConcurrency int
@@ -119,6 +126,9 @@ func New(base context.Context, cfg Config, models serving.Models, reg prometheus
 	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
+	}
+	if cfg.Name == "" {
+		cfg.Name = "fw"
 	}
 	s := &Server{cfg: cfg, models: models, log: log, base: base, metrics: newMetrics(reg), closing: make(chan struct{}),
 		keys: serving.NewKeys(cfg.APIKeys)}
@@ -327,7 +337,7 @@ func (s *Server) ModelReady(_ context.Context, req *pb.ModelReadyRequest) (*pb.M
 
 // ServerMetadata implements GRPCInferenceService.
 func (s *Server) ServerMetadata(context.Context, *pb.ServerMetadataRequest) (*pb.ServerMetadataResponse, error) {
-	return &pb.ServerMetadataResponse{Name: "fw", Version: s.cfg.Version, Extensions: serving.Extensions()}, nil
+	return &pb.ServerMetadataResponse{Name: s.cfg.Name, Version: s.cfg.Version, Extensions: serving.Extensions()}, nil
 }
 
 func tensorMetas(specs []engine.TensorSpec) []*pb.ModelMetadataResponse_TensorMetadata {
@@ -506,6 +516,7 @@ type admission struct {
 	dec    *request
 	ticket *serving.SequenceTicket
 	seq    serving.SequenceParams
+	params serving.Parameters // its other parameters and forwarded metadata, for its model
 	err    error
 }
 
@@ -532,11 +543,15 @@ func (s *Server) admit(ctx context.Context, req *pb.ModelInferRequest) admission
 			return admission{err: status.Error(codes.InvalidArgument, err.Error())}
 		}
 	}
+	params, err := s.modelParameters(ctx, req)
+	if err != nil {
+		return admission{err: status.Error(codes.InvalidArgument, err.Error())}
+	}
 	ticket, err := serving.EnterSequence(inst, p, dec.inputs)
 	if err != nil {
 		return admission{err: s.inferError(ctx, err)}
 	}
-	return admission{inst: inst, dec: dec, ticket: ticket, seq: p}
+	return admission{inst: inst, dec: dec, ticket: ticket, seq: p, params: params}
 }
 
 // admitRecovered is admit for a stream's reading loop: a panic (a bug)
@@ -594,6 +609,7 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 	if len(dec.outputs) < len(inst.Outputs()) && inst.SkipsOutputs() {
 		rctx = serving.WithOutputs(rctx, dec.outputs)
 	}
+	rctx = serving.WithRequestInfo(rctx, req.GetId(), &a.params)
 	rec := serving.Request{Began: began, Submitted: time.Now()}
 	out, timing, err := serving.InferSequence(rctx, s.models, inst, dec.inputs, a.ticket)
 	rec.Timing = timing
@@ -688,6 +704,7 @@ func (s *Server) streamDecoupled(ctx context.Context, req *pb.ModelInferRequest,
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.base, cancel)()
+	rctx = serving.WithRequestInfo(rctx, req.GetId(), &a.params)
 	rec := serving.Request{Began: began, Submitted: time.Now(), ID: req.GetId()}
 	err := serving.InferStream(rctx, inst, dec.inputs, func(out []engine.Tensor, merr error, final bool) error {
 		switch {

@@ -623,7 +623,7 @@ func (b *docBuilder) generateSchemas(models []docModel, onDemand bool) {
 	for _, m := range models {
 		props := map[string]any{
 			"id":         map[string]any{"type": "string", "description": "Answered in the response when not empty."},
-			"parameters": map[string]any{"type": "object", "description": "Request parameters (strings, numbers, booleans); a key naming an input is that input.", "additionalProperties": map[string]any{"type": []string{"string", "number", "boolean"}}},
+			"parameters": map[string]any{"type": "object", "description": "Request parameters (strings, numbers, booleans), handed to the model (a Python model's `request.parameters()`); a key naming an input is that input.", "additionalProperties": map[string]any{"type": []string{"string", "number", "boolean"}}, "propertyNames": noTritonPrefix()},
 		}
 		var names []string
 		for _, in := range m.Inputs {
@@ -644,7 +644,8 @@ func (b *docBuilder) generateSchemas(models []docModel, onDemand bool) {
 			"title": fmt.Sprintf("%s (version %s)", m.Name, m.Version), "type": "object", "required": names,
 			"description":          fmt.Sprintf("A generate request for model `%s` version %s: %s by name.", m.Name, m.Version, describeSpecs(m.Inputs)),
 			"properties":           props,
-			"additionalProperties": map[string]any{"type": []string{"string", "number", "boolean"}, "description": "A request parameter."},
+			"additionalProperties": map[string]any{"type": []string{"string", "number", "boolean"}, "description": "A request parameter, handed to the model."},
+			"propertyNames":        noTritonPrefix(),
 		})
 	}
 	b.schemas.set("V2GenerateRequest", oneOrAnyOf("V2GenerateRequest", alts,
@@ -858,7 +859,7 @@ func v2RequestParams(stateful bool) map[string]any {
 		for _, k := range []string{"sequence_id", "sequence_start", "sequence_end"} {
 			props[k] = map[string]any{"not": map[string]any{}, "description": "Only for a stateful model (sequence batching); this model refuses it with 400."}
 		}
-		return v2Params("", props)
+		return modelParams(v2Params("", props))
 	}
 	props["sequence_id"] = map[string]any{"description": "The request's sequence: a number (1 and up) or a string (up to 128 characters), as the model's configuration takes.",
 		"oneOf": []any{
@@ -867,9 +868,24 @@ func v2RequestParams(stateful bool) map[string]any {
 		}}
 	props["sequence_start"] = map[string]any{"type": "boolean", "description": "The request begins its sequence."}
 	props["sequence_end"] = map[string]any{"type": "boolean", "description": "The request ends its sequence."}
-	p := v2Params("", props)
+	p := modelParams(v2Params("", props))
 	p["required"] = []string{"sequence_id"}
 	return p
+}
+
+// modelParams makes p (a request's parameters) say what the server takes
+// beside the parameters it reads: strings, numbers and booleans, handed to
+// the model, under any name not starting with "triton_" (Triton's).
+func modelParams(p map[string]any) map[string]any {
+	p["additionalProperties"] = map[string]any{"type": []string{"string", "number", "boolean"},
+		"description": "A request parameter, handed to the model (a Python model's `request.parameters()`)."}
+	p["propertyNames"] = noTritonPrefix()
+	return p
+}
+
+// noTritonPrefix refuses the names Triton reserves for itself.
+func noTritonPrefix() map[string]any {
+	return map[string]any{"not": map[string]any{"pattern": "^triton_"}}
 }
 
 // maxExampleElements bounds the tensors the served document gives as

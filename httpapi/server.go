@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +53,11 @@ type Config struct {
 	BatchConcurrency int
 	// Version is the fw version reported by GET /v2.
 	Version string
+	// Name is the server's name in GET /v2 (tritonserver's --id); "" is "fw".
+	Name string
+	// ForwardHeaders picks the request headers that reach the model as
+	// request parameters (--http-header-forward-pattern); nil forwards none.
+	ForwardHeaders *regexp.Regexp
 	// Hosts is the accepted Host headers (--allowed-hosts; hostguard.go); nil accepts any.
 	Hosts *hostguard.Policy
 	// SharedMemory is the system shared memory registry (shared with the
@@ -98,6 +104,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Version == "" {
 		c.Version = "dev"
+	}
+	if c.Name == "" {
+		c.Name = "fw"
 	}
 	return c
 }

@@ -56,7 +56,7 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 	switch rest {
 	case "":
 		if s.allow(ctx, "GET") && s.authorized(ctx) {
-			writeJSON(ctx, 200, map[string]any{"name": "fw", "version": s.cfg.Version, "extensions": serving.Extensions()})
+			writeJSON(ctx, 200, map[string]any{"name": s.cfg.Name, "version": s.cfg.Version, "extensions": serving.Extensions()})
 		}
 		return "v2"
 	case "/health/live":

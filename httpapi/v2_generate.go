@@ -37,6 +37,7 @@ type genRequest struct {
 	values []jv
 	id     []byte // JSON-encoded, or nil
 	seq    serving.SequenceParams
+	params serving.Parameters // the other keys, for the model
 }
 
 // parseGenerate reads a generate request's keys in their order, the first
@@ -117,7 +118,12 @@ func (g *genRequest) keys(ms []member, ins []engine.TensorSpec, prefix string) *
 		default:
 			return badV2("%sparameter '%s' has invalid type. It should be either 'int', 'bool', or 'string'.", prefix, k)
 		}
-		if _, err := g.seq.Set(k, v2ParamValue(m.val)); err != nil {
+		v := v2ParamValue(m.val)
+		isSeq, err := g.seq.Set(k, v)
+		if err == nil && !isSeq {
+			err = g.params.Add(k, v)
+		}
+		if err != nil {
 			return badV2("%s%s", prefix, err.Error())
 		}
 	}
@@ -224,7 +230,7 @@ func genLeaves(v jv) int64 {
 // with the V2 reader's data path (v2DataTensor: its limits, range checks
 // and string encoding), each value read in place in the body.
 func genInputs(g *genRequest, ins []engine.TensorSpec, lim v2Limits) (*v2Request, *APIError) {
-	req := &v2Request{inputs: make([]engine.Tensor, len(ins)), id: g.id, seq: g.seq}
+	req := &v2Request{inputs: make([]engine.Tensor, len(ins)), id: g.id, seq: g.seq, params: g.params}
 	for i, sp := range ins {
 		v := g.values[i]
 		if v == nil { // an optional input left out (parseGenerate admitted it)
@@ -270,6 +276,10 @@ func (s *Server) v2Generate(ctx *fasthttp.RequestCtx, name, version string, stre
 	}
 	req, aerr := genInputs(g, inst.Inputs(), s.v2Limits(inst))
 	if aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
+	if aerr := s.forwardHeaders(ctx, &req.params); aerr != nil {
 		writeError(ctx, aerr)
 		return
 	}
@@ -327,6 +337,7 @@ func (s *Server) generateDecoupled(ctx *fasthttp.RequestCtx, inst *serving.Insta
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		rctx, cancel := context.WithCancel(s.base)
 		defer cancel()
+		rctx = serving.WithRequestInfo(rctx, req.idString(), &req.params)
 		event := func(b []byte) error {
 			_, _ = w.WriteString("data: ")
 			_, _ = w.Write(b)

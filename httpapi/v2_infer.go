@@ -36,6 +36,7 @@ type v2Request struct {
 	inputs  []engine.Tensor
 	outputs []v2Output
 	seq     serving.SequenceParams // the request's sequence parameters
+	params  serving.Parameters     // its other parameters, for its model
 }
 
 type v2Output struct {
@@ -109,7 +110,10 @@ func v2ParamValue(v jv) any {
 		if n, err := strconv.ParseInt(unsafeString(v), 10, 64); err == nil {
 			return n
 		}
-		return serving.OtherValue("a number that is not an integer")
+		if f, err := strconv.ParseFloat(unsafeString(v), 64); err == nil {
+			return f
+		}
+		return serving.OtherValue("a number out of range")
 	}
 	return serving.OtherValue("JSON " + v.Type().String())
 }
@@ -202,7 +206,12 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, lim v2Li
 		}
 		for _, mb := range params.members() {
 			if k, ok := mb.key.str(); ok {
-				if _, err := req.seq.Set(k, v2ParamValue(mb.val)); err != nil {
+				v := v2ParamValue(mb.val)
+				isSeq, err := req.seq.Set(k, v)
+				if err == nil && !isSeq {
+					err = req.params.Add(k, v)
+				}
+				if err != nil {
 					return nil, badV2("%s", err.Error())
 				}
 			}
@@ -713,6 +722,10 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 		writeError(ctx, aerr)
 		return
 	}
+	if aerr := s.forwardHeaders(ctx, &req.params); aerr != nil {
+		writeError(ctx, aerr)
+		return
+	}
 	out, rec, err := s.v2Run(ctx, inst, req)
 	if err != nil {
 		writeError(ctx, s.submitError(err))
@@ -746,6 +759,7 @@ func (s *Server) v2Run(ctx *fasthttp.RequestCtx, inst *serving.Instance, req *v2
 	defer ticket.Release()
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
+	rctx = serving.WithRequestInfo(rctx, req.idString(), &req.params)
 	if len(req.outputs) < len(inst.Outputs()) && inst.SkipsOutputs() {
 		idx := make([]int, len(req.outputs))
 		for i, o := range req.outputs {

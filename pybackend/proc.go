@@ -333,17 +333,19 @@ type message struct {
 	Outputs   []string          `json:"outputs,omitempty"`
 	Error     *wireError        `json:"error,omitempty"`
 	Responses []wireResponse    `json:"responses,omitempty"`
-	Config    json.RawMessage   `json:"config,omitempty"`    // auto_complete_config's answer
-	ID        uint64            `json:"id,omitempty"`        // a BLS call's, echoed in its answer
-	Call      uint64            `json:"call,omitempty"`      // the execute call a result answers
-	Req       uint64            `json:"req,omitempty"`       // the decoupled request a response is for
-	Final     bool              `json:"final,omitempty"`     // the request's last response
-	Response  bool              `json:"response,omitempty"`  // a send that carries outputs
-	Decoupled bool              `json:"decoupled,omitempty"` // a BLS call to a decoupled model
-	Buckets   []float64         `json:"buckets,omitempty"`   // a metric family's histogram buckets
-	Labels    map[string]string `json:"labels,omitempty"`    // a metric's labels
-	Action    string            `json:"action,omitempty"`    // what a metric message does
-	Value     float64           `json:"value,omitempty"`     // its value
+	Config    json.RawMessage   `json:"config,omitempty"`     // auto_complete_config's answer
+	ID        uint64            `json:"id,omitempty"`         // a BLS call's, echoed in its answer
+	Call      uint64            `json:"call,omitempty"`       // the execute call a result answers
+	Req       uint64            `json:"req,omitempty"`        // the decoupled request a response is for
+	Final     bool              `json:"final,omitempty"`      // the request's last response
+	Response  bool              `json:"response,omitempty"`   // a send that carries outputs
+	Decoupled bool              `json:"decoupled,omitempty"`  // a BLS call to a decoupled model
+	Buckets   []float64         `json:"buckets,omitempty"`    // a metric family's histogram buckets
+	Labels    map[string]string `json:"labels,omitempty"`     // a metric's labels
+	Action    string            `json:"action,omitempty"`     // what a metric message does
+	Value     float64           `json:"value,omitempty"`      // its value
+	Params    string            `json:"parameters,omitempty"` // a BLS request's parameters, a JSON object
+	RequestID string            `json:"request_id,omitempty"` // a BLS request's ID
 }
 
 // wireError is an error a model answered: its message and TritonError code.
@@ -459,6 +461,10 @@ type wireRequest struct {
 	Corr  any    `json:"corr,omitempty"`
 	Flags int    `json:"flags,omitempty"`
 	Req   uint64 `json:"req,omitempty"` // the request's id: a cancel names it, a decoupled one's responses carry it
+	// RequestID and Parameters are what the request says of itself
+	// (engine.RequestInfo): request.request_id() and request.parameters().
+	RequestID  string `json:"request_id,omitempty"`
+	Parameters string `json:"parameters,omitempty"`
 }
 
 // call runs one execute of reqs and returns the result message. A request
@@ -485,6 +491,9 @@ func (p *proc) call(ctx context.Context, ctxs []context.Context, reqs [][]engine
 		all = append(all, descs...)
 		wire[i] = wireRequest{Inputs: descs, Outputs: p.outNames}
 		if i < len(ctxs) {
+			if ri, ok := engine.RequestInfoOf(ctxs[i]); ok {
+				wire[i].RequestID, wire[i].Parameters = ri.ID, ri.Parameters
+			}
 			if c, ok := engine.CorrelationOf(ctxs[i]); ok {
 				wire[i].Corr = c.ID
 				if c.IDString != "" {
@@ -799,6 +808,12 @@ func (p *proc) bls(ctx context.Context, m *message, datas [][]byte) {
 		fail(errors.New("this server runs no other models for a Python model"))
 		return
 	}
+	info, err := blsRequestInfo(m)
+	if err != nil {
+		fail(err)
+		return
+	}
+	ctx = engine.WithRequestInfo(ctx, info)
 	ins := make(map[string]engine.Tensor, len(m.Tensors))
 	for i, d := range m.Tensors {
 		dt, ok := dtypeOf(d.Datatype)
@@ -848,7 +863,7 @@ func (p *proc) bls(ctx context.Context, m *message, datas [][]byte) {
 		}
 		return
 	}
-	outs, err := p.cfg.Call(p.life, m.Model, m.Version, ins, m.Outputs)
+	outs, err := p.cfg.Call(engine.WithRequestInfo(p.life, info), m.Model, m.Version, ins, m.Outputs)
 	if err != nil {
 		fail(err)
 		return
@@ -859,6 +874,22 @@ func (p *proc) bls(ctx context.Context, m *message, datas [][]byte) {
 		return
 	}
 	_ = answer(head, odatas)
+}
+
+// blsRequestInfo is the ID and parameters a BLS request gives the model it
+// calls: its own, never those of the request its caller is serving.
+func blsRequestInfo(m *message) (engine.RequestInfo, error) {
+	info := engine.RequestInfo{ID: m.RequestID}
+	var params map[string]any
+	if m.Params != "" {
+		if err := json.Unmarshal([]byte(m.Params), &params); err != nil {
+			return info, fmt.Errorf("the request's parameters must be a JSON object of strings, numbers and booleans: %w", err)
+		}
+	}
+	if len(params) > 0 {
+		info.Parameters = m.Params
+	}
+	return info, nil
 }
 
 // finalize asks the process to run finalize and exit, and kills it when

@@ -442,6 +442,8 @@ def make_pb_utils(channel):
                 "tensors": descs,
                 "outputs": self._outputs,
                 "decoupled": decoupled,
+                "parameters": self._parameters,
+                "request_id": self._id or "",
             }
             return head, datas
 

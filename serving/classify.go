@@ -73,6 +73,10 @@ func (i *Instance) Labels(name string) []string {
 	return nil
 }
 
+// maxClassificationElements bounds the output whose classes one answer
+// sorts, as Triton's does: more is a request error, not minutes of CPU.
+const maxClassificationElements = 1_000_000
+
 // Classes answers the output named name, t, requested with classification
 // n > 0: batched, a BYTES tensor [rows, min(n, classes)] (classes being the
 // elements of a row); unbatched, [min(n, elements)]. Each row holds its
@@ -92,6 +96,9 @@ func (i *Instance) Classes(t engine.Tensor, name string, n int64) (engine.Tensor
 func TopClasses(t engine.Tensor, n int64, batched bool, labels []string) (engine.Tensor, error) {
 	if err := t.Check(); err != nil {
 		return engine.Tensor{}, err
+	}
+	if n := engine.NumElements(t.Shape); n > maxClassificationElements {
+		return engine.Tensor{}, &ClassificationError{fmt.Sprintf("classification output tensor too large: %d elements, more than the %d whose classes a server sorts; ask for the output itself, without class_count", n, maxClassificationElements)}
 	}
 	rows, per := int64(1), engine.NumElements(t.Shape)
 	if batched && len(t.Shape) > 0 {

@@ -10,6 +10,7 @@ process replaced, unloading running ``finalize``, a load with a config override,
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -457,6 +458,58 @@ output [{ name: "Y", data_type: TYPE_FP32, dims: [ -1 ] }]
 """
 
 
+# Request parameters and ID: what request.parameters() and request.request_id() say, as outputs. With X > 0 it asks
+# itself nothing; bls_params calls it by BLS with parameters and an ID of its own.
+ECHO_PARAMS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([
+                pb_utils.Tensor("PARAMS", np.array([r.parameters()], dtype=object)),
+                pb_utils.Tensor("ID", np.array([r.request_id()], dtype=object)),
+            ])
+            for r in requests
+        ]
+"""
+
+ECHO_PARAMS_CONFIG = """backend: "python"
+max_batch_size: 0
+input [{ name: "X", data_type: TYPE_FP32, dims: [ 1 ] }]
+output [{ name: "PARAMS", data_type: TYPE_STRING, dims: [ 1 ] }, { name: "ID", data_type: TYPE_STRING, dims: [ 1 ] }]
+"""
+
+BLS_PARAMS = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            resp = pb_utils.InferenceRequest(
+                model_name="echo_params", inputs=r.inputs(), requested_output_names=["PARAMS", "ID"],
+                request_id="inner", parameters={"from": "bls", "depth": 1},
+            ).exec()
+            if resp.has_error():
+                raise pb_utils.TritonModelException(resp.error().message())
+            out.append(pb_utils.InferenceResponse(resp.output_tensors()))
+        return out
+"""
+
+PARAMS_ENSEMBLE_CONFIG = """platform: "ensemble"
+max_batch_size: 0
+input [{ name: "X", data_type: TYPE_FP32, dims: [ 1 ] }]
+output [{ name: "PARAMS", data_type: TYPE_STRING, dims: [ 1 ] }, { name: "ID", data_type: TYPE_STRING, dims: [ 1 ] }]
+ensemble_scheduling { step [
+  { model_name: "echo_params", model_version: -1, input_map { key: "X", value: "X" },
+    output_map { key: "PARAMS", value: "PARAMS" }, output_map { key: "ID", value: "ID" } } ] }
+"""
+
+
 def _write(root: Path, name: str, config: str | None, src: str) -> None:
     (root / name / "1").mkdir(parents=True)
     if config is not None:
@@ -489,6 +542,10 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     _write(root, "partial", PARTIAL_CONFIG, PARTIAL)
     _write(root, "bls_edges", BLS_CANCEL_CONFIG, BLS_EDGES)
     _write(root, "accumulate", ACCUMULATE_CONFIG, ACCUMULATE)
+    _write(root, "echo_params", ECHO_PARAMS_CONFIG, ECHO_PARAMS)
+    _write(root, "bls_params", ECHO_PARAMS_CONFIG, BLS_PARAMS)
+    (root / "params_ensemble" / "1").mkdir(parents=True)
+    (root / "params_ensemble" / "config.pbtxt").write_text(PARAMS_ENSEMBLE_CONFIG)
     (root / "partial_ensemble" / "1").mkdir(parents=True)
     (root / "partial_ensemble" / "config.pbtxt").write_text(PARTIAL_ENSEMBLE_CONFIG)
     _write(root, "optional_batched", OPTIONAL_CONFIG % 4, OPTIONAL)
@@ -512,6 +569,11 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
         "*",
         "--python",
         sys.executable,
+        # tritonserver's options: headers named x-fw-... reach the models as request parameters
+        "--http-header-forward-pattern",
+        "^x-fw-",
+        "--grpc-header-forward-pattern",
+        "^x-fw-",
         grpc=True,
     )
     srv.wait_ready()
@@ -913,3 +975,73 @@ def test_metrics_custom_and_triton_names(server: FwServer) -> None:
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/v2/models/metered", timeout=10)
     assert e.value.code == 404
+
+
+def _echo(mod, client, model: str, **kw):
+    x = mod.InferInput("X", [1], "FP32")
+    x.set_data_from_numpy(np.array([1], dtype=np.float32))
+    res = client.infer(model, [x], **kw)
+    return json.loads(res.as_numpy("PARAMS")[0]), res.as_numpy("ID")[0].decode()
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_request_parameters_id_and_forwarded_headers(server: FwServer, proto: str) -> None:
+    mod, client = _client(server, proto)
+    params = {"temperature": 0.5, "n": 3, "stream": True, "stop": "END"}
+    headers = {"x-fw-tenant": 'acme "quoted" ', "x-other": "not forwarded"}
+    for model in ("echo_params", "params_ensemble"):  # an ensemble's steps see their request's
+        got, rid = _echo(mod, client, model, request_id="req-7", parameters=params, headers=headers)
+        assert got == {**params, "x-fw-tenant": 'acme "quoted" '}, (model, got)
+        assert rid == "req-7", model
+    # None: "{}" and "", as Triton's Python backend gives them
+    got, rid = _echo(mod, client, "echo_params")
+    assert (got, rid) == ({}, "")
+    # BLS: the called model sees the BLS request's own parameters and ID, not its caller's
+    got, rid = _echo(mod, client, "bls_params", request_id="outer", parameters={"outer": 1})
+    assert (got, rid) == ({"from": "bls", "depth": 1}, "inner")
+
+
+def test_reserved_and_malformed_parameters_are_refused(server: FwServer) -> None:
+    import urllib.error
+    import urllib.request
+
+    def post(path: str, body: dict, headers: dict | None = None) -> tuple[int, str]:
+        req = urllib.request.Request(
+            "http://" + server.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", **(headers or {})},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    x = {"name": "X", "shape": [1], "datatype": "FP32", "data": [1.0]}
+    code, text = post("/v2/models/echo_params/infer", {"inputs": [x], "parameters": {"triton_mine": 1}})
+    assert code == 400 and "reserved for Triton usage" in text, text
+    code, text = post("/v2/models/echo_params/infer", {"inputs": [x], "parameters": {"nested": {"a": 1}}})
+    assert code == 400 and "has invalid type" in text, text
+    # generate: keys that are not inputs are parameters too
+    code, text = post(
+        "/v2/models/echo_params/generate", {"X": [1.0], "id": "g1", "max_tokens": 16}, {"X-Fw-Trace": "t"}
+    )
+    assert code == 200, text
+    got = json.loads(text)
+    assert json.loads(got["PARAMS"]) == {"max_tokens": 16, "X-Fw-Trace": "t"} and got["ID"] == "g1", got
+    # gRPC (tritonclient refuses "triton_" keys itself; the raw stub sends one): refused, naming Triton's own
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    req = service_pb2.ModelInferRequest(model_name="echo_params")
+    inp = req.inputs.add(name="X", datatype="FP32", shape=[1])
+    inp.contents.fp32_contents.append(1.0)
+    req.parameters["triton_mine"].int64_param = 1
+    with grpc.insecure_channel(server.grpc_url) as ch:
+        with pytest.raises(grpc.RpcError) as e:
+            service_pb2_grpc.GRPCInferenceServiceStub(ch).ModelInfer(req, timeout=30)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (
+        "reserved for Triton usage" in e.value.details()
+        and "triton_enable_empty_final_response" in e.value.details()
+    )

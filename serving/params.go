@@ -1,0 +1,115 @@
+package serving
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/fw-serve/fw/engine"
+)
+
+// reservedParameters are the request parameter keys Triton keeps for
+// itself (its extension_parameters.md): the front ends read them, and
+// they are never a model's parameters. Keys starting with "triton_" are
+// reserved too.
+var reservedParameters = []string{"binary_data_output", "headers", "priority", "sequence_end", "sequence_id", "sequence_start", "timeout"}
+
+// ReservedParameter reports whether key is one of Triton's reserved
+// request parameter keys (not those starting with "triton_").
+func ReservedParameter(key string) bool {
+	return slices.Contains(reservedParameters, key)
+}
+
+// maxParameters bounds the parameters one request hands to its model.
+const maxParameters = 1024
+
+// Parameters are a request's own parameters: those of its "parameters"
+// (or, for generate, its other keys) that are not reserved, and the
+// headers a forward pattern picks. A Python model reads them as a JSON
+// object (request.parameters()), as Triton's Python backend hands them.
+// The zero value has none; a key given twice keeps its last value.
+type Parameters struct {
+	keys []string
+	vals []any
+}
+
+// Add adds a request parameter: a string, a bool, an int64, a uint64 or a
+// float64 (an OtherValue is refused, naming what it is). A reserved key
+// (ReservedParameter) is not the model's and is skipped: the caller reads
+// it. A key starting with "triton_" is refused with Triton's sentence.
+func (p *Parameters) Add(key string, v any) error {
+	if ReservedParameter(key) {
+		return nil
+	}
+	if strings.HasPrefix(key, "triton_") {
+		return fmt.Errorf("parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified: remove %q from the request's parameters", key)
+	}
+	switch x := v.(type) {
+	case string, bool, int64, uint64:
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return fmt.Errorf("request parameter %q must be a finite number", key)
+		}
+	default:
+		return fmt.Errorf("parameter '%s' has invalid type. It should be either 'int', 'bool', or 'string'. (fw: got %s; a number with a fraction is taken too)", key, describeValue(v))
+	}
+	return p.put(key, v)
+}
+
+// AddHeader adds a request header that a forward pattern picked, as a
+// string parameter of its name. Reserved names are refused with Triton's
+// sentence: a header cannot set what the protocol reads from the body.
+func (p *Parameters) AddHeader(name, value string) error {
+	if ReservedParameter(name) || strings.HasPrefix(name, "triton_") {
+		return fmt.Errorf("Header '%s' is reserved for Triton usage and cannot be forwarded. Send it under another name, or narrow the server's --http-header-forward-pattern / --grpc-header-forward-pattern", name)
+	}
+	return p.put(name, value)
+}
+
+// put sets key's value, refusing a key past maxParameters.
+func (p *Parameters) put(key string, v any) error {
+	if i := slices.Index(p.keys, key); i >= 0 {
+		p.vals[i] = v
+		return nil
+	}
+	if len(p.keys) == maxParameters {
+		return fmt.Errorf("the request has more than %d parameters (request parameters and forwarded headers together), the most that reach a model; send fewer", maxParameters)
+	}
+	p.keys = append(p.keys, key)
+	p.vals = append(p.vals, v)
+	return nil
+}
+
+// JSON is the parameters as one JSON object, in the order first given;
+// "" when there are none.
+func (p *Parameters) JSON() string {
+	if len(p.keys) == 0 {
+		return ""
+	}
+	b := []byte{'{'}
+	for i, k := range p.keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		kb, _ := json.Marshal(k)
+		vb, _ := json.Marshal(p.vals[i]) // strings, bools and finite numbers only
+		b = append(append(append(b, kb...), ':'), vb...)
+	}
+	return string(append(b, '}'))
+}
+
+// WithRequestInfo returns ctx carrying the request's ID and parameters
+// for its model (engine.RequestInfo); ctx itself when it has neither.
+func WithRequestInfo(ctx context.Context, id string, p *Parameters) context.Context {
+	js := ""
+	if p != nil {
+		js = p.JSON()
+	}
+	if id == "" && js == "" {
+		return ctx
+	}
+	return engine.WithRequestInfo(ctx, engine.RequestInfo{ID: id, Parameters: js})
+}

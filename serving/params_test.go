@@ -1,0 +1,92 @@
+package serving
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/fw-serve/fw/engine"
+)
+
+func TestParametersForTheModel(t *testing.T) {
+	var p Parameters
+	for _, kv := range []struct {
+		k string
+		v any
+	}{{"temperature", 0.5}, {"n", int64(3)}, {"big", uint64(math.MaxUint64)}, {"stream", true}, {"stop", `"END"\`},
+		{"sequence_id", uint64(7)}, {"priority", uint64(1)}, {"timeout", int64(5)}, {"binary_data_output", true}, {"headers", "x"},
+		{"n", int64(4)}} {
+		if err := p.Add(kv.k, kv.v); err != nil {
+			t.Fatalf("Add(%q): %v", kv.k, err)
+		}
+	}
+	js := p.JSON()
+	var got map[string]any
+	if err := json.Unmarshal([]byte(js), &got); err != nil {
+		t.Fatalf("JSON() %s: %v", js, err)
+	}
+	want := `{"temperature":0.5,"n":4,"big":18446744073709551615,"stream":true,"stop":"\"END\"\\"}`
+	if js != want {
+		t.Fatalf("JSON() = %s, want %s (reserved keys left out, the last value of a key kept, order of first use)", js, want)
+	}
+	var none Parameters
+	if none.JSON() != "" || WithRequestInfo(context.Background(), "", &none) != context.Background() {
+		t.Fatal("no parameters and no ID: no JSON, no context value")
+	}
+	ri, ok := engine.RequestInfoOf(WithRequestInfo(context.Background(), "r1", &p))
+	if !ok || ri.ID != "r1" || ri.Parameters != want {
+		t.Fatalf("RequestInfo = %+v %v", ri, ok)
+	}
+}
+
+func TestParametersRefused(t *testing.T) {
+	var p Parameters
+	for _, c := range []struct {
+		k    string
+		v    any
+		want string
+	}{
+		{"triton_x", int64(1), "reserved for Triton usage"},
+		{"obj", OtherValue("JSON object"), "parameter 'obj' has invalid type"},
+		{"inf", math.Inf(1), "finite"},
+	} {
+		if err := p.Add(c.k, c.v); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Add(%q, %v) = %v, want %q", c.k, c.v, err, c.want)
+		}
+	}
+	for _, h := range []string{"sequence_id", "timeout", "triton_final_response"} {
+		if err := p.AddHeader(h, "v"); err == nil || !strings.Contains(err.Error(), "Header '"+h+"' is reserved for Triton usage and cannot be forwarded") {
+			t.Errorf("AddHeader(%q) = %v", h, err)
+		}
+	}
+	if err := p.AddHeader("x-tenant", "a"); err != nil {
+		t.Fatal(err)
+	}
+	var many Parameters
+	for i := range maxParameters {
+		if err := many.Add("k"+strconv.Itoa(i), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := many.Add("k0", false); err != nil {
+		t.Fatalf("a key given again at the limit: %v", err)
+	}
+	if err := many.AddHeader("one-more", "x"); err == nil || !strings.Contains(err.Error(), "more than 1024 parameters") {
+		t.Fatalf("past the limit: %v", err)
+	}
+}
+
+func TestClassificationOfAHugeOutputIsRefused(t *testing.T) {
+	n := int64(maxClassificationElements + 1)
+	big := engine.Tensor{DType: engine.Float32, Shape: []int64{1, n}, Data: make([]byte, 4*n)}
+	if _, err := TopClasses(big, 5, true, nil); err == nil || !strings.Contains(err.Error(), "classification output tensor too large") {
+		t.Fatalf("TopClasses of %d elements: %v", n, err)
+	}
+	ok := engine.Tensor{DType: engine.Float32, Shape: []int64{1, 4}, Data: make([]byte, 16)}
+	if _, err := TopClasses(ok, 2, true, nil); err != nil {
+		t.Fatal(err)
+	}
+}
