@@ -63,7 +63,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	traceFreq := fs.String("trace-log-frequency", "", "tritonserver's older name for --trace-config triton,log-frequency=N")
 	pythonBin := ef.String("python", "", "with --model-repository: the interpreter (with numpy) that runs Python-backend models (backend \"python\", a model.py), one process per instance (default: FW_PYTHON, FW_VENV's, .venv's, then python3)")
 	metricsPort := ef.Int("metrics-port", 0, "also serve GET /metrics on this port (tritonserver's metrics port, 8002 in Triton's examples); 0: only on --port. Beside fw's own series, /metrics carries Triton's nv_inference_* per model and version")
-	exitOnError := ef.Bool("exit-on-error", true, "with --model-repository: exit when a model fails to load at start (false: serve the others; the failed ones are UNAVAILABLE in the repository index with their reasons)")
+	exitOnError := ef.TritonBool("exit-on-error", true, "with --model-repository: exit when a model fails to load at start (false: serve the others; the failed ones are UNAVAILABLE in the repository index with their reasons)").p
 	noAuto := ef.Bool("disable-auto-complete-config", false, "refuse a repository model without config.pbtxt instead of completing its configuration from the model file")
 	host := ef.String("host", "127.0.0.1", "address to listen on; 0.0.0.0 for all interfaces (the container image sets it)")
 	port := ef.Int("port", 8000, "port to listen on")
@@ -86,12 +86,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	shutdownTimeout := ef.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM: stop accepting, finish in-flight requests, exit within this time")
 	drainDelay := ef.Duration("drain-delay", 0, "on SIGTERM: keep serving this long with /health answering 503 before closing the listener, so load balancers stop sending first (Kubernetes: a few seconds)")
 	accessLog := ef.Bool("access-log", false, "log every request")
-	logFormat := ef.String("log-format", "text", "log format: text or json")
+	logFormat := ef.String("log-format", "text", "log format: text or json (tritonserver's default and ISO8601 are text)")
 	logLevel := ef.String("log-level", "info", "log level: debug, info, warn or error")
 	graphOpt := ef.String("graph-optimization", "all", "ONNX Runtime graph optimisation: disable, basic, extended or all")
 	allowNonFinite := ef.Bool("allow-nonfinite", false, "pass NaN and Inf inputs to the model instead of refusing them with 422")
 	noWarmup := ef.Bool("no-warmup", false, "skip the warm-up batches (the embedded test vector still runs)")
 	spin := ef.Bool("engine-spin", false, "let ONNX Runtime's threads busy-wait between calls (lower latency when the engine has CPUs to itself; off: they leave the CPUs to the HTTP front end)")
+	triton := registerTritonOptions(ef, port, shutdownTimeout)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: fw serve --model PATH [flags]
        fw serve --model-repository DIR [--model-control-mode none|explicit|poll] [flags]
@@ -106,6 +107,8 @@ Serves one exported model, or every model of a Triton-layout model repository
 gRPC (the Open Inference Protocol's GRPCInferenceService and grpc.health.v1).
 Concurrent requests are coalesced into engine calls by a dynamic micro-batcher.
 Every flag can also be set from the environment variable named in brackets.
+tritonserver's options are taken too, so that a Triton command line moves over
+with the binary's name changed (docs/serving.md, "Moving from Triton").
 
 Flags:
 `)
@@ -160,6 +163,11 @@ Flags:
 		fmt.Fprintf(stderr, "fw serve: --grpc-restricted-protocol: %v\n", err)
 		return 2
 	}
+	tset, err := triton.resolve(*host, logLevel, noAuto, grpcPort, metricsPort)
+	if err != nil {
+		fmt.Fprintf(stderr, "fw serve: %v\n", err)
+		return 2
+	}
 	if *pollSecs < 1 {
 		fmt.Fprintln(stderr, "fw serve: --repository-poll-secs must be at least 1")
 		return 2
@@ -172,12 +180,23 @@ Flags:
 		}
 		*model = modelPath
 	}
-	log, logLevelVar, err := newLevelLogger(stderr, *logFormat, *logLevel)
+	logTo := stderr
+	if tset.logFile != "" {
+		f, err := os.OpenFile(tset.logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			fmt.Fprintf(stderr, "fw serve: --log-file: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		logTo = f
+	}
+	log, logLevelVar, err := newLevelLogger(logTo, *logFormat, *logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		return 2
 	}
-	hosts, err := hostguard.New(*host, hostguard.ParseList(*allowedHosts))
+	tset.logNotes(log)
+	hosts, err := hostguard.New(tset.httpHost, hostguard.ParseList(*allowedHosts))
 	if err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		return 2
@@ -197,19 +216,19 @@ Flags:
 		perCall = max(1, cpus / *instances)
 	}
 
-	ln, ok := listen("fw serve", *host, *port, stderr)
+	ln, ok := listen("fw serve", tset.httpHost, *port, stderr)
 	if !ok {
 		return 1
 	}
 	var gln, mln net.Listener
 	if *grpcPort > 0 {
-		if gln, ok = listenFlag("fw serve", "--grpc-port", *host, *grpcPort, stderr); !ok {
+		if gln, ok = listenFlag("fw serve", "--grpc-port", tset.grpcHost, *grpcPort, stderr); !ok {
 			ln.Close()
 			return 1
 		}
 	}
 	if *metricsPort > 0 {
-		if mln, ok = listenFlag("fw serve", "--metrics-port", *host, *metricsPort, stderr); !ok {
+		if mln, ok = listenFlag("fw serve", "--metrics-port", tset.metricsHost, *metricsPort, stderr); !ok {
 			ln.Close()
 			if gln != nil {
 				gln.Close()
@@ -310,7 +329,7 @@ Flags:
 	}
 	srv := httpapi.New(base, httpapi.Config{
 		MaxBodyBytes: *maxBody, MaxRows: *maxRows, MaxImagePixels: *maxPixels, Timeout: *timeout,
-		APIKeys: keys, AccessLog: *accessLog, Version: version, Hosts: hosts, SharedMemory: shm, Logging: logSettings,
+		APIKeys: keys, AccessLog: *accessLog, Version: version, Name: tset.name, ForwardHeaders: tset.httpForward, Hosts: hosts, SharedMemory: shm, Logging: logSettings,
 		Restricted: restrictedHTTP, Tracer: tracer, Telemetry: otel, Payloads: payloads,
 	}, models, metrics, log, reg)
 	hs := &fasthttp.Server{
@@ -349,9 +368,9 @@ Flags:
 	if gln != nil {
 		gsrv = grpcapi.New(base, grpcapi.Config{
 			MaxMessageBytes: int(min(*maxBody, int64(1<<31-1))), MaxRows: *maxRows, Timeout: *timeout,
-			APIKeys: keys, Version: version, SharedMemory: shm, Logging: logSettings, Restricted: restrictedGRPC, Tracer: tracer, Telemetry: otel, Payloads: payloads,
+			APIKeys: keys, Version: version, Name: tset.name, ForwardHeaders: tset.grpcForward, SharedMemory: shm, Logging: logSettings, Restricted: restrictedGRPC, Tracer: tracer, Telemetry: otel, Payloads: payloads,
 		}, models, reg, log)
-		gs = grpc.NewServer(gsrv.ServerOptions()...)
+		gs = grpc.NewServer(append(gsrv.ServerOptions(), tset.grpcOptions...)...)
 		gsrv.Register(gs)
 		go func() {
 			if err := gs.Serve(gln); err != nil {
@@ -515,7 +534,7 @@ func newLevelLogger(w io.Writer, format, level string) (*slog.Logger, *slog.Leve
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
-	case "text":
+	case "text", "default", "ISO8601": // tritonserver's formats: lines of text with ISO 8601 times
 		return slog.New(slog.NewTextHandler(w, opts)), lv, nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), lv, nil

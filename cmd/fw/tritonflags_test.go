@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
+	"github.com/fw-serve/fw/internal/testlog"
+)
+
+// selfSigned writes a certificate for 127.0.0.1 and its key (PEM) into dir.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fw test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+// TestTritonCommandLine: a tritonserver command line, its binary's name
+// changed, serves: Triton's names for fw's settings (--http-port,
+// --exit-timeout-secs, --model-store), booleans with a separate value,
+// --id in both front ends' server metadata, --log-verbose and --log-file,
+// gRPC over TLS, and a tuning option taken with a logged note.
+func TestTritonCommandLine(t *testing.T) {
+	dir := t.TempDir()
+	repo := filepath.Join(dir, "models")
+	os.MkdirAll(filepath.Join(repo, "digits_mlp", "1"), 0o755)
+	copyFile(t, filepath.Join(modelsDir(t), "digits_mlp.onnx"), filepath.Join(repo, "digits_mlp", "1", "model.onnx"))
+	certFile, keyFile, pool := selfSigned(t, dir)
+	logFile := filepath.Join(dir, "server.log")
+	port, gport := freePort(t), freePort(t)
+	cmd := fwCmd("serve", "--model-store="+repo, "--http-port", strconv.Itoa(port), "--grpc-port="+strconv.Itoa(gport),
+		"--allow-grpc", "true", "--exit-on-error", "false", "--strict-model-config", "false", "--exit-timeout-secs", "20",
+		"--id", "triton", "--log-verbose=1", "--log-file", logFile, "--pinned-memory-pool-byte-size", "268435456",
+		"--grpc-use-ssl", "1", "--grpc-server-cert", certFile, "--grpc-server-key", keyFile,
+		"--grpc-keepalive-time", "10000", "--grpc-keepalive-permit-without-calls", "True", "--threads", "1")
+	out := &testlog.Buffer{}
+	cmd.Stderr, cmd.Stdout = out, io.Discard
+	p := startProc(t, "fw serve", cmd, port, out, 60*time.Second)
+
+	if code, body := call(t, "GET", p.url+"/v2", "", "", ""); code != 200 || body["name"] != "triton" {
+		t.Fatalf("GET /v2 with --id triton: %d %v", code, body)
+	}
+	if code, body := call(t, "GET", p.url+"/v2/logging", "", "", ""); code != 200 || body["log_verbose_level"] != 1.0 {
+		t.Fatalf("GET /v2/logging with --log-verbose=1: %d %v", code, body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	addr := "127.0.0.1:" + strconv.Itoa(gport)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewGRPCInferenceServiceClient(conn)
+	md, err := c.ServerMetadata(ctx, &pb.ServerMetadataRequest{})
+	if err != nil || md.Name != "triton" {
+		t.Fatalf("ServerMetadata over TLS: %v %v", md, err)
+	}
+	if _, err := c.ModelInfer(ctx, &pb.ModelInferRequest{ModelName: "digits_mlp",
+		Inputs:           []*pb.ModelInferRequest_InferInputTensor{{Name: "input", Datatype: "FP32", Shape: []int64{1, 64}}},
+		RawInputContents: [][]byte{make([]byte, 4*64)}}); err != nil {
+		t.Fatalf("ModelInfer over TLS: %v", err)
+	}
+	plain, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	if _, err := pb.NewGRPCInferenceServiceClient(plain).ServerLive(short, &pb.ServerLiveRequest{}); err == nil {
+		t.Fatal("a plaintext gRPC client was answered by a server given --grpc-use-ssl")
+	}
+
+	p.cmd.Process.Signal(os.Interrupt)
+	if code := p.exitCode(t); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out.String())
+	}
+	log, _ := os.ReadFile(logFile)
+	for _, want := range []string{"--pinned-memory-pool-byte-size has no effect in fw", "--strict-model-config is deprecated", "stopped"} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("--log-file lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(out.String(), "level=") {
+		t.Errorf("with --log-file the log still went to standard error:\n%s", out.String())
+	}
+}
+
+// TestTritonOptionsRefusedOrChecked: options for what fw does not do are
+// refused with the reason, values are checked as tritonserver checks them,
+// and the harmless values of refused options pass.
+func TestTritonOptionsRefusedOrChecked(t *testing.T) {
+	f := func(wantCode int, wantMsg string, args ...string) {
+		t.Helper()
+		var out bytes.Buffer
+		cmd := fwCmd(append([]string{"serve", "--model", "/nonexistent/model.onnx", "--port", "0"}, args...)...)
+		cmd.Stderr, cmd.Stdout = &out, &out
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != wantCode || !strings.Contains(out.String(), wantMsg) {
+			t.Errorf("fw serve %v: exit %d, want %d; output lacks %q:\n%s", args, code, wantCode, wantMsg, out.String())
+		}
+	}
+	f(2, "--rate-limit execution_count: fw has no rate limiter", "--rate-limit", "execution_count")
+	f(2, "--response-cache-byte-size 1024: fw has no response cache", "--response-cache-byte-size=1024")
+	f(2, "--allow-http false: fw always serves HTTP", "--allow-http", "false")
+	f(2, "--model-load-retry-count 3: fw does not retry", "--model-load-retry-count", "3")
+	f(2, "invalid value for bool option: maybe", "--log-info", "maybe")
+	f(2, `"x" is not an integer`, "--http-thread-count", "x")
+	f(2, "--grpc-use-ssl needs --grpc-server-cert", "--grpc-use-ssl", "true")
+	f(2, "--grpc-server-cert, --grpc-server-key and --grpc-root-cert need --grpc-use-ssl", "--grpc-server-cert", "c.pem")
+	f(2, `--http-header-forward-pattern "(": error parsing regexp`, "--http-header-forward-pattern", "(")
+	f(2, `--log-verbose "loud"`, "--log-verbose", "loud")
+	// Taken: the load is what fails, after the options were read.
+	f(1, "cannot open the model file", "--rate-limit", "OFF", "--allow-sagemaker", "false", "--allow-http=1",
+		"--http-thread-count", "8", "--backend-config", "onnxruntime,default-max-batch-size=8", "--log-error", "off", "--log-format", "ISO8601")
+}
