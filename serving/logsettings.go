@@ -15,13 +15,25 @@ import (
 type LogSettings struct {
 	mu    sync.Mutex
 	level *slog.LevelVar
-	// format is the --log-format in force ("text" or "json").
+	// format is the --log-format in force ("text", "json", or
+	// tritonserver's "default" or "ISO8601").
 	format string
+	// file is --log-file ("": standard error).
+	file string
 }
 
-// NewLogSettings wraps the logger's level; format is --log-format.
-func NewLogSettings(level *slog.LevelVar, format string) *LogSettings {
-	return &LogSettings{level: level, format: format}
+// NewLogSettings wraps the logger's level; format is --log-format, file
+// --log-file ("" for standard error).
+func NewLogSettings(level *slog.LevelVar, format, file string) *LogSettings {
+	return &LogSettings{level: level, format: format, file: file}
+}
+
+// tritonFormat is the format in Triton's names.
+func (l *LogSettings) tritonFormat() string {
+	if l.format == "ISO8601" {
+		return l.format
+	}
+	return "default"
 }
 
 // Get returns the settings in Triton's names.
@@ -34,18 +46,18 @@ func (l *LogSettings) Get() map[string]any {
 		verbose = 1
 	}
 	return map[string]any{
-		"log_file":          "",
+		"log_file":          l.file,
 		"log_info":          lv <= slog.LevelInfo,
 		"log_warning":       lv <= slog.LevelWarn,
 		"log_error":         lv <= slog.LevelError,
 		"log_verbose_level": verbose,
-		"log_format":        "default",
+		"log_format":        l.tritonFormat(),
 	}
 }
 
 // Set applies Triton's settings (bool for log_info, log_warning and
-// log_error, an integer for log_verbose_level; log_file "" and log_format
-// "default" are accepted as they are). The logger logs everything from the
+// log_error, an integer for log_verbose_level; log_file and log_format
+// are accepted as they are, and refused otherwise). The logger logs everything from the
 // lowest level switched on: errors are always logged, as fw never silences
 // them.
 func (l *LogSettings) Set(in map[string]any) error {
@@ -78,11 +90,11 @@ func (l *LogSettings) Set(in map[string]any) error {
 			}
 			verbose = n > 0
 		case "log_file":
-			if s, ok := v.(string); !ok || s != "" {
-				return fmt.Errorf("setting \"log_file\": fw serve logs to standard error; redirect it, the file cannot be changed at run time")
+			if s, ok := v.(string); !ok || s != l.file {
+				return fmt.Errorf("log file location can not be updated through network protocol (fw: it is --log-file, %q, fixed at start)", l.file)
 			}
 		case "log_format":
-			if s, ok := v.(string); !ok || s != "default" {
+			if s, ok := v.(string); !ok || s != l.tritonFormat() {
 				return fmt.Errorf("setting \"log_format\": the format is --log-format (%s) and cannot be changed at run time", l.format)
 			}
 		default:

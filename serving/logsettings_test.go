@@ -11,7 +11,7 @@ import (
 // overflowing conversion and answered with a message the schema contradicted.
 func TestLogVerboseLevelBounds(t *testing.T) {
 	var lv slog.LevelVar
-	l := NewLogSettings(&lv, "text")
+	l := NewLogSettings(&lv, "text", "")
 	for _, ok := range []float64{0, 1, 2147483647} {
 		if err := l.Set(map[string]any{"log_verbose_level": ok}); err != nil {
 			t.Errorf("%g: %v", ok, err)
@@ -22,5 +22,26 @@ func TestLogVerboseLevelBounds(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "from 0 to 2147483647") {
 			t.Errorf("%v: %v", bad, err)
 		}
+	}
+}
+
+// The log file and format are --log-file and --log-format: reported in
+// Triton's names, taken back unchanged, refused otherwise with Triton's
+// sentence.
+func TestLogFileAndFormatAreFixed(t *testing.T) {
+	var lv slog.LevelVar
+	l := NewLogSettings(&lv, "ISO8601", "/var/log/fw.log")
+	if got := l.Get(); got["log_file"] != "/var/log/fw.log" || got["log_format"] != "ISO8601" {
+		t.Fatalf("Get() = %v", got)
+	}
+	if err := l.Set(map[string]any{"log_file": "/var/log/fw.log", "log_format": "ISO8601"}); err != nil {
+		t.Fatal(err)
+	}
+	err := l.Set(map[string]any{"log_file": "other.log"})
+	if err == nil || !strings.Contains(err.Error(), "log file location can not be updated through network protocol") {
+		t.Fatalf("changing the file: %v", err)
+	}
+	if err := l.Set(map[string]any{"log_format": "default"}); err == nil {
+		t.Fatal("changing the format was accepted")
 	}
 }

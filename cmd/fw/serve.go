@@ -307,7 +307,7 @@ Flags:
 		}
 		life, models = repo, repo
 	}
-	logSettings := serving.NewLogSettings(logLevelVar, *logFormat) // Triton's logging extension, both front ends
+	logSettings := serving.NewLogSettings(logLevelVar, *logFormat, tset.logFile) // Triton's logging extension, both front ends
 	payloads, err := payloadLogger(*logPayloads, *logPayloadsTo, *logPayloadsRedact, *logPayloadsSpool, *logPayloadsDeployment, os.Getenv("FW_PAYLOADS_TOKEN"), reg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)

@@ -217,7 +217,7 @@ func registerTritonOptions(ef *envFlags, port *int, shutdown *time.Duration) *tr
 	fs.Var(secondsFlag{shutdown}, "exit-timeout-secs", "tritonserver's name for --shutdown-timeout, in seconds")
 	fs.StringVar(&t.id, "id", "", "tritonserver's option: the server's name in GET /v2 and ServerMetadata (default: fw)")
 	fs.StringVar(&t.logFile, "log-file", "", "tritonserver's option: append the log to this file instead of standard error")
-	fs.StringVar(&t.logVerbose, "log-verbose", "", "tritonserver's option: a level above 0 (or true) logs at debug level; with --log-info, --log-warning and --log-error it sets --log-level")
+	fs.StringVar(&t.logVerbose, "log-verbose", "", "tritonserver's option: a level above 0 (or true) logs at debug level; with --log-info, --log-warning and --log-error it sets --log-level (errors are always logged)")
 	t.logInfo = tb("log-info", true, "log at info level")
 	t.logWarning = tb("log-warning", true, "log warnings")
 	t.logError = tb("log-error", true, "log errors")
@@ -313,10 +313,8 @@ func (t *tritonOptions) resolve(host string, logLevel *string, noAuto *bool, grp
 			*logLevel = "info"
 		case *t.logWarning.p:
 			*logLevel = "warn"
-		case *t.logError.p:
+		default: // fw always logs errors (--log-error false too)
 			*logLevel = "error"
-		default:
-			*logLevel = "error+4" // every level off
 		}
 	}
 	if t.strictModelConfig.given {

@@ -82,7 +82,7 @@ func TestTritonCommandLine(t *testing.T) {
 	if code, body := call(t, "GET", p.url+"/v2", "", "", ""); code != 200 || body["name"] != "triton" {
 		t.Fatalf("GET /v2 with --id triton: %d %v", code, body)
 	}
-	if code, body := call(t, "GET", p.url+"/v2/logging", "", "", ""); code != 200 || body["log_verbose_level"] != 1.0 {
+	if code, body := call(t, "GET", p.url+"/v2/logging", "", "", ""); code != 200 || body["log_verbose_level"] != 1.0 || body["log_file"] != logFile {
 		t.Fatalf("GET /v2/logging with --log-verbose=1: %d %v", code, body)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
