@@ -198,7 +198,7 @@ func New(cfg Config, models serving.Models) (*Pipeline, error) {
 			}
 		}
 		for _, sp := range insts[i].Inputs() {
-			if _, ok := st.InputMap[sp.Name]; !ok {
+			if _, ok := st.InputMap[sp.Name]; !ok && !sp.Optional { // an optional one left out of input_map is never given
 				return nil, bad("%s: the model's input %q is not in input_map; map every input of the model", where, sp.Name)
 			}
 		}
@@ -405,15 +405,22 @@ func (p *Pipeline) step(ctx context.Context, i int, vals map[string]engine.Tenso
 	row := inst.Batched()
 	for j, sp := range specs {
 		t, ok := st.InputMap[sp.Name]
+		if !ok && sp.Optional {
+			continue // not mapped: the step never gives it
+		}
 		if !ok { // the model changed since the ensemble loaded
 			return nil, &StepError{Step: i + 1, Model: st.Model, Err: fmt.Errorf("the model's input %q is not in the step's input_map (the model was reloaded with other inputs; reload the ensemble)", sp.Name)}
 		}
-		ins[j] = vals[t]
-		row = row && len(sp.Shape) > 0 && len(ins[j].Shape) == len(sp.Shape)-1
+		ins[j] = vals[t] // absent when an optional input was not given or a step left it out
+		if !ins[j].Absent() {
+			row = row && len(sp.Shape) > 0 && len(ins[j].Shape) == len(sp.Shape)-1
+		}
 	}
 	if row {
 		for j := range ins {
-			ins[j].Shape = append([]int64{1}, ins[j].Shape...)
+			if !ins[j].Absent() {
+				ins[j].Shape = append([]int64{1}, ins[j].Shape...)
+			}
 		}
 	}
 	// The request's output marking is the ensemble's own: a step model

@@ -119,7 +119,9 @@ func ensembleConfig(name string, cfg *pb.ModelConfig) ensemble.Config {
 	}
 	ec := ensemble.Config{Name: name, Batched: batched, MaxBatchSize: int(cfg.GetMaxBatchSize())}
 	for _, in := range cfg.GetInput() {
-		ec.Inputs = append(ec.Inputs, spec(in.GetName(), in.GetDataType(), in.GetDims(), in.GetReshape()))
+		s := spec(in.GetName(), in.GetDataType(), in.GetDims(), in.GetReshape())
+		s.Optional = in.GetOptional()
+		ec.Inputs = append(ec.Inputs, s)
 	}
 	for _, out := range cfg.GetOutput() {
 		ec.Outputs = append(ec.Outputs, spec(out.GetName(), out.GetDataType(), out.GetDims(), out.GetReshape()))
@@ -346,7 +348,7 @@ func describeEnsemble(name string, cfg *pb.ModelConfig, labels map[string]string
 		VersionPolicy: versionPolicyJSON(cfg)}
 	for _, in := range cfg.GetInput() {
 		c.Inputs = append(c.Inputs, serving.TensorConfig{Name: in.GetName(), DataType: in.GetDataType().String(),
-			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String(), Reshape: reshapeOf(in.GetReshape())})
+			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String(), Optional: in.GetOptional(), Reshape: reshapeOf(in.GetReshape())})
 	}
 	for _, out := range cfg.GetOutput() {
 		tc := serving.TensorConfig{Name: out.GetName(), DataType: out.GetDataType().String(), Dims: slices.Clone(out.GetDims()),

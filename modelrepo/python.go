@@ -39,8 +39,8 @@ func checkPython(cfg *pb.ModelConfig) error {
 			return fmt.Errorf("model_transaction_policy decoupled is served for Python models (backend \"python\") only")
 		}
 		for _, in := range cfg.GetInput() {
-			if in.GetOptional() {
-				return fmt.Errorf("input %q: optional inputs are served for Python models (backend \"python\") only; an ONNX or TorchScript model takes every input", in.GetName())
+			if in.GetOptional() && !isEnsemble(cfg) { // an ensemble hands its steps what it was given
+				return fmt.Errorf("input %q: optional inputs are served for Python models (backend \"python\") and ensembles only; an ONNX or TorchScript model takes every input", in.GetName())
 			}
 		}
 		return nil

@@ -310,6 +310,29 @@ input [{ name: "INPUT0", data_type: TYPE_INT32, dims: [ 1 ], optional: true },
 output [{ name: "OUTPUT0", data_type: TYPE_INT32, dims: [ 1 ] }]
 """
 
+# Ensembles with optional inputs: one handing both on to the model above, one whose step leaves INPUT1 out of its
+# input_map (so the model never gets it).
+OPTIONAL_ENSEMBLE_CONFIG = """platform: "ensemble"
+max_batch_size: 4
+input [{ name: "INPUT0", data_type: TYPE_INT32, dims: [ 1 ], optional: true },
+       { name: "INPUT1", data_type: TYPE_INT32, dims: [ 1 ], optional: true }]
+output [{ name: "OUTPUT0", data_type: TYPE_INT32, dims: [ 1 ] }]
+ensemble_scheduling { step [
+  { model_name: "optional_batched", model_version: -1, input_map { key: "INPUT0", value: "INPUT0" },
+    input_map { key: "INPUT1", value: "INPUT1" }, output_map { key: "OUTPUT0", value: "OUTPUT0" } } ] }
+"""
+
+OPTIONAL_PIPELINE_CONFIG = """platform: "ensemble"
+max_batch_size: 4
+input [{ name: "INPUT0", data_type: TYPE_INT32, dims: [ 1 ], optional: true }]
+output [{ name: "OUTPUT0", data_type: TYPE_INT32, dims: [ 1 ] }]
+ensemble_scheduling { step [
+  { model_name: "optional_batched", model_version: -1, input_map { key: "INPUT0", value: "INPUT0" },
+    output_map { key: "OUTPUT0", value: "mid" } },
+  { model_name: "optional_batched", model_version: -1, input_map { key: "INPUT1", value: "mid" },
+    output_map { key: "OUTPUT0", value: "OUTPUT0" } } ] }
+"""
+
 # A response that leaves out one of its declared outputs (OUTPUT1), as Triton's Python backend allows; and an
 # ensemble over it whose OUTPUT1 is that output.
 PARTIAL = """
@@ -549,6 +572,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     (root / "partial_ensemble" / "1").mkdir(parents=True)
     (root / "partial_ensemble" / "config.pbtxt").write_text(PARTIAL_ENSEMBLE_CONFIG)
     _write(root, "optional_batched", OPTIONAL_CONFIG % 4, OPTIONAL)
+    for name, cfg in (("optional_ensemble", OPTIONAL_ENSEMBLE_CONFIG), ("optional_pipeline", OPTIONAL_PIPELINE_CONFIG)):
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(cfg)
     _write(root, "bls_cancel", BLS_CANCEL_CONFIG, BLS_CANCEL % ("", "call.exec(decoupled=True)"))
     _write(
         root,
@@ -779,7 +805,7 @@ def test_optional_inputs(server: FwServer, proto: str) -> None:
     """Inputs marked ``optional: true`` may be left out, in any combination; the model gets None for them, and
     the configuration says they are optional."""
     mod, client = _client(server, proto)
-    for model, shape in (("optional", [1]), ("optional_batched", [1, 1])):
+    for model, shape in (("optional", [1]), ("optional_batched", [1, 1]), ("optional_ensemble", [1, 1])):
         for has0 in (True, False):
             for has1 in (True, False):
                 inputs = []
@@ -788,7 +814,7 @@ def test_optional_inputs(server: FwServer, proto: str) -> None:
                         x = mod.InferInput(name, shape, "INT32")
                         x.set_data_from_numpy(np.full(shape, value, dtype=np.int32))
                         inputs.append(x)
-                if model == "optional_batched" and not inputs:
+                if model != "optional" and not inputs:
                     # With a batch axis the batch size comes from the inputs: at least one is needed.
                     with pytest.raises(InferenceServerException, match="every input was left out"):
                         client.infer(model, inputs)
@@ -796,11 +822,16 @@ def test_optional_inputs(server: FwServer, proto: str) -> None:
                 res = client.infer(model, inputs)
                 want = (1 if has0 else 5) + (2 if has1 else 10)
                 assert res.as_numpy("OUTPUT0").flat[0] == want, (model, has0, has1)
-    config = client.get_model_config("optional")
-    if proto == "grpc":
-        assert all(i.optional for i in config.config.input)
-    else:
-        assert all(i["optional"] for i in config["input"])
+    # A step that leaves an optional input out of its input_map: its model never gets it (INPUT1 = 10 in step 1)
+    x = mod.InferInput("INPUT0", [1, 1], "INT32")
+    x.set_data_from_numpy(np.full((1, 1), 3, dtype=np.int32))
+    assert client.infer("optional_pipeline", [x]).as_numpy("OUTPUT0").flat[0] == 5 + 13
+    for model in ("optional", "optional_ensemble"):
+        config = client.get_model_config(model)
+        if proto == "grpc":
+            assert all(i.optional for i in config.config.input), model
+        else:
+            assert all(i["optional"] for i in config["input"]), model
 
 
 @pytest.mark.parametrize("proto", ["http", "grpc"])
