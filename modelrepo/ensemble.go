@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -162,7 +161,7 @@ func (r *Repository) stepsOf(name string) []string {
 	if err != nil {
 		return nil
 	}
-	data, err := readBounded(filepath.Join(dir, "config.pbtxt"))
+	data, err := readBounded(r.configPath(dir))
 	if err != nil {
 		return nil
 	}

@@ -74,6 +74,10 @@ type Config struct {
 	// DisableAutoComplete refuses a model without config.pbtxt instead of
 	// completing its configuration from the file.
 	DisableAutoComplete bool
+	// ConfigName, when set, picks DIR/<model>/configs/<ConfigName>.pbtxt
+	// over config.pbtxt where a model has one (tritonserver's
+	// --model-config-name).
+	ConfigName string
 	// Engine and Batcher are the defaults every model starts from; its
 	// configuration overrides the batching (max_batch_size,
 	// dynamic_batching) and the instance count (instance_group).
@@ -205,6 +209,9 @@ const sampleCacheBytes = 32 << 20
 func New(cfg Config, metrics Metrics, log *slog.Logger) (*Repository, error) {
 	if len(cfg.Roots) == 0 {
 		return nil, errors.New("no --model-repository given")
+	}
+	if n := cfg.ConfigName; n != "" && (strings.ContainsAny(n, " \t/\\\x00") || strings.HasPrefix(n, ".") || len(n) > 200) {
+		return nil, fmt.Errorf("--model-config-name %q: a file name without spaces, '/' or a leading '.' (configs/<name>.pbtxt in each model's directory)", n)
 	}
 	for i, root := range cfg.Roots {
 		abs, err := filepath.Abs(root)
@@ -674,6 +681,19 @@ func (r *Repository) load(ctx context.Context, name string, opts serving.LoadOpt
 
 // readConfig reads the model's configuration: the load's override, else
 // config.pbtxt, else (auto-complete) an empty one completed from the file.
+// configPath is the configuration file of the model in dir: its
+// configs/<ConfigName>.pbtxt when ConfigName is set and the model has one,
+// else its config.pbtxt, as tritonserver reads them.
+func (r *Repository) configPath(dir string) string {
+	if r.cfg.ConfigName != "" {
+		p := filepath.Join(dir, "configs", r.cfg.ConfigName+".pbtxt")
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	return filepath.Join(dir, "config.pbtxt")
+}
+
 func (r *Repository) readConfig(dir, name string, opts serving.LoadOptions) (*pb.ModelConfig, bool, error) {
 	var cfg *pb.ModelConfig
 	var err error
@@ -683,7 +703,8 @@ func (r *Repository) readConfig(dir, name string, opts serving.LoadOptions) (*pb
 			return nil, false, fmt.Errorf("the load request's config: %w", err)
 		}
 	default:
-		data, rerr := readBounded(filepath.Join(dir, "config.pbtxt"))
+		path := r.configPath(dir)
+		data, rerr := readBounded(path)
 		switch {
 		case errors.Is(rerr, os.ErrNotExist):
 			if r.cfg.DisableAutoComplete {
@@ -694,7 +715,7 @@ func (r *Repository) readConfig(dir, name string, opts serving.LoadOptions) (*pb
 			return nil, false, rerr
 		default:
 			if cfg, err = parseConfig(data, false); err != nil {
-				return nil, false, fmt.Errorf("%s: %w", filepath.Join(dir, "config.pbtxt"), err)
+				return nil, false, fmt.Errorf("%s: %w", path, err)
 			}
 		}
 	}

@@ -137,6 +137,10 @@ Flags:
 		fmt.Fprintln(stderr, "fw serve: --load-model needs --model-control-mode explicit (in none and poll modes every model loads)")
 		return 2
 	}
+	if triton.configName != "" && len(*repos) == 0 {
+		fmt.Fprintln(stderr, "fw serve: --model-config-name needs --model-repository (it picks each model's configs/NAME.pbtxt)")
+		return 2
+	}
 	if *watch && len(*repos) > 0 {
 		fmt.Fprintln(stderr, "fw serve: --watch follows the --model file; a repository follows its changes with --model-control-mode poll")
 		return 2
@@ -293,7 +297,7 @@ Flags:
 		}
 		repo, err := modelrepo.New(modelrepo.Config{
 			Roots: *repos, Mode: mode, LoadModels: *loadModels, PollInterval: time.Duration(*pollSecs) * time.Second,
-			DisableAutoComplete: *noAuto, Engine: engineOpts, CPUs: cpus, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
+			DisableAutoComplete: *noAuto, ConfigName: tset.configName, Engine: engineOpts, CPUs: cpus, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
 			MaxResidentModels: *maxResident, MaxResidentBytes: *maxResidentBytes, LoadWait: *timeout,
 			Python: cmp.Or(*pythonBin, pythonPath()), KeepGoing: !*exitOnError, PythonMetrics: pyMetrics,
 		}, metrics, log)

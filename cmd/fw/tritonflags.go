@@ -172,7 +172,6 @@ var refusedOptions = []struct{ name, kind, fine, why string }{
 	{"cache-config", "string", "", "fw has no response cache"},
 	{"model-load-retry-count", "int", "0", "fw does not retry a failed load: the model stays UNAVAILABLE with its reason, and a load request (or the next poll) tries again"},
 	{"model-namespacing", "bool", "false", "fw serves one model of a name across its repositories"},
-	{"model-config-name", "string", "", "fw reads each model's config.pbtxt"},
 	{"reuse-http-port", "bool", "false", "fw binds its ports alone"},
 	{"reuse-grpc-port", "bool", "false", "fw binds its ports alone"},
 	{"allow-http", "bool", "true", "fw always serves HTTP (its health, metrics and /v2 routes)"},
@@ -183,6 +182,7 @@ var refusedOptions = []struct{ name, kind, fine, why string }{
 type tritonOptions struct {
 	fs                                  *flag.FlagSet
 	id                                  string
+	configName                          string
 	logFile                             string
 	logVerbose                          string
 	logInfo, logWarning, logError       *tritonBool
@@ -215,6 +215,7 @@ func registerTritonOptions(ef *envFlags, port *int, shutdown *time.Duration) *tr
 		fs.Var(l.Value, "model-store", "tritonserver's older name for --model-repository")
 	}
 	fs.Var(secondsFlag{shutdown}, "exit-timeout-secs", "tritonserver's name for --shutdown-timeout, in seconds")
+	fs.StringVar(&t.configName, "model-config-name", "", "tritonserver's option: with --model-repository, each model's configs/NAME.pbtxt where it has one, else its config.pbtxt")
 	fs.StringVar(&t.id, "id", "", "tritonserver's option: the server's name in GET /v2 and ServerMetadata (default: fw)")
 	fs.StringVar(&t.logFile, "log-file", "", "tritonserver's option: append the log to this file instead of standard error")
 	fs.StringVar(&t.logVerbose, "log-verbose", "", "tritonserver's option: a level above 0 (or true) logs at debug level; with --log-info, --log-warning and --log-error it sets --log-level (errors are always logged)")
@@ -265,6 +266,7 @@ func cmpOr(s, def string) string {
 // they share with fw.
 type tritonSettings struct {
 	name                            string // "" is fw
+	configName                      string // --model-config-name
 	httpHost, grpcHost, metricsHost string
 	httpForward, grpcForward        *regexp.Regexp
 	grpcOptions                     []grpc.ServerOption
@@ -279,7 +281,7 @@ type tritonSettings struct {
 func (t *tritonOptions) resolve(host string, logLevel *string, noAuto *bool, grpcPort, metricsPort *int) (tritonSettings, error) {
 	given := map[string]bool{}
 	t.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	s := tritonSettings{name: t.id, logFile: t.logFile,
+	s := tritonSettings{name: t.id, logFile: t.logFile, configName: t.configName,
 		httpHost: cmpOr(t.httpAddress, host), grpcHost: cmpOr(t.grpcAddress, host), metricsHost: cmpOr(t.metricsAd, host)}
 	for _, o := range refusedOptions {
 		if c := t.checked[o.name]; c.given && (o.fine == "" || !strings.EqualFold(c.val, o.fine)) {

@@ -67,12 +67,15 @@ func TestTritonCommandLine(t *testing.T) {
 	repo := filepath.Join(dir, "models")
 	os.MkdirAll(filepath.Join(repo, "digits_mlp", "1"), 0o755)
 	copyFile(t, filepath.Join(modelsDir(t), "digits_mlp.onnx"), filepath.Join(repo, "digits_mlp", "1", "model.onnx"))
+	os.MkdirAll(filepath.Join(repo, "digits_mlp", "configs"), 0o755) // --model-config-name picks it over config.pbtxt
+	os.WriteFile(filepath.Join(repo, "digits_mlp", "config.pbtxt"), []byte("max_batch_size: 8\n"), 0o644)
+	os.WriteFile(filepath.Join(repo, "digits_mlp", "configs", "small.pbtxt"), []byte("max_batch_size: 4\n"), 0o644)
 	certFile, keyFile, pool := selfSigned(t, dir)
 	logFile := filepath.Join(dir, "server.log")
 	port, gport := freePort(t), freePort(t)
 	cmd := fwCmd("serve", "--model-store="+repo, "--http-port", strconv.Itoa(port), "--grpc-port="+strconv.Itoa(gport),
 		"--allow-grpc", "true", "--exit-on-error", "false", "--strict-model-config", "false", "--exit-timeout-secs", "20",
-		"--id", "triton", "--log-verbose=1", "--log-file", logFile, "--pinned-memory-pool-byte-size", "268435456",
+		"--id", "triton", "--model-config-name", "small", "--log-verbose=1", "--log-file", logFile, "--pinned-memory-pool-byte-size", "268435456",
 		"--grpc-use-ssl", "1", "--grpc-server-cert", certFile, "--grpc-server-key", keyFile,
 		"--grpc-keepalive-time", "10000", "--grpc-keepalive-permit-without-calls", "True", "--threads", "1")
 	out := &testlog.Buffer{}
@@ -81,6 +84,9 @@ func TestTritonCommandLine(t *testing.T) {
 
 	if code, body := call(t, "GET", p.url+"/v2", "", "", ""); code != 200 || body["name"] != "triton" {
 		t.Fatalf("GET /v2 with --id triton: %d %v", code, body)
+	}
+	if code, body := call(t, "GET", p.url+"/v2/models/digits_mlp/config", "", "", ""); code != 200 || body["max_batch_size"] != 4.0 {
+		t.Fatalf("config with --model-config-name small: %d %v", code, body)
 	}
 	if code, body := call(t, "GET", p.url+"/v2/logging", "", "", ""); code != 200 || body["log_verbose_level"] != 1.0 || body["log_file"] != logFile {
 		t.Fatalf("GET /v2/logging with --log-verbose=1: %d %v", code, body)
@@ -157,6 +163,7 @@ func TestTritonOptionsRefusedOrChecked(t *testing.T) {
 	f(2, "--grpc-server-cert, --grpc-server-key and --grpc-root-cert need --grpc-use-ssl", "--grpc-server-cert", "c.pem")
 	f(2, `--http-header-forward-pattern "(": error parsing regexp`, "--http-header-forward-pattern", "(")
 	f(2, `--log-verbose "loud"`, "--log-verbose", "loud")
+	f(2, "--model-config-name needs --model-repository", "--model-config-name", "h100")
 	// Taken: the load is what fails, after the options were read.
 	f(1, "cannot open the model file", "--rate-limit", "OFF", "--allow-sagemaker", "false", "--allow-http=1",
 		"--http-thread-count", "8", "--backend-config", "onnxruntime,default-max-batch-size=8", "--log-error", "off", "--log-format", "ISO8601")
