@@ -64,7 +64,7 @@ func (p *Parameters) Add(key string, v any) error {
 // sentence: a header cannot set what the protocol reads from the body.
 func (p *Parameters) AddHeader(name, value string) error {
 	if ReservedParameter(name) || strings.HasPrefix(name, "triton_") {
-		return fmt.Errorf("Header '%s' is reserved for Triton usage and cannot be forwarded. Send it under another name, or narrow the server's --http-header-forward-pattern / --grpc-header-forward-pattern", name)
+		return reservedHeaderError(name)
 	}
 	return p.put(name, value)
 }
@@ -112,4 +112,12 @@ func WithRequestInfo(ctx context.Context, id string, p *Parameters) context.Cont
 		return ctx
 	}
 	return engine.WithRequestInfo(ctx, engine.RequestInfo{ID: id, Parameters: js})
+}
+
+// reservedHeaderError is a forwarded header with a reserved name, in
+// Triton's sentence (which starts with a capital), then how to avoid it.
+type reservedHeaderError string
+
+func (e reservedHeaderError) Error() string {
+	return "Header '" + string(e) + "' is reserved for Triton usage and cannot be forwarded. Send it under another name, or narrow the server's --http-header-forward-pattern / --grpc-header-forward-pattern"
 }

@@ -572,7 +572,10 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     (root / "partial_ensemble" / "1").mkdir(parents=True)
     (root / "partial_ensemble" / "config.pbtxt").write_text(PARTIAL_ENSEMBLE_CONFIG)
     _write(root, "optional_batched", OPTIONAL_CONFIG % 4, OPTIONAL)
-    for name, cfg in (("optional_ensemble", OPTIONAL_ENSEMBLE_CONFIG), ("optional_pipeline", OPTIONAL_PIPELINE_CONFIG)):
+    for name, cfg in (
+        ("optional_ensemble", OPTIONAL_ENSEMBLE_CONFIG),
+        ("optional_pipeline", OPTIONAL_PIPELINE_CONFIG),
+    ):
         (root / name / "1").mkdir(parents=True)
         (root / name / "config.pbtxt").write_text(cfg)
     _write(root, "bls_cancel", BLS_CANCEL_CONFIG, BLS_CANCEL % ("", "call.exec(decoupled=True)"))

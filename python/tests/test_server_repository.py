@@ -241,7 +241,9 @@ def test_logging_extension(server: FwServer, proto: str) -> None:
     c.update_log_settings({"log_verbose_level": 0, "log_info": False})
     s = settings()
     assert s["log_info"] is False and s["log_warning"] is True
-    with pytest.raises(InferenceServerException, match="log file location can not be updated through network protocol"):
+    with pytest.raises(
+        InferenceServerException, match="log file location can not be updated through network protocol"
+    ):
         c.update_log_settings({"log_file": "/tmp/elsewhere.log"})
     c.update_log_settings({"log_info": True})
     assert settings()["log_info"] is True
