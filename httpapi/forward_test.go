@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bufio"
+	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
@@ -46,4 +47,28 @@ func TestForwardHeadersKeepTheClientsNamesAndValues(t *testing.T) {
 	if aerr := s.forwardHeaders(ctx, &serving.Parameters{}); aerr != nil {
 		t.Fatalf("no pattern forwards nothing: %+v", aerr)
 	}
+}
+
+// FuzzForwardHeaders: whatever head a client sends, forwarding its headers
+// never panics, and what reaches the model is one JSON object.
+func FuzzForwardHeaders(f *testing.F) {
+	f.Add("my_header: v\r\nOther:x\r\n")
+	f.Add("my_header:\r\nsequence_id: 1\r\n")
+	f.Add("My_Header_é: \"q\\\\\" \r\n")
+	s := &Server{cfg: Config{ForwardHeaders: regexp.MustCompile("(?i)my_header|sequence")}}
+	f.Fuzz(func(t *testing.T, head string) {
+		var req fasthttp.Request
+		if req.Read(bufio.NewReader(strings.NewReader("POST /v2/models/m/infer HTTP/1.1\r\nHost: localhost\r\n"+head+"Content-Length: 0\r\n\r\n"))) != nil {
+			return
+		}
+		ctx := &fasthttp.RequestCtx{}
+		req.CopyTo(&ctx.Request)
+		var p serving.Parameters
+		if aerr := s.forwardHeaders(ctx, &p); aerr != nil {
+			return
+		}
+		if js := p.JSON(); js != "" && !json.Valid([]byte(js)) {
+			t.Fatalf("not JSON: %q", js)
+		}
+	})
 }
