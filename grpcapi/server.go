@@ -417,6 +417,7 @@ func configPB(c serving.ModelConfig) *pb.ModelConfig {
 		Input: ins, Output: outs, InstanceGroup: []*pb.ModelInstanceGroup{group}, VersionPolicy: policy,
 		DefaultModelFilename: c.DefaultModelFilename, Parameters: params,
 		ModelTransactionPolicy: &pb.ModelTransactionPolicy{Decoupled: c.Decoupled},
+		ResponseCache:          &pb.ModelResponseCache{Enable: c.ResponseCache},
 	}
 	if c.Ensemble != nil {
 		es := &pb.ModelEnsembling{}
@@ -493,7 +494,7 @@ func statsPB(inst *serving.Instance) *pb.ModelStatistics {
 		InferenceStats: &pb.InferStatistics{
 			Success: durationPB(snap.Success), Fail: durationPB(snap.Fail), Queue: durationPB(snap.Queue),
 			ComputeInput: durationPB(snap.ComputeInput), ComputeInfer: durationPB(snap.ComputeInfer),
-			ComputeOutput: durationPB(snap.ComputeOutput), CacheHit: &pb.StatisticDuration{}, CacheMiss: &pb.StatisticDuration{},
+			ComputeOutput: durationPB(snap.ComputeOutput), CacheHit: durationPB(snap.CacheHit), CacheMiss: durationPB(snap.CacheMiss),
 		},
 	}
 	for _, b := range snap.Batches {

@@ -36,7 +36,7 @@ func v2ModelStats(inst *serving.Instance) map[string]any {
 		"inference_stats": map[string]serving.Duration{
 			"success": snap.Success, "fail": snap.Fail, "queue": snap.Queue,
 			"compute_input": snap.ComputeInput, "compute_infer": snap.ComputeInfer, "compute_output": snap.ComputeOutput,
-			"cache_hit": {}, "cache_miss": {},
+			"cache_hit": snap.CacheHit, "cache_miss": snap.CacheMiss,
 		},
 		"batch_stats":  batches,
 		"memory_usage": []any{},

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fw-serve/fw/httpapi"
+	"github.com/fw-serve/fw/respcache"
 	"github.com/fw-serve/fw/serving"
 )
 
@@ -35,5 +36,34 @@ func TestConfigName(t *testing.T) {
 		if _, err := New(Config{Roots: []string{root}, ConfigName: bad}, httpapi.NewMetrics(prometheus.NewRegistry()), quiet()); err == nil || !strings.Contains(err.Error(), "--model-config-name") {
 			t.Errorf("ConfigName %q: %v", bad, err)
 		}
+	}
+}
+
+// response_cache { enable: true } needs the server's cache, and a model
+// whose answers depend on more than its request cannot have it.
+func TestResponseCacheConfig(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, cfg string) {
+		os.MkdirAll(filepath.Join(root, name), 0o755)
+		os.WriteFile(filepath.Join(root, name, "config.pbtxt"), []byte(cfg), 0o644)
+	}
+	write("plain", "max_batch_size: 8\nresponse_cache { enable: true }\n")
+	write("stateful", "max_batch_size: 8\nresponse_cache { enable: true }\nsequence_batching { }\n")
+	read := func(cache *respcache.Cache, name string) error {
+		r, err := New(Config{Roots: []string{root}, ResponseCache: cache}, httpapi.NewMetrics(prometheus.NewRegistry()), quiet())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = r.readConfig(filepath.Join(root, name), name, serving.LoadOptions{})
+		return err
+	}
+	if err := read(nil, "plain"); err == nil || !strings.Contains(err.Error(), "--cache-config local,size=BYTES") {
+		t.Fatalf("no server cache: %v", err)
+	}
+	if err := read(respcache.New(1<<20), "plain"); err != nil {
+		t.Fatal(err)
+	}
+	if err := read(respcache.New(1<<20), "stateful"); err == nil || !strings.Contains(err.Error(), "stateful") {
+		t.Fatalf("stateful: %v", err)
 	}
 }

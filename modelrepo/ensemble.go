@@ -302,6 +302,7 @@ func (r *Repository) loadEnsemble(ctx context.Context, name, vs, vdir string, cf
 					inst.Config.Outputs[i].Labels = p.Labels(out.Name)
 				}
 			}
+			r.setCache(inst, cfg)
 			return nil
 		},
 	}, hostMetrics{r.metrics}, r.log)

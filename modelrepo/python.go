@@ -310,6 +310,7 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 				inst.Reshape = rs
 			}
 			inst.Config = described
+			r.setCache(inst, cfg)
 			return nil
 		},
 	}, hostMetrics{r.metrics}, r.log)

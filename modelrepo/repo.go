@@ -31,6 +31,7 @@ import (
 	"github.com/fw-serve/fw/imageprep"
 	"github.com/fw-serve/fw/modelhost"
 	"github.com/fw-serve/fw/pybackend"
+	"github.com/fw-serve/fw/respcache"
 	"github.com/fw-serve/fw/sequence"
 	"github.com/fw-serve/fw/serving"
 	"github.com/fw-serve/fw/telemetry"
@@ -78,6 +79,10 @@ type Config struct {
 	// over config.pbtxt where a model has one (tritonserver's
 	// --model-config-name).
 	ConfigName string
+	// ResponseCache is the server's response cache (--cache-config), which
+	// models whose configuration enables response_cache use; nil refuses
+	// such a configuration.
+	ResponseCache *respcache.Cache
 	// Engine and Batcher are the defaults every model starts from; its
 	// configuration overrides the batching (max_batch_size,
 	// dynamic_batching) and the instance count (instance_group).
@@ -681,6 +686,33 @@ func (r *Repository) load(ctx context.Context, name string, opts serving.LoadOpt
 
 // readConfig reads the model's configuration: the load's override, else
 // config.pbtxt, else (auto-complete) an empty one completed from the file.
+// checkCache refuses a configuration that enables the response cache
+// where the server has none, or for a model whose answers depend on more
+// than its request (a stateful or decoupled one).
+func (r *Repository) checkCache(cfg *pb.ModelConfig) error {
+	if !cfg.GetResponseCache().GetEnable() {
+		return nil
+	}
+	switch {
+	case r.cfg.ResponseCache == nil:
+		return errors.New("response_cache enable: the server has no response cache; start fw serve with --cache-config local,size=BYTES (or --response-cache-byte-size BYTES)")
+	case cfg.GetSequenceBatching() != nil:
+		return errors.New("response_cache enable: a stateful model's answers depend on its sequence's earlier requests and cannot be cached")
+	case cfg.GetModelTransactionPolicy().GetDecoupled():
+		return errors.New("response_cache enable: a decoupled model's answers are not cached (as in Triton)")
+	}
+	return nil
+}
+
+// setCache gives inst the response cache when cfg enables it (checkCache
+// has allowed it).
+func (r *Repository) setCache(inst *serving.Instance, cfg *pb.ModelConfig) {
+	if cfg.GetResponseCache().GetEnable() {
+		inst.Cache = r.cfg.ResponseCache
+		inst.Config.ResponseCache = true
+	}
+}
+
 // configPath is the configuration file of the model in dir: its
 // configs/<ConfigName>.pbtxt when ConfigName is set and the model has one,
 // else its config.pbtxt, as tritonserver reads them.
@@ -723,6 +755,9 @@ func (r *Repository) readConfig(dir, name string, opts serving.LoadOptions) (*pb
 		return nil, false, fmt.Errorf("the configuration names the model %q but its directory is %q; they must agree", cfg.GetName(), name)
 	}
 	if err := checkPlatform(cfg); err != nil {
+		return nil, false, err
+	}
+	if err := r.checkCache(cfg); err != nil {
 		return nil, false, err
 	}
 	if mbs := cfg.GetMaxBatchSize(); mbs < 0 || mbs > maxBatchSize {
@@ -861,6 +896,7 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 				return err
 			}
 			inst.Config, inst.Reshape = c, reshape
+			r.setCache(inst, cfg)
 			return nil
 		},
 	}, hostMetrics{r.metrics}, r.log)

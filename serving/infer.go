@@ -10,6 +10,7 @@ import (
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/payloadlog"
+	"github.com/fw-serve/fw/respcache"
 	"github.com/fw-serve/fw/sequence"
 	"github.com/fw-serve/fw/telemetry"
 )
@@ -22,11 +23,50 @@ import (
 func Infer(ctx context.Context, models Models, inst *Instance, inputs []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
 	pl, start := payloadStart(ctx)
 	ctx, call := telemetry.StartCall(ctx)
-	out, t, err := infer(ctx, models, inst, inputs)
+	var out []engine.Tensor
+	var t batcher.Timing
+	var err error
+	if inst.Cache != nil && inst.Sequences == nil && !inst.Decoupled() {
+		out, t, err = cachedInfer(ctx, models, inst, inputs)
+	} else {
+		out, t, err = infer(ctx, models, inst, inputs)
+	}
 	call.Done(inst.Name(), inst.Version(), t.Queue, err)
 	if pl != nil {
 		pl.Log(inst.Name(), inst.Version(), inst.Inputs(), inputs, inst.Outputs(), out, time.Since(start), err)
 	}
+	return out, t, err
+}
+
+// cachedInfer is infer through inst's response cache: the answer kept for
+// the same model version, inputs, requested outputs and request
+// parameters, else the model's, kept for next time. Failures are not kept.
+func cachedInfer(ctx context.Context, models Models, inst *Instance, inputs []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+	began := time.Now()
+	kb := respcache.NewKey(inst.Name(), inst.Version())
+	kb.Tensors(inputs)
+	if idx, ok := RequestedOutputs(ctx); ok {
+		kb.String("outputs")
+		kb.Ints(idx)
+	} else {
+		kb.String("all outputs")
+	}
+	if ri, ok := engine.RequestInfoOf(ctx); ok {
+		kb.String(ri.Parameters)
+	}
+	key := kb.Sum()
+	if out, ok := inst.Cache.Get(key); ok {
+		inst.Stats.cacheLookup(true, time.Since(began))
+		return out, batcher.Timing{}, nil
+	}
+	lookup := time.Since(began)
+	out, t, err := infer(ctx, models, inst, inputs)
+	if err == nil {
+		kept := time.Now()
+		inst.Cache.Put(key, out)
+		lookup += time.Since(kept)
+	}
+	inst.Stats.cacheLookup(false, lookup)
 	return out, t, err
 }
 

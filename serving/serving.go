@@ -14,6 +14,7 @@ import (
 	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 	"github.com/fw-serve/fw/imageprep"
+	"github.com/fw-serve/fw/respcache"
 	"github.com/fw-serve/fw/sequence"
 )
 
@@ -58,6 +59,10 @@ type Instance struct {
 	// batching) in a step, itself or in an ensemble it runs: each of its
 	// requests runs on its own, with its sequence.
 	StatefulSteps bool
+	// Cache, when set, keeps the model's answers (config.pbtxt's
+	// response_cache { enable: true }, with the server's --cache-config):
+	// a request seen before is answered from it without running the model.
+	Cache *respcache.Cache
 }
 
 // Inputs are the inputs a client sends: the model's, less those a

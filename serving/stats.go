@@ -20,6 +20,7 @@ type Stats struct {
 	success, fail                      duration
 	queue, computeInput, computeInfer  duration
 	computeOutput                      duration
+	cacheHit, cacheMiss                duration
 	inferences, executions, lastMillis atomic.Uint64
 
 	mu      sync.Mutex
@@ -108,6 +109,17 @@ func (s *Stats) BatchRun(rows, _ int, _, inference time.Duration, err error) {
 	s.mu.Unlock()
 }
 
+// cacheLookup counts a response cache lookup that found the answer (hit:
+// the time to find and hand it over) or did not (the time to look and to
+// keep the new answer), as Triton's cache_hit and cache_miss.
+func (s *Stats) cacheLookup(hit bool, d time.Duration) {
+	if hit {
+		s.cacheHit.add(d)
+	} else {
+		s.cacheMiss.add(d)
+	}
+}
+
 // QueueDepth implements batcher.Stats; the statistics do not keep it.
 func (s *Stats) QueueDepth(int) {}
 
@@ -119,6 +131,7 @@ type Snapshot struct {
 	// InferenceCount is rows inferred, ExecutionCount engine calls.
 	InferenceCount, ExecutionCount                                  uint64
 	Success, Fail, Queue, ComputeInput, ComputeInfer, ComputeOutput Duration
+	CacheHit, CacheMiss                                             Duration
 	Batches                                                         []BatchStat
 }
 
@@ -128,6 +141,7 @@ func (s *Stats) Snapshot() Snapshot {
 		LastInference: s.lastMillis.Load(), InferenceCount: s.inferences.Load(), ExecutionCount: s.executions.Load(),
 		Success: s.success.get(), Fail: s.fail.get(), Queue: s.queue.get(),
 		ComputeInput: s.computeInput.get(), ComputeInfer: s.computeInfer.get(), ComputeOutput: s.computeOutput.get(),
+		CacheHit: s.cacheHit.get(), CacheMiss: s.cacheMiss.get(),
 	}
 	s.mu.Lock()
 	for _, b := range s.batches {

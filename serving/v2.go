@@ -194,6 +194,9 @@ type ModelConfig struct {
 	InstanceKind string
 	// Parameters are the configuration's parameters (key -> string_value).
 	Parameters map[string]string
+	// ResponseCache says whether the model's answers are cached
+	// (response_cache { enable: true }).
+	ResponseCache bool
 	// SequenceBatching, when set, is the model's sequence_batching as
 	// Triton's JSON renders it (a stateful model; it then has no
 	// dynamic_batching).
@@ -304,6 +307,7 @@ func ConfigJSON(c ModelConfig) map[string]any {
 		"default_model_filename":   c.DefaultModelFilename,
 		"parameters":               params,
 		"model_transaction_policy": map[string]any{"decoupled": c.Decoupled},
+		"response_cache":           map[string]any{"enable": c.ResponseCache},
 	}
 	if c.Ensemble != nil {
 		steps := make([]map[string]any, len(c.Ensemble))

@@ -27,6 +27,7 @@ import (
 	"github.com/fw-serve/fw/modelhost"
 	"github.com/fw-serve/fw/modelrepo"
 	"github.com/fw-serve/fw/pybackend"
+	"github.com/fw-serve/fw/respcache"
 	"github.com/fw-serve/fw/serving"
 	"github.com/fw-serve/fw/sharedmem"
 )
@@ -297,7 +298,7 @@ Flags:
 		}
 		repo, err := modelrepo.New(modelrepo.Config{
 			Roots: *repos, Mode: mode, LoadModels: *loadModels, PollInterval: time.Duration(*pollSecs) * time.Second,
-			DisableAutoComplete: *noAuto, ConfigName: tset.configName, Engine: engineOpts, CPUs: cpus, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
+			DisableAutoComplete: *noAuto, ConfigName: tset.configName, ResponseCache: responseCache(tset.cacheBytes), Engine: engineOpts, CPUs: cpus, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
 			MaxResidentModels: *maxResident, MaxResidentBytes: *maxResidentBytes, LoadWait: *timeout,
 			Python: cmp.Or(*pythonBin, pythonPath()), KeepGoing: !*exitOnError, PythonMetrics: pyMetrics,
 		}, metrics, log)
@@ -444,6 +445,14 @@ Flags:
 	cancelBase()
 	log.Info("stopped")
 	return code
+}
+
+// responseCache is the server's response cache of bytes (nil for 0).
+func responseCache(bytes int64) *respcache.Cache {
+	if bytes <= 0 {
+		return nil
+	}
+	return respcache.New(bytes)
 }
 
 // lifecycle is what loads, serves and drains the models: a modelhost.Host

@@ -168,8 +168,6 @@ var refusedOptions = []struct{ name, kind, fine, why string }{
 	{"vertex-ai-default-model", "string", "", "fw serves no Vertex AI front end"},
 	{"rate-limit", "string", "off", "fw has no rate limiter across models; each model's --max-queue bounds its waiting requests"},
 	{"rate-limit-resource", "string", "", "fw has no rate limiter across models"},
-	{"response-cache-byte-size", "int", "0", "fw has no response cache"},
-	{"cache-config", "string", "", "fw has no response cache"},
 	{"model-load-retry-count", "int", "0", "fw does not retry a failed load: the model stays UNAVAILABLE with its reason, and a load request (or the next poll) tries again"},
 	{"model-namespacing", "bool", "false", "fw serves one model of a name across its repositories"},
 	{"reuse-http-port", "bool", "false", "fw binds its ports alone"},
@@ -197,6 +195,8 @@ type tritonOptions struct {
 	kaPermit                            *tritonBool
 	kaMinPing, maxAge, maxAgeGrace      int
 	checked                             map[string]*checkedValue
+	cacheConfigs                        *listFlag
+	cacheBytes                          int64
 }
 
 // registerTritonOptions adds tritonserver's options to ef. Those that
@@ -216,6 +216,9 @@ func registerTritonOptions(ef *envFlags, port *int, shutdown *time.Duration) *tr
 	}
 	fs.Var(secondsFlag{shutdown}, "exit-timeout-secs", "tritonserver's name for --shutdown-timeout, in seconds")
 	fs.StringVar(&t.configName, "model-config-name", "", "tritonserver's option: with --model-repository, each model's configs/NAME.pbtxt where it has one, else its config.pbtxt")
+	t.cacheConfigs = &listFlag{}
+	fs.Var(t.cacheConfigs, "cache-config", "tritonserver's option: the response cache, local,size=BYTES (the answers of models whose config.pbtxt has response_cache { enable: true }, least recently used evicted); repeatable")
+	fs.Int64Var(&t.cacheBytes, "response-cache-byte-size", 0, "tritonserver's older option: the same as --cache-config local,size=BYTES")
 	fs.StringVar(&t.id, "id", "", "tritonserver's option: the server's name in GET /v2 and ServerMetadata (default: fw)")
 	fs.StringVar(&t.logFile, "log-file", "", "tritonserver's option: append the log to this file instead of standard error")
 	fs.StringVar(&t.logVerbose, "log-verbose", "", "tritonserver's option: a level above 0 (or true) logs at debug level; with --log-info, --log-warning and --log-error it sets --log-level (errors are always logged)")
@@ -267,6 +270,7 @@ func cmpOr(s, def string) string {
 type tritonSettings struct {
 	name                            string // "" is fw
 	configName                      string // --model-config-name
+	cacheBytes                      int64  // the response cache's budget; 0: none
 	httpHost, grpcHost, metricsHost string
 	httpForward, grpcForward        *regexp.Regexp
 	grpcOptions                     []grpc.ServerOption
@@ -349,7 +353,33 @@ func (t *tritonOptions) resolve(host string, logLevel *string, noAuto *bool, grp
 	if s.grpcOptions, err = t.grpcServerOptions(); err != nil {
 		return s, err
 	}
+	if s.cacheBytes, err = t.cacheSize(); err != nil {
+		return s, err
+	}
 	return s, nil
+}
+
+// cacheSize is the response cache's budget in bytes from --cache-config
+// (local,size=BYTES; the last size given wins) and
+// --response-cache-byte-size; 0 when neither asks for one.
+func (t *tritonOptions) cacheSize() (int64, error) {
+	if t.cacheBytes < 0 {
+		return 0, fmt.Errorf("--response-cache-byte-size %d: bytes, 0 or more", t.cacheBytes)
+	}
+	size := t.cacheBytes
+	for _, c := range t.cacheConfigs.vals {
+		name, setting, _ := strings.Cut(c, ",")
+		if name != "local" {
+			return 0, fmt.Errorf("--cache-config %q: fw has the local cache only (local,size=BYTES)", c)
+		}
+		k, v, _ := strings.Cut(setting, "=")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if k != "size" || err != nil || n < 0 {
+			return 0, fmt.Errorf("--cache-config %q: use local,size=BYTES", c)
+		}
+		size = n
+	}
+	return size, nil
 }
 
 // forwardPattern compiles a header forward pattern as tritonserver does:

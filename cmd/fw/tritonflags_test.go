@@ -154,7 +154,8 @@ func TestTritonOptionsRefusedOrChecked(t *testing.T) {
 		}
 	}
 	f(2, "--rate-limit execution_count: fw has no rate limiter", "--rate-limit", "execution_count")
-	f(2, "--response-cache-byte-size 1024: fw has no response cache", "--response-cache-byte-size=1024")
+	f(2, `--cache-config "redis,host=x": fw has the local cache only`, "--cache-config", "redis,host=x")
+	f(2, `--cache-config "local,size=big": use local,size=BYTES`, "--cache-config=local,size=big")
 	f(2, "--allow-http false: fw always serves HTTP", "--allow-http", "false")
 	f(2, "--model-load-retry-count 3: fw does not retry", "--model-load-retry-count", "3")
 	f(2, "invalid value for bool option: maybe", "--log-info", "maybe")

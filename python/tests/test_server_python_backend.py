@@ -310,6 +310,32 @@ input [{ name: "INPUT0", data_type: TYPE_INT32, dims: [ 1 ], optional: true },
 output [{ name: "OUTPUT0", data_type: TYPE_INT32, dims: [ 1 ] }]
 """
 
+# Triton's response cache: the answer carries how many times execute ran, so a cached answer repeats an old count.
+COUNTING = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.calls = 0
+
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            self.calls += 1
+            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("CALLS", np.full(x.shape, self.calls, np.int64))]))
+        return out
+"""
+
+COUNTING_CONFIG = """backend: "python"
+max_batch_size: 0
+input [{ name: "X", data_type: TYPE_FP32, dims: [ 2 ] }]
+output [{ name: "CALLS", data_type: TYPE_INT64, dims: [ 2 ] }]
+response_cache { enable: true }
+"""
+
 # Ensembles with optional inputs: one handing both on to the model above, one whose step leaves INPUT1 out of its
 # input_map (so the model never gets it).
 OPTIONAL_ENSEMBLE_CONFIG = """platform: "ensemble"
@@ -566,6 +592,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     _write(root, "bls_edges", BLS_CANCEL_CONFIG, BLS_EDGES)
     _write(root, "accumulate", ACCUMULATE_CONFIG, ACCUMULATE)
     _write(root, "echo_params", ECHO_PARAMS_CONFIG, ECHO_PARAMS)
+    _write(root, "counting", COUNTING_CONFIG, COUNTING)
     _write(root, "bls_params", ECHO_PARAMS_CONFIG, BLS_PARAMS)
     (root / "params_ensemble" / "1").mkdir(parents=True)
     (root / "params_ensemble" / "config.pbtxt").write_text(PARAMS_ENSEMBLE_CONFIG)
@@ -601,6 +628,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
         # tritonserver's options: headers named x-fw-... reach the models as request parameters
         "--http-header-forward-pattern",
         "^x-fw-",
+        "--cache-config",
+        "local,size=1048576",
         "--grpc-header-forward-pattern",
         "^x-fw-",
         grpc=True,
@@ -1079,3 +1108,40 @@ def test_reserved_and_malformed_parameters_are_refused(server: FwServer) -> None
         "reserved for Triton usage" in e.value.details()
         and "triton_enable_empty_final_response" in e.value.details()
     )
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_response_cache(server: FwServer, proto: str) -> None:
+    """``response_cache { enable: true }`` with ``--cache-config local,size=N``: a request seen before is answered
+    without running the model (the same count comes back), another one runs it; the statistics count hits and misses
+    as Triton's do, and the configuration says the cache is on."""
+    mod, client = _client(server, proto)
+
+    def calls(values: list[float], **kw) -> int:
+        x = mod.InferInput("X", [2], "FP32")
+        x.set_data_from_numpy(np.array(values, dtype=np.float32))
+        return int(client.infer("counting", [x], **kw).as_numpy("CALLS")[0])
+
+    def stats() -> tuple[int, int, int]:
+        s = client.get_inference_statistics("counting")
+        if proto == "grpc":
+            st = s.model_stats[0].inference_stats
+            return st.cache_hit.count, st.cache_miss.count, s.model_stats[0].execution_count
+        st = s["model_stats"][0]["inference_stats"]
+        return (
+            int(st["cache_hit"]["count"]),
+            int(st["cache_miss"]["count"]),
+            int(s["model_stats"][0]["execution_count"]),
+        )
+
+    h0, m0, e0 = stats()
+    seed = 1.0 if proto == "http" else 2.0  # each protocol's own requests (the server is shared)
+    first = calls([seed, 0])
+    assert calls([seed, 0]) == first  # answered from the cache: execute did not run again
+    assert calls([seed, 1]) == first + 1  # other inputs: run
+    assert calls([seed, 0], parameters={"k": "v"}) == first + 2  # other parameters: run
+    h, m, e = stats()
+    assert (h - h0, m - m0, e - e0) == (1, 3, 3), (h - h0, m - m0, e - e0)
+    config = client.get_model_config("counting")
+    enabled = config.config.response_cache.enable if proto == "grpc" else config["response_cache"]["enable"]
+    assert enabled is True
