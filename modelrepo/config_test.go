@@ -24,7 +24,7 @@ parameters { key: "k" value: { string_value: "v" } }`), false)
 		`input [ { name: "x" is_shape_tensor: true } ]`:                  "input.is_shape_tensor",
 		`dynamic_batching { priority_levels: 2 }`:                        "dynamic_batching.priority_levels",
 		`instance_group [ { count: 1 rate_limiter { } } ]`:               "instance_group.rate_limiter",
-		`response_cache { enable: true }`:                                "response_cache",
+		`model_operations { op_library_filename: "x" }`:                  "model_operations",
 		`max_batch_size: "x"`:                                            "does not parse",
 		`nonsense_field: 1`:                                              "nonsense_field",
 		`{"max_batch_size": 4}`:                                          "does not parse",
