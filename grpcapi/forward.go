@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -10,6 +11,10 @@ import (
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
 	"github.com/fw-serve/fw/serving"
 )
+
+// maxRequestParameters bounds a request's parameters map (its keys are
+// sorted before they are read).
+const maxRequestParameters = 4096
 
 // allowedTritonParameters are the "triton_" request parameters Triton's
 // gRPC front end takes; others starting with "triton_" are refused.
@@ -23,6 +28,9 @@ var allowedTritonParameters = []string{"triton_enable_empty_final_response"}
 // strings. A stream's requests forward the stream's metadata.
 func (s *Server) modelParameters(ctx context.Context, req *pb.ModelInferRequest) (serving.Parameters, error) {
 	var p serving.Parameters
+	if n := len(req.GetParameters()); n > maxRequestParameters {
+		return p, fmt.Errorf("the request has %d parameters; at most %d", n, maxRequestParameters)
+	}
 	names := make([]string, 0, len(req.GetParameters()))
 	for name := range req.GetParameters() {
 		names = append(names, name)
@@ -37,8 +45,13 @@ func (s *Server) modelParameters(ctx context.Context, req *pb.ModelInferRequest)
 		}
 		v := req.GetParameters()[name]
 		val := paramValue(v)
-		if d, ok := v.GetParameterChoice().(*pb.InferParameter_DoubleParam); ok {
-			val = d.DoubleParam
+		switch c := v.GetParameterChoice().(type) {
+		case *pb.InferParameter_DoubleParam:
+			val = c.DoubleParam
+		case *pb.InferParameter_Uint64Param:
+			if !serving.ReservedParameter(name) { // Triton's sentence, then which choices it takes
+				return p, fmt.Errorf("invalid value type for '%s' parameter, expected int64_param, bool_param, or string_param. (fw: double_param too)", name)
+			}
 		}
 		if err := p.Add(name, val); err != nil {
 			return p, err

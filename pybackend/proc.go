@@ -863,7 +863,7 @@ func (p *proc) bls(ctx context.Context, m *message, datas [][]byte) {
 		}
 		return
 	}
-	outs, err := p.cfg.Call(engine.WithRequestInfo(p.life, info), m.Model, m.Version, ins, m.Outputs)
+	outs, err := p.cfg.Call(ctx, m.Model, m.Version, ins, m.Outputs)
 	if err != nil {
 		fail(err)
 		return
@@ -880,10 +880,15 @@ func (p *proc) bls(ctx context.Context, m *message, datas [][]byte) {
 // calls: its own, never those of the request its caller is serving.
 func blsRequestInfo(m *message) (engine.RequestInfo, error) {
 	info := engine.RequestInfo{ID: m.RequestID}
-	var params map[string]any
+	var params map[string]json.RawMessage
 	if m.Params != "" {
 		if err := json.Unmarshal([]byte(m.Params), &params); err != nil {
 			return info, fmt.Errorf("the request's parameters must be a JSON object of strings, numbers and booleans: %w", err)
+		}
+	}
+	for k, v := range params {
+		if c := v[0]; c == '{' || c == '[' || c == 'n' { // objects, arrays and null: Triton's stub refuses them too
+			return info, fmt.Errorf("the request's parameter %q is %s: parameters are strings, numbers and booleans", k, v)
 		}
 	}
 	if len(params) > 0 {

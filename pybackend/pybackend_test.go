@@ -738,3 +738,19 @@ class TritonPythonModel:
 		t.Fatalf("%d calls ran at once (limit %d), %v refused", most, maxBLS, refused)
 	}
 }
+
+// A BLS request's ID and parameters are its own: a JSON object of scalars,
+// or nothing.
+func TestBLSRequestInfo(t *testing.T) {
+	for params, want := range map[string]string{"": "", "{}": "", `{"a":1,"b":"x","c":true,"d":0.5}`: `{"a":1,"b":"x","c":true,"d":0.5}`} {
+		info, err := blsRequestInfo(&message{Params: params, RequestID: "r"})
+		if err != nil || info.Parameters != want || info.ID != "r" {
+			t.Errorf("%q: %+v %v", params, info, err)
+		}
+	}
+	for _, bad := range []string{"[1]", "x", `{"a":{"b":1}}`, `{"a":[1]}`, `{"a":null}`} {
+		if _, err := blsRequestInfo(&message{Params: bad}); err == nil {
+			t.Errorf("%q was taken", bad)
+		}
+	}
+}

@@ -1,11 +1,13 @@
 package serving
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/fw-serve/fw/engine"
@@ -23,8 +25,14 @@ func ReservedParameter(key string) bool {
 	return slices.Contains(reservedParameters, key)
 }
 
-// maxParameters bounds the parameters one request hands to its model.
-const maxParameters = 1024
+// maxParameters bounds the parameters one request hands to its model;
+// maxGiven bounds the parameters (and forwarded headers) it may give,
+// reserved and repeated ones included, so that a body of repeats costs
+// no more than one of distinct keys.
+const (
+	maxParameters = 1024
+	maxGiven      = 4 * maxParameters
+)
 
 // Parameters are a request's own parameters: those of its "parameters"
 // (or, for generate, its other keys) that are not reserved, and the
@@ -32,8 +40,10 @@ const maxParameters = 1024
 // object (request.parameters()), as Triton's Python backend hands them.
 // The zero value has none; a key given twice keeps its last value.
 type Parameters struct {
-	keys []string
-	vals []any
+	keys  []string
+	vals  []any
+	index map[string]int // key -> position, once there are a few
+	given int            // every Add and AddHeader, for maxGiven
 }
 
 // Add adds a request parameter: a string, a bool, an int64, a uint64 or a
@@ -41,6 +51,9 @@ type Parameters struct {
 // (ReservedParameter) is not the model's and is skipped: the caller reads
 // it. A key starting with "triton_" is refused with Triton's sentence.
 func (p *Parameters) Add(key string, v any) error {
+	if err := p.count(); err != nil {
+		return err
+	}
 	if ReservedParameter(key) {
 		return nil
 	}
@@ -63,15 +76,35 @@ func (p *Parameters) Add(key string, v any) error {
 // string parameter of its name. Reserved names are refused with Triton's
 // sentence: a header cannot set what the protocol reads from the body.
 func (p *Parameters) AddHeader(name, value string) error {
+	if err := p.count(); err != nil {
+		return err
+	}
 	if ReservedParameter(name) || strings.HasPrefix(name, "triton_") {
 		return reservedHeaderError(name)
 	}
 	return p.put(name, value)
 }
 
+// count counts one parameter given, refusing past maxGiven.
+func (p *Parameters) count() error {
+	p.given++
+	if p.given > maxGiven {
+		return fmt.Errorf("the request gives more than %d parameters (request parameters and forwarded headers together, repeats included); send fewer", maxGiven)
+	}
+	return nil
+}
+
 // put sets key's value, refusing a key past maxParameters.
 func (p *Parameters) put(key string, v any) error {
-	if i := slices.Index(p.keys, key); i >= 0 {
+	i := -1
+	if p.index != nil {
+		if j, ok := p.index[key]; ok {
+			i = j
+		}
+	} else {
+		i = slices.Index(p.keys, key)
+	}
+	if i >= 0 {
 		p.vals[i] = v
 		return nil
 	}
@@ -80,6 +113,15 @@ func (p *Parameters) put(key string, v any) error {
 	}
 	p.keys = append(p.keys, key)
 	p.vals = append(p.vals, v)
+	switch {
+	case p.index != nil:
+		p.index[key] = len(p.keys) - 1
+	case len(p.keys) > 16: // past a handful, a map finds keys
+		p.index = make(map[string]int, len(p.keys))
+		for j, k := range p.keys {
+			p.index[k] = j
+		}
+	}
 	return nil
 }
 
@@ -95,8 +137,17 @@ func (p *Parameters) JSON() string {
 			b = append(b, ',')
 		}
 		kb, _ := json.Marshal(k)
-		vb, _ := json.Marshal(p.vals[i]) // strings, bools and finite numbers only
-		b = append(append(append(b, kb...), ':'), vb...)
+		b = append(append(b, kb...), ':')
+		if f, ok := p.vals[i].(float64); ok { // a double stays one: 1.0, not 1 (as Triton writes it)
+			n := len(b)
+			b = strconv.AppendFloat(b, f, 'g', -1, 64)
+			if !bytes.ContainsAny(b[n:], ".eE") {
+				b = append(b, '.', '0')
+			}
+			continue
+		}
+		vb, _ := json.Marshal(p.vals[i]) // strings, bools and integers
+		b = append(b, vb...)
 	}
 	return string(append(b, '}'))
 }
@@ -121,3 +172,6 @@ type reservedHeaderError string
 func (e reservedHeaderError) Error() string {
 	return "Header '" + string(e) + "' is reserved for Triton usage and cannot be forwarded. Send it under another name, or narrow the server's --http-header-forward-pattern / --grpc-header-forward-pattern"
 }
+
+// Len is the number of distinct parameters kept.
+func (p *Parameters) Len() int { return len(p.keys) }

@@ -16,7 +16,7 @@ func TestParametersForTheModel(t *testing.T) {
 	for _, kv := range []struct {
 		k string
 		v any
-	}{{"temperature", 0.5}, {"n", int64(3)}, {"big", uint64(math.MaxUint64)}, {"stream", true}, {"stop", `"END"\`},
+	}{{"temperature", 0.5}, {"n", int64(3)}, {"top_p", 1.0}, {"tiny", 1e-300}, {"big", uint64(math.MaxUint64)}, {"stream", true}, {"stop", `"END"\`},
 		{"sequence_id", uint64(7)}, {"priority", uint64(1)}, {"timeout", int64(5)}, {"binary_data_output", true}, {"headers", "x"},
 		{"n", int64(4)}} {
 		if err := p.Add(kv.k, kv.v); err != nil {
@@ -28,7 +28,7 @@ func TestParametersForTheModel(t *testing.T) {
 	if err := json.Unmarshal([]byte(js), &got); err != nil {
 		t.Fatalf("JSON() %s: %v", js, err)
 	}
-	want := `{"temperature":0.5,"n":4,"big":18446744073709551615,"stream":true,"stop":"\"END\"\\"}`
+	want := `{"temperature":0.5,"n":4,"top_p":1.0,"tiny":1e-300,"big":18446744073709551615,"stream":true,"stop":"\"END\"\\"}`
 	if js != want {
 		t.Fatalf("JSON() = %s, want %s (reserved keys left out, the last value of a key kept, order of first use)", js, want)
 	}
@@ -76,6 +76,15 @@ func TestParametersRefused(t *testing.T) {
 	}
 	if err := many.AddHeader("one-more", "x"); err == nil || !strings.Contains(err.Error(), "more than 1024 parameters") {
 		t.Fatalf("past the limit: %v", err)
+	}
+	// Repeats count too: a body of one key repeated is refused at maxGiven, each repeat a map lookup
+	var rep Parameters
+	var err error
+	for i := 0; err == nil && i < 10*maxGiven; i++ {
+		err = rep.Add("k"+strconv.Itoa(i%100), int64(i))
+	}
+	if err == nil || !strings.Contains(err.Error(), "repeats included") || rep.Len() != 100 {
+		t.Fatalf("repeats: %v, %d keys", err, rep.Len())
 	}
 }
 

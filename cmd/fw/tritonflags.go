@@ -227,7 +227,7 @@ func registerTritonOptions(ef *envFlags, port *int, shutdown *time.Duration) *tr
 	t.logError = tb("log-error", true, "log errors")
 	t.strictModelConfig = tb("strict-model-config", false, "deprecated by Triton: true is --disable-auto-complete-config")
 	t.allowGRPC = tb("allow-grpc", false, "true serves gRPC on --grpc-port, 8001 when not given; false turns gRPC off")
-	t.allowMetrics = tb("allow-metrics", true, "false turns --metrics-port off (/metrics on --port stays)")
+	t.allowMetrics = tb("allow-metrics", true, "true serves /metrics on --metrics-port, 8002 when not given; false turns --metrics-port off (/metrics on --port stays)")
 	fs.StringVar(&t.httpAddress, "http-address", "", "tritonserver's option: the HTTP listener's address (default: --host)")
 	fs.StringVar(&t.grpcAddress, "grpc-address", "", "tritonserver's option: the gRPC listener's address (default: --host)")
 	fs.StringVar(&t.metricsAd, "metrics-address", "", "tritonserver's option: the --metrics-port listener's address (default: --host)")
@@ -280,11 +280,10 @@ type tritonSettings struct {
 
 // resolve checks the options given and applies those that change fw's
 // settings: the log level (when --log-verbose, --log-info, --log-warning
-// or --log-error is given), --disable-auto-complete-config, the gRPC and
-// metrics ports.
+// or --log-error is given, over --log-level), --disable-auto-complete-config
+// (which --strict-model-config false does not undo), the gRPC and metrics
+// ports.
 func (t *tritonOptions) resolve(host string, logLevel *string, noAuto *bool, grpcPort, metricsPort *int) (tritonSettings, error) {
-	given := map[string]bool{}
-	t.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	s := tritonSettings{name: t.id, logFile: t.logFile, configName: t.configName,
 		httpHost: cmpOr(t.httpAddress, host), grpcHost: cmpOr(t.grpcAddress, host), metricsHost: cmpOr(t.metricsAd, host)}
 	for _, o := range refusedOptions {
@@ -324,7 +323,7 @@ func (t *tritonOptions) resolve(host string, logLevel *string, noAuto *bool, grp
 		}
 	}
 	if t.strictModelConfig.given {
-		*noAuto = *t.strictModelConfig.p
+		*noAuto = *noAuto || *t.strictModelConfig.p // --disable-auto-complete-config wins, as in tritonserver
 		s.notes = append(s.notes, "--strict-model-config is deprecated (by Triton too): use --disable-auto-complete-config")
 	}
 	if t.allowGRPC.given {
@@ -335,8 +334,13 @@ func (t *tritonOptions) resolve(host string, logLevel *string, noAuto *bool, grp
 			*grpcPort = 8001 // tritonserver's
 		}
 	}
-	if t.allowMetrics.given && !*t.allowMetrics.p {
-		*metricsPort = 0
+	if t.allowMetrics.given {
+		switch {
+		case !*t.allowMetrics.p:
+			*metricsPort = 0
+		case *metricsPort == 0:
+			*metricsPort = 8002 // tritonserver's
+		}
 	}
 	var err error
 	if s.httpForward, err = forwardPattern("http-header-forward-pattern", t.httpForward); err != nil {
@@ -352,6 +356,9 @@ func (t *tritonOptions) resolve(host string, logLevel *string, noAuto *bool, grp
 	}
 	if s.grpcOptions, err = t.grpcServerOptions(); err != nil {
 		return s, err
+	}
+	if len(s.grpcOptions) > 0 && *grpcPort == 0 {
+		s.notes = append(s.notes, "the gRPC TLS and keepalive options have no effect: gRPC is off (--grpc-port or --allow-grpc true turns it on)")
 	}
 	if s.cacheBytes, err = t.cacheSize(); err != nil {
 		return s, err

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"flag"
 	"io"
 	"math/big"
 	"net"
@@ -168,4 +169,51 @@ func TestTritonOptionsRefusedOrChecked(t *testing.T) {
 	// Taken: the load is what fails, after the options were read.
 	f(1, "cannot open the model file", "--rate-limit", "OFF", "--allow-sagemaker", "false", "--allow-http=1",
 		"--http-thread-count", "8", "--backend-config", "onnxruntime,default-max-batch-size=8", "--log-error", "off", "--log-format", "ISO8601")
+}
+
+// resolve's table, without a process: how tritonserver's options set fw's.
+func TestTritonOptionsResolve(t *testing.T) {
+	run := func(args ...string) (tritonSettings, string, bool, int, int, error) {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		ef := &envFlags{fs: fs}
+		ef.List("model-repository", "")
+		port, shutdown := 8000, 30*time.Second
+		tr := registerTritonOptions(ef, &port, &shutdown)
+		noAuto := fs.Bool("disable-auto-complete-config", false, "")
+		level, grpcPort, metricsPort := "info", 0, 0
+		fs.IntVar(&grpcPort, "grpc-port", 0, "")
+		fs.IntVar(&metricsPort, "metrics-port", 0, "")
+		if err := fs.Parse(args); err != nil {
+			return tritonSettings{}, "", false, 0, 0, err
+		}
+		s, err := tr.resolve("127.0.0.1", &level, noAuto, &grpcPort, &metricsPort)
+		return s, level, *noAuto, grpcPort, metricsPort, err
+	}
+	for _, c := range []struct {
+		args                  []string
+		level                 string
+		noAuto                bool
+		grpcPort, metricsPort int
+	}{
+		{nil, "info", false, 0, 0},
+		{[]string{"--log-verbose", "2"}, "debug", false, 0, 0},
+		{[]string{"--log-info", "false"}, "warn", false, 0, 0},
+		{[]string{"--log-info=off", "--log-warning", "0", "--log-error", "false"}, "error", false, 0, 0},
+		{[]string{"--strict-model-config", "true"}, "info", true, 0, 0},
+		{[]string{"--disable-auto-complete-config", "--strict-model-config", "false"}, "info", true, 0, 0},
+		{[]string{"--allow-grpc", "true", "--allow-metrics=1"}, "info", false, 8001, 8002},
+		{[]string{"--allow-grpc", "true", "--grpc-port", "9001"}, "info", false, 9001, 0},
+		{[]string{"--grpc-port", "9001", "--allow-grpc", "false", "--metrics-port", "9002", "--allow-metrics", "off"}, "info", false, 0, 0},
+	} {
+		_, level, noAuto, gp, mp, err := run(c.args...)
+		if err != nil || level != c.level || noAuto != c.noAuto || gp != c.grpcPort || mp != c.metricsPort {
+			t.Errorf("%v: level %s noAuto %v grpc %d metrics %d (%v); want %s %v %d %d", c.args, level, noAuto, gp, mp, err, c.level, c.noAuto, c.grpcPort, c.metricsPort)
+		}
+	}
+	s, _, _, _, _, err := run("--http-address", "0.0.0.0", "--grpc-keepalive-time", "1000", "--cache-config", "local,size=64", "--response-cache-byte-size", "8")
+	if err != nil || s.httpHost != "0.0.0.0" || s.grpcHost != "127.0.0.1" || s.cacheBytes != 64 || len(s.grpcOptions) != 1 ||
+		!strings.Contains(strings.Join(s.notes, "\n"), "gRPC is off") {
+		t.Fatalf("%+v %v", s, err)
+	}
 }
