@@ -17,11 +17,11 @@ func TestModelParameters(t *testing.T) {
 		return &pb.InferParameter{ParameterChoice: &pb.InferParameter_StringParam{StringParam: v}}
 	}
 	req := &pb.ModelInferRequest{Parameters: map[string]*pb.InferParameter{
-		"b_stop":      str("END"),
-		"a_n":         {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: -3}},
-		"c_top_p":     {ParameterChoice: &pb.InferParameter_DoubleParam{DoubleParam: 1}},
-		"d_stream":    {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: true}},
-		"sequence_id": {ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: 9}}, // the front end's
+		"b_stop":                             str("END"),
+		"a_n":                                {ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: -3}},
+		"c_top_p":                            {ParameterChoice: &pb.InferParameter_DoubleParam{DoubleParam: 1}},
+		"d_stream":                           {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: true}},
+		"sequence_id":                        {ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: 9}}, // the front end's
 		"triton_enable_empty_final_response": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: true}},
 	}}
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-tenant", "acme", "x-other", "no", ":authority", "h"))
