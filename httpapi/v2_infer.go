@@ -37,6 +37,7 @@ type v2Request struct {
 	outputs []v2Output
 	seq     serving.SequenceParams // the request's sequence parameters
 	params  serving.Parameters     // its other parameters, for its model
+	sink    *engine.ResponseSink   // the model's response parameters, when it may give any
 }
 
 type v2Output struct {
@@ -760,6 +761,7 @@ func (s *Server) v2Run(ctx *fasthttp.RequestCtx, inst *serving.Instance, req *v2
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
 	rctx = serving.WithRequestInfo(rctx, req.idString(), &req.params)
+	rctx, req.sink = serving.WithResponseSink(rctx, inst)
 	if len(req.outputs) < len(inst.Outputs()) && inst.SkipsOutputs() {
 		idx := make([]int, len(req.outputs))
 		for i, o := range req.outputs {
@@ -825,17 +827,36 @@ func (s *Server) v2WriteResponse(ctx *fasthttp.RequestCtx, inst *serving.Instanc
 		b = append(b, `,"id":`...)
 		b = append(b, req.id...)
 	}
-	if sp, ok := serving.SequenceEcho(inst, req.seq); ok {
-		b = append(b, `,"parameters":{"sequence_id":`...)
-		if sp.ID.S != "" {
-			b = appendJSONString(b, sp.ID.S)
-		} else {
-			b = strconv.AppendUint(b, sp.ID.N, 10)
+	sp, echo := serving.SequenceEcho(inst, req.seq)
+	keys, vals := serving.ResponseParameters(req.sink)
+	if echo || len(keys) > 0 {
+		b = append(b, `,"parameters":{`...)
+		if echo {
+			b = append(b, `"sequence_id":`...)
+			if sp.ID.S != "" {
+				b = appendJSONString(b, sp.ID.S)
+			} else {
+				b = strconv.AppendUint(b, sp.ID.N, 10)
+			}
+			b = append(b, `,"sequence_start":`...)
+			b = strconv.AppendBool(b, sp.Start)
+			b = append(b, `,"sequence_end":`...)
+			b = strconv.AppendBool(b, sp.End)
 		}
-		b = append(b, `,"sequence_start":`...)
-		b = strconv.AppendBool(b, sp.Start)
-		b = append(b, `,"sequence_end":`...)
-		b = strconv.AppendBool(b, sp.End)
+		for i, k := range keys { // the model's response parameters
+			if echo || i > 0 {
+				b = append(b, ',')
+			}
+			b = append(appendJSONString(b, k), ':')
+			switch v := vals[k].(type) {
+			case string:
+				b = appendJSONString(b, v)
+			case int64:
+				b = strconv.AppendInt(b, v, 10)
+			case bool:
+				b = strconv.AppendBool(b, v)
+			}
+		}
 		b = append(b, '}')
 	}
 	b = append(b, `,"outputs":[`...)
