@@ -1,6 +1,9 @@
 package engine
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+)
 
 // RequestInfo is what a request says of itself beyond its tensors: its ID
 // (V2's "id") and its own parameters (Triton's request parameters that
@@ -27,4 +30,38 @@ func WithRequestInfo(ctx context.Context, ri RequestInfo) context.Context {
 func RequestInfoOf(ctx context.Context) (ri RequestInfo, ok bool) {
 	ri, ok = ctx.Value(requestInfoKey{}).(RequestInfo)
 	return ri, ok
+}
+
+// ResponseSink receives what a model says of its answer beyond its
+// tensors: its response parameters (a Python model's
+// InferenceResponse(parameters=...)), as a JSON object. A transport puts one
+// in a request's context (WithResponseSink) and reads it once the request
+// is answered; a backend that has such parameters sets them. Safe for
+// concurrent use: an ensemble's steps share their request's.
+type ResponseSink struct{ params atomic.Pointer[string] }
+
+// SetParameters records the answer's parameters (a JSON object).
+func (s *ResponseSink) SetParameters(js string) { s.params.Store(&js) }
+
+// Parameters are the answer's parameters; "" when the model gave none.
+func (s *ResponseSink) Parameters() string {
+	if p := s.params.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// responseSinkKey carries a request's ResponseSink in its context.
+type responseSinkKey struct{}
+
+// WithResponseSink returns ctx carrying a new sink, and the sink.
+func WithResponseSink(ctx context.Context) (context.Context, *ResponseSink) {
+	s := &ResponseSink{}
+	return context.WithValue(ctx, responseSinkKey{}, s), s
+}
+
+// ResponseSinkOf is the sink ctx carries, or nil.
+func ResponseSinkOf(ctx context.Context) *ResponseSink {
+	s, _ := ctx.Value(responseSinkKey{}).(*ResponseSink)
+	return s
 }

@@ -611,6 +611,7 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 		rctx = serving.WithOutputs(rctx, dec.outputs)
 	}
 	rctx = serving.WithRequestInfo(rctx, req.GetId(), &a.params)
+	rctx, sink := serving.WithResponseSink(rctx, inst)
 	rec := serving.Request{Began: began, Submitted: time.Now()}
 	out, timing, err := serving.InferSequence(rctx, s.models, inst, dec.inputs, a.ticket)
 	rec.Timing = timing
@@ -629,6 +630,21 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 			"sequence_id":    id,
 			"sequence_start": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: sp.Start}},
 			"sequence_end":   {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: sp.End}},
+		}
+	}
+	if keys, vals := serving.ResponseParameters(sink); len(keys) > 0 { // the model's response parameters
+		if resp.Parameters == nil {
+			resp.Parameters = make(map[string]*pb.InferParameter, len(keys))
+		}
+		for _, k := range keys {
+			switch v := vals[k].(type) {
+			case string:
+				resp.Parameters[k] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_StringParam{StringParam: v}}
+			case int64:
+				resp.Parameters[k] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: v}}
+			case bool:
+				resp.Parameters[k] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: v}}
+			}
 		}
 	}
 	if err := s.encodeOutputs(inst, dec, out, resp); err != nil {

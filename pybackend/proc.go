@@ -359,6 +359,9 @@ type wireError struct {
 type wireResponse struct {
 	Outputs int        `json:"outputs"`
 	Error   *wireError `json:"error,omitempty"`
+	// Parameters are the response's parameters (a JSON object of strings,
+	// integers and booleans), when the model gave any.
+	Parameters string `json:"parameters,omitempty"`
 }
 
 // send writes one message: head (JSON), then the data of each tensor.
@@ -670,6 +673,11 @@ func (p *proc) execute(ctx context.Context, ctxs []context.Context, reqs [][]eng
 		}
 		outs[i], errs[i] = outputs(p.cfg, m.Tensors[next:next+resp.Outputs], r.datas[next:next+resp.Outputs])
 		next += resp.Outputs
+		if resp.Parameters != "" && errs[i] == nil && i < len(ctxs) {
+			if s := engine.ResponseSinkOf(ctxs[i]); s != nil {
+				s.SetParameters(resp.Parameters)
+			}
+		}
 	}
 	return outs, errs, nil
 }
@@ -863,12 +871,16 @@ func (p *proc) bls(ctx context.Context, m *message, datas [][]byte) {
 		}
 		return
 	}
+	ctx, sink := engine.WithResponseSink(ctx) // the called model's response parameters, for response.parameters()
 	outs, err := p.cfg.Call(ctx, m.Model, m.Version, ins, m.Outputs)
 	if err != nil {
 		fail(err)
 		return
 	}
 	head, odatas, err := encode(outs, true)
+	if js := sink.Parameters(); err == nil && js != "" {
+		head["parameters"] = js
+	}
 	if err != nil {
 		fail(err)
 		return

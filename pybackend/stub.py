@@ -344,7 +344,11 @@ def make_pb_utils(channel):
         def __init__(self, output_tensors=None, error=None, parameters=None):
             self._outputs = list(output_tensors or [])
             self._error = error
-            self._parameters = parameters
+            self._parameters = _response_parameters(parameters)
+
+        def parameters(self):
+            """The response's parameters as a JSON object string ("" without any), as Triton's."""
+            return self._parameters
 
         def output_tensors(self):
             return self._outputs
@@ -354,6 +358,23 @@ def make_pb_utils(channel):
 
         def error(self):
             return self._error
+
+    def _response_parameters(parameters):
+        # Triton's checks and sentences: a dict of str keys and bool, int or str values.
+        if parameters is None:
+            return ""
+        if isinstance(parameters, str):  # a BLS answer's, already checked
+            return parameters
+        if not isinstance(parameters, dict):
+            raise TritonModelException(f"Expect parameters to be a dictionary, got {type(parameters)}")
+        for k, v in parameters.items():
+            if not isinstance(k, str):
+                raise TritonModelException(f"Expect parameters keys to have type str, found type {type(k)}")
+            if not isinstance(v, (bool, int, str)):
+                raise TritonModelException(
+                    f"Expect parameters values to have type bool/int/str, found type {type(v)}"
+                )
+        return json.dumps(parameters)
 
     class InferenceRequest:
         def __init__(
@@ -459,7 +480,8 @@ def make_pb_utils(channel):
                 [
                     Tensor(d["name"], _to_numpy(d, b), _bf16=d["datatype"] == "BF16")
                     for d, b in zip(head.get("tensors", []), got)
-                ]
+                ],
+                parameters=head.get("parameters") or None,
             )
 
         def exec(self, decoupled=False):
@@ -953,7 +975,7 @@ def _execute_requests(pb, channel, model, head, datas, decoupled):
                 out.append({"error": _error_head(resp.error())})
                 continue
             descs, ds = _encode(resp.output_tensors())
-            out.append({"outputs": len(descs)})
+            out.append({"outputs": len(descs), "parameters": resp.parameters()})
             outdatas.extend(zip(descs, ds))
         head = {"op": "result", "responses": out, "tensors": [d for d, _ in outdatas]}
         return head, [b for _, b in outdatas]

@@ -175,3 +175,63 @@ func (e reservedHeaderError) Error() string {
 
 // Len is the number of distinct parameters kept.
 func (p *Parameters) Len() int { return len(p.keys) }
+
+// AnswersWithParameters reports whether inst's answers may carry response
+// parameters: a Python model's, or an ensemble's (from its steps).
+func (i *Instance) AnswersWithParameters() bool {
+	return i.Model != nil && (i.Model.Format == engine.FormatPython || i.Model.Format == engine.FormatEnsemble)
+}
+
+// WithResponseSink returns ctx with a sink for the answer's response
+// parameters when inst's answers may carry them; ctx and nil otherwise,
+// so that other models' requests pay nothing for it.
+func WithResponseSink(ctx context.Context, inst *Instance) (context.Context, *engine.ResponseSink) {
+	if !inst.AnswersWithParameters() {
+		return ctx, nil
+	}
+	return engine.WithResponseSink(ctx)
+}
+
+// ResponseParameters are the response parameters the sink received, by
+// key in the model's order, each a string, an int64 or a bool (Triton's
+// response parameter types); nil when there are none or they are not such
+// an object (a model process is not trusted to send one).
+func ResponseParameters(s *engine.ResponseSink) ([]string, map[string]any) {
+	if s == nil || s.Parameters() == "" {
+		return nil, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(s.Parameters()))
+	dec.UseNumber()
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, nil
+	}
+	var keys []string
+	vals := map[string]any{}
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return nil, nil
+		}
+		k, _ := kt.(string)
+		vt, err := dec.Token()
+		if err != nil {
+			return nil, nil
+		}
+		switch v := vt.(type) {
+		case string, bool:
+			vals[k] = v
+		case json.Number:
+			n, err := v.Int64()
+			if err != nil {
+				return nil, nil
+			}
+			vals[k] = n
+		default:
+			return nil, nil
+		}
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, vals
+}

@@ -310,6 +310,48 @@ input [{ name: "INPUT0", data_type: TYPE_INT32, dims: [ 1 ], optional: true },
 output [{ name: "OUTPUT0", data_type: TYPE_INT32, dims: [ 1 ] }]
 """
 
+# Response parameters: the model answers with the parameters its input (JSON) names; a float is refused by
+# pb_utils, as Triton's is, and the model answers that error. BLS_RESPONSE_PARAMS reads them through BLS.
+RESPONSE_PARAMS = """
+import json
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            text = pb_utils.get_input_tensor_by_name(r, "P").as_numpy()[0].decode()
+            try:
+                out.append(pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("OUT", np.array([text], dtype=object))], parameters=json.loads(text)))
+            except Exception as e:
+                out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG)))
+        return out
+"""
+
+RESPONSE_PARAMS_CONFIG = """backend: "python"
+max_batch_size: 0
+input [{ name: "P", data_type: TYPE_STRING, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_STRING, dims: [ 1 ] }]
+"""
+
+BLS_RESPONSE_PARAMS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            resp = pb_utils.InferenceRequest(model_name="response_params", inputs=r.inputs(),
+                                             requested_output_names=["OUT"]).exec()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([resp.parameters()], dtype=object))]))
+        return out
+"""
+
 # Triton's response cache: the answer carries how many times execute ran, so a cached answer repeats an old count.
 COUNTING = """
 import numpy as np
@@ -593,6 +635,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     _write(root, "accumulate", ACCUMULATE_CONFIG, ACCUMULATE)
     _write(root, "echo_params", ECHO_PARAMS_CONFIG, ECHO_PARAMS)
     _write(root, "counting", COUNTING_CONFIG, COUNTING)
+    _write(root, "response_params", RESPONSE_PARAMS_CONFIG, RESPONSE_PARAMS)
+    _write(root, "bls_response_params", RESPONSE_PARAMS_CONFIG, BLS_RESPONSE_PARAMS)
     _write(root, "bls_params", ECHO_PARAMS_CONFIG, BLS_PARAMS)
     (root / "params_ensemble" / "1").mkdir(parents=True)
     (root / "params_ensemble" / "config.pbtxt").write_text(PARAMS_ENSEMBLE_CONFIG)
@@ -1145,3 +1189,28 @@ def test_response_cache(server: FwServer, proto: str) -> None:
     config = client.get_model_config("counting")
     enabled = config.config.response_cache.enable if proto == "grpc" else config["response_cache"]["enable"]
     assert enabled is True
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_response_parameters(server: FwServer, proto: str) -> None:
+    """``InferenceResponse(..., parameters={...})`` reaches the client as the response's parameters (bool, int,
+    str), and a BLS caller as ``response.parameters()``; other types are refused with Triton's sentence."""
+    mod, client = _client(server, proto)
+
+    def infer(model: str, text: str):
+        x = mod.InferInput("P", [1], "BYTES")
+        x.set_data_from_numpy(np.array([text.encode()], dtype=object))
+        return client.infer(model, [x])
+
+    params = {"tokens": 7, "finish": "stop", "cached": False}
+    res = infer("response_params", json.dumps(params))
+    if proto == "grpc":
+        got = {}
+        for k, v in res.get_response().parameters.items():
+            got[k] = getattr(v, v.WhichOneof("parameter_choice"))
+    else:
+        got = res.get_response()["parameters"]
+    assert got == params
+    assert json.loads(infer("bls_response_params", json.dumps(params)).as_numpy("OUT")[0]) == params
+    with pytest.raises(InferenceServerException, match="Expect parameters values to have type bool/int/str"):
+        infer("response_params", json.dumps({"p": 0.5}))
