@@ -366,10 +366,14 @@ def make_pb_utils(channel):
         if isinstance(parameters, str):  # a BLS answer's, already checked
             return parameters
         if not isinstance(parameters, dict):
-            raise TritonModelException(f"Expect parameters to be a dictionary, got {type(parameters)}")
+            raise TritonModelException(
+                f"Expect parameters to be a dictionary, got {type(parameters)}"
+            )
         for k, v in parameters.items():
             if not isinstance(k, str):
-                raise TritonModelException(f"Expect parameters keys to have type str, found type {type(k)}")
+                raise TritonModelException(
+                    f"Expect parameters keys to have type str, found type {type(k)}"
+                )
             if not isinstance(v, (bool, int, str)):
                 raise TritonModelException(
                     f"Expect parameters values to have type bool/int/str, found type {type(v)}"
