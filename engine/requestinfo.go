@@ -65,3 +65,13 @@ func ResponseSinkOf(ctx context.Context) *ResponseSink {
 	s, _ := ctx.Value(responseSinkKey{}).(*ResponseSink)
 	return s
 }
+
+// ModelAnswer is implemented by an error a model itself answered for a
+// request (a Python model's InferenceResponse(error=TritonError(...))):
+// ok reports whether it is one; code is Triton's TRITONSERVER_Error_Code
+// (0 UNKNOWN, 1 INTERNAL, 2 NOT_FOUND, 3 INVALID_ARG, 4 UNAVAILABLE,
+// 5 UNSUPPORTED, 6 ALREADY_EXISTS, 7 CANCELLED). The transports pass msg on
+// unchanged, with the status code maps to, as Triton's do.
+type ModelAnswer interface {
+	ModelAnswer() (code int, msg string, ok bool)
+}

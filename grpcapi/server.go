@@ -762,9 +762,33 @@ func (s *Server) inferError(ctx context.Context, err error) error {
 		return status.Error(codes.Unavailable, f.Message)
 	case serving.KindTimeout:
 		return status.Error(codes.DeadlineExceeded, f.Message)
+	case serving.KindAnswered:
+		return status.Error(answeredCode(f.Code), f.Message)
 	}
 	s.log.Error("engine failure", "err", err)
 	return status.Error(codes.Internal, f.Message)
+}
+
+// answeredCode is the gRPC status of an error a model answered, by its
+// Triton error code, as Triton's gRPC front end maps it.
+func answeredCode(code int) codes.Code {
+	switch code {
+	case 0:
+		return codes.Unknown
+	case 2:
+		return codes.NotFound
+	case 3:
+		return codes.InvalidArgument
+	case 4:
+		return codes.Unavailable
+	case 5:
+		return codes.Unimplemented
+	case 6:
+		return codes.AlreadyExists
+	case 7:
+		return codes.Canceled
+	}
+	return codes.Internal
 }
 
 // ModelStreamInfer implements GRPCInferenceService (Triton's streaming

@@ -25,6 +25,7 @@ const (
 	CodeUnsupportedMedia = "unsupported_media_type" // 415
 	CodeInvalidInput     = "invalid_input"          // 422
 	CodeEngine           = "engine_error"           // 500
+	CodeModelError       = "model_error"            // 500
 	CodeInternal         = "internal"               // 500
 	CodeOverloaded       = "overloaded"             // 503
 	CodeNotReady         = "not_ready"              // 503

@@ -627,9 +627,27 @@ func (s *Server) submitError(err error) *APIError {
 		e := newError(504, CodeTimeout, f.Message, nil)
 		e.RetryAfter = 1
 		return e
+	case serving.KindAnswered:
+		return newError(answeredStatus(f.Code), CodeModelError, f.Message, map[string]any{"triton_error_code": f.Code})
 	}
 	s.log.Error("engine failure", "err", err)
 	return newError(500, CodeEngine, f.Message, nil)
+}
+
+// answeredStatus is the HTTP status of an error a model answered, by its
+// Triton error code, as Triton's HTTP front end maps it.
+func answeredStatus(code int) int {
+	switch code {
+	case 1: // INTERNAL
+		return 500
+	case 2: // NOT_FOUND
+		return 404
+	case 4: // UNAVAILABLE
+		return 503
+	case 5: // UNSUPPORTED
+		return 501
+	}
+	return 400 // UNKNOWN, INVALID_ARG, ALREADY_EXISTS, CANCELLED and others, as Triton's
 }
 
 func (s *Server) getBuf() *[]byte { return s.bufs.Get().(*[]byte) }

@@ -664,7 +664,7 @@ func (p *proc) execute(ctx context.Context, ctxs []context.Context, reqs [][]eng
 	next := 0
 	for i, resp := range m.Responses {
 		if resp.Error != nil {
-			errs[i] = modelError(p.cfg.Name, resp.Error)
+			errs[i] = answeredError(p.cfg.Name, resp.Error)
 			continue
 		}
 		if resp.Outputs < 0 || resp.Outputs > len(m.Tensors)-next {
@@ -698,6 +698,17 @@ func modelError(name string, e *wireError) error {
 		return &engine.InputError{Msg: e.Message}
 	}
 	return &ModelError{Model: name, Msg: e.Message, Code: e.Code}
+}
+
+// answeredError is modelError for an error response the model gave a
+// request (InferenceResponse(error=...)): its clients get its message
+// unchanged, with the status its code maps to, as Triton's do.
+func answeredError(name string, e *wireError) error {
+	err := modelError(name, e)
+	if me, ok := err.(*ModelError); ok {
+		me.Answered = true
+	}
+	return err
 }
 
 // TritonError's codes that fw tells apart.

@@ -302,7 +302,7 @@ func (s *stream) deliver(cfg Config, m *message, datas [][]byte) {
 	resp := engine.Response{Final: m.Final}
 	switch {
 	case m.Error != nil:
-		resp.Err = modelError(cfg.Name, m.Error)
+		resp.Err = answeredError(cfg.Name, m.Error)
 	case m.Response:
 		resp.Outs, resp.Err = outputs(cfg, m.Tensors, datas)
 	}
@@ -345,7 +345,13 @@ type ModelError struct {
 	// Code is the TritonError code the model gave (1, INTERNAL, unless it
 	// said otherwise; 7 is CANCELLED).
 	Code int
+	// Answered marks an error response the model gave the request (not an
+	// exception from execute, nor fw's check of its answer).
+	Answered bool
 }
+
+// ModelAnswer implements engine.ModelAnswer.
+func (e *ModelError) ModelAnswer() (code int, msg string, ok bool) { return e.Code, e.Msg, e.Answered }
 
 // Error names the model and says what it answered.
 func (e *ModelError) Error() string { return fmt.Sprintf("Python model %q: %s", e.Model, e.Msg) }

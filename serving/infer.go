@@ -184,6 +184,10 @@ const (
 	KindTimeout
 	// KindEngine: the engine failed.
 	KindEngine
+	// KindAnswered: the model itself answered an error for the request
+	// (engine.ModelAnswer): Failure.Code is its Triton error code, and the
+	// message is the model's own.
+	KindAnswered
 	// KindBadRequest: the request asks for what the model does not do
 	// (a *SequenceError: sequence parameters to a model without sequence
 	// batching), or breaks its sequence's rules (a *sequence.Error: no
@@ -198,6 +202,8 @@ type Failure struct {
 	Message string
 	// Input is the *engine.InputError when Kind is KindInvalidInput.
 	Input *engine.InputError
+	// Code is the model's Triton error code when Kind is KindAnswered.
+	Code int
 }
 
 // Classify describes err, returned by Infer, for a client. timeout is the
@@ -208,6 +214,9 @@ func Classify(err error, timeout time.Duration) Failure {
 	switch {
 	case errors.As(err, &ie):
 		return Failure{Kind: KindInvalidInput, Message: ie.Error(), Input: ie}
+	case answered(err) != nil:
+		code, msg, _ := answered(err).ModelAnswer()
+		return Failure{Kind: KindAnswered, Message: msg, Code: code}
 	case errors.Is(err, ErrNoSequenceBatching), errors.As(err, &se), errors.As(err, new(*ClassificationError)), errors.As(err, new(*DecoupledError)):
 		return Failure{Kind: KindBadRequest, Message: err.Error()}
 	case errors.As(err, new(*ModelError)): // a model an ensemble's step needs is not served now
@@ -224,6 +233,17 @@ func Classify(err error, timeout time.Duration) Failure {
 		return Failure{Kind: KindNotReady, Message: "the server is shutting down"}
 	}
 	return Failure{Kind: KindEngine, Message: "the engine failed on this request: " + err.Error()}
+}
+
+// answered is the error the model itself answered within err, or nil.
+func answered(err error) engine.ModelAnswer {
+	var ma engine.ModelAnswer
+	if errors.As(err, &ma) {
+		if _, _, ok := ma.ModelAnswer(); ok {
+			return ma
+		}
+	}
+	return nil
 }
 
 // payloadStart is the payload logger of a request sampled for it, and the

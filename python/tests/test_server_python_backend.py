@@ -352,6 +352,22 @@ class TritonPythonModel:
         return out
 """
 
+# An error response with the code its input names: clients get the model's message as it wrote it, with the status
+# its code maps to (Triton's mapping).
+ERROR_CODE = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            name = pb_utils.get_input_tensor_by_name(r, "P").as_numpy()[0].decode()
+            code = getattr(pb_utils.TritonError, name)
+            out.append(pb_utils.InferenceResponse(error=pb_utils.TritonError("error code: " + name, code)))
+        return out
+"""
+
 # Triton's response cache: the answer carries how many times execute ran, so a cached answer repeats an old count.
 COUNTING = """
 import numpy as np
@@ -635,6 +651,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     _write(root, "accumulate", ACCUMULATE_CONFIG, ACCUMULATE)
     _write(root, "echo_params", ECHO_PARAMS_CONFIG, ECHO_PARAMS)
     _write(root, "counting", COUNTING_CONFIG, COUNTING)
+    _write(root, "error_code", RESPONSE_PARAMS_CONFIG, ERROR_CODE)
     _write(root, "response_params", RESPONSE_PARAMS_CONFIG, RESPONSE_PARAMS)
     _write(root, "bls_response_params", RESPONSE_PARAMS_CONFIG, BLS_RESPONSE_PARAMS)
     _write(root, "bls_params", ECHO_PARAMS_CONFIG, BLS_PARAMS)
@@ -1214,3 +1231,31 @@ def test_response_parameters(server: FwServer, proto: str) -> None:
     assert json.loads(infer("bls_response_params", json.dumps(params)).as_numpy("OUT")[0]) == params
     with pytest.raises(InferenceServerException, match="Expect parameters values to have type bool/int/str"):
         infer("response_params", json.dumps({"p": 0.5}))
+
+
+def test_error_codes_of_a_models_answer(server: FwServer) -> None:
+    """A model's ``TritonError(msg, code)`` answer: the message unchanged, the status as Triton maps the code (gRPC
+    and HTTP); INVALID_ARG is fw's invalid input (400 under /v2)."""
+    import grpc
+
+    cases = {
+        "UNKNOWN": (grpc.StatusCode.UNKNOWN, 400),
+        "INTERNAL": (grpc.StatusCode.INTERNAL, 500),
+        "NOT_FOUND": (grpc.StatusCode.NOT_FOUND, 404),
+        "INVALID_ARG": (grpc.StatusCode.INVALID_ARGUMENT, 400),
+        "UNAVAILABLE": (grpc.StatusCode.UNAVAILABLE, 503),
+        "UNSUPPORTED": (grpc.StatusCode.UNIMPLEMENTED, 501),
+        "ALREADY_EXISTS": (grpc.StatusCode.ALREADY_EXISTS, 400),
+        "CANCELLED": (grpc.StatusCode.CANCELLED, 400),
+    }
+    gc = grpcclient.InferenceServerClient(server.grpc_url)
+    hc = httpclient.InferenceServerClient(server.url)
+    for name, (gcode, hstatus) in cases.items():
+        for mod, client in ((grpcclient, gc), (httpclient, hc)):
+            x = mod.InferInput("P", [1], "BYTES")
+            x.set_data_from_numpy(np.array([name.encode()], dtype=object))
+            with pytest.raises(InferenceServerException) as e:
+                client.infer("error_code", [x])
+            assert e.value.message() == "error code: " + name, (name, e.value.message())
+            want = f"StatusCode.{gcode.name}" if mod is grpcclient else str(hstatus)
+            assert e.value.status() == want, (name, mod.__name__, e.value.status())
