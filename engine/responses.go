@@ -13,6 +13,8 @@ type Response struct {
 	Outs  []Tensor
 	Err   error
 	Final bool
+	// Parameters are the response's parameters (a JSON object), if any.
+	Parameters string
 }
 
 // Responses is a decoupled request's responses in flight, in order, up to

@@ -632,21 +632,7 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 			"sequence_end":   {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: sp.End}},
 		}
 	}
-	if keys, vals := serving.ResponseParameters(sink); len(keys) > 0 { // the model's response parameters
-		if resp.Parameters == nil {
-			resp.Parameters = make(map[string]*pb.InferParameter, len(keys))
-		}
-		for _, k := range keys {
-			switch v := vals[k].(type) {
-			case string:
-				resp.Parameters[k] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_StringParam{StringParam: v}}
-			case int64:
-				resp.Parameters[k] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: v}}
-			case bool:
-				resp.Parameters[k] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: v}}
-			}
-		}
-	}
+	addResponseParameters(resp, sink)
 	if err := s.encodeOutputs(inst, dec, out, resp); err != nil {
 		rec.Encoded = time.Now()
 		inst.Stats.Record(rec)
@@ -722,6 +708,7 @@ func (s *Server) streamDecoupled(ctx context.Context, req *pb.ModelInferRequest,
 	defer cancel()
 	defer context.AfterFunc(s.base, cancel)()
 	rctx = serving.WithRequestInfo(rctx, req.GetId(), &a.params)
+	rctx, sink := serving.WithResponseSink(rctx, inst) // each response's parameters
 	rec := serving.Request{Began: began, Submitted: time.Now(), ID: req.GetId()}
 	err := serving.InferStream(rctx, inst, dec.inputs, func(out []engine.Tensor, merr error, final bool) error {
 		switch {
@@ -735,6 +722,7 @@ func (s *Server) streamDecoupled(ctx context.Context, req *pb.ModelInferRequest,
 		}
 		resp := header(final)
 		resp.ModelName, resp.ModelVersion = inst.Name(), inst.Version()
+		addResponseParameters(resp, sink)
 		if err := s.encodeOutputs(inst, dec, out, resp); err != nil {
 			return emit(&pb.ModelStreamInferResponse{ErrorMessage: status.Convert(err).Message(), InferResponse: header(final)})
 		}
@@ -767,6 +755,28 @@ func (s *Server) inferError(ctx context.Context, err error) error {
 	}
 	s.log.Error("engine failure", "err", err)
 	return status.Error(codes.Internal, f.Message)
+}
+
+// addResponseParameters adds the model's response parameters in sink (if
+// any) to resp's, as Triton's typed parameters.
+func addResponseParameters(resp *pb.ModelInferResponse, sink *engine.ResponseSink) {
+	keys, vals := serving.ResponseParameters(sink)
+	if len(keys) == 0 {
+		return
+	}
+	if resp.Parameters == nil {
+		resp.Parameters = make(map[string]*pb.InferParameter, len(keys))
+	}
+	for _, k := range keys {
+		switch v := vals[k].(type) {
+		case string:
+			resp.Parameters[k] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_StringParam{StringParam: v}}
+		case int64:
+			resp.Parameters[k] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: v}}
+		case bool:
+			resp.Parameters[k] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: v}}
+		}
+	}
 }
 
 // answeredCode is the gRPC status of an error a model answered, by its

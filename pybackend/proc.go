@@ -866,6 +866,7 @@ func (p *proc) bls(ctx context.Context, m *message, datas [][]byte) {
 	}
 	if m.Decoupled {
 		finished := false
+		ctx, sink := engine.WithResponseSink(ctx) // each response's parameters, for response.parameters()
 		err := p.cfg.StreamCall(ctx, m.Model, m.Version, ins, m.Outputs, func(outs map[string]engine.Tensor, err error, final bool) error {
 			finished = final
 			if err != nil {
@@ -874,6 +875,9 @@ func (p *proc) bls(ctx context.Context, m *message, datas [][]byte) {
 			head, odatas, err := encode(outs, final)
 			if err != nil {
 				return answer(map[string]any{"error": err.Error(), "final": final}, nil)
+			}
+			if js := sink.Parameters(); js != "" {
+				head["parameters"] = js
 			}
 			return answer(head, odatas)
 		})

@@ -305,6 +305,7 @@ func (s *stream) deliver(cfg Config, m *message, datas [][]byte) {
 		resp.Err = answeredError(cfg.Name, m.Error)
 	case m.Response:
 		resp.Outs, resp.Err = outputs(cfg, m.Tensors, datas)
+		resp.Parameters = m.Params
 	}
 	s.q.Put(resp)
 }

@@ -558,6 +558,8 @@ def make_pb_utils(channel):
                     else:
                         head["tensors"], datas = _encode(response.output_tensors())
                         head["response"] = True
+                        if response.parameters():
+                            head["parameters"] = response.parameters()
                 channel.send(head, datas)
                 self._closed = final
                 if final:

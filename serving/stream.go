@@ -25,7 +25,8 @@ func (i *Instance) Decoupled() bool { return i.Model != nil && i.Model.Decoupled
 // requests reach the model's execute together), then each of the model's
 // responses handed to send as it comes, while execute runs and after it
 // (outputs, or the error the model answered, final on the last, which may
-// carry neither). It returns when the final response has been sent, or
+// carry neither); a ResponseSink in ctx holds the parameters of the
+// response being sent. It returns when the final response has been sent, or
 // with the first error of the inputs, send, ctx or the engine; ctx ending
 // tells the model its request was cancelled.
 func InferStream(ctx context.Context, inst *Instance, inputs []engine.Tensor, send func(outs []engine.Tensor, err error, final bool) error) error {
@@ -48,9 +49,13 @@ func InferStream(ctx context.Context, inst *Instance, inputs []engine.Tensor, se
 		_, _, err := inst.Batcher.SubmitChecked(engine.WithResponses(ctx, q), inputs, rows)
 		started <- err
 	}()
+	sink := engine.ResponseSinkOf(ctx) // each response's parameters, for send to read
 	return q.Forward(ctx, started, func(r engine.Response) error {
 		if inst.Reshape != nil && r.Outs != nil {
 			inst.Reshape.fromModel(r.Outs)
+		}
+		if sink != nil {
+			sink.SetParameters(r.Parameters)
 		}
 		return send(r.Outs, r.Err, r.Final)
 	})

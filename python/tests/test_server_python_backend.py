@@ -172,7 +172,7 @@ class TritonPythonModel:
                     sender.send(pb_utils.InferenceResponse([
                         pb_utils.Tensor("OUT", np.array([v], dtype=np.int32)),
                         pb_utils.Tensor("IDX", np.array([i], dtype=np.int32)),
-                    ]))
+                    ], parameters={"index": i}))
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
             threading.Thread(target=run).start()
@@ -874,6 +874,9 @@ def test_decoupled_over_the_grpc_stream(server: FwServer) -> None:
                 finals.add(resp.id)
                 continue
             assert result.as_numpy("IDX")[0] == len(seen[resp.id])
+            assert resp.parameters["index"].int64_param == len(
+                seen[resp.id]
+            )  # each response's own parameters
             seen[resp.id].append(int(result.as_numpy("OUT")[0]))
         assert seen == requests
         # An error response ends its request; the stream goes on.
