@@ -121,5 +121,11 @@ func (s *Server) deploymentProxy(c *call) {
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		ctx.SetContentType(ct)
 	}
+	if route == "health/ready" && resp.StatusCode == 200 && len(out) == 0 {
+		// A shared server's V2 model readiness answers 200 with no body, as
+		// Triton's does; the dashboard's API answers JSON.
+		ctx.SetContentType("application/json")
+		out = []byte(`{"ready":true}`)
+	}
 	ctx.SetBody(out)
 }
