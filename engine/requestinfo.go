@@ -60,6 +60,15 @@ func WithResponseSink(ctx context.Context) (context.Context, *ResponseSink) {
 	return context.WithValue(ctx, responseSinkKey{}, s), s
 }
 
+// WithoutResponseSink returns ctx carrying no sink: for the models an
+// ensemble runs, whose response parameters are not its answer's.
+func WithoutResponseSink(ctx context.Context) context.Context {
+	if ResponseSinkOf(ctx) == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, responseSinkKey{}, (*ResponseSink)(nil))
+}
+
 // ResponseSinkOf is the sink ctx carries, or nil.
 func ResponseSinkOf(ctx context.Context) *ResponseSink {
 	s, _ := ctx.Value(responseSinkKey{}).(*ResponseSink)

@@ -302,6 +302,7 @@ func (p *Pipeline) Run(ctx context.Context, inputs []engine.Tensor) ([]engine.Te
 		return nil, fmt.Errorf("ensembles nest more than %d deep (%s)", maxNesting, strings.Join(chain, " -> "))
 	}
 	ctx = context.WithValue(ctx, runningKey{}, append(slices.Clone(chain), p.cfg.Name))
+	ctx = engine.WithoutResponseSink(ctx) // a step's response parameters are not the ensemble's answer's, as in Triton
 	vals := make(map[string]engine.Tensor, len(inputs)+4*len(p.cfg.Steps))
 	for i, sp := range p.cfg.Inputs {
 		vals[sp.Name] = inputs[i]

@@ -797,8 +797,10 @@ func answeredCode(code int) codes.Code {
 		return codes.AlreadyExists
 	case 7:
 		return codes.Canceled
+	case 1:
+		return codes.Internal
 	}
-	return codes.Internal
+	return codes.Unknown // a code Triton does not have, as Triton maps it
 }
 
 // ModelStreamInfer implements GRPCInferenceService (Triton's streaming

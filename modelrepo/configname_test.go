@@ -57,7 +57,7 @@ func TestResponseCacheConfig(t *testing.T) {
 		_, _, err = r.readConfig(filepath.Join(root, name), name, serving.LoadOptions{})
 		return err
 	}
-	if err := read(nil, "plain"); err == nil || !strings.Contains(err.Error(), "--cache-config local,size=BYTES") {
+	if err := read(nil, "plain"); err != nil { // loads uncached, as in Triton (a warning says why)
 		t.Fatalf("no server cache: %v", err)
 	}
 	if err := read(respcache.New(1<<20), "plain"); err != nil {

@@ -302,8 +302,7 @@ func (r *Repository) loadEnsemble(ctx context.Context, name, vs, vdir string, cf
 					inst.Config.Outputs[i].Labels = p.Labels(out.Name)
 				}
 			}
-			r.setCache(inst, cfg)
-			return nil
+			return r.setCache(inst, cfg)
 		},
 	}, hostMetrics{r.metrics}, r.log)
 	if err := h.Start(ctx); err != nil {

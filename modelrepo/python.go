@@ -310,8 +310,7 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 				inst.Reshape = rs
 			}
 			inst.Config = described
-			r.setCache(inst, cfg)
-			return nil
+			return r.setCache(inst, cfg)
 		},
 	}, hostMetrics{r.metrics}, r.log)
 	if err := h.Start(ctx); err != nil {

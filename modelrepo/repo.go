@@ -694,8 +694,6 @@ func (r *Repository) checkCache(cfg *pb.ModelConfig) error {
 		return nil
 	}
 	switch {
-	case r.cfg.ResponseCache == nil:
-		return errors.New("response_cache enable: the server has no response cache; start fw serve with --cache-config local,size=BYTES (or --response-cache-byte-size BYTES)")
 	case cfg.GetSequenceBatching() != nil:
 		return errors.New("response_cache enable: a stateful model's answers depend on its sequence's earlier requests and cannot be cached")
 	case cfg.GetModelTransactionPolicy().GetDecoupled():
@@ -705,12 +703,24 @@ func (r *Repository) checkCache(cfg *pb.ModelConfig) error {
 }
 
 // setCache gives inst the response cache when cfg enables it (checkCache
-// has allowed it).
-func (r *Repository) setCache(inst *serving.Instance, cfg *pb.ModelConfig) {
-	if cfg.GetResponseCache().GetEnable() {
-		inst.Cache = r.cfg.ResponseCache
-		inst.Config.ResponseCache = true
+// has allowed it) and the server has one: as Triton does, a model that
+// enables it on a server without one loads and answers uncached (logged).
+// An ensemble running a stateful model is refused: its answers depend on
+// the sequence.
+func (r *Repository) setCache(inst *serving.Instance, cfg *pb.ModelConfig) error {
+	if !cfg.GetResponseCache().GetEnable() {
+		return nil
 	}
+	inst.Config.ResponseCache = true
+	switch {
+	case inst.StatefulSteps:
+		return errors.New("response_cache enable: the ensemble runs a stateful model, whose answers depend on its sequence's earlier requests; they cannot be cached")
+	case r.cfg.ResponseCache == nil:
+		r.log.Warn("response_cache is enabled but the server has no response cache: answers are not cached; start fw serve with --cache-config local,size=BYTES", "model", inst.Name(), "version", inst.Version())
+		return nil
+	}
+	inst.Cache, inst.CacheGeneration = r.cfg.ResponseCache, r.cfg.ResponseCache.NextGeneration()
+	return nil
 }
 
 // configPath is the configuration file of the model in dir: its
@@ -896,8 +906,7 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 				return err
 			}
 			inst.Config, inst.Reshape = c, reshape
-			r.setCache(inst, cfg)
-			return nil
+			return r.setCache(inst, cfg)
 		},
 	}, hostMetrics{r.metrics}, r.log)
 	if err := h.Start(ctx); err != nil {

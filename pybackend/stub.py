@@ -362,9 +362,7 @@ def make_pb_utils(channel):
     def _response_parameters(parameters):
         # Triton's checks and sentences: a dict of str keys and bool, int or str values.
         if parameters is None:
-            return ""
-        if isinstance(parameters, str):  # a BLS answer's, already checked
-            return parameters
+            return "{}"
         if not isinstance(parameters, dict):
             raise TritonModelException(
                 f"Expect parameters to be a dictionary, got {type(parameters)}"
@@ -480,13 +478,16 @@ def make_pb_utils(channel):
                         head["error"], head.get("code", TritonError.INTERNAL)
                     )
                 )
-            return InferenceResponse(
+            resp = InferenceResponse(
                 [
                     Tensor(d["name"], _to_numpy(d, b), _bf16=d["datatype"] == "BF16")
                     for d, b in zip(head.get("tensors", []), got)
-                ],
-                parameters=head.get("parameters") or None,
+                ]
             )
+            resp._parameters = (
+                head.get("parameters") or "{}"
+            )  # the called model's, checked when it made them
+            return resp
 
         def exec(self, decoupled=False):
             head, datas = self._bls_head(decoupled)
@@ -558,7 +559,7 @@ def make_pb_utils(channel):
                     else:
                         head["tensors"], datas = _encode(response.output_tensors())
                         head["response"] = True
-                        if response.parameters():
+                        if response.parameters() != "{}":
                             head["parameters"] = response.parameters()
                 channel.send(head, datas)
                 self._closed = final
@@ -981,7 +982,9 @@ def _execute_requests(pb, channel, model, head, datas, decoupled):
                 out.append({"error": _error_head(resp.error())})
                 continue
             descs, ds = _encode(resp.output_tensors())
-            out.append({"outputs": len(descs), "parameters": resp.parameters()})
+            out.append({"outputs": len(descs)})
+            if resp.parameters() != "{}":
+                out[-1]["parameters"] = resp.parameters()
             outdatas.extend(zip(descs, ds))
         head = {"op": "result", "responses": out, "tensors": [d for d, _ in outdatas]}
         return head, [b for _, b in outdatas]

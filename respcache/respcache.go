@@ -13,6 +13,7 @@ import (
 	"hash"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fw-serve/fw/engine"
 )
@@ -81,6 +82,7 @@ const entryOverhead = 256
 // Cache is the server's response cache, shared by the models that enable it.
 type Cache struct {
 	max int64
+	gen atomic.Uint64
 
 	mu      sync.Mutex
 	used    int64
@@ -98,6 +100,11 @@ type entry struct {
 func New(maxBytes int64) *Cache {
 	return &Cache{max: maxBytes, lru: list.New(), entries: map[Key]*list.Element{}}
 }
+
+// NextGeneration is a number no earlier call returned: a model version
+// loaded again keys its answers under a new one, so that a reload (new
+// weights, another configuration) never answers from the old load's.
+func (c *Cache) NextGeneration() uint64 { return c.gen.Add(1) }
 
 // Size is the byte budget.
 func (c *Cache) Size() int64 { return c.max }
@@ -128,7 +135,7 @@ func (c *Cache) Get(k Key) ([]engine.Tensor, bool) {
 func (c *Cache) Put(k Key, out []engine.Tensor) {
 	size := int64(entryOverhead)
 	for _, t := range out {
-		size += int64(len(t.Data)) + 8*int64(len(t.Shape))
+		size += 64 + int64(len(t.Data)) + 8*int64(len(t.Shape)) // the tensor's header and its shape too
 	}
 	if size > c.max {
 		return

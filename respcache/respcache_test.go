@@ -46,7 +46,7 @@ func TestKeysTellRequestsApart(t *testing.T) {
 }
 
 func TestLRUWithinBudget(t *testing.T) {
-	c := New(3 * (100 + entryOverhead + 8))
+	c := New(3 * (100 + entryOverhead + 8 + 64))
 	for i, k := range []string{"a", "b", "c"} {
 		c.Put(key(k), []engine.Tensor{tensor(100, byte(i))})
 	}
@@ -88,7 +88,7 @@ func TestAnswersAreCopies(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
-	c := New(10 * (64 + entryOverhead + 8))
+	c := New(10 * (64 + entryOverhead + 8 + 64))
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -103,5 +103,12 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if _, used := c.Len(); used > c.Size() {
 		t.Fatalf("%d bytes used of %d", used, c.Size())
+	}
+}
+
+func TestGenerationsDiffer(t *testing.T) {
+	c := New(1 << 10)
+	if a, b := c.NextGeneration(), c.NextGeneration(); a == b || a == 0 {
+		t.Fatalf("generations %d and %d", a, b)
 	}
 }

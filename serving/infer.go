@@ -26,7 +26,7 @@ func Infer(ctx context.Context, models Models, inst *Instance, inputs []engine.T
 	var out []engine.Tensor
 	var t batcher.Timing
 	var err error
-	if inst.Cache != nil && inst.Sequences == nil && !inst.Decoupled() {
+	if inst.Cache != nil && inst.Sequences == nil && !inst.StatefulSteps && !inst.Decoupled() {
 		out, t, err = cachedInfer(ctx, models, inst, inputs)
 	} else {
 		out, t, err = infer(ctx, models, inst, inputs)
@@ -44,6 +44,7 @@ func Infer(ctx context.Context, models Models, inst *Instance, inputs []engine.T
 func cachedInfer(ctx context.Context, models Models, inst *Instance, inputs []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
 	began := time.Now()
 	kb := respcache.NewKey(inst.Name(), inst.Version())
+	kb.Ints([]int{int(inst.CacheGeneration)}) // this load's: a reload of the version answers anew
 	kb.Tensors(inputs)
 	if idx, ok := RequestedOutputs(ctx); ok {
 		kb.String("outputs")
@@ -51,9 +52,8 @@ func cachedInfer(ctx context.Context, models Models, inst *Instance, inputs []en
 	} else {
 		kb.String("all outputs")
 	}
-	if ri, ok := engine.RequestInfoOf(ctx); ok {
-		kb.String(ri.Parameters)
-	}
+	ri, _ := engine.RequestInfoOf(ctx)
+	kb.String(ri.Parameters) // forwarded headers included: a per-request header makes every request miss
 	key := kb.Sum()
 	if out, ok := inst.Cache.Get(key); ok {
 		inst.Stats.cacheLookup(true, time.Since(began))

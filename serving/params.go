@@ -177,9 +177,10 @@ func (e reservedHeaderError) Error() string {
 func (p *Parameters) Len() int { return len(p.keys) }
 
 // AnswersWithParameters reports whether inst's answers may carry response
-// parameters: a Python model's, or an ensemble's (from its steps).
+// parameters: a Python model's. An ensemble's answer carries none of its
+// steps' (Triton builds it itself), and its steps see no sink.
 func (i *Instance) AnswersWithParameters() bool {
-	return i.Model != nil && (i.Model.Format == engine.FormatPython || i.Model.Format == engine.FormatEnsemble)
+	return i.Model != nil && i.Model.Format == engine.FormatPython
 }
 
 // WithResponseSink returns ctx with a sink for the answer's response
@@ -208,6 +209,9 @@ func ResponseParameters(s *engine.ResponseSink) ([]string, map[string]any) {
 	var keys []string
 	vals := map[string]any{}
 	for dec.More() {
+		if len(keys) > maxParameters { // a model process is not trusted with the server's CPU
+			return nil, nil
+		}
 		kt, err := dec.Token()
 		if err != nil {
 			return nil, nil
@@ -217,21 +221,29 @@ func ResponseParameters(s *engine.ResponseSink) ([]string, map[string]any) {
 		if err != nil {
 			return nil, nil
 		}
+		var val any
 		switch v := vt.(type) {
 		case string, bool:
-			vals[k] = v
+			val = v
 		case json.Number:
 			n, err := v.Int64()
 			if err != nil {
 				return nil, nil
 			}
-			vals[k] = n
+			val = n
 		default:
 			return nil, nil
 		}
-		if !slices.Contains(keys, k) {
+		if ReservedParameter(k) || strings.HasPrefix(k, "triton_") {
+			continue // the front end's own keys (sequence echo, triton_final_response) are not the model's to set
+		}
+		if _, seen := vals[k]; !seen {
 			keys = append(keys, k)
 		}
+		vals[k] = val
+	}
+	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
+		return nil, nil
 	}
 	return keys, vals
 }

@@ -88,6 +88,42 @@ func TestParametersRefused(t *testing.T) {
 	}
 }
 
+// A model's response parameters: strings, integers and booleans in its
+// order, each key once (the last value); the front end's own keys are not
+// the model's to set; anything else (a float, a nested value, too many
+// keys, not an object) gives none.
+func TestResponseParameters(t *testing.T) {
+	sink := func(js string) *engine.ResponseSink {
+		s := &engine.ResponseSink{}
+		s.SetParameters(js)
+		return s
+	}
+	keys, vals := ResponseParameters(sink(`{"b":"x","a":7,"c":true,"a":8,"sequence_id":1,"triton_final_response":false}`))
+	if strings.Join(keys, ",") != "b,a,c" || vals["a"] != int64(8) || vals["b"] != "x" || vals["c"] != true || len(vals) != 3 {
+		t.Fatalf("%v %v", keys, vals)
+	}
+	for _, bad := range []string{`{"f":0.5}`, `{"n":{"a":1}}`, `[1]`, `{"big":99999999999999999999}`, `{"x":1`, `{"x":1]`} {
+		if keys, _ := ResponseParameters(sink(bad)); keys != nil {
+			t.Errorf("%.40q: %v", bad, keys)
+		}
+	}
+	var distinct strings.Builder
+	distinct.WriteString("{")
+	for i := range maxParameters + 2 {
+		if i > 0 {
+			distinct.WriteString(",")
+		}
+		distinct.WriteString(`"k` + strconv.Itoa(i) + `":1`)
+	}
+	distinct.WriteString("}")
+	if keys, _ := ResponseParameters(sink(distinct.String())); keys != nil {
+		t.Fatalf("%d keys taken past the limit", len(keys))
+	}
+	if keys, _ := ResponseParameters(nil); keys != nil {
+		t.Fatal("a nil sink gave parameters")
+	}
+}
+
 func TestClassificationOfAHugeOutputIsRefused(t *testing.T) {
 	n := int64(maxClassificationElements + 1)
 	big := engine.Tensor{DType: engine.Float32, Shape: []int64{1, n}, Data: make([]byte, 4*n)}

@@ -63,6 +63,9 @@ type Instance struct {
 	// response_cache { enable: true }, with the server's --cache-config):
 	// a request seen before is answered from it without running the model.
 	Cache *respcache.Cache
+	// CacheGeneration tells this load's cached answers from an earlier
+	// load's of the same version (respcache.Cache.NextGeneration).
+	CacheGeneration uint64
 }
 
 // Inputs are the inputs a client sends: the model's, less those a

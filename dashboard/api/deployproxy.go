@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -125,7 +126,7 @@ func (s *Server) deploymentProxy(c *call) {
 		// A shared server's V2 model readiness answers 200 with no body, as
 		// Triton's does; the dashboard's API answers JSON.
 		ctx.SetContentType("application/json")
-		out = []byte(`{"ready":true}`)
+		out, _ = json.Marshal(map[string]any{"name": dep.Model, "ready": true})
 	}
 	ctx.SetBody(out)
 }

@@ -368,6 +368,24 @@ class TritonPythonModel:
         return out
 """
 
+# An ensemble over response_params: its answer carries none of its step's response parameters, as Triton's.
+RESPONSE_PARAMS_ENSEMBLE_CONFIG = """platform: "ensemble"
+max_batch_size: 0
+input [{ name: "P", data_type: TYPE_STRING, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_STRING, dims: [ 1 ] }]
+ensemble_scheduling { step [ { model_name: "response_params", model_version: -1,
+  input_map { key: "P", value: "P" }, output_map { key: "OUT", value: "OUT" } } ] }
+"""
+
+# An ensemble over the stateful accumulate: its answers cannot be cached.
+ACC_ENSEMBLE_CONFIG = """platform: "ensemble"
+max_batch_size: 4
+input [{ name: "INPUT", data_type: TYPE_INT32, dims: [ 1 ] }]
+output [{ name: "OUTPUT", data_type: TYPE_INT32, dims: [ 1 ] }]
+ensemble_scheduling { step [ { model_name: "accumulate", model_version: -1,
+  input_map { key: "INPUT", value: "INPUT" }, output_map { key: "OUTPUT", value: "OUTPUT" } } ] }
+"""
+
 # Triton's response cache: the answer carries how many times execute ran, so a cached answer repeats an old count.
 COUNTING = """
 import numpy as np
@@ -652,6 +670,12 @@ def server(tmp_path_factory: pytest.TempPathFactory, finalized: Path) -> Iterato
     _write(root, "echo_params", ECHO_PARAMS_CONFIG, ECHO_PARAMS)
     _write(root, "counting", COUNTING_CONFIG, COUNTING)
     _write(root, "error_code", RESPONSE_PARAMS_CONFIG, ERROR_CODE)
+    for name, cfg in (
+        ("response_params_ensemble", RESPONSE_PARAMS_ENSEMBLE_CONFIG),
+        ("acc_ensemble", ACC_ENSEMBLE_CONFIG),
+    ):
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(cfg)
     _write(root, "response_params", RESPONSE_PARAMS_CONFIG, RESPONSE_PARAMS)
     _write(root, "bls_response_params", RESPONSE_PARAMS_CONFIG, BLS_RESPONSE_PARAMS)
     _write(root, "bls_params", ECHO_PARAMS_CONFIG, BLS_PARAMS)
@@ -1232,6 +1256,10 @@ def test_response_parameters(server: FwServer, proto: str) -> None:
         got = res.get_response()["parameters"]
     assert got == params
     assert json.loads(infer("bls_response_params", json.dumps(params)).as_numpy("OUT")[0]) == params
+    ens = infer("response_params_ensemble", json.dumps(params)).get_response()
+    assert not (ens.parameters if proto == "grpc" else ens.get("parameters")), (
+        "an ensemble answers none of its steps'"
+    )
     with pytest.raises(InferenceServerException, match="Expect parameters values to have type bool/int/str"):
         infer("response_params", json.dumps({"p": 0.5}))
 
@@ -1262,3 +1290,13 @@ def test_error_codes_of_a_models_answer(server: FwServer) -> None:
             assert e.value.message() == "error code: " + name, (name, e.value.message())
             want = f"StatusCode.{gcode.name}" if mod is grpcclient else str(hstatus)
             assert e.value.status() == want, (name, mod.__name__, e.value.status())
+
+
+def test_response_cache_refused_for_a_stateful_ensemble(server: FwServer) -> None:
+    """An ensemble that runs a stateful model cannot enable the response cache: its answers depend on the sequence."""
+    client = httpclient.InferenceServerClient(server.url)
+    cfg = client.get_model_config("acc_ensemble")
+    cfg["response_cache"] = {"enable": True}
+    with pytest.raises(InferenceServerException, match="stateful model"):
+        client.load_model("acc_ensemble", config=json.dumps(cfg))
+    assert client.is_model_ready("acc_ensemble")  # the old load still serves
