@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -808,12 +809,26 @@ func answeredCode(code int) codes.Code {
 // the answers are ready (match them by id); a failed request is answered
 // with error_message and the stream goes on.
 func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInferServer) error {
-	ctx := stream.Context()
+	// With the metadata triton_grpc_error: true (Triton's), a failed
+	// request ends the stream with its status instead of an error message.
+	md, _ := metadata.FromIncomingContext(stream.Context())
+	grpcErrors := slices.Contains(md.Get("triton_grpc_error"), "true")
+	ctx, endStream := context.WithCancel(stream.Context())
+	defer endStream()
 	var (
 		sendMu  sync.Mutex
 		sendErr error
+		fatal   error // the failure that ended the stream (grpcErrors)
 		wg      sync.WaitGroup
 	)
+	ended := func() error { // the stream's status once ctx is done
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if fatal != nil {
+			return fatal
+		}
+		return status.FromContextError(ctx.Err()).Err()
+	}
 	sem := make(chan struct{}, s.cfg.StreamConcurrency)
 	// order.last is, per model and sequence ID, the channel closed once the
 	// sequence's latest request's answer is sent.
@@ -856,14 +871,15 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		case <-s.closing:
 			wg.Wait()
 			return status.Error(codes.Unavailable, "the server is shutting down; open a new stream to another replica")
-		case <-ctx.Done(): // the client went away (the reader may have stopped without a word)
+		case <-ctx.Done(): // the client went away (the reader may have stopped without a word), or a failure ended it
 			wg.Wait()
-			return status.FromContextError(ctx.Err()).Err()
+			return ended()
 		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
+			wg.Wait()
+			return ended()
 		}
 		// A request naming a sequence is admitted here, in stream order:
 		// the requests of one sequence run in the order they were sent.
@@ -897,6 +913,7 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 				}()
 			}
 			var resp *pb.ModelStreamInferResponse
+			var failed error  // resp's failure, as a status
 			streamed := false // a decoupled model's responses, sent as they came
 			func() {
 				defer func() {
@@ -935,6 +952,7 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 				var out *pb.ModelInferResponse
 				out, err = s.inferAdmitted(mctx, req, *a, began)
 				if err != nil {
+					failed = err
 					resp = &pb.ModelStreamInferResponse{ErrorMessage: status.Convert(err).Message(),
 						InferResponse: &pb.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId()}}
 					return
@@ -951,7 +969,13 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 				}
 			}
 			sendMu.Lock()
-			if sendErr == nil {
+			switch {
+			case grpcErrors && failed != nil:
+				if fatal == nil {
+					fatal = failed
+				}
+				endStream()
+			case sendErr == nil && fatal == nil:
 				sendErr = stream.Send(resp)
 			}
 			sendMu.Unlock()

@@ -1300,3 +1300,39 @@ def test_response_cache_refused_for_a_stateful_ensemble(server: FwServer) -> Non
     with pytest.raises(InferenceServerException, match="stateful model"):
         client.load_model("acc_ensemble", config=json.dumps(cfg))
     assert client.is_model_ready("acc_ensemble")  # the old load still serves
+
+
+def test_triton_grpc_error_ends_the_stream(server: FwServer) -> None:
+    """With the stream metadata ``triton_grpc_error: true`` (Triton's), a failed request ends the stream with its
+    status; without it, the error comes as a message and the stream goes on."""
+    import queue
+
+    def stream(headers: dict | None):
+        got: queue.Queue = queue.Queue()
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        client.start_stream(callback=lambda result, error: got.put(error or result), headers=headers)
+        try:
+            yield from _stream_requests(client, got)
+        finally:
+            client.stop_stream()
+
+    def _stream_requests(client, got):
+        for name in ("ok", "INTERNAL", "ok"):
+            model = "echo_params" if name == "ok" else "error_code"
+            x = grpcclient.InferInput("X" if name == "ok" else "P", [1], "FP32" if name == "ok" else "BYTES")
+            x.set_data_from_numpy(
+                np.array([1], np.float32) if name == "ok" else np.array([name.encode()], dtype=object)
+            )
+            client.async_stream_infer(model, [x])
+            yield got.get(timeout=30)
+
+    plain = list(stream(None))
+    assert isinstance(plain[1], InferenceServerException) and not isinstance(
+        plain[2], InferenceServerException
+    )
+    gen = stream({"triton_grpc_error": "true"})
+    first = next(gen)
+    second = next(gen)
+    assert not isinstance(first, InferenceServerException)
+    assert isinstance(second, InferenceServerException) and second.status() == "StatusCode.INTERNAL", second
+    gen.close()
