@@ -441,7 +441,7 @@ func (p *Pipeline) step(ctx context.Context, i int, vals map[string]engine.Tenso
 	outs, timing, err := p.infer(ctx, inst, ins)
 	// The step is a request to its model, in that model's statistics as
 	// a client's request is (Triton counts them so).
-	inst.Stats.Record(serving.Request{Began: began, Submitted: began, Encoded: time.Now(), Timing: timing, OK: err == nil})
+	inst.Stats.Record(serving.Request{Began: began, Submitted: began, Encoded: time.Now(), Timing: timing, OK: err == nil, Err: err})
 	if err != nil {
 		return nil, &StepError{Step: i + 1, Model: st.Model, Err: err}
 	}

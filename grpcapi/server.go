@@ -617,7 +617,7 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 	out, timing, err := serving.InferSequence(rctx, s.models, inst, dec.inputs, a.ticket)
 	rec.Timing = timing
 	if err != nil {
-		rec.Encoded = time.Now()
+		rec.Encoded, rec.Err = time.Now(), err
 		inst.Stats.Record(rec)
 		return nil, s.inferError(ctx, err)
 	}
@@ -729,7 +729,7 @@ func (s *Server) streamDecoupled(ctx context.Context, req *pb.ModelInferRequest,
 		}
 		return emit(&pb.ModelStreamInferResponse{InferResponse: resp})
 	})
-	rec.OK, rec.Encoded = err == nil, time.Now()
+	rec.OK, rec.Encoded, rec.Err = err == nil, time.Now(), err
 	inst.Stats.Record(rec)
 	if err != nil && ctx.Err() == nil {
 		_ = emit(&pb.ModelStreamInferResponse{ErrorMessage: status.Convert(s.inferError(rctx, err)).Message(), InferResponse: header(true)})

@@ -71,7 +71,7 @@ func (s *Server) inferSequence(ctx context.Context, inst *serving.Instance, inpu
 	out, t, err := serving.InferSequence(ctx, s.models, inst, inputs, ticket)
 	rec.Timing = t
 	if err != nil {
-		rec.Encoded = time.Now()
+		rec.Encoded, rec.Err = time.Now(), err
 		inst.Stats.Record(rec)
 	}
 	return out, rec, err

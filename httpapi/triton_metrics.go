@@ -63,7 +63,9 @@ func (c *TritonCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, name, version)
 		}
 		counter(c.descs.success, float64(s.Success.Count))
-		ch <- prometheus.MustNewConstMetric(c.descs.failure, prometheus.CounterValue, float64(s.Fail.Count), name, version, "OTHER")
+		for i, n := range s.FailuresByReason {
+			ch <- prometheus.MustNewConstMetric(c.descs.failure, prometheus.CounterValue, float64(n), name, version, serving.FailureReason(i))
+		}
 		counter(c.descs.count, float64(s.InferenceCount))
 		counter(c.descs.exec, float64(s.ExecutionCount))
 		counter(c.descs.request, us(s.Success.NS+s.Fail.NS))

@@ -357,7 +357,7 @@ func (s *Server) generateDecoupled(ctx *fasthttp.RequestCtx, inst *serving.Insta
 			}
 			return event(genResponse(nil, inst, inst.Outputs(), out, g.id))
 		})
-		rec.OK, rec.Encoded = err == nil, time.Now()
+		rec.OK, rec.Encoded, rec.Err = err == nil, time.Now(), err
 		inst.Stats.Record(rec)
 		if err != nil && rctx.Err() == nil {
 			_ = errEvent(err)

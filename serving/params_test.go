@@ -3,11 +3,15 @@ package serving
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 )
 
@@ -133,5 +137,26 @@ func TestClassificationOfAHugeOutputIsRefused(t *testing.T) {
 	ok := engine.Tensor{DType: engine.Float32, Shape: []int64{1, 4}, Data: make([]byte, 16)}
 	if _, err := TopClasses(ok, 2, true, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Failed requests count under Triton's failure reasons.
+func TestFailureReasons(t *testing.T) {
+	var s Stats
+	now := time.Now()
+	for _, err := range []error{
+		fmt.Errorf("%w: 9 waiting", batcher.ErrQueueFull), // REJECTED
+		context.Canceled, // CANCELED
+		errors.New("onnxruntime: the call failed"), // BACKEND
+		&engine.InputError{Msg: "wrong shape"},     // OTHER
+		nil,                                        // OTHER
+	} {
+		s.Record(Request{Began: now, Encoded: now, Err: err})
+	}
+	if got := s.Snapshot().FailuresByReason; got != [NumFailureReasons]uint64{1, 1, 1, 2} || s.Snapshot().Fail.Count != 5 {
+		t.Fatalf("failures by reason %v", got)
+	}
+	if FailureReason(2) != "BACKEND" {
+		t.Fatal(FailureReason(2))
 	}
 }

@@ -1,6 +1,8 @@
 package serving
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 // batcher reports engine calls through BatchRun. Safe for concurrent use.
 type Stats struct {
 	success, fail                      duration
+	failReasons                        [NumFailureReasons]atomic.Uint64 // failed requests by FailureReason
 	queue, computeInput, computeInfer  duration
 	computeOutput                      duration
 	cacheHit, cacheMiss                duration
@@ -57,8 +60,40 @@ type Request struct {
 	Began, Submitted, Encoded time.Time
 	Timing                    batcher.Timing
 	OK                        bool
+	// Err is why a request that is not OK failed (its failure reason in
+	// the statistics); nil counts as OTHER.
+	Err error
 	// ID is the request's "id", when it gave one (for its trace).
 	ID string
+}
+
+// NumFailureReasons is how many of Triton's failure reasons there are.
+const NumFailureReasons = 4
+
+// FailureReason is Triton's failure reason i, as its
+// nv_inference_request_failure metric labels them: REJECTED (the queue
+// would not take it), CANCELED (its client or the server ended it),
+// BACKEND (the model or its engine failed, or the model answered an
+// error), OTHER (everything else: a request fw refused before the model).
+func FailureReason(i int) string {
+	return [NumFailureReasons]string{"REJECTED", "CANCELED", "BACKEND", "OTHER"}[i]
+}
+
+// failureReason is the index (FailureReason) of why err failed a request.
+func failureReason(err error) int {
+	switch {
+	case err == nil:
+		return 3
+	case errors.Is(err, context.Canceled):
+		return 1
+	}
+	switch Classify(err, 0).Kind {
+	case KindOverloaded:
+		return 0
+	case KindEngine, KindAnswered:
+		return 2
+	}
+	return 3
 }
 
 // TraceOf is the trace record (reqtrace) of request r to inst.
@@ -72,6 +107,7 @@ func (s *Stats) Record(r Request) {
 	total := r.Encoded.Sub(r.Began)
 	if !r.OK {
 		s.fail.add(total)
+		s.failReasons[failureReason(r.Err)].Add(1)
 		return
 	}
 	s.success.add(total)
@@ -132,7 +168,9 @@ type Snapshot struct {
 	InferenceCount, ExecutionCount                                  uint64
 	Success, Fail, Queue, ComputeInput, ComputeInfer, ComputeOutput Duration
 	CacheHit, CacheMiss                                             Duration
-	Batches                                                         []BatchStat
+	// FailuresByReason counts the failed requests by FailureReason.
+	FailuresByReason [NumFailureReasons]uint64
+	Batches          []BatchStat
 }
 
 // Snapshot reads the statistics, batch sizes in increasing order.
@@ -142,6 +180,9 @@ func (s *Stats) Snapshot() Snapshot {
 		Success: s.success.get(), Fail: s.fail.get(), Queue: s.queue.get(),
 		ComputeInput: s.computeInput.get(), ComputeInfer: s.computeInfer.get(), ComputeOutput: s.computeOutput.get(),
 		CacheHit: s.cacheHit.get(), CacheMiss: s.cacheMiss.get(),
+	}
+	for i := range s.failReasons {
+		snap.FailuresByReason[i] = s.failReasons[i].Load()
 	}
 	s.mu.Lock()
 	for _, b := range s.batches {

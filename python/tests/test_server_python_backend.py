@@ -1290,6 +1290,16 @@ def test_error_codes_of_a_models_answer(server: FwServer) -> None:
             assert e.value.message() == "error code: " + name, (name, e.value.message())
             want = f"StatusCode.{gcode.name}" if mod is grpcclient else str(hstatus)
             assert e.value.status() == want, (name, mod.__name__, e.value.status())
+    # Triton's failure metric counts them under reason BACKEND (INVALID_ARG, an invalid input, under OTHER)
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    m = re.search(
+        r'nv_inference_request_failure\{model="error_code",reason="BACKEND",version="1"\} (\d+)', text
+    )
+    assert m and int(m.group(1)) >= 2 * (len(cases) - 1), m and m.group(0)
 
 
 def test_response_cache_refused_for_a_stateful_ensemble(server: FwServer) -> None:
