@@ -149,21 +149,28 @@ func TestServePortInUse(t *testing.T) {
 	}
 }
 
+// expectExit runs fw with args (and env added) to its end and checks its
+// exit code and that its output holds wantMsg.
+func expectExit(t *testing.T, wantCode int, wantMsg string, env []string, args ...string) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := fwCmd(args...)
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stderr, cmd.Stdout = &out, &out
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if code != wantCode || !strings.Contains(out.String(), wantMsg) {
+		t.Errorf("fw %v: exit %d, want %d; output lacks %q:\n%s", args, code, wantCode, wantMsg, out.String())
+	}
+}
+
 func TestServeUsageErrors(t *testing.T) {
 	f := func(wantCode int, wantMsg string, env []string, args ...string) {
 		t.Helper()
-		var out bytes.Buffer
-		cmd := fwCmd(args...)
-		cmd.Env = append(cmd.Env, env...)
-		cmd.Stderr, cmd.Stdout = &out, &out
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		}
-		if code != wantCode || !strings.Contains(out.String(), wantMsg) {
-			t.Errorf("fw %v: exit %d, want %d; output lacks %q:\n%s", args, code, wantCode, wantMsg, out.String())
-		}
+		expectExit(t, wantCode, wantMsg, env, args...)
 	}
 	f(2, "--model is required", nil, "serve")
 	f(0, "-max-batch-size", nil, "serve", "--help")

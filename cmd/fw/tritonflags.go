@@ -69,14 +69,20 @@ func (b *tritonBool) Set(s string) error {
 // FW_<NAME>.
 func (e *envFlags) TritonBool(name string, def bool, usage string) *tritonBool {
 	key := envKey(name)
-	b := &tritonBool{p: new(bool)}
-	*b.p = def
+	b := newTritonBool(def)
 	if v, ok := os.LookupEnv(key); ok {
 		if err := b.Set(v); err != nil {
 			e.fail(key, v, "true or false")
 		}
 	}
 	e.fs.Var(b, name, usage+" (true or false) ["+key+"]")
+	return b
+}
+
+// newTritonBool is a tritonBool holding def.
+func newTritonBool(def bool) *tritonBool {
+	b := &tritonBool{p: new(bool)}
+	*b.p = def
 	return b
 }
 
@@ -205,8 +211,7 @@ func registerTritonOptions(ef *envFlags, port *int, shutdown *time.Duration) *tr
 	fs := ef.fs
 	t := &tritonOptions{fs: fs, checked: map[string]*checkedValue{}}
 	tb := func(name string, def bool, usage string) *tritonBool {
-		b := &tritonBool{p: new(bool)}
-		*b.p = def
+		b := newTritonBool(def)
 		fs.Var(b, name, "tritonserver's option: "+usage+" (true or false)")
 		return b
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -15,7 +14,6 @@ import (
 	"math/big"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -142,17 +140,7 @@ func TestTritonCommandLine(t *testing.T) {
 func TestTritonOptionsRefusedOrChecked(t *testing.T) {
 	f := func(wantCode int, wantMsg string, args ...string) {
 		t.Helper()
-		var out bytes.Buffer
-		cmd := fwCmd(append([]string{"serve", "--model", "/nonexistent/model.onnx", "--port", "0"}, args...)...)
-		cmd.Stderr, cmd.Stdout = &out, &out
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		}
-		if code != wantCode || !strings.Contains(out.String(), wantMsg) {
-			t.Errorf("fw serve %v: exit %d, want %d; output lacks %q:\n%s", args, code, wantCode, wantMsg, out.String())
-		}
+		expectExit(t, wantCode, wantMsg, nil, append([]string{"serve", "--model", "/nonexistent/model.onnx", "--port", "0"}, args...)...)
 	}
 	f(2, "--rate-limit execution_count: fw has no rate limiter", "--rate-limit", "execution_count")
 	f(2, `--cache-config "redis,host=x": fw has the local cache only`, "--cache-config", "redis,host=x")
