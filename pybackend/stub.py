@@ -11,10 +11,16 @@
 # bytes). The model's own prints go to standard error, which fw logs.
 #
 # Messages are multiplexed: a reader thread hands fw's "execute" and
-# "finalize" to the main thread, which runs the model, and "bls_result"
-# to the thread waiting for it (by "id"); any thread may send. A decoupled
+# "finalize" to the main thread, which runs the model, "is_ready" to a
+# thread of its own (it answers while execute runs), and "bls_result" to
+# the thread waiting for it (by "id"); any thread may send. A decoupled
 # model's responses ("send", by request "req") may leave from any thread,
-# during execute or after it returned.
+# during execute or after it returned. A non-decoupled model's response
+# sender keeps the request's one answer for the execute call's "result",
+# which waits for it when execute returned None for the request.
+# Coroutines (async execute, initialize, finalize, is_ready) run on one
+# event loop kept for the process's life; a decoupled model's async
+# execute runs there in the background, so several run at once.
 import asyncio
 import gc
 import importlib.util
@@ -70,6 +76,8 @@ class Channel:
         # a request's is_cancelled() reads this set, filled by the reader.
         self.live = set()
         self.cancelled = set()
+        # Runs fw's "is_ready" messages (set once the model is loaded).
+        self.on_is_ready = None
 
     def end_request(self, req):
         self.live.discard(req)
@@ -106,6 +114,17 @@ class Channel:
                     for r in head.get("requests") or ():
                         self.live.add(r.get("req"))
                     self.main.put((head, datas))
+                elif head.get("op") == "is_ready":
+                    if self.on_is_ready is None:
+                        self.send(
+                            {
+                                "op": "ready_result",
+                                "call": head.get("call"),
+                                "ready": True,
+                            }
+                        )
+                    else:
+                        self.on_is_ready(head)
                 elif head.get("op") == "bls_result":
                     if head.get("final", True):
                         q = self.waiters.pop(head.get("id"), None)
@@ -231,6 +250,70 @@ _open_senders = weakref.WeakSet()
 
 
 _dropped = queue.SimpleQueue()
+
+
+class _Answer:
+    """A non-decoupled request's answer: its result entry and tensors,
+    once its response sender has one (put from any thread)."""
+
+    def __init__(self):
+        self._event = threading.Event()
+        self.value = None
+
+    def put(self, value):
+        self.value = value
+        self._event.set()
+
+    def ready(self):
+        return self.value is not None
+
+    def wait(self, timeout):
+        self._event.wait(timeout)
+        return self.ready()
+
+
+# The answer of a request whose sender the model dropped without a response.
+_DROPPED = (
+    {
+        "error": {
+            "message": "the model returned None for the request from execute and dropped its response sender without sending a response",
+            "code": 1,
+        }
+    },
+    [],
+)
+
+
+class _Loop:
+    """The event loop an async model's coroutines run on, in a thread of
+    its own for the process's life (as Triton's stub keeps one): tasks a
+    coroutine starts outlive it, and a decoupled model's execute runs in
+    the background, so that several run at once."""
+
+    def __init__(self):
+        self._loop = None
+        self._lock = threading.Lock()
+
+    def _get(self):
+        with self._lock:
+            if self._loop is None:
+                import concurrent.futures
+
+                self._loop = asyncio.new_event_loop()
+                # async_exec waits for BLS answers in this pool's threads.
+                self._loop.set_default_executor(
+                    concurrent.futures.ThreadPoolExecutor(max_workers=64)
+                )
+                threading.Thread(target=self._loop.run_forever, daemon=True).start()
+            return self._loop
+
+    def run(self, coro):
+        """Run coro on the loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._get()).result()
+
+    def spawn(self, coro):
+        """Start coro on the loop; its concurrent.futures.Future."""
+        return asyncio.run_coroutine_threadsafe(coro, self._get())
 
 
 def _reap(channel):
@@ -441,8 +524,8 @@ def make_pb_utils(channel):
         def get_response_sender(self):
             if self._sender is None:
                 raise TritonModelException(
-                    "this model is not decoupled: return its responses from execute "
-                    "(model_transaction_policy { decoupled: true } in config.pbtxt gives it a response sender)"
+                    "Unable to get a response sender: this request was made by the model "
+                    "(BLS), not sent to it"
                 )
             return self._sender
 
@@ -492,11 +575,16 @@ def make_pb_utils(channel):
         def exec(self, decoupled=False):
             head, datas = self._bls_head(decoupled)
             if decoupled:
-                return ResponseIterator(*channel.start(head, datas))
+                it = ResponseIterator(*channel.start(head, datas))
+                it._peek()  # as Triton's, exec returns once the first response is in
+                return it
             return self._bls_response(*channel.call(head, datas))
 
         async def async_exec(self, decoupled=False):
-            return self.exec(decoupled)
+            """exec in an executor thread: the event loop runs on while
+            the called model works."""
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(None, self.exec, decoupled)
 
     class ResponseIterator:
         """A BLS call to a decoupled model (exec(decoupled=True)): its
@@ -506,6 +594,10 @@ def make_pb_utils(channel):
         def __init__(self, call, q):
             self._call, self._q = call, q
             self._done = self._cancelled = False
+            self._first = []  # the response exec waited for, not yet iterated
+
+        def _peek(self):
+            self._first.append(self._q.get())
 
         def __iter__(self):
             return self
@@ -513,7 +605,10 @@ def make_pb_utils(channel):
         def __next__(self):
             if self._done:
                 raise StopIteration
-            got = self._q.get()
+            if self._first:
+                got = self._first.pop()
+            else:
+                got = self._q.get()
             if got is None:
                 self._done = True
                 raise TritonModelException("fw closed the channel during a BLS call")
@@ -530,27 +625,60 @@ def make_pb_utils(channel):
                 channel.send({"op": "bls_cancel", "id": self._call})
 
     class InferenceResponseSender:
-        """A decoupled model's way to answer a request: any number of
-        responses, from any thread, the last with
-        TRITONSERVER_RESPONSE_COMPLETE_FINAL."""
+        """A request's way to answer, from any thread. A decoupled model's
+        sends any number of responses, the last with
+        TRITONSERVER_RESPONSE_COMPLETE_FINAL. A non-decoupled model's sends
+        the request's one response, during execute or after execute
+        returned None for the request; a response execute returns goes
+        through it too. Triton's rules and sentences."""
 
-        def __init__(self, req):
+        def __init__(self, req, decoupled):
             self._req = req
+            self._decoupled = decoupled
             self._closed = False
+            self._sent = 0
             self._lock = threading.Lock()
-            _open_senders.add(self)
+            # A non-decoupled request's answer, which execute's caller
+            # waits for; a decoupled one's responses leave at once.
+            self._answer = None if decoupled else _Answer()
+            if decoupled:
+                _open_senders.add(self)
 
         def send(self, response=None, flags=0):
-            final = bool(flags & pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            final = flags == pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+            if flags not in (0, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL):
+                raise TritonModelException(
+                    "Unable to send response. Unsupported flag provided."
+                )
+            if response is None and not final:
+                raise TritonModelException(
+                    "Inference Response object must be provided when the response flags is set to zero."
+                )
+            if response is not None and not isinstance(response, InferenceResponse):
+                raise TritonModelException(
+                    f"send takes an InferenceResponse, not {type(response).__name__}"
+                )
             with self._lock:
+                if not self._decoupled:
+                    if response is not None and self._sent > 0:
+                        raise TritonModelException(
+                            "Unable to send response. Non-decoupled model cannot send more than one response."
+                        )
+                    if response is None and self._sent == 0:
+                        raise TritonModelException(
+                            "Unable to send response. Non-decoupled model cannot send complete final before sending a response."
+                        )
                 if self._closed:
                     raise TritonModelException(
                         "Unable to send response. Response sender has been closed."
                     )
-                if response is None and not final:
-                    raise TritonModelException(
-                        "send needs a response unless flags is TRITONSERVER_RESPONSE_COMPLETE_FINAL"
-                    )
+                if not self._decoupled:
+                    if response is not None:
+                        self._answer.put(_answer_of(response))
+                        self._sent += 1
+                        _open_senders.discard(self)
+                    self._closed = final
+                    return
                 head = {"op": "send", "req": self._req, "final": final}
                 datas = []
                 if response is not None:
@@ -562,10 +690,24 @@ def make_pb_utils(channel):
                         if response.parameters() != "{}":
                             head["parameters"] = response.parameters()
                 channel.send(head, datas)
+                self._sent += response is not None
                 self._closed = final
                 if final:
                     _open_senders.discard(self)
                     channel.end_request(self._req)
+
+        def _fail(self, error):
+            """End a decoupled request the model left open with error (a
+            _error_head), as its final response."""
+            with self._lock:
+                if self._closed or not self._decoupled:
+                    return
+                self._closed = True
+                _open_senders.discard(self)
+                channel.send(
+                    {"op": "send", "req": self._req, "final": True, "error": error}
+                )
+                channel.end_request(self._req)
 
         def is_cancelled(self):
             """Whether fw cancelled the request (see
@@ -575,6 +717,12 @@ def make_pb_utils(channel):
         def __del__(self):
             # A sender dropped without its final flag (the model's thread
             # died) must not leave the request waiting for ever.
+            if not self._decoupled:
+                if not self._answer.ready():
+                    self._answer.value = (
+                        _DROPPED  # seen by the waiter's poll: no lock here
+                    )
+                return
             if self._closed:
                 return
             self._closed = True
@@ -585,6 +733,17 @@ def make_pb_utils(channel):
                 _dropped.put(self._req)
             except Exception:  # noqa: BLE001, S110 - at interpreter exit there is no one to tell
                 pass
+
+    def _answer_of(response):
+        """A response as an execute result carries it: its entry and its
+        tensors (descriptions with bytes)."""
+        if response.has_error():
+            return {"error": _error_head(response.error())}, []
+        descs, datas = _encode(response.output_tensors())
+        entry = {"outputs": len(descs)}
+        if response.parameters() != "{}":
+            entry["parameters"] = response.parameters()
+        return entry, list(zip(descs, datas))
 
     class MetricFamily:
         """A custom metric family fw exports on /metrics (Triton's custom metrics)."""
@@ -846,10 +1005,11 @@ def _error_head(exc):
     }
 
 
-def _call(fn, *args):
+def _call(loop, fn, *args):
+    """fn(*args), a coroutine's result when it is async (run on loop)."""
     res = fn(*args)
     if inspect.iscoroutine(res):
-        res = asyncio.run(res)
+        res = loop.run(res)
     return res
 
 
@@ -888,16 +1048,18 @@ def main():
             channel.send({"op": "error", **_error_head(e)})
             return 1
         return 0
-    decoupled = bool(head.get("decoupled"))
+    loop = _Loop()
     try:
         model = _load_module(pb, head)()
         if hasattr(model, "initialize"):
-            _call(model.initialize, head["args"])
+            _call(loop, model.initialize, head["args"])
     except BaseException as e:  # noqa: BLE001 - every failure is the load's answer
         traceback.print_exc()
         channel.send({"op": "error", **_error_head(e)})
         return 1
-    channel.send({"op": "ready"})
+    inst = _Instance(pb, channel, model, loop, bool(head.get("decoupled")))
+    channel.on_is_ready = inst.is_ready
+    channel.send({"op": "ready", "has_is_ready": hasattr(model, "is_ready")})
 
     while True:
         got = channel.main.get()
@@ -907,94 +1069,192 @@ def main():
         if head["op"] == "finalize":
             try:
                 if hasattr(model, "finalize"):
-                    _call(model.finalize)
+                    _call(loop, model.finalize)
             except BaseException:  # noqa: BLE001
                 traceback.print_exc()
             channel.send({"op": "done"})
             return 0
-        answer, outdatas = _execute(pb, channel, model, head, datas, decoupled)
+        answer, outdatas = inst.execute(head, datas)
         answer["call"] = head.get("call")
         channel.send(answer, outdatas)
 
 
-def _execute(pb, channel, model, head, datas, decoupled):
-    """Run one execute call; its "result" message and tensor bytes."""
-    try:
-        return _execute_requests(pb, channel, model, head, datas, decoupled)
-    finally:
-        if not decoupled:  # a decoupled request lives until its final response
-            for r in head["requests"]:
-                channel.end_request(r.get("req"))
+class _Instance:
+    """The model instance this process runs: its execute calls."""
 
+    def __init__(self, pb, channel, model, loop, decoupled):
+        self.pb, self.channel, self.model = pb, channel, model
+        self.loop, self.decoupled = loop, decoupled
 
-def _execute_requests(pb, channel, model, head, datas, decoupled):
-    requests, i = [], 0
-    for r in head["requests"]:
-        ins = []
-        for d in r["inputs"]:
-            bf16 = d["datatype"] == "BF16"
-            ins.append(pb.Tensor(d["name"], _to_numpy(d, datas[i]), _bf16=bf16))
-            i += 1
-        req = pb.InferenceRequest(
-            inputs=ins,
-            requested_output_names=r.get("outputs", []),
-            request_id=r.get("request_id", ""),
-            correlation_id=r.get("corr") or 0,
-            flags=r.get("flags") or 0,
-            parameters=r.get("parameters") or "{}",
-        )
-        req._req_id = r.get("req")  # live since the reader read the execute message
-        if decoupled:
-            req._sender = pb.InferenceResponseSender(r["req"])
-        requests.append(req)
-    try:
-        responses = _call(model.execute, requests)
-        if decoupled:
-            if responses is not None:
-                name = head.get("instance", "")
-                raise pb.TritonModelException(
-                    f"Python model '{name}' is using the decoupled mode and the execute function "
-                    "must return None. (Its responses go through request.get_response_sender().)"
-                )
-            return {"op": "result"}, []
-        if (
-            responses is None
-            or not isinstance(responses, (list, tuple))
-            or len(responses) != len(requests)
-        ):
-            if responses is None:
-                got = "None"
-            elif isinstance(responses, (list, tuple)):
-                got = f"{len(responses)} responses"
-            else:
-                got = type(responses).__name__
-            raise pb.TritonModelException(
-                "execute must return a list of one InferenceResponse per request "
-                f"({len(requests)} requests), it returned {got}"
+    def is_ready(self, head):
+        """Answer fw's "is_ready" from a thread of its own (execute may be
+        running): the model's is_ready(), as Triton's stub calls it."""
+
+        def check():
+            answer = {"op": "ready_result", "call": head.get("call")}
+            try:
+                got = _call(self.loop, self.model.is_ready)
+                if not isinstance(got, bool):
+                    raise self.pb.TritonModelException(
+                        f"is_ready() must return a boolean value, it returned {type(got).__name__}"
+                    )
+                answer["ready"] = got
+            except BaseException as e:  # noqa: BLE001 - the model's failure is the check's answer
+                traceback.print_exc()
+                answer["error"] = _error_head(e)
+            self.channel.send(answer)
+
+        threading.Thread(target=check, daemon=True).start()
+
+    def execute(self, head, datas):
+        """Run one execute call; its "result" message and tensor bytes."""
+        try:
+            return self._execute(head, datas)
+        finally:
+            if not self.decoupled:  # a decoupled request lives until its final response
+                for r in head["requests"]:
+                    self.channel.end_request(r.get("req"))
+
+    def _requests(self, head, datas):
+        pb, requests, i = self.pb, [], 0
+        for r in head["requests"]:
+            ins = []
+            for d in r["inputs"]:
+                bf16 = d["datatype"] == "BF16"
+                ins.append(pb.Tensor(d["name"], _to_numpy(d, datas[i]), _bf16=bf16))
+                i += 1
+            req = pb.InferenceRequest(
+                inputs=ins,
+                requested_output_names=r.get("outputs", []),
+                request_id=r.get("request_id", ""),
+                correlation_id=r.get("corr") or 0,
+                flags=r.get("flags") or 0,
+                parameters=r.get("parameters") or "{}",
             )
+            req._req_id = r.get("req")  # live since the reader read the execute message
+            req._sender = pb.InferenceResponseSender(r["req"], self.decoupled)
+            requests.append(req)
+        return requests
+
+    def _execute(self, head, datas):
+        pb = self.pb
+        requests = self._requests(head, datas)
+        try:
+            responses = self.model.execute(requests)
+            if inspect.iscoroutine(responses):
+                if self.decoupled:
+                    # In the background, as Triton's: the instance takes
+                    # its next call while this one awaits.
+                    senders = [r._sender for r in requests]
+                    self.loop.spawn(responses).add_done_callback(
+                        lambda f: _background_done(f, senders)
+                    )
+                    return {"op": "result"}, []
+                responses = self.loop.run(responses)
+            if self.decoupled:
+                if responses is not None:
+                    raise pb.TritonModelException(
+                        f"Python model '{head.get('instance', '')}' is using the decoupled mode and the execute function "
+                        "must return None. (Its responses go through request.get_response_sender().)"
+                    )
+                return {"op": "result"}, []
+            answers = self._returned(requests, responses)
+        except BaseException as e:  # noqa: BLE001 - the model's failure is this call's answer
+            traceback.print_exc()
+            return self._failed(requests, _error_head(e))
+        del requests, responses  # a sender the model dropped is collected, and answers
         out, outdatas = [], []
-        for resp in responses:
-            if not isinstance(resp, pb.InferenceResponse):
-                raise pb.TritonModelException(
-                    f"execute returned a {type(resp).__name__} where an InferenceResponse belongs"
-                )
-            if resp.has_error():
-                out.append({"error": _error_head(resp.error())})
-                continue
-            descs, ds = _encode(resp.output_tensors())
-            out.append({"outputs": len(descs)})
-            if resp.parameters() != "{}":
-                out[-1]["parameters"] = resp.parameters()
-            outdatas.extend(zip(descs, ds))
+        for answer in answers:
+            entry, tensors = self._wait(answer)
+            out.append(entry)
+            outdatas.extend(tensors)
         head = {"op": "result", "responses": out, "tensors": [d for d, _ in outdatas]}
         return head, [b for _, b in outdatas]
-    except BaseException as e:  # noqa: BLE001 - the model's failure is this call's answer
-        traceback.print_exc()
+
+    def _returned(self, requests, responses):
+        """Hand what a non-decoupled execute returned to the requests'
+        senders (Triton's checks and sentences); each request's answer
+        and its fw id, to wait for."""
+        pb = self.pb
+        if responses is None:  # every request answers through its sender
+            responses = [None] * len(requests)
+        if not isinstance(responses, (list, tuple)):
+            raise pb.TritonModelException(
+                f"Expected a list in the execute return, found type '{type(responses)}'."
+            )
+        if len(responses) != len(requests):
+            raise pb.TritonModelException(
+                "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
+                f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{len(responses)}"
+            )
+        answers = []
+        for i, (req, resp) in enumerate(zip(requests, responses)):
+            if resp is not None:
+                if not isinstance(resp, pb.InferenceResponse):
+                    raise pb.TritonModelException(
+                        "Expected an 'InferenceResponse' object in the execute function return list, "
+                        f"found type '{type(resp)}'."
+                    )
+                try:
+                    req._sender.send(resp, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                except pb.TritonModelException as e:
+                    # Its sender answered it already: that answer stands.
+                    print(
+                        f"execute returned a response for request {i}, which it answered already: {e}",
+                        file=sys.stderr,
+                    )
+            elif not req._sender._answer.ready():
+                _open_senders.add(
+                    req._sender
+                )  # the reaper collects it if the model drops it
+            answers.append((req._sender._answer, req._req_id))
+        return answers
+
+    def _wait(self, answer):
+        """A request's answer once its sender has one; CANCELLED when fw
+        cancels the request first."""
+        got, req = answer
+        while not got.wait(0.1):
+            if req in self.channel.cancelled:
+                msg = "the request was cancelled before the model sent its response"
+                return {"error": {"message": msg, "code": 7}}, []
+        return got.value
+
+    def _failed(self, requests, error):
+        """The answer of an execute that raised error: the call's error,
+        except for a request that was answered before (its answer stands)."""
         for req in requests:  # the error ends them: their senders say nothing more
-            if req._sender is not None:
-                req._sender._closed = True
-                channel.end_request(req._req_id)
-        return {"op": "result", "error": _error_head(e)}, []
+            req._sender._closed = True
+            if self.decoupled:
+                self.channel.end_request(req._req_id)
+        answered = [
+            not self.decoupled and req._sender._answer.ready() for req in requests
+        ]
+        if not any(answered):
+            return {"op": "result", "error": error}, []
+        out, outdatas = [], []
+        for req, done in zip(requests, answered):
+            if not done:
+                out.append({"error": error})
+                continue
+            entry, tensors = req._sender._answer.value
+            out.append(entry)
+            outdatas.extend(tensors)
+        head = {"op": "result", "responses": out, "tensors": [d for d, _ in outdatas]}
+        return head, [b for _, b in outdatas]
+
+
+def _background_done(future, senders):
+    """A decoupled model's async execute has ended: an exception is
+    logged, and ends the requests it left open."""
+    if future.cancelled():
+        return
+    exc = future.exception()
+    if exc is None:
+        return
+    traceback.print_exception(type(exc), exc, exc.__traceback__)
+    for s in senders:
+        s._fail(_error_head(exc))
 
 
 if __name__ == "__main__":
