@@ -618,6 +618,25 @@ func (m *Model) Decoupled() bool {
 	return ok && db.Decoupled()
 }
 
+// ReadyBackend is the Backend of a model that can say whether it is ready
+// to serve beyond having loaded: a Python model's is_ready() and the health
+// of its process.
+type ReadyBackend interface {
+	Backend
+	// Ready is nil when the model is ready; else why it is not. ctx bounds
+	// the check.
+	Ready(ctx context.Context) error
+}
+
+// CheckReady asks the backend whether it is ready (ReadyBackend); a model
+// whose backend cannot say is ready once loaded.
+func (m *Model) CheckReady(ctx context.Context) error {
+	if rb, ok := m.backend.(ReadyBackend); ok {
+		return rb.Ready(ctx)
+	}
+	return nil
+}
+
 // ExampleInputs returns inputs of n rows made by repeating the rows of the
 // embedded test vector: real data for warm-up batches and benchmarks. It
 // fails with ErrNoTestVector for files without one. An unbatched model has

@@ -323,8 +323,11 @@ func modelStatus(err error) error {
 }
 
 // ModelReady implements GRPCInferenceService.
-func (s *Server) ModelReady(_ context.Context, req *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
-	if err := s.models.Ready(req.GetName(), req.GetVersion()); err != nil {
+func (s *Server) ModelReady(ctx context.Context, req *pb.ModelReadyRequest) (*pb.ModelReadyResponse, error) {
+	if err := s.models.Probe(ctx, req.GetName(), req.GetVersion()); err != nil {
+		if msg, ok := serving.FailedCheck(err); ok {
+			s.log.Warn(msg) // a model's own check failed, as Triton logs it
+		}
 		err = modelStatus(err)
 		if c := status.Code(err); c == codes.Unavailable || c == codes.NotFound {
 			// As Triton: a model that is not loaded is not ready, not an error.

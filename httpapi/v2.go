@@ -137,7 +137,8 @@ func (s *Server) serveV2(ctx *fasthttp.RequestCtx) string {
 		return "v2"
 	case "ready":
 		if s.allow(ctx, "GET", "HEAD") && s.authorized(ctx) {
-			if err := s.models.Ready(name, version); err != nil {
+			if err := s.models.Probe(ctx, name, version); err != nil {
+				s.logNotReady(err)
 				writeError(ctx, modelError(err))
 			} else if s.v2Ready(ctx) {
 				ctx.SetStatusCode(200) // empty, as Triton's
@@ -187,6 +188,14 @@ func (s *Server) v2Ready(ctx *fasthttp.RequestCtx) bool {
 	e.RetryAfter = 1
 	writeError(ctx, e)
 	return false
+}
+
+// logNotReady logs a model's own readiness check that failed (a Python
+// model's process or its is_ready()), as Triton logs it.
+func (s *Server) logNotReady(err error) {
+	if msg, ok := serving.FailedCheck(err); ok {
+		s.log.Warn(msg)
+	}
 }
 
 func v2NoRoute(ctx *fasthttp.RequestCtx) {

@@ -377,3 +377,38 @@ func TestPythonRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestPythonProbe: a model's readiness probe asks its is_ready(); Ready,
+// which asks only whether it is loaded, does not.
+func TestPythonProbe(t *testing.T) {
+	py := pythonBin(t)
+	root := t.TempDir()
+	writePython(t, root, "counting", strings.Replace(countingConfig, "%s", filepath.Join(t.TempDir(), "finalized"), 1), countingModel)
+	writePython(t, root, "notready", `backend: "python"
+input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] }]
+`, `
+class TritonPythonModel:
+    def execute(self, requests):
+        return [None for _ in requests]
+    def is_ready(self):
+        return False
+`)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"*"}, Python: py})
+	ctx := context.Background()
+	if err := f.repo.Probe(ctx, "counting", ""); err != nil {
+		t.Fatalf("a model without is_ready(): %v", err)
+	}
+	if err := f.repo.Ready("notready", ""); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	err := f.repo.Probe(ctx, "notready", "1")
+	me, ok := serving.AsModelError(err)
+	if !ok || me.Kind != serving.ModelNotReady || !me.Check || !strings.Contains(me.Message, "Model 'notready' version 1 is not ready: its is_ready() returned False") {
+		t.Fatalf("Probe: %#v", err)
+	}
+	if msg, ok := serving.FailedCheck(err); !ok || msg != me.Message {
+		t.Fatalf("FailedCheck: %q %v", msg, ok)
+	}
+	wantModelError(t, f.repo.Probe(ctx, "nosuch", ""), serving.ModelUnknown, "Request for unknown model")
+}

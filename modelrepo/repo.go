@@ -1133,6 +1133,23 @@ func (r *Repository) Ready(name, version string) error {
 	return nil
 }
 
+// Probe implements serving.Models: Ready, then a loaded model's own check
+// (serving.Instance.CheckReady). An on-demand model that is not loaded has
+// nothing to check.
+func (r *Repository) Probe(ctx context.Context, name, version string) error {
+	if err := r.Ready(name, version); err != nil {
+		return err
+	}
+	if (*r.served.Load())[name] == nil {
+		return nil
+	}
+	inst, err := r.Get(name, version)
+	if err != nil {
+		return err
+	}
+	return inst.CheckReady(ctx)
+}
+
 // recentFailure is the answer for a model whose last on-demand load failed
 // within failureMemory, nil otherwise. r.mu is held.
 func (r *Repository) recentFailure(name string) *serving.ModelError {

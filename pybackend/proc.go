@@ -48,10 +48,11 @@ type proc struct {
 	outNames []string // the configuration's outputs, every request's requested_output_names
 	w        io.WriteCloser
 	r        *bufio.Reader
-	done     chan struct{} // closed once the process has exited
-	werr     error         // its exit status, set before done closes
-	life     context.Context
-	cancel   context.CancelFunc // ends life: BLS calls the process made
+
+	done   chan struct{} // closed once the process has exited
+	werr   error         // its exit status, set before done closes
+	life   context.Context
+	cancel context.CancelFunc // ends life: BLS calls the process made
 
 	wmu sync.Mutex // one message written at a time
 
@@ -64,6 +65,9 @@ type proc struct {
 	blsBusy chan struct{}         // one token per BLS call in flight (maxBLS)
 	ctrl    chan reply            // answers to init, auto and finalize
 	ended   error                 // why the reader stopped (nil while it reads)
+	// initialized is set once initialize has returned; hasIsReady then
+	// says whether the model defines is_ready().
+	initialized, hasIsReady bool
 }
 
 // reply is one message with its tensors' bytes; m is nil when the
@@ -75,7 +79,9 @@ type reply struct {
 
 // spawn starts the stub for instance i of cfg and its reader.
 func spawn(cfg Config, i int) (*proc, error) {
-	cmd := exec.Command(cfg.Python, "-u", "-c", stubSource)
+	// After the source, the process's name in ps and pgrep, as Triton's
+	// (triton_python_backend_stub), and its instance's.
+	cmd := exec.Command(cfg.Python, "-u", "-c", stubSource, "triton_python_backend_stub", fmt.Sprintf("%s_0_%d", cfg.Name, i))
 	cmd.Dir = cfg.Dir
 	setProcAttrs(cmd)
 	w, err := cmd.StdinPipe()
@@ -188,7 +194,7 @@ func (p *proc) dispatch(m *message, datas [][]byte) error {
 		default:
 			return fmt.Errorf("an unasked %q message", m.Op)
 		}
-	case "result":
+	case "result", "ready_result":
 		p.mu.Lock()
 		ch, ok := p.calls[m.Call]
 		delete(p.calls, m.Call)
@@ -333,19 +339,21 @@ type message struct {
 	Outputs   []string          `json:"outputs,omitempty"`
 	Error     *wireError        `json:"error,omitempty"`
 	Responses []wireResponse    `json:"responses,omitempty"`
-	Config    json.RawMessage   `json:"config,omitempty"`     // auto_complete_config's answer
-	ID        uint64            `json:"id,omitempty"`         // a BLS call's, echoed in its answer
-	Call      uint64            `json:"call,omitempty"`       // the execute call a result answers
-	Req       uint64            `json:"req,omitempty"`        // the decoupled request a response is for
-	Final     bool              `json:"final,omitempty"`      // the request's last response
-	Response  bool              `json:"response,omitempty"`   // a send that carries outputs
-	Decoupled bool              `json:"decoupled,omitempty"`  // a BLS call to a decoupled model
-	Buckets   []float64         `json:"buckets,omitempty"`    // a metric family's histogram buckets
-	Labels    map[string]string `json:"labels,omitempty"`     // a metric's labels
-	Action    string            `json:"action,omitempty"`     // what a metric message does
-	Value     float64           `json:"value,omitempty"`      // its value
-	Params    string            `json:"parameters,omitempty"` // a BLS request's parameters, a JSON object
-	RequestID string            `json:"request_id,omitempty"` // a BLS request's ID
+	Config    json.RawMessage   `json:"config,omitempty"`       // auto_complete_config's answer
+	ID        uint64            `json:"id,omitempty"`           // a BLS call's, echoed in its answer
+	Call      uint64            `json:"call,omitempty"`         // the execute call a result answers
+	Req       uint64            `json:"req,omitempty"`          // the decoupled request a response is for
+	Final     bool              `json:"final,omitempty"`        // the request's last response
+	Response  bool              `json:"response,omitempty"`     // a send that carries outputs
+	Decoupled bool              `json:"decoupled,omitempty"`    // a BLS call to a decoupled model
+	Buckets   []float64         `json:"buckets,omitempty"`      // a metric family's histogram buckets
+	Labels    map[string]string `json:"labels,omitempty"`       // a metric's labels
+	Action    string            `json:"action,omitempty"`       // what a metric message does
+	Value     float64           `json:"value,omitempty"`        // its value
+	Params    string            `json:"parameters,omitempty"`   // a BLS request's parameters, a JSON object
+	RequestID string            `json:"request_id,omitempty"`   // a BLS request's ID
+	HasReady  bool              `json:"has_is_ready,omitempty"` // the model defines is_ready() ("ready")
+	Ready     bool              `json:"ready,omitempty"`        // is_ready()'s answer ("ready_result")
 }
 
 // wireError is an error a model answered: its message and TritonError code.
@@ -452,7 +460,47 @@ func (p *proc) initialize(ctx context.Context, args map[string]string) error {
 	case m.Op != "ready":
 		return p.died("broke the protocol", fmt.Errorf("answered %q to init", m.Op))
 	}
+	p.mu.Lock()
+	p.initialized, p.hasIsReady = true, m.HasReady
+	p.mu.Unlock()
 	return nil
+}
+
+// isReady runs the model's is_ready() (in a thread of the process's own,
+// beside execute) and returns its answer: nil for True.
+func (p *proc) isReady() error {
+	ch := make(chan reply, 1)
+	p.mu.Lock()
+	if p.ended != nil || p.exited() {
+		p.mu.Unlock()
+		return notHealthy(p.instance)
+	}
+	p.nextID++
+	id := p.nextID
+	p.calls[id] = ch
+	p.mu.Unlock()
+	if err := p.send(map[string]any{"op": "is_ready", "call": id}, nil); err != nil {
+		p.kill()
+		return notHealthy(p.instance)
+	}
+	r := <-ch // the reader answers every call, if only with its end
+	switch {
+	case r.m == nil:
+		return notHealthy(p.instance)
+	case r.m.Error != nil:
+		return fmt.Errorf("its is_ready() failed: %s", r.m.Error.Message)
+	case !r.m.Ready:
+		return fmt.Errorf("its is_ready() returned False (instance %s)", p.instance)
+	}
+	return nil
+}
+
+// notHealthy is the readiness error of an instance whose process is not
+// running, in Triton's words.
+type notHealthy string
+
+func (n notHealthy) Error() string {
+	return fmt.Sprintf("Stub process '%s' is not healthy. fw starts it again: ready once it has started", string(n))
 }
 
 // wireRequest is one request of an execute call.

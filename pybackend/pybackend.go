@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/fw-serve/fw/engine"
 )
@@ -89,7 +90,113 @@ type Backend struct {
 	mu     sync.Mutex
 	all    map[*proc]bool
 	closed bool
+
+	rmu      sync.Mutex
+	checking *readyCheck // the is_ready() call in flight, which probes share
+	reviving atomic.Bool // a restart asked for by a probe is under way
 }
+
+// readyCheck is one is_ready() call: done closes once err is its answer.
+type readyCheck struct {
+	done chan struct{}
+	err  error
+}
+
+// readyWait is how long a probe waits for the model's is_ready() (Triton's
+// too); the call goes on, and the next probe waits for the same one.
+const readyWait = 5 * time.Second
+
+// Ready implements engine.ReadyBackend: the instance's process must be
+// running, and the model's is_ready(), when it defines one, must return
+// True within readyWait. Probes at once share one is_ready() call. A
+// process found dead (killed, crashed) is started again in the background,
+// so that a model nobody sends requests to while it is not ready recovers.
+func (b *Backend) Ready(ctx context.Context) error {
+	var p *proc
+	b.mu.Lock()
+	for q := range b.all {
+		if !q.dead() {
+			p = q
+		}
+	}
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return errors.New("the model is unloading")
+	}
+	if p == nil {
+		go b.revive()
+		return notHealthy(fmt.Sprintf("%s_0_%d", b.cfg.Name, b.cfg.Instance))
+	}
+	p.mu.Lock()
+	started, has := p.initialized, p.hasIsReady
+	p.mu.Unlock()
+	switch {
+	case !started: // started again after it died: initialize runs
+		return notHealthy(p.instance)
+	case !has:
+		return nil
+	}
+	b.rmu.Lock()
+	c := b.checking
+	if c == nil {
+		c = &readyCheck{done: make(chan struct{})}
+		b.checking = c
+		go func() {
+			c.err = p.isReady()
+			b.rmu.Lock()
+			b.checking = nil
+			b.rmu.Unlock()
+			close(c.done)
+		}()
+	}
+	b.rmu.Unlock()
+	t := time.NewTimer(readyWait)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return c.err
+	case <-t.C:
+		return fmt.Errorf("its is_ready() did not answer within %v (the next probe waits for the same call)", readyWait)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// revive starts the instance's process again when it is dead and no call
+// holds it (a call restarts it itself).
+func (b *Backend) revive() {
+	if !b.reviving.CompareAndSwap(false, true) {
+		return
+	}
+	defer b.reviving.Store(false)
+	var s slot
+	select {
+	case s = <-b.idle:
+	default:
+		return // a call has it, and restarts it if it must
+	}
+	if s.p != nil && !s.p.dead() {
+		b.idle <- s
+		return
+	}
+	if s.p != nil {
+		b.drop(s.p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), reviveWait)
+	defer cancel()
+	p, err := b.start(ctx, s.i)
+	if err != nil {
+		b.cfg.Log.Warn("restarting a Python model's process", "model", b.cfg.Name, "instance", s.i, "err", err)
+		b.idle <- slot{i: s.i} // the next call or probe tries again
+		return
+	}
+	b.idle <- slot{s.i, p}
+}
+
+// reviveWait bounds a background restart (the process's start and its
+// initialize).
+const reviveWait = 10 * time.Minute
 
 // Start starts the instance's process and runs initialize in it.
 func Start(ctx context.Context, cfg Config) (*Backend, error) {

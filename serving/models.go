@@ -22,6 +22,10 @@ type Models interface {
 	// so a probe never loads a model or evicts another. Its error is a
 	// *ModelError, as Get's.
 	Ready(name, version string) error
+	// Probe is Ready, then, for a loaded model, the model's own readiness
+	// check (Instance.CheckReady: a Python model's process health and its
+	// is_ready()), which ctx bounds. The model readiness endpoints use it.
+	Probe(ctx context.Context, name, version string) error
 	// Default is the model the unprefixed routes serve: the only one
 	// loaded. With none or several, its *ModelError says which to name.
 	Default() (*Instance, error)
@@ -150,9 +154,22 @@ type ModelError struct {
 	Message string
 	// RetryAfter, when positive, is when the model may be ready (seconds).
 	RetryAfter int
+	// Check marks a loaded model whose own readiness check failed
+	// (Instance.CheckReady), which the transports log, as Triton does.
+	Check bool
 }
 
 func (e *ModelError) Error() string { return e.Message }
+
+// FailedCheck is the message of err when it is a loaded model's failed
+// readiness check (ModelError.Check).
+func FailedCheck(err error) (string, bool) {
+	me, ok := AsModelError(err)
+	if !ok || !me.Check {
+		return "", false
+	}
+	return me.Message, true
+}
 
 // ErrUnknownModel builds the error for a model (version) that is not served;
 // served names the models that are, for the message.
@@ -233,6 +250,14 @@ func (o one) Get(name, version string) (*Instance, error) {
 func (o one) Ready(name, version string) error {
 	_, err := o.Get(name, version)
 	return err
+}
+
+func (o one) Probe(ctx context.Context, name, version string) error {
+	inst, err := o.Get(name, version)
+	if err != nil {
+		return err
+	}
+	return inst.CheckReady(ctx)
 }
 
 func (o one) Loaded() []*Instance {

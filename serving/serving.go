@@ -9,6 +9,8 @@
 package serving
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	"github.com/fw-serve/fw/batcher"
@@ -115,6 +117,19 @@ func (i *Instance) All() []*engine.Model {
 		return i.Models
 	}
 	return []*engine.Model{i.Model}
+}
+
+// CheckReady asks each engine instance whether it is ready beyond having
+// loaded (engine.Model.CheckReady): nil when all are; else a ModelNotReady
+// *ModelError saying which is not, and why.
+func (i *Instance) CheckReady(ctx context.Context) error {
+	for _, m := range i.All() {
+		if err := m.CheckReady(ctx); err != nil {
+			return &ModelError{Kind: ModelNotReady, Model: i.Name(), Version: i.Version(), RetryAfter: 1, Check: true,
+				Message: fmt.Sprintf("Model '%s' version %s is not ready: %v", i.Name(), i.Version(), err)}
+		}
+	}
+	return nil
 }
 
 // Slot is where a transport finds the model it serves and its readiness.
