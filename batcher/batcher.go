@@ -415,7 +415,7 @@ func (b *Batcher) SubmitChecked(ctx context.Context, inputs []engine.Tensor, row
 	if b.cfg.Unbatched { // whole tensors, one request: the batcher's own count
 		rows = 1
 	}
-	if rows < 1 || len(inputs) == 0 || rows > math.MaxInt32 {
+	if rows < 1 || (len(inputs) == 0 && !b.cfg.Unbatched) || rows > math.MaxInt32 {
 		return nil, Timing{}, &engine.InputError{Msg: fmt.Sprintf("%d rows: check the inputs with engine.Model.CheckInputs first", rows)}
 	}
 	return b.submit(ctx, inputs, int(rows))
@@ -1050,7 +1050,7 @@ func finish(r *request, out []engine.Tensor, err error) {
 // checkInputs validates what the batcher relies on and returns the rows: the
 // common axis 0, or 1 for an unbatched model's whole tensors.
 func checkInputs(inputs []engine.Tensor, unbatched bool) (int, error) {
-	if len(inputs) == 0 {
+	if len(inputs) == 0 && !unbatched { // an unbatched model may take none (a Python model's)
 		return 0, &engine.InputError{Msg: "no inputs"}
 	}
 	rows := int64(-1)

@@ -188,3 +188,26 @@ func TestUnbatchedShapes(t *testing.T) {
 		t.Errorf("input [2] holding one float: %v, want an *engine.InputError", err)
 	}
 }
+
+// A model without inputs (a Python model's) is unbatched: each request runs
+// alone, through Submit and SubmitChecked. A batched one is refused.
+func TestUnbatchedNoInputs(t *testing.T) {
+	seven := func(_ context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
+		return []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{float32(len(in)) + 7})}, nil
+	}
+	b := New(seven, Config{Unbatched: true}, nil)
+	defer closeOK(t, b)
+	out, err := b.Submit(context.Background(), nil)
+	if err != nil || out[0].Float32s()[0] != 7 {
+		t.Fatalf("Submit: %v, %v", out, err)
+	}
+	if out, _, err = b.SubmitChecked(context.Background(), nil, 1); err != nil || out[0].Float32s()[0] != 7 {
+		t.Fatalf("SubmitChecked: %v, %v", out, err)
+	}
+	batched := New(seven, Config{}, nil)
+	defer closeOK(t, batched)
+	var ie *engine.InputError
+	if _, err := batched.Submit(context.Background(), nil); !errors.As(err, &ie) {
+		t.Fatalf("a batched model without inputs: %v, want an *engine.InputError", err)
+	}
+}

@@ -227,10 +227,10 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, lim v2Li
 
 	// Inputs.
 	inArr := v2Get(top, "inputs")
-	if inArr == nil {
+	if inArr == nil && len(ins) > 0 {
 		return nil, invalidV2(map[string]any{"expected_inputs": v2Names(ins)}, `the request has no "inputs"; this model takes %s`, serving.Describe(ins))
 	}
-	if inArr.Type() != fastjson.TypeArray {
+	if inArr != nil && inArr.Type() != fastjson.TypeArray {
 		return nil, badV2(`"inputs" must be an array of tensors, got %s`, inArr.Type())
 	}
 	req.inputs = make([]engine.Tensor, len(ins))

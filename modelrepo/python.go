@@ -158,8 +158,12 @@ func (r *Repository) completePython(ctx context.Context, name, vdir string, cfg 
 			return nil, err
 		}
 	}
-	if len(cfg.GetInput()) == 0 || len(cfg.GetOutput()) == 0 {
-		return nil, fmt.Errorf("a Python model lists its inputs and outputs (name, data_type, dims) in config.pbtxt, or adds them in TritonPythonModel.auto_complete_config")
+	if len(cfg.GetOutput()) == 0 {
+		return nil, fmt.Errorf("a Python model lists its outputs (name, data_type, dims) in config.pbtxt, or adds them in TritonPythonModel.auto_complete_config")
+	}
+	if len(cfg.GetInput()) == 0 && cfg.GetMaxBatchSize() > 0 {
+		// A batch is counted in its inputs' rows: without inputs there are none.
+		return nil, fmt.Errorf("a Python model without inputs has max_batch_size 0 (it has %d): its requests are not batched", cfg.GetMaxBatchSize())
 	}
 	return cfg, nil
 }

@@ -357,7 +357,8 @@ func TestPythonRefusals(t *testing.T) {
 		"platform":           {"backend: \"python\"\nplatform: \"onnxruntime_onnx\"\n" + tensors, model, "no platform"},
 		"decoupled":          {"backend: \"onnxruntime\"\nmodel_transaction_policy { decoupled: true }\n" + tensors, model, "decoupled is served for Python models"},
 		"conda":              {"backend: \"python\"\nparameters { key: \"EXECUTION_ENV_PATH\", value: { string_value: \"env.tar.gz\" } }\n" + tensors, model, "EXECUTION_ENV_PATH"},
-		"no tensors":         {"backend: \"python\"\n", model, "lists its inputs and outputs"},
+		"no tensors":         {"backend: \"python\"\n", model, "lists its outputs"},
+		"batched, no inputs": {"backend: \"python\"\nmax_batch_size: 4\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "without inputs has max_batch_size 0"},
 		"sequence":           {"backend: \"python\"\nmax_batch_size: 1\nsequence_batching { control_input [{ name: \"X\", control [{ kind: CONTROL_SEQUENCE_START, int32_false_true: [ 0, 1 ] }] }] }\n" + tensors, model, "control \"X\" is also an input"},
 		"sequence decoupled": {"backend: \"python\"\nmax_batch_size: 1\nmodel_transaction_policy { decoupled: true }\nsequence_batching {}\n" + tensors, model, "not served for decoupled"},
 		"reshape":            {"backend: \"python\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 2 ], reshape: { shape: [ 1, 3 ] } }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "different element counts"},
@@ -411,4 +412,34 @@ class TritonPythonModel:
 		t.Fatalf("FailedCheck: %q %v", msg, ok)
 	}
 	wantModelError(t, f.repo.Probe(ctx, "nosuch", ""), serving.ModelUnknown, "Request for unknown model")
+}
+
+// TestPythonNoInputs: a Python model may take no inputs (max_batch_size 0),
+// as Triton's: each request runs it alone.
+func TestPythonNoInputs(t *testing.T) {
+	py := pythonBin(t)
+	root := t.TempDir()
+	writePython(t, root, "noin", `backend: "python"
+output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 2 ] }]
+`, `
+import numpy as np
+import triton_python_backend_utils as pb_utils
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([len(r.inputs()), 7], np.int32))]) for r in requests]
+`)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"*"}, Python: py})
+	inst, err := f.repo.Get("noin", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		out, _, err := serving.Infer(context.Background(), f.repo, inst, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := int32s(out[0]); len(got) != 2 || got[0] != 0 || got[1] != 7 {
+			t.Fatalf("OUT %v", got)
+		}
+	}
 }

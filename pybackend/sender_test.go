@@ -201,3 +201,91 @@ func TestAsyncDecoupledExecuteConcurrent(t *testing.T) {
 		t.Fatalf("background execute raised: %v, %v", last, err)
 	}
 }
+
+// argsModel checks pb_utils' argument validation from inside execute, as
+// Triton's L0_backend_python/argument_validation does, and answers the
+// checks that did not raise what Triton's raises (OUTPUT1, one string).
+const argsModel = `
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+def bad():
+    t = pb_utils.Tensor("X", np.array([1], np.int32))
+    E, T = pb_utils.TritonModelException, TypeError
+    return [
+        (E, lambda: pb_utils.InferenceRequest(model_name="m", inputs=[None], requested_output_names=[])),
+        (T, lambda: pb_utils.InferenceRequest(model_name="m", inputs=None, requested_output_names=[])),
+        (T, lambda: pb_utils.InferenceRequest(model_name=None, inputs=[t], requested_output_names=[])),
+        (T, lambda: pb_utils.InferenceRequest(model_name="m", inputs=[t], requested_output_names=[None])),
+        (T, lambda: pb_utils.InferenceRequest(model_name="m", inputs=[t], requested_output_names=["a"], correlation_id=None)),
+        (T, lambda: pb_utils.InferenceRequest(model_name="m", inputs=[t], requested_output_names=["a"], request_id=None)),
+        (T, lambda: pb_utils.InferenceRequest(model_name="m", inputs=[t], requested_output_names=["a"], flags=None)),
+        (E, lambda: pb_utils.InferenceResponse(output_tensors=[None])),
+        (T, lambda: pb_utils.InferenceResponse(output_tensors=None)),
+        (T, lambda: pb_utils.Tensor(None, np.array([1]))),
+        (T, lambda: pb_utils.Tensor("X", None)),
+        (E, lambda: pb_utils.Tensor.from_dlpack("", None)),
+        (E, lambda: pb_utils.Tensor.from_dlpack("X", None)),
+        (T, lambda: pb_utils.Logger.log("x", 1)),
+        (T, lambda: pb_utils.Logger.log_info(None)),
+    ]
+
+class TritonPythonModel:
+    def execute(self, requests):
+        missed = []
+        for i, (want, f) in enumerate(bad()):
+            try:
+                f()
+                missed.append(f"{i}: nothing raised")
+            except want:
+                pass
+            except Exception as e:
+                missed.append(f"{i}: {type(e).__name__} {e}")
+        r = pb_utils.InferenceRequest(model_name="m", inputs=[], requested_output_names=[], correlation_id="s-5")
+        if r.correlation_id() != "s-5" or requests[0].model_name() != "add_sub":
+            missed.append("correlation_id or model_name")
+        pb_utils.Logger.log("fine", pb_utils.LogLevel.WARNING)
+        pb_utils.InferenceResponse([])
+        x = pb_utils.get_input_tensor_by_name(requests[0], "INPUT0").as_numpy()
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT1", np.array([["; ".join(missed)] * 4], dtype=object))])]
+`
+
+func TestArgumentValidation(t *testing.T) {
+	b, _ := start(t, argsModel, nil)
+	x := engine.FromFloat32([]int64{1, 4}, []float32{0, 0, 0, 0})
+	out, err := b.Run(context.Background(), []engine.Tensor{x, x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := out[1].Strings(); len(s) != 4 || string(s[0]) != "" {
+		t.Fatalf("checks that did not raise as Triton's: %q", s)
+	}
+}
+
+// BLS is refused in initialize (and finalize), with Triton's sentence: the
+// load fails.
+func TestBLSOnlyDuringExecute(t *testing.T) {
+	dir := t.TempDir()
+	src := `
+import numpy as np
+import triton_python_backend_utils as pb_utils
+class TritonPythonModel:
+    def initialize(self, args):
+        pb_utils.InferenceRequest(model_name="m", inputs=[pb_utils.Tensor("IN", np.array([1], np.int32))], requested_output_names=["OUT"]).exec()
+    def execute(self, requests):
+        return None
+`
+	if err := os.WriteFile(filepath.Join(dir, "model.py"), []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	call := func(context.Context, string, string, map[string]engine.Tensor, []string) (map[string]engine.Tensor, error) {
+		return nil, errors.New("BLS reached fw")
+	}
+	_, err := Start(context.Background(), Config{
+		Python: python(t), File: filepath.Join(dir, "model.py"), Dir: dir, Name: "bls_init", Call: call,
+		Outputs: []engine.TensorSpec{{Name: "OUT", DType: engine.Float32, Shape: []int64{1}}},
+	})
+	if err == nil || !strings.Contains(err.Error(), "BLS is only supported during the 'execute' function.") {
+		t.Fatalf("BLS in initialize: %v", err)
+	}
+}

@@ -22,6 +22,7 @@
 # event loop kept for the process's life; a decoupled model's async
 # execute runs there in the background, so several run at once.
 import asyncio
+import enum
 import gc
 import importlib.util
 import inspect
@@ -78,6 +79,9 @@ class Channel:
         self.cancelled = set()
         # Runs fw's "is_ready" messages (set once the model is loaded).
         self.on_is_ready = None
+        # Between initialize's return and finalize: BLS calls are taken then
+        # only, as Triton's.
+        self.serving = False
 
     def end_request(self, req):
         self.live.discard(req)
@@ -371,12 +375,36 @@ def make_pb_utils(channel):
             ) from e
         return torch
 
+    def _need(value, types, where):
+        """A TypeError, as Triton's bindings raise, for an argument of the
+        wrong type (None among them)."""
+        if not isinstance(value, types):
+            names = (
+                types.__name__
+                if isinstance(types, type)
+                else " or ".join(t.__name__ for t in types)
+            )
+            raise TypeError(f"{where} must be {names}, not {type(value).__name__}")
+        return value
+
+    def _tensors(values, where):
+        """A list of Tensors: TypeError for no list, TritonModelException
+        for an element that is not a Tensor (as Triton's)."""
+        values = list(_need(values, (list, tuple), where))
+        for v in values:
+            if not isinstance(v, Tensor):
+                raise TritonModelException(
+                    f"{where} holds a {type(v).__name__} where a pb_utils.Tensor belongs"
+                )
+        return values
+
     class Tensor:
         def __init__(self, name, array, _bf16=False):
+            _need(name, str, "Tensor(): name")
+            if array is None:
+                raise TypeError("Tensor(): the data must be a numpy array, not None")
             if not isinstance(array, np.ndarray):
-                raise TritonModelException(
-                    f"Tensor {name!r}: the data must be a numpy array, not {type(array).__name__}"
-                )
+                array = np.asarray(array)  # as Triton's binding converts a sequence
             self._name, self._array, self._bf16 = name, array, _bf16
 
         def name(self):
@@ -410,6 +438,15 @@ def make_pb_utils(channel):
 
         @staticmethod
         def from_dlpack(name, capsule):
+            if not isinstance(name, str) or name == "":
+                raise TritonModelException("Tensor name cannot be an empty string.")
+            if type(capsule).__name__ != "PyCapsule" and not (
+                hasattr(capsule, "__dlpack__") and hasattr(capsule, "__dlpack_device__")
+            ):
+                raise TritonModelException(
+                    "Provided tensor is not supported. Tensor must be a DLPack capsule "
+                    "or have `__dlpack__` and `__dlpack_device__` attributes"
+                )
             torch = _torch()
             t = (
                 capsule
@@ -424,8 +461,10 @@ def make_pb_utils(channel):
             return Tensor(name, t.numpy())
 
     class InferenceResponse:
-        def __init__(self, output_tensors=None, error=None, parameters=None):
-            self._outputs = list(output_tensors or [])
+        def __init__(self, output_tensors=(), error=None, parameters=None):
+            self._outputs = _tensors(
+                output_tensors, "InferenceResponse(): output_tensors"
+            )
             self._error = error
             self._parameters = _response_parameters(parameters)
 
@@ -464,9 +503,9 @@ def make_pb_utils(channel):
     class InferenceRequest:
         def __init__(
             self,
-            model_name=None,
-            inputs=None,
-            requested_output_names=None,
+            model_name,
+            inputs,
+            requested_output_names,
             request_id="",
             correlation_id=0,
             flags=0,
@@ -475,18 +514,40 @@ def make_pb_utils(channel):
             parameters=None,
             **_ignored,
         ):
+            # Triton's argument checks: TypeError for a missing or
+            # mistyped argument, as its bindings raise.
             if isinstance(model_name, (bytes, np.bytes_)):
                 model_name = bytes(model_name).decode("utf-8")
-            self._model_name = model_name
-            self._inputs = list(inputs or [])
-            self._outputs = list(requested_output_names or [])
-            self._id = request_id
+            self._model_name = _need(model_name, str, "InferenceRequest(): model_name")
+            self._inputs = _tensors(inputs, "InferenceRequest(): inputs")
+            self._outputs = list(
+                _need(
+                    requested_output_names,
+                    (list, tuple),
+                    "InferenceRequest(): requested_output_names",
+                )
+            )
+            for n in self._outputs:
+                _need(n, str, "InferenceRequest(): each of requested_output_names")
+            self._id = _need(request_id, str, "InferenceRequest(): request_id")
+            if isinstance(correlation_id, bool) or not isinstance(
+                correlation_id, (int, str)
+            ):
+                raise TypeError(
+                    f"InferenceRequest(): correlation_id must be int or str, not {type(correlation_id).__name__}"
+                )
             self._corr = correlation_id
-            self._flags = flags
-            self._timeout = timeout
-            self._version = model_version
+            self._flags = _need(flags, int, "InferenceRequest(): flags")
+            self._timeout = _need(timeout, int, "InferenceRequest(): timeout")
+            self._version = _need(
+                model_version, int, "InferenceRequest(): model_version"
+            )
             if isinstance(parameters, dict):
                 parameters = json.dumps(parameters)
+            elif parameters is not None and not isinstance(parameters, str):
+                raise TypeError(
+                    f"InferenceRequest(): parameters must be dict, not {type(parameters).__name__}"
+                )
             self._parameters = parameters or "{}"
             self._sender = None
             self._req_id = None  # fw's id of a request it sent
@@ -536,6 +597,10 @@ def make_pb_utils(channel):
                 )
 
         def _bls_head(self, decoupled):
+            if not channel.serving:
+                raise TritonModelException(
+                    "BLS is only supported during the 'execute' function."
+                )
             if not self._model_name:
                 raise TritonModelException(
                     "InferenceRequest needs model_name to be executed"
@@ -858,34 +923,48 @@ def make_pb_utils(channel):
             return _NUMPY[_CODES[code]]
         return None
 
+    class LogLevel(enum.Enum):
+        """pb_utils.LogLevel: Logger.log takes one of these, not a number (as Triton's)."""
+
+        INFO = 0
+        WARNING = 1
+        ERROR = 2
+        VERBOSE = 3
+
     class Logger:
-        INFO, WARNING, ERROR, VERBOSE = 0, 1, 2, 3
+        INFO, WARNING, ERROR, VERBOSE = (
+            LogLevel.INFO,
+            LogLevel.WARNING,
+            LogLevel.ERROR,
+            LogLevel.VERBOSE,
+        )
 
         @staticmethod
-        def log(message, level=0):
-            name = {0: "INFO", 1: "WARNING", 2: "ERROR", 3: "VERBOSE"}.get(
-                level, "INFO"
-            )
-            print(f"{name} {message}", file=sys.stderr, flush=True)
+        def log(message, level=LogLevel.INFO):
+            _need(message, str, "Logger.log(): message")
+            _need(level, LogLevel, "Logger.log(): level")
+            print(f"{level.name} {message}", file=sys.stderr, flush=True)
 
         @staticmethod
         def log_info(message):
-            Logger.log(message, 0)
+            Logger.log(message, LogLevel.INFO)
 
         @staticmethod
         def log_warn(message):
-            Logger.log(message, 1)
+            Logger.log(message, LogLevel.WARNING)
 
         @staticmethod
         def log_error(message):
-            Logger.log(message, 2)
+            Logger.log(message, LogLevel.ERROR)
 
         @staticmethod
         def log_verbose(message):
-            Logger.log(message, 3)
+            Logger.log(message, LogLevel.VERBOSE)
 
     for name, obj in dict(locals()).items():
         if not name.startswith("_") and name not in ("pb", "channel", "name"):
+            if isinstance(obj, type):  # tracebacks name them as Triton's module does
+                obj.__module__, obj.__qualname__ = pb.__name__, name
             setattr(pb, name, obj)
     pb.get_input_config_by_name = lambda cfg, name: _config_by_name(cfg, "input", name)
     pb.get_output_config_by_name = lambda cfg, name: _config_by_name(
@@ -895,7 +974,6 @@ def make_pb_utils(channel):
         _serialize_bytes(np.asarray(arr)), dtype=np.uint8
     )
     pb.deserialize_bytes_tensor = lambda data: _deserialize_bytes_all(bytes(data))
-    pb.LogLevel = types.SimpleNamespace(INFO=0, WARNING=1, ERROR=2, VERBOSE=3)
     pb.ModelConfig = ModelConfig
     pb.using_decoupled_model_transaction_policy = lambda cfg: bool(
         cfg.get("model_transaction_policy", {}).get("decoupled", False)
@@ -1014,6 +1092,10 @@ def _call(loop, fn, *args):
 
 
 def main():
+    # fw names the process after the source (for ps and pgrep); the model
+    # sees no arguments, as in Triton's embedded interpreter (unittest.main
+    # and argparse read them).
+    del sys.argv[1:]
     # Keep the channel on private descriptors; what the model prints goes
     # to standard error.
     rd = os.fdopen(os.dup(0), "rb")
@@ -1057,8 +1139,16 @@ def main():
         traceback.print_exc()
         channel.send({"op": "error", **_error_head(e)})
         return 1
-    inst = _Instance(pb, channel, model, loop, bool(head.get("decoupled")))
+    inst = _Instance(
+        pb,
+        channel,
+        model,
+        loop,
+        bool(head.get("decoupled")),
+        head["args"].get("model_name", ""),
+    )
     channel.on_is_ready = inst.is_ready
+    channel.serving = True
     channel.send({"op": "ready", "has_is_ready": hasattr(model, "is_ready")})
 
     while True:
@@ -1067,6 +1157,7 @@ def main():
             return 0
         head, datas = got
         if head["op"] == "finalize":
+            channel.serving = False
             try:
                 if hasattr(model, "finalize"):
                     _call(loop, model.finalize)
@@ -1082,9 +1173,9 @@ def main():
 class _Instance:
     """The model instance this process runs: its execute calls."""
 
-    def __init__(self, pb, channel, model, loop, decoupled):
+    def __init__(self, pb, channel, model, loop, decoupled, name):
         self.pb, self.channel, self.model = pb, channel, model
-        self.loop, self.decoupled = loop, decoupled
+        self.loop, self.decoupled, self.name = loop, decoupled, name
 
     def is_ready(self, head):
         """Answer fw's "is_ready" from a thread of its own (execute may be
@@ -1124,6 +1215,7 @@ class _Instance:
                 ins.append(pb.Tensor(d["name"], _to_numpy(d, datas[i]), _bf16=bf16))
                 i += 1
             req = pb.InferenceRequest(
+                model_name=self.name,
                 inputs=ins,
                 requested_output_names=r.get("outputs", []),
                 request_id=r.get("request_id", ""),
