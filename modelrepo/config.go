@@ -44,7 +44,7 @@ var supported = map[string]bool{
 	"version_policy": true, "version_policy.latest": true, "version_policy.latest.num_versions": true,
 	"version_policy.all": true, "version_policy.specific": true, "version_policy.specific.versions": true,
 	"default_model_filename": true, "parameters": true, "response_cache": true, "response_cache.enable": true,
-	"sequence_batching": true, "sequence_batching.max_sequence_idle_microseconds": true,
+	"sequence_batching": true, "sequence_batching.max_sequence_idle_microseconds": true, "sequence_batching.iterative_sequence": true,
 	"sequence_batching.control_input": true, "sequence_batching.control_input.name": true,
 	"sequence_batching.control_input.control": true, "sequence_batching.control_input.control.kind": true,
 	"sequence_batching.control_input.control.int32_false_true": true, "sequence_batching.control_input.control.fp32_false_true": true,

@@ -16,7 +16,6 @@ parameters { key: "k" value: { string_value: "v" } }`), false)
 		t.Fatalf("%v %v", cfg, err)
 	}
 	for text, want := range map[string]string{
-		`sequence_batching { iterative_sequence: true }`:                 "sequence_batching.iterative_sequence",
 		`sequence_batching { direct { minimum_slot_utilization: 0.5 } }`: "sequence_batching.direct.minimum_slot_utilization",
 		`sequence_batching { oldest { preserve_ordering: true } }`:       "sequence_batching.oldest.preserve_ordering",
 		`sequence_batching { state [ { use_growable_memory: true } ] }`:  "sequence_batching.state.use_growable_memory",
@@ -25,10 +24,10 @@ parameters { key: "k" value: { string_value: "v" } }`), false)
 		`dynamic_batching { priority_levels: 2 }`:                        "dynamic_batching.priority_levels",
 		`instance_group [ { count: 1 rate_limiter { } } ]`:               "instance_group.rate_limiter",
 		`model_operations { op_library_filename: "x" }`:                  "model_operations",
-		`max_batch_size: "x"`:                                            "does not parse",
-		`nonsense_field: 1`:                                              "nonsense_field",
-		`{"max_batch_size": 4}`:                                          "does not parse",
-		strings.Repeat("#", maxConfigBytes+1):                            "limit",
+		`max_batch_size: "x"`:                 "does not parse",
+		`nonsense_field: 1`:                   "nonsense_field",
+		`{"max_batch_size": 4}`:               "does not parse",
+		strings.Repeat("#", maxConfigBytes+1): "limit",
 	} {
 		if _, err := parseConfig([]byte(text), false); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%.60q: %v, want %q", text, err, want)

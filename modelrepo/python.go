@@ -48,7 +48,7 @@ func checkPython(cfg *pb.ModelConfig) error {
 	switch {
 	case cfg.GetPlatform() != "":
 		return fmt.Errorf("a Python model has backend \"python\" and no platform (platform %q); remove the platform", cfg.GetPlatform())
-	case cfg.GetSequenceBatching() != nil && cfg.GetModelTransactionPolicy().GetDecoupled():
+	case cfg.GetSequenceBatching() != nil && cfg.GetModelTransactionPolicy().GetDecoupled() && !iterativeOnly(cfg):
 		return fmt.Errorf("sequence_batching is not served for decoupled Python models yet; serve the model undecoupled, or keep its sequences in model.py")
 	}
 	if cfg.GetSequenceBatching() != nil {
@@ -271,6 +271,9 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 	if seq != nil {
 		described.SequenceBatching = sequenceJSON(cfg, seq)
 	}
+	if iterativeOnly(cfg) {
+		described.SequenceBatching = map[string]any{"iterative_sequence": true}
+	}
 	modelConfig, err := json.Marshal(serving.ConfigJSON(described))
 	if err != nil {
 		return nil, err
@@ -287,6 +290,7 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 				Python: r.cfg.Python, File: path, Dir: vdir, Name: name, Version: vs, Args: args,
 				Instance: int(next.Add(1) - 1), Inputs: ins, Outputs: outs, MaxBytes: r.cfg.MaxPythonBytes,
 				Call: r.callModel, StreamCall: r.streamModel, Log: r.log, Metrics: r.cfg.PythonMetrics, Decoupled: cfg.GetModelTransactionPolicy().GetDecoupled(),
+				Iterative: iterativeOnly(cfg), Repository: pythonRepository{r},
 			})
 			if err != nil {
 				return nil, err
@@ -322,6 +326,57 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 		return nil, err
 	}
 	return h, nil
+}
+
+// pythonRepository is the repository as a Python model reaches it
+// (pybackend.Repository: pb_utils.load_model and its kin).
+type pythonRepository struct{ r *Repository }
+
+func (p pythonRepository) Load(ctx context.Context, name string, config []byte) error {
+	var opts serving.LoadOptions
+	if len(config) > 0 {
+		opts.Config = config
+	}
+	return p.r.Load(ctx, name, opts)
+}
+
+// Unload returns once the model takes no more requests, without waiting
+// for those in flight (as Triton's): a model may unload itself.
+func (p pythonRepository) Unload(ctx context.Context, name string, dependents bool) error {
+	if p.r.cfg.Mode != ModeExplicit {
+		return p.r.controlDisabled(name)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- p.r.Unload(context.WithoutCancel(ctx), name, serving.UnloadOptions{Dependents: dependents})
+	}()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			if (*p.r.served.Load())[name] == nil {
+				return nil
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Ready is false for a model that is not ready (or in the repository and
+// not loaded); one the repository does not have is an error (Triton's
+// sentence).
+func (p pythonRepository) Ready(name, version string) (bool, error) {
+	err := p.r.Ready(name, version)
+	if me, ok := serving.AsModelError(err); ok && me.Kind == serving.ModelUnknown {
+		if _, derr := p.r.dir(name); derr != nil {
+			return false, err
+		}
+	}
+	return err == nil, nil
 }
 
 // describePython is the configuration a Python model is served under:

@@ -354,20 +354,21 @@ func TestPythonRefusals(t *testing.T) {
 	const model = "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
 	const tensors = "input [{ name: \"X\", data_type: TYPE_FP32, dims: [ 1 ] }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n"
 	for name, tc := range map[string]struct{ config, src, want string }{
-		"platform":           {"backend: \"python\"\nplatform: \"onnxruntime_onnx\"\n" + tensors, model, "no platform"},
-		"decoupled":          {"backend: \"onnxruntime\"\nmodel_transaction_policy { decoupled: true }\n" + tensors, model, "decoupled is served for Python models"},
-		"conda":              {"backend: \"python\"\nparameters { key: \"EXECUTION_ENV_PATH\", value: { string_value: \"env.tar.gz\" } }\n" + tensors, model, "EXECUTION_ENV_PATH"},
-		"no tensors":         {"backend: \"python\"\n", model, "lists its outputs"},
-		"batched, no inputs": {"backend: \"python\"\nmax_batch_size: 4\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "without inputs has max_batch_size 0"},
-		"sequence":           {"backend: \"python\"\nmax_batch_size: 1\nsequence_batching { control_input [{ name: \"X\", control [{ kind: CONTROL_SEQUENCE_START, int32_false_true: [ 0, 1 ] }] }] }\n" + tensors, model, "control \"X\" is also an input"},
-		"sequence decoupled": {"backend: \"python\"\nmax_batch_size: 1\nmodel_transaction_policy { decoupled: true }\nsequence_batching {}\n" + tensors, model, "not served for decoupled"},
-		"reshape":            {"backend: \"python\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 2 ], reshape: { shape: [ 1, 3 ] } }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "different element counts"},
-		"reshape sequence":   {"backend: \"python\"\nmax_batch_size: 1\nsequence_batching {}\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 2 ], reshape: { shape: [ 1, 2 ] } }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "not supported with sequence_batching"},
-		"init fails":         {"backend: \"python\"\n" + tensors, "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('weights missing')\n", "RuntimeError: weights missing"},
-		"no class":           {"backend: \"python\"\n" + tensors, "x = 1\n", "defines no class TritonPythonModel"},
-		"syntax":             {"backend: \"python\"\n" + tensors, "def (:\n", "SyntaxError"},
-		"optional":           {"backend: \"onnxruntime\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 1 ], optional: true }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "optional inputs are served for Python models"},
-		"file name":          {"backend: \"python\"\ndefault_model_filename: \"../model.py\"\n" + tensors, model, "inside the version directory"},
+		"platform":            {"backend: \"python\"\nplatform: \"onnxruntime_onnx\"\n" + tensors, model, "no platform"},
+		"decoupled":           {"backend: \"onnxruntime\"\nmodel_transaction_policy { decoupled: true }\n" + tensors, model, "decoupled is served for Python models"},
+		"conda":               {"backend: \"python\"\nparameters { key: \"EXECUTION_ENV_PATH\", value: { string_value: \"env.tar.gz\" } }\n" + tensors, model, "EXECUTION_ENV_PATH"},
+		"no tensors":          {"backend: \"python\"\n", model, "lists its outputs"},
+		"iterative, controls": {"backend: \"python\"\nmax_batch_size: 1\nsequence_batching { iterative_sequence: true, control_input [{ name: \"S\", control [{ kind: CONTROL_SEQUENCE_START, int32_false_true: [ 0, 1 ] }] }] }\n" + tensors, model, "iterative_sequence is served alone"},
+		"batched, no inputs":  {"backend: \"python\"\nmax_batch_size: 4\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "without inputs has max_batch_size 0"},
+		"sequence":            {"backend: \"python\"\nmax_batch_size: 1\nsequence_batching { control_input [{ name: \"X\", control [{ kind: CONTROL_SEQUENCE_START, int32_false_true: [ 0, 1 ] }] }] }\n" + tensors, model, "control \"X\" is also an input"},
+		"sequence decoupled":  {"backend: \"python\"\nmax_batch_size: 1\nmodel_transaction_policy { decoupled: true }\nsequence_batching {}\n" + tensors, model, "not served for decoupled"},
+		"reshape":             {"backend: \"python\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 2 ], reshape: { shape: [ 1, 3 ] } }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "different element counts"},
+		"reshape sequence":    {"backend: \"python\"\nmax_batch_size: 1\nsequence_batching {}\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 2 ], reshape: { shape: [ 1, 2 ] } }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "not supported with sequence_batching"},
+		"init fails":          {"backend: \"python\"\n" + tensors, "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('weights missing')\n", "RuntimeError: weights missing"},
+		"no class":            {"backend: \"python\"\n" + tensors, "x = 1\n", "defines no class TritonPythonModel"},
+		"syntax":              {"backend: \"python\"\n" + tensors, "def (:\n", "SyntaxError"},
+		"optional":            {"backend: \"onnxruntime\"\ninput [{ name: \"X\", data_type: TYPE_FP32, dims: [ 1 ], optional: true }]\noutput [{ name: \"Y\", data_type: TYPE_FP32, dims: [ 1 ] }]\n", model, "optional inputs are served for Python models"},
+		"file name":           {"backend: \"python\"\ndefault_model_filename: \"../model.py\"\n" + tensors, model, "inside the version directory"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			root := t.TempDir()
@@ -441,5 +442,64 @@ class TritonPythonModel:
 		if got := int32s(out[0]); len(got) != 2 || got[0] != 0 || got[1] != 7 {
 			t.Fatalf("OUT %v", got)
 		}
+	}
+}
+
+// TestPythonRepositoryAPI: pb_utils.load_model, unload_model and
+// is_model_ready reach the repository, as Triton's do.
+func TestPythonRepositoryAPI(t *testing.T) {
+	py := pythonBin(t)
+	root := t.TempDir()
+	copyModel(t, filepath.Join(samples(t), "simple"), root, "simple")
+	writePython(t, root, "loader", `backend: "python"
+input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_STRING, dims: [ 1 ] }]
+`, `
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        seen = [pb_utils.is_model_ready("simple")]
+        pb_utils.load_model("simple")
+        seen.append(pb_utils.is_model_ready("simple"))
+        seen.append(pb_utils.is_model_ready("simple", "7"))
+        try:
+            pb_utils.is_model_ready("nosuch")
+            seen.append("no error")
+        except pb_utils.TritonModelException as e:
+            seen.append("Request for unknown model: 'nosuch'" in str(e))
+        try:
+            pb_utils.load_model("simple", config="{not json")
+            seen.append("no error")
+        except pb_utils.TritonModelException as e:
+            seen.append("failed to load" in str(e))
+        seen.append(pb_utils.is_model_ready("simple"))
+        pb_utils.unload_model("simple")
+        seen.append(pb_utils.is_model_ready("simple"))
+        pb_utils.unload_model("loader")  # itself: it answers this request, then unloads
+        out = " ".join(str(s) for s in seen).encode()
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([out], dtype=object))]) for _ in requests]
+`)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"loader"}, Python: py})
+	inst, err := f.repo.Get("loader", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := engine.Tensor{DType: engine.Int32, Shape: []int64{1}, Data: make([]byte, 4)}
+	out, _, err := serving.Infer(context.Background(), f.repo, inst, []engine.Tensor{in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := out[0].Strings()
+	if want := "False True False True True True False"; len(got) != 1 || string(got[0]) != want {
+		t.Fatalf("what the model saw: %q, want %q", got, want)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for f.repo.Ready("loader", "") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the model that unloaded itself is still ready")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

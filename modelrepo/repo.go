@@ -1140,14 +1140,20 @@ func (r *Repository) Probe(ctx context.Context, name, version string) error {
 	if err := r.Ready(name, version); err != nil {
 		return err
 	}
-	if (*r.served.Load())[name] == nil {
+	// The instance from the snapshot, never loaded for the probe: one
+	// unloaded since Ready has nothing to check.
+	sm := (*r.served.Load())[name]
+	if sm == nil {
 		return nil
 	}
-	inst, err := r.Get(name, version)
-	if err != nil {
-		return err
+	for _, v := range sm.versions {
+		if version == "" || v.version == version {
+			if inst := v.host.Current(); inst != nil {
+				return inst.CheckReady(ctx)
+			}
+		}
 	}
-	return inst.CheckReady(ctx)
+	return nil
 }
 
 // recentFailure is the answer for a model whose last on-demand load failed

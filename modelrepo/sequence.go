@@ -32,6 +32,15 @@ func sequenceConfig(name, dir string, cfg *pb.ModelConfig) (*sequence.Config, er
 	if sb == nil {
 		return nil, nil
 	}
+	if sb.GetIterativeSequence() {
+		switch {
+		case cfg.GetBackend() != backendPython:
+			return nil, fmt.Errorf("sequence_batching iterative_sequence is served for Python models, which reschedule requests (request.set_release_flags); remove it")
+		case !iterativeOnly(cfg):
+			return nil, fmt.Errorf("sequence_batching iterative_sequence is served alone: each request is its own sequence, with no control_input, state, direct or oldest; remove those or iterative_sequence")
+		}
+		return nil, nil // no sequence batcher: each request runs, and reruns, on its own
+	}
 	mbs := int(cfg.GetMaxBatchSize())
 	out := &sequence.Config{Model: name, Strategy: sequence.Direct, Slots: max(1, mbs), MaxIdle: defaultSequenceIdle}
 	if us := sb.GetMaxSequenceIdleMicroseconds(); us > 0 {
@@ -262,6 +271,16 @@ func state(dir string, st *pb.ModelSequenceBatching_State) (sequence.State, erro
 		return s, fmt.Errorf("sequence_batching state %q: initial_state must set zero_data: true or data_file", in)
 	}
 	return s, nil
+}
+
+// iterativeOnly reports a sequence_batching that asks for Triton's
+// iterative scheduling alone (iterative_sequence, no controls, states or
+// strategy): each request is its own sequence, which a Python model may
+// reschedule (set_release_flags). fw serves it without a sequence batcher.
+func iterativeOnly(cfg *pb.ModelConfig) bool {
+	sb := cfg.GetSequenceBatching()
+	return sb.GetIterativeSequence() && len(sb.GetControlInput()) == 0 && len(sb.GetState()) == 0 &&
+		sb.GetDirect() == nil && sb.GetOldest() == nil
 }
 
 // sequenceJSON renders sequence_batching as Triton's configuration

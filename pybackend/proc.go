@@ -234,6 +234,17 @@ func (p *proc) dispatch(m *message, datas [][]byte) error {
 			go p.refuseBLS(m.ID, fmt.Errorf("this instance has %d BLS calls in flight, the most fw runs at once; wait for some to answer", maxBLS))
 		}
 		return nil
+	case "repo":
+		select {
+		case p.blsBusy <- struct{}{}:
+			go func() {
+				defer func() { <-p.blsBusy }()
+				p.repository(m)
+			}()
+		default:
+			go p.refuseBLS(m.ID, fmt.Errorf("this instance has %d calls in flight, the most fw runs at once; wait for some to answer", maxBLS))
+		}
+		return nil
 	case "bls_cancel": // the model's response iterator's cancel(); ignored once the call ended
 		p.mu.Lock()
 		stop := p.blsStop[m.ID]
@@ -353,6 +364,7 @@ type message struct {
 	Params    string            `json:"parameters,omitempty"`   // a BLS request's parameters, a JSON object
 	RequestID string            `json:"request_id,omitempty"`   // a BLS request's ID
 	HasReady  bool              `json:"has_is_ready,omitempty"` // the model defines is_ready() ("ready")
+	Depends   bool              `json:"dependents,omitempty"`   // unload_model's unload_dependents ("repo")
 	Ready     bool              `json:"ready,omitempty"`        // is_ready()'s answer ("ready_result")
 }
 
@@ -367,6 +379,9 @@ type wireError struct {
 type wireResponse struct {
 	Outputs int        `json:"outputs"`
 	Error   *wireError `json:"error,omitempty"`
+	// Raised marks an error that is execute's exception (the call answered
+	// other requests before it raised), not an error response.
+	Raised bool `json:"raised,omitempty"`
 	// Parameters are the response's parameters (a JSON object of strings,
 	// integers and booleans), when the model gave any.
 	Parameters string `json:"parameters,omitempty"`
@@ -451,7 +466,7 @@ func (p *proc) control(ctx context.Context, head any, what string) (*message, er
 
 // initialize sends the model's file and args and waits for initialize.
 func (p *proc) initialize(ctx context.Context, args map[string]string) error {
-	m, err := p.control(ctx, map[string]any{"op": "init", "file": p.cfg.File, "dir": p.cfg.Dir, "args": args, "decoupled": p.cfg.Decoupled}, "initialize")
+	m, err := p.control(ctx, map[string]any{"op": "init", "file": p.cfg.File, "dir": p.cfg.Dir, "args": args, "decoupled": p.cfg.Decoupled, "iterative": p.cfg.Iterative}, "initialize")
 	switch {
 	case err != nil:
 		return err
@@ -713,6 +728,9 @@ func (p *proc) execute(ctx context.Context, ctxs []context.Context, reqs [][]eng
 	for i, resp := range m.Responses {
 		if resp.Error != nil {
 			errs[i] = answeredError(p.cfg.Name, resp.Error)
+			if resp.Raised {
+				errs[i] = modelError(p.cfg.Name, resp.Error)
+			}
 			continue
 		}
 		if resp.Outputs < 0 || resp.Outputs > len(m.Tensors)-next {
@@ -949,6 +967,41 @@ func (p *proc) bls(ctx context.Context, m *message, datas [][]byte) {
 		return
 	}
 	_ = answer(head, odatas)
+}
+
+// repository answers the model's pb_utils.load_model, unload_model or
+// is_model_ready (m.Action) as a BLS call is answered, under the process's
+// life.
+func (p *proc) repository(m *message) {
+	answer := map[string]any{"op": "bls_result", "id": m.ID, "final": true}
+	var err error
+	switch repo := p.cfg.Repository; {
+	case repo == nil:
+		err = errors.New("this server runs no model repository for a Python model to load models from")
+	case m.Action == "load":
+		var config string
+		if len(m.Config) > 0 {
+			if err = json.Unmarshal(m.Config, &config); err != nil {
+				err = fmt.Errorf("load_model's config must be a string of JSON: %w", err)
+				break
+			}
+		}
+		err = repo.Load(p.life, m.Model, []byte(config))
+	case m.Action == "unload":
+		err = repo.Unload(p.life, m.Model, m.Depends)
+	case m.Action == "ready":
+		var ready bool
+		ready, err = repo.Ready(m.Model, m.Version)
+		answer["ready"] = ready
+	default:
+		err = fmt.Errorf("an unknown repository action %q", m.Action)
+	}
+	if err != nil {
+		answer["error"] = err.Error()
+	}
+	if p.send(answer, nil) != nil {
+		p.kill()
+	}
 }
 
 // blsRequestInfo is the ID and parameters a BLS request gives the model it

@@ -46,6 +46,20 @@ type Call func(ctx context.Context, model, version string, inputs map[string]eng
 type StreamCall func(ctx context.Context, model, version string, inputs map[string]engine.Tensor, outputs []string,
 	send func(outs map[string]engine.Tensor, err error, final bool) error) error
 
+// Repository is the server's model repository as a Python model reaches it
+// (pb_utils.load_model, unload_model and is_model_ready).
+type Repository interface {
+	// Load loads (or reloads) the model, config (a JSON ModelConfig)
+	// replacing its config.pbtxt when not empty.
+	Load(ctx context.Context, name string, config []byte) error
+	// Unload unloads it (and, with dependents, the models its ensemble
+	// runs), returning once it takes no more requests.
+	Unload(ctx context.Context, name string, dependents bool) error
+	// Ready reports whether the model (version, or its newest when "") is
+	// ready; an unknown model is an error.
+	Ready(name, version string) (bool, error)
+}
+
 // Config is one version of a Python model.
 type Config struct {
 	// Python is the interpreter (with numpy) that runs the model.
@@ -71,10 +85,17 @@ type Config struct {
 	// nil refuses them.
 	Call       Call
 	StreamCall StreamCall
+	// Repository answers pb_utils.load_model, unload_model and
+	// is_model_ready; nil refuses them.
+	Repository Repository
 	// Decoupled is Triton's model_transaction_policy decoupled: the model
 	// answers a request through its response sender, any number of times;
 	// it is served through Stream, not Run.
 	Decoupled bool
+	// Iterative is Triton's sequence_batching iterative_sequence: the
+	// model may reschedule a request (set_release_flags), which then runs
+	// through execute again before it is answered.
+	Iterative bool
 	// Log receives what the model prints.
 	Log *slog.Logger
 	// Metrics receives the model's custom metrics (pb_utils.MetricFamily);
@@ -94,6 +115,10 @@ type Backend struct {
 	rmu      sync.Mutex
 	checking *readyCheck // the is_ready() call in flight, which probes share
 	reviving atomic.Bool // a restart asked for by a probe is under way
+	// The last background restart that failed, and when: probes report it
+	// and try again reviveBackoff after it.
+	reviveErr error
+	revivedAt time.Time
 }
 
 // readyCheck is one is_ready() call: done closes once err is its answer.
@@ -125,8 +150,15 @@ func (b *Backend) Ready(ctx context.Context) error {
 		return errors.New("the model is unloading")
 	}
 	if p == nil {
+		sick := notHealthy(fmt.Sprintf("%s_0_%d", b.cfg.Name, b.cfg.Instance))
+		b.rmu.Lock()
+		last, at := b.reviveErr, b.revivedAt
+		b.rmu.Unlock()
+		if last != nil && time.Since(at) < reviveBackoff {
+			return fmt.Errorf("%w; its last restart failed: %v", sick, last)
+		}
 		go b.revive()
-		return notHealthy(fmt.Sprintf("%s_0_%d", b.cfg.Name, b.cfg.Instance))
+		return sick
 	}
 	p.mu.Lock()
 	started, has := p.initialized, p.hasIsReady
@@ -186,17 +218,24 @@ func (b *Backend) revive() {
 	ctx, cancel := context.WithTimeout(context.Background(), reviveWait)
 	defer cancel()
 	p, err := b.start(ctx, s.i)
+	b.rmu.Lock()
+	b.reviveErr, b.revivedAt = err, time.Now()
+	b.rmu.Unlock()
 	if err != nil {
 		b.cfg.Log.Warn("restarting a Python model's process", "model", b.cfg.Name, "instance", s.i, "err", err)
-		b.idle <- slot{i: s.i} // the next call or probe tries again
+		b.idle <- slot{i: s.i} // the next call, or probe after reviveBackoff, tries again
 		return
 	}
 	b.idle <- slot{s.i, p}
 }
 
 // reviveWait bounds a background restart (the process's start and its
-// initialize).
-const reviveWait = 10 * time.Minute
+// initialize); requests that come meanwhile wait for it.
+const reviveWait = 2 * time.Minute
+
+// reviveBackoff is how long after a failed background restart probes
+// report it before they try again.
+const reviveBackoff = 5 * time.Second
 
 // Start starts the instance's process and runs initialize in it.
 func Start(ctx context.Context, cfg Config) (*Backend, error) {

@@ -18,8 +18,9 @@ import (
 // execute (1), sent from a thread after execute returned (2), sent by an
 // asyncio task after execute returned (3), sent twice (4: the second send
 // raises), the final flag alone (5: raises), the sender dropped unsent
-// (6), the sender kept unsent (7: only cancellation ends it), and sent
-// during execute and returned too (8: the returned one is dropped).
+// (6), the sender kept unsent (7: only cancellation ends it), sent
+// during execute and returned too (8: the returned one is dropped), and
+// sys.exit (9).
 const senderModel = `
 import asyncio, threading, time
 import numpy as np
@@ -64,6 +65,8 @@ class TritonPythonModel:
                 s.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             elif mode == 7:
                 TritonPythonModel.kept.append(s)
+            elif mode == 9:
+                raise SystemExit(9)
             out.append(ret)
         return out
 `
@@ -103,6 +106,10 @@ func TestNonDecoupledResponseSender(t *testing.T) {
 	}
 	if _, err := b.Run(context.Background(), req(5)); err == nil || !strings.Contains(err.Error(), "cannot send complete final before sending a response") {
 		t.Fatalf("final flag alone: %v", err)
+	}
+	// sys.exit in a coroutine fails its call; the event loop serves on.
+	if _, err := b.Run(context.Background(), req(9)); err == nil || !strings.Contains(err.Error(), "sys.exit(9)") {
+		t.Fatalf("sys.exit in async execute: %v", err)
 	}
 	if _, err := b.Run(context.Background(), req(6)); err == nil || !strings.Contains(err.Error(), "dropped its response sender") {
 		t.Fatalf("dropped sender: %v", err)

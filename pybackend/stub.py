@@ -82,6 +82,9 @@ class Channel:
         # Between initialize's return and finalize: BLS calls are taken then
         # only, as Triton's.
         self.serving = False
+        # The model has sequence_batching { iterative_sequence: true }: it
+        # may reschedule requests.
+        self.iterative = False
 
     def end_request(self, req):
         self.live.discard(req)
@@ -308,8 +311,17 @@ class _Loop:
                 self._loop.set_default_executor(
                     concurrent.futures.ThreadPoolExecutor(max_workers=64)
                 )
-                threading.Thread(target=self._loop.run_forever, daemon=True).start()
+                threading.Thread(target=self._run, daemon=True).start()
             return self._loop
+
+    def _run(self):
+        # SystemExit or KeyboardInterrupt raised in a coroutine escapes
+        # run_forever; the loop runs on, and the coroutine's caller gets it.
+        while True:
+            try:
+                self._loop.run_forever()
+            except BaseException:  # noqa: BLE001, S112 - the coroutine's future carries it
+                continue
 
     def run(self, coro):
         """Run coro on the loop and wait for its result."""
@@ -551,6 +563,7 @@ def make_pb_utils(channel):
             self._parameters = parameters or "{}"
             self._sender = None
             self._req_id = None  # fw's id of a request it sent
+            self._release = 1  # TRITONSERVER_REQUEST_RELEASE_ALL
 
         def inputs(self):
             return self._inputs
@@ -591,10 +604,26 @@ def make_pb_utils(channel):
             return self._sender
 
         def set_release_flags(self, flags):
-            if flags != pb.TRITONSERVER_REQUEST_RELEASE_ALL:
+            """RELEASE_RESCHEDULE runs the request through execute again
+            (its sender, its answer still to come), as Triton's iterative
+            sequences do; RELEASE_ALL (the default) releases it."""
+            _need(flags, int, "set_release_flags(): flags")
+            if flags not in (
+                pb.TRITONSERVER_REQUEST_RELEASE_ALL,
+                pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
+            ):
                 raise TritonModelException(
-                    "fw does not reschedule requests (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)"
+                    f"set_release_flags takes TRITONSERVER_REQUEST_RELEASE_ALL or _RESCHEDULE, not {flags}"
                 )
+            if (
+                flags == pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+                and not channel.iterative
+            ):
+                raise TritonModelException(
+                    "a request is rescheduled only by a model with sequence_batching { iterative_sequence: true } "
+                    "in its config.pbtxt"
+                )
+            self._release = flags
 
         def _bls_head(self, decoupled):
             if not channel.serving:
@@ -645,11 +674,12 @@ def make_pb_utils(channel):
                 return it
             return self._bls_response(*channel.call(head, datas))
 
-        async def async_exec(self, decoupled=False):
-            """exec in an executor thread: the event loop runs on while
-            the called model works."""
+        def async_exec(self, decoupled=False):
+            """exec in an executor thread, started now: an awaitable of its
+            answer; the event loop runs on while the called model works (as
+            Triton's)."""
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(None, self.exec, decoupled)
+            return loop.run_in_executor(None, self.exec, decoupled)
 
     class ResponseIterator:
         """A BLS call to a decoupled model (exec(decoupled=True)): its
@@ -888,6 +918,43 @@ def make_pb_utils(channel):
             if self._family._kind == MetricFamily.HISTOGRAM:
                 raise TritonModelException("value does not apply to a histogram")
             return self._value
+
+    def _repository(action, **fields):
+        """Ask fw's model repository (pb_utils.load_model and its kin); its
+        error raises TritonModelException."""
+        head, _ = channel.call({"op": "repo", "action": action, **fields})
+        if head.get("error"):
+            raise TritonModelException(head["error"])
+        return head
+
+    def load_model(model_name, config="", files=None):
+        """Load (or reload) a model of the server's repository, config (a
+        JSON ModelConfig) replacing its config.pbtxt when given, as Triton's
+        repository load does."""
+        _need(model_name, str, "load_model(): model_name")
+        _need(config, str, "load_model(): config")
+        if files:
+            raise TritonModelException(
+                "load_model(files=...): fw loads a model from its directory in the repository; "
+                "write the files there and load it without files"
+            )
+        _repository("load", model=model_name, config=config)
+
+    def unload_model(model_name, unload_dependents=False):
+        """Unload a model: it takes no more requests once this returns;
+        those in flight finish (this does not wait for them, as Triton's)."""
+        _need(model_name, str, "unload_model(): model_name")
+        _need(unload_dependents, bool, "unload_model(): unload_dependents")
+        _repository("unload", model=model_name, dependents=unload_dependents)
+
+    def is_model_ready(model_name, model_version=""):
+        """Whether the model (that version, or its newest) is ready; an
+        unknown model raises, as Triton's."""
+        _need(model_name, str, "is_model_ready(): model_name")
+        _need(model_version, str, "is_model_ready(): model_version")
+        return bool(
+            _repository("ready", model=model_name, version=model_version).get("ready")
+        )
 
     def get_input_tensor_by_name(request, name):
         for t in request.inputs():
@@ -1131,6 +1198,7 @@ def main():
             return 1
         return 0
     loop = _Loop()
+    channel.iterative = bool(head.get("iterative"))
     try:
         model = _load_module(pb, head)()
         if hasattr(model, "initialize"):
@@ -1164,10 +1232,26 @@ def main():
             except BaseException:  # noqa: BLE001
                 traceback.print_exc()
             channel.send({"op": "done"})
-            return 0
+            # Exit now: threads still waiting (an executor's BLS call) are
+            # not joined, as interpreter exit would.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         answer, outdatas = inst.execute(head, datas)
         answer["call"] = head.get("call")
         channel.send(answer, outdatas)
+
+
+def _answers(requests):
+    """Each request's answer (filled by its sender) and fw's id of it; a
+    sender still open is watched by the reaper, which collects it if the
+    model drops it. No reference to a request outlives this call."""
+    out = []
+    for req in requests:
+        if not req._sender._answer.ready():
+            _open_senders.add(req._sender)
+        out.append((req._sender._answer, req._req_id))
+    return out
 
 
 class _Instance:
@@ -1229,32 +1313,29 @@ class _Instance:
         return requests
 
     def _execute(self, head, datas):
-        pb = self.pb
         requests = self._requests(head, datas)
+        batch, responses = requests, None
         try:
-            responses = self.model.execute(requests)
-            if inspect.iscoroutine(responses):
-                if self.decoupled:
-                    # In the background, as Triton's: the instance takes
-                    # its next call while this one awaits.
-                    senders = [r._sender for r in requests]
-                    self.loop.spawn(responses).add_done_callback(
-                        lambda f: _background_done(f, senders)
-                    )
-                    return {"op": "result"}, []
-                responses = self.loop.run(responses)
+            while batch:  # the requests the model rescheduled run again
+                responses = self.model.execute(batch)
+                if inspect.iscoroutine(responses):
+                    if self.decoupled:
+                        # In the background, as Triton's: the instance takes
+                        # its next call while this one awaits.
+                        self._background(batch, responses)
+                        return {"op": "result"}, []
+                    responses = self.loop.run(responses)
+                self._returned(batch, responses, head.get("instance", ""))
+                batch = self._rescheduled(batch)
             if self.decoupled:
-                if responses is not None:
-                    raise pb.TritonModelException(
-                        f"Python model '{head.get('instance', '')}' is using the decoupled mode and the execute function "
-                        "must return None. (Its responses go through request.get_response_sender().)"
-                    )
                 return {"op": "result"}, []
-            answers = self._returned(requests, responses)
         except BaseException as e:  # noqa: BLE001 - the model's failure is this call's answer
             traceback.print_exc()
             return self._failed(requests, _error_head(e))
-        del requests, responses  # a sender the model dropped is collected, and answers
+        answers = _answers(requests)
+        # Nothing here refers to a request any more: a sender the model
+        # dropped is collected, and answers.
+        del requests, batch, responses
         out, outdatas = [], []
         for answer in answers:
             entry, tensors = self._wait(answer)
@@ -1263,11 +1344,71 @@ class _Instance:
         head = {"op": "result", "responses": out, "tensors": [d for d, _ in outdatas]}
         return head, [b for _, b in outdatas]
 
-    def _returned(self, requests, responses):
-        """Hand what a non-decoupled execute returned to the requests'
-        senders (Triton's checks and sentences); each request's answer
-        and its fw id, to wait for."""
+    def _rescheduled(self, batch):
+        """The requests of batch the model rescheduled, released again; one
+        fw cancelled is answered CANCELLED instead."""
+        pb, out = self.pb, []
+        for req in batch:
+            if req._release != pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                continue
+            req._release = pb.TRITONSERVER_REQUEST_RELEASE_ALL
+            if req._req_id in self.channel.cancelled:
+                err = {
+                    "message": "the request was cancelled while the model rescheduled it",
+                    "code": 7,
+                }
+                if self.decoupled:
+                    req._sender._fail(err)
+                elif not req._sender._answer.ready():
+                    req._sender._answer.put(({"error": err}, []))
+                continue
+            out.append(req)
+        return out
+
+    def _background(self, batch, coro):
+        """Run a decoupled model's async execute of batch in the
+        background; when it ends, its rescheduled requests run again, and
+        an exception is logged and ends the requests it left open."""
+
+        def done(future):
+            if future.cancelled():
+                return
+            exc = future.exception()
+            if exc is None:
+                try:
+                    again = self._rescheduled(batch)
+                    if again:
+                        res = self.model.execute(again)
+                        if inspect.iscoroutine(res):
+                            self._background(again, res)
+                            return
+                        self._returned(again, res, "")
+                        if self._rescheduled(again):
+                            raise self.pb.TritonModelException(
+                                "a synchronous execute rescheduled requests of an async one"
+                            )
+                    return
+                except BaseException as e:  # noqa: BLE001 - ends the requests, below
+                    exc = e
+            traceback.print_exception(type(exc), exc, exc.__traceback__)
+            for req in batch:
+                req._sender._fail(_error_head(exc))
+
+        self.loop.spawn(coro).add_done_callback(done)
+
+    def _returned(self, requests, responses, instance):
+        """Hand what execute returned to the requests' senders (Triton's
+        checks and sentences): a decoupled model returns None, a
+        non-decoupled one a response per request, None for one it answers
+        through its sender or rescheduled."""
         pb = self.pb
+        if self.decoupled:
+            if responses is not None:
+                raise pb.TritonModelException(
+                    f"Python model '{instance}' is using the decoupled mode and the execute function "
+                    "must return None. (Its responses go through request.get_response_sender().)"
+                )
+            return
         if responses is None:  # every request answers through its sender
             responses = [None] * len(requests)
         if not isinstance(responses, (list, tuple)):
@@ -1279,28 +1420,30 @@ class _Instance:
                 "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
                 f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{len(responses)}"
             )
-        answers = []
+        for req, resp in zip(requests, responses):  # all checked before any is sent
+            if resp is None:
+                continue
+            if req._release == pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                raise pb.TritonModelException(
+                    "Expected a None object in the execute function return list for reschduled request, "
+                    f"found type '{type(resp)}'."
+                )
+            if not isinstance(resp, pb.InferenceResponse):
+                raise pb.TritonModelException(
+                    "Expected an 'InferenceResponse' object in the execute function return list, "
+                    f"found type '{type(resp)}'."
+                )
         for i, (req, resp) in enumerate(zip(requests, responses)):
-            if resp is not None:
-                if not isinstance(resp, pb.InferenceResponse):
-                    raise pb.TritonModelException(
-                        "Expected an 'InferenceResponse' object in the execute function return list, "
-                        f"found type '{type(resp)}'."
-                    )
-                try:
-                    req._sender.send(resp, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                except pb.TritonModelException as e:
-                    # Its sender answered it already: that answer stands.
-                    print(
-                        f"execute returned a response for request {i}, which it answered already: {e}",
-                        file=sys.stderr,
-                    )
-            elif not req._sender._answer.ready():
-                _open_senders.add(
-                    req._sender
-                )  # the reaper collects it if the model drops it
-            answers.append((req._sender._answer, req._req_id))
-        return answers
+            if resp is None:
+                continue
+            try:
+                req._sender.send(resp, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            except pb.TritonModelException as e:
+                # Its sender answered it already: that answer stands.
+                print(
+                    f"execute returned a response for request {i}, which it answered already: {e}",
+                    file=sys.stderr,
+                )
 
     def _wait(self, answer):
         """A request's answer once its sender has one; CANCELLED when fw
@@ -1326,27 +1469,14 @@ class _Instance:
             return {"op": "result", "error": error}, []
         out, outdatas = [], []
         for req, done in zip(requests, answered):
-            if not done:
-                out.append({"error": error})
+            if not done:  # execute's exception, not a response the model gave
+                out.append({"error": error, "raised": True})
                 continue
             entry, tensors = req._sender._answer.value
             out.append(entry)
             outdatas.extend(tensors)
         head = {"op": "result", "responses": out, "tensors": [d for d, _ in outdatas]}
         return head, [b for _, b in outdatas]
-
-
-def _background_done(future, senders):
-    """A decoupled model's async execute has ended: an exception is
-    logged, and ends the requests it left open."""
-    if future.cancelled():
-        return
-    exc = future.exception()
-    if exc is None:
-        return
-    traceback.print_exception(type(exc), exc, exc.__traceback__)
-    for s in senders:
-        s._fail(_error_head(exc))
 
 
 if __name__ == "__main__":

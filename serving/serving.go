@@ -11,6 +11,7 @@ package serving
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/fw-serve/fw/batcher"
@@ -123,8 +124,19 @@ func (i *Instance) All() []*engine.Model {
 // loaded (engine.Model.CheckReady): nil when all are; else a ModelNotReady
 // *ModelError saying which is not, and why.
 func (i *Instance) CheckReady(ctx context.Context) error {
-	for _, m := range i.All() {
-		if err := m.CheckReady(ctx); err != nil {
+	all := i.All()
+	errs := make([]error, len(all))
+	if len(all) == 1 {
+		errs[0] = all[0].CheckReady(ctx)
+	} else {
+		var wg sync.WaitGroup
+		for k, m := range all { // at once: each may take its backend's whole bound
+			wg.Go(func() { errs[k] = m.CheckReady(ctx) })
+		}
+		wg.Wait()
+	}
+	for _, err := range errs {
+		if err != nil {
 			return &ModelError{Kind: ModelNotReady, Model: i.Name(), Version: i.Version(), RetryAfter: 1, Check: true,
 				Message: fmt.Sprintf("Model '%s' version %s is not ready: %v", i.Name(), i.Version(), err)}
 		}
