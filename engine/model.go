@@ -552,8 +552,8 @@ func (m *Model) Forward(ctx context.Context, inputs []Tensor) ([]Tensor, error) 
 	}
 	defer m.release()
 	out, err := m.backend.Run(ctx, inputs)
-	if err != nil && (m.Format == FormatEnsemble || errors.As(err, new(*InputError))) {
-		return nil, err // a step's failure, whose kind (bad input, overload...) the transport tells apart; a request a Python model called invalid
+	if err != nil && (m.Format == FormatEnsemble || errors.As(err, new(*InputError)) || isAnswer(err)) {
+		return nil, err // a step's failure, whose kind (bad input, overload...) the transport tells apart; a request a Python model called invalid; its answer
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrEngine, err)
@@ -597,7 +597,7 @@ func (m *Model) ForwardEach(ctx context.Context, ctxs []context.Context, reqs []
 	}
 	defer m.release()
 	outs, errs, err := eb.RunEach(ctx, ctxs, reqs)
-	if err != nil && !errors.As(err, new(*InputError)) && ctx.Err() == nil {
+	if err != nil && !errors.As(err, new(*InputError)) && !isAnswer(err) && ctx.Err() == nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrEngine, err)
 	}
 	return outs, errs, err

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 )
 
@@ -83,4 +84,14 @@ func ResponseSinkOf(ctx context.Context) *ResponseSink {
 // unchanged, with the status code maps to, as Triton's do.
 type ModelAnswer interface {
 	ModelAnswer() (code int, msg string, ok bool)
+}
+
+// isAnswer reports whether err is (or wraps) an error the model answered.
+func isAnswer(err error) bool {
+	var ma ModelAnswer
+	if errors.As(err, &ma) {
+		_, _, ok := ma.ModelAnswer()
+		return ok
+	}
+	return false
 }

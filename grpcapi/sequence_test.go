@@ -31,9 +31,15 @@ func startRepo(t *testing.T) pb.GRPCInferenceServiceClient {
 	if _, err := os.Stat(filepath.Join(root, "simple_sequence_state", "config.pbtxt")); err != nil {
 		testmodels.Require(t, "the stateful sample models are missing in "+root+": run `make models`")
 	}
+	return startRepoWith(t, modelrepo.Config{Roots: []string{root}, Mode: modelrepo.ModeExplicit, LoadModels: []string{"simple_sequence_state"},
+		Engine: engine.Options{Threads: 1}, Batcher: batcher.DefaultConfig(), SkipWarmup: true})
+}
+
+// startRepoWith serves the repository cfg describes over a real gRPC socket.
+func startRepoWith(t *testing.T, cfg modelrepo.Config) pb.GRPCInferenceServiceClient {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	repo, err := modelrepo.New(modelrepo.Config{Roots: []string{root}, Mode: modelrepo.ModeExplicit, LoadModels: []string{"simple_sequence_state"},
-		Engine: engine.Options{Threads: 1}, Batcher: batcher.DefaultConfig(), SkipWarmup: true}, httpapi.NewMetrics(reg), quietLog())
+	repo, err := modelrepo.New(cfg, httpapi.NewMetrics(reg), quietLog())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -695,15 +695,20 @@ func (s *Server) encodeOutputs(inst *serving.Instance, dec *request, out []engin
 // triton_final_response; the final one without outputs (Triton's empty
 // final response) only when the request asked for it with
 // triton_enable_empty_final_response. A failure is an error response that
-// ends the request; the stream goes on.
-func (s *Server) streamDecoupled(ctx context.Context, req *pb.ModelInferRequest, a admission, began time.Time, emit func(*pb.ModelStreamInferResponse) error) {
+// ends the request; the stream goes on. emit gets each response and, for an
+// error response, its status (triton_grpc_error ends the stream with it).
+func (s *Server) streamDecoupled(ctx context.Context, req *pb.ModelInferRequest, a admission, began time.Time, emit func(*pb.ModelStreamInferResponse, error) error) {
 	defer a.ticket.Release()
 	header := func(final bool) *pb.ModelInferResponse {
 		return &pb.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId(),
 			Parameters: map[string]*pb.InferParameter{"triton_final_response": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: final}}}}
 	}
+	fail := func(err error, final bool) error { // an error response, with its status
+		st := status.Convert(err)
+		return emit(&pb.ModelStreamInferResponse{ErrorMessage: st.Message(), InferResponse: header(final)}, st.Err())
+	}
 	if a.err != nil {
-		_ = emit(&pb.ModelStreamInferResponse{ErrorMessage: status.Convert(a.err).Message(), InferResponse: header(true)})
+		_ = fail(a.err, true)
 		return
 	}
 	inst, dec := a.inst, a.dec
@@ -717,25 +722,25 @@ func (s *Server) streamDecoupled(ctx context.Context, req *pb.ModelInferRequest,
 	err := serving.InferStream(rctx, inst, dec.inputs, func(out []engine.Tensor, merr error, final bool) error {
 		switch {
 		case merr != nil:
-			return emit(&pb.ModelStreamInferResponse{ErrorMessage: status.Convert(s.inferError(rctx, merr)).Message(), InferResponse: header(final)})
+			return fail(s.inferError(rctx, merr), final)
 		case out == nil:
 			if !emptyFinal {
 				return nil
 			}
-			return emit(&pb.ModelStreamInferResponse{InferResponse: header(true)})
+			return emit(&pb.ModelStreamInferResponse{InferResponse: header(true)}, nil)
 		}
 		resp := header(final)
 		resp.ModelName, resp.ModelVersion = inst.Name(), inst.Version()
 		addResponseParameters(resp, sink)
 		if err := s.encodeOutputs(inst, dec, out, resp); err != nil {
-			return emit(&pb.ModelStreamInferResponse{ErrorMessage: status.Convert(err).Message(), InferResponse: header(final)})
+			return fail(err, final)
 		}
-		return emit(&pb.ModelStreamInferResponse{InferResponse: resp})
+		return emit(&pb.ModelStreamInferResponse{InferResponse: resp}, nil)
 	})
 	rec.OK, rec.Encoded, rec.Err = err == nil, time.Now(), err
 	inst.Stats.Record(rec)
 	if err != nil && ctx.Err() == nil {
-		_ = emit(&pb.ModelStreamInferResponse{ErrorMessage: status.Convert(s.inferError(rctx, err)).Message(), InferResponse: header(true)})
+		_ = fail(s.inferError(rctx, err), true)
 	}
 }
 
@@ -833,8 +838,8 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		return status.FromContextError(ctx.Err()).Err()
 	}
 	sem := make(chan struct{}, s.cfg.StreamConcurrency)
-	// order.last is, per model and sequence ID, the channel closed once the
-	// sequence's latest request's answer is sent.
+	// order.last is, per model and version (or model and sequence ID), the
+	// channel closed once its latest request's answer is sent.
 	order := struct {
 		sync.Mutex
 		last map[string]chan struct{}
@@ -889,32 +894,32 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		// Others are decoded concurrently.
 		began := time.Now()
 		var a *admission
-		// A sequence's answers leave in the order its requests came: each
-		// waits for the one before it (prev) to be sent.
+		// A model's answers leave in the order its requests came (a
+		// sequence's among them, per sequence): each waits for the one
+		// before it (prev) to be sent. A decoupled model's responses are
+		// sent as they come.
 		var prev, mine chan struct{}
-		var seqKey string
+		seqKey := req.GetModelName() + "\x01" + req.GetModelVersion()
 		if id, ok := req.GetParameters()["sequence_id"]; ok {
 			adm := s.admitRecovered(ctx, req)
 			a = &adm
 			seqKey = req.GetModelName() + "\x00" + id.String()
-			mine = make(chan struct{})
-			order.Lock()
-			prev, order.last[seqKey] = order.last[seqKey], mine
-			order.Unlock()
 		}
+		mine = make(chan struct{})
+		order.Lock()
+		prev, order.last[seqKey] = order.last[seqKey], mine
+		order.Unlock()
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if mine != nil {
-				defer func() {
-					close(mine)
-					order.Lock()
-					if order.last[seqKey] == mine {
-						delete(order.last, seqKey)
-					}
-					order.Unlock()
-				}()
-			}
+			defer func() {
+				close(mine)
+				order.Lock()
+				if order.last[seqKey] == mine {
+					delete(order.last, seqKey)
+				}
+				order.Unlock()
+			}()
 			var resp *pb.ModelStreamInferResponse
 			var failed error  // resp's failure, as a status
 			streamed := false // a decoupled model's responses, sent as they came
@@ -942,10 +947,17 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 					streamed = true
 					adm := *a
 					a = nil // streamDecoupled releases its ticket
-					s.streamDecoupled(mctx, req, adm, began, func(r *pb.ModelStreamInferResponse) error {
+					s.streamDecoupled(mctx, req, adm, began, func(r *pb.ModelStreamInferResponse, failed error) error {
 						sendMu.Lock()
 						defer sendMu.Unlock()
-						if sendErr == nil {
+						switch {
+						case fatal != nil:
+							return fatal
+						case grpcErrors && failed != nil: // the stream ends with it; the request is cancelled
+							fatal = failed
+							endStream()
+							return fatal
+						case sendErr == nil:
 							sendErr = stream.Send(r)
 						}
 						return sendErr

@@ -333,6 +333,9 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 type pythonRepository struct{ r *Repository }
 
 func (p pythonRepository) Load(ctx context.Context, name string, config []byte) error {
+	if p.r.cfg.Mode != ModeExplicit { // as the API's loads, at start-up too
+		return p.r.controlDisabled(name)
+	}
 	var opts serving.LoadOptions
 	if len(config) > 0 {
 		opts.Config = config

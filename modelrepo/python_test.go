@@ -503,3 +503,29 @@ class TritonPythonModel:
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestPythonExecuteRaises: an exception from execute reaches clients in
+// Triton's words, as the model's answer (not an engine failure).
+func TestPythonExecuteRaises(t *testing.T) {
+	py := pythonBin(t)
+	root := t.TempDir()
+	writePython(t, root, "raises", `backend: "python"
+max_batch_size: 4
+input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }]
+output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] }]
+`, `
+class TritonPythonModel:
+    def execute(self, requests):
+        lorem_ipsum
+`)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"*"}, Python: py})
+	inst, err := f.repo.Get("raises", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = serving.Infer(context.Background(), f.repo, inst, []engine.Tensor{int32Tensor(1, 1)})
+	got := serving.Classify(err, time.Second)
+	if got.Kind != serving.KindAnswered || got.Code != 1 || !strings.HasPrefix(got.Message, "Failed to process the request(s) for model 'raises', message: NameError: name 'lorem_ipsum' is not defined") {
+		t.Fatalf("%+v", got)
+	}
+}

@@ -757,13 +757,14 @@ func (p *proc) broken(ctx context.Context, what string, err error) error {
 	return p.died(what, err)
 }
 
-// modelError is the error a model answered, an *engine.InputError when
-// it said the request was invalid (TritonError.INVALID_ARG).
+// modelError is the error of an exception from the model's execute, an
+// *engine.InputError when it said the request was invalid
+// (TritonError.INVALID_ARG).
 func modelError(name string, e *wireError) error {
 	if e.Code == codeInvalidArg {
 		return &engine.InputError{Msg: e.Message}
 	}
-	return &ModelError{Model: name, Msg: e.Message, Code: e.Code}
+	return &ModelError{Model: name, Msg: e.Message, Code: e.Code, Raised: true}
 }
 
 // answeredError is modelError for an error response the model gave a
@@ -772,7 +773,7 @@ func modelError(name string, e *wireError) error {
 func answeredError(name string, e *wireError) error {
 	err := modelError(name, e)
 	if me, ok := err.(*ModelError); ok {
-		me.Answered = true
+		me.Answered, me.Raised = true, false
 	}
 	return err
 }

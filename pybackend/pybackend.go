@@ -111,6 +111,8 @@ type Backend struct {
 	mu     sync.Mutex
 	all    map[*proc]bool
 	closed bool
+	life   context.Context    // ends at Close: a background restart's bound
+	end    context.CancelFunc // ends life
 
 	rmu      sync.Mutex
 	checking *readyCheck // the is_ready() call in flight, which probes share
@@ -215,9 +217,9 @@ func (b *Backend) revive() {
 	if s.p != nil {
 		b.drop(s.p)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), reviveWait)
-	defer cancel()
-	p, err := b.start(ctx, s.i)
+	// As long as initialize takes (a large model's may take minutes), until
+	// the model is unloaded.
+	p, err := b.start(b.life, s.i)
 	b.rmu.Lock()
 	b.reviveErr, b.revivedAt = err, time.Now()
 	b.rmu.Unlock()
@@ -228,10 +230,6 @@ func (b *Backend) revive() {
 	}
 	b.idle <- slot{s.i, p}
 }
-
-// reviveWait bounds a background restart (the process's start and its
-// initialize); requests that come meanwhile wait for it.
-const reviveWait = 2 * time.Minute
 
 // reviveBackoff is how long after a failed background restart probes
 // report it before they try again.
@@ -251,8 +249,10 @@ func Start(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	cfg.Python = py
 	b := &Backend{cfg: cfg, idle: make(chan slot, 1), all: map[*proc]bool{}}
+	b.life, b.end = context.WithCancel(context.Background())
 	p, err := b.start(ctx, cfg.Instance)
 	if err != nil {
+		b.end()
 		return nil, err
 	}
 	b.idle <- slot{cfg.Instance, p}
@@ -461,6 +461,7 @@ func (s *stream) fail(err error) { s.q.Fail(err) }
 
 // Close runs each process's finalize and stops it.
 func (b *Backend) Close() error {
+	b.end()
 	b.mu.Lock()
 	b.closed = true
 	procs := make([]*proc, 0, len(b.all))
@@ -492,16 +493,28 @@ type ModelError struct {
 	// Code is the TritonError code the model gave (1, INTERNAL, unless it
 	// said otherwise; 7 is CANCELLED).
 	Code int
-	// Answered marks an error response the model gave the request (not an
-	// exception from execute, nor fw's check of its answer).
-	Answered bool
+	// Answered marks an error response the model gave the request, Raised
+	// an exception from execute; neither is fw's check of its answer.
+	Answered, Raised bool
 }
 
-// ModelAnswer implements engine.ModelAnswer.
-func (e *ModelError) ModelAnswer() (code int, msg string, ok bool) { return e.Code, e.Msg, e.Answered }
+// ModelAnswer implements engine.ModelAnswer: an error response's message
+// unchanged; an exception in Triton's words.
+func (e *ModelError) ModelAnswer() (code int, msg string, ok bool) {
+	if e.Raised {
+		return e.Code, e.Error(), true
+	}
+	return e.Code, e.Msg, e.Answered
+}
 
-// Error names the model and says what it answered.
-func (e *ModelError) Error() string { return fmt.Sprintf("Python model %q: %s", e.Model, e.Msg) }
+// Error names the model and says what it answered; an exception from
+// execute as Triton's Python backend says it.
+func (e *ModelError) Error() string {
+	if e.Raised {
+		return fmt.Sprintf("Failed to process the request(s) for model '%s', message: %s", e.Model, e.Msg)
+	}
+	return fmt.Sprintf("Python model %q: %s", e.Model, e.Msg)
+}
 
 // datatypes are the V2 names of the element types a Python model moves
 // (BF16 as DLPack through torch: numpy has no bfloat16).

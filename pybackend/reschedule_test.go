@@ -22,11 +22,16 @@ class TritonPythonModel:
     def initialize(self, args):
         self.left = {}
         self.decoupled = args["decoupled"] == "1"
+        self.iterative = args["iterative"] == "1"
 
     def execute(self, requests):
         out = []
         for r in requests:
             key = id(r)
+            if self.iterative and (r.correlation_id() == 0 or bool(r.flags() & 1) == (key in self.left)):
+                raise pb_utils.TritonModelException(f"sequence {r.correlation_id()} flags {r.flags()}")
+            if key in self.left and int(r.inputs()[0].as_numpy().flat[0]) == 99:
+                raise pb_utils.TritonModelException("the second pass failed")
             n = self.left.get(key, int(r.inputs()[0].as_numpy().flat[0]) + (0 if self.decoupled else 2)) - 1
             self.left[key] = n
             resp = pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([n], np.float32))])
@@ -49,13 +54,16 @@ func startCountdown(t *testing.T, decoupled, iterative bool, async bool) *Backen
 	if err := os.WriteFile(filepath.Join(dir, "model.py"), []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	flag := "0"
+	flag, it := "0", "0"
 	if decoupled {
 		flag = "1"
 	}
+	if iterative {
+		it = "1"
+	}
 	b, err := Start(context.Background(), Config{
 		Python: python(t), File: filepath.Join(dir, "model.py"), Dir: dir, Name: "countdown", Decoupled: decoupled, Iterative: iterative,
-		Args:    map[string]string{"decoupled": flag},
+		Args:    map[string]string{"decoupled": flag, "iterative": it},
 		Inputs:  []engine.TensorSpec{{Name: "IN", DType: engine.Float32, Shape: []int64{1}}},
 		Outputs: []engine.TensorSpec{{Name: "OUT", DType: engine.Float32, Shape: []int64{1}}},
 	})
@@ -79,6 +87,22 @@ func TestReschedule(t *testing.T) {
 		if err != nil || len(got) != 3 || got[0] != 2 || got[2] != 0 {
 			t.Fatalf("decoupled (async %v): %v, %v", async, got, err)
 		}
+	}
+	// A pass after the first that raises ends its request, after what it
+	// was sent.
+	var got []float32
+	var last error
+	err := streamOne(startCountdown(t, true, true, false), context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{99})}, func(outs []engine.Tensor, err error, final bool) error {
+		if outs != nil {
+			got = append(got, outs[0].Float32s()[0])
+		}
+		if final {
+			last = err
+		}
+		return nil
+	})
+	if err != nil || len(got) != 1 || last == nil || !strings.Contains(last.Error(), "the second pass failed") {
+		t.Fatalf("second pass raised: %v, %v, %v", got, last, err)
 	}
 	out, err := startCountdown(t, false, true, true).Run(context.Background(), in)
 	if err != nil || out[0].Float32s()[0] != 0 {

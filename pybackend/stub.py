@@ -22,12 +22,14 @@
 # event loop kept for the process's life; a decoupled model's async
 # execute runs there in the background, so several run at once.
 import asyncio
+import atexit
 import enum
 import gc
 import importlib.util
 import inspect
 import itertools
 import json
+import operator
 import os
 import queue
 import struct
@@ -388,16 +390,18 @@ def make_pb_utils(channel):
         return torch
 
     def _need(value, types, where):
-        """A TypeError, as Triton's bindings raise, for an argument of the
-        wrong type (None among them)."""
-        if not isinstance(value, types):
-            names = (
-                types.__name__
-                if isinstance(types, type)
-                else " or ".join(t.__name__ for t in types)
-            )
-            raise TypeError(f"{where} must be {names}, not {type(value).__name__}")
-        return value
+        """value as Triton's bindings take it (bytes for a str, any integer
+        for an int), or the TypeError they raise for another type (None
+        among them)."""
+        types = types if isinstance(types, tuple) else (types,)
+        if isinstance(value, types):
+            return value
+        if str in types and isinstance(value, (bytes, np.bytes_)):
+            return bytes(value).decode("utf-8")
+        if int in types and value is not None and hasattr(value, "__index__"):
+            return operator.index(value)
+        names = " or ".join(t.__name__ for t in types)
+        raise TypeError(f"{where} must be {names}, not {type(value).__name__}")
 
     def _tensors(values, where):
         """A list of Tensors: TypeError for no list, TritonModelException
@@ -412,7 +416,7 @@ def make_pb_utils(channel):
 
     class Tensor:
         def __init__(self, name, array, _bf16=False):
-            _need(name, str, "Tensor(): name")
+            name = _need(name, str, "Tensor(): name")
             if array is None:
                 raise TypeError("Tensor(): the data must be a numpy array, not None")
             if not isinstance(array, np.ndarray):
@@ -528,26 +532,23 @@ def make_pb_utils(channel):
         ):
             # Triton's argument checks: TypeError for a missing or
             # mistyped argument, as its bindings raise.
-            if isinstance(model_name, (bytes, np.bytes_)):
-                model_name = bytes(model_name).decode("utf-8")
             self._model_name = _need(model_name, str, "InferenceRequest(): model_name")
             self._inputs = _tensors(inputs, "InferenceRequest(): inputs")
-            self._outputs = list(
-                _need(
+            self._outputs = [
+                _need(n, str, "InferenceRequest(): each of requested_output_names")
+                for n in _need(
                     requested_output_names,
                     (list, tuple),
                     "InferenceRequest(): requested_output_names",
                 )
-            )
-            for n in self._outputs:
-                _need(n, str, "InferenceRequest(): each of requested_output_names")
+            ]
             self._id = _need(request_id, str, "InferenceRequest(): request_id")
-            if isinstance(correlation_id, bool) or not isinstance(
-                correlation_id, (int, str)
-            ):
+            if correlation_id is None:
                 raise TypeError(
-                    f"InferenceRequest(): correlation_id must be int or str, not {type(correlation_id).__name__}"
+                    "InferenceRequest(): correlation_id must be int or str, not None"
                 )
+            if not isinstance(correlation_id, (int, str)):
+                raise TritonModelException("Correlation ID must be integer or string")
             self._corr = correlation_id
             self._flags = _need(flags, int, "InferenceRequest(): flags")
             self._timeout = _need(timeout, int, "InferenceRequest(): timeout")
@@ -1008,7 +1009,7 @@ def make_pb_utils(channel):
 
         @staticmethod
         def log(message, level=LogLevel.INFO):
-            _need(message, str, "Logger.log(): message")
+            message = _need(message, str, "Logger.log(): message")
             _need(level, LogLevel, "Logger.log(): level")
             print(f"{level.name} {message}", file=sys.stderr, flush=True)
 
@@ -1028,6 +1029,7 @@ def make_pb_utils(channel):
         def log_verbose(message):
             Logger.log(message, LogLevel.VERBOSE)
 
+    Logger.LogLevel = LogLevel  # as Triton's (pb_utils.Logger.LogLevel.INFO)
     for name, obj in dict(locals()).items():
         if not name.startswith("_") and name not in ("pb", "channel", "name"):
             if isinstance(obj, type):  # tracebacks name them as Triton's module does
@@ -1232,8 +1234,10 @@ def main():
             except BaseException:  # noqa: BLE001
                 traceback.print_exc()
             channel.send({"op": "done"})
-            # Exit now: threads still waiting (an executor's BLS call) are
-            # not joined, as interpreter exit would.
+            # Exit now, after the model's atexit hooks: threads still waiting
+            # (an executor's BLS call) are not joined, as interpreter exit
+            # would.
+            atexit._run_exitfuncs()
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
@@ -1260,6 +1264,7 @@ class _Instance:
     def __init__(self, pb, channel, model, loop, decoupled, name):
         self.pb, self.channel, self.model = pb, channel, model
         self.loop, self.decoupled, self.name = loop, decoupled, name
+        self._sequences = itertools.count(1)  # an iterative model's sequence IDs
 
     def is_ready(self, head):
         """Answer fw's "is_ready" from a thread of its own (execute may be
@@ -1298,13 +1303,21 @@ class _Instance:
                 bf16 = d["datatype"] == "BF16"
                 ins.append(pb.Tensor(d["name"], _to_numpy(d, datas[i]), _bf16=bf16))
                 i += 1
+            corr, flags = r.get("corr") or 0, r.get("flags") or 0
+            if self.channel.iterative and not corr:
+                # Each request is its own sequence (Triton's iterative
+                # sequences): a fresh ID, START on its first pass.
+                corr, flags = (
+                    next(self._sequences),
+                    flags | pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START,
+                )
             req = pb.InferenceRequest(
                 model_name=self.name,
                 inputs=ins,
                 requested_output_names=r.get("outputs", []),
                 request_id=r.get("request_id", ""),
-                correlation_id=r.get("corr") or 0,
-                flags=r.get("flags") or 0,
+                correlation_id=corr,
+                flags=flags,
                 parameters=r.get("parameters") or "{}",
             )
             req._req_id = r.get("req")  # live since the reader read the execute message
@@ -1315,8 +1328,8 @@ class _Instance:
     def _execute(self, head, datas):
         requests = self._requests(head, datas)
         batch, responses = requests, None
-        try:
-            while batch:  # the requests the model rescheduled run again
+        while batch:  # the requests the model rescheduled run again
+            try:
                 responses = self.model.execute(batch)
                 if inspect.iscoroutine(responses):
                     if self.decoupled:
@@ -1327,11 +1340,16 @@ class _Instance:
                     responses = self.loop.run(responses)
                 self._returned(batch, responses, head.get("instance", ""))
                 batch = self._rescheduled(batch)
-            if self.decoupled:
-                return {"op": "result"}, []
-        except BaseException as e:  # noqa: BLE001 - the model's failure is this call's answer
-            traceback.print_exc()
-            return self._failed(requests, _error_head(e))
+            except BaseException as e:  # noqa: BLE001 - the model's failure is this call's answer
+                traceback.print_exc()
+                if batch is requests:
+                    return self._failed(requests, _error_head(e))
+                # A later pass (rescheduled requests) fails those alone,
+                # as Triton's separate execute would.
+                self._fail_pass(batch, _error_head(e))
+                batch = []
+        if self.decoupled:
+            return {"op": "result"}, []
         answers = _answers(requests)
         # Nothing here refers to a request any more: a sender the model
         # dropped is collected, and answers.
@@ -1344,6 +1362,15 @@ class _Instance:
         head = {"op": "result", "responses": out, "tensors": [d for d, _ in outdatas]}
         return head, [b for _, b in outdatas]
 
+    def _fail_pass(self, batch, error):
+        """End the requests of a rescheduled pass that raised error."""
+        for req in batch:
+            if self.decoupled:
+                req._sender._fail(error)
+            elif not req._sender._answer.ready():
+                req._sender._closed = True
+                req._sender._answer.put(({"error": error, "raised": True}, []))
+
     def _rescheduled(self, batch):
         """The requests of batch the model rescheduled, released again; one
         fw cancelled is answered CANCELLED instead."""
@@ -1352,6 +1379,7 @@ class _Instance:
             if req._release != pb.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
                 continue
             req._release = pb.TRITONSERVER_REQUEST_RELEASE_ALL
+            req._flags = 0  # the sequence's START was its first pass, as Triton's
             if req._req_id in self.channel.cancelled:
                 err = {
                     "message": "the request was cancelled while the model rescheduled it",
@@ -1373,10 +1401,10 @@ class _Instance:
         def done(future):
             if future.cancelled():
                 return
-            exc = future.exception()
+            exc, ended = future.exception(), batch
             if exc is None:
+                again = self._rescheduled(batch)
                 try:
-                    again = self._rescheduled(batch)
                     if again:
                         res = self.model.execute(again)
                         if inspect.iscoroutine(res):
@@ -1388,10 +1416,10 @@ class _Instance:
                                 "a synchronous execute rescheduled requests of an async one"
                             )
                     return
-                except BaseException as e:  # noqa: BLE001 - ends the requests, below
-                    exc = e
+                except BaseException as e:  # noqa: BLE001 - ends the rescheduled requests, below
+                    exc, ended = e, again
             traceback.print_exception(type(exc), exc, exc.__traceback__)
-            for req in batch:
+            for req in ended:
                 req._sender._fail(_error_head(exc))
 
         self.loop.spawn(coro).add_done_callback(done)
