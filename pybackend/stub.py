@@ -1246,6 +1246,17 @@ def main():
         channel.send(answer, outdatas)
 
 
+def _result(answers):
+    """The "result" message of an execute call and its tensors' bytes: each
+    request's answer, an entry and its (description, bytes) tensors."""
+    out, tensors = [], []
+    for entry, ts in answers:
+        out.append(entry)
+        tensors.extend(ts)
+    head = {"op": "result", "responses": out, "tensors": [d for d, _ in tensors]}
+    return head, [b for _, b in tensors]
+
+
 def _answers(requests):
     """Each request's answer (filled by its sender) and fw's id of it; a
     sender still open is watched by the reaper, which collects it if the
@@ -1354,13 +1365,7 @@ class _Instance:
         # Nothing here refers to a request any more: a sender the model
         # dropped is collected, and answers.
         del requests, batch, responses
-        out, outdatas = [], []
-        for answer in answers:
-            entry, tensors = self._wait(answer)
-            out.append(entry)
-            outdatas.extend(tensors)
-        head = {"op": "result", "responses": out, "tensors": [d for d, _ in outdatas]}
-        return head, [b for _, b in outdatas]
+        return _result([self._wait(answer) for answer in answers])
 
     def _fail_pass(self, batch, error):
         """End the requests of a rescheduled pass that raised error."""
@@ -1495,16 +1500,14 @@ class _Instance:
         ]
         if not any(answered):
             return {"op": "result", "error": error}, []
-        out, outdatas = [], []
-        for req, done in zip(requests, answered):
-            if not done:  # execute's exception, not a response the model gave
-                out.append({"error": error, "raised": True})
-                continue
-            entry, tensors = req._sender._answer.value
-            out.append(entry)
-            outdatas.extend(tensors)
-        head = {"op": "result", "responses": out, "tensors": [d for d, _ in outdatas]}
-        return head, [b for _, b in outdatas]
+        # execute's exception, not a response the model gave, for the rest
+        raised = ({"error": error, "raised": True}, [])
+        return _result(
+            [
+                req._sender._answer.value if done else raised
+                for req, done in zip(requests, answered)
+            ]
+        )
 
 
 if __name__ == "__main__":
