@@ -126,6 +126,9 @@ func TestStreamGRPCErrorDecoupled(t *testing.T) {
 	if err := stream.Send(intRequest("errs", "e", 5)); err != nil {
 		t.Fatal(err)
 	}
+	if err := stream.CloseSend(); err != nil { // half-closed before the error: the status still ends the stream
+		t.Fatal(err)
+	}
 	r, err := stream.Recv()
 	if err != nil || r.GetErrorMessage() != "" || len(r.GetInferResponse().GetRawOutputContents()) != 1 {
 		t.Fatalf("first response: %v, %v", r, err)
@@ -147,6 +150,41 @@ func TestStreamGRPCErrorDecoupled(t *testing.T) {
 		if err != nil || (i == 1) != (r.GetErrorMessage() != "") {
 			t.Fatalf("response %d: %v, %v", i, r, err)
 		}
+	}
+	_ = stream.CloseSend()
+}
+
+// A decoupled request that is still streaming does not hold up the answer
+// to a later request of its model (here refused for its input).
+func TestStreamDecoupledDoesNotHoldUpOthers(t *testing.T) {
+	client := startPythonRepo(t)
+	stream, err := client.ModelStreamInfer(callCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := intRequest("errs", "first", 5)
+	first.Parameters = map[string]*pb.InferParameter{"triton_enable_empty_final_response": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: true}}}
+	bad := intRequest("errs", "bad", 5)
+	bad.Inputs[0].Name = "NOPE"
+	for _, r := range []*pb.ModelInferRequest{first, bad} {
+		if err := stream.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var order []string
+	for range 4 { // first: a response, an error, the empty final 0.3 s later; bad: its error
+		r, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := r.GetInferResponse().GetId()
+		if id == "first" && r.GetInferResponse().GetParameters()["triton_final_response"].GetBoolParam() {
+			id = "first final"
+		}
+		order = append(order, id)
+	}
+	if order[3] != "first final" {
+		t.Fatalf("answers in order %v: the refused request waited for the streaming one", order)
 	}
 	_ = stream.CloseSend()
 }

@@ -829,11 +829,14 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		fatal   error // the failure that ended the stream (grpcErrors)
 		wg      sync.WaitGroup
 	)
-	ended := func() error { // the stream's status once ctx is done
+	failure := func() error { // the failure that ended the stream (triton_grpc_error), if one did
 		sendMu.Lock()
 		defer sendMu.Unlock()
-		if fatal != nil {
-			return fatal
+		return fatal
+	}
+	ended := func() error { // the stream's status once ctx is done
+		if err := failure(); err != nil {
+			return err
 		}
 		return status.FromContextError(ctx.Err()).Err()
 	}
@@ -870,6 +873,9 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		case r := <-recv:
 			if r.err != nil {
 				wg.Wait()
+				if err := failure(); err != nil { // a request failed after the client half-closed
+					return err
+				}
 				if errors.Is(r.err, io.EOF) || status.Code(r.err) == codes.Canceled {
 					return nil
 				}
@@ -878,6 +884,9 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 			req = r.req
 		case <-s.closing:
 			wg.Wait()
+			if err := failure(); err != nil {
+				return err
+			}
 			return status.Error(codes.Unavailable, "the server is shutting down; open a new stream to another replica")
 		case <-ctx.Done(): // the client went away (the reader may have stopped without a word), or a failure ended it
 			wg.Wait()
@@ -912,14 +921,15 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			defer func() {
+			done := sync.OnceFunc(func() { // this request's answer is out: the next may go
 				close(mine)
 				order.Lock()
 				if order.last[seqKey] == mine {
 					delete(order.last, seqKey)
 				}
 				order.Unlock()
-			}()
+			})
+			defer done()
 			var resp *pb.ModelStreamInferResponse
 			var failed error  // resp's failure, as a status
 			streamed := false // a decoupled model's responses, sent as they came
@@ -945,14 +955,15 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 				}
 				if a.err == nil && a.inst.Decoupled() {
 					streamed = true
+					done() // a decoupled model's responses leave as they come: none waits for them
 					adm := *a
 					a = nil // streamDecoupled releases its ticket
 					s.streamDecoupled(mctx, req, adm, began, func(r *pb.ModelStreamInferResponse, failed error) error {
 						sendMu.Lock()
 						defer sendMu.Unlock()
 						switch {
-						case fatal != nil:
-							return fatal
+						case fatal != nil: // another request's failure ended the stream: this one is cut short
+							return fmt.Errorf("%w: the stream ended: %v", context.Canceled, fatal)
 						case grpcErrors && failed != nil: // the stream ends with it; the request is cancelled
 							fatal = failed
 							endStream()

@@ -289,7 +289,7 @@ func (s *Server) v2Generate(ctx *fasthttp.RequestCtx, name, version string, stre
 	}
 	out, rec, err := s.v2Run(ctx, inst, req)
 	if err != nil {
-		if !stream || serving.Classify(err, s.cfg.Timeout).Kind != serving.KindEngine {
+		if k := serving.Classify(err, s.cfg.Timeout).Kind; !stream || (k != serving.KindEngine && k != serving.KindAnswered) {
 			// Refused before the model ran (sequence rules, inputs, queue,
 			// readiness, deadline): JSON, on both routes.
 			writeError(ctx, s.submitError(err))

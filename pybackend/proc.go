@@ -365,6 +365,7 @@ type message struct {
 	RequestID string            `json:"request_id,omitempty"`   // a BLS request's ID
 	HasReady  bool              `json:"has_is_ready,omitempty"` // the model defines is_ready() ("ready")
 	Depends   bool              `json:"dependents,omitempty"`   // unload_model's unload_dependents ("repo")
+	Raised    bool              `json:"raised,omitempty"`       // a "send" error that is execute's exception
 	Ready     bool              `json:"ready,omitempty"`        // is_ready()'s answer ("ready_result")
 }
 

@@ -447,6 +447,8 @@ type stream struct {
 func (s *stream) deliver(cfg Config, m *message, datas [][]byte) {
 	resp := engine.Response{Final: m.Final}
 	switch {
+	case m.Error != nil && m.Raised: // an async execute's exception, after it was answered "result"
+		resp.Err = modelError(cfg.Name, m.Error)
 	case m.Error != nil:
 		resp.Err = answeredError(cfg.Name, m.Error)
 	case m.Response:

@@ -792,17 +792,19 @@ def make_pb_utils(channel):
                     _open_senders.discard(self)
                     channel.end_request(self._req)
 
-        def _fail(self, error):
+        def _fail(self, error, raised=True):
             """End a decoupled request the model left open with error (a
-            _error_head), as its final response."""
+            _error_head) as its final response: an exception from execute
+            unless raised is False."""
             with self._lock:
                 if self._closed or not self._decoupled:
                     return
                 self._closed = True
                 _open_senders.discard(self)
-                channel.send(
-                    {"op": "send", "req": self._req, "final": True, "error": error}
-                )
+                head = {"op": "send", "req": self._req, "final": True, "error": error}
+                if raised:
+                    head["raised"] = True
+                channel.send(head)
                 channel.end_request(self._req)
 
         def is_cancelled(self):
@@ -1391,7 +1393,7 @@ class _Instance:
                     "code": 7,
                 }
                 if self.decoupled:
-                    req._sender._fail(err)
+                    req._sender._fail(err, raised=False)
                 elif not req._sender._answer.ready():
                     req._sender._answer.put(({"error": err}, []))
                 continue
