@@ -2,8 +2,6 @@ package grpcapi
 
 import (
 	"encoding/binary"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/fw-serve/fw/batcher"
@@ -62,15 +60,7 @@ func startPythonRepo(t *testing.T) pb.GRPCInferenceServiceClient {
 	py := testmodels.NumpyPython(t)
 	root := t.TempDir()
 	for name, m := range streamModels {
-		if err := os.MkdirAll(filepath.Join(root, name, "1"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, name, "config.pbtxt"), []byte(m[0]), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, name, "1", "model.py"), []byte(m[1]), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testmodels.WritePython(t, root, name, m[0], m[1])
 	}
 	return startRepoWith(t, modelrepo.Config{Roots: []string{root}, Mode: modelrepo.ModeExplicit, LoadModels: []string{"*"},
 		Batcher: batcher.DefaultConfig(), SkipWarmup: true, Python: py})

@@ -187,25 +187,14 @@ func copyFile(t *testing.T, src, dst string) {
 	}
 }
 
-// A repository of two models, one loaded and unloaded at run time: the
-// served document follows what is served.
-func TestServedOpenAPIRepository(t *testing.T) {
-	dir := modelsDir(t)
-	nobatch := filepath.Join(dir, "triton", "nobatch")
-	if _, err := os.Stat(filepath.Join(nobatch, "1", "model.onnx")); err != nil {
-		testmodels.Require(t, "Triton sample repository missing in "+filepath.Dir(nobatch)+": run `make models`")
-	}
-	root := t.TempDir()
-	copyFile(t, filepath.Join(dir, "digits_mlp.onnx"), filepath.Join(root, "digits_mlp", "1", "model.onnx"))
-	copyFile(t, filepath.Join(dir, "textcls.onnx"), filepath.Join(root, "textcls", "1", "model.onnx"))
-	copyFile(t, filepath.Join(nobatch, "config.pbtxt"), filepath.Join(root, "nobatch", "config.pbtxt"))
-	copyFile(t, filepath.Join(nobatch, "1", "model.onnx"), filepath.Join(root, "nobatch", "1", "model.onnx"))
-
+// serveRepository starts the repository cfg describes and serves it over
+// HTTP on a real socket; its base URL.
+func serveRepository(t *testing.T, cfg modelrepo.Config) (*modelrepo.Repository, string) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	metrics := httpapi.NewMetrics(reg)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	repo, err := modelrepo.New(modelrepo.Config{Roots: []string{root}, Mode: modelrepo.ModeExplicit, LoadModels: []string{"digits_mlp", "textcls"},
-		Engine: engine.Options{Threads: 1}, Batcher: batcher.DefaultConfig(), SkipWarmup: true}, metrics, log)
+	repo, err := modelrepo.New(cfg, metrics, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +215,25 @@ func TestServedOpenAPIRepository(t *testing.T) {
 	hs := &fasthttp.Server{Handler: srv.Handler, StreamRequestBody: true, DisablePreParseMultipartForm: true}
 	go hs.Serve(ln)
 	t.Cleanup(func() { hs.Shutdown(); cancel() })
-	url := "http://" + ln.Addr().String()
+	return repo, "http://" + ln.Addr().String()
+}
+
+// A repository of two models, one loaded and unloaded at run time: the
+// served document follows what is served.
+func TestServedOpenAPIRepository(t *testing.T) {
+	dir := modelsDir(t)
+	nobatch := filepath.Join(dir, "triton", "nobatch")
+	if _, err := os.Stat(filepath.Join(nobatch, "1", "model.onnx")); err != nil {
+		testmodels.Require(t, "Triton sample repository missing in "+filepath.Dir(nobatch)+": run `make models`")
+	}
+	root := t.TempDir()
+	copyFile(t, filepath.Join(dir, "digits_mlp.onnx"), filepath.Join(root, "digits_mlp", "1", "model.onnx"))
+	copyFile(t, filepath.Join(dir, "textcls.onnx"), filepath.Join(root, "textcls", "1", "model.onnx"))
+	copyFile(t, filepath.Join(nobatch, "config.pbtxt"), filepath.Join(root, "nobatch", "config.pbtxt"))
+	copyFile(t, filepath.Join(nobatch, "1", "model.onnx"), filepath.Join(root, "nobatch", "1", "model.onnx"))
+
+	repo, url := serveRepository(t, modelrepo.Config{Roots: []string{root}, Mode: modelrepo.ModeExplicit, LoadModels: []string{"digits_mlp", "textcls"},
+		Engine: engine.Options{Threads: 1}, Batcher: batcher.DefaultConfig(), SkipWarmup: true})
 
 	d := getOpenAPI(t, url)
 	if got := d.json(t, "/components/parameters/ModelName/schema/enum"); got != `["digits_mlp","textcls"]` {

@@ -1,23 +1,14 @@
 package httpapi_test
 
 import (
-	"context"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fw-serve/fw/batcher"
-	"github.com/fw-serve/fw/httpapi"
 	"github.com/fw-serve/fw/internal/testmodels"
 	"github.com/fw-serve/fw/modelrepo"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 )
 
 // pythonModels: "raises" fails in execute; "noin" takes no inputs.
@@ -47,42 +38,11 @@ func startPython(t *testing.T) string {
 	py := testmodels.NumpyPython(t)
 	root := t.TempDir()
 	for name, m := range pythonModels {
-		if err := os.MkdirAll(filepath.Join(root, name, "1"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, name, "config.pbtxt"), []byte(m[0]), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, name, "1", "model.py"), []byte(m[1]), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testmodels.WritePython(t, root, name, m[0], m[1])
 	}
-	reg := prometheus.NewRegistry()
-	metrics := httpapi.NewMetrics(reg)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	repo, err := modelrepo.New(modelrepo.Config{Roots: []string{root}, Mode: modelrepo.ModeExplicit, LoadModels: []string{"*"},
-		Batcher: batcher.DefaultConfig(), SkipWarmup: true, Python: py}, metrics, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := repo.Shutdown(context.Background(), time.Minute); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	if err := repo.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	base, cancel := context.WithCancel(context.Background())
-	srv := httpapi.New(base, httpapi.Config{}, repo, metrics, log, reg)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &fasthttp.Server{Handler: srv.Handler, StreamRequestBody: true, DisablePreParseMultipartForm: true}
-	go hs.Serve(ln)
-	t.Cleanup(func() { hs.Shutdown(); cancel() })
-	return "http://" + ln.Addr().String()
+	_, url := serveRepository(t, modelrepo.Config{Roots: []string{root}, Mode: modelrepo.ModeExplicit, LoadModels: []string{"*"},
+		Batcher: batcher.DefaultConfig(), SkipWarmup: true, Python: py})
+	return url
 }
 
 func post(t *testing.T, url, body string) (int, string, string) {

@@ -18,23 +18,6 @@ import (
 
 func pythonBin(t *testing.T) string { return testmodels.NumpyPython(t) }
 
-// writePython writes a Python model: config.pbtxt (none when config is
-// empty) and 1/model.py.
-func writePython(t *testing.T, root, name, config, src string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Join(root, name, "1"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if config != "" {
-		if err := os.WriteFile(filepath.Join(root, name, "config.pbtxt"), []byte(config), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(root, name, "1", "model.py"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // counting answers OUT = IN + the number of requests execute was given, and
 // an error for a request whose first element is negative; finalize writes
 // the file its parameter names.
@@ -130,9 +113,9 @@ func TestPythonModels(t *testing.T) {
 	root := t.TempDir()
 	copyModel(t, filepath.Join(samples(t), "simple"), root, "simple")
 	finalized := filepath.Join(t.TempDir(), "finalized")
-	writePython(t, root, "counting", strings.Replace(countingConfig, "%s", finalized, 1), countingModel)
-	writePython(t, root, "bls", blsConfig, blsModel)
-	writePython(t, root, "completing", "", completingModel)
+	testmodels.WritePython(t, root, "counting", strings.Replace(countingConfig, "%s", finalized, 1), countingModel)
+	testmodels.WritePython(t, root, "bls", blsConfig, blsModel)
+	testmodels.WritePython(t, root, "completing", "", completingModel)
 	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"*"}, Python: py})
 	r := f.repo
 	ctx := context.Background()
@@ -263,9 +246,9 @@ class TritonPythonModel:
 input [{ name: "IN", data_type: TYPE_INT32, dims: [ 4 ], reshape: { shape: [ 2, 2 ] } }]
 output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 4 ], reshape: { shape: [ 2, 2 ] } }, { name: "SHAPE", data_type: TYPE_INT32, dims: [ 3 ] }]
 `
-	writePython(t, root, "reshaped", "backend: \"python\"\n"+tensors, model)
-	writePython(t, root, "streamed", "backend: \"python\"\nmodel_transaction_policy { decoupled: true }\n"+tensors, model)
-	writePython(t, root, "caller", `backend: "python"
+	testmodels.WritePython(t, root, "reshaped", "backend: \"python\"\n"+tensors, model)
+	testmodels.WritePython(t, root, "streamed", "backend: \"python\"\nmodel_transaction_policy { decoupled: true }\n"+tensors, model)
+	testmodels.WritePython(t, root, "caller", `backend: "python"
 max_batch_size: 4
 input [{ name: "IN", data_type: TYPE_INT32, dims: [ 4 ] }]
 output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 4 ] }]
@@ -283,7 +266,7 @@ class TritonPythonModel:
         return out
 `)
 	// Triton's scalar pattern: dims [1], reshape to no dims at all.
-	writePython(t, root, "scalar", `backend: "python"
+	testmodels.WritePython(t, root, "scalar", `backend: "python"
 max_batch_size: 4
 input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ], reshape: { shape: [ ] } }]
 output [{ name: "NDIM", data_type: TYPE_INT32, dims: [ 1 ] }]
@@ -372,7 +355,7 @@ func TestPythonRefusals(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			root := t.TempDir()
-			writePython(t, root, "m", tc.config, tc.src)
+			testmodels.WritePython(t, root, "m", tc.config, tc.src)
 			f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, Python: py})
 			err := f.repo.Load(context.Background(), "m", serving.LoadOptions{})
 			wantModelError(t, err, serving.ModelLoadFailed, tc.want)
@@ -385,8 +368,8 @@ func TestPythonRefusals(t *testing.T) {
 func TestPythonProbe(t *testing.T) {
 	py := pythonBin(t)
 	root := t.TempDir()
-	writePython(t, root, "counting", strings.Replace(countingConfig, "%s", filepath.Join(t.TempDir(), "finalized"), 1), countingModel)
-	writePython(t, root, "notready", `backend: "python"
+	testmodels.WritePython(t, root, "counting", strings.Replace(countingConfig, "%s", filepath.Join(t.TempDir(), "finalized"), 1), countingModel)
+	testmodels.WritePython(t, root, "notready", `backend: "python"
 input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }]
 output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] }]
 `, `
@@ -420,7 +403,7 @@ class TritonPythonModel:
 func TestPythonNoInputs(t *testing.T) {
 	py := pythonBin(t)
 	root := t.TempDir()
-	writePython(t, root, "noin", `backend: "python"
+	testmodels.WritePython(t, root, "noin", `backend: "python"
 output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 2 ] }]
 `, `
 import numpy as np
@@ -451,7 +434,7 @@ func TestPythonRepositoryAPI(t *testing.T) {
 	py := pythonBin(t)
 	root := t.TempDir()
 	copyModel(t, filepath.Join(samples(t), "simple"), root, "simple")
-	writePython(t, root, "loader", `backend: "python"
+	testmodels.WritePython(t, root, "loader", `backend: "python"
 input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }]
 output [{ name: "OUT", data_type: TYPE_STRING, dims: [ 1 ] }]
 `, `
@@ -509,7 +492,7 @@ class TritonPythonModel:
 func TestPythonExecuteRaises(t *testing.T) {
 	py := pythonBin(t)
 	root := t.TempDir()
-	writePython(t, root, "raises", `backend: "python"
+	testmodels.WritePython(t, root, "raises", `backend: "python"
 max_batch_size: 4
 input [{ name: "IN", data_type: TYPE_INT32, dims: [ 1 ] }]
 output [{ name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] }]

@@ -386,20 +386,29 @@ class TritonPythonModel:
         return None
 `
 
-func TestDecoupledStream(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "model.py"), []byte(repeat), 0o600); err != nil {
+// startModel starts src as the model.py of cfg (its Python, File and Dir
+// filled in), closed when the test ends.
+func startModel(t *testing.T, src string, cfg Config) *Backend {
+	t.Helper()
+	cfg.Dir = t.TempDir()
+	cfg.File, cfg.Python = filepath.Join(cfg.Dir, "model.py"), python(t)
+	if err := os.WriteFile(cfg.File, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b, err := Start(context.Background(), Config{
-		Python: python(t), File: filepath.Join(dir, "model.py"), Dir: dir, Name: "repeat", Decoupled: true,
-		Inputs:  []engine.TensorSpec{{Name: "IN", DType: engine.Float32, Shape: []int64{-1}}},
-		Outputs: []engine.TensorSpec{{Name: "OUT", DType: engine.Float32, Shape: []int64{1}}, {Name: "IDX", DType: engine.Float32, Shape: []int64{1}}},
-	})
+	b, err := Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// streamOutputs are the outputs of the decoupled test models.
+var streamOutputs = []engine.TensorSpec{{Name: "OUT", DType: engine.Float32, Shape: []int64{1}}, {Name: "IDX", DType: engine.Float32, Shape: []int64{1}}}
+
+func TestDecoupledStream(t *testing.T) {
+	b := startModel(t, repeat, Config{Name: "repeat", Decoupled: true,
+		Inputs: []engine.TensorSpec{{Name: "IN", DType: engine.Float32, Shape: []int64{-1}}}, Outputs: streamOutputs})
 	// Two requests at once on one instance: the second's execute runs
 	// while the first still streams.
 	var wg sync.WaitGroup
@@ -428,7 +437,7 @@ func TestDecoupledStream(t *testing.T) {
 	}
 	wg.Wait()
 	var modelErr error
-	err = streamOne(b, context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-1})}, func(outs []engine.Tensor, err error, final bool) error {
+	err := streamOne(b, context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-1})}, func(outs []engine.Tensor, err error, final bool) error {
 		if err != nil && final {
 			modelErr = err
 		}
@@ -600,23 +609,12 @@ class TritonPythonModel:
 // caller's cancel(): its responses, the final CANCELLED one too, still
 // come) and by its client leaving after execute returned.
 func TestDecoupledCancellation(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "model.py"), []byte(cancelStream), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	b, err := Start(context.Background(), Config{
-		Python: python(t), File: filepath.Join(dir, "model.py"), Dir: dir, Name: "cancel_stream", Decoupled: true,
-		Inputs:  []engine.TensorSpec{{Name: "IN", DType: engine.Float32, Shape: []int64{-1}}},
-		Outputs: []engine.TensorSpec{{Name: "OUT", DType: engine.Float32, Shape: []int64{1}}, {Name: "IDX", DType: engine.Float32, Shape: []int64{1}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := startModel(t, cancelStream, Config{Name: "cancel_stream", Decoupled: true,
+		Inputs: []engine.TensorSpec{{Name: "IN", DType: engine.Float32, Shape: []int64{-1}}}, Outputs: streamOutputs})
 	// A process that dies mid-stream ends the request with its exit
 	// status, after the response it had sent.
 	var got []engine.Response
-	err = streamOne(b, context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{5})}, func(outs []engine.Tensor, err error, final bool) error {
+	err := streamOne(b, context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{5})}, func(outs []engine.Tensor, err error, final bool) error {
 		got = append(got, engine.Response{Outs: outs, Err: err, Final: final})
 		return nil
 	})

@@ -2,8 +2,7 @@ package pybackend
 
 import (
 	"context"
-	"os"
-	"path/filepath"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -46,32 +45,22 @@ class TritonPythonModel:
 
 func startCountdown(t *testing.T, decoupled, iterative bool, async bool) *Backend {
 	t.Helper()
-	dir := t.TempDir()
 	src := countdown
 	if async {
 		src = strings.Replace(src, "    def execute", "    async def execute", 1)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "model.py"), []byte(src), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	flag, it := "0", "0"
-	if decoupled {
-		flag = "1"
-	}
-	if iterative {
-		it = "1"
-	}
-	b, err := Start(context.Background(), Config{
-		Python: python(t), File: filepath.Join(dir, "model.py"), Dir: dir, Name: "countdown", Decoupled: decoupled, Iterative: iterative,
-		Args:    map[string]string{"decoupled": flag, "iterative": it},
+	return startModel(t, src, Config{Name: "countdown", Decoupled: decoupled, Iterative: iterative,
+		Args:    map[string]string{"decoupled": fmt.Sprint(b2i(decoupled)), "iterative": fmt.Sprint(b2i(iterative))},
 		Inputs:  []engine.TensorSpec{{Name: "IN", DType: engine.Float32, Shape: []int64{1}}},
-		Outputs: []engine.TensorSpec{{Name: "OUT", DType: engine.Float32, Shape: []int64{1}}},
-	})
-	if err != nil {
-		t.Fatal(err)
+		Outputs: []engine.TensorSpec{{Name: "OUT", DType: engine.Float32, Shape: []int64{1}}}})
+}
+
+// b2i is 1 for true, as the test models read their flags.
+func b2i(b bool) int {
+	if b {
+		return 1
 	}
-	t.Cleanup(func() { _ = b.Close() })
-	return b
+	return 0
 }
 
 func TestReschedule(t *testing.T) {

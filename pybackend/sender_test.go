@@ -157,19 +157,9 @@ class TritonPythonModel:
 // A decoupled model's async execute runs in the background: the next call
 // starts while one awaits, as in Triton.
 func TestAsyncDecoupledExecuteConcurrent(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "model.py"), []byte(asyncDecoupled), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	b, err := Start(context.Background(), Config{
-		Python: python(t), File: filepath.Join(dir, "model.py"), Dir: dir, Name: "async_decoupled", Decoupled: true,
+	b := startModel(t, asyncDecoupled, Config{Name: "async_decoupled", Decoupled: true,
 		Inputs:  []engine.TensorSpec{{Name: "IN", DType: engine.Float32, Shape: []int64{-1}}},
-		Outputs: []engine.TensorSpec{{Name: "OUT", DType: engine.Float32, Shape: []int64{1}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+		Outputs: []engine.TensorSpec{{Name: "OUT", DType: engine.Float32, Shape: []int64{1}}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var mu sync.Mutex
@@ -198,7 +188,7 @@ func TestAsyncDecoupledExecuteConcurrent(t *testing.T) {
 	}
 	// An exception from the background execute ends its request with it.
 	var last error
-	err = streamOne(b, ctx, []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-1})}, func(outs []engine.Tensor, err error, final bool) error {
+	err := streamOne(b, ctx, []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{-1})}, func(outs []engine.Tensor, err error, final bool) error {
 		if final {
 			last = err
 		}

@@ -58,6 +58,24 @@ func NumpyPython(t testing.TB) string {
 	return py
 }
 
+// WritePython writes a Python-backend model into the repository root:
+// root/name/config.pbtxt (none when config is empty) and
+// root/name/1/model.py.
+func WritePython(t testing.TB, root, name, config, src string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(root, name, "1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if config != "" {
+		if err := os.WriteFile(filepath.Join(root, name, "config.pbtxt"), []byte(config), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, name, "1", "model.py"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Triton returns the ONNX file of one of Triton's sample models that `make
 // models` writes into build/models/triton (python/fw/triton_samples.py):
 // "nobatch", "fixed_batch1", "densenet_onnx", "simple"... It is skipped or
