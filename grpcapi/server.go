@@ -843,10 +843,11 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 	sem := make(chan struct{}, s.cfg.StreamConcurrency)
 	// order.last is, per model and version (or model and sequence ID), the
 	// channel closed once its latest request's answer is sent.
+	type orderKey struct{ model, version, sequence string }
 	order := struct {
 		sync.Mutex
-		last map[string]chan struct{}
-	}{last: map[string]chan struct{}{}}
+		last map[orderKey]chan struct{}
+	}{last: map[orderKey]chan struct{}{}}
 	defer wg.Wait()
 	// Recv runs apart so that a shutdown can end the stream while it waits.
 	type received struct {
@@ -908,11 +909,11 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		// before it (prev) to be sent. A decoupled model's responses are
 		// sent as they come.
 		var prev, mine chan struct{}
-		seqKey := req.GetModelName() + "\x01" + req.GetModelVersion()
+		seqKey := orderKey{model: req.GetModelName(), version: req.GetModelVersion()}
 		if id, ok := req.GetParameters()["sequence_id"]; ok {
 			adm := s.admitRecovered(ctx, req)
 			a = &adm
-			seqKey = req.GetModelName() + "\x00" + id.String()
+			seqKey = orderKey{model: req.GetModelName(), sequence: "\x00" + id.String()} // never a version's key
 		}
 		mine = make(chan struct{})
 		order.Lock()
@@ -921,14 +922,19 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			done := sync.OnceFunc(func() { // this request's answer is out: the next may go
+			released := false
+			done := func() { // this request's answer is out: the next may go (once; this goroutine only)
+				if released {
+					return
+				}
+				released = true
 				close(mine)
 				order.Lock()
 				if order.last[seqKey] == mine {
 					delete(order.last, seqKey)
 				}
 				order.Unlock()
-			})
+			}
 			defer done()
 			var resp *pb.ModelStreamInferResponse
 			var failed error  // resp's failure, as a status
