@@ -65,7 +65,7 @@ type Config struct {
 	// MaxDelay is how long the first request of a batch may wait for more
 	// work before its batch runs anyway, while another engine call is
 	// running. When no engine call is running a batch starts at once
-	// (unless PreferredRows holds it): waiting then only adds latency, and
+	// (unless PreferredSizes hold it): waiting then only adds latency, and
 	// under load batches fill by themselves with the requests that arrive
 	// during the running call.
 	// 0 (or negative) never waits: a free worker runs whatever is queued at
@@ -84,12 +84,17 @@ type Config struct {
 	// if any, is not checked against the rows. Requests still queue, in
 	// arrival order, within MaxQueue; MaxDelay does not apply.
 	Unbatched bool
-	// PreferredRows, when positive, holds a batch for up to MaxDelay until
-	// it has this many rows, even while no engine call runs, and sends it
-	// as soon as it has them: Triton's dynamic batcher with
-	// preferred_batch_size (its largest preferred size). 0 keeps fw's
-	// behaviour: an idle engine never waits.
-	PreferredRows int
+	// PreferredSizes, when set, are Triton's preferred_batch_size: a batch
+	// is held for up to MaxDelay, even while no engine call runs, until the
+	// first requests of its queue add up to one of these sizes (without
+	// passing the largest), and then sent at once, the largest such run of
+	// requests. A batch sent at MaxDelay holds at most the largest size's
+	// rows. None keeps fw's behaviour: an idle engine never waits.
+	PreferredSizes []int
+	// Queues are Triton's priority levels and queue policies (request
+	// priorities and queue timeouts, WithQueueOptions). The zero value is
+	// one queue in arrival order.
+	Queues Queues
 	// RequestContext runs an engine call of one request with that
 	// request's context (its deadline, trace and values) instead of the
 	// batcher's own: for a run that is itself made of requests to other
@@ -111,9 +116,9 @@ type Config struct {
 	// (what a server's CPU per request pays at one or a few clients).
 	// Requests arriving meanwhile queue and batch as they would behind a
 	// running call. It applies to one instance of a RunFunc (New or
-	// NewPool with one run function) without PreferredRows; with more
+	// NewPool with one run function) without PreferredSizes; with more
 	// instances an idle one takes the next request as usual (a Python
-	// model's EachFunc, PreferredRows and several instances never lend).
+	// model's EachFunc, PreferredSizes and several instances never lend).
 	// Only a call expected to take at most a millisecond (at the pace of
 	// the recent calls, whatever their shapes; none before the first) runs
 	// so, because such a request returns ctx.Err() when its call ends if
@@ -155,6 +160,7 @@ func (c Config) withDefaults() Config {
 	if c.MaxQueue <= 0 {
 		c.MaxQueue = DefaultMaxQueue
 	}
+	c.PreferredSizes = sortedSizes(c.PreferredSizes)
 	return c
 }
 
@@ -250,12 +256,19 @@ type Batcher struct {
 	done    chan struct{} // closed when the last worker exits
 
 	reqs sync.Pool // *request
+
+	// queueing says cfg.Queues asks for levels or policies; levelQueued
+	// then counts the queued requests per level. maxPreferred is the
+	// largest of cfg.PreferredSizes (0: none).
+	queueing     bool
+	levelQueued  map[uint64]int
+	maxPreferred int
 }
 
 // group is the queue of requests sharing one shape signature.
 type group struct {
 	key  string
-	reqs []*request // arrival order
+	reqs []*request // arrival order (by level first, with Config.Queues)
 	rows int        // total rows in reqs
 	idx  int        // position in Batcher.active, -1 when empty
 }
@@ -269,6 +282,9 @@ type request struct {
 	enqueued time.Time
 	g        *group
 	taken    bool          // guarded by Batcher.mu: in a worker's batch
+	level    uint64        // priority level (Config.Queues; 0 without levels)
+	delayed  bool          // guarded by Batcher.mu: past its timeout, under a DELAY policy
+	timeout  time.Duration // queue timeout (0: none)
 	done     chan struct{} // capacity 1; exactly one send per use
 	out      []engine.Tensor
 	err      error
@@ -359,6 +375,12 @@ func start(workers []*worker, cfg Config, stats Stats) *Batcher {
 		done:   make(chan struct{}),
 	}
 	b.timer.Stop()
+	if len(cfg.PreferredSizes) > 0 {
+		b.maxPreferred = cfg.PreferredSizes[len(cfg.PreferredSizes)-1]
+	}
+	if b.queueing = cfg.Queues.enabled(); b.queueing {
+		b.levelQueued = make(map[uint64]int)
+	}
 	b.returned = sync.NewCond(&b.mu)
 	b.reqs.New = func() any { return &request{done: make(chan struct{}, 1)} }
 	b.live.Store(int32(cfg.Instances))
@@ -456,6 +478,13 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 	if w := b.parked; w != nil && b.queued == 0 && b.quick(rows) { // parked: no call runs
 		return b.runHere(w, r)
 	}
+	if b.queueing {
+		if err := b.admitLocked(ctx, r); err != nil {
+			b.mu.Unlock()
+			b.putRequest(r)
+			return nil, Timing{}, err
+		}
+	}
 	g := b.groups[string(key)]
 	if g == nil {
 		g = &group{key: string(key), idx: -1}
@@ -466,7 +495,7 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 		b.active = append(b.active, g)
 	}
 	wasEmpty := b.queued == 0
-	g.reqs = append(g.reqs, r)
+	b.enqueueLocked(g, r)
 	g.rows += rows
 	b.qrows += rows
 	r.g = g
@@ -478,18 +507,32 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 	if wake {
 		b.waiting = false
 	}
+	timeout := r.timeout
 	b.mu.Unlock()
 	if wake {
 		b.wake()
 	}
 
-	select {
-	case <-r.done:
-		out, t, err := r.out, r.timing, r.err
-		b.putRequest(r)
-		return out, t, err
-	case <-ctx.Done():
-		return nil, Timing{}, b.abandon(r, ctx.Err())
+	var expired <-chan time.Time
+	if timeout > 0 { // a queue policy's timeout
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	for {
+		select {
+		case <-r.done:
+			out, t, err := r.out, r.timing, r.err
+			b.putRequest(r)
+			return out, t, err
+		case <-ctx.Done():
+			return nil, Timing{}, b.abandon(r, ctx.Err())
+		case <-expired:
+			expired = nil
+			if err := b.expire(r); err != nil {
+				return nil, Timing{}, err
+			}
+		}
 	}
 }
 
@@ -556,6 +599,14 @@ func (b *Batcher) abandon(r *request, err error) error {
 		b.mu.Unlock()
 		return err // the worker still holds r: leave it to the GC
 	}
+	b.removeLocked(r)
+	b.mu.Unlock()
+	b.putRequest(r)
+	return err
+}
+
+// removeLocked takes r, which no worker has taken, out of its queue.
+func (b *Batcher) removeLocked(r *request) {
 	g := r.g
 	for i, q := range g.reqs {
 		if q == r {
@@ -570,14 +621,13 @@ func (b *Batcher) abandon(r *request, err error) error {
 	if len(g.reqs) == 0 {
 		b.deactivateLocked(g)
 	}
+	b.unqueuedLocked(r)
 	b.setQueuedLocked(b.queued - 1)
-	b.mu.Unlock()
-	b.putRequest(r)
-	return err
 }
 
 func (b *Batcher) putRequest(r *request) {
 	r.ctx, r.inputs, r.g, r.out, r.err, r.timing = nil, nil, nil, nil, nil, Timing{}
+	r.level, r.delayed, r.timeout = 0, false, 0
 	b.reqs.Put(r)
 }
 
@@ -684,7 +734,7 @@ func (b *Batcher) gather(w *worker) bool {
 	defer b.gatherMu.Unlock()
 	b.mu.Lock()
 	// A request that would start at once anyway may run on w itself.
-	lendable := b.cfg.CallerRuns && b.cfg.Instances == 1 && w.each == nil && b.cfg.PreferredRows <= 0
+	lendable := b.cfg.CallerRuns && b.cfg.Instances == 1 && w.each == nil && b.maxPreferred == 0
 	for {
 		for b.lent {
 			b.returned.Wait()
@@ -726,7 +776,7 @@ func (b *Batcher) pickLocked() (*group, time.Duration) {
 	if len(b.active) == 0 {
 		return nil, 0
 	}
-	immediate := b.closed || b.cfg.MaxDelay <= 0 || b.cfg.Unbatched || (b.running.Load() == 0 && b.cfg.PreferredRows <= 0)
+	immediate := b.closed || b.cfg.MaxDelay <= 0 || b.cfg.Unbatched || (b.running.Load() == 0 && b.maxPreferred == 0)
 	var now time.Time
 	if !immediate {
 		now = time.Now()
@@ -744,7 +794,7 @@ func (b *Batcher) pickLocked() (*group, time.Duration) {
 				wait = left
 			}
 		}
-		if ready && (best == nil || head.enqueued.Before(best.reqs[0].enqueued)) {
+		if ready && (best == nil || b.sooner(head, best.reqs[0])) {
 			best = g
 		}
 	}
@@ -754,23 +804,37 @@ func (b *Batcher) pickLocked() (*group, time.Duration) {
 	return nil, wait
 }
 
-// preferredLocked reports whether g holds a preferred batch (PreferredRows).
-func (b *Batcher) preferredLocked(g *group) bool {
-	return b.cfg.PreferredRows > 0 && g.rows >= b.cfg.PreferredRows
+// sooner reports whether the ready queue headed by a runs before the one
+// headed by b: the higher priority level, else the older request.
+func (b *Batcher) sooner(a, c *request) bool {
+	if b.queueing && (a.level != c.level || a.delayed != c.delayed) {
+		return before(a, c)
+	}
+	return a.enqueued.Before(c.enqueued)
 }
 
 // takeLocked moves the longest prefix of g's queue that fits in MaxBatchRows
 // (at least one request, however large; exactly one when Unbatched) into
-// w.batch.
+// w.batch. With PreferredSizes it is the requests adding up to a preferred
+// size when there are such, else at most the largest size's rows.
 func (b *Batcher) takeLocked(g *group, w *worker) {
+	limit := b.cfg.MaxBatchRows
+	if b.maxPreferred > 0 && !b.cfg.Unbatched {
+		if _, rows := b.preferredPrefix(g); rows > 0 {
+			limit = rows
+		} else {
+			limit = min(limit, b.maxPreferred)
+		}
+	}
 	rows, n := 0, 0
 	for n < len(g.reqs) {
 		r := g.reqs[n]
-		if n > 0 && (b.cfg.Unbatched || rows+r.rows > b.cfg.MaxBatchRows) {
+		if n > 0 && (b.cfg.Unbatched || rows+r.rows > limit) {
 			break
 		}
 		rows += r.rows
 		r.taken = true
+		b.unqueuedLocked(r)
 		n++
 	}
 	w.batch = append(w.batch[:0], g.reqs[:n]...)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -816,7 +817,7 @@ func TestDefaults(t *testing.T) {
 	b := New(affine, Config{}, nil)
 	defer closeOK(t, b)
 	want := Config{MaxBatchRows: 64, MaxDelay: 0, Instances: 1, MaxQueue: 1024}
-	if got := b.Config(); got != want {
+	if got := b.Config(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Config() = %+v, want %+v", got, want)
 	}
 	if got := DefaultConfig(); got.MaxDelay != time.Millisecond || got.MaxBatchRows != 64 {
@@ -944,14 +945,14 @@ func TestRefusesWhatCannotBeServedInTime(t *testing.T) {
 	}
 }
 
-// With PreferredRows (Triton's preferred_batch_size) an idle engine holds
+// With PreferredSizes (Triton's preferred_batch_size) an idle engine holds
 // a batch short of it for MaxDelay, and sends it at once when it has them;
 // a request held so counts as waiting, so MaxQueue refuses the next one
 // (Triton's queue policy answers UNAVAILABLE so).
-func TestPreferredRowsHoldAnIdleBatch(t *testing.T) {
+func TestPreferredSizesHoldAnIdleBatch(t *testing.T) {
 	const delay = 300 * time.Millisecond
 	stats := &recorder{}
-	b := New(affine, Config{MaxBatchRows: 8, MaxDelay: delay, PreferredRows: 4}, stats)
+	b := New(affine, Config{MaxBatchRows: 8, MaxDelay: delay, PreferredSizes: []int{4}}, stats)
 	defer closeOK(t, b)
 	start := time.Now()
 	out, err := b.Submit(context.Background(), []engine.Tensor{rowsTensor(0, 1, 4)})
@@ -980,7 +981,7 @@ func TestPreferredRowsHoldAnIdleBatch(t *testing.T) {
 		t.Fatalf("batches %+v, want 1 then 4 rows", got)
 	}
 
-	q := New(affine, Config{MaxBatchRows: 8, MaxDelay: delay, PreferredRows: 8, MaxQueue: 1}, nil)
+	q := New(affine, Config{MaxBatchRows: 8, MaxDelay: delay, PreferredSizes: []int{8}, MaxQueue: 1}, nil)
 	defer closeOK(t, q)
 	held := submitAsync(context.Background(), q, rowsTensor(0, 1, 4))
 	for q.QueueDepth() != 1 {

@@ -119,7 +119,7 @@ func TestCallerRunsBatchesWhatArrivesMeanwhile(t *testing.T) {
 func TestCallerRunsOnlyWhereItStartsAtOnce(t *testing.T) {
 	for name, cfg := range map[string]Config{
 		"instances=2":    {Instances: 2, CallerRuns: true},
-		"preferred rows": {PreferredRows: 2, MaxDelay: time.Microsecond, CallerRuns: true},
+		"preferred rows": {PreferredSizes: []int{2}, MaxDelay: time.Microsecond, CallerRuns: true},
 		"off":            {},
 		"slow calls":     {CallerRuns: true},
 	} {

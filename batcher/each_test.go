@@ -40,7 +40,7 @@ func TestEachPool(t *testing.T) {
 		return outs, errs, nil
 	}
 	// A batch is held until it has 8 rows.
-	b := NewEachPool([]EachFunc{each}, Config{MaxBatchRows: 64, MaxDelay: 5 * time.Second, PreferredRows: 8, MaxQueue: 64}, nil)
+	b := NewEachPool([]EachFunc{each}, Config{MaxBatchRows: 64, MaxDelay: 5 * time.Second, PreferredSizes: []int{8}, MaxQueue: 64}, nil)
 	defer closeOK(t, b)
 	ctx := context.Background()
 	var chans []<-chan result
@@ -99,7 +99,7 @@ func TestEachPoolStreams(t *testing.T) {
 		mu.Unlock()
 		return make([][]engine.Tensor, len(reqs)), errs, nil
 	}
-	b := NewEachPool([]EachFunc{each}, Config{MaxBatchRows: 64, MaxDelay: 5 * time.Second, PreferredRows: 4, MaxQueue: 64, Streams: true}, nil)
+	b := NewEachPool([]EachFunc{each}, Config{MaxBatchRows: 64, MaxDelay: 5 * time.Second, PreferredSizes: []int{4}, MaxQueue: 64, Streams: true}, nil)
 	defer closeOK(t, b)
 	a := submitAsync(context.WithValue(context.Background(), key{}, "a"), b, rowsTensor(1, 2, 3))
 	c := submitAsync(context.WithValue(context.Background(), key{}, "c"), b, rowsTensor(5, 2, 3))

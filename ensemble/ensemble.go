@@ -501,6 +501,9 @@ func (e *StepError) Error() string {
 
 func (e *StepError) Unwrap() error { return e.Err }
 
+// EnsembleStep is the step that failed (serving.StepFailure).
+func (e *StepError) EnsembleStep() int { return e.Step }
+
 func specsByName(specs []engine.TensorSpec) map[string]engine.TensorSpec {
 	m := make(map[string]engine.TensorSpec, len(specs))
 	for _, s := range specs {

@@ -433,10 +433,29 @@ func configPB(c serving.ModelConfig) *pb.ModelConfig {
 	} else if c.SequenceBatching != nil {
 		cfg.SchedulingChoice = &pb.ModelConfig_SequenceBatching{SequenceBatching: sequenceBatchingPB(c.SequenceBatching)}
 	} else if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
-		cfg.SchedulingChoice = &pb.ModelConfig_DynamicBatching{DynamicBatching: &pb.ModelDynamicBatching{
-			MaxQueueDelayMicroseconds: uint64(max(c.MaxQueueDelay, 0)), PreferredBatchSize: int32s(c.PreferredBatchSizes)}}
+		db := queuesPB(c.Queues)
+		db.MaxQueueDelayMicroseconds, db.PreferredBatchSize = uint64(max(c.MaxQueueDelay, 0)), int32s(c.PreferredBatchSizes)
+		cfg.SchedulingChoice = &pb.ModelConfig_DynamicBatching{DynamicBatching: db}
 	}
 	return cfg
+}
+
+// queuesPB is dynamic_batching with the priority levels and queue
+// policies of their JSON form (serving.ModelConfig.Queues, the one the
+// HTTP configuration shows, so both say the same).
+func queuesPB(m map[string]any) *pb.ModelDynamicBatching {
+	db := &pb.ModelDynamicBatching{}
+	if m == nil {
+		return db
+	}
+	b, err := json.Marshal(m)
+	if err == nil {
+		err = protojson.Unmarshal(b, db)
+	}
+	if err != nil { // fw wrote m: a bug, reported rather than hidden
+		panic(fmt.Sprintf("grpcapi: dynamic_batching's queues %s: %v", b, err))
+	}
+	return db
 }
 
 // sequenceBatchingPB is sequence_batching from its JSON form (the one the

@@ -313,6 +313,9 @@ func TestSequenceParametersRefusedAlike(t *testing.T) {
 			case "sequence_id":
 				gp[p] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Int64Param{Int64Param: 7}}
 				hp[p] = 7
+			case "priority": // the queue's: not a sequence parameter
+				gp[p] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_Uint64Param{Uint64Param: 1}}
+				hp[p] = 1
 			default:
 				gp[p] = &pb.InferParameter{ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: true}}
 				hp[p] = true

@@ -849,11 +849,15 @@ func v2OutputSchema(s engine.TensorSpec) map[string]any {
 }
 
 // v2RequestParams are the request's parameters: the sequence parameters
-// (required for a stateful model, refused by any other) and
-// binary_data_output.
+// (required for a stateful model, refused by any other), the queue's
+// priority and timeout, and binary_data_output.
 func v2RequestParams(stateful bool) map[string]any {
 	props := map[string]any{
 		"binary_data_output": map[string]any{"type": []string{"boolean", "null"}, "description": "Return every output as binary data after the JSON."},
+		"priority": map[string]any{"type": "integer", "minimum": 0, "maximum": uint64(math.MaxUint64),
+			"description": "The request's priority level, 1 the highest, for a model with dynamic_batching priority_levels; 0, or a level the model lacks, takes its default level. Other models ignore it."},
+		"timeout": map[string]any{"type": "integer", "minimum": 0, "maximum": uint64(math.MaxUint64),
+			"description": "Microseconds the request may wait in the queue, for a model whose queue policy has allow_timeout_override (it only shortens the policy's timeout); 0 none."},
 	}
 	if !stateful {
 		for _, k := range []string{"sequence_id", "sequence_start", "sequence_end"} {

@@ -39,6 +39,9 @@ var supported = map[string]bool{
 	"dynamic_batching": true, "dynamic_batching.preferred_batch_size": true,
 	"dynamic_batching.max_queue_delay_microseconds": true, "dynamic_batching.preserve_ordering": true,
 	"dynamic_batching.default_queue_policy": true, "dynamic_batching.default_queue_policy.max_queue_size": true,
+	"dynamic_batching.default_queue_policy.timeout_action": true, "dynamic_batching.default_queue_policy.default_timeout_microseconds": true,
+	"dynamic_batching.default_queue_policy.allow_timeout_override": true, "dynamic_batching.priority_queue_policy": true,
+	"dynamic_batching.priority_levels": true, "dynamic_batching.default_priority_level": true,
 	"instance_group": true, "instance_group.name": true, "instance_group.count": true,
 	"instance_group.kind": true, "instance_group.gpus": true,
 	"version_policy": true, "version_policy.latest": true, "version_policy.latest.num_versions": true,
@@ -305,6 +308,7 @@ func describe(inst *serving.Instance, cfg *pb.ModelConfig, auto bool, labels map
 		out.SequenceBatching = sequenceJSON(cfg, &sc)
 	}
 	if db := cfg.GetDynamicBatching(); db != nil {
+		out.Queues = queuesJSON(db)
 		out.PreferredBatchSizes = nil
 		for _, p := range db.GetPreferredBatchSize() {
 			out.PreferredBatchSizes = append(out.PreferredBatchSizes, int64(p))
@@ -498,5 +502,21 @@ func splitLabels(doc string) []string {
 	for i, l := range out {
 		out[i] = strings.TrimSuffix(l, "\r")
 	}
+	return out
+}
+
+// unusedParameters are the keys of cfg's parameters that fw does not act
+// on for an ONNX or TorchScript model (all but intra_op_thread_count),
+// sorted. Triton's backends ignore keys they do not know too; fw logs them
+// at load so that a backend option (inter_op_thread_count,
+// execution_mode...) is not ignored silently.
+func unusedParameters(cfg *pb.ModelConfig) []string {
+	var out []string
+	for k := range cfg.GetParameters() {
+		if k != "intra_op_thread_count" {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
 	return out
 }

@@ -319,7 +319,8 @@ func (r *Repository) ensembleBatcher(cfg *pb.ModelConfig, stateful bool) batcher
 	bc := r.cfg.Batcher
 	bc.Instances = ensembleWorkers
 	bc.MaxDelay = 0 // the steps' models wait for batches; the ensemble never does
-	bc.PreferredRows = 0
+	bc.PreferredSizes = nil
+	bc.Queues = batcher.Queues{} // the steps' models queue by their own policies
 	bc.RequestContext = true
 	if stateful {
 		// A request of a stateful step may wait in the pipeline for its

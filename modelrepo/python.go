@@ -391,6 +391,7 @@ func describePython(name string, cfg *pb.ModelConfig, labels map[string]string, 
 	for _, p := range cfg.GetDynamicBatching().GetPreferredBatchSize() {
 		c.PreferredBatchSizes = append(c.PreferredBatchSizes, int64(p))
 	}
+	c.Queues = queuesJSON(cfg.GetDynamicBatching())
 	for _, in := range cfg.GetInput() {
 		c.Inputs = append(c.Inputs, serving.TensorConfig{Name: in.GetName(), DataType: in.GetDataType().String(),
 			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String(), Optional: in.GetOptional(), Reshape: reshapeOf(in.GetReshape())})

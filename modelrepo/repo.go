@@ -790,6 +790,9 @@ func (r *Repository) readConfig(dir, name string, opts serving.LoadOptions) (*pb
 				return nil, false, fmt.Errorf("dynamic_batching preferred_batch_size %d must be within 1..max_batch_size (%d)", p, cfg.GetMaxBatchSize())
 			}
 		}
+		if err := checkQueues(db, name); err != nil {
+			return nil, false, err
+		}
 	}
 	auto := len(opts.Config) == 0 && cfg.GetPlatform() == "" && cfg.GetBackend() == "" && len(cfg.GetInput()) == 0 && len(cfg.GetOutput()) == 0 && cfg.GetMaxBatchSize() == 0 && cfg.GetDynamicBatching() == nil && cfg.GetSequenceBatching() == nil
 	return cfg, auto, nil
@@ -880,6 +883,10 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 			eo.Threads, oneThread = n, false
 		}
 	}
+	if unused := unusedParameters(cfg); len(unused) > 0 {
+		r.log.Warn("the configuration's parameters fw does not act on, for an ONNX or TorchScript model, are only reported in its config (of the onnxruntime backend's options fw reads intra_op_thread_count)",
+			"model", name, "version", vs, "parameters", unused)
+	}
 	h := modelhost.New(modelhost.Config{
 		Path: path, Engine: eo, Batcher: bc, SkipWarmup: r.cfg.SkipWarmup, Name: name, Version: vs, Tracer: r.cfg.Tracer,
 		TryOneThread: oneThread, Threads: &r.threads,
@@ -934,13 +941,15 @@ func (r *Repository) batching(cfg *pb.ModelConfig, auto bool) batcher.Config {
 		case cfg.GetDynamicBatching() != nil:
 			db := cfg.GetDynamicBatching()
 			bc.MaxDelay = time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond
-			if n := db.GetDefaultQueuePolicy().GetMaxQueueSize(); n > 0 {
-				bc.MaxQueue = int(min(n, 1<<20)) // beyond it: 503 with Retry-After, as Triton's UNAVAILABLE
+			bc.Queues = queues(db)
+			if total := queueSizes(bc.Queues); total > bc.QueueCapacity() {
+				bc.MaxQueue = total // the policies' sizes, not fw's default, bound the queue
 			}
-			// Preferred sizes ask for Triton's holding: a batch short of the
-			// largest waits up to max_queue_delay_microseconds, idle or not.
+			// Preferred sizes ask for Triton's holding: a batch short of a
+			// preferred size waits up to max_queue_delay_microseconds, idle or not.
+			bc.PreferredSizes = nil
 			for _, p := range db.GetPreferredBatchSize() {
-				bc.PreferredRows = max(bc.PreferredRows, int(p))
+				bc.PreferredSizes = append(bc.PreferredSizes, int(p))
 			}
 		case cfg.GetSequenceBatching() != nil: // requests of different sequences batched as its strategy says
 			bc.MaxDelay = time.Duration(queueDelay(cfg.GetSequenceBatching())) * time.Microsecond

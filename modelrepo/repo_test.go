@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,7 +84,7 @@ func open(t testing.TB, cfg Config) *fixture {
 func openLogged(t testing.TB, cfg Config, log *slog.Logger) *fixture {
 	t.Helper()
 	cfg.Engine = engine.Options{Threads: 1}
-	if cfg.Batcher == (batcher.Config{}) {
+	if reflect.DeepEqual(cfg.Batcher, batcher.Config{}) {
 		cfg.Batcher = batcher.DefaultConfig()
 	}
 	cfg.SkipWarmup = true
@@ -658,8 +659,8 @@ func TestQueuePolicyBoundsTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	inst, err := f.repo.Get("simple", "")
-	if err != nil || inst.Batcher.Config().MaxQueue != 1 {
-		t.Fatalf("%v, max queue %d", err, inst.Batcher.Config().MaxQueue)
+	if err != nil || inst.Batcher.Config().Queues.Policy.MaxQueue != 1 {
+		t.Fatalf("%v, queues %+v", err, inst.Batcher.Config().Queues)
 	}
 }
 
@@ -674,8 +675,8 @@ func TestPreferredBatchSizeHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	inst, err := f.repo.Get("simple", "")
-	if err != nil || inst.Batcher.Config().PreferredRows != 8 {
-		t.Fatalf("%v, preferred rows %d", err, inst.Batcher.Config().PreferredRows)
+	if err != nil || !slices.Equal(inst.Batcher.Config().PreferredSizes, []int{2, 8}) {
+		t.Fatalf("%v, preferred sizes %v", err, inst.Batcher.Config().PreferredSizes)
 	}
 	start := time.Now()
 	held := make(chan error, 1)

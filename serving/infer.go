@@ -176,7 +176,8 @@ type Kind int
 const (
 	// KindInvalidInput: the inputs do not fit the model (*engine.InputError).
 	KindInvalidInput Kind = iota + 1
-	// KindOverloaded: the queue is full or could not serve the request in time.
+	// KindOverloaded: the queue is full or could not serve the request in
+	// time, or the request waited past its queue policy's timeout.
 	KindOverloaded
 	// KindNotReady: the model is being replaced or the server is stopping.
 	KindNotReady
@@ -222,6 +223,8 @@ func Classify(err error, timeout time.Duration) Failure {
 	case errors.As(err, new(*ModelError)): // a model an ensemble's step needs is not served now
 		me, _ := AsModelError(err)
 		return Failure{Kind: KindNotReady, Message: "a model this request needs is not available: " + me.Message}
+	case errors.Is(err, batcher.ErrQueueTimeout): // Triton's sentence alone: its clients compare it whole
+		return Failure{Kind: KindOverloaded, Message: "Request timeout expired"}
 	case errors.Is(err, batcher.ErrQueueFull):
 		why := strings.TrimPrefix(err.Error(), batcher.ErrQueueFull.Error()+": ")
 		return Failure{Kind: KindOverloaded, Message: "the server is overloaded (" + why + "); retry after a short wait, or add replicas or --instances"}

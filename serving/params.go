@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 )
 
@@ -39,11 +40,16 @@ const (
 // headers a forward pattern picks. A Python model reads them as a JSON
 // object (request.parameters()), as Triton's Python backend hands them.
 // The zero value has none; a key given twice keeps its last value.
+//
+// The reserved "priority" and "timeout" are kept apart, for the queue of
+// the model's batcher (WithRequestInfo hands them to it).
 type Parameters struct {
-	keys  []string
-	vals  []any
-	index map[string]int // key -> position, once there are a few
-	given int            // every Add and AddHeader, for maxGiven
+	keys   []string
+	vals   []any
+	index  map[string]int // key -> position, once there are a few
+	given  int            // every Add and AddHeader, for maxGiven
+	queue  batcher.QueueOptions
+	queued bool // queue was given
 }
 
 // Add adds a request parameter: a string, a bool, an int64, a uint64 or a
@@ -53,6 +59,9 @@ type Parameters struct {
 func (p *Parameters) Add(key string, v any) error {
 	if err := p.count(); err != nil {
 		return err
+	}
+	if key == "priority" || key == "timeout" {
+		return p.setQueue(key, v)
 	}
 	if ReservedParameter(key) {
 		return nil
@@ -70,6 +79,31 @@ func (p *Parameters) Add(key string, v any) error {
 		return fmt.Errorf("parameter '%s' has invalid type. It should be either 'int', 'bool', or 'string'. (fw: got %s; a number with a fraction is taken too)", key, describeValue(v))
 	}
 	return p.put(key, v)
+}
+
+// setQueue reads the reserved "priority" (a priority level, 1 the
+// highest) or "timeout" (microseconds in the queue, which a queue policy
+// with allow_timeout_override honours): unsigned integers.
+func (p *Parameters) setQueue(key string, v any) error {
+	var n uint64
+	switch x := v.(type) {
+	case uint64:
+		n = x
+	case int64:
+		if x < 0 {
+			return fmt.Errorf("request parameter %q must be an unsigned integer, got %d", key, x)
+		}
+		n = uint64(x)
+	default:
+		return fmt.Errorf("request parameter %q must be an unsigned integer, got %s", key, describeValue(v))
+	}
+	if key == "priority" {
+		p.queue.Priority = n
+	} else {
+		p.queue.Timeout = batcher.MicrosecondsDuration(n)
+	}
+	p.queued = true
+	return nil
 }
 
 // AddHeader adds a request header that a forward pattern picked, as a
@@ -153,11 +187,15 @@ func (p *Parameters) JSON() string {
 }
 
 // WithRequestInfo returns ctx carrying the request's ID and parameters
-// for its model (engine.RequestInfo); ctx itself when it has neither.
+// for its model (engine.RequestInfo), and its priority and queue timeout
+// for the batcher (batcher.WithQueueOptions); ctx itself when it has none.
 func WithRequestInfo(ctx context.Context, id string, p *Parameters) context.Context {
 	js := ""
 	if p != nil {
 		js = p.JSON()
+		if p.queued {
+			ctx = batcher.WithQueueOptions(ctx, p.queue)
+		}
 	}
 	if id == "" && js == "" {
 		return ctx

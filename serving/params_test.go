@@ -40,9 +40,32 @@ func TestParametersForTheModel(t *testing.T) {
 	if none.JSON() != "" || WithRequestInfo(context.Background(), "", &none) != context.Background() {
 		t.Fatal("no parameters and no ID: no JSON, no context value")
 	}
-	ri, ok := engine.RequestInfoOf(WithRequestInfo(context.Background(), "r1", &p))
+	ctx := WithRequestInfo(context.Background(), "r1", &p)
+	ri, ok := engine.RequestInfoOf(ctx)
 	if !ok || ri.ID != "r1" || ri.Parameters != want {
 		t.Fatalf("RequestInfo = %+v %v", ri, ok)
+	}
+	// priority and timeout go to the batcher's queue, not to the model.
+	if o := batcher.QueueOptionsFrom(ctx); o != (batcher.QueueOptions{Priority: 1, Timeout: 5 * time.Microsecond}) {
+		t.Fatalf("queue options %+v", o)
+	}
+}
+
+// priority and timeout are unsigned integers; anything else is refused,
+// naming the parameter.
+func TestQueueParametersRefused(t *testing.T) {
+	for _, c := range []struct {
+		k string
+		v any
+	}{{"priority", int64(-1)}, {"timeout", int64(-5)}, {"priority", "1"}, {"timeout", 0.5}, {"priority", true}} {
+		var p Parameters
+		if err := p.Add(c.k, c.v); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("request parameter %q must be an unsigned integer", c.k)) {
+			t.Errorf("Add(%q, %v): %v", c.k, c.v, err)
+		}
+	}
+	var p Parameters
+	if err := p.Add("timeout", uint64(math.MaxUint64)); err != nil || p.queue.Timeout != time.Duration(math.MaxInt64) {
+		t.Fatalf("the largest timeout: %v, %v (saturated)", err, p.queue.Timeout)
 	}
 }
 
@@ -146,17 +169,26 @@ func TestFailureReasons(t *testing.T) {
 	now := time.Now()
 	for _, err := range []error{
 		fmt.Errorf("%w: 9 waiting", batcher.ErrQueueFull), // REJECTED
-		context.Canceled, // CANCELED
-		errors.New("onnxruntime: the call failed"), // BACKEND
-		&engine.InputError{Msg: "wrong shape"},     // OTHER
-		nil,                                        // OTHER
+		batcher.ErrQueueTimeout,                           // REJECTED
+		stepFailure{batcher.ErrQueueTimeout},              // OTHER: an ensemble's step
+		context.Canceled,                                  // CANCELED
+		errors.New("onnxruntime: the call failed"),        // BACKEND
+		&engine.InputError{Msg: "wrong shape"},            // OTHER
+		nil,                                               // OTHER
 	} {
 		s.Record(Request{Began: now, Encoded: now, Err: err})
 	}
-	if got := s.Snapshot().FailuresByReason; got != [NumFailureReasons]uint64{1, 1, 1, 2} || s.Snapshot().Fail.Count != 5 {
+	if got := s.Snapshot().FailuresByReason; got != [NumFailureReasons]uint64{2, 1, 1, 3} || s.Snapshot().Fail.Count != 7 {
 		t.Fatalf("failures by reason %v", got)
 	}
 	if FailureReason(2) != "BACKEND" {
 		t.Fatal(FailureReason(2))
 	}
 }
+
+// stepFailure is an ensemble step's error (StepFailure).
+type stepFailure struct{ err error }
+
+func (e stepFailure) Error() string     { return "step 1: " + e.err.Error() }
+func (e stepFailure) Unwrap() error     { return e.err }
+func (e stepFailure) EnsembleStep() int { return 1 }

@@ -79,6 +79,14 @@ func FailureReason(i int) string {
 	return [NumFailureReasons]string{"REJECTED", "CANCELED", "BACKEND", "OTHER"}[i]
 }
 
+// StepFailure is an error of one step of an ensemble's pipeline (a
+// request the ensemble made to another model): the ensemble's own
+// request counts it as OTHER, whatever the step's reason, as Triton's.
+type StepFailure interface {
+	error
+	EnsembleStep() int
+}
+
 // failureReason is the index (FailureReason) of why err failed a request.
 func failureReason(err error) int {
 	switch {
@@ -86,6 +94,8 @@ func failureReason(err error) int {
 		return 3
 	case errors.Is(err, context.Canceled):
 		return 1
+	case errors.As(err, new(StepFailure)): // the ensemble's own queue took it: as Triton, OTHER
+		return 3
 	}
 	switch Classify(err, 0).Kind {
 	case KindOverloaded:

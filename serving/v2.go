@@ -2,6 +2,7 @@ package serving
 
 import (
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -187,6 +188,10 @@ type ModelConfig struct {
 	DefaultModelFilename string
 	// PreferredBatchSizes are the dynamic batcher's preferred sizes.
 	PreferredBatchSizes []int64
+	// Queues are the dynamic batcher's priority_levels,
+	// default_priority_level, default_queue_policy and
+	// priority_queue_policy as Triton's JSON renders them (nil: none).
+	Queues map[string]any
 	// VersionPolicy is Triton's version_policy as JSON renders it
 	// ({"latest": {"num_versions": 1}}, {"all": {}}, {"specific": {...}}).
 	VersionPolicy map[string]any
@@ -319,9 +324,13 @@ func ConfigJSON(c ModelConfig) map[string]any {
 	} else if c.SequenceBatching != nil {
 		out["sequence_batching"] = c.SequenceBatching
 	} else if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
-		out["dynamic_batching"] = map[string]any{
+		db := map[string]any{
 			"preferred_batch_size": preferred, "max_queue_delay_microseconds": c.MaxQueueDelay, "preserve_ordering": false,
+			"priority_levels": 0, "default_priority_level": 0, "priority_queue_policy": map[string]any{},
+			"default_queue_policy": map[string]any{"timeout_action": "REJECT", "default_timeout_microseconds": 0, "allow_timeout_override": false, "max_queue_size": 0},
 		}
+		maps.Copy(db, c.Queues)
+		out["dynamic_batching"] = db
 	}
 	return out
 }
