@@ -88,7 +88,7 @@ func (s *Server) CudaSharedMemoryStatus(_ context.Context, req *pb.CudaSharedMem
 // Triton's status and sentence for a CUDA IPC handle it cannot open, then
 // the reason.
 func (s *Server) CudaSharedMemoryRegister(_ context.Context, req *pb.CudaSharedMemoryRegisterRequest) (*pb.CudaSharedMemoryRegisterResponse, error) {
-	return nil, status.Errorf(codes.InvalidArgument, "failed to register shared memory region '%s': invalid args: CUDA shared memory is not available on this server (it runs on the CPU, without CUDA IPC); use system shared memory or send the data in the request", req.GetName())
+	return nil, status.Errorf(codes.InvalidArgument, "failed to register shared memory region '%s': invalid args: CUDA shared memory is not available on this server (fw does not import CUDA IPC handles, with or without a GPU); use system shared memory or send the data in the request", req.GetName())
 }
 
 // CudaSharedMemoryUnregister implements GRPCInferenceService: nothing to

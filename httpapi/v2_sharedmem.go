@@ -157,5 +157,5 @@ func (s *Server) v2Logging(ctx *fasthttp.RequestCtx) {
 // cudaRegisterRefusal is the refusal to register a CUDA shared memory
 // region: Triton's sentence for a CUDA IPC handle it cannot open, then why.
 func cudaRegisterRefusal(name string) string {
-	return "failed to register shared memory region '" + name + "': invalid args: CUDA shared memory is not available on this server (it runs on the CPU, without CUDA IPC)"
+	return "failed to register shared memory region '" + name + "': invalid args: CUDA shared memory is not available on this server (fw does not import CUDA IPC handles, with or without a GPU)"
 }
