@@ -161,6 +161,15 @@ func (c Config) withDefaults() Config {
 		c.MaxQueue = DefaultMaxQueue
 	}
 	c.PreferredSizes = sortedSizes(c.PreferredSizes)
+	if !c.Unbatched { // a preferred size past MaxBatchRows could never be sent
+		c.PreferredSizes = slices.DeleteFunc(c.PreferredSizes, func(n int) bool { return n > c.MaxBatchRows })
+		if len(c.PreferredSizes) == 0 {
+			c.PreferredSizes = nil
+		}
+	}
+	if q := &c.Queues; q.Levels > 0 && (q.DefaultLevel == 0 || q.DefaultLevel > q.Levels) {
+		q.DefaultLevel = q.Levels // a default outside the levels: the lowest
+	}
 	return c
 }
 
@@ -463,6 +472,13 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 		b.putRequest(r)
 		return nil, Timing{}, ErrClosed
 	}
+	if b.queueing { // the level's own bound first: its refusal is Triton's sentence
+		if err := b.admitLocked(ctx, r); err != nil {
+			b.mu.Unlock()
+			b.putRequest(r)
+			return nil, Timing{}, err
+		}
+	}
 	if b.queued >= b.cfg.MaxQueue {
 		n := b.queued
 		b.mu.Unlock()
@@ -470,20 +486,14 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 		return nil, Timing{}, fmt.Errorf("%w: %d requests waiting (MaxQueue)", ErrQueueFull, n)
 	}
 	if wait, left, late := b.lateLocked(ctx, rows); late {
+		err := fmt.Errorf("%w: the %d rows waiting would take about %s, longer than the %s this request has left",
+			ErrQueueFull, b.qrows, wait.Round(time.Millisecond), left.Round(time.Millisecond))
 		b.mu.Unlock()
 		b.putRequest(r)
-		return nil, Timing{}, fmt.Errorf("%w: the %d rows waiting would take about %s, longer than the %s this request has left",
-			ErrQueueFull, b.qrows, wait.Round(time.Millisecond), left.Round(time.Millisecond))
+		return nil, Timing{}, err
 	}
 	if w := b.parked; w != nil && b.queued == 0 && b.quick(rows) { // parked: no call runs
 		return b.runHere(w, r)
-	}
-	if b.queueing {
-		if err := b.admitLocked(ctx, r); err != nil {
-			b.mu.Unlock()
-			b.putRequest(r)
-			return nil, Timing{}, err
-		}
 	}
 	g := b.groups[string(key)]
 	if g == nil {
@@ -600,7 +610,15 @@ func (b *Batcher) abandon(r *request, err error) error {
 		return err // the worker still holds r: leave it to the GC
 	}
 	b.removeLocked(r)
+	// What is left may now be ready (a preferred size, an older head).
+	wake := b.waiting && (b.maxPreferred > 0 || b.queueing)
+	if wake {
+		b.waiting = false
+	}
 	b.mu.Unlock()
+	if wake {
+		b.wake()
+	}
 	b.putRequest(r)
 	return err
 }
@@ -787,7 +805,7 @@ func (b *Batcher) pickLocked() (*group, time.Duration) {
 		head := g.reqs[0]
 		ready := immediate || g.rows >= b.cfg.MaxBatchRows || b.preferredLocked(g)
 		if !ready {
-			left := b.cfg.MaxDelay - now.Sub(head.enqueued)
+			left := b.cfg.MaxDelay - now.Sub(b.oldestLocked(g))
 			if left <= 0 {
 				ready = true
 			} else if wait == 0 || left < wait {

@@ -55,8 +55,8 @@ type Queues struct {
 	// level requests run in arrival order. 0: one level.
 	Levels uint64
 	// DefaultLevel is the level of a request that names none, or one
-	// outside 1..Levels (Triton's rule). It must be within 1..Levels
-	// when Levels is set.
+	// outside 1..Levels (Triton's rule); outside 1..Levels itself it is
+	// taken as Levels, the lowest.
 	DefaultLevel uint64
 	// Policy is every level's policy, except those in ByLevel.
 	Policy QueuePolicy
@@ -212,6 +212,21 @@ func (b *Batcher) expire(r *request) error {
 		b.putRequest(r)
 	}
 	return err
+}
+
+// oldestLocked is when g's oldest request was queued: its head's time,
+// unless levels or delays have put a newer request first (MaxDelay runs
+// from the oldest, as Triton's pending batch does).
+func (b *Batcher) oldestLocked(g *group) time.Time {
+	t := g.reqs[0].enqueued
+	if b.queueing {
+		for _, r := range g.reqs[1:] {
+			if r.enqueued.Before(t) {
+				t = r.enqueued
+			}
+		}
+	}
+	return t
 }
 
 // preferredLocked reports whether g's queue holds a preferred batch: as

@@ -259,3 +259,58 @@ func TestPreferredSizes(t *testing.T) {
 		t.Fatalf("engine calls of %v rows, want [4 8 4]", sizes)
 	}
 }
+
+// Config checks: a preferred size past MaxBatchRows is dropped (it could
+// never be sent), and a default level outside the levels is the lowest.
+func TestQueueConfigDefaults(t *testing.T) {
+	b := New(affine, Config{MaxBatchRows: 8, PreferredSizes: []int{16, 4, 4}, Queues: Queues{Levels: 3}}, nil)
+	defer closeOK(t, b)
+	c := b.Config()
+	if !slices.Equal(c.PreferredSizes, []int{4}) || c.Queues.DefaultLevel != 3 {
+		t.Fatalf("preferred %v, default level %d", c.PreferredSizes, c.Queues.DefaultLevel)
+	}
+}
+
+// A request leaving the queue (its client gave up) can make what is left
+// a preferred batch: it is sent then, not at MaxDelay.
+func TestAbandonReleasesAPreferredBatch(t *testing.T) {
+	b := New(affine, Config{MaxBatchRows: 8, MaxDelay: time.Hour, PreferredSizes: []int{3, 5}}, nil)
+	defer closeOK(t, b)
+	ctx, cancel := context.WithCancel(context.Background())
+	first := submitAsync(context.Background(), b, rowsTensor(1, 1, 4))
+	waitFor(t, "queued", func() bool { return b.QueueDepth() == 1 })
+	gone := submitAsync(ctx, b, rowsTensor(2, 1, 4))
+	waitFor(t, "queued", func() bool { return b.QueueDepth() == 2 })
+	third := submitAsync(context.Background(), b, rowsTensor(3, 2, 4))
+	waitFor(t, "queued", func() bool { return b.QueueDepth() == 3 }) // 1+1+2: no preferred size
+	cancel()
+	if r := <-gone; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("the cancelled request: %v", r.err)
+	}
+	select { // 1+2 rows: a preferred 3, sent without waiting the hour
+	case r := <-first:
+		if r.err != nil || checkAffine(1, 1, 4, r.out) != nil {
+			t.Fatalf("request 1: %v", r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("1+2 rows, a preferred size, still held after the cancelled request left")
+	}
+	mustOK(t, 3, 2, third)
+}
+
+// MaxDelay runs from the oldest request of a batch, not from a newer one
+// of a higher level that went ahead of it.
+func TestMaxDelayFromTheOldest(t *testing.T) {
+	const delay = time.Second
+	b := New(affine, Config{MaxBatchRows: 8, MaxDelay: delay, PreferredSizes: []int{8}, Queues: Queues{Levels: 2, DefaultLevel: 2}}, nil)
+	defer closeOK(t, b)
+	start := time.Now()
+	low := withOpts(b, 1, 1, QueueOptions{Priority: 2})
+	time.Sleep(delay * 6 / 10)
+	high := withOpts(b, 2, 1, QueueOptions{Priority: 1})
+	mustOK(t, 1, 1, low)
+	mustOK(t, 2, 1, high)
+	if d := time.Since(start); d > delay*14/10 {
+		t.Fatalf("the batch went %v after its oldest request: MaxDelay (%v) ran from the newer one", d, delay)
+	}
+}

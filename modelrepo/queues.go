@@ -15,6 +15,14 @@ const maxPolicyQueue = 1 << 20
 // checkQueues refuses dynamic batching priority levels and queue
 // policies that Triton refuses, with its sentences (name is the model's).
 func checkQueues(db *pb.ModelDynamicBatching, name string) error {
+	if err := checkPolicy(db.GetDefaultQueuePolicy(), "default_queue_policy"); err != nil {
+		return err
+	}
+	for level, p := range db.GetPriorityQueuePolicy() {
+		if err := checkPolicy(p, fmt.Sprintf("priority_queue_policy %d", level)); err != nil {
+			return err
+		}
+	}
 	levels := db.GetPriorityLevels()
 	if levels == 0 {
 		if len(db.GetPriorityQueuePolicy()) > 0 {
@@ -32,6 +40,15 @@ func checkQueues(db *pb.ModelDynamicBatching, name string) error {
 		if level < 1 || level > levels {
 			return fmt.Errorf("priority queue policy must have priority level in range [1, %d] for %s", levels, name)
 		}
+	}
+	return nil
+}
+
+// checkPolicy refuses a policy whose timeout_action is no action (the
+// text format takes any number for an enum).
+func checkPolicy(p *pb.ModelQueuePolicy, what string) error {
+	if _, ok := pb.ModelQueuePolicy_TimeoutAction_name[int32(p.GetTimeoutAction())]; !ok {
+		return fmt.Errorf("dynamic_batching %s timeout_action %d is not an action: use REJECT or DELAY", what, p.GetTimeoutAction())
 	}
 	return nil
 }

@@ -34,8 +34,8 @@ func TestQueuePoliciesReachTheBatcher(t *testing.T) {
 	if q.Levels != want.Levels || q.DefaultLevel != want.DefaultLevel || q.Policy != want.Policy || len(q.ByLevel) != 1 || q.ByLevel[1] != want.ByLevel[1] {
 		t.Fatalf("queues %+v, want %+v", q, want)
 	}
-	if got := inst.Batcher.Config().MaxQueue; got != batcher.DefaultMaxQueue {
-		t.Fatalf("max queue %d: levels 2 and 3 are bounded at 4 each and level 1 at 2, under fw's default", got)
+	if got := inst.Batcher.Config().MaxQueue; got != 10 {
+		t.Fatalf("max queue %d, want 10: levels 2 and 3 are bounded at 4 each and level 1 at 2", got)
 	}
 	if err := inferSimple(ctx, f.repo, "simple"); err != nil {
 		t.Fatal(err)
@@ -43,9 +43,11 @@ func TestQueuePoliciesReachTheBatcher(t *testing.T) {
 
 	for cfg, sentence := range map[string]string{
 		`{"priority_levels": 3}`: "default priority level must be in range [1, 3] for simple",
-		`{"priority_levels": 3, "default_priority_level": 2, "priority_queue_policy": {"0": {}}}`: "priority queue policy must have priority level in range [1, 3] for simple",
-		`{"priority_queue_policy": {"1": {}}}`:                                                    "priority_queue_policy needs priority_levels",
-		`{"default_priority_level": 1}`:                                                           "default_priority_level needs priority_levels",
+		`{"priority_levels": 3, "default_priority_level": 2, "priority_queue_policy": {"0": {}}}`:                    "priority queue policy must have priority level in range [1, 3] for simple",
+		`{"priority_queue_policy": {"1": {}}}`:                                                                       "priority_queue_policy needs priority_levels",
+		`{"default_priority_level": 1}`:                                                                              "default_priority_level needs priority_levels",
+		`{"default_queue_policy": {"timeout_action": 7}}`:                                                            "default_queue_policy timeout_action 7 is not an action",
+		`{"priority_levels": 2, "default_priority_level": 1, "priority_queue_policy": {"2": {"timeout_action": 9}}}`: "priority_queue_policy 2 timeout_action 9",
 	} {
 		err := f.repo.Load(ctx, "simple", serving.LoadOptions{Config: []byte(`{"max_batch_size": 8, "dynamic_batching": ` + cfg + `}`)})
 		if err == nil || !strings.Contains(err.Error(), "failed to load 'simple'") || !strings.Contains(err.Error(), sentence) {

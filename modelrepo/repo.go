@@ -942,8 +942,8 @@ func (r *Repository) batching(cfg *pb.ModelConfig, auto bool) batcher.Config {
 			db := cfg.GetDynamicBatching()
 			bc.MaxDelay = time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond
 			bc.Queues = queues(db)
-			if total := queueSizes(bc.Queues); total > bc.QueueCapacity() {
-				bc.MaxQueue = total // the policies' sizes, not fw's default, bound the queue
+			if total := queueSizes(bc.Queues); total > 0 {
+				bc.MaxQueue = total // the policies' sizes bound the queue (and its reported capacity)
 			}
 			// Preferred sizes ask for Triton's holding: a batch short of a
 			// preferred size waits up to max_queue_delay_microseconds, idle or not.

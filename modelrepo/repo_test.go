@@ -659,8 +659,8 @@ func TestQueuePolicyBoundsTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	inst, err := f.repo.Get("simple", "")
-	if err != nil || inst.Batcher.Config().Queues.Policy.MaxQueue != 1 {
-		t.Fatalf("%v, queues %+v", err, inst.Batcher.Config().Queues)
+	if err != nil || inst.Batcher.Config().Queues.Policy.MaxQueue != 1 || inst.Batcher.Config().MaxQueue != 1 {
+		t.Fatalf("%v, queues %+v, max queue %d (the capacity /health and fw_queue_capacity report)", err, inst.Batcher.Config().Queues, inst.Batcher.Config().MaxQueue)
 	}
 }
 
