@@ -195,7 +195,7 @@ test-ray: | venv ## training jobs on a real Ray head: ray 2.60.0 in its own venv
 	@echo "==> go test -run Ray ./dashboard/jobs/ray ./cmd/fw against a real Ray head (PyPI's ray in its own venv)"
 	@rpy=$$(bash scripts/setup-ray-venv.sh) && FW_RAY_HEAD_PYTHON=$$rpy FW_REQUIRE_RAY=1 FW_REQUIRE_MODELS=1 FW_PYTHON=$(PY) $(GO) test -race -count=1 -p 1 -run 'Ray' ./dashboard/jobs/ray ./cmd/fw
 
-test-schemathesis: build models ## both servers' /openapi.json checked from outside by schemathesis (own venv; ST_MAX_EXAMPLES=25)
+test-schemathesis: build models ## /openapi.json of fw serve (one model; a repository of several, explicit control) and fw dashboard checked from outside by schemathesis (own venv; ST_MAX_EXAMPLES=25)
 	@bash scripts/schemathesis.sh
 
 test-soak: build models ## 20 s of mixed good and hostile traffic against a real fw serve (make bench-soak runs 10 minutes)

@@ -625,6 +625,18 @@ func TestOpenAPIDatatypes(t *testing.T) {
 			t.Errorf("DType enum %v lacks %q", names, d)
 		}
 	}
+	// GET /v2/models/{m}/config's data_type: every name ConfigDataType
+	// writes (TYPE_STRING for BYTES; schemathesis found it missing on a
+	// repository serving simple_string).
+	var config []string
+	for _, d := range oasdoc.Pointer(t, doc, "#/components/schemas/V2ModelConfigTensor/properties/data_type/enum").([]any) {
+		config = append(config, d.(string))
+	}
+	for d := engine.DType(0); d < 32; d++ {
+		if name := serving.ConfigDataType(d); (d.Known() || d == engine.Invalid) && !slices.Contains(config, name) {
+			t.Errorf("V2ModelConfigTensor data_type enum %v lacks %q", config, name)
+		}
+	}
 	for _, ptr := range []string{"#/components/schemas/V2TensorData/items/anyOf", "#/components/schemas/NestedNumbers/anyOf", "#/components/schemas/NestedValues/anyOf"} {
 		scalar := oasdoc.Pointer(t, doc, ptr).([]any)[0].(map[string]any)
 		if types, _ := scalar["type"].([]any); !slices.Contains(types, any("string")) {

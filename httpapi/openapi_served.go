@@ -735,7 +735,7 @@ func (b *docBuilder) v2InputSchema(m docModel, s engine.TensorSpec) map[string]a
 		props["data"] = b.v2Data(s.DType, m.Finite, m.NoNUL)
 	}
 	if len(s.Shape) == 0 && s.DType == engine.Invalid { // unknown rank
-		props["shape"] = map[string]any{"type": "array", "items": map[string]any{"type": "integer", "minimum": 0}}
+		props["shape"] = map[string]any{"type": "array", "items": map[string]any{"type": "integer", "minimum": 0, "maximum": maxShapeDim}}
 	} else {
 		props["shape"] = v2ShapeSchema(m, s, b.maxRows)
 	}
@@ -750,10 +750,16 @@ func (b *docBuilder) v2InputSchema(m docModel, s engine.TensorSpec) map[string]a
 	}
 }
 
+// maxShapeDim is the largest size of an axis a V2 request's shape may
+// state: the reader takes shape elements as int64 (v2Int); a larger one is
+// Triton's 500 "Unable to parse 'shape'", as for a negative one.
+const maxShapeDim = int64(math.MaxInt64)
+
 // v2ShapeSchema is the schema of input s's shape: its rank, its fixed axes'
 // sizes, 1 to maxRows on a batch axis (1 for a stateful model), at
 // least 1 on another variable axis of a model without a batch axis (an
-// empty tensor is refused) and at least 0 on one of a batched model.
+// empty tensor is refused) and at least 0 on one of a batched model; at
+// most maxShapeDim on any.
 func v2ShapeSchema(m docModel, s engine.TensorSpec, maxRows int) map[string]any {
 	if len(s.Shape) == 0 {
 		return map[string]any{"type": "array", "maxItems": 0, "description": "A scalar: `[]`."}
@@ -764,7 +770,7 @@ func v2ShapeSchema(m docModel, s engine.TensorSpec, maxRows int) map[string]any 
 		case d > 0:
 			items[i] = map[string]any{"type": "integer", "const": d}
 		case i == 0 && m.Batched:
-			ax := map[string]any{"type": "integer", "minimum": 1, "description": "The batch size (rows)."}
+			ax := map[string]any{"type": "integer", "minimum": 1, "maximum": maxShapeDim, "description": "The batch size (rows)."}
 			if m.Stateful {
 				ax["maximum"] = 1
 			} else if maxRows > 0 {
@@ -772,9 +778,9 @@ func v2ShapeSchema(m docModel, s engine.TensorSpec, maxRows int) map[string]any 
 			}
 			items[i] = ax
 		case m.Batched:
-			items[i] = map[string]any{"type": "integer", "minimum": 0}
+			items[i] = map[string]any{"type": "integer", "minimum": 0, "maximum": maxShapeDim}
 		default:
-			items[i] = map[string]any{"type": "integer", "minimum": 1}
+			items[i] = map[string]any{"type": "integer", "minimum": 1, "maximum": maxShapeDim}
 		}
 	}
 	return map[string]any{"type": "array", "minItems": len(items), "maxItems": len(items), "prefixItems": items,

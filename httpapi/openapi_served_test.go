@@ -235,6 +235,12 @@ func TestServedDocumentRepository(t *testing.T) {
 	wantJSON(t, "unknown datatype", unk["datatype"], `{"$ref": "#/components/schemas/V2Datatype"}`)
 	nbs := v2["nobatch (version 1)"]["properties"].(map[string]any)["inputs"].(map[string]any)["items"].(map[string]any)["properties"].(map[string]any)["shape"].(map[string]any)
 	wantJSON(t, "nobatch shape", nbs["prefixItems"], `[{"type": "integer", "const": 4}]`)
+	// A variable axis is bounded by what the reader takes (int64; a larger
+	// size is Triton's 500, as a negative one: schemathesis sent 3.4e35 as
+	// a schema-valid size on a repository serving simple_identity).
+	mh := v2["mixed (version 1)"]["properties"].(map[string]any)["inputs"].(map[string]any)["items"].(map[string]any)["anyOf"].([]any)[0].(map[string]any)
+	wantJSON(t, "mixed h shape", mh["properties"].(map[string]any)["shape"].(map[string]any)["prefixItems"],
+		`[{"type": "integer", "minimum": 1, "maximum": 4096, "description": "The batch size (rows)."}, {"type": "integer", "const": 2}, {"type": "integer", "minimum": 0, "maximum": 9223372036854775807}]`)
 	// Classification is refused for a BF16 output.
 	mo := v2["mixed (version 1)"]["properties"].(map[string]any)["outputs"].(map[string]any)["items"].(map[string]any)
 	wantJSON(t, "bf16 classification", mo["properties"].(map[string]any)["parameters"].(map[string]any)["properties"].(map[string]any)["classification"].(map[string]any)["enum"], `[0, null]`)

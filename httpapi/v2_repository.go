@@ -6,6 +6,7 @@ package httpapi
 // Triton's sentence first ("failed to load '...'"), as its clients match it.
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -40,25 +41,24 @@ func (s *Server) routeRepository(ctx *fasthttp.RequestCtx, rest string) string {
 	if !ok {
 		return "v2"
 	}
-	var req struct {
-		Parameters map[string]json.RawMessage `json:"parameters"`
+	params, aerr := repositoryParams(body)
+	if aerr == nil && action == "load" && isNull(params["config"]) {
+		aerr = newError(400, CodeInvalidJSON, "the parameter config must be a model configuration (a JSON string or an object), not null", nil)
 	}
-	if len(body) > 0 {
-		if err := json.Unmarshal(body, &req); err != nil {
-			writeError(ctx, newError(400, CodeInvalidJSON, "the body is not a JSON object like {\"parameters\": {...}}: "+err.Error(), nil))
-			return "v2"
-		}
+	if aerr != nil {
+		writeError(ctx, aerr)
+		return "v2"
 	}
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
 	var err error
 	if action == "load" {
 		var opts serving.LoadOptions
-		if opts, err = loadOptions(name, req.Parameters); err == nil {
+		if opts, err = loadOptions(name, params); err == nil {
 			err = s.models.Load(rctx, name, opts)
 		}
 	} else {
-		opts, aerr := unloadOptions(req.Parameters)
+		opts, aerr := unloadOptions(params)
 		if aerr != nil {
 			writeError(ctx, aerr)
 			return "v2"
@@ -73,6 +73,38 @@ func (s *Server) routeRepository(ctx *fasthttp.RequestCtx, rest string) string {
 	ctx.SetBodyString("{}")
 	return "v2"
 }
+
+// repositoryParams reads a load or unload request's body: empty, or an
+// object whose "parameters", when present, is an object. null is refused
+// where the protocol has an object (the body, "parameters"), as Triton
+// refuses it and as the document's schemas say.
+func repositoryParams(body []byte) (map[string]json.RawMessage, *APIError) {
+	if len(body) == 0 {
+		return nil, nil
+	}
+	notObject := func(detail string) *APIError {
+		return newError(400, CodeInvalidJSON, "the body is not a JSON object like {\"parameters\": {...}}: "+detail, nil)
+	}
+	var req map[string]json.RawMessage
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, notObject(err.Error())
+	}
+	if req == nil {
+		return nil, notObject("it is null")
+	}
+	raw, ok := req["parameters"]
+	if !ok {
+		return nil, nil
+	}
+	var params map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &params); err != nil || params == nil {
+		return nil, notObject("\"parameters\" is not an object")
+	}
+	return params, nil
+}
+
+// isNull is whether a JSON value is null (false for an absent one).
+func isNull(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "null" }
 
 // loadOptions reads a load request's parameters: "config", a model
 // configuration in JSON given as a string (Triton's form) or an object.
@@ -101,7 +133,7 @@ func loadOptions(name string, params map[string]json.RawMessage) (serving.LoadOp
 func unloadOptions(params map[string]json.RawMessage) (serving.UnloadOptions, *APIError) {
 	var opts serving.UnloadOptions
 	if v, ok := params["unload_dependents"]; ok {
-		if err := json.Unmarshal(v, &opts.Dependents); err != nil {
+		if err := json.Unmarshal(v, &opts.Dependents); err != nil || isNull(v) {
 			return opts, newError(400, CodeInvalidJSON, "the parameter unload_dependents must be true or false", nil)
 		}
 	}

@@ -124,7 +124,11 @@ func TestV2ShapeSentences(t *testing.T) {
 		"invalid shape for input 'input': shape [16,1152921504606846978] causes total element count to exceed maximum size of 9223372036854775807")
 	v2Do(t, "POST", url, req(`[4,1152921504606846978]`)).expectTriton(t, 400, CodeBadRequest,
 		"byte size overflow for input 'input': element count (4611686018427387912) * data type size (4) exceeds maximum allowed size (9223372036854775807)")
-	for _, shape := range []string{`[2,-5]`, `[1.5,64]`, `["1",64]`} {
+	// The document's bound on a size (maxShapeDim): up to it a size is read
+	// (then its count refused with 400), beyond it it is not.
+	v2Do(t, "POST", url, req(`[1,9223372036854775807]`)).expectTriton(t, 400, CodeBadRequest,
+		"byte size overflow for input 'input': element count (9223372036854775807)")
+	for _, shape := range []string{`[2,-5]`, `[1.5,64]`, `["1",64]`, `[1,9223372036854775808]`, `[1,336679844898533077704275898497236992]`} {
 		v2Do(t, "POST", url, req(shape)).expectTriton(t, 500, CodeBadRequest,
 			"Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer")
 	}

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # make test-schemathesis: the API contract checked from outside. Starts
-# `bin/fw serve` on a reference model and `bin/fw dashboard` (temporary data
-# directory, no token, loopback only) as real processes on free ports, and runs
-# schemathesis (PyPI, pinned, in its own venv — never one of the project's
-# dependencies) against each server's /openapi.json with every check: no server
-# error, no crash, every response in the documented status codes, content
-# types, headers and schemas, every schema-valid request accepted and every
-# schema-violating one rejected. Prints the number of test cases per server and
-# exits non-zero on any failure. Both servers are stopped on every exit path.
+# `bin/fw serve` on a reference model (serve), `bin/fw serve` on a temporary
+# copy of a few of build/models/triton's models in explicit model control
+# (serve-repo: several models, load and unload) and `bin/fw dashboard`
+# (temporary data directory, no token, loopback only) as real processes on
+# free ports, and runs schemathesis (PyPI, pinned, in its own venv — never one
+# of the project's dependencies) against each one's /openapi.json with every
+# check: no server error, no crash, every response in the documented status
+# codes, content types, headers and schemas, every schema-valid request
+# accepted and every schema-violating one rejected. Prints the number of test
+# cases per server and exits non-zero on any failure. Every server is stopped
+# on every exit path.
 #
 # Environment:
 #   ST_MAX_EXAMPLES  test cases per operation and phase (default 25)
@@ -16,11 +19,13 @@
 #                    "AST constructor recursion depth mismatch")
 #   ST_SEED          a fixed seed, to replay a run (default: random)
 #   ST_MODEL         the model fw serve serves (default build/models/digits_cnn.onnx)
-#   ST_ONLY          serve or dashboard: check one server only
+#   ST_ONLY          serve, serve-repo or dashboard: check one server only
 #   FW_BIN           the fw binary (default bin/fw)
 # What schemathesis is told to leave out or take from lists of valid values,
-# each with its reason, is in scripts/schemathesis/{serve,dashboard}.toml;
-# scripts/schemathesis/hooks.py teaches it JSON lines (fw serve's bulk route).
+# each with its reason, is in scripts/schemathesis/{serve,serve-repo,dashboard}.toml;
+# scripts/schemathesis/hooks.py teaches it JSON lines (fw serve's bulk route)
+# and adds fw's own checks (Triton's 500 refusals; with several models, a
+# /predict body that fits the model it names must not get 422).
 #   FW_CACHE_DIR     where the venv lives (default ~/.cache/fw/schemathesis-venv)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,12 +36,28 @@ max_examples=${ST_MAX_EXAMPLES:-25}
 workers=${ST_WORKERS:-1}
 model=${ST_MODEL:-build/models/digits_cnn.onnx}
 only=${ST_ONLY:-}
+# serve-repo: the models of build/models/triton loaded at start, and the one
+# left unloaded for load and unload (scripts/schemathesis/serve-repo.toml).
+triton=build/models/triton
+repo_models="simple simple_int8 simple_identity nobatch"
+repo_spare=fixed_batch1
 fw=${FW_BIN:-$root/bin/fw}
 cache=${FW_CACHE_DIR:-$HOME/.cache/fw}
 venv=$cache/schemathesis-venv
 
 [ -x "$fw" ] || { echo "schemathesis: $fw is missing; run make build" >&2; exit 1; }
-[ "$only" = dashboard ] || [ -f "$model" ] || { echo "schemathesis: $model is missing; run make models (or set ST_MODEL)" >&2; exit 1; }
+case "$only" in
+"" | serve | serve-repo | dashboard) ;;
+*) echo "schemathesis: ST_ONLY=$only: serve, serve-repo or dashboard" >&2; exit 2 ;;
+esac
+# runs NAME: whether the server NAME is checked in this run.
+runs() { [ -z "$only" ] || [ "$only" = "$1" ]; }
+! runs serve || [ -f "$model" ] || { echo "schemathesis: $model is missing; run make models (or set ST_MODEL)" >&2; exit 1; }
+if runs serve-repo; then
+	for m in $repo_models $repo_spare; do
+		[ -f "$triton/$m/1/model.onnx" ] || { echo "schemathesis: $triton/$m is missing; run make models" >&2; exit 1; }
+	done
+fi
 
 # The venv: created once, reused while it holds the pinned version.
 if [ "$("$venv/bin/st" --version 2>/dev/null || true)" != "st, version $st_version" ]; then
@@ -120,7 +141,7 @@ check() {
 	fi
 }
 
-if [ "$only" != "dashboard" ]; then
+if runs serve; then
 	# A trace file, so that every trace setting the document allows can be
 	# set (TIMESTAMPS needs one).
 	start serve serve --model "$model" --host 127.0.0.1 --port 0 --trace-config "triton,file=$tmp/trace.json"
@@ -128,7 +149,25 @@ if [ "$only" != "dashboard" ]; then
 	check serve "$serve_url"
 fi
 
-if [ "$only" != "serve" ]; then
+if runs serve-repo; then
+	# Several models at once, in explicit model control: the repository
+	# extension's load and unload really load and unload ($repo_spare, not
+	# loaded at start: serve-repo.toml says why), every model has its own
+	# /v2/models/NAME paths, and the served document describes each one's
+	# inputs. A copy, so that nothing a request does touches build/.
+	mkdir -p "$tmp/repo"
+	load=()
+	for m in $repo_models; do
+		cp -R "$triton/$m" "$tmp/repo/"
+		load+=(--load-model "$m")
+	done
+	cp -R "$triton/$repo_spare" "$tmp/repo/"
+	start serve-repo serve --model-repository "$tmp/repo" --model-control-mode explicit "${load[@]}" \
+		--host 127.0.0.1 --port 0 --trace-config "triton,file=$tmp/trace-repo.json"
+	check serve-repo "$url"
+fi
+
+if runs dashboard; then
 	export FW_EXPERIMENT_DIR=$tmp/experiments FW_CHECKPOINT_DIR=$tmp/checkpoints FW_ARTIFACT_DIR=$tmp/artifacts
 	unset FW_DASHBOARD_TOKEN FW_DATABASE_URL FW_RECIPES
 	start dashboard dashboard --host 127.0.0.1 --port 0

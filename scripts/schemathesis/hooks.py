@@ -7,12 +7,16 @@ fw serve's POST /predict/batch takes and answers JSON lines (application/x-ndjso
 application/jsonl): the document gives the schema of one line (BatchItem,
 BatchItemResult). schemathesis has no serializer for these types, so without this it
 cannot send such a body nor check such an answer.
+
+With several models served (serve-repo.toml), a /predict body that fits the model its
+`model` parameter names must not be refused with 422 (predict_body_fits_named_model).
 """
 
 from __future__ import annotations
 
 import json
 
+import jsonschema_rs  # schemathesis's own validator
 import schemathesis
 
 NDJSON = ("application/x-ndjson", "application/jsonl")
@@ -77,4 +81,95 @@ def no_server_failure(ctx, response, case):
             return
     raise AssertionError(
         f"server error {response.status_code}: {response.content[:300]!r}"
+    )
+
+
+# fw serve with several models (serve-repo.toml): POST /predict's body schema is one
+# alternative per served model (anyOf, each titled "NAME (version V)"), and the `model`
+# query parameter names the one the body must fit. OpenAPI cannot tie a body schema to a
+# query parameter, so serve-repo.toml lets a schema-valid /predict body get 422 (another
+# model's body); this check takes that back where a schema could have said it: a 422 for a
+# body that fits the named model's own alternative fails, unless the body relates sizes no
+# schema can (rows of different sizes on a variable axis, inputs of different row counts).
+_predict_validators = {}
+
+
+def _named_alternative(raw, model, version):
+    """The validator of the PredictRequest alternative for model (and version), or None."""
+    try:
+        alts = raw["components"]["schemas"]["PredictRequest"]["anyOf"]
+    except (KeyError, TypeError):
+        return None  # one model: the document's schema is that model's own
+    for i, alt in enumerate(alts):
+        title = alt.get("title", "") if isinstance(alt, dict) else ""
+        if not title.startswith(f"{model} (version "):
+            continue
+        if version is not None and title != f"{model} (version {version})":
+            continue
+        key = (id(raw), i)
+        if key not in _predict_validators:
+            root = {
+                "$ref": f"#/components/schemas/PredictRequest/anyOf/{i}",
+                "components": raw["components"],
+            }
+            _predict_validators[key] = jsonschema_rs.Draft202012Validator(root)
+        return _predict_validators[key]
+    return None
+
+
+def _box(value):
+    """The sizes of a nested list on each axis, or None when they differ."""
+    if not isinstance(value, list):
+        return ()
+    if not value:
+        return (0,)
+    inner = {_box(v) for v in value}
+    if len(inner) != 1 or None in inner:
+        return None
+    return (len(value),) + inner.pop()
+
+
+def _relates_sizes(body):
+    """Whether body (a /predict body) has an input whose values are not a box (rows of
+    different sizes on a variable axis), or inputs whose row counts differ."""
+    if not isinstance(body, dict):
+        return False
+    inputs = body.get("inputs")
+    values = (
+        [body["data"]]
+        if "data" in body
+        else list(inputs.values())
+        if isinstance(inputs, dict)
+        else []
+    )
+    boxes = [_box(v) for v in values]
+    if any(b is None for b in boxes):
+        return True
+    return len({b[0] for b in boxes if b}) > 1
+
+
+@schemathesis.check
+def predict_body_fits_named_model(ctx, response, case):
+    """A 422 from POST /predict for a body that fits the model `model` names (see above)."""
+    if (
+        response.status_code != 422
+        or case.operation.path != "/predict"
+        or case.operation.method.upper() != "POST"
+    ):
+        return
+    query = case.query or {}
+    model = query.get("model")
+    if not isinstance(model, str):
+        return
+    validator = _named_alternative(
+        case.operation.schema.raw_schema, model, query.get("version")
+    )
+    if (
+        validator is None
+        or not validator.is_valid(case.body)
+        or _relates_sizes(case.body)
+    ):
+        return
+    raise AssertionError(
+        f"422 for a body that fits model {model!r}'s own schema: {response.content[:300]!r}"
     )
