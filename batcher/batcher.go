@@ -68,6 +68,9 @@ type Config struct {
 	// (unless PreferredSizes hold it): waiting then only adds latency, and
 	// under load batches fill by themselves with the requests that arrive
 	// during the running call.
+	// A batch also goes as soon as a request of another shape (which
+	// cannot join it) is queued after its oldest, as Triton's pending
+	// batch does.
 	// 0 (or negative) never waits: a free worker runs whatever is queued at
 	// that moment. DefaultConfig uses 1ms.
 	MaxDelay time.Duration
@@ -95,6 +98,12 @@ type Config struct {
 	// priorities and queue timeouts, WithQueueOptions). The zero value is
 	// one queue in arrival order.
 	Queues Queues
+	// PreserveOrdering answers requests in the order they were queued
+	// (Triton's preserve_ordering): a request whose engine call ended
+	// waits for every request queued before it to be answered, or to
+	// leave the queue. Without it (and always with Streams) each request
+	// is answered as soon as its call ends. CallerRuns does not apply.
+	PreserveOrdering bool
 	// RequestContext runs an engine call of one request with that
 	// request's context (its deadline, trace and values) instead of the
 	// batcher's own: for a run that is itself made of requests to other
@@ -272,6 +281,7 @@ type Batcher struct {
 	queueing     bool
 	levelQueued  map[uint64]int
 	maxPreferred int
+	order        *order // Config.PreserveOrdering; nil without
 }
 
 // group is the queue of requests sharing one shape signature.
@@ -280,6 +290,9 @@ type group struct {
 	reqs []*request // arrival order (by level first, with Config.Queues)
 	rows int        // total rows in reqs
 	idx  int        // position in Batcher.active, -1 when empty
+	// newest is when its newest request was queued (kept while it is
+	// active; a request leaving does not move it back).
+	newest time.Time
 }
 
 // request is one Submit call. Fields other than taken are written by Submit
@@ -294,6 +307,7 @@ type request struct {
 	level    uint64        // priority level (Config.Queues; 0 without levels)
 	delayed  bool          // guarded by Batcher.mu: past its timeout, under a DELAY policy
 	timeout  time.Duration // queue timeout (0: none)
+	seq      uint64        // its place in Config.PreserveOrdering's order (0: none)
 	done     chan struct{} // capacity 1; exactly one send per use
 	out      []engine.Tensor
 	err      error
@@ -389,6 +403,9 @@ func start(workers []*worker, cfg Config, stats Stats) *Batcher {
 	}
 	if b.queueing = cfg.Queues.enabled(); b.queueing {
 		b.levelQueued = make(map[uint64]int)
+	}
+	if cfg.PreserveOrdering && !cfg.Streams {
+		b.order = newOrder()
 	}
 	b.returned = sync.NewCond(&b.mu)
 	b.reqs.New = func() any { return &request{done: make(chan struct{}, 1)} }
@@ -500,11 +517,15 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 		g = &group{key: string(key), idx: -1}
 		b.groups[g.key] = g
 	}
-	if g.idx < 0 {
+	newGroup := g.idx < 0 // another shape: the batches waiting may go now
+	if newGroup {
 		g.idx = len(b.active)
 		b.active = append(b.active, g)
 	}
 	wasEmpty := b.queued == 0
+	if b.order != nil {
+		r.seq = b.order.take()
+	}
 	b.enqueueLocked(g, r)
 	g.rows += rows
 	b.qrows += rows
@@ -513,14 +534,17 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 	// A sleeping gatherer only needs waking when there was nothing to wait
 	// for or this group just filled up; otherwise its timer already fires
 	// at the earliest deadline.
-	wake := b.waiting && (wasEmpty || g.rows >= b.cfg.MaxBatchRows || b.preferredLocked(g))
+	wake := b.waiting && (wasEmpty || g.rows >= b.cfg.MaxBatchRows || b.preferredLocked(g) || (newGroup && len(b.active) > 1))
 	if wake {
 		b.waiting = false
 	}
-	timeout := r.timeout
+	timeout, seq := r.timeout, r.seq
 	b.mu.Unlock()
 	if wake {
 		b.wake()
+	}
+	if seq != 0 {
+		defer b.order.finish(seq) // answered or gone: the next in order may go
 	}
 
 	var expired <-chan time.Time
@@ -534,6 +558,11 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 		case <-r.done:
 			out, t, err := r.out, r.timing, r.err
 			b.putRequest(r)
+			if seq != 0 { // answered after every request queued before it
+				if werr := b.order.wait(ctx, seq); werr != nil {
+					return nil, Timing{}, werr
+				}
+			}
 			return out, t, err
 		case <-ctx.Done():
 			return nil, Timing{}, b.abandon(r, ctx.Err())
@@ -645,7 +674,7 @@ func (b *Batcher) removeLocked(r *request) {
 
 func (b *Batcher) putRequest(r *request) {
 	r.ctx, r.inputs, r.g, r.out, r.err, r.timing = nil, nil, nil, nil, nil, Timing{}
-	r.level, r.delayed, r.timeout = 0, false, 0
+	r.level, r.delayed, r.timeout, r.seq = 0, false, 0, 0
 	b.reqs.Put(r)
 }
 
@@ -752,7 +781,7 @@ func (b *Batcher) gather(w *worker) bool {
 	defer b.gatherMu.Unlock()
 	b.mu.Lock()
 	// A request that would start at once anyway may run on w itself.
-	lendable := b.cfg.CallerRuns && b.cfg.Instances == 1 && w.each == nil && b.maxPreferred == 0
+	lendable := b.cfg.CallerRuns && b.cfg.Instances == 1 && w.each == nil && b.maxPreferred == 0 && b.order == nil
 	for {
 		for b.lent {
 			b.returned.Wait()
@@ -799,11 +828,32 @@ func (b *Batcher) pickLocked() (*group, time.Duration) {
 	if !immediate {
 		now = time.Now()
 	}
+	// A batch goes when a request that cannot join it (another shape)
+	// was queued after its oldest, as Triton's pending batch does: the
+	// newest request of every other group.
+	var newest, second time.Time
+	var newestG *group
+	if !immediate && len(b.active) > 1 {
+		for _, g := range b.active {
+			if g.newest.After(newest) {
+				second, newest, newestG = newest, g.newest, g
+			} else if g.newest.After(second) {
+				second = g.newest
+			}
+		}
+	}
 	var best *group
 	var wait time.Duration
 	for _, g := range b.active {
 		head := g.reqs[0]
 		ready := immediate || g.rows >= b.cfg.MaxBatchRows || b.preferredLocked(g)
+		if !ready && newestG != nil {
+			other := newest
+			if newestG == g {
+				other = second
+			}
+			ready = other.After(b.oldestLocked(g))
+		}
 		if !ready {
 			left := b.cfg.MaxDelay - now.Sub(b.oldestLocked(g))
 			if left <= 0 {
@@ -874,6 +924,7 @@ func (b *Batcher) deactivateLocked(g *group) {
 	b.active[last] = nil
 	b.active = b.active[:last]
 	g.idx = -1
+	g.newest = time.Time{}
 	if len(b.groups) > maxIdleGroups {
 		delete(b.groups, g.key)
 	}

@@ -137,6 +137,9 @@ func before(a, b *request) bool {
 // does not go before) and counts it in its level.
 func (b *Batcher) enqueueLocked(g *group, r *request) {
 	g.reqs = append(g.reqs, r)
+	if r.enqueued.After(g.newest) {
+		g.newest = r.enqueued
+	}
 	if !b.queueing {
 		return
 	}

@@ -314,3 +314,120 @@ func TestMaxDelayFromTheOldest(t *testing.T) {
 		t.Fatalf("the batch went %v after its oldest request: MaxDelay (%v) ran from the newer one", d, delay)
 	}
 }
+
+// PreserveOrdering: a request whose call ended on another instance is
+// answered only after the request queued before it, still running; a
+// cancelled earlier request does not hold the later ones. Without it, the
+// later request is answered first.
+func TestPreserveOrdering(t *testing.T) {
+	for _, preserve := range []bool{true, false} {
+		stats := &recorder{}
+		run, started, release := blockFirst(1, affine)
+		b := New(run, Config{MaxBatchRows: 1, Instances: 2, PreserveOrdering: preserve}, stats)
+		first := submitAsync(context.Background(), b, rowsTensor(1, 1, 4))
+		<-started // request 1 holds instance one
+		var order []int
+		var mu sync.Mutex
+		second := make(chan result, 1)
+		go func() {
+			out, err := b.Submit(context.Background(), []engine.Tensor{rowsTensor(2, 1, 4)})
+			mu.Lock()
+			order = append(order, 2)
+			mu.Unlock()
+			second <- result{out, err}
+		}()
+		waitFor(t, "request 2's call", func() bool { return len(stats.all()) == 1 })
+		time.Sleep(50 * time.Millisecond) // time to be answered, if it may
+		mu.Lock()
+		answered := len(order) == 1
+		mu.Unlock()
+		if answered == preserve {
+			t.Fatalf("preserve %v: request 2 answered before request 1 finished: %v", preserve, answered)
+		}
+		close(release)
+		mustOK(t, 1, 1, first)
+		mustOK(t, 2, 1, second)
+		closeOK(t, b)
+	}
+
+	// A cancelled earlier request lets the later ones go.
+	run, started, release := blockFirst(1, affine)
+	b := New(run, Config{MaxBatchRows: 1, Instances: 1, MaxDelay: time.Hour, PreserveOrdering: true}, nil)
+	defer closeOK(t, b)
+	first := submitAsync(context.Background(), b, rowsTensor(1, 1, 4))
+	<-started
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := submitAsync(ctx, b, rowsTensor(2, 1, 4))
+	waitFor(t, "queued", func() bool { return b.QueueDepth() == 1 })
+	third := submitAsync(context.Background(), b, rowsTensor(3, 1, 4))
+	waitFor(t, "queued", func() bool { return b.QueueDepth() == 2 })
+	cancel()
+	if r := <-gone; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled: %v", r.err)
+	}
+	close(release)
+	mustOK(t, 1, 1, first)
+	mustOK(t, 3, 1, third)
+}
+
+// order: requests finished out of order release the waiters in order.
+func TestOrderReleasesInOrder(t *testing.T) {
+	o := newOrder()
+	a, b, c := o.take(), o.take(), o.take()
+	got := make(chan uint64, 3)
+	for _, s := range []uint64{c, b} {
+		go func() {
+			if err := o.wait(context.Background(), s); err == nil {
+				got <- s
+				o.finish(s)
+			}
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	select {
+	case s := <-got:
+		t.Fatalf("request %d went before request %d finished", s, a)
+	default:
+	}
+	o.finish(a)
+	if first, second := <-got, <-got; first != b || second != c {
+		t.Fatalf("released %d then %d, want %d then %d", first, second, b, c)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := o.take()
+	e := o.take()
+	cancel()
+	if err := o.wait(ctx, e); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled wait: %v", err)
+	}
+	o.finish(e)
+	o.finish(d)
+	if o.through != e || len(o.waiters) != 0 || len(o.done) != 0 {
+		t.Fatalf("through %d, waiters %d, done %d", o.through, len(o.waiters), len(o.done))
+	}
+}
+
+// A batch held for a preferred size goes as soon as a request of another
+// shape, which cannot join it, is queued after it (Triton's pending batch);
+// the newer one waits its own MaxDelay.
+func TestAnotherShapeSendsTheBatch(t *testing.T) {
+	b := New(affine, Config{MaxBatchRows: 8, MaxDelay: time.Hour, PreferredSizes: []int{8}}, nil)
+	held := submitAsync(context.Background(), b, rowsTensor(1, 1, 4))
+	waitFor(t, "queued", func() bool { return b.QueueDepth() == 1 })
+	other := submitAsync(context.Background(), b, rowsTensor(2, 1, 8))
+	select {
+	case r := <-held:
+		if r.err != nil || checkAffine(1, 1, 4, r.out) != nil {
+			t.Fatalf("request 1: %v", r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a held batch still waits after a request of another shape was queued")
+	}
+	if b.QueueDepth() != 1 {
+		t.Fatalf("queue depth %d: the newer shape's request should wait for its own batch", b.QueueDepth())
+	}
+	closeOK(t, b) // runs what is queued
+	if r := <-other; r.err != nil || checkAffine(2, 1, 8, r.out) != nil {
+		t.Fatalf("request 2: %v", r.err)
+	}
+}

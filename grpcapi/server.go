@@ -435,6 +435,7 @@ func configPB(c serving.ModelConfig) *pb.ModelConfig {
 	} else if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
 		db := queuesPB(c.Queues)
 		db.MaxQueueDelayMicroseconds, db.PreferredBatchSize = uint64(max(c.MaxQueueDelay, 0)), int32s(c.PreferredBatchSizes)
+		db.PreserveOrdering = c.PreserveOrdering
 		cfg.SchedulingChoice = &pb.ModelConfig_DynamicBatching{DynamicBatching: db}
 	}
 	return cfg

@@ -392,6 +392,7 @@ func describePython(name string, cfg *pb.ModelConfig, labels map[string]string, 
 		c.PreferredBatchSizes = append(c.PreferredBatchSizes, int64(p))
 	}
 	c.Queues = queuesJSON(cfg.GetDynamicBatching())
+	c.PreserveOrdering = bc.PreserveOrdering
 	for _, in := range cfg.GetInput() {
 		c.Inputs = append(c.Inputs, serving.TensorConfig{Name: in.GetName(), DataType: in.GetDataType().String(),
 			Dims: slices.Clone(in.GetDims()), Format: in.GetFormat().String(), Optional: in.GetOptional(), Reshape: reshapeOf(in.GetReshape())})

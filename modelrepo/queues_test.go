@@ -17,7 +17,7 @@ func TestQueuePoliciesReachTheBatcher(t *testing.T) {
 	f := open(t, Config{Roots: []string{samples(t)}, Mode: ModeExplicit})
 	ctx := context.Background()
 	err := f.repo.Load(ctx, "simple", serving.LoadOptions{Config: []byte(`{"max_batch_size": 8, "dynamic_batching": {
-		"priority_levels": 3, "default_priority_level": 2,
+		"priority_levels": 3, "default_priority_level": 2, "preserve_ordering": true,
 		"default_queue_policy": {"max_queue_size": 4, "default_timeout_microseconds": 18446744073709551615},
 		"priority_queue_policy": {"1": {"timeout_action": "DELAY", "default_timeout_microseconds": 1500, "allow_timeout_override": true, "max_queue_size": 2}}}}`)})
 	if err != nil {
@@ -33,6 +33,9 @@ func TestQueuePoliciesReachTheBatcher(t *testing.T) {
 		ByLevel: map[uint64]batcher.QueuePolicy{1: {MaxQueue: 2, Timeout: 1500 * time.Microsecond, AllowOverride: true, Delay: true}}}
 	if q.Levels != want.Levels || q.DefaultLevel != want.DefaultLevel || q.Policy != want.Policy || len(q.ByLevel) != 1 || q.ByLevel[1] != want.ByLevel[1] {
 		t.Fatalf("queues %+v, want %+v", q, want)
+	}
+	if !inst.Batcher.Config().PreserveOrdering || !inst.Config.PreserveOrdering {
+		t.Fatal("preserve_ordering did not reach the batcher and the reported configuration")
 	}
 	if got := inst.Batcher.Config().MaxQueue; got != 10 {
 		t.Fatalf("max queue %d, want 10: levels 2 and 3 are bounded at 4 each and level 1 at 2", got)

@@ -188,6 +188,9 @@ type ModelConfig struct {
 	DefaultModelFilename string
 	// PreferredBatchSizes are the dynamic batcher's preferred sizes.
 	PreferredBatchSizes []int64
+	// PreserveOrdering is dynamic_batching's preserve_ordering: answers
+	// leave in the order requests came.
+	PreserveOrdering bool
 	// Queues are the dynamic batcher's priority_levels,
 	// default_priority_level, default_queue_policy and
 	// priority_queue_policy as Triton's JSON renders them (nil: none).
@@ -229,7 +232,7 @@ func Config(inst *Instance, filename string) ModelConfig {
 	bc := inst.Batcher.Config()
 	c := ModelConfig{
 		Name: inst.Name(), Platform: Platform(m.Format), Backend: Backend(m.Format),
-		MaxQueueDelay: bc.MaxDelay.Microseconds(), Instances: bc.Instances, DefaultModelFilename: filename,
+		MaxQueueDelay: bc.MaxDelay.Microseconds(), Instances: bc.Instances, DefaultModelFilename: filename, PreserveOrdering: bc.PreserveOrdering,
 		VersionPolicy: map[string]any{"latest": map[string]any{"num_versions": 1}}, InstanceKind: "KIND_CPU",
 	}
 	batched := m.Batched()
@@ -325,7 +328,7 @@ func ConfigJSON(c ModelConfig) map[string]any {
 		out["sequence_batching"] = c.SequenceBatching
 	} else if c.MaxBatchSize > 0 { // max_batch_size 0 turns dynamic batching off, as in Triton
 		db := map[string]any{
-			"preferred_batch_size": preferred, "max_queue_delay_microseconds": c.MaxQueueDelay, "preserve_ordering": false,
+			"preferred_batch_size": preferred, "max_queue_delay_microseconds": c.MaxQueueDelay, "preserve_ordering": c.PreserveOrdering,
 			"priority_levels": 0, "default_priority_level": 0, "priority_queue_policy": map[string]any{},
 			"default_queue_policy": map[string]any{"timeout_action": "REJECT", "default_timeout_microseconds": 0, "allow_timeout_override": false, "max_queue_size": 0},
 		}

@@ -94,6 +94,9 @@ func traceConfig(entries []string, file, level, rate, count, freq string) (*reqt
 		case "file", "mode":
 		case "level":
 			l := strings.ToUpper(v)
+			if l == "MIN" { // tritonserver's older name of TIMESTAMPS
+				l = reqtrace.LevelTimestamps
+			}
 			s.Level = &l
 		case "rate":
 			n, err := strconv.ParseUint(v, 10, 32)

@@ -62,3 +62,19 @@ func TestTraceConfigOpenTelemetry(t *testing.T) {
 		}
 	}
 }
+
+// tritonserver's older --trace-level MIN is TIMESTAMPS (L0_batcher's
+// command line); TENSORS is still refused.
+func TestTraceLevelMin(t *testing.T) {
+	tr, _, err := traceConfig(nil, t.TempDir()+"/trace.json", "MIN", "", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if got := tr.Get("")["trace_level"]; len(got) != 1 || got[0] != "TIMESTAMPS" {
+		t.Fatalf("trace_level %v, want [TIMESTAMPS]", got)
+	}
+	if _, _, err := traceConfig(nil, t.TempDir()+"/trace.json", "TENSORS", "", "", ""); err == nil {
+		t.Fatal("TENSORS accepted")
+	}
+}
