@@ -98,11 +98,13 @@ type Config struct {
 	// priorities and queue timeouts, WithQueueOptions). The zero value is
 	// one queue in arrival order.
 	Queues Queues
-	// PreserveOrdering answers requests in the order they were queued
-	// (Triton's preserve_ordering): a request whose engine call ended
-	// waits for every request queued before it to be answered, or to
-	// leave the queue. Without it (and always with Streams) each request
-	// is answered as soon as its call ends. CallerRuns does not apply.
+	// PreserveOrdering answers requests in the order their batches were
+	// taken from the queue (Triton's preserve_ordering: within a batch,
+	// queue order): a request whose engine call ended on one instance
+	// waits for those taken before it, running on others. A request still
+	// queued holds no one (priority levels and DELAY keep their order).
+	// Without it (and always with Streams) each request is answered as
+	// soon as its call ends. CallerRuns does not apply.
 	PreserveOrdering bool
 	// RequestContext runs an engine call of one request with that
 	// request's context (its deadline, trace and values) instead of the
@@ -523,9 +525,6 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 		b.active = append(b.active, g)
 	}
 	wasEmpty := b.queued == 0
-	if b.order != nil {
-		r.seq = b.order.take()
-	}
 	b.enqueueLocked(g, r)
 	g.rows += rows
 	b.qrows += rows
@@ -538,13 +537,10 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 	if wake {
 		b.waiting = false
 	}
-	timeout, seq := r.timeout, r.seq
+	timeout := r.timeout
 	b.mu.Unlock()
 	if wake {
 		b.wake()
-	}
-	if seq != 0 {
-		defer b.order.finish(seq) // answered or gone: the next in order may go
 	}
 
 	var expired <-chan time.Time
@@ -557,9 +553,12 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 		select {
 		case <-r.done:
 			out, t, err := r.out, r.timing, r.err
+			seq := r.seq // numbered when its batch was taken (PreserveOrdering)
 			b.putRequest(r)
-			if seq != 0 { // answered after every request queued before it
-				if werr := b.order.wait(ctx, seq); werr != nil {
+			if seq != 0 { // answered after every request taken before it
+				werr := b.order.wait(ctx, b.base, seq)
+				b.order.finish(seq)
+				if werr != nil {
 					return nil, Timing{}, werr
 				}
 			}
@@ -635,7 +634,11 @@ func (b *Batcher) runLent(w *worker, r *request) {
 func (b *Batcher) abandon(r *request, err error) error {
 	b.mu.Lock()
 	if r.taken {
+		seq := r.seq
 		b.mu.Unlock()
+		if seq != 0 {
+			b.order.finish(seq) // its answer will not be given: the next in order may go
+		}
 		return err // the worker still holds r: leave it to the GC
 	}
 	b.removeLocked(r)
@@ -902,6 +905,9 @@ func (b *Batcher) takeLocked(g *group, w *worker) {
 		}
 		rows += r.rows
 		r.taken = true
+		if b.order != nil { // answers leave in the order batches are taken, as Triton's
+			r.seq = b.order.take()
+		}
 		b.unqueuedLocked(r)
 		n++
 	}

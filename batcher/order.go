@@ -5,10 +5,10 @@ import (
 	"sync"
 )
 
-// order answers requests in the order they were queued
+// order answers requests in the order their batches were taken
 // (Config.PreserveOrdering, Triton's preserve_ordering): a request whose
-// result is in waits until every request queued before it has been
-// answered or has left the queue.
+// result is in waits until every request numbered before it has been
+// answered or given up.
 type order struct {
 	mu      sync.Mutex
 	next    uint64                   // the sequence number the next request gets (from 1)
@@ -30,8 +30,9 @@ func (o *order) take() uint64 {
 }
 
 // wait returns once every request numbered before seq is done, or with
-// ctx's error when ctx ends first.
-func (o *order) wait(ctx context.Context, seq uint64) error {
+// ctx's error when ctx ends first; nil at once when base ends (a Close
+// that gave up waiting: answers then leave as they are ready).
+func (o *order) wait(ctx, base context.Context, seq uint64) error {
 	o.mu.Lock()
 	if o.through >= seq-1 {
 		o.mu.Unlock()
@@ -42,6 +43,11 @@ func (o *order) wait(ctx context.Context, seq uint64) error {
 	o.mu.Unlock()
 	select {
 	case <-ch:
+		return nil
+	case <-base.Done():
+		o.mu.Lock()
+		delete(o.waiters, seq)
+		o.mu.Unlock()
 		return nil
 	case <-ctx.Done():
 		o.mu.Lock()

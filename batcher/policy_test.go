@@ -342,7 +342,7 @@ func TestPreserveOrdering(t *testing.T) {
 		answered := len(order) == 1
 		mu.Unlock()
 		if answered == preserve {
-			t.Fatalf("preserve %v: request 2 answered before request 1 finished: %v", preserve, answered)
+			t.Fatalf("PreserveOrdering %v: request 2 answered while request 1 still ran: %v, want %v", preserve, answered, !preserve)
 		}
 		close(release)
 		mustOK(t, 1, 1, first)
@@ -377,7 +377,7 @@ func TestOrderReleasesInOrder(t *testing.T) {
 	got := make(chan uint64, 3)
 	for _, s := range []uint64{c, b} {
 		go func() {
-			if err := o.wait(context.Background(), s); err == nil {
+			if err := o.wait(context.Background(), context.Background(), s); err == nil {
 				got <- s
 				o.finish(s)
 			}
@@ -397,7 +397,7 @@ func TestOrderReleasesInOrder(t *testing.T) {
 	d := o.take()
 	e := o.take()
 	cancel()
-	if err := o.wait(ctx, e); !errors.Is(err, context.Canceled) {
+	if err := o.wait(ctx, context.Background(), e); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled wait: %v", err)
 	}
 	o.finish(e)
@@ -429,5 +429,48 @@ func TestAnotherShapeSendsTheBatch(t *testing.T) {
 	closeOK(t, b) // runs what is queued
 	if r := <-other; r.err != nil || checkAffine(2, 1, 8, r.out) != nil {
 		t.Fatalf("request 2: %v", r.err)
+	}
+}
+
+// With priority levels, PreserveOrdering keeps the order requests were
+// taken in, not the order they came: a high-priority request taken first
+// is answered without waiting for a low-priority one queued before it.
+func TestPreserveOrderingFollowsPriority(t *testing.T) {
+	var mu sync.Mutex
+	var answered []int
+	slowLow := func(ctx context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
+		if int(in[0].Float32s()[0])/1000 == 1 {
+			time.Sleep(300 * time.Millisecond) // the low-priority request's call is slow
+		}
+		return affine(ctx, in)
+	}
+	run, started, release := blockFirst(1, slowLow)
+	b := New(run, Config{MaxBatchRows: 1, MaxDelay: time.Hour, PreserveOrdering: true, Queues: Queues{Levels: 2, DefaultLevel: 2}}, nil)
+	defer closeOK(t, b)
+	first := submitAsync(context.Background(), b, rowsTensor(0, 1, 4))
+	<-started
+	submit := func(id int, p uint64) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			out, err := b.Submit(WithQueueOptions(context.Background(), QueueOptions{Priority: p}), []engine.Tensor{rowsTensor(id, 1, 4)})
+			mu.Lock()
+			answered = append(answered, id)
+			mu.Unlock()
+			ch <- result{out, err}
+		}()
+		return ch
+	}
+	low := submit(1, 2)
+	waitFor(t, "queued", func() bool { return b.QueueDepth() == 1 })
+	high := submit(2, 1)
+	waitFor(t, "queued", func() bool { return b.QueueDepth() == 2 })
+	close(release)
+	mustOK(t, 0, 1, first)
+	mustOK(t, 2, 1, high)
+	mustOK(t, 1, 1, low)
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(answered, []int{2, 1}) {
+		t.Fatalf("answered %v, want the high-priority request (2) first", answered)
 	}
 }

@@ -942,7 +942,7 @@ func (r *Repository) batching(cfg *pb.ModelConfig, auto bool) batcher.Config {
 			db := cfg.GetDynamicBatching()
 			bc.MaxDelay = time.Duration(db.GetMaxQueueDelayMicroseconds()) * time.Microsecond
 			bc.Queues = queues(db)
-			bc.PreserveOrdering = db.GetPreserveOrdering()
+			bc.PreserveOrdering = db.GetPreserveOrdering() && !cfg.GetModelTransactionPolicy().GetDecoupled() // a decoupled model's responses stream as they come
 			if total := queueSizes(bc.Queues); total > 0 {
 				bc.MaxQueue = total // the policies' sizes bound the queue (and its reported capacity)
 			}
