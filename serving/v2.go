@@ -189,7 +189,7 @@ type ModelConfig struct {
 	// PreferredBatchSizes are the dynamic batcher's preferred sizes.
 	PreferredBatchSizes []int64
 	// PreserveOrdering is dynamic_batching's preserve_ordering: answers
-	// leave in the order requests came.
+	// leave in the order their batches were taken.
 	PreserveOrdering bool
 	// Queues are the dynamic batcher's priority_levels,
 	// default_priority_level, default_queue_policy and
