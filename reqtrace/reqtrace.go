@@ -426,6 +426,9 @@ func (t *Tracer) append(id uint64, r Request) {
 		{"QUEUE_START", r.Submitted.UnixNano()},
 		{"COMPUTE_START", compute.UnixNano()},
 		{"COMPUTE_END", compute.Add(r.Compute).UnixNano()},
+		// The answer is complete once encoded (after preserve_ordering's
+		// wait for the answers before it).
+		{"INFER_RESPONSE_COMPLETE", r.Encoded.UnixNano()},
 		{"REQUEST_END", r.Encoded.UnixNano()},
 	}
 	add := func(v any) {

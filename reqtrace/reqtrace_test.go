@@ -139,16 +139,16 @@ func TestSamplingAndFiles(t *testing.T) {
 	}
 	var names []string
 	var last float64
-	for _, o := range objs[1:6] {
+	for _, o := range objs[1:7] {
 		ts := o["timestamps"].([]any)[0].(map[string]any)
 		names = append(names, ts["name"].(string))
 		if ns := ts["ns"].(float64); ns < last {
-			t.Fatalf("timestamps out of order: %v", objs[1:6])
+			t.Fatalf("timestamps out of order: %v", objs[1:7])
 		} else {
 			last = ns
 		}
 	}
-	if strings.Join(names, ",") != "REQUEST_START,QUEUE_START,COMPUTE_START,COMPUTE_END,REQUEST_END" {
+	if strings.Join(names, ",") != "REQUEST_START,QUEUE_START,COMPUTE_START,COMPUTE_END,INFER_RESPONSE_COMPLETE,REQUEST_END" {
 		t.Fatalf("timestamps %v", names)
 	}
 	if err := tr.Close(); err != nil {
