@@ -79,7 +79,14 @@ def test_trace_settings_and_files(traced: tuple[FwServer, Path]) -> None:
     assert [o["request_id"] for o in headers] == ["req1", "req3", "req5"]
     assert all(o["model_name"] == "simple" and o["model_version"] == 1 for o in headers)
     stamps = [o["timestamps"][0]["name"] for o in first if o["id"] == headers[0]["id"] and "timestamps" in o]
-    assert stamps == ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_END", "INFER_RESPONSE_COMPLETE", "REQUEST_END"]
+    assert stamps == [
+        "REQUEST_START",
+        "QUEUE_START",
+        "COMPUTE_START",
+        "COMPUTE_END",
+        "INFER_RESPONSE_COMPLETE",
+        "REQUEST_END",
+    ]
     # The count: two more traces, then none; gRPC requests are traced too.
     h.update_trace_settings(model_name="simple", settings={"trace_count": "2", "log_frequency": None})
     _infer(g, grpcclient, 10)
