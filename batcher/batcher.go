@@ -850,18 +850,20 @@ func (b *Batcher) pickLocked() (*group, time.Duration) {
 	for _, g := range b.active {
 		head := g.reqs[0]
 		ready := immediate || g.rows >= b.cfg.MaxBatchRows || b.preferredLocked(g)
-		if !ready && newestG != nil {
-			other := newest
-			if newestG == g {
-				other = second
-			}
-			ready = other.After(b.oldestLocked(g))
-		}
 		if !ready {
-			left := b.cfg.MaxDelay - now.Sub(b.oldestLocked(g))
-			if left <= 0 {
+			oldest := b.oldestLocked(g) // a walk of g's queue with levels: once
+			if newestG != nil {
+				other := newest
+				if newestG == g {
+					other = second
+				}
+				ready = other.After(oldest)
+			}
+			switch left := b.cfg.MaxDelay - now.Sub(oldest); {
+			case ready: // another shape came after it
+			case left <= 0:
 				ready = true
-			} else if wait == 0 || left < wait {
+			case wait == 0 || left < wait:
 				wait = left
 			}
 		}
