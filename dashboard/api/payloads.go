@@ -170,11 +170,23 @@ func payloadOf(raw json.RawMessage, deployment string) (store.Payload, string) {
 	case r.Time.IsZero():
 		return store.Payload{}, `"time" (RFC 3339) is required`
 	}
+	emptyTensorLists(&r)
 	out, err := json.Marshal(&r) // the record as fw reads it: unknown fields dropped
 	if err != nil {
 		return store.Payload{}, "the record cannot be stored: " + err.Error()
 	}
 	return store.Payload{ID: r.ID, Deployment: r.Deployment, Model: r.Model, Version: r.Version, Time: r.Time.UTC(), Failed: r.Error != "", Record: out}, ""
+}
+
+// emptyTensorLists gives a record without inputs or outputs (absent, or
+// null) empty lists: the API's document describes both as arrays.
+func emptyTensorLists(r *payloadlog.Record) {
+	if r.Inputs == nil {
+		r.Inputs = []payloadlog.Tensor{}
+	}
+	if r.Outputs == nil {
+		r.Outputs = []payloadlog.Tensor{}
+	}
 }
 
 // prunePayloads removes old records, at most once every pruneEvery.
@@ -295,6 +307,7 @@ func (s *Server) payloadDrift(c *call) (any, error) {
 		for _, p := range ps {
 			var r payloadlog.Record
 			if json.Unmarshal(p.Record, &r) == nil {
+				emptyTensorLists(&r) // one stored before they were
 				out = append(out, &r)
 			}
 		}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -371,5 +372,23 @@ func TestReferenceCache(t *testing.T) {
 	}
 	if c.cache().Used() != int64(n+1) || c.cache().Len() != 2 {
 		t.Fatalf("held %d in %d runs", c.cache().Used(), c.cache().Len())
+	}
+}
+
+// A record sent without inputs or outputs (or with null) is stored with
+// empty lists, as the API's document describes a record (schemathesis
+// found null answered).
+func TestPayloadWithoutTensorsIsStoredWithEmptyLists(t *testing.T) {
+	for _, body := range []string{
+		`{"id":"a1","time":"2026-11-29T12:00:00Z","model":"m","version":"1"}`,
+		`{"id":"a2","time":"2026-11-29T12:00:00Z","model":"m","version":"1","inputs":null,"outputs":null}`,
+	} {
+		p, msg := payloadOf(json.RawMessage(body), "")
+		if msg != "" {
+			t.Fatalf("%s: %s", body, msg)
+		}
+		if !bytes.Contains(p.Record, []byte(`"inputs":[]`)) || !bytes.Contains(p.Record, []byte(`"outputs":[]`)) {
+			t.Fatalf("%s stored as %s", body, p.Record)
+		}
 	}
 }
