@@ -120,6 +120,11 @@ type Config struct {
 	// Calls, when set, is told of every engine call with its requests'
 	// contexts (request tracing). Nil costs nothing.
 	Calls CallObserver
+	// Ragged, when set, joins requests whose ragged inputs differ in shape
+	// and makes the inputs that describe such a call (Triton's ragged
+	// batching and batch inputs); see Ragged. It needs a batch axis: an
+	// Unbatched batcher ignores it.
+	Ragged *Ragged
 	// CallerRuns lets a request that finds the engine idle and nothing
 	// queued run its engine call on the goroutine that submitted it,
 	// instead of handing it to the worker and waiting to be handed the
@@ -475,10 +480,14 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 	if err := ctx.Err(); err != nil {
 		return nil, Timing{}, err
 	}
+	tn, err := awaitTurn(ctx)
+	if err != nil {
+		return nil, Timing{}, err
+	}
 	var kb [128]byte
 	key := kb[:0] // unbatched: one queue, whatever the shapes
 	if !b.cfg.Unbatched {
-		key = appendSignature(key, inputs)
+		key = appendSignature(key, inputs, b.cfg.Ragged)
 	}
 
 	r := b.reqs.Get().(*request)
@@ -512,6 +521,7 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 		return nil, Timing{}, err
 	}
 	if w := b.parked; w != nil && b.queued == 0 && b.quick(rows) { // parked: no call runs
+		tn.taken()
 		return b.runHere(w, r)
 	}
 	g := b.groups[string(key)]
@@ -539,6 +549,7 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 	}
 	timeout := r.timeout
 	b.mu.Unlock()
+	tn.taken()
 	if wake {
 		b.wake()
 	}
@@ -965,7 +976,7 @@ func (b *Batcher) runBatch(w *worker) {
 	outs, err := b.runGroup(w, live)
 	switch {
 	case err == nil:
-		deliver(live, outs)
+		b.deliver(live, outs)
 		return
 	case len(live) == 1 || errors.Is(err, ErrBadOutput) || b.base.Err() != nil:
 		for _, r := range live {
@@ -986,8 +997,12 @@ func (b *Batcher) runBatch(w *worker) {
 		}
 		w.one[0] = r
 		outs, err := b.runGroup(w, w.one[:])
+		if err == nil {
+			b.deliver(w.one[:], outs)
+		} else {
+			finish(r, nil, err)
+		}
 		w.one[0] = nil
-		finish(r, outs, err)
 	}
 }
 
@@ -1000,10 +1015,16 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 	}
 	start := time.Now()
 	queueWait := start.Sub(reqs[0].enqueued)
-	var in []engine.Tensor
-	if len(reqs) == 1 {
+	var in, outs []engine.Tensor
+	var err error
+	switch {
+	case b.ragged():
+		if in, err = b.raggedConcat(reqs, rows); err != nil {
+			return nil, fmt.Errorf("batcher: engine call of %d rows from %d requests: %w", rows, len(reqs), err)
+		}
+	case len(reqs) == 1:
 		in = reqs[0].inputs
-	} else {
+	default:
 		in = w.concat(reqs, rows)
 	}
 	ctx := b.base
@@ -1015,14 +1036,17 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 		defer func() { stop(); cancel() }()
 		ctx = rctx
 	}
-	outs, err := b.call(ctx, w, in)
+	outs, err = b.call(ctx, w, in)
 	inference := time.Since(start)
 	b.observeCall(rows, inference)
 	for _, r := range reqs {
 		r.timing = Timing{Queue: start.Sub(r.enqueued), Infer: inference, BatchRows: rows}
 	}
 	if err == nil {
-		err = checkOutputs(outs, rows, b.cfg.Unbatched)
+		err = checkOutputs(outs, rows, b.cfg.Unbatched, b.scattered())
+	}
+	if err == nil && b.ragged() {
+		err = b.cfg.Ragged.checkScattered(outs, reqs)
 	}
 	b.stats.BatchRun(rows, len(reqs), queueWait, inference, err)
 	if b.cfg.Calls != nil {
@@ -1090,7 +1114,7 @@ func (b *Batcher) runEach(w *worker, reqs []*request) {
 		case b.cfg.Streams: // answered through its engine.Responses
 			finish(r, nil, nil)
 		default:
-			if e := checkOutputs(outs[i], r.rows, true); e != nil {
+			if e := checkOutputs(outs[i], r.rows, true, nil); e != nil {
 				finish(r, nil, e)
 				continue
 			}
@@ -1144,12 +1168,26 @@ func (w *worker) concat(reqs []*request, rows int) []engine.Tensor {
 	return w.inputs[:n]
 }
 
-// deliver hands request i rows [off_i, off_i+rows_i) of every output. The
-// parts share the engine's freshly allocated outputs, which nothing else
-// touches, so they stay valid and belong to the callers. checkOutputs has
-// checked that every output splits into the rows sent.
-func deliver(reqs []*request, outs []engine.Tensor) {
-	if len(reqs) == 1 {
+// ragged reports whether engine calls join requests as Config.Ragged says.
+func (b *Batcher) ragged() bool { return b.cfg.Ragged != nil && !b.cfg.Unbatched }
+
+// scattered is Config.Ragged when its outputs may be scattered, else nil.
+func (b *Batcher) scattered() *Ragged {
+	if b.ragged() {
+		return b.cfg.Ragged
+	}
+	return nil
+}
+
+// deliver hands request i rows [off_i, off_i+rows_i) of every output, or
+// of a scattered one (Config.Ragged) the next elements in the shape of its
+// own input. The parts share the engine's freshly allocated outputs, which
+// nothing else touches, so they stay valid and belong to the callers.
+// checkOutputs (and Ragged.checkScattered) have checked that every output
+// splits so.
+func (b *Batcher) deliver(reqs []*request, outs []engine.Tensor) {
+	rg := b.scattered()
+	if len(reqs) == 1 && rg == nil {
 		finish(reqs[0], outs, nil)
 		return
 	}
@@ -1165,8 +1203,18 @@ func deliver(reqs []*request, outs []engine.Tensor) {
 		if t.Absent() {
 			continue // each request's answer leaves it out too
 		}
-		parts, err := engine.SplitRows(t, rows)
-		if err != nil { // checkOutputs makes this unreachable
+		var parts []engine.Tensor
+		var err error
+		if src := rg.scatterOf(k); src >= 0 {
+			shapes := make([][]int64, len(reqs))
+			for i, r := range reqs {
+				shapes[i] = r.inputs[src].Shape
+			}
+			parts, err = engine.SplitShapes(t, shapes)
+		} else {
+			parts, err = engine.SplitRows(t, rows)
+		}
+		if err != nil { // checkOutputs and checkScattered make this unreachable
 			for _, r := range reqs {
 				finish(r, nil, fmt.Errorf("%w: output %d: %v", ErrBadOutput, k, err))
 			}
@@ -1227,8 +1275,9 @@ func checkInputs(inputs []engine.Tensor, unbatched bool) (int, error) {
 
 // checkOutputs verifies that every output is well formed (engine.Tensor.Check:
 // the bytes, or for String the elements, its shape needs) and, unless
-// unbatched (whole tensors, never split), can be split into rows.
-func checkOutputs(outs []engine.Tensor, rows int, unbatched bool) error {
+// unbatched (whole tensors, never split) or scattered by rg, can be split
+// into rows.
+func checkOutputs(outs []engine.Tensor, rows int, unbatched bool, rg *Ragged) error {
 	if len(outs) == 0 {
 		return fmt.Errorf("%w: the engine returned no outputs", ErrBadOutput)
 	}
@@ -1236,7 +1285,7 @@ func checkOutputs(outs []engine.Tensor, rows int, unbatched bool) error {
 		if t.Absent() { // an output a Python model's response left out: left out of every request's answer
 			continue
 		}
-		if !unbatched && (len(t.Shape) == 0 || t.Shape[0] != int64(rows)) {
+		if !unbatched && rg.scatterOf(i) < 0 && (len(t.Shape) == 0 || t.Shape[0] != int64(rows)) {
 			return fmt.Errorf("%w: output %d has shape %s; its axis 0 must be the %d rows sent",
 				ErrBadOutput, i, engine.FormatShape(t.Shape), rows)
 		}
@@ -1248,13 +1297,14 @@ func checkOutputs(outs []engine.Tensor, rows int, unbatched bool) error {
 }
 
 // appendSignature appends the key of the shape group of inputs: count, then
-// for each input its dtype, rank and non-batch dims.
-func appendSignature(dst []byte, inputs []engine.Tensor) []byte {
+// for each input its dtype, rank and non-batch dims (but a ragged input's,
+// rg's, which may differ within a group).
+func appendSignature(dst []byte, inputs []engine.Tensor, rg *Ragged) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(inputs)))
-	for _, t := range inputs {
+	for j, t := range inputs {
 		dst = binary.AppendUvarint(dst, uint64(t.DType)) // Invalid for an absent input: only like requests group
 		dst = binary.AppendUvarint(dst, uint64(len(t.Shape)))
-		if len(t.Shape) == 0 {
+		if len(t.Shape) == 0 || rg.raggedAt(j) {
 			continue
 		}
 		for _, d := range t.Shape[1:] {

@@ -412,7 +412,18 @@ var ErrEngine = errors.New("engine failure")
 // its full spec (a rank-0 spec takes a scalar) and hold at least one
 // element, and the "batch" returned is 1, the one request.
 func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
-	return m.checkInputs(inputs, m.batched)
+	return m.checkInputs(m.inputs, inputs, m.batched)
+}
+
+// CheckInputsAs is CheckInputs against specs, one per model input in the
+// model's order, instead of the model's own specs: for a server that
+// changes inputs between the client and the engine (ragged batching, which
+// flattens some and makes others). An Optional spec may be left out.
+func (m *Model) CheckInputsAs(specs []TensorSpec, inputs []Tensor) (int64, error) {
+	if len(specs) != len(m.inputs) {
+		return 0, fmt.Errorf("%d input specs for a model of %d inputs", len(specs), len(m.inputs))
+	}
+	return m.checkInputs(specs, inputs, m.batched)
 }
 
 // CheckInputsWhole is CheckInputs for a model served without a batch axis
@@ -420,16 +431,16 @@ func (m *Model) CheckInputs(inputs []Tensor) (int64, error) {
 // is checked whole, as an unbatched model's, so their first axes need not
 // agree; it returns 1.
 func (m *Model) CheckInputsWhole(inputs []Tensor) (int64, error) {
-	return m.checkInputs(inputs, false)
+	return m.checkInputs(m.inputs, inputs, false)
 }
 
-func (m *Model) checkInputs(inputs []Tensor, batched bool) (int64, error) {
-	if len(inputs) != len(m.inputs) {
-		return 0, &InputError{Msg: "wrong number of inputs", Expected: fmt.Sprint(len(m.inputs)), Received: fmt.Sprint(len(inputs))}
+func (m *Model) checkInputs(specs []TensorSpec, inputs []Tensor, batched bool) (int64, error) {
+	if len(inputs) != len(specs) {
+		return 0, &InputError{Msg: "wrong number of inputs", Expected: fmt.Sprint(len(specs)), Received: fmt.Sprint(len(inputs))}
 	}
 	batch := int64(-1)
 	for i, t := range inputs {
-		spec := m.inputs[i]
+		spec := specs[i]
 		if t.Absent() {
 			if !spec.Optional {
 				return 0, &InputError{Input: spec.Name, Msg: "missing input", Expected: FormatShape(spec.Shape)}

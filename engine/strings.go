@@ -168,6 +168,39 @@ func (t Tensor) Check() error {
 	return nil
 }
 
+// SplitShapes cuts t, read as its elements in row-major order whatever
+// its shape, into consecutive parts of the given shapes (a ragged batch's
+// output scattered back to its requests, each in the shape of its own
+// input). The parts share t's Data and must use up exactly its elements.
+// t must be well formed (Check).
+func SplitShapes(t Tensor, shapes [][]int64) ([]Tensor, error) {
+	total := NumElements(t.Shape)
+	out := make([]Tensor, len(shapes))
+	lo, used := 0, int64(0)
+	for i, shape := range shapes {
+		n, ok := CheckedElements(shape, total-used)
+		if !ok {
+			return nil, fmt.Errorf("the parts' shapes need more than the %d elements of a tensor of shape %s", total, FormatShape(t.Shape))
+		}
+		var hi int
+		if t.DType == String {
+			var err error
+			if hi, err = skipStrings(t.Data, lo, n); err != nil {
+				return nil, err
+			}
+		} else {
+			hi = lo + int(n)*t.DType.Size()
+		}
+		used += n
+		out[i] = Tensor{DType: t.DType, Shape: append([]int64(nil), shape...), Data: t.Data[lo:hi:hi]}
+		lo = hi
+	}
+	if used != total {
+		return nil, fmt.Errorf("the parts' shapes hold %d elements; the tensor of shape %s has %d", used, FormatShape(t.Shape), total)
+	}
+	return out, nil
+}
+
 // SplitRows cuts t along axis 0 into consecutive parts of rows[i] rows each,
 // which must add up to t.Shape[0]. The parts share t's Data (a row is a
 // contiguous range of it, for String as for the fixed-size types). t must

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -319,4 +320,37 @@ func FuzzStrings(f *testing.F) {
 			t.Fatalf("split at row %d of %v does not rejoin", first, x.Shape)
 		}
 	})
+}
+
+// SplitShapes cuts a flat tensor into parts of given shapes, for the
+// fixed-size types and for strings, and refuses shapes that do not use up
+// exactly its elements.
+func TestSplitShapes(t *testing.T) {
+	f := FromFloat32([]int64{6}, []float32{1, 2, 3, 4, 5, 6})
+	parts, err := SplitShapes(f, [][]int64{{1, 2}, {1, 1}, {3, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := [][]float32{parts[0].Float32s(), parts[1].Float32s(), parts[2].Float32s()}; !reflect.DeepEqual(got, [][]float32{{1, 2}, {3}, {4, 5, 6}}) ||
+		!reflect.DeepEqual(parts[2].Shape, []int64{3, 1}) {
+		t.Fatalf("parts %v, shape %v", got, parts[2].Shape)
+	}
+	s, err := FromStrings([]int64{3}, []string{"a", "bcd", ""})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err = SplitShapes(s, [][]int64{{1, 2}, {1, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := parts[0].Strings()
+	second, _ := parts[1].Strings()
+	if len(first) != 2 || string(first[1]) != "bcd" || len(second) != 1 || string(second[0]) != "" {
+		t.Fatalf("string parts %q %q", first, second)
+	}
+	for _, shapes := range [][][]int64{{{1, 2}}, {{1, 4}, {1, 3}}, {{-1}}, {{1 << 40, 1 << 40}}} {
+		if _, err := SplitShapes(f, shapes); err == nil {
+			t.Errorf("shapes %v of a 6-element tensor: no error", shapes)
+		}
+	}
 }

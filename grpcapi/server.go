@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/fw-serve/fw/batcher"
 	"github.com/fw-serve/fw/engine"
 	pb "github.com/fw-serve/fw/grpcapi/inferencepb"
 	"github.com/fw-serve/fw/payloadlog"
@@ -385,7 +386,7 @@ func configPB(c serving.ModelConfig) *pb.ModelConfig {
 	var ins []*pb.ModelInput
 	for _, t := range c.Inputs {
 		ins = append(ins, &pb.ModelInput{Name: t.Name, DataType: dtype(t), Dims: t.Dims, Reshape: reshape(t),
-			Format: pb.ModelInput_Format(pb.ModelInput_Format_value[t.Format]), Optional: t.Optional})
+			Format: pb.ModelInput_Format(pb.ModelInput_Format_value[t.Format]), Optional: t.Optional, AllowRaggedBatch: t.AllowRaggedBatch})
 	}
 	var outs []*pb.ModelOutput
 	for _, t := range c.Outputs {
@@ -422,6 +423,14 @@ func configPB(c serving.ModelConfig) *pb.ModelConfig {
 		DefaultModelFilename: c.DefaultModelFilename, Parameters: params,
 		ModelTransactionPolicy: &pb.ModelTransactionPolicy{Decoupled: c.Decoupled},
 		ResponseCache:          &pb.ModelResponseCache{Enable: c.ResponseCache},
+	}
+	for _, bi := range c.BatchInputs {
+		cfg.BatchInput = append(cfg.BatchInput, &pb.BatchInput{Kind: pb.BatchInput_Kind(pb.BatchInput_Kind_value[bi.Kind]),
+			TargetName: bi.TargetNames, DataType: pb.DataType(pb.DataType_value[bi.DataType]), SourceInput: bi.SourceInputs})
+	}
+	for _, bo := range c.BatchOutputs {
+		cfg.BatchOutput = append(cfg.BatchOutput, &pb.BatchOutput{Kind: pb.BatchOutput_Kind(pb.BatchOutput_Kind_value[bo.Kind]),
+			TargetName: bo.TargetNames, SourceInput: bo.SourceInputs})
 	}
 	if c.Ensemble != nil {
 		es := &pb.ModelEnsembling{}
@@ -864,10 +873,15 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 	// order.last is, per model and version (or model and sequence ID), the
 	// channel closed once its latest request's answer is sent.
 	type orderKey struct{ model, version, sequence string }
+	// order.queued is, per model and version, the channel closed once its
+	// latest request is queued in the model's batcher: requests reach the
+	// queue in the order they came (batcher.WithTurn), so a batch holds
+	// them in stream order, as Triton's.
 	order := struct {
 		sync.Mutex
-		last map[orderKey]chan struct{}
-	}{last: map[orderKey]chan struct{}{}}
+		last   map[orderKey]chan struct{}
+		queued map[orderKey]chan struct{}
+	}{last: map[orderKey]chan struct{}{}, queued: map[orderKey]chan struct{}{}}
 	defer wg.Wait()
 	// Recv runs apart so that a shutdown can end the stream while it waits.
 	type received struct {
@@ -936,12 +950,34 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 			seqKey = orderKey{model: req.GetModelName(), sequence: "\x00" + id.String()} // never a version's key
 		}
 		mine = make(chan struct{})
+		var qprev, qmine chan struct{} // queueing in stream order (not a sequence's: its ticket orders it)
+		if a == nil {
+			qmine = make(chan struct{})
+		}
 		order.Lock()
 		prev, order.last[seqKey] = order.last[seqKey], mine
+		if qmine != nil {
+			qprev, order.queued[seqKey] = order.queued[seqKey], qmine
+		}
 		order.Unlock()
+		var qonce sync.Once
+		queued := func() { // this request is queued, or will never be: the next may queue
+			if qmine == nil {
+				return
+			}
+			qonce.Do(func() {
+				close(qmine)
+				order.Lock()
+				if order.queued[seqKey] == qmine {
+					delete(order.queued, seqKey)
+				}
+				order.Unlock()
+			})
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
+			defer queued()
 			released := false
 			done := func() { // this request's answer is out: the next may go (once; this goroutine only)
 				if released {
@@ -973,6 +1009,9 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 				}()
 				span := s.startSpan(ctx, began)
 				mctx := telemetry.With(ctx, span)
+				if qmine != nil {
+					mctx = batcher.WithTurn(mctx, qprev, queued)
+				}
 				var err error
 				defer func() { endSpan(span, "/inference.GRPCInferenceService/ModelStreamInfer", err) }()
 				if a == nil {

@@ -50,6 +50,11 @@ type Config struct {
 	// it may set its Config (a repository's config.pbtxt) and fail the load
 	// with the reason.
 	Prepare func(*serving.Instance) error
+	// Batching, when set, completes the batcher's configuration from the
+	// loaded engine instance before the batcher starts (what depends on
+	// the positions of its tensors: ragged batching); an error fails the
+	// load.
+	Batching func(m *engine.Model, bc *batcher.Config) error
 	// Tracer, when set, is told of every engine call (the spans of traced
 	// requests: telemetry.Observer).
 	Tracer *telemetry.Tracer
@@ -260,6 +265,11 @@ func (h *Host) load(ctx context.Context) (*serving.Instance, error) {
 	bc.Unbatched = bc.Unbatched || !m.Batched() // no batch axis to join requests on: one engine call each
 	if o := h.cfg.Tracer.Observer(inst.Name(), inst.Version()); o != nil {
 		bc.Calls = o
+	}
+	if h.cfg.Batching != nil {
+		if err := h.cfg.Batching(m, &bc); err != nil {
+			return fail(err)
+		}
 	}
 	if m.TakesRequests() { // a Python model: each request answered on its own
 		bc.Streams = m.Decoupled() // its responses through the requests' engine.Responses

@@ -33,7 +33,9 @@ const (
 var supported = map[string]bool{
 	"name": true, "platform": true, "backend": true, "max_batch_size": true,
 	"input": true, "input.name": true, "input.data_type": true, "input.format": true, "input.dims": true,
-	"input.reshape": true, "input.reshape.shape": true, "input.optional": true,
+	"input.reshape": true, "input.reshape.shape": true, "input.optional": true, "input.allow_ragged_batch": true,
+	"batch_input": true, "batch_input.kind": true, "batch_input.target_name": true, "batch_input.data_type": true, "batch_input.source_input": true,
+	"batch_output": true, "batch_output.kind": true, "batch_output.target_name": true, "batch_output.source_input": true,
 	"output": true, "output.name": true, "output.data_type": true, "output.dims": true,
 	"output.reshape": true, "output.reshape.shape": true, "output.label_filename": true,
 	"dynamic_batching": true, "dynamic_batching.preferred_batch_size": true,
@@ -505,6 +507,30 @@ func splitLabels(doc string) []string {
 	return out
 }
 
+// paramHoldWhenIdle is fw's configuration parameter that chooses how a
+// dynamic batcher without preferred sizes uses max_queue_delay_microseconds:
+// "true" (the default, Triton's) holds a batch short of max_batch_size up
+// to the delay even while the engine is idle; "false" (fw serve's
+// --max-delay) runs what is queued at once when the engine is idle and
+// waits only behind a running call. Triton ignores parameters it does
+// not know, so a configuration with it still loads there.
+const paramHoldWhenIdle = "fw_hold_when_idle"
+
+// holdWhenIdle reads paramHoldWhenIdle of cfg (true when absent).
+func holdWhenIdle(cfg *pb.ModelConfig) (bool, error) {
+	p, ok := cfg.GetParameters()[paramHoldWhenIdle]
+	if !ok {
+		return true, nil
+	}
+	switch strings.ToLower(strings.TrimSpace(p.GetStringValue())) {
+	case "true", "1", "yes":
+		return true, nil
+	case "false", "0", "no":
+		return false, nil
+	}
+	return false, fmt.Errorf("parameters %s is %q: it must be \"true\" (Triton's: a batch waits up to max_queue_delay_microseconds for max_batch_size rows, even while the engine is idle) or \"false\" (an idle engine runs what is queued at once)", paramHoldWhenIdle, p.GetStringValue())
+}
+
 // unusedParameters are the keys of cfg's parameters that fw does not act
 // on for an ONNX or TorchScript model (all but intra_op_thread_count),
 // sorted. Triton's backends ignore keys they do not know too; fw logs them
@@ -513,7 +539,7 @@ func splitLabels(doc string) []string {
 func unusedParameters(cfg *pb.ModelConfig) []string {
 	var out []string
 	for k := range cfg.GetParameters() {
-		if k != "intra_op_thread_count" {
+		if k != "intra_op_thread_count" && k != paramHoldWhenIdle {
 			out = append(out, k)
 		}
 	}

@@ -259,6 +259,9 @@ func (r *Repository) loaded(name, version string) bool {
 // batcher whose workers each run one request's steps with that request's
 // context (its deadline and trace reach the steps).
 func (r *Repository) loadEnsemble(ctx context.Context, name, vs, vdir string, cfg *pb.ModelConfig, labels map[string]string) (*modelhost.Host, error) {
+	if usesRagged(cfg) {
+		return nil, fmt.Errorf("an ensemble does not batch its requests itself, so allow_ragged_batch, batch_input and batch_output do not apply to it; set them on the models its steps run")
+	}
 	ec := ensembleConfig(name, cfg)
 	ec.Log = r.log
 	p, err := ensemble.New(ec, r)

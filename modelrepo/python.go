@@ -253,6 +253,18 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 		}
 	}
 	bc := r.batching(cfg, false)
+	if err := checkRaggedConfig(cfg); err != nil {
+		return nil, err
+	}
+	if len(cfg.GetBatchInput())+len(cfg.GetBatchOutput()) > 0 {
+		return nil, fmt.Errorf("batch_input and batch_output are for models that take a batch as one tensor; a Python model's execute gets each request's own tensors, so remove them (allow_ragged_batch alone lets requests of any shape share an execute)")
+	}
+	if usesRagged(cfg) { // requests of any shape share an execute, each with its own tensors
+		bc.Ragged = &batcher.Ragged{}
+		for _, in := range cfg.GetInput() {
+			bc.Ragged.Inputs = append(bc.Ragged.Inputs, in.GetAllowRaggedBatch())
+		}
+	}
 	kind, count := "CPU", 0
 	for _, g := range cfg.GetInstanceGroup() {
 		count += int(max(1, g.GetCount()))
@@ -271,6 +283,7 @@ func (r *Repository) loadPython(ctx context.Context, name, vs, vdir string, cfg 
 	if seq != nil {
 		described.SequenceBatching = sequenceJSON(cfg, seq)
 	}
+	raggedJSON(cfg, &described)
 	if iterativeOnly(cfg) {
 		described.SequenceBatching = map[string]any{"iterative_sequence": true}
 	}

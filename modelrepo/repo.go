@@ -794,6 +794,9 @@ func (r *Repository) readConfig(dir, name string, opts serving.LoadOptions) (*pb
 			return nil, false, err
 		}
 	}
+	if _, err := holdWhenIdle(cfg); err != nil {
+		return nil, false, err
+	}
 	auto := len(opts.Config) == 0 && cfg.GetPlatform() == "" && cfg.GetBackend() == "" && len(cfg.GetInput()) == 0 && len(cfg.GetOutput()) == 0 && cfg.GetMaxBatchSize() == 0 && cfg.GetDynamicBatching() == nil && cfg.GetSequenceBatching() == nil
 	return cfg, auto, nil
 }
@@ -841,6 +844,9 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 	}
 	path, err := modelFile(vdir, cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkRaggedConfig(cfg); err != nil {
 		return nil, err
 	}
 	bc := r.batching(cfg, auto)
@@ -891,7 +897,21 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 		Path: path, Engine: eo, Batcher: bc, SkipWarmup: r.cfg.SkipWarmup, Name: name, Version: vs, Tracer: r.cfg.Tracer,
 		TryOneThread: oneThread, Threads: &r.threads,
 		ImageSamples: r.images,
+		Batching: func(m *engine.Model, bc *batcher.Config) error {
+			rg, err := resolveRagged(cfg, m)
+			if rg != nil {
+				bc.Ragged = rg.batcher
+			}
+			return err
+		},
 		Prepare: func(inst *serving.Instance) error {
+			rg, err := resolveRagged(cfg, inst.Model)
+			if err != nil {
+				return err
+			}
+			if rg != nil {
+				inst.Ragged = rg.serving // before describe: clients' tensors are what the configuration lists
+			}
 			if seq != nil {
 				sc := *seq
 				sc.Slots *= max(1, inst.Batcher.Config().Instances) // per engine instance, as Triton's
@@ -912,6 +932,7 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 				}
 				return err
 			}
+			raggedJSON(cfg, &c)
 			inst.Config, inst.Reshape = c, reshape
 			return r.setCache(inst, cfg)
 		},
@@ -946,11 +967,16 @@ func (r *Repository) batching(cfg *pb.ModelConfig, auto bool) batcher.Config {
 			if total := queueSizes(bc.Queues); total > 0 {
 				bc.MaxQueue = total // the policies' sizes bound the queue (and its reported capacity)
 			}
-			// Preferred sizes ask for Triton's holding: a batch short of a
-			// preferred size waits up to max_queue_delay_microseconds, idle or not.
+			// Triton's holding: a batch short of a preferred size (or, with
+			// none, of max_batch_size) waits up to max_queue_delay_microseconds,
+			// idle engine or not, unless the configuration asks for fw's
+			// way (an idle engine runs what is queued at once).
 			bc.PreferredSizes = nil
 			for _, p := range db.GetPreferredBatchSize() {
 				bc.PreferredSizes = append(bc.PreferredSizes, int(p))
+			}
+			if hold, _ := holdWhenIdle(cfg); hold && len(bc.PreferredSizes) == 0 && bc.MaxDelay > 0 && !bc.Unbatched {
+				bc.PreferredSizes = []int{bc.MaxBatchRows}
 			}
 		case cfg.GetSequenceBatching() != nil: // requests of different sequences batched as its strategy says
 			bc.MaxDelay = time.Duration(queueDelay(cfg.GetSequenceBatching())) * time.Microsecond

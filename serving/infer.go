@@ -79,14 +79,7 @@ func infer(ctx context.Context, models Models, inst *Instance, inputs []engine.T
 		if inst.Decoupled() {
 			return nil, batcher.Timing{}, &DecoupledError{Model: inst.Name()}
 		}
-		inputs := given
-		if inst.Reshape != nil {
-			var err error
-			if inputs, err = inst.Reshape.toModel(given); err != nil {
-				return nil, batcher.Timing{}, err
-			}
-		}
-		rows, err := inst.checkInputs(inputs)
+		inputs, rows, err := inst.toModel(given)
 		if err != nil {
 			return nil, batcher.Timing{}, err
 		}
@@ -109,14 +102,25 @@ func infer(ctx context.Context, models Models, inst *Instance, inputs []engine.T
 // does before it submits them: for a transport that answers a bad input
 // before anything runs (a /predict/batch item).
 func CheckInputs(inst *Instance, inputs []engine.Tensor) error {
-	if inst.Reshape != nil {
+	_, _, err := inst.toModel(inputs)
+	return err
+}
+
+// toModel gives inputs, as inst's clients send them, the model's shapes
+// (Reshape) and positions (Ragged), and checks them; it returns them with
+// the rows.
+func (i *Instance) toModel(inputs []engine.Tensor) ([]engine.Tensor, int64, error) {
+	if i.Reshape != nil {
 		var err error
-		if inputs, err = inst.Reshape.toModel(inputs); err != nil {
-			return err
+		if inputs, err = i.Reshape.toModel(inputs); err != nil {
+			return nil, 0, err
 		}
 	}
-	_, err := inst.checkInputs(inputs)
-	return err
+	if i.Ragged != nil {
+		return i.Ragged.toModel(inputs)
+	}
+	rows, err := i.checkInputs(inputs)
+	return inputs, rows, err
 }
 
 // checkInputs checks inputs in the model's shapes against inst's model, as

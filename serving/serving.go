@@ -49,6 +49,9 @@ type Instance struct {
 	// Reshape, when set, maps the shapes clients use (the configuration's
 	// dims) to the model's own (its reshape) and back.
 	Reshape *Reshape
+	// Ragged, when set, is what ragged batching changes between the
+	// clients' tensors and the model's (never with Reshape).
+	Ragged *Ragged
 	// Sequences, when set, is the model's sequence batcher (a stateful
 	// model: config.pbtxt's sequence_batching). Its requests name their
 	// sequence (EnterSequence, InferSequence); it is closed when the
@@ -81,6 +84,9 @@ func (i *Instance) Inputs() []engine.TensorSpec {
 	if i.Reshape != nil {
 		return i.Reshape.inputs
 	}
+	if i.Ragged != nil {
+		return i.Ragged.inputs
+	}
 	return i.Model.Inputs()
 }
 
@@ -92,6 +98,9 @@ func (i *Instance) Outputs() []engine.TensorSpec {
 	}
 	if i.Reshape != nil {
 		return i.Reshape.outputs
+	}
+	if i.Ragged != nil {
+		return i.Ragged.outputs
 	}
 	return i.Model.Outputs()
 }

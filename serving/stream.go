@@ -33,13 +33,7 @@ func InferStream(ctx context.Context, inst *Instance, inputs []engine.Tensor, se
 	if !inst.Decoupled() {
 		return errors.New("the model is not decoupled")
 	}
-	if inst.Reshape != nil {
-		var err error
-		if inputs, err = inst.Reshape.toModel(inputs); err != nil {
-			return err
-		}
-	}
-	rows, err := inst.checkInputs(inputs)
+	inputs, rows, err := inst.toModel(inputs)
 	if err != nil {
 		return err
 	}

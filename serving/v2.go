@@ -145,6 +145,9 @@ type TensorConfig struct {
 	LabelFilename string
 	// Optional marks an input a request may leave out.
 	Optional bool
+	// AllowRaggedBatch marks an input whose shape may differ between
+	// the requests of one batch (ragged batching).
+	AllowRaggedBatch bool
 	// Labels are LabelFilename's lines, one class per line (index 0 the
 	// first), for the classification extension.
 	Labels []string
@@ -209,6 +212,10 @@ type ModelConfig struct {
 	// Triton's JSON renders it (a stateful model; it then has no
 	// dynamic_batching).
 	SequenceBatching map[string]any
+	// BatchInputs and BatchOutputs are the configuration's batch_input
+	// and batch_output (ragged batching).
+	BatchInputs  []BatchInputConfig
+	BatchOutputs []BatchOutputConfig
 	// Ensemble, when set, are the steps of an ensemble (platform
 	// "ensemble": ensemble_scheduling), which has no scheduler and no
 	// engine instances of its own.
@@ -216,6 +223,22 @@ type ModelConfig struct {
 	// Decoupled is model_transaction_policy decoupled: the model answers
 	// a request any number of times (a Python model's response sender).
 	Decoupled bool
+}
+
+// BatchInputConfig is one batch_input: inputs the server makes from the
+// batch it formed (Kind: BATCH_ELEMENT_COUNT...).
+type BatchInputConfig struct {
+	Kind, DataType string
+	TargetNames    []string
+	SourceInputs   []string
+}
+
+// BatchOutputConfig is one batch_output: outputs the server scatters to
+// the requests in the shape of their inputs.
+type BatchOutputConfig struct {
+	Kind         string
+	TargetNames  []string
+	SourceInputs []string
 }
 
 // EnsembleStep is one step of an ensemble's configuration.
@@ -238,6 +261,12 @@ func Config(inst *Instance, filename string) ModelConfig {
 	batched := m.Batched()
 	if batched {
 		c.MaxBatchSize = bc.MaxBatchRows
+		if bc.MaxDelay > 0 && len(bc.PreferredSizes) == 0 {
+			// fw serve's batching: an idle engine never waits, which a
+			// repository's configuration asks for with this parameter
+			// (its default is Triton's holding).
+			c.Parameters = map[string]string{"fw_hold_when_idle": "false"}
+		}
 	}
 	conv := func(specs []engine.TensorSpec, inputs bool) []TensorConfig {
 		out := make([]TensorConfig, len(specs))
@@ -276,7 +305,7 @@ func ConfigJSON(c ModelConfig) map[string]any {
 				if format == "" {
 					format = "FORMAT_NONE"
 				}
-				m["format"], m["allow_ragged_batch"], m["optional"] = format, false, t.Optional
+				m["format"], m["allow_ragged_batch"], m["optional"] = format, t.AllowRaggedBatch, t.Optional
 			} else {
 				m["label_filename"] = t.LabelFilename
 			}
@@ -316,6 +345,16 @@ func ConfigJSON(c ModelConfig) map[string]any {
 		"parameters":               params,
 		"model_transaction_policy": map[string]any{"decoupled": c.Decoupled},
 		"response_cache":           map[string]any{"enable": c.ResponseCache},
+		"batch_input":              []map[string]any{},
+		"batch_output":             []map[string]any{},
+	}
+	for _, bi := range c.BatchInputs {
+		out["batch_input"] = append(out["batch_input"].([]map[string]any), map[string]any{"kind": bi.Kind,
+			"target_name": bi.TargetNames, "data_type": bi.DataType, "source_input": bi.SourceInputs})
+	}
+	for _, bo := range c.BatchOutputs {
+		out["batch_output"] = append(out["batch_output"].([]map[string]any), map[string]any{"kind": bo.Kind,
+			"target_name": bo.TargetNames, "source_input": bo.SourceInputs})
 	}
 	if c.Ensemble != nil {
 		steps := make([]map[string]any, len(c.Ensemble))

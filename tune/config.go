@@ -54,6 +54,11 @@ func Pbtxt(served []byte, s Setting) ([]byte, error) {
 		cfg.Parameters = map[string]*pb.ModelParameter{}
 	}
 	cfg.Parameters["intra_op_thread_count"] = &pb.ModelParameter{StringValue: strconv.Itoa(s.Threads)}
+	if cfg.GetDynamicBatching() != nil {
+		// Measured as fw serve's --max-delay works: an idle engine never
+		// waits (a repository's default is Triton's holding).
+		cfg.Parameters["fw_hold_when_idle"] = &pb.ModelParameter{StringValue: "false"}
+	}
 	out, err := (prototext.MarshalOptions{Multiline: true, Indent: "  "}).Marshal(cfg)
 	if err != nil {
 		return nil, err

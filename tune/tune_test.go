@@ -93,7 +93,8 @@ func TestPbtxt(t *testing.T) {
 	}
 	if cfg.GetName() != "digits_mlp" || cfg.GetMaxBatchSize() != 8 || cfg.GetDynamicBatching().GetMaxQueueDelayMicroseconds() != 2500 ||
 		len(cfg.GetInstanceGroup()) != 1 || cfg.GetInstanceGroup()[0].GetCount() != 2 ||
-		cfg.GetParameters()["intra_op_thread_count"].GetStringValue() != "1" || len(cfg.GetInput()) != 1 {
+		cfg.GetParameters()["intra_op_thread_count"].GetStringValue() != "1" || len(cfg.GetInput()) != 1 ||
+		cfg.GetParameters()["fw_hold_when_idle"].GetStringValue() != "false" { // measured with an idle engine never waiting
 		t.Fatalf("config:\n%s", text)
 	}
 	seq := []byte(`{"name":"s","max_batch_size":8,"sequence_batching":{"max_sequence_idle_microseconds":"5000000"}}`)
