@@ -125,6 +125,12 @@ type Config struct {
 	// batching and batch inputs); see Ragged. It needs a batch axis: an
 	// Unbatched batcher ignores it.
 	Ragged *Ragged
+	// StartAfter, when positive, forms no batch until that many requests
+	// are queued, once; then the batcher works as configured (a test hook:
+	// Triton's TRITONSERVER_DELAY_SCHEDULER, with which its QA suites
+	// queue a known set of requests before the first batch is cut). A
+	// Close still runs what is queued. CallerRuns does not apply.
+	StartAfter int
 	// CallerRuns lets a request that finds the engine idle and nothing
 	// queued run its engine call on the goroutine that submitted it,
 	// instead of handing it to the worker and waiting to be handed the
@@ -289,6 +295,9 @@ type Batcher struct {
 	levelQueued  map[uint64]int
 	maxPreferred int
 	order        *order // Config.PreserveOrdering; nil without
+	// startAfter is Config.StartAfter until that many requests have been
+	// queued, then 0 (guarded by mu).
+	startAfter int
 }
 
 // group is the queue of requests sharing one shape signature.
@@ -408,6 +417,7 @@ func start(workers []*worker, cfg Config, stats Stats) *Batcher {
 	if len(cfg.PreferredSizes) > 0 {
 		b.maxPreferred = cfg.PreferredSizes[len(cfg.PreferredSizes)-1]
 	}
+	b.startAfter = max(0, cfg.StartAfter)
 	if b.queueing = cfg.Queues.enabled(); b.queueing {
 		b.levelQueued = make(map[uint64]int)
 	}
@@ -543,7 +553,7 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 	// A sleeping gatherer only needs waking when there was nothing to wait
 	// for or this group just filled up; otherwise its timer already fires
 	// at the earliest deadline.
-	wake := b.waiting && (wasEmpty || g.rows >= b.cfg.MaxBatchRows || b.preferredLocked(g) || (newGroup && len(b.active) > 1))
+	wake := b.waiting && (wasEmpty || g.rows >= b.cfg.MaxBatchRows || b.preferredLocked(g) || (newGroup && len(b.active) > 1) || b.startAfter > 0)
 	if wake {
 		b.waiting = false
 	}
@@ -795,7 +805,7 @@ func (b *Batcher) gather(w *worker) bool {
 	defer b.gatherMu.Unlock()
 	b.mu.Lock()
 	// A request that would start at once anyway may run on w itself.
-	lendable := b.cfg.CallerRuns && b.cfg.Instances == 1 && w.each == nil && b.maxPreferred == 0 && b.order == nil
+	lendable := b.cfg.CallerRuns && b.cfg.Instances == 1 && w.each == nil && b.maxPreferred == 0 && b.order == nil && b.cfg.StartAfter <= 0
 	for {
 		for b.lent {
 			b.returned.Wait()
@@ -836,6 +846,12 @@ func (b *Batcher) gather(w *worker) bool {
 func (b *Batcher) pickLocked() (*group, time.Duration) {
 	if len(b.active) == 0 {
 		return nil, 0
+	}
+	if b.startAfter > 0 && !b.closed {
+		if b.queued < b.startAfter {
+			return nil, 0 // woken by every Submit until then
+		}
+		b.startAfter = 0
 	}
 	immediate := b.closed || b.cfg.MaxDelay <= 0 || b.cfg.Unbatched || (b.running.Load() == 0 && b.maxPreferred == 0)
 	var now time.Time

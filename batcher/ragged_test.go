@@ -246,3 +246,50 @@ func TestWithTurnQueuesInChainOrder(t *testing.T) {
 		t.Fatalf("engine saw %v, want chain order %v", seen, want)
 	}
 }
+
+// StartAfter (Triton's TRITONSERVER_DELAY_SCHEDULER) cuts no batch until
+// that many requests are queued, then batches as configured.
+func TestStartAfterHoldsTheFirstBatch(t *testing.T) {
+	var mu sync.Mutex
+	var calls []int
+	run := func(_ context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
+		mu.Lock()
+		calls = append(calls, int(in[0].Shape[0]))
+		mu.Unlock()
+		return []engine.Tensor{in[0]}, nil
+	}
+	b := New(run, Config{MaxBatchRows: 8, CallerRuns: true, StartAfter: 5}, nil)
+	defer b.Close(context.Background())
+	var wg sync.WaitGroup
+	var prev chan struct{}
+	for i := range 5 {
+		mine := make(chan struct{})
+		var once sync.Once
+		ctx := WithTurn(context.Background(), prev, func() { once.Do(func() { close(mine) }) })
+		prev = mine
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := b.Submit(ctx, []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{float32(i)})}); err != nil {
+				t.Error(err)
+			}
+		}()
+		if i < 4 {
+			<-mine
+			time.Sleep(2 * time.Millisecond)
+			mu.Lock()
+			n := len(calls)
+			mu.Unlock()
+			if n != 0 {
+				t.Fatalf("a batch ran with %d of 5 requests queued", i+1)
+			}
+		}
+	}
+	wg.Wait()
+	if _, err := b.Submit(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{9})}); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(calls, []int{5, 1}) {
+		t.Fatalf("engine calls of %v rows, want [5 1]: the five queued requests at once, then as configured", calls)
+	}
+}

@@ -119,6 +119,11 @@ type Config struct {
 	// (tritonserver --exit-on-error=false): they stay UNAVAILABLE in the
 	// index with their reasons, the others serve.
 	KeepGoing bool
+	// DelayScheduler, when positive, holds each dynamically batched
+	// model's first batch until that many requests are queued
+	// (batcher.Config.StartAfter): Triton's TRITONSERVER_DELAY_SCHEDULER
+	// test hook, for its QA suites.
+	DelayScheduler int
 }
 
 // onDemand reports whether models load on their first request.
@@ -978,6 +983,7 @@ func (r *Repository) batching(cfg *pb.ModelConfig, auto bool) batcher.Config {
 			if hold, _ := holdWhenIdle(cfg); hold && len(bc.PreferredSizes) == 0 && bc.MaxDelay > 0 && !bc.Unbatched {
 				bc.PreferredSizes = []int{bc.MaxBatchRows}
 			}
+			bc.StartAfter = r.cfg.DelayScheduler
 		case cfg.GetSequenceBatching() != nil: // requests of different sequences batched as its strategy says
 			bc.MaxDelay = time.Duration(queueDelay(cfg.GetSequenceBatching())) * time.Microsecond
 		default:

@@ -296,11 +296,24 @@ Flags:
 		if *threads == 0 {
 			engineOpts.Threads = 0 // each model splits the CPUs between its own instances
 		}
+		delayScheduler, err := delaySchedulerFrom(os.Getenv("TRITONSERVER_DELAY_SCHEDULER"))
+		if err != nil {
+			ln.Close()
+			if gln != nil {
+				gln.Close()
+			}
+			fmt.Fprintf(stderr, "fw serve: %v\n", err)
+			return 2
+		}
+		if delayScheduler > 0 {
+			log.Warn("TRITONSERVER_DELAY_SCHEDULER is set: each dynamically batched model forms its first batch only once that many requests are queued (Triton's test hook; unset it in production)", "requests", delayScheduler)
+		}
 		repo, err := modelrepo.New(modelrepo.Config{
 			Roots: *repos, Mode: mode, LoadModels: *loadModels, PollInterval: time.Duration(*pollSecs) * time.Second,
 			DisableAutoComplete: *noAuto, ConfigName: tset.configName, ResponseCache: responseCache(tset.cacheBytes), Engine: engineOpts, CPUs: cpus, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
 			MaxResidentModels: *maxResident, MaxResidentBytes: *maxResidentBytes, LoadWait: *timeout,
 			Python: cmp.Or(*pythonBin, pythonPath()), KeepGoing: !*exitOnError, PythonMetrics: pyMetrics,
+			DelayScheduler: delayScheduler,
 		}, metrics, log)
 		if err != nil {
 			ln.Close()

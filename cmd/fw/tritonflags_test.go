@@ -205,3 +205,18 @@ func TestTritonOptionsResolve(t *testing.T) {
 		t.Fatalf("%+v %v", s, err)
 	}
 }
+
+// TRITONSERVER_DELAY_SCHEDULER, Triton's test hook, is read as a count;
+// anything else stops fw serve with the reason.
+func TestDelaySchedulerFrom(t *testing.T) {
+	for v, want := range map[string]int{"": 0, "0": 0, " 12 ": 12} {
+		if n, err := delaySchedulerFrom(v); err != nil || n != want {
+			t.Errorf("%q: %d, %v; want %d", v, n, err, want)
+		}
+	}
+	for _, v := range []string{"-1", "x", "99999999999"} {
+		if _, err := delaySchedulerFrom(v); err == nil || !strings.Contains(err.Error(), "TRITONSERVER_DELAY_SCHEDULER") {
+			t.Errorf("%q: err %v", v, err)
+		}
+	}
+}
