@@ -91,8 +91,10 @@ type Config struct {
 	// is held for up to MaxDelay, even while no engine call runs, until the
 	// first requests of its queue add up to one of these sizes (without
 	// passing the largest), and then sent at once, the largest such run of
-	// requests. A batch sent at MaxDelay holds at most the largest size's
-	// rows. None keeps fw's behaviour: an idle engine never waits.
+	// requests. Short of one, a batch taken before its oldest request has
+	// waited MaxDelay holds at most the largest size's rows, one taken
+	// after it up to MaxBatchRows (Triton's). None keeps fw's behaviour:
+	// an idle engine never waits.
 	PreferredSizes []int
 	// Queues are Triton's priority levels and queue policies (request
 	// priorities and queue timeouts, WithQueueOptions). The zero value is
@@ -493,6 +495,12 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 	tn, err := awaitTurn(ctx)
 	if err != nil {
 		return nil, Timing{}, err
+	}
+	defer tn.taken() // refused before its queue: the next may go (a no-op once queued)
+	if b.ragged() && len(b.cfg.Ragged.Made) > 0 {
+		if err := b.cfg.Ragged.checkRequest(inputs); err != nil {
+			return nil, Timing{}, err
+		}
 	}
 	var kb [128]byte
 	key := kb[:0] // unbatched: one queue, whatever the shapes
@@ -916,13 +924,15 @@ func (b *Batcher) sooner(a, c *request) bool {
 // takeLocked moves the longest prefix of g's queue that fits in MaxBatchRows
 // (at least one request, however large; exactly one when Unbatched) into
 // w.batch. With PreferredSizes it is the requests adding up to a preferred
-// size when there are such, else at most the largest size's rows.
+// size when there are such, else at most the largest size's rows, or,
+// once the oldest has waited MaxDelay, MaxBatchRows (Triton's: a batch
+// past its delay grows to the model's limit).
 func (b *Batcher) takeLocked(g *group, w *worker) {
 	limit := b.cfg.MaxBatchRows
 	if b.maxPreferred > 0 && !b.cfg.Unbatched {
 		if _, rows := b.preferredPrefix(g); rows > 0 {
 			limit = rows
-		} else {
+		} else if b.cfg.MaxDelay <= 0 || time.Since(b.oldestLocked(g)) < b.cfg.MaxDelay {
 			limit = min(limit, b.maxPreferred)
 		}
 	}
@@ -1035,8 +1045,8 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 	var err error
 	switch {
 	case b.ragged():
-		if in, err = b.raggedConcat(reqs, rows); err != nil {
-			return nil, fmt.Errorf("batcher: engine call of %d rows from %d requests: %w", rows, len(reqs), err)
+		if in, err = b.raggedConcat(reqs, rows); err != nil { // not ErrBadOutput: each request is retried alone
+			return nil, fmt.Errorf("batcher: joining %d requests: %w", len(reqs), err)
 		}
 	case len(reqs) == 1:
 		in = reqs[0].inputs

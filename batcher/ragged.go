@@ -64,6 +64,51 @@ type MadeInput struct {
 	DType  engine.DType // Int32, Int64 or Float32
 }
 
+// exactFloat32 is the largest count a float32 batch input holds exactly
+// (2^24); it also bounds a BATCH_MAX_ELEMENT_COUNT_AS_SHAPE tensor, which
+// is that many zeros.
+const exactFloat32 = 1 << 24
+
+// fits reports whether v can be a value of a made input of dt.
+func fits(dt engine.DType, v int64) bool {
+	switch dt {
+	case engine.Float32:
+		return v <= exactFloat32
+	case engine.Int32:
+		return v <= math.MaxInt32
+	}
+	return true
+}
+
+// checkRequest refuses a request whose made inputs could not hold what
+// its source inputs say (a count or a size past the made input's
+// datatype, a source left out): the request's fault, answered before it
+// joins others.
+func (rg *Ragged) checkRequest(inputs []engine.Tensor) error {
+	for _, mi := range rg.Made {
+		if mi.Source >= len(inputs) || inputs[mi.Source].Absent() {
+			return &engine.InputError{Msg: fmt.Sprintf("input %d is the source of a batch input: send it", mi.Source)}
+		}
+		shape := inputs[mi.Source].Shape
+		switch mi.Kind {
+		case ItemShape, ItemShapeFlatten:
+			for _, d := range shape[min(1, len(shape)):] {
+				if !fits(mi.DType, d) {
+					return &engine.InputError{Msg: fmt.Sprintf("input %d has shape %s: a batch input of its item shapes is %s, which cannot hold %d exactly",
+						mi.Source, engine.FormatShape(shape), mi.DType, d)}
+				}
+			}
+		default:
+			n := engine.NumElements(shape)
+			if !fits(mi.DType, n) || (mi.Kind == MaxElementCountAsShape && n > exactFloat32) {
+				return &engine.InputError{Msg: fmt.Sprintf("input %d holds %d elements: its batch input (%s) holds at most %d; send fewer", mi.Source, n, mi.DType,
+					map[bool]int64{true: exactFloat32, false: math.MaxInt32}[mi.DType == engine.Float32 || mi.Kind == MaxElementCountAsShape])}
+			}
+		}
+	}
+	return nil
+}
+
 // raggedAt reports whether input j is ragged.
 func (rg *Ragged) raggedAt(j int) bool { return rg != nil && j < len(rg.Inputs) && rg.Inputs[j] }
 
@@ -108,7 +153,7 @@ func (b *Batcher) raggedConcat(reqs []*request, rows int) ([]engine.Tensor, erro
 	}
 	for _, mi := range rg.Made {
 		if mi.Index >= n || mi.Source >= n {
-			return nil, fmt.Errorf("%w: a batch input at position %d of %d inputs", ErrBadOutput, mi.Index, n)
+			return nil, fmt.Errorf("a batch input at position %d of %d inputs", mi.Index, n)
 		}
 		t, err := makeInput(mi, reqs)
 		if err != nil {
@@ -127,6 +172,15 @@ func makeInput(mi MadeInput, reqs []*request) (engine.Tensor, error) {
 	case ElementCount, AccumulatedElementCount, AccumulatedElementCountWithZero:
 		if mi.Kind == AccumulatedElementCountWithZero {
 			vals = append(vals, 0)
+		}
+		if mi.Kind != ElementCount { // the total too must fit (each request alone does)
+			var total int64
+			for _, r := range reqs {
+				total += engine.NumElements(r.inputs[mi.Source].Shape)
+			}
+			if !fits(mi.DType, total) {
+				return engine.Tensor{}, fmt.Errorf("the batch's %d elements of input %d do not fit a %s batch input exactly", total, mi.Source, mi.DType)
+			}
 		}
 		var acc int64
 		for _, r := range reqs {
@@ -152,7 +206,7 @@ func makeInput(mi MadeInput, reqs []*request) (engine.Tensor, error) {
 		for _, r := range reqs {
 			s := r.inputs[mi.Source].Shape
 			if len(s)-1 != rank || rank < 0 {
-				return engine.Tensor{}, fmt.Errorf("%w: a batch input of item shapes needs every request's input %d at one rank", ErrBadOutput, mi.Source)
+				return engine.Tensor{}, fmt.Errorf("a batch input of item shapes needs every request's input %d at one rank", mi.Source)
 			}
 			for range s[0] {
 				vals = append(vals, s[1:]...)
@@ -165,7 +219,7 @@ func makeInput(mi MadeInput, reqs []*request) (engine.Tensor, error) {
 			shape = []int64{int64(len(vals))}
 		}
 	default:
-		return engine.Tensor{}, fmt.Errorf("%w: batch input kind %d", ErrBadOutput, mi.Kind)
+		return engine.Tensor{}, fmt.Errorf("batch input kind %d", mi.Kind)
 	}
 	return encodeInts(mi.DType, shape, vals)
 }
@@ -177,18 +231,18 @@ func encodeInts(dt engine.DType, shape []int64, vals []int64) (engine.Tensor, er
 		return t, err
 	}
 	for i, v := range vals {
+		if !fits(dt, v) { // a total of several requests: each alone fits (checkRequest)
+			return engine.Tensor{}, fmt.Errorf("batch input value %d does not fit %s exactly", v, dt)
+		}
 		switch dt {
 		case engine.Int32:
-			if v > math.MaxInt32 {
-				return engine.Tensor{}, fmt.Errorf("%w: batch input value %d does not fit int32", ErrBadOutput, v)
-			}
 			binary.LittleEndian.PutUint32(t.Data[4*i:], uint32(int32(v)))
 		case engine.Int64:
 			binary.LittleEndian.PutUint64(t.Data[8*i:], uint64(v))
 		case engine.Float32:
 			binary.LittleEndian.PutUint32(t.Data[4*i:], math.Float32bits(float32(v)))
 		default:
-			return engine.Tensor{}, fmt.Errorf("%w: batch input datatype %s", ErrBadOutput, dt)
+			return engine.Tensor{}, fmt.Errorf("batch input datatype %s", dt)
 		}
 	}
 	return t, nil

@@ -293,3 +293,62 @@ func TestStartAfterHoldsTheFirstBatch(t *testing.T) {
 		t.Fatalf("engine calls of %v rows, want [5 1]: the five queued requests at once, then as configured", calls)
 	}
 }
+
+// A request whose batch input could not hold what its source says is the
+// request's fault: refused before it joins a batch, the others answered.
+func TestRaggedRefusesWhatABatchInputCannotHold(t *testing.T) {
+	rr := &raggedRun{}
+	b := New(rr.run, Config{MaxBatchRows: 8, Ragged: &Ragged{
+		Inputs:  []bool{true, false, false},
+		Made:    []MadeInput{{Index: 2, Kind: ItemShape, Source: 0, DType: engine.Int32}},
+		Scatter: []int{0, -1},
+	}}, nil)
+	defer b.Close(context.Background())
+	huge := engine.Tensor{DType: engine.Float32, Shape: []int64{1, 0, 1 << 40}, Data: []byte{}} // no elements, an item size past int32
+	_, err := b.Submit(context.Background(), []engine.Tensor{huge, engine.FromFloat32([]int64{1, 1}, []float32{0}), {}})
+	var ie *engine.InputError
+	if !errors.As(err, &ie) {
+		t.Fatalf("err = %v, want an input error", err)
+	}
+	if _, err := b.Submit(context.Background(), []engine.Tensor{{}, engine.FromFloat32([]int64{1, 1}, []float32{0}), {}}); !errors.As(err, &ie) {
+		t.Fatalf("a request without the source: err = %v, want an input error", err)
+	}
+	ok := engine.FromFloat32([]int64{1, 2}, []float32{1, 2})
+	if _, err := b.Submit(context.Background(), []engine.Tensor{ok, engine.FromFloat32([]int64{1, 1}, []float32{0}), {}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Short of a preferred size, a batch taken before its delay holds at most
+// the largest preferred size; one taken after it grows to MaxBatchRows
+// (Triton's L0_batcher test_multi_batch_delayed_use_max_batch).
+func TestPastTheDelayABatchGrowsToMaxRows(t *testing.T) {
+	var mu sync.Mutex
+	var calls []int
+	run := func(_ context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
+		mu.Lock()
+		calls = append(calls, int(in[0].Shape[0]))
+		mu.Unlock()
+		return []engine.Tensor{in[0]}, nil
+	}
+	b := New(run, Config{MaxBatchRows: 8, MaxDelay: 50 * time.Millisecond, PreferredSizes: []int{2, 6}, StartAfter: 3}, nil)
+	defer b.Close(context.Background())
+	var wg sync.WaitGroup
+	send := func(rows int) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := b.Submit(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{int64(rows)}, make([]float32, rows))}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	send(3)
+	send(4)
+	time.Sleep(100 * time.Millisecond) // past the delay, held by StartAfter
+	send(1)
+	wg.Wait()
+	if !reflect.DeepEqual(calls, []int{8}) {
+		t.Fatalf("engine calls of %v rows, want [8]", calls)
+	}
+}

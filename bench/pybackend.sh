@@ -66,6 +66,7 @@ input [{ name: "INPUT0", data_type: TYPE_FP32, dims: [ 16 ] }, { name: "INPUT1",
 output [{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 16 ] }, { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 16 ] }]
 dynamic_batching { max_queue_delay_microseconds: 1000 }
 instance_group [{ count: 1, kind: KIND_CPU }]
+parameters [{ key: "fw_hold_when_idle", value: { string_value: "false" } }]
 EOF
 cat >"$repo/add_sub/1/model.py" <<'EOF'
 import triton_python_backend_utils as pb_utils

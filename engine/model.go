@@ -50,6 +50,11 @@ type Options struct {
 	// Off by default: on a server whose CPUs also run the HTTP front end,
 	// spinning threads take cycles from it.
 	Spin bool
+	// SizedOutputs leaves every output's size to ONNX Runtime instead of
+	// allocating the outputs of a batched model from its inputs' common
+	// first axis: for a model whose outputs' first axis need not be its
+	// inputs' (ragged batching, whose flat inputs may happen to agree).
+	SizedOutputs bool
 }
 
 func (o Options) threads() int {

@@ -71,6 +71,8 @@ type ortBackend struct {
 	inputs  []TensorSpec
 	outputs []TensorSpec
 	batched bool // every input and output has a dynamic axis 0 (Model.Batched)
+	// sizedOutputs: ONNX Runtime sizes every output (Options.SizedOutputs).
+	sizedOutputs bool
 }
 
 var ortOptLevels = map[string]ort.GraphOptimizationLevel{
@@ -153,7 +155,7 @@ func newORTBackend(path string, opts Options) (Backend, *Metadata, error) {
 	if err != nil {
 		return fail(CodeEngine, "ONNX Runtime cannot create a session for the model", err, "")
 	}
-	b := &ortBackend{session: sess, inputs: inputs, outputs: outputs, batched: batchedSpecs(inputs, outputs)}
+	b := &ortBackend{session: sess, inputs: inputs, outputs: outputs, batched: batchedSpecs(inputs, outputs), sizedOutputs: opts.SizedOutputs}
 	md, err := b.metadata()
 	if err != nil {
 		sess.Destroy()
@@ -249,7 +251,7 @@ func (b *ortBackend) Run(ctx context.Context, inputs []Tensor) ([]Tensor, error)
 		ins[i] = v
 	}
 	batch := int64(-1) // an unbatched model's outputs are sized by their specs alone
-	if b.batched && len(inputs) > 0 && len(inputs[0].Shape) > 0 {
+	if b.batched && !b.sizedOutputs && len(inputs) > 0 && len(inputs[0].Shape) > 0 {
 		batch = inputs[0].Shape[0]
 		for _, t := range inputs[1:] {
 			if len(t.Shape) == 0 || t.Shape[0] != batch {

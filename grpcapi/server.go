@@ -645,7 +645,7 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 	}
 	rctx = serving.WithRequestInfo(rctx, req.GetId(), &a.params)
 	rctx, sink := serving.WithResponseSink(rctx, inst)
-	rec := serving.Request{Began: began, Submitted: time.Now()}
+	rec := serving.Request{Began: began, Submitted: time.Now(), TraceBegun: true, Trace: s.cfg.Tracer.Begin(inst.Name())}
 	out, timing, err := serving.InferSequence(rctx, s.models, inst, dec.inputs, a.ticket)
 	rec.Timing = timing
 	if err != nil {
@@ -1050,6 +1050,7 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 				}
 				resp = &pb.ModelStreamInferResponse{InferResponse: out}
 			}()
+			queued() // answered (or refused) without queueing, as a cache hit is: the next need not wait for its turn to be sent
 			if streamed && resp == nil {
 				return
 			}

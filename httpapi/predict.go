@@ -67,7 +67,7 @@ func (s *Server) infer(ctx context.Context, inst *serving.Instance, inputs []eng
 // inferSequence is infer for a request admitted to its sequence (ticket;
 // nil for a stateless request).
 func (s *Server) inferSequence(ctx context.Context, inst *serving.Instance, inputs []engine.Tensor, began time.Time, ticket *serving.SequenceTicket) ([]engine.Tensor, serving.Request, error) {
-	rec := serving.Request{Began: began, Submitted: time.Now()}
+	rec := serving.Request{Began: began, Submitted: time.Now(), TraceBegun: true, Trace: s.cfg.Tracer.Begin(inst.Name())}
 	out, t, err := serving.InferSequence(ctx, s.models, inst, inputs, ticket)
 	rec.Timing = t
 	if err != nil {

@@ -320,6 +320,12 @@ func describe(inst *serving.Instance, cfg *pb.ModelConfig, auto bool, labels map
 		out.VersionPolicy = vp
 	}
 	out.Parameters = parametersJSON(cfg)
+	if v, ok := base.Parameters[paramHoldWhenIdle]; ok && batchingFromFile(cfg) && out.Parameters[paramHoldWhenIdle] == "" {
+		if out.Parameters == nil { // batched as the server's flags say, which the parameter reports
+			out.Parameters = map[string]string{}
+		}
+		out.Parameters[paramHoldWhenIdle] = v
+	}
 	if cfg.GetDefaultModelFilename() != "" {
 		out.DefaultModelFilename = cfg.GetDefaultModelFilename()
 	}

@@ -41,8 +41,10 @@ func checkRaggedConfig(cfg *pb.ModelConfig) error {
 		return fmt.Errorf("ragged batching (allow_ragged_batch, batch_input, batch_output) is not supported with sequence_batching in fw; use dynamic_batching")
 	}
 	inputs := map[string]bool{}
+	optional := map[string]bool{}
 	for _, in := range cfg.GetInput() {
 		inputs[in.GetName()] = true
+		optional[in.GetName()] = in.GetOptional()
 		if in.GetReshape() != nil {
 			return fmt.Errorf("input %q: reshape is not supported with ragged batching in fw; export the model with the shapes clients send", in.GetName())
 		}
@@ -58,6 +60,9 @@ func checkRaggedConfig(cfg *pb.ModelConfig) error {
 		}
 		if !inputs[names[0]] {
 			return fmt.Errorf("%s: source_input %q is not an input of the configuration", what, names[0])
+		}
+		if optional[names[0]] {
+			return fmt.Errorf("%s: source_input %q is optional; a batch input or output is made from it, so every request must send it: remove optional", what, names[0])
 		}
 		return nil
 	}
@@ -114,6 +119,9 @@ var raggedKinds = map[pb.BatchInput_Kind]batcher.BatchInputKind{
 func resolveRagged(cfg *pb.ModelConfig, m *engine.Model) (*ragged, error) {
 	if !usesRagged(cfg) {
 		return nil, nil
+	}
+	if m.Format == engine.FormatAOTI {
+		return nil, fmt.Errorf("ragged batching is not supported for an AOTInductor package (%s), compiled for batches of whole rows; export the model to ONNX or TorchScript", m.Path)
 	}
 	specs := m.Inputs()
 	index := func(name string) int { return engine.SpecIndex(specs, name) }

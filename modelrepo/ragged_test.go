@@ -116,14 +116,15 @@ func TestRaggedConfigRefusals(t *testing.T) {
 	for cfg, want := range map[string]string{
 		`{"max_batch_size": 0, ` + base + `, ` + bi + `}`: "need max_batch_size > 0",
 		`{"max_batch_size": 3, ` + base + `}`:             `the model's input "ENDS" is missing from the configuration`,
-		`{"max_batch_size": 3, ` + base + `, "batch_input": [{"kind": "BATCH_ELEMENT_COUNT", "target_name": ["ENDS"], "data_type": "TYPE_FP16", "source_input": ["X"]}]}`:  "TYPE_INT32, TYPE_INT64 or TYPE_FP32",
-		`{"max_batch_size": 3, ` + base + `, "batch_input": [{"kind": "BATCH_ELEMENT_COUNT", "target_name": ["ENDS"], "data_type": "TYPE_INT32", "source_input": ["X"]}]}`: `"ENDS" is float32 in the model`,
-		`{"max_batch_size": 3, ` + base + `, "batch_input": [{"kind": "BATCH_ELEMENT_COUNT", "target_name": ["X"], "data_type": "TYPE_FP32", "source_input": ["X"]}]}`:     "also an input of the configuration",
-		`{"max_batch_size": 3, ` + base + `, "batch_input": [{"kind": "BATCH_ELEMENT_COUNT", "target_name": ["ENDS"], "data_type": "TYPE_FP32", "source_input": ["Q"]}]}`:  `source_input "Q" is not an input`,
-		`{"max_batch_size": 3, ` + base + `, "batch_input": [{"kind": "BATCH_ITEM_SHAPE", "target_name": ["ENDS"], "data_type": "TYPE_FP32", "source_input": ["X"]}]}`:     "with 2 axes",
-		`{"max_batch_size": 3, ` + base + `, ` + bi + `, "batch_output": [{"target_name": ["Z"], "source_input": ["X"]}]}`:                                                 `target_name "Z" is not an output`,
-		`{"max_batch_size": 3, ` + base + `, ` + bi + `, "sequence_batching": {}}`:                                                                                         "not supported with sequence_batching",
-		`{"max_batch_size": 3, "parameters": {"fw_hold_when_idle": {"string_value": "maybe"}}, ` + base + `, ` + bi + `}`:                                                  "fw_hold_when_idle",
+		`{"max_batch_size": 3, ` + base + `, "batch_input": [{"kind": "BATCH_ELEMENT_COUNT", "target_name": ["ENDS"], "data_type": "TYPE_FP16", "source_input": ["X"]}]}`:                   "TYPE_INT32, TYPE_INT64 or TYPE_FP32",
+		`{"max_batch_size": 3, ` + base + `, "batch_input": [{"kind": "BATCH_ELEMENT_COUNT", "target_name": ["ENDS"], "data_type": "TYPE_INT32", "source_input": ["X"]}]}`:                  `"ENDS" is float32 in the model`,
+		`{"max_batch_size": 3, ` + base + `, "batch_input": [{"kind": "BATCH_ELEMENT_COUNT", "target_name": ["X"], "data_type": "TYPE_FP32", "source_input": ["X"]}]}`:                      "also an input of the configuration",
+		`{"max_batch_size": 3, ` + base + `, "batch_input": [{"kind": "BATCH_ELEMENT_COUNT", "target_name": ["ENDS"], "data_type": "TYPE_FP32", "source_input": ["Q"]}]}`:                   `source_input "Q" is not an input`,
+		`{"max_batch_size": 3, ` + base + `, "batch_input": [{"kind": "BATCH_ITEM_SHAPE", "target_name": ["ENDS"], "data_type": "TYPE_FP32", "source_input": ["X"]}]}`:                      "with 2 axes",
+		`{"max_batch_size": 3, ` + base + `, ` + bi + `, "batch_output": [{"target_name": ["Z"], "source_input": ["X"]}]}`:                                                                  `target_name "Z" is not an output`,
+		`{"max_batch_size": 3, "platform": "onnxruntime_onnx", "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [-1], "allow_ragged_batch": true, "optional": true}], ` + bi + `}`: `optional`, // refused for an ONNX model already; a batch input's source never may be
+		`{"max_batch_size": 3, ` + base + `, ` + bi + `, "sequence_batching": {}}`:                                                                                                          "not supported with sequence_batching",
+		`{"max_batch_size": 3, "parameters": {"fw_hold_when_idle": {"string_value": "maybe"}}, ` + base + `, ` + bi + `}`:                                                                   "fw_hold_when_idle",
 	} {
 		err := f.repo.Load(context.Background(), "rag", serving.LoadOptions{Config: []byte(cfg)})
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "failed to load") {

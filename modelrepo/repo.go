@@ -860,6 +860,7 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 		return nil, err
 	}
 	eo := r.cfg.Engine
+	eo.SizedOutputs = usesRagged(cfg) // a flat input's length may happen to equal the batch
 	count := 0
 	for _, g := range cfg.GetInstanceGroup() {
 		count += int(max(1, g.GetCount()))

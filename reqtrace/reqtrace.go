@@ -86,6 +86,9 @@ type Tracer struct {
 	nBuf   int    // traces in buf
 	index  int    // the next FILE.N
 	nextID uint64
+	// lastID is the ID Begin gave the last trace its count allowed: its
+	// Record writes the file (0: none pending).
+	lastID uint64
 	closed bool
 }
 
@@ -352,13 +355,45 @@ type Request struct {
 	Began, Submitted, Encoded time.Time
 	// Queue is its wait for an engine call; Compute that call.
 	Queue, Compute time.Duration
+	// Begun says Begin sampled it, Trace being the ID it gave (0: not
+	// traced).
+	Begun bool
+	Trace uint64
 }
 
-// Record samples r under its model's settings (one request in every rate
-// is traced while the count lasts) and keeps the sampled one's trace.
-// Cheap when nothing traces. An error is a failed write of the trace file.
-func (t *Tracer) Record(r Request) error {
+// Begin samples a request to model as it goes to its model, under the
+// model's settings (one request in every rate is traced while the count
+// lasts), and returns its trace ID (0: not traced): IDs count the traced
+// requests in the order they went in, as Triton numbers a trace when its
+// request arrives, whatever order they are answered in. The request's
+// Record then keeps its trace (Request.Trace, Request.Begun). Cheap when
+// nothing traces.
+func (t *Tracer) Begin(model string) uint64 {
 	if t == nil || !t.on.Load() {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return 0
+	}
+	last, ok := t.sampleLocked(model)
+	if !ok {
+		return 0
+	}
+	t.nextID++
+	if last {
+		t.lastID = t.nextID
+	}
+	return t.nextID
+}
+
+// Record keeps the trace of an answered request: one Begin sampled
+// (r.Begun, r.Trace its ID; none when 0), or, for a caller that did not
+// call Begin, one sampled now under its model's settings. Cheap when
+// nothing traces. An error is a failed write of the trace file.
+func (t *Tracer) Record(r Request) error {
+	if t == nil || (r.Begun && r.Trace == 0) || (!r.Begun && !t.on.Load()) { // a begun trace is kept even if tracing stopped since
 		return nil
 	}
 	t.mu.Lock()
@@ -371,15 +406,38 @@ func (t *Tracer) Record(r Request) error {
 		st = m
 	}
 	e := effective(&st.s, &t.global.s)
+	id, last := r.Trace, r.Begun && r.Trace == t.lastID
+	if !r.Begun {
+		var ok bool
+		if last, ok = t.sampleLocked(r.Model); !ok {
+			return nil
+		}
+		t.nextID++
+		id = t.nextID
+	}
+	t.append(id, r)
+	if last || (*e.LogFrequency > 0 && t.nBuf >= int(*e.LogFrequency)) || len(t.buf) > maxBuffered {
+		return t.writeIndexed()
+	}
+	return nil
+}
+
+// sampleLocked decides whether the next request to model is traced and
+// takes it from the count; last says it was the count's last.
+func (t *Tracer) sampleLocked(model string) (last, ok bool) {
+	st := &t.global
+	if m := t.models[model]; m != nil {
+		st = m
+	}
+	e := effective(&st.s, &t.global.s)
 	if *e.Level != LevelTimestamps || *e.Count == 0 {
-		return nil
+		return false, false
 	}
 	st.seen++
 	if st.seen%uint64(*e.Rate) != 0 {
-		return nil
+		return false, false
 	}
 	// Take one from the count of the settings that hold it.
-	var last bool
 	if *e.Count > 0 {
 		holder := &st.s
 		if holder.Count == nil {
@@ -390,12 +448,7 @@ func (t *Tracer) Record(r Request) error {
 		last = c == 0
 		t.refresh()
 	}
-	t.nextID++
-	t.append(t.nextID, r)
-	if last || (*e.LogFrequency > 0 && t.nBuf >= int(*e.LogFrequency)) || len(t.buf) > maxBuffered {
-		return t.writeIndexed()
-	}
-	return nil
+	return last, true
 }
 
 // traceHeader and traceTimes are the objects of Triton's trace file.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -259,4 +260,42 @@ func FuzzSet(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// Begin numbers traces in the order requests go in, as Triton numbers
+// them on arrival, whatever order they are answered in; requests it did
+// not sample leave no trace; the count's last one writes the file when it
+// is answered.
+func TestBeginNumbersInArrivalOrder(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "trace.json")
+	lvl, rate, count, freq := LevelTimestamps, uint32(2), int32(3), uint32(0)
+	tr, err := New(file, Settings{Level: &lvl, Rate: &rate, Count: &count, LogFrequency: &freq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []Request
+	for i := range 8 {
+		r := req("simple", i)
+		r.Begun, r.Trace = true, tr.Begin("simple")
+		reqs = append(reqs, r)
+	}
+	got := []uint64{}
+	for _, r := range reqs {
+		got = append(got, r.Trace)
+	}
+	if want := []uint64{0, 1, 0, 2, 0, 3, 0, 0}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("IDs %v, want %v: every 2nd request, 3 of them, numbered as they went in", got, want)
+	}
+	for _, i := range []int{3, 1, 0, 2, 4, 6, 7, 5} { // answered out of order; 5 is the last traced one
+		if err := tr.Record(reqs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids, _ := readTraces(t, file+".0")
+	if want := []uint64{2, 1, 3}; !reflect.DeepEqual(ids, want) {
+		t.Fatalf("file holds %v, want %v (in answer order, each with its arrival ID)", ids, want)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -65,6 +65,10 @@ type Request struct {
 	Err error
 	// ID is the request's "id", when it gave one (for its trace).
 	ID string
+	// TraceBegun says the tracer sampled it as it went in (reqtrace's
+	// Begin), Trace being the ID it gave (0: not traced).
+	TraceBegun bool
+	Trace      uint64
 }
 
 // NumFailureReasons is how many of Triton's failure reasons there are.
@@ -109,7 +113,7 @@ func failureReason(err error) int {
 // TraceOf is the trace record (reqtrace) of request r to inst.
 func TraceOf(inst *Instance, r Request) reqtrace.Request {
 	return reqtrace.Request{Model: inst.Name(), Version: inst.Version(), ID: r.ID, Began: r.Began, Submitted: r.Submitted,
-		Encoded: r.Encoded, Queue: r.Timing.Queue, Compute: r.Timing.Infer}
+		Encoded: r.Encoded, Queue: r.Timing.Queue, Compute: r.Timing.Infer, Begun: r.TraceBegun, Trace: r.Trace}
 }
 
 // Record adds one request. A failed request counts only in fail.

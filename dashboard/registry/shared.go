@@ -346,6 +346,9 @@ func modelConfig(docs []*sharedDoc) ([]byte, error) {
 		}
 		cfg["max_batch_size"] = mbs
 		cfg["dynamic_batching"] = map[string]any{"max_queue_delay_microseconds": delayUS}
+		// fw serve's batching, as a deployment of its own gets: an idle
+		// engine never waits (a repository's default is Triton's holding).
+		cfg["parameters"] = map[string]any{"fw_hold_when_idle": map[string]any{"string_value": "false"}}
 	} else {
 		cfg["max_batch_size"] = 0
 	}
