@@ -131,7 +131,8 @@ type Config struct {
 	// are queued, once; then the batcher works as configured (a test hook:
 	// Triton's TRITONSERVER_DELAY_SCHEDULER, with which its QA suites
 	// queue a known set of requests before the first batch is cut). A
-	// Close still runs what is queued. CallerRuns does not apply.
+	// Close still runs what is queued. CallerRuns does not apply until
+	// then.
 	StartAfter int
 	// CallerRuns lets a request that finds the engine idle and nothing
 	// queued run its engine call on the goroutine that submitted it,
@@ -496,7 +497,6 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 	if err != nil {
 		return nil, Timing{}, err
 	}
-	defer tn.taken() // refused before its queue: the next may go (a no-op once queued)
 	if b.ragged() && len(b.cfg.Ragged.Made) > 0 {
 		if err := b.cfg.Ragged.checkRequest(inputs); err != nil {
 			return nil, Timing{}, err
@@ -813,7 +813,7 @@ func (b *Batcher) gather(w *worker) bool {
 	defer b.gatherMu.Unlock()
 	b.mu.Lock()
 	// A request that would start at once anyway may run on w itself.
-	lendable := b.cfg.CallerRuns && b.cfg.Instances == 1 && w.each == nil && b.maxPreferred == 0 && b.order == nil && b.cfg.StartAfter <= 0
+	lendable := b.cfg.CallerRuns && b.cfg.Instances == 1 && w.each == nil && b.maxPreferred == 0 && b.order == nil && b.startAfter <= 0
 	for {
 		for b.lent {
 			b.returned.Wait()

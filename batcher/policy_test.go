@@ -196,7 +196,7 @@ func TestQueueSizePerLevel(t *testing.T) {
 
 // With preferred sizes, the first requests adding up to a preferred size
 // are sent at once, the largest such run (not past the largest size), and
-// a batch sent at MaxDelay holds at most the largest size's rows; a run
+// a batch taken before MaxDelay holds at most the largest size's rows; a run
 // adding up to no preferred size waits for MaxDelay (Triton's dynamic
 // batcher, as L0_model_queue times it).
 func TestPreferredSizes(t *testing.T) {

@@ -17,7 +17,9 @@ type turnKey struct{}
 // as Triton's stream does, instead of the order their goroutines happen
 // to run in. A nil prev waits for nothing. queued may be called more
 // than once (by an ensemble's step batchers too, and by the source when
-// the request ends before any batcher); it must not block.
+// the request ends before any batcher); it must not block. A request
+// refused before its queue, or retried on another batcher (a reload's),
+// is released by its source, not here.
 func WithTurn(ctx context.Context, prev <-chan struct{}, queued func()) context.Context {
 	return context.WithValue(ctx, turnKey{}, &turn{prev: prev, queued: queued})
 }

@@ -651,6 +651,7 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 	if err != nil {
 		rec.Encoded, rec.Err = time.Now(), err
 		inst.Stats.Record(rec)
+		s.untrace(rec)
 		return nil, s.inferError(ctx, err)
 	}
 	resp := &pb.ModelInferResponse{ModelName: inst.Name(), ModelVersion: inst.Version(), Id: req.GetId()}
@@ -669,6 +670,7 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 	if err := s.encodeOutputs(inst, dec, out, resp); err != nil {
 		rec.Encoded = time.Now()
 		inst.Stats.Record(rec)
+		s.untrace(rec)
 		return nil, err
 	}
 	rec.OK, rec.Encoded, rec.ID = true, time.Now(), req.GetId()
@@ -961,17 +963,37 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		}
 		order.Unlock()
 		var qonce sync.Once
-		queued := func() { // this request is queued, or will never be: the next may queue
+		release := func() {
+			close(qmine)
+			order.Lock()
+			if order.queued[seqKey] == qmine {
+				delete(order.queued, seqKey)
+			}
+			order.Unlock()
+		}
+		// queued: this request is queued, or will never be: the next may
+		// queue once the one before this is queued too (a request refused
+		// early must not let the next overtake the one before it).
+		queued := func() {
 			if qmine == nil {
 				return
 			}
 			qonce.Do(func() {
-				close(qmine)
-				order.Lock()
-				if order.queued[seqKey] == qmine {
-					delete(order.queued, seqKey)
+				select {
+				case <-qprev: // closed, or nil: never ready, handled below
+				default:
+					if qprev != nil {
+						go func() {
+							select {
+							case <-qprev:
+							case <-ctx.Done():
+							}
+							release()
+						}()
+						return
+					}
 				}
-				order.Unlock()
+				release()
 			})
 		}
 		wg.Add(1)
@@ -1072,6 +1094,14 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 			}
 			sendMu.Unlock()
 		}()
+	}
+}
+
+// untrace tells the tracer that rec's request ended without an answer to
+// trace.
+func (s *Server) untrace(rec serving.Request) {
+	if err := s.cfg.Tracer.End(rec.Trace); err != nil {
+		s.log.Error("tracing", "err", err)
 	}
 }
 

@@ -121,6 +121,7 @@ func (s *Server) handleImage(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	if !raw && (len(out) == 0 || out[0].Absent()) {
+		s.untrace(rec)
 		writeError(ctx, newError(500, CodeEngine, "the model's response left out its first output, which /predict/image ranks; ask for the raw outputs (?raw=true) or fix the model", nil))
 		return
 	}

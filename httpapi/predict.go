@@ -73,8 +73,17 @@ func (s *Server) inferSequence(ctx context.Context, inst *serving.Instance, inpu
 	if err != nil {
 		rec.Encoded, rec.Err = time.Now(), err
 		inst.Stats.Record(rec)
+		s.untrace(rec)
 	}
 	return out, rec, err
+}
+
+// untrace tells the tracer that rec's request ended without an answer to
+// trace.
+func (s *Server) untrace(rec serving.Request) {
+	if err := s.cfg.Tracer.End(rec.Trace); err != nil {
+		s.log.Error("tracing", "err", err)
+	}
 }
 
 // done records a successful request to inst whose answer is encoded: to

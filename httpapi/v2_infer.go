@@ -740,6 +740,7 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 	} else {
 		rec.Encoded = time.Now()
 		inst.Stats.Record(rec)
+		s.untrace(rec)
 	}
 }
 

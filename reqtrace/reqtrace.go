@@ -86,9 +86,11 @@ type Tracer struct {
 	nBuf   int    // traces in buf
 	index  int    // the next FILE.N
 	nextID uint64
-	// lastID is the ID Begin gave the last trace its count allowed: its
-	// Record writes the file (0: none pending).
-	lastID uint64
+	// begun are the traces Begin gave out whose request has not ended
+	// (Record or End); spent says a count ran out since the last write:
+	// the file is written once none is outstanding.
+	begun  map[uint64]struct{}
+	spent  bool
 	closed bool
 }
 
@@ -382,10 +384,32 @@ func (t *Tracer) Begin(model string) uint64 {
 		return 0
 	}
 	t.nextID++
-	if last {
-		t.lastID = t.nextID
+	if t.begun == nil {
+		t.begun = map[uint64]struct{}{}
 	}
+	t.begun[t.nextID] = struct{}{}
+	t.spent = t.spent || last
 	return t.nextID
+}
+
+// End forgets a trace Begin gave out whose request ended without an
+// answer to record (refused, failed): a count that ran out then writes
+// the traces kept so far. id 0 does nothing. An error is a failed write.
+func (t *Tracer) End(id uint64) error {
+	if t == nil || id == 0 {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.begun, id)
+	if t.closed || !t.spent || len(t.begun) > 0 {
+		return nil
+	}
+	t.spent = false
+	if t.nBuf == 0 {
+		return nil
+	}
+	return t.writeIndexed()
 }
 
 // Record keeps the trace of an answered request: one Begin sampled
@@ -406,8 +430,13 @@ func (t *Tracer) Record(r Request) error {
 		st = m
 	}
 	e := effective(&st.s, &t.global.s)
-	id, last := r.Trace, r.Begun && r.Trace == t.lastID
-	if !r.Begun {
+	id, last := r.Trace, false
+	if r.Begun {
+		delete(t.begun, id)
+		if last = t.spent && len(t.begun) == 0; last { // the count ran out and this was the last one out
+			t.spent = false
+		}
+	} else {
 		var ok bool
 		if last, ok = t.sampleLocked(r.Model); !ok {
 			return nil

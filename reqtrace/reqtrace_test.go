@@ -298,4 +298,31 @@ func TestBeginNumbersInArrivalOrder(t *testing.T) {
 	if err := tr.Close(); err != nil {
 		t.Fatal(err)
 	}
+
+	// The count's last request answered before an earlier one: the file
+	// waits for that one, or for its End when it fails.
+	file = filepath.Join(t.TempDir(), "trace.json")
+	rate, count = 1, 2
+	tr, err = New(file, Settings{Level: &lvl, Rate: &rate, Count: &count, LogFrequency: &freq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := req("simple", 0), req("simple", 1)
+	a.Begun, a.Trace = true, tr.Begin("simple")
+	b.Begun, b.Trace = true, tr.Begin("simple")
+	if err := tr.Record(b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(file + ".0"); !os.IsNotExist(err) {
+		t.Fatalf("written while request %d was still out: %v", a.Trace, err)
+	}
+	if err := tr.End(a.Trace); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := readTraces(t, file+".0"); !reflect.DeepEqual(ids, []uint64{2}) {
+		t.Fatalf("file holds %v, want [2]", ids)
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
