@@ -250,14 +250,7 @@ func TestWithTurnQueuesInChainOrder(t *testing.T) {
 // StartAfter (Triton's TRITONSERVER_DELAY_SCHEDULER) cuts no batch until
 // that many requests are queued, then batches as configured.
 func TestStartAfterHoldsTheFirstBatch(t *testing.T) {
-	var mu sync.Mutex
-	var calls []int
-	run := func(_ context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
-		mu.Lock()
-		calls = append(calls, int(in[0].Shape[0]))
-		mu.Unlock()
-		return []engine.Tensor{in[0]}, nil
-	}
+	run, calls := rowsRun()
 	b := New(run, Config{MaxBatchRows: 8, CallerRuns: true, StartAfter: 5}, nil)
 	defer b.Close(context.Background())
 	var wg sync.WaitGroup
@@ -277,10 +270,7 @@ func TestStartAfterHoldsTheFirstBatch(t *testing.T) {
 		if i < 4 {
 			<-mine
 			time.Sleep(2 * time.Millisecond)
-			mu.Lock()
-			n := len(calls)
-			mu.Unlock()
-			if n != 0 {
+			if n := len(calls()); n != 0 {
 				t.Fatalf("a batch ran with %d of 5 requests queued", i+1)
 			}
 		}
@@ -289,7 +279,7 @@ func TestStartAfterHoldsTheFirstBatch(t *testing.T) {
 	if _, err := b.Submit(context.Background(), []engine.Tensor{engine.FromFloat32([]int64{1}, []float32{9})}); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(calls, []int{5, 1}) {
+	if calls := calls(); !reflect.DeepEqual(calls, []int{5, 1}) {
 		t.Fatalf("engine calls of %v rows, want [5 1]: the five queued requests at once, then as configured", calls)
 	}
 }
@@ -323,14 +313,7 @@ func TestRaggedRefusesWhatABatchInputCannotHold(t *testing.T) {
 // the largest preferred size; one taken after it grows to MaxBatchRows
 // (Triton's L0_batcher test_multi_batch_delayed_use_max_batch).
 func TestPastTheDelayABatchGrowsToMaxRows(t *testing.T) {
-	var mu sync.Mutex
-	var calls []int
-	run := func(_ context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
-		mu.Lock()
-		calls = append(calls, int(in[0].Shape[0]))
-		mu.Unlock()
-		return []engine.Tensor{in[0]}, nil
-	}
+	run, calls := rowsRun()
 	b := New(run, Config{MaxBatchRows: 8, MaxDelay: 50 * time.Millisecond, PreferredSizes: []int{2, 6}, StartAfter: 3}, nil)
 	defer b.Close(context.Background())
 	var wg sync.WaitGroup
@@ -348,7 +331,25 @@ func TestPastTheDelayABatchGrowsToMaxRows(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // past the delay, held by StartAfter
 	send(1)
 	wg.Wait()
-	if !reflect.DeepEqual(calls, []int{8}) {
+	if calls := calls(); !reflect.DeepEqual(calls, []int{8}) {
 		t.Fatalf("engine calls of %v rows, want [8]", calls)
+	}
+}
+
+// rowsRun is a RunFunc answering its first input, and what it saw: the
+// rows of each call.
+func rowsRun() (RunFunc, func() []int) {
+	var mu sync.Mutex
+	var calls []int
+	run := func(_ context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
+		mu.Lock()
+		calls = append(calls, int(in[0].Shape[0]))
+		mu.Unlock()
+		return []engine.Tensor{in[0]}, nil
+	}
+	return run, func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int(nil), calls...)
 	}
 }

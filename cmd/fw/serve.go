@@ -211,6 +211,11 @@ Flags:
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		return 2
 	}
+	delayScheduler, err := delaySchedulerFrom(os.Getenv("TRITONSERVER_DELAY_SCHEDULER"))
+	if err != nil {
+		fmt.Fprintf(stderr, "fw serve: %v\n", err)
+		return 2
+	}
 	if *instances < 1 || *maxBatch < 1 || *maxQueue < 1 || *port < 0 || *port > 65535 || *grpcPort < 0 || *grpcPort > 65535 {
 		fmt.Fprintln(stderr, "fw serve: --instances, --max-batch-size and --max-queue must be at least 1, --port and --grpc-port within 0..65535")
 		return 2
@@ -295,15 +300,6 @@ Flags:
 	} else {
 		if *threads == 0 {
 			engineOpts.Threads = 0 // each model splits the CPUs between its own instances
-		}
-		delayScheduler, err := delaySchedulerFrom(os.Getenv("TRITONSERVER_DELAY_SCHEDULER"))
-		if err != nil {
-			ln.Close()
-			if gln != nil {
-				gln.Close()
-			}
-			fmt.Fprintf(stderr, "fw serve: %v\n", err)
-			return 2
 		}
 		if delayScheduler > 0 {
 			log.Warn("TRITONSERVER_DELAY_SCHEDULER is set: each dynamically batched model forms its first batch only once that many requests are queued (Triton's test hook; unset it in production)", "requests", delayScheduler)
