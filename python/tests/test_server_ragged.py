@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -109,8 +110,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
     root = tmp_path_factory.mktemp("ragged_repo")
     for name in ("ragged", "ragged_nohold"):
         _save(_ragged_model(), root / name / "1" / "model.onnx")
+    (root / "ragged_py" / "1").mkdir(parents=True)
+    (root / "ragged_py" / "1" / "model.py").write_text(PY_MODEL)
     srv = FwServer(
-        FW_BIN, None, "--model-repository", str(root), "--model-control-mode", "explicit", grpc=True
+        FW_BIN,
+        None,
+        "--model-repository",
+        str(root),
+        "--model-control-mode",
+        "explicit",
+        "--python",
+        sys.executable,
+        grpc=True,
     )
     try:
         srv.wait_ready()
@@ -119,6 +130,26 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
         yield srv
     finally:
         srv.stop()
+
+
+PY_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.calls = 0
+
+    def execute(self, requests):
+        self.calls += 1
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
+            call = np.full((x.shape[0], 1), self.calls, dtype=np.int64)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x), pb_utils.Tensor("CALL", call)]))
+        return out
+"""
 
 
 def _stream(server: FwServer, model: str, sizes: list[int], outputs: list[str]) -> list:
@@ -248,3 +279,30 @@ def test_refusals_say_why(server: FwServer, change: dict, sentence: str) -> None
     with pytest.raises(InferenceServerException) as e:
         http.load_model("ragged_nohold", config=json.dumps(_ragged_config("ragged_nohold", **change)))
     assert "failed to load" in str(e.value) and sentence in str(e.value)
+
+
+def test_python_model_gets_requests_of_any_length_in_one_execute(server: FwServer) -> None:
+    """allow_ragged_batch on a Python model: requests of different lengths share one execute, each with its own
+    tensors (Triton's L0_batcher ragged case, whose model is a Python stand-in here)."""
+    http = httpclient.InferenceServerClient(server.url)
+    cfg = {
+        "name": "ragged_py",
+        "backend": "python",
+        "max_batch_size": 4,
+        "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [-1], "allow_ragged_batch": True}],
+        "output": [
+            {"name": "Y", "data_type": "TYPE_FP32", "dims": [-1]},
+            {"name": "CALL", "data_type": "TYPE_INT64", "dims": [1]},
+        ],
+        "dynamic_batching": {"max_queue_delay_microseconds": 5_000_000},
+    }
+    http.load_model("ragged_py", config=json.dumps(cfg))
+    try:
+        assert http.get_model_config("ragged_py")["input"][0]["allow_ragged_batch"] is True
+        got = _stream(server, "ragged_py", SIZES, ["Y", "CALL"])
+        calls = {int(r.as_numpy("CALL")[0][0]) for r in got}
+        assert calls == {1}, "the four requests (4 rows = max_batch_size) share the first execute"
+        for n, r in zip(SIZES, got, strict=True):
+            assert r.as_numpy("Y").tolist() == [[float(n)] * n]
+    finally:
+        http.unload_model("ragged_py")
