@@ -645,7 +645,7 @@ func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a
 	}
 	rctx = serving.WithRequestInfo(rctx, req.GetId(), &a.params)
 	rctx, sink := serving.WithResponseSink(rctx, inst)
-	rec := serving.Request{Began: began, Submitted: time.Now(), TraceBegun: true, Trace: s.cfg.Tracer.Begin(inst.Name())}
+	rec := serving.Request{Began: began, Submitted: time.Now(), TraceBegun: true, Trace: s.traceID(ctx, inst)}
 	out, timing, err := serving.InferSequence(rctx, s.models, inst, dec.inputs, a.ticket)
 	rec.Timing = timing
 	if err != nil {
@@ -962,6 +962,7 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 			qprev, order.queued[seqKey] = order.queued[seqKey], qmine
 		}
 		order.Unlock()
+		st := &streamTrace{id: s.cfg.Tracer.Begin(req.GetModelName())} // numbered on arrival, in stream order
 		var qonce sync.Once
 		release := func() {
 			close(qmine)
@@ -1000,6 +1001,11 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			defer queued()
+			defer func() {
+				if !st.used { // refused, or a decoupled model's (not traced)
+					s.untrace(serving.Request{Trace: st.id})
+				}
+			}()
 			released := false
 			done := func() { // this request's answer is out: the next may go (once; this goroutine only)
 				if released {
@@ -1030,7 +1036,7 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 					}
 				}()
 				span := s.startSpan(ctx, began)
-				mctx := telemetry.With(ctx, span)
+				mctx := context.WithValue(telemetry.With(ctx, span), streamTraceKey{}, st)
 				if qmine != nil {
 					mctx = batcher.WithTurn(mctx, qprev, queued)
 				}
@@ -1095,6 +1101,27 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 			sendMu.Unlock()
 		}()
 	}
+}
+
+// streamTrace is the trace ID a stream request was given as it arrived
+// (its requests are numbered in stream order, as Triton numbers them,
+// though they are decoded concurrently); used says a request record took
+// it, else the stream ends it.
+type streamTrace struct {
+	id   uint64
+	used bool
+}
+
+type streamTraceKey struct{}
+
+// traceID is the trace ID of a request to inst: the one its stream gave
+// it on arrival, else one sampled now.
+func (s *Server) traceID(ctx context.Context, inst *serving.Instance) uint64 {
+	if st, ok := ctx.Value(streamTraceKey{}).(*streamTrace); ok {
+		st.used = true
+		return st.id
+	}
+	return s.cfg.Tracer.Begin(inst.Name())
 }
 
 // untrace tells the tracer that rec's request ended without an answer to

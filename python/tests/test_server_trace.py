@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,3 +135,30 @@ def test_empty_level_list_and_null_body_are_refused(traced: tuple[FwServer, Path
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(req, timeout=30)
         assert e.value.code == 400 and said in json.loads(e.value.read())["error"]
+
+
+def test_stream_requests_are_numbered_in_stream_order(traced: tuple[FwServer, Path]) -> None:
+    """A gRPC stream's requests are decoded concurrently; their trace IDs still follow the stream, as Triton
+    numbers a trace when its request arrives (L0_batcher's timestamp checks sort traces by ID)."""
+    srv, trace = traced
+    h = httpclient.InferenceServerClient(srv.url)
+    h.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1"})
+    answers: queue.Queue = queue.Queue()
+    g = grpcclient.InferenceServerClient(srv.grpc_url)
+    g.start_stream(callback=lambda result, error: answers.put(error or result))
+    try:
+        for i in range(16):
+            ins = [
+                grpcclient.InferInput("INPUT0", [1, 16], "INT32"),
+                grpcclient.InferInput("INPUT1", [1, 16], "INT32"),
+            ]
+            for x in ins:
+                x.set_data_from_numpy(np.full((1, 16), i, dtype=np.int32))
+            g.async_stream_infer("simple", ins, request_id=f"s{i}")
+        for _ in range(16):
+            assert not isinstance(answers.get(timeout=30), InferenceServerException)
+    finally:
+        g.stop_stream()
+    assert srv.stop() == 0
+    headers = sorted((o for o in json.loads(trace.read_text()) if "model_name" in o), key=lambda o: o["id"])
+    assert [o["request_id"] for o in headers] == [f"s{i}" for i in range(16)]
