@@ -41,14 +41,7 @@ func (r *raggedRun) run(_ context.Context, in []engine.Tensor) ([]engine.Tensor,
 func f32s(t engine.Tensor) []float32 { return append([]float32(nil), t.Float32s()...) }
 
 func ints(t engine.Tensor) []int64 {
-	switch t.DType {
-	case engine.Int32:
-		out := make([]int64, t.Len())
-		for i := range out {
-			out[i] = int64(t.At(i))
-		}
-		return out
-	case engine.Int64:
+	if t.DType == engine.Int64 {
 		return t.Int64s()
 	}
 	out := make([]int64, t.Len())
@@ -66,12 +59,9 @@ func submitAll(t *testing.T, b *Batcher, reqs [][]engine.Tensor) [][]engine.Tens
 	outs := make([][]engine.Tensor, len(reqs))
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
-	var prev chan struct{}
+	ctxs, _ := chain(len(reqs))
 	for i, in := range reqs {
-		mine := make(chan struct{})
-		var once sync.Once
-		ctx := WithTurn(context.Background(), prev, func() { once.Do(func() { close(mine) }) })
-		prev = mine
+		ctx := ctxs[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -254,12 +244,9 @@ func TestStartAfterHoldsTheFirstBatch(t *testing.T) {
 	b := New(run, Config{MaxBatchRows: 8, CallerRuns: true, StartAfter: 5}, nil)
 	defer b.Close(context.Background())
 	var wg sync.WaitGroup
-	var prev chan struct{}
+	ctxs, queued := chain(5)
 	for i := range 5 {
-		mine := make(chan struct{})
-		var once sync.Once
-		ctx := WithTurn(context.Background(), prev, func() { once.Do(func() { close(mine) }) })
-		prev = mine
+		ctx := ctxs[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -268,7 +255,7 @@ func TestStartAfterHoldsTheFirstBatch(t *testing.T) {
 			}
 		}()
 		if i < 4 {
-			<-mine
+			<-queued[i]
 			time.Sleep(2 * time.Millisecond)
 			if n := len(calls()); n != 0 {
 				t.Fatalf("a batch ran with %d of 5 requests queued", i+1)
@@ -352,4 +339,19 @@ func rowsRun() (RunFunc, func() []int) {
 		defer mu.Unlock()
 		return append([]int(nil), calls...)
 	}
+}
+
+// chain makes n contexts whose requests queue in order (WithTurn), and
+// the channels closed as each is queued.
+func chain(n int) ([]context.Context, []chan struct{}) {
+	ctxs := make([]context.Context, n)
+	queued := make([]chan struct{}, n)
+	var prev chan struct{}
+	for i := range n {
+		mine := make(chan struct{})
+		var once sync.Once
+		ctxs[i] = WithTurn(context.Background(), prev, func() { once.Do(func() { close(mine) }) })
+		queued[i], prev = mine, mine
+	}
+	return ctxs, queued
 }

@@ -980,21 +980,22 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 				return
 			}
 			qonce.Do(func() {
-				select {
-				case <-qprev: // closed, or nil: never ready, handled below
-				default:
-					if qprev != nil {
-						go func() {
-							select {
-							case <-qprev:
-							case <-ctx.Done():
-							}
-							release()
-						}()
-						return
-					}
+				if qprev == nil {
+					release()
+					return
 				}
-				release()
+				select {
+				case <-qprev:
+					release()
+				default: // the one before is not queued yet: pass the turn on once it is
+					go func() {
+						select {
+						case <-qprev:
+						case <-ctx.Done():
+						}
+						release()
+					}()
+				}
 			})
 		}
 		wg.Add(1)

@@ -145,15 +145,7 @@ func resolveRagged(cfg *pb.ModelConfig, m *engine.Model) (*ragged, error) {
 		if src < 0 {
 			return nil, fmt.Errorf("batch_input: source_input %q is not an input of %s, whose inputs are %s", bi.GetSourceInput()[0], m.Path, serving.Describe(specs))
 		}
-		var dt engine.DType
-		switch bi.GetDataType() {
-		case pb.DataType_TYPE_INT32:
-			dt = engine.Int32
-		case pb.DataType_TYPE_INT64:
-			dt = engine.Int64
-		default:
-			dt = engine.Float32
-		}
+		dt := dtypeOf(bi.GetDataType()) // INT32, INT64 or FP32 (checkRaggedConfig)
 		for _, t := range bi.GetTargetName() {
 			i := index(t)
 			if i < 0 {
