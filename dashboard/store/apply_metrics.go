@@ -29,6 +29,58 @@ type point struct {
 	order int
 }
 
+// sortPoints orders points by (rid, key, step) and, within a step, as they
+// came (order ascending, as pts holds them). A counting sort by series and
+// then a check per series: points arrive a step at a time with all their
+// keys, so each series is already in step order and a comparison sort of
+// the whole batch (a twentieth of ingest's CPU) has nothing to do.
+func sortPoints(pts []point) []point {
+	type series struct{ rid, key int64 }
+	rank := map[series]int{}
+	var keys []series
+	for _, p := range pts {
+		if _, ok := rank[series{p.rid, p.key}]; !ok {
+			rank[series{p.rid, p.key}] = 0
+			keys = append(keys, series{p.rid, p.key})
+		}
+	}
+	slices.SortFunc(keys, func(x, y series) int {
+		if x.rid != y.rid {
+			return cmpInt(x.rid, y.rid)
+		}
+		return cmpInt(x.key, y.key)
+	})
+	start := make([]int, len(keys)+1)
+	for i, k := range keys {
+		rank[k] = i
+	}
+	for _, p := range pts {
+		start[rank[series{p.rid, p.key}]+1]++
+	}
+	for i := 1; i < len(start); i++ {
+		start[i] += start[i-1]
+	}
+	out := make([]point, len(pts))
+	next := slices.Clone(start[:len(keys)])
+	for _, p := range pts {
+		r := rank[series{p.rid, p.key}]
+		out[next[r]] = p
+		next[r]++
+	}
+	byStep := func(x, y point) int {
+		if x.step != y.step {
+			return cmpInt(x.step, y.step)
+		}
+		return x.order - y.order
+	}
+	for i := range keys {
+		if seg := out[start[i]:start[i+1]]; !slices.IsSortedFunc(seg, byStep) {
+			slices.SortFunc(seg, byStep) // order is unique: a total order
+		}
+	}
+	return out
+}
+
 // keyID returns the ID of a metric key, creating it.
 func (a *applier) keyID(ctx context.Context, kind int, name string) (int64, error) {
 	ref := keyRef{kind, name}
@@ -161,18 +213,7 @@ func (a *applier) flushPoints(ctx context.Context) error {
 		}
 	}
 	// Points: sorted by primary key, the last write of a step wins.
-	slices.SortStableFunc(pts, func(x, y point) int {
-		if x.rid != y.rid {
-			return cmpInt(x.rid, y.rid)
-		}
-		if x.key != y.key {
-			return cmpInt(x.key, y.key)
-		}
-		if x.step != y.step {
-			return cmpInt(x.step, y.step)
-		}
-		return x.order - y.order
-	})
+	pts = sortPoints(pts)
 	// One value per step in metrics: the batch's last; an earlier one of
 	// the same step that differs is kept in metric_replaced, as the trigger
 	// keeps a stored value a write replaces (migration 12).

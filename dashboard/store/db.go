@@ -417,6 +417,7 @@ func (s *sqlStore) runGroupOnce(live []*writeReq, canRetry bool) (again bool) {
 		return false
 	}
 	if fed {
+		s.rememberFeed(s.feed.pending)
 		s.feedCommitted()
 	}
 	if rolledBack {

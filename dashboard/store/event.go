@@ -76,17 +76,20 @@ func (f *Float) UnmarshalJSON(b []byte) error {
 }
 
 // MarshalJSON implements json.Marshaler.
-func (f Float) MarshalJSON() ([]byte, error) {
+func (f Float) MarshalJSON() ([]byte, error) { return f.AppendJSON(nil), nil }
+
+// AppendJSON appends f's JSON form (MarshalJSON's bytes) to dst.
+func (f Float) AppendJSON(dst []byte) []byte {
 	v := float64(f)
 	switch {
 	case math.IsNaN(v):
-		return []byte(`"NaN"`), nil
+		return append(dst, `"NaN"`...)
 	case math.IsInf(v, 1):
-		return []byte(`"Infinity"`), nil
+		return append(dst, `"Infinity"`...)
 	case math.IsInf(v, -1):
-		return []byte(`"-Infinity"`), nil
+		return append(dst, `"-Infinity"`...)
 	}
-	return strconv.AppendFloat(nil, v, 'g', -1, 64), nil
+	return strconv.AppendFloat(dst, v, 'g', -1, 64)
 }
 
 type notNumberError struct{ s string }
@@ -189,6 +192,61 @@ type Event struct {
 	decodeErr *EventError
 }
 
+// splitArray splits a valid JSON array into its elements (sub-slices of
+// data), counting them as it goes: false when there are more than
+// MaxBatchEvents.
+func splitArray(data []byte) ([]json.RawMessage, bool) {
+	var raws []json.RawMessage
+	for i := 1; ; { // after '['
+		for i < len(data) && (data[i] == ',' || isSpace(data[i])) {
+			i++
+		}
+		if i >= len(data) || data[i] == ']' {
+			return raws, true
+		}
+		if len(raws) == MaxBatchEvents {
+			return nil, false
+		}
+		end := valueEnd(data, i)
+		raws = append(raws, json.RawMessage(data[i:end]))
+		i = end
+	}
+}
+
+// valueEnd is the index just after the value that starts at i, in valid
+// JSON.
+func valueEnd(data []byte, i int) int {
+	depth := 0
+	for ; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '"':
+			for i++; data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					i++
+				}
+			}
+			if depth == 0 {
+				return i + 1
+			}
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			if depth--; depth == 0 {
+				return i + 1
+			} else if depth < 0 { // the array's end, after a number or literal
+				return i
+			}
+		case c == ',' || isSpace(c):
+			if depth == 0 {
+				return i
+			}
+		}
+	}
+	return i
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
 // DecodeEvents decodes an ingest body: a JSON array of events, or JSON
 // lines (one event per line, blank lines skipped; the spool format). An
 // element that is not a valid event does not fail the batch: it comes back
@@ -203,7 +261,15 @@ func DecodeEvents(data []byte) ([]Event, error) {
 	// of a million tiny events is refused at the limit instead of first
 	// becoming a million slices.
 	var raws []json.RawMessage
-	if len(trimmed) > 0 && trimmed[0] == '[' {
+	if len(trimmed) > 0 && trimmed[0] == '[' && json.Valid(trimmed) {
+		// A valid array (checked without allocating) is split in place:
+		// json.Decoder's copy of each element was a twentieth of ingest.
+		var ok bool
+		if raws, ok = splitArray(trimmed); !ok {
+			return nil, tooMany()
+		}
+	} else if len(trimmed) > 0 && trimmed[0] == '[' {
+		// Invalid: json.Decoder says where.
 		dec := json.NewDecoder(bytes.NewReader(trimmed))
 		if _, err := dec.Token(); err != nil {
 			return nil, storeErr(CodeInvalidJSON, "decoding event array: "+err.Error(), nil)
@@ -243,6 +309,10 @@ func DecodeEvents(data []byte) ([]Event, error) {
 	}
 	events := make([]Event, len(raws))
 	for i, raw := range raws {
+		if decodeEventFast(raw, &events[i]) {
+			continue
+		}
+		events[i] = Event{}
 		if err := json.Unmarshal(raw, &events[i]); err != nil {
 			// Keep what identifies the event, for the error report.
 			var head struct {

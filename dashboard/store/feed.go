@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,6 +72,12 @@ type feedState struct {
 
 	mu       sync.Mutex
 	watchers map[chan struct{}]struct{}
+	// recent are this process's newest committed entries, consecutive
+	// cursors as they are in the table (up to 2*maxRecentFeed): ReadFeed
+	// answers from them instead of reading back what it just wrote (a
+	// tenth of ingest's CPU was the tailer's read of the feed). TrimFeed
+	// empties it; entries another process trims may still be read here.
+	recent   []FeedEntry
 	listener *pgListener // PostgreSQL only, started by the first watch
 }
 
@@ -95,16 +102,30 @@ func (s *sqlStore) flushFeed(ctx context.Context, tx *sql.Tx) error {
 	}
 	first := last - n + 1
 	for i := range s.feed.pending {
-		e := &s.feed.pending[i]
-		e.Cursor = first + int64(i)
-		data := e.Data
-		if len(data) == 0 {
-			data = json.RawMessage("{}")
+		s.feed.pending[i].Cursor = first + int64(i)
+	}
+	// Many rows per statement (an event's row each was a tenth of ingest's
+	// CPU), in chunks of 128 and then powers of two, so that a few
+	// statement texts serve every batch size.
+	args := make([]any, 0, 6*128)
+	for rest := s.feed.pending; len(rest) > 0; {
+		k := 128
+		for k > len(rest) {
+			k /= 2
 		}
-		if _, err := s.exec(ctx, tx, `INSERT INTO feed (cursor, type, run_id, seq, time, data) VALUES (?, ?, ?, ?, ?, ?)`,
-			e.Cursor, e.Type, e.RunID, e.Seq, e.Time.UnixNano(), string(data)); err != nil {
-			return fmt.Errorf("writing feed entry %d: %w", e.Cursor, err)
+		args = args[:0]
+		for i := range rest[:k] {
+			e := &rest[i]
+			data := e.Data
+			if len(data) == 0 {
+				data = json.RawMessage("{}")
+			}
+			args = append(args, e.Cursor, e.Type, e.RunID, e.Seq, e.Time.UnixNano(), string(data))
 		}
+		if _, err := s.exec(ctx, tx, valuesSQL(`INSERT INTO feed (cursor, type, run_id, seq, time, data) VALUES `, 6, k), args...); err != nil {
+			return fmt.Errorf("writing feed entries %d to %d: %w", rest[0].Cursor, rest[k-1].Cursor, err)
+		}
+		rest = rest[k:]
 	}
 	if s.d == query.Postgres {
 		// Delivered at commit to every session listening, once per
@@ -114,6 +135,47 @@ func (s *sqlStore) flushFeed(ctx context.Context, tx *sql.Tx) error {
 		}
 	}
 	return nil
+}
+
+// maxRecentFeed bounds feedState.recent: a whole batch of the SDK's.
+const maxRecentFeed = MaxBatchEvents
+
+// rememberFeed keeps entries, just committed, in feedState.recent, as
+// ReadFeed would read them from the table.
+func (s *sqlStore) rememberFeed(entries []FeedEntry) {
+	if len(entries) == 0 {
+		return
+	}
+	s.feed.mu.Lock()
+	defer s.feed.mu.Unlock()
+	r := s.feed.recent
+	if n := len(r); n > 0 && r[n-1].Cursor+1 != entries[0].Cursor {
+		r = r[:0] // another process wrote in between: start again
+	}
+	for _, e := range entries {
+		if len(e.Data) == 0 {
+			e.Data = json.RawMessage("{}")
+		}
+		e.Time = fromNanos(e.Time.UnixNano())
+		r = append(r, e)
+	}
+	if len(r) > 2*maxRecentFeed { // the newest maxRecentFeed, copied now and then
+		r = append(make([]FeedEntry, 0, 2*maxRecentFeed), r[len(r)-maxRecentFeed:]...)
+	}
+	s.feed.recent = r
+}
+
+// recentFeed is what ReadFeed(after, limit) reads, when it starts within
+// feedState.recent.
+func (s *sqlStore) recentFeed(after int64, limit int) ([]FeedEntry, bool) {
+	s.feed.mu.Lock()
+	defer s.feed.mu.Unlock()
+	r := s.feed.recent
+	if len(r) == 0 || after+1 < r[0].Cursor || after+1 > r[len(r)-1].Cursor {
+		return nil, false
+	}
+	r = r[after+1-r[0].Cursor:]
+	return slices.Clone(r[:min(len(r), limit)]), true
 }
 
 // feedCommitted wakes this process's watchers after a commit that wrote
@@ -165,6 +227,18 @@ func (s *sqlStore) ReadFeed(ctx context.Context, after int64, limit int) ([]Feed
 	if limit <= 0 || limit > MaxFeedRead {
 		limit = MaxFeedRead
 	}
+	if out, ok := s.recentFeed(after, limit); ok {
+		if len(out) == limit {
+			return out, nil
+		}
+		more, err := s.readFeed(ctx, out[len(out)-1].Cursor, limit-len(out))
+		return append(out, more...), err
+	}
+	return s.readFeed(ctx, after, limit)
+}
+
+// readFeed is ReadFeed from the table.
+func (s *sqlStore) readFeed(ctx context.Context, after int64, limit int) ([]FeedEntry, error) {
 	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT cursor, type, run_id, seq, time, data FROM feed WHERE cursor > ? ORDER BY cursor LIMIT ?`), after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading the feed after %d: %w", after, err)
@@ -207,12 +281,18 @@ func (s *sqlStore) TrimFeed(ctx context.Context, keep int64) error {
 	if keep < 0 {
 		keep = 0
 	}
-	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := s.exec(ctx, tx, `DELETE FROM feed WHERE cursor <= (SELECT last FROM feed_cursor WHERE id = 1) - ?`, keep); err != nil {
 			return fmt.Errorf("trimming the feed to %d entries: %w", keep, err)
 		}
 		return nil
 	}, nil)
+	if err == nil { // what was trimmed is not read from memory either
+		s.feed.mu.Lock()
+		s.feed.recent = nil
+		s.feed.mu.Unlock()
+	}
+	return err
 }
 
 // WatchFeed implements Feed.

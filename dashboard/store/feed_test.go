@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -179,6 +180,23 @@ func TestFeedTwoStores(t *testing.T) {
 		<-done
 		if _, last, err := a.FeedBounds(ctx); err != nil || last != total {
 			t.Fatalf("last cursor %d, want %d (%v)", last, total, err)
+		}
+		// Each store answers from the entries it committed itself where it
+		// can (feedState.recent): exactly what the table holds.
+		for _, st := range []Store{a, b} {
+			s := st.(*sqlStore)
+			if len(s.feed.recent) == 0 {
+				t.Fatal("a store that wrote feed entries remembers none")
+			}
+			for after := int64(0); after <= total; after++ {
+				for _, limit := range []int{1, 3, 1000} {
+					got, err := s.ReadFeed(ctx, after, limit)
+					want, err2 := s.readFeed(ctx, after, limit)
+					if err != nil || err2 != nil || !reflect.DeepEqual(got, want) {
+						t.Fatalf("ReadFeed(%d, %d) = %+v, %v; the table: %+v, %v", after, limit, got, err, want, err2)
+					}
+				}
+			}
 		}
 		if cfg.DatabaseURL == "" {
 			return // SQLite: one process per database; no cross-process wake

@@ -204,19 +204,7 @@ func (h *Hub) jumpLocked(c uint64) {
 func encode(events []Event) [][]byte {
 	bodies := make([][]byte, len(events))
 	for i := range events {
-		ev := &events[i]
-		if ev.Time.IsZero() {
-			ev.Time = time.Now()
-		}
-		if len(ev.Data) == 0 {
-			ev.Data = json.RawMessage("{}")
-		}
-		b, err := json.Marshal(ev)
-		if err != nil { // invalid Data: keep the event, drop its data
-			ev.Data = json.RawMessage("{}")
-			b, _ = json.Marshal(ev)
-		}
-		bodies[i] = b
+		bodies[i] = encodeOne(&events[i])
 	}
 	return bodies
 }

@@ -2,6 +2,8 @@ package tracking
 
 import (
 	"encoding/json"
+	"slices"
+	"strconv"
 
 	"github.com/fw-serve/fw/dashboard/store"
 	"github.com/fw-serve/fw/dashboard/stream"
@@ -15,7 +17,8 @@ func StreamEvent(ev *store.Event) (stream.Event, bool) {
 	switch ev.Type {
 	case store.EventMetrics:
 		out.Type = stream.TypeMetric
-		data = map[string]any{"step": ev.Step, "values": ev.Values}
+		out.Data = appendStepValues(nil, ev.Step, ev.Values)
+		return out, true
 	case store.EventMetric:
 		out.Type = stream.TypeMetric
 		vals := map[string]store.Float{}
@@ -25,7 +28,8 @@ func StreamEvent(ev *store.Event) (stream.Event, bool) {
 		data = map[string]any{"step": ev.Step, "values": vals}
 	case store.EventSystem:
 		out.Type = stream.TypeSystem
-		data = map[string]any{"step": ev.Step, "values": ev.Values}
+		out.Data = appendStepValues(nil, ev.Step, ev.Values)
+		return out, true
 	case store.EventLog:
 		out.Type = stream.TypeLog
 		stream := ev.Stream
@@ -65,4 +69,36 @@ func StreamEvent(ev *store.Event) (stream.Event, bool) {
 	}
 	out.Data = b
 	return out, true
+}
+
+// appendStepValues appends what json.Marshal writes for
+// map[string]any{"step": step, "values": values} (keys sorted, each value
+// as store.Float writes it), without reflection: it runs for every stored
+// metrics event.
+func appendStepValues(dst []byte, step *int64, values map[string]store.Float) []byte {
+	dst = append(dst, `{"step":`...)
+	if step == nil {
+		dst = append(dst, "null"...)
+	} else {
+		dst = strconv.AppendInt(dst, *step, 10)
+	}
+	dst = append(dst, `,"values":`...)
+	if values == nil {
+		return append(dst, "null}"...)
+	}
+	keys := make([]string, 0, len(values))
+	for k := range values {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = stream.AppendJSONString(dst, k)
+		dst = append(dst, ':')
+		dst = values[k].AppendJSON(dst)
+	}
+	return append(dst, "}}"...)
 }
