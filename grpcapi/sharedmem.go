@@ -24,6 +24,8 @@ func sharedMemoryStatus(err error) error {
 		return status.Error(codes.NotFound, sharedmem.Message(err))
 	case errors.Is(err, sharedmem.ErrOpen):
 		return status.Error(codes.Internal, sharedmem.Message(err))
+	case errors.Is(err, sharedmem.ErrDisabled):
+		return status.Error(codes.Unimplemented, sharedmem.Message(err))
 	}
 	return status.Error(codes.InvalidArgument, sharedmem.Message(err))
 }
@@ -71,7 +73,9 @@ func (s *Server) SystemSharedMemoryUnregister(_ context.Context, req *pb.SystemS
 	if err != nil {
 		return nil, err
 	}
-	reg.Unregister(req.GetName())
+	if err := reg.Unregister(req.GetName()); err != nil {
+		return nil, sharedMemoryStatus(err)
+	}
 	return &pb.SystemSharedMemoryUnregisterResponse{}, nil
 }
 
@@ -88,13 +92,25 @@ func (s *Server) CudaSharedMemoryStatus(_ context.Context, req *pb.CudaSharedMem
 // Triton's status and sentence for a CUDA IPC handle it cannot open, then
 // the reason.
 func (s *Server) CudaSharedMemoryRegister(_ context.Context, req *pb.CudaSharedMemoryRegisterRequest) (*pb.CudaSharedMemoryRegisterResponse, error) {
+	if s.clientShmOff() {
+		return nil, status.Error(codes.Unimplemented, sharedmem.DisabledMessage)
+	}
 	return nil, status.Errorf(codes.InvalidArgument, "failed to register shared memory region '%s': invalid args: CUDA shared memory is not available on this server (fw does not import CUDA IPC handles, with or without a GPU); use system shared memory or send the data in the request", req.GetName())
 }
 
 // CudaSharedMemoryUnregister implements GRPCInferenceService: nothing to
 // unregister.
 func (s *Server) CudaSharedMemoryUnregister(context.Context, *pb.CudaSharedMemoryUnregisterRequest) (*pb.CudaSharedMemoryUnregisterResponse, error) {
+	if s.clientShmOff() {
+		return nil, status.Error(codes.Unimplemented, sharedmem.DisabledMessage)
+	}
 	return &pb.CudaSharedMemoryUnregisterResponse{}, nil
+}
+
+// clientShmOff: shared memory is served but clients may not register
+// regions (Triton answers its CUDA calls so too).
+func (s *Server) clientShmOff() bool {
+	return s.cfg.SharedMemory != nil && !s.cfg.SharedMemory.ClientsAllowed()
 }
 
 // LogSettings implements GRPCInferenceService (Triton's logging

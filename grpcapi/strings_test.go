@@ -151,7 +151,7 @@ func TestStringIdentityAndRefusals(t *testing.T) {
 // the serialized form; malformed windows are refused.
 func TestStringSharedMemory(t *testing.T) {
 	dir := t.TempDir()
-	reg := sharedmem.New(dir)
+	reg := sharedmem.New(dir, true)
 	defer reg.Close()
 	fx := start(t, options{model: testmodels.Triton(t, "simple_identity"), name: "simple_identity", shm: reg})
 	elems := []string{"grpc", "", "\x80\x81", "shm"}

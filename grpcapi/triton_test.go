@@ -49,7 +49,7 @@ func TestUnbatchedConfigHasNoRowLimit(t *testing.T) {
 // sentence, then why.
 func TestSharedMemoryTritonStatuses(t *testing.T) {
 	dir := t.TempDir()
-	reg := sharedmem.New(dir)
+	reg := sharedmem.New(dir, true)
 	defer reg.Close()
 	f := start(t, options{shm: reg})
 	ctx := callCtx(t)
@@ -64,6 +64,28 @@ func TestSharedMemoryTritonStatuses(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "failed to register shared memory region 'r': invalid args")
 	_, err = f.client.CudaSharedMemoryRegister(ctx, &pb.CudaSharedMemoryRegisterRequest{})
 	wantCode(t, err, codes.InvalidArgument, "failed to register shared memory region '': invalid args")
+}
+
+// Client shared memory off (tritonserver's --allow-client-shm default):
+// register and unregister, system and CUDA, are UNIMPLEMENTED with
+// Triton's sentence; the status answers, empty.
+func TestSharedMemoryClientsNotAllowed(t *testing.T) {
+	reg := sharedmem.New(t.TempDir(), false)
+	defer reg.Close()
+	f := start(t, options{shm: reg})
+	ctx := callCtx(t)
+	_, err := f.client.SystemSharedMemoryRegister(ctx, &pb.SystemSharedMemoryRegisterRequest{Name: "in", Key: "/in", ByteSize: 8})
+	wantCode(t, err, codes.Unimplemented, sharedmem.DisabledMessage)
+	_, err = f.client.SystemSharedMemoryUnregister(ctx, &pb.SystemSharedMemoryUnregisterRequest{})
+	wantCode(t, err, codes.Unimplemented, sharedmem.DisabledMessage)
+	_, err = f.client.CudaSharedMemoryRegister(ctx, &pb.CudaSharedMemoryRegisterRequest{Name: "c"})
+	wantCode(t, err, codes.Unimplemented, sharedmem.DisabledMessage)
+	_, err = f.client.CudaSharedMemoryUnregister(ctx, &pb.CudaSharedMemoryUnregisterRequest{})
+	wantCode(t, err, codes.Unimplemented, sharedmem.DisabledMessage)
+	st, err := f.client.SystemSharedMemoryStatus(ctx, &pb.SystemSharedMemoryStatusRequest{})
+	if err != nil || len(st.GetRegions()) != 0 {
+		t.Fatalf("status: %v %v", st, err)
+	}
 }
 
 // A load's file override fw does not take: one whose path no file system

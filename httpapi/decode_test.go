@@ -392,7 +392,7 @@ func TestV2SharedMemoryRefusedBeforeAllocating(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "small"), make([]byte, 4096), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	reg := sharedmem.New(dir)
+	reg := sharedmem.New(dir, true)
 	defer reg.Close()
 	if err := reg.Register("small", "/small", 0, 4096); err != nil {
 		t.Fatal(err)

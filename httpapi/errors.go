@@ -20,6 +20,7 @@ const (
 	CodeNotFound         = "not_found"              // 404
 	CodeLoadFailed       = "load_failed"            // 400
 	CodeControlDisabled  = "control_disabled"       // 400
+	CodeNotImplemented   = "not_implemented"        // 501
 	CodeMethodNotAllowed = "method_not_allowed"     // 405
 	CodeTooLarge         = "payload_too_large"      // 413
 	CodeUnsupportedMedia = "unsupported_media_type" // 415

@@ -273,7 +273,7 @@ func TestV2StringRefusals(t *testing.T) {
 // data is refused.
 func TestV2StringSharedMemory(t *testing.T) {
 	dir := t.TempDir()
-	reg := sharedmem.New(dir)
+	reg := sharedmem.New(dir, true)
 	defer reg.Close()
 	ts := startModel(t, testmodels.Triton(t, "simple_identity"), Config{SharedMemory: reg}, nil)
 	url := ts.url + "/v2/models/simple_identity/infer"

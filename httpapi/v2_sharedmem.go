@@ -50,6 +50,10 @@ func (s *Server) routeSharedMemory(ctx *fasthttp.RequestCtx, cuda bool, rest str
 		return "v2"
 	}
 	if cuda {
+		if action != "status" && s.cfg.SharedMemory != nil && !s.cfg.SharedMemory.ClientsAllowed() {
+			writeError(ctx, newError(501, CodeNotImplemented, sharedmem.DisabledMessage, nil))
+			return "v2"
+		}
 		s.cudaSharedMemory(ctx, name, action)
 		return "v2"
 	}
@@ -90,7 +94,10 @@ func (s *Server) routeSharedMemory(ctx *fasthttp.RequestCtx, cuda bool, rest str
 		}
 		writeJSON(ctx, 200, map[string]any{})
 	case "unregister":
-		reg.Unregister(name)
+		if err := reg.Unregister(name); err != nil {
+			writeError(ctx, sharedMemoryError(err))
+			return "v2"
+		}
 		writeJSON(ctx, 200, map[string]any{})
 	}
 	return "v2"
@@ -115,13 +122,16 @@ func (s *Server) cudaSharedMemory(ctx *fasthttp.RequestCtx, name, action string)
 
 // sharedMemoryError maps a sharedmem error to the API error shape, with
 // Triton's statuses: 404 for a region not registered, 500 for a key that
-// opens no object (Triton's INTERNAL), 400 otherwise.
+// opens no object (Triton's INTERNAL), 501 when clients may not register
+// regions (Triton's UNSUPPORTED), 400 otherwise.
 func sharedMemoryError(err error) *APIError {
 	switch {
 	case errors.Is(err, sharedmem.ErrNotFound):
 		return newError(404, CodeNotFound, sharedmem.Message(err), nil)
 	case errors.Is(err, sharedmem.ErrOpen):
 		return newError(500, CodeBadRequest, sharedmem.Message(err), nil)
+	case errors.Is(err, sharedmem.ErrDisabled):
+		return newError(501, CodeNotImplemented, sharedmem.Message(err), nil)
 	}
 	return newError(400, CodeBadRequest, sharedmem.Message(err), nil)
 }

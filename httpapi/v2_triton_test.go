@@ -339,7 +339,7 @@ func TestV2ChunkedBodyLimit(t *testing.T) {
 // sentence for a handle it cannot open, then why.
 func TestV2SharedMemoryTritonStatuses(t *testing.T) {
 	dir := t.TempDir()
-	reg := sharedmem.New(dir)
+	reg := sharedmem.New(dir, true)
 	defer reg.Close()
 	ts := v2Start(t, "digits_mlp.onnx", Config{SharedMemory: reg})
 	for _, size := range []int{0, 64} {
@@ -354,6 +354,33 @@ func TestV2SharedMemoryTritonStatuses(t *testing.T) {
 		expectTriton(t, 400, CodeBadRequest, "failed to register shared memory region 'r': invalid args")
 	v2Do(t, "POST", ts.url+"/v2/cudasharedmemory/region/c/register", []byte(`{"raw_handle":{"b64":""},"device_id":0,"byte_size":0}`)).
 		expectTriton(t, 400, CodeBadRequest, "failed to register shared memory region 'c': invalid args")
+}
+
+// Client shared memory off (tritonserver's --allow-client-shm default):
+// register and unregister, system and CUDA, answer 501 with Triton's
+// sentence; the status answers, empty; no region is made.
+func TestV2SharedMemoryClientsNotAllowed(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "in"), make([]byte, 64), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reg := sharedmem.New(dir, false)
+	defer reg.Close()
+	ts := v2Start(t, "digits_mlp.onnx", Config{SharedMemory: reg})
+	for _, c := range []struct{ path, body string }{
+		{"/v2/systemsharedmemory/region/in/register", `{"key":"/in","offset":0,"byte_size":64}`},
+		{"/v2/systemsharedmemory/region/in/unregister", ``},
+		{"/v2/systemsharedmemory/unregister", ``},
+		{"/v2/cudasharedmemory/region/c/register", `{"raw_handle":{"b64":""},"device_id":0,"byte_size":8}`},
+		{"/v2/cudasharedmemory/unregister", ``},
+	} {
+		v2Do(t, "POST", ts.url+c.path, []byte(c.body)).expectTriton(t, 501, CodeNotImplemented, sharedmem.DisabledMessage)
+	}
+	for _, path := range []string{"/v2/systemsharedmemory/status", "/v2/cudasharedmemory/status"} {
+		if r := v2Do(t, "GET", ts.url+path, nil); r.status != 200 || strings.TrimSpace(string(r.body)) != "[]" {
+			t.Errorf("%s: %d %s", path, r.status, r.body)
+		}
+	}
 }
 
 // A load's file override fw does not take: one whose path no file system

@@ -144,7 +144,9 @@ check() {
 if runs serve; then
 	# A trace file, so that every trace setting the document allows can be
 	# set (TIMESTAMPS needs one).
-	start serve serve --model "$model" --host 127.0.0.1 --port 0 --trace-config "triton,file=$tmp/trace.json"
+	# --allow-client-shm=true: shared memory registration is checked working
+	# (off, tritonserver's default, it is a 501 the Go and Python tests check).
+	start serve serve --model "$model" --host 127.0.0.1 --port 0 --trace-config "triton,file=$tmp/trace.json" --allow-client-shm=true
 	serve_url=$url
 	check serve "$serve_url"
 fi
@@ -163,7 +165,7 @@ if runs serve-repo; then
 	done
 	cp -R "$triton/$repo_spare" "$tmp/repo/"
 	start serve-repo serve --model-repository "$tmp/repo" --model-control-mode explicit "${load[@]}" \
-		--host 127.0.0.1 --port 0 --trace-config "triton,file=$tmp/trace-repo.json"
+		--host 127.0.0.1 --port 0 --trace-config "triton,file=$tmp/trace-repo.json" --allow-client-shm=true
 	check serve-repo "$url"
 fi
 

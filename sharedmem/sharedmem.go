@@ -37,12 +37,21 @@ var (
 	// ErrOpen: the key names no shared memory object this server can open
 	// (Triton reports it as INTERNAL: HTTP 500, gRPC INTERNAL).
 	ErrOpen = errors.New("shared memory object not opened")
+	// ErrDisabled: clients may not register or unregister regions on this
+	// server (Triton reports it as UNSUPPORTED: HTTP 501, gRPC
+	// UNIMPLEMENTED). Its message is DisabledMessage.
+	ErrDisabled = errors.New("client shared memory disabled")
 )
+
+// DisabledMessage is Triton's sentence for a register or unregister call
+// when client shared memory is off (tritonserver's --allow-client-shm,
+// false by default since Triton 2.73), which clients and tests match.
+const DisabledMessage = "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 
 // Message is err's message without the kind it is wrapped in.
 func Message(err error) string {
 	msg := err.Error()
-	for _, kind := range []error{ErrNotFound, ErrInvalid, ErrOpen} {
+	for _, kind := range []error{ErrNotFound, ErrInvalid, ErrOpen, ErrDisabled} {
 		if errors.Is(err, kind) {
 			return strings.TrimPrefix(msg, kind.Error()+": ")
 		}
@@ -61,7 +70,8 @@ type Status struct {
 // Registry holds the registered system shared memory regions. Its methods
 // are safe for concurrent use. The zero value is not usable: use New.
 type Registry struct {
-	dir string // where shm_open keys live: /dev/shm
+	dir     string // where shm_open keys live: /dev/shm
+	clients bool   // clients may register and unregister regions
 
 	mu      sync.Mutex
 	regions map[string]*region
@@ -81,13 +91,21 @@ type region struct {
 }
 
 // New returns an empty registry whose keys name files in dir (/dev/shm on
-// Linux, where shm_open creates them).
-func New(dir string) *Registry {
+// Linux, where shm_open creates them). Unless clients is true, Register
+// and Unregister refuse with ErrDisabled and no region is ever registered
+// (tritonserver's --allow-client-shm): a client that can register a region
+// makes the server map and write a file of its choosing under dir.
+func New(dir string, clients bool) *Registry {
 	if dir == "" {
 		dir = "/dev/shm"
 	}
-	return &Registry{dir: dir, regions: map[string]*region{}}
+	return &Registry{dir: dir, clients: clients, regions: map[string]*region{}}
 }
+
+// ClientsAllowed reports whether clients may register regions.
+func (r *Registry) ClientsAllowed() bool { return r.clients }
+
+func disabled() error { return fmt.Errorf("%w: %s", ErrDisabled, DisabledMessage) }
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
@@ -108,6 +126,9 @@ func (r *Registry) keyPath(key string) (string, error) {
 // as Triton does. As in Triton, the object is opened before the window is
 // checked: a key that names no object says so, whatever the window.
 func (r *Registry) Register(name, key string, offset, byteSize uint64) error {
+	if !r.clients {
+		return disabled()
+	}
 	if name == "" || len(name) > 255 {
 		return invalid("a region needs a name of 1 to 255 bytes")
 	}
@@ -164,7 +185,15 @@ func (r *Registry) Register(name, key string, offset, byteSize uint64) error {
 // Unregister removes the region name, or every region when name is "".
 // Unregistering a name that is not registered is not an error (Triton's
 // clients unregister before they register).
-func (r *Registry) Unregister(name string) {
+func (r *Registry) Unregister(name string) error {
+	if !r.clients {
+		return disabled()
+	}
+	r.unregister(name)
+	return nil
+}
+
+func (r *Registry) unregister(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for n, reg := range r.regions {
@@ -199,7 +228,7 @@ func (r *Registry) Status(name string) ([]Status, error) {
 }
 
 // Close unmaps every region (when the server stops).
-func (r *Registry) Close() { r.Unregister("") }
+func (r *Registry) Close() { r.unregister("") }
 
 // Span is a bounded window of a registered region that one request uses:
 // Bytes stays mapped until Release, even if the region is unregistered

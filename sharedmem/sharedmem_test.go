@@ -26,7 +26,7 @@ func object(t *testing.T, dir, name string, size int) string {
 
 func TestRegisterAcquireUnregister(t *testing.T) {
 	dir := t.TempDir()
-	r := New(dir)
+	r := New(dir, true)
 	defer r.Close()
 	key := object(t, dir, "in", 10000)
 	if err := r.Register("in", key, 5000, 100); err != nil {
@@ -62,8 +62,12 @@ func TestRegisterAcquireUnregister(t *testing.T) {
 	if err := r.Register("in", key, 0, 1); err == nil || !strings.Contains(err.Error(), "already in manager") {
 		t.Errorf("double register: %v", err)
 	}
-	r.Unregister("in")
-	r.Unregister("in") // not registered: fine, as Triton's clients expect
+	if err := r.Unregister("in"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Unregister("in"); err != nil { // not registered: fine, as Triton's clients expect
+		t.Fatal(err)
+	}
 	if st, _ := r.Status(""); len(st) != 0 {
 		t.Fatalf("after unregister: %+v", st)
 	}
@@ -74,7 +78,7 @@ func TestRegisterAcquireUnregister(t *testing.T) {
 
 func TestRegisterRefusals(t *testing.T) {
 	dir := t.TempDir()
-	r := New(dir)
+	r := New(dir, true)
 	defer r.Close()
 	key := object(t, dir, "obj", 4096)
 	os.Mkdir(filepath.Join(dir, "adir"), 0o700)
@@ -115,7 +119,7 @@ func TestRegisterRefusals(t *testing.T) {
 // one releases it: no request touches unmapped memory (run under -race).
 func TestUnregisterWhileInUse(t *testing.T) {
 	dir := t.TempDir()
-	r := New(dir)
+	r := New(dir, true)
 	defer r.Close()
 	key := object(t, dir, "obj", 1<<16)
 	var wg sync.WaitGroup
@@ -138,7 +142,7 @@ func TestUnregisterWhileInUse(t *testing.T) {
 			sp.Bytes[0] = byte(sum)
 			sp.Release()
 		}()
-		go func() { defer wg.Done(); r.Unregister(name) }()
+		go func() { defer wg.Done(); _ = r.Unregister(name) }()
 	}
 	wg.Wait()
 }
@@ -152,7 +156,7 @@ func TestDevShm(t *testing.T) {
 	name := "fw_test_" + strings.ReplaceAll(t.Name(), "/", "_")
 	key := object(t, "/dev/shm", name, 64)
 	defer os.Remove("/dev/shm/" + name)
-	r := New("")
+	r := New("", true)
 	defer r.Close()
 	if err := r.Register("x", key, 0, 64); err != nil {
 		t.Fatal(err)
@@ -172,7 +176,7 @@ func FuzzAcquire(f *testing.F) {
 	if err := os.WriteFile(filepath.Join(dir, "o"), make([]byte, 8192), 0o600); err != nil {
 		f.Fatal(err)
 	}
-	r := New(dir)
+	r := New(dir, true)
 	defer r.Close()
 	if err := r.Register("o", "/o", 100, 4096); err != nil {
 		f.Fatal(err)
@@ -195,7 +199,7 @@ func FuzzAcquire(f *testing.F) {
 // ReadAll allocates only once the window is inside its region.
 func TestReadAllChecksBeforeAllocating(t *testing.T) {
 	dir := t.TempDir()
-	r := New(dir)
+	r := New(dir, true)
 	defer r.Close()
 	key := object(t, dir, "in", 100)
 	if err := r.Register("in", key, 0, 100); err != nil {
@@ -211,5 +215,28 @@ func TestReadAllChecksBeforeAllocating(t *testing.T) {
 		if _, err := r.ReadAll(ref, alloc); err == nil || called {
 			t.Errorf("ReadAll(%+v): %v, allocated %v", ref, err, called)
 		}
+	}
+}
+
+// Without clients allowed (tritonserver's --allow-client-shm default),
+// registering and unregistering are refused with Triton's sentence, no
+// file is opened, and the status lists nothing.
+func TestClientsNotAllowed(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "in"), make([]byte, 64), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := New(dir, false)
+	defer r.Close()
+	if r.ClientsAllowed() {
+		t.Fatal("ClientsAllowed")
+	}
+	for _, err := range []error{r.Register("in", "/in", 0, 64), r.Unregister("in"), r.Unregister("")} {
+		if !errors.Is(err, ErrDisabled) || Message(err) != DisabledMessage {
+			t.Errorf("%v (%q), want ErrDisabled with %q", err, Message(err), DisabledMessage)
+		}
+	}
+	if st, err := r.Status(""); err != nil || len(st) != 0 {
+		t.Fatalf("status: %+v %v", st, err)
 	}
 }

@@ -581,7 +581,7 @@ func tenModels(b *strings.Builder, bin, mlp, root string, dur time.Duration) err
 func largeInput(b *strings.Builder, bin, repo string, dur time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	srv, err := benchserve.Start(ctx, bin, "--model-repository", repo)
+	srv, err := benchserve.Start(ctx, bin, "--model-repository", repo, "--allow-client-shm=true")
 	if err != nil {
 		return err
 	}

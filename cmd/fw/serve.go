@@ -43,7 +43,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	controlMode := ef.String("model-control-mode", "none", "with --model-repository: none (load every model at start), explicit (load the --load-model ones; the repository API loads and unloads) or poll (load every model and follow the repository's changes)")
 	loadModels := ef.List("load-model", "with --model-control-mode explicit: a model to load at start (* for all)")
 	pollSecs := ef.Int("repository-poll-secs", 15, "with --model-control-mode poll: seconds between looks at the repository")
-	shmMode := ef.String("shared-memory", "system", "Triton's system shared memory extension: system (clients on this machine register POSIX shared memory regions and pass tensors through them) or none")
+	shmMode := ef.String("shared-memory", "system", "Triton's system shared memory extension: system (its routes answer; clients register regions only with --allow-client-shm=true) or none")
+	allowClientShm := ef.TritonBool("allow-client-shm", false, "tritonserver's option: let clients on this machine register POSIX shared memory regions (and CUDA ones, refused on this server) and pass tensors through them; off, register and unregister answer 501 / UNIMPLEMENTED with Triton's sentence and the status lists none (the server would map files of the client's choosing)")
 	maxResident := ef.Int("max-resident-models", 0, "with --model-repository: at most this many models loaded at once; every model of the repository then loads on its first request (which waits at most --timeout, then 503 with Retry-After) and the least recently used are unloaded to make room (0: no bound, models load as the control mode says)")
 	maxResidentBytes := ef.Int64("max-resident-bytes", 0, "with --model-repository: at most this many bytes of model files (times their instances) loaded at once, served on demand as with --max-resident-models (0: no bound)")
 	httpRestricted := ef.List("http-restricted-api", "restrict an API category to requests with a header, as tritonserver's flag: CATEGORY[,CATEGORY...]:KEY=VALUE (categories health, metadata, inference, shared-memory, model-config, model-repository, statistics, trace, logging); others answer 403")
@@ -148,6 +149,10 @@ Flags:
 	}
 	if *shmMode != "system" && *shmMode != "none" {
 		fmt.Fprintln(stderr, "fw serve: --shared-memory must be system or none")
+		return 2
+	}
+	if *shmMode == "none" && *allowClientShm.p {
+		fmt.Fprintln(stderr, "fw serve: --allow-client-shm=true needs --shared-memory system")
 		return 2
 	}
 	if (*maxResident != 0 || *maxResidentBytes != 0) && len(*repos) == 0 {
@@ -338,7 +343,7 @@ Flags:
 	}
 	var shm *sharedmem.Registry // one registry for both front ends
 	if *shmMode == "system" {
-		shm = sharedmem.New("")
+		shm = sharedmem.New("", *allowClientShm.p)
 		defer shm.Close()
 	}
 	srv := httpapi.New(base, httpapi.Config{

@@ -58,7 +58,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
     assert "label_filename" in cfg
     (repo / "simple_labels" / "config.pbtxt").write_text(cfg)
     (repo / "simple_labels" / "labels.txt").write_text("".join(f"{label}\n" for label in LABELS))
-    srv = FwServer(FW_BIN, None, "--model-repository", str(repo), grpc=True)
+    srv = FwServer(FW_BIN, None, "--model-repository", str(repo), "--allow-client-shm=true", grpc=True)
     srv.wait_ready()
     yield srv
     assert srv.stop() == 0, srv.log()

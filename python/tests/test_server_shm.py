@@ -4,7 +4,9 @@ As Triton's simple_{http,grpc}_shm_client examples: POSIX shared memory regions 
 ``tritonclient.utils.shared_memory`` are registered, the inputs are read from them and the outputs
 written into them; the status calls list them; bad offsets and sizes, unknown and doubly
 registered regions are refused with the reason, and the server stays up. CUDA shared memory
-answers and refuses to register on a server without a GPU.
+answers and refuses to register on a server without a GPU. Without ``--allow-client-shm=true``
+(tritonserver's option, off by default as in Triton since 2.73) registering and unregistering are
+refused with Triton's sentence, as Triton's qa/L0_shared_memory checks.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
     repo = tmp_path_factory.mktemp("shm") / "models"
     repo.mkdir()
     shutil.copytree(SAMPLES / "simple", repo / "simple")
-    srv = FwServer(FW_BIN, None, "--model-repository", str(repo), grpc=True)
+    srv = FwServer(FW_BIN, None, "--model-repository", str(repo), "--allow-client-shm=true", grpc=True)
     srv.wait_ready()
     yield srv
     assert srv.stop() == 0, srv.log()
@@ -137,3 +139,41 @@ def test_cuda_shared_memory_answers_without_gpu(server: FwServer, proto: str) ->
     c.unregister_cuda_shared_memory()
     with pytest.raises(InferenceServerException, match="CUDA shared memory is not available"):
         c.register_cuda_shared_memory("gpu_region", b"\0" * 64, 0, 64)
+
+
+@pytest.fixture(scope="module")
+def default_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
+    if not FW_BIN.is_file():
+        pytest.skip(f"fw binary missing at {FW_BIN}: run `make build` or set FW_BIN")
+    if not (SAMPLES / "simple" / "config.pbtxt").is_file():
+        pytest.skip(f"Triton sample repository missing in {SAMPLES}: run `make models`")
+    repo = tmp_path_factory.mktemp("shm-default") / "models"
+    repo.mkdir()
+    shutil.copytree(SAMPLES / "simple", repo / "simple")
+    srv = FwServer(FW_BIN, None, "--model-repository", str(repo), grpc=True)
+    srv.wait_ready()
+    yield srv
+    assert srv.stop() == 0, srv.log()
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_client_shm_disabled_by_default(default_server: FwServer, proto: str) -> None:
+    c = _client(default_server, proto)
+    tag = f"off_{proto}_{os.getpid()}"
+    region = shm.create_shared_memory_region(tag, f"/fw_{tag}", 8)
+    try:
+        before = c.get_system_shared_memory_status()
+        assert (len(before) if proto == "http" else len(before.regions)) == 0
+        for call in (
+            lambda: c.register_system_shared_memory(tag, f"/fw_{tag}", 8),
+            lambda: c.unregister_system_shared_memory(tag),
+            lambda: c.unregister_system_shared_memory(),
+            lambda: c.register_cuda_shared_memory("gpu_region", b"\0" * 64, 0, 64),
+            lambda: c.unregister_cuda_shared_memory(),
+        ):
+            with pytest.raises(InferenceServerException, match="Client shared memory is disabled") as e:
+                call()
+            assert "--allow-client-shm=true" in str(e.value)
+        assert c.get_system_shared_memory_status() == before
+    finally:
+        shm.destroy_shared_memory_region(region)

@@ -56,7 +56,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
     )
     srv = FwServer(
         FW_BIN, None, "--model-repository", str(repo), "--model-control-mode", "explicit",
-        "--load-model", "*", "--http-max-input-size", str(MAX_BODY), "--max-rows", "4", grpc=True,
+        "--load-model", "*", "--http-max-input-size", str(MAX_BODY), "--max-rows", "4",
+        "--allow-client-shm=true", grpc=True,
     )  # fmt: skip
     srv.wait_ready()
     yield srv
