@@ -17,6 +17,9 @@ import (
 // request is a decoded ModelInfer request: the inputs in the model's order
 // and the indexes of the outputs to return, in the order the client asked.
 type request struct {
+	// holds are the shared memory regions it names, held until it has
+	// answered (release).
+	holds   sharedmem.Holds
 	inputs  []engine.Tensor
 	outputs []int
 	// shm holds, for the outputs that go into shared memory (by index into
@@ -84,11 +87,21 @@ func refused(e *serving.RequestError) error {
 // raw_input_contents, which the caller must not change); typed ones are
 // copied.
 func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows int, shm *sharedmem.Registry) (*request, error) {
+	r := &request{inputs: make([]engine.Tensor, len(ins))}
+	if err := decodeInto(r, req, ins, outs, maxRows, shm); err != nil {
+		r.holds.Release() // the shared memory regions read so far
+		return nil, err
+	}
+	return r, nil
+}
+
+// decodeInto is decode into r.
+func decodeInto(r *request, req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows int, shm *sharedmem.Registry) error {
 	raw := req.GetRawInputContents()
 	if len(raw) > 0 {
 		for _, in := range req.GetInputs() {
 			if c := in.GetContents(); c != nil && typedLen(c) > 0 {
-				return nil, invalid("contents field must not be specified when using raw_input_contents for '%s' for model '%s'; send every input in raw_input_contents or every one in contents", in.GetName(), req.GetModelName())
+				return invalid("contents field must not be specified when using raw_input_contents for '%s' for model '%s'; send every input in raw_input_contents or every one in contents", in.GetName(), req.GetModelName())
 			}
 		}
 	}
@@ -99,27 +112,26 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 		}
 	}
 	if len(raw) > 0 && len(raw) != inBody {
-		return nil, invalid("raw_input_contents has %d entries for %d inputs carried in the message; send one entry per such input, in the order of inputs", len(raw), inBody)
+		return invalid("raw_input_contents has %d entries for %d inputs carried in the message; send one entry per such input, in the order of inputs", len(raw), inBody)
 	}
 	next := 0 // the raw_input_contents entry of the next input carried in the message
 	if _, ok := req.GetParameters()["shared_memory_region"]; ok {
-		return nil, invalid("request parameter %q is not supported by fw: send the data in the request", "shared_memory_region")
+		return invalid("request parameter %q is not supported by fw: send the data in the request", "shared_memory_region")
 	}
-	r := &request{inputs: make([]engine.Tensor, len(ins))}
 	seen := serving.NewInputSet(ins)
 	for _, in := range req.GetInputs() {
 		idx, e := seen.Take(in.GetName())
 		if e != nil {
-			return nil, refused(e)
+			return refused(e)
 		}
 		ref, inShm, err := shmRef(in.GetParameters(), fmt.Sprintf("input %q", in.GetName()))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if inShm {
-			t, err := decodeShmInput(in, ins[idx], ref, maxRows, shm)
+			t, err := decodeShmInput(in, ins[idx], ref, maxRows, shm, req.GetModelName(), &r.holds)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			r.inputs[idx] = t
 			continue
@@ -131,25 +143,25 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 		}
 		t, err := decodeInput(in, ins[idx], rawData, len(raw) > 0, maxRows)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		r.inputs[idx] = t
 	}
 	if e := seen.Missing(); e != nil {
-		return nil, refused(e)
+		return refused(e)
 	}
 	if len(req.GetOutputs()) == 0 {
 		r.outputs = make([]int, len(outs))
 		for i := range outs {
 			r.outputs[i] = i
 		}
-		return r, nil
+		return nil
 	}
 	used := serving.NewOutputSet(outs)
 	for _, o := range req.GetOutputs() {
 		idx, e := used.Take(o.GetName())
 		if e != nil {
-			return nil, refused(e)
+			return refused(e)
 		}
 		if p, ok := o.GetParameters()["classification"]; ok {
 			var n int64
@@ -159,10 +171,10 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 			case *pb.InferParameter_Uint64Param:
 				n = int64(min(c.Uint64Param, math.MaxInt64))
 			default:
-				return nil, invalid("output %q: invalid value type for 'classification' parameter, expected int64_param", o.GetName())
+				return invalid("output %q: invalid value type for 'classification' parameter, expected int64_param", o.GetName())
 			}
 			if err := serving.CheckClassification(outs[idx], n); err != nil {
-				return nil, invalid("%s", err)
+				return invalid("%s", err)
 			}
 			if n > 0 {
 				if r.classes == nil {
@@ -173,11 +185,16 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 		}
 		ref, inShm, err := shmRef(o.GetParameters(), fmt.Sprintf("output %q", o.GetName()))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if inShm {
 			if shm == nil {
-				return nil, refused(serving.SharedMemoryOff(fmt.Sprintf("output %q", o.GetName())))
+				return refused(serving.SharedMemoryOff(fmt.Sprintf("output %q", o.GetName())))
+			}
+			// Held until the answer is sent: an unregister meanwhile
+			// waits for it, as in Triton.
+			if err := shm.Hold(&r.holds, ref); err != nil {
+				return sharedMemoryStatus(err)
 			}
 			if r.shm == nil {
 				r.shm = map[int]sharedmem.Ref{}
@@ -186,7 +203,7 @@ func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows in
 		}
 		r.outputs = append(r.outputs, idx)
 	}
-	return r, nil
+	return nil
 }
 
 // decodeInput builds one input tensor from its raw bytes (useRaw) or its
@@ -399,7 +416,7 @@ func fillTyped(t engine.Tensor, c *pb.InferTensorContents, name string) error {
 // decodeShmInput builds an input tensor from the shared memory window ref
 // names: its datatype and shape checked as decodeInput checks them, its
 // byte size against the shape's.
-func decodeShmInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSpec, ref sharedmem.Ref, maxRows int, shm *sharedmem.Registry) (engine.Tensor, error) {
+func decodeShmInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.TensorSpec, ref sharedmem.Ref, maxRows int, shm *sharedmem.Registry, model string, holds *sharedmem.Holds) (engine.Tensor, error) {
 	name := in.GetName()
 	if shm == nil {
 		return engine.Tensor{}, refused(serving.SharedMemoryOff(fmt.Sprintf("input %q", name)))
@@ -430,13 +447,17 @@ func decodeShmInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.Tenso
 			return engine.Tensor{}, invalid("input %q: shape %s of BYTES needs at least %d bytes (a 4-byte length per element), shared_memory_byte_size is %d", name, serving.ShapeString(shape), need, ref.Size)
 		}
 	} else if need := count * uint64(dt.Size()); need != ref.Size {
-		return engine.Tensor{}, invalid("input %q: shape %s of %s needs %d bytes, shared_memory_byte_size is %d", name, serving.ShapeString(shape), in.GetDatatype(), need, ref.Size)
+		return engine.Tensor{}, invalid("input byte size mismatch for input '%s' for model '%s'. Expected %d, got %d: shape %s of %s needs %d bytes, shared_memory_byte_size is %d", name, model, need, ref.Size, serving.ShapeString(shape), in.GetDatatype(), need, ref.Size)
 	}
 	if msg := serving.TooManyRows(name, shape, maxRows); msg != "" {
 		return engine.Tensor{}, status.Error(codes.ResourceExhausted, msg)
 	}
 	// The window is checked against its registered region before its copy
-	// is allocated: a claimed size allocates nothing.
+	// is allocated: a claimed size allocates nothing. The region is held
+	// until the request has answered, as in Triton.
+	if err := shm.Hold(holds, ref); err != nil {
+		return engine.Tensor{}, sharedMemoryStatus(err)
+	}
 	data, err := shm.ReadAll(ref, func(n int) []byte {
 		t, _ := engine.NewTensor(engine.Uint8, []int64{int64(n)}) // aligned for any element type
 		return t.Data

@@ -571,6 +571,12 @@ func (s *Server) admit(ctx context.Context, req *pb.ModelInferRequest) admission
 	if err != nil {
 		return admission{err: err}
 	}
+	admitted := false
+	defer func() {
+		if !admitted {
+			dec.holds.Release()
+		}
+	}()
 	var p serving.SequenceParams
 	for name, v := range req.GetParameters() {
 		if _, err := p.Set(name, paramValue(v)); err != nil {
@@ -585,7 +591,17 @@ func (s *Server) admit(ctx context.Context, req *pb.ModelInferRequest) admission
 	if err != nil {
 		return admission{err: s.inferError(ctx, err)}
 	}
+	admitted = true
 	return admission{inst: inst, dec: dec, ticket: ticket, seq: p, params: params}
+}
+
+// release ends an admission: its place in its sequence and the shared
+// memory regions its request holds. It may be called more than once.
+func (a *admission) release() {
+	a.ticket.Release()
+	if a.dec != nil {
+		a.dec.holds.Release()
+	}
 }
 
 // admitRecovered is admit for a stream's reading loop: a panic (a bug)
@@ -628,11 +644,13 @@ func (s *Server) infer(ctx context.Context, req *pb.ModelInferRequest) (*pb.Mode
 // inferAdmitted serves one admitted request (a ModelInfer call, or one
 // request of a stream).
 func (s *Server) inferAdmitted(ctx context.Context, req *pb.ModelInferRequest, a admission, began time.Time) (*pb.ModelInferResponse, error) {
-	defer a.ticket.Release()
+	defer a.release()
 	if a.err != nil {
 		return nil, a.err
 	}
 	inst, dec := a.inst, a.dec
+	ctx, cancelDL := beforeDeadline(ctx)
+	defer cancelDL()
 	if s.cfg.Payloads.Sample() {
 		ctx = payloadlog.With(ctx, s.cfg.Payloads)
 	}
@@ -729,7 +747,7 @@ func (s *Server) encodeOutputs(inst *serving.Instance, dec *request, out []engin
 // ends the request; the stream goes on. emit gets each response and, for an
 // error response, its status (triton_grpc_error ends the stream with it).
 func (s *Server) streamDecoupled(ctx context.Context, req *pb.ModelInferRequest, a admission, began time.Time, emit func(*pb.ModelStreamInferResponse, error) error) {
-	defer a.ticket.Release()
+	defer a.release()
 	header := func(final bool) *pb.ModelInferResponse {
 		return &pb.ModelInferResponse{ModelName: req.GetModelName(), ModelVersion: req.GetModelVersion(), Id: req.GetId(),
 			Parameters: map[string]*pb.InferParameter{"triton_final_response": {ParameterChoice: &pb.InferParameter_BoolParam{BoolParam: final}}}}
@@ -775,12 +793,37 @@ func (s *Server) streamDecoupled(ctx context.Context, req *pb.ModelInferRequest,
 	}
 }
 
+// deadlineMargin is how long before a call's deadline fw gives up on it:
+// grpc-go resets the stream at the deadline itself (RST_STREAM CANCEL, no
+// status), and a client whose own timer loses that race reads "Stream
+// removed" where Triton's clients expect Triton's "Deadline Exceeded".
+const deadlineMargin = 2 * time.Millisecond
+
+// beforeDeadline is ctx ending deadlineMargin before its deadline (when it
+// has one), so that a call past it ends with fw's DEADLINE_EXCEEDED status.
+func beforeDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, dl.Add(-deadlineMargin))
+	}
+	return context.WithCancel(ctx)
+}
+
+// contextStatus is the status of a call its context ended: Triton's
+// "Deadline Exceeded" past the client's deadline (clients match it), else
+// CANCELLED.
+func contextStatus(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return status.Error(codes.DeadlineExceeded, "Deadline Exceeded")
+	}
+	return status.FromContextError(err).Err()
+}
+
 // inferError maps an inference failure to a status whose code matches the
 // HTTP answer's: InvalidArgument (422), Unavailable (503), DeadlineExceeded
 // (504), Internal (500).
 func (s *Server) inferError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return status.FromContextError(ctx.Err()).Err() // the client's own deadline or cancellation
+		return contextStatus(ctx.Err()) // the client's own deadline or cancellation
 	}
 	f := serving.Classify(err, s.cfg.Timeout)
 	switch f.Kind {
@@ -852,7 +895,7 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 	// request ends the stream with its status instead of an error message.
 	md, _ := metadata.FromIncomingContext(stream.Context())
 	grpcErrors := slices.Contains(md.Get("triton_grpc_error"), "true")
-	ctx, endStream := context.WithCancel(stream.Context())
+	ctx, endStream := beforeDeadline(stream.Context())
 	defer endStream()
 	var (
 		sendMu  sync.Mutex
@@ -869,7 +912,7 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 		if err := failure(); err != nil {
 			return err
 		}
-		return status.FromContextError(ctx.Err()).Err()
+		return contextStatus(ctx.Err())
 	}
 	sem := make(chan struct{}, s.cfg.StreamConcurrency)
 	// order.last is, per model and version (or model and sequence ID), the
@@ -1027,7 +1070,7 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 			func() {
 				defer func() {
 					if a != nil {
-						a.ticket.Release()
+						a.release()
 					}
 					if r := recover(); r != nil {
 						var perr error

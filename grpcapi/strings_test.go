@@ -195,7 +195,7 @@ func TestStringSharedMemory(t *testing.T) {
 	_, err = fx.client.ModelInfer(callCtx(t), req(15, 1024))
 	wantCode(t, err, codes.InvalidArgument, "needs at least 16 bytes")
 	_, err = fx.client.ModelInfer(callCtx(t), req(1<<40, 1024))
-	wantCode(t, err, codes.InvalidArgument, "beyond its 1024 registered bytes")
+	wantCode(t, err, codes.InvalidArgument, "Invalid offset + byte size for shared memory region: 'in'")
 	_, err = fx.client.ModelInfer(callCtx(t), req(int64(len(in)), int64(len(in)-1)))
 	wantCode(t, err, codes.InvalidArgument, "more than shared_memory_byte_size")
 }

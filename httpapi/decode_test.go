@@ -409,7 +409,7 @@ func TestV2SharedMemoryRefusedBeforeAllocating(t *testing.T) {
 	} {
 		var aerr *APIError
 		n := allocated(func() { _, aerr = parseV2Request(body, nil, ins, outs, v2Limits{}, reg) })
-		if aerr == nil || aerr.Status != 400 || !strings.Contains(aerr.Message, "beyond its 4096 registered bytes") {
+		if aerr == nil || aerr.Status != 400 || !strings.Contains(aerr.Message, "Invalid offset + byte size for shared memory region: 'small'") {
 			t.Fatalf("got %+v", aerr)
 		}
 		if n > 64<<10 {

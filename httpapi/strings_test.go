@@ -313,7 +313,7 @@ func TestV2StringSharedMemory(t *testing.T) {
 	v2Do(t, "POST", url, req(len(in)+4, 1024)).expectError(t, 400, CodeInvalidInput, "bytes follow the 4 elements")
 	v2Do(t, "POST", url, req(15, 1024)).expectError(t, 400, CodeInvalidInput, "needs at least 16 bytes")
 	// A size beyond the registered window is refused before any allocation.
-	v2Do(t, "POST", url, req(1<<40, 1024)).expectError(t, 400, CodeBadRequest, "beyond its 2048 registered bytes")
+	v2Do(t, "POST", url, req(1<<40, 1024)).expectError(t, 400, CodeBadRequest, "Invalid offset + byte size for shared memory region: 'in'")
 }
 
 // /predict takes JSON rows of strings for a BYTES input (nested to the

@@ -25,14 +25,16 @@ const v2MaxDataDepth = 100
 
 // v2Limits are the bounds parseV2Request enforces before it allocates.
 type v2Limits struct {
-	maxRows  int   // the first axis of every input (0: none; --max-rows, batched models only)
-	maxBytes int64 // the tensor of an input given as JSON "data" (0: none; --max-body-bytes)
+	maxRows  int    // the first axis of every input (0: none; --max-rows, batched models only)
+	maxBytes int64  // the tensor of an input given as JSON "data" (0: none; --max-body-bytes)
+	model    string // the model's name, for messages that Triton's carry it in
 }
 
 // v2Request is a parsed inference request: the inputs in the model's order
 // and the outputs to return, in the order the response lists them.
 type v2Request struct {
-	id      []byte // the request's "id", JSON-encoded, or nil
+	holds   sharedmem.Holds // the shared memory regions it names, held until it has answered
+	id      []byte          // the request's "id", JSON-encoded, or nil
 	inputs  []engine.Tensor
 	outputs []v2Output
 	seq     serving.SequenceParams // the request's sequence parameters
@@ -57,19 +59,33 @@ func v2SharedMemoryRef(pm []member, region jv, what string) (sharedmem.Ref, *API
 	}
 	ref.Region, _ = region.str()
 	size := v2Get(pm, "shared_memory_byte_size")
-	n, ok := v2Int(size)
-	if size == nil || !ok || n < 0 {
+	n, ok := v2Uint(size)
+	if size == nil || !ok {
 		return ref, badV2(`%s: parameter "shared_memory_byte_size" must be a non-negative integer with "shared_memory_region"`, what)
 	}
-	ref.Size = uint64(n)
+	ref.Size = n
 	if off := v2Get(pm, "shared_memory_offset"); off != nil {
-		n, ok := v2Int(off)
-		if !ok || n < 0 {
+		n, ok := v2Uint(off)
+		if !ok {
 			return ref, badV2(`%s: parameter "shared_memory_offset" must be a non-negative integer`, what)
 		}
-		ref.Offset = uint64(n)
+		ref.Offset = n
 	}
 	return ref, nil
+}
+
+// v2Uint reads a JSON number that is an unsigned 64-bit integer, as Triton
+// reads shared memory offsets and sizes (2^64-1 included: the window's
+// checks refuse what no region holds, with Triton's sentences).
+func v2Uint(v jv) (uint64, bool) {
+	if v.Type() != fastjson.TypeNumber {
+		return 0, false
+	}
+	if n, err := strconv.ParseUint(unsafeString(v), 10, 64); err == nil {
+		return n, true
+	}
+	n, ok := v2Int(v)
+	return uint64(n), ok && n >= 0
 }
 
 // v2Get is the member key of an object, with JSON null read as absent.
@@ -168,11 +184,21 @@ func requestError(e *serving.RequestError) *APIError {
 // allocated only once its shape's size is checked against the bytes that
 // carry it. The returned request does not alias body.
 func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, lim v2Limits, shm *sharedmem.Registry) (*v2Request, *APIError) {
+	req := &v2Request{}
+	if aerr := parseV2Into(req, body, hdrLen, ins, outs, lim, shm); aerr != nil {
+		req.holds.Release() // the shared memory regions read so far
+		return nil, aerr
+	}
+	return req, nil
+}
+
+// parseV2Into is parseV2Request into req.
+func parseV2Into(req *v2Request, body, hdrLen []byte, ins, outs []engine.TensorSpec, lim v2Limits, shm *sharedmem.Registry) *APIError {
 	jsonPart, bin := body, []byte(nil)
 	if hdrLen != nil {
 		n, err := strconv.ParseInt(strings.TrimSpace(string(hdrLen)), 10, 64) // a negative, overflowing or non-numeric value is refused here
 		if err != nil || n <= 0 || n > int64(len(body)) {
-			return nil, badV2("the %s header is %q; it must be the length in bytes of the JSON part of the body, between 1 and the body's %d bytes", v2HeaderLength, hdrLen, len(body))
+			return badV2("the %s header is %q; it must be the length in bytes of the JSON part of the body, between 1 and the body's %d bytes", v2HeaderLength, hdrLen, len(body))
 		}
 		jsonPart, bin = body[:n], body[n:]
 	}
@@ -185,25 +211,24 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, lim v2Li
 		if hdrLen == nil && len(body) > 0 {
 			msg += fmt.Sprintf("; when the body carries binary tensor data, send the %s header with the JSON part's length", v2HeaderLength)
 		}
-		return nil, newError(400, CodeInvalidJSON, msg, nil)
+		return newError(400, CodeInvalidJSON, msg, nil)
 	}
 	if v.Type() != fastjson.TypeObject {
-		return nil, badV2(`the inference request must be a JSON object such as {"inputs": [{"name": ..., "shape": [...], "datatype": "FP32", "data": [...]}]}`)
+		return badV2(`the inference request must be a JSON object such as {"inputs": [{"name": ..., "shape": [...], "datatype": "FP32", "data": [...]}]}`)
 	}
-	req := &v2Request{}
 	top := v.members()
 	if id := v2Get(top, "id"); id != nil {
 		if id.Type() != fastjson.TypeString {
-			return nil, badV2(`"id" must be a string, got %s`, id.Type())
+			return badV2(`"id" must be a string, got %s`, id.Type())
 		}
 		if req.id = rawID(id); req.id == nil {
-			return nil, badV2(`"id" is not a valid JSON string`)
+			return badV2(`"id" is not a valid JSON string`)
 		}
 	}
 	binaryDefault := false
 	if params := v2Get(top, "parameters"); params != nil {
 		if params.Type() != fastjson.TypeObject {
-			return nil, badV2(`"parameters" must be an object, got %s`, params.Type())
+			return badV2(`"parameters" must be an object, got %s`, params.Type())
 		}
 		for _, mb := range params.members() {
 			if k, ok := mb.key.str(); ok {
@@ -213,14 +238,14 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, lim v2Li
 					err = req.params.Add(k, v)
 				}
 				if err != nil {
-					return nil, badV2("%s", err.Error())
+					return badV2("%s", err.Error())
 				}
 			}
 		}
 		if b := v2Get(params.members(), "binary_data_output"); b != nil {
 			var ok bool
 			if binaryDefault, ok = v2Bool(b); !ok {
-				return nil, badV2(`parameter "binary_data_output" must be true or false, got %s`, b.Type())
+				return badV2(`parameter "binary_data_output" must be true or false, got %s`, b.Type())
 			}
 		}
 	}
@@ -228,10 +253,10 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, lim v2Li
 	// Inputs.
 	inArr := v2Get(top, "inputs")
 	if inArr == nil && len(ins) > 0 {
-		return nil, invalidV2(map[string]any{"expected_inputs": v2Names(ins)}, `the request has no "inputs"; this model takes %s`, serving.Describe(ins))
+		return invalidV2(map[string]any{"expected_inputs": v2Names(ins)}, `the request has no "inputs"; this model takes %s`, serving.Describe(ins))
 	}
 	if inArr != nil && inArr.Type() != fastjson.TypeArray {
-		return nil, badV2(`"inputs" must be an array of tensors, got %s`, inArr.Type())
+		return badV2(`"inputs" must be an array of tensors, got %s`, inArr.Type())
 	}
 	req.inputs = make([]engine.Tensor, len(ins))
 	seen := serving.NewInputSet(ins)
@@ -241,15 +266,15 @@ func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, lim v2Li
 		return aerr == nil
 	})
 	if aerr != nil {
-		return nil, aerr
+		return aerr
 	}
 	if e := seen.Missing(); e != nil {
-		return nil, requestError(e)
+		return requestError(e)
 	}
 	if len(bin) > 0 {
-		return nil, badV2("%d bytes of binary data follow the JSON header that no input claims; each binary input needs parameter \"binary_data_size\" and the sizes must add up to the body after the %s bytes of JSON", len(bin), v2HeaderLength)
+		return badV2("%d bytes of binary data follow the JSON header that no input claims; each binary input needs parameter \"binary_data_size\" and the sizes must add up to the body after the %s bytes of JSON", len(bin), v2HeaderLength)
 	}
-	return v2Outputs(req, v2Get(top, "outputs"), outs, binaryDefault, shm != nil)
+	return v2Outputs(req, v2Get(top, "outputs"), outs, binaryDefault, shm)
 }
 
 // v2Input reads inputs[k], it, into req.inputs, taking its binary data (if
@@ -363,7 +388,7 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen *serving.InputSet, req 
 					"input %q: shape %s of BYTES needs at least %d bytes%s (a 4-byte length per element), %s is %d", name, serving.ShapeString(shape), count*engine.StringHeader, of, param, size)
 			case dt != engine.String && size != nbytes:
 				return invalidV2(map[string]any{"input": name, "expected_bytes": nbytes, "received_bytes": size},
-					"input %q: shape %s of %s needs %d bytes%s, %s is %d", name, serving.ShapeString(shape), dtB, nbytes, of, param, size)
+					"input byte size mismatch for input '%s' for model '%s'. Expected %d, got %d: shape %s of %s needs %d bytes%s, %s is %d", name, lim.model, nbytes, size, serving.ShapeString(shape), dtB, nbytes, of, param, size)
 			}
 			return nil
 		}
@@ -397,6 +422,11 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen *serving.InputSet, req 
 			}
 			if shm == nil {
 				return requestError(serving.SharedMemoryOff(fmt.Sprintf("input %q", name)))
+			}
+			// Held until the answer is written, as Triton holds it: an
+			// unregister meanwhile waits for this request.
+			if err := shm.Hold(&req.holds, ref); err != nil {
+				return sharedMemoryError(err)
 			}
 			b, err := shm.ReadAll(ref, alignedBytes)
 			if err != nil {
@@ -498,16 +528,16 @@ func v2DataTensor(name string, dt engine.DType, shape []int64, count int64, data
 }
 
 // v2Outputs reads the request's "outputs" (outV, nil when absent) into req.
-func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault, shmOn bool) (*v2Request, *APIError) {
+func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault bool, shm *sharedmem.Registry) *APIError {
 	if outV == nil {
 		req.outputs = make([]v2Output, len(outs))
 		for i := range outs {
 			req.outputs[i] = v2Output{index: i, binary: binaryDefault}
 		}
-		return req, nil
+		return nil
 	}
 	if outV.Type() != fastjson.TypeArray {
-		return nil, badV2(`"outputs" must be an array of {"name": ...}, got %s`, outV.Type())
+		return badV2(`"outputs" must be an array of {"name": ...}, got %s`, outV.Type())
 	}
 	used := serving.NewOutputSet(outs)
 	var aerr *APIError
@@ -556,8 +586,14 @@ func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault,
 					aerr = e
 					return false
 				}
-				if !shmOn { // refused before the model runs
+				if shm == nil { // refused before the model runs
 					aerr = requestError(serving.SharedMemoryOff("output " + strconv.Quote(nameB)))
+					return false
+				}
+				// Held until the answer is written: an unregister meanwhile
+				// waits for it, as in Triton.
+				if err := shm.Hold(&req.holds, ref); err != nil {
+					aerr = sharedMemoryError(err)
 					return false
 				}
 				o.shm, o.binary = &ref, false
@@ -567,9 +603,9 @@ func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault,
 		return true
 	})
 	if aerr != nil {
-		return nil, aerr
+		return aerr
 	}
-	return req, nil
+	return nil
 }
 
 // v2SpecDType is the spec's dtype, FP32 when the model does not say.
@@ -723,6 +759,7 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 		writeError(ctx, aerr)
 		return
 	}
+	defer req.holds.Release()
 	if aerr := s.forwardHeaders(ctx, &req.params); aerr != nil {
 		writeError(ctx, aerr)
 		return
@@ -747,7 +784,7 @@ func (s *Server) v2Infer(ctx *fasthttp.RequestCtx, name, version string) {
 // v2Limits are the bounds of inst's V2 requests (--max-rows for a batched
 // model, --max-body-bytes for a tensor given as JSON).
 func (s *Server) v2Limits(inst *serving.Instance) v2Limits {
-	return v2Limits{maxRows: serving.RowLimit(inst, s.cfg.MaxRows), maxBytes: s.cfg.MaxBodyBytes}
+	return v2Limits{maxRows: serving.RowLimit(inst, s.cfg.MaxRows), maxBytes: s.cfg.MaxBodyBytes, model: inst.Name()}
 }
 
 // v2Run admits req to its sequence (a stateful model) and runs it within

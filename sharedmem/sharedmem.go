@@ -4,13 +4,16 @@
 // them instead of the request body. A Registry maps each registered window
 // [offset, offset+byte_size) of its object once; every read and write is
 // bounds-checked against that window, so no request reaches outside the
-// region it names, and a region is unmapped only after the last request
-// using it has finished, even when it is unregistered meanwhile.
+// region it names. A request holds the regions it names (Holds) until it
+// has answered; a region unregistered meanwhile stays registered, listed
+// and usable, as Triton keeps it "awaiting unregister", and is removed and
+// unmapped when the last holder lets go.
 package sharedmem
 
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -77,6 +80,10 @@ type Registry struct {
 	regions map[string]*region
 }
 
+// ReservedKeyPrefix begins the keys of the shared memory Triton's Python
+// backend makes for itself; clients may not register them (Triton's rule).
+const ReservedKeyPrefix = "triton_python_backend_shm_region_"
+
 // region is one registered window of a shared memory object.
 type region struct {
 	st   Status
@@ -84,8 +91,8 @@ type region struct {
 	data []byte // the window [offset, offset+byte_size) within mem
 
 	// refs counts the requests using the region; unregistered marks it
-	// gone from the registry. The last of them unmaps it. Guarded by
-	// Registry.mu.
+	// awaiting removal: the last of them removes it from the registry and
+	// unmaps it. Guarded by Registry.mu.
 	refs         int
 	unregistered bool
 }
@@ -111,14 +118,22 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// keyPath maps a shm_open key ("/input_data") to its file, refusing keys
-// that are not one plain name.
-func (r *Registry) keyPath(key string) (string, error) {
-	name := strings.TrimPrefix(key, "/")
-	if name == "" || strings.ContainsAny(name, "/\\\x00") || name == "." || name == ".." || len(name) > 255 {
-		return "", invalid("shared memory key %q must be a POSIX shared memory name like \"/input_data\" (one '/' then a name without '/')", key)
+// keyPath maps a shm_open key ("/input_data"; leading slashes are
+// dropped, as glibc's shm_open drops them) to its file, refusing, with
+// Triton's sentences, a key of slashes only and one of Triton's reserved
+// keys, and with fw's a key that is not one plain name.
+func (r *Registry) keyPath(name, key string) (string, error) {
+	base := strings.TrimLeft(key, "/")
+	if base == "" {
+		return "", invalid("cannot register shared memory region '%s' - invalid shm key '%s'", name, key)
 	}
-	return filepath.Join(r.dir, name), nil
+	if strings.HasPrefix(base, ReservedKeyPrefix) {
+		return "", invalid("cannot register shared memory region '%s' with key '%s' as the key contains the reserved prefix '%s'", name, key, ReservedKeyPrefix)
+	}
+	if strings.ContainsAny(base, "/\\\x00") || base == "." || base == ".." || len(base) > 255 {
+		return "", invalid("cannot register shared memory region '%s' - invalid shm key '%s': a POSIX shared memory name like \"/input_data\" (a name without '/' after the leading ones)", name, key)
+	}
+	return filepath.Join(r.dir, base), nil
 }
 
 // Register maps [offset, offset+byteSize) of the shared memory object key
@@ -132,7 +147,7 @@ func (r *Registry) Register(name, key string, offset, byteSize uint64) error {
 	if name == "" || len(name) > 255 {
 		return invalid("a region needs a name of 1 to 255 bytes")
 	}
-	path, err := r.keyPath(key)
+	path, err := r.keyPath(name, key)
 	if err != nil {
 		return err
 	}
@@ -155,16 +170,14 @@ func (r *Registry) Register(name, key string, offset, byteSize uint64) error {
 	if err != nil || !st.Mode().IsRegular() {
 		return invalid("shared memory key %q is not a shared memory object", key)
 	}
+	size := uint64(max(st.Size(), 0))
+	if offset > size || byteSize > size-offset { // no overflow
+		return invalid("failed to register shared memory region '%s': invalid args: offset %d + byte_size %d is beyond the object's %d bytes", name, offset, byteSize, size)
+	}
 	if byteSize == 0 || byteSize > MaxRegionBytes {
-		return invalid("byte_size %d is out of range 1..%d", byteSize, uint64(MaxRegionBytes))
+		return invalid("failed to register shared memory region '%s': invalid args: byte_size %d is out of range 1..%d", name, byteSize, uint64(MaxRegionBytes))
 	}
-	if offset > MaxRegionBytes {
-		return invalid("offset %d is beyond %d", offset, uint64(MaxRegionBytes))
-	}
-	end := offset + byteSize // both bounded above: no overflow
-	if uint64(st.Size()) < end {
-		return invalid("failed to register shared memory region '%s': invalid args: offset %d + byte_size %d = %d is beyond the object's %d bytes", name, offset, byteSize, end, st.Size())
-	}
+	end := offset + byteSize
 	page := uint64(os.Getpagesize())
 	start := offset / page * page
 	mem, err := unix.Mmap(int(f.Fd()), int64(start), int(end-start), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -200,11 +213,27 @@ func (r *Registry) unregister(name string) {
 		if name != "" && n != name {
 			continue
 		}
-		delete(r.regions, n)
 		reg.unregistered = true
 		if reg.refs == 0 {
-			_ = unix.Munmap(reg.mem)
+			r.removeLocked(reg)
 		}
+	}
+}
+
+// removeLocked takes a region out of the registry and unmaps it.
+func (r *Registry) removeLocked(reg *region) {
+	if r.regions[reg.st.Name] == reg {
+		delete(r.regions, reg.st.Name)
+	}
+	_ = unix.Munmap(reg.mem)
+}
+
+// releaseLocked ends one use of reg; the last use of a region
+// unregistered meanwhile removes it.
+func (r *Registry) releaseLocked(reg *region) {
+	reg.refs--
+	if reg.refs == 0 && reg.unregistered {
+		r.removeLocked(reg)
 	}
 }
 
@@ -247,10 +276,7 @@ func (s *Span) Release() {
 	}
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
-	s.reg.refs--
-	if s.reg.refs == 0 && s.reg.unregistered {
-		_ = unix.Munmap(s.reg.mem)
-	}
+	s.r.releaseLocked(s.reg)
 	s.reg = nil
 	s.Bytes = nil
 }
@@ -265,12 +291,68 @@ func (r *Registry) Acquire(name string, offset, size uint64) (*Span, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: Unable to find shared memory region: '%s'; register it first", ErrNotFound, name)
 	}
-	n := uint64(len(reg.data))
-	if offset > n || size > n-offset {
-		return nil, invalid("shared memory region '%s': offset %d + byte_size %d is beyond its %d registered bytes", name, offset, size, n)
+	if err := checkWindow(name, uint64(len(reg.data)), offset, size); err != nil {
+		return nil, err
 	}
 	reg.refs++
 	return &Span{r: r, reg: reg, Bytes: reg.data[offset : offset+size : offset+size]}, nil
+}
+
+// checkWindow checks [offset, offset+size) against a region of n bytes,
+// with Triton's sentences (and checks) in Triton's order.
+func checkWindow(name string, n, offset, size uint64) error {
+	switch {
+	case offset >= n:
+		return invalid("Invalid offset for shared memory region: '%s' (offset %d, the region has %d bytes)", name, offset, n)
+	case size > math.MaxUint64-offset:
+		return invalid("Integer overflow detected: byte_size (%d) + offset (%d) exceeds maximum value (%d) for region '%s'", size, offset, uint64(math.MaxUint64), name)
+	case offset+size > n:
+		return invalid("Invalid offset + byte size for shared memory region: '%s' (offset %d + byte_size %d, the region has %d bytes)", name, offset, size, n)
+	}
+	return nil
+}
+
+// Holds are the regions one request names: each stays registered and
+// mapped until Release, even when it is unregistered meanwhile. The zero
+// value holds nothing.
+type Holds struct {
+	r    *Registry
+	regs []*region
+}
+
+// Hold makes h hold the region ref names, checking ref's window against
+// it. A request holds each region it names from when it is read until it
+// has answered.
+func (r *Registry) Hold(h *Holds, ref Ref) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reg, ok := r.regions[ref.Region]
+	if !ok {
+		return fmt.Errorf("%w: Unable to find shared memory region: '%s'; register it first", ErrNotFound, ref.Region)
+	}
+	if err := checkWindow(ref.Region, uint64(len(reg.data)), ref.Offset, ref.Size); err != nil {
+		return err
+	}
+	if h.r != nil && h.r != r {
+		return errors.New("sharedmem: one Holds used with two registries") // a bug
+	}
+	h.r = r
+	reg.refs++
+	h.regs = append(h.regs, reg)
+	return nil
+}
+
+// Release lets go of every region h holds. It may be called more than once.
+func (h *Holds) Release() {
+	if h == nil || h.r == nil || len(h.regs) == 0 {
+		return
+	}
+	h.r.mu.Lock()
+	defer h.r.mu.Unlock()
+	for _, reg := range h.regs {
+		h.r.releaseLocked(reg)
+	}
+	h.regs = nil
 }
 
 // Ref is the window of a registered region that one input or output of a

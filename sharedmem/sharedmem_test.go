@@ -87,14 +87,18 @@ func TestRegisterRefusals(t *testing.T) {
 		offset, size uint64
 		want         string
 	}{
-		{"a", key, 0, 4097, "beyond the object's 4096 bytes"},
-		{"a", key, 4096, 1, "beyond"},
-		{"a", key, math.MaxUint64, 1, "offset"},
-		{"a", key, 0, 0, "byte_size 0"},
-		{"a", key, 0, math.MaxUint64, "byte_size"},
-		{"a", "/../etc/passwd", 0, 1, "POSIX shared memory name"},
-		{"a", "/a/b", 0, 1, "POSIX shared memory name"},
-		{"a", "/", 0, 1, "POSIX shared memory name"},
+		{"a", key, 0, 4097, "failed to register shared memory region 'a': invalid args: offset 0 + byte_size 4097 is beyond the object's 4096 bytes"},
+		{"a", key, 4096, 1, "failed to register shared memory region 'a': invalid args"},
+		{"a", key, math.MaxUint64, 1, "failed to register shared memory region 'a': invalid args"},
+		{"a", key, 4097, 0, "failed to register shared memory region 'a': invalid args: offset 4097"}, // Triton's order: the window first
+		{"a", key, 0, 0, "failed to register shared memory region 'a': invalid args: byte_size 0"},
+		{"a", key, 0, math.MaxUint64, "failed to register shared memory region 'a': invalid args"},
+		{"a", "/../etc/passwd", 0, 1, "invalid shm key '/../etc/passwd': a POSIX shared memory name"},
+		{"a", "/a/b", 0, 1, "invalid shm key '/a/b'"},
+		{"a", "/", 0, 1, "cannot register shared memory region 'a' - invalid shm key '/'"},
+		{"a", "///", 0, 1, "cannot register shared memory region 'a' - invalid shm key '///'"},
+		{"a", "", 0, 1, "cannot register shared memory region 'a' - invalid shm key ''"},
+		{"a", "//" + ReservedKeyPrefix + "x", 0, 1, "cannot register shared memory region 'a' with key '//" + ReservedKeyPrefix + "x' as the key contains the reserved prefix '" + ReservedKeyPrefix + "'"},
 		{"", key, 0, 1, "name"},
 	} {
 		err := r.Register(c.name, c.key, c.offset, c.size)
@@ -238,5 +242,75 @@ func TestClientsNotAllowed(t *testing.T) {
 	}
 	if st, err := r.Status(""); err != nil || len(st) != 0 {
 		t.Fatalf("status: %+v %v", st, err)
+	}
+}
+
+// A region a request holds stays registered when it is unregistered, as
+// Triton keeps it "awaiting unregister": listed, usable, its name taken,
+// until the last holder lets go; then it is gone.
+func TestUnregisterWhileHeld(t *testing.T) {
+	dir := t.TempDir()
+	r := New(dir, true)
+	defer r.Close()
+	key := object(t, dir, "in", 64)
+	// Leading slashes are dropped, as glibc's shm_open drops them.
+	if err := r.Register("in", "///"+key[1:], 0, 64); err != nil {
+		t.Fatal(err)
+	}
+	var h Holds
+	if err := r.Hold(&h, Ref{Region: "in", Offset: 0, Size: 64}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Unregister(""); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := r.Status(""); len(st) != 1 {
+		t.Fatalf("a held region unregistered: status %+v, want it listed until released", st)
+	}
+	if err := r.Write(Ref{Region: "in", Size: 4}, []byte{1, 2, 3, 4}); err != nil {
+		t.Fatalf("writing into a held region after unregister: %v", err)
+	}
+	if err := r.Register("in", key, 0, 64); err == nil || !strings.Contains(err.Error(), "already in manager") {
+		t.Fatalf("registering the name of a region awaiting unregister: %v", err)
+	}
+	h.Release()
+	h.Release() // twice: nothing more
+	if st, _ := r.Status(""); len(st) != 0 {
+		t.Fatalf("after the last holder: %+v", st)
+	}
+	if err := r.Register("in", key, 0, 64); err != nil {
+		t.Fatalf("the name is free again: %v", err)
+	}
+}
+
+// A window is checked with Triton's sentences, in Triton's order.
+func TestWindowSentences(t *testing.T) {
+	dir := t.TempDir()
+	r := New(dir, true)
+	defer r.Close()
+	if err := r.Register("out", object(t, dir, "out", 64), 0, 64); err != nil {
+		t.Fatal(err)
+	}
+	var h Holds
+	defer h.Release()
+	for _, c := range []struct {
+		offset, size uint64
+		want         string
+	}{
+		{64, 0, "Invalid offset for shared memory region: 'out'"},
+		{math.MaxUint64 - 31, 1, "Invalid offset for shared memory region: 'out'"},
+		{32, math.MaxUint64 - 31, "Integer overflow detected: byte_size (18446744073709551584) + offset (32) exceeds maximum value (18446744073709551615) for region 'out'"},
+		{1, 64, "Invalid offset + byte size for shared memory region: 'out'"},
+	} {
+		err := r.Hold(&h, Ref{Region: "out", Offset: c.offset, Size: c.size})
+		if !errors.Is(err, ErrInvalid) || !strings.HasPrefix(Message(err), c.want) {
+			t.Errorf("offset %d size %d: %v, want %q", c.offset, c.size, err, c.want)
+		}
+		if _, err := r.Acquire("out", c.offset, c.size); !errors.Is(err, ErrInvalid) || !strings.HasPrefix(Message(err), c.want) {
+			t.Errorf("Acquire offset %d size %d: %v, want %q", c.offset, c.size, err, c.want)
+		}
+	}
+	if st, _ := r.Status(""); len(st) != 1 || len(h.regs) != 0 {
+		t.Fatalf("refused holds hold nothing: %+v %d", st, len(h.regs))
 	}
 }

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -100,7 +103,7 @@ def test_simple_shm_client(server: FwServer, proto: str) -> None:
         bad = [mod.InferInput("INPUT0", [1, 16], "INT32"), mod.InferInput("INPUT1", [1, 16], "INT32")]
         bad[0].set_shared_memory(f"in_{tag}", nbytes, offset=nbytes * 2)  # past the region's end
         bad[1].set_data_from_numpy(b)
-        with pytest.raises(InferenceServerException, match="beyond"):
+        with pytest.raises(InferenceServerException, match="Invalid offset for shared memory region"):
             c.infer("simple", bad)
         bad[0].set_shared_memory(f"in_{tag}", nbytes - 4)  # size not the shape's
         with pytest.raises(InferenceServerException, match="needs 64 bytes"):
@@ -177,3 +180,80 @@ def test_client_shm_disabled_by_default(default_server: FwServer, proto: str) ->
         assert c.get_system_shared_memory_status() == before
     finally:
         shm.destroy_shared_memory_region(region)
+
+
+SLOW_IDENTITY = """
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(1.5)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
+                for r in requests]
+"""
+
+
+@pytest.fixture(scope="module")
+def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
+    if not FW_BIN.is_file():
+        pytest.skip(f"fw binary missing at {FW_BIN}: run `make build` or set FW_BIN")
+    root = tmp_path_factory.mktemp("shm-slow")
+    (root / "slow" / "1").mkdir(parents=True)
+    (root / "slow" / "1" / "model.py").write_text(SLOW_IDENTITY)
+    (root / "slow" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\n'
+        'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [16] }]\n'
+        'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [16] }]\n'
+    )
+    srv = FwServer(
+        FW_BIN,
+        None,
+        "--model-repository",
+        str(root),
+        "--allow-client-shm=true",
+        "--python",
+        sys.executable,
+        grpc=True,
+    )
+    srv.wait_ready()
+    yield srv
+    assert srv.stop() == 0, srv.log()
+
+
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_unregister_during_inference(slow_server: FwServer, proto: str) -> None:
+    """As Triton's TestSharedMemoryUnregister: regions unregistered while a request uses them stay
+    registered (listed, written into) until it has answered, then are gone."""
+    c = _client(slow_server, proto)
+    mod = httpclient if proto == "http" else grpcclient
+    tag = f"slow_{proto}_{os.getpid()}"
+    x = np.arange(16, dtype=np.float32)
+    inp = shm.create_shared_memory_region(f"in_{tag}", f"/fw_in_{tag}", 64)
+    out = shm.create_shared_memory_region(f"out_{tag}", f"/fw_out_{tag}", 64)
+    try:
+        shm.set_shared_memory_region(inp, [x])
+        c.register_system_shared_memory(f"in_{tag}", f"/fw_in_{tag}", 64)
+        c.register_system_shared_memory(f"out_{tag}", f"/fw_out_{tag}", 64)
+        i = mod.InferInput("INPUT0", [16], "FP32")
+        i.set_shared_memory(f"in_{tag}", 64)
+        o = mod.InferRequestedOutput("OUTPUT0")
+        o.set_shared_memory(f"out_{tag}", 64)
+        # The request runs in a thread of its own, with its own client (tritonclient's HTTP
+        # async_infer only sends when the caller yields to gevent).
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(lambda: _client(slow_server, proto).infer("slow", [i], outputs=[o]))
+            time.sleep(0.7)  # the request is in the model (1.5 s)
+            c.unregister_system_shared_memory()
+            status = c.get_system_shared_memory_status()
+            assert (len(status) if proto == "http" else len(status.regions)) == 2, status
+            pending.result(timeout=30)
+        got = shm.get_contents_as_numpy(out, np.float32, [16])
+        np.testing.assert_array_equal(got, x)
+        status = c.get_system_shared_memory_status()
+        assert (len(status) if proto == "http" else len(status.regions)) == 0, status
+    finally:
+        c.unregister_system_shared_memory()
+        shm.destroy_shared_memory_region(out)
+        shm.destroy_shared_memory_region(inp)

@@ -1,0 +1,96 @@
+"""Client deadlines over gRPC, as Triton's qa/L0_client_timeout and L0_grpc_state_cleanup check them.
+
+A call past its deadline fails with DEADLINE_EXCEEDED and Triton's message "Deadline Exceeded", which
+tritonclient's users and Triton's tests match, whether it is a ModelInfer call, an asynchronous one or a
+stream. fw answers it itself just before the deadline: grpc-go resets the stream at the deadline without a
+status, and a client reading that reset first saw "Stream removed" (about half the time, before).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fwserve import FwServer
+
+grpcclient = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
+
+SLOW = """
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.6)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
+                for r in requests]
+"""
+
+ROUNDS = 6  # the race it fixes lost about half the time
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
+    if not FW_BIN.is_file():
+        pytest.skip(f"fw binary missing at {FW_BIN}: run `make build` or set FW_BIN")
+    root = tmp_path_factory.mktemp("timeout_repo")
+    (root / "slow" / "1").mkdir(parents=True)
+    (root / "slow" / "1" / "model.py").write_text(SLOW)
+    (root / "slow" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\n'
+        'input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [4] }]\n'
+        'output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [4] }]\n'
+        "instance_group [{ kind: KIND_CPU count: 4 }]\n"
+    )
+    srv = FwServer(FW_BIN, None, "--model-repository", str(root), "--python", sys.executable, grpc=True)
+    srv.wait_ready()
+    yield srv
+    assert srv.stop() == 0, srv.log()
+
+
+def _inputs() -> list:
+    i = grpcclient.InferInput("INPUT0", [4], "INT32")
+    i.set_data_from_numpy(np.arange(4, dtype=np.int32))
+    return [i]
+
+
+def test_infer_deadline(server: FwServer) -> None:
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    for _ in range(ROUNDS):
+        with pytest.raises(InferenceServerException, match="Deadline Exceeded") as e:
+            c.infer("slow", _inputs(), client_timeout=0.2)
+        assert e.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+    out = c.infer("slow", _inputs(), client_timeout=10).as_numpy("OUTPUT0")  # in time: answered
+    np.testing.assert_array_equal(out, np.arange(4, dtype=np.int32))
+
+
+def test_async_infer_deadline(server: FwServer) -> None:
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    for _ in range(ROUNDS):
+        got: queue.Queue = queue.Queue()
+        c.async_infer(
+            "slow", _inputs(), lambda result, error, got=got: got.put((result, error)), client_timeout=0.2
+        )
+        result, error = got.get(timeout=10)
+        assert result is None and "Deadline Exceeded" in str(error), (result, error)
+
+
+def test_stream_deadline(server: FwServer) -> None:
+    for _ in range(ROUNDS):
+        c = grpcclient.InferenceServerClient(server.grpc_url)
+        got: queue.Queue = queue.Queue()
+        c.start_stream(lambda result, error, got=got: got.put((result, error)), stream_timeout=0.2)
+        c.async_stream_infer("slow", _inputs())
+        result, error = got.get(timeout=10)
+        c.stop_stream()
+        assert result is None and "Deadline Exceeded" in str(error), (result, error)
