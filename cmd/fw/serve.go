@@ -110,11 +110,18 @@ gRPC (the Open Inference Protocol's GRPCInferenceService and grpc.health.v1).
 Concurrent requests are coalesced into engine calls by a dynamic micro-batcher.
 Every flag can also be set from the environment variable named in brackets.
 tritonserver's options are taken too, so that a Triton command line moves over
-with the binary's name changed (docs/serving.md, "Moving from Triton").
+with the binary's name changed (docs/serving.md, "Moving from Triton"); as
+tritonserver's, a long option may be shortened to a prefix only it has
+(--log-warn for --log-warning).
 
 Flags:
 `)
 		fs.PrintDefaults()
+	}
+	args, err := expandPrefixes(fs, args)
+	if err != nil {
+		fmt.Fprintf(stderr, "fw serve: %v\n", err)
+		return 2
 	}
 	if code, ok := ef.parse("fw serve", args, stderr); !ok {
 		return code

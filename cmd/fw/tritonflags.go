@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -465,4 +466,53 @@ func (s tritonSettings) logNotes(log *slog.Logger) {
 	for _, n := range s.notes {
 		log.Info(n)
 	}
+}
+
+// expandPrefixes spells out each option of args given as a prefix of one
+// option's name only (--log-warn for --log-warning), as tritonserver's
+// getopt_long reads them, so that Triton command lines written that way
+// move over; an exact name always wins, and a prefix of several names is
+// refused with them. Parsing stops where fs's does: at "--" or the first
+// argument that is not an option.
+func expandPrefixes(fs *flag.FlagSet, args []string) ([]string, error) {
+	out := slices.Clone(args)
+	for i := 0; i < len(out); i++ {
+		a := out[i]
+		if a == "--" || len(a) < 2 || a[0] != '-' {
+			return out, nil
+		}
+		name := strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		name, val, hasVal := strings.Cut(name, "=")
+		f := fs.Lookup(name)
+		if f == nil && name != "" && name != "h" && name != "help" {
+			var hits []string
+			fs.VisitAll(func(g *flag.Flag) {
+				if strings.HasPrefix(g.Name, name) {
+					hits = append(hits, g.Name)
+				}
+			})
+			switch len(hits) {
+			case 0:
+				return out, nil // fs refuses it, with its usage
+			case 1:
+				f = fs.Lookup(hits[0])
+				out[i] = "--" + hits[0]
+				if hasVal {
+					out[i] += "=" + val
+				}
+			default:
+				return nil, fmt.Errorf("option --%s is ambiguous: it begins --%s", name, strings.Join(hits, ", --"))
+			}
+		}
+		if f != nil && !hasVal && !isBoolFlag(f) {
+			i++ // its value
+		}
+	}
+	return out, nil
+}
+
+// isBoolFlag reports whether f takes no value (--flag alone).
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }

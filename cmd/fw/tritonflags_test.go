@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -218,5 +219,33 @@ func TestDelaySchedulerFrom(t *testing.T) {
 		if _, err := delaySchedulerFrom(v); err == nil || !strings.Contains(err.Error(), "TRITONSERVER_DELAY_SCHEDULER") {
 			t.Errorf("%q: err %v", v, err)
 		}
+	}
+}
+
+// tritonserver's getopt_long takes a long option by a prefix only it has:
+// L0_logging starts it with --log-warn=false.
+func TestExpandPrefixes(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.Bool("verbose", false, "")
+	fs.String("log-warning", "", "")
+	fs.String("log-verbose", "", "")
+	fs.String("model", "", "")
+	fs.String("model-repository", "", "")
+	for _, c := range []struct{ in, want []string }{
+		{[]string{"--log-warn=false"}, []string{"--log-warning=false"}},
+		{[]string{"--log-warn", "false", "--verb"}, []string{"--log-warning", "false", "--verbose"}},
+		{[]string{"--model", "m", "--model-rep=/r"}, []string{"--model", "m", "--model-repository=/r"}}, // exact wins
+		{[]string{"-log-w", "--x"}, []string{"--log-warning", "--x"}},                                    // --x is a value
+		{[]string{"--nope", "--log-warn"}, []string{"--nope", "--log-warn"}},                             // unknown: left to the parser
+		{[]string{"m.onnx", "--log-warn"}, []string{"m.onnx", "--log-warn"}},                             // options end
+		{[]string{"--", "--log-warn"}, []string{"--", "--log-warn"}},
+	} {
+		got, err := expandPrefixes(fs, c.in)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("%q: %q %v, want %q", c.in, got, err, c.want)
+		}
+	}
+	if _, err := expandPrefixes(fs, []string{"--log=1"}); err == nil || !strings.Contains(err.Error(), "ambiguous") {
+		t.Errorf("--log (log-warning, log-verbose): %v", err)
 	}
 }
