@@ -235,9 +235,9 @@ func TestExpandPrefixes(t *testing.T) {
 		{[]string{"--log-warn=false"}, []string{"--log-warning=false"}},
 		{[]string{"--log-warn", "false", "--verb"}, []string{"--log-warning", "false", "--verbose"}},
 		{[]string{"--model", "m", "--model-rep=/r"}, []string{"--model", "m", "--model-repository=/r"}}, // exact wins
-		{[]string{"-log-w", "--x"}, []string{"--log-warning", "--x"}},                                    // --x is a value
-		{[]string{"--nope", "--log-warn"}, []string{"--nope", "--log-warn"}},                             // unknown: left to the parser
-		{[]string{"m.onnx", "--log-warn"}, []string{"m.onnx", "--log-warn"}},                             // options end
+		{[]string{"-log-w", "--x"}, []string{"--log-warning", "--x"}},                                   // --x is a value
+		{[]string{"--nope", "--log-warn"}, []string{"--nope", "--log-warn"}},                            // unknown: left to the parser
+		{[]string{"m.onnx", "--log-warn"}, []string{"m.onnx", "--log-warn"}},                            // options end
 		{[]string{"--", "--log-warn"}, []string{"--", "--log-warn"}},
 	} {
 		got, err := expandPrefixes(fs, c.in)
