@@ -395,7 +395,7 @@ func (p *Pipeline) step(ctx context.Context, i int, vals map[string]engine.Tenso
 	st := p.cfg.Steps[i]
 	inst, err := p.models.Get(st.Model, st.Version)
 	if err != nil {
-		return nil, &StepError{Step: i + 1, Model: st.Model, Err: err}
+		return nil, &StepError{Ensemble: p.cfg.Name, Step: i + 1, Model: st.Model, Err: err}
 	}
 	specs := inst.Inputs()
 	ins := make([]engine.Tensor, len(specs))
@@ -410,7 +410,7 @@ func (p *Pipeline) step(ctx context.Context, i int, vals map[string]engine.Tenso
 			continue // not mapped: the step never gives it
 		}
 		if !ok { // the model changed since the ensemble loaded
-			return nil, &StepError{Step: i + 1, Model: st.Model, Err: fmt.Errorf("the model's input %q is not in the step's input_map (the model was reloaded with other inputs; reload the ensemble)", sp.Name)}
+			return nil, &StepError{Ensemble: p.cfg.Name, Step: i + 1, Model: st.Model, Err: fmt.Errorf("the model's input %q is not in the step's input_map (the model was reloaded with other inputs; reload the ensemble)", sp.Name)}
 		}
 		ins[j] = vals[t] // absent when an optional input was not given or a step left it out
 		if !ins[j].Absent() {
@@ -443,7 +443,7 @@ func (p *Pipeline) step(ctx context.Context, i int, vals map[string]engine.Tenso
 	// a client's request is (Triton counts them so).
 	inst.Stats.Record(serving.Request{Began: began, Submitted: began, Encoded: time.Now(), Timing: timing, OK: err == nil, Err: err})
 	if err != nil {
-		return nil, &StepError{Step: i + 1, Model: st.Model, Err: err}
+		return nil, &StepError{Ensemble: p.cfg.Name, Step: i + 1, Model: st.Model, Err: err}
 	}
 	res := make(map[string]engine.Tensor, len(st.OutputMap))
 	for j, sp := range inst.Outputs() {
@@ -459,7 +459,7 @@ func (p *Pipeline) step(ctx context.Context, i int, vals map[string]engine.Tenso
 		}
 	}
 	if len(res) != len(st.OutputMap) {
-		return nil, &StepError{Step: i + 1, Model: st.Model, Err: errors.New("the model no longer has every output the step's output_map names (it was reloaded; reload the ensemble)")}
+		return nil, &StepError{Ensemble: p.cfg.Name, Step: i + 1, Model: st.Model, Err: errors.New("the model no longer has every output the step's output_map names (it was reloaded; reload the ensemble)")}
 	}
 	return res, nil
 }
@@ -490,9 +490,10 @@ func (p *Pipeline) infer(ctx context.Context, inst *serving.Instance, ins []engi
 
 // StepError is a failure of one step of a request.
 type StepError struct {
-	Step  int
-	Model string
-	Err   error
+	Ensemble string // the ensemble's name
+	Step     int
+	Model    string
+	Err      error
 }
 
 func (e *StepError) Error() string {
@@ -503,6 +504,9 @@ func (e *StepError) Unwrap() error { return e.Err }
 
 // EnsembleStep is the step that failed (serving.StepFailure).
 func (e *StepError) EnsembleStep() int { return e.Step }
+
+// EnsembleName is the ensemble whose step failed (serving.StepFailure).
+func (e *StepError) EnsembleName() string { return e.Ensemble }
 
 func specsByName(specs []engine.TensorSpec) map[string]engine.TensorSpec {
 	m := make(map[string]engine.TensorSpec, len(specs))

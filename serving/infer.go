@@ -223,7 +223,7 @@ func Classify(err error, timeout time.Duration) Failure {
 		code, msg, _ := answered(err).ModelAnswer()
 		return Failure{Kind: KindAnswered, Message: msg, Code: code}
 	case errors.Is(err, ErrNoSequenceBatching), errors.As(err, &se), errors.As(err, new(*ClassificationError)), errors.As(err, new(*DecoupledError)):
-		return Failure{Kind: KindBadRequest, Message: err.Error()}
+		return Failure{Kind: KindBadRequest, Message: ensembleMessage(err)}
 	case errors.As(err, new(*ModelError)): // a model an ensemble's step needs is not served now
 		me, _ := AsModelError(err)
 		return Failure{Kind: KindNotReady, Message: "a model this request needs is not available: " + me.Message}
@@ -240,6 +240,29 @@ func Classify(err error, timeout time.Duration) Failure {
 		return Failure{Kind: KindNotReady, Message: "the server is shutting down"}
 	}
 	return Failure{Kind: KindEngine, Message: "the engine failed on this request: " + err.Error()}
+}
+
+// ensembleMessage is err's message as Triton words a failure in an
+// ensemble's step, which its clients match: "in ensemble 'E', " for each
+// ensemble the request went through, then the failed step's own error
+// (not fw's wrapping of it). Outside an ensemble it is err's message.
+func ensembleMessage(err error) string {
+	var names []string
+	var inner error
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if sf, ok := e.(StepFailure); ok {
+			names, inner = append(names, sf.EnsembleName()), sf.Unwrap()
+		}
+	}
+	if inner == nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&b, "in ensemble '%s', ", n)
+	}
+	b.WriteString(inner.Error())
+	return b.String()
 }
 
 // answered is the error the model itself answered within err, or nil.

@@ -189,6 +189,22 @@ func TestFailureReasons(t *testing.T) {
 // stepFailure is an ensemble step's error (StepFailure).
 type stepFailure struct{ err error }
 
-func (e stepFailure) Error() string     { return "step 1: " + e.err.Error() }
-func (e stepFailure) Unwrap() error     { return e.err }
-func (e stepFailure) EnsembleStep() int { return 1 }
+func (e stepFailure) Error() string        { return "step 1: " + e.err.Error() }
+func (e stepFailure) Unwrap() error        { return e.err }
+func (e stepFailure) EnsembleStep() int    { return 1 }
+func (e stepFailure) EnsembleName() string { return "ens" }
+
+// A failure in an ensemble's step reads as Triton words it ("in ensemble
+// 'E', " then the step's own error), which Triton's sequence tests match;
+// fw's wrapping (the batcher's, the step's) is left out.
+func TestEnsembleMessage(t *testing.T) {
+	inner := fmt.Errorf("inference request to model 'm' must specify a non-zero or non-empty correlation ID: %w", ErrNoSequenceBatching)
+	err := fmt.Errorf("batcher: engine call of 1 rows from 1 requests: %w", stepFailure{fmt.Errorf("batcher: engine call: %w", stepFailure{inner})})
+	f := Classify(err, time.Second)
+	if want := "in ensemble 'ens', in ensemble 'ens', " + inner.Error(); f.Kind != KindBadRequest || f.Message != want {
+		t.Fatalf("%+v, want %q", f, want)
+	}
+	if f := Classify(inner, time.Second); f.Message != inner.Error() {
+		t.Fatalf("outside an ensemble: %q", f.Message)
+	}
+}

@@ -89,6 +89,10 @@ func FailureReason(i int) string {
 type StepFailure interface {
 	error
 	EnsembleStep() int
+	// EnsembleName is the ensemble whose step failed.
+	EnsembleName() string
+	// Unwrap is the step's own error.
+	Unwrap() error
 }
 
 // failureReason is the index (FailureReason) of why err failed a request.
