@@ -515,7 +515,7 @@ func TestV2InferErrors(t *testing.T) {
 		{"data not array", req(with("data", 3)), nil, 400, CodeBadRequest, `"data" must be an array`},
 		{"no data", req(func() map[string]any { m := good(); delete(m, "data"); return m }()), nil, 400, CodeBadRequest, `neither "data" nor parameter "binary_data_size"`},
 		{"inf", req(with("data", func() []any { v := v2Values(x); v[0] = json.Number("1e999"); return v }())), nil, 400, CodeInvalidInput, "NaN and Inf are refused"},
-		{"unknown output", v2Marshal(t, map[string]any{"inputs": []any{good()}, "outputs": []any{map[string]any{"name": "probs"}}}), nil, 400, CodeInvalidInput, `unknown output "probs"; this model's outputs are "logits" (FP32 [-1,10])`},
+		{"unknown output", v2Marshal(t, map[string]any{"inputs": []any{good()}, "outputs": []any{map[string]any{"name": "probs"}}}), nil, 400, CodeInvalidInput, `unexpected inference output 'probs' for model: unknown output "probs"; this model's outputs are "logits" (FP32 [-1,10])`},
 		{"classification < 0", v2Marshal(t, map[string]any{"inputs": []any{good()}, "outputs": []any{map[string]any{"name": "logits", "parameters": map[string]any{"classification": -3}}}}), nil, 400, CodeBadRequest, `parameter "classification" is -3`},
 		{"classification not an int", v2Marshal(t, map[string]any{"inputs": []any{good()}, "outputs": []any{map[string]any{"name": "logits", "parameters": map[string]any{"classification": "3"}}}}), nil, 400, CodeBadRequest, `parameter "classification" must be an integer`},
 		{"id not string", v2Marshal(t, map[string]any{"id": 3, "inputs": []any{good()}}), nil, 400, CodeBadRequest, `"id" must be a string`},

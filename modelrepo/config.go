@@ -59,6 +59,10 @@ var supported = map[string]bool{
 	"sequence_batching.state.initial_state": true, "sequence_batching.state.initial_state.data_type": true,
 	"sequence_batching.state.initial_state.dims": true, "sequence_batching.state.initial_state.zero_data": true,
 	"sequence_batching.state.initial_state.data_file": true, "sequence_batching.state.initial_state.name": true,
+	// Taken, and reported, for what they ask of a backend's buffers: fw keeps
+	// each sequence's state as its own tensor, which the model reads as the
+	// state input and replaces with the state output, whichever they say.
+	"sequence_batching.state.use_same_buffer_for_input_output": true, "sequence_batching.state.use_growable_memory": true,
 	"sequence_batching.direct": true, "sequence_batching.direct.max_queue_delay_microseconds": true,
 	"sequence_batching.oldest": true, "sequence_batching.oldest.max_candidate_sequences": true,
 	"sequence_batching.oldest.preferred_batch_size": true, "sequence_batching.oldest.max_queue_delay_microseconds": true,

@@ -15,19 +15,23 @@ parameters { key: "k" value: { string_value: "v" } }`), false)
 	if err != nil || cfg.GetMaxBatchSize() != 8 || cfg.GetInstanceGroup()[0].GetCount() != 2 || cfg.GetVersionPolicy().GetAll() == nil {
 		t.Fatalf("%v %v", cfg, err)
 	}
+	// A backend's state buffer hints are taken (Triton's L0_implicit_state sets them).
+	hints, err := parseConfig([]byte(`sequence_batching { state [ { input_name: "I" output_name: "O" use_same_buffer_for_input_output: true use_growable_memory: true } ] }`), false)
+	if err != nil || !hints.GetSequenceBatching().GetState()[0].GetUseGrowableMemory() {
+		t.Fatalf("state hints: %v %v", hints, err)
+	}
 	for text, want := range map[string]string{
 		`sequence_batching { direct { minimum_slot_utilization: 0.5 } }`: "sequence_batching.direct.minimum_slot_utilization",
 		`sequence_batching { oldest { preserve_ordering: true } }`:       "sequence_batching.oldest.preserve_ordering",
-		`sequence_batching { state [ { use_growable_memory: true } ] }`:  "sequence_batching.state.use_growable_memory",
 		`ensemble_scheduling { step [ { model_namespace: "x" } ] }`:      "ensemble_scheduling.step.model_namespace",
 		`input [ { name: "x" is_shape_tensor: true } ]`:                  "input.is_shape_tensor",
 		`optimization { priority: PRIORITY_MAX }`:                        "optimization",
 		`instance_group [ { count: 1 rate_limiter { } } ]`:               "instance_group.rate_limiter",
 		`model_operations { op_library_filename: "x" }`:                  "model_operations",
-		`max_batch_size: "x"`:                 "does not parse",
-		`nonsense_field: 1`:                   "nonsense_field",
-		`{"max_batch_size": 4}`:               "does not parse",
-		strings.Repeat("#", maxConfigBytes+1): "limit",
+		`max_batch_size: "x"`:                                            "does not parse",
+		`nonsense_field: 1`:                                              "nonsense_field",
+		`{"max_batch_size": 4}`:                                          "does not parse",
+		strings.Repeat("#", maxConfigBytes+1):                            "limit",
 	} {
 		if _, err := parseConfig([]byte(text), false); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%.60q: %v, want %q", text, err, want)

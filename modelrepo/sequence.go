@@ -326,7 +326,7 @@ func sequenceJSON(cfg *pb.ModelConfig, sc *sequence.Config) map[string]any {
 		}
 		states = append(states, map[string]any{"input_name": st.GetInputName(), "output_name": st.GetOutputName(),
 			"data_type": st.GetDataType().String(), "dims": orEmpty(st.GetDims()), "initial_state": inits,
-			"use_same_buffer_for_input_output": false, "use_growable_memory": false})
+			"use_same_buffer_for_input_output": st.GetUseSameBufferForInputOutput(), "use_growable_memory": st.GetUseGrowableMemory()})
 	}
 	out["state"] = states
 	return out

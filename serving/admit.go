@@ -100,7 +100,7 @@ func (s *OutputSet) Take(name string) (int, *RequestError) {
 	idx := engine.SpecIndex(s.specs, name)
 	if idx < 0 {
 		return -1, &RequestError{Invalid: true, Details: map[string]any{"output": name, "expected_outputs": Names(s.specs)},
-			Message: fmt.Sprintf("unknown output %q; this model's outputs are %s", name, Describe(s.specs))}
+			Message: fmt.Sprintf("unexpected inference output '%s' for model: unknown output %q; this model's outputs are %s", name, name, Describe(s.specs))}
 	}
 	if s.used[idx] {
 		return -1, badRequest("output '%s' already exists in request; request each output once", name)

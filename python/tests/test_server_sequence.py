@@ -279,6 +279,7 @@ def test_state_and_controls_are_the_servers(server: FwServer, proto: str) -> Non
     with pytest.raises(InferenceServerException) as e:
         c.infer("simple_sequence_state", ins, outputs=[mod.InferRequestedOutput("ACC_OUT")], sequence_id=31)
     assert 'unknown output "ACC_OUT"' in e.value.message()
+    assert "unexpected inference output 'ACC_OUT' for model" in e.value.message()  # Triton's sentence
     start = mod.InferInput("START", [1, 1], "BOOL")
     start.set_data_from_numpy(np.ones((1, 1), dtype=bool))
     with pytest.raises(InferenceServerException) as e:
