@@ -587,6 +587,13 @@ func (b *Batcher) run(ctx context.Context, t *Ticket, inputs []engine.Tensor, su
 		if j >= len(out) {
 			return nil, timing, fmt.Errorf("the model returned %d outputs, without its state output %q", len(out), s.Output)
 		}
+		if out[j].Absent() {
+			// The model's response left the state out (a Python model's may):
+			// the state is not updated, as a Triton backend that does not
+			// call TRITONBACKEND_StateUpdate leaves it.
+			next[i] = full[b.stateIn[i]]
+			continue
+		}
 		if err := b.checkState(s, out[j]); err != nil {
 			return nil, timing, err
 		}

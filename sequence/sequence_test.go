@@ -576,3 +576,32 @@ func TestUnbatchedModel(t *testing.T) {
 		t.Fatalf("control and state shapes %v", shapes)
 	}
 }
+
+// A response that leaves the state output out does not update the state:
+// the next request gets the state the last one got (Triton's
+// L0_implicit_state test_no_update).
+func TestStateNotUpdated(t *testing.T) {
+	b := newBatcher(t, config(1))
+	var accIns []int32
+	submit := func(_ context.Context, in []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+		accIns = append(accIns, val(in[5]))
+		if val(in[0]) == 7 { // this call updates the state
+			return []engine.Tensor{in[0], i32(40)}, batcher.Timing{}, nil
+		}
+		return []engine.Tensor{in[0], {}}, batcher.Timing{}, nil
+	}
+	id := ID{N: 9}
+	for k, v := range []int32{1, 2, 7, 3, 4} {
+		tk, err := b.Enter(id, k == 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := tk.Run(context.Background(), []engine.Tensor{i32(v)}, submit); err != nil {
+			t.Fatal(err)
+		}
+		tk.Release()
+	}
+	if fmt.Sprint(accIns) != "[0 0 0 40 40]" {
+		t.Fatalf("state inputs %v, want the initial 0 until the one update, then 40", accIns)
+	}
+}
