@@ -209,8 +209,8 @@ func state(dir string, st *pb.ModelSequenceBatching_State) (sequence.State, erro
 	if in == "" || outName == "" {
 		return s, fmt.Errorf("sequence_batching state needs input_name and output_name")
 	}
-	if s.DType = dtypeOf(st.GetDataType()); s.DType == engine.Invalid || s.DType == engine.String {
-		return s, fmt.Errorf("sequence_batching state %q: data_type %s is not one fw keeps as implicit state (every fixed-size type: not TYPE_STRING)", in, st.GetDataType())
+	if s.DType = dtypeOf(st.GetDataType()); s.DType == engine.Invalid {
+		return s, fmt.Errorf("sequence_batching state %q: data_type %s is not one fw keeps as implicit state", in, st.GetDataType())
 	}
 	if len(s.Dims) == 0 || len(s.Dims) > maxDims {
 		return s, fmt.Errorf("sequence_batching state %q: dims must list 1 to %d dimensions", in, maxDims)
@@ -245,10 +245,15 @@ func state(dir string, st *pb.ModelSequenceBatching_State) (sequence.State, erro
 		return s, fmt.Errorf("sequence_batching state %q: initial_state dims %s must be fixed sizes that fit the state's dims %s", in, serving.ShapeString(s.InitialDims), serving.ShapeString(s.Dims))
 	}
 	size := engine.NumElements(s.InitialDims) * int64(s.DType.Size())
+	if s.DType == engine.String {
+		size = engine.NumElements(s.InitialDims) * engine.StringHeader // zero_data: empty strings
+	}
 	if size > maxInitialStateBytes {
 		return s, fmt.Errorf("sequence_batching state %q: the initial state is %d bytes; at most %d", in, size, maxInitialStateBytes)
 	}
 	switch {
+	case init.GetDataFile() != "" && s.DType == engine.String:
+		return s, fmt.Errorf("sequence_batching state %q: a TYPE_STRING initial_state takes zero_data (empty strings), not a data_file", in)
 	case init.GetDataFile() != "":
 		name := init.GetDataFile()
 		if !filepath.IsLocal(name) {

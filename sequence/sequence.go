@@ -271,6 +271,9 @@ func New(cfg Config, inputs, outputs []engine.TensorSpec, batched bool, log *slo
 			return nil, fmt.Errorf("sequence_batching: state output %q: the model gives %s, the state is %s", s.Output, sp.DType, s.DType)
 		}
 		n := int(engine.NumElements(s.InitialDims)) * s.DType.Size()
+		if s.DType == engine.String {
+			n = int(engine.NumElements(s.InitialDims)) * engine.StringHeader // empty strings: a zero length each
+		}
 		data := s.Initial
 		if data == nil {
 			data = make([]byte, n)

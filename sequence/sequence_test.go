@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -603,5 +604,45 @@ func TestStateNotUpdated(t *testing.T) {
 	}
 	if fmt.Sprint(accIns) != "[0 0 0 40 40]" {
 		t.Fatalf("state inputs %v, want the initial 0 until the one update, then 40", accIns)
+	}
+}
+
+// A BYTES (TYPE_STRING) implicit state starts as empty strings and carries
+// what the model answers, as Triton's onnx_*_sequence_object models keep it.
+func TestStringState(t *testing.T) {
+	sIns := []engine.TensorSpec{{Name: "INPUT", DType: engine.Int32, Shape: []int64{-1, 1}}, {Name: "S_IN", DType: engine.String, Shape: []int64{-1, 2}}}
+	sOuts := []engine.TensorSpec{{Name: "OUTPUT", DType: engine.Int32, Shape: []int64{-1, 1}}, {Name: "S_OUT", DType: engine.String, Shape: []int64{-1, 2}}}
+	b, err := New(Config{Model: "strs", Strategy: Direct, Slots: 1, MaxIdle: time.Hour,
+		States: []State{{Input: "S_IN", Output: "S_OUT", DType: engine.String, Dims: []int64{2}, InitialDims: []int64{2}}}}, sIns, sOuts, true, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	strs := func(ss ...string) engine.Tensor {
+		var d []byte
+		for _, s := range ss {
+			d = engine.AppendString(d, s)
+		}
+		return engine.Tensor{DType: engine.String, Shape: []int64{1, int64(len(ss))}, Data: d}
+	}
+	var got []string
+	submit := func(_ context.Context, in []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+		got = append(got, fmt.Sprintf("%q", in[1].Data))
+		n := val(in[0])
+		return []engine.Tensor{in[0], strs(fmt.Sprint(n), fmt.Sprint(n*10))}, batcher.Timing{}, nil
+	}
+	for k, v := range []int32{1, 2} {
+		tk, err := b.Enter(ID{N: 5}, k == 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := tk.Run(context.Background(), []engine.Tensor{i32(v)}, submit); err != nil {
+			t.Fatal(err)
+		}
+		tk.Release()
+	}
+	want := []string{fmt.Sprintf("%q", make([]byte, 8)), fmt.Sprintf("%q", strs("1", "10").Data)}
+	if !slices.Equal(got, want) {
+		t.Fatalf("state inputs %v, want two empty strings, then the first answer's", got)
 	}
 }
