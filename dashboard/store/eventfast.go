@@ -26,16 +26,10 @@ func decodeEventFast(data []byte, ev *Event) bool {
 		return d.end()
 	}
 	for {
-		d.ws()
-		key, ok := d.str()
+		key, ok := d.key()
 		if !ok {
 			return false
 		}
-		d.ws()
-		if !d.eat(':') {
-			return false
-		}
-		d.ws()
 		var bit uint8
 		switch key {
 		case "type", "run_id", "writer":
@@ -137,6 +131,22 @@ func (d *fastDec) null() bool {
 	return false
 }
 
+// key: an object member's name and the colon after it, with the white
+// space around them.
+func (d *fastDec) key() (string, bool) {
+	d.ws()
+	k, ok := d.str()
+	if !ok {
+		return "", false
+	}
+	d.ws()
+	if !d.eat(':') {
+		return "", false
+	}
+	d.ws()
+	return k, true
+}
+
 // str: a string of printable ASCII without escapes.
 func (d *fastDec) str() (string, bool) {
 	if !d.eat('"') {
@@ -212,16 +222,10 @@ func (d *fastDec) values(ev *Event) bool {
 	d.ws()
 	if !d.eat('}') {
 		for {
-			d.ws()
-			k, ok := d.str()
+			k, ok := d.key()
 			if !ok {
 				return false
 			}
-			d.ws()
-			if !d.eat(':') {
-				return false
-			}
-			d.ws()
 			num, ok := d.number()
 			if !ok {
 				return false

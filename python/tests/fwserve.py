@@ -14,6 +14,33 @@ from pathlib import Path
 
 import pytest
 
+_SLOW_IDENTITY = """
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep({seconds})
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
+                for r in requests]
+"""
+
+
+def slow_identity_repo(root: Path, dtype: str, dims: list[int], seconds: float, instances: int = 1) -> Path:
+    """A model repository in ``root`` of one Python model, ``slow``, without a batch axis: OUTPUT0 is
+    INPUT0 (``dtype``, e.g. ``TYPE_FP32``, of ``dims``), answered ``seconds`` after each execute
+    begins, on ``instances`` instances. Serve it with ``--python sys.executable``."""
+    (root / "slow" / "1").mkdir(parents=True)
+    (root / "slow" / "1" / "model.py").write_text(_SLOW_IDENTITY.format(seconds=seconds))
+    (root / "slow" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\n'
+        f'input [{{ name: "INPUT0" data_type: {dtype} dims: {dims} }}]\n'
+        f'output [{{ name: "OUTPUT0" data_type: {dtype} dims: {dims} }}]\n'
+        f"instance_group [{{ kind: KIND_CPU count: {instances} }}]\n"
+    )
+    return root
+
 
 def free_port() -> int:
     """A port free on 127.0.0.1 now (the server binds it right after)."""

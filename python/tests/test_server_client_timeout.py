@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fwserve import FwServer
+from fwserve import FwServer, slow_identity_repo
 
 grpcclient = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
 from tritonclient.utils import InferenceServerException  # noqa: E402
@@ -24,17 +24,6 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
 
-SLOW = """
-import time
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep(0.6)
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
-                for r in requests]
-"""
 
 ROUNDS = 6  # the race it fixes lost about half the time
 
@@ -43,15 +32,7 @@ ROUNDS = 6  # the race it fixes lost about half the time
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
     if not FW_BIN.is_file():
         pytest.skip(f"fw binary missing at {FW_BIN}: run `make build` or set FW_BIN")
-    root = tmp_path_factory.mktemp("timeout_repo")
-    (root / "slow" / "1").mkdir(parents=True)
-    (root / "slow" / "1" / "model.py").write_text(SLOW)
-    (root / "slow" / "config.pbtxt").write_text(
-        'backend: "python"\nmax_batch_size: 0\n'
-        'input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [4] }]\n'
-        'output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [4] }]\n'
-        "instance_group [{ kind: KIND_CPU count: 4 }]\n"
-    )
+    root = slow_identity_repo(tmp_path_factory.mktemp("timeout_repo"), "TYPE_INT32", [4], 0.6, instances=4)
     srv = FwServer(FW_BIN, None, "--model-repository", str(root), "--python", sys.executable, grpc=True)
     srv.wait_ready()
     yield srv

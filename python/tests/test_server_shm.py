@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fwserve import FwServer
+from fwserve import FwServer, slow_identity_repo
 
 httpclient = pytest.importorskip("tritonclient.http", reason="tritonclient[http] is not installed")
 grpcclient = pytest.importorskip("tritonclient.grpc", reason="tritonclient[grpc] is not installed")
@@ -182,31 +182,11 @@ def test_client_shm_disabled_by_default(default_server: FwServer, proto: str) ->
         shm.destroy_shared_memory_region(region)
 
 
-SLOW_IDENTITY = """
-import time
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        time.sleep(1.5)
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())])
-                for r in requests]
-"""
-
-
 @pytest.fixture(scope="module")
 def slow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
     if not FW_BIN.is_file():
         pytest.skip(f"fw binary missing at {FW_BIN}: run `make build` or set FW_BIN")
-    root = tmp_path_factory.mktemp("shm-slow")
-    (root / "slow" / "1").mkdir(parents=True)
-    (root / "slow" / "1" / "model.py").write_text(SLOW_IDENTITY)
-    (root / "slow" / "config.pbtxt").write_text(
-        'backend: "python"\nmax_batch_size: 0\n'
-        'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [16] }]\n'
-        'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [16] }]\n'
-    )
+    root = slow_identity_repo(tmp_path_factory.mktemp("shm-slow"), "TYPE_FP32", [16], 1.5)
     srv = FwServer(
         FW_BIN,
         None,
