@@ -801,12 +801,18 @@ const deadlineMargin = 2 * time.Millisecond
 
 // beforeDeadline is ctx ending deadlineMargin before its deadline (when it
 // has one), so that a call past it ends with fw's DEADLINE_EXCEEDED status.
+// A context it made already (a stream's, for the stream's requests) is not
+// moved again: its requests then end with the stream, which reports it.
 func beforeDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	if dl, ok := ctx.Deadline(); ok {
-		return context.WithDeadline(ctx, dl.Add(-deadlineMargin))
+	if dl, ok := ctx.Deadline(); ok && ctx.Value(marginKey{}) == nil {
+		c, cancel := context.WithDeadline(ctx, dl.Add(-deadlineMargin))
+		return context.WithValue(c, marginKey{}, true), cancel
 	}
 	return context.WithCancel(ctx)
 }
+
+// marginKey marks a context beforeDeadline moved.
+type marginKey struct{}
 
 // contextStatus is the status of a call its context ended: Triton's
 // "Deadline Exceeded" past the client's deadline (clients match it), else
@@ -1101,6 +1107,8 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 						switch {
 						case fatal != nil: // another request's failure ended the stream: this one is cut short
 							return fmt.Errorf("%w: the stream ended: %v", context.Canceled, fatal)
+						case failed != nil && ctx.Err() != nil: // the stream's deadline or cancellation: its status says it, once
+							return ctx.Err()
 						case grpcErrors && failed != nil: // the stream ends with it; the request is cancelled
 							fatal = failed
 							endStream()
@@ -1134,6 +1142,11 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 			}
 			sendMu.Lock()
 			switch {
+			case failed != nil && ctx.Err() != nil:
+				// The stream's deadline passed or it was cancelled: the stream's
+				// status says so, once, as Triton's does; an error message per
+				// request cut short would reach the client as a second
+				// failure (L0_client_timeout's test_grpc_stream_infer).
 			case grpcErrors && failed != nil:
 				if fatal == nil {
 					fatal = failed

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import queue
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,11 +68,21 @@ def test_async_infer_deadline(server: FwServer) -> None:
 
 
 def test_stream_deadline(server: FwServer) -> None:
+    """Each stream past its deadline reports it once (one callback), as Triton's: the next stream
+    of the same client then gets its answer, not a leftover error (qa/L0_client_timeout)."""
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    got: queue.Queue = queue.Queue()
     for _ in range(ROUNDS):
-        c = grpcclient.InferenceServerClient(server.grpc_url)
-        got: queue.Queue = queue.Queue()
-        c.start_stream(lambda result, error, got=got: got.put((result, error)), stream_timeout=0.2)
+        c.start_stream(lambda result, error: got.put((result, error)), stream_timeout=0.2)
         c.async_stream_infer("slow", _inputs())
         result, error = got.get(timeout=10)
-        c.stop_stream()
+        time.sleep(0.2)  # room for a second callback to come
+        c.stop_stream()  # joins the stream's response thread: every callback has run
         assert result is None and "Deadline Exceeded" in str(error), (result, error)
+        assert got.empty(), f"a second callback for one expired stream: {got.get()}"
+    c.start_stream(lambda result, error: got.put((result, error)), stream_timeout=30)
+    c.async_stream_infer("slow", _inputs())
+    result, error = got.get(timeout=30)
+    c.stop_stream()
+    assert error is None, error
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.arange(4, dtype=np.int32))
