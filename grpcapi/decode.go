@@ -88,10 +88,16 @@ func refused(e *serving.RequestError) error {
 // copied.
 func decode(req *pb.ModelInferRequest, ins, outs []engine.TensorSpec, maxRows int, shm *sharedmem.Registry) (*request, error) {
 	r := &request{inputs: make([]engine.Tensor, len(ins))}
+	done := false
+	defer func() {
+		if !done { // failed, or panicked: the shared memory regions read so far
+			r.holds.Release()
+		}
+	}()
 	if err := decodeInto(r, req, ins, outs, maxRows, shm); err != nil {
-		r.holds.Release() // the shared memory regions read so far
 		return nil, err
 	}
+	done = true
 	return r, nil
 }
 

@@ -796,8 +796,12 @@ func (s *Server) streamDecoupled(ctx context.Context, req *pb.ModelInferRequest,
 // deadlineMargin is how long before a call's deadline fw gives up on it:
 // grpc-go resets the stream at the deadline itself (RST_STREAM CANCEL, no
 // status), and a client whose own timer loses that race reads "Stream
-// removed" where Triton's clients expect Triton's "Deadline Exceeded".
-const deadlineMargin = 2 * time.Millisecond
+// removed" where Triton's clients expect Triton's "Deadline Exceeded". A
+// hundredth of the time the call has left, at least 2 ms (a busy machine's
+// scheduling delay must not lose the race) and at most 50 ms.
+func deadlineMargin(left time.Duration) time.Duration {
+	return min(max(left/100, 2*time.Millisecond), 50*time.Millisecond)
+}
 
 // beforeDeadline is ctx ending deadlineMargin before its deadline (when it
 // has one), so that a call past it ends with fw's DEADLINE_EXCEEDED status.
@@ -805,7 +809,7 @@ const deadlineMargin = 2 * time.Millisecond
 // moved again: its requests then end with the stream, which reports it.
 func beforeDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 	if dl, ok := ctx.Deadline(); ok && ctx.Value(marginKey{}) == nil {
-		c, cancel := context.WithDeadline(ctx, dl.Add(-deadlineMargin))
+		c, cancel := context.WithDeadline(ctx, dl.Add(-deadlineMargin(time.Until(dl))))
 		return context.WithValue(c, marginKey{}, true), cancel
 	}
 	return context.WithCancel(ctx)
@@ -961,6 +965,9 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 				wg.Wait()
 				if err := failure(); err != nil { // a request failed after the client half-closed
 					return err
+				}
+				if ctx.Err() != nil { // the deadline passed while the last requests ran: they were not answered
+					return ended()
 				}
 				if errors.Is(r.err, io.EOF) || status.Code(r.err) == codes.Canceled {
 					return nil

@@ -185,10 +185,16 @@ func requestError(e *serving.RequestError) *APIError {
 // carry it. The returned request does not alias body.
 func parseV2Request(body, hdrLen []byte, ins, outs []engine.TensorSpec, lim v2Limits, shm *sharedmem.Registry) (*v2Request, *APIError) {
 	req := &v2Request{}
+	done := false
+	defer func() {
+		if !done { // refused, or panicked: the shared memory regions read so far
+			req.holds.Release()
+		}
+	}()
 	if aerr := parseV2Into(req, body, hdrLen, ins, outs, lim, shm); aerr != nil {
-		req.holds.Release() // the shared memory regions read so far
 		return nil, aerr
 	}
+	done = true
 	return req, nil
 }
 
