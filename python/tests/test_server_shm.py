@@ -35,8 +35,8 @@ FW_BIN = Path(os.environ.get("FW_BIN") or REPO / "bin" / "fw")
 SAMPLES = Path(os.environ.get("FW_MODELS_DIR") or REPO / "build" / "models") / "triton"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
+def _simple_server(tmp_path_factory: pytest.TempPathFactory, *flags: str) -> Iterator[FwServer]:
+    """fw serve on a repository of Triton's ``simple`` sample, with ``flags``."""
     if not FW_BIN.is_file():
         pytest.skip(f"fw binary missing at {FW_BIN}: run `make build` or set FW_BIN")
     if not (SAMPLES / "simple" / "config.pbtxt").is_file():
@@ -44,10 +44,15 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
     repo = tmp_path_factory.mktemp("shm") / "models"
     repo.mkdir()
     shutil.copytree(SAMPLES / "simple", repo / "simple")
-    srv = FwServer(FW_BIN, None, "--model-repository", str(repo), "--allow-client-shm=true", grpc=True)
+    srv = FwServer(FW_BIN, None, "--model-repository", str(repo), *flags, grpc=True)
     srv.wait_ready()
     yield srv
     assert srv.stop() == 0, srv.log()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
+    yield from _simple_server(tmp_path_factory, "--allow-client-shm=true")
 
 
 def _client(server: FwServer, proto: str):
@@ -146,17 +151,7 @@ def test_cuda_shared_memory_answers_without_gpu(server: FwServer, proto: str) ->
 
 @pytest.fixture(scope="module")
 def default_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FwServer]:
-    if not FW_BIN.is_file():
-        pytest.skip(f"fw binary missing at {FW_BIN}: run `make build` or set FW_BIN")
-    if not (SAMPLES / "simple" / "config.pbtxt").is_file():
-        pytest.skip(f"Triton sample repository missing in {SAMPLES}: run `make models`")
-    repo = tmp_path_factory.mktemp("shm-default") / "models"
-    repo.mkdir()
-    shutil.copytree(SAMPLES / "simple", repo / "simple")
-    srv = FwServer(FW_BIN, None, "--model-repository", str(repo), grpc=True)
-    srv.wait_ready()
-    yield srv
-    assert srv.stop() == 0, srv.log()
+    yield from _simple_server(tmp_path_factory)
 
 
 @pytest.mark.parametrize("proto", ["http", "grpc"])
