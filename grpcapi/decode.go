@@ -199,7 +199,7 @@ func decodeInto(r *request, req *pb.ModelInferRequest, ins, outs []engine.Tensor
 			}
 			// Held until the answer is sent: an unregister meanwhile
 			// waits for it, as in Triton.
-			if err := shm.Hold(&r.holds, ref); err != nil {
+			if _, err := shm.Hold(&r.holds, ref); err != nil {
 				return sharedMemoryStatus(err)
 			}
 			if r.shm == nil {
@@ -461,10 +461,7 @@ func decodeShmInput(in *pb.ModelInferRequest_InferInputTensor, spec engine.Tenso
 	// The window is checked against its registered region before its copy
 	// is allocated: a claimed size allocates nothing. The region is held
 	// until the request has answered, as in Triton.
-	if err := shm.Hold(holds, ref); err != nil {
-		return engine.Tensor{}, sharedMemoryStatus(err)
-	}
-	data, err := shm.ReadAll(ref, func(n int) []byte {
+	data, err := shm.ReadAll(holds, ref, func(n int) []byte {
 		t, _ := engine.NewTensor(engine.Uint8, []int64{int64(n)}) // aligned for any element type
 		return t.Data
 	})

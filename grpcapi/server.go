@@ -804,7 +804,8 @@ func deadlineMargin(left time.Duration) time.Duration {
 }
 
 // beforeDeadline is ctx ending deadlineMargin before its deadline (when it
-// has one), so that a call past it ends with fw's DEADLINE_EXCEEDED status.
+// has one; else ctx itself, and a cancel that does nothing), so that a call
+// past it ends with fw's DEADLINE_EXCEEDED status.
 // A context it made already (a stream's, for the stream's requests) is not
 // moved again: its requests then end with the stream, which reports it.
 func beforeDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -812,7 +813,7 @@ func beforeDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
 		c, cancel := context.WithDeadline(ctx, dl.Add(-deadlineMargin(time.Until(dl))))
 		return context.WithValue(c, marginKey{}, true), cancel
 	}
-	return context.WithCancel(ctx)
+	return ctx, func() {} // nothing to move: no context made per request
 }
 
 // marginKey marks a context beforeDeadline moved.
@@ -905,8 +906,10 @@ func (s *Server) ModelStreamInfer(stream pb.GRPCInferenceService_ModelStreamInfe
 	// request ends the stream with its status instead of an error message.
 	md, _ := metadata.FromIncomingContext(stream.Context())
 	grpcErrors := slices.Contains(md.Get("triton_grpc_error"), "true")
-	ctx, endStream := beforeDeadline(stream.Context())
+	ctx, endStream := context.WithCancel(stream.Context())
 	defer endStream()
+	ctx, stopDeadline := beforeDeadline(ctx)
+	defer stopDeadline()
 	var (
 		sendMu  sync.Mutex
 		sendErr error

@@ -431,10 +431,7 @@ func v2Input(it jv, k int, ins []engine.TensorSpec, seen *serving.InputSet, req 
 			}
 			// Held until the answer is written, as Triton holds it: an
 			// unregister meanwhile waits for this request.
-			if err := shm.Hold(&req.holds, ref); err != nil {
-				return sharedMemoryError(err)
-			}
-			b, err := shm.ReadAll(ref, alignedBytes)
+			b, err := shm.ReadAll(&req.holds, ref, alignedBytes)
 			if err != nil {
 				return sharedMemoryError(err)
 			}
@@ -598,7 +595,7 @@ func v2Outputs(req *v2Request, outV jv, outs []engine.TensorSpec, binaryDefault 
 				}
 				// Held until the answer is written: an unregister meanwhile
 				// waits for it, as in Triton.
-				if err := shm.Hold(&req.holds, ref); err != nil {
+				if _, err := shm.Hold(&req.holds, ref); err != nil {
 					aerr = sharedMemoryError(err)
 					return false
 				}

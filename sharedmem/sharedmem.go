@@ -321,25 +321,26 @@ type Holds struct {
 }
 
 // Hold makes h hold the region ref names, checking ref's window against
-// it. A request holds each region it names from when it is read until it
-// has answered.
-func (r *Registry) Hold(h *Holds, ref Ref) error {
+// it, and returns the window, which stays mapped until h is released. A
+// request holds each region it names from when it is read until it has
+// answered.
+func (r *Registry) Hold(h *Holds, ref Ref) ([]byte, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	reg, ok := r.regions[ref.Region]
 	if !ok {
-		return fmt.Errorf("%w: Unable to find shared memory region: '%s'; register it first", ErrNotFound, ref.Region)
+		return nil, fmt.Errorf("%w: Unable to find shared memory region: '%s'; register it first", ErrNotFound, ref.Region)
 	}
 	if err := checkWindow(ref.Region, uint64(len(reg.data)), ref.Offset, ref.Size); err != nil {
-		return err
+		return nil, err
 	}
 	if h.r != nil && h.r != r {
-		return errors.New("sharedmem: one Holds used with two registries") // a bug
+		return nil, errors.New("sharedmem: one Holds used with two registries") // a bug
 	}
 	h.r = r
 	reg.refs++
 	h.regs = append(h.regs, reg)
-	return nil
+	return reg.data[ref.Offset : ref.Offset+ref.Size : ref.Offset+ref.Size], nil
 }
 
 // Release lets go of every region h holds. It may be called more than once.
@@ -363,23 +364,27 @@ type Ref struct {
 	Offset, Size uint64
 }
 
-// ReadAll returns a copy of the window ref names in a buffer of ref.Size
-// bytes made by alloc (nil: make), which runs only once the window is
-// known to lie inside its registered region: no request allocates more
-// than the region it names holds, whatever size it claims.
-func (r *Registry) ReadAll(ref Ref, alloc func(n int) []byte) ([]byte, error) {
-	sp, err := r.Acquire(ref.Region, ref.Offset, ref.Size)
+// ReadAll holds the region ref names in h (nil: only while it copies)
+// and returns a copy of the window in a buffer of ref.Size bytes made by
+// alloc (nil: make), which runs only once the window is known to lie
+// inside its registered region: no request allocates more than the region
+// it names holds, whatever size it claims.
+func (r *Registry) ReadAll(h *Holds, ref Ref, alloc func(n int) []byte) ([]byte, error) {
+	if h == nil {
+		h = new(Holds)
+		defer h.Release()
+	}
+	win, err := r.Hold(h, ref)
 	if err != nil {
 		return nil, err
 	}
-	defer sp.Release()
 	var dst []byte
 	if alloc != nil {
-		dst = alloc(len(sp.Bytes))
+		dst = alloc(len(win))
 	} else {
-		dst = make([]byte, len(sp.Bytes))
+		dst = make([]byte, len(win))
 	}
-	copy(dst, sp.Bytes)
+	copy(dst, win)
 	return dst, nil
 }
 

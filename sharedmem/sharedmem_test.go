@@ -209,14 +209,14 @@ func TestReadAllChecksBeforeAllocating(t *testing.T) {
 	if err := r.Register("in", key, 0, 100); err != nil {
 		t.Fatal(err)
 	}
-	b, err := r.ReadAll(Ref{Region: "in", Offset: 10, Size: 5}, nil)
+	b, err := r.ReadAll(nil, Ref{Region: "in", Offset: 10, Size: 5}, nil)
 	if err != nil || string(b) != "\x0a\x0b\x0c\x0d\x0e" {
 		t.Fatalf("ReadAll = %v, %v", b, err)
 	}
 	called := false
 	alloc := func(n int) []byte { called = true; return make([]byte, n) }
 	for _, ref := range []Ref{{"in", 0, 101}, {"in", 1 << 40, 1}, {"in", 0, math.MaxUint64}, {"nope", 0, 1}} {
-		if _, err := r.ReadAll(ref, alloc); err == nil || called {
+		if _, err := r.ReadAll(nil, ref, alloc); err == nil || called {
 			t.Errorf("ReadAll(%+v): %v, allocated %v", ref, err, called)
 		}
 	}
@@ -258,7 +258,7 @@ func TestUnregisterWhileHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	var h Holds
-	if err := r.Hold(&h, Ref{Region: "in", Offset: 0, Size: 64}); err != nil {
+	if _, err := r.Hold(&h, Ref{Region: "in", Offset: 0, Size: 64}); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Unregister(""); err != nil {
@@ -302,7 +302,7 @@ func TestWindowSentences(t *testing.T) {
 		{32, math.MaxUint64 - 31, "Integer overflow detected: byte_size (18446744073709551584) + offset (32) exceeds maximum value (18446744073709551615) for region 'out'"},
 		{1, 64, "Invalid offset + byte size for shared memory region: 'out'"},
 	} {
-		err := r.Hold(&h, Ref{Region: "out", Offset: c.offset, Size: c.size})
+		_, err := r.Hold(&h, Ref{Region: "out", Offset: c.offset, Size: c.size})
 		if !errors.Is(err, ErrInvalid) || !strings.HasPrefix(Message(err), c.want) {
 			t.Errorf("offset %d size %d: %v, want %q", c.offset, c.size, err, c.want)
 		}
