@@ -96,6 +96,13 @@ type Config struct {
 	// after it up to MaxBatchRows (Triton's). None keeps fw's behaviour:
 	// an idle engine never waits.
 	PreferredSizes []int
+	// MinRows, when above 1, holds a batch for up to MaxDelay, even while
+	// no engine call runs, until its queue holds at least this many rows,
+	// and then sends up to MaxBatchRows: Triton's direct sequence
+	// batching's minimum_slot_utilization (the share of max_batch_size
+	// that must be ready). Ignored with PreferredSizes, Unbatched or no
+	// MaxDelay.
+	MinRows int
 	// Queues are Triton's priority levels and queue policies (request
 	// priorities and queue timeouts, WithQueueOptions). The zero value is
 	// one queue in arrival order.
@@ -192,6 +199,10 @@ func (c Config) withDefaults() Config {
 			c.PreferredSizes = nil
 		}
 	}
+	if c.MinRows <= 1 || c.Unbatched || c.MaxDelay <= 0 || c.PreferredSizes != nil {
+		c.MinRows = 0
+	}
+	c.MinRows = min(c.MinRows, c.MaxBatchRows)
 	if q := &c.Queues; q.Levels > 0 && (q.DefaultLevel == 0 || q.DefaultLevel > q.Levels) {
 		q.DefaultLevel = q.Levels // a default outside the levels: the lowest
 	}
@@ -293,10 +304,12 @@ type Batcher struct {
 
 	// queueing says cfg.Queues asks for levels or policies; levelQueued
 	// then counts the queued requests per level. maxPreferred is the
-	// largest of cfg.PreferredSizes (0: none).
+	// largest of cfg.PreferredSizes (0: none). holdIdle says a batch may
+	// wait while no engine call runs (PreferredSizes or MinRows).
 	queueing     bool
 	levelQueued  map[uint64]int
 	maxPreferred int
+	holdIdle     bool
 	order        *order // Config.PreserveOrdering; nil without
 	// startAfter is Config.StartAfter until that many requests have been
 	// queued, then 0 (guarded by mu).
@@ -420,6 +433,7 @@ func start(workers []*worker, cfg Config, stats Stats) *Batcher {
 	if len(cfg.PreferredSizes) > 0 {
 		b.maxPreferred = cfg.PreferredSizes[len(cfg.PreferredSizes)-1]
 	}
+	b.holdIdle = b.maxPreferred > 0 || cfg.MinRows > 0
 	b.startAfter = max(0, cfg.StartAfter)
 	if b.queueing = cfg.Queues.enabled(); b.queueing {
 		b.levelQueued = make(map[uint64]int)
@@ -561,7 +575,7 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 	// A sleeping gatherer only needs waking when there was nothing to wait
 	// for or this group just filled up; otherwise its timer already fires
 	// at the earliest deadline.
-	wake := b.waiting && (wasEmpty || g.rows >= b.cfg.MaxBatchRows || b.preferredLocked(g) || (newGroup && len(b.active) > 1) || b.startAfter > 0)
+	wake := b.waiting && (wasEmpty || g.rows >= b.cfg.MaxBatchRows || b.preferredLocked(g) || b.minRowsLocked(g) || (newGroup && len(b.active) > 1) || b.startAfter > 0)
 	if wake {
 		b.waiting = false
 	}
@@ -672,7 +686,7 @@ func (b *Batcher) abandon(r *request, err error) error {
 	}
 	b.removeLocked(r)
 	// What is left may now be ready (a preferred size, an older head).
-	wake := b.waiting && (b.maxPreferred > 0 || b.queueing)
+	wake := b.waiting && (b.holdIdle || b.queueing)
 	if wake {
 		b.waiting = false
 	}
@@ -813,7 +827,7 @@ func (b *Batcher) gather(w *worker) bool {
 	defer b.gatherMu.Unlock()
 	b.mu.Lock()
 	// A request that would start at once anyway may run on w itself.
-	lendable := b.cfg.CallerRuns && b.cfg.Instances == 1 && w.each == nil && b.maxPreferred == 0 && b.order == nil && b.startAfter <= 0
+	lendable := b.cfg.CallerRuns && b.cfg.Instances == 1 && w.each == nil && !b.holdIdle && b.order == nil && b.startAfter <= 0
 	for {
 		for b.lent {
 			b.returned.Wait()
@@ -861,7 +875,7 @@ func (b *Batcher) pickLocked() (*group, time.Duration) {
 		}
 		b.startAfter = 0
 	}
-	immediate := b.closed || b.cfg.MaxDelay <= 0 || b.cfg.Unbatched || (b.running.Load() == 0 && b.maxPreferred == 0)
+	immediate := b.closed || b.cfg.MaxDelay <= 0 || b.cfg.Unbatched || (b.running.Load() == 0 && !b.holdIdle)
 	var now time.Time
 	if !immediate {
 		now = time.Now()
@@ -884,7 +898,7 @@ func (b *Batcher) pickLocked() (*group, time.Duration) {
 	var wait time.Duration
 	for _, g := range b.active {
 		head := g.reqs[0]
-		ready := immediate || g.rows >= b.cfg.MaxBatchRows || b.preferredLocked(g)
+		ready := immediate || g.rows >= b.cfg.MaxBatchRows || b.preferredLocked(g) || b.minRowsLocked(g)
 		if !ready {
 			oldest := b.oldestLocked(g) // a walk of g's queue with levels: once
 			if newestG != nil {

@@ -249,6 +249,12 @@ func (b *Batcher) preferredLocked(g *group) bool {
 	return n > 0
 }
 
+// minRowsLocked reports whether g's queue holds Config.MinRows rows (false
+// without MinRows).
+func (b *Batcher) minRowsLocked(g *group) bool {
+	return b.cfg.MinRows > 0 && g.rows >= b.cfg.MinRows
+}
+
 // preferredPrefix is the longest run of requests at the head of g whose
 // rows add up to a preferred size, without passing the largest one, as
 // Triton's dynamic batcher picks a preferred batch: n requests of rows, or

@@ -474,3 +474,50 @@ func TestPreserveOrderingFollowsPriority(t *testing.T) {
 		t.Fatalf("answered %v, want the high-priority request (2) first", answered)
 	}
 }
+
+// MinRows (Triton's minimum_slot_utilization) holds a batch, idle engine
+// or not, until that many rows are queued, then sends all of them up to
+// MaxBatchRows; short of it, the batch goes after MaxDelay.
+func TestMinRows(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	log := &callLog{}
+	b := New(log.run, Config{MaxBatchRows: 4, MaxDelay: delay, MinRows: 2}, nil)
+	defer closeOK(t, b)
+
+	// One row: below MinRows, held for MaxDelay although the engine is idle.
+	start := time.Now()
+	mustOK(t, 1, 1, withOpts(b, 1, 1, QueueOptions{}))
+	if d := time.Since(start); d < delay {
+		t.Fatalf("a lone row ran after %v, before MaxDelay", d)
+	}
+
+	// A second row joins the held one: MinRows reached, both sent in one
+	// call without waiting for MaxDelay.
+	log.mu.Lock()
+	log.calls = nil
+	log.mu.Unlock()
+	start = time.Now()
+	first := withOpts(b, 2, 1, QueueOptions{})
+	waitFor(t, "one row held", func() bool { return b.QueueDepth() == 1 })
+	second := withOpts(b, 3, 1, QueueOptions{})
+	mustOK(t, 2, 1, first)
+	mustOK(t, 3, 1, second)
+	if d := time.Since(start); d >= delay {
+		t.Fatalf("two rows with MinRows 2 waited %v", d)
+	}
+	if got := log.all(); len(got) != 1 || !slices.Equal(got[0], []int{2, 3}) {
+		t.Fatalf("engine calls %v, want one of requests [2 3]", got)
+	}
+
+	// MinRows is dropped where it cannot hold: no delay, an unbatched model,
+	// preferred sizes, and clamped to MaxBatchRows.
+	for _, c := range []Config{{MinRows: 2}, {MinRows: 2, MaxDelay: delay, Unbatched: true},
+		{MinRows: 2, MaxDelay: delay, PreferredSizes: []int{4}}} {
+		if got := c.withDefaults().MinRows; got != 0 {
+			t.Errorf("%+v: MinRows %d, want 0", c, got)
+		}
+	}
+	if got := (Config{MinRows: 9, MaxBatchRows: 4, MaxDelay: delay}).withDefaults().MinRows; got != 4 {
+		t.Errorf("MinRows 9 of MaxBatchRows 4: %d", got)
+	}
+}

@@ -64,7 +64,8 @@ var supported = map[string]bool{
 	// state input and replaces with the state output, whichever they say.
 	"sequence_batching.state.use_same_buffer_for_input_output": true, "sequence_batching.state.use_growable_memory": true,
 	"sequence_batching.direct": true, "sequence_batching.direct.max_queue_delay_microseconds": true,
-	"sequence_batching.oldest": true, "sequence_batching.oldest.max_candidate_sequences": true,
+	"sequence_batching.direct.minimum_slot_utilization": true,
+	"sequence_batching.oldest":                          true, "sequence_batching.oldest.max_candidate_sequences": true,
 	"sequence_batching.oldest.preferred_batch_size": true, "sequence_batching.oldest.max_queue_delay_microseconds": true,
 	"ensemble_scheduling": true, "ensemble_scheduling.step": true, "ensemble_scheduling.step.model_name": true,
 	"model_transaction_policy": true, "model_transaction_policy.decoupled": true,

@@ -21,17 +21,16 @@ parameters { key: "k" value: { string_value: "v" } }`), false)
 		t.Fatalf("state hints: %v %v", hints, err)
 	}
 	for text, want := range map[string]string{
-		`sequence_batching { direct { minimum_slot_utilization: 0.5 } }`: "sequence_batching.direct.minimum_slot_utilization",
-		`sequence_batching { oldest { preserve_ordering: true } }`:       "sequence_batching.oldest.preserve_ordering",
-		`ensemble_scheduling { step [ { model_namespace: "x" } ] }`:      "ensemble_scheduling.step.model_namespace",
-		`input [ { name: "x" is_shape_tensor: true } ]`:                  "input.is_shape_tensor",
-		`optimization { priority: PRIORITY_MAX }`:                        "optimization",
-		`instance_group [ { count: 1 rate_limiter { } } ]`:               "instance_group.rate_limiter",
-		`model_operations { op_library_filename: "x" }`:                  "model_operations",
-		`max_batch_size: "x"`:                                            "does not parse",
-		`nonsense_field: 1`:                                              "nonsense_field",
-		`{"max_batch_size": 4}`:                                          "does not parse",
-		strings.Repeat("#", maxConfigBytes+1):                            "limit",
+		`sequence_batching { oldest { preserve_ordering: true } }`:  "sequence_batching.oldest.preserve_ordering",
+		`ensemble_scheduling { step [ { model_namespace: "x" } ] }`: "ensemble_scheduling.step.model_namespace",
+		`input [ { name: "x" is_shape_tensor: true } ]`:             "input.is_shape_tensor",
+		`optimization { priority: PRIORITY_MAX }`:                   "optimization",
+		`instance_group [ { count: 1 rate_limiter { } } ]`:          "instance_group.rate_limiter",
+		`model_operations { op_library_filename: "x" }`:             "model_operations",
+		`max_batch_size: "x"`:                                       "does not parse",
+		`nonsense_field: 1`:                                         "nonsense_field",
+		`{"max_batch_size": 4}`:                                     "does not parse",
+		strings.Repeat("#", maxConfigBytes+1):                       "limit",
 	} {
 		if _, err := parseConfig([]byte(text), false); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%.60q: %v, want %q", text, err, want)

@@ -987,6 +987,7 @@ func (r *Repository) batching(cfg *pb.ModelConfig, auto bool) batcher.Config {
 			bc.StartAfter = r.cfg.DelayScheduler
 		case cfg.GetSequenceBatching() != nil: // requests of different sequences batched as its strategy says
 			bc.MaxDelay = time.Duration(queueDelay(cfg.GetSequenceBatching())) * time.Microsecond
+			bc.MinRows = minSlotRows(cfg)
 		default:
 			bc.MaxDelay = 0 // Triton's default scheduler: no waiting for more work
 		}

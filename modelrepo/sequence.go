@@ -65,6 +65,9 @@ func sequenceConfig(name, dir string, cfg *pb.ModelConfig) (*sequence.Config, er
 			}
 		}
 	}
+	if u := sb.GetDirect().GetMinimumSlotUtilization(); !(u >= 0 && u <= 1) { // NaN too
+		return nil, fmt.Errorf("sequence batching minimum slot utilization must be in range (0.0, 1.0] for %s", name)
+	}
 	if d := queueDelay(sb); d > uint64(time.Minute/time.Microsecond) {
 		return nil, fmt.Errorf("sequence_batching max_queue_delay_microseconds %d is over a minute", d)
 	}
@@ -139,6 +142,20 @@ func queueDelay(sb *pb.ModelSequenceBatching) uint64 {
 		return o.GetMaxQueueDelayMicroseconds()
 	}
 	return sb.GetDirect().GetMaxQueueDelayMicroseconds()
+}
+
+// minSlotRows is the rows a direct sequence batch waits for, up to its
+// max_queue_delay_microseconds, before it runs (batcher.Config.MinRows):
+// minimum_slot_utilization of max_batch_size, rounded up, as Triton's
+// direct strategy runs a batch once that share of its slots is ready.
+// 0 when there is no such wait (no utilization or no delay, as Triton).
+func minSlotRows(cfg *pb.ModelConfig) int {
+	d := cfg.GetSequenceBatching().GetDirect()
+	u, mbs := float64(d.GetMinimumSlotUtilization()), cfg.GetMaxBatchSize()
+	if d == nil || u <= 0 || u > 1 || d.GetMaxQueueDelayMicroseconds() == 0 || mbs <= 0 {
+		return 0
+	}
+	return int(math.Ceil(u * float64(mbs)))
 }
 
 // control reads one control input.
@@ -305,7 +322,7 @@ func sequenceJSON(cfg *pb.ModelConfig, sc *sequence.Config) map[string]any {
 		out["oldest"] = map[string]any{"max_candidate_sequences": o.GetMaxCandidateSequences(), "preferred_batch_size": preferred,
 			"max_queue_delay_microseconds": o.GetMaxQueueDelayMicroseconds(), "preserve_ordering": false}
 	} else {
-		out["direct"] = map[string]any{"max_queue_delay_microseconds": sb.GetDirect().GetMaxQueueDelayMicroseconds(), "minimum_slot_utilization": 0}
+		out["direct"] = map[string]any{"max_queue_delay_microseconds": sb.GetDirect().GetMaxQueueDelayMicroseconds(), "minimum_slot_utilization": sb.GetDirect().GetMinimumSlotUtilization()}
 	}
 	controls := []any{}
 	for _, ci := range sb.GetControlInput() {

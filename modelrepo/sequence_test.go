@@ -365,7 +365,8 @@ func TestSequenceConfigRefusals(t *testing.T) {
 	f([]string{"kind: CONTROL_SEQUENCE_READY", "kind: CONTROL_SEQUENCE_START"}, "sequence batching specifies multiple CONTROL_SEQUENCE_START tensors for acc")
 	f([]string{`output_name: "ACC_OUT"`, `output_name: "NOPE"`}, `state output_name "NOPE" is not an output of the model`)
 	f([]string{"zero_data: true", `data_file: "missing"`}, "initial_state data_file")
-	f([]string{"direct { }", "direct { minimum_slot_utilization: 0.5 }"}, "sequence_batching.direct.minimum_slot_utilization, which fw does not support")
+	f([]string{"direct { }", "direct { minimum_slot_utilization: 1.5 }"}, "sequence batching minimum slot utilization must be in range (0.0, 1.0] for acc")
+	f([]string{"direct { }", "direct { minimum_slot_utilization: -0.5 }"}, "sequence batching minimum slot utilization must be in range (0.0, 1.0] for acc")
 	f([]string{`input [ { name: "INPUT"`, `input [ { name: "START" data_type: TYPE_BOOL dims: [ 1 ] }, { name: "INPUT"`},
 		`input "START" is filled by the server (sequence_batching's control inputs and state); list only the inputs clients send`)
 }
@@ -516,5 +517,33 @@ func TestSequenceLibtorchRefusesTypes(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "or serve the model's ONNX export") {
 			t.Errorf("%s: %v, want %q", c.seq, err, c.want)
 		}
+	}
+}
+
+// direct's minimum_slot_utilization becomes the rows a batch waits for
+// (batcher MinRows): half of max_batch_size 8 is 4; no delay, no wait.
+func TestSequenceMinimumSlotUtilization(t *testing.T) {
+	root := seqRepo(t, "simple_sequence_state", map[string][]string{
+		"half":     {"direct { }", "direct { max_queue_delay_microseconds: 3000000 minimum_slot_utilization: 0.5 }"},
+		"nodelay":  {"direct { }", "direct { minimum_slot_utilization: 0.5 }"},
+		"fraction": {"direct { }", "direct { max_queue_delay_microseconds: 1000 minimum_slot_utilization: 0.3 }"},
+	})
+	f := open(t, Config{Roots: []string{root}})
+	for name, want := range map[string]int{"half": 4, "nodelay": 0, "fraction": 3} {
+		inst, err := f.repo.Get(name, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := inst.Batcher.Config().MinRows; got != want {
+			t.Errorf("%s: MinRows %d, want %d", name, got, want)
+		}
+		if d := inst.Config.SequenceBatching["direct"].(map[string]any); fmt.Sprint(d["minimum_slot_utilization"]) == "0" {
+			t.Errorf("%s: reported %v", name, d)
+		}
+	}
+	// The sequence still runs: one request, held up to the delay for more rows.
+	got, err := runSequence(context.Background(), f.repo, "fraction", uint64(7), []int32{1, 2})
+	if err != nil || fmt.Sprint(got) != "[1 3]" {
+		t.Fatalf("%v %v, want [1 3]", got, err)
 	}
 }
