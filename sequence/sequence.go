@@ -10,7 +10,10 @@
 //     the client unless the configuration lists them as outputs;
 //   - its slot: at most Config.Slots sequences are served at once; a new
 //     sequence beyond them waits for one to end or to be idle past
-//     Config.MaxIdle (Triton's backlog).
+//     Config.MaxIdle (Triton's backlog). A request's queue timeout (the
+//     "timeout" parameter, batcher.QueueOptions) bounds that wait for its
+//     whole sequence: past it, every request of the sequence waiting fails
+//     with ErrBacklogTimeout and the sequence is forgotten, as Triton's.
 //
 // The control inputs (START, END, READY, CORRID) are filled by the batcher,
 // never sent by the client. The engine calls themselves go through the
@@ -137,6 +140,10 @@ func (id ID) String() string {
 // Zero reports whether id names no sequence.
 func (id ID) Zero() bool { return id.N == 0 && id.S == "" }
 
+// ErrBacklogTimeout fails the requests of a sequence that waited for a
+// slot past a request's timeout (Triton's UNAVAILABLE, its sentence).
+var ErrBacklogTimeout = errors.New("timeout of the corresponding sequence has been expired")
+
 // Error is a request the sequence batcher refuses (a transport's 400); the
 // message is Triton's sentence where Triton has one.
 type Error struct{ Msg string }
@@ -191,6 +198,13 @@ type seq struct {
 	// ended: an END request was admitted; the next one needs START.
 	ended bool
 	state []engine.Tensor
+	// While the sequence waits for a slot: expiresAt is the earliest
+	// deadline its requests' timeouts set (zero: none), timer fires then,
+	// and expired is closed when it has (gone then says so).
+	expiresAt time.Time
+	timer     *time.Timer
+	expired   chan struct{}
+	gone      bool
 }
 
 // closedChan is the tail of a sequence with nothing admitted.
@@ -478,14 +492,59 @@ func (t *Ticket) Run(ctx context.Context, inputs []engine.Tensor, submit SubmitF
 	if !t.used.CompareAndSwap(false, true) {
 		return nil, batcher.Timing{}, errors.New("sequence: a ticket runs once")
 	}
+	expired := t.b.backlog(t.s, batcher.QueueOptionsFrom(ctx).Timeout)
 	select {
 	case <-t.prev:
 	case <-ctx.Done():
 		t.b.finish(t)
 		return nil, batcher.Timing{}, ctx.Err()
+	case <-expired:
+		t.b.finish(t)
+		return nil, batcher.Timing{}, ErrBacklogTimeout
 	}
 	defer t.b.finish(t)
-	return t.b.run(ctx, t, inputs, submit)
+	return t.b.run(ctx, t, inputs, submit, expired)
+}
+
+// backlog is the channel closed when sequence s, waiting for a slot, has
+// waited past its requests' timeouts; a request's timeout (0: none) may
+// bring that deadline closer. It is nil once s holds a slot.
+func (b *Batcher) backlog(s *seq, timeout time.Duration) <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s.slot {
+		return nil
+	}
+	if s.expired == nil {
+		s.expired = make(chan struct{})
+	}
+	if timeout > 0 && !s.gone {
+		at := b.now().Add(timeout)
+		if s.expiresAt.IsZero() || at.Before(s.expiresAt) {
+			s.expiresAt = at
+			if s.timer != nil {
+				s.timer.Stop()
+			}
+			s.timer = time.AfterFunc(timeout, func() { b.expire(s, at) })
+		}
+	}
+	return s.expired
+}
+
+// expire forgets sequence s, still without a slot at its deadline at: its
+// waiting requests fail, and a later one must START it again.
+func (b *Batcher) expire(s *seq, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s.slot || s.gone || !s.expiresAt.Equal(at) {
+		return
+	}
+	s.gone = true
+	if b.seqs[s.id] == s {
+		delete(b.seqs, s.id)
+	}
+	close(s.expired)
+	b.log.Info("sequence expired: it waited for a slot past its requests' timeout", "model", b.cfg.Model, "sequence_id", s.id.String())
 }
 
 // Release gives the ticket's place up without running it (the request
@@ -532,6 +591,9 @@ func (b *Batcher) freeLocked(s *seq) {
 	if b.seqs[s.id] == s {
 		delete(b.seqs, s.id)
 	}
+	if s.timer != nil {
+		s.timer.Stop()
+	}
 	if s.slot {
 		<-b.slots
 		s.slot = false
@@ -539,8 +601,9 @@ func (b *Batcher) freeLocked(s *seq) {
 	s.state = nil
 }
 
-// run runs a request whose turn has come.
-func (b *Batcher) run(ctx context.Context, t *Ticket, inputs []engine.Tensor, submit SubmitFunc) ([]engine.Tensor, batcher.Timing, error) {
+// run runs a request whose turn has come; expired is its sequence's
+// (Batcher.backlog).
+func (b *Batcher) run(ctx context.Context, t *Ticket, inputs []engine.Tensor, submit SubmitFunc, expired <-chan struct{}) ([]engine.Tensor, batcher.Timing, error) {
 	var none batcher.Timing
 	if len(inputs) != len(b.clientIn) {
 		return nil, none, fmt.Errorf("sequence: %d inputs for the model's %d client inputs", len(inputs), len(b.clientIn))
@@ -549,8 +612,11 @@ func (b *Batcher) run(ctx context.Context, t *Ticket, inputs []engine.Tensor, su
 		return nil, none, err
 	}
 	b.mu.Lock()
-	has := t.s.slot
+	has, gone := t.s.slot, t.s.gone
 	b.mu.Unlock()
+	if gone {
+		return nil, none, ErrBacklogTimeout
+	}
 	if !has {
 		select {
 		case b.slots <- struct{}{}:
@@ -558,9 +624,19 @@ func (b *Batcher) run(ctx context.Context, t *Ticket, inputs []engine.Tensor, su
 			return nil, none, ctx.Err()
 		case <-b.stop:
 			return nil, none, batcher.ErrClosed
+		case <-expired:
+			return nil, none, ErrBacklogTimeout
 		}
 		b.mu.Lock()
+		if t.s.gone { // expired as the slot came free: give it back
+			b.mu.Unlock()
+			<-b.slots
+			return nil, none, ErrBacklogTimeout
+		}
 		t.s.slot = true
+		if t.s.timer != nil {
+			t.s.timer.Stop()
+		}
 		b.mu.Unlock()
 	}
 	b.mu.Lock()

@@ -646,3 +646,65 @@ func TestStringState(t *testing.T) {
 		t.Fatalf("state inputs %v, want two empty strings, then the first answer's", got)
 	}
 }
+
+// A sequence waiting for a slot past a request's timeout (the "timeout"
+// parameter) fails, every request of it waiting, with Triton's sentence,
+// and is forgotten: its next request must START it again. A sequence
+// holding a slot is not timed out; one without a timeout waits.
+func TestBacklogTimeout(t *testing.T) {
+	b := newBatcher(t, config(1))
+	e := &engineLog{}
+	if _, err := send(b, e, ID{N: 1}, true, false, 1); err != nil { // sequence 1 holds the only slot
+		t.Fatal(err)
+	}
+	timeout := func(d time.Duration) context.Context {
+		return batcher.WithQueueOptions(context.Background(), batcher.QueueOptions{Timeout: d})
+	}
+	start, err := b.Enter(ID{N: 2}, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := b.Enter(ID{N: 2}, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	go func() { _, _, err := next.Run(context.Background(), []engine.Tensor{i32(5)}, e.submit); errs <- err }()
+	go func() {
+		_, _, err := start.Run(timeout(50*time.Millisecond), []engine.Tensor{i32(4)}, e.submit)
+		errs <- err
+	}()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, ErrBacklogTimeout) || err.Error() != "timeout of the corresponding sequence has been expired" {
+			t.Fatalf("a backlogged sequence past its timeout: %v", err)
+		}
+	}
+	if _, err := b.Enter(ID{N: 2}, false, true); err == nil || !strings.Contains(err.Error(), "must specify the START flag") {
+		t.Fatalf("the expired sequence's next request: %v, want a START refusal", err)
+	}
+	// Sequence 1, holding its slot, is not timed out by its own timeouts.
+	one, err := b.Enter(ID{N: 1}, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := one.Run(timeout(time.Nanosecond), []engine.Tensor{i32(2)}, e.submit); err != nil || val(out[0]) != 3 {
+		t.Fatalf("a slotted sequence with a timeout: %v %v", out, err)
+	}
+	// Without a timeout a backlogged sequence waits; when sequence 1 ends it
+	// gets the slot.
+	waiting, err := b.Enter(ID{N: 3}, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { _, _, err := waiting.Run(context.Background(), []engine.Tensor{i32(7)}, e.submit); got <- err }()
+	if _, err := send(b, e, ID{N: 1}, false, true, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("a backlogged sequence without a timeout: %v", err)
+	}
+	if n := b.Active(); n != 0 {
+		t.Fatalf("%d sequences left", n)
+	}
+}

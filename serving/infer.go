@@ -227,6 +227,8 @@ func Classify(err error, timeout time.Duration) Failure {
 	case errors.As(err, new(*ModelError)): // a model an ensemble's step needs is not served now
 		me, _ := AsModelError(err)
 		return Failure{Kind: KindNotReady, Message: "a model this request needs is not available: " + me.Message}
+	case errors.Is(err, sequence.ErrBacklogTimeout): // Triton's UNAVAILABLE, its sentence
+		return Failure{Kind: KindOverloaded, Message: sequence.ErrBacklogTimeout.Error()}
 	case errors.Is(err, batcher.ErrQueueTimeout): // Triton's sentence alone: its clients compare it whole
 		return Failure{Kind: KindOverloaded, Message: "Request timeout expired"}
 	case errors.Is(err, batcher.ErrQueueFull):

@@ -55,6 +55,7 @@ func TestClassify(t *testing.T) {
 		{&engine.InputError{Input: "x", Msg: "bad"}, KindInvalidInput, `input "x": bad`},
 		{fmt.Errorf("%w: 5 requests waiting (MaxQueue)", batcher.ErrQueueFull), KindOverloaded, "5 requests waiting (MaxQueue)); retry"},
 		{batcher.ErrQueueTimeout, KindOverloaded, "Request timeout expired"},
+		{sequence.ErrBacklogTimeout, KindOverloaded, "timeout of the corresponding sequence has been expired"},
 		{batcher.ErrClosed, KindNotReady, "being replaced"},
 		{context.DeadlineExceeded, KindTimeout, "within 3s (--timeout)"},
 		{context.Canceled, KindNotReady, "shutting down"},

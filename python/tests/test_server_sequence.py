@@ -372,6 +372,41 @@ def test_idle_sequence_freed(server: FwServer) -> None:
         c.close()
 
 
+@pytest.mark.parametrize("proto", ["http", "grpc"])
+def test_backlog_timeout(server: FwServer, proto: str) -> None:
+    """A request's ``timeout`` bounds its sequence's wait for a slot (one slot, held by sequence 1): past it,
+    Triton's UNAVAILABLE (HTTP 503) with its sentence, and the sequence is forgotten; the slotted sequence goes on."""
+    g = grpcclient.InferenceServerClient(server.grpc_url)
+    mod = httpclient if proto == "http" else grpcclient
+    c = mod.InferenceServerClient(server.url if proto == "http" else server.grpc_url)
+    try:
+        g.load_model("simple_sequence_state", config=_state_config(60_000_000))
+        ins, _ = _request(mod, 5)
+        c.infer("simple_sequence_state", ins, sequence_id=1, sequence_start=True)
+        with pytest.raises(InferenceServerException) as e:
+            c.infer("simple_sequence_state", ins, sequence_id=2, sequence_start=True, timeout=100_000)
+        assert e.value.message() == "timeout of the corresponding sequence has been expired"
+        assert e.value.status() == ("503" if proto == "http" else "StatusCode.UNAVAILABLE")
+        with pytest.raises(InferenceServerException) as e:
+            c.infer("simple_sequence_state", ins, sequence_id=2, sequence_end=True)
+        assert "must specify the START flag" in e.value.message()
+        r = c.infer("simple_sequence_state", ins, sequence_id=1, sequence_end=True)
+        assert r.as_numpy("OUTPUT").ravel().tolist() == [10]
+        r = c.infer(
+            "simple_sequence_state",
+            ins,
+            sequence_id=2,
+            sequence_start=True,
+            sequence_end=True,
+            timeout=100_000,
+        )
+        assert r.as_numpy("OUTPUT").ravel().tolist() == [5]
+    finally:
+        g.load_model("simple_sequence_state")
+        g.close()
+        c.close()
+
+
 def test_configuration_reported(server: FwServer) -> None:
     """Triton's configuration extension: sequence_batching with Triton's defaults, the same over HTTP and gRPC."""
     h = httpclient.InferenceServerClient(server.url)
