@@ -59,9 +59,10 @@ var supported = map[string]bool{
 	"sequence_batching.state.initial_state": true, "sequence_batching.state.initial_state.data_type": true,
 	"sequence_batching.state.initial_state.dims": true, "sequence_batching.state.initial_state.zero_data": true,
 	"sequence_batching.state.initial_state.data_file": true, "sequence_batching.state.initial_state.name": true,
-	// Taken, and reported, for what they ask of a backend's buffers: fw keeps
-	// each sequence's state as its own tensor, which the model reads as the
-	// state input and replaces with the state output, whichever they say.
+	// Taken and reported: fw keeps each sequence's state as its own tensor,
+	// which the model reads as the state input and replaces with the state
+	// output, whatever the buffer hint says; growable memory lets that
+	// output grow past the state's dims (sequence.State.Growable).
 	"sequence_batching.state.use_same_buffer_for_input_output": true, "sequence_batching.state.use_growable_memory": true,
 	"sequence_batching.direct": true, "sequence_batching.direct.max_queue_delay_microseconds": true,
 	"sequence_batching.direct.minimum_slot_utilization": true,

@@ -222,7 +222,7 @@ func dtypeOf(dt pb.DataType) engine.DType {
 // state reads one implicit state and its initial value.
 func state(dir string, st *pb.ModelSequenceBatching_State) (sequence.State, error) {
 	in, outName := st.GetInputName(), st.GetOutputName()
-	s := sequence.State{Input: in, Output: outName, Dims: st.GetDims()}
+	s := sequence.State{Input: in, Output: outName, Dims: st.GetDims(), Growable: st.GetUseGrowableMemory()}
 	if in == "" || outName == "" {
 		return s, fmt.Errorf("sequence_batching state needs input_name and output_name")
 	}

@@ -98,6 +98,10 @@ type State struct {
 	// Dims are the state's dimensions without the batch axis; -1 is any
 	// size.
 	Dims []int64
+	// Growable (Triton's use_growable_memory) lets the model's state
+	// output take any shape of the state's rank: a state that grows past
+	// Dims as a sequence goes on.
+	Growable bool
 	// InitialDims and Initial are the state the first request of a
 	// sequence receives: InitialDims fixed, Initial its bytes (row-major,
 	// little-endian), or nil for zeros.
@@ -703,7 +707,7 @@ func (b *Batcher) checkState(s State, t engine.Tensor) error {
 		shape = shape[1:]
 	}
 	ok := t.DType == s.DType && len(shape) == len(s.Dims)
-	for i := 0; ok && i < len(shape); i++ {
+	for i := 0; ok && i < len(shape) && !s.Growable; i++ {
 		ok = s.Dims[i] < 0 || s.Dims[i] == shape[i]
 	}
 	if !ok {

@@ -1,6 +1,7 @@
 package sequence
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -706,5 +707,39 @@ func TestBacklogTimeout(t *testing.T) {
 	}
 	if n := b.Active(); n != 0 {
 		t.Fatalf("%d sequences left", n)
+	}
+}
+
+// A growable state (use_growable_memory) may grow past its dims, keeping
+// its rank and datatype; without it the model's larger state is refused.
+func TestGrowableState(t *testing.T) {
+	grow := func(_ context.Context, in []engine.Tensor) ([]engine.Tensor, batcher.Timing, error) {
+		st := in[5]
+		n := int64(len(st.Data)/4) + 1 // one element more each call
+		out := engine.Tensor{DType: engine.Int32, Shape: []int64{1, n}, Data: append(bytes.Clone(st.Data), in[0].Data...)}
+		return []engine.Tensor{in[0], out}, batcher.Timing{}, nil
+	}
+	for _, growable := range []bool{true, false} {
+		cfg := config(1)
+		cfg.States[0].Growable = growable
+		cfg.States[0].Dims = []int64{1}
+		b := newBatcher(t, cfg)
+		id := ID{N: 3}
+		var err error
+		for k := range 3 {
+			var tk *Ticket
+			if tk, err = b.Enter(id, k == 0, false); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err = tk.Run(context.Background(), []engine.Tensor{i32(int32(k))}, grow); err != nil {
+				break
+			}
+		}
+		switch {
+		case growable && err != nil:
+			t.Fatalf("a growable state growing: %v", err)
+		case !growable && (err == nil || !strings.Contains(err.Error(), `state output "ACC_OUT" is int32 [2], but the state is int32 [1]`)):
+			t.Fatalf("a fixed state growing: %v", err)
+		}
 	}
 }
