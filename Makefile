@@ -29,7 +29,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-wide bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-export-models test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances bench-tracing bench-pybackend otelcol test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui gpu-check test-gpu-check-cpu clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-scale-pg bench-wide bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-export-models test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances bench-tracing bench-pybackend otelcol test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui gpu-check test-gpu-check-cpu clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -254,6 +254,9 @@ bench-replicas: ## ingest points/s through one dashboard vs two on one PostgreSQ
 SCALE_RUNS ?= 1000000
 bench-scale: ## issue #22's sizes: SCALE_RUNS (1,000,000) generated runs in one SQLite experiment (FW_BENCH_DATABASE_URL: PostgreSQL), every read of the experiment page timed, into docs/benchmarks.md (bench:scale); minutes and ~8 GB of disk at the default
 	@$(GO) run ./bench/expbench -runs $(SCALE_RUNS) -reps 30 -doc docs/benchmarks.md
+
+bench-scale-pg: ## bench-scale on a throwaway PostgreSQL cluster (scripts/pg-test.sh, fsync on), into docs/benchmarks.md (bench:scale-postgres); tens of minutes and ~15 GB of disk at the default
+	@FW_PG_DURABLE=1 bash scripts/pg-test.sh sh -c 'FW_BENCH_DATABASE_URL="$$FW_TEST_DATABASE_URL" $(GO) run ./bench/expbench -runs $(SCALE_RUNS) -reps 30 -doc docs/benchmarks.md'
 
 WIDE_EXPERIMENTS ?= 2
 WIDE_STEPS ?= 2

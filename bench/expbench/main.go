@@ -198,6 +198,11 @@ func main() {
 		section = "wide"
 		head = strings.Replace(head, "## Tracking at scale: `make bench-scale`", "## Tracking wide experiments (1,500 metric keys): `make bench-wide`", 1)
 	}
+	if cfg.DatabaseURL != "" { // PostgreSQL's own section, beside SQLite's
+		section += "-postgres"
+		head = strings.Replace(head, "`make bench-scale`", "`make bench-scale-pg` (PostgreSQL)", 1)
+		head = strings.Replace(head, "`make bench-wide`", "`make bench-wide` (PostgreSQL)", 1)
+	}
 	check(benchdoc.ReplaceSection(*doc, section, head+report.String()), "writing "+*doc)
 	fmt.Printf("wrote the bench:%s section of %s\n", section, *doc)
 }
