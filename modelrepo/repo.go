@@ -988,6 +988,10 @@ func (r *Repository) batching(cfg *pb.ModelConfig, auto bool) batcher.Config {
 		case cfg.GetSequenceBatching() != nil: // requests of different sequences batched as its strategy says
 			bc.MaxDelay = time.Duration(queueDelay(cfg.GetSequenceBatching())) * time.Microsecond
 			bc.MinRows = minSlotRows(cfg)
+			bc.PreferredSizes = nil // oldest's, as its dynamic batcher takes them
+			for _, p := range cfg.GetSequenceBatching().GetOldest().GetPreferredBatchSize() {
+				bc.PreferredSizes = append(bc.PreferredSizes, int(p))
+			}
 		default:
 			bc.MaxDelay = 0 // Triton's default scheduler: no waiting for more work
 		}

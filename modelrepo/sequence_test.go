@@ -338,7 +338,7 @@ func TestSequenceConfigReported(t *testing.T) {
 	}
 	dyna, _ := f.repo.Get("simple_dyna_sequence", "")
 	if o := dyna.Config.SequenceBatching["oldest"].(map[string]any); fmt.Sprint(o["preferred_batch_size"]) != "[8]" || dyna.Sequences.Config().Slots != 2048 ||
-		dyna.Batcher.Config().MaxDelay != 10*time.Millisecond {
+		dyna.Batcher.Config().MaxDelay != 10*time.Millisecond || len(dyna.Batcher.Config().PreferredSizes) != 0 {
 		t.Fatalf("oldest: %v, %d slots, %+v", o, dyna.Sequences.Config().Slots, dyna.Batcher.Config())
 	}
 }
@@ -522,13 +522,20 @@ func TestSequenceLibtorchRefusesTypes(t *testing.T) {
 
 // direct's minimum_slot_utilization becomes the rows a batch waits for
 // (batcher MinRows): half of max_batch_size 8 is 4; no delay, no wait.
+// oldest's preferred_batch_size becomes the batcher's preferred sizes.
 func TestSequenceMinimumSlotUtilization(t *testing.T) {
 	root := seqRepo(t, "simple_sequence_state", map[string][]string{
 		"half":     {"direct { }", "direct { max_queue_delay_microseconds: 3000000 minimum_slot_utilization: 0.5 }"},
 		"nodelay":  {"direct { }", "direct { minimum_slot_utilization: 0.5 }"},
 		"fraction": {"direct { }", "direct { max_queue_delay_microseconds: 1000 minimum_slot_utilization: 0.3 }"},
+		"oldest":   {"direct { }", "oldest { max_candidate_sequences: 4 preferred_batch_size: [ 4, 2 ] max_queue_delay_microseconds: 1000 }"},
 	})
 	f := open(t, Config{Roots: []string{root}})
+	// oldest's preferred sizes hold its batches as dynamic batching's do.
+	oldest, err := f.repo.Get("oldest", "")
+	if err != nil || fmt.Sprint(oldest.Batcher.Config().PreferredSizes) != "[2 4]" {
+		t.Fatalf("oldest's preferred sizes: %v %v", oldest.Batcher.Config().PreferredSizes, err)
+	}
 	for name, want := range map[string]int{"half": 4, "nodelay": 0, "fraction": 3} {
 		inst, err := f.repo.Get(name, "")
 		if err != nil {
