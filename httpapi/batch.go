@@ -70,25 +70,37 @@ func (s *Server) handleBatch(ctx *fasthttp.RequestCtx) {
 	reqs.forEach(func(_ int, e jv) bool { items = append(items, e); return true })
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
-	results := make([][]byte, len(items))
-	sem := make(chan struct{}, s.cfg.BatchConcurrency)
-	var wg sync.WaitGroup
+	batch := make([]*batchItem, len(items))
 	for i, item := range items {
 		ms := item.members()
-		id := itemID(ms, i)
-		inputs, aerr := s.decodeItem(item, ms, inst)
-		if aerr != nil {
-			results[i] = appendItemError(nil, id, aerr)
-			continue
+		it := &batchItem{id: itemID(ms, i), began: time.Now()}
+		if inputs, aerr := s.decodeItem(item, ms, inst); aerr != nil {
+			it.answer = appendItemError(nil, it.id, aerr)
+		} else {
+			it.inputs = inputs
 		}
+		batch[i] = it
+	}
+	// Chunks of items run side by side (as many as BatchConcurrency items
+	// in flight), each joined into as few engine requests as its model
+	// allows (runItems).
+	size, chunks := chunkSize(s.cfg.BatchConcurrency)
+	sem := make(chan struct{}, chunks)
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(batch); lo += size {
+		part := batch[lo:min(lo+size, len(batch))]
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			results[i] = s.runItem(rctx, inst, id, inputs)
+			s.runItems(rctx, inst, part)
 		}()
 	}
 	wg.Wait()
+	results := make([][]byte, len(batch))
+	for i, it := range batch {
+		results[i] = it.answer
+	}
 	n := 16
 	for _, r := range results {
 		n += len(r) + 1
@@ -161,7 +173,11 @@ func appendItemError(b []byte, id []byte, e *APIError) []byte {
 
 // streamNDJSON reads one request per line and writes one response per line,
 // in order, keeping at most BatchConcurrency lines in flight, so any number
-// of lines goes through in bounded memory.
+// of lines goes through in bounded memory. Lines are read into chunks (up
+// to chunkLines lines or chunkBytes bytes, or what has arrived when the
+// next read would wait), which a few long-lived workers decode and run
+// side by side, each chunk joined into as few engine requests as the
+// model allows (runItems).
 //
 // A compressed body (Content-Encoding gzip or deflate) is decoded as it is
 // read, and bounded in total by MaxBodyBytes decoded: a few megabytes
@@ -179,7 +195,7 @@ func (s *Server) streamNDJSON(ctx *fasthttp.RequestCtx, inst *serving.Instance) 
 		raw = ctx.RequestBodyStream()
 	}
 	maxLine := int(min(s.cfg.MaxBodyBytes, math.MaxInt32))
-	window := s.cfg.BatchConcurrency
+	size, workers := chunkSize(s.cfg.BatchConcurrency)
 	// The lines in flight hold at most maxLine bytes together (one line
 	// alone may be that long), so their tensors (at most 4 times their JSON)
 	// stay bounded however many lines wait in the window.
@@ -189,33 +205,54 @@ func (s *Server) streamNDJSON(ctx *fasthttp.RequestCtx, inst *serving.Instance) 
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		rctx, cancel := context.WithCancel(s.base)
 		defer cancel()
-		pending := make(chan chan []byte, window)
-		// Lines run on up to window long-lived goroutines, started as lines
-		// come: a goroutine per line would grow a fresh stack for each
-		// (about a tenth of a line's CPU on a small model).
+		pending := make(chan chan []*batchItem, workers)
 		type job struct {
-			data []byte
-			n    int
-			out  chan []byte
+			lines []ndLine
+			out   chan []*batchItem
 		}
-		jobs := make(chan job, window)
-		workers := 0
+		jobs := make(chan job, workers)
+		started := 0
 		go func() {
 			defer close(pending)
 			defer close(jobs)
 			r := bufio.NewReaderSize(body, 64<<10)
+			var cur []ndLine
+			held := 0
+			// send hands cur to a worker, its answers to the writer, in order.
+			send := func() bool {
+				if len(cur) == 0 {
+					return true
+				}
+				ch := make(chan []*batchItem, 1)
+				select {
+				case pending <- ch:
+				case <-rctx.Done():
+					return false
+				}
+				if started < workers {
+					started++
+					go func() {
+						for j := range jobs {
+							items := s.ndjsonChunk(rctx, inst, j.lines)
+							for _, l := range j.lines {
+								budget.release(int64(len(l.data)))
+							}
+							j.out <- items
+						}
+					}()
+				}
+				jobs <- job{cur, ch}
+				cur, held = nil, 0
+				return true
+			}
 			var line []byte
 			for n := 0; ; n++ {
 				var err error
 				line, err = readLine(r, line[:0], maxLine)
 				var berr *APIError
 				if errors.As(err, &berr) { // the compressed body broke off: the line is cut short
-					ch := make(chan []byte, 1)
-					ch <- appendItemError(nil, strconv.AppendInt(nil, int64(n), 10), berr)
-					select {
-					case pending <- ch:
-					case <-rctx.Done():
-					}
+					cur = append(cur, ndLine{n: n, answer: appendItemError(nil, strconv.AppendInt(nil, int64(n), 10), berr)})
+					send()
 					if raw != nil {
 						// As Handler drains after an error: a client still
 						// sending reads the answer instead of a reset.
@@ -223,41 +260,41 @@ func (s *Server) streamNDJSON(ctx *fasthttp.RequestCtx, inst *serving.Instance) 
 					}
 					return
 				}
-				if len(bytes.TrimSpace(line)) > 0 || errors.Is(err, errLineTooLong) {
-					ch := make(chan []byte, 1)
-					select {
-					case pending <- ch:
-					case <-rctx.Done():
-						return
-					}
-					if errors.Is(err, errLineTooLong) {
-						ch <- appendItemError(nil, strconv.AppendInt(nil, int64(n), 10),
-							newError(413, CodeTooLarge, fmt.Sprintf("line %d is longer than %d bytes (--max-body-bytes)", n, maxLine), nil))
-					} else {
-						data := append([]byte(nil), line...)
-						budget.acquire(int64(len(data)))
-						if workers < window {
-							workers++
-							go func() {
-								for j := range jobs {
-									out := s.ndjsonLine(rctx, inst, j.data, j.n)
-									budget.release(int64(len(j.data)))
-									j.out <- out
-								}
-							}()
+				switch {
+				case errors.Is(err, errLineTooLong):
+					cur = append(cur, ndLine{n: n, answer: appendItemError(nil, strconv.AppendInt(nil, int64(n), 10),
+						newError(413, CodeTooLarge, fmt.Sprintf("line %d is longer than %d bytes (--max-body-bytes)", n, maxLine), nil))})
+				case len(bytes.TrimSpace(line)) > 0:
+					data := append([]byte(nil), line...)
+					if !budget.tryAcquire(int64(len(data))) {
+						// The window is full: what this chunk holds must go
+						// first, or the bytes it waits for would never come back.
+						if !send() {
+							return
 						}
-						jobs <- job{data, n, ch}
+						budget.acquire(int64(len(data)))
 					}
+					cur = append(cur, ndLine{n: n, data: data})
+					held += len(data)
 				}
 				if err != nil && !errors.Is(err, errLineTooLong) {
+					send()
 					return
+				}
+				// A full chunk goes; so does a partial one when the next read
+				// would wait for the client (a stream sent line by line).
+				if len(cur) >= size || held >= chunkBytes || r.Buffered() == 0 {
+					if !send() {
+						return
+					}
 				}
 			}
 		}()
 		for ch := range pending {
-			out := <-ch
-			w.Write(out)
-			w.WriteByte('\n')
+			for _, it := range <-ch {
+				w.Write(it.answer)
+				w.WriteByte('\n')
+			}
 			if len(pending) == 0 {
 				if err := w.Flush(); err != nil {
 					cancel() // the client went away: stop reading and computing
@@ -269,6 +306,48 @@ func (s *Server) streamNDJSON(ctx *fasthttp.RequestCtx, inst *serving.Instance) 
 			}
 		}
 	})
+}
+
+// chunkSize is the items per chunk and the chunks in flight for a window of
+// BatchConcurrency items.
+func chunkSize(window int) (size, chunks int) {
+	size = max(1, min(chunkLines, window))
+	return size, max(1, window/size)
+}
+
+// ndLine is one NDJSON line read: its number, its bytes, or its answer
+// when it has one already (too long, or the body broke off).
+type ndLine struct {
+	n      int
+	data   []byte
+	answer []byte
+}
+
+// ndjsonChunk decodes a chunk of lines and answers them (runItems).
+func (s *Server) ndjsonChunk(ctx context.Context, inst *serving.Instance, lines []ndLine) []*batchItem {
+	items := make([]*batchItem, len(lines))
+	for i, l := range lines {
+		it := &batchItem{id: strconv.AppendInt(nil, int64(l.n), 10), began: time.Now(), answer: l.answer}
+		items[i] = it
+		if it.answer != nil {
+			continue
+		}
+		v, err := scanDoc(l.data)
+		if err != nil {
+			it.answer = appendItemError(nil, it.id, newError(400, CodeInvalidJSON, fmt.Sprintf("line %d is not valid JSON: %v", l.n, err), nil))
+			continue
+		}
+		ms := v.members()
+		it.id = itemID(ms, l.n)
+		inputs, aerr := s.decodeItem(v, ms, inst)
+		if aerr != nil {
+			it.answer = appendItemError(nil, it.id, aerr)
+			continue
+		}
+		it.inputs = inputs
+	}
+	s.runItems(ctx, inst, items)
+	return items
 }
 
 var errLineTooLong = errors.New("line too long")
@@ -297,6 +376,18 @@ func (b *byteBudget) acquire(n int64) {
 	}
 	b.used += n
 	b.mu.Unlock()
+}
+
+// tryAcquire takes n bytes when acquire would not wait, and reports
+// whether it did.
+func (b *byteBudget) tryAcquire(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used > 0 && b.used+n > b.max {
+		return false
+	}
+	b.used += n
+	return true
 }
 
 func (b *byteBudget) release(n int64) {
@@ -331,19 +422,4 @@ func readLine(r *bufio.Reader, buf []byte, max int) ([]byte, error) {
 		}
 		return buf, err
 	}
-}
-
-func (s *Server) ndjsonLine(ctx context.Context, inst *serving.Instance, line []byte, n int) []byte {
-	v, err := scanDoc(line)
-	id := strconv.AppendInt(nil, int64(n), 10)
-	if err != nil {
-		return appendItemError(nil, id, newError(400, CodeInvalidJSON, fmt.Sprintf("line %d is not valid JSON: %v", n, err), nil))
-	}
-	ms := v.members()
-	id = itemID(ms, n)
-	inputs, aerr := s.decodeItem(v, ms, inst)
-	if aerr != nil {
-		return appendItemError(nil, id, aerr)
-	}
-	return s.runItem(ctx, inst, id, inputs)
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +41,13 @@ type testServer struct {
 // startServer serves model on a real 127.0.0.1 socket, as fw serve does.
 func startServer(t testing.TB, model string, cfg httpapi.Config, bc batcher.Config) *testServer {
 	t.Helper()
+	return startServerWith(t, model, cfg, bc, nil)
+}
+
+// startServerWith is startServer with the engine calls going through wrap
+// (nil: the model's own).
+func startServerWith(t testing.TB, model string, cfg httpapi.Config, bc batcher.Config, wrap func(batcher.RunFunc) batcher.RunFunc) *testServer {
+	t.Helper()
 	m, err := engine.Load(context.Background(), model, engine.Options{Threads: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -48,8 +56,12 @@ func startServer(t testing.TB, model string, cfg httpapi.Config, bc batcher.Conf
 	base, cancel := context.WithCancel(context.Background())
 	srv := httpapi.NewTestServer(base, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
 	bc.Unbatched = !m.Batched() // as modelhost sets it
-	b := batcher.New(m.Forward, bc, srv.BatchStats())
-	srv.Swap(&serving.Instance{Model: m, Batcher: b})
+	run := batcher.RunFunc(m.Forward)
+	if wrap != nil {
+		run = wrap(run)
+	}
+	b := batcher.New(run, bc, srv.BatchStats())
+	srv.Swap(&serving.Instance{Model: m, Batcher: b, Stats: &serving.Stats{}})
 	srv.SetState(serving.StateReady, "")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -594,6 +606,126 @@ func TestBatchNDJSONStream(t *testing.T) {
 	}
 	if n != lines {
 		t.Fatalf("%d responses for %d lines", n, lines)
+	}
+}
+
+// /predict/batch joins its items' rows into few engine calls (NDJSON and
+// JSON alike), answers each item as /predict would, in order, counts each
+// as a request, and when a joined call fails runs its items alone, so only
+// the item that fails gets an error.
+func TestBatchJoinsItems(t *testing.T) {
+	var mu sync.Mutex
+	calls, rowsSeen := 0, 0
+	const poison = 77 // an engine call holding a row starting with this fails
+	wrap := func(run batcher.RunFunc) batcher.RunFunc {
+		return func(ctx context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
+			mu.Lock()
+			calls++
+			rowsSeen += int(in[0].Shape[0])
+			mu.Unlock()
+			x, per := in[0].Float32s(), int(in[0].Shape[1])
+			for r := 0; r < int(in[0].Shape[0]); r++ {
+				if x[r*per] == poison {
+					return nil, fmt.Errorf("the engine refuses row %d", r)
+				}
+			}
+			return run(ctx, in)
+		}
+	}
+	ts := startServerWith(t, filepath.Join(modelsDir(t), "digits_mlp.onnx"), httpapi.Config{}, batcher.Config{MaxBatchRows: 64}, wrap)
+	rows, _ := testRows(t, ts.m)
+	// What /predict answers for each row alone.
+	want := make([]string, len(rows))
+	for i, row := range rows {
+		r := do(t, "POST", ts.url+"/predict", "application/json", predictBody([][]float64{row}))
+		var v struct{ Predictions json.RawMessage }
+		if err := json.Unmarshal(r.body, &v); err != nil || r.status != 200 {
+			t.Fatalf("/predict: %d %s", r.status, r.body)
+		}
+		want[i] = string(v.Predictions)
+	}
+	const n = 300
+	bad := slices.Clone(rows[0])
+	bad[0] = poison
+	var nd bytes.Buffer
+	var items []any
+	for i := 0; i < n; i++ {
+		item := map[string]any{"id": i, "data": [][]float64{rows[i%len(rows)]}}
+		switch i {
+		case 40:
+			item["data"] = [][]float64{bad}
+		case 41:
+			item["data"] = [][]float64{rows[0], rows[1]} // two rows joins too
+		case 42:
+			item["data"] = [][]float64{{1, 2}} // refused at decoding: never sent
+		}
+		b, _ := json.Marshal(item)
+		nd.Write(append(b, '\n'))
+		items = append(items, item)
+	}
+	jsonBody, _ := json.Marshal(map[string]any{"requests": items})
+	for _, c := range []struct {
+		ctype string
+		body  []byte
+	}{{"application/x-ndjson", nd.Bytes()}, {"application/json", jsonBody}} {
+		mu.Lock()
+		calls, rowsSeen = 0, 0
+		mu.Unlock()
+		before := ts.srv.Current().Stats.Snapshot()
+		r := do(t, "POST", ts.url+"/predict/batch", c.ctype, c.body)
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", c.ctype, r.status, r.body)
+		}
+		var got []map[string]json.RawMessage
+		if c.ctype == "application/json" {
+			var v struct{ Responses []map[string]json.RawMessage }
+			if err := json.Unmarshal(r.body, &v); err != nil {
+				t.Fatal(err)
+			}
+			got = v.Responses
+		} else {
+			for _, line := range bytes.Split(bytes.TrimSpace(r.body), []byte("\n")) {
+				var v map[string]json.RawMessage
+				if err := json.Unmarshal(line, &v); err != nil {
+					t.Fatalf("%s: %v", line, err)
+				}
+				got = append(got, v)
+			}
+		}
+		if len(got) != n {
+			t.Fatalf("%s: %d answers for %d items", c.ctype, len(got), n)
+		}
+		for i, v := range got {
+			if string(v["id"]) != strconv.Itoa(i) {
+				t.Fatalf("%s: answer %d has id %s", c.ctype, i, v["id"])
+			}
+			switch i {
+			case 40, 42:
+				if v["error"] == nil {
+					t.Errorf("%s: item %d: %s, want an error", c.ctype, i, v["predictions"])
+				}
+			case 41:
+				if p := string(v["predictions"]); !strings.HasPrefix(p, "["+strings.Trim(want[0], "[]")+"],[") && !strings.HasPrefix(p, "[["+strings.Trim(want[0], "[]")+"],") {
+					t.Errorf("%s: item 41: %s, want %s then %s", c.ctype, p, want[0], want[1])
+				}
+			default:
+				if string(v["predictions"]) != want[i%len(rows)] {
+					t.Fatalf("%s: item %d: %s, want %s (as /predict)", c.ctype, i, v["predictions"], want[i%len(rows)])
+				}
+			}
+		}
+		mu.Lock()
+		c2, r2 := calls, rowsSeen
+		mu.Unlock()
+		// 300 items, 301 rows sent (item 42 never is): joined, far fewer
+		// calls than items, even with the poisoned group run again alone.
+		if c2 > n/3 || r2 < n {
+			t.Errorf("%s: %d engine calls for %d rows of %d items", c.ctype, c2, r2, n)
+		}
+		after := ts.srv.Current().Stats.Snapshot()
+		if ok := after.Success.Count - before.Success.Count; ok != n-2 {
+			t.Errorf("%s: %d successful requests counted, want %d (one per item)", c.ctype, ok, n-2)
+		}
 	}
 }
 
