@@ -70,30 +70,30 @@ func (s *Server) handleBatch(ctx *fasthttp.RequestCtx) {
 	reqs.forEach(func(_ int, e jv) bool { items = append(items, e); return true })
 	rctx, cancel := s.requestContext(ctx)
 	defer cancel()
+	// Chunks of items are decoded and run side by side (as many as
+	// BatchConcurrency items in flight), each joined into as few engine
+	// requests as its model allows (runItems).
 	batch := make([]*batchItem, len(items))
-	for i, item := range items {
-		ms := item.members()
-		it := &batchItem{id: itemID(ms, i), began: time.Now()}
-		if inputs, aerr := s.decodeItem(item, ms, inst); aerr != nil {
-			it.answer = appendItemError(nil, it.id, aerr)
-		} else {
-			it.inputs = inputs
-		}
-		batch[i] = it
-	}
-	// Chunks of items run side by side (as many as BatchConcurrency items
-	// in flight), each joined into as few engine requests as its model
-	// allows (runItems).
 	size, chunks := chunkSize(s.cfg.BatchConcurrency)
 	sem := make(chan struct{}, chunks)
 	var wg sync.WaitGroup
-	for lo := 0; lo < len(batch); lo += size {
-		part := batch[lo:min(lo+size, len(batch))]
+	for lo := 0; lo < len(items); lo += size {
+		hi := min(lo+size, len(items))
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			s.runItems(rctx, inst, part)
+			for i := lo; i < hi; i++ {
+				ms := items[i].members()
+				it := &batchItem{id: itemID(ms, i), began: time.Now()}
+				if inputs, aerr := s.decodeItem(items[i], ms, inst); aerr != nil {
+					it.answer = appendItemError(nil, it.id, aerr)
+				} else {
+					it.inputs = inputs
+				}
+				batch[i] = it
+			}
+			s.runItems(rctx, inst, batch[lo:hi])
 		}()
 	}
 	wg.Wait()
