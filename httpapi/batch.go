@@ -75,6 +75,7 @@ func (s *Server) handleBatch(ctx *fasthttp.RequestCtx) {
 	// requests as its model allows (runItems).
 	batch := make([]*batchItem, len(items))
 	size, chunks := chunkSize(s.cfg.BatchConcurrency)
+	units := make(chan struct{}, s.cfg.BatchConcurrency)
 	sem := make(chan struct{}, chunks)
 	var wg sync.WaitGroup
 	for lo := 0; lo < len(items); lo += size {
@@ -93,7 +94,7 @@ func (s *Server) handleBatch(ctx *fasthttp.RequestCtx) {
 				}
 				batch[i] = it
 			}
-			s.runItems(rctx, inst, batch[lo:hi])
+			s.runItems(rctx, inst, batch[lo:hi], units)
 		}()
 	}
 	wg.Wait()
@@ -205,7 +206,10 @@ func (s *Server) streamNDJSON(ctx *fasthttp.RequestCtx, inst *serving.Instance) 
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
 		rctx, cancel := context.WithCancel(s.base)
 		defer cancel()
-		pending := make(chan chan []*batchItem, workers)
+		// Chunks in flight: those in pending, the one the writer waits
+		// for and the one being read, at most window lines together.
+		pending := make(chan chan []*batchItem, max(1, workers-2))
+		units := make(chan struct{}, s.cfg.BatchConcurrency)
 		type job struct {
 			lines []ndLine
 			out   chan []*batchItem
@@ -233,7 +237,7 @@ func (s *Server) streamNDJSON(ctx *fasthttp.RequestCtx, inst *serving.Instance) 
 					started++
 					go func() {
 						for j := range jobs {
-							items := s.ndjsonChunk(rctx, inst, j.lines)
+							items := s.ndjsonChunk(rctx, inst, j.lines, units)
 							for _, l := range j.lines {
 								budget.release(int64(len(l.data)))
 							}
@@ -324,7 +328,7 @@ type ndLine struct {
 }
 
 // ndjsonChunk decodes a chunk of lines and answers them (runItems).
-func (s *Server) ndjsonChunk(ctx context.Context, inst *serving.Instance, lines []ndLine) []*batchItem {
+func (s *Server) ndjsonChunk(ctx context.Context, inst *serving.Instance, lines []ndLine, units chan struct{}) []*batchItem {
 	items := make([]*batchItem, len(lines))
 	for i, l := range lines {
 		it := &batchItem{id: strconv.AppendInt(nil, int64(l.n), 10), began: time.Now(), answer: l.answer}
@@ -346,7 +350,7 @@ func (s *Server) ndjsonChunk(ctx context.Context, inst *serving.Instance, lines 
 		}
 		it.inputs = inputs
 	}
-	s.runItems(ctx, inst, items)
+	s.runItems(ctx, inst, items, units)
 	return items
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fw-serve/fw/engine"
@@ -45,52 +46,74 @@ func joinable(inst *serving.Instance) bool {
 // request of their rows together (up to the batcher's MaxBatchRows), so a
 // bulk body costs an engine call per group rather than per item and a
 // trip through the batcher per group; each item still counts as a request
-// in the model's statistics. Items that cannot join, and every item of a
-// group whose joined request failed (so each gets its own error), run
-// alone. Called from one goroutine per chunk.
-func (s *Server) runItems(ctx context.Context, inst *serving.Instance, items []*batchItem) {
-	if !joinable(inst) {
-		for _, it := range items {
-			if it.answer == nil {
-				it.answer = s.runItem(ctx, inst, it.id, it.inputs)
-			}
-		}
-		return
+// in the model's statistics. Items that cannot join run alone. Each group,
+// and each item run alone, runs on a goroutine of its own holding one of
+// sem's slots (the request's BatchConcurrency), so a model whose items
+// cannot join has as many in flight as its chunks hold. It returns when
+// every item is answered, their inputs dropped.
+func (s *Server) runItems(ctx context.Context, inst *serving.Instance, items []*batchItem, sem chan struct{}) {
+	var wg sync.WaitGroup
+	spawn := func(fn func()) {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn()
+		}()
 	}
-	maxRows := int64(inst.Batcher.Config().MaxBatchRows)
+	alone := func(it *batchItem) {
+		spawn(func() {
+			it.answer = s.runItem(ctx, inst, it.id, it.inputs)
+			it.inputs = nil
+		})
+	}
+	join := joinable(inst)
+	var maxRows int64
+	if join {
+		maxRows = int64(inst.Batcher.Config().MaxBatchRows)
+	}
 	var group []*batchItem
 	var key string
 	var rows int64
 	flush := func() {
-		s.runJoined(ctx, inst, group, rows)
-		group, rows = group[:0], 0
+		if len(group) == 1 {
+			alone(group[0])
+		} else if len(group) > 1 {
+			g, n := group, rows
+			spawn(func() { s.runJoined(ctx, inst, g, n) })
+		}
+		group, rows = nil, 0
 	}
 	for _, it := range items {
 		if it.answer != nil {
+			it.inputs = nil
 			continue
 		}
 		k, n := rowKey(it.inputs)
+		if !join || n < 0 {
+			alone(it)
+			continue
+		}
 		if len(group) > 0 && (k != key || rows+n > maxRows) {
 			flush()
 		}
 		group, key, rows = append(group, it), k, rows+n
 	}
-	if len(group) > 0 {
-		flush()
-	}
+	flush()
+	wg.Wait()
 }
 
 // rowKey is what items must share to be joined: each input's datatype and
-// shape past its first axis; and the rows (the first input's first axis).
+// shape past its first axis; and the rows (the first input's first axis),
+// -1 for inputs that cannot be joined (none, or a scalar).
 func rowKey(inputs []engine.Tensor) (string, int64) {
+	if len(inputs) == 0 {
+		return "", -1
+	}
 	var b strings.Builder
-	rows := int64(-1)
 	for _, t := range inputs {
 		if len(t.Shape) == 0 {
-			return "", 1 << 62 // no rows: never joined
-		}
-		if rows < 0 {
-			rows = t.Shape[0]
+			return "", -1
 		}
 		b.WriteString(t.DType.String())
 		for _, d := range t.Shape[1:] {
@@ -99,16 +122,22 @@ func rowKey(inputs []engine.Tensor) (string, int64) {
 		}
 		b.WriteByte(';')
 	}
-	return b.String(), rows
+	return b.String(), inputs[0].Shape[0]
 }
 
-// runJoined runs group as one request of rows rows and splits the answer
-// back into each item's rows.
+// runJoined runs group (two items or more) as one request of rows rows
+// and splits the answer back into each item's rows. When the joined
+// request fails for what its items hold (an engine or model error, an
+// input the model refuses), each item runs again alone, so only the one
+// at fault answers an error; any other failure (a full queue, a queue or
+// request timeout, a model going away) is every item's answer as it is,
+// not retried item by item into the same condition.
 func (s *Server) runJoined(ctx context.Context, inst *serving.Instance, group []*batchItem, rows int64) {
-	if len(group) == 1 {
-		group[0].answer = s.runItem(ctx, inst, group[0].id, group[0].inputs)
-		return
-	}
+	defer func() {
+		for _, it := range group {
+			it.inputs = nil
+		}
+	}()
 	alone := func() {
 		for _, it := range group {
 			it.answer = s.runItem(ctx, inst, it.id, it.inputs)
@@ -131,7 +160,16 @@ func (s *Server) runJoined(ctx context.Context, inst *serving.Instance, group []
 	submitted := time.Now()
 	out, timing, err := serving.Infer(ctx, s.models, inst, joined)
 	if err != nil {
-		alone() // each item gets its own answer: the one that failed, and the others
+		switch serving.Classify(err, s.cfg.Timeout).Kind {
+		case serving.KindEngine, serving.KindInvalidInput, serving.KindAnswered:
+			alone() // each item gets its own answer: the one that failed, and the others
+			return
+		}
+		aerr, now := s.submitError(err), time.Now()
+		for _, it := range group {
+			it.answer = appendItemError(nil, it.id, aerr)
+			inst.Stats.Record(serving.Request{Began: it.began, Submitted: submitted, Encoded: now, Timing: timing, Err: err})
+		}
 		return
 	}
 	counts := make([]int, len(group))

@@ -55,7 +55,7 @@ func startServerWith(t testing.TB, model string, cfg httpapi.Config, bc batcher.
 	reg := prometheus.NewRegistry()
 	base, cancel := context.WithCancel(context.Background())
 	srv := httpapi.NewTestServer(base, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
-	bc.Unbatched = !m.Batched() // as modelhost sets it
+	bc.Unbatched = bc.Unbatched || !m.Batched() // as modelhost sets it (or a test's own)
 	run := batcher.RunFunc(m.Forward)
 	if wrap != nil {
 		run = wrap(run)
@@ -726,6 +726,77 @@ func TestBatchJoinsItems(t *testing.T) {
 		if ok := after.Success.Count - before.Success.Count; ok != n-2 {
 			t.Errorf("%s: %d successful requests counted, want %d (one per item)", c.ctype, ok, n-2)
 		}
+	}
+}
+
+// A joined request that fails for what is not its items' fault (here its
+// engine call answers that the server is overloaded) is every item's
+// answer as it is: its items are not retried one by one into the same
+// condition, which would multiply the load by the items.
+func TestBatchJoinedRefusalNotRetried(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	busy := func(batcher.RunFunc) batcher.RunFunc {
+		return func(ctx context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
+			mu.Lock()
+			calls++
+			mu.Unlock()
+			return nil, fmt.Errorf("%w: the device is busy", batcher.ErrQueueFull)
+		}
+	}
+	ts := startServerWith(t, filepath.Join(modelsDir(t), "digits_mlp.onnx"), httpapi.Config{}, batcher.Config{MaxBatchRows: 64}, busy)
+	rows, _ := testRows(t, ts.m)
+	const n = 256 // four chunks of 64 items
+	var items []any
+	for i := 0; i < n; i++ {
+		items = append(items, map[string]any{"data": [][]float64{rows[i%len(rows)]}})
+	}
+	body, _ := json.Marshal(map[string]any{"requests": items})
+	r := do(t, "POST", ts.url+"/predict/batch", "application/json", body)
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	if refused := bytes.Count(r.body, []byte(`"code":"overloaded"`)); refused != n {
+		t.Fatalf("%d of %d items answered overloaded: %.300s", refused, n, r.body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls > 8 { // one call per chunk's group (the batcher may retry a failed call once)
+		t.Fatalf("%d engine calls for 4 joined requests: their items were retried one by one", calls)
+	}
+}
+
+// Items of a model that cannot join them (here one served without a batch
+// axis) still run side by side, as many in flight as the request's chunks
+// hold, not one chunk's item after another.
+func TestBatchUnjoinedItemsInFlight(t *testing.T) {
+	var ts *testServer
+	var mu sync.Mutex
+	deepest := 0
+	watch := func(run batcher.RunFunc) batcher.RunFunc {
+		return func(ctx context.Context, in []engine.Tensor) ([]engine.Tensor, error) {
+			mu.Lock()
+			deepest = max(deepest, ts.srv.Current().Batcher.QueueDepth())
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			return run(ctx, in)
+		}
+	}
+	ts = startServerWith(t, filepath.Join(modelsDir(t), "digits_mlp.onnx"), httpapi.Config{}, batcher.Config{Unbatched: true}, watch)
+	rows, _ := testRows(t, ts.m)
+	var items []any
+	for i := 0; i < 256; i++ {
+		items = append(items, map[string]any{"data": [][]float64{rows[i%len(rows)]}})
+	}
+	body, _ := json.Marshal(map[string]any{"requests": items})
+	r := do(t, "POST", ts.url+"/predict/batch", "application/json", body)
+	if r.status != 200 || bytes.Contains(r.body, []byte(`"error"`)) {
+		t.Fatalf("%d %.300s", r.status, r.body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if deepest < 32 {
+		t.Fatalf("at most %d items waited for the engine at once: the items ran one after another", deepest)
 	}
 }
 
