@@ -199,10 +199,10 @@ func (c Config) withDefaults() Config {
 			c.PreferredSizes = nil
 		}
 	}
+	c.MinRows = min(c.MinRows, c.MaxBatchRows)
 	if c.MinRows <= 1 || c.Unbatched || c.MaxDelay <= 0 || c.PreferredSizes != nil {
 		c.MinRows = 0
 	}
-	c.MinRows = min(c.MinRows, c.MaxBatchRows)
 	if q := &c.Queues; q.Levels > 0 && (q.DefaultLevel == 0 || q.DefaultLevel > q.Levels) {
 		q.DefaultLevel = q.Levels // a default outside the levels: the lowest
 	}

@@ -520,4 +520,7 @@ func TestMinRows(t *testing.T) {
 	if got := (Config{MinRows: 9, MaxBatchRows: 4, MaxDelay: delay}).withDefaults().MinRows; got != 4 {
 		t.Errorf("MinRows 9 of MaxBatchRows 4: %d", got)
 	}
+	if got := (Config{MinRows: 9, MaxBatchRows: 1, MaxDelay: delay}).withDefaults().MinRows; got != 0 {
+		t.Errorf("MinRows 9 of MaxBatchRows 1 holds: %d", got)
+	}
 }

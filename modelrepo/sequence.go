@@ -146,16 +146,22 @@ func queueDelay(sb *pb.ModelSequenceBatching) uint64 {
 
 // minSlotRows is the rows a direct sequence batch waits for, up to its
 // max_queue_delay_microseconds, before it runs (batcher.Config.MinRows):
-// minimum_slot_utilization of max_batch_size, rounded up, as Triton's
-// direct strategy runs a batch once that share of its slots is ready.
-// 0 when there is no such wait (no utilization or no delay, as Triton).
+// the fewest ready rows k whose share of max_batch_size reaches
+// minimum_slot_utilization, compared in float32 as Triton's direct
+// strategy compares them (k / max_batch_size >= u). 0 when there is no
+// such wait (no utilization or no delay, as Triton).
 func minSlotRows(cfg *pb.ModelConfig) int {
 	d := cfg.GetSequenceBatching().GetDirect()
-	u, mbs := float64(d.GetMinimumSlotUtilization()), cfg.GetMaxBatchSize()
-	if d == nil || u <= 0 || u > 1 || d.GetMaxQueueDelayMicroseconds() == 0 || mbs <= 0 {
+	u, mbs := d.GetMinimumSlotUtilization(), cfg.GetMaxBatchSize()
+	if d == nil || !(u > 0 && u <= 1) || d.GetMaxQueueDelayMicroseconds() == 0 || mbs <= 0 {
 		return 0
 	}
-	return int(math.Ceil(u * float64(mbs)))
+	for k := int32(1); k < mbs; k++ {
+		if float32(k)/float32(mbs) >= u {
+			return int(k)
+		}
+	}
+	return int(mbs)
 }
 
 // control reads one control input.

@@ -529,6 +529,7 @@ func TestSequenceMinimumSlotUtilization(t *testing.T) {
 		"nodelay":  {"direct { }", "direct { minimum_slot_utilization: 0.5 }"},
 		"fraction": {"direct { }", "direct { max_queue_delay_microseconds: 1000 minimum_slot_utilization: 0.3 }"},
 		"oldest":   {"direct { }", "oldest { max_candidate_sequences: 4 preferred_batch_size: [ 4, 2 ] max_queue_delay_microseconds: 1000 }"},
+		"tenth":    {"max_batch_size: 8", "max_batch_size: 10", "direct { }", "direct { max_queue_delay_microseconds: 1000 minimum_slot_utilization: 0.1 }"},
 	})
 	f := open(t, Config{Roots: []string{root}})
 	// oldest's preferred sizes hold its batches as dynamic batching's do.
@@ -536,7 +537,9 @@ func TestSequenceMinimumSlotUtilization(t *testing.T) {
 	if err != nil || fmt.Sprint(oldest.Batcher.Config().PreferredSizes) != "[2 4]" {
 		t.Fatalf("oldest's preferred sizes: %v %v", oldest.Batcher.Config().PreferredSizes, err)
 	}
-	for name, want := range map[string]int{"half": 4, "nodelay": 0, "fraction": 3} {
+	// 0.1 of 10 slots is one ready row, compared in float32 as Triton does
+	// (not 2, as float64(float32(0.1))*10 rounded up would say): no wait.
+	for name, want := range map[string]int{"half": 4, "nodelay": 0, "fraction": 3, "tenth": 0} {
 		inst, err := f.repo.Get(name, "")
 		if err != nil {
 			t.Fatal(err)

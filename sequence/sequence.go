@@ -800,6 +800,11 @@ func (b *Batcher) Close() {
 	}
 	b.closed = true
 	reaping := b.reaping
+	for _, s := range b.seqs { // a sequence waiting for a slot: its deadline no longer matters
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+	}
 	close(b.stop)
 	b.mu.Unlock()
 	if reaping {
