@@ -5,31 +5,42 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+
+	"github.com/fw-serve/fw/internal/tritonlog"
 )
 
 // LogSettings are the server's log settings as Triton's logging extension
 // reads and changes them (GET/POST /v2/logging, the LogSettings call): the
-// level switches drive the logger's level at run time; the log file and
-// format are fixed by the command line and a request to change them is
-// refused with the reason.
+// level switches drive the logger's level at run time, and so does
+// log_format the format of tritonserver's lines (--log-format default or
+// ISO8601); the log file, and fw's own formats (text, json), are fixed by
+// the command line and a request to change them is refused with the
+// reason.
 type LogSettings struct {
 	mu    sync.Mutex
 	level *slog.LevelVar
 	// format is the --log-format in force ("text", "json", or
 	// tritonserver's "default" or "ISO8601").
 	format string
+	// lines switches the format of tritonserver's lines (nil for fw's
+	// own formats).
+	lines *tritonlog.Switch
 	// file is --log-file ("": standard error).
 	file string
 }
 
 // NewLogSettings wraps the logger's level; format is --log-format, file
-// --log-file ("" for standard error).
-func NewLogSettings(level *slog.LevelVar, format, file string) *LogSettings {
-	return &LogSettings{level: level, format: format, file: file}
+// --log-file ("" for standard error), lines the format switch of a
+// logger writing tritonserver's lines (nil for text or json).
+func NewLogSettings(level *slog.LevelVar, format, file string, lines *tritonlog.Switch) *LogSettings {
+	return &LogSettings{level: level, format: format, file: file, lines: lines}
 }
 
 // tritonFormat is the format in Triton's names.
 func (l *LogSettings) tritonFormat() string {
+	if l.lines != nil {
+		return l.lines.Get().String()
+	}
 	if l.format == "ISO8601" {
 		return l.format
 	}
@@ -64,6 +75,7 @@ func (l *LogSettings) Set(in map[string]any) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cur := l.level.Level()
+	var format *tritonlog.Format // applied with the level, once every setting is read
 	info, warning := cur <= slog.LevelInfo, cur <= slog.LevelWarn
 	verbose := cur <= slog.LevelDebug
 	for k, v := range in {
@@ -94,12 +106,24 @@ func (l *LogSettings) Set(in map[string]any) error {
 				return fmt.Errorf("log file location can not be updated through network protocol (fw: it is --log-file, %q, fixed at start)", l.file)
 			}
 		case "log_format":
-			if s, ok := v.(string); !ok || s != l.tritonFormat() {
-				return fmt.Errorf("setting \"log_format\": the format is --log-format (%s) and cannot be changed at run time", l.format)
+			s, _ := v.(string)
+			if l.lines == nil {
+				if s != l.tritonFormat() {
+					return fmt.Errorf("setting \"log_format\": the format is --log-format (%s) and cannot be changed at run time; start fw serve with --log-format default or ISO8601 to change between those", l.format)
+				}
+				continue
 			}
+			f, ok := tritonlog.ParseFormat(s)
+			if !ok {
+				return fmt.Errorf("invalid argument for log_format: %q; use \"default\" or \"ISO8601\"", v)
+			}
+			format = &f
 		default:
 			return fmt.Errorf("unknown setting %q; the settings are log_file, log_info, log_warning, log_error, log_verbose_level and log_format", k)
 		}
+	}
+	if format != nil {
+		l.lines.Set(*format)
 	}
 	switch {
 	case verbose:

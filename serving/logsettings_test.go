@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/fw-serve/fw/internal/tritonlog"
 )
 
 // log_verbose_level is an integer from 0 to 2^31-1 (the documented schema's
@@ -11,7 +13,7 @@ import (
 // overflowing conversion and answered with a message the schema contradicted.
 func TestLogVerboseLevelBounds(t *testing.T) {
 	var lv slog.LevelVar
-	l := NewLogSettings(&lv, "text", "")
+	l := NewLogSettings(&lv, "text", "", nil)
 	for _, ok := range []float64{0, 1, 2147483647} {
 		if err := l.Set(map[string]any{"log_verbose_level": ok}); err != nil {
 			t.Errorf("%g: %v", ok, err)
@@ -30,18 +32,38 @@ func TestLogVerboseLevelBounds(t *testing.T) {
 // sentence.
 func TestLogFileAndFormatAreFixed(t *testing.T) {
 	var lv slog.LevelVar
-	l := NewLogSettings(&lv, "ISO8601", "/var/log/fw.log")
-	if got := l.Get(); got["log_file"] != "/var/log/fw.log" || got["log_format"] != "ISO8601" {
+	l := NewLogSettings(&lv, "json", "/var/log/fw.log", nil)
+	if got := l.Get(); got["log_file"] != "/var/log/fw.log" || got["log_format"] != "default" {
 		t.Fatalf("Get() = %v", got)
 	}
-	if err := l.Set(map[string]any{"log_file": "/var/log/fw.log", "log_format": "ISO8601"}); err != nil {
+	if err := l.Set(map[string]any{"log_file": "/var/log/fw.log", "log_format": "default"}); err != nil {
 		t.Fatal(err)
 	}
 	err := l.Set(map[string]any{"log_file": "other.log"})
 	if err == nil || !strings.Contains(err.Error(), "log file location can not be updated through network protocol") {
 		t.Fatalf("changing the file: %v", err)
 	}
-	if err := l.Set(map[string]any{"log_format": "default"}); err == nil {
-		t.Fatal("changing the format was accepted")
+	if err := l.Set(map[string]any{"log_format": "ISO8601"}); err == nil {
+		t.Fatal("changing fw's json format was accepted")
+	}
+}
+
+// With tritonserver's lines (--log-format default or ISO8601) log_format
+// switches between them at run time, applied with the other settings only
+// when every one is valid.
+func TestLogFormatSwitches(t *testing.T) {
+	var lv slog.LevelVar
+	var sw tritonlog.Switch
+	l := NewLogSettings(&lv, "default", "", &sw)
+	if err := l.Set(map[string]any{"log_format": "ISO8601"}); err != nil || sw.Get() != tritonlog.ISO8601 || l.Get()["log_format"] != "ISO8601" {
+		t.Fatalf("%v %v %v", err, sw.Get(), l.Get())
+	}
+	if err := l.Set(map[string]any{"log_format": "default", "log_error": false}); err == nil || sw.Get() != tritonlog.ISO8601 {
+		t.Fatalf("a refused request changed the format: %v %v", err, sw.Get())
+	}
+	for _, bad := range []any{"iso8601", "text", 1.0} {
+		if err := l.Set(map[string]any{"log_format": bad}); err == nil || !strings.Contains(err.Error(), "invalid argument for log_format") {
+			t.Errorf("%v: %v", bad, err)
+		}
 	}
 }

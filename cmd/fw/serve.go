@@ -24,6 +24,7 @@ import (
 	"github.com/fw-serve/fw/httpapi"
 	"github.com/fw-serve/fw/imageprep"
 	"github.com/fw-serve/fw/internal/hostguard"
+	"github.com/fw-serve/fw/internal/tritonlog"
 	"github.com/fw-serve/fw/modelhost"
 	"github.com/fw-serve/fw/modelrepo"
 	"github.com/fw-serve/fw/pybackend"
@@ -88,7 +89,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	shutdownTimeout := ef.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM: stop accepting, finish in-flight requests, exit within this time")
 	drainDelay := ef.Duration("drain-delay", 0, "on SIGTERM: keep serving this long with /health answering 503 before closing the listener, so load balancers stop sending first (Kubernetes: a few seconds)")
 	accessLog := ef.Bool("access-log", false, "log every request")
-	logFormat := ef.String("log-format", "text", "log format: text or json (tritonserver's default and ISO8601 are text)")
+	logFormat := ef.String("log-format", "text", "log format: text or json, or tritonserver's default or ISO8601 (its own line layout, messages escaped unless TRITON_SERVER_ESCAPE_LOG_MESSAGES=0)")
 	logLevel := ef.String("log-level", "info", "log level: debug, info, warn or error")
 	graphOpt := ef.String("graph-optimization", "all", "ONNX Runtime graph optimisation: disable, basic, extended or all")
 	allowNonFinite := ef.Bool("allow-nonfinite", false, "pass NaN and Inf inputs to the model instead of refusing them with 422")
@@ -207,7 +208,7 @@ Flags:
 		defer f.Close()
 		logTo = f
 	}
-	log, logLevelVar, err := newLevelLogger(logTo, *logFormat, *logLevel)
+	log, logLevelVar, logLines, err := newLevelLogger(logTo, *logFormat, *logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		return 2
@@ -333,7 +334,7 @@ Flags:
 		}
 		life, models = repo, repo
 	}
-	logSettings := serving.NewLogSettings(logLevelVar, *logFormat, tset.logFile) // Triton's logging extension, both front ends
+	logSettings := serving.NewLogSettings(logLevelVar, *logFormat, tset.logFile, logLines) // Triton's logging extension, both front ends
 	payloads, err := payloadLogger(*logPayloads, *logPayloadsTo, *logPayloadsRedact, *logPayloadsSpool, *logPayloadsDeployment, os.Getenv("FW_PAYLOADS_TOKEN"), reg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
@@ -555,25 +556,31 @@ func loadAPIKeys(path string) ([]string, error) {
 }
 
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	log, _, err := newLevelLogger(w, format, level)
+	log, _, _, err := newLevelLogger(w, format, level)
 	return log, err
 }
 
 // newLevelLogger is newLogger with its level changeable at run time
-// (Triton's logging extension).
-func newLevelLogger(w io.Writer, format, level string) (*slog.Logger, *slog.LevelVar, error) {
+// (Triton's logging extension), and for tritonserver's formats (default,
+// ISO8601: its own line layout, tritonlog) the switch of that format.
+func newLevelLogger(w io.Writer, format, level string) (*slog.Logger, *slog.LevelVar, *tritonlog.Switch, error) {
 	lv := new(slog.LevelVar)
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+		return nil, nil, nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
-	case "text", "default", "ISO8601": // tritonserver's formats: lines of text with ISO 8601 times
-		return slog.New(slog.NewTextHandler(w, opts)), lv, nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), lv, nil, nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), lv, nil
+		return slog.New(slog.NewJSONHandler(w, opts)), lv, nil, nil
 	}
-	return nil, nil, fmt.Errorf("--log-format %q: use text or json", format)
+	if f, ok := tritonlog.ParseFormat(format); ok {
+		sw := new(tritonlog.Switch)
+		sw.Set(f)
+		return slog.New(tritonlog.New(w, lv, sw)), lv, sw, nil
+	}
+	return nil, nil, nil, fmt.Errorf("--log-format %q: use text or json, or tritonserver's default or ISO8601", format)
 }
 
 // slogPrintf adapts slog to fasthttp's Logger.

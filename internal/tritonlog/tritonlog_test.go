@@ -1,0 +1,117 @@
+package tritonlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// Triton's L0_logging patterns for one record (log_format_test.py).
+var (
+	defaultLine = regexp.MustCompile(`^(?P<level>\w)(?P<month>\d{2})(?P<day>\d{2}) (?P<timestamp>\d{2}:\d{2}:\d{2}\.\d{6}) (?P<pid>\d+) (?P<file>[\w\.]+):(?P<line>\d+)] (?P<message>.*)$`)
+	isoLine     = regexp.MustCompile(`^(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z) (?P<level>\w+) (?P<pid>\d+) (?P<file>.+):(?P<line>\d+)] (?P<message>.*)$`)
+)
+
+func logged(t *testing.T, f Format, level slog.Level, do func(*slog.Logger)) []string {
+	t.Helper()
+	var buf bytes.Buffer
+	var sw Switch
+	sw.Set(f)
+	lv := new(slog.LevelVar)
+	lv.Set(level)
+	do(slog.New(New(&buf, lv, &sw)))
+	return strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+}
+
+func message(t *testing.T, re *regexp.Regexp, line string) (level, file, msg string) {
+	t.Helper()
+	m := re.FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("%q is not a %s line", line, re)
+	}
+	get := func(name string) string { return m[re.SubexpIndex(name)] }
+	var s string
+	if err := json.Unmarshal([]byte(get("message")), &s); err != nil {
+		t.Fatalf("message %q is not a JSON string: %v", get("message"), err)
+	}
+	return get("level"), get("file"), s
+}
+
+func TestFormats(t *testing.T) {
+	for _, c := range []struct {
+		f  Format
+		re *regexp.Regexp
+	}{{Default, defaultLine}, {ISO8601, isoLine}} {
+		lines := logged(t, c.f, slog.LevelDebug, func(l *slog.Logger) {
+			l.Info("loading model", "model", "simple", "version", 1)
+			l.Warn("slow")
+			l.Error("failed", "err", "no such file")
+			l.Debug("verbose")
+			l.With("model", "a b").WithGroup("req").Info("done", "id", 7)
+		})
+		want := []struct{ level, msg string }{
+			{"I", "loading model model=simple version=1"}, {"W", "slow"}, {"E", `failed err="no such file"`},
+			{"I", "verbose"}, {"I", `done model="a b" req.id=7`},
+		}
+		if len(lines) != len(want) {
+			t.Fatalf("%s: %d lines: %q", c.f, len(lines), lines)
+		}
+		for i, line := range lines {
+			level, file, msg := message(t, c.re, line)
+			if level != want[i].level || msg != want[i].msg || file != "tritonlog_test.go" {
+				t.Errorf("%s line %d: level %s, file %s, message %q; want %s %q", c.f, i, level, file, msg, want[i].level, want[i].msg)
+			}
+		}
+	}
+}
+
+// A message cannot forge a line: newlines and control characters stay
+// escaped within the record's JSON string.
+func TestInjectionEscaped(t *testing.T) {
+	forged := "I0205 18:34:18.707423 1 file.cc:123] \"THIS ENTRY WAS INJECTED\""
+	lines := logged(t, Default, slog.LevelInfo, func(l *slog.Logger) {
+		l.Warn("unknown input \n" + forged + "\n\x1b[31m\a")
+	})
+	if len(lines) != 1 {
+		t.Fatalf("one record became %d lines: %q", len(lines), lines)
+	}
+	if _, _, msg := message(t, defaultLine, lines[0]); msg != "unknown input \n"+forged+"\n\x1b[31m\a" {
+		t.Fatalf("message %q", msg)
+	}
+}
+
+// TRITON_SERVER_ESCAPE_LOG_MESSAGES=0 writes messages as they are.
+func TestUnescaped(t *testing.T) {
+	t.Setenv("TRITON_SERVER_ESCAPE_LOG_MESSAGES", "0")
+	lines := logged(t, ISO8601, slog.LevelInfo, func(l *slog.Logger) { l.Info(`a "quoted" word`) })
+	m := isoLine.FindStringSubmatch(lines[0])
+	if m == nil || m[isoLine.SubexpIndex("message")] != `a "quoted" word` {
+		t.Fatalf("%q", lines)
+	}
+}
+
+// The level filters; the format switches at run time.
+func TestLevelAndSwitch(t *testing.T) {
+	var buf bytes.Buffer
+	var sw Switch
+	lv := new(slog.LevelVar)
+	lv.Set(slog.LevelWarn)
+	l := slog.New(New(&buf, lv, &sw))
+	l.Info("hidden")
+	l.Warn("shown")
+	sw.Set(ISO8601)
+	l.Warn("iso")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !defaultLine.MatchString(lines[0]) || !isoLine.MatchString(lines[1]) {
+		t.Fatalf("%q", lines)
+	}
+	if f, ok := ParseFormat("ISO8601"); !ok || f != ISO8601 || f.String() != "ISO8601" {
+		t.Fatal(f, ok)
+	}
+	if _, ok := ParseFormat("iso8601"); ok {
+		t.Fatal("formats are case-sensitive, as tritonserver's")
+	}
+}
