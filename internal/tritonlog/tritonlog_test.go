@@ -115,3 +115,28 @@ func TestLevelAndSwitch(t *testing.T) {
 		t.Fatal("formats are case-sensitive, as tritonserver's")
 	}
 }
+
+// FuzzAppendQuoted: any message, valid UTF-8 or not, becomes one line's
+// JSON string: no newline, and it decodes to the message (invalid bytes
+// replaced).
+func FuzzAppendQuoted(f *testing.F) {
+	f.Add([]byte("plain"))
+	f.Add([]byte("a\nI0205 18:34:18.707423 1 file.cc:123] \"forged\"\r\n\x1b[31m\a\x7f"))
+	f.Add([]byte("caf\xc3\xa9 \xff\xfe \\ \""))
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		out := appendQuoted(nil, msg)
+		if bytes.ContainsAny(out, "\n\r") {
+			t.Fatalf("%q holds a line break", out)
+		}
+		var s string
+		if err := json.Unmarshal(out, &s); err != nil {
+			t.Fatalf("%q is not a JSON string: %v", out, err)
+		}
+		if want := strings.ToValidUTF8(string(msg), "\ufffd"); s != want && !strings.Contains(string(msg), "\ufffd") {
+			// ToValidUTF8 folds a run of invalid bytes into one replacement; appendQuoted replaces each byte.
+			if strings.ReplaceAll(s, "\ufffd", "") != strings.ReplaceAll(want, "\ufffd", "") {
+				t.Fatalf("%q decodes to %q, want %q", msg, s, want)
+			}
+		}
+	})
+}
