@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"strconv"
 	"testing"
 
@@ -54,6 +55,31 @@ func FuzzDecodeRows(f *testing.F) {
 		}
 		if spec.DType != engine.Invalid && x.DType != spec.DType {
 			t.Fatalf("dtype %s, want %s", x.DType, spec.DType)
+		}
+	})
+}
+
+// FuzzFastFloat: where the one-pass number reader answers, it ends where
+// numberEnd does and gives strconv.ParseFloat's value bit for bit.
+func FuzzFastFloat(f *testing.F) {
+	for _, s := range []string{"0", "-0", "1.5", "0.01", "-12.345e-3", "1e22", "9007199254740993", "123456789012345678901",
+		"0.000000000000000000000001", "1E+5,", "1-2", "1.2.3", "01", "1.]", "-.5", "1e", "inf", "0.1e-400"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, end, ok := fastFloat(b, 0)
+		if !ok {
+			if end != 0 {
+				t.Fatalf("%q: not ok but end %d", b, end)
+			}
+			return
+		}
+		if want := numberEnd(b, 0); end != want {
+			t.Fatalf("%q: end %d, numberEnd %d", b, end, want)
+		}
+		want, err := strconv.ParseFloat(string(b[:end]), 64)
+		if err != nil || math.Float64bits(v) != math.Float64bits(want) {
+			t.Fatalf("%q: %v (%x), strconv: %v (%x) %v", b[:end], v, math.Float64bits(v), want, math.Float64bits(want), err)
 		}
 	})
 }

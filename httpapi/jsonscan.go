@@ -157,6 +157,103 @@ func scanString(b []byte, i int) (int, error) {
 	return len(b), &syntaxError{off: i, msg: "unterminated string"}
 }
 
+// pow10 are the powers of ten a float64 holds exactly.
+var pow10 = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+	1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22}
+
+// fastFloat reads the number token at b[i] in one pass, for the common
+// case: a JSON number of at most 19 significant digits whose value
+// float64 arithmetic gets exactly (a mantissa below 2^53 times or over a
+// power of ten up to 1e22: Clinger's fast path, as strconv takes it, so
+// the result is strconv.ParseFloat's bit for bit). It returns the token's
+// end (numberEnd's) and ok; anything else (more digits, a larger
+// exponent, inf, nan, the loose grammar's oddities) is not ok, for the
+// caller's general path.
+func fastFloat(b []byte, i int) (f float64, end int, ok bool) {
+	j := i
+	neg := j < len(b) && b[j] == '-'
+	if neg {
+		j++
+	}
+	var m uint64
+	digits, exp := 0, 0
+	start := j
+	for ; j < len(b) && b[j] >= '0' && b[j] <= '9'; j++ {
+		if m == 0 && b[j] == '0' {
+			continue // leading zeros are not significant
+		}
+		if digits == 19 {
+			return 0, i, false
+		}
+		m = m*10 + uint64(b[j]-'0')
+		digits++
+	}
+	if j == start {
+		return 0, i, false // no integer digits
+	}
+	if j < len(b) && b[j] == '.' {
+		j++
+		fstart := j
+		for ; j < len(b) && b[j] >= '0' && b[j] <= '9'; j++ {
+			if m == 0 && b[j] == '0' {
+				exp--
+				continue
+			}
+			if digits == 19 {
+				return 0, i, false
+			}
+			m = m*10 + uint64(b[j]-'0')
+			digits++
+			exp--
+		}
+		if j == fstart {
+			return 0, i, false
+		}
+	}
+	if j < len(b) && (b[j] == 'e' || b[j] == 'E') {
+		j++
+		eneg := false
+		if j < len(b) && (b[j] == '+' || b[j] == '-') {
+			eneg = b[j] == '-'
+			j++
+		}
+		estart, e := j, 0
+		for ; j < len(b) && b[j] >= '0' && b[j] <= '9'; j++ {
+			if e > 1000 {
+				return 0, i, false
+			}
+			e = e*10 + int(b[j]-'0')
+		}
+		if j == estart {
+			return 0, i, false
+		}
+		if eneg {
+			e = -e
+		}
+		exp += e
+	}
+	if j < len(b) {
+		switch c := b[j]; {
+		case c >= '0' && c <= '9', c == '.', c == '-', c == '+', c == 'e', c == 'E':
+			return 0, i, false // the loose token goes on ("1-2"): the general path judges it
+		}
+	}
+	switch {
+	case m == 0:
+		f = 0
+	case m > 1<<53 || exp < -22 || exp > 22:
+		return 0, i, false
+	case exp < 0:
+		f = float64(m) / pow10[-exp]
+	default:
+		f = float64(m) * pow10[exp]
+	}
+	if neg {
+		f = -f
+	}
+	return f, j, true
+}
+
 // numberEnd returns the end of the number token at b[i], i itself if there
 // is none: fastjson's loose grammar (the value is checked when converted).
 func numberEnd(b []byte, i int) int {

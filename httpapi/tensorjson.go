@@ -269,6 +269,15 @@ func (w *rowWriter) put(i int, row int) (int, *APIError) {
 		w.n++
 		return e, nil
 	}
+	if w.dt.IsFloat() { // the common case, read in one pass
+		if f, end, ok := fastFloat(b, i); ok {
+			if k := w.n; k < w.cap {
+				putFloat(w.data, k, w.dt, f)
+			}
+			w.n++
+			return end, nil
+		}
+	}
 	end := numberEnd(b, i)
 	if end == i {
 		var e int
