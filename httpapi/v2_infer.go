@@ -688,6 +688,14 @@ func (w *v2Writer) put(i int) (int, *APIError) {
 		}
 		return e, nil
 	}
+	if w.dt.IsFloat() { // the common case, read in one pass
+		if f, end, ok := fastFloat(b, i); ok {
+			if k < w.cap {
+				putFloat(w.data, k, w.dt, f)
+			}
+			return end, nil
+		}
+	}
 	end := numberEnd(b, i)
 	if end == i {
 		e, err := scanValue(b, i, 0)
