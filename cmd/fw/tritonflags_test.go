@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,7 +76,7 @@ func TestTritonCommandLine(t *testing.T) {
 	port, gport := freePort(t), freePort(t)
 	cmd := fwCmd("serve", "--model-store="+repo, "--http-port", strconv.Itoa(port), "--grpc-port="+strconv.Itoa(gport),
 		"--allow-grpc", "true", "--exit-on-error", "false", "--strict-model-config", "false", "--exit-timeout-secs", "20",
-		"--id", "triton", "--model-config-name", "small", "--log-verbose=1", "--log-file", logFile, "--pinned-memory-pool-byte-size", "268435456",
+		"--id", "triton", "--model-config-name", "small", "--log-verbose=1", "--log-file", logFile, "--log-format", "default", "--pinned-memory-pool-byte-size", "268435456",
 		"--grpc-use-ssl", "1", "--grpc-server-cert", certFile, "--grpc-server-key", keyFile,
 		"--grpc-keepalive-time", "10000", "--grpc-keepalive-permit-without-calls", "True", "--threads", "1")
 	out := &testlog.Buffer{}
@@ -88,8 +89,12 @@ func TestTritonCommandLine(t *testing.T) {
 	if code, body := call(t, "GET", p.url+"/v2/models/digits_mlp/config", "", "", ""); code != 200 || body["max_batch_size"] != 4.0 {
 		t.Fatalf("config with --model-config-name small: %d %v", code, body)
 	}
-	if code, body := call(t, "GET", p.url+"/v2/logging", "", "", ""); code != 200 || body["log_verbose_level"] != 1.0 || body["log_file"] != logFile {
+	if code, body := call(t, "GET", p.url+"/v2/logging", "", "", ""); code != 200 || body["log_verbose_level"] != 1.0 || body["log_file"] != logFile || body["log_format"] != "default" {
 		t.Fatalf("GET /v2/logging with --log-verbose=1: %d %v", code, body)
+	}
+	// Triton's lines from the start; ISO8601 ones once the logging extension switches.
+	if code, body := call(t, "POST", p.url+"/v2/logging", "", "application/json", `{"log_format": "ISO8601"}`); code != 200 || body["log_format"] != "ISO8601" {
+		t.Fatalf("POST /v2/logging log_format ISO8601: %d %v", code, body)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -129,6 +134,12 @@ func TestTritonCommandLine(t *testing.T) {
 		if !strings.Contains(string(log), want) {
 			t.Errorf("--log-file lacks %q:\n%s", want, log)
 		}
+	}
+	lines := strings.Split(strings.TrimSpace(string(log)), "\n")
+	defaultLine := regexp.MustCompile(`^[EWI]\d{4} \d{2}:\d{2}:\d{2}\.\d{6} \d+ [\w.]+:\d+\] ".*"$`)
+	isoLine := regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z [EWI] \d+ [\w.]+:\d+\] ".*"$`)
+	if !defaultLine.MatchString(lines[0]) || !isoLine.MatchString(lines[len(lines)-1]) {
+		t.Errorf("--log-format default, then ISO8601: first line %q, last %q", lines[0], lines[len(lines)-1])
 	}
 	if strings.Contains(out.String(), "level=") {
 		t.Errorf("with --log-file the log still went to standard error:\n%s", out.String())
