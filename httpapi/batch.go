@@ -85,38 +85,41 @@ func (s *Server) handleBatch(ctx *fasthttp.RequestCtx) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			for i := lo; i < hi; i++ {
-				ms := items[i].members()
-				it := &batchItem{id: itemID(ms, i), began: time.Now()}
-				if inputs, aerr := s.decodeItem(items[i], ms, inst); aerr != nil {
-					it.answer = appendItemError(nil, it.id, aerr)
-				} else {
-					it.inputs = inputs
-				}
-				batch[i] = it
+				batch[i] = s.newBatchItem(items[i], i, inst)
 			}
 			s.runItems(rctx, inst, batch[lo:hi], units)
 		}()
 	}
 	wg.Wait()
-	results := make([][]byte, len(batch))
-	for i, it := range batch {
-		results[i] = it.answer
-	}
 	n := 16
-	for _, r := range results {
-		n += len(r) + 1
+	for _, it := range batch {
+		n += len(it.answer) + 1
 	}
 	b := make([]byte, 0, n)
 	b = append(b, `{"responses":[`...)
-	for i, r := range results {
+	for i, it := range batch {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, r...)
+		b = append(b, it.answer...)
 	}
 	b = append(b, "]}"...)
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.SetBody(b)
+}
+
+// newBatchItem reads item number n (its position in the body), which
+// scanDoc validated: its id and inputs, or, when they do not decode, its
+// answer.
+func (s *Server) newBatchItem(item jv, n int, inst *serving.Instance) *batchItem {
+	ms := item.members()
+	it := &batchItem{id: itemID(ms, n), began: time.Now()}
+	if inputs, aerr := s.decodeItem(item, ms, inst); aerr != nil {
+		it.answer = appendItemError(nil, it.id, aerr)
+	} else {
+		it.inputs = inputs
+	}
+	return it
 }
 
 // itemID returns the item's "id" (a string or number) as JSON, or its index
@@ -331,24 +334,17 @@ type ndLine struct {
 func (s *Server) ndjsonChunk(ctx context.Context, inst *serving.Instance, lines []ndLine, units chan struct{}) []*batchItem {
 	items := make([]*batchItem, len(lines))
 	for i, l := range lines {
-		it := &batchItem{id: strconv.AppendInt(nil, int64(l.n), 10), began: time.Now(), answer: l.answer}
-		items[i] = it
-		if it.answer != nil {
+		if l.answer != nil {
+			items[i] = &batchItem{answer: l.answer}
 			continue
 		}
 		v, err := scanDoc(l.data)
 		if err != nil {
-			it.answer = appendItemError(nil, it.id, newError(400, CodeInvalidJSON, fmt.Sprintf("line %d is not valid JSON: %v", l.n, err), nil))
+			items[i] = &batchItem{answer: appendItemError(nil, strconv.AppendInt(nil, int64(l.n), 10),
+				newError(400, CodeInvalidJSON, fmt.Sprintf("line %d is not valid JSON: %v", l.n, err), nil))}
 			continue
 		}
-		ms := v.members()
-		it.id = itemID(ms, l.n)
-		inputs, aerr := s.decodeItem(v, ms, inst)
-		if aerr != nil {
-			it.answer = appendItemError(nil, it.id, aerr)
-			continue
-		}
-		it.inputs = inputs
+		items[i] = s.newBatchItem(v, l.n, inst)
 	}
 	s.runItems(ctx, inst, items, units)
 	return items
