@@ -41,10 +41,7 @@ func (l *LogSettings) tritonFormat() string {
 	if l.lines != nil {
 		return l.lines.Get().String()
 	}
-	if l.format == "ISO8601" {
-		return l.format
-	}
-	return "default"
+	return "default" // text or json: Triton's default names them
 }
 
 // Get returns the settings in Triton's names.
