@@ -39,7 +39,7 @@ type codeCounters [600]atomic.Pointer[prometheus.Counter]
 
 // endpoints are the label values of fw_http_requests_total; unknown paths
 // count as "other" so a scanner cannot blow up the label space.
-var endpointLabels = []string{"predict", "predict_image", "predict_batch", "v2_infer", "v2_generate", "v2", "health", "model", "metrics", "docs", "other"}
+var endpointLabels = []string{"predict", "predict_image", "predict_batch", "v2_infer", "v2_generate", "v2", "health", "model", "metrics", "docs", "debug", "other"}
 
 // NewMetrics creates and registers the metrics, Go runtime and process
 // collectors included.

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
+	"github.com/valyala/fasthttp/pprofhandler"
 
 	"github.com/fw-serve/fw/internal/hostguard"
 	"github.com/fw-serve/fw/payloadlog"
@@ -78,6 +79,9 @@ type Config struct {
 	Telemetry *telemetry.Tracer
 	// Payloads, when set, logs a sample of the inferences (payloadlog).
 	Payloads *payloadlog.Logger
+	// Pprof serves Go's runtime profiles under /debug/pprof/ (--pprof),
+	// behind APIKeys when any; off, those paths are 404 like any unknown one.
+	Pprof bool
 }
 
 // DefaultConfig returns the defaults the fw serve flags document.
@@ -283,6 +287,13 @@ func (s *Server) route(ctx *fasthttp.RequestCtx) string {
 	}
 	if bytes.HasPrefix(path, []byte("/v2")) {
 		return s.routeV2(ctx)
+	}
+	if s.cfg.Pprof && bytes.HasPrefix(path, []byte("/debug/pprof")) {
+		// POST too: `go tool pprof` posts symbol lookups to /debug/pprof/symbol.
+		if s.allow(ctx, "GET", "POST") && s.authorized(ctx) {
+			pprofhandler.PprofHandler(ctx)
+		}
+		return "debug"
 	}
 	writeError(ctx, newError(404, CodeNotFound, fmt.Sprintf("no route %s %s; see GET /docs for the API", ctx.Method(), path), nil))
 	return "other"

@@ -926,3 +926,29 @@ func TestAccessLogKeepsNDJSONStreaming(t *testing.T) {
 		t.Fatalf("status %d, %d lines", r.status, bytes.Count(r.body, []byte("\n")))
 	}
 }
+
+// --pprof serves Go's runtime profiles behind the API keys; without it the
+// paths are unknown routes.
+func TestPprof(t *testing.T) {
+	model := filepath.Join(modelsDir(t), "digits_mlp.onnx")
+	off := startServer(t, model, httpapi.Config{}, batcher.Config{})
+	if r := do(t, "GET", off.url+"/debug/pprof/goroutine?debug=1", "", nil); r.status != 404 || r.errCode(t) != "not_found" {
+		t.Fatalf("without --pprof: %d %s", r.status, r.body)
+	}
+	ts := startServer(t, model, httpapi.Config{Pprof: true, APIKeys: []string{"k"}}, batcher.Config{})
+	if r := do(t, "GET", ts.url+"/debug/pprof/goroutine?debug=1", "", nil); r.status != 401 || r.errCode(t) != "unauthorized" {
+		t.Fatalf("no key: %d %s", r.status, r.body)
+	}
+	r := do(t, "GET", ts.url+"/debug/pprof/goroutine?debug=1", "", nil, "Authorization", "Bearer k")
+	if r.status != 200 || !strings.Contains(string(r.body), "goroutine profile:") {
+		t.Fatalf("goroutines: %d %.200s", r.status, r.body)
+	}
+	// A CPU profile is a gzipped protocol buffer, what go tool pprof reads.
+	r = do(t, "GET", ts.url+"/debug/pprof/profile?seconds=1", "", nil, "Authorization", "Bearer k")
+	if r.status != 200 || len(r.body) < 2 || r.body[0] != 0x1f || r.body[1] != 0x8b {
+		t.Fatalf("cpu profile: %d %.200q", r.status, r.body)
+	}
+	if r := do(t, "PUT", ts.url+"/debug/pprof/heap", "", nil, "Authorization", "Bearer k"); r.status != 405 {
+		t.Fatalf("PUT: %d %s", r.status, r.body)
+	}
+}

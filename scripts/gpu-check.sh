@@ -4,6 +4,11 @@
 #   bash scripts/gpu-check.sh pack    here (make gpu-check): builds bin/fw, the engine's
 #                                     test binary and bench/gpucheck into build/gpu/bundle.tgz
 #                                     (about 23 MB), the only built thing the call carries
+#   bash scripts/gpu-check.sh profile there: the short run that says where fw serve's time goes on
+#                                     the GPU: unpack, shim, the TorchScript models, then fw serve
+#                                     with --pprof under load (bench/gpucheck -profile): the table,
+#                                     a table of server, engine and queue time and CPU by thread,
+#                                     and each row's Go CPU profile in $OUT/profiles.tgz (~2 minutes)
 #   bash scripts/gpu-check.sh run     there, in the repository's root: unpacks the bundle,
 #                                     builds the libtorch shim against the machine's own
 #                                     libtorch, exports the models there (scripts/gpu-export.py),
@@ -48,6 +53,7 @@ pack() {
 }
 
 run() {
+  local mode=${1:-run}
   local dev=${GPU_CHECK_DEVICE:-cuda} py=${GPU_CHECK_PYTHON:-python3} secs=${GPU_CHECK_SECONDS:-3}
   local out=${OUT:-$work/out} models=$work/models failed=0 t0
   rm -rf "$work"
@@ -60,7 +66,7 @@ run() {
     echo "# fw GPU check"
     echo
     echo "Commit $(tar -xzOf "$gpu/bundle.tgz" commit 2>/dev/null || echo unknown)," \
-      "$(date -u +%Y-%m-%dT%H:%MZ), device $dev, \`bash scripts/gpu-check.sh run\`."
+      "$(date -u +%Y-%m-%dT%H:%MZ), device $dev, \`bash scripts/gpu-check.sh $mode\`."
     echo
   } >"$report"
 
@@ -136,8 +142,15 @@ run() {
       nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -lms 500 >"$out/gpu-util.csv" 2>&1 &
       smi=$!
     fi
-    "$work/bin/gpucheck" -bin bin/fw -models "$models" -device "$dev" -c 1,16,64 -d "${secs}s" -warmup "${GPU_CHECK_WARMUP:-1}s" -eager "$out/eager.json" -out "$out/serve.md"
-    rc=$?
+    if [ "$mode" = profile ]; then
+      "$work/bin/gpucheck" -bin bin/fw -models "$models" -device "$dev" -c "${GPU_CHECK_CLIENTS:-1,16,64}" -d "${secs}s" -warmup "${GPU_CHECK_WARMUP:-1}s" \
+        -only resnet18.ts.pt,digits_mlp.ts.pt -profile "$work/prof" -out "$out/serve.md"
+      rc=$?
+      tar -C "$work/prof" -czf "$out/profiles.tgz" . || rc=1
+    else
+      "$work/bin/gpucheck" -bin bin/fw -models "$models" -device "$dev" -c 1,16,64 -d "${secs}s" -warmup "${GPU_CHECK_WARMUP:-1}s" -eager "$out/eager.json" -out "$out/serve.md"
+      rc=$?
+    fi
     [ -n "$smi" ] && kill "$smi" 2>/dev/null && wait "$smi" 2>/dev/null
     return $rc
   }
@@ -147,15 +160,20 @@ run() {
   step "libtorch shim built against the machine's torch" shim
   local aoti=()
   [ "$dev" = cpu ] && [ -z "${GPU_CHECK_AOTI_CPU:-}" ] && aoti=(--no-aoti)
+  [ "$mode" = profile ] && aoti=(--no-aoti)
   # Python's own AOTInductor loader (torch._inductor.aoti_load_package) crashed on the H200 image
   # the way fw's shim did before it loaded libstdc++ globally (engine/torch_dl.c): std::call_once's
   # state bound to two copies. The Python steps get the same cure from outside (docs/gpu-check.md).
   local pre="libstdc++.so.6${LD_PRELOAD:+ $LD_PRELOAD}"
   step "models exported there (scripts/gpu-export.py)" env LD_PRELOAD="$pre" timeout 300 "$py" scripts/gpu-export.py --out "$models" --device "$dev" "${aoti[@]}"
-  step "fw verify --device $dev" verify
-  step "engine CUDA tests (TestCUDA)" cudatests
-  step "raw PyTorch on the same files (bench/gpu_eager.py)" eager
-  step "fw serve on $dev (bench/gpucheck)" serving
+  if [ "$mode" = profile ]; then
+    step "fw serve on $dev with --pprof (bench/gpucheck -profile)" serving
+  else
+    step "fw verify --device $dev" verify
+    step "engine CUDA tests (TestCUDA)" cudatests
+    step "raw PyTorch on the same files (bench/gpu_eager.py)" eager
+    step "fw serve on $dev (bench/gpucheck)" serving
+  fi
   {
     echo
     echo "Total $(($(date +%s) - t0)) s, $failed step(s) failed."
@@ -168,12 +186,14 @@ run() {
       echo '```'
       echo
     fi
-    echo "## fw verify"
-    echo
-    echo '```'
-    sed -n '/^==> fw verify/,/^==> /p' "$log" | grep -v '^==> '
-    echo '```'
-    echo
+    if [ "$mode" = run ]; then
+      echo "## fw verify"
+      echo
+      echo '```'
+      sed -n '/^==> fw verify/,/^==> /p' "$log" | grep -v '^==> '
+      echo '```'
+      echo
+    fi
     echo "## Serving: fw serve against raw PyTorch, same files, same device"
     echo
     cat "$out/serve.md" 2>/dev/null || echo "(no serving table: see gpu-check.log)"
@@ -182,14 +202,16 @@ run() {
       echo "GPU while serving (nvidia-smi every 0.5 s): $(awk -F', ' '{u=$2+0; m=$3+0; if (u>mu) mu=u; if (m>mm) mm=m; su+=u; n++} END {if (n) printf "utilisation mean %.0f %%, max %d %%; memory used max %d MiB; %d samples", su/n, mu, mm, n}' "$out/gpu-util.csv")"
       echo
     fi
-    echo "## Raw PyTorch (bench/gpu_eager.py)"
-    echo
-    echo "| file | batch | mode | rows/s | p50 µs | p99 µs |"
-    echo "|---|---:|---|---:|---:|---:|"
-    "$py" -c 'import json, sys
+    if [ -s "$out/eager.json" ]; then
+      echo "## Raw PyTorch (bench/gpu_eager.py)"
+      echo
+      echo "| file | batch | mode | rows/s | p50 µs | p99 µs |"
+      echo "|---|---:|---|---:|---:|---:|"
+      "$py" -c 'import json, sys
 for r in json.load(open(sys.argv[1])):
     print("| %s | %d | %s | %s | %s | %s |" % (r["model"], r["batch"], r["mode"], format(r["rows_per_s"], ",.0f"),
           format(r["p50_us"], ",.0f"), format(r["p99_us"], ",.0f")))' "$out/eager.json" 2>/dev/null
+    fi
   } >>"$report"
   echo "gpu-check: report in $report ($failed step(s) failed)"
   return $failed
@@ -197,6 +219,7 @@ for r in json.load(open(sys.argv[1])):
 
 case "${1:-}" in
   pack) pack ;;
-  run) run ;;
-  *) echo "usage: bash scripts/gpu-check.sh pack|run" >&2; exit 2 ;;
+  run) run run ;;
+  profile) run profile ;;
+  *) echo "usage: bash scripts/gpu-check.sh pack|run|profile" >&2; exit 2 ;;
 esac

@@ -89,6 +89,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	shutdownTimeout := ef.Duration("shutdown-timeout", 30*time.Second, "on SIGTERM: stop accepting, finish in-flight requests, exit within this time")
 	drainDelay := ef.Duration("drain-delay", 0, "on SIGTERM: keep serving this long with /health answering 503 before closing the listener, so load balancers stop sending first (Kubernetes: a few seconds)")
 	accessLog := ef.Bool("access-log", false, "log every request")
+	pprofOn := ef.Bool("pprof", false, "serve Go's runtime profiles under /debug/pprof/ on --port (CPU: /debug/pprof/profile?seconds=N, heap, goroutines) for `go tool pprof`, behind --api-key when set; off by default: profiles show the server's internals")
 	logFormat := ef.String("log-format", "text", "log format: text or json, or tritonserver's default or ISO8601 (its own line layout, messages escaped unless TRITON_SERVER_ESCAPE_LOG_MESSAGES=0)")
 	logLevel := ef.String("log-level", "info", "log level: debug, info, warn or error")
 	graphOpt := ef.String("graph-optimization", "all", "ONNX Runtime graph optimisation: disable, basic, extended or all")
@@ -357,7 +358,7 @@ Flags:
 	srv := httpapi.New(base, httpapi.Config{
 		MaxBodyBytes: *maxBody, MaxRows: *maxRows, MaxImagePixels: *maxPixels, Timeout: *timeout,
 		APIKeys: keys, AccessLog: *accessLog, Version: version, Name: tset.name, ForwardHeaders: tset.httpForward, Hosts: hosts, SharedMemory: shm, Logging: logSettings,
-		Restricted: restrictedHTTP, Tracer: tracer, Telemetry: otel, Payloads: payloads,
+		Restricted: restrictedHTTP, Tracer: tracer, Telemetry: otel, Payloads: payloads, Pprof: *pprofOn,
 	}, models, metrics, log, reg)
 	hs := &fasthttp.Server{
 		Handler:            srv.Handler,
