@@ -232,6 +232,25 @@ type CallObserver interface {
 	EngineCall(ctxs []context.Context, rows int, start time.Time, took time.Duration, err error)
 }
 
+// PaddingStats is a Stats told, after BatchRun, how many of a successful
+// call's rows were padding (WithWhole): rows the engine computed that no
+// request asked for, such as the sequence batcher's null requests, which
+// Triton counts in a batch's size but not in its inference count.
+type PaddingStats interface {
+	BatchPadding(rows int)
+}
+
+// wholeKey is the context key of WithWhole.
+type wholeKey struct{}
+
+// WithWhole returns ctx for a request that runs as an engine call of its
+// own, never joined with other requests (the sequence batcher's direct
+// batches, formed slot by slot), of whose rows padding are padding
+// (PaddingStats).
+func WithWhole(ctx context.Context, padding int) context.Context {
+	return context.WithValue(ctx, wholeKey{}, max(padding, 0))
+}
+
 type noStats struct{}
 
 func (noStats) BatchRun(int, int, time.Duration, time.Duration, error) {}
@@ -301,6 +320,8 @@ type Batcher struct {
 	done    chan struct{} // closed when the last worker exits
 
 	reqs sync.Pool // *request
+	// wholes numbers WithWhole requests: each has a group of its own.
+	wholes atomic.Uint64
 
 	// queueing says cfg.Queues asks for levels or policies; levelQueued
 	// then counts the queued requests per level. maxPreferred is the
@@ -322,6 +343,8 @@ type group struct {
 	reqs []*request // arrival order (by level first, with Config.Queues)
 	rows int        // total rows in reqs
 	idx  int        // position in Batcher.active, -1 when empty
+	// whole: a WithWhole request's own group, dropped once empty.
+	whole bool
 	// newest is when its newest request was queued (kept while it is
 	// active; a request leaving does not move it back).
 	newest time.Time
@@ -333,6 +356,7 @@ type request struct {
 	ctx      context.Context
 	inputs   []engine.Tensor
 	rows     int
+	padding  int // rows of rows that are padding (WithWhole)
 	enqueued time.Time
 	g        *group
 	taken    bool          // guarded by Batcher.mu: in a worker's batch
@@ -521,9 +545,13 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 	if !b.cfg.Unbatched {
 		key = appendSignature(key, inputs, b.cfg.Ragged)
 	}
+	padding, whole := ctx.Value(wholeKey{}).(int)
+	if whole { // a key no other request has: a group, and a call, of its own
+		key = binary.AppendUvarint(append(key, 0xff), b.wholes.Add(1))
+	}
 
 	r := b.reqs.Get().(*request)
-	r.ctx, r.inputs, r.rows, r.taken = ctx, inputs, rows, false
+	r.ctx, r.inputs, r.rows, r.taken, r.padding = ctx, inputs, rows, false, padding
 	r.enqueued = time.Now()
 
 	b.mu.Lock()
@@ -558,7 +586,7 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 	}
 	g := b.groups[string(key)]
 	if g == nil {
-		g = &group{key: string(key), idx: -1}
+		g = &group{key: string(key), idx: -1, whole: whole}
 		b.groups[g.key] = g
 	}
 	newGroup := g.idx < 0 // another shape: the batches waiting may go now
@@ -984,7 +1012,7 @@ func (b *Batcher) deactivateLocked(g *group) {
 	b.active = b.active[:last]
 	g.idx = -1
 	g.newest = time.Time{}
-	if len(b.groups) > maxIdleGroups {
+	if g.whole || len(b.groups) > maxIdleGroups {
 		delete(b.groups, g.key)
 	}
 }
@@ -1089,6 +1117,15 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 		err = b.cfg.Ragged.checkScattered(outs, reqs)
 	}
 	b.stats.BatchRun(rows, len(reqs), queueWait, inference, err)
+	if ps, ok := b.stats.(PaddingStats); ok && err == nil {
+		padding := 0
+		for _, r := range reqs {
+			padding += r.padding
+		}
+		if padding > 0 {
+			ps.BatchPadding(padding)
+		}
+	}
 	if b.cfg.Calls != nil {
 		for _, r := range reqs {
 			w.ctxs = append(w.ctxs, r.ctx)

@@ -124,6 +124,10 @@ type Config struct {
 	// (batcher.Config.StartAfter): Triton's TRITONSERVER_DELAY_SCHEDULER
 	// test hook, for its QA suites.
 	DelayScheduler int
+	// BacklogDelay, when positive, holds a direct sequence batcher's first
+	// batches until that many requests wait in its backlog too: Triton's
+	// TRITONSERVER_BACKLOG_DELAY_SCHEDULER (sequence.DirectConfig).
+	BacklogDelay int
 }
 
 // onDemand reports whether models load on their first request.
@@ -921,6 +925,9 @@ func (r *Repository) loadVersion(ctx context.Context, name, vs, vdir string, cfg
 			if seq != nil {
 				sc := *seq
 				sc.Slots *= max(1, inst.Batcher.Config().Instances) // per engine instance, as Triton's
+				if slotted(cfg) {
+					sc.Direct = r.directConfig(cfg, max(1, inst.Batcher.Config().Instances))
+				}
 				if err := checkEngineTakes(&sc, inst.Model); err != nil {
 					return err
 				}
@@ -985,6 +992,8 @@ func (r *Repository) batching(cfg *pb.ModelConfig, auto bool) batcher.Config {
 				bc.PreferredSizes = []int{bc.MaxBatchRows}
 			}
 			bc.StartAfter = r.cfg.DelayScheduler
+		case slotted(cfg): // the sequence batcher forms each batch (sequence.DirectConfig)
+			bc.MaxDelay, bc.MinRows, bc.PreferredSizes = 0, 0, nil
 		case cfg.GetSequenceBatching() != nil: // requests of different sequences batched as its strategy says
 			bc.MaxDelay = time.Duration(queueDelay(cfg.GetSequenceBatching())) * time.Microsecond
 			bc.MinRows = minSlotRows(cfg)

@@ -144,6 +144,27 @@ func queueDelay(sb *pb.ModelSequenceBatching) uint64 {
 	return sb.GetDirect().GetMaxQueueDelayMicroseconds()
 }
 
+// slotted reports whether a model's sequence batcher forms its batches
+// slot by slot (sequence.DirectConfig): the direct strategy on a model
+// with a batch axis, served by an engine (a Python model's requests go to
+// its batcher one by one, each with its correlation ID).
+func slotted(cfg *pb.ModelConfig) bool {
+	sb := cfg.GetSequenceBatching()
+	return sb != nil && sb.GetOldest() == nil && !sb.GetIterativeSequence() && cfg.GetMaxBatchSize() > 0 && cfg.GetBackend() != backendPython
+}
+
+// directConfig is the slot scheduler of a slotted model with groups
+// instances.
+func (r *Repository) directConfig(cfg *pb.ModelConfig, groups int) *sequence.DirectConfig {
+	d := cfg.GetSequenceBatching().GetDirect()
+	return &sequence.DirectConfig{
+		Groups: groups, Size: int(cfg.GetMaxBatchSize()),
+		MaxDelay:       time.Duration(d.GetMaxQueueDelayMicroseconds()) * time.Microsecond,
+		MinUtilization: d.GetMinimumSlotUtilization(),
+		DelayScheduler: r.cfg.DelayScheduler, BacklogDelay: r.cfg.BacklogDelay,
+	}
+}
+
 // minSlotRows is the rows a direct sequence batch waits for, up to its
 // max_queue_delay_microseconds, before it runs (batcher.Config.MinRows):
 // the fewest ready rows k whose share of max_batch_size reaches

@@ -520,9 +520,10 @@ func TestSequenceLibtorchRefusesTypes(t *testing.T) {
 	}
 }
 
-// direct's minimum_slot_utilization becomes the rows a batch waits for
-// (batcher MinRows): half of max_batch_size 8 is 4; no delay, no wait.
-// oldest's preferred_batch_size becomes the batcher's preferred sizes.
+// direct's minimum_slot_utilization and max_queue_delay_microseconds go to
+// the slot scheduler (sequence.DirectConfig), which holds each batch; the
+// model's batcher then holds nothing. oldest's preferred_batch_size becomes
+// the batcher's preferred sizes.
 func TestSequenceMinimumSlotUtilization(t *testing.T) {
 	root := seqRepo(t, "simple_sequence_state", map[string][]string{
 		"half":     {"direct { }", "direct { max_queue_delay_microseconds: 3000000 minimum_slot_utilization: 0.5 }"},
@@ -534,18 +535,24 @@ func TestSequenceMinimumSlotUtilization(t *testing.T) {
 	f := open(t, Config{Roots: []string{root}})
 	// oldest's preferred sizes hold its batches as dynamic batching's do.
 	oldest, err := f.repo.Get("oldest", "")
-	if err != nil || fmt.Sprint(oldest.Batcher.Config().PreferredSizes) != "[2 4]" {
+	if err != nil || fmt.Sprint(oldest.Batcher.Config().PreferredSizes) != "[2 4]" || oldest.Sequences.Config().Direct != nil {
 		t.Fatalf("oldest's preferred sizes: %v %v", oldest.Batcher.Config().PreferredSizes, err)
 	}
-	// 0.1 of 10 slots is one ready row, compared in float32 as Triton does
-	// (not 2, as float64(float32(0.1))*10 rounded up would say): no wait.
-	for name, want := range map[string]int{"half": 4, "nodelay": 0, "fraction": 3, "tenth": 0} {
+	for name, want := range map[string]sequence.DirectConfig{
+		"half":     {Groups: 1, Size: 8, MaxDelay: 3 * time.Second, MinUtilization: 0.5},
+		"nodelay":  {Groups: 1, Size: 8, MinUtilization: 0.5},
+		"fraction": {Groups: 1, Size: 8, MaxDelay: time.Millisecond, MinUtilization: 0.3},
+		"tenth":    {Groups: 1, Size: 10, MaxDelay: time.Millisecond, MinUtilization: 0.1},
+	} {
 		inst, err := f.repo.Get(name, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := inst.Batcher.Config().MinRows; got != want {
-			t.Errorf("%s: MinRows %d, want %d", name, got, want)
+		if d := inst.Sequences.Config().Direct; d == nil || *d != want {
+			t.Errorf("%s: slot scheduler %+v, want %+v", name, d, want)
+		}
+		if bc := inst.Batcher.Config(); bc.MinRows != 0 || bc.MaxDelay != 0 {
+			t.Errorf("%s: the model's batcher holds batches too: %+v", name, bc)
 		}
 		if d := inst.Config.SequenceBatching["direct"].(map[string]any); fmt.Sprint(d["minimum_slot_utilization"]) == "0" {
 			t.Errorf("%s: reported %v", name, d)

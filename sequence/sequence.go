@@ -18,9 +18,11 @@
 // The control inputs (START, END, READY, CORRID) are filled by the batcher,
 // never sent by the client. The engine calls themselves go through the
 // model's dynamic batcher (the SubmitFunc given to Run), so requests of
-// different sequences share them. fw's engines keep no state between calls:
-// a sequence's state is only what the batcher holds, so the slot a sequence
-// holds bounds concurrency and is not a row position in the engine call.
+// different sequences share them: with Config.Direct in batches the
+// Batcher forms slot by slot as Triton's direct strategy does (direct.go),
+// a sequence's slot its row; otherwise request by request. fw's engines
+// keep no state between calls: a sequence's state is only what the
+// batcher holds.
 package sequence
 
 import (
@@ -60,8 +62,8 @@ type Kind int
 const (
 	// Start is true on the first request of a sequence.
 	Start Kind = iota
-	// Ready is true on a row that holds a request: always, in fw, which
-	// never sends empty rows.
+	// Ready is true on a row that holds a request, false on a null
+	// request's (Config.Direct's padding of a free slot).
 	Ready
 	// End is true on the last request of a sequence.
 	End
@@ -125,6 +127,11 @@ type Config struct {
 	// VisibleStates are the state outputs a client may request (listed as
 	// outputs in the configuration, Triton's rule for debugging).
 	VisibleStates []string
+	// Direct, for a batched model with the direct strategy, makes the
+	// batcher form its batches slot by slot as Triton's does (direct.go);
+	// Slots is then Groups*Size. Nil: requests go to the model's dynamic
+	// batcher one by one.
+	Direct *DirectConfig
 }
 
 // ID is a correlation ID: an unsigned integer (N) or a string (S, when
@@ -189,6 +196,8 @@ type Batcher struct {
 	seqs    map[ID]*seq
 	closed  bool
 	reaping bool
+	// dir is the slot scheduler (Config.Direct), nil without.
+	dir *direct
 }
 
 // seq is one sequence's place, slot and state; guarded by Batcher.mu.
@@ -209,6 +218,14 @@ type seq struct {
 	timer     *time.Timer
 	expired   chan struct{}
 	gone      bool
+	// With Config.Direct: pos is the slot held (-1: none), queue the
+	// requests waiting in it or in the backlog, tailQueued closed once
+	// the last request admitted has queued, gen counts the STARTs admitted
+	// (a state computed for an earlier one is not kept).
+	pos        int
+	queue      []*slotReq
+	tailQueued chan struct{}
+	gen        uint64
 }
 
 // closedChan is the tail of a sequence with nothing admitted.
@@ -218,15 +235,29 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // given, batched when it has a batch axis (max_batch_size > 0). It checks
 // the configuration against them: every control and state names a model
 // tensor of the configured datatype and a shape the batcher can send.
-func New(cfg Config, inputs, outputs []engine.TensorSpec, batched bool, log *slog.Logger) (*Batcher, error) {
+func New(cfg Config, inputs, outputs []engine.TensorSpec, batched bool, log *slog.Logger) (_ *Batcher, err error) {
 	if cfg.Slots <= 0 {
 		cfg.Slots = 1
 	}
 	if cfg.MaxIdle <= 0 {
 		cfg.MaxIdle = time.Second
 	}
+	if d := cfg.Direct; d != nil {
+		if !batched || cfg.Strategy != Direct || d.Groups <= 0 || d.Size <= 0 {
+			return nil, fmt.Errorf("sequence: the slot scheduler takes a batched model with the direct strategy and groups of slots, got batched=%v %s %d x %d", batched, cfg.Strategy, d.Groups, d.Size)
+		}
+		cfg.Slots = d.Groups * d.Size
+	}
 	b := &Batcher{cfg: cfg, batched: batched, inputs: inputs, outputs: outputs, log: log, now: time.Now,
 		slots: make(chan struct{}, cfg.Slots), stop: make(chan struct{}), done: make(chan struct{}), seqs: map[ID]*seq{}}
+	if d := cfg.Direct; d != nil {
+		b.dir = &direct{cfg: *d, occ: make([]*seq, cfg.Slots)}
+		defer func() {
+			if err == nil {
+				b.startDirect()
+			}
+		}()
+	}
 	index := func(specs []engine.TensorSpec, name string) int {
 		for i, sp := range specs {
 			if sp.Name == name {
@@ -455,8 +486,11 @@ func (b *Batcher) Enter(id ID, start, end bool) (*Ticket, error) {
 		if !start {
 			return nil, refuse("inference request for sequence %s to model '%s' must specify the START flag on the first request of the sequence", id, b.cfg.Model)
 		}
-		if s == nil {
-			s = &seq{id: id, tail: closedChan}
+		if s == nil || b.dir != nil {
+			// With slots, a new sequence after an END is one of its own, as
+			// Triton's: it takes a slot (or the backlog) of its own while the
+			// ended one may still hold its slot.
+			s = &seq{id: id, tail: closedChan, tailQueued: closedChan, pos: -1}
 			b.seqs[id] = s
 		}
 		s.ended = false
@@ -466,6 +500,14 @@ func (b *Batcher) Enter(id ID, start, end bool) (*Ticket, error) {
 	}
 	t := &Ticket{b: b, s: s, prev: s.tail, done: make(chan struct{}), start: start, end: end}
 	s.tail = t.done
+	if b.dir != nil {
+		t.prevQueued, t.queued = s.tailQueued, make(chan struct{})
+		s.tailQueued = t.queued
+	}
+	if start {
+		s.gen++
+	}
+	t.gen = s.gen
 	s.pending++
 	s.last = b.now()
 	if end {
@@ -481,6 +523,11 @@ type Ticket struct {
 	prev, done chan struct{}
 	start, end bool
 	used       atomic.Bool
+	gen        uint64 // the sequence's gen when admitted
+	// With Config.Direct: closed once the request before it has queued in
+	// the slot, and once it has (or given up).
+	prevQueued, queued chan struct{}
+	queuedOnce         sync.Once
 }
 
 // ID is the ticket's sequence.
@@ -495,6 +542,9 @@ func (t *Ticket) ID() ID { return t.s.id }
 func (t *Ticket) Run(ctx context.Context, inputs []engine.Tensor, submit SubmitFunc) ([]engine.Tensor, batcher.Timing, error) {
 	if !t.used.CompareAndSwap(false, true) {
 		return nil, batcher.Timing{}, errors.New("sequence: a ticket runs once")
+	}
+	if t.b.dir != nil {
+		return t.b.runDirect(ctx, t, inputs, submit)
 	}
 	expired := t.b.backlog(t.s, batcher.QueueOptionsFrom(ctx).Timeout)
 	select {
@@ -556,6 +606,7 @@ func (b *Batcher) expire(s *seq, at time.Time) {
 // It does nothing after Run, and on nil.
 func (t *Ticket) Release() {
 	if t != nil && t.used.CompareAndSwap(false, true) {
+		t.markQueued()
 		t.b.finish(t)
 	}
 }
@@ -598,7 +649,10 @@ func (b *Batcher) freeLocked(s *seq) {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
-	if s.slot {
+	switch {
+	case b.dir != nil:
+		b.releaseLocked(s)
+	case s.slot:
 		<-b.slots
 		s.slot = false
 	}
@@ -646,29 +700,24 @@ func (b *Batcher) run(ctx context.Context, t *Ticket, inputs []engine.Tensor, su
 	b.mu.Lock()
 	state := t.s.state
 	b.mu.Unlock()
-	full := make([]engine.Tensor, len(b.inputs))
-	for i, j := range b.clientIn {
-		full[j] = inputs[i]
-	}
-	for i, c := range b.cfg.Controls {
-		full[b.controlIn[i]] = b.control(c, t)
-	}
-	for i := range b.cfg.States {
-		if t.start || state == nil {
-			full[b.stateIn[i]] = b.initial[i]
-		} else {
-			full[b.stateIn[i]] = state[i]
-		}
-	}
+	full := b.fullInputs(t, inputs, state)
 	out, timing, err := submit(ctx, full)
 	if err != nil {
 		return nil, timing, err
 	}
+	res, err := b.keep(t, full, out)
+	return res, timing, err
+}
+
+// keep keeps a request's state outputs for its sequence's next request
+// (unless a later START began the sequence again) and returns the client's
+// outputs; full are the request's model inputs, out the model's outputs.
+func (b *Batcher) keep(t *Ticket, full, out []engine.Tensor) ([]engine.Tensor, error) {
 	next := make([]engine.Tensor, len(b.cfg.States))
 	for i, s := range b.cfg.States {
 		j := b.stateOut[i]
 		if j >= len(out) {
-			return nil, timing, fmt.Errorf("the model returned %d outputs, without its state output %q", len(out), s.Output)
+			return nil, fmt.Errorf("the model returned %d outputs, without its state output %q", len(out), s.Output)
 		}
 		if out[j].Absent() {
 			// The model's response left the state out (a Python model's may):
@@ -678,23 +727,25 @@ func (b *Batcher) run(ctx context.Context, t *Ticket, inputs []engine.Tensor, su
 			continue
 		}
 		if err := b.checkState(s, out[j]); err != nil {
-			return nil, timing, err
+			return nil, err
 		}
 		// A copy: the output may be rows of a larger engine output, which
 		// the state would otherwise keep alive.
 		next[i] = engine.Tensor{DType: out[j].DType, Shape: append([]int64{}, out[j].Shape...), Data: bytes.Clone(out[j].Data)}
 	}
 	b.mu.Lock()
-	t.s.state = next
+	if t.s.gen == t.gen {
+		t.s.state = next
+	}
 	b.mu.Unlock()
 	res := make([]engine.Tensor, len(b.clientOut))
 	for i, j := range b.clientOut {
 		if j >= len(out) {
-			return nil, timing, fmt.Errorf("the model returned %d outputs, without %q", len(out), b.outputs[j].Name)
+			return nil, fmt.Errorf("the model returned %d outputs, without %q", len(out), b.outputs[j].Name)
 		}
 		res[i] = out[j]
 	}
-	return res, timing, nil
+	return res, nil
 }
 
 // checkState checks a state output against the state's dims.
@@ -716,8 +767,9 @@ func (b *Batcher) checkState(s State, t engine.Tensor) error {
 	return nil
 }
 
-// control is the value of a control input for a request.
-func (b *Batcher) control(c Control, t *Ticket) engine.Tensor {
+// controlValue is the value of a control input for a request of sequence
+// id (a null request: the zero ID, not ready).
+func (b *Batcher) controlValue(c Control, id ID, start, end, ready bool) engine.Tensor {
 	shape := []int64{1}
 	if b.batched {
 		shape = []int64{1, 1}
@@ -729,15 +781,15 @@ func (b *Batcher) control(c Control, t *Ticket) engine.Tensor {
 		// that the ID is of the CORRID's kind).
 		switch c.DType {
 		case engine.Int64, engine.Uint64:
-			binary.LittleEndian.PutUint64(out.Data, t.s.id.N)
+			binary.LittleEndian.PutUint64(out.Data, id.N)
 		case engine.Int32, engine.Uint32:
-			binary.LittleEndian.PutUint32(out.Data, uint32(t.s.id.N))
+			binary.LittleEndian.PutUint32(out.Data, uint32(id.N))
 		case engine.String:
-			out.Data = engine.AppendString(nil, t.s.id.S)
+			out.Data = engine.AppendString(nil, id.S)
 		}
 		return out
 	}
-	on := c.Kind == Ready || (c.Kind == Start && t.start) || (c.Kind == End && t.end)
+	on := (c.Kind == Ready && ready) || (c.Kind == Start && start) || (c.Kind == End && end)
 	v := c.False
 	if on {
 		v = c.True

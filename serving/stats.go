@@ -163,6 +163,13 @@ func (s *Stats) BatchRun(rows, _ int, _, inference time.Duration, err error) {
 	s.mu.Unlock()
 }
 
+// BatchPadding implements batcher.PaddingStats: rows of the last call that
+// were the sequence batcher's null requests count in its batch size, not
+// in the inference count (Triton's statistics).
+func (s *Stats) BatchPadding(rows int) {
+	s.inferences.Add(^uint64(rows - 1)) // minus rows
+}
+
 // cacheLookup counts a response cache lookup that found the answer (hit:
 // the time to find and hand it over) or did not (the time to look and to
 // keep the new answer), as Triton's cache_hit and cache_miss.
@@ -218,6 +225,15 @@ type Tee []batcher.Stats
 func (t Tee) BatchRun(rows, requests int, queueWait, inference time.Duration, err error) {
 	for _, s := range t {
 		s.BatchRun(rows, requests, queueWait, inference, err)
+	}
+}
+
+// BatchPadding implements batcher.PaddingStats for the members that do.
+func (t Tee) BatchPadding(rows int) {
+	for _, s := range t {
+		if p, ok := s.(batcher.PaddingStats); ok {
+			p.BatchPadding(rows)
+		}
 	}
 }
 

@@ -65,15 +65,16 @@ func s3ConfigFromEnv() blob.S3Config {
 
 // delaySchedulerFrom reads TRITONSERVER_DELAY_SCHEDULER, Triton's test
 // hook that holds each dynamic batcher's first batch until that many
-// requests are queued: empty or 0 is off.
-func delaySchedulerFrom(v string) (int, error) {
+// requests are queued: empty or 0 is off. name is the variable, for
+// TRITONSERVER_BACKLOG_DELAY_SCHEDULER too (sequence models' backlog).
+func delaySchedulerFrom(name, v string) (int, error) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 || n > 1<<20 {
-		return 0, fmt.Errorf("TRITONSERVER_DELAY_SCHEDULER is %q: it must be a count of requests from 0 (off) to %d", v, 1<<20)
+		return 0, fmt.Errorf("%s is %q: it must be a count of requests from 0 (off) to %d", name, v, 1<<20)
 	}
 	return n, nil
 }

@@ -225,7 +225,12 @@ Flags:
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		return 2
 	}
-	delayScheduler, err := delaySchedulerFrom(os.Getenv("TRITONSERVER_DELAY_SCHEDULER"))
+	delayScheduler, err := delaySchedulerFrom("TRITONSERVER_DELAY_SCHEDULER", os.Getenv("TRITONSERVER_DELAY_SCHEDULER"))
+	if err != nil {
+		fmt.Fprintf(stderr, "fw serve: %v\n", err)
+		return 2
+	}
+	backlogDelay, err := delaySchedulerFrom("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", os.Getenv("TRITONSERVER_BACKLOG_DELAY_SCHEDULER"))
 	if err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		return 2
@@ -315,15 +320,16 @@ Flags:
 		if *threads == 0 {
 			engineOpts.Threads = 0 // each model splits the CPUs between its own instances
 		}
-		if delayScheduler > 0 {
-			log.Warn("TRITONSERVER_DELAY_SCHEDULER is set: each dynamically batched model forms its first batch only once that many requests are queued (Triton's test hook; unset it in production)", "requests", delayScheduler)
+		if delayScheduler > 0 || backlogDelay > 0 {
+			log.Warn("TRITONSERVER_DELAY_SCHEDULER or TRITONSERVER_BACKLOG_DELAY_SCHEDULER is set: each dynamically batched model, and each direct sequence model, forms its first batch only once that many requests are queued (Triton's test hooks; unset them in production)",
+				"requests", delayScheduler, "backlog_requests", backlogDelay)
 		}
 		repo, err := modelrepo.New(modelrepo.Config{
 			Roots: *repos, Mode: mode, LoadModels: *loadModels, PollInterval: time.Duration(*pollSecs) * time.Second,
 			DisableAutoComplete: *noAuto, ConfigName: tset.configName, ResponseCache: responseCache(tset.cacheBytes), Engine: engineOpts, CPUs: cpus, Batcher: batchCfg, SkipWarmup: *noWarmup, Tracer: otel,
 			MaxResidentModels: *maxResident, MaxResidentBytes: *maxResidentBytes, LoadWait: *timeout,
 			Python: cmp.Or(*pythonBin, pythonPath()), KeepGoing: !*exitOnError, PythonMetrics: pyMetrics,
-			DelayScheduler: delayScheduler,
+			DelayScheduler: delayScheduler, BacklogDelay: backlogDelay,
 		}, metrics, log)
 		if err != nil {
 			ln.Close()

@@ -218,16 +218,17 @@ func TestTritonOptionsResolve(t *testing.T) {
 	}
 }
 
-// TRITONSERVER_DELAY_SCHEDULER, Triton's test hook, is read as a count;
+// TRITONSERVER_DELAY_SCHEDULER and TRITONSERVER_BACKLOG_DELAY_SCHEDULER,
+// Triton's test hooks, are read as counts;
 // anything else stops fw serve with the reason.
 func TestDelaySchedulerFrom(t *testing.T) {
 	for v, want := range map[string]int{"": 0, "0": 0, " 12 ": 12} {
-		if n, err := delaySchedulerFrom(v); err != nil || n != want {
+		if n, err := delaySchedulerFrom("TRITONSERVER_DELAY_SCHEDULER", v); err != nil || n != want {
 			t.Errorf("%q: %d, %v; want %d", v, n, err, want)
 		}
 	}
 	for _, v := range []string{"-1", "x", "99999999999"} {
-		if _, err := delaySchedulerFrom(v); err == nil || !strings.Contains(err.Error(), "TRITONSERVER_DELAY_SCHEDULER") {
+		if _, err := delaySchedulerFrom("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", v); err == nil || !strings.Contains(err.Error(), "TRITONSERVER_BACKLOG_DELAY_SCHEDULER is") {
 			t.Errorf("%q: err %v", v, err)
 		}
 	}
