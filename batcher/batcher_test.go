@@ -1069,3 +1069,59 @@ func TestRequestContext(t *testing.T) {
 		}
 	}
 }
+
+// paddingRecorder is a recorder that is told the padding rows too.
+type paddingRecorder struct {
+	recorder
+	padding atomic.Int64
+}
+
+func (s *paddingRecorder) BatchPadding(rows int) { s.padding.Add(int64(rows)) }
+
+// A WithWhole request is an engine call of its own: requests that queue
+// behind a busy engine, which would form one batch, run apart; its padding
+// rows are reported to a PaddingStats after the call.
+func TestWholeRequestsRunAlone(t *testing.T) {
+	stats := &paddingRecorder{}
+	run, started, release := blockFirst(1, affine)
+	b := New(run, Config{MaxBatchRows: 8, MaxDelay: time.Hour}, stats)
+	defer closeOK(t, b)
+	busy := submitAsync(context.Background(), b, rowsTensor(99, 1, 4))
+	<-started
+	var chans []<-chan result
+	for id := range 3 {
+		ctx := WithWhole(context.Background(), id) // 0, 1 and 2 rows of padding
+		chans = append(chans, submitAsync(ctx, b, rowsTensor(id, 2, 4)))
+	}
+	waitFor(t, "three queued", func() bool { return b.QueueDepth() == 3 })
+	close(release)
+	for id, ch := range chans {
+		r := <-ch
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if err := checkAffine(id, 2, 4, r.out); err != nil {
+			t.Error(err)
+		}
+	}
+	if r := <-busy; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if all := stats.all(); len(all) != 4 {
+		t.Fatalf("calls %+v, want 4: the whole requests one each", all)
+	}
+	for _, c := range stats.all()[1:] {
+		if c.rows != 2 || c.requests != 1 {
+			t.Fatalf("calls %+v", stats.all())
+		}
+	}
+	if p := stats.padding.Load(); p != 3 {
+		t.Fatalf("padding %d, want 3", p)
+	}
+	b.mu.Lock()
+	groups := len(b.groups)
+	b.mu.Unlock()
+	if groups != 1 { // the plain request's; the whole ones' are dropped once empty
+		t.Fatalf("%d shape groups kept", groups)
+	}
+}
