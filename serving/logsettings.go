@@ -2,23 +2,23 @@ package serving
 
 import (
 	"fmt"
-	"log/slog"
 	"math"
 	"sync"
 
+	"github.com/fw-serve/fw/internal/logswitch"
 	"github.com/fw-serve/fw/internal/tritonlog"
 )
 
 // LogSettings are the server's log settings as Triton's logging extension
 // reads and changes them (GET/POST /v2/logging, the LogSettings call): the
-// level switches drive the logger's level at run time, and so does
+// severity switches drive the logger's at run time, each on its own, and so does
 // log_format the format of tritonserver's lines (--log-format default or
 // ISO8601); the log file, and fw's own formats (text, json), are fixed by
 // the command line and a request to change them is refused with the
 // reason.
 type LogSettings struct {
-	mu    sync.Mutex
-	level *slog.LevelVar
+	mu  sync.Mutex
+	sev *logswitch.Switches
 	// format is the --log-format in force ("text", "json", or
 	// tritonserver's "default" or "ISO8601").
 	format string
@@ -29,11 +29,11 @@ type LogSettings struct {
 	file string
 }
 
-// NewLogSettings wraps the logger's level; format is --log-format, file
-// --log-file ("" for standard error), lines the format switch of a
-// logger writing tritonserver's lines (nil for text or json).
-func NewLogSettings(level *slog.LevelVar, format, file string, lines *tritonlog.Switch) *LogSettings {
-	return &LogSettings{level: level, format: format, file: file, lines: lines}
+// NewLogSettings wraps the logger's severity switches; format is
+// --log-format, file --log-file ("" for standard error), lines the format
+// switch of a logger writing tritonserver's lines (nil for text or json).
+func NewLogSettings(sev *logswitch.Switches, format, file string, lines *tritonlog.Switch) *LogSettings {
+	return &LogSettings{sev: sev, format: format, file: file, lines: lines}
 }
 
 // tritonFormat is the format in Triton's names.
@@ -48,33 +48,27 @@ func (l *LogSettings) tritonFormat() string {
 func (l *LogSettings) Get() map[string]any {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	lv := l.level.Level()
-	verbose := 0
-	if lv <= slog.LevelDebug {
-		verbose = 1
-	}
+	v := l.sev.Get()
 	return map[string]any{
 		"log_file":          l.file,
-		"log_info":          lv <= slog.LevelInfo,
-		"log_warning":       lv <= slog.LevelWarn,
-		"log_error":         lv <= slog.LevelError,
-		"log_verbose_level": verbose,
+		"log_info":          v.Info,
+		"log_warning":       v.Warning,
+		"log_error":         v.Error,
+		"log_verbose_level": int(v.Verbose),
 		"log_format":        l.tritonFormat(),
 	}
 }
 
 // Set applies Triton's settings (bool for log_info, log_warning and
-// log_error, an integer for log_verbose_level; log_file and log_format
-// are accepted as they are, and refused otherwise). The logger logs everything from the
-// lowest level switched on: errors are always logged, as fw never silences
-// them.
+// log_error, each switching its severity alone, an integer for
+// log_verbose_level, above 0 writing debug records; log_file and
+// log_format are accepted as they are, and refused otherwise). Nothing
+// changes unless every setting is valid.
 func (l *LogSettings) Set(in map[string]any) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	cur := l.level.Level()
-	var format *tritonlog.Format // applied with the level, once every setting is read
-	info, warning := cur <= slog.LevelInfo, cur <= slog.LevelWarn
-	verbose := cur <= slog.LevelDebug
+	next := l.sev.Get()
+	var format *tritonlog.Format // applied with the switches, once every setting is read
 	for k, v := range in {
 		switch k {
 		case "log_info", "log_warning", "log_error":
@@ -84,20 +78,18 @@ func (l *LogSettings) Set(in map[string]any) error {
 			}
 			switch k {
 			case "log_info":
-				info = b
+				next.Info = b
 			case "log_warning":
-				warning = b
+				next.Warning = b
 			case "log_error":
-				if !b {
-					return fmt.Errorf("setting \"log_error\": fw always logs errors; it cannot be switched off")
-				}
+				next.Error = b
 			}
 		case "log_verbose_level":
 			n, ok := v.(float64)
 			if !ok || n < 0 || n > math.MaxInt32 || n != math.Trunc(n) {
 				return fmt.Errorf("setting \"log_verbose_level\" must be an integer from 0 to %d", math.MaxInt32)
 			}
-			verbose = n > 0
+			next.Verbose = int32(n)
 		case "log_file":
 			if s, ok := v.(string); !ok || s != l.file {
 				return fmt.Errorf("log file location can not be updated through network protocol (fw: it is --log-file, %q, fixed at start)", l.file)
@@ -122,15 +114,6 @@ func (l *LogSettings) Set(in map[string]any) error {
 	if format != nil {
 		l.lines.Set(*format)
 	}
-	switch {
-	case verbose:
-		l.level.Set(slog.LevelDebug)
-	case info:
-		l.level.Set(slog.LevelInfo)
-	case warning:
-		l.level.Set(slog.LevelWarn)
-	default:
-		l.level.Set(slog.LevelError)
-	}
+	l.sev.Set(next)
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/fw-serve/fw/httpapi"
 	"github.com/fw-serve/fw/imageprep"
 	"github.com/fw-serve/fw/internal/hostguard"
+	"github.com/fw-serve/fw/internal/logswitch"
 	"github.com/fw-serve/fw/internal/tritonlog"
 	"github.com/fw-serve/fw/modelhost"
 	"github.com/fw-serve/fw/modelrepo"
@@ -209,10 +210,13 @@ Flags:
 		defer f.Close()
 		logTo = f
 	}
-	log, logLevelVar, logLines, err := newLevelLogger(logTo, *logFormat, *logLevel)
+	log, logSeverities, logLines, err := newLevelLogger(logTo, *logFormat, *logLevel)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
 		return 2
+	}
+	if tset.logSwitches != nil {
+		logSeverities.Set(*tset.logSwitches)
 	}
 	tset.logNotes(log)
 	hosts, err := hostguard.New(tset.httpHost, hostguard.ParseList(*allowedHosts))
@@ -341,7 +345,7 @@ Flags:
 		}
 		life, models = repo, repo
 	}
-	logSettings := serving.NewLogSettings(logLevelVar, *logFormat, tset.logFile, logLines) // Triton's logging extension, both front ends
+	logSettings := serving.NewLogSettings(logSeverities, *logFormat, tset.logFile, logLines) // Triton's logging extension, both front ends
 	payloads, err := payloadLogger(*logPayloads, *logPayloadsTo, *logPayloadsRedact, *logPayloadsSpool, *logPayloadsDeployment, os.Getenv("FW_PAYLOADS_TOKEN"), reg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "fw serve: %v\n", err)
@@ -567,25 +571,27 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	return log, err
 }
 
-// newLevelLogger is newLogger with its level changeable at run time
-// (Triton's logging extension), and for tritonserver's formats (default,
-// ISO8601: its own line layout, tritonlog) the switch of that format.
-func newLevelLogger(w io.Writer, format, level string) (*slog.Logger, *slog.LevelVar, *tritonlog.Switch, error) {
-	lv := new(slog.LevelVar)
+// newLevelLogger is newLogger with each severity switched on and off at
+// run time (Triton's logging extension, logswitch), and for tritonserver's
+// formats (default, ISO8601: its own line layout, tritonlog) the switch of
+// that format.
+func newLevelLogger(w io.Writer, format, level string) (*slog.Logger, *logswitch.Switches, *tritonlog.Switch, error) {
+	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, nil, nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	sev := logswitch.New(lv)
+	all := &slog.HandlerOptions{Level: slog.LevelDebug} // the switches choose
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), lv, nil, nil
+		return slog.New(logswitch.Wrap(slog.NewTextHandler(w, all), sev)), sev, nil, nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), lv, nil, nil
+		return slog.New(logswitch.Wrap(slog.NewJSONHandler(w, all), sev)), sev, nil, nil
 	}
 	if f, ok := tritonlog.ParseFormat(format); ok {
 		sw := new(tritonlog.Switch)
 		sw.Set(f)
-		return slog.New(tritonlog.New(w, lv, sw)), lv, sw, nil
+		return slog.New(logswitch.Wrap(tritonlog.New(w, slog.LevelDebug, sw), sev)), sev, sw, nil
 	}
 	return nil, nil, nil, fmt.Errorf("--log-format %q: use text or json, or tritonserver's default or ISO8601", format)
 }

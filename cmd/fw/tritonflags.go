@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -17,6 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/fw-serve/fw/internal/logswitch"
 )
 
 // tritonserver's command-line options, taken by fw serve so that a Triton
@@ -227,7 +230,7 @@ func registerTritonOptions(ef *envFlags, port *int, shutdown *time.Duration) *tr
 	fs.Int64Var(&t.cacheBytes, "response-cache-byte-size", 0, "tritonserver's older option: the same as --cache-config local,size=BYTES")
 	fs.StringVar(&t.id, "id", "", "tritonserver's option: the server's name in GET /v2 and ServerMetadata (default: fw)")
 	fs.StringVar(&t.logFile, "log-file", "", "tritonserver's option: append the log to this file instead of standard error")
-	fs.StringVar(&t.logVerbose, "log-verbose", "", "tritonserver's option: a level above 0 (or true) logs at debug level; with --log-info, --log-warning and --log-error it sets --log-level (errors are always logged)")
+	fs.StringVar(&t.logVerbose, "log-verbose", "", "tritonserver's option: a level above 0 (or true) logs at debug level; with --log-info, --log-warning and --log-error it switches each severity on or off, over --log-level")
 	t.logInfo = tb("log-info", true, "log at info level")
 	t.logWarning = tb("log-warning", true, "log warnings")
 	t.logError = tb("log-error", true, "log errors")
@@ -281,7 +284,10 @@ type tritonSettings struct {
 	httpForward, grpcForward        *regexp.Regexp
 	grpcOptions                     []grpc.ServerOption
 	logFile                         string
-	notes                           []string // options taken with no effect, to log
+	// logSwitches are the severities --log-info, --log-warning,
+	// --log-error and --log-verbose switch (nil when none is given).
+	logSwitches *logswitch.Settings
+	notes       []string // options taken with no effect, to log
 }
 
 // resolve checks the options given and applies those that change fw's
@@ -324,9 +330,12 @@ func (t *tritonOptions) resolve(host string, logLevel *string, noAuto *bool, grp
 			*logLevel = "info"
 		case *t.logWarning.p:
 			*logLevel = "warn"
-		default: // fw always logs errors (--log-error false too)
+		default:
 			*logLevel = "error"
 		}
+		// Each severity on its own, as tritonserver's: --log-warning=false
+		// keeps info, --log-error=false silences errors.
+		s.logSwitches = &logswitch.Settings{Info: *t.logInfo.p, Warning: *t.logWarning.p, Error: *t.logError.p, Verbose: int32(min(verbose, math.MaxInt32))}
 	}
 	if t.strictModelConfig.given {
 		*noAuto = *noAuto || *t.strictModelConfig.p // --disable-auto-complete-config wins, as in tritonserver

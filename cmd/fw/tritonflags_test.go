@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"flag"
+	"github.com/fw-serve/fw/internal/logswitch"
 	"io"
 	"math/big"
 	"net"
@@ -209,6 +210,20 @@ func TestTritonOptionsResolve(t *testing.T) {
 		_, level, noAuto, gp, mp, err := run(c.args...)
 		if err != nil || level != c.level || noAuto != c.noAuto || gp != c.grpcPort || mp != c.metricsPort {
 			t.Errorf("%v: level %s noAuto %v grpc %d metrics %d (%v); want %s %v %d %d", c.args, level, noAuto, gp, mp, err, c.level, c.noAuto, c.grpcPort, c.metricsPort)
+		}
+	}
+	// Each severity switches alone, over --log-level's base.
+	for _, c := range []struct {
+		args []string
+		want *logswitch.Settings
+	}{
+		{nil, nil},
+		{[]string{"--log-warning=false"}, &logswitch.Settings{Info: true, Warning: false, Error: true}},
+		{[]string{"--log-error", "false", "--log-verbose", "2"}, &logswitch.Settings{Info: true, Warning: true, Error: false, Verbose: 2}},
+	} {
+		s, _, _, _, _, err := run(c.args...)
+		if err != nil || (s.logSwitches == nil) != (c.want == nil) || c.want != nil && *s.logSwitches != *c.want {
+			t.Errorf("%v: switches %+v (%v), want %+v", c.args, s.logSwitches, err, c.want)
 		}
 	}
 	s, _, _, _, _, err := run("--http-address", "0.0.0.0", "--grpc-keepalive-time", "1000", "--cache-config", "local,size=64", "--response-cache-byte-size", "8")
