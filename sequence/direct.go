@@ -3,6 +3,7 @@ package sequence
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -395,6 +396,15 @@ func (b *Batcher) runSlots(batch []*slotReq) {
 	}
 	ctx := batcher.WithWhole(context.WithoutCancel(proto.ctx), padding)
 	out, timing, err := proto.submit(ctx, joined)
+	if err != nil && retryAlone(err) && len(batch)-padding > 1 {
+		// One request's fault must not fail the others: each alone.
+		for i, r := range batch {
+			if r != nil {
+				b.runAlone(r, rows[i])
+			}
+		}
+		return
+	}
 	var parts [][]engine.Tensor // [output][row]
 	if err == nil {
 		parts = make([][]engine.Tensor, len(out))
@@ -429,6 +439,26 @@ func (b *Batcher) runSlots(batch []*slotReq) {
 		res, rerr := b.keep(r.t, rows[i], row)
 		r.res <- slotResult{out: res, timing: timing, err: rerr}
 	}
+}
+
+// retryAlone reports whether a failed batch's requests are worth running
+// one by one: not when the server refused it for its own state (closing,
+// queue full) or gave up on it.
+func retryAlone(err error) bool {
+	return !errors.Is(err, batcher.ErrClosed) && !errors.Is(err, batcher.ErrQueueFull) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// runAlone runs one request of a failed batch as an engine call of its
+// own and answers it.
+func (b *Batcher) runAlone(r *slotReq, full []engine.Tensor) {
+	out, timing, err := r.submit(batcher.WithWhole(context.WithoutCancel(r.ctx), 0), full)
+	if err != nil {
+		r.res <- slotResult{timing: timing, err: err}
+		return
+	}
+	res, err := b.keep(r.t, full, out)
+	r.res <- slotResult{out: res, timing: timing, err: err}
 }
 
 // fullInputs are a request's model inputs: the client's, the controls and

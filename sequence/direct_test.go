@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,11 @@ func (e *batchLog) run(_ context.Context, in []engine.Tensor) ([]engine.Tensor, 
 		<-e.block
 	}
 	k := int(in[0].Shape[0])
+	for i := range k {
+		if int32(binary.LittleEndian.Uint32(in[0].Data[4*i:])) == 666 {
+			return nil, errors.New("666 is refused")
+		}
+	}
 	rows := make([]seen, k)
 	acc := make([]byte, 4*k)
 	for i := range k {
@@ -368,5 +374,39 @@ func TestDirectClose(t *testing.T) {
 	close(e.block)
 	if err := <-res; err != nil || v1 != 7 {
 		t.Fatalf("request in the engine at Close: %d %v", v1, err)
+	}
+}
+
+// A batch that fails for one request's sake is run again request by
+// request: the others are answered.
+func TestDirectPoisonedRowFailsAlone(t *testing.T) {
+	b, e, submit := directBatcher(t, DirectConfig{Groups: 1, Size: 2, DelayScheduler: 2})
+	type res struct {
+		v   int32
+		err error
+	}
+	out := map[uint64]chan res{1: make(chan res, 1), 2: make(chan res, 1)}
+	for id, x := range map[uint64]int32{1: 5, 2: 666} {
+		tk, err := b.Enter(ID{N: id}, true, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			o, _, err := tk.Run(context.Background(), []engine.Tensor{i32(x)}, submit)
+			if err != nil {
+				out[id] <- res{err: err}
+				return
+			}
+			out[id] <- res{v: val(o[0])}
+		}()
+	}
+	if r := <-out[1]; r.err != nil || r.v != 5 {
+		t.Fatalf("the good request: %+v", r)
+	}
+	if r := <-out[2]; r.err == nil || !strings.Contains(r.err.Error(), "666") {
+		t.Fatalf("the poisoned request: %+v", r)
+	}
+	if s := e.sizes(); !equalInts(s, []int{1}) {
+		t.Fatalf("successful calls %v: the batch of 2 failed, then each alone", s)
 	}
 }
