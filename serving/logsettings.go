@@ -12,26 +12,25 @@ import (
 // LogSettings are the server's log settings as Triton's logging extension
 // reads and changes them (GET/POST /v2/logging, the LogSettings call): the
 // severity switches drive the logger's at run time, each on its own, and so does
-// log_format the format of tritonserver's lines (--log-format default or
-// ISO8601); the log file, and fw's own formats (text, json), are fixed by
-// the command line and a request to change them is refused with the
-// reason.
+// log_format the format of the lines: tritonserver's default or ISO8601, or
+// fw's own (text, json) reported as "default", the format it started with,
+// and set again by "default"; the log file is fixed by the command line,
+// and a request to move it is refused with the reason.
 type LogSettings struct {
 	mu  sync.Mutex
 	sev *logswitch.Switches
 	// format is the --log-format in force ("text", "json", or
 	// tritonserver's "default" or "ISO8601").
 	format string
-	// lines switches the format of tritonserver's lines (nil for fw's
-	// own formats).
+	// lines switches the format of the lines (nil: fixed).
 	lines *tritonlog.Switch
 	// file is --log-file ("": standard error).
 	file string
 }
 
 // NewLogSettings wraps the logger's severity switches; format is
-// --log-format, file --log-file ("" for standard error), lines the format
-// switch of a logger writing tritonserver's lines (nil for text or json).
+// --log-format, file --log-file ("" for standard error), lines the
+// logger's format switch (tritonlog; nil when its format is fixed).
 func NewLogSettings(sev *logswitch.Switches, format, file string, lines *tritonlog.Switch) *LogSettings {
 	return &LogSettings{sev: sev, format: format, file: file, lines: lines}
 }
@@ -105,6 +104,9 @@ func (l *LogSettings) Set(in map[string]any) error {
 			f, ok := tritonlog.ParseFormat(s)
 			if !ok {
 				return fmt.Errorf("invalid argument for log_format: %q; use \"default\" or \"ISO8601\"", v)
+			}
+			if f == tritonlog.Default && (l.format == "text" || l.format == "json") {
+				f = tritonlog.Native // "default" is the format it started with: fw's own lines again
 			}
 			format = &f
 		default:

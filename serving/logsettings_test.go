@@ -92,3 +92,21 @@ func TestLogSeveritiesSwitchAlone(t *testing.T) {
 		t.Fatalf("a refused request changed a setting: %v %v", err, l.Get())
 	}
 }
+
+// A server logging fw's own lines (text, json) reports log_format
+// "default", switches to tritonserver's ISO8601 lines when asked (Triton's
+// logging_endpoint_test does) and back to its own on "default".
+func TestLogFormatFromFwsOwn(t *testing.T) {
+	sw := new(tritonlog.Switch)
+	sw.Set(tritonlog.Native)
+	l := NewLogSettings(logswitch.New(slog.LevelInfo), "text", "", sw)
+	if got := l.Get()["log_format"]; got != "default" {
+		t.Fatalf("initial: %v", got)
+	}
+	if err := l.Set(map[string]any{"log_format": "ISO8601"}); err != nil || sw.Get() != tritonlog.ISO8601 || l.Get()["log_format"] != "ISO8601" {
+		t.Fatalf("to ISO8601: %v %v", err, sw.Get())
+	}
+	if err := l.Set(map[string]any{"log_format": "default"}); err != nil || sw.Get() != tritonlog.Native || l.Get()["log_format"] != "default" {
+		t.Fatalf("back: %v %v", err, sw.Get())
+	}
+}

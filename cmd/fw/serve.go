@@ -572,9 +572,10 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 }
 
 // newLevelLogger is newLogger with each severity switched on and off at
-// run time (Triton's logging extension, logswitch), and for tritonserver's
-// formats (default, ISO8601: its own line layout, tritonlog) the switch of
-// that format.
+// run time (Triton's logging extension, logswitch), and the switch of its
+// format: tritonserver's (default, ISO8601: its own line layout, tritonlog),
+// or fw's own (text, json: tritonlog.Native) until the extension asks for
+// one of tritonserver's.
 func newLevelLogger(w io.Writer, format, level string) (*slog.Logger, *logswitch.Switches, *tritonlog.Switch, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
@@ -582,11 +583,17 @@ func newLevelLogger(w io.Writer, format, level string) (*slog.Logger, *logswitch
 	}
 	sev := logswitch.New(lv)
 	all := &slog.HandlerOptions{Level: slog.LevelDebug} // the switches choose
+	var native slog.Handler
 	switch format {
 	case "text":
-		return slog.New(logswitch.Wrap(slog.NewTextHandler(w, all), sev)), sev, nil, nil
+		native = slog.NewTextHandler(w, all)
 	case "json":
-		return slog.New(logswitch.Wrap(slog.NewJSONHandler(w, all), sev)), sev, nil, nil
+		native = slog.NewJSONHandler(w, all)
+	}
+	if native != nil { // fw's own lines, until the logging extension asks for tritonserver's
+		sw := new(tritonlog.Switch)
+		sw.Set(tritonlog.Native)
+		return slog.New(logswitch.Wrap(tritonlog.NewSwitched(native, w, slog.LevelDebug, sw), sev)), sev, sw, nil
 	}
 	if f, ok := tritonlog.ParseFormat(format); ok {
 		sw := new(tritonlog.Switch)

@@ -33,10 +33,14 @@ import (
 // Format is one of tritonserver's log formats.
 type Format int32
 
-// The formats, named as tritonserver's --log-format takes them.
+// The formats, named as tritonserver's --log-format takes them, and
+// Native: the handler writes through the handler it was made with
+// (NewSwitched: fw's own text or JSON), until Triton's logging extension
+// asks for tritonserver's lines.
 const (
 	Default Format = iota
 	ISO8601
+	Native
 )
 
 // ParseFormat reads a --log-format value: "default" or "ISO8601".
@@ -50,6 +54,8 @@ func ParseFormat(s string) (Format, bool) {
 	return 0, false
 }
 
+// String is the format's name in Triton's terms: Native reports "default",
+// as tritonserver reports the format it starts with.
 func (f Format) String() string {
 	if f == ISO8601 {
 		return "ISO8601"
@@ -69,6 +75,8 @@ func (s *Switch) Get() Format { return Format(s.v.Load()) }
 
 // Handler is a slog.Handler writing tritonserver's lines to one writer.
 type Handler struct {
+	// native writes the records while the format is Native (nil: none).
+	native slog.Handler
 	out    *output
 	level  slog.Leveler
 	format *Switch
@@ -94,6 +102,16 @@ func New(w io.Writer, level slog.Leveler, f *Switch) *Handler {
 		pid:    strconv.AppendInt(nil, int64(os.Getpid()), 10)}
 }
 
+// NewSwitched returns a handler writing through native while f holds
+// Native, and tritonserver's lines to w (as New's) while it holds Default or
+// ISO8601: fw serve's text and JSON logs, which Triton's logging extension
+// may switch to tritonserver's lines and back at run time.
+func NewSwitched(native slog.Handler, w io.Writer, level slog.Leveler, f *Switch) *Handler {
+	h := New(w, level, f)
+	h.native = native
+	return h
+}
+
 // Enabled reports whether records of level l are written.
 func (h *Handler) Enabled(_ context.Context, l slog.Level) bool {
 	min := slog.LevelInfo
@@ -115,7 +133,10 @@ func letter(l slog.Level) byte {
 }
 
 // Handle writes one record as one line.
-func (h *Handler) Handle(_ context.Context, r slog.Record) error {
+func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
+	if h.native != nil && h.format.Get() == Native {
+		return h.native.Handle(ctx, r)
+	}
 	b := make([]byte, 0, 160)
 	t := r.Time
 	if t.IsZero() {
@@ -169,6 +190,9 @@ func (h *Handler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	for _, a := range attrs {
 		c.attrs = appendAttr(c.attrs, h.group, a)
 	}
+	if h.native != nil {
+		c.native = h.native.WithAttrs(attrs)
+	}
 	return &c
 }
 
@@ -180,6 +204,9 @@ func (h *Handler) WithGroup(name string) slog.Handler {
 	}
 	c := *h
 	c.group = h.group + name + "."
+	if h.native != nil {
+		c.native = h.native.WithGroup(name)
+	}
 	return &c
 }
 

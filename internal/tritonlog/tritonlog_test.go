@@ -140,3 +140,29 @@ func FuzzAppendQuoted(f *testing.F) {
 		}
 	})
 }
+
+// NewSwitched writes through fw's own handler while the switch says
+// Native and tritonserver's lines otherwise; loggers derived with
+// attributes and groups carry them into both.
+func TestNativeSwitch(t *testing.T) {
+	var buf bytes.Buffer
+	sw := new(Switch)
+	sw.Set(Native)
+	native := slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})
+	log := slog.New(NewSwitched(native, &buf, slog.LevelDebug, sw)).With("k", "v").WithGroup("g")
+	log.Info("one", "a", 1)
+	sw.Set(ISO8601)
+	log.Info("two", "a", 2)
+	sw.Set(Native)
+	log.Info("three", "a", 3)
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "msg=one k=v g.a=1") || !strings.Contains(lines[2], "msg=three k=v g.a=3") {
+		t.Fatalf("fw's own lines: %q", lines)
+	}
+	if !regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ I \d+ tritonlog_test.go:\d+\] "two k=v g.a=2"$`).MatchString(lines[1]) {
+		t.Fatalf("tritonserver's line: %q", lines[1])
+	}
+	if Native.String() != "default" {
+		t.Fatal("Native reports the format tritonserver starts with")
+	}
+}
