@@ -232,12 +232,13 @@ type CallObserver interface {
 	EngineCall(ctxs []context.Context, rows int, start time.Time, took time.Duration, err error)
 }
 
-// PaddingStats is a Stats told, after BatchRun, how many of a successful
-// call's rows were padding (WithWhole): rows the engine computed that no
-// request asked for, such as the sequence batcher's null requests, which
-// Triton counts in a batch's size but not in its inference count.
-type PaddingStats interface {
-	BatchPadding(rows int)
+// PaddedStats is a Stats told how many of a call's rows were padding
+// (WithWhole): rows the engine computed that no request asked for, such as
+// the sequence batcher's null requests, which Triton counts in a batch's
+// size but not in its inference count. A call with padding is reported to
+// it by BatchRunPadded instead of BatchRun (padding < rows).
+type PaddedStats interface {
+	BatchRunPadded(rows, padding, requests int, queueWait, inference time.Duration, err error)
 }
 
 // wholeKey is the context key of WithWhole.
@@ -246,7 +247,7 @@ type wholeKey struct{}
 // WithWhole returns ctx for a request that runs as an engine call of its
 // own, never joined with other requests (the sequence batcher's direct
 // batches, formed slot by slot), of whose rows padding are padding
-// (PaddingStats).
+// (PaddedStats).
 func WithWhole(ctx context.Context, padding int) context.Context {
 	return context.WithValue(ctx, wholeKey{}, max(padding, 0))
 }
@@ -1116,15 +1117,14 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 	if err == nil && b.ragged() {
 		err = b.cfg.Ragged.checkScattered(outs, reqs)
 	}
-	b.stats.BatchRun(rows, len(reqs), queueWait, inference, err)
-	if ps, ok := b.stats.(PaddingStats); ok && err == nil {
-		padding := 0
-		for _, r := range reqs {
-			padding += r.padding
-		}
-		if padding > 0 {
-			ps.BatchPadding(padding)
-		}
+	padding := 0
+	for _, r := range reqs {
+		padding += r.padding
+	}
+	if ps, ok := b.stats.(PaddedStats); ok && padding > 0 {
+		ps.BatchRunPadded(rows, padding, len(reqs), queueWait, inference, err)
+	} else {
+		b.stats.BatchRun(rows, len(reqs), queueWait, inference, err)
 	}
 	if b.cfg.Calls != nil {
 		for _, r := range reqs {

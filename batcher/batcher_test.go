@@ -1076,11 +1076,14 @@ type paddingRecorder struct {
 	padding atomic.Int64
 }
 
-func (s *paddingRecorder) BatchPadding(rows int) { s.padding.Add(int64(rows)) }
+func (s *paddingRecorder) BatchRunPadded(rows, padding, requests int, q, d time.Duration, err error) {
+	s.padding.Add(int64(padding))
+	s.BatchRun(rows, requests, q, d, err)
+}
 
 // A WithWhole request is an engine call of its own: requests that queue
 // behind a busy engine, which would form one batch, run apart; its padding
-// rows are reported to a PaddingStats after the call.
+// rows are reported to a PaddedStats with the call.
 func TestWholeRequestsRunAlone(t *testing.T) {
 	stats := &paddingRecorder{}
 	run, started, release := blockFirst(1, affine)

@@ -49,7 +49,8 @@ type slotReq struct {
 	full   []engine.Tensor // the model's, once taken (controls and state added)
 	submit SubmitFunc
 	enq    time.Time
-	taken  bool // guarded by Batcher.mu: in a batch
+	waited time.Duration // in the slot (and the backlog) before its batch
+	taken  bool          // guarded by Batcher.mu: in a batch
 	res    chan slotResult
 }
 
@@ -122,10 +123,14 @@ func (b *Batcher) placeLocked(s *seq) {
 // sequence with the same ID), is placed again.
 func (b *Batcher) releaseLocked(s *seq) {
 	d := b.dir
-	if s.pos >= 0 {
-		d.occ[s.pos] = nil
-		s.pos, s.slot = -1, false
+	if s.pos < 0 { // no slot (its END freed it, or it waits): out of the backlog once it has nothing queued
+		if i := slices.Index(d.backlog, s); i >= 0 && len(s.queue) == 0 {
+			d.backlog = slices.Delete(d.backlog, i, i+1)
+		}
+		return
 	}
+	d.occ[s.pos] = nil
+	s.pos, s.slot = -1, false
 	for len(d.backlog) > 0 {
 		next := d.backlog[0]
 		d.backlog = d.backlog[1:]
@@ -224,7 +229,7 @@ func (t *Ticket) markQueued() {
 // batch in flight then still finishes).
 func (b *Batcher) groupLoop(g int) {
 	d := b.dir
-	hold := d.cfg.DelayScheduler > 0 || d.cfg.BacklogDelay > 0
+	hold := d.cfg.DelayScheduler > 0 // the backlog's count is looked at only with it, as Triton's
 	var timer *time.Timer
 	for {
 		var wait time.Duration
@@ -328,7 +333,7 @@ func (b *Batcher) formLocked(g int) ([]*slotReq, time.Duration) {
 	if d.cfg.MaxDelay > 0 && d.cfg.MinUtilization > 0 {
 		age := b.now().Sub(oldest)
 		if age <= d.cfg.MaxDelay && float32(ready)/float32(d.cfg.Size) < d.cfg.MinUtilization {
-			return nil, d.cfg.MaxDelay - age
+			return nil, max(d.cfg.MaxDelay-age, time.Microsecond) // runs once past the delay, as Triton's
 		}
 	}
 	batch := make([]*slotReq, highest+1)
@@ -347,7 +352,7 @@ func (b *Batcher) formLocked(g int) ([]*slotReq, time.Duration) {
 			first = full
 		}
 		s.queue = s.queue[1:]
-		r.taken, r.full = true, full
+		r.taken, r.full, r.waited = true, full, b.now().Sub(r.enq)
 		batch[i] = r
 		if r.t.end {
 			b.releaseLocked(s) // as Triton: the slot is free once the END is in a batch
@@ -370,7 +375,9 @@ func sameShapes(a, c []engine.Tensor) bool {
 // runSlots makes batch's engine call and answers its requests: the
 // inputs of each row in slot order, null rows copied from the first
 // request with their controls not ready, and each request's state outputs
-// kept for its sequence's next request.
+// kept for its sequence's next request. The call carries the first
+// request's context (its trace, without its cancellation): one engine call
+// for the batch, as Triton's.
 func (b *Batcher) runSlots(batch []*slotReq) {
 	var proto *slotReq
 	rows := make([][]engine.Tensor, len(batch))
@@ -427,7 +434,7 @@ func (b *Batcher) runSlots(batch []*slotReq) {
 			continue
 		}
 		if err != nil {
-			r.res <- slotResult{timing: timing, err: err}
+			r.res <- slotResult{timing: r.queued(timing), err: err}
 			continue
 		}
 		row := make([]engine.Tensor, len(out))
@@ -437,8 +444,15 @@ func (b *Batcher) runSlots(batch []*slotReq) {
 			}
 		}
 		res, rerr := b.keep(r.t, rows[i], row)
-		r.res <- slotResult{out: res, timing: timing, err: rerr}
+		r.res <- slotResult{out: res, timing: r.queued(timing), err: rerr}
 	}
+}
+
+// queued is timing with the request's wait in its slot added to its queue
+// time, as Triton counts a sequence request's queue from its arrival.
+func (r *slotReq) queued(timing batcher.Timing) batcher.Timing {
+	timing.Queue += r.waited
+	return timing
 }
 
 // retryAlone reports whether a failed batch's requests are worth running
@@ -454,11 +468,11 @@ func retryAlone(err error) bool {
 func (b *Batcher) runAlone(r *slotReq, full []engine.Tensor) {
 	out, timing, err := r.submit(batcher.WithWhole(context.WithoutCancel(r.ctx), 0), full)
 	if err != nil {
-		r.res <- slotResult{timing: timing, err: err}
+		r.res <- slotResult{timing: r.queued(timing), err: err}
 		return
 	}
 	res, err := b.keep(r.t, full, out)
-	r.res <- slotResult{out: res, timing: timing, err: err}
+	r.res <- slotResult{out: res, timing: r.queued(timing), err: err}
 }
 
 // fullInputs are a request's model inputs: the client's, the controls and

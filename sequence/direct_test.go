@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +19,7 @@ import (
 type batchLog struct {
 	mu      sync.Mutex
 	calls   [][]seen
-	padding int // rows reported as padding (batcher.PaddingStats)
+	padding int // rows reported as padding (batcher.PaddedStats)
 	block   chan struct{}
 }
 
@@ -55,9 +56,9 @@ func (e *batchLog) run(_ context.Context, in []engine.Tensor) ([]engine.Tensor, 
 
 func (e *batchLog) BatchRun(int, int, time.Duration, time.Duration, error) {}
 func (e *batchLog) QueueDepth(int)                                         {}
-func (e *batchLog) BatchPadding(rows int) {
+func (e *batchLog) BatchRunPadded(_, padding, _ int, _, _ time.Duration, _ error) {
 	e.mu.Lock()
-	e.padding += rows
+	e.padding += padding
 	e.mu.Unlock()
 }
 
@@ -408,5 +409,117 @@ func TestDirectPoisonedRowFailsAlone(t *testing.T) {
 	}
 	if s := e.sizes(); !equalInts(s, []int{1}) {
 		t.Fatalf("successful calls %v: the batch of 2 failed, then each alone", s)
+	}
+}
+
+// The backlog is first come, first served: an END hands its slot to the
+// oldest waiting sequence, and the END's own finish does not move the
+// others back (a review found it did: B, C, D ran as B, D, C).
+func TestDirectBacklogOrder(t *testing.T) {
+	b, e, submit := directBatcher(t, DirectConfig{Groups: 1, Size: 1})
+	e.block = make(chan struct{})
+	var unblock sync.Once
+	release := func() { unblock.Do(func() { close(e.block) }) }
+	t.Cleanup(release)
+	run := func(id uint64, start, end bool) <-chan error {
+		tk, err := b.Enter(ID{N: id}, start, end)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := tk.Run(context.Background(), []engine.Tensor{i32(int32(id))}, submit)
+			done <- err
+		}()
+		return done
+	}
+	backlogged := func(n int) {
+		waitUntil(t, func() bool {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return len(b.dir.backlog) == n
+		})
+	}
+	first := run(1, true, false) // sequence 1 holds the slot, its first request in the engine
+	waitUntil(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		s := b.dir.occ[0]
+		return s != nil && s.id.N == 1 && len(s.queue) == 0
+	})
+	var waits []<-chan error
+	for i, id := range []uint64{2, 3, 4} {
+		waits = append(waits, run(id, true, true))
+		backlogged(i + 1)
+	}
+	release()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-run(1, false, true); err != nil { // its END frees the slot
+		t.Fatal(err)
+	}
+	for _, w := range waits {
+		if err := <-w; err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var order []uint64
+	for _, c := range e.calls {
+		order = append(order, c[0].corrid)
+	}
+	if fmt.Sprint(order) != "[1 1 2 3 4]" {
+		t.Fatalf("sequences ran in the order %v, want 1 1 2 3 4", order)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("timed out waiting")
+}
+
+// Releasing a sequence whose slot is already free (its END's batch freed
+// it; its finish releases again) leaves the backlog as it is: the oldest
+// waiting sequence is next.
+func TestDirectReleaseTwiceKeepsBacklogOrder(t *testing.T) {
+	b, _, _ := directBatcher(t, DirectConfig{Groups: 1, Size: 1})
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	mk := func(n uint64) *seq {
+		return &seq{id: ID{N: n}, pos: -1, queue: []*slotReq{{}}}
+	}
+	a, s2, s3, s4 := mk(1), mk(2), mk(3), mk(4)
+	a.queue = nil
+	b.placeLocked(a)
+	for _, s := range []*seq{s2, s3, s4} {
+		b.placeLocked(s)
+	}
+	b.releaseLocked(a) // the END's batch: the slot goes to 2
+	b.releaseLocked(a) // its finish
+	if b.dir.occ[0] != s2 || len(b.dir.backlog) != 2 || b.dir.backlog[0] != s3 || b.dir.backlog[1] != s4 {
+		t.Fatalf("slot %v, backlog %v: want 2 in the slot, then 3, 4", b.dir.occ[0].id, b.dir.backlog)
+	}
+}
+
+// A batch held for minimum_slot_utilization whose oldest request has
+// waited exactly max_queue_delay is looked at again a moment later, not
+// left until another request wakes its group (a review found it was).
+func TestDirectHeldBatchAtTheDelay(t *testing.T) {
+	b, _, _ := directBatcher(t, DirectConfig{Groups: 1, Size: 4, MinUtilization: 0.5, MaxDelay: time.Second})
+	now := time.Unix(1000, 0)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.now = func() time.Time { return now }
+	s := &seq{id: ID{N: 1}, pos: -1, queue: []*slotReq{{enq: now.Add(-time.Second)}}}
+	b.placeLocked(s)
+	if batch, wait := b.formLocked(0); batch != nil || wait <= 0 {
+		t.Fatalf("batch %v wait %v: want held, with a timer", batch, wait)
 	}
 }

@@ -220,12 +220,10 @@ type seq struct {
 	gone      bool
 	// With Config.Direct: pos is the slot held (-1: none), queue the
 	// requests waiting in it or in the backlog, tailQueued closed once
-	// the last request admitted has queued, gen counts the STARTs admitted
-	// (a state computed for an earlier one is not kept).
+	// the last request admitted has queued.
 	pos        int
 	queue      []*slotReq
 	tailQueued chan struct{}
-	gen        uint64
 }
 
 // closedChan is the tail of a sequence with nothing admitted.
@@ -504,10 +502,6 @@ func (b *Batcher) Enter(id ID, start, end bool) (*Ticket, error) {
 		t.prevQueued, t.queued = s.tailQueued, make(chan struct{})
 		s.tailQueued = t.queued
 	}
-	if start {
-		s.gen++
-	}
-	t.gen = s.gen
 	s.pending++
 	s.last = b.now()
 	if end {
@@ -523,7 +517,6 @@ type Ticket struct {
 	prev, done chan struct{}
 	start, end bool
 	used       atomic.Bool
-	gen        uint64 // the sequence's gen when admitted
 	// With Config.Direct: closed once the request before it has queued in
 	// the slot, and once it has (or given up).
 	prevQueued, queued chan struct{}
@@ -709,9 +702,9 @@ func (b *Batcher) run(ctx context.Context, t *Ticket, inputs []engine.Tensor, su
 	return res, timing, err
 }
 
-// keep keeps a request's state outputs for its sequence's next request
-// (unless a later START began the sequence again) and returns the client's
-// outputs; full are the request's model inputs, out the model's outputs.
+// keep keeps a request's state outputs for its sequence's next request and
+// returns the client's outputs; full are the request's model inputs, out
+// the model's outputs.
 func (b *Batcher) keep(t *Ticket, full, out []engine.Tensor) ([]engine.Tensor, error) {
 	next := make([]engine.Tensor, len(b.cfg.States))
 	for i, s := range b.cfg.States {
@@ -734,9 +727,7 @@ func (b *Batcher) keep(t *Ticket, full, out []engine.Tensor) ([]engine.Tensor, e
 		next[i] = engine.Tensor{DType: out[j].DType, Shape: append([]int64{}, out[j].Shape...), Data: bytes.Clone(out[j].Data)}
 	}
 	b.mu.Lock()
-	if t.s.gen == t.gen {
-		t.s.state = next
-	}
+	t.s.state = next
 	b.mu.Unlock()
 	res := make([]engine.Tensor, len(b.clientOut))
 	for i, j := range b.clientOut {

@@ -139,12 +139,19 @@ func (s *Stats) Record(r Request) {
 }
 
 // BatchRun implements batcher.Stats: one engine call of rows.
-func (s *Stats) BatchRun(rows, _ int, _, inference time.Duration, err error) {
+func (s *Stats) BatchRun(rows, requests int, queueWait, inference time.Duration, err error) {
+	s.BatchRunPadded(rows, 0, requests, queueWait, inference, err)
+}
+
+// BatchRunPadded implements batcher.PaddedStats: rows of the call that
+// were the sequence batcher's null requests count in its batch size, not
+// in the inference count (Triton's statistics).
+func (s *Stats) BatchRunPadded(rows, padding, _ int, _, inference time.Duration, err error) {
 	if err != nil {
 		return
 	}
 	s.executions.Add(1)
-	s.inferences.Add(uint64(rows))
+	s.inferences.Add(uint64(max(rows-padding, 0)))
 	s.mu.Lock()
 	if s.batches == nil {
 		s.batches = make(map[int]*BatchStat)
@@ -161,13 +168,6 @@ func (s *Stats) BatchRun(rows, _ int, _, inference time.Duration, err error) {
 	b.ComputeInput.Count++
 	b.ComputeOutput.Count++
 	s.mu.Unlock()
-}
-
-// BatchPadding implements batcher.PaddingStats: rows of the last call that
-// were the sequence batcher's null requests count in its batch size, not
-// in the inference count (Triton's statistics).
-func (s *Stats) BatchPadding(rows int) {
-	s.inferences.Add(^uint64(rows - 1)) // minus rows
 }
 
 // cacheLookup counts a response cache lookup that found the answer (hit:
@@ -228,11 +228,14 @@ func (t Tee) BatchRun(rows, requests int, queueWait, inference time.Duration, er
 	}
 }
 
-// BatchPadding implements batcher.PaddingStats for the members that do.
-func (t Tee) BatchPadding(rows int) {
+// BatchRunPadded implements batcher.PaddedStats: BatchRunPadded for the
+// members that take it, BatchRun (every row) for the others.
+func (t Tee) BatchRunPadded(rows, padding, requests int, queueWait, inference time.Duration, err error) {
 	for _, s := range t {
-		if p, ok := s.(batcher.PaddingStats); ok {
-			p.BatchPadding(rows)
+		if p, ok := s.(batcher.PaddedStats); ok {
+			p.BatchRunPadded(rows, padding, requests, queueWait, inference, err)
+		} else {
+			s.BatchRun(rows, requests, queueWait, inference, err)
 		}
 	}
 }
