@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -147,11 +148,11 @@ func TestDirectFullBatches(t *testing.T) {
 	got := sendAll(t, b, submit, seqs)
 	for id := uint64(1); id <= 4; id++ {
 		v := int32(id * 10)
-		if want := []int32{v, 2*v + 1, 3*v + 3}; !equal(got[id], want) {
+		if want := []int32{v, 2*v + 1, 3*v + 3}; !slices.Equal(got[id], want) {
 			t.Errorf("sequence %d: %v, want %v", id, got[id], want)
 		}
 	}
-	if s := e.sizes(); !equalInts(s, []int{4, 4, 4}) {
+	if s := e.sizes(); !slices.Equal(s, []int{4, 4, 4}) {
 		t.Fatalf("batch sizes %v, want 4, 4, 4", s)
 	}
 	for row := range 4 {
@@ -216,10 +217,10 @@ func TestDirectBacklog(t *testing.T) {
 		1: {{start: true, x: 1}, {end: true, x: 2}},
 		2: {{start: true, x: 10}, {end: true, x: 20}},
 	})
-	if !equal(got[1], []int32{1, 3}) || !equal(got[2], []int32{10, 30}) {
+	if !slices.Equal(got[1], []int32{1, 3}) || !slices.Equal(got[2], []int32{10, 30}) {
 		t.Fatalf("answers %v", got)
 	}
-	if s := e.sizes(); !equalInts(s, []int{1, 1, 1, 1}) {
+	if s := e.sizes(); !slices.Equal(s, []int{1, 1, 1, 1}) {
 		t.Fatalf("batch sizes %v", s)
 	}
 	first := e.calls[0][0].corrid
@@ -236,10 +237,10 @@ func TestDirectGroupsNotJoined(t *testing.T) {
 		1: {{start: true, x: 1}, {end: true, x: 1}},
 		2: {{start: true, x: 2}, {end: true, x: 2}},
 	})
-	if !equal(got[1], []int32{1, 2}) || !equal(got[2], []int32{2, 4}) {
+	if !slices.Equal(got[1], []int32{1, 2}) || !slices.Equal(got[2], []int32{2, 4}) {
 		t.Fatalf("answers %v", got)
 	}
-	if s := e.sizes(); !equalInts(s, []int{1, 1, 1, 1}) {
+	if s := e.sizes(); !slices.Equal(s, []int{1, 1, 1, 1}) {
 		t.Fatalf("batch sizes %v, want four of 1", s)
 	}
 }
@@ -322,30 +323,6 @@ func TestDirectShapesApart(t *testing.T) {
 	}
 }
 
-func equal(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // Close fails the requests still queued in a slot with batcher.ErrClosed;
 // a batch already in the engine finishes and answers.
 func TestDirectClose(t *testing.T) {
@@ -407,7 +384,7 @@ func TestDirectPoisonedRowFailsAlone(t *testing.T) {
 	if r := <-out[2]; r.err == nil || !strings.Contains(r.err.Error(), "666") {
 		t.Fatalf("the poisoned request: %+v", r)
 	}
-	if s := e.sizes(); !equalInts(s, []int{1}) {
+	if s := e.sizes(); !slices.Equal(s, []int{1}) {
 		t.Fatalf("successful calls %v: the batch of 2 failed, then each alone", s)
 	}
 }
