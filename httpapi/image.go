@@ -279,7 +279,7 @@ func appendImagePredictions(b []byte, inst *serving.Instance, out engine.Tensor,
 		topK = classes
 	}
 	scores := make([]float64, classes)
-	idx := make([]int, classes)
+	idx := make([]int, topIndicesBuf(classes, topK))
 	b = append(b, `{"predictions":[`...)
 	for r := 0; r < rows; r++ {
 		if r > 0 {
@@ -364,11 +364,11 @@ func probabilities(v []float64) {
 
 // topIndices returns the indices of the k highest scores, highest first,
 // equal scores in index order: what a stable sort of every index by
-// descending score begins with. buf (len(scores) long) holds the answer.
+// descending score begins with. buf (topIndicesBuf long) holds the answer.
 // A small k is selected in one pass (a 1,000-class model's top 5 took 3 %
 // of an image request's CPU as a sort of all 1,000; docs/benchmarks.md).
 func topIndices(scores []float64, k int, buf []int) []int {
-	if k > 64 {
+	if k > maxSelectK {
 		for i := range buf {
 			buf[i] = i
 		}
@@ -393,4 +393,17 @@ func topIndices(scores []float64, k int, buf []int) []int {
 		top[j] = i
 	}
 	return top
+}
+
+// maxSelectK is the largest k topIndices selects in one pass; beyond it,
+// it sorts every index.
+const maxSelectK = 64
+
+// topIndicesBuf is the length of the buffer topIndices needs for the top k
+// of n scores: k to select, n to sort.
+func topIndicesBuf(n, k int) int {
+	if k > maxSelectK {
+		return n
+	}
+	return k
 }

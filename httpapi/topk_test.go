@@ -24,7 +24,7 @@ func TestTopIndices(t *testing.T) {
 		}
 		sort.SliceStable(want, func(a, c int) bool { return scores[want[a]] > scores[want[c]] })
 		for _, k := range []int{0, 1, min(n, 5), rng.IntN(n + 1), min(n, 64), min(n, 65), n} {
-			got := topIndices(scores, k, make([]int, n))
+			got := topIndices(scores, k, make([]int, topIndicesBuf(n, k)))
 			if !slices.Equal(got, want[:k]) {
 				t.Fatalf("n=%d k=%d: got %v, want %v (scores %v)", n, k, got, want[:k], scores)
 			}
@@ -38,7 +38,7 @@ func BenchmarkTopIndices1000Top5(b *testing.B) {
 	for i := range scores {
 		scores[i] = rng.Float64()
 	}
-	buf := make([]int, len(scores))
+	buf := make([]int, topIndicesBuf(len(scores), 5))
 	for b.Loop() {
 		topIndices(scores, 5, buf)
 	}

@@ -1,7 +1,6 @@
 package sequence
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -119,8 +118,9 @@ func (b *Batcher) placeLocked(s *seq) {
 }
 
 // releaseLocked frees the slot s holds and hands it to the backlog's
-// oldest sequence still waiting; s, when it has requests queued (a new
-// sequence with the same ID), is placed again.
+// oldest sequence still waiting. s has nothing queued then: its END was the
+// last request it took (a START after it begins a sequence of its own), or
+// it was freed idle.
 func (b *Batcher) releaseLocked(s *seq) {
 	d := b.dir
 	if s.pos < 0 { // no slot (its END freed it, or it waits): out of the backlog once it has nothing queued
@@ -138,9 +138,6 @@ func (b *Batcher) releaseLocked(s *seq) {
 			b.placeLocked(next)
 			break
 		}
-	}
-	if len(s.queue) > 0 && !s.gone {
-		b.placeLocked(s)
 	}
 }
 
@@ -380,22 +377,25 @@ func sameShapes(a, c []engine.Tensor) bool {
 // for the batch, as Triton's.
 func (b *Batcher) runSlots(batch []*slotReq) {
 	var proto *slotReq
-	rows := make([][]engine.Tensor, len(batch))
-	for i, r := range batch {
-		if r == nil {
-			continue
-		}
-		rows[i] = r.full
-		if proto == nil {
+	for _, r := range batch {
+		if r != nil {
 			proto = r
+			break
 		}
 	}
+	var null []engine.Tensor // every null row alike: the first request's, not ready
+	rows := make([][]engine.Tensor, len(batch))
 	padding := 0
 	for i, r := range batch {
-		if r == nil {
-			rows[i] = b.nullInputs(rows[slices.Index(batch, proto)])
-			padding++
+		if r != nil {
+			rows[i] = r.full
+			continue
 		}
+		if null == nil {
+			null = b.nullInputs(proto.full)
+		}
+		rows[i] = null
+		padding++
 	}
 	joined := make([]engine.Tensor, len(b.inputs))
 	for j := range joined {
@@ -511,11 +511,15 @@ func joinRows(rows [][]engine.Tensor, j int) engine.Tensor {
 	if p.Absent() {
 		return p
 	}
-	var data bytes.Buffer
+	n := 0
 	for _, r := range rows {
-		data.Write(r[j].Data)
+		n += len(r[j].Data)
+	}
+	data := make([]byte, 0, n)
+	for _, r := range rows {
+		data = append(data, r[j].Data...)
 	}
 	shape := slices.Clone(p.Shape)
 	shape[0] = int64(len(rows))
-	return engine.Tensor{DType: p.DType, Shape: shape, Data: data.Bytes()}
+	return engine.Tensor{DType: p.DType, Shape: shape, Data: data}
 }
