@@ -644,3 +644,22 @@ func TestOpenAPIDatatypes(t *testing.T) {
 		}
 	}
 }
+
+// The log settings' schema takes what the logging extension takes and
+// answers: each severity a free boolean (log_error false included) and
+// both of tritonserver's formats (schemathesis found the schema still
+// saying log_error was always true once it could be switched off).
+func TestOpenAPILogSettings(t *testing.T) {
+	doc := oasdoc.Parse(t, openAPIJSON)
+	props := oasdoc.Pointer(t, doc, "#/components/schemas/V2LogSettings/properties").(map[string]any)
+	for _, k := range []string{"log_info", "log_warning", "log_error"} {
+		p := props[k].(map[string]any)
+		if p["type"] != "boolean" || p["const"] != nil || p["enum"] != nil {
+			t.Errorf("%s: %v, want any boolean", k, p)
+		}
+	}
+	f := props["log_format"].(map[string]any)
+	if fmt.Sprint(f["enum"]) != "[default ISO8601]" || f["const"] != nil {
+		t.Errorf("log_format: %v, want default and ISO8601", f)
+	}
+}
