@@ -121,6 +121,13 @@ type Config struct {
 	// models (an ensemble's pipeline). Calls joining several requests
 	// keep the batcher's.
 	RequestContext bool
+	// PassTurn makes a request's turn (WithTurn) order its entry into
+	// this queue without ending there: with RequestContext, the call of
+	// one request passes the turn on to the requests it makes (an
+	// ensemble's first steps, which queue in their models' batchers in
+	// the source's order, as Triton's ensembles do); a call joining
+	// several requests ends their turns as it starts.
+	PassTurn bool
 	// Streams says an EachFunc answers its requests through the
 	// engine.Responses their contexts carry (a decoupled model): the
 	// batcher's answer to each is only whether its call started it (no
@@ -582,7 +589,9 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 		return nil, Timing{}, err
 	}
 	if w := b.parked; w != nil && b.queued == 0 && b.quick(rows) { // parked: no call runs
-		tn.taken()
+		if !b.cfg.PassTurn {
+			tn.taken()
+		}
 		return b.runHere(w, r)
 	}
 	g := b.groups[string(key)]
@@ -610,7 +619,9 @@ func (b *Batcher) submit(ctx context.Context, inputs []engine.Tensor, rows int) 
 	}
 	timeout := r.timeout
 	b.mu.Unlock()
-	tn.taken()
+	if !b.cfg.PassTurn {
+		tn.taken()
+	}
 	if wake {
 		b.wake()
 	}
@@ -1096,6 +1107,7 @@ func (b *Batcher) runGroup(w *worker, reqs []*request) ([]engine.Tensor, error) 
 	default:
 		in = w.concat(reqs, rows)
 	}
+	b.passTurns(reqs)
 	ctx := b.base
 	if b.cfg.RequestContext && len(reqs) == 1 {
 		// The request's context, cancelled too when the batcher's is (a
@@ -1162,6 +1174,7 @@ func (b *Batcher) runEach(w *worker, reqs []*request) {
 	}
 	start := time.Now()
 	queueWait := start.Sub(reqs[0].enqueued)
+	b.passTurns(reqs)
 	ctx := b.base
 	if b.cfg.RequestContext && len(reqs) == 1 {
 		rctx, cancel := context.WithCancel(reqs[0].ctx)

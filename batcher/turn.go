@@ -1,6 +1,10 @@
 package batcher
 
-import "context"
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
 
 // turn orders the queueing of requests that come from one ordered source.
 type turn struct {
@@ -42,5 +46,56 @@ func awaitTurn(ctx context.Context) (*turn, error) {
 func (t *turn) taken() {
 	if t != nil && t.queued != nil {
 		t.queued()
+	}
+}
+
+// SplitTurn returns n contexts for the parts of one request that queue in
+// n batchers side by side (an ensemble's first steps): each part awaits
+// ctx's turn, and its source hears that the request is queued once every
+// part has queued or been released (ReleaseTurn). Without a turn, or for
+// n < 2, each context is ctx.
+func SplitTurn(ctx context.Context, n int) []context.Context {
+	out := make([]context.Context, max(n, 0))
+	t, _ := ctx.Value(turnKey{}).(*turn)
+	if t == nil || n < 2 {
+		for i := range out {
+			out[i] = ctx
+		}
+		return out
+	}
+	var left atomic.Int64
+	left.Store(int64(n))
+	for i := range out {
+		var once sync.Once
+		part := &turn{prev: t.prev, queued: func() {
+			once.Do(func() {
+				if left.Add(-1) == 0 {
+					t.taken()
+				}
+			})
+		}}
+		out[i] = context.WithValue(ctx, turnKey{}, part)
+	}
+	return out
+}
+
+// ReleaseTurn tells the source of ctx's turn, if any, that this part of
+// the request will queue no more (it ran without a queue, from a cache,
+// or failed first): the source's next request need not wait for it.
+func ReleaseTurn(ctx context.Context) {
+	t, _ := ctx.Value(turnKey{}).(*turn)
+	t.taken()
+}
+
+// passTurns tells the sources of reqs' turns that their requests are
+// queued now that a call of PassTurn runs them together, without any
+// one's context (a call of one request passes its turn to what it runs).
+func (b *Batcher) passTurns(reqs []*request) {
+	if !b.cfg.PassTurn || (b.cfg.RequestContext && len(reqs) == 1) {
+		return
+	}
+	for _, r := range reqs {
+		t, _ := r.ctx.Value(turnKey{}).(*turn)
+		t.taken()
 	}
 }

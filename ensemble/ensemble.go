@@ -311,6 +311,11 @@ func (p *Pipeline) Run(ctx context.Context, inputs []engine.Tensor) ([]engine.Te
 	if idx, ok := serving.RequestedOutputs(ctx); ok {
 		skip = p.unneeded(idx)
 	}
+	// The first steps queue in their models in the order of the source
+	// the request came from (a gRPC stream's turn, which the ensemble's
+	// batcher passes on): each part of the turn ends once its step has
+	// queued or run, and the source's next request may then queue.
+	first := true
 	for _, level := range p.levels {
 		if skip != nil {
 			level = slices.DeleteFunc(slices.Clone(level), func(i int) bool { return skip[i] })
@@ -318,8 +323,18 @@ func (p *Pipeline) Run(ctx context.Context, inputs []engine.Tensor) ([]engine.Te
 				continue
 			}
 		}
+		var turns []context.Context // the first level's parts of the turn
+		if first {
+			turns, first = batcher.SplitTurn(ctx, len(level)), false
+		}
+		sctx := func(j int) context.Context {
+			if turns != nil {
+				return turns[j]
+			}
+			return ctx
+		}
 		if len(level) == 1 {
-			outs, err := p.step(ctx, level[0], vals)
+			outs, err := p.step(sctx(0), level[0], vals)
 			if err != nil {
 				return nil, err
 			}
@@ -332,7 +347,7 @@ func (p *Pipeline) Run(ctx context.Context, inputs []engine.Tensor) ([]engine.Te
 		errs := make([]error, len(level))
 		var wg sync.WaitGroup
 		for j, i := range level {
-			wg.Go(func() { results[j], errs[j] = p.step(ctx, i, vals) })
+			wg.Go(func() { results[j], errs[j] = p.step(sctx(j), i, vals) })
 		}
 		wg.Wait()
 		for _, e := range errs {
@@ -392,6 +407,7 @@ func (p *Pipeline) unneeded(requested []int) []bool {
 // step runs step i on the tensors produced so far (read only) and returns
 // the ensemble tensors it writes.
 func (p *Pipeline) step(ctx context.Context, i int, vals map[string]engine.Tensor) (map[string]engine.Tensor, error) {
+	defer batcher.ReleaseTurn(ctx) // queued and answered, or never to queue: the source's next may go
 	st := p.cfg.Steps[i]
 	inst, err := p.models.Get(st.Model, st.Version)
 	if err != nil {

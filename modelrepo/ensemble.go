@@ -325,6 +325,7 @@ func (r *Repository) ensembleBatcher(cfg *pb.ModelConfig, stateful bool) batcher
 	bc.PreferredSizes = nil
 	bc.Queues = batcher.Queues{} // the steps' models queue by their own policies
 	bc.RequestContext = true
+	bc.PassTurn = true // a stream's requests reach the first steps' models in stream order
 	if stateful {
 		// A request of a stateful step may wait in the pipeline for its
 		// sequence's turn or a free sequence slot: with a bounded pool of

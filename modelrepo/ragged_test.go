@@ -132,3 +132,54 @@ func TestRaggedConfigRefusals(t *testing.T) {
 		}
 	}
 }
+
+// Requests of one ordered source (a gRPC stream's turn) to an ensemble
+// reach its first step's model in the source's order, as Triton's
+// ensembles take a stream's requests, whatever order the ensemble's
+// workers run them in: the ragged model's accumulated counts say in which
+// order its call got them.
+func TestEnsembleFirstStepsInStreamOrder(t *testing.T) {
+	root := raggedRepo(t)
+	writeEnsemble(t, root, "rag_ens", `platform: "ensemble"
+max_batch_size: 3
+input [{ name: "IN" data_type: TYPE_FP32 dims: [ -1 ] }]
+output [{ name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "ENDS" data_type: TYPE_FP32 dims: [ ] }]
+ensemble_scheduling { step [ { model_name: "rag" model_version: -1 input_map { key: "X" value: "IN" }
+  output_map { key: "Y" value: "OUT" } output_map { key: "E" value: "ENDS" } } ] }
+`)
+	f := open(t, Config{Roots: []string{root}, Mode: ModeExplicit, LoadModels: []string{"rag_ens"}})
+	inst, err := f.repo.Get("rag_ens", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := []int{2, 3, 1}
+	ends := []float32{2, 5, 6}
+	for round := range 20 {
+		outs := make([][]engine.Tensor, len(sizes))
+		errs := make([]error, len(sizes))
+		ctxs := make([]context.Context, len(sizes))
+		var prev chan struct{}
+		for i := range sizes {
+			mine := make(chan struct{})
+			var once sync.Once
+			ctxs[i] = batcher.WithTurn(context.Background(), prev, func() { once.Do(func() { close(mine) }) })
+			prev = mine
+		}
+		var wg sync.WaitGroup
+		for i := len(sizes) - 1; i >= 0; i-- { // started last first
+			x := make([]float32, sizes[i])
+			wg.Go(func() {
+				outs[i], _, errs[i] = serving.Infer(ctxs[i], f.repo, inst, []engine.Tensor{engine.FromFloat32([]int64{1, int64(len(x))}, x)})
+			})
+		}
+		wg.Wait()
+		for i := range sizes {
+			if errs[i] != nil {
+				t.Fatalf("round %d, request %d: %v", round, i, errs[i])
+			}
+			if got := outs[i][1].Float32s(); len(got) != 1 || got[0] != ends[i] {
+				t.Fatalf("round %d, request %d: ENDS %v, want [%v]: the step's call has the requests in the stream's order", round, i, got, ends[i])
+			}
+		}
+	}
+}
