@@ -332,11 +332,11 @@ func (r *request) runID() (string, *apiError) {
 // mustBeActive refuses a write to a run MLflow's delete_run soft-deleted,
 // as MLflow does (restore_run makes it writable again).
 func (s *Server) mustBeActive(r *request, id string) *apiError {
-	page, err := s.st.ListRuns(r.ctx, store.ListQuery{Filter: "id = " + quote(id) + " AND tags." + quote(lifecycleTag) + ` = "deleted"`, Limit: 1})
+	v, ok, err := s.st.RunTag(r.ctx, id, lifecycleTag)
 	if err != nil {
 		return s.fromStore(err, "reading run "+id)
 	}
-	if len(page.Runs) > 0 {
+	if ok && v == "deleted" {
 		return deletedRun(id)
 	}
 	return nil

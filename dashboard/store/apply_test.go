@@ -167,6 +167,30 @@ func TestManyParamsAndTagsInOneEvent(t *testing.T) {
 	})
 }
 
+// RunTag reads one tag as GetRun has it, and says when the run or the
+// tag is not there.
+func TestRunTag(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		s := open(Config{})
+		ctx := context.Background()
+		e := &ev{run: "tagged"}
+		mustApply(t, s, e.start("exp", nil, map[string]string{"team": "vision", "empty": ""}))
+		for _, c := range []struct {
+			run, key, want string
+			ok             bool
+		}{{"tagged", "team", "vision", true}, {"tagged", "empty", "", true}, {"tagged", "nope", "", false}, {"no-such-run", "team", "", false}} {
+			v, ok, err := s.RunTag(ctx, c.run, c.key)
+			if err != nil || v != c.want || ok != c.ok {
+				t.Errorf("RunTag(%s, %s) = %q, %v, %v; want %q, %v", c.run, c.key, v, ok, err, c.want, c.ok)
+			}
+		}
+		mustApply(t, s, e.next(Event{Type: EventTag, DeleteTags: []string{"team"}}))
+		if _, ok, _ := s.RunTag(ctx, "tagged", "team"); ok {
+			t.Fatal("a deleted tag is still read")
+		}
+	})
+}
+
 func TestExactlyOnce(t *testing.T) {
 	forEach(t, func(t *testing.T, open func(Config) Store) {
 		s := open(Config{})

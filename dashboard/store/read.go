@@ -526,6 +526,19 @@ func (s *sqlStore) GetRun(ctx context.Context, id string) (Run, error) {
 	return runs[0], nil
 }
 
+// RunTag implements Store.
+func (s *sqlStore) RunTag(ctx context.Context, id, key string) (string, bool, error) {
+	var v string
+	err := s.rdb.QueryRowContext(ctx, s.q("SELECT t.value FROM runs r JOIN run_tags t ON t.run_rid = r.rid AND t.key = ? WHERE r.id = ?"), key, id).Scan(&v)
+	if isNoRows(err) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("reading tag %q of run %s: %w", key, id, err)
+	}
+	return v, true, nil
+}
+
 const expCols = `x.id, x.name, x.description, x.created, x.updated, x.archived, x.artifact_location`
 
 func scanExperiment(sc func(...any) error, extra ...any) (Experiment, error) {

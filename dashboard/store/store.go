@@ -34,6 +34,11 @@ type Store interface {
 	ListRuns(ctx context.Context, q ListQuery) (RunPage, error)
 	// GetRun returns a run with its params, tags and metric summaries.
 	GetRun(ctx context.Context, id string) (Run, error)
+	// RunTag reads one tag of run id: ok is false when the run or the
+	// tag does not exist. It reads one row, where GetRun reads the run
+	// whole: for a check made before every write (MLflow's refusal to
+	// log to a deleted run).
+	RunTag(ctx context.Context, id, key string) (value string, ok bool, err error)
 	// UpdateRun changes a run's name or tags.
 	UpdateRun(ctx context.Context, id string, p RunPatch) (Run, error)
 	// DeleteRun hard-deletes a run: its rows, logs and its checkpoint and
