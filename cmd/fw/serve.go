@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -96,6 +97,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	graphOpt := ef.String("graph-optimization", "all", "ONNX Runtime graph optimisation: disable, basic, extended or all")
 	allowNonFinite := ef.Bool("allow-nonfinite", false, "pass NaN and Inf inputs to the model instead of refusing them with 422")
 	noWarmup := ef.Bool("no-warmup", false, "skip the warm-up batches (the embedded test vector still runs)")
+	gcPercent := ef.Int("gc-percent", defaultGCPercent, "Go's garbage collector target for this process, as GOGC: the heap grows this many percent past what is live before a collection (25 to 10000). fw's default 400 collects a quarter as often as Go's 100, whose collections, each shrinking the stacks of the goroutines serving requests that then grow again, cost about a fifth of a small model's gRPC request (docs/benchmarks.md); lower it to spend CPU for memory. GOGC, when set and this flag is not, is taken as Go takes it")
 	spin := ef.Bool("engine-spin", false, "let ONNX Runtime's threads busy-wait between calls (lower latency when the engine has CPUs to itself; off: they leave the CPUs to the HTTP front end)")
 	triton := registerTritonOptions(ef, port, shutdownTimeout)
 	fs.Usage = func() {
@@ -128,6 +130,10 @@ Flags:
 	}
 	if code, ok := ef.parse("fw serve", args, stderr); !ok {
 		return code
+	}
+	if err := setGCPercent(fs, *gcPercent); err != nil {
+		fmt.Fprintf(stderr, "fw serve: %v\n", err)
+		return 2
 	}
 	if *model == "" && fs.NArg() == 1 {
 		*model = fs.Arg(0)
@@ -607,3 +613,23 @@ func newLevelLogger(w io.Writer, format, level string) (*slog.Logger, *logswitch
 type slogPrintf struct{ log *slog.Logger }
 
 func (l slogPrintf) Printf(format string, args ...any) { l.log.Warn(fmt.Sprintf(format, args...)) }
+
+// defaultGCPercent is fw serve's garbage collector target (--gc-percent).
+const defaultGCPercent = 400
+
+// setGCPercent sets the collector's target to percent unless GOGC is set
+// and neither --gc-percent nor FW_GC_PERCENT is (then Go's runtime has
+// taken GOGC already).
+func setGCPercent(fs *flag.FlagSet, percent int) error {
+	if percent < 25 || percent > 10000 {
+		return fmt.Errorf("--gc-percent %d: give 25 to 10000 (GOGC's percent; Go's default is 100, fw serve's %d)", percent, defaultGCPercent)
+	}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "gc-percent" })
+	_, fromEnv := os.LookupEnv("FW_GC_PERCENT")
+	if _, gogc := os.LookupEnv("GOGC"); gogc && !given && !fromEnv {
+		return nil
+	}
+	debug.SetGCPercent(percent)
+	return nil
+}
