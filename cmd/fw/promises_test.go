@@ -143,7 +143,7 @@ func TestPromiseUndeployStopGraceKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	// It got SIGTERM (draining) and never reached its graceful end.
-	if !strings.Contains(string(log), "shutting down") || strings.Contains(string(log), "msg=stopped") {
+	if !strings.Contains(string(log), "Waiting for in-flight requests to complete.") || strings.Contains(string(log), "msg=stopped") {
 		t.Fatalf("deployment log (want SIGTERM seen, no graceful stop):\n%s", log)
 	}
 	d.stop(t)

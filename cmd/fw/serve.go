@@ -434,6 +434,15 @@ Flags:
 		_ = life.Shutdown(context.Background(), *shutdownTimeout)
 		return 1
 	}
+	// Ready: tritonserver's lines, which scripts and tools written for it
+	// wait for in its log, in the order and at the moment it writes them.
+	if gln != nil {
+		log.Info("Started GRPCInferenceService at " + gln.Addr().String())
+	}
+	log.Info("Started HTTPService at " + ln.Addr().String())
+	if mln != nil {
+		log.Info("Started Metrics Service at " + mln.Addr().String())
+	}
 	if inst := srv.Current(); inst != nil {
 		fmt.Fprintf(stdout, "fw serve: %s ready on %s (docs: %s/docs)\n", inst.Name(), url, url)
 	} else {
@@ -456,7 +465,8 @@ Flags:
 			return 1
 		}
 	}
-	log.Info("shutting down: draining in-flight requests", "drain_delay", *drainDelay, "timeout", *shutdownTimeout)
+	// Draining, in tritonserver's sentence.
+	log.Info("Waiting for in-flight requests to complete.", "drain_delay", *drainDelay, "timeout", *shutdownTimeout)
 	life.BeginShutdown() // from here no reload makes /health 200 again
 	if *drainDelay > 0 {
 		time.Sleep(*drainDelay)

@@ -131,7 +131,10 @@ func TestTritonCommandLine(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, out.String())
 	}
 	log, _ := os.ReadFile(logFile)
-	for _, want := range []string{"--pinned-memory-pool-byte-size has no effect in fw", "--strict-model-config is deprecated", "stopped"} {
+	for _, want := range []string{"--pinned-memory-pool-byte-size has no effect in fw", "--strict-model-config is deprecated", "stopped",
+		// tritonserver's lines that scripts wait for, once the models are ready, and at the stop
+		"Started GRPCInferenceService at 127.0.0.1:" + strconv.Itoa(gport), "Started HTTPService at 127.0.0.1:" + strconv.Itoa(port),
+		"Waiting for in-flight requests to complete."} {
 		if !strings.Contains(string(log), want) {
 			t.Errorf("--log-file lacks %q:\n%s", want, log)
 		}
