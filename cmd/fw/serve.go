@@ -97,7 +97,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	graphOpt := ef.String("graph-optimization", "all", "ONNX Runtime graph optimisation: disable, basic, extended or all")
 	allowNonFinite := ef.Bool("allow-nonfinite", false, "pass NaN and Inf inputs to the model instead of refusing them with 422")
 	noWarmup := ef.Bool("no-warmup", false, "skip the warm-up batches (the embedded test vector still runs)")
-	gcPercent := ef.Int("gc-percent", defaultGCPercent, "Go's garbage collector target for this process, as GOGC: the heap grows this many percent past what is live before a collection (25 to 10000). fw's default 400 collects a quarter as often as Go's 100, whose collections, each shrinking the stacks of the goroutines serving requests that then grow again, cost about a fifth of a small model's gRPC request (docs/benchmarks.md); lower it to spend CPU for memory. GOGC, when set and this flag is not, is taken as Go takes it")
+	gcPercent := ef.Int("gc-percent", defaultGCPercent, "Go's garbage collector target for this process, as GOGC: the heap grows this many percent past what is live before a collection (25 to 10000). fw's default 400 collects a quarter as often as Go's 100, whose collections, each shrinking the stacks of the goroutines serving requests that then grow again, cost about a quarter of a small model's gRPC request's CPU (docs/benchmarks.md); lower it to spend CPU for memory. GOGC, when set and this flag is not, is taken as Go takes it")
 	spin := ef.Bool("engine-spin", false, "let ONNX Runtime's threads busy-wait between calls (lower latency when the engine has CPUs to itself; off: they leave the CPUs to the HTTP front end)")
 	triton := registerTritonOptions(ef, port, shutdownTimeout)
 	fs.Usage = func() {
