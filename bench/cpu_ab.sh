@@ -72,13 +72,15 @@ for round in $(seq "${ROUNDS:-3}"); do
   for c in ${CONCURRENCY:-1 16 64}; do
     for bin in "$@"; do
       gport=$((port + 1))
+      grpc_flag=() # fw's gRPC front end only when it is what is measured
+      [[ ${MODE:-wrk} == grpc ]] && grpc_flag=(--grpc-port "$gport")
       if [[ $bin == ceiling && ${MODE:-wrk} == grpc ]]; then
         build/bench/ceiling -addr "127.0.0.1:$port" -grpc "127.0.0.1:$gport" >"$work/serve.log" 2>&1 &
       elif [[ $bin == ceiling ]]; then
         build/bench/ceiling -addr "127.0.0.1:$port" >"$work/serve.log" 2>&1 &
       else
         # shellcheck disable=SC2086
-        "$bin" serve --model "$model" --host 127.0.0.1 --port "$port" --grpc-port "$gport" ${FW_FLAGS:-} >"$work/serve.log" 2>&1 &
+        "$bin" serve --model "$model" --host 127.0.0.1 --port "$port" "${grpc_flag[@]}" ${FW_FLAGS:-} >"$work/serve.log" 2>&1 &
       fi
       pid=$!
       ready=0
