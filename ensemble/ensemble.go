@@ -323,18 +323,12 @@ func (p *Pipeline) Run(ctx context.Context, inputs []engine.Tensor) ([]engine.Te
 				continue
 			}
 		}
-		var turns []context.Context // the first level's parts of the turn
+		var turns []context.Context // the first level's parts of the turn; nil after it
 		if first {
 			turns, first = batcher.SplitTurn(ctx, len(level)), false
 		}
-		sctx := func(j int) context.Context {
-			if turns != nil {
-				return turns[j]
-			}
-			return ctx
-		}
 		if len(level) == 1 {
-			outs, err := p.step(sctx(0), level[0], vals)
+			outs, err := p.step(stepContext(ctx, turns, 0), level[0], vals)
 			if err != nil {
 				return nil, err
 			}
@@ -347,7 +341,7 @@ func (p *Pipeline) Run(ctx context.Context, inputs []engine.Tensor) ([]engine.Te
 		errs := make([]error, len(level))
 		var wg sync.WaitGroup
 		for j, i := range level {
-			wg.Go(func() { results[j], errs[j] = p.step(sctx(j), i, vals) })
+			wg.Go(func() { results[j], errs[j] = p.step(stepContext(ctx, turns, j), i, vals) })
 		}
 		wg.Wait()
 		for _, e := range errs {
@@ -373,6 +367,15 @@ func (p *Pipeline) Run(ctx context.Context, inputs []engine.Tensor) ([]engine.Te
 		out[i] = t
 	}
 	return out, nil
+}
+
+// stepContext is the context of a level's j-th step: its part of the
+// request's turn on the first level (turns), ctx on the others.
+func stepContext(ctx context.Context, turns []context.Context, j int) context.Context {
+	if turns != nil {
+		return turns[j]
+	}
+	return ctx
 }
 
 // unneeded marks the steps that none of the requested outputs (indexes

@@ -139,10 +139,12 @@ func New(base context.Context, cfg Config, models serving.Models, reg prometheus
 
 // streamWorkers is how many calls at once run on grpc-go's long-lived
 // stream workers, whose stacks have grown to what a call needs; past
-// them, each call gets a fresh goroutine whose stack grows by copying as
-// the call goes deeper (with one worker per CPU, 16 concurrent ModelInfer
-// calls spent 14 % of fw's CPU in runtime.copystack). An idle worker is a
-// parked goroutine: 256 of them hold a few MiB of stacks at most.
+// them, each call gets a fresh goroutine. With one worker per CPU, 16
+// concurrent ModelInfer calls spent 14 % of fw's CPU in runtime.copystack;
+// with 256, 1-1.6 µs less per call at fw serve's --gc-percent 400, though
+// more at Go's default 100, whose collections shrink a parked worker's
+// stack before each call grows it again (docs/benchmarks.md). An idle
+// worker is a parked goroutine: 256 of them hold a few MiB of stacks.
 const streamWorkers = 256
 
 // ServerOptions are the grpc.Server options the front end needs: its
