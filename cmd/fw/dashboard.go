@@ -70,6 +70,7 @@ func runDashboard(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	streamHeartbeat := de.DurationEnv("stream-heartbeat", "FW_DASHBOARD_STREAM_HEARTBEAT", stream.DefaultHeartbeat, "how often the live stream sends a heartbeat with the current cursor")
 	allowedHosts := de.StringEnv("allowed-hosts", "FW_DASHBOARD_ALLOWED_HOSTS", "", "comma-separated extra Host names the dashboard answers to (name, name:port, .domain, or * for any); by default only localhost, 127.0.0.1 and ::1 when bound to loopback, and no check on other addresses (the token protects them) unless this is set; /health and /metrics answer any Host")
 	corsOrigins := de.StringEnv("cors-origins", "FW_DASHBOARD_CORS_ORIGINS", "", "comma-separated origins (https://ui.example.com) whose pages may call the API from a browser; default none: only the dashboard's own pages may change its data")
+	sortIndexRuns := de.IntEnv("sort-index-runs", "FW_DASHBOARD_SORT_INDEX_RUNS", store.DefaultSortIndexRuns, "a finished experiment (no run running or queued) whose metric keys this many runs report gets, once writes pause for 3s, the indexes that serve its run pages sorted by each key's last, min and max value, before anyone sorts (docs/tracking.md, How a page of one experiment's runs is read); 0: only on a key's first sort, which is then a full sort")
 	sysInterval := de.DurationEnv("system-interval", "FW_DASHBOARD_SYSTEM_INTERVAL", time.Second, "how often the host's CPU, memory, disk and GPU are sampled (GET /api/system/status, /metrics)")
 	sysHistory := de.DurationEnv("system-history", "FW_DASHBOARD_SYSTEM_HISTORY", 5*time.Minute, "how long samples are kept in memory for the home page's charts (GET /api/system/history)")
 	maxArtifactMiB := de.IntEnv("max-artifact-mib", "FW_DASHBOARD_MAX_ARTIFACT_MIB", mlflow.DefaultMaxArtifactBytes>>20, "largest file uploaded through MLflow's artifact API (PUT /api/2.0/mlflow-artifacts/artifacts/...) or fw's run-file upload (PUT /api/runs/{id}/files), in MiB")
@@ -144,6 +145,10 @@ Flags:
 		fmt.Fprintln(stderr, "fw dashboard: --system-interval must be at least 100ms and --system-history between it and 24h")
 		return 2
 	}
+	if *sortIndexRuns < 0 || *sortIndexRuns > 1<<30 {
+		fmt.Fprintf(stderr, "fw dashboard: --sort-index-runs must be within 0..%d (0: indexes only on a first sort)\n", 1<<30)
+		return 2
+	}
 	if *leaseTTL < 300*time.Millisecond || *leaseTTL > time.Hour {
 		fmt.Fprintln(stderr, "fw dashboard: --lease-ttl must be within 300ms..1h")
 		return 2
@@ -209,6 +214,10 @@ Flags:
 
 	cfg := storeConfigFromEnv()
 	cfg.Dir, cfg.CheckpointDir = *expDir, *ckptDir
+	cfg.SortIndexRuns = *sortIndexRuns
+	if cfg.SortIndexRuns == 0 {
+		cfg.SortIndexRuns = -1 // the store's "off"
+	}
 	// Every event the store stores (ingest, spool import, MLflow's API,
 	// training jobs) goes into its change feed too, the live stream's source.
 	cfg.Feed, cfg.Log = tracking.FeedOf, log

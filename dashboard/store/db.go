@@ -76,6 +76,10 @@ type writeReq struct {
 	// vacuum); its error is returned to the caller.
 	after func(ctx context.Context) error
 	done  chan error
+	// background: the store's own work (a sort index build), not a
+	// client's write: it does not hold off the builds waiting for writes
+	// to pause.
+	background bool
 }
 
 func openSQLite(ctx context.Context, cfg Config) (Store, error) {
@@ -171,7 +175,10 @@ func newSQLStore(d query.Dialect, cfg Config, wdb, rdb *sql.DB) *sqlStore {
 	}
 }
 
-func (s *sqlStore) start() { go s.writer() }
+func (s *sqlStore) start() {
+	go s.writer()
+	s.startSortIndexPlanner()
+}
 
 func (s *sqlStore) closeDBs() {
 	s.wdb.Close()
@@ -234,7 +241,17 @@ func (s *sqlStore) collate() string {
 // other queued requests, each under its own savepoint) and waits for the
 // commit.
 func (s *sqlStore) write(ctx context.Context, fn func(context.Context, *sql.Tx) error, after func(context.Context) error) error {
-	r := &writeReq{ctx: ctx, fn: fn, after: after, done: make(chan error, 1)}
+	return s.queueWrite(&writeReq{ctx: ctx, fn: fn, after: after, done: make(chan error, 1)})
+}
+
+// writeBackground is write for the store's own work (a sort index build),
+// which does not count as a client's write (sortIndexes.noteWrite).
+func (s *sqlStore) writeBackground(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
+	return s.queueWrite(&writeReq{ctx: ctx, fn: fn, done: make(chan error, 1), background: true})
+}
+
+func (s *sqlStore) queueWrite(r *writeReq) error {
+	ctx := r.ctx
 	s.closeMu.RLock()
 	if s.closed {
 		s.closeMu.RUnlock()
@@ -323,6 +340,19 @@ func (s *sqlStore) runGroup(group []*writeReq) {
 	}
 	if len(live) == 0 {
 		return
+	}
+	for _, r := range live {
+		if !r.background {
+			// Writes pause when the group has ended; until then no build
+			// starts, nor a plan that would miss what it commits.
+			s.sortIdx.writing.Add(1)
+			s.sortIdx.noteWrite(time.Now())
+			defer func() {
+				s.sortIdx.noteWrite(time.Now())
+				s.sortIdx.writing.Add(-1)
+			}()
+			break
+		}
 	}
 	defer s.prepareWanted()
 	for attempt := 1; ; attempt++ {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -446,4 +447,112 @@ func TestGlobKeepsCaseOnBothBackends(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestSortIndexesBuiltForFinishedSweeps checks the indexes built before a
+// sort: once writes pause, the metric keys that at least SortIndexRuns
+// runs of a finished experiment report get their three sort indexes, so
+// that the first page sorted by one of them reads an index; a smaller
+// experiment's keys and a running sweep's get none (until it finishes);
+// SortIndexRuns < 0 builds none.
+func TestSortIndexesBuiltForFinishedSweeps(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		st := open(Config{SortIndexRuns: 20, SortIndexIdle: 20 * time.Millisecond})
+		ss := st.(*sqlStore)
+		var evs []Event
+		var liveRun *ev
+		add := func(exp string, runs int, keys ...string) {
+			for i := 0; i < runs; i++ {
+				e := &ev{run: fmt.Sprintf("%s-%02d", exp, i)}
+				evs = append(evs, e.start(exp, nil, nil))
+				for step := int64(0); step < 3; step++ {
+					vals := map[string]float64{}
+					for k, key := range keys {
+						vals[key] = float64((i*7+int(step)*3+k)%11) / 4
+					}
+					evs = append(evs, e.metrics(step, vals))
+				}
+				if exp == "live" && i == 0 {
+					liveRun = e // still running
+					continue
+				}
+				evs = append(evs, e.next(Event{Type: EventRunEnd, Status: StatusFinished}))
+			}
+		}
+		add("sweep", 25, "acc", "loss")
+		add("small", 5, "tiny")
+		add("live", 25, "live_k")
+		mustApply(t, st, evs...)
+		if err := WaitSortIndexes(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		indexes := func() map[string]bool {
+			t.Helper()
+			got := map[string]bool{}
+			for _, key := range []string{"acc", "loss", "tiny", "live_k"} {
+				var id int64
+				if err := ss.rdb.QueryRowContext(ctx, ss.q(`SELECT id FROM metric_keys WHERE kind = 0 AND name = ?`), key).Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				for _, col := range []string{"last_value", "min_value", "max_value"} {
+					exists, _, err := ss.sortIndexExists(ctx, sortIndexName(id, col))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if exists {
+						got[key+"."+col] = true
+					}
+				}
+			}
+			return got
+		}
+		want := "acc.last_value acc.max_value acc.min_value loss.last_value loss.max_value loss.min_value"
+		got := indexes()
+		if s := strings.Join(sortedKeys(got), " "); s != want {
+			t.Fatalf("sort indexes after the writes paused: %s, want %s", s, want)
+		}
+		// The first page sorted by a prebuilt key reads its index, and agrees
+		// with the generic sort.
+		for _, q := range []ListQuery{
+			{Experiment: "sweep", Sort: "metrics.acc.min", Limit: 7},
+			{Experiment: "sweep", Sort: "metrics.loss.last", Desc: true, Limit: 7},
+		} {
+			ss.cfg.sortedPages = true
+			wantPages := walk(t, st, q)
+			ss.cfg.sortedPages = false
+			served := ss.sortIdx.served.Load()
+			if got := walk(t, st, q); strings.Join(got, "\n") != strings.Join(wantPages, "\n") || ss.sortIdx.served.Load() == served {
+				t.Fatalf("%s: same pages %v, pages served by an index %d", q.Sort, strings.Join(got, "\n") == strings.Join(wantPages, "\n"), ss.sortIdx.served.Load()-served)
+			}
+		}
+		// The live sweep's last run ends: its key's indexes follow.
+		mustApply(t, st, liveRun.next(Event{Type: EventRunEnd, Status: StatusFinished}))
+		if err := WaitSortIndexes(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		if got := indexes(); !got["live_k.last_value"] || !got["live_k.min_value"] || !got["live_k.max_value"] || got["tiny.last_value"] {
+			t.Fatalf("sort indexes after the live sweep finished: %v", sortedKeys(got))
+		}
+
+		// Off: none, for a sweep of the same size.
+		off := open(Config{SortIndexRuns: -1, SortIndexIdle: 20 * time.Millisecond})
+		mustApply(t, off, evs...)
+		if err := WaitSortIndexes(ctx, off); err != nil {
+			t.Fatal(err)
+		}
+		if _, n, err := off.(*sqlStore).sortIndexExists(ctx, "none"); err != nil || n != 0 {
+			t.Fatalf("SortIndexRuns -1: %d sort indexes (%v)", n, err)
+		}
+	})
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -13,10 +13,23 @@ import (
 	"github.com/fw-serve/fw/dashboard/query"
 )
 
-// maxSortIndexes bounds the metric sort indexes the store builds on
-// demand: past it, a page sorted by another metric aggregate is sorted in
-// full, as before the index, and the store logs it once.
-const maxSortIndexes = 64
+// maxSortIndexes bounds the metric sort indexes the store builds: past it,
+// a page sorted by another metric aggregate is sorted in full, as before
+// the index, and the store logs it once.
+const maxSortIndexes = 128
+
+// maxPrebuiltSortIndexes bounds those built ahead of a sort, for large
+// experiments (prebuildSortIndexes): the rest of maxSortIndexes stays for
+// the keys someone sorts by.
+const maxPrebuiltSortIndexes = 96
+
+// DefaultSortIndexRuns is Config.SortIndexRuns's default: from about this
+// many runs an experiment's full sort by a metric takes more than ~100 ms
+// on SQLite (3.4 µs per run measured at 200,000 runs, docs/benchmarks.md).
+const DefaultSortIndexRuns = 20_000
+
+// DefaultSortIndexIdle is Config.SortIndexIdle's default.
+const DefaultSortIndexIdle = 3 * time.Second
 
 // sortIndexes are the indexes that serve a run page sorted by one metric
 // key's aggregate (last, min or max) within an experiment: a partial index
@@ -30,6 +43,13 @@ const maxSortIndexes = 64
 // while the index is built in the background (on SQLite through the writer,
 // which it holds for the build: seconds at a million runs; on PostgreSQL
 // CONCURRENTLY, blocking no writer); later pages read it in order.
+//
+// Large finished experiments do not wait for a first sort: once writes
+// have paused for Config.SortIndexIdle, the keys reported by at least
+// Config.SortIndexRuns runs of one experiment with no run running or
+// queued get their three indexes built one at a time
+// (prebuildSortIndexes), so that a finished sweep's pages sort by any of
+// its metrics from an index.
 type sortIndexes struct {
 	mu       sync.Mutex
 	ready    map[string]bool // names known to exist
@@ -40,7 +60,18 @@ type sortIndexes struct {
 	served atomic.Int64
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // builds under way
+
+	// The planner of builds ahead of a sort (prebuildSortIndexes).
+	planner sync.WaitGroup
+	// dirty: a client's write was committed (a key may have crossed the
+	// threshold, a sweep finished) since the planner last looked;
+	// planning: it is looking or building.
+	dirty, planning atomic.Bool
+	// lastWrite is when the writer last committed a client's write
+	// (unix nanoseconds; 0: none since the store opened); writing counts
+	// the groups of clients' writes under way (0 or 1).
+	lastWrite, writing atomic.Int64
 }
 
 func newSortIndexes() *sortIndexes {
@@ -48,10 +79,56 @@ func newSortIndexes() *sortIndexes {
 	return &sortIndexes{ready: map[string]bool{}, building: map[string]bool{}, max: maxSortIndexes, ctx: ctx, cancel: cancel}
 }
 
-// stop cancels the builds under way and waits for them.
+// stop cancels the planner and the builds under way and waits for them.
 func (x *sortIndexes) stop() {
 	x.cancel()
+	x.planner.Wait()
 	x.wg.Wait()
+}
+
+// noteWrite records that the writer committed a client's write now.
+func (x *sortIndexes) noteWrite(now time.Time) {
+	x.lastWrite.Store(now.UnixNano())
+	x.dirty.Store(true)
+}
+
+// idle reports whether no client's write is under way and none has been
+// committed for d.
+func (x *sortIndexes) idle(now time.Time, d time.Duration) bool {
+	if x.writing.Load() > 0 {
+		return false
+	}
+	last := x.lastWrite.Load()
+	return last == 0 || now.Sub(time.Unix(0, last)) >= d
+}
+
+// claim marks name as being built when nothing is being built and it is
+// not known to exist; it reports whether it did.
+func (x *sortIndexes) claim(name string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.ready[name] || len(x.building) > 0 || x.ctx.Err() != nil {
+		return false
+	}
+	x.building[name] = true
+	return true
+}
+
+// finish ends the build of name that claim allowed.
+func (x *sortIndexes) finish(name string, start time.Time, err error) {
+	x.mu.Lock()
+	delete(x.building, name)
+	if err == nil {
+		x.ready[name] = true
+	}
+	x.mu.Unlock()
+	if err != nil {
+		if x.ctx.Err() == nil {
+			slog.Error("building a metric sort index", "index", name, "err", err)
+		}
+		return
+	}
+	slog.Info("metric sort index built", "index", name, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // sortIndexName is the name of the index serving sorts by key keyID's
@@ -107,20 +184,7 @@ func (s *sqlStore) sortIndex(ctx context.Context, keyID int64, col string) (bool
 	go func() {
 		defer x.wg.Done()
 		start := time.Now()
-		err := s.buildSortIndex(x.ctx, name, keyID, col)
-		x.mu.Lock()
-		delete(x.building, name)
-		if err == nil {
-			x.ready[name] = true
-		}
-		x.mu.Unlock()
-		if err != nil {
-			if x.ctx.Err() == nil {
-				slog.Error("building a metric sort index", "index", name, "err", err)
-			}
-			return
-		}
-		slog.Info("metric sort index built", "index", name, "took", time.Since(start).Round(time.Millisecond))
+		x.finish(name, start, s.buildSortIndex(x.ctx, name, keyID, col))
 	}()
 	return false, nil
 }
@@ -166,10 +230,10 @@ func (s *sqlStore) buildSortIndex(ctx context.Context, name string, keyID int64,
 		_, err = s.wdb.ExecContext(ctx, `CREATE INDEX CONCURRENTLY IF NOT EXISTS `+name+body)
 		return err
 	}
-	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.writeBackground(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `CREATE INDEX IF NOT EXISTS `+name+body)
 		return err
-	}, nil)
+	})
 }
 
 // WaitBackground waits for the work s started in the background (metric
@@ -178,5 +242,167 @@ func (s *sqlStore) buildSortIndex(ctx context.Context, name string, keyID int64,
 func WaitBackground(s Store) {
 	if ss, ok := s.(*sqlStore); ok {
 		ss.sortIdx.wg.Wait()
+	}
+}
+
+// WaitSortIndexes waits until the sort indexes s builds ahead of a sort
+// for its large experiments are built (writes must pause for
+// Config.SortIndexIdle first) and no build is under way, or ctx ends: for
+// benchmarks and tests that time what follows it.
+func WaitSortIndexes(ctx context.Context, s Store) error {
+	ss, ok := s.(*sqlStore)
+	if !ok || ss.cfg.SortIndexRuns < 0 {
+		return nil
+	}
+	x := ss.sortIdx
+	for {
+		if !x.dirty.Load() && !x.planning.Load() {
+			x.mu.Lock()
+			n := len(x.building)
+			x.mu.Unlock()
+			if n == 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the metric sort indexes: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// startSortIndexPlanner starts the planner of builds ahead of a sort
+// (prebuildSortIndexes), unless Config.SortIndexRuns turns it off.
+func (s *sqlStore) startSortIndexPlanner() {
+	if s.cfg.SortIndexRuns < 0 {
+		return
+	}
+	x := s.sortIdx
+	x.dirty.Store(true) // a store opened on large experiments: look at once
+	tick := min(max(s.cfg.SortIndexIdle/2, 5*time.Millisecond), time.Second)
+	x.planner.Add(1)
+	go func() {
+		defer x.planner.Done()
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-x.ctx.Done():
+				return
+			case <-t.C:
+			}
+			if !x.dirty.Load() || !x.idle(time.Now(), s.cfg.SortIndexIdle) {
+				continue
+			}
+			x.planning.Store(true)
+			x.dirty.Store(false)
+			s.prebuildSortIndexes(x.ctx)
+			x.planning.Store(false)
+		}
+	}()
+}
+
+// wantedSortIndex is an index prebuildSortIndexes builds.
+type wantedSortIndex struct {
+	key int64
+	col string
+}
+
+// sortIndexesWanted lists the indexes of the metric keys that at least
+// Config.SortIndexRuns runs of one experiment with no run running or
+// queued report, the keys most runs report first, that do not exist yet,
+// at most maxPrebuiltSortIndexes in all with those that do.
+func (s *sqlStore) sortIndexesWanted(ctx context.Context) ([]wantedSortIndex, error) {
+	existing := map[string]bool{}
+	text := `SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'metric_summary_sort_%'`
+	if s.d == query.Postgres {
+		text = `SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND indexname LIKE 'metric_summary_sort_%'`
+	}
+	rows, err := s.rdb.QueryContext(ctx, text)
+	if err != nil {
+		return nil, fmt.Errorf("listing the metric sort indexes: %w", err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("listing the metric sort indexes: %w", err)
+		}
+		existing[name] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing the metric sort indexes: %w", err)
+	}
+	room := maxPrebuiltSortIndexes - len(existing)
+	if room <= 0 {
+		return nil, nil
+	}
+	// Finished experiments only: an index makes each later point of its key
+	// cost more (every key of a sweep indexed: ~4.5x the CPU per point at
+	// 200,000 runs, docs/benchmarks.md), which a sweep still writing should
+	// not pay for a sort nobody asked for.
+	rows, err = s.rdb.QueryContext(ctx, s.q(`SELECT key_id FROM experiment_metrics WHERE runs >= ? AND experiment_id IN (
+		SELECT experiment_id FROM experiment_run_counts GROUP BY experiment_id
+		HAVING SUM(CASE WHEN status IN (?, ?) THEN n ELSE 0 END) = 0)
+	GROUP BY key_id ORDER BY MAX(runs) DESC, key_id LIMIT ?`),
+		int64(s.cfg.SortIndexRuns), string(StatusRunning), string(StatusQueued), int64(maxPrebuiltSortIndexes))
+	if err != nil {
+		return nil, fmt.Errorf("listing the large experiments' metric keys: %w", err)
+	}
+	defer rows.Close()
+	var out []wantedSortIndex
+	for rows.Next() {
+		var key int64
+		if err := rows.Scan(&key); err != nil {
+			return nil, fmt.Errorf("listing the large experiments' metric keys: %w", err)
+		}
+		for _, col := range []string{"last_value", "min_value", "max_value"} {
+			if !existing[sortIndexName(key, col)] && len(out) < room {
+				out = append(out, wantedSortIndex{key, col})
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing the large experiments' metric keys: %w", err)
+	}
+	return out, nil
+}
+
+// prebuildSortIndexes builds, one at a time, the sort indexes of the large
+// experiments' metric keys (sortIndexesWanted), while writes stay paused:
+// when a client's write comes in meanwhile it stops after the build under
+// way and plans again once writes pause.
+func (s *sqlStore) prebuildSortIndexes(ctx context.Context) {
+	x := s.sortIdx
+	todo, err := s.sortIndexesWanted(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			slog.Error("planning metric sort indexes", "err", err)
+		}
+		return
+	}
+	for _, w := range todo {
+		if ctx.Err() != nil {
+			return
+		}
+		if !x.idle(time.Now(), s.cfg.SortIndexIdle) {
+			x.dirty.Store(true)
+			return
+		}
+		name := sortIndexName(w.key, w.col)
+		if !x.claim(name) {
+			x.mu.Lock()
+			busy := len(x.building) > 0
+			x.mu.Unlock()
+			if busy {
+				x.dirty.Store(true) // a sort's own build: plan again after it
+				return
+			}
+			continue
+		}
+		start := time.Now()
+		x.finish(name, start, s.buildSortIndex(ctx, name, w.key, w.col))
 	}
 }

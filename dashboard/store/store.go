@@ -124,6 +124,18 @@ type Config struct {
 	// Log receives what the store reports on its own (the PostgreSQL feed
 	// listener's reconnects); nil: nothing.
 	Log *slog.Logger
+	// SortIndexRuns: the metric keys that at least this many runs of one
+	// experiment with no run running or queued report get the indexes
+	// that serve a page sorted by their last, min or max value built in
+	// the background once writes pause (SortIndexIdle), before anyone sorts
+	// by them; other keys get theirs on their first sort, which is then a
+	// full sort. 0: DefaultSortIndexRuns; negative: only on a first sort.
+	SortIndexRuns int
+	// SortIndexIdle is how long no write may have been committed before
+	// those builds start (0: DefaultSortIndexIdle). On SQLite a build holds
+	// the writer: a write arriving meanwhile waits for it (seconds at a
+	// million runs).
+	SortIndexIdle time.Duration
 
 	// migrateTo stops migrations at a version (tests build old schemas).
 	migrateTo int
@@ -139,6 +151,12 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 	}
 	if cfg.BusyTimeout <= 0 {
 		cfg.BusyTimeout = 5 * time.Second
+	}
+	if cfg.SortIndexRuns == 0 {
+		cfg.SortIndexRuns = DefaultSortIndexRuns
+	}
+	if cfg.SortIndexIdle <= 0 {
+		cfg.SortIndexIdle = DefaultSortIndexIdle
 	}
 	if cfg.Dir != "" {
 		if cfg.CheckpointDir == "" {
