@@ -135,6 +135,18 @@ func main() {
 		{"sorted by name", "name", "", false},
 		{"filtered lr>0.05,team=vision, by metrics." + sortKey + ".last desc", "metrics." + sortKey + ".last", "params.lr > 0.05 and tags.team = 'vision'", true},
 	}
+	// The runs table's name search (the UI sends name ~ 'text'): the
+	// experiment's oldest run, last in the default order, and a name no run
+	// has (every run is looked at).
+	oldest, err := s.GetRun(ctx, fmt.Sprintf("run%07d", *first))
+	check(err, "reading the oldest run")
+	pageReads = append(pageReads, []struct {
+		name, sort, filter string
+		desc               bool
+	}{
+		{"searched by name, the oldest run's", "created", "name ~ '" + strings.ReplaceAll(oldest.Name, "'", "\\'") + "'", true},
+		{"searched by name, no match", "created", "name ~ 'no-such-run-name'", true},
+	}...)
 	if wide {
 		reads = append(reads, wideReads(ctx, s, d.ID, sh)...)
 	}

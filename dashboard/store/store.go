@@ -142,6 +142,9 @@ type Config struct {
 	// sortedPages answers every run page with the generic query that sorts
 	// the filtered rows (tests compare it with the index-served pages).
 	sortedPages bool
+	// segmentQuery, when set, sees each keyset page query before it runs
+	// (tests read its plan).
+	segmentQuery func(text string, args []any)
 }
 
 // Open opens (creating and migrating as needed) the store cfg selects.
