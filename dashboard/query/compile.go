@@ -144,8 +144,10 @@ func aggColumn(agg string) string {
 // cond writes one comparison of a value expression with a literal.
 func cond(b *strings.Builder, f Field, col, numCol, strCol string, op Op, v Literal, ns int64, a *Args) {
 	switch {
-	case op == Like:
+	case op == Like && a.d == Postgres:
 		b.WriteString("LOWER(" + strCol + ") LIKE " + a.Add(GlobToLike(v.Str)) + ` ESCAPE '\'`)
+	case op == Like: // SQLite's LIKE ignores ASCII case as its LOWER folds it: no LOWER per row (2-3x the scan)
+		b.WriteString(strCol + " LIKE " + a.Add(GlobToLike(v.Str)) + ` ESCAPE '\'`)
 	case op == Glob && a.d == Postgres: // PostgreSQL's LIKE keeps case
 		b.WriteString(strCol + " LIKE " + a.Add(globToLike(v.Str, false)) + ` ESCAPE '\'`)
 	case op == Glob: // SQLite's LIKE ignores ASCII case, its GLOB does not

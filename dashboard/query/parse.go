@@ -222,6 +222,25 @@ type Compare struct {
 	timeNanos int64
 }
 
+// NameSearch returns the text of a `name ~ 'text'` condition that every
+// row expr matches must meet (expr is the condition, or an AND with it on
+// one side): the runs table's name search, which an index of names can
+// narrow before the filter is checked on each run.
+func NameSearch(expr Expr) (string, bool) {
+	switch e := expr.(type) {
+	case *Compare:
+		if e.Field.Kind == Column && e.Field.Name == "name" && e.Op == Like {
+			return e.Value.Str, true
+		}
+	case *And:
+		if t, ok := NameSearch(e.L); ok {
+			return t, true
+		}
+		return NameSearch(e.R)
+	}
+	return "", false
+}
+
 // In is Field [NOT] IN (Values...).
 type In struct {
 	Field  Field

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fw-serve/fw/dashboard/query"
 )
 
 // keysetData writes two experiments of random runs with ties everywhere a
@@ -599,4 +601,104 @@ func TestKeysetParamTiesSeek(t *testing.T) {
 			t.Fatalf("%s: page 2 does not seek to the cursor's (value, run ID):\n%s", sort, plan)
 		}
 	}
+}
+
+// TestNameSearch checks the runs table's name search (name ~ 'text') read
+// through the names' trigram index (SQLite): the same pages as the search
+// checking every run's name, which are the runs whose names contain the
+// text in any ASCII case; a renamed run is found by its new name only, a
+// deleted one not at all; texts the index cannot narrow (short, wildcards)
+// and searches matching more than maxNameCandidates runs read in order as
+// before.
+func TestNameSearch(t *testing.T) {
+	forEach(t, func(t *testing.T, open func(Config) Store) {
+		st := open(Config{})
+		ss := st.(*sqlStore)
+		ctx := context.Background()
+		adj := []string{"amber", "Brisk", "calm", "ALPHA", "delta"}
+		noun := []string{"aurora", "falcon", "alphabet", "river"}
+		base := time.Unix(1_700_000_000, 0)
+		var evs []Event
+		names := map[string]string{} // run ID -> name, in "names"
+		for i := 0; i < 60; i++ {
+			for _, exp := range []string{"names", "other"} {
+				e := &ev{run: fmt.Sprintf("%s%02d", exp[:1], i)}
+				start := e.start(exp, map[string]any{"i": float64(i % 7)}, nil)
+				start.Name = fmt.Sprintf("%s-%s-%d", adj[i%5], noun[i%4], i)
+				start.Time = Timestamp{base.Add(time.Duration(i%9) * time.Second)}
+				evs = append(evs, start)
+				if exp == "names" {
+					names[e.run] = start.Name
+				}
+			}
+		}
+		mustApply(t, st, evs...)
+		newName := "renamed-zebra-7"
+		if _, err := st.UpdateRun(ctx, "n07", RunPatch{Name: &newName}); err != nil {
+			t.Fatal(err)
+		}
+		names["n07"] = newName
+		if err := st.DeleteRun(ctx, "n08"); err != nil {
+			t.Fatal(err)
+		}
+		delete(names, "n08")
+		contains := func(text string) map[string]bool {
+			out := map[string]bool{}
+			for id, n := range names {
+				if strings.Contains(strings.ToLower(n), strings.ToLower(text)) {
+					out[id] = true
+				}
+			}
+			return out
+		}
+		for _, c := range []struct {
+			text   string
+			narrow bool // read through the names' index (SQLite)
+		}{
+			{"alpha", true}, {"ALPHA-al", true}, {"a-fal", true}, {"zebra", true}, {"amber-aurora", true},
+			{"nothing-like-it", true}, {"brisk", true}, {"-1", false}, {"al", false}, {"a*a", false},
+		} {
+			for _, q := range []ListQuery{
+				{Experiment: "names", Filter: "name ~ '" + c.text + "'", Limit: 4},
+				{Experiment: "names", Filter: "params.i >= 2 and name ~ '" + c.text + "'", Sort: "name", Limit: 3},
+			} {
+				ss.cfg.maxNameCandidates = -1
+				want := walk(t, st, q)
+				ss.cfg.maxNameCandidates = 0
+				if got := walk(t, st, q); strings.Join(got, "\n") != strings.Join(want, "\n") {
+					t.Fatalf("%q: through the names' index:\n%s\nchecking every run:\n%s", q.Filter, strings.Join(got, "\n"), strings.Join(want, "\n"))
+				}
+				ss.cfg.maxNameCandidates = 3 // most searches match more: read in order
+				if got := walk(t, st, q); strings.Join(got, "\n") != strings.Join(want, "\n") {
+					t.Fatalf("%q: past maxNameCandidates:\n%s\nwant:\n%s", q.Filter, strings.Join(got, "\n"), strings.Join(want, "\n"))
+				}
+				ss.cfg.maxNameCandidates = 0
+			}
+			// The matches themselves (so that both readings are not wrong
+			// alike), and that the index narrowed the search.
+			q := ListQuery{Experiment: "names", Filter: "name ~ '" + c.text + "'", Limit: 1000}
+			page, err := st.ListRuns(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]bool{}
+			for _, r := range page.Runs {
+				got[r.ID] = true
+			}
+			if want := contains(c.text); fmt.Sprint(sortedKeys(got)) != fmt.Sprint(sortedKeys(want)) {
+				t.Fatalf("%q: runs %v, want %v", c.text, sortedKeys(got), sortedKeys(want))
+			}
+			if ss.d != query.SQLite {
+				continue
+			}
+			var expID string
+			if err := ss.rdb.QueryRowContext(ctx, `SELECT id FROM experiments WHERE name = 'names'`).Scan(&expID); err != nil {
+				t.Fatal(err)
+			}
+			cands, few, err := ss.nameCandidates(ctx, expID, c.text)
+			if err != nil || few != c.narrow || few && len(cands) < len(got) {
+				t.Fatalf("%q: narrowed %v (want %v), %d candidates for %d runs, %v", c.text, few, c.narrow, len(cands), len(got), err)
+			}
+		}
+	})
 }

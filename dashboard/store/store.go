@@ -145,6 +145,9 @@ type Config struct {
 	// segmentQuery, when set, sees each keyset page query before it runs
 	// (tests read its plan).
 	segmentQuery func(text string, args []any)
+	// maxNameCandidates replaces maxNameCandidates (tests; negative: no
+	// search through the names' index).
+	maxNameCandidates int
 }
 
 // Open opens (creating and migrating as needed) the store cfg selects.
