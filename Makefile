@@ -29,7 +29,7 @@ WEB_DEPS := web/node_modules/.package-lock.json
 WEB_SCHEMA := web/src/api/schema.d.ts
 FUZZTIME ?= 10s
 
-.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-scale-pg bench-wide bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-export-models test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances bench-tracing bench-pybackend otelcol test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui gpu-check test-gpu-check-cpu clean help venv ort gomod swagger-ui web web-deps
+.PHONY: all sysdeps setup build shim models demo image helm test-deploy test test-steps fuzz-smoke bench-scale bench-scale-pg bench-wide bench-scale-smoke test-go test-postgres test-replicas test-s3 bench-replicas test-python test-mlflow test-export-models test-ray test-schemathesis test-soak test-web bench-soak bench-overload bench-repository bench-instances bench-tracing bench-pybackend otelcol test-e2e fuzz proto lint fmt bench-engine bench-serve bench-store bench-track bench-ui bench-scale-ui gpu-check test-gpu-check-cpu clean help venv ort gomod swagger-ui web web-deps
 
 all: build
 
@@ -270,6 +270,10 @@ bench-scale-smoke: ## make test's share of bench-scale and bench-wide: 2,000 run
 
 bench-ui: build ## the experiments table with 10,000 seeded runs in chromium, into docs/benchmarks.md
 	@FW_BIN=$(ROOT)/bin/fw node web/e2e/bench-runs.mjs
+
+bench-scale-ui: build ## issue #22's experiment page in chromium on BENCH_DIR, a store filled by `go run ./bench/expbench -runs 1000000 -reps 0 -dir DIR`: first rows (fresh and cached), a metric sort, a filter, a name search link, the dashboard's RSS (docs/benchmarks.md)
+	@test -n "$(BENCH_DIR)" || { echo "make bench-scale-ui: set BENCH_DIR (go run ./bench/expbench -runs 1000000 -reps 0 -dir DIR)"; exit 2; }
+	@FW_BIN=$(ROOT)/bin/fw BENCH_DIR=$(BENCH_DIR) node web/e2e/bench-scale-ui.mjs
 
 bench-overload: build models ## 4x the sustainable load on resnet18: 503/504 per second, connections closed, goodput (docs/benchmarks.md)
 	@$(GO) run ./bench/overload
