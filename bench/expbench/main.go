@@ -106,6 +106,7 @@ func main() {
 	// after them, as a user opening the finished sweep later sees them.
 	t1 := time.Now()
 	check(store.WaitSortIndexes(ctx, s), "waiting for the sort indexes")
+	store.WaitBackground(s) // and PostgreSQL's trigram index of run names
 	line := fmt.Sprintf("sort indexes built ahead of a sort: ready %.1f s after the last write (writes must pause %s first)", time.Since(t1).Seconds(), store.DefaultSortIndexIdle)
 	fmt.Println(line)
 	fmt.Fprintf(&report, "%s.\n\n", strings.ToUpper(line[:1])+line[1:])

@@ -61,6 +61,9 @@ type sqlStore struct {
 	feed feedState // the change feed (feed.go)
 
 	sortIdx *sortIndexes // metric sort indexes built on demand (sortindex.go)
+	// nameIndex: PostgreSQL's trigram index of run names is built
+	// (namesearch.go).
+	nameIndex atomic.Bool
 }
 
 type keyRef struct {
@@ -178,6 +181,7 @@ func newSQLStore(d query.Dialect, cfg Config, wdb, rdb *sql.DB) *sqlStore {
 func (s *sqlStore) start() {
 	go s.writer()
 	s.startSortIndexPlanner()
+	s.buildNameIndex()
 }
 
 func (s *sqlStore) closeDBs() {

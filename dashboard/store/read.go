@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/fw-serve/fw/dashboard/query"
 )
@@ -312,7 +310,7 @@ func (s *sqlStore) ListRuns(ctx context.Context, q ListQuery) (RunPage, error) {
 	var rids []int64
 	byRID := map[int64]int{}
 	served, searched := false, false
-	if expID != "" && s.d == query.SQLite {
+	if expID != "" {
 		// A name search of a large experiment: the runs whose names may
 		// match, from the names' index, when they are few; the page is then
 		// the generic query over them (the filter still checked on each).
@@ -378,72 +376,6 @@ func (s *sqlStore) ListRuns(ctx context.Context, q ListQuery) (RunPage, error) {
 		page.Runs = []Run{}
 	}
 	return page, nil
-}
-
-// maxNameCandidates is the most runs a name search reads from the names'
-// index to list a page from: past it the matches are many, and the page is
-// read in order from the sort's index, checking each run's name, which
-// fills it soon.
-const maxNameCandidates = 2000
-
-// nameCandidates lists experiment expID's runs whose names may contain
-// text (the query language's name ~ 'text', its letters in any ASCII
-// case), from run_names' trigram index (SQLite): a superset of the runs
-// whose names match, as the page query still checks each. few is false
-// when the index cannot narrow the search (text shorter than three
-// characters or holding wildcards) or more than maxNameCandidates runs
-// may match.
-func (s *sqlStore) nameCandidates(ctx context.Context, expID, text string) (rids []int64, few bool, err error) {
-	if s.cfg.maxNameCandidates < 0 || utf8.RuneCountInString(text) < 3 || strings.ContainsAny(text, `*?%_\`) {
-		return nil, false, nil
-	}
-	// CROSS JOIN: the names' index first, then each candidate's run.
-	rows, err := s.rdb.QueryContext(ctx, `SELECT r.rid FROM run_names n CROSS JOIN runs r ON r.rid = n.rowid WHERE n.name LIKE ? AND r.experiment_id = ? LIMIT ?`,
-		query.GlobToLike(text), expID, s.maxNameCandidates()+1)
-	if err != nil {
-		return nil, false, fmt.Errorf("searching run names: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var rid int64
-		if err := rows.Scan(&rid); err != nil {
-			return nil, false, fmt.Errorf("searching run names: %w", err)
-		}
-		rids = append(rids, rid)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, false, fmt.Errorf("searching run names: %w", err)
-	}
-	if len(rids) > s.maxNameCandidates() {
-		return nil, false, nil
-	}
-	return rids, true, nil
-}
-
-func (s *sqlStore) maxNameCandidates() int {
-	if s.cfg.maxNameCandidates > 0 {
-		return s.cfg.maxNameCandidates
-	}
-	return maxNameCandidates
-}
-
-// ridList is "(1, 2, ...)" of the store's own row IDs, written into the
-// query (not bound: a page's list may exceed a dialect's parameter limit);
-// "(NULL)", which matches no run, for none.
-func ridList(rids []int64) string {
-	if len(rids) == 0 {
-		return "(NULL)"
-	}
-	var b strings.Builder
-	b.WriteByte('(')
-	for i, r := range rids {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(strconv.FormatInt(r, 10))
-	}
-	b.WriteByte(')')
-	return b.String()
 }
 
 // pageIDs runs the generic page query, appending the page's rids (and
