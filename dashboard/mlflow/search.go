@@ -51,8 +51,9 @@ func (s *Server) searchRuns(r *request) (any, *apiError) {
 	if e != nil {
 		return nil, e
 	}
+	var ids []string // several experiments: each one's page read from its indexes, merged
 	if len(expIDs) > 1 {
-		ids := make([]string, 0, len(expIDs))
+		ids = make([]string, 0, len(expIDs))
 		for _, id := range expIDs {
 			if id == "0" {
 				fid, e := s.defaultExperimentID(r.ctx, false)
@@ -61,14 +62,13 @@ func (s *Server) searchRuns(r *request) (any, *apiError) {
 				}
 				id = fid
 			}
-			ids = append(ids, quote(id))
+			ids = append(ids, id)
 		}
-		fwFilter = and("experiment_id IN ("+strings.Join(ids, ", ")+")", fwFilter)
 	}
 	if v := viewFilter(view, "tags."+quote(lifecycleTag)+` = "deleted"`, "NOT tags."+quote(lifecycleTag)+` = "deleted"`); v != "" {
 		fwFilter = and(fwFilter, v)
 	}
-	q := store.ListQuery{Filter: fwFilter, Limit: int(min(maxResults, 10000)), Sort: "started", Desc: true, IDAsc: true}
+	q := store.ListQuery{Filter: fwFilter, Limit: int(min(maxResults, 10000)), Sort: "started", Desc: true, IDAsc: true, Experiments: ids}
 	if len(expIDs) == 1 { // the common case, through the store's experiment index
 		id := expIDs[0]
 		if id == "0" {

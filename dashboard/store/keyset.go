@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -63,9 +64,18 @@ type segment struct {
 // index serves (a tag, a metric's count, other columns, a metric whose sort
 // index is still being built): pageQuery answers those.
 func (s *sqlStore) keysetRuns(ctx context.Context, expID string, p listParams) ([]int64, string, bool, error) {
-	segs, ok, err := s.segments(ctx, expID, p.field)
+	pg, ok, err := s.keysetPageOf(ctx, expID, p)
 	if err != nil || !ok {
 		return nil, "", false, err
+	}
+	return pg.rids, pg.next, true, nil
+}
+
+// keysetPageOf is keysetRuns's page with each run's sort values.
+func (s *sqlStore) keysetPageOf(ctx context.Context, expID string, p listParams) (*keysetPage, bool, error) {
+	segs, ok, err := s.segments(ctx, expID, p.field)
+	if err != nil || !ok {
+		return nil, false, err
 	}
 	dir, after := " ASC", " > "
 	if p.desc {
@@ -91,7 +101,7 @@ func (s *sqlStore) keysetRuns(ctx context.Context, expID string, p listParams) (
 		}
 		if sg.empty != nil {
 			if none, err := sg.empty(); err != nil {
-				return nil, "", false, err
+				return nil, false, err
 			} else if none {
 				continue
 			}
@@ -148,17 +158,111 @@ func (s *sqlStore) keysetRuns(ctx context.Context, expID string, p listParams) (
 		}
 		b.WriteString(id + idDir + " LIMIT " + a.Add(int64(p.limit+1-len(pg.rids))))
 		full, err := s.readSegment(ctx, b.String(), a.Values(), sg, p, &pg)
-		if err != nil || full {
-			return pg.rids, pg.next, true, err
+		if err != nil {
+			return nil, false, err
+		}
+		if full {
+			return &pg, true, nil
 		}
 	}
-	return pg.rids, "", true, nil
+	pg.next = ""
+	return &pg, true, nil
+}
+
+// maxMergedExperiments is the most experiments whose runs ListRuns lists
+// by merging a keyset page of each (mergedKeysetRuns); more are listed by
+// the generic query.
+const maxMergedExperiments = 32
+
+// mergedKeysetRuns lists a page of the runs of experiments ids: a keyset
+// page of each from the same cursor, merged in the page order (the
+// generic query's: missing, non-numeric, number, integer, text, ID). A
+// run of the merged page is among the first of its own experiment's, so
+// each experiment's page holds all it contributes. ok is false for a sort
+// no index serves.
+func (s *sqlStore) mergedKeysetRuns(ctx context.Context, ids []string, p listParams) ([]int64, string, bool, error) {
+	var all []pageRow
+	more := false
+	for _, id := range ids {
+		pg, ok, err := s.keysetPageOf(ctx, id, p)
+		if err != nil || !ok {
+			return nil, "", false, err
+		}
+		all = append(all, pg.rows...)
+		more = more || pg.next != ""
+	}
+	slices.SortFunc(all, func(a, b pageRow) int { return comparePageRows(a, b, p.desc, p.idAsc) })
+	next := ""
+	if len(all) > p.limit || more {
+		// more: an experiment filled the page alone, so len(all) >= limit.
+		last := all[p.limit-1]
+		next = makeCursor(last.n, last.i, last.s, last.id, p.sortKey)
+		all = all[:p.limit]
+	}
+	rids := make([]int64, len(all))
+	for i, r := range all {
+		rids[i] = r.rid
+	}
+	return rids, next, true, nil
+}
+
+// pageRow is a listed run with its sort values (makeCursor's).
+type pageRow struct {
+	rid int64
+	n   sql.NullFloat64
+	i   sql.NullInt64
+	s   sql.NullString
+	id  string
+}
+
+// comparePageRows orders two runs as the generic page query's ORDER BY
+// does (buildPage): runs lacking the value last, then numbers before other
+// values, then the number, integer and text (byte order, as the dialects'
+// collations here), then the ID, each descending with desc except the ID
+// with idAsc.
+func comparePageRows(a, b pageRow, desc, idAsc bool) int {
+	missing := func(r pageRow) int {
+		if !r.n.Valid && !r.i.Valid && !r.s.Valid {
+			return 1
+		}
+		return 0
+	}
+	noNum := func(r pageRow) int {
+		if r.n.Valid {
+			return 0
+		}
+		return 1
+	}
+	if c := cmp.Compare(missing(a), missing(b)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(noNum(a), noNum(b)); c != 0 {
+		return c
+	}
+	dir := 1
+	if desc {
+		dir = -1
+	}
+	if c := cmp.Compare(a.n.Float64, b.n.Float64); c != 0 {
+		return dir * c
+	}
+	if c := cmp.Compare(a.i.Int64, b.i.Int64); c != 0 {
+		return dir * c
+	}
+	if c := strings.Compare(a.s.String, b.s.String); c != 0 {
+		return dir * c
+	}
+	if idAsc {
+		dir = 1
+	}
+	return dir * strings.Compare(a.id, b.id)
 }
 
 // keysetPage is a keyset page as its segments fill it.
 type keysetPage struct {
 	rids []int64
-	next string // the cursor after the page, once it is full
+	rows []pageRow // the rids with their sort values
+	next string    // the cursor after the page, once it is full
 	// The sort tuple of the page's last run, whichever segment gave it.
 	n  sql.NullFloat64
 	i  sql.NullInt64
@@ -202,6 +306,7 @@ func (s *sqlStore) readSegment(ctx context.Context, text string, args []any, sg 
 			return true, nil
 		}
 		pg.rids = append(pg.rids, rid)
+		pg.rows = append(pg.rows, pageRow{rid: rid, n: n, i: i, s: st, id: id})
 		pg.n, pg.i, pg.s, pg.id = n, i, st, id
 	}
 	if err := rows.Err(); err != nil {

@@ -302,6 +302,16 @@ func (s *sqlStore) ListRuns(ctx context.Context, q ListQuery) (RunPage, error) {
 			return "r.experiment_id = " + a.Add(expID)
 		}
 	}
+	var experiments []string
+	if len(q.Experiments) > 0 {
+		if q.Experiment != "" {
+			return RunPage{}, errf(CodeInvalidArgument, "list the runs of one experiment or of several, not both")
+		}
+		experiments = slices.Compact(slices.Sorted(slices.Values(q.Experiments)))
+		spec.narrow = func(a *query.Args) string {
+			return "r.experiment_id IN " + inList(a, experiments)
+		}
+	}
 	p, err := parseList(q, query.Runs)
 	if err != nil {
 		return RunPage{}, err
@@ -310,6 +320,14 @@ func (s *sqlStore) ListRuns(ctx context.Context, q ListQuery) (RunPage, error) {
 	var rids []int64
 	byRID := map[int64]int{}
 	served, searched := false, false
+	if len(experiments) > 0 && len(experiments) <= maxMergedExperiments && !s.cfg.sortedPages {
+		if rids, page.Next, served, err = s.mergedKeysetRuns(ctx, experiments, p); err != nil {
+			return RunPage{}, err
+		}
+		for i, rid := range rids {
+			byRID[rid] = i
+		}
+	}
 	if expID != "" {
 		// A name search of a large experiment: the runs whose names may
 		// match, from the names' index, when they are few; the page is then

@@ -229,6 +229,11 @@ type ListQuery struct {
 	Cursor string
 	// Experiment (ListRuns only) is an experiment ID or name.
 	Experiment string
+	// Experiments (ListRuns only, not with Experiment) are experiment IDs:
+	// the runs of any of them (MLflow's search_runs of several
+	// experiments). Up to maxMergedExperiments, each experiment's page is
+	// read from its indexes and the pages merged.
+	Experiments []string
 	// Columns (ListRuns only), when set, are the only params and metrics
 	// the page's runs carry (column projection: a table showing 10 of
 	// 1,500 metric keys reads 10); nil carries all of them. Tags and the
