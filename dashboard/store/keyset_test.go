@@ -736,7 +736,7 @@ func TestListRunsAcrossExperiments(t *testing.T) {
 			{"metrics.loss.max", "tags.team = 'vision'", true, false},
 			{"tags.team", "", false, false}, // no index: the generic query
 		} {
-			for _, limit := range []int{1, 7, 500} {
+			for _, limit := range []int{9, 1000} {
 				q := ListQuery{Experiments: append(append([]string{}, ids...), "no-such-experiment", ids[0]), Sort: c.sort, Filter: c.filter, Desc: c.desc, IDAsc: c.idAsc, Limit: limit}
 				ss.cfg.sortedPages = true
 				want := walk(t, st, q)
