@@ -345,18 +345,16 @@ func (s *sqlStore) runGroup(group []*writeReq) {
 	if len(live) == 0 {
 		return
 	}
-	for _, r := range live {
-		if !r.background {
-			// Writes pause when the group has ended; until then no build
-			// starts, nor a plan that would miss what it commits.
-			s.sortIdx.writing.Add(1)
+	if slices.ContainsFunc(live, func(r *writeReq) bool { return !r.background }) {
+		// A client's write: writes pause when the group has ended; until
+		// then no sort index build starts, nor a plan that would miss what
+		// it commits.
+		s.sortIdx.writing.Add(1)
+		s.sortIdx.noteWrite(time.Now())
+		defer func() {
 			s.sortIdx.noteWrite(time.Now())
-			defer func() {
-				s.sortIdx.noteWrite(time.Now())
-				s.sortIdx.writing.Add(-1)
-			}()
-			break
-		}
+			s.sortIdx.writing.Add(-1)
+		}()
 	}
 	defer s.prepareWanted()
 	for attempt := 1; ; attempt++ {

@@ -68,7 +68,7 @@ func (s *sqlStore) keysetRuns(ctx context.Context, expID string, p listParams) (
 	if err != nil || !ok {
 		return nil, "", false, err
 	}
-	return pg.rids, pg.next, true, nil
+	return pg.rids(), pg.next, true, nil
 }
 
 // keysetPageOf is keysetRuns's page with each run's sort values.
@@ -156,7 +156,7 @@ func (s *sqlStore) keysetPageOf(ctx context.Context, expID string, p listParams)
 		if sg.val != "" {
 			b.WriteString(sg.val + dir + ", ")
 		}
-		b.WriteString(id + idDir + " LIMIT " + a.Add(int64(p.limit+1-len(pg.rids))))
+		b.WriteString(id + idDir + " LIMIT " + a.Add(int64(p.limit+1-len(pg.rows))))
 		full, err := s.readSegment(ctx, b.String(), a.Values(), sg, p, &pg)
 		if err != nil {
 			return nil, false, err
@@ -165,7 +165,6 @@ func (s *sqlStore) keysetPageOf(ctx context.Context, expID string, p listParams)
 			return &pg, true, nil
 		}
 	}
-	pg.next = ""
 	return &pg, true, nil
 }
 
@@ -192,18 +191,13 @@ func (s *sqlStore) mergedKeysetRuns(ctx context.Context, ids []string, p listPar
 		more = more || pg.next != ""
 	}
 	slices.SortFunc(all, func(a, b pageRow) int { return comparePageRows(a, b, p.desc, p.idAsc) })
-	next := ""
+	merged := keysetPage{rows: all}
 	if len(all) > p.limit || more {
 		// more: an experiment filled the page alone, so len(all) >= limit.
-		last := all[p.limit-1]
-		next = makeCursor(last.n, last.i, last.s, last.id, p.sortKey)
-		all = all[:p.limit]
+		merged.rows = all[:p.limit]
+		merged.next = merged.rows[p.limit-1].cursor(p.sortKey)
 	}
-	rids := make([]int64, len(all))
-	for i, r := range all {
-		rids[i] = r.rid
-	}
-	return rids, next, true, nil
+	return merged.rids(), merged.next, true, nil
 }
 
 // pageRow is a listed run with its sort values (makeCursor's).
@@ -214,6 +208,9 @@ type pageRow struct {
 	s   sql.NullString
 	id  string
 }
+
+// cursor is the cursor of the page that follows r.
+func (r pageRow) cursor(sortKey string) string { return makeCursor(r.n, r.i, r.s, r.id, sortKey) }
 
 // comparePageRows orders two runs as the generic page query's ORDER BY
 // does (buildPage): runs lacking the value last, then numbers before other
@@ -260,14 +257,17 @@ func comparePageRows(a, b pageRow, desc, idAsc bool) int {
 
 // keysetPage is a keyset page as its segments fill it.
 type keysetPage struct {
-	rids []int64
-	rows []pageRow // the rids with their sort values
+	rows []pageRow // the page's runs with their sort values
 	next string    // the cursor after the page, once it is full
-	// The sort tuple of the page's last run, whichever segment gave it.
-	n  sql.NullFloat64
-	i  sql.NullInt64
-	s  sql.NullString
-	id string
+}
+
+// rids are the page's runs' row IDs, in order.
+func (pg *keysetPage) rids() []int64 {
+	out := make([]int64, len(pg.rows))
+	for i, r := range pg.rows {
+		out[i] = r.rid
+	}
+	return out
 }
 
 // readSegment appends the rids one segment query yields to pg until the
@@ -301,13 +301,11 @@ func (s *sqlStore) readSegment(ctx context.Context, text string, args []any, sg 
 		if err := rows.Scan(dst...); err != nil {
 			return false, fmt.Errorf("reading runs: %w", err)
 		}
-		if len(pg.rids) == p.limit {
-			pg.next = makeCursor(pg.n, pg.i, pg.s, pg.id, p.sortKey)
+		if len(pg.rows) == p.limit {
+			pg.next = pg.rows[len(pg.rows)-1].cursor(p.sortKey)
 			return true, nil
 		}
-		pg.rids = append(pg.rids, rid)
 		pg.rows = append(pg.rows, pageRow{rid: rid, n: n, i: i, s: st, id: id})
-		pg.n, pg.i, pg.s, pg.id = n, i, st, id
 	}
 	if err := rows.Err(); err != nil {
 		return false, fmt.Errorf("reading runs: %w", err)

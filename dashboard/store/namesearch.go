@@ -129,36 +129,22 @@ func (s *sqlStore) buildNameIndex() {
 
 func (s *sqlStore) ensureNameIndex(ctx context.Context) error {
 	var schema string
-	err := s.wdb.QueryRowContext(ctx, `SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm'`).Scan(&schema)
+	extSchema := func() error {
+		return s.wdb.QueryRowContext(ctx, `SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm'`).Scan(&schema)
+	}
+	err := extSchema()
 	if isNoRows(err) {
 		if _, err = s.wdb.ExecContext(ctx, `CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public`); err != nil {
 			if _, err2 := s.wdb.ExecContext(ctx, `CREATE EXTENSION IF NOT EXISTS pg_trgm`); err2 != nil {
 				return fmt.Errorf("creating extension pg_trgm: %w (in schema public: %v)", err2, err)
 			}
 		}
-		err = s.wdb.QueryRowContext(ctx, `SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm'`).Scan(&schema)
+		err = extSchema()
 	}
 	if err != nil {
 		return fmt.Errorf("looking up extension pg_trgm: %w", err)
 	}
-	// An index a failed build left behind is invalid: drop it first.
-	var valid bool
-	err = s.wdb.QueryRowContext(ctx, `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-		JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE c.relname = 'runs_name_trgm' AND ns.nspname = current_schema()`).Scan(&valid)
-	switch {
-	case err == nil && valid:
-		return nil
-	case err == nil:
-		if _, err := s.wdb.ExecContext(ctx, `DROP INDEX CONCURRENTLY IF EXISTS runs_name_trgm`); err != nil {
-			return fmt.Errorf("dropping the invalid index runs_name_trgm: %w", err)
-		}
-	case !isNoRows(err):
-		return fmt.Errorf("looking up index runs_name_trgm: %w", err)
-	}
 	// The schema's name comes from the catalog, quoted as an identifier.
 	ops := `"` + strings.ReplaceAll(schema, `"`, `""`) + `".gin_trgm_ops`
-	if _, err := s.wdb.ExecContext(ctx, `CREATE INDEX CONCURRENTLY IF NOT EXISTS runs_name_trgm ON runs USING gin (LOWER(name) `+ops+`)`); err != nil {
-		return fmt.Errorf("creating index runs_name_trgm: %w", err)
-	}
-	return nil
+	return s.createIndexConcurrently(ctx, "runs_name_trgm", ` ON runs USING gin (LOWER(name) `+ops+`)`)
 }

@@ -192,15 +192,37 @@ func (s *sqlStore) sortIndex(ctx context.Context, keyID int64, col string) (bool
 // sortIndexExists reports whether the index name exists, and how many
 // metric sort indexes do.
 func (s *sqlStore) sortIndexExists(ctx context.Context, name string) (exists bool, n int, err error) {
-	text := `SELECT COALESCE(SUM(CASE WHEN name = ? THEN 1 ELSE 0 END), 0), COUNT(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'metric_summary_sort_%'`
+	names, err := s.sortIndexNames(ctx)
+	if err != nil {
+		return false, 0, err
+	}
+	return names[name], len(names), nil
+}
+
+// sortIndexNames are the metric sort indexes that exist (at most
+// maxSortIndexes), from the database's catalog.
+func (s *sqlStore) sortIndexNames(ctx context.Context) (map[string]bool, error) {
+	text := `SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'metric_summary_sort_%'`
 	if s.d == query.Postgres {
-		text = `SELECT COALESCE(SUM(CASE WHEN indexname = ? THEN 1 ELSE 0 END), 0), COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname LIKE 'metric_summary_sort_%'`
+		text = `SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND indexname LIKE 'metric_summary_sort_%'`
 	}
-	var one int
-	if err := s.rdb.QueryRowContext(ctx, s.q(text), name).Scan(&one, &n); err != nil {
-		return false, 0, fmt.Errorf("looking up index %s: %w", name, err)
+	rows, err := s.rdb.QueryContext(ctx, text)
+	if err != nil {
+		return nil, fmt.Errorf("listing the metric sort indexes: %w", err)
 	}
-	return one > 0, n, nil
+	defer rows.Close()
+	names := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, fmt.Errorf("listing the metric sort indexes: %w", err)
+		}
+		names[name] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing the metric sort indexes: %w", err)
+	}
+	return names, nil
 }
 
 // buildSortIndex creates the index name (sortIndexName(keyID, col)). The
@@ -214,26 +236,37 @@ func (s *sqlStore) buildSortIndex(ctx context.Context, name string, keyID int64,
 	}
 	body := ` ON metric_summary (experiment_id, ` + col + `, run_rid) WHERE key_id = ` + strconv.FormatInt(keyID, 10)
 	if s.d == query.Postgres {
-		// CONCURRENTLY: writers go on while it is built (it cannot run in
-		// a transaction, so not through the writer). A build that failed
-		// leaves an invalid index of that name: drop it first.
-		var valid sql.NullBool
-		err := s.wdb.QueryRowContext(ctx, `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-			JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE c.relname = $1 AND ns.nspname = current_schema()`, name).Scan(&valid)
-		if err == nil && !valid.Bool {
-			if _, err := s.wdb.ExecContext(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+name); err != nil {
-				return fmt.Errorf("dropping the invalid index %s: %w", name, err)
-			}
-		} else if err != nil && !isNoRows(err) {
-			return fmt.Errorf("looking up index %s: %w", name, err)
-		}
-		_, err = s.wdb.ExecContext(ctx, `CREATE INDEX CONCURRENTLY IF NOT EXISTS `+name+body)
-		return err
+		return s.createIndexConcurrently(ctx, name, body)
 	}
 	return s.writeBackground(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `CREATE INDEX IF NOT EXISTS `+name+body)
 		return err
 	})
+}
+
+// createIndexConcurrently creates index name (PostgreSQL; body is what
+// follows the name: ON table (...) ...) CONCURRENTLY, so that writers go on
+// while it is built (it cannot run in a transaction, so not through the
+// writer). A build that failed leaves an invalid index of that name: it is
+// dropped first. name and body are the store's own text, never a client's.
+func (s *sqlStore) createIndexConcurrently(ctx context.Context, name, body string) error {
+	var valid sql.NullBool
+	err := s.wdb.QueryRowContext(ctx, `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		JOIN pg_namespace ns ON ns.oid = c.relnamespace WHERE c.relname = $1 AND ns.nspname = current_schema()`, name).Scan(&valid)
+	switch {
+	case err == nil && valid.Bool:
+		return nil
+	case err == nil:
+		if _, err := s.wdb.ExecContext(ctx, `DROP INDEX CONCURRENTLY IF EXISTS `+name); err != nil {
+			return fmt.Errorf("dropping the invalid index %s: %w", name, err)
+		}
+	case !isNoRows(err):
+		return fmt.Errorf("looking up index %s: %w", name, err)
+	}
+	if _, err := s.wdb.ExecContext(ctx, `CREATE INDEX CONCURRENTLY IF NOT EXISTS `+name+body); err != nil {
+		return fmt.Errorf("creating index %s: %w", name, err)
+	}
+	return nil
 }
 
 // WaitBackground waits for the work s started in the background (metric
@@ -314,36 +347,19 @@ type wantedSortIndex struct {
 // queued report, the keys most runs report first, that do not exist yet,
 // at most maxPrebuiltSortIndexes in all with those that do.
 func (s *sqlStore) sortIndexesWanted(ctx context.Context) ([]wantedSortIndex, error) {
-	existing := map[string]bool{}
-	text := `SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE 'metric_summary_sort_%'`
-	if s.d == query.Postgres {
-		text = `SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND indexname LIKE 'metric_summary_sort_%'`
-	}
-	rows, err := s.rdb.QueryContext(ctx, text)
+	existing, err := s.sortIndexNames(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("listing the metric sort indexes: %w", err)
-	}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("listing the metric sort indexes: %w", err)
-		}
-		existing[name] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("listing the metric sort indexes: %w", err)
+		return nil, err
 	}
 	room := maxPrebuiltSortIndexes - len(existing)
 	if room <= 0 {
 		return nil, nil
 	}
 	// Finished experiments only: an index makes each later point of its key
-	// cost more (every key of a sweep indexed: ~4.5x the CPU per point at
+	// cost more (every key of a sweep indexed: 3.5x the CPU per point at
 	// 200,000 runs, docs/benchmarks.md), which a sweep still writing should
 	// not pay for a sort nobody asked for.
-	rows, err = s.rdb.QueryContext(ctx, s.q(`SELECT key_id FROM experiment_metrics WHERE runs >= ? AND experiment_id IN (
+	rows, err := s.rdb.QueryContext(ctx, s.q(`SELECT key_id FROM experiment_metrics WHERE runs >= ? AND experiment_id IN (
 		SELECT experiment_id FROM experiment_run_counts GROUP BY experiment_id
 		HAVING SUM(CASE WHEN status IN (?, ?) THEN n ELSE 0 END) = 0)
 	GROUP BY key_id ORDER BY MAX(runs) DESC, key_id LIMIT ?`),
