@@ -455,6 +455,29 @@ def test_search_runs_pages_cover_every_run_once(dashboard, client, order_by, pag
     assert all(pages[:-1]) and len(pages) in (-(-len(ids) // page_size), -(-len(ids) // page_size) + 1)
 
 
+@pytest.mark.parametrize("order_by", [None, ["metrics.x DESC"], ["params.seed ASC"]])
+def test_search_runs_of_two_experiments(dashboard, client, order_by):
+    # Both experiments' runs start at the same times: ties across them are
+    # ordered by run ID, through every page.
+    exps = [client.create_experiment("left"), client.create_experiment("right")]
+    ids = [*_search_runs(client, exps[0]).values(), *_search_runs(client, exps[1]).values()]
+    full = client.search_runs(exps, order_by=order_by, max_results=1000)
+    assert sorted(r.info.run_id for r in full) == sorted(ids)
+    if order_by is None:  # MLflow's default: start_time descending, then run ID
+        assert [r.info.run_id for r in full] == [
+            r.info.run_id for r in sorted(full, key=lambda r: (-r.info.start_time, r.info.run_id))
+        ]
+    pages, token = [], None
+    while True:
+        page = client.search_runs(exps, order_by=order_by, max_results=3, page_token=token)
+        pages += [r.info.run_id for r in page]
+        token = page.token
+        if not token:
+            break
+        assert len(page) == 3, "a page before the last one is short"
+    assert pages == [r.info.run_id for r in full]
+
+
 def test_metric_history_over_several_pages(dashboard, client, monkeypatch):
     from mlflow.store.tracking.rest_store import RestStore
     from mlflow.tracking._tracking_service import client as tracking_client
